@@ -1,0 +1,198 @@
+# projd — build, test and run.
+#
+#   make            build everything (host code, kernels, tests)
+#   make run        build, generate the demo model if absent, serve it
+#   make test       install missing packages (as root), build, run the CPU suites
+#   make test-gpu   GPU suites (on the H200 host, see README)
+#   make fuzz       libFuzzer harnesses, FUZZ_SECONDS each (default 20)
+#   make bench-ipc  nng round-trip latency table (cpu backend)
+#   make format     clang-format every C/CUDA source
+#
+#   SANITIZE=address,undefined   sanitizer build (in build-address-undefined/)
+#   CUDA=0                        build without the cuda backend and kernels
+
+SHELL := /bin/bash
+comma := ,
+
+SANITIZE ?=
+ifeq ($(SANITIZE),)
+BUILD ?= build
+else
+BUILD ?= build-$(subst $(comma),-,$(SANITIZE))
+endif
+
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+ifeq ($(origin CUDA),undefined)
+CUDA := $(if $(wildcard $(NVCC)),1,0)
+endif
+
+CC ?= gcc
+ifeq ($(CC),cc)
+CC := gcc
+endif
+OPT ?= -O2
+WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+        -Wpointer-arith -Wformat=2 -Wno-format-nonliteral -Wundef
+CPPFLAGS += -I. -I$(BUILD)/gen -D_GNU_SOURCE
+CFLAGS += -std=c11 $(OPT) -g -fPIC -pthread $(WARN) -MMD -MP
+LDFLAGS += -pthread -Wl,--as-needed
+LIBS := -luv -lnng -lcjson -lsystemd -lm -lrt -ldl
+CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit)
+
+ifneq ($(SANITIZE),)
+CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+
+ifeq ($(CUDA),1)
+CPPFLAGS += -DPJ_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+NVCCFLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo \
+             -Xcompiler -fPIC,-Wall -Xptxas -warn-spills
+# cudart is linked statically so the binaries need only libcublas at run time;
+# the driver (libcuda) is reached through cudart, never linked, so the same
+# binaries start on machines without a GPU and fall back to the cpu backend.
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas \
+             -lcudart_static -lstdc++
+endif
+
+# ---- sources -------------------------------------------------------------
+# Conventions: <dir>/<prog>_main.c is a program (binary name: underscores to
+# hyphens); *_cuda.c is host code that calls CUDA; *.cu are kernels.
+MODULE_DIRS := kernels config protocol daemon client
+ALL_C := $(foreach d,$(MODULE_DIRS),$(wildcard $(d)/*.c))
+MAIN_C := $(filter %_main.c,$(ALL_C))
+CUDA_HOST_C := $(filter %_cuda.c,$(ALL_C))
+CORE_C := $(filter-out $(MAIN_C) $(CUDA_HOST_C),$(ALL_C))
+CU_SRC := $(foreach d,$(MODULE_DIRS),$(wildcard $(d)/*.cu))
+GPU_MAIN_C := $(filter $(foreach d,$(MODULE_DIRS),$(d)/%_gpu_main.c),$(MAIN_C))
+ifeq ($(CUDA),0)
+MAIN_C := $(filter-out $(GPU_MAIN_C),$(MAIN_C))
+endif
+
+GEN_C := $(BUILD)/gen/default_config.c
+CORE_O := $(CORE_C:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/default_config.o
+CUDA_O := $(CUDA_HOST_C:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
+CORE_LIB := $(BUILD)/lib/libpjcore.a
+CUDA_LIB := $(BUILD)/lib/libpjcuda.a
+ifeq ($(CUDA),1)
+LINK_LIBS := $(CORE_LIB) $(CUDA_LIB) $(CORE_LIB) $(LIBS) $(CUDA_LIBS)
+else
+LINK_LIBS := $(CORE_LIB) $(LIBS)
+endif
+
+prog_name = $(subst _,-,$(patsubst %_main,%,$(notdir $(basename $(1)))))
+PROGS := $(foreach m,$(MAIN_C),$(BUILD)/bin/$(call prog_name,$(m)))
+
+TEST_C := $(wildcard tests/test_*.c)
+TESTS := $(TEST_C:tests/%.c=$(BUILD)/tests/%)
+GPU_TEST_C := $(wildcard tests/gpu/*.c)
+GPU_TESTS := $(GPU_TEST_C:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
+TEST_HELPER_C := $(wildcard tests/helpers/*.c)
+TEST_HELPER_O := $(TEST_HELPER_C:%.c=$(BUILD)/obj/%.o)
+
+.PHONY: all deps run test test-gpu fuzz bench-ipc format clean progs tests
+all: progs tests
+progs: $(PROGS)
+tests: $(TESTS)
+
+# ---- dependencies ----------------------------------------------------------
+# Every compile waits for this stamp, so a fresh machine installs what it lacks
+# (as root) or is told the exact apt-get command before anything fails.
+DEPS_STAMP := $(BUILD)/.deps-ok
+$(DEPS_STAMP): deploy/install-deps.sh
+	@mkdir -p $(@D)
+	@deploy/install-deps.sh
+	@touch $@
+deps: $(DEPS_STAMP)
+
+# ---- compile ---------------------------------------------------------------
+$(BUILD)/gen/default_config.c: config/default.json
+	@mkdir -p $(@D)
+	@{ echo '/* generated from config/default.json by make; do not edit */'; \
+	   echo 'const char pj_config_default_json[] ='; \
+	   sed 's/\\/\\\\/g; s/"/\\"/g; s/^/"/; s/$$/\\n"/' $<; echo ';'; } >$@
+
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-missing-prototypes -c $< -o $@
+
+$(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: %.cu | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(NVCC) $(filter-out -D_GNU_SOURCE,$(CPPFLAGS)) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+$(CORE_LIB): $(CORE_O)
+	@mkdir -p $(@D)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(CUDA_LIB): $(CUDA_O)
+	@mkdir -p $(@D)
+	@rm -f $@
+	ar rcs $@ $^
+
+ifeq ($(CUDA),1)
+PROG_DEPS := $(CORE_LIB) $(CUDA_LIB)
+else
+PROG_DEPS := $(CORE_LIB)
+endif
+
+define prog_rule
+$(BUILD)/bin/$(call prog_name,$(1)): $(BUILD)/obj/$(1:.c=.o) $(PROG_DEPS)
+	@mkdir -p $$(@D)
+	$$(CC) $$(LDFLAGS) $$< $(LINK_LIBS) -o $$@
+endef
+$(foreach m,$(MAIN_C),$(eval $(call prog_rule,$(m))))
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_HELPER_O) $(CORE_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $< $(TEST_HELPER_O) $(CORE_LIB) $(CHECK_LIBS) $(LIBS) -o $@
+
+$(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(TEST_HELPER_O) $(PROG_DEPS)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $< $(TEST_HELPER_O) $(LINK_LIBS) $(CHECK_LIBS) -o $@
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# ---- run / test ------------------------------------------------------------
+run: progs
+	@deploy/run-demo.sh $(BUILD)
+
+test: all
+	@tests/run-tests.sh $(BUILD)
+
+test-gpu: all $(GPU_TESTS)
+	@tests/run-gpu-tests.sh $(BUILD)
+
+# ---- fuzzing (clang + libFuzzer) -----------------------------------------
+FUZZ_SECONDS ?= 20
+FUZZ_C := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BUILD := $(BUILD)/fuzz
+FUZZ_CORE_O := $(CORE_C:%.c=$(FUZZ_BUILD)/obj/%.o) $(FUZZ_BUILD)/obj/gen/default_config.o
+FUZZ_BINS := $(FUZZ_C:tests/fuzz/%.c=$(FUZZ_BUILD)/%)
+FUZZ_CFLAGS := -std=c11 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -pthread
+
+$(FUZZ_BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	clang $(CPPFLAGS) $(FUZZ_CFLAGS) -c $< -o $@
+$(FUZZ_BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	clang $(CPPFLAGS) $(FUZZ_CFLAGS) -c $< -o $@
+$(FUZZ_BUILD)/%: tests/fuzz/%.c $(FUZZ_CORE_O)
+	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined -pthread $^ $(LIBS) -o $@
+
+fuzz: $(FUZZ_BINS)
+	@tests/fuzz/run-fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+bench-ipc: progs
+	@$(BUILD)/bin/projctl bench-ipc
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,117 @@
+/* config.h — projd's configuration: schema, embedded defaults, parser.
+ *
+ * The schema is documented in config/CONFIG.md; config/default.json is the
+ * default, embedded in every binary (pj_config_default_json). A file given
+ * with --config is applied on top of the defaults: keys it names replace
+ * the default values, unknown keys are errors. Every error is one line that
+ * names the key path, what was expected and what was found, e.g.
+ *   model.layers[2].max_n: expected an integer in 1..65536, got "abc"
+ * Parsing never half-applies: on error the target is left untouched.
+ */
+#ifndef PJ_CONFIG_H
+#define PJ_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PJ_CFG_MAX_LAYERS 32
+#define PJ_CFG_MAX_SHAPES 32
+#define PJ_CFG_MAX_IDS 32
+#define PJ_CFG_NAME 64
+#define PJ_CFG_PATH 512
+
+typedef enum pj_backend_kind {
+    PJ_BACKEND_AUTO = 0, /* cuda when a GPU is visible, else cpu */
+    PJ_BACKEND_CPU = 1,
+    PJ_BACKEND_CUDA = 2,
+} pj_backend_kind;
+
+typedef enum pj_format_pref {
+    PJ_FPREF_AUTO = 0,  /* bf16 tensor -> z12 when k % 64 == 0, else bf16; f32/f16 -> split */
+    PJ_FPREF_BF16 = 1,
+    PJ_FPREF_Z12 = 2,
+    PJ_FPREF_SPLIT = 3,
+} pj_format_pref;
+
+typedef enum pj_log_level {
+    PJ_LOG_ERROR = 0,
+    PJ_LOG_WARN = 1,
+    PJ_LOG_INFO = 2,
+    PJ_LOG_DEBUG = 3,
+} pj_log_level;
+
+typedef struct pj_layer_config {
+    char name[PJ_CFG_NAME];   /* what requests and tables call it */
+    char tensor[PJ_CFG_PATH]; /* tensor name in the safetensors file */
+    pj_format_pref format;
+    uint32_t max_n;           /* rows a request may use; 0 = all N */
+    char engine[PJ_CFG_NAME]; /* force an engine ("" = dispatcher decides) */
+} pj_layer_config;
+
+typedef struct pj_config {
+    struct {
+        char url[PJ_CFG_PATH];   /* "" = /run/projd/projd.sock as root, else per-user runtime dir */
+        uint32_t mode;           /* socket file mode, e.g. 0660 */
+        char group[PJ_CFG_NAME]; /* socket file group ("" = leave) */
+    } socket;
+    struct {
+        pj_backend_kind backend;
+        int32_t index;            /* CUDA device index, when uuid is "" */
+        char uuid[PJ_CFG_NAME];   /* "GPU-..." or "" */
+    } device;
+    struct {
+        char path[PJ_CFG_PATH];
+        uint32_t n_layers;
+        pj_layer_config layers[PJ_CFG_MAX_LAYERS];
+    } model;
+    struct {
+        uint32_t n_m;
+        uint32_t m[PJ_CFG_MAX_SHAPES]; /* graph shapes captured at start */
+        uint32_t max_m;                /* largest m a request may use */
+    } shapes;
+    struct {
+        uint32_t max_message_bytes;
+        uint32_t max_buffers_per_conn;
+        uint32_t max_ops_per_request;
+        uint32_t max_connections;
+        uint32_t max_inflight_per_conn;
+    } limits;
+    struct {
+        /* Empty lists: only root and the daemon's own uid may connect. */
+        uint32_t n_uids, n_gids;
+        uint32_t uids[PJ_CFG_MAX_IDS];
+        uint32_t gids[PJ_CFG_MAX_IDS];
+    } auth;
+    struct {
+        pj_log_level level;
+    } log;
+    struct {
+        char table[PJ_CFG_PATH]; /* "" = config/tuning/<gpu>.json next to the binary's share dir */
+    } tuning;
+    struct {
+        uint32_t threads; /* cpu backend worker threads; 0 = number of cores */
+    } cpu;
+} pj_config;
+
+/* The default config as JSON text (generated from config/default.json). */
+extern const char pj_config_default_json[];
+
+/* Fill *cfg with the embedded defaults. Returns 0 (the defaults are tested). */
+int pj_config_defaults(pj_config *cfg);
+
+/* Apply the JSON text (len bytes) on top of *cfg. 0 on success; -EINVAL with
+ * a one-line message in err otherwise, *cfg untouched. */
+int pj_config_apply_json(pj_config *cfg, const char *json, size_t len, char *err, size_t errlen);
+
+/* Read a file and apply it; errors name the file. */
+int pj_config_apply_file(pj_config *cfg, const char *path, char *err, size_t errlen);
+
+/* Render *cfg as JSON (malloc'd string, caller frees); NULL on ENOMEM. */
+char *pj_config_to_json(const pj_config *cfg);
+
+/* Lookups and names. */
+int pj_config_layer_index(const pj_config *cfg, const char *name); /* -1 if absent */
+const char *pj_backend_name(pj_backend_kind b);
+const char *pj_log_level_name(pj_log_level l);
+
+#endif

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Check (and, as root, install) the Debian packages projd builds against.
+# Usage: install-deps.sh [--check]   --check: report only, never install.
+# Exit 0 when everything is present afterwards, 1 otherwise (with the exact
+# command to run printed on stderr).
+set -u
+pkgs=(build-essential pkg-config libuv1-dev libnng-dev libcjson-dev libsystemd-dev check clang
+      libclang-rt-14-dev gnuplot-nox)
+# nng ships no pkg-config file on Debian 12, so every package is checked by dpkg.
+missing=()
+for p in "${pkgs[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        missing+=("$p")
+    fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+cmd="apt-get install -y --no-install-recommends ${missing[*]}"
+if [ "${1:-}" != "--check" ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    echo "install-deps: installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >/tmp/projd-apt.log 2>&1; then
+        # A fresh machine may have no package lists yet.
+        apt-get update -qq >>/tmp/projd-apt.log 2>&1
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" >>/tmp/projd-apt.log 2>&1 || {
+            echo "install-deps: apt-get failed; see /tmp/projd-apt.log" >&2
+            tail -n 20 /tmp/projd-apt.log >&2
+            exit 1
+        }
+    fi
+    exit 0
+fi
+echo "install-deps: missing packages: ${missing[*]}" >&2
+echo "install-deps: run as root:  $cmd" >&2
+exit 1

@@ -1,0 +1,218 @@
+/* wire.h — projd protocol v1: message layout, encode and decode.
+ *
+ * Pure bytes: no nng, no allocation on decode. Every message is a 24-byte
+ * header followed by body_len bytes; all integers little-endian. Decoders
+ * check the header type, the length and every count against the bytes that
+ * are there (and against caller limits) before reading anything, so any byte
+ * string is safe to hand them. protocol/PROTOCOL.md is the normative text.
+ */
+#ifndef PJ_WIRE_H
+#define PJ_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PJ_WIRE_MAGIC 0x31444a50u /* "PJD1" as a little-endian u32 */
+#define PJ_WIRE_VERSION 1
+#define PJ_WIRE_HDR_SIZE 24
+
+typedef enum pj_msg_type {
+    PJ_MSG_HELLO = 1,
+    PJ_MSG_WELCOME = 2,
+    PJ_MSG_REGISTER = 3,
+    PJ_MSG_REGISTERED = 4,
+    PJ_MSG_UNREGISTER = 5,
+    PJ_MSG_UNREGISTERED = 6,
+    PJ_MSG_PROJECT = 7,
+    PJ_MSG_DONE = 8,
+    PJ_MSG_STATS = 9,
+    PJ_MSG_STATS_REPLY = 10,
+    PJ_MSG_PING = 11,
+    PJ_MSG_PONG = 12,
+    PJ_MSG_ERROR = 13,
+} pj_msg_type;
+
+/* Status / error codes carried by ERROR and DONE. Stable numbers. */
+typedef enum pj_status {
+    PJ_OK = 0,
+    PJ_E_PROTO = 1,      /* malformed message: truncated, bad magic, bad counts */
+    PJ_E_VERSION = 2,    /* unsupported protocol version */
+    PJ_E_TYPE = 3,       /* unknown message type */
+    PJ_E_FLAGS = 4,      /* unknown flag bits */
+    PJ_E_TOO_BIG = 5,    /* message larger than the daemon's limit */
+    PJ_E_LAYER = 6,      /* unknown layer */
+    PJ_E_SHAPE = 7,      /* m or n out of range, stride too small */
+    PJ_E_BOUNDS = 8,     /* offset/length past a buffer, overflow, misalignment */
+    PJ_E_BUFFER = 9,     /* unknown or stale buffer id */
+    PJ_E_LIMIT = 10,     /* too many buffers, ops, connections, requests in flight */
+    PJ_E_AUTH = 11,      /* peer not allowed */
+    PJ_E_REGISTER = 12,  /* buffer could not be mapped/opened, wrong device, size */
+    PJ_E_BACKEND = 13,   /* execution failed (CUDA error, ...) */
+    PJ_E_SHUTDOWN = 14,  /* daemon is draining */
+    PJ_E_INTERNAL = 15,  /* out of memory or a bug */
+    PJ_E_NOHELLO = 16,   /* request before HELLO on this connection */
+} pj_status;
+
+const char *pj_status_name(int status); /* "E_BOUNDS", ...; "E_UNKNOWN" otherwise */
+
+typedef struct pj_hdr {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t type;
+    uint32_t flags;    /* no header flags are defined in v1: must be 0 */
+    uint32_t body_len;
+    uint64_t req_id;   /* echoed in the reply */
+} pj_hdr;
+
+/* ---- message bodies ------------------------------------------------------ */
+
+#define PJ_WIRE_NAME_MAX 63
+#define PJ_WIRE_SHM_NAME_MAX 255
+#define PJ_WIRE_MSG_MAX 1024
+#define PJ_WIRE_UUID_SIZE 16
+#define PJ_WIRE_IPC_HANDLE_SIZE 64
+#define PJ_WIRE_MAX_LAYERS 64
+#define PJ_WIRE_MAX_SHAPES 64
+
+typedef struct pj_hello {
+    uint16_t ver_min, ver_max;
+    uint32_t pid;
+    char name[PJ_WIRE_NAME_MAX + 1]; /* client's name, for logs */
+} pj_hello;
+
+typedef struct pj_wire_layer {
+    char name[PJ_WIRE_NAME_MAX + 1];
+    uint32_t n;      /* rows a request may use (max n) */
+    uint32_t k;
+    uint8_t format;  /* pj_format of refgemm.h */
+} pj_wire_layer;
+
+typedef struct pj_welcome {
+    uint16_t version;
+    uint16_t backend; /* 1 cpu, 2 cuda (pj_backend_kind) */
+    uint8_t device_uuid[PJ_WIRE_UUID_SIZE]; /* zeros on cpu */
+    uint32_t max_m;
+    uint32_t max_ops_per_request;
+    uint32_t max_buffers;
+    uint32_t max_message_bytes;
+    uint32_t n_layers;
+    pj_wire_layer layers[PJ_WIRE_MAX_LAYERS];
+    uint32_t n_shapes;
+    uint32_t shapes[PJ_WIRE_MAX_SHAPES];
+} pj_welcome;
+
+typedef enum pj_buf_kind {
+    PJ_BUF_SHM = 1,  /* POSIX shared memory object, by name */
+    PJ_BUF_CUDA = 2, /* CUDA IPC handle of an allocation's base */
+} pj_buf_kind;
+
+typedef struct pj_register {
+    uint8_t kind;
+    uint64_t size;
+    char shm_name[PJ_WIRE_SHM_NAME_MAX + 1];           /* PJ_BUF_SHM */
+    uint8_t ipc_handle[PJ_WIRE_IPC_HANDLE_SIZE];       /* PJ_BUF_CUDA */
+    uint8_t device_uuid[PJ_WIRE_UUID_SIZE];            /* PJ_BUF_CUDA */
+} pj_register;
+
+typedef struct pj_registered {
+    uint32_t buffer_id;
+    uint64_t size;
+} pj_registered;
+
+/* One projection. Offsets in bytes from the buffer's start, strides in
+ * elements (bf16). x is m rows of k, y is m rows of n. */
+typedef struct pj_op {
+    uint32_t layer, m, n;
+    uint32_t x_buf;
+    uint64_t x_off, x_ld;
+    uint32_t y_buf;
+    uint32_t op_flags; /* none defined in v1: must be 0 */
+    uint64_t y_off, y_ld;
+} pj_op;
+#define PJ_WIRE_OP_SIZE 56
+
+/* PROJECT flags. */
+#define PJ_PF_WAIT_EVENT 0x1u   /* wait on a client IPC event before reading x */
+#define PJ_PF_SIGNAL_EVENT 0x2u /* record a client IPC event after writing y */
+#define PJ_PF_ACCEPT_REPLY 0x4u /* reply at launch (needs SIGNAL_EVENT) */
+#define PJ_PF_KNOWN (PJ_PF_WAIT_EVENT | PJ_PF_SIGNAL_EVENT | PJ_PF_ACCEPT_REPLY)
+
+typedef struct pj_project {
+    uint32_t flags;
+    uint32_t n_ops;
+    uint8_t wait_event[PJ_WIRE_IPC_HANDLE_SIZE];   /* if PJ_PF_WAIT_EVENT */
+    uint8_t signal_event[PJ_WIRE_IPC_HANDLE_SIZE]; /* if PJ_PF_SIGNAL_EVENT */
+    pj_op *ops;  /* decode: caller's array of at least max_ops entries */
+} pj_project;
+
+typedef struct pj_op_result {
+    int32_t status;
+    uint16_t engine; /* engine id that ran it (backend-defined, for stats) */
+} pj_op_result;
+
+typedef struct pj_done {
+    int32_t status;     /* PJ_OK, or the first failing op's status */
+    uint32_t n_ops;
+    uint64_t queue_ns;  /* daemon: received -> started */
+    uint64_t exec_ns;   /* daemon: started -> finished */
+    pj_op_result *ops;  /* decode: caller's array of at least max_ops entries */
+} pj_done;
+
+typedef struct pj_error_msg {
+    int32_t code;
+    uint32_t op_index;  /* 0xffffffff when not about one op */
+    char msg[PJ_WIRE_MSG_MAX + 1];
+} pj_error_msg;
+
+/* ---- encoding -------------------------------------------------------------
+ * A growable byte buffer. Encoders append a whole message (header included)
+ * and return 0 or -ENOMEM; the header's body_len is filled in. */
+typedef struct pj_wbuf {
+    uint8_t *data;
+    size_t len, cap;
+    int oom; /* sticky: an append failed */
+} pj_wbuf;
+
+void pj_wbuf_init(pj_wbuf *b);
+void pj_wbuf_free(pj_wbuf *b);
+void pj_wbuf_reset(pj_wbuf *b);
+
+int pj_enc_hello(pj_wbuf *b, uint64_t req_id, const pj_hello *m);
+int pj_enc_welcome(pj_wbuf *b, uint64_t req_id, const pj_welcome *m);
+int pj_enc_register(pj_wbuf *b, uint64_t req_id, const pj_register *m);
+int pj_enc_registered(pj_wbuf *b, uint64_t req_id, const pj_registered *m);
+int pj_enc_unregister(pj_wbuf *b, uint64_t req_id, uint32_t buffer_id);
+int pj_enc_unregistered(pj_wbuf *b, uint64_t req_id, uint32_t buffer_id);
+int pj_enc_project(pj_wbuf *b, uint64_t req_id, const pj_project *m);
+int pj_enc_done(pj_wbuf *b, uint64_t req_id, const pj_done *m);
+int pj_enc_stats(pj_wbuf *b, uint64_t req_id);
+int pj_enc_stats_reply(pj_wbuf *b, uint64_t req_id, const char *json, size_t len);
+int pj_enc_ping(pj_wbuf *b, uint64_t req_id, const void *payload, size_t len);
+int pj_enc_pong(pj_wbuf *b, uint64_t req_id, const void *payload, size_t len);
+int pj_enc_error(pj_wbuf *b, uint64_t req_id, int32_t code, uint32_t op_index,
+                 const char *msg);
+
+/* ---- decoding -------------------------------------------------------------
+ * All decoders return a pj_status: PJ_OK, or the code to send back, with a
+ * one-line reason in err ("PROJECT: op 3: body ends at byte 180, op needs 56
+ * bytes at 168"). None allocates; none reads past len. */
+
+/* Header only: checks magic, version (PJ_E_VERSION), header flags
+ * (PJ_E_FLAGS), body_len == len - 24 (PJ_E_PROTO) and body_len <= max_body
+ * (PJ_E_TOO_BIG). On PJ_E_VERSION and later errors *h is filled so the
+ * reply can echo req_id. */
+int pj_dec_hdr(const void *msg, size_t len, size_t max_body, pj_hdr *h, char *err, size_t errlen);
+
+int pj_dec_hello(const void *body, size_t len, pj_hello *m, char *err, size_t errlen);
+int pj_dec_welcome(const void *body, size_t len, pj_welcome *m, char *err, size_t errlen);
+int pj_dec_register(const void *body, size_t len, pj_register *m, char *err, size_t errlen);
+int pj_dec_registered(const void *body, size_t len, pj_registered *m, char *err, size_t errlen);
+int pj_dec_buffer_id(const void *body, size_t len, uint32_t *id, char *err, size_t errlen);
+/* n_ops > max_ops -> PJ_E_LIMIT. m->ops must hold max_ops entries. */
+int pj_dec_project(const void *body, size_t len, uint32_t max_ops, pj_project *m, char *err,
+                   size_t errlen);
+int pj_dec_done(const void *body, size_t len, uint32_t max_ops, pj_done *m, char *err,
+                size_t errlen);
+int pj_dec_error(const void *body, size_t len, pj_error_msg *m, char *err, size_t errlen);
+
+#endif

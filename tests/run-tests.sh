@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Run every CPU test suite built under BUILD/tests and print one closing line.
+# Each suite is a Check program (or a script named tests/e2e_*.sh); a suite
+# that hangs is killed after PJ_TEST_TIMEOUT seconds and counts as failed.
+set -u
+build=${1:-build}
+timeout_s=${PJ_TEST_TIMEOUT:-300}
+export PJ_BUILD=$build
+passed=0
+failed=0
+failures=()
+run_one() {
+    local name=$1
+    shift
+    local start=$SECONDS
+    echo "=== $name"
+    if timeout --kill-after=10 "$timeout_s" "$@"; then
+        passed=$((passed + 1))
+        echo "--- $name: ok ($((SECONDS - start)) s)"
+    else
+        failed=$((failed + 1))
+        failures+=("$name")
+        echo "--- $name: FAILED ($((SECONDS - start)) s)"
+    fi
+}
+for t in "$build"/tests/test_*; do
+    [ -x "$t" ] || continue
+    run_one "$(basename "$t")" "$t"
+done
+for s in tests/e2e_*.sh; do
+    [ -f "$s" ] || continue
+    run_one "$(basename "$s" .sh)" bash "$s" "$build"
+done
+if [ "$failed" -ne 0 ]; then
+    echo "failed suites: ${failures[*]}"
+fi
+echo "suites: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
