@@ -3,6 +3,7 @@
 #include "config/config.h"
 
 #include <check.h>
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -595,6 +596,71 @@ START_TEST(reload_check)
 }
 END_TEST
 
+/* ---- the documentation -------------------------------------------------- */
+
+static char *read_doc(void)
+{
+    const char *dir = getenv("PJ_SRCDIR") ? getenv("PJ_SRCDIR") : ".";
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config/CONFIG.md", dir);
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s (run from the repository root or set PJ_SRCDIR)",
+                  path);
+    char *buf = calloc(1, 1 << 20);
+    size_t n = fread(buf, 1, (1 << 20) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
+
+/* Every key the renderer writes is documented as `section.key` (layer keys
+ * as `key`), so the schema table and CONFIG.md cannot drift apart. */
+static void assert_documented(const char *doc, const cJSON *obj, const char *prefix)
+{
+    for (const cJSON *m = obj->child; m; m = m->next) {
+        char want[256];
+        if (strcmp(prefix, "model.layers") == 0)
+            snprintf(want, sizeof want, "`%s`", m->string);
+        else
+            snprintf(want, sizeof want, "`%s%s%s`", prefix, *prefix ? "." : "", m->string);
+        if (cJSON_IsObject(m)) {
+            char sub[256];
+            snprintf(sub, sizeof sub, "%s%s%s", prefix, *prefix ? "." : "", m->string);
+            assert_documented(doc, m, sub);
+            continue;
+        }
+        ck_assert_msg(strstr(doc, want) != NULL, "CONFIG.md does not document %s", want);
+        if (strcmp(m->string, "layers") == 0 && cJSON_IsArray(m) && m->child)
+            assert_documented(doc, m->child, "model.layers");
+    }
+}
+
+START_TEST(documentation_covers_schema)
+{
+    char *doc = read_doc();
+    pj_config *c = fresh_defaults();
+    char *text = pj_config_to_json(c);
+    cJSON *root = cJSON_Parse(text);
+    ck_assert_ptr_nonnull(root);
+    assert_documented(doc, root, "");
+    cJSON_Delete(root);
+    free(text);
+
+    /* The example in CONFIG.md applies cleanly. */
+    char *start = strstr(doc, "```json\n");
+    ck_assert_ptr_nonnull(start);
+    start += 8;
+    char *end = strstr(start, "```");
+    ck_assert_ptr_nonnull(end);
+    char err[512];
+    int rc = pj_config_apply_json(c, start, (size_t)(end - start), err, sizeof err);
+    ck_assert_msg(rc == 0, "CONFIG.md example: %s", err);
+    ck_assert_int_eq(c->model.n_layers, 3);
+    free(c);
+    free(doc);
+}
+END_TEST
+
 static Suite *config_suite(void)
 {
     Suite *s = suite_create("config");
@@ -613,6 +679,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, file_errors_name_the_file);
     tcase_add_test(tc, file_too_large);
     tcase_add_test(tc, reload_check);
+    tcase_add_test(tc, documentation_covers_schema);
     suite_add_tcase(s, tc);
     return s;
 }
