@@ -1,6 +1,8 @@
 /* fixture.c — temp directory and generated-model fixtures for the suites. */
 #include "tests/helpers/fixture.h"
 
+#include "daemon/modelgen.h"
+
 #include <errno.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -50,4 +52,32 @@ char *pj_fixture_path(char *out, size_t cap, const char *name)
     const char *d = pj_fixture_tmpdir();
     snprintf(out, cap, "%s/%s", d ? d : "/tmp", name);
     return out;
+}
+
+int pj_fixture_small_model(char *path_out, size_t cap)
+{
+    static char model[4200];
+    if (!model[0]) {
+        if (!pj_fixture_tmpdir())
+            return -EIO;
+        char path[sizeof model], err[512];
+        pj_fixture_path(path, sizeof path, "small.safetensors");
+        pj_modelgen_opts o = {.seed = 1, .preset = PJ_MODELGEN_SMALL};
+        int rc = pj_modelgen_write(path, &o, err, sizeof err);
+        if (rc != 0) {
+            fprintf(stderr, "fixture: %s\n", err);
+            return rc;
+        }
+        snprintf(model, sizeof model, "%s", path);
+    }
+    if (strlen(model) >= cap)
+        return -ENAMETOOLONG;
+    snprintf(path_out, cap, "%s", model);
+    return 0;
+}
+
+void pj_fixture_small_config(pj_config *cfg, const char *model_path)
+{
+    pj_config_defaults(cfg);
+    snprintf(cfg->model.path, sizeof cfg->model.path, "%s", model_path);
 }
