@@ -51,6 +51,8 @@ uint64_t pj_hist_quantile(const pj_hist *h, double q)
     uint64_t need = (uint64_t)want;
     if ((double)need < want || need == 0)
         need++;
+    if (need >= h->count)
+        return h->max; /* the top quantile is known exactly */
     uint64_t seen = 0;
     for (unsigned i = 0; i < PJ_HIST_BUCKETS; i++) {
         seen += h->b[i];

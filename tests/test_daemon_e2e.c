@@ -240,9 +240,14 @@ static void expect_project(ecase *e, const char *what, const pj_op *ops, uint32_
     ck_assert_msg(e->t->c.err.op_index == op_index, "%s: op index %u, want %u (%s)", what,
                   e->t->c.err.op_index, op_index, e->t->c.err.msg);
     /* Nothing ran: not even the ops before the bad one. */
+    /* (One assertion, not one per element: each ck_assert costs a write
+     * to the Check parent.) */
     const uint16_t *Y = e->t->ys.p;
-    for (size_t i = 0; i < e->t->ys.size / 2; i++)
-        ck_assert_msg(Y[i] == PJC_POISON, "%s: y element %zu was written", what, i);
+    size_t written = SIZE_MAX;
+    for (size_t i = 0; i < e->t->ys.size / 2 && written == SIZE_MAX; i++)
+        if (Y[i] != PJC_POISON)
+            written = i;
+    ck_assert_msg(written == SIZE_MAX, "%s: y element %zu was written", what, written);
     ck_assert_msg(pjc_sanity(e->t, why, sizeof why) == 0, "after %s: %s", what, why);
 }
 
@@ -592,10 +597,11 @@ START_TEST(inflight_limit_and_order)
     /* FIFO: the light request ran after the heavy one. */
     const uint16_t *Y = t.ys.p;
     const uint16_t *ref = pjc_ref_y(0, 1, 1);
+    int light_last = 1;
     for (uint32_t r = 0; r < 8; r++)
         for (uint32_t col = 0; col < L0->max_n; col++)
-            ck_assert_msg(Y[(size_t)r * L->max_n + col] == ref[(size_t)r * L0->w.n + col],
-                          "row %u col %u: the light request did not run last", r, col);
+            light_last &= Y[(size_t)r * L->max_n + col] == ref[(size_t)r * L0->w.n + col];
+    ck_assert_msg(light_last, "the light request did not run last");
     for (int i = 0; i < 3; i++) {
         nng_aio_free(aio[i]);
         nng_ctx_close(ctx[i]);
