@@ -577,6 +577,8 @@ static void finish_req(pj_server *s, pj_req *r)
             s->stats.layer_rows[r->ops[i].layer] += r->ops[i].m;
         }
     }
+    if (job->n_ops == 1 && r->ops[0].layer < PJ_CFG_MAX_LAYERS)
+        pj_hist_add(&s->stats.layer_exec_ns[r->ops[0].layer], exec_ns);
     pj_hist_add(&s->stats.queue_ns, queue_ns);
     pj_hist_add(&s->stats.exec_ns, exec_ns);
     pj_hist_add(&s->stats.total_ns, pj_now_ns() - r->recv_ns);
@@ -851,11 +853,7 @@ static void on_msg(pj_server *s, nctx *nc)
     pj_log_debug("connection #%" PRIu64 ": %s %" PRIu64 " (%zu bytes)", c->serial,
                  pj_msg_type_name(h.type), h.req_id, len);
     const void *body = data + PJ_WIRE_HDR_SIZE;
-    if (s->draining) {
-        send_error(s, nc, h.req_id, PJ_E_SHUTDOWN, UINT32_MAX,
-                   "the daemon is shutting down; no new requests");
-        goto out;
-    }
+    /* PROTOCOL.md's order: type, then shutdown, then HELLO. */
     int known = h.type == PJ_MSG_HELLO || h.type == PJ_MSG_REGISTER ||
                 h.type == PJ_MSG_UNREGISTER || h.type == PJ_MSG_PROJECT || h.type == PJ_MSG_STATS ||
                 h.type == PJ_MSG_PING;
@@ -863,6 +861,11 @@ static void on_msg(pj_server *s, nctx *nc)
         snprintf(err, sizeof err, "message type %u (%s) is not a request", h.type,
                  pj_msg_type_name(h.type));
         send_error(s, nc, h.req_id, PJ_E_TYPE, UINT32_MAX, err);
+        goto out;
+    }
+    if (s->draining) {
+        send_error(s, nc, h.req_id, PJ_E_SHUTDOWN, UINT32_MAX,
+                   "the daemon is shutting down; no new requests");
         goto out;
     }
     if (!c->hello && h.type != PJ_MSG_HELLO) {

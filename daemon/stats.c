@@ -116,6 +116,7 @@ void pj_stats_json(const pj_stats *s, const char *const *layer_names, uint32_t n
             continue;
         cJSON_AddNumberToObject(l, "ops", (double)s->layer_ops[i]);
         cJSON_AddNumberToObject(l, "rows", (double)s->layer_rows[i]);
+        add_hist(l, "exec_us", &s->layer_exec_ns[i]);
     }
     cJSON *lat = cJSON_AddObjectToObject(obj, "latency_us");
     if (lat) {

@@ -192,6 +192,13 @@ START_TEST(concurrent_clients)
     ck_assert_double_ge(pjt_json_num(st, "connections.total"), N + 1);
     ck_assert_double_eq(pjt_json_num(st, "latency_us.exec.count"), (double)total);
     ck_assert_double_gt(pjt_json_num(st, "latency_us.exec.p99"), 0);
+    char key[128];
+    for (uint32_t l = 0; l < pjc_model()->n_layers; l++) {
+        snprintf(key, sizeof key, "layers.%s.ops", pjc_model()->layers[l].name);
+        ck_assert_double_ge(pjt_json_num(st, key), (double)N * per / pjc_model()->n_layers / 2);
+        snprintf(key, sizeof key, "layers.%s.exec_us.p50", pjc_model()->layers[l].name);
+        ck_assert_double_gt(pjt_json_num(st, key), 0);
+    }
     cJSON *be = cJSON_GetObjectItem(st, "backend");
     ck_assert(cJSON_IsString(be) && strcmp(be->valuestring, "cpu") == 0);
     cJSON_Delete(st);

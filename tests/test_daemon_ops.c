@@ -201,6 +201,38 @@ START_TEST(allowed_uid_and_shm_owner)
 }
 END_TEST
 
+/* max_connections: the next one is refused at connect time, and is let in
+ * once a place is free. */
+START_TEST(connection_limit)
+{
+    pj_dproc d;
+    start_daemon(&d, "{\"limits\": {\"max_connections\": 2}}");
+    pjt_client a, b, c;
+    ck_assert_int_eq(connect_hello(&a, d.url), PJ_OK);
+    ck_assert_int_eq(connect_hello(&b, d.url), PJ_OK);
+    ck_assert_int_eq(pjt_connect(&c, d.url, 2000), 0);
+    ck_assert_int_lt(pjt_hello(&c, "third"), 0); /* no reply: the pipe was closed */
+    pjt_close(&c);
+    ck_assert(pj_dproc_log_has(&d, "connection limit 2 reached", 2000));
+    ck_assert_double_ge(stat_now(&a, "connections.refused"), 1);
+    ck_assert_double_eq(stat_now(&a, "connections.current"), 2);
+    pjt_close(&b);
+    /* b's place is free once the daemon has seen it go. */
+    int rc = -1;
+    for (int i = 0; i < 50 && rc != PJ_OK; i++) {
+        rc = pjt_connect(&c, d.url, 1000);
+        if (rc == 0)
+            rc = pjt_hello(&c, "third");
+        if (rc != PJ_OK)
+            pjt_close(&c);
+    }
+    ck_assert_int_eq(rc, PJ_OK);
+    pjt_close(&c);
+    pjt_close(&a);
+    stop_daemon(&d);
+}
+END_TEST
+
 /* ---- the socket file ------------------------------------------------------- */
 
 START_TEST(socket_live_stale_and_foreign)
@@ -549,6 +581,7 @@ int main(void)
     } tests[] = {
         {"uid_not_allowed_is_refused", uid_not_allowed_is_refused},
         {"allowed_uid_and_shm_owner", allowed_uid_and_shm_owner},
+        {"connection_limit", connection_limit},
         {"socket_live_stale_and_foreign", socket_live_stale_and_foreign},
         {"socket_dir_created", socket_dir_created},
         {"listener_survives_hangups", listener_survives_hangups},
