@@ -961,21 +961,14 @@ static void close_socket(pj_server *s)
     s->closing = 1;
     pthread_mutex_unlock(&s->mu);
     if (s->sock_open) {
-        nng_close(s->sock);
+        nng_close(s->sock); /* closes the listeners (and their private names) */
         s->sock_open = 0;
     }
-    for (uint32_t i = 0; i < s->n_ctx; i++) {
-        nctx *nc = s->ctxs[i];
-        nng_aio_free(nc->aio); /* waits for a running callback */
-        if (nc->msg)
-            nng_msg_free(nc->msg);
-        free(nc);
-    }
-    free(s->ctxs);
-    s->ctxs = NULL;
-    s->n_ctx = 0;
-    /* Events queued before closing: messages were freed with their
-     * contexts above; pipe events are plain memory. */
+    for (uint32_t i = 0; i < s->n_ctx; i++)
+        nng_aio_stop(s->ctxs[i]->aio); /* no callback runs after this */
+    /* Events still queued: pipe events are plain memory; context events
+     * point into the contexts freed below (a received message goes with
+     * its context). */
     pthread_mutex_lock(&s->mu);
     pj_ev *ev = s->ev_head;
     s->ev_head = s->ev_tail = NULL;
@@ -986,6 +979,16 @@ static void close_socket(pj_server *s)
             free(ev);
         ev = next;
     }
+    for (uint32_t i = 0; i < s->n_ctx; i++) {
+        nctx *nc = s->ctxs[i];
+        nng_aio_free(nc->aio);
+        if (nc->msg)
+            nng_msg_free(nc->msg);
+        free(nc);
+    }
+    free(s->ctxs);
+    s->ctxs = NULL;
+    s->n_ctx = 0;
     if (s->listening)
         unlink(s->path);
     s->listening = 0;
