@@ -1451,8 +1451,8 @@ static void on_watch(uv_timer_t *t)
         return;
     }
     s->lst_restarts++;
-    pj_log_warn("listener: a client hung up during the handshake; replaced the listener so "
-                "it keeps accepting (%u old listener%s still serving connections)",
+    pj_log_info("listener: a client hung up during the handshake, which stops an nng 1.5 "
+                "listener; opened a fresh one (%u old listener%s kept for their connections)",
                 s->n_retired, s->n_retired == 1 ? "" : "s");
 }
 
