@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
+#include <nng/nng.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -255,6 +256,9 @@ out_loop:
     }
     pj_backend_destroy(be);
     pj_model_free(model);
+    /* nng reaps closed sockets and listeners on its own threads; wait for
+     * that so nothing is left for a leak checker. */
+    nng_fini();
     return d->exit_code;
 }
 

@@ -40,7 +40,7 @@
 #define DRAIN_TIMEOUT_MS 60000 /* in-flight work that never ends: exit 1 */
 #define HARD_CAP_SLACK   (64u * 1024u)
 #define STATUS_EVERY_MS  250
-#define WATCH_EVERY_MS   200
+#define WATCH_EVERY_MS   100
 
 /* ---- events handed from nng/backend threads to the loop --------------------- */
 
@@ -106,7 +106,10 @@ struct pj_server {
     uint32_t lst_seq;
     uint64_t lst_errors; /* its error counters at the last watch */
     uint64_t lst_restarts;
-    nng_listener *retired; /* replaced, closed when they have no pipes */
+    struct retired_lst {
+        nng_listener l;
+        uint64_t since_ns;
+    } * retired; /* replaced, closed when they have no pipes */
     uint32_t n_retired;
 
     /* Shared with nng threads, under mu. */
@@ -1288,7 +1291,7 @@ int pj_server_create(uv_loop_t *loop, const pj_config *cfg, const pj_model *mode
 
 /* ---- the listener and its watchdog ------------------------------------------------
  *
- * nng 1.5 (Debian 12's) stops accepting for good when a peer hangs up while
+ * nng 1.5 (Debian 12's) stops a listener for good when a peer hangs up while
  * the daemon is sending its half of the SP handshake (EPIPE becomes
  * NNG_ECLOSED, which its accept loop treats as "listener closed"); one
  * connect() + close() by any local user would leave the daemon deaf.
@@ -1297,7 +1300,10 @@ int pj_server_create(uv_loop_t *loop, const pj_config *cfg, const pj_model *mode
  * onto the public path, and a watchdog that sees the listener's error
  * counters move binds a fresh one and renames it over the public path. The
  * old one keeps its connections and is closed once it has none (closing it
- * unlinks only its private name, long gone). */
+ * unlinks only its private name, long gone). The counters also move when a
+ * connection ends normally (its pending receive fails), so the listener is
+ * replaced then too: needless but harmless, and nothing else tells a dead
+ * accept loop from a live one. */
 
 static int set_mode_group(pj_server *s, const char *path, char *err, size_t errlen)
 {
@@ -1366,10 +1372,12 @@ static int open_listener(pj_server *s, char *err, size_t errlen)
         return rc;
     }
     if (s->lst_open) {
-        nng_listener *r = realloc(s->retired, (s->n_retired + 1) * sizeof *r);
+        struct retired_lst *r = realloc(s->retired, (s->n_retired + 1) * sizeof *r);
         if (r) {
             s->retired = r;
-            s->retired[s->n_retired++] = s->lst;
+            s->retired[s->n_retired].l = s->lst;
+            s->retired[s->n_retired].since_ns = pj_now_ns();
+            s->n_retired++;
         } else {
             nng_listener_close(s->lst); /* closes its connections, but frees it */
         }
@@ -1408,14 +1416,22 @@ static uint64_t listener_stat(nng_stat *all, nng_listener l, const char *name)
     return UINT64_MAX;
 }
 
-static uint64_t listener_stat_now(nng_listener l, const char *name)
+/* Retired listeners go once their last connection has. Not at once: a
+ * client that connected just before the rename may still be joining the
+ * old listener, and closing it would reset that client. */
+static void sweep_retired(pj_server *s, nng_stat *all)
 {
-    nng_stat *all;
-    if (nng_stats_get(&all) != 0)
-        return UINT64_MAX;
-    uint64_t v = listener_stat(all, l, name);
-    nng_stats_free(all);
-    return v;
+    uint64_t now = pj_now_ns();
+    for (uint32_t i = 0; i < s->n_retired;) {
+        struct retired_lst *r = &s->retired[i];
+        if (now - r->since_ns >= 2ull * WATCH_EVERY_MS * 1000000ull &&
+            listener_stat(all, r->l, "pipes") == 0) {
+            nng_listener_close(r->l);
+            s->retired[i] = s->retired[--s->n_retired];
+        } else {
+            i++;
+        }
+    }
 }
 
 static void on_watch(uv_timer_t *t)
@@ -1429,31 +1445,22 @@ static void on_watch(uv_timer_t *t)
     uint64_t other = listener_stat(all, s->lst, "other");
     uint64_t canceled = listener_stat(all, s->lst, "canceled");
     uint64_t errors = other == UINT64_MAX || canceled == UINT64_MAX ? UINT64_MAX : other + canceled;
-    /* Retired listeners go once their last connection has. */
-    for (uint32_t i = 0; i < s->n_retired;) {
-        if (listener_stat(all, s->retired[i], "pipes") == 0) {
-            nng_listener_close(s->retired[i]);
-            s->retired[i] = s->retired[--s->n_retired];
-        } else {
-            i++;
-        }
-    }
+    sweep_retired(s, all);
     nng_stats_free(all);
     if (errors == UINT64_MAX)
         return;
     if (errors <= s->lst_errors)
         return;
-    pj_log_debug("listener: other %" PRIu64 " canceled %" PRIu64 " accept %" PRIu64, other,
-                 canceled, listener_stat_now(s->lst, "accept"));
     char err[256];
     if (open_listener(s, err, sizeof err) != 0) {
         pj_log_err("listener: cannot replace a listener that may have stopped accepting: %s", err);
         return;
     }
     s->lst_restarts++;
-    pj_log_info("listener: a client hung up during the handshake, which stops an nng 1.5 "
-                "listener; opened a fresh one (%u old listener%s kept for their connections)",
-                s->n_retired, s->n_retired == 1 ? "" : "s");
+    pj_log_debug("listener: error counters moved (other %" PRIu64 ", canceled %" PRIu64
+                 "); opened a fresh listener in case nng stopped accepting (%u kept for their "
+                 "connections)",
+                 other, canceled, s->n_retired);
 }
 
 int pj_server_listen(pj_server *s, char *err, size_t errlen)

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -584,9 +585,18 @@ START_TEST(message_over_hard_cap)
     ck_assert_msg(rc < 0, "a %zu-byte message got a reply", big);
     free(huge);
     pjt_close(&c);
+    /* That client hung up while its REQ socket was reconnecting to resend
+     * the message, which can stop an nng 1.5 listener; the daemon replaces
+     * it within 100 ms, but a client arriving in between must retry. */
     char why[512];
     pjc_conn t;
-    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
+    int ok = 0;
+    for (int i = 0; i < 5 && !ok; i++) {
+        ok = pjc_open(&t, d.url, XBYTES, YBYTES, 5000, why, sizeof why) == 0;
+        if (!ok)
+            pjc_close(&t);
+    }
+    ck_assert_msg(ok, "%s", why);
     ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
     pjc_close(&t);
     stop_daemon(&d);
@@ -745,6 +755,11 @@ static void victim_main(const char *url, int go_fd, int ready_fd)
         if (nng_aio_result(aio) != 0)
             _exit(6);
     }
+    /* The daemon has the objects open; their names are not needed, and a
+     * killed process would leave them in /dev/shm. */
+    shm_unlink(t.xs.name);
+    shm_unlink(t.ys.name);
+    shm_unlink(extra.name);
     if (write(ready_fd, "r", 1) != 1)
         _exit(7);
     for (;;)

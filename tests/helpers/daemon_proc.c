@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -125,6 +126,8 @@ int pj_dproc_spawn(pj_dproc *d, const char *const *extra_args, int wait_ready, i
             dup2(fd, STDOUT_FILENO);
             close(fd);
         }
+        /* A test killed by its timeout must not leave projd behind. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
         setenv("NOTIFY_SOCKET", d->notify_path, 1);
         unsetenv("JOURNAL_STREAM");
         execv(argv[0], (char *const *)argv);

@@ -16,6 +16,8 @@
 
 static int nng_to_errno(int rv)
 {
+    if (rv != 0)
+        fprintf(stderr, "wire_client: nng: %s\n", nng_strerror(rv));
     switch (rv) {
     case 0:
         return 0;
@@ -236,10 +238,19 @@ int pjt_shm_create(pjt_shm *s, size_t size)
     static atomic_uint counter;
     memset(s, 0, sizeof *s);
     s->fd = -1;
-    snprintf(s->name, sizeof s->name, "/pjt-%d-%u", (int)getpid(), atomic_fetch_add(&counter, 1));
-    s->fd = shm_open(s->name, O_RDWR | O_CREAT | O_EXCL, 0600);
-    if (s->fd < 0)
-        return -errno;
+    /* A name left by an earlier process with the same pid (killed tests
+     * leave theirs) is skipped, not reused. */
+    for (int tries = 0; s->fd < 0 && tries < 64; tries++) {
+        snprintf(s->name, sizeof s->name, "/pjt-%d-%u", (int)getpid(),
+                 atomic_fetch_add(&counter, 1));
+        s->fd = shm_open(s->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+        if (s->fd < 0 && errno != EEXIST)
+            return -errno;
+    }
+    if (s->fd < 0) {
+        s->name[0] = 0;
+        return -EEXIST;
+    }
     if (ftruncate(s->fd, (off_t)size) != 0) {
         int e = errno;
         pjt_shm_destroy(s);
