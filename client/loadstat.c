@@ -277,6 +277,20 @@ void pj_loadstat_record(pj_loadstat *ls, const pj_ls_ref *refs, size_t n_refs,
     pthread_mutex_unlock(&ls->mu);
 }
 
+void pj_loadstat_record_check(pj_loadstat *ls, const pj_ls_ref *refs, size_t n_refs, int mismatch)
+{
+    pthread_mutex_lock(&ls->mu);
+    ls->g[0].checked++;
+    ls->g[0].mismatches += mismatch ? 1 : 0;
+    for (size_t i = 0; i < n_refs; i++) {
+        if (refs[i].group > 0 && refs[i].group < ls->n) {
+            ls->g[refs[i].group].checked++;
+            ls->g[refs[i].group].mismatches += mismatch ? 1 : 0;
+        }
+    }
+    pthread_mutex_unlock(&ls->mu);
+}
+
 double pj_loadstat_window_s(const pj_loadstat *ls)
 {
     if (!ls->have_window || ls->t1_ns <= ls->t0_ns)

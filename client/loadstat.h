@@ -136,6 +136,11 @@ int pj_loadstat_group(pj_loadstat *ls, pj_ls_kind kind, const char *key, const c
 void pj_loadstat_record(pj_loadstat *ls, const pj_ls_ref *refs, size_t n_refs,
                         const pj_ls_sample *s);
 
+/* Records the outcome of a check that finished after its request was
+ * recorded (checks run on other threads): checked, and mismatches when
+ * mismatch, in the overall group and each of refs. Thread-safe. */
+void pj_loadstat_record_check(pj_loadstat *ls, const pj_ls_ref *refs, size_t n_refs, int mismatch);
+
 /* Seconds of the measured window (0 when nothing was recorded). */
 double pj_loadstat_window_s(const pj_loadstat *ls);
 

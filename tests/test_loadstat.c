@@ -319,6 +319,21 @@ START_TEST(groups_and_summary)
     ck_assert_uint_eq(s.count, 500);
     ck_assert_uint_eq(s.errors, 0);
     ck_assert_double_eq_tol(s.min_us, 10.01, 1e-9);
+
+    /* Checks finishing later land in the overall group and the refs. */
+    pj_ls_ref r[2] = {{(uint32_t)ids[1], 1}, {(uint32_t)ids[4], 1}};
+    pj_loadstat_record_check(&ls, r, 2, 1);
+    pj_loadstat_record_check(&ls, r, 1, 0);
+    pj_loadstat_summary(&ls, 0, &s);
+    ck_assert_uint_eq(s.checked, 102);
+    ck_assert_uint_eq(s.mismatches, 2);
+    pj_loadstat_summary(&ls, (size_t)ids[1], &s);
+    ck_assert_uint_eq(s.checked, 2); /* odd requests: none checked before */
+    ck_assert_uint_eq(s.mismatches, 1);
+    pj_loadstat_summary(&ls, (size_t)ids[4], &s);
+    ck_assert_uint_eq(s.checked, 1);
+    ck_assert_uint_eq(s.mismatches, 1);
+    ck_assert_uint_eq(s.count, 500); /* a check is not a request */
     pj_loadstat_free(&ls);
 }
 END_TEST
