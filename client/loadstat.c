@@ -351,7 +351,7 @@ static void print_kind(const pj_loadstat *ls, FILE *f, pj_ls_kind kind, const ch
     int kw = key_width(ls, kind, title);
     int any = 0;
     for (size_t i = 0; i < ls->n; i++)
-        any |= ls->g[i].kind == kind;
+        any |= ls->g[i].kind == kind && (ls->g[i].count || kind == PJ_LS_OVERALL);
     if (!any)
         return;
     fprintf(f, "\n%s\n", heading);
@@ -359,7 +359,7 @@ static void print_kind(const pj_loadstat *ls, FILE *f, pj_ls_kind kind, const ch
             "requests", "ops", "errors", "req/s", "ops/s", "mean", "p50", "p90", "p99", "p99.9",
             "max");
     for (size_t i = 0; i < ls->n; i++) {
-        if (ls->g[i].kind != kind)
+        if (ls->g[i].kind != kind || (!ls->g[i].count && kind != PJ_LS_OVERALL))
             continue;
         pj_ls_summary s;
         pj_loadstat_summary(ls, i, &s);
@@ -386,7 +386,7 @@ void pj_loadstat_print(const pj_loadstat *ls, FILE *f)
     fprintf(f, "%-*s  %9s  %9s  %9s  %9s  %9s  %9s\n", kw, "shape", "queue p50", "queue p99",
             "exec p50", "exec p99", "checked", "mismatch");
     for (size_t i = 0; i < ls->n; i++) {
-        if (ls->g[i].kind != PJ_LS_SHAPE && ls->g[i].kind != PJ_LS_OVERALL)
+        if (ls->g[i].kind != PJ_LS_OVERALL && (ls->g[i].kind != PJ_LS_SHAPE || !ls->g[i].count))
             continue;
         pj_ls_summary s;
         pj_loadstat_summary(ls, i, &s);
@@ -459,6 +459,8 @@ cJSON *pj_loadstat_json(const pj_loadstat *ls)
     }
     cJSON_AddItemToObject(o, "overall", all);
     for (size_t i = 1; i < ls->n; i++) {
+        if (!ls->g[i].count)
+            continue; /* the table leaves it out too */
         cJSON *g = group_json(ls, i);
         if (!g) {
             cJSON_Delete(o);

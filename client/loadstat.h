@@ -162,7 +162,8 @@ void pj_loadstat_summary(const pj_loadstat *ls, size_t group, pj_ls_summary *out
 void pj_loadstat_progress(pj_loadstat *ls, uint64_t *done, uint64_t *errors, double *p50_us);
 
 /* Prints the tables: by (layer, m-set), by request shape, overall, and the
- * daemon's side (queue vs exec from DONE). Latencies in µs, one decimal. */
+ * daemon's side (queue vs exec from DONE). Latencies in µs, one decimal.
+ * Groups no request reached are left out (here and in the JSON). */
 void pj_loadstat_print(const pj_loadstat *ls, FILE *f);
 
 /* The same as JSON: {"window_s", "overall": {...}, "by_shape": [...],
