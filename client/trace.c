@@ -371,8 +371,13 @@ out:
 
 int pj_trace_resolve(pj_trace *t, const pj_welcome *w, char *err, size_t errlen)
 {
-    int32_t map[1024];
-    for (size_t i = 0; i < t->n_names && i < 1024; i++) {
+    int32_t *map = malloc((t->n_names ? t->n_names : 1) * sizeof *map);
+    if (!map) {
+        snprintf(err, errlen, "%s: out of memory", t->file);
+        return -ENOMEM;
+    }
+    int rc = 0;
+    for (size_t i = 0; i < t->n_names; i++) {
         map[i] = -1;
         for (uint32_t l = 0; l < w->n_layers && l < PJ_WIRE_MAX_LAYERS; l++)
             if (strncmp(w->layers[l].name, t->names[i], sizeof w->layers[l].name) == 0)
@@ -382,36 +387,43 @@ int pj_trace_resolve(pj_trace *t, const pj_welcome *w, char *err, size_t errlen)
         const pj_trace_req *q = &t->reqs[r];
         perr p = {.buf = err, .cap = errlen, .file = t->file, .line = q->line};
         char field[64];
-        if (q->n_ops > w->max_ops_per_request)
-            return fail(&p, "ops", "%u ops, the daemon allows at most %u per request", q->n_ops,
-                        w->max_ops_per_request);
+        if (q->n_ops > w->max_ops_per_request) {
+            rc = fail(&p, "ops", "%u ops, the daemon allows at most %u per request", q->n_ops,
+                      w->max_ops_per_request);
+            goto out;
+        }
         for (uint32_t i = 0; i < q->n_ops; i++) {
             pj_trace_op *o = &t->ops[q->op0 + i];
-            int32_t l = o->name < 1024 ? map[o->name] : -1;
+            int32_t l = map[o->name];
             if (l < 0) {
                 char list[512] = "";
                 for (uint32_t k = 0; k < w->n_layers && k < PJ_WIRE_MAX_LAYERS; k++)
                     snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "",
                              w->layers[k].name);
                 snprintf(field, sizeof field, "ops[%u].layer", i);
-                return fail(&p, field, "unknown layer \"%s\" (the daemon serves %s)",
-                            t->names[o->name], list[0] ? list : "no layers");
+                rc = fail(&p, field, "unknown layer \"%s\" (the daemon serves %s)",
+                          t->names[o->name], list[0] ? list : "no layers");
+                goto out;
             }
             if (o->m > w->max_m) {
                 snprintf(field, sizeof field, "ops[%u].m", i);
-                return fail(&p, field, "%u is more than the daemon's max_m (%u)", o->m, w->max_m);
+                rc = fail(&p, field, "%u is more than the daemon's max_m (%u)", o->m, w->max_m);
+                goto out;
             }
             const pj_wire_layer *wl = &w->layers[l];
             if (o->n_req > wl->n) {
                 snprintf(field, sizeof field, "ops[%u].n", i);
-                return fail(&p, field, "%u is more than layer \"%s\" allows (%u rows)", o->n_req,
-                            wl->name, wl->n);
+                rc = fail(&p, field, "%u is more than layer \"%s\" allows (%u rows)", o->n_req,
+                          wl->name, wl->n);
+                goto out;
             }
             o->layer = l;
             o->n = o->n_req ? o->n_req : wl->n;
         }
     }
-    return 0;
+out:
+    free(map);
+    return rc;
 }
 
 size_t pj_trace_signature(const pj_trace *t, size_t r, pj_trace_mset_fn mset_label, void *ctx,
