@@ -887,8 +887,21 @@ static int add_group(lt_setup *su, pj_ls_kind kind, const char *key, const char 
     return 0;
 }
 
+typedef struct shape_key {
+    uint32_t m;
+    char key[PJ_LS_KEY_MAX];
+} shape_key;
+
+static int cmp_shape_key(const void *a, const void *b)
+{
+    const shape_key *x = a, *y = b;
+    if (x->m != y->m)
+        return x->m < y->m ? -1 : 1;
+    return strcmp(x->key, y->key);
+}
+
 /* Groups of every trace request: (layer, m-set) groups first, ordered by
- * the daemon's layer order then m, then shapes in order of appearance. */
+ * the daemon's layer order then m, then shapes by m. */
 static int build_groups(lt_setup *su)
 {
     const pj_trace *t = &su->tr;
@@ -915,6 +928,39 @@ static int build_groups(lt_setup *su)
             }
         }
     }
+    /* Shapes in ascending m (their smallest op's), then by name, so the
+     * table reads from small to large. */
+    shape_key *sk = calloc(t->n_reqs, sizeof *sk);
+    if (!sk)
+        return -ENOMEM;
+    size_t n_sk = 0;
+    for (size_t r = 0; r < t->n_reqs; r++) {
+        pj_trace_signature(t, r, mset_label_cb, &su->msets, key, sizeof key);
+        size_t j = 0;
+        while (j < n_sk && strcmp(sk[j].key, key) != 0)
+            j++;
+        if (j < n_sk)
+            continue;
+        uint32_t m_min = UINT32_MAX;
+        for (uint32_t i = 0; i < t->reqs[r].n_ops; i++)
+            if (t->ops[t->reqs[r].op0 + i].m < m_min)
+                m_min = t->ops[t->reqs[r].op0 + i].m;
+        uint32_t lo, hi;
+        pj_ls_mset_of(&su->msets, m_min, &lo, &hi);
+        sk[n_sk].m = lo;
+        snprintf(sk[n_sk].key, sizeof sk[n_sk].key, "%s", key);
+        n_sk++;
+        if (n_sk > 4096)
+            break; /* enough order; the rest appear as they come */
+    }
+    qsort(sk, n_sk, sizeof *sk, cmp_shape_key);
+    for (size_t j = 0; j < n_sk; j++) {
+        if (add_group(su, PJ_LS_SHAPE, sk[j].key, NULL, 0, 0, &id)) {
+            free(sk);
+            return -ENOMEM;
+        }
+    }
+    free(sk);
     size_t nr = 0;
     for (size_t r = 0; r < t->n_reqs; r++) {
         su->ref_off[r] = (uint32_t)nr;
