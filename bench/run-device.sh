@@ -41,7 +41,7 @@ fi
 args=(--out "$OUT" --commit "$commit" --reps 300)
 case $mode in
 tune) args+=(--tune "$OUT/h200.json" --tune-budget "${TUNE_BUDGET:-170}" --survey) ;;
-table) args+=(--table config/tuning/h200.json) ;;
+table) args+=(--table "$([ -f .devrun/h200.json ] && echo .devrun/h200.json || echo config/tuning/h200.json)") ;;
 untuned) args+=(--survey) ;;
 esac
 timeout --kill-after=5 "${BENCH_TIMEOUT:-330}" .devrun/projd-bench-gpu "${args[@]}" >"$OUT/bench.log" 2>&1

@@ -168,8 +168,9 @@ static FnAttr g_attr[1024];
 static int g_nattr;
 
 // Attributes of a kernel, cached; the first lookup also raises its dynamic
-// shared-memory limit to what the device allows.
-static const FnAttr *fn_attr(const void *fn, const pj_dev_limits *lim)
+// shared-memory limit to what the current device allows (the device's own
+// figure, not the caller's limits, which may be a stricter what-if).
+static const FnAttr *fn_attr(const void *fn)
 {
     std::lock_guard<std::mutex> lk(g_attr_mu);
     for (int i = 0; i < g_nattr; i++)
@@ -180,8 +181,13 @@ static const FnAttr *fn_attr(const void *fn, const pj_dev_limits *lim)
     FnAttr *f = &g_attr[g_nattr];
     f->fn = fn;
     f->ok = cudaFuncGetAttributes(&f->a, fn) == cudaSuccess;
-    if (f->ok && lim->smem_per_block_optin > f->a.sharedSizeBytes) {
-        int dyn = (int)(lim->smem_per_block_optin - f->a.sharedSizeBytes);
+    int dev = 0, optin = 0;
+    if (f->ok)
+        f->ok = cudaGetDevice(&dev) == cudaSuccess &&
+                cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) ==
+                    cudaSuccess;
+    if (f->ok && (size_t)optin > f->a.sharedSizeBytes) {
+        int dyn = (int)(optin - f->a.sharedSizeBytes);
         if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn) !=
             cudaSuccess)
             f->ok = 0;
@@ -202,7 +208,7 @@ static int fits_device(const void *fn, unsigned threads, size_t dyn_smem, const 
         snprintf(why, whylen, "no kernel compiled for these knobs");
         return -ENOENT;
     }
-    const FnAttr *fa = fn_attr(fn, lim);
+    const FnAttr *fa = fn_attr(fn);
     if (!fa || !fa->ok) {
         snprintf(why, whylen, "kernel attributes unavailable (no device?)");
         return -ENODEV;
