@@ -321,6 +321,11 @@ static int mt_of(uint32_t m)
     return m <= 8 ? 1 : (m <= 16 ? 2 : 4);
 }
 
+static uint32_t rb_of(const pj_eng_knobs *kn)
+{
+    return kn->rb ? kn->rb : 1;
+}
+
 static bool al(const void *p, size_t a)
 {
     return ((uintptr_t)p % a) == 0;
@@ -374,13 +379,13 @@ static int gemv_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
     const uint32_t per = 32u * kn->nw * kn->u * kn->ks;
     if (L->K % per)
         return fail(why, whylen, -EINVAL, "K=%u is not a multiple of 32*nw*u*ks=%u", L->K, per);
-    const uint32_t nblk = cdiv(c->n, 16);
+    const uint32_t rb = rb_of(kn), gx = cdiv(cdiv(c->n, 16), rb);
     if (kn->ks > 1) {
         WsNeed w = ws_need(L->N, c->m);
-        if ((size_t)nblk * kn->ks * 16 * 8 * mt_of(c->m) > w.part_floats || nblk > w.n_cnt)
+        if ((size_t)gx * kn->ks * rb * 16 * 8 * mt_of(c->m) > w.part_floats || gx > w.n_cnt)
             return fail(why, whylen, -ENOSPC, "ks=%u needs more workspace than allocated", kn->ks);
     }
-    GemvFn fn = gemv_pick(dual, kn->nw, kn->u, mt_of(c->m), kn->pipe, kn->minb);
+    GemvFn fn = gemv_pick(dual, kn->nw, kn->u, mt_of(c->m), kn->pipe, kn->minb, (int)rb);
     return fits_device((const void *)fn, 32u * kn->nw, 0, lim, why, whylen);
 }
 
@@ -403,15 +408,18 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
         return fail(why, whylen, -EINVAL, "K=%u is not a multiple of 64*nw*u*ks=%u", L->K, per);
     if (kn->xs ? !x16_ok(c) : (!al(c->x, 4) || c->ldx % 2))
         return fail(why, whylen, -EINVAL, "x alignment does not suit xs=%u", kn->xs);
-    const uint32_t nblk = cdiv(c->n, 16), gx = cdiv(nblk, kn->r);
+    const uint32_t rb = rb_of(kn);
+    if (rb != 1 && rb != 2)
+        return fail(why, whylen, -EINVAL, "rb=%u not in {1, 2}", rb);
+    const uint32_t nblk = cdiv(c->n, 16), gx = cdiv(nblk, kn->r * rb);
     const int mt = mt_of(c->m);
     if (kn->ks > 1) {
         WsNeed w = ws_need(L->N, c->m);
-        if ((size_t)gx * kn->ks * kn->r * 16 * 8 * mt > w.part_floats || gx > w.n_cnt)
+        if ((size_t)gx * kn->ks * kn->r * rb * 16 * 8 * mt > w.part_floats || gx > w.n_cnt)
             return fail(why, whylen, -ENOSPC, "ks=%u needs more workspace than allocated", kn->ks);
     }
-    GemvzFn fn = gemvz_pick(kn->nw, kn->u, mt, kn->pipe, kn->xs);
-    size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, L->K / kn->ks);
+    GemvzFn fn = gemvz_pick(kn->nw, kn->u, mt, kn->pipe, kn->xs, (int)rb);
+    size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, rb, L->K / kn->ks);
     return fits_device((const void *)fn, 32u * kn->nw * kn->r + 32, smem, lim, why, whylen);
 }
 
@@ -559,10 +567,11 @@ static int gemv_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, c
     a.cnt = c->ws ? c->ws->cnt : nullptr;
     if (kn->ks > 1 && !c->ws)
         return -EINVAL;
-    GemvFn fn = gemv_pick(dual, kn->nw, kn->u, mt_of(c->m), kn->pipe, kn->minb);
+    const uint32_t rb = rb_of(kn);
+    GemvFn fn = gemv_pick(dual, kn->nw, kn->u, mt_of(c->m), kn->pipe, kn->minb, (int)rb);
     if (!fn)
         return -ENOENT;
-    dim3 grid(cdiv(c->n, 16), kn->ks);
+    dim3 grid(cdiv(cdiv(c->n, 16), rb), kn->ks);
     fn<<<grid, 32 * kn->nw, 0, s>>>(a);
     return launch_rc();
 }
@@ -592,11 +601,12 @@ static int gemvz_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream
     if (kn->ks > 1 && !c->ws)
         return -EINVAL;
     const int mt = mt_of(c->m);
-    GemvzFn fn = gemvz_pick(kn->nw, kn->u, mt, kn->pipe, kn->xs);
+    const uint32_t rb = rb_of(kn);
+    GemvzFn fn = gemvz_pick(kn->nw, kn->u, mt, kn->pipe, kn->xs, (int)rb);
     if (!fn)
         return -ENOENT;
-    size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, a.kc);
-    dim3 grid(cdiv(a.nblk, kn->r), kn->ks);
+    size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, rb, a.kc);
+    dim3 grid(cdiv(a.nblk, kn->r * rb), kn->ks);
     fn<<<grid, 32 * kn->nw * kn->r + 32, smem, s>>>(a);
     return launch_rc();
 }

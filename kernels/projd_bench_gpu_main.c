@@ -76,6 +76,7 @@ typedef struct bench {
     cudaGraphExec_t g_flush;
     cudaEvent_t *ev;
     int nev;
+    int ingraph; /* timing events inside the graphs */
     FILE *log;
 } bench;
 
@@ -123,13 +124,29 @@ static float median(const float *v, int n, float *scratch)
 /* ---- graphs and timing ------------------------------------------------------- */
 
 typedef int (*op_fn)(bench *b, void *ctx);
+static int op_flush(bench *b, void *ctx);
 
+/* A graph of one timed operation. With in-graph timing (the default when
+ * the driver supports it) the graph is [256 MB read, event, op, event]:
+ * the op starts right after the flush inside one graph, so no graph-launch
+ * latency lands inside the measured interval. Otherwise the graph is the op
+ * alone and the flush and events are separate stream work. */
 static cudaGraphExec_t capture(bench *b, op_fn fn, void *ctx)
 {
     cudaGraph_t g;
     cudaGraphExec_t ge;
     CK(cudaStreamBeginCapture(b->c.s, cudaStreamCaptureModeThreadLocal));
-    int rc = fn(b, ctx);
+    int rc = 0;
+    if (b->ingraph && fn != op_flush) {
+        rc = op_flush(b, NULL);
+        if (!rc && cudaEventRecordWithFlags(b->ev[0], b->c.s, cudaEventRecordExternal))
+            rc = -EIO;
+    }
+    if (!rc)
+        rc = fn(b, ctx);
+    if (!rc && b->ingraph && fn != op_flush &&
+        cudaEventRecordWithFlags(b->ev[1], b->c.s, cudaEventRecordExternal))
+        rc = -EIO;
     cudaError_t ce = cudaStreamEndCapture(b->c.s, &g);
     if (rc || ce != cudaSuccess) {
         cudaGetLastError();
@@ -148,6 +165,18 @@ static cudaGraphExec_t capture(bench *b, op_fn fn, void *ctx)
  * preceded by the flush; the order of the graphs rotates every round. */
 static void time_graphs(bench *b, cudaGraphExec_t *g, int nops, int reps, float **t)
 {
+    if (b->ingraph) {
+        for (int r = 0; r < reps; r++)
+            for (int j = 0; j < nops; j++) {
+                int op = (j + r) % nops;
+                float ms_ = 0;
+                CK(cudaGraphLaunch(g[op], b->c.s));
+                CK(cudaStreamSynchronize(b->c.s));
+                CK(cudaEventElapsedTime(&ms_, b->ev[0], b->ev[1]));
+                t[op][r] = ms_ * 1000.f;
+            }
+        return;
+    }
     const int per = 2 * nops;
     int chunk = b->nev / per;
     if (chunk < 1)
@@ -299,15 +328,17 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
             for (int j = 0; j < 4; j++)
                 for (int p = 0; p < 2; p++)
                     for (int mb = 0; mb < 2; mb++)
-                        for (int ks = 1; ks <= 8; ks *= 2) {
-                            memset(&kn, 0, sizeof kn);
-                            kn.nw = nws[i];
-                            kn.u = us[j];
-                            kn.pipe = (uint8_t)p;
-                            kn.minb = (uint8_t)mb;
-                            kn.ks = (uint8_t)ks;
-                            ADD(PJ_ENG_GEMV);
-                        }
+                        for (int ks = 1; ks <= 16; ks *= 2)
+                            for (int rb = 1; rb <= (m > 8 ? 4 : 1); rb *= 2) {
+                                memset(&kn, 0, sizeof kn);
+                                kn.nw = nws[i];
+                                kn.u = us[j];
+                                kn.pipe = (uint8_t)p;
+                                kn.minb = (uint8_t)mb;
+                                kn.ks = (uint8_t)ks;
+                                kn.rb = (uint8_t)rb;
+                                ADD(PJ_ENG_GEMV);
+                            }
     }
     if (d->fmt == PJ_FMT_Z12 && m <= 32) {
         static const uint8_t us[] = {1, 2, 4};
@@ -315,17 +346,19 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
             for (int j = 0; j < 3; j++)
                 for (int p = 0; p < 2; p++)
                     for (int xs = 0; xs < 2; xs++)
-                        for (int r = 1; r <= 4; r *= 2)
-                            for (int ks = 1; ks <= 8; ks *= 2) {
-                                memset(&kn, 0, sizeof kn);
-                                kn.nw = nws[i];
-                                kn.u = us[j];
-                                kn.pipe = (uint8_t)p;
-                                kn.xs = (uint8_t)xs;
-                                kn.r = (uint8_t)r;
-                                kn.ks = (uint8_t)ks;
-                                ADD(PJ_ENG_GEMVZ);
-                            }
+                        for (int r = 1; r <= 2; r *= 2)
+                            for (int ks = 1; ks <= 8; ks *= 2)
+                                for (int rb = 1; rb <= 2; rb++) {
+                                    memset(&kn, 0, sizeof kn);
+                                    kn.nw = nws[i];
+                                    kn.u = us[j];
+                                    kn.pipe = (uint8_t)p;
+                                    kn.xs = (uint8_t)xs;
+                                    kn.r = (uint8_t)r;
+                                    kn.ks = (uint8_t)ks;
+                                    kn.rb = (uint8_t)rb;
+                                    ADD(PJ_ENG_GEMVZ);
+                                }
     }
     if (d->fmt == PJ_FMT_SPLIT) {
         if (m <= 32) {
@@ -636,7 +669,7 @@ static void bench_all(bench *b, const pj_tune_table *t, shape_res *res)
         /* Read floor: the bytes this engine reads, read by the read kernel. */
         r->bytes = pj_eng_bytes_read(o.k, &o.call);
         float best = INFINITY;
-        for (int v = 0; v < 2; v++) {
+        for (int v = 0; v < PJ_BK_READ_VARIANTS; v++) {
             op_ctx orr;
             memset(&orr, 0, sizeof orr);
             orr.read_bytes = r->bytes < READBUF_BYTES ? r->bytes : READBUF_BYTES;
@@ -994,6 +1027,23 @@ int main(int argc, char **argv)
     if (!b->g_flush)
         die("cannot capture the flush");
     CK(cudaDeviceSynchronize());
+    {
+        /* In-graph timing works when a captured external event pair times. */
+        op_ctx o;
+        memset(&o, 0, sizeof o);
+        o.read_bytes = 1 << 20;
+        b->ingraph = 1;
+        cudaGraphExec_t g = capture(b, op_read, &o);
+        float ms_ = -1;
+        b->ingraph = g && cudaGraphLaunch(g, b->c.s) == cudaSuccess &&
+                     cudaStreamSynchronize(b->c.s) == cudaSuccess &&
+                     cudaEventElapsedTime(&ms_, b->ev[0], b->ev[1]) == cudaSuccess && ms_ > 0;
+        cudaGetLastError();
+        if (g)
+            cudaGraphExecDestroy(g);
+        printf("timing: %s\n", b->ingraph ? "events inside the graph (flush, event, op, event)"
+                                          : "flush graph, event, op graph, event");
+    }
     printf("setup: %.1f s\n", now_s() - t0);
 
     if (b->o.survey)

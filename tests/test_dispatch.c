@@ -115,12 +115,11 @@ START_TEST(rejects_broken_files)
     char err[256] = "";
     ck_assert_int_eq(pj_tune_parse("{", 1, &t, NULL, NULL, NULL, NULL, err, sizeof err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "not valid JSON"));
-    ck_assert_int_eq(
-        pj_tune_parse("{\"x\":1}", 7, &t, NULL, NULL, NULL, NULL, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(pj_tune_parse("{\"x\":1}", 7, &t, NULL, NULL, NULL, NULL, err, sizeof err),
+                     -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "entries"));
-    ck_assert_int_lt(pj_tune_load("/nonexistent/table.json", &t, NULL, NULL, NULL, NULL, err,
-                                  sizeof err),
-                     0);
+    ck_assert_int_lt(
+        pj_tune_load("/nonexistent/table.json", &t, NULL, NULL, NULL, NULL, err, sizeof err), 0);
     ck_assert_ptr_nonnull(strstr(err, "/nonexistent/table.json"));
 }
 END_TEST

@@ -199,19 +199,21 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
                 for (int j = 0; j < 4; j++)
                     for (int p = 0; p < 2; p++)
                         for (int x = 0; x < 2; x++)
-                            for (int r = 1; r <= (k == PJ_ENG_GEMVZ ? 4 : 1); r *= 2) {
-                                memset(&kn, 0, sizeof kn);
-                                kn.nw = nws[i];
-                                kn.u = us[j];
-                                kn.pipe = (uint8_t)p;
-                                kn.ks = kslist[s];
-                                kn.r = (uint8_t)r;
-                                if (k == PJ_ENG_GEMVZ)
-                                    kn.xs = (uint8_t)x;
-                                else
-                                    kn.minb = (uint8_t)x;
-                                check_one(c, ws, k, &kn, ctx);
-                            }
+                            for (int r = 1; r <= (k == PJ_ENG_GEMVZ ? 2 : 1); r *= 2)
+                                for (int rb = 1; rb <= 4; rb *= 2) {
+                                    memset(&kn, 0, sizeof kn);
+                                    kn.nw = nws[i];
+                                    kn.u = us[j];
+                                    kn.pipe = (uint8_t)p;
+                                    kn.ks = kslist[s];
+                                    kn.r = (uint8_t)r;
+                                    kn.rb = (uint8_t)rb;
+                                    if (k == PJ_ENG_GEMVZ)
+                                        kn.xs = (uint8_t)x;
+                                    else
+                                        kn.minb = (uint8_t)x;
+                                    check_one(c, ws, k, &kn, ctx);
+                                }
         }
     }
     printf("B %-7s on %-9s: %llu checks, %llu failed (%.1f s)\n", pj_eng_name(k), L->L.name,
