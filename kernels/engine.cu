@@ -44,6 +44,71 @@ __global__ void pj_f32_to_bf16_kernel(uint16_t *y, size_t ldy, const float *f, s
     }
 }
 
+// One CTA per row block, one thread per slot: copy the block's exceptions
+// into fixed slots, mark the rest empty, store the count.
+__global__ void pj_zx_build_kernel(const uint32_t *blk_exc, const pj_z12_exc *exc, uint32_t *zx_n,
+                                   uint32_t *zx_rk, float *zx_c1, float *zx_c2)
+{
+    const uint32_t b = blockIdx.x, s = threadIdx.x;
+    const uint32_t e0 = blk_exc[b], e1 = blk_exc[b + 1];
+    if (s == 0)
+        zx_n[b] = e1 - e0;
+    const size_t o = (size_t)b * PJ_GEMVZ_XCAP + s;
+    if (e0 + s < e1) {
+        const pj_z12_exc ex = exc[e0 + s];
+        zx_rk[o] = ex.rk;
+        zx_c1[o] = ex.c1;
+        zx_c2[o] = ex.c2;
+    } else {
+        zx_rk[o] = 0xffffffffu;
+        zx_c1[o] = 0.f;
+        zx_c2[o] = 0.f;
+    }
+}
+
+extern "C" int pj_eng_layer_init(pj_eng_layer *L, cudaStream_t s, char *err, size_t errlen)
+{
+    if (L->fmt != PJ_FMT_Z12 || !L->z_blk_exc || L->zx_mem)
+        return 0;
+    const size_t nblk = L->z_n_pad / 16;
+    const size_t slots = nblk * PJ_GEMVZ_XCAP;
+    const size_t bytes = nblk * 4 + slots * 12;
+    void *mem = nullptr;
+    cudaError_t ce = cudaMalloc(&mem, bytes);
+    if (ce == cudaSuccess) {
+        uint32_t *n = (uint32_t *)mem;
+        uint32_t *rk = n + nblk;
+        float *c1 = (float *)(rk + slots), *c2 = c1 + slots;
+        pj_zx_build_kernel<<<(unsigned)nblk, PJ_GEMVZ_XCAP, 0, s>>>(L->z_blk_exc, L->z_exc, n, rk,
+                                                                    c1, c2);
+        ce = cudaGetLastError();
+        if (ce == cudaSuccess)
+            ce = cudaStreamSynchronize(s);
+        if (ce == cudaSuccess) {
+            L->zx_n = n;
+            L->zx_rk = rk;
+            L->zx_c1 = c1;
+            L->zx_c2 = c2;
+            L->zx_mem = mem;
+            return 0;
+        }
+        cudaFree(mem);
+    }
+    snprintf(err, errlen, "layer %s: exception slot table (%zu bytes): %s", L->name, bytes,
+             cudaGetErrorString(ce));
+    return -EIO;
+}
+
+extern "C" void pj_eng_layer_fini(pj_eng_layer *L)
+{
+    if (!L || !L->zx_mem)
+        return;
+    cudaFree(L->zx_mem);
+    L->zx_mem = nullptr;
+    L->zx_n = L->zx_rk = nullptr;
+    L->zx_c1 = L->zx_c2 = nullptr;
+}
+
 static unsigned elementwise_blocks(uint32_t m, uint32_t n)
 {
     size_t b = ((size_t)m * n + 255) / 256;
@@ -583,6 +648,10 @@ static int gemvz_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream
     a.tiles = L->z_tiles;
     a.blk_exc = L->z_blk_exc;
     a.exc = L->z_exc;
+    a.zx_n = L->zx_n;
+    a.zx_rk = L->zx_rk;
+    a.zx_c1 = L->zx_c1;
+    a.zx_c2 = L->zx_c2;
     a.base = L->z_base;
     a.kt_total = L->K / 64;
     a.nblk = cdiv(c->n, 16);

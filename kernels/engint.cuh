@@ -11,6 +11,8 @@
 // Shared-memory exception capacity of a gemvz CTA (entries); a CTA whose
 // row blocks hold more reads them from global memory at the end instead.
 #define PJ_GEMVZ_ECAP 128
+// Slots per row block in the derived exception table (pj_eng_layer_init).
+#define PJ_GEMVZ_XCAP 64
 
 struct GemvArgs {
     const uint16_t *w0, *w1; // w1: second matrix (router lo) or unused
@@ -32,6 +34,8 @@ struct GemvzArgs {
     const uint8_t *tiles;
     const uint32_t *blk_exc;
     const pj_z12_exc *exc;
+    const uint32_t *zx_n, *zx_rk; // derived slot table, or NULL
+    const float *zx_c1, *zx_c2;
     uint32_t base;
     uint32_t kt_total; // K / 64
     uint32_t nblk;     // row blocks holding requested rows: ceil(n / 16)

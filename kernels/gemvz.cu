@@ -52,7 +52,7 @@ static __host__ __device__ inline GemvzSmem gemvz_layout(int nw, int mt, int xs,
     L.rowst = off;
     off += al16((nb * 16 + 1) * 4);
     L.bnd = off;
-    off += al16((nb + 1) * 4);
+    off += al16(8 * 4); // block starts, NB + 1 <= 5 used
     L.flags = off;
     off += 16;
     L.total = off;
@@ -235,43 +235,116 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
                 rw[(g + 8) * RS + mt * 8 + 2 * t + 1] = acc[j][mt][3];
             }
     } else {
-        // The exception warp. Every step is one parallel round of loads (a
-        // loop of dependent global loads here would be the CTA's critical
-        // path: DRAM latency is long while the other warps saturate it).
-        if (lane <= NB)
-            bnd[lane] = a.blk_exc[min(rb0 + lane, a.nblk_all)];
-        __syncwarp();
-        const uint32_t e_beg = bnd[0];
-        const uint32_t ne = bnd[NB] - e_beg;
-        const bool glob = ne > PJ_GEMVZ_ECAP;
-        if (!glob)
-            for (uint32_t e = lane; e < ne; e += 32) {
-                const pj_z12_exc ex = a.exc[e_beg + e];
-                e_rk[e] = ex.rk;
-                e_c1[e] = ex.c1;
-                e_c2[e] = ex.c2;
+        // The exception warp. Every step is one parallel round of loads: a
+        // chain of dependent global loads here would be the CTA's critical
+        // path, since DRAM latency is long while the other warps saturate
+        // it. With the per-block slot table (pj_eng_layer_init) the entries
+        // come in the first round, issued with the streaming warps' first
+        // batch; without it (or when a block overflows its slots) the list
+        // is found through blk_exc, one round later.
+        bool done = false;
+        if (a.zx_rk) {
+            constexpr uint32_t CAP = PJ_GEMVZ_XCAP;
+            constexpr int IT = 4 * CAP / 32; // NB <= 4
+            uint32_t cntv = 0;
+            if (lane < NB && rb0 + lane < a.nblk_all)
+                cntv = a.zx_n[rb0 + lane];
+            uint32_t rk[IT];
+            float c1[IT], c2[IT];
+#pragma unroll
+            for (int it = 0; it < IT; it++) {
+                const uint32_t idx = it * 32 + lane, blk = idx / CAP;
+                rk[it] = 0xffffffffu;
+                c1[it] = c2[it] = 0.f;
+                if (blk < NB && rb0 + blk < a.nblk_all) {
+                    const size_t o =
+                        (size_t)rb0 * CAP + idx; // slots of consecutive blocks are adjacent
+                    rk[it] = a.zx_rk[o];
+                    c1[it] = a.zx_c1[o];
+                    c2[it] = a.zx_c2[o];
+                }
             }
-        __syncwarp();
-        for (uint32_t rr = lane; rr < NB * 16; rr += 32) {
-            const uint32_t b0 = bnd[rr / 16], b1 = bnd[rr / 16 + 1], rw = rr % 16;
-            uint32_t below = 0;
+            uint32_t tot = 0, over = 0;
+#pragma unroll
+            for (int qq = 0; qq < 4; qq++) {
+                const uint32_t c = __shfl_sync(0xffffffffu, cntv, qq);
+                if (lane == 0)
+                    bnd[qq] = tot;
+                tot += c;
+                over |= c > CAP;
+            }
+            if (lane == 0)
+                bnd[4] = tot;
+            if (!over && tot <= PJ_GEMVZ_ECAP) {
+                uint32_t base = 0;
+#pragma unroll
+                for (int it = 0; it < IT; it++) {
+                    const bool valid = rk[it] != 0xffffffffu;
+                    const uint32_t bal = __ballot_sync(0xffffffffu, valid);
+                    const uint32_t pos = base + __popc(bal & ((1u << lane) - 1u));
+                    if (valid) {
+                        e_rk[pos] = rk[it];
+                        e_c1[pos] = c1[it];
+                        e_c2[pos] = c2[it];
+                    }
+                    base += __popc(bal);
+                }
+                __syncwarp();
+                for (uint32_t rr = lane; rr < NB * 16; rr += 32) {
+                    const uint32_t b0 = bnd[rr / 16], b1 = bnd[rr / 16 + 1], rw = rr % 16;
+                    uint32_t below = 0;
+                    for (uint32_t e = b0; e < b1; e++)
+                        below += (e_rk[e] >> 28) < rw;
+                    rowst[rr] = (int)(b0 + below);
+                }
+                if (lane == 0) {
+                    rowst[NB * 16] = (int)tot;
+                    flags[1] = 0;
+                }
+                for (uint32_t i = lane; i < tot * a.m; i += 32) {
+                    const uint32_t e = i / a.m, tok = i - e * a.m;
+                    e_x[e * MTOK + tok] = bf2f(a.x[(size_t)tok * a.ldx + (e_rk[e] & 0x0fffffffu)]);
+                }
+                done = true;
+            }
+            __syncwarp();
+        }
+        if (!done) {
+            if (lane <= NB)
+                bnd[lane] = a.blk_exc[min(rb0 + lane, a.nblk_all)];
+            __syncwarp();
+            const uint32_t e_beg = bnd[0];
+            const uint32_t ne = bnd[NB] - e_beg;
+            const bool glob = ne > PJ_GEMVZ_ECAP;
             if (!glob)
-                for (uint32_t e = b0 - e_beg; e < b1 - e_beg; e++)
-                    below += (e_rk[e] >> 28) < rw;
-            else
-                for (uint32_t e = b0; e < b1; e++)
-                    below += (a.exc[e].rk >> 28) < rw;
-            rowst[rr] = (int)(b0 - e_beg + below);
-        }
-        if (lane == 0) {
-            rowst[NB * 16] = (int)ne;
-            flags[1] = glob;
-        }
-        if (!glob)
-            for (uint32_t i = lane; i < ne * a.m; i += 32) {
-                const uint32_t e = i / a.m, tok = i - e * a.m;
-                e_x[e * MTOK + tok] = bf2f(a.x[(size_t)tok * a.ldx + (e_rk[e] & 0x0fffffffu)]);
+                for (uint32_t e = lane; e < ne; e += 32) {
+                    const pj_z12_exc ex = a.exc[e_beg + e];
+                    e_rk[e] = ex.rk;
+                    e_c1[e] = ex.c1;
+                    e_c2[e] = ex.c2;
+                }
+            __syncwarp();
+            for (uint32_t rr = lane; rr < NB * 16; rr += 32) {
+                const uint32_t b0 = bnd[rr / 16], b1 = bnd[rr / 16 + 1], rw = rr % 16;
+                uint32_t below = 0;
+                if (!glob)
+                    for (uint32_t e = b0 - e_beg; e < b1 - e_beg; e++)
+                        below += (e_rk[e] >> 28) < rw;
+                else
+                    for (uint32_t e = b0; e < b1; e++)
+                        below += (a.exc[e].rk >> 28) < rw;
+                rowst[rr] = (int)(b0 - e_beg + below);
             }
+            if (lane == 0) {
+                rowst[NB * 16] = (int)ne;
+                flags[1] = glob;
+            }
+            if (!glob)
+                for (uint32_t i = lane; i < ne * a.m; i += 32) {
+                    const uint32_t e = i / a.m, tok = i - e * a.m;
+                    e_x[e * MTOK + tok] = bf2f(a.x[(size_t)tok * a.ldx + (e_rk[e] & 0x0fffffffu)]);
+                }
+        }
     }
     __syncthreads();
 

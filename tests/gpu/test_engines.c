@@ -248,6 +248,18 @@ static void part_b(pj_chk_ctx *c)
     static const uint8_t kstr[] = {1, 16};
     sweep_variants(c, &o, &wo, PJ_ENG_GEMVZ, quick ? mzq : mz, quick ? 3 : 7, ks124, 3);
     sweep_variants(c, &un, &wu, PJ_ENG_GEMVZ, mzq, 3, ks12, 2);
+    {
+        /* The same layer without the derived slot table: the exception warp's
+         * fallback through blk_exc. A shallow copy; the original owns the
+         * memory. */
+        pj_chk_layer o2 = o;
+        o2.L.zx_n = o2.L.zx_rk = NULL;
+        o2.L.zx_c1 = o2.L.zx_c2 = NULL;
+        o2.L.zx_mem = NULL;
+        snprintf(o2.L.name, sizeof o2.L.name, "o-noslots");
+        sweep_variants(c, &o2, &wo, PJ_ENG_GEMVZ, mzq, 3, ks12, 2);
+        c->cur = NULL;
+    }
     sweep_variants(c, &o, &wo, PJ_ENG_GEMV, mg, quick ? 2 : 4, ks12, 2);
     sweep_variants(c, &rt, &wr, PJ_ENG_ROUTER, mr, quick ? 2 : 3, ksr, 3);
     sweep_variants(c, &o, &wo, PJ_ENG_SPLITK, mt, quick ? 2 : 4, kst, 2);
