@@ -593,6 +593,7 @@ typedef struct shape_res {
     int base_algo;
     size_t bytes;
     float floor_us;
+    float floor_var[PJ_BK_READ_VARIANTS];
     double rel_err;
 } shape_res;
 
@@ -680,6 +681,7 @@ static void bench_all(bench *b, const pj_tune_table *t, shape_res *res)
             tr[0] = tmpv;
             time_graphs(b, &gr, 1, 100, tr);
             float md = median(tmpv, 100, scr);
+            r->floor_var[v] = md;
             if (md < best)
                 best = md;
             free(tmpv);
@@ -817,6 +819,9 @@ static void write_outputs(const bench *b, const shape_res *res, const score *sc)
         cJSON_AddNumberToObject(o, "floor_us", r->floor_us);
         cJSON_AddNumberToObject(o, "ours_over_floor", r->ours_us / r->floor_us);
         cJSON_AddNumberToObject(o, "floor_tbps", r->bytes / (r->floor_us * 1e-6) / 1e12);
+        cJSON *fv = cJSON_AddArrayToObject(o, "floor_variants_us");
+        for (int v = 0; v < PJ_BK_READ_VARIANTS; v++)
+            cJSON_AddItemToArray(fv, cJSON_CreateNumber(r->floor_var[v]));
         cJSON_AddNumberToObject(o, "rel_err", r->rel_err);
         cJSON_AddItemToArray(shapes, o);
     }
@@ -941,6 +946,47 @@ static void survey(bench *b)
 
 /* ---- main -------------------------------------------------------------------------- */
 
+/* --one: launch one engine on one shape, plainly (flush, launch, sync),
+ * for a profiler to attach to (ncu -k regex:...). */
+static void run_one(bench *b, const char *layer, uint32_t m, const char *eng, const char *knobs)
+{
+    int li = -1;
+    for (int i = 0; i < NLAYERS; i++)
+        if (!strcmp(layer_defs[i].name, layer))
+            li = i;
+    int e = pj_eng_from_name(eng);
+    if (li < 0 || e < 0 || m < 1 || m > 256)
+        die("--one: unknown layer or engine, or m outside 1..256");
+    op_ctx o;
+    memset(&o, 0, sizeof o);
+    make_call(b, li, m, &o.call);
+    o.k = (pj_eng_kind)e;
+    o.kn = pj_eng_default_knobs(o.k, &b->layers[li].L, m);
+    char err[256];
+    if (knobs && pj_eng_knobs_parse(knobs, &o.kn, err, sizeof err))
+        die("%s", err);
+    if (!validate(b, li, m, o.k, &o.kn, err, sizeof err))
+        die("--one: %s m=%u %s(%s) refused: %s", layer, m, eng, knobs ? knobs : "", err);
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    float best = INFINITY;
+    for (int r = 0; r < 12; r++) {
+        op_flush(b, NULL);
+        CK(cudaEventRecord(e0, b->c.s));
+        if (pj_eng_launch(o.k, &o.kn, &o.call, b->c.es))
+            die("--one: launch failed");
+        CK(cudaEventRecord(e1, b->c.s));
+        CK(cudaStreamSynchronize(b->c.s));
+        float ms_ = 0;
+        CK(cudaEventElapsedTime(&ms_, e0, e1));
+        if (ms_ * 1000.f < best)
+            best = ms_ * 1000.f;
+    }
+    printf("one %s m=%u %s: best of 12 plain launches %.2f us (event-timed, no graph)\n", layer, m,
+           eng, best);
+}
+
 static void usage(void)
 {
     fprintf(stderr,
@@ -951,7 +997,9 @@ static void usage(void)
             "  --tune FILE     tune first, write the table to FILE, benchmark with it\n"
             "  --tune-budget S seconds of full sweeps before the tuner falls back to defaults\n"
             "  --reps N        paired repetitions per shape (default 300)\n"
-            "  --survey        also time every engine's default knobs on every shape\n");
+            "  --survey        also time every engine's default knobs on every shape\n"
+            "  --one L M E K   only run engine E (knobs K) on layer L at m = M, plainly,\n"
+            "                  for a profiler\n");
     exit(2);
 }
 
@@ -969,6 +1017,8 @@ int main(int argc, char **argv)
     b->o.tune_budget = 240;
     b->o.seed = 1;
     b->o.out = "bench-out";
+    const char *one_layer = NULL, *one_eng = NULL, *one_knobs = NULL;
+    uint32_t one_m = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -988,7 +1038,13 @@ int main(int argc, char **argv)
             b->o.seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(a, "--survey"))
             b->o.survey = 1;
-        else
+        else if (!strcmp(a, "--one") && i + 4 < argc) {
+            one_layer = argv[i + 1];
+            one_m = (uint32_t)atoi(argv[i + 2]);
+            one_eng = argv[i + 3];
+            one_knobs = argv[i + 4];
+            i += 4;
+        } else
             usage();
     }
     if (b->o.reps < 20 || b->o.reps > 5000)
@@ -1003,6 +1059,8 @@ int main(int argc, char **argv)
            b->c.lim.l2_bytes >> 20, b->c.lim.smem_per_block_optin);
     for (int li = 0; li < NLAYERS; li++) {
         const layer_def *d = &layer_defs[li];
+        if (one_layer && strcmp(one_layer, d->name) != 0)
+            continue; /* --one: only the layer it needs */
         if (pj_chk_layer_make(&b->layers[li], d->name, d->N, d->K, d->fmt, b->o.seed * 10 + li, err,
                               sizeof err))
             die("%s", err);
@@ -1046,6 +1104,10 @@ int main(int argc, char **argv)
     }
     printf("setup: %.1f s\n", now_s() - t0);
 
+    if (one_layer) {
+        run_one(b, one_layer, one_m, one_eng, one_knobs);
+        return 0;
+    }
     if (b->o.survey)
         survey(b);
 
