@@ -92,6 +92,8 @@ TEST_HELPER_C := $(wildcard tests/helpers/*.c)
 TEST_HELPER_O := $(TEST_HELPER_C:%.c=$(BUILD)/obj/%.o)
 
 .PHONY: all deps run test test-gpu fuzz bench-ipc format clean progs tests
+# Keep object files of tests and programs (make would delete them as intermediates).
+.SECONDARY:
 all: progs tests
 progs: $(PROGS)
 tests: $(TESTS)

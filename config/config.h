@@ -106,6 +106,11 @@ int pj_config_apply_json(pj_config *cfg, const char *json, size_t len, char *err
 /* Read a file and apply it; errors name the file. */
 int pj_config_apply_file(pj_config *cfg, const char *path, char *err, size_t errlen);
 
+/* For SIGHUP: 0 when next differs from cur only in keys that may change
+ * without a restart (log.level, limits.*, auth.*); otherwise -EINVAL and err
+ * names the first other key that changed. */
+int pj_config_check_reload(const pj_config *cur, const pj_config *next, char *err, size_t errlen);
+
 /* Render *cfg as JSON (malloc'd string, caller frees); NULL on ENOMEM. */
 char *pj_config_to_json(const pj_config *cfg);
 

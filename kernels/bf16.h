@@ -69,7 +69,9 @@ PJ_HD float pj_f16_to_f32(uint16_t h)
  * |w - (hi + lo)| <= 2^-16 * 2^e(w) <= 2^-16 * |w|, where 2^e(w) is w's
  * leading power of two; where lo falls in the bf16 subnormal range the
  * bound is instead half the smallest subnormal, 2^-134.
- * Non-finite w: hi carries it, lo = 0. */
+ * Non-finite w: hi carries it, lo = 0. A finite w whose bf16 rounding would
+ * overflow (|w| >= 0x1.ffp127) gets hi = +-max bf16 and lo = bf16(w - hi);
+ * the bound holds, but fp32 hi + lo overflows for |w| >= 2^128 - 2^111. */
 void pj_split_f32(const float *w, size_t count, uint16_t *hi, uint16_t *lo);
 #endif
 

@@ -34,7 +34,8 @@ typedef struct pj_weights {
 /* Rows [r0, r1) of y for all m tokens. x: m x k bf16, row stride ldx
  * elements; y: m x n bf16, row stride ldy elements (only columns r0..r1-1
  * written). Allocation-free when scratch (at least pj_ref_scratch_floats
- * floats) is given; pass NULL to let it allocate. Returns 0 or -ENOMEM. */
+ * floats) is given; pass NULL to let it allocate. Returns 0, -EINVAL (r0 > r1,
+ * r1 > n, ldx < k, ldy < r1, unknown format or missing arrays) or -ENOMEM. */
 size_t pj_ref_scratch_floats(uint32_t m, uint32_t k);
 int pj_ref_project_rows(const pj_weights *w, uint32_t m, uint32_t r0, uint32_t r1,
                         const uint16_t *x, size_t ldx, uint16_t *y, size_t ldy, float *scratch);

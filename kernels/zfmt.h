@@ -71,7 +71,10 @@ uint32_t pj_z12_choose_base(const uint16_t *w, uint32_t n, uint32_t k, size_t ld
 
 /* Pack w (n x k bf16, row stride ld) into *out (caller's struct, zeroed here).
  * Returns 0; -EINVAL (k % 64 != 0, n == 0, ...) or -EDOM (a non-finite weight:
- * err names its row and column) leave *out empty; -ENOMEM likewise.
+ * err names its row and column) leave *out empty; -ENOMEM likewise; -ERANGE
+ * (no exact c1, c2 found: cannot happen for finite weights) likewise.
+ * Out-of-window weights are stored saturated (nearest window value) with
+ * c1 = -w_d, c2 = w; see kernels/ZFORMAT.md section 4.
  * Owns: out's arrays, freed by pj_z12_free. */
 int pj_z12_pack(const uint16_t *w, uint32_t n, uint32_t k, size_t ld, pj_z12 *out, char *err,
                 size_t errlen);

@@ -12,8 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PJ_WIRE_MAGIC 0x31444a50u /* "PJD1" as a little-endian u32 */
-#define PJ_WIRE_VERSION 1
+#define PJ_WIRE_MAGIC    0x31444a50u /* "PJD1" as a little-endian u32 */
+#define PJ_WIRE_VERSION  1
 #define PJ_WIRE_HDR_SIZE 24
 
 typedef enum pj_msg_type {
@@ -35,44 +35,50 @@ typedef enum pj_msg_type {
 /* Status / error codes carried by ERROR and DONE. Stable numbers. */
 typedef enum pj_status {
     PJ_OK = 0,
-    PJ_E_PROTO = 1,      /* malformed message: truncated, bad magic, bad counts */
-    PJ_E_VERSION = 2,    /* unsupported protocol version */
-    PJ_E_TYPE = 3,       /* unknown message type */
-    PJ_E_FLAGS = 4,      /* unknown flag bits */
-    PJ_E_TOO_BIG = 5,    /* message larger than the daemon's limit */
-    PJ_E_LAYER = 6,      /* unknown layer */
-    PJ_E_SHAPE = 7,      /* m or n out of range, stride too small */
-    PJ_E_BOUNDS = 8,     /* offset/length past a buffer, overflow, misalignment */
-    PJ_E_BUFFER = 9,     /* unknown or stale buffer id */
-    PJ_E_LIMIT = 10,     /* too many buffers, ops, connections, requests in flight */
-    PJ_E_AUTH = 11,      /* peer not allowed */
-    PJ_E_REGISTER = 12,  /* buffer could not be mapped/opened, wrong device, size */
-    PJ_E_BACKEND = 13,   /* execution failed (CUDA error, ...) */
-    PJ_E_SHUTDOWN = 14,  /* daemon is draining */
-    PJ_E_INTERNAL = 15,  /* out of memory or a bug */
-    PJ_E_NOHELLO = 16,   /* request before HELLO on this connection */
+    PJ_E_PROTO = 1,     /* malformed message: truncated, bad magic, bad counts */
+    PJ_E_VERSION = 2,   /* unsupported protocol version */
+    PJ_E_TYPE = 3,      /* unknown message type */
+    PJ_E_FLAGS = 4,     /* unknown flag bits */
+    PJ_E_TOO_BIG = 5,   /* message larger than the daemon's limit */
+    PJ_E_LAYER = 6,     /* unknown layer */
+    PJ_E_SHAPE = 7,     /* m or n out of range, stride too small */
+    PJ_E_BOUNDS = 8,    /* offset/length past a buffer, overflow, misalignment */
+    PJ_E_BUFFER = 9,    /* unknown or stale buffer id */
+    PJ_E_LIMIT = 10,    /* too many buffers, ops, connections, requests in flight */
+    PJ_E_AUTH = 11,     /* peer not allowed */
+    PJ_E_REGISTER = 12, /* buffer could not be mapped/opened, wrong device, size */
+    PJ_E_BACKEND = 13,  /* execution failed (CUDA error, ...) */
+    PJ_E_SHUTDOWN = 14, /* daemon is draining */
+    PJ_E_INTERNAL = 15, /* out of memory or a bug */
+    PJ_E_NOHELLO = 16,  /* request before HELLO on this connection */
 } pj_status;
 
 const char *pj_status_name(int status); /* "E_BOUNDS", ...; "E_UNKNOWN" otherwise */
+
+/* "HELLO", "PROJECT", ...; "UNKNOWN" for a type v1 does not define. */
+const char *pj_msg_type_name(int type);
+/* 1 when v1 defines the type, else 0 (the caller answers PJ_E_TYPE). */
+int pj_msg_type_valid(int type);
 
 typedef struct pj_hdr {
     uint32_t magic;
     uint16_t version;
     uint16_t type;
-    uint32_t flags;    /* no header flags are defined in v1: must be 0 */
+    uint32_t flags; /* no header flags are defined in v1: must be 0 */
     uint32_t body_len;
-    uint64_t req_id;   /* echoed in the reply */
+    uint64_t req_id; /* echoed in the reply */
 } pj_hdr;
 
 /* ---- message bodies ------------------------------------------------------ */
 
-#define PJ_WIRE_NAME_MAX 63
-#define PJ_WIRE_SHM_NAME_MAX 255
-#define PJ_WIRE_MSG_MAX 1024
-#define PJ_WIRE_UUID_SIZE 16
+#define PJ_WIRE_NAME_MAX        63
+#define PJ_WIRE_SHM_NAME_MAX    255
+#define PJ_WIRE_MSG_MAX         1024
+#define PJ_WIRE_UUID_SIZE       16
 #define PJ_WIRE_IPC_HANDLE_SIZE 64
-#define PJ_WIRE_MAX_LAYERS 64
-#define PJ_WIRE_MAX_SHAPES 64
+#define PJ_WIRE_MAX_LAYERS      64
+#define PJ_WIRE_MAX_SHAPES      64
+#define PJ_WIRE_PING_MAX        256 /* PING/PONG payload bytes */
 
 typedef struct pj_hello {
     uint16_t ver_min, ver_max;
@@ -82,14 +88,14 @@ typedef struct pj_hello {
 
 typedef struct pj_wire_layer {
     char name[PJ_WIRE_NAME_MAX + 1];
-    uint32_t n;      /* rows a request may use (max n) */
+    uint32_t n; /* rows a request may use (max n) */
     uint32_t k;
-    uint8_t format;  /* pj_format of refgemm.h */
+    uint8_t format; /* pj_format of refgemm.h */
 } pj_wire_layer;
 
 typedef struct pj_welcome {
     uint16_t version;
-    uint16_t backend; /* 1 cpu, 2 cuda (pj_backend_kind) */
+    uint16_t backend;                       /* 1 cpu, 2 cuda (pj_backend_kind) */
     uint8_t device_uuid[PJ_WIRE_UUID_SIZE]; /* zeros on cpu */
     uint32_t max_m;
     uint32_t max_ops_per_request;
@@ -109,9 +115,9 @@ typedef enum pj_buf_kind {
 typedef struct pj_register {
     uint8_t kind;
     uint64_t size;
-    char shm_name[PJ_WIRE_SHM_NAME_MAX + 1];           /* PJ_BUF_SHM */
-    uint8_t ipc_handle[PJ_WIRE_IPC_HANDLE_SIZE];       /* PJ_BUF_CUDA */
-    uint8_t device_uuid[PJ_WIRE_UUID_SIZE];            /* PJ_BUF_CUDA */
+    char shm_name[PJ_WIRE_SHM_NAME_MAX + 1];     /* PJ_BUF_SHM */
+    uint8_t ipc_handle[PJ_WIRE_IPC_HANDLE_SIZE]; /* PJ_BUF_CUDA */
+    uint8_t device_uuid[PJ_WIRE_UUID_SIZE];      /* PJ_BUF_CUDA */
 } pj_register;
 
 typedef struct pj_registered {
@@ -132,17 +138,17 @@ typedef struct pj_op {
 #define PJ_WIRE_OP_SIZE 56
 
 /* PROJECT flags. */
-#define PJ_PF_WAIT_EVENT 0x1u   /* wait on a client IPC event before reading x */
+#define PJ_PF_WAIT_EVENT   0x1u /* wait on a client IPC event before reading x */
 #define PJ_PF_SIGNAL_EVENT 0x2u /* record a client IPC event after writing y */
 #define PJ_PF_ACCEPT_REPLY 0x4u /* reply at launch (needs SIGNAL_EVENT) */
-#define PJ_PF_KNOWN (PJ_PF_WAIT_EVENT | PJ_PF_SIGNAL_EVENT | PJ_PF_ACCEPT_REPLY)
+#define PJ_PF_KNOWN        (PJ_PF_WAIT_EVENT | PJ_PF_SIGNAL_EVENT | PJ_PF_ACCEPT_REPLY)
 
 typedef struct pj_project {
     uint32_t flags;
     uint32_t n_ops;
     uint8_t wait_event[PJ_WIRE_IPC_HANDLE_SIZE];   /* if PJ_PF_WAIT_EVENT */
     uint8_t signal_event[PJ_WIRE_IPC_HANDLE_SIZE]; /* if PJ_PF_SIGNAL_EVENT */
-    pj_op *ops;  /* decode: caller's array of at least max_ops entries */
+    pj_op *ops; /* decode: caller's array of at least max_ops entries */
 } pj_project;
 
 typedef struct pj_op_result {
@@ -151,22 +157,27 @@ typedef struct pj_op_result {
 } pj_op_result;
 
 typedef struct pj_done {
-    int32_t status;     /* PJ_OK, or the first failing op's status */
+    int32_t status; /* PJ_OK, or the first failing op's status */
     uint32_t n_ops;
-    uint64_t queue_ns;  /* daemon: received -> started */
-    uint64_t exec_ns;   /* daemon: started -> finished */
-    pj_op_result *ops;  /* decode: caller's array of at least max_ops entries */
+    uint64_t queue_ns; /* daemon: received -> started */
+    uint64_t exec_ns;  /* daemon: started -> finished */
+    pj_op_result *ops; /* decode: caller's array of at least max_ops entries */
 } pj_done;
 
 typedef struct pj_error_msg {
     int32_t code;
-    uint32_t op_index;  /* 0xffffffff when not about one op */
+    uint32_t op_index; /* 0xffffffff when not about one op */
     char msg[PJ_WIRE_MSG_MAX + 1];
 } pj_error_msg;
 
 /* ---- encoding -------------------------------------------------------------
  * A growable byte buffer. Encoders append a whole message (header included)
- * and return 0 or -ENOMEM; the header's body_len is filled in. */
+ * and return 0 or -ENOMEM; the header's body_len is filled in. They write
+ * what they are given without judging it (so tests can build messages the
+ * decoders reject); only what the wire cannot represent is refused with
+ * -EINVAL (more than 64 layers or shapes, a body over 4 GiB). Strings are
+ * read up to their array's size (strnlen); ERROR text is cut at 1024 bytes.
+ * On failure b->len is back where it was. */
 typedef struct pj_wbuf {
     uint8_t *data;
     size_t len, cap;
@@ -189,8 +200,10 @@ int pj_enc_stats(pj_wbuf *b, uint64_t req_id);
 int pj_enc_stats_reply(pj_wbuf *b, uint64_t req_id, const char *json, size_t len);
 int pj_enc_ping(pj_wbuf *b, uint64_t req_id, const void *payload, size_t len);
 int pj_enc_pong(pj_wbuf *b, uint64_t req_id, const void *payload, size_t len);
-int pj_enc_error(pj_wbuf *b, uint64_t req_id, int32_t code, uint32_t op_index,
-                 const char *msg);
+int pj_enc_error(pj_wbuf *b, uint64_t req_id, int32_t code, uint32_t op_index, const char *msg);
+/* Any type with an arbitrary body (tests build unknown types and bad bodies
+ * with it). -EINVAL when len does not fit the u32 body_len. */
+int pj_enc_raw(pj_wbuf *b, uint64_t req_id, uint16_t type, const void *body, size_t len);
 
 /* ---- decoding -------------------------------------------------------------
  * All decoders return a pj_status: PJ_OK, or the code to send back, with a
@@ -214,5 +227,9 @@ int pj_dec_project(const void *body, size_t len, uint32_t max_ops, pj_project *m
 int pj_dec_done(const void *body, size_t len, uint32_t max_ops, pj_done *m, char *err,
                 size_t errlen);
 int pj_dec_error(const void *body, size_t len, pj_error_msg *m, char *err, size_t errlen);
+/* STATS: the body must be empty. */
+int pj_dec_stats(const void *body, size_t len, char *err, size_t errlen);
+/* PING and PONG: payload of at most PJ_WIRE_PING_MAX bytes (it is the body). */
+int pj_dec_ping(const void *body, size_t len, char *err, size_t errlen);
 
 #endif

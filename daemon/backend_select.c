@@ -1,0 +1,64 @@
+/* backend_select.c — which backend serves: auto, cpu or cuda (backend.h). */
+#include "daemon/backend.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+/* The cuda backend (daemon/backend_cuda*.c) lives in libpjcuda.a, which
+ * only CUDA builds of the programs link; the CPU test suites and fuzz
+ * harnesses link libpjcore.a alone. So the references here are weak: a
+ * program without the cuda backend sees NULL and says so. projd makes a
+ * strong reference (projd_main.c), which pulls the backend in. */
+#ifdef PJ_HAVE_CUDA
+#define PJ_CUDA_BACKEND 1
+extern const pj_backend_ops *pj_backend_cuda_ops(void) __attribute__((weak));
+extern int pj_backend_cuda_probe(char *why, size_t whylen) __attribute__((weak));
+#endif
+
+int pj_backend_select(pj_backend_kind want, const pj_backend_ops **out, char *why, size_t whylen,
+                      char *err, size_t errlen)
+{
+    *out = NULL;
+    if (want == PJ_BACKEND_CPU) {
+        *out = pj_backend_cpu_ops();
+        snprintf(why, whylen, "cpu: asked for");
+        return 0;
+    }
+#ifdef PJ_CUDA_BACKEND
+    if (!pj_backend_cuda_ops || !pj_backend_cuda_probe) {
+        if (want == PJ_BACKEND_CUDA) {
+            snprintf(err, errlen,
+                     "backend cuda: this program was linked without the cuda backend");
+            return -ENOTSUP;
+        }
+        *out = pj_backend_cpu_ops();
+        snprintf(why, whylen, "cpu: auto, this program has no cuda backend");
+        return 0;
+    }
+    char probe[256] = "";
+    int n = pj_backend_cuda_probe(probe, sizeof probe);
+    if (n > 0) {
+        *out = pj_backend_cuda_ops();
+        snprintf(why, whylen, "cuda: %s (%d device%s visible)",
+                 want == PJ_BACKEND_CUDA ? "asked for" : "auto", n, n == 1 ? "" : "s");
+        return 0;
+    }
+    if (want == PJ_BACKEND_CUDA) {
+        snprintf(err, errlen, "backend cuda: no usable GPU: %s", probe[0] ? probe : "none visible");
+        return -ENODEV;
+    }
+    *out = pj_backend_cpu_ops();
+    snprintf(why, whylen, "cpu: auto, no GPU: %s", probe[0] ? probe : "none visible");
+    return 0;
+#else
+    if (want == PJ_BACKEND_CUDA) {
+        snprintf(err, errlen,
+                 "backend cuda: this projd was built without the cuda backend "
+                 "(build with CUDA=1 on a machine with the CUDA toolkit)");
+        return -ENOTSUP;
+    }
+    *out = pj_backend_cpu_ops();
+    snprintf(why, whylen, "cpu: auto, this build has no cuda backend");
+    return 0;
+#endif
+}

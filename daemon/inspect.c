@@ -1,0 +1,229 @@
+/* inspect.c — per-layer report of a loaded model (table or JSON). */
+#include "daemon/inspect.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "daemon/model.h"
+#include "daemon/safetensors.h"
+#include "kernels/refgemm.h"
+
+#define INSPECT_MAX_WARN 64
+#define INSPECT_MAX_META 16
+
+typedef struct warn_list {
+    char *msg[INSPECT_MAX_WARN];
+    size_t n, dropped;
+} warn_list;
+
+static void collect_warn(void *ctx, const char *msg)
+{
+    warn_list *w = ctx;
+    if (w->n < INSPECT_MAX_WARN && (w->msg[w->n] = strdup(msg)) != NULL)
+        w->n++;
+    else
+        w->dropped++;
+}
+
+/* Metadata strings come from the file: printable ASCII only, bounded. */
+static void clean(const char *s, char *buf, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; s[i] && o + 4 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        buf[o++] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+    }
+    if (s[0] && o + 4 >= cap && strlen(s) > o) {
+        memcpy(buf + o, "...", 3);
+        o += 3;
+    }
+    buf[o] = '\0';
+}
+
+/* |w| a z12 window covers: e7 in [base, base + 7] is the biased exponent
+ * range [2 base, 2 base + 15], i.e. [2^(2 base - 127), 2^(2 base - 111)). */
+static int window_lo_exp(uint32_t base)
+{
+    return 2 * (int)base - 127;
+}
+static int window_hi_exp(uint32_t base)
+{
+    return 2 * (int)base + 16 - 127;
+}
+
+static const char *format_name(pj_format f)
+{
+    return f == PJ_FMT_BF16 ? "bf16" : f == PJ_FMT_Z12 ? "z12" : f == PJ_FMT_SPLIT ? "split" : "?";
+}
+
+static void print_text(FILE *out, const pj_model *m, const pj_st_file *st, const warn_list *wl)
+{
+    fprintf(out, "model %s: %llu bytes, %u layers\n", m->path, (unsigned long long)m->file_bytes,
+            m->n_layers);
+    size_t nm = st ? pj_st_meta_count(st) : 0;
+    for (size_t i = 0; i < nm && i < INSPECT_MAX_META; i++) {
+        const char *k, *v;
+        char ck[80], cv[160];
+        pj_st_meta_at(st, i, &k, &v);
+        clean(k, ck, sizeof ck);
+        clean(v, cv, sizeof cv);
+        fprintf(out, "  %s = %s\n", ck, cv);
+    }
+    fprintf(out, "load %.1f ms, convert + verify %.1f ms\n\n", m->load_ms, m->convert_ms);
+
+    int wn = 5, wt = 6;
+    for (uint32_t i = 0; i < m->n_layers; i++) {
+        int a = (int)strlen(m->layers[i].name), b = (int)strlen(m->layers[i].tensor);
+        wn = a > wn ? a : wn;
+        wt = b > wt ? b : wt;
+    }
+    fprintf(out, "%-*s  %-*s  %13s  %5s  %-5s  %-6s  %12s  %12s  %6s  %10s  %8s  %s\n", wn, "layer",
+            wt, "tensor", "N x K", "max_n", "dtype", "stored", "stored bytes", "bf16 bytes",
+            "ratio", "exceptions", "rate", "window");
+    size_t tot_s = 0, tot_b = 0, tot_e = 0;
+    for (uint32_t i = 0; i < m->n_layers; i++) {
+        const pj_model_layer *L = &m->layers[i];
+        char nk[32], win[80] = "-", exc[16] = "-", rate[16] = "-";
+        snprintf(nk, sizeof nk, "%u x %u", L->w.n, L->w.k);
+        if (L->w.fmt == PJ_FMT_Z12) {
+            snprintf(win, sizeof win, "e7 [%u, %u]: |w| in [2^%d, 2^%d)", L->z_base, L->z_base + 7,
+                     window_lo_exp(L->z_base), window_hi_exp(L->z_base));
+            snprintf(exc, sizeof exc, "%u", L->n_exc);
+            snprintf(rate, sizeof rate, "%.4f%%", 100.0 * L->exc_rate);
+        }
+        fprintf(out, "%-*s  %-*s  %13s  %5u  %-5s  %-6s  %12zu  %12zu  %6.4f  %10s  %8s  %s\n", wn,
+                L->name, wt, L->tensor, nk, L->max_n, pj_st_dtype_name((pj_st_dtype)L->src_dtype),
+                format_name(L->w.fmt), L->stored_bytes, L->bf16_bytes,
+                (double)L->stored_bytes / (double)L->bf16_bytes, exc, rate, win);
+        tot_s += L->stored_bytes;
+        tot_b += L->bf16_bytes;
+        tot_e += L->n_exc;
+    }
+    fprintf(out, "%-*s  %-*s  %13s  %5s  %-5s  %-6s  %12zu  %12zu  %6.4f  %10zu\n", wn, "total", wt,
+            "", "", "", "", "", tot_s, tot_b, (double)tot_s / (double)tot_b, tot_e);
+    for (size_t i = 0; i < wl->n; i++)
+        fprintf(out, "warning: %s\n", wl->msg[i]);
+    if (wl->dropped)
+        fprintf(out, "warning: %zu more warnings not shown\n", wl->dropped);
+}
+
+static int print_json(FILE *out, const pj_model *m, const pj_st_file *st, const warn_list *wl)
+{
+    cJSON *root = cJSON_CreateObject(), *meta, *layers, *total, *warns;
+    if (!root)
+        return -ENOMEM;
+    cJSON_AddStringToObject(root, "model", m->path);
+    cJSON_AddNumberToObject(root, "file_bytes", (double)m->file_bytes);
+    cJSON_AddNumberToObject(root, "load_ms", m->load_ms);
+    cJSON_AddNumberToObject(root, "convert_ms", m->convert_ms);
+    meta = cJSON_AddObjectToObject(root, "metadata");
+    for (size_t i = 0; st && meta && i < pj_st_meta_count(st) && i < INSPECT_MAX_META; i++) {
+        const char *k, *v;
+        pj_st_meta_at(st, i, &k, &v);
+        cJSON_AddStringToObject(meta, k, v);
+    }
+    layers = cJSON_AddArrayToObject(root, "layers");
+    size_t tot_s = 0, tot_b = 0, tot_e = 0;
+    for (uint32_t i = 0; layers && i < m->n_layers; i++) {
+        const pj_model_layer *L = &m->layers[i];
+        cJSON *l = cJSON_CreateObject();
+        if (!l || !cJSON_AddItemToArray(layers, l)) {
+            cJSON_Delete(l);
+            break;
+        }
+        cJSON_AddStringToObject(l, "name", L->name);
+        cJSON_AddStringToObject(l, "tensor", L->tensor);
+        cJSON_AddNumberToObject(l, "n", L->w.n);
+        cJSON_AddNumberToObject(l, "k", L->w.k);
+        cJSON_AddNumberToObject(l, "max_n", L->max_n);
+        cJSON_AddStringToObject(l, "dtype", pj_st_dtype_name((pj_st_dtype)L->src_dtype));
+        cJSON_AddStringToObject(l, "format", format_name(L->w.fmt));
+        cJSON_AddNumberToObject(l, "stored_bytes", (double)L->stored_bytes);
+        cJSON_AddNumberToObject(l, "bf16_bytes", (double)L->bf16_bytes);
+        cJSON_AddNumberToObject(l, "ratio", (double)L->stored_bytes / (double)L->bf16_bytes);
+        if (L->w.fmt == PJ_FMT_Z12) {
+            cJSON_AddNumberToObject(l, "exceptions", L->n_exc);
+            cJSON_AddNumberToObject(l, "exception_rate", L->exc_rate);
+            cJSON *w = cJSON_AddObjectToObject(l, "window");
+            if (w) {
+                cJSON_AddNumberToObject(w, "base", L->z_base);
+                cJSON_AddNumberToObject(w, "e7_last", L->z_base + 7);
+                cJSON_AddNumberToObject(w, "exp2_min", window_lo_exp(L->z_base));
+                cJSON_AddNumberToObject(w, "exp2_max", window_hi_exp(L->z_base));
+            }
+        } else {
+            cJSON_AddNumberToObject(l, "exceptions", 0);
+            cJSON_AddNumberToObject(l, "exception_rate", 0);
+            cJSON_AddNullToObject(l, "window");
+        }
+        if (L->engine[0])
+            cJSON_AddStringToObject(l, "engine", L->engine);
+        tot_s += L->stored_bytes;
+        tot_b += L->bf16_bytes;
+        tot_e += L->n_exc;
+    }
+    total = cJSON_AddObjectToObject(root, "total");
+    if (total) {
+        cJSON_AddNumberToObject(total, "stored_bytes", (double)tot_s);
+        cJSON_AddNumberToObject(total, "bf16_bytes", (double)tot_b);
+        cJSON_AddNumberToObject(total, "ratio", (double)tot_s / (double)tot_b);
+        cJSON_AddNumberToObject(total, "exceptions", (double)tot_e);
+    }
+    warns = cJSON_AddArrayToObject(root, "warnings");
+    for (size_t i = 0; warns && i < wl->n; i++)
+        cJSON_AddItemToArray(warns, cJSON_CreateString(wl->msg[i]));
+    char *s = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!s)
+        return -ENOMEM;
+    fprintf(out, "%s\n", s);
+    free(s);
+    return 0;
+}
+
+int pj_inspect_print(FILE *out, const pj_config *cfg, const char *model_path, int json, char *err,
+                     size_t errlen)
+{
+    pj_config *c = malloc(sizeof *c);
+    if (!c) {
+        snprintf(err, errlen, "inspect: out of memory");
+        return -ENOMEM;
+    }
+    if (cfg)
+        *c = *cfg;
+    else
+        pj_config_defaults(c);
+    if (model_path)
+        snprintf(c->model.path, sizeof c->model.path, "%s", model_path);
+
+    warn_list wl = {0};
+    pj_model *m = NULL;
+    pj_st_file *st = NULL;
+    int rc = pj_model_load(c, &m, collect_warn, &wl, err, errlen);
+    if (rc == 0) {
+        /* Only for the metadata; the load already validated this file, and
+         * if it changed since, the report just goes without metadata. */
+        char e2[256];
+        if (pj_st_open(c->model.path, &st, e2, sizeof e2) != 0)
+            st = NULL;
+        if (json)
+            rc = print_json(out, m, st, &wl);
+        else
+            print_text(out, m, st, &wl);
+        if (rc)
+            snprintf(err, errlen, "inspect: out of memory rendering JSON");
+        else if (fflush(out) != 0 || ferror(out)) {
+            rc = -EIO;
+            snprintf(err, errlen, "inspect: cannot write the report");
+        }
+    }
+    pj_st_close(st);
+    pj_model_free(m);
+    for (size_t i = 0; i < wl.n; i++)
+        free(wl.msg[i]);
+    free(c);
+    return rc;
+}

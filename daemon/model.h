@@ -1,0 +1,77 @@
+/* model.h — the model loader: config + safetensors file -> each layer's
+ * weights in its stored format (bf16, z12 or split), verified.
+ *
+ * Per layer the format follows the config's preference (pj_format_pref):
+ *   auto:  BF16 tensor -> z12 when K % 64 == 0, else bf16; F32/F16 -> split
+ *   bf16:  BF16 tensor -> bf16 (an F32/F16 tensor is an error: it would round)
+ *   z12:   BF16 tensor with K % 64 == 0 -> z12 (anything else is an error)
+ *   split: F32/F16 -> hi = bf16(w), lo = bf16(w - hi) (exact for F16);
+ *          BF16 -> hi = w, lo = 0
+ * A BF16 layer holding a non-finite weight stays bf16 under auto, and the
+ * warn callback names the tensor and (row, col); forcing z12 on it is an
+ * error. Every z12 layer is unpacked again after packing and compared bit
+ * for bit with the source; a difference fails the load.
+ *
+ * The file is mapped only while loading: every array a layer points at is
+ * the model's own copy, so the file may change or vanish once load returns.
+ */
+#ifndef PJ_MODEL_H
+#define PJ_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+#include "daemon/safetensors.h"
+#include "kernels/refgemm.h"
+#include "kernels/zfmt.h"
+
+/* Largest N and K a layer may have (the wire protocol's and engines' limit). */
+#define PJ_MODEL_MAX_DIM 65536u
+
+typedef struct pj_model_layer {
+    char name[PJ_CFG_NAME];
+    char tensor[PJ_CFG_PATH];
+    pj_weights w;             /* kernels/refgemm.h; arrays owned by the model */
+    uint32_t max_n;           /* rows a request may use (config, 0 -> N) */
+    int src_dtype;            /* pj_st_dtype of the tensor in the file */
+    size_t stored_bytes;      /* everything the stored format keeps */
+    size_t bf16_bytes;        /* n * k * 2 */
+    uint32_t z_base, n_exc;   /* z12 only: window [z_base, z_base + 7], exceptions */
+    double exc_rate;          /* n_exc / (n * k); 0 unless z12 */
+    char engine[PJ_CFG_NAME]; /* forced engine from config, "" if none */
+} pj_model_layer;
+
+/* Private per-layer storage (what pj_model_layer.w points into). */
+typedef struct pj_model_store {
+    uint16_t *a, *b; /* bf16: a; split: a = hi, b = lo */
+    pj_z12 z;        /* z12 */
+} pj_model_store;
+
+typedef struct pj_model {
+    char path[PJ_CFG_PATH];
+    uint32_t n_layers;
+    pj_model_layer layers[PJ_CFG_MAX_LAYERS];
+    double load_ms, convert_ms; /* reading + copying; packing + splitting + verifying */
+    uint64_t file_bytes;        /* size of the safetensors file */
+    pj_model_store store[PJ_CFG_MAX_LAYERS]; /* private: use layers[].w */
+} pj_model;
+
+/* Receives one line per real problem that does not stop the load. */
+typedef void (*pj_model_warn_fn)(void *ctx, const char *msg);
+
+/* Load cfg->model.path with cfg's layer list. Owns: *out (pj_model_free).
+ * warn may be NULL. Returns 0; -EINVAL (bad file, missing tensor, wrong
+ * dtype/rank/size, impossible format, max_n > N, failed verification),
+ * -ENOMEM, or -errno from opening the file. err: one line naming the file
+ * and the layer. */
+int pj_model_load(const pj_config *cfg, pj_model **out, pj_model_warn_fn warn, void *ctx, char *err,
+                  size_t errlen);
+
+/* Index of the layer called name, or -1. */
+int pj_model_find(const pj_model *m, const char *name);
+
+/* Frees every layer's arrays and m; NULL is fine. */
+void pj_model_free(pj_model *m);
+
+#endif

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# `make run`: generate the demo model if absent, start projd with the embedded
+# default config, show it serving with projctl, then keep serving in the
+# foreground until Ctrl-C (which drains and stops the daemon).
+set -euo pipefail
+build=${1:-build}
+bin=$build/bin
+model=${PROJD_MODEL:-$build/models/reference.safetensors}
+if [ ! -f "$model" ]; then
+    echo "run: generating the reference model at $model (about 380 MB, once)"
+    mkdir -p "$(dirname "$model")"
+    "$bin/projctl" mkmodel --preset reference --out "$model"
+fi
+"$bin/projctl" inspect "$model"
+
+args=(--model "$model")
+[ -n "${PROJD_SOCKET:-}" ] && args+=(--socket "$PROJD_SOCKET")
+[ -n "${PROJD_BACKEND:-}" ] && args+=(--backend "$PROJD_BACKEND")
+echo "run: starting $bin/projd ${args[*]}"
+"$bin/projd" "${args[@]}" &
+pid=$!
+stop() {
+    echo
+    echo "run: stopping projd (SIGTERM drains in-flight work)"
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    exit 0
+}
+trap stop INT TERM
+
+ctl=("$bin/projctl")
+[ -n "${PROJD_SOCKET:-}" ] && ctl+=(--socket "$PROJD_SOCKET")
+# Loading and converting the reference model takes a few seconds.
+for _ in $(seq 1 120); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+        wait "$pid"
+        echo "run: projd exited before it was ready" >&2
+        exit 1
+    fi
+    if "${ctl[@]}" --timeout 1000 status >/dev/null 2>&1; then break; fi
+    sleep 0.5
+done
+"${ctl[@]}" status
+"${ctl[@]}" layers
+"${ctl[@]}" project --layer o --m 8 --check --model "$model"
+"${ctl[@]}" project --layer router --m 1 --check --model "$model"
+echo
+echo "run: projd is serving (pid $pid). In another shell try:"
+echo "  ${ctl[*]} stats"
+echo "  ${ctl[*]} project --layer qkv_gate --m 16 --check --model $model"
+echo "run: Ctrl-C stops it."
+wait "$pid"

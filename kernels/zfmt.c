@@ -1,0 +1,348 @@
+/* zfmt.c — pack and unpack the lossless 12-bit weight format (see zfmt.h and
+ * kernels/ZFORMAT.md for the bit and tile layout).
+ *
+ * Out-of-window weights are stored saturated: the window value nearest to
+ * them (code 0 with low byte 0x00 below the window, code 7 with low byte 0xff
+ * above it), sign kept. Their exception entry is "cancel and restore":
+ * c1 = -w_d, c2 = w. Both are bf16 values, so for a one-hot input of any bf16
+ * value x the products w_d*x, c1*x, c2*x are exact in fp32, w_d*x + c1*x is
+ * exactly 0 and the result is fl(w*x), the same number the reference computes.
+ * A difference-based pair (c1 = fl(w - w_d), c2 = the TwoSum error) is exact
+ * only for x = 1, which is why it is merely the fallback. Every entry is
+ * verified by simulating the fp32 sum before it is stored.
+ */
+#include "kernels/zfmt.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/bf16.h"
+
+#define Z12_E7_COUNT  128
+#define Z12_BASE_MAX  120 /* base + 7 <= 127: the code add never carries into the sign */
+#define Z12_K_LIMIT   (1u << 28)
+#define Z12_NIB_PLANE (2 * PJ_Z12_PLANE_BYTES)
+
+/* Where element (rr, cc) of a 16 x 64 tile lives: the inverse of
+ * row = g + 8 * ((j >> 1) & 1), col = 16 s + 2 t + (j & 1) + 8 * (j >> 2)
+ * with lane L = 4 g + t and element e = 8 s + j. */
+typedef struct z12_pos {
+    uint32_t low;   /* byte offset of the low byte in the tile */
+    uint32_t nib;   /* byte offset of the nibble byte in the tile */
+    uint32_t shift; /* 0: low nibble, 4: high nibble */
+} z12_pos;
+
+static z12_pos z12_locate(uint32_t rr, uint32_t cc)
+{
+    uint32_t g = rr & 7, h = rr >> 3;
+    uint32_t s = cc >> 4, q = cc & 15;
+    uint32_t t = (q & 7) >> 1;
+    uint32_t j = ((q >> 3) << 2) | (h << 1) | (q & 1);
+    uint32_t lane = 4 * g + t, e = 8 * s + j;
+    z12_pos p;
+    p.low = (e >> 4) * PJ_Z12_PLANE_BYTES + 16 * lane + (e & 15);
+    p.nib = Z12_NIB_PLANE + 16 * lane + 4 * s + (j & 3);
+    p.shift = (j >> 2) * 4;
+    return p;
+}
+
+static size_t z12_tile_offset(const pj_z12 *z, uint32_t row, uint32_t col)
+{
+    size_t rb = row / PJ_Z12_TILE_ROWS, kt = col / PJ_Z12_TILE_K;
+    return (rb * (z->k / PJ_Z12_TILE_K) + kt) * PJ_Z12_TILE_BYTES;
+}
+
+/* The bf16 a decoder yields from a nibble and a low byte. */
+static uint16_t z12_decode(uint32_t base, uint32_t nib, uint32_t low)
+{
+    return (uint16_t)(((nib & 8u) << 12) | ((base + (nib & 7u)) << 8) | low);
+}
+
+uint32_t pj_z12_choose_base(const uint16_t *w, uint32_t n, uint32_t k, size_t ld)
+{
+    uint64_t hist[Z12_E7_COUNT] = {0};
+    for (uint32_t r = 0; r < n; r++) {
+        const uint16_t *row = w + (size_t)r * ld;
+        for (uint32_t c = 0; c < k; c++)
+            hist[(row[c] >> 8) & 0x7f]++;
+    }
+    uint64_t in = 0;
+    for (uint32_t e = 0; e < 8; e++)
+        in += hist[e];
+    uint64_t best = in;
+    uint32_t best_base = 0;
+    for (uint32_t b = 1; b <= Z12_BASE_MAX; b++) {
+        in += hist[b + 7] - hist[b - 1];
+        if (in > best) { /* strict: ties keep the smallest base */
+            best = in;
+            best_base = b;
+        }
+    }
+    return best_base;
+}
+
+/* fp32 simulation of the correction a kernel applies with x = 1. Volatile
+ * stores keep each sum rounded to fp32 whatever the compiler's evaluation
+ * method. */
+static int z12_exact(float wd, float c1, float c2, float w)
+{
+    volatile float s1 = wd + c1;
+    volatile float s2 = s1 + c2;
+    return s2 == w;
+}
+
+/* Find c1, c2 with fl(fl(w_d + c1) + c2) == w; 0 or -ERANGE. */
+static int z12_correction(uint16_t wd_bits, uint16_t w_bits, float *c1, float *c2)
+{
+    float wd = pj_bf16_to_f32(wd_bits), w = pj_bf16_to_f32(w_bits);
+    /* Cancel and restore (see the file comment). */
+    if (z12_exact(wd, -wd, w, w)) {
+        *c1 = -wd;
+        *c2 = w;
+        return 0;
+    }
+    /* TwoSum of w and -w_d: c1 + c2 == w - w_d exactly. */
+    volatile float s = w - wd;
+    volatile float bv = s - w;
+    volatile float av = s - bv;
+    float err = (w - av) + (-wd - bv);
+    if (z12_exact(wd, s, err, w)) {
+        *c1 = s;
+        *c2 = err;
+        return 0;
+    }
+    return -ERANGE;
+}
+
+void pj_z12_free(pj_z12 *z)
+{
+    if (!z)
+        return;
+    free(z->tiles);
+    free(z->blk_exc);
+    free(z->exc);
+    free(z->exc_orig);
+    memset(z, 0, sizeof *z);
+}
+
+static int z12_check_args(const uint16_t *w, uint32_t n, uint32_t k, size_t ld, char *err,
+                          size_t errlen)
+{
+    if (!w) {
+        snprintf(err, errlen, "z12 pack: no weights given");
+        return -EINVAL;
+    }
+    if (n == 0 || k == 0) {
+        snprintf(err, errlen, "z12 pack: empty matrix (n=%u, k=%u)", n, k);
+        return -EINVAL;
+    }
+    if (k % PJ_Z12_TILE_K != 0) {
+        snprintf(err, errlen, "z12 pack: k=%u is not a multiple of %d", k, PJ_Z12_TILE_K);
+        return -EINVAL;
+    }
+    if (k >= Z12_K_LIMIT) {
+        snprintf(err, errlen, "z12 pack: k=%u does not fit the 28-bit exception column", k);
+        return -EINVAL;
+    }
+    if (n > UINT32_MAX - (PJ_Z12_TILE_ROWS - 1)) {
+        snprintf(err, errlen, "z12 pack: n=%u cannot be padded to a multiple of 16", n);
+        return -EINVAL;
+    }
+    if (ld < k) {
+        snprintf(err, errlen, "z12 pack: row stride %zu is smaller than k=%u", ld, k);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* Exceptions are counted before anything is allocated so the arrays are
+ * exact-sized and a count beyond uint32 is refused up front. Non-finite
+ * weights are found in the same pass. */
+static int z12_count(const uint16_t *w, uint32_t n, uint32_t k, size_t ld, uint32_t base,
+                     uint64_t *n_exc, char *err, size_t errlen)
+{
+    uint64_t cnt = 0;
+    for (uint32_t r = 0; r < n; r++) {
+        const uint16_t *row = w + (size_t)r * ld;
+        for (uint32_t c = 0; c < k; c++) {
+            uint16_t b = row[c];
+            if ((b & 0x7f80u) == 0x7f80u) {
+                snprintf(err, errlen, "z12 pack: weight at row %u, column %u is %s (0x%04x)", r, c,
+                         (b & 0x7fu) ? "NaN" : "infinite", b);
+                return -EDOM;
+            }
+            uint32_t e7 = (b >> 8) & 0x7fu;
+            cnt += (e7 < base || e7 > base + 7);
+        }
+    }
+    if (cnt > UINT32_MAX) {
+        snprintf(err, errlen, "z12 pack: %llu exceptions exceed the 32-bit offsets",
+                 (unsigned long long)cnt);
+        return -EINVAL;
+    }
+    *n_exc = cnt;
+    return 0;
+}
+
+int pj_z12_pack(const uint16_t *w, uint32_t n, uint32_t k, size_t ld, pj_z12 *out, char *err,
+                size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    int rc = z12_check_args(w, n, k, ld, err, errlen);
+    if (rc)
+        return rc;
+
+    pj_z12 z = {0};
+    z.n = n;
+    z.k = k;
+    z.n_pad = (n + PJ_Z12_TILE_ROWS - 1) / PJ_Z12_TILE_ROWS * PJ_Z12_TILE_ROWS;
+    uint32_t n_blk = z.n_pad / PJ_Z12_TILE_ROWS;
+    z.base = pj_z12_choose_base(w, n, k, ld);
+
+    uint64_t n_exc = 0;
+    rc = z12_count(w, n, k, ld, z.base, &n_exc, err, errlen);
+    if (rc)
+        return rc;
+
+    size_t n_tiles = (size_t)n_blk * (k / PJ_Z12_TILE_K);
+    if (n_tiles > SIZE_MAX / PJ_Z12_TILE_BYTES) {
+        snprintf(err, errlen, "z12 pack: %u x %u does not fit in memory", n, k);
+        return -ENOMEM;
+    }
+    z.tiles_bytes = n_tiles * PJ_Z12_TILE_BYTES;
+    z.tiles = calloc(z.tiles_bytes, 1);
+    z.blk_exc = calloc((size_t)n_blk + 1, sizeof *z.blk_exc);
+    if (n_exc) {
+        z.exc = malloc((size_t)n_exc * sizeof *z.exc);
+        z.exc_orig = malloc((size_t)n_exc * sizeof *z.exc_orig);
+    }
+    if (!z.tiles || !z.blk_exc || (n_exc && (!z.exc || !z.exc_orig))) {
+        snprintf(err, errlen, "z12 pack: out of memory for %u x %u (%llu exceptions)", n, k,
+                 (unsigned long long)n_exc);
+        rc = -ENOMEM;
+        goto fail;
+    }
+
+    /* Tile byte offsets of one row block's 16 x 64 positions. */
+    z12_pos pos[PJ_Z12_TILE_ROWS][PJ_Z12_TILE_K];
+    for (uint32_t rr = 0; rr < PJ_Z12_TILE_ROWS; rr++)
+        for (uint32_t cc = 0; cc < PJ_Z12_TILE_K; cc++)
+            pos[rr][cc] = z12_locate(rr, cc);
+
+    uint32_t ne = 0;
+    for (uint32_t r = 0; r < n; r++) {
+        const uint16_t *row = w + (size_t)r * ld;
+        uint32_t rr = r % PJ_Z12_TILE_ROWS;
+        if (rr == 0)
+            z.blk_exc[r / PJ_Z12_TILE_ROWS] = ne;
+        uint8_t *blk =
+            z.tiles + (size_t)(r / PJ_Z12_TILE_ROWS) * (k / PJ_Z12_TILE_K) * PJ_Z12_TILE_BYTES;
+        for (uint32_t c = 0; c < k; c++) {
+            uint16_t b = row[c];
+            uint32_t sign = b >> 15, e7 = (b >> 8) & 0x7fu, low = b & 0xffu, code;
+            int inside = e7 >= z.base && e7 <= z.base + 7;
+            if (inside) {
+                code = e7 - z.base;
+            } else if (e7 < z.base) {
+                code = 0;
+                low = 0x00;
+            } else {
+                code = 7;
+                low = 0xff;
+            }
+            uint8_t *tile = blk + (size_t)(c / PJ_Z12_TILE_K) * PJ_Z12_TILE_BYTES;
+            const z12_pos *p = &pos[rr][c % PJ_Z12_TILE_K];
+            uint32_t nib = sign << 3 | code;
+            tile[p->low] = (uint8_t)low;
+            tile[p->nib] |= (uint8_t)(nib << p->shift);
+            if (inside)
+                continue;
+            pj_z12_exc *x = &z.exc[ne];
+            if (z12_correction(z12_decode(z.base, nib, low), b, &x->c1, &x->c2)) {
+                snprintf(err, errlen,
+                         "z12 pack: no exact fp32 correction for row %u, column %u (0x%04x)", r, c,
+                         b);
+                rc = -ERANGE;
+                goto fail;
+            }
+            x->rk = rr << 28 | c;
+            z.exc_orig[ne] = b;
+            ne++;
+        }
+    }
+    for (uint32_t rb = (n + PJ_Z12_TILE_ROWS - 1) / PJ_Z12_TILE_ROWS; rb <= n_blk; rb++)
+        z.blk_exc[rb] = ne;
+    z.n_exc = ne;
+    *out = z;
+    return 0;
+
+fail:
+    pj_z12_free(&z);
+    return rc;
+}
+
+uint16_t pj_z12_decoded(const pj_z12 *z, uint32_t row, uint32_t col)
+{
+    const uint8_t *tile = z->tiles + z12_tile_offset(z, row, col);
+    z12_pos p = z12_locate(row % PJ_Z12_TILE_ROWS, col % PJ_Z12_TILE_K);
+    return z12_decode(z->base, (tile[p.nib] >> p.shift) & 0xfu, tile[p.low]);
+}
+
+/* Walks the row's positions forward: in each tile the row is lane group
+ * g = rr % 8 (lanes 4g..4g+3, one per t) and, per k16-step s, the fragment
+ * elements j0 = 2 * (rr / 8) and j0 + 1 (low nibbles of nibble bytes j0,
+ * j0 + 1; columns 16 s + 2 t + {0, 1}) and j0 + 4, j0 + 5 (the high nibbles
+ * of the same bytes; those columns + 8). */
+void pj_z12_unpack_row(const pj_z12 *z, uint32_t row, uint16_t *row_out)
+{
+    uint32_t rb = row / PJ_Z12_TILE_ROWS, rr = row % PJ_Z12_TILE_ROWS;
+    uint32_t g = rr & 7, j0 = 2 * (rr >> 3), kts = z->k / PJ_Z12_TILE_K;
+    uint16_t high[16]; /* nibble -> high byte, already shifted */
+    for (uint32_t v = 0; v < 16; v++)
+        high[v] = (uint16_t)(((v & 8u) << 12) | ((z->base + (v & 7u)) << 8));
+    const uint8_t *blk = z->tiles + (size_t)rb * kts * PJ_Z12_TILE_BYTES;
+    for (uint32_t kt = 0; kt < kts; kt++) {
+        const uint8_t *tile = blk + (size_t)kt * PJ_Z12_TILE_BYTES;
+        uint16_t *out = row_out + (size_t)kt * PJ_Z12_TILE_K;
+        for (uint32_t t = 0; t < 4; t++) {
+            uint32_t lane = 4 * g + t;
+            for (uint32_t s = 0; s < 4; s++) {
+                const uint8_t *lb = tile + (s >> 1) * PJ_Z12_PLANE_BYTES + 16 * lane + 8 * (s & 1);
+                const uint8_t *nb = tile + Z12_NIB_PLANE + 16 * lane + 4 * s;
+                uint16_t *o = out + 16 * s + 2 * t;
+                uint32_t n0 = nb[j0], n1 = nb[j0 + 1];
+                o[0] = high[n0 & 15] | lb[j0];
+                o[1] = high[n1 & 15] | lb[j0 + 1];
+                o[8] = high[n0 >> 4] | lb[j0 + 4];
+                o[9] = high[n1 >> 4] | lb[j0 + 5];
+            }
+        }
+    }
+    /* The row's exceptions: a contiguous run of the block's list, sorted by
+     * rk, found by binary search for rk >= rr << 28. */
+    uint32_t lo = z->blk_exc[rb], hi = z->blk_exc[rb + 1];
+    uint32_t key = rr << 28;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (z->exc[mid].rk < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (uint32_t i = lo; i < z->blk_exc[rb + 1] && (z->exc[i].rk >> 28) == rr; i++)
+        row_out[z->exc[i].rk & (Z12_K_LIMIT - 1)] = z->exc_orig[i];
+}
+
+void pj_z12_unpack(const pj_z12 *z, uint16_t *w, size_t ld)
+{
+    for (uint32_t r = 0; r < z->n; r++)
+        pj_z12_unpack_row(z, r, w + (size_t)r * ld);
+}
+
+size_t pj_z12_bytes(const pj_z12 *z)
+{
+    return z->tiles_bytes + ((size_t)z->n_pad / PJ_Z12_TILE_ROWS + 1) * sizeof(uint32_t) +
+           (size_t)z->n_exc * sizeof(pj_z12_exc) + 16;
+}

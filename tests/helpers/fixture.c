@@ -1,0 +1,83 @@
+/* fixture.c — temp directory and generated-model fixtures for the suites. */
+#include "tests/helpers/fixture.h"
+
+#include "daemon/modelgen.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char fx_dir[4096];
+static pid_t fx_owner;
+
+static int fx_rm(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    remove(path); /* best effort: keep going */
+    return 0;
+}
+
+static void fx_cleanup(void)
+{
+    /* Forked test children inherit the handler; only the creator removes. */
+    if (fx_dir[0] && getpid() == fx_owner)
+        nftw(fx_dir, fx_rm, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+const char *pj_fixture_tmpdir(void)
+{
+    if (fx_dir[0])
+        return fx_dir;
+    const char *base = getenv("TMPDIR");
+    if (!base || !base[0])
+        base = "/tmp";
+    snprintf(fx_dir, sizeof fx_dir, "%s/projd-test-XXXXXX", base);
+    if (!mkdtemp(fx_dir)) {
+        fprintf(stderr, "fixture: mkdtemp %s: %s\n", fx_dir, strerror(errno));
+        fx_dir[0] = '\0';
+        return NULL;
+    }
+    fx_owner = getpid();
+    atexit(fx_cleanup);
+    return fx_dir;
+}
+
+char *pj_fixture_path(char *out, size_t cap, const char *name)
+{
+    const char *d = pj_fixture_tmpdir();
+    snprintf(out, cap, "%s/%s", d ? d : "/tmp", name);
+    return out;
+}
+
+int pj_fixture_small_model(char *path_out, size_t cap)
+{
+    static char model[4200];
+    if (!model[0]) {
+        if (!pj_fixture_tmpdir())
+            return -EIO;
+        char path[sizeof model], err[512];
+        pj_fixture_path(path, sizeof path, "small.safetensors");
+        pj_modelgen_opts o = {.seed = 1, .preset = PJ_MODELGEN_SMALL};
+        int rc = pj_modelgen_write(path, &o, err, sizeof err);
+        if (rc != 0) {
+            fprintf(stderr, "fixture: %s\n", err);
+            return rc;
+        }
+        snprintf(model, sizeof model, "%s", path);
+    }
+    if (strlen(model) >= cap)
+        return -ENAMETOOLONG;
+    snprintf(path_out, cap, "%s", model);
+    return 0;
+}
+
+void pj_fixture_small_config(pj_config *cfg, const char *model_path)
+{
+    pj_config_defaults(cfg);
+    snprintf(cfg->model.path, sizeof cfg->model.path, "%s", model_path);
+}

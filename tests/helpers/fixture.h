@@ -1,0 +1,32 @@
+/* fixture.h — shared test fixtures: a per-process temp directory and the
+ * generated small model.
+ *
+ * Check runs each test in a forked child by default; anything a fixture
+ * creates inside a test lives only as long as that child. A suite that wants
+ * one model for all its tests calls pj_fixture_small_model from main()
+ * before srunner_run_all. Everything is removed when the creating process
+ * exits.
+ */
+#ifndef PJ_TEST_FIXTURE_H
+#define PJ_TEST_FIXTURE_H
+
+#include <stddef.h>
+
+#include "config/config.h"
+
+/* A private directory (mkdtemp under $TMPDIR or /tmp), created on first
+ * use, removed with its contents when the creating process exits. NULL if
+ * it cannot be created. */
+const char *pj_fixture_tmpdir(void);
+
+/* Write "<tmpdir>/<name>" into out (cap bytes); returns out. */
+char *pj_fixture_path(char *out, size_t cap, const char *name);
+
+/* Generate the small preset (seed 1) once per process and copy its path to
+ * path_out. Returns 0 or a negative errno (the reason goes to stderr). */
+int pj_fixture_small_model(char *path_out, size_t cap);
+
+/* Defaults (pj_config_defaults) with model.path = model_path. */
+void pj_fixture_small_config(pj_config *cfg, const char *model_path);
+
+#endif

@@ -1,0 +1,683 @@
+/* test_model.c — the loader (formats, verification, errors) and inspect. */
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "daemon/inspect.h"
+#include "daemon/model.h"
+#include "daemon/modelgen.h"
+#include "daemon/safetensors.h"
+#include "kernels/bf16.h"
+#include "kernels/refgemm.h"
+#include "kernels/zfmt.h"
+#include "tests/helpers/fixture.h"
+
+static char small_path[1024];
+
+/* ---- helpers ----------------------------------------------------------------- */
+
+typedef struct warns {
+    char msg[8][1024];
+    int n;
+} warns;
+
+static void on_warn(void *ctx, const char *msg)
+{
+    warns *w = ctx;
+    if (w->n < 8)
+        snprintf(w->msg[w->n], sizeof w->msg[0], "%s", msg);
+    w->n++;
+}
+
+/* A config with one layer over tensor "w" of path. */
+static void one_layer_config(pj_config *cfg, const char *path, pj_format_pref fmt)
+{
+    pj_fixture_small_config(cfg, path);
+    cfg->model.n_layers = 1;
+    memset(&cfg->model.layers[0], 0, sizeof cfg->model.layers[0]);
+    snprintf(cfg->model.layers[0].name, PJ_CFG_NAME, "lay");
+    snprintf(cfg->model.layers[0].tensor, PJ_CFG_PATH, "w");
+    cfg->model.layers[0].format = fmt;
+}
+
+/* Write a file with tensor "w" (and a 1-byte tensor before it, so its data
+ * is deliberately misaligned) and load it with one layer. */
+static int load_one(const char *file, pj_st_dtype dt, uint32_t ndim, const uint64_t *shape,
+                    const void *data, pj_format_pref fmt, pj_model **m, warns *wr, char *err,
+                    size_t errlen)
+{
+    char path[1024], werr[512];
+    pj_fixture_path(path, sizeof path, file);
+    static const uint8_t pad = 7;
+    pj_st_wtensor t[2] = {{.name = "pad", .dtype = PJ_ST_U8, .ndim = 1, .shape = {1}, .data = &pad},
+                          {.name = "w", .dtype = dt, .ndim = ndim, .data = data}};
+    memcpy(t[1].shape, shape, ndim * sizeof *shape);
+    ck_assert_msg(pj_st_write(path, t, 2, NULL, 0, werr, sizeof werr) == 0, "%s", werr);
+    pj_config *cfg = malloc(sizeof *cfg);
+    one_layer_config(cfg, path, fmt);
+    int rc = pj_model_load(cfg, m, on_warn, wr, err, errlen);
+    free(cfg);
+    return rc;
+}
+
+static void expect_load_error(const char *file, pj_st_dtype dt, uint32_t ndim,
+                              const uint64_t *shape, const void *data, pj_format_pref fmt,
+                              const char *want)
+{
+    pj_model *m = (pj_model *)0x1;
+    warns wr = {0};
+    char err[1024] = "";
+    int rc = load_one(file, dt, ndim, shape, data, fmt, &m, &wr, err, sizeof err);
+    ck_assert_msg(rc == -EINVAL, "rc %d, err '%s' (wanted '%s')", rc, err, want);
+    ck_assert_ptr_null(m);
+    ck_assert_msg(strstr(err, want) != NULL, "error '%s' lacks '%s'", err, want);
+    ck_assert_msg(strstr(err, "layer 'lay'") != NULL, "error '%s' names no layer", err);
+    ck_assert_msg(strchr(err, '\n') == NULL, "error not one line: '%s'", err);
+}
+
+static uint16_t *rand_bf16(size_t count, uint32_t seed, float scale)
+{
+    uint16_t *w = malloc(count * 2);
+    for (size_t i = 0; i < count; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        float v = ((float)(seed >> 8) / 16777216.0f - 0.5f) * scale;
+        w[i] = pj_f32_to_bf16(v);
+    }
+    return w;
+}
+
+/* ---- the small model --------------------------------------------------------- */
+
+START_TEST(small_model_layers)
+{
+    pj_config cfg;
+    pj_fixture_small_config(&cfg, small_path);
+    pj_model *m;
+    warns wr = {0};
+    char err[1024];
+    ck_assert_msg(pj_model_load(&cfg, &m, on_warn, &wr, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(wr.n, 0);
+    ck_assert_uint_eq(m->n_layers, 5);
+    ck_assert_str_eq(m->path, small_path);
+    ck_assert_double_ge(m->load_ms, 0);
+    ck_assert_double_ge(m->convert_ms, 0);
+
+    pj_st_file *st;
+    ck_assert_int_eq(pj_st_open(small_path, &st, err, sizeof err), 0);
+    ck_assert_uint_eq(m->file_bytes, pj_st_file_size(st));
+    static const pj_format want[5] = {PJ_FMT_Z12, PJ_FMT_Z12, PJ_FMT_Z12, PJ_FMT_Z12, PJ_FMT_SPLIT};
+    for (uint32_t i = 0; i < 5; i++) {
+        const pj_model_layer *L = &m->layers[i];
+        ck_assert_int_eq(pj_model_find(m, L->name), (int)i);
+        const pj_st_tensor *t = pj_st_find(st, L->tensor);
+        ck_assert_ptr_nonnull(t);
+        uint32_t n = (uint32_t)t->shape[0], k = (uint32_t)t->shape[1];
+        size_t count = (size_t)n * k;
+        ck_assert_uint_eq(L->w.n, n);
+        ck_assert_uint_eq(L->w.k, k);
+        ck_assert_uint_eq(L->max_n, n);
+        ck_assert_int_eq(L->src_dtype, t->dtype);
+        ck_assert_int_eq(L->w.fmt, want[i]);
+        ck_assert_uint_eq(L->bf16_bytes, count * 2);
+        if (L->w.fmt == PJ_FMT_Z12) {
+            uint16_t *back = malloc(count * 2);
+            memset(back, 0xee, count * 2);
+            pj_z12_unpack(L->w.z, back, k);
+            ck_assert_int_eq(memcmp(back, t->data, count * 2), 0);
+            free(back);
+            ck_assert_uint_eq(L->stored_bytes, pj_z12_bytes(L->w.z));
+            ck_assert_uint_gt(L->n_exc, 0); /* the small preset forces some */
+            ck_assert_uint_eq(L->n_exc, L->w.z->n_exc);
+            ck_assert_uint_eq(L->z_base, L->w.z->base);
+            ck_assert_double_eq_tol(L->exc_rate, (double)L->n_exc / (double)count, 1e-12);
+            ck_assert_uint_lt(L->stored_bytes, L->bf16_bytes * 0.76);
+        } else {
+            /* the router: hi and lo are exactly pj_split_f32 of the file */
+            float *f = malloc(count * 4);
+            memcpy(f, t->data, count * 4);
+            uint16_t *hi = malloc(count * 2), *lo = malloc(count * 2);
+            pj_split_f32(f, count, hi, lo);
+            ck_assert_int_eq(memcmp(hi, L->w.hi, count * 2), 0);
+            ck_assert_int_eq(memcmp(lo, L->w.lo, count * 2), 0);
+            size_t nonzero_lo = 0;
+            for (size_t j = 0; j < count; j++) {
+                float r = pj_bf16_to_f32(L->w.hi[j]) + pj_bf16_to_f32(L->w.lo[j]);
+                ck_assert(fabsf(f[j] - r) <= ldexpf(fabsf(f[j]), -16) + 0x1p-134f);
+                nonzero_lo += L->w.lo[j] != 0;
+            }
+            ck_assert_uint_gt(nonzero_lo, count / 2);
+            ck_assert_uint_eq(L->stored_bytes, count * 4);
+            free(f);
+            free(hi);
+            free(lo);
+        }
+    }
+    ck_assert_int_eq(pj_model_find(m, "nope"), -1);
+    pj_st_close(st);
+    pj_model_free(m);
+}
+END_TEST
+
+/* z12 and bf16 storage of the same matrix project to the same bits. */
+START_TEST(z12_projects_like_bf16)
+{
+    pj_config *cfg = malloc(sizeof *cfg);
+    pj_fixture_small_config(cfg, small_path);
+    pj_model *mz, *mb;
+    char err[1024];
+    ck_assert_int_eq(pj_model_load(cfg, &mz, NULL, NULL, err, sizeof err), 0);
+    for (uint32_t i = 0; i < 4; i++)
+        cfg->model.layers[i].format = PJ_FPREF_BF16;
+    ck_assert_int_eq(pj_model_load(cfg, &mb, NULL, NULL, err, sizeof err), 0);
+    for (uint32_t i = 0; i < 4; i++) {
+        const pj_model_layer *Z = &mz->layers[i], *B = &mb->layers[i];
+        ck_assert_int_eq(Z->w.fmt, PJ_FMT_Z12);
+        ck_assert_int_eq(B->w.fmt, PJ_FMT_BF16);
+        ck_assert_uint_eq(B->stored_bytes, B->bf16_bytes);
+        uint32_t m = 3, n = Z->w.n, k = Z->w.k;
+        uint16_t *x = rand_bf16((size_t)m * k, 11 + i, 2.0f);
+        uint16_t *yz = malloc((size_t)m * n * 2), *yb = malloc((size_t)m * n * 2);
+        memset(yz, 0x11, (size_t)m * n * 2);
+        memset(yb, 0x22, (size_t)m * n * 2);
+        ck_assert_int_eq(pj_ref_project(&Z->w, m, n, x, k, yz, n), 0);
+        ck_assert_int_eq(pj_ref_project(&B->w, m, n, x, k, yb, n), 0);
+        ck_assert_int_eq(memcmp(yz, yb, (size_t)m * n * 2), 0);
+        free(x);
+        free(yz);
+        free(yb);
+    }
+    pj_model_free(mz);
+    pj_model_free(mb);
+    free(cfg);
+}
+END_TEST
+
+START_TEST(format_preferences)
+{
+    pj_config *cfg = malloc(sizeof *cfg);
+    pj_fixture_small_config(cfg, small_path);
+    cfg->model.layers[0].format = PJ_FPREF_SPLIT; /* BF16 tensor as hi = w, lo = 0 */
+    cfg->model.layers[1].format = PJ_FPREF_Z12;
+    cfg->model.layers[3].max_n = 100;
+    snprintf(cfg->model.layers[2].engine, PJ_CFG_NAME, "gemv");
+    pj_model *m;
+    char err[1024];
+    ck_assert_msg(pj_model_load(cfg, &m, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    const pj_model_layer *L = &m->layers[0];
+    ck_assert_int_eq(L->w.fmt, PJ_FMT_SPLIT);
+    pj_st_file *st;
+    ck_assert_int_eq(pj_st_open(small_path, &st, err, sizeof err), 0);
+    size_t count = (size_t)L->w.n * L->w.k;
+    ck_assert_int_eq(memcmp(L->w.hi, pj_st_find(st, L->tensor)->data, count * 2), 0);
+    for (size_t j = 0; j < count; j++)
+        ck_assert_uint_eq(L->w.lo[j], 0);
+    ck_assert_uint_eq(L->stored_bytes, count * 4);
+    ck_assert_int_eq(m->layers[1].w.fmt, PJ_FMT_Z12);
+    ck_assert_str_eq(m->layers[2].engine, "gemv");
+    ck_assert_str_eq(m->layers[1].engine, "");
+    ck_assert_uint_eq(m->layers[3].max_n, 100);
+    pj_st_close(st);
+    pj_model_free(m);
+
+    /* z12 or bf16 forced on the fp32 router */
+    pj_fixture_small_config(cfg, small_path);
+    cfg->model.layers[4].format = PJ_FPREF_Z12;
+    ck_assert_int_eq(pj_model_load(cfg, &m, NULL, NULL, err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "layer 'router' (tensor 'router.weight'): format z12 needs a BF16 "
+                              "tensor, the file has F32") != NULL,
+                  "%s", err);
+    ck_assert_msg(strncmp(err, small_path, strlen(small_path)) == 0, "%s", err);
+    cfg->model.layers[4].format = PJ_FPREF_BF16;
+    ck_assert_int_eq(pj_model_load(cfg, &m, NULL, NULL, err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "format bf16 would round the F32 weights") != NULL, "%s", err);
+
+    /* max_n past N */
+    pj_fixture_small_config(cfg, small_path);
+    cfg->model.layers[3].max_n = 513;
+    ck_assert_int_eq(pj_model_load(cfg, &m, NULL, NULL, err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "layer 'unpooler' (tensor 'unpooler.weight'): max_n 513 exceeds "
+                              "N = 512") != NULL,
+                  "%s", err);
+
+    /* a tensor the file lacks */
+    pj_fixture_small_config(cfg, small_path);
+    snprintf(cfg->model.layers[2].tensor, PJ_CFG_PATH, "pooler.bias");
+    ck_assert_int_eq(pj_model_load(cfg, &m, NULL, NULL, err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "layer 'pooler' (tensor 'pooler.bias'): no such tensor in the file "
+                              "(5 tensors)") != NULL,
+                  "%s", err);
+
+    /* the same layer name twice */
+    pj_fixture_small_config(cfg, small_path);
+    snprintf(cfg->model.layers[1].name, PJ_CFG_NAME, "qkv_gate");
+    ck_assert_int_eq(pj_model_load(cfg, &m, NULL, NULL, err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "layer name used twice") != NULL, "%s", err);
+    free(cfg);
+}
+END_TEST
+
+/* ---- synthetic files ---------------------------------------------------------- */
+
+START_TEST(bad_tensors)
+{
+    static uint8_t zeros[3 * 65600 * 2];
+    uint64_t s3[3] = {2, 2, 64}, s1[1] = {64}, big_k[2] = {1, 65600}, big_n[2] = {65537, 1};
+    uint64_t s2[2] = {2, 64}, odd[2] = {4, 96}, empty[2] = {0, 64};
+    expect_load_error("i64.safetensors", PJ_ST_I64, 2, s2, zeros, PJ_FPREF_AUTO,
+                      "dtype I64; projd serves BF16, F16 or F32");
+    expect_load_error("u8.safetensors", PJ_ST_U8, 2, s2, zeros, PJ_FPREF_SPLIT, "dtype U8");
+    expect_load_error("rank3.safetensors", PJ_ST_BF16, 3, s3, zeros, PJ_FPREF_AUTO,
+                      "shape [2, 2, 64] has rank 3; a layer is a 2-D [N, K]");
+    expect_load_error("rank1.safetensors", PJ_ST_F32, 1, s1, zeros, PJ_FPREF_AUTO, "has rank 1");
+    expect_load_error("bigk.safetensors", PJ_ST_BF16, 2, big_k, zeros, PJ_FPREF_AUTO,
+                      "shape [1, 65600]: N and K must be in 1..65536");
+    expect_load_error("bign.safetensors", PJ_ST_BF16, 2, big_n, zeros, PJ_FPREF_AUTO,
+                      "shape [65537, 1]: N and K must be in 1..65536");
+    expect_load_error("empty.safetensors", PJ_ST_BF16, 2, empty, zeros, PJ_FPREF_AUTO,
+                      "N and K must be in 1..65536");
+    expect_load_error("oddk.safetensors", PJ_ST_BF16, 2, odd, zeros, PJ_FPREF_Z12,
+                      "format z12 needs K % 64 == 0, K is 96");
+}
+END_TEST
+
+START_TEST(odd_k_stays_bf16)
+{
+    uint64_t shape[2] = {5, 96};
+    uint16_t *w = rand_bf16(5 * 96, 3, 0.1f);
+    pj_model *m;
+    warns wr = {0};
+    char err[1024];
+    ck_assert_int_eq(load_one("odd.safetensors", PJ_ST_BF16, 2, shape, w, PJ_FPREF_AUTO, &m, &wr,
+                              err, sizeof err),
+                     0);
+    ck_assert_int_eq(wr.n, 0); /* a format choice, not a problem */
+    ck_assert_int_eq(m->layers[0].w.fmt, PJ_FMT_BF16);
+    ck_assert_int_eq(memcmp(m->layers[0].w.bf16, w, 5 * 96 * 2), 0);
+    ck_assert_uint_eq(m->layers[0].stored_bytes, 5 * 96 * 2);
+    pj_model_free(m);
+    free(w);
+}
+END_TEST
+
+START_TEST(nonfinite_bf16)
+{
+    uint64_t shape[2] = {20, 128};
+    uint16_t *w = rand_bf16(20 * 128, 5, 0.1f);
+    w[7 * 128 + 33] = 0x7fc0; /* NaN at (7, 33) */
+    w[9 * 128 + 1] = 0xff80;  /* -inf later on */
+    pj_model *m;
+    warns wr = {0};
+    char err[1024];
+    ck_assert_int_eq(load_one("nan.safetensors", PJ_ST_BF16, 2, shape, w, PJ_FPREF_AUTO, &m, &wr,
+                              err, sizeof err),
+                     0);
+    ck_assert_int_eq(m->layers[0].w.fmt, PJ_FMT_BF16);
+    ck_assert_int_eq(memcmp(m->layers[0].w.bf16, w, 20 * 128 * 2), 0);
+    ck_assert_int_eq(wr.n, 1);
+    ck_assert_msg(strstr(wr.msg[0], "layer 'lay': tensor 'w' has a non-finite weight at (7, 33)") !=
+                      NULL,
+                  "%s", wr.msg[0]);
+    ck_assert_msg(strstr(wr.msg[0], "stored as bf16, not z12") != NULL, "%s", wr.msg[0]);
+    pj_model_free(m);
+
+    expect_load_error("nanz.safetensors", PJ_ST_BF16, 2, shape, w, PJ_FPREF_Z12,
+                      "format z12 cannot hold the non-finite weight at (7, 33)");
+    free(w);
+}
+END_TEST
+
+START_TEST(f16_split_exact)
+{
+    /* every f16 bit pattern that is finite: normals, subnormals, +-0, max */
+    enum { N = 512, K = 128 };
+    uint16_t *h = malloc(N * K * 2);
+    size_t c = 0;
+    for (uint32_t b = 0; b < 65536 && c < (size_t)N * K; b++)
+        if (((b >> 10) & 0x1f) != 0x1f)
+            h[c++] = (uint16_t)b;
+    ck_assert_uint_eq(c, 63488 < N * K ? 63488 : N * K);
+    for (; c < (size_t)N * K; c++)
+        h[c] = (uint16_t)c;
+    uint64_t shape[2] = {N, K};
+    pj_model *m;
+    warns wr = {0};
+    char err[1024];
+    ck_assert_msg(load_one("f16.safetensors", PJ_ST_F16, 2, shape, h, PJ_FPREF_AUTO, &m, &wr, err,
+                           sizeof err) == 0,
+                  "%s", err);
+    const pj_model_layer *L = &m->layers[0];
+    ck_assert_int_eq(L->w.fmt, PJ_FMT_SPLIT);
+    ck_assert_int_eq(L->src_dtype, PJ_ST_F16);
+    size_t nonzero_lo = 0;
+    for (size_t i = 0; i < (size_t)N * K; i++) {
+        float want = pj_f16_to_f32(h[i]);
+        if (!isfinite(want))
+            continue;
+        float got = pj_bf16_to_f32(L->w.hi[i]) + pj_bf16_to_f32(L->w.lo[i]);
+        ck_assert_msg(got == want, "f16 %#06x: %g != %g", h[i], (double)got, (double)want);
+        nonzero_lo += L->w.lo[i] != 0;
+    }
+    ck_assert_uint_gt(nonzero_lo, 1000);
+    pj_model_free(m);
+    free(h);
+}
+END_TEST
+
+START_TEST(f32_nonfinite_warns)
+{
+    enum { N = 3, K = 64 };
+    float f[N * K];
+    for (int i = 0; i < N * K; i++)
+        f[i] = 0.01f * (float)(i - 90);
+    f[2 * K + 5] = INFINITY;
+    uint64_t shape[2] = {N, K};
+    pj_model *m;
+    warns wr = {0};
+    char err[1024];
+    ck_assert_int_eq(load_one("f32inf.safetensors", PJ_ST_F32, 2, shape, f, PJ_FPREF_AUTO, &m, &wr,
+                              err, sizeof err),
+                     0);
+    ck_assert_int_eq(m->layers[0].w.fmt, PJ_FMT_SPLIT);
+    ck_assert_int_eq(wr.n, 1);
+    ck_assert_msg(strstr(wr.msg[0], "tensor 'w' has a non-finite weight at (2, 5)") != NULL, "%s",
+                  wr.msg[0]);
+    ck_assert_uint_eq(m->layers[0].w.hi[2 * K + 5], 0x7f80);
+    ck_assert_uint_eq(m->layers[0].w.lo[2 * K + 5], 0);
+    pj_model_free(m);
+}
+END_TEST
+
+/* Nothing a loaded model points at lives in the file's mapping: after the
+ * file is cut to nothing, every weight is still readable (a kept mapping
+ * would fault here). */
+START_TEST(file_not_kept)
+{
+    char path[1024], err[1024];
+    pj_fixture_path(path, sizeof path, "copy.safetensors");
+    pj_modelgen_opts o = {.seed = 5, .preset = PJ_MODELGEN_SMALL};
+    ck_assert_int_eq(pj_modelgen_write(path, &o, err, sizeof err), 0);
+    pj_config *cfg = malloc(sizeof *cfg);
+    pj_fixture_small_config(cfg, path);
+    cfg->model.layers[1].format = PJ_FPREF_BF16;
+    pj_model *m;
+    ck_assert_int_eq(pj_model_load(cfg, &m, NULL, NULL, err, sizeof err), 0);
+    ck_assert_int_eq(truncate(path, 0), 0);
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < m->n_layers; i++) {
+        const pj_weights *w = &m->layers[i].w;
+        size_t count = (size_t)w->n * w->k;
+        if (w->fmt == PJ_FMT_BF16)
+            for (size_t j = 0; j < count; j++)
+                sum += w->bf16[j];
+        else if (w->fmt == PJ_FMT_SPLIT)
+            for (size_t j = 0; j < count; j++)
+                sum += w->hi[j] + w->lo[j];
+        else
+            for (size_t j = 0; j < w->z->tiles_bytes; j++)
+                sum += w->z->tiles[j];
+    }
+    ck_assert_uint_gt(sum, 0);
+    pj_model_free(m);
+    free(cfg);
+}
+END_TEST
+
+START_TEST(bad_files)
+{
+    pj_config *cfg = malloc(sizeof *cfg);
+    char path[1024], err[1024];
+    pj_model *m = (pj_model *)0x1;
+    pj_fixture_path(path, sizeof path, "absent.safetensors");
+    pj_fixture_small_config(cfg, path);
+    ck_assert_int_eq(pj_model_load(cfg, &m, NULL, NULL, err, sizeof err), -ENOENT);
+    ck_assert_ptr_null(m);
+    ck_assert_msg(strstr(err, "absent.safetensors: cannot open") != NULL, "%s", err);
+
+    pj_fixture_path(path, sizeof path, "junk.safetensors");
+    FILE *f = fopen(path, "wb");
+    static const char junk[] = "\x10\0\0\0\0\0\0\0{\"a\":[1,2,3]}   ";
+    ck_assert_uint_eq(sizeof junk - 1, 24);
+    fwrite(junk, 1, sizeof junk - 1, f);
+    fclose(f);
+    pj_fixture_small_config(cfg, path);
+    ck_assert_int_eq(pj_model_load(cfg, &m, NULL, NULL, err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "junk.safetensors: tensor 'a': entry is an array") != NULL, "%s",
+                  err);
+
+    cfg->model.n_layers = 0;
+    ck_assert_int_eq(pj_model_load(cfg, &m, NULL, NULL, err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "lists 0 layers") != NULL, "%s", err);
+    pj_model_free(NULL);
+    free(cfg);
+}
+END_TEST
+
+/* ---- inspect ------------------------------------------------------------------ */
+
+static char *inspect_to_string(const pj_config *cfg, const char *path, int json, int *rc, char *err,
+                               size_t errlen)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    ck_assert_ptr_nonnull(f);
+    *rc = pj_inspect_print(f, cfg, path, json, err, errlen);
+    fclose(f);
+    return buf;
+}
+
+START_TEST(inspect_small_text)
+{
+    char err[1024];
+    int rc;
+    char *s = inspect_to_string(NULL, small_path, 0, &rc, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s", err);
+    const char *want[] = {"qkv_gate.weight",
+                          "320 x 256",
+                          "o.weight",
+                          "256 x 192",
+                          "pooler.weight",
+                          "unpooler.weight",
+                          "router.weight",
+                          "split",
+                          "z12",
+                          "F32",
+                          "BF16",
+                          "total",
+                          "e7 [",
+                          "seed = 1",
+                          "preset = small"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(strstr(s, want[i]) != NULL, "no '%s' in:\n%s", want[i], s);
+    ck_assert_ptr_null(strstr(s, "warning"));
+    free(s);
+
+    /* errors come back, nothing printed */
+    s = inspect_to_string(NULL, "/nonexistent/m.safetensors", 0, &rc, err, sizeof err);
+    ck_assert_int_eq(rc, -ENOENT);
+    ck_assert_str_eq(s, "");
+    free(s);
+}
+END_TEST
+
+/* Parse inspect's JSON and check it against a direct load. */
+static void check_inspect_json(const char *json, const pj_model *m, double max_z12_ratio)
+{
+    cJSON *root = cJSON_Parse(json);
+    ck_assert_msg(root != NULL, "inspect JSON does not parse:\n%s", json);
+    const cJSON *layers = cJSON_GetObjectItem(root, "layers");
+    ck_assert_int_eq(cJSON_GetArraySize(layers), (int)m->n_layers);
+    double sum_s = 0, sum_b = 0;
+    for (uint32_t i = 0; i < m->n_layers; i++) {
+        const pj_model_layer *L = &m->layers[i];
+        const cJSON *l = cJSON_GetArrayItem(layers, (int)i);
+        ck_assert_str_eq(cJSON_GetObjectItem(l, "name")->valuestring, L->name);
+        ck_assert_str_eq(cJSON_GetObjectItem(l, "tensor")->valuestring, L->tensor);
+        ck_assert_int_eq(cJSON_GetObjectItem(l, "n")->valueint, (int)L->w.n);
+        ck_assert_int_eq(cJSON_GetObjectItem(l, "k")->valueint, (int)L->w.k);
+        const char *fmt = cJSON_GetObjectItem(l, "format")->valuestring;
+        double stored = cJSON_GetObjectItem(l, "stored_bytes")->valuedouble;
+        double bf16 = cJSON_GetObjectItem(l, "bf16_bytes")->valuedouble;
+        double ratio = cJSON_GetObjectItem(l, "ratio")->valuedouble;
+        ck_assert_double_eq(stored, (double)L->stored_bytes);
+        ck_assert_double_eq(bf16, (double)L->bf16_bytes);
+        ck_assert_double_eq_tol(ratio, stored / bf16, 1e-12);
+        sum_s += stored;
+        sum_b += bf16;
+        if (strcmp(fmt, "z12") == 0) {
+            ck_assert_msg(ratio <= max_z12_ratio, "%s: z12 ratio %.5f > %.4f", L->name, ratio,
+                          max_z12_ratio);
+            ck_assert_double_ge(ratio, 0.75);
+            ck_assert_int_eq(cJSON_GetObjectItem(l, "exceptions")->valueint, (int)L->n_exc);
+            const cJSON *w = cJSON_GetObjectItem(l, "window");
+            ck_assert_int_eq(cJSON_GetObjectItem(w, "base")->valueint, (int)L->z_base);
+            ck_assert_int_eq(cJSON_GetObjectItem(w, "exp2_max")->valueint -
+                                 cJSON_GetObjectItem(w, "exp2_min")->valueint,
+                             16);
+        } else {
+            ck_assert(cJSON_IsNull(cJSON_GetObjectItem(l, "window")));
+        }
+    }
+    const cJSON *total = cJSON_GetObjectItem(root, "total");
+    ck_assert_double_eq(cJSON_GetObjectItem(total, "stored_bytes")->valuedouble, sum_s);
+    ck_assert_double_eq(cJSON_GetObjectItem(total, "bf16_bytes")->valuedouble, sum_b);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(root, "warnings")), 0);
+    cJSON_Delete(root);
+}
+
+/* The small layers carry fixed costs the reference ones amortise (block
+ * offsets: 4 bytes per 16 rows, about 1/(8K) of bf16; the 16-byte header;
+ * the forced exceptions), so their bound is looser than 0.752; the
+ * reference bound is checked on a reference-sized layer below. */
+START_TEST(inspect_small_json)
+{
+    char err[1024];
+    int rc;
+    char *s = inspect_to_string(NULL, small_path, 1, &rc, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s", err);
+    pj_config cfg;
+    pj_fixture_small_config(&cfg, small_path);
+    pj_model *m;
+    ck_assert_int_eq(pj_model_load(&cfg, &m, NULL, NULL, err, sizeof err), 0);
+    check_inspect_json(s, m, 0.7545);
+    pj_model_free(m);
+    free(s);
+}
+END_TEST
+
+/* The reference o layer (4096 x 2048, seed 1) alone in a file, through
+ * inspect's JSON: the issue's bound, <= 0.752 of bf16. */
+START_TEST(inspect_reference_o)
+{
+    size_t nl;
+    const pj_modelgen_layer *L = pj_modelgen_layers(PJ_MODELGEN_REFERENCE, &nl);
+    ck_assert_str_eq(L[1].name, "o");
+    pj_modelgen_opts o = {.seed = 1, .preset = PJ_MODELGEN_REFERENCE};
+    size_t count = (size_t)L[1].n * L[1].k;
+    uint16_t *w = malloc(count * 2);
+    ck_assert_int_eq(pj_modelgen_rows(&o, 1, 0, L[1].n, w), 0);
+    char path[1024], err[1024];
+    pj_fixture_path(path, sizeof path, "ref_o.safetensors");
+    pj_st_wtensor t = {
+        .name = L[1].tensor, .dtype = PJ_ST_BF16, .ndim = 2, .shape = {L[1].n, L[1].k}, .data = w};
+    ck_assert_int_eq(pj_st_write(path, &t, 1, NULL, 0, err, sizeof err), 0);
+    free(w);
+
+    pj_config *cfg = malloc(sizeof *cfg);
+    pj_fixture_small_config(cfg, path);
+    cfg->model.n_layers = 1;
+    cfg->model.layers[0] = cfg->model.layers[1]; /* o */
+    int rc;
+    char *s = inspect_to_string(cfg, NULL, 1, &rc, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s", err);
+    pj_model *m;
+    ck_assert_int_eq(pj_model_load(cfg, &m, NULL, NULL, err, sizeof err), 0);
+    ck_assert_int_eq(m->layers[0].w.fmt, PJ_FMT_Z12);
+    check_inspect_json(s, m, 0.752);
+    pj_model_free(m);
+    free(s);
+    free(cfg);
+}
+END_TEST
+
+START_TEST(inspect_warnings_in_report)
+{
+    uint64_t shape[2] = {16, 64};
+    uint16_t *w = rand_bf16(16 * 64, 9, 0.1f);
+    w[3 * 64 + 2] = 0x7f80;
+    pj_model *m;
+    warns wr = {0};
+    char err[1024];
+    ck_assert_int_eq(load_one("warn.safetensors", PJ_ST_BF16, 2, shape, w, PJ_FPREF_AUTO, &m, &wr,
+                              err, sizeof err),
+                     0);
+    pj_model_free(m);
+    free(w);
+    char path[1024];
+    pj_fixture_path(path, sizeof path, "warn.safetensors");
+    pj_config *cfg = malloc(sizeof *cfg);
+    one_layer_config(cfg, path, PJ_FPREF_AUTO);
+    int rc;
+    char *s = inspect_to_string(cfg, NULL, 0, &rc, err, sizeof err);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_msg(strstr(s, "warning: ") && strstr(s, "non-finite weight at (3, 2)"), "%s", s);
+    free(s);
+    s = inspect_to_string(cfg, NULL, 1, &rc, err, sizeof err);
+    ck_assert_int_eq(rc, 0);
+    cJSON *root = cJSON_Parse(s);
+    ck_assert_ptr_nonnull(root);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(root, "warnings")), 1);
+    ck_assert_str_eq(
+        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "layers"), 0), "format")
+            ->valuestring,
+        "bf16");
+    cJSON_Delete(root);
+    free(s);
+    free(cfg);
+}
+END_TEST
+
+static Suite *model_suite(void)
+{
+    Suite *s = suite_create("model");
+    TCase *tc = tcase_create("load");
+    tcase_add_test(tc, small_model_layers);
+    tcase_add_test(tc, z12_projects_like_bf16);
+    tcase_add_test(tc, format_preferences);
+    tcase_add_test(tc, bad_tensors);
+    tcase_add_test(tc, odd_k_stays_bf16);
+    tcase_add_test(tc, nonfinite_bf16);
+    tcase_add_test(tc, f16_split_exact);
+    tcase_add_test(tc, f32_nonfinite_warns);
+    tcase_add_test(tc, file_not_kept);
+    tcase_add_test(tc, bad_files);
+    tcase_set_timeout(tc, 120);
+    suite_add_tcase(s, tc);
+    TCase *ti = tcase_create("inspect");
+    tcase_add_test(ti, inspect_small_text);
+    tcase_add_test(ti, inspect_small_json);
+    tcase_add_test(ti, inspect_reference_o);
+    tcase_add_test(ti, inspect_warnings_in_report);
+    tcase_set_timeout(ti, 120);
+    suite_add_tcase(s, ti);
+    return s;
+}
+
+int main(void)
+{
+    /* one small model for every test (forked children inherit the path) */
+    if (pj_fixture_small_model(small_path, sizeof small_path) != 0)
+        return 1;
+    SRunner *sr = srunner_create(model_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
