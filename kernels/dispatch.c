@@ -368,3 +368,53 @@ const pj_tune_entry *pj_dispatch_choose(const pj_tune_table *t, const char *laye
     }
     return above ? above : largest;
 }
+
+int pj_dispatch_forced(const char *spec, const char *layer, char *eng, size_t englen, char *knobs,
+                       size_t knobslen, char *err, size_t errlen)
+{
+    int found = 0; /* 1 = "*", 2 = exact name */
+    if (englen)
+        eng[0] = 0;
+    if (knobslen)
+        knobs[0] = 0;
+    for (const char *p = spec; p && *p;) {
+        const char *end = strchr(p, ';');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char item[256];
+        if (len >= sizeof item) {
+            snprintf(err, errlen, "forced engines: item too long at \"%.20s...\"", p);
+            return -EINVAL;
+        }
+        memcpy(item, p, len);
+        item[len] = 0;
+        p = end ? end + 1 : p + len;
+        if (!item[0])
+            continue;
+        char *c1 = strchr(item, ':');
+        if (!c1 || c1 == item) {
+            snprintf(err, errlen, "forced engines: \"%s\" is not layer:engine[:knobs]", item);
+            return -EINVAL;
+        }
+        *c1 = 0;
+        char *en = c1 + 1, *kn = strchr(en, ':');
+        if (kn)
+            *kn++ = 0;
+        if (pj_eng_from_name(en) < 0) {
+            snprintf(err, errlen, "forced engines: unknown engine \"%s\" for layer %s", en, item);
+            return -EINVAL;
+        }
+        if (kn) {
+            pj_eng_knobs tmp;
+            memset(&tmp, 0, sizeof tmp);
+            if (pj_eng_knobs_parse(kn, &tmp, err, errlen))
+                return -EINVAL;
+        }
+        int rank = strcmp(item, layer) == 0 ? 2 : (strcmp(item, "*") == 0 ? 1 : 0);
+        if (rank > found) {
+            found = rank;
+            snprintf(eng, englen, "%s", en);
+            snprintf(knobs, knobslen, "%s", kn ? kn : "");
+        }
+    }
+    return found ? 1 : 0;
+}

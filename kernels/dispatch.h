@@ -125,6 +125,15 @@ int pj_tune_put(pj_tune_table *t, const pj_tune_entry *e);
 const pj_tune_entry *pj_dispatch_choose(const pj_tune_table *t, const char *layer, uint32_t n,
                                         uint32_t k, uint32_t m);
 
+/* Forced engines for debugging, e.g. from the environment variable
+ * PJ_FORCE_ENGINE: "layer:engine[:knobs];layer:engine[:knobs]..." with knobs
+ * as "nw=8,u=2" and "*" for every layer. Finds the item for layer (an exact
+ * name beats "*") and copies its engine and knobs (or ""). Returns 1 when
+ * found, 0 when not, -EINVAL (message in err) for a malformed spec or an
+ * unknown engine name. */
+int pj_dispatch_forced(const char *spec, const char *layer, char *eng, size_t englen, char *knobs,
+                       size_t knobslen, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

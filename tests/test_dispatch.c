@@ -170,6 +170,34 @@ START_TEST(knob_strings)
 }
 END_TEST
 
+START_TEST(forced_engines)
+{
+    char eng[32], kn[64], err[256];
+    const char *spec = "*:cublas;qkv_gate:gemv:nw=8,u=2;router:router";
+    ck_assert_int_eq(
+        pj_dispatch_forced(spec, "qkv_gate", eng, sizeof eng, kn, sizeof kn, err, sizeof err), 1);
+    ck_assert_str_eq(eng, "gemv");
+    ck_assert_str_eq(kn, "nw=8,u=2");
+    ck_assert_int_eq(pj_dispatch_forced(spec, "o", eng, sizeof eng, kn, sizeof kn, err, sizeof err),
+                     1);
+    ck_assert_str_eq(eng, "cublas");
+    ck_assert_str_eq(kn, "");
+    ck_assert_int_eq(
+        pj_dispatch_forced("router:router", "o", eng, sizeof eng, kn, sizeof kn, err, sizeof err),
+        0);
+    ck_assert_int_eq(
+        pj_dispatch_forced("o:warp", "o", eng, sizeof eng, kn, sizeof kn, err, sizeof err),
+        -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "warp"));
+    ck_assert_int_eq(
+        pj_dispatch_forced("o:gemv:zz=1", "o", eng, sizeof eng, kn, sizeof kn, err, sizeof err),
+        -EINVAL);
+    ck_assert_int_eq(
+        pj_dispatch_forced("nocolon", "o", eng, sizeof eng, kn, sizeof kn, err, sizeof err),
+        -EINVAL);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("dispatch");
@@ -180,6 +208,7 @@ int main(void)
     tcase_add_test(tc, rejects_broken_files);
     tcase_add_test(tc, round_trips_through_json);
     tcase_add_test(tc, knob_strings);
+    tcase_add_test(tc, forced_engines);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
