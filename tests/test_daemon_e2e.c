@@ -707,6 +707,82 @@ START_TEST(inflight_limit_and_order)
 }
 END_TEST
 
+/* UNREGISTER of a buffer a running request uses: answered at once, the id
+ * is gone at once, the mapping stays until the request is done, and the
+ * request completes correctly. */
+START_TEST(unregister_while_running)
+{
+    pj_dproc d;
+    start_daemon(&d, NULL);
+    const pj_model *model = pjc_model();
+    char why[512];
+    pjc_conn t;
+    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
+    ck_assert_double_eq(stat_now(&t.c, "buffers.current"), 2);
+    uint32_t big = 3 % model->n_layers;
+    const pj_model_layer *L = &model->layers[big];
+    pjc_shape s = {
+        .layer = big, .mi = 5, .variant = 0, .n = L->max_n, .x_ld = L->w.k, .y_ld = L->max_n};
+    pjc_stage(&t, &s);
+    pj_op ops[32];
+    for (int i = 0; i < 32; i++)
+        ops[i] = pjc_op(&t, &s);
+    pj_project p = {.n_ops = 32, .ops = ops};
+    nng_ctx ctx;
+    nng_aio *aio;
+    ck_assert_int_eq(nng_ctx_open(&ctx, t.c.sock), 0);
+    ck_assert_int_eq(nng_aio_alloc(&aio, NULL, NULL), 0);
+    nng_aio_set_timeout(aio, REPLY_MS);
+    pj_wbuf b;
+    pj_wbuf_init(&b);
+    pj_enc_project(&b, 500, &p);
+    nng_msg *m;
+    ck_assert_int_eq(nng_msg_alloc(&m, 0), 0);
+    nng_msg_append(m, b.data, b.len);
+    pj_wbuf_free(&b);
+    nng_aio_set_msg(aio, m);
+    nng_ctx_send(ctx, aio);
+    nng_aio_wait(aio);
+    ck_assert_int_eq(nng_aio_result(aio), 0);
+    ck_assert_double_eq(wait_stat(&t.c, "requests.PROJECT", 1, 10000), 1);
+    /* Both buffers go while the request runs. */
+    ck_assert_int_eq(pjt_unregister(&t.c, t.xid), PJ_OK);
+    ck_assert_int_eq(pjt_unregister(&t.c, t.yid), PJ_OK);
+    double inflight = stat_now(&t.c, "inflight");
+    double held = stat_now(&t.c, "buffers.current");
+    pj_op again = ops[0];
+    pj_done dn;
+    pj_op_result res[1];
+    ck_assert_int_eq(pjt_project(&t.c, 0, &again, 1, &dn, res), PJ_E_BUFFER);
+    nng_ctx_recv(ctx, aio);
+    nng_aio_wait(aio);
+    ck_assert_int_eq(nng_aio_result(aio), 0);
+    m = nng_aio_get_msg(aio);
+    pj_hdr h;
+    ck_assert_int_eq(pj_dec_hdr(nng_msg_body(m), nng_msg_len(m), 1 << 20, &h, why, sizeof why),
+                     PJ_OK);
+    ck_assert_uint_eq(h.type, PJ_MSG_DONE);
+    pj_op_result rr[32];
+    pj_done done = {.ops = rr};
+    ck_assert_int_eq(pj_dec_done((uint8_t *)nng_msg_body(m) + PJ_WIRE_HDR_SIZE, h.body_len, 32,
+                                 &done, why, sizeof why),
+                     PJ_OK);
+    ck_assert_int_eq(done.status, PJ_OK);
+    nng_msg_free(m);
+    nng_aio_free(aio);
+    nng_ctx_close(ctx);
+    ck_assert_msg(pjc_verify(&t, &s, why, sizeof why) == 0, "%s", why);
+    ck_assert_double_eq(wait_stat(&t.c, "buffers.current", 0, 10000), 0);
+    if (inflight >= 1) /* it was still running: the mappings were held */
+        ck_assert_double_eq(held, 2);
+    printf("unregister_while_running: %s\n",
+           inflight >= 1 ? "unregistered while running, mapping held until done"
+                         : "the request finished first (fast machine)");
+    pjc_close(&t);
+    stop_daemon(&d);
+}
+END_TEST
+
 /* ---- a client killed with requests in flight ------------------------------ */
 
 /* The victim: waits for 'g', connects, registers three buffers, sends four
@@ -928,6 +1004,7 @@ int main(void)
         {"message_over_hard_cap", message_over_hard_cap},
         {"mutation_storm", mutation_storm},
         {"inflight_limit_and_order", inflight_limit_and_order},
+        {"unregister_while_running", unregister_while_running},
         {"killed_client", killed_client},
         {"sigterm_drains", sigterm_drains},
     };
