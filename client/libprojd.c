@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/util/platform.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -602,6 +603,32 @@ static void close_sock(projd_conn *c)
     nng_close(c->sock);
 }
 
+/* Debian 12's nng 1.5.2 listener dies when a peer hangs up mid-handshake;
+ * projd replaces it within ~100 ms (daemon/DAEMON.md), and a dial that lands
+ * in that window is refused or reset. Such a refusal is retried for a short
+ * while when the socket file exists; a missing file is answered at once. */
+#define DIAL_RETRY_MS 1500
+static int dial_with_retry(projd_conn *c)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int delay_ms = 5;; delay_ms = delay_ms < 80 ? delay_ms * 2 : 80) {
+        int rv = nng_dial(c->sock, c->url, &c->dialer, 0);
+        if (rv != NNG_ECONNREFUSED && rv != NNG_ECONNRESET && rv != NNG_ECONNSHUT &&
+            rv != NNG_ECLOSED)
+            return rv;
+        const char *path = strncmp(c->url, "ipc://", 6) == 0 ? c->url + 6 : c->url;
+        if (access(path, F_OK) != 0)
+            return rv;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        long ms = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+        int budget = atomic_load(&c->timeout_ms);
+        if (ms + delay_ms > (budget < DIAL_RETRY_MS ? budget : DIAL_RETRY_MS))
+            return rv;
+        nng_msleep((nng_duration)delay_ms);
+    }
+}
+
 int projd_connect(const char *url, const char *name, projd_conn **out, projd_error *e)
 {
     *out = NULL;
@@ -631,7 +658,7 @@ int projd_connect(const char *url, const char *name, projd_conn **out, projd_err
     nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 20);
     nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 1000);
     nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, pipe_removed, c);
-    rv = nng_dial(c->sock, c->url, &c->dialer, 0);
+    rv = dial_with_retry(c);
     if (rv) {
         rc = nng_errno(rv);
         fail(e, rc, "connect %s: %s%s", c->url, nng_strerror(rv),
