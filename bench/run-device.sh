@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# One device visit: GPU correctness sweep, then the benchmark (optionally
+# tuning first), everything written under $OUT, a short table printed last.
+# Runs from the repository root of the device copy, with the prebuilt
+# binaries in .devrun/ (see bench/README.md):
+#   .devrun/test_engines  .devrun/projd-bench-gpu  .devrun/lib/*
+# Usage: bench/run-device.sh [tune|table|untuned] [--quick-tests] [--no-tests]
+#   tune     tune, write $OUT/h200.json, benchmark with it (default)
+#   table    benchmark with config/tuning/h200.json
+#   untuned  benchmark the untuned ladder
+# Never changes GPU settings; only reads them.
+set -u
+mode=${1:-tune}
+shift || true
+tests=full
+for a in "$@"; do
+    case $a in
+    --quick-tests) tests=quick ;;
+    --no-tests) tests=none ;;
+    esac
+done
+OUT=${OUT:-/tmp/pj-out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=$PWD/.devrun/lib:${LD_LIBRARY_PATH:-}
+commit=$(cat .devrun/COMMIT 2>/dev/null || echo unknown)
+log=$OUT/device.log
+{
+    echo "== $(date -u +%FT%TZ) commit $commit mode $mode tests $tests"
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw \
+        --format=csv 2>&1
+} | tee "$log"
+
+if [ "$tests" != none ]; then
+    targ=""
+    [ "$tests" = quick ] && targ=--quick
+    timeout --kill-after=5 240 .devrun/test_engines $targ >"$OUT/test.log" 2>&1
+    echo "test_engines exit $?" | tee -a "$log"
+    grep -E "^(A|B|C) |FAIL|test_engines:|lost" "$OUT/test.log" | head -60 | tee -a "$log"
+fi
+
+args=(--out "$OUT" --commit "$commit" --reps 300)
+case $mode in
+tune) args+=(--tune "$OUT/h200.json" --tune-budget "${TUNE_BUDGET:-170}" --survey) ;;
+table) args+=(--table "$([ -f .devrun/h200.json ] && echo .devrun/h200.json || echo config/tuning/h200.json)") ;;
+untuned) args+=(--survey) ;;
+esac
+timeout --kill-after=5 "${BENCH_TIMEOUT:-330}" .devrun/projd-bench-gpu "${args[@]}" >"$OUT/bench.log" 2>&1
+rc=$?
+echo "projd-bench exit $rc" | tee -a "$log"
+if [ "$rc" -ne 0 ] && [ "$mode" = tune ]; then
+    # Keep what the tuner learnt (log) and still get timings of the ladder.
+    cp "$OUT/bench.log" "$OUT/bench-tune-failed.log"
+    timeout --kill-after=5 120 .devrun/projd-bench-gpu --out "$OUT" --commit "$commit" \
+        --reps 200 >"$OUT/bench.log" 2>&1
+    echo "projd-bench (untuned retry) exit $?" | tee -a "$log"
+fi
+grep -E "^(tune|bench|survey|  )" "$OUT/bench.log" | tail -80
+tail -45 "$OUT/bench.log"

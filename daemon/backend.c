@@ -1,0 +1,37 @@
+/* backend.c — creating and destroying backend instances (see backend.h).
+ * Selection lives in backend_select.c so that programs linking only the
+ * cpu backend (the CPU test suites) never reference the cuda symbols. */
+#include "daemon/backend.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int pj_backend_create(const pj_backend_ops *ops, const pj_config *cfg, const pj_model *model,
+                      pj_backend **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    pj_backend *b = calloc(1, sizeof *b);
+    if (!b) {
+        snprintf(err, errlen, "backend %s: out of memory", ops->name);
+        return -ENOMEM;
+    }
+    b->ops = ops;
+    b->cfg = cfg;
+    b->model = model;
+    int rc = ops->open(b, err, errlen);
+    if (rc != 0) {
+        free(b);
+        return rc;
+    }
+    *out = b;
+    return 0;
+}
+
+void pj_backend_destroy(pj_backend *b)
+{
+    if (!b)
+        return;
+    b->ops->close(b);
+    free(b);
+}

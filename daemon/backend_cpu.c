@@ -1,0 +1,325 @@
+/* backend_cpu.c — see backend_cpu.h. */
+#include "daemon/backend_cpu.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernels/refgemm.h"
+
+#define CPU_MAX_THREADS 256
+
+typedef struct cpu_job cpu_job;
+
+/* One chunk of rows [r0, r1) of the job's current op. */
+typedef struct cpu_item {
+    struct cpu_item *next;
+    cpu_job *cj;
+    uint32_t r0, r1;
+} cpu_item;
+
+struct cpu_job {
+    pj_job *job;
+    uint32_t op;      /* the op whose chunks are queued or running */
+    atomic_uint left; /* chunks of that op not yet finished */
+    atomic_int started;
+    atomic_int failed; /* first failure's pj_status, 0 while none */
+    uint32_t n_items;
+    cpu_item items[]; /* one per worker at most */
+};
+
+typedef struct cpu_state {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    cpu_item *head, *tail;
+    int stop;
+    uint32_t n_threads;
+    pthread_t threads[CPU_MAX_THREADS];
+    float *scratch[CPU_MAX_THREADS];
+    pj_backend *b;
+    atomic_ullong jobs, ops, chunks, busy_ns;
+} cpu_state;
+
+struct pj_backend_stream {
+    uint32_t unused;
+};
+
+typedef struct worker_arg {
+    cpu_state *s;
+    uint32_t index;
+} worker_arg;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Queue the chunks of cj's current op. Caller does not hold the lock. */
+static void push_op(cpu_state *s, cpu_job *cj)
+{
+    const pj_exec_op *op = &cj->job->ops[cj->op];
+    uint64_t macs = (uint64_t)op->m * op->n * op->k;
+    uint64_t want = macs / PJ_CPU_MIN_CHUNK_MACS;
+    uint32_t chunks = want < 1 ? 1 : want > s->n_threads ? s->n_threads : (uint32_t)want;
+    /* Keep chunk edges on 16-row blocks (the z12 tile height). */
+    uint32_t rows = (op->n + chunks - 1) / chunks;
+    rows = (rows + 15) / 16 * 16;
+    uint32_t n = 0;
+    for (uint32_t r0 = 0; r0 < op->n; r0 += rows) {
+        cpu_item *it = &cj->items[n++];
+        it->cj = cj;
+        it->r0 = r0;
+        it->r1 = r0 + rows < op->n ? r0 + rows : op->n;
+        it->next = NULL;
+    }
+    atomic_store(&cj->left, n);
+    pthread_mutex_lock(&s->mu);
+    for (uint32_t i = 0; i < n; i++) {
+        if (s->tail)
+            s->tail->next = &cj->items[i];
+        else
+            s->head = &cj->items[i];
+        s->tail = &cj->items[i];
+    }
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    atomic_fetch_add(&s->chunks, n);
+}
+
+static void finish_job(cpu_state *s, cpu_job *cj)
+{
+    pj_job *job = cj->job;
+    int failed = atomic_load(&cj->failed);
+    job->status = PJ_OK;
+    for (uint32_t i = 0; i < job->n_ops; i++) {
+        if (i < cj->op)
+            job->ops[i].status = PJ_OK;
+        else if (i == cj->op && failed)
+            job->ops[i].status = failed;
+        else if (i > cj->op)
+            job->ops[i].status = PJ_E_BACKEND; /* not run: an earlier op failed */
+        job->ops[i].engine = 0;
+    }
+    if (failed) {
+        job->status = failed;
+        snprintf(job->err, sizeof job->err, "op %u: cpu reference failed (out of memory)", cj->op);
+    }
+    job->end_ns = now_ns();
+    atomic_fetch_add(&s->jobs, 1);
+    free(cj);
+    job->done(job);
+}
+
+static void run_item(cpu_state *s, cpu_item *it, float *scratch)
+{
+    cpu_job *cj = it->cj;
+    pj_job *job = cj->job;
+    int expect = 0;
+    if (atomic_compare_exchange_strong(&cj->started, &expect, 1))
+        job->start_ns = now_ns();
+    const pj_exec_op *op = &job->ops[cj->op];
+    uint64_t t0 = now_ns();
+    if (!atomic_load(&cj->failed)) {
+        int rc = pj_ref_project_rows(&op->L->w, op->m, it->r0, it->r1, op->x, (size_t)op->x_ld,
+                                     op->y, (size_t)op->y_ld, scratch);
+        if (rc != 0) {
+            int zero = 0;
+            atomic_compare_exchange_strong(&cj->failed, &zero, PJ_E_BACKEND);
+        }
+    }
+    atomic_fetch_add(&s->busy_ns, now_ns() - t0);
+    if (atomic_fetch_sub(&cj->left, 1) != 1)
+        return;
+    /* Last chunk of this op: move to the next op or finish the job. */
+    atomic_fetch_add(&s->ops, 1);
+    if (!atomic_load(&cj->failed) && cj->op + 1 < job->n_ops) {
+        cj->op++;
+        push_op(s, cj);
+        return;
+    }
+    if (!atomic_load(&cj->failed))
+        cj->op = job->n_ops; /* every op ran */
+    finish_job(s, cj);
+}
+
+static void *worker_main(void *arg)
+{
+    worker_arg *wa = arg;
+    cpu_state *s = wa->s;
+    float *scratch = s->scratch[wa->index];
+    free(wa);
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->head && !s->stop)
+            pthread_cond_wait(&s->cv, &s->mu);
+        cpu_item *it = s->head;
+        if (!it) { /* stop, and nothing left */
+            pthread_mutex_unlock(&s->mu);
+            return NULL;
+        }
+        s->head = it->next;
+        if (!s->head)
+            s->tail = NULL;
+        pthread_mutex_unlock(&s->mu);
+        run_item(s, it, scratch);
+    }
+}
+
+static void cpu_close(pj_backend *b)
+{
+    cpu_state *s = b->priv;
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    for (uint32_t i = 0; i < s->n_threads; i++)
+        pthread_join(s->threads[i], NULL);
+    for (uint32_t i = 0; i < s->n_threads; i++)
+        free(s->scratch[i]);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    b->priv = NULL;
+}
+
+static int cpu_open(pj_backend *b, char *err, size_t errlen)
+{
+    const pj_config *cfg = b->cfg;
+    cpu_state *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "backend cpu: out of memory");
+        return -ENOMEM;
+    }
+    uint32_t n = cfg->cpu.threads;
+    if (n == 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n = c > 0 ? (uint32_t)c : 1;
+    }
+    if (n > CPU_MAX_THREADS)
+        n = CPU_MAX_THREADS;
+    uint32_t max_k = 1;
+    for (uint32_t i = 0; i < b->model->n_layers; i++)
+        if (b->model->layers[i].w.k > max_k)
+            max_k = b->model->layers[i].w.k;
+    size_t floats = pj_ref_scratch_floats(cfg->shapes.max_m ? cfg->shapes.max_m : 1, max_k);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->b = b;
+    b->priv = s;
+    snprintf(b->device_name, sizeof b->device_name, "cpu (%u worker threads)", n);
+    for (uint32_t i = 0; i < n; i++) {
+        s->scratch[i] = malloc((floats ? floats : 1) * sizeof(float));
+        worker_arg *wa = malloc(sizeof *wa);
+        if (!s->scratch[i] || !wa) {
+            free(wa);
+            snprintf(err, errlen, "backend cpu: out of memory for worker %u", i);
+            cpu_close(b);
+            return -ENOMEM;
+        }
+        wa->s = s;
+        wa->index = i;
+        int rc = pthread_create(&s->threads[i], NULL, worker_main, wa);
+        if (rc != 0) {
+            free(wa);
+            free(s->scratch[i]);
+            s->scratch[i] = NULL;
+            snprintf(err, errlen, "backend cpu: cannot start worker %u: %s", i, strerror(rc));
+            cpu_close(b);
+            return -rc;
+        }
+        s->n_threads = i + 1;
+    }
+    return 0;
+}
+
+static int cpu_buffer_open(pj_backend *b, const pj_buf_desc *d, void **addr, void **handle,
+                           char *err, size_t errlen)
+{
+    (void)b;
+    *handle = NULL;
+    if (d->kind != PJ_BUF_SHM || !d->host) {
+        snprintf(err, errlen, "REGISTER: CUDA IPC buffers need the cuda backend");
+        return PJ_E_REGISTER;
+    }
+    *addr = d->host;
+    return PJ_OK;
+}
+
+static void cpu_buffer_close(pj_backend *b, void *handle)
+{
+    (void)b;
+    (void)handle;
+}
+
+static int cpu_stream_create(pj_backend *b, pj_backend_stream **out, char *err, size_t errlen)
+{
+    (void)b;
+    *out = calloc(1, sizeof **out);
+    if (!*out) {
+        snprintf(err, errlen, "backend cpu: out of memory");
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+static void cpu_stream_destroy(pj_backend *b, pj_backend_stream *st)
+{
+    (void)b;
+    free(st);
+}
+
+static int cpu_submit(pj_backend *b, pj_backend_stream *st, pj_job *job)
+{
+    (void)st;
+    cpu_state *s = b->priv;
+    if (job->n_ops == 0)
+        return -EINVAL;
+    cpu_job *cj = calloc(1, sizeof *cj + s->n_threads * sizeof(cpu_item));
+    if (!cj)
+        return -ENOMEM;
+    cj->job = job;
+    job->err[0] = 0;
+    push_op(s, cj);
+    return 0;
+}
+
+static void cpu_stats_json(pj_backend *b, cJSON *obj)
+{
+    cpu_state *s = b->priv;
+    cJSON_AddNumberToObject(obj, "threads", s->n_threads);
+    cJSON_AddNumberToObject(obj, "jobs", (double)atomic_load(&s->jobs));
+    cJSON_AddNumberToObject(obj, "ops", (double)atomic_load(&s->ops));
+    cJSON_AddNumberToObject(obj, "chunks", (double)atomic_load(&s->chunks));
+    cJSON_AddNumberToObject(obj, "busy_ms", (double)atomic_load(&s->busy_ns) / 1e6);
+    cJSON_AddStringToObject(obj, "engine", "ref");
+}
+
+static const pj_backend_ops cpu_ops = {
+    .name = "cpu",
+    .kind = PJ_BACKEND_CPU,
+    .project_flags = 0,
+    .stream_depth = 1,
+    .open = cpu_open,
+    .close = cpu_close,
+    .buffer_open = cpu_buffer_open,
+    .buffer_close = cpu_buffer_close,
+    .stream_create = cpu_stream_create,
+    .stream_destroy = cpu_stream_destroy,
+    .submit = cpu_submit,
+    .stats_json = cpu_stats_json,
+};
+
+const pj_backend_ops *pj_backend_cpu_ops(void)
+{
+    return &cpu_ops;
+}

@@ -1,0 +1,255 @@
+/* bufreg.c — see bufreg.h. */
+#include "daemon/bufreg.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon/shmguard.h"
+
+static uint64_t g_buffers, g_bytes;
+
+void pj_bufreg_totals(uint64_t *buffers, uint64_t *bytes)
+{
+    *buffers = g_buffers;
+    *bytes = g_bytes;
+}
+
+void pj_bufreg_init(pj_bufreg *r, pj_backend *be, uint32_t peer_uid, int32_t peer_pid)
+{
+    memset(r, 0, sizeof *r);
+    r->be = be;
+    r->peer_uid = peer_uid;
+    r->peer_pid = peer_pid;
+    r->next_id = 1;
+}
+
+static void buf_free(pj_bufreg *r, pj_buf *b)
+{
+    if (b->handle && r->be)
+        r->be->ops->buffer_close(r->be, b->handle);
+    pj_shmguard_remove(b->guard);
+    if (b->map) {
+        munmap(b->map, (size_t)b->size);
+        g_bytes -= b->size;
+    }
+    g_buffers--;
+    r->n_held--;
+    free(b);
+}
+
+/* A POSIX shm name: "/" then 1..254 characters, none of them '/'. */
+static int shm_name_ok(const char *name)
+{
+    size_t len = strnlen(name, PJ_WIRE_SHM_NAME_MAX + 1);
+    return len >= 2 && len <= PJ_WIRE_SHM_NAME_MAX && name[0] == '/' && !strchr(name + 1, '/');
+}
+
+static int map_shm(pj_bufreg *r, const pj_register *req, pj_buf *b, char *err, size_t errlen)
+{
+    if (!shm_name_ok(req->shm_name)) {
+        snprintf(err, errlen, "REGISTER: shm name \"%.64s\" is not \"/name\" without other '/'",
+                 req->shm_name);
+        return PJ_E_REGISTER;
+    }
+    if (req->size == 0 || req->size > (uint64_t)SIZE_MAX / 2) {
+        snprintf(err, errlen, "REGISTER %s: size %llu is not usable", req->shm_name,
+                 (unsigned long long)req->size);
+        return PJ_E_REGISTER;
+    }
+    /* glibc's shm_open adds O_NOFOLLOW and O_CLOEXEC. */
+    int fd = shm_open(req->shm_name, O_RDWR, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "REGISTER %s: shm_open: %s", req->shm_name, strerror(errno));
+        return PJ_E_REGISTER;
+    }
+    struct stat st;
+    int status = PJ_OK;
+    if (fstat(fd, &st) != 0) {
+        snprintf(err, errlen, "REGISTER %s: fstat: %s", req->shm_name, strerror(errno));
+        status = PJ_E_REGISTER;
+    } else if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "REGISTER %s: not a shared memory object", req->shm_name);
+        status = PJ_E_REGISTER;
+    } else if (r->peer_uid != 0 && st.st_uid != r->peer_uid) {
+        /* A root daemon must not become a way to reach other users' memory. */
+        snprintf(err, errlen, "REGISTER %s: owned by uid %u, not by the client (uid %u)",
+                 req->shm_name, (unsigned)st.st_uid, (unsigned)r->peer_uid);
+        status = PJ_E_REGISTER;
+    } else if ((uint64_t)st.st_size < req->size) {
+        snprintf(err, errlen, "REGISTER %s: object has %lld bytes, %llu registered", req->shm_name,
+                 (long long)st.st_size, (unsigned long long)req->size);
+        status = PJ_E_REGISTER;
+    } else {
+        void *p = mmap(NULL, (size_t)req->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) {
+            snprintf(err, errlen, "REGISTER %s: mmap of %llu bytes: %s", req->shm_name,
+                     (unsigned long long)req->size, strerror(errno));
+            status = PJ_E_REGISTER;
+        } else {
+            b->map = p;
+        }
+    }
+    close(fd);
+    if (status != PJ_OK)
+        return status;
+    b->guard = pj_shmguard_add(b->map, (size_t)req->size);
+    if (b->guard < 0) {
+        munmap(b->map, (size_t)req->size);
+        b->map = NULL;
+        snprintf(err, errlen, "REGISTER %s: too many shared memory buffers in the daemon (%d)",
+                 req->shm_name, PJ_SHMGUARD_SLOTS);
+        return PJ_E_LIMIT;
+    }
+    return PJ_OK;
+}
+
+int pj_bufreg_register(pj_bufreg *r, const pj_register *req, uint32_t max_buffers, pj_buf **out,
+                       char *err, size_t errlen)
+{
+    *out = NULL;
+    if (r->n_live >= max_buffers) {
+        snprintf(err, errlen, "REGISTER: connection already has %u buffers (limit %u)", r->n_live,
+                 max_buffers);
+        return PJ_E_LIMIT;
+    }
+    if (r->next_id == 0) {
+        snprintf(err, errlen, "REGISTER: buffer ids exhausted on this connection");
+        return PJ_E_LIMIT;
+    }
+    if (req->kind != PJ_BUF_SHM && req->kind != PJ_BUF_CUDA) {
+        snprintf(err, errlen, "REGISTER: unknown buffer kind %u", (unsigned)req->kind);
+        return PJ_E_REGISTER;
+    }
+    if (r->n_live == r->cap) {
+        uint32_t cap = r->cap ? r->cap * 2 : 8;
+        pj_buf **live = realloc(r->live, cap * sizeof *live);
+        if (!live) {
+            snprintf(err, errlen, "REGISTER: out of memory");
+            return PJ_E_INTERNAL;
+        }
+        r->live = live;
+        r->cap = cap;
+    }
+    pj_buf *b = calloc(1, sizeof *b);
+    if (!b) {
+        snprintf(err, errlen, "REGISTER: out of memory");
+        return PJ_E_INTERNAL;
+    }
+    b->kind = req->kind;
+    b->size = req->size;
+    b->guard = -1;
+    int status = PJ_OK;
+    pj_buf_desc d = {.kind = req->kind,
+                     .size = req->size,
+                     .ipc_handle = req->ipc_handle,
+                     .device_uuid = req->device_uuid,
+                     .peer_uid = r->peer_uid,
+                     .peer_pid = r->peer_pid};
+    if (req->kind == PJ_BUF_SHM) {
+        snprintf(b->name, sizeof b->name, "%s", req->shm_name);
+        status = map_shm(r, req, b, err, errlen);
+        d.host = b->map;
+        b->addr = b->map;
+    } else {
+        snprintf(b->name, sizeof b->name, "cuda-ipc");
+        if (!r->be) {
+            snprintf(err, errlen, "REGISTER: CUDA IPC buffers need the cuda backend");
+            status = PJ_E_REGISTER;
+        }
+    }
+    if (status == PJ_OK && r->be) {
+        status = r->be->ops->buffer_open(r->be, &d, &b->addr, &b->handle, err, errlen);
+        if (status != PJ_OK)
+            b->handle = NULL;
+    }
+    if (status != PJ_OK) {
+        pj_shmguard_remove(b->guard);
+        if (b->map)
+            munmap(b->map, (size_t)b->size);
+        free(b);
+        return status;
+    }
+    b->id = r->next_id++;
+    /* Ids only grow, so appending keeps live sorted. */
+    r->live[r->n_live++] = b;
+    r->n_held++;
+    g_buffers++;
+    if (b->map)
+        g_bytes += b->size;
+    *out = b;
+    return PJ_OK;
+}
+
+static int find_index(const pj_bufreg *r, uint32_t id)
+{
+    uint32_t lo = 0, hi = r->n_live;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        uint32_t v = r->live[mid]->id;
+        if (v == id)
+            return (int)mid;
+        if (v < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return -1;
+}
+
+pj_buf *pj_bufreg_get(pj_bufreg *r, uint32_t id)
+{
+    int i = find_index(r, id);
+    return i < 0 ? NULL : r->live[i];
+}
+
+static void drop_live(pj_bufreg *r, uint32_t i)
+{
+    pj_buf *b = r->live[i];
+    memmove(&r->live[i], &r->live[i + 1], (r->n_live - i - 1) * sizeof *r->live);
+    r->n_live--;
+    b->unregistered = 1;
+    if (b->refs == 0)
+        buf_free(r, b);
+}
+
+int pj_bufreg_unregister(pj_bufreg *r, uint32_t id, char *err, size_t errlen)
+{
+    int i = find_index(r, id);
+    if (i < 0) {
+        snprintf(err, errlen, "UNREGISTER: buffer %u is not registered on this connection", id);
+        return PJ_E_BUFFER;
+    }
+    drop_live(r, (uint32_t)i);
+    return PJ_OK;
+}
+
+void pj_bufreg_ref(pj_buf *b)
+{
+    b->refs++;
+}
+
+void pj_bufreg_unref(pj_bufreg *r, pj_buf *b)
+{
+    if (--b->refs == 0 && b->unregistered)
+        buf_free(r, b);
+}
+
+void pj_bufreg_clear(pj_bufreg *r)
+{
+    while (r->n_live)
+        drop_live(r, r->n_live - 1);
+    free(r->live);
+    r->live = NULL;
+    r->cap = 0;
+}
+
+int pj_buf_faulted(const pj_buf *b)
+{
+    return b->guard >= 0 && pj_shmguard_faulted(b->guard);
+}

@@ -1,0 +1,72 @@
+/* bufreg.h — one connection's registered buffers.
+ *
+ * Owned by the connection and used from the loop thread only. A buffer is
+ * host shared memory (mapped here, then handed to the backend) or a CUDA IPC
+ * allocation (handed to the backend as is). Ids start at 1 and are never
+ * reused within a registry, so a stale id always misses. Requests take a
+ * reference on each buffer they use when they are accepted; UNREGISTER
+ * removes the id at once (later lookups fail) but the mapping is released
+ * only when the last reference is dropped.
+ */
+#ifndef PJ_BUFREG_H
+#define PJ_BUFREG_H
+
+#include <stdint.h>
+
+#include "daemon/backend.h"
+#include "protocol/wire.h"
+
+typedef struct pj_buf {
+    uint32_t id;
+    uint8_t kind;     /* PJ_BUF_SHM / PJ_BUF_CUDA */
+    uint64_t size;    /* registered bytes */
+    void *map;        /* PJ_BUF_SHM: our mapping (size bytes) */
+    void *addr;       /* address for byte 0, from the backend */
+    void *handle;     /* the backend's, for buffer_close */
+    int guard;        /* shmguard slot, -1 when none */
+    uint32_t refs;    /* requests in flight that use it */
+    int unregistered; /* id removed; freed when refs drops to 0 */
+    char name[PJ_WIRE_SHM_NAME_MAX + 1];
+} pj_buf;
+
+typedef struct pj_bufreg {
+    pj_backend *be; /* may be NULL (tests): buffers are then only mapped */
+    uint32_t peer_uid;
+    int32_t peer_pid;
+    pj_buf **live; /* registered, sorted by id */
+    uint32_t n_live, cap;
+    uint32_t next_id;
+    uint32_t n_held; /* live + unregistered but still referenced */
+} pj_bufreg;
+
+/* Empty registry for a peer. */
+void pj_bufreg_init(pj_bufreg *r, pj_backend *be, uint32_t peer_uid, int32_t peer_pid);
+
+/* Map/open the buffer the request names and give it an id. Returns a
+ * pj_status: PJ_E_LIMIT (max_buffers live already), PJ_E_REGISTER (cannot
+ * open, not owned by the peer, too small, backend refused), PJ_E_INTERNAL. */
+int pj_bufreg_register(pj_bufreg *r, const pj_register *req, uint32_t max_buffers, pj_buf **out,
+                       char *err, size_t errlen);
+
+/* The live buffer with this id, or NULL (unknown, unregistered). */
+pj_buf *pj_bufreg_get(pj_bufreg *r, uint32_t id);
+
+/* Remove an id. PJ_OK or PJ_E_BUFFER (unknown id). The mapping goes when
+ * the last reference does. */
+int pj_bufreg_unregister(pj_bufreg *r, uint32_t id, char *err, size_t errlen);
+
+void pj_bufreg_ref(pj_buf *b);
+/* Drop a reference; frees an unregistered buffer at zero. */
+void pj_bufreg_unref(pj_bufreg *r, pj_buf *b);
+
+/* Unregister everything (connection gone). Buffers still referenced are
+ * freed by their last unref; the caller makes sure that happens. */
+void pj_bufreg_clear(pj_bufreg *r);
+
+/* 1 when the buffer's shared memory shrank under a request (it is broken). */
+int pj_buf_faulted(const pj_buf *b);
+
+/* Process-wide totals (loop thread): buffers held and bytes mapped. */
+void pj_bufreg_totals(uint64_t *buffers, uint64_t *bytes);
+
+#endif

@@ -1,0 +1,54 @@
+/* conn.h — one client connection (an nng pipe) and the table of them.
+ *
+ * Loop thread only. A connection is created when its pipe is accepted and
+ * removed from the table when the pipe goes away; it is freed once no
+ * request of it is in flight any more (until then it is a "zombie" that
+ * still holds its buffers, because the backend may be using them).
+ */
+#ifndef PJ_CONN_H
+#define PJ_CONN_H
+
+#include <stdint.h>
+
+#include "daemon/backend.h"
+#include "daemon/bufreg.h"
+#include "protocol/wire.h"
+
+typedef struct pj_req pj_req; /* a PROJECT request, defined by the server */
+
+typedef struct pj_conn {
+    uint32_t pipe_id;
+    uint64_t serial; /* connection number since start, for logs */
+    uint32_t uid, gid;
+    int32_t pid;
+    int hello;
+    char client[PJ_WIRE_NAME_MAX + 1];
+    pj_bufreg reg;
+    pj_backend_stream *stream; /* created at the first HELLO */
+    pj_req *q_head, *q_tail;   /* accepted, waiting for the stream */
+    uint32_t n_queued, n_running;
+    int gone; /* pipe removed */
+    uint64_t requests;
+    struct pj_conn *next; /* hash chain, or the zombie list */
+} pj_conn;
+
+#define PJ_CONN_BUCKETS 256
+
+typedef struct pj_conn_table {
+    pj_conn *b[PJ_CONN_BUCKETS];
+    uint32_t count;
+} pj_conn_table;
+
+/* A new connection (calloc'd, registry initialised). NULL on ENOMEM. */
+pj_conn *pj_conn_new(uint32_t pipe_id, uint64_t serial, uint32_t uid, uint32_t gid, int32_t pid,
+                     pj_backend *be);
+
+/* Release buffers and the stream, then free. No request may be in flight. */
+void pj_conn_free(pj_conn *c, pj_backend *be);
+
+void pj_conn_table_add(pj_conn_table *t, pj_conn *c);
+pj_conn *pj_conn_table_find(const pj_conn_table *t, uint32_t pipe_id);
+/* Unlink; returns the connection or NULL. */
+pj_conn *pj_conn_table_remove(pj_conn_table *t, uint32_t pipe_id);
+
+#endif

@@ -1,0 +1,82 @@
+/* notify.c — see notify.h. */
+#include "daemon/notify.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_state; /* 0: not set up yet, 1: ready, -1: no notify socket */
+static int g_fd = -1;
+static struct sockaddr_un g_addr;
+static socklen_t g_addrlen;
+
+/* NOTIFY_SOCKET is a path, or "@name" for the abstract namespace. */
+static void setup_locked(void)
+{
+    g_state = -1;
+    const char *e = getenv("NOTIFY_SOCKET");
+    if (!e || (e[0] != '/' && e[0] != '@'))
+        return;
+    size_t len = strlen(e);
+    if (len >= sizeof g_addr.sun_path)
+        return;
+    memset(&g_addr, 0, sizeof g_addr);
+    g_addr.sun_family = AF_UNIX;
+    memcpy(g_addr.sun_path, e, len);
+    if (e[0] == '@')
+        g_addr.sun_path[0] = 0;
+    g_addrlen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + (e[0] == '/'));
+    g_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (g_fd < 0)
+        return;
+    struct timeval tv = {PJ_NOTIFY_WAIT_MS / 1000, (PJ_NOTIFY_WAIT_MS % 1000) * 1000};
+    setsockopt(g_fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    g_state = 1;
+}
+
+static void send_text(const char *text, int may_wait)
+{
+    pthread_mutex_lock(&g_mu);
+    if (g_state == 0)
+        setup_locked();
+    if (g_state == 1) {
+        int flags = MSG_NOSIGNAL | (may_wait ? 0 : MSG_DONTWAIT);
+        ssize_t n = sendto(g_fd, text, strlen(text), flags, (struct sockaddr *)&g_addr, g_addrlen);
+        (void)n; /* a lost notification is not worth failing over */
+    }
+    pthread_mutex_unlock(&g_mu);
+}
+
+void pj_notify_ready(const char *status)
+{
+    char text[600];
+    snprintf(text, sizeof text, "READY=1\nSTATUS=%s", status ? status : "ready");
+    send_text(text, 1);
+}
+
+void pj_notify_status(const char *fmt, ...)
+{
+    char text[600];
+    int n = snprintf(text, sizeof text, "STATUS=");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text + n, sizeof text - (size_t)n, fmt, ap);
+    va_end(ap);
+    send_text(text, 0);
+}
+
+void pj_notify_stopping(const char *status)
+{
+    char text[600];
+    snprintf(text, sizeof text, "STOPPING=1\nSTATUS=%s", status ? status : "stopping");
+    send_text(text, 1);
+}

@@ -1,0 +1,24 @@
+/* notify.h — systemd readiness and status (the sd_notify protocol).
+ *
+ * All calls are no-ops when the daemon was not started by systemd
+ * (NOTIFY_SOCKET unset). The datagrams are sent here rather than through
+ * libsystemd's sd_notify because that call blocks when the receiver's queue
+ * is full, and the event loop must never block: STATUS= lines are sent
+ * without waiting (dropped when the queue is full, they are informational);
+ * READY=1 and STOPPING=1 wait at most PJ_NOTIFY_WAIT_MS. Thread-safe.
+ */
+#ifndef PJ_NOTIFY_H
+#define PJ_NOTIFY_H
+
+#define PJ_NOTIFY_WAIT_MS 500
+
+/* READY=1 plus a STATUS= line. */
+void pj_notify_ready(const char *status);
+
+/* STATUS=<printf text>, never blocks. */
+void pj_notify_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* STOPPING=1 plus a STATUS= line. */
+void pj_notify_stopping(const char *status);
+
+#endif

@@ -1,0 +1,1355 @@
+/* server.c — see server.h. */
+#include "daemon/server.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <nng/transport/ipc/ipc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "daemon/bufreg.h"
+#include "daemon/conn.h"
+#include "daemon/log.h"
+#include "daemon/notify.h"
+#include "daemon/stats.h"
+#include "daemon/validate.h"
+#include "protocol/wire.h"
+
+#ifndef PJ_VERSION_STRING
+#define PJ_VERSION_STRING "0.1.0"
+#endif
+
+#define CTX_GROW         16 /* contexts opened at a time */
+#define CTX_LOW_WATER    4  /* grow when fewer than this are receiving */
+#define CTX_MAX          65536
+#define SEND_TIMEOUT_MS  10000 /* a client that stops reading loses its reply */
+#define LINGER_MS        500   /* after the last reply of a drain */
+#define DRAIN_TIMEOUT_MS 60000 /* in-flight work that never ends: exit 1 */
+#define HARD_CAP_SLACK   (64u * 1024u)
+#define STATUS_EVERY_MS  250
+
+/* ---- events handed from nng/backend threads to the loop --------------------- */
+
+enum { EV_MSG = 1, EV_SENT, EV_RECV_ERR, EV_PIPE_ADD, EV_PIPE_REM, EV_DONE };
+
+typedef struct pj_ev {
+    struct pj_ev *next;
+    int kind;
+} pj_ev;
+
+/* One REP context: receives a request, holds it until the reply is sent. */
+typedef struct nctx {
+    pj_ev ev; /* EV_MSG / EV_SENT / EV_RECV_ERR; at most one queued at a time */
+    pj_server *s;
+    nng_ctx ctx;
+    nng_aio *aio;
+    int sending;
+    int send_rv; /* result of the last send, read by the loop */
+    nng_msg *msg;
+} nctx;
+
+typedef struct pipe_ev {
+    pj_ev ev;
+    uint32_t pipe;
+    uint32_t uid, gid;
+    int32_t pid;
+} pipe_ev;
+
+struct pj_req {
+    pj_ev ev;     /* EV_DONE */
+    pj_req *next; /* connection FIFO */
+    pj_server *s;
+    pj_conn *c;
+    nctx *nc;
+    uint64_t req_id;
+    uint64_t recv_ns;
+    pj_job job;
+    pj_buf **bufs; /* 2 per op: x, y (references held) */
+    pj_exec_op ops[];
+};
+
+struct pj_server {
+    uv_loop_t *loop;
+    uv_async_t async;
+    uv_timer_t timer;
+    uv_timer_t status_timer; /* coalesces STATUS= updates */
+    int handles_open;
+    pj_server_stopped_fn stopped;
+    void *stopped_arg;
+
+    pj_config cfg;
+    const pj_model *model;
+    pj_backend *be;
+    char url[PJ_CFG_PATH + 8];
+    char path[PJ_CFG_PATH];
+
+    nng_socket sock;
+    int sock_open;
+    int listening; /* the socket file is ours: remove it at the end */
+
+    /* Shared with nng threads, under mu. */
+    pthread_mutex_t mu;
+    pj_ev *ev_head, *ev_tail;
+    int closing;     /* socket closing: callbacks push nothing */
+    int cb_draining; /* refuse new pipes */
+    uint32_t *pipes; /* accepted pipe ids */
+    uint32_t n_pipes, cap_pipes;
+    uint32_t cb_max_conns;
+    uint32_t cb_n_uids, cb_n_gids;
+    uint32_t cb_uids[PJ_CFG_MAX_IDS], cb_gids[PJ_CFG_MAX_IDS];
+    atomic_ullong refused;
+
+    /* Loop thread only. */
+    nctx **ctxs;
+    uint32_t n_ctx, n_busy, n_sending;
+    pj_conn_table conns;
+    pj_conn *zombies;
+    uint32_t n_zombies;
+    uint64_t conn_serial;
+    uint64_t inflight; /* PROJECT requests accepted, not yet answered */
+    pj_stats stats;
+    pj_op *ops_scratch;
+    uint32_t ops_cap;
+    pj_wbuf wb;
+    int draining, stopping, stopped_called, exit_code;
+    uint64_t drain_start_ns;
+};
+
+static uint32_t hard_cap(const pj_config *cfg)
+{
+    uint64_t cap = 4ull * cfg->limits.max_message_bytes + HARD_CAP_SLACK;
+    return cap > UINT32_MAX ? UINT32_MAX : (uint32_t)cap;
+}
+
+/* Push from any thread; dropped (and its message freed) when closing. */
+static void push_ev(pj_server *s, pj_ev *ev)
+{
+    ev->next = NULL;
+    pthread_mutex_lock(&s->mu);
+    if (s->closing) {
+        pthread_mutex_unlock(&s->mu);
+        if (ev->kind == EV_PIPE_ADD || ev->kind == EV_PIPE_REM)
+            free(ev);
+        else if (ev->kind == EV_MSG) {
+            nctx *nc = (nctx *)ev;
+            nng_msg_free(nc->msg);
+            nc->msg = NULL;
+        }
+        return;
+    }
+    if (s->ev_tail)
+        s->ev_tail->next = ev;
+    else
+        s->ev_head = ev;
+    s->ev_tail = ev;
+    pthread_mutex_unlock(&s->mu);
+    uv_async_send(&s->async);
+}
+
+/* ---- nng callbacks (nng threads) --------------------------------------------- */
+
+static void aio_cb(void *arg)
+{
+    nctx *nc = arg;
+    int rv = nng_aio_result(nc->aio);
+    if (nc->sending) {
+        if (rv != 0) {
+            nng_msg *m = nng_aio_get_msg(nc->aio);
+            if (m)
+                nng_msg_free(m);
+        }
+        nc->send_rv = rv;
+        nc->ev.kind = EV_SENT;
+        push_ev(nc->s, &nc->ev);
+        return;
+    }
+    if (rv == NNG_ECLOSED || rv == NNG_ECANCELED)
+        return;
+    if (rv != 0) {
+        nc->ev.kind = EV_RECV_ERR;
+        push_ev(nc->s, &nc->ev);
+        return;
+    }
+    nc->msg = nng_aio_get_msg(nc->aio);
+    nc->ev.kind = EV_MSG;
+    push_ev(nc->s, &nc->ev);
+}
+
+static int id_in(uint32_t v, const uint32_t *ids, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (ids[i] == v)
+            return 1;
+    return 0;
+}
+
+static void pipe_cb(nng_pipe p, nng_pipe_ev what, void *arg)
+{
+    pj_server *s = arg;
+    uint32_t id = (uint32_t)nng_pipe_id(p);
+    if (what == NNG_PIPE_EV_ADD_PRE) {
+        uint64_t uid = UINT64_MAX, gid = UINT64_MAX, pid = 0;
+        int rv = nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_UID, &uid);
+        if (rv == 0)
+            rv = nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_GID, &gid);
+        if (nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_PID, &pid) != 0)
+            pid = 0;
+        char why[160] = "";
+        pipe_ev *ev = NULL;
+        pthread_mutex_lock(&s->mu);
+        if (rv != 0) {
+            snprintf(why, sizeof why, "peer credentials unavailable: %s", nng_strerror(rv));
+        } else if (!(uid == 0 || uid == (uint64_t)geteuid() ||
+                     id_in((uint32_t)uid, s->cb_uids, s->cb_n_uids) ||
+                     id_in((uint32_t)gid, s->cb_gids, s->cb_n_gids))) {
+            snprintf(why, sizeof why, "uid %" PRIu64 " gid %" PRIu64 " is not allowed (auth)", uid,
+                     gid);
+        } else if (s->cb_draining || s->closing) {
+            snprintf(why, sizeof why, "the daemon is shutting down");
+        } else if (s->n_pipes >= s->cb_max_conns) {
+            snprintf(why, sizeof why, "connection limit %u reached", s->cb_max_conns);
+        } else if (s->n_pipes == s->cap_pipes) {
+            uint32_t cap = s->cap_pipes ? s->cap_pipes * 2 : 64;
+            uint32_t *np = realloc(s->pipes, cap * sizeof *np);
+            if (np) {
+                s->pipes = np;
+                s->cap_pipes = cap;
+            } else {
+                snprintf(why, sizeof why, "out of memory");
+            }
+        }
+        if (!why[0]) {
+            ev = calloc(1, sizeof *ev);
+            if (!ev)
+                snprintf(why, sizeof why, "out of memory");
+        }
+        if (!why[0]) {
+            s->pipes[s->n_pipes++] = id;
+            ev->ev.kind = EV_PIPE_ADD;
+            ev->pipe = id;
+            ev->uid = (uint32_t)uid;
+            ev->gid = (uint32_t)gid;
+            ev->pid = (int32_t)pid;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (why[0]) {
+            atomic_fetch_add(&s->refused, 1);
+            pj_log_warn("refused connection from pid %" PRIu64 ": %s", pid, why);
+            nng_pipe_close(p);
+            return;
+        }
+        push_ev(s, &ev->ev);
+        return;
+    }
+    if (what != NNG_PIPE_EV_REM_POST)
+        return;
+    int found = 0;
+    pthread_mutex_lock(&s->mu);
+    for (uint32_t i = 0; i < s->n_pipes; i++) {
+        if (s->pipes[i] == id) {
+            s->pipes[i] = s->pipes[--s->n_pipes];
+            found = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!found)
+        return;
+    pipe_ev *ev = calloc(1, sizeof *ev);
+    if (!ev) {
+        /* The connection would never be cleaned up; nothing sane is left. */
+        pj_log_err("out of memory recording a closed connection");
+        abort();
+    }
+    ev->ev.kind = EV_PIPE_REM;
+    ev->pipe = id;
+    push_ev(s, &ev->ev);
+}
+
+/* Backend threads. */
+static void job_done(pj_job *job)
+{
+    pj_req *r = job->ctx;
+    r->ev.kind = EV_DONE;
+    push_ev(r->s, &r->ev);
+}
+
+/* ---- replies (loop) ------------------------------------------------------------ */
+
+static void arm_recv(pj_server *s, nctx *nc)
+{
+    nc->sending = 0;
+    if (s->stopping && s->closing)
+        return;
+    nng_aio_set_timeout(nc->aio, NNG_DURATION_INFINITE);
+    nng_ctx_recv(nc->ctx, nc->aio);
+}
+
+/* The context's request will get no reply (its pipe is gone). */
+static void abandon(pj_server *s, nctx *nc)
+{
+    s->n_busy--;
+    arm_recv(s, nc);
+}
+
+static uint64_t peek_req_id(const uint8_t *p, size_t len)
+{
+    if (len < PJ_WIRE_HDR_SIZE)
+        return 0;
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[16 + i];
+    return v;
+}
+
+/* Send s->wb as the reply on nc. */
+static void send_wb(pj_server *s, nctx *nc)
+{
+    nng_msg *m = NULL;
+    if (s->wb.oom || nng_msg_alloc(&m, 0) != 0 || nng_msg_append(m, s->wb.data, s->wb.len) != 0) {
+        if (m)
+            nng_msg_free(m);
+        pj_log_err("out of memory building a reply; dropping it");
+        abandon(s, nc);
+        return;
+    }
+    s->stats.requests++;
+    s->n_sending++;
+    pj_log_debug("reply %s %" PRIu64 " (%zu bytes, %u contexts busy of %u)",
+                 pj_msg_type_name(s->wb.len >= 8 ? s->wb.data[6] : 0),
+                 s->wb.len >= 24 ? peek_req_id(s->wb.data, s->wb.len) : 0, s->wb.len, s->n_busy,
+                 s->n_ctx);
+    nc->sending = 1;
+    nng_aio_set_msg(nc->aio, m);
+    nng_aio_set_timeout(nc->aio, SEND_TIMEOUT_MS);
+    nng_ctx_send(nc->ctx, nc->aio);
+}
+
+static void send_error(pj_server *s, nctx *nc, uint64_t req_id, int code, uint32_t op_index,
+                       const char *msg)
+{
+    pj_stats_error(&s->stats, code);
+    pj_wbuf_reset(&s->wb);
+    pj_enc_error(&s->wb, req_id, code, op_index, msg);
+    send_wb(s, nc);
+}
+
+/* ---- connections ------------------------------------------------------------------ */
+
+static void send_status(pj_server *s)
+{
+    if (s->draining)
+        pj_notify_status("draining: %" PRIu64 " requests in flight, %u connections", s->inflight,
+                         s->conns.count);
+    else
+        pj_notify_status("serving %u connection%s (backend %s)", s->conns.count,
+                         s->conns.count == 1 ? "" : "s", s->be->ops->name);
+}
+
+static void on_status_timer(uv_timer_t *t)
+{
+    send_status(t->data);
+}
+
+/* At most one STATUS= line per STATUS_EVERY_MS however fast clients come
+ * and go. */
+static void update_status(pj_server *s)
+{
+    if (!s->stopping && !uv_is_active((uv_handle_t *)&s->status_timer))
+        uv_timer_start(&s->status_timer, on_status_timer, STATUS_EVERY_MS, 0);
+}
+
+static void on_pipe_add(pj_server *s, pipe_ev *ev)
+{
+    pj_conn *c = pj_conn_new(ev->pipe, ++s->conn_serial, ev->uid, ev->gid, ev->pid, s->be);
+    if (!c) {
+        pj_log_err("out of memory accepting a connection (pid %d)", (int)ev->pid);
+        nng_pipe p = NNG_PIPE_INITIALIZER;
+        p.id = ev->pipe;
+        nng_pipe_close(p);
+        return;
+    }
+    pj_conn_table_add(&s->conns, c);
+    s->stats.conns_total++;
+    pj_log_info("connection #%" PRIu64 ": pid %d uid %u gid %u connected (%u open)", c->serial,
+                (int)c->pid, c->uid, c->gid, s->conns.count);
+    update_status(s);
+}
+
+static void release_req(pj_server *s, pj_req *r)
+{
+    for (uint32_t i = 0; i < 2 * r->job.n_ops; i++)
+        pj_bufreg_unref(&r->c->reg, r->bufs[i]);
+    (void)s;
+    free(r);
+}
+
+static void conn_retire(pj_server *s, pj_conn *c)
+{
+    if (c->n_running == 0) {
+        pj_conn_free(c, s->be);
+        return;
+    }
+    c->next = s->zombies;
+    s->zombies = c;
+    s->n_zombies++;
+}
+
+static void check_drain(pj_server *s);
+
+static void on_pipe_rem(pj_server *s, pipe_ev *ev)
+{
+    pj_conn *c = pj_conn_table_remove(&s->conns, ev->pipe);
+    if (!c)
+        return;
+    c->gone = 1;
+    /* Requests that have not started will never be answered: drop them.
+     * The one running finishes first; its buffers stay mapped until then. */
+    uint32_t dropped = 0;
+    while (c->q_head) {
+        pj_req *r = c->q_head;
+        c->q_head = r->next;
+        c->n_queued--;
+        s->inflight--;
+        abandon(s, r->nc);
+        release_req(s, r);
+        dropped++;
+    }
+    c->q_tail = NULL;
+    pj_log_info("connection #%" PRIu64 ": pid %d closed after %" PRIu64
+                " requests (%u dropped unstarted, %u running; %u open)",
+                c->serial, (int)c->pid, c->requests, dropped, c->n_running, s->conns.count);
+    conn_retire(s, c);
+    update_status(s);
+    check_drain(s);
+}
+
+/* ---- PROJECT ------------------------------------------------------------------------- */
+
+static void finish_req(pj_server *s, pj_req *r);
+
+static void pump(pj_server *s, pj_conn *c)
+{
+    while (c->q_head && c->n_running < s->be->ops->stream_depth) {
+        pj_req *r = c->q_head;
+        c->q_head = r->next;
+        if (!c->q_head)
+            c->q_tail = NULL;
+        c->n_queued--;
+        c->n_running++;
+        r->next = NULL;
+        pj_log_debug("connection #%" PRIu64 ": submit %" PRIu64 " (%u ops)", c->serial, r->req_id,
+                     r->job.n_ops);
+        int rc = s->be->ops->submit(s->be, c->stream, &r->job);
+        if (rc != 0) {
+            r->job.status = PJ_E_BACKEND;
+            r->job.start_ns = r->job.end_ns = pj_now_ns();
+            snprintf(r->job.err, sizeof r->job.err, "backend %s refused the job: %s",
+                     s->be->ops->name, strerror(-rc));
+            for (uint32_t i = 0; i < r->job.n_ops; i++)
+                r->ops[i].status = PJ_E_BACKEND;
+            finish_req(s, r);
+        }
+    }
+}
+
+static void handle_project(pj_server *s, pj_conn *c, nctx *nc, const pj_hdr *h, const void *body,
+                           uint64_t recv_ns)
+{
+    char err[PJ_WIRE_MSG_MAX];
+    pj_project p;
+    memset(&p, 0, sizeof p);
+    p.ops = s->ops_scratch;
+    int st =
+        pj_dec_project(body, h->body_len, s->cfg.limits.max_ops_per_request, &p, err, sizeof err);
+    if (st != PJ_OK) {
+        send_error(s, nc, h->req_id, st, UINT32_MAX, err);
+        return;
+    }
+    if (p.n_ops == 0) {
+        send_error(s, nc, h->req_id, PJ_E_PROTO, UINT32_MAX, "PROJECT: no ops");
+        return;
+    }
+    if (p.flags & ~s->be->ops->project_flags) {
+        snprintf(err, sizeof err, "PROJECT: flags 0x%x are not supported by the %s backend",
+                 p.flags & ~s->be->ops->project_flags, s->be->ops->name);
+        send_error(s, nc, h->req_id, PJ_E_FLAGS, UINT32_MAX, err);
+        return;
+    }
+    if (c->n_queued + c->n_running >= s->cfg.limits.max_inflight_per_conn) {
+        snprintf(err, sizeof err, "PROJECT: %u requests already in flight on this connection",
+                 c->n_queued + c->n_running);
+        send_error(s, nc, h->req_id, PJ_E_LIMIT, UINT32_MAX, err);
+        return;
+    }
+    pj_req *r = calloc(1, sizeof *r + p.n_ops * sizeof(pj_exec_op) +
+                              2 * (size_t)p.n_ops * sizeof(pj_buf *) + 2 * PJ_WIRE_IPC_HANDLE_SIZE);
+    if (!r) {
+        send_error(s, nc, h->req_id, PJ_E_INTERNAL, UINT32_MAX, "PROJECT: out of memory");
+        return;
+    }
+    r->bufs = (pj_buf **)(void *)&r->ops[p.n_ops];
+    uint8_t *events = (uint8_t *)&r->bufs[2 * p.n_ops];
+    for (uint32_t i = 0; i < p.n_ops; i++) {
+        st = pj_validate_op(&p.ops[i], i, s->model, s->cfg.shapes.max_m, &c->reg, &r->ops[i],
+                            &r->bufs[2 * i], &r->bufs[2 * i + 1], err, sizeof err);
+        if (st != PJ_OK) {
+            free(r);
+            send_error(s, nc, h->req_id, st, i, err);
+            return;
+        }
+    }
+    for (uint32_t i = 0; i < 2 * p.n_ops; i++)
+        pj_bufreg_ref(r->bufs[i]);
+    memcpy(events, p.wait_event, PJ_WIRE_IPC_HANDLE_SIZE);
+    memcpy(events + PJ_WIRE_IPC_HANDLE_SIZE, p.signal_event, PJ_WIRE_IPC_HANDLE_SIZE);
+    r->s = s;
+    r->c = c;
+    r->nc = nc;
+    r->req_id = h->req_id;
+    r->recv_ns = recv_ns;
+    r->job.n_ops = p.n_ops;
+    r->job.ops = r->ops;
+    r->job.flags = p.flags;
+    r->job.wait_event = events;
+    r->job.signal_event = events + PJ_WIRE_IPC_HANDLE_SIZE;
+    r->job.done = job_done;
+    r->job.ctx = r;
+    if (c->q_tail)
+        c->q_tail->next = r;
+    else
+        c->q_head = r;
+    c->q_tail = r;
+    c->n_queued++;
+    s->inflight++;
+    pump(s, c);
+}
+
+static void finish_req(pj_server *s, pj_req *r)
+{
+    pj_conn *c = r->c;
+    pj_job *job = &r->job;
+    pj_log_debug("connection #%" PRIu64 ": done %" PRIu64 " (status %d)", c->serial, r->req_id,
+                 job->status);
+    c->n_running--;
+    s->inflight--;
+    /* A buffer whose shared memory shrank under the job: the op read or
+     * wrote zero pages, its result means nothing. */
+    for (uint32_t i = 0; i < job->n_ops; i++) {
+        if (r->ops[i].status == PJ_OK &&
+            (pj_buf_faulted(r->bufs[2 * i]) || pj_buf_faulted(r->bufs[2 * i + 1]))) {
+            r->ops[i].status = PJ_E_BUFFER;
+            if (job->status == PJ_OK) {
+                job->status = PJ_E_BUFFER;
+                snprintf(job->err, sizeof job->err,
+                         "op %u: a buffer's shared memory object shrank during the request", i);
+            }
+        }
+    }
+    uint64_t queue_ns = job->start_ns > r->recv_ns ? job->start_ns - r->recv_ns : 0;
+    uint64_t exec_ns = job->end_ns > job->start_ns ? job->end_ns - job->start_ns : 0;
+    s->stats.ops += job->n_ops;
+    for (uint32_t i = 0; i < job->n_ops; i++) {
+        if (r->ops[i].layer < PJ_CFG_MAX_LAYERS) {
+            s->stats.layer_ops[r->ops[i].layer]++;
+            s->stats.layer_rows[r->ops[i].layer] += r->ops[i].m;
+        }
+    }
+    pj_hist_add(&s->stats.queue_ns, queue_ns);
+    pj_hist_add(&s->stats.exec_ns, exec_ns);
+    pj_hist_add(&s->stats.total_ns, pj_now_ns() - r->recv_ns);
+    if (job->status != PJ_OK) {
+        pj_stats_error(&s->stats, job->status);
+        pj_log_warn("connection #%" PRIu64 ": request %" PRIu64 " failed: %s: %s", c->serial,
+                    r->req_id, pj_status_name(job->status), job->err);
+    }
+    if (c->gone) {
+        abandon(s, r->nc);
+    } else {
+        pj_op_result res[job->n_ops];
+        for (uint32_t i = 0; i < job->n_ops; i++) {
+            res[i].status = r->ops[i].status;
+            res[i].engine = r->ops[i].engine;
+        }
+        pj_done d = {.status = job->status,
+                     .n_ops = job->n_ops,
+                     .queue_ns = queue_ns,
+                     .exec_ns = exec_ns,
+                     .ops = res};
+        pj_wbuf_reset(&s->wb);
+        pj_enc_done(&s->wb, r->req_id, &d);
+        send_wb(s, r->nc);
+    }
+    int fatal = job->fatal;
+    char fatal_msg[sizeof job->err];
+    snprintf(fatal_msg, sizeof fatal_msg, "%s", job->err);
+    release_req(s, r);
+    if (c->gone) {
+        if (c->n_running == 0) {
+            for (pj_conn **pp = &s->zombies; *pp; pp = &(*pp)->next) {
+                if (*pp == c) {
+                    *pp = c->next;
+                    s->n_zombies--;
+                    break;
+                }
+            }
+            pj_conn_free(c, s->be);
+        }
+    } else {
+        pump(s, c);
+    }
+    if (fatal && !s->draining) {
+        pj_log_err("backend %s: fatal error, exiting: %s", s->be->ops->name, fatal_msg);
+        pj_notify_status("fatal backend error: %s", fatal_msg);
+        s->exit_code = 1;
+        pj_server_drain(s);
+    }
+    check_drain(s);
+}
+
+static void on_done(pj_server *s, pj_req *r)
+{
+    finish_req(s, r);
+}
+
+/* ---- the other requests ------------------------------------------------------------- */
+
+static void handle_hello(pj_server *s, pj_conn *c, nctx *nc, const pj_hdr *h, const void *body)
+{
+    char err[PJ_WIRE_MSG_MAX];
+    pj_hello hello;
+    int st = pj_dec_hello(body, h->body_len, &hello, err, sizeof err);
+    if (st != PJ_OK) {
+        send_error(s, nc, h->req_id, st, UINT32_MAX, err);
+        return;
+    }
+    if (hello.ver_min > PJ_WIRE_VERSION || hello.ver_max < PJ_WIRE_VERSION) {
+        snprintf(err, sizeof err, "HELLO: client speaks versions %u..%u, the daemon speaks %d",
+                 hello.ver_min, hello.ver_max, PJ_WIRE_VERSION);
+        send_error(s, nc, h->req_id, PJ_E_VERSION, UINT32_MAX, err);
+        return;
+    }
+    if (!c->stream) {
+        int rc = s->be->ops->stream_create(s->be, &c->stream, err, sizeof err);
+        if (rc != 0) {
+            c->stream = NULL;
+            send_error(s, nc, h->req_id, PJ_E_BACKEND, UINT32_MAX, err);
+            return;
+        }
+    }
+    if (!c->hello)
+        pj_log_info("connection #%" PRIu64 ": hello from \"%s\" (pid %u)", c->serial, hello.name,
+                    hello.pid);
+    c->hello = 1;
+    snprintf(c->client, sizeof c->client, "%s", hello.name);
+    pj_welcome *w = calloc(1, sizeof *w);
+    if (!w) {
+        send_error(s, nc, h->req_id, PJ_E_INTERNAL, UINT32_MAX, "HELLO: out of memory");
+        return;
+    }
+    w->version = PJ_WIRE_VERSION;
+    w->backend = (uint16_t)s->be->ops->kind;
+    memcpy(w->device_uuid, s->be->device_uuid, PJ_WIRE_UUID_SIZE);
+    w->max_m = s->cfg.shapes.max_m;
+    w->max_ops_per_request = s->cfg.limits.max_ops_per_request;
+    w->max_buffers = s->cfg.limits.max_buffers_per_conn;
+    w->max_message_bytes = s->cfg.limits.max_message_bytes;
+    w->n_layers = s->model->n_layers < PJ_WIRE_MAX_LAYERS ? s->model->n_layers : PJ_WIRE_MAX_LAYERS;
+    for (uint32_t i = 0; i < w->n_layers; i++) {
+        const pj_model_layer *L = &s->model->layers[i];
+        snprintf(w->layers[i].name, sizeof w->layers[i].name, "%s", L->name);
+        w->layers[i].n = L->max_n;
+        w->layers[i].k = L->w.k;
+        w->layers[i].format = (uint8_t)L->w.fmt;
+    }
+    w->n_shapes = s->cfg.shapes.n_m < PJ_WIRE_MAX_SHAPES ? s->cfg.shapes.n_m : PJ_WIRE_MAX_SHAPES;
+    for (uint32_t i = 0; i < w->n_shapes; i++)
+        w->shapes[i] = s->cfg.shapes.m[i];
+    pj_wbuf_reset(&s->wb);
+    pj_enc_welcome(&s->wb, h->req_id, w);
+    free(w);
+    send_wb(s, nc);
+}
+
+static void handle_register(pj_server *s, pj_conn *c, nctx *nc, const pj_hdr *h, const void *body)
+{
+    char err[PJ_WIRE_MSG_MAX];
+    pj_register *rq = calloc(1, sizeof *rq);
+    if (!rq) {
+        send_error(s, nc, h->req_id, PJ_E_INTERNAL, UINT32_MAX, "REGISTER: out of memory");
+        return;
+    }
+    int st = pj_dec_register(body, h->body_len, rq, err, sizeof err);
+    pj_buf *b = NULL;
+    if (st == PJ_OK)
+        st = pj_bufreg_register(&c->reg, rq, s->cfg.limits.max_buffers_per_conn, &b, err,
+                                sizeof err);
+    free(rq);
+    if (st != PJ_OK) {
+        pj_log_info("connection #%" PRIu64 ": %s", c->serial, err);
+        send_error(s, nc, h->req_id, st, UINT32_MAX, err);
+        return;
+    }
+    pj_log_debug("connection #%" PRIu64 ": buffer %u = %s, %" PRIu64 " bytes", c->serial, b->id,
+                 b->name, b->size);
+    pj_registered rep = {.buffer_id = b->id, .size = b->size};
+    pj_wbuf_reset(&s->wb);
+    pj_enc_registered(&s->wb, h->req_id, &rep);
+    send_wb(s, nc);
+}
+
+static void handle_unregister(pj_server *s, pj_conn *c, nctx *nc, const pj_hdr *h, const void *body)
+{
+    char err[PJ_WIRE_MSG_MAX];
+    uint32_t id = 0;
+    int st = pj_dec_buffer_id(body, h->body_len, &id, err, sizeof err);
+    if (st == PJ_OK)
+        st = pj_bufreg_unregister(&c->reg, id, err, sizeof err);
+    if (st != PJ_OK) {
+        send_error(s, nc, h->req_id, st, UINT32_MAX, err);
+        return;
+    }
+    pj_wbuf_reset(&s->wb);
+    pj_enc_unregistered(&s->wb, h->req_id, id);
+    send_wb(s, nc);
+}
+
+static char *stats_text(pj_server *s)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddStringToObject(o, "version", PJ_VERSION_STRING);
+    cJSON_AddStringToObject(o, "backend", s->be->ops->name);
+    cJSON_AddStringToObject(o, "device", s->be->device_name);
+    cJSON_AddBoolToObject(o, "draining", s->draining);
+    cJSON *cn = cJSON_AddObjectToObject(o, "connections");
+    if (cn) {
+        cJSON_AddNumberToObject(cn, "current", s->conns.count);
+        cJSON_AddNumberToObject(cn, "closing", s->n_zombies);
+        cJSON_AddNumberToObject(cn, "total", (double)s->stats.conns_total);
+        cJSON_AddNumberToObject(cn, "refused", (double)atomic_load(&s->refused));
+    }
+    uint64_t nbuf, nbytes;
+    pj_bufreg_totals(&nbuf, &nbytes);
+    cJSON *bf = cJSON_AddObjectToObject(o, "buffers");
+    if (bf) {
+        cJSON_AddNumberToObject(bf, "current", (double)nbuf);
+        cJSON_AddNumberToObject(bf, "mapped_bytes", (double)nbytes);
+    }
+    cJSON_AddNumberToObject(o, "inflight", (double)s->inflight);
+    const char *names[PJ_CFG_MAX_LAYERS];
+    uint32_t nl = s->model->n_layers < PJ_CFG_MAX_LAYERS ? s->model->n_layers : PJ_CFG_MAX_LAYERS;
+    for (uint32_t i = 0; i < nl; i++)
+        names[i] = s->model->layers[i].name;
+    pj_stats_json(&s->stats, names, nl, o);
+    cJSON *mem = cJSON_AddObjectToObject(o, "memory");
+    if (mem) {
+        double weights = 0;
+        for (uint32_t i = 0; i < nl; i++)
+            weights += (double)s->model->layers[i].stored_bytes;
+        cJSON_AddNumberToObject(mem, "rss_bytes", (double)pj_stats_rss_bytes());
+        cJSON_AddNumberToObject(mem, "weights_bytes", weights);
+        cJSON_AddNumberToObject(mem, "shm_mapped_bytes", (double)nbytes);
+    }
+    cJSON *bs = cJSON_AddObjectToObject(o, "backend_stats");
+    if (bs && s->be->ops->stats_json)
+        s->be->ops->stats_json(s->be, bs);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return text;
+}
+
+static void handle_stats(pj_server *s, nctx *nc, const pj_hdr *h, const void *body)
+{
+    char err[PJ_WIRE_MSG_MAX];
+    int st = pj_dec_stats(body, h->body_len, err, sizeof err);
+    if (st != PJ_OK) {
+        send_error(s, nc, h->req_id, st, UINT32_MAX, err);
+        return;
+    }
+    char *text = stats_text(s);
+    if (!text) {
+        send_error(s, nc, h->req_id, PJ_E_INTERNAL, UINT32_MAX, "STATS: out of memory");
+        return;
+    }
+    pj_wbuf_reset(&s->wb);
+    pj_enc_stats_reply(&s->wb, h->req_id, text, strlen(text));
+    free(text);
+    send_wb(s, nc);
+}
+
+static void handle_ping(pj_server *s, nctx *nc, const pj_hdr *h, const void *body)
+{
+    char err[PJ_WIRE_MSG_MAX];
+    int st = pj_dec_ping(body, h->body_len, err, sizeof err);
+    if (st != PJ_OK) {
+        send_error(s, nc, h->req_id, st, UINT32_MAX, err);
+        return;
+    }
+    pj_wbuf_reset(&s->wb);
+    pj_enc_pong(&s->wb, h->req_id, body, h->body_len);
+    send_wb(s, nc);
+}
+
+static void on_msg(pj_server *s, nctx *nc)
+{
+    uint64_t now = pj_now_ns();
+    nng_msg *msg = nc->msg;
+    nc->msg = NULL;
+    s->n_busy++;
+    pj_conn *c = pj_conn_table_find(&s->conns, (uint32_t)nng_pipe_id(nng_msg_get_pipe(msg)));
+    if (!c) { /* its pipe is already gone */
+        nng_msg_free(msg);
+        abandon(s, nc);
+        return;
+    }
+    c->requests++;
+    const uint8_t *data = nng_msg_body(msg);
+    size_t len = nng_msg_len(msg);
+    char err[PJ_WIRE_MSG_MAX];
+    pj_hdr h;
+    memset(&h, 0, sizeof h);
+    if (len > s->cfg.limits.max_message_bytes) {
+        snprintf(err, sizeof err, "message of %zu bytes is over the limit of %u", len,
+                 s->cfg.limits.max_message_bytes);
+        send_error(s, nc, peek_req_id(data, len), PJ_E_TOO_BIG, UINT32_MAX, err);
+        goto out;
+    }
+    int st = pj_dec_hdr(data, len, s->cfg.limits.max_message_bytes - PJ_WIRE_HDR_SIZE, &h, err,
+                        sizeof err);
+    if (st != PJ_OK) {
+        pj_log_debug("connection #%" PRIu64 ": %s: %s", c->serial, pj_status_name(st), err);
+        send_error(s, nc, h.req_id, st, UINT32_MAX, err);
+        goto out;
+    }
+    if (h.type < PJ_STATS_TYPES)
+        s->stats.by_type[h.type]++;
+    pj_log_debug("connection #%" PRIu64 ": %s %" PRIu64 " (%zu bytes)", c->serial,
+                 pj_msg_type_name(h.type), h.req_id, len);
+    const void *body = data + PJ_WIRE_HDR_SIZE;
+    if (s->draining) {
+        send_error(s, nc, h.req_id, PJ_E_SHUTDOWN, UINT32_MAX,
+                   "the daemon is shutting down; no new requests");
+        goto out;
+    }
+    int known = h.type == PJ_MSG_HELLO || h.type == PJ_MSG_REGISTER ||
+                h.type == PJ_MSG_UNREGISTER || h.type == PJ_MSG_PROJECT || h.type == PJ_MSG_STATS ||
+                h.type == PJ_MSG_PING;
+    if (!known) {
+        snprintf(err, sizeof err, "message type %u (%s) is not a request", h.type,
+                 pj_msg_type_name(h.type));
+        send_error(s, nc, h.req_id, PJ_E_TYPE, UINT32_MAX, err);
+        goto out;
+    }
+    if (!c->hello && h.type != PJ_MSG_HELLO) {
+        snprintf(err, sizeof err, "%s before HELLO", pj_msg_type_name(h.type));
+        send_error(s, nc, h.req_id, PJ_E_NOHELLO, UINT32_MAX, err);
+        goto out;
+    }
+    switch (h.type) {
+    case PJ_MSG_HELLO:
+        handle_hello(s, c, nc, &h, body);
+        break;
+    case PJ_MSG_REGISTER:
+        handle_register(s, c, nc, &h, body);
+        break;
+    case PJ_MSG_UNREGISTER:
+        handle_unregister(s, c, nc, &h, body);
+        break;
+    case PJ_MSG_PROJECT:
+        handle_project(s, c, nc, &h, body, now);
+        break;
+    case PJ_MSG_STATS:
+        handle_stats(s, nc, &h, body);
+        break;
+    default:
+        handle_ping(s, nc, &h, body);
+        break;
+    }
+out:
+    nng_msg_free(msg);
+}
+
+/* ---- contexts ---------------------------------------------------------------------- */
+
+static uint32_t ctx_cap(const pj_server *s)
+{
+    uint64_t cap =
+        (uint64_t)s->cfg.limits.max_connections * s->cfg.limits.max_inflight_per_conn + CTX_GROW;
+    return cap > CTX_MAX ? CTX_MAX : (uint32_t)cap;
+}
+
+/* Open up to n more contexts and start them receiving. */
+static int add_contexts(pj_server *s, uint32_t n, char *err, size_t errlen)
+{
+    uint32_t cap = ctx_cap(s);
+    if (s->n_ctx + n > cap)
+        n = cap > s->n_ctx ? cap - s->n_ctx : 0;
+    if (n == 0)
+        return 0;
+    nctx **arr = realloc(s->ctxs, (s->n_ctx + n) * sizeof *arr);
+    if (!arr) {
+        snprintf(err, errlen, "out of memory for nng contexts");
+        return -ENOMEM;
+    }
+    s->ctxs = arr;
+    for (uint32_t i = 0; i < n; i++) {
+        nctx *nc = calloc(1, sizeof *nc);
+        if (!nc) {
+            snprintf(err, errlen, "out of memory for nng contexts");
+            return -ENOMEM;
+        }
+        nc->s = s;
+        int rv = nng_ctx_open(&nc->ctx, s->sock);
+        if (rv == 0)
+            rv = nng_aio_alloc(&nc->aio, aio_cb, nc);
+        if (rv != 0) {
+            if (nc->aio)
+                nng_aio_free(nc->aio);
+            free(nc);
+            snprintf(err, errlen, "nng context: %s", nng_strerror(rv));
+            return -ENOMEM;
+        }
+        s->ctxs[s->n_ctx++] = nc;
+        arm_recv(s, nc);
+    }
+    return 0;
+}
+
+/* ---- shutdown ------------------------------------------------------------------------- */
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    pj_server *s = h->data;
+    if (--s->handles_open == 0 && !s->stopped_called) {
+        s->stopped_called = 1;
+        if (s->stopped)
+            s->stopped(s->stopped_arg, s->exit_code);
+    }
+}
+
+static void close_socket(pj_server *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->closing = 1;
+    pthread_mutex_unlock(&s->mu);
+    if (s->sock_open) {
+        nng_close(s->sock);
+        s->sock_open = 0;
+    }
+    for (uint32_t i = 0; i < s->n_ctx; i++) {
+        nctx *nc = s->ctxs[i];
+        nng_aio_free(nc->aio); /* waits for a running callback */
+        if (nc->msg)
+            nng_msg_free(nc->msg);
+        free(nc);
+    }
+    free(s->ctxs);
+    s->ctxs = NULL;
+    s->n_ctx = 0;
+    /* Events queued before closing: messages were freed with their
+     * contexts above; pipe events are plain memory. */
+    pthread_mutex_lock(&s->mu);
+    pj_ev *ev = s->ev_head;
+    s->ev_head = s->ev_tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    while (ev) {
+        pj_ev *next = ev->next;
+        if (ev->kind == EV_PIPE_ADD || ev->kind == EV_PIPE_REM)
+            free(ev);
+        ev = next;
+    }
+    if (s->listening)
+        unlink(s->path);
+    s->listening = 0;
+}
+
+static void free_conns(pj_server *s)
+{
+    for (unsigned i = 0; i < PJ_CONN_BUCKETS; i++) {
+        while (s->conns.b[i]) {
+            pj_conn *c = s->conns.b[i];
+            s->conns.b[i] = c->next;
+            pj_conn_free(c, s->be);
+        }
+    }
+    s->conns.count = 0;
+    while (s->zombies) {
+        pj_conn *c = s->zombies;
+        s->zombies = c->next;
+        pj_conn_free(c, s->be);
+    }
+    s->n_zombies = 0;
+}
+
+static void stop_now(pj_server *s)
+{
+    if (s->handles_open == 0 || s->stopping > 1)
+        return;
+    s->stopping = 2;
+    close_socket(s);
+    free_conns(s);
+    pj_log_info("stopped (exit code %d)", s->exit_code);
+    uv_timer_stop(&s->timer);
+    uv_timer_stop(&s->status_timer);
+    uv_close((uv_handle_t *)&s->timer, on_handle_closed);
+    uv_close((uv_handle_t *)&s->status_timer, on_handle_closed);
+    uv_close((uv_handle_t *)&s->async, on_handle_closed);
+}
+
+static void on_linger(uv_timer_t *t)
+{
+    stop_now(t->data);
+}
+
+static void on_drain_timeout(uv_timer_t *t)
+{
+    pj_server *s = t->data;
+    pj_log_err("drain: %" PRIu64 " requests still in flight after %d ms; exiting", s->inflight,
+               DRAIN_TIMEOUT_MS);
+    pj_notify_status("drain timed out");
+    /* Backend threads still own those requests: no orderly teardown. */
+    _exit(1);
+}
+
+static void check_drain(pj_server *s)
+{
+    if (!s->draining || s->stopping)
+        return;
+    if (s->inflight > 0 || s->n_sending > 0)
+        return;
+    pj_log_info("drain: all requests answered after %.1f ms",
+                (double)(pj_now_ns() - s->drain_start_ns) / 1e6);
+    s->stopping = 1;
+    /* nng hands a reply to the transport before it is written; give the
+     * writes (and clients reading them) a moment before closing pipes. */
+    uv_timer_stop(&s->timer);
+    uv_timer_start(&s->timer, on_linger, s->conns.count ? LINGER_MS : 0, 0);
+}
+
+void pj_server_drain(pj_server *s)
+{
+    if (s->draining) {
+        pj_log_info("drain already in progress (%" PRIu64 " requests in flight)", s->inflight);
+        return;
+    }
+    s->draining = 1;
+    s->drain_start_ns = pj_now_ns();
+    pthread_mutex_lock(&s->mu);
+    s->cb_draining = 1;
+    pthread_mutex_unlock(&s->mu);
+    pj_log_info("draining: %" PRIu64 " requests in flight, %u connections", s->inflight,
+                s->conns.count);
+    pj_notify_stopping("draining");
+    if (!s->sock_open) { /* never listened */
+        s->stopping = 1;
+        stop_now(s);
+        return;
+    }
+    uv_timer_start(&s->timer, on_drain_timeout, DRAIN_TIMEOUT_MS, 0);
+    check_drain(s);
+}
+
+/* ---- the loop side of the queue ----------------------------------------------------- */
+
+static void on_async(uv_async_t *a)
+{
+    pj_server *s = a->data;
+    pthread_mutex_lock(&s->mu);
+    pj_ev *ev = s->ev_head;
+    s->ev_head = s->ev_tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    while (ev) {
+        pj_ev *next = ev->next;
+        switch (ev->kind) {
+        case EV_MSG:
+            on_msg(s, (nctx *)ev);
+            break;
+        case EV_SENT:
+            if (((nctx *)ev)->send_rv != 0)
+                pj_log_debug("a reply was not sent: %s", nng_strerror(((nctx *)ev)->send_rv));
+            s->n_sending--;
+            s->n_busy--;
+            arm_recv(s, (nctx *)ev);
+            break;
+        case EV_RECV_ERR:
+            arm_recv(s, (nctx *)ev);
+            break;
+        case EV_PIPE_ADD:
+            on_pipe_add(s, (pipe_ev *)ev);
+            free(ev);
+            break;
+        case EV_PIPE_REM:
+            on_pipe_rem(s, (pipe_ev *)ev);
+            free(ev);
+            break;
+        case EV_DONE:
+            on_done(s, (pj_req *)ev);
+            break;
+        }
+        ev = next;
+    }
+    if (!s->stopping && s->n_ctx - s->n_busy < CTX_LOW_WATER && s->n_ctx < ctx_cap(s)) {
+        char err[160];
+        if (add_contexts(s, CTX_GROW, err, sizeof err) != 0)
+            pj_log_warn("cannot open more nng contexts: %s", err);
+    }
+    check_drain(s);
+}
+
+/* ---- setup ------------------------------------------------------------------------------ */
+
+static int url_path(const char *url, char *path, size_t cap, char *err, size_t errlen)
+{
+    if (strncmp(url, "ipc://", 6) != 0 || !url[6]) {
+        snprintf(err, errlen, "socket url \"%s\": expected ipc://PATH", url);
+        return -EINVAL;
+    }
+    struct sockaddr_un sun;
+    if (strlen(url + 6) >= sizeof sun.sun_path || strlen(url + 6) >= cap) {
+        snprintf(err, errlen, "socket path \"%s\" is longer than %zu bytes", url + 6,
+                 sizeof sun.sun_path - 1);
+        return -ENAMETOOLONG;
+    }
+    snprintf(path, cap, "%s", url + 6);
+    return 0;
+}
+
+int pj_server_check_socket(const char *url, char *err, size_t errlen)
+{
+    char path[PJ_CFG_PATH];
+    int rc = url_path(url, path, sizeof path, err, errlen);
+    if (rc != 0)
+        return rc;
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT)
+            return 0;
+        snprintf(err, errlen, "socket %s: %s", path, strerror(errno));
+        return -errno;
+    }
+    if (!S_ISSOCK(st.st_mode)) {
+        snprintf(err, errlen, "socket %s: exists and is not a socket; not touching it", path);
+        return -EEXIST;
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "socket(): %s", strerror(errno));
+        return -errno;
+    }
+    struct sockaddr_un sun;
+    memset(&sun, 0, sizeof sun);
+    sun.sun_family = AF_UNIX;
+    memcpy(sun.sun_path, path, strlen(path));
+    int c = connect(fd, (struct sockaddr *)&sun, sizeof sun);
+    int e = errno;
+    close(fd);
+    if (c == 0) {
+        snprintf(err, errlen,
+                 "socket %s: another daemon is serving there (stop it first, or choose "
+                 "another socket.url)",
+                 path);
+        return -EADDRINUSE;
+    }
+    if (e != ECONNREFUSED) {
+        snprintf(err, errlen, "socket %s: cannot tell whether it is live: %s", path, strerror(e));
+        return -e;
+    }
+    if (unlink(path) != 0 && errno != ENOENT) {
+        snprintf(err, errlen, "socket %s: stale, but cannot remove it: %s", path, strerror(errno));
+        return -errno;
+    }
+    pj_log_info("removed stale socket %s (nobody answered on it)", path);
+    return 0;
+}
+
+static int mkdir_parents(const char *path, char *err, size_t errlen)
+{
+    char dir[PJ_CFG_PATH];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir)
+        return 0;
+    *slash = 0;
+    for (char *p = dir + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = 0;
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+            snprintf(err, errlen, "mkdir %s: %s", dir, strerror(errno));
+            return -errno;
+        }
+        *p = '/';
+    }
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        snprintf(err, errlen, "mkdir %s: %s", dir, strerror(errno));
+        return -errno;
+    }
+    return 0;
+}
+
+static void copy_auth_locked(pj_server *s)
+{
+    s->cb_max_conns = s->cfg.limits.max_connections;
+    s->cb_n_uids = s->cfg.auth.n_uids;
+    s->cb_n_gids = s->cfg.auth.n_gids;
+    memcpy(s->cb_uids, s->cfg.auth.uids, sizeof s->cb_uids);
+    memcpy(s->cb_gids, s->cfg.auth.gids, sizeof s->cb_gids);
+}
+
+int pj_server_create(uv_loop_t *loop, const pj_config *cfg, const pj_model *model, pj_backend *be,
+                     const char *url, pj_server_stopped_fn stopped, void *arg, pj_server **out,
+                     char *err, size_t errlen)
+{
+    *out = NULL;
+    pj_server *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    s->loop = loop;
+    s->cfg = *cfg;
+    s->model = model;
+    s->be = be;
+    s->stopped = stopped;
+    s->stopped_arg = arg;
+    snprintf(s->url, sizeof s->url, "%s", url);
+    int rc = url_path(url, s->path, sizeof s->path, err, errlen);
+    if (rc != 0) {
+        s->path[0] = 0;
+        free(s);
+        return rc;
+    }
+    s->ops_cap = cfg->limits.max_ops_per_request ? cfg->limits.max_ops_per_request : 1;
+    s->ops_scratch = calloc(s->ops_cap, sizeof *s->ops_scratch);
+    if (!s->ops_scratch) {
+        free(s);
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    copy_auth_locked(s);
+    pj_stats_init(&s->stats);
+    pj_wbuf_init(&s->wb);
+    uv_async_init(loop, &s->async, on_async);
+    uv_timer_init(loop, &s->timer);
+    uv_timer_init(loop, &s->status_timer);
+    s->async.data = s;
+    s->timer.data = s;
+    s->status_timer.data = s;
+    s->handles_open = 3;
+    *out = s;
+    return 0;
+}
+
+int pj_server_listen(pj_server *s, char *err, size_t errlen)
+{
+    int rc = mkdir_parents(s->path, err, errlen);
+    if (rc != 0)
+        return rc;
+    int rv = nng_rep0_open(&s->sock);
+    if (rv != 0) {
+        snprintf(err, errlen, "nng rep socket: %s", nng_strerror(rv));
+        return -EIO;
+    }
+    s->sock_open = 1;
+    rv = nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, hard_cap(&s->cfg));
+    if (rv == 0)
+        rv = nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_PRE, pipe_cb, s);
+    if (rv == 0)
+        rv = nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, pipe_cb, s);
+    if (rv != 0) {
+        snprintf(err, errlen, "nng socket options: %s", nng_strerror(rv));
+        return -EIO;
+    }
+    /* Create the socket file owner-only; it gets its configured mode once it
+     * exists, so it is never briefly open to more users than configured. */
+    mode_t old = umask(0177);
+    rv = nng_listen(s->sock, s->url, NULL, 0);
+    umask(old);
+    if (rv != 0) {
+        snprintf(err, errlen, "listen on %s: %s", s->url, nng_strerror(rv));
+        return rv == NNG_EADDRINUSE ? -EADDRINUSE : -EIO;
+    }
+    s->listening = 1;
+    if (chmod(s->path, (mode_t)s->cfg.socket.mode) != 0) {
+        snprintf(err, errlen, "chmod %o %s: %s", s->cfg.socket.mode, s->path, strerror(errno));
+        return -errno;
+    }
+    if (s->cfg.socket.group[0]) {
+        struct group gr, *res = NULL;
+        char buf[4096];
+        int e = getgrnam_r(s->cfg.socket.group, &gr, buf, sizeof buf, &res);
+        if (e != 0 || !res) {
+            snprintf(err, errlen, "socket.group \"%s\": no such group", s->cfg.socket.group);
+            return -ENOENT;
+        }
+        if (chown(s->path, (uid_t)-1, gr.gr_gid) != 0) {
+            snprintf(err, errlen, "chgrp %s %s: %s", s->cfg.socket.group, s->path, strerror(errno));
+            return -errno;
+        }
+    }
+    rc = add_contexts(s, CTX_GROW, err, errlen);
+    if (rc != 0)
+        return rc;
+    pj_log_info("listening on %s (mode %04o%s%s, backend %s)", s->url, s->cfg.socket.mode,
+                s->cfg.socket.group[0] ? ", group " : "", s->cfg.socket.group, s->be->ops->name);
+    return 0;
+}
+
+void pj_server_reload(pj_server *s, const pj_config *next)
+{
+    s->cfg.limits = next->limits;
+    s->cfg.auth = next->auth;
+    s->cfg.log = next->log;
+    pj_log_set_level(next->log.level);
+    if (s->cfg.limits.max_ops_per_request > s->ops_cap) {
+        pj_op *ops = realloc(s->ops_scratch, s->cfg.limits.max_ops_per_request * sizeof *ops);
+        if (ops) {
+            s->ops_scratch = ops;
+            s->ops_cap = s->cfg.limits.max_ops_per_request;
+        } else {
+            s->cfg.limits.max_ops_per_request = s->ops_cap;
+            pj_log_warn("reload: out of memory; max_ops_per_request stays %u", s->ops_cap);
+        }
+    }
+    pthread_mutex_lock(&s->mu);
+    copy_auth_locked(s);
+    pthread_mutex_unlock(&s->mu);
+    if (s->sock_open)
+        nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, hard_cap(&s->cfg));
+    pj_log_info("reloaded: log %s, max_message_bytes %u, max_buffers_per_conn %u, "
+                "max_ops_per_request %u, max_connections %u, max_inflight_per_conn %u, "
+                "%u allowed uids, %u allowed gids",
+                pj_log_level_name(s->cfg.log.level), s->cfg.limits.max_message_bytes,
+                s->cfg.limits.max_buffers_per_conn, s->cfg.limits.max_ops_per_request,
+                s->cfg.limits.max_connections, s->cfg.limits.max_inflight_per_conn,
+                s->cfg.auth.n_uids, s->cfg.auth.n_gids);
+}
+
+void pj_server_destroy(pj_server *s)
+{
+    if (!s)
+        return;
+    if (s->sock_open || s->n_ctx)
+        close_socket(s);
+    free_conns(s);
+    pj_wbuf_free(&s->wb);
+    free(s->ops_scratch);
+    free(s->pipes);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}

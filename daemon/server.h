@@ -1,0 +1,61 @@
+/* server.h — the nng listener, the libuv loop glue and request dispatch.
+ *
+ * Threads: the libuv loop thread owns every connection, buffer and counter.
+ * nng calls back on its own threads (one nng_aio per REP context, pipe
+ * events); those callbacks only append an event to a mutex-protected queue
+ * and wake the loop with uv_async_send. The loop decodes, validates and
+ * dispatches; backends compute on their own threads and complete through
+ * the same queue. Nothing on the loop blocks on a client or computes.
+ *
+ * Requests: HELLO, REGISTER, UNREGISTER, STATS and PING are answered at
+ * once; PROJECT is validated completely on arrival (taking references on
+ * the buffers it names), then waits in its connection's FIFO for the
+ * backend stream, so one connection's requests run in arrival order while
+ * different connections run side by side.
+ */
+#ifndef PJ_SERVER_H
+#define PJ_SERVER_H
+
+#include <stddef.h>
+#include <uv.h>
+
+#include "config/config.h"
+#include "daemon/backend.h"
+#include "daemon/model.h"
+
+typedef struct pj_server pj_server;
+
+/* Called once from the loop when the server has stopped (after a drain)
+ * and closed all of its handles; exit_code is what the process should
+ * return (0 after a clean drain). */
+typedef void (*pj_server_stopped_fn)(void *arg, int exit_code);
+
+/* Is anyone serving at url (ipc://PATH)? 0: the path is free (a stale
+ * socket file nobody answers on was removed); -EADDRINUSE: a live daemon
+ * answers there; other negative errno: not usable (not a socket, no
+ * permission, bad URL). err says which. */
+int pj_server_check_socket(const char *url, char *err, size_t errlen);
+
+/* Build the server (nothing listens yet). cfg is copied; model and be must
+ * outlive the server. Returns 0 or a negative errno. */
+int pj_server_create(uv_loop_t *loop, const pj_config *cfg, const pj_model *model, pj_backend *be,
+                     const char *url, pj_server_stopped_fn stopped, void *arg, pj_server **out,
+                     char *err, size_t errlen);
+
+/* Create the socket's directory, listen, set the file's mode and group and
+ * start receiving. 0 or a negative errno with err set. */
+int pj_server_listen(pj_server *s, char *err, size_t errlen);
+
+/* SIGHUP: take log level, limits and auth from next (other keys are
+ * ignored; the caller checked that nothing else changed). */
+void pj_server_reload(pj_server *s, const pj_config *next);
+
+/* SIGTERM/SIGINT: refuse new requests (PJ_E_SHUTDOWN) and new
+ * connections, finish what is in flight, send every reply, close, then
+ * call the stopped callback. Idempotent. */
+void pj_server_drain(pj_server *s);
+
+/* Free (after the stopped callback, or when listen failed). */
+void pj_server_destroy(pj_server *s);
+
+#endif

@@ -1,0 +1,108 @@
+/* shmguard.c — see shmguard.h. */
+#include "daemon/shmguard.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+typedef struct guard_slot {
+    atomic_uintptr_t base; /* 0 = free */
+    atomic_size_t len;
+    atomic_int faulted;
+} guard_slot;
+
+static guard_slot g_slots[PJ_SHMGUARD_SLOTS];
+static struct sigaction g_prev;
+static atomic_int g_installed;
+static atomic_ulong g_faults;
+static size_t g_page;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uctx)
+{
+    uintptr_t a = (uintptr_t)si->si_addr;
+    for (size_t i = 0; i < PJ_SHMGUARD_SLOTS; i++) {
+        uintptr_t base = atomic_load_explicit(&g_slots[i].base, memory_order_acquire);
+        if (!base)
+            continue;
+        size_t len = atomic_load_explicit(&g_slots[i].len, memory_order_relaxed);
+        if (a < base || a - base >= len)
+            continue;
+        void *page = (void *)(a & ~(uintptr_t)(g_page - 1));
+        void *p = mmap(page, g_page, PROT_READ | PROT_WRITE,
+                       MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            break;
+        atomic_store(&g_slots[i].faulted, 1);
+        atomic_fetch_add(&g_faults, 1);
+        return; /* the faulting access is retried and now succeeds */
+    }
+    /* Not ours: hand the signal to whoever had it before. */
+    if (g_prev.sa_flags & SA_SIGINFO) {
+        g_prev.sa_sigaction(sig, si, uctx);
+        return;
+    }
+    if (g_prev.sa_handler != SIG_DFL && g_prev.sa_handler != SIG_IGN) {
+        g_prev.sa_handler(sig);
+        return;
+    }
+    /* Default action: restore it; returning re-executes the access, which
+     * faults again and terminates the process with SIGBUS. */
+    signal(SIGBUS, SIG_DFL);
+}
+
+int pj_shmguard_install(void)
+{
+    if (atomic_exchange(&g_installed, 1))
+        return 0;
+    g_page = (size_t)sysconf(_SC_PAGESIZE);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGBUS, &sa, &g_prev) != 0) {
+        atomic_store(&g_installed, 0);
+        return -errno;
+    }
+    return 0;
+}
+
+int pj_shmguard_add(void *base, size_t len)
+{
+    for (int i = 0; i < PJ_SHMGUARD_SLOTS; i++) {
+        uintptr_t expect = 0;
+        /* Claim with a placeholder base of 1: a free slot's len is 0 (remove
+         * clears it first), so the handler never matches a half-set slot. */
+        if (atomic_compare_exchange_strong(&g_slots[i].base, &expect, (uintptr_t)1)) {
+            atomic_store(&g_slots[i].faulted, 0);
+            atomic_store(&g_slots[i].len, len);
+            atomic_store_explicit(&g_slots[i].base, (uintptr_t)base, memory_order_release);
+            return i;
+        }
+    }
+    return -ENOSPC;
+}
+
+void pj_shmguard_remove(int slot)
+{
+    if (slot < 0 || slot >= PJ_SHMGUARD_SLOTS)
+        return;
+    atomic_store(&g_slots[slot].len, 0);
+    atomic_store(&g_slots[slot].base, 0);
+}
+
+int pj_shmguard_faulted(int slot)
+{
+    if (slot < 0 || slot >= PJ_SHMGUARD_SLOTS)
+        return 0;
+    return atomic_load(&g_slots[slot].faulted);
+}
+
+unsigned long pj_shmguard_total_faults(void)
+{
+    return atomic_load(&g_faults);
+}

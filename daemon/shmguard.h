@@ -1,0 +1,35 @@
+/* shmguard.h — survive a client that shrinks a shared-memory object we map.
+ *
+ * The owner of a POSIX shm object may ftruncate it after registering it;
+ * touching the mapping past the new end raises SIGBUS, which would kill the
+ * daemon. Guarded ranges are kept in a fixed table that the SIGBUS handler
+ * reads without locks: a fault inside a guarded range is absorbed by mapping
+ * a private zero page over the faulting page (the access then completes and
+ * reads zeros or writes to memory nobody sees) and the range is marked
+ * faulted, so the request that touched it is answered with an error and the
+ * buffer refuses later use. A fault anywhere else gets the previous handler
+ * (normally: the process dies as it would have).
+ */
+#ifndef PJ_SHMGUARD_H
+#define PJ_SHMGUARD_H
+
+#include <stddef.h>
+
+/* Install the process-wide SIGBUS handler (idempotent). 0 or -errno. */
+int pj_shmguard_install(void);
+
+/* Guard [base, base + len). Returns a slot >= 0, or -ENOSPC when the table
+ * (PJ_SHMGUARD_SLOTS ranges) is full. */
+#define PJ_SHMGUARD_SLOTS 8192
+int pj_shmguard_add(void *base, size_t len);
+
+/* Stop guarding (before the range is unmapped). slot < 0 is ignored. */
+void pj_shmguard_remove(int slot);
+
+/* 1 once a fault in the slot's range was absorbed. */
+int pj_shmguard_faulted(int slot);
+
+/* Faults absorbed since start (all slots). */
+unsigned long pj_shmguard_total_faults(void);
+
+#endif

@@ -1,0 +1,35 @@
+/* validate.h — the checks a PROJECT op passes before anything executes.
+ *
+ * Pure functions of the op, the model, the limits and the connection's
+ * buffers: no side effects, no references taken. Every arithmetic step on
+ * client-supplied numbers is overflow-checked.
+ */
+#ifndef PJ_VALIDATE_H
+#define PJ_VALIDATE_H
+
+#include <stdint.h>
+
+#include "daemon/backend.h"
+#include "daemon/bufreg.h"
+#include "daemon/model.h"
+#include "protocol/wire.h"
+
+/* Does a span of rows x width bf16 elements with row stride ld, starting at
+ * byte off, fit in size bytes? The span ends at
+ * off + ((rows - 1) * ld + width) * 2. rows >= 1, width >= 1, ld >= width
+ * are the caller's (checked before). Returns PJ_OK or PJ_E_BOUNDS (odd
+ * offset, overflow, past the end) with err naming what ("x", "y"). */
+int pj_validate_span(const char *what, uint64_t off, uint32_t rows, uint64_t ld, uint32_t width,
+                     uint64_t size, char *err, size_t errlen);
+
+/* Check op (index i, for messages) in this order: layer (PJ_E_LAYER),
+ * 1 <= m <= max_m and 1 <= n <= max_n (PJ_E_SHAPE), x_ld >= k and y_ld >= n
+ * (PJ_E_SHAPE), op flags (PJ_E_FLAGS), buffers registered and intact
+ * (PJ_E_BUFFER), spans inside the buffers (PJ_E_BOUNDS). On PJ_OK, *out is
+ * the resolved op (addresses = buffer address + offset) and *xb, *yb the
+ * buffers (no reference taken). */
+int pj_validate_op(const pj_op *op, uint32_t i, const pj_model *model, uint32_t max_m,
+                   pj_bufreg *reg, pj_exec_op *out, pj_buf **xb, pj_buf **yb, char *err,
+                   size_t errlen);
+
+#endif

@@ -1,0 +1,61 @@
+/* benchk.h — GPU helpers of the benchmark, the tuner and the GPU tests:
+ * the exact reference projection on the device, the output comparison,
+ * poison fill, the L2 flush and the read-floor kernel.
+ *
+ * The reference kernel computes refgemm.h's definition exactly (fp32 sum in
+ * increasing k, product and sum each rounded, x*hi then x*lo for split
+ * layers), so its bf16 result must equal pj_ref_project's bit for bit; the
+ * tests check that on sampled rows and then use it for every output.
+ */
+#ifndef PJ_BENCHK_H
+#define PJ_BENCHK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ref[i * n + r] = fp32 sum, sabs[i * n + r] = sum |x w| (for the error
+ * bound), for i < m, r < n. w: bf16 n x k (row stride ldw); lo: NULL or the
+ * split layer's second half. */
+int pj_bk_ref(cudaStream_t s, const uint16_t *w, const uint16_t *lo, size_t ldw, uint32_t k,
+              const uint16_t *x, size_t ldx, uint32_t m, uint32_t n, float *ref, float *sabs);
+
+/* Outcome of comparing an engine's y against the reference. */
+typedef struct pj_bk_cmp {
+    unsigned long long bad;       /* outside the bound */
+    unsigned long long unwritten; /* still the poison pattern */
+    unsigned long long mismatch;  /* bits differ from bf16(ref) (informational) */
+    double err2, ref2;            /* sum of squared errors, of squared ref */
+    float worst;                  /* max |err| / bound */
+    unsigned long long first_bad; /* index i * n + r of the first bad output, or ~0 */
+} pj_bk_cmp;
+
+/* Compare y (m x n, row stride ldy) with ref/sabs: bound(i, r) =
+ * 2^-8 |ref| + 2^-13 sabs + 2^-126. scratch: device memory of at least
+ * sizeof(pj_bk_cmp) bytes. Synchronises s. */
+int pj_bk_compare(cudaStream_t s, const uint16_t *y, size_t ldy, uint32_t m, uint32_t n,
+                  const float *ref, const float *sabs, void *scratch, pj_bk_cmp *out);
+
+/* The poison pattern (a NaN no engine produces) over m x n of y. */
+#define PJ_BK_POISON 0x7fa5u
+int pj_bk_poison(cudaStream_t s, uint16_t *y, size_t ldy, uint32_t m, uint32_t n);
+
+/* Read `bytes` of buf (16-byte granules; a whole-GPU grid-stride read) and
+ * keep a checksum in sink so nothing is optimised away. variant 0..1:
+ * threads/unroll choices. Used as the L2 flush (256 MB) and as the read
+ * floor. */
+int pj_bk_read(cudaStream_t s, const void *buf, size_t bytes, unsigned *sink, int variant, int sms);
+
+/* Fill a device bf16 buffer with a value pattern (for one-hot inputs). */
+int pj_bk_fill_bf16(cudaStream_t s, uint16_t *p, size_t count, uint16_t v);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

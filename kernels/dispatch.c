@@ -1,0 +1,369 @@
+/* dispatch.c — engine names, knob strings and the tuned-table loader
+ * (see dispatch.h). */
+#include "kernels/dispatch.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const eng_names[PJ_ENG_COUNT] = {"gemv", "gemvz", "splitk", "router", "cublas"};
+
+const char *pj_eng_name(pj_eng_kind k)
+{
+    return (unsigned)k < PJ_ENG_COUNT ? eng_names[k] : "unknown";
+}
+
+int pj_eng_from_name(const char *name)
+{
+    for (int i = 0; i < PJ_ENG_COUNT; i++)
+        if (name && strcmp(name, eng_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* One row per knob: its name, where it lives, its largest legal value and the
+ * engines that read it (bit mask). */
+typedef struct knob_def {
+    const char *name;
+    size_t off;
+    unsigned max;
+    unsigned engines;
+} knob_def;
+
+#define EB(k) (1u << (k))
+static const knob_def knob_defs[] = {
+    {"nw", offsetof(pj_eng_knobs, nw), 16, EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER)},
+    {"ks", offsetof(pj_eng_knobs, ks), 64,
+     EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER) | EB(PJ_ENG_SPLITK)},
+    {"u", offsetof(pj_eng_knobs, u), 8, EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER)},
+    {"pipe", offsetof(pj_eng_knobs, pipe), 1,
+     EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER)},
+    {"minb", offsetof(pj_eng_knobs, minb), 1, EB(PJ_ENG_GEMV) | EB(PJ_ENG_ROUTER)},
+    {"xs", offsetof(pj_eng_knobs, xs), 1, EB(PJ_ENG_GEMVZ)},
+    {"r", offsetof(pj_eng_knobs, r), 4, EB(PJ_ENG_GEMVZ)},
+    {"tile", offsetof(pj_eng_knobs, tile), 15, EB(PJ_ENG_SPLITK) | EB(PJ_ENG_ROUTER)},
+    {"algo", offsetof(pj_eng_knobs, algo), 1, EB(PJ_ENG_CUBLAS)},
+};
+#define N_KNOBS (sizeof knob_defs / sizeof knob_defs[0])
+
+static uint8_t *knob_at(pj_eng_knobs *kn, const knob_def *d)
+{
+    return (uint8_t *)kn + d->off;
+}
+
+void pj_eng_knobs_str(pj_eng_kind k, const pj_eng_knobs *kn, char *buf, size_t len)
+{
+    size_t used = 0;
+    if (len)
+        buf[0] = 0;
+    for (size_t i = 0; i < N_KNOBS; i++) {
+        const knob_def *d = &knob_defs[i];
+        if (!(d->engines & EB(k)))
+            continue;
+        unsigned v = *((const uint8_t *)kn + d->off);
+        int w = snprintf(buf + used, used < len ? len - used : 0, "%s%s=%u", used ? "," : "",
+                         d->name, v);
+        if (w < 0)
+            return;
+        used += (size_t)w;
+    }
+}
+
+int pj_eng_knobs_parse(const char *s, pj_eng_knobs *kn, char *err, size_t errlen)
+{
+    pj_eng_knobs tmp = *kn;
+    const char *p = s;
+    while (p && *p) {
+        const char *eq = strchr(p, '=');
+        const char *end = strchr(p, ',');
+        if (!end)
+            end = p + strlen(p);
+        if (!eq || eq > end) {
+            snprintf(err, errlen, "knobs \"%s\": expected name=value at \"%.*s\"", s,
+                     (int)(end - p), p);
+            return -EINVAL;
+        }
+        const knob_def *d = NULL;
+        for (size_t i = 0; i < N_KNOBS; i++)
+            if (strlen(knob_defs[i].name) == (size_t)(eq - p) &&
+                strncmp(knob_defs[i].name, p, (size_t)(eq - p)) == 0)
+                d = &knob_defs[i];
+        if (!d) {
+            snprintf(err, errlen, "knobs \"%s\": unknown knob \"%.*s\"", s, (int)(eq - p), p);
+            return -EINVAL;
+        }
+        char *stop;
+        unsigned long v = strtoul(eq + 1, &stop, 10);
+        if (stop != end || stop == eq + 1 || v > d->max) {
+            snprintf(err, errlen, "knobs \"%s\": %s expects an integer in 0..%u", s, d->name,
+                     d->max);
+            return -EINVAL;
+        }
+        *knob_at(&tmp, d) = (uint8_t)v;
+        p = *end ? end + 1 : end;
+    }
+    *kn = tmp;
+    return 0;
+}
+
+static void emit(pj_tune_msg_fn msg, void *ctx, const char *text)
+{
+    if (msg)
+        msg(ctx, text);
+}
+
+/* One entry from JSON; 0 or -EINVAL with why. */
+static int parse_entry(const cJSON *je, pj_tune_entry *e, char *why, size_t whylen)
+{
+    memset(e, 0, sizeof *e);
+    const cJSON *layer = cJSON_GetObjectItemCaseSensitive(je, "layer");
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(je, "m");
+    const cJSON *eng = cJSON_GetObjectItemCaseSensitive(je, "engine");
+    if (!cJSON_IsString(layer) || !layer->valuestring[0] ||
+        strlen(layer->valuestring) >= PJ_TUNE_NAME) {
+        snprintf(why, whylen, "\"layer\" must be a non-empty string under %d bytes", PJ_TUNE_NAME);
+        return -EINVAL;
+    }
+    snprintf(e->layer, sizeof e->layer, "%s", layer->valuestring);
+    if (!cJSON_IsNumber(m) || m->valuedouble < 1 || m->valuedouble > 65536 ||
+        m->valuedouble != (double)(uint32_t)m->valuedouble) {
+        snprintf(why, whylen, "%s: \"m\" must be an integer in 1..65536", e->layer);
+        return -EINVAL;
+    }
+    e->m = (uint32_t)m->valuedouble;
+    int k = cJSON_IsString(eng) ? pj_eng_from_name(eng->valuestring) : -1;
+    if (k < 0) {
+        snprintf(why, whylen, "%s m=%u: unknown engine %s%s%s", e->layer, e->m,
+                 cJSON_IsString(eng) ? "\"" : "", cJSON_IsString(eng) ? eng->valuestring : "(none)",
+                 cJSON_IsString(eng) ? "\"" : "");
+        return -EINVAL;
+    }
+    e->eng = (pj_eng_kind)k;
+    static const char *const dims[] = {"n", "k"};
+    uint32_t *dst[] = {&e->n, &e->k};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(je, dims[i]);
+        if (!d)
+            continue;
+        if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 4294967295.0 ||
+            d->valuedouble != (double)(uint32_t)d->valuedouble) {
+            snprintf(why, whylen, "%s m=%u: \"%s\" must be a non-negative integer", e->layer, e->m,
+                     dims[i]);
+            return -EINVAL;
+        }
+        *dst[i] = (uint32_t)d->valuedouble;
+    }
+    const cJSON *us = cJSON_GetObjectItemCaseSensitive(je, "us");
+    const cJSON *bus = cJSON_GetObjectItemCaseSensitive(je, "base_us");
+    if (cJSON_IsNumber(us))
+        e->us = (float)us->valuedouble;
+    if (cJSON_IsNumber(bus))
+        e->base_us = (float)bus->valuedouble;
+    const cJSON *kn = cJSON_GetObjectItemCaseSensitive(je, "knobs");
+    if (kn && !cJSON_IsObject(kn)) {
+        snprintf(why, whylen, "%s m=%u: \"knobs\" must be an object", e->layer, e->m);
+        return -EINVAL;
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, kn)
+    {
+        const knob_def *d = NULL;
+        for (size_t i = 0; i < N_KNOBS; i++)
+            if (strcmp(knob_defs[i].name, it->string) == 0)
+                d = &knob_defs[i];
+        if (!d || !(d->engines & EB(e->eng))) {
+            snprintf(why, whylen, "%s m=%u: engine %s has no knob \"%s\"", e->layer, e->m,
+                     pj_eng_name(e->eng), it->string);
+            return -EINVAL;
+        }
+        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > d->max ||
+            it->valuedouble != (double)(unsigned)it->valuedouble) {
+            snprintf(why, whylen, "%s m=%u: knob %s must be an integer in 0..%u", e->layer, e->m,
+                     d->name, d->max);
+            return -EINVAL;
+        }
+        *knob_at(&e->knobs, d) = (uint8_t)it->valuedouble;
+    }
+    return 0;
+}
+
+int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_fn check,
+                  void *check_ctx, pj_tune_msg_fn msg, void *msg_ctx, char *err, size_t errlen)
+{
+    memset(t, 0, sizeof *t);
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    if (!root) {
+        snprintf(err, errlen, "tuning table: not valid JSON near byte %ld",
+                 cJSON_GetErrorPtr() ? (long)(cJSON_GetErrorPtr() - json) : -1L);
+        return -EINVAL;
+    }
+    int rc = 0;
+    const cJSON *entries = cJSON_GetObjectItemCaseSensitive(root, "entries");
+    if (!cJSON_IsObject(root) || !cJSON_IsArray(entries)) {
+        snprintf(err, errlen, "tuning table: expected an object with an \"entries\" array");
+        rc = -EINVAL;
+        goto out;
+    }
+    const cJSON *dev = cJSON_GetObjectItemCaseSensitive(root, "device");
+    if (cJSON_IsString(dev))
+        snprintf(t->device, sizeof t->device, "%s", dev->valuestring);
+    const cJSON *sms = cJSON_GetObjectItemCaseSensitive(root, "sm_count");
+    if (cJSON_IsNumber(sms))
+        t->sm_count = sms->valueint;
+
+    int idx = 0;
+    const cJSON *je;
+    cJSON_ArrayForEach(je, entries)
+    {
+        char why[256], line[320];
+        pj_tune_entry e;
+        int erc = cJSON_IsObject(je) ? parse_entry(je, &e, why, sizeof why) : -EINVAL;
+        if (erc && !cJSON_IsObject(je))
+            snprintf(why, sizeof why, "not an object");
+        if (!erc) {
+            for (uint32_t i = 0; i < t->n; i++)
+                if (t->e[i].m == e.m && strcmp(t->e[i].layer, e.layer) == 0) {
+                    snprintf(why, sizeof why, "%s m=%u: duplicate entry", e.layer, e.m);
+                    erc = -EEXIST;
+                }
+        }
+        if (!erc && check)
+            erc = check(check_ctx, &e, why, sizeof why);
+        if (!erc && t->n >= PJ_TUNE_MAX) {
+            snprintf(why, sizeof why, "%s m=%u: table full (%d entries)", e.layer, e.m,
+                     PJ_TUNE_MAX);
+            erc = -ENOSPC;
+        }
+        if (erc) {
+            snprintf(line, sizeof line, "tuning table: entries[%d] rejected: %s", idx, why);
+            emit(msg, msg_ctx, line);
+        } else {
+            t->e[t->n++] = e;
+        }
+        idx++;
+    }
+    rc = (int)t->n;
+out:
+    cJSON_Delete(root);
+    return rc;
+}
+
+int pj_tune_load(const char *path, pj_tune_table *t, pj_tune_check_fn check, void *check_ctx,
+                 pj_tune_msg_fn msg, void *msg_ctx, char *err, size_t errlen)
+{
+    memset(t, 0, sizeof *t);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "tuning table %s: %s", path, strerror(errno));
+        return -errno;
+    }
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 > cap) {
+            size_t ncap = cap ? cap * 2 : 65536;
+            if (ncap > (64u << 20)) {
+                snprintf(err, errlen, "tuning table %s: larger than 64 MiB", path);
+                free(buf);
+                fclose(f);
+                return -EFBIG;
+            }
+            char *nb = realloc(buf, ncap);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                snprintf(err, errlen, "tuning table %s: out of memory", path);
+                return -ENOMEM;
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0)
+            break;
+    }
+    int ferr = ferror(f);
+    fclose(f);
+    if (ferr) {
+        snprintf(err, errlen, "tuning table %s: read error", path);
+        free(buf);
+        return -EIO;
+    }
+    char inner[256];
+    int rc = pj_tune_parse(buf, len, t, check, check_ctx, msg, msg_ctx, inner, sizeof inner);
+    if (rc < 0)
+        snprintf(err, errlen, "%s (%s)", inner, path);
+    free(buf);
+    return rc;
+}
+
+int pj_tune_put(pj_tune_table *t, const pj_tune_entry *e)
+{
+    for (uint32_t i = 0; i < t->n; i++)
+        if (t->e[i].m == e->m && strcmp(t->e[i].layer, e->layer) == 0) {
+            t->e[i] = *e;
+            return 0;
+        }
+    if (t->n >= PJ_TUNE_MAX)
+        return -ENOSPC;
+    t->e[t->n++] = *e;
+    return 0;
+}
+
+char *pj_tune_to_json(const pj_tune_table *t, const char *commit, const char *date)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON *arr = NULL;
+    if (!root)
+        return NULL;
+    cJSON_AddStringToObject(root, "device", t->device);
+    cJSON_AddNumberToObject(root, "sm_count", t->sm_count);
+    cJSON_AddStringToObject(root, "commit", commit ? commit : "");
+    cJSON_AddStringToObject(root, "date", date ? date : "");
+    arr = cJSON_AddArrayToObject(root, "entries");
+    for (uint32_t i = 0; arr && i < t->n; i++) {
+        const pj_tune_entry *e = &t->e[i];
+        cJSON *o = cJSON_CreateObject();
+        if (!o)
+            break;
+        cJSON_AddStringToObject(o, "layer", e->layer);
+        cJSON_AddNumberToObject(o, "n", e->n);
+        cJSON_AddNumberToObject(o, "k", e->k);
+        cJSON_AddNumberToObject(o, "m", e->m);
+        cJSON_AddStringToObject(o, "engine", pj_eng_name(e->eng));
+        cJSON *kn = cJSON_AddObjectToObject(o, "knobs");
+        for (size_t j = 0; kn && j < N_KNOBS; j++)
+            if (knob_defs[j].engines & EB(e->eng))
+                cJSON_AddNumberToObject(kn, knob_defs[j].name,
+                                        *((const uint8_t *)&e->knobs + knob_defs[j].off));
+        cJSON_AddNumberToObject(o, "us", (double)(int)(e->us * 1000.0f + 0.5f) / 1000.0);
+        cJSON_AddNumberToObject(o, "base_us", (double)(int)(e->base_us * 1000.0f + 0.5f) / 1000.0);
+        cJSON_AddItemToArray(arr, o);
+    }
+    char *s = cJSON_Print(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+const pj_tune_entry *pj_dispatch_choose(const pj_tune_table *t, const char *layer, uint32_t n,
+                                        uint32_t k, uint32_t m)
+{
+    const pj_tune_entry *above = NULL, *largest = NULL;
+    if (!t || !layer)
+        return NULL;
+    for (uint32_t i = 0; i < t->n; i++) {
+        const pj_tune_entry *e = &t->e[i];
+        if (strcmp(e->layer, layer) != 0)
+            continue;
+        if ((e->n && n && e->n != n) || (e->k && k && e->k != k))
+            continue;
+        if (e->m >= m && (!above || e->m < above->m))
+            above = e;
+        if (!largest || e->m > largest->m)
+            largest = e;
+    }
+    return above ? above : largest;
+}

@@ -1,0 +1,131 @@
+/* dispatch.h — engine names, tuning knobs, device limits and the tuned table.
+ *
+ * Pure C (no CUDA types), so the table loader and its tests build and run
+ * on machines without a GPU. The engines themselves live behind
+ * kernels/engine.h; this module only knows their names and knob sets, and
+ * asks a caller-supplied checker whether an entry fits the device.
+ *
+ * Table file (config/tuning/<gpu>.json):
+ *   { "device": "NVIDIA H200", "sm_count": 132, "commit": "...", "date": "...",
+ *     "entries": [ { "layer": "qkv_gate", "n": 4608, "k": 4096, "m": 1,
+ *                    "engine": "gemvz",
+ *                    "knobs": { "nw": 8, "ks": 1, "u": 2, "pipe": 1, ... },
+ *                    "us": 9.4, "base_us": 13.8 }, ... ] }
+ * Unknown engine names, knob values out of range, duplicate (layer, m) and
+ * entries the checker refuses are dropped with one message each; the rest
+ * of the table still loads.
+ */
+#ifndef PJ_DISPATCH_H
+#define PJ_DISPATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum pj_eng_kind {
+    PJ_ENG_GEMV = 0,   /* bf16 GEMV, m <= 32 */
+    PJ_ENG_GEMVZ = 1,  /* z12 GEMV, m <= 32 */
+    PJ_ENG_SPLITK = 2, /* tiled mma GEMM, split-K, atomic epilogue */
+    PJ_ENG_ROUTER = 3, /* hi + lo fused: GEMV form (m <= 32) or split-K form */
+    PJ_ENG_CUBLAS = 4, /* always correct, always last */
+    PJ_ENG_COUNT = 5,
+} pj_eng_kind;
+
+/* Knobs of every engine in one struct; each engine reads the ones it has.
+ * nw, ks, u and r must be >= 1 where the engine reads them. */
+typedef struct pj_eng_knobs {
+    uint8_t nw;   /* gemv/gemvz/router-gemv: streaming warps per row block (4, 8, 16) */
+    uint8_t ks;   /* K split across CTAs (1..64) */
+    uint8_t u;    /* loads in flight per lane: 32-k chunks (gemv) or 64-k tiles (gemvz) */
+    uint8_t pipe; /* 1: next batch's loads issued before this batch's mma */
+    uint8_t minb; /* 1: register cap so two CTAs fit per SM (launch-bounds hint) */
+    uint8_t xs;   /* gemvz: 1 = x staged in shared memory, 0 = read from global */
+    uint8_t r;    /* gemvz: row blocks per CTA sharing x (1, 2, 4) */
+    uint8_t tile; /* splitk/router-splitk: tile configuration index */
+    uint8_t algo; /* cublas: 0 = cublasGemmEx default, 1 = cublasLt heuristic */
+} pj_eng_knobs;
+
+/* What the checker needs to know about the device (filled by the CUDA side
+ * from cudaGetDeviceProperties). */
+typedef struct pj_dev_limits {
+    char name[64];
+    int cc_major, cc_minor;
+    int sm_count;
+    int max_threads_per_block;
+    int max_threads_per_sm;
+    int regs_per_block;
+    int regs_per_sm;
+    size_t smem_per_block_optin; /* dynamic + static, after cudaFuncSetAttribute */
+    size_t smem_per_sm;
+    size_t l2_bytes;
+} pj_dev_limits;
+
+#define PJ_TUNE_NAME 64
+#define PJ_TUNE_MAX  256
+
+typedef struct pj_tune_entry {
+    char layer[PJ_TUNE_NAME];
+    uint32_t n, k; /* layer shape the entry was tuned for (0 = any) */
+    uint32_t m;
+    pj_eng_kind eng;
+    pj_eng_knobs knobs;
+    float us;      /* measured time when tuned (informational) */
+    float base_us; /* baseline time when tuned (informational) */
+} pj_tune_entry;
+
+typedef struct pj_tune_table {
+    char device[64];
+    int sm_count;
+    uint32_t n;
+    pj_tune_entry e[PJ_TUNE_MAX];
+} pj_tune_table;
+
+/* A checker says whether an entry can run on this device: 0 = yes, else a
+ * negative errno with a one-line reason in why. */
+typedef int (*pj_tune_check_fn)(void *ctx, const pj_tune_entry *e, char *why, size_t whylen);
+
+/* Receives one message per rejected entry (may be NULL). */
+typedef void (*pj_tune_msg_fn)(void *ctx, const char *msg);
+
+const char *pj_eng_name(pj_eng_kind k);
+/* Engine by name; -1 when unknown. */
+int pj_eng_from_name(const char *name);
+
+/* Knobs as "nw=8,ks=1,u=2,pipe=1" (only the fields the engine uses). */
+void pj_eng_knobs_str(pj_eng_kind k, const pj_eng_knobs *kn, char *buf, size_t len);
+/* Parse "nw=8,ks=2,..." into *kn (fields not named stay as they are).
+ * 0 or -EINVAL with a message naming the bad field. */
+int pj_eng_knobs_parse(const char *s, pj_eng_knobs *kn, char *err, size_t errlen);
+
+/* Parse table JSON text into *t. Structural errors (not JSON, no "entries"
+ * array) fail the whole load: -EINVAL and err. Bad entries are dropped, each
+ * reported through msg; check (may be NULL) vets the rest. Returns the
+ * number of entries kept (>= 0). */
+int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_fn check,
+                  void *check_ctx, pj_tune_msg_fn msg, void *msg_ctx, char *err, size_t errlen);
+
+/* Read a file and parse it as above; errors name the file. */
+int pj_tune_load(const char *path, pj_tune_table *t, pj_tune_check_fn check, void *check_ctx,
+                 pj_tune_msg_fn msg, void *msg_ctx, char *err, size_t errlen);
+
+/* Render the table as JSON (malloc'd, caller frees); NULL on ENOMEM. */
+char *pj_tune_to_json(const pj_tune_table *t, const char *commit, const char *date);
+
+/* Add or replace the entry for (e->layer, e->m). 0 or -ENOSPC. */
+int pj_tune_put(pj_tune_table *t, const pj_tune_entry *e);
+
+/* The entry that serves (layer, m) for a layer of shape n x k: the entry of
+ * that layer with the smallest m' >= m, else the one with the largest m'.
+ * Entries tuned for another shape (n, k non-zero and different) are ignored.
+ * NULL when the layer has none. */
+const pj_tune_entry *pj_dispatch_choose(const pj_tune_table *t, const char *layer, uint32_t n,
+                                        uint32_t k, uint32_t m);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

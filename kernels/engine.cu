@@ -1,0 +1,892 @@
+// engine.cu — the engine table behind kernels/engine.h: shape and resource
+// checks, launches, workspace, the cuBLAS engine and baseline, the ladder.
+#include "kernels/engine.h"
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+
+#include "kernels/engint.cuh"
+#include "kernels/pjdev.cuh"
+
+#define PJ_CUBLAS_WS_BYTES (32u << 20)
+#define PJ_LT_PLANS        64
+// A variant that spills more than this many bytes per thread is refused.
+#define PJ_MAX_LOCAL_BYTES 32
+
+// ---- small kernels -------------------------------------------------------
+
+// y = bf16(float(a) + float(b)): what torch's bf16 add does.
+__global__ void pj_add_bf16_kernel(uint16_t *y, size_t ldy, const uint16_t *a, size_t lda,
+                                   const uint16_t *b, size_t ldb, uint32_t m, uint32_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)m * n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = i / n, c = i % n;
+        y[r * ldy + c] = f2bf(bf2f(a[r * lda + c]) + bf2f(b[r * ldb + c]));
+    }
+}
+
+// y = bf16(f) for an m x n fp32 block with row stride ldf.
+__global__ void pj_f32_to_bf16_kernel(uint16_t *y, size_t ldy, const float *f, size_t ldf,
+                                      uint32_t m, uint32_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)m * n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = i / n, c = i % n;
+        y[r * ldy + c] = f2bf(f[r * ldf + c]);
+    }
+}
+
+static unsigned elementwise_blocks(uint32_t m, uint32_t n)
+{
+    size_t b = ((size_t)m * n + 255) / 256;
+    return (unsigned)(b < 1 ? 1 : (b > 1024 ? 1024 : b));
+}
+
+// ---- per-stream context --------------------------------------------------
+
+struct LtPlan {
+    int used;
+    uint32_t n, m, k;
+    size_t ldw, ldx, ldy;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t A, B, C;
+    cublasLtMatmulAlgo_t algo;
+    int ok;
+};
+
+struct pj_eng_stream {
+    cudaStream_t s;
+    cublasHandle_t h;
+    cublasLtHandle_t lt;
+    void *cublas_ws;
+    LtPlan plans[PJ_LT_PLANS];
+    int next_plan;
+};
+
+extern "C" int pj_eng_stream_create(cudaStream_t s, pj_eng_stream **out, char *err, size_t errlen)
+{
+    *out = nullptr;
+    pj_eng_stream *es = (pj_eng_stream *)calloc(1, sizeof *es);
+    if (!es) {
+        snprintf(err, errlen, "engine stream: out of memory");
+        return -ENOMEM;
+    }
+    es->s = s;
+    cudaError_t ce = cudaMalloc(&es->cublas_ws, PJ_CUBLAS_WS_BYTES);
+    if (ce != cudaSuccess) {
+        snprintf(err, errlen, "engine stream: cudaMalloc(cublas workspace): %s",
+                 cudaGetErrorString(ce));
+        free(es);
+        return -ENOMEM;
+    }
+    cublasStatus_t st = cublasCreate(&es->h);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasSetStream(es->h, s);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasSetWorkspace(es->h, es->cublas_ws, PJ_CUBLAS_WS_BYTES);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtCreate(&es->lt);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, errlen, "engine stream: cuBLAS init failed: %s", cublasGetStatusString(st));
+        if (es->h)
+            cublasDestroy(es->h);
+        cudaFree(es->cublas_ws);
+        free(es);
+        return -EIO;
+    }
+    *out = es;
+    return 0;
+}
+
+extern "C" void pj_eng_stream_destroy(pj_eng_stream *es)
+{
+    if (!es)
+        return;
+    for (int i = 0; i < PJ_LT_PLANS; i++) {
+        LtPlan *p = &es->plans[i];
+        if (!p->used)
+            continue;
+        cublasLtMatrixLayoutDestroy(p->A);
+        cublasLtMatrixLayoutDestroy(p->B);
+        cublasLtMatrixLayoutDestroy(p->C);
+        cublasLtMatmulDescDestroy(p->op);
+    }
+    cublasLtDestroy(es->lt);
+    cublasDestroy(es->h);
+    cudaFree(es->cublas_ws);
+    free(es);
+}
+
+extern "C" cudaStream_t pj_eng_stream_get(const pj_eng_stream *es)
+{
+    return es->s;
+}
+
+// ---- device limits and kernel attributes -----------------------------------
+
+extern "C" int pj_eng_dev_limits(pj_dev_limits *lim, char *err, size_t errlen)
+{
+    memset(lim, 0, sizeof *lim);
+    int dev = 0;
+    cudaError_t ce = cudaGetDevice(&dev);
+    cudaDeviceProp p;
+    if (ce == cudaSuccess)
+        ce = cudaGetDeviceProperties(&p, dev);
+    if (ce != cudaSuccess) {
+        snprintf(err, errlen, "device limits: %s", cudaGetErrorString(ce));
+        return -ENODEV;
+    }
+    snprintf(lim->name, sizeof lim->name, "%.63s", p.name);
+    lim->cc_major = p.major;
+    lim->cc_minor = p.minor;
+    lim->sm_count = p.multiProcessorCount;
+    lim->max_threads_per_block = p.maxThreadsPerBlock;
+    lim->max_threads_per_sm = p.maxThreadsPerMultiProcessor;
+    lim->regs_per_block = p.regsPerBlock;
+    lim->regs_per_sm = p.regsPerMultiprocessor;
+    lim->smem_per_block_optin = p.sharedMemPerBlockOptin;
+    lim->smem_per_sm = p.sharedMemPerMultiprocessor;
+    lim->l2_bytes = (size_t)p.l2CacheSize;
+    return 0;
+}
+
+struct FnAttr {
+    const void *fn;
+    cudaFuncAttributes a;
+    int ok;
+};
+static std::mutex g_attr_mu;
+static FnAttr g_attr[1024];
+static int g_nattr;
+
+// Attributes of a kernel, cached; the first lookup also raises its dynamic
+// shared-memory limit to what the current device allows (the device's own
+// figure, not the caller's limits, which may be a stricter what-if).
+static const FnAttr *fn_attr(const void *fn)
+{
+    std::lock_guard<std::mutex> lk(g_attr_mu);
+    for (int i = 0; i < g_nattr; i++)
+        if (g_attr[i].fn == fn)
+            return &g_attr[i];
+    if (g_nattr >= (int)(sizeof g_attr / sizeof g_attr[0]))
+        return nullptr;
+    FnAttr *f = &g_attr[g_nattr];
+    f->fn = fn;
+    f->ok = cudaFuncGetAttributes(&f->a, fn) == cudaSuccess;
+    int dev = 0, optin = 0;
+    if (f->ok)
+        f->ok = cudaGetDevice(&dev) == cudaSuccess &&
+                cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) ==
+                    cudaSuccess;
+    if (f->ok && (size_t)optin > f->a.sharedSizeBytes) {
+        int dyn = (int)(optin - f->a.sharedSizeBytes);
+        if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn) !=
+            cudaSuccess)
+            f->ok = 0;
+        else
+            f->a.maxDynamicSharedSizeBytes = dyn;
+    }
+    cudaGetLastError(); // a failed lookup must not poison later launches
+    g_nattr++;
+    return f;
+}
+
+// Kernel + launch shape fit the device: no spills beyond a few bytes, threads,
+// registers, shared memory, at least one resident CTA per SM.
+static int fits_device(const void *fn, unsigned threads, size_t dyn_smem, const pj_dev_limits *lim,
+                       char *why, size_t whylen)
+{
+    if (!fn) {
+        snprintf(why, whylen, "no kernel compiled for these knobs");
+        return -ENOENT;
+    }
+    const FnAttr *fa = fn_attr(fn);
+    if (!fa || !fa->ok) {
+        snprintf(why, whylen, "kernel attributes unavailable (no device?)");
+        return -ENODEV;
+    }
+    if (fa->a.localSizeBytes > PJ_MAX_LOCAL_BYTES) {
+        snprintf(why, whylen, "variant spills %zu bytes per thread to local memory",
+                 (size_t)fa->a.localSizeBytes);
+        return -ERANGE;
+    }
+    if ((int)threads > fa->a.maxThreadsPerBlock || (int)threads > lim->max_threads_per_block) {
+        snprintf(why, whylen, "%u threads per CTA exceed the kernel's limit %d", threads,
+                 fa->a.maxThreadsPerBlock);
+        return -ERANGE;
+    }
+    if ((size_t)fa->a.numRegs * threads > (size_t)lim->regs_per_block) {
+        snprintf(why, whylen, "%d registers x %u threads exceed %d per block", fa->a.numRegs,
+                 threads, lim->regs_per_block);
+        return -ERANGE;
+    }
+    if (fa->a.sharedSizeBytes + dyn_smem > lim->smem_per_block_optin ||
+        (int)dyn_smem > fa->a.maxDynamicSharedSizeBytes) {
+        snprintf(why, whylen, "shared memory %zu + %zu bytes exceeds %zu per block",
+                 (size_t)fa->a.sharedSizeBytes, dyn_smem, lim->smem_per_block_optin);
+        return -ERANGE;
+    }
+    int nb = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, fn, (int)threads, dyn_smem) !=
+            cudaSuccess ||
+        nb < 1) {
+        cudaGetLastError();
+        snprintf(why, whylen, "no CTA fits on an SM (occupancy 0)");
+        return -ERANGE;
+    }
+    return 0;
+}
+
+// ---- workspace -------------------------------------------------------------
+
+static uint32_t cdiv(uint32_t a, uint32_t b)
+{
+    return (a + b - 1) / b;
+}
+
+struct WsNeed {
+    size_t acc_ld, acc_rows, part_floats, n_cnt;
+};
+
+// Sized for every engine and knob the checks below admit at m <= max_m.
+static WsNeed ws_need(uint32_t N, uint32_t max_m)
+{
+    WsNeed w;
+    const uint32_t nblk = cdiv(N, 16);
+    w.acc_ld = (size_t)cdiv(N, 256) * 256;
+    w.acc_rows = (size_t)cdiv(max_m < 1 ? 1 : max_m, 256) * 256;
+    // GEMV partials: (CTAs in x) * ks * (16 r) * 32 floats with
+    // nblk * ks <= max(16 nblk, 1024); the cuBLAS split path needs m x n.
+    size_t ctas = (size_t)nblk * 16 > 1024 ? (size_t)nblk * 16 : 1024;
+    w.part_floats = ctas * 16 * 32;
+    if (w.part_floats < w.acc_rows * N)
+        w.part_floats = w.acc_rows * N;
+    size_t tiles = (size_t)cdiv(N, 64) * cdiv((uint32_t)w.acc_rows, 64);
+    w.n_cnt = (tiles > ctas ? tiles : ctas) + 64;
+    return w;
+}
+
+extern "C" int pj_eng_ws_init(const pj_eng_layer *L, uint32_t max_m, cudaStream_t s, pj_eng_ws *ws,
+                              char *err, size_t errlen)
+{
+    memset(ws, 0, sizeof *ws);
+    WsNeed w = ws_need(L->N, max_m);
+    size_t floats = w.acc_ld * w.acc_rows + w.part_floats;
+    cudaError_t ce = cudaMalloc(&ws->f, floats * sizeof(float));
+    if (ce == cudaSuccess)
+        ce = cudaMalloc(&ws->cnt, w.n_cnt * sizeof(unsigned));
+    if (ce == cudaSuccess)
+        ce = cudaMemsetAsync(ws->f, 0, w.acc_ld * w.acc_rows * sizeof(float), s);
+    if (ce == cudaSuccess)
+        ce = cudaMemsetAsync(ws->cnt, 0, w.n_cnt * sizeof(unsigned), s);
+    if (ce == cudaSuccess)
+        ce = cudaStreamSynchronize(s);
+    if (ce != cudaSuccess) {
+        snprintf(err, errlen, "workspace for layer %s (%zu MiB): %s", L->name, floats * 4 >> 20,
+                 cudaGetErrorString(ce));
+        cudaFree(ws->f);
+        cudaFree(ws->cnt);
+        memset(ws, 0, sizeof *ws);
+        return -ENOMEM;
+    }
+    ws->acc_ld = w.acc_ld;
+    ws->acc_rows = w.acc_rows;
+    ws->part = ws->f + w.acc_ld * w.acc_rows;
+    ws->part_floats = w.part_floats;
+    ws->n_cnt = w.n_cnt;
+    return 0;
+}
+
+extern "C" void pj_eng_ws_free(pj_eng_ws *ws)
+{
+    if (!ws)
+        return;
+    cudaFree(ws->f);
+    cudaFree(ws->cnt);
+    memset(ws, 0, sizeof *ws);
+}
+
+// ---- engines: shape checks ---------------------------------------------------
+
+static int mt_of(uint32_t m)
+{
+    return m <= 8 ? 1 : (m <= 16 ? 2 : 4);
+}
+
+static bool al(const void *p, size_t a)
+{
+    return ((uintptr_t)p % a) == 0;
+}
+
+static int fail(char *why, size_t whylen, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(char *why, size_t whylen, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, whylen, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+// Common to every engine: sane call.
+static int check_call(const pj_eng_call *c, char *why, size_t whylen)
+{
+    const pj_eng_layer *L = c->L;
+    if (!L || !c->x || !c->y)
+        return fail(why, whylen, -EINVAL, "missing layer, x or y");
+    if (c->m < 1 || c->n < 1 || c->n > L->N)
+        return fail(why, whylen, -EINVAL, "m=%u n=%u outside 1..N=%u", c->m, c->n, L->N);
+    if (c->ldx < L->K || c->ldy < c->n)
+        return fail(why, whylen, -EINVAL, "row stride too small (ldx=%zu ldy=%zu)", c->ldx, c->ldy);
+    return 0;
+}
+
+static bool x16_ok(const pj_eng_call *c)
+{
+    return al(c->x, 16) && c->ldx % 8 == 0;
+}
+static bool w16_ok(const pj_eng_layer *L)
+{
+    return L->w && al(L->w, 16) && L->ldw % 8 == 0 && (!L->lo || al(L->lo, 16));
+}
+
+static int gemv_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
+                      const pj_dev_limits *lim, char *why, size_t whylen)
+{
+    const pj_eng_layer *L = c->L;
+    if (c->m > PJ_ENG_MAX_GEMV_M)
+        return fail(why, whylen, -ERANGE, "m=%u > %d", c->m, PJ_ENG_MAX_GEMV_M);
+    if (dual ? L->fmt != PJ_FMT_SPLIT || !L->lo : !L->w || L->fmt == PJ_FMT_SPLIT)
+        return fail(why, whylen, -ENOTSUP, "layer has no %s weights", dual ? "hi/lo" : "bf16");
+    if (!w16_ok(L) || !x16_ok(c))
+        return fail(why, whylen, -EINVAL, "x or W not 16-byte aligned with ld %% 8 == 0");
+    if (!kn->nw || !kn->u || !kn->ks)
+        return fail(why, whylen, -EINVAL, "nw, u, ks must be >= 1");
+    const uint32_t per = 32u * kn->nw * kn->u * kn->ks;
+    if (L->K % per)
+        return fail(why, whylen, -EINVAL, "K=%u is not a multiple of 32*nw*u*ks=%u", L->K, per);
+    const uint32_t nblk = cdiv(c->n, 16);
+    if (kn->ks > 1) {
+        WsNeed w = ws_need(L->N, c->m);
+        if ((size_t)nblk * kn->ks * 16 * 8 * mt_of(c->m) > w.part_floats || nblk > w.n_cnt)
+            return fail(why, whylen, -ENOSPC, "ks=%u needs more workspace than allocated", kn->ks);
+    }
+    GemvFn fn = gemv_pick(dual, kn->nw, kn->u, mt_of(c->m), kn->pipe, kn->minb);
+    return fits_device((const void *)fn, 32u * kn->nw, 0, lim, why, whylen);
+}
+
+static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_dev_limits *lim,
+                       char *why, size_t whylen)
+{
+    const pj_eng_layer *L = c->L;
+    if (c->m > PJ_ENG_MAX_GEMV_M)
+        return fail(why, whylen, -ERANGE, "m=%u > %d", c->m, PJ_ENG_MAX_GEMV_M);
+    if (!L->z_tiles || !L->z_blk_exc || (L->z_n_exc && !L->z_exc))
+        return fail(why, whylen, -ENOTSUP, "layer has no z12 weights");
+    if (!kn->nw || !kn->u || !kn->ks || !kn->r)
+        return fail(why, whylen, -EINVAL, "nw, u, ks, r must be >= 1");
+    if (kn->r != 1 && kn->r != 2 && kn->r != 4)
+        return fail(why, whylen, -EINVAL, "r=%u not in {1, 2, 4}", kn->r);
+    if (kn->r > PJ_GEMVZ_MAX_R(kn->nw))
+        return fail(why, whylen, -ERANGE, "r=%u with nw=%u exceeds the CTA size", kn->r, kn->nw);
+    const uint32_t per = 64u * kn->nw * kn->u * kn->ks;
+    if (L->K % per)
+        return fail(why, whylen, -EINVAL, "K=%u is not a multiple of 64*nw*u*ks=%u", L->K, per);
+    if (kn->xs ? !x16_ok(c) : (!al(c->x, 4) || c->ldx % 2))
+        return fail(why, whylen, -EINVAL, "x alignment does not suit xs=%u", kn->xs);
+    const uint32_t nblk = cdiv(c->n, 16), gx = cdiv(nblk, kn->r);
+    const int mt = mt_of(c->m);
+    if (kn->ks > 1) {
+        WsNeed w = ws_need(L->N, c->m);
+        if ((size_t)gx * kn->ks * kn->r * 16 * 8 * mt > w.part_floats || gx > w.n_cnt)
+            return fail(why, whylen, -ENOSPC, "ks=%u needs more workspace than allocated", kn->ks);
+    }
+    GemvzFn fn = gemvz_pick(kn->nw, kn->u, mt, kn->pipe, kn->xs);
+    size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, L->K / kn->ks);
+    return fits_device((const void *)fn, 32u * kn->nw * kn->r + 32, smem, lim, why, whylen);
+}
+
+static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
+                       const pj_dev_limits *lim, char *why, size_t whylen)
+{
+    const pj_eng_layer *L = c->L;
+    if (dual ? L->fmt != PJ_FMT_SPLIT || !L->lo : !L->w || L->fmt == PJ_FMT_SPLIT)
+        return fail(why, whylen, -ENOTSUP, "layer has no %s weights", dual ? "hi/lo" : "bf16");
+    if (kn->tile >= PJ_TGEMM_NTILES || (dual && !tgemm_geom[kn->tile].dual_ok))
+        return fail(why, whylen, -EINVAL, "tile=%u not available%s", kn->tile,
+                    dual ? " for two matrices" : "");
+    if (!w16_ok(L) || !x16_ok(c))
+        return fail(why, whylen, -EINVAL, "x or W not 16-byte aligned with ld %% 8 == 0");
+    if (!kn->ks || L->K % (64u * kn->ks))
+        return fail(why, whylen, -EINVAL, "K=%u is not a multiple of 64*ks (ks=%u)", L->K, kn->ks);
+    const TileGeom &g = tgemm_geom[kn->tile];
+    if (kn->ks > 1) {
+        WsNeed w = ws_need(L->N, c->m);
+        size_t tiles = (size_t)cdiv(c->m, g.bn) * cdiv(c->n, g.bm);
+        if (c->m > w.acc_rows || tiles > w.n_cnt)
+            return fail(why, whylen, -ENOSPC, "m=%u exceeds the split-K accumulator", c->m);
+    }
+    TgemmFn fn = tgemm_pick(kn->tile, dual);
+    return fits_device((const void *)fn, g.threads, tgemm_smem(kn->tile, dual), lim, why, whylen);
+}
+
+static int cublas_check(const pj_eng_call *c, char *why, size_t whylen)
+{
+    const pj_eng_layer *L = c->L;
+    if (!L->w || (L->fmt == PJ_FMT_SPLIT && !L->lo))
+        return fail(why, whylen, -ENOTSUP, "layer has no bf16 weights for cuBLAS");
+    if (L->fmt == PJ_FMT_SPLIT) {
+        WsNeed w = ws_need(L->N, c->m);
+        if ((size_t)c->m * c->n > w.part_floats)
+            return fail(why, whylen, -ENOSPC, "m=%u exceeds the fp32 scratch", c->m);
+    }
+    return 0;
+}
+
+extern "C" int pj_eng_can_run(pj_eng_kind k, const pj_eng_knobs *kn, const pj_eng_call *c,
+                              const pj_dev_limits *lim, char *why, size_t whylen)
+{
+    int rc = check_call(c, why, whylen);
+    if (rc)
+        return rc;
+    switch (k) {
+    case PJ_ENG_GEMV:
+        return gemv_check(0, kn, c, lim, why, whylen);
+    case PJ_ENG_GEMVZ:
+        return gemvz_check(kn, c, lim, why, whylen);
+    case PJ_ENG_SPLITK:
+        return tgemm_check(0, kn, c, lim, why, whylen);
+    case PJ_ENG_ROUTER:
+        return c->m <= PJ_ENG_MAX_GEMV_M ? gemv_check(1, kn, c, lim, why, whylen)
+                                         : tgemm_check(1, kn, c, lim, why, whylen);
+    case PJ_ENG_CUBLAS:
+        return cublas_check(c, why, whylen);
+    default:
+        return fail(why, whylen, -EINVAL, "unknown engine %d", (int)k);
+    }
+}
+
+// ---- engines: defaults -------------------------------------------------------
+
+// Largest power-of-two split (<= cap) that keeps K % (unit * ks) == 0 and
+// brings the grid to at least two CTAs per SM.
+static uint8_t pick_ks(uint32_t K, uint32_t unit, uint32_t ctas, uint32_t cap)
+{
+    uint32_t ks = 1;
+    while (ks < cap && ctas * ks < 264 && K % (unit * ks * 2) == 0)
+        ks *= 2;
+    return (uint8_t)ks;
+}
+
+extern "C" pj_eng_knobs pj_eng_default_knobs(pj_eng_kind k, const pj_eng_layer *L, uint32_t m)
+{
+    pj_eng_knobs kn;
+    memset(&kn, 0, sizeof kn);
+    const uint32_t N = L ? L->N : 0, K = L ? L->K : 0;
+    const uint32_t nblk = cdiv(N ? N : 1, 16);
+    switch (k) {
+    case PJ_ENG_GEMV:
+        kn.nw = 8;
+        kn.u = 2;
+        kn.pipe = 1;
+        kn.ks = pick_ks(K, 32u * kn.nw * kn.u, nblk, 16);
+        break;
+    case PJ_ENG_GEMVZ:
+        kn.nw = 8;
+        kn.u = 1;
+        kn.pipe = 1;
+        kn.r = 1;
+        kn.xs = m <= 8;
+        kn.ks = pick_ks(K, 64u * kn.nw * kn.u, nblk, 16);
+        break;
+    case PJ_ENG_ROUTER:
+        if (m <= PJ_ENG_MAX_GEMV_M) {
+            kn.nw = 4;
+            kn.u = 1;
+            kn.pipe = 0;
+            kn.ks = pick_ks(K, 32u * kn.nw * kn.u, nblk, 64);
+        } else {
+            kn.tile = 1;
+            kn.ks = pick_ks(K, 64, cdiv(N ? N : 1, 64) * cdiv(m, 128), 64);
+        }
+        break;
+    case PJ_ENG_SPLITK:
+        kn.tile = 0;
+        kn.ks = pick_ks(K, 64, cdiv(N ? N : 1, 128) * cdiv(m, 128), 16);
+        break;
+    case PJ_ENG_CUBLAS:
+    default:
+        kn.algo = 0;
+        break;
+    }
+    return kn;
+}
+
+// ---- engines: launches -------------------------------------------------------
+
+static int launch_rc(void)
+{
+    cudaError_t ce = cudaGetLastError();
+    return ce == cudaSuccess ? 0 : -EIO;
+}
+
+static int gemv_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream_t s)
+{
+    const pj_eng_layer *L = c->L;
+    GemvArgs a;
+    a.w0 = L->w;
+    a.w1 = dual ? L->lo : L->w;
+    a.ldw = L->ldw;
+    a.N = L->N;
+    a.x = c->x;
+    a.ldx = c->ldx;
+    a.y = c->y;
+    a.ldy = c->ldy;
+    a.m = c->m;
+    a.n = c->n;
+    a.ks = kn->ks;
+    a.kc = L->K / kn->ks;
+    a.ws = c->ws ? c->ws->part : nullptr;
+    a.cnt = c->ws ? c->ws->cnt : nullptr;
+    if (kn->ks > 1 && !c->ws)
+        return -EINVAL;
+    GemvFn fn = gemv_pick(dual, kn->nw, kn->u, mt_of(c->m), kn->pipe, kn->minb);
+    if (!fn)
+        return -ENOENT;
+    dim3 grid(cdiv(c->n, 16), kn->ks);
+    fn<<<grid, 32 * kn->nw, 0, s>>>(a);
+    return launch_rc();
+}
+
+static int gemvz_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream_t s)
+{
+    const pj_eng_layer *L = c->L;
+    GemvzArgs a;
+    a.tiles = L->z_tiles;
+    a.blk_exc = L->z_blk_exc;
+    a.exc = L->z_exc;
+    a.base = L->z_base;
+    a.kt_total = L->K / 64;
+    a.nblk = cdiv(c->n, 16);
+    a.nblk_all = L->z_n_pad / 16;
+    a.x = c->x;
+    a.ldx = c->ldx;
+    a.y = c->y;
+    a.ldy = c->ldy;
+    a.m = c->m;
+    a.n = c->n;
+    a.ks = kn->ks;
+    a.kc = L->K / kn->ks;
+    a.r = kn->r;
+    a.ws = c->ws ? c->ws->part : nullptr;
+    a.cnt = c->ws ? c->ws->cnt : nullptr;
+    if (kn->ks > 1 && !c->ws)
+        return -EINVAL;
+    const int mt = mt_of(c->m);
+    GemvzFn fn = gemvz_pick(kn->nw, kn->u, mt, kn->pipe, kn->xs);
+    if (!fn)
+        return -ENOENT;
+    size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, a.kc);
+    dim3 grid(cdiv(a.nblk, kn->r), kn->ks);
+    fn<<<grid, 32 * kn->nw * kn->r + 32, smem, s>>>(a);
+    return launch_rc();
+}
+
+static int tgemm_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream_t s)
+{
+    const pj_eng_layer *L = c->L;
+    const TileGeom &g = tgemm_geom[kn->tile];
+    TgemmArgs a;
+    a.w0 = L->w;
+    a.w1 = dual ? L->lo : L->w;
+    a.ldw = L->ldw;
+    a.N = L->N;
+    a.x = c->x;
+    a.ldx = c->ldx;
+    a.y = c->y;
+    a.ldy = c->ldy;
+    a.m = c->m;
+    a.n = c->n;
+    a.ks = kn->ks;
+    a.kc = L->K / kn->ks;
+    a.acc = c->ws ? c->ws->f : nullptr;
+    a.acc_ld = c->ws ? c->ws->acc_ld : 0;
+    a.cnt = c->ws ? c->ws->cnt : nullptr;
+    if (kn->ks > 1 && !c->ws)
+        return -EINVAL;
+    TgemmFn fn = tgemm_pick(kn->tile, dual);
+    if (!fn)
+        return -ENOENT;
+    dim3 grid(cdiv(c->m, g.bn), cdiv(c->n, g.bm), kn->ks);
+    fn<<<grid, g.threads, tgemm_smem(kn->tile, dual), s>>>(a);
+    return launch_rc();
+}
+
+// The Lt plan for this shape, made on first use (heuristic, first result).
+static LtPlan *lt_plan(pj_eng_stream *es, uint32_t n, uint32_t m, uint32_t k, size_t ldw,
+                       size_t ldx, size_t ldy)
+{
+    for (int i = 0; i < PJ_LT_PLANS; i++) {
+        LtPlan *p = &es->plans[i];
+        if (p->used && p->n == n && p->m == m && p->k == k && p->ldw == ldw && p->ldx == ldx &&
+            p->ldy == ldy)
+            return p->ok ? p : nullptr;
+    }
+    LtPlan *p = &es->plans[es->next_plan];
+    es->next_plan = (es->next_plan + 1) % PJ_LT_PLANS;
+    if (p->used) {
+        cublasLtMatrixLayoutDestroy(p->A);
+        cublasLtMatrixLayoutDestroy(p->B);
+        cublasLtMatrixLayoutDestroy(p->C);
+        cublasLtMatmulDescDestroy(p->op);
+    }
+    memset(p, 0, sizeof *p);
+    p->used = 1;
+    p->n = n;
+    p->m = m;
+    p->k = k;
+    p->ldw = ldw;
+    p->ldx = ldx;
+    p->ldy = ldy;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
+        return nullptr;
+    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    cublasLtMatrixLayoutCreate(&p->A, CUDA_R_16BF, k, n, ldw);
+    cublasLtMatrixLayoutCreate(&p->B, CUDA_R_16BF, k, m, ldx);
+    cublasLtMatrixLayoutCreate(&p->C, CUDA_R_16BF, n, m, ldy);
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    uint64_t wsb = PJ_CUBLAS_WS_BYTES;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
+                                         sizeof wsb);
+    cublasLtMatmulHeuristicResult_t res;
+    int nres = 0;
+    cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(es->lt, p->op, p->A, p->B, p->C, p->C, pref, 1, &res, &nres);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st == CUBLAS_STATUS_SUCCESS && nres > 0) {
+        p->algo = res.algo;
+        p->ok = 1;
+    }
+    return p->ok ? p : nullptr;
+}
+
+// y (bf16, or fp32 when yf is set) = x @ w^T (+ beta * y).
+static int cublas_gemm(pj_eng_stream *es, int algo, const uint16_t *w, size_t ldw, uint32_t n,
+                       uint32_t k, const uint16_t *x, size_t ldx, uint32_t m, void *y, size_t ldy,
+                       int yf32, float beta)
+{
+    const float alpha = 1.f;
+    if (algo == 1 && !yf32) {
+        LtPlan *p = lt_plan(es, n, m, k, ldw, ldx, ldy);
+        if (p) {
+            cublasStatus_t st =
+                cublasLtMatmul(es->lt, p->op, &alpha, w, p->A, x, p->B, &beta, y, p->C, y, p->C,
+                               &p->algo, es->cublas_ws, PJ_CUBLAS_WS_BYTES, es->s);
+            return st == CUBLAS_STATUS_SUCCESS ? 0 : -EIO;
+        }
+        // No heuristic result: the default path is still correct.
+    }
+    cublasStatus_t st = cublasGemmEx(es->h, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k,
+                                     &alpha, w, CUDA_R_16BF, (int)ldw, x, CUDA_R_16BF, (int)ldx,
+                                     &beta, y, yf32 ? CUDA_R_32F : CUDA_R_16BF, (int)ldy,
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return st == CUBLAS_STATUS_SUCCESS ? 0 : -EIO;
+}
+
+static int cublas_launch(const pj_eng_knobs *kn, const pj_eng_call *c, pj_eng_stream *es)
+{
+    const pj_eng_layer *L = c->L;
+    if (L->fmt != PJ_FMT_SPLIT)
+        return cublas_gemm(es, kn->algo, L->w, L->ldw, c->n, L->K, c->x, c->ldx, c->m, c->y, c->ldy,
+                           0, 0.f);
+    // Split layer, exact semantics: one fp32 sum of both products, rounded once.
+    if (!c->ws)
+        return -EINVAL;
+    float *f = c->ws->part;
+    int rc = cublas_gemm(es, 0, L->w, L->ldw, c->n, L->K, c->x, c->ldx, c->m, f, c->n, 1, 0.f);
+    if (!rc)
+        rc = cublas_gemm(es, 0, L->lo, L->ldw, c->n, L->K, c->x, c->ldx, c->m, f, c->n, 1, 1.f);
+    if (rc)
+        return rc;
+    pj_f32_to_bf16_kernel<<<elementwise_blocks(c->m, c->n), 256, 0, es->s>>>(c->y, c->ldy, f, c->n,
+                                                                             c->m, c->n);
+    return launch_rc();
+}
+
+extern "C" int pj_eng_launch(pj_eng_kind k, const pj_eng_knobs *kn, const pj_eng_call *c,
+                             pj_eng_stream *es)
+{
+    switch (k) {
+    case PJ_ENG_GEMV:
+        return gemv_launch(0, kn, c, es->s);
+    case PJ_ENG_GEMVZ:
+        return gemvz_launch(kn, c, es->s);
+    case PJ_ENG_SPLITK:
+        return tgemm_launch(0, kn, c, es->s);
+    case PJ_ENG_ROUTER:
+        return c->m <= PJ_ENG_MAX_GEMV_M ? gemv_launch(1, kn, c, es->s)
+                                         : tgemm_launch(1, kn, c, es->s);
+    case PJ_ENG_CUBLAS:
+        return cublas_launch(kn, c, es);
+    default:
+        return -EINVAL;
+    }
+}
+
+extern "C" int pj_eng_baseline(int algo, const pj_eng_call *c, uint16_t *tmp, pj_eng_stream *es)
+{
+    const pj_eng_layer *L = c->L;
+    if (L->fmt != PJ_FMT_SPLIT)
+        return cublas_gemm(es, algo, L->w, L->ldw, c->n, L->K, c->x, c->ldx, c->m, c->y, c->ldy, 0,
+                           0.f);
+    int rc =
+        cublas_gemm(es, algo, L->w, L->ldw, c->n, L->K, c->x, c->ldx, c->m, c->y, c->ldy, 0, 0.f);
+    if (!rc)
+        rc =
+            cublas_gemm(es, algo, L->lo, L->ldw, c->n, L->K, c->x, c->ldx, c->m, tmp, c->n, 0, 0.f);
+    if (rc)
+        return rc;
+    pj_add_bf16_kernel<<<elementwise_blocks(c->m, c->n), 256, 0, es->s>>>(
+        c->y, c->ldy, c->y, c->ldy, tmp, c->n, c->m, c->n);
+    return launch_rc();
+}
+
+// ---- facts -------------------------------------------------------------------
+
+extern "C" size_t pj_eng_bytes_read(pj_eng_kind k, const pj_eng_call *c)
+{
+    const pj_eng_layer *L = c->L;
+    const size_t rows = (size_t)cdiv(c->n, 16) * 16 < L->N ? (size_t)cdiv(c->n, 16) * 16 : L->N;
+    const size_t xb = (size_t)c->m * L->K * 2;
+    const size_t mats = L->fmt == PJ_FMT_SPLIT ? 2 : 1;
+    if (k == PJ_ENG_GEMVZ && L->z_tiles) {
+        const size_t nblk = cdiv(c->n, 16);
+        size_t exc = 0;
+        if (L->z_n_exc)
+            exc = (size_t)L->z_n_exc * sizeof(pj_z12_exc) * nblk / (L->z_n_pad / 16);
+        return nblk * (L->K / 64) * PJ_Z12_TILE_BYTES + exc + xb;
+    }
+    if (k == PJ_ENG_SPLITK || k == PJ_ENG_CUBLAS)
+        return (size_t)c->n * L->K * 2 * mats + xb;
+    return rows * L->K * 2 * mats + xb;
+}
+
+extern "C" int pj_eng_deterministic(pj_eng_kind k, const pj_eng_knobs *kn, uint32_t m)
+{
+    const bool tiled = k == PJ_ENG_SPLITK || (k == PJ_ENG_ROUTER && m > PJ_ENG_MAX_GEMV_M);
+    return !(tiled && kn->ks > 1);
+}
+
+// ---- table checker and the ladder ---------------------------------------------
+
+extern "C" int pj_eng_check_entry(void *ctx, const pj_tune_entry *e, char *why, size_t whylen)
+{
+    const pj_dev_limits *lim = (const pj_dev_limits *)ctx;
+    if (e->k == 0 || e->n == 0)
+        return fail(why, whylen, -EINVAL, "%s m=%u: entry has no layer shape (n, k)", e->layer,
+                    e->m);
+    // A stand-in layer with aligned dummy pointers: only shapes and the
+    // kernels' resources are looked at, nothing is launched.
+    static const uint16_t dummy[64] __attribute__((aligned(64))) = {0};
+    pj_eng_layer L;
+    memset(&L, 0, sizeof L);
+    snprintf(L.name, sizeof L.name, "%s", e->layer);
+    L.N = e->n;
+    L.K = e->k;
+    L.ldw = e->k;
+    L.fmt = e->eng == PJ_ENG_ROUTER ? PJ_FMT_SPLIT
+                                    : (e->eng == PJ_ENG_GEMVZ ? PJ_FMT_Z12 : PJ_FMT_BF16);
+    L.w = dummy;
+    L.lo = e->eng == PJ_ENG_ROUTER ? dummy : nullptr;
+    if (e->eng == PJ_ENG_GEMVZ) {
+        L.z_tiles = (const uint8_t *)dummy;
+        L.z_blk_exc = (const uint32_t *)dummy;
+        L.z_exc = (const pj_z12_exc *)dummy;
+        L.z_n_pad = cdiv(e->n, 16) * 16;
+    }
+    pj_eng_call c;
+    memset(&c, 0, sizeof c);
+    c.L = &L;
+    c.x = dummy;
+    c.ldx = e->k;
+    c.y = (uint16_t *)dummy;
+    c.ldy = e->n;
+    c.m = e->m;
+    c.n = e->n;
+    char inner[200];
+    int rc = pj_eng_can_run(e->eng, &e->knobs, &c, lim, inner, sizeof inner);
+    if (rc) {
+        char ks[96];
+        pj_eng_knobs_str(e->eng, &e->knobs, ks, sizeof ks);
+        snprintf(why, whylen, "%s m=%u %s(%s): %s", e->layer, e->m, pj_eng_name(e->eng), ks, inner);
+    }
+    return rc;
+}
+
+extern "C" int pj_eng_choose(const pj_tune_table *t, const char *force_engine,
+                             const char *force_knobs, const pj_eng_call *c,
+                             const pj_dev_limits *lim, pj_eng_kind *k, pj_eng_knobs *kn)
+{
+    char why[200];
+    const pj_eng_layer *L = c->L;
+    if (force_engine && force_engine[0]) {
+        int fe = pj_eng_from_name(force_engine);
+        if (fe >= 0) {
+            pj_eng_knobs f = pj_eng_default_knobs((pj_eng_kind)fe, L, c->m);
+            if ((!force_knobs || !force_knobs[0] ||
+                 !pj_eng_knobs_parse(force_knobs, &f, why, sizeof why)) &&
+                !pj_eng_can_run((pj_eng_kind)fe, &f, c, lim, why, sizeof why)) {
+                *k = (pj_eng_kind)fe;
+                *kn = f;
+                return 0;
+            }
+        }
+    }
+    const pj_tune_entry *e = pj_dispatch_choose(t, L->name, L->N, L->K, c->m);
+    if (e && !pj_eng_can_run(e->eng, &e->knobs, c, lim, why, sizeof why)) {
+        *k = e->eng;
+        *kn = e->knobs;
+        return 1;
+    }
+    static const pj_eng_kind order[] = {PJ_ENG_GEMVZ, PJ_ENG_GEMV, PJ_ENG_ROUTER};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        pj_eng_knobs d = pj_eng_default_knobs(order[i], L, c->m);
+        if (order[i] == PJ_ENG_GEMV && L->fmt == PJ_FMT_SPLIT)
+            continue; // hi alone is not the layer
+        if (!pj_eng_can_run(order[i], &d, c, lim, why, sizeof why)) {
+            *k = order[i];
+            *kn = d;
+            return 2;
+        }
+    }
+    pj_eng_knobs d = pj_eng_default_knobs(PJ_ENG_CUBLAS, L, c->m);
+    if (!pj_eng_can_run(PJ_ENG_CUBLAS, &d, c, lim, why, sizeof why)) {
+        *k = PJ_ENG_CUBLAS;
+        *kn = d;
+        return 3;
+    }
+    return -ENOTSUP;
+}
+
+extern "C" int pj_eng_cublas_version(void)
+{
+    int v = 0;
+    cublasHandle_t h;
+    if (cublasCreate(&h) == CUBLAS_STATUS_SUCCESS) {
+        cublasGetVersion(h, &v);
+        cublasDestroy(h);
+    }
+    return v;
+}

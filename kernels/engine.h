@@ -1,0 +1,149 @@
+/* engine.h — the projection engines behind one plain C interface.
+ *
+ * y[i, r] = bf16( sum_k x[i, k] * W[r, k] ) for i < m, r < n (n <= the
+ * layer's N: a row-prefix request), fp32 accumulation, as kernels/refgemm.h
+ * defines it. Engines:
+ *   gemv    bf16 weights, m <= 32: mma.sync GEMV, warps split K in a CTA,
+ *           optional split-K across CTAs (ordered, deterministic reduction)
+ *   gemvz   the same over z12 weights (kernels/zfmt.h), decode in registers,
+ *           exceptions applied by an extra warp in a fixed order
+ *   splitk  tiled mma.sync GEMM with split-K and an fp32 atomic epilogue
+ *           (the last CTA of a tile writes y and re-zeroes the workspace);
+ *           not bit-deterministic when ks > 1
+ *   router  hi + lo of a split layer into one fp32 accumulator: GEMV form
+ *           for m <= 32 (knobs as gemv), split-K tile form above
+ *   cublas  cublasGemmEx / cublasLt, bf16 in/out, fp32 compute: the
+ *           fallback, always correct, always last
+ *
+ * Every launch is asynchronous on the caller's stream, allocates nothing and
+ * never synchronises, so it can be captured into a CUDA graph. Workspace
+ * (split-K partials, counters) is allocated once per (layer, stream) by
+ * pj_eng_ws_init; counters return to zero at the end of every launch.
+ * Two launches that share a workspace must be ordered (same stream).
+ */
+#ifndef PJ_ENGINE_H
+#define PJ_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/dispatch.h"
+#include "kernels/refgemm.h"
+#include "kernels/zfmt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PJ_ENG_MAX_GEMV_M 32
+#define PJ_ENG_MAX_KS     64
+
+/* One layer's weights on the device. Borrowed pointers (whoever uploaded
+ * them owns them). A z12 layer should also carry its bf16 copy: cuBLAS and
+ * splitk need it for the m > 32 shapes. */
+typedef struct pj_eng_layer {
+    char name[PJ_TUNE_NAME];
+    pj_format fmt;      /* the stored format the fast path reads */
+    uint32_t N, K;      /* full shape */
+    const uint16_t *w;  /* bf16 N x K, row stride ldw (PJ_FMT_SPLIT: hi) or NULL */
+    const uint16_t *lo; /* PJ_FMT_SPLIT: lo, same stride */
+    size_t ldw;
+    /* z12 (PJ_FMT_Z12), device copies of pj_z12's arrays */
+    const uint8_t *z_tiles;
+    const uint32_t *z_blk_exc;
+    const pj_z12_exc *z_exc;
+    uint32_t z_base, z_n_pad, z_n_exc;
+} pj_eng_layer;
+
+/* Per (layer, stream) scratch: one allocation, two regions. The first
+ * acc_rows x acc_ld floats are split-K accumulators that must be zero at
+ * every launch's start (each launch leaves them zero again); the rest
+ * (part_floats) is free scratch for ordered partial sums. */
+typedef struct pj_eng_ws {
+    float *f;
+    size_t acc_ld, acc_rows;
+    float *part;
+    size_t part_floats;
+    unsigned *cnt; /* arrival counters, zeroed at init, self-resetting */
+    size_t n_cnt;
+} pj_eng_ws;
+
+/* Per stream: cuBLAS handles and their workspace, the Lt plan cache. */
+typedef struct pj_eng_stream pj_eng_stream;
+
+/* One projection. */
+typedef struct pj_eng_call {
+    const pj_eng_layer *L;
+    pj_eng_ws *ws;
+    const uint16_t *x; /* m x K, row stride ldx (elements) */
+    size_t ldx;
+    uint16_t *y; /* m x n, row stride ldy (elements) */
+    size_t ldy;
+    uint32_t m, n;
+} pj_eng_call;
+
+/* The device's limits (current device). 0 or -errno with err. */
+int pj_eng_dev_limits(pj_dev_limits *lim, char *err, size_t errlen);
+
+/* Create the per-stream context (cuBLAS + Lt handles bound to s, a 32 MiB
+ * cuBLAS workspace). Owns them until pj_eng_stream_destroy. */
+int pj_eng_stream_create(cudaStream_t s, pj_eng_stream **out, char *err, size_t errlen);
+void pj_eng_stream_destroy(pj_eng_stream *es);
+cudaStream_t pj_eng_stream_get(const pj_eng_stream *es);
+
+/* Allocate and zero the workspace every engine needs for this layer at any
+ * m <= max_m (enqueued on s; synchronises s before returning). */
+int pj_eng_ws_init(const pj_eng_layer *L, uint32_t max_m, cudaStream_t s, pj_eng_ws *ws, char *err,
+                   size_t errlen);
+void pj_eng_ws_free(pj_eng_ws *ws);
+
+/* The engine's untuned knobs for this shape (what the dispatcher runs with
+ * no table entry, and the base a forced "name=value" knob string edits). */
+pj_eng_knobs pj_eng_default_knobs(pj_eng_kind k, const pj_eng_layer *L, uint32_t m);
+
+/* Can this engine with these knobs serve (L, m, n, strides) on this device?
+ * 0 = yes; else -errno with the reason. Cheap; no device calls after the
+ * first (kernel attributes are cached). */
+int pj_eng_can_run(pj_eng_kind k, const pj_eng_knobs *kn, const pj_eng_call *c,
+                   const pj_dev_limits *lim, char *why, size_t whylen);
+
+/* Checker for pj_tune_parse: engine exists for the knobs, its kernel fits the
+ * device (threads, registers, shared memory, no spills, occupancy >= 1 CTA
+ * per SM). ctx: const pj_dev_limits *. */
+int pj_eng_check_entry(void *ctx, const pj_tune_entry *e, char *why, size_t whylen);
+
+/* Enqueue the projection. Does not check the shape: call pj_eng_can_run
+ * once per (engine, knobs, shape) first. 0 or -errno (a launch error). */
+int pj_eng_launch(pj_eng_kind k, const pj_eng_knobs *kn, const pj_eng_call *c, pj_eng_stream *es);
+
+/* Bytes of weights (and x) the engine reads from device memory for this
+ * call, for the read-floor comparison. */
+size_t pj_eng_bytes_read(pj_eng_kind k, const pj_eng_call *c);
+
+/* Does the engine give the same bits every run at this m? (The tiled
+ * split-K form's atomics with ks > 1 do not.) */
+int pj_eng_deterministic(pj_eng_kind k, const pj_eng_knobs *kn, uint32_t m);
+
+/* The ladder: forced (engine name and optional knobs, "" = none), then the
+ * table entry for (layer, m), then engines' own defaults in the order gemvz,
+ * gemv, router, then cuBLAS. Every step checks pj_eng_can_run. Fills *k and
+ * *kn; returns the step that decided (0 forced, 1 table, 2 default,
+ * 3 cublas). */
+int pj_eng_choose(const pj_tune_table *t, const char *force_engine, const char *force_knobs,
+                  const pj_eng_call *c, const pj_dev_limits *lim, pj_eng_kind *k, pj_eng_knobs *kn);
+
+/* SGLang's path, the benchmark's baseline: x @ W.T through cuBLAS (algo 0:
+ * cublasGemmEx default, 1: cublasLt heuristic); a split layer runs two GEMMs
+ * (hi, lo) into bf16 and adds them (tmp: m x n bf16 scratch of the caller). */
+int pj_eng_baseline(int algo, const pj_eng_call *c, uint16_t *tmp, pj_eng_stream *es);
+
+/* cuBLAS's version number (cublasGetVersion), for result files. */
+int pj_eng_cublas_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

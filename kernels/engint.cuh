@@ -1,0 +1,79 @@
+// engint.cuh — what engine.cu knows of the kernel files: argument blocks,
+// kernel pickers (a variant per knob combination, nullptr where none was
+// compiled) and the tile geometries of the split-K GEMM.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/zfmt.h"
+
+// Shared-memory exception capacity of a gemvz CTA (entries); a CTA whose
+// row blocks hold more reads them from global memory at the end instead.
+#define PJ_GEMVZ_ECAP 96
+
+struct GemvArgs {
+    const uint16_t *w0, *w1; // w1: second matrix (router lo) or unused
+    size_t ldw;
+    uint32_t N; // rows present in w (loads clamp to N - 1)
+    const uint16_t *x;
+    size_t ldx;
+    uint16_t *y;
+    size_t ldy;
+    uint32_t m, n;
+    uint32_t kc, ks; // k per split (a multiple of 32 * nw * u), splits
+    float *ws;       // partials: grid.x * ks * 16 * MTOK floats
+    unsigned *cnt;   // one counter per row block
+};
+typedef void (*GemvFn)(GemvArgs);
+GemvFn gemv_pick(int dual, int nw, int u, int mt, int pipe, int minb);
+
+struct GemvzArgs {
+    const uint8_t *tiles;
+    const uint32_t *blk_exc;
+    const pj_z12_exc *exc;
+    uint32_t base;
+    uint32_t kt_total; // K / 64
+    uint32_t nblk;     // row blocks holding requested rows: ceil(n / 16)
+    uint32_t nblk_all; // n_pad / 16 (bound of blk_exc)
+    const uint16_t *x;
+    size_t ldx;
+    uint16_t *y;
+    size_t ldy;
+    uint32_t m, n;
+    uint32_t kc, ks, r; // k per split (multiple of 64 * nw * u), splits, row blocks per CTA
+    float *ws;
+    unsigned *cnt;
+};
+typedef void (*GemvzFn)(GemvzArgs);
+GemvzFn gemvz_pick(int nw, int u, int mt, int pipe, int xs);
+// Dynamic shared memory of a gemvz launch.
+size_t gemvz_smem(int nw, int mt, int xs, uint32_t r, uint32_t kc);
+// Largest R for a given NW (threads = R * NW * 32 + 32 within the kernel's
+// launch bound).
+#define PJ_GEMVZ_MAX_R(nw) ((nw) >= 16 ? 1 : 8 / (nw))
+
+struct TgemmArgs {
+    const uint16_t *w0, *w1;
+    size_t ldw;
+    uint32_t N;
+    const uint16_t *x;
+    size_t ldx;
+    uint16_t *y;
+    size_t ldy;
+    uint32_t m, n;
+    uint32_t kc, ks;
+    float *acc; // zeroed fp32 accumulators [token][row], row stride acc_ld
+    size_t acc_ld;
+    unsigned *cnt; // one per (row tile, token tile)
+};
+typedef void (*TgemmFn)(TgemmArgs);
+
+struct TileGeom {
+    int bm, bn, threads, stages;
+    int dual_ok;
+};
+#define PJ_TGEMM_NTILES 6
+extern const TileGeom tgemm_geom[PJ_TGEMM_NTILES];
+TgemmFn tgemm_pick(int tile, int dual);
+size_t tgemm_smem(int tile, int dual);

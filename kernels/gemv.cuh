@@ -1,0 +1,229 @@
+// gemv.cuh — the bf16 GEMV for m <= 32 (and its two-matrix router form).
+//
+// One CTA per 16-row block and K split; NW warps split the CTA's K range in
+// contiguous pieces. mma.m16n8k16 with the weights as A (16 rows) and x as B
+// (8 tokens per n8 tile). A lane (g = lane / 4, t = lane % 4) loads 16 bytes
+// = 8 consecutive k of row g, of row g + 8 and of token g's x, all at
+// k0 + 8 t: the same k positions in A and B, so the fragments come straight
+// from the loads with no shuffles. (The mma sums over k; which k sits in
+// which fragment slot does not matter as long as A and B agree.) The four
+// lanes of a row read 64 contiguous bytes per load.
+//
+// Loads are batched U chunks of 32 k; PIPE = 1 issues the next batch
+// before the current batch's mma. Cross-warp sums go through shared memory
+// in warp order; across CTAs (ks > 1) the last CTA to arrive sums the
+// partials in split order. Both orders are fixed: the result is
+// deterministic.
+#pragma once
+
+#include "kernels/engint.cuh"
+#include "kernels/pjdev.cuh"
+
+template <int NW, int MINB> struct GemvBounds {
+    // MINB = 1 caps registers at 128 per thread (two 256-thread CTAs per SM).
+    static constexpr int min_blocks = MINB ? (NW == 4 ? 4 : (NW == 8 ? 2 : 1)) : 1;
+};
+
+template <int U, int MT, int DUAL> struct GemvBatch {
+    uint4 wa[U], wb[U];
+    uint4 wc[DUAL ? U : 1], wd[DUAL ? U : 1];
+    uint4 xv[U][MT];
+};
+
+template <int NW, int U, int MT, int PIPE, int DUAL, int MINB>
+__global__ void __launch_bounds__(NW * 32, (GemvBounds<NW, MINB>::min_blocks))
+    gemv_kernel(const GemvArgs a)
+{
+    constexpr int MTOK = MT * 8;
+    constexpr int RS = MTOK + 1; // padded row of the reduction buffer
+    __shared__ float red[NW][16 * RS];
+    __shared__ int s_last;
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const uint32_t rb = blockIdx.x, split = blockIdx.y;
+    const uint32_t r0 = min(rb * 16 + g, a.N - 1), r1 = min(rb * 16 + g + 8, a.N - 1);
+    const uint32_t cpw = a.kc / (32 * NW); // chunks per warp, a multiple of U
+    const size_t k0 = (size_t)split * a.kc + (size_t)warp * cpw * 32 + t * 8;
+
+    const uint16_t *pa = a.w0 + (size_t)r0 * a.ldw + k0;
+    const uint16_t *pb = a.w0 + (size_t)r1 * a.ldw + k0;
+    const uint16_t *pc = DUAL ? a.w1 + (size_t)r0 * a.ldw + k0 : pa;
+    const uint16_t *pd = DUAL ? a.w1 + (size_t)r1 * a.ldw + k0 : pb;
+    const uint16_t *px[MT];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        // Tokens past m read token m - 1: their columns are never stored.
+        uint32_t tok = min((uint32_t)(mt * 8 + g), a.m - 1);
+        px[mt] = a.x + (size_t)tok * a.ldx + k0;
+    }
+
+    float acc[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+        acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
+
+    auto load = [&](GemvBatch<U, MT, DUAL> &b, uint32_t i) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const size_t off = ((size_t)i * U + u) * 32;
+            b.wa[u] = ld_stream16(pa + off);
+            b.wb[u] = ld_stream16(pb + off);
+            if (DUAL) {
+                b.wc[u] = ld_stream16(pc + off);
+                b.wd[u] = ld_stream16(pd + off);
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+                b.xv[u][mt] = ld_x16(px[mt] + off);
+        }
+    };
+    auto compute = [&](const GemvBatch<U, MT, DUAL> &b) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                const uint4 xv = b.xv[u][mt];
+                mma_bf16(acc[mt], b.wa[u].x, b.wb[u].x, b.wa[u].y, b.wb[u].y, xv.x, xv.y);
+                mma_bf16(acc[mt], b.wa[u].z, b.wb[u].z, b.wa[u].w, b.wb[u].w, xv.z, xv.w);
+                if (DUAL) {
+                    mma_bf16(acc[mt], b.wc[u].x, b.wd[u].x, b.wc[u].y, b.wd[u].y, xv.x, xv.y);
+                    mma_bf16(acc[mt], b.wc[u].z, b.wd[u].z, b.wc[u].w, b.wd[u].w, xv.z, xv.w);
+                }
+            }
+        }
+    };
+
+    const uint32_t nb = cpw / U;
+    if (PIPE) {
+        GemvBatch<U, MT, DUAL> A, B;
+        load(A, 0);
+        uint32_t i = 0;
+        for (;;) {
+            if (i + 1 < nb)
+                load(B, i + 1);
+            compute(A);
+            if (++i >= nb)
+                break;
+            if (i + 1 < nb)
+                load(A, i + 1);
+            compute(B);
+            if (++i >= nb)
+                break;
+        }
+    } else {
+#pragma unroll 1
+        for (uint32_t i = 0; i < nb; i++) {
+            GemvBatch<U, MT, DUAL> A;
+            load(A, i);
+            compute(A);
+        }
+    }
+
+    // C fragment: c0, c1 = (row g, tokens 2t, 2t + 1); c2, c3 = row g + 8.
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        red[warp][g * RS + mt * 8 + 2 * t] = acc[mt][0];
+        red[warp][g * RS + mt * 8 + 2 * t + 1] = acc[mt][1];
+        red[warp][(g + 8) * RS + mt * 8 + 2 * t] = acc[mt][2];
+        red[warp][(g + 8) * RS + mt * 8 + 2 * t + 1] = acc[mt][3];
+    }
+    __syncthreads();
+
+    // Output idx: row = idx % 16 (fastest, so 16 rows of a token are one
+    // 32-byte store), token = idx / 16.
+    const uint32_t nout = 16 * MTOK;
+    const size_t pbase = (size_t)rb * a.ks * nout;
+    if (a.ks == 1) {
+        for (uint32_t idx = threadIdx.x; idx < nout; idx += NW * 32) {
+            const uint32_t row = idx & 15, tok = idx >> 4;
+            float s = 0.f;
+#pragma unroll
+            for (int w = 0; w < NW; w++)
+                s += red[w][row * RS + tok];
+            const uint32_t grow = rb * 16 + row;
+            if (grow < a.n && tok < a.m)
+                a.y[(size_t)tok * a.ldy + grow] = f2bf(s);
+        }
+        return;
+    }
+    for (uint32_t idx = threadIdx.x; idx < nout; idx += NW * 32) {
+        const uint32_t row = idx & 15, tok = idx >> 4;
+        float s = 0.f;
+#pragma unroll
+        for (int w = 0; w < NW; w++)
+            s += red[w][row * RS + tok];
+        a.ws[pbase + (size_t)split * nout + idx] = s;
+    }
+    if (!splitk_arrive_last(a.cnt + rb, a.ks, &s_last))
+        return;
+    for (uint32_t idx = threadIdx.x; idx < nout; idx += NW * 32) {
+        const uint32_t row = idx & 15, tok = idx >> 4;
+        const uint32_t grow = rb * 16 + row;
+        if (grow >= a.n || tok >= a.m)
+            continue;
+        float s = 0.f;
+        for (uint32_t j = 0; j < a.ks; j++)
+            s += ld_cg_f32(a.ws + pbase + (size_t)j * nout + idx);
+        a.y[(size_t)tok * a.ldy + grow] = f2bf(s);
+    }
+}
+
+// Picker over the compiled variants: NW in {4, 8, 16}, U in {1, 2, 4, 8},
+// MT in {1, 2, 4}, PIPE, MINB (NW = 16 has no MINB variant: 512 threads
+// already cap registers at 128).
+template <int DUAL, int NW, int U, int MT, int P> static GemvFn gemv_pick_mb(int minb)
+{
+    if (minb) {
+        if constexpr (NW == 16)
+            return nullptr;
+        else
+            return &gemv_kernel<NW, U, MT, P, DUAL, 1>;
+    }
+    return &gemv_kernel<NW, U, MT, P, DUAL, 0>;
+}
+template <int DUAL, int NW, int U, int MT> static GemvFn gemv_pick_p(int pipe, int minb)
+{
+    return pipe ? gemv_pick_mb<DUAL, NW, U, MT, 1>(minb) : gemv_pick_mb<DUAL, NW, U, MT, 0>(minb);
+}
+template <int DUAL, int NW, int U> static GemvFn gemv_pick_mt(int mt, int pipe, int minb)
+{
+    switch (mt) {
+    case 1:
+        return gemv_pick_p<DUAL, NW, U, 1>(pipe, minb);
+    case 2:
+        return gemv_pick_p<DUAL, NW, U, 2>(pipe, minb);
+    case 4:
+        return gemv_pick_p<DUAL, NW, U, 4>(pipe, minb);
+    }
+    return nullptr;
+}
+template <int DUAL, int NW> static GemvFn gemv_pick_u(int u, int mt, int pipe, int minb)
+{
+    switch (u) {
+    case 1:
+        return gemv_pick_mt<DUAL, NW, 1>(mt, pipe, minb);
+    case 2:
+        return gemv_pick_mt<DUAL, NW, 2>(mt, pipe, minb);
+    case 4:
+        return gemv_pick_mt<DUAL, NW, 4>(mt, pipe, minb);
+    case 8:
+        if constexpr (DUAL)
+            return nullptr; // 8 chunks x 4 matrices x 2 batches cannot stay in registers
+        else
+            return gemv_pick_mt<DUAL, NW, 8>(mt, pipe, minb);
+    }
+    return nullptr;
+}
+template <int DUAL> static GemvFn gemv_pick_t(int nw, int u, int mt, int pipe, int minb)
+{
+    switch (nw) {
+    case 4:
+        return gemv_pick_u<DUAL, 4>(u, mt, pipe, minb);
+    case 8:
+        return gemv_pick_u<DUAL, 8>(u, mt, pipe, minb);
+    case 16:
+        return gemv_pick_u<DUAL, 16>(u, mt, pipe, minb);
+    }
+    return nullptr;
+}

@@ -1,0 +1,117 @@
+// pjdev.cuh — small device helpers shared by the engines: cache-hinted
+// loads, mma.sync, ldmatrix, cp.async, the split-K arrival counter.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+// Weights are read exactly once: skip L1, ask L2 to fetch 256 B around the
+// line so a warp's next loads along the row find it there.
+__device__ __forceinline__ uint4 ld_stream16(const void *p)
+{
+    uint4 r;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
+    return r;
+}
+
+// x is small and shared by every CTA: keep it in L1.
+__device__ __forceinline__ uint4 ld_x16(const void *p)
+{
+    uint4 r;
+    asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ uint32_t ld_x4(const void *p)
+{
+    uint32_t r;
+    asm("ld.global.nc.b32 %0, [%1];" : "=r"(r) : "l"(p));
+    return r;
+}
+
+// D += A (16x16, row) * B (16x8, col), bf16 in, fp32 accumulate.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_async16(uint32_t saddr, const void *g)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(saddr), "l"(g));
+}
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel)
+{
+    return __byte_perm(a, b, sel);
+}
+
+// fp32 -> bf16 bits, round to nearest even (NaN kept quiet), as bf16.h.
+__device__ __forceinline__ uint16_t f2bf(float f)
+{
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0)
+        return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+__device__ __forceinline__ float bf2f(uint16_t h)
+{
+    return __uint_as_float((uint32_t)h << 16);
+}
+
+// Split-K arrival: every thread of the CTA calls it after its partial is in
+// global memory; returns true in all threads of the CTA that arrived last,
+// which then owns the tile and resets the counter for the next launch.
+__device__ __forceinline__ bool splitk_arrive_last(unsigned *cnt, unsigned ks, int *s_flag)
+{
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned prev = atomicAdd(cnt, 1u);
+        int last = prev == ks - 1;
+        if (last)
+            *cnt = 0; // nobody else touches it in this launch any more
+        *s_flag = last;
+    }
+    __syncthreads();
+    bool last = *s_flag != 0;
+    if (last)
+        __threadfence();
+    return last;
+}
+
+// Loads that must see other CTAs' writes of this launch: bypass L1.
+__device__ __forceinline__ float ld_cg_f32(const float *p)
+{
+    return __ldcg(p);
+}

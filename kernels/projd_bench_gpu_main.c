@@ -1,0 +1,1034 @@
+/* projd-bench — the scoring benchmark of the engines, and their tuner.
+ *
+ * Method (ARCHITECTURE.md "The benchmark that scores the kernels"): every
+ * timed operation is a CUDA graph; before each replay a 256 MB read evicts
+ * L2; ours and the baseline alternate in pairs (the order flips every
+ * repetition); medians over the repetitions. Baseline = what SGLang runs:
+ * cuBLAS x @ W.T (the faster of cublasGemmEx's default and cublasLt's
+ * heuristic, measured per shape), the router as hi GEMM + lo GEMM + add.
+ * 30 shapes: 5 layers x m in {1, 8, 16, 32, 128, 256}. Per load (one m,
+ * the five layers summed) speedup = sum baseline / sum ours; score = the
+ * geometric mean of the six, with a bootstrap 95 % interval (repetitions
+ * resampled in pairs). Each shape's time is also set against its read
+ * floor: a read kernel over exactly the bytes the chosen engine reads,
+ * timed the same way in the same run.
+ *
+ * --tune FILE runs the tuner first: per shape every knob combination of
+ * every engine that can take it is validated (engcheck.h), timed coarsely,
+ * the best few re-timed against each other and cuBLAS, and the winner
+ * written to the table when it beats the best alternative by the margin
+ * (3 % plain engines vs cuBLAS; 2 % for gemvz vs both). The benchmark then
+ * runs with that table.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+#include <cuda_runtime_api.h>
+
+#include "kernels/benchk.h"
+#include "kernels/dispatch.h"
+#include "kernels/engcheck.h"
+#include "kernels/engine.h"
+
+#define NLAYERS       5
+#define NMS           6
+#define NSHAPES       (NLAYERS * NMS)
+#define FLUSH_BYTES   (256u << 20)
+#define READBUF_BYTES (160u << 20)
+
+typedef struct layer_def {
+    const char *name;
+    uint32_t N, K, n; /* full shape, rows a request uses */
+    pj_format fmt;
+} layer_def;
+
+static const layer_def layer_defs[NLAYERS] = {
+    {"qkv_gate", 4608, 4096, 4608, PJ_FMT_Z12}, {"o", 4096, 2048, 4096, PJ_FMT_Z12},
+    {"pooler", 8192, 4096, 8192, PJ_FMT_Z12},   {"unpooler", 8192, 4096, 1024, PJ_FMT_Z12},
+    {"router", 256, 4096, 256, PJ_FMT_SPLIT},
+};
+static const uint32_t ms[NMS] = {1, 8, 16, 32, 128, 256};
+
+typedef struct opts {
+    const char *out, *table, *tune, *commit;
+    double tune_budget;
+    int reps, survey;
+    uint64_t seed;
+} opts;
+
+/* Everything the run holds. */
+typedef struct bench {
+    opts o;
+    pj_chk_ctx c;
+    pj_chk_layer layers[NLAYERS];
+    pj_eng_ws ws[NLAYERS];
+    void *flush, *readbuf;
+    unsigned *sink;
+    uint16_t *tmp; /* baseline router scratch */
+    cudaGraphExec_t g_flush;
+    cudaEvent_t *ev;
+    int nev;
+    FILE *log;
+} bench;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "projd-bench: ");
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t ce_ = (call);                                                                  \
+        if (ce_ != cudaSuccess)                                                                    \
+            die("%s:%d %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(ce_));               \
+    } while (0)
+
+/* ---- statistics ----------------------------------------------------------- */
+
+static int cmp_f(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static float median(const float *v, int n, float *scratch)
+{
+    memcpy(scratch, v, (size_t)n * sizeof *v);
+    qsort(scratch, (size_t)n, sizeof *scratch, cmp_f);
+    return n % 2 ? scratch[n / 2] : 0.5f * (scratch[n / 2 - 1] + scratch[n / 2]);
+}
+
+/* ---- graphs and timing ------------------------------------------------------- */
+
+typedef int (*op_fn)(bench *b, void *ctx);
+
+static cudaGraphExec_t capture(bench *b, op_fn fn, void *ctx)
+{
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(b->c.s, cudaStreamCaptureModeThreadLocal));
+    int rc = fn(b, ctx);
+    cudaError_t ce = cudaStreamEndCapture(b->c.s, &g);
+    if (rc || ce != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    ce = cudaGraphInstantiate(&ge, g, 0);
+    cudaGraphDestroy(g);
+    if (ce != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return ge;
+}
+
+/* Time nops graphs alternating, reps rounds: t[j][r] in µs. Each replay is
+ * preceded by the flush; the order of the graphs rotates every round. */
+static void time_graphs(bench *b, cudaGraphExec_t *g, int nops, int reps, float **t)
+{
+    const int per = 2 * nops;
+    int chunk = b->nev / per;
+    if (chunk < 1)
+        die("too few events");
+    for (int r0 = 0; r0 < reps; r0 += chunk) {
+        int rn = reps - r0 < chunk ? reps - r0 : chunk;
+        for (int r = 0; r < rn; r++)
+            for (int j = 0; j < nops; j++) {
+                int op = (j + r0 + r) % nops;
+                cudaEvent_t *e = &b->ev[(r * nops + op) * 2];
+                CK(cudaGraphLaunch(b->g_flush, b->c.s));
+                CK(cudaEventRecord(e[0], b->c.s));
+                CK(cudaGraphLaunch(g[op], b->c.s));
+                CK(cudaEventRecord(e[1], b->c.s));
+            }
+        CK(cudaStreamSynchronize(b->c.s));
+        for (int r = 0; r < rn; r++)
+            for (int op = 0; op < nops; op++) {
+                float ms_ = 0;
+                cudaEvent_t *e = &b->ev[(r * nops + op) * 2];
+                CK(cudaEventElapsedTime(&ms_, e[0], e[1]));
+                t[op][r0 + r] = ms_ * 1000.f;
+            }
+    }
+}
+
+/* ---- operations -------------------------------------------------------------- */
+
+typedef struct op_ctx {
+    pj_eng_call call;
+    pj_eng_kind k;
+    pj_eng_knobs kn;
+    int base_algo; /* baseline: 0/1 */
+    size_t read_bytes;
+    int read_variant;
+} op_ctx;
+
+static int op_engine(bench *b, void *ctx)
+{
+    op_ctx *o = ctx;
+    return pj_eng_launch(o->k, &o->kn, &o->call, b->c.es);
+}
+
+static int op_baseline(bench *b, void *ctx)
+{
+    op_ctx *o = ctx;
+    return pj_eng_baseline(o->base_algo, &o->call, b->tmp, b->c.es);
+}
+
+static int op_read(bench *b, void *ctx)
+{
+    op_ctx *o = ctx;
+    return pj_bk_read(b->c.s, b->readbuf, o->read_bytes, b->sink, o->read_variant,
+                      b->c.lim.sm_count);
+}
+
+static int op_flush(bench *b, void *ctx)
+{
+    (void)ctx;
+    return pj_bk_read(b->c.s, b->flush, FLUSH_BYTES, b->sink, 0, b->c.lim.sm_count);
+}
+
+static void make_call(bench *b, int li, uint32_t m, pj_eng_call *call)
+{
+    memset(call, 0, sizeof *call);
+    call->L = &b->layers[li].L;
+    call->ws = &b->ws[li];
+    call->x = b->c.dx;
+    call->ldx = layer_defs[li].K;
+    call->y = b->c.dy;
+    call->ldy = layer_defs[li].n;
+    call->m = m;
+    call->n = layer_defs[li].n;
+}
+
+/* Prepare x and the reference for (layer, m) unless already there. */
+static void prepare(bench *b, int li, uint32_t m)
+{
+    char err[256];
+    if (b->c.cur == &b->layers[li] && b->c.cur_m == m && b->c.cur_n == layer_defs[li].n)
+        return;
+    if (pj_chk_prepare(&b->c, &b->layers[li], m, layer_defs[li].n, 0, b->o.seed * 1000 + m, 0, NULL,
+                       err, sizeof err))
+        die("%s", err);
+}
+
+/* Validate (engine, knobs) on (layer, m): 1 ok, 0 refused or wrong. */
+static int validate(bench *b, int li, uint32_t m, pj_eng_kind k, const pj_eng_knobs *kn, char *why,
+                    size_t whylen)
+{
+    pj_eng_call call;
+    make_call(b, li, m, &call);
+    if (pj_eng_can_run(k, kn, &call, &b->c.lim, why, whylen))
+        return 0;
+    prepare(b, li, m);
+    pj_chk_result res;
+    int rc = pj_chk_run(&b->c, &b->ws[li], k, kn, &res);
+    if (rc) {
+        /* A launch failure may leave a sticky error: check the context. */
+        cudaError_t ce = cudaDeviceSynchronize();
+        if (ce != cudaSuccess)
+            die("CUDA context lost validating %s %s: %s", layer_defs[li].name, pj_eng_name(k),
+                cudaGetErrorString(ce));
+        snprintf(why, whylen, "run failed: %s", res.why);
+        return 0;
+    }
+    if (!res.ok) {
+        snprintf(why, whylen, "%s", res.why);
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- the tuner ------------------------------------------------------------------ */
+
+typedef struct cand {
+    pj_eng_kind k;
+    pj_eng_knobs kn;
+    float us;
+    cudaGraphExec_t g;
+} cand;
+
+#define MAX_CAND 2048
+
+static int gen_candidates(int li, uint32_t m, cand *cs)
+{
+    int n = 0;
+    const layer_def *d = &layer_defs[li];
+    static const uint8_t nws[] = {4, 8, 16};
+    pj_eng_knobs kn;
+#define ADD(K)                                                                                     \
+    do {                                                                                           \
+        if (n < MAX_CAND) {                                                                        \
+            cs[n].k = (K);                                                                         \
+            cs[n].kn = kn;                                                                         \
+            cs[n].g = NULL;                                                                        \
+            cs[n].us = 0;                                                                          \
+            n++;                                                                                   \
+        }                                                                                          \
+    } while (0)
+    for (int a = 0; a < 2; a++) {
+        memset(&kn, 0, sizeof kn);
+        kn.algo = (uint8_t)a;
+        ADD(PJ_ENG_CUBLAS);
+    }
+    if (d->fmt != PJ_FMT_SPLIT && m <= 32) {
+        static const uint8_t us[] = {1, 2, 4, 8};
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < 4; j++)
+                for (int p = 0; p < 2; p++)
+                    for (int mb = 0; mb < 2; mb++)
+                        for (int ks = 1; ks <= 8; ks *= 2) {
+                            memset(&kn, 0, sizeof kn);
+                            kn.nw = nws[i];
+                            kn.u = us[j];
+                            kn.pipe = (uint8_t)p;
+                            kn.minb = (uint8_t)mb;
+                            kn.ks = (uint8_t)ks;
+                            ADD(PJ_ENG_GEMV);
+                        }
+    }
+    if (d->fmt == PJ_FMT_Z12 && m <= 32) {
+        static const uint8_t us[] = {1, 2, 4};
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < 3; j++)
+                for (int p = 0; p < 2; p++)
+                    for (int xs = 0; xs < 2; xs++)
+                        for (int r = 1; r <= 4; r *= 2)
+                            for (int ks = 1; ks <= 8; ks *= 2) {
+                                memset(&kn, 0, sizeof kn);
+                                kn.nw = nws[i];
+                                kn.u = us[j];
+                                kn.pipe = (uint8_t)p;
+                                kn.xs = (uint8_t)xs;
+                                kn.r = (uint8_t)r;
+                                kn.ks = (uint8_t)ks;
+                                ADD(PJ_ENG_GEMVZ);
+                            }
+    }
+    if (d->fmt == PJ_FMT_SPLIT) {
+        if (m <= 32) {
+            static const uint8_t us[] = {1, 2, 4};
+            for (int i = 0; i < 3; i++)
+                for (int j = 0; j < 3; j++)
+                    for (int p = 0; p < 2; p++)
+                        for (int mb = 0; mb < 2; mb++)
+                            for (int ks = 1; ks <= 64; ks *= 2) {
+                                memset(&kn, 0, sizeof kn);
+                                kn.nw = nws[i];
+                                kn.u = us[j];
+                                kn.pipe = (uint8_t)p;
+                                kn.minb = (uint8_t)mb;
+                                kn.ks = (uint8_t)ks;
+                                ADD(PJ_ENG_ROUTER);
+                            }
+        } else {
+            for (int t = 0; t < 4; t++)
+                for (int ks = 1; ks <= 64; ks *= 2) {
+                    memset(&kn, 0, sizeof kn);
+                    kn.tile = (uint8_t)t;
+                    kn.ks = (uint8_t)ks;
+                    ADD(PJ_ENG_ROUTER);
+                }
+        }
+    } else if (m > 32) {
+        for (int t = 0; t < 6; t++)
+            for (int ks = 1; ks <= 16; ks *= 2) {
+                memset(&kn, 0, sizeof kn);
+                kn.tile = (uint8_t)t;
+                kn.ks = (uint8_t)ks;
+                ADD(PJ_ENG_SPLITK);
+            }
+    }
+#undef ADD
+    return n;
+}
+
+static int cand_cmp(const void *a, const void *b)
+{
+    const cand *x = a, *y = b;
+    return (x->us > y->us) - (x->us < y->us);
+}
+
+static void knobs_str(pj_eng_kind k, const pj_eng_knobs *kn, char *buf, size_t len)
+{
+    pj_eng_knobs_str(k, kn, buf, len);
+}
+
+/* Tune one shape; returns the entry to write. */
+static void tune_shape(bench *b, int li, uint32_t m, int full, FILE *csv, pj_tune_entry *out)
+{
+    static cand cs[MAX_CAND];
+    const layer_def *d = &layer_defs[li];
+    int nc = gen_candidates(li, m, cs);
+    if (!full) { /* out of budget: cuBLAS and each engine's defaults only */
+        int keep = 0;
+        for (int i = 0; i < nc; i++)
+            if (cs[i].k == PJ_ENG_CUBLAS)
+                cs[keep++] = cs[i];
+        pj_eng_kind ks[] = {PJ_ENG_GEMVZ, PJ_ENG_GEMV, PJ_ENG_ROUTER, PJ_ENG_SPLITK};
+        for (int i = 0; i < 4; i++) {
+            cs[keep].k = ks[i];
+            cs[keep].kn = pj_eng_default_knobs(ks[i], &b->layers[li].L, m);
+            cs[keep].g = NULL;
+            keep++;
+        }
+        nc = keep;
+    }
+    const int coarse = 12;
+    float *tv = malloc(sizeof(float) * 64), *scr = malloc(sizeof(float) * 64);
+    int nvalid = 0;
+    char why[256], ks[96];
+    for (int i = 0; i < nc; i++) {
+        cand *c = &cs[i];
+        c->us = INFINITY;
+        if (!validate(b, li, m, c->k, &c->kn, why, sizeof why)) {
+            knobs_str(c->k, &c->kn, ks, sizeof ks);
+            if (strncmp(why, "K=", 2) != 0 && strstr(why, "no kernel") == NULL &&
+                strstr(why, "spills") == NULL && strstr(why, "exceed") == NULL)
+                fprintf(csv, "%s,%u,%s,\"%s\",invalid,\"%s\"\n", d->name, m, pj_eng_name(c->k), ks,
+                        why);
+            continue;
+        }
+        op_ctx o;
+        memset(&o, 0, sizeof o);
+        make_call(b, li, m, &o.call);
+        o.k = c->k;
+        o.kn = c->kn;
+        c->g = capture(b, op_engine, &o);
+        if (!c->g)
+            continue;
+        float *t[1] = {tv};
+        time_graphs(b, &c->g, 1, coarse, t);
+        c->us = median(tv, coarse, scr);
+        nvalid++;
+    }
+    qsort(cs, (size_t)nc, sizeof *cs, cand_cmp);
+    /* Finalists: the 6 fastest plus the best of every engine and both
+     * cuBLAS algorithms, re-timed together. */
+    int fin[16], nf = 0;
+    for (int i = 0; i < nc && nf < 6; i++)
+        if (cs[i].g)
+            fin[nf++] = i;
+    for (int e = 0; e < PJ_ENG_COUNT; e++)
+        for (int i = 0; i < nc; i++) {
+            if (!cs[i].g || cs[i].k != (pj_eng_kind)e)
+                continue;
+            int have = 0;
+            for (int j = 0; j < nf; j++)
+                have |= fin[j] == i;
+            if (!have && nf < 16)
+                fin[nf++] = i;
+            if (e != PJ_ENG_CUBLAS)
+                break;
+        }
+    const int fine = 60;
+    cudaGraphExec_t gs[16];
+    float *tt[16];
+    for (int j = 0; j < nf; j++) {
+        gs[j] = cs[fin[j]].g;
+        tt[j] = malloc(sizeof(float) * fine);
+    }
+    float *scr2 = malloc(sizeof(float) * fine);
+    time_graphs(b, gs, nf, fine, tt);
+    float best_cublas = INFINITY, best_plain = INFINITY, best_z = INFINITY;
+    int i_cublas = -1, i_plain = -1, i_z = -1;
+    for (int j = 0; j < nf; j++) {
+        cand *c = &cs[fin[j]];
+        c->us = median(tt[j], fine, scr2);
+        if (c->k == PJ_ENG_CUBLAS && c->us < best_cublas) {
+            best_cublas = c->us;
+            i_cublas = fin[j];
+        } else if (c->k == PJ_ENG_GEMVZ && c->us < best_z) {
+            best_z = c->us;
+            i_z = fin[j];
+        } else if (c->k != PJ_ENG_CUBLAS && c->k != PJ_ENG_GEMVZ && c->us < best_plain) {
+            best_plain = c->us;
+            i_plain = fin[j];
+        }
+        knobs_str(c->k, &c->kn, ks, sizeof ks);
+        fprintf(csv, "%s,%u,%s,\"%s\",final,%.3f\n", d->name, m, pj_eng_name(c->k), ks, c->us);
+    }
+    for (int i = 0; i < nc; i++)
+        if (isfinite(cs[i].us)) {
+            knobs_str(cs[i].k, &cs[i].kn, ks, sizeof ks);
+            fprintf(csv, "%s,%u,%s,\"%s\",coarse,%.3f\n", d->name, m, pj_eng_name(cs[i].k), ks,
+                    cs[i].us);
+        }
+    /* The margins: a plain engine must beat cuBLAS by 3 %; gemvz must beat
+     * both cuBLAS and the best plain engine by 2 %. */
+    int pick = i_cublas;
+    float pick_us = best_cublas;
+    if (i_plain >= 0 && best_plain < 0.97f * best_cublas) {
+        pick = i_plain;
+        pick_us = best_plain;
+    }
+    if (i_z >= 0 && best_z < 0.98f * pick_us && best_z < 0.98f * best_cublas) {
+        pick = i_z;
+        pick_us = best_z;
+    }
+    memset(out, 0, sizeof *out);
+    snprintf(out->layer, sizeof out->layer, "%s", d->name);
+    out->n = d->N;
+    out->k = d->K;
+    out->m = m;
+    if (pick >= 0) {
+        out->eng = cs[pick].k;
+        out->knobs = cs[pick].kn;
+    } else {
+        out->eng = PJ_ENG_CUBLAS;
+    }
+    out->us = pick_us;
+    out->base_us = best_cublas;
+    knobs_str(out->eng, &out->knobs, ks, sizeof ks);
+    printf("tune %-9s m=%-3u %4d candidates (%3d valid): %-7s %-40s %7.2f us  (cublas %.2f, plain "
+           "%.2f, z12 %.2f)\n",
+           d->name, m, nc, nvalid, pj_eng_name(out->eng), ks, pick_us, best_cublas, best_plain,
+           best_z);
+    fflush(stdout);
+    for (int i = 0; i < nc; i++)
+        if (cs[i].g)
+            cudaGraphExecDestroy(cs[i].g);
+    for (int j = 0; j < nf; j++)
+        free(tt[j]);
+    free(scr2);
+    free(tv);
+    free(scr);
+}
+
+static void tune_all(bench *b, pj_tune_table *t)
+{
+    memset(t, 0, sizeof *t);
+    snprintf(t->device, sizeof t->device, "%s", b->c.lim.name);
+    t->sm_count = b->c.lim.sm_count;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tune_log.csv", b->o.out);
+    FILE *csv = fopen(path, "w");
+    if (!csv)
+        die("%s: %s", path, strerror(errno));
+    fprintf(csv, "layer,m,engine,knobs,phase,us_or_reason\n");
+    double t0 = now_s();
+    /* The decode shapes first: that is where the knobs matter. */
+    static const int order[NMS] = {0, 1, 2, 3, 4, 5};
+    for (int mi = 0; mi < NMS; mi++)
+        for (int li = 0; li < NLAYERS; li++) {
+            uint32_t m = ms[order[mi]];
+            int full = now_s() - t0 < b->o.tune_budget;
+            pj_tune_entry e;
+            tune_shape(b, li, m, full, csv, &e);
+            if (pj_tune_put(t, &e))
+                die("tuning table full");
+        }
+    fclose(csv);
+    printf("tuner: %.1f s\n", now_s() - t0);
+}
+
+/* ---- the benchmark --------------------------------------------------------------- */
+
+typedef struct shape_res {
+    int li;
+    uint32_t m, n;
+    pj_eng_kind k;
+    pj_eng_knobs kn;
+    int step; /* ladder step that chose */
+    int valid;
+    char why[200];
+    float *tb, *to; /* baseline, ours samples */
+    float base_us, ours_us, speedup;
+    float gemmex_us, lt_us;
+    int base_algo;
+    size_t bytes;
+    float floor_us;
+    double rel_err;
+} shape_res;
+
+static void bench_all(bench *b, const pj_tune_table *t, shape_res *res)
+{
+    const int reps = b->o.reps;
+    float *scr = malloc(sizeof(float) * (size_t)(reps > 200 ? reps : 200));
+    for (int si = 0; si < NSHAPES; si++) {
+        shape_res *r = &res[si];
+        const int li = si % NLAYERS;
+        const uint32_t m = ms[si / NLAYERS];
+        const layer_def *d = &layer_defs[li];
+        memset(r, 0, sizeof *r);
+        r->li = li;
+        r->m = m;
+        r->n = d->n;
+        op_ctx o, ob;
+        memset(&o, 0, sizeof o);
+        make_call(b, li, m, &o.call);
+        int step = pj_eng_choose(t, NULL, NULL, &o.call, &b->c.lim, &o.k, &o.kn);
+        if (step < 0)
+            die("%s m=%u: no engine can run", d->name, m);
+        r->step = step;
+        char why[200];
+        r->valid = validate(b, li, m, o.k, &o.kn, why, sizeof why);
+        if (!r->valid) {
+            snprintf(r->why, sizeof r->why, "%s", why);
+            fprintf(stderr, "bench: %s m=%u %s failed validation (%s): falling back to cuBLAS\n",
+                    d->name, m, pj_eng_name(o.k), why);
+            o.k = PJ_ENG_CUBLAS;
+            o.kn = pj_eng_default_knobs(PJ_ENG_CUBLAS, &b->layers[li].L, m);
+            if (!validate(b, li, m, o.k, &o.kn, why, sizeof why))
+                die("%s m=%u: cuBLAS fails validation too: %s", d->name, m, why);
+        }
+        r->k = o.k;
+        r->kn = o.kn;
+        {
+            pj_chk_result cr;
+            prepare(b, li, m);
+            if (!pj_chk_run(&b->c, &b->ws[li], o.k, &o.kn, &cr) && cr.cmp.ref2 > 0)
+                r->rel_err = sqrt(cr.cmp.err2 / cr.cmp.ref2);
+        }
+        cudaGraphExec_t g_ours = capture(b, op_engine, &o);
+        /* Baseline: both cuBLAS paths, the faster one is SGLang's. */
+        cudaGraphExec_t g_b[2];
+        for (int a = 0; a < 2; a++) {
+            ob = o;
+            ob.base_algo = a;
+            pj_eng_baseline(a, &ob.call, b->tmp, b->c.es); /* warm: Lt plan, handles */
+            CK(cudaStreamSynchronize(b->c.s));
+            g_b[a] = capture(b, op_baseline, &ob);
+            if (!g_b[a])
+                die("%s m=%u: cannot capture the baseline", d->name, m);
+        }
+        if (!g_ours)
+            die("%s m=%u: cannot capture %s", d->name, m, pj_eng_name(o.k));
+        {
+            float *t2[2] = {malloc(sizeof(float) * 100), malloc(sizeof(float) * 100)};
+            time_graphs(b, g_b, 2, 100, t2);
+            r->gemmex_us = median(t2[0], 100, scr);
+            r->lt_us = median(t2[1], 100, scr);
+            free(t2[0]);
+            free(t2[1]);
+        }
+        r->base_algo = r->lt_us < r->gemmex_us;
+        cudaGraphExec_t pair[2] = {g_b[r->base_algo], g_ours};
+        r->tb = malloc(sizeof(float) * (size_t)reps);
+        r->to = malloc(sizeof(float) * (size_t)reps);
+        float *tp[2] = {r->tb, r->to};
+        time_graphs(b, pair, 2, reps, tp);
+        r->base_us = median(r->tb, reps, scr);
+        r->ours_us = median(r->to, reps, scr);
+        r->speedup = r->base_us / r->ours_us;
+        /* Read floor: the bytes this engine reads, read by the read kernel. */
+        r->bytes = pj_eng_bytes_read(o.k, &o.call);
+        float best = INFINITY;
+        for (int v = 0; v < 2; v++) {
+            op_ctx orr;
+            memset(&orr, 0, sizeof orr);
+            orr.read_bytes = r->bytes < READBUF_BYTES ? r->bytes : READBUF_BYTES;
+            orr.read_variant = v;
+            cudaGraphExec_t gr = capture(b, op_read, &orr);
+            float *tr[1] = {scr + 0};
+            float *tmpv = malloc(sizeof(float) * 100);
+            tr[0] = tmpv;
+            time_graphs(b, &gr, 1, 100, tr);
+            float md = median(tmpv, 100, scr);
+            if (md < best)
+                best = md;
+            free(tmpv);
+            cudaGraphExecDestroy(gr);
+        }
+        r->floor_us = best;
+        char ks[96];
+        pj_eng_knobs_str(r->k, &r->kn, ks, sizeof ks);
+        printf("bench %-9s m=%-3u %-7s %-34s base %7.2f (%s)  ours %7.2f  x%.3f  floor %6.2f "
+               "(%.2f)\n",
+               d->name, m, pj_eng_name(r->k), ks, r->base_us, r->base_algo ? "lt" : "gemmex",
+               r->ours_us, r->speedup, r->floor_us, r->ours_us / r->floor_us);
+        fflush(stdout);
+        cudaGraphExecDestroy(g_ours);
+        cudaGraphExecDestroy(g_b[0]);
+        cudaGraphExecDestroy(g_b[1]);
+    }
+    free(scr);
+}
+
+typedef struct score {
+    double base_sum[NMS], ours_sum[NMS], speedup[NMS];
+    double score, lo, hi;
+} score;
+
+static double geo(const double *v, int n)
+{
+    double s = 0;
+    for (int i = 0; i < n; i++)
+        s += log(v[i]);
+    return exp(s / n);
+}
+
+static void compute_score(const bench *b, const shape_res *res, score *sc)
+{
+    const int reps = b->o.reps;
+    for (int mi = 0; mi < NMS; mi++) {
+        sc->base_sum[mi] = sc->ours_sum[mi] = 0;
+        for (int li = 0; li < NLAYERS; li++) {
+            sc->base_sum[mi] += res[mi * NLAYERS + li].base_us;
+            sc->ours_sum[mi] += res[mi * NLAYERS + li].ours_us;
+        }
+        sc->speedup[mi] = sc->base_sum[mi] / sc->ours_sum[mi];
+    }
+    sc->score = geo(sc->speedup, NMS);
+    /* Bootstrap: resample each shape's repetitions in pairs. */
+    const int B = 1000;
+    double *boots = malloc(sizeof(double) * B);
+    float *rb = malloc(sizeof(float) * (size_t)reps), *ro = malloc(sizeof(float) * (size_t)reps);
+    float *scr = malloc(sizeof(float) * (size_t)reps);
+    uint64_t st = 0x12345678abcdefull;
+    for (int it = 0; it < B; it++) {
+        double bs[NMS] = {0}, os[NMS] = {0}, sp[NMS];
+        for (int si = 0; si < NSHAPES; si++) {
+            for (int r = 0; r < reps; r++) {
+                st ^= st << 13;
+                st ^= st >> 7;
+                st ^= st << 17;
+                int j = (int)(st % (uint64_t)reps);
+                rb[r] = res[si].tb[j];
+                ro[r] = res[si].to[j];
+            }
+            bs[si / NLAYERS] += median(rb, reps, scr);
+            os[si / NLAYERS] += median(ro, reps, scr);
+        }
+        for (int mi = 0; mi < NMS; mi++)
+            sp[mi] = bs[mi] / os[mi];
+        boots[it] = geo(sp, NMS);
+    }
+    for (int i = 1; i < B; i++) { /* insertion sort: B is small */
+        double v = boots[i];
+        int j = i - 1;
+        while (j >= 0 && boots[j] > v) {
+            boots[j + 1] = boots[j];
+            j--;
+        }
+        boots[j + 1] = v;
+    }
+    sc->lo = boots[(int)(0.025 * B)];
+    sc->hi = boots[(int)(0.975 * B) - 1];
+    free(boots);
+    free(rb);
+    free(ro);
+    free(scr);
+}
+
+static void write_outputs(const bench *b, const shape_res *res, const score *sc)
+{
+    char path[1024], date[64];
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    int cv = 0, rv = 0, cbv = 0;
+    cudaDriverGetVersion(&cv);
+    cudaRuntimeGetVersion(&rv);
+    cbv = pj_eng_cublas_version();
+
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "device", b->c.lim.name);
+    cJSON_AddNumberToObject(root, "sm_count", b->c.lim.sm_count);
+    cJSON_AddStringToObject(root, "date", date);
+    cJSON_AddStringToObject(root, "commit", b->o.commit ? b->o.commit : "");
+    cJSON_AddStringToObject(root, "table", b->o.table ? b->o.table : "");
+    cJSON_AddNumberToObject(root, "cuda_driver", cv);
+    cJSON_AddNumberToObject(root, "cuda_runtime", rv);
+    cJSON_AddNumberToObject(root, "cublas_version", cbv);
+    cJSON_AddNumberToObject(root, "reps", b->o.reps);
+    cJSON_AddStringToObject(root, "method",
+                            "CUDA graph replay; 256 MB read before every replay (cold L2); ours "
+                            "and baseline alternate in pairs; medians; baseline = faster of "
+                            "cublasGemmEx default and cublasLt heuristic (router: hi + lo GEMMs + "
+                            "add); floor = read kernel over the engine's bytes, same method");
+    cJSON *shapes = cJSON_AddArrayToObject(root, "shapes");
+    for (int si = 0; si < NSHAPES; si++) {
+        const shape_res *r = &res[si];
+        cJSON *o = cJSON_CreateObject();
+        char ks[96];
+        pj_eng_knobs_str(r->k, &r->kn, ks, sizeof ks);
+        cJSON_AddStringToObject(o, "layer", layer_defs[r->li].name);
+        cJSON_AddNumberToObject(o, "m", r->m);
+        cJSON_AddNumberToObject(o, "n", r->n);
+        cJSON_AddNumberToObject(o, "k", layer_defs[r->li].K);
+        cJSON_AddStringToObject(o, "engine", pj_eng_name(r->k));
+        cJSON_AddStringToObject(o, "knobs", ks);
+        cJSON_AddNumberToObject(o, "ladder_step", r->step);
+        cJSON_AddBoolToObject(o, "chosen_engine_valid", r->valid);
+        if (!r->valid)
+            cJSON_AddStringToObject(o, "invalid_reason", r->why);
+        cJSON_AddNumberToObject(o, "base_us", r->base_us);
+        cJSON_AddStringToObject(o, "base_path", r->base_algo ? "cublasLt" : "cublasGemmEx");
+        cJSON_AddNumberToObject(o, "gemmex_us", r->gemmex_us);
+        cJSON_AddNumberToObject(o, "lt_us", r->lt_us);
+        cJSON_AddNumberToObject(o, "ours_us", r->ours_us);
+        cJSON_AddNumberToObject(o, "speedup", r->speedup);
+        cJSON_AddNumberToObject(o, "bytes_read", (double)r->bytes);
+        cJSON_AddNumberToObject(o, "floor_us", r->floor_us);
+        cJSON_AddNumberToObject(o, "ours_over_floor", r->ours_us / r->floor_us);
+        cJSON_AddNumberToObject(o, "floor_tbps", r->bytes / (r->floor_us * 1e-6) / 1e12);
+        cJSON_AddNumberToObject(o, "rel_err", r->rel_err);
+        cJSON_AddItemToArray(shapes, o);
+    }
+    cJSON *loads = cJSON_AddArrayToObject(root, "loads");
+    static const char *const lname[NMS] = {"decode 1",  "decode 8",   "decode 16",
+                                           "decode 32", "verify 128", "verify 256"};
+    for (int mi = 0; mi < NMS; mi++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "load", lname[mi]);
+        cJSON_AddNumberToObject(o, "m", ms[mi]);
+        cJSON_AddNumberToObject(o, "base_us", sc->base_sum[mi]);
+        cJSON_AddNumberToObject(o, "ours_us", sc->ours_sum[mi]);
+        cJSON_AddNumberToObject(o, "speedup", sc->speedup[mi]);
+        cJSON_AddItemToArray(loads, o);
+    }
+    cJSON_AddNumberToObject(root, "score", sc->score);
+    cJSON_AddNumberToObject(root, "score_ci_lo", sc->lo);
+    cJSON_AddNumberToObject(root, "score_ci_hi", sc->hi);
+    char *js = cJSON_Print(root);
+    snprintf(path, sizeof path, "%s/bench.json", b->o.out);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        die("%s: %s", path, strerror(errno));
+    fputs(js, f);
+    fputc('\n', f);
+    fclose(f);
+    free(js);
+    cJSON_Delete(root);
+
+    snprintf(path, sizeof path, "%s/bench.md", b->o.out);
+    f = fopen(path, "w");
+    if (!f)
+        die("%s: %s", path, strerror(errno));
+    fprintf(f,
+            "# projd-bench, %s\n\n%s (%d SMs), CUDA runtime %d, commit %s, %d paired reps, "
+            "table %s\n\n",
+            date, b->c.lim.name, b->c.lim.sm_count, rv, b->o.commit ? b->o.commit : "?", b->o.reps,
+            b->o.table ? b->o.table : "(none: untuned ladder)");
+    fprintf(f, "| layer | m | engine | knobs | baseline µs | ours µs | speedup | floor µs | "
+               "ours/floor |\n|---|---|---|---|---|---|---|---|---|\n");
+    for (int si = 0; si < NSHAPES; si++) {
+        const shape_res *r = &res[si];
+        char ks[96];
+        pj_eng_knobs_str(r->k, &r->kn, ks, sizeof ks);
+        fprintf(f, "| %s | %u | %s | %s | %.2f (%s) | %.2f | %.3f | %.2f | %.2f |\n",
+                layer_defs[r->li].name, r->m, pj_eng_name(r->k), ks, r->base_us,
+                r->base_algo ? "lt" : "gemmex", r->ours_us, r->speedup, r->floor_us,
+                r->ours_us / r->floor_us);
+    }
+    fprintf(f, "\n| load | baseline µs | ours µs | speedup |\n|---|---|---|---|\n");
+    for (int mi = 0; mi < NMS; mi++)
+        fprintf(f, "| %s | %.2f | %.2f | %.3f |\n", lname[mi], sc->base_sum[mi], sc->ours_sum[mi],
+                sc->speedup[mi]);
+    fprintf(f,
+            "\n**Score (geometric mean of the six loads): %.3f×** (bootstrap 95 %% CI "
+            "%.3f–%.3f)\n",
+            sc->score, sc->lo, sc->hi);
+    fclose(f);
+
+    /* Chart data for gnuplot (bench/plot.sh draws the PNG). */
+    snprintf(path, sizeof path, "%s/speedups.dat", b->o.out);
+    f = fopen(path, "w");
+    if (!f)
+        die("%s: %s", path, strerror(errno));
+    fprintf(f, "# label speedup engine\n");
+    for (int si = 0; si < NSHAPES; si++)
+        fprintf(f, "\"%s/%u\" %.4f %s\n", layer_defs[res[si].li].name, res[si].m, res[si].speedup,
+                pj_eng_name(res[si].k));
+    fclose(f);
+
+    printf("\n%-10s %4s %-7s %10s %10s %8s %9s\n", "layer", "m", "engine", "base_us", "ours_us",
+           "speedup", "vs_floor");
+    for (int si = 0; si < NSHAPES; si++) {
+        const shape_res *r = &res[si];
+        printf("%-10s %4u %-7s %10.2f %10.2f %8.3f %9.2f\n", layer_defs[r->li].name, r->m,
+               pj_eng_name(r->k), r->base_us, r->ours_us, r->speedup, r->ours_us / r->floor_us);
+    }
+    printf("\n%-11s %10s %10s %8s\n", "load", "base_us", "ours_us", "speedup");
+    for (int mi = 0; mi < NMS; mi++)
+        printf("%-11s %10.2f %10.2f %8.3f\n", lname[mi], sc->base_sum[mi], sc->ours_sum[mi],
+               sc->speedup[mi]);
+    printf("SCORE %.3f  (95%% CI %.3f-%.3f)\n", sc->score, sc->lo, sc->hi);
+}
+
+/* ---- survey: every engine's defaults per shape (untuned) ------------------------------- */
+
+static void survey(bench *b)
+{
+    printf("\nsurvey: each engine with default knobs (validated, median of 60 cold replays)\n");
+    float *tv = malloc(sizeof(float) * 60), *scr = malloc(sizeof(float) * 60);
+    for (int si = 0; si < NSHAPES; si++) {
+        const int li = si % NLAYERS;
+        const uint32_t m = ms[si / NLAYERS];
+        printf("  %-9s m=%-3u", layer_defs[li].name, m);
+        for (int e = 0; e < PJ_ENG_COUNT; e++) {
+            op_ctx o;
+            memset(&o, 0, sizeof o);
+            make_call(b, li, m, &o.call);
+            o.k = (pj_eng_kind)e;
+            o.kn = pj_eng_default_knobs(o.k, &b->layers[li].L, m);
+            char why[256];
+            if (!validate(b, li, m, o.k, &o.kn, why, sizeof why)) {
+                if (!strstr(why, "m=") && !strstr(why, "no hi/lo") && !strstr(why, "no bf16") &&
+                    !strstr(why, "has no"))
+                    printf("  %s: INVALID(%s)", pj_eng_name(o.k), why);
+                continue;
+            }
+            cudaGraphExec_t g = capture(b, op_engine, &o);
+            if (!g)
+                continue;
+            float *t[1] = {tv};
+            time_graphs(b, &g, 1, 60, t);
+            printf("  %s %.2f", pj_eng_name(o.k), median(tv, 60, scr));
+            cudaGraphExecDestroy(g);
+        }
+        printf("\n");
+        fflush(stdout);
+    }
+    free(tv);
+    free(scr);
+}
+
+/* ---- main -------------------------------------------------------------------------- */
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: projd-bench [--out DIR] [--table FILE] [--tune FILE] [--tune-budget S]\n"
+            "                   [--reps N] [--survey] [--commit SHA] [--seed S]\n"
+            "  --out DIR       results directory (bench.json, bench.md, speedups.dat, tune log)\n"
+            "  --table FILE    tuned table the dispatcher uses (default: none, untuned ladder)\n"
+            "  --tune FILE     tune first, write the table to FILE, benchmark with it\n"
+            "  --tune-budget S seconds of full sweeps before the tuner falls back to defaults\n"
+            "  --reps N        paired repetitions per shape (default 300)\n"
+            "  --survey        also time every engine's default knobs on every shape\n");
+    exit(2);
+}
+
+static void reject_msg(void *ctx, const char *msg)
+{
+    (void)ctx;
+    fprintf(stderr, "%s\n", msg);
+}
+
+int main(int argc, char **argv)
+{
+    static bench B;
+    bench *b = &B;
+    b->o.reps = 300;
+    b->o.tune_budget = 240;
+    b->o.seed = 1;
+    b->o.out = "bench-out";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--out") && v)
+            b->o.out = argv[++i];
+        else if (!strcmp(a, "--table") && v)
+            b->o.table = argv[++i];
+        else if (!strcmp(a, "--tune") && v)
+            b->o.tune = argv[++i];
+        else if (!strcmp(a, "--tune-budget") && v)
+            b->o.tune_budget = atof(argv[++i]);
+        else if (!strcmp(a, "--reps") && v)
+            b->o.reps = atoi(argv[++i]);
+        else if (!strcmp(a, "--commit") && v)
+            b->o.commit = argv[++i];
+        else if (!strcmp(a, "--seed") && v)
+            b->o.seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--survey"))
+            b->o.survey = 1;
+        else
+            usage();
+    }
+    if (b->o.reps < 20 || b->o.reps > 5000)
+        die("--reps must be in 20..5000");
+    mkdir(b->o.out, 0755);
+
+    char err[256];
+    double t0 = now_s();
+    if (pj_chk_ctx_init(&b->c, 256, 8192, 4096, err, sizeof err))
+        die("%s", err);
+    printf("device: %s, %d SMs, %zu MB L2, smem/block %zu\n", b->c.lim.name, b->c.lim.sm_count,
+           b->c.lim.l2_bytes >> 20, b->c.lim.smem_per_block_optin);
+    for (int li = 0; li < NLAYERS; li++) {
+        const layer_def *d = &layer_defs[li];
+        if (pj_chk_layer_make(&b->layers[li], d->name, d->N, d->K, d->fmt, b->o.seed * 10 + li, err,
+                              sizeof err))
+            die("%s", err);
+        if (pj_eng_ws_init(&b->layers[li].L, 256, b->c.s, &b->ws[li], err, sizeof err))
+            die("%s", err);
+        if (d->fmt == PJ_FMT_Z12)
+            printf("layer %-9s %ux%u z12 base %u, %u exceptions (%.4f %%)\n", d->name, d->N, d->K,
+                   b->layers[li].z.base, b->layers[li].z.n_exc,
+                   100.0 * b->layers[li].z.n_exc / ((double)d->N * d->K));
+    }
+    CK(cudaMalloc(&b->flush, FLUSH_BYTES));
+    CK(cudaMalloc(&b->readbuf, READBUF_BYTES));
+    CK(cudaMalloc((void **)&b->sink, 64));
+    CK(cudaMalloc((void **)&b->tmp, (size_t)256 * 8192 * 2));
+    CK(cudaMemset(b->flush, 1, FLUSH_BYTES));
+    CK(cudaMemset(b->readbuf, 3, READBUF_BYTES));
+    b->nev = 2048;
+    b->ev = malloc(sizeof(cudaEvent_t) * (size_t)b->nev);
+    for (int i = 0; i < b->nev; i++)
+        CK(cudaEventCreate(&b->ev[i]));
+    b->g_flush = capture(b, op_flush, NULL);
+    if (!b->g_flush)
+        die("cannot capture the flush");
+    CK(cudaDeviceSynchronize());
+    printf("setup: %.1f s\n", now_s() - t0);
+
+    if (b->o.survey)
+        survey(b);
+
+    static pj_tune_table table;
+    pj_tune_table *tp = NULL;
+    if (b->o.tune) {
+        tune_all(b, &table);
+        char date[64];
+        time_t now = time(NULL);
+        strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+        char *js = pj_tune_to_json(&table, b->o.commit, date);
+        FILE *f = fopen(b->o.tune, "w");
+        if (!f || !js)
+            die("cannot write %s", b->o.tune);
+        fputs(js, f);
+        fputc('\n', f);
+        fclose(f);
+        free(js);
+        b->o.table = b->o.tune;
+    }
+    if (b->o.table) {
+        int n = pj_tune_load(b->o.table, &table, pj_eng_check_entry, &b->c.lim, reject_msg, NULL,
+                             err, sizeof err);
+        if (n < 0)
+            die("%s", err);
+        printf("table %s: %d entries accepted\n", b->o.table, n);
+        tp = &table;
+    }
+    static shape_res res[NSHAPES];
+    bench_all(b, tp, res);
+    score sc;
+    compute_score(b, res, &sc);
+    write_outputs(b, res, &sc);
+    printf("total: %.1f s\n", now_s() - t0);
+    return 0;
+}

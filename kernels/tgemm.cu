@@ -1,0 +1,268 @@
+// tgemm.cu — tiled GEMM with split-K for m > 32 (engines splitk and the
+// router's split-K form).
+//
+// CTA tile: BM weight rows x BN tokens, K in 64-wide stages loaded with
+// cp.async into a STAGES-deep ring (rows of 128 bytes, 16-byte chunks XOR-
+// swizzled by row so ldmatrix reads are conflict-free). Warps WM x WN, each
+// a (BM/WM) x (BN/WN) piece of m16n8k16 mma.sync; both operands are
+// K-contiguous (W row-major, x row-major), so A and B fragments come from
+// plain (non-transposed) ldmatrix.x4. DUAL adds a second weight tile (the
+// router's lo) accumulated into the same registers.
+//
+// Epilogue: the accumulators go through shared memory as a [token][row]
+// fp32 tile. ks == 1: converted and stored. ks > 1: added to the zeroed
+// workspace with 16-byte red.add; the last CTA of the tile to arrive reads
+// the sums, stores bf16 and writes zeros back, so the workspace is clean for
+// the next launch. The atomic order varies between runs: not
+// bit-deterministic.
+#include "kernels/engint.cuh"
+#include "kernels/pjdev.cuh"
+
+#define TG_BK 64
+
+template <int BM, int BN, int WM, int WN, int STAGES, int DUAL> struct TgCfg {
+    static constexpr int threads = WM * WN * 32;
+    static constexpr int MI = BM / WM / 16;
+    static constexpr int NI = BN / WN / 8;
+    static constexpr int stage_bytes = (BM * (1 + DUAL) + BN) * TG_BK * 2;
+    static constexpr int pipe_bytes = STAGES * stage_bytes;
+    static constexpr int epi_ld = BM + 4; // floats per token row of the epilogue tile
+    static constexpr int epi_bytes = BN * epi_ld * 4;
+    static constexpr int smem = pipe_bytes > epi_bytes ? pipe_bytes : epi_bytes;
+    static_assert(NI % 2 == 0, "B fragments are loaded two n8 tiles at a time");
+};
+
+__device__ __forceinline__ void red_add_v4(float *p, float a, float b, float c, float d)
+{
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a), "f"(b), "f"(c),
+                 "f"(d)
+                 : "memory");
+}
+
+template <int BM, int BN, int WM, int WN, int STAGES, int DUAL>
+__global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const TgemmArgs a)
+{
+    using C = TgCfg<BM, BN, WM, WN, STAGES, DUAL>;
+    extern __shared__ __align__(128) unsigned char sm[];
+    __shared__ int s_last;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp / WN, wn = warp % WN;
+    const uint32_t tok0 = blockIdx.x * BN, row0 = blockIdx.y * BM;
+    const size_t kbeg = (size_t)blockIdx.z * a.kc;
+    const int nk = (int)(a.kc / TG_BK);
+
+    // Per-thread copy assignments: chunk c of a tile = (row c / 8, 16-byte
+    // piece c % 8); rows past the matrix repeat its last row (their results
+    // are never stored).
+    auto load_stage = [&](int slot, int ks_) {
+        unsigned char *st = sm + (size_t)slot * C::stage_bytes;
+        const size_t k = kbeg + (size_t)ks_ * TG_BK;
+#pragma unroll
+        for (int mat = 0; mat < 1 + DUAL; mat++) {
+            const uint16_t *w = mat ? a.w1 : a.w0;
+            unsigned char *dst = st + (size_t)mat * BM * 128;
+            for (int c = tid; c < BM * 8; c += C::threads) {
+                const int r = c >> 3, ch = c & 7;
+                const uint32_t gr = min(row0 + r, a.N - 1);
+                cp_async16(smem_u32(dst + r * 128 + ((ch ^ (r & 7)) << 4)),
+                           w + (size_t)gr * a.ldw + k + ch * 8);
+            }
+        }
+        unsigned char *bdst = st + (size_t)(1 + DUAL) * BM * 128;
+        for (int c = tid; c < BN * 8; c += C::threads) {
+            const int r = c >> 3, ch = c & 7;
+            const uint32_t gt = min(tok0 + r, a.m - 1);
+            cp_async16(smem_u32(bdst + r * 128 + ((ch ^ (r & 7)) << 4)),
+                       a.x + (size_t)gt * a.ldx + k + ch * 8);
+        }
+    };
+
+    float acc[C::MI][C::NI][4];
+#pragma unroll
+    for (int i = 0; i < C::MI; i++)
+#pragma unroll
+        for (int j = 0; j < C::NI; j++)
+            acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < nk)
+            load_stage(s, s);
+        cp_async_commit();
+    }
+
+    const int wrow = wm * (BM / WM), wtok = wn * (BN / WN);
+#pragma unroll 1
+    for (int kstep = 0; kstep < nk; kstep++) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        {
+            const int nxt = kstep + STAGES - 1;
+            if (nxt < nk)
+                load_stage(nxt % STAGES, nxt);
+            cp_async_commit();
+        }
+        const unsigned char *st = sm + (size_t)(kstep % STAGES) * C::stage_bytes;
+        const uint32_t sa = smem_u32(st);
+        const uint32_t sb = smem_u32(st + (size_t)(1 + DUAL) * BM * 128);
+#pragma unroll
+        for (int kk = 0; kk < TG_BK / 16; kk++) {
+            uint32_t bf[C::NI][2];
+#pragma unroll
+            for (int nj = 0; nj < C::NI / 2; nj++) {
+                const int r = wtok + nj * 16 + (lane & 7) + ((lane >> 4) << 3);
+                const int ch = kk * 2 + ((lane >> 3) & 1);
+                uint32_t r4[4];
+                ldmatrix_x4(r4, sb + r * 128 + ((ch ^ (r & 7)) << 4));
+                bf[2 * nj][0] = r4[0];
+                bf[2 * nj][1] = r4[1];
+                bf[2 * nj + 1][0] = r4[2];
+                bf[2 * nj + 1][1] = r4[3];
+            }
+#pragma unroll
+            for (int mat = 0; mat < 1 + DUAL; mat++) {
+#pragma unroll
+                for (int mi = 0; mi < C::MI; mi++) {
+                    const int r = wrow + mi * 16 + (lane & 15);
+                    const int ch = kk * 2 + (lane >> 4);
+                    uint32_t af[4];
+                    ldmatrix_x4(af, sa + mat * BM * 128 + r * 128 + ((ch ^ (r & 7)) << 4));
+#pragma unroll
+                    for (int ni = 0; ni < C::NI; ni++)
+                        mma_bf16(acc[mi][ni], af[0], af[1], af[2], af[3], bf[ni][0], bf[ni][1]);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    // Accumulators -> [token][row] tile in shared memory.
+    float *ep = (float *)sm;
+    {
+        const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int mi = 0; mi < C::MI; mi++)
+#pragma unroll
+            for (int ni = 0; ni < C::NI; ni++) {
+                const int r = wrow + mi * 16 + g, tk = wtok + ni * 8 + 2 * t;
+                ep[tk * C::epi_ld + r] = acc[mi][ni][0];
+                ep[(tk + 1) * C::epi_ld + r] = acc[mi][ni][1];
+                ep[tk * C::epi_ld + r + 8] = acc[mi][ni][2];
+                ep[(tk + 1) * C::epi_ld + r + 8] = acc[mi][ni][3];
+            }
+    }
+    __syncthreads();
+
+    constexpr int R4 = BM / 4; // 4-row groups per token row
+    const bool vec_y = ((a.ldy & 3) == 0) && ((((uintptr_t)a.y) & 7) == 0);
+    auto store_y = [&](uint32_t tk, uint32_t r, float v0, float v1, float v2, float v3) {
+        uint16_t *yp = a.y + (size_t)tk * a.ldy + r;
+        if (vec_y && r + 4 <= a.n) {
+            uint2 pk;
+            pk.x = (uint32_t)f2bf(v0) | ((uint32_t)f2bf(v1) << 16);
+            pk.y = (uint32_t)f2bf(v2) | ((uint32_t)f2bf(v3) << 16);
+            *(uint2 *)yp = pk;
+        } else {
+            const float v[4] = {v0, v1, v2, v3};
+            for (int i = 0; i < 4 && r + i < a.n; i++)
+                yp[i] = f2bf(v[i]);
+        }
+    };
+
+    if (a.ks == 1) {
+        for (int c = tid; c < BN * R4; c += C::threads) {
+            const int tl = c / R4, rl = (c % R4) * 4;
+            const uint32_t tk = tok0 + tl, r = row0 + rl;
+            if (tk >= a.m || r >= a.n)
+                continue;
+            const float4 v = *(const float4 *)(ep + tl * C::epi_ld + rl);
+            store_y(tk, r, v.x, v.y, v.z, v.w);
+        }
+        return;
+    }
+    for (int c = tid; c < BN * R4; c += C::threads) {
+        const int tl = c / R4, rl = (c % R4) * 4;
+        const uint32_t tk = tok0 + tl, r = row0 + rl;
+        if (tk >= a.m || r >= a.n)
+            continue;
+        const float4 v = *(const float4 *)(ep + tl * C::epi_ld + rl);
+        red_add_v4(a.acc + (size_t)tk * a.acc_ld + r, v.x, v.y, v.z, v.w);
+    }
+    if (!splitk_arrive_last(a.cnt + blockIdx.y * gridDim.x + blockIdx.x, a.ks, &s_last))
+        return;
+    for (int c = tid; c < BN * R4; c += C::threads) {
+        const int tl = c / R4, rl = (c % R4) * 4;
+        const uint32_t tk = tok0 + tl, r = row0 + rl;
+        if (tk >= a.m || r >= a.n)
+            continue;
+        float4 *p = (float4 *)(a.acc + (size_t)tk * a.acc_ld + r);
+        const float4 v = __ldcg(p);
+        store_y(tk, r, v.x, v.y, v.z, v.w);
+        __stcg(p, make_float4(0.f, 0.f, 0.f, 0.f));
+    }
+}
+
+// Tile configurations (index = the "tile" knob).
+const TileGeom tgemm_geom[PJ_TGEMM_NTILES] = {
+    {128, 128, 256, 4, 1}, // 0: warps 2 x 4, 64 x 32 each
+    {64, 128, 256, 4, 1},  // 1: warps 2 x 4, 32 x 32
+    {128, 64, 256, 4, 1},  // 2: warps 4 x 2, 32 x 32
+    {64, 64, 128, 4, 1},   // 3: warps 2 x 2, 32 x 32
+    {128, 256, 256, 3, 0}, // 4: warps 2 x 4, 64 x 64
+    {256, 128, 256, 3, 0}, // 5: warps 4 x 2, 64 x 64
+};
+
+template <int DUAL> static TgemmFn tg_pick(int tile)
+{
+    switch (tile) {
+    case 0:
+        return &tgemm_kernel<128, 128, 2, 4, 4, DUAL>;
+    case 1:
+        return &tgemm_kernel<64, 128, 2, 4, 4, DUAL>;
+    case 2:
+        return &tgemm_kernel<128, 64, 4, 2, 4, DUAL>;
+    case 3:
+        return &tgemm_kernel<64, 64, 2, 2, 4, DUAL>;
+    case 4:
+        if constexpr (DUAL)
+            return nullptr;
+        else
+            return &tgemm_kernel<128, 256, 2, 4, 3, 0>;
+    case 5:
+        if constexpr (DUAL)
+            return nullptr;
+        else
+            return &tgemm_kernel<256, 128, 4, 2, 3, 0>;
+    }
+    return nullptr;
+}
+
+TgemmFn tgemm_pick(int tile, int dual)
+{
+    return dual ? tg_pick<1>(tile) : tg_pick<0>(tile);
+}
+
+template <int DUAL> static size_t tg_smem(int tile)
+{
+    switch (tile) {
+    case 0:
+        return TgCfg<128, 128, 2, 4, 4, DUAL>::smem;
+    case 1:
+        return TgCfg<64, 128, 2, 4, 4, DUAL>::smem;
+    case 2:
+        return TgCfg<128, 64, 4, 2, 4, DUAL>::smem;
+    case 3:
+        return TgCfg<64, 64, 2, 2, 4, DUAL>::smem;
+    case 4:
+        return TgCfg<128, 256, 2, 4, 3, DUAL>::smem;
+    case 5:
+        return TgCfg<256, 128, 4, 2, 3, DUAL>::smem;
+    }
+    return 0;
+}
+
+size_t tgemm_smem(int tile, int dual)
+{
+    return dual ? tg_smem<1>(tile) : tg_smem<0>(tile);
+}

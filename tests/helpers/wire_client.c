@@ -1,0 +1,270 @@
+/* wire_client.c — see wire_client.h. */
+#include "tests/helpers/wire_client.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/util/platform.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+static int nng_to_errno(int rv)
+{
+    switch (rv) {
+    case 0:
+        return 0;
+    case NNG_ETIMEDOUT:
+        return -ETIMEDOUT;
+    case NNG_ECLOSED:
+        return -EPIPE;
+    case NNG_ECONNREFUSED:
+        return -ECONNREFUSED;
+    case NNG_ENOENT:
+        return -ENOENT;
+    case NNG_ENOMEM:
+        return -ENOMEM;
+    default:
+        return -EIO;
+    }
+}
+
+int pjt_connect(pjt_client *c, const char *url, int timeout_ms)
+{
+    memset(c, 0, sizeof *c);
+    pj_wbuf_init(&c->wb);
+    c->timeout_ms = timeout_ms;
+    c->next_id = 1;
+    int rv = nng_req0_open(&c->sock);
+    if (rv != 0)
+        return nng_to_errno(rv);
+    c->open = 1;
+    nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, timeout_ms);
+    nng_socket_set_ms(c->sock, NNG_OPT_SENDTIMEO, timeout_ms);
+    /* A request is never sent twice: a slow reply is a test failure, not a
+     * reason to run the projection again. */
+    nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+    nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, 0);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        rv = nng_dial(c->sock, url, NULL, 0);
+        if (rv == 0)
+            return 0;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        long ms = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+        if (ms >= timeout_ms)
+            return nng_to_errno(rv);
+        nng_msleep(20);
+    }
+}
+
+void pjt_close(pjt_client *c)
+{
+    if (c->reply)
+        nng_msg_free(c->reply);
+    c->reply = NULL;
+    if (c->open)
+        nng_close(c->sock);
+    c->open = 0;
+    pj_wbuf_free(&c->wb);
+}
+
+int pjt_roundtrip(pjt_client *c, const void *msg, size_t len)
+{
+    if (c->reply)
+        nng_msg_free(c->reply);
+    c->reply = NULL;
+    c->body = NULL;
+    nng_msg *m;
+    int rv = nng_msg_alloc(&m, 0);
+    if (rv == 0)
+        rv = nng_msg_append(m, msg, len);
+    if (rv == 0) {
+        rv = nng_sendmsg(c->sock, m, 0);
+        if (rv != 0)
+            nng_msg_free(m);
+    }
+    if (rv != 0)
+        return nng_to_errno(rv);
+    rv = nng_recvmsg(c->sock, &c->reply, 0);
+    if (rv != 0)
+        return nng_to_errno(rv);
+    char err[256];
+    memset(&c->rh, 0, sizeof c->rh);
+    if (pj_dec_hdr(nng_msg_body(c->reply), nng_msg_len(c->reply), 1u << 30, &c->rh, err,
+                   sizeof err) != PJ_OK) {
+        fprintf(stderr, "wire_client: bad reply header: %s\n", err);
+        return -EPROTO;
+    }
+    c->body = (const uint8_t *)nng_msg_body(c->reply) + PJ_WIRE_HDR_SIZE;
+    return 0;
+}
+
+int pjt_call(pjt_client *c, int want_type)
+{
+    int rc = pjt_roundtrip(c, c->wb.data, c->wb.len);
+    if (rc != 0)
+        return rc;
+    if (c->rh.type == want_type)
+        return PJ_OK;
+    if (c->rh.type == PJ_MSG_ERROR) {
+        char err[256];
+        memset(&c->err, 0, sizeof c->err);
+        if (pj_dec_error(c->body, c->rh.body_len, &c->err, err, sizeof err) != PJ_OK) {
+            fprintf(stderr, "wire_client: bad ERROR body: %s\n", err);
+            return -EPROTO;
+        }
+        return c->err.code > 0 ? c->err.code : -EPROTO;
+    }
+    fprintf(stderr, "wire_client: reply type %u, wanted %d\n", c->rh.type, want_type);
+    return -EPROTO;
+}
+
+int pjt_hello(pjt_client *c, const char *name)
+{
+    pj_hello h = {.ver_min = 1, .ver_max = 1, .pid = (uint32_t)getpid()};
+    snprintf(h.name, sizeof h.name, "%s", name);
+    pj_wbuf_reset(&c->wb);
+    pj_enc_hello(&c->wb, c->next_id++, &h);
+    int rc = pjt_call(c, PJ_MSG_WELCOME);
+    if (rc != PJ_OK)
+        return rc;
+    char err[256];
+    if (pj_dec_welcome(c->body, c->rh.body_len, &c->welcome, err, sizeof err) != PJ_OK) {
+        fprintf(stderr, "wire_client: bad WELCOME: %s\n", err);
+        return -EPROTO;
+    }
+    return PJ_OK;
+}
+
+int pjt_ping(pjt_client *c)
+{
+    pj_wbuf_reset(&c->wb);
+    pj_enc_ping(&c->wb, c->next_id++, "ping", 4);
+    return pjt_call(c, PJ_MSG_PONG);
+}
+
+int pjt_register_raw(pjt_client *c, const pj_register *r, uint32_t *id)
+{
+    pj_wbuf_reset(&c->wb);
+    pj_enc_register(&c->wb, c->next_id++, r);
+    int rc = pjt_call(c, PJ_MSG_REGISTERED);
+    if (rc != PJ_OK)
+        return rc;
+    pj_registered reg;
+    char err[256];
+    if (pj_dec_registered(c->body, c->rh.body_len, &reg, err, sizeof err) != PJ_OK)
+        return -EPROTO;
+    if (id)
+        *id = reg.buffer_id;
+    return PJ_OK;
+}
+
+int pjt_register_shm(pjt_client *c, const char *shm_name, uint64_t size, uint32_t *id)
+{
+    pj_register *r = calloc(1, sizeof *r);
+    if (!r)
+        return -ENOMEM;
+    r->kind = PJ_BUF_SHM;
+    r->size = size;
+    snprintf(r->shm_name, sizeof r->shm_name, "%s", shm_name);
+    int rc = pjt_register_raw(c, r, id);
+    free(r);
+    return rc;
+}
+
+int pjt_unregister(pjt_client *c, uint32_t id)
+{
+    pj_wbuf_reset(&c->wb);
+    pj_enc_unregister(&c->wb, c->next_id++, id);
+    return pjt_call(c, PJ_MSG_UNREGISTERED);
+}
+
+int pjt_project(pjt_client *c, uint32_t flags, const pj_op *ops, uint32_t n_ops, pj_done *done,
+                pj_op_result *res)
+{
+    pj_project p;
+    memset(&p, 0, sizeof p);
+    p.flags = flags;
+    p.n_ops = n_ops;
+    p.ops = (pj_op *)ops;
+    pj_wbuf_reset(&c->wb);
+    pj_enc_project(&c->wb, c->next_id++, &p);
+    int rc = pjt_call(c, PJ_MSG_DONE);
+    if (rc != PJ_OK)
+        return rc;
+    char err[256];
+    done->ops = res;
+    if (pj_dec_done(c->body, c->rh.body_len, n_ops, done, err, sizeof err) != PJ_OK) {
+        fprintf(stderr, "wire_client: bad DONE: %s\n", err);
+        return -EPROTO;
+    }
+    return PJ_OK;
+}
+
+int pjt_stats(pjt_client *c, cJSON **out)
+{
+    *out = NULL;
+    pj_wbuf_reset(&c->wb);
+    pj_enc_stats(&c->wb, c->next_id++);
+    int rc = pjt_call(c, PJ_MSG_STATS_REPLY);
+    if (rc != PJ_OK)
+        return rc;
+    *out = cJSON_ParseWithLength((const char *)c->body, c->rh.body_len);
+    return *out ? PJ_OK : -EPROTO;
+}
+
+double pjt_json_num(const cJSON *root, const char *path)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    const cJSON *o = root;
+    for (char *save = NULL, *tok = strtok_r(buf, ".", &save); tok && o;
+         tok = strtok_r(NULL, ".", &save))
+        o = cJSON_GetObjectItemCaseSensitive(o, tok);
+    return o && cJSON_IsNumber(o) ? o->valuedouble : -1;
+}
+
+int pjt_shm_create(pjt_shm *s, size_t size)
+{
+    static atomic_uint counter;
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+    snprintf(s->name, sizeof s->name, "/pjt-%d-%u", (int)getpid(), atomic_fetch_add(&counter, 1));
+    s->fd = shm_open(s->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (s->fd < 0)
+        return -errno;
+    if (ftruncate(s->fd, (off_t)size) != 0) {
+        int e = errno;
+        pjt_shm_destroy(s);
+        return -e;
+    }
+    s->p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+    if (s->p == MAP_FAILED) {
+        int e = errno;
+        s->p = NULL;
+        pjt_shm_destroy(s);
+        return -e;
+    }
+    s->size = size;
+    return 0;
+}
+
+void pjt_shm_destroy(pjt_shm *s)
+{
+    if (s->p)
+        munmap(s->p, s->size);
+    s->p = NULL;
+    if (s->fd >= 0)
+        close(s->fd);
+    s->fd = -1;
+    if (s->name[0])
+        shm_unlink(s->name);
+    s->name[0] = 0;
+}

@@ -1,0 +1,70 @@
+/* wire_client.h — a bare protocol client for the daemon's tests: raw nng
+ * REQ + the protocol/wire encoders, so tests can send exactly the bytes they
+ * want (malformed ones included) without the client library in the way.
+ *
+ * Calls return a pj_status (>= 0: PJ_OK, or the code of the ERROR reply,
+ * whose text is kept in c->err) or a negative errno for a transport failure
+ * (-ETIMEDOUT when no reply came within the client's timeout). Not
+ * thread-safe; one client per thread.
+ */
+#ifndef PJ_TEST_WIRE_CLIENT_H
+#define PJ_TEST_WIRE_CLIENT_H
+
+#include <nng/nng.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "protocol/wire.h"
+
+typedef struct cJSON cJSON;
+
+typedef struct pjt_client {
+    nng_socket sock;
+    int open;
+    int timeout_ms;
+    uint64_t next_id;
+    pj_wbuf wb;
+    nng_msg *reply; /* the last reply (owned) */
+    pj_hdr rh;      /* its header */
+    const uint8_t *body;
+    pj_error_msg err;   /* the last ERROR */
+    pj_welcome welcome; /* from hello */
+} pjt_client;
+
+/* Dial url (retrying until timeout_ms) and set the receive timeout. */
+int pjt_connect(pjt_client *c, const char *url, int timeout_ms);
+void pjt_close(pjt_client *c);
+
+/* Send bytes as they are and wait for the reply (c->rh, c->body). Returns
+ * 0 or a negative errno; -EPROTO when the reply's header does not decode. */
+int pjt_roundtrip(pjt_client *c, const void *msg, size_t len);
+
+/* Send c->wb (built by the caller) and classify the reply: PJ_OK when its
+ * type is want_type, the ERROR code, or -EPROTO for anything else. */
+int pjt_call(pjt_client *c, int want_type);
+
+int pjt_hello(pjt_client *c, const char *name);
+int pjt_ping(pjt_client *c);
+int pjt_register_shm(pjt_client *c, const char *shm_name, uint64_t size, uint32_t *id);
+int pjt_register_raw(pjt_client *c, const pj_register *r, uint32_t *id);
+int pjt_unregister(pjt_client *c, uint32_t id);
+/* PROJECT; on PJ_OK, *done (and res, n_ops entries) hold the DONE reply. */
+int pjt_project(pjt_client *c, uint32_t flags, const pj_op *ops, uint32_t n_ops, pj_done *done,
+                pj_op_result *res);
+/* STATS; *out is the parsed JSON (cJSON_Delete it). */
+int pjt_stats(pjt_client *c, cJSON **out);
+/* A number at a dotted path in a STATS object ("connections.current");
+ * -1 when absent. */
+double pjt_json_num(const cJSON *root, const char *path);
+
+/* A POSIX shm object of size bytes, created and mapped here. */
+typedef struct pjt_shm {
+    char name[64];
+    void *p;
+    size_t size;
+    int fd;
+} pjt_shm;
+int pjt_shm_create(pjt_shm *s, size_t size);
+void pjt_shm_destroy(pjt_shm *s);
+
+#endif

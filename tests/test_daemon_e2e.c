@@ -1,0 +1,838 @@
+/* test_daemon_e2e.c — projd end to end on the cpu backend: many clients at
+ * once, every malformed request, a client killed mid-request, SIGTERM with
+ * work in flight. The daemon is build/bin/projd, a child process on a
+ * temporary socket (tests/helpers/daemon_proc.h); results are compared bit
+ * for bit with the CPU reference (tests/helpers/daemon_check.h).
+ *
+ * PJ_E2E_REQUESTS sets the requests per client of the concurrency test
+ * (default 200; tests/e2e_asan.sh lowers it under ASan).
+ */
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <nng/nng.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/helpers/daemon_check.h"
+#include "tests/helpers/daemon_proc.h"
+#include "tests/helpers/wire_client.h"
+
+#define READY_MS 30000
+#define REPLY_MS 60000
+#define XBYTES   (160u * 1024u)
+#define YBYTES   (320u * 1024u)
+
+static char g_model_path[4200];
+
+static uint64_t mix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void start_daemon(pj_dproc *d, const char *cfg_json)
+{
+    char err[512];
+    int rc = pj_dproc_start(d, g_model_path, cfg_json, NULL, 1, READY_MS, err, sizeof err);
+    ck_assert_msg(rc == 0, "start projd: %s", err);
+}
+
+/* Stop with SIGTERM; the exit code must be 0 (under ASan: no leak). */
+static void stop_daemon(pj_dproc *d)
+{
+    int code = pj_dproc_stop(d, 30000);
+    if (code != 0)
+        pj_dproc_dump_log(d);
+    ck_assert_msg(code == 0, "projd exit code %d", code);
+    pj_dproc_cleanup(d);
+}
+
+/* Poll STATS until the number at path equals want (timeout_ms). Returns
+ * the last value seen. */
+static double wait_stat(pjt_client *c, const char *path, double want, int timeout_ms)
+{
+    long long end = now_ms() + timeout_ms;
+    double v = -1;
+    for (;;) {
+        cJSON *st = NULL;
+        if (pjt_stats(c, &st) == PJ_OK) {
+            v = pjt_json_num(st, path);
+            cJSON_Delete(st);
+        }
+        if (v == want || now_ms() >= end)
+            return v;
+        sleep_ms(20);
+    }
+}
+
+static double stat_now(pjt_client *c, const char *path)
+{
+    cJSON *st = NULL;
+    double v = -1;
+    if (pjt_stats(c, &st) == PJ_OK) {
+        v = pjt_json_num(st, path);
+        cJSON_Delete(st);
+    }
+    return v;
+}
+
+/* ---- 8 clients at once --------------------------------------------------- */
+
+typedef struct worker {
+    pthread_t th;
+    const char *url;
+    int index;
+    long requests;
+    long done, chains;
+    char fail[600];
+} worker;
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    const pj_model *model = pjc_model();
+    pjc_conn t;
+    char why[512];
+    if (pjc_open(&t, w->url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) != 0) {
+        snprintf(w->fail, sizeof w->fail, "client %d: %s", w->index, why);
+        pjc_close(&t);
+        return NULL;
+    }
+    uint32_t ca = 0, cb = 0;
+    int have_chain = pjc_chain_pair(&ca, &cb) == 0;
+    uint64_t seed = 0xabc0u + (uint64_t)w->index;
+    for (long i = 0; i < w->requests; i++) {
+        uint64_t r = mix(&seed);
+        /* Every (layer, m) pair comes up in order, the rest is random. */
+        uint32_t layer = (uint32_t)(i % model->n_layers);
+        uint32_t mi = (uint32_t)((i / model->n_layers + (uint64_t)w->index) % PJC_N_MS);
+        if (have_chain && r % 16 == 0 && PJC_MS[mi] <= 32) {
+            if (pjc_run_chain(&t, ca, cb, mi, (uint32_t)(r >> 8) & 1, why, sizeof why) != 0) {
+                snprintf(w->fail, sizeof w->fail, "client %d request %ld: %s", w->index, i, why);
+                break;
+            }
+            w->chains++;
+            w->done++;
+            continue;
+        }
+        const pj_model_layer *L = &model->layers[layer];
+        uint32_t max_n = L->max_n;
+        pjc_shape s = {.layer = layer, .mi = mi, .variant = (uint32_t)(r >> 4) & 1};
+        s.n = (r >> 8) % 3 == 0 ? max_n : 1 + (uint32_t)((r >> 12) % max_n);
+        s.x_off = (r >> 24) % 64;
+        s.x_ld = L->w.k + (r >> 32) % 9;
+        s.y_off = (r >> 40) % 64;
+        s.y_ld = s.n + (r >> 48) % 9;
+        if (pjc_run(&t, &s, why, sizeof why) != 0) {
+            snprintf(w->fail, sizeof w->fail, "client %d request %ld: %s", w->index, i, why);
+            break;
+        }
+        w->done++;
+    }
+    pjc_close(&t);
+    return NULL;
+}
+
+START_TEST(concurrent_clients)
+{
+    pj_dproc d;
+    start_daemon(&d, NULL);
+    enum { N = 8 };
+    worker w[N];
+    long per = pjc_env_long("PJ_E2E_REQUESTS", 200);
+    for (int i = 0; i < N; i++) {
+        memset(&w[i], 0, sizeof w[i]);
+        w[i].url = d.url;
+        w[i].index = i;
+        w[i].requests = per;
+        ck_assert_int_eq(pthread_create(&w[i].th, NULL, worker_main, &w[i]), 0);
+    }
+    long total = 0, chains = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(w[i].th, NULL);
+        if (w[i].fail[0])
+            pj_dproc_dump_log(&d);
+        ck_assert_msg(!w[i].fail[0], "%s", w[i].fail);
+        ck_assert_int_eq(w[i].done, per);
+        total += w[i].done;
+        chains += w[i].chains;
+    }
+    printf("concurrent_clients: %d clients x %ld requests, all bit-exact (%ld two-op chains)\n", N,
+           per, chains);
+
+    pjt_client c;
+    ck_assert_int_eq(pjt_connect(&c, d.url, REPLY_MS), 0);
+    ck_assert_int_eq(pjt_hello(&c, "stats"), PJ_OK);
+    cJSON *st = NULL;
+    ck_assert_int_eq(pjt_stats(&c, &st), PJ_OK);
+    ck_assert_double_eq(pjt_json_num(st, "requests.PROJECT"), (double)total);
+    ck_assert_double_eq(pjt_json_num(st, "errors.total"), 0);
+    ck_assert_double_ge(pjt_json_num(st, "connections.total"), N + 1);
+    ck_assert_double_eq(pjt_json_num(st, "latency_us.exec.count"), (double)total);
+    ck_assert_double_gt(pjt_json_num(st, "latency_us.exec.p99"), 0);
+    cJSON *be = cJSON_GetObjectItem(st, "backend");
+    ck_assert(cJSON_IsString(be) && strcmp(be->valuestring, "cpu") == 0);
+    cJSON_Delete(st);
+    /* The clients are gone: their connections and buffers too. */
+    ck_assert_double_eq(wait_stat(&c, "connections.current", 1, 10000), 1);
+    ck_assert_double_eq(wait_stat(&c, "buffers.current", 0, 10000), 0);
+    pjt_close(&c);
+    stop_daemon(&d);
+}
+END_TEST
+
+/* ---- every failure gets its ERROR, and the connection goes on ------------ */
+
+typedef struct ecase {
+    pjc_conn *t;
+    pj_dproc *d;
+} ecase;
+
+/* Send raw bytes, expect ERROR code (and op index when op >= 0), then a
+ * valid request on the same connection. */
+static void expect_raw(ecase *e, const char *what, const void *msg, size_t len, int code)
+{
+    char why[512];
+    int rc = pjt_roundtrip(&e->t->c, msg, len);
+    ck_assert_msg(rc == 0, "%s: transport error %d", what, rc);
+    ck_assert_msg(e->t->c.rh.type == PJ_MSG_ERROR, "%s: reply type %u, want ERROR", what,
+                  e->t->c.rh.type);
+    pj_error_msg em;
+    ck_assert_int_eq(pj_dec_error(e->t->c.body, e->t->c.rh.body_len, &em, why, sizeof why), PJ_OK);
+    ck_assert_msg(em.code == code, "%s: code %s (%s), want %s", what, pj_status_name(em.code),
+                  em.msg, pj_status_name(code));
+    ck_assert_msg(pjc_sanity(e->t, why, sizeof why) == 0, "after %s: %s", what, why);
+}
+
+static void expect_project(ecase *e, const char *what, const pj_op *ops, uint32_t n, int code,
+                           uint32_t op_index)
+{
+    char why[512];
+    pj_done dn;
+    pj_op_result res[8];
+    memset(e->t->ys.p, 0xff, e->t->ys.size);
+    int rc = pjt_project(&e->t->c, 0, ops, n, &dn, res);
+    ck_assert_msg(rc == code, "%s: got %d (%s: %s), want %s", what, rc,
+                  rc > 0 ? pj_status_name(rc) : "?", rc > 0 ? e->t->c.err.msg : "",
+                  pj_status_name(code));
+    ck_assert_msg(e->t->c.err.op_index == op_index, "%s: op index %u, want %u (%s)", what,
+                  e->t->c.err.op_index, op_index, e->t->c.err.msg);
+    /* Nothing ran: not even the ops before the bad one. */
+    const uint16_t *Y = e->t->ys.p;
+    for (size_t i = 0; i < e->t->ys.size / 2; i++)
+        ck_assert_msg(Y[i] == PJC_POISON, "%s: y element %zu was written", what, i);
+    ck_assert_msg(pjc_sanity(e->t, why, sizeof why) == 0, "after %s: %s", what, why);
+}
+
+static pj_op good_op(const pjc_conn *t)
+{
+    const pj_model_layer *L = &pjc_model()->layers[0];
+    pjc_shape s = {.layer = 0, .mi = 1, .n = L->max_n, .x_ld = L->w.k, .y_ld = L->max_n};
+    return pjc_op(t, &s);
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+START_TEST(errors_keep_connection)
+{
+    pj_dproc d;
+    start_daemon(&d, "{\"limits\": {\"max_ops_per_request\": 4, \"max_buffers_per_conn\": 4}}");
+    const pj_model *model = pjc_model();
+    char why[512];
+    pjt_client *c;
+    pjc_conn t;
+    memset(&t, 0, sizeof t);
+    t.xs.fd = t.ys.fd = -1;
+    c = &t.c;
+    ck_assert_int_eq(pjt_connect(c, d.url, REPLY_MS), 0);
+
+    /* Before HELLO. */
+    pj_op op0 = {.layer = 0, .m = 1, .n = 1, .x_buf = 1, .x_ld = 4096, .y_buf = 2, .y_ld = 1};
+    pj_done dn;
+    pj_op_result res[8];
+    ck_assert_int_eq(pjt_project(c, 0, &op0, 1, &dn, res), PJ_E_NOHELLO);
+    ck_assert_int_eq(pjt_ping(c), PJ_E_NOHELLO);
+    cJSON *st = NULL;
+    ck_assert_int_eq(pjt_stats(c, &st), PJ_E_NOHELLO);
+    /* A version range without 1. */
+    pj_hello h = {.ver_min = 2, .ver_max = 3};
+    pj_wbuf_reset(&c->wb);
+    pj_enc_hello(&c->wb, 7, &h);
+    ck_assert_int_eq(pjt_call(c, PJ_MSG_WELCOME), PJ_E_VERSION);
+    ck_assert_int_eq(pjt_ping(c), PJ_E_NOHELLO);
+    ck_assert_int_eq(pjt_hello(c, "errors"), PJ_OK);
+    ck_assert_uint_eq(c->welcome.n_layers, model->n_layers);
+    ck_assert_uint_eq(c->welcome.max_m, 256);
+    ck_assert_uint_eq(c->welcome.max_ops_per_request, 4);
+    ck_assert_uint_eq(c->welcome.backend, 1);
+    for (uint32_t i = 0; i < model->n_layers; i++) {
+        ck_assert_str_eq(c->welcome.layers[i].name, model->layers[i].name);
+        ck_assert_uint_eq(c->welcome.layers[i].n, model->layers[i].max_n);
+        ck_assert_uint_eq(c->welcome.layers[i].k, model->layers[i].w.k);
+    }
+    ck_assert_int_eq(pjt_ping(c), PJ_OK);
+    ck_assert_int_eq(pjt_shm_create(&t.xs, XBYTES), 0);
+    ck_assert_int_eq(pjt_shm_create(&t.ys, YBYTES), 0);
+    ck_assert_int_eq(pjt_register_shm(c, t.xs.name, XBYTES, &t.xid), PJ_OK);
+    ck_assert_int_eq(pjt_register_shm(c, t.ys.name, YBYTES, &t.yid), PJ_OK);
+    ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
+
+    ecase e = {.t = &t, .d = &d};
+    pj_op g = good_op(&t);
+    pj_op ops[5];
+    const pj_model_layer *L0 = &model->layers[0];
+
+    /* Layer, shape, stride. */
+    ops[0] = g;
+    ops[0].layer = model->n_layers;
+    expect_project(&e, "unknown layer", ops, 1, PJ_E_LAYER, 0);
+    ops[0] = g;
+    ops[1] = g;
+    ops[1].layer = 1000;
+    expect_project(&e, "unknown layer in op 1", ops, 2, PJ_E_LAYER, 1);
+    ops[0] = g;
+    ops[0].m = 0;
+    expect_project(&e, "m = 0", ops, 1, PJ_E_SHAPE, 0);
+    ops[0] = g;
+    ops[0].m = 257;
+    expect_project(&e, "m > max_m", ops, 1, PJ_E_SHAPE, 0);
+    ops[0] = g;
+    ops[0].n = 0;
+    expect_project(&e, "n = 0", ops, 1, PJ_E_SHAPE, 0);
+    ops[0] = g;
+    ops[0].n = L0->max_n + 1;
+    ops[0].y_ld = ops[0].n;
+    expect_project(&e, "n > max_n", ops, 1, PJ_E_SHAPE, 0);
+    ops[0] = g;
+    ops[0].x_ld = L0->w.k - 1;
+    expect_project(&e, "x_ld < k", ops, 1, PJ_E_SHAPE, 0);
+    ops[0] = g;
+    ops[0].n = 8;
+    ops[0].y_ld = 7;
+    expect_project(&e, "y_ld < n", ops, 1, PJ_E_SHAPE, 0);
+
+    /* Buffers. */
+    ops[0] = g;
+    ops[0].x_buf = 999;
+    expect_project(&e, "unknown x buffer", ops, 1, PJ_E_BUFFER, 0);
+    ops[0] = g;
+    ops[1] = g;
+    ops[1].y_buf = 0;
+    expect_project(&e, "buffer id 0", ops, 2, PJ_E_BUFFER, 1);
+    pjt_shm z;
+    uint32_t zid;
+    ck_assert_int_eq(pjt_shm_create(&z, 4096), 0);
+    ck_assert_int_eq(pjt_register_shm(c, z.name, 4096, &zid), PJ_OK);
+    ck_assert_int_eq(pjt_unregister(c, zid), PJ_OK);
+    ops[0] = g;
+    ops[0].y_buf = zid;
+    expect_project(&e, "stale buffer id", ops, 1, PJ_E_BUFFER, 0);
+    ck_assert_int_eq(pjt_unregister(c, zid), PJ_E_BUFFER);
+    ck_assert_int_eq(pjt_unregister(c, 12345), PJ_E_BUFFER);
+
+    /* Bounds. */
+    ops[0] = g;
+    ops[0].x_off = XBYTES;
+    expect_project(&e, "x offset at the end", ops, 1, PJ_E_BOUNDS, 0);
+    ops[0] = g;
+    ops[0].x_off = XBYTES - (uint64_t)L0->w.k * 2 + 2;
+    expect_project(&e, "x one element past the end", ops, 1, PJ_E_BOUNDS, 0);
+    ops[0] = g;
+    ops[0].y_off = YBYTES - 2;
+    expect_project(&e, "y past the end", ops, 1, PJ_E_BOUNDS, 0);
+    ops[0] = g;
+    ops[0].m = 256;
+    ops[0].y_ld = YBYTES / 2 / 255; /* row 255 starts inside, ends outside */
+    expect_project(&e, "y last row past the end", ops, 1, PJ_E_BOUNDS, 0);
+    ops[0] = g;
+    ops[0].x_off = 1;
+    expect_project(&e, "odd x offset", ops, 1, PJ_E_BOUNDS, 0);
+    ops[0] = g;
+    ops[0].y_off = UINT64_MAX - 1;
+    expect_project(&e, "offset + length overflows", ops, 1, PJ_E_BOUNDS, 0);
+    ops[0] = g;
+    ops[0].m = 4;
+    ops[0].x_ld = UINT64_MAX / 2;
+    expect_project(&e, "(m - 1) * ld overflows", ops, 1, PJ_E_BOUNDS, 0);
+    ops[0] = g;
+    ops[0].m = 3;
+    ops[0].y_ld = UINT64_MAX / 4 + 1; /* (m-1)*ld fits, *2 bytes does not */
+    expect_project(&e, "bytes overflow", ops, 1, PJ_E_BOUNDS, 0);
+
+    /* Flags and limits. */
+    ops[0] = g;
+    memset(t.ys.p, 0xff, t.ys.size);
+    ck_assert_int_eq(pjt_project(c, PJ_PF_SIGNAL_EVENT, ops, 1, &dn, res), PJ_E_FLAGS);
+    ck_assert_int_eq(pjt_project(c, 0x80, ops, 1, &dn, res), PJ_E_FLAGS);
+    for (int i = 0; i < 5; i++)
+        ops[i] = g;
+    expect_project(&e, "too many ops", ops, 5, PJ_E_LIMIT, UINT32_MAX);
+    /* Four ops is the limit and works (all write the same y). */
+    ck_assert_int_eq(pjt_project(c, 0, ops, 4, &dn, res), PJ_OK);
+    ck_assert_int_eq(dn.status, PJ_OK);
+    ck_assert_uint_eq(dn.n_ops, 4);
+
+    /* Registration failures. */
+    ck_assert_int_eq(pjt_register_shm(c, "/projd-test-does-not-exist", 4096, NULL), PJ_E_REGISTER);
+    ck_assert_int_eq(pjt_register_shm(c, z.name, 8192, NULL), PJ_E_REGISTER); /* too big */
+    ck_assert_int_eq(pjt_register_shm(c, z.name, 0, NULL), PJ_E_REGISTER);
+    ck_assert_int_eq(pjt_register_shm(c, "/a/b", 4096, NULL) > 0, 1);
+    pj_register *cr = calloc(1, sizeof *cr);
+    cr->kind = PJ_BUF_CUDA;
+    cr->size = 1 << 20;
+    ck_assert_int_eq(pjt_register_raw(c, cr, NULL), PJ_E_REGISTER);
+    ck_assert_msg(strstr(c->err.msg, "cuda backend"), "message: %s", c->err.msg);
+    free(cr);
+    /* Buffer limit: 2 registered + 2 more = 4, the fifth is refused. */
+    uint32_t ids[3];
+    ck_assert_int_eq(pjt_register_shm(c, z.name, 4096, &ids[0]), PJ_OK);
+    ck_assert_int_eq(pjt_register_shm(c, z.name, 4096, &ids[1]), PJ_OK);
+    ck_assert_int_eq(pjt_register_shm(c, z.name, 4096, &ids[2]), PJ_E_LIMIT);
+    ck_assert_uint_gt(ids[1], ids[0]);
+    ck_assert_uint_gt(ids[0], zid); /* ids are never reused */
+    ck_assert_int_eq(pjt_unregister(c, ids[0]), PJ_OK);
+    ck_assert_int_eq(pjt_unregister(c, ids[1]), PJ_OK);
+    pjt_shm_destroy(&z);
+
+    /* Malformed messages, byte by byte. */
+    pj_wbuf b;
+    pj_wbuf_init(&b);
+    pj_project pr = {.n_ops = 1, .ops = &g};
+    pj_enc_project(&b, 99, &pr);
+    expect_raw(&e, "truncated message", b.data, b.len - 10, PJ_E_PROTO);
+    uint8_t *cut = malloc(b.len);
+    memcpy(cut, b.data, b.len);
+    put32(cut + 12, (uint32_t)(b.len - 10 - PJ_WIRE_HDR_SIZE));
+    expect_raw(&e, "truncated body", cut, b.len - 10, PJ_E_PROTO);
+    memcpy(cut, b.data, b.len);
+    cut[4] = 2; /* version */
+    expect_raw(&e, "wrong version", cut, b.len, PJ_E_VERSION);
+    memcpy(cut, b.data, b.len);
+    put32(cut + 8, 1); /* header flags */
+    expect_raw(&e, "header flags", cut, b.len, PJ_E_FLAGS);
+    memcpy(cut, b.data, b.len);
+    cut[0] ^= 0x55;
+    expect_raw(&e, "bad magic", cut, b.len, PJ_E_PROTO);
+    free(cut);
+    expect_raw(&e, "short garbage", "garbage", 7, PJ_E_PROTO);
+    uint8_t junk[300];
+    uint64_t seed = 7;
+    for (size_t i = 0; i < sizeof junk; i++)
+        junk[i] = (uint8_t)mix(&seed);
+    expect_raw(&e, "garbage", junk, sizeof junk, PJ_E_PROTO);
+    expect_raw(&e, "empty message", "", 0, PJ_E_PROTO);
+    pj_wbuf_reset(&b);
+    pj_enc_raw(&b, 5, 99, "abc", 3);
+    expect_raw(&e, "unknown type", b.data, b.len, PJ_E_TYPE);
+    pj_wbuf_reset(&b);
+    pj_enc_pong(&b, 5, "x", 1);
+    expect_raw(&e, "a reply type sent as a request", b.data, b.len, PJ_E_TYPE);
+    pj_wbuf_reset(&b);
+    pj_enc_raw(&b, 5, PJ_MSG_STATS, "x", 1);
+    expect_raw(&e, "STATS with a body", b.data, b.len, PJ_E_PROTO);
+    /* Oversized: above max_message_bytes (64 KiB) but under nng's hard cap. */
+    size_t big = 65536 + 4096;
+    uint8_t *huge = calloc(1, big);
+    pj_wbuf_reset(&b);
+    pj_enc_ping(&b, 77, "", 0);
+    memcpy(huge, b.data, PJ_WIRE_HDR_SIZE);
+    put32(huge + 12, (uint32_t)(big - PJ_WIRE_HDR_SIZE));
+    ck_assert_int_eq(pjt_roundtrip(c, huge, big), 0);
+    ck_assert_uint_eq(c->rh.type, PJ_MSG_ERROR);
+    ck_assert_uint_eq(c->rh.req_id, 77); /* echoed even so */
+    expect_raw(&e, "oversized message", huge, big, PJ_E_TOO_BIG);
+    free(huge);
+    pj_wbuf_free(&b);
+
+    /* STATS counted the errors by code. */
+    ck_assert_int_eq(pjt_stats(c, &st), PJ_OK);
+    ck_assert_double_ge(pjt_json_num(st, "errors.E_BOUNDS"), 8);
+    ck_assert_double_ge(pjt_json_num(st, "errors.E_NOHELLO"), 4);
+    ck_assert_double_ge(pjt_json_num(st, "errors.E_TOO_BIG"), 1);
+    cJSON_Delete(st);
+    pjc_close(&t);
+    stop_daemon(&d);
+}
+END_TEST
+
+/* A message over nng's hard cap drops the connection; the daemon lives on. */
+START_TEST(message_over_hard_cap)
+{
+    pj_dproc d;
+    start_daemon(&d, NULL);
+    pjt_client c;
+    ck_assert_int_eq(pjt_connect(&c, d.url, 2000), 0);
+    size_t big = 4u << 20;
+    uint8_t *huge = calloc(1, big);
+    int rc = pjt_roundtrip(&c, huge, big);
+    ck_assert_msg(rc < 0, "a %zu-byte message got a reply", big);
+    free(huge);
+    pjt_close(&c);
+    char why[512];
+    pjc_conn t;
+    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
+    ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
+    pjc_close(&t);
+    stop_daemon(&d);
+}
+END_TEST
+
+/* Several requests in flight on one connection (nng contexts): the
+ * connection's limit answers the extra ones with PJ_E_LIMIT, and requests
+ * of one connection complete in the order they arrived. */
+START_TEST(inflight_limit_and_order)
+{
+    pj_dproc d;
+    start_daemon(&d, "{\"limits\": {\"max_inflight_per_conn\": 2}}");
+    const pj_model *model = pjc_model();
+    char why[512];
+    pjc_conn t;
+    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
+    /* The biggest layer at m = 256, 64 times over: long enough that the
+     * next two requests arrive while it runs on any machine. */
+    uint32_t big = 0;
+    for (uint32_t i = 0; i < model->n_layers; i++)
+        if ((uint64_t)model->layers[i].max_n * model->layers[i].w.k >
+            (uint64_t)model->layers[big].max_n * model->layers[big].w.k)
+            big = i;
+    const pj_model_layer *L = &model->layers[big];
+    /* The light request (layer 0, m = 8) writes rows 0..7 of the grid the
+     * heavy one (zero input, so zero output) writes completely: if the
+     * light one ran last, its result is what those rows hold. */
+    const pj_model_layer *L0 = &model->layers[0];
+    pjc_shape s = {
+        .layer = 0, .mi = 1, .variant = 1, .n = L0->max_n, .x_ld = L0->w.k, .y_ld = L->max_n};
+    pjc_stage(&t, &s);
+    uint64_t zero_x = (uint64_t)8 * L0->w.k * 2;
+    pj_op heavy = {.layer = big,
+                   .m = 256,
+                   .n = L->max_n,
+                   .x_buf = t.xid,
+                   .x_off = zero_x,
+                   .x_ld = L->w.k,
+                   .y_buf = t.yid,
+                   .y_ld = L->max_n};
+    pj_op ops[64];
+    for (int i = 0; i < 64; i++)
+        ops[i] = heavy;
+    pj_project p = {.n_ops = 64, .ops = ops};
+    pj_op light = pjc_op(&t, &s);
+    pj_project pl = {.n_ops = 1, .ops = &light};
+
+    nng_ctx ctx[3];
+    nng_aio *aio[3];
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(nng_ctx_open(&ctx[i], t.c.sock), 0);
+        ck_assert_int_eq(nng_aio_alloc(&aio[i], NULL, NULL), 0);
+        nng_aio_set_timeout(aio[i], REPLY_MS);
+        pj_wbuf b;
+        pj_wbuf_init(&b);
+        pj_enc_project(&b, 100 + (uint64_t)i, i == 0 ? &p : &pl);
+        nng_msg *m;
+        ck_assert_int_eq(nng_msg_alloc(&m, 0), 0);
+        nng_msg_append(m, b.data, b.len);
+        pj_wbuf_free(&b);
+        nng_aio_set_msg(aio[i], m);
+        nng_ctx_send(ctx[i], aio[i]);
+        nng_aio_wait(aio[i]);
+        ck_assert_int_eq(nng_aio_result(aio[i]), 0);
+        /* Make sure the daemon has it before the next one goes. */
+        ck_assert_double_eq(wait_stat(&t.c, "requests.PROJECT", i + 1.0, 10000), i + 1.0);
+    }
+    int codes[3];
+    for (int i = 2; i >= 0; i--) {
+        nng_ctx_recv(ctx[i], aio[i]);
+        nng_aio_wait(aio[i]);
+        ck_assert_int_eq(nng_aio_result(aio[i]), 0);
+        nng_msg *m = nng_aio_get_msg(aio[i]);
+        pj_hdr h;
+        ck_assert_int_eq(pj_dec_hdr(nng_msg_body(m), nng_msg_len(m), 1 << 20, &h, why, sizeof why),
+                         PJ_OK);
+        ck_assert_uint_eq(h.req_id, 100 + (uint64_t)i);
+        if (h.type == PJ_MSG_ERROR) {
+            pj_error_msg em;
+            pj_dec_error((uint8_t *)nng_msg_body(m) + PJ_WIRE_HDR_SIZE, h.body_len, &em, why,
+                         sizeof why);
+            codes[i] = em.code;
+        } else {
+            ck_assert_uint_eq(h.type, PJ_MSG_DONE);
+            codes[i] = PJ_OK;
+        }
+        nng_msg_free(m);
+    }
+    ck_assert_int_eq(codes[0], PJ_OK);
+    ck_assert_int_eq(codes[1], PJ_OK);
+    ck_assert_int_eq(codes[2], PJ_E_LIMIT);
+    /* FIFO: the light request ran after the heavy one. */
+    const uint16_t *Y = t.ys.p;
+    const uint16_t *ref = pjc_ref_y(0, 1, 1);
+    for (uint32_t r = 0; r < 8; r++)
+        for (uint32_t col = 0; col < L0->max_n; col++)
+            ck_assert_msg(Y[(size_t)r * L->max_n + col] == ref[(size_t)r * L0->w.n + col],
+                          "row %u col %u: the light request did not run last", r, col);
+    for (int i = 0; i < 3; i++) {
+        nng_aio_free(aio[i]);
+        nng_ctx_close(ctx[i]);
+    }
+    ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
+    pjc_close(&t);
+    stop_daemon(&d);
+}
+END_TEST
+
+/* ---- a client killed with requests in flight ------------------------------ */
+
+/* The victim: waits for 'g', connects, registers three buffers, sends four
+ * heavy requests on four contexts, writes 'r', then waits to be killed. */
+static void victim_main(const char *url, int go_fd, int ready_fd)
+{
+    char ch;
+    if (read(go_fd, &ch, 1) != 1)
+        _exit(2);
+    pjc_conn t;
+    char why[512];
+    if (pjc_open(&t, url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) != 0) {
+        fprintf(stderr, "victim: %s\n", why);
+        _exit(3);
+    }
+    pjt_shm extra;
+    if (pjt_shm_create(&extra, 8192) != 0 || pjt_register_shm(&t.c, extra.name, 8192, NULL))
+        _exit(4);
+    const pj_model *model = pjc_model();
+    const pj_model_layer *L = &model->layers[3 % model->n_layers];
+    pj_op heavy = {.layer = 3 % model->n_layers,
+                   .m = 256,
+                   .n = L->max_n,
+                   .x_buf = t.xid,
+                   .x_ld = L->w.k,
+                   .y_buf = t.yid,
+                   .y_ld = L->max_n};
+    pj_op ops[16];
+    for (int i = 0; i < 16; i++)
+        ops[i] = heavy;
+    pj_project p = {.n_ops = 16, .ops = ops};
+    for (int i = 0; i < 4; i++) {
+        nng_ctx ctx;
+        nng_aio *aio;
+        if (nng_ctx_open(&ctx, t.c.sock) || nng_aio_alloc(&aio, NULL, NULL))
+            _exit(5);
+        pj_wbuf b;
+        pj_wbuf_init(&b);
+        pj_enc_project(&b, 1000 + (uint64_t)i, &p);
+        nng_msg *m;
+        nng_msg_alloc(&m, 0);
+        nng_msg_append(m, b.data, b.len);
+        nng_aio_set_msg(aio, m);
+        nng_ctx_send(ctx, aio);
+        nng_aio_wait(aio);
+        if (nng_aio_result(aio) != 0)
+            _exit(6);
+    }
+    if (write(ready_fd, "r", 1) != 1)
+        _exit(7);
+    for (;;)
+        pause();
+}
+
+START_TEST(killed_client)
+{
+    pj_dproc d;
+    start_daemon(&d, NULL);
+    /* Fork the victim before this process touches nng. */
+    int go[2], ready[2];
+    ck_assert_int_eq(pipe(go), 0);
+    ck_assert_int_eq(pipe(ready), 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t victim = fork();
+    ck_assert_int_ge(victim, 0);
+    if (victim == 0) {
+        close(go[1]);
+        close(ready[0]);
+        victim_main(d.url, go[0], ready[1]);
+    }
+    close(go[0]);
+    close(ready[1]);
+
+    char why[512];
+    pjc_conn t;
+    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
+    double conns0 = stat_now(&t.c, "connections.current");
+    double bufs0 = stat_now(&t.c, "buffers.current");
+    ck_assert_double_eq(conns0, 1);
+    ck_assert_double_eq(bufs0, 2);
+
+    ck_assert_int_eq(write(go[1], "g", 1), 1);
+    struct timeval tv = {30, 0};
+    fd_set fds;
+    FD_ZERO(&fds);
+    FD_SET(ready[0], &fds);
+    ck_assert_msg(select(ready[0] + 1, &fds, NULL, NULL, &tv) == 1, "victim never got ready");
+    char ch;
+    ck_assert_int_eq(read(ready[0], &ch, 1), 1);
+    /* All four of its requests reached the daemon; at least one runs. */
+    ck_assert_double_eq(wait_stat(&t.c, "inflight", 4, 10000), 4);
+    ck_assert_double_eq(stat_now(&t.c, "connections.current"), 2);
+    ck_assert_double_eq(stat_now(&t.c, "buffers.current"), bufs0 + 3);
+
+    ck_assert_int_eq(kill(victim, SIGKILL), 0);
+    int wst;
+    ck_assert_int_eq(waitpid(victim, &wst, 0), victim);
+    ck_assert(WIFSIGNALED(wst));
+
+    /* Others are served as before, during and after the cleanup. */
+    for (int i = 0; i < 5; i++)
+        ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
+    ck_assert_double_eq(wait_stat(&t.c, "connections.current", conns0, 30000), conns0);
+    ck_assert_double_eq(wait_stat(&t.c, "buffers.current", bufs0, 30000), bufs0);
+    ck_assert_double_eq(wait_stat(&t.c, "connections.closing", 0, 30000), 0);
+    ck_assert_double_eq(wait_stat(&t.c, "inflight", 0, 30000), 0);
+    ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
+    ck_assert(pj_dproc_log_has(&d, "dropped unstarted, 1 running", 1000));
+    pjc_close(&t);
+    close(go[1]);
+    close(ready[0]);
+    stop_daemon(&d);
+}
+END_TEST
+
+/* ---- SIGTERM drains ---------------------------------------------------------- */
+
+typedef struct drainer {
+    pthread_t th;
+    const char *url;
+    int index;
+    int rc, status;
+    char fail[1200];
+} drainer;
+
+static void *drainer_main(void *arg)
+{
+    drainer *w = arg;
+    const pj_model *model = pjc_model();
+    pjc_conn t;
+    char why[512];
+    if (pjc_open(&t, w->url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) != 0) {
+        snprintf(w->fail, sizeof w->fail, "%s", why);
+        pjc_close(&t);
+        return NULL;
+    }
+    /* Eight heavy ops; the last one's output is what y holds at the end. */
+    uint32_t layer = (uint32_t)w->index % model->n_layers;
+    const pj_model_layer *L = &model->layers[layer];
+    pjc_shape s = {
+        .layer = layer, .mi = 5, .variant = 1, .n = L->max_n, .x_ld = L->w.k, .y_ld = L->max_n};
+    pjc_stage(&t, &s);
+    pj_op ops[8];
+    for (int i = 0; i < 8; i++)
+        ops[i] = pjc_op(&t, &s);
+    pj_done dn;
+    pj_op_result res[8];
+    w->rc = pjt_project(&t.c, 0, ops, 8, &dn, res);
+    if (w->rc != PJ_OK) {
+        snprintf(w->fail, sizeof w->fail, "request %d: rc %d %s", w->index, w->rc, t.c.err.msg);
+    } else if (dn.status != PJ_OK) {
+        snprintf(w->fail, sizeof w->fail, "request %d: DONE status %d", w->index, dn.status);
+    } else if (pjc_verify(&t, &s, why, sizeof why) != 0) {
+        snprintf(w->fail, sizeof w->fail, "request %d: %s", w->index, why);
+    }
+    pjc_close(&t);
+    return NULL;
+}
+
+START_TEST(sigterm_drains)
+{
+    pj_dproc d;
+    start_daemon(&d, NULL);
+    pjt_client c;
+    ck_assert_int_eq(pjt_connect(&c, d.url, REPLY_MS), 0);
+    ck_assert_int_eq(pjt_hello(&c, "watcher"), PJ_OK);
+    enum { N = 4 };
+    drainer w[N];
+    for (int i = 0; i < N; i++) {
+        memset(&w[i], 0, sizeof w[i]);
+        w[i].url = d.url;
+        w[i].index = i;
+        ck_assert_int_eq(pthread_create(&w[i].th, NULL, drainer_main, &w[i]), 0);
+    }
+    /* Every request has arrived (counted on receipt), and work is pending. */
+    ck_assert_double_eq(wait_stat(&c, "requests.PROJECT", N, 30000), N);
+    double inflight = stat_now(&c, "inflight");
+    ck_assert_double_ge(inflight, 1);
+    ck_assert_int_eq(pj_dproc_signal(&d, SIGTERM), 0);
+    ck_assert_int_eq(pj_dproc_wait_notify(&d, "STOPPING=1", 10000), 0);
+    /* Draining: new requests are refused, in-flight ones complete. */
+    int rc = pjt_ping(&c);
+    ck_assert_msg(rc == PJ_E_SHUTDOWN || rc < 0, "PING while draining: %d", rc);
+    for (int i = 0; i < N; i++) {
+        pthread_join(w[i].th, NULL);
+        ck_assert_msg(!w[i].fail[0], "%s", w[i].fail);
+    }
+    pjt_close(&c);
+    ck_assert_int_eq(pj_dproc_wait_exit(&d, 30000), 0);
+    if (pj_dproc_exit_code(&d) != 0)
+        pj_dproc_dump_log(&d);
+    ck_assert_int_eq(pj_dproc_exit_code(&d), 0);
+    ck_assert(pj_dproc_log_has(&d, "drain: all requests answered", 0));
+    printf("sigterm_drains: %.0f requests in flight at SIGTERM, all answered, exit 0\n", inflight);
+    pj_dproc_cleanup(&d);
+}
+END_TEST
+
+int main(void)
+{
+    if (pjc_init(g_model_path, sizeof g_model_path) != 0) {
+        fprintf(stderr, "cannot prepare the small model\n");
+        return 1;
+    }
+    Suite *s = suite_create("daemon_e2e");
+    /* One case per test, so CK_RUN_CASE=<test> runs just one. */
+    const struct {
+        const char *name;
+        const TTest *test;
+    } tests[] = {
+        {"concurrent_clients", concurrent_clients},
+        {"errors_keep_connection", errors_keep_connection},
+        {"message_over_hard_cap", message_over_hard_cap},
+        {"inflight_limit_and_order", inflight_limit_and_order},
+        {"killed_client", killed_client},
+        {"sigterm_drains", sigterm_drains},
+    };
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+        TCase *tc = tcase_create(tests[i].name);
+        tcase_set_timeout(tc, 240);
+        tcase_add_test(tc, tests[i].test);
+        suite_add_tcase(s, tc);
+    }
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,190 @@
+/* test_dispatch.c — the tuned-table loader and the (layer, m) routing of
+ * kernels/dispatch.c (no GPU needed: device checks go through a stub). */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/dispatch.h"
+
+static int n_msgs;
+static char last_msg[512];
+
+static void on_msg(void *ctx, const char *msg)
+{
+    (void)ctx;
+    n_msgs++;
+    snprintf(last_msg, sizeof last_msg, "%s", msg);
+}
+
+/* Stub device check: refuses gemvz entries with nw = 16 (as if they needed
+ * more shared memory than the device has). */
+static int stub_check(void *ctx, const pj_tune_entry *e, char *why, size_t whylen)
+{
+    (void)ctx;
+    if (e->eng == PJ_ENG_GEMVZ && e->knobs.nw == 16) {
+        snprintf(why, whylen, "%s m=%u gemvz: shared memory exceeds the device", e->layer, e->m);
+        return -ERANGE;
+    }
+    return 0;
+}
+
+static const char *good = "{\"device\":\"NVIDIA H200\",\"sm_count\":132,\"entries\":["
+                          "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":1,\"engine\":\"gemvz\","
+                          "\"knobs\":{\"nw\":8,\"ks\":2,\"u\":1,\"pipe\":1,\"xs\":1,\"r\":1},"
+                          "\"us\":5.5,\"base_us\":7.1},"
+                          "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":8,\"engine\":\"gemv\","
+                          "\"knobs\":{\"nw\":4,\"ks\":1,\"u\":2,\"pipe\":0,\"minb\":1}},"
+                          "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":32,\"engine\":\"cublas\","
+                          "\"knobs\":{\"algo\":1}},"
+                          "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":128,\"engine\":\"splitk\","
+                          "\"knobs\":{\"tile\":2,\"ks\":4}},"
+                          "{\"layer\":\"router\",\"n\":256,\"k\":4096,\"m\":16,\"engine\":"
+                          "\"router\",\"knobs\":{\"nw\":4,\"ks\":16,\"u\":1}}]}";
+
+START_TEST(loads_good_table)
+{
+    pj_tune_table t;
+    char err[256] = "";
+    n_msgs = 0;
+    int n = pj_tune_parse(good, strlen(good), &t, stub_check, NULL, on_msg, NULL, err, sizeof err);
+    ck_assert_int_eq(n, 5);
+    ck_assert_int_eq(n_msgs, 0);
+    ck_assert_str_eq(t.device, "NVIDIA H200");
+    ck_assert_int_eq(t.sm_count, 132);
+    ck_assert_int_eq(t.e[0].eng, PJ_ENG_GEMVZ);
+    ck_assert_uint_eq(t.e[0].knobs.ks, 2);
+    ck_assert_uint_eq(t.e[0].knobs.xs, 1);
+    ck_assert_uint_eq(t.e[1].knobs.minb, 1);
+    ck_assert_uint_eq(t.e[3].knobs.tile, 2);
+    ck_assert(t.e[0].us > 5.49f && t.e[0].us < 5.51f);
+}
+END_TEST
+
+START_TEST(routes_to_nearest_entry)
+{
+    pj_tune_table t;
+    char err[256];
+    ck_assert_int_eq(pj_tune_parse(good, strlen(good), &t, NULL, NULL, NULL, NULL, err, sizeof err),
+                     5);
+    /* smallest m' >= m */
+    ck_assert_uint_eq(pj_dispatch_choose(&t, "o", 4096, 2048, 1)->m, 1);
+    ck_assert_uint_eq(pj_dispatch_choose(&t, "o", 4096, 2048, 2)->m, 8);
+    ck_assert_uint_eq(pj_dispatch_choose(&t, "o", 4096, 2048, 9)->m, 32);
+    ck_assert_uint_eq(pj_dispatch_choose(&t, "o", 4096, 2048, 33)->m, 128);
+    /* beyond the largest: the largest */
+    ck_assert_uint_eq(pj_dispatch_choose(&t, "o", 4096, 2048, 1000)->m, 128);
+    /* shape mismatch or unknown layer: nothing */
+    ck_assert_ptr_null(pj_dispatch_choose(&t, "o", 4096, 4096, 1));
+    ck_assert_ptr_null(pj_dispatch_choose(&t, "qkv_gate", 4608, 4096, 1));
+    ck_assert_uint_eq(pj_dispatch_choose(&t, "router", 256, 4096, 200)->m, 16);
+}
+END_TEST
+
+START_TEST(rejects_bad_entries_one_by_one)
+{
+    const char *js = "{\"entries\":["
+                     "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":1,\"engine\":\"warp9\"},"
+                     "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":2,\"engine\":\"gemv\","
+                     "\"knobs\":{\"tile\":1}},"
+                     "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":3,\"engine\":\"gemv\","
+                     "\"knobs\":{\"nw\":99}},"
+                     "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":0,\"engine\":\"gemv\"},"
+                     "{\"layer\":\"\",\"m\":4,\"engine\":\"gemv\"},"
+                     "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":5,\"engine\":\"gemvz\","
+                     "\"knobs\":{\"nw\":16,\"ks\":1,\"u\":1,\"r\":1}},"
+                     "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":6,\"engine\":\"cublas\"},"
+                     "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":6,\"engine\":\"cublas\"},"
+                     "7]}";
+    pj_tune_table t;
+    char err[256];
+    n_msgs = 0;
+    int n = pj_tune_parse(js, strlen(js), &t, stub_check, NULL, on_msg, NULL, err, sizeof err);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(n_msgs, 8);
+    ck_assert_ptr_nonnull(strstr(last_msg, "entries[8]"));
+    ck_assert_uint_eq(t.e[0].m, 6);
+}
+END_TEST
+
+START_TEST(rejects_broken_files)
+{
+    pj_tune_table t;
+    char err[256] = "";
+    ck_assert_int_eq(pj_tune_parse("{", 1, &t, NULL, NULL, NULL, NULL, err, sizeof err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "not valid JSON"));
+    ck_assert_int_eq(
+        pj_tune_parse("{\"x\":1}", 7, &t, NULL, NULL, NULL, NULL, err, sizeof err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "entries"));
+    ck_assert_int_lt(pj_tune_load("/nonexistent/table.json", &t, NULL, NULL, NULL, NULL, err,
+                                  sizeof err),
+                     0);
+    ck_assert_ptr_nonnull(strstr(err, "/nonexistent/table.json"));
+}
+END_TEST
+
+START_TEST(round_trips_through_json)
+{
+    pj_tune_table t, u;
+    char err[256];
+    ck_assert_int_eq(pj_tune_parse(good, strlen(good), &t, NULL, NULL, NULL, NULL, err, sizeof err),
+                     5);
+    char *js = pj_tune_to_json(&t, "abc123", "2026-11-30");
+    ck_assert_ptr_nonnull(js);
+    ck_assert_int_eq(pj_tune_parse(js, strlen(js), &u, NULL, NULL, NULL, NULL, err, sizeof err), 5);
+    for (uint32_t i = 0; i < 5; i++) {
+        ck_assert_str_eq(t.e[i].layer, u.e[i].layer);
+        ck_assert_uint_eq(t.e[i].m, u.e[i].m);
+        ck_assert_int_eq(t.e[i].eng, u.e[i].eng);
+        ck_assert_mem_eq(&t.e[i].knobs, &u.e[i].knobs, sizeof t.e[i].knobs);
+    }
+    free(js);
+    /* put replaces an existing (layer, m) */
+    pj_tune_entry e = t.e[0];
+    e.eng = PJ_ENG_CUBLAS;
+    ck_assert_int_eq(pj_tune_put(&t, &e), 0);
+    ck_assert_uint_eq(t.n, 5);
+    ck_assert_int_eq(t.e[0].eng, PJ_ENG_CUBLAS);
+}
+END_TEST
+
+START_TEST(knob_strings)
+{
+    pj_eng_knobs kn;
+    memset(&kn, 0, sizeof kn);
+    char err[256], buf[128];
+    ck_assert_int_eq(pj_eng_knobs_parse("nw=8,ks=4,u=2,pipe=1", &kn, err, sizeof err), 0);
+    ck_assert_uint_eq(kn.nw, 8);
+    ck_assert_uint_eq(kn.ks, 4);
+    pj_eng_knobs_str(PJ_ENG_GEMV, &kn, buf, sizeof buf);
+    ck_assert_str_eq(buf, "nw=8,ks=4,u=2,pipe=1,minb=0");
+    pj_eng_knobs before = kn;
+    ck_assert_int_eq(pj_eng_knobs_parse("nw=8,bogus=1", &kn, err, sizeof err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "bogus"));
+    ck_assert_mem_eq(&kn, &before, sizeof kn); /* untouched on error */
+    ck_assert_int_eq(pj_eng_knobs_parse("ks=", &kn, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(pj_eng_knobs_parse("u=300", &kn, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(pj_eng_from_name("gemvz"), PJ_ENG_GEMVZ);
+    ck_assert_int_eq(pj_eng_from_name("nope"), -1);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("dispatch");
+    TCase *tc = tcase_create("table");
+    tcase_add_test(tc, loads_good_table);
+    tcase_add_test(tc, routes_to_nearest_entry);
+    tcase_add_test(tc, rejects_bad_entries_one_by_one);
+    tcase_add_test(tc, rejects_broken_files);
+    tcase_add_test(tc, round_trips_through_json);
+    tcase_add_test(tc, knob_strings);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
