@@ -1143,7 +1143,11 @@ static int cu_buffer_open(pj_backend *b, const pj_buf_desc *d, void **addr, void
     h->size = d->size;
     atomic_init(&h->gpu_refs, 0);
     if (d->kind == PJ_BUF_SHM) {
-        cudaError_t ce = cudaHostRegister(d->host, (size_t)d->size, cudaHostRegisterDefault);
+        /* The mapping covers whole pages; pin all of them. */
+        long pg = sysconf(_SC_PAGESIZE);
+        size_t psz = pg > 0 ? (size_t)pg : 4096;
+        size_t len = ((size_t)d->size + psz - 1) / psz * psz;
+        cudaError_t ce = cudaHostRegister(d->host, len, cudaHostRegisterDefault);
         if (ce == cudaSuccess) {
             ce = cudaHostGetDevicePointer(&h->dev, d->host, 0);
             if (ce != cudaSuccess)

@@ -122,7 +122,8 @@ static const char *cu_name(CUresult r)
 
 static void free_nodes(pj_cgraph *g)
 {
-    for (uint32_t i = 0; i < g->n_patch_nodes; i++) {
+    /* Slots past n_patch_nodes are zeroed or hold a node given up half way. */
+    for (uint32_t i = 0; g->nodes && i < g->n_nodes; i++) {
         free(g->nodes[i].blob);
         free(g->nodes[i].args);
         free(g->nodes[i].sites);
