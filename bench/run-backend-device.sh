@@ -54,7 +54,7 @@ suites_rc=${PIPESTATUS[0]}
 if [ "$suites_rc" -ne 0 ]; then
     for t in test_cuda_backend test_cuda_ipc; do
         log "re-run $t with PROJD_FORCE_ENGINE=cublas"
-        PROJD_FORCE_ENGINE=cublas timeout 150 "$build/tests/gpu/$t" 2>&1 |
+        PROJD_FORCE_ENGINE=cublas timeout "${RERUN_TIMEOUT:-90}" "$build/tests/gpu/$t" 2>&1 |
             tee "$out/$t-cublas.log" | tail -40
     done
 fi
