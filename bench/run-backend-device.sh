@@ -23,8 +23,7 @@ export PJ_GPU_TEST_TIMEOUT=${PJ_GPU_TEST_TIMEOUT:-200}
 log() { echo "[$(date +%H:%M:%S)] $*"; }
 
 log "host: $(hostname), $(nproc) cores"
-timeout 20 nvidia-smi --query-gpu=name,uuid,driver_version,memory.used,memory.total --format=csv \
-    2>&1 | tee "$out/nvidia-smi.txt"
+timeout 20 nvidia-smi --query-gpu=name,uuid,driver_version,memory.used,memory.total --format=csv 2>&1
 
 # MPS: without it the daemon and a client that both launch kernels
 # time-slice the GPU (hundreds of µs per switch).
@@ -73,8 +72,18 @@ if [ "$lat_rc" -ne 0 ] && [ "$lat_rc" -ne 124 ]; then
 fi
 rm -f /tmp/pj-reference.safetensors
 
+# 3. A sticky device error must make projd exit 1. Without MPS: a fault in
+# one MPS client can take the server's other clients down with it.
+mps_quit
+trap - EXIT
+unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+log "fatal-error test (no MPS)"
+timeout "${FAULT_TIMEOUT:-90}" "$build/tests/gpu/test_cuda_backend" --fault 2>&1 |
+    tee "$out/gpu-fault.log"
+fault_rc=${PIPESTATUS[0]}
+
 log "summary"
 grep -E "^(GPU suites|--- )" "$out/gpu-tests.log"
-grep -E "checks passed" "$out/gpu-tests.log" "$out/latency.log" | sed 's/^.*log://'
-echo "suites exit $suites_rc, latency exit $lat_rc"
-[ "$suites_rc" -eq 0 ] && [ "$lat_rc" -eq 0 ]
+grep -hE "checks passed" "$out/gpu-tests.log" "$out/latency.log" "$out/gpu-fault.log"
+echo "suites exit $suites_rc, latency exit $lat_rc, fault test exit $fault_rc"
+[ "$suites_rc" -eq 0 ] && [ "$lat_rc" -eq 0 ] && [ "$fault_rc" -eq 0 ]

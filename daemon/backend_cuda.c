@@ -56,6 +56,9 @@
 #define CU_MAX_L         PJ_CFG_MAX_LAYERS
 #define CU_MAX_S         PJ_CFG_MAX_SHAPES
 
+/* daemon/fault.cu: a kernel that faults (test only, PROJD_CUDA_FAULT_AFTER). */
+int pj_cuda_fault_launch(cudaStream_t s);
+
 /* ---- state ------------------------------------------------------------------ */
 
 typedef struct cu_ipc {
@@ -167,6 +170,7 @@ struct cu_state {
     pj_tune_table *table;
     char env_force[PJ_CFG_NAME], env_knobs[96];
     int no_patch;
+    long fault_after, fault_count; /* test only: fault after that many jobs */
     uint32_t max_m, max_k, max_n;
     cu_lane *lanes[CU_MAX_LANES];
     uint32_t n_lanes;
@@ -1532,6 +1536,11 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
         }
         atomic_fetch_add(&st->ops, 1);
     }
+    if (st->fault_after > 0 && ++st->fault_count == st->fault_after) {
+        pj_log_warn("cuda: PROJD_CUDA_FAULT_AFTER=%ld: launching a faulting kernel after job %ld",
+                    st->fault_after, st->fault_count);
+        pj_cuda_fault_launch(ln->s);
+    }
     if (p->status == PJ_OK && (job->flags & PJ_PF_SIGNAL_EVENT)) {
         cudaEvent_t ev = conn_event(bs, job->signal_event, msg, sizeof msg);
         cudaError_t ce = ev ? cudaEventRecord(ev, ln->s) : cudaSuccess;
@@ -1786,6 +1795,7 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
         }
     }
     st->no_patch = env_long("PROJD_CUDA_NO_PATCH", 0, 0, 1) != 0;
+    st->fault_after = env_long("PROJD_CUDA_FAULT_AFTER", 0, 0, 1000000000L);
     st->spin_ns = (uint64_t)env_long("PROJD_CUDA_SPIN_US", CU_SPIN_US, 0, 1000000) * 1000u;
     uint32_t n_lanes = (uint32_t)env_long("PROJD_CUDA_LANES", CU_DEFAULT_LANES, 1, CU_MAX_LANES);
     int rc = 0;

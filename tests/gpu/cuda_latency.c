@@ -724,6 +724,22 @@ int main(int argc, char **argv)
     CHECK(conn_ok, "projd connection / buffers: %s %s", why, dc.c.err.msg);
     memcpy(dc.xs.p, hx, dc.xbytes);
     cudaMemcpy(dc.dx, hx, dc.xbytes, cudaMemcpyHostToDevice);
+    cudaDeviceSynchronize();
+    /* The boundary alone: PING round trips over nng. */
+    lat ping = {0, 0, 0};
+    if (conn_ok) {
+        double *pv = calloc((size_t)g_reps, sizeof(double));
+        int ping_fail = 0;
+        for (int i = -10; i < g_reps; i++) {
+            double t0p = now_usf();
+            ping_fail += pjt_ping(&dc.c) != PJ_OK;
+            if (i >= 0)
+                pv[i] = now_usf() - t0p;
+        }
+        CHECK(ping_fail == 0, "%d PINGs failed", ping_fail);
+        ping = stats_of(pv, (size_t)g_reps);
+        free(pv);
+    }
     uint16_t *hy = malloc(dc.ybytes);
     for (int i = 0; i < nres && conn_ok; i++) {
         shape_res *r = &res[i];
@@ -733,6 +749,7 @@ int main(int argc, char **argv)
         CHECK(rc == 0, "projd shm %s m=%u failed: %s", ml->name, r->m, dc.c.err.msg);
         r->rel_shm = rc == 0 ? sample_check(ml, r->m, r->n, hx, dc.ys.p, r->n) : 1e9;
         cudaMemset(dc.dy, 0xff, dc.ybytes);
+        cudaDeviceSynchronize();
         rc = time_projd(&dc, 1, r->layer, r->m, r->n, &r->ipc, &r->ipc_exec, &r->eng_ipc);
         CHECK(rc == 0, "projd ipc %s m=%u failed: %s", ml->name, r->m, dc.c.err.msg);
         cudaMemcpy(hy, dc.dy, dc.ybytes, cudaMemcpyDeviceToHost);
@@ -751,6 +768,7 @@ int main(int argc, char **argv)
     /* Tables. */
     printf("\nRound trip per projection, µs (p50 / p99); %d repetitions each; device %s\n", g_reps,
            lim.name);
+    printf("nng PING round trip (no GPU work): %.1f / %.1f\n", ping.p50, ping.p99);
     printf("| layer (n x k) | m | in-process cuBLAS graph | projd shm | projd CUDA IPC | projd "
            "exec (IPC) | projd engine, path | rel err |\n");
     printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
@@ -778,6 +796,7 @@ int main(int argc, char **argv)
         cJSON_AddStringToObject(root, "model", model);
         cJSON_AddNumberToObject(root, "reps", g_reps);
         cJSON_AddNumberToObject(root, "cublas_version", pj_eng_cublas_version());
+        cJSON_AddItemToObject(root, "ping", lat_json(ping));
         cJSON *arr = cJSON_AddArrayToObject(root, "shapes");
         for (int i = 0; i < nres; i++) {
             shape_res *r = &res[i];

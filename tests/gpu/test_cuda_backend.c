@@ -13,6 +13,7 @@
  *   B  PROJD_FORCE_ENGINE=cublas: the same shapes, every engine cuBLAS.
  *   C  8 connections at once, PJ_GPU_E2E_REQUESTS requests each (default
  *      100), every result checked.
+ *   F  (--fault only) a sticky device error: the daemon exits 1.
  * Every result is checked against the CPU reference (cuda_common.h).
  * Exit: 0 all passed, 1 a failure, 77 no GPU.
  */
@@ -198,8 +199,9 @@ static void section_a(void)
     pj_done dn;
     pj_op_result res[1];
     rc = pjt_project(&t.c, PJ_PF_ACCEPT_REPLY, &op, 1, &dn, res);
-    CHECK(rc == PJ_OK && dn.status == PJ_E_FLAGS, "ACCEPT without SIGNAL: rc %d status %d", rc,
-          rc == PJ_OK ? dn.status : -1);
+    /* The decoder refuses it (ERROR); the backend would too (DONE). */
+    CHECK(rc == PJ_E_FLAGS || (rc == PJ_OK && dn.status == PJ_E_FLAGS),
+          "ACCEPT without SIGNAL: rc %d status %d", rc, rc == PJ_OK ? dn.status : -1);
     /* A WAIT_EVENT handle that is no event: that request fails, the next works. */
     uint8_t junk[PJ_WIRE_IPC_HANDLE_SIZE];
     for (int i = 0; i < PJ_WIRE_IPC_HANDLE_SIZE; i++)
@@ -351,10 +353,61 @@ static void section_c(void)
     cc_stop(&d, "C");
 }
 
-int main(void)
+/* F (only with --fault; run it without MPS, since a fault in one MPS client
+ * can take the others down): the daemon's third job launches a kernel that
+ * faults (PROJD_CUDA_FAULT_AFTER=3). That request gets DONE with
+ * E_BACKEND, the daemon logs the fatal error, says so in STATUS= and exits
+ * 1; the requests before it were fine. */
+static void section_f(void)
+{
+    printf("== F: a sticky device error is fatal\n");
+    setenv("PROJD_CUDA_FAULT_AFTER", "3", 1);
+    pj_dproc d;
+    char err[600];
+    int rc = cc_start(&d, g_model, NULL, err, sizeof err);
+    unsetenv("PROJD_CUDA_FAULT_AFTER");
+    CHECK(rc == 0, "start projd: %s", err);
+    if (rc != 0)
+        return;
+    pjc_conn t;
+    if (pjc_open(&t, d.url, XBYTES, YBYTES, CC_REPLY_MS, err, sizeof err) != 0) {
+        CHECK(0, "connect: %s", err);
+        cc_stop(&d, "F");
+        return;
+    }
+    uint64_t seed = 3;
+    for (int i = 0; i < 2; i++) {
+        pjc_shape s = cc_shape(&seed, 0, 1, 1);
+        CHECK(run_shm(&t, &s, NULL, err, sizeof err) == 0, "request %d before the fault: %s", i,
+              err);
+    }
+    pjc_shape s = cc_shape(&seed, 0, 1, 1);
+    pj_op op = pjc_op(&t, &s);
+    pj_done dn;
+    pj_op_result res[1];
+    rc = pjt_project(&t.c, 0, &op, 1, &dn, res);
+    CHECK(rc == PJ_OK && dn.status == PJ_E_BACKEND, "faulting request: rc %d status %d", rc,
+          rc == PJ_OK ? dn.status : -1);
+    pjc_close(&t);
+    CHECK(pj_dproc_wait_exit(&d, 60000) == 0, "projd did not exit after the fault");
+    int code = pj_dproc_exit_code(&d);
+    CHECK(code == 1, "projd exit code %d after a sticky error (want 1)", code);
+    CHECK(pj_dproc_log_has(&d, "fatal error, exiting", 100), "no fatal line in the log");
+    CHECK(pj_dproc_wait_notify(&d, "STATUS=fatal backend error", 100) == 0,
+          "no STATUS= about the fatal error (notes: %s)", d.notes);
+    cc_print_log_lines(&d, "fatal");
+    cc_print_log_lines(&d, "sticky");
+    cc_print_log_lines(&d, "failed:");
+    if (code != 1)
+        pj_dproc_dump_log(&d);
+    pj_dproc_cleanup(&d);
+}
+
+int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     long long t0 = cc_now_us();
+    int fault = argc > 1 && strcmp(argv[1], "--fault") == 0;
     char why[256];
     if (cc_gpu_count(why, sizeof why) <= 0) {
         printf("test_cuda_backend: no GPU (%s): skipped\n", why);
@@ -363,6 +416,10 @@ int main(void)
     if (pjc_init(g_model, sizeof g_model) != 0) {
         printf("FAIL: cannot build the small model\n");
         return 1;
+    }
+    if (fault) {
+        section_f();
+        return cc_summary("test_cuda_backend --fault", t0);
     }
     section_a();
     section_b();

@@ -112,8 +112,10 @@ static int run_ipc(ipc_conn *t, const pjc_shape *s, uint16_t *engine, char *why,
     uint32_t m = PJC_MS[s->mi];
     memset(t->hx, 0, XBYTES);
     cc_fill_x(t->hx, s);
+    /* cudaMemcpy from pageable memory and cudaMemset may still be running
+     * when they return: the daemon's stream is not ordered after them. */
     if (cudaMemcpy(t->dx, t->hx, XBYTES, cudaMemcpyHostToDevice) != cudaSuccess ||
-        cudaMemset(t->dy, 0xff, YBYTES) != cudaSuccess) {
+        cudaMemset(t->dy, 0xff, YBYTES) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
         snprintf(why, whylen, "client copies failed");
         return -1;
     }
@@ -208,6 +210,7 @@ static void events(ipc_conn *t)
         /* x holds zeros; the real x arrives on cs behind a slow memset. */
         cudaMemset(t->dx, 0, XBYTES);
         cudaMemset(t->dy, 0xff, YBYTES);
+        cudaDeviceSynchronize();
         memset(pin, 0, XBYTES);
         cc_fill_x(pin, &s);
         cudaMemsetAsync(big, (int)mi, big_bytes, cs);
@@ -230,6 +233,7 @@ static void events(ipc_conn *t)
          * waits on the event before reading y. */
         cudaMemset(t->dy, 0xff, YBYTES);
         cudaMemcpy(t->dx, pin, XBYTES, cudaMemcpyHostToDevice);
+        cudaDeviceSynchronize();
         rc = cc_project_ev(&t->c, PJ_PF_SIGNAL_EVENT | PJ_PF_ACCEPT_REPLY, &op, 1, NULL,
                            (const uint8_t *)&hout, &d, res);
         CHECK(rc == PJ_OK && d.status == PJ_OK, "SIGNAL+ACCEPT m %u: rc %d status %d", PJC_MS[mi],
