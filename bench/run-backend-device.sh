@@ -64,12 +64,15 @@ timeout "${LATENCY_TIMEOUT:-200}" "$build/tests/gpu/cuda_latency" \
     --mkmodel /tmp/pj-reference.safetensors --out "$out" --reps "${REPS:-500}" 2>&1 |
     tee "$out/latency.log"
 lat_rc=${PIPESTATUS[0]}
-if [ "$lat_rc" -ne 0 ] && [ "$lat_rc" -ne 124 ]; then
-    log "latency run failed; again with every engine forced to cuBLAS"
-    PROJD_FORCE_ENGINE=cublas timeout "${LATENCY_TIMEOUT:-200}" "$build/tests/gpu/cuda_latency" \
-        --model /tmp/pj-reference.safetensors --out "$out/cublas" --reps "${REPS:-500}" 2>&1 |
-        tee "$out/latency-cublas.log" | tail -60
-fi
+# The same through projd with every engine forced to cuBLAS (the in-process
+# column's engine: the difference is the boundary alone), and with graph
+# rebinding off (staging copies around the graphs instead).
+log "latency, projd forced to cuBLAS"
+PROJD_FORCE_ENGINE=cublas timeout "${LATENCY_TIMEOUT:-200}" "$build/tests/gpu/cuda_latency" \
+    --model /tmp/pj-reference.safetensors --reps "${REPS:-500}" >"$out/latency-cublas.log" 2>&1
+log "latency, projd without rebinding (PROJD_CUDA_NO_PATCH=1)"
+PROJD_CUDA_NO_PATCH=1 timeout "${LATENCY_TIMEOUT:-200}" "$build/tests/gpu/cuda_latency" \
+    --model /tmp/pj-reference.safetensors --reps "${REPS:-500}" >"$out/latency-nopatch.log" 2>&1
 rm -f /tmp/pj-reference.safetensors
 
 # 3. A sticky device error must make projd exit 1. Without MPS: a fault in
