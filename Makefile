@@ -91,10 +91,10 @@ GPU_TESTS := $(GPU_TEST_C:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 TEST_HELPER_C := $(wildcard tests/helpers/*.c)
 TEST_HELPER_O := $(TEST_HELPER_C:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: all deps run test test-gpu fuzz bench-ipc format clean progs tests
+.PHONY: all deps run test test-gpu fuzz bench-ipc format clean progs tests install
 # Keep object files of tests and programs (make would delete them as intermediates).
 .SECONDARY:
-all: progs tests
+all: progs tests libprojd
 progs: $(PROGS)
 tests: $(TESTS)
 
@@ -133,6 +133,20 @@ $(CORE_LIB): $(CORE_O)
 	ar rcs $@ $^
 
 $(CUDA_LIB): $(CUDA_O)
+	@mkdir -p $(@D)
+	@rm -f $@
+	ar rcs $@ $^
+
+# libprojd: the client library on its own, for programs outside this tree
+# (and ctypes): only the protocol and the client, linked against nng.
+LIBPROJD_O := $(BUILD)/obj/client/libprojd.o $(BUILD)/obj/client/shmbuf.o \
+              $(BUILD)/obj/protocol/wire.o $(BUILD)/obj/protocol/sockpath.o
+.PHONY: libprojd
+libprojd: $(BUILD)/lib/libprojd.so $(BUILD)/lib/libprojd.a
+$(BUILD)/lib/libprojd.so: $(LIBPROJD_O)
+	@mkdir -p $(@D)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,libprojd.so.1 $^ -lnng -lrt -o $@
+$(BUILD)/lib/libprojd.a: $(LIBPROJD_O)
 	@mkdir -p $(@D)
 	@rm -f $@
 	ar rcs $@ $^
@@ -191,7 +205,29 @@ fuzz: $(FUZZ_BINS)
 	@tests/fuzz/run-fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
 bench-ipc: progs
-	@$(BUILD)/bin/projctl bench-ipc
+	@bench/bench-ipc.sh $(BUILD)
+
+PREFIX ?= /usr
+DESTDIR ?=
+UNITDIR ?= /lib/systemd/system
+install: progs libprojd
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/projd/tuning \
+	    $(DESTDIR)$(UNITDIR) $(DESTDIR)/etc/projd $(DESTDIR)$(PREFIX)/lib/sysusers.d \
+	    $(DESTDIR)$(PREFIX)/lib/tmpfiles.d $(DESTDIR)$(PREFIX)/include/projd
+	install -m 0755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0644 deploy/projd@.service deploy/projd-mps.service $(DESTDIR)$(UNITDIR)/
+	install -m 0644 deploy/sysusers.d/projd.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/projd.conf
+	install -m 0644 deploy/tmpfiles.d/projd.conf $(DESTDIR)$(PREFIX)/lib/tmpfiles.d/projd.conf
+	install -d $(DESTDIR)$(PREFIX)/include/projd/protocol $(DESTDIR)$(PREFIX)/lib
+	install -m 0644 client/projd.h $(DESTDIR)$(PREFIX)/include/projd/
+	install -m 0644 protocol/wire.h $(DESTDIR)$(PREFIX)/include/projd/protocol/
+	install -m 0644 $(BUILD)/lib/libprojd.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 0755 $(BUILD)/lib/libprojd.so $(DESTDIR)$(PREFIX)/lib/libprojd.so.1
+	ln -sf libprojd.so.1 $(DESTDIR)$(PREFIX)/lib/libprojd.so
+	[ -z "$$(ls config/tuning/*.json 2>/dev/null)" ] || \
+	    install -m 0644 config/tuning/*.json $(DESTDIR)$(PREFIX)/share/projd/tuning/
+	[ -e $(DESTDIR)/etc/projd/projd.json ] || \
+	    install -m 0644 deploy/projd.json $(DESTDIR)/etc/projd/projd.json
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')

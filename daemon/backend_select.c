@@ -4,13 +4,15 @@
 #include <errno.h>
 #include <stdio.h>
 
-/* The cuda backend is compiled in when this is a CUDA build and its header
- * exists (daemon/backend_cuda.h declares nothing beyond backend.h's pair). */
-#if defined(PJ_HAVE_CUDA) && defined(__has_include)
-#if __has_include("daemon/backend_cuda.h")
-#include "daemon/backend_cuda.h"
+/* The cuda backend (daemon/backend_cuda*.c) lives in libpjcuda.a, which
+ * only CUDA builds of the programs link; the CPU test suites and fuzz
+ * harnesses link libpjcore.a alone. So the references here are weak: a
+ * program without the cuda backend sees NULL and says so. projd makes a
+ * strong reference (projd_main.c), which pulls the backend in. */
+#ifdef PJ_HAVE_CUDA
 #define PJ_CUDA_BACKEND 1
-#endif
+extern const pj_backend_ops *pj_backend_cuda_ops(void) __attribute__((weak));
+extern int pj_backend_cuda_probe(char *why, size_t whylen) __attribute__((weak));
 #endif
 
 int pj_backend_select(pj_backend_kind want, const pj_backend_ops **out, char *why, size_t whylen,
@@ -23,6 +25,16 @@ int pj_backend_select(pj_backend_kind want, const pj_backend_ops **out, char *wh
         return 0;
     }
 #ifdef PJ_CUDA_BACKEND
+    if (!pj_backend_cuda_ops || !pj_backend_cuda_probe) {
+        if (want == PJ_BACKEND_CUDA) {
+            snprintf(err, errlen,
+                     "backend cuda: this program was linked without the cuda backend");
+            return -ENOTSUP;
+        }
+        *out = pj_backend_cpu_ops();
+        snprintf(why, whylen, "cpu: auto, this program has no cuda backend");
+        return 0;
+    }
     char probe[256] = "";
     int n = pj_backend_cuda_probe(probe, sizeof probe);
     if (n > 0) {

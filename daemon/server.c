@@ -9,6 +9,7 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/transport/ipc/ipc.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -39,6 +40,7 @@
 #define DRAIN_TIMEOUT_MS 60000 /* in-flight work that never ends: exit 1 */
 #define HARD_CAP_SLACK   (64u * 1024u)
 #define STATUS_EVERY_MS  250
+#define WATCH_EVERY_MS   200
 
 /* ---- events handed from nng/backend threads to the loop --------------------- */
 
@@ -85,6 +87,7 @@ struct pj_server {
     uv_async_t async;
     uv_timer_t timer;
     uv_timer_t status_timer; /* coalesces STATUS= updates */
+    uv_timer_t watch_timer;  /* listener watchdog */
     int handles_open;
     pj_server_stopped_fn stopped;
     void *stopped_arg;
@@ -97,7 +100,14 @@ struct pj_server {
 
     nng_socket sock;
     int sock_open;
-    int listening; /* the socket file is ours: remove it at the end */
+    int listening;    /* the socket file is ours: remove it at the end */
+    nng_listener lst; /* accepting now */
+    int lst_open, lst_replaceable;
+    uint32_t lst_seq;
+    uint64_t lst_errors; /* its error counters at the last watch */
+    uint64_t lst_restarts;
+    nng_listener *retired; /* replaced, closed when they have no pipes */
+    uint32_t n_retired;
 
     /* Shared with nng threads, under mu. */
     pthread_mutex_t mu;
@@ -567,6 +577,8 @@ static void finish_req(pj_server *s, pj_req *r)
             s->stats.layer_rows[r->ops[i].layer] += r->ops[i].m;
         }
     }
+    if (job->n_ops == 1 && r->ops[0].layer < PJ_CFG_MAX_LAYERS)
+        pj_hist_add(&s->stats.layer_exec_ns[r->ops[0].layer], exec_ns);
     pj_hist_add(&s->stats.queue_ns, queue_ns);
     pj_hist_add(&s->stats.exec_ns, exec_ns);
     pj_hist_add(&s->stats.total_ns, pj_now_ns() - r->recv_ns);
@@ -741,6 +753,7 @@ static char *stats_text(pj_server *s)
         cJSON_AddNumberToObject(cn, "closing", s->n_zombies);
         cJSON_AddNumberToObject(cn, "total", (double)s->stats.conns_total);
         cJSON_AddNumberToObject(cn, "refused", (double)atomic_load(&s->refused));
+        cJSON_AddNumberToObject(cn, "listener_restarts", (double)s->lst_restarts);
     }
     uint64_t nbuf, nbytes;
     pj_bufreg_totals(&nbuf, &nbytes);
@@ -840,11 +853,7 @@ static void on_msg(pj_server *s, nctx *nc)
     pj_log_debug("connection #%" PRIu64 ": %s %" PRIu64 " (%zu bytes)", c->serial,
                  pj_msg_type_name(h.type), h.req_id, len);
     const void *body = data + PJ_WIRE_HDR_SIZE;
-    if (s->draining) {
-        send_error(s, nc, h.req_id, PJ_E_SHUTDOWN, UINT32_MAX,
-                   "the daemon is shutting down; no new requests");
-        goto out;
-    }
+    /* PROTOCOL.md's order: type, then shutdown, then HELLO. */
     int known = h.type == PJ_MSG_HELLO || h.type == PJ_MSG_REGISTER ||
                 h.type == PJ_MSG_UNREGISTER || h.type == PJ_MSG_PROJECT || h.type == PJ_MSG_STATS ||
                 h.type == PJ_MSG_PING;
@@ -852,6 +861,11 @@ static void on_msg(pj_server *s, nctx *nc)
         snprintf(err, sizeof err, "message type %u (%s) is not a request", h.type,
                  pj_msg_type_name(h.type));
         send_error(s, nc, h.req_id, PJ_E_TYPE, UINT32_MAX, err);
+        goto out;
+    }
+    if (s->draining) {
+        send_error(s, nc, h.req_id, PJ_E_SHUTDOWN, UINT32_MAX,
+                   "the daemon is shutting down; no new requests");
         goto out;
     }
     if (!c->hello && h.type != PJ_MSG_HELLO) {
@@ -947,21 +961,14 @@ static void close_socket(pj_server *s)
     s->closing = 1;
     pthread_mutex_unlock(&s->mu);
     if (s->sock_open) {
-        nng_close(s->sock);
+        nng_close(s->sock); /* closes the listeners (and their private names) */
         s->sock_open = 0;
     }
-    for (uint32_t i = 0; i < s->n_ctx; i++) {
-        nctx *nc = s->ctxs[i];
-        nng_aio_free(nc->aio); /* waits for a running callback */
-        if (nc->msg)
-            nng_msg_free(nc->msg);
-        free(nc);
-    }
-    free(s->ctxs);
-    s->ctxs = NULL;
-    s->n_ctx = 0;
-    /* Events queued before closing: messages were freed with their
-     * contexts above; pipe events are plain memory. */
+    for (uint32_t i = 0; i < s->n_ctx; i++)
+        nng_aio_stop(s->ctxs[i]->aio); /* no callback runs after this */
+    /* Events still queued: pipe events are plain memory; context events
+     * point into the contexts freed below (a received message goes with
+     * its context). */
     pthread_mutex_lock(&s->mu);
     pj_ev *ev = s->ev_head;
     s->ev_head = s->ev_tail = NULL;
@@ -972,6 +979,16 @@ static void close_socket(pj_server *s)
             free(ev);
         ev = next;
     }
+    for (uint32_t i = 0; i < s->n_ctx; i++) {
+        nctx *nc = s->ctxs[i];
+        nng_aio_free(nc->aio);
+        if (nc->msg)
+            nng_msg_free(nc->msg);
+        free(nc);
+    }
+    free(s->ctxs);
+    s->ctxs = NULL;
+    s->n_ctx = 0;
     if (s->listening)
         unlink(s->path);
     s->listening = 0;
@@ -1005,6 +1022,8 @@ static void stop_now(pj_server *s)
     pj_log_info("stopped (exit code %d)", s->exit_code);
     uv_timer_stop(&s->timer);
     uv_timer_stop(&s->status_timer);
+    uv_timer_stop(&s->watch_timer);
+    uv_close((uv_handle_t *)&s->watch_timer, on_handle_closed);
     uv_close((uv_handle_t *)&s->timer, on_handle_closed);
     uv_close((uv_handle_t *)&s->status_timer, on_handle_closed);
     uv_close((uv_handle_t *)&s->async, on_handle_closed);
@@ -1156,6 +1175,16 @@ int pj_server_check_socket(const char *url, char *err, size_t errlen)
     memcpy(sun.sun_path, path, strlen(path));
     int c = connect(fd, (struct sockaddr *)&sun, sizeof sun);
     int e = errno;
+    if (c == 0) {
+        /* Take the live daemon's handshake before hanging up: a peer that
+         * closes while nng 1.5 sends it stops that listener (see below). */
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        char hdr[8];
+        if (poll(&pfd, 1, 1000) == 1) {
+            ssize_t n = read(fd, hdr, sizeof hdr);
+            (void)n;
+        }
+    }
     close(fd);
     if (c == 0) {
         snprintf(err, errlen,
@@ -1247,12 +1276,184 @@ int pj_server_create(uv_loop_t *loop, const pj_config *cfg, const pj_model *mode
     uv_async_init(loop, &s->async, on_async);
     uv_timer_init(loop, &s->timer);
     uv_timer_init(loop, &s->status_timer);
+    uv_timer_init(loop, &s->watch_timer);
     s->async.data = s;
     s->timer.data = s;
     s->status_timer.data = s;
-    s->handles_open = 3;
+    s->watch_timer.data = s;
+    s->handles_open = 4;
     *out = s;
     return 0;
+}
+
+/* ---- the listener and its watchdog ------------------------------------------------
+ *
+ * nng 1.5 (Debian 12's) stops accepting for good when a peer hangs up while
+ * the daemon is sending its half of the SP handshake (EPIPE becomes
+ * NNG_ECLOSED, which its accept loop treats as "listener closed"); one
+ * connect() + close() by any local user would leave the daemon deaf.
+ * Closing that listener would close every connection it accepted and unlink
+ * its path, so instead each listener is bound on a private name and renamed
+ * onto the public path, and a watchdog that sees the listener's error
+ * counters move binds a fresh one and renames it over the public path. The
+ * old one keeps its connections and is closed once it has none (closing it
+ * unlinks only its private name, long gone). */
+
+static int set_mode_group(pj_server *s, const char *path, char *err, size_t errlen)
+{
+    if (chmod(path, (mode_t)s->cfg.socket.mode) != 0) {
+        snprintf(err, errlen, "chmod %o %s: %s", s->cfg.socket.mode, path, strerror(errno));
+        return -errno;
+    }
+    if (s->cfg.socket.group[0]) {
+        struct group gr, *res = NULL;
+        char buf[4096];
+        int e = getgrnam_r(s->cfg.socket.group, &gr, buf, sizeof buf, &res);
+        if (e != 0 || !res) {
+            snprintf(err, errlen, "socket.group \"%s\": no such group", s->cfg.socket.group);
+            return -ENOENT;
+        }
+        if (chown(path, (uid_t)-1, gr.gr_gid) != 0) {
+            snprintf(err, errlen, "chgrp %s %s: %s", s->cfg.socket.group, path, strerror(errno));
+            return -errno;
+        }
+    }
+    return 0;
+}
+
+/* Bind a new listener on a private name, give it the configured mode and
+ * group, rename it onto the public path, and make it the current one. */
+static int open_listener(pj_server *s, char *err, size_t errlen)
+{
+    char tmp[PJ_CFG_PATH + 32], url[PJ_CFG_PATH + 40];
+    struct sockaddr_un sun;
+    snprintf(tmp, sizeof tmp, "%s.%ld.%u", s->path, (long)getpid(), s->lst_seq++);
+    int direct = strlen(tmp) >= sizeof sun.sun_path;
+    if (direct) {
+        if (s->lst_open) {
+            snprintf(err, errlen, "socket path too long for a private name next to it");
+            return -ENAMETOOLONG;
+        }
+        /* No room for a private name: bind the public path itself (the
+         * listener can then not be replaced). */
+        snprintf(tmp, sizeof tmp, "%s", s->path);
+    }
+    if (!direct)
+        unlink(tmp);
+    snprintf(url, sizeof url, "ipc://%s", tmp);
+    nng_listener l;
+    /* Created owner-only, so it is never open to more users than the
+     * configured mode allows, not even for a moment. */
+    mode_t old = umask(0177);
+    int rv = nng_listener_create(&l, s->sock, url);
+    if (rv == 0) {
+        rv = nng_listener_start(l, 0);
+        if (rv != 0)
+            nng_listener_close(l);
+    }
+    umask(old);
+    if (rv != 0) {
+        snprintf(err, errlen, "listen on %s: %s", url, nng_strerror(rv));
+        return rv == NNG_EADDRINUSE ? -EADDRINUSE : -EIO;
+    }
+    int rc = set_mode_group(s, tmp, err, errlen);
+    if (rc == 0 && !direct && rename(tmp, s->path) != 0) {
+        snprintf(err, errlen, "rename %s -> %s: %s", tmp, s->path, strerror(errno));
+        rc = -errno;
+    }
+    if (rc != 0) {
+        nng_listener_close(l);
+        return rc;
+    }
+    if (s->lst_open) {
+        nng_listener *r = realloc(s->retired, (s->n_retired + 1) * sizeof *r);
+        if (r) {
+            s->retired = r;
+            s->retired[s->n_retired++] = s->lst;
+        } else {
+            nng_listener_close(s->lst); /* closes its connections, but frees it */
+        }
+    }
+    s->lst = l;
+    s->lst_open = 1;
+    s->lst_replaceable = !direct;
+    s->lst_errors = 0; /* a new listener counts from zero */
+    return 0;
+}
+
+/* The "listener" scope of listener id. (nng 1.5's nng_stat_find_listener
+ * returns the first listener's scope whatever the id.) */
+static nng_stat *find_listener_scope(nng_stat *st, int id)
+{
+    for (; st; st = nng_stat_next(st)) {
+        if (nng_stat_type(st) == NNG_STAT_SCOPE && strcmp(nng_stat_name(st), "listener") == 0) {
+            for (nng_stat *c = nng_stat_child(st); c; c = nng_stat_next(c))
+                if (strcmp(nng_stat_name(c), "id") == 0 && nng_stat_value(c) == (uint64_t)id)
+                    return st;
+        }
+        nng_stat *in = find_listener_scope(nng_stat_child(st), id);
+        if (in)
+            return in;
+    }
+    return NULL;
+}
+
+/* A listener's statistic by name; UINT64_MAX when unavailable. */
+static uint64_t listener_stat(nng_stat *all, nng_listener l, const char *name)
+{
+    nng_stat *ls = find_listener_scope(all, nng_listener_id(l));
+    for (nng_stat *c = ls ? nng_stat_child(ls) : NULL; c; c = nng_stat_next(c))
+        if (strcmp(nng_stat_name(c), name) == 0)
+            return nng_stat_value(c);
+    return UINT64_MAX;
+}
+
+static uint64_t listener_stat_now(nng_listener l, const char *name)
+{
+    nng_stat *all;
+    if (nng_stats_get(&all) != 0)
+        return UINT64_MAX;
+    uint64_t v = listener_stat(all, l, name);
+    nng_stats_free(all);
+    return v;
+}
+
+static void on_watch(uv_timer_t *t)
+{
+    pj_server *s = t->data;
+    if (s->stopping || !s->lst_open || !s->lst_replaceable)
+        return;
+    nng_stat *all;
+    if (nng_stats_get(&all) != 0)
+        return;
+    uint64_t other = listener_stat(all, s->lst, "other");
+    uint64_t canceled = listener_stat(all, s->lst, "canceled");
+    uint64_t errors = other == UINT64_MAX || canceled == UINT64_MAX ? UINT64_MAX : other + canceled;
+    /* Retired listeners go once their last connection has. */
+    for (uint32_t i = 0; i < s->n_retired;) {
+        if (listener_stat(all, s->retired[i], "pipes") == 0) {
+            nng_listener_close(s->retired[i]);
+            s->retired[i] = s->retired[--s->n_retired];
+        } else {
+            i++;
+        }
+    }
+    nng_stats_free(all);
+    if (errors == UINT64_MAX)
+        return;
+    if (errors <= s->lst_errors)
+        return;
+    pj_log_debug("listener: other %" PRIu64 " canceled %" PRIu64 " accept %" PRIu64, other,
+                 canceled, listener_stat_now(s->lst, "accept"));
+    char err[256];
+    if (open_listener(s, err, sizeof err) != 0) {
+        pj_log_err("listener: cannot replace a listener that may have stopped accepting: %s", err);
+        return;
+    }
+    s->lst_restarts++;
+    pj_log_info("listener: a client hung up during the handshake, which stops an nng 1.5 "
+                "listener; opened a fresh one (%u old listener%s kept for their connections)",
+                s->n_retired, s->n_retired == 1 ? "" : "s");
 }
 
 int pj_server_listen(pj_server *s, char *err, size_t errlen)
@@ -1275,33 +1476,11 @@ int pj_server_listen(pj_server *s, char *err, size_t errlen)
         snprintf(err, errlen, "nng socket options: %s", nng_strerror(rv));
         return -EIO;
     }
-    /* Create the socket file owner-only; it gets its configured mode once it
-     * exists, so it is never briefly open to more users than configured. */
-    mode_t old = umask(0177);
-    rv = nng_listen(s->sock, s->url, NULL, 0);
-    umask(old);
-    if (rv != 0) {
-        snprintf(err, errlen, "listen on %s: %s", s->url, nng_strerror(rv));
-        return rv == NNG_EADDRINUSE ? -EADDRINUSE : -EIO;
-    }
+    rc = open_listener(s, err, errlen);
+    if (rc != 0)
+        return rc;
     s->listening = 1;
-    if (chmod(s->path, (mode_t)s->cfg.socket.mode) != 0) {
-        snprintf(err, errlen, "chmod %o %s: %s", s->cfg.socket.mode, s->path, strerror(errno));
-        return -errno;
-    }
-    if (s->cfg.socket.group[0]) {
-        struct group gr, *res = NULL;
-        char buf[4096];
-        int e = getgrnam_r(s->cfg.socket.group, &gr, buf, sizeof buf, &res);
-        if (e != 0 || !res) {
-            snprintf(err, errlen, "socket.group \"%s\": no such group", s->cfg.socket.group);
-            return -ENOENT;
-        }
-        if (chown(s->path, (uid_t)-1, gr.gr_gid) != 0) {
-            snprintf(err, errlen, "chgrp %s %s: %s", s->cfg.socket.group, s->path, strerror(errno));
-            return -errno;
-        }
-    }
+    uv_timer_start(&s->watch_timer, on_watch, WATCH_EVERY_MS, WATCH_EVERY_MS);
     rc = add_contexts(s, CTX_GROW, err, errlen);
     if (rc != 0)
         return rc;
@@ -1350,6 +1529,7 @@ void pj_server_destroy(pj_server *s)
     pj_wbuf_free(&s->wb);
     free(s->ops_scratch);
     free(s->pipes);
+    free(s->retired);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }

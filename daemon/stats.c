@@ -51,6 +51,8 @@ uint64_t pj_hist_quantile(const pj_hist *h, double q)
     uint64_t need = (uint64_t)want;
     if ((double)need < want || need == 0)
         need++;
+    if (need >= h->count)
+        return h->max; /* the top quantile is known exactly */
     uint64_t seen = 0;
     for (unsigned i = 0; i < PJ_HIST_BUCKETS; i++) {
         seen += h->b[i];
@@ -114,6 +116,7 @@ void pj_stats_json(const pj_stats *s, const char *const *layer_names, uint32_t n
             continue;
         cJSON_AddNumberToObject(l, "ops", (double)s->layer_ops[i]);
         cJSON_AddNumberToObject(l, "rows", (double)s->layer_rows[i]);
+        add_hist(l, "exec_us", &s->layer_exec_ns[i]);
     }
     cJSON *lat = cJSON_AddObjectToObject(obj, "latency_us");
     if (lat) {

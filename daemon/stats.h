@@ -38,6 +38,7 @@ typedef struct pj_stats {
     uint64_t layer_ops[PJ_CFG_MAX_LAYERS];
     uint64_t layer_rows[PJ_CFG_MAX_LAYERS]; /* sum of m */
     pj_hist queue_ns, exec_ns, total_ns; /* PROJECT: received->start, start->end, received->reply */
+    pj_hist layer_exec_ns[PJ_CFG_MAX_LAYERS]; /* exec of one-op requests, by layer */
 } pj_stats;
 
 /* CLOCK_MONOTONIC in nanoseconds. */
@@ -47,7 +48,9 @@ void pj_stats_init(pj_stats *s);
 void pj_stats_error(pj_stats *s, int code);
 
 /* Add "uptime_s", "requests", "errors", "ops", "layers" (names from
- * layer_names, n_layers of them) and "latency_us" to obj. */
+ * layer_names, n_layers of them: ops, rows, exec_us of one-op requests)
+ * and "latency_us" (queue, exec, total; count, mean, p50, p99, max) to
+ * obj. */
 void pj_stats_json(const pj_stats *s, const char *const *layer_names, uint32_t n_layers,
                    cJSON *obj);
 

@@ -1,0 +1,991 @@
+/* libprojd.c — the client library: one nng REQ socket per connection, one
+ * nng context + aio per request, so any number of threads can have requests
+ * in flight on one connection. See client/projd.h for the contract.
+ *
+ * A request is a small state machine driven by its aio callback: send ->
+ * receive -> parse -> user callback -> done. Every step is bounded by a
+ * deadline fixed at submission, so every request completes.
+ */
+#include "client/projd.h"
+
+#include <errno.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client/shmbuf.h"
+#include "protocol/sockpath.h"
+
+#define URL_MAX         600
+#define REPLY_MAX_BYTES (64u << 20) /* STATS_REPLY may be large; nothing else is */
+
+struct projd_conn {
+    nng_socket sock;
+    nng_dialer dialer;
+    char url[URL_MAX];
+    projd_info info;
+    atomic_int timeout_ms;
+    atomic_uint_fast64_t next_id;
+    atomic_int pipes_removed; /* peers that hung up on us; explains a silent HELLO */
+    pthread_mutex_t mu;       /* guards buffers */
+    projd_buffer *buffers;    /* doubly linked, for projd_close */
+};
+
+struct projd_buffer {
+    projd_conn *c;
+    pj_shmbuf shm;
+    uint32_t id;
+    projd_buffer *prev, *next;
+};
+
+struct projd_request {
+    nng_ctx ctx;
+    nng_aio *aio;
+    const char *what; /* request type name, for messages */
+    uint16_t expect;  /* reply type wanted, 0 = raw (not judged) */
+    uint64_t req_id;
+    uint64_t t_submit, deadline;
+    int timeout_ms;
+    int receiving; /* the send finished, a receive is in flight */
+    /* Outcome, written by the callback before `finished`, immutable after. */
+    int rc;
+    projd_error err;
+    nng_msg *reply;
+    projd_result res;
+    pj_op_result *op_res; /* n_ops entries, PROJECT only */
+    projd_callback cb;
+    void *arg;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int finished;       /* outcome available */
+    int done;           /* callback returned */
+    int in_cb;          /* the user callback is running on cb_thread */
+    int free_requested; /* projd_request_free called from the callback */
+    pthread_t cb_thread;
+};
+
+/* ---- small helpers -------------------------------------------------------------- */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static int
+fail(projd_error *e, int code, const char *fmt, ...)
+{
+    if (e) {
+        va_list ap;
+        va_start(ap, fmt);
+        e->code = code;
+        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+static void ok(projd_error *e)
+{
+    if (e) {
+        e->code = 0;
+        e->msg[0] = '\0';
+    }
+}
+
+/* nng's error numbers as negative errnos (system errors pass through). */
+static int nng_errno(int rv)
+{
+    if (rv & NNG_ESYSERR)
+        return -(rv & ~NNG_ESYSERR);
+    switch (rv) {
+    case NNG_EINTR:
+        return -EINTR;
+    case NNG_ENOMEM:
+        return -ENOMEM;
+    case NNG_EINVAL:
+    case NNG_EADDRINVAL:
+    case NNG_ENOARG:
+    case NNG_EAMBIGUOUS:
+    case NNG_EBADTYPE:
+        return -EINVAL;
+    case NNG_EBUSY:
+        return -EBUSY;
+    case NNG_ETIMEDOUT:
+        return -ETIMEDOUT;
+    case NNG_ECONNREFUSED:
+        return -ECONNREFUSED;
+    case NNG_ECLOSED:
+        return -EBADF;
+    case NNG_EAGAIN:
+        return -EAGAIN;
+    case NNG_ENOTSUP:
+        return -ENOTSUP;
+    case NNG_EADDRINUSE:
+        return -EADDRINUSE;
+    case NNG_ESTATE:
+        return -EALREADY;
+    case NNG_ENOENT:
+        return -ENOENT;
+    case NNG_EPROTO:
+        return -EPROTO;
+    case NNG_EUNREACHABLE:
+        return -EHOSTUNREACH;
+    case NNG_EPERM:
+        return -EPERM;
+    case NNG_EMSGSIZE:
+        return -EMSGSIZE;
+    case NNG_ECONNABORTED:
+        return -ECONNABORTED;
+    case NNG_ECONNRESET:
+        return -ECONNRESET;
+    case NNG_ECANCELED:
+        return -ECANCELED;
+    case NNG_ENOFILES:
+        return -EMFILE;
+    case NNG_ENOSPC:
+        return -ENOSPC;
+    case NNG_EEXIST:
+        return -EEXIST;
+    case NNG_EREADONLY:
+        return -EROFS;
+    case NNG_EPEERAUTH:
+        return -EACCES;
+    case NNG_ECONNSHUT:
+        return -ESHUTDOWN;
+    default:
+        return -EIO;
+    }
+}
+
+const char *projd_strerror(int code)
+{
+    if (code >= 0)
+        return pj_status_name(code);
+    return strerror(-code);
+}
+
+const char *projd_backend_name(int backend)
+{
+    switch (backend) {
+    case 1:
+        return "cpu";
+    case 2:
+        return "cuda";
+    default:
+        return "unknown";
+    }
+}
+
+const char *projd_format_name(int format)
+{
+    switch (format) {
+    case 0:
+        return "bf16";
+    case 1:
+        return "z12";
+    case 2:
+        return "split";
+    default:
+        return "unknown";
+    }
+}
+
+/* ---- requests ----------------------------------------------------------------- */
+
+static void req_destroy(projd_request *r, int from_callback)
+{
+    if (!from_callback)
+        nng_aio_stop(r->aio);
+    nng_ctx_close(r->ctx);
+    /* From inside the aio's own callback the aio cannot be freed in place
+     * (nng_aio_free waits for the callback): nng's reaper does it later. */
+    if (from_callback)
+        nng_aio_reap(r->aio);
+    else
+        nng_aio_free(r->aio);
+    if (r->reply)
+        nng_msg_free(r->reply);
+    free(r->op_res);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+/* Judges the reply: header, req_id, ERROR or the expected type, and for DONE
+ * the per-op results. Sets r->rc and r->err; keeps r->reply for the caller. */
+static void req_parse(projd_request *r)
+{
+    const uint8_t *body = nng_msg_body(r->reply);
+    size_t len = nng_msg_len(r->reply);
+    char err[512];
+    pj_hdr h;
+    if (r->expect == 0) {
+        r->rc = 0;
+        return;
+    }
+    int st = pj_dec_hdr(body, len, REPLY_MAX_BYTES, &h, err, sizeof err);
+    if (st != PJ_OK) {
+        r->rc = fail(&r->err, -EPROTO, "reply to %s: %s", r->what, err);
+        return;
+    }
+    if (h.req_id != r->req_id) {
+        r->rc = fail(&r->err, -EPROTO, "reply to %s: req_id %llu, sent %llu", r->what,
+                     (unsigned long long)h.req_id, (unsigned long long)r->req_id);
+        return;
+    }
+    const uint8_t *b = body + PJ_WIRE_HDR_SIZE;
+    if (h.type == PJ_MSG_ERROR) {
+        pj_error_msg m;
+        st = pj_dec_error(b, h.body_len, &m, err, sizeof err);
+        if (st != PJ_OK) {
+            r->rc = fail(&r->err, -EPROTO, "reply to %s: %s", r->what, err);
+            return;
+        }
+        if (m.code <= 0) {
+            r->rc = fail(&r->err, -EPROTO, "reply to %s: ERROR with code %d: %s", r->what, m.code,
+                         m.msg);
+            return;
+        }
+        r->res.status = m.code;
+        r->res.failed_op = m.op_index;
+        r->rc = fail(&r->err, m.code, "%s", m.msg);
+        return;
+    }
+    if (h.type != r->expect) {
+        r->rc = fail(&r->err, -EPROTO, "reply to %s: got %s, expected %s", r->what,
+                     pj_msg_type_name(h.type), pj_msg_type_name(r->expect));
+        return;
+    }
+    if (h.type == PJ_MSG_DONE) {
+        pj_done d = {.ops = r->op_res};
+        st = pj_dec_done(b, h.body_len, r->res.n_ops, &d, err, sizeof err);
+        if (st != PJ_OK || d.n_ops != r->res.n_ops) {
+            r->rc = fail(&r->err, -EPROTO, "reply to PROJECT: %s",
+                         st != PJ_OK ? err : "DONE has a different op count");
+            return;
+        }
+        r->res.status = d.status;
+        r->res.queue_ns = d.queue_ns;
+        r->res.exec_ns = d.exec_ns;
+        for (uint32_t i = 0; i < d.n_ops; i++) {
+            if (r->op_res[i].status != PJ_OK) {
+                r->res.failed_op = i;
+                break;
+            }
+        }
+        if (d.status != PJ_OK) {
+            if (d.status < 0) {
+                r->rc = fail(&r->err, -EPROTO, "reply to PROJECT: DONE status %d", d.status);
+                return;
+            }
+            if (r->res.failed_op != UINT32_MAX)
+                r->rc = fail(&r->err, d.status, "PROJECT: op %u failed: %s", r->res.failed_op,
+                             pj_status_name(d.status));
+            else
+                r->rc = fail(&r->err, d.status, "PROJECT failed: %s", pj_status_name(d.status));
+            return;
+        }
+    }
+    r->rc = 0;
+}
+
+static void req_complete(projd_request *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->finished = 1;
+    r->in_cb = 1;
+    r->cb_thread = pthread_self();
+    pthread_mutex_unlock(&r->mu);
+    if (r->cb)
+        r->cb(r, r->arg);
+    pthread_mutex_lock(&r->mu);
+    r->in_cb = 0;
+    int free_now = r->free_requested;
+    if (!free_now) {
+        r->done = 1;
+        pthread_cond_broadcast(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+    /* Nothing may touch r after the unlock unless we own it: a waiter may
+     * free it as soon as done is set. */
+    if (free_now)
+        req_destroy(r, 1);
+}
+
+static void req_callback(void *arg)
+{
+    projd_request *r = arg;
+    int rv = nng_aio_result(r->aio);
+    if (!r->receiving) {
+        if (rv != 0) {
+            nng_msg *m = nng_aio_get_msg(r->aio);
+            if (m)
+                nng_msg_free(m);
+            r->rc = fail(&r->err, rv == NNG_ETIMEDOUT ? -ETIMEDOUT : nng_errno(rv), "%s: send: %s",
+                         r->what,
+                         rv == NNG_ETIMEDOUT ? "no peer within the timeout" : nng_strerror(rv));
+            req_complete(r);
+            return;
+        }
+        uint64_t t = now_ns();
+        if (t >= r->deadline) {
+            r->rc = fail(&r->err, -ETIMEDOUT, "%s: no reply within %d ms", r->what, r->timeout_ms);
+            req_complete(r);
+            return;
+        }
+        r->receiving = 1;
+        nng_aio_set_timeout(r->aio, (nng_duration)((r->deadline - t + 999999) / 1000000));
+        nng_ctx_recv(r->ctx, r->aio);
+        return; /* r belongs to the receive now */
+    }
+    r->res.total_ns = now_ns() - r->t_submit;
+    if (rv != 0) {
+        if (rv == NNG_ETIMEDOUT)
+            r->rc = fail(&r->err, -ETIMEDOUT, "%s: no reply within %d ms", r->what, r->timeout_ms);
+        else
+            r->rc = fail(&r->err, nng_errno(rv), "%s: receive: %s", r->what, nng_strerror(rv));
+    } else {
+        r->reply = nng_aio_get_msg(r->aio);
+        req_parse(r);
+    }
+    req_complete(r);
+}
+
+/* Sends the message in w (whole, header included) on a new context. On
+ * success *out is a request that will complete; on failure nothing is left. */
+static int req_submit(projd_conn *c, const pj_wbuf *w, const char *what, uint16_t expect,
+                      uint64_t req_id, uint32_t n_ops, projd_callback cb, void *arg,
+                      projd_request **out, projd_error *e)
+{
+    *out = NULL;
+    if (w->oom)
+        return fail(e, -ENOMEM, "%s: out of memory encoding the request", what);
+    projd_request *r = calloc(1, sizeof *r);
+    if (!r)
+        return fail(e, -ENOMEM, "%s: out of memory", what);
+    r->what = what;
+    r->expect = expect;
+    r->req_id = req_id;
+    r->cb = cb;
+    r->arg = arg;
+    r->res.n_ops = n_ops;
+    r->res.failed_op = UINT32_MAX;
+    r->timeout_ms = atomic_load(&c->timeout_ms);
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    int rv;
+    nng_msg *m = NULL;
+    if (n_ops && !(r->op_res = calloc(n_ops, sizeof *r->op_res))) {
+        rv = NNG_ENOMEM;
+        goto fail_alloc;
+    }
+    if ((rv = nng_aio_alloc(&r->aio, req_callback, r)) != 0)
+        goto fail_alloc;
+    if ((rv = nng_ctx_open(&r->ctx, c->sock)) != 0) {
+        nng_aio_free(r->aio);
+        goto fail_alloc;
+    }
+    if ((rv = nng_msg_alloc(&m, w->len)) != 0) {
+        nng_ctx_close(r->ctx);
+        nng_aio_free(r->aio);
+        goto fail_alloc;
+    }
+    memcpy(nng_msg_body(m), w->data, w->len);
+    r->t_submit = now_ns();
+    r->deadline = r->t_submit + (uint64_t)r->timeout_ms * 1000000ull;
+    nng_aio_set_msg(r->aio, m);
+    nng_aio_set_timeout(r->aio, r->timeout_ms);
+    nng_ctx_send(r->ctx, r->aio);
+    *out = r;
+    return 0;
+fail_alloc:
+    free(r->op_res);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+    return fail(e, nng_errno(rv), "%s: %s", what, nng_strerror(rv));
+}
+
+int projd_request_poll(projd_request *r)
+{
+    pthread_mutex_lock(&r->mu);
+    int d = r->done;
+    pthread_mutex_unlock(&r->mu);
+    return d;
+}
+
+/* Copies the outcome out; r->finished must be set. */
+static int req_outcome(projd_request *r, projd_result *res, projd_error *e)
+{
+    if (res) {
+        *res = r->res;
+        uint32_t n = r->res.n_ops < PROJD_RESULT_MAX_OPS ? r->res.n_ops : PROJD_RESULT_MAX_OPS;
+        if (r->op_res)
+            memcpy(res->ops, r->op_res, (size_t)n * sizeof *res->ops);
+    }
+    if (e) {
+        if (r->rc == 0)
+            ok(e);
+        else
+            *e = r->err;
+    }
+    return r->rc;
+}
+
+int projd_request_result(projd_request *r, projd_result *res, projd_error *e)
+{
+    pthread_mutex_lock(&r->mu);
+    int f = r->finished;
+    pthread_mutex_unlock(&r->mu);
+    if (!f)
+        return fail(e, -EBUSY, "%s: request still in flight", r->what);
+    return req_outcome(r, res, e);
+}
+
+int projd_request_wait(projd_request *r, projd_result *res, projd_error *e)
+{
+    /* The aio deadline guarantees completion; the grace only guards against
+     * a bug turning into a hang. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += r->timeout_ms / 1000 + 10;
+    pthread_mutex_lock(&r->mu);
+    int rc = 0;
+    while (!r->done && rc == 0)
+        rc = pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    int d = r->done;
+    pthread_mutex_unlock(&r->mu);
+    if (!d)
+        return fail(e, -ETIMEDOUT, "%s: request did not complete", r->what);
+    return req_outcome(r, res, e);
+}
+
+void projd_request_free(projd_request *r)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    if (r->in_cb && pthread_equal(r->cb_thread, pthread_self())) {
+        r->free_requested = 1;
+        pthread_mutex_unlock(&r->mu);
+        return;
+    }
+    pthread_mutex_unlock(&r->mu);
+    req_destroy(r, 0);
+}
+
+/* Submit, wait, and hand back the request (for its reply) or fail. */
+static int call(projd_conn *c, const pj_wbuf *w, const char *what, uint16_t expect, uint64_t req_id,
+                projd_request **out, projd_error *e)
+{
+    projd_request *r;
+    int rc = req_submit(c, w, what, expect, req_id, 0, NULL, NULL, &r, e);
+    if (rc)
+        return rc;
+    rc = projd_request_wait(r, NULL, e);
+    if (rc) {
+        projd_request_free(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+static const uint8_t *reply_body(const projd_request *r, size_t *len)
+{
+    *len = nng_msg_len(r->reply) - PJ_WIRE_HDR_SIZE;
+    return (const uint8_t *)nng_msg_body(r->reply) + PJ_WIRE_HDR_SIZE;
+}
+
+uint64_t projd_next_req_id(projd_conn *c)
+{
+    return atomic_fetch_add(&c->next_id, 1);
+}
+
+/* ---- connection ------------------------------------------------------------------ */
+
+static void pipe_removed(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+    (void)p;
+    (void)ev;
+    projd_conn *c = arg;
+    atomic_fetch_add(&c->pipes_removed, 1);
+}
+
+/* HELLO/WELCOME. A daemon that refuses the peer (auth) closes the pipe
+ * instead of answering, so the wait watches for that and says so, instead
+ * of waiting out the timeout. */
+static int say_hello(projd_conn *c, const char *name, projd_error *e)
+{
+    pj_hello h;
+    memset(&h, 0, sizeof h);
+    h.ver_min = PJ_WIRE_VERSION;
+    h.ver_max = PJ_WIRE_VERSION;
+    h.pid = (uint32_t)getpid();
+    snprintf(h.name, sizeof h.name, "%s", name ? name : "libprojd");
+    pj_wbuf w;
+    pj_wbuf_init(&w);
+    uint64_t id = projd_next_req_id(c);
+    pj_enc_hello(&w, id, &h);
+    projd_request *r;
+    int rc = req_submit(c, &w, "HELLO", PJ_MSG_WELCOME, id, 0, NULL, NULL, &r, e);
+    pj_wbuf_free(&w);
+    if (rc)
+        return rc;
+    for (;;) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20 * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_mutex_lock(&r->mu);
+        if (!r->done)
+            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        int d = r->done;
+        pthread_mutex_unlock(&r->mu);
+        if (d)
+            break;
+        if (atomic_load(&c->pipes_removed) > 0)
+            break;
+    }
+    pthread_mutex_lock(&r->mu);
+    int done = r->done;
+    pthread_mutex_unlock(&r->mu);
+    if (!done || r->rc == -ECONNRESET || r->rc == -ECONNABORTED || r->rc == -ESHUTDOWN) {
+        projd_request_free(r);
+        return fail(e, -ECONNRESET,
+                    "connect %s: projd closed the connection before WELCOME "
+                    "(is this uid/gid allowed by its auth config?)",
+                    c->url);
+    }
+    rc = projd_request_wait(r, NULL, e);
+    if (rc == 0) {
+        size_t len;
+        const uint8_t *b = reply_body(r, &len);
+        char err[512];
+        int st = pj_dec_welcome(b, len, &c->info, err, sizeof err);
+        if (st != PJ_OK)
+            rc = fail(e, -EPROTO, "connect %s: %s", c->url, err);
+        else if (c->info.version != PJ_WIRE_VERSION)
+            rc = fail(e, -EPROTO, "connect %s: daemon chose protocol version %u, we speak %d",
+                      c->url, c->info.version, PJ_WIRE_VERSION);
+    } else if (e && rc > 0) {
+        char tmp[sizeof e->msg];
+        snprintf(tmp, sizeof tmp, "%s", e->msg);
+        fail(e, rc, "connect %s: HELLO refused: %s", c->url, tmp);
+    }
+    projd_request_free(r);
+    return rc;
+}
+
+/* Stops redialing before closing the socket: nng 1.5's nng_close can wait
+ * forever on a dialer that keeps reconnecting to a peer that keeps hanging
+ * up (what an auth refusal looks like). */
+static void close_sock(projd_conn *c)
+{
+    if (nng_dialer_id(c->dialer) > 0)
+        nng_dialer_close(c->dialer);
+    nng_close(c->sock);
+}
+
+int projd_connect(const char *url, const char *name, projd_conn **out, projd_error *e)
+{
+    *out = NULL;
+    projd_conn *c = calloc(1, sizeof *c);
+    if (!c)
+        return fail(e, -ENOMEM, "connect: out of memory");
+    char err[600];
+    int rc = pj_sockpath_resolve(url, PJ_SOCKPATH_CLIENT, c->url, sizeof c->url, err, sizeof err);
+    if (rc) {
+        free(c);
+        return fail(e, rc, "connect: %s", err);
+    }
+    atomic_init(&c->timeout_ms, PROJD_DEFAULT_TIMEOUT_MS);
+    atomic_init(&c->next_id, ((uint64_t)getpid() << 32) | 1u);
+    atomic_init(&c->pipes_removed, 0);
+    pthread_mutex_init(&c->mu, NULL);
+    int rv = nng_req0_open(&c->sock);
+    if (rv) {
+        pthread_mutex_destroy(&c->mu);
+        free(c);
+        return fail(e, nng_errno(rv), "connect: nng_req0_open: %s", nng_strerror(rv));
+    }
+    /* No resend timer: PROJECT is not idempotent with respect to timing,
+     * and the deadline of each request already bounds it. */
+    nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+    nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, REPLY_MAX_BYTES + PJ_WIRE_HDR_SIZE);
+    nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 20);
+    nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 1000);
+    nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, pipe_removed, c);
+    rv = nng_dial(c->sock, c->url, &c->dialer, 0);
+    if (rv) {
+        rc = nng_errno(rv);
+        fail(e, rc, "connect %s: %s%s", c->url, nng_strerror(rv),
+             (rv == NNG_ECONNREFUSED || rv == NNG_ENOENT) ? " (is projd running there?)" : "");
+        goto fail_sock;
+    }
+    rc = say_hello(c, name, e);
+    if (rc)
+        goto fail_sock;
+    ok(e);
+    *out = c;
+    return 0;
+fail_sock:
+    close_sock(c);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+    return rc;
+}
+
+void projd_close(projd_conn *c)
+{
+    if (!c)
+        return;
+    /* Completes every outstanding request with an error first. */
+    close_sock(c);
+    pthread_mutex_lock(&c->mu);
+    projd_buffer *b = c->buffers;
+    c->buffers = NULL;
+    pthread_mutex_unlock(&c->mu);
+    while (b) {
+        projd_buffer *next = b->next;
+        pj_shmbuf_destroy(&b->shm);
+        free(b);
+        b = next;
+    }
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+int projd_set_timeout_ms(projd_conn *c, int ms)
+{
+    if (ms <= 0)
+        return -EINVAL;
+    atomic_store(&c->timeout_ms, ms);
+    return 0;
+}
+
+int projd_get_timeout_ms(const projd_conn *c)
+{
+    return atomic_load(&((projd_conn *)c)->timeout_ms);
+}
+
+const char *projd_url(const projd_conn *c)
+{
+    return c->url;
+}
+
+const projd_info *projd_info_get(const projd_conn *c)
+{
+    return &c->info;
+}
+
+int projd_layer_find(const projd_conn *c, const char *name)
+{
+    for (uint32_t i = 0; i < c->info.n_layers; i++)
+        if (strcmp(c->info.layers[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* ---- buffers ---------------------------------------------------------------------- */
+
+static int do_register(projd_conn *c, const pj_register *reg, uint32_t *id, projd_error *e)
+{
+    pj_wbuf w;
+    pj_wbuf_init(&w);
+    uint64_t rid = projd_next_req_id(c);
+    pj_enc_register(&w, rid, reg);
+    projd_request *r;
+    int rc = call(c, &w, "REGISTER", PJ_MSG_REGISTERED, rid, &r, e);
+    pj_wbuf_free(&w);
+    if (rc)
+        return rc;
+    size_t len;
+    const uint8_t *b = reply_body(r, &len);
+    pj_registered m;
+    char err[256];
+    if (pj_dec_registered(b, len, &m, err, sizeof err) != PJ_OK)
+        rc = fail(e, -EPROTO, "reply to REGISTER: %s", err);
+    else if (m.size != reg->size)
+        rc = fail(e, -EPROTO, "reply to REGISTER: size %llu, asked for %llu",
+                  (unsigned long long)m.size, (unsigned long long)reg->size);
+    else
+        *id = m.buffer_id;
+    projd_request_free(r);
+    return rc;
+}
+
+int projd_shm_create(projd_conn *c, size_t size, projd_buffer **out, projd_error *e)
+{
+    *out = NULL;
+    projd_buffer *b = calloc(1, sizeof *b);
+    if (!b)
+        return fail(e, -ENOMEM, "shm buffer: out of memory");
+    char err[512];
+    int rc = pj_shmbuf_create(&b->shm, size, err, sizeof err);
+    if (rc) {
+        free(b);
+        return fail(e, rc, "%s", err);
+    }
+    pj_register reg;
+    memset(&reg, 0, sizeof reg);
+    reg.kind = PJ_BUF_SHM;
+    reg.size = size;
+    snprintf(reg.shm_name, sizeof reg.shm_name, "%s", b->shm.name);
+    rc = do_register(c, &reg, &b->id, e);
+    /* Registered or not, the name is no longer needed: the daemon mapped it
+     * during REGISTER. Unlinking now leaves nothing behind if we die. */
+    pj_shmbuf_unlink(&b->shm);
+    if (rc) {
+        pj_shmbuf_destroy(&b->shm);
+        free(b);
+        return rc;
+    }
+    b->c = c;
+    pthread_mutex_lock(&c->mu);
+    b->next = c->buffers;
+    if (c->buffers)
+        c->buffers->prev = b;
+    c->buffers = b;
+    pthread_mutex_unlock(&c->mu);
+    ok(e);
+    *out = b;
+    return 0;
+}
+
+int projd_buffer_release(projd_buffer *b, projd_error *e)
+{
+    if (!b)
+        return 0;
+    projd_conn *c = b->c;
+    pthread_mutex_lock(&c->mu);
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        c->buffers = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+    pthread_mutex_unlock(&c->mu);
+    int rc = projd_unregister(c, b->id, e);
+    pj_shmbuf_destroy(&b->shm);
+    free(b);
+    return rc;
+}
+
+void *projd_buffer_ptr(const projd_buffer *b)
+{
+    return b->shm.ptr;
+}
+
+uint32_t projd_buffer_id(const projd_buffer *b)
+{
+    return b->id;
+}
+
+size_t projd_buffer_size(const projd_buffer *b)
+{
+    return b->shm.size;
+}
+
+int projd_register_cuda_ipc(projd_conn *c, const uint8_t handle[PJ_WIRE_IPC_HANDLE_SIZE],
+                            const uint8_t uuid[PJ_WIRE_UUID_SIZE], uint64_t size, uint32_t *id,
+                            projd_error *e)
+{
+    if (!handle || !uuid || !id)
+        return fail(e, -EINVAL, "register cuda ipc: handle, uuid and id are required");
+    pj_register reg;
+    memset(&reg, 0, sizeof reg);
+    reg.kind = PJ_BUF_CUDA;
+    reg.size = size;
+    memcpy(reg.ipc_handle, handle, PJ_WIRE_IPC_HANDLE_SIZE);
+    memcpy(reg.device_uuid, uuid, PJ_WIRE_UUID_SIZE);
+    int rc = do_register(c, &reg, id, e);
+    if (rc == 0)
+        ok(e);
+    return rc;
+}
+
+int projd_unregister(projd_conn *c, uint32_t id, projd_error *e)
+{
+    pj_wbuf w;
+    pj_wbuf_init(&w);
+    uint64_t rid = projd_next_req_id(c);
+    pj_enc_unregister(&w, rid, id);
+    projd_request *r;
+    int rc = call(c, &w, "UNREGISTER", PJ_MSG_UNREGISTERED, rid, &r, e);
+    pj_wbuf_free(&w);
+    if (rc)
+        return rc;
+    size_t len;
+    const uint8_t *b = reply_body(r, &len);
+    uint32_t got;
+    char err[256];
+    if (pj_dec_buffer_id(b, len, &got, err, sizeof err) != PJ_OK)
+        rc = fail(e, -EPROTO, "reply to UNREGISTER: %s", err);
+    else if (got != id)
+        rc = fail(e, -EPROTO, "reply to UNREGISTER: id %u, asked for %u", got, id);
+    else
+        ok(e);
+    projd_request_free(r);
+    return rc;
+}
+
+/* ---- projections ---------------------------------------------------------------------- */
+
+int projd_project_events(projd_conn *c, const projd_op *ops, size_t n, uint32_t flags,
+                         const uint8_t *wait_event, const uint8_t *signal_event, projd_callback cb,
+                         void *arg, projd_request **req, projd_result *res, projd_error *e)
+{
+    if (req)
+        *req = NULL;
+    if ((n && !ops) || n > UINT32_MAX)
+        return fail(e, -EINVAL, "PROJECT: %zu ops at %p", n, (const void *)ops);
+    if (!(flags & PJ_PF_WAIT_EVENT) != !wait_event ||
+        !(flags & PJ_PF_SIGNAL_EVENT) != !signal_event)
+        return fail(e, -EINVAL, "PROJECT: an event handle is given exactly when its flag is set");
+    pj_project p;
+    memset(&p, 0, sizeof p);
+    p.flags = flags;
+    p.n_ops = (uint32_t)n;
+    p.ops = (pj_op *)ops; /* the encoder only reads */
+    if (wait_event)
+        memcpy(p.wait_event, wait_event, PJ_WIRE_IPC_HANDLE_SIZE);
+    if (signal_event)
+        memcpy(p.signal_event, signal_event, PJ_WIRE_IPC_HANDLE_SIZE);
+    pj_wbuf w;
+    pj_wbuf_init(&w);
+    uint64_t rid = projd_next_req_id(c);
+    if (pj_enc_project(&w, rid, &p) != 0) {
+        pj_wbuf_free(&w);
+        return fail(e, -ENOMEM, "PROJECT: out of memory encoding %zu ops", n);
+    }
+    if (c->info.max_message_bytes && w.len > c->info.max_message_bytes) {
+        size_t len = w.len;
+        pj_wbuf_free(&w);
+        return fail(e, -EMSGSIZE,
+                    "PROJECT: %zu ops make a %zu-byte message, the daemon takes at most %u", n, len,
+                    c->info.max_message_bytes);
+    }
+    projd_request *r;
+    int rc =
+        req_submit(c, &w, "PROJECT", PJ_MSG_DONE, rid, (uint32_t)n, req ? cb : NULL, arg, &r, e);
+    pj_wbuf_free(&w);
+    if (rc)
+        return rc;
+    if (req) {
+        *req = r;
+        ok(e);
+        return 0;
+    }
+    rc = projd_request_wait(r, res, e);
+    projd_request_free(r);
+    return rc;
+}
+
+int projd_project(projd_conn *c, const projd_op *ops, size_t n, uint32_t flags, projd_result *res,
+                  projd_error *e)
+{
+    return projd_project_events(c, ops, n, flags, NULL, NULL, NULL, NULL, NULL, res, e);
+}
+
+int projd_project_async(projd_conn *c, const projd_op *ops, size_t n, uint32_t flags,
+                        projd_callback cb, void *arg, projd_request **req, projd_error *e)
+{
+    if (!req)
+        return fail(e, -EINVAL, "PROJECT: req is required for an asynchronous request");
+    return projd_project_events(c, ops, n, flags, NULL, NULL, cb, arg, req, NULL, e);
+}
+
+/* ---- other requests --------------------------------------------------------------------- */
+
+int projd_stats_json(projd_conn *c, char **json, projd_error *e)
+{
+    *json = NULL;
+    pj_wbuf w;
+    pj_wbuf_init(&w);
+    uint64_t rid = projd_next_req_id(c);
+    pj_enc_stats(&w, rid);
+    projd_request *r;
+    int rc = call(c, &w, "STATS", PJ_MSG_STATS_REPLY, rid, &r, e);
+    pj_wbuf_free(&w);
+    if (rc)
+        return rc;
+    size_t len;
+    const uint8_t *b = reply_body(r, &len);
+    char *s = malloc(len + 1);
+    if (!s) {
+        projd_request_free(r);
+        return fail(e, -ENOMEM, "STATS: out of memory for %zu bytes", len);
+    }
+    memcpy(s, b, len);
+    s[len] = '\0';
+    projd_request_free(r);
+    *json = s;
+    ok(e);
+    return 0;
+}
+
+int projd_ping(projd_conn *c, projd_error *e)
+{
+    pj_wbuf w;
+    pj_wbuf_init(&w);
+    uint64_t rid = projd_next_req_id(c);
+    uint8_t payload[8];
+    for (int i = 0; i < 8; i++)
+        payload[i] = (uint8_t)(rid >> (8 * i));
+    pj_enc_ping(&w, rid, payload, sizeof payload);
+    projd_request *r;
+    int rc = call(c, &w, "PING", PJ_MSG_PONG, rid, &r, e);
+    pj_wbuf_free(&w);
+    if (rc)
+        return rc;
+    size_t len;
+    const uint8_t *b = reply_body(r, &len);
+    if (len != sizeof payload || memcmp(b, payload, len) != 0)
+        rc = fail(e, -EPROTO, "reply to PING: PONG payload differs (%zu bytes)", len);
+    else
+        ok(e);
+    projd_request_free(r);
+    return rc;
+}
+
+int projd_call_raw(projd_conn *c, const void *msg, size_t len, void **reply, size_t *reply_len,
+                   projd_error *e)
+{
+    *reply = NULL;
+    *reply_len = 0;
+    if (!msg && len)
+        return fail(e, -EINVAL, "raw call: NULL message");
+    pj_wbuf w = {.data = (uint8_t *)msg, .len = len, .cap = len};
+    projd_request *r;
+    int rc = call(c, &w, "raw message", 0, 0, &r, e);
+    if (rc)
+        return rc;
+    size_t n = nng_msg_len(r->reply);
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        projd_request_free(r);
+        return fail(e, -ENOMEM, "raw call: out of memory");
+    }
+    memcpy(p, nng_msg_body(r->reply), n);
+    projd_request_free(r);
+    *reply = p;
+    *reply_len = n;
+    ok(e);
+    return 0;
+}

@@ -1,0 +1,237 @@
+/* projd.h — libprojd, the C client library of projd.
+ *
+ * A connection (projd_conn) is one nng REQ socket dialed to the daemon, with
+ * HELLO/WELCOME done inside projd_connect. Everything on it is thread-safe:
+ * many threads may call projd_project (or any other call) on one connection
+ * at once; each call uses its own nng context, so requests from different
+ * threads are in flight together and replies pair with their requests.
+ *
+ * Errors. Every call that can fail returns 0 or an error code and, when `e`
+ * is not NULL, fills *e with the same code and a one-line message:
+ *   code > 0   a pj_status (protocol/wire.h) the daemon sent in an ERROR
+ *              reply (msg is the daemon's text, verbatim), or the status of
+ *              the first failing op of a DONE;
+ *   code < 0   a local failure as a negative errno: -ETIMEDOUT (no reply
+ *              within the timeout), -ECONNREFUSED / -ENOENT (nobody listens
+ *              at the URL), -EPROTO (a malformed reply), -EMSGSIZE (request
+ *              larger than the daemon's max_message_bytes), -EINVAL (bad
+ *              argument), -ENOMEM; nng errors keep nng_strerror's text.
+ * projd_strerror(code) names either kind.
+ *
+ * Timeouts. Every blocking call and every asynchronous request ends within
+ * the connection's timeout (default 30 000 ms, projd_set_timeout_ms).
+ *
+ * Typical use (a test against a daemon on a temporary socket):
+ *
+ *     projd_error e;
+ *     projd_conn *c;
+ *     if (projd_connect("ipc:///tmp/t/projd.sock", "test", &c, &e))
+ *         fail("%s", e.msg);
+ *     int layer = projd_layer_find(c, "o");
+ *     const projd_info *inf = projd_info_get(c);
+ *     uint32_t k = inf->layers[layer].k, n = inf->layers[layer].n, m = 8;
+ *     projd_buffer *x, *y;
+ *     projd_shm_create(c, (size_t)m * k * 2, &x, &e);
+ *     projd_shm_create(c, (size_t)m * n * 2, &y, &e);
+ *     ... fill projd_buffer_ptr(x) with m rows of k bf16 ...
+ *     projd_op op = {.layer = layer, .m = m, .n = n,
+ *                    .x_buf = projd_buffer_id(x), .x_ld = k,
+ *                    .y_buf = projd_buffer_id(y), .y_ld = n};
+ *     projd_result r;
+ *     int rc = projd_project(c, &op, 1, 0, &r, &e);   // rc == PJ_OK
+ *     ... read projd_buffer_ptr(y) ...
+ *     projd_buffer_release(x, NULL);
+ *     projd_buffer_release(y, NULL);
+ *     projd_close(c);
+ */
+#ifndef PROJD_H
+#define PROJD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "protocol/wire.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PROJD_DEFAULT_TIMEOUT_MS 30000
+#define PROJD_RESULT_MAX_OPS     64
+
+typedef struct projd_error {
+    int code;       /* 0, a pj_status (> 0) or a negative errno */
+    char msg[1024]; /* one line, "" when code is 0 */
+} projd_error;
+
+typedef struct projd_conn projd_conn;
+typedef struct projd_buffer projd_buffer;
+typedef struct projd_request projd_request;
+
+/* One projection: y[m x n] = x[m x k] @ W[:n]^T (PROTOCOL.md, PROJECT).
+ * Offsets in bytes, strides (x_ld, y_ld) in bf16 elements; op_flags 0. */
+typedef pj_op projd_op;
+
+/* What the daemon said in WELCOME: version, backend (1 cpu, 2 cuda), device
+ * uuid, limits (max_m, max_ops_per_request, max_buffers, max_message_bytes),
+ * layers (name, n, k, format — index = the layer number requests use) and
+ * the m values with captured graphs. */
+typedef pj_welcome projd_info;
+
+/* Outcome of one PROJECT. */
+typedef struct projd_result {
+    int32_t status;     /* PJ_OK, or the first failing status */
+    uint32_t n_ops;     /* ops in the request */
+    uint32_t failed_op; /* first failing op, UINT32_MAX when none or not about one op */
+    uint64_t queue_ns;  /* daemon: received -> started (0 when it answered ERROR) */
+    uint64_t exec_ns;   /* daemon: started -> finished */
+    uint64_t total_ns;  /* client: submitted -> reply received */
+    /* Status and engine of each op, for the first PROJD_RESULT_MAX_OPS ops
+     * (failed_op covers all of them). */
+    pj_op_result ops[PROJD_RESULT_MAX_OPS];
+} projd_result;
+
+/* ---- connection ---------------------------------------------------------- */
+
+/* Dials url (NULL or "": the default of protocol/sockpath.h: $PROJD_SOCKET,
+ * else ipc:///run/projd/projd.sock when it exists, else
+ * ipc://$XDG_RUNTIME_DIR/projd/projd.sock, else ipc:///tmp/projd-<uid>/projd.sock),
+ * says HELLO as `name` (NULL: "libprojd"; cut to 63 bytes) and reads
+ * WELCOME. On success *out is a connection the caller closes with
+ * projd_close. Nobody listening is reported at once (-ECONNREFUSED or
+ * -ENOENT); a daemon that does not answer fails after the default timeout. */
+int projd_connect(const char *url, const char *name, projd_conn **out, projd_error *e);
+
+/* Closes the connection. Buffers not yet released are released (their
+ * pointers become invalid). Requests still outstanding complete with an
+ * error (their callbacks run); the caller still frees them with
+ * projd_request_free, which stays valid after close. NULL is a no-op. */
+void projd_close(projd_conn *c);
+
+/* Timeout of every later call and request on c, in ms (> 0). Returns 0 or -EINVAL. */
+int projd_set_timeout_ms(projd_conn *c, int ms);
+int projd_get_timeout_ms(const projd_conn *c);
+
+/* The URL this connection dialed (owned by c). */
+const char *projd_url(const projd_conn *c);
+
+/* WELCOME as received (owned by c, valid until projd_close). */
+const projd_info *projd_info_get(const projd_conn *c);
+
+/* Index of the layer called name, or -1. */
+int projd_layer_find(const projd_conn *c, const char *name);
+
+/* "cpu", "cuda" or "unknown". */
+const char *projd_backend_name(int backend);
+
+/* "bf16", "z12", "split" or "unknown" (WELCOME's layer format). */
+const char *projd_format_name(int format);
+
+/* Name of a code from projd_error: "OK", "E_BOUNDS" (pj_status), or
+ * strerror's text for a negative errno. */
+const char *projd_strerror(int code);
+
+/* ---- buffers --------------------------------------------------------------- */
+
+/* Creates a host shared-memory buffer of size bytes (shm_open of a unique
+ * "/projd-<pid>-<counter>-<random>", ftruncate, mmap read-write, zeroed) and
+ * registers it. The shm name is unlinked as soon as the daemon has mapped it,
+ * so nothing is left in /dev/shm if the client dies. *out is owned by the
+ * caller until projd_buffer_release (or projd_close). */
+int projd_shm_create(projd_conn *c, size_t size, projd_buffer **out, projd_error *e);
+
+/* Unregisters (when the connection is open), unmaps and frees the buffer.
+ * Returns the unregister status; the local resources are freed in any case.
+ * NULL is a no-op. */
+int projd_buffer_release(projd_buffer *b, projd_error *e);
+
+void *projd_buffer_ptr(const projd_buffer *b);
+uint32_t projd_buffer_id(const projd_buffer *b);
+size_t projd_buffer_size(const projd_buffer *b);
+
+/* Registers a CUDA IPC memory handle (of the allocation's base) on the
+ * device with the given 16-byte UUID; *id receives the buffer id. The caller
+ * keeps the allocation alive until projd_unregister. */
+int projd_register_cuda_ipc(projd_conn *c, const uint8_t handle[PJ_WIRE_IPC_HANDLE_SIZE],
+                            const uint8_t uuid[PJ_WIRE_UUID_SIZE], uint64_t size, uint32_t *id,
+                            projd_error *e);
+
+/* Releases a buffer id (from projd_register_cuda_ipc, or any raw id). */
+int projd_unregister(projd_conn *c, uint32_t id, projd_error *e);
+
+/* ---- projections ----------------------------------------------------------- */
+
+/* Runs n ops in order and waits for DONE. flags are PJ_PF_* (protocol/wire.h);
+ * WAIT_EVENT and SIGNAL_EVENT need projd_project_events. res may be NULL.
+ * Returns 0, the daemon's status (ERROR code or first failing op), or a
+ * negative errno. The request is checked locally only for what cannot be
+ * sent (a message over max_message_bytes: -EMSGSIZE); everything else is
+ * the daemon's to judge. */
+int projd_project(projd_conn *c, const projd_op *ops, size_t n, uint32_t flags, projd_result *res,
+                  projd_error *e);
+
+/* Completion callback of an asynchronous request. It runs once per request,
+ * on one of nng's threads (never on the caller's), after the result is
+ * available to projd_request_result and before projd_request_wait returns.
+ * It must not block for long (it holds up nng's thread); it may call
+ * projd_request_result, projd_request_poll and projd_request_free on its own
+ * request (a free there takes effect when the callback returns), and may
+ * submit new requests. */
+typedef void (*projd_callback)(projd_request *req, void *arg);
+
+/* Submits n ops and returns at once with *req (caller frees with
+ * projd_request_free). cb may be NULL (then use poll or wait). The ops are
+ * copied; the buffers must stay registered until the request completes.
+ * A submission error (bad argument, message too big, no memory) is returned
+ * here and no request is made. */
+int projd_project_async(projd_conn *c, const projd_op *ops, size_t n, uint32_t flags,
+                        projd_callback cb, void *arg, projd_request **req, projd_error *e);
+
+/* The general form: with IPC event handles for PJ_PF_WAIT_EVENT (wait_event)
+ * and PJ_PF_SIGNAL_EVENT (signal_event); each must be non-NULL exactly when
+ * its flag is set. req == NULL makes it blocking (then res and e receive the
+ * outcome, as projd_project). */
+int projd_project_events(projd_conn *c, const projd_op *ops, size_t n, uint32_t flags,
+                         const uint8_t *wait_event, const uint8_t *signal_event, projd_callback cb,
+                         void *arg, projd_request **req, projd_result *res, projd_error *e);
+
+/* 1 when the request has completed (callback returned), else 0. */
+int projd_request_poll(projd_request *req);
+
+/* Waits until the request completed (bounded by the connection timeout at
+ * submission) and returns its outcome as projd_project does; res and e may
+ * be NULL. May be called more than once, from any thread but the callback. */
+int projd_request_wait(projd_request *req, projd_result *res, projd_error *e);
+
+/* The outcome of a completed request (same return as projd_request_wait);
+ * -EBUSY when it has not completed. Callable from the callback. */
+int projd_request_result(projd_request *req, projd_result *res, projd_error *e);
+
+/* Cancels the request if it is still running, waits for its callback, and
+ * frees it. NULL is a no-op. */
+void projd_request_free(projd_request *req);
+
+/* ---- other requests ---------------------------------------------------------- */
+
+/* STATS: *json receives the daemon's JSON text, NUL-terminated, malloc'd
+ * (caller frees with free()). */
+int projd_stats_json(projd_conn *c, char **json, projd_error *e);
+
+/* PING with an 8-byte payload; checks the PONG echoes it. */
+int projd_ping(projd_conn *c, projd_error *e);
+
+/* Sends msg (len bytes, a whole protocol message, header included, sent as
+ * is) and returns the raw reply: *reply malloc'd (caller frees), *reply_len
+ * its length. For tests that send malformed messages on a live connection.
+ * Local errors only: whatever the daemon replies is returned, not judged. */
+int projd_call_raw(projd_conn *c, const void *msg, size_t len, void **reply, size_t *reply_len,
+                   projd_error *e);
+
+/* A fresh request id, as the library uses (unique per connection). */
+uint64_t projd_next_req_id(projd_conn *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,2116 @@
+/* projload_main.c — projload: replay request traces against projd, check
+ * results against the CPU reference, report latency and throughput.
+ *
+ *   projload gen  --kind decode|verify|reference --seed S --count N --out FILE ...
+ *   projload info [--socket URL]
+ *   projload [run] --trace FILE [mode] [bounds] [checks] [report]
+ *
+ * Every client is a thread with its own connection and its own registered
+ * buffers (one x and one y shared-memory segment, split into slots, one per
+ * request it may have in flight). Requests that are checked get random x
+ * and a poisoned y; their inputs and outputs are copied to checker threads
+ * that recompute every op with pj_ref_project and compare bit for bit.
+ *
+ * Exit status: 0 when every request succeeded and every check matched; 1
+ * when a request failed, a check mismatched or the run was cut short; 2
+ * when the run could not start (command line, trace, daemon, model).
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client/loadstat.h"
+#include "client/plot.h"
+#include "client/projd.h"
+#include "client/trace.h"
+#include "config/config.h"
+#include "daemon/model.h"
+#include "kernels/bf16.h"
+#include "kernels/refgemm.h"
+
+#define LT_MAX_CLIENTS   256
+#define LT_MAX_SWEEP     32
+#define LT_MAX_MSGS      5       /* first errors / mismatches kept for the report */
+#define LT_ALIGN         256     /* op regions inside a slot start on this boundary */
+#define LT_POISON        0x7fa5u /* a NaN no finite computation writes */
+#define LT_MAX_PLAN      20000000ull
+#define EXIT_RUN_FAILED  1
+#define EXIT_SETUP_ERROR 2
+
+static volatile sig_atomic_t g_interrupted;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_interrupted = 1;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* splitmix64 over a counter. */
+static uint64_t rng_next(uint64_t *s)
+{
+    return mix64((*s)++);
+}
+
+/* Uniform in [0, 1). */
+static double rng_unit(uint64_t *s)
+{
+    return (double)(rng_next(s) >> 11) * 0x1p-53;
+}
+
+static size_t align_up(size_t v)
+{
+    return (v + LT_ALIGN - 1) / LT_ALIGN * LT_ALIGN;
+}
+
+/* ---- options --------------------------------------------------------------- */
+
+typedef enum lt_mode {
+    MODE_CLOSED = 0,
+    MODE_RATE = 1,    /* open loop, fixed intervals */
+    MODE_POISSON = 2, /* open loop, exponential gaps */
+    MODE_REPLAY = 3,  /* t_us of each request */
+} lt_mode;
+
+static const char *mode_name(lt_mode m)
+{
+    static const char *const names[] = {"closed", "open-fixed", "open-poisson", "replay"};
+    return names[m];
+}
+
+typedef struct lt_opts {
+    const char *trace, *socket, *model, *config, *json, *plot, *transport;
+    lt_mode mode;
+    int mode_set;
+    double rate, speed, duration_s, check_fraction;
+    uint32_t concurrency, slots, check_threads;
+    int concurrency_set, slots_set, count_set;
+    uint64_t warmup, count, seed;
+    uint32_t sweep[LT_MAX_SWEEP];
+    size_t n_sweep;
+    int timeout_ms;
+    int progress; /* -1: when stderr is a tty */
+    int compare;
+    char command[2048]; /* the command line, for the JSON report */
+} lt_opts;
+
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("projload: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs(" (projload --help)\n", stderr);
+    va_end(ap);
+    return EXIT_SETUP_ERROR;
+}
+
+static int parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (!s[0] || *end || errno || s[0] == '-' || v < lo || v > hi)
+        return usage_error("%s: expected an integer in %llu..%llu, got \"%s\"", opt,
+                           (unsigned long long)lo, (unsigned long long)hi, s);
+    *out = v;
+    return 0;
+}
+
+static int parse_u32(const char *opt, const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+    uint64_t v;
+    int rc = parse_u64(opt, s, lo, hi, &v);
+    if (!rc)
+        *out = (uint32_t)v;
+    return rc;
+}
+
+static int parse_double(const char *opt, const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!s[0] || *end || errno || !isfinite(v) || v < lo || v > hi)
+        return usage_error("%s: expected a number in %g..%g, got \"%s\"", opt, lo, hi, s);
+    *out = v;
+    return 0;
+}
+
+/* ---- transports ---------------------------------------------------------------
+ * How a client's requests reach the daemon. nng (libprojd's REQ/REP) is
+ * the one that exists; the shared-memory ring fast path slots in here with
+ * the same three calls once libprojd has it. */
+
+struct lt_client;
+struct lt_slot;
+
+typedef struct lt_transport {
+    const char *name;
+    /* 1 when usable; else 0 and why says so. */
+    int (*available)(char *why, size_t len);
+    /* Submits ops for slot s; completion calls lt_slot_done. 0 or an error. */
+    int (*submit)(struct lt_client *c, struct lt_slot *s, const projd_op *ops, size_t n,
+                  projd_error *e);
+    /* Outcome of a completed request (frees its resources): 0, a pj_status
+     * or a negative errno, as projd_project returns. */
+    int (*finish)(struct lt_slot *s, projd_result *res, projd_error *e);
+} lt_transport;
+
+/* ---- shared setup ---------------------------------------------------------------- */
+
+typedef struct lt_setup {
+    pj_trace tr;
+    pj_welcome w;
+    char url[600];
+    pj_ls_msets msets;
+    pj_model *model;
+    const pj_weights *wt[PJ_WIRE_MAX_LAYERS]; /* reference weights per daemon layer */
+    size_t slot_x, slot_y;                    /* bytes one request needs at most */
+    uint32_t max_ops;                         /* most ops in one request */
+    /* Groups each trace request counts in (shape + each (layer, m-set)),
+     * ids valid in a loadstat prepared by groups_create in the same order. */
+    uint32_t *ref_off; /* n_reqs + 1 offsets into refs */
+    pj_ls_ref *refs;
+    char **group_keys; /* key of group id i (1-based; [0] unused) */
+    pj_ls_kind *group_kind;
+    char (*group_layer)[64];
+    uint32_t *group_lo, *group_hi;
+    size_t n_groups;
+    const lt_transport *transport;
+} lt_setup;
+
+/* ---- one run ---------------------------------------------------------------------- */
+
+typedef struct lt_plan {
+    uint64_t due_ns; /* from the run's start */
+    uint64_t seq;
+    uint32_t tr;
+} lt_plan;
+
+typedef struct lt_job lt_job;
+
+typedef struct lt_checker {
+    pthread_mutex_t mu;
+    pthread_cond_t cv_job, cv_space;
+    lt_job *head, *tail;
+    size_t bytes, limit;
+    uint64_t full_waits; /* a client waited for space */
+    int closing;
+    pthread_t th[64];
+    uint32_t n;
+} lt_checker;
+
+typedef struct lt_run {
+    const lt_opts *o;
+    lt_setup *su;
+    lt_mode mode;
+    uint32_t nclients, slots;
+    uint64_t total; /* requests to send, warm-up included (closed loop) */
+    uint64_t t0, t_stop;
+    atomic_uint_fast64_t next_seq;
+    atomic_int stop;
+    pthread_barrier_t ready, go;
+    int abort;
+    pj_loadstat ls;
+    lt_checker chk;
+    /* Everything, warm-up included. */
+    atomic_uint_fast64_t sent, completed, errors, checked, mismatches, warm_sent;
+    pthread_mutex_t mmu;
+    char errs[LT_MAX_MSGS][600];
+    size_t n_errs;
+    char mism[LT_MAX_MSGS][600];
+    size_t n_mism;
+    cJSON *stats_before, *stats_after;
+    double wall_s;
+} lt_run;
+
+typedef struct lt_slot {
+    struct lt_client *cl;
+    int busy, done;
+    projd_request *req;
+    uint64_t seq;
+    uint32_t tr;
+    int check;
+    uint64_t t_start, t_end;
+    size_t x_off, y_off;
+} lt_slot;
+
+typedef struct lt_client {
+    lt_run *run;
+    uint32_t id;
+    pthread_t th;
+    projd_conn *conn;
+    projd_buffer *xb, *yb;
+    uint8_t *x, *y;
+    lt_slot *slots;
+    projd_op *ops;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    lt_plan *plan;
+    size_t n_plan, next;
+    uint64_t rng;
+    int failed;
+    char err[1200];
+} lt_client;
+
+__attribute__((format(printf, 3, 4))) static void note(lt_run *r, int mismatch, const char *fmt,
+                                                       ...)
+{
+    pthread_mutex_lock(&r->mmu);
+    size_t *n = mismatch ? &r->n_mism : &r->n_errs;
+    if (*n < LT_MAX_MSGS) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(mismatch ? r->mism[*n] : r->errs[*n], sizeof r->errs[0], fmt, ap);
+        va_end(ap);
+        (*n)++;
+    }
+    pthread_mutex_unlock(&r->mmu);
+}
+
+/* ---- nng transport ------------------------------------------------------------------ */
+
+static void lt_slot_done(projd_request *req, void *arg)
+{
+    (void)req;
+    lt_slot *s = arg;
+    uint64_t t = now_ns();
+    pthread_mutex_lock(&s->cl->mu);
+    s->t_end = t;
+    s->done = 1;
+    pthread_cond_signal(&s->cl->cv);
+    pthread_mutex_unlock(&s->cl->mu);
+}
+
+static int nng_available(char *why, size_t len)
+{
+    (void)why;
+    (void)len;
+    return 1;
+}
+
+static int nng_submit(lt_client *c, lt_slot *s, const projd_op *ops, size_t n, projd_error *e)
+{
+    return projd_project_async(c->conn, ops, n, 0, lt_slot_done, s, &s->req, e);
+}
+
+static int nng_finish(lt_slot *s, projd_result *res, projd_error *e)
+{
+    int rc = projd_request_result(s->req, res, e);
+    projd_request_free(s->req);
+    s->req = NULL;
+    return rc;
+}
+
+static int ring_available(char *why, size_t len)
+{
+    snprintf(why, len,
+             "the shared-memory ring fast path is not in libprojd yet (protocol v1 runs over "
+             "nng only)");
+    return 0;
+}
+
+static const lt_transport transports[] = {
+    {"ring", ring_available, NULL, NULL},
+    {"nng", nng_available, nng_submit, nng_finish},
+};
+
+/* The transport called name ("auto": the fastest available). */
+static const lt_transport *pick_transport(const char *name, char *why, size_t len)
+{
+    size_t n = sizeof transports / sizeof transports[0];
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(name, "auto") != 0 && strcmp(name, transports[i].name) != 0)
+            continue;
+        if (transports[i].available(why, len))
+            return &transports[i];
+        if (strcmp(name, "auto") != 0)
+            return NULL;
+    }
+    if (strcmp(name, "auto") != 0 && strcmp(name, "nng") != 0 && strcmp(name, "ring") != 0)
+        snprintf(why, len, "unknown transport \"%s\" (auto, nng, ring)", name);
+    return NULL;
+}
+
+/* ---- checking -------------------------------------------------------------------- */
+
+struct lt_job {
+    lt_job *next;
+    uint64_t seq;
+    uint32_t tr;
+    int measured;
+    size_t bytes;
+    uint8_t *x, *y; /* copies of the slot's regions */
+};
+
+/* Recomputes every op of the job's request and compares bit for bit.
+ * Returns 1 on a mismatch (noted), 0 when all match. */
+static int check_job(lt_run *r, const lt_job *j)
+{
+    const lt_setup *su = r->su;
+    const pj_trace_req *q = &su->tr.reqs[j->tr];
+    size_t xo = 0, yo = 0;
+    int bad = 0;
+    for (uint32_t i = 0; i < q->n_ops && !bad; i++) {
+        const pj_trace_op *op = &su->tr.ops[q->op0 + i];
+        uint32_t k = su->w.layers[op->layer].k, m = op->m, n = op->n;
+        uint16_t *ref = malloc((size_t)m * n * sizeof *ref);
+        const uint16_t *x = (const uint16_t *)(j->x + xo), *y = (const uint16_t *)(j->y + yo);
+        int rc = ref ? pj_ref_project(su->wt[op->layer], m, n, x, k, ref, n) : -ENOMEM;
+        if (rc != 0) {
+            note(r, 1, "request %llu (%s:%u) op %u (%s m=%u n=%u): reference failed: %s",
+                 (unsigned long long)j->seq, su->tr.file, q->line, i, su->w.layers[op->layer].name,
+                 m, n, strerror(-rc));
+            bad = 1;
+        } else if (memcmp(ref, y, (size_t)m * n * sizeof *ref) != 0) {
+            size_t e = 0;
+            while (ref[e] == y[e])
+                e++;
+            size_t diff = 0;
+            for (size_t t = 0; t < (size_t)m * n; t++)
+                diff += ref[t] != y[t];
+            note(r, 1,
+                 "request %llu (%s:%u) op %u (%s m=%u n=%u): y[%zu][%zu] = 0x%04x, reference "
+                 "0x%04x (%zu of %zu values differ)",
+                 (unsigned long long)j->seq, su->tr.file, q->line, i, su->w.layers[op->layer].name,
+                 m, n, e / n, e % n, y[e], ref[e], diff, (size_t)m * n);
+            bad = 1;
+        }
+        free(ref);
+        xo += align_up((size_t)m * k * 2);
+        yo += align_up((size_t)m * n * 2);
+    }
+    return bad;
+}
+
+static void *checker_main(void *arg)
+{
+    lt_run *r = arg;
+    lt_checker *c = &r->chk;
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        while (!c->head && !c->closing)
+            pthread_cond_wait(&c->cv_job, &c->mu);
+        lt_job *j = c->head;
+        if (!j) {
+            pthread_mutex_unlock(&c->mu);
+            return NULL;
+        }
+        c->head = j->next;
+        if (!c->head)
+            c->tail = NULL;
+        pthread_mutex_unlock(&c->mu);
+
+        int bad = check_job(r, j);
+        atomic_fetch_add(&r->checked, 1);
+        if (bad)
+            atomic_fetch_add(&r->mismatches, 1);
+        if (j->measured) {
+            const lt_setup *su = r->su;
+            pj_loadstat_record_check(&r->ls, su->refs + su->ref_off[j->tr],
+                                     su->ref_off[j->tr + 1] - su->ref_off[j->tr], bad);
+        }
+        pthread_mutex_lock(&c->mu);
+        c->bytes -= j->bytes;
+        pthread_cond_broadcast(&c->cv_space);
+        pthread_mutex_unlock(&c->mu);
+        free(j->x);
+        free(j);
+    }
+}
+
+/* Copies the slot's x and y for the checkers; waits while the queue holds
+ * more than its limit (checks are never dropped). */
+static void enqueue_check(lt_client *cl, const lt_slot *s)
+{
+    lt_run *r = cl->run;
+    const lt_setup *su = r->su;
+    const pj_trace_req *q = &su->tr.reqs[s->tr];
+    size_t xb = 0, yb = 0;
+    for (uint32_t i = 0; i < q->n_ops; i++) {
+        const pj_trace_op *op = &su->tr.ops[q->op0 + i];
+        xb += align_up((size_t)op->m * su->w.layers[op->layer].k * 2);
+        yb += align_up((size_t)op->m * op->n * 2);
+    }
+    lt_job *j = calloc(1, sizeof *j);
+    uint8_t *mem = malloc(xb + yb);
+    if (!j || !mem) {
+        free(j);
+        free(mem);
+        atomic_fetch_add(&r->checked, 1);
+        atomic_fetch_add(&r->mismatches, 1);
+        note(r, 1, "request %llu: out of memory copying it for the check",
+             (unsigned long long)s->seq);
+        return;
+    }
+    memcpy(mem, cl->x + s->x_off, xb);
+    memcpy(mem + xb, cl->y + s->y_off, yb);
+    j->x = mem;
+    j->y = mem + xb;
+    j->bytes = xb + yb;
+    j->seq = s->seq;
+    j->tr = s->tr;
+    j->measured = s->seq >= r->o->warmup;
+    lt_checker *c = &r->chk;
+    pthread_mutex_lock(&c->mu);
+    if (c->bytes > c->limit)
+        c->full_waits++;
+    while (c->bytes > c->limit)
+        pthread_cond_wait(&c->cv_space, &c->mu);
+    c->bytes += j->bytes;
+    if (c->tail)
+        c->tail->next = j;
+    else
+        c->head = j;
+    c->tail = j;
+    pthread_cond_signal(&c->cv_job);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Deterministic choice: the same seed checks the same request numbers. */
+static int want_check(const lt_run *r, uint64_t seq)
+{
+    double f = r->o->check_fraction;
+    if (f <= 0 || !r->su->model)
+        return 0;
+    if (f >= 1)
+        return 1;
+    return (double)(mix64(r->o->seed * 0x2545f4914f6cdd1dull ^ seq) >> 11) * 0x1p-53 < f;
+}
+
+/* ---- client thread -------------------------------------------------------------------- */
+
+static void fill_random_bf16(uint64_t *rng, uint16_t *x, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        /* Uniform in [-1, 1): finite, with varied exponents near 1. */
+        float f = (float)((int32_t)(rng_next(rng) >> 40) - (1 << 23)) * 0x1p-23f;
+        x[i] = pj_f32_to_bf16(f);
+    }
+}
+
+static void issue(lt_client *c, lt_slot *s, uint64_t seq, uint32_t tr, uint64_t t_due)
+{
+    lt_run *r = c->run;
+    const lt_setup *su = r->su;
+    const pj_trace_req *q = &su->tr.reqs[tr];
+    s->seq = seq;
+    s->tr = tr;
+    s->check = want_check(r, seq);
+    size_t xo = s->x_off, yo = s->y_off;
+    for (uint32_t i = 0; i < q->n_ops; i++) {
+        const pj_trace_op *op = &su->tr.ops[q->op0 + i];
+        uint32_t k = su->w.layers[op->layer].k;
+        c->ops[i] = (projd_op){.layer = (uint32_t)op->layer,
+                               .m = op->m,
+                               .n = op->n,
+                               .x_buf = projd_buffer_id(c->xb),
+                               .x_off = xo,
+                               .x_ld = k,
+                               .y_buf = projd_buffer_id(c->yb),
+                               .y_off = yo,
+                               .y_ld = op->n};
+        if (s->check) {
+            fill_random_bf16(&c->rng, (uint16_t *)(c->x + xo), (size_t)op->m * k);
+            uint16_t *y = (uint16_t *)(c->y + yo);
+            for (size_t t = 0; t < (size_t)op->m * op->n; t++)
+                y[t] = LT_POISON;
+        }
+        xo += align_up((size_t)op->m * k * 2);
+        yo += align_up((size_t)op->m * op->n * 2);
+    }
+    if (seq < r->o->warmup)
+        atomic_fetch_add(&r->warm_sent, 1);
+    atomic_fetch_add(&r->sent, 1);
+    projd_error e;
+    s->done = 0;
+    s->t_start = r->mode == MODE_CLOSED ? now_ns() : t_due;
+    int rc = su->transport->submit(c, s, c->ops, q->n_ops, &e);
+    if (rc != 0) {
+        /* Not sent: counts as a failed request at once. */
+        s->t_end = now_ns();
+        atomic_fetch_add(&r->completed, 1);
+        atomic_fetch_add(&r->errors, 1);
+        note(r, 0, "request %llu (%s:%u): not sent: %s", (unsigned long long)seq, su->tr.file,
+             q->line, e.msg);
+        if (seq >= r->o->warmup) {
+            pj_ls_sample smp = {
+                .t_start_ns = s->t_start, .t_end_ns = s->t_end, .n_ops = q->n_ops, .ok = 0};
+            pj_loadstat_record(&r->ls, su->refs + su->ref_off[tr],
+                               su->ref_off[tr + 1] - su->ref_off[tr], &smp);
+        }
+        return;
+    }
+    s->busy = 1;
+}
+
+static void harvest(lt_client *c, lt_slot *s)
+{
+    lt_run *r = c->run;
+    const lt_setup *su = r->su;
+    const pj_trace_req *q = &su->tr.reqs[s->tr];
+    projd_result res;
+    projd_error e;
+    int rc = su->transport->finish(s, &res, &e);
+    int ok = rc == 0 && res.status == PJ_OK;
+    atomic_fetch_add(&r->completed, 1);
+    if (!ok) {
+        atomic_fetch_add(&r->errors, 1);
+        note(r, 0, "request %llu (%s:%u): %s", (unsigned long long)s->seq, su->tr.file, q->line,
+             rc ? e.msg : pj_status_name(res.status));
+    }
+    if (s->seq >= r->o->warmup) {
+        pj_ls_sample smp = {.t_start_ns = s->t_start,
+                            .t_end_ns = s->t_end,
+                            .queue_ns = ok ? res.queue_ns : 0,
+                            .exec_ns = ok ? res.exec_ns : 0,
+                            .n_ops = q->n_ops,
+                            .ok = ok};
+        pj_loadstat_record(&r->ls, su->refs + su->ref_off[s->tr],
+                           su->ref_off[s->tr + 1] - su->ref_off[s->tr], &smp);
+    }
+    if (ok && s->check)
+        enqueue_check(c, s);
+    s->busy = 0;
+}
+
+static int client_setup(lt_client *c)
+{
+    lt_run *r = c->run;
+    const lt_setup *su = r->su;
+    projd_error e;
+    char name[64];
+    snprintf(name, sizeof name, "projload-%u", c->id);
+    if (projd_connect(su->url, name, &c->conn, &e) != 0) {
+        snprintf(c->err, sizeof c->err, "client %u: connect: %s", c->id, e.msg);
+        return -1;
+    }
+    projd_set_timeout_ms(c->conn, r->o->timeout_ms);
+    size_t xs = su->slot_x * r->slots, ys = su->slot_y * r->slots;
+    if (projd_shm_create(c->conn, xs, &c->xb, &e) != 0 ||
+        projd_shm_create(c->conn, ys, &c->yb, &e) != 0) {
+        snprintf(c->err, sizeof c->err, "client %u: registering %zu + %zu bytes: %s", c->id, xs, ys,
+                 e.msg);
+        return -1;
+    }
+    c->x = projd_buffer_ptr(c->xb);
+    c->y = projd_buffer_ptr(c->yb);
+    /* Unchecked requests compute on these values: random, not zeros, so
+     * the daemon does representative work. */
+    fill_random_bf16(&c->rng, (uint16_t *)c->x, xs / 2);
+    c->slots = calloc(r->slots, sizeof *c->slots);
+    c->ops = calloc(su->max_ops, sizeof *c->ops);
+    if (!c->slots || !c->ops) {
+        snprintf(c->err, sizeof c->err, "client %u: out of memory", c->id);
+        return -1;
+    }
+    for (uint32_t i = 0; i < r->slots; i++) {
+        c->slots[i].cl = c;
+        c->slots[i].x_off = su->slot_x * i;
+        c->slots[i].y_off = su->slot_y * i;
+    }
+    return 0;
+}
+
+static void *client_main(void *arg)
+{
+    lt_client *c = arg;
+    lt_run *r = c->run;
+    c->failed = client_setup(c) != 0;
+    pthread_barrier_wait(&r->ready);
+    pthread_barrier_wait(&r->go);
+    int stopping = r->abort;
+    uint32_t *ready = calloc(r->slots, sizeof *ready);
+    if (!ready) {
+        snprintf(c->err, sizeof c->err, "client %u: out of memory", c->id);
+        c->failed = 1;
+        stopping = 1;
+    }
+    for (;;) {
+        /* Completions first: they free slots and feed the checkers. */
+        size_t n_ready = 0, busy = 0;
+        pthread_mutex_lock(&c->mu);
+        for (uint32_t i = 0; c->slots && i < r->slots; i++) {
+            if (c->slots[i].busy && c->slots[i].done) {
+                c->slots[i].done = 0;
+                ready[n_ready++] = i;
+            }
+        }
+        pthread_mutex_unlock(&c->mu);
+        for (size_t i = 0; i < n_ready; i++)
+            harvest(c, &c->slots[ready[i]]);
+        for (uint32_t i = 0; c->slots && i < r->slots; i++)
+            busy += c->slots[i].busy;
+
+        if (atomic_load(&r->stop))
+            stopping = 1;
+        uint64_t wait_until = 0;
+        if (!stopping && busy < r->slots) {
+            lt_slot *s = NULL;
+            for (uint32_t i = 0; i < r->slots && !s; i++)
+                if (!c->slots[i].busy)
+                    s = &c->slots[i];
+            uint64_t t = now_ns();
+            if (r->mode == MODE_CLOSED) {
+                if (r->t_stop && t >= r->t_stop) {
+                    stopping = 1;
+                } else {
+                    uint64_t seq = atomic_fetch_add(&r->next_seq, 1);
+                    if (seq >= r->total) {
+                        stopping = 1;
+                    } else {
+                        issue(c, s, seq, (uint32_t)(seq % r->su->tr.n_reqs), 0);
+                        continue;
+                    }
+                }
+            } else if (c->next >= c->n_plan) {
+                stopping = 1;
+            } else {
+                const lt_plan *p = &c->plan[c->next];
+                uint64_t due = r->t0 + p->due_ns;
+                if (r->t_stop && due >= r->t_stop) {
+                    stopping = 1;
+                } else if (due <= t) {
+                    c->next++;
+                    issue(c, s, p->seq, p->tr, due);
+                    continue;
+                } else {
+                    wait_until = due;
+                }
+            }
+        }
+        if (stopping && busy == 0)
+            break;
+        /* Sleep until a completion, the next due time, or a short tick (to
+         * notice a stop). */
+        uint64_t t = now_ns(), tick = t + 200000000ull;
+        if (!wait_until || wait_until > tick)
+            wait_until = tick;
+        struct timespec ts = {.tv_sec = (time_t)(wait_until / 1000000000ull),
+                              .tv_nsec = (long)(wait_until % 1000000000ull)};
+        pthread_mutex_lock(&c->mu);
+        for (;;) {
+            int any = 0;
+            for (uint32_t i = 0; i < r->slots && !any; i++)
+                any = c->slots[i].busy && c->slots[i].done;
+            if (any || pthread_cond_timedwait(&c->cv, &c->mu, &ts) != 0)
+                break;
+        }
+        pthread_mutex_unlock(&c->mu);
+    }
+    free(ready);
+    return NULL;
+}
+
+static void client_cleanup(lt_client *c)
+{
+    projd_buffer_release(c->xb, NULL);
+    projd_buffer_release(c->yb, NULL);
+    projd_close(c->conn);
+    free(c->slots);
+    free(c->ops);
+    free(c->plan);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+}
+
+/* ---- daemon STATS ---------------------------------------------------------------------- */
+
+static cJSON *fetch_stats(projd_conn *conn)
+{
+    char *text = NULL;
+    projd_error e;
+    if (projd_stats_json(conn, &text, &e) != 0) {
+        fprintf(stderr, "projload: STATS: %s\n", e.msg);
+        return NULL;
+    }
+    cJSON *j = cJSON_Parse(text);
+    if (!j)
+        fprintf(stderr, "projload: STATS reply is not JSON\n");
+    free(text);
+    return j;
+}
+
+/* after - before for the counters; the window's mean for {count, mean}
+ * objects; quantiles and maxima (not subtractable) left out. */
+static cJSON *stats_delta(const cJSON *before, const cJSON *after)
+{
+    cJSON *d = cJSON_CreateObject();
+    if (!d)
+        return NULL;
+    const cJSON *ca = cJSON_GetObjectItemCaseSensitive(after, "count");
+    const cJSON *cb = cJSON_GetObjectItemCaseSensitive(before, "count");
+    const cJSON *ma = cJSON_GetObjectItemCaseSensitive(after, "mean");
+    const cJSON *mb = cJSON_GetObjectItemCaseSensitive(before, "mean");
+    int meanable =
+        cJSON_IsNumber(ca) && cJSON_IsNumber(cb) && cJSON_IsNumber(ma) && cJSON_IsNumber(mb);
+    for (const cJSON *a = after ? after->child : NULL; a; a = a->next) {
+        if (!a->string)
+            continue;
+        /* A counter the daemon had not reported yet (it lists only the
+         * message types it has seen) counts from zero. */
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(before, a->string);
+        static const cJSON zero = {.type = cJSON_Number};
+        if (cJSON_IsObject(a)) {
+            cJSON *sub = stats_delta(cJSON_IsObject(b) ? b : NULL, a);
+            if (sub)
+                cJSON_AddItemToObject(d, a->string, sub);
+        } else if (cJSON_IsNumber(a) && (!b || cJSON_IsNumber(b))) {
+            if (!b)
+                b = &zero;
+            if (strcmp(a->string, "mean") == 0) {
+                if (meanable) {
+                    double n = ca->valuedouble - cb->valuedouble;
+                    double v = n > 0 ? (ma->valuedouble * ca->valuedouble -
+                                        mb->valuedouble * cb->valuedouble) /
+                                           n
+                                     : 0;
+                    cJSON_AddNumberToObject(d, "mean", v);
+                }
+            } else if (!(a->string[0] == 'p' && a->string[1] >= '0' && a->string[1] <= '9') &&
+                       strcmp(a->string, "max") != 0 && strcmp(a->string, "min") != 0) {
+                cJSON_AddNumberToObject(d, a->string, a->valuedouble - b->valuedouble);
+            }
+        }
+    }
+    return d;
+}
+
+static double jnum(const cJSON *o, const char *a, const char *b, const char *c)
+{
+    const cJSON *v = o;
+    const char *path[3] = {a, b, c};
+    for (int i = 0; i < 3 && path[i] && v; i++)
+        v = cJSON_GetObjectItemCaseSensitive(v, path[i]);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static void print_stats(FILE *f, const cJSON *before, const cJSON *after)
+{
+    if (!before || !after) {
+        fprintf(f, "\ndaemon STATS: not available\n");
+        return;
+    }
+    cJSON *d = stats_delta(before, after);
+    fprintf(f, "\ndaemon STATS over the run (after - before):");
+    double v;
+    if (!isnan(v = jnum(d, "requests", "PROJECT", NULL)))
+        fprintf(f, " PROJECT %.0f,", v);
+    if (!isnan(v = jnum(d, "ops", NULL, NULL)))
+        fprintf(f, " ops %.0f,", v);
+    if (!isnan(v = jnum(d, "errors", "total", NULL)))
+        fprintf(f, " errors %.0f", v);
+    fprintf(f, "\n  mean µs in the daemon:");
+    static const char *const parts[] = {"queue", "exec", "total"};
+    for (int i = 0; i < 3; i++)
+        if (!isnan(v = jnum(d, "latency_us", parts[i], "mean")))
+            fprintf(f, " %s %.1f", parts[i], v);
+    fprintf(f, "\n  since the daemon started, µs:");
+    for (int i = 0; i < 3; i++) {
+        double p50 = jnum(after, "latency_us", parts[i], "p50");
+        double p99 = jnum(after, "latency_us", parts[i], "p99");
+        if (!isnan(p50))
+            fprintf(f, " %s p50 %.1f p99 %.1f;", parts[i], p50, p99);
+    }
+    fputc('\n', f);
+    cJSON_Delete(d);
+}
+
+/* ---- setup --------------------------------------------------------------------------- */
+
+static void mset_label_cb(void *ctx, uint32_t m, char *out, size_t cap)
+{
+    const pj_ls_msets *s = ctx;
+    uint32_t lo, hi;
+    pj_ls_mset_of(s, m, &lo, &hi);
+    pj_ls_mset_label(lo, hi, out, cap);
+}
+
+static int add_group(lt_setup *su, pj_ls_kind kind, const char *key, const char *layer, uint32_t lo,
+                     uint32_t hi, uint32_t *id)
+{
+    for (size_t i = 1; i < su->n_groups; i++) {
+        if (su->group_kind[i] == kind && strcmp(su->group_keys[i], key) == 0) {
+            *id = (uint32_t)i;
+            return 0;
+        }
+    }
+    size_t n = su->n_groups ? su->n_groups : 1;
+    char **k = realloc(su->group_keys, (n + 1) * sizeof *k);
+    if (k)
+        su->group_keys = k;
+    pj_ls_kind *gk = realloc(su->group_kind, (n + 1) * sizeof *gk);
+    if (gk)
+        su->group_kind = gk;
+    char(*gl)[64] = realloc(su->group_layer, (n + 1) * sizeof *gl);
+    if (gl)
+        su->group_layer = gl;
+    uint32_t *a = realloc(su->group_lo, (n + 1) * sizeof *a);
+    if (a)
+        su->group_lo = a;
+    uint32_t *b = realloc(su->group_hi, (n + 1) * sizeof *b);
+    if (b)
+        su->group_hi = b;
+    if (!k || !gk || !gl || !a || !b || !(su->group_keys[n] = strdup(key)))
+        return -ENOMEM;
+    su->group_kind[n] = kind;
+    snprintf(su->group_layer[n], 64, "%s", layer ? layer : "");
+    su->group_lo[n] = lo;
+    su->group_hi[n] = hi;
+    su->n_groups = n + 1;
+    *id = (uint32_t)n;
+    return 0;
+}
+
+typedef struct shape_key {
+    uint32_t m;
+    char key[PJ_LS_KEY_MAX];
+} shape_key;
+
+static int cmp_shape_key(const void *a, const void *b)
+{
+    const shape_key *x = a, *y = b;
+    if (x->m != y->m)
+        return x->m < y->m ? -1 : 1;
+    return strcmp(x->key, y->key);
+}
+
+/* Groups of every trace request: (layer, m-set) groups first, ordered by
+ * the daemon's layer order then m, then shapes by m. */
+static int build_groups(lt_setup *su)
+{
+    const pj_trace *t = &su->tr;
+    su->ref_off = calloc(t->n_reqs + 1, sizeof *su->ref_off);
+    su->refs = calloc(t->n_ops + t->n_reqs, sizeof *su->refs);
+    if (!su->ref_off || !su->refs)
+        return -ENOMEM;
+    uint32_t id;
+    char key[PJ_LS_KEY_MAX], lab[32];
+    for (uint32_t l = 0; l < su->w.n_layers; l++) {
+        for (uint32_t s = 0; s <= su->msets.n; s++) {
+            /* Sets in ascending m; the last index is the overflow set,
+             * which the resolver makes impossible (m <= max_m). */
+            for (size_t i = 0; i < t->n_ops; i++) {
+                uint32_t lo, hi;
+                if ((uint32_t)t->ops[i].layer != l ||
+                    pj_ls_mset_of(&su->msets, t->ops[i].m, &lo, &hi) != s)
+                    continue;
+                pj_ls_mset_label(lo, hi, lab, sizeof lab);
+                snprintf(key, sizeof key, "%s m=%s", su->w.layers[l].name, lab);
+                if (add_group(su, PJ_LS_LAYER_M, key, su->w.layers[l].name, lo, hi, &id))
+                    return -ENOMEM;
+                break;
+            }
+        }
+    }
+    /* Shapes in ascending m (their smallest op's), then by name, so the
+     * table reads from small to large. */
+    shape_key *sk = calloc(t->n_reqs, sizeof *sk);
+    if (!sk)
+        return -ENOMEM;
+    size_t n_sk = 0;
+    for (size_t r = 0; r < t->n_reqs; r++) {
+        pj_trace_signature(t, r, mset_label_cb, &su->msets, key, sizeof key);
+        size_t j = 0;
+        while (j < n_sk && strcmp(sk[j].key, key) != 0)
+            j++;
+        if (j < n_sk)
+            continue;
+        uint32_t m_min = UINT32_MAX;
+        for (uint32_t i = 0; i < t->reqs[r].n_ops; i++)
+            if (t->ops[t->reqs[r].op0 + i].m < m_min)
+                m_min = t->ops[t->reqs[r].op0 + i].m;
+        uint32_t lo, hi;
+        pj_ls_mset_of(&su->msets, m_min, &lo, &hi);
+        sk[n_sk].m = lo;
+        snprintf(sk[n_sk].key, sizeof sk[n_sk].key, "%s", key);
+        n_sk++;
+        if (n_sk > 4096)
+            break; /* enough order; the rest appear as they come */
+    }
+    qsort(sk, n_sk, sizeof *sk, cmp_shape_key);
+    for (size_t j = 0; j < n_sk; j++) {
+        if (add_group(su, PJ_LS_SHAPE, sk[j].key, NULL, 0, 0, &id)) {
+            free(sk);
+            return -ENOMEM;
+        }
+    }
+    free(sk);
+    size_t nr = 0;
+    for (size_t r = 0; r < t->n_reqs; r++) {
+        su->ref_off[r] = (uint32_t)nr;
+        pj_trace_signature(t, r, mset_label_cb, &su->msets, key, sizeof key);
+        if (add_group(su, PJ_LS_SHAPE, key, NULL, 0, 0, &id))
+            return -ENOMEM;
+        su->refs[nr++] = (pj_ls_ref){id, t->reqs[r].n_ops};
+        const pj_trace_req *q = &t->reqs[r];
+        size_t first = nr;
+        for (uint32_t i = 0; i < q->n_ops; i++) {
+            const pj_trace_op *op = &t->ops[q->op0 + i];
+            uint32_t lo, hi;
+            pj_ls_mset_of(&su->msets, op->m, &lo, &hi);
+            pj_ls_mset_label(lo, hi, lab, sizeof lab);
+            snprintf(key, sizeof key, "%s m=%s", su->w.layers[op->layer].name, lab);
+            if (add_group(su, PJ_LS_LAYER_M, key, su->w.layers[op->layer].name, lo, hi, &id))
+                return -ENOMEM;
+            size_t j = first;
+            while (j < nr && su->refs[j].group != id)
+                j++;
+            if (j < nr)
+                su->refs[j].ops++;
+            else
+                su->refs[nr++] = (pj_ls_ref){id, 1};
+        }
+    }
+    su->ref_off[t->n_reqs] = (uint32_t)nr;
+    return 0;
+}
+
+/* A loadstat whose group ids are the setup's. */
+static int loadstat_for(const lt_setup *su, pj_loadstat *ls)
+{
+    if (pj_loadstat_init(ls))
+        return -ENOMEM;
+    for (size_t i = 1; i < su->n_groups; i++) {
+        int id = pj_loadstat_group(ls, su->group_kind[i], su->group_keys[i], su->group_layer[i],
+                                   su->group_lo[i], su->group_hi[i]);
+        if (id != (int)i)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+static void model_warn(void *ctx, const char *msg)
+{
+    (void)ctx;
+    fprintf(stderr, "projload: model: %s\n", msg);
+}
+
+/* Loads the model and maps each daemon layer the trace uses onto it. */
+static int load_model(const lt_opts *o, lt_setup *su)
+{
+    pj_config cfg;
+    char err[1024];
+    pj_config_defaults(&cfg);
+    if (o->config && pj_config_apply_file(&cfg, o->config, err, sizeof err) != 0) {
+        fprintf(stderr, "projload: --config: %s\n", err);
+        return -1;
+    }
+    snprintf(cfg.model.path, sizeof cfg.model.path, "%s", o->model);
+    if (pj_model_load(&cfg, &su->model, model_warn, NULL, err, sizeof err) != 0) {
+        fprintf(stderr, "projload: --model: %s\n", err);
+        return -1;
+    }
+    int used[PJ_WIRE_MAX_LAYERS] = {0};
+    for (size_t i = 0; i < su->tr.n_ops; i++)
+        used[su->tr.ops[i].layer] = 1;
+    for (uint32_t l = 0; l < su->w.n_layers; l++) {
+        if (!used[l])
+            continue;
+        const pj_wire_layer *wl = &su->w.layers[l];
+        int mi = pj_model_find(su->model, wl->name);
+        if (mi < 0) {
+            fprintf(stderr, "projload: --model %s: no layer \"%s\", which the trace uses\n",
+                    o->model, wl->name);
+            return -1;
+        }
+        const pj_weights *w = &su->model->layers[mi].w;
+        /* bf16 and z12 compute the same numbers; split (hi + lo) does not. */
+        int d_split = wl->format == PJ_FMT_SPLIT, m_split = w->fmt == PJ_FMT_SPLIT;
+        if (w->k != wl->k || w->n < wl->n || d_split != m_split) {
+            fprintf(stderr,
+                    "projload: --model %s: layer \"%s\" is %u x %u (%s), the daemon serves %u "
+                    "x %u (%s): not the daemon's model or config (see --config)\n",
+                    o->model, wl->name, w->n, w->k, pj_format_name(w->fmt), wl->n, wl->k,
+                    projd_format_name(wl->format));
+            return -1;
+        }
+        su->wt[l] = w;
+    }
+    return 0;
+}
+
+static void setup_free(lt_setup *su)
+{
+    pj_trace_free(&su->tr);
+    pj_model_free(su->model);
+    free(su->ref_off);
+    free(su->refs);
+    for (size_t i = 1; i < su->n_groups; i++)
+        free(su->group_keys[i]);
+    free(su->group_keys);
+    free(su->group_kind);
+    free(su->group_layer);
+    free(su->group_lo);
+    free(su->group_hi);
+}
+
+/* ---- planning (open loop, replay) ------------------------------------------------------ */
+
+typedef struct replay_item {
+    int64_t t_us;
+    uint32_t tr;
+} replay_item;
+
+static int cmp_replay(const void *a, const void *b)
+{
+    const replay_item *x = a, *y = b;
+    if (x->t_us != y->t_us)
+        return x->t_us < y->t_us ? -1 : 1;
+    return x->tr < y->tr ? -1 : x->tr > y->tr;
+}
+
+/* Appends p to client c's plan. */
+static int plan_push(lt_client *c, const lt_plan *p, size_t *cap)
+{
+    if (c->n_plan == *cap) {
+        size_t nc = *cap ? *cap * 2 : 256;
+        lt_plan *np = realloc(c->plan, nc * sizeof *np);
+        if (!np)
+            return -ENOMEM;
+        c->plan = np;
+        *cap = nc;
+    }
+    c->plan[c->n_plan++] = *p;
+    return 0;
+}
+
+/* Fills every client's plan. Open loop: seq-th arrival at a fixed or
+ * exponential gap, client seq % nclients, trace request seq % n_reqs.
+ * Replay: trace requests in t_us order, client by the trace's client id. */
+static int make_plans(lt_run *r, lt_client *cl, uint64_t n_total)
+{
+    const lt_opts *o = r->o;
+    const pj_trace *t = &r->su->tr;
+    size_t caps[LT_MAX_CLIENTS] = {0};
+    if (r->mode == MODE_REPLAY) {
+        replay_item *it = malloc(t->n_reqs * sizeof *it);
+        if (!it)
+            return -ENOMEM;
+        for (size_t i = 0; i < t->n_reqs; i++)
+            it[i] = (replay_item){t->reqs[i].t_us, (uint32_t)i};
+        qsort(it, t->n_reqs, sizeof *it, cmp_replay);
+        int map[PJ_TRACE_MAX_CLIENT + 1];
+        memset(map, -1, sizeof map);
+        uint32_t next = 0;
+        for (size_t i = 0; i < t->n_reqs; i++) {
+            uint32_t tc = t->reqs[it[i].tr].client;
+            if (map[tc] < 0)
+                map[tc] = (int)next++;
+        }
+        for (uint64_t i = 0; i < n_total && i < t->n_reqs; i++) {
+            lt_plan p = {.due_ns = (uint64_t)((double)it[i].t_us * 1e3 / o->speed),
+                         .seq = i,
+                         .tr = it[i].tr};
+            int ci = map[t->reqs[it[i].tr].client];
+            if (plan_push(&cl[ci], &p, &caps[ci])) {
+                free(it);
+                return -ENOMEM;
+            }
+        }
+        free(it);
+        return 0;
+    }
+    uint64_t rng = o->seed ^ 0x5851f42d4c957f2dull;
+    double t_s = 0;
+    for (uint64_t i = 0; i < n_total; i++) {
+        if (r->mode == MODE_RATE)
+            t_s = (double)i / o->rate;
+        else if (i > 0)
+            t_s += -log(1.0 - rng_unit(&rng)) / o->rate;
+        lt_plan p = {.due_ns = (uint64_t)(t_s * 1e9), .seq = i, .tr = (uint32_t)(i % t->n_reqs)};
+        uint32_t ci = (uint32_t)(i % r->nclients);
+        if (plan_push(&cl[ci], &p, &caps[ci]))
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+/* ---- running ------------------------------------------------------------------------ */
+
+static void progress_line(lt_run *r, int tty, double el)
+{
+    uint64_t done, errs;
+    double p50;
+    pj_loadstat_progress(&r->ls, &done, &errs, &p50);
+    uint64_t all = atomic_load(&r->completed);
+    fprintf(stderr,
+            "%s[%6.1f s] %llu done (%llu measured), %.1f req/s, %llu errors, %llu/%llu "
+            "checked/mismatched, p50 %.1f µs%s",
+            tty ? "\r" : "", el, (unsigned long long)all, (unsigned long long)done,
+            el > 0 ? (double)all / el : 0.0, (unsigned long long)atomic_load(&r->errors),
+            (unsigned long long)atomic_load(&r->checked),
+            (unsigned long long)atomic_load(&r->mismatches), p50, tty ? "   " : "\n");
+    fflush(stderr);
+}
+
+/* One run of the chosen mode with nclients clients. 0 when it ran to the
+ * end (its requests may still have failed: see r's counters), -1 when it
+ * could not run (message printed). */
+static int run_once(lt_run *r, projd_conn *ctl)
+{
+    const lt_opts *o = r->o;
+    lt_setup *su = r->su;
+    int rc = -1;
+    pthread_mutex_init(&r->mmu, NULL);
+    pthread_mutex_init(&r->chk.mu, NULL);
+    pthread_cond_init(&r->chk.cv_job, NULL);
+    pthread_cond_init(&r->chk.cv_space, NULL);
+    r->chk.limit = (size_t)1 << 30;
+    lt_client *cl = calloc(r->nclients, sizeof *cl);
+    if (!cl || loadstat_for(su, &r->ls) != 0) {
+        fprintf(stderr, "projload: out of memory\n");
+        free(cl);
+        return -1;
+    }
+
+    uint64_t n_total;
+    if (r->mode == MODE_REPLAY)
+        n_total = o->warmup + o->count;
+    else if (r->mode == MODE_CLOSED)
+        n_total = (!o->count_set && o->duration_s > 0) ? UINT64_MAX : o->warmup + o->count;
+    else if (!o->count_set && o->duration_s > 0)
+        n_total = o->warmup + (uint64_t)ceil(o->rate * o->duration_s) + 1;
+    else
+        n_total = o->warmup + o->count;
+    if (r->mode != MODE_CLOSED && n_total > LT_MAX_PLAN) {
+        fprintf(stderr, "projload: %llu planned requests is more than the %llu this run plans\n",
+                (unsigned long long)n_total, (unsigned long long)LT_MAX_PLAN);
+        goto out_free;
+    }
+    r->total = n_total;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    for (uint32_t i = 0; i < r->nclients; i++) {
+        cl[i].run = r;
+        cl[i].id = i;
+        cl[i].rng = mix64(o->seed + 0x1000 * (i + 1));
+        pthread_mutex_init(&cl[i].mu, NULL);
+        pthread_cond_init(&cl[i].cv, &ca);
+    }
+    pthread_condattr_destroy(&ca);
+    if (r->mode != MODE_CLOSED && make_plans(r, cl, n_total) != 0) {
+        fprintf(stderr, "projload: out of memory planning %llu requests\n",
+                (unsigned long long)n_total);
+        goto out_clients;
+    }
+
+    if (su->model && o->check_fraction > 0) {
+        r->chk.n = o->check_threads;
+        for (uint32_t i = 0; i < r->chk.n; i++)
+            pthread_create(&r->chk.th[i], NULL, checker_main, r);
+    }
+    pthread_barrier_init(&r->ready, NULL, r->nclients + 1);
+    pthread_barrier_init(&r->go, NULL, r->nclients + 1);
+    uint32_t started = 0;
+    for (; started < r->nclients; started++)
+        if (pthread_create(&cl[started].th, NULL, client_main, &cl[started]) != 0)
+            break;
+    if (started < r->nclients) {
+        /* Cannot happen on a sane system; the barriers would hang. */
+        fprintf(stderr, "projload: cannot start client threads\n");
+        exit(EXIT_SETUP_ERROR);
+    }
+    pthread_barrier_wait(&r->ready);
+    for (uint32_t i = 0; i < r->nclients; i++) {
+        if (cl[i].failed) {
+            fprintf(stderr, "projload: %s\n", cl[i].err);
+            r->abort = 1;
+        }
+    }
+    r->stats_before = r->abort ? NULL : fetch_stats(ctl);
+    r->t0 = now_ns() + 1000000; /* every client is past the barrier by then */
+    r->t_stop = o->duration_s > 0 ? r->t0 + (uint64_t)(o->duration_s * 1e9) : 0;
+    pthread_barrier_wait(&r->go);
+
+    int tty = isatty(2);
+    int show = o->progress == 1 || (o->progress == -1 && tty);
+    uint64_t last = now_ns();
+    uint8_t *joined = calloc(r->nclients, 1);
+    for (;;) {
+        int alive = 0;
+        for (uint32_t i = 0; i < r->nclients; i++) {
+            if (joined && joined[i])
+                continue;
+            if (!joined) {
+                pthread_join(cl[i].th, NULL); /* no memory: no progress line either */
+                continue;
+            }
+            if (pthread_tryjoin_np(cl[i].th, NULL) == 0)
+                joined[i] = 1;
+            else
+                alive++;
+        }
+        if (!alive)
+            break;
+        if (g_interrupted)
+            atomic_store(&r->stop, 1);
+        struct timespec ts = {0, 50000000};
+        nanosleep(&ts, NULL);
+        uint64_t t = now_ns();
+        if (show && t - last >= 1000000000ull) {
+            last = t;
+            progress_line(r, tty, (double)(t - r->t0) / 1e9);
+        }
+    }
+    free(joined);
+    r->wall_s = (double)(now_ns() - r->t0) / 1e9;
+    /* Checks finish before the report. */
+    pthread_mutex_lock(&r->chk.mu);
+    r->chk.closing = 1;
+    pthread_cond_broadcast(&r->chk.cv_job);
+    pthread_mutex_unlock(&r->chk.mu);
+    for (uint32_t i = 0; i < r->chk.n; i++)
+        pthread_join(r->chk.th[i], NULL);
+    if (show) {
+        progress_line(r, tty, r->wall_s);
+        if (tty)
+            fputc('\n', stderr);
+    }
+    r->stats_after = r->abort ? NULL : fetch_stats(ctl);
+    for (uint32_t i = 0; i < r->nclients; i++)
+        if (cl[i].failed && !r->abort)
+            fprintf(stderr, "projload: %s\n", cl[i].err);
+    pthread_barrier_destroy(&r->ready);
+    pthread_barrier_destroy(&r->go);
+    rc = r->abort ? -1 : 0;
+out_clients:
+    for (uint32_t i = 0; i < r->nclients; i++)
+        client_cleanup(&cl[i]);
+out_free:
+    free(cl);
+    return rc;
+}
+
+static void run_free(lt_run *r)
+{
+    pj_loadstat_free(&r->ls);
+    cJSON_Delete(r->stats_before);
+    cJSON_Delete(r->stats_after);
+    pthread_mutex_destroy(&r->mmu);
+    pthread_mutex_destroy(&r->chk.mu);
+    pthread_cond_destroy(&r->chk.cv_job);
+    pthread_cond_destroy(&r->chk.cv_space);
+}
+
+static int run_failed(lt_run *r)
+{
+    return atomic_load(&r->errors) || atomic_load(&r->mismatches) || r->abort;
+}
+
+static void print_totals(FILE *f, lt_run *r)
+{
+    const lt_opts *o = r->o;
+    fprintf(f,
+            "\nrequests: %llu sent (%llu warm-up, not in the tables), %llu completed, %llu "
+            "errors, in %.3f s\n",
+            (unsigned long long)atomic_load(&r->sent),
+            (unsigned long long)atomic_load(&r->warm_sent),
+            (unsigned long long)atomic_load(&r->completed),
+            (unsigned long long)atomic_load(&r->errors), r->wall_s);
+    if (r->su->model && o->check_fraction > 0)
+        fprintf(f,
+                "checked: %llu requests (fraction %g, warm-up included) against the CPU "
+                "reference, bit for bit: %llu mismatches%s\n",
+                (unsigned long long)atomic_load(&r->checked), o->check_fraction,
+                (unsigned long long)atomic_load(&r->mismatches),
+                r->chk.full_waits ? " (clients waited for the check queue)" : "");
+    else
+        fprintf(f, "checked: none (--check-fraction 0)\n");
+    for (size_t i = 0; i < r->n_errs; i++)
+        fprintf(f, "  error: %s\n", r->errs[i]);
+    if (atomic_load(&r->errors) > r->n_errs)
+        fprintf(f, "  ... %llu more errors\n",
+                (unsigned long long)(atomic_load(&r->errors) - r->n_errs));
+    for (size_t i = 0; i < r->n_mism; i++)
+        fprintf(f, "  MISMATCH: %s\n", r->mism[i]);
+    if (atomic_load(&r->mismatches) > r->n_mism)
+        fprintf(f, "  ... %llu more mismatches\n",
+                (unsigned long long)(atomic_load(&r->mismatches) - r->n_mism));
+}
+
+static cJSON *totals_json(lt_run *r)
+{
+    cJSON *t = cJSON_CreateObject();
+    cJSON_AddNumberToObject(t, "sent", (double)atomic_load(&r->sent));
+    cJSON_AddNumberToObject(t, "warmup", (double)atomic_load(&r->warm_sent));
+    cJSON_AddNumberToObject(t, "completed", (double)atomic_load(&r->completed));
+    cJSON_AddNumberToObject(t, "errors", (double)atomic_load(&r->errors));
+    cJSON_AddNumberToObject(t, "checked", (double)atomic_load(&r->checked));
+    cJSON_AddNumberToObject(t, "mismatches", (double)atomic_load(&r->mismatches));
+    cJSON_AddNumberToObject(t, "wall_s", r->wall_s);
+    cJSON *e = cJSON_AddArrayToObject(t, "first_errors");
+    for (size_t i = 0; i < r->n_errs; i++)
+        cJSON_AddItemToArray(e, cJSON_CreateString(r->errs[i]));
+    cJSON *m = cJSON_AddArrayToObject(t, "first_mismatches");
+    for (size_t i = 0; i < r->n_mism; i++)
+        cJSON_AddItemToArray(m, cJSON_CreateString(r->mism[i]));
+    return t;
+}
+
+static cJSON *run_json(lt_run *r)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "concurrency", r->nclients);
+    cJSON_AddItemToObject(o, "totals", totals_json(r));
+    cJSON *res = pj_loadstat_json(&r->ls);
+    if (res)
+        cJSON_AddItemToObject(o, "results", res);
+    cJSON *ds = cJSON_AddObjectToObject(o, "daemon_stats");
+    if (r->stats_before && r->stats_after) {
+        cJSON_AddItemToObject(ds, "before", cJSON_Duplicate(r->stats_before, 1));
+        cJSON_AddItemToObject(ds, "after", cJSON_Duplicate(r->stats_after, 1));
+        cJSON *d = stats_delta(r->stats_before, r->stats_after);
+        if (d)
+            cJSON_AddItemToObject(ds, "delta", d);
+    }
+    return o;
+}
+
+static cJSON *daemon_json(const lt_setup *su)
+{
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddStringToObject(d, "url", su->url);
+    cJSON_AddStringToObject(d, "backend", projd_backend_name(su->w.backend));
+    cJSON_AddNumberToObject(d, "max_m", su->w.max_m);
+    cJSON_AddNumberToObject(d, "max_ops_per_request", su->w.max_ops_per_request);
+    cJSON *ls = cJSON_AddArrayToObject(d, "layers");
+    for (uint32_t i = 0; i < su->w.n_layers; i++) {
+        cJSON *l = cJSON_CreateObject();
+        cJSON_AddStringToObject(l, "name", su->w.layers[i].name);
+        cJSON_AddNumberToObject(l, "n", su->w.layers[i].n);
+        cJSON_AddNumberToObject(l, "k", su->w.layers[i].k);
+        cJSON_AddStringToObject(l, "format", projd_format_name(su->w.layers[i].format));
+        cJSON_AddItemToArray(ls, l);
+    }
+    cJSON *sh = cJSON_AddArrayToObject(d, "shapes");
+    for (uint32_t i = 0; i < su->w.n_shapes && i < PJ_WIRE_MAX_SHAPES; i++)
+        cJSON_AddItemToArray(sh, cJSON_CreateNumber(su->w.shapes[i]));
+    return d;
+}
+
+static int write_json(const char *path, cJSON *root)
+{
+    char *text = cJSON_Print(root);
+    if (!text) {
+        fprintf(stderr, "projload: --json: out of memory\n");
+        return -1;
+    }
+    FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "projload: --json %s: %s\n", path, strerror(errno));
+        cJSON_free(text);
+        return -1;
+    }
+    fputs(text, f);
+    fputc('\n', f);
+    int bad = ferror(f);
+    if (f != stdout)
+        bad |= fclose(f) != 0;
+    cJSON_free(text);
+    if (bad) {
+        fprintf(stderr, "projload: --json %s: write error\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- commands ------------------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+    fprintf(
+        f,
+        "usage: projload [run] --trace FILE [options]   replay a trace against projd\n"
+        "       projload gen --kind K --out FILE [options]  write a trace (client/TRACE.md)\n"
+        "       projload info [--socket URL]            what the daemon serves\n"
+        "\n"
+        "run: where and what\n"
+        "  --trace FILE          JSON-lines trace (client/TRACE.md)\n"
+        "  --socket URL          daemon (default: $PROJD_SOCKET, /run/projd/projd.sock, ...)\n"
+        "  --transport T         auto | nng | ring (default auto: the fastest available)\n"
+        "run: mode (default closed loop with 1 client)\n"
+        "  --concurrency N       clients (threads, each its own connection and buffers);\n"
+        "                        closed loop: each sends its next request when the last is done\n"
+        "  --rate R              open loop: R requests/s at fixed intervals\n"
+        "  --poisson R           open loop: Poisson arrivals, R requests/s on average\n"
+        "  --replay              send each request at its t_us, on its client's thread\n"
+        "  --speed X             replay X times faster (default 1)\n"
+        "  --slots S             requests in flight per client in open loop and replay\n"
+        "                        (default 4; a request due while all are busy waits, and\n"
+        "                        its latency, counted from when it was due, shows it)\n"
+        "  --sweep LIST          closed loop at each concurrency, e.g. 1,2,4,8,16\n"
+        "run: length\n"
+        "  --warmup N            first N requests not counted in the tables (default 0)\n"
+        "  --count N             requests counted (default: the trace's length)\n"
+        "  --duration S          stop sending after S seconds, warm-up included (the first\n"
+        "                        bound reached wins)\n"
+        "run: correctness\n"
+        "  --check-fraction F    fraction of requests checked bit for bit against the CPU\n"
+        "                        reference (default 0.01; needs --model)\n"
+        "  --model PATH          the safetensors file the daemon serves\n"
+        "  --config FILE         the daemon's config (layer list and formats; default: built-in)\n"
+        "  --check-threads N     threads computing the reference (default: half the cores,\n"
+        "                        1..8); clients wait when 1 GiB of checks is queued\n"
+        "  --seed S              which requests are checked, their x, Poisson gaps (default 1)\n"
+        "  --timeout-ms T        per-request timeout (default 30000)\n"
+        "run: report\n"
+        "  --json FILE           everything the tables show, as JSON ('-' = stdout)\n"
+        "  --plot DIR            latency CDF (and sweep) PNGs via gnuplot\n"
+        "  --progress            a progress line each second even when stderr is not a tty\n"
+        "  --no-progress         never a progress line\n"
+        "  --compare             also run the trace in-process with cuBLAS (cuda build)\n"
+        "\n"
+        "gen (see client/TRACE.md):\n"
+        "  --kind decode|verify|reference  --seed S  --count N  --out FILE ('-' = stdout)\n"
+        "  --clients C  --draft D  --max-m M  --max-batch B  --unpooler-n N  --interval-us U\n"
+        "\n"
+        "exit status: 0 all requests succeeded and all checks matched; 1 a request failed,\n"
+        "a check mismatched or the run was interrupted; 2 the run could not start.\n");
+}
+
+static int cmd_gen(int argc, char **argv)
+{
+    pj_trace_gen g;
+    pj_trace_gen_defaults(&g);
+    const char *out = NULL;
+    int kind_set = 0;
+    static const struct option lo[] = {{"kind", required_argument, NULL, 'k'},
+                                       {"seed", required_argument, NULL, 's'},
+                                       {"count", required_argument, NULL, 'n'},
+                                       {"out", required_argument, NULL, 'o'},
+                                       {"clients", required_argument, NULL, 'c'},
+                                       {"draft", required_argument, NULL, 'd'},
+                                       {"max-m", required_argument, NULL, 'm'},
+                                       {"max-batch", required_argument, NULL, 'b'},
+                                       {"unpooler-n", required_argument, NULL, 'u'},
+                                       {"interval-us", required_argument, NULL, 'i'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+    int ch, rc = 0;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (ch) {
+        case 'k': {
+            int k = pj_trace_kind_from_name(optarg);
+            if (k < 0)
+                return usage_error("--kind: expected decode, verify or reference, got \"%s\"",
+                                   optarg);
+            g.kind = (pj_trace_kind)k;
+            kind_set = 1;
+            break;
+        }
+        case 's':
+            rc = parse_u64("--seed", optarg, 0, UINT64_MAX, &g.seed);
+            break;
+        case 'n':
+            rc = parse_u32("--count", optarg, 1, 100000000, &g.count);
+            break;
+        case 'o':
+            out = optarg;
+            break;
+        case 'c':
+            rc = parse_u32("--clients", optarg, 1, PJ_TRACE_MAX_CLIENT + 1, &g.clients);
+            break;
+        case 'd':
+            rc = parse_u32("--draft", optarg, 1, 64, &g.draft);
+            break;
+        case 'm':
+            rc = parse_u32("--max-m", optarg, 1, PJ_TRACE_MAX_M, &g.max_m);
+            break;
+        case 'b':
+            rc = parse_u32("--max-batch", optarg, 1, PJ_TRACE_MAX_M, &g.max_batch);
+            break;
+        case 'u':
+            rc = parse_u32("--unpooler-n", optarg, 0, PJ_TRACE_MAX_N, &g.unpooler_n);
+            break;
+        case 'i':
+            rc = parse_u32("--interval-us", optarg, 0, 60000000, &g.interval_us);
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            return usage_error("gen: unknown option");
+        }
+        if (rc)
+            return rc;
+    }
+    if (optind < argc)
+        return usage_error("gen: unexpected argument \"%s\"", argv[optind]);
+    if (!kind_set)
+        return usage_error("gen: --kind is required (decode, verify or reference)");
+    if (!out)
+        return usage_error("gen: --out FILE is required ('-' for stdout)");
+    pj_trace t;
+    char err[512];
+    if (pj_trace_generate(&t, &g, err, sizeof err) != 0) {
+        fprintf(stderr, "projload: %s\n", err);
+        return EXIT_SETUP_ERROR;
+    }
+    char header[512];
+    snprintf(header, sizeof header,
+             "projload gen --kind %s --seed %llu --count %u --clients %u --draft %u --max-m %u "
+             "--max-batch %u --unpooler-n %u --interval-us %u",
+             pj_trace_kind_name(g.kind), (unsigned long long)g.seed, g.count, g.clients, g.draft,
+             g.max_m, g.max_batch, g.unpooler_n, g.interval_us);
+    FILE *f = strcmp(out, "-") == 0 ? stdout : fopen(out, "w");
+    if (!f) {
+        fprintf(stderr, "projload: --out %s: %s\n", out, strerror(errno));
+        pj_trace_free(&t);
+        return EXIT_SETUP_ERROR;
+    }
+    rc = pj_trace_write(&t, f, header);
+    if (f != stdout && fclose(f) != 0)
+        rc = -EIO;
+    pj_trace_free(&t);
+    if (rc) {
+        fprintf(stderr, "projload: --out %s: write error\n", out);
+        return EXIT_SETUP_ERROR;
+    }
+    return 0;
+}
+
+static int connect_ctl(const char *socket, projd_conn **c)
+{
+    projd_error e;
+    if (projd_connect(socket, "projload", c, &e) != 0) {
+        fprintf(stderr, "projload: cannot reach the daemon: %s\n", e.msg);
+        return EXIT_SETUP_ERROR;
+    }
+    return 0;
+}
+
+static int cmd_info(int argc, char **argv)
+{
+    const char *socket = NULL;
+    static const struct option lo[] = {{"socket", required_argument, NULL, 'S'},
+                                       {NULL, 0, NULL, 0}};
+    int ch;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        if (ch != 'S')
+            return usage_error("info: unknown option");
+        socket = optarg;
+    }
+    projd_conn *c;
+    int rc = connect_ctl(socket, &c);
+    if (rc)
+        return rc;
+    const projd_info *w = projd_info_get(c);
+    printf("daemon %s: protocol %u, backend %s, max_m %u, max %u ops per request\n", projd_url(c),
+           w->version, projd_backend_name(w->backend), w->max_m, w->max_ops_per_request);
+    for (uint32_t i = 0; i < w->n_layers; i++)
+        printf("  layer %u %-16s n %6u  k %6u  %s\n", i, w->layers[i].name, w->layers[i].n,
+               w->layers[i].k, projd_format_name(w->layers[i].format));
+    printf("  graph shapes m:");
+    for (uint32_t i = 0; i < w->n_shapes; i++)
+        printf(" %u", w->shapes[i]);
+    printf("\n");
+    projd_close(c);
+    return 0;
+}
+
+enum {
+    OPT_TRACE = 1000,
+    OPT_SOCKET,
+    OPT_TRANSPORT,
+    OPT_CONC,
+    OPT_RATE,
+    OPT_POISSON,
+    OPT_REPLAY,
+    OPT_SPEED,
+    OPT_SLOTS,
+    OPT_SWEEP,
+    OPT_WARMUP,
+    OPT_COUNT,
+    OPT_DURATION,
+    OPT_CHECK,
+    OPT_MODEL,
+    OPT_CONFIG,
+    OPT_CHECK_THREADS,
+    OPT_SEED,
+    OPT_TIMEOUT,
+    OPT_JSON,
+    OPT_PLOT,
+    OPT_PROGRESS,
+    OPT_NO_PROGRESS,
+    OPT_COMPARE,
+    OPT_HELP,
+};
+
+static int set_mode(lt_opts *o, lt_mode m, const char *opt)
+{
+    if (o->mode_set && o->mode != m)
+        return usage_error("%s: only one of --rate, --poisson and --replay", opt);
+    o->mode = m;
+    o->mode_set = 1;
+    return 0;
+}
+
+static int parse_run(int argc, char **argv, lt_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->transport = "auto";
+    o->speed = 1;
+    o->check_fraction = 0.01;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    o->check_threads = cpus >= 4 ? (uint32_t)(cpus / 2 < 8 ? cpus / 2 : 8) : 1;
+    o->seed = 1;
+    o->timeout_ms = PROJD_DEFAULT_TIMEOUT_MS;
+    o->progress = -1;
+    o->concurrency = 1;
+    o->slots = 4;
+    size_t len = 0;
+    for (int i = 0; i < argc && len < sizeof o->command - 1; i++)
+        len += (size_t)snprintf(o->command + len, sizeof o->command - len, "%s%s", i ? " " : "",
+                                argv[i]);
+    static const struct option lo[] = {
+        {"trace", required_argument, NULL, OPT_TRACE},
+        {"socket", required_argument, NULL, OPT_SOCKET},
+        {"transport", required_argument, NULL, OPT_TRANSPORT},
+        {"concurrency", required_argument, NULL, OPT_CONC},
+        {"rate", required_argument, NULL, OPT_RATE},
+        {"poisson", required_argument, NULL, OPT_POISSON},
+        {"replay", no_argument, NULL, OPT_REPLAY},
+        {"speed", required_argument, NULL, OPT_SPEED},
+        {"slots", required_argument, NULL, OPT_SLOTS},
+        {"sweep", required_argument, NULL, OPT_SWEEP},
+        {"warmup", required_argument, NULL, OPT_WARMUP},
+        {"count", required_argument, NULL, OPT_COUNT},
+        {"duration", required_argument, NULL, OPT_DURATION},
+        {"check-fraction", required_argument, NULL, OPT_CHECK},
+        {"model", required_argument, NULL, OPT_MODEL},
+        {"config", required_argument, NULL, OPT_CONFIG},
+        {"check-threads", required_argument, NULL, OPT_CHECK_THREADS},
+        {"seed", required_argument, NULL, OPT_SEED},
+        {"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
+        {"json", required_argument, NULL, OPT_JSON},
+        {"plot", required_argument, NULL, OPT_PLOT},
+        {"progress", no_argument, NULL, OPT_PROGRESS},
+        {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+        {"compare", no_argument, NULL, OPT_COMPARE},
+        {"help", no_argument, NULL, OPT_HELP},
+        {NULL, 0, NULL, 0}};
+    int ch, rc = 0;
+    uint64_t v;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (ch) {
+        case OPT_TRACE:
+            o->trace = optarg;
+            break;
+        case OPT_SOCKET:
+            o->socket = optarg;
+            break;
+        case OPT_TRANSPORT:
+            o->transport = optarg;
+            break;
+        case OPT_CONC:
+            rc = parse_u32("--concurrency", optarg, 1, LT_MAX_CLIENTS, &o->concurrency);
+            o->concurrency_set = 1;
+            break;
+        case OPT_RATE:
+            rc = set_mode(o, MODE_RATE, "--rate");
+            if (!rc)
+                rc = parse_double("--rate", optarg, 1e-3, 1e7, &o->rate);
+            break;
+        case OPT_POISSON:
+            rc = set_mode(o, MODE_POISSON, "--poisson");
+            if (!rc)
+                rc = parse_double("--poisson", optarg, 1e-3, 1e7, &o->rate);
+            break;
+        case OPT_REPLAY:
+            rc = set_mode(o, MODE_REPLAY, "--replay");
+            break;
+        case OPT_SPEED:
+            rc = parse_double("--speed", optarg, 1e-3, 1e6, &o->speed);
+            break;
+        case OPT_SLOTS:
+            rc = parse_u32("--slots", optarg, 1, 1024, &o->slots);
+            o->slots_set = 1;
+            break;
+        case OPT_SWEEP: {
+            char *s = optarg;
+            o->n_sweep = 0;
+            while (*s) {
+                char item[32];
+                size_t n = strcspn(s, ",");
+                if (n == 0 || n >= sizeof item || o->n_sweep == LT_MAX_SWEEP)
+                    return usage_error("--sweep: expected a list like 1,2,4,8,16, got \"%s\"",
+                                       optarg);
+                memcpy(item, s, n);
+                item[n] = '\0';
+                if ((rc = parse_u32("--sweep", item, 1, LT_MAX_CLIENTS, &o->sweep[o->n_sweep])))
+                    return rc;
+                o->n_sweep++;
+                s += n;
+                if (*s == ',')
+                    s++;
+            }
+            if (!o->n_sweep)
+                return usage_error("--sweep: empty list");
+            break;
+        }
+        case OPT_WARMUP:
+            rc = parse_u64("--warmup", optarg, 0, 1000000000, &o->warmup);
+            break;
+        case OPT_COUNT:
+            rc = parse_u64("--count", optarg, 1, 1000000000000ull, &o->count);
+            o->count_set = 1;
+            break;
+        case OPT_DURATION:
+            rc = parse_double("--duration", optarg, 1e-3, 1e7, &o->duration_s);
+            break;
+        case OPT_CHECK:
+            rc = parse_double("--check-fraction", optarg, 0, 1, &o->check_fraction);
+            break;
+        case OPT_MODEL:
+            o->model = optarg;
+            break;
+        case OPT_CONFIG:
+            o->config = optarg;
+            break;
+        case OPT_CHECK_THREADS:
+            rc = parse_u32("--check-threads", optarg, 1, 64, &o->check_threads);
+            break;
+        case OPT_SEED:
+            rc = parse_u64("--seed", optarg, 0, UINT64_MAX, &o->seed);
+            break;
+        case OPT_TIMEOUT:
+            rc = parse_u64("--timeout-ms", optarg, 1, 3600000, &v);
+            o->timeout_ms = (int)v;
+            break;
+        case OPT_JSON:
+            o->json = optarg;
+            break;
+        case OPT_PLOT:
+            o->plot = optarg;
+            break;
+        case OPT_PROGRESS:
+            o->progress = 1;
+            break;
+        case OPT_NO_PROGRESS:
+            o->progress = 0;
+            break;
+        case OPT_COMPARE:
+            o->compare = 1;
+            break;
+        case OPT_HELP:
+            usage(stdout);
+            exit(0);
+        default:
+            return usage_error("unknown option");
+        }
+        if (rc)
+            return rc;
+    }
+    if (optind < argc)
+        return usage_error("unexpected argument \"%s\"", argv[optind]);
+    if (o->compare)
+        return -1; /* handled by the caller before anything else */
+    if (!o->trace)
+        return usage_error("--trace FILE is required (projload gen writes one)");
+    if (o->n_sweep && o->mode_set)
+        return usage_error("--sweep runs the closed loop; it does not combine with --%s",
+                           o->mode == MODE_REPLAY ? "replay" : "rate/--poisson");
+    if (o->check_fraction > 0 && !o->model)
+        return usage_error("--check-fraction %g needs --model PATH (the model file the daemon "
+                           "serves) to compute the reference; --check-fraction 0 runs unchecked",
+                           o->check_fraction);
+    if (o->mode == MODE_CLOSED && o->slots_set && o->slots != 1)
+        return usage_error("--slots: the closed loop has one request in flight per client");
+    if (o->mode == MODE_REPLAY && o->concurrency_set)
+        return usage_error("--concurrency: --replay uses one client per trace client id");
+    return 0;
+}
+
+static int compare_mode(void)
+{
+#ifdef PJ_HAVE_CUDA
+    fprintf(stderr, "projload: --compare: the in-process cuBLAS side is not built yet (it comes "
+                    "with the GPU engines, kernels/engine.h)\n");
+#else
+    fprintf(stderr, "projload: compare mode needs the cuda build\n");
+#endif
+    return EXIT_SETUP_ERROR;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+    lt_opts o;
+    int rc = parse_run(argc, argv, &o);
+    if (rc == -1 && o.compare)
+        return compare_mode();
+    if (rc)
+        return rc;
+    /* With the JSON on stdout, the tables go to stderr. */
+    FILE *rep = o.json && strcmp(o.json, "-") == 0 ? stderr : stdout;
+    lt_setup su;
+    memset(&su, 0, sizeof su);
+    char err[1024];
+    int exit_code = EXIT_SETUP_ERROR;
+    projd_conn *ctl = NULL;
+    cJSON *root = NULL;
+
+    su.transport = pick_transport(o.transport, err, sizeof err);
+    if (!su.transport) {
+        fprintf(stderr, "projload: --transport %s: %s\n", o.transport, err);
+        return EXIT_SETUP_ERROR;
+    }
+    if (pj_trace_load(&su.tr, o.trace, err, sizeof err) != 0) {
+        fprintf(stderr, "projload: %s\n", err);
+        goto out;
+    }
+    if (o.mode == MODE_REPLAY && su.tr.n_timed < su.tr.n_reqs) {
+        for (size_t i = 0; i < su.tr.n_reqs; i++) {
+            if (su.tr.reqs[i].t_us < 0) {
+                fprintf(stderr,
+                        "projload: %s:%u: t_us: missing (--replay needs every request's "
+                        "time)\n",
+                        su.tr.file, su.tr.reqs[i].line);
+                goto out;
+            }
+        }
+    }
+    if (connect_ctl(o.socket, &ctl))
+        goto out;
+    snprintf(su.url, sizeof su.url, "%s", projd_url(ctl));
+    su.w = *projd_info_get(ctl);
+    if (pj_trace_resolve(&su.tr, &su.w, err, sizeof err) != 0) {
+        fprintf(stderr, "projload: %s\n", err);
+        goto out;
+    }
+    pj_ls_msets_init(&su.msets, su.w.shapes,
+                     su.w.n_shapes < PJ_WIRE_MAX_SHAPES ? su.w.n_shapes : PJ_WIRE_MAX_SHAPES,
+                     su.w.max_m);
+    for (size_t r = 0; r < su.tr.n_reqs; r++) {
+        const pj_trace_req *q = &su.tr.reqs[r];
+        size_t xb = 0, yb = 0;
+        for (uint32_t i = 0; i < q->n_ops; i++) {
+            const pj_trace_op *op = &su.tr.ops[q->op0 + i];
+            xb += align_up((size_t)op->m * su.w.layers[op->layer].k * 2);
+            yb += align_up((size_t)op->m * op->n * 2);
+        }
+        su.slot_x = xb > su.slot_x ? xb : su.slot_x;
+        su.slot_y = yb > su.slot_y ? yb : su.slot_y;
+        su.max_ops = q->n_ops > su.max_ops ? q->n_ops : su.max_ops;
+    }
+    if (build_groups(&su) != 0) {
+        fprintf(stderr, "projload: out of memory\n");
+        goto out;
+    }
+    if (o.check_fraction > 0 && load_model(&o, &su) != 0)
+        goto out;
+
+    uint32_t n_replay_clients = 0;
+    if (o.mode == MODE_REPLAY) {
+        static uint8_t seen[PJ_TRACE_MAX_CLIENT + 1];
+        memset(seen, 0, sizeof seen);
+        for (size_t i = 0; i < su.tr.n_reqs; i++)
+            n_replay_clients += seen[su.tr.reqs[i].client]++ == 0;
+        if (n_replay_clients > LT_MAX_CLIENTS) {
+            fprintf(stderr, "projload: --replay: the trace has %u client ids, at most %d\n",
+                    n_replay_clients, LT_MAX_CLIENTS);
+            goto out;
+        }
+    }
+    if (o.mode == MODE_REPLAY) {
+        /* A replay plays the trace once: what is left after the warm-up. */
+        uint64_t left = su.tr.n_reqs > o.warmup ? su.tr.n_reqs - o.warmup : 0;
+        if (!left) {
+            fprintf(stderr,
+                    "projload: --warmup %llu leaves none of the trace's %zu requests to "
+                    "count\n",
+                    (unsigned long long)o.warmup, su.tr.n_reqs);
+            goto out;
+        }
+        if (o.count_set && o.count > left)
+            fprintf(rep, "note: --count %llu: the trace has %llu requests after the warm-up\n",
+                    (unsigned long long)o.count, (unsigned long long)left);
+        if (!o.count_set || o.count > left)
+            o.count = left;
+    } else if (!o.count_set) {
+        o.count = su.tr.n_reqs;
+    }
+
+    const char *mode_text = o.n_sweep ? "closed-loop sweep" : mode_name(o.mode);
+    fprintf(rep, "projload: %s, transport %s, daemon %s (%s backend, %u layers, max_m %u)\n",
+            mode_text, su.transport->name, su.url, projd_backend_name(su.w.backend), su.w.n_layers,
+            su.w.max_m);
+    for (size_t i = 0; i < sizeof transports / sizeof transports[0]; i++) {
+        char why[256];
+        if (&transports[i] != su.transport && !transports[i].available(why, sizeof why))
+            fprintf(rep, "  (transport %s not used: %s)\n", transports[i].name, why);
+    }
+    fprintf(rep, "trace %s: %zu requests, %zu ops; %llu warm-up requests, then ", su.tr.file,
+            su.tr.n_reqs, su.tr.n_ops, (unsigned long long)o.warmup);
+    if (o.count_set || o.duration_s <= 0)
+        fprintf(rep, "%llu counted%s", (unsigned long long)o.count, o.duration_s > 0 ? " or " : "");
+    if (o.duration_s > 0)
+        fprintf(rep, "%.1f s", o.duration_s);
+    fprintf(rep, ", whichever ends first\n");
+    fflush(rep);
+
+    root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "tool", "projload");
+    cJSON_AddStringToObject(root, "command", o.command);
+    cJSON_AddItemToObject(root, "daemon", daemon_json(&su));
+    cJSON_AddStringToObject(root, "transport", su.transport->name);
+    cJSON *jt = cJSON_AddObjectToObject(root, "trace");
+    cJSON_AddStringToObject(jt, "file", su.tr.file);
+    cJSON_AddNumberToObject(jt, "requests", (double)su.tr.n_reqs);
+    cJSON_AddNumberToObject(jt, "ops", (double)su.tr.n_ops);
+    cJSON_AddStringToObject(root, "mode", o.n_sweep ? "sweep" : mode_name(o.mode));
+    if (o.mode == MODE_RATE || o.mode == MODE_POISSON)
+        cJSON_AddNumberToObject(root, "rate", o.rate);
+    if (o.mode == MODE_REPLAY)
+        cJSON_AddNumberToObject(root, "speed", o.speed);
+    cJSON_AddNumberToObject(root, "slots", o.mode == MODE_CLOSED ? 1 : o.slots);
+    cJSON_AddNumberToObject(root, "warmup", (double)o.warmup);
+    cJSON_AddNumberToObject(root, "count", (double)o.count);
+    cJSON_AddNumberToObject(root, "duration_s", o.duration_s);
+    cJSON *jc = cJSON_AddObjectToObject(root, "check");
+    cJSON_AddNumberToObject(jc, "fraction", o.check_fraction);
+    cJSON_AddNumberToObject(jc, "seed", (double)o.seed);
+    if (o.model)
+        cJSON_AddStringToObject(jc, "model", o.model);
+
+    exit_code = 0;
+    uint32_t n_steps = o.n_sweep ? (uint32_t)o.n_sweep : 1;
+    pj_plot_sweep_point pts[LT_MAX_SWEEP];
+    pj_plot_series series[LT_MAX_SWEEP];
+    char labels[LT_MAX_SWEEP][48];
+    lt_run *runs = calloc(n_steps, sizeof *runs);
+    cJSON *jsweep = o.n_sweep ? cJSON_AddArrayToObject(root, "sweep") : NULL;
+    if (!runs) {
+        fprintf(stderr, "projload: out of memory\n");
+        exit_code = EXIT_SETUP_ERROR;
+        goto out;
+    }
+    uint32_t done_steps = 0;
+    for (uint32_t s = 0; s < n_steps && !g_interrupted; s++) {
+        lt_run *r = &runs[s];
+        r->o = &o;
+        r->su = &su;
+        r->mode = o.n_sweep ? MODE_CLOSED : o.mode;
+        r->nclients = o.n_sweep                ? o.sweep[s]
+                      : r->mode == MODE_REPLAY ? n_replay_clients
+                                               : o.concurrency;
+        r->slots = r->mode == MODE_CLOSED ? 1 : o.slots;
+        if (o.n_sweep)
+            fprintf(rep, "\n=== sweep: concurrency %u\n", r->nclients);
+        else
+            fprintf(rep, "clients: %u, %u request%s in flight each at most\n", r->nclients,
+                    r->slots, r->slots == 1 ? "" : "s");
+        fflush(rep);
+        int rr = run_once(r, ctl);
+        done_steps = s + 1;
+        if (rr != 0) {
+            exit_code = EXIT_SETUP_ERROR;
+            break;
+        }
+        pj_loadstat_print(&r->ls, rep);
+        print_totals(rep, r);
+        print_stats(rep, r->stats_before, r->stats_after);
+        if (run_failed(r))
+            exit_code = EXIT_RUN_FAILED;
+        pj_ls_summary sm;
+        pj_loadstat_summary(&r->ls, 0, &sm);
+        pts[s] =
+            (pj_plot_sweep_point){r->nclients, sm.req_per_s, sm.ops_per_s, sm.p50_us, sm.p99_us};
+        snprintf(labels[s], sizeof labels[s], o.n_sweep ? "%s c=%u" : "%s", su.transport->name,
+                 r->nclients);
+        series[s] = (pj_plot_series){labels[s], &r->ls.g[0].lat};
+        cJSON *rj = run_json(r);
+        if (jsweep) {
+            cJSON_AddItemToArray(jsweep, rj);
+        } else {
+            for (cJSON *c = rj->child; c; c = c->next)
+                cJSON_AddItemToObject(root, c->string, cJSON_Duplicate(c, 1));
+            cJSON_Delete(rj);
+        }
+        fflush(rep);
+    }
+    if (g_interrupted) {
+        fprintf(rep, "\ninterrupted: the report covers what ran\n");
+        exit_code = exit_code ? exit_code : EXIT_RUN_FAILED;
+    }
+    if (o.n_sweep && done_steps) {
+        fprintf(rep, "\nthroughput vs concurrency (closed loop, %s):\n", su.transport->name);
+        fprintf(rep, "%11s  %10s  %11s  %9s  %9s  %6s  %9s\n", "concurrency", "req/s", "ops/s",
+                "p50 µs", "p99 µs", "errors", "mismatch");
+        for (uint32_t s = 0; s < done_steps; s++)
+            fprintf(rep, "%11u  %10.1f  %11.1f  %9.1f  %9.1f  %6llu  %9llu\n", pts[s].concurrency,
+                    pts[s].req_per_s, pts[s].ops_per_s, pts[s].p50_us, pts[s].p99_us,
+                    (unsigned long long)atomic_load(&runs[s].errors),
+                    (unsigned long long)atomic_load(&runs[s].mismatches));
+    }
+    if (o.plot && done_steps) {
+        char msg[1024];
+        int pr = pj_plot_latency_cdf(o.plot, series, done_steps, msg, sizeof msg);
+        fprintf(rep, "%s\n", msg);
+        if (pr >= 0 && o.n_sweep) {
+            pr = pj_plot_sweep(o.plot, pts, done_steps, msg, sizeof msg);
+            fprintf(rep, "%s\n", msg);
+        }
+    }
+    cJSON_AddNumberToObject(root, "exit_code", exit_code);
+    if (o.json && write_json(o.json, root) != 0 && !exit_code)
+        exit_code = EXIT_RUN_FAILED;
+    for (uint32_t s = 0; s < done_steps; s++)
+        run_free(&runs[s]);
+    free(runs);
+out:
+    cJSON_Delete(root);
+    projd_close(ctl);
+    setup_free(&su);
+    return exit_code;
+}
+
+int main(int argc, char **argv)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (argc >= 2 && strcmp(argv[1], "gen") == 0)
+        return cmd_gen(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "info") == 0)
+        return cmd_info(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "run") == 0)
+        return cmd_run(argc - 1, argv + 1);
+    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        usage(stdout);
+        return 0;
+    }
+    return cmd_run(argc, argv);
+}

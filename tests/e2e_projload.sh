@@ -1,0 +1,285 @@
+#!/usr/bin/env bash
+# e2e_projload.sh — projload against a real daemon (cpu backend, the small
+# generated model, a socket in a temporary directory):
+#   - generated traces are reproducible (same seed, same bytes);
+#   - closed-loop, open-loop (Poisson) and timestamp-replay runs with every
+#     request checked against the CPU reference: zero errors, zero
+#     mismatches, exit status 0, and the JSON report parses and holds the
+#     numbers the tables print;
+#   - a concurrency sweep with plots (PNGs when gnuplot is installed);
+#   - checks are real: against another model's weights every checked
+#     request mismatches and projload exits 1;
+#   - bad traces are refused before the run with the line and the field.
+# Usage: tests/e2e_projload.sh BUILD_DIR
+set -u
+build=${1:-build}
+bin=$build/bin
+for p in projd projctl projload; do
+    if [ ! -x "$bin/$p" ]; then
+        echo "e2e_projload: $bin/$p is missing (build first: make)" >&2
+        exit 1
+    fi
+done
+py=$(command -v python3 || true)
+if [ -z "$py" ]; then
+    echo "e2e_projload: python3 is needed to read the JSON reports" >&2
+    exit 1
+fi
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/e2e_projload.XXXXXX")
+daemon_pid=
+cleanup() {
+    if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then
+        kill -TERM "$daemon_pid" 2>/dev/null
+        for _ in $(seq 50); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$daemon_pid" 2>/dev/null
+    fi
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+failures=0
+fail() {
+    echo "FAIL: $*" >&2
+    failures=$((failures + 1))
+}
+ok() {
+    echo "ok: $*"
+}
+
+# Every projload call is bounded, so a hang fails the suite instead of CI.
+pl() {
+    timeout --kill-after=5 90 "$bin/projload" "$@"
+}
+
+# ---- model and daemon ------------------------------------------------------------
+model=$tmp/small.safetensors
+other=$tmp/other.safetensors
+"$bin/projctl" mkmodel --preset small --seed 1 --out "$model" >/dev/null || { fail "mkmodel"; exit 1; }
+"$bin/projctl" mkmodel --preset small --seed 2 --out "$other" >/dev/null || { fail "mkmodel seed 2"; exit 1; }
+sock=ipc://$tmp/projd.sock
+cat >"$tmp/projd.json" <<EOF
+{ "device": { "backend": "cpu" }, "cpu": { "threads": 2 }, "log": { "level": "warn" } }
+EOF
+"$bin/projd" --config "$tmp/projd.json" --model "$model" --socket "$sock" 2>"$tmp/projd.log" &
+daemon_pid=$!
+ready=0
+for _ in $(seq 150); do
+    if "$bin/projload" info --socket "$sock" >"$tmp/info.txt" 2>/dev/null; then
+        ready=1
+        break
+    fi
+    kill -0 "$daemon_pid" 2>/dev/null || break
+    sleep 0.2
+done
+if [ "$ready" != 1 ]; then
+    fail "the daemon did not come up within 30 s"
+    cat "$tmp/projd.log" >&2
+    exit 1
+fi
+grep -q 'backend cpu' "$tmp/info.txt" && ok "daemon up (cpu backend)" || fail "info: $(cat "$tmp/info.txt")"
+
+# ---- traces --------------------------------------------------------------------------
+# The small model's unpooler has 512 rows: ask for 128 of them. Small batches
+# keep the CPU reference cheap on 2 cores.
+gen() {
+    pl gen --seed 7 --count 400 --clients 2 --max-batch 24 --unpooler-n 128 "$@"
+}
+gen --kind decode --out "$tmp/decode.jsonl" || fail "gen decode"
+gen --kind decode --out "$tmp/decode2.jsonl" || fail "gen decode again"
+cmp -s "$tmp/decode.jsonl" "$tmp/decode2.jsonl" && ok "gen: same seed, same file" ||
+    fail "gen: same seed gave different files"
+gen --kind decode --seed 8 --out "$tmp/decode3.jsonl" || fail "gen seed 8"
+cmp -s "$tmp/decode.jsonl" "$tmp/decode3.jsonl" && fail "gen: seed ignored" || ok "gen: another seed, another file"
+pl gen --kind verify --seed 7 --count 100 --draft 4 --max-batch 8 --unpooler-n 128 \
+    --out "$tmp/verify.jsonl" || fail "gen verify"
+pl gen --kind reference --count 12 --unpooler-n 128 --out "$tmp/reference.jsonl" ||
+    fail "gen reference"
+[ "$(grep -c '^{' "$tmp/decode.jsonl")" = 400 ] && ok "gen: 400 requests" || fail "gen: wrong count"
+
+# ---- JSON against the printed table --------------------------------------------------
+# check_report OUT JSON WANT_COUNT WANT_CHECKED: zero errors and mismatches,
+# the counts wanted, and every table row equal to its JSON group.
+check_report() {
+    "$py" - "$@" <<'EOF'
+import json, sys
+out, js, want_count, want_checked = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+text = open(out).read().splitlines()
+j = json.load(open(js))
+res, tot = j["results"], j["totals"]
+problems = []
+def need(cond, what):
+    if not cond:
+        problems.append(what)
+need(tot["errors"] == 0, "errors: %s" % tot["errors"])
+need(tot["mismatches"] == 0, "mismatches: %s" % tot["mismatches"])
+need(tot["completed"] == tot["sent"], "completed %s of %s" % (tot["completed"], tot["sent"]))
+need(res["overall"]["count"] == want_count, "overall count %s, want %s" % (res["overall"]["count"], want_count))
+if want_checked == "all":
+    need(tot["checked"] == tot["sent"], "checked %s of %s" % (tot["checked"], tot["sent"]))
+    need(res["overall"]["checked"] == res["overall"]["count"], "overall checked")
+need(j["exit_code"] == 0, "exit_code %s" % j["exit_code"])
+groups = {"all": res["overall"]}
+for g in res["by_shape"] + res["by_layer_m"]:
+    groups[g["key"]] = g
+# Table rows: KEY then 11 numbers (requests ops errors req/s ops/s mean p50 p90 p99 p99.9 max).
+rows = 0
+section = None
+for line in text:
+    if line.startswith("by (layer") or line.startswith("by request shape") or line.startswith("overall:"):
+        section = "main"
+        continue
+    if line.startswith("daemon side"):
+        section = "daemon"
+        continue
+    if not line.strip():
+        section = None if section == "daemon" else section
+        continue
+    parts = line.split()
+    if section != "main" or len(parts) < 12:
+        continue
+    try:
+        nums = [float(x) for x in parts[-11:]]
+    except ValueError:
+        continue  # a header
+    key = " ".join(parts[:-11])  # keys hold single spaces, columns are two apart
+    g = groups.get(key)
+    if g is None:
+        problems.append("table row %r has no JSON group" % key)
+        continue
+    rows += 1
+    lat = g["latency_us"]
+    want = [g["count"], g["ops"], g["errors"], g["req_per_s"], g["ops_per_s"], lat["mean"],
+            lat["p50"], lat["p90"], lat["p99"], lat["p99_9"], lat["max"]]
+    for name, t, w in zip(["requests", "ops", "errors", "req/s", "ops/s", "mean", "p50", "p90",
+                           "p99", "p99.9", "max"], nums, want):
+        if abs(t - w) > 0.051:
+            problems.append("%s %s: table %s, JSON %s" % (key, name, t, w))
+need(rows == len(groups), "table has %d rows, JSON %d groups" % (rows, len(groups)))
+need(len(res["by_shape"]) >= 1 and len(res["by_layer_m"]) >= 5, "groups missing")
+need(sum(g["count"] for g in res["by_shape"]) == res["overall"]["count"], "shape counts do not add up")
+ds = j.get("daemon_stats", {})
+need("before" in ds and "after" in ds and "delta" in ds, "daemon_stats before/after/delta")
+if problems:
+    print("\n".join(problems))
+    sys.exit(1)
+print("%d table rows match the JSON" % rows)
+EOF
+}
+
+check_model="--model $model --check-fraction 1"
+
+# ---- closed loop -------------------------------------------------------------------------
+pl --trace "$tmp/decode.jsonl" --socket "$sock" --concurrency 2 --warmup 10 --count 120 \
+    $check_model --json "$tmp/closed.json" >"$tmp/closed.out" 2>"$tmp/closed.err"
+rc=$?
+cat "$tmp/closed.out"
+[ $rc = 0 ] && ok "closed loop: exit 0" || { fail "closed loop: exit $rc"; cat "$tmp/closed.err" >&2; }
+grep -q 'transport nng' "$tmp/closed.out" && ok "closed loop: says which transport" ||
+    fail "closed loop: transport not named"
+check_report "$tmp/closed.out" "$tmp/closed.json" 120 all && ok "closed loop: JSON holds the table" ||
+    fail "closed loop: report"
+
+# ---- open loop -----------------------------------------------------------------------------
+pl --trace "$tmp/verify.jsonl" --socket "$sock" --poisson 150 --concurrency 2 --slots 3 \
+    --count 80 $check_model --json "$tmp/open.json" >"$tmp/open.out" 2>"$tmp/open.err"
+rc=$?
+[ $rc = 0 ] && ok "open loop: exit 0" || { fail "open loop: exit $rc"; cat "$tmp/open.out" "$tmp/open.err" >&2; }
+check_report "$tmp/open.out" "$tmp/open.json" 80 all && ok "open loop: JSON holds the table" ||
+    fail "open loop: report"
+"$py" -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if j["mode"]=="open-poisson" and j["rate"]==150 else 1)' \
+    "$tmp/open.json" && ok "open loop: mode and rate in the JSON" || fail "open loop: mode/rate"
+
+# ---- timestamp replay ----------------------------------------------------------------------------
+head -41 "$tmp/decode.jsonl" >"$tmp/replay.jsonl" # the header comment + 40 requests
+pl --trace "$tmp/replay.jsonl" --socket "$sock" --replay --speed 4 $check_model \
+    --json "$tmp/replay.json" >"$tmp/replay.out" 2>"$tmp/replay.err"
+rc=$?
+[ $rc = 0 ] && ok "replay: exit 0" || { fail "replay: exit $rc"; cat "$tmp/replay.out" "$tmp/replay.err" >&2; }
+check_report "$tmp/replay.out" "$tmp/replay.json" 40 all && ok "replay: JSON holds the table" ||
+    fail "replay: report"
+grep -q '^clients: 2,' "$tmp/replay.out" && ok "replay: one client per trace client id" ||
+    fail "replay: client count"
+
+# ---- the six reference loads, a sweep, plots ---------------------------------------------------------
+pl --trace "$tmp/reference.jsonl" --socket "$sock" --sweep 1,2 --count 12 \
+    --model "$model" --check-fraction 0.5 --json "$tmp/sweep.json" --plot "$tmp/plots" \
+    >"$tmp/sweep.out" 2>"$tmp/sweep.err"
+rc=$?
+[ $rc = 0 ] && ok "sweep: exit 0" || { fail "sweep: exit $rc"; cat "$tmp/sweep.out" "$tmp/sweep.err" >&2; }
+grep -q 'throughput vs concurrency' "$tmp/sweep.out" && ok "sweep: throughput table" || fail "sweep: no table"
+"$py" - "$tmp/sweep.json" <<'EOF' && ok "sweep: JSON per step" || fail "sweep: JSON"
+import json, sys
+j = json.load(open(sys.argv[1]))
+s = j["sweep"]
+assert [x["concurrency"] for x in s] == [1, 2], s
+for x in s:
+    assert x["totals"]["errors"] == 0 and x["totals"]["mismatches"] == 0
+    assert x["results"]["overall"]["count"] == 12
+    ms = sorted((g["m_lo"], g["m_hi"]) for g in x["results"]["by_layer_m"] if g["layer"] == "o")
+    assert ms == [(1, 1), (2, 8), (9, 16), (17, 32), (33, 128), (129, 256)], ms
+EOF
+if command -v gnuplot >/dev/null; then
+    [ -s "$tmp/plots/latency_cdf.png" ] && [ -s "$tmp/plots/sweep.png" ] && ok "plots drawn" ||
+        fail "plots: PNGs missing ($(cat "$tmp/sweep.out" | grep plot:))"
+else
+    grep -q 'gnuplot not found' "$tmp/sweep.out" && ok "plots: says it skipped" || fail "plots: no word"
+fi
+
+# ---- checks are real ------------------------------------------------------------------------------
+pl --trace "$tmp/decode.jsonl" --socket "$sock" --count 10 --model "$other" --check-fraction 1 \
+    --json "$tmp/wrong.json" >"$tmp/wrong.out" 2>&1
+rc=$?
+[ $rc = 1 ] && ok "wrong model: exit 1" || fail "wrong model: exit $rc"
+grep -q 'MISMATCH: request 0 (decode.jsonl:2) op 0 (qkv_gate' "$tmp/wrong.out" &&
+    ok "wrong model: mismatches named" || { fail "wrong model: no mismatch line"; cat "$tmp/wrong.out" >&2; }
+"$py" -c 'import json,sys; t=json.load(open(sys.argv[1]))["totals"]; sys.exit(0 if t["mismatches"]==10 and t["checked"]==10 else 1)' \
+    "$tmp/wrong.json" && ok "wrong model: 10 of 10 mismatches in the JSON" || fail "wrong model: JSON"
+
+# ---- bad traces and options: refused before the run -----------------------------------------------------
+expect_error() { # NAME TRACE_TEXT MESSAGE [extra args]
+    local name=$1 text=$2 want=$3
+    shift 3
+    printf '%b' "$text" >"$tmp/$name.jsonl"
+    pl --trace "$tmp/$name.jsonl" --socket "$sock" --check-fraction 0 "$@" >"$tmp/$name.out" 2>&1
+    local rc=$?
+    if [ $rc = 2 ] && grep -qF -- "$want" "$tmp/$name.out"; then
+        ok "refused: $want"
+    else
+        fail "$name: exit $rc, output: $(cat "$tmp/$name.out")"
+    fi
+}
+good='{"ops":[{"layer":"o","m":8}]}\n'
+expect_error bad_m "# c\n$good\n"'{"ops":[{"layer":"o","m":8},{"layer":"o","m":-3}]}\n' \
+    'bad_m.jsonl:4: ops[1].m: expected an integer >= 1, got -3'
+expect_error bad_json "$good"'{"ops":[{"layer":"o","m":8}\n' 'bad_json.jsonl:2: not valid JSON'
+expect_error bad_key "$good$good"'{"ops":[{"layer":"o","m":8}],"clinet":1}\n' \
+    'bad_key.jsonl:3: clinet: unknown key'
+expect_error bad_layer "$good"'{"ops":[{"layer":"qkv","m":8}]}\n' \
+    'bad_layer.jsonl:2: ops[0].layer: unknown layer "qkv" (the daemon serves qkv_gate, o, pooler, unpooler, router)'
+expect_error bad_max_m "$good"'{"ops":[{"layer":"o","m":257}]}\n' \
+    "bad_max_m.jsonl:2: ops[0].m: 257 is more than the daemon's max_m (256)"
+expect_error bad_n '{"ops":[{"layer":"router","m":1,"n":65}]}\n' \
+    'bad_n.jsonl:1: ops[0].n: 65 is more than layer "router" allows (64 rows)'
+expect_error no_time "$good" 'no_time.jsonl:1: t_us: missing (--replay needs' --replay
+expect_error no_model "$good" '--check-fraction 0.5 needs --model PATH' --check-fraction 0.5
+
+pl --trace "$tmp/decode.jsonl" --compare >"$tmp/compare.out" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q 'compare' "$tmp/compare.out" && ok "--compare: $(cat "$tmp/compare.out")" ||
+    fail "--compare: exit $rc: $(cat "$tmp/compare.out")"
+
+# ---- the daemon saw nothing wrong ----------------------------------------------------------------------
+kill -0 "$daemon_pid" 2>/dev/null && ok "daemon still running" || fail "daemon died"
+kill -TERM "$daemon_pid"
+for _ in $(seq 100); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
+wait "$daemon_pid"
+rc=$?
+daemon_pid=
+[ $rc = 0 ] && ok "daemon drained and exited 0" || { fail "daemon exit $rc"; cat "$tmp/projd.log" >&2; }
+
+if [ $failures -ne 0 ]; then
+    echo "e2e_projload: $failures failures"
+    exit 1
+fi
+echo "e2e_projload: all passed"

@@ -1,0 +1,854 @@
+/* test_client_offline.c — libprojd without projd: socket path resolution,
+ * host shm buffers, connection errors, and the library's request machinery
+ * against a small fake daemon in this process (an nng REP socket that
+ * speaks just enough of protocol v1). The real end-to-end suites against
+ * projd live with the daemon. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client/projd.h"
+#include "client/shmbuf.h"
+#include "protocol/sockpath.h"
+
+static char tmpdir[64];
+
+static void make_tmpdir(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/pjtest-client-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void remove_tmpdir(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+/* ---- socket path resolution ---------------------------------------------------- */
+
+START_TEST(test_sockpath)
+{
+    char url[256], err[256];
+    setenv("PROJD_SOCKET", "ipc:///x/y.sock", 1);
+    ck_assert_int_eq(pj_sockpath_default(PJ_SOCKPATH_CLIENT, url, sizeof url, err, sizeof err), 0);
+    ck_assert_str_eq(url, "ipc:///x/y.sock");
+    ck_assert_int_eq(pj_sockpath_default(PJ_SOCKPATH_SERVER, url, sizeof url, err, sizeof err), 0);
+    ck_assert_str_eq(url, "ipc:///x/y.sock");
+    setenv("PROJD_SOCKET", "/bare/path.sock", 1);
+    ck_assert_int_eq(pj_sockpath_default(PJ_SOCKPATH_CLIENT, url, sizeof url, err, sizeof err), 0);
+    ck_assert_str_eq(url, "ipc:///bare/path.sock");
+    /* A configured value wins over the environment. */
+    ck_assert_int_eq(
+        pj_sockpath_resolve("/cfg.sock", PJ_SOCKPATH_CLIENT, url, sizeof url, err, sizeof err), 0);
+    ck_assert_str_eq(url, "ipc:///cfg.sock");
+    ck_assert_int_eq(pj_sockpath_resolve("tcp://127.0.0.1:5555", PJ_SOCKPATH_CLIENT, url,
+                                         sizeof url, err, sizeof err),
+                     0);
+    ck_assert_str_eq(url, "tcp://127.0.0.1:5555");
+    ck_assert_int_eq(pj_sockpath_resolve("", PJ_SOCKPATH_CLIENT, url, sizeof url, err, sizeof err),
+                     0);
+    ck_assert_str_eq(url, "ipc:///bare/path.sock");
+
+    unsetenv("PROJD_SOCKET");
+    int system_exists = access(PJ_SOCKPATH_SYSTEM, F_OK) == 0;
+    setenv("XDG_RUNTIME_DIR", "/run/user/4242", 1);
+    ck_assert_int_eq(pj_sockpath_default(PJ_SOCKPATH_CLIENT, url, sizeof url, err, sizeof err), 0);
+    ck_assert_str_eq(url, system_exists ? "ipc:///run/projd/projd.sock"
+                                        : "ipc:///run/user/4242/projd/projd.sock");
+    ck_assert_int_eq(pj_sockpath_default(PJ_SOCKPATH_SERVER, url, sizeof url, err, sizeof err), 0);
+    ck_assert_str_eq(url, geteuid() == 0 ? "ipc:///run/projd/projd.sock"
+                                         : "ipc:///run/user/4242/projd/projd.sock");
+    unsetenv("XDG_RUNTIME_DIR");
+    if (!system_exists) {
+        char want[64];
+        snprintf(want, sizeof want, "ipc:///tmp/projd-%u/projd.sock", (unsigned)getuid());
+        ck_assert_int_eq(pj_sockpath_default(PJ_SOCKPATH_CLIENT, url, sizeof url, err, sizeof err),
+                         0);
+        ck_assert_str_eq(url, want);
+    }
+    /* Too small a buffer is an error with a message, not a cut URL. */
+    char small[10];
+    ck_assert_int_eq(pj_sockpath_resolve("/a/long/path.sock", PJ_SOCKPATH_CLIENT, small,
+                                         sizeof small, err, sizeof err),
+                     -ENAMETOOLONG);
+    ck_assert_str_eq(small, "");
+    ck_assert_ptr_nonnull(strstr(err, "longer"));
+
+    ck_assert_str_eq(pj_sockpath_file("ipc:///a/b.sock"), "/a/b.sock");
+    ck_assert_ptr_null(pj_sockpath_file("tcp://1.2.3.4:5"));
+
+    make_tmpdir();
+    snprintf(url, sizeof url, "ipc://%s/sub/projd.sock", tmpdir);
+    ck_assert_int_eq(pj_sockpath_mkdir(url, 0700, err, sizeof err), 0);
+    ck_assert_int_eq(pj_sockpath_mkdir(url, 0700, err, sizeof err), 0); /* exists: fine */
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/sub", tmpdir);
+    struct stat st;
+    ck_assert_int_eq(stat(dir, &st), 0);
+    ck_assert(S_ISDIR(st.st_mode));
+    ck_assert_int_eq(st.st_mode & 0777, 0700);
+    snprintf(url, sizeof url, "ipc://%s/missing/deeper/projd.sock", tmpdir);
+    ck_assert_int_eq(pj_sockpath_mkdir(url, 0700, err, sizeof err), -ENOENT);
+    ck_assert_ptr_nonnull(strstr(err, "mkdir"));
+    remove_tmpdir();
+}
+END_TEST
+
+/* ---- shm buffers --------------------------------------------------------------- */
+
+START_TEST(test_shmbuf)
+{
+    char err[256];
+    pj_shmbuf a, b;
+    ck_assert_int_eq(pj_shmbuf_create(&a, 0, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(pj_shmbuf_create(&a, 12345, err, sizeof err), 0);
+    ck_assert_int_eq(pj_shmbuf_create(&b, 4096, err, sizeof err), 0);
+    ck_assert_str_ne(a.name, b.name);
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "/projd-%ld-", (long)getpid());
+    ck_assert_int_eq(strncmp(a.name, prefix, strlen(prefix)), 0);
+    ck_assert_uint_eq(a.size, 12345);
+    ck_assert_int_eq(a.linked, 1);
+    /* zero-filled and writable */
+    for (size_t i = 0; i < a.size; i++)
+        ck_assert_int_eq(((uint8_t *)a.ptr)[i], 0);
+    memset(a.ptr, 0x5a, a.size);
+
+    /* Another mapping of the same name sees the bytes (what the daemon does). */
+    int fd = shm_open(a.name, O_RDWR, 0);
+    ck_assert_int_ge(fd, 0);
+    struct stat st;
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    ck_assert_int_eq(st.st_size, 12345);
+    ck_assert_int_eq(st.st_mode & 0777, 0600);
+    ck_assert_int_eq(st.st_uid, geteuid());
+    uint8_t *other = mmap(NULL, a.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ck_assert_ptr_ne(other, MAP_FAILED);
+    close(fd);
+    ck_assert_int_eq(other[12344], 0x5a);
+    other[0] = 0x11;
+    ck_assert_int_eq(((uint8_t *)a.ptr)[0], 0x11);
+
+    /* Unlink removes the name; both mappings stay valid. */
+    char path[128];
+    snprintf(path, sizeof path, "/dev/shm%s", a.name);
+    ck_assert_int_eq(access(path, F_OK), 0);
+    ck_assert_int_eq(pj_shmbuf_unlink(&a), 0);
+    ck_assert_int_ne(access(path, F_OK), 0);
+    ck_assert_int_eq(pj_shmbuf_unlink(&a), 0); /* twice is fine */
+    other[1] = 0x22;
+    ck_assert_int_eq(((uint8_t *)a.ptr)[1], 0x22);
+    munmap(other, a.size);
+    pj_shmbuf_destroy(&a);
+    ck_assert_ptr_null(a.ptr);
+
+    /* destroy also unlinks */
+    snprintf(path, sizeof path, "/dev/shm%s", b.name);
+    ck_assert_int_eq(access(path, F_OK), 0);
+    pj_shmbuf_destroy(&b);
+    ck_assert_int_ne(access(path, F_OK), 0);
+}
+END_TEST
+
+/* ---- nobody listening ------------------------------------------------------------ */
+
+START_TEST(test_connect_nobody)
+{
+    make_tmpdir();
+    char url[400];
+    projd_error e;
+    projd_conn *c = (projd_conn *)1;
+    struct timespec t0;
+
+    /* No socket file at all. */
+    snprintf(url, sizeof url, "ipc://%s/none.sock", tmpdir);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = projd_connect(url, "t", &c, &e);
+    ck_assert_int_lt(rc, 0);
+    ck_assert_int_eq(rc, e.code);
+    ck_assert_ptr_null(c);
+    ck_assert_msg(strstr(e.msg, url) != NULL, "message does not name the url: %s", e.msg);
+    ck_assert_msg(strstr(e.msg, "projd running") != NULL, "no hint: %s", e.msg);
+    /* Far less than the 30 s request timeout: it is reported, not waited out. */
+    ck_assert_double_lt(seconds_since(&t0), 20.0);
+
+    /* A socket file whose owner does not listen (bound, never listened). */
+    snprintf(url, sizeof url, "ipc://%s/dead.sock", tmpdir);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s/dead.sock", tmpdir);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    rc = projd_connect(url, "t", &c, &e);
+    ck_assert_int_eq(rc, -ECONNREFUSED);
+    ck_assert_ptr_nonnull(strstr(e.msg, "refused"));
+    ck_assert_double_lt(seconds_since(&t0), 20.0);
+    close(fd);
+
+    /* Default resolution goes through $PROJD_SOCKET. */
+    snprintf(url, sizeof url, "%s/env.sock", tmpdir);
+    setenv("PROJD_SOCKET", url, 1);
+    rc = projd_connect(NULL, NULL, &c, &e);
+    ck_assert_int_lt(rc, 0);
+    ck_assert_ptr_nonnull(strstr(e.msg, "env.sock"));
+    unsetenv("PROJD_SOCKET");
+    /* A malformed URL */
+    rc = projd_connect("bogus://x", "t", &c, &e);
+    ck_assert_int_lt(rc, 0);
+    ck_assert_str_ne(e.msg, "");
+    remove_tmpdir();
+}
+END_TEST
+
+START_TEST(test_strerror)
+{
+    ck_assert_str_eq(projd_strerror(0), "OK");
+    ck_assert_str_eq(projd_strerror(PJ_E_BOUNDS), "E_BOUNDS");
+    ck_assert_str_eq(projd_strerror(-ETIMEDOUT), strerror(ETIMEDOUT));
+    ck_assert_str_eq(projd_backend_name(1), "cpu");
+    ck_assert_str_eq(projd_backend_name(2), "cuda");
+    ck_assert_str_eq(projd_format_name(1), "z12");
+}
+END_TEST
+
+/* ---- a fake daemon ------------------------------------------------------------------ */
+
+enum fake_mode {
+    FAKE_NORMAL,
+    FAKE_SILENT,  /* receives, never answers */
+    FAKE_REFUSE,  /* closes every pipe as it arrives (auth refusal) */
+    FAKE_GARBAGE, /* answers everything after WELCOME with junk */
+};
+
+#define FAKE_MAX_BUFS 16
+
+typedef struct fake {
+    nng_socket sock;
+    pthread_t thread;
+    atomic_int stop;
+    atomic_int mode; /* enum fake_mode */
+    char url[400];
+    uint32_t next_id;
+    struct {
+        uint32_t id;
+        uint8_t *p;
+        size_t size;
+    } bufs[FAKE_MAX_BUFS];
+    atomic_int n_project, n_unregister, n_register;
+} fake;
+
+static void fake_refuse_pipe(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+    (void)ev;
+    (void)arg;
+    nng_pipe_close(p);
+}
+
+static uint8_t *fake_buf(fake *f, uint32_t id, size_t *size)
+{
+    for (int i = 0; i < FAKE_MAX_BUFS; i++)
+        if (f->bufs[i].p && f->bufs[i].id == id) {
+            *size = f->bufs[i].size;
+            return f->bufs[i].p;
+        }
+    return NULL;
+}
+
+/* One request in, one reply out (into w). */
+static void fake_handle(fake *f, const uint8_t *m, size_t len, pj_wbuf *w)
+{
+    char err[256];
+    pj_hdr h;
+    int st = pj_dec_hdr(m, len, 1 << 20, &h, err, sizeof err);
+    if (st != PJ_OK) {
+        pj_enc_error(w, h.req_id, st, 0xffffffffu, err);
+        return;
+    }
+    const uint8_t *b = m + PJ_WIRE_HDR_SIZE;
+    if (atomic_load(&f->mode) == FAKE_GARBAGE && h.type != PJ_MSG_HELLO) {
+        uint8_t junk[30];
+        memset(junk, 0xab, sizeof junk);
+        pj_wbuf_reset(w);
+        pj_enc_raw(w, h.req_id, PJ_MSG_PONG, junk, sizeof junk);
+        memset(w->data, 0xee, 4); /* bad magic */
+        return;
+    }
+    switch (h.type) {
+    case PJ_MSG_HELLO: {
+        pj_hello hello;
+        st = pj_dec_hello(b, h.body_len, &hello, err, sizeof err);
+        if (st != PJ_OK) {
+            pj_enc_error(w, h.req_id, st, 0xffffffffu, err);
+            return;
+        }
+        static pj_welcome wl;
+        memset(&wl, 0, sizeof wl);
+        wl.version = 1;
+        wl.backend = 1;
+        wl.max_m = 256;
+        wl.max_ops_per_request = 8;
+        wl.max_buffers = FAKE_MAX_BUFS;
+        wl.max_message_bytes = 4096;
+        wl.n_layers = 2;
+        strcpy(wl.layers[0].name, "alpha");
+        wl.layers[0].n = 64;
+        wl.layers[0].k = 32;
+        strcpy(wl.layers[1].name, "beta");
+        wl.layers[1].n = 16;
+        wl.layers[1].k = 64;
+        wl.layers[1].format = 1;
+        wl.n_shapes = 2;
+        wl.shapes[0] = 1;
+        wl.shapes[1] = 8;
+        pj_enc_welcome(w, h.req_id, &wl);
+        return;
+    }
+    case PJ_MSG_PING:
+    case PJ_MSG_PONG:
+        pj_enc_pong(w, h.req_id, b, h.body_len);
+        return;
+    case PJ_MSG_STATS:
+        pj_enc_stats_reply(w, h.req_id, "{\"uptime_s\": 3}", 15);
+        return;
+    case PJ_MSG_REGISTER: {
+        pj_register r;
+        atomic_fetch_add(&f->n_register, 1);
+        st = pj_dec_register(b, h.body_len, &r, err, sizeof err);
+        if (st != PJ_OK) {
+            pj_enc_error(w, h.req_id, st, 0xffffffffu, err);
+            return;
+        }
+        int fd = shm_open(r.shm_name, O_RDWR, 0);
+        if (fd < 0) {
+            pj_enc_error(w, h.req_id, PJ_E_REGISTER, 0xffffffffu, "shm_open failed");
+            return;
+        }
+        void *p = mmap(NULL, r.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        for (int i = 0; i < FAKE_MAX_BUFS; i++) {
+            if (!f->bufs[i].p) {
+                f->bufs[i].p = p;
+                f->bufs[i].size = r.size;
+                f->bufs[i].id = ++f->next_id;
+                pj_registered rd = {f->bufs[i].id, r.size};
+                pj_enc_registered(w, h.req_id, &rd);
+                return;
+            }
+        }
+        munmap(p, r.size);
+        pj_enc_error(w, h.req_id, PJ_E_LIMIT, 0xffffffffu, "too many buffers");
+        return;
+    }
+    case PJ_MSG_UNREGISTER: {
+        uint32_t id;
+        atomic_fetch_add(&f->n_unregister, 1);
+        pj_dec_buffer_id(b, h.body_len, &id, err, sizeof err);
+        for (int i = 0; i < FAKE_MAX_BUFS; i++) {
+            if (f->bufs[i].p && f->bufs[i].id == id) {
+                munmap(f->bufs[i].p, f->bufs[i].size);
+                f->bufs[i].p = NULL;
+                pj_enc_unregistered(w, h.req_id, id);
+                return;
+            }
+        }
+        pj_enc_error(w, h.req_id, PJ_E_BUFFER, 0xffffffffu, "no such buffer");
+        return;
+    }
+    case PJ_MSG_PROJECT: {
+        static pj_op ops[8];
+        pj_project p = {.ops = ops};
+        atomic_fetch_add(&f->n_project, 1);
+        st = pj_dec_project(b, h.body_len, 8, &p, err, sizeof err);
+        if (st != PJ_OK) {
+            pj_enc_error(w, h.req_id, st, 0xffffffffu, err);
+            return;
+        }
+        pj_op_result res[8];
+        pj_done d = {.status = PJ_OK, .n_ops = p.n_ops, .queue_ns = 11, .exec_ns = 22, .ops = res};
+        for (uint32_t i = 0; i < p.n_ops; i++) {
+            const pj_op *o = &ops[i];
+            res[i].status = PJ_OK;
+            res[i].engine = 3;
+            if (o->layer >= 2) {
+                pj_enc_error(w, h.req_id, PJ_E_LAYER, i, "unknown layer (fake)");
+                return;
+            }
+            if (o->m == 77) { /* the fake's way to make one op fail at run time */
+                res[i].status = PJ_E_BACKEND;
+                if (d.status == PJ_OK)
+                    d.status = PJ_E_BACKEND;
+                continue;
+            }
+            /* The fake "projection": y[r][c] = x[r][0] + c, on the shared pages. */
+            size_t xs, ys;
+            uint16_t *x = (uint16_t *)fake_buf(f, o->x_buf, &xs);
+            uint16_t *y = (uint16_t *)fake_buf(f, o->y_buf, &ys);
+            if (!x || !y) {
+                pj_enc_error(w, h.req_id, PJ_E_BUFFER, i, "unknown buffer (fake)");
+                return;
+            }
+            for (uint32_t r = 0; r < o->m; r++)
+                for (uint32_t c = 0; c < o->n; c++)
+                    y[o->y_off / 2 + r * o->y_ld + c] =
+                        (uint16_t)(x[o->x_off / 2 + r * o->x_ld] + c);
+        }
+        pj_enc_done(w, h.req_id, &d);
+        return;
+    }
+    default:
+        pj_enc_error(w, h.req_id, PJ_E_TYPE, 0xffffffffu, "unknown type");
+    }
+}
+
+static void *fake_main(void *arg)
+{
+    fake *f = arg;
+    pj_wbuf w;
+    pj_wbuf_init(&w);
+    while (!atomic_load(&f->stop)) {
+        nng_msg *m;
+        int rv = nng_recvmsg(f->sock, &m, 0);
+        if (rv == NNG_ETIMEDOUT)
+            continue;
+        if (rv != 0)
+            break;
+        if (atomic_load(&f->mode) == FAKE_SILENT) {
+            nng_msg_free(m);
+            continue;
+        }
+        pj_wbuf_reset(&w);
+        fake_handle(f, nng_msg_body(m), nng_msg_len(m), &w);
+        nng_msg_clear(m);
+        nng_msg_append(m, w.data, w.len);
+        if (nng_sendmsg(f->sock, m, 0) != 0)
+            nng_msg_free(m);
+    }
+    pj_wbuf_free(&w);
+    return NULL;
+}
+
+static fake *fake_start(enum fake_mode mode)
+{
+    fake *f = calloc(1, sizeof *f);
+    atomic_init(&f->mode, mode);
+    snprintf(f->url, sizeof f->url, "ipc://%s/fake.sock", tmpdir);
+    ck_assert_int_eq(nng_rep0_open(&f->sock), 0);
+    nng_socket_set_ms(f->sock, NNG_OPT_RECVTIMEO, 50);
+    /* ADD_PRE, as nng documents for refusing a peer. (Closing the pipe in
+     * ADD_POST instead makes nng 1.5.2 hang in the client's nng_close when
+     * both ends live in one process; across processes it does not.) */
+    if (mode == FAKE_REFUSE)
+        nng_pipe_notify(f->sock, NNG_PIPE_EV_ADD_PRE, fake_refuse_pipe, f);
+    ck_assert_int_eq(nng_listen(f->sock, f->url, NULL, 0), 0);
+    ck_assert_int_eq(pthread_create(&f->thread, NULL, fake_main, f), 0);
+    return f;
+}
+
+static void fake_stop(fake *f)
+{
+    atomic_store(&f->stop, 1);
+    pthread_join(f->thread, NULL);
+    nng_close(f->sock);
+    for (int i = 0; i < FAKE_MAX_BUFS; i++)
+        if (f->bufs[i].p)
+            munmap(f->bufs[i].p, f->bufs[i].size);
+    free(f);
+}
+
+static void setup_fake_dir(void)
+{
+    make_tmpdir();
+}
+
+static void teardown_fake_dir(void)
+{
+    remove_tmpdir();
+}
+
+/* ---- the library against the fake ---------------------------------------------------- */
+
+START_TEST(test_fake_basics)
+{
+    fake *f = fake_start(FAKE_NORMAL);
+    projd_error e;
+    projd_conn *c;
+    ck_assert_msg(projd_connect(f->url, "offline-test", &c, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(e.code, 0);
+    ck_assert_str_eq(projd_url(c), f->url);
+    const projd_info *inf = projd_info_get(c);
+    ck_assert_uint_eq(inf->n_layers, 2);
+    ck_assert_str_eq(inf->layers[1].name, "beta");
+    ck_assert_uint_eq(inf->layers[1].k, 64);
+    ck_assert_uint_eq(inf->max_ops_per_request, 8);
+    ck_assert_int_eq(projd_layer_find(c, "beta"), 1);
+    ck_assert_int_eq(projd_layer_find(c, "gamma"), -1);
+    ck_assert_int_eq(projd_get_timeout_ms(c), PROJD_DEFAULT_TIMEOUT_MS);
+    ck_assert_int_eq(projd_set_timeout_ms(c, 0), -EINVAL);
+
+    ck_assert_msg(projd_ping(c, &e) == 0, "%s", e.msg);
+    char *json;
+    ck_assert_msg(projd_stats_json(c, &json, &e) == 0, "%s", e.msg);
+    ck_assert_str_eq(json, "{\"uptime_s\": 3}");
+    free(json);
+
+    /* shm buffers: registered, unlinked from /dev/shm, shared with the "daemon" */
+    projd_buffer *x, *y;
+    ck_assert_msg(projd_shm_create(c, 8 * 32 * 2, &x, &e) == 0, "%s", e.msg);
+    ck_assert_msg(projd_shm_create(c, 8 * 64 * 2, &y, &e) == 0, "%s", e.msg);
+    ck_assert_uint_ne(projd_buffer_id(x), projd_buffer_id(y));
+    ck_assert_uint_eq(projd_buffer_size(y), 8 * 64 * 2);
+    uint16_t *xp = projd_buffer_ptr(x), *yp = projd_buffer_ptr(y);
+    for (int r = 0; r < 8; r++)
+        xp[r * 32] = (uint16_t)(100 * r);
+    memset(yp, 0xff, projd_buffer_size(y));
+    projd_op op = {.layer = 0,
+                   .m = 8,
+                   .n = 64,
+                   .x_buf = projd_buffer_id(x),
+                   .x_ld = 32,
+                   .y_buf = projd_buffer_id(y),
+                   .y_ld = 64};
+    projd_result res;
+    ck_assert_msg(projd_project(c, &op, 1, 0, &res, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(res.status, PJ_OK);
+    ck_assert_uint_eq(res.n_ops, 1);
+    ck_assert_uint_eq(res.failed_op, UINT32_MAX);
+    ck_assert(res.queue_ns == 11 && res.exec_ns == 22);
+    ck_assert(res.total_ns > 0);
+    ck_assert_int_eq(res.ops[0].status, PJ_OK);
+    ck_assert_int_eq(res.ops[0].engine, 3);
+    for (int r = 0; r < 8; r++)
+        for (int col = 0; col < 64; col++)
+            ck_assert_uint_eq(yp[r * 64 + col], (uint16_t)(100 * r + col));
+
+    /* res == NULL is allowed */
+    ck_assert_int_eq(projd_project(c, &op, 1, 0, NULL, NULL), 0);
+
+    /* ERROR: the daemon's code and text, verbatim; failed_op from op_index */
+    projd_op two[2] = {op, op};
+    two[1].layer = 5;
+    int rc = projd_project(c, two, 2, 0, &res, &e);
+    ck_assert_int_eq(rc, PJ_E_LAYER);
+    ck_assert_int_eq(e.code, PJ_E_LAYER);
+    ck_assert_str_eq(e.msg, "unknown layer (fake)");
+    ck_assert_int_eq(res.status, PJ_E_LAYER);
+    ck_assert_uint_eq(res.failed_op, 1);
+
+    /* DONE with a failing op */
+    two[1].layer = 0;
+    two[1].m = 77;
+    rc = projd_project(c, two, 2, 0, &res, &e);
+    ck_assert_int_eq(rc, PJ_E_BACKEND);
+    ck_assert_uint_eq(res.failed_op, 1);
+    ck_assert_int_eq(res.ops[0].status, PJ_OK);
+    ck_assert_int_eq(res.ops[1].status, PJ_E_BACKEND);
+    ck_assert_ptr_nonnull(strstr(e.msg, "op 1"));
+
+    /* The daemon judges flags: E_FLAGS comes back, the connection stays usable. */
+    uint8_t sig[64] = {0};
+    rc =
+        projd_project_events(c, &op, 1, PJ_PF_ACCEPT_REPLY, NULL, NULL, NULL, NULL, NULL, &res, &e);
+    ck_assert_int_eq(rc, PJ_E_FLAGS);
+    rc = projd_project_events(c, &op, 1, PJ_PF_SIGNAL_EVENT, NULL, sig, NULL, NULL, NULL, &res, &e);
+    ck_assert_int_eq(rc, 0);
+    /* Handles and flags must agree (local check). */
+    ck_assert_int_eq(
+        projd_project_events(c, &op, 1, PJ_PF_SIGNAL_EVENT, NULL, NULL, NULL, NULL, NULL, &res, &e),
+        -EINVAL);
+    ck_assert_int_eq(projd_project_events(c, &op, 1, 0, sig, NULL, NULL, NULL, NULL, &res, &e),
+                     -EINVAL);
+    /* 0 ops goes to the daemon, which says E_PROTO */
+    ck_assert_int_eq(projd_project(c, &op, 0, 0, &res, &e), PJ_E_PROTO);
+    /* Too many ops for the message limit (4096 bytes): refused locally. */
+    projd_op many[80];
+    for (int i = 0; i < 80; i++)
+        many[i] = op;
+    ck_assert_int_eq(projd_project(c, many, 80, 0, &res, &e), -EMSGSIZE);
+    ck_assert_ptr_nonnull(strstr(e.msg, "4096"));
+    /* Too many ops for max_ops, but fits: the daemon says E_LIMIT. */
+    ck_assert_int_eq(projd_project(c, many, 9, 0, &res, &e), PJ_E_LIMIT);
+
+    /* Raw messages: a truncated header, then a valid request on the same connection. */
+    void *reply;
+    size_t rlen;
+    uint8_t junk[10] = {1, 2, 3};
+    ck_assert_int_eq(projd_call_raw(c, junk, sizeof junk, &reply, &rlen, &e), 0);
+    pj_hdr h;
+    char err[256];
+    ck_assert_int_eq(pj_dec_hdr(reply, rlen, 4096, &h, err, sizeof err), PJ_OK);
+    ck_assert_int_eq(h.type, PJ_MSG_ERROR);
+    pj_error_msg em;
+    ck_assert_int_eq(pj_dec_error((uint8_t *)reply + 24, h.body_len, &em, err, sizeof err), PJ_OK);
+    ck_assert_int_eq(em.code, PJ_E_PROTO);
+    free(reply);
+    ck_assert_int_eq(projd_ping(c, &e), 0);
+
+    /* Unregister: release and raw id */
+    ck_assert_int_eq(projd_unregister(c, 9999, &e), PJ_E_BUFFER);
+    ck_assert_int_eq(projd_buffer_release(x, &e), 0);
+    ck_assert_int_eq(atomic_load(&f->n_unregister), 2);
+    /* y is released by close */
+    projd_close(c);
+    fake_stop(f);
+}
+END_TEST
+
+/* ---- asynchronous requests ----------------------------------------------------------- */
+
+typedef struct cb_count {
+    atomic_int calls;
+    atomic_int ok;
+    atomic_int freed_in_cb;
+} cb_count;
+
+static void count_cb(projd_request *req, void *arg)
+{
+    cb_count *cc = arg;
+    projd_result r;
+    projd_error e;
+    /* The outcome is there during the callback; the request is not "done" yet. */
+    if (projd_request_result(req, &r, &e) == 0 && r.status == PJ_OK)
+        atomic_fetch_add(&cc->ok, 1);
+    ck_assert_int_eq(projd_request_poll(req), 0);
+    atomic_fetch_add(&cc->calls, 1);
+}
+
+static void free_in_cb(projd_request *req, void *arg)
+{
+    cb_count *cc = arg;
+    if (projd_request_result(req, NULL, NULL) == 0)
+        atomic_fetch_add(&cc->ok, 1);
+    projd_request_free(req); /* takes effect when this returns */
+    atomic_fetch_add(&cc->freed_in_cb, 1);
+    atomic_fetch_add(&cc->calls, 1);
+}
+
+typedef struct worker {
+    projd_conn *c;
+    projd_op op;
+    int n;
+    int failures;
+} worker;
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    for (int i = 0; i < w->n; i++) {
+        projd_result r;
+        projd_error e;
+        if (projd_project(w->c, &w->op, 1, 0, &r, &e) != 0 || r.status != PJ_OK)
+            w->failures++;
+        if (i % 10 == 0 && projd_ping(w->c, &e) != 0)
+            w->failures++;
+    }
+    return NULL;
+}
+
+START_TEST(test_fake_async_and_threads)
+{
+    fake *f = fake_start(FAKE_NORMAL);
+    projd_error e;
+    projd_conn *c;
+    ck_assert_msg(projd_connect(f->url, "async", &c, &e) == 0, "%s", e.msg);
+    projd_buffer *x, *y;
+    ck_assert_int_eq(projd_shm_create(c, 4096, &x, &e), 0);
+    ck_assert_int_eq(projd_shm_create(c, 4096, &y, &e), 0);
+    projd_op op = {.layer = 1,
+                   .m = 1,
+                   .n = 16,
+                   .x_buf = projd_buffer_id(x),
+                   .x_ld = 64,
+                   .y_buf = projd_buffer_id(y),
+                   .y_ld = 16};
+
+    /* Many requests in flight at once, with callbacks. */
+    enum { N = 64 };
+    projd_request *reqs[N];
+    cb_count cc = {0};
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(projd_project_async(c, &op, 1, 0, count_cb, &cc, &reqs[i], &e) == 0, "%s",
+                      e.msg);
+    for (int i = 0; i < N; i++) {
+        projd_result r;
+        ck_assert_msg(projd_request_wait(reqs[i], &r, &e) == 0, "%s", e.msg);
+        ck_assert_int_eq(projd_request_poll(reqs[i]), 1);
+        /* wait twice is fine */
+        ck_assert_int_eq(projd_request_wait(reqs[i], NULL, NULL), 0);
+        projd_request_free(reqs[i]);
+    }
+    ck_assert_int_eq(atomic_load(&cc.calls), N);
+    ck_assert_int_eq(atomic_load(&cc.ok), N);
+
+    /* No callback: poll until done (bounded by the timeout). */
+    projd_request *r1;
+    ck_assert_int_eq(projd_project_async(c, &op, 1, 0, NULL, NULL, &r1, &e), 0);
+    while (!projd_request_poll(r1))
+        usleep(1000);
+    ck_assert_int_eq(projd_request_result(r1, NULL, &e), 0);
+    projd_request_free(r1);
+
+    /* Free from inside the callback: fire and forget. */
+    cb_count ff = {0};
+    for (int i = 0; i < 16; i++) {
+        projd_request *r;
+        ck_assert_int_eq(projd_project_async(c, &op, 1, 0, free_in_cb, &ff, &r, &e), 0);
+    }
+    for (int i = 0; i < 10000 && atomic_load(&ff.calls) < 16; i++)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&ff.calls), 16);
+    ck_assert_int_eq(atomic_load(&ff.ok), 16);
+
+    /* Several threads on one connection. */
+    enum { T = 6 };
+    pthread_t th[T];
+    worker w[T];
+    for (int i = 0; i < T; i++) {
+        w[i] = (worker){.c = c, .op = op, .n = 100};
+        pthread_create(&th[i], NULL, worker_main, &w[i]);
+    }
+    for (int i = 0; i < T; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_int_eq(w[i].failures, 0);
+    }
+    ck_assert_int_ge(atomic_load(&f->n_project), N + 1 + 16 + T * 100);
+
+    /* Free a request that may still be in flight: cancelled or done, no leak. */
+    projd_request *r2;
+    ck_assert_int_eq(projd_project_async(c, &op, 1, 0, NULL, NULL, &r2, &e), 0);
+    projd_request_free(r2);
+
+    ck_assert_int_eq(projd_buffer_release(x, &e), 0);
+    ck_assert_int_eq(projd_buffer_release(y, &e), 0);
+    projd_close(c);
+    fake_stop(f);
+}
+END_TEST
+
+/* ---- failure modes of the peer -------------------------------------------------------- */
+
+START_TEST(test_fake_silent_timeout)
+{
+    fake *f = fake_start(FAKE_SILENT);
+    projd_error e;
+    projd_conn *c;
+    struct timespec t0;
+    /* Connect while the fake still answers, then let it go silent. */
+    atomic_store(&f->mode, FAKE_NORMAL);
+    ck_assert_msg(projd_connect(f->url, "silent", &c, &e) == 0, "%s", e.msg);
+    atomic_store(&f->mode, FAKE_SILENT);
+    ck_assert_int_eq(projd_set_timeout_ms(c, 300), 0);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = projd_ping(c, &e);
+    ck_assert_int_eq(rc, -ETIMEDOUT);
+    ck_assert_ptr_nonnull(strstr(e.msg, "300 ms"));
+    ck_assert_double_ge(seconds_since(&t0), 0.29);
+
+    /* Async: completes with the timeout, callback runs once. */
+    cb_count cc = {0};
+    projd_op op = {.layer = 0, .m = 1, .n = 1, .x_buf = 1, .x_ld = 32, .y_buf = 1, .y_ld = 1};
+    projd_request *r;
+    ck_assert_int_eq(projd_project_async(c, &op, 1, 0, count_cb, &cc, &r, &e), 0);
+    projd_result res;
+    ck_assert_int_eq(projd_request_wait(r, &res, &e), -ETIMEDOUT);
+    ck_assert_int_eq(atomic_load(&cc.calls), 1);
+    projd_request_free(r);
+
+    /* Close with a request outstanding: it completes, and can be freed after. */
+    projd_set_timeout_ms(c, 60000);
+    ck_assert_int_eq(projd_project_async(c, &op, 1, 0, NULL, NULL, &r, &e), 0);
+    projd_close(c);
+    rc = projd_request_wait(r, NULL, &e);
+    ck_assert_int_lt(rc, 0);
+    ck_assert_int_ne(rc, -ETIMEDOUT);
+    projd_request_free(r);
+    fake_stop(f);
+}
+END_TEST
+
+START_TEST(test_fake_refused)
+{
+    fake *f = fake_start(FAKE_REFUSE);
+    projd_error e;
+    projd_conn *c;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = projd_connect(f->url, "refused", &c, &e);
+    ck_assert_msg(rc == -ECONNRESET, "rc %d: %s", rc, e.msg);
+    ck_assert_msg(strstr(e.msg, "auth") != NULL, "%s", e.msg);
+    /* Reported when the peer hangs up, not after the 30 s timeout. */
+    ck_assert_double_lt(seconds_since(&t0), 20.0);
+    fake_stop(f);
+}
+END_TEST
+
+START_TEST(test_fake_garbage)
+{
+    fake *f = fake_start(FAKE_GARBAGE);
+    projd_error e;
+    projd_conn *c;
+    ck_assert_msg(projd_connect(f->url, "garbage", &c, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(projd_ping(c, &e), -EPROTO);
+    ck_assert_ptr_nonnull(strstr(e.msg, "magic"));
+    char *json;
+    ck_assert_int_eq(projd_stats_json(c, &json, &e), -EPROTO);
+    ck_assert_ptr_null(json);
+    projd_buffer *b;
+    ck_assert_int_eq(projd_shm_create(c, 64, &b, &e), -EPROTO);
+    ck_assert_ptr_null(b);
+    projd_close(c);
+    fake_stop(f);
+}
+END_TEST
+
+static Suite *client_suite(void)
+{
+    Suite *s = suite_create("client_offline");
+    TCase *tc = tcase_create("offline");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_sockpath);
+    tcase_add_test(tc, test_shmbuf);
+    tcase_add_test(tc, test_connect_nobody);
+    tcase_add_test(tc, test_strerror);
+    suite_add_tcase(s, tc);
+    TCase *tf = tcase_create("fake_daemon");
+    tcase_set_timeout(tf, 120);
+    tcase_add_checked_fixture(tf, setup_fake_dir, teardown_fake_dir);
+    tcase_add_test(tf, test_fake_basics);
+    tcase_add_test(tf, test_fake_async_and_threads);
+    tcase_add_test(tf, test_fake_silent_timeout);
+    tcase_add_test(tf, test_fake_refused);
+    tcase_add_test(tf, test_fake_garbage);
+    suite_add_tcase(s, tf);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(client_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

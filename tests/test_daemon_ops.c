@@ -1,0 +1,604 @@
+/* test_daemon_ops.c — projd as an operator meets it: who may connect, the
+ * socket file (live daemon, stale file, mode), SIGHUP reload, the command
+ * line, and a client that shrinks a registered buffer under a request.
+ * The daemon is build/bin/projd in a child process (daemon_proc.h).
+ */
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "tests/helpers/daemon_check.h"
+#include "tests/helpers/daemon_proc.h"
+#include "tests/helpers/wire_client.h"
+
+#define READY_MS 30000
+#define REPLY_MS 30000
+#define XBYTES   (160u * 1024u)
+#define YBYTES   (320u * 1024u)
+
+static char g_model_path[4200];
+
+static void start_daemon(pj_dproc *d, const char *cfg_json)
+{
+    char err[512];
+    int rc = pj_dproc_start(d, g_model_path, cfg_json, NULL, 1, READY_MS, err, sizeof err);
+    ck_assert_msg(rc == 0, "start projd: %s", err);
+}
+
+static void stop_daemon(pj_dproc *d)
+{
+    int code = pj_dproc_stop(d, 30000);
+    if (code != 0)
+        pj_dproc_dump_log(d);
+    ck_assert_msg(code == 0, "projd exit code %d", code);
+    pj_dproc_cleanup(d);
+}
+
+static double stat_now(pjt_client *c, const char *path)
+{
+    cJSON *st = NULL;
+    double v = -1;
+    if (pjt_stats(c, &st) == PJ_OK) {
+        v = pjt_json_num(st, path);
+        cJSON_Delete(st);
+    }
+    return v;
+}
+
+/* Run fn in a child that first drops to uid/gid; returns its exit code
+ * (or 100 + signal), waiting at most timeout_ms. The fork happens before
+ * this process uses nng. */
+static int as_user(uid_t uid, gid_t gid, int (*fn)(void *), void *arg, int timeout_ms)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        if (setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0)
+            _exit(90);
+        _exit(fn(arg));
+    }
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    for (int waited = 0; waited < timeout_ms; waited += 10) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
+        nanosleep(&ts, NULL);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -2;
+}
+
+/* Connect and say HELLO, retrying: after clients hung up mid-handshake a
+ * new client can land on a listener nng has stopped serving for up to the
+ * daemon's watchdog period (see listener_survives_hangups). */
+static int connect_hello(pjt_client *c, const char *url)
+{
+    int rc = -1;
+    for (int i = 0; i < 5 && rc != PJ_OK; i++) {
+        if (i)
+            pjt_close(c);
+        rc = pjt_connect(c, url, 3000);
+        if (rc == 0)
+            rc = pjt_hello(c, "check");
+    }
+    if (rc == PJ_OK)
+        c->timeout_ms = REPLY_MS;
+    nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, REPLY_MS);
+    return rc;
+}
+
+/* ---- auth -------------------------------------------------------------- */
+
+typedef struct user_arg {
+    const char *url;
+    const char *root_shm; /* a shm object owned by root */
+} user_arg;
+
+/* Exit 0 when the daemon never answers. */
+static int refused_user(void *p)
+{
+    const user_arg *a = p;
+    pjt_client c;
+    int rc = pjt_connect(&c, a->url, 2000);
+    if (rc == 0)
+        rc = pjt_hello(&c, "intruder");
+    pjt_close(&c);
+    if (rc == PJ_OK) {
+        fprintf(stderr, "refused_user: the daemon said WELCOME to uid %u\n", (unsigned)getuid());
+        return 1;
+    }
+    return 0;
+}
+
+/* Exit 0 when an allowed uid can work with its own buffers but cannot
+ * register someone else's. */
+static int allowed_user(void *p)
+{
+    const user_arg *a = p;
+    pjc_conn t;
+    char why[512];
+    if (pjc_open(&t, a->url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) != 0) {
+        fprintf(stderr, "allowed_user: %s\n", why);
+        return 2;
+    }
+    if (pjc_sanity(&t, why, sizeof why) != 0) {
+        fprintf(stderr, "allowed_user: %s\n", why);
+        return 3;
+    }
+    int rc = pjt_register_shm(&t.c, a->root_shm, 4096, NULL);
+    if (rc != PJ_E_REGISTER || !strstr(t.c.err.msg, "owned by uid 0")) {
+        fprintf(stderr, "allowed_user: registering root's shm gave %d (%s)\n", rc, t.c.err.msg);
+        return 4;
+    }
+    pjc_close(&t);
+    return 0;
+}
+
+START_TEST(uid_not_allowed_is_refused)
+{
+    if (geteuid() != 0) {
+        printf("uid_not_allowed_is_refused: SKIPPED (needs root to drop to another uid)\n");
+        return;
+    }
+    pj_dproc d;
+    /* Mode 0666: the file system lets anyone connect, so the refusal
+     * below is the daemon's peer-credential check. */
+    start_daemon(&d, "{\"socket\": {\"mode\": \"0666\"}}");
+    struct stat st;
+    ck_assert_int_eq(stat(d.sock, &st), 0);
+    ck_assert_int_eq(st.st_mode & 0777, 0666);
+    user_arg a = {.url = d.url};
+    ck_assert_int_eq(as_user(65534, 65534, refused_user, &a, 20000), 0);
+    ck_assert(pj_dproc_log_has(&d, "uid 65534 gid 65534 is not allowed", 2000));
+
+    pjt_client c;
+    ck_assert_int_eq(connect_hello(&c, d.url), PJ_OK);
+    ck_assert_double_ge(stat_now(&c, "connections.refused"), 1);
+    ck_assert_double_eq(stat_now(&c, "connections.current"), 1);
+    pjt_close(&c);
+    stop_daemon(&d);
+}
+END_TEST
+
+START_TEST(allowed_uid_and_shm_owner)
+{
+    if (geteuid() != 0) {
+        printf("allowed_uid_and_shm_owner: SKIPPED (needs root to drop to another uid)\n");
+        return;
+    }
+    pj_dproc d;
+    start_daemon(&d, "{\"socket\": {\"mode\": \"0666\"}, \"auth\": {\"allow_uids\": [65533]}}");
+    pjt_shm root_shm;
+    ck_assert_int_eq(pjt_shm_create(&root_shm, 4096), 0);
+    fchmod(root_shm.fd, 0666); /* readable by the client: only ownership stops it */
+    user_arg a = {.url = d.url, .root_shm = root_shm.name};
+    int code = as_user(65533, 65533, allowed_user, &a, 60000);
+    if (code != 0)
+        pj_dproc_dump_log(&d);
+    ck_assert_int_eq(code, 0);
+    /* A uid on neither list is still refused. */
+    ck_assert_int_eq(as_user(65532, 65532, refused_user, &a, 20000), 0);
+    pjt_shm_destroy(&root_shm);
+    stop_daemon(&d);
+}
+END_TEST
+
+/* max_connections: the next one is refused at connect time, and is let in
+ * once a place is free. */
+START_TEST(connection_limit)
+{
+    pj_dproc d;
+    start_daemon(&d, "{\"limits\": {\"max_connections\": 2}}");
+    pjt_client a, b, c;
+    ck_assert_int_eq(connect_hello(&a, d.url), PJ_OK);
+    ck_assert_int_eq(connect_hello(&b, d.url), PJ_OK);
+    ck_assert_int_eq(pjt_connect(&c, d.url, 2000), 0);
+    ck_assert_int_lt(pjt_hello(&c, "third"), 0); /* no reply: the pipe was closed */
+    pjt_close(&c);
+    ck_assert(pj_dproc_log_has(&d, "connection limit 2 reached", 2000));
+    ck_assert_double_ge(stat_now(&a, "connections.refused"), 1);
+    ck_assert_double_eq(stat_now(&a, "connections.current"), 2);
+    pjt_close(&b);
+    /* b's place is free once the daemon has seen it go. */
+    int rc = -1;
+    for (int i = 0; i < 50 && rc != PJ_OK; i++) {
+        rc = pjt_connect(&c, d.url, 1000);
+        if (rc == 0)
+            rc = pjt_hello(&c, "third");
+        if (rc != PJ_OK)
+            pjt_close(&c);
+    }
+    ck_assert_int_eq(rc, PJ_OK);
+    pjt_close(&c);
+    pjt_close(&a);
+    stop_daemon(&d);
+}
+END_TEST
+
+/* ---- the socket file ------------------------------------------------------- */
+
+START_TEST(socket_live_stale_and_foreign)
+{
+    char err[512];
+    pj_dproc a, b, c, e;
+    start_daemon(&a, NULL);
+    struct stat st;
+    ck_assert_int_eq(stat(a.sock, &st), 0);
+    ck_assert(S_ISSOCK(st.st_mode));
+    ck_assert_int_eq(st.st_mode & 0777, 0660);
+
+    /* A second daemon on a live socket: a clear error, exit 1. */
+    char json[800];
+    snprintf(json, sizeof json, "{\"socket\": {\"url\": \"%s\"}}", a.url);
+    ck_assert_int_eq(pj_dproc_start(&b, g_model_path, json, NULL, 0, 0, err, sizeof err), 0);
+    ck_assert_int_eq(pj_dproc_wait_exit(&b, 20000), 0);
+    ck_assert_int_eq(pj_dproc_exit_code(&b), 1);
+    ck_assert(pj_dproc_log_has(&b, "another daemon is serving there", 0));
+    pj_dproc_cleanup(&b);
+    /* The first one is unharmed. */
+    pjt_client cl;
+    ck_assert_int_eq(connect_hello(&cl, a.url), PJ_OK);
+    pjt_close(&cl);
+
+    /* Killed hard, it leaves its socket file behind; the next daemon
+     * removes the stale file and serves. */
+    ck_assert_int_eq(pj_dproc_signal(&a, SIGKILL), 0);
+    ck_assert_int_eq(pj_dproc_wait_exit(&a, 10000), 0);
+    ck_assert_int_eq(stat(a.sock, &st), 0);
+    ck_assert_int_eq(pj_dproc_start(&c, g_model_path, json, NULL, 1, READY_MS, err, sizeof err), 0);
+    ck_assert(pj_dproc_log_has(&c, "removed stale socket", 0));
+    ck_assert_int_eq(pjt_connect(&cl, a.url, REPLY_MS), 0);
+    ck_assert_int_eq(pjt_hello(&cl, "check"), PJ_OK);
+    pjt_close(&cl);
+    ck_assert_int_eq(pj_dproc_stop(&c, 30000), 0);
+    ck_assert_msg(stat(a.sock, &st) != 0, "socket file left after a clean exit");
+    pj_dproc_cleanup(&c);
+    pj_dproc_cleanup(&a);
+
+    /* Something that is not a socket is never removed. */
+    ck_assert_int_eq(pj_dproc_prepare(&e, g_model_path, NULL, err, sizeof err), 0);
+    int fd = open(e.sock, O_WRONLY | O_CREAT, 0644);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_int_eq(pj_dproc_spawn(&e, NULL, 0, 0, err, sizeof err), 0);
+    ck_assert_int_eq(pj_dproc_wait_exit(&e, 20000), 0);
+    ck_assert_int_eq(pj_dproc_exit_code(&e), 1);
+    ck_assert(pj_dproc_log_has(&e, "is not a socket", 0));
+    ck_assert_int_eq(stat(e.sock, &st), 0);
+    ck_assert(S_ISREG(st.st_mode));
+    pj_dproc_cleanup(&e);
+}
+END_TEST
+
+/* The socket's directory is created when missing. */
+START_TEST(socket_dir_created)
+{
+    char err[512], json[800], top[200], sub[300];
+    pj_dproc d;
+    snprintf(top, sizeof top, "/tmp/pjd-sockdir-%d", (int)getpid());
+    snprintf(sub, sizeof sub, "%s/run/projd", top);
+    snprintf(json, sizeof json, "{\"socket\": {\"url\": \"ipc://%s/projd.sock\"}}", sub);
+    ck_assert_int_eq(pj_dproc_start(&d, g_model_path, json, NULL, 1, READY_MS, err, sizeof err), 0);
+    struct stat st;
+    ck_assert_int_eq(stat(sub, &st), 0);
+    ck_assert(S_ISDIR(st.st_mode));
+    ck_assert_int_eq(st.st_mode & 0777, 0755);
+    ck_assert_int_eq(pj_dproc_stop(&d, 30000), 0);
+    pj_dproc_cleanup(&d);
+    ck_assert_int_eq(rmdir(sub), 0); /* empty: the socket file went with the daemon */
+    snprintf(sub, sizeof sub, "%s/run", top);
+    rmdir(sub);
+    rmdir(top);
+}
+END_TEST
+
+/* nng 1.5 stops a listener when a peer hangs up during the handshake; the
+ * daemon replaces it (server.c), so raw connect() + close() by anyone who
+ * may open the socket does not make the daemon deaf. */
+START_TEST(listener_survives_hangups)
+{
+    pj_dproc d;
+    start_daemon(&d, NULL);
+    pjt_client keep;
+    ck_assert_int_eq(pjt_connect(&keep, d.url, REPLY_MS), 0);
+    ck_assert_int_eq(pjt_hello(&keep, "before"), PJ_OK);
+    double restarts = 0;
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 5; i++) {
+            int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+            struct sockaddr_un sun = {.sun_family = AF_UNIX};
+            memcpy(sun.sun_path, d.sock, strlen(d.sock));
+            ck_assert_int_eq(connect(fd, (struct sockaddr *)&sun, sizeof sun), 0);
+            close(fd);
+        }
+        /* A client that arrives before the daemon has noticed (it looks
+         * every 200 ms) may land on the dead listener; after, it gets in. */
+        double now = restarts;
+        for (int waited = 0; now <= restarts && waited < 10000; waited += 20) {
+            now = stat_now(&keep, "connections.listener_restarts");
+            struct timespec ts = {0, 20 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        ck_assert_msg(now > restarts, "no listener replacement after round %d", round);
+        restarts = now;
+        pjt_client c;
+        ck_assert_int_eq(pjt_connect(&c, d.url, REPLY_MS), 0);
+        ck_assert_int_eq(pjt_hello(&c, "after"), PJ_OK);
+        pjt_close(&c);
+    }
+    /* The connection made before is untouched by the replacements. */
+    ck_assert_int_eq(pjt_ping(&keep), PJ_OK);
+    struct stat st;
+    ck_assert_int_eq(stat(d.sock, &st), 0);
+    ck_assert_int_eq(st.st_mode & 0777, 0660);
+    printf("listener_survives_hangups: %.0f listener replacements\n",
+           stat_now(&keep, "connections.listener_restarts"));
+    pjt_close(&keep);
+    stop_daemon(&d);
+    /* Only the socket file was left in the directory, and it is gone. */
+    ck_assert_msg(stat(d.sock, &st) != 0, "socket file left behind");
+}
+END_TEST
+
+/* ---- SIGHUP --------------------------------------------------------------------- */
+
+static void write_config(const pj_dproc *d, const char *text)
+{
+    char tmp[400];
+    snprintf(tmp, sizeof tmp, "%s.new", d->config);
+    FILE *f = fopen(tmp, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+    ck_assert_int_eq(rename(tmp, d->config), 0);
+}
+
+static void write_config_json(const pj_dproc *d, const char *overlay)
+{
+    pj_config cfg;
+    char err[512];
+    pj_config_defaults(&cfg);
+    ck_assert_int_eq(pj_config_apply_file(&cfg, d->config, err, sizeof err), 0);
+    ck_assert_msg(pj_config_apply_json(&cfg, overlay, strlen(overlay), err, sizeof err) == 0, "%s",
+                  err);
+    char *text = pj_config_to_json(&cfg);
+    write_config(d, text);
+    free(text);
+}
+
+START_TEST(sighup_reloads)
+{
+    pj_dproc d;
+    start_daemon(&d, NULL);
+    pjc_conn t;
+    char why[512];
+    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
+    pjt_shm z;
+    ck_assert_int_eq(pjt_shm_create(&z, 4096), 0);
+    uint32_t id;
+    ck_assert_int_eq(pjt_register_shm(&t.c, z.name, 4096, &id), PJ_OK); /* 3 buffers */
+
+    /* Lower the buffer limit and raise the log level. */
+    write_config_json(&d, "{\"limits\": {\"max_buffers_per_conn\": 3}, \"log\": {\"level\": "
+                          "\"debug\"}}");
+    ck_assert_int_eq(pj_dproc_signal(&d, SIGHUP), 0);
+    ck_assert(pj_dproc_log_has(&d, "reloaded: log debug", 10000));
+    ck_assert_int_eq(pjt_register_shm(&t.c, z.name, 4096, NULL), PJ_E_LIMIT);
+    ck_assert_int_eq(pjt_unregister(&t.c, id), PJ_OK);
+    ck_assert_int_eq(pjt_register_shm(&t.c, z.name, 4096, &id), PJ_OK);
+    ck_assert(pj_dproc_log_has(&d, "debug: connection", 5000));
+
+    /* A key that needs a restart: refused, the running config stays. */
+    write_config_json(&d, "{\"shapes\": {\"max_m\": 512}}");
+    ck_assert_int_eq(pj_dproc_signal(&d, SIGHUP), 0);
+    ck_assert(pj_dproc_log_has(&d, "reload refused", 10000));
+    ck_assert_int_eq(pjt_register_shm(&t.c, z.name, 4096, NULL), PJ_E_LIMIT);
+    /* A broken file: refused too. */
+    write_config(&d, "{\"limits\": ");
+    ck_assert_int_eq(pj_dproc_signal(&d, SIGHUP), 0);
+    ck_assert(pj_dproc_log_has(&d, "reload failed", 10000));
+    ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
+    ck_assert_int_eq(pjt_register_shm(&t.c, z.name, 4096, NULL), PJ_E_LIMIT);
+    pjt_shm_destroy(&z);
+    pjc_close(&t);
+    stop_daemon(&d);
+}
+END_TEST
+
+/* ---- the command line ------------------------------------------------------------ */
+
+/* Run projd with args (config from a prepared dir unless no_config) and
+ * return its exit code; its output is in d->log. */
+static int run_projd(pj_dproc *d, const char *cfg_json, const char *const *args, int no_config)
+{
+    char err[512];
+    ck_assert_int_eq(pj_dproc_prepare(d, g_model_path, cfg_json, err, sizeof err), 0);
+    if (no_config)
+        unlink(d->config);
+    ck_assert_int_eq(pj_dproc_spawn(d, args, 0, 0, err, sizeof err), 0);
+    ck_assert_int_eq(pj_dproc_wait_exit(d, 20000), 0);
+    return pj_dproc_exit_code(d);
+}
+
+START_TEST(command_line)
+{
+    pj_dproc d;
+    const char *version[] = {"--version", NULL};
+    ck_assert_int_eq(run_projd(&d, NULL, version, 0), 0);
+    ck_assert(pj_dproc_log_has(&d, "projd ", 0));
+    pj_dproc_cleanup(&d);
+
+    const char *help[] = {"--help", NULL};
+    ck_assert_int_eq(run_projd(&d, NULL, help, 0), 0);
+    ck_assert(pj_dproc_log_has(&d, "--check-config", 0));
+    pj_dproc_cleanup(&d);
+
+    const char *check[] = {"--check-config", NULL};
+    ck_assert_int_eq(run_projd(&d, NULL, check, 0), 0);
+    ck_assert(pj_dproc_log_has(&d, "configuration OK", 0));
+    pj_dproc_cleanup(&d);
+
+    /* Command-line values are checked by the config parser. */
+    const char *badlevel[] = {"--log-level", "loud", "--check-config", NULL};
+    ck_assert_int_eq(run_projd(&d, NULL, badlevel, 0), 2);
+    ck_assert(pj_dproc_log_has(&d, "log.level", 0));
+    pj_dproc_cleanup(&d);
+
+    const char *unknown[] = {"--frobnicate", NULL};
+    ck_assert_int_eq(run_projd(&d, NULL, unknown, 0), 2);
+    pj_dproc_cleanup(&d);
+
+    /* A missing config file names itself. */
+    ck_assert_int_eq(run_projd(&d, NULL, check, 1), 2);
+    ck_assert(pj_dproc_log_has(&d, "projd.json", 0));
+    pj_dproc_cleanup(&d);
+
+    /* --print-config renders the file plus the overrides. */
+    const char *print[] = {"--print-config", "--socket", "/tmp/elsewhere.sock", NULL};
+    ck_assert_int_eq(run_projd(&d, "{\"limits\": {\"max_connections\": 7}}", print, 0), 0);
+    FILE *f = fopen(d.log, "r");
+    ck_assert_ptr_nonnull(f);
+    char text[16384];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    cJSON *j = cJSON_Parse(text);
+    ck_assert_msg(j != NULL, "--print-config printed: %s", text);
+    ck_assert_double_eq(pjt_json_num(j, "limits.max_connections"), 7);
+    cJSON *url = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "socket"), "url");
+    ck_assert(cJSON_IsString(url));
+    ck_assert_str_eq(url->valuestring, "ipc:///tmp/elsewhere.sock");
+    cJSON_Delete(j);
+    pj_dproc_cleanup(&d);
+
+    /* Without a cuda backend in this build (or without a GPU), asking for
+     * it is an error before anything is loaded. */
+    const char *cuda[] = {"--backend", "cuda", NULL};
+    ck_assert_int_eq(run_projd(&d, NULL, cuda, 0), 1);
+    ck_assert(pj_dproc_log_has(&d, "backend cuda", 0));
+    pj_dproc_cleanup(&d);
+
+    /* A model that is not there: exit 1, the reason in the log. */
+    const char *nomodel[] = {"--model", "/nonexistent/model.safetensors", NULL};
+    ck_assert_int_eq(run_projd(&d, NULL, nomodel, 0), 1);
+    ck_assert(pj_dproc_log_has(&d, "/nonexistent/model.safetensors", 0));
+    pj_dproc_cleanup(&d);
+}
+END_TEST
+
+/* Log lines: timestamps on a terminal/file, "<N>" priorities for the
+ * journal (JOURNAL_STREAM naming stderr). */
+START_TEST(log_format)
+{
+    pj_dproc d;
+    start_daemon(&d, NULL);
+    ck_assert_int_eq(pj_dproc_stop(&d, 30000), 0);
+    FILE *f = fopen(d.log, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[1024];
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+    fclose(f);
+    /* 2026-11-30T00:49:48.907Z projd[13801] info: ... */
+    ck_assert_msg(strlen(line) > 30 && line[4] == '-' && line[10] == 'T' &&
+                      strstr(line, "Z projd["),
+                  "line: %s", line);
+    pj_dproc_cleanup(&d);
+}
+END_TEST
+
+/* ---- a buffer shrunk under the daemon ------------------------------------------- */
+
+START_TEST(shrunk_buffer)
+{
+    pj_dproc d;
+    start_daemon(&d, NULL);
+    pjc_conn t;
+    char why[512];
+    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
+    ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
+    /* The client truncates its y object to nothing: the daemon's writes
+     * would raise SIGBUS. */
+    const pj_model_layer *L = &pjc_model()->layers[0];
+    pj_op op = {.layer = 0,
+                .m = 8,
+                .n = L->max_n,
+                .x_buf = t.xid,
+                .x_ld = L->w.k,
+                .y_buf = t.yid,
+                .y_ld = L->max_n};
+    munmap(t.ys.p, t.ys.size);
+    t.ys.p = NULL;
+    ck_assert_int_eq(ftruncate(t.ys.fd, 0), 0);
+    pj_done dn;
+    pj_op_result res[1];
+    int rc = pjt_project(&t.c, 0, &op, 1, &dn, res);
+    ck_assert_int_eq(rc, PJ_OK);
+    ck_assert_int_eq(dn.status, PJ_E_BUFFER);
+    ck_assert_int_eq(res[0].status, PJ_E_BUFFER);
+    /* The buffer is marked broken: refused before running from now on. */
+    ck_assert_int_eq(pjt_project(&t.c, 0, &op, 1, &dn, res), PJ_E_BUFFER);
+    ck_assert_msg(strstr(t.c.err.msg, "shrank"), "message: %s", t.c.err.msg);
+    ck_assert_int_eq(pjt_unregister(&t.c, t.yid), PJ_OK);
+    /* A fresh y buffer works. */
+    ck_assert_int_eq(ftruncate(t.ys.fd, YBYTES), 0);
+    t.ys.p = mmap(NULL, YBYTES, PROT_READ | PROT_WRITE, MAP_SHARED, t.ys.fd, 0);
+    ck_assert(t.ys.p != MAP_FAILED);
+    ck_assert_int_eq(pjt_register_shm(&t.c, t.ys.name, YBYTES, &t.yid), PJ_OK);
+    ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
+    pjc_close(&t);
+    stop_daemon(&d);
+}
+END_TEST
+
+int main(void)
+{
+    if (pjc_init(g_model_path, sizeof g_model_path) != 0) {
+        fprintf(stderr, "cannot prepare the small model\n");
+        return 1;
+    }
+    Suite *s = suite_create("daemon_ops");
+    const struct {
+        const char *name;
+        const TTest *test;
+    } tests[] = {
+        {"uid_not_allowed_is_refused", uid_not_allowed_is_refused},
+        {"allowed_uid_and_shm_owner", allowed_uid_and_shm_owner},
+        {"connection_limit", connection_limit},
+        {"socket_live_stale_and_foreign", socket_live_stale_and_foreign},
+        {"socket_dir_created", socket_dir_created},
+        {"listener_survives_hangups", listener_survives_hangups},
+        {"sighup_reloads", sighup_reloads},
+        {"command_line", command_line},
+        {"log_format", log_format},
+        {"shrunk_buffer", shrunk_buffer},
+    };
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+        TCase *tc = tcase_create(tests[i].name);
+        tcase_set_timeout(tc, 180);
+        tcase_add_test(tc, tests[i].test);
+        suite_add_tcase(s, tc);
+    }
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

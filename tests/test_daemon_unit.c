@@ -1,0 +1,419 @@
+/* test_daemon_unit.c — the daemon's parts in process: span and op
+ * validation, the buffer registry, the SIGBUS guard, histograms, the cpu
+ * backend's worker pool against the reference, and the log format.
+ */
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon/backend.h"
+#include "daemon/bufreg.h"
+#include "daemon/log.h"
+#include "daemon/shmguard.h"
+#include "daemon/stats.h"
+#include "daemon/validate.h"
+#include "kernels/refgemm.h"
+#include "tests/helpers/daemon_check.h"
+#include "tests/helpers/wire_client.h"
+
+static char g_model_path[4200];
+
+/* ---- spans ------------------------------------------------------------------ */
+
+START_TEST(span_checks)
+{
+    char err[256];
+    /* rows 4, ld 10, width 8: (3 * 10 + 8) * 2 = 76 bytes. */
+    ck_assert_int_eq(pj_validate_span("x", 0, 4, 10, 8, 76, err, sizeof err), PJ_OK);
+    ck_assert_int_eq(pj_validate_span("x", 0, 4, 10, 8, 75, err, sizeof err), PJ_E_BOUNDS);
+    ck_assert_int_eq(pj_validate_span("x", 24, 4, 10, 8, 100, err, sizeof err), PJ_OK);
+    ck_assert_int_eq(pj_validate_span("x", 26, 4, 10, 8, 100, err, sizeof err), PJ_E_BOUNDS);
+    ck_assert_int_eq(pj_validate_span("x", 1, 1, 1, 1, 100, err, sizeof err), PJ_E_BOUNDS);
+    ck_assert_ptr_nonnull(strstr(err, "aligned"));
+    /* One row: the stride does not matter. */
+    ck_assert_int_eq(pj_validate_span("y", 0, 1, UINT64_MAX, 3, 6, err, sizeof err), PJ_OK);
+    /* Every step of the arithmetic overflowing. */
+    ck_assert_int_eq(
+        pj_validate_span("y", 0, 3, UINT64_MAX / 2 + 1, 1, UINT64_MAX, err, sizeof err),
+        PJ_E_BOUNDS); /* (rows-1)*ld */
+    ck_assert_int_eq(pj_validate_span("y", 0, 2, UINT64_MAX - 1, 4, UINT64_MAX, err, sizeof err),
+                     PJ_E_BOUNDS); /* + width */
+    ck_assert_int_eq(pj_validate_span("y", 0, 2, UINT64_MAX / 2, 2, UINT64_MAX, err, sizeof err),
+                     PJ_E_BOUNDS); /* * 2 */
+    ck_assert_int_eq(pj_validate_span("y", UINT64_MAX - 1, 1, 1, 1, UINT64_MAX, err, sizeof err),
+                     PJ_E_BOUNDS); /* + offset */
+    ck_assert_ptr_nonnull(strstr(err, "overflows"));
+    /* Largest span that fits exactly. */
+    ck_assert_int_eq(pj_validate_span("y", 2, 1, 1, 1, 4, err, sizeof err), PJ_OK);
+}
+END_TEST
+
+/* ---- registry + validation ---------------------------------------------------- */
+
+START_TEST(registry_and_ops)
+{
+    const pj_model *model = pjc_model();
+    pj_bufreg reg;
+    pj_bufreg_init(&reg, NULL, 0, (int32_t)getpid());
+    char err[512];
+    pjt_shm a, b;
+    ck_assert_int_eq(pjt_shm_create(&a, 65536), 0);
+    ck_assert_int_eq(pjt_shm_create(&b, 8192), 0);
+    pj_register *rq = calloc(1, sizeof *rq);
+    rq->kind = PJ_BUF_SHM;
+    rq->size = 65536;
+    snprintf(rq->shm_name, sizeof rq->shm_name, "%s", a.name);
+    uint64_t n0, bytes0;
+    pj_bufreg_totals(&n0, &bytes0);
+    pj_buf *xa, *yb, *tmp;
+    ck_assert_int_eq(pj_bufreg_register(&reg, rq, 3, &xa, err, sizeof err), PJ_OK);
+    ck_assert_uint_eq(xa->id, 1);
+    rq->size = 8192;
+    snprintf(rq->shm_name, sizeof rq->shm_name, "%s", b.name);
+    ck_assert_int_eq(pj_bufreg_register(&reg, rq, 3, &yb, err, sizeof err), PJ_OK);
+    ck_assert_uint_eq(yb->id, 2);
+    /* Bigger than the object; not there; a limit of 2. */
+    rq->size = 8193;
+    ck_assert_int_eq(pj_bufreg_register(&reg, rq, 3, &tmp, err, sizeof err), PJ_E_REGISTER);
+    ck_assert_ptr_nonnull(strstr(err, "8192 bytes"));
+    rq->size = 4096;
+    ck_assert_int_eq(pj_bufreg_register(&reg, rq, 2, &tmp, err, sizeof err), PJ_E_LIMIT);
+    snprintf(rq->shm_name, sizeof rq->shm_name, "/pjt-nonexistent-%d", (int)getpid());
+    ck_assert_int_eq(pj_bufreg_register(&reg, rq, 3, &tmp, err, sizeof err), PJ_E_REGISTER);
+    /* Someone else's object (the "peer" here claims uid 4242). */
+    pj_bufreg other;
+    pj_bufreg_init(&other, NULL, 4242, 1);
+    snprintf(rq->shm_name, sizeof rq->shm_name, "%s", b.name);
+    ck_assert_int_eq(pj_bufreg_register(&other, rq, 3, &tmp, err, sizeof err), PJ_E_REGISTER);
+    ck_assert_ptr_nonnull(strstr(err, "not by the client"));
+    pj_bufreg_clear(&other);
+    rq->kind = PJ_BUF_CUDA;
+    ck_assert_int_eq(pj_bufreg_register(&reg, rq, 3, &tmp, err, sizeof err), PJ_E_REGISTER);
+    free(rq);
+
+    uint64_t n1, bytes1;
+    pj_bufreg_totals(&n1, &bytes1);
+    ck_assert_uint_eq(n1, n0 + 2);
+    ck_assert_uint_eq(bytes1, bytes0 + 65536 + 8192);
+
+    /* Ops: each check in its order. */
+    const pj_model_layer *L = &model->layers[0];
+    pj_op good = {.layer = 0,
+                  .m = 2,
+                  .n = 16,
+                  .x_buf = 1,
+                  .x_off = 64,
+                  .x_ld = L->w.k,
+                  .y_buf = 2,
+                  .y_off = 128,
+                  .y_ld = 32};
+    pj_exec_op ex;
+    pj_buf *xb, *ybuf;
+    ck_assert_int_eq(pj_validate_op(&good, 0, model, 256, &reg, &ex, &xb, &ybuf, err, sizeof err),
+                     PJ_OK);
+    ck_assert_ptr_eq(ex.x, (char *)xa->addr + 64);
+    ck_assert_ptr_eq(ex.y, (char *)yb->addr + 128);
+    ck_assert_ptr_eq(xb, xa);
+    ck_assert_ptr_eq(ybuf, yb);
+    ck_assert_uint_eq(ex.k, L->w.k);
+    struct {
+        const char *what;
+        pj_op op;
+        int code;
+    } bad[] = {
+        {"layer", good, PJ_E_LAYER},     {"m 0", good, PJ_E_SHAPE},   {"m big", good, PJ_E_SHAPE},
+        {"n 0", good, PJ_E_SHAPE},       {"n big", good, PJ_E_SHAPE}, {"x_ld", good, PJ_E_SHAPE},
+        {"y_ld", good, PJ_E_SHAPE},      {"flags", good, PJ_E_FLAGS}, {"x buf", good, PJ_E_BUFFER},
+        {"y bounds", good, PJ_E_BOUNDS},
+    };
+    bad[0].op.layer = model->n_layers;
+    bad[0].op.m = 0; /* the layer is checked first */
+    bad[1].op.m = 0;
+    bad[2].op.m = 257;
+    bad[3].op.n = 0;
+    bad[4].op.n = L->max_n + 1;
+    bad[4].op.y_ld = L->max_n + 1;
+    bad[5].op.x_ld = L->w.k - 1;
+    bad[6].op.y_ld = 15;
+    bad[7].op.op_flags = 1;
+    bad[8].op.x_buf = 3;
+    bad[8].op.y_off = 1 << 30; /* the buffer is checked before the bounds */
+    bad[9].op.y_off = 8192 - 2 * 32;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int st = pj_validate_op(&bad[i].op, 5, model, 256, &reg, &ex, &xb, &ybuf, err, sizeof err);
+        ck_assert_msg(st == bad[i].code, "%s: got %s (%s)", bad[i].what, pj_status_name(st), err);
+        ck_assert_msg(strncmp(err, "op 5", 4) == 0, "%s: message does not name the op: %s",
+                      bad[i].what, err);
+    }
+
+    /* Unregister while referenced: the id goes now, the mapping later. */
+    pj_bufreg_ref(yb);
+    ck_assert_int_eq(pj_bufreg_unregister(&reg, 2, err, sizeof err), PJ_OK);
+    ck_assert_ptr_null(pj_bufreg_get(&reg, 2));
+    ck_assert_int_eq(pj_bufreg_unregister(&reg, 2, err, sizeof err), PJ_E_BUFFER);
+    ck_assert_int_eq(pj_validate_op(&good, 0, model, 256, &reg, &ex, &xb, &ybuf, err, sizeof err),
+                     PJ_E_BUFFER);
+    pj_bufreg_totals(&n1, &bytes1);
+    ck_assert_uint_eq(n1, n0 + 2); /* still mapped */
+    pj_bufreg_unref(&reg, yb);
+    pj_bufreg_totals(&n1, &bytes1);
+    ck_assert_uint_eq(n1, n0 + 1);
+    /* A new registration never reuses an id. */
+    rq = calloc(1, sizeof *rq);
+    rq->kind = PJ_BUF_SHM;
+    rq->size = 4096;
+    snprintf(rq->shm_name, sizeof rq->shm_name, "%s", b.name);
+    ck_assert_int_eq(pj_bufreg_register(&reg, rq, 3, &tmp, err, sizeof err), PJ_OK);
+    ck_assert_uint_eq(tmp->id, 3);
+    free(rq);
+    pj_bufreg_clear(&reg);
+    pj_bufreg_totals(&n1, &bytes1);
+    ck_assert_uint_eq(n1, n0);
+    ck_assert_uint_eq(bytes1, bytes0);
+    pjt_shm_destroy(&a);
+    pjt_shm_destroy(&b);
+}
+END_TEST
+
+/* ---- the SIGBUS guard ---------------------------------------------------------- */
+
+START_TEST(sigbus_guard)
+{
+    ck_assert_int_eq(pj_shmguard_install(), 0);
+    pjt_shm a;
+    size_t size = 4 * (size_t)sysconf(_SC_PAGESIZE);
+    ck_assert_int_eq(pjt_shm_create(&a, size), 0);
+    void *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, a.fd, 0);
+    ck_assert(map != MAP_FAILED);
+    int slot = pj_shmguard_add(map, size);
+    ck_assert_int_ge(slot, 0);
+    volatile unsigned char *p = map;
+    p[0] = 1;
+    ck_assert_int_eq(pj_shmguard_faulted(slot), 0);
+    unsigned long before = pj_shmguard_total_faults();
+    ck_assert_int_eq(ftruncate(a.fd, 0), 0);
+    p[size - 1] = 7;        /* would be SIGBUS: absorbed */
+    unsigned char v = p[0]; /* reads the zero page put in its place */
+    ck_assert_uint_eq(v, 0);
+    ck_assert_int_eq(pj_shmguard_faulted(slot), 1);
+    ck_assert_uint_ge(pj_shmguard_total_faults(), before + 2);
+    pj_shmguard_remove(slot);
+    munmap(map, size);
+    pjt_shm_destroy(&a);
+}
+END_TEST
+
+/* ---- histograms ------------------------------------------------------------------ */
+
+START_TEST(histogram_quantiles)
+{
+    pj_hist *h = calloc(1, sizeof *h);
+    ck_assert_uint_eq(pj_hist_quantile(h, 0.5), 0);
+    for (uint64_t v = 1; v <= 100000; v++)
+        pj_hist_add(h, v);
+    ck_assert_uint_eq(h->count, 100000);
+    ck_assert_uint_eq(h->max, 100000);
+    uint64_t p50 = pj_hist_quantile(h, 0.5), p99 = pj_hist_quantile(h, 0.99);
+    ck_assert_msg(p50 > 50000 * 15 / 16 && p50 < 50000 * 17 / 16, "p50 %llu",
+                  (unsigned long long)p50);
+    ck_assert_msg(p99 > 99000 * 15 / 16 && p99 <= 100000, "p99 %llu", (unsigned long long)p99);
+    ck_assert_uint_eq(pj_hist_quantile(h, 1.0), 100000);
+    memset(h, 0, sizeof *h);
+    for (int i = 0; i < 10; i++)
+        pj_hist_add(h, 7);
+    ck_assert_uint_eq(pj_hist_quantile(h, 0.5), 7); /* small values are exact */
+    pj_hist_add(h, UINT64_MAX);
+    ck_assert_uint_eq(pj_hist_quantile(h, 1.0), UINT64_MAX);
+    free(h);
+}
+END_TEST
+
+/* ---- the cpu backend ---------------------------------------------------------------- */
+
+typedef struct waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+} waiter;
+
+static void on_job_done(pj_job *job)
+{
+    waiter *w = job->ctx;
+    pthread_mutex_lock(&w->mu);
+    w->done++;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static int wait_done(waiter *w, int want, int timeout_s)
+{
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += timeout_s;
+    pthread_mutex_lock(&w->mu);
+    while (w->done < want)
+        if (pthread_cond_timedwait(&w->cv, &w->mu, &dl) != 0)
+            break;
+    int got = w->done;
+    pthread_mutex_unlock(&w->mu);
+    return got;
+}
+
+START_TEST(cpu_backend_matches_reference)
+{
+    const pj_model *model = pjc_model();
+    pj_config cfg;
+    pj_config_defaults(&cfg);
+    cfg.cpu.threads = 4;
+    pj_backend *be;
+    char err[256];
+    ck_assert_int_eq(pj_backend_create(pj_backend_cpu_ops(), &cfg, model, &be, err, sizeof err), 0);
+    ck_assert_uint_eq(be->ops->stream_depth, 1);
+    pj_buf_desc cuda = {.kind = PJ_BUF_CUDA, .size = 1024};
+    void *addr, *handle;
+    ck_assert_int_eq(be->ops->buffer_open(be, &cuda, &addr, &handle, err, sizeof err),
+                     PJ_E_REGISTER);
+
+    /* One job per layer, each two ops: every layer at m = 256 (split over
+     * the workers), then the same layer at m = 1 into another place. Jobs of
+     * four streams run at once. */
+    enum { MAXJ = 8 };
+    uint32_t nj = model->n_layers < MAXJ ? model->n_layers : MAXJ;
+    pj_backend_stream *st[4];
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(be->ops->stream_create(be, &st[i], err, sizeof err), 0);
+    pj_job jobs[MAXJ];
+    pj_exec_op ops[MAXJ][2];
+    uint16_t *ys[MAXJ], *y1s[MAXJ];
+    waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    for (uint32_t j = 0; j < nj; j++) {
+        const pj_model_layer *L = &model->layers[j];
+        ck_assert_uint_eq(L->max_n, L->w.n); /* the reference rows are N wide */
+        ys[j] = malloc((size_t)256 * L->max_n * 2);
+        y1s[j] = malloc((size_t)L->max_n * 2);
+        memset(ys[j], 0xff, (size_t)256 * L->max_n * 2);
+        memset(y1s[j], 0xff, (size_t)L->max_n * 2);
+        ops[j][0] = (pj_exec_op){.layer = j,
+                                 .L = L,
+                                 .m = 256,
+                                 .n = L->max_n,
+                                 .k = L->w.k,
+                                 .x = pjc_ref_x(j, 5, 0),
+                                 .y = ys[j],
+                                 .x_ld = L->w.k,
+                                 .y_ld = L->max_n};
+        ops[j][1] = ops[j][0];
+        ops[j][1].m = 1;
+        ops[j][1].y = y1s[j];
+        memset(&jobs[j], 0, sizeof jobs[j]);
+        jobs[j].n_ops = 2;
+        jobs[j].ops = ops[j];
+        jobs[j].done = on_job_done;
+        jobs[j].ctx = &w;
+        ck_assert_int_eq(be->ops->submit(be, st[j % 4], &jobs[j]), 0);
+    }
+    ck_assert_int_eq(wait_done(&w, (int)nj, 120), (int)nj);
+    for (uint32_t j = 0; j < nj; j++) {
+        const pj_model_layer *L = &model->layers[j];
+        ck_assert_int_eq(jobs[j].status, PJ_OK);
+        ck_assert_int_eq(ops[j][0].status, PJ_OK);
+        ck_assert_int_eq(ops[j][1].status, PJ_OK);
+        ck_assert_uint_ge(jobs[j].end_ns, jobs[j].start_ns);
+        ck_assert_msg(memcmp(ys[j], pjc_ref_y(j, 5, 0), (size_t)256 * L->max_n * 2) == 0,
+                      "layer %u m 256 differs from the reference", j);
+        ck_assert_msg(memcmp(y1s[j], pjc_ref_y(j, 5, 0), (size_t)L->max_n * 2) == 0,
+                      "layer %u m 1 differs from the reference", j);
+        free(ys[j]);
+        free(y1s[j]);
+    }
+    cJSON *o = cJSON_CreateObject();
+    be->ops->stats_json(be, o);
+    ck_assert_double_eq(pjt_json_num(o, "jobs"), nj);
+    ck_assert_double_eq(pjt_json_num(o, "ops"), 2.0 * nj);
+    ck_assert_double_gt(pjt_json_num(o, "chunks"), 2.0 * nj); /* m = 256 was split */
+    cJSON_Delete(o);
+    for (int i = 0; i < 4; i++)
+        be->ops->stream_destroy(be, st[i]);
+    pj_backend_destroy(be);
+}
+END_TEST
+
+/* ---- log lines ------------------------------------------------------------------------- */
+
+static char *capture_log(int journal, pj_log_level level, const char *msg)
+{
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    int saved = dup(STDERR_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    if (journal) {
+        struct stat st;
+        fstat(STDERR_FILENO, &st);
+        char js[64];
+        snprintf(js, sizeof js, "%llu:%llu", (unsigned long long)st.st_dev,
+                 (unsigned long long)st.st_ino);
+        setenv("JOURNAL_STREAM", js, 1);
+    } else {
+        unsetenv("JOURNAL_STREAM");
+    }
+    pj_log_init();
+    pj_log_set_level(PJ_LOG_INFO);
+    pj_log_msg(level, "%s", msg);
+    pj_log_debug("not shown at level info");
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    close(fds[1]);
+    char *buf = calloc(1, 4096);
+    ssize_t n = read(fds[0], buf, 4095);
+    ck_assert_int_gt(n, 0);
+    close(fds[0]);
+    unsetenv("JOURNAL_STREAM");
+    pj_log_init();
+    return buf;
+}
+
+START_TEST(log_lines)
+{
+    char *j = capture_log(1, PJ_LOG_WARN, "two\nlines");
+    ck_assert_str_eq(j, "<4>two lines\n");
+    free(j);
+    char *p = capture_log(0, PJ_LOG_ERROR, "plain");
+    ck_assert_msg(strstr(p, "Z projd[") && strstr(p, "] error: plain\n") && !strchr(p + 1, '<'),
+                  "%s", p);
+    ck_assert_ptr_null(strstr(p, "not shown"));
+    ck_assert_ptr_eq(strchr(p, '\n'), p + strlen(p) - 1); /* one line */
+    free(p);
+}
+END_TEST
+
+int main(void)
+{
+    if (pjc_init(g_model_path, sizeof g_model_path) != 0) {
+        fprintf(stderr, "cannot prepare the small model\n");
+        return 1;
+    }
+    Suite *s = suite_create("daemon_unit");
+    TCase *tc = tcase_create("unit");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, span_checks);
+    tcase_add_test(tc, registry_and_ops);
+    tcase_add_test(tc, sigbus_guard);
+    tcase_add_test(tc, histogram_quantiles);
+    tcase_add_test(tc, cpu_backend_matches_reference);
+    tcase_add_test(tc, log_lines);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
