@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
-# One device visit: GPU correctness sweep, then the benchmark (optionally
-# tuning first), everything written under $OUT, a short table printed last.
-# Runs from the repository root of the device copy, with the prebuilt
-# binaries in .devrun/ (see bench/README.md):
-#   .devrun/test_engines  .devrun/projd-bench-gpu  .devrun/lib/*
-# Usage: bench/run-device.sh [tune|table|untuned] [--quick-tests] [--no-tests]
+# One device visit: GPU correctness sweep, then the benchmark (tuning first,
+# or with the committed table), optionally profiles; everything written under
+# $OUT, a short table printed last. Runs from the repository root of the
+# device copy with the prebuilt binaries in .devrun/ (see bench/README.md):
+#   .devrun/test_engines  .devrun/projd-bench-gpu  .devrun/lib/*  [.devrun/h200.json]
+# Usage: bench/run-device.sh [tune|table|untuned] [--quick-tests] [--no-tests] [--ncu]
 #   tune     tune, write $OUT/h200.json, benchmark with it (default)
-#   table    benchmark with config/tuning/h200.json
+#   table    benchmark with .devrun/h200.json (else config/tuning/h200.json)
 #   untuned  benchmark the untuned ladder
-# Never changes GPU settings; only reads them.
+#   --ncu    afterwards profile the kernels named in .devrun/ncu.txt (one
+#            "layer m engine knobs kernel-regex" per line) into $OUT/ncu.txt
+# Never changes GPU settings; only reads them. ncu runs with --clock-control none.
 set -u
 mode=${1:-tune}
 shift || true
 tests=full
+ncu=0
 for a in "$@"; do
     case $a in
     --quick-tests) tests=quick ;;
     --no-tests) tests=none ;;
+    --ncu) ncu=1 ;;
     esac
 done
 OUT=${OUT:-/tmp/pj-out}
@@ -35,13 +39,17 @@ if [ "$tests" != none ]; then
     [ "$tests" = quick ] && targ=--quick
     timeout --kill-after=5 240 .devrun/test_engines $targ >"$OUT/test.log" 2>&1
     echo "test_engines exit $?" | tee -a "$log"
-    grep -E "^(A|B|C) |FAIL|test_engines:|lost" "$OUT/test.log" | head -60 | tee -a "$log"
+    grep -E "^(0|A|B|C) |FAIL|test_engines:|lost" "$OUT/test.log" | head -60 | tee -a "$log"
 fi
 
 args=(--out "$OUT" --commit "$commit" --reps 300)
 case $mode in
 tune) args+=(--tune "$OUT/h200.json" --tune-budget "${TUNE_BUDGET:-170}" --survey) ;;
-table) args+=(--table "$([ -f .devrun/h200.json ] && echo .devrun/h200.json || echo config/tuning/h200.json)") ;;
+table)
+    t=config/tuning/h200.json
+    [ -f .devrun/h200.json ] && t=.devrun/h200.json
+    args+=(--table "$t")
+    ;;
 untuned) args+=(--survey) ;;
 esac
 timeout --kill-after=5 "${BENCH_TIMEOUT:-330}" .devrun/projd-bench-gpu "${args[@]}" >"$OUT/bench.log" 2>&1
@@ -54,5 +62,23 @@ if [ "$rc" -ne 0 ] && [ "$mode" = tune ]; then
         --reps 200 >"$OUT/bench.log" 2>&1
     echo "projd-bench (untuned retry) exit $?" | tee -a "$log"
 fi
-grep -E "^(tune|bench|survey|  )" "$OUT/bench.log" | tail -80
-tail -45 "$OUT/bench.log"
+
+if [ "$ncu" = 1 ] && [ -f .devrun/ncu.txt ]; then
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+    if [ -n "$NCU" ]; then
+        while read -r layer m eng knobs regex; do
+            [ -z "$layer" ] && continue
+            echo "=== $layer m=$m $eng $knobs" >>"$OUT/ncu.txt"
+            timeout --kill-after=5 90 "$NCU" --clock-control none -k "regex:$regex" \
+                --launch-skip 4 --launch-count 1 --section SpeedOfLight \
+                --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
+                --section LaunchStats .devrun/projd-bench-gpu --out /tmp/pj-one --one "$layer" "$m" \
+                "$eng" "$knobs" >>"$OUT/ncu.txt" 2>&1
+            echo "ncu $layer $m $eng exit $?" | tee -a "$log"
+        done <.devrun/ncu.txt
+    else
+        echo "ncu not found" | tee -a "$log"
+    fi
+fi
+grep -E "^(tune|bench|survey|  )" "$OUT/bench.log" | tail -70
+tail -42 "$OUT/bench.log"

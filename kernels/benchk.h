@@ -45,10 +45,13 @@ int pj_bk_compare(cudaStream_t s, const uint16_t *y, size_t ldy, uint32_t m, uin
 #define PJ_BK_POISON 0x7fa5u
 int pj_bk_poison(cudaStream_t s, uint16_t *y, size_t ldy, uint32_t m, uint32_t n);
 
-/* Read `bytes` of buf (16-byte granules; a whole-GPU grid-stride read) and
- * keep a checksum in sink so nothing is optimised away. variant 0..1:
- * threads/unroll choices. Used as the L2 flush (256 MB) and as the read
- * floor. */
+/* Read `bytes` of buf (16-byte granules) over the whole GPU and keep a
+ * checksum in sink so nothing is optimised away. variant 0: grid-stride;
+ * 1..3: a contiguous slab per CTA with 4 or 8 loads in flight per thread;
+ * 4: the GEMV's pattern (rows of 8 KiB, 16 rows per CTA, 8 rows x 64 bytes
+ * per warp load; bytes rounded down to 128 KiB). Used as the L2 flush
+ * (256 MB) and as the read floor (fastest variant). */
+#define PJ_BK_READ_VARIANTS 5
 int pj_bk_read(cudaStream_t s, const void *buf, size_t bytes, unsigned *sink, int variant, int sms);
 
 /* Fill a device bf16 buffer with a value pattern (for one-hot inputs). */

@@ -46,6 +46,7 @@ typedef struct pj_eng_knobs {
     uint8_t r;    /* gemvz: row blocks per CTA sharing x (1, 2, 4) */
     uint8_t tile; /* splitk/router-splitk: tile configuration index */
     uint8_t algo; /* cublas: 0 = cublasGemmEx default, 1 = cublasLt heuristic */
+    uint8_t rb;   /* gemv/gemvz: row blocks per warp sharing x fragments (0 or 1 = one) */
 } pj_eng_knobs;
 
 /* What the checker needs to know about the device (filled by the CUDA side

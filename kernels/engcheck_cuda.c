@@ -111,6 +111,7 @@ void pj_chk_layer_free(pj_chk_layer *cl)
     free(cl->h_w);
     free(cl->h_lo);
     pj_z12_free(&cl->z);
+    pj_eng_layer_fini(&cl->L);
     cudaFree(cl->d_w);
     cudaFree(cl->d_lo);
     cudaFree(cl->d_tiles);
@@ -172,6 +173,9 @@ int pj_chk_layer_make(pj_chk_layer *cl, const char *name, uint32_t n, uint32_t k
         L->z_base = cl->z.base;
         L->z_n_pad = cl->z.n_pad;
         L->z_n_exc = cl->z.n_exc;
+        rc = pj_eng_layer_init(L, 0, err, errlen);
+        if (rc)
+            goto fail;
     }
     return 0;
 oom:

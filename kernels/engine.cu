@@ -44,6 +44,71 @@ __global__ void pj_f32_to_bf16_kernel(uint16_t *y, size_t ldy, const float *f, s
     }
 }
 
+// One CTA per row block, one thread per slot: copy the block's exceptions
+// into fixed slots, mark the rest empty, store the count.
+__global__ void pj_zx_build_kernel(const uint32_t *blk_exc, const pj_z12_exc *exc, uint32_t *zx_n,
+                                   uint32_t *zx_rk, float *zx_c1, float *zx_c2)
+{
+    const uint32_t b = blockIdx.x, s = threadIdx.x;
+    const uint32_t e0 = blk_exc[b], e1 = blk_exc[b + 1];
+    if (s == 0)
+        zx_n[b] = e1 - e0;
+    const size_t o = (size_t)b * PJ_GEMVZ_XCAP + s;
+    if (e0 + s < e1) {
+        const pj_z12_exc ex = exc[e0 + s];
+        zx_rk[o] = ex.rk;
+        zx_c1[o] = ex.c1;
+        zx_c2[o] = ex.c2;
+    } else {
+        zx_rk[o] = 0xffffffffu;
+        zx_c1[o] = 0.f;
+        zx_c2[o] = 0.f;
+    }
+}
+
+extern "C" int pj_eng_layer_init(pj_eng_layer *L, cudaStream_t s, char *err, size_t errlen)
+{
+    if (L->fmt != PJ_FMT_Z12 || !L->z_blk_exc || L->zx_mem)
+        return 0;
+    const size_t nblk = L->z_n_pad / 16;
+    const size_t slots = nblk * PJ_GEMVZ_XCAP;
+    const size_t bytes = nblk * 4 + slots * 12;
+    void *mem = nullptr;
+    cudaError_t ce = cudaMalloc(&mem, bytes);
+    if (ce == cudaSuccess) {
+        uint32_t *n = (uint32_t *)mem;
+        uint32_t *rk = n + nblk;
+        float *c1 = (float *)(rk + slots), *c2 = c1 + slots;
+        pj_zx_build_kernel<<<(unsigned)nblk, PJ_GEMVZ_XCAP, 0, s>>>(L->z_blk_exc, L->z_exc, n, rk,
+                                                                    c1, c2);
+        ce = cudaGetLastError();
+        if (ce == cudaSuccess)
+            ce = cudaStreamSynchronize(s);
+        if (ce == cudaSuccess) {
+            L->zx_n = n;
+            L->zx_rk = rk;
+            L->zx_c1 = c1;
+            L->zx_c2 = c2;
+            L->zx_mem = mem;
+            return 0;
+        }
+        cudaFree(mem);
+    }
+    snprintf(err, errlen, "layer %s: exception slot table (%zu bytes): %s", L->name, bytes,
+             cudaGetErrorString(ce));
+    return -EIO;
+}
+
+extern "C" void pj_eng_layer_fini(pj_eng_layer *L)
+{
+    if (!L || !L->zx_mem)
+        return;
+    cudaFree(L->zx_mem);
+    L->zx_mem = nullptr;
+    L->zx_n = L->zx_rk = nullptr;
+    L->zx_c1 = L->zx_c2 = nullptr;
+}
+
 static unsigned elementwise_blocks(uint32_t m, uint32_t n)
 {
     size_t b = ((size_t)m * n + 255) / 256;
@@ -321,6 +386,11 @@ static int mt_of(uint32_t m)
     return m <= 8 ? 1 : (m <= 16 ? 2 : 4);
 }
 
+static uint32_t rb_of(const pj_eng_knobs *kn)
+{
+    return kn->rb ? kn->rb : 1;
+}
+
 static bool al(const void *p, size_t a)
 {
     return ((uintptr_t)p % a) == 0;
@@ -374,13 +444,13 @@ static int gemv_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
     const uint32_t per = 32u * kn->nw * kn->u * kn->ks;
     if (L->K % per)
         return fail(why, whylen, -EINVAL, "K=%u is not a multiple of 32*nw*u*ks=%u", L->K, per);
-    const uint32_t nblk = cdiv(c->n, 16);
+    const uint32_t rb = rb_of(kn), gx = cdiv(cdiv(c->n, 16), rb);
     if (kn->ks > 1) {
         WsNeed w = ws_need(L->N, c->m);
-        if ((size_t)nblk * kn->ks * 16 * 8 * mt_of(c->m) > w.part_floats || nblk > w.n_cnt)
+        if ((size_t)gx * kn->ks * rb * 16 * 8 * mt_of(c->m) > w.part_floats || gx > w.n_cnt)
             return fail(why, whylen, -ENOSPC, "ks=%u needs more workspace than allocated", kn->ks);
     }
-    GemvFn fn = gemv_pick(dual, kn->nw, kn->u, mt_of(c->m), kn->pipe, kn->minb);
+    GemvFn fn = gemv_pick(dual, kn->nw, kn->u, mt_of(c->m), kn->pipe, kn->minb, (int)rb);
     return fits_device((const void *)fn, 32u * kn->nw, 0, lim, why, whylen);
 }
 
@@ -403,15 +473,18 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
         return fail(why, whylen, -EINVAL, "K=%u is not a multiple of 64*nw*u*ks=%u", L->K, per);
     if (kn->xs ? !x16_ok(c) : (!al(c->x, 4) || c->ldx % 2))
         return fail(why, whylen, -EINVAL, "x alignment does not suit xs=%u", kn->xs);
-    const uint32_t nblk = cdiv(c->n, 16), gx = cdiv(nblk, kn->r);
+    const uint32_t rb = rb_of(kn);
+    if (rb != 1 && rb != 2)
+        return fail(why, whylen, -EINVAL, "rb=%u not in {1, 2}", rb);
+    const uint32_t nblk = cdiv(c->n, 16), gx = cdiv(nblk, kn->r * rb);
     const int mt = mt_of(c->m);
     if (kn->ks > 1) {
         WsNeed w = ws_need(L->N, c->m);
-        if ((size_t)gx * kn->ks * kn->r * 16 * 8 * mt > w.part_floats || gx > w.n_cnt)
+        if ((size_t)gx * kn->ks * kn->r * rb * 16 * 8 * mt > w.part_floats || gx > w.n_cnt)
             return fail(why, whylen, -ENOSPC, "ks=%u needs more workspace than allocated", kn->ks);
     }
-    GemvzFn fn = gemvz_pick(kn->nw, kn->u, mt, kn->pipe, kn->xs);
-    size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, L->K / kn->ks);
+    GemvzFn fn = gemvz_pick(kn->nw, kn->u, mt, kn->pipe, kn->xs, (int)rb);
+    size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, rb, L->K / kn->ks);
     return fits_device((const void *)fn, 32u * kn->nw * kn->r + 32, smem, lim, why, whylen);
 }
 
@@ -559,10 +632,11 @@ static int gemv_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, c
     a.cnt = c->ws ? c->ws->cnt : nullptr;
     if (kn->ks > 1 && !c->ws)
         return -EINVAL;
-    GemvFn fn = gemv_pick(dual, kn->nw, kn->u, mt_of(c->m), kn->pipe, kn->minb);
+    const uint32_t rb = rb_of(kn);
+    GemvFn fn = gemv_pick(dual, kn->nw, kn->u, mt_of(c->m), kn->pipe, kn->minb, (int)rb);
     if (!fn)
         return -ENOENT;
-    dim3 grid(cdiv(c->n, 16), kn->ks);
+    dim3 grid(cdiv(cdiv(c->n, 16), rb), kn->ks);
     fn<<<grid, 32 * kn->nw, 0, s>>>(a);
     return launch_rc();
 }
@@ -574,6 +648,10 @@ static int gemvz_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream
     a.tiles = L->z_tiles;
     a.blk_exc = L->z_blk_exc;
     a.exc = L->z_exc;
+    a.zx_n = L->zx_n;
+    a.zx_rk = L->zx_rk;
+    a.zx_c1 = L->zx_c1;
+    a.zx_c2 = L->zx_c2;
     a.base = L->z_base;
     a.kt_total = L->K / 64;
     a.nblk = cdiv(c->n, 16);
@@ -592,11 +670,12 @@ static int gemvz_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream
     if (kn->ks > 1 && !c->ws)
         return -EINVAL;
     const int mt = mt_of(c->m);
-    GemvzFn fn = gemvz_pick(kn->nw, kn->u, mt, kn->pipe, kn->xs);
+    const uint32_t rb = rb_of(kn);
+    GemvzFn fn = gemvz_pick(kn->nw, kn->u, mt, kn->pipe, kn->xs, (int)rb);
     if (!fn)
         return -ENOENT;
-    size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, a.kc);
-    dim3 grid(cdiv(a.nblk, kn->r), kn->ks);
+    size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, rb, a.kc);
+    dim3 grid(cdiv(a.nblk, kn->r * rb), kn->ks);
     fn<<<grid, 32 * kn->nw * kn->r + 32, smem, s>>>(a);
     return launch_rc();
 }

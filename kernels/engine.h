@@ -55,7 +55,19 @@ typedef struct pj_eng_layer {
     const uint32_t *z_blk_exc;
     const pj_z12_exc *z_exc;
     uint32_t z_base, z_n_pad, z_n_exc;
+    /* Derived by pj_eng_layer_init (optional, gemvz is faster with it): the
+     * exceptions of row block b in fixed slots [b * 64, b * 64 + 64), empty
+     * slots rk = 0xffffffff, and the block's count. */
+    const uint32_t *zx_n, *zx_rk;
+    const float *zx_c1, *zx_c2;
+    void *zx_mem; /* owned by the layer after pj_eng_layer_init */
 } pj_eng_layer;
+
+/* Build the layer's derived device data (the z12 exception slot table) from
+ * its z12 arrays; a no-op for other formats. Enqueued on s and synchronised.
+ * Call once after upload; pj_eng_layer_fini frees it. 0 or -errno. */
+int pj_eng_layer_init(pj_eng_layer *L, cudaStream_t s, char *err, size_t errlen);
+void pj_eng_layer_fini(pj_eng_layer *L);
 
 /* Per (layer, stream) scratch: one allocation, two regions. The first
  * acc_rows x acc_ld floats are split-K accumulators that must be zero at

@@ -10,7 +10,9 @@
 
 // Shared-memory exception capacity of a gemvz CTA (entries); a CTA whose
 // row blocks hold more reads them from global memory at the end instead.
-#define PJ_GEMVZ_ECAP 96
+#define PJ_GEMVZ_ECAP 128
+// Slots per row block in the derived exception table (pj_eng_layer_init).
+#define PJ_GEMVZ_XCAP 64
 
 struct GemvArgs {
     const uint16_t *w0, *w1; // w1: second matrix (router lo) or unused
@@ -26,12 +28,14 @@ struct GemvArgs {
     unsigned *cnt;   // one counter per row block
 };
 typedef void (*GemvFn)(GemvArgs);
-GemvFn gemv_pick(int dual, int nw, int u, int mt, int pipe, int minb);
+GemvFn gemv_pick(int dual, int nw, int u, int mt, int pipe, int minb, int rb);
 
 struct GemvzArgs {
     const uint8_t *tiles;
     const uint32_t *blk_exc;
     const pj_z12_exc *exc;
+    const uint32_t *zx_n, *zx_rk; // derived slot table, or NULL
+    const float *zx_c1, *zx_c2;
     uint32_t base;
     uint32_t kt_total; // K / 64
     uint32_t nblk;     // row blocks holding requested rows: ceil(n / 16)
@@ -41,14 +45,14 @@ struct GemvzArgs {
     uint16_t *y;
     size_t ldy;
     uint32_t m, n;
-    uint32_t kc, ks, r; // k per split (multiple of 64 * nw * u), splits, row blocks per CTA
+    uint32_t kc, ks, r; // k per split (multiple of 64 * nw * u), splits, warp groups per CTA
     float *ws;
     unsigned *cnt;
 };
 typedef void (*GemvzFn)(GemvzArgs);
-GemvzFn gemvz_pick(int nw, int u, int mt, int pipe, int xs);
+GemvzFn gemvz_pick(int nw, int u, int mt, int pipe, int xs, int rb);
 // Dynamic shared memory of a gemvz launch.
-size_t gemvz_smem(int nw, int mt, int xs, uint32_t r, uint32_t kc);
+size_t gemvz_smem(int nw, int mt, int xs, uint32_t r, uint32_t rb, uint32_t kc);
 // Largest R for a given NW (threads = R * NW * 32 + 32 within the kernel's
 // launch bound).
 #define PJ_GEMVZ_MAX_R(nw) ((nw) >= 16 ? 1 : 8 / (nw))

@@ -24,32 +24,41 @@ template <int NW, int MINB> struct GemvBounds {
     static constexpr int min_blocks = MINB ? (NW == 4 ? 4 : (NW == 8 ? 2 : 1)) : 1;
 };
 
-template <int U, int MT, int DUAL> struct GemvBatch {
-    uint4 wa[U], wb[U];
-    uint4 wc[DUAL ? U : 1], wd[DUAL ? U : 1];
+template <int U, int MT, int DUAL, int RB> struct GemvBatch {
+    uint4 wa[U][RB], wb[U][RB];
+    uint4 wc[DUAL ? U : 1][DUAL ? RB : 1], wd[DUAL ? U : 1][DUAL ? RB : 1];
     uint4 xv[U][MT];
 };
 
-template <int NW, int U, int MT, int PIPE, int DUAL, int MINB>
+// RB row blocks per warp share each x fragment (x is read once per RB
+// blocks: what keeps L2 -> SM traffic down at m = 16..32).
+template <int NW, int U, int MT, int PIPE, int DUAL, int MINB, int RB>
 __global__ void __launch_bounds__(NW * 32, (GemvBounds<NW, MINB>::min_blocks))
     gemv_kernel(const GemvArgs a)
 {
     constexpr int MTOK = MT * 8;
     constexpr int RS = MTOK + 1; // padded row of the reduction buffer
-    __shared__ float red[NW][16 * RS];
+    constexpr int ROWS = RB * 16;
+    __shared__ float red[NW][ROWS * RS];
     __shared__ int s_last;
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const uint32_t rb = blockIdx.x, split = blockIdx.y;
-    const uint32_t r0 = min(rb * 16 + g, a.N - 1), r1 = min(rb * 16 + g + 8, a.N - 1);
-    const uint32_t cpw = a.kc / (32 * NW); // chunks per warp, a multiple of U
+    const uint32_t cb = blockIdx.x, split = blockIdx.y; // CTA = RB row blocks
+    const uint32_t cpw = a.kc / (32 * NW);              // chunks per warp, a multiple of U
     const size_t k0 = (size_t)split * a.kc + (size_t)warp * cpw * 32 + t * 8;
 
-    const uint16_t *pa = a.w0 + (size_t)r0 * a.ldw + k0;
-    const uint16_t *pb = a.w0 + (size_t)r1 * a.ldw + k0;
-    const uint16_t *pc = DUAL ? a.w1 + (size_t)r0 * a.ldw + k0 : pa;
-    const uint16_t *pd = DUAL ? a.w1 + (size_t)r1 * a.ldw + k0 : pb;
+    const uint16_t *pa[RB], *pb[RB], *pc[RB], *pd[RB];
+#pragma unroll
+    for (int j = 0; j < RB; j++) {
+        // Rows past N read row N - 1: their outputs are never stored.
+        const uint32_t r0 = min((cb * RB + j) * 16 + g, a.N - 1);
+        const uint32_t r1 = min((cb * RB + j) * 16 + g + 8, a.N - 1);
+        pa[j] = a.w0 + (size_t)r0 * a.ldw + k0;
+        pb[j] = a.w0 + (size_t)r1 * a.ldw + k0;
+        pc[j] = DUAL ? a.w1 + (size_t)r0 * a.ldw + k0 : pa[j];
+        pd[j] = DUAL ? a.w1 + (size_t)r1 * a.ldw + k0 : pb[j];
+    }
     const uint16_t *px[MT];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
@@ -58,37 +67,47 @@ __global__ void __launch_bounds__(NW * 32, (GemvBounds<NW, MINB>::min_blocks))
         px[mt] = a.x + (size_t)tok * a.ldx + k0;
     }
 
-    float acc[MT][4];
+    float acc[RB][MT][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-        acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
+    for (int j = 0; j < RB; j++)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+            acc[j][mt][0] = acc[j][mt][1] = acc[j][mt][2] = acc[j][mt][3] = 0.f;
 
-    auto load = [&](GemvBatch<U, MT, DUAL> &b, uint32_t i) {
+    auto load = [&](GemvBatch<U, MT, DUAL, RB> &b, uint32_t i) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const size_t off = ((size_t)i * U + u) * 32;
-            b.wa[u] = ld_stream16(pa + off);
-            b.wb[u] = ld_stream16(pb + off);
-            if (DUAL) {
-                b.wc[u] = ld_stream16(pc + off);
-                b.wd[u] = ld_stream16(pd + off);
+#pragma unroll
+            for (int j = 0; j < RB; j++) {
+                b.wa[u][j] = ld_stream16(pa[j] + off);
+                b.wb[u][j] = ld_stream16(pb[j] + off);
+                if (DUAL) {
+                    b.wc[u][j] = ld_stream16(pc[j] + off);
+                    b.wd[u][j] = ld_stream16(pd[j] + off);
+                }
             }
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
                 b.xv[u][mt] = ld_x16(px[mt] + off);
         }
     };
-    auto compute = [&](const GemvBatch<U, MT, DUAL> &b) {
+    auto compute = [&](const GemvBatch<U, MT, DUAL, RB> &b) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 const uint4 xv = b.xv[u][mt];
-                mma_bf16(acc[mt], b.wa[u].x, b.wb[u].x, b.wa[u].y, b.wb[u].y, xv.x, xv.y);
-                mma_bf16(acc[mt], b.wa[u].z, b.wb[u].z, b.wa[u].w, b.wb[u].w, xv.z, xv.w);
-                if (DUAL) {
-                    mma_bf16(acc[mt], b.wc[u].x, b.wd[u].x, b.wc[u].y, b.wd[u].y, xv.x, xv.y);
-                    mma_bf16(acc[mt], b.wc[u].z, b.wd[u].z, b.wc[u].w, b.wd[u].w, xv.z, xv.w);
+#pragma unroll
+                for (int j = 0; j < RB; j++) {
+                    const uint4 wa = b.wa[u][j], wb = b.wb[u][j];
+                    mma_bf16(acc[j][mt], wa.x, wb.x, wa.y, wb.y, xv.x, xv.y);
+                    mma_bf16(acc[j][mt], wa.z, wb.z, wa.w, wb.w, xv.z, xv.w);
+                    if (DUAL) {
+                        const uint4 wc = b.wc[u][j], wd = b.wd[u][j];
+                        mma_bf16(acc[j][mt], wc.x, wd.x, wc.y, wd.y, xv.x, xv.y);
+                        mma_bf16(acc[j][mt], wc.z, wd.z, wc.w, wd.w, xv.z, xv.w);
+                    }
                 }
             }
         }
@@ -96,7 +115,7 @@ __global__ void __launch_bounds__(NW * 32, (GemvBounds<NW, MINB>::min_blocks))
 
     const uint32_t nb = cpw / U;
     if (PIPE) {
-        GemvBatch<U, MT, DUAL> A, B;
+        GemvBatch<U, MT, DUAL, RB> A, B;
         load(A, 0);
         uint32_t i = 0;
         for (;;) {
@@ -114,7 +133,7 @@ __global__ void __launch_bounds__(NW * 32, (GemvBounds<NW, MINB>::min_blocks))
     } else {
 #pragma unroll 1
         for (uint32_t i = 0; i < nb; i++) {
-            GemvBatch<U, MT, DUAL> A;
+            GemvBatch<U, MT, DUAL, RB> A;
             load(A, i);
             compute(A);
         }
@@ -122,44 +141,46 @@ __global__ void __launch_bounds__(NW * 32, (GemvBounds<NW, MINB>::min_blocks))
 
     // C fragment: c0, c1 = (row g, tokens 2t, 2t + 1); c2, c3 = row g + 8.
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-        red[warp][g * RS + mt * 8 + 2 * t] = acc[mt][0];
-        red[warp][g * RS + mt * 8 + 2 * t + 1] = acc[mt][1];
-        red[warp][(g + 8) * RS + mt * 8 + 2 * t] = acc[mt][2];
-        red[warp][(g + 8) * RS + mt * 8 + 2 * t + 1] = acc[mt][3];
-    }
+    for (int j = 0; j < RB; j++)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            float *rw = red[warp] + j * 16 * RS;
+            rw[g * RS + mt * 8 + 2 * t] = acc[j][mt][0];
+            rw[g * RS + mt * 8 + 2 * t + 1] = acc[j][mt][1];
+            rw[(g + 8) * RS + mt * 8 + 2 * t] = acc[j][mt][2];
+            rw[(g + 8) * RS + mt * 8 + 2 * t + 1] = acc[j][mt][3];
+        }
     __syncthreads();
 
-    // Output idx: row = idx % 16 (fastest, so 16 rows of a token are one
-    // 32-byte store), token = idx / 16.
-    const uint32_t nout = 16 * MTOK;
-    const size_t pbase = (size_t)rb * a.ks * nout;
+    // Output idx: row = idx % ROWS (fastest, so a token's rows are one
+    // contiguous store), token = idx / ROWS.
+    const uint32_t nout = ROWS * MTOK;
+    const size_t pbase = (size_t)cb * a.ks * nout;
+    auto warp_sum = [&](uint32_t idx) {
+        const uint32_t row = idx % ROWS, tok = idx / ROWS;
+        float s = 0.f;
+#pragma unroll
+        for (int w = 0; w < NW; w++)
+            s += red[w][row * RS + tok];
+        return s;
+    };
     if (a.ks == 1) {
         for (uint32_t idx = threadIdx.x; idx < nout; idx += NW * 32) {
-            const uint32_t row = idx & 15, tok = idx >> 4;
-            float s = 0.f;
-#pragma unroll
-            for (int w = 0; w < NW; w++)
-                s += red[w][row * RS + tok];
-            const uint32_t grow = rb * 16 + row;
+            const uint32_t row = idx % ROWS, tok = idx / ROWS;
+            const uint32_t grow = cb * ROWS + row;
+            const float s = warp_sum(idx);
             if (grow < a.n && tok < a.m)
                 a.y[(size_t)tok * a.ldy + grow] = f2bf(s);
         }
         return;
     }
-    for (uint32_t idx = threadIdx.x; idx < nout; idx += NW * 32) {
-        const uint32_t row = idx & 15, tok = idx >> 4;
-        float s = 0.f;
-#pragma unroll
-        for (int w = 0; w < NW; w++)
-            s += red[w][row * RS + tok];
-        a.ws[pbase + (size_t)split * nout + idx] = s;
-    }
-    if (!splitk_arrive_last(a.cnt + rb, a.ks, &s_last))
+    for (uint32_t idx = threadIdx.x; idx < nout; idx += NW * 32)
+        a.ws[pbase + (size_t)split * nout + idx] = warp_sum(idx);
+    if (!splitk_arrive_last(a.cnt + cb, a.ks, &s_last))
         return;
     for (uint32_t idx = threadIdx.x; idx < nout; idx += NW * 32) {
-        const uint32_t row = idx & 15, tok = idx >> 4;
-        const uint32_t grow = rb * 16 + row;
+        const uint32_t row = idx % ROWS, tok = idx / ROWS;
+        const uint32_t grow = cb * ROWS + row;
         if (grow >= a.n || tok >= a.m)
             continue;
         float s = 0.f;
@@ -171,59 +192,78 @@ __global__ void __launch_bounds__(NW * 32, (GemvBounds<NW, MINB>::min_blocks))
 
 // Picker over the compiled variants: NW in {4, 8, 16}, U in {1, 2, 4, 8},
 // MT in {1, 2, 4}, PIPE, MINB (NW = 16 has no MINB variant: 512 threads
-// already cap registers at 128).
-template <int DUAL, int NW, int U, int MT, int P> static GemvFn gemv_pick_mb(int minb)
+// already cap registers at 128), RB in {1, 2, 4} with NW * RB <= 16 (the
+// reduction buffer is static shared memory), RB > 1 only for MT > 1 (at
+// m <= 8 x is half the weights' traffic already), U <= 4 and one matrix.
+template <int DUAL, int NW, int U, int MT, int P, int MB> static GemvFn gemv_pick_rb(int rb)
 {
-    if (minb) {
-        if constexpr (NW == 16)
-            return nullptr;
-        else
-            return &gemv_kernel<NW, U, MT, P, DUAL, 1>;
+    if constexpr (MB && NW == 16) {
+        return nullptr;
+    } else {
+        switch (rb) {
+        case 1:
+            return &gemv_kernel<NW, U, MT, P, DUAL, MB, 1>;
+        case 2:
+            if constexpr (NW <= 8 && MT > 1 && U <= 4 && !DUAL)
+                return &gemv_kernel<NW, U, MT, P, DUAL, MB, 2>;
+            else
+                return nullptr;
+        case 4:
+            if constexpr (NW <= 4 && MT > 1 && U <= 4 && !DUAL)
+                return &gemv_kernel<NW, U, MT, P, DUAL, MB, 4>;
+            else
+                return nullptr;
+        }
+        return nullptr;
     }
-    return &gemv_kernel<NW, U, MT, P, DUAL, 0>;
 }
-template <int DUAL, int NW, int U, int MT> static GemvFn gemv_pick_p(int pipe, int minb)
+template <int DUAL, int NW, int U, int MT, int P> static GemvFn gemv_pick_mb(int minb, int rb)
 {
-    return pipe ? gemv_pick_mb<DUAL, NW, U, MT, 1>(minb) : gemv_pick_mb<DUAL, NW, U, MT, 0>(minb);
+    return minb ? gemv_pick_rb<DUAL, NW, U, MT, P, 1>(rb) : gemv_pick_rb<DUAL, NW, U, MT, P, 0>(rb);
 }
-template <int DUAL, int NW, int U> static GemvFn gemv_pick_mt(int mt, int pipe, int minb)
+template <int DUAL, int NW, int U, int MT> static GemvFn gemv_pick_p(int pipe, int minb, int rb)
+{
+    return pipe ? gemv_pick_mb<DUAL, NW, U, MT, 1>(minb, rb)
+                : gemv_pick_mb<DUAL, NW, U, MT, 0>(minb, rb);
+}
+template <int DUAL, int NW, int U> static GemvFn gemv_pick_mt(int mt, int pipe, int minb, int rb)
 {
     switch (mt) {
     case 1:
-        return gemv_pick_p<DUAL, NW, U, 1>(pipe, minb);
+        return gemv_pick_p<DUAL, NW, U, 1>(pipe, minb, rb);
     case 2:
-        return gemv_pick_p<DUAL, NW, U, 2>(pipe, minb);
+        return gemv_pick_p<DUAL, NW, U, 2>(pipe, minb, rb);
     case 4:
-        return gemv_pick_p<DUAL, NW, U, 4>(pipe, minb);
+        return gemv_pick_p<DUAL, NW, U, 4>(pipe, minb, rb);
     }
     return nullptr;
 }
-template <int DUAL, int NW> static GemvFn gemv_pick_u(int u, int mt, int pipe, int minb)
+template <int DUAL, int NW> static GemvFn gemv_pick_u(int u, int mt, int pipe, int minb, int rb)
 {
     switch (u) {
     case 1:
-        return gemv_pick_mt<DUAL, NW, 1>(mt, pipe, minb);
+        return gemv_pick_mt<DUAL, NW, 1>(mt, pipe, minb, rb);
     case 2:
-        return gemv_pick_mt<DUAL, NW, 2>(mt, pipe, minb);
+        return gemv_pick_mt<DUAL, NW, 2>(mt, pipe, minb, rb);
     case 4:
-        return gemv_pick_mt<DUAL, NW, 4>(mt, pipe, minb);
+        return gemv_pick_mt<DUAL, NW, 4>(mt, pipe, minb, rb);
     case 8:
         if constexpr (DUAL)
             return nullptr; // 8 chunks x 4 matrices x 2 batches cannot stay in registers
         else
-            return gemv_pick_mt<DUAL, NW, 8>(mt, pipe, minb);
+            return gemv_pick_mt<DUAL, NW, 8>(mt, pipe, minb, rb);
     }
     return nullptr;
 }
-template <int DUAL> static GemvFn gemv_pick_t(int nw, int u, int mt, int pipe, int minb)
+template <int DUAL> static GemvFn gemv_pick_t(int nw, int u, int mt, int pipe, int minb, int rb)
 {
     switch (nw) {
     case 4:
-        return gemv_pick_u<DUAL, 4>(u, mt, pipe, minb);
+        return gemv_pick_u<DUAL, 4>(u, mt, pipe, minb, rb);
     case 8:
-        return gemv_pick_u<DUAL, 8>(u, mt, pipe, minb);
+        return gemv_pick_u<DUAL, 8>(u, mt, pipe, minb, rb);
     case 16:
-        return gemv_pick_u<DUAL, 16>(u, mt, pipe, minb);
+        return gemv_pick_u<DUAL, 16>(u, mt, pipe, minb, rb);
     }
     return nullptr;
 }

@@ -3,9 +3,9 @@
 // variant sets compile in parallel.
 #include "kernels/gemv.cuh"
 
-GemvFn gemv_pick_dual(int nw, int u, int mt, int pipe, int minb);
+GemvFn gemv_pick_dual(int nw, int u, int mt, int pipe, int minb, int rb);
 
-GemvFn gemv_pick_dual(int nw, int u, int mt, int pipe, int minb)
+GemvFn gemv_pick_dual(int nw, int u, int mt, int pipe, int minb, int rb)
 {
-    return gemv_pick_t<1>(nw, u, mt, pipe, minb);
+    return gemv_pick_t<1>(nw, u, mt, pipe, minb, rb);
 }

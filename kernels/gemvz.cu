@@ -26,11 +26,12 @@ static __host__ __device__ inline size_t al16(size_t v)
 }
 
 struct GemvzSmem {
-    size_t xs, red, e_rk, e_c1, e_c2, e_x, rowst, flags, total;
+    size_t xs, red, e_rk, e_c1, e_c2, e_x, rowst, bnd, flags, total;
 };
 
+// nb = row blocks per CTA (R * RB).
 static __host__ __device__ inline GemvzSmem gemvz_layout(int nw, int mt, int xs, uint32_t r,
-                                                         uint32_t kc)
+                                                         uint32_t nb, uint32_t kc)
 {
     const int mtok = mt * 8;
     GemvzSmem L;
@@ -39,7 +40,7 @@ static __host__ __device__ inline GemvzSmem gemvz_layout(int nw, int mt, int xs,
     if (xs)
         off += al16((size_t)mtok * (kc + 8) * 2);
     L.red = off;
-    off += al16((size_t)r * nw * 16 * (mtok + 1) * 4);
+    off += al16((size_t)r * nw * (nb / r) * 16 * (mtok + 1) * 4);
     L.e_rk = off;
     off += al16(PJ_GEMVZ_ECAP * 4);
     L.e_c1 = off;
@@ -49,37 +50,41 @@ static __host__ __device__ inline GemvzSmem gemvz_layout(int nw, int mt, int xs,
     L.e_x = off;
     off += al16((size_t)PJ_GEMVZ_ECAP * mtok * 4);
     L.rowst = off;
-    off += al16((r * 16 + 1) * 4);
+    off += al16((nb * 16 + 1) * 4);
+    L.bnd = off;
+    off += al16(8 * 4); // block starts, NB + 1 <= 5 used
     L.flags = off;
     off += 16;
     L.total = off;
     return L;
 }
 
-size_t gemvz_smem(int nw, int mt, int xs, uint32_t r, uint32_t kc)
+size_t gemvz_smem(int nw, int mt, int xs, uint32_t r, uint32_t rb, uint32_t kc)
 {
-    return gemvz_layout(nw, mt, xs, r, kc).total;
+    return gemvz_layout(nw, mt, xs, r, r * rb, kc).total;
 }
 
-template <int U> struct ZBatch {
-    uint4 p[U][3];
+template <int U, int RB> struct ZBatch {
+    uint4 p[U][RB][3];
 };
 
 // Threads: R * NW streaming warps + 1. NW = 16 takes R = 1 (544 threads);
 // NW = 4 and 8 take R * NW <= 8 (288 threads), which leaves them up to 168
-// registers per thread instead of 96.
+// registers per thread instead of 96. Each warp streams RB row blocks that
+// share its x fragments.
 template <int NW> struct GemvzBounds {
     static constexpr int threads = NW == 16 ? 544 : 288;
 };
 
-template <int NW, int U, int MT, int PIPE, int XS>
+template <int NW, int U, int MT, int PIPE, int XS, int RB>
 __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const GemvzArgs a)
 {
     constexpr int MTOK = MT * 8;
     constexpr int RS = MTOK + 1;
     extern __shared__ __align__(16) unsigned char sm[];
     const uint32_t R = a.r;
-    const GemvzSmem L = gemvz_layout(NW, MT, XS, R, a.kc);
+    const uint32_t NB = R * RB; // row blocks of this CTA
+    const GemvzSmem L = gemvz_layout(NW, MT, XS, R, NB, a.kc);
     uint16_t *xs = (uint16_t *)(sm + L.xs);
     float *red = (float *)(sm + L.red);
     uint32_t *e_rk = (uint32_t *)(sm + L.e_rk);
@@ -87,38 +92,47 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
     float *e_c2 = (float *)(sm + L.e_c2);
     float *e_x = (float *)(sm + L.e_x);
     int *rowst = (int *)(sm + L.rowst);
+    uint32_t *bnd = (uint32_t *)(sm + L.bnd);
     int *flags = (int *)(sm + L.flags);
 
     const uint32_t nstream = R * NW;
     const uint32_t NT = nstream * 32 + 32;
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const uint32_t g = lane >> 2, t = lane & 3;
-    const uint32_t rb0 = blockIdx.x * R, split = blockIdx.y;
+    const uint32_t rb0 = blockIdx.x * NB, split = blockIdx.y;
     const bool streamer = warp < nstream;
     const uint32_t q = warp / NW, wq = warp % NW;
-    const uint32_t rb = min(rb0 + q, a.nblk - 1);
     const uint32_t tpw = a.kc / (64 * NW); // tiles per warp, a multiple of U
     const uint32_t ktl0 = wq * tpw;        // first tile of this warp, within the split
     const uint32_t kt0 = split * (a.kc / 64) + ktl0;
-    const uint8_t *tp = a.tiles + ((size_t)rb * a.kt_total + kt0) * PJ_Z12_TILE_BYTES + lane * 16;
+    const uint8_t *tp[RB];
+#pragma unroll
+    for (int j = 0; j < RB; j++) {
+        const uint32_t rb = min(rb0 + q * RB + j, a.nblk - 1); // past n: computed, not stored
+        tp[j] = a.tiles + ((size_t)rb * a.kt_total + kt0) * PJ_Z12_TILE_BYTES + lane * 16;
+    }
     const uint32_t B4 = a.base * 0x01010101u;
     const uint32_t XSTR = a.kc + 8; // padded row: ldmatrix rows fall in distinct banks
 
-    float acc[MT][4];
+    float acc[RB][MT][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-        acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
+    for (int j = 0; j < RB; j++)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+            acc[j][mt][0] = acc[j][mt][1] = acc[j][mt][2] = acc[j][mt][3] = 0.f;
 
-    auto load = [&](ZBatch<U> &b, uint32_t i) {
+    auto load = [&](ZBatch<U, RB> &b, uint32_t i) {
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const uint8_t *pp = tp + ((size_t)i * U + u) * PJ_Z12_TILE_BYTES;
-            b.p[u][0] = ld_stream16(pp);
-            b.p[u][1] = ld_stream16(pp + PJ_Z12_PLANE_BYTES);
-            b.p[u][2] = ld_stream16(pp + 2 * PJ_Z12_PLANE_BYTES);
-        }
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int j = 0; j < RB; j++) {
+                const uint8_t *pp = tp[j] + ((size_t)i * U + u) * PJ_Z12_TILE_BYTES;
+                b.p[u][j][0] = ld_stream16(pp);
+                b.p[u][j][1] = ld_stream16(pp + PJ_Z12_PLANE_BYTES);
+                b.p[u][j][2] = ld_stream16(pp + 2 * PJ_Z12_PLANE_BYTES);
+            }
     };
-    auto compute = [&](const ZBatch<U> &b, uint32_t i) {
+    auto compute = [&](const ZBatch<U, RB> &b, uint32_t i) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const uint32_t klocal = (ktl0 + i * U + u) * 64;
@@ -152,26 +166,27 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
                 }
             }
 #pragma unroll
-            for (int s = 0; s < 4; s++) {
-                const uint4 &lo = b.p[u][s >> 1];
-                const uint32_t L0 = (s & 1) ? lo.z : lo.x;
-                const uint32_t L1 = (s & 1) ? lo.w : lo.y;
-                const uint32_t N =
-                    s == 0 ? b.p[u][2].x
-                           : (s == 1 ? b.p[u][2].y : (s == 2 ? b.p[u][2].z : b.p[u][2].w));
-                const uint32_t H0 = ((N & 0x07070707u) + B4) | ((N << 4) & 0x80808080u);
-                const uint32_t H1 = (((N >> 4) & 0x07070707u) + B4) | (N & 0x80808080u);
-                const uint32_t a0 = prmt(L0, H0, 0x5140), a1 = prmt(L0, H0, 0x7362);
-                const uint32_t a2 = prmt(L1, H1, 0x5140), a3 = prmt(L1, H1, 0x7362);
+            for (int j = 0; j < RB; j++)
 #pragma unroll
-                for (int mt = 0; mt < MT; mt++)
-                    mma_bf16(acc[mt], a0, a1, a2, a3, bx[mt][2 * s], bx[mt][2 * s + 1]);
-            }
+                for (int s = 0; s < 4; s++) {
+                    const uint4 &lo = b.p[u][j][s >> 1];
+                    const uint4 &nb4 = b.p[u][j][2];
+                    const uint32_t L0 = (s & 1) ? lo.z : lo.x;
+                    const uint32_t L1 = (s & 1) ? lo.w : lo.y;
+                    const uint32_t N = s == 0 ? nb4.x : (s == 1 ? nb4.y : (s == 2 ? nb4.z : nb4.w));
+                    const uint32_t H0 = ((N & 0x07070707u) + B4) | ((N << 4) & 0x80808080u);
+                    const uint32_t H1 = (((N >> 4) & 0x07070707u) + B4) | (N & 0x80808080u);
+                    const uint32_t a0 = prmt(L0, H0, 0x5140), a1 = prmt(L0, H0, 0x7362);
+                    const uint32_t a2 = prmt(L1, H1, 0x5140), a3 = prmt(L1, H1, 0x7362);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
+                        mma_bf16(acc[j][mt], a0, a1, a2, a3, bx[mt][2 * s], bx[mt][2 * s + 1]);
+                }
         }
     };
 
-    const uint32_t nb = tpw / U;
-    ZBatch<U> A, B;
+    const uint32_t nbt = tpw / U;
+    ZBatch<U, RB> A, B;
     if (streamer)
         load(A, 0); // in flight while x is staged
     if (XS) {
@@ -190,78 +205,158 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
         if (PIPE) {
             uint32_t i = 0;
             for (;;) {
-                if (i + 1 < nb)
+                if (i + 1 < nbt)
                     load(B, i + 1);
                 compute(A, i);
-                if (++i >= nb)
+                if (++i >= nbt)
                     break;
-                if (i + 1 < nb)
+                if (i + 1 < nbt)
                     load(A, i + 1);
                 compute(B, i);
-                if (++i >= nb)
+                if (++i >= nbt)
                     break;
             }
         } else {
             compute(A, 0);
 #pragma unroll 1
-            for (uint32_t i = 1; i < nb; i++) {
+            for (uint32_t i = 1; i < nbt; i++) {
                 load(A, i);
                 compute(A, i);
             }
         }
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            float *rw = red + (size_t)warp * 16 * RS;
-            rw[g * RS + mt * 8 + 2 * t] = acc[mt][0];
-            rw[g * RS + mt * 8 + 2 * t + 1] = acc[mt][1];
-            rw[(g + 8) * RS + mt * 8 + 2 * t] = acc[mt][2];
-            rw[(g + 8) * RS + mt * 8 + 2 * t + 1] = acc[mt][3];
-        }
+        for (int j = 0; j < RB; j++)
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                float *rw = red + ((size_t)warp * RB + j) * 16 * RS;
+                rw[g * RS + mt * 8 + 2 * t] = acc[j][mt][0];
+                rw[g * RS + mt * 8 + 2 * t + 1] = acc[j][mt][1];
+                rw[(g + 8) * RS + mt * 8 + 2 * t] = acc[j][mt][2];
+                rw[(g + 8) * RS + mt * 8 + 2 * t + 1] = acc[j][mt][3];
+            }
     } else {
-        // The exception warp.
-        const uint32_t rbe = min(rb0 + R, a.nblk_all);
-        const uint32_t e_beg = a.blk_exc[rb0];
-        const uint32_t ne = a.blk_exc[rbe] - e_beg;
-        const bool glob = ne > PJ_GEMVZ_ECAP;
-        for (uint32_t rr = lane; rr < R * 16; rr += 32) {
-            const uint32_t blk = rb0 + rr / 16, rw = rr % 16;
-            if (blk >= a.nblk_all) {
-                rowst[rr] = (int)ne;
-                continue;
+        // The exception warp. Every step is one parallel round of loads: a
+        // chain of dependent global loads here would be the CTA's critical
+        // path, since DRAM latency is long while the other warps saturate
+        // it. With the per-block slot table (pj_eng_layer_init) the entries
+        // come in the first round, issued with the streaming warps' first
+        // batch; without it (or when a block overflows its slots) the list
+        // is found through blk_exc, one round later.
+        bool done = false;
+        if (a.zx_rk) {
+            constexpr uint32_t CAP = PJ_GEMVZ_XCAP;
+            constexpr int IT = 4 * CAP / 32; // NB <= 4
+            uint32_t cntv = 0;
+            if (lane < NB && rb0 + lane < a.nblk_all)
+                cntv = a.zx_n[rb0 + lane];
+            uint32_t rk[IT];
+            float c1[IT], c2[IT];
+#pragma unroll
+            for (int it = 0; it < IT; it++) {
+                const uint32_t idx = it * 32 + lane, blk = idx / CAP;
+                rk[it] = 0xffffffffu;
+                c1[it] = c2[it] = 0.f;
+                if (blk < NB && rb0 + blk < a.nblk_all) {
+                    const size_t o =
+                        (size_t)rb0 * CAP + idx; // slots of consecutive blocks are adjacent
+                    rk[it] = a.zx_rk[o];
+                    c1[it] = a.zx_c1[o];
+                    c2[it] = a.zx_c2[o];
+                }
             }
-            const uint32_t b0 = a.blk_exc[blk], b1 = a.blk_exc[blk + 1];
-            uint32_t below = 0;
-            for (uint32_t e = b0; e < b1; e++)
-                below += (a.exc[e].rk >> 28) < rw;
-            rowst[rr] = (int)(b0 - e_beg + below);
-        }
-        if (lane == 0) {
-            rowst[R * 16] = (int)ne;
-            flags[1] = glob;
-        }
-        if (!glob) {
-            for (uint32_t e = lane; e < ne; e += 32) {
-                const pj_z12_exc ex = a.exc[e_beg + e];
-                e_rk[e] = ex.rk;
-                e_c1[e] = ex.c1;
-                e_c2[e] = ex.c2;
-                const uint32_t kk = ex.rk & 0x0fffffffu;
-                for (uint32_t tok = 0; tok < a.m; tok++)
-                    e_x[e * MTOK + tok] = bf2f(a.x[(size_t)tok * a.ldx + kk]);
+            uint32_t tot = 0, over = 0;
+#pragma unroll
+            for (int qq = 0; qq < 4; qq++) {
+                const uint32_t c = __shfl_sync(0xffffffffu, cntv, qq);
+                if (lane == 0)
+                    bnd[qq] = tot;
+                tot += c;
+                over |= c > CAP;
             }
+            if (lane == 0)
+                bnd[4] = tot;
+            if (!over && tot <= PJ_GEMVZ_ECAP) {
+                uint32_t base = 0;
+#pragma unroll
+                for (int it = 0; it < IT; it++) {
+                    const bool valid = rk[it] != 0xffffffffu;
+                    const uint32_t bal = __ballot_sync(0xffffffffu, valid);
+                    const uint32_t pos = base + __popc(bal & ((1u << lane) - 1u));
+                    if (valid) {
+                        e_rk[pos] = rk[it];
+                        e_c1[pos] = c1[it];
+                        e_c2[pos] = c2[it];
+                    }
+                    base += __popc(bal);
+                }
+                __syncwarp();
+                for (uint32_t rr = lane; rr < NB * 16; rr += 32) {
+                    const uint32_t b0 = bnd[rr / 16], b1 = bnd[rr / 16 + 1], rw = rr % 16;
+                    uint32_t below = 0;
+                    for (uint32_t e = b0; e < b1; e++)
+                        below += (e_rk[e] >> 28) < rw;
+                    rowst[rr] = (int)(b0 + below);
+                }
+                if (lane == 0) {
+                    rowst[NB * 16] = (int)tot;
+                    flags[1] = 0;
+                }
+                for (uint32_t i = lane; i < tot * a.m; i += 32) {
+                    const uint32_t e = i / a.m, tok = i - e * a.m;
+                    e_x[e * MTOK + tok] = bf2f(a.x[(size_t)tok * a.ldx + (e_rk[e] & 0x0fffffffu)]);
+                }
+                done = true;
+            }
+            __syncwarp();
+        }
+        if (!done) {
+            if (lane <= NB)
+                bnd[lane] = a.blk_exc[min(rb0 + lane, a.nblk_all)];
+            __syncwarp();
+            const uint32_t e_beg = bnd[0];
+            const uint32_t ne = bnd[NB] - e_beg;
+            const bool glob = ne > PJ_GEMVZ_ECAP;
+            if (!glob)
+                for (uint32_t e = lane; e < ne; e += 32) {
+                    const pj_z12_exc ex = a.exc[e_beg + e];
+                    e_rk[e] = ex.rk;
+                    e_c1[e] = ex.c1;
+                    e_c2[e] = ex.c2;
+                }
+            __syncwarp();
+            for (uint32_t rr = lane; rr < NB * 16; rr += 32) {
+                const uint32_t b0 = bnd[rr / 16], b1 = bnd[rr / 16 + 1], rw = rr % 16;
+                uint32_t below = 0;
+                if (!glob)
+                    for (uint32_t e = b0 - e_beg; e < b1 - e_beg; e++)
+                        below += (e_rk[e] >> 28) < rw;
+                else
+                    for (uint32_t e = b0; e < b1; e++)
+                        below += (a.exc[e].rk >> 28) < rw;
+                rowst[rr] = (int)(b0 - e_beg + below);
+            }
+            if (lane == 0) {
+                rowst[NB * 16] = (int)ne;
+                flags[1] = glob;
+            }
+            if (!glob)
+                for (uint32_t i = lane; i < ne * a.m; i += 32) {
+                    const uint32_t e = i / a.m, tok = i - e * a.m;
+                    e_x[e * MTOK + tok] = bf2f(a.x[(size_t)tok * a.ldx + (e_rk[e] & 0x0fffffffu)]);
+                }
         }
     }
     __syncthreads();
 
-    const uint32_t nrow = R * 16, nout = nrow * MTOK;
-    const uint32_t e_beg = a.blk_exc[rb0];
+    const uint32_t nrow = NB * 16, nout = nrow * MTOK;
     auto finish = [&](float s, uint32_t idx) {
         const uint32_t rr = idx % nrow, tok = idx / nrow;
         const uint32_t grow = rb0 * 16 + rr;
-        if (grow >= a.n || tok >= a.m || rb0 + rr / 16 >= a.nblk)
+        if (grow >= a.n || tok >= a.m)
             return;
         const int e1 = rowst[rr + 1];
         if (flags[1]) {
+            const uint32_t e_beg = bnd[0];
             for (int e = rowst[rr]; e < e1; e++) {
                 const pj_z12_exc ex = a.exc[e_beg + e];
                 const float v = bf2f(a.x[(size_t)tok * a.ldx + (ex.rk & 0x0fffffffu)]);
@@ -277,13 +372,15 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
         }
         a.y[(size_t)tok * a.ldy + grow] = f2bf(s);
     };
+    // Row rr of the CTA belongs to group (rr / 16) / RB, its block (rr / 16) % RB.
     auto warp_sum = [&](uint32_t idx) {
         const uint32_t rr = idx % nrow, tok = idx / nrow;
-        const float *rp = red + (size_t)(rr / 16) * NW * 16 * RS + (rr % 16) * RS + tok;
+        const uint32_t blk = rr / 16, grp = blk / RB, j = blk % RB;
+        const float *rp = red + ((size_t)grp * NW * RB + j) * 16 * RS + (rr % 16) * RS + tok;
         float s = 0.f;
 #pragma unroll
         for (int w = 0; w < NW; w++)
-            s += rp[w * 16 * RS];
+            s += rp[(size_t)w * RB * 16 * RS];
         return s;
     };
 
@@ -305,48 +402,60 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
     }
 }
 
-template <int NW, int U, int MT, int P> static GemvzFn gz_pick_xs(int xs)
+// Variants: NW in {4, 8, 16}, U in {1, 2, 4}, MT in {1, 2, 4}, PIPE, XS,
+// RB in {1, 2} (RB = 2 only with U <= 2: registers).
+template <int NW, int U, int MT, int P, int XS> static GemvzFn gz_pick_rb(int rb)
 {
-    return xs ? &gemvz_kernel<NW, U, MT, P, 1> : &gemvz_kernel<NW, U, MT, P, 0>;
-}
-template <int NW, int U, int MT> static GemvzFn gz_pick_p(int pipe, int xs)
-{
-    return pipe ? gz_pick_xs<NW, U, MT, 1>(xs) : gz_pick_xs<NW, U, MT, 0>(xs);
-}
-template <int NW, int U> static GemvzFn gz_pick_mt(int mt, int pipe, int xs)
-{
-    switch (mt) {
-    case 1:
-        return gz_pick_p<NW, U, 1>(pipe, xs);
-    case 2:
-        return gz_pick_p<NW, U, 2>(pipe, xs);
-    case 4:
-        return gz_pick_p<NW, U, 4>(pipe, xs);
+    if (rb == 1)
+        return &gemvz_kernel<NW, U, MT, P, XS, 1>;
+    if constexpr (U <= 2) {
+        if (rb == 2)
+            return &gemvz_kernel<NW, U, MT, P, XS, 2>;
     }
     return nullptr;
 }
-template <int NW> static GemvzFn gz_pick_u(int u, int mt, int pipe, int xs)
+template <int NW, int U, int MT, int P> static GemvzFn gz_pick_xs(int xs, int rb)
+{
+    return xs ? gz_pick_rb<NW, U, MT, P, 1>(rb) : gz_pick_rb<NW, U, MT, P, 0>(rb);
+}
+template <int NW, int U, int MT> static GemvzFn gz_pick_p(int pipe, int xs, int rb)
+{
+    return pipe ? gz_pick_xs<NW, U, MT, 1>(xs, rb) : gz_pick_xs<NW, U, MT, 0>(xs, rb);
+}
+template <int NW, int U> static GemvzFn gz_pick_mt(int mt, int pipe, int xs, int rb)
+{
+    switch (mt) {
+    case 1:
+        return gz_pick_p<NW, U, 1>(pipe, xs, rb);
+    case 2:
+        return gz_pick_p<NW, U, 2>(pipe, xs, rb);
+    case 4:
+        return gz_pick_p<NW, U, 4>(pipe, xs, rb);
+    }
+    return nullptr;
+}
+template <int NW> static GemvzFn gz_pick_u(int u, int mt, int pipe, int xs, int rb)
 {
     switch (u) {
     case 1:
-        return gz_pick_mt<NW, 1>(mt, pipe, xs);
+        return gz_pick_mt<NW, 1>(mt, pipe, xs, rb);
     case 2:
-        return gz_pick_mt<NW, 2>(mt, pipe, xs);
+        return gz_pick_mt<NW, 2>(mt, pipe, xs, rb);
     case 4:
-        return gz_pick_mt<NW, 4>(mt, pipe, xs);
+        return gz_pick_mt<NW, 4>(mt, pipe, xs, rb);
     }
     return nullptr;
 }
 
-GemvzFn gemvz_pick(int nw, int u, int mt, int pipe, int xs)
+GemvzFn gemvz_pick(int nw, int u, int mt, int pipe, int xs, int rb)
 {
     switch (nw) {
     case 4:
-        return gz_pick_u<4>(u, mt, pipe, xs);
+        return gz_pick_u<4>(u, mt, pipe, xs, rb);
     case 8:
-        return gz_pick_u<8>(u, mt, pipe, xs);
+        return gz_pick_u<8>(u, mt, pipe, xs, rb);
     case 16:
-        return gz_pick_u<16>(u, mt, pipe, xs);
+        return gz_pick_u<16>(u, mt, pipe, xs, rb);
     }
     return nullptr;
 }

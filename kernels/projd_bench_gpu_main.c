@@ -76,6 +76,7 @@ typedef struct bench {
     cudaGraphExec_t g_flush;
     cudaEvent_t *ev;
     int nev;
+    int ingraph; /* timing events inside the graphs */
     FILE *log;
 } bench;
 
@@ -123,13 +124,29 @@ static float median(const float *v, int n, float *scratch)
 /* ---- graphs and timing ------------------------------------------------------- */
 
 typedef int (*op_fn)(bench *b, void *ctx);
+static int op_flush(bench *b, void *ctx);
 
+/* A graph of one timed operation. With in-graph timing (the default when
+ * the driver supports it) the graph is [256 MB read, event, op, event]:
+ * the op starts right after the flush inside one graph, so no graph-launch
+ * latency lands inside the measured interval. Otherwise the graph is the op
+ * alone and the flush and events are separate stream work. */
 static cudaGraphExec_t capture(bench *b, op_fn fn, void *ctx)
 {
     cudaGraph_t g;
     cudaGraphExec_t ge;
     CK(cudaStreamBeginCapture(b->c.s, cudaStreamCaptureModeThreadLocal));
-    int rc = fn(b, ctx);
+    int rc = 0;
+    if (b->ingraph && fn != op_flush) {
+        rc = op_flush(b, NULL);
+        if (!rc && cudaEventRecordWithFlags(b->ev[0], b->c.s, cudaEventRecordExternal))
+            rc = -EIO;
+    }
+    if (!rc)
+        rc = fn(b, ctx);
+    if (!rc && b->ingraph && fn != op_flush &&
+        cudaEventRecordWithFlags(b->ev[1], b->c.s, cudaEventRecordExternal))
+        rc = -EIO;
     cudaError_t ce = cudaStreamEndCapture(b->c.s, &g);
     if (rc || ce != cudaSuccess) {
         cudaGetLastError();
@@ -148,6 +165,18 @@ static cudaGraphExec_t capture(bench *b, op_fn fn, void *ctx)
  * preceded by the flush; the order of the graphs rotates every round. */
 static void time_graphs(bench *b, cudaGraphExec_t *g, int nops, int reps, float **t)
 {
+    if (b->ingraph) {
+        for (int r = 0; r < reps; r++)
+            for (int j = 0; j < nops; j++) {
+                int op = (j + r) % nops;
+                float ms_ = 0;
+                CK(cudaGraphLaunch(g[op], b->c.s));
+                CK(cudaStreamSynchronize(b->c.s));
+                CK(cudaEventElapsedTime(&ms_, b->ev[0], b->ev[1]));
+                t[op][r] = ms_ * 1000.f;
+            }
+        return;
+    }
     const int per = 2 * nops;
     int chunk = b->nev / per;
     if (chunk < 1)
@@ -299,15 +328,17 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
             for (int j = 0; j < 4; j++)
                 for (int p = 0; p < 2; p++)
                     for (int mb = 0; mb < 2; mb++)
-                        for (int ks = 1; ks <= 8; ks *= 2) {
-                            memset(&kn, 0, sizeof kn);
-                            kn.nw = nws[i];
-                            kn.u = us[j];
-                            kn.pipe = (uint8_t)p;
-                            kn.minb = (uint8_t)mb;
-                            kn.ks = (uint8_t)ks;
-                            ADD(PJ_ENG_GEMV);
-                        }
+                        for (int ks = 1; ks <= 16; ks *= 2)
+                            for (int rb = 1; rb <= (m > 8 ? 4 : 1); rb *= 2) {
+                                memset(&kn, 0, sizeof kn);
+                                kn.nw = nws[i];
+                                kn.u = us[j];
+                                kn.pipe = (uint8_t)p;
+                                kn.minb = (uint8_t)mb;
+                                kn.ks = (uint8_t)ks;
+                                kn.rb = (uint8_t)rb;
+                                ADD(PJ_ENG_GEMV);
+                            }
     }
     if (d->fmt == PJ_FMT_Z12 && m <= 32) {
         static const uint8_t us[] = {1, 2, 4};
@@ -315,17 +346,19 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
             for (int j = 0; j < 3; j++)
                 for (int p = 0; p < 2; p++)
                     for (int xs = 0; xs < 2; xs++)
-                        for (int r = 1; r <= 4; r *= 2)
-                            for (int ks = 1; ks <= 8; ks *= 2) {
-                                memset(&kn, 0, sizeof kn);
-                                kn.nw = nws[i];
-                                kn.u = us[j];
-                                kn.pipe = (uint8_t)p;
-                                kn.xs = (uint8_t)xs;
-                                kn.r = (uint8_t)r;
-                                kn.ks = (uint8_t)ks;
-                                ADD(PJ_ENG_GEMVZ);
-                            }
+                        for (int r = 1; r <= 2; r *= 2)
+                            for (int ks = 1; ks <= 8; ks *= 2)
+                                for (int rb = 1; rb <= 2; rb++) {
+                                    memset(&kn, 0, sizeof kn);
+                                    kn.nw = nws[i];
+                                    kn.u = us[j];
+                                    kn.pipe = (uint8_t)p;
+                                    kn.xs = (uint8_t)xs;
+                                    kn.r = (uint8_t)r;
+                                    kn.ks = (uint8_t)ks;
+                                    kn.rb = (uint8_t)rb;
+                                    ADD(PJ_ENG_GEMVZ);
+                                }
     }
     if (d->fmt == PJ_FMT_SPLIT) {
         if (m <= 32) {
@@ -560,6 +593,7 @@ typedef struct shape_res {
     int base_algo;
     size_t bytes;
     float floor_us;
+    float floor_var[PJ_BK_READ_VARIANTS];
     double rel_err;
 } shape_res;
 
@@ -636,7 +670,7 @@ static void bench_all(bench *b, const pj_tune_table *t, shape_res *res)
         /* Read floor: the bytes this engine reads, read by the read kernel. */
         r->bytes = pj_eng_bytes_read(o.k, &o.call);
         float best = INFINITY;
-        for (int v = 0; v < 2; v++) {
+        for (int v = 0; v < PJ_BK_READ_VARIANTS; v++) {
             op_ctx orr;
             memset(&orr, 0, sizeof orr);
             orr.read_bytes = r->bytes < READBUF_BYTES ? r->bytes : READBUF_BYTES;
@@ -647,6 +681,7 @@ static void bench_all(bench *b, const pj_tune_table *t, shape_res *res)
             tr[0] = tmpv;
             time_graphs(b, &gr, 1, 100, tr);
             float md = median(tmpv, 100, scr);
+            r->floor_var[v] = md;
             if (md < best)
                 best = md;
             free(tmpv);
@@ -784,6 +819,9 @@ static void write_outputs(const bench *b, const shape_res *res, const score *sc)
         cJSON_AddNumberToObject(o, "floor_us", r->floor_us);
         cJSON_AddNumberToObject(o, "ours_over_floor", r->ours_us / r->floor_us);
         cJSON_AddNumberToObject(o, "floor_tbps", r->bytes / (r->floor_us * 1e-6) / 1e12);
+        cJSON *fv = cJSON_AddArrayToObject(o, "floor_variants_us");
+        for (int v = 0; v < PJ_BK_READ_VARIANTS; v++)
+            cJSON_AddItemToArray(fv, cJSON_CreateNumber(r->floor_var[v]));
         cJSON_AddNumberToObject(o, "rel_err", r->rel_err);
         cJSON_AddItemToArray(shapes, o);
     }
@@ -908,6 +946,47 @@ static void survey(bench *b)
 
 /* ---- main -------------------------------------------------------------------------- */
 
+/* --one: launch one engine on one shape, plainly (flush, launch, sync),
+ * for a profiler to attach to (ncu -k regex:...). */
+static void run_one(bench *b, const char *layer, uint32_t m, const char *eng, const char *knobs)
+{
+    int li = -1;
+    for (int i = 0; i < NLAYERS; i++)
+        if (!strcmp(layer_defs[i].name, layer))
+            li = i;
+    int e = pj_eng_from_name(eng);
+    if (li < 0 || e < 0 || m < 1 || m > 256)
+        die("--one: unknown layer or engine, or m outside 1..256");
+    op_ctx o;
+    memset(&o, 0, sizeof o);
+    make_call(b, li, m, &o.call);
+    o.k = (pj_eng_kind)e;
+    o.kn = pj_eng_default_knobs(o.k, &b->layers[li].L, m);
+    char err[256];
+    if (knobs && pj_eng_knobs_parse(knobs, &o.kn, err, sizeof err))
+        die("%s", err);
+    if (!validate(b, li, m, o.k, &o.kn, err, sizeof err))
+        die("--one: %s m=%u %s(%s) refused: %s", layer, m, eng, knobs ? knobs : "", err);
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    float best = INFINITY;
+    for (int r = 0; r < 12; r++) {
+        op_flush(b, NULL);
+        CK(cudaEventRecord(e0, b->c.s));
+        if (pj_eng_launch(o.k, &o.kn, &o.call, b->c.es))
+            die("--one: launch failed");
+        CK(cudaEventRecord(e1, b->c.s));
+        CK(cudaStreamSynchronize(b->c.s));
+        float ms_ = 0;
+        CK(cudaEventElapsedTime(&ms_, e0, e1));
+        if (ms_ * 1000.f < best)
+            best = ms_ * 1000.f;
+    }
+    printf("one %s m=%u %s: best of 12 plain launches %.2f us (event-timed, no graph)\n", layer, m,
+           eng, best);
+}
+
 static void usage(void)
 {
     fprintf(stderr,
@@ -918,7 +997,9 @@ static void usage(void)
             "  --tune FILE     tune first, write the table to FILE, benchmark with it\n"
             "  --tune-budget S seconds of full sweeps before the tuner falls back to defaults\n"
             "  --reps N        paired repetitions per shape (default 300)\n"
-            "  --survey        also time every engine's default knobs on every shape\n");
+            "  --survey        also time every engine's default knobs on every shape\n"
+            "  --one L M E K   only run engine E (knobs K) on layer L at m = M, plainly,\n"
+            "                  for a profiler\n");
     exit(2);
 }
 
@@ -936,6 +1017,8 @@ int main(int argc, char **argv)
     b->o.tune_budget = 240;
     b->o.seed = 1;
     b->o.out = "bench-out";
+    const char *one_layer = NULL, *one_eng = NULL, *one_knobs = NULL;
+    uint32_t one_m = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -955,7 +1038,13 @@ int main(int argc, char **argv)
             b->o.seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(a, "--survey"))
             b->o.survey = 1;
-        else
+        else if (!strcmp(a, "--one") && i + 4 < argc) {
+            one_layer = argv[i + 1];
+            one_m = (uint32_t)atoi(argv[i + 2]);
+            one_eng = argv[i + 3];
+            one_knobs = argv[i + 4];
+            i += 4;
+        } else
             usage();
     }
     if (b->o.reps < 20 || b->o.reps > 5000)
@@ -970,6 +1059,8 @@ int main(int argc, char **argv)
            b->c.lim.l2_bytes >> 20, b->c.lim.smem_per_block_optin);
     for (int li = 0; li < NLAYERS; li++) {
         const layer_def *d = &layer_defs[li];
+        if (one_layer && strcmp(one_layer, d->name) != 0)
+            continue; /* --one: only the layer it needs */
         if (pj_chk_layer_make(&b->layers[li], d->name, d->N, d->K, d->fmt, b->o.seed * 10 + li, err,
                               sizeof err))
             die("%s", err);
@@ -994,8 +1085,29 @@ int main(int argc, char **argv)
     if (!b->g_flush)
         die("cannot capture the flush");
     CK(cudaDeviceSynchronize());
+    {
+        /* In-graph timing works when a captured external event pair times. */
+        op_ctx o;
+        memset(&o, 0, sizeof o);
+        o.read_bytes = 1 << 20;
+        b->ingraph = 1;
+        cudaGraphExec_t g = capture(b, op_read, &o);
+        float ms_ = -1;
+        b->ingraph = g && cudaGraphLaunch(g, b->c.s) == cudaSuccess &&
+                     cudaStreamSynchronize(b->c.s) == cudaSuccess &&
+                     cudaEventElapsedTime(&ms_, b->ev[0], b->ev[1]) == cudaSuccess && ms_ > 0;
+        cudaGetLastError();
+        if (g)
+            cudaGraphExecDestroy(g);
+        printf("timing: %s\n", b->ingraph ? "events inside the graph (flush, event, op, event)"
+                                          : "flush graph, event, op graph, event");
+    }
     printf("setup: %.1f s\n", now_s() - t0);
 
+    if (one_layer) {
+        run_one(b, one_layer, one_m, one_eng, one_knobs);
+        return 0;
+    }
     if (b->o.survey)
         survey(b);
 

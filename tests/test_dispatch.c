@@ -115,12 +115,11 @@ START_TEST(rejects_broken_files)
     char err[256] = "";
     ck_assert_int_eq(pj_tune_parse("{", 1, &t, NULL, NULL, NULL, NULL, err, sizeof err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "not valid JSON"));
-    ck_assert_int_eq(
-        pj_tune_parse("{\"x\":1}", 7, &t, NULL, NULL, NULL, NULL, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(pj_tune_parse("{\"x\":1}", 7, &t, NULL, NULL, NULL, NULL, err, sizeof err),
+                     -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "entries"));
-    ck_assert_int_lt(pj_tune_load("/nonexistent/table.json", &t, NULL, NULL, NULL, NULL, err,
-                                  sizeof err),
-                     0);
+    ck_assert_int_lt(
+        pj_tune_load("/nonexistent/table.json", &t, NULL, NULL, NULL, NULL, err, sizeof err), 0);
     ck_assert_ptr_nonnull(strstr(err, "/nonexistent/table.json"));
 }
 END_TEST
@@ -159,7 +158,7 @@ START_TEST(knob_strings)
     ck_assert_uint_eq(kn.nw, 8);
     ck_assert_uint_eq(kn.ks, 4);
     pj_eng_knobs_str(PJ_ENG_GEMV, &kn, buf, sizeof buf);
-    ck_assert_str_eq(buf, "nw=8,ks=4,u=2,pipe=1,minb=0");
+    ck_assert_str_eq(buf, "nw=8,ks=4,u=2,pipe=1,minb=0,rb=0");
     pj_eng_knobs before = kn;
     ck_assert_int_eq(pj_eng_knobs_parse("nw=8,bogus=1", &kn, err, sizeof err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "bogus"));

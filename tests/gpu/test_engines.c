@@ -199,19 +199,21 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
                 for (int j = 0; j < 4; j++)
                     for (int p = 0; p < 2; p++)
                         for (int x = 0; x < 2; x++)
-                            for (int r = 1; r <= (k == PJ_ENG_GEMVZ ? 4 : 1); r *= 2) {
-                                memset(&kn, 0, sizeof kn);
-                                kn.nw = nws[i];
-                                kn.u = us[j];
-                                kn.pipe = (uint8_t)p;
-                                kn.ks = kslist[s];
-                                kn.r = (uint8_t)r;
-                                if (k == PJ_ENG_GEMVZ)
-                                    kn.xs = (uint8_t)x;
-                                else
-                                    kn.minb = (uint8_t)x;
-                                check_one(c, ws, k, &kn, ctx);
-                            }
+                            for (int r = 1; r <= (k == PJ_ENG_GEMVZ ? 2 : 1); r *= 2)
+                                for (int rb = 1; rb <= 4; rb *= 2) {
+                                    memset(&kn, 0, sizeof kn);
+                                    kn.nw = nws[i];
+                                    kn.u = us[j];
+                                    kn.pipe = (uint8_t)p;
+                                    kn.ks = kslist[s];
+                                    kn.r = (uint8_t)r;
+                                    kn.rb = (uint8_t)rb;
+                                    if (k == PJ_ENG_GEMVZ)
+                                        kn.xs = (uint8_t)x;
+                                    else
+                                        kn.minb = (uint8_t)x;
+                                    check_one(c, ws, k, &kn, ctx);
+                                }
         }
     }
     printf("B %-7s on %-9s: %llu checks, %llu failed (%.1f s)\n", pj_eng_name(k), L->L.name,
@@ -246,6 +248,18 @@ static void part_b(pj_chk_ctx *c)
     static const uint8_t kstr[] = {1, 16};
     sweep_variants(c, &o, &wo, PJ_ENG_GEMVZ, quick ? mzq : mz, quick ? 3 : 7, ks124, 3);
     sweep_variants(c, &un, &wu, PJ_ENG_GEMVZ, mzq, 3, ks12, 2);
+    {
+        /* The same layer without the derived slot table: the exception warp's
+         * fallback through blk_exc. A shallow copy; the original owns the
+         * memory. */
+        pj_chk_layer o2 = o;
+        o2.L.zx_n = o2.L.zx_rk = NULL;
+        o2.L.zx_c1 = o2.L.zx_c2 = NULL;
+        o2.L.zx_mem = NULL;
+        snprintf(o2.L.name, sizeof o2.L.name, "o-noslots");
+        sweep_variants(c, &o2, &wo, PJ_ENG_GEMVZ, mzq, 3, ks12, 2);
+        c->cur = NULL;
+    }
     sweep_variants(c, &o, &wo, PJ_ENG_GEMV, mg, quick ? 2 : 4, ks12, 2);
     sweep_variants(c, &rt, &wr, PJ_ENG_ROUTER, mr, quick ? 2 : 3, ksr, 3);
     sweep_variants(c, &o, &wo, PJ_ENG_SPLITK, mt, quick ? 2 : 4, kst, 2);
@@ -308,6 +322,48 @@ static void part_c(pj_chk_ctx *c)
     printf("C table loader: %d kept, %d rejected\n", n, n_msgs);
 }
 
+/* Negative controls: the comparison must catch a wrong value, an unwritten
+ * output and a NaN, or every other verdict here means nothing. */
+static void part_0(pj_chk_ctx *c)
+{
+    char err[256];
+    pj_chk_layer L;
+    pj_eng_ws ws;
+    if (pj_chk_layer_make(&L, "o", 4096, 2048, PJ_FMT_BF16, 99, err, sizeof err) ||
+        pj_eng_ws_init(&L.L, 256, c->s, &ws, err, sizeof err)) {
+        fail_line("part 0 layer: %s", err);
+        return;
+    }
+    const uint32_t m = 3, n = 4096;
+    if (pj_chk_prepare(c, &L, m, n, 0, 5, 4, NULL, err, sizeof err)) {
+        fail_line("part 0 prepare: %s", err);
+        return;
+    }
+    pj_eng_knobs kn = pj_eng_default_knobs(PJ_ENG_CUBLAS, &L.L, m);
+    pj_chk_result res;
+    n_checks++;
+    if (pj_chk_run(c, &ws, PJ_ENG_CUBLAS, &kn, &res) || !res.ok)
+        fail_line("part 0: cuBLAS itself fails the check: %s", res.why);
+    /* y now holds cuBLAS's output: spoil three values and compare again. */
+    uint16_t *h = c->hy;
+    cudaMemcpy(h, c->dy, (size_t)m * n * 2, cudaMemcpyDeviceToHost);
+    h[17] ^= 0x0040;         /* a mantissa bit well above the bound */
+    h[n + 5] = PJ_BK_POISON; /* "unwritten" */
+    h[2 * n + 9] = 0x7fc0;   /* NaN */
+    cudaMemcpy(c->dy, h, (size_t)m * n * 2, cudaMemcpyHostToDevice);
+    pj_bk_cmp cmp;
+    n_checks++;
+    if (pj_bk_compare(c->s, c->dy, n, m, n, c->dref, c->dsabs, c->dcmp, &cmp) || cmp.bad != 2 ||
+        cmp.unwritten != 1)
+        fail_line("part 0: comparison missed planted errors (bad %llu, want 2; unwritten %llu, "
+                  "want 1)",
+                  cmp.bad, cmp.unwritten);
+    printf("0 negative controls: bad %llu, unwritten %llu (want 2, 1)\n", cmp.bad, cmp.unwritten);
+    c->cur = NULL;
+    pj_eng_ws_free(&ws);
+    pj_chk_layer_free(&L);
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -339,6 +395,7 @@ int main(int argc, char **argv)
         }
     }
     double t0 = now_s();
+    part_0(&c);
     part_c(&c);
     part_b(&c);
     part_a(&c, tp);
