@@ -389,18 +389,21 @@ static void load_table(cu_state *st)
         if (sl)
             *sl = 0;
     }
-    char cand[5][PJ_CFG_PATH + 128];
+    /* "nvidia-h200" and "h200": tables are named either way. */
+    const char *names[2] = {slug, strncmp(slug, "nvidia-", 7) == 0 ? slug + 7 : NULL};
+    char cand[16][PJ_CFG_PATH + 128];
     int nc = 0;
     if (cfg->tuning.table[0]) {
         snprintf(cand[nc++], sizeof cand[0], "%s", cfg->tuning.table);
     } else {
-        const char *dir = getenv("PROJD_TUNING_DIR");
-        if (dir && *dir)
-            snprintf(cand[nc++], sizeof cand[0], "%s/%s.json", dir, slug);
-        if (exe[0]) {
-            snprintf(cand[nc++], sizeof cand[0], "%s/../share/projd/tuning/%s.json", exe, slug);
-            snprintf(cand[nc++], sizeof cand[0], "%s/../../config/tuning/%s.json", exe, slug);
-            snprintf(cand[nc++], sizeof cand[0], "%s/../config/tuning/%s.json", exe, slug);
+        const char *env = getenv("PROJD_TUNING_DIR");
+        const char *fmts[4] = {"%s/%s.json", "%s/../share/projd/tuning/%s.json",
+                               "%s/../../config/tuning/%s.json", "%s/../config/tuning/%s.json"};
+        for (int f = 0; f < 4; f++) {
+            const char *dir = f == 0 ? (env && *env ? env : NULL) : (exe[0] ? exe : NULL);
+            for (int n = 0; dir && n < 2; n++)
+                if (names[n] && nc < 16)
+                    snprintf(cand[nc++], sizeof cand[0], fmts[f], dir, names[n]);
         }
     }
     st->table = calloc(1, sizeof *st->table);
@@ -417,12 +420,18 @@ static void load_table(cu_state *st)
             memset(st->table, 0, sizeof *st->table);
             continue;
         }
-        snprintf(st->rep.table, sizeof st->rep.table, "%s", cand[i]);
+        if (st->table->device[0] && strcasecmp(st->table->device, st->prop.name) != 0) {
+            pj_log_warn("cuda: tuning table %s is for \"%s\", this device is \"%s\"; not used",
+                        cand[i], st->table->device, st->prop.name);
+            memset(st->table, 0, sizeof *st->table);
+            continue;
+        }
+        snprintf(st->rep.table, sizeof st->rep.table, "%s (%d entries)", cand[i], n);
         st->rep.table_entries = n;
         return;
     }
-    snprintf(st->rep.table, sizeof st->rep.table, "none (untuned ladder; looked for %s.json)",
-             slug);
+    snprintf(st->rep.table, sizeof st->rep.table, "none (untuned ladder; looked for %s.json%s%s)",
+             slug, names[1] ? " and " : "", names[1] ? names[1] : "");
 }
 
 /* ---- weights -------------------------------------------------------------------------- */
