@@ -1,0 +1,1888 @@
+/* backend_cuda.c — the cuda backend: one device, weights uploaded once in
+ * their stored format, CUDA graphs per (layer, m), CUDA IPC and pinned host
+ * buffers, completion without blocking the loop. daemon/CUDA.md is the
+ * design note (lanes, graph rebinding, IPC rules, errors, start-up report).
+ *
+ * Lanes. open() builds a fixed pool of lanes (PROJD_CUDA_LANES, default 4):
+ * a non-blocking stream, the engines' per-stream context (cuBLAS handles and
+ * workspace), one workspace per layer, staging buffers for x and y, and one
+ * graph per (layer, m in shapes.m). Each connection is given the lane with
+ * the fewest connections, so up to that many connections each have a stream
+ * of their own; beyond it connections share (each keeps its own order).
+ * Capturing at open rather than per connection keeps HELLO cheap.
+ *
+ * Completion. Each lane has a thread that waits, in submission order, on an
+ * event recorded after each job (spinning briefly, then blocking) and calls
+ * job->done from there; the server hands that to its loop. A CUDA error seen
+ * there fails the job; a sticky one also sets job->fatal.
+ *
+ * Threads: everything but the completion threads runs on the loop thread.
+ */
+#include "daemon/backend_cuda.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include "daemon/graphs_cuda.h"
+#include "daemon/log.h"
+#include "kernels/bf16.h"
+#include "kernels/dispatch.h"
+#include "kernels/engine.h"
+
+/* Error lines are cut to their buffers (the job's err is 160 bytes) on
+ * purpose: one line, the CUDA error's name first. */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+
+#define CU_MAX_LANES     64
+#define CU_DEFAULT_LANES 4
+#define CU_RING          4096 /* jobs in flight per lane */
+#define CU_EVCACHE       16   /* IPC events kept open per connection */
+#define CU_SPIN_US       100  /* completion: poll this long before blocking */
+#define CU_CLOSE_WAIT_MS 30000
+#define CU_VALIDATE_TOL  1e-3 /* rebound graph vs direct launch, relative L2 */
+#define CU_MAX_L         PJ_CFG_MAX_LAYERS
+#define CU_MAX_S         PJ_CFG_MAX_SHAPES
+
+/* daemon/fault.cu: a kernel that faults (test only, PROJD_CUDA_FAULT_AFTER). */
+int pj_cuda_fault_launch(cudaStream_t s);
+
+/* ---- state ------------------------------------------------------------------ */
+
+typedef struct cu_ipc {
+    struct cu_ipc *next;
+    uint8_t handle[PJ_WIRE_IPC_HANDLE_SIZE];
+    void *dev;
+    size_t alloc_size; /* bytes from dev to the allocation's end */
+    uint32_t refs;
+} cu_ipc;
+
+/* What buffer_open returns as the handle. */
+typedef struct cu_buf {
+    uint8_t kind; /* PJ_BUF_SHM / PJ_BUF_CUDA */
+    void *host;   /* SHM: the daemon's mapping */
+    void *dev;    /* address kernels and copies use */
+    uint64_t size;
+    cu_ipc *ipc;
+    atomic_uint gpu_refs; /* queued GPU work that uses it */
+} cu_buf;
+
+typedef struct cu_pend {
+    pj_job *job; /* NULL once answered (accepted at launch) */
+    cudaEvent_t ev;
+    cu_buf **bufs;
+    uint32_t n_bufs;
+    int32_t status; /* failure found at submit, else PJ_OK */
+    int fatal;
+    uint32_t failed_op;
+    char err[160];
+    uint64_t t_submit;
+} cu_pend;
+
+typedef struct cu_state cu_state;
+
+typedef struct cu_lane {
+    cu_state *st;
+    uint32_t idx;
+    cudaStream_t s;
+    pj_eng_stream *es;
+    pj_eng_ws ws[CU_MAX_L];
+    uint16_t *sx, *sy; /* staging: max_m x max K, max_m x max N */
+    size_t sx_bytes, sy_bytes;
+    pj_cgraph graphs[CU_MAX_L][CU_MAX_S];
+    uint32_t n_conns;
+    /* completion */
+    pthread_t th;
+    int th_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+    uint32_t head, count;
+    cu_pend ring[CU_RING];
+    atomic_ullong jobs, busy_ns;
+} cu_lane;
+
+typedef struct cu_layer {
+    pj_eng_layer L;
+    void *d_w, *d_lo, *d_tiles, *d_blk, *d_exc;
+    size_t stored_dev_bytes; /* the stored format on the device */
+    size_t bf16_copy_bytes;  /* a z12 layer's bf16 copy (0 when not needed) */
+    uint32_t graph_n;        /* n the graphs serve: the layer's max_n */
+    char force[PJ_CFG_NAME]; /* forced engine name ("" none) */
+    char force_knobs[96];
+} cu_layer;
+
+/* The engine of one (layer, m), the same on every lane. */
+typedef struct cu_shape {
+    int step; /* pj_eng_choose: 0 forced, 1 table, 2 default, 3 cublas; -1 none */
+    pj_eng_kind k;
+    pj_eng_knobs kn;
+    int have_graph;   /* captured on every lane */
+    int patch_ok;     /* rebinding validated on every lane */
+    char note[200];   /* why not, or what was refused */
+    double check_rel; /* worst relative error, rebound graph vs direct */
+} cu_shape;
+
+typedef struct cu_report {
+    double t_device, t_upload, t_lanes, t_capture, t_validate, t_total;
+    size_t mem_total, mem_free0;
+    size_t weights_stored, weights_bf16_copies;
+    size_t used_weights, used_lanes, used_graphs, used_total;
+    uint32_t graphs, graphs_patch;
+    char table[PJ_CFG_PATH + 64];
+    int table_entries;
+} cu_report;
+
+struct pj_backend_stream {
+    cu_lane *ln;
+    struct {
+        uint8_t h[PJ_WIRE_IPC_HANDLE_SIZE];
+        cudaEvent_t ev;
+        uint64_t used;
+    } ev[CU_EVCACHE];
+    uint32_t n_ev;
+    uint64_t tick;
+};
+
+struct cu_state {
+    pj_backend *b;
+    int dev;
+    struct cudaDeviceProp prop;
+    pj_dev_limits lim;
+    char uuid_str[48];
+    uint32_t n_layers;
+    cu_layer layers[CU_MAX_L];
+    uint32_t n_shapes;
+    uint32_t shape_m[CU_MAX_S];
+    cu_shape shapes[CU_MAX_L][CU_MAX_S];
+    pj_tune_table *table;
+    char env_force[PJ_CFG_NAME], env_knobs[96];
+    int no_patch;
+    long fault_after, fault_count; /* test only: fault after that many jobs */
+    uint32_t max_m, max_k, max_n;
+    cu_lane *lanes[CU_MAX_LANES];
+    uint32_t n_lanes;
+    uint64_t spin_ns;
+    cu_ipc *ipcs;
+    uint32_t n_ipc_open;
+    pthread_mutex_t ref_mu;
+    pthread_cond_t ref_cv;
+    atomic_int dead;
+    char dead_msg[160];
+    atomic_ullong jobs, ops, accepted, failed, fatal_errors;
+    atomic_ullong path_ops[5];
+    cu_report rep;
+};
+
+/* ---- small helpers ------------------------------------------------------------------ */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static double ms_since(uint64_t t0)
+{
+    return (double)(now_ns() - t0) / 1e6;
+}
+
+static double mib(size_t b)
+{
+    return (double)b / (1024.0 * 1024.0);
+}
+
+static long env_long(const char *name, long def, long lo, long hi)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return def;
+    char *end;
+    long r = strtol(v, &end, 10);
+    if (*end || r < lo || r > hi)
+        return def;
+    return r;
+}
+
+static void uuid_format(const uint8_t u[16], char *out, size_t cap)
+{
+    snprintf(out, cap, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+             u[14], u[15]);
+}
+
+/* "cudaErrorX: text" */
+static void ce_text(cudaError_t ce, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s: %s", cudaGetErrorName(ce), cudaGetErrorString(ce));
+}
+
+/* Errors after which the context is unusable. */
+static int ce_sticky(cudaError_t ce)
+{
+    switch (ce) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorNvlinkUncorrectable:
+    case cudaErrorContextIsDestroyed:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* After a failed call: is the context gone? Clears a non-sticky error
+ * (a sticky one is returned by every later call, including these). */
+static cudaError_t sticky_check(cudaStream_t s)
+{
+    cudaGetLastError();
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return e;
+    e = cudaStreamQuery(s);
+    if (e != cudaSuccess && e != cudaErrorNotReady && ce_sticky(e))
+        return e;
+    if (e != cudaSuccess && e != cudaErrorNotReady)
+        cudaGetLastError();
+    return cudaSuccess;
+}
+
+static void mark_dead(cu_state *st, const char *msg)
+{
+    int was = atomic_exchange(&st->dead, 1);
+    if (!was) {
+        snprintf(st->dead_msg, sizeof st->dead_msg, "%s", msg);
+        pj_log_err("cuda: sticky device error, the context is lost: %s", msg);
+    }
+}
+
+/* ---- probe ------------------------------------------------------------------------ */
+
+int pj_backend_cuda_probe(char *why, size_t whylen)
+{
+    int n = 0;
+    cudaError_t ce = cudaGetDeviceCount(&n);
+    if (ce != cudaSuccess) {
+        char t[200];
+        ce_text(ce, t, sizeof t);
+        const char *hint = ce == cudaErrorInsufficientDriver
+                               ? " (no NVIDIA driver is loaded, or it is older than this build's "
+                                 "CUDA runtime)"
+                           : ce == cudaErrorNoDevice ? " (CUDA_VISIBLE_DEVICES may hide them)"
+                                                     : "";
+        snprintf(why, whylen, "cudaGetDeviceCount: %s%s", t, hint);
+        cudaGetLastError();
+        return 0;
+    }
+    if (n <= 0)
+        snprintf(why, whylen, "the CUDA driver reports no device");
+    return n > 0 ? n : 0;
+}
+
+/* ---- device ------------------------------------------------------------------------ */
+
+static int select_device(cu_state *st, char *err, size_t errlen)
+{
+    const pj_config *cfg = st->b->cfg;
+    int n = 0;
+    cudaError_t ce = cudaGetDeviceCount(&n);
+    if (ce != cudaSuccess || n <= 0) {
+        char t[200];
+        ce_text(ce, t, sizeof t);
+        snprintf(err, errlen, "no CUDA device: %s", ce != cudaSuccess ? t : "count is 0");
+        return -ENODEV;
+    }
+    int dev = -1;
+    if (cfg->device.uuid[0]) {
+        char list[512] = "";
+        size_t used = 0;
+        for (int i = 0; i < n; i++) {
+            struct cudaDeviceProp p;
+            if (cudaGetDeviceProperties(&p, i) != cudaSuccess)
+                continue;
+            char u[48];
+            uuid_format((const uint8_t *)p.uuid.bytes, u, sizeof u);
+            if (strcasecmp(u, cfg->device.uuid) == 0)
+                dev = i;
+            if (used < sizeof list)
+                used += (size_t)snprintf(list + used, sizeof list - used, "%s%d=%s", i ? ", " : "",
+                                         i, u);
+        }
+        if (dev < 0) {
+            snprintf(err, errlen, "device.uuid %s is not among the visible devices (%s)",
+                     cfg->device.uuid, list);
+            return -ENODEV;
+        }
+    } else {
+        if (cfg->device.index < 0 || cfg->device.index >= n) {
+            snprintf(err, errlen, "device.index %d: %d device%s visible", (int)cfg->device.index, n,
+                     n == 1 ? "" : "s");
+            return -ENODEV;
+        }
+        dev = cfg->device.index;
+    }
+    ce = cudaSetDevice(dev);
+    if (ce == cudaSuccess)
+        ce = cudaFree(NULL); /* create the primary context now */
+    if (ce == cudaSuccess)
+        ce = cudaGetDeviceProperties(&st->prop, dev);
+    if (ce != cudaSuccess) {
+        char t[200];
+        ce_text(ce, t, sizeof t);
+        snprintf(err, errlen, "device %d: %s", dev, t);
+        return -ENODEV;
+    }
+    st->dev = dev;
+    memcpy(st->b->device_uuid, st->prop.uuid.bytes, PJ_WIRE_UUID_SIZE);
+    uuid_format(st->b->device_uuid, st->uuid_str, sizeof st->uuid_str);
+    snprintf(st->b->device_name, sizeof st->b->device_name, "%.60s (%s, device %d)", st->prop.name,
+             st->uuid_str, dev);
+    if (st->prop.major < 9)
+        pj_log_warn("cuda: device %d is sm_%d%d; the kernels are built for sm_90a and only "
+                    "cuBLAS may run",
+                    dev, st->prop.major, st->prop.minor);
+    return pj_eng_dev_limits(&st->lim, err, errlen);
+}
+
+/* ---- tuning table ---------------------------------------------------------------------- */
+
+static void table_msg(void *ctx, const char *msg)
+{
+    (void)ctx;
+    pj_log_warn("cuda: tuning table: %s", msg);
+}
+
+static void load_table(cu_state *st)
+{
+    const pj_config *cfg = st->b->cfg;
+    char slug[80];
+    size_t j = 0;
+    for (const char *p = st->prop.name; *p && j + 1 < sizeof slug; p++)
+        slug[j++] = isalnum((unsigned char)*p) ? (char)tolower((unsigned char)*p) : '-';
+    slug[j] = 0;
+    char exe[PJ_CFG_PATH] = "";
+    ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (el > 0) {
+        exe[el] = 0;
+        char *sl = strrchr(exe, '/');
+        if (sl)
+            *sl = 0;
+    }
+    /* "nvidia-h200" and "h200": tables are named either way. */
+    const char *names[2] = {slug, strncmp(slug, "nvidia-", 7) == 0 ? slug + 7 : NULL};
+    char cand[16][PJ_CFG_PATH + 128];
+    int nc = 0;
+    if (cfg->tuning.table[0]) {
+        snprintf(cand[nc++], sizeof cand[0], "%s", cfg->tuning.table);
+    } else {
+        const char *env = getenv("PROJD_TUNING_DIR");
+        const char *fmts[4] = {"%s/%s.json", "%s/../share/projd/tuning/%s.json",
+                               "%s/../../config/tuning/%s.json", "%s/../config/tuning/%s.json"};
+        for (int f = 0; f < 4; f++) {
+            const char *dir = f == 0 ? (env && *env ? env : NULL) : (exe[0] ? exe : NULL);
+            for (int n = 0; dir && n < 2; n++)
+                if (names[n] && nc < 16)
+                    snprintf(cand[nc++], sizeof cand[0], fmts[f], dir, names[n]);
+        }
+    }
+    st->table = calloc(1, sizeof *st->table);
+    if (!st->table)
+        return;
+    for (int i = 0; i < nc; i++) {
+        if (!cfg->tuning.table[0] && access(cand[i], R_OK) != 0)
+            continue;
+        char err[256];
+        int n = pj_tune_load(cand[i], st->table, pj_eng_check_entry, &st->lim, table_msg, NULL, err,
+                             sizeof err);
+        if (n < 0) {
+            pj_log_warn("cuda: tuning table %s not used: %s", cand[i], err);
+            memset(st->table, 0, sizeof *st->table);
+            continue;
+        }
+        if (st->table->device[0] && strcasecmp(st->table->device, st->prop.name) != 0) {
+            pj_log_warn("cuda: tuning table %s is for \"%s\", this device is \"%s\"; not used",
+                        cand[i], st->table->device, st->prop.name);
+            memset(st->table, 0, sizeof *st->table);
+            continue;
+        }
+        snprintf(st->rep.table, sizeof st->rep.table, "%s (%d entries)", cand[i], n);
+        st->rep.table_entries = n;
+        return;
+    }
+    snprintf(st->rep.table, sizeof st->rep.table, "none (untuned ladder; looked for %s.json%s%s)",
+             slug, names[1] ? " and " : "", names[1] ? names[1] : "");
+}
+
+/* ---- weights -------------------------------------------------------------------------- */
+
+static int upload(void **dst, const void *src, size_t bytes, const char *what, const char *layer,
+                  char *err, size_t errlen)
+{
+    *dst = NULL;
+    if (bytes == 0)
+        bytes = 16; /* a valid, empty array (a z12 layer without exceptions) */
+    cudaError_t ce = cudaMalloc(dst, bytes);
+    if (ce == cudaSuccess && src)
+        ce = cudaMemcpy(*dst, src, bytes, cudaMemcpyHostToDevice);
+    else if (ce == cudaSuccess)
+        ce = cudaMemset(*dst, 0, bytes);
+    if (ce != cudaSuccess) {
+        char t[200];
+        ce_text(ce, t, sizeof t);
+        snprintf(err, errlen, "layer %s: uploading %s (%zu bytes): %s", layer, what, bytes, t);
+        if (*dst)
+            cudaFree(*dst);
+        *dst = NULL;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+/* Does an engine that reads bf16 ever run on this z12 layer? The gemvz
+ * engine serves m <= 32; larger m (and cuBLAS, gemv, splitk when forced)
+ * read the bf16 copy. */
+static int needs_bf16_copy(const cu_state *st, const cu_layer *cl)
+{
+    if (st->max_m > PJ_ENG_MAX_GEMV_M)
+        return 1;
+    const char *f = st->env_force[0] ? st->env_force : cl->force;
+    return f[0] && strcmp(f, "gemvz") != 0;
+}
+
+static void split_force(const char *spec, char *name, size_t nlen, char *knobs, size_t klen)
+{
+    const char *colon = strchr(spec, ':');
+    size_t l = colon ? (size_t)(colon - spec) : strlen(spec);
+    if (l >= nlen)
+        l = nlen - 1;
+    memcpy(name, spec, l);
+    name[l] = 0;
+    snprintf(knobs, klen, "%s", colon ? colon + 1 : "");
+}
+
+static int upload_layers(cu_state *st, char *err, size_t errlen)
+{
+    const pj_model *model = st->b->model;
+    for (uint32_t i = 0; i < model->n_layers && i < CU_MAX_L; i++) {
+        const pj_model_layer *ml = &model->layers[i];
+        cu_layer *cl = &st->layers[i];
+        pj_eng_layer *L = &cl->L;
+        snprintf(L->name, sizeof L->name, "%s", ml->name);
+        L->fmt = ml->w.fmt;
+        L->N = ml->w.n;
+        L->K = ml->w.k;
+        L->ldw = ml->w.k;
+        cl->graph_n = ml->max_n ? ml->max_n : ml->w.n;
+        split_force(ml->engine, cl->force, sizeof cl->force, cl->force_knobs,
+                    sizeof cl->force_knobs);
+        size_t mat = (size_t)ml->w.n * ml->w.k * 2;
+        int rc = 0;
+        switch (ml->w.fmt) {
+        case PJ_FMT_BF16:
+            rc = upload(&cl->d_w, ml->w.bf16, mat, "bf16 weights", ml->name, err, errlen);
+            cl->stored_dev_bytes = mat;
+            break;
+        case PJ_FMT_SPLIT:
+            rc = upload(&cl->d_w, ml->w.hi, mat, "hi weights", ml->name, err, errlen);
+            if (!rc)
+                rc = upload(&cl->d_lo, ml->w.lo, mat, "lo weights", ml->name, err, errlen);
+            cl->stored_dev_bytes = 2 * mat;
+            break;
+        case PJ_FMT_Z12: {
+            const pj_z12 *z = ml->w.z;
+            size_t blk = ((size_t)z->n_pad / 16 + 1) * sizeof(uint32_t);
+            size_t exc = (size_t)z->n_exc * sizeof(pj_z12_exc);
+            rc = upload(&cl->d_tiles, z->tiles, z->tiles_bytes, "z12 tiles", ml->name, err, errlen);
+            if (!rc)
+                rc =
+                    upload(&cl->d_blk, z->blk_exc, blk, "z12 block offsets", ml->name, err, errlen);
+            if (!rc)
+                rc = upload(&cl->d_exc, exc ? z->exc : NULL, exc, "z12 exceptions", ml->name, err,
+                            errlen);
+            cl->stored_dev_bytes = z->tiles_bytes + blk + exc;
+            L->z_tiles = cl->d_tiles;
+            L->z_blk_exc = cl->d_blk;
+            L->z_exc = cl->d_exc;
+            L->z_base = z->base;
+            L->z_n_pad = z->n_pad;
+            L->z_n_exc = z->n_exc;
+            if (!rc && needs_bf16_copy(st, cl)) {
+                uint16_t *h = malloc(mat);
+                if (!h) {
+                    snprintf(err, errlen, "layer %s: out of memory unpacking z12", ml->name);
+                    return -ENOMEM;
+                }
+                pj_z12_unpack(z, h, ml->w.k);
+                rc = upload(&cl->d_w, h, mat, "bf16 copy", ml->name, err, errlen);
+                free(h);
+                cl->bf16_copy_bytes = mat;
+            }
+            break;
+        }
+        default:
+            snprintf(err, errlen, "layer %s: unknown format %d", ml->name, (int)ml->w.fmt);
+            return -EINVAL;
+        }
+        if (rc)
+            return rc;
+        L->w = cl->d_w;
+        L->lo = cl->d_lo;
+        st->rep.weights_stored += cl->stored_dev_bytes;
+        st->rep.weights_bf16_copies += cl->bf16_copy_bytes;
+        if (ml->w.k > st->max_k)
+            st->max_k = ml->w.k;
+        if (ml->w.n > st->max_n)
+            st->max_n = ml->w.n;
+        st->n_layers = i + 1;
+    }
+    return 0;
+}
+
+static void free_layers(cu_state *st)
+{
+    for (uint32_t i = 0; i < CU_MAX_L; i++) {
+        cu_layer *cl = &st->layers[i];
+        cudaFree(cl->d_w);
+        cudaFree(cl->d_lo);
+        cudaFree(cl->d_tiles);
+        cudaFree(cl->d_blk);
+        cudaFree(cl->d_exc);
+        memset(cl, 0, sizeof *cl);
+    }
+}
+
+/* ---- engine choice ------------------------------------------------------------------- */
+
+static const char *step_name(int step)
+{
+    switch (step) {
+    case 0:
+        return "forced";
+    case 1:
+        return "table";
+    case 2:
+        return "default";
+    case 3:
+        return "cublas fallback";
+    default:
+        return "none";
+    }
+}
+
+/* pj_eng_choose with this layer's forced engine (env wins over config). */
+static int choose(cu_state *st, const cu_layer *cl, const pj_eng_call *c, pj_eng_kind *k,
+                  pj_eng_knobs *kn)
+{
+    const char *f = st->env_force[0] ? st->env_force : cl->force;
+    const char *fk = st->env_force[0] ? st->env_knobs : cl->force_knobs;
+    return pj_eng_choose(st->table, f, fk, c, &st->lim, k, kn);
+}
+
+/* ---- lanes -------------------------------------------------------------------------------- */
+
+static void *completion_main(void *arg);
+
+static void lane_free(cu_lane *ln)
+{
+    if (!ln)
+        return;
+    for (uint32_t l = 0; l < CU_MAX_L; l++)
+        for (uint32_t s = 0; s < CU_MAX_S; s++)
+            pj_cg_free(&ln->graphs[l][s]);
+    for (uint32_t l = 0; l < CU_MAX_L; l++)
+        if (ln->ws[l].f)
+            pj_eng_ws_free(&ln->ws[l]);
+    for (uint32_t i = 0; i < CU_RING; i++)
+        if (ln->ring[i].ev)
+            cudaEventDestroy(ln->ring[i].ev);
+    pj_eng_stream_destroy(ln->es);
+    cudaFree(ln->sx);
+    cudaFree(ln->sy);
+    if (ln->s)
+        cudaStreamDestroy(ln->s);
+    pthread_cond_destroy(&ln->cv);
+    pthread_mutex_destroy(&ln->mu);
+    free(ln);
+}
+
+static int lane_create(cu_state *st, uint32_t idx, cu_lane **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    cu_lane *ln = calloc(1, sizeof *ln);
+    if (!ln) {
+        snprintf(err, errlen, "lane %u: out of memory", idx);
+        return -ENOMEM;
+    }
+    ln->st = st;
+    ln->idx = idx;
+    pthread_mutex_init(&ln->mu, NULL);
+    pthread_cond_init(&ln->cv, NULL);
+    char t[200];
+    cudaError_t ce = cudaStreamCreateWithFlags(&ln->s, cudaStreamNonBlocking);
+    if (ce != cudaSuccess) {
+        ce_text(ce, t, sizeof t);
+        snprintf(err, errlen, "lane %u: cudaStreamCreateWithFlags: %s", idx, t);
+        lane_free(ln);
+        return -EIO;
+    }
+    int rc = pj_eng_stream_create(ln->s, &ln->es, err, errlen);
+    if (rc) {
+        lane_free(ln);
+        return rc;
+    }
+    for (uint32_t l = 0; l < st->n_layers; l++) {
+        rc = pj_eng_ws_init(&st->layers[l].L, st->max_m, ln->s, &ln->ws[l], err, errlen);
+        if (rc) {
+            lane_free(ln);
+            return rc;
+        }
+    }
+    ln->sx_bytes = (size_t)st->max_m * st->max_k * 2;
+    ln->sy_bytes = (size_t)st->max_m * st->max_n * 2;
+    ce = cudaMalloc((void **)&ln->sx, ln->sx_bytes);
+    if (ce == cudaSuccess)
+        ce = cudaMalloc((void **)&ln->sy, ln->sy_bytes);
+    if (ce != cudaSuccess) {
+        ce_text(ce, t, sizeof t);
+        snprintf(err, errlen, "lane %u: staging buffers (%zu + %zu bytes): %s", idx, ln->sx_bytes,
+                 ln->sy_bytes, t);
+        lane_free(ln);
+        return -ENOMEM;
+    }
+    *out = ln;
+    return 0;
+}
+
+/* ---- graphs ------------------------------------------------------------------------------ */
+
+typedef struct cap_ctx {
+    cu_lane *ln;
+    const cu_shape *sh;
+    pj_eng_call call;
+} cap_ctx;
+
+static int cap_enqueue(void *ctx, cudaStream_t s)
+{
+    cap_ctx *c = ctx;
+    (void)s;
+    return pj_eng_launch(c->sh->k, &c->sh->kn, &c->call, c->ln->es);
+}
+
+static pj_eng_call shape_call(cu_state *st, cu_lane *ln, uint32_t l, uint32_t m, const void *x,
+                              void *y)
+{
+    pj_eng_call c;
+    memset(&c, 0, sizeof c);
+    c.L = &st->layers[l].L;
+    c.ws = &ln->ws[l];
+    c.x = x;
+    c.ldx = st->layers[l].L.K;
+    c.y = y;
+    c.ldy = st->layers[l].graph_n;
+    c.m = m;
+    c.n = st->layers[l].graph_n;
+    return c;
+}
+
+/* Relative L2 distance of a from b (m x n bf16, contiguous); *unwritten
+ * counts elements of a still holding the 0xffff poison; *nan NaNs in a. */
+static double rel_err(const uint16_t *a, const uint16_t *b, size_t count, size_t *unwritten,
+                      size_t *nan)
+{
+    double num = 0, den = 0;
+    *unwritten = *nan = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (a[i] == 0xffffu)
+            (*unwritten)++;
+        float fa = pj_bf16_to_f32(a[i]), fb = pj_bf16_to_f32(b[i]);
+        if (isnan(fa)) {
+            (*nan)++;
+            continue;
+        }
+        double d = (double)fa - (double)fb;
+        num += d * d;
+        den += (double)fb * fb;
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+typedef struct val_bufs {
+    uint16_t *xv, *yv, *yd; /* device, 16 bytes past an allocation's start */
+    void *xv_a, *yv_a, *yd_a;
+    uint16_t *hA, *hB; /* host inputs */
+    uint16_t *h1, *h2, *h3;
+} val_bufs;
+
+static void val_free(val_bufs *v)
+{
+    cudaFree(v->xv_a);
+    cudaFree(v->yv_a);
+    cudaFree(v->yd_a);
+    free(v->hA);
+    free(v->hB);
+    free(v->h1);
+    free(v->h2);
+    free(v->h3);
+    memset(v, 0, sizeof *v);
+}
+
+static int val_alloc(cu_state *st, val_bufs *v, char *err, size_t errlen)
+{
+    memset(v, 0, sizeof *v);
+    size_t xe = (size_t)st->max_m * st->max_k, ye = (size_t)st->max_m * st->max_n;
+    cudaError_t ce = cudaMalloc(&v->xv_a, xe * 2 + 256);
+    if (ce == cudaSuccess)
+        ce = cudaMalloc(&v->yv_a, ye * 2 + 256);
+    if (ce == cudaSuccess)
+        ce = cudaMalloc(&v->yd_a, ye * 2 + 256);
+    v->hA = malloc(xe * 2);
+    v->hB = malloc(xe * 2);
+    v->h1 = malloc(ye * 2);
+    v->h2 = malloc(ye * 2);
+    v->h3 = malloc(ye * 2);
+    if (ce != cudaSuccess || !v->hA || !v->hB || !v->h1 || !v->h2 || !v->h3) {
+        snprintf(err, errlen, "graph validation buffers: out of memory");
+        cudaGetLastError();
+        val_free(v);
+        return -ENOMEM;
+    }
+    v->xv = (uint16_t *)((char *)v->xv_a + 16);
+    v->yv = (uint16_t *)((char *)v->yv_a + 16);
+    v->yd = (uint16_t *)((char *)v->yd_a + 16);
+    uint64_t s = 0x243f6a8885a308d3ull;
+    for (size_t i = 0; i < xe; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        float a = (float)((s >> 40) & 0xffff) / 32768.0f - 1.0f;
+        float b2 = (float)((s >> 16) & 0xffff) / 32768.0f - 1.0f;
+        v->hA[i] = pj_f32_to_bf16(a);
+        v->hB[i] = pj_f32_to_bf16(b2);
+    }
+    return 0;
+}
+
+/* Check one lane's graph of (l, si): rebound to (xv, yv) it must match a
+ * direct launch of the same engine and leave the capture y untouched; bound
+ * to the staging buffers it must match too. Sets *patch_ok. 0, or -EIO
+ * with err when CUDA itself failed. */
+static int validate_graph(cu_state *st, cu_lane *ln, uint32_t l, uint32_t si, val_bufs *v,
+                          int *patch_ok, double *worst, char *note, size_t notelen, char *err,
+                          size_t errlen)
+{
+    cu_shape *sh = &st->shapes[l][si];
+    pj_cgraph *g = &ln->graphs[l][si];
+    const cu_layer *cl = &st->layers[l];
+    uint32_t m = st->shape_m[si], n = cl->graph_n, K = cl->L.K;
+    size_t xb = (size_t)m * K * 2, yb = (size_t)m * n * 2;
+    char t[200];
+    cudaStream_t s = ln->s;
+    cudaError_t ce = cudaSuccess;
+    *patch_ok = 0;
+#define VCK(call)                                                                                  \
+    do {                                                                                           \
+        if (ce == cudaSuccess)                                                                     \
+            ce = (call);                                                                           \
+    } while (0)
+    /* Staged binding (the capture's): graph on sx/sy vs direct into yd. */
+    VCK(cudaMemcpyAsync(ln->sx, v->hA, xb, cudaMemcpyHostToDevice, s));
+    VCK(cudaMemsetAsync(ln->sy, 0xff, yb, s));
+    VCK(cudaMemsetAsync(v->yd, 0xff, yb, s));
+    if (ce == cudaSuccess && pj_cg_bind(g, ln->sx, ln->sy, t, sizeof t) != 0) {
+        snprintf(err, errlen, "%s", t);
+        return -EIO;
+    }
+    VCK(pj_cg_launch(g, s));
+    pj_eng_call dc = shape_call(st, ln, l, m, ln->sx, v->yd);
+    if (ce == cudaSuccess && pj_eng_launch(sh->k, &sh->kn, &dc, ln->es) != 0)
+        ce = cudaErrorLaunchFailure;
+    VCK(cudaStreamSynchronize(s));
+    VCK(cudaMemcpy(v->h1, ln->sy, yb, cudaMemcpyDeviceToHost));
+    VCK(cudaMemcpy(v->h2, v->yd, yb, cudaMemcpyDeviceToHost));
+    if (ce != cudaSuccess) {
+        ce_text(ce, t, sizeof t);
+        snprintf(err, errlen, "validating graph %s m=%u: %s", cl->L.name, m, t);
+        return -EIO;
+    }
+    size_t unw, nan;
+    double e = rel_err(v->h1, v->h2, yb / 2, &unw, &nan);
+    if (e > *worst)
+        *worst = e;
+    if (unw || nan || e > CU_VALIDATE_TOL) {
+        snprintf(err, errlen,
+                 "graph %s m=%u at its capture binding differs from a direct launch of %s "
+                 "(rel %.3g, %zu unwritten, %zu NaN)",
+                 cl->L.name, m, pj_eng_name(sh->k), e, unw, nan);
+        return -EIO;
+    }
+    if (!g->rebindable || st->no_patch) {
+        snprintf(note, notelen, "%s",
+                 st->no_patch ? "rebinding off (PROJD_CUDA_NO_PATCH)" : g->why);
+        return 0;
+    }
+    /* Rebound: different inputs, 16-byte (not 256-byte) aligned buffers. */
+    VCK(cudaMemcpyAsync(v->xv, v->hB, xb, cudaMemcpyHostToDevice, s));
+    VCK(cudaMemsetAsync(ln->sy, 0xff, yb, s));
+    VCK(cudaMemsetAsync(v->yv, 0xff, yb, s));
+    VCK(cudaMemsetAsync(v->yd, 0xff, yb, s));
+    if (ce == cudaSuccess && pj_cg_bind(g, v->xv, v->yv, t, sizeof t) != 0) {
+        snprintf(note, notelen, "rebinding failed: %s", t);
+        cudaGetLastError();
+        return pj_cg_bind(g, ln->sx, ln->sy, err, errlen) ? -EIO : 0;
+    }
+    VCK(pj_cg_launch(g, s));
+    dc = shape_call(st, ln, l, m, v->xv, v->yd);
+    if (ce == cudaSuccess && pj_eng_launch(sh->k, &sh->kn, &dc, ln->es) != 0)
+        ce = cudaErrorLaunchFailure;
+    VCK(cudaStreamSynchronize(s));
+    VCK(cudaMemcpy(v->h1, v->yv, yb, cudaMemcpyDeviceToHost));
+    VCK(cudaMemcpy(v->h2, v->yd, yb, cudaMemcpyDeviceToHost));
+    VCK(cudaMemcpy(v->h3, ln->sy, yb, cudaMemcpyDeviceToHost));
+    if (ce != cudaSuccess) {
+        ce_text(ce, t, sizeof t);
+        snprintf(err, errlen, "validating rebound graph %s m=%u: %s", cl->L.name, m, t);
+        return -EIO;
+    }
+#undef VCK
+    e = rel_err(v->h1, v->h2, yb / 2, &unw, &nan);
+    size_t touched = 0;
+    for (size_t i = 0; i < yb / 2; i++)
+        touched += v->h3[i] != 0xffffu;
+    if (e > *worst)
+        *worst = e;
+    if (unw || nan || e > CU_VALIDATE_TOL || touched) {
+        snprintf(note, notelen,
+                 "rebound graph failed its check (rel %.3g, %zu unwritten, %zu NaN, %zu capture "
+                 "outputs written): staged",
+                 e, unw, nan, touched);
+    } else {
+        *patch_ok = 1;
+    }
+    return pj_cg_bind(g, ln->sx, ln->sy, err, errlen) ? -EIO : 0;
+}
+
+/* Choose engines per (layer, m) and capture + validate every lane's graphs. */
+static int build_graphs(cu_state *st, char *err, size_t errlen)
+{
+    cu_lane *l0 = st->lanes[0];
+    for (uint32_t l = 0; l < st->n_layers; l++) {
+        for (uint32_t si = 0; si < st->n_shapes; si++) {
+            cu_shape *sh = &st->shapes[l][si];
+            const cu_layer *cl = &st->layers[l];
+            pj_eng_call c = shape_call(st, l0, l, st->shape_m[si], l0->sx, l0->sy);
+            sh->step = choose(st, cl, &c, &sh->k, &sh->kn);
+            const char *f = st->env_force[0] ? st->env_force : cl->force;
+            if (f[0] && sh->step != 0) {
+                char why[160] = "unknown engine name";
+                int fe = pj_eng_from_name(f);
+                if (fe >= 0) {
+                    pj_eng_knobs fk =
+                        pj_eng_default_knobs((pj_eng_kind)fe, &cl->L, st->shape_m[si]);
+                    pj_eng_can_run((pj_eng_kind)fe, &fk, &c, &st->lim, why, sizeof why);
+                }
+                snprintf(sh->note, sizeof sh->note, "forced %s refused: %s", f, why);
+                pj_log_warn("cuda: layer %s m=%u: %s", cl->L.name, st->shape_m[si], sh->note);
+            }
+            if (sh->step < 0) {
+                snprintf(err, errlen, "layer %s m=%u: no engine can run it", cl->L.name,
+                         st->shape_m[si]);
+                return -ENOTSUP;
+            }
+        }
+    }
+    val_bufs v;
+    int rc = val_alloc(st, &v, err, errlen);
+    if (rc)
+        return rc;
+    uint64_t t_cap = 0, t_val = 0;
+    for (uint32_t l = 0; l < st->n_layers && !rc; l++) {
+        for (uint32_t si = 0; si < st->n_shapes && !rc; si++) {
+            cu_shape *sh = &st->shapes[l][si];
+            int all_patch = !st->no_patch;
+            double worst = 0;
+            char note[200] = "";
+            for (uint32_t li = 0; li < st->n_lanes && !rc; li++) {
+                cu_lane *ln = st->lanes[li];
+                cap_ctx cc = {.ln = ln, .sh = sh};
+                cc.call = shape_call(st, ln, l, st->shape_m[si], ln->sx, ln->sy);
+                /* Warm up outside the capture: lazy module loads, Lt plans. */
+                uint64_t t0 = now_ns();
+                if (pj_eng_launch(sh->k, &sh->kn, &cc.call, ln->es) != 0 ||
+                    cudaStreamSynchronize(ln->s) != cudaSuccess) {
+                    char t[200];
+                    cudaError_t ce = cudaGetLastError();
+                    ce_text(ce, t, sizeof t);
+                    snprintf(err, errlen, "layer %s m=%u: %s launch failed: %s",
+                             st->layers[l].L.name, st->shape_m[si], pj_eng_name(sh->k), t);
+                    rc = -EIO;
+                    break;
+                }
+                rc = pj_cg_capture(&ln->graphs[l][si], ln->s, cap_enqueue, &cc, ln->sx,
+                                   ln->sx_bytes, ln->sy, ln->sy_bytes, err, errlen);
+                t_cap += now_ns() - t0;
+                if (rc)
+                    break;
+                t0 = now_ns();
+                int ok = 0;
+                char lnote[200] = "";
+                rc = validate_graph(st, ln, l, si, &v, &ok, &worst, lnote, sizeof lnote, err,
+                                    errlen);
+                t_val += now_ns() - t0;
+                if (!ok) {
+                    all_patch = 0;
+                    if (!note[0])
+                        snprintf(note, sizeof note, "lane %u: %s", li, lnote);
+                }
+            }
+            if (rc)
+                break;
+            sh->have_graph = 1;
+            sh->patch_ok = all_patch;
+            sh->check_rel = worst;
+            if (!all_patch && !sh->note[0])
+                snprintf(sh->note, sizeof sh->note, "%s", note);
+            st->rep.graphs += st->n_lanes;
+            if (all_patch)
+                st->rep.graphs_patch += st->n_lanes;
+        }
+    }
+    val_free(&v);
+    st->rep.t_capture = (double)t_cap / 1e6;
+    st->rep.t_validate = (double)t_val / 1e6;
+    return rc;
+}
+
+/* ---- completion -------------------------------------------------------------------------- */
+
+static void buf_unref(cu_state *st, cu_buf *h)
+{
+    if (atomic_fetch_sub(&h->gpu_refs, 1) == 1) {
+        pthread_mutex_lock(&st->ref_mu);
+        pthread_cond_broadcast(&st->ref_cv);
+        pthread_mutex_unlock(&st->ref_mu);
+    }
+}
+
+static cudaError_t wait_event(cudaEvent_t ev, uint64_t spin_ns)
+{
+    uint64_t t0 = now_ns();
+    for (;;) {
+        cudaError_t ce = cudaEventQuery(ev);
+        if (ce != cudaErrorNotReady)
+            return ce;
+        if (now_ns() - t0 > spin_ns)
+            break;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+    return cudaEventSynchronize(ev);
+}
+
+static void complete(cu_lane *ln, cu_pend *p, cudaError_t ce)
+{
+    cu_state *st = ln->st;
+    if (ce != cudaSuccess) {
+        char t[200];
+        ce_text(ce, t, sizeof t);
+        if (p->status == PJ_OK) {
+            p->status = PJ_E_BACKEND;
+            p->failed_op = UINT32_MAX;
+            snprintf(p->err, sizeof p->err, "CUDA error while the request ran: %s", t);
+        }
+        if (ce_sticky(ce)) {
+            p->fatal = 1;
+            mark_dead(st, t);
+        }
+    }
+    for (uint32_t i = 0; i < p->n_bufs; i++)
+        buf_unref(st, p->bufs[i]);
+    free(p->bufs);
+    p->bufs = NULL;
+    p->n_bufs = 0;
+    atomic_fetch_add(&ln->jobs, 1);
+    atomic_fetch_add(&ln->busy_ns, now_ns() - p->t_submit);
+    if (p->status != PJ_OK)
+        atomic_fetch_add(&st->failed, 1);
+    if (p->fatal)
+        atomic_fetch_add(&st->fatal_errors, 1);
+    pj_job *job = p->job;
+    p->job = NULL;
+    if (!job) {
+        if (p->status != PJ_OK)
+            pj_log_err("cuda: a request answered at launch (ACCEPT_REPLY) failed afterwards: %s",
+                       p->err);
+        return;
+    }
+    job->status = p->status;
+    job->fatal = p->fatal;
+    for (uint32_t i = 0; i < job->n_ops; i++) {
+        if (p->status == PJ_OK)
+            job->ops[i].status = PJ_OK;
+        else if (p->failed_op == UINT32_MAX || i > p->failed_op)
+            job->ops[i].status = PJ_E_BACKEND;
+        else if (i == p->failed_op)
+            job->ops[i].status = p->status;
+        else
+            job->ops[i].status = PJ_OK;
+    }
+    if (p->status != PJ_OK)
+        snprintf(job->err, sizeof job->err, "%s", p->err);
+    job->end_ns = now_ns();
+    job->done(job);
+}
+
+static void *completion_main(void *arg)
+{
+    cu_lane *ln = arg;
+    cudaSetDevice(ln->st->dev);
+    for (;;) {
+        pthread_mutex_lock(&ln->mu);
+        while (ln->count == 0 && !ln->stop)
+            pthread_cond_wait(&ln->cv, &ln->mu);
+        if (ln->count == 0) {
+            pthread_mutex_unlock(&ln->mu);
+            return NULL;
+        }
+        cu_pend *p = &ln->ring[ln->head];
+        pthread_mutex_unlock(&ln->mu);
+        cudaError_t ce = wait_event(p->ev, ln->st->spin_ns);
+        complete(ln, p, ce);
+        pthread_mutex_lock(&ln->mu);
+        ln->head = (ln->head + 1) % CU_RING;
+        ln->count--;
+        pthread_mutex_unlock(&ln->mu);
+    }
+}
+
+/* ---- buffers -------------------------------------------------------------------------------- */
+
+static cu_ipc *ipc_get(cu_state *st, const uint8_t *handle, char *err, size_t errlen)
+{
+    for (cu_ipc *c = st->ipcs; c; c = c->next) {
+        if (memcmp(c->handle, handle, PJ_WIRE_IPC_HANDLE_SIZE) == 0) {
+            c->refs++;
+            return c;
+        }
+    }
+    cu_ipc *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, errlen, "REGISTER: out of memory");
+        return NULL;
+    }
+    cudaIpcMemHandle_t h;
+    memcpy(&h, handle, sizeof h);
+    cudaError_t ce = cudaIpcOpenMemHandle(&c->dev, h, cudaIpcMemLazyEnablePeerAccess);
+    if (ce != cudaSuccess) {
+        char t[200];
+        ce_text(ce, t, sizeof t);
+        cudaGetLastError();
+        snprintf(err, errlen,
+                 "REGISTER: cudaIpcOpenMemHandle: %s (the handle must come from "
+                 "cudaIpcGetMemHandle on the base of a live cudaMalloc allocation)",
+                 t);
+        free(c);
+        return NULL;
+    }
+    uintptr_t base = 0;
+    size_t size = 0;
+    if (pj_cg_address_range(c->dev, &base, &size) != 0 || base > (uintptr_t)c->dev) {
+        snprintf(err, errlen, "REGISTER: cuMemGetAddressRange failed on the opened allocation");
+        cudaIpcCloseMemHandle(c->dev);
+        free(c);
+        return NULL;
+    }
+    c->alloc_size = size - ((uintptr_t)c->dev - base);
+    memcpy(c->handle, handle, PJ_WIRE_IPC_HANDLE_SIZE);
+    c->refs = 1;
+    c->next = st->ipcs;
+    st->ipcs = c;
+    st->n_ipc_open++;
+    return c;
+}
+
+static void ipc_put(cu_state *st, cu_ipc *c)
+{
+    if (--c->refs > 0)
+        return;
+    for (cu_ipc **pp = &st->ipcs; *pp; pp = &(*pp)->next) {
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    }
+    cudaError_t ce = cudaIpcCloseMemHandle(c->dev);
+    if (ce != cudaSuccess) {
+        char t[200];
+        ce_text(ce, t, sizeof t);
+        pj_log_warn("cuda: cudaIpcCloseMemHandle: %s", t);
+        cudaGetLastError();
+    }
+    st->n_ipc_open--;
+    free(c);
+}
+
+static int cu_buffer_open(pj_backend *b, const pj_buf_desc *d, void **addr, void **handle,
+                          char *err, size_t errlen)
+{
+    cu_state *st = b->priv;
+    *handle = NULL;
+    char t[200];
+    cu_buf *h = calloc(1, sizeof *h);
+    if (!h) {
+        snprintf(err, errlen, "REGISTER: out of memory");
+        return PJ_E_INTERNAL;
+    }
+    h->kind = d->kind;
+    h->size = d->size;
+    atomic_init(&h->gpu_refs, 0);
+    if (d->kind == PJ_BUF_SHM) {
+        /* The mapping covers whole pages; pin all of them. */
+        long pg = sysconf(_SC_PAGESIZE);
+        size_t psz = pg > 0 ? (size_t)pg : 4096;
+        size_t len = ((size_t)d->size + psz - 1) / psz * psz;
+        cudaError_t ce = cudaHostRegister(d->host, len, cudaHostRegisterDefault);
+        if (ce == cudaSuccess) {
+            ce = cudaHostGetDevicePointer(&h->dev, d->host, 0);
+            if (ce != cudaSuccess)
+                cudaHostUnregister(d->host);
+        }
+        if (ce != cudaSuccess) {
+            ce_text(ce, t, sizeof t);
+            cudaGetLastError();
+            snprintf(err, errlen, "REGISTER: pinning %llu bytes of shared memory: %s",
+                     (unsigned long long)d->size, t);
+            free(h);
+            return PJ_E_REGISTER;
+        }
+        h->host = d->host;
+    } else {
+        if (memcmp(d->device_uuid, b->device_uuid, PJ_WIRE_UUID_SIZE) != 0) {
+            char u[48];
+            uuid_format(d->device_uuid, u, sizeof u);
+            snprintf(err, errlen, "REGISTER: buffer is on device %s but projd serves %s", u,
+                     st->uuid_str);
+            free(h);
+            return PJ_E_REGISTER;
+        }
+        if (d->size == 0) {
+            snprintf(err, errlen, "REGISTER: CUDA buffer of 0 bytes");
+            free(h);
+            return PJ_E_REGISTER;
+        }
+        cu_ipc *c = ipc_get(st, d->ipc_handle, err, errlen);
+        if (!c) {
+            free(h);
+            return PJ_E_REGISTER;
+        }
+        if (d->size > c->alloc_size) {
+            snprintf(err, errlen,
+                     "REGISTER: CUDA buffer claims %llu bytes but its allocation has %zu (the "
+                     "handle must name the allocation's base; sizes count from there)",
+                     (unsigned long long)d->size, c->alloc_size);
+            ipc_put(st, c);
+            free(h);
+            return PJ_E_REGISTER;
+        }
+        h->ipc = c;
+        h->dev = c->dev;
+    }
+    *addr = h->dev;
+    *handle = h;
+    return PJ_OK;
+}
+
+static void cu_buffer_close(pj_backend *b, void *handle)
+{
+    cu_state *st = b->priv;
+    cu_buf *h = handle;
+    if (!h)
+        return;
+    /* Work answered at launch may still use it: wait for the GPU. */
+    if (atomic_load(&h->gpu_refs) > 0) {
+        uint64_t t0 = now_ns();
+        pthread_mutex_lock(&st->ref_mu);
+        while (atomic_load(&h->gpu_refs) > 0 && ms_since(t0) < CU_CLOSE_WAIT_MS) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 10 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&st->ref_cv, &st->ref_mu, &ts);
+        }
+        pthread_mutex_unlock(&st->ref_mu);
+        if (atomic_load(&h->gpu_refs) > 0) {
+            pj_log_err("cuda: a buffer is still in use by the GPU after %d ms; leaking it",
+                       CU_CLOSE_WAIT_MS);
+            return;
+        }
+    }
+    if (h->kind == PJ_BUF_SHM) {
+        cudaError_t ce = cudaHostUnregister(h->host);
+        if (ce != cudaSuccess) {
+            char t[200];
+            ce_text(ce, t, sizeof t);
+            pj_log_warn("cuda: cudaHostUnregister: %s", t);
+            cudaGetLastError();
+        }
+    } else if (h->ipc) {
+        ipc_put(st, h->ipc);
+    }
+    free(h);
+}
+
+/* ---- connections ------------------------------------------------------------------------- */
+
+static int cu_stream_create(pj_backend *b, pj_backend_stream **out, char *err, size_t errlen)
+{
+    cu_state *st = b->priv;
+    pj_backend_stream *bs = calloc(1, sizeof *bs);
+    if (!bs) {
+        snprintf(err, errlen, "backend cuda: out of memory");
+        return -ENOMEM;
+    }
+    cu_lane *best = st->lanes[0];
+    for (uint32_t i = 1; i < st->n_lanes; i++)
+        if (st->lanes[i]->n_conns < best->n_conns)
+            best = st->lanes[i];
+    best->n_conns++;
+    bs->ln = best;
+    *out = bs;
+    return 0;
+}
+
+static void cu_stream_destroy(pj_backend *b, pj_backend_stream *bs)
+{
+    (void)b;
+    if (!bs)
+        return;
+    for (uint32_t i = 0; i < bs->n_ev; i++)
+        cudaEventDestroy(bs->ev[i].ev);
+    bs->ln->n_conns--;
+    free(bs);
+}
+
+/* The connection's opened IPC event for this handle (opened on first use). */
+static cudaEvent_t conn_event(pj_backend_stream *bs, const uint8_t *handle, char *err,
+                              size_t errlen)
+{
+    bs->tick++;
+    for (uint32_t i = 0; i < bs->n_ev; i++) {
+        if (memcmp(bs->ev[i].h, handle, PJ_WIRE_IPC_HANDLE_SIZE) == 0) {
+            bs->ev[i].used = bs->tick;
+            return bs->ev[i].ev;
+        }
+    }
+    cudaIpcEventHandle_t h;
+    memcpy(&h, handle, sizeof h);
+    cudaEvent_t ev = NULL;
+    cudaError_t ce = cudaIpcOpenEventHandle(&ev, h);
+    if (ce != cudaSuccess) {
+        char t[200];
+        ce_text(ce, t, sizeof t);
+        cudaGetLastError();
+        snprintf(err, errlen,
+                 "cudaIpcOpenEventHandle: %s (the event must be created with "
+                 "cudaEventInterprocess | cudaEventDisableTiming)",
+                 t);
+        return NULL;
+    }
+    uint32_t slot = bs->n_ev;
+    if (slot == CU_EVCACHE) { /* evict the least recently used; pending waits keep it alive */
+        slot = 0;
+        for (uint32_t i = 1; i < CU_EVCACHE; i++)
+            if (bs->ev[i].used < bs->ev[slot].used)
+                slot = i;
+        cudaEventDestroy(bs->ev[slot].ev);
+    } else {
+        bs->n_ev++;
+    }
+    memcpy(bs->ev[slot].h, handle, PJ_WIRE_IPC_HANDLE_SIZE);
+    bs->ev[slot].ev = ev;
+    bs->ev[slot].used = bs->tick;
+    return ev;
+}
+
+/* ---- execution ------------------------------------------------------------------------- */
+
+static int shape_index(const cu_state *st, uint32_t m)
+{
+    for (uint32_t i = 0; i < st->n_shapes; i++)
+        if (st->shape_m[i] == m)
+            return (int)i;
+    return -1;
+}
+
+static int al16(const void *p)
+{
+    return ((uintptr_t)p & 15u) == 0;
+}
+
+static cudaError_t copy_rows(void *dst, size_t dld, const void *src, size_t sld, size_t width,
+                             uint32_t rows, cudaStream_t s)
+{
+    if (rows == 1 || (dld == width && sld == width))
+        return cudaMemcpyAsync(dst, src, width * rows, cudaMemcpyDefault, s);
+    return cudaMemcpy2DAsync(dst, dld, src, sld, width, rows, cudaMemcpyDefault, s);
+}
+
+/* Enqueue one op. Returns PJ_OK or a pj_status with err set. */
+static int run_op(cu_state *st, cu_lane *ln, pj_exec_op *op, char *err, size_t errlen)
+{
+    const cu_layer *cl = &st->layers[op->layer];
+    const cu_buf *hx = op->x_handle, *hy = op->y_handle;
+    int host = (hx && hx->kind == PJ_BUF_SHM) || (hy && hy->kind == PJ_BUF_SHM);
+    int si = shape_index(st, op->m);
+    const cu_shape *sh = si >= 0 ? &st->shapes[op->layer][si] : NULL;
+    int graph = sh && sh->have_graph && op->n == cl->graph_n;
+    const uint32_t K = cl->L.K;
+    cudaError_t ce = cudaSuccess;
+    char t[200];
+    int path;
+    pj_eng_kind k;
+    pj_eng_knobs kn;
+    if (graph && !host && sh->patch_ok && al16(op->x) && al16(op->y) && op->x_ld == K &&
+        op->y_ld == op->n) {
+        pj_cgraph *g = &ln->graphs[op->layer][si];
+        if (pj_cg_bind(g, op->x, op->y, t, sizeof t) != 0) {
+            snprintf(err, errlen, "op (%s m=%u): %s", cl->L.name, op->m, t);
+            return PJ_E_BACKEND;
+        }
+        ce = pj_cg_launch(g, ln->s);
+        path = PJ_CUDA_PATH_GRAPH;
+        k = sh->k;
+    } else if (graph) {
+        pj_cgraph *g = &ln->graphs[op->layer][si];
+        ce = copy_rows(ln->sx, (size_t)K * 2, op->x, op->x_ld * 2, (size_t)K * 2, op->m, ln->s);
+        if (ce == cudaSuccess && pj_cg_bind(g, ln->sx, ln->sy, t, sizeof t) != 0) {
+            snprintf(err, errlen, "op (%s m=%u): %s", cl->L.name, op->m, t);
+            return PJ_E_BACKEND;
+        }
+        if (ce == cudaSuccess)
+            ce = pj_cg_launch(g, ln->s);
+        if (ce == cudaSuccess)
+            ce = copy_rows(op->y, op->y_ld * 2, ln->sy, (size_t)op->n * 2, (size_t)op->n * 2, op->m,
+                           ln->s);
+        path = PJ_CUDA_PATH_GRAPH_STAGED;
+        k = sh->k;
+    } else {
+        pj_eng_call c;
+        memset(&c, 0, sizeof c);
+        c.L = &cl->L;
+        c.ws = &ln->ws[op->layer];
+        c.m = op->m;
+        c.n = op->n;
+        int step = -1;
+        if (!host) {
+            c.x = op->x;
+            c.ldx = op->x_ld;
+            c.y = op->y;
+            c.ldy = op->y_ld;
+            step = choose(st, cl, &c, &k, &kn);
+        }
+        if (step >= 0) {
+            path = PJ_CUDA_PATH_DIRECT;
+            if (pj_eng_launch(k, &kn, &c, ln->es) != 0)
+                ce = cudaErrorLaunchFailure;
+        } else {
+            path = PJ_CUDA_PATH_DIRECT_STAGED;
+            c.x = ln->sx;
+            c.ldx = K;
+            c.y = ln->sy;
+            c.ldy = op->n;
+            step = choose(st, cl, &c, &k, &kn);
+            if (step < 0) {
+                snprintf(err, errlen, "op (%s m=%u n=%u): no engine can run this shape", cl->L.name,
+                         op->m, op->n);
+                return PJ_E_BACKEND;
+            }
+            ce = copy_rows(ln->sx, (size_t)K * 2, op->x, op->x_ld * 2, (size_t)K * 2, op->m, ln->s);
+            if (ce == cudaSuccess && pj_eng_launch(k, &kn, &c, ln->es) != 0)
+                ce = cudaErrorLaunchFailure;
+            if (ce == cudaSuccess)
+                ce = copy_rows(op->y, op->y_ld * 2, ln->sy, (size_t)op->n * 2, (size_t)op->n * 2,
+                               op->m, ln->s);
+        }
+    }
+    op->engine = PJ_CUDA_ENGINE_ID(k, path);
+    if (ce != cudaSuccess) {
+        /* pj_eng_launch clears a launch's own error; a sticky one remains. */
+        cudaError_t last = cudaPeekAtLastError();
+        if (ce == cudaErrorLaunchFailure && last == cudaSuccess)
+            snprintf(err, errlen, "op (%s m=%u n=%u): %s launch failed", cl->L.name, op->m, op->n,
+                     pj_eng_name(k));
+        else {
+            ce_text(last != cudaSuccess ? last : ce, t, sizeof t);
+            snprintf(err, errlen, "op (%s m=%u n=%u, %s): %s", cl->L.name, op->m, op->n,
+                     pj_eng_name(k), t);
+        }
+        return PJ_E_BACKEND;
+    }
+    atomic_fetch_add(&st->path_ops[path], 1);
+    return PJ_OK;
+}
+
+/* Answer a job at once (nothing was enqueued for it). */
+static void fail_now(pj_job *job, int status, int fatal, const char *msg)
+{
+    job->status = status;
+    job->fatal = fatal;
+    for (uint32_t i = 0; i < job->n_ops; i++)
+        job->ops[i].status = status;
+    snprintf(job->err, sizeof job->err, "%s", msg);
+    job->end_ns = now_ns();
+    job->done(job);
+}
+
+static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
+{
+    cu_state *st = b->priv;
+    cu_lane *ln = bs->ln;
+    if (job->n_ops == 0)
+        return -EINVAL;
+    job->start_ns = now_ns();
+    job->err[0] = 0;
+    job->fatal = 0;
+    char msg[200];
+    if (atomic_load(&st->dead)) {
+        snprintf(msg, sizeof msg, "the device is in a failed state: %s", st->dead_msg);
+        fail_now(job, PJ_E_BACKEND, 1, msg);
+        return 0;
+    }
+    int accept = (job->flags & PJ_PF_ACCEPT_REPLY) != 0;
+    if (accept && !(job->flags & PJ_PF_SIGNAL_EVENT)) {
+        fail_now(job, PJ_E_FLAGS, 0, "PROJECT: ACCEPT_REPLY needs SIGNAL_EVENT");
+        return 0;
+    }
+    pthread_mutex_lock(&ln->mu);
+    int full = ln->count >= CU_RING;
+    uint32_t slot = (ln->head + ln->count) % CU_RING;
+    pthread_mutex_unlock(&ln->mu);
+    if (full)
+        return -EAGAIN;
+    cu_pend *p = &ln->ring[slot];
+    cu_buf **bufs = calloc(2 * (size_t)job->n_ops, sizeof *bufs);
+    if (!bufs)
+        return -ENOMEM;
+    if (!p->ev) {
+        cudaError_t ce =
+            cudaEventCreateWithFlags(&p->ev, cudaEventDisableTiming | cudaEventBlockingSync);
+        if (ce != cudaSuccess) {
+            p->ev = NULL;
+            free(bufs);
+            char t[200];
+            ce_text(ce, t, sizeof t);
+            snprintf(msg, sizeof msg, "cudaEventCreate: %s", t);
+            cudaError_t sk = sticky_check(ln->s);
+            if (sk != cudaSuccess) {
+                ce_text(sk, t, sizeof t);
+                mark_dead(st, t);
+            }
+            fail_now(job, PJ_E_BACKEND, sk != cudaSuccess, msg);
+            return 0;
+        }
+    }
+    p->job = job;
+    p->status = PJ_OK;
+    p->fatal = 0;
+    p->failed_op = UINT32_MAX;
+    p->err[0] = 0;
+    p->t_submit = job->start_ns;
+    p->bufs = bufs;
+    p->n_bufs = 0;
+    if (job->flags & PJ_PF_WAIT_EVENT) {
+        cudaEvent_t ev = conn_event(bs, job->wait_event, msg, sizeof msg);
+        cudaError_t ce = ev ? cudaStreamWaitEvent(ln->s, ev, 0) : cudaSuccess;
+        if (!ev || ce != cudaSuccess) {
+            p->status = PJ_E_BACKEND;
+            p->failed_op = UINT32_MAX;
+            if (ev) {
+                char t[200];
+                ce_text(ce, t, sizeof t);
+                snprintf(p->err, sizeof p->err, "waiting on the client's event: %s", t);
+            } else {
+                snprintf(p->err, sizeof p->err, "WAIT_EVENT: %s", msg);
+            }
+        }
+    }
+    for (uint32_t i = 0; i < job->n_ops && p->status == PJ_OK; i++) {
+        pj_exec_op *op = &job->ops[i];
+        int rc = run_op(st, ln, op, p->err, sizeof p->err);
+        if (rc != PJ_OK) {
+            p->status = rc;
+            p->failed_op = i;
+            break;
+        }
+        cu_buf *hx = op->x_handle, *hy = op->y_handle;
+        if (hx) {
+            atomic_fetch_add(&hx->gpu_refs, 1);
+            p->bufs[p->n_bufs++] = hx;
+        }
+        if (hy) {
+            atomic_fetch_add(&hy->gpu_refs, 1);
+            p->bufs[p->n_bufs++] = hy;
+        }
+        atomic_fetch_add(&st->ops, 1);
+    }
+    if (st->fault_after > 0 && ++st->fault_count == st->fault_after) {
+        pj_log_warn("cuda: PROJD_CUDA_FAULT_AFTER=%ld: launching a faulting kernel after job %ld",
+                    st->fault_after, st->fault_count);
+        pj_cuda_fault_launch(ln->s);
+    }
+    if (p->status == PJ_OK && (job->flags & PJ_PF_SIGNAL_EVENT)) {
+        cudaEvent_t ev = conn_event(bs, job->signal_event, msg, sizeof msg);
+        cudaError_t ce = ev ? cudaEventRecord(ev, ln->s) : cudaSuccess;
+        if (!ev || ce != cudaSuccess) {
+            p->status = PJ_E_BACKEND;
+            p->failed_op = UINT32_MAX;
+            if (ev) {
+                char t[200];
+                ce_text(ce, t, sizeof t);
+                snprintf(p->err, sizeof p->err, "recording the client's event: %s", t);
+            } else {
+                snprintf(p->err, sizeof p->err, "SIGNAL_EVENT: %s", msg);
+            }
+        }
+    }
+    if (p->status != PJ_OK) {
+        cudaError_t sk = sticky_check(ln->s);
+        if (sk != cudaSuccess) {
+            char t[200];
+            ce_text(sk, t, sizeof t);
+            p->fatal = 1;
+            mark_dead(st, t);
+        }
+    }
+    cudaError_t ce = cudaEventRecord(p->ev, ln->s);
+    if (ce != cudaSuccess && p->status == PJ_OK) {
+        char t[200];
+        ce_text(ce, t, sizeof t);
+        p->status = PJ_E_BACKEND;
+        p->failed_op = UINT32_MAX;
+        snprintf(p->err, sizeof p->err, "cudaEventRecord: %s", t);
+        cudaError_t sk = sticky_check(ln->s);
+        if (sk != cudaSuccess) {
+            ce_text(sk, t, sizeof t);
+            p->fatal = 1;
+            mark_dead(st, t);
+        }
+    }
+    atomic_fetch_add(&st->jobs, 1);
+    int answer_now = accept && p->status == PJ_OK;
+    if (answer_now) {
+        p->job = NULL;
+        atomic_fetch_add(&st->accepted, 1);
+    }
+    pthread_mutex_lock(&ln->mu);
+    ln->count++;
+    pthread_cond_signal(&ln->cv);
+    pthread_mutex_unlock(&ln->mu);
+    if (answer_now) {
+        /* The completion thread no longer touches the job. */
+        job->status = PJ_OK;
+        for (uint32_t i = 0; i < job->n_ops; i++)
+            job->ops[i].status = PJ_OK;
+        job->end_ns = now_ns();
+        job->done(job);
+    }
+    return 0;
+}
+
+/* ---- stats and report -------------------------------------------------------------------- */
+
+static void add_engines_json(cu_state *st, cJSON *arr)
+{
+    for (uint32_t l = 0; l < st->n_layers; l++) {
+        for (uint32_t si = 0; si < st->n_shapes; si++) {
+            const cu_shape *sh = &st->shapes[l][si];
+            cJSON *o = cJSON_CreateObject();
+            if (!o)
+                return;
+            char kn[96];
+            pj_eng_knobs_str(sh->k, &sh->kn, kn, sizeof kn);
+            cJSON_AddStringToObject(o, "layer", st->layers[l].L.name);
+            cJSON_AddNumberToObject(o, "m", st->shape_m[si]);
+            cJSON_AddNumberToObject(o, "n", st->layers[l].graph_n);
+            cJSON_AddStringToObject(o, "engine", pj_eng_name(sh->k));
+            cJSON_AddStringToObject(o, "knobs", kn);
+            cJSON_AddStringToObject(o, "why", step_name(sh->step));
+            cJSON_AddStringToObject(o, "graph",
+                                    !sh->have_graph ? "none"
+                                    : sh->patch_ok  ? "rebound"
+                                                    : "staged");
+            cJSON_AddNumberToObject(o, "check_rel", sh->check_rel);
+            if (sh->note[0])
+                cJSON_AddStringToObject(o, "note", sh->note);
+            cJSON_AddItemToArray(arr, o);
+        }
+    }
+}
+
+static void cu_stats_json(pj_backend *b, cJSON *obj)
+{
+    cu_state *st = b->priv;
+    cJSON_AddStringToObject(obj, "device", st->prop.name);
+    cJSON_AddStringToObject(obj, "uuid", st->uuid_str);
+    cJSON_AddNumberToObject(obj, "lanes", st->n_lanes);
+    cJSON_AddNumberToObject(obj, "jobs", (double)atomic_load(&st->jobs));
+    cJSON_AddNumberToObject(obj, "ops", (double)atomic_load(&st->ops));
+    cJSON_AddNumberToObject(obj, "accepted", (double)atomic_load(&st->accepted));
+    cJSON_AddNumberToObject(obj, "failed", (double)atomic_load(&st->failed));
+    cJSON_AddNumberToObject(obj, "fatal", (double)atomic_load(&st->fatal_errors));
+    cJSON_AddBoolToObject(obj, "dead", atomic_load(&st->dead));
+    cJSON_AddNumberToObject(obj, "ipc_open", st->n_ipc_open);
+    cJSON *paths = cJSON_AddObjectToObject(obj, "paths");
+    if (paths) {
+        cJSON_AddNumberToObject(paths, "graph", (double)atomic_load(&st->path_ops[1]));
+        cJSON_AddNumberToObject(paths, "graph_staged", (double)atomic_load(&st->path_ops[2]));
+        cJSON_AddNumberToObject(paths, "direct", (double)atomic_load(&st->path_ops[3]));
+        cJSON_AddNumberToObject(paths, "direct_staged", (double)atomic_load(&st->path_ops[4]));
+    }
+    cJSON *lanes = cJSON_AddArrayToObject(obj, "lane");
+    for (uint32_t i = 0; lanes && i < st->n_lanes; i++) {
+        cJSON *o = cJSON_CreateObject();
+        if (!o)
+            break;
+        cJSON_AddNumberToObject(o, "connections", st->lanes[i]->n_conns);
+        cJSON_AddNumberToObject(o, "jobs", (double)atomic_load(&st->lanes[i]->jobs));
+        cJSON_AddItemToArray(lanes, o);
+    }
+    size_t fr = 0, tot = 0;
+    if (!atomic_load(&st->dead) && cudaMemGetInfo(&fr, &tot) != cudaSuccess)
+        cudaGetLastError();
+    cJSON *mem = cJSON_AddObjectToObject(obj, "memory");
+    if (mem) {
+        cJSON_AddNumberToObject(mem, "weights_stored_bytes", (double)st->rep.weights_stored);
+        cJSON_AddNumberToObject(mem, "weights_bf16_copy_bytes",
+                                (double)st->rep.weights_bf16_copies);
+        cJSON_AddNumberToObject(mem, "used_weights_bytes", (double)st->rep.used_weights);
+        cJSON_AddNumberToObject(mem, "used_lanes_bytes", (double)st->rep.used_lanes);
+        cJSON_AddNumberToObject(mem, "used_graphs_bytes", (double)st->rep.used_graphs);
+        cJSON_AddNumberToObject(mem, "used_total_bytes", (double)st->rep.used_total);
+        cJSON_AddNumberToObject(mem, "device_free_bytes", (double)fr);
+        cJSON_AddNumberToObject(mem, "device_total_bytes", (double)tot);
+    }
+    cJSON *su = cJSON_AddObjectToObject(obj, "startup_ms");
+    if (su) {
+        cJSON_AddNumberToObject(su, "load", st->b->model->load_ms);
+        cJSON_AddNumberToObject(su, "convert", st->b->model->convert_ms);
+        cJSON_AddNumberToObject(su, "device", st->rep.t_device);
+        cJSON_AddNumberToObject(su, "upload", st->rep.t_upload);
+        cJSON_AddNumberToObject(su, "lanes", st->rep.t_lanes);
+        cJSON_AddNumberToObject(su, "capture", st->rep.t_capture);
+        cJSON_AddNumberToObject(su, "validate", st->rep.t_validate);
+        cJSON_AddNumberToObject(su, "backend_total", st->rep.t_total);
+    }
+    cJSON_AddStringToObject(obj, "table", st->rep.table);
+    cJSON *eng = cJSON_AddArrayToObject(obj, "engines");
+    if (eng)
+        add_engines_json(st, eng);
+}
+
+static void log_report(cu_state *st)
+{
+    const cu_report *r = &st->rep;
+    const pj_model *md = st->b->model;
+    int drv = 0, rt = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    pj_log_info("cuda: device %d %s (%s), sm_%d%d, %d SMs, %.1f GiB; driver %d.%d, runtime %d.%d, "
+                "cuBLAS %d",
+                st->dev, st->prop.name, st->uuid_str, st->prop.major, st->prop.minor,
+                st->prop.multiProcessorCount, (double)r->mem_total / (1u << 30), drv / 1000,
+                drv % 1000 / 10, rt / 1000, rt % 1000 / 10, pj_eng_cublas_version());
+    pj_log_info(
+        "cuda: startup: load %.1f ms, convert %.1f ms, device init %.1f ms, upload %.1f ms, "
+        "lanes %.1f ms, capture %.1f ms (%u graphs on %u lanes), validate %.1f ms; "
+        "backend total %.1f ms",
+        md->load_ms, md->convert_ms, r->t_device, r->t_upload, r->t_lanes, r->t_capture, r->graphs,
+        st->n_lanes, r->t_validate, r->t_total);
+    pj_log_info("cuda: device memory: weights %.1f MiB (stored formats %.1f MiB + bf16 copies "
+                "%.1f MiB), lanes %.1f MiB (workspaces, cuBLAS, staging), graphs %.1f MiB; "
+                "total %.1f MiB used of %.1f MiB free at start (cudaMemGetInfo)",
+                mib(r->used_weights), mib(r->weights_stored), mib(r->weights_bf16_copies),
+                mib(r->used_lanes), mib(r->used_graphs), mib(r->used_total), mib(r->mem_free0));
+    pj_log_info("cuda: tuning table: %s%s", r->table,
+                r->table_entries > 0 ? "" : (st->env_force[0] ? "; engine forced by env" : ""));
+    for (uint32_t l = 0; l < st->n_layers; l++) {
+        const cu_layer *cl = &st->layers[l];
+        for (uint32_t si = 0; si < st->n_shapes; si++) {
+            const cu_shape *sh = &st->shapes[l][si];
+            char kn[96];
+            pj_eng_knobs_str(sh->k, &sh->kn, kn, sizeof kn);
+            pj_log_info("cuda: engine %s m=%u n=%u: %s(%s) [%s], graph %s%s%s", cl->L.name,
+                        st->shape_m[si], cl->graph_n, pj_eng_name(sh->k), kn, step_name(sh->step),
+                        sh->patch_ok ? "rebound per request" : "staged", sh->note[0] ? ": " : "",
+                        sh->note);
+        }
+    }
+    pj_log_info("cuda: %u lanes (streams), %u graphs of %u rebindable", st->n_lanes, r->graphs,
+                r->graphs_patch);
+}
+
+/* ---- open / close -------------------------------------------------------------------------- */
+
+static void cu_close(pj_backend *b)
+{
+    cu_state *st = b->priv;
+    if (!st)
+        return;
+    for (uint32_t i = 0; i < st->n_lanes; i++) {
+        cu_lane *ln = st->lanes[i];
+        if (!ln->th_started)
+            continue;
+        pthread_mutex_lock(&ln->mu);
+        ln->stop = 1;
+        pthread_cond_broadcast(&ln->cv);
+        pthread_mutex_unlock(&ln->mu);
+        pthread_join(ln->th, NULL);
+    }
+    if (!atomic_load(&st->dead))
+        cudaDeviceSynchronize();
+    for (uint32_t i = 0; i < st->n_lanes; i++)
+        lane_free(st->lanes[i]);
+    while (st->ipcs) {
+        cu_ipc *c = st->ipcs;
+        st->ipcs = c->next;
+        cudaIpcCloseMemHandle(c->dev);
+        free(c);
+    }
+    free_layers(st);
+    free(st->table);
+    pthread_cond_destroy(&st->ref_cv);
+    pthread_mutex_destroy(&st->ref_mu);
+    free(st);
+    b->priv = NULL;
+}
+
+static int cu_open(pj_backend *b, char *err, size_t errlen)
+{
+    uint64_t t_start = now_ns();
+    cu_state *st = calloc(1, sizeof *st);
+    if (!st) {
+        snprintf(err, errlen, "backend cuda: out of memory");
+        return -ENOMEM;
+    }
+    st->b = b;
+    b->priv = st;
+    pthread_mutex_init(&st->ref_mu, NULL);
+    pthread_cond_init(&st->ref_cv, NULL);
+    const pj_config *cfg = b->cfg;
+    st->max_m = cfg->shapes.max_m ? cfg->shapes.max_m : 1;
+    for (uint32_t i = 0; i < cfg->shapes.n_m && st->n_shapes < CU_MAX_S; i++)
+        if (cfg->shapes.m[i] >= 1 && cfg->shapes.m[i] <= st->max_m &&
+            shape_index(st, cfg->shapes.m[i]) < 0)
+            st->shape_m[st->n_shapes++] = cfg->shapes.m[i];
+    const char *fe = getenv("PROJD_FORCE_ENGINE");
+    if (fe && *fe) {
+        split_force(fe, st->env_force, sizeof st->env_force, st->env_knobs, sizeof st->env_knobs);
+        if (pj_eng_from_name(st->env_force) < 0) {
+            snprintf(err, errlen, "PROJD_FORCE_ENGINE=%s: unknown engine", fe);
+            cu_close(b);
+            return -EINVAL;
+        }
+    }
+    st->no_patch = env_long("PROJD_CUDA_NO_PATCH", 0, 0, 1) != 0;
+    st->fault_after = env_long("PROJD_CUDA_FAULT_AFTER", 0, 0, 1000000000L);
+    st->spin_ns = (uint64_t)env_long("PROJD_CUDA_SPIN_US", CU_SPIN_US, 0, 1000000) * 1000u;
+    uint32_t n_lanes = (uint32_t)env_long("PROJD_CUDA_LANES", CU_DEFAULT_LANES, 1, CU_MAX_LANES);
+    int rc = 0;
+    uint64_t t0 = now_ns();
+    rc = select_device(st, err, errlen);
+    if (!rc)
+        rc = pj_cg_init(err, errlen);
+    if (rc) {
+        cu_close(b);
+        return rc;
+    }
+    size_t fr0 = 0, fr1 = 0, fr2 = 0, fr3 = 0, tot = 0;
+    cudaMemGetInfo(&fr0, &tot);
+    st->rep.mem_total = tot;
+    st->rep.mem_free0 = fr0;
+    st->rep.t_device = ms_since(t0);
+    load_table(st);
+
+    t0 = now_ns();
+    rc = upload_layers(st, err, errlen);
+    if (rc) {
+        cu_close(b);
+        return rc;
+    }
+    cudaMemGetInfo(&fr1, &tot);
+    st->rep.t_upload = ms_since(t0);
+
+    t0 = now_ns();
+    for (uint32_t i = 0; i < n_lanes && !rc; i++) {
+        rc = lane_create(st, i, &st->lanes[i], err, errlen);
+        if (!rc)
+            st->n_lanes = i + 1;
+    }
+    cudaMemGetInfo(&fr2, &tot);
+    st->rep.t_lanes = ms_since(t0);
+    if (!rc)
+        rc = build_graphs(st, err, errlen);
+    if (rc) {
+        cu_close(b);
+        return rc;
+    }
+    cudaMemGetInfo(&fr3, &tot);
+    st->rep.used_weights = fr0 > fr1 ? fr0 - fr1 : 0;
+    st->rep.used_lanes = fr1 > fr2 ? fr1 - fr2 : 0;
+    st->rep.used_graphs = fr2 > fr3 ? fr2 - fr3 : 0;
+    st->rep.used_total = fr0 > fr3 ? fr0 - fr3 : 0;
+    for (uint32_t i = 0; i < st->n_lanes; i++) {
+        cu_lane *ln = st->lanes[i];
+        int e = pthread_create(&ln->th, NULL, completion_main, ln);
+        if (e) {
+            snprintf(err, errlen, "lane %u: cannot start its completion thread: %s", i,
+                     strerror(e));
+            cu_close(b);
+            return -e;
+        }
+        ln->th_started = 1;
+    }
+    st->rep.t_total = ms_since(t_start);
+    log_report(st);
+    return 0;
+}
+
+static const pj_backend_ops cuda_ops = {
+    .name = "cuda",
+    .kind = PJ_BACKEND_CUDA,
+    .project_flags = PJ_PF_WAIT_EVENT | PJ_PF_SIGNAL_EVENT | PJ_PF_ACCEPT_REPLY,
+    .stream_depth = 8,
+    .open = cu_open,
+    .close = cu_close,
+    .buffer_open = cu_buffer_open,
+    .buffer_close = cu_buffer_close,
+    .stream_create = cu_stream_create,
+    .stream_destroy = cu_stream_destroy,
+    .submit = cu_submit,
+    .stats_json = cu_stats_json,
+};
+
+const pj_backend_ops *pj_backend_cuda_ops(void)
+{
+    return &cuda_ops;
+}

@@ -1,0 +1,305 @@
+/* cuda_common.h — what the cuda backend's GPU suites share (header only:
+ * every C file under tests/gpu is its own binary).
+ *
+ * No Check here: Check forks each test, and a process that has touched CUDA
+ * or nng must not fork children that use them (shared/device/RUNNING.md).
+ * The suites count checks themselves, print one FAIL line per failure and
+ * exit 0 (all passed), 1 (a failure) or 77 (no GPU: skipped).
+ *
+ * Numerics: a result is compared with the CPU reference (refgemm.h) by its
+ * relative L2 error over the m x n block (< 1e-2), no NaN, no element left
+ * at the 0xffff poison inside the block, and every element outside it still
+ * 0xffff.
+ */
+#ifndef PJ_TEST_CUDA_COMMON_H
+#define PJ_TEST_CUDA_COMMON_H
+
+#include <cjson/cJSON.h>
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/bf16.h"
+#include "kernels/refgemm.h"
+#include "tests/helpers/daemon_check.h"
+#include "tests/helpers/daemon_proc.h"
+#include "tests/helpers/wire_client.h"
+
+/* Failure lines are cut to their buffers on purpose. */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+
+#define CC_UNUSED   __attribute__((unused))
+#define CC_READY_MS 120000
+#define CC_REPLY_MS 60000
+#define CC_TOL      1e-2
+
+static atomic_long cc_pass, cc_fail;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            atomic_fetch_add(&cc_pass, 1);                                                         \
+        } else {                                                                                   \
+            atomic_fetch_add(&cc_fail, 1);                                                         \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+            fflush(stdout);                                                                        \
+        }                                                                                          \
+    } while (0)
+
+static CC_UNUSED long long cc_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static CC_UNUSED void cc_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Number of visible devices; 0 with why set when none. */
+static CC_UNUSED int cc_gpu_count(char *why, size_t whylen)
+{
+    int n = 0;
+    cudaError_t ce = cudaGetDeviceCount(&n);
+    if (ce != cudaSuccess) {
+        snprintf(why, whylen, "%s: %s", cudaGetErrorName(ce), cudaGetErrorString(ce));
+        return 0;
+    }
+    if (n == 0)
+        snprintf(why, whylen, "no device");
+    return n;
+}
+
+static CC_UNUSED uint64_t cc_mix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Start projd on the cuda backend with the small test model (extra: more
+ * config JSON merged over {"device":{"backend":"cuda"}}, may be NULL). */
+static CC_UNUSED int cc_start(pj_dproc *d, const char *model, const char *extra_json, char *err,
+                              size_t errlen)
+{
+    char cfg[4096];
+    snprintf(cfg, sizeof cfg, "{\"device\":{\"backend\":\"cuda\"},\"log\":{\"level\":\"info\"}}");
+    int rc = pj_dproc_prepare(d, model, cfg, err, errlen);
+    if (rc == 0 && extra_json) {
+        /* Apply the extra JSON on top of what prepare wrote. */
+        pj_config c;
+        pj_config_defaults(&c);
+        rc = pj_config_apply_file(&c, d->config, err, errlen);
+        if (rc == 0)
+            rc = pj_config_apply_json(&c, extra_json, strlen(extra_json), err, errlen);
+        if (rc == 0) {
+            char *text = pj_config_to_json(&c);
+            FILE *f = text ? fopen(d->config, "w") : NULL;
+            if (f) {
+                fputs(text, f);
+                fclose(f);
+            } else {
+                rc = -EIO;
+                snprintf(err, errlen, "cannot rewrite %s", d->config);
+            }
+            free(text);
+        }
+    }
+    if (rc == 0)
+        rc = pj_dproc_spawn(d, NULL, 1, CC_READY_MS, err, errlen);
+    return rc;
+}
+
+/* Stop with SIGTERM; the exit code must be 0. */
+static CC_UNUSED void cc_stop(pj_dproc *d, const char *what)
+{
+    int code = pj_dproc_stop(d, 60000);
+    CHECK(code == 0, "%s: projd exit code %d", what, code);
+    if (code != 0)
+        pj_dproc_dump_log(d);
+    pj_dproc_cleanup(d);
+}
+
+/* Copy lines of the daemon log that contain needle to stdout. */
+static CC_UNUSED void cc_print_log_lines(const pj_dproc *d, const char *needle)
+{
+    FILE *f = fopen(d->log, "r");
+    if (!f)
+        return;
+    char line[4096];
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, needle))
+            fputs(line, stdout);
+    fclose(f);
+}
+
+static CC_UNUSED double cc_stat(pjt_client *c, const char *path)
+{
+    cJSON *st = NULL;
+    double v = -1;
+    if (pjt_stats(c, &st) == PJ_OK) {
+        v = pjt_json_num(st, path);
+        cJSON_Delete(st);
+    }
+    return v;
+}
+
+static CC_UNUSED double cc_wait_stat(pjt_client *c, const char *path, double want, int timeout_ms)
+{
+    long long end = cc_now_us() + (long long)timeout_ms * 1000;
+    double v = -1;
+    for (;;) {
+        v = cc_stat(c, path);
+        if (v == want || cc_now_us() >= end)
+            return v;
+        cc_sleep_ms(20);
+    }
+}
+
+/* Check a y buffer (count elements, host copy) after shape s ran against
+ * ref (m x N, contiguous). 0 or -1 with why. */
+static CC_UNUSED int cc_verify(const uint16_t *Y, size_t count, const pjc_shape *s, uint32_t m,
+                               uint32_t N, const uint16_t *ref, double *rel_out, char *why,
+                               size_t whylen)
+{
+    double num = 0, den = 0;
+    size_t unwritten = 0, nans = 0, outside = 0, first_bad = (size_t)-1;
+    for (size_t e = 0; e < count; e++) {
+        int in = 0;
+        uint64_t r = 0, c = 0;
+        if (e >= s->y_off) {
+            r = (e - s->y_off) / s->y_ld;
+            c = (e - s->y_off) % s->y_ld;
+            in = r < m && c < s->n;
+        }
+        if (!in) {
+            if (Y[e] != PJC_POISON) {
+                outside++;
+                if (first_bad == (size_t)-1)
+                    first_bad = e;
+            }
+            continue;
+        }
+        if (Y[e] == PJC_POISON) {
+            unwritten++;
+            if (first_bad == (size_t)-1)
+                first_bad = e;
+            continue;
+        }
+        float got = pj_bf16_to_f32(Y[e]), want = pj_bf16_to_f32(ref[r * N + c]);
+        if (isnan(got)) {
+            nans++;
+            continue;
+        }
+        num += ((double)got - want) * ((double)got - want);
+        den += (double)want * want;
+    }
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    if (rel_out)
+        *rel_out = rel;
+    if (unwritten || nans || outside || !(rel < CC_TOL)) {
+        snprintf(why, whylen,
+                 "layer %u m %u n %u (x_off %llu x_ld %llu y_off %llu y_ld %llu): rel err %.3g, "
+                 "%zu unwritten, %zu NaN, %zu written outside (first bad element %zu)",
+                 s->layer, m, s->n, (unsigned long long)s->x_off, (unsigned long long)s->x_ld,
+                 (unsigned long long)s->y_off, (unsigned long long)s->y_ld, rel, unwritten, nans,
+                 outside, first_bad);
+        return -1;
+    }
+    return 0;
+}
+
+/* A random shape of the small model (every kind of offset and stride),
+ * or with graph = 1 the captured form (n = max_n, contiguous, offset 0). */
+static CC_UNUSED pjc_shape cc_shape(uint64_t *seed, uint32_t layer, uint32_t mi, int graph)
+{
+    const pj_model *model = pjc_model();
+    const pj_model_layer *L = &model->layers[layer];
+    uint64_t r = cc_mix(seed);
+    pjc_shape s = {.layer = layer, .mi = mi, .variant = (uint32_t)(r >> 4) & 1};
+    if (graph) {
+        s.n = L->max_n;
+        s.x_ld = L->w.k;
+        s.y_ld = s.n;
+        return s;
+    }
+    s.n = (r >> 8) % 3 == 0 ? L->max_n : 1 + (uint32_t)((r >> 12) % L->max_n);
+    s.x_off = (r >> 24) % 64;
+    s.x_ld = L->w.k + (r >> 32) % 9;
+    s.y_off = (r >> 40) % 64;
+    s.y_ld = s.n + (r >> 48) % 9;
+    return s;
+}
+
+/* Write shape s's reference x into a host image of the x buffer. */
+static CC_UNUSED void cc_fill_x(uint16_t *X, const pjc_shape *s)
+{
+    const pj_weights *w = &pjc_model()->layers[s->layer].w;
+    uint32_t m = PJC_MS[s->mi];
+    const uint16_t *x = pjc_ref_x(s->layer, s->mi, s->variant);
+    for (uint32_t i = 0; i < m; i++)
+        memcpy(X + s->x_off + i * s->x_ld, x + (size_t)i * w->k, (size_t)w->k * 2);
+}
+
+/* PROJECT with event handles (NULL when the flag is not set). */
+static CC_UNUSED int cc_project_ev(pjt_client *c, uint32_t flags, const pj_op *ops, uint32_t n_ops,
+                                   const uint8_t *wait_ev, const uint8_t *signal_ev, pj_done *done,
+                                   pj_op_result *res)
+{
+    pj_project p;
+    memset(&p, 0, sizeof p);
+    p.flags = flags;
+    p.n_ops = n_ops;
+    p.ops = (pj_op *)ops;
+    if (wait_ev)
+        memcpy(p.wait_event, wait_ev, PJ_WIRE_IPC_HANDLE_SIZE);
+    if (signal_ev)
+        memcpy(p.signal_event, signal_ev, PJ_WIRE_IPC_HANDLE_SIZE);
+    pj_wbuf_reset(&c->wb);
+    pj_enc_project(&c->wb, c->next_id++, &p);
+    int rc = pjt_call(c, PJ_MSG_DONE);
+    if (rc != PJ_OK)
+        return rc;
+    char err[256];
+    done->ops = res;
+    if (pj_dec_done(c->body, c->rh.body_len, n_ops, done, err, sizeof err) != PJ_OK)
+        return -EPROTO;
+    return PJ_OK;
+}
+
+/* Percentile of a sorted array. */
+static CC_UNUSED double cc_pct(const double *sorted, size_t n, double p)
+{
+    if (n == 0)
+        return 0;
+    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
+    return sorted[i < n ? i : n - 1];
+}
+
+static CC_UNUSED int cc_cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static CC_UNUSED int cc_summary(const char *suite, long long t0_us)
+{
+    long p = atomic_load(&cc_pass), f = atomic_load(&cc_fail);
+    printf("%s: %ld checks passed, %ld failed (%.1f s)\n", suite, p, f,
+           (double)(cc_now_us() - t0_us) / 1e6);
+    return f ? 1 : 0;
+}
+
+#endif

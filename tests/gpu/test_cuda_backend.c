@@ -1,0 +1,428 @@
+/* test_cuda_backend.c — projd end to end on the cuda backend with host
+ * shared-memory buffers (pinned by the daemon with cudaHostRegister).
+ *
+ * The daemon is build/bin/projd ($PJ_BUILD) on the small test model, a
+ * child process (fork + exec, before this process touches nng; it never
+ * makes a CUDA context). Sections:
+ *   A  default engines (the dispatcher's ladder): every layer x m in
+ *      {1, 8, 16, 32, 128, 256} in the captured form (graph replay through
+ *      the staging buffers), random n / offsets / strides (direct launches),
+ *      two-op chains, ACCEPT_REPLY without SIGNAL_EVENT refused, a bad
+ *      WAIT_EVENT handle failing only its request, STATS figures, the
+ *      start-up report in the log, SIGTERM exit 0.
+ *   B  PROJD_FORCE_ENGINE=cublas: the same shapes, every engine cuBLAS.
+ *   C  8 connections at once, PJ_GPU_E2E_REQUESTS requests each (default
+ *      100), every result checked.
+ *   F  (--fault only) a sticky device error: the daemon exits 1.
+ * Every result is checked against the CPU reference (cuda_common.h).
+ * Exit: 0 all passed, 1 a failure, 77 no GPU.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include "daemon/backend_cuda.h"
+#include "tests/gpu/cuda_common.h"
+
+#define XBYTES (160u * 1024u)
+#define YBYTES (320u * 1024u)
+
+static char g_model[4200];
+
+/* Run shape s on t (shm buffers), check it. 0 or -1 (why). */
+static int run_shm(pjc_conn *t, const pjc_shape *s, uint16_t *engine, char *why, size_t whylen)
+{
+    const pj_model *model = pjc_model();
+    uint32_t m = PJC_MS[s->mi];
+    cc_fill_x(t->xs.p, s);
+    memset(t->ys.p, 0xff, t->ys.size);
+    pj_op op = pjc_op(t, s);
+    pj_done d;
+    pj_op_result res[1];
+    int rc = pjt_project(&t->c, 0, &op, 1, &d, res);
+    if (rc != PJ_OK) {
+        snprintf(why, whylen, "PROJECT layer %u m %u n %u: %d %s", s->layer, m, s->n, rc,
+                 rc > 0 ? t->c.err.msg : "");
+        return -1;
+    }
+    if (d.status != PJ_OK || res[0].status != PJ_OK) {
+        snprintf(why, whylen, "layer %u m %u n %u: DONE status %d op %d", s->layer, m, s->n,
+                 d.status, res[0].status);
+        return -1;
+    }
+    if (engine)
+        *engine = res[0].engine;
+    return cc_verify(t->ys.p, t->ys.size / 2, s, m, model->layers[s->layer].w.n,
+                     pjc_ref_y(s->layer, s->mi, s->variant), NULL, why, whylen);
+}
+
+/* Every (layer, m) in the captured form, then random shapes. Returns the
+ * number of failures. */
+static int sweep(pjc_conn *t, int n_random, uint64_t seed, const char *label)
+{
+    const pj_model *model = pjc_model();
+    int fails = 0;
+    char why[600];
+    for (uint32_t l = 0; l < model->n_layers; l++) {
+        for (uint32_t mi = 0; mi < PJC_N_MS; mi++) {
+            for (uint32_t v = 0; v < PJC_VARIANTS; v++) {
+                pjc_shape s = cc_shape(&seed, l, mi, 1);
+                s.variant = v;
+                uint16_t eng = 0;
+                int rc = run_shm(t, &s, &eng, why, sizeof why);
+                CHECK(rc == 0, "%s graph shape: %s", label, why);
+                CHECK(rc != 0 || (eng >> 8) == PJ_CUDA_PATH_GRAPH_STAGED,
+                      "%s layer %u m %u: engine id 0x%04x is not a staged graph replay", label, l,
+                      PJC_MS[mi], eng);
+                fails += rc != 0;
+            }
+        }
+    }
+    for (int i = 0; i < n_random; i++) {
+        uint32_t l = (uint32_t)i % model->n_layers;
+        uint32_t mi = (uint32_t)(i / (int)model->n_layers) % PJC_N_MS;
+        pjc_shape s = cc_shape(&seed, l, mi, 0);
+        int rc = run_shm(t, &s, NULL, why, sizeof why);
+        CHECK(rc == 0, "%s random shape %d: %s", label, i, why);
+        fails += rc != 0;
+    }
+    return fails;
+}
+
+/* Two ops in one request: layer a (x -> y[0..]), then layer b reading
+ * that output. b is checked against the reference computed from what a
+ * actually wrote. */
+static void chain(pjc_conn *t)
+{
+    const pj_model *model = pjc_model();
+    uint32_t a = 0, b = 0;
+    if (pjc_chain_pair(&a, &b) != 0) {
+        printf("chain: no layer pair with N_a == k_b in the small model; skipped\n");
+        return;
+    }
+    const pj_weights *wa = &model->layers[a].w, *wb = &model->layers[b].w;
+    for (uint32_t mi = 0; mi < PJC_N_MS; mi++) {
+        uint32_t m = PJC_MS[mi];
+        pjc_shape s = {.layer = a, .mi = mi, .n = wa->n, .x_ld = wa->k, .y_ld = wa->n};
+        cc_fill_x(t->xs.p, &s);
+        memset(t->ys.p, 0xff, t->ys.size);
+        uint64_t off2 = (uint64_t)m * wa->n * 2;
+        pj_op ops[2] = {
+            {.layer = a,
+             .m = m,
+             .n = wa->n,
+             .x_buf = t->xid,
+             .x_ld = wa->k,
+             .y_buf = t->yid,
+             .y_ld = wa->n},
+            {.layer = b,
+             .m = m,
+             .n = wb->n,
+             .x_buf = t->yid,
+             .x_ld = wb->k,
+             .y_buf = t->yid,
+             .y_off = off2,
+             .y_ld = wb->n},
+        };
+        pj_done d;
+        pj_op_result res[2];
+        int rc = pjt_project(&t->c, 0, ops, 2, &d, res);
+        CHECK(rc == PJ_OK && d.status == PJ_OK, "chain m %u: rc %d status %d", m, rc,
+              rc == PJ_OK ? d.status : -1);
+        if (rc != PJ_OK || d.status != PJ_OK)
+            continue;
+        const uint16_t *Y = t->ys.p;
+        double num = 0, den = 0;
+        const uint16_t *ref = pjc_ref_y(a, mi, 0);
+        for (size_t i = 0; i < (size_t)m * wa->n; i++) {
+            double g = pj_bf16_to_f32(Y[i]), w = pj_bf16_to_f32(ref[i]);
+            num += (g - w) * (g - w);
+            den += w * w;
+        }
+        CHECK(sqrt(num / den) < CC_TOL, "chain m %u: first op rel err %.3g", m, sqrt(num / den));
+        uint16_t *ref2 = malloc((size_t)m * wb->n * 2);
+        if (!ref2 || pj_ref_project(wb, m, wb->n, Y, wb->k, ref2, wb->n) != 0) {
+            free(ref2);
+            CHECK(0, "chain: out of memory");
+            return;
+        }
+        num = den = 0;
+        size_t bad = 0;
+        for (size_t i = 0; i < (size_t)m * wb->n; i++) {
+            uint16_t v = Y[off2 / 2 + i];
+            bad += v == PJC_POISON;
+            double g = pj_bf16_to_f32(v), w = pj_bf16_to_f32(ref2[i]);
+            num += (g - w) * (g - w);
+            den += w * w;
+        }
+        free(ref2);
+        CHECK(!bad && sqrt(num / den) < CC_TOL, "chain m %u: second op rel err %.3g, %zu unwritten",
+              m, sqrt(num / den), bad);
+    }
+}
+
+static void section_a(void)
+{
+    printf("== A: cuda backend, default engines, host shm buffers\n");
+    pj_dproc d;
+    char err[600];
+    int rc = cc_start(&d, g_model, NULL, err, sizeof err);
+    CHECK(rc == 0, "start projd (cuda): %s", err);
+    if (rc != 0)
+        return;
+    cc_print_log_lines(&d, "cuda:");
+    CHECK(pj_dproc_log_has(&d, "cuda: startup: load", 1000), "no start-up report in the log");
+    CHECK(pj_dproc_log_has(&d, "cuda: device memory:", 1000), "no device memory line in the log");
+    pjc_conn t;
+    if (pjc_open(&t, d.url, XBYTES, YBYTES, CC_REPLY_MS, err, sizeof err) != 0) {
+        CHECK(0, "connect: %s", err);
+        pj_dproc_dump_log(&d);
+        cc_stop(&d, "A");
+        return;
+    }
+    CHECK(t.c.welcome.backend == PJ_BACKEND_CUDA, "WELCOME backend %u", t.c.welcome.backend);
+    int nz = 0;
+    for (int i = 0; i < PJ_WIRE_UUID_SIZE; i++)
+        nz |= t.c.welcome.device_uuid[i];
+    CHECK(nz, "WELCOME device uuid is zero");
+    int fails = sweep(&t, 200, 42, "A");
+    printf("A: sweep done, %d failures\n", fails);
+    chain(&t);
+
+    /* ACCEPT_REPLY without SIGNAL_EVENT: refused per request. */
+    pjc_shape s = {.layer = 0,
+                   .mi = 0,
+                   .n = pjc_model()->layers[0].max_n,
+                   .x_ld = pjc_model()->layers[0].w.k,
+                   .y_ld = pjc_model()->layers[0].max_n};
+    pj_op op = pjc_op(&t, &s);
+    pj_done dn;
+    pj_op_result res[1];
+    rc = pjt_project(&t.c, PJ_PF_ACCEPT_REPLY, &op, 1, &dn, res);
+    /* The decoder refuses it (ERROR); the backend would too (DONE). */
+    CHECK(rc == PJ_E_FLAGS || (rc == PJ_OK && dn.status == PJ_E_FLAGS),
+          "ACCEPT without SIGNAL: rc %d status %d", rc, rc == PJ_OK ? dn.status : -1);
+    /* A WAIT_EVENT handle that is no event: that request fails, the next works. */
+    uint8_t junk[PJ_WIRE_IPC_HANDLE_SIZE];
+    for (int i = 0; i < PJ_WIRE_IPC_HANDLE_SIZE; i++)
+        junk[i] = (uint8_t)(0x5a ^ i);
+    rc = cc_project_ev(&t.c, PJ_PF_WAIT_EVENT, &op, 1, junk, NULL, &dn, res);
+    CHECK(rc == PJ_OK && dn.status == PJ_E_BACKEND, "junk WAIT_EVENT: rc %d status %d", rc,
+          rc == PJ_OK ? dn.status : -1);
+    char why[600];
+    rc = run_shm(&t, &s, NULL, why, sizeof why);
+    CHECK(rc == 0, "request after the junk event: %s", why);
+
+    cJSON *st = NULL;
+    if (pjt_stats(&t.c, &st) == PJ_OK) {
+        double gs = pjt_json_num(st, "backend_stats.paths.graph_staged");
+        double ds = pjt_json_num(st, "backend_stats.paths.direct_staged");
+        CHECK(gs > 0, "STATS: graph_staged ops %.0f", gs);
+        CHECK(ds > 0, "STATS: direct_staged ops %.0f", ds);
+        CHECK(pjt_json_num(st, "backend_stats.fatal") == 0, "STATS: fatal errors");
+        CHECK(pjt_json_num(st, "backend_stats.memory.used_total_bytes") > 0,
+              "STATS: no device memory figure");
+        cJSON *bs = cJSON_GetObjectItem(st, "backend_stats");
+        cJSON *eng = bs ? cJSON_GetObjectItem(bs, "engines") : NULL;
+        CHECK(cJSON_IsArray(eng) && cJSON_GetArraySize(eng) == (int)(pjc_model()->n_layers * 6),
+              "STATS: engines table has %d entries", eng ? cJSON_GetArraySize(eng) : -1);
+        char *txt = cJSON_PrintUnformatted(bs);
+        if (txt)
+            printf("A: backend_stats %s\n", txt);
+        free(txt);
+        cJSON_Delete(st);
+    } else {
+        CHECK(0, "STATS failed");
+    }
+    pjc_close(&t);
+    cc_stop(&d, "A");
+}
+
+static void section_b(void)
+{
+    printf("== B: PROJD_FORCE_ENGINE=cublas\n");
+    setenv("PROJD_FORCE_ENGINE", "cublas", 1);
+    pj_dproc d;
+    char err[600];
+    int rc = cc_start(&d, g_model, NULL, err, sizeof err);
+    unsetenv("PROJD_FORCE_ENGINE");
+    CHECK(rc == 0, "start projd (cuda, cublas forced): %s", err);
+    if (rc != 0)
+        return;
+    pjc_conn t;
+    if (pjc_open(&t, d.url, XBYTES, YBYTES, CC_REPLY_MS, err, sizeof err) != 0) {
+        CHECK(0, "connect: %s", err);
+        cc_stop(&d, "B");
+        return;
+    }
+    int fails = sweep(&t, 60, 7, "B");
+    printf("B: sweep done, %d failures\n", fails);
+    cJSON *st = NULL;
+    if (pjt_stats(&t.c, &st) == PJ_OK) {
+        cJSON *bs = cJSON_GetObjectItem(st, "backend_stats");
+        cJSON *eng = bs ? cJSON_GetObjectItem(bs, "engines") : NULL;
+        int n = 0, bad = 0;
+        cJSON *e;
+        cJSON_ArrayForEach(e, eng)
+        {
+            n++;
+            cJSON *en = cJSON_GetObjectItem(e, "engine"), *why = cJSON_GetObjectItem(e, "why");
+            if (!cJSON_IsString(en) || strcmp(en->valuestring, "cublas") != 0 ||
+                !cJSON_IsString(why) || strcmp(why->valuestring, "forced") != 0)
+                bad++;
+        }
+        CHECK(n > 0 && bad == 0, "forced cublas: %d of %d engines are not forced cublas", bad, n);
+        cJSON_Delete(st);
+    }
+    pjc_close(&t);
+    cc_stop(&d, "B");
+}
+
+typedef struct worker {
+    pthread_t th;
+    const char *url;
+    int index;
+    long requests, done;
+    char fail[700];
+} worker;
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    pjc_conn t;
+    char why[600];
+    if (pjc_open(&t, w->url, XBYTES, YBYTES, CC_REPLY_MS, why, sizeof why) != 0) {
+        snprintf(w->fail, sizeof w->fail, "client %d: %s", w->index, why);
+        pjc_close(&t);
+        return NULL;
+    }
+    uint64_t seed = 0x1234u + (uint64_t)w->index;
+    const pj_model *model = pjc_model();
+    for (long i = 0; i < w->requests; i++) {
+        uint32_t l = (uint32_t)(i % model->n_layers);
+        uint32_t mi = (uint32_t)((i / model->n_layers + (uint64_t)w->index) % PJC_N_MS);
+        pjc_shape s = cc_shape(&seed, l, mi, (cc_mix(&seed) & 1) != 0);
+        if (run_shm(&t, &s, NULL, why, sizeof why) != 0) {
+            snprintf(w->fail, sizeof w->fail, "client %d request %ld: %s", w->index, i, why);
+            break;
+        }
+        w->done++;
+    }
+    pjc_close(&t);
+    return NULL;
+}
+
+static void section_c(void)
+{
+    printf("== C: 8 connections at once\n");
+    pj_dproc d;
+    char err[600];
+    int rc = cc_start(&d, g_model, NULL, err, sizeof err);
+    CHECK(rc == 0, "start projd: %s", err);
+    if (rc != 0)
+        return;
+    enum { N = 8 };
+    worker w[N];
+    long per = pjc_env_long("PJ_GPU_E2E_REQUESTS", 100);
+    long long t0 = cc_now_us();
+    for (int i = 0; i < N; i++) {
+        memset(&w[i], 0, sizeof w[i]);
+        w[i].url = d.url;
+        w[i].index = i;
+        w[i].requests = per;
+        pthread_create(&w[i].th, NULL, worker_main, &w[i]);
+    }
+    long total = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(w[i].th, NULL);
+        CHECK(!w[i].fail[0], "%s", w[i].fail);
+        CHECK(w[i].done == per, "client %d finished %ld of %ld", i, w[i].done, per);
+        total += w[i].done;
+    }
+    printf("C: %d clients x %ld requests, %ld checked in %.2f s\n", N, per, total,
+           (double)(cc_now_us() - t0) / 1e6);
+    pjt_client c;
+    if (pjt_connect(&c, d.url, CC_REPLY_MS) == 0 && pjt_hello(&c, "stats") == PJ_OK) {
+        CHECK(cc_wait_stat(&c, "connections.current", 1, 10000) == 1, "connections did not return");
+        CHECK(cc_wait_stat(&c, "buffers.current", 0, 10000) == 0, "buffers did not return");
+        CHECK(cc_stat(&c, "errors.total") == 0, "errors.total %.0f", cc_stat(&c, "errors.total"));
+    } else {
+        CHECK(0, "stats connection failed");
+    }
+    pjt_close(&c);
+    cc_stop(&d, "C");
+}
+
+/* F (only with --fault; run it without MPS, since a fault in one MPS client
+ * can take the others down): the daemon's third job launches a kernel that
+ * faults (PROJD_CUDA_FAULT_AFTER=3). That request gets DONE with
+ * E_BACKEND, the daemon logs the fatal error, says so in STATUS= and exits
+ * 1; the requests before it were fine. */
+static void section_f(void)
+{
+    printf("== F: a sticky device error is fatal\n");
+    setenv("PROJD_CUDA_FAULT_AFTER", "3", 1);
+    pj_dproc d;
+    char err[600];
+    int rc = cc_start(&d, g_model, NULL, err, sizeof err);
+    unsetenv("PROJD_CUDA_FAULT_AFTER");
+    CHECK(rc == 0, "start projd: %s", err);
+    if (rc != 0)
+        return;
+    pjc_conn t;
+    if (pjc_open(&t, d.url, XBYTES, YBYTES, CC_REPLY_MS, err, sizeof err) != 0) {
+        CHECK(0, "connect: %s", err);
+        cc_stop(&d, "F");
+        return;
+    }
+    uint64_t seed = 3;
+    for (int i = 0; i < 2; i++) {
+        pjc_shape s = cc_shape(&seed, 0, 1, 1);
+        CHECK(run_shm(&t, &s, NULL, err, sizeof err) == 0, "request %d before the fault: %s", i,
+              err);
+    }
+    pjc_shape s = cc_shape(&seed, 0, 1, 1);
+    pj_op op = pjc_op(&t, &s);
+    pj_done dn;
+    pj_op_result res[1];
+    rc = pjt_project(&t.c, 0, &op, 1, &dn, res);
+    CHECK(rc == PJ_OK && dn.status == PJ_E_BACKEND, "faulting request: rc %d status %d", rc,
+          rc == PJ_OK ? dn.status : -1);
+    pjc_close(&t);
+    CHECK(pj_dproc_wait_exit(&d, 60000) == 0, "projd did not exit after the fault");
+    int code = pj_dproc_exit_code(&d);
+    CHECK(code == 1, "projd exit code %d after a sticky error (want 1)", code);
+    CHECK(pj_dproc_log_has(&d, "fatal error, exiting", 100), "no fatal line in the log");
+    CHECK(pj_dproc_wait_notify(&d, "STATUS=fatal backend error", 100) == 0,
+          "no STATUS= about the fatal error (notes: %s)", d.notes);
+    cc_print_log_lines(&d, "fatal");
+    cc_print_log_lines(&d, "sticky");
+    cc_print_log_lines(&d, "failed:");
+    if (code != 1)
+        pj_dproc_dump_log(&d);
+    pj_dproc_cleanup(&d);
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    long long t0 = cc_now_us();
+    int fault = argc > 1 && strcmp(argv[1], "--fault") == 0;
+    char why[256];
+    if (cc_gpu_count(why, sizeof why) <= 0) {
+        printf("test_cuda_backend: no GPU (%s): skipped\n", why);
+        return 77;
+    }
+    if (pjc_init(g_model, sizeof g_model) != 0) {
+        printf("FAIL: cannot build the small model\n");
+        return 1;
+    }
+    if (fault) {
+        section_f();
+        return cc_summary("test_cuda_backend --fault", t0);
+    }
+    section_a();
+    section_b();
+    section_c();
+    return cc_summary("test_cuda_backend", t0);
+}

@@ -1,0 +1,500 @@
+/* test_cuda_ipc.c — projd's cuda backend with CUDA IPC buffers from a
+ * client process (this one: cudaMalloc here, the daemon is a separate
+ * process started with fork + exec; run it under the MPS control daemon as
+ * bench/run-backend-device.sh does, or the two processes time-slice).
+ *
+ * Checks:
+ *   - client side: projd_cuda_describe finds the allocation base, size,
+ *     offset and device UUID; cudaMallocAsync memory gets the clear error.
+ *   - every layer x m in the captured form (graph rebound to the client's
+ *     pointers), random n / offsets / strides, a pointer inside the
+ *     allocation addressed by its offset, a two-op chain on device buffers;
+ *     all against the CPU reference (poisoned outputs).
+ *   - WAIT_EVENT (x arrives late on the client's stream), SIGNAL_EVENT +
+ *     ACCEPT_REPLY (the client orders its read after the daemon's event).
+ *   - failures that only exist on the GPU: wrong device UUID, size larger
+ *     than the allocation, junk handle, offset past the allocation; the
+ *     same allocation registered twice (one opened mapping, refcounted).
+ *   - a client process that exits with IPC buffers registered: the daemon
+ *     keeps serving and its buffer / IPC counts return.
+ *   - 4 connections with their own device buffers at once.
+ * Exit: 0 all passed, 1 a failure, 77 no GPU.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "client/projd_cuda.h"
+#include "daemon/backend_cuda.h"
+#include "tests/gpu/cuda_common.h"
+
+#define XBYTES (160u * 1024u)
+#define YBYTES (320u * 1024u)
+
+extern char **environ;
+static char g_model[4200];
+
+/* A connection with an x and a y cudaMalloc buffer registered. */
+typedef struct ipc_conn {
+    pjt_client c;
+    void *dx, *dy;
+    uint32_t xid, yid;
+    uint16_t *hx, *hy; /* host images */
+} ipc_conn;
+
+static int register_dev(pjt_client *c, void *p, uint32_t *id, char *why, size_t whylen)
+{
+    projd_cuda_region r;
+    int rc = projd_cuda_describe(p, &r, why, whylen);
+    if (rc != 0)
+        return rc;
+    pj_register req;
+    projd_cuda_register_req(&r, &req);
+    rc = pjt_register_raw(c, &req, id);
+    if (rc != PJ_OK)
+        snprintf(why, whylen, "REGISTER: %d %s", rc, c->err.msg);
+    return rc;
+}
+
+static int ipc_open(ipc_conn *t, const char *url, char *why, size_t whylen)
+{
+    memset(t, 0, sizeof *t);
+    int rc = pjt_connect(&t->c, url, CC_REPLY_MS);
+    if (rc == 0)
+        rc = pjt_hello(&t->c, "ipc-test");
+    if (rc != 0) {
+        snprintf(why, whylen, "connect/hello: %d", rc);
+        return -1;
+    }
+    if (cudaMalloc(&t->dx, XBYTES) != cudaSuccess || cudaMalloc(&t->dy, YBYTES) != cudaSuccess) {
+        snprintf(why, whylen, "cudaMalloc failed");
+        return -1;
+    }
+    t->hx = calloc(1, XBYTES);
+    t->hy = calloc(1, YBYTES);
+    if (!t->hx || !t->hy)
+        return -1;
+    if (register_dev(&t->c, t->dx, &t->xid, why, whylen) != 0 ||
+        register_dev(&t->c, t->dy, &t->yid, why, whylen) != 0)
+        return -1;
+    return 0;
+}
+
+static void ipc_close(ipc_conn *t)
+{
+    pjt_close(&t->c);
+    cudaFree(t->dx);
+    cudaFree(t->dy);
+    free(t->hx);
+    free(t->hy);
+}
+
+static pj_op ipc_op(const ipc_conn *t, const pjc_shape *s)
+{
+    pj_op op = {.layer = s->layer,
+                .m = PJC_MS[s->mi],
+                .n = s->n,
+                .x_buf = t->xid,
+                .x_off = s->x_off * 2,
+                .x_ld = s->x_ld,
+                .y_buf = t->yid,
+                .y_off = s->y_off * 2,
+                .y_ld = s->y_ld};
+    return op;
+}
+
+/* Stage x (host -> device), poison y, PROJECT, read y back, check. */
+static int run_ipc(ipc_conn *t, const pjc_shape *s, uint16_t *engine, char *why, size_t whylen)
+{
+    uint32_t m = PJC_MS[s->mi];
+    memset(t->hx, 0, XBYTES);
+    cc_fill_x(t->hx, s);
+    /* cudaMemcpy from pageable memory and cudaMemset may still be running
+     * when they return: the daemon's stream is not ordered after them. */
+    if (cudaMemcpy(t->dx, t->hx, XBYTES, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemset(t->dy, 0xff, YBYTES) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+        snprintf(why, whylen, "client copies failed");
+        return -1;
+    }
+    pj_op op = ipc_op(t, s);
+    pj_done d;
+    pj_op_result res[1];
+    int rc = pjt_project(&t->c, 0, &op, 1, &d, res);
+    if (rc != PJ_OK || d.status != PJ_OK || res[0].status != PJ_OK) {
+        snprintf(why, whylen, "layer %u m %u n %u: rc %d status %d: %s", s->layer, m, s->n, rc,
+                 rc == PJ_OK ? d.status : -1, rc > 0 ? t->c.err.msg : "");
+        return -1;
+    }
+    if (engine)
+        *engine = res[0].engine;
+    if (cudaMemcpy(t->hy, t->dy, YBYTES, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        snprintf(why, whylen, "client read-back failed");
+        return -1;
+    }
+    return cc_verify(t->hy, YBYTES / 2, s, m, pjc_model()->layers[s->layer].w.n,
+                     pjc_ref_y(s->layer, s->mi, s->variant), NULL, why, whylen);
+}
+
+static void sweep(ipc_conn *t)
+{
+    const pj_model *model = pjc_model();
+    uint64_t seed = 99;
+    char why[600];
+    long graph = 0, staged = 0;
+    for (uint32_t l = 0; l < model->n_layers; l++)
+        for (uint32_t mi = 0; mi < PJC_N_MS; mi++)
+            for (uint32_t v = 0; v < PJC_VARIANTS; v++) {
+                pjc_shape s = cc_shape(&seed, l, mi, 1);
+                s.variant = v;
+                uint16_t eng = 0;
+                int rc = run_ipc(t, &s, &eng, why, sizeof why);
+                CHECK(rc == 0, "graph shape: %s", why);
+                graph += (eng >> 8) == PJ_CUDA_PATH_GRAPH;
+                staged += (eng >> 8) == PJ_CUDA_PATH_GRAPH_STAGED;
+            }
+    printf("captured shapes: %ld replays rebound to the client's buffers, %ld staged\n", graph,
+           staged);
+    CHECK(graph + staged == (long)model->n_layers * PJC_N_MS * PJC_VARIANTS,
+          "captured shapes did not all replay a graph (%ld + %ld)", graph, staged);
+    for (int i = 0; i < 200; i++) {
+        uint32_t l = (uint32_t)i % model->n_layers;
+        uint32_t mi = (uint32_t)(i / (int)model->n_layers) % PJC_N_MS;
+        pjc_shape s = cc_shape(&seed, l, mi, 0);
+        CHECK(run_ipc(t, &s, NULL, why, sizeof why) == 0, "random shape %d: %s", i, why);
+    }
+}
+
+/* A pointer inside an allocation: describe gives its offset from the base. */
+static void inner_pointer(ipc_conn *t)
+{
+    projd_cuda_region r;
+    char why[600];
+    int rc = projd_cuda_describe((char *)t->dx + 4096, &r, why, sizeof why);
+    CHECK(rc == 0 && r.offset == 4096 && r.base == t->dx && r.alloc_size >= XBYTES,
+          "describe(inner pointer): rc %d offset %llu base ok %d size %llu: %s", rc,
+          (unsigned long long)r.offset, r.base == t->dx, (unsigned long long)r.alloc_size,
+          rc ? why : "");
+    const pj_model *model = pjc_model();
+    pjc_shape s = cc_shape(&(uint64_t){5}, 1, 2, 1);
+    s.x_off = 4096 / 2;
+    (void)model;
+    CHECK(run_ipc(t, &s, NULL, why, sizeof why) == 0, "inner pointer: %s", why);
+}
+
+static void events(ipc_conn *t)
+{
+    char why[600];
+    cudaStream_t cs;
+    cudaEvent_t ev_in, ev_out;
+    void *big = NULL;
+    size_t big_bytes = 1024u << 20;
+    if (cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&ev_in, cudaEventInterprocess | cudaEventDisableTiming) !=
+            cudaSuccess ||
+        cudaEventCreateWithFlags(&ev_out, cudaEventInterprocess | cudaEventDisableTiming) !=
+            cudaSuccess ||
+        cudaMalloc(&big, big_bytes) != cudaSuccess) {
+        CHECK(0, "events: setup failed");
+        return;
+    }
+    cudaIpcEventHandle_t hin, hout;
+    CHECK(cudaIpcGetEventHandle(&hin, ev_in) == cudaSuccess, "cudaIpcGetEventHandle");
+    CHECK(cudaIpcGetEventHandle(&hout, ev_out) == cudaSuccess, "cudaIpcGetEventHandle");
+    uint16_t *pin = NULL;
+    cudaMallocHost((void **)&pin, XBYTES);
+    for (uint32_t mi = 0; mi < PJC_N_MS && pin; mi++) {
+        pjc_shape s = cc_shape(&(uint64_t){11}, 0, mi, 1);
+        /* x holds zeros; the real x arrives on cs behind a slow memset. */
+        cudaMemset(t->dx, 0, XBYTES);
+        cudaMemset(t->dy, 0xff, YBYTES);
+        cudaDeviceSynchronize();
+        memset(pin, 0, XBYTES);
+        cc_fill_x(pin, &s);
+        cudaMemsetAsync(big, (int)mi, big_bytes, cs);
+        cudaMemcpyAsync(t->dx, pin, XBYTES, cudaMemcpyHostToDevice, cs);
+        cudaEventRecord(ev_in, cs);
+        pj_op op = ipc_op(t, &s);
+        pj_done d;
+        pj_op_result res[1];
+        int rc =
+            cc_project_ev(&t->c, PJ_PF_WAIT_EVENT, &op, 1, (const uint8_t *)&hin, NULL, &d, res);
+        CHECK(rc == PJ_OK && d.status == PJ_OK, "WAIT_EVENT m %u: rc %d status %d", PJC_MS[mi], rc,
+              rc == PJ_OK ? d.status : -1);
+        cudaStreamSynchronize(cs);
+        cudaMemcpy(t->hy, t->dy, YBYTES, cudaMemcpyDeviceToHost);
+        rc = cc_verify(t->hy, YBYTES / 2, &s, PJC_MS[mi], pjc_model()->layers[0].w.n,
+                       pjc_ref_y(0, mi, s.variant), NULL, why, sizeof why);
+        CHECK(rc == 0, "WAIT_EVENT m %u: %s", PJC_MS[mi], why);
+
+        /* SIGNAL + ACCEPT: the reply comes at launch; the client's stream
+         * waits on the event before reading y. */
+        cudaMemset(t->dy, 0xff, YBYTES);
+        cudaMemcpy(t->dx, pin, XBYTES, cudaMemcpyHostToDevice);
+        cudaDeviceSynchronize();
+        rc = cc_project_ev(&t->c, PJ_PF_SIGNAL_EVENT | PJ_PF_ACCEPT_REPLY, &op, 1, NULL,
+                           (const uint8_t *)&hout, &d, res);
+        CHECK(rc == PJ_OK && d.status == PJ_OK, "SIGNAL+ACCEPT m %u: rc %d status %d", PJC_MS[mi],
+              rc, rc == PJ_OK ? d.status : -1);
+        cudaStreamWaitEvent(cs, ev_out, 0);
+        cudaMemcpyAsync(t->hy, t->dy, YBYTES, cudaMemcpyDeviceToHost, cs);
+        cudaStreamSynchronize(cs);
+        rc = cc_verify(t->hy, YBYTES / 2, &s, PJC_MS[mi], pjc_model()->layers[0].w.n,
+                       pjc_ref_y(0, mi, s.variant), NULL, why, sizeof why);
+        CHECK(rc == 0, "SIGNAL+ACCEPT m %u: %s", PJC_MS[mi], why);
+    }
+    cudaFreeHost(pin);
+    cudaFree(big);
+    cudaEventDestroy(ev_in);
+    cudaEventDestroy(ev_out);
+    cudaStreamDestroy(cs);
+}
+
+static void failures(ipc_conn *t, const uint8_t *welcome_uuid)
+{
+    char why[600];
+    projd_cuda_region r;
+    int rc = projd_cuda_describe(t->dx, &r, why, sizeof why);
+    CHECK(rc == 0, "describe: %s", why);
+    CHECK(memcmp(r.uuid, welcome_uuid, PJ_WIRE_UUID_SIZE) == 0,
+          "the allocation's device UUID differs from the daemon's");
+    pj_register req;
+    uint32_t id = 0;
+
+    projd_cuda_register_req(&r, &req);
+    req.device_uuid[3] ^= 0xff;
+    rc = pjt_register_raw(&t->c, &req, &id);
+    CHECK(rc == PJ_E_REGISTER && strstr(t->c.err.msg, "but projd serves"), "wrong UUID: rc %d: %s",
+          rc, t->c.err.msg);
+    printf("wrong UUID -> %s\n", t->c.err.msg);
+
+    projd_cuda_register_req(&r, &req);
+    req.size = r.alloc_size + (8u << 20);
+    rc = pjt_register_raw(&t->c, &req, &id);
+    CHECK(rc == PJ_E_REGISTER && strstr(t->c.err.msg, "claims"), "size too large: rc %d: %s", rc,
+          t->c.err.msg);
+    printf("size too large -> %s\n", t->c.err.msg);
+
+    projd_cuda_register_req(&r, &req);
+    for (int i = 0; i < PJ_WIRE_IPC_HANDLE_SIZE; i++)
+        req.ipc_handle[i] = (uint8_t)(i * 37 + 11);
+    rc = pjt_register_raw(&t->c, &req, &id);
+    CHECK(rc == PJ_E_REGISTER, "junk handle: rc %d: %s", rc, t->c.err.msg);
+    printf("junk handle -> %s\n", t->c.err.msg);
+
+    /* Offset past the allocation (x span ends beyond the registered size). */
+    pjc_shape s = cc_shape(&(uint64_t){3}, 0, 0, 1);
+    pj_op op = ipc_op(t, &s);
+    op.x_off = r.alloc_size - 2;
+    pj_done d;
+    pj_op_result res[1];
+    rc = pjt_project(&t->c, 0, &op, 1, &d, res);
+    CHECK(rc == PJ_E_BOUNDS, "offset past the allocation: rc %d: %s", rc, t->c.err.msg);
+    printf("offset past the allocation -> %s\n", t->c.err.msg);
+    CHECK(run_ipc(t, &s, NULL, why, sizeof why) == 0, "valid request after the failures: %s", why);
+
+    /* Same allocation twice: one mapping, refcounted. */
+    double ipc0 = cc_stat(&t->c, "backend_stats.ipc_open");
+    uint32_t id1 = 0, id2 = 0;
+    projd_cuda_register_req(&r, &req);
+    CHECK(pjt_register_raw(&t->c, &req, &id1) == PJ_OK, "register again: %s", t->c.err.msg);
+    CHECK(pjt_register_raw(&t->c, &req, &id2) == PJ_OK, "register a third time: %s", t->c.err.msg);
+    CHECK(cc_stat(&t->c, "backend_stats.ipc_open") == ipc0,
+          "registering an open allocation again opened it again");
+    CHECK(pjt_unregister(&t->c, id1) == PJ_OK, "unregister");
+    pj_op op2 = op;
+    op2.x_off = 0;
+    op2.x_buf = id2;
+    rc = pjt_project(&t->c, 0, &op2, 1, &d, res);
+    CHECK(rc == PJ_OK && d.status == PJ_OK, "request on the second registration: %d", rc);
+    CHECK(pjt_unregister(&t->c, id2) == PJ_OK, "unregister");
+    CHECK(cc_stat(&t->c, "backend_stats.ipc_open") == ipc0, "ipc_open did not return");
+
+    /* cudaMallocAsync memory: refused on the client side, clearly. */
+    void *pa = NULL;
+    if (cudaMallocAsync(&pa, 1u << 20, 0) == cudaSuccess && cudaStreamSynchronize(0) == 0) {
+        rc = projd_cuda_describe(pa, &r, why, sizeof why);
+        CHECK(rc == -ENOTSUP && strstr(why, "cudaMallocAsync"), "cudaMallocAsync: rc %d: %s", rc,
+              why);
+        printf("cudaMallocAsync -> %s\n", why);
+        cudaFreeAsync(pa, 0);
+        cudaStreamSynchronize(0);
+    } else {
+        cudaGetLastError();
+        printf("cudaMallocAsync unavailable here; not tested\n");
+    }
+    int *host = malloc(64);
+    rc = projd_cuda_describe(host, &r, why, sizeof why);
+    CHECK(rc == -EINVAL, "host pointer: rc %d: %s", rc, why);
+    free(host);
+}
+
+/* Child: connect, register two IPC buffers, run one request, exit
+ * without unregistering. */
+static int child_main(const char *url)
+{
+    char why[600];
+    if (cc_gpu_count(why, sizeof why) <= 0)
+        return 3;
+    pjc_init(g_model, sizeof g_model);
+    ipc_conn t;
+    if (ipc_open(&t, url, why, sizeof why) != 0) {
+        fprintf(stderr, "child: %s\n", why);
+        return 4;
+    }
+    pjc_shape s = cc_shape(&(uint64_t){1}, 0, 1, 1);
+    if (run_ipc(&t, &s, NULL, why, sizeof why) != 0) {
+        fprintf(stderr, "child: %s\n", why);
+        return 5;
+    }
+    printf("child: registered 2 CUDA IPC buffers, one request checked; exiting without "
+           "unregistering\n");
+    fflush(stdout);
+    exit(0);
+}
+
+static void exiting_client(const char *url, pjt_client *c)
+{
+    double b0 = cc_stat(c, "buffers.current");
+    double i0 = cc_stat(c, "backend_stats.ipc_open");
+    char *argv[] = {"/proc/self/exe", "--child-ipc", (char *)url, NULL};
+    pid_t pid;
+    int rc = posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv, environ);
+    CHECK(rc == 0, "posix_spawn: %s", strerror(rc));
+    if (rc != 0)
+        return;
+    int status = 0;
+    long long end = cc_now_us() + 120 * 1000000LL;
+    pid_t w = 0;
+    while ((w = waitpid(pid, &status, WNOHANG)) == 0 && cc_now_us() < end)
+        cc_sleep_ms(20);
+    if (w == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    CHECK(w == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0, "child client: status 0x%x",
+          status);
+    CHECK(cc_wait_stat(c, "buffers.current", b0, 20000) == b0, "buffers did not return to %.0f",
+          b0);
+    CHECK(cc_wait_stat(c, "backend_stats.ipc_open", i0, 20000) == i0,
+          "IPC mappings did not return to %.0f", i0);
+}
+
+typedef struct worker {
+    pthread_t th;
+    const char *url;
+    int index;
+    long requests, done;
+    char fail[700];
+} worker;
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    ipc_conn t;
+    char why[600];
+    if (ipc_open(&t, w->url, why, sizeof why) != 0) {
+        snprintf(w->fail, sizeof w->fail, "client %d: %s", w->index, why);
+        ipc_close(&t);
+        return NULL;
+    }
+    uint64_t seed = 0x777u + (uint64_t)w->index;
+    const pj_model *model = pjc_model();
+    for (long i = 0; i < w->requests; i++) {
+        uint32_t l = (uint32_t)(i % model->n_layers);
+        uint32_t mi = (uint32_t)((i / model->n_layers + (uint64_t)w->index) % PJC_N_MS);
+        pjc_shape s = cc_shape(&seed, l, mi, (cc_mix(&seed) & 1) != 0);
+        if (run_ipc(&t, &s, NULL, why, sizeof why) != 0) {
+            snprintf(w->fail, sizeof w->fail, "client %d request %ld: %s", w->index, i, why);
+            break;
+        }
+        w->done++;
+    }
+    ipc_close(&t);
+    return NULL;
+}
+
+static void concurrent(const char *url)
+{
+    enum { N = 4 };
+    worker w[N];
+    long per = pjc_env_long("PJ_GPU_E2E_REQUESTS", 100) / 2;
+    for (int i = 0; i < N; i++) {
+        memset(&w[i], 0, sizeof w[i]);
+        w[i].url = url;
+        w[i].index = i;
+        w[i].requests = per;
+        pthread_create(&w[i].th, NULL, worker_main, &w[i]);
+    }
+    for (int i = 0; i < N; i++) {
+        pthread_join(w[i].th, NULL);
+        CHECK(!w[i].fail[0], "%s", w[i].fail);
+        CHECK(w[i].done == per, "client %d finished %ld of %ld", i, w[i].done, per);
+    }
+    printf("concurrent: %d IPC clients x %ld requests checked\n", N, per);
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc == 3 && strcmp(argv[1], "--child-ipc") == 0)
+        return child_main(argv[2]);
+    long long t0 = cc_now_us();
+    char why[600];
+    if (cc_gpu_count(why, sizeof why) <= 0) {
+        printf("test_cuda_ipc: no GPU (%s): skipped\n", why);
+        return 77;
+    }
+    if (pjc_init(g_model, sizeof g_model) != 0) {
+        printf("FAIL: cannot build the small model\n");
+        return 1;
+    }
+    const char *mps = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    printf("MPS pipe directory: %s\n", mps ? mps : "(unset: MPS probably not running)");
+    pj_dproc d;
+    int rc = cc_start(&d, g_model, NULL, why, sizeof why);
+    CHECK(rc == 0, "start projd (cuda): %s", why);
+    if (rc != 0)
+        return cc_summary("test_cuda_ipc", t0);
+    cc_print_log_lines(&d, "cuda: engine");
+    /* This process's CUDA context (after the daemon is started). */
+    cudaSetDevice(0);
+    cudaFree(NULL);
+    ipc_conn t;
+    if (ipc_open(&t, d.url, why, sizeof why) != 0) {
+        CHECK(0, "IPC client: %s", why);
+        pj_dproc_dump_log(&d);
+        cc_stop(&d, "ipc");
+        return cc_summary("test_cuda_ipc", t0);
+    }
+    printf("== sweep\n");
+    sweep(&t);
+    printf("== inner pointer\n");
+    inner_pointer(&t);
+    printf("== events\n");
+    events(&t);
+    printf("== failures\n");
+    failures(&t, t.c.welcome.device_uuid);
+    printf("== exiting client\n");
+    exiting_client(d.url, &t.c);
+    char w2[600];
+    pjc_shape s = cc_shape(&(uint64_t){9}, 2, 3, 1);
+    CHECK(run_ipc(&t, &s, NULL, w2, sizeof w2) == 0, "request after the child exited: %s", w2);
+    printf("== concurrent\n");
+    concurrent(d.url);
+    cJSON *st = NULL;
+    if (pjt_stats(&t.c, &st) == PJ_OK) {
+        cJSON *bs = cJSON_GetObjectItem(st, "backend_stats");
+        cJSON *paths = bs ? cJSON_GetObjectItem(bs, "paths") : NULL;
+        char *txt = paths ? cJSON_PrintUnformatted(paths) : NULL;
+        printf("paths: %s\n", txt ? txt : "?");
+        free(txt);
+        CHECK(pjt_json_num(st, "backend_stats.fatal") == 0, "fatal errors reported");
+        cJSON_Delete(st);
+    }
+    ipc_close(&t);
+    cc_stop(&d, "ipc");
+    return cc_summary("test_cuda_ipc", t0);
+}
