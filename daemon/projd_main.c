@@ -27,13 +27,12 @@
 #define PJ_VERSION_STRING "0.1.0"
 #endif
 
-/* backend_select.c refers to the cuda backend weakly; this strong
- * reference makes the linker take it from libpjcuda.a once it exists
- * (daemon/backend_cuda.h marks that). */
-#if defined(PJ_HAVE_CUDA) && defined(__has_include)
-#if __has_include("daemon/backend_cuda.h")
+/* backend_select.c refers to the cuda backend weakly (tools that link the
+ * core library alone must not need CUDA); this strong reference makes the
+ * linker take it from libpjcuda.a in projd. */
+#ifdef PJ_HAVE_CUDA
+#include "daemon/backend_cuda.h"
 const pj_backend_ops *(*volatile pj_projd_cuda_backend)(void) = pj_backend_cuda_ops;
-#endif
 #endif
 
 typedef struct cli {
