@@ -41,13 +41,13 @@ struct GemvsArgs {
     uint16_t *y;
     size_t ldy;
     uint32_t m, n;
-    uint32_t kc, nkc;        // k per unit (multiple of 32 * nw), units per row group (K / kc)
-    uint32_t ngroups;        // row groups of 16 rb rows holding the requested rows
-    uint32_t stages;         // ring slots (2..PJ_GEMVS_MAX_STAGES)
-    uint32_t pitch;          // bytes per row in a slot
-    uint32_t stage_bytes;    // bytes per slot
-    float *ws;               // partials: grid * 2 * 16 rb * 8 mt floats
-    unsigned *cnt;           // one counter per row group
+    uint32_t kc, nkc;     // k per unit (multiple of 32 * nw), units per row group (K / kc)
+    uint32_t ngroups;     // row groups of 16 rb rows holding the requested rows
+    uint32_t stages;      // ring slots (2..PJ_GEMVS_MAX_STAGES)
+    uint32_t pitch;       // bytes per row in a slot
+    uint32_t stage_bytes; // bytes per slot
+    float *ws;            // partials: grid * 2 * 16 rb * 8 mt floats
+    unsigned *cnt;        // one counter per row group
 };
 typedef void (*GemvsFn)(GemvsArgs);
 GemvsFn gemvs_pick(int dual, int nw, int mt, int rb);

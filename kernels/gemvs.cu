@@ -87,7 +87,8 @@ __global__ void __launch_bounds__(NW * 32 + 32) gemvs_kernel(const GemvsArgs a)
     __shared__ int s_last;
     const uint32_t bar0 = smem_u32(sm); // full[s] at 8 s, empty[s] at 64 + 8 s
     float *red = (float *)(sm + 128);
-    const uint32_t ring = smem_u32(sm) + 128 + (uint32_t)(((size_t)NW * ROWS * RS * 4 + 127) / 128 * 128);
+    const uint32_t ring =
+        smem_u32(sm) + 128 + (uint32_t)(((size_t)NW * ROWS * RS * 4 + 127) / 128 * 128);
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const uint32_t G = gridDim.x, T = a.ngroups * a.nkc;
@@ -309,6 +310,8 @@ template <int DUAL, int NW> static GemvsFn gemvs_pick_mt(int mt, int rb)
 GemvsFn gemvs_pick(int dual, int nw, int mt, int rb)
 {
     if (dual)
-        return nw == 4 ? gemvs_pick_mt<1, 4>(mt, rb) : (nw == 8 ? gemvs_pick_mt<1, 8>(mt, rb) : nullptr);
-    return nw == 4 ? gemvs_pick_mt<0, 4>(mt, rb) : (nw == 8 ? gemvs_pick_mt<0, 8>(mt, rb) : nullptr);
+        return nw == 4 ? gemvs_pick_mt<1, 4>(mt, rb)
+                       : (nw == 8 ? gemvs_pick_mt<1, 8>(mt, rb) : nullptr);
+    return nw == 4 ? gemvs_pick_mt<0, 4>(mt, rb)
+                   : (nw == 8 ? gemvs_pick_mt<0, 8>(mt, rb) : nullptr);
 }

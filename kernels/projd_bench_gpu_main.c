@@ -1170,8 +1170,8 @@ int main(int argc, char **argv)
     if (tune_new) {
         if (!b->o.tune || !b->o.table)
             die("--tune-new needs --table OLD and --tune NEW");
-        int n = pj_tune_load(b->o.table, &old, pj_eng_check_entry, &b->c.lim, reject_msg, NULL,
-                             err, sizeof err);
+        int n = pj_tune_load(b->o.table, &old, pj_eng_check_entry, &b->c.lim, reject_msg, NULL, err,
+                             sizeof err);
         if (n < 0)
             die("%s", err);
         printf("tune-new: %d entries of %s compete with the streamed GEMV\n", n, b->o.table);
