@@ -4,8 +4,9 @@
 # $OUT, a short table printed last. Runs from the repository root of the
 # device copy with the prebuilt binaries in .devrun/ (see bench/README.md):
 #   .devrun/test_engines  .devrun/projd-bench-gpu  .devrun/lib/*  [.devrun/h200.json]
-# Usage: bench/run-device.sh [tune|table|untuned] [--quick-tests] [--no-tests] [--ncu]
+# Usage: bench/run-device.sh [tune|tunenew|table|untuned] [--quick-tests] [--no-tests] [--ncu]
 #   tune     tune, write $OUT/h200.json, benchmark with it (default)
+#   tunenew  re-tune m <= 32 among the table's entries, cuBLAS and pipe=2
 #   table    benchmark with .devrun/h200.json (else config/tuning/h200.json)
 #   untuned  benchmark the untuned ladder
 #   --ncu    afterwards profile the kernels named in .devrun/ncu.txt (one
@@ -37,7 +38,7 @@ log=$OUT/device.log
 if [ "$tests" != none ]; then
     targ=""
     [ "$tests" = quick ] && targ=--quick
-    timeout --kill-after=5 240 .devrun/test_engines $targ >"$OUT/test.log" 2>&1
+    timeout --kill-after=5 "${TEST_TIMEOUT:-240}" .devrun/test_engines $targ >"$OUT/test.log" 2>&1
     echo "test_engines exit $?" | tee -a "$log"
     grep -E "^(0|A|B|C) |FAIL|test_engines:|lost" "$OUT/test.log" | head -60 | tee -a "$log"
 fi
@@ -45,6 +46,13 @@ fi
 args=(--out "$OUT" --commit "$commit" --reps 300)
 case $mode in
 tune) args+=(--tune "$OUT/h200.json" --tune-budget "${TUNE_BUDGET:-170}" --survey) ;;
+tunenew)
+    # Re-tune only the m <= 32 shapes among the table's entry, cuBLAS and the
+    # streamed GEMV (pipe=2); the other entries are kept; then benchmark.
+    t=config/tuning/h200.json
+    [ -f .devrun/h200.json ] && t=.devrun/h200.json
+    args+=(--table "$t" --tune-new --tune "$OUT/h200.json" --tune-budget "${TUNE_BUDGET:-120}")
+    ;;
 table)
     t=config/tuning/h200.json
     [ -f .devrun/h200.json ] && t=.devrun/h200.json
@@ -55,11 +63,13 @@ esac
 timeout --kill-after=5 "${BENCH_TIMEOUT:-330}" .devrun/projd-bench-gpu "${args[@]}" >"$OUT/bench.log" 2>&1
 rc=$?
 echo "projd-bench exit $rc" | tee -a "$log"
-if [ "$rc" -ne 0 ] && [ "$mode" = tune ]; then
+if [ "$rc" -ne 0 ] && [ "$mode" = tune -o "$mode" = tunenew ]; then
     # Keep what the tuner learnt (log) and still get timings of the ladder.
     cp "$OUT/bench.log" "$OUT/bench-tune-failed.log"
+    retry=()
+    [ "$mode" = tunenew ] && retry=(--table "$t")
     timeout --kill-after=5 120 .devrun/projd-bench-gpu --out "$OUT" --commit "$commit" \
-        --reps 200 >"$OUT/bench.log" 2>&1
+        --reps 200 "${retry[@]}" >"$OUT/bench.log" 2>&1
     echo "projd-bench (untuned retry) exit $?" | tee -a "$log"
 fi
 

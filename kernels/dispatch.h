@@ -40,7 +40,12 @@ typedef struct pj_eng_knobs {
     uint8_t nw;   /* gemv/gemvz/router-gemv: streaming warps per row block (4, 8, 16) */
     uint8_t ks;   /* K split across CTAs (1..64) */
     uint8_t u;    /* loads in flight per lane: 32-k chunks (gemv) or 64-k tiles (gemvz) */
-    uint8_t pipe; /* 1: next batch's loads issued before this batch's mma */
+    uint8_t pipe; /* 1: next batch's loads issued before this batch's mma;
+                   * 2 (gemv, router m <= 32): streamed through a shared-memory
+                   * ring by bulk copies on a persistent grid (kernels/gemvs.cu);
+                   * then nw = consumer warps (4, 8), u = ring slots (2..8),
+                   * ks = K chunks per row (a unit is K / ks wide), rb = row
+                   * blocks per unit, minb = 1: two CTAs per SM */
     uint8_t minb; /* 1: register cap so two CTAs fit per SM (launch-bounds hint) */
     uint8_t xs;   /* gemvz: 1 = x staged in shared memory, 0 = read from global */
     uint8_t r;    /* gemvz: row blocks per CTA sharing x (1, 2, 4) */

@@ -19,6 +19,8 @@
 #define PJ_LT_PLANS        64
 // A variant that spills more than this many bytes per thread is refused.
 #define PJ_MAX_LOCAL_BYTES 32
+// Largest persistent grid of the streamed GEMV (SMs x CTAs per SM).
+#define PJ_GEMVS_MAX_CTAS 512
 
 // ---- small kernels -------------------------------------------------------
 
@@ -334,6 +336,10 @@ static WsNeed ws_need(uint32_t N, uint32_t max_m)
     w.part_floats = ctas * 16 * 32;
     if (w.part_floats < w.acc_rows * N)
         w.part_floats = w.acc_rows * N;
+    // The streamed GEMV (pipe = 2): 2 slots of up to 64 rows x 32 tokens per
+    // CTA, at most PJ_GEMVS_MAX_CTAS CTAs.
+    if (w.part_floats < (size_t)PJ_GEMVS_MAX_CTAS * 2 * 64 * 32)
+        w.part_floats = (size_t)PJ_GEMVS_MAX_CTAS * 2 * 64 * 32;
     size_t tiles = (size_t)cdiv(N, 64) * cdiv((uint32_t)w.acc_rows, 64);
     w.n_cnt = (tiles > ctas ? tiles : ctas) + 64;
     return w;
@@ -429,6 +435,49 @@ static bool w16_ok(const pj_eng_layer *L)
     return L->w && al(L->w, 16) && L->ldw % 8 == 0 && (!L->lo || al(L->lo, 16));
 }
 
+// Persistent grid of the streamed GEMV: cps CTAs per SM, never more CTAs
+// than units.
+static uint32_t gemvs_grid(uint32_t sms, const pj_eng_knobs *kn, uint32_t units)
+{
+    uint32_t g = sms * (kn->minb ? 2u : 1u);
+    if (g > PJ_GEMVS_MAX_CTAS)
+        g = PJ_GEMVS_MAX_CTAS;
+    return g < units ? g : units;
+}
+
+static int gemvs_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
+                       const pj_dev_limits *lim, char *why, size_t whylen)
+{
+    const pj_eng_layer *L = c->L;
+    if (kn->nw != 4 && kn->nw != 8)
+        return fail(why, whylen, -EINVAL, "pipe=2: nw=%u not in {4, 8}", kn->nw);
+    if (kn->u < 2 || kn->u > PJ_GEMVS_MAX_STAGES)
+        return fail(why, whylen, -EINVAL, "pipe=2: u (ring slots) %u not in 2..%d", kn->u,
+                    PJ_GEMVS_MAX_STAGES);
+    if (!kn->ks || L->K % kn->ks || (L->K / kn->ks) % (32u * kn->nw))
+        return fail(why, whylen, -EINVAL, "pipe=2: K=%u / ks=%u is not a multiple of 32*nw=%u",
+                    L->K, kn->ks, 32u * kn->nw);
+    const uint32_t rb = rb_of(kn), kc = L->K / kn->ks;
+    const uint32_t groups = cdiv(cdiv(c->n, 16), rb);
+    WsNeed w = ws_need(L->N, c->m);
+    const uint32_t G = gemvs_grid((uint32_t)lim->sm_count, kn, groups * kn->ks);
+    if ((size_t)G * 2 * rb * 16 * 8 * mt_of(c->m) > w.part_floats || groups > w.n_cnt)
+        return fail(why, whylen, -ENOSPC, "pipe=2: grid of %u CTAs needs more workspace", G);
+    GemvsFn fn = gemvs_pick(dual, kn->nw, mt_of(c->m), (int)rb);
+    const size_t smem = gemvs_smem(dual, kn->nw, mt_of(c->m), (int)rb, c->m, kc, kn->u, NULL, NULL);
+    const unsigned threads = 32u * kn->nw + 32;
+    int rc = fits_device((const void *)fn, threads, smem, lim, why, whylen);
+    if (rc || !kn->minb)
+        return rc;
+    int nb = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, fn, (int)threads, smem) != cudaSuccess ||
+        nb < 2) {
+        cudaGetLastError();
+        return fail(why, whylen, -ERANGE, "pipe=2 minb=1: two CTAs do not fit on an SM");
+    }
+    return 0;
+}
+
 static int gemv_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
                       const pj_dev_limits *lim, char *why, size_t whylen)
 {
@@ -441,6 +490,8 @@ static int gemv_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
         return fail(why, whylen, -EINVAL, "x or W not 16-byte aligned with ld %% 8 == 0");
     if (!kn->nw || !kn->u || !kn->ks)
         return fail(why, whylen, -EINVAL, "nw, u, ks must be >= 1");
+    if (kn->pipe == 2)
+        return gemvs_check(dual, kn, c, lim, why, whylen);
     const uint32_t per = 32u * kn->nw * kn->u * kn->ks;
     if (L->K % per)
         return fail(why, whylen, -EINVAL, "K=%u is not a multiple of 32*nw*u*ks=%u", L->K, per);
@@ -464,6 +515,8 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
         return fail(why, whylen, -ENOTSUP, "layer has no z12 weights");
     if (!kn->nw || !kn->u || !kn->ks || !kn->r)
         return fail(why, whylen, -EINVAL, "nw, u, ks, r must be >= 1");
+    if (kn->pipe > 1)
+        return fail(why, whylen, -EINVAL, "pipe=%u not in {0, 1}", kn->pipe);
     if (kn->r != 1 && kn->r != 2 && kn->r != 4)
         return fail(why, whylen, -EINVAL, "r=%u not in {1, 2, 4}", kn->r);
     if (kn->r > PJ_GEMVZ_MAX_R(kn->nw))
@@ -612,9 +665,58 @@ static int launch_rc(void)
     return ce == cudaSuccess ? 0 : -EIO;
 }
 
+static uint32_t sm_count_cached(void)
+{
+    static int sms;
+    if (!sms) {
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
+            sms = v;
+        cudaGetLastError();
+    }
+    return sms > 0 ? (uint32_t)sms : 1u;
+}
+
+static int gemvs_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream_t s)
+{
+    const pj_eng_layer *L = c->L;
+    if (!c->ws)
+        return -EINVAL;
+    GemvsArgs a;
+    a.w0 = L->w;
+    a.w1 = dual ? L->lo : L->w;
+    a.ldw = L->ldw;
+    a.N = L->N;
+    a.x = c->x;
+    a.ldx = c->ldx;
+    a.y = c->y;
+    a.ldy = c->ldy;
+    a.m = c->m;
+    a.n = c->n;
+    a.nkc = kn->ks;
+    a.kc = L->K / kn->ks;
+    const uint32_t rb = rb_of(kn);
+    a.ngroups = cdiv(cdiv(c->n, 16), rb);
+    a.stages = kn->u;
+    a.ws = c->ws->part;
+    a.cnt = c->ws->cnt;
+    const int mt = mt_of(c->m);
+    GemvsFn fn = gemvs_pick(dual, kn->nw, mt, (int)rb);
+    if (!fn)
+        return -ENOENT;
+    const size_t smem =
+        gemvs_smem(dual, kn->nw, mt, (int)rb, c->m, a.kc, a.stages, &a.pitch, &a.stage_bytes);
+    const uint32_t G = gemvs_grid(sm_count_cached(), kn, a.ngroups * a.nkc);
+    fn<<<G, 32 * kn->nw + 32, smem, s>>>(a);
+    return launch_rc();
+}
+
 static int gemv_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream_t s)
 {
     const pj_eng_layer *L = c->L;
+    if (kn->pipe == 2)
+        return gemvs_launch(dual, kn, c, s);
     GemvArgs a;
     a.w0 = L->w;
     a.w1 = dual ? L->lo : L->w;

@@ -30,6 +30,31 @@ struct GemvArgs {
 typedef void (*GemvFn)(GemvArgs);
 GemvFn gemv_pick(int dual, int nw, int u, int mt, int pipe, int minb, int rb);
 
+// The streamed GEMV (gemvs.cu; gemv / router with pipe = 2).
+#define PJ_GEMVS_MAX_STAGES 8
+struct GemvsArgs {
+    const uint16_t *w0, *w1; // w1: router lo or unused
+    size_t ldw;
+    uint32_t N;
+    const uint16_t *x;
+    size_t ldx;
+    uint16_t *y;
+    size_t ldy;
+    uint32_t m, n;
+    uint32_t kc, nkc;     // k per unit (multiple of 32 * nw), units per row group (K / kc)
+    uint32_t ngroups;     // row groups of 16 rb rows holding the requested rows
+    uint32_t stages;      // ring slots (2..PJ_GEMVS_MAX_STAGES)
+    uint32_t pitch;       // bytes per row in a slot
+    uint32_t stage_bytes; // bytes per slot
+    float *ws;            // partials: grid * 2 * 16 rb * 8 mt floats
+    unsigned *cnt;        // one counter per row group
+};
+typedef void (*GemvsFn)(GemvsArgs);
+GemvsFn gemvs_pick(int dual, int nw, int mt, int rb);
+// Dynamic shared memory of a gemvs launch; also returns the slot geometry.
+size_t gemvs_smem(int dual, int nw, int mt, int rb, uint32_t m, uint32_t kc, uint32_t stages,
+                  uint32_t *pitch, uint32_t *stage_bytes);
+
 struct GemvzArgs {
     const uint8_t *tiles;
     const uint32_t *blk_exc;

@@ -301,6 +301,20 @@ typedef struct cand {
 
 #define MAX_CAND 2048
 
+/* --tune-new: the table being improved; its entries compete with cuBLAS and
+ * the streamed GEMV (pipe = 2) only, the rest of the sweep is skipped. */
+static const pj_tune_table *g_old;
+
+static const pj_tune_entry *old_entry(const char *layer, uint32_t m)
+{
+    if (!g_old)
+        return NULL;
+    for (uint32_t i = 0; i < g_old->n; i++)
+        if (g_old->e[i].m == m && !strcmp(g_old->e[i].layer, layer))
+            return &g_old->e[i];
+    return NULL;
+}
+
 static int gen_candidates(int li, uint32_t m, cand *cs)
 {
     int n = 0;
@@ -321,6 +335,35 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
         memset(&kn, 0, sizeof kn);
         kn.algo = (uint8_t)a;
         ADD(PJ_ENG_CUBLAS);
+    }
+    if (g_old) {
+        const pj_tune_entry *oe = old_entry(d->name, m);
+        if (oe && oe->eng != PJ_ENG_CUBLAS) {
+            kn = oe->knobs;
+            ADD(oe->eng);
+        }
+        if (m > 32)
+            return n;
+        static const uint8_t us2[] = {4, 6, 8};
+        static const uint32_t kcs[] = {128, 256, 512, 1024};
+        const pj_eng_kind ek = d->fmt == PJ_FMT_SPLIT ? PJ_ENG_ROUTER : PJ_ENG_GEMV;
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 3; j++)
+                for (int q = 0; q < 4; q++)
+                    for (int mb = 0; mb < 2; mb++)
+                        for (int rb = 1; rb <= (m > 8 ? 4 : 2); rb *= 2) {
+                            if (d->K % kcs[q] || d->K / kcs[q] > 64)
+                                continue;
+                            memset(&kn, 0, sizeof kn);
+                            kn.pipe = 2;
+                            kn.nw = (uint8_t)(4 << i);
+                            kn.u = us2[j];
+                            kn.ks = (uint8_t)(d->K / kcs[q]);
+                            kn.minb = (uint8_t)mb;
+                            kn.rb = (uint8_t)rb;
+                            ADD(ek);
+                        }
+        return n;
     }
     if (d->fmt != PJ_FMT_SPLIT && m <= 32) {
         static const uint8_t us[] = {1, 2, 4, 8};
@@ -569,6 +612,12 @@ static void tune_all(bench *b, pj_tune_table *t)
             uint32_t m = ms[order[mi]];
             int full = now_s() - t0 < b->o.tune_budget;
             pj_tune_entry e;
+            const pj_tune_entry *oe = old_entry(layer_defs[li].name, m);
+            if (g_old && (m > 32 || !full)) {
+                if (oe && pj_tune_put(t, oe))
+                    die("tuning table full");
+                continue;
+            }
             tune_shape(b, li, m, full, csv, &e);
             if (pj_tune_put(t, &e))
                 die("tuning table full");
@@ -998,6 +1047,8 @@ static void usage(void)
             "  --tune-budget S seconds of full sweeps before the tuner falls back to defaults\n"
             "  --reps N        paired repetitions per shape (default 300)\n"
             "  --survey        also time every engine's default knobs on every shape\n"
+            "  --tune-new      with --table OLD --tune NEW: re-tune the m <= 32 shapes among\n"
+            "                  OLD's entry, cuBLAS and the streamed GEMV (pipe=2); keep the rest\n"
             "  --one L M E K   only run engine E (knobs K) on layer L at m = M, plainly,\n"
             "                  for a profiler\n");
     exit(2);
@@ -1019,6 +1070,7 @@ int main(int argc, char **argv)
     b->o.out = "bench-out";
     const char *one_layer = NULL, *one_eng = NULL, *one_knobs = NULL;
     uint32_t one_m = 0;
+    int tune_new = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -1038,6 +1090,8 @@ int main(int argc, char **argv)
             b->o.seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(a, "--survey"))
             b->o.survey = 1;
+        else if (!strcmp(a, "--tune-new"))
+            tune_new = 1;
         else if (!strcmp(a, "--one") && i + 4 < argc) {
             one_layer = argv[i + 1];
             one_m = (uint32_t)atoi(argv[i + 2]);
@@ -1111,8 +1165,18 @@ int main(int argc, char **argv)
     if (b->o.survey)
         survey(b);
 
-    static pj_tune_table table;
+    static pj_tune_table table, old;
     pj_tune_table *tp = NULL;
+    if (tune_new) {
+        if (!b->o.tune || !b->o.table)
+            die("--tune-new needs --table OLD and --tune NEW");
+        int n = pj_tune_load(b->o.table, &old, pj_eng_check_entry, &b->c.lim, reject_msg, NULL, err,
+                             sizeof err);
+        if (n < 0)
+            die("%s", err);
+        printf("tune-new: %d entries of %s compete with the streamed GEMV\n", n, b->o.table);
+        g_old = &old;
+    }
     if (b->o.tune) {
         tune_all(b, &table);
         char date[64];

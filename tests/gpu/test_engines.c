@@ -221,6 +221,47 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
     fflush(stdout);
 }
 
+/* The streamed GEMV (pipe = 2): ring depth, unit width (K / ks), row blocks
+ * per unit, one or two CTAs per SM; unit widths that do not divide the
+ * consumers' k are refused by the engine and skipped. */
+static void sweep_streamed(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng_kind k,
+                           const uint32_t *mlist, int nm)
+{
+    char err[256], ctx[128];
+    double t0 = now_s();
+    unsigned long long f0 = n_fail, c0 = n_checks;
+    static const uint8_t nws[] = {4, 8};
+    static const uint8_t us[] = {2, 3, 8};
+    static const uint8_t kss[] = {2, 4, 16, 32};
+    for (int mi = 0; mi < nm; mi++) {
+        const uint32_t m = mlist[mi];
+        uint32_t n = L->L.N == 8192 ? 1024 : L->L.N;
+        snprintf(ctx, sizeof ctx, "streamed %s m=%u", L->L.name, m);
+        if (pj_chk_prepare(c, L, m, n, 1, 771u + m, 0, NULL, err, sizeof err)) {
+            fail_line("%s: prepare: %s", ctx, err);
+            continue;
+        }
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 3; j++)
+                for (int s = 0; s < 4; s++)
+                    for (int mb = 0; mb < 2; mb++)
+                        for (int rb = 1; rb <= 4; rb *= 2) {
+                            pj_eng_knobs kn;
+                            memset(&kn, 0, sizeof kn);
+                            kn.pipe = 2;
+                            kn.nw = nws[i];
+                            kn.u = us[j];
+                            kn.ks = kss[s];
+                            kn.minb = (uint8_t)mb;
+                            kn.rb = (uint8_t)rb;
+                            check_one(c, ws, k, &kn, ctx);
+                        }
+    }
+    printf("B %-7s on %-9s: %llu checks, %llu failed (%.1f s) [pipe=2]\n", pj_eng_name(k),
+           L->L.name, n_checks - c0, n_fail - f0, now_s() - t0);
+    fflush(stdout);
+}
+
 static void part_b(pj_chk_ctx *c)
 {
     char err[256];
@@ -261,6 +302,10 @@ static void part_b(pj_chk_ctx *c)
         c->cur = NULL;
     }
     sweep_variants(c, &o, &wo, PJ_ENG_GEMV, mg, quick ? 2 : 4, ks12, 2);
+    static const uint32_t ms2[] = {1, 3, 8, 13, 17, 32};
+    sweep_streamed(c, &o, &wo, PJ_ENG_GEMV, ms2, quick ? 3 : 6);
+    sweep_streamed(c, &un, &wu, PJ_ENG_GEMV, ms2, 2);
+    sweep_streamed(c, &rt, &wr, PJ_ENG_ROUTER, ms2, quick ? 3 : 6);
     sweep_variants(c, &rt, &wr, PJ_ENG_ROUTER, mr, quick ? 2 : 3, ksr, 3);
     sweep_variants(c, &o, &wo, PJ_ENG_SPLITK, mt, quick ? 2 : 4, kst, 2);
     sweep_variants(c, &rt, &wr, PJ_ENG_ROUTER, mtr, quick ? 2 : 3, kstr, 2);
