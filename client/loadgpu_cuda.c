@@ -491,6 +491,8 @@ double pj_lcmp_diff(pj_lcmp *c, uint32_t layer, uint32_t m, uint32_t n)
         return -1;
     char err[256];
     size_t bytes = (size_t)m * n * 2;
+    if (bytes > c->slot_y || (size_t)m * c->l[layer].L.K * 2 > c->slot_x)
+        return -1; /* larger than any request of the trace: not probed */
     pj_eng_call a = mk_call(c, layer, m, n, 0, 0, c->y);
     pj_eng_call b = mk_call(c, layer, m, n, 0, 0, c->y2);
     uint16_t *ha = malloc(bytes), *hb = malloc(bytes);

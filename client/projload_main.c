@@ -2157,6 +2157,8 @@ static int run_compare(const lt_opts *o, lt_setup *su, lt_run *dr, FILE *rep, cJ
             char eng[64];
             pj_lcmp_engine(c, l, m, n, eng, sizeof eng);
             double d = pj_lcmp_diff(c, l, m, n);
+            if (d < 0)
+                continue; /* larger than the trace's requests */
             fprintf(rep, " m=%u %s %.1e;", m, eng, d);
             cJSON *e = cJSON_CreateObject();
             cJSON_AddStringToObject(e, "layer", su->w.layers[l].name);
