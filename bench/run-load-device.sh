@@ -15,7 +15,7 @@
 # A dry run of the script itself on a machine without a GPU: BACKEND=cpu
 # PRESET=small GEN_EXTRA="--max-batch 8 --unpooler-n 128" COUNT=40 (host
 # buffers, no compare mode).
-# Writes to $OUT: the traces, sweep-{decode,verify}.json (+ .txt), the plot
+# Writes to $OUT/files (packed into $OUT/load-results.tgz unless PACK=0): the traces, sweep-{decode,verify}.json (+ .txt), the plot
 # data and gnuplot scripts under plots-{decode,verify}/ (gnuplot is not on
 # the GPU host: draw them afterwards with `cd OUT/plots-x/.. && gnuplot
 # plots-x/*.gp`), compare-{decode,verify}.json (+ .txt), projd.log, and
@@ -34,9 +34,10 @@ table=${TABLE:-}
 [ -n "$table" ] || { [ -f "$here/h200.json" ] && table=$here/h200.json; }
 [ -n "$table" ] || table=$here/../config/tuning/h200.json
 table=$(cd "$(dirname "$table")" && pwd)/$(basename "$table")
-out=${OUT:-/tmp/pj-load-out}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
+top=${OUT:-/tmp/pj-load-out}
+mkdir -p "$top/files"
+top=$(cd "$top" && pwd)
+out=$top/files
 count=${COUNT:-600}
 warmup=${WARMUP:-30}
 duration=${DURATION:-4}
@@ -122,8 +123,10 @@ timeout 30 "$bin/projload" gen --kind decode --seed 1 --count 4000 --clients 16 
 timeout 30 "$bin/projload" gen --kind verify --seed 1 --count 4000 --clients 16 --draft 4 \
     $gen_extra --out verify.jsonl || exit 1
 
-checkers=$(($(nproc) > 4 ? $(nproc) - 2 : 2))
-[ "$checkers" -gt 64 ] && checkers=64
+# Checker threads compete for cores with the daemon's spinning completion
+# threads and the clients: a quarter of the cores (the first visit, with
+# nproc - 2 of them, saw multi-ms p99 tails at one client).
+checkers=${CHECKERS:-$(($(nproc) >= 8 ? $(nproc) / 4 : 2))}
 rcs=""
 # 5. Sweeps: closed loop at 1, 2, 4, 8, 16 clients, CUDA IPC buffers.
 for kind in decode verify; do
@@ -205,8 +208,13 @@ for kind in ("decode", "verify"):
     t = j["totals"]
     print("\nchecked %d, mismatches %d, max rel err %.2e\n" % (t["checked"], t["mismatches"], t.get("max_rel_err", -1)))
 EOF
+# The device tool brings back a few files only: one archive + the summary.
+cp "$out/summary.md" "$top/summary.md"
+if [ "${PACK:-1}" = 1 ]; then
+    cd "$top" && tar czf load-results.tgz files && rm -rf "$out"
+fi
 log "summary"
-cat "$out/summary.md"
+cat "$top/summary.md"
 case "$rcs" in
 *=[1-9]*) exit 1 ;;
 esac

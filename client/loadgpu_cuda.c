@@ -459,8 +459,9 @@ int pj_lcmp_run(pj_lcmp *c, int path, const pj_lcmp_op *ops, size_t n, uint64_t 
     cudaError_t ce = cudaEventRecord(c->done, c->s);
     /* Spin: a blocking wait would add the driver's wake-up to every sample
      * (the daemon's completion thread spins too). */
-    while (ce == cudaSuccess && (ce = cudaEventQuery(c->done)) == cudaErrorNotReady)
-        ;
+    if (ce == cudaSuccess)
+        while ((ce = cudaEventQuery(c->done)) == cudaErrorNotReady)
+            ;
     uint64_t t1 = mono_ns();
     if (ce != cudaSuccess)
         return ce_fail(ce, "--compare: request", err, errlen);
