@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client/loadgpu.h"
 #include "client/loadstat.h"
 #include "client/plot.h"
 #include "client/projd.h"
@@ -44,6 +45,7 @@
 #define LT_ALIGN         256     /* op regions inside a slot start on this boundary */
 #define LT_POISON        0x7fa5u /* a NaN no finite computation writes */
 #define LT_MAX_PLAN      20000000ull
+#define LT_REL_TOL       1e-2 /* cuda backend: ||y - ref|| / ||ref|| below this */
 #define EXIT_RUN_FAILED  1
 #define EXIT_SETUP_ERROR 2
 
@@ -104,6 +106,8 @@ static const char *mode_name(lt_mode m)
 
 typedef struct lt_opts {
     const char *trace, *socket, *model, *config, *json, *plot, *transport;
+    const char *buffers; /* host | cuda | auto */
+    const char *table;   /* compare mode: tuning table of the in-process engines */
     lt_mode mode;
     int mode_set;
     double rate, speed, duration_s, check_fraction;
@@ -202,6 +206,8 @@ typedef struct lt_setup {
     uint32_t *group_lo, *group_hi;
     size_t n_groups;
     const lt_transport *transport;
+    int cuda_bufs; /* clients register cudaMalloc memory (CUDA IPC) */
+    int tolerant;  /* cuda backend: checks by relative error, not bit for bit */
 } lt_setup;
 
 /* ---- one run ---------------------------------------------------------------------- */
@@ -245,6 +251,7 @@ typedef struct lt_run {
     size_t n_errs;
     char mism[LT_MAX_MSGS][600];
     size_t n_mism;
+    double max_rel; /* worst relative error of a checked op (tolerant checks) */
     cJSON *stats_before, *stats_after;
     double wall_s;
 } lt_run;
@@ -265,8 +272,11 @@ typedef struct lt_client {
     uint32_t id;
     pthread_t th;
     projd_conn *conn;
-    projd_buffer *xb, *yb;
-    uint8_t *x, *y;
+    projd_buffer *xb, *yb;   /* host shared memory, or */
+    struct pj_lgpu_bufs *gb; /* device memory (CUDA IPC) with host mirrors */
+    uint32_t xid, yid;       /* the registered buffers */
+    uint64_t xbase, ybase;   /* where x / y start in them */
+    uint8_t *x, *y;          /* host side: the shm mapping or the mirrors */
     lt_slot *slots;
     projd_op *ops;
     pthread_mutex_t mu;
@@ -368,7 +378,56 @@ struct lt_job {
     uint8_t *x, *y; /* copies of the slot's regions */
 };
 
-/* Recomputes every op of the job's request and compares bit for bit.
+/* Tolerant comparison (cuda backend: the engines sum in another order than
+ * the CPU reference): every element written (no poison left), no NaN, and
+ * ||y - ref|| / ||ref|| < LT_REL_TOL. Returns 1 on a mismatch (noted). */
+static int check_rel(lt_run *r, const lt_job *j, uint32_t i, const char *lname, uint32_t m,
+                     uint32_t n, const uint16_t *y, const uint16_t *ref)
+{
+    const lt_setup *su = r->su;
+    const pj_trace_req *q = &su->tr.reqs[j->tr];
+    size_t count = (size_t)m * n, unwritten = 0, nans = 0, first = SIZE_MAX;
+    double num = 0, den = 0;
+    for (size_t t = 0; t < count; t++) {
+        if (y[t] == LT_POISON) {
+            unwritten++;
+        } else {
+            float v = pj_bf16_to_f32(y[t]), w = pj_bf16_to_f32(ref[t]);
+            if (isnan(v)) {
+                nans++;
+            } else {
+                num += ((double)v - w) * ((double)v - w);
+                den += (double)w * w;
+                continue;
+            }
+        }
+        if (first == SIZE_MAX)
+            first = t;
+    }
+    double rel = den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0);
+    pthread_mutex_lock(&r->mmu);
+    if (rel > r->max_rel || isnan(rel))
+        r->max_rel = rel;
+    pthread_mutex_unlock(&r->mmu);
+    if (unwritten || nans) {
+        note(r, 1,
+             "request %llu (%s:%u) op %u (%s m=%u n=%u): %zu values never written, %zu NaN "
+             "(first y[%zu][%zu] = 0x%04x, reference 0x%04x)",
+             (unsigned long long)j->seq, su->tr.file, q->line, i, lname, m, n, unwritten, nans,
+             first / n, first % n, y[first], ref[first]);
+        return 1;
+    }
+    if (!(rel < LT_REL_TOL)) {
+        note(r, 1,
+             "request %llu (%s:%u) op %u (%s m=%u n=%u): ||y - ref|| / ||ref|| = %.3g (limit %g)",
+             (unsigned long long)j->seq, su->tr.file, q->line, i, lname, m, n, rel, LT_REL_TOL);
+        return 1;
+    }
+    return 0;
+}
+
+/* Recomputes every op of the job's request and compares: bit for bit on
+ * the cpu backend, by relative error on the cuda backend (check_rel).
  * Returns 1 on a mismatch (noted), 0 when all match. */
 static int check_job(lt_run *r, const lt_job *j)
 {
@@ -387,6 +446,8 @@ static int check_job(lt_run *r, const lt_job *j)
                  (unsigned long long)j->seq, su->tr.file, q->line, i, su->w.layers[op->layer].name,
                  m, n, strerror(-rc));
             bad = 1;
+        } else if (su->tolerant) {
+            bad = check_rel(r, j, i, su->w.layers[op->layer].name, m, n, y, ref);
         } else if (memcmp(ref, y, (size_t)m * n * sizeof *ref) != 0) {
             size_t e = 0;
             while (ref[e] == y[e])
@@ -529,11 +590,11 @@ static void issue(lt_client *c, lt_slot *s, uint64_t seq, uint32_t tr, uint64_t 
         c->ops[i] = (projd_op){.layer = (uint32_t)op->layer,
                                .m = op->m,
                                .n = op->n,
-                               .x_buf = projd_buffer_id(c->xb),
-                               .x_off = xo,
+                               .x_buf = c->xid,
+                               .x_off = c->xbase + xo,
                                .x_ld = k,
-                               .y_buf = projd_buffer_id(c->yb),
-                               .y_off = yo,
+                               .y_buf = c->yid,
+                               .y_off = c->ybase + yo,
                                .y_ld = op->n};
         if (s->check) {
             fill_random_bf16(&c->rng, (uint16_t *)(c->x + xo), (size_t)op->m * k);
@@ -548,9 +609,20 @@ static void issue(lt_client *c, lt_slot *s, uint64_t seq, uint32_t tr, uint64_t 
         atomic_fetch_add(&r->warm_sent, 1);
     atomic_fetch_add(&r->sent, 1);
     projd_error e;
+    int rc = 0;
+#ifdef PJ_HAVE_CUDA
+    /* Checked x and the poisoned y land on the device before PROJECT: the
+     * daemon does not wait on this client's stream. */
+    if (s->check && c->gb) {
+        rc = pj_lgpu_to_device(c->gb, s->x_off, xo - s->x_off, s->y_off, yo - s->y_off, e.msg,
+                               sizeof e.msg);
+        e.code = rc;
+    }
+#endif
     s->done = 0;
     s->t_start = r->mode == MODE_CLOSED ? now_ns() : t_due;
-    int rc = su->transport->submit(c, s, c->ops, q->n_ops, &e);
+    if (rc == 0)
+        rc = su->transport->submit(c, s, c->ops, q->n_ops, &e);
     if (rc != 0) {
         /* Not sent: counts as a failed request at once. */
         s->t_end = now_ns();
@@ -594,6 +666,23 @@ static void harvest(lt_client *c, lt_slot *s)
         pj_loadstat_record(&r->ls, su->refs + su->ref_off[s->tr],
                            su->ref_off[s->tr + 1] - su->ref_off[s->tr], &smp);
     }
+#ifdef PJ_HAVE_CUDA
+    if (ok && s->check && c->gb) {
+        size_t yb = 0;
+        for (uint32_t i = 0; i < q->n_ops; i++) {
+            const pj_trace_op *op = &su->tr.ops[q->op0 + i];
+            yb += align_up((size_t)op->m * op->n * 2);
+        }
+        char why[300];
+        if (pj_lgpu_y_to_host(c->gb, s->y_off, yb, why, sizeof why) != 0) {
+            atomic_fetch_add(&r->checked, 1);
+            atomic_fetch_add(&r->mismatches, 1);
+            note(r, 1, "request %llu (%s:%u): y not checked: %s", (unsigned long long)s->seq,
+                 su->tr.file, q->line, why);
+            s->check = 0;
+        }
+    }
+#endif
     if (ok && s->check)
         enqueue_check(c, s);
     s->busy = 0;
@@ -612,17 +701,45 @@ static int client_setup(lt_client *c)
     }
     projd_set_timeout_ms(c->conn, r->o->timeout_ms);
     size_t xs = su->slot_x * r->slots, ys = su->slot_y * r->slots;
-    if (projd_shm_create(c->conn, xs, &c->xb, &e) != 0 ||
-        projd_shm_create(c->conn, ys, &c->yb, &e) != 0) {
-        snprintf(c->err, sizeof c->err, "client %u: registering %zu + %zu bytes: %s", c->id, xs, ys,
-                 e.msg);
-        return -1;
+    if (su->cuda_bufs) {
+#ifdef PJ_HAVE_CUDA
+        char why[600];
+        if (pj_lgpu_create(c->conn, xs, ys, &c->gb, why, sizeof why) != 0) {
+            snprintf(c->err, sizeof c->err, "client %u: CUDA buffers (%zu + %zu bytes): %s", c->id,
+                     xs, ys, why);
+            return -1;
+        }
+        c->x = pj_lgpu_host_x(c->gb);
+        c->y = pj_lgpu_host_y(c->gb);
+        c->xid = pj_lgpu_x_id(c->gb);
+        c->yid = pj_lgpu_y_id(c->gb);
+        c->xbase = pj_lgpu_x_off(c->gb);
+        c->ybase = pj_lgpu_y_off(c->gb);
+#endif
+    } else {
+        if (projd_shm_create(c->conn, xs, &c->xb, &e) != 0 ||
+            projd_shm_create(c->conn, ys, &c->yb, &e) != 0) {
+            snprintf(c->err, sizeof c->err, "client %u: registering %zu + %zu bytes: %s", c->id, xs,
+                     ys, e.msg);
+            return -1;
+        }
+        c->x = projd_buffer_ptr(c->xb);
+        c->y = projd_buffer_ptr(c->yb);
+        c->xid = projd_buffer_id(c->xb);
+        c->yid = projd_buffer_id(c->yb);
     }
-    c->x = projd_buffer_ptr(c->xb);
-    c->y = projd_buffer_ptr(c->yb);
     /* Unchecked requests compute on these values: random, not zeros, so
      * the daemon does representative work. */
     fill_random_bf16(&c->rng, (uint16_t *)c->x, xs / 2);
+#ifdef PJ_HAVE_CUDA
+    if (c->gb) {
+        char why[300];
+        if (pj_lgpu_to_device(c->gb, 0, xs, 0, 0, why, sizeof why) != 0) {
+            snprintf(c->err, sizeof c->err, "client %u: %s", c->id, why);
+            return -1;
+        }
+    }
+#endif
     c->slots = calloc(r->slots, sizeof *c->slots);
     c->ops = calloc(su->max_ops, sizeof *c->ops);
     if (!c->slots || !c->ops) {
@@ -731,6 +848,9 @@ static void client_cleanup(lt_client *c)
 {
     projd_buffer_release(c->xb, NULL);
     projd_buffer_release(c->yb, NULL);
+#ifdef PJ_HAVE_CUDA
+    pj_lgpu_destroy(c->gb, c->conn);
+#endif
     projd_close(c->conn);
     free(c->slots);
     free(c->ops);
@@ -1334,7 +1454,15 @@ static void print_totals(FILE *f, lt_run *r)
             (unsigned long long)atomic_load(&r->warm_sent),
             (unsigned long long)atomic_load(&r->completed),
             (unsigned long long)atomic_load(&r->errors), r->wall_s);
-    if (r->su->model && o->check_fraction > 0)
+    if (r->su->model && o->check_fraction > 0 && r->su->tolerant)
+        fprintf(f,
+                "checked: %llu requests (fraction %g, warm-up included) against the CPU "
+                "reference, every value written, no NaN, ||y - ref|| / ||ref|| < %g (the GPU "
+                "engines sum in another order): %llu mismatches, max relative error %.3g%s\n",
+                (unsigned long long)atomic_load(&r->checked), o->check_fraction, LT_REL_TOL,
+                (unsigned long long)atomic_load(&r->mismatches), r->max_rel,
+                r->chk.full_waits ? " (clients waited for the check queue)" : "");
+    else if (r->su->model && o->check_fraction > 0)
         fprintf(f,
                 "checked: %llu requests (fraction %g, warm-up included) against the CPU "
                 "reference, bit for bit: %llu mismatches%s\n",
@@ -1364,6 +1492,11 @@ static cJSON *totals_json(lt_run *r)
     cJSON_AddNumberToObject(t, "errors", (double)atomic_load(&r->errors));
     cJSON_AddNumberToObject(t, "checked", (double)atomic_load(&r->checked));
     cJSON_AddNumberToObject(t, "mismatches", (double)atomic_load(&r->mismatches));
+    cJSON_AddStringToObject(t, "check_mode", r->su->tolerant ? "relative" : "bit-exact");
+    if (r->su->tolerant) {
+        cJSON_AddNumberToObject(t, "rel_tolerance", LT_REL_TOL);
+        cJSON_AddNumberToObject(t, "max_rel_err", isfinite(r->max_rel) ? r->max_rel : -1);
+    }
     cJSON_AddNumberToObject(t, "wall_s", r->wall_s);
     cJSON *e = cJSON_AddArrayToObject(t, "first_errors");
     for (size_t i = 0; i < r->n_errs; i++)
@@ -1378,6 +1511,7 @@ static cJSON *run_json(lt_run *r)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "concurrency", r->nclients);
+    cJSON_AddStringToObject(o, "buffers", r->su->cuda_bufs ? "cuda" : "host");
     cJSON_AddItemToObject(o, "totals", totals_json(r));
     cJSON *res = pj_loadstat_json(&r->ls);
     if (res)
@@ -1472,8 +1606,10 @@ static void usage(FILE *f)
         "  --duration S          stop sending after S seconds, warm-up included (the first\n"
         "                        bound reached wins)\n"
         "run: correctness\n"
-        "  --check-fraction F    fraction of requests checked bit for bit against the CPU\n"
-        "                        reference (default 0.01; needs --model)\n"
+        "  --check-fraction F    fraction of requests checked against the CPU reference:\n"
+        "                        bit for bit on the cpu backend, ||y-ref||/||ref|| < 1e-2,\n"
+        "                        no NaN, every value written on the cuda backend\n"
+        "                        (default 0.01; needs --model)\n"
         "  --model PATH          the safetensors file the daemon serves\n"
         "  --config FILE         the daemon's config (layer list and formats; default: built-in)\n"
         "  --check-threads N     threads computing the reference (default: half the cores,\n"
@@ -1485,7 +1621,16 @@ static void usage(FILE *f)
         "  --plot DIR            latency CDF (and sweep) PNGs via gnuplot\n"
         "  --progress            a progress line each second even when stderr is not a tty\n"
         "  --no-progress         never a progress line\n"
-        "  --compare             also run the trace in-process with cuBLAS (cuda build)\n"
+        "  --buffers B           host | cuda | auto: where each client's x and y live\n"
+        "                        (default auto: cudaMalloc memory registered as CUDA IPC\n"
+        "                        buffers when the daemon's backend is cuda and this build\n"
+        "                        has CUDA, else host shared memory)\n"
+        "  --compare             also run the same requests in-process on the same GPU, with\n"
+        "                        cuBLAS (SGLang's x @ W.T) and with the tuned engines, and\n"
+        "                        print them side by side with projd (cuda build and backend;\n"
+        "                        closed loop, --concurrency 1, needs --model)\n"
+        "  --table FILE          --compare: tuning table of the in-process engines\n"
+        "                        (config/tuning/h200.json; default: the untuned ladder)\n"
         "\n"
         "gen (see client/TRACE.md):\n"
         "  --kind decode|verify|reference  --seed S  --count N  --out FILE ('-' = stdout)\n"
@@ -1662,6 +1807,8 @@ enum {
     OPT_PROGRESS,
     OPT_NO_PROGRESS,
     OPT_COMPARE,
+    OPT_BUFFERS,
+    OPT_TABLE,
     OPT_HELP,
 };
 
@@ -1678,6 +1825,7 @@ static int parse_run(int argc, char **argv, lt_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->transport = "auto";
+    o->buffers = "auto";
     o->speed = 1;
     o->check_fraction = 0.01;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -1716,6 +1864,8 @@ static int parse_run(int argc, char **argv, lt_opts *o)
         {"progress", no_argument, NULL, OPT_PROGRESS},
         {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
         {"compare", no_argument, NULL, OPT_COMPARE},
+        {"buffers", required_argument, NULL, OPT_BUFFERS},
+        {"table", required_argument, NULL, OPT_TABLE},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0}};
     int ch, rc = 0;
@@ -1822,6 +1972,14 @@ static int parse_run(int argc, char **argv, lt_opts *o)
         case OPT_COMPARE:
             o->compare = 1;
             break;
+        case OPT_BUFFERS:
+            if (strcmp(optarg, "host") && strcmp(optarg, "cuda") && strcmp(optarg, "auto"))
+                return usage_error("--buffers: expected host, cuda or auto, got \"%s\"", optarg);
+            o->buffers = optarg;
+            break;
+        case OPT_TABLE:
+            o->table = optarg;
+            break;
         case OPT_HELP:
             usage(stdout);
             exit(0);
@@ -1833,13 +1991,13 @@ static int parse_run(int argc, char **argv, lt_opts *o)
     }
     if (optind < argc)
         return usage_error("unexpected argument \"%s\"", argv[optind]);
-    if (o->compare)
-        return -1; /* handled by the caller before anything else */
     if (!o->trace)
         return usage_error("--trace FILE is required (projload gen writes one)");
     if (o->n_sweep && o->mode_set)
         return usage_error("--sweep runs the closed loop; it does not combine with --%s",
                            o->mode == MODE_REPLAY ? "replay" : "rate/--poisson");
+    if (o->compare && !o->model)
+        return usage_error("--compare needs --model PATH (the weights it runs in-process)");
     if (o->check_fraction > 0 && !o->model)
         return usage_error("--check-fraction %g needs --model PATH (the model file the daemon "
                            "serves) to compute the reference; --check-fraction 0 runs unchecked",
@@ -1848,26 +2006,222 @@ static int parse_run(int argc, char **argv, lt_opts *o)
         return usage_error("--slots: the closed loop has one request in flight per client");
     if (o->mode == MODE_REPLAY && o->concurrency_set)
         return usage_error("--concurrency: --replay uses one client per trace client id");
+    if (o->compare && (o->n_sweep || o->mode != MODE_CLOSED || o->concurrency != 1))
+        return usage_error("--compare times one request at a time in-process; run the daemon "
+                           "side the same way (closed loop, --concurrency 1, no --sweep)");
+    if (o->table && !o->compare)
+        return usage_error("--table is the compare mode's tuning table (with --compare)");
     return 0;
 }
 
-static int compare_mode(void)
-{
+/* ---- compare mode ------------------------------------------------------------------------ */
+
 #ifdef PJ_HAVE_CUDA
-    fprintf(stderr, "projload: --compare: the in-process cuBLAS side is not built yet (it comes "
-                    "with the GPU engines, kernels/engine.h)\n");
-#else
-    fprintf(stderr, "projload: compare mode needs the cuda build\n");
+static void cmp_lat_json(cJSON *o, const char *name, const pj_ls_summary *sm, int gpu)
+{
+    cJSON *j = cJSON_AddObjectToObject(o, name);
+    cJSON_AddNumberToObject(j, "p50_us", sm->p50_us);
+    cJSON_AddNumberToObject(j, "p99_us", sm->p99_us);
+    cJSON_AddNumberToObject(j, "mean_us", sm->mean_us);
+    /* in-process: GPU time (CUDA events); projd: the daemon's exec time */
+    cJSON_AddNumberToObject(j, gpu ? "gpu_p50_us" : "exec_p50_us", sm->exec_p50_us);
+    cJSON_AddNumberToObject(j, gpu ? "gpu_p99_us" : "exec_p99_us", sm->exec_p99_us);
+}
+
+static double ratio(double a, double b)
+{
+    return b > 0 ? a / b : NAN;
+}
+
+/* Runs the requests the daemon run sent (same order: seq % n_reqs) in this
+ * process, once with cuBLAS and once with the tuned engines, each after a
+ * warm-up pass over the same sequence, and prints and records the table.
+ * 0, or EXIT_RUN_FAILED when a launch failed. */
+static int run_compare(const lt_opts *o, lt_setup *su, lt_run *dr, FILE *rep, cJSON *root)
+{
+    int map[PJ_WIRE_MAX_LAYERS];
+    for (uint32_t l = 0; l < su->w.n_layers; l++) {
+        map[l] = -1;
+        if (su->wt[l])
+            for (uint32_t i = 0; i < su->model->n_layers; i++)
+                if (&su->model->layers[i].w == su->wt[l])
+                    map[l] = (int)i;
+    }
+    char err[1024];
+    pj_lcmp *c;
+    if (pj_lcmp_open(su->model, map, su->w.n_layers, su->w.max_m, su->slot_x, su->slot_y, o->table,
+                     &c, err, sizeof err) != 0) {
+        fprintf(stderr, "projload: --compare: %s\n", err);
+        return EXIT_RUN_FAILED;
+    }
+    uint64_t total = atomic_load(&dr->sent);
+    pj_lcmp_op *ops = calloc(su->max_ops ? su->max_ops : 1, sizeof *ops);
+    pj_loadstat ls[2];
+    memset(ls, 0, sizeof ls);
+    int bad = !ops || loadstat_for(su, &ls[0]) || loadstat_for(su, &ls[1]);
+    static const char *const path_names[2] = {"cuBLAS", "tuned"};
+    for (int path = 0; path < 2 && !bad; path++) {
+        for (int pass = 0; pass < 2 && !bad && !g_interrupted; pass++) {
+            for (uint64_t seq = 0; seq < total && !bad; seq++) {
+                uint32_t tr = (uint32_t)(seq % su->tr.n_reqs);
+                const pj_trace_req *q = &su->tr.reqs[tr];
+                for (uint32_t i = 0; i < q->n_ops; i++) {
+                    const pj_trace_op *op = &su->tr.ops[q->op0 + i];
+                    ops[i] = (pj_lcmp_op){(uint32_t)op->layer, op->m, op->n};
+                }
+                uint64_t host_ns, gpu_ns, t0 = now_ns();
+                if (pj_lcmp_run(c, path, ops, q->n_ops, &host_ns, &gpu_ns, err, sizeof err) != 0) {
+                    fprintf(stderr, "projload: --compare (%s, %s:%u): %s\n", path_names[path],
+                            su->tr.file, q->line, err);
+                    bad = 1;
+                    break;
+                }
+                /* Pass 0 warms up (cuBLAS heuristics, first launches); the
+                 * daemon's warm-up requests are left out of both, as there. */
+                if (pass == 0 || seq < o->warmup)
+                    continue;
+                pj_ls_sample smp = {.t_start_ns = t0,
+                                    .t_end_ns = t0 + host_ns,
+                                    .exec_ns = gpu_ns,
+                                    .n_ops = q->n_ops,
+                                    .ok = 1};
+                pj_loadstat_record(&ls[path], su->refs + su->ref_off[tr],
+                                   su->ref_off[tr + 1] - su->ref_off[tr], &smp);
+            }
+        }
+    }
+    cJSON *jc = cJSON_AddObjectToObject(root, "compare");
+    cJSON_AddStringToObject(jc, "inprocess", pj_lcmp_describe(c));
+    cJSON_AddStringToObject(jc, "timing",
+                            "in-process: host clock from before the first launch of a request "
+                            "until an event after its last launch completed (spin-wait), after "
+                            "a warm-up pass over the same requests; gpu_*: CUDA events around "
+                            "the launches. projd: the client's round trip, exec_*: the daemon's "
+                            "exec time from DONE");
+    fprintf(rep,
+            "\ncompare (in-process on this GPU vs through projd, same %llu requests, µs):\n"
+            "  in-process: %s\n"
+            "  timing: host clock around each request's launches + spin on an event after them,\n"
+            "  after a warm-up pass; projd: the client's round trip at concurrency 1\n",
+            (unsigned long long)(total > o->warmup ? total - o->warmup : 0), pj_lcmp_describe(c));
+    fprintf(rep, "%-40s %7s  %8s %8s  %8s %8s  %8s %8s  %7s %7s %7s\n", "request shape", "count",
+            "cuBLAS", "p99", "tuned", "p99", "projd", "p99", "pj/cuB", "tun/cuB", "pj/tun");
+    cJSON *js = cJSON_AddArrayToObject(jc, "shapes");
+    for (size_t g = 0; g < dr->ls.n && !bad; g++) {
+        if (g != 0 && dr->ls.g[g].kind != PJ_LS_SHAPE)
+            continue;
+        pj_ls_summary a, b, d;
+        pj_loadstat_summary(&ls[0], g, &a);
+        pj_loadstat_summary(&ls[1], g, &b);
+        pj_loadstat_summary(&dr->ls, g, &d);
+        if (!d.count && !a.count)
+            continue;
+        const char *key = g == 0 ? "overall" : dr->ls.g[g].key;
+        fprintf(rep, "%-40.40s %7llu  %8.1f %8.1f  %8.1f %8.1f  %8.1f %8.1f  %7.2f %7.2f %7.2f\n",
+                key, (unsigned long long)a.count, a.p50_us, a.p99_us, b.p50_us, b.p99_us, d.p50_us,
+                d.p99_us, ratio(d.p50_us, a.p50_us), ratio(b.p50_us, a.p50_us),
+                ratio(d.p50_us, b.p50_us));
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "key", key);
+        cJSON_AddNumberToObject(e, "count", (double)a.count);
+        cmp_lat_json(e, "cublas", &a, 1);
+        cmp_lat_json(e, "tuned", &b, 1);
+        cmp_lat_json(e, "projd", &d, 0);
+        cJSON *rt = cJSON_AddObjectToObject(e, "p50_ratios");
+        cJSON_AddNumberToObject(rt, "projd_over_cublas", ratio(d.p50_us, a.p50_us));
+        cJSON_AddNumberToObject(rt, "tuned_over_cublas", ratio(b.p50_us, a.p50_us));
+        cJSON_AddNumberToObject(rt, "projd_over_tuned", ratio(d.p50_us, b.p50_us));
+        cJSON_AddItemToArray(js, e);
+    }
+    fprintf(rep, "  pj/cuB > 1: offloading costs that much against SGLang's in-process cuBLAS;\n"
+                 "  tun/cuB < 1: what the tuned engines gain in-process; pj/tun: the boundary "
+                 "alone\n");
+    /* The engines the tuned path picks, and how far they are from cuBLAS. */
+    cJSON *je = cJSON_AddArrayToObject(jc, "engines");
+    static const uint32_t probe_m[] = {1, 8, 16, 32, 64, 128, 256};
+    fprintf(rep, "  tuned engines (relative L2 difference from cuBLAS on the same x):\n");
+    for (uint32_t l = 0; l < su->w.n_layers && !bad; l++) {
+        if (map[l] < 0)
+            continue;
+        uint32_t n = su->w.layers[l].n;
+        for (size_t i = 0; i < su->tr.n_ops; i++)
+            if ((uint32_t)su->tr.ops[i].layer == l) {
+                n = su->tr.ops[i].n;
+                break;
+            }
+        fprintf(rep, "    %-10s n=%-5u", su->w.layers[l].name, n);
+        for (size_t i = 0; i < sizeof probe_m / sizeof probe_m[0]; i++) {
+            uint32_t m = probe_m[i];
+            if (m > su->w.max_m)
+                break;
+            char eng[64];
+            pj_lcmp_engine(c, l, m, n, eng, sizeof eng);
+            double d = pj_lcmp_diff(c, l, m, n);
+            if (d < 0)
+                continue; /* larger than the trace's requests */
+            fprintf(rep, " m=%u %s %.1e;", m, eng, d);
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "layer", su->w.layers[l].name);
+            cJSON_AddNumberToObject(e, "m", m);
+            cJSON_AddNumberToObject(e, "n", n);
+            cJSON_AddStringToObject(e, "engine", eng);
+            cJSON_AddNumberToObject(e, "rel_diff_vs_cublas", d);
+            cJSON_AddItemToArray(je, e);
+        }
+        fputc('\n', rep);
+    }
+    pj_loadstat_free(&ls[0]);
+    pj_loadstat_free(&ls[1]);
+    free(ops);
+    pj_lcmp_close(c);
+    return bad ? EXIT_RUN_FAILED : 0;
+}
 #endif
-    return EXIT_SETUP_ERROR;
+
+/* Which buffers the clients use (--buffers), decided once WELCOME is in.
+ * 0, or EXIT_SETUP_ERROR with the message printed. */
+static int pick_buffers(const lt_opts *o, lt_setup *su)
+{
+    int cuda_daemon = su->w.backend == PJ_BACKEND_CUDA;
+    su->tolerant = cuda_daemon;
+    if (strcmp(o->buffers, "host") == 0)
+        return 0;
+#ifdef PJ_HAVE_CUDA
+    if (!cuda_daemon) {
+        if (strcmp(o->buffers, "cuda") == 0) {
+            fprintf(stderr,
+                    "projload: --buffers cuda: the daemon's backend is %s; CUDA IPC buffers need "
+                    "the cuda backend (use --buffers host or auto)\n",
+                    projd_backend_name(su->w.backend));
+            return EXIT_SETUP_ERROR;
+        }
+        return 0;
+    }
+    char why[300];
+    if (!pj_lgpu_available(why, sizeof why)) {
+        if (strcmp(o->buffers, "cuda") == 0) {
+            fprintf(stderr, "projload: --buffers cuda: %s\n", why);
+            return EXIT_SETUP_ERROR;
+        }
+        fprintf(stderr, "projload: host buffers: %s\n", why);
+        return 0;
+    }
+    su->cuda_bufs = 1;
+    return 0;
+#else
+    if (strcmp(o->buffers, "cuda") == 0) {
+        fprintf(stderr, "projload: --buffers cuda: this projload was built without CUDA "
+                        "(PJ_HAVE_CUDA); use --buffers host\n");
+        return EXIT_SETUP_ERROR;
+    }
+    return 0;
+#endif
 }
 
 static int cmd_run(int argc, char **argv)
 {
     lt_opts o;
     int rc = parse_run(argc, argv, &o);
-    if (rc == -1 && o.compare)
-        return compare_mode();
     if (rc)
         return rc;
     /* With the JSON on stdout, the tables go to stderr. */
@@ -1907,6 +2261,23 @@ static int cmd_run(int argc, char **argv)
         fprintf(stderr, "projload: %s\n", err);
         goto out;
     }
+    if (pick_buffers(&o, &su) != 0)
+        goto out;
+    if (o.compare) {
+#ifdef PJ_HAVE_CUDA
+        if (su.w.backend != PJ_BACKEND_CUDA) {
+            fprintf(stderr,
+                    "projload: --compare: the daemon's backend is %s; compare mode measures the "
+                    "cuda backend against in-process cuBLAS on the same GPU\n",
+                    projd_backend_name(su.w.backend));
+            goto out;
+        }
+#else
+        fprintf(stderr, "projload: --compare: this projload was built without CUDA "
+                        "(PJ_HAVE_CUDA); compare mode runs cuBLAS in-process on the GPU\n");
+        goto out;
+#endif
+    }
     pj_ls_msets_init(&su.msets, su.w.shapes,
                      su.w.n_shapes < PJ_WIRE_MAX_SHAPES ? su.w.n_shapes : PJ_WIRE_MAX_SHAPES,
                      su.w.max_m);
@@ -1926,7 +2297,7 @@ static int cmd_run(int argc, char **argv)
         fprintf(stderr, "projload: out of memory\n");
         goto out;
     }
-    if (o.check_fraction > 0 && load_model(&o, &su) != 0)
+    if ((o.check_fraction > 0 || o.compare) && load_model(&o, &su) != 0)
         goto out;
 
     uint32_t n_replay_clients = 0;
@@ -1961,9 +2332,11 @@ static int cmd_run(int argc, char **argv)
     }
 
     const char *mode_text = o.n_sweep ? "closed-loop sweep" : mode_name(o.mode);
-    fprintf(rep, "projload: %s, transport %s, daemon %s (%s backend, %u layers, max_m %u)\n",
-            mode_text, su.transport->name, su.url, projd_backend_name(su.w.backend), su.w.n_layers,
-            su.w.max_m);
+    fprintf(rep,
+            "projload: %s, transport %s, %s buffers, daemon %s (%s backend, %u layers, max_m "
+            "%u)\n",
+            mode_text, su.transport->name, su.cuda_bufs ? "CUDA IPC" : "host shared-memory", su.url,
+            projd_backend_name(su.w.backend), su.w.n_layers, su.w.max_m);
     for (size_t i = 0; i < sizeof transports / sizeof transports[0]; i++) {
         char why[256];
         if (&transports[i] != su.transport && !transports[i].available(why, sizeof why))
@@ -1983,6 +2356,7 @@ static int cmd_run(int argc, char **argv)
     cJSON_AddStringToObject(root, "command", o.command);
     cJSON_AddItemToObject(root, "daemon", daemon_json(&su));
     cJSON_AddStringToObject(root, "transport", su.transport->name);
+    cJSON_AddStringToObject(root, "buffers", su.cuda_bufs ? "cuda" : "host");
     cJSON *jt = cJSON_AddObjectToObject(root, "trace");
     cJSON_AddStringToObject(jt, "file", su.tr.file);
     cJSON_AddNumberToObject(jt, "requests", (double)su.tr.n_reqs);
@@ -2081,6 +2455,14 @@ static int cmd_run(int argc, char **argv)
             fprintf(rep, "%s\n", msg);
         }
     }
+#ifdef PJ_HAVE_CUDA
+    if (o.compare && done_steps && !g_interrupted) {
+        fflush(rep);
+        int cr = run_compare(&o, &su, &runs[0], rep, root);
+        if (cr && !exit_code)
+            exit_code = cr;
+    }
+#endif
     cJSON_AddNumberToObject(root, "exit_code", exit_code);
     if (o.json && write_json(o.json, root) != 0 && !exit_code)
         exit_code = EXIT_RUN_FAILED;

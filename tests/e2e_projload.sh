@@ -179,6 +179,9 @@ grep -q 'transport nng' "$tmp/closed.out" && ok "closed loop: says which transpo
     fail "closed loop: transport not named"
 check_report "$tmp/closed.out" "$tmp/closed.json" 120 all && ok "closed loop: JSON holds the table" ||
     fail "closed loop: report"
+"$py" -c 'import json,sys; j=json.load(open(sys.argv[1])); t=j["totals"]; sys.exit(0 if j["buffers"]=="host" and t["check_mode"]=="bit-exact" else 1)' \
+    "$tmp/closed.json" && ok "closed loop: host buffers, bit-exact checks (cpu backend)" ||
+    fail "closed loop: buffers / check_mode in the JSON"
 
 # ---- open loop -----------------------------------------------------------------------------
 pl --trace "$tmp/verify.jsonl" --socket "$sock" --poisson 150 --concurrency 2 --slots 3 \
@@ -266,8 +269,26 @@ expect_error no_model "$good" '--check-fraction 0.5 needs --model PATH' --check-
 
 pl --trace "$tmp/decode.jsonl" --compare >"$tmp/compare.out" 2>&1
 rc=$?
-[ $rc = 2 ] && grep -q 'compare' "$tmp/compare.out" && ok "--compare: $(cat "$tmp/compare.out")" ||
+[ $rc = 2 ] && grep -q 'compare needs --model' "$tmp/compare.out" && ok "--compare: $(cat "$tmp/compare.out")" ||
     fail "--compare: exit $rc: $(cat "$tmp/compare.out")"
+# Against the cpu backend compare mode and CUDA buffers are refused before
+# any request is sent, whichever way this projload was built.
+pl --trace "$tmp/decode.jsonl" --socket "$sock" --compare --model "$model" --check-fraction 0 \
+    >"$tmp/compare2.out" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -qE "compare: (the daemon's backend is cpu|this projload was built without CUDA)" \
+    "$tmp/compare2.out" && ok "--compare on the cpu backend: $(cat "$tmp/compare2.out")" ||
+    fail "--compare on the cpu backend: exit $rc: $(cat "$tmp/compare2.out")"
+pl --trace "$tmp/decode.jsonl" --socket "$sock" --buffers cuda --check-fraction 0 \
+    >"$tmp/bufcuda.out" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -qE "buffers cuda: (the daemon's backend is cpu|this projload was built without CUDA)" \
+    "$tmp/bufcuda.out" && ok "--buffers cuda on the cpu backend: $(cat "$tmp/bufcuda.out")" ||
+    fail "--buffers cuda on the cpu backend: exit $rc: $(cat "$tmp/bufcuda.out")"
+pl --trace "$tmp/decode.jsonl" --socket "$sock" --buffers gpu >"$tmp/bufbad.out" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q 'expected host, cuda or auto' "$tmp/bufbad.out" && ok "--buffers: bad value refused" ||
+    fail "--buffers gpu: exit $rc: $(cat "$tmp/bufbad.out")"
 
 # ---- the daemon saw nothing wrong ----------------------------------------------------------------------
 kill -0 "$daemon_pid" 2>/dev/null && ok "daemon still running" || fail "daemon died"
