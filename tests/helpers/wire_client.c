@@ -38,6 +38,12 @@ static int nng_to_errno(int rv)
 
 int pjt_connect(pjt_client *c, const char *url, int timeout_ms)
 {
+    /* nng frees closed sockets' pipes and dialers on its reaper thread; a
+     * test process that exits before the reaper ran shows them to LSan as
+     * leaks. nng_fini at exit waits for the reaper. */
+    static atomic_flag fini_registered = ATOMIC_FLAG_INIT;
+    if (!atomic_flag_test_and_set(&fini_registered))
+        atexit(nng_fini);
     memset(c, 0, sizeof *c);
     pj_wbuf_init(&c->wb);
     c->timeout_ms = timeout_ms;
