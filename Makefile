@@ -81,7 +81,7 @@ else
 LINK_LIBS := $(CORE_LIB) $(LIBS)
 endif
 
-prog_name = $(subst _,-,$(patsubst %_main,%,$(notdir $(basename $(1)))))
+prog_name = $(subst _,-,$(patsubst %_main,%,$(patsubst %_gpu_main,%,$(notdir $(basename $(1))))))
 PROGS := $(foreach m,$(MAIN_C),$(BUILD)/bin/$(call prog_name,$(m)))
 
 TEST_C := $(wildcard tests/test_*.c)

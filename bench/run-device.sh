@@ -3,7 +3,7 @@
 # or with the committed table), optionally profiles; everything written under
 # $OUT, a short table printed last. Runs from the repository root of the
 # device copy with the prebuilt binaries in .devrun/ (see bench/README.md):
-#   .devrun/test_engines  .devrun/projd-bench-gpu  .devrun/lib/*  [.devrun/h200.json]
+#   .devrun/test_engines  .devrun/projd-bench  .devrun/lib/*  [.devrun/h200.json]
 # Usage: bench/run-device.sh [tune|tunenew|table|untuned] [--quick-tests] [--no-tests] [--ncu]
 #   tune     tune, write $OUT/h200.json, benchmark with it (default)
 #   tunenew  re-tune m <= 32 among the table's entries, cuBLAS and pipe=2
@@ -60,7 +60,7 @@ table)
     ;;
 untuned) args+=(--survey) ;;
 esac
-timeout --kill-after=5 "${BENCH_TIMEOUT:-330}" .devrun/projd-bench-gpu "${args[@]}" >"$OUT/bench.log" 2>&1
+timeout --kill-after=5 "${BENCH_TIMEOUT:-330}" .devrun/projd-bench "${args[@]}" >"$OUT/bench.log" 2>&1
 rc=$?
 echo "projd-bench exit $rc" | tee -a "$log"
 if [ "$rc" -ne 0 ] && [ "$mode" = tune -o "$mode" = tunenew ]; then
@@ -68,7 +68,7 @@ if [ "$rc" -ne 0 ] && [ "$mode" = tune -o "$mode" = tunenew ]; then
     cp "$OUT/bench.log" "$OUT/bench-tune-failed.log"
     retry=()
     [ "$mode" = tunenew ] && retry=(--table "$t")
-    timeout --kill-after=5 120 .devrun/projd-bench-gpu --out "$OUT" --commit "$commit" \
+    timeout --kill-after=5 120 .devrun/projd-bench --out "$OUT" --commit "$commit" \
         --reps 200 "${retry[@]}" >"$OUT/bench.log" 2>&1
     echo "projd-bench (untuned retry) exit $?" | tee -a "$log"
 fi
@@ -82,7 +82,7 @@ if [ "$ncu" = 1 ] && [ -f .devrun/ncu.txt ]; then
             timeout --kill-after=5 90 "$NCU" --clock-control none -k "regex:$regex" \
                 --launch-skip 4 --launch-count 1 --section SpeedOfLight \
                 --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
-                --section LaunchStats .devrun/projd-bench-gpu --out /tmp/pj-one --one "$layer" "$m" \
+                --section LaunchStats .devrun/projd-bench --out /tmp/pj-one --one "$layer" "$m" \
                 "$eng" "$knobs" >>"$OUT/ncu.txt" 2>&1
             echo "ncu $layer $m $eng exit $?" | tee -a "$log"
         done <.devrun/ncu.txt
