@@ -1041,11 +1041,18 @@ extern "C" int pj_eng_choose(const pj_tune_table *t, const char *force_engine,
         *kn = e->knobs;
         return 1;
     }
-    static const pj_eng_kind order[] = {PJ_ENG_GEMVZ, PJ_ENG_GEMV, PJ_ENG_ROUTER};
+    // Untuned defaults (no table entry): the plain GEMV first, as it beat
+    // the 12-bit one on every shape but pooler m = 1 (NOTES.md, experiment 2),
+    // and neither above PJ_ENG_DEFAULT_GEMV_M, where their untuned knobs lost
+    // to cuBLAS by up to 4x (qkv_gate m = 32: 64 us vs 15 us through projd).
+    // The fused router wins at every m it takes, tuned or not.
+    static const pj_eng_kind order[] = {PJ_ENG_GEMV, PJ_ENG_GEMVZ, PJ_ENG_ROUTER};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
         pj_eng_knobs d = pj_eng_default_knobs(order[i], L, c->m);
         if (order[i] == PJ_ENG_GEMV && L->fmt == PJ_FMT_SPLIT)
             continue; // hi alone is not the layer
+        if (order[i] != PJ_ENG_ROUTER && c->m > PJ_ENG_DEFAULT_GEMV_M)
+            continue;
         if (!pj_eng_can_run(order[i], &d, c, lim, why, sizeof why)) {
             *k = order[i];
             *kn = d;

@@ -39,6 +39,8 @@ extern "C" {
 
 #define PJ_ENG_MAX_GEMV_M 32
 #define PJ_ENG_MAX_KS     64
+/* Largest m for which the ladder's untuned step picks a GEMV (engine.cu). */
+#define PJ_ENG_DEFAULT_GEMV_M 8
 
 /* One layer's weights on the device. Borrowed pointers (whoever uploaded
  * them owns them). A z12 layer should also carry its bf16 copy: cuBLAS and
@@ -139,10 +141,10 @@ size_t pj_eng_bytes_read(pj_eng_kind k, const pj_eng_call *c);
 int pj_eng_deterministic(pj_eng_kind k, const pj_eng_knobs *kn, uint32_t m);
 
 /* The ladder: forced (engine name and optional knobs, "" = none), then the
- * table entry for (layer, m), then engines' own defaults in the order gemvz,
- * gemv, router, then cuBLAS. Every step checks pj_eng_can_run. Fills *k and
- * *kn; returns the step that decided (0 forced, 1 table, 2 default,
- * 3 cublas). */
+ * table entry for (layer, m), then engines' own defaults in the order gemv,
+ * gemvz (those two only for m <= PJ_ENG_DEFAULT_GEMV_M), router, then cuBLAS. Every step checks
+ * pj_eng_can_run. Fills *k and *kn; returns the step that decided (0 forced, 1 table, 2 default, 3
+ * cublas). */
 int pj_eng_choose(const pj_tune_table *t, const char *force_engine, const char *force_knobs,
                   const pj_eng_call *c, const pj_dev_limits *lim, pj_eng_kind *k, pj_eng_knobs *kn);
 
