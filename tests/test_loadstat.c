@@ -1,6 +1,7 @@
 /* test_loadstat.c — projload's statistics: bucket geometry, percentiles
  * against a sorted-array reference, m-sets, grouping and throughput, the
  * printed table and the JSON report holding the same figures. */
+#include "tests/helpers/testrng.h"
 #include <check.h>
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -17,14 +18,6 @@
         if (!(cond))                                                                               \
             ck_abort_msg(__VA_ARGS__);                                                             \
     } while (0)
-
-static uint64_t sm_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static int cmp_u64(const void *a, const void *b)
 {

@@ -1,5 +1,6 @@
 /* test_split.c — pj_split_f32: the error bound of bf16.h over every exponent,
  * its tightness, and the special values. */
+#include "tests/helpers/testrng.h"
 #include <check.h>
 #include <float.h>
 #include <math.h>
@@ -18,14 +19,6 @@
         if (!(cond))                                                                               \
             ck_abort_msg(__VA_ARGS__);                                                             \
     } while (0)
-
-static uint64_t sm_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static float f32_of(uint32_t u)
 {

@@ -1,6 +1,7 @@
 /* test_zfmt.c — the z12 format: lossless round trip, the GPU tile layout
  * (checked against an independent emulation of the documented decoder), the
  * exception entries, the window choice, errors and the byte accounting. */
+#include "tests/helpers/testrng.h"
 #include <check.h>
 #include <errno.h>
 #include <math.h>
@@ -22,27 +23,6 @@
     } while (0)
 
 /* ---- helpers ------------------------------------------------------------ */
-
-static uint64_t sm_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double sm_unit(uint64_t *s)
-{
-    return (double)(sm_next(s) >> 11) * 0x1p-53;
-}
-
-static double sm_normal(uint64_t *s)
-{
-    double u1 = sm_unit(s), u2 = sm_unit(s);
-    if (u1 < 1e-300)
-        u1 = 1e-300;
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
 
 /* A random finite bf16 with any exponent. */
 static uint16_t rand_finite_bf16(uint64_t *s)
