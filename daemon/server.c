@@ -26,6 +26,7 @@
 #include "daemon/notify.h"
 #include "daemon/stats.h"
 #include "daemon/validate.h"
+#include "protocol/sockpath.h"
 #include "protocol/wire.h"
 
 #ifndef PJ_VERSION_STRING
@@ -1156,7 +1157,17 @@ int pj_server_check_socket(const char *url, char *err, size_t errlen)
     int rc = url_path(url, path, sizeof path, err, errlen);
     if (rc != 0)
         return rc;
+    /* Nothing is probed or removed inside a directory someone else
+     * controls (a missing one is created and checked by listen). */
+    char dir[PJ_CFG_PATH];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
     struct stat st;
+    if (slash && slash != dir) {
+        *slash = '\0';
+        if (lstat(dir, &st) == 0 && (rc = pj_sockpath_check_dir(dir, err, errlen)) != 0)
+            return rc;
+    }
     if (lstat(path, &st) != 0) {
         if (errno == ENOENT)
             return 0;
@@ -1208,7 +1219,9 @@ int pj_server_check_socket(const char *url, char *err, size_t errlen)
     return 0;
 }
 
-static int mkdir_parents(const char *path, char *err, size_t errlen)
+/* Creates the socket's missing ancestors (0755) and its own directory
+ * (pj_sockpath_dir_mode), then checks that directory is safe to use. */
+static int mkdir_parents(const char *path, mode_t mode, char *err, size_t errlen)
 {
     char dir[PJ_CFG_PATH];
     snprintf(dir, sizeof dir, "%s", path);
@@ -1226,11 +1239,13 @@ static int mkdir_parents(const char *path, char *err, size_t errlen)
         }
         *p = '/';
     }
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    if (mkdir(dir, mode) != 0 && errno != EEXIST) {
         snprintf(err, errlen, "mkdir %s: %s", dir, strerror(errno));
         return -errno;
     }
-    return 0;
+    /* chmod/chown/rename below work by path inside it: someone else who
+     * can write there could swap the socket for their own. */
+    return pj_sockpath_check_dir(dir, err, errlen);
 }
 
 static void copy_auth_locked(pj_server *s)
@@ -1465,7 +1480,7 @@ static void on_watch(uv_timer_t *t)
 
 int pj_server_listen(pj_server *s, char *err, size_t errlen)
 {
-    int rc = mkdir_parents(s->path, err, errlen);
+    int rc = mkdir_parents(s->path, pj_sockpath_dir_mode(s->url), err, errlen);
     if (rc != 0)
         return rc;
     int rv = nng_rep0_open(&s->sock);

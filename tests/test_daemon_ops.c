@@ -310,6 +310,67 @@ START_TEST(socket_dir_created)
 }
 END_TEST
 
+/* A socket directory another user owns or can write (or a symlink) is
+ * refused at start: whoever controls it could swap the socket and serve
+ * this daemon's clients. */
+static void expect_dir_refused(const char *url, const char *needle)
+{
+    char err[512], json[800];
+    pj_dproc d;
+    snprintf(json, sizeof json, "{\"socket\": {\"url\": \"%s\"}}", url);
+    ck_assert_int_eq(pj_dproc_start(&d, g_model_path, json, NULL, 0, 0, err, sizeof err), 0);
+    ck_assert_int_eq(pj_dproc_wait_exit(&d, 20000), 0);
+    int code = pj_dproc_exit_code(&d);
+    int has = pj_dproc_log_has(&d, needle, 0);
+    if (code != 1 || !has)
+        pj_dproc_dump_log(&d);
+    ck_assert_msg(code == 1, "%s: exit code %d", url, code);
+    ck_assert_msg(has, "%s: log lacks \"%s\"", url, needle);
+    pj_dproc_cleanup(&d);
+}
+
+START_TEST(socket_dir_unsafe_refused)
+{
+    char dir[200], url[300], link[200], target[200], sub[220];
+    struct stat st;
+    if (geteuid() == 0) {
+        /* Another uid's directory, even with a harmless mode. */
+        snprintf(dir, sizeof dir, "/tmp/pjd-foreign-%d", (int)getpid());
+        ck_assert_int_eq(mkdir(dir, 0755), 0);
+        ck_assert_int_eq(chown(dir, 65534, 65534), 0);
+        snprintf(url, sizeof url, "ipc://%s/projd.sock", dir);
+        expect_dir_refused(url, "owned by uid 65534 with mode 0755");
+        ck_assert_msg(lstat(url + 6, &st) != 0, "a socket was made in another uid's dir");
+        ck_assert_int_eq(rmdir(dir), 0);
+    } else {
+        printf("socket_dir_unsafe_refused: foreign-owner case SKIPPED (needs root)\n");
+    }
+    /* Our own directory, but anyone may write to it. */
+    snprintf(dir, sizeof dir, "/tmp/pjd-open-%d", (int)getpid());
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    ck_assert_int_eq(chmod(dir, 0777), 0);
+    snprintf(url, sizeof url, "ipc://%s/projd.sock", dir);
+    expect_dir_refused(url, "with mode 0777");
+    ck_assert_int_eq(rmdir(dir), 0);
+    /* A symlink to a good directory. */
+    snprintf(target, sizeof target, "/tmp/pjd-target-%d", (int)getpid());
+    snprintf(link, sizeof link, "/tmp/pjd-link-%d", (int)getpid());
+    ck_assert_int_eq(mkdir(target, 0755), 0);
+    ck_assert_int_eq(symlink(target, link), 0);
+    snprintf(url, sizeof url, "ipc://%s/projd.sock", link);
+    expect_dir_refused(url, "is a symbolic link");
+    ck_assert_int_eq(unlink(link), 0);
+    /* A writable, non-sticky ancestor: the directory could be replaced. */
+    snprintf(url, sizeof url, "ipc://%s/sub/projd.sock", target);
+    ck_assert_int_eq(chmod(target, 0777), 0);
+    expect_dir_refused(url, "its ancestor");
+    ck_assert_int_eq(chmod(target, 0755), 0);
+    snprintf(sub, sizeof sub, "%s/sub", target);
+    rmdir(sub);
+    ck_assert_int_eq(rmdir(target), 0);
+}
+END_TEST
+
 /* nng 1.5 stops a listener when a peer hangs up during the handshake; the
  * daemon replaces it (server.c), so raw connect() + close() by anyone who
  * may open the socket does not make the daemon deaf. */
@@ -584,6 +645,7 @@ int main(void)
         {"connection_limit", connection_limit},
         {"socket_live_stale_and_foreign", socket_live_stale_and_foreign},
         {"socket_dir_created", socket_dir_created},
+        {"socket_dir_unsafe_refused", socket_dir_unsafe_refused},
         {"listener_survives_hangups", listener_survives_hangups},
         {"sighup_reloads", sighup_reloads},
         {"command_line", command_line},
