@@ -709,9 +709,12 @@ static void handle_register(pj_server *s, pj_conn *c, nctx *nc, const pj_hdr *h,
     }
     int st = pj_dec_register(body, h->body_len, rq, err, sizeof err);
     pj_buf *b = NULL;
+    pj_bufreg_limits lim = {.max_buffers = s->cfg.limits.max_buffers_per_conn,
+                            .max_buffer_bytes = s->cfg.limits.max_buffer_bytes,
+                            .max_conn_bytes = s->cfg.limits.max_conn_buffer_bytes,
+                            .max_total_bytes = s->cfg.limits.max_total_buffer_bytes};
     if (st == PJ_OK)
-        st = pj_bufreg_register(&c->reg, rq, s->cfg.limits.max_buffers_per_conn, &b, err,
-                                sizeof err);
+        st = pj_bufreg_register_limited(&c->reg, rq, &lim, &b, err, sizeof err);
     free(rq);
     if (st != PJ_OK) {
         pj_log_info("connection #%" PRIu64 ": %s", c->serial, err);
@@ -1534,11 +1537,13 @@ void pj_server_reload(pj_server *s, const pj_config *next)
         nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, hard_cap(&s->cfg));
     pj_log_info("reloaded: log %s, max_message_bytes %u, max_buffers_per_conn %u, "
                 "max_ops_per_request %u, max_connections %u, max_inflight_per_conn %u, "
-                "%u allowed uids, %u allowed gids",
+                "max_buffer_bytes %" PRIu64 ", max_conn_buffer_bytes %" PRIu64
+                ", max_total_buffer_bytes %" PRIu64 ", %u allowed uids, %u allowed gids",
                 pj_log_level_name(s->cfg.log.level), s->cfg.limits.max_message_bytes,
                 s->cfg.limits.max_buffers_per_conn, s->cfg.limits.max_ops_per_request,
                 s->cfg.limits.max_connections, s->cfg.limits.max_inflight_per_conn,
-                s->cfg.auth.n_uids, s->cfg.auth.n_gids);
+                s->cfg.limits.max_buffer_bytes, s->cfg.limits.max_conn_buffer_bytes,
+                s->cfg.limits.max_total_buffer_bytes, s->cfg.auth.n_uids, s->cfg.auth.n_gids);
 }
 
 void pj_server_destroy(pj_server *s)

@@ -466,6 +466,17 @@ START_TEST(sighup_reloads)
     ck_assert_int_eq(pjt_unregister(&t.c, id), PJ_OK);
     ck_assert_int_eq(pjt_register_shm(&t.c, z.name, 4096, &id), PJ_OK);
     ck_assert(pj_dproc_log_has(&d, "debug: connection", 5000));
+    /* A byte limit reloads too (below what the connection holds already). */
+    write_config_json(&d, "{\"limits\": {\"max_buffers_per_conn\": 8, "
+                          "\"max_conn_buffer_bytes\": 4096}}");
+    ck_assert_int_eq(pj_dproc_signal(&d, SIGHUP), 0);
+    ck_assert(pj_dproc_log_has(&d, "max_conn_buffer_bytes 4096", 10000));
+    ck_assert_int_eq(pjt_register_shm(&t.c, z.name, 4096, NULL), PJ_E_LIMIT);
+    ck_assert_msg(strstr(t.c.err.msg, "max_conn_buffer_bytes"), "%s", t.c.err.msg);
+    write_config_json(&d, "{\"limits\": {\"max_buffers_per_conn\": 3, "
+                          "\"max_conn_buffer_bytes\": 68719476736}}");
+    ck_assert_int_eq(pj_dproc_signal(&d, SIGHUP), 0);
+    ck_assert(pj_dproc_log_has(&d, "max_conn_buffer_bytes 68719476736", 10000));
 
     /* A key that needs a restart: refused, the running config stays. */
     write_config_json(&d, "{\"shapes\": {\"max_m\": 512}}");
@@ -480,6 +491,72 @@ START_TEST(sighup_reloads)
     ck_assert_int_eq(pjt_register_shm(&t.c, z.name, 4096, NULL), PJ_E_LIMIT);
     pjt_shm_destroy(&z);
     pjc_close(&t);
+    stop_daemon(&d);
+}
+END_TEST
+
+/* ---- buffer byte limits ------------------------------------------------------------ */
+
+static void expect_limit(pjt_client *c, const char *shm, uint64_t size, const char *limit)
+{
+    int rc = pjt_register_shm(c, shm, size, NULL);
+    ck_assert_msg(rc == PJ_E_LIMIT, "REGISTER %llu bytes: %d (%s)", (unsigned long long)size, rc,
+                  c->err.msg);
+    ck_assert_msg(strstr(c->err.msg, limit), "message: %s", c->err.msg);
+    ck_assert_int_eq(pjt_ping(c), PJ_OK); /* the connection stays usable */
+}
+
+/* Per buffer, per connection and daemon-wide caps on registered bytes: a
+ * sparse shm object costs its client nothing, the daemon's mapping does. */
+START_TEST(buffer_byte_limits)
+{
+    pj_dproc d;
+    start_daemon(&d, "{\"limits\": {\"max_buffer_bytes\": 1048576, \"max_conn_buffer_bytes\": "
+                     "1572864, \"max_total_buffer_bytes\": 2621440}}");
+    pjt_shm big, mib, half;
+    ck_assert_int_eq(pjt_shm_create(&big, 2u << 20), 0);
+    ck_assert_int_eq(pjt_shm_create(&mib, 1u << 20), 0);
+    ck_assert_int_eq(pjt_shm_create(&half, 512u << 10), 0);
+    pjt_client a, b;
+    ck_assert_int_eq(connect_hello(&a, d.url), PJ_OK);
+    ck_assert_int_eq(connect_hello(&b, d.url), PJ_OK);
+    uint32_t a1, a2, id;
+
+    expect_limit(&a, big.name, 2u << 20, "limits.max_buffer_bytes");
+    ck_assert_ptr_nonnull(strstr(a.err.msg, "2097152 bytes"));
+    ck_assert_int_eq(pjt_register_shm(&a, mib.name, 1u << 20, &a1), PJ_OK);
+    expect_limit(&a, mib.name, 1u << 20, "limits.max_conn_buffer_bytes");
+    ck_assert_ptr_nonnull(strstr(a.err.msg, "1572864"));
+    ck_assert_int_eq(pjt_register_shm(&a, half.name, 512u << 10, &a2), PJ_OK); /* exactly 1.5 MiB */
+    expect_limit(&a, half.name, 4096, "limits.max_conn_buffer_bytes");
+
+    /* b: 1 MiB fits its own cap, then the daemon holds 2.5 MiB, the total. */
+    ck_assert_int_eq(pjt_register_shm(&b, mib.name, 1u << 20, &id), PJ_OK);
+    expect_limit(&b, half.name, 4096, "limits.max_total_buffer_bytes");
+    ck_assert_ptr_nonnull(strstr(b.err.msg, "2621440"));
+    /* Freed on a, usable on b. */
+    ck_assert_int_eq(pjt_unregister(&a, a2), PJ_OK);
+    ck_assert_int_eq(pjt_register_shm(&b, half.name, 512u << 10, &id), PJ_OK);
+    expect_limit(&a, half.name, 4096, "limits.max_total_buffer_bytes");
+    /* A connection that goes away gives its bytes back. */
+    pjt_close(&a);
+    pjt_client c;
+    ck_assert_int_eq(connect_hello(&c, d.url), PJ_OK);
+    int rc = PJ_E_LIMIT;
+    for (int i = 0; i < 500 && rc == PJ_E_LIMIT; i++) {
+        rc = pjt_register_shm(&c, mib.name, 1u << 20, NULL);
+        if (rc == PJ_E_LIMIT) {
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    ck_assert_int_eq(rc, PJ_OK);
+    ck_assert(pj_dproc_log_has(&d, "over limits.max_buffer_bytes", 2000));
+    pjt_close(&c);
+    pjt_close(&b);
+    pjt_shm_destroy(&big);
+    pjt_shm_destroy(&mib);
+    pjt_shm_destroy(&half);
     stop_daemon(&d);
 }
 END_TEST
@@ -648,6 +725,7 @@ int main(void)
         {"socket_dir_unsafe_refused", socket_dir_unsafe_refused},
         {"listener_survives_hangups", listener_survives_hangups},
         {"sighup_reloads", sighup_reloads},
+        {"buffer_byte_limits", buffer_byte_limits},
         {"command_line", command_line},
         {"log_format", log_format},
         {"shrunk_buffer", shrunk_buffer},
