@@ -147,7 +147,13 @@ static uint32_t hard_cap(const pj_config *cfg)
     return cap > UINT32_MAX ? UINT32_MAX : (uint32_t)cap;
 }
 
-/* Push from any thread; dropped (and its message freed) when closing. */
+/* Push from any thread; dropped (and its message freed) when closing.
+ * The wake-up is sent while holding mu: close_socket sets `closing` under
+ * mu before stop_now closes the async handle and the server can be freed,
+ * so a pusher that saw closing == 0 has finished with s->async before the
+ * loop can get past that point. (Sent after unlocking, a backend thread
+ * whose EV_DONE was the last event could still be about to touch the
+ * async handle after the loop drained, stopped and freed the server.) */
 static void push_ev(pj_server *s, pj_ev *ev)
 {
     ev->next = NULL;
@@ -168,8 +174,8 @@ static void push_ev(pj_server *s, pj_ev *ev)
     else
         s->ev_head = ev;
     s->ev_tail = ev;
+    uv_async_send(&s->async); /* non-blocking, takes no lock */
     pthread_mutex_unlock(&s->mu);
-    uv_async_send(&s->async);
 }
 
 /* ---- nng callbacks (nng threads) --------------------------------------------- */
