@@ -42,6 +42,11 @@
 #define HARD_CAP_SLACK   (64u * 1024u)
 #define STATUS_EVERY_MS  250
 #define WATCH_EVERY_MS   100
+/* Contexts one connection may hold besides max_inflight_per_conn: room for
+ * HELLO/REGISTER/STATS/PING next to a full pipeline of PROJECTs. A
+ * connection at twice its share (replies it does not read, each holding
+ * a context for up to SEND_TIMEOUT_MS) is closed. */
+#define CONN_CTX_SLACK 8
 
 /* ---- events handed from nng/backend threads to the loop --------------------- */
 
@@ -61,6 +66,7 @@ typedef struct nctx {
     int sending;
     int send_rv; /* result of the last send, read by the loop */
     nng_msg *msg;
+    uint32_t pipe; /* loop: the connection whose request it holds, 0 = none */
 } nctx;
 
 typedef struct pipe_ev {
@@ -317,10 +323,22 @@ static void arm_recv(pj_server *s, nctx *nc)
     nng_ctx_recv(nc->ctx, nc->aio);
 }
 
+/* The context no longer holds a request of its connection. */
+static void ctx_release(pj_server *s, nctx *nc)
+{
+    if (!nc->pipe)
+        return;
+    pj_conn *c = pj_conn_table_find(&s->conns, nc->pipe);
+    if (c && c->n_ctx)
+        c->n_ctx--;
+    nc->pipe = 0;
+}
+
 /* The context's request will get no reply (its pipe is gone). */
 static void abandon(pj_server *s, nctx *nc)
 {
     s->n_busy--;
+    ctx_release(s, nc);
     arm_recv(s, nc);
 }
 
@@ -848,6 +866,34 @@ static void on_msg(pj_server *s, nctx *nc)
     char err[PJ_WIRE_MSG_MAX];
     pj_hdr h;
     memset(&h, 0, sizeof h);
+    /* Every request holds a context until its reply is sent, and a client
+     * that does not read its replies keeps them for SEND_TIMEOUT_MS: so
+     * the contexts of each connection are counted, whatever the request,
+     * and one connection cannot take the ones other clients need. */
+    nc->pipe = c->pipe_id;
+    c->n_ctx++;
+    uint32_t share = s->cfg.limits.max_inflight_per_conn + CONN_CTX_SLACK;
+    if (c->n_ctx > 2 * share) {
+        if (!c->ctx_closed)
+            pj_log_warn("connection #%" PRIu64 ": pid %d holds %u requests whose replies it "
+                        "does not read (limit %u); closing it",
+                        c->serial, (int)c->pid, c->n_ctx - 1, share);
+        c->ctx_closed = 1;
+        nng_pipe p = NNG_PIPE_INITIALIZER;
+        p.id = c->pipe_id;
+        nng_pipe_close(p);
+        nng_msg_free(msg);
+        abandon(s, nc);
+        return;
+    }
+    if (c->n_ctx > share) {
+        snprintf(err, sizeof err,
+                 "%u requests of this connection are waiting for their replies to be sent or "
+                 "read (limit %u = limits.max_inflight_per_conn + %d)",
+                 c->n_ctx - 1, share, CONN_CTX_SLACK);
+        send_error(s, nc, peek_req_id(data, len), PJ_E_LIMIT, UINT32_MAX, err);
+        goto out;
+    }
     if (len > s->cfg.limits.max_message_bytes) {
         snprintf(err, sizeof err, "message of %zu bytes is over the limit of %u", len,
                  s->cfg.limits.max_message_bytes);
@@ -914,8 +960,10 @@ out:
 
 static uint32_t ctx_cap(const pj_server *s)
 {
-    uint64_t cap =
-        (uint64_t)s->cfg.limits.max_connections * s->cfg.limits.max_inflight_per_conn + CTX_GROW;
+    /* Each connection holds at most 2 x its share before it is closed. */
+    uint64_t cap = (uint64_t)s->cfg.limits.max_connections * 2 *
+                       (s->cfg.limits.max_inflight_per_conn + CONN_CTX_SLACK) +
+                   CTX_GROW;
     return cap > CTX_MAX ? CTX_MAX : (uint32_t)cap;
 }
 
@@ -1115,6 +1163,7 @@ static void on_async(uv_async_t *a)
                 pj_log_debug("a reply was not sent: %s", nng_strerror(((nctx *)ev)->send_rv));
             s->n_sending--;
             s->n_busy--;
+            ctx_release(s, (nctx *)ev);
             arm_recv(s, (nctx *)ev);
             break;
         case EV_RECV_ERR:

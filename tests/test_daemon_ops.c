@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -561,6 +562,107 @@ START_TEST(buffer_byte_limits)
 }
 END_TEST
 
+/* ---- a client that never reads its replies ------------------------------------------- */
+
+/* Write one SP-over-IPC frame carrying a REQ message (nng's framing: 0x01,
+ * 64-bit big-endian length, then the 32-bit request id with its top bit
+ * set, then the body). 0 or -1. */
+static int raw_send(int fd, uint32_t sp_id, const pj_wbuf *w)
+{
+    uint8_t hdr[13];
+    uint64_t len = 4 + w->len;
+    hdr[0] = 1;
+    for (int i = 0; i < 8; i++)
+        hdr[1 + i] = (uint8_t)(len >> (56 - 8 * i));
+    uint32_t id = sp_id | 0x80000000u;
+    for (int i = 0; i < 4; i++)
+        hdr[9 + i] = (uint8_t)(id >> (24 - 8 * i));
+    if (write(fd, hdr, sizeof hdr) != (ssize_t)sizeof hdr)
+        return -1;
+    return write(fd, w->data, w->len) == (ssize_t)w->len ? 0 : -1;
+}
+
+/* Child: HELLO, then PINGs as fast as the daemon takes them, never reading
+ * a reply; reports on `ready` after `report` PINGs (or when it can write no
+ * more), then holds the connection open. */
+static void greedy_main(const char *sock, int ready, int report)
+{
+    signal(SIGPIPE, SIG_IGN);
+    alarm(90);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    memcpy(sun.sun_path, sock, strlen(sock));
+    if (connect(fd, (struct sockaddr *)&sun, sizeof sun) != 0)
+        _exit(2);
+    const uint8_t hs[8] = {0, 'S', 'P', 0, 0, 0x30, 0, 0}; /* REQ v0 */
+    uint8_t peer[8];
+    if (write(fd, hs, 8) != 8 || read(fd, peer, 8) != 8)
+        _exit(3);
+    pj_wbuf w;
+    pj_wbuf_init(&w);
+    pj_hello h = {.ver_min = PJ_WIRE_VERSION, .ver_max = PJ_WIRE_VERSION, .pid = 1};
+    snprintf(h.name, sizeof h.name, "greedy");
+    pj_enc_hello(&w, 1, &h);
+    if (raw_send(fd, 1, &w) != 0)
+        _exit(4);
+    uint8_t payload[PJ_WIRE_PING_MAX];
+    memset(payload, 0x5a, sizeof payload);
+    int reported = 0;
+    for (int i = 0; i < 20000; i++) {
+        pj_wbuf_reset(&w);
+        pj_enc_ping(&w, 2 + (uint64_t)i, payload, sizeof payload);
+        if (raw_send(fd, 2 + (uint32_t)i, &w) != 0)
+            break; /* closed by the daemon */
+        if (i + 1 == report && write(ready, "r", 1) == 1)
+            reported = 1;
+    }
+    if (!reported && write(ready, "r", 1) != 1)
+        _exit(5);
+    pause();
+    _exit(0);
+}
+
+/* One connection pipelining PINGs and never reading the replies (each one
+ * holds a daemon context until sent) cannot starve other clients. */
+START_TEST(unread_replies_do_not_starve_others)
+{
+    pj_dproc d;
+    start_daemon(&d, "{\"limits\": {\"max_connections\": 4, \"max_inflight_per_conn\": 2}}");
+    int pfd[2];
+    ck_assert_int_eq(pipe(pfd), 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(pfd[0]);
+        greedy_main(d.sock, pfd[1], 2000);
+    }
+    close(pfd[1]);
+    /* Wait (bounded) until it has pushed a good number of PINGs, or the
+     * daemon stopped taking them (then go on: the check is below). */
+    struct pollfd p = {.fd = pfd[0], .events = POLLIN};
+    char ch;
+    if (poll(&p, 1, 20000) == 1)
+        ck_assert_int_eq(read(pfd[0], &ch, 1), 1);
+    close(pfd[0]);
+    /* Another client is served, well within the 10 s a stuck reply holds
+     * its context (which is how long it would wait if the greedy client
+     * had taken every context). */
+    pjt_client c;
+    ck_assert_int_eq(connect_hello(&c, d.url), PJ_OK);
+    c.timeout_ms = 8000;
+    nng_socket_set_ms(c.sock, NNG_OPT_RECVTIMEO, 8000);
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(pjt_ping(&c), PJ_OK);
+    ck_assert(pj_dproc_log_has(&d, "whose replies it does not read", 10000));
+    pjt_close(&c);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    stop_daemon(&d);
+}
+END_TEST
+
 /* ---- the command line ------------------------------------------------------------ */
 
 /* Run projd with args (config from a prepared dir unless no_config) and
@@ -726,6 +828,7 @@ int main(void)
         {"listener_survives_hangups", listener_survives_hangups},
         {"sighup_reloads", sighup_reloads},
         {"buffer_byte_limits", buffer_byte_limits},
+        {"unread_replies_do_not_starve_others", unread_replies_do_not_starve_others},
         {"command_line", command_line},
         {"log_format", log_format},
         {"shrunk_buffer", shrunk_buffer},
