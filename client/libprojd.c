@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
+#include <nng/transport/ipc/ipc.h>
 #include <nng/supplemental/util/platform.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -35,6 +36,8 @@ struct projd_conn {
     atomic_int timeout_ms;
     atomic_uint_fast64_t next_id;
     atomic_int pipes_removed; /* peers that hung up on us; explains a silent HELLO */
+    atomic_llong bad_peer;    /* uid of a daemon we refused (see peer_check), -1 = none */
+    int trust_any_uid;        /* $PROJD_TRUST_ANY_UID=1 */
     pthread_mutex_t mu;       /* guards buffers */
     projd_buffer *buffers;    /* doubly linked, for projd_close */
 };
@@ -525,6 +528,35 @@ static void pipe_removed(nng_pipe p, nng_pipe_ev ev, void *arg)
     atomic_fetch_add(&c->pipes_removed, 1);
 }
 
+/* Whoever answers on the socket path gets our requests and the names of
+ * our shared memory, so an ipc peer must be root or our own uid: a daemon
+ * of another user (or someone who took over the socket's directory) is
+ * refused before anything is sent. $PROJD_TRUST_ANY_UID=1 turns the check
+ * off, for a daemon deliberately run under a service account. */
+static void peer_check(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+    (void)ev;
+    projd_conn *c = arg;
+    if (c->trust_any_uid || strncmp(c->url, "ipc://", 6) != 0)
+        return;
+    uint64_t uid = UINT64_MAX;
+    if (nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_UID, &uid) == 0 &&
+        (uid == 0 || uid == (uint64_t)geteuid()))
+        return;
+    atomic_store(&c->bad_peer, uid == UINT64_MAX ? (long long)UINT32_MAX : (long long)uid);
+    nng_pipe_close(p);
+}
+
+static int bad_peer_error(projd_conn *c, projd_error *e)
+{
+    long long uid = atomic_load(&c->bad_peer);
+    return fail(e, -EPERM,
+                "connect %s: the process serving this socket runs as uid %lld, not root or our "
+                "uid %u; refusing it (set PROJD_TRUST_ANY_UID=1 if that daemon is meant to run "
+                "under another account)",
+                c->url, uid, (unsigned)geteuid());
+}
+
 /* HELLO/WELCOME. A daemon that refuses the peer (auth) closes the pipe
  * instead of answering, so the wait watches for that and says so, instead
  * of waiting out the timeout. */
@@ -560,7 +592,7 @@ static int say_hello(projd_conn *c, const char *name, projd_error *e)
         pthread_mutex_unlock(&r->mu);
         if (d)
             break;
-        if (atomic_load(&c->pipes_removed) > 0)
+        if (atomic_load(&c->pipes_removed) > 0 || atomic_load(&c->bad_peer) >= 0)
             break;
     }
     pthread_mutex_lock(&r->mu);
@@ -568,6 +600,8 @@ static int say_hello(projd_conn *c, const char *name, projd_error *e)
     pthread_mutex_unlock(&r->mu);
     if (!done || r->rc == -ECONNRESET || r->rc == -ECONNABORTED || r->rc == -ESHUTDOWN) {
         projd_request_free(r);
+        if (atomic_load(&c->bad_peer) >= 0)
+            return bad_peer_error(c, e);
         return fail(e, -ECONNRESET,
                     "connect %s: projd closed the connection before WELCOME "
                     "(is this uid/gid allowed by its auth config?)",
@@ -644,6 +678,9 @@ int projd_connect(const char *url, const char *name, projd_conn **out, projd_err
     atomic_init(&c->timeout_ms, PROJD_DEFAULT_TIMEOUT_MS);
     atomic_init(&c->next_id, ((uint64_t)getpid() << 32) | 1u);
     atomic_init(&c->pipes_removed, 0);
+    atomic_init(&c->bad_peer, -1);
+    const char *trust = getenv("PROJD_TRUST_ANY_UID");
+    c->trust_any_uid = trust && strcmp(trust, "1") == 0;
     pthread_mutex_init(&c->mu, NULL);
     int rv = nng_req0_open(&c->sock);
     if (rv) {
@@ -658,7 +695,12 @@ int projd_connect(const char *url, const char *name, projd_conn **out, projd_err
     nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 20);
     nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 1000);
     nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, pipe_removed, c);
+    nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_PRE, peer_check, c);
     rv = dial_with_retry(c);
+    if (rv && atomic_load(&c->bad_peer) >= 0) {
+        rc = bad_peer_error(c, e);
+        goto fail_sock;
+    }
     if (rv) {
         rc = nng_errno(rv);
         fail(e, rc, "connect %s: %s%s", c->url, nng_strerror(rv),

@@ -33,6 +33,8 @@ _Static_assert(sizeof(pj_log_level) == sizeof(int), "enum size");
 #define MAX_M_LIMIT  4096u
 #define ID_MAX       4294967294u /* (uid_t)-1 means "no id" to the kernel */
 #define SUN_PATH_MAX 107         /* sizeof(sockaddr_un.sun_path) - 1 */
+#define BYTES_MIN    4096ll      /* buffer byte limits: one page .. 1 PiB */
+#define BYTES_MAX    (1ll << 50)
 
 /* ---- schema ------------------------------------------------------------- */
 
@@ -41,6 +43,7 @@ typedef enum fkind {
     F_STRING,  /* char[size], validated by rule */
     F_UINT,    /* uint32_t in min..max */
     F_INT,     /* int32_t in min..max */
+    F_U64,     /* uint64_t in min..max (max below 2^53: exact in a JSON double) */
     F_ENUM,    /* int-sized enum, given by name */
     F_MODE,    /* uint32_t file mode: "0660" or 432 */
     F_LAYERS,  /* model.layers: the whole array is replaced */
@@ -193,6 +196,21 @@ static const field limits_fields[] = {
      .off = CFG(limits.max_inflight_per_conn),
      .min = 1,
      .max = 1024},
+    {.key = "max_buffer_bytes",
+     .kind = F_U64,
+     .off = CFG(limits.max_buffer_bytes),
+     .min = BYTES_MIN,
+     .max = BYTES_MAX},
+    {.key = "max_conn_buffer_bytes",
+     .kind = F_U64,
+     .off = CFG(limits.max_conn_buffer_bytes),
+     .min = BYTES_MIN,
+     .max = BYTES_MAX},
+    {.key = "max_total_buffer_bytes",
+     .kind = F_U64,
+     .off = CFG(limits.max_total_buffer_bytes),
+     .min = BYTES_MIN,
+     .max = BYTES_MAX},
     {0},
 };
 
@@ -691,6 +709,11 @@ static int apply_value(cfg_ctx *c, const field *f, const cJSON *v, void *base)
         if (rc == 0)
             *(int32_t *)(void *)p = (int32_t)x;
         return rc;
+    case F_U64:
+        rc = get_integer(c, v, f->min, f->max, &x);
+        if (rc == 0)
+            *(uint64_t *)(void *)p = (uint64_t)x;
+        return rc;
     case F_ENUM:
         return apply_enum(c, f, v, (int *)(void *)p);
     case F_MODE:
@@ -961,6 +984,8 @@ static cJSON *render_value(const field *f, const void *base)
         return cJSON_CreateNumber(*(const uint32_t *)(const void *)p);
     case F_INT:
         return cJSON_CreateNumber(*(const int32_t *)(const void *)p);
+    case F_U64:
+        return cJSON_CreateNumber((double)*(const uint64_t *)(const void *)p);
     case F_ENUM: {
         int e = *(const int *)(const void *)p;
         int n = 0;
@@ -1046,6 +1071,8 @@ static bool value_equal(const field *f, const void *a, const void *b)
     case F_ENUM:
     case F_MODE:
         return memcmp(pa, pb, 4) == 0;
+    case F_U64:
+        return memcmp(pa, pb, 8) == 0;
     case F_LAYERS:
     case F_U32LIST: {
         uint32_t na = *(const uint32_t *)(const void *)((const char *)a + f->count_off);

@@ -16,9 +16,9 @@
 
 #define PJ_CFG_MAX_LAYERS 32
 #define PJ_CFG_MAX_SHAPES 32
-#define PJ_CFG_MAX_IDS 32
-#define PJ_CFG_NAME 64
-#define PJ_CFG_PATH 512
+#define PJ_CFG_MAX_IDS    32
+#define PJ_CFG_NAME       64
+#define PJ_CFG_PATH       512
 
 typedef enum pj_backend_kind {
     PJ_BACKEND_AUTO = 0, /* cuda when a GPU is visible, else cpu */
@@ -27,7 +27,7 @@ typedef enum pj_backend_kind {
 } pj_backend_kind;
 
 typedef enum pj_format_pref {
-    PJ_FPREF_AUTO = 0,  /* bf16 tensor -> z12 when k % 64 == 0, else bf16; f32/f16 -> split */
+    PJ_FPREF_AUTO = 0, /* bf16 tensor -> z12 when k % 64 == 0, else bf16; f32/f16 -> split */
     PJ_FPREF_BF16 = 1,
     PJ_FPREF_Z12 = 2,
     PJ_FPREF_SPLIT = 3,
@@ -56,8 +56,8 @@ typedef struct pj_config {
     } socket;
     struct {
         pj_backend_kind backend;
-        int32_t index;            /* CUDA device index, when uuid is "" */
-        char uuid[PJ_CFG_NAME];   /* "GPU-..." or "" */
+        int32_t index;          /* CUDA device index, when uuid is "" */
+        char uuid[PJ_CFG_NAME]; /* "GPU-..." or "" */
     } device;
     struct {
         char path[PJ_CFG_PATH];
@@ -75,6 +75,11 @@ typedef struct pj_config {
         uint32_t max_ops_per_request;
         uint32_t max_connections;
         uint32_t max_inflight_per_conn;
+        /* Bytes of registered buffers (what the daemon maps): one buffer,
+         * one connection's sum, the whole daemon's sum. */
+        uint64_t max_buffer_bytes;
+        uint64_t max_conn_buffer_bytes;
+        uint64_t max_total_buffer_bytes;
     } limits;
     struct {
         /* Empty lists: only root and the daemon's own uid may connect. */

@@ -12,7 +12,12 @@
 
 #include "daemon/shmguard.h"
 
-static uint64_t g_buffers, g_bytes;
+static uint64_t g_buffers, g_bytes, g_held_bytes;
+
+uint64_t pj_bufreg_total_held_bytes(void)
+{
+    return g_held_bytes;
+}
 
 void pj_bufreg_totals(uint64_t *buffers, uint64_t *bytes)
 {
@@ -39,7 +44,9 @@ static void buf_free(pj_bufreg *r, pj_buf *b)
         g_bytes -= b->size;
     }
     g_buffers--;
+    g_held_bytes -= b->size;
     r->n_held--;
+    r->held_bytes -= b->size;
     free(b);
 }
 
@@ -109,10 +116,59 @@ static int map_shm(pj_bufreg *r, const pj_register *req, pj_buf *b, char *err, s
     return PJ_OK;
 }
 
+/* 1 when adding size to held would pass max (held may already be over it
+ * after a reload lowered the limit). */
+static int over(uint64_t held, uint64_t size, uint64_t max)
+{
+    return held > max || size > max - held;
+}
+
+/* The byte limits, before anything is opened or mapped. */
+static int check_bytes(const pj_bufreg *r, const pj_register *req, const pj_bufreg_limits *lim,
+                       char *err, size_t errlen)
+{
+    const char *name = req->kind == PJ_BUF_SHM ? req->shm_name : "(cuda ipc)";
+    unsigned long long size = (unsigned long long)req->size;
+    if (size > lim->max_buffer_bytes) {
+        snprintf(err, errlen,
+                 "REGISTER %.64s: %llu bytes is over limits.max_buffer_bytes (%llu per buffer)",
+                 name, size, (unsigned long long)lim->max_buffer_bytes);
+        return PJ_E_LIMIT;
+    }
+    if (over(r->held_bytes, req->size, lim->max_conn_bytes)) {
+        snprintf(err, errlen,
+                 "REGISTER %.64s: %llu bytes on top of the %llu this connection holds is over "
+                 "limits.max_conn_buffer_bytes (%llu)",
+                 name, size, (unsigned long long)r->held_bytes,
+                 (unsigned long long)lim->max_conn_bytes);
+        return PJ_E_LIMIT;
+    }
+    if (over(g_held_bytes, req->size, lim->max_total_bytes)) {
+        snprintf(err, errlen,
+                 "REGISTER %.64s: %llu bytes on top of the %llu all connections hold is over "
+                 "limits.max_total_buffer_bytes (%llu)",
+                 name, size, (unsigned long long)g_held_bytes,
+                 (unsigned long long)lim->max_total_bytes);
+        return PJ_E_LIMIT;
+    }
+    return PJ_OK;
+}
+
 int pj_bufreg_register(pj_bufreg *r, const pj_register *req, uint32_t max_buffers, pj_buf **out,
                        char *err, size_t errlen)
 {
+    pj_bufreg_limits lim = {.max_buffers = max_buffers,
+                            .max_buffer_bytes = UINT64_MAX,
+                            .max_conn_bytes = UINT64_MAX,
+                            .max_total_bytes = UINT64_MAX};
+    return pj_bufreg_register_limited(r, req, &lim, out, err, errlen);
+}
+
+int pj_bufreg_register_limited(pj_bufreg *r, const pj_register *req, const pj_bufreg_limits *lim,
+                               pj_buf **out, char *err, size_t errlen)
+{
     *out = NULL;
+    uint32_t max_buffers = lim->max_buffers;
     if (r->n_live >= max_buffers) {
         snprintf(err, errlen, "REGISTER: connection already has %u buffers (limit %u)", r->n_live,
                  max_buffers);
@@ -126,6 +182,9 @@ int pj_bufreg_register(pj_bufreg *r, const pj_register *req, uint32_t max_buffer
         snprintf(err, errlen, "REGISTER: unknown buffer kind %u", (unsigned)req->kind);
         return PJ_E_REGISTER;
     }
+    int st = check_bytes(r, req, lim, err, errlen);
+    if (st != PJ_OK)
+        return st;
     if (r->n_live == r->cap) {
         uint32_t cap = r->cap ? r->cap * 2 : 8;
         pj_buf **live = realloc(r->live, cap * sizeof *live);
@@ -179,7 +238,9 @@ int pj_bufreg_register(pj_bufreg *r, const pj_register *req, uint32_t max_buffer
     /* Ids only grow, so appending keeps live sorted. */
     r->live[r->n_live++] = b;
     r->n_held++;
+    r->held_bytes += b->size;
     g_buffers++;
+    g_held_bytes += b->size;
     if (b->map)
         g_bytes += b->size;
     *out = b;

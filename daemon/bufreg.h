@@ -36,8 +36,20 @@ typedef struct pj_bufreg {
     pj_buf **live; /* registered, sorted by id */
     uint32_t n_live, cap;
     uint32_t next_id;
-    uint32_t n_held; /* live + unregistered but still referenced */
+    uint32_t n_held;     /* live + unregistered but still referenced */
+    uint64_t held_bytes; /* registered bytes of the n_held buffers */
 } pj_bufreg;
+
+/* What one REGISTER may add (config limits.*). A sparse shm object costs the
+ * client nothing, but every byte registered is daemon address space (and
+ * pinned memory for the cuda backend), so sizes are capped per buffer, per
+ * connection and for the whole daemon. UINT64_MAX = no cap. */
+typedef struct pj_bufreg_limits {
+    uint32_t max_buffers;      /* live buffers on the connection */
+    uint64_t max_buffer_bytes; /* one buffer */
+    uint64_t max_conn_bytes;   /* held by the connection, this one included */
+    uint64_t max_total_bytes;  /* held by every connection of the daemon */
+} pj_bufreg_limits;
 
 /* Empty registry for a peer. */
 void pj_bufreg_init(pj_bufreg *r, pj_backend *be, uint32_t peer_uid, int32_t peer_pid);
@@ -47,6 +59,12 @@ void pj_bufreg_init(pj_bufreg *r, pj_backend *be, uint32_t peer_uid, int32_t pee
  * open, not owned by the peer, too small, backend refused), PJ_E_INTERNAL. */
 int pj_bufreg_register(pj_bufreg *r, const pj_register *req, uint32_t max_buffers, pj_buf **out,
                        char *err, size_t errlen);
+
+/* The same under byte limits too: PJ_E_LIMIT, with a message naming the
+ * limit and the numbers, when the buffer would pass any of them (nothing
+ * is opened or mapped then). */
+int pj_bufreg_register_limited(pj_bufreg *r, const pj_register *req, const pj_bufreg_limits *lim,
+                               pj_buf **out, char *err, size_t errlen);
 
 /* The live buffer with this id, or NULL (unknown, unregistered). */
 pj_buf *pj_bufreg_get(pj_bufreg *r, uint32_t id);
@@ -68,5 +86,9 @@ int pj_buf_faulted(const pj_buf *b);
 
 /* Process-wide totals (loop thread): buffers held and bytes mapped. */
 void pj_bufreg_totals(uint64_t *buffers, uint64_t *bytes);
+
+/* Process-wide registered bytes of every buffer held (shm and CUDA IPC),
+ * what limits.max_total_buffer_bytes caps. */
+uint64_t pj_bufreg_total_held_bytes(void);
 
 #endif

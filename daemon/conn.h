@@ -27,7 +27,9 @@ typedef struct pj_conn {
     pj_backend_stream *stream; /* created at the first HELLO */
     pj_req *q_head, *q_tail;   /* accepted, waiting for the stream */
     uint32_t n_queued, n_running;
-    int gone; /* pipe removed */
+    uint32_t n_ctx; /* server contexts holding its requests (until replies are sent) */
+    int ctx_closed; /* closed for not reading its replies */
+    int gone;       /* pipe removed */
     uint64_t requests;
     struct pj_conn *next; /* hash chain, or the zombie list */
 } pj_conn;

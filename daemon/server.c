@@ -26,6 +26,7 @@
 #include "daemon/notify.h"
 #include "daemon/stats.h"
 #include "daemon/validate.h"
+#include "protocol/sockpath.h"
 #include "protocol/wire.h"
 
 #ifndef PJ_VERSION_STRING
@@ -41,6 +42,11 @@
 #define HARD_CAP_SLACK   (64u * 1024u)
 #define STATUS_EVERY_MS  250
 #define WATCH_EVERY_MS   100
+/* Contexts one connection may hold besides max_inflight_per_conn: room for
+ * HELLO/REGISTER/STATS/PING next to a full pipeline of PROJECTs. A
+ * connection at twice its share (replies it does not read, each holding
+ * a context for up to SEND_TIMEOUT_MS) is closed. */
+#define CONN_CTX_SLACK 8
 
 /* ---- events handed from nng/backend threads to the loop --------------------- */
 
@@ -60,6 +66,7 @@ typedef struct nctx {
     int sending;
     int send_rv; /* result of the last send, read by the loop */
     nng_msg *msg;
+    uint32_t pipe; /* loop: the connection whose request it holds, 0 = none */
 } nctx;
 
 typedef struct pipe_ev {
@@ -146,7 +153,13 @@ static uint32_t hard_cap(const pj_config *cfg)
     return cap > UINT32_MAX ? UINT32_MAX : (uint32_t)cap;
 }
 
-/* Push from any thread; dropped (and its message freed) when closing. */
+/* Push from any thread; dropped (and its message freed) when closing.
+ * The wake-up is sent while holding mu: close_socket sets `closing` under
+ * mu before stop_now closes the async handle and the server can be freed,
+ * so a pusher that saw closing == 0 has finished with s->async before the
+ * loop can get past that point. (Sent after unlocking, a backend thread
+ * whose EV_DONE was the last event could still be about to touch the
+ * async handle after the loop drained, stopped and freed the server.) */
 static void push_ev(pj_server *s, pj_ev *ev)
 {
     ev->next = NULL;
@@ -167,8 +180,8 @@ static void push_ev(pj_server *s, pj_ev *ev)
     else
         s->ev_head = ev;
     s->ev_tail = ev;
+    uv_async_send(&s->async); /* non-blocking, takes no lock */
     pthread_mutex_unlock(&s->mu);
-    uv_async_send(&s->async);
 }
 
 /* ---- nng callbacks (nng threads) --------------------------------------------- */
@@ -310,10 +323,22 @@ static void arm_recv(pj_server *s, nctx *nc)
     nng_ctx_recv(nc->ctx, nc->aio);
 }
 
+/* The context no longer holds a request of its connection. */
+static void ctx_release(pj_server *s, nctx *nc)
+{
+    if (!nc->pipe)
+        return;
+    pj_conn *c = pj_conn_table_find(&s->conns, nc->pipe);
+    if (c && c->n_ctx)
+        c->n_ctx--;
+    nc->pipe = 0;
+}
+
 /* The context's request will get no reply (its pipe is gone). */
 static void abandon(pj_server *s, nctx *nc)
 {
     s->n_busy--;
+    ctx_release(s, nc);
     arm_recv(s, nc);
 }
 
@@ -708,9 +733,12 @@ static void handle_register(pj_server *s, pj_conn *c, nctx *nc, const pj_hdr *h,
     }
     int st = pj_dec_register(body, h->body_len, rq, err, sizeof err);
     pj_buf *b = NULL;
+    pj_bufreg_limits lim = {.max_buffers = s->cfg.limits.max_buffers_per_conn,
+                            .max_buffer_bytes = s->cfg.limits.max_buffer_bytes,
+                            .max_conn_bytes = s->cfg.limits.max_conn_buffer_bytes,
+                            .max_total_bytes = s->cfg.limits.max_total_buffer_bytes};
     if (st == PJ_OK)
-        st = pj_bufreg_register(&c->reg, rq, s->cfg.limits.max_buffers_per_conn, &b, err,
-                                sizeof err);
+        st = pj_bufreg_register_limited(&c->reg, rq, &lim, &b, err, sizeof err);
     free(rq);
     if (st != PJ_OK) {
         pj_log_info("connection #%" PRIu64 ": %s", c->serial, err);
@@ -838,6 +866,34 @@ static void on_msg(pj_server *s, nctx *nc)
     char err[PJ_WIRE_MSG_MAX];
     pj_hdr h;
     memset(&h, 0, sizeof h);
+    /* Every request holds a context until its reply is sent, and a client
+     * that does not read its replies keeps them for SEND_TIMEOUT_MS: so
+     * the contexts of each connection are counted, whatever the request,
+     * and one connection cannot take the ones other clients need. */
+    nc->pipe = c->pipe_id;
+    c->n_ctx++;
+    uint32_t share = s->cfg.limits.max_inflight_per_conn + CONN_CTX_SLACK;
+    if (c->n_ctx > 2 * share) {
+        if (!c->ctx_closed)
+            pj_log_warn("connection #%" PRIu64 ": pid %d holds %u requests whose replies it "
+                        "does not read (limit %u); closing it",
+                        c->serial, (int)c->pid, c->n_ctx - 1, share);
+        c->ctx_closed = 1;
+        nng_pipe p = NNG_PIPE_INITIALIZER;
+        p.id = c->pipe_id;
+        nng_pipe_close(p);
+        nng_msg_free(msg);
+        abandon(s, nc);
+        return;
+    }
+    if (c->n_ctx > share) {
+        snprintf(err, sizeof err,
+                 "%u requests of this connection are waiting for their replies to be sent or "
+                 "read (limit %u = limits.max_inflight_per_conn + %d)",
+                 c->n_ctx - 1, share, CONN_CTX_SLACK);
+        send_error(s, nc, peek_req_id(data, len), PJ_E_LIMIT, UINT32_MAX, err);
+        goto out;
+    }
     if (len > s->cfg.limits.max_message_bytes) {
         snprintf(err, sizeof err, "message of %zu bytes is over the limit of %u", len,
                  s->cfg.limits.max_message_bytes);
@@ -904,8 +960,10 @@ out:
 
 static uint32_t ctx_cap(const pj_server *s)
 {
-    uint64_t cap =
-        (uint64_t)s->cfg.limits.max_connections * s->cfg.limits.max_inflight_per_conn + CTX_GROW;
+    /* Each connection holds at most 2 x its share before it is closed. */
+    uint64_t cap = (uint64_t)s->cfg.limits.max_connections * 2 *
+                       (s->cfg.limits.max_inflight_per_conn + CONN_CTX_SLACK) +
+                   CTX_GROW;
     return cap > CTX_MAX ? CTX_MAX : (uint32_t)cap;
 }
 
@@ -1105,6 +1163,7 @@ static void on_async(uv_async_t *a)
                 pj_log_debug("a reply was not sent: %s", nng_strerror(((nctx *)ev)->send_rv));
             s->n_sending--;
             s->n_busy--;
+            ctx_release(s, (nctx *)ev);
             arm_recv(s, (nctx *)ev);
             break;
         case EV_RECV_ERR:
@@ -1156,7 +1215,17 @@ int pj_server_check_socket(const char *url, char *err, size_t errlen)
     int rc = url_path(url, path, sizeof path, err, errlen);
     if (rc != 0)
         return rc;
+    /* Nothing is probed or removed inside a directory someone else
+     * controls (a missing one is created and checked by listen). */
+    char dir[PJ_CFG_PATH];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
     struct stat st;
+    if (slash && slash != dir) {
+        *slash = '\0';
+        if (lstat(dir, &st) == 0 && (rc = pj_sockpath_check_dir(dir, err, errlen)) != 0)
+            return rc;
+    }
     if (lstat(path, &st) != 0) {
         if (errno == ENOENT)
             return 0;
@@ -1208,7 +1277,9 @@ int pj_server_check_socket(const char *url, char *err, size_t errlen)
     return 0;
 }
 
-static int mkdir_parents(const char *path, char *err, size_t errlen)
+/* Creates the socket's missing ancestors (0755) and its own directory
+ * (pj_sockpath_dir_mode), then checks that directory is safe to use. */
+static int mkdir_parents(const char *path, mode_t mode, char *err, size_t errlen)
 {
     char dir[PJ_CFG_PATH];
     snprintf(dir, sizeof dir, "%s", path);
@@ -1226,11 +1297,13 @@ static int mkdir_parents(const char *path, char *err, size_t errlen)
         }
         *p = '/';
     }
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    if (mkdir(dir, mode) != 0 && errno != EEXIST) {
         snprintf(err, errlen, "mkdir %s: %s", dir, strerror(errno));
         return -errno;
     }
-    return 0;
+    /* chmod/chown/rename below work by path inside it: someone else who
+     * can write there could swap the socket for their own. */
+    return pj_sockpath_check_dir(dir, err, errlen);
 }
 
 static void copy_auth_locked(pj_server *s)
@@ -1465,7 +1538,7 @@ static void on_watch(uv_timer_t *t)
 
 int pj_server_listen(pj_server *s, char *err, size_t errlen)
 {
-    int rc = mkdir_parents(s->path, err, errlen);
+    int rc = mkdir_parents(s->path, pj_sockpath_dir_mode(s->url), err, errlen);
     if (rc != 0)
         return rc;
     int rv = nng_rep0_open(&s->sock);
@@ -1519,11 +1592,13 @@ void pj_server_reload(pj_server *s, const pj_config *next)
         nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, hard_cap(&s->cfg));
     pj_log_info("reloaded: log %s, max_message_bytes %u, max_buffers_per_conn %u, "
                 "max_ops_per_request %u, max_connections %u, max_inflight_per_conn %u, "
-                "%u allowed uids, %u allowed gids",
+                "max_buffer_bytes %" PRIu64 ", max_conn_buffer_bytes %" PRIu64
+                ", max_total_buffer_bytes %" PRIu64 ", %u allowed uids, %u allowed gids",
                 pj_log_level_name(s->cfg.log.level), s->cfg.limits.max_message_bytes,
                 s->cfg.limits.max_buffers_per_conn, s->cfg.limits.max_ops_per_request,
                 s->cfg.limits.max_connections, s->cfg.limits.max_inflight_per_conn,
-                s->cfg.auth.n_uids, s->cfg.auth.n_gids);
+                s->cfg.limits.max_buffer_bytes, s->cfg.limits.max_conn_buffer_bytes,
+                s->cfg.limits.max_total_buffer_bytes, s->cfg.auth.n_uids, s->cfg.auth.n_gids);
 }
 
 void pj_server_destroy(pj_server *s)

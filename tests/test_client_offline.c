@@ -6,9 +6,11 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -112,6 +115,35 @@ START_TEST(test_sockpath)
     snprintf(url, sizeof url, "ipc://%s/missing/deeper/projd.sock", tmpdir);
     ck_assert_int_eq(pj_sockpath_mkdir(url, 0700, err, sizeof err), -ENOENT);
     ck_assert_ptr_nonnull(strstr(err, "mkdir"));
+
+    /* A directory others can write, or a symlink, is refused. */
+    ck_assert_int_eq(chmod(dir, 0777), 0);
+    snprintf(url, sizeof url, "ipc://%s/sub/projd.sock", tmpdir);
+    ck_assert_int_eq(pj_sockpath_mkdir(url, 0700, err, sizeof err), -EPERM);
+    ck_assert_msg(strstr(err, "mode 0777") && strstr(err, dir), "err: %s", err);
+    ck_assert_int_eq(chmod(dir, 0700), 0);
+    ck_assert_int_eq(pj_sockpath_check_dir(dir, err, sizeof err), 0);
+    char link[320];
+    snprintf(link, sizeof link, "%s/link", tmpdir);
+    ck_assert_int_eq(symlink(dir, link), 0);
+    ck_assert_int_eq(pj_sockpath_check_dir(link, err, sizeof err), -ELOOP);
+    ck_assert_msg(strstr(err, "symbolic link"), "err: %s", err);
+    unlink(link);
+    /* A writable ancestor without the sticky bit is refused; /tmp's is fine. */
+    ck_assert_int_eq(chmod(tmpdir, 0777), 0);
+    ck_assert_int_eq(pj_sockpath_check_dir(dir, err, sizeof err), -EPERM);
+    ck_assert_msg(strstr(err, "ancestor"), "err: %s", err);
+    ck_assert_int_eq(chmod(tmpdir, 01777), 0);
+    ck_assert_int_eq(pj_sockpath_check_dir(dir, err, sizeof err), 0);
+    ck_assert_int_eq(pj_sockpath_check_dir("/tmp", err, sizeof err), -EPERM); /* never as its own */
+    ck_assert_int_eq(chmod(tmpdir, 0700), 0);
+    rmdir(dir);
+    /* The /tmp fallback is made private; others keep 0755. */
+    snprintf(url, sizeof url, "ipc:///tmp/projd-%u/projd.sock", (unsigned)getuid());
+    ck_assert_int_eq(pj_sockpath_dir_mode(url), 0700);
+    ck_assert_int_eq(pj_sockpath_dir_mode("ipc:///run/projd/projd.sock"), 0755);
+    snprintf(url, sizeof url, "ipc:///tmp/projd-%u/x/projd.sock", (unsigned)getuid());
+    ck_assert_int_eq(pj_sockpath_dir_mode(url), 0755);
     remove_tmpdir();
 }
 END_TEST
@@ -822,6 +854,64 @@ START_TEST(test_fake_garbage)
 }
 END_TEST
 
+/* A daemon answering as another uid (someone who took over the socket's
+ * directory) is refused before HELLO, unless the caller opts in. */
+START_TEST(test_fake_foreign_uid)
+{
+    if (geteuid() != 0) {
+        printf("test_fake_foreign_uid: SKIPPED (needs root to run the fake as another uid)\n");
+        return;
+    }
+    char dir[300], url[380], sock[370];
+    snprintf(dir, sizeof dir, "%s/foreign", tmpdir);
+    ck_assert_int_eq(chmod(tmpdir, 0755), 0);
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    ck_assert_int_eq(chown(dir, 65534, 65534), 0);
+    snprintf(sock, sizeof sock, "%s/fake.sock", dir);
+    snprintf(url, sizeof url, "ipc://%s", sock);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
+            _exit(90);
+        alarm(60); /* never outlives the test */
+        fake *f = calloc(1, sizeof *f);
+        atomic_init(&f->mode, FAKE_NORMAL);
+        snprintf(f->url, sizeof f->url, "%s", url);
+        if (nng_rep0_open(&f->sock) != 0)
+            _exit(91);
+        nng_socket_set_ms(f->sock, NNG_OPT_RECVTIMEO, 50);
+        if (nng_listen(f->sock, f->url, NULL, 0) != 0)
+            _exit(92);
+        fake_main(f);
+        _exit(0);
+    }
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    for (int i = 0; i < 2000 && access(sock, F_OK) != 0; i++)
+        nanosleep(&ts, NULL);
+    ck_assert_int_eq(access(sock, F_OK), 0);
+    projd_error e;
+    projd_conn *c = NULL;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = projd_connect(url, "victim", &c, &e);
+    ck_assert_msg(rc == -EPERM, "rc %d: %s", rc, e.msg);
+    ck_assert_ptr_null(c);
+    ck_assert_msg(strstr(e.msg, "uid 65534") && strstr(e.msg, "PROJD_TRUST_ANY_UID"), "%s", e.msg);
+    ck_assert_double_lt(seconds_since(&t0), 20.0);
+    setenv("PROJD_TRUST_ANY_UID", "1", 1);
+    rc = projd_connect(url, "trusting", &c, &e);
+    unsetenv("PROJD_TRUST_ANY_UID");
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, e.msg);
+    ck_assert_int_eq(projd_ping(c, &e), 0);
+    projd_close(c);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+END_TEST
+
 static Suite *client_suite(void)
 {
     Suite *s = suite_create("client_offline");
@@ -840,6 +930,7 @@ static Suite *client_suite(void)
     tcase_add_test(tf, test_fake_silent_timeout);
     tcase_add_test(tf, test_fake_refused);
     tcase_add_test(tf, test_fake_garbage);
+    tcase_add_test(tf, test_fake_foreign_uid);
     suite_add_tcase(s, tf);
     return s;
 }

@@ -75,6 +75,9 @@ START_TEST(defaults_match_documentation)
     ck_assert_uint_eq(c->limits.max_ops_per_request, 64);
     ck_assert_uint_eq(c->limits.max_connections, 64);
     ck_assert_uint_eq(c->limits.max_inflight_per_conn, 32);
+    ck_assert_uint_eq(c->limits.max_buffer_bytes, 16ull << 30);
+    ck_assert_uint_eq(c->limits.max_conn_buffer_bytes, 64ull << 30);
+    ck_assert_uint_eq(c->limits.max_total_buffer_bytes, 256ull << 30);
     ck_assert_uint_eq(c->auth.n_uids, 0);
     ck_assert_uint_eq(c->auth.n_gids, 0);
     ck_assert_int_eq(c->log.level, PJ_LOG_INFO);
@@ -125,7 +128,8 @@ static const bad_case bad_cases[] = {
     /* 3: unknown nested key */
     {"{\"limits\":{\"max_conns\":4}}", "limits.max_conns",
      "limits.max_conns: unknown key; expected one of: max_message_bytes, max_buffers_per_conn, "
-     "max_ops_per_request, max_connections, max_inflight_per_conn"},
+     "max_ops_per_request, max_connections, max_inflight_per_conn, max_buffer_bytes, "
+     "max_conn_buffer_bytes, max_total_buffer_bytes"},
     /* 4: unknown key inside a layer */
     {"{\"model\":{\"layers\":[{\"name\":\"a\",\"tensor\":\"t\",\"colour\":1}]}}",
      "model.layers[0].colour",
@@ -317,6 +321,9 @@ START_TEST(objects_merge_key_by_key)
     ck_assert_uint_eq(c->limits.max_connections, 8);
     ck_assert_uint_eq(c->limits.max_message_bytes, 65536);
     ck_assert_uint_eq(c->limits.max_inflight_per_conn, 32);
+    ck_assert_uint_eq(c->limits.max_buffer_bytes, 16ull << 30);
+    ck_assert_uint_eq(c->limits.max_conn_buffer_bytes, 64ull << 30);
+    ck_assert_uint_eq(c->limits.max_total_buffer_bytes, 256ull << 30);
     ck_assert_int_eq(c->device.backend, PJ_BACKEND_CPU);
     ck_assert_uint_eq(c->model.n_layers, 5);
 
@@ -433,6 +440,23 @@ START_TEST(limits_at_their_bounds)
                      -EINVAL);
     ck_assert_str_eq(err, "auth.allow_uids[0]: expected an integer in 0..4294967294, got "
                           "4294967295");
+    /* The byte limits: 64-bit, one page .. 1 PiB. */
+    ck_assert_msg(apply_str(c,
+                            "{\"limits\":{\"max_buffer_bytes\":4096,\"max_conn_buffer_bytes\":"
+                            "1125899906842624,\"max_total_buffer_bytes\":8589934592}}",
+                            err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_uint_eq(c->limits.max_buffer_bytes, 4096);
+    ck_assert_uint_eq(c->limits.max_conn_buffer_bytes, 1ull << 50);
+    ck_assert_uint_eq(c->limits.max_total_buffer_bytes, 8ull << 30);
+    ck_assert_int_eq(apply_str(c, "{\"limits\":{\"max_buffer_bytes\":4095}}", err, sizeof err),
+                     -EINVAL);
+    ck_assert_str_eq(err, "limits.max_buffer_bytes: expected an integer in 4096..1125899906842624, "
+                          "got 4095");
+    ck_assert_int_eq(
+        apply_str(c, "{\"limits\":{\"max_total_buffer_bytes\":1125899906842625}}", err, sizeof err),
+        -EINVAL);
+    ck_assert_uint_eq(c->limits.max_total_buffer_bytes, 8ull << 30);
     free(c);
 }
 END_TEST
@@ -479,7 +503,9 @@ START_TEST(round_trip_everything_changed)
         "{\"name\":\"c\",\"tensor\":\"z.w\",\"format\":\"split\",\"max_n\":1}]},"
         "\"shapes\":{\"m\":[1,2,3,4096],\"max_m\":4096},"
         "\"limits\":{\"max_message_bytes\":1024,\"max_buffers_per_conn\":4096,"
-        "\"max_ops_per_request\":1,\"max_connections\":2,\"max_inflight_per_conn\":1024},"
+        "\"max_ops_per_request\":1,\"max_connections\":2,\"max_inflight_per_conn\":1024,"
+        "\"max_buffer_bytes\":4096,\"max_conn_buffer_bytes\":1125899906842624,"
+        "\"max_total_buffer_bytes\":123456789},"
         "\"auth\":{\"allow_uids\":[0,4294967294,12],\"allow_gids\":[7]},"
         "\"log\":{\"level\":\"debug\"},\"tuning\":{\"table\":\"/etc/projd/t.json\"},"
         "\"cpu\":{\"threads\":1024}}",
@@ -571,7 +597,8 @@ START_TEST(reload_check)
     char err[512];
     ck_assert_int_eq(pj_config_check_reload(cur, next, err, sizeof err), 0);
     ck_assert_int_eq(apply_str(next,
-                               "{\"log\":{\"level\":\"debug\"},\"limits\":{\"max_connections\":2},"
+                               "{\"log\":{\"level\":\"debug\"},\"limits\":{\"max_connections\":2,"
+                               "\"max_buffer_bytes\":65536},"
                                "\"auth\":{\"allow_uids\":[1000]}}",
                                err, sizeof err),
                      0);

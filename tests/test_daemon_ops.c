@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -310,6 +311,67 @@ START_TEST(socket_dir_created)
 }
 END_TEST
 
+/* A socket directory another user owns or can write (or a symlink) is
+ * refused at start: whoever controls it could swap the socket and serve
+ * this daemon's clients. */
+static void expect_dir_refused(const char *url, const char *needle)
+{
+    char err[512], json[800];
+    pj_dproc d;
+    snprintf(json, sizeof json, "{\"socket\": {\"url\": \"%s\"}}", url);
+    ck_assert_int_eq(pj_dproc_start(&d, g_model_path, json, NULL, 0, 0, err, sizeof err), 0);
+    ck_assert_int_eq(pj_dproc_wait_exit(&d, 20000), 0);
+    int code = pj_dproc_exit_code(&d);
+    int has = pj_dproc_log_has(&d, needle, 0);
+    if (code != 1 || !has)
+        pj_dproc_dump_log(&d);
+    ck_assert_msg(code == 1, "%s: exit code %d", url, code);
+    ck_assert_msg(has, "%s: log lacks \"%s\"", url, needle);
+    pj_dproc_cleanup(&d);
+}
+
+START_TEST(socket_dir_unsafe_refused)
+{
+    char dir[200], url[300], link[200], target[200], sub[220];
+    struct stat st;
+    if (geteuid() == 0) {
+        /* Another uid's directory, even with a harmless mode. */
+        snprintf(dir, sizeof dir, "/tmp/pjd-foreign-%d", (int)getpid());
+        ck_assert_int_eq(mkdir(dir, 0755), 0);
+        ck_assert_int_eq(chown(dir, 65534, 65534), 0);
+        snprintf(url, sizeof url, "ipc://%s/projd.sock", dir);
+        expect_dir_refused(url, "owned by uid 65534 with mode 0755");
+        ck_assert_msg(lstat(url + 6, &st) != 0, "a socket was made in another uid's dir");
+        ck_assert_int_eq(rmdir(dir), 0);
+    } else {
+        printf("socket_dir_unsafe_refused: foreign-owner case SKIPPED (needs root)\n");
+    }
+    /* Our own directory, but anyone may write to it. */
+    snprintf(dir, sizeof dir, "/tmp/pjd-open-%d", (int)getpid());
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    ck_assert_int_eq(chmod(dir, 0777), 0);
+    snprintf(url, sizeof url, "ipc://%s/projd.sock", dir);
+    expect_dir_refused(url, "with mode 0777");
+    ck_assert_int_eq(rmdir(dir), 0);
+    /* A symlink to a good directory. */
+    snprintf(target, sizeof target, "/tmp/pjd-target-%d", (int)getpid());
+    snprintf(link, sizeof link, "/tmp/pjd-link-%d", (int)getpid());
+    ck_assert_int_eq(mkdir(target, 0755), 0);
+    ck_assert_int_eq(symlink(target, link), 0);
+    snprintf(url, sizeof url, "ipc://%s/projd.sock", link);
+    expect_dir_refused(url, "is a symbolic link");
+    ck_assert_int_eq(unlink(link), 0);
+    /* A writable, non-sticky ancestor: the directory could be replaced. */
+    snprintf(url, sizeof url, "ipc://%s/sub/projd.sock", target);
+    ck_assert_int_eq(chmod(target, 0777), 0);
+    expect_dir_refused(url, "its ancestor");
+    ck_assert_int_eq(chmod(target, 0755), 0);
+    snprintf(sub, sizeof sub, "%s/sub", target);
+    rmdir(sub);
+    ck_assert_int_eq(rmdir(target), 0);
+}
+END_TEST
+
 /* nng 1.5 stops a listener when a peer hangs up during the handshake; the
  * daemon replaces it (server.c), so raw connect() + close() by anyone who
  * may open the socket does not make the daemon deaf. */
@@ -405,6 +467,17 @@ START_TEST(sighup_reloads)
     ck_assert_int_eq(pjt_unregister(&t.c, id), PJ_OK);
     ck_assert_int_eq(pjt_register_shm(&t.c, z.name, 4096, &id), PJ_OK);
     ck_assert(pj_dproc_log_has(&d, "debug: connection", 5000));
+    /* A byte limit reloads too (below what the connection holds already). */
+    write_config_json(&d, "{\"limits\": {\"max_buffers_per_conn\": 8, "
+                          "\"max_conn_buffer_bytes\": 4096}}");
+    ck_assert_int_eq(pj_dproc_signal(&d, SIGHUP), 0);
+    ck_assert(pj_dproc_log_has(&d, "max_conn_buffer_bytes 4096", 10000));
+    ck_assert_int_eq(pjt_register_shm(&t.c, z.name, 4096, NULL), PJ_E_LIMIT);
+    ck_assert_msg(strstr(t.c.err.msg, "max_conn_buffer_bytes"), "%s", t.c.err.msg);
+    write_config_json(&d, "{\"limits\": {\"max_buffers_per_conn\": 3, "
+                          "\"max_conn_buffer_bytes\": 68719476736}}");
+    ck_assert_int_eq(pj_dproc_signal(&d, SIGHUP), 0);
+    ck_assert(pj_dproc_log_has(&d, "max_conn_buffer_bytes 68719476736", 10000));
 
     /* A key that needs a restart: refused, the running config stays. */
     write_config_json(&d, "{\"shapes\": {\"max_m\": 512}}");
@@ -419,6 +492,173 @@ START_TEST(sighup_reloads)
     ck_assert_int_eq(pjt_register_shm(&t.c, z.name, 4096, NULL), PJ_E_LIMIT);
     pjt_shm_destroy(&z);
     pjc_close(&t);
+    stop_daemon(&d);
+}
+END_TEST
+
+/* ---- buffer byte limits ------------------------------------------------------------ */
+
+static void expect_limit(pjt_client *c, const char *shm, uint64_t size, const char *limit)
+{
+    int rc = pjt_register_shm(c, shm, size, NULL);
+    ck_assert_msg(rc == PJ_E_LIMIT, "REGISTER %llu bytes: %d (%s)", (unsigned long long)size, rc,
+                  c->err.msg);
+    ck_assert_msg(strstr(c->err.msg, limit), "message: %s", c->err.msg);
+    ck_assert_int_eq(pjt_ping(c), PJ_OK); /* the connection stays usable */
+}
+
+/* Per buffer, per connection and daemon-wide caps on registered bytes: a
+ * sparse shm object costs its client nothing, the daemon's mapping does. */
+START_TEST(buffer_byte_limits)
+{
+    pj_dproc d;
+    start_daemon(&d, "{\"limits\": {\"max_buffer_bytes\": 1048576, \"max_conn_buffer_bytes\": "
+                     "1572864, \"max_total_buffer_bytes\": 2621440}}");
+    pjt_shm big, mib, half;
+    ck_assert_int_eq(pjt_shm_create(&big, 2u << 20), 0);
+    ck_assert_int_eq(pjt_shm_create(&mib, 1u << 20), 0);
+    ck_assert_int_eq(pjt_shm_create(&half, 512u << 10), 0);
+    pjt_client a, b;
+    ck_assert_int_eq(connect_hello(&a, d.url), PJ_OK);
+    ck_assert_int_eq(connect_hello(&b, d.url), PJ_OK);
+    uint32_t a1, a2, id;
+
+    expect_limit(&a, big.name, 2u << 20, "limits.max_buffer_bytes");
+    ck_assert_ptr_nonnull(strstr(a.err.msg, "2097152 bytes"));
+    ck_assert_int_eq(pjt_register_shm(&a, mib.name, 1u << 20, &a1), PJ_OK);
+    expect_limit(&a, mib.name, 1u << 20, "limits.max_conn_buffer_bytes");
+    ck_assert_ptr_nonnull(strstr(a.err.msg, "1572864"));
+    ck_assert_int_eq(pjt_register_shm(&a, half.name, 512u << 10, &a2), PJ_OK); /* exactly 1.5 MiB */
+    expect_limit(&a, half.name, 4096, "limits.max_conn_buffer_bytes");
+
+    /* b: 1 MiB fits its own cap, then the daemon holds 2.5 MiB, the total. */
+    ck_assert_int_eq(pjt_register_shm(&b, mib.name, 1u << 20, &id), PJ_OK);
+    expect_limit(&b, half.name, 4096, "limits.max_total_buffer_bytes");
+    ck_assert_ptr_nonnull(strstr(b.err.msg, "2621440"));
+    /* Freed on a, usable on b. */
+    ck_assert_int_eq(pjt_unregister(&a, a2), PJ_OK);
+    ck_assert_int_eq(pjt_register_shm(&b, half.name, 512u << 10, &id), PJ_OK);
+    expect_limit(&a, half.name, 4096, "limits.max_total_buffer_bytes");
+    /* A connection that goes away gives its bytes back. */
+    pjt_close(&a);
+    pjt_client c;
+    ck_assert_int_eq(connect_hello(&c, d.url), PJ_OK);
+    int rc = PJ_E_LIMIT;
+    for (int i = 0; i < 500 && rc == PJ_E_LIMIT; i++) {
+        rc = pjt_register_shm(&c, mib.name, 1u << 20, NULL);
+        if (rc == PJ_E_LIMIT) {
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    ck_assert_int_eq(rc, PJ_OK);
+    ck_assert(pj_dproc_log_has(&d, "over limits.max_buffer_bytes", 2000));
+    pjt_close(&c);
+    pjt_close(&b);
+    pjt_shm_destroy(&big);
+    pjt_shm_destroy(&mib);
+    pjt_shm_destroy(&half);
+    stop_daemon(&d);
+}
+END_TEST
+
+/* ---- a client that never reads its replies ------------------------------------------- */
+
+/* Write one SP-over-IPC frame carrying a REQ message (nng's framing: 0x01,
+ * 64-bit big-endian length, then the 32-bit request id with its top bit
+ * set, then the body). 0 or -1. */
+static int raw_send(int fd, uint32_t sp_id, const pj_wbuf *w)
+{
+    uint8_t hdr[13];
+    uint64_t len = 4 + w->len;
+    hdr[0] = 1;
+    for (int i = 0; i < 8; i++)
+        hdr[1 + i] = (uint8_t)(len >> (56 - 8 * i));
+    uint32_t id = sp_id | 0x80000000u;
+    for (int i = 0; i < 4; i++)
+        hdr[9 + i] = (uint8_t)(id >> (24 - 8 * i));
+    if (write(fd, hdr, sizeof hdr) != (ssize_t)sizeof hdr)
+        return -1;
+    return write(fd, w->data, w->len) == (ssize_t)w->len ? 0 : -1;
+}
+
+/* Child: HELLO, then PINGs as fast as the daemon takes them, never reading
+ * a reply; reports on `ready` after `report` PINGs (or when it can write no
+ * more), then holds the connection open. */
+static void greedy_main(const char *sock, int ready, int report)
+{
+    signal(SIGPIPE, SIG_IGN);
+    alarm(90);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    memcpy(sun.sun_path, sock, strlen(sock));
+    if (connect(fd, (struct sockaddr *)&sun, sizeof sun) != 0)
+        _exit(2);
+    const uint8_t hs[8] = {0, 'S', 'P', 0, 0, 0x30, 0, 0}; /* REQ v0 */
+    uint8_t peer[8];
+    if (write(fd, hs, 8) != 8 || read(fd, peer, 8) != 8)
+        _exit(3);
+    pj_wbuf w;
+    pj_wbuf_init(&w);
+    pj_hello h = {.ver_min = PJ_WIRE_VERSION, .ver_max = PJ_WIRE_VERSION, .pid = 1};
+    snprintf(h.name, sizeof h.name, "greedy");
+    pj_enc_hello(&w, 1, &h);
+    if (raw_send(fd, 1, &w) != 0)
+        _exit(4);
+    uint8_t payload[PJ_WIRE_PING_MAX];
+    memset(payload, 0x5a, sizeof payload);
+    int reported = 0;
+    for (int i = 0; i < 20000; i++) {
+        pj_wbuf_reset(&w);
+        pj_enc_ping(&w, 2 + (uint64_t)i, payload, sizeof payload);
+        if (raw_send(fd, 2 + (uint32_t)i, &w) != 0)
+            break; /* closed by the daemon */
+        if (i + 1 == report && write(ready, "r", 1) == 1)
+            reported = 1;
+    }
+    if (!reported && write(ready, "r", 1) != 1)
+        _exit(5);
+    pause();
+    _exit(0);
+}
+
+/* One connection pipelining PINGs and never reading the replies (each one
+ * holds a daemon context until sent) cannot starve other clients. */
+START_TEST(unread_replies_do_not_starve_others)
+{
+    pj_dproc d;
+    start_daemon(&d, "{\"limits\": {\"max_connections\": 4, \"max_inflight_per_conn\": 2}}");
+    int pfd[2];
+    ck_assert_int_eq(pipe(pfd), 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(pfd[0]);
+        greedy_main(d.sock, pfd[1], 2000);
+    }
+    close(pfd[1]);
+    /* Wait (bounded) until it has pushed a good number of PINGs, or the
+     * daemon stopped taking them (then go on: the check is below). */
+    struct pollfd p = {.fd = pfd[0], .events = POLLIN};
+    char ch;
+    if (poll(&p, 1, 20000) == 1)
+        ck_assert_int_eq(read(pfd[0], &ch, 1), 1);
+    close(pfd[0]);
+    /* Another client is served, well within the 10 s a stuck reply holds
+     * its context (which is how long it would wait if the greedy client
+     * had taken every context). */
+    pjt_client c;
+    ck_assert_int_eq(connect_hello(&c, d.url), PJ_OK);
+    c.timeout_ms = 8000;
+    nng_socket_set_ms(c.sock, NNG_OPT_RECVTIMEO, 8000);
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(pjt_ping(&c), PJ_OK);
+    ck_assert(pj_dproc_log_has(&d, "whose replies it does not read", 10000));
+    pjt_close(&c);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
     stop_daemon(&d);
 }
 END_TEST
@@ -584,8 +824,11 @@ int main(void)
         {"connection_limit", connection_limit},
         {"socket_live_stale_and_foreign", socket_live_stale_and_foreign},
         {"socket_dir_created", socket_dir_created},
+        {"socket_dir_unsafe_refused", socket_dir_unsafe_refused},
         {"listener_survives_hangups", listener_survives_hangups},
         {"sighup_reloads", sighup_reloads},
+        {"buffer_byte_limits", buffer_byte_limits},
+        {"unread_replies_do_not_starve_others", unread_replies_do_not_starve_others},
         {"command_line", command_line},
         {"log_format", log_format},
         {"shrunk_buffer", shrunk_buffer},
