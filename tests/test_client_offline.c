@@ -856,19 +856,9 @@ END_TEST
 
 /* A daemon answering as another uid (someone who took over the socket's
  * directory) is refused before HELLO, unless the caller opts in. */
-START_TEST(test_fake_foreign_uid)
+/* The fake daemon of test_fake_foreign_uid, running as uid 65534. */
+static pid_t start_foreign_fake(const char *url, const char *sock)
 {
-    if (geteuid() != 0) {
-        printf("test_fake_foreign_uid: SKIPPED (needs root to run the fake as another uid)\n");
-        return;
-    }
-    char dir[300], url[380], sock[370];
-    snprintf(dir, sizeof dir, "%s/foreign", tmpdir);
-    ck_assert_int_eq(chmod(tmpdir, 0755), 0);
-    ck_assert_int_eq(mkdir(dir, 0755), 0);
-    ck_assert_int_eq(chown(dir, 65534, 65534), 0);
-    snprintf(sock, sizeof sock, "%s/fake.sock", dir);
-    snprintf(url, sizeof url, "ipc://%s", sock);
     fflush(stdout);
     fflush(stderr);
     pid_t pid = fork();
@@ -879,7 +869,7 @@ START_TEST(test_fake_foreign_uid)
         alarm(60); /* never outlives the test */
         fake *f = calloc(1, sizeof *f);
         atomic_init(&f->mode, FAKE_NORMAL);
-        snprintf(f->url, sizeof f->url, "%s", url);
+        snprintf(f->url, sizeof f->url, "%.390s", url);
         if (nng_rep0_open(&f->sock) != 0)
             _exit(91);
         nng_socket_set_ms(f->sock, NNG_OPT_RECVTIMEO, 50);
@@ -892,23 +882,54 @@ START_TEST(test_fake_foreign_uid)
     for (int i = 0; i < 2000 && access(sock, F_OK) != 0; i++)
         nanosleep(&ts, NULL);
     ck_assert_int_eq(access(sock, F_OK), 0);
+    return pid;
+}
+
+static void stop_foreign_fake(pid_t pid, const char *sock)
+{
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    unlink(sock);
+}
+
+START_TEST(test_fake_foreign_uid)
+{
+    if (geteuid() != 0) {
+        printf("test_fake_foreign_uid: SKIPPED (needs root to run the fake as another uid)\n");
+        return;
+    }
+    char dir[300], url[2][380], sock[2][370];
+    snprintf(dir, sizeof dir, "%s/foreign", tmpdir);
+    ck_assert_int_eq(chmod(tmpdir, 0755), 0);
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    ck_assert_int_eq(chown(dir, 65534, 65534), 0);
+    /* A fake for each connection: the first one's refusal hangs up
+     * mid-handshake, which stops an nng 1.5 listener for good (projd
+     * replaces its listener; the fake does not). Both are forked before
+     * this process uses nng (a child of an nng user cannot use it). */
+    pid_t pid[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(sock[i], sizeof sock[i], "%s/fake%d.sock", dir, i);
+        snprintf(url[i], sizeof url[i], "ipc://%.360s", sock[i]);
+        pid[i] = start_foreign_fake(url[i], sock[i]);
+    }
     projd_error e;
     projd_conn *c = NULL;
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int rc = projd_connect(url, "victim", &c, &e);
+    int rc = projd_connect(url[0], "victim", &c, &e);
     ck_assert_msg(rc == -EPERM, "rc %d: %s", rc, e.msg);
     ck_assert_ptr_null(c);
     ck_assert_msg(strstr(e.msg, "uid 65534") && strstr(e.msg, "PROJD_TRUST_ANY_UID"), "%s", e.msg);
     ck_assert_double_lt(seconds_since(&t0), 20.0);
     setenv("PROJD_TRUST_ANY_UID", "1", 1);
-    rc = projd_connect(url, "trusting", &c, &e);
+    rc = projd_connect(url[1], "trusting", &c, &e);
     unsetenv("PROJD_TRUST_ANY_UID");
     ck_assert_msg(rc == 0, "rc %d: %s", rc, e.msg);
     ck_assert_int_eq(projd_ping(c, &e), 0);
     projd_close(c);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
+    for (int i = 0; i < 2; i++)
+        stop_foreign_fake(pid[i], sock[i]);
 }
 END_TEST
 
