@@ -663,31 +663,14 @@ static int dial_with_retry(projd_conn *c)
     }
 }
 
-int projd_connect(const char *url, const char *name, projd_conn **out, projd_error *e)
+/* One socket, one dial, one HELLO. On failure the socket is closed. */
+#define HELLO_FIRST_TIMEOUT_MS 2000
+static int connect_attempt(projd_conn *c, const char *name, projd_error *e)
 {
-    *out = NULL;
-    projd_conn *c = calloc(1, sizeof *c);
-    if (!c)
-        return fail(e, -ENOMEM, "connect: out of memory");
-    char err[600];
-    int rc = pj_sockpath_resolve(url, PJ_SOCKPATH_CLIENT, c->url, sizeof c->url, err, sizeof err);
-    if (rc) {
-        free(c);
-        return fail(e, rc, "connect: %s", err);
-    }
-    atomic_init(&c->timeout_ms, PROJD_DEFAULT_TIMEOUT_MS);
-    atomic_init(&c->next_id, ((uint64_t)getpid() << 32) | 1u);
-    atomic_init(&c->pipes_removed, 0);
-    atomic_init(&c->bad_peer, -1);
-    const char *trust = getenv("PROJD_TRUST_ANY_UID");
-    c->trust_any_uid = trust && strcmp(trust, "1") == 0;
-    pthread_mutex_init(&c->mu, NULL);
+    int rc;
     int rv = nng_req0_open(&c->sock);
-    if (rv) {
-        pthread_mutex_destroy(&c->mu);
-        free(c);
+    if (rv)
         return fail(e, nng_errno(rv), "connect: nng_req0_open: %s", nng_strerror(rv));
-    }
     /* No resend timer: PROJECT is not idempotent with respect to timing,
      * and the deadline of each request already bounds it. */
     nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
@@ -710,11 +693,57 @@ int projd_connect(const char *url, const char *name, projd_conn **out, projd_err
     rc = say_hello(c, name, e);
     if (rc)
         goto fail_sock;
-    ok(e);
-    *out = c;
     return 0;
 fail_sock:
     close_sock(c);
+    return rc;
+}
+
+int projd_connect(const char *url, const char *name, projd_conn **out, projd_error *e)
+{
+    *out = NULL;
+    projd_conn *c = calloc(1, sizeof *c);
+    if (!c)
+        return fail(e, -ENOMEM, "connect: out of memory");
+    char err[600];
+    int rc = pj_sockpath_resolve(url, PJ_SOCKPATH_CLIENT, c->url, sizeof c->url, err, sizeof err);
+    if (rc) {
+        free(c);
+        return fail(e, rc, "connect: %s", err);
+    }
+    atomic_init(&c->timeout_ms, PROJD_DEFAULT_TIMEOUT_MS);
+    atomic_init(&c->next_id, ((uint64_t)getpid() << 32) | 1u);
+    atomic_init(&c->pipes_removed, 0);
+    atomic_init(&c->bad_peer, -1);
+    const char *trust = getenv("PROJD_TRUST_ANY_UID");
+    c->trust_any_uid = trust && strcmp(trust, "1") == 0;
+    pthread_mutex_init(&c->mu, NULL);
+    /* A dial that lands on a listener nng 1.5 has just stopped (projd
+     * replaces it within ~100 ms, daemon/DAEMON.md) is accepted by the
+     * kernel but never answered: HELLO waits a short while per attempt and
+     * the whole connect is retried on a fresh socket until the default
+     * timeout is spent. */
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int hello_ms = HELLO_FIRST_TIMEOUT_MS;
+    for (;;) {
+        atomic_store(&c->pipes_removed, 0);
+        atomic_store(&c->bad_peer, -1);
+        atomic_store(&c->timeout_ms, hello_ms);
+        rc = connect_attempt(c, name, e);
+        atomic_store(&c->timeout_ms, PROJD_DEFAULT_TIMEOUT_MS);
+        if (rc == 0) {
+            ok(e);
+            *out = c;
+            return 0;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        long spent = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+        long left = PROJD_DEFAULT_TIMEOUT_MS - spent;
+        if (rc != -ETIMEDOUT || left <= 0)
+            break;
+        hello_ms = hello_ms * 2 < left ? hello_ms * 2 : (int)left;
+    }
     pthread_mutex_destroy(&c->mu);
     free(c);
     return rc;

@@ -819,6 +819,39 @@ START_TEST(test_fake_silent_timeout)
 }
 END_TEST
 
+/* A daemon that accepts but does not answer HELLO at first (what a dial
+ * that lands on a just-stopped nng 1.5 listener sees): connect retries on a
+ * fresh socket and succeeds once answers come. */
+static void *unsilence_later(void *arg)
+{
+    fake *f = arg;
+    struct timespec ts = {2, 500 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    atomic_store(&f->mode, FAKE_NORMAL);
+    return NULL;
+}
+
+START_TEST(test_fake_hello_retry)
+{
+    fake *f = fake_start(FAKE_SILENT);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, unsilence_later, f), 0);
+    projd_error e;
+    projd_conn *c = NULL;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = projd_connect(f->url, "patient", &c, &e);
+    double took = seconds_since(&t0);
+    pthread_join(th, NULL);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, e.msg);
+    /* The first HELLO waited its 2 s before the retry. */
+    ck_assert_double_ge(took, 2.0);
+    ck_assert_int_eq(projd_ping(c, &e), 0);
+    projd_close(c);
+    fake_stop(f);
+}
+END_TEST
+
 START_TEST(test_fake_refused)
 {
     fake *f = fake_start(FAKE_REFUSE);
@@ -949,6 +982,7 @@ static Suite *client_suite(void)
     tcase_add_test(tf, test_fake_basics);
     tcase_add_test(tf, test_fake_async_and_threads);
     tcase_add_test(tf, test_fake_silent_timeout);
+    tcase_add_test(tf, test_fake_hello_retry);
     tcase_add_test(tf, test_fake_refused);
     tcase_add_test(tf, test_fake_garbage);
     tcase_add_test(tf, test_fake_foreign_uid);
