@@ -129,6 +129,7 @@ static void on_server_stopped(void *arg, int exit_code)
 {
     daemon_state *d = arg;
     d->exit_code = exit_code;
+    pj_server_set_exit_code(exit_code);
     uv_close((uv_handle_t *)&d->sig_term, NULL);
     uv_close((uv_handle_t *)&d->sig_int, NULL);
     uv_close((uv_handle_t *)&d->sig_hup, NULL);

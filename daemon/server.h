@@ -58,4 +58,10 @@ void pj_server_drain(pj_server *s);
 /* Free (after the stopped callback, or when listen failed). */
 void pj_server_destroy(pj_server *s);
 
+/* Once a drain has answered everything, the rest of the shutdown is given
+ * a few seconds; past them the process exits with the code last set here
+ * (0 by default). Async-signal-safe exit, no leak check. */
+void pj_server_set_exit_code(int code);
+void pj_server_arm_exit_guard(void);
+
 #endif
