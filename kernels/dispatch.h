@@ -45,7 +45,10 @@ typedef struct pj_eng_knobs {
                    * ring by bulk copies on a persistent grid (kernels/gemvs.cu);
                    * then nw = consumer warps (4, 8), u = ring slots (2..8),
                    * ks = K chunks per row (a unit is K / ks wide), rb = row
-                   * blocks per unit, minb = 1: two CTAs per SM */
+                   * blocks per unit, minb = 1: two CTAs per SM;
+                   * 3 (gemv, m <= 8): as 2, weights from the layer's
+                   * fragment-major copy (pj_eng_layer_init_tiles), one bulk
+                   * copy per row block and unit; refused without the copy */
     uint8_t minb; /* 1: register cap so two CTAs fit per SM (launch-bounds hint) */
     uint8_t xs;   /* gemvz: 1 = x staged in shared memory, 0 = read from global */
     uint8_t r;    /* gemvz: row blocks per CTA sharing x (1, 2, 4) */

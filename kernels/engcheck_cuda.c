@@ -177,6 +177,11 @@ int pj_chk_layer_make(pj_chk_layer *cl, const char *name, uint32_t n, uint32_t k
         if (rc)
             goto fail;
     }
+    /* The streamed GEMV's pipe = 3 reads a fragment-major copy (a no-op for
+     * split layers). */
+    rc = pj_eng_layer_init_tiles(L, 0, err, errlen);
+    if (rc)
+        goto fail;
     return 0;
 oom:
     snprintf(err, errlen, "layer %s: out of host memory", name);

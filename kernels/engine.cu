@@ -103,12 +103,60 @@ extern "C" int pj_eng_layer_init(pj_eng_layer *L, cudaStream_t s, char *err, siz
 
 extern "C" void pj_eng_layer_fini(pj_eng_layer *L)
 {
-    if (!L || !L->zx_mem)
+    if (!L)
+        return;
+    if (L->wt_mem) {
+        cudaFree(L->wt_mem);
+        L->wt_mem = nullptr;
+        L->wt = nullptr;
+    }
+    if (!L->zx_mem)
         return;
     cudaFree(L->zx_mem);
     L->zx_mem = nullptr;
     L->zx_n = L->zx_rk = nullptr;
     L->zx_c1 = L->zx_c2 = nullptr;
+}
+
+// One thread per 16-byte piece of the fragment-major copy (engine.h, wt):
+// piece i = ((b * ks32 + c) * 2 + h) * 32 + lane.
+__global__ void pj_wt_build_kernel(const uint16_t *w, size_t ldw, uint32_t N, uint32_t ks32,
+                                   size_t pieces, uint4 *wt)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < pieces;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const uint32_t lane = (uint32_t)(i & 31), h = (uint32_t)((i >> 5) & 1);
+        const size_t bc = i >> 6;
+        const uint32_t c = (uint32_t)(bc % ks32), b = (uint32_t)(bc / ks32);
+        const uint32_t row = min(b * 16 + (lane >> 2) + 8 * h, N - 1);
+        wt[i] = *(const uint4 *)(w + (size_t)row * ldw + (size_t)c * 32 + (lane & 3) * 8);
+    }
+}
+
+extern "C" int pj_eng_layer_init_tiles(pj_eng_layer *L, cudaStream_t s, char *err, size_t errlen)
+{
+    if (L->fmt == PJ_FMT_SPLIT || !L->w || L->wt_mem || L->K % 32 || L->ldw % 8 || !L->N)
+        return 0;
+    const size_t nblk = (L->N + 15) / 16, ks32 = L->K / 32;
+    const size_t pieces = nblk * ks32 * 64, bytes = pieces * 16;
+    void *mem = nullptr;
+    cudaError_t ce = cudaMalloc(&mem, bytes);
+    if (ce == cudaSuccess) {
+        pj_wt_build_kernel<<<1024, 256, 0, s>>>(L->w, L->ldw, L->N, (uint32_t)ks32, pieces,
+                                                (uint4 *)mem);
+        ce = cudaGetLastError();
+        if (ce == cudaSuccess)
+            ce = cudaStreamSynchronize(s);
+        if (ce == cudaSuccess) {
+            L->wt = (const uint16_t *)mem;
+            L->wt_mem = mem;
+            return 0;
+        }
+        cudaFree(mem);
+    }
+    snprintf(err, errlen, "layer %s: fragment-major weight copy (%zu bytes): %s", L->name, bytes,
+             cudaGetErrorString(ce));
+    return -EIO;
 }
 
 static unsigned elementwise_blocks(uint32_t m, uint32_t n)
@@ -463,8 +511,18 @@ static int gemvs_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
     const uint32_t G = gemvs_grid((uint32_t)lim->sm_count, kn, groups * kn->ks);
     if ((size_t)G * 2 * rb * 16 * 8 * mt_of(c->m) > w.part_floats || groups > w.n_cnt)
         return fail(why, whylen, -ENOSPC, "pipe=2: grid of %u CTAs needs more workspace", G);
-    GemvsFn fn = gemvs_pick(dual, kn->nw, mt_of(c->m), (int)rb);
-    const size_t smem = gemvs_smem(dual, kn->nw, mt_of(c->m), (int)rb, c->m, kc, kn->u, NULL, NULL);
+    const int tiled = kn->pipe == 3;
+    if (tiled && (dual || c->m > 8 || !L->wt))
+        return fail(why, whylen, -ENOTSUP,
+                    "pipe=3 needs a single matrix, m <= 8 and the fragment-major copy "
+                    "(pj_eng_layer_init_tiles)");
+    GemvsFn fn =
+        tiled ? gemvs_pick_tiled(kn->nw, (int)rb) : gemvs_pick(dual, kn->nw, mt_of(c->m), (int)rb);
+    if (!fn)
+        return fail(why, whylen, -ENOENT, "pipe=%u: no kernel for nw=%u rb=%u", kn->pipe, kn->nw,
+                    rb);
+    const size_t smem =
+        gemvs_smem(dual, kn->nw, mt_of(c->m), (int)rb, c->m, kc, kn->u, NULL, NULL, tiled);
     const unsigned threads = 32u * kn->nw + 32;
     int rc = fits_device((const void *)fn, threads, smem, lim, why, whylen);
     if (rc || !kn->minb)
@@ -490,7 +548,7 @@ static int gemv_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
         return fail(why, whylen, -EINVAL, "x or W not 16-byte aligned with ld %% 8 == 0");
     if (!kn->nw || !kn->u || !kn->ks)
         return fail(why, whylen, -EINVAL, "nw, u, ks must be >= 1");
-    if (kn->pipe == 2)
+    if (kn->pipe == 2 || kn->pipe == 3)
         return gemvs_check(dual, kn, c, lim, why, whylen);
     const uint32_t per = 32u * kn->nw * kn->u * kn->ks;
     if (L->K % per)
@@ -701,12 +759,13 @@ static int gemvs_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, 
     a.stages = kn->u;
     a.ws = c->ws->part;
     a.cnt = c->ws->cnt;
-    const int mt = mt_of(c->m);
-    GemvsFn fn = gemvs_pick(dual, kn->nw, mt, (int)rb);
+    const int mt = mt_of(c->m), tiled = kn->pipe == 3;
+    a.wt = L->wt;
+    GemvsFn fn = tiled ? gemvs_pick_tiled(kn->nw, (int)rb) : gemvs_pick(dual, kn->nw, mt, (int)rb);
     if (!fn)
         return -ENOENT;
-    const size_t smem =
-        gemvs_smem(dual, kn->nw, mt, (int)rb, c->m, a.kc, a.stages, &a.pitch, &a.stage_bytes);
+    const size_t smem = gemvs_smem(dual, kn->nw, mt, (int)rb, c->m, a.kc, a.stages, &a.pitch,
+                                   &a.stage_bytes, tiled);
     const uint32_t G = gemvs_grid(sm_count_cached(), kn, a.ngroups * a.nkc);
     fn<<<G, 32 * kn->nw + 32, smem, s>>>(a);
     return launch_rc();
@@ -715,7 +774,7 @@ static int gemvs_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, 
 static int gemv_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream_t s)
 {
     const pj_eng_layer *L = c->L;
-    if (kn->pipe == 2)
+    if (kn->pipe == 2 || kn->pipe == 3)
         return gemvs_launch(dual, kn, c, s);
     GemvArgs a;
     a.w0 = L->w;
@@ -991,6 +1050,7 @@ extern "C" int pj_eng_check_entry(void *ctx, const pj_tune_entry *e, char *why, 
                                     : (e->eng == PJ_ENG_GEMVZ ? PJ_FMT_Z12 : PJ_FMT_BF16);
     L.w = dummy;
     L.lo = e->eng == PJ_ENG_ROUTER ? dummy : nullptr;
+    L.wt = e->eng == PJ_ENG_GEMV ? dummy : nullptr; // pipe = 3 needs it at run time
     if (e->eng == PJ_ENG_GEMVZ) {
         L.z_tiles = (const uint8_t *)dummy;
         L.z_blk_exc = (const uint32_t *)dummy;

@@ -63,6 +63,16 @@ typedef struct pj_eng_layer {
     const uint32_t *zx_n, *zx_rk;
     const float *zx_c1, *zx_c2;
     void *zx_mem; /* owned by the layer after pj_eng_layer_init */
+    /* Derived by pj_eng_layer_init_tiles (optional; only the streamed GEMV
+     * with pipe = 3 reads it): w re-laid fragment-major, so that 16 rows x
+     * kc columns are one contiguous run of 32 kc bytes. Row block b, k step
+     * c (32 columns) is 1 KB at ((b * K / 32) + c) * 1024 bytes: two halves
+     * (rows g and g + 8) of 32 lanes x 16 bytes, lane = 4 g + t holding
+     * columns 32 c + 8 t .. + 7. Rows past N repeat row N - 1. NULL if not
+     * built. Costs a second copy of the bf16 weights (ceil(N / 16) 32 K
+     * bytes). */
+    const uint16_t *wt;
+    void *wt_mem; /* owned by the layer after pj_eng_layer_init_tiles */
 } pj_eng_layer;
 
 /* Build the layer's derived device data (the z12 exception slot table) from
@@ -70,6 +80,13 @@ typedef struct pj_eng_layer {
  * Call once after upload; pj_eng_layer_fini frees it. 0 or -errno. */
 int pj_eng_layer_init(pj_eng_layer *L, cudaStream_t s, char *err, size_t errlen);
 void pj_eng_layer_fini(pj_eng_layer *L);
+
+/* Build the fragment-major copy of a bf16 layer's weights (L->wt) for the
+ * streamed GEMV's pipe = 3; a no-op for split layers, layers without bf16
+ * weights, or K not a multiple of 32. Enqueued on s and synchronised. Costs
+ * device memory equal to the bf16 weights; pj_eng_layer_fini frees it.
+ * 0 or -errno with err. */
+int pj_eng_layer_init_tiles(pj_eng_layer *L, cudaStream_t s, char *err, size_t errlen);
 
 /* Per (layer, stream) scratch: one allocation, two regions. The first
  * acc_rows x acc_ld floats are split-K accumulators that must be zero at

@@ -48,12 +48,15 @@ struct GemvsArgs {
     uint32_t stage_bytes; // bytes per slot
     float *ws;            // partials: grid * 2 * 16 rb * 8 mt floats
     unsigned *cnt;        // one counter per row group
+    const uint16_t *wt;   // pipe = 3: the layer's fragment-major copy (engine.h)
 };
 typedef void (*GemvsFn)(GemvsArgs);
 GemvsFn gemvs_pick(int dual, int nw, int mt, int rb);
+// pipe = 3: weights from the fragment-major copy; single matrix, m <= 8.
+GemvsFn gemvs_pick_tiled(int nw, int rb);
 // Dynamic shared memory of a gemvs launch; also returns the slot geometry.
 size_t gemvs_smem(int dual, int nw, int mt, int rb, uint32_t m, uint32_t kc, uint32_t stages,
-                  uint32_t *pitch, uint32_t *stage_bytes);
+                  uint32_t *pitch, uint32_t *stage_bytes, int tiled);
 
 struct GemvzArgs {
     const uint8_t *tiles;

@@ -22,6 +22,12 @@
 // shared memory. A group split between CTAs (at most the first and last of
 // a CTA's range) goes through fp32 partial slots; the last CTA to arrive
 // adds them in CTA order. Every order is fixed: deterministic.
+//
+// TILED (pipe = 3, not DUAL): the weights come from the layer's
+// fragment-major copy (engine.h, wt), where a unit's 16 rows x kc of one row
+// block are one contiguous run of 32 kc bytes: a unit is RB bulk copies of
+// 8-64 KB (plus m copies of x) instead of 16 RB row copies of 2 kc bytes,
+// and consumers read their fragments as 512 contiguous bytes per warp.
 #include "kernels/engint.cuh"
 #include "kernels/pjdev.cuh"
 
@@ -78,7 +84,7 @@ __device__ __forceinline__ uint32_t owner_of(uint32_t u, uint32_t T, uint32_t G)
     return (uint32_t)((((uint64_t)u + 1) * G + T - 1) / T) - 1;
 }
 
-template <int NW, int MT, int DUAL, int RB>
+template <int NW, int MT, int DUAL, int RB, int TILED = 0>
 __global__ void __launch_bounds__(NW * 32 + 32) gemvs_kernel(const GemvsArgs a)
 {
     constexpr int MTOK = MT * 8, RS = MTOK + 1, ROWS = RB * 16, WR = (DUAL + 1) * ROWS;
@@ -106,6 +112,8 @@ __global__ void __launch_bounds__(NW * 32 + 32) gemvs_kernel(const GemvsArgs a)
     if (u0 >= u1)
         return;
 
+    // TILED: weight block j of a slot at j * 32 kc, x rows after them.
+    const uint32_t xbase = TILED ? (uint32_t)RB * 32 * a.kc : (uint32_t)WR * pitch;
     if (warp == NW) {
         // Producer: one slot per unit, refilled once its consumers let go.
         const uint32_t bytes = a.kc * 2;
@@ -119,6 +127,21 @@ __global__ void __launch_bounds__(NW * 32 + 32) gemvs_kernel(const GemvsArgs a)
             if (lane == 0)
                 mbar_expect_tx(bar0 + 8 * s, (WR + a.m) * bytes);
             __syncwarp();
+            if (TILED) {
+                const uint32_t ks32 = a.nkc * a.kc / 32, nblk = (a.N + 15) / 16;
+                for (uint32_t r = (uint32_t)lane; r < RB + a.m; r += 32) {
+                    if (r < (uint32_t)RB) {
+                        // Blocks past the layer repeat its last: never stored.
+                        const uint32_t b = min(grp * RB + r, nblk - 1);
+                        bulk_g2s(slot + r * 32 * a.kc, a.wt + ((size_t)b * ks32 + k0 / 32) * 512,
+                                 32 * a.kc, bar0 + 8 * s);
+                    } else {
+                        bulk_g2s(slot + xbase + (r - RB) * pitch,
+                                 a.x + (size_t)(r - RB) * a.ldx + k0, bytes, bar0 + 8 * s);
+                    }
+                }
+                continue;
+            }
             for (uint32_t r = (uint32_t)lane; r < WR + a.m; r += 32) {
                 const uint16_t *src;
                 if (r < (uint32_t)WR) {
@@ -141,7 +164,9 @@ __global__ void __launch_bounds__(NW * 32 + 32) gemvs_kernel(const GemvsArgs a)
     uint32_t xrow[MT];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) // tokens past m read token m - 1 (never stored)
-        xrow[mt] = (WR + min((uint32_t)(mt * 8 + g), a.m - 1)) * pitch;
+        xrow[mt] = xbase + min((uint32_t)(mt * 8 + g), a.m - 1) * pitch;
+    // TILED: this warp's and lane's 16 bytes of k step 0, rows g (+ 512: g + 8).
+    const uint32_t wt_off = (warp * kw / 32) * 1024 + lane * 16 - lane_off;
 
     float acc[RB][MT][4];
     auto zero = [&]() {
@@ -235,6 +260,12 @@ __global__ void __launch_bounds__(NW * 32 + 32) gemvs_kernel(const GemvsArgs a)
             uint4 wa[RB], wb[RB], wc[DUAL ? RB : 1], wd[DUAL ? RB : 1], xv[MT];
 #pragma unroll
             for (int j = 0; j < RB; j++) {
+                if (TILED) {
+                    const uint32_t wo = base + wt_off + c * 1024 + j * 32 * a.kc;
+                    wa[j] = lds16(wo);
+                    wb[j] = lds16(wo + 512);
+                    continue;
+                }
                 wa[j] = lds16(off + (j * 16 + g) * pitch);
                 wb[j] = lds16(off + (j * 16 + g + 8) * pitch);
                 if (DUAL) {
@@ -266,11 +297,12 @@ __global__ void __launch_bounds__(NW * 32 + 32) gemvs_kernel(const GemvsArgs a)
 }
 
 size_t gemvs_smem(int dual, int nw, int mt, int rb, uint32_t m, uint32_t kc, uint32_t stages,
-                  uint32_t *pitch, uint32_t *stage_bytes)
+                  uint32_t *pitch, uint32_t *stage_bytes, int tiled)
 {
     const uint32_t p = kc * 2 + 64;
     const uint32_t rows = (uint32_t)((dual + 1) * rb * 16) + m;
-    const uint32_t sb = (rows * p + 127) / 128 * 128;
+    const uint32_t sb =
+        tiled ? ((uint32_t)rb * 32 * kc + m * p + 127) / 128 * 128 : (rows * p + 127) / 128 * 128;
     if (pitch)
         *pitch = p;
     if (stage_bytes)
@@ -314,4 +346,24 @@ GemvsFn gemvs_pick(int dual, int nw, int mt, int rb)
                        : (nw == 8 ? gemvs_pick_mt<1, 8>(mt, rb) : nullptr);
     return nw == 4 ? gemvs_pick_mt<0, 4>(mt, rb)
                    : (nw == 8 ? gemvs_pick_mt<0, 8>(mt, rb) : nullptr);
+}
+
+// pipe = 3 (fragment-major weights): single matrix, m <= 8 only.
+GemvsFn gemvs_pick_tiled(int nw, int rb)
+{
+    switch (nw * 8 + rb) {
+    case 4 * 8 + 1:
+        return &gemvs_kernel<4, 1, 0, 1, 1>;
+    case 4 * 8 + 2:
+        return &gemvs_kernel<4, 1, 0, 2, 1>;
+    case 4 * 8 + 4:
+        return &gemvs_kernel<4, 1, 0, 4, 1>;
+    case 8 * 8 + 1:
+        return &gemvs_kernel<8, 1, 0, 1, 1>;
+    case 8 * 8 + 2:
+        return &gemvs_kernel<8, 1, 0, 2, 1>;
+    case 8 * 8 + 4:
+        return &gemvs_kernel<8, 1, 0, 4, 1>;
+    }
+    return nullptr;
 }

@@ -302,7 +302,8 @@ typedef struct cand {
 #define MAX_CAND 2048
 
 /* --tune-new: the table being improved; its entries compete with cuBLAS and
- * the streamed GEMV (pipe = 2) only, the rest of the sweep is skipped. */
+ * the streamed GEMV (pipe = 2, and 3 at m <= 8) only, the rest of the sweep
+ * is skipped. */
 static const pj_tune_table *g_old;
 
 static const pj_tune_entry *old_entry(const char *layer, uint32_t m)
@@ -351,18 +352,19 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
             for (int j = 0; j < 3; j++)
                 for (int q = 0; q < 4; q++)
                     for (int mb = 0; mb < 2; mb++)
-                        for (int rb = 1; rb <= (m > 8 ? 4 : 2); rb *= 2) {
-                            if (d->K % kcs[q] || d->K / kcs[q] > 64)
-                                continue;
-                            memset(&kn, 0, sizeof kn);
-                            kn.pipe = 2;
-                            kn.nw = (uint8_t)(4 << i);
-                            kn.u = us2[j];
-                            kn.ks = (uint8_t)(d->K / kcs[q]);
-                            kn.minb = (uint8_t)mb;
-                            kn.rb = (uint8_t)rb;
-                            ADD(ek);
-                        }
+                        for (int rb = 1; rb <= (m > 8 ? 4 : 2); rb *= 2)
+                            for (int p = 2; p <= (ek == PJ_ENG_GEMV && m <= 8 ? 3 : 2); p++) {
+                                if (d->K % kcs[q] || d->K / kcs[q] > 64)
+                                    continue;
+                                memset(&kn, 0, sizeof kn);
+                                kn.pipe = (uint8_t)p;
+                                kn.nw = (uint8_t)(4 << i);
+                                kn.u = us2[j];
+                                kn.ks = (uint8_t)(d->K / kcs[q]);
+                                kn.minb = (uint8_t)mb;
+                                kn.rb = (uint8_t)rb;
+                                ADD(ek);
+                            }
         return n;
     }
     if (d->fmt != PJ_FMT_SPLIT && m <= 32) {
