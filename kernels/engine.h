@@ -88,6 +88,11 @@ void pj_eng_layer_fini(pj_eng_layer *L);
  * 0 or -errno with err. */
 int pj_eng_layer_init_tiles(pj_eng_layer *L, cudaStream_t s, char *err, size_t errlen);
 
+/* Debug: print the streamed GEMV's per-unit timestamps of its last launch
+ * (kernels/gemvs.cu) to stdout. Only builds with -DPJ_GEMVS_TRACE record
+ * them; elsewhere -ENOSYS. 0 or -errno. */
+int pj_gemvs_trace_dump(void);
+
 /* Per (layer, stream) scratch: one allocation, two regions. The first
  * acc_rows x acc_ld floats are split-K accumulators that must be zero at
  * every launch's start (each launch leaves them zero again); the rest

@@ -31,6 +31,48 @@
 #include "kernels/engint.cuh"
 #include "kernels/pjdev.cuh"
 
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+// Debug build flag PJ_GEMVS_TRACE (off in every normal build): two CTAs (0
+// and G / 2) stamp clock64 per unit i < 256 at five points: the producer
+// before its empty-barrier wait (0) and after issuing the unit's copies (1),
+// consumer warp 0 after its full-barrier wait (2) and at its release (3),
+// the last consumer warp at its release (4); plus %globaltimer and clock64
+// at the CTA's start and end, to convert cycles to ns. Each launch
+// overwrites; pj_gemvs_trace_dump prints the last one.
+#define PJ_TR_UNITS 256
+#ifdef PJ_GEMVS_TRACE
+__device__ unsigned long long g_gemvs_tr[2][5][PJ_TR_UNITS];
+__device__ unsigned long long g_gemvs_trmeta[2][8];
+__device__ __forceinline__ int tr_slot()
+{
+    return blockIdx.x == 0 ? 0 : (blockIdx.x == gridDim.x / 2 ? 1 : -1);
+}
+__device__ __forceinline__ unsigned long long gtimer()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#define TR(ev, i)                                                                                  \
+    do {                                                                                           \
+        const int tb_ = tr_slot();                                                                 \
+        if (tb_ >= 0 && (i) < PJ_TR_UNITS)                                                         \
+            g_gemvs_tr[tb_][ev][i] = (unsigned long long)clock64();                                \
+    } while (0)
+#define TRMETA(j, v)                                                                               \
+    do {                                                                                           \
+        const int tb_ = tr_slot();                                                                 \
+        if (tb_ >= 0)                                                                              \
+            g_gemvs_trmeta[tb_][j] = (v);                                                          \
+    } while (0)
+#else
+#define TR(ev, i)    ((void)0)
+#define TRMETA(j, v) ((void)0)
+#endif
+
 __device__ __forceinline__ void mbar_init(uint32_t a, uint32_t count)
 {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(a), "r"(count) : "memory");
@@ -111,6 +153,15 @@ __global__ void __launch_bounds__(NW * 32 + 32) gemvs_kernel(const GemvsArgs a)
     __syncthreads();
     if (u0 >= u1)
         return;
+#ifdef PJ_GEMVS_TRACE
+    if (threadIdx.x == 0) {
+        TRMETA(0, gtimer());
+        TRMETA(1, (unsigned long long)clock64());
+        TRMETA(4, u1 - u0);
+        TRMETA(5, S);
+        TRMETA(6, blockIdx.x);
+    }
+#endif
 
     // TILED: weight block j of a slot at j * 32 kc, x rows after them.
     const uint32_t xbase = TILED ? (uint32_t)RB * 32 * a.kc : (uint32_t)WR * pitch;
@@ -119,6 +170,8 @@ __global__ void __launch_bounds__(NW * 32 + 32) gemvs_kernel(const GemvsArgs a)
         const uint32_t bytes = a.kc * 2;
         for (uint32_t i = 0; u0 + i < u1; i++) {
             const uint32_t s = i % S;
+            if (lane == 0)
+                TR(0, i);
             if (i >= S)
                 mbar_wait(bar0 + 64 + 8 * s, ((i / S) & 1) ^ 1);
             const uint32_t u = u0 + i, grp = u / a.nkc;
@@ -140,6 +193,11 @@ __global__ void __launch_bounds__(NW * 32 + 32) gemvs_kernel(const GemvsArgs a)
                                  a.x + (size_t)(r - RB) * a.ldx + k0, bytes, bar0 + 8 * s);
                     }
                 }
+#ifdef PJ_GEMVS_TRACE
+                __syncwarp();
+                if (lane == 0)
+                    TR(1, i);
+#endif
                 continue;
             }
             for (uint32_t r = (uint32_t)lane; r < WR + a.m; r += 32) {
@@ -153,6 +211,11 @@ __global__ void __launch_bounds__(NW * 32 + 32) gemvs_kernel(const GemvsArgs a)
                 }
                 bulk_g2s(slot + r * pitch, src, bytes, bar0 + 8 * s);
             }
+#ifdef PJ_GEMVS_TRACE
+            __syncwarp();
+            if (lane == 0)
+                TR(1, i);
+#endif
         }
         return;
     }
@@ -253,6 +316,8 @@ __global__ void __launch_bounds__(NW * 32 + 32) gemvs_kernel(const GemvsArgs a)
             cur = grp;
         }
         mbar_wait(bar0 + 8 * s, (i / S) & 1);
+        if (warp == 0 && lane == 0)
+            TR(2, i);
         const uint32_t base = ring + s * a.stage_bytes + lane_off;
 #pragma unroll 2
         for (uint32_t c = 0; c < kw / 32; c++) {
@@ -290,10 +355,54 @@ __global__ void __launch_bounds__(NW * 32 + 32) gemvs_kernel(const GemvsArgs a)
                 }
         }
         __syncwarp();
-        if (lane == 0)
+        if (lane == 0) {
             mbar_arrive(bar0 + 64 + 8 * s);
+            if (warp == 0)
+                TR(3, i);
+            if (warp == NW - 1)
+                TR(4, i);
+        }
     }
     flush(cur);
+#ifdef PJ_GEMVS_TRACE
+    if (threadIdx.x == 0) {
+        TRMETA(2, gtimer());
+        TRMETA(3, (unsigned long long)clock64());
+    }
+#endif
+}
+
+// Print the last traced launch (PJ_GEMVS_TRACE builds): per traced CTA a
+// header (units, slots, ns per cycle) and one line per unit with the five
+// stamps in ns since the CTA's start. -ENOSYS in normal builds.
+extern "C" int pj_gemvs_trace_dump(void)
+{
+#ifdef PJ_GEMVS_TRACE
+    static unsigned long long tr[2][5][PJ_TR_UNITS], meta[2][8];
+    if (cudaDeviceSynchronize() != cudaSuccess ||
+        cudaMemcpyFromSymbol(tr, g_gemvs_tr, sizeof tr) != cudaSuccess ||
+        cudaMemcpyFromSymbol(meta, g_gemvs_trmeta, sizeof meta) != cudaSuccess)
+        return -EIO;
+    for (int b = 0; b < 2; b++) {
+        const double cyc = (double)(meta[b][3] - meta[b][1]);
+        const double nspc = cyc > 0 ? (double)(meta[b][2] - meta[b][0]) / cyc : 0.0;
+        const unsigned n = (unsigned)meta[b][4] < PJ_TR_UNITS ? (unsigned)meta[b][4] : PJ_TR_UNITS;
+        printf("trace cta %llu units %llu slots %llu span %.0f ns (%.4f ns/cycle)\n", meta[b][6],
+               meta[b][4], meta[b][5], (double)(meta[b][2] - meta[b][0]), nspc);
+        printf("trace   i  ready  issued  full0  rel0  relL   (ns from CTA start)\n");
+        for (unsigned i = 0; i < n; i++) {
+            printf("trace %3u", i);
+            for (int e = 0; e < 5; e++)
+                printf(" %7.0f", (double)(long long)(tr[b][e][i] - meta[b][1]) * nspc);
+            printf("\n");
+        }
+    }
+    memset(tr, 0, sizeof tr);
+    cudaMemcpyToSymbol(g_gemvs_tr, tr, sizeof tr);
+    return 0;
+#else
+    return -ENOSYS;
+#endif
 }
 
 size_t gemvs_smem(int dual, int nw, int mt, int rb, uint32_t m, uint32_t kc, uint32_t stages,

@@ -1036,6 +1036,8 @@ static void run_one(bench *b, const char *layer, uint32_t m, const char *eng, co
     }
     printf("one %s m=%u %s: best of 12 plain launches %.2f us (event-timed, no graph)\n", layer, m,
            eng, best);
+    if (getenv("PJ_GEMVS_TRACE"))
+        (void)pj_gemvs_trace_dump(); /* prints only in a trace build */
 }
 
 static void usage(void)
