@@ -14,6 +14,7 @@
 #include "kernels/bf16.h"
 #include "kernels/dispatch.h"
 #include "kernels/engine.h"
+#include "kernels/engupload.h"
 
 #define LG_ALIGN 256 /* the slot layout of projload_main.c */
 
@@ -179,7 +180,7 @@ void pj_lgpu_destroy(pj_lgpu_bufs *b, projd_conn *c)
 typedef struct lc_layer {
     int used;
     pj_eng_layer L;
-    void *d_w, *d_lo, *d_tiles, *d_blk, *d_exc;
+    pj_engup_mem mem; /* the device arrays behind L */
     pj_eng_ws ws;
 } lc_layer;
 
@@ -195,81 +196,6 @@ struct pj_lcmp {
     size_t slot_x, slot_y;
     char desc[512];
 };
-
-static int up(void **dst, const void *src, size_t bytes, const char *what, const char *layer,
-              char *err, size_t errlen)
-{
-    if (bytes == 0)
-        bytes = 16; /* a valid empty array (z12 without exceptions) */
-    cudaError_t ce = cudaMalloc(dst, bytes);
-    if (ce == cudaSuccess)
-        ce =
-            src ? cudaMemcpy(*dst, src, bytes, cudaMemcpyHostToDevice) : cudaMemset(*dst, 0, bytes);
-    if (ce != cudaSuccess) {
-        char w[160];
-        snprintf(w, sizeof w, "layer %s: uploading %s (%zu bytes)", layer, what, bytes);
-        return ce_fail(ce, w, err, errlen);
-    }
-    return 0;
-}
-
-/* The daemon's upload (daemon/backend_cuda.c, upload_layers) for one layer:
- * the stored format the fast engines read, plus a z12 layer's bf16 copy,
- * which cuBLAS always needs here. */
-static int upload_layer(const pj_model_layer *ml, lc_layer *cl, char *err, size_t errlen)
-{
-    pj_eng_layer *L = &cl->L;
-    snprintf(L->name, sizeof L->name, "%s", ml->name);
-    L->fmt = ml->w.fmt;
-    L->N = ml->w.n;
-    L->K = ml->w.k;
-    L->ldw = ml->w.k;
-    size_t mat = (size_t)ml->w.n * ml->w.k * 2;
-    int rc = 0;
-    switch (ml->w.fmt) {
-    case PJ_FMT_BF16:
-        rc = up(&cl->d_w, ml->w.bf16, mat, "bf16 weights", ml->name, err, errlen);
-        break;
-    case PJ_FMT_SPLIT:
-        rc = up(&cl->d_w, ml->w.hi, mat, "hi weights", ml->name, err, errlen);
-        if (!rc)
-            rc = up(&cl->d_lo, ml->w.lo, mat, "lo weights", ml->name, err, errlen);
-        break;
-    case PJ_FMT_Z12: {
-        const pj_z12 *z = ml->w.z;
-        size_t blk = ((size_t)z->n_pad / 16 + 1) * sizeof(uint32_t);
-        size_t exc = (size_t)z->n_exc * sizeof(pj_z12_exc);
-        rc = up(&cl->d_tiles, z->tiles, z->tiles_bytes, "z12 tiles", ml->name, err, errlen);
-        if (!rc)
-            rc = up(&cl->d_blk, z->blk_exc, blk, "z12 block offsets", ml->name, err, errlen);
-        if (!rc)
-            rc = up(&cl->d_exc, exc ? z->exc : NULL, exc, "z12 exceptions", ml->name, err, errlen);
-        L->z_tiles = cl->d_tiles;
-        L->z_blk_exc = cl->d_blk;
-        L->z_exc = cl->d_exc;
-        L->z_base = z->base;
-        L->z_n_pad = z->n_pad;
-        L->z_n_exc = z->n_exc;
-        if (!rc) {
-            uint16_t *h = malloc(mat);
-            if (!h) {
-                snprintf(err, errlen, "layer %s: out of memory unpacking z12", ml->name);
-                return -ENOMEM;
-            }
-            pj_z12_unpack(z, h, ml->w.k);
-            rc = up(&cl->d_w, h, mat, "bf16 copy", ml->name, err, errlen);
-            free(h);
-        }
-        break;
-    }
-    default:
-        snprintf(err, errlen, "layer %s: unknown format %d", ml->name, (int)ml->w.fmt);
-        return -EINVAL;
-    }
-    L->w = cl->d_w;
-    L->lo = cl->d_lo;
-    return rc;
-}
 
 static void table_msg(void *ctx, const char *msg)
 {
@@ -344,7 +270,10 @@ int pj_lcmp_open(const pj_model *model, const int *layer_map, uint32_t n_map, ui
         if (layer_map[i] < 0)
             continue;
         lc_layer *cl = &c->l[i];
-        if ((rc = upload_layer(&model->layers[layer_map[i]], cl, err, errlen)) != 0)
+        const pj_model_layer *ml = &model->layers[layer_map[i]];
+        /* The daemon's upload; cuBLAS here always needs a z12 layer's bf16
+         * copy. */
+        if ((rc = pj_engup_layer(ml->name, &ml->w, 1, &cl->L, &cl->mem, err, errlen)) != 0)
             goto fail;
         if ((rc = pj_eng_ws_init(&cl->L, max_m, c->s, &cl->ws, err, errlen)) != 0)
             goto fail;
@@ -529,11 +458,7 @@ void pj_lcmp_close(pj_lcmp *c)
         lc_layer *cl = &c->l[i];
         if (cl->ws.f || cl->ws.cnt)
             pj_eng_ws_free(&cl->ws);
-        cudaFree(cl->d_w);
-        cudaFree(cl->d_lo);
-        cudaFree(cl->d_tiles);
-        cudaFree(cl->d_blk);
-        cudaFree(cl->d_exc);
+        pj_engup_free(&cl->mem);
     }
     cudaFree(c->x);
     cudaFree(c->y);

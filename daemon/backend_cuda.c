@@ -41,6 +41,7 @@
 #include "kernels/bf16.h"
 #include "kernels/dispatch.h"
 #include "kernels/engine.h"
+#include "kernels/engupload.h"
 
 /* Error lines are cut to their buffers (the job's err is 160 bytes) on
  * purpose: one line, the CUDA error's name first. */
@@ -116,9 +117,7 @@ typedef struct cu_lane {
 
 typedef struct cu_layer {
     pj_eng_layer L;
-    void *d_w, *d_lo, *d_tiles, *d_blk, *d_exc;
-    size_t stored_dev_bytes; /* the stored format on the device */
-    size_t bf16_copy_bytes;  /* a z12 layer's bf16 copy (0 when not needed) */
+    pj_engup_mem mem;        /* the device arrays behind L */
     uint32_t graph_n;        /* n the graphs serve: the layer's max_n */
     char force[PJ_CFG_NAME]; /* forced engine name ("" none) */
     char force_knobs[96];
@@ -436,29 +435,6 @@ static void load_table(cu_state *st)
 
 /* ---- weights -------------------------------------------------------------------------- */
 
-static int upload(void **dst, const void *src, size_t bytes, const char *what, const char *layer,
-                  char *err, size_t errlen)
-{
-    *dst = NULL;
-    if (bytes == 0)
-        bytes = 16; /* a valid, empty array (a z12 layer without exceptions) */
-    cudaError_t ce = cudaMalloc(dst, bytes);
-    if (ce == cudaSuccess && src)
-        ce = cudaMemcpy(*dst, src, bytes, cudaMemcpyHostToDevice);
-    else if (ce == cudaSuccess)
-        ce = cudaMemset(*dst, 0, bytes);
-    if (ce != cudaSuccess) {
-        char t[200];
-        ce_text(ce, t, sizeof t);
-        snprintf(err, errlen, "layer %s: uploading %s (%zu bytes): %s", layer, what, bytes, t);
-        if (*dst)
-            cudaFree(*dst);
-        *dst = NULL;
-        return -ENOMEM;
-    }
-    return 0;
-}
-
 /* Does an engine that reads bf16 ever run on this z12 layer? The gemvz
  * engine serves m <= 32; larger m (and cuBLAS, gemv, splitk when forced)
  * read the bf16 copy. */
@@ -488,68 +464,15 @@ static int upload_layers(cu_state *st, char *err, size_t errlen)
         const pj_model_layer *ml = &model->layers[i];
         cu_layer *cl = &st->layers[i];
         pj_eng_layer *L = &cl->L;
-        snprintf(L->name, sizeof L->name, "%s", ml->name);
-        L->fmt = ml->w.fmt;
-        L->N = ml->w.n;
-        L->K = ml->w.k;
-        L->ldw = ml->w.k;
         cl->graph_n = ml->max_n ? ml->max_n : ml->w.n;
         split_force(ml->engine, cl->force, sizeof cl->force, cl->force_knobs,
                     sizeof cl->force_knobs);
-        size_t mat = (size_t)ml->w.n * ml->w.k * 2;
-        int rc = 0;
-        switch (ml->w.fmt) {
-        case PJ_FMT_BF16:
-            rc = upload(&cl->d_w, ml->w.bf16, mat, "bf16 weights", ml->name, err, errlen);
-            cl->stored_dev_bytes = mat;
-            break;
-        case PJ_FMT_SPLIT:
-            rc = upload(&cl->d_w, ml->w.hi, mat, "hi weights", ml->name, err, errlen);
-            if (!rc)
-                rc = upload(&cl->d_lo, ml->w.lo, mat, "lo weights", ml->name, err, errlen);
-            cl->stored_dev_bytes = 2 * mat;
-            break;
-        case PJ_FMT_Z12: {
-            const pj_z12 *z = ml->w.z;
-            size_t blk = ((size_t)z->n_pad / 16 + 1) * sizeof(uint32_t);
-            size_t exc = (size_t)z->n_exc * sizeof(pj_z12_exc);
-            rc = upload(&cl->d_tiles, z->tiles, z->tiles_bytes, "z12 tiles", ml->name, err, errlen);
-            if (!rc)
-                rc =
-                    upload(&cl->d_blk, z->blk_exc, blk, "z12 block offsets", ml->name, err, errlen);
-            if (!rc)
-                rc = upload(&cl->d_exc, exc ? z->exc : NULL, exc, "z12 exceptions", ml->name, err,
-                            errlen);
-            cl->stored_dev_bytes = z->tiles_bytes + blk + exc;
-            L->z_tiles = cl->d_tiles;
-            L->z_blk_exc = cl->d_blk;
-            L->z_exc = cl->d_exc;
-            L->z_base = z->base;
-            L->z_n_pad = z->n_pad;
-            L->z_n_exc = z->n_exc;
-            if (!rc && needs_bf16_copy(st, cl)) {
-                uint16_t *h = malloc(mat);
-                if (!h) {
-                    snprintf(err, errlen, "layer %s: out of memory unpacking z12", ml->name);
-                    return -ENOMEM;
-                }
-                pj_z12_unpack(z, h, ml->w.k);
-                rc = upload(&cl->d_w, h, mat, "bf16 copy", ml->name, err, errlen);
-                free(h);
-                cl->bf16_copy_bytes = mat;
-            }
-            break;
-        }
-        default:
-            snprintf(err, errlen, "layer %s: unknown format %d", ml->name, (int)ml->w.fmt);
-            return -EINVAL;
-        }
+        int rc =
+            pj_engup_layer(ml->name, &ml->w, needs_bf16_copy(st, cl), L, &cl->mem, err, errlen);
         if (rc)
             return rc;
-        L->w = cl->d_w;
-        L->lo = cl->d_lo;
-        st->rep.weights_stored += cl->stored_dev_bytes;
-        st->rep.weights_bf16_copies += cl->bf16_copy_bytes;
+        st->rep.weights_stored += cl->mem.stored_bytes;
+        st->rep.weights_bf16_copies += cl->mem.bf16_copy_bytes;
         if (ml->w.k > st->max_k)
             st->max_k = ml->w.k;
         if (ml->w.n > st->max_n)
@@ -563,11 +486,7 @@ static void free_layers(cu_state *st)
 {
     for (uint32_t i = 0; i < CU_MAX_L; i++) {
         cu_layer *cl = &st->layers[i];
-        cudaFree(cl->d_w);
-        cudaFree(cl->d_lo);
-        cudaFree(cl->d_tiles);
-        cudaFree(cl->d_blk);
-        cudaFree(cl->d_exc);
+        pj_engup_free(&cl->mem);
         memset(cl, 0, sizeof *cl);
     }
 }

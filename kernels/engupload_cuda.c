@@ -1,0 +1,113 @@
+/* engupload_cuda.c — see engupload.h. */
+#include "kernels/engupload.h"
+
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/zfmt.h"
+
+/* One array: a new device allocation in *dst holding src's bytes (zeros when
+ * src is NULL). 0 bytes still allocate 16 so the engines get a valid pointer
+ * for an empty array (a z12 layer without exceptions). */
+static int up(void **dst, const void *src, size_t bytes, const char *what, const char *layer,
+              char *err, size_t errlen)
+{
+    *dst = NULL;
+    if (bytes == 0)
+        bytes = 16;
+    cudaError_t ce = cudaMalloc(dst, bytes);
+    if (ce == cudaSuccess && src)
+        ce = cudaMemcpy(*dst, src, bytes, cudaMemcpyHostToDevice);
+    else if (ce == cudaSuccess)
+        ce = cudaMemset(*dst, 0, bytes);
+    if (ce != cudaSuccess) {
+        snprintf(err, errlen, "layer %s: uploading %s (%zu bytes): %s: %s", layer, what, bytes,
+                 cudaGetErrorName(ce), cudaGetErrorString(ce));
+        cudaGetLastError(); /* a failed allocation is not sticky: clear it */
+        if (*dst)
+            cudaFree(*dst);
+        *dst = NULL;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void pj_engup_free(pj_engup_mem *mem)
+{
+    cudaFree(mem->w);
+    cudaFree(mem->lo);
+    cudaFree(mem->tiles);
+    cudaFree(mem->blk);
+    cudaFree(mem->exc);
+    memset(mem, 0, sizeof *mem);
+}
+
+int pj_engup_layer(const char *name, const pj_weights *w, int want_bf16_copy, pj_eng_layer *L,
+                   pj_engup_mem *mem, char *err, size_t errlen)
+{
+    memset(mem, 0, sizeof *mem);
+    snprintf(L->name, sizeof L->name, "%s", name);
+    L->fmt = w->fmt;
+    L->N = w->n;
+    L->K = w->k;
+    L->ldw = w->k;
+    size_t mat = (size_t)w->n * w->k * 2;
+    int rc = 0;
+    switch (w->fmt) {
+    case PJ_FMT_BF16:
+        rc = up(&mem->w, w->bf16, mat, "bf16 weights", name, err, errlen);
+        mem->stored_bytes = mat;
+        break;
+    case PJ_FMT_SPLIT:
+        rc = up(&mem->w, w->hi, mat, "hi weights", name, err, errlen);
+        if (!rc)
+            rc = up(&mem->lo, w->lo, mat, "lo weights", name, err, errlen);
+        mem->stored_bytes = 2 * mat;
+        break;
+    case PJ_FMT_Z12: {
+        const pj_z12 *z = w->z;
+        size_t blk = ((size_t)z->n_pad / 16 + 1) * sizeof(uint32_t);
+        size_t exc = (size_t)z->n_exc * sizeof(pj_z12_exc);
+        rc = up(&mem->tiles, z->tiles, z->tiles_bytes, "z12 tiles", name, err, errlen);
+        if (!rc)
+            rc = up(&mem->blk, z->blk_exc, blk, "z12 block offsets", name, err, errlen);
+        if (!rc)
+            rc = up(&mem->exc, exc ? z->exc : NULL, exc, "z12 exceptions", name, err, errlen);
+        mem->stored_bytes = z->tiles_bytes + blk + exc;
+        L->z_base = z->base;
+        L->z_n_pad = z->n_pad;
+        L->z_n_exc = z->n_exc;
+        if (!rc && want_bf16_copy) {
+            uint16_t *h = malloc(mat);
+            if (!h) {
+                snprintf(err, errlen, "layer %s: out of memory unpacking z12", name);
+                rc = -ENOMEM;
+                break;
+            }
+            pj_z12_unpack(z, h, w->k);
+            rc = up(&mem->w, h, mat, "bf16 copy", name, err, errlen);
+            free(h);
+            mem->bf16_copy_bytes = mat;
+        }
+        break;
+    }
+    default:
+        snprintf(err, errlen, "layer %s: unknown format %d", name, (int)w->fmt);
+        rc = -EINVAL;
+        break;
+    }
+    if (rc) {
+        pj_engup_free(mem);
+        return rc;
+    }
+    L->w = mem->w;
+    L->lo = mem->lo;
+    L->z_tiles = mem->tiles;
+    L->z_blk_exc = mem->blk;
+    L->z_exc = mem->exc;
+    return 0;
+}
