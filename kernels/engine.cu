@@ -388,6 +388,11 @@ static WsNeed ws_need(uint32_t N, uint32_t max_m)
     // CTA, at most PJ_GEMVS_MAX_CTAS CTAs.
     if (w.part_floats < (size_t)PJ_GEMVS_MAX_CTAS * 2 * 64 * 32)
         w.part_floats = (size_t)PJ_GEMVS_MAX_CTAS * 2 * 64 * 32;
+    // The balanced GEMV (pipe = 4): panels (<= 4) x (nblk + warps) slots of
+    // 16 rows x 32 tokens, at most PJ_GB_MAX_WARPS warps in all panels.
+    const size_t gb = ((size_t)4 * nblk + PJ_GB_MAX_WARPS) * 16 * 32;
+    if (w.part_floats < gb)
+        w.part_floats = gb;
     size_t tiles = (size_t)cdiv(N, 64) * cdiv((uint32_t)w.acc_rows, 64);
     w.n_cnt = (tiles > ctas ? tiles : ctas) + 64;
     return w;
@@ -483,6 +488,68 @@ static bool w16_ok(const pj_eng_layer *L)
     return L->w && al(L->w, 16) && L->ldw % 8 == 0 && (!L->lo || al(L->lo, 16));
 }
 
+// Grid of the balanced GEMV: r CTAs per SM, a whole number per panel.
+static uint32_t gemvb_ctas_pp(uint32_t sms, const pj_eng_knobs *kn)
+{
+    const uint32_t r = kn->r ? kn->r : 1;
+    return sms * r / kn->ks;
+}
+
+static int gemvb_check(int kind, const pj_eng_knobs *kn, const pj_eng_call *c,
+                       const pj_dev_limits *lim, char *why, size_t whylen)
+{
+    const pj_eng_layer *L = c->L;
+    if (c->m > PJ_ENG_MAX_GEMV_M)
+        return fail(why, whylen, -ERANGE, "m=%u > %d", c->m, PJ_ENG_MAX_GEMV_M);
+    if (kind == PJ_GB_Z12 ? !L->z_tiles || !L->z_blk_exc || (L->z_n_exc && !L->z_exc)
+                          : !L->w || (kind == PJ_GB_DUAL && !L->lo))
+        return fail(why, whylen, -ENOTSUP, "pipe=4: layer has no %s weights",
+                    kind == PJ_GB_Z12 ? "z12" : (kind == PJ_GB_DUAL ? "hi/lo" : "bf16"));
+    if ((kind == PJ_GB_BF16 && L->fmt == PJ_FMT_SPLIT) ||
+        (kind == PJ_GB_DUAL && L->fmt != PJ_FMT_SPLIT))
+        return fail(why, whylen, -ENOTSUP, "pipe=4: layer format does not suit this engine");
+    if (kind != PJ_GB_Z12 && !w16_ok(L))
+        return fail(why, whylen, -EINVAL, "pipe=4: W not 16-byte aligned with ld %% 8 == 0");
+    if (!x16_ok(c))
+        return fail(why, whylen, -EINVAL, "pipe=4: x not 16-byte aligned with ldx %% 8 == 0");
+    if (kn->ks != 1 && kn->ks != 2 && kn->ks != 4)
+        return fail(why, whylen, -EINVAL, "pipe=4: ks (K panels) %u not in {1, 2, 4}", kn->ks);
+    if (L->K % (64u * kn->ks))
+        return fail(why, whylen, -EINVAL, "pipe=4: K=%u is not a multiple of 64*ks=%u", L->K,
+                    64u * kn->ks);
+    const uint32_t r = kn->r ? kn->r : 1;
+    if (r != 1 && r != 2 && r != 4)
+        return fail(why, whylen, -EINVAL, "pipe=4: r (CTAs per SM) %u not in {1, 2, 4}", r);
+    if (kn->rb > 1)
+        return fail(why, whylen, -EINVAL, "pipe=4: rb=%u not supported", kn->rb);
+    const uint32_t cpp = gemvb_ctas_pp((uint32_t)lim->sm_count, kn);
+    const uint32_t W = cpp * kn->nw, KTP = L->K / 64 / kn->ks;
+    const uint32_t T = cdiv(c->n, 16) * KTP;
+    if (!cpp || W > T)
+        return fail(why, whylen, -ERANGE, "pipe=4: %u warps per panel for %u units", W, T);
+    if ((size_t)W * kn->ks > PJ_GB_MAX_WARPS)
+        return fail(why, whylen, -ENOSPC, "pipe=4: %u warps exceed %d", W * kn->ks,
+                    PJ_GB_MAX_WARPS);
+    if (cdiv(T, W) / KTP + 2 > 32)
+        return fail(why, whylen, -ERANGE, "pipe=4: a warp's run spans more than 32 row blocks");
+    WsNeed w = ws_need(L->N, c->m);
+    if (cdiv(c->n, 16) > w.n_cnt)
+        return fail(why, whylen, -ENOSPC, "pipe=4: more row blocks than counters");
+    GemvbFn fn = gemvb_pick(kind, kn->nw, kn->u, mt_of(c->m));
+    const size_t smem = gemvb_smem(c->m, L->K, kn->ks);
+    const unsigned threads = 32u * kn->nw;
+    int rc = fits_device((const void *)fn, threads, smem, lim, why, whylen);
+    if (rc || r == 1)
+        return rc;
+    int nb = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, fn, (int)threads, smem) != cudaSuccess ||
+        nb < (int)r) {
+        cudaGetLastError();
+        return fail(why, whylen, -ERANGE, "pipe=4: %u CTAs do not fit on an SM", r);
+    }
+    return 0;
+}
+
 // Persistent grid of the streamed GEMV: cps CTAs per SM, never more CTAs
 // than units.
 static uint32_t gemvs_grid(uint32_t sms, const pj_eng_knobs *kn, uint32_t units)
@@ -539,6 +606,8 @@ static int gemvs_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
 static int gemv_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
                       const pj_dev_limits *lim, char *why, size_t whylen)
 {
+    if (kn->pipe == 4)
+        return gemvb_check(dual ? PJ_GB_DUAL : PJ_GB_BF16, kn, c, lim, why, whylen);
     const pj_eng_layer *L = c->L;
     if (c->m > PJ_ENG_MAX_GEMV_M)
         return fail(why, whylen, -ERANGE, "m=%u > %d", c->m, PJ_ENG_MAX_GEMV_M);
@@ -548,6 +617,8 @@ static int gemv_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
         return fail(why, whylen, -EINVAL, "x or W not 16-byte aligned with ld %% 8 == 0");
     if (!kn->nw || !kn->u || !kn->ks)
         return fail(why, whylen, -EINVAL, "nw, u, ks must be >= 1");
+    if (kn->r > 1)
+        return fail(why, whylen, -EINVAL, "r=%u is a knob of pipe=4 only", kn->r);
     if (kn->pipe == 2 || kn->pipe == 3)
         return gemvs_check(dual, kn, c, lim, why, whylen);
     const uint32_t per = 32u * kn->nw * kn->u * kn->ks;
@@ -573,8 +644,10 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
         return fail(why, whylen, -ENOTSUP, "layer has no z12 weights");
     if (!kn->nw || !kn->u || !kn->ks || !kn->r)
         return fail(why, whylen, -EINVAL, "nw, u, ks, r must be >= 1");
+    if (kn->pipe == 4)
+        return gemvb_check(PJ_GB_Z12, kn, c, lim, why, whylen);
     if (kn->pipe > 1)
-        return fail(why, whylen, -EINVAL, "pipe=%u not in {0, 1}", kn->pipe);
+        return fail(why, whylen, -EINVAL, "pipe=%u not in {0, 1, 4}", kn->pipe);
     if (kn->r != 1 && kn->r != 2 && kn->r != 4)
         return fail(why, whylen, -EINVAL, "r=%u not in {1, 2, 4}", kn->r);
     if (kn->r > PJ_GEMVZ_MAX_R(kn->nw))
@@ -771,9 +844,52 @@ static int gemvs_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, 
     return launch_rc();
 }
 
+static int gemvb_launch(int kind, const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream_t s)
+{
+    const pj_eng_layer *L = c->L;
+    if (!c->ws)
+        return -EINVAL;
+    GemvbArgs a;
+    memset(&a, 0, sizeof a);
+    if (kind == PJ_GB_Z12) {
+        a.tiles = L->z_tiles;
+        a.blk_exc = L->z_blk_exc;
+        a.exc = L->z_exc;
+        a.zx_n = L->zx_n;
+        a.zx_rk = L->zx_rk;
+        a.zx_c1 = L->zx_c1;
+        a.zx_c2 = L->zx_c2;
+        a.base = L->z_base;
+    } else {
+        a.w0 = L->w;
+        a.w1 = kind == PJ_GB_DUAL ? L->lo : L->w;
+        a.ldw = L->ldw;
+    }
+    a.N = L->N;
+    a.kt_total = L->K / 64;
+    a.nblk = cdiv(c->n, 16);
+    a.x = c->x;
+    a.ldx = c->ldx;
+    a.y = c->y;
+    a.ldy = c->ldy;
+    a.m = c->m;
+    a.n = c->n;
+    a.panels = kn->ks;
+    a.ctas_pp = gemvb_ctas_pp(sm_count_cached(), kn);
+    a.ws = c->ws->part;
+    a.cnt = c->ws->cnt;
+    GemvbFn fn = gemvb_pick(kind, kn->nw, kn->u, mt_of(c->m));
+    if (!fn)
+        return -ENOENT;
+    fn<<<a.ctas_pp * a.panels, 32 * kn->nw, gemvb_smem(c->m, L->K, kn->ks), s>>>(a);
+    return launch_rc();
+}
+
 static int gemv_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream_t s)
 {
     const pj_eng_layer *L = c->L;
+    if (kn->pipe == 4)
+        return gemvb_launch(dual ? PJ_GB_DUAL : PJ_GB_BF16, kn, c, s);
     if (kn->pipe == 2 || kn->pipe == 3)
         return gemvs_launch(dual, kn, c, s);
     GemvArgs a;
@@ -805,6 +921,8 @@ static int gemv_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, c
 static int gemvz_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream_t s)
 {
     const pj_eng_layer *L = c->L;
+    if (kn->pipe == 4)
+        return gemvb_launch(PJ_GB_Z12, kn, c, s);
     GemvzArgs a;
     a.tiles = L->z_tiles;
     a.blk_exc = L->z_blk_exc;

@@ -85,6 +85,38 @@ size_t gemvz_smem(int nw, int mt, int xs, uint32_t r, uint32_t rb, uint32_t kc);
 // launch bound).
 #define PJ_GEMVZ_MAX_R(nw) ((nw) >= 16 ? 1 : 8 / (nw))
 
+// The balanced GEMV (gemvb.cu; pipe = 4 of gemv, gemvz and router).
+#define PJ_GB_Z12  0
+#define PJ_GB_BF16 1
+#define PJ_GB_DUAL 2
+// Most warps in a balanced grid (sizes the workspace: ws_need).
+#define PJ_GB_MAX_WARPS 4096
+struct GemvbArgs {
+    const uint8_t *tiles; // z12
+    const uint32_t *blk_exc;
+    const pj_z12_exc *exc;
+    const uint32_t *zx_n, *zx_rk;
+    const float *zx_c1, *zx_c2;
+    uint32_t base;
+    const uint16_t *w0, *w1; // bf16 (w1: router lo)
+    size_t ldw;
+    uint32_t N;
+    uint32_t kt_total; // K / 64
+    uint32_t nblk;     // ceil(n / 16)
+    const uint16_t *x;
+    size_t ldx;
+    uint16_t *y;
+    size_t ldy;
+    uint32_t m, n;
+    uint32_t panels, ctas_pp; // K panels, CTAs per panel
+    float *ws;                // partials: panels * (nblk + ctas_pp * nw) * 16 * MTOK floats
+    unsigned *cnt;            // one counter per row block
+};
+typedef void (*GemvbFn)(GemvbArgs);
+GemvbFn gemvb_pick(int kind, int nw, int u, int mt);
+// Dynamic shared memory of a gemvb launch (x staged for one panel).
+size_t gemvb_smem(uint32_t m, uint32_t K, uint32_t panels);
+
 struct TgemmArgs {
     const uint16_t *w0, *w1;
     size_t ldw;

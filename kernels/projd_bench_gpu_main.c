@@ -302,8 +302,7 @@ typedef struct cand {
 #define MAX_CAND 2048
 
 /* --tune-new: the table being improved; its entries compete with cuBLAS and
- * the streamed GEMV (pipe = 2, and 3 at m <= 8) only, the rest of the sweep
- * is skipped. */
+ * the balanced GEMV (pipe = 4) only, the rest of the sweep is skipped. */
 static const pj_tune_table *g_old;
 
 static const pj_tune_entry *old_entry(const char *layer, uint32_t m)
@@ -314,6 +313,40 @@ static const pj_tune_entry *old_entry(const char *layer, uint32_t m)
         if (g_old->e[i].m == m && !strcmp(g_old->e[i].layer, layer))
             return &g_old->e[i];
     return NULL;
+}
+
+/* The balanced GEMV (pipe = 4) of every engine the layer's format serves:
+ * warps, units per batch, K panels, CTAs per SM. Variants the device cannot
+ * hold (registers, shared memory, occupancy) are refused by validation. */
+static int add_balanced(const layer_def *d, cand *cs, int n)
+{
+    static const uint8_t nws[] = {4, 8, 16}, us[] = {1, 2, 4, 8}, kss[] = {1, 2, 4}, rs[] = {1, 2};
+    pj_eng_kind ek[2];
+    int ne = 0;
+    if (d->fmt == PJ_FMT_SPLIT) {
+        ek[ne++] = PJ_ENG_ROUTER;
+    } else {
+        ek[ne++] = PJ_ENG_GEMV;
+        if (d->fmt == PJ_FMT_Z12)
+            ek[ne++] = PJ_ENG_GEMVZ;
+    }
+    for (int e = 0; e < ne; e++)
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < 4; j++)
+                for (int q = 0; q < 3; q++)
+                    for (int r = 0; r < 2; r++) {
+                        if (n >= MAX_CAND || (us[j] == 8 && ek[e] != PJ_ENG_GEMVZ))
+                            continue;
+                        memset(&cs[n], 0, sizeof cs[n]);
+                        cs[n].k = ek[e];
+                        cs[n].kn.pipe = 4;
+                        cs[n].kn.nw = nws[i];
+                        cs[n].kn.u = us[j];
+                        cs[n].kn.ks = kss[q];
+                        cs[n].kn.r = rs[r];
+                        n++;
+                    }
+    return n;
 }
 
 static int gen_candidates(int li, uint32_t m, cand *cs)
@@ -345,26 +378,7 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
         }
         if (m > 32)
             return n;
-        static const uint8_t us2[] = {4, 6, 8};
-        static const uint32_t kcs[] = {128, 256, 512, 1024};
-        const pj_eng_kind ek = d->fmt == PJ_FMT_SPLIT ? PJ_ENG_ROUTER : PJ_ENG_GEMV;
-        for (int i = 0; i < 2; i++)
-            for (int j = 0; j < 3; j++)
-                for (int q = 0; q < 4; q++)
-                    for (int mb = 0; mb < 2; mb++)
-                        for (int rb = 1; rb <= (m > 8 ? 4 : 2); rb *= 2)
-                            for (int p = 2; p <= (ek == PJ_ENG_GEMV && m <= 8 ? 3 : 2); p++) {
-                                if (d->K % kcs[q] || d->K / kcs[q] > 64)
-                                    continue;
-                                memset(&kn, 0, sizeof kn);
-                                kn.pipe = (uint8_t)p;
-                                kn.nw = (uint8_t)(4 << i);
-                                kn.u = us2[j];
-                                kn.ks = (uint8_t)(d->K / kcs[q]);
-                                kn.minb = (uint8_t)mb;
-                                kn.rb = (uint8_t)rb;
-                                ADD(ek);
-                            }
+        n = add_balanced(d, cs, n);
         return n;
     }
     if (d->fmt != PJ_FMT_SPLIT && m <= 32) {
@@ -440,6 +454,8 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
             }
     }
 #undef ADD
+    if (m <= 32)
+        n = add_balanced(d, cs, n);
     return n;
 }
 
@@ -1052,7 +1068,7 @@ static void usage(void)
             "  --reps N        paired repetitions per shape (default 300)\n"
             "  --survey        also time every engine's default knobs on every shape\n"
             "  --tune-new      with --table OLD --tune NEW: re-tune the m <= 32 shapes among\n"
-            "                  OLD's entry, cuBLAS and the streamed GEMV (pipe=2); keep the rest\n"
+            "                  OLD's entry, cuBLAS and the balanced GEMV (pipe=4); keep the rest\n"
             "  --one L M E K   only run engine E (knobs K) on layer L at m = M, plainly,\n"
             "                  for a profiler\n");
     exit(2);
@@ -1178,7 +1194,7 @@ int main(int argc, char **argv)
                              sizeof err);
         if (n < 0)
             die("%s", err);
-        printf("tune-new: %d entries of %s compete with the streamed GEMV\n", n, b->o.table);
+        printf("tune-new: %d entries of %s compete with the balanced GEMV\n", n, b->o.table);
         g_old = &old;
     }
     if (b->o.tune) {

@@ -270,6 +270,46 @@ static void sweep_streamed(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
     fflush(stdout);
 }
 
+/* The balanced GEMV (pipe = 4): warps, units per batch, K panels, CTAs per
+ * SM; variants the device cannot hold are refused by the engine and
+ * skipped, but at least one must run per m. */
+static void sweep_balanced(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng_kind k,
+                           const uint32_t *mlist, int nm)
+{
+    char err[256], ctx[128];
+    double t0 = now_s();
+    unsigned long long f0 = n_fail, c0 = n_checks;
+    static const uint8_t nws[] = {4, 8, 16}, us[] = {1, 2, 4, 8}, kss[] = {1, 2, 4};
+    for (int mi = 0; mi < nm; mi++) {
+        const uint32_t m = mlist[mi];
+        uint32_t n = L->L.N == 8192 ? 1024 : L->L.N;
+        snprintf(ctx, sizeof ctx, "balanced %s m=%u", L->L.name, m);
+        if (pj_chk_prepare(c, L, m, n, 1, 577u + m, 0, NULL, err, sizeof err)) {
+            fail_line("%s: prepare: %s", ctx, err);
+            continue;
+        }
+        const unsigned long long before = n_checks;
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < 4; j++)
+                for (int q = 0; q < 3; q++)
+                    for (int r = 1; r <= 2; r++) {
+                        pj_eng_knobs kn;
+                        memset(&kn, 0, sizeof kn);
+                        kn.pipe = 4;
+                        kn.nw = nws[i];
+                        kn.u = us[j];
+                        kn.ks = kss[q];
+                        kn.r = (uint8_t)r;
+                        check_one(c, ws, k, &kn, ctx);
+                    }
+        if (n_checks == before)
+            fail_line("%s: no balanced variant ran", ctx);
+    }
+    printf("B %-7s on %-9s: %llu checks, %llu failed (%.1f s) [pipe=4]\n", pj_eng_name(k),
+           L->L.name, n_checks - c0, n_fail - f0, now_s() - t0);
+    fflush(stdout);
+}
+
 static void part_b(pj_chk_ctx *c)
 {
     char err[256];
@@ -295,6 +335,11 @@ static void part_b(pj_chk_ctx *c)
     static const uint32_t mtr[] = {64, 128, 256};
     static const uint8_t kst[] = {1, 4};
     static const uint8_t kstr[] = {1, 16};
+    static const uint32_t mb[] = {1, 3, 8, 9, 16, 17, 31, 32};
+    sweep_balanced(c, &o, &wo, PJ_ENG_GEMVZ, mb, quick ? 3 : 8);
+    sweep_balanced(c, &un, &wu, PJ_ENG_GEMVZ, mb, quick ? 2 : 4);
+    sweep_balanced(c, &o, &wo, PJ_ENG_GEMV, mb, quick ? 3 : 8);
+    sweep_balanced(c, &rt, &wr, PJ_ENG_ROUTER, mb, quick ? 3 : 8);
     sweep_variants(c, &o, &wo, PJ_ENG_GEMVZ, quick ? mzq : mz, quick ? 3 : 7, ks124, 3);
     sweep_variants(c, &un, &wu, PJ_ENG_GEMVZ, mzq, 3, ks12, 2);
     {
@@ -307,6 +352,7 @@ static void part_b(pj_chk_ctx *c)
         o2.L.zx_mem = NULL;
         snprintf(o2.L.name, sizeof o2.L.name, "o-noslots");
         sweep_variants(c, &o2, &wo, PJ_ENG_GEMVZ, mzq, 3, ks12, 2);
+        sweep_balanced(c, &o2, &wo, PJ_ENG_GEMVZ, mb, 3);
         c->cur = NULL;
     }
     sweep_variants(c, &o, &wo, PJ_ENG_GEMV, mg, quick ? 2 : 4, ks12, 2);
