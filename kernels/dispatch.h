@@ -49,12 +49,16 @@ typedef struct pj_eng_knobs {
                    * 3 (gemv, m <= 8): as 2, weights from the layer's
                    * fragment-major copy (pj_eng_layer_init_tiles), one bulk
                    * copy per row block and unit; refused without the copy;
+                   * 5 (gemv, gemvz, router m <= 32): each lane cp.asyncs its
+                   * own pieces into a per-warp shared-memory ring of 4
+                   * stages of u chunks/tiles (kernels/gemv.cuh, gemvz.cu);
                    * 4 (gemv, gemvz, router m <= 32): balanced persistent grid
                    * (kernels/gemvb.cu): every warp streams an equal run of
                    * 16 x 64 units; then u = units per batch (two batches in
                    * flight), ks = K panels (1, 2, 4), r = CTAs per SM */
     uint8_t minb; /* 1: register cap so two CTAs fit per SM (launch-bounds hint) */
-    uint8_t xs;   /* gemvz: 1 = x staged in shared memory, 0 = read from global */
+    uint8_t xs;   /* gemvz: 1 = x staged in shared memory, 0 = read from global,
+                   * 2 (pipe = 5) = x through the prefetch ring per tile */
     uint8_t r;    /* gemvz: row blocks per CTA sharing x (1, 2, 4); pipe = 4: CTAs per SM */
     uint8_t tile; /* splitk/router-splitk: tile configuration index */
     uint8_t algo; /* cublas: 0 = cublasGemmEx default, 1 = cublasLt heuristic */

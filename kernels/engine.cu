@@ -603,6 +603,13 @@ static int gemvs_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
     return 0;
 }
 
+// Dynamic shared memory of a register GEMV launch: the prefetch rings of
+// pipe = 5, else none.
+static size_t gemv_smem(int dual, const pj_eng_knobs *kn, uint32_t m)
+{
+    return kn->pipe == 5 ? gemv_ring_smem(kn->nw, kn->u, dual, (int)rb_of(kn), mt_of(m)) : 0;
+}
+
 static int gemv_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
                       const pj_dev_limits *lim, char *why, size_t whylen)
 {
@@ -631,7 +638,7 @@ static int gemv_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
             return fail(why, whylen, -ENOSPC, "ks=%u needs more workspace than allocated", kn->ks);
     }
     GemvFn fn = gemv_pick(dual, kn->nw, kn->u, mt_of(c->m), kn->pipe, kn->minb, (int)rb);
-    return fits_device((const void *)fn, 32u * kn->nw, 0, lim, why, whylen);
+    return fits_device((const void *)fn, 32u * kn->nw, gemv_smem(dual, kn, c->m), lim, why, whylen);
 }
 
 static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_dev_limits *lim,
@@ -646,8 +653,8 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
         return fail(why, whylen, -EINVAL, "nw, u, ks, r must be >= 1");
     if (kn->pipe == 4)
         return gemvb_check(PJ_GB_Z12, kn, c, lim, why, whylen);
-    if (kn->pipe > 1)
-        return fail(why, whylen, -EINVAL, "pipe=%u not in {0, 1, 4}", kn->pipe);
+    if (kn->pipe > 1 && kn->pipe != 5)
+        return fail(why, whylen, -EINVAL, "pipe=%u not in {0, 1, 4, 5}", kn->pipe);
     if (kn->r != 1 && kn->r != 2 && kn->r != 4)
         return fail(why, whylen, -EINVAL, "r=%u not in {1, 2, 4}", kn->r);
     if (kn->r > PJ_GEMVZ_MAX_R(kn->nw))
@@ -655,11 +662,15 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
     const uint32_t per = 64u * kn->nw * kn->u * kn->ks;
     if (L->K % per)
         return fail(why, whylen, -EINVAL, "K=%u is not a multiple of 64*nw*u*ks=%u", L->K, per);
+    if (kn->xs == 2 && kn->pipe != 5)
+        return fail(why, whylen, -EINVAL, "xs=2 (x through the prefetch ring) needs pipe=5");
     if (kn->xs ? !x16_ok(c) : (!al(c->x, 4) || c->ldx % 2))
         return fail(why, whylen, -EINVAL, "x alignment does not suit xs=%u", kn->xs);
     const uint32_t rb = rb_of(kn);
-    if (rb != 1 && rb != 2)
-        return fail(why, whylen, -EINVAL, "rb=%u not in {1, 2}", rb);
+    if (rb != 1 && rb != 2 && !(rb == 4 && kn->pipe == 5))
+        return fail(why, whylen, -EINVAL, "rb=%u not in {1, 2} (4 with pipe=5)", rb);
+    if (kn->r * rb > 4) // the exception warp serves at most four row blocks
+        return fail(why, whylen, -EINVAL, "r*rb=%u > 4", kn->r * rb);
     const uint32_t nblk = cdiv(c->n, 16), gx = cdiv(nblk, kn->r * rb);
     const int mt = mt_of(c->m);
     if (kn->ks > 1) {
@@ -668,7 +679,7 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
             return fail(why, whylen, -ENOSPC, "ks=%u needs more workspace than allocated", kn->ks);
     }
     GemvzFn fn = gemvz_pick(kn->nw, kn->u, mt, kn->pipe, kn->xs, (int)rb);
-    size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, rb, L->K / kn->ks);
+    size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, rb, L->K / kn->ks, kn->u, kn->pipe);
     return fits_device((const void *)fn, 32u * kn->nw * kn->r + 32, smem, lim, why, whylen);
 }
 
@@ -914,7 +925,7 @@ static int gemv_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, c
     if (!fn)
         return -ENOENT;
     dim3 grid(cdiv(cdiv(c->n, 16), rb), kn->ks);
-    fn<<<grid, 32 * kn->nw, 0, s>>>(a);
+    fn<<<grid, 32 * kn->nw, gemv_smem(dual, kn, c->m), s>>>(a);
     return launch_rc();
 }
 
@@ -953,7 +964,7 @@ static int gemvz_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream
     GemvzFn fn = gemvz_pick(kn->nw, kn->u, mt, kn->pipe, kn->xs, (int)rb);
     if (!fn)
         return -ENOENT;
-    size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, rb, a.kc);
+    size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, rb, a.kc, kn->u, kn->pipe);
     dim3 grid(cdiv(a.nblk, kn->r * rb), kn->ks);
     fn<<<grid, 32 * kn->nw * kn->r + 32, smem, s>>>(a);
     return launch_rc();

@@ -28,6 +28,19 @@ struct GemvArgs {
     unsigned *cnt;   // one counter per row block
 };
 typedef void (*GemvFn)(GemvArgs);
+// pipe = 5 (template PIPE = 2): stages of the per-lane shared-memory prefetch.
+#define PJ_GV_STAGES 4
+// 16-byte pieces per lane per 32-k chunk: rows g and g + 8 of each row block
+// (and of lo), and x of each n8 tile.
+static inline __host__ __device__ int gemv_pieces(int dual, int rb, int mt)
+{
+    return rb * (dual ? 4 : 2) + mt;
+}
+// Dynamic shared memory of a pipe = 5 launch: one ring per warp.
+static inline size_t gemv_ring_smem(int nw, int u, int dual, int rb, int mt)
+{
+    return (size_t)nw * PJ_GV_STAGES * u * gemv_pieces(dual, rb, mt) * 512;
+}
 GemvFn gemv_pick(int dual, int nw, int u, int mt, int pipe, int minb, int rb);
 
 // The streamed GEMV (gemvs.cu; gemv / router with pipe = 2).
@@ -80,7 +93,7 @@ struct GemvzArgs {
 typedef void (*GemvzFn)(GemvzArgs);
 GemvzFn gemvz_pick(int nw, int u, int mt, int pipe, int xs, int rb);
 // Dynamic shared memory of a gemvz launch.
-size_t gemvz_smem(int nw, int mt, int xs, uint32_t r, uint32_t rb, uint32_t kc);
+size_t gemvz_smem(int nw, int mt, int xs, uint32_t r, uint32_t rb, uint32_t kc, int u, int pipe);
 // Largest R for a given NW (threads = R * NW * 32 + 32 within the kernel's
 // launch bound).
 #define PJ_GEMVZ_MAX_R(nw) ((nw) >= 16 ? 1 : 8 / (nw))

@@ -114,7 +114,66 @@ __global__ void __launch_bounds__(NW * 32, (GemvBounds<NW, MINB>::min_blocks))
     };
 
     const uint32_t nb = cpw / U;
-    if (PIPE) {
+    if (PIPE == 2) {
+        // Each lane copies exactly the pieces it reads back (cp.async into
+        // its warp's ring): no barrier between copy and use; PJ_GV_STAGES - 1
+        // batches in flight without holding registers.
+        extern __shared__ __align__(16) unsigned char gv_ring[];
+        constexpr int NP = (DUAL ? 4 : 2) * RB + MT;
+        unsigned char *ring = gv_ring + (size_t)warp * PJ_GV_STAGES * U * NP * 512;
+        auto piece = [&](uint32_t i, int u, int q) {
+            return ring + (((size_t)(i % PJ_GV_STAGES) * U + u) * NP + q) * 512 + lane * 16;
+        };
+        auto issue = [&](uint32_t i) {
+            if (i < nb)
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const size_t off = ((size_t)i * U + u) * 32;
+                    int q = 0;
+#pragma unroll
+                    for (int j = 0; j < RB; j++) {
+                        cp_async16_mem(smem_u32(piece(i, u, q++)), pa[j] + off);
+                        cp_async16_mem(smem_u32(piece(i, u, q++)), pb[j] + off);
+                        if (DUAL) {
+                            cp_async16_mem(smem_u32(piece(i, u, q++)), pc[j] + off);
+                            cp_async16_mem(smem_u32(piece(i, u, q++)), pd[j] + off);
+                        }
+                    }
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
+                        cp_async16_mem(smem_u32(piece(i, u, q++)), px[mt] + off);
+                }
+            cp_async_commit(); // every step commits, so group counts stay aligned
+        };
+        auto fetch = [&](GemvBatch<U, MT, DUAL, RB> &b, uint32_t i) {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                int q = 0;
+#pragma unroll
+                for (int j = 0; j < RB; j++) {
+                    b.wa[u][j] = *(const uint4 *)piece(i, u, q++);
+                    b.wb[u][j] = *(const uint4 *)piece(i, u, q++);
+                    if (DUAL) {
+                        b.wc[u][j] = *(const uint4 *)piece(i, u, q++);
+                        b.wd[u][j] = *(const uint4 *)piece(i, u, q++);
+                    }
+                }
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+                    b.xv[u][mt] = *(const uint4 *)piece(i, u, q++);
+            }
+        };
+        for (uint32_t i = 0; i + 1 < PJ_GV_STAGES; i++)
+            issue(i);
+        GemvBatch<U, MT, DUAL, RB> A;
+#pragma unroll 1
+        for (uint32_t i = 0; i < nb; i++) {
+            issue(i + PJ_GV_STAGES - 1);
+            cp_async_wait<PJ_GV_STAGES - 1>(); // batch i has landed
+            fetch(A, i);
+            compute(A);
+        }
+    } else if (PIPE) {
         GemvBatch<U, MT, DUAL, RB> A, B;
         load(A, 0);
         uint32_t i = 0;
@@ -223,8 +282,18 @@ template <int DUAL, int NW, int U, int MT, int P> static GemvFn gemv_pick_mb(int
 }
 template <int DUAL, int NW, int U, int MT> static GemvFn gemv_pick_p(int pipe, int minb, int rb)
 {
-    return pipe ? gemv_pick_mb<DUAL, NW, U, MT, 1>(minb, rb)
-                : gemv_pick_mb<DUAL, NW, U, MT, 0>(minb, rb);
+    switch (pipe) {
+    case 0:
+        return gemv_pick_mb<DUAL, NW, U, MT, 0>(minb, rb);
+    case 1:
+        return gemv_pick_mb<DUAL, NW, U, MT, 1>(minb, rb);
+    case 5:
+        if constexpr (U <= 4)
+            return gemv_pick_mb<DUAL, NW, U, MT, 2>(minb, rb);
+        else
+            return nullptr;
+    }
+    return nullptr;
 }
 template <int DUAL, int NW, int U> static GemvFn gemv_pick_mt(int mt, int pipe, int minb, int rb)
 {

@@ -26,18 +26,32 @@ static __host__ __device__ inline size_t al16(size_t v)
 }
 
 struct GemvzSmem {
-    size_t xs, red, e_rk, e_c1, e_c2, e_x, rowst, bnd, flags, total;
+    size_t ring, xs, red, e_rk, e_c1, e_c2, e_x, rowst, bnd, flags, total;
 };
 
-// nb = row blocks per CTA (R * RB).
+// Stages of the shared-memory prefetch (PIPE = 2): batches in flight per warp.
+#define PJ_GZ_STAGES 4
+
+// Bytes of one warp's prefetch ring: stages x u tiles x (rb row blocks x
+// three 512-byte planes, plus with xs = 2 the tile's x: 8 tokens x 64 k per
+// n8 tile, 1 KB).
+static __host__ __device__ inline size_t gemvz_ring_bytes(int u, uint32_t rbw, int mtx)
+{
+    return (size_t)PJ_GZ_STAGES * u * (rbw * PJ_Z12_TILE_BYTES + mtx * 1024);
+}
+
+// nb = row blocks per CTA (R * RB); ring = bytes of the prefetch rings of
+// all streaming warps (0 unless PIPE = 2).
 static __host__ __device__ inline GemvzSmem gemvz_layout(int nw, int mt, int xs, uint32_t r,
-                                                         uint32_t nb, uint32_t kc)
+                                                         uint32_t nb, uint32_t kc, size_t ring)
 {
     const int mtok = mt * 8;
     GemvzSmem L;
     size_t off = 0;
+    L.ring = off;
+    off += al16(ring);
     L.xs = off;
-    if (xs)
+    if (xs == 1)
         off += al16((size_t)mtok * (kc + 8) * 2);
     L.red = off;
     off += al16((size_t)r * nw * (nb / r) * 16 * (mtok + 1) * 4);
@@ -59,9 +73,11 @@ static __host__ __device__ inline GemvzSmem gemvz_layout(int nw, int mt, int xs,
     return L;
 }
 
-size_t gemvz_smem(int nw, int mt, int xs, uint32_t r, uint32_t rb, uint32_t kc)
+size_t gemvz_smem(int nw, int mt, int xs, uint32_t r, uint32_t rb, uint32_t kc, int u, int pipe)
 {
-    return gemvz_layout(nw, mt, xs, r, r * rb, kc).total;
+    const size_t ring = pipe == 5 ? (size_t)r * nw * gemvz_ring_bytes(u, rb, xs == 2 ? mt : 0)
+                                  : 0; // knob 5 = PIPE 2
+    return gemvz_layout(nw, mt, xs, r, r * rb, kc, ring).total;
 }
 
 template <int U, int RB> struct ZBatch {
@@ -84,7 +100,9 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
     extern __shared__ __align__(16) unsigned char sm[];
     const uint32_t R = a.r;
     const uint32_t NB = R * RB; // row blocks of this CTA
-    const GemvzSmem L = gemvz_layout(NW, MT, XS, R, NB, a.kc);
+    const GemvzSmem L =
+        gemvz_layout(NW, MT, XS, R, NB, a.kc,
+                     PIPE == 2 ? R * NW * gemvz_ring_bytes(U, RB, XS == 2 ? MT : 0) : 0);
     uint16_t *xs = (uint16_t *)(sm + L.xs);
     float *red = (float *)(sm + L.red);
     uint32_t *e_rk = (uint32_t *)(sm + L.e_rk);
@@ -121,6 +139,19 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
         for (int mt = 0; mt < MT; mt++)
             acc[j][mt][0] = acc[j][mt][1] = acc[j][mt][2] = acc[j][mt][3] = 0.f;
 
+    unsigned char *ring = sm + L.ring + (size_t)warp * gemvz_ring_bytes(U, RB, XS == 2 ? MT : 0);
+    // xs = 2: the tile's x (8 tokens x 64 k per n8 tile) after the weights,
+    // 16-byte chunk c of token row r at chunk c ^ r, so that ldmatrix's
+    // eight rows fall in distinct banks.
+    auto xpiece = [&](uint32_t i, int u, int mt) {
+        return ring + (size_t)PJ_GZ_STAGES * U * RB * PJ_Z12_TILE_BYTES +
+               (((size_t)(i % PJ_GZ_STAGES) * U + u) * MT + mt) * 1024;
+    };
+    auto piece = [&](uint32_t i, int u, int j, int q) {
+        return ring +
+               ((((size_t)(i % PJ_GZ_STAGES) * U + u) * RB + j) * 3 + q) * PJ_Z12_PLANE_BYTES +
+               lane * 16;
+    };
     auto load = [&](ZBatch<U, RB> &b, uint32_t i) {
 #pragma unroll
         for (int u = 0; u < U; u++)
@@ -140,7 +171,21 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
             uint32_t bx[MT][8];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                if (XS) {
+                if (XS == 2) {
+                    uint32_t r4[4];
+                    const uint32_t row = lane & 7, c = lane >> 3;
+                    const uint32_t base = smem_u32(xpiece(i, u, mt)) + row * 128;
+                    ldmatrix_x4(r4, base + ((c ^ row) << 4));
+                    bx[mt][0] = r4[0];
+                    bx[mt][1] = r4[1];
+                    bx[mt][2] = r4[2];
+                    bx[mt][3] = r4[3];
+                    ldmatrix_x4(r4, base + (((c + 4) ^ row) << 4));
+                    bx[mt][4] = r4[0];
+                    bx[mt][5] = r4[1];
+                    bx[mt][6] = r4[2];
+                    bx[mt][7] = r4[3];
+                } else if (XS == 1) {
                     uint32_t r4[4];
                     const uint32_t row = mt * 8 + (lane & 7);
                     const uint32_t base =
@@ -187,9 +232,63 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
 
     const uint32_t nbt = tpw / U;
     ZBatch<U, RB> A, B;
-    if (streamer)
+    // PIPE = 2: each lane copies exactly the 16-byte pieces it will read
+    // (cp.async into its warp's ring), so no barrier is needed between
+    // copy and use: cp.async.wait_group orders a thread's own copies.
+    // PJ_GZ_STAGES - 1 batches stay in flight without holding registers.
+    auto issue = [&](uint32_t i) {
+        if (i < nbt)
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int j = 0; j < RB; j++)
+#pragma unroll
+                    for (int q = 0; q < 3; q++)
+                        cp_async16_mem(smem_u32(piece(i, u, j, q)),
+                                       tp[j] + ((size_t)i * U + u) * PJ_Z12_TILE_BYTES +
+                                           q * PJ_Z12_PLANE_BYTES);
+        if (XS == 2 && i < nbt)
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const size_t kglob = (size_t)split * a.kc + (ktl0 + i * U + u) * 64;
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const uint32_t pc = lane + 32 * h, row = pc >> 3, c = pc & 7;
+                        const uint32_t tok = min(mt * 8 + row, a.m - 1);
+                        cp_async16_mem(smem_u32(xpiece(i, u, mt) + row * 128 + ((c ^ row) << 4)),
+                                       a.x + (size_t)tok * a.ldx + kglob + c * 8);
+                    }
+            }
+        cp_async_commit(); // every step commits, so group counts stay aligned
+    };
+    auto fetch = [&](ZBatch<U, RB> &b, uint32_t i) {
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int j = 0; j < RB; j++)
+#pragma unroll
+                for (int q = 0; q < 3; q++)
+                    b.p[u][j][q] = *(const uint4 *)piece(i, u, j, q);
+    };
+    if (PIPE == 2) {
+        if (streamer)
+            for (uint32_t i = 0; i + 1 < PJ_GZ_STAGES; i++)
+                issue(i);
+    } else if (streamer) {
         load(A, 0); // in flight while x is staged
-    if (XS) {
+    }
+    if (XS == 1 && PIPE == 2) {
+        // Plain loads: a cp.async group here would join the weight groups.
+        const uint32_t cpr = a.kc / 8;
+        const uint16_t *xsrc = a.x + (size_t)split * a.kc;
+        for (uint32_t c = threadIdx.x; c < a.m * cpr; c += NT) {
+            const uint32_t tok = c / cpr, ch = c - tok * cpr;
+            *(uint4 *)(xs + tok * XSTR + ch * 8) = ld_x16(xsrc + (size_t)tok * a.ldx + ch * 8);
+        }
+        __syncthreads();
+    } else if (XS == 1) {
         const uint32_t cpr = a.kc / 8; // 16-byte chunks per token row
         const uint16_t *xsrc = a.x + (size_t)split * a.kc;
         for (uint32_t c = threadIdx.x; c < a.m * cpr; c += NT) {
@@ -202,7 +301,17 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
     }
 
     if (streamer) {
-        if (PIPE) {
+        if (PIPE == 2) {
+#pragma unroll 1
+            for (uint32_t i = 0; i < nbt; i++) {
+                issue(i + PJ_GZ_STAGES - 1);
+                cp_async_wait<PJ_GZ_STAGES - 1>(); // batch i has landed
+                if (XS == 2)
+                    __syncwarp(); // x chunks were copied by other lanes
+                fetch(A, i);
+                compute(A, i);
+            }
+        } else if (PIPE) {
             uint32_t i = 0;
             for (;;) {
                 if (i + 1 < nbt)
@@ -411,16 +520,39 @@ template <int NW, int U, int MT, int P, int XS> static GemvzFn gz_pick_rb(int rb
     if constexpr (U <= 2) {
         if (rb == 2)
             return &gemvz_kernel<NW, U, MT, P, XS, 2>;
+        // Four row blocks per warp only with the prefetch (one register batch).
+        if constexpr (P == 2)
+            if (rb == 4)
+                return &gemvz_kernel<NW, U, MT, P, XS, 4>;
     }
     return nullptr;
 }
 template <int NW, int U, int MT, int P> static GemvzFn gz_pick_xs(int xs, int rb)
 {
-    return xs ? gz_pick_rb<NW, U, MT, P, 1>(rb) : gz_pick_rb<NW, U, MT, P, 0>(rb);
+    switch (xs) {
+    case 0:
+        return gz_pick_rb<NW, U, MT, P, 0>(rb);
+    case 1:
+        return gz_pick_rb<NW, U, MT, P, 1>(rb);
+    case 2: // x through the prefetch ring: only with it
+        if constexpr (P == 2)
+            return gz_pick_rb<NW, U, MT, P, 2>(rb);
+        else
+            return nullptr;
+    }
+    return nullptr;
 }
 template <int NW, int U, int MT> static GemvzFn gz_pick_p(int pipe, int xs, int rb)
 {
-    return pipe ? gz_pick_xs<NW, U, MT, 1>(xs, rb) : gz_pick_xs<NW, U, MT, 0>(xs, rb);
+    switch (pipe) {
+    case 0:
+        return gz_pick_xs<NW, U, MT, 0>(xs, rb);
+    case 1:
+        return gz_pick_xs<NW, U, MT, 1>(xs, rb);
+    case 5:
+        return gz_pick_xs<NW, U, MT, 2>(xs, rb);
+    }
+    return nullptr;
 }
 template <int NW, int U> static GemvzFn gz_pick_mt(int mt, int pipe, int xs, int rb)
 {

@@ -60,6 +60,12 @@ __device__ __forceinline__ void cp_async16(uint32_t saddr, const void *g)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(saddr), "l"(g));
 }
+// The same, ordered after the thread's earlier shared-memory reads by the
+// compiler too (a ring slot is refilled right after it was read).
+__device__ __forceinline__ void cp_async16_mem(uint32_t saddr, const void *g)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(saddr), "l"(g) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit()
 {
     asm volatile("cp.async.commit_group;");

@@ -195,16 +195,17 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
                 }
                 continue;
             }
+            static const uint8_t pipes[] = {0, 1, 5};
             for (int i = 0; i < 3; i++)
                 for (int j = 0; j < 4; j++)
-                    for (int p = 0; p < 2; p++)
-                        for (int x = 0; x < 2; x++)
+                    for (int p = 0; p < 3; p++)
+                        for (int x = 0; x < (k == PJ_ENG_GEMVZ && p == 2 ? 3 : 2); x++)
                             for (int r = 1; r <= (k == PJ_ENG_GEMVZ ? 2 : 1); r *= 2)
                                 for (int rb = 1; rb <= 4; rb *= 2) {
                                     memset(&kn, 0, sizeof kn);
                                     kn.nw = nws[i];
                                     kn.u = us[j];
-                                    kn.pipe = (uint8_t)p;
+                                    kn.pipe = pipes[p];
                                     kn.ks = kslist[s];
                                     kn.r = (uint8_t)r;
                                     kn.rb = (uint8_t)rb;
