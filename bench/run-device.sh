@@ -6,7 +6,7 @@
 #   .devrun/test_engines  .devrun/projd-bench  .devrun/lib/*  [.devrun/h200.json]
 # Usage: bench/run-device.sh [tune|tunenew|table|untuned] [--quick-tests] [--no-tests] [--ncu]
 #   tune     tune, write $OUT/h200.json, benchmark with it (default)
-#   tunenew  re-tune m <= 32 among the table's entries, cuBLAS and pipe=2
+#   tunenew  re-tune m <= 32 among the table's entries, cuBLAS and gemvz pipe=5
 #   table    benchmark with .devrun/h200.json (else config/tuning/h200.json)
 #   untuned  benchmark the untuned ladder
 #   --ncu    afterwards profile the kernels named in .devrun/ncu.txt (one
@@ -47,8 +47,8 @@ args=(--out "$OUT" --commit "$commit" --reps 300)
 case $mode in
 tune) args+=(--tune "$OUT/h200.json" --tune-budget "${TUNE_BUDGET:-170}" --survey) ;;
 tunenew)
-    # Re-tune only the m <= 32 shapes among the table's entry, cuBLAS and the
-    # streamed GEMV (pipe=2); the other entries are kept; then benchmark.
+    # Re-tune only the m <= 32 shapes among the table's entry, cuBLAS and
+    # gemvz with the prefetch (pipe=5); the other entries are kept; then benchmark.
     t=config/tuning/h200.json
     [ -f .devrun/h200.json ] && t=.devrun/h200.json
     args+=(--table "$t" --tune-new --tune "$OUT/h200.json" --tune-budget "${TUNE_BUDGET:-120}")
