@@ -855,6 +855,20 @@ static int gemvs_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, 
     return launch_rc();
 }
 
+static Z12Src z12_src(const pj_eng_layer *L)
+{
+    Z12Src z;
+    z.tiles = L->z_tiles;
+    z.blk_exc = L->z_blk_exc;
+    z.exc = L->z_exc;
+    z.zx_n = L->zx_n;
+    z.zx_rk = L->zx_rk;
+    z.zx_c1 = L->zx_c1;
+    z.zx_c2 = L->zx_c2;
+    z.base = L->z_base;
+    return z;
+}
+
 static int gemvb_launch(int kind, const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream_t s)
 {
     const pj_eng_layer *L = c->L;
@@ -863,14 +877,7 @@ static int gemvb_launch(int kind, const pj_eng_knobs *kn, const pj_eng_call *c, 
     GemvbArgs a;
     memset(&a, 0, sizeof a);
     if (kind == PJ_GB_Z12) {
-        a.tiles = L->z_tiles;
-        a.blk_exc = L->z_blk_exc;
-        a.exc = L->z_exc;
-        a.zx_n = L->zx_n;
-        a.zx_rk = L->zx_rk;
-        a.zx_c1 = L->zx_c1;
-        a.zx_c2 = L->zx_c2;
-        a.base = L->z_base;
+        a.z = z12_src(L);
     } else {
         a.w0 = L->w;
         a.w1 = kind == PJ_GB_DUAL ? L->lo : L->w;
@@ -935,14 +942,7 @@ static int gemvz_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream
     if (kn->pipe == 4)
         return gemvb_launch(PJ_GB_Z12, kn, c, s);
     GemvzArgs a;
-    a.tiles = L->z_tiles;
-    a.blk_exc = L->z_blk_exc;
-    a.exc = L->z_exc;
-    a.zx_n = L->zx_n;
-    a.zx_rk = L->zx_rk;
-    a.zx_c1 = L->zx_c1;
-    a.zx_c2 = L->zx_c2;
-    a.base = L->z_base;
+    a.z = z12_src(L);
     a.kt_total = L->K / 64;
     a.nblk = cdiv(c->n, 16);
     a.nblk_all = L->z_n_pad / 16;

@@ -71,13 +71,18 @@ GemvsFn gemvs_pick_tiled(int nw, int rb);
 size_t gemvs_smem(int dual, int nw, int mt, int rb, uint32_t m, uint32_t kc, uint32_t stages,
                   uint32_t *pitch, uint32_t *stage_bytes, int tiled);
 
-struct GemvzArgs {
+// A z12 layer's device arrays as the z12 engines read them.
+struct Z12Src {
     const uint8_t *tiles;
     const uint32_t *blk_exc;
     const pj_z12_exc *exc;
     const uint32_t *zx_n, *zx_rk; // derived slot table, or NULL
     const float *zx_c1, *zx_c2;
     uint32_t base;
+};
+
+struct GemvzArgs {
+    Z12Src z;
     uint32_t kt_total; // K / 64
     uint32_t nblk;     // row blocks holding requested rows: ceil(n / 16)
     uint32_t nblk_all; // n_pad / 16 (bound of blk_exc)
@@ -105,12 +110,7 @@ size_t gemvz_smem(int nw, int mt, int xs, uint32_t r, uint32_t rb, uint32_t kc, 
 // Most warps in a balanced grid (sizes the workspace: ws_need).
 #define PJ_GB_MAX_WARPS 4096
 struct GemvbArgs {
-    const uint8_t *tiles; // z12
-    const uint32_t *blk_exc;
-    const pj_z12_exc *exc;
-    const uint32_t *zx_n, *zx_rk;
-    const float *zx_c1, *zx_c2;
-    uint32_t base;
+    Z12Src z;                // z12
     const uint16_t *w0, *w1; // bf16 (w1: router lo)
     size_t ldw;
     uint32_t N;

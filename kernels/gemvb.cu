@@ -26,6 +26,7 @@
 // first two issued before x is staged.
 #include "kernels/engint.cuh"
 #include "kernels/pjdev.cuh"
+#include "kernels/z12dev.cuh"
 
 template <int KIND> struct GbRegs {
     // 16-byte loads per lane per unit: three z12 planes, or rows g and g + 8
@@ -66,13 +67,13 @@ __global__ void __launch_bounds__(NW * 32) gemvb_kernel(const GemvbArgs a)
     const uint32_t u1 = (uint32_t)((uint64_t)(w + 1) * T / W);
     const uint32_t XSTR = KP + 8; // padded: ldmatrix rows fall in distinct banks
     const uint32_t nbt = (u1 - u0 + U - 1) / U;
-    const uint32_t B4 = a.base * 0x01010101u;
+    const uint32_t B4 = a.z.base * 0x01010101u;
 
     auto load_unit = [&](uint4(&v)[NR], uint32_t uu) {
         const uint32_t rb = uu / KTP, kt = p * KTP + (uu - rb * KTP);
         if constexpr (KIND == PJ_GB_Z12) {
             const uint8_t *pp =
-                a.tiles + ((size_t)rb * a.kt_total + kt) * PJ_Z12_TILE_BYTES + lane * 16;
+                a.z.tiles + ((size_t)rb * a.kt_total + kt) * PJ_Z12_TILE_BYTES + lane * 16;
             v[0] = ld_stream16(pp);
             v[1] = ld_stream16(pp + PJ_Z12_PLANE_BYTES);
             v[2] = ld_stream16(pp + 2 * PJ_Z12_PLANE_BYTES);
@@ -105,35 +106,11 @@ __global__ void __launch_bounds__(NW * 32) gemvb_kernel(const GemvbArgs a)
             uint32_t bx[MT][8];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                uint32_t r4[4];
                 const uint32_t row = min(mt * 8 + (lane & 7), a.m - 1);
                 const uint32_t base = smem_u32(xs) + (row * XSTR + kl + (lane >> 3) * 8) * 2;
-                ldmatrix_x4(r4, base);
-                bx[mt][0] = r4[0];
-                bx[mt][1] = r4[1];
-                bx[mt][2] = r4[2];
-                bx[mt][3] = r4[3];
-                ldmatrix_x4(r4, base + 64);
-                bx[mt][4] = r4[0];
-                bx[mt][5] = r4[1];
-                bx[mt][6] = r4[2];
-                bx[mt][7] = r4[3];
+                z12_ldsm_b64(bx[mt], base, base + 64);
             }
-#pragma unroll
-            for (int s = 0; s < 4; s++) {
-                const uint4 &lo = v[s >> 1];
-                const uint4 &nb4 = v[2];
-                const uint32_t L0 = (s & 1) ? lo.z : lo.x;
-                const uint32_t L1 = (s & 1) ? lo.w : lo.y;
-                const uint32_t N = s == 0 ? nb4.x : (s == 1 ? nb4.y : (s == 2 ? nb4.z : nb4.w));
-                const uint32_t H0 = ((N & 0x07070707u) + B4) | ((N << 4) & 0x80808080u);
-                const uint32_t H1 = (((N >> 4) & 0x07070707u) + B4) | (N & 0x80808080u);
-                const uint32_t a0 = prmt(L0, H0, 0x5140), a1 = prmt(L0, H0, 0x7362);
-                const uint32_t a2 = prmt(L1, H1, 0x5140), a3 = prmt(L1, H1, 0x7362);
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++)
-                    mma_bf16(acc[mt], a0, a1, a2, a3, bx[mt][2 * s], bx[mt][2 * s + 1]);
-            }
+            z12_tile_mma<MT>(acc, v, bx, B4);
         } else {
 #pragma unroll
             for (int c = 0; c < 2; c++)
@@ -257,15 +234,15 @@ __global__ void __launch_bounds__(NW * 32) gemvb_kernel(const GemvbArgs a)
         float c1A = 0.f, c2A = 0.f, c1B = 0.f, c2B = 0.f;
         bool table = false;
         if constexpr (KIND == PJ_GB_Z12) {
-            if (a.zx_rk) {
+            if (a.z.zx_rk) {
                 const size_t o = (size_t)rb * PJ_GEMVZ_XCAP + lane;
-                nx = a.zx_n[rb];
-                rkA = a.zx_rk[o];
-                c1A = a.zx_c1[o];
-                c2A = a.zx_c2[o];
-                rkB = a.zx_rk[o + 32];
-                c1B = a.zx_c1[o + 32];
-                c2B = a.zx_c2[o + 32];
+                nx = a.z.zx_n[rb];
+                rkA = a.z.zx_rk[o];
+                c1A = a.z.zx_c1[o];
+                c2A = a.z.zx_c2[o];
+                rkB = a.z.zx_rk[o + 32];
+                c1B = a.z.zx_c1[o + 32];
+                c2B = a.z.zx_c2[o + 32];
                 table = nx <= PJ_GEMVZ_XCAP;
             }
         }
@@ -312,8 +289,8 @@ __global__ void __launch_bounds__(NW * 32) gemvb_kernel(const GemvbArgs a)
                     }
                 }
             } else {
-                for (uint32_t e = a.blk_exc[rb]; e < a.blk_exc[rb + 1]; e++) {
-                    const pj_z12_exc ex = a.exc[e];
+                for (uint32_t e = a.z.blk_exc[rb]; e < a.z.blk_exc[rb + 1]; e++) {
+                    const pj_z12_exc ex = a.z.exc[e];
                     if ((ex.rk >> 28) != r)
                         continue;
                     const uint32_t k = ex.rk & 0x0fffffffu;

@@ -19,6 +19,7 @@
 // the decoded value is cancelled and restored exactly.
 #include "kernels/engint.cuh"
 #include "kernels/pjdev.cuh"
+#include "kernels/z12dev.cuh"
 
 static __host__ __device__ inline size_t al16(size_t v)
 {
@@ -127,9 +128,9 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
 #pragma unroll
     for (int j = 0; j < RB; j++) {
         const uint32_t rb = min(rb0 + q * RB + j, a.nblk - 1); // past n: computed, not stored
-        tp[j] = a.tiles + ((size_t)rb * a.kt_total + kt0) * PJ_Z12_TILE_BYTES + lane * 16;
+        tp[j] = a.z.tiles + ((size_t)rb * a.kt_total + kt0) * PJ_Z12_TILE_BYTES + lane * 16;
     }
-    const uint32_t B4 = a.base * 0x01010101u;
+    const uint32_t B4 = a.z.base * 0x01010101u;
     const uint32_t XSTR = a.kc + 8; // padded row: ldmatrix rows fall in distinct banks
 
     float acc[RB][MT][4];
@@ -172,34 +173,14 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 if (XS == 2) {
-                    uint32_t r4[4];
                     const uint32_t row = lane & 7, c = lane >> 3;
                     const uint32_t base = smem_u32(xpiece(i, u, mt)) + row * 128;
-                    ldmatrix_x4(r4, base + ((c ^ row) << 4));
-                    bx[mt][0] = r4[0];
-                    bx[mt][1] = r4[1];
-                    bx[mt][2] = r4[2];
-                    bx[mt][3] = r4[3];
-                    ldmatrix_x4(r4, base + (((c + 4) ^ row) << 4));
-                    bx[mt][4] = r4[0];
-                    bx[mt][5] = r4[1];
-                    bx[mt][6] = r4[2];
-                    bx[mt][7] = r4[3];
+                    z12_ldsm_b64(bx[mt], base + ((c ^ row) << 4), base + (((c + 4) ^ row) << 4));
                 } else if (XS == 1) {
-                    uint32_t r4[4];
                     const uint32_t row = mt * 8 + (lane & 7);
                     const uint32_t base =
                         smem_u32(xs) + (row * XSTR + klocal + (lane >> 3) * 8) * 2;
-                    ldmatrix_x4(r4, base);
-                    bx[mt][0] = r4[0];
-                    bx[mt][1] = r4[1];
-                    bx[mt][2] = r4[2];
-                    bx[mt][3] = r4[3];
-                    ldmatrix_x4(r4, base + 64);
-                    bx[mt][4] = r4[0];
-                    bx[mt][5] = r4[1];
-                    bx[mt][6] = r4[2];
-                    bx[mt][7] = r4[3];
+                    z12_ldsm_b64(bx[mt], base, base + 64);
                 } else {
                     const uint32_t tok = min((uint32_t)(mt * 8 + g), a.m - 1);
                     const uint16_t *xp = a.x + (size_t)tok * a.ldx + kglob + 2 * t;
@@ -212,21 +193,7 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
             }
 #pragma unroll
             for (int j = 0; j < RB; j++)
-#pragma unroll
-                for (int s = 0; s < 4; s++) {
-                    const uint4 &lo = b.p[u][j][s >> 1];
-                    const uint4 &nb4 = b.p[u][j][2];
-                    const uint32_t L0 = (s & 1) ? lo.z : lo.x;
-                    const uint32_t L1 = (s & 1) ? lo.w : lo.y;
-                    const uint32_t N = s == 0 ? nb4.x : (s == 1 ? nb4.y : (s == 2 ? nb4.z : nb4.w));
-                    const uint32_t H0 = ((N & 0x07070707u) + B4) | ((N << 4) & 0x80808080u);
-                    const uint32_t H1 = (((N >> 4) & 0x07070707u) + B4) | (N & 0x80808080u);
-                    const uint32_t a0 = prmt(L0, H0, 0x5140), a1 = prmt(L0, H0, 0x7362);
-                    const uint32_t a2 = prmt(L1, H1, 0x5140), a3 = prmt(L1, H1, 0x7362);
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++)
-                        mma_bf16(acc[j][mt], a0, a1, a2, a3, bx[mt][2 * s], bx[mt][2 * s + 1]);
-                }
+                z12_tile_mma<MT>(acc[j], b.p[u][j], bx, B4);
         }
     };
 
@@ -352,12 +319,12 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
         // batch; without it (or when a block overflows its slots) the list
         // is found through blk_exc, one round later.
         bool done = false;
-        if (a.zx_rk) {
+        if (a.z.zx_rk) {
             constexpr uint32_t CAP = PJ_GEMVZ_XCAP;
             constexpr int IT = 4 * CAP / 32; // NB <= 4
             uint32_t cntv = 0;
             if (lane < NB && rb0 + lane < a.nblk_all)
-                cntv = a.zx_n[rb0 + lane];
+                cntv = a.z.zx_n[rb0 + lane];
             uint32_t rk[IT];
             float c1[IT], c2[IT];
 #pragma unroll
@@ -368,9 +335,9 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
                 if (blk < NB && rb0 + blk < a.nblk_all) {
                     const size_t o =
                         (size_t)rb0 * CAP + idx; // slots of consecutive blocks are adjacent
-                    rk[it] = a.zx_rk[o];
-                    c1[it] = a.zx_c1[o];
-                    c2[it] = a.zx_c2[o];
+                    rk[it] = a.z.zx_rk[o];
+                    c1[it] = a.z.zx_c1[o];
+                    c2[it] = a.z.zx_c2[o];
                 }
             }
             uint32_t tot = 0, over = 0;
@@ -420,14 +387,14 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
         }
         if (!done) {
             if (lane <= NB)
-                bnd[lane] = a.blk_exc[min(rb0 + lane, a.nblk_all)];
+                bnd[lane] = a.z.blk_exc[min(rb0 + lane, a.nblk_all)];
             __syncwarp();
             const uint32_t e_beg = bnd[0];
             const uint32_t ne = bnd[NB] - e_beg;
             const bool glob = ne > PJ_GEMVZ_ECAP;
             if (!glob)
                 for (uint32_t e = lane; e < ne; e += 32) {
-                    const pj_z12_exc ex = a.exc[e_beg + e];
+                    const pj_z12_exc ex = a.z.exc[e_beg + e];
                     e_rk[e] = ex.rk;
                     e_c1[e] = ex.c1;
                     e_c2[e] = ex.c2;
@@ -441,7 +408,7 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
                         below += (e_rk[e] >> 28) < rw;
                 else
                     for (uint32_t e = b0; e < b1; e++)
-                        below += (a.exc[e].rk >> 28) < rw;
+                        below += (a.z.exc[e].rk >> 28) < rw;
                 rowst[rr] = (int)(b0 - e_beg + below);
             }
             if (lane == 0) {
@@ -467,7 +434,7 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
         if (flags[1]) {
             const uint32_t e_beg = bnd[0];
             for (int e = rowst[rr]; e < e1; e++) {
-                const pj_z12_exc ex = a.exc[e_beg + e];
+                const pj_z12_exc ex = a.z.exc[e_beg + e];
                 const float v = bf2f(a.x[(size_t)tok * a.ldx + (ex.rk & 0x0fffffffu)]);
                 s = __fadd_rn(s, __fmul_rn(ex.c1, v));
                 s = __fadd_rn(s, __fmul_rn(ex.c2, v));
