@@ -610,9 +610,30 @@ static size_t gemv_smem(int dual, const pj_eng_knobs *kn, uint32_t m)
     return kn->pipe == 5 ? gemv_ring_smem(kn->nw, kn->u, dual, (int)rb_of(kn), mt_of(m)) : 0;
 }
 
+// Launch configuration of a cluster GEMV (cl = 1): grid gx x ks, one
+// cluster per row group spanning its ks splits.
+static void gemv_cluster_cfg(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *at, uint32_t gx,
+                             const pj_eng_knobs *kn, size_t smem, cudaStream_t s)
+{
+    memset(cfg, 0, sizeof *cfg);
+    memset(at, 0, sizeof *at);
+    cfg->gridDim = dim3(gx, kn->ks);
+    cfg->blockDim = dim3(32u * kn->nw);
+    cfg->dynamicSmemBytes = smem;
+    cfg->stream = s;
+    at->id = cudaLaunchAttributeClusterDimension;
+    at->val.clusterDim.x = 1;
+    at->val.clusterDim.y = kn->ks;
+    at->val.clusterDim.z = 1;
+    cfg->attrs = at;
+    cfg->numAttrs = 1;
+}
+
 static int gemv_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
                       const pj_dev_limits *lim, char *why, size_t whylen)
 {
+    if (kn->cl && (kn->ks < 2 || kn->ks > 16 || kn->pipe > 1 || rb_of(kn) != 1))
+        return fail(why, whylen, -EINVAL, "cl=1 needs ks in 2..16, pipe 0 or 1 and rb=1");
     if (kn->pipe == 4)
         return gemvb_check(dual ? PJ_GB_DUAL : PJ_GB_BF16, kn, c, lim, why, whylen);
     const pj_eng_layer *L = c->L;
@@ -637,8 +658,24 @@ static int gemv_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
         if ((size_t)gx * kn->ks * rb * 16 * 8 * mt_of(c->m) > w.part_floats || gx > w.n_cnt)
             return fail(why, whylen, -ENOSPC, "ks=%u needs more workspace than allocated", kn->ks);
     }
-    GemvFn fn = gemv_pick(dual, kn->nw, kn->u, mt_of(c->m), kn->pipe, kn->minb, (int)rb);
-    return fits_device((const void *)fn, 32u * kn->nw, gemv_smem(dual, kn, c->m), lim, why, whylen);
+    GemvFn fn = gemv_pick(dual, kn->nw, kn->u, mt_of(c->m), kn->pipe, kn->minb, (int)rb, kn->cl);
+    const size_t smem = gemv_smem(dual, kn, c->m);
+    int rc = fits_device((const void *)fn, 32u * kn->nw, smem, lim, why, whylen);
+    if (rc || !kn->cl)
+        return rc;
+    // Clusters above 8 CTAs are not portable: ask, then check that at
+    // least one cluster of this shape can be placed.
+    cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    cudaGetLastError();
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute at;
+    gemv_cluster_cfg(&cfg, &at, cdiv(cdiv(c->n, 16), rb), kn, smem, nullptr);
+    int ncl = 0;
+    if (cudaOccupancyMaxActiveClusters(&ncl, (const void *)fn, &cfg) != cudaSuccess || ncl < 1) {
+        cudaGetLastError();
+        return fail(why, whylen, -ERANGE, "cl=1: no cluster of %u CTAs fits", kn->ks);
+    }
+    return 0;
 }
 
 static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_dev_limits *lim,
@@ -686,6 +723,8 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
 static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
                        const pj_dev_limits *lim, char *why, size_t whylen)
 {
+    if (kn->cl)
+        return fail(why, whylen, -EINVAL, "cl=1 is a knob of the GEMV forms (m <= 32)");
     const pj_eng_layer *L = c->L;
     if (dual ? L->fmt != PJ_FMT_SPLIT || !L->lo : !L->w || L->fmt == PJ_FMT_SPLIT)
         return fail(why, whylen, -ENOTSUP, "layer has no %s weights", dual ? "hi/lo" : "bf16");
@@ -928,9 +967,15 @@ static int gemv_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, c
     if (kn->ks > 1 && !c->ws)
         return -EINVAL;
     const uint32_t rb = rb_of(kn);
-    GemvFn fn = gemv_pick(dual, kn->nw, kn->u, mt_of(c->m), kn->pipe, kn->minb, (int)rb);
+    GemvFn fn = gemv_pick(dual, kn->nw, kn->u, mt_of(c->m), kn->pipe, kn->minb, (int)rb, kn->cl);
     if (!fn)
         return -ENOENT;
+    if (kn->cl) {
+        cudaLaunchConfig_t cfg;
+        cudaLaunchAttribute at;
+        gemv_cluster_cfg(&cfg, &at, cdiv(cdiv(c->n, 16), rb), kn, gemv_smem(dual, kn, c->m), s);
+        return cudaLaunchKernelEx(&cfg, fn, a) == cudaSuccess ? launch_rc() : -EIO;
+    }
     dim3 grid(cdiv(cdiv(c->n, 16), rb), kn->ks);
     fn<<<grid, 32 * kn->nw, gemv_smem(dual, kn, c->m), s>>>(a);
     return launch_rc();

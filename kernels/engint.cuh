@@ -41,7 +41,8 @@ static inline size_t gemv_ring_smem(int nw, int u, int dual, int rb, int mt)
 {
     return (size_t)nw * PJ_GV_STAGES * u * gemv_pieces(dual, rb, mt) * 512;
 }
-GemvFn gemv_pick(int dual, int nw, int u, int mt, int pipe, int minb, int rb);
+// cl = 1: the cluster (DSMEM) split-K reduction variants (rb = 1, pipe 0/1).
+GemvFn gemv_pick(int dual, int nw, int u, int mt, int pipe, int minb, int rb, int cl);
 
 // The streamed GEMV (gemvs.cu; gemv / router with pipe = 2).
 #define PJ_GEMVS_MAX_STAGES 8

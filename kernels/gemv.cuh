@@ -16,8 +16,12 @@
 // deterministic.
 #pragma once
 
+#include <cooperative_groups.h>
+
 #include "kernels/engint.cuh"
 #include "kernels/pjdev.cuh"
+
+namespace cg = cooperative_groups;
 
 template <int NW, int MINB> struct GemvBounds {
     // MINB = 1 caps registers at 128 per thread (two 256-thread CTAs per SM).
@@ -32,7 +36,10 @@ template <int U, int MT, int DUAL, int RB> struct GemvBatch {
 
 // RB row blocks per warp share each x fragment (x is read once per RB
 // blocks: what keeps L2 -> SM traffic down at m = 16..32).
-template <int NW, int U, int MT, int PIPE, int DUAL, int MINB, int RB>
+// CL = 1: the ks CTAs of a row group form one thread-block cluster and the
+// split-K partials meet in distributed shared memory (two cluster barriers)
+// instead of global memory, a fence, an atomic and a re-read.
+template <int NW, int U, int MT, int PIPE, int DUAL, int MINB, int RB, int CL = 0>
 __global__ void __launch_bounds__(NW * 32, (GemvBounds<NW, MINB>::min_blocks))
     gemv_kernel(const GemvArgs a)
 {
@@ -233,6 +240,31 @@ __global__ void __launch_bounds__(NW * 32, (GemvBounds<NW, MINB>::min_blocks))
         }
         return;
     }
+    if constexpr (CL) {
+        // Cluster rank = split (cluster dims 1 x ks); every output is the sum
+        // of the ks partials in split order, as in the global path.
+        __shared__ float cpart[ROWS * MTOK];
+        for (uint32_t idx = threadIdx.x; idx < nout; idx += NW * 32)
+            cpart[idx] = warp_sum(idx);
+        cg::cluster_group cluster = cg::this_cluster();
+        cluster.sync();
+        // Outputs are dealt to the ranks in CTA-sized chunks, so at m = 16..32
+        // several CTAs sum at once; each output still in split order.
+        for (uint32_t idx = cluster.block_rank() * NW * 32 + threadIdx.x; idx < nout;
+             idx += a.ks * NW * 32) {
+            const uint32_t row = idx % ROWS, tok = idx / ROWS;
+            const uint32_t grow = cb * ROWS + row;
+            if (grow >= a.n || tok >= a.m)
+                continue;
+            float s = 0.f;
+#pragma unroll 4
+            for (uint32_t j = 0; j < a.ks; j++)
+                s += cluster.map_shared_rank(cpart, j)[idx];
+            a.y[(size_t)tok * a.ldy + grow] = f2bf(s);
+        }
+        cluster.sync(); // every CTA's shared memory stays until rank 0 has read it
+        return;
+    }
     for (uint32_t idx = threadIdx.x; idx < nout; idx += NW * 32)
         a.ws[pbase + (size_t)split * nout + idx] = warp_sum(idx);
     if (!splitk_arrive_last(a.cnt + cb, a.ks, &s_last))
@@ -333,6 +365,58 @@ template <int DUAL> static GemvFn gemv_pick_t(int nw, int u, int mt, int pipe, i
         return gemv_pick_u<DUAL, 8>(u, mt, pipe, minb, rb);
     case 16:
         return gemv_pick_u<DUAL, 16>(u, mt, pipe, minb, rb);
+    }
+    return nullptr;
+}
+
+// Cluster variants (CL = 1): one row block per warp, register batches
+// (PIPE 0/1), U <= 4.
+template <int DUAL, int NW, int U, int MT> static GemvFn gemv_pick_cl_mb(int pipe, int minb)
+{
+    if (pipe > 1)
+        return nullptr;
+    if (!minb)
+        return pipe ? &gemv_kernel<NW, U, MT, 1, DUAL, 0, 1, 1>
+                    : &gemv_kernel<NW, U, MT, 0, DUAL, 0, 1, 1>;
+    if constexpr (NW == 16)
+        return nullptr; // 512 threads already cap registers at 128
+    else
+        return pipe ? &gemv_kernel<NW, U, MT, 1, DUAL, 1, 1, 1>
+                    : &gemv_kernel<NW, U, MT, 0, DUAL, 1, 1, 1>;
+}
+template <int DUAL, int NW, int U> static GemvFn gemv_pick_cl_mt(int mt, int pipe, int minb)
+{
+    switch (mt) {
+    case 1:
+        return gemv_pick_cl_mb<DUAL, NW, U, 1>(pipe, minb);
+    case 2:
+        return gemv_pick_cl_mb<DUAL, NW, U, 2>(pipe, minb);
+    case 4:
+        return gemv_pick_cl_mb<DUAL, NW, U, 4>(pipe, minb);
+    }
+    return nullptr;
+}
+template <int DUAL, int NW> static GemvFn gemv_pick_cl_u(int u, int mt, int pipe, int minb)
+{
+    switch (u) {
+    case 1:
+        return gemv_pick_cl_mt<DUAL, NW, 1>(mt, pipe, minb);
+    case 2:
+        return gemv_pick_cl_mt<DUAL, NW, 2>(mt, pipe, minb);
+    case 4:
+        return gemv_pick_cl_mt<DUAL, NW, 4>(mt, pipe, minb);
+    }
+    return nullptr;
+}
+template <int DUAL> static GemvFn gemv_pick_cl_t(int nw, int u, int mt, int pipe, int minb)
+{
+    switch (nw) {
+    case 4:
+        return gemv_pick_cl_u<DUAL, 4>(u, mt, pipe, minb);
+    case 8:
+        return gemv_pick_cl_u<DUAL, 8>(u, mt, pipe, minb);
+    case 16:
+        return gemv_pick_cl_u<DUAL, 16>(u, mt, pipe, minb);
     }
     return nullptr;
 }

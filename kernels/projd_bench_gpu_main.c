@@ -301,9 +301,9 @@ typedef struct cand {
 
 #define MAX_CAND 2048
 
-/* --tune-new: the table being improved; its entries compete with cuBLAS and
- * the GEMVs' shared-memory prefetch (pipe = 5) only, the rest of the sweep
- * is skipped. */
+/* --tune-new: the table being improved; its entries compete with cuBLAS,
+ * gemvz's shared-memory prefetch (pipe = 5) and the cluster split-K GEMVs
+ * (cl = 1) only; the rest of the sweep is skipped. */
 static const pj_tune_table *g_old;
 
 static const pj_tune_entry *old_entry(const char *layer, uint32_t m)
@@ -381,6 +381,32 @@ static int add_prefetch(const layer_def *d, uint32_t m, cand *cs, int n)
     return n;
 }
 
+/* gemv and the router with the cluster split-K reduction (cl = 1): warps,
+ * chunks per batch, K split (the cluster size), pipelining, register cap. */
+static int add_cluster(const layer_def *d, cand *cs, int n)
+{
+    static const uint8_t nws[] = {4, 8, 16}, us[] = {1, 2, 4}, kss[] = {2, 4, 8, 16};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++)
+            for (int q = 0; q < 4; q++)
+                for (int p = 0; p < 2; p++)
+                    for (int mb = 0; mb < 2; mb++) {
+                        if (n >= MAX_CAND)
+                            return n;
+                        memset(&cs[n], 0, sizeof cs[n]);
+                        cs[n].k = d->fmt == PJ_FMT_SPLIT ? PJ_ENG_ROUTER : PJ_ENG_GEMV;
+                        cs[n].kn.cl = 1;
+                        cs[n].kn.nw = nws[i];
+                        cs[n].kn.u = us[j];
+                        cs[n].kn.ks = kss[q];
+                        cs[n].kn.pipe = (uint8_t)p;
+                        cs[n].kn.minb = (uint8_t)mb;
+                        cs[n].kn.rb = 1;
+                        n++;
+                    }
+    return n;
+}
+
 static int gen_candidates(int li, uint32_t m, cand *cs)
 {
     int n = 0;
@@ -411,6 +437,7 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
         if (m > 32)
             return n;
         n = add_prefetch(d, m, cs, n);
+        n = add_cluster(d, cs, n);
         return n;
     }
     if (d->fmt != PJ_FMT_SPLIT && m <= 32) {
@@ -489,6 +516,7 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
     if (m <= 32) {
         n = add_balanced(d, cs, n);
         n = add_prefetch(d, m, cs, n);
+        n = add_cluster(d, cs, n);
     }
     return n;
 }

@@ -158,7 +158,7 @@ START_TEST(knob_strings)
     ck_assert_uint_eq(kn.nw, 8);
     ck_assert_uint_eq(kn.ks, 4);
     pj_eng_knobs_str(PJ_ENG_GEMV, &kn, buf, sizeof buf);
-    ck_assert_str_eq(buf, "nw=8,ks=4,u=2,pipe=1,minb=0,r=0,rb=0");
+    ck_assert_str_eq(buf, "nw=8,ks=4,u=2,pipe=1,minb=0,r=0,rb=0,cl=0");
     pj_eng_knobs before = kn;
     ck_assert_int_eq(pj_eng_knobs_parse("nw=8,bogus=1", &kn, err, sizeof err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "bogus"));

@@ -173,7 +173,7 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
 {
     char err[256], ctx[128];
     double t0 = now_s();
-    unsigned long long f0 = n_fail, c0 = n_checks;
+    unsigned long long f0 = n_fail, c0 = n_checks, ncl = 0;
     static const uint8_t nws[] = {4, 8, 16};
     static const uint8_t us[] = {1, 2, 4, 8};
     for (int mi = 0; mi < nm; mi++) {
@@ -200,25 +200,33 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
                 for (int j = 0; j < 4; j++)
                     for (int p = 0; p < 3; p++)
                         for (int x = 0; x < (k == PJ_ENG_GEMVZ && p == 2 ? 3 : 2); x++)
-                            for (int r = 1; r <= (k == PJ_ENG_GEMVZ ? 2 : 1); r *= 2)
-                                for (int rb = 1; rb <= 4; rb *= 2) {
-                                    memset(&kn, 0, sizeof kn);
-                                    kn.nw = nws[i];
-                                    kn.u = us[j];
-                                    kn.pipe = pipes[p];
-                                    kn.ks = kslist[s];
-                                    kn.r = (uint8_t)r;
-                                    kn.rb = (uint8_t)rb;
-                                    if (k == PJ_ENG_GEMVZ)
-                                        kn.xs = (uint8_t)x;
-                                    else
-                                        kn.minb = (uint8_t)x;
-                                    check_one(c, ws, k, &kn, ctx);
-                                }
+                            for (int cl = 0; cl < (k == PJ_ENG_GEMVZ || p == 2 ? 1 : 2); cl++)
+                                for (int r = 1; r <= (k == PJ_ENG_GEMVZ ? 2 : 1); r *= 2)
+                                    for (int rb = 1; rb <= 4; rb *= 2) {
+                                        memset(&kn, 0, sizeof kn);
+                                        kn.nw = nws[i];
+                                        kn.u = us[j];
+                                        kn.pipe = pipes[p];
+                                        kn.ks = kslist[s];
+                                        kn.r = (uint8_t)r;
+                                        kn.cl = (uint8_t)cl;
+                                        kn.rb = (uint8_t)rb;
+                                        if (k == PJ_ENG_GEMVZ)
+                                            kn.xs = (uint8_t)x;
+                                        else
+                                            kn.minb = (uint8_t)x;
+                                        const unsigned long long before = n_checks;
+                                        check_one(c, ws, k, &kn, ctx);
+                                        ncl += cl ? n_checks - before : 0;
+                                    }
         }
     }
-    printf("B %-7s on %-9s: %llu checks, %llu failed (%.1f s)\n", pj_eng_name(k), L->L.name,
-           n_checks - c0, n_fail - f0, now_s() - t0);
+    /* cl = 1 is refused silently where no cluster fits: insist that the
+     * router's sweep (ks 8 and 16 at m <= 32) ran some. */
+    if (k == PJ_ENG_ROUTER && mlist[0] <= 32 && !ncl)
+        fail_line("variants %s: no cl=1 variant ran", L->L.name);
+    printf("B %-7s on %-9s: %llu checks (%llu cl=1), %llu failed (%.1f s)\n", pj_eng_name(k),
+           L->L.name, n_checks - c0, ncl, n_fail - f0, now_s() - t0);
     fflush(stdout);
 }
 
@@ -329,7 +337,7 @@ static void part_b(pj_chk_ctx *c)
     static const uint32_t mzq[] = {1, 13, 32};
     static const uint8_t ks124[] = {1, 2, 4};
     static const uint8_t ks12[] = {1, 2};
-    static const uint8_t ksr[] = {1, 8, 64};
+    static const uint8_t ksr[] = {1, 8, 16, 64};
     static const uint32_t mg[] = {1, 8, 13, 32};
     static const uint32_t mr[] = {1, 9, 32};
     static const uint32_t mt[] = {33, 100, 128, 256};
@@ -361,7 +369,7 @@ static void part_b(pj_chk_ctx *c)
     sweep_streamed(c, &o, &wo, PJ_ENG_GEMV, ms2, quick ? 3 : 6);
     sweep_streamed(c, &un, &wu, PJ_ENG_GEMV, ms2, 2);
     sweep_streamed(c, &rt, &wr, PJ_ENG_ROUTER, ms2, quick ? 3 : 6);
-    sweep_variants(c, &rt, &wr, PJ_ENG_ROUTER, mr, quick ? 2 : 3, ksr, 3);
+    sweep_variants(c, &rt, &wr, PJ_ENG_ROUTER, mr, quick ? 2 : 3, ksr, 4);
     sweep_variants(c, &o, &wo, PJ_ENG_SPLITK, mt, quick ? 2 : 4, kst, 2);
     sweep_variants(c, &rt, &wr, PJ_ENG_ROUTER, mtr, quick ? 2 : 3, kstr, 2);
     pj_eng_ws_free(&wo);
