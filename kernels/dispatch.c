@@ -46,7 +46,7 @@ static const knob_def knob_defs[] = {
     {"tile", offsetof(pj_eng_knobs, tile), 15, EB(PJ_ENG_SPLITK) | EB(PJ_ENG_ROUTER)},
     {"algo", offsetof(pj_eng_knobs, algo), 1, EB(PJ_ENG_CUBLAS)},
     {"rb", offsetof(pj_eng_knobs, rb), 4, EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ)},
-    {"cl", offsetof(pj_eng_knobs, cl), 1, EB(PJ_ENG_GEMV) | EB(PJ_ENG_ROUTER)},
+    {"cl", offsetof(pj_eng_knobs, cl), 1, EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER)},
 };
 #define N_KNOBS (sizeof knob_defs / sizeof knob_defs[0])
 

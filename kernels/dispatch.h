@@ -63,7 +63,8 @@ typedef struct pj_eng_knobs {
     uint8_t tile; /* splitk/router-splitk: tile configuration index */
     uint8_t algo; /* cublas: 0 = cublasGemmEx default, 1 = cublasLt heuristic */
     uint8_t rb;   /* gemv/gemvz: row blocks per warp sharing x fragments (0 or 1 = one) */
-    uint8_t cl;   /* gemv/router (pipe 0/1, rb 1, ks 2..16): 1 = the ks CTAs of a row
+    uint8_t cl;   /* gemv/router (pipe 0/1, rb 1, ks 2..16), gemvz (pipe 5, rb 1,
+                   * xs 0/2, ks 2..16): 1 = the ks CTAs of a row
                    * block form a thread-block cluster and sum their partials in
                    * distributed shared memory */
 } pj_eng_knobs;

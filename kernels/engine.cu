@@ -612,21 +612,39 @@ static size_t gemv_smem(int dual, const pj_eng_knobs *kn, uint32_t m)
 
 // Launch configuration of a cluster GEMV (cl = 1): grid gx x ks, one
 // cluster per row group spanning its ks splits.
-static void gemv_cluster_cfg(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *at, uint32_t gx,
-                             const pj_eng_knobs *kn, size_t smem, cudaStream_t s)
+static void cluster_cfg(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *at, uint32_t gx, uint32_t ks,
+                        unsigned threads, size_t smem, cudaStream_t s)
 {
     memset(cfg, 0, sizeof *cfg);
     memset(at, 0, sizeof *at);
-    cfg->gridDim = dim3(gx, kn->ks);
-    cfg->blockDim = dim3(32u * kn->nw);
+    cfg->gridDim = dim3(gx, ks);
+    cfg->blockDim = dim3(threads);
     cfg->dynamicSmemBytes = smem;
     cfg->stream = s;
     at->id = cudaLaunchAttributeClusterDimension;
     at->val.clusterDim.x = 1;
-    at->val.clusterDim.y = kn->ks;
+    at->val.clusterDim.y = ks;
     at->val.clusterDim.z = 1;
     cfg->attrs = at;
     cfg->numAttrs = 1;
+}
+
+// Clusters above 8 CTAs are not portable: ask for them, then check that at
+// least one cluster of this shape can be placed on the device.
+static int cluster_fits(const void *fn, uint32_t gx, uint32_t ks, unsigned threads, size_t smem,
+                        char *why, size_t whylen)
+{
+    cudaFuncSetAttribute(fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    cudaGetLastError();
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute at;
+    cluster_cfg(&cfg, &at, gx, ks, threads, smem, nullptr);
+    int ncl = 0;
+    if (cudaOccupancyMaxActiveClusters(&ncl, fn, &cfg) != cudaSuccess || ncl < 1) {
+        cudaGetLastError();
+        return fail(why, whylen, -ERANGE, "cl=1: no cluster of %u CTAs fits", ks);
+    }
+    return 0;
 }
 
 static int gemv_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
@@ -663,19 +681,8 @@ static int gemv_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
     int rc = fits_device((const void *)fn, 32u * kn->nw, smem, lim, why, whylen);
     if (rc || !kn->cl)
         return rc;
-    // Clusters above 8 CTAs are not portable: ask, then check that at
-    // least one cluster of this shape can be placed.
-    cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    cudaGetLastError();
-    cudaLaunchConfig_t cfg;
-    cudaLaunchAttribute at;
-    gemv_cluster_cfg(&cfg, &at, cdiv(cdiv(c->n, 16), rb), kn, smem, nullptr);
-    int ncl = 0;
-    if (cudaOccupancyMaxActiveClusters(&ncl, (const void *)fn, &cfg) != cudaSuccess || ncl < 1) {
-        cudaGetLastError();
-        return fail(why, whylen, -ERANGE, "cl=1: no cluster of %u CTAs fits", kn->ks);
-    }
-    return 0;
+    return cluster_fits((const void *)fn, cdiv(cdiv(c->n, 16), rb), kn->ks, 32u * kn->nw, smem, why,
+                        whylen);
 }
 
 static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_dev_limits *lim,
@@ -715,9 +722,17 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
         if ((size_t)gx * kn->ks * kn->r * rb * 16 * 8 * mt > w.part_floats || gx > w.n_cnt)
             return fail(why, whylen, -ENOSPC, "ks=%u needs more workspace than allocated", kn->ks);
     }
-    GemvzFn fn = gemvz_pick(kn->nw, kn->u, mt, kn->pipe, kn->xs, (int)rb);
+    if (kn->cl && (kn->ks < 2 || kn->ks > 16 || kn->pipe != 5 || rb != 1 || kn->xs == 1))
+        return fail(why, whylen, -EINVAL, "cl=1 needs ks in 2..16, pipe=5, rb=1 and xs 0 or 2");
+    GemvzFn fn = kn->cl ? gemvz_pick_cl(kn->nw, kn->u, mt, kn->pipe, kn->xs, (int)rb)
+                        : gemvz_pick(kn->nw, kn->u, mt, kn->pipe, kn->xs, (int)rb);
     size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, rb, L->K / kn->ks, kn->u, kn->pipe);
-    return fits_device((const void *)fn, 32u * kn->nw * kn->r + 32, smem, lim, why, whylen);
+    const unsigned threads = 32u * kn->nw * kn->r + 32;
+    int rc = fits_device((const void *)fn, threads, smem, lim, why, whylen);
+    if (rc || !kn->cl)
+        return rc;
+    return cluster_fits((const void *)fn, cdiv(nblk, kn->r * rb), kn->ks, threads, smem, why,
+                        whylen);
 }
 
 static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
@@ -973,7 +988,8 @@ static int gemv_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, c
     if (kn->cl) {
         cudaLaunchConfig_t cfg;
         cudaLaunchAttribute at;
-        gemv_cluster_cfg(&cfg, &at, cdiv(cdiv(c->n, 16), rb), kn, gemv_smem(dual, kn, c->m), s);
+        cluster_cfg(&cfg, &at, cdiv(cdiv(c->n, 16), rb), kn->ks, 32u * kn->nw,
+                    gemv_smem(dual, kn, c->m), s);
         return cudaLaunchKernelEx(&cfg, fn, a) == cudaSuccess ? launch_rc() : -EIO;
     }
     dim3 grid(cdiv(cdiv(c->n, 16), rb), kn->ks);
@@ -1006,10 +1022,18 @@ static int gemvz_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream
         return -EINVAL;
     const int mt = mt_of(c->m);
     const uint32_t rb = rb_of(kn);
-    GemvzFn fn = gemvz_pick(kn->nw, kn->u, mt, kn->pipe, kn->xs, (int)rb);
+    GemvzFn fn = kn->cl ? gemvz_pick_cl(kn->nw, kn->u, mt, kn->pipe, kn->xs, (int)rb)
+                        : gemvz_pick(kn->nw, kn->u, mt, kn->pipe, kn->xs, (int)rb);
     if (!fn)
         return -ENOENT;
     size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, rb, a.kc, kn->u, kn->pipe);
+    if (kn->cl) {
+        cudaLaunchConfig_t cfg;
+        cudaLaunchAttribute at;
+        cluster_cfg(&cfg, &at, cdiv(a.nblk, kn->r * rb), kn->ks, 32u * kn->nw * kn->r + 32, smem,
+                    s);
+        return cudaLaunchKernelEx(&cfg, fn, a) == cudaSuccess ? launch_rc() : -EIO;
+    }
     dim3 grid(cdiv(a.nblk, kn->r * rb), kn->ks);
     fn<<<grid, 32 * kn->nw * kn->r + 32, smem, s>>>(a);
     return launch_rc();

@@ -98,6 +98,8 @@ struct GemvzArgs {
 };
 typedef void (*GemvzFn)(GemvzArgs);
 GemvzFn gemvz_pick(int nw, int u, int mt, int pipe, int xs, int rb);
+// The cluster (DSMEM) split-K variants: pipe = 5, rb = 1, xs 0 or 2.
+GemvzFn gemvz_pick_cl(int nw, int u, int mt, int pipe, int xs, int rb);
 // Dynamic shared memory of a gemvz launch.
 size_t gemvz_smem(int nw, int mt, int xs, uint32_t r, uint32_t rb, uint32_t kc, int u, int pipe);
 // Largest R for a given NW (threads = R * NW * 32 + 32 within the kernel's

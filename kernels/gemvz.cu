@@ -17,9 +17,13 @@
 // in list order, to the finished sum (warp order, then split order): the
 // sum order is fixed, so the result is deterministic, and for a one-hot x
 // the decoded value is cancelled and restored exactly.
+#include <cooperative_groups.h>
+
 #include "kernels/engint.cuh"
 #include "kernels/pjdev.cuh"
 #include "kernels/z12dev.cuh"
+
+namespace cg = cooperative_groups;
 
 static __host__ __device__ inline size_t al16(size_t v)
 {
@@ -93,7 +97,9 @@ template <int NW> struct GemvzBounds {
     static constexpr int threads = NW == 16 ? 544 : 288;
 };
 
-template <int NW, int U, int MT, int PIPE, int XS, int RB>
+// CL = 1 (pipe = 5, rb = 1): the ks CTAs of a row group are one cluster and
+// sum their partials through distributed shared memory (see gemv.cuh).
+template <int NW, int U, int MT, int PIPE, int XS, int RB, int CL = 0>
 __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const GemvzArgs a)
 {
     constexpr int MTOK = MT * 8;
@@ -460,6 +466,24 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
         return s;
     };
 
+    if constexpr (CL) {
+        // Every rank holds the same row blocks' exception lists (its own
+        // exception warp built them), so any rank can finish any output.
+        __shared__ float cpart[4 * 16 * MTOK]; // NB <= 4
+        for (uint32_t idx = threadIdx.x; idx < nout; idx += NT)
+            cpart[idx] = warp_sum(idx);
+        cg::cluster_group cluster = cg::this_cluster();
+        cluster.sync();
+        for (uint32_t idx = cluster.block_rank() * NT + threadIdx.x; idx < nout; idx += a.ks * NT) {
+            float s = 0.f;
+#pragma unroll 4
+            for (uint32_t j = 0; j < a.ks; j++)
+                s += cluster.map_shared_rank(cpart, j)[idx];
+            finish(s, idx);
+        }
+        cluster.sync(); // keep every rank's partials until all have been read
+        return;
+    }
     if (a.ks == 1) {
         for (uint32_t idx = threadIdx.x; idx < nout; idx += NT)
             finish(warp_sum(idx), idx);
@@ -542,6 +566,53 @@ template <int NW> static GemvzFn gz_pick_u(int u, int mt, int pipe, int xs, int 
         return gz_pick_mt<NW, 2>(mt, pipe, xs, rb);
     case 4:
         return gz_pick_mt<NW, 4>(mt, pipe, xs, rb);
+    }
+    return nullptr;
+}
+
+// Cluster variants: pipe = 5 (PIPE 2), rb = 1, x from global or the ring.
+template <int NW, int U> static GemvzFn gz_pick_cl_mt(int mt, int xs)
+{
+    switch (mt * 4 + xs) {
+    case 4:
+        return &gemvz_kernel<NW, U, 1, 2, 0, 1, 1>;
+    case 6:
+        return &gemvz_kernel<NW, U, 1, 2, 2, 1, 1>;
+    case 8:
+        return &gemvz_kernel<NW, U, 2, 2, 0, 1, 1>;
+    case 10:
+        return &gemvz_kernel<NW, U, 2, 2, 2, 1, 1>;
+    case 16:
+        return &gemvz_kernel<NW, U, 4, 2, 0, 1, 1>;
+    case 18:
+        return &gemvz_kernel<NW, U, 4, 2, 2, 1, 1>;
+    }
+    return nullptr;
+}
+template <int NW> static GemvzFn gz_pick_cl_u(int u, int mt, int xs)
+{
+    switch (u) {
+    case 1:
+        return gz_pick_cl_mt<NW, 1>(mt, xs);
+    case 2:
+        return gz_pick_cl_mt<NW, 2>(mt, xs);
+    case 4:
+        return gz_pick_cl_mt<NW, 4>(mt, xs);
+    }
+    return nullptr;
+}
+
+GemvzFn gemvz_pick_cl(int nw, int u, int mt, int pipe, int xs, int rb)
+{
+    if (pipe != 5 || rb != 1)
+        return nullptr;
+    switch (nw) {
+    case 4:
+        return gz_pick_cl_u<4>(u, mt, xs);
+    case 8:
+        return gz_pick_cl_u<8>(u, mt, xs);
+    case 16:
+        return gz_pick_cl_u<16>(u, mt, xs);
     }
     return nullptr;
 }

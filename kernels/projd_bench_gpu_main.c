@@ -378,6 +378,27 @@ static int add_prefetch(const layer_def *d, uint32_t m, cand *cs, int n)
                             cs[n].kn.r = (uint8_t)r;
                             n++;
                         }
+    /* The same with the cluster split-K reduction: finer K splits without
+     * the global epilogue. */
+    static const uint8_t ksc[] = {2, 4, 8};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++)
+            for (int q = 0; q < 3; q++)
+                for (int x = 0; x < 2; x++) {
+                    if (n >= MAX_CAND)
+                        return n;
+                    memset(&cs[n], 0, sizeof cs[n]);
+                    cs[n].k = PJ_ENG_GEMVZ;
+                    cs[n].kn.pipe = 5;
+                    cs[n].kn.cl = 1;
+                    cs[n].kn.nw = nws[i];
+                    cs[n].kn.u = us[j];
+                    cs[n].kn.ks = ksc[q];
+                    cs[n].kn.rb = 1;
+                    cs[n].kn.xs = (uint8_t)(x ? 2 : 0);
+                    cs[n].kn.r = 1;
+                    n++;
+                }
     return n;
 }
 

@@ -200,7 +200,7 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
                 for (int j = 0; j < 4; j++)
                     for (int p = 0; p < 3; p++)
                         for (int x = 0; x < (k == PJ_ENG_GEMVZ && p == 2 ? 3 : 2); x++)
-                            for (int cl = 0; cl < (k == PJ_ENG_GEMVZ || p == 2 ? 1 : 2); cl++)
+                            for (int cl = 0; cl < ((k == PJ_ENG_GEMVZ) == (p == 2) ? 2 : 1); cl++)
                                 for (int r = 1; r <= (k == PJ_ENG_GEMVZ ? 2 : 1); r *= 2)
                                     for (int rb = 1; rb <= 4; rb *= 2) {
                                         memset(&kn, 0, sizeof kn);
@@ -222,8 +222,8 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
         }
     }
     /* cl = 1 is refused silently where no cluster fits: insist that the
-     * router's sweep (ks 8 and 16 at m <= 32) ran some. */
-    if (k == PJ_ENG_ROUTER && mlist[0] <= 32 && !ncl)
+     * router's and gemvz's sweeps (ks >= 2 at m <= 32) ran some. */
+    if ((k == PJ_ENG_ROUTER || k == PJ_ENG_GEMVZ) && mlist[0] <= 32 && !ncl)
         fail_line("variants %s: no cl=1 variant ran", L->L.name);
     printf("B %-7s on %-9s: %llu checks (%llu cl=1), %llu failed (%.1f s)\n", pj_eng_name(k),
            L->L.name, n_checks - c0, ncl, n_fail - f0, now_s() - t0);
