@@ -10,9 +10,12 @@
 // lanes of a row read 64 contiguous bytes per load.
 //
 // Loads are batched U chunks of 32 k; PIPE = 1 issues the next batch
-// before the current batch's mma. Cross-warp sums go through shared memory
-// in warp order; across CTAs (ks > 1) the last CTA to arrive sums the
-// partials in split order. Both orders are fixed: the result is
+// before the current batch's mma; PIPE = 2 (knob pipe = 5) keeps
+// PJ_GV_STAGES - 1 batches in flight in a per-lane cp.async ring in shared
+// memory. Cross-warp sums go through shared memory in warp order; across
+// CTAs (ks > 1) the last CTA to arrive sums the partials in split order, or
+// (CL = 1) the ks CTAs of one cluster sum them through distributed shared
+// memory in the same order. Both orders are fixed: the result is
 // deterministic.
 #pragma once
 

@@ -7,8 +7,14 @@
 // four byte permutes per k16 step) and feeds mma.m16n8k16. The format's k
 // order is the mma's own, so x must come as the standard B fragment (pairs
 // of k at 2t and 2t + 8): either staged in shared memory for the CTA's K
-// range and read with ldmatrix (XS = 1), or read as 4-byte pairs from
-// global/L1 (XS = 0).
+// range and read with ldmatrix (XS = 1), read as 4-byte pairs from
+// global/L1 (XS = 0), or (XS = 2, with PIPE = 2) copied per tile into the
+// warp's prefetch ring next to the weights and read with ldmatrix.
+//
+// Loads: PIPE = 0 one register batch of U tiles at a time, PIPE = 1 two,
+// PIPE = 2 (knob pipe = 5) a per-lane cp.async ring of PJ_GZ_STAGES
+// batches in shared memory. K splits across CTAs meet in global memory,
+// or (CL = 1, knob cl) in distributed shared memory within a cluster.
 //
 // One extra warp prepares the exceptions while the others stream: it copies
 // the CTA's entries and the x values they multiply into shared memory and
