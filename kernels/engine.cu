@@ -615,8 +615,8 @@ static size_t gemv_smem(int dual, const pj_eng_knobs *kn, uint32_t m)
 static void cluster_cfg(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *at, uint32_t gx, uint32_t ks,
                         unsigned threads, size_t smem, cudaStream_t s)
 {
-    memset(cfg, 0, sizeof *cfg);
-    memset(at, 0, sizeof *at);
+    *cfg = cudaLaunchConfig_t{};
+    *at = cudaLaunchAttribute{};
     cfg->gridDim = dim3(gx, ks);
     cfg->blockDim = dim3(threads);
     cfg->dynamicSmemBytes = smem;
@@ -874,22 +874,44 @@ static uint32_t sm_count_cached(void)
     return sms > 0 ? (uint32_t)sms : 1u;
 }
 
+static EngIo io_of(const pj_eng_call *c, int dual)
+{
+    const pj_eng_layer *L = c->L;
+    EngIo io;
+    io.w0 = L->w;
+    io.w1 = dual ? L->lo : L->w;
+    io.ldw = L->ldw;
+    io.N = L->N;
+    io.x = c->x;
+    io.ldx = c->ldx;
+    io.y = c->y;
+    io.ldy = c->ldy;
+    io.m = c->m;
+    io.n = c->n;
+    return io;
+}
+
+static Z12Src z12_src(const pj_eng_layer *L)
+{
+    Z12Src z;
+    z.tiles = L->z_tiles;
+    z.blk_exc = L->z_blk_exc;
+    z.exc = L->z_exc;
+    z.zx_n = L->zx_n;
+    z.zx_rk = L->zx_rk;
+    z.zx_c1 = L->zx_c1;
+    z.zx_c2 = L->zx_c2;
+    z.base = L->z_base;
+    return z;
+}
+
 static int gemvs_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream_t s)
 {
     const pj_eng_layer *L = c->L;
     if (!c->ws)
         return -EINVAL;
     GemvsArgs a;
-    a.w0 = L->w;
-    a.w1 = dual ? L->lo : L->w;
-    a.ldw = L->ldw;
-    a.N = L->N;
-    a.x = c->x;
-    a.ldx = c->ldx;
-    a.y = c->y;
-    a.ldy = c->ldy;
-    a.m = c->m;
-    a.n = c->n;
+    static_cast<EngIo &>(a) = io_of(c, dual);
     a.nkc = kn->ks;
     a.kc = L->K / kn->ks;
     const uint32_t rb = rb_of(kn);
@@ -909,20 +931,6 @@ static int gemvs_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, 
     return launch_rc();
 }
 
-static Z12Src z12_src(const pj_eng_layer *L)
-{
-    Z12Src z;
-    z.tiles = L->z_tiles;
-    z.blk_exc = L->z_blk_exc;
-    z.exc = L->z_exc;
-    z.zx_n = L->zx_n;
-    z.zx_rk = L->zx_rk;
-    z.zx_c1 = L->zx_c1;
-    z.zx_c2 = L->zx_c2;
-    z.base = L->z_base;
-    return z;
-}
-
 static int gemvb_launch(int kind, const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream_t s)
 {
     const pj_eng_layer *L = c->L;
@@ -930,22 +938,11 @@ static int gemvb_launch(int kind, const pj_eng_knobs *kn, const pj_eng_call *c, 
         return -EINVAL;
     GemvbArgs a;
     memset(&a, 0, sizeof a);
-    if (kind == PJ_GB_Z12) {
+    static_cast<EngIo &>(a) = io_of(c, kind == PJ_GB_DUAL);
+    if (kind == PJ_GB_Z12)
         a.z = z12_src(L);
-    } else {
-        a.w0 = L->w;
-        a.w1 = kind == PJ_GB_DUAL ? L->lo : L->w;
-        a.ldw = L->ldw;
-    }
-    a.N = L->N;
     a.kt_total = L->K / 64;
     a.nblk = cdiv(c->n, 16);
-    a.x = c->x;
-    a.ldx = c->ldx;
-    a.y = c->y;
-    a.ldy = c->ldy;
-    a.m = c->m;
-    a.n = c->n;
     a.panels = kn->ks;
     a.ctas_pp = gemvb_ctas_pp(sm_count_cached(), kn);
     a.ws = c->ws->part;
@@ -965,16 +962,7 @@ static int gemv_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, c
     if (kn->pipe == 2 || kn->pipe == 3)
         return gemvs_launch(dual, kn, c, s);
     GemvArgs a;
-    a.w0 = L->w;
-    a.w1 = dual ? L->lo : L->w;
-    a.ldw = L->ldw;
-    a.N = L->N;
-    a.x = c->x;
-    a.ldx = c->ldx;
-    a.y = c->y;
-    a.ldy = c->ldy;
-    a.m = c->m;
-    a.n = c->n;
+    static_cast<EngIo &>(a) = io_of(c, dual);
     a.ks = kn->ks;
     a.kc = L->K / kn->ks;
     a.ws = c->ws ? c->ws->part : nullptr;
@@ -1007,12 +995,7 @@ static int gemvz_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream
     a.kt_total = L->K / 64;
     a.nblk = cdiv(c->n, 16);
     a.nblk_all = L->z_n_pad / 16;
-    a.x = c->x;
-    a.ldx = c->ldx;
-    a.y = c->y;
-    a.ldy = c->ldy;
-    a.m = c->m;
-    a.n = c->n;
+    static_cast<EngIo &>(a) = io_of(c, 0);
     a.ks = kn->ks;
     a.kc = L->K / kn->ks;
     a.r = kn->r;
@@ -1044,16 +1027,7 @@ static int tgemm_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, 
     const pj_eng_layer *L = c->L;
     const TileGeom &g = tgemm_geom[kn->tile];
     TgemmArgs a;
-    a.w0 = L->w;
-    a.w1 = dual ? L->lo : L->w;
-    a.ldw = L->ldw;
-    a.N = L->N;
-    a.x = c->x;
-    a.ldx = c->ldx;
-    a.y = c->y;
-    a.ldy = c->ldy;
-    a.m = c->m;
-    a.n = c->n;
+    static_cast<EngIo &>(a) = io_of(c, dual);
     a.ks = kn->ks;
     a.kc = L->K / kn->ks;
     a.acc = c->ws ? c->ws->f : nullptr;

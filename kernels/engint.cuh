@@ -14,8 +14,11 @@
 // Slots per row block in the derived exception table (pj_eng_layer_init).
 #define PJ_GEMVZ_XCAP 64
 
-struct GemvArgs {
-    const uint16_t *w0, *w1; // w1: second matrix (router lo) or unused
+// What every engine's argument block starts with: the layer's bf16 weights
+// (w1: the router's lo, else = w0; unused by the z12 kernels) and the call's
+// activations. engine.cu fills it once (io_of) for every launcher.
+struct EngIo {
+    const uint16_t *w0, *w1;
     size_t ldw;
     uint32_t N; // rows present in w (loads clamp to N - 1)
     const uint16_t *x;
@@ -23,6 +26,9 @@ struct GemvArgs {
     uint16_t *y;
     size_t ldy;
     uint32_t m, n;
+};
+
+struct GemvArgs : EngIo {
     uint32_t kc, ks; // k per split (a multiple of 32 * nw * u), splits
     float *ws;       // partials: grid.x * ks * 16 * MTOK floats
     unsigned *cnt;   // one counter per row block
@@ -46,15 +52,7 @@ GemvFn gemv_pick(int dual, int nw, int u, int mt, int pipe, int minb, int rb, in
 
 // The streamed GEMV (gemvs.cu; gemv / router with pipe = 2).
 #define PJ_GEMVS_MAX_STAGES 8
-struct GemvsArgs {
-    const uint16_t *w0, *w1; // w1: router lo or unused
-    size_t ldw;
-    uint32_t N;
-    const uint16_t *x;
-    size_t ldx;
-    uint16_t *y;
-    size_t ldy;
-    uint32_t m, n;
+struct GemvsArgs : EngIo {
     uint32_t kc, nkc;     // k per unit (multiple of 32 * nw), units per row group (K / kc)
     uint32_t ngroups;     // row groups of 16 rb rows holding the requested rows
     uint32_t stages;      // ring slots (2..PJ_GEMVS_MAX_STAGES)
@@ -82,16 +80,11 @@ struct Z12Src {
     uint32_t base;
 };
 
-struct GemvzArgs {
+struct GemvzArgs : EngIo {
     Z12Src z;
-    uint32_t kt_total; // K / 64
-    uint32_t nblk;     // row blocks holding requested rows: ceil(n / 16)
-    uint32_t nblk_all; // n_pad / 16 (bound of blk_exc)
-    const uint16_t *x;
-    size_t ldx;
-    uint16_t *y;
-    size_t ldy;
-    uint32_t m, n;
+    uint32_t kt_total;  // K / 64
+    uint32_t nblk;      // row blocks holding requested rows: ceil(n / 16)
+    uint32_t nblk_all;  // n_pad / 16 (bound of blk_exc)
     uint32_t kc, ks, r; // k per split (multiple of 64 * nw * u), splits, warp groups per CTA
     float *ws;
     unsigned *cnt;
@@ -112,18 +105,10 @@ size_t gemvz_smem(int nw, int mt, int xs, uint32_t r, uint32_t rb, uint32_t kc, 
 #define PJ_GB_DUAL 2
 // Most warps in a balanced grid (sizes the workspace: ws_need).
 #define PJ_GB_MAX_WARPS 4096
-struct GemvbArgs {
-    Z12Src z;                // z12
-    const uint16_t *w0, *w1; // bf16 (w1: router lo)
-    size_t ldw;
-    uint32_t N;
-    uint32_t kt_total; // K / 64
-    uint32_t nblk;     // ceil(n / 16)
-    const uint16_t *x;
-    size_t ldx;
-    uint16_t *y;
-    size_t ldy;
-    uint32_t m, n;
+struct GemvbArgs : EngIo {
+    Z12Src z;                 // z12 (the bf16 kinds read EngIo's w0, w1)
+    uint32_t kt_total;        // K / 64
+    uint32_t nblk;            // ceil(n / 16)
     uint32_t panels, ctas_pp; // K panels, CTAs per panel
     float *ws;                // partials: panels * (nblk + ctas_pp * nw) * 16 * MTOK floats
     unsigned *cnt;            // one counter per row block
@@ -133,15 +118,7 @@ GemvbFn gemvb_pick(int kind, int nw, int u, int mt);
 // Dynamic shared memory of a gemvb launch (x staged for one panel).
 size_t gemvb_smem(uint32_t m, uint32_t K, uint32_t panels);
 
-struct TgemmArgs {
-    const uint16_t *w0, *w1;
-    size_t ldw;
-    uint32_t N;
-    const uint16_t *x;
-    size_t ldx;
-    uint16_t *y;
-    size_t ldy;
-    uint32_t m, n;
+struct TgemmArgs : EngIo {
     uint32_t kc, ks;
     float *acc; // zeroed fp32 accumulators [token][row], row stride acc_ld
     size_t acc_ld;
