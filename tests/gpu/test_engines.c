@@ -388,6 +388,62 @@ static void count_msg(void *ctx, const char *msg)
     n_msgs++;
 }
 
+/* The knobs of rounds 5-7 (pipe 4/5, xs 2, rb 4, cl) misused: each entry is
+ * refused with its own reason; two valid entries with them are kept. */
+static char new_msgs[8][320];
+static int n_new_msgs;
+static void keep_msg(void *ctx, const char *msg)
+{
+    (void)ctx;
+    printf("  (expected) %s\n", msg);
+    if (n_new_msgs < 8)
+        snprintf(new_msgs[n_new_msgs], sizeof new_msgs[0], "%s", msg);
+    n_new_msgs++;
+}
+
+static void part_c_new_knobs(pj_chk_ctx *c)
+{
+    const char *js = "{\"device\":\"test\",\"entries\":["
+                     "{\"layer\":\"router\",\"n\":256,\"k\":4096,\"m\":1,\"engine\":\"router\","
+                     "\"knobs\":{\"nw\":8,\"ks\":8,\"u\":2,\"pipe\":0,\"cl\":1}},"
+                     "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":8,\"engine\":\"gemvz\","
+                     "\"knobs\":{\"nw\":4,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":2,\"r\":1}},"
+                     "{\"layer\":\"router\",\"n\":256,\"k\":4096,\"m\":2,\"engine\":\"router\","
+                     "\"knobs\":{\"nw\":8,\"ks\":1,\"u\":2,\"pipe\":0,\"cl\":1}},"
+                     "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":4,\"engine\":\"gemvz\","
+                     "\"knobs\":{\"nw\":4,\"ks\":1,\"u\":1,\"pipe\":0,\"xs\":2,\"r\":1}},"
+                     "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":16,\"engine\":\"gemvz\","
+                     "\"knobs\":{\"nw\":4,\"ks\":1,\"u\":1,\"pipe\":1,\"xs\":0,\"r\":1,\"rb\":4}},"
+                     "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":1,\"engine\":\"gemv\","
+                     "\"knobs\":{\"nw\":8,\"ks\":3,\"u\":1,\"pipe\":4,\"r\":1}},"
+                     "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":2,\"engine\":\"gemv\","
+                     "\"knobs\":{\"nw\":8,\"ks\":1,\"u\":4,\"pipe\":0,\"r\":2}}]}";
+    static const char *const want[] = {
+        "cl=1 needs ks in 2..16, pipe 0 or 1 and rb=1",
+        "xs=2 (x through the prefetch ring) needs pipe=5",
+        "rb=4 not in {1, 2} (4 with pipe=5)",
+        "pipe=4: ks (K panels) 3 not in {1, 2, 4}",
+        "r=2 is a knob of pipe=4 only",
+    };
+    const int nwant = (int)(sizeof want / sizeof want[0]);
+    pj_tune_table t;
+    char err[256];
+    n_new_msgs = 0;
+    int n = pj_tune_parse(js, strlen(js), &t, pj_eng_check_entry, &c->lim, keep_msg, NULL, err,
+                          sizeof err);
+    n_checks++;
+    if (n != 2 || n_new_msgs != nwant)
+        fail_line("table loader, new knobs: kept %d (want 2), rejected %d (want %d)%s%s", n,
+                  n_new_msgs, nwant, n < 0 ? ": " : "", n < 0 ? err : "");
+    for (int i = 0; i < nwant && i < n_new_msgs; i++) {
+        n_checks++;
+        if (!strstr(new_msgs[i], want[i]))
+            fail_line("table loader, new knobs: message %d is \"%s\", want \"%s\"", i, new_msgs[i],
+                      want[i]);
+    }
+    printf("C table loader, new knobs: %d kept, %d rejected\n", n, n_new_msgs);
+}
+
 static void part_c(pj_chk_ctx *c)
 {
     /* Three good entries, then: a tgemm tile that needs more shared memory
@@ -428,6 +484,7 @@ static void part_c(pj_chk_ctx *c)
         fail_line("dispatch routing: m=5 -> %d, m=200 -> %d (want 8, 128)", e5 ? (int)e5->m : -1,
                   e200 ? (int)e200->m : -1);
     printf("C table loader: %d kept, %d rejected\n", n, n_msgs);
+    part_c_new_knobs(c);
 }
 
 /* Negative controls: the comparison must catch a wrong value, an unwritten
