@@ -6,7 +6,8 @@
 #   .devrun/test_engines  .devrun/projd-bench  .devrun/lib/*  [.devrun/h200.json]
 # Usage: bench/run-device.sh [tune|tunenew|table|untuned] [--quick-tests] [--no-tests] [--ncu]
 #   tune     tune, write $OUT/h200.json, benchmark with it (default)
-#   tunenew  re-tune m <= 32 among the table's entries, cuBLAS and gemvz pipe=5
+#   tunenew  re-tune among the table's entries, cuBLAS, gemvz pipe=5 and the
+#            cluster split-K forms (m in $TUNE_M, LO-HI, default all)
 #   table    benchmark with .devrun/h200.json (else config/tuning/h200.json)
 #   untuned  benchmark the untuned ladder
 #   --ncu    afterwards profile the kernels named in .devrun/ncu.txt (one
@@ -47,11 +48,13 @@ args=(--out "$OUT" --commit "$commit" --reps 300)
 case $mode in
 tune) args+=(--tune "$OUT/h200.json" --tune-budget "${TUNE_BUDGET:-170}" --survey) ;;
 tunenew)
-    # Re-tune only the m <= 32 shapes among the table's entry, cuBLAS and
-    # gemvz with the prefetch (pipe=5); the other entries are kept; then benchmark.
+    # Re-tune the shapes with m in $TUNE_M among the table's entry, cuBLAS,
+    # gemvz with the prefetch (pipe=5) and the cluster split-K forms; the
+    # other entries are kept; then benchmark.
     t=config/tuning/h200.json
     [ -f .devrun/h200.json ] && t=.devrun/h200.json
     args+=(--table "$t" --tune-new --tune "$OUT/h200.json" --tune-budget "${TUNE_BUDGET:-120}")
+    [ -n "${TUNE_M:-}" ] && args+=(--tune-m "$TUNE_M")
     ;;
 table)
     t=config/tuning/h200.json

@@ -39,14 +39,15 @@ static const knob_def knob_defs[] = {
      EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER) | EB(PJ_ENG_SPLITK)},
     {"u", offsetof(pj_eng_knobs, u), 8, EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER)},
     {"pipe", offsetof(pj_eng_knobs, pipe), 5,
-     EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER)},
+     EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER) | EB(PJ_ENG_SPLITK)},
     {"minb", offsetof(pj_eng_knobs, minb), 1, EB(PJ_ENG_GEMV) | EB(PJ_ENG_ROUTER)},
     {"xs", offsetof(pj_eng_knobs, xs), 2, EB(PJ_ENG_GEMVZ)},
     {"r", offsetof(pj_eng_knobs, r), 4, EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER)},
     {"tile", offsetof(pj_eng_knobs, tile), 15, EB(PJ_ENG_SPLITK) | EB(PJ_ENG_ROUTER)},
     {"algo", offsetof(pj_eng_knobs, algo), 1, EB(PJ_ENG_CUBLAS)},
     {"rb", offsetof(pj_eng_knobs, rb), 4, EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ)},
-    {"cl", offsetof(pj_eng_knobs, cl), 1, EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER)},
+    {"cl", offsetof(pj_eng_knobs, cl), 1,
+     EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER) | EB(PJ_ENG_SPLITK)},
 };
 #define N_KNOBS (sizeof knob_defs / sizeof knob_defs[0])
 

@@ -610,39 +610,47 @@ static size_t gemv_smem(int dual, const pj_eng_knobs *kn, uint32_t m)
     return kn->pipe == 5 ? gemv_ring_smem(kn->nw, kn->u, dual, (int)rb_of(kn), mt_of(m)) : 0;
 }
 
-// Launch configuration of a cluster GEMV (cl = 1): grid gx x ks, one
-// cluster per row group spanning its ks splits.
-static void cluster_cfg(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *at, uint32_t gx, uint32_t ks,
+// Launch configuration of a cluster launch (cl = 1): one cluster of cdim
+// CTAs per output piece, spanning its K splits.
+static void cluster_cfg(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *at, dim3 grid, dim3 cdim,
                         unsigned threads, size_t smem, cudaStream_t s)
 {
     *cfg = cudaLaunchConfig_t{};
     *at = cudaLaunchAttribute{};
-    cfg->gridDim = dim3(gx, ks);
+    cfg->gridDim = grid;
     cfg->blockDim = dim3(threads);
     cfg->dynamicSmemBytes = smem;
     cfg->stream = s;
     at->id = cudaLaunchAttributeClusterDimension;
-    at->val.clusterDim.x = 1;
-    at->val.clusterDim.y = ks;
-    at->val.clusterDim.z = 1;
+    at->val.clusterDim.x = cdim.x;
+    at->val.clusterDim.y = cdim.y;
+    at->val.clusterDim.z = cdim.z;
     cfg->attrs = at;
     cfg->numAttrs = 1;
 }
 
+// The GEMVs' cluster grid: gx row groups x ks splits, clusters 1 x ks.
+static void gemv_cluster_cfg(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *at, uint32_t gx,
+                             uint32_t ks, unsigned threads, size_t smem, cudaStream_t s)
+{
+    cluster_cfg(cfg, at, dim3(gx, ks), dim3(1, ks, 1), threads, smem, s);
+}
+
 // Clusters above 8 CTAs are not portable: ask for them, then check that at
 // least one cluster of this shape can be placed on the device.
-static int cluster_fits(const void *fn, uint32_t gx, uint32_t ks, unsigned threads, size_t smem,
+static int cluster_fits(const void *fn, dim3 grid, dim3 cdim, unsigned threads, size_t smem,
                         char *why, size_t whylen)
 {
     cudaFuncSetAttribute(fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     cudaGetLastError();
     cudaLaunchConfig_t cfg;
     cudaLaunchAttribute at;
-    cluster_cfg(&cfg, &at, gx, ks, threads, smem, nullptr);
+    cluster_cfg(&cfg, &at, grid, cdim, threads, smem, nullptr);
     int ncl = 0;
     if (cudaOccupancyMaxActiveClusters(&ncl, fn, &cfg) != cudaSuccess || ncl < 1) {
         cudaGetLastError();
-        return fail(why, whylen, -ERANGE, "cl=1: no cluster of %u CTAs fits", ks);
+        return fail(why, whylen, -ERANGE, "cl=1: no cluster of %u CTAs fits",
+                    cdim.x * cdim.y * cdim.z);
     }
     return 0;
 }
@@ -681,8 +689,8 @@ static int gemv_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
     int rc = fits_device((const void *)fn, 32u * kn->nw, smem, lim, why, whylen);
     if (rc || !kn->cl)
         return rc;
-    return cluster_fits((const void *)fn, cdiv(cdiv(c->n, 16), rb), kn->ks, 32u * kn->nw, smem, why,
-                        whylen);
+    return cluster_fits((const void *)fn, dim3(cdiv(cdiv(c->n, 16), rb), kn->ks),
+                        dim3(1, kn->ks, 1), 32u * kn->nw, smem, why, whylen);
 }
 
 static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_dev_limits *lim,
@@ -731,15 +739,13 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
     int rc = fits_device((const void *)fn, threads, smem, lim, why, whylen);
     if (rc || !kn->cl)
         return rc;
-    return cluster_fits((const void *)fn, cdiv(nblk, kn->r * rb), kn->ks, threads, smem, why,
-                        whylen);
+    return cluster_fits((const void *)fn, dim3(cdiv(nblk, kn->r * rb), kn->ks), dim3(1, kn->ks, 1),
+                        threads, smem, why, whylen);
 }
 
 static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
                        const pj_dev_limits *lim, char *why, size_t whylen)
 {
-    if (kn->cl)
-        return fail(why, whylen, -EINVAL, "cl=1 is a knob of the GEMV forms (m <= 32)");
     const pj_eng_layer *L = c->L;
     if (dual ? L->fmt != PJ_FMT_SPLIT || !L->lo : !L->w || L->fmt == PJ_FMT_SPLIT)
         return fail(why, whylen, -ENOTSUP, "layer has no %s weights", dual ? "hi/lo" : "bf16");
@@ -750,15 +756,27 @@ static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
         return fail(why, whylen, -EINVAL, "x or W not 16-byte aligned with ld %% 8 == 0");
     if (!kn->ks || L->K % (64u * kn->ks))
         return fail(why, whylen, -EINVAL, "K=%u is not a multiple of 64*ks (ks=%u)", L->K, kn->ks);
+    if ((uint64_t)L->N * L->ldw > UINT32_MAX || (uint64_t)c->m * c->ldx > UINT32_MAX)
+        return fail(why, whylen, -ERANGE, "W or x has more than 2^32 elements (32-bit offsets)");
+    if (kn->cl && (kn->ks < 2 || kn->ks > 16))
+        return fail(why, whylen, -EINVAL, "cl=1 needs ks in 2..16 (the cluster size)");
+    if (kn->pipe > 1)
+        return fail(why, whylen, -EINVAL,
+                    "pipe=%u: the tiled GEMM has pipe 0 (plain) or 1 (L2 256-byte prefetch)",
+                    kn->pipe);
     const TileGeom &g = tgemm_geom[kn->tile];
-    if (kn->ks > 1) {
+    const dim3 grid(cdiv(c->m, g.bn), cdiv(c->n, g.bm), kn->ks);
+    if (kn->ks > 1 && !kn->cl) {
         WsNeed w = ws_need(L->N, c->m);
-        size_t tiles = (size_t)cdiv(c->m, g.bn) * cdiv(c->n, g.bm);
-        if (c->m > w.acc_rows || tiles > w.n_cnt)
+        if (c->m > w.acc_rows || (size_t)grid.x * grid.y > w.n_cnt)
             return fail(why, whylen, -ENOSPC, "m=%u exceeds the split-K accumulator", c->m);
     }
-    TgemmFn fn = tgemm_pick(kn->tile, dual);
-    return fits_device((const void *)fn, g.threads, tgemm_smem(kn->tile, dual), lim, why, whylen);
+    TgemmFn fn = tgemm_pick(kn->tile, dual, kn->cl, kn->pipe);
+    const size_t smem = tgemm_smem(kn->tile, dual);
+    int rc = fits_device((const void *)fn, g.threads, smem, lim, why, whylen);
+    if (rc || !kn->cl)
+        return rc;
+    return cluster_fits((const void *)fn, grid, dim3(1, 1, kn->ks), g.threads, smem, why, whylen);
 }
 
 static int cublas_check(const pj_eng_call *c, char *why, size_t whylen)
@@ -976,8 +994,8 @@ static int gemv_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, c
     if (kn->cl) {
         cudaLaunchConfig_t cfg;
         cudaLaunchAttribute at;
-        cluster_cfg(&cfg, &at, cdiv(cdiv(c->n, 16), rb), kn->ks, 32u * kn->nw,
-                    gemv_smem(dual, kn, c->m), s);
+        gemv_cluster_cfg(&cfg, &at, cdiv(cdiv(c->n, 16), rb), kn->ks, 32u * kn->nw,
+                         gemv_smem(dual, kn, c->m), s);
         return cudaLaunchKernelEx(&cfg, fn, a) == cudaSuccess ? launch_rc() : -EIO;
     }
     dim3 grid(cdiv(cdiv(c->n, 16), rb), kn->ks);
@@ -1013,8 +1031,8 @@ static int gemvz_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream
     if (kn->cl) {
         cudaLaunchConfig_t cfg;
         cudaLaunchAttribute at;
-        cluster_cfg(&cfg, &at, cdiv(a.nblk, kn->r * rb), kn->ks, 32u * kn->nw * kn->r + 32, smem,
-                    s);
+        gemv_cluster_cfg(&cfg, &at, cdiv(a.nblk, kn->r * rb), kn->ks, 32u * kn->nw * kn->r + 32,
+                         smem, s);
         return cudaLaunchKernelEx(&cfg, fn, a) == cudaSuccess ? launch_rc() : -EIO;
     }
     dim3 grid(cdiv(a.nblk, kn->r * rb), kn->ks);
@@ -1033,13 +1051,20 @@ static int tgemm_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, 
     a.acc = c->ws ? c->ws->f : nullptr;
     a.acc_ld = c->ws ? c->ws->acc_ld : 0;
     a.cnt = c->ws ? c->ws->cnt : nullptr;
-    if (kn->ks > 1 && !c->ws)
+    if (kn->ks > 1 && !kn->cl && !c->ws)
         return -EINVAL;
-    TgemmFn fn = tgemm_pick(kn->tile, dual);
+    TgemmFn fn = tgemm_pick(kn->tile, dual, kn->cl, kn->pipe);
     if (!fn)
         return -ENOENT;
-    dim3 grid(cdiv(c->m, g.bn), cdiv(c->n, g.bm), kn->ks);
-    fn<<<grid, g.threads, tgemm_smem(kn->tile, dual), s>>>(a);
+    const dim3 grid(cdiv(c->m, g.bn), cdiv(c->n, g.bm), kn->ks);
+    const size_t smem = tgemm_smem(kn->tile, dual);
+    if (kn->cl) {
+        cudaLaunchConfig_t cfg;
+        cudaLaunchAttribute at;
+        cluster_cfg(&cfg, &at, grid, dim3(1, 1, kn->ks), g.threads, smem, s);
+        return cudaLaunchKernelEx(&cfg, fn, a) == cudaSuccess ? launch_rc() : -EIO;
+    }
+    fn<<<grid, g.threads, smem, s>>>(a);
     return launch_rc();
 }
 
@@ -1198,7 +1223,7 @@ extern "C" size_t pj_eng_bytes_read(pj_eng_kind k, const pj_eng_call *c)
 extern "C" int pj_eng_deterministic(pj_eng_kind k, const pj_eng_knobs *kn, uint32_t m)
 {
     const bool tiled = k == PJ_ENG_SPLITK || (k == PJ_ENG_ROUTER && m > PJ_ENG_MAX_GEMV_M);
-    return !(tiled && kn->ks > 1);
+    return !(tiled && kn->ks > 1 && !kn->cl); // the cluster sum runs in rank order
 }
 
 // ---- table checker and the ladder ---------------------------------------------

@@ -266,21 +266,21 @@ __global__ void __launch_bounds__(NW * 32, (GemvBounds<NW, MINB>::min_blocks))
             a.y[(size_t)tok * a.ldy + grow] = f2bf(s);
         }
         cluster.sync(); // every CTA's shared memory stays until rank 0 has read it
-        return;
-    }
-    for (uint32_t idx = threadIdx.x; idx < nout; idx += NW * 32)
-        a.ws[pbase + (size_t)split * nout + idx] = warp_sum(idx);
-    if (!splitk_arrive_last(a.cnt + cb, a.ks, &s_last))
-        return;
-    for (uint32_t idx = threadIdx.x; idx < nout; idx += NW * 32) {
-        const uint32_t row = idx % ROWS, tok = idx / ROWS;
-        const uint32_t grow = cb * ROWS + row;
-        if (grow >= a.n || tok >= a.m)
-            continue;
-        float s = 0.f;
-        for (uint32_t j = 0; j < a.ks; j++)
-            s += ld_cg_f32(a.ws + pbase + (size_t)j * nout + idx);
-        a.y[(size_t)tok * a.ldy + grow] = f2bf(s);
+    } else {
+        for (uint32_t idx = threadIdx.x; idx < nout; idx += NW * 32)
+            a.ws[pbase + (size_t)split * nout + idx] = warp_sum(idx);
+        if (!splitk_arrive_last(a.cnt + cb, a.ks, &s_last))
+            return;
+        for (uint32_t idx = threadIdx.x; idx < nout; idx += NW * 32) {
+            const uint32_t row = idx % ROWS, tok = idx / ROWS;
+            const uint32_t grow = cb * ROWS + row;
+            if (grow >= a.n || tok >= a.m)
+                continue;
+            float s = 0.f;
+            for (uint32_t j = 0; j < a.ks; j++)
+                s += ld_cg_f32(a.ws + pbase + (size_t)j * nout + idx);
+            a.y[(size_t)tok * a.ldy + grow] = f2bf(s);
+        }
     }
 }
 

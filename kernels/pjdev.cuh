@@ -60,6 +60,13 @@ __device__ __forceinline__ void cp_async16(uint32_t saddr, const void *g)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(saddr), "l"(g));
 }
+// The same, asking L2 to fetch the whole 256-byte block around the source:
+// for row-tiled reads of 128 bytes per row and stage, the next stage's bytes
+// of the row arrive with this one.
+__device__ __forceinline__ void cp_async16_l2pf(uint32_t saddr, const void *g)
+{
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(saddr), "l"(g));
+}
 // The same, ordered after the thread's earlier shared-memory reads by the
 // compiler too (a ring slot is refilled right after it was read).
 __device__ __forceinline__ void cp_async16_mem(uint32_t saddr, const void *g)

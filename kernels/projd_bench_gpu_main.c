@@ -60,6 +60,7 @@ static const uint32_t ms[NMS] = {1, 8, 16, 32, 128, 256};
 typedef struct opts {
     const char *out, *table, *tune, *commit;
     double tune_budget;
+    unsigned tune_m_lo, tune_m_hi; /* --tune-new re-tunes only these m */
     int reps, survey;
     uint64_t seed;
 } opts;
@@ -303,7 +304,8 @@ typedef struct cand {
 
 /* --tune-new: the table being improved; its entries compete with cuBLAS,
  * gemvz's shared-memory prefetch (pipe = 5) and the cluster split-K GEMVs
- * (cl = 1) only; the rest of the sweep is skipped. */
+ * (cl = 1) at m <= 32, the cluster split-K GEMM above; the rest of the
+ * sweep is skipped. */
 static const pj_tune_table *g_old;
 
 static const pj_tune_entry *old_entry(const char *layer, uint32_t m)
@@ -428,6 +430,33 @@ static int add_cluster(const layer_def *d, cand *cs, int n)
     return n;
 }
 
+/* The tiled split-K GEMM (splitk, or the router's form above m = 32) with
+ * the cluster reduction (cl = 1) and/or the L2 256-byte prefetch (pipe =
+ * 1): tile shape, K split (the cluster size with cl = 1). The plain form
+ * (cl = 0, pipe = 0) is the full sweep's. */
+static int add_tiled_cluster(const layer_def *d, cand *cs, int n)
+{
+    static const uint8_t kss[] = {1, 2, 4, 8, 16};
+    const int dual = d->fmt == PJ_FMT_SPLIT;
+    for (int t = 0; t < (dual ? 4 : 6); t++)
+        for (int q = 0; q < 5; q++)
+            for (int v = 1; v < 4; v++) {
+                const int cl = v & 1, pf = v >> 1;
+                if (n >= MAX_CAND)
+                    return n;
+                if (cl && kss[q] < 2)
+                    continue;
+                memset(&cs[n], 0, sizeof cs[n]);
+                cs[n].k = dual ? PJ_ENG_ROUTER : PJ_ENG_SPLITK;
+                cs[n].kn.tile = (uint8_t)t;
+                cs[n].kn.ks = kss[q];
+                cs[n].kn.cl = (uint8_t)cl;
+                cs[n].kn.pipe = (uint8_t)pf;
+                n++;
+            }
+    return n;
+}
+
 static int gen_candidates(int li, uint32_t m, cand *cs)
 {
     int n = 0;
@@ -456,7 +485,7 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
             ADD(oe->eng);
         }
         if (m > 32)
-            return n;
+            return add_tiled_cluster(d, cs, n);
         n = add_prefetch(d, m, cs, n);
         n = add_cluster(d, cs, n);
         return n;
@@ -538,6 +567,8 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
         n = add_balanced(d, cs, n);
         n = add_prefetch(d, m, cs, n);
         n = add_cluster(d, cs, n);
+    } else {
+        n = add_tiled_cluster(d, cs, n);
     }
     return n;
 }
@@ -714,7 +745,7 @@ static void tune_all(bench *b, pj_tune_table *t)
             int full = now_s() - t0 < b->o.tune_budget;
             pj_tune_entry e;
             const pj_tune_entry *oe = old_entry(layer_defs[li].name, m);
-            if (g_old && (m > 32 || !full)) {
+            if (g_old && (m < b->o.tune_m_lo || m > b->o.tune_m_hi || !full)) {
                 if (oe && pj_tune_put(t, oe))
                     die("tuning table full");
                 continue;
@@ -1144,14 +1175,17 @@ static void usage(void)
     fprintf(stderr,
             "usage: projd-bench [--out DIR] [--table FILE] [--tune FILE] [--tune-budget S]\n"
             "                   [--reps N] [--survey] [--commit SHA] [--seed S]\n"
+            "                   [--tune-new [--tune-m LO-HI]] [--one L M E K]\n"
             "  --out DIR       results directory (bench.json, bench.md, speedups.dat, tune log)\n"
             "  --table FILE    tuned table the dispatcher uses (default: none, untuned ladder)\n"
             "  --tune FILE     tune first, write the table to FILE, benchmark with it\n"
             "  --tune-budget S seconds of full sweeps before the tuner falls back to defaults\n"
             "  --reps N        paired repetitions per shape (default 300)\n"
             "  --survey        also time every engine's default knobs on every shape\n"
-            "  --tune-new      with --table OLD --tune NEW: re-tune the m <= 32 shapes among\n"
-            "                  OLD's entry, cuBLAS and the GEMV prefetch (pipe=5); keep the rest\n"
+            "  --tune-new      with --table OLD --tune NEW: re-tune the shapes among OLD's\n"
+            "                  entry, cuBLAS, the GEMV prefetch (pipe=5) and the cluster\n"
+            "                  split-K forms (cl=1); keep the rest\n"
+            "  --tune-m LO-HI  with --tune-new: re-tune only the shapes with m in LO..HI\n"
             "  --one L M E K   only run engine E (knobs K) on layer L at m = M, plainly,\n"
             "                  for a profiler\n");
     exit(2);
@@ -1169,6 +1203,8 @@ int main(int argc, char **argv)
     bench *b = &B;
     b->o.reps = 300;
     b->o.tune_budget = 240;
+    b->o.tune_m_lo = 1;
+    b->o.tune_m_hi = 256;
     b->o.seed = 1;
     b->o.out = "bench-out";
     const char *one_layer = NULL, *one_eng = NULL, *one_knobs = NULL;
@@ -1193,7 +1229,12 @@ int main(int argc, char **argv)
             b->o.seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(a, "--survey"))
             b->o.survey = 1;
-        else if (!strcmp(a, "--tune-new"))
+        else if (!strcmp(a, "--tune-m") && v) {
+            if (sscanf(v, "%u-%u", &b->o.tune_m_lo, &b->o.tune_m_hi) != 2 || !b->o.tune_m_lo ||
+                b->o.tune_m_lo > b->o.tune_m_hi)
+                die("--tune-m: want LO-HI with 1 <= LO <= HI, got \"%s\"", v);
+            i++;
+        } else if (!strcmp(a, "--tune-new"))
             tune_new = 1;
         else if (!strcmp(a, "--one") && i + 4 < argc) {
             one_layer = argv[i + 1];
@@ -1277,8 +1318,9 @@ int main(int argc, char **argv)
                              sizeof err);
         if (n < 0)
             die("%s", err);
-        printf("tune-new: %d entries of %s compete with the GEMV prefetch (pipe=5)\n", n,
-               b->o.table);
+        printf("tune-new: %d entries of %s compete with cuBLAS, the GEMV prefetch (pipe=5)\n"
+               "          and the cluster split-K forms (cl=1) at m = %u..%u\n",
+               n, b->o.table, b->o.tune_m_lo, b->o.tune_m_hi);
         g_old = &old;
     }
     if (b->o.tune) {

@@ -14,9 +14,18 @@
 // workspace with 16-byte red.add; the last CTA of the tile to arrive reads
 // the sums, stores bf16 and writes zeros back, so the workspace is clean for
 // the next launch. The atomic order varies between runs: not
-// bit-deterministic.
+// bit-deterministic. CL = 1: the ks CTAs of a tile form one thread-block
+// cluster; each keeps its fp32 tile in shared memory and every rank sums a
+// 1/ks slice of the outputs over the ks tiles in rank order through
+// distributed shared memory: no workspace, no atomics, deterministic.
+// PF = 1 (knob pipe = 1): every copy asks L2 for the 256-byte block around
+// it, so a row's next K stage is fetched with the current one.
+#include <cooperative_groups.h>
+
 #include "kernels/engint.cuh"
 #include "kernels/pjdev.cuh"
+
+namespace cg = cooperative_groups;
 
 #define TG_BK 64
 
@@ -39,7 +48,7 @@ __device__ __forceinline__ void red_add_v4(float *p, float a, float b, float c, 
                  : "memory");
 }
 
-template <int BM, int BN, int WM, int WN, int STAGES, int DUAL>
+template <int BM, int BN, int WM, int WN, int STAGES, int DUAL, int CL, int PF>
 __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const TgemmArgs a)
 {
     using C = TgCfg<BM, BN, WM, WN, STAGES, DUAL>;
@@ -51,30 +60,47 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const TgemmArgs a)
     const size_t kbeg = (size_t)blockIdx.z * a.kc;
     const int nk = (int)(a.kc / TG_BK);
 
-    // Per-thread copy assignments: chunk c of a tile = (row c / 8, 16-byte
-    // piece c % 8); rows past the matrix repeat its last row (their results
-    // are never stored).
+    // Copy assignments, fixed for the whole launch: chunk i of this thread
+    // is row tid / 8 + i * RSTEP of a tile, 16-byte piece tid % 8 of it.
+    // RSTEP is a multiple of 8, so all of a thread's chunks share row % 8
+    // and with it the swizzled piece: their shared-memory offsets are
+    // dst0 + i * RSTEP * 128. Rows past the matrix repeat its last row
+    // (their results are never stored). Element offsets fit 32 bits (the
+    // engine check refuses larger operands).
+    constexpr int RSTEP = C::threads / 8, CA = BM / RSTEP, CB = BN / RSTEP;
+    static_assert(RSTEP % 8 == 0 && BM % RSTEP == 0 && BN % RSTEP == 0, "copy layout");
+    const int crow = tid >> 3, cpiece = tid & 7;
+    const uint32_t dst0 = crow * 128 + ((cpiece ^ (crow & 7)) << 4);
+    uint32_t aoff[CA], boff[CB];
+#pragma unroll
+    for (int i = 0; i < CA; i++)
+        aoff[i] =
+            min(row0 + crow + i * RSTEP, a.N - 1) * (uint32_t)a.ldw + (uint32_t)kbeg + cpiece * 8;
+#pragma unroll
+    for (int i = 0; i < CB; i++)
+        boff[i] =
+            min(tok0 + crow + i * RSTEP, a.m - 1) * (uint32_t)a.ldx + (uint32_t)kbeg + cpiece * 8;
+    const uint32_t sm0 = smem_u32(sm);
+    auto copy16 = [](uint32_t sa, const void *g) {
+        if constexpr (PF)
+            cp_async16_l2pf(sa, g);
+        else
+            cp_async16(sa, g);
+    };
     auto load_stage = [&](int slot, int ks_) {
-        unsigned char *st = sm + (size_t)slot * C::stage_bytes;
-        const size_t k = kbeg + (size_t)ks_ * TG_BK;
+        const uint32_t st = sm0 + slot * C::stage_bytes + dst0;
+        const uint32_t k = ks_ * TG_BK;
 #pragma unroll
         for (int mat = 0; mat < 1 + DUAL; mat++) {
-            const uint16_t *w = mat ? a.w1 : a.w0;
-            unsigned char *dst = st + (size_t)mat * BM * 128;
-            for (int c = tid; c < BM * 8; c += C::threads) {
-                const int r = c >> 3, ch = c & 7;
-                const uint32_t gr = min(row0 + r, a.N - 1);
-                cp_async16(smem_u32(dst + r * 128 + ((ch ^ (r & 7)) << 4)),
-                           w + (size_t)gr * a.ldw + k + ch * 8);
-            }
+            const uint16_t *w = (mat ? a.w1 : a.w0) + k;
+#pragma unroll
+            for (int i = 0; i < CA; i++)
+                copy16(st + mat * BM * 128 + i * RSTEP * 128, w + aoff[i]);
         }
-        unsigned char *bdst = st + (size_t)(1 + DUAL) * BM * 128;
-        for (int c = tid; c < BN * 8; c += C::threads) {
-            const int r = c >> 3, ch = c & 7;
-            const uint32_t gt = min(tok0 + r, a.m - 1);
-            cp_async16(smem_u32(bdst + r * 128 + ((ch ^ (r & 7)) << 4)),
-                       a.x + (size_t)gt * a.ldx + k + ch * 8);
-        }
+        const uint16_t *x = a.x + k;
+#pragma unroll
+        for (int i = 0; i < CB; i++)
+            copy16(st + (1 + DUAL) * BM * 128 + i * RSTEP * 128, x + boff[i]);
     };
 
     float acc[C::MI][C::NI][4];
@@ -91,7 +117,15 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const TgemmArgs a)
         cp_async_commit();
     }
 
-    const int wrow = wm * (BM / WM), wtok = wn * (BN / WN);
+    // ldmatrix lanes: A rows wrow + mi * 16 + lane % 16, piece kk * 2 + lane
+    // / 16; B rows wtok + nj * 16 + lane % 8 + (lane / 16) * 8, piece kk * 2
+    // + (lane / 8) % 2. Every such row is lane % 8 modulo 8, so the swizzled
+    // piece is (kk * 2) ^ (lane's low piece bit ^ lane % 8): one XOR per kk,
+    // and the mi / nj steps are immediate offsets.
+    const int wrow = wm * (BM / WM), wtok = wn * (BN / WN), l7 = lane & 7;
+    const uint32_t a_lane = (wrow + (lane & 15)) * 128,
+                   b_lane = (wtok + l7 + ((lane >> 4) << 3)) * 128;
+    const int a_x = (lane >> 4) ^ l7, b_x = ((lane >> 3) & 1) ^ l7;
 #pragma unroll 1
     for (int kstep = 0; kstep < nk; kstep++) {
         cp_async_wait<STAGES - 2>();
@@ -102,31 +136,28 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const TgemmArgs a)
                 load_stage(nxt % STAGES, nxt);
             cp_async_commit();
         }
-        const unsigned char *st = sm + (size_t)(kstep % STAGES) * C::stage_bytes;
-        const uint32_t sa = smem_u32(st);
-        const uint32_t sb = smem_u32(st + (size_t)(1 + DUAL) * BM * 128);
+        const uint32_t sa = sm0 + (kstep % STAGES) * C::stage_bytes;
+        const uint32_t sb = sa + (1 + DUAL) * BM * 128;
 #pragma unroll
         for (int kk = 0; kk < TG_BK / 16; kk++) {
             uint32_t bf[C::NI][2];
+            const uint32_t pb = sb + b_lane + (((kk << 1) ^ b_x) << 4);
 #pragma unroll
             for (int nj = 0; nj < C::NI / 2; nj++) {
-                const int r = wtok + nj * 16 + (lane & 7) + ((lane >> 4) << 3);
-                const int ch = kk * 2 + ((lane >> 3) & 1);
                 uint32_t r4[4];
-                ldmatrix_x4(r4, sb + r * 128 + ((ch ^ (r & 7)) << 4));
+                ldmatrix_x4(r4, pb + nj * 16 * 128);
                 bf[2 * nj][0] = r4[0];
                 bf[2 * nj][1] = r4[1];
                 bf[2 * nj + 1][0] = r4[2];
                 bf[2 * nj + 1][1] = r4[3];
             }
+            const uint32_t pa = sa + a_lane + (((kk << 1) ^ a_x) << 4);
 #pragma unroll
             for (int mat = 0; mat < 1 + DUAL; mat++) {
 #pragma unroll
                 for (int mi = 0; mi < C::MI; mi++) {
-                    const int r = wrow + mi * 16 + (lane & 15);
-                    const int ch = kk * 2 + (lane >> 4);
                     uint32_t af[4];
-                    ldmatrix_x4(af, sa + mat * BM * 128 + r * 128 + ((ch ^ (r & 7)) << 4));
+                    ldmatrix_x4(af, pa + mat * BM * 128 + mi * 16 * 128);
 #pragma unroll
                     for (int ni = 0; ni < C::NI; ni++)
                         mma_bf16(acc[mi][ni], af[0], af[1], af[2], af[3], bf[ni][0], bf[ni][1]);
@@ -181,25 +212,51 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const TgemmArgs a)
         }
         return;
     }
-    for (int c = tid; c < BN * R4; c += C::threads) {
-        const int tl = c / R4, rl = (c % R4) * 4;
-        const uint32_t tk = tok0 + tl, r = row0 + rl;
-        if (tk >= a.m || r >= a.n)
-            continue;
-        const float4 v = *(const float4 *)(ep + tl * C::epi_ld + rl);
-        red_add_v4(a.acc + (size_t)tk * a.acc_ld + r, v.x, v.y, v.z, v.w);
-    }
-    if (!splitk_arrive_last(a.cnt + blockIdx.y * gridDim.x + blockIdx.x, a.ks, &s_last))
-        return;
-    for (int c = tid; c < BN * R4; c += C::threads) {
-        const int tl = c / R4, rl = (c % R4) * 4;
-        const uint32_t tk = tok0 + tl, r = row0 + rl;
-        if (tk >= a.m || r >= a.n)
-            continue;
-        float4 *p = (float4 *)(a.acc + (size_t)tk * a.acc_ld + r);
-        const float4 v = __ldcg(p);
-        store_y(tk, r, v.x, v.y, v.z, v.w);
-        __stcg(p, make_float4(0.f, 0.f, 0.f, 0.f));
+    if constexpr (CL) {
+        // Cluster dims 1 x 1 x ks: the rank is the split.
+        cg::cluster_group cluster = cg::this_cluster();
+        cluster.sync();
+        const int ks = (int)a.ks;
+        for (int c = (int)cluster.block_rank() * C::threads + tid; c < BN * R4;
+             c += ks * C::threads) {
+            const int tl = c / R4, rl = (c % R4) * 4;
+            const uint32_t tk = tok0 + tl, r = row0 + rl;
+            if (tk >= a.m || r >= a.n)
+                continue;
+            float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+            for (int j = 0; j < ks; j++) {
+                const float4 v =
+                    *(const float4 *)(cluster.map_shared_rank(ep, j) + tl * C::epi_ld + rl);
+                s.x += v.x;
+                s.y += v.y;
+                s.z += v.z;
+                s.w += v.w;
+            }
+            store_y(tk, r, s.x, s.y, s.z, s.w);
+        }
+        cluster.sync(); // every tile stays until all ranks have read it
+    } else {
+        for (int c = tid; c < BN * R4; c += C::threads) {
+            const int tl = c / R4, rl = (c % R4) * 4;
+            const uint32_t tk = tok0 + tl, r = row0 + rl;
+            if (tk >= a.m || r >= a.n)
+                continue;
+            const float4 v = *(const float4 *)(ep + tl * C::epi_ld + rl);
+            red_add_v4(a.acc + (size_t)tk * a.acc_ld + r, v.x, v.y, v.z, v.w);
+        }
+        if (!splitk_arrive_last(a.cnt + blockIdx.y * gridDim.x + blockIdx.x, a.ks, &s_last))
+            return;
+        for (int c = tid; c < BN * R4; c += C::threads) {
+            const int tl = c / R4, rl = (c % R4) * 4;
+            const uint32_t tk = tok0 + tl, r = row0 + rl;
+            if (tk >= a.m || r >= a.n)
+                continue;
+            float4 *p = (float4 *)(a.acc + (size_t)tk * a.acc_ld + r);
+            const float4 v = __ldcg(p);
+            store_y(tk, r, v.x, v.y, v.z, v.w);
+            __stcg(p, make_float4(0.f, 0.f, 0.f, 0.f));
+        }
     }
 }
 
@@ -213,34 +270,41 @@ const TileGeom tgemm_geom[PJ_TGEMM_NTILES] = {
     {256, 128, 256, 3, 0}, // 5: warps 4 x 2, 64 x 64
 };
 
-template <int DUAL> static TgemmFn tg_pick(int tile)
+template <int DUAL, int CL, int PF> static TgemmFn tg_pick(int tile)
 {
     switch (tile) {
     case 0:
-        return &tgemm_kernel<128, 128, 2, 4, 4, DUAL>;
+        return &tgemm_kernel<128, 128, 2, 4, 4, DUAL, CL, PF>;
     case 1:
-        return &tgemm_kernel<64, 128, 2, 4, 4, DUAL>;
+        return &tgemm_kernel<64, 128, 2, 4, 4, DUAL, CL, PF>;
     case 2:
-        return &tgemm_kernel<128, 64, 4, 2, 4, DUAL>;
+        return &tgemm_kernel<128, 64, 4, 2, 4, DUAL, CL, PF>;
     case 3:
-        return &tgemm_kernel<64, 64, 2, 2, 4, DUAL>;
+        return &tgemm_kernel<64, 64, 2, 2, 4, DUAL, CL, PF>;
     case 4:
         if constexpr (DUAL)
             return nullptr;
         else
-            return &tgemm_kernel<128, 256, 2, 4, 3, 0>;
+            return &tgemm_kernel<128, 256, 2, 4, 3, 0, CL, PF>;
     case 5:
         if constexpr (DUAL)
             return nullptr;
         else
-            return &tgemm_kernel<256, 128, 4, 2, 3, 0>;
+            return &tgemm_kernel<256, 128, 4, 2, 3, 0, CL, PF>;
     }
     return nullptr;
 }
 
-TgemmFn tgemm_pick(int tile, int dual)
+template <int DUAL> static TgemmFn tg_pick_dual(int tile, int cl, int pf)
 {
-    return dual ? tg_pick<1>(tile) : tg_pick<0>(tile);
+    if (cl)
+        return pf ? tg_pick<DUAL, 1, 1>(tile) : tg_pick<DUAL, 1, 0>(tile);
+    return pf ? tg_pick<DUAL, 0, 1>(tile) : tg_pick<DUAL, 0, 0>(tile);
+}
+
+TgemmFn tgemm_pick(int tile, int dual, int cl, int pf)
+{
+    return dual ? tg_pick_dual<1>(tile, cl, pf) : tg_pick_dual<0>(tile, cl, pf);
 }
 
 template <int DUAL> static size_t tg_smem(int tile)

@@ -187,12 +187,18 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
         pj_eng_knobs kn;
         for (int s = 0; s < nks; s++) {
             if (k == PJ_ENG_SPLITK || (k == PJ_ENG_ROUTER && m > 32)) {
-                for (int t = 0; t < 6; t++) {
-                    memset(&kn, 0, sizeof kn);
-                    kn.tile = (uint8_t)t;
-                    kn.ks = kslist[s];
-                    check_one(c, ws, k, &kn, ctx);
-                }
+                for (int t = 0; t < 6; t++)
+                    for (int v = 0; v < (kslist[s] > 1 ? 4 : 2); v++) {
+                        const int cl = v & 1;
+                        memset(&kn, 0, sizeof kn);
+                        kn.tile = (uint8_t)t;
+                        kn.ks = kslist[s];
+                        kn.cl = (uint8_t)cl;
+                        kn.pipe = (uint8_t)(v >> 1);
+                        const unsigned long long before = n_checks;
+                        check_one(c, ws, k, &kn, ctx);
+                        ncl += cl ? n_checks - before : 0;
+                    }
                 continue;
             }
             static const uint8_t pipes[] = {0, 1, 5};
@@ -222,8 +228,9 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
         }
     }
     /* cl = 1 is refused silently where no cluster fits: insist that the
-     * router's and gemvz's sweeps (ks >= 2 at m <= 32) ran some. */
-    if ((k == PJ_ENG_ROUTER || k == PJ_ENG_GEMVZ) && mlist[0] <= 32 && !ncl)
+     * router's and gemvz's sweeps (ks >= 2 at m <= 32) and the tiled
+     * GEMMs' (ks >= 2 above) ran some. */
+    if ((k == PJ_ENG_ROUTER || k == PJ_ENG_GEMVZ || k == PJ_ENG_SPLITK) && !ncl)
         fail_line("variants %s: no cl=1 variant ran", L->L.name);
     printf("B %-7s on %-9s: %llu checks (%llu cl=1), %llu failed (%.1f s)\n", pj_eng_name(k),
            L->L.name, n_checks - c0, ncl, n_fail - f0, now_s() - t0);
@@ -342,7 +349,7 @@ static void part_b(pj_chk_ctx *c)
     static const uint32_t mr[] = {1, 9, 32};
     static const uint32_t mt[] = {33, 100, 128, 256};
     static const uint32_t mtr[] = {64, 128, 256};
-    static const uint8_t kst[] = {1, 4};
+    static const uint8_t kst[] = {1, 4, 16};
     static const uint8_t kstr[] = {1, 16};
     static const uint32_t mb[] = {1, 3, 8, 9, 16, 17, 31, 32};
     sweep_balanced(c, &o, &wo, PJ_ENG_GEMVZ, mb, quick ? 3 : 8);
@@ -370,7 +377,7 @@ static void part_b(pj_chk_ctx *c)
     sweep_streamed(c, &un, &wu, PJ_ENG_GEMV, ms2, 2);
     sweep_streamed(c, &rt, &wr, PJ_ENG_ROUTER, ms2, quick ? 3 : 6);
     sweep_variants(c, &rt, &wr, PJ_ENG_ROUTER, mr, quick ? 2 : 3, ksr, 4);
-    sweep_variants(c, &o, &wo, PJ_ENG_SPLITK, mt, quick ? 2 : 4, kst, 2);
+    sweep_variants(c, &o, &wo, PJ_ENG_SPLITK, mt, quick ? 2 : 4, kst, 3);
     sweep_variants(c, &rt, &wr, PJ_ENG_ROUTER, mtr, quick ? 2 : 3, kstr, 2);
     pj_eng_ws_free(&wo);
     pj_eng_ws_free(&wu);
