@@ -760,9 +760,10 @@ static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
         return fail(why, whylen, -ERANGE, "W or x has more than 2^32 elements (32-bit offsets)");
     if (kn->cl && (kn->ks < 2 || kn->ks > 16))
         return fail(why, whylen, -EINVAL, "cl=1 needs ks in 2..16 (the cluster size)");
-    if (kn->pipe > 1)
+    if (kn->pipe > 2)
         return fail(why, whylen, -EINVAL,
-                    "pipe=%u: the tiled GEMM has pipe 0 (plain) or 1 (L2 256-byte prefetch)",
+                    "pipe=%u: the tiled GEMM has pipe 0 (mma.sync), 1 (with the L2 256-byte "
+                    "prefetch) or 2 (wgmma)",
                     kn->pipe);
     const TileGeom &g = tgemm_geom[kn->tile];
     const dim3 grid(cdiv(c->m, g.bn), cdiv(c->n, g.bm), kn->ks);
@@ -772,7 +773,9 @@ static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
             return fail(why, whylen, -ENOSPC, "m=%u exceeds the split-K accumulator", c->m);
     }
     TgemmFn fn = tgemm_pick(kn->tile, dual, kn->cl, kn->pipe);
-    const size_t smem = tgemm_smem(kn->tile, dual);
+    if (!fn)
+        return fail(why, whylen, -EINVAL, "tile=%u has no pipe=%u form", kn->tile, kn->pipe);
+    const size_t smem = tgemm_smem(kn->tile, dual, kn->pipe);
     int rc = fits_device((const void *)fn, g.threads, smem, lim, why, whylen);
     if (rc || !kn->cl)
         return rc;
@@ -1057,7 +1060,7 @@ static int tgemm_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, 
     if (!fn)
         return -ENOENT;
     const dim3 grid(cdiv(c->m, g.bn), cdiv(c->n, g.bm), kn->ks);
-    const size_t smem = tgemm_smem(kn->tile, dual);
+    const size_t smem = tgemm_smem(kn->tile, dual, kn->pipe);
     if (kn->cl) {
         cudaLaunchConfig_t cfg;
         cudaLaunchAttribute at;

@@ -132,7 +132,8 @@ struct TileGeom {
 };
 #define PJ_TGEMM_NTILES 6
 extern const TileGeom tgemm_geom[PJ_TGEMM_NTILES];
-// cl = 1: the cluster form (launched with cluster dims 1 x 1 x ks); pf = 1:
-// copies with the L2 256-byte prefetch hint (knob pipe = 1).
-TgemmFn tgemm_pick(int tile, int dual, int cl, int pf);
-size_t tgemm_smem(int tile, int dual);
+// cl = 1: the cluster form (launched with cluster dims 1 x 1 x ks); mode =
+// knob pipe: 0 mma.sync, 1 the same with the L2 256-byte prefetch hint, 2
+// wgmma (not for tile 5).
+TgemmFn tgemm_pick(int tile, int dual, int cl, int mode);
+size_t tgemm_smem(int tile, int dual, int mode);

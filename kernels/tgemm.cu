@@ -18,12 +18,15 @@
 // cluster; each keeps its fp32 tile in shared memory and every rank sums a
 // 1/ks slice of the outputs over the ks tiles in rank order through
 // distributed shared memory: no workspace, no atomics, deterministic.
-// PF = 1 (knob pipe = 1): every copy asks L2 for the 256-byte block around
-// it, so a row's next K stage is fetched with the current one.
+// MODE (knob pipe): 0 mma.sync; 1 the same with every copy asking L2 for
+// the 256-byte block around it (a row's next K stage comes with this one);
+// 2 the main loop in Hopper wgmma (kernels/wgmma.cuh): warpgroups of 64
+// rows read both operands straight from the swizzled stages, no ldmatrix.
 #include <cooperative_groups.h>
 
 #include "kernels/engint.cuh"
 #include "kernels/pjdev.cuh"
+#include "kernels/wgmma.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -48,7 +51,7 @@ __device__ __forceinline__ void red_add_v4(float *p, float a, float b, float c, 
                  : "memory");
 }
 
-template <int BM, int BN, int WM, int WN, int STAGES, int DUAL, int CL, int PF>
+template <int BM, int BN, int WM, int WN, int STAGES, int DUAL, int CL, int MODE>
 __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const TgemmArgs a)
 {
     using C = TgCfg<BM, BN, WM, WN, STAGES, DUAL>;
@@ -80,9 +83,11 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const TgemmArgs a)
     for (int i = 0; i < CB; i++)
         boff[i] =
             min(tok0 + crow + i * RSTEP, a.m - 1) * (uint32_t)a.ldx + (uint32_t)kbeg + cpiece * 8;
-    const uint32_t sm0 = smem_u32(sm);
+    // wgmma reads the swizzle from address bits: its stages start 1024-aligned.
+    const uint32_t sm0 = MODE == 2 ? (smem_u32(sm) + 1023u) & ~1023u : smem_u32(sm);
+    unsigned char *const smb = sm + (sm0 - smem_u32(sm));
     auto copy16 = [](uint32_t sa, const void *g) {
-        if constexpr (PF)
+        if constexpr (MODE == 1)
             cp_async16_l2pf(sa, g);
         else
             cp_async16(sa, g);
@@ -103,86 +108,137 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const TgemmArgs a)
             copy16(st + (1 + DUAL) * BM * 128 + i * RSTEP * 128, x + boff[i]);
     };
 
-    float acc[C::MI][C::NI][4];
-#pragma unroll
-    for (int i = 0; i < C::MI; i++)
-#pragma unroll
-        for (int j = 0; j < C::NI; j++)
-            acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
-
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
         if (s < nk)
             load_stage(s, s);
         cp_async_commit();
     }
+    float *ep = (float *)smb; // the [token][row] fp32 tile, after the main loop
 
-    // ldmatrix lanes: A rows wrow + mi * 16 + lane % 16, piece kk * 2 + lane
-    // / 16; B rows wtok + nj * 16 + lane % 8 + (lane / 16) * 8, piece kk * 2
-    // + (lane / 8) % 2. Every such row is lane % 8 modulo 8, so the swizzled
-    // piece is (kk * 2) ^ (lane's low piece bit ^ lane % 8): one XOR per kk,
-    // and the mi / nj steps are immediate offsets.
-    const int wrow = wm * (BM / WM), wtok = wn * (BN / WN), l7 = lane & 7;
-    const uint32_t a_lane = (wrow + (lane & 15)) * 128,
-                   b_lane = (wtok + l7 + ((lane >> 4) << 3)) * 128;
-    const int a_x = (lane >> 4) ^ l7, b_x = ((lane >> 3) & 1) ^ l7;
+    if constexpr (MODE == 2) {
+        // Warpgroups WGM x WGN, each 64 rows x WT tokens, one m64nWTk16 per
+        // 16-wide K slice (two with DUAL), issued by the whole warpgroup.
+        constexpr int NWG = C::threads / 128, WGM = BM / 64, WGN = NWG / WGM, WT = BN / WGN;
+        static_assert(WGM * WGN == NWG && WT % 8 == 0, "warpgroup layout");
+        const int wg = tid >> 7, wgm = wg % WGM, wgn = wg / WGM;
+        float d[WT / 2];
+#pragma unroll
+        for (int i = 0; i < WT / 2; i++)
+            d[i] = 0.f;
 #pragma unroll 1
-    for (int kstep = 0; kstep < nk; kstep++) {
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();
-        {
-            const int nxt = kstep + STAGES - 1;
-            if (nxt < nk)
-                load_stage(nxt % STAGES, nxt);
-            cp_async_commit();
-        }
-        const uint32_t sa = sm0 + (kstep % STAGES) * C::stage_bytes;
-        const uint32_t sb = sa + (1 + DUAL) * BM * 128;
-#pragma unroll
-        for (int kk = 0; kk < TG_BK / 16; kk++) {
-            uint32_t bf[C::NI][2];
-            const uint32_t pb = sb + b_lane + (((kk << 1) ^ b_x) << 4);
-#pragma unroll
-            for (int nj = 0; nj < C::NI / 2; nj++) {
-                uint32_t r4[4];
-                ldmatrix_x4(r4, pb + nj * 16 * 128);
-                bf[2 * nj][0] = r4[0];
-                bf[2 * nj][1] = r4[1];
-                bf[2 * nj + 1][0] = r4[2];
-                bf[2 * nj + 1][1] = r4[3];
+        for (int kstep = 0; kstep < nk; kstep++) {
+            cp_async_wait<STAGES - 2>();
+            fence_proxy_async_smem(); // this thread's copies, visible to wgmma
+            __syncthreads();
+            {
+                // The slot refilled here was read by the previous step's
+                // wgmmas, which every warpgroup waited for.
+                const int nxt = kstep + STAGES - 1;
+                if (nxt < nk)
+                    load_stage(nxt % STAGES, nxt);
+                cp_async_commit();
             }
-            const uint32_t pa = sa + a_lane + (((kk << 1) ^ a_x) << 4);
+            const uint32_t sa = sm0 + (kstep % STAGES) * C::stage_bytes + wgm * 64 * 128;
+            const uint32_t sb =
+                sm0 + (kstep % STAGES) * C::stage_bytes + (1 + DUAL) * BM * 128 + wgn * WT * 128;
+            wg_fence();
 #pragma unroll
-            for (int mat = 0; mat < 1 + DUAL; mat++) {
+            for (int kk = 0; kk < TG_BK / 16; kk++) {
+                const uint64_t db = wg_desc_sw128(sb + kk * 32);
 #pragma unroll
-                for (int mi = 0; mi < C::MI; mi++) {
-                    uint32_t af[4];
-                    ldmatrix_x4(af, pa + mat * BM * 128 + mi * 16 * 128);
+                for (int mat = 0; mat < 1 + DUAL; mat++)
+                    Wgmma<WT>::run(d, wg_desc_sw128(sa + mat * BM * 128 + kk * 32), db);
+            }
+            wg_commit();
+            wg_wait<0>();
+        }
+        cp_async_wait<0>();
+        __syncthreads();
+        const int w4 = (tid & 127) >> 5, g = lane >> 2, t = lane & 3;
+        const int r = wgm * 64 + w4 * 16 + g;
 #pragma unroll
-                    for (int ni = 0; ni < C::NI; ni++)
-                        mma_bf16(acc[mi][ni], af[0], af[1], af[2], af[3], bf[ni][0], bf[ni][1]);
+        for (int j = 0; j < WT / 8; j++) {
+            const int tk = wgn * WT + j * 8 + 2 * t;
+            ep[tk * C::epi_ld + r] = d[4 * j];
+            ep[(tk + 1) * C::epi_ld + r] = d[4 * j + 1];
+            ep[tk * C::epi_ld + r + 8] = d[4 * j + 2];
+            ep[(tk + 1) * C::epi_ld + r + 8] = d[4 * j + 3];
+        }
+    } else {
+        float acc[C::MI][C::NI][4];
+#pragma unroll
+        for (int i = 0; i < C::MI; i++)
+#pragma unroll
+            for (int j = 0; j < C::NI; j++)
+                acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
+
+        // ldmatrix lanes: A rows wrow + mi * 16 + lane % 16, piece kk * 2 + lane
+        // / 16; B rows wtok + nj * 16 + lane % 8 + (lane / 16) * 8, piece kk * 2
+        // + (lane / 8) % 2. Every such row is lane % 8 modulo 8, so the swizzled
+        // piece is (kk * 2) ^ (lane's low piece bit ^ lane % 8): one XOR per kk,
+        // and the mi / nj steps are immediate offsets.
+        const int wrow = wm * (BM / WM), wtok = wn * (BN / WN), l7 = lane & 7;
+        const uint32_t a_lane = (wrow + (lane & 15)) * 128,
+                       b_lane = (wtok + l7 + ((lane >> 4) << 3)) * 128;
+        const int a_x = (lane >> 4) ^ l7, b_x = ((lane >> 3) & 1) ^ l7;
+#pragma unroll 1
+        for (int kstep = 0; kstep < nk; kstep++) {
+            cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            {
+                const int nxt = kstep + STAGES - 1;
+                if (nxt < nk)
+                    load_stage(nxt % STAGES, nxt);
+                cp_async_commit();
+            }
+            const uint32_t sa = sm0 + (kstep % STAGES) * C::stage_bytes;
+            const uint32_t sb = sa + (1 + DUAL) * BM * 128;
+#pragma unroll
+            for (int kk = 0; kk < TG_BK / 16; kk++) {
+                uint32_t bf[C::NI][2];
+                const uint32_t pb = sb + b_lane + (((kk << 1) ^ b_x) << 4);
+#pragma unroll
+                for (int nj = 0; nj < C::NI / 2; nj++) {
+                    uint32_t r4[4];
+                    ldmatrix_x4(r4, pb + nj * 16 * 128);
+                    bf[2 * nj][0] = r4[0];
+                    bf[2 * nj][1] = r4[1];
+                    bf[2 * nj + 1][0] = r4[2];
+                    bf[2 * nj + 1][1] = r4[3];
+                }
+                const uint32_t pa = sa + a_lane + (((kk << 1) ^ a_x) << 4);
+#pragma unroll
+                for (int mat = 0; mat < 1 + DUAL; mat++) {
+#pragma unroll
+                    for (int mi = 0; mi < C::MI; mi++) {
+                        uint32_t af[4];
+                        ldmatrix_x4(af, pa + mat * BM * 128 + mi * 16 * 128);
+#pragma unroll
+                        for (int ni = 0; ni < C::NI; ni++)
+                            mma_bf16(acc[mi][ni], af[0], af[1], af[2], af[3], bf[ni][0], bf[ni][1]);
+                    }
                 }
             }
         }
-    }
-    cp_async_wait<0>();
-    __syncthreads();
+        cp_async_wait<0>();
+        __syncthreads();
 
-    // Accumulators -> [token][row] tile in shared memory.
-    float *ep = (float *)sm;
-    {
-        const int g = lane >> 2, t = lane & 3;
+        // Accumulators -> [token][row] tile in shared memory.
+        {
+            const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-        for (int mi = 0; mi < C::MI; mi++)
+            for (int mi = 0; mi < C::MI; mi++)
 #pragma unroll
-            for (int ni = 0; ni < C::NI; ni++) {
-                const int r = wrow + mi * 16 + g, tk = wtok + ni * 8 + 2 * t;
-                ep[tk * C::epi_ld + r] = acc[mi][ni][0];
-                ep[(tk + 1) * C::epi_ld + r] = acc[mi][ni][1];
-                ep[tk * C::epi_ld + r + 8] = acc[mi][ni][2];
-                ep[(tk + 1) * C::epi_ld + r + 8] = acc[mi][ni][3];
-            }
-    }
+                for (int ni = 0; ni < C::NI; ni++) {
+                    const int r = wrow + mi * 16 + g, tk = wtok + ni * 8 + 2 * t;
+                    ep[tk * C::epi_ld + r] = acc[mi][ni][0];
+                    ep[(tk + 1) * C::epi_ld + r] = acc[mi][ni][1];
+                    ep[tk * C::epi_ld + r + 8] = acc[mi][ni][2];
+                    ep[(tk + 1) * C::epi_ld + r + 8] = acc[mi][ni][3];
+                }
+        }
+    } // MODE != 2
     __syncthreads();
 
     constexpr int R4 = BM / 4; // 4-row groups per token row
@@ -270,41 +326,49 @@ const TileGeom tgemm_geom[PJ_TGEMM_NTILES] = {
     {256, 128, 256, 3, 0}, // 5: warps 4 x 2, 64 x 64
 };
 
-template <int DUAL, int CL, int PF> static TgemmFn tg_pick(int tile)
+template <int DUAL, int CL, int MODE> static TgemmFn tg_pick(int tile)
 {
     switch (tile) {
     case 0:
-        return &tgemm_kernel<128, 128, 2, 4, 4, DUAL, CL, PF>;
+        return &tgemm_kernel<128, 128, 2, 4, 4, DUAL, CL, MODE>;
     case 1:
-        return &tgemm_kernel<64, 128, 2, 4, 4, DUAL, CL, PF>;
+        return &tgemm_kernel<64, 128, 2, 4, 4, DUAL, CL, MODE>;
     case 2:
-        return &tgemm_kernel<128, 64, 4, 2, 4, DUAL, CL, PF>;
+        return &tgemm_kernel<128, 64, 4, 2, 4, DUAL, CL, MODE>;
     case 3:
-        return &tgemm_kernel<64, 64, 2, 2, 4, DUAL, CL, PF>;
+        return &tgemm_kernel<64, 64, 2, 2, 4, DUAL, CL, MODE>;
     case 4:
         if constexpr (DUAL)
             return nullptr;
         else
-            return &tgemm_kernel<128, 256, 2, 4, 3, 0, CL, PF>;
-    case 5:
-        if constexpr (DUAL)
+            return &tgemm_kernel<128, 256, 2, 4, 3, 0, CL, MODE>;
+    case 5: // 256 rows need four warpgroups: no wgmma form with 256 threads
+        if constexpr (DUAL || MODE == 2)
             return nullptr;
         else
-            return &tgemm_kernel<256, 128, 4, 2, 3, 0, CL, PF>;
+            return &tgemm_kernel<256, 128, 4, 2, 3, 0, CL, MODE>;
     }
     return nullptr;
 }
 
-template <int DUAL> static TgemmFn tg_pick_dual(int tile, int cl, int pf)
+template <int DUAL, int CL> static TgemmFn tg_pick_mode(int tile, int mode)
 {
-    if (cl)
-        return pf ? tg_pick<DUAL, 1, 1>(tile) : tg_pick<DUAL, 1, 0>(tile);
-    return pf ? tg_pick<DUAL, 0, 1>(tile) : tg_pick<DUAL, 0, 0>(tile);
+    switch (mode) {
+    case 0:
+        return tg_pick<DUAL, CL, 0>(tile);
+    case 1:
+        return tg_pick<DUAL, CL, 1>(tile);
+    case 2:
+        return tg_pick<DUAL, CL, 2>(tile);
+    }
+    return nullptr;
 }
 
-TgemmFn tgemm_pick(int tile, int dual, int cl, int pf)
+TgemmFn tgemm_pick(int tile, int dual, int cl, int mode)
 {
-    return dual ? tg_pick_dual<1>(tile, cl, pf) : tg_pick_dual<0>(tile, cl, pf);
+    if (dual)
+        return cl ? tg_pick_mode<1, 1>(tile, mode) : tg_pick_mode<1, 0>(tile, mode);
+    return cl ? tg_pick_mode<0, 1>(tile, mode) : tg_pick_mode<0, 0>(tile, mode);
 }
 
 template <int DUAL> static size_t tg_smem(int tile)
@@ -326,7 +390,8 @@ template <int DUAL> static size_t tg_smem(int tile)
     return 0;
 }
 
-size_t tgemm_smem(int tile, int dual)
+size_t tgemm_smem(int tile, int dual, int mode)
 {
-    return dual ? tg_smem<1>(tile) : tg_smem<0>(tile);
+    // The wgmma form aligns its stages to 1024 bytes inside the allocation.
+    return (dual ? tg_smem<1>(tile) : tg_smem<0>(tile)) + (mode == 2 ? 1024 : 0);
 }

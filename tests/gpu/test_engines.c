@@ -173,7 +173,7 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
 {
     char err[256], ctx[128];
     double t0 = now_s();
-    unsigned long long f0 = n_fail, c0 = n_checks, ncl = 0;
+    unsigned long long f0 = n_fail, c0 = n_checks, ncl = 0, nwg = 0;
     static const uint8_t nws[] = {4, 8, 16};
     static const uint8_t us[] = {1, 2, 4, 8};
     for (int mi = 0; mi < nm; mi++) {
@@ -188,7 +188,9 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
         for (int s = 0; s < nks; s++) {
             if (k == PJ_ENG_SPLITK || (k == PJ_ENG_ROUTER && m > 32)) {
                 for (int t = 0; t < 6; t++)
-                    for (int v = 0; v < (kslist[s] > 1 ? 4 : 2); v++) {
+                    for (int v = 0; v < 6; v++) {
+                        if ((v & 1) && kslist[s] < 2)
+                            continue;
                         const int cl = v & 1;
                         memset(&kn, 0, sizeof kn);
                         kn.tile = (uint8_t)t;
@@ -198,6 +200,7 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
                         const unsigned long long before = n_checks;
                         check_one(c, ws, k, &kn, ctx);
                         ncl += cl ? n_checks - before : 0;
+                        nwg += kn.pipe == 2 ? n_checks - before : 0;
                     }
                 continue;
             }
@@ -232,8 +235,11 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
      * GEMMs' (ks >= 2 above) ran some. */
     if ((k == PJ_ENG_ROUTER || k == PJ_ENG_GEMVZ || k == PJ_ENG_SPLITK) && !ncl)
         fail_line("variants %s: no cl=1 variant ran", L->L.name);
-    printf("B %-7s on %-9s: %llu checks (%llu cl=1), %llu failed (%.1f s)\n", pj_eng_name(k),
-           L->L.name, n_checks - c0, ncl, n_fail - f0, now_s() - t0);
+    /* The same for the tiled GEMM's wgmma main loop (pipe = 2). */
+    if ((k == PJ_ENG_SPLITK || (k == PJ_ENG_ROUTER && mlist[0] > 32)) && !nwg)
+        fail_line("variants %s: no pipe=2 (wgmma) variant ran", L->L.name);
+    printf("B %-7s on %-9s: %llu checks (%llu cl=1, %llu wgmma), %llu failed (%.1f s)\n",
+           pj_eng_name(k), L->L.name, n_checks - c0, ncl, nwg, n_fail - f0, now_s() - t0);
     fflush(stdout);
 }
 
