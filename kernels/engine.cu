@@ -760,10 +760,10 @@ static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
         return fail(why, whylen, -ERANGE, "W or x has more than 2^32 elements (32-bit offsets)");
     if (kn->cl && (kn->ks < 2 || kn->ks > 16))
         return fail(why, whylen, -EINVAL, "cl=1 needs ks in 2..16 (the cluster size)");
-    if (kn->pipe > 2)
+    if (kn->pipe > 3)
         return fail(why, whylen, -EINVAL,
                     "pipe=%u: the tiled GEMM has pipe 0 (mma.sync), 1 (with the L2 256-byte "
-                    "prefetch) or 2 (wgmma)",
+                    "prefetch), 2 (wgmma) or 3 (wgmma, one group in flight)",
                     kn->pipe);
     const TileGeom &g = tgemm_geom[kn->tile];
     const dim3 grid(cdiv(c->m, g.bn), cdiv(c->n, g.bm), kn->ks);

@@ -7,9 +7,11 @@
  *           optional split-K across CTAs (ordered, deterministic reduction)
  *   gemvz   the same over z12 weights (kernels/zfmt.h), decode in registers,
  *           exceptions applied by an extra warp in a fixed order
- *   splitk  tiled mma.sync GEMM with split-K and an fp32 atomic epilogue
- *           (the last CTA of a tile writes y and re-zeroes the workspace);
- *           not bit-deterministic when ks > 1
+ *   splitk  tiled GEMM (mma.sync, or wgmma with pipe 2/3) with split-K:
+ *           an fp32 atomic epilogue (the last CTA of a tile writes y and
+ *           re-zeroes the workspace; not bit-deterministic when ks > 1),
+ *           or with cl = 1 a sum in rank order through distributed shared
+ *           memory (deterministic)
  *   router  hi + lo of a split layer into one fp32 accumulator: GEMV form
  *           for m <= 32 (knobs as gemv), split-K tile form above
  *   cublas  cublasGemmEx / cublasLt, bf16 in/out, fp32 compute: the
@@ -39,6 +41,8 @@ extern "C" {
 
 #define PJ_ENG_MAX_GEMV_M 32
 #define PJ_ENG_MAX_KS     64
+/* Tile geometries of the tiled GEMM (knob tile = 0 .. this - 1). */
+#define PJ_ENG_TGEMM_TILES 8
 /* Largest m for which the ladder's untuned step picks a GEMV (engine.cu). */
 #define PJ_ENG_DEFAULT_GEMV_M 8
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/engine.h"
 #include "kernels/zfmt.h"
 
 // Shared-memory exception capacity of a gemvz CTA (entries); a CTA whose
@@ -130,10 +131,10 @@ struct TileGeom {
     int bm, bn, threads, stages;
     int dual_ok;
 };
-#define PJ_TGEMM_NTILES 6
+#define PJ_TGEMM_NTILES PJ_ENG_TGEMM_TILES
 extern const TileGeom tgemm_geom[PJ_TGEMM_NTILES];
 // cl = 1: the cluster form (launched with cluster dims 1 x 1 x ks); mode =
 // knob pipe: 0 mma.sync, 1 the same with the L2 256-byte prefetch hint, 2
-// wgmma (not for tile 5).
+// wgmma, 3 wgmma with one group in flight (2 and 3 not for tile 5).
 TgemmFn tgemm_pick(int tile, int dual, int cl, int mode);
 size_t tgemm_smem(int tile, int dual, int mode);

@@ -21,7 +21,8 @@
 // MODE (knob pipe): 0 mma.sync; 1 the same with every copy asking L2 for
 // the 256-byte block around it (a row's next K stage comes with this one);
 // 2 the main loop in Hopper wgmma (kernels/wgmma.cuh): warpgroups of 64
-// rows read both operands straight from the swizzled stages, no ldmatrix.
+// rows read both operands straight from the swizzled stages, no ldmatrix;
+// 3 the same with one wgmma group left in flight across the barrier.
 #include <cooperative_groups.h>
 
 #include "kernels/engint.cuh"
@@ -84,7 +85,7 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const TgemmArgs a)
         boff[i] =
             min(tok0 + crow + i * RSTEP, a.m - 1) * (uint32_t)a.ldx + (uint32_t)kbeg + cpiece * 8;
     // wgmma reads the swizzle from address bits: its stages start 1024-aligned.
-    const uint32_t sm0 = MODE == 2 ? (smem_u32(sm) + 1023u) & ~1023u : smem_u32(sm);
+    const uint32_t sm0 = MODE >= 2 ? (smem_u32(sm) + 1023u) & ~1023u : smem_u32(sm);
     unsigned char *const smb = sm + (sm0 - smem_u32(sm));
     auto copy16 = [](uint32_t sa, const void *g) {
         if constexpr (MODE == 1)
@@ -108,15 +109,19 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const TgemmArgs a)
             copy16(st + (1 + DUAL) * BM * 128 + i * RSTEP * 128, x + boff[i]);
     };
 
+    // Stages copied ahead of the one being read: all but one of the ring,
+    // two fewer with MODE 3 (one wgmma group stays in flight and still
+    // reads the stage before).
+    constexpr int AHEAD = MODE == 3 ? STAGES - 2 : STAGES - 1;
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) {
+    for (int s = 0; s < AHEAD; s++) {
         if (s < nk)
             load_stage(s, s);
         cp_async_commit();
     }
     float *ep = (float *)smb; // the [token][row] fp32 tile, after the main loop
 
-    if constexpr (MODE == 2) {
+    if constexpr (MODE >= 2) {
         // Warpgroups WGM x WGN, each 64 rows x WT tokens, one m64nWTk16 per
         // 16-wide K slice (two with DUAL), issued by the whole warpgroup.
         constexpr int NWG = C::threads / 128, WGM = BM / 64, WGN = NWG / WGM, WT = BN / WGN;
@@ -128,13 +133,14 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const TgemmArgs a)
             d[i] = 0.f;
 #pragma unroll 1
         for (int kstep = 0; kstep < nk; kstep++) {
-            cp_async_wait<STAGES - 2>();
+            cp_async_wait<AHEAD - 1>();
             fence_proxy_async_smem(); // this thread's copies, visible to wgmma
             __syncthreads();
             {
-                // The slot refilled here was read by the previous step's
-                // wgmmas, which every warpgroup waited for.
-                const int nxt = kstep + STAGES - 1;
+                // The slot refilled here was last read by wgmma groups that
+                // every warpgroup waited for before this barrier (the
+                // previous step's with MODE 2, the one before with MODE 3).
+                const int nxt = kstep + AHEAD;
                 if (nxt < nk)
                     load_stage(nxt % STAGES, nxt);
                 cp_async_commit();
@@ -151,8 +157,9 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const TgemmArgs a)
                     Wgmma<WT>::run(d, wg_desc_sw128(sa + mat * BM * 128 + kk * 32), db);
             }
             wg_commit();
-            wg_wait<0>();
+            wg_wait<MODE == 3 ? 1 : 0>();
         }
+        wg_wait<0>();
         cp_async_wait<0>();
         __syncthreads();
         const int w4 = (tid & 127) >> 5, g = lane >> 2, t = lane & 3;
@@ -324,6 +331,8 @@ const TileGeom tgemm_geom[PJ_TGEMM_NTILES] = {
     {64, 64, 128, 4, 1},   // 3: warps 2 x 2, 32 x 32
     {128, 256, 256, 3, 0}, // 4: warps 2 x 4, 64 x 64
     {256, 128, 256, 3, 0}, // 5: warps 4 x 2, 64 x 64
+    {64, 64, 128, 6, 1},   // 6: tile 3 with a 6-deep ring
+    {64, 128, 256, 6, 1},  // 7: tile 1 with a 6-deep ring
 };
 
 template <int DUAL, int CL, int MODE> static TgemmFn tg_pick(int tile)
@@ -343,10 +352,14 @@ template <int DUAL, int CL, int MODE> static TgemmFn tg_pick(int tile)
         else
             return &tgemm_kernel<128, 256, 2, 4, 3, 0, CL, MODE>;
     case 5: // 256 rows need four warpgroups: no wgmma form with 256 threads
-        if constexpr (DUAL || MODE == 2)
+        if constexpr (DUAL || MODE >= 2)
             return nullptr;
         else
             return &tgemm_kernel<256, 128, 4, 2, 3, 0, CL, MODE>;
+    case 6:
+        return &tgemm_kernel<64, 64, 2, 2, 6, DUAL, CL, MODE>;
+    case 7:
+        return &tgemm_kernel<64, 128, 2, 4, 6, DUAL, CL, MODE>;
     }
     return nullptr;
 }
@@ -360,6 +373,8 @@ template <int DUAL, int CL> static TgemmFn tg_pick_mode(int tile, int mode)
         return tg_pick<DUAL, CL, 1>(tile);
     case 2:
         return tg_pick<DUAL, CL, 2>(tile);
+    case 3:
+        return tg_pick<DUAL, CL, 3>(tile);
     }
     return nullptr;
 }
@@ -386,6 +401,10 @@ template <int DUAL> static size_t tg_smem(int tile)
         return TgCfg<128, 256, 2, 4, 3, DUAL>::smem;
     case 5:
         return TgCfg<256, 128, 4, 2, 3, DUAL>::smem;
+    case 6:
+        return TgCfg<64, 64, 2, 2, 6, DUAL>::smem;
+    case 7:
+        return TgCfg<64, 128, 2, 4, 6, DUAL>::smem;
     }
     return 0;
 }
@@ -393,5 +412,5 @@ template <int DUAL> static size_t tg_smem(int tile)
 size_t tgemm_smem(int tile, int dual, int mode)
 {
     // The wgmma form aligns its stages to 1024 bytes inside the allocation.
-    return (dual ? tg_smem<1>(tile) : tg_smem<0>(tile)) + (mode == 2 ? 1024 : 0);
+    return (dual ? tg_smem<1>(tile) : tg_smem<0>(tile)) + (mode >= 2 ? 1024 : 0);
 }
