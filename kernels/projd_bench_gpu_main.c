@@ -486,6 +486,8 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
         }
         if (m > 32)
             return add_tiled_cluster(d, cs, n);
+        if (m >= 16 && d->fmt != PJ_FMT_SPLIT) /* the router's m <= 32 form is the GEMV */
+            n = add_tiled_cluster(d, cs, n);
         n = add_prefetch(d, m, cs, n);
         n = add_cluster(d, cs, n);
         return n;
@@ -567,6 +569,8 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
         n = add_balanced(d, cs, n);
         n = add_prefetch(d, m, cs, n);
         n = add_cluster(d, cs, n);
+        if (m >= 16 && d->fmt != PJ_FMT_SPLIT)
+            n = add_tiled_cluster(d, cs, n);
     } else {
         n = add_tiled_cluster(d, cs, n);
     }

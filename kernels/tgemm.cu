@@ -333,6 +333,8 @@ const TileGeom tgemm_geom[PJ_TGEMM_NTILES] = {
     {256, 128, 256, 3, 0}, // 5: warps 4 x 2, 64 x 64
     {64, 64, 128, 6, 1},   // 6: tile 3 with a 6-deep ring
     {64, 128, 256, 6, 1},  // 7: tile 1 with a 6-deep ring
+    {64, 32, 128, 6, 1},   // 8: warps 2 x 2, 32 x 16 (m <= 32)
+    {64, 16, 128, 6, 1},   // 9: warps 4 x 1, 16 x 16 (m <= 16)
 };
 
 template <int DUAL, int CL, int MODE> static TgemmFn tg_pick(int tile)
@@ -360,6 +362,10 @@ template <int DUAL, int CL, int MODE> static TgemmFn tg_pick(int tile)
         return &tgemm_kernel<64, 64, 2, 2, 6, DUAL, CL, MODE>;
     case 7:
         return &tgemm_kernel<64, 128, 2, 4, 6, DUAL, CL, MODE>;
+    case 8:
+        return &tgemm_kernel<64, 32, 2, 2, 6, DUAL, CL, MODE>;
+    case 9:
+        return &tgemm_kernel<64, 16, 4, 1, 6, DUAL, CL, MODE>;
     }
     return nullptr;
 }
@@ -405,6 +411,10 @@ template <int DUAL> static size_t tg_smem(int tile)
         return TgCfg<64, 64, 2, 2, 6, DUAL>::smem;
     case 7:
         return TgCfg<64, 128, 2, 4, 6, DUAL>::smem;
+    case 8:
+        return TgCfg<64, 32, 2, 2, 6, DUAL>::smem;
+    case 9:
+        return TgCfg<64, 16, 4, 1, 6, DUAL>::smem;
     }
     return 0;
 }

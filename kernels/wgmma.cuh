@@ -44,6 +44,39 @@ __device__ __forceinline__ void fence_proxy_async_smem()
 // D += A * B (scale-d predicate true; operand scales 1; both K-major).
 template <int N> struct Wgmma;
 
+template <> struct Wgmma<16> {
+    static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db)
+    {
+        asm volatile("{\n"
+                     ".reg .pred p;\n"
+                     "setp.ne.b32 p, %10, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7}, "
+                     "%8, %9, p, 1, 1, 0, 0;\n"
+                     "}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                       "+f"(d[6]), "+f"(d[7])
+                     : "l"(da), "l"(db), "r"(1));
+    }
+};
+
+template <> struct Wgmma<32> {
+    static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db)
+    {
+        asm volatile("{\n"
+                     ".reg .pred p;\n"
+                     "setp.ne.b32 p, %18, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+                     "%16, %17, p, 1, 1, 0, 0;\n"
+                     "}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                       "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                       "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                     : "l"(da), "l"(db), "r"(1));
+    }
+};
+
 template <> struct Wgmma<64> {
     static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db)
     {

@@ -353,7 +353,7 @@ static void part_b(pj_chk_ctx *c)
     static const uint8_t ksr[] = {1, 8, 16, 64};
     static const uint32_t mg[] = {1, 8, 13, 32};
     static const uint32_t mr[] = {1, 9, 32};
-    static const uint32_t mt[] = {33, 100, 128, 256};
+    static const uint32_t mt[] = {13, 33, 100, 128, 256};
     static const uint32_t mtr[] = {64, 128, 256};
     static const uint8_t kst[] = {1, 4, 16};
     static const uint8_t kstr[] = {1, 16};
@@ -383,7 +383,7 @@ static void part_b(pj_chk_ctx *c)
     sweep_streamed(c, &un, &wu, PJ_ENG_GEMV, ms2, 2);
     sweep_streamed(c, &rt, &wr, PJ_ENG_ROUTER, ms2, quick ? 3 : 6);
     sweep_variants(c, &rt, &wr, PJ_ENG_ROUTER, mr, quick ? 2 : 3, ksr, 4);
-    sweep_variants(c, &o, &wo, PJ_ENG_SPLITK, mt, quick ? 2 : 4, kst, 3);
+    sweep_variants(c, &o, &wo, PJ_ENG_SPLITK, mt, quick ? 3 : 5, kst, 3);
     sweep_variants(c, &rt, &wr, PJ_ENG_ROUTER, mtr, quick ? 2 : 3, kstr, 2);
     pj_eng_ws_free(&wo);
     pj_eng_ws_free(&wu);
