@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <unordered_map>
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -274,43 +275,40 @@ extern "C" int pj_eng_dev_limits(pj_dev_limits *lim, char *err, size_t errlen)
 }
 
 struct FnAttr {
-    const void *fn;
     cudaFuncAttributes a;
     int ok;
 };
+// Every compiled variant the process has looked at (a tuning sweep touches
+// thousands): kernel -> attributes.
 static std::mutex g_attr_mu;
-static FnAttr g_attr[1024];
-static int g_nattr;
+static std::unordered_map<const void *, FnAttr> g_attr;
 
 // Attributes of a kernel, cached; the first lookup also raises its dynamic
 // shared-memory limit to what the current device allows (the device's own
 // figure, not the caller's limits, which may be a stricter what-if).
-static const FnAttr *fn_attr(const void *fn)
+static FnAttr fn_attr(const void *fn)
 {
     std::lock_guard<std::mutex> lk(g_attr_mu);
-    for (int i = 0; i < g_nattr; i++)
-        if (g_attr[i].fn == fn)
-            return &g_attr[i];
-    if (g_nattr >= (int)(sizeof g_attr / sizeof g_attr[0]))
-        return nullptr;
-    FnAttr *f = &g_attr[g_nattr];
-    f->fn = fn;
-    f->ok = cudaFuncGetAttributes(&f->a, fn) == cudaSuccess;
+    auto it = g_attr.find(fn);
+    if (it != g_attr.end())
+        return it->second;
+    FnAttr f{};
+    f.ok = cudaFuncGetAttributes(&f.a, fn) == cudaSuccess;
     int dev = 0, optin = 0;
-    if (f->ok)
-        f->ok = cudaGetDevice(&dev) == cudaSuccess &&
-                cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) ==
-                    cudaSuccess;
-    if (f->ok && (size_t)optin > f->a.sharedSizeBytes) {
-        int dyn = (int)(optin - f->a.sharedSizeBytes);
+    if (f.ok)
+        f.ok = cudaGetDevice(&dev) == cudaSuccess &&
+               cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) ==
+                   cudaSuccess;
+    if (f.ok && (size_t)optin > f.a.sharedSizeBytes) {
+        int dyn = (int)(optin - f.a.sharedSizeBytes);
         if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn) !=
             cudaSuccess)
-            f->ok = 0;
+            f.ok = 0;
         else
-            f->a.maxDynamicSharedSizeBytes = dyn;
+            f.a.maxDynamicSharedSizeBytes = dyn;
     }
     cudaGetLastError(); // a failed lookup must not poison later launches
-    g_nattr++;
+    g_attr.emplace(fn, f);
     return f;
 }
 
@@ -323,8 +321,9 @@ static int fits_device(const void *fn, unsigned threads, size_t dyn_smem, const 
         snprintf(why, whylen, "no kernel compiled for these knobs");
         return -ENOENT;
     }
-    const FnAttr *fa = fn_attr(fn);
-    if (!fa || !fa->ok) {
+    const FnAttr attr = fn_attr(fn);
+    const FnAttr *fa = &attr;
+    if (!fa->ok) {
         snprintf(why, whylen, "kernel attributes unavailable (no device?)");
         return -ENODEV;
     }
