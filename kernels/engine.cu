@@ -742,6 +742,45 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
                         threads, smem, why, whylen);
 }
 
+// cuTensorMapEncodeTiled from the driver (resolved once; nothing links
+// libcuda).
+typedef CUresult (*TmaEncodeFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+static TmaEncodeFn tma_encoder(void)
+{
+    static std::once_flag once;
+    static TmaEncodeFn fn;
+    std::call_once(once, [] {
+        void *p = nullptr;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                             &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = (TmaEncodeFn)p;
+        cudaGetLastError();
+    });
+    return fn;
+}
+
+// The TMA map of one weight matrix for tiles of 64 K-elements x bm rows,
+// written with the 128-byte swizzle the kernels read.
+static int tma_weight_map(CUtensorMap *m, const uint16_t *w, const pj_eng_layer *L, int bm)
+{
+    TmaEncodeFn enc = tma_encoder();
+    if (!enc)
+        return -ENOSYS;
+    const cuuint64_t dims[2] = {L->K, L->N};
+    const cuuint64_t strides[1] = {(cuuint64_t)L->ldw * 2};
+    const cuuint32_t box[2] = {64, (cuuint32_t)bm};
+    const cuuint32_t estr[2] = {1, 1};
+    CUresult r = enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)w, dims, strides, box, estr,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? 0 : -EINVAL;
+}
+
 static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
                        const pj_dev_limits *lim, char *why, size_t whylen)
 {
@@ -759,11 +798,13 @@ static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
         return fail(why, whylen, -ERANGE, "W or x has more than 2^32 elements (32-bit offsets)");
     if (kn->cl && (kn->ks < 2 || kn->ks > 16))
         return fail(why, whylen, -EINVAL, "cl=1 needs ks in 2..16 (the cluster size)");
-    if (kn->pipe > 3)
+    if (kn->pipe > 4)
         return fail(why, whylen, -EINVAL,
                     "pipe=%u: the tiled GEMM has pipe 0 (mma.sync), 1 (with the L2 256-byte "
-                    "prefetch), 2 (wgmma) or 3 (wgmma, one group in flight)",
+                    "prefetch), 2 (wgmma), 3 (wgmma, one group in flight) or 4 (3 with TMA)",
                     kn->pipe);
+    if (kn->pipe == 4 && !tma_encoder())
+        return fail(why, whylen, -ENOSYS, "pipe=4: the driver has no cuTensorMapEncodeTiled");
     const TileGeom &g = tgemm_geom[kn->tile];
     const dim3 grid(cdiv(c->m, g.bn), cdiv(c->n, g.bm), kn->ks);
     if (kn->ks > 1 && !kn->cl) {
@@ -1046,7 +1087,7 @@ static int tgemm_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, 
 {
     const pj_eng_layer *L = c->L;
     const TileGeom &g = tgemm_geom[kn->tile];
-    TgemmArgs a;
+    TgemmArgs a{};
     static_cast<EngIo &>(a) = io_of(c, dual);
     a.ks = kn->ks;
     a.kc = L->K / kn->ks;
@@ -1055,6 +1096,13 @@ static int tgemm_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, 
     a.cnt = c->ws ? c->ws->cnt : nullptr;
     if (kn->ks > 1 && !kn->cl && !c->ws)
         return -EINVAL;
+    if (kn->pipe == 4) {
+        int rc = tma_weight_map(&a.tw[0], L->w, L, g.bm);
+        if (!rc && dual)
+            rc = tma_weight_map(&a.tw[1], L->lo, L, g.bm);
+        if (rc)
+            return rc;
+    }
     TgemmFn fn = tgemm_pick(kn->tile, dual, kn->cl, kn->pipe);
     if (!fn)
         return -ENOENT;

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <cuda.h>
+
 #include "kernels/engine.h"
 #include "kernels/zfmt.h"
 
@@ -123,7 +125,8 @@ struct TgemmArgs : EngIo {
     uint32_t kc, ks;
     float *acc; // zeroed fp32 accumulators [token][row], row stride acc_ld
     size_t acc_ld;
-    unsigned *cnt; // one per (row tile, token tile)
+    unsigned *cnt;     // one per (row tile, token tile)
+    CUtensorMap tw[2]; // pipe = 4: TMA maps of w0 (and w1), 64 x BM boxes
 };
 typedef void (*TgemmFn)(TgemmArgs);
 
@@ -135,6 +138,7 @@ struct TileGeom {
 extern const TileGeom tgemm_geom[PJ_TGEMM_NTILES];
 // cl = 1: the cluster form (launched with cluster dims 1 x 1 x ks); mode =
 // knob pipe: 0 mma.sync, 1 the same with the L2 256-byte prefetch hint, 2
-// wgmma, 3 wgmma with one group in flight (2 and 3 not for tile 5).
+// wgmma, 3 wgmma with one group in flight, 4 the same with the weights
+// copied by TMA (2-4 not for tile 5).
 TgemmFn tgemm_pick(int tile, int dual, int cl, int mode);
 size_t tgemm_smem(int tile, int dual, int mode);

@@ -432,7 +432,7 @@ static int add_cluster(const layer_def *d, cand *cs, int n)
 
 /* The tiled split-K GEMM (splitk, or the router's form above m = 32) with
  * the cluster reduction (cl = 1), the L2 256-byte prefetch (pipe = 1) or
- * the wgmma main loop (pipe = 2, 3): tile shape, K split (the cluster size with
+ * the wgmma main loop (pipe = 2, 3; 4 with TMA): tile shape, K split (the cluster size with
  * cl = 1). The plain form (cl = 0, pipe = 0) is the full sweep's. */
 static int add_tiled_cluster(const layer_def *d, cand *cs, int n)
 {
@@ -440,7 +440,7 @@ static int add_tiled_cluster(const layer_def *d, cand *cs, int n)
     const int dual = d->fmt == PJ_FMT_SPLIT;
     for (int t = 0; t < PJ_ENG_TGEMM_TILES; t++) /* the check refuses tiles 4, 5 for two */
         for (int q = 0; q < 5; q++)
-            for (int v = 1; v < 8; v++) {
+            for (int v = 1; v < 10; v++) {
                 const int cl = v & 1, pf = v >> 1;
                 if (n >= MAX_CAND)
                     return n;

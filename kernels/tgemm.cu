@@ -22,7 +22,9 @@
 // the 256-byte block around it (a row's next K stage comes with this one);
 // 2 the main loop in Hopper wgmma (kernels/wgmma.cuh): warpgroups of 64
 // rows read both operands straight from the swizzled stages, no ldmatrix;
-// 3 the same with one wgmma group left in flight across the barrier.
+// 3 the same with one wgmma group left in flight across the barrier; 4 as
+// 3 with the weight tiles copied by TMA (one thread per stage, completion on
+// an mbarrier, the hardware writing the same 128-byte swizzle).
 #include <cooperative_groups.h>
 
 #include "kernels/engint.cuh"
@@ -53,7 +55,7 @@ __device__ __forceinline__ void red_add_v4(float *p, float a, float b, float c, 
 }
 
 template <int BM, int BN, int WM, int WN, int STAGES, int DUAL, int CL, int MODE>
-__global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const TgemmArgs a)
+__global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constant__ TgemmArgs a)
 {
     using C = TgCfg<BM, BN, WM, WN, STAGES, DUAL>;
     extern __shared__ __align__(128) unsigned char sm[];
@@ -63,6 +65,17 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const TgemmArgs a)
     const uint32_t tok0 = blockIdx.x * BN, row0 = blockIdx.y * BM;
     const size_t kbeg = (size_t)blockIdx.z * a.kc;
     const int nk = (int)(a.kc / TG_BK);
+    // MODE 4: one mbarrier per stage counts the weight bytes TMA delivers.
+    constexpr bool TMA = MODE == 4;
+    __shared__ __align__(8) uint64_t s_bar[TMA ? STAGES : 1];
+    if constexpr (TMA) {
+        if (tid == 0) {
+            for (int s = 0; s < STAGES; s++)
+                mbar_init(smem_u32(&s_bar[s]), 1);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        __syncthreads();
+    }
 
     // Copy assignments, fixed for the whole launch: chunk i of this thread
     // is row tid / 8 + i * RSTEP of a tile, 16-byte piece tid % 8 of it.
@@ -96,12 +109,25 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const TgemmArgs a)
     auto load_stage = [&](int slot, int ks_) {
         const uint32_t st = sm0 + slot * C::stage_bytes + dst0;
         const uint32_t k = ks_ * TG_BK;
+        if constexpr (TMA) {
+            // One thread asks for the weight tiles; rows past the matrix
+            // arrive as zeros (their results are never stored).
+            if (tid == 0) {
+                const uint32_t bar = smem_u32(&s_bar[slot]);
+                mbar_expect_tx(bar, (1 + DUAL) * BM * 128);
 #pragma unroll
-        for (int mat = 0; mat < 1 + DUAL; mat++) {
-            const uint16_t *w = (mat ? a.w1 : a.w0) + k;
+                for (int mat = 0; mat < 1 + DUAL; mat++)
+                    tma_load_2d(sm0 + slot * C::stage_bytes + mat * BM * 128, &a.tw[mat],
+                                (int)(kbeg + k), (int)row0, bar);
+            }
+        } else {
 #pragma unroll
-            for (int i = 0; i < CA; i++)
-                copy16(st + mat * BM * 128 + i * RSTEP * 128, w + aoff[i]);
+            for (int mat = 0; mat < 1 + DUAL; mat++) {
+                const uint16_t *w = (mat ? a.w1 : a.w0) + k;
+#pragma unroll
+                for (int i = 0; i < CA; i++)
+                    copy16(st + mat * BM * 128 + i * RSTEP * 128, w + aoff[i]);
+            }
         }
         const uint16_t *x = a.x + k;
 #pragma unroll
@@ -112,7 +138,7 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const TgemmArgs a)
     // Stages copied ahead of the one being read: all but one of the ring,
     // two fewer with MODE 3 (one wgmma group stays in flight and still
     // reads the stage before).
-    constexpr int AHEAD = MODE == 3 ? STAGES - 2 : STAGES - 1;
+    constexpr int AHEAD = MODE >= 3 ? STAGES - 2 : STAGES - 1;
 #pragma unroll
     for (int s = 0; s < AHEAD; s++) {
         if (s < nk)
@@ -134,6 +160,8 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const TgemmArgs a)
 #pragma unroll 1
         for (int kstep = 0; kstep < nk; kstep++) {
             cp_async_wait<AHEAD - 1>();
+            if constexpr (TMA)
+                mbar_wait(smem_u32(&s_bar[kstep % STAGES]), (kstep / STAGES) & 1);
             fence_proxy_async_smem(); // this thread's copies, visible to wgmma
             __syncthreads();
             {
@@ -157,7 +185,7 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const TgemmArgs a)
                     Wgmma<WT>::run(d, wg_desc_sw128(sa + mat * BM * 128 + kk * 32), db);
             }
             wg_commit();
-            wg_wait<MODE == 3 ? 1 : 0>();
+            wg_wait<MODE >= 3 ? 1 : 0>();
         }
         wg_wait<0>();
         cp_async_wait<0>();
@@ -381,6 +409,8 @@ template <int DUAL, int CL> static TgemmFn tg_pick_mode(int tile, int mode)
         return tg_pick<DUAL, CL, 2>(tile);
     case 3:
         return tg_pick<DUAL, CL, 3>(tile);
+    case 4:
+        return tg_pick<DUAL, CL, 4>(tile);
     }
     return nullptr;
 }

@@ -188,7 +188,7 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
         for (int s = 0; s < nks; s++) {
             if (k == PJ_ENG_SPLITK || (k == PJ_ENG_ROUTER && m > 32)) {
                 for (int t = 0; t < PJ_ENG_TGEMM_TILES; t++)
-                    for (int v = 0; v < 8; v++) {
+                    for (int v = 0; v < 10; v++) {
                         if ((v & 1) && kslist[s] < 2)
                             continue;
                         const int cl = v & 1;
@@ -235,9 +235,9 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
      * GEMMs' (ks >= 2 above) ran some. */
     if ((k == PJ_ENG_ROUTER || k == PJ_ENG_GEMVZ || k == PJ_ENG_SPLITK) && !ncl)
         fail_line("variants %s: no cl=1 variant ran", L->L.name);
-    /* The same for the tiled GEMM's wgmma main loops (pipe = 2, 3). */
+    /* The same for the tiled GEMM's wgmma main loops (pipe = 2-4). */
     if ((k == PJ_ENG_SPLITK || (k == PJ_ENG_ROUTER && mlist[0] > 32)) && !nwg)
-        fail_line("variants %s: no pipe=2/3 (wgmma) variant ran", L->L.name);
+        fail_line("variants %s: no pipe=2-4 (wgmma) variant ran", L->L.name);
     printf("B %-7s on %-9s: %llu checks (%llu cl=1, %llu wgmma), %llu failed (%.1f s)\n",
            pj_eng_name(k), L->L.name, n_checks - c0, ncl, nwg, n_fail - f0, now_s() - t0);
     fflush(stdout);
