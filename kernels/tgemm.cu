@@ -351,50 +351,42 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
     }
 }
 
-// Tile configurations (index = the "tile" knob).
-const TileGeom tgemm_geom[PJ_TGEMM_NTILES] = {
-    {128, 128, 256, 4, 1}, // 0: warps 2 x 4, 64 x 32 each
-    {64, 128, 256, 4, 1},  // 1: warps 2 x 4, 32 x 32
-    {128, 64, 256, 4, 1},  // 2: warps 4 x 2, 32 x 32
-    {64, 64, 128, 4, 1},   // 3: warps 2 x 2, 32 x 32
-    {128, 256, 256, 3, 0}, // 4: warps 2 x 4, 64 x 64
-    {256, 128, 256, 3, 0}, // 5: warps 4 x 2, 64 x 64
-    {64, 64, 128, 6, 1},   // 6: tile 3 with a 6-deep ring
-    {64, 128, 256, 6, 1},  // 7: tile 1 with a 6-deep ring
-    {64, 32, 128, 6, 1},   // 8: warps 2 x 2, 32 x 16 (m <= 32)
-    {64, 16, 128, 6, 1},   // 9: warps 4 x 1, 16 x 16 (m <= 16)
-};
+// Tile configurations (index = the "tile" knob), listed once: index, BM
+// rows, BN tokens, warps WM x WN, ring depth, whether the router's two
+// matrices fit (DUAL), whether a wgmma form exists (64-row warpgroups must
+// cover BM: not for 256 rows with 256 threads).
+//   0: warps 2 x 4, 64 x 32 each     1: 2 x 4, 32 x 32     2: 4 x 2, 32 x 32
+//   3: 2 x 2, 32 x 32                4: 2 x 4, 64 x 64     5: 4 x 2, 64 x 64
+//   6, 7: tiles 3, 1 with a 6-deep ring
+//   8: 2 x 2, 32 x 16 (m <= 32)      9: 4 x 1, 16 x 16 (m <= 16)
+#define TG_TILES(X)                                                                                \
+    X(0, 128, 128, 2, 4, 4, 1, 1)                                                                  \
+    X(1, 64, 128, 2, 4, 4, 1, 1)                                                                   \
+    X(2, 128, 64, 4, 2, 4, 1, 1)                                                                   \
+    X(3, 64, 64, 2, 2, 4, 1, 1)                                                                    \
+    X(4, 128, 256, 2, 4, 3, 0, 1)                                                                  \
+    X(5, 256, 128, 4, 2, 3, 0, 0)                                                                  \
+    X(6, 64, 64, 2, 2, 6, 1, 1)                                                                    \
+    X(7, 64, 128, 2, 4, 6, 1, 1)                                                                   \
+    X(8, 64, 32, 2, 2, 6, 1, 1)                                                                    \
+    X(9, 64, 16, 4, 1, 6, 1, 1)
+
+#define TG_GEOM(i, bm, bn, wm, wn, st, d, w) {bm, bn, wm * wn * 32, st, d},
+const TileGeom tgemm_geom[PJ_TGEMM_NTILES] = {TG_TILES(TG_GEOM)};
+#undef TG_GEOM
 
 template <int DUAL, int CL, int MODE> static TgemmFn tg_pick(int tile)
 {
+#define TG_PICK(i, bm, bn, wm, wn, st, d, w)                                                       \
+    case i:                                                                                        \
+        if constexpr ((DUAL && !d) || (MODE >= 2 && !w))                                           \
+            return nullptr;                                                                        \
+        else                                                                                       \
+            return &tgemm_kernel<bm, bn, wm, wn, st, DUAL, CL, MODE>;
     switch (tile) {
-    case 0:
-        return &tgemm_kernel<128, 128, 2, 4, 4, DUAL, CL, MODE>;
-    case 1:
-        return &tgemm_kernel<64, 128, 2, 4, 4, DUAL, CL, MODE>;
-    case 2:
-        return &tgemm_kernel<128, 64, 4, 2, 4, DUAL, CL, MODE>;
-    case 3:
-        return &tgemm_kernel<64, 64, 2, 2, 4, DUAL, CL, MODE>;
-    case 4:
-        if constexpr (DUAL)
-            return nullptr;
-        else
-            return &tgemm_kernel<128, 256, 2, 4, 3, 0, CL, MODE>;
-    case 5: // 256 rows need four warpgroups: no wgmma form with 256 threads
-        if constexpr (DUAL || MODE >= 2)
-            return nullptr;
-        else
-            return &tgemm_kernel<256, 128, 4, 2, 3, 0, CL, MODE>;
-    case 6:
-        return &tgemm_kernel<64, 64, 2, 2, 6, DUAL, CL, MODE>;
-    case 7:
-        return &tgemm_kernel<64, 128, 2, 4, 6, DUAL, CL, MODE>;
-    case 8:
-        return &tgemm_kernel<64, 32, 2, 2, 6, DUAL, CL, MODE>;
-    case 9:
-        return &tgemm_kernel<64, 16, 4, 1, 6, DUAL, CL, MODE>;
+        TG_TILES(TG_PICK)
     }
+#undef TG_PICK
     return nullptr;
 }
 
@@ -424,28 +416,13 @@ TgemmFn tgemm_pick(int tile, int dual, int cl, int mode)
 
 template <int DUAL> static size_t tg_smem(int tile)
 {
+#define TG_SMEM(i, bm, bn, wm, wn, st, d, w)                                                       \
+    case i:                                                                                        \
+        return TgCfg<bm, bn, wm, wn, st, DUAL>::smem;
     switch (tile) {
-    case 0:
-        return TgCfg<128, 128, 2, 4, 4, DUAL>::smem;
-    case 1:
-        return TgCfg<64, 128, 2, 4, 4, DUAL>::smem;
-    case 2:
-        return TgCfg<128, 64, 4, 2, 4, DUAL>::smem;
-    case 3:
-        return TgCfg<64, 64, 2, 2, 4, DUAL>::smem;
-    case 4:
-        return TgCfg<128, 256, 2, 4, 3, DUAL>::smem;
-    case 5:
-        return TgCfg<256, 128, 4, 2, 3, DUAL>::smem;
-    case 6:
-        return TgCfg<64, 64, 2, 2, 6, DUAL>::smem;
-    case 7:
-        return TgCfg<64, 128, 2, 4, 6, DUAL>::smem;
-    case 8:
-        return TgCfg<64, 32, 2, 2, 6, DUAL>::smem;
-    case 9:
-        return TgCfg<64, 16, 4, 1, 6, DUAL>::smem;
+        TG_TILES(TG_SMEM)
     }
+#undef TG_SMEM
     return 0;
 }
 
