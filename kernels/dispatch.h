@@ -28,7 +28,7 @@ extern "C" {
 typedef enum pj_eng_kind {
     PJ_ENG_GEMV = 0,   /* bf16 GEMV, m <= 32 */
     PJ_ENG_GEMVZ = 1,  /* z12 GEMV, m <= 32 */
-    PJ_ENG_SPLITK = 2, /* tiled mma GEMM, split-K, atomic epilogue */
+    PJ_ENG_SPLITK = 2, /* tiled GEMM (mma.sync or wgmma), split-K */
     PJ_ENG_ROUTER = 3, /* hi + lo fused: GEMV form (m <= 32) or split-K form */
     PJ_ENG_CUBLAS = 4, /* always correct, always last */
     PJ_ENG_COUNT = 5,
@@ -55,18 +55,24 @@ typedef struct pj_eng_knobs {
                    * 4 (gemv, gemvz, router m <= 32): balanced persistent grid
                    * (kernels/gemvb.cu): every warp streams an equal run of
                    * 16 x 64 units; then u = units per batch (two batches in
-                   * flight), ks = K panels (1, 2, 4), r = CTAs per SM */
+                   * flight), ks = K panels (1, 2, 4), r = CTAs per SM.
+                   * Tiled GEMM (splitk, router m > 32, kernels/tgemm.cu):
+                   * 0 mma.sync, 1 the same with the L2 256-byte prefetch,
+                   * 2 wgmma, 3 wgmma with one group in flight, 4 as 3 with
+                   * the weight tiles copied by TMA */
     uint8_t minb; /* 1: register cap so two CTAs fit per SM (launch-bounds hint) */
     uint8_t xs;   /* gemvz: 1 = x staged in shared memory, 0 = read from global,
                    * 2 (pipe = 5) = x through the prefetch ring per tile */
     uint8_t r;    /* gemvz: row blocks per CTA sharing x (1, 2, 4); pipe = 4: CTAs per SM */
-    uint8_t tile; /* splitk/router-splitk: tile configuration index */
+    uint8_t tile; /* splitk/router-splitk: tile geometry 0..9 (rows x tokens,
+                   * warps, ring depth: kernels/tgemm.cu's TG_TILES) */
     uint8_t algo; /* cublas: 0 = cublasGemmEx default, 1 = cublasLt heuristic */
     uint8_t rb;   /* gemv/gemvz: row blocks per warp sharing x fragments (0 or 1 = one) */
     uint8_t cl;   /* gemv/router (pipe 0/1, rb 1, ks 2..16), gemvz (pipe 5, rb 1,
-                   * xs 0/2, ks 2..16): 1 = the ks CTAs of a row
-                   * block form a thread-block cluster and sum their partials in
-                   * distributed shared memory */
+                   * xs 0/2, ks 2..16), tiled GEMM (ks 2..16): 1 = the ks CTAs
+                   * of a row block (tile) form a thread-block cluster and sum
+                   * their partials in distributed shared memory, in rank
+                   * order (deterministic) */
 } pj_eng_knobs;
 
 /* What the checker needs to know about the device (filled by the CUDA side
