@@ -7,7 +7,7 @@
  *           optional split-K across CTAs (ordered, deterministic reduction)
  *   gemvz   the same over z12 weights (kernels/zfmt.h), decode in registers,
  *           exceptions applied by an extra warp in a fixed order
- *   splitk  tiled GEMM (mma.sync, or wgmma with pipe 2/3) with split-K:
+ *   splitk  tiled GEMM (mma.sync, or wgmma with pipe 2-4) with split-K:
  *           an fp32 atomic epilogue (the last CTA of a tile writes y and
  *           re-zeroes the workspace; not bit-deterministic when ks > 1),
  *           or with cl = 1 a sum in rank order through distributed shared
@@ -163,7 +163,7 @@ int pj_eng_launch(pj_eng_kind k, const pj_eng_knobs *kn, const pj_eng_call *c, p
 size_t pj_eng_bytes_read(pj_eng_kind k, const pj_eng_call *c);
 
 /* Does the engine give the same bits every run at this m? (The tiled
- * split-K form's atomics with ks > 1 do not.) */
+ * split-K form's atomics with ks > 1 do not; its cluster form does.) */
 int pj_eng_deterministic(pj_eng_kind k, const pj_eng_knobs *kn, uint32_t m);
 
 /* The ladder: forced (engine name and optional knobs, "" = none), then the
