@@ -322,7 +322,7 @@ static int fits_device(const void *fn, unsigned threads, size_t dyn_smem, const 
         return -ENOENT;
     }
     const FnAttr attr = fn_attr(fn);
-    const FnAttr *fa = &attr;
+    const FnAttr *fa = &attr; // the cache's copy: entries may move when it grows
     if (!fa->ok) {
         snprintf(why, whylen, "kernel attributes unavailable (no device?)");
         return -ENODEV;
@@ -628,13 +628,6 @@ static void cluster_cfg(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *at, dim3 g
     cfg->numAttrs = 1;
 }
 
-// The GEMVs' cluster grid: gx row groups x ks splits, clusters 1 x ks.
-static void gemv_cluster_cfg(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *at, uint32_t gx,
-                             uint32_t ks, unsigned threads, size_t smem, cudaStream_t s)
-{
-    cluster_cfg(cfg, at, dim3(gx, ks), dim3(1, ks, 1), threads, smem, s);
-}
-
 // Clusters above 8 CTAs are not portable: ask for them, then check that at
 // least one cluster of this shape can be placed on the device.
 static int cluster_fits(const void *fn, dim3 grid, dim3 cdim, unsigned threads, size_t smem,
@@ -652,6 +645,17 @@ static int cluster_fits(const void *fn, dim3 grid, dim3 cdim, unsigned threads, 
                     cdim.x * cdim.y * cdim.z);
     }
     return 0;
+}
+
+// The kernel fits the device (fits_device) and, as a cluster launch (cl =
+// 1: clusters of cdim over grid), at least one cluster can be placed.
+static int fits_split(const void *fn, dim3 grid, dim3 cdim, int cl, unsigned threads, size_t smem,
+                      const pj_dev_limits *lim, char *why, size_t whylen)
+{
+    int rc = fits_device(fn, threads, smem, lim, why, whylen);
+    if (rc || !cl)
+        return rc;
+    return cluster_fits(fn, grid, cdim, threads, smem, why, whylen);
 }
 
 static int gemv_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
@@ -685,11 +689,8 @@ static int gemv_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
     }
     GemvFn fn = gemv_pick(dual, kn->nw, kn->u, mt_of(c->m), kn->pipe, kn->minb, (int)rb, kn->cl);
     const size_t smem = gemv_smem(dual, kn, c->m);
-    int rc = fits_device((const void *)fn, 32u * kn->nw, smem, lim, why, whylen);
-    if (rc || !kn->cl)
-        return rc;
-    return cluster_fits((const void *)fn, dim3(cdiv(cdiv(c->n, 16), rb), kn->ks),
-                        dim3(1, kn->ks, 1), 32u * kn->nw, smem, why, whylen);
+    return fits_split((const void *)fn, dim3(cdiv(cdiv(c->n, 16), rb), kn->ks), dim3(1, kn->ks, 1),
+                      kn->cl, 32u * kn->nw, smem, lim, why, whylen);
 }
 
 static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_dev_limits *lim,
@@ -735,11 +736,8 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
                         : gemvz_pick(kn->nw, kn->u, mt, kn->pipe, kn->xs, (int)rb);
     size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, rb, L->K / kn->ks, kn->u, kn->pipe);
     const unsigned threads = 32u * kn->nw * kn->r + 32;
-    int rc = fits_device((const void *)fn, threads, smem, lim, why, whylen);
-    if (rc || !kn->cl)
-        return rc;
-    return cluster_fits((const void *)fn, dim3(cdiv(nblk, kn->r * rb), kn->ks), dim3(1, kn->ks, 1),
-                        threads, smem, why, whylen);
+    return fits_split((const void *)fn, dim3(cdiv(nblk, kn->r * rb), kn->ks), dim3(1, kn->ks, 1),
+                      kn->cl, threads, smem, lim, why, whylen);
 }
 
 // cuTensorMapEncodeTiled from the driver (resolved once; nothing links
@@ -816,10 +814,8 @@ static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
     if (!fn)
         return fail(why, whylen, -EINVAL, "tile=%u has no pipe=%u form", kn->tile, kn->pipe);
     const size_t smem = tgemm_smem(kn->tile, dual, kn->pipe);
-    int rc = fits_device((const void *)fn, g.threads, smem, lim, why, whylen);
-    if (rc || !kn->cl)
-        return rc;
-    return cluster_fits((const void *)fn, grid, dim3(1, 1, kn->ks), g.threads, smem, why, whylen);
+    return fits_split((const void *)fn, grid, dim3(1, 1, kn->ks), kn->cl, g.threads, smem, lim, why,
+                      whylen);
 }
 
 static int cublas_check(const pj_eng_call *c, char *why, size_t whylen)
@@ -920,6 +916,22 @@ static int launch_rc(void)
 {
     cudaError_t ce = cudaGetLastError();
     return ce == cudaSuccess ? 0 : -EIO;
+}
+
+// Launch fn over grid, as clusters of cdim when cl = 1 (the split-K forms
+// whose partials meet in distributed shared memory).
+template <typename Args>
+static int launch_split(void (*fn)(Args), dim3 grid, dim3 cdim, int cl, unsigned threads,
+                        size_t smem, cudaStream_t s, const Args &a)
+{
+    if (cl) {
+        cudaLaunchConfig_t cfg;
+        cudaLaunchAttribute at;
+        cluster_cfg(&cfg, &at, grid, cdim, threads, smem, s);
+        return cudaLaunchKernelEx(&cfg, fn, a) == cudaSuccess ? launch_rc() : -EIO;
+    }
+    fn<<<grid, threads, smem, s>>>(a);
+    return launch_rc();
 }
 
 static uint32_t sm_count_cached(void)
@@ -1034,16 +1046,8 @@ static int gemv_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, c
     GemvFn fn = gemv_pick(dual, kn->nw, kn->u, mt_of(c->m), kn->pipe, kn->minb, (int)rb, kn->cl);
     if (!fn)
         return -ENOENT;
-    if (kn->cl) {
-        cudaLaunchConfig_t cfg;
-        cudaLaunchAttribute at;
-        gemv_cluster_cfg(&cfg, &at, cdiv(cdiv(c->n, 16), rb), kn->ks, 32u * kn->nw,
-                         gemv_smem(dual, kn, c->m), s);
-        return cudaLaunchKernelEx(&cfg, fn, a) == cudaSuccess ? launch_rc() : -EIO;
-    }
-    dim3 grid(cdiv(cdiv(c->n, 16), rb), kn->ks);
-    fn<<<grid, 32 * kn->nw, gemv_smem(dual, kn, c->m), s>>>(a);
-    return launch_rc();
+    return launch_split(fn, dim3(cdiv(cdiv(c->n, 16), rb), kn->ks), dim3(1, kn->ks, 1), kn->cl,
+                        32u * kn->nw, gemv_smem(dual, kn, c->m), s, a);
 }
 
 static int gemvz_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream_t s)
@@ -1071,16 +1075,8 @@ static int gemvz_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream
     if (!fn)
         return -ENOENT;
     size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, rb, a.kc, kn->u, kn->pipe);
-    if (kn->cl) {
-        cudaLaunchConfig_t cfg;
-        cudaLaunchAttribute at;
-        gemv_cluster_cfg(&cfg, &at, cdiv(a.nblk, kn->r * rb), kn->ks, 32u * kn->nw * kn->r + 32,
-                         smem, s);
-        return cudaLaunchKernelEx(&cfg, fn, a) == cudaSuccess ? launch_rc() : -EIO;
-    }
-    dim3 grid(cdiv(a.nblk, kn->r * rb), kn->ks);
-    fn<<<grid, 32 * kn->nw * kn->r + 32, smem, s>>>(a);
-    return launch_rc();
+    return launch_split(fn, dim3(cdiv(a.nblk, kn->r * rb), kn->ks), dim3(1, kn->ks, 1), kn->cl,
+                        32u * kn->nw * kn->r + 32, smem, s, a);
 }
 
 static int tgemm_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream_t s)
@@ -1108,14 +1104,7 @@ static int tgemm_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, 
         return -ENOENT;
     const dim3 grid(cdiv(c->m, g.bn), cdiv(c->n, g.bm), kn->ks);
     const size_t smem = tgemm_smem(kn->tile, dual, kn->pipe);
-    if (kn->cl) {
-        cudaLaunchConfig_t cfg;
-        cudaLaunchAttribute at;
-        cluster_cfg(&cfg, &at, grid, dim3(1, 1, kn->ks), g.threads, smem, s);
-        return cudaLaunchKernelEx(&cfg, fn, a) == cudaSuccess ? launch_rc() : -EIO;
-    }
-    fn<<<grid, g.threads, smem, s>>>(a);
-    return launch_rc();
+    return launch_split(fn, grid, dim3(1, 1, kn->ks), kn->cl, g.threads, smem, s, a);
 }
 
 // The Lt plan for this shape, made on first use (heuristic, first result).

@@ -318,6 +318,17 @@ static const pj_tune_entry *old_entry(const char *layer, uint32_t m)
     return NULL;
 }
 
+/* Append one candidate (engine, knobs) while the list has room. */
+static int add_cand(cand *cs, int n, pj_eng_kind k, const pj_eng_knobs *kn)
+{
+    if (n >= MAX_CAND)
+        return n;
+    memset(&cs[n], 0, sizeof cs[n]);
+    cs[n].k = k;
+    cs[n].kn = *kn;
+    return n + 1;
+}
+
 /* The balanced GEMV (pipe = 4) of every engine the layer's format serves:
  * warps, units per batch, K panels, CTAs per SM. Variants the device cannot
  * hold (registers, shared memory, occupancy) are refused by validation. */
@@ -338,16 +349,11 @@ static int add_balanced(const layer_def *d, cand *cs, int n)
             for (int j = 0; j < 4; j++)
                 for (int q = 0; q < 3; q++)
                     for (int r = 0; r < 2; r++) {
-                        if (n >= MAX_CAND || (us[j] == 8 && ek[e] != PJ_ENG_GEMVZ))
+                        if (us[j] == 8 && ek[e] != PJ_ENG_GEMVZ)
                             continue;
-                        memset(&cs[n], 0, sizeof cs[n]);
-                        cs[n].k = ek[e];
-                        cs[n].kn.pipe = 4;
-                        cs[n].kn.nw = nws[i];
-                        cs[n].kn.u = us[j];
-                        cs[n].kn.ks = kss[q];
-                        cs[n].kn.r = rs[r];
-                        n++;
+                        const pj_eng_knobs kn = {
+                            .nw = nws[i], .ks = kss[q], .u = us[j], .pipe = 4, .r = rs[r]};
+                        n = add_cand(cs, n, ek[e], &kn);
                     }
     return n;
 }
@@ -367,18 +373,14 @@ static int add_prefetch(const layer_def *d, uint32_t m, cand *cs, int n)
                 for (int rb = 1; rb <= (m > 1 ? 4 : 1); rb *= 2)
                     for (int x = 0; x < 2; x++)
                         for (int r = 1; r <= 2; r++) {
-                            if (n >= MAX_CAND)
-                                return n;
-                            memset(&cs[n], 0, sizeof cs[n]);
-                            cs[n].k = PJ_ENG_GEMVZ;
-                            cs[n].kn.pipe = 5;
-                            cs[n].kn.nw = nws[i];
-                            cs[n].kn.u = us[j];
-                            cs[n].kn.ks = kss[q];
-                            cs[n].kn.rb = (uint8_t)rb;
-                            cs[n].kn.xs = (uint8_t)(x ? 2 : (m > 8 ? 1 : 0));
-                            cs[n].kn.r = (uint8_t)r;
-                            n++;
+                            const pj_eng_knobs kn = {.nw = nws[i],
+                                                     .ks = kss[q],
+                                                     .u = us[j],
+                                                     .pipe = 5,
+                                                     .xs = (uint8_t)(x ? 2 : (m > 8 ? 1 : 0)),
+                                                     .r = (uint8_t)r,
+                                                     .rb = (uint8_t)rb};
+                            n = add_cand(cs, n, PJ_ENG_GEMVZ, &kn);
                         }
     /* The same with the cluster split-K reduction: finer K splits without
      * the global epilogue. */
@@ -387,19 +389,15 @@ static int add_prefetch(const layer_def *d, uint32_t m, cand *cs, int n)
         for (int j = 0; j < 3; j++)
             for (int q = 0; q < 3; q++)
                 for (int x = 0; x < 2; x++) {
-                    if (n >= MAX_CAND)
-                        return n;
-                    memset(&cs[n], 0, sizeof cs[n]);
-                    cs[n].k = PJ_ENG_GEMVZ;
-                    cs[n].kn.pipe = 5;
-                    cs[n].kn.cl = 1;
-                    cs[n].kn.nw = nws[i];
-                    cs[n].kn.u = us[j];
-                    cs[n].kn.ks = ksc[q];
-                    cs[n].kn.rb = 1;
-                    cs[n].kn.xs = (uint8_t)(x ? 2 : 0);
-                    cs[n].kn.r = 1;
-                    n++;
+                    const pj_eng_knobs kn = {.nw = nws[i],
+                                             .ks = ksc[q],
+                                             .u = us[j],
+                                             .pipe = 5,
+                                             .xs = (uint8_t)(x ? 2 : 0),
+                                             .r = 1,
+                                             .rb = 1,
+                                             .cl = 1};
+                    n = add_cand(cs, n, PJ_ENG_GEMVZ, &kn);
                 }
     return n;
 }
@@ -414,26 +412,24 @@ static int add_cluster(const layer_def *d, cand *cs, int n)
             for (int q = 0; q < 4; q++)
                 for (int p = 0; p < 2; p++)
                     for (int mb = 0; mb < 2; mb++) {
-                        if (n >= MAX_CAND)
-                            return n;
-                        memset(&cs[n], 0, sizeof cs[n]);
-                        cs[n].k = d->fmt == PJ_FMT_SPLIT ? PJ_ENG_ROUTER : PJ_ENG_GEMV;
-                        cs[n].kn.cl = 1;
-                        cs[n].kn.nw = nws[i];
-                        cs[n].kn.u = us[j];
-                        cs[n].kn.ks = kss[q];
-                        cs[n].kn.pipe = (uint8_t)p;
-                        cs[n].kn.minb = (uint8_t)mb;
-                        cs[n].kn.rb = 1;
-                        n++;
+                        const pj_eng_knobs kn = {.nw = nws[i],
+                                                 .ks = kss[q],
+                                                 .u = us[j],
+                                                 .pipe = (uint8_t)p,
+                                                 .minb = (uint8_t)mb,
+                                                 .rb = 1,
+                                                 .cl = 1};
+                        n = add_cand(cs, n, d->fmt == PJ_FMT_SPLIT ? PJ_ENG_ROUTER : PJ_ENG_GEMV,
+                                     &kn);
                     }
     return n;
 }
 
 /* The tiled split-K GEMM (splitk, or the router's form above m = 32) with
  * the cluster reduction (cl = 1), the L2 256-byte prefetch (pipe = 1) or
- * the wgmma main loop (pipe = 2, 3; 4 with TMA): tile shape, K split (the cluster size with
- * cl = 1). The plain form (cl = 0, pipe = 0) is the full sweep's. */
+ * the wgmma main loop (pipe = 2, 3; 4 with TMA): tile shape, K split (the
+ * cluster size with cl = 1). The plain form (cl = 0, pipe = 0) is the full
+ * sweep's. */
 static int add_tiled_cluster(const layer_def *d, cand *cs, int n)
 {
     static const uint8_t kss[] = {1, 2, 4, 8, 16};
@@ -441,18 +437,12 @@ static int add_tiled_cluster(const layer_def *d, cand *cs, int n)
     for (int t = 0; t < PJ_ENG_TGEMM_TILES; t++) /* the check refuses tiles 4, 5 for two */
         for (int q = 0; q < 5; q++)
             for (int v = 1; v < 10; v++) {
-                const int cl = v & 1, pf = v >> 1;
-                if (n >= MAX_CAND)
-                    return n;
+                const int cl = v & 1;
                 if (cl && kss[q] < 2)
                     continue;
-                memset(&cs[n], 0, sizeof cs[n]);
-                cs[n].k = dual ? PJ_ENG_ROUTER : PJ_ENG_SPLITK;
-                cs[n].kn.tile = (uint8_t)t;
-                cs[n].kn.ks = kss[q];
-                cs[n].kn.cl = (uint8_t)cl;
-                cs[n].kn.pipe = (uint8_t)pf;
-                n++;
+                const pj_eng_knobs kn = {
+                    .ks = kss[q], .pipe = (uint8_t)(v >> 1), .tile = (uint8_t)t, .cl = (uint8_t)cl};
+                n = add_cand(cs, n, dual ? PJ_ENG_ROUTER : PJ_ENG_SPLITK, &kn);
             }
     return n;
 }
@@ -463,16 +453,7 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
     const layer_def *d = &layer_defs[li];
     static const uint8_t nws[] = {4, 8, 16};
     pj_eng_knobs kn;
-#define ADD(K)                                                                                     \
-    do {                                                                                           \
-        if (n < MAX_CAND) {                                                                        \
-            cs[n].k = (K);                                                                         \
-            cs[n].kn = kn;                                                                         \
-            cs[n].g = NULL;                                                                        \
-            cs[n].us = 0;                                                                          \
-            n++;                                                                                   \
-        }                                                                                          \
-    } while (0)
+#define ADD(K) (n = add_cand(cs, n, (K), &kn))
     for (int a = 0; a < 2; a++) {
         memset(&kn, 0, sizeof kn);
         kn.algo = (uint8_t)a;

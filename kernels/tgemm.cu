@@ -292,15 +292,22 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
         }
     };
 
-    if (a.ks == 1) {
-        for (int c = tid; c < BN * R4; c += C::threads) {
+    // Every 4-row output group of the tile that lies inside y, from c0 in
+    // steps of step: f(token in tile, row in tile, token, row).
+    auto each_out = [&](int c0, int step, auto &&f) {
+        for (int c = c0; c < BN * R4; c += step) {
             const int tl = c / R4, rl = (c % R4) * 4;
             const uint32_t tk = tok0 + tl, r = row0 + rl;
-            if (tk >= a.m || r >= a.n)
-                continue;
+            if (tk < a.m && r < a.n)
+                f(tl, rl, tk, r);
+        }
+    };
+
+    if (a.ks == 1) {
+        each_out(tid, C::threads, [&](int tl, int rl, uint32_t tk, uint32_t r) {
             const float4 v = *(const float4 *)(ep + tl * C::epi_ld + rl);
             store_y(tk, r, v.x, v.y, v.z, v.w);
-        }
+        });
         return;
     }
     if constexpr (CL) {
@@ -308,46 +315,34 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
         cg::cluster_group cluster = cg::this_cluster();
         cluster.sync();
         const int ks = (int)a.ks;
-        for (int c = (int)cluster.block_rank() * C::threads + tid; c < BN * R4;
-             c += ks * C::threads) {
-            const int tl = c / R4, rl = (c % R4) * 4;
-            const uint32_t tk = tok0 + tl, r = row0 + rl;
-            if (tk >= a.m || r >= a.n)
-                continue;
-            float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+        each_out((int)cluster.block_rank() * C::threads + tid, ks * C::threads,
+                 [&](int tl, int rl, uint32_t tk, uint32_t r) {
+                     float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 4
-            for (int j = 0; j < ks; j++) {
-                const float4 v =
-                    *(const float4 *)(cluster.map_shared_rank(ep, j) + tl * C::epi_ld + rl);
-                s.x += v.x;
-                s.y += v.y;
-                s.z += v.z;
-                s.w += v.w;
-            }
-            store_y(tk, r, s.x, s.y, s.z, s.w);
-        }
+                     for (int j = 0; j < ks; j++) {
+                         const float4 v = *(const float4 *)(cluster.map_shared_rank(ep, j) +
+                                                            tl * C::epi_ld + rl);
+                         s.x += v.x;
+                         s.y += v.y;
+                         s.z += v.z;
+                         s.w += v.w;
+                     }
+                     store_y(tk, r, s.x, s.y, s.z, s.w);
+                 });
         cluster.sync(); // every tile stays until all ranks have read it
     } else {
-        for (int c = tid; c < BN * R4; c += C::threads) {
-            const int tl = c / R4, rl = (c % R4) * 4;
-            const uint32_t tk = tok0 + tl, r = row0 + rl;
-            if (tk >= a.m || r >= a.n)
-                continue;
+        each_out(tid, C::threads, [&](int tl, int rl, uint32_t tk, uint32_t r) {
             const float4 v = *(const float4 *)(ep + tl * C::epi_ld + rl);
             red_add_v4(a.acc + (size_t)tk * a.acc_ld + r, v.x, v.y, v.z, v.w);
-        }
+        });
         if (!splitk_arrive_last(a.cnt + blockIdx.y * gridDim.x + blockIdx.x, a.ks, &s_last))
             return;
-        for (int c = tid; c < BN * R4; c += C::threads) {
-            const int tl = c / R4, rl = (c % R4) * 4;
-            const uint32_t tk = tok0 + tl, r = row0 + rl;
-            if (tk >= a.m || r >= a.n)
-                continue;
+        each_out(tid, C::threads, [&](int, int, uint32_t tk, uint32_t r) {
             float4 *p = (float4 *)(a.acc + (size_t)tk * a.acc_ld + r);
             const float4 v = __ldcg(p);
             store_y(tk, r, v.x, v.y, v.z, v.w);
             __stcg(p, make_float4(0.f, 0.f, 0.f, 0.f));
-        }
+        });
     }
 }
 
