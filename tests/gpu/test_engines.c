@@ -457,6 +457,48 @@ static void part_c_new_knobs(pj_chk_ctx *c)
     printf("C table loader, new knobs: %d kept, %d rejected\n", n, n_new_msgs);
 }
 
+/* The tiled GEMM's knobs of round 8 (cl, pipe 1-4, tiles 6-9) misused: each
+ * entry is refused with its own reason; two valid entries are kept. */
+static void part_c_tiled_knobs(pj_chk_ctx *c)
+{
+    const char *js = "{\"device\":\"test\",\"entries\":["
+                     "{\"layer\":\"router\",\"n\":256,\"k\":4096,\"m\":128,\"engine\":\"router\","
+                     "\"knobs\":{\"tile\":3,\"ks\":1,\"cl\":1}},"
+                     "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":128,\"engine\":\"splitk\","
+                     "\"knobs\":{\"tile\":6,\"ks\":2,\"pipe\":3,\"cl\":1}},"
+                     "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":256,\"engine\":\"splitk\","
+                     "\"knobs\":{\"tile\":3,\"ks\":4,\"pipe\":5}},"
+                     "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":64,\"engine\":\"splitk\","
+                     "\"knobs\":{\"tile\":5,\"ks\":2,\"pipe\":2}},"
+                     "{\"layer\":\"router\",\"n\":256,\"k\":4096,\"m\":256,\"engine\":\"router\","
+                     "\"knobs\":{\"tile\":6,\"ks\":4,\"pipe\":3,\"cl\":1}},"
+                     "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":32,\"engine\":\"splitk\","
+                     "\"knobs\":{\"tile\":8,\"ks\":32,\"cl\":1}}]}";
+    static const char *const want[] = {
+        "cl=1 needs ks in 2..16 (the cluster size)",
+        "pipe=5: the tiled GEMM has pipe 0",
+        "tile=5 has no pipe=2 form",
+        "cl=1 needs ks in 2..16 (the cluster size)",
+    };
+    const int nwant = (int)(sizeof want / sizeof want[0]);
+    pj_tune_table t;
+    char err[256];
+    n_new_msgs = 0;
+    int n = pj_tune_parse(js, strlen(js), &t, pj_eng_check_entry, &c->lim, keep_msg, NULL, err,
+                          sizeof err);
+    n_checks++;
+    if (n != 2 || n_new_msgs != nwant)
+        fail_line("table loader, tiled knobs: kept %d (want 2), rejected %d (want %d)%s%s", n,
+                  n_new_msgs, nwant, n < 0 ? ": " : "", n < 0 ? err : "");
+    for (int i = 0; i < nwant && i < n_new_msgs; i++) {
+        n_checks++;
+        if (!strstr(new_msgs[i], want[i]))
+            fail_line("table loader, tiled knobs: message %d is \"%s\", want \"%s\"", i,
+                      new_msgs[i], want[i]);
+    }
+    printf("C table loader, tiled knobs: %d kept, %d rejected\n", n, n_new_msgs);
+}
+
 static void part_c(pj_chk_ctx *c)
 {
     /* Three good entries, then: a tgemm tile that needs more shared memory
@@ -498,6 +540,7 @@ static void part_c(pj_chk_ctx *c)
                   e200 ? (int)e200->m : -1);
     printf("C table loader: %d kept, %d rejected\n", n, n_msgs);
     part_c_new_knobs(c);
+    part_c_tiled_knobs(c);
 }
 
 /* Negative controls: the comparison must catch a wrong value, an unwritten
