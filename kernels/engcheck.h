@@ -18,7 +18,12 @@
 #include "kernels/benchk.h"
 #include "kernels/engine.h"
 
-/* Weight generator: w (n x k bf16) from seed. */
+/* Seed flag: the generated weights hold 5 % zeros, so a z12 layer's
+ * exceptions (zeros lie outside every window but the lowest) overflow every
+ * engine's shared-memory copy of them and take the global-memory paths. */
+#define PJ_CHK_SEED_ZEROS (1ull << 40)
+
+/* Weight generator: w (n x k bf16) from seed (PJ_CHK_SEED_ZEROS honoured). */
 void pj_chk_gen_bf16(uint64_t seed, uint32_t n, uint32_t k, uint16_t *w);
 /* fp32 weights (the router's source). */
 void pj_chk_gen_f32(uint64_t seed, uint32_t n, uint32_t k, float *w);
@@ -31,7 +36,7 @@ typedef struct pj_chk_layer {
     uint16_t *h_w;  /* host bf16 (split: hi) */
     uint16_t *h_lo; /* split: lo */
     pj_z12 z;       /* host z12 (when fmt is Z12) */
-    void *d_w, *d_lo, *d_tiles, *d_blk, *d_exc;
+    void *d_w, *d_lo, *d_tiles, *d_blk, *d_exc, *d_zto, *d_zte;
 } pj_chk_layer;
 
 /* Make a layer of n x k in format fmt (PJ_FMT_BF16, PJ_FMT_Z12 = bf16 + z12,

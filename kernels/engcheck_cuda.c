@@ -65,8 +65,11 @@ void pj_chk_gen_bf16(uint64_t seed, uint32_t n, uint32_t k, uint16_t *w)
     rng r = {seed * 0x2545f4914f6cdd1dull + 1};
     for (uint32_t i = 0; i < n; i++) {
         double sc = 0.02 * exp(0.5 * rng_normal(&r));
-        for (uint32_t c = 0; c < k; c++)
+        for (uint32_t c = 0; c < k; c++) {
             w[(size_t)i * k + c] = pj_f32_to_bf16(gen_weight(&r, sc));
+            if ((seed & PJ_CHK_SEED_ZEROS) && rng_unit(&r) < 0.05)
+                w[(size_t)i * k + c] = 0;
+        }
     }
 }
 
@@ -115,6 +118,8 @@ void pj_chk_layer_free(pj_chk_layer *cl)
     cudaFree(cl->d_w);
     cudaFree(cl->d_lo);
     cudaFree(cl->d_tiles);
+    cudaFree(cl->d_zto);
+    cudaFree(cl->d_zte);
     cudaFree(cl->d_blk);
     cudaFree(cl->d_exc);
     memset(cl, 0, sizeof *cl);
@@ -173,6 +178,21 @@ int pj_chk_layer_make(pj_chk_layer *cl, const char *name, uint32_t n, uint32_t k
         L->z_base = cl->z.base;
         L->z_n_pad = cl->z.n_pad;
         L->z_n_exc = cl->z.n_exc;
+        uint32_t *off, *ent;
+        rc = pj_z12_tile_exc(&cl->z, &off, &ent, err, errlen);
+        if (!rc) {
+            rc = up(&cl->d_zto, off, ((size_t)cl->z.n_pad / 16 * (k / 64) + 1) * 4, err, errlen,
+                    "z12 tile offsets");
+            if (!rc)
+                rc = up(&cl->d_zte, ent, (size_t)cl->z.n_exc * 4, err, errlen,
+                        "z12 tile exceptions");
+            free(off);
+            free(ent);
+        }
+        if (rc)
+            goto fail;
+        L->zt_off = cl->d_zto;
+        L->zt_ent = cl->d_zte;
         rc = pj_eng_layer_init(L, 0, err, errlen);
         if (rc)
             goto fail;
@@ -464,7 +484,7 @@ int pj_chk_run(pj_chk_ctx *c, pj_eng_ws *ws, pj_eng_kind k, const pj_eng_knobs *
             return 0;
         }
     }
-    if (k == PJ_ENG_GEMVZ) {
+    if (pj_eng_reads_z12(k, kn)) {
         if (!c->have_onehot && prepare_onehot(c))
             return -EIO;
         rc = run_once(c, ws, k, kn, c->dx1, c->dy2);

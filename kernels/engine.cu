@@ -783,23 +783,34 @@ static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
                        const pj_dev_limits *lim, char *why, size_t whylen)
 {
     const pj_eng_layer *L = c->L;
-    if (dual ? L->fmt != PJ_FMT_SPLIT || !L->lo : !L->w || L->fmt == PJ_FMT_SPLIT)
+    const bool z = kn->pipe == 5; // reads the z12 tiles, not the bf16 rows
+    if (z) {
+        if (dual || !L->z_tiles || !L->z_blk_exc || (L->z_n_exc && !L->z_exc))
+            return fail(why, whylen, -ENOTSUP, "pipe=5: layer has no z12 weights");
+        if (!L->zt_off || (L->z_n_exc && !L->zt_ent))
+            return fail(why, whylen, -ENOTSUP, "pipe=5: layer has no by-tile exception table");
+        if ((uint64_t)L->z_n_pad * L->K / 64 * PJ_Z12_TILE_BYTES > UINT32_MAX)
+            return fail(why, whylen, -ERANGE,
+                        "pipe=5: z12 tiles of more than 2^32 bytes (32-bit offsets)");
+    } else if (dual ? L->fmt != PJ_FMT_SPLIT || !L->lo : !L->w || L->fmt == PJ_FMT_SPLIT) {
         return fail(why, whylen, -ENOTSUP, "layer has no %s weights", dual ? "hi/lo" : "bf16");
+    }
     if (kn->tile >= PJ_TGEMM_NTILES || (dual && !tgemm_geom[kn->tile].dual_ok))
         return fail(why, whylen, -EINVAL, "tile=%u not available%s", kn->tile,
                     dual ? " for two matrices" : "");
-    if (!w16_ok(L) || !x16_ok(c))
+    if ((!z && !w16_ok(L)) || !x16_ok(c))
         return fail(why, whylen, -EINVAL, "x or W not 16-byte aligned with ld %% 8 == 0");
     if (!kn->ks || L->K % (64u * kn->ks))
         return fail(why, whylen, -EINVAL, "K=%u is not a multiple of 64*ks (ks=%u)", L->K, kn->ks);
-    if ((uint64_t)L->N * L->ldw > UINT32_MAX || (uint64_t)c->m * c->ldx > UINT32_MAX)
+    if ((!z && (uint64_t)L->N * L->ldw > UINT32_MAX) || (uint64_t)c->m * c->ldx > UINT32_MAX)
         return fail(why, whylen, -ERANGE, "W or x has more than 2^32 elements (32-bit offsets)");
     if (kn->cl && (kn->ks < 2 || kn->ks > 16))
         return fail(why, whylen, -EINVAL, "cl=1 needs ks in 2..16 (the cluster size)");
-    if (kn->pipe > 4)
+    if (kn->pipe > 5)
         return fail(why, whylen, -EINVAL,
                     "pipe=%u: the tiled GEMM has pipe 0 (mma.sync), 1 (with the L2 256-byte "
-                    "prefetch), 2 (wgmma), 3 (wgmma, one group in flight) or 4 (3 with TMA)",
+                    "prefetch), 2 (wgmma), 3 (wgmma, one group in flight), 4 (3 with TMA) or 5 "
+                    "(wgmma over z12 tiles)",
                     kn->pipe);
     if (kn->pipe == 4 && !tma_encoder())
         return fail(why, whylen, -ENOSYS, "pipe=4: the driver has no cuTensorMapEncodeTiled");
@@ -1092,6 +1103,13 @@ static int tgemm_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, 
     a.cnt = c->ws ? c->ws->cnt : nullptr;
     if (kn->ks > 1 && !kn->cl && !c->ws)
         return -EINVAL;
+    if (kn->pipe == 5) {
+        a.z = z12_src(L);
+        a.zt_off = L->zt_off;
+        a.zt_ent = L->zt_ent;
+        a.kt_total = L->K / 64;
+        a.nblk_all = L->z_n_pad / 16;
+    }
     if (kn->pipe == 4) {
         int rc = tma_weight_map(&a.tw[0], L->w, L, g.bm);
         if (!rc && dual)
@@ -1241,13 +1259,18 @@ extern "C" int pj_eng_baseline(int algo, const pj_eng_call *c, uint16_t *tmp, pj
 
 // ---- facts -------------------------------------------------------------------
 
-extern "C" size_t pj_eng_bytes_read(pj_eng_kind k, const pj_eng_call *c)
+extern "C" int pj_eng_reads_z12(pj_eng_kind k, const pj_eng_knobs *kn)
+{
+    return k == PJ_ENG_GEMVZ || (k == PJ_ENG_SPLITK && kn && kn->pipe == 5);
+}
+
+extern "C" size_t pj_eng_bytes_read(pj_eng_kind k, const pj_eng_knobs *kn, const pj_eng_call *c)
 {
     const pj_eng_layer *L = c->L;
     const size_t rows = (size_t)cdiv(c->n, 16) * 16 < L->N ? (size_t)cdiv(c->n, 16) * 16 : L->N;
     const size_t xb = (size_t)c->m * L->K * 2;
     const size_t mats = L->fmt == PJ_FMT_SPLIT ? 2 : 1;
-    if (k == PJ_ENG_GEMVZ && L->z_tiles) {
+    if (pj_eng_reads_z12(k, kn) && L->z_tiles) {
         const size_t nblk = cdiv(c->n, 16);
         size_t exc = 0;
         if (L->z_n_exc)
@@ -1282,12 +1305,13 @@ extern "C" int pj_eng_check_entry(void *ctx, const pj_tune_entry *e, char *why, 
     L.N = e->n;
     L.K = e->k;
     L.ldw = e->k;
-    L.fmt = e->eng == PJ_ENG_ROUTER ? PJ_FMT_SPLIT
-                                    : (e->eng == PJ_ENG_GEMVZ ? PJ_FMT_Z12 : PJ_FMT_BF16);
+    const int z = pj_eng_reads_z12(e->eng, &e->knobs);
+    L.fmt = e->eng == PJ_ENG_ROUTER ? PJ_FMT_SPLIT : (z ? PJ_FMT_Z12 : PJ_FMT_BF16);
     L.w = dummy;
     L.lo = e->eng == PJ_ENG_ROUTER ? dummy : nullptr;
     L.wt = e->eng == PJ_ENG_GEMV ? dummy : nullptr; // pipe = 3 needs it at run time
-    if (e->eng == PJ_ENG_GEMVZ) {
+    if (z) {
+        L.zt_off = L.zt_ent = (const uint32_t *)dummy;
         L.z_tiles = (const uint8_t *)dummy;
         L.z_blk_exc = (const uint32_t *)dummy;
         L.z_exc = (const pj_z12_exc *)dummy;

@@ -7,7 +7,8 @@
  *           optional split-K across CTAs (ordered, deterministic reduction)
  *   gemvz   the same over z12 weights (kernels/zfmt.h), decode in registers,
  *           exceptions applied by an extra warp in a fixed order
- *   splitk  tiled GEMM (mma.sync, or wgmma with pipe 2-4) with split-K:
+ *   splitk  tiled GEMM (mma.sync, or wgmma with pipe 2-4; pipe 5: wgmma
+ *           over the z12 tiles, A fragments rebuilt in registers) with split-K:
  *           an fp32 atomic epilogue (the last CTA of a tile writes y and
  *           re-zeroes the workspace; not bit-deterministic when ks > 1),
  *           or with cl = 1 a sum in rank order through distributed shared
@@ -61,6 +62,11 @@ typedef struct pj_eng_layer {
     const uint32_t *z_blk_exc;
     const pj_z12_exc *z_exc;
     uint32_t z_base, z_n_pad, z_n_exc;
+    /* The exceptions by tile (pj_z12_tile_exc: offsets per tile rb * K / 64
+     * + kt, entries pos << 16 | bf16 bits), made where the layer is
+     * uploaded; the tiled GEMM's z12 form (splitk pipe = 5) needs them.
+     * NULL when not made. */
+    const uint32_t *zt_off, *zt_ent;
     /* Derived by pj_eng_layer_init (optional, gemvz is faster with it): the
      * exceptions of row block b in fixed slots [b * 64, b * 64 + 64), empty
      * slots rk = 0xffffffff, and the block's count. */
@@ -158,9 +164,14 @@ int pj_eng_check_entry(void *ctx, const pj_tune_entry *e, char *why, size_t whyl
  * once per (engine, knobs, shape) first. 0 or -errno (a launch error). */
 int pj_eng_launch(pj_eng_kind k, const pj_eng_knobs *kn, const pj_eng_call *c, pj_eng_stream *es);
 
+/* Does the engine with these knobs read the layer's z12 tiles (gemvz; the
+ * tiled GEMM with pipe = 5)? Such variants must reproduce the weights' bits
+ * on one-hot inputs. kn may be NULL (the engine's bf16 form). */
+int pj_eng_reads_z12(pj_eng_kind k, const pj_eng_knobs *kn);
+
 /* Bytes of weights (and x) the engine reads from device memory for this
- * call, for the read-floor comparison. */
-size_t pj_eng_bytes_read(pj_eng_kind k, const pj_eng_call *c);
+ * call, for the read-floor comparison (kn may be NULL, as above). */
+size_t pj_eng_bytes_read(pj_eng_kind k, const pj_eng_knobs *kn, const pj_eng_call *c);
 
 /* Does the engine give the same bits every run at this m? (The tiled
  * split-K form's atomics with ks > 1 do not; its cluster form does.) */

@@ -125,8 +125,12 @@ struct TgemmArgs : EngIo {
     uint32_t kc, ks;
     float *acc; // zeroed fp32 accumulators [token][row], row stride acc_ld
     size_t acc_ld;
-    unsigned *cnt;     // one per (row tile, token tile)
-    CUtensorMap tw[2]; // pipe = 4: TMA maps of w0 (and w1), 64 x BM boxes
+    unsigned *cnt;                   // one per (row tile, token tile)
+    CUtensorMap tw[2];               // pipe = 4: TMA maps of w0 (and w1), 64 x BM boxes
+    Z12Src z;                        // pipe = 5: the layer's z12 arrays
+    const uint32_t *zt_off, *zt_ent; // pipe = 5: exceptions by tile (engine.h)
+    uint32_t kt_total;               // pipe = 5: K / 64
+    uint32_t nblk_all;               // pipe = 5: n_pad / 16
 };
 typedef void (*TgemmFn)(TgemmArgs);
 
@@ -139,6 +143,7 @@ extern const TileGeom tgemm_geom[PJ_TGEMM_NTILES];
 // cl = 1: the cluster form (launched with cluster dims 1 x 1 x ks); mode =
 // knob pipe: 0 mma.sync, 1 the same with the L2 256-byte prefetch hint, 2
 // wgmma, 3 wgmma with one group in flight, 4 the same with the weights
-// copied by TMA (2-4 not for tile 5).
+// copied by TMA (2-4 not for tile 5), 5 wgmma over the layer's z12 tiles
+// (one matrix; tiles whose warpgroups hold at most 64 tokens).
 TgemmFn tgemm_pick(int tile, int dual, int cl, int mode);
 size_t tgemm_smem(int tile, int dual, int mode);

@@ -18,12 +18,15 @@
  * none) and what they cost. */
 typedef struct pj_engup_mem {
     void *w, *lo, *tiles, *blk, *exc; /* w: bf16, split hi or z12's bf16 copy */
+    void *zt_off, *zt_ent;            /* z12: the exceptions by tile (engine.h) */
     size_t stored_bytes;              /* the stored format on the device */
     size_t bf16_copy_bytes;           /* a z12 layer's bf16 copy (0 when not made) */
 } pj_engup_mem;
 
 /* Uploads w (a layer called name) and fills L's name, fmt, N, K, ldw, w, lo
- * and z12 fields with the device pointers, and *mem with the arrays it owns
+ * and z12 fields (with the by-tile exception table where the exceptions
+ * allow one: pj_z12_tile_exc) with the device pointers, and *mem with the
+ * arrays it owns
  * (free them with pj_engup_free). An empty array (z12 without exceptions)
  * gets a valid 16-byte, zero-filled allocation. want_bf16_copy: for a z12
  * layer, also upload the unpacked bf16 matrix as L->w (ignored otherwise).

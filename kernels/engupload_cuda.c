@@ -43,6 +43,8 @@ void pj_engup_free(pj_engup_mem *mem)
     cudaFree(mem->tiles);
     cudaFree(mem->blk);
     cudaFree(mem->exc);
+    cudaFree(mem->zt_off);
+    cudaFree(mem->zt_ent);
     memset(mem, 0, sizeof *mem);
 }
 
@@ -78,6 +80,25 @@ int pj_engup_layer(const char *name, const pj_weights *w, int want_bf16_copy, pj
         if (!rc)
             rc = up(&mem->exc, exc ? z->exc : NULL, exc, "z12 exceptions", name, err, errlen);
         mem->stored_bytes = z->tiles_bytes + blk + exc;
+        if (!rc) {
+            /* Derived, not stored: a layer whose entries do not allow it
+             * (-ENOTSUP) simply has no z12 tiled GEMM. */
+            uint32_t *off, *ent;
+            char why[160];
+            const size_t ntiles = (size_t)z->n_pad / 16 * (z->k / 64);
+            int trc = pj_z12_tile_exc(z, &off, &ent, why, sizeof why);
+            if (trc == -ENOMEM) {
+                snprintf(err, errlen, "layer %s: %s", name, why);
+                rc = trc;
+            } else if (!trc) {
+                rc = up(&mem->zt_off, off, (ntiles + 1) * 4, "z12 tile offsets", name, err, errlen);
+                if (!rc)
+                    rc = up(&mem->zt_ent, ent, (size_t)z->n_exc * 4, "z12 tile exceptions", name,
+                            err, errlen);
+                free(off);
+                free(ent);
+            }
+        }
         L->z_base = z->base;
         L->z_n_pad = z->n_pad;
         L->z_n_exc = z->n_exc;
@@ -109,5 +130,7 @@ int pj_engup_layer(const char *name, const pj_weights *w, int want_bf16_copy, pj
     L->z_tiles = mem->tiles;
     L->z_blk_exc = mem->blk;
     L->z_exc = mem->exc;
+    L->zt_off = mem->zt_off;
+    L->zt_ent = mem->zt_ent;
     return 0;
 }

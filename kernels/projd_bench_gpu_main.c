@@ -426,17 +426,18 @@ static int add_cluster(const layer_def *d, cand *cs, int n)
 }
 
 /* The tiled split-K GEMM (splitk, or the router's form above m = 32) with
- * the cluster reduction (cl = 1), the L2 256-byte prefetch (pipe = 1) or
- * the wgmma main loop (pipe = 2, 3; 4 with TMA): tile shape, K split (the
- * cluster size with cl = 1). The plain form (cl = 0, pipe = 0) is the full
- * sweep's. */
+ * the cluster reduction (cl = 1), the L2 256-byte prefetch (pipe = 1), the
+ * wgmma main loop (pipe = 2, 3; 4 with TMA) or, on z12 layers, wgmma over
+ * the z12 tiles (pipe = 5): tile shape, K split (the cluster size with
+ * cl = 1). The plain form (cl = 0, pipe = 0) is the full sweep's. */
 static int add_tiled_cluster(const layer_def *d, cand *cs, int n)
 {
     static const uint8_t kss[] = {1, 2, 4, 8, 16};
     const int dual = d->fmt == PJ_FMT_SPLIT;
+    const int nv = d->fmt == PJ_FMT_Z12 ? 12 : 10;
     for (int t = 0; t < PJ_ENG_TGEMM_TILES; t++) /* the check refuses tiles 4, 5 for two */
         for (int q = 0; q < 5; q++)
-            for (int v = 1; v < 10; v++) {
+            for (int v = 1; v < nv; v++) {
                 const int cl = v & 1;
                 if (cl && kss[q] < 2)
                     continue;
@@ -618,22 +619,23 @@ static void tune_shape(bench *b, int li, uint32_t m, int full, FILE *csv, pj_tun
         nvalid++;
     }
     qsort(cs, (size_t)nc, sizeof *cs, cand_cmp);
-    /* Finalists: the 6 fastest plus the best of every engine and both
-     * cuBLAS algorithms, re-timed together. */
+    /* Finalists: the 6 fastest plus the best of every engine (its bf16 and
+     * its z12 form apart) and both cuBLAS algorithms, re-timed together. */
     int fin[16], nf = 0;
     for (int i = 0; i < nc && nf < 6; i++)
         if (cs[i].g)
             fin[nf++] = i;
-    for (int e = 0; e < PJ_ENG_COUNT; e++)
+    for (int e = 0; e < 2 * PJ_ENG_COUNT; e++)
         for (int i = 0; i < nc; i++) {
-            if (!cs[i].g || cs[i].k != (pj_eng_kind)e)
+            if (!cs[i].g || cs[i].k != (pj_eng_kind)(e / 2) ||
+                pj_eng_reads_z12(cs[i].k, &cs[i].kn) != e % 2)
                 continue;
             int have = 0;
             for (int j = 0; j < nf; j++)
                 have |= fin[j] == i;
             if (!have && nf < 16)
                 fin[nf++] = i;
-            if (e != PJ_ENG_CUBLAS)
+            if (e / 2 != PJ_ENG_CUBLAS)
                 break;
         }
     const int fine = 60;
@@ -653,10 +655,12 @@ static void tune_shape(bench *b, int li, uint32_t m, int full, FILE *csv, pj_tun
         if (c->k == PJ_ENG_CUBLAS && c->us < best_cublas) {
             best_cublas = c->us;
             i_cublas = fin[j];
-        } else if (c->k == PJ_ENG_GEMVZ && c->us < best_z) {
-            best_z = c->us;
-            i_z = fin[j];
-        } else if (c->k != PJ_ENG_CUBLAS && c->k != PJ_ENG_GEMVZ && c->us < best_plain) {
+        } else if (pj_eng_reads_z12(c->k, &c->kn)) {
+            if (c->us < best_z) {
+                best_z = c->us;
+                i_z = fin[j];
+            }
+        } else if (c->k != PJ_ENG_CUBLAS && c->us < best_plain) {
             best_plain = c->us;
             i_plain = fin[j];
         }
@@ -669,8 +673,8 @@ static void tune_shape(bench *b, int li, uint32_t m, int full, FILE *csv, pj_tun
             fprintf(csv, "%s,%u,%s,\"%s\",coarse,%.3f\n", d->name, m, pj_eng_name(cs[i].k), ks,
                     cs[i].us);
         }
-    /* The margins: a plain engine must beat cuBLAS by 3 %; gemvz must beat
-     * both cuBLAS and the best plain engine by 2 %. */
+    /* The margins: a plain engine must beat cuBLAS by 3 %; a z12 one (gemvz,
+     * splitk pipe = 5) must beat both cuBLAS and the best plain engine by 2 %. */
     int pick = i_cublas;
     float pick_us = best_cublas;
     if (i_plain >= 0 && best_plain < 0.97f * best_cublas) {
@@ -834,7 +838,7 @@ static void bench_all(bench *b, const pj_tune_table *t, shape_res *res)
         r->ours_us = median(r->to, reps, scr);
         r->speedup = r->base_us / r->ours_us;
         /* Read floor: the bytes this engine reads, read by the read kernel. */
-        r->bytes = pj_eng_bytes_read(o.k, &o.call);
+        r->bytes = pj_eng_bytes_read(o.k, &o.kn, &o.call);
         float best = INFINITY;
         for (int v = 0; v < PJ_BK_READ_VARIANTS; v++) {
             op_ctx orr;

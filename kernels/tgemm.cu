@@ -24,27 +24,54 @@
 // rows read both operands straight from the swizzled stages, no ldmatrix;
 // 3 the same with one wgmma group left in flight across the barrier; 4 as
 // 3 with the weight tiles copied by TMA (one thread per stage, completion on
-// an mbarrier, the hardware writing the same 128-byte swizzle).
+// an mbarrier, the hardware writing the same 128-byte swizzle); 5 the z12
+// form: the weight part of a stage holds the BM / 16 row blocks' z12 tiles
+// (kernels/ZFORMAT.md) copied as they lie, each warp rebuilds its row
+// block's A fragments in registers, puts the exceptions' own bf16 bits
+// into them (the layer's by-tile exception table, ZFORMAT.md section 7) and
+// feeds them to wgmma with x from the swizzled stage: the product is that
+// of the bf16 weights, and nothing is left to correct after the sum.
 #include <cooperative_groups.h>
 
 #include "kernels/engint.cuh"
 #include "kernels/pjdev.cuh"
 #include "kernels/wgmma.cuh"
+#include "kernels/z12dev.cuh"
 
 namespace cg = cooperative_groups;
 
 #define TG_BK 64
+// z12 form, per row block of the CTA: exception entries of its K range
+// copied to shared memory (more: read from global memory at use), and the
+// most K steps whose tile offsets are copied (more: read at use). Both
+// bounds are low enough that the test layers take both paths.
+#define TG_ZCAP 64
+#define TG_ZKT  16
 
-template <int BM, int BN, int WM, int WN, int STAGES, int DUAL> struct TgCfg {
+// Tokens per warpgroup of the wgmma forms (BM / 64 warpgroups share the BN
+// tokens of the tile).
+static constexpr int tg_wt(int bm, int bn, int threads)
+{
+    return bn / (threads / 128 / (bm / 64 > 0 ? bm / 64 : 1));
+}
+
+template <int BM, int BN, int WM, int WN, int STAGES, int DUAL, int Z = 0> struct TgCfg {
     static constexpr int threads = WM * WN * 32;
     static constexpr int MI = BM / WM / 16;
     static constexpr int NI = BN / WN / 8;
-    static constexpr int stage_bytes = (BM * (1 + DUAL) + BN) * TG_BK * 2;
+    // The weight part of a stage: bf16 rows (two matrices with DUAL) or the
+    // z12 tiles of BM / 16 row blocks (Z); x follows.
+    static constexpr int w_bytes = Z ? BM / 16 * PJ_Z12_TILE_BYTES : BM * (1 + DUAL) * TG_BK * 2;
+    static constexpr int stage_bytes = w_bytes + BN * TG_BK * 2;
     static constexpr int pipe_bytes = STAGES * stage_bytes;
     static constexpr int epi_ld = BM + 4; // floats per token row of the epilogue tile
     static constexpr int epi_bytes = BN * epi_ld * 4;
     static constexpr int smem = pipe_bytes > epi_bytes ? pipe_bytes : epi_bytes;
+    // Z: the CTA's tile offsets and exception entries, after the ring /
+    // epilogue tile.
+    static constexpr int zt_bytes = Z ? BM / 16 * (TG_ZKT + 1 + TG_ZCAP) * 4 : 0;
     static_assert(NI % 2 == 0, "B fragments are loaded two n8 tiles at a time");
+    static_assert(w_bytes % 1024 == 0, "wgmma stages stay 1024-aligned");
 };
 
 __device__ __forceinline__ void red_add_v4(float *p, float a, float b, float c, float d)
@@ -57,7 +84,8 @@ __device__ __forceinline__ void red_add_v4(float *p, float a, float b, float c, 
 template <int BM, int BN, int WM, int WN, int STAGES, int DUAL, int CL, int MODE>
 __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constant__ TgemmArgs a)
 {
-    using C = TgCfg<BM, BN, WM, WN, STAGES, DUAL>;
+    constexpr bool Z = MODE == 5;
+    using C = TgCfg<BM, BN, WM, WN, STAGES, DUAL, Z>;
     extern __shared__ __align__(128) unsigned char sm[];
     __shared__ int s_last;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -100,6 +128,34 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
     // wgmma reads the swizzle from address bits: its stages start 1024-aligned.
     const uint32_t sm0 = MODE >= 2 ? (smem_u32(sm) + 1023u) & ~1023u : smem_u32(sm);
     unsigned char *const smb = sm + (sm0 - smem_u32(sm));
+
+    // Z: chunk i of this thread is 16-byte piece tid + i * threads of the
+    // stage's z12 part (row block j = piece / 96 of the tile, bytes as they
+    // lie in the tile); zoff = its offset in a.z.tiles at the split's first
+    // K tile (the engine check keeps the tiles under 2^32 bytes). Row blocks
+    // past the matrix repeat its last (their results are never stored).
+    constexpr int NBK = BM / 16, ZCH = NBK * PJ_Z12_TILE_BYTES / 16;
+    constexpr int CZ = Z ? (ZCH + C::threads - 1) / C::threads : 1;
+    uint32_t zoff[CZ];
+    // The exception entries of row block j's tiles in the split's K range
+    // are zt_ent[za[j] .. zb[j]) (plain loads here, first used after the
+    // prologue copies are issued).
+    uint32_t za[Z ? NBK : 1], zb[Z ? NBK : 1];
+    const uint32_t kt0 = (uint32_t)(kbeg / TG_BK), rb0 = row0 / 16;
+    if constexpr (Z) {
+#pragma unroll
+        for (int i = 0; i < CZ; i++) {
+            const uint32_t c = tid + i * C::threads, j = c / 96;
+            const uint32_t rb = min(rb0 + j, a.nblk_all - 1);
+            zoff[i] = (rb * a.kt_total + kt0) * PJ_Z12_TILE_BYTES + (c % 96) * 16;
+        }
+#pragma unroll
+        for (int j = 0; j < NBK; j++) {
+            const uint32_t t0 = min(rb0 + j, a.nblk_all - 1) * a.kt_total + kt0;
+            za[j] = a.zt_off[t0];
+            zb[j] = a.zt_off[t0 + nk];
+        }
+    }
     auto copy16 = [](uint32_t sa, const void *g) {
         if constexpr (MODE == 1)
             cp_async16_l2pf(sa, g);
@@ -109,7 +165,13 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
     auto load_stage = [&](int slot, int ks_) {
         const uint32_t st = sm0 + slot * C::stage_bytes + dst0;
         const uint32_t k = ks_ * TG_BK;
-        if constexpr (TMA) {
+        if constexpr (Z) {
+#pragma unroll
+            for (int i = 0; i < CZ; i++)
+                if (CZ * C::threads == ZCH || tid + i * C::threads < ZCH)
+                    cp_async16(sm0 + slot * C::stage_bytes + (tid + i * C::threads) * 16,
+                               a.z.tiles + zoff[i] + ks_ * PJ_Z12_TILE_BYTES);
+        } else if constexpr (TMA) {
             // One thread asks for the weight tiles; rows past the matrix
             // arrive as zeros (their results are never stored).
             if (tid == 0) {
@@ -132,17 +194,38 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
         const uint16_t *x = a.x + k;
 #pragma unroll
         for (int i = 0; i < CB; i++)
-            copy16(st + (1 + DUAL) * BM * 128 + i * RSTEP * 128, x + boff[i]);
+            copy16(st + C::w_bytes + i * RSTEP * 128, x + boff[i]);
     };
 
     // Stages copied ahead of the one being read: all but one of the ring,
-    // two fewer with MODE 3 (one wgmma group stays in flight and still
+    // two fewer with MODE 3, 4 (one wgmma group stays in flight and still
     // reads the stage before).
-    constexpr int AHEAD = MODE >= 3 ? STAGES - 2 : STAGES - 1;
+    constexpr bool INFLIGHT = MODE == 3 || MODE == 4;
+    constexpr int AHEAD = INFLIGHT ? STAGES - 2 : STAGES - 1;
+    // Z: row block j's tile offsets at zo[j * (nk + 1) ..] (nk <= TG_ZKT),
+    // its entries at ze[j * TG_ZCAP ..] (at most TG_ZCAP).
+    uint32_t *const zo = (uint32_t *)(smb + C::smem);
+    uint32_t *const ze = zo + NBK * (TG_ZKT + 1);
 #pragma unroll
     for (int s = 0; s < AHEAD; s++) {
         if (s < nk)
             load_stage(s, s);
+        if (Z && s == 0 && nk <= TG_ZKT)
+            for (uint32_t i = tid; i < NBK * (nk + 1); i += C::threads) {
+                const uint32_t j = i / (nk + 1);
+                cp_async4(smem_u32(zo + i), a.zt_off + min(rb0 + j, a.nblk_all - 1) * a.kt_total +
+                                                kt0 + (i - j * (nk + 1)));
+            }
+        if (Z && s == AHEAD - 1) {
+            // The entries join the last prologue group (the first K step
+            // waits for all of them): the wait on za / zb falls after every
+            // other prologue copy is issued.
+#pragma unroll
+            for (int j = 0; j < NBK; j++)
+                if (zb[j] - za[j] <= TG_ZCAP)
+                    for (uint32_t i = tid; i < zb[j] - za[j]; i += C::threads)
+                        cp_async4(smem_u32(ze + j * TG_ZCAP + i), a.zt_ent + za[j] + i);
+        }
         cp_async_commit();
     }
     float *ep = (float *)smb; // the [token][row] fp32 tile, after the main loop
@@ -159,7 +242,10 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
             d[i] = 0.f;
 #pragma unroll 1
         for (int kstep = 0; kstep < nk; kstep++) {
-            cp_async_wait<AHEAD - 1>();
+            if (Z && kstep == 0)
+                cp_async_wait<0>(); // the exception entries came with the last group
+            else
+                cp_async_wait<AHEAD - 1>();
             if constexpr (TMA)
                 mbar_wait(smem_u32(&s_bar[kstep % STAGES]), (kstep / STAGES) & 1);
             fence_proxy_async_smem(); // this thread's copies, visible to wgmma
@@ -167,7 +253,8 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
             {
                 // The slot refilled here was last read by wgmma groups that
                 // every warpgroup waited for before this barrier (the
-                // previous step's with MODE 2, the one before with MODE 3).
+                // previous step's with MODE 2 and 5, the one before with
+                // MODE 3 and 4).
                 const int nxt = kstep + AHEAD;
                 if (nxt < nk)
                     load_stage(nxt % STAGES, nxt);
@@ -175,17 +262,76 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
             }
             const uint32_t sa = sm0 + (kstep % STAGES) * C::stage_bytes + wgm * 64 * 128;
             const uint32_t sb =
-                sm0 + (kstep % STAGES) * C::stage_bytes + (1 + DUAL) * BM * 128 + wgn * WT * 128;
-            wg_fence();
+                sm0 + (kstep % STAGES) * C::stage_bytes + C::w_bytes + wgn * WT * 128;
+            uint32_t af[4][4]; // Z: this step's A fragments
+            if constexpr (Z) {
+                // This warp's row block: warp w4 of warpgroup wgm owns rows
+                // 64 wgm + 16 w4 .. + 15, its tile's three planes at lane * 16.
+                const uint32_t zp = sm0 + (kstep % STAGES) * C::stage_bytes +
+                                    (wgm * 4 + ((tid & 127) >> 5)) * PJ_Z12_TILE_BYTES + lane * 16;
+                uint4 p[3];
 #pragma unroll
-            for (int kk = 0; kk < TG_BK / 16; kk++) {
-                const uint64_t db = wg_desc_sw128(sb + kk * 32);
+                for (int q = 0; q < 3; q++)
+                    p[q] = lds128(zp + q * PJ_Z12_PLANE_BYTES);
+                z12_afrag(af, p, a.z.base * 0x01010101u);
+                // The step's exceptions (warp-uniform loop, usually none):
+                // the owning lane puts the weight's bits into its fragment
+                // (ZFORMAT.md section 2's inverse map).
+                const int jw = wgm * 4 + ((tid & 127) >> 5);
+                uint32_t zaw = 0, zbw = 0, e0, e1;
 #pragma unroll
-                for (int mat = 0; mat < 1 + DUAL; mat++)
-                    Wgmma<WT>::run(d, wg_desc_sw128(sa + mat * BM * 128 + kk * 32), db);
+                for (int j = 0; j < NBK; j++)
+                    if (j == jw) {
+                        zaw = za[j];
+                        zbw = zb[j];
+                    }
+                if (nk <= TG_ZKT) {
+                    e0 = zo[jw * (nk + 1) + kstep];
+                    e1 = zo[jw * (nk + 1) + kstep + 1];
+                } else {
+                    const uint32_t t = min(rb0 + jw, a.nblk_all - 1) * a.kt_total + kt0 + kstep;
+                    e0 = a.zt_off[t];
+                    e1 = a.zt_off[t + 1];
+                }
+                const bool staged = zbw - zaw <= TG_ZCAP;
+                // Usually e0 == e1 and nothing runs. The owner selects its
+                // register with 16 compares: constant indices keep af in
+                // registers.
+                for (uint32_t e = e0; e < e1; e++) {
+                    const uint32_t ent = staged ? ze[jw * TG_ZCAP + (e - zaw)] : a.zt_ent[e];
+                    const uint32_t rr = ent >> 22, cc = (ent >> 16) & 63, q = cc & 15;
+                    const uint32_t jj = (q >> 3) << 2 | (rr >> 3) << 1 | (q & 1);
+                    const uint32_t fi =
+                        lane == 4 * (rr & 7) + ((q & 7) >> 1) ? (cc >> 4) * 4 + (jj >> 1) : 16u;
+                    const uint32_t sh = (jj & 1) * 16, keep = ~(0xffffu << sh),
+                                   val = (ent & 0xffffu) << sh;
+#pragma unroll
+                    for (int i = 0; i < 16; i++)
+                        af[i >> 2][i & 3] = fi == (uint32_t)i ? (af[i >> 2][i & 3] & keep) | val
+                                                              : af[i >> 2][i & 3];
+                }
+                wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < TG_BK / 16; kk++)
+                    WgmmaRA<WT>::run(d, af[kk], wg_desc_sw128(sb + kk * 32));
+            } else {
+                wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < TG_BK / 16; kk++) {
+                    const uint64_t db = wg_desc_sw128(sb + kk * 32);
+#pragma unroll
+                    for (int mat = 0; mat < 1 + DUAL; mat++)
+                        Wgmma<WT>::run(d, wg_desc_sw128(sa + mat * BM * 128 + kk * 32), db);
+                }
             }
             wg_commit();
-            wg_wait<MODE >= 3 ? 1 : 0>();
+            // Z: af is read by the hardware after issue and is rebuilt next
+            // step, so nothing stays in flight.
+            wg_wait<INFLIGHT ? 1 : 0>();
+            if constexpr (Z)
+#pragma unroll
+                for (int i = 0; i < 16; i++)
+                    wg_keep(af[i / 4][i % 4]);
         }
         wg_wait<0>();
         cp_async_wait<0>();
@@ -374,7 +520,8 @@ template <int DUAL, int CL, int MODE> static TgemmFn tg_pick(int tile)
 {
 #define TG_PICK(i, bm, bn, wm, wn, st, d, w)                                                       \
     case i:                                                                                        \
-        if constexpr ((DUAL && !d) || (MODE >= 2 && !w))                                           \
+        if constexpr ((DUAL && !d) || (MODE >= 2 && !w) ||                                         \
+                      (MODE == 5 && (DUAL || tg_wt(bm, bn, wm * wn * 32) > 64)))                   \
             return nullptr;                                                                        \
         else                                                                                       \
             return &tgemm_kernel<bm, bn, wm, wn, st, DUAL, CL, MODE>;
@@ -398,6 +545,8 @@ template <int DUAL, int CL> static TgemmFn tg_pick_mode(int tile, int mode)
         return tg_pick<DUAL, CL, 3>(tile);
     case 4:
         return tg_pick<DUAL, CL, 4>(tile);
+    case 5:
+        return tg_pick<DUAL, CL, 5>(tile);
     }
     return nullptr;
 }
@@ -409,11 +558,12 @@ TgemmFn tgemm_pick(int tile, int dual, int cl, int mode)
     return cl ? tg_pick_mode<0, 1>(tile, mode) : tg_pick_mode<0, 0>(tile, mode);
 }
 
-template <int DUAL> static size_t tg_smem(int tile)
+template <int DUAL, int Z> static size_t tg_smem(int tile)
 {
 #define TG_SMEM(i, bm, bn, wm, wn, st, d, w)                                                       \
     case i:                                                                                        \
-        return TgCfg<bm, bn, wm, wn, st, DUAL>::smem;
+        return TgCfg<bm, bn, wm, wn, st, DUAL, Z>::smem +                                          \
+               TgCfg<bm, bn, wm, wn, st, DUAL, Z>::zt_bytes;
     switch (tile) {
         TG_TILES(TG_SMEM)
     }
@@ -424,5 +574,7 @@ template <int DUAL> static size_t tg_smem(int tile)
 size_t tgemm_smem(int tile, int dual, int mode)
 {
     // The wgmma form aligns its stages to 1024 bytes inside the allocation.
-    return (dual ? tg_smem<1>(tile) : tg_smem<0>(tile)) + (mode >= 2 ? 1024 : 0);
+    const size_t base =
+        mode == 5 ? tg_smem<0, 1>(tile) : (dual ? tg_smem<1, 0>(tile) : tg_smem<0, 0>(tile));
+    return base + (mode >= 2 ? 1024 : 0);
 }

@@ -127,6 +127,58 @@ void pj_z12_free(pj_z12 *z)
     memset(z, 0, sizeof *z);
 }
 
+int pj_z12_tile_exc(const pj_z12 *z, uint32_t **off, uint32_t **ent, char *err, size_t errlen)
+{
+    *off = NULL;
+    *ent = NULL;
+    const uint32_t kt_n = z->k / PJ_Z12_TILE_K, nblk = z->n_pad / PJ_Z12_TILE_ROWS;
+    const size_t ntiles = (size_t)nblk * kt_n;
+    uint32_t *o = calloc(ntiles + 1, sizeof *o);
+    uint32_t *e = z->n_exc ? malloc((size_t)z->n_exc * sizeof *e) : NULL;
+    if (!o || (z->n_exc && !e)) {
+        free(o);
+        free(e);
+        snprintf(err, errlen, "z12 tile exceptions: out of memory (%zu tiles)", ntiles);
+        return -ENOMEM;
+    }
+    /* Counting sort by tile; list order (row, then column) within a tile. */
+    for (uint32_t rb = 0; rb < nblk; rb++)
+        for (uint32_t i = z->blk_exc[rb]; i < z->blk_exc[rb + 1]; i++) {
+            const uint32_t col = z->exc[i].rk & (Z12_K_LIMIT - 1);
+            o[(size_t)rb * kt_n + col / PJ_Z12_TILE_K + 1]++;
+        }
+    for (size_t t = 0; t < ntiles; t++)
+        o[t + 1] += o[t];
+    for (uint32_t rb = 0; rb < nblk; rb++)
+        for (uint32_t i = z->blk_exc[rb]; i < z->blk_exc[rb + 1]; i++) {
+            const pj_z12_exc *x = &z->exc[i];
+            const uint32_t rr = x->rk >> 28, col = x->rk & (Z12_K_LIMIT - 1);
+            uint32_t c2bits;
+            memcpy(&c2bits, &x->c2, 4);
+            const float wd = pj_bf16_to_f32(pj_z12_decoded(z, rb * PJ_Z12_TILE_ROWS + rr, col));
+            volatile float s = wd + x->c1;
+            volatile float r = s + x->c2;
+            if ((c2bits & 0xffffu) || r != x->c2) {
+                free(o);
+                free(e);
+                snprintf(err, errlen,
+                         "z12 tile exceptions: the entry of row %u, column %u is not "
+                         "cancel-and-restore (c1 %g, c2 %g)",
+                         rb * PJ_Z12_TILE_ROWS + rr, col, (double)x->c1, (double)x->c2);
+                return -ENOTSUP;
+            }
+            /* Fill from the tile's start; o[t] walks up to o[t + 1] (restored below). */
+            const size_t t = (size_t)rb * kt_n + col / PJ_Z12_TILE_K;
+            e[o[t]++] = (rr * PJ_Z12_TILE_K + col % PJ_Z12_TILE_K) << 16 | c2bits >> 16;
+        }
+    for (size_t t = ntiles; t > 0; t--)
+        o[t] = o[t - 1];
+    o[0] = 0;
+    *off = o;
+    *ent = e;
+    return 0;
+}
+
 static int z12_check_args(const uint16_t *w, uint32_t n, uint32_t k, size_t ld, char *err,
                           size_t errlen)
 {

@@ -39,9 +39,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PJ_Z12_TILE_ROWS 16
-#define PJ_Z12_TILE_K 64
-#define PJ_Z12_TILE_BYTES 1536
+#define PJ_Z12_TILE_ROWS   16
+#define PJ_Z12_TILE_K      64
+#define PJ_Z12_TILE_BYTES  1536
 #define PJ_Z12_PLANE_BYTES 512
 
 /* One exception: rk = row_in_block << 28 | k (k < 2^28). Decoded weight w_d
@@ -54,14 +54,14 @@ typedef struct pj_z12_exc {
 } pj_z12_exc;
 
 typedef struct pj_z12 {
-    uint32_t n, k;            /* logical shape */
-    uint32_t n_pad;           /* n rounded up to 16 */
-    uint32_t base;            /* window: e7 in [base, base + 7] */
-    uint8_t *tiles;           /* (n_pad / 16) * (k / 64) tiles */
+    uint32_t n, k;  /* logical shape */
+    uint32_t n_pad; /* n rounded up to 16 */
+    uint32_t base;  /* window: e7 in [base, base + 7] */
+    uint8_t *tiles; /* (n_pad / 16) * (k / 64) tiles */
     size_t tiles_bytes;
-    uint32_t *blk_exc;        /* n_pad / 16 + 1 offsets into exc (per row block) */
-    pj_z12_exc *exc;          /* sorted by (row block, row, k) */
-    uint16_t *exc_orig;       /* original bf16 bits per exception (CPU unpack, tests) */
+    uint32_t *blk_exc;  /* n_pad / 16 + 1 offsets into exc (per row block) */
+    pj_z12_exc *exc;    /* sorted by (row block, row, k) */
+    uint16_t *exc_orig; /* original bf16 bits per exception (CPU unpack, tests) */
     uint32_t n_exc;
 } pj_z12;
 
@@ -93,5 +93,15 @@ uint16_t pj_z12_decoded(const pj_z12 *z, uint32_t row, uint32_t col);
 size_t pj_z12_bytes(const pj_z12 *z);
 
 void pj_z12_free(pj_z12 *z);
+/* The exceptions again, by tile, for kernels that put the weights' own bits
+ * into the decoded fragments (the tiled GEMM, kernels/ZFORMAT.md section 7):
+ * (*off)[t] .. (*off)[t + 1] delimit tile t = rb * (k / 64) + kt's entries in
+ * *ent, in list order; an entry is pos << 16 | the weight's bf16 bits, pos =
+ * (row % 16) * 64 + col % 64. Needs cancel-and-restore entries (c2 = w, a
+ * bf16 value, fl(fl(w_d + c1) + c2) == w): -ENOTSUP naming the first that is
+ * not; -ENOMEM. On success the caller owns *off (n_pad / 16 * k / 64 + 1
+ * offsets) and *ent (n_exc entries; NULL when there are none) and frees
+ * them with free(). */
+int pj_z12_tile_exc(const pj_z12 *z, uint32_t **off, uint32_t **ent, char *err, size_t errlen);
 
 #endif

@@ -677,6 +677,82 @@ START_TEST(test_bytes)
 }
 END_TEST
 
+/* The by-tile exception table: every exception listed once, in its tile,
+ * with its position and the weight's own bits; nothing else listed; a
+ * non-cancel-and-restore entry refused with its row and column. */
+static void check_tile_exc(const pj_z12 *z, const uint16_t *w, uint32_t n, uint32_t k)
+{
+    uint32_t *off, *ent;
+    char err[200];
+    ck_assert_int_eq(pj_z12_tile_exc(z, &off, &ent, err, sizeof err), 0);
+    const uint32_t kt_n = k / 64, nblk = z->n_pad / 16;
+    const size_t ntiles = (size_t)nblk * kt_n;
+    ck_assert_uint_eq(off[0], 0);
+    ck_assert_uint_eq(off[ntiles], z->n_exc);
+    uint8_t *listed = calloc((size_t)z->n_pad * k, 1);
+    ck_assert_ptr_nonnull(listed);
+    for (size_t t = 0; t < ntiles; t++) {
+        ck_assert_uint_le(off[t], off[t + 1]);
+        for (uint32_t i = off[t]; i < off[t + 1]; i++) {
+            const uint32_t pos = ent[i] >> 16;
+            const uint32_t row = (uint32_t)(t / kt_n) * 16 + (pos >> 6);
+            const uint32_t col = (uint32_t)(t % kt_n) * 64 + (pos & 63);
+            ck_assert_uint_lt(pos, 16 * 64);
+            ck_assert_uint_lt(row, n);
+            REQUIRE((ent[i] & 0xffffu) == w[(size_t)row * k + col],
+                    "tile entry (%u, %u) holds %04x, weight %04x", row, col, ent[i] & 0xffffu,
+                    w[(size_t)row * k + col]);
+            ck_assert_uint_eq(listed[(size_t)row * k + col], 0);
+            listed[(size_t)row * k + col] = 1;
+        }
+    }
+    for (uint32_t r = 0; r < n; r++)
+        for (uint32_t c = 0; c < k; c++) {
+            const int differs = pj_z12_decoded(z, r, c) != w[(size_t)r * k + c];
+            REQUIRE(differs == listed[(size_t)r * k + c],
+                    "(%u, %u): decoded %s the weight but %s in the tile table", r, c,
+                    differs ? "differs from" : "equals",
+                    listed[(size_t)r * k + c] ? "is" : "is not");
+        }
+    free(listed);
+    free(off);
+    free(ent);
+}
+
+START_TEST(test_tile_exc)
+{
+    uint32_t n = 37, k = 256;
+    uint64_t s = 99;
+    uint16_t *w = alloc_u16((size_t)n * k);
+    fill_realistic(w, n, k, 777);
+    for (int i = 0; i < 300; i++) /* zeros and huge values: exceptions in many tiles */
+        w[sm_next(&s) % ((size_t)n * k)] = (i & 1) ? 0x0000 : 0x7f00;
+    pj_z12 z;
+    pack_ok(w, n, k, k, &z);
+    ck_assert_uint_gt(z.n_exc, 200);
+    check_tile_exc(&z, w, n, k);
+
+    /* An entry that is not cancel-and-restore (c2 not a bf16 value). */
+    z.exc[5].c2 = 0.1f;
+    uint32_t *off = (uint32_t *)1, *ent = (uint32_t *)1;
+    char err[200];
+    ck_assert_int_eq(pj_z12_tile_exc(&z, &off, &ent, err, sizeof err), -ENOTSUP);
+    ck_assert_ptr_null(off);
+    ck_assert_ptr_null(ent);
+    REQUIRE(strstr(err, "not cancel-and-restore") != NULL, "message: %s", err);
+    pj_z12_free(&z);
+
+    /* No exceptions at all: offsets all zero, no entries. */
+    for (size_t i = 0; i < (size_t)n * k; i++)
+        w[i] = (uint16_t)(0x3f80 | (i & 0x7f)); /* one binade */
+    pack_ok(w, n, k, k, &z);
+    ck_assert_uint_eq(z.n_exc, 0);
+    check_tile_exc(&z, w, n, k);
+    pj_z12_free(&z);
+    free(w);
+}
+END_TEST
+
 static Suite *zfmt_suite(void)
 {
     Suite *s = suite_create("zfmt");
@@ -694,6 +770,7 @@ static Suite *zfmt_suite(void)
     tcase_add_test(tc, test_errors_shape);
     tcase_add_test(tc, test_choose_base_crafted);
     tcase_add_test(tc, test_bytes);
+    tcase_add_test(tc, test_tile_exc);
     suite_add_tcase(s, tc);
     return s;
 }
