@@ -61,7 +61,9 @@ typedef struct pj_eng_knobs {
                    * 2 wgmma, 3 wgmma with one group in flight, 4 as 3 with
                    * the weight tiles copied by TMA, 5 wgmma over the layer's
                    * z12 tiles (A fragments rebuilt in registers; z12 layers
-                   * with the by-tile exception table) */
+                   * with the by-tile exception table), 6 the same split into
+                   * a producer warpgroup (copy, decode into a bf16 stage)
+                   * and a consumer warpgroup (wgmma) */
     uint8_t minb; /* 1: register cap so two CTAs fit per SM (launch-bounds hint) */
     uint8_t xs;   /* gemvz: 1 = x staged in shared memory, 0 = read from global,
                    * 2 (pipe = 5) = x through the prefetch ring per tile */

@@ -783,15 +783,16 @@ static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
                        const pj_dev_limits *lim, char *why, size_t whylen)
 {
     const pj_eng_layer *L = c->L;
-    const bool z = kn->pipe == 5; // reads the z12 tiles, not the bf16 rows
+    const bool z = kn->pipe >= 5; // reads the z12 tiles, not the bf16 rows
     if (z) {
         if (dual || !L->z_tiles || !L->z_blk_exc || (L->z_n_exc && !L->z_exc))
-            return fail(why, whylen, -ENOTSUP, "pipe=5: layer has no z12 weights");
+            return fail(why, whylen, -ENOTSUP, "pipe=%u: layer has no z12 weights", kn->pipe);
         if (!L->zt_off || (L->z_n_exc && !L->zt_ent))
-            return fail(why, whylen, -ENOTSUP, "pipe=5: layer has no by-tile exception table");
+            return fail(why, whylen, -ENOTSUP, "pipe=%u: layer has no by-tile exception table",
+                        kn->pipe);
         if ((uint64_t)L->z_n_pad * L->K / 64 * PJ_Z12_TILE_BYTES > UINT32_MAX)
             return fail(why, whylen, -ERANGE,
-                        "pipe=5: z12 tiles of more than 2^32 bytes (32-bit offsets)");
+                        "pipe=%u: z12 tiles of more than 2^32 bytes (32-bit offsets)", kn->pipe);
     } else if (dual ? L->fmt != PJ_FMT_SPLIT || !L->lo : !L->w || L->fmt == PJ_FMT_SPLIT) {
         return fail(why, whylen, -ENOTSUP, "layer has no %s weights", dual ? "hi/lo" : "bf16");
     }
@@ -806,11 +807,11 @@ static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
         return fail(why, whylen, -ERANGE, "W or x has more than 2^32 elements (32-bit offsets)");
     if (kn->cl && (kn->ks < 2 || kn->ks > 16))
         return fail(why, whylen, -EINVAL, "cl=1 needs ks in 2..16 (the cluster size)");
-    if (kn->pipe > 5)
+    if (kn->pipe > 6)
         return fail(why, whylen, -EINVAL,
                     "pipe=%u: the tiled GEMM has pipe 0 (mma.sync), 1 (with the L2 256-byte "
-                    "prefetch), 2 (wgmma), 3 (wgmma, one group in flight), 4 (3 with TMA) or 5 "
-                    "(wgmma over z12 tiles)",
+                    "prefetch), 2 (wgmma), 3 (wgmma, one group in flight), 4 (3 with TMA), 5 "
+                    "(wgmma over z12 tiles) or 6 (5, warp-specialised)",
                     kn->pipe);
     if (kn->pipe == 4 && !tma_encoder())
         return fail(why, whylen, -ENOSYS, "pipe=4: the driver has no cuTensorMapEncodeTiled");
@@ -825,8 +826,8 @@ static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
     if (!fn)
         return fail(why, whylen, -EINVAL, "tile=%u has no pipe=%u form", kn->tile, kn->pipe);
     const size_t smem = tgemm_smem(kn->tile, dual, kn->pipe);
-    return fits_split((const void *)fn, grid, dim3(1, 1, kn->ks), kn->cl, g.threads, smem, lim, why,
-                      whylen);
+    return fits_split((const void *)fn, grid, dim3(1, 1, kn->ks), kn->cl,
+                      tgemm_threads(kn->tile, kn->pipe), smem, lim, why, whylen);
 }
 
 static int cublas_check(const pj_eng_call *c, char *why, size_t whylen)
@@ -1103,7 +1104,7 @@ static int tgemm_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, 
     a.cnt = c->ws ? c->ws->cnt : nullptr;
     if (kn->ks > 1 && !kn->cl && !c->ws)
         return -EINVAL;
-    if (kn->pipe == 5) {
+    if (kn->pipe >= 5) {
         a.z = z12_src(L);
         a.zt_off = L->zt_off;
         a.zt_ent = L->zt_ent;
@@ -1122,7 +1123,8 @@ static int tgemm_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, 
         return -ENOENT;
     const dim3 grid(cdiv(c->m, g.bn), cdiv(c->n, g.bm), kn->ks);
     const size_t smem = tgemm_smem(kn->tile, dual, kn->pipe);
-    return launch_split(fn, grid, dim3(1, 1, kn->ks), kn->cl, g.threads, smem, s, a);
+    return launch_split(fn, grid, dim3(1, 1, kn->ks), kn->cl, tgemm_threads(kn->tile, kn->pipe),
+                        smem, s, a);
 }
 
 // The Lt plan for this shape, made on first use (heuristic, first result).
@@ -1261,7 +1263,7 @@ extern "C" int pj_eng_baseline(int algo, const pj_eng_call *c, uint16_t *tmp, pj
 
 extern "C" int pj_eng_reads_z12(pj_eng_kind k, const pj_eng_knobs *kn)
 {
-    return k == PJ_ENG_GEMVZ || (k == PJ_ENG_SPLITK && kn && kn->pipe == 5);
+    return k == PJ_ENG_GEMVZ || (k == PJ_ENG_SPLITK && kn && kn->pipe >= 5);
 }
 
 extern "C" size_t pj_eng_bytes_read(pj_eng_kind k, const pj_eng_knobs *kn, const pj_eng_call *c)

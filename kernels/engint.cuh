@@ -144,6 +144,13 @@ extern const TileGeom tgemm_geom[PJ_TGEMM_NTILES];
 // knob pipe: 0 mma.sync, 1 the same with the L2 256-byte prefetch hint, 2
 // wgmma, 3 wgmma with one group in flight, 4 the same with the weights
 // copied by TMA (2-4 not for tile 5), 5 wgmma over the layer's z12 tiles
-// (one matrix; tiles whose warpgroups hold at most 64 tokens).
+// (one matrix; tiles whose warpgroups hold at most 64 tokens), 6 the same
+// warp-specialised (64-row tiles of at most 64 tokens, 256 threads).
 TgemmFn tgemm_pick(int tile, int dual, int cl, int mode);
 size_t tgemm_smem(int tile, int dual, int mode);
+// Threads of a launch: the tile's, or 256 for the warp-specialised z12
+// form (mode 6: a producer and a consumer warpgroup).
+static inline int tgemm_threads(int tile, int mode)
+{
+    return mode == 6 ? 256 : tgemm_geom[tile].threads;
+}

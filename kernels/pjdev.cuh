@@ -88,6 +88,20 @@ __device__ __forceinline__ uint4 lds128(uint32_t saddr)
                  : "memory");
     return v;
 }
+// Named barriers (ids 1..15; 0 is __syncthreads): n threads, a multiple
+// of 32, meet; arrive does not wait.
+__device__ __forceinline__ void nbar_sync(uint32_t id, uint32_t n)
+{
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void nbar_arrive(uint32_t id, uint32_t n)
+{
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void sts32(uint32_t saddr, uint32_t v)
+{
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(saddr), "r"(v) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit()
 {
     asm volatile("cp.async.commit_group;");

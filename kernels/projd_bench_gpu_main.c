@@ -434,7 +434,7 @@ static int add_tiled_cluster(const layer_def *d, cand *cs, int n)
 {
     static const uint8_t kss[] = {1, 2, 4, 8, 16};
     const int dual = d->fmt == PJ_FMT_SPLIT;
-    const int nv = d->fmt == PJ_FMT_Z12 ? 12 : 10;
+    const int nv = d->fmt == PJ_FMT_Z12 ? 14 : 10;
     for (int t = 0; t < PJ_ENG_TGEMM_TILES; t++) /* the check refuses tiles 4, 5 for two */
         for (int q = 0; q < 5; q++)
             for (int v = 1; v < nv; v++) {

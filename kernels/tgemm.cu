@@ -81,6 +81,170 @@ __device__ __forceinline__ void red_add_v4(float *p, float a, float b, float c, 
                  : "memory");
 }
 
+// The z12 forms' exceptions (ZFORMAT.md section 7) for a CTA's NBK row
+// blocks from rb0 over K tiles kt0 .. kt0 + nk: the range of row block j's
+// entries is zt_ent[za[j] .. zb[j]) (plain loads at init); the tile
+// offsets go to zo (nk <= TG_ZKT) and the entries to ze (at most TG_ZCAP
+// per row block) by cp.async; larger ones are read at use.
+template <int NBK> struct TgZExc {
+    uint32_t za[NBK], zb[NBK];
+    uint32_t *zo, *ze;
+    uint32_t rb0, kt0, nk;
+
+    static constexpr int smem_bytes = NBK * (TG_ZKT + 1 + TG_ZCAP) * 4;
+
+    __device__ __forceinline__ uint32_t tile(const TgemmArgs &a, uint32_t j) const
+    {
+        return min(rb0 + j, a.nblk_all - 1) * a.kt_total + kt0;
+    }
+    __device__ __forceinline__ void init(const TgemmArgs &a, uint32_t rb0_, uint32_t kt0_,
+                                         uint32_t nk_, unsigned char *smem)
+    {
+        rb0 = rb0_;
+        kt0 = kt0_;
+        nk = nk_;
+        zo = (uint32_t *)smem;
+        ze = zo + NBK * (TG_ZKT + 1);
+#pragma unroll
+        for (int j = 0; j < NBK; j++) {
+            za[j] = a.zt_off[tile(a, j)];
+            zb[j] = a.zt_off[tile(a, j) + nk];
+        }
+    }
+    // Thread t of n: the tile offsets (no dependence on the loads above).
+    __device__ __forceinline__ void stage_offsets(const TgemmArgs &a, uint32_t t, uint32_t n) const
+    {
+        if (nk <= TG_ZKT)
+            for (uint32_t i = t; i < NBK * (nk + 1); i += n) {
+                const uint32_t j = i / (nk + 1);
+                cp_async4(smem_u32(zo + i), a.zt_off + tile(a, j) + (i - j * (nk + 1)));
+            }
+    }
+    // The entries (waits on za / zb: issue after the other prologue copies).
+    __device__ __forceinline__ void stage_entries(const TgemmArgs &a, uint32_t t, uint32_t n) const
+    {
+#pragma unroll
+        for (int j = 0; j < NBK; j++)
+            if (zb[j] - za[j] <= TG_ZCAP)
+                for (uint32_t i = t; i < zb[j] - za[j]; i += n)
+                    cp_async4(smem_u32(ze + j * TG_ZCAP + i), a.zt_ent + za[j] + i);
+    }
+    // Row block jw's exceptions of K step kstep into the A fragments af
+    // just decoded by this warp (warp-uniform loop, usually empty): the
+    // owning lane replaces one bf16 half (ZFORMAT.md section 2's inverse
+    // map); 16 compares with constant indices keep af in registers.
+    __device__ __forceinline__ void patch(const TgemmArgs &a, uint32_t (&af)[4][4], int jw,
+                                          uint32_t kstep, uint32_t lane) const
+    {
+        uint32_t zaw = 0, zbw = 0, e0, e1;
+#pragma unroll
+        for (int j = 0; j < NBK; j++)
+            if (j == jw) {
+                zaw = za[j];
+                zbw = zb[j];
+            }
+        if (nk <= TG_ZKT) {
+            e0 = zo[jw * (nk + 1) + kstep];
+            e1 = zo[jw * (nk + 1) + kstep + 1];
+        } else {
+            e0 = a.zt_off[tile(a, jw) + kstep];
+            e1 = a.zt_off[tile(a, jw) + kstep + 1];
+        }
+        const bool staged = zbw - zaw <= TG_ZCAP;
+        for (uint32_t e = e0; e < e1; e++) {
+            const uint32_t ent = staged ? ze[jw * TG_ZCAP + (e - zaw)] : a.zt_ent[e];
+            const uint32_t rr = ent >> 22, cc = (ent >> 16) & 63, q = cc & 15;
+            const uint32_t jj = (q >> 3) << 2 | (rr >> 3) << 1 | (q & 1);
+            const uint32_t fi =
+                lane == 4 * (rr & 7) + ((q & 7) >> 1) ? (cc >> 4) * 4 + (jj >> 1) : 16u;
+            const uint32_t sh = (jj & 1) * 16, keep = ~(0xffffu << sh), val = (ent & 0xffffu) << sh;
+#pragma unroll
+            for (int i = 0; i < 16; i++)
+                af[i >> 2][i & 3] =
+                    fi == (uint32_t)i ? (af[i >> 2][i & 3] & keep) | val : af[i >> 2][i & 3];
+        }
+    }
+};
+
+// The epilogue of both tiled kernels: ep = the CTA's fp32 [token][row]
+// tile (row stride EPI_LD), complete in shared memory (the caller's
+// barrier). ks == 1: converted and stored; ks > 1: summed over the ks CTAs
+// of the tile in rank order through distributed shared memory (CL) or by
+// red.add into the workspace, the last CTA storing and re-zeroing.
+template <int BM, int BN, int THREADS, int EPI_LD, int CL>
+__device__ __forceinline__ void tg_epilogue(const TgemmArgs &a, const float *ep, uint32_t tok0,
+                                            uint32_t row0, int tid, int *s_last)
+{
+    constexpr int R4 = BM / 4; // 4-row groups per token row
+    const bool vec_y = ((a.ldy & 3) == 0) && ((((uintptr_t)a.y) & 7) == 0);
+    auto store_y = [&](uint32_t tk, uint32_t r, float v0, float v1, float v2, float v3) {
+        uint16_t *yp = a.y + (size_t)tk * a.ldy + r;
+        if (vec_y && r + 4 <= a.n) {
+            uint2 pk;
+            pk.x = (uint32_t)f2bf(v0) | ((uint32_t)f2bf(v1) << 16);
+            pk.y = (uint32_t)f2bf(v2) | ((uint32_t)f2bf(v3) << 16);
+            *(uint2 *)yp = pk;
+        } else {
+            const float v[4] = {v0, v1, v2, v3};
+            for (int i = 0; i < 4 && r + i < a.n; i++)
+                yp[i] = f2bf(v[i]);
+        }
+    };
+
+    // Every 4-row output group of the tile that lies inside y, from c0 in
+    // steps of step: f(token in tile, row in tile, token, row).
+    auto each_out = [&](int c0, int step, auto &&f) {
+        for (int c = c0; c < BN * R4; c += step) {
+            const int tl = c / R4, rl = (c % R4) * 4;
+            const uint32_t tk = tok0 + tl, r = row0 + rl;
+            if (tk < a.m && r < a.n)
+                f(tl, rl, tk, r);
+        }
+    };
+
+    if (a.ks == 1) {
+        each_out(tid, THREADS, [&](int tl, int rl, uint32_t tk, uint32_t r) {
+            const float4 v = *(const float4 *)(ep + tl * EPI_LD + rl);
+            store_y(tk, r, v.x, v.y, v.z, v.w);
+        });
+        return;
+    }
+    if constexpr (CL) {
+        // Cluster dims 1 x 1 x ks: the rank is the split.
+        cg::cluster_group cluster = cg::this_cluster();
+        cluster.sync();
+        const int ks = (int)a.ks;
+        each_out((int)cluster.block_rank() * THREADS + tid, ks * THREADS,
+                 [&](int tl, int rl, uint32_t tk, uint32_t r) {
+                     float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+                     for (int j = 0; j < ks; j++) {
+                         const float4 v =
+                             *(const float4 *)(cluster.map_shared_rank(ep, j) + tl * EPI_LD + rl);
+                         s.x += v.x;
+                         s.y += v.y;
+                         s.z += v.z;
+                         s.w += v.w;
+                     }
+                     store_y(tk, r, s.x, s.y, s.z, s.w);
+                 });
+        cluster.sync(); // every tile stays until all ranks have read it
+    } else {
+        each_out(tid, THREADS, [&](int tl, int rl, uint32_t tk, uint32_t r) {
+            const float4 v = *(const float4 *)(ep + tl * EPI_LD + rl);
+            red_add_v4(a.acc + (size_t)tk * a.acc_ld + r, v.x, v.y, v.z, v.w);
+        });
+        if (!splitk_arrive_last(a.cnt + blockIdx.y * gridDim.x + blockIdx.x, a.ks, s_last))
+            return;
+        each_out(tid, THREADS, [&](int, int, uint32_t tk, uint32_t r) {
+            float4 *p = (float4 *)(a.acc + (size_t)tk * a.acc_ld + r);
+            const float4 v = __ldcg(p);
+            store_y(tk, r, v.x, v.y, v.z, v.w);
+            __stcg(p, make_float4(0.f, 0.f, 0.f, 0.f));
+        });
+    }
+}
+
 template <int BM, int BN, int WM, int WN, int STAGES, int DUAL, int CL, int MODE>
 __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constant__ TgemmArgs a)
 {
@@ -137,11 +301,8 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
     constexpr int NBK = BM / 16, ZCH = NBK * PJ_Z12_TILE_BYTES / 16;
     constexpr int CZ = Z ? (ZCH + C::threads - 1) / C::threads : 1;
     uint32_t zoff[CZ];
-    // The exception entries of row block j's tiles in the split's K range
-    // are zt_ent[za[j] .. zb[j]) (plain loads here, first used after the
-    // prologue copies are issued).
-    uint32_t za[Z ? NBK : 1], zb[Z ? NBK : 1];
     const uint32_t kt0 = (uint32_t)(kbeg / TG_BK), rb0 = row0 / 16;
+    TgZExc<Z ? NBK : 1> zx;
     if constexpr (Z) {
 #pragma unroll
         for (int i = 0; i < CZ; i++) {
@@ -149,12 +310,7 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
             const uint32_t rb = min(rb0 + j, a.nblk_all - 1);
             zoff[i] = (rb * a.kt_total + kt0) * PJ_Z12_TILE_BYTES + (c % 96) * 16;
         }
-#pragma unroll
-        for (int j = 0; j < NBK; j++) {
-            const uint32_t t0 = min(rb0 + j, a.nblk_all - 1) * a.kt_total + kt0;
-            za[j] = a.zt_off[t0];
-            zb[j] = a.zt_off[t0 + nk];
-        }
+        zx.init(a, rb0, kt0, nk, smb + C::smem);
     }
     auto copy16 = [](uint32_t sa, const void *g) {
         if constexpr (MODE == 1)
@@ -202,30 +358,14 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
     // reads the stage before).
     constexpr bool INFLIGHT = MODE == 3 || MODE == 4;
     constexpr int AHEAD = INFLIGHT ? STAGES - 2 : STAGES - 1;
-    // Z: row block j's tile offsets at zo[j * (nk + 1) ..] (nk <= TG_ZKT),
-    // its entries at ze[j * TG_ZCAP ..] (at most TG_ZCAP).
-    uint32_t *const zo = (uint32_t *)(smb + C::smem);
-    uint32_t *const ze = zo + NBK * (TG_ZKT + 1);
 #pragma unroll
     for (int s = 0; s < AHEAD; s++) {
         if (s < nk)
             load_stage(s, s);
-        if (Z && s == 0 && nk <= TG_ZKT)
-            for (uint32_t i = tid; i < NBK * (nk + 1); i += C::threads) {
-                const uint32_t j = i / (nk + 1);
-                cp_async4(smem_u32(zo + i), a.zt_off + min(rb0 + j, a.nblk_all - 1) * a.kt_total +
-                                                kt0 + (i - j * (nk + 1)));
-            }
-        if (Z && s == AHEAD - 1) {
-            // The entries join the last prologue group (the first K step
-            // waits for all of them): the wait on za / zb falls after every
-            // other prologue copy is issued.
-#pragma unroll
-            for (int j = 0; j < NBK; j++)
-                if (zb[j] - za[j] <= TG_ZCAP)
-                    for (uint32_t i = tid; i < zb[j] - za[j]; i += C::threads)
-                        cp_async4(smem_u32(ze + j * TG_ZCAP + i), a.zt_ent + za[j] + i);
-        }
+        if (Z && s == 0)
+            zx.stage_offsets(a, tid, C::threads);
+        if (Z && s == AHEAD - 1)
+            zx.stage_entries(a, tid, C::threads); // the first K step waits for all groups
         cp_async_commit();
     }
     float *ep = (float *)smb; // the [token][row] fp32 tile, after the main loop
@@ -274,42 +414,7 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
                 for (int q = 0; q < 3; q++)
                     p[q] = lds128(zp + q * PJ_Z12_PLANE_BYTES);
                 z12_afrag(af, p, a.z.base * 0x01010101u);
-                // The step's exceptions (warp-uniform loop, usually none):
-                // the owning lane puts the weight's bits into its fragment
-                // (ZFORMAT.md section 2's inverse map).
-                const int jw = wgm * 4 + ((tid & 127) >> 5);
-                uint32_t zaw = 0, zbw = 0, e0, e1;
-#pragma unroll
-                for (int j = 0; j < NBK; j++)
-                    if (j == jw) {
-                        zaw = za[j];
-                        zbw = zb[j];
-                    }
-                if (nk <= TG_ZKT) {
-                    e0 = zo[jw * (nk + 1) + kstep];
-                    e1 = zo[jw * (nk + 1) + kstep + 1];
-                } else {
-                    const uint32_t t = min(rb0 + jw, a.nblk_all - 1) * a.kt_total + kt0 + kstep;
-                    e0 = a.zt_off[t];
-                    e1 = a.zt_off[t + 1];
-                }
-                const bool staged = zbw - zaw <= TG_ZCAP;
-                // Usually e0 == e1 and nothing runs. The owner selects its
-                // register with 16 compares: constant indices keep af in
-                // registers.
-                for (uint32_t e = e0; e < e1; e++) {
-                    const uint32_t ent = staged ? ze[jw * TG_ZCAP + (e - zaw)] : a.zt_ent[e];
-                    const uint32_t rr = ent >> 22, cc = (ent >> 16) & 63, q = cc & 15;
-                    const uint32_t jj = (q >> 3) << 2 | (rr >> 3) << 1 | (q & 1);
-                    const uint32_t fi =
-                        lane == 4 * (rr & 7) + ((q & 7) >> 1) ? (cc >> 4) * 4 + (jj >> 1) : 16u;
-                    const uint32_t sh = (jj & 1) * 16, keep = ~(0xffffu << sh),
-                                   val = (ent & 0xffffu) << sh;
-#pragma unroll
-                    for (int i = 0; i < 16; i++)
-                        af[i >> 2][i & 3] = fi == (uint32_t)i ? (af[i >> 2][i & 3] & keep) | val
-                                                              : af[i >> 2][i & 3];
-                }
+                zx.patch(a, af, wgm * 4 + ((tid & 127) >> 5), kstep, lane);
                 wg_fence();
 #pragma unroll
                 for (int kk = 0; kk < TG_BK / 16; kk++)
@@ -422,74 +527,156 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
     } // MODE != 2
     __syncthreads();
 
-    constexpr int R4 = BM / 4; // 4-row groups per token row
-    const bool vec_y = ((a.ldy & 3) == 0) && ((((uintptr_t)a.y) & 7) == 0);
-    auto store_y = [&](uint32_t tk, uint32_t r, float v0, float v1, float v2, float v3) {
-        uint16_t *yp = a.y + (size_t)tk * a.ldy + r;
-        if (vec_y && r + 4 <= a.n) {
-            uint2 pk;
-            pk.x = (uint32_t)f2bf(v0) | ((uint32_t)f2bf(v1) << 16);
-            pk.y = (uint32_t)f2bf(v2) | ((uint32_t)f2bf(v3) << 16);
-            *(uint2 *)yp = pk;
-        } else {
-            const float v[4] = {v0, v1, v2, v3};
-            for (int i = 0; i < 4 && r + i < a.n; i++)
-                yp[i] = f2bf(v[i]);
-        }
-    };
+    tg_epilogue<BM, BN, C::threads, C::epi_ld, CL>(a, ep, tok0, row0, tid, &s_last);
+}
 
-    // Every 4-row output group of the tile that lies inside y, from c0 in
-    // steps of step: f(token in tile, row in tile, token, row).
-    auto each_out = [&](int c0, int step, auto &&f) {
-        for (int c = c0; c < BN * R4; c += step) {
-            const int tl = c / R4, rl = (c % R4) * 4;
-            const uint32_t tk = tok0 + tl, r = row0 + rl;
-            if (tk < a.m && r < a.n)
-                f(tl, rl, tk, r);
-        }
-    };
+// The z12 tiled GEMM, warp-specialised (MODE 6, knob pipe = 6): 64 weight
+// rows x BN tokens, 256 threads. Warpgroup 0 produces: warp p copies row
+// block p's z12 tile of each K step (and, with the others, the step's x)
+// D = S - 2 steps ahead into a ring of S slots, rebuilds the A fragments
+// from its own copies, puts the exceptions' bits in, and writes the bf16
+// tile into the slot in the 128-byte-swizzled K-major layout. Warpgroup 1
+// consumes: shared-memory wgmma over each slot, one group in flight. Named
+// barriers: full[s] (1 + s) when a slot is ready, empty[s] (1 + S + s)
+// when the consumers are done with it. The copies no longer wait for the
+// consumers' step, and the decode of step k overlaps the wgmma of k - 1.
+template <int BN, int S, int CL>
+__global__ void __launch_bounds__(256) tgemm_zws_kernel(const __grid_constant__ TgemmArgs a)
+{
+    constexpr int BM = 64, NBK = 4, THREADS = 256, EPI_LD = BM + 4, D = S - 2;
+    constexpr int RAW = NBK * PJ_Z12_TILE_BYTES, WB = BM * 128, SLOT = RAW + WB + BN * 128;
+    constexpr int RING = S * SLOT, EPI = BN * EPI_LD * 4, SMEM = RING > EPI ? RING : EPI;
+    constexpr int CX = (BN * 8 + 127) / 128; // x chunks per producer thread
+    static_assert(S >= 3 && 2 * S + 1 < 15 && SLOT % 1024 == 0, "ring");
+    extern __shared__ __align__(128) unsigned char sm[];
+    __shared__ int s_last;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const uint32_t tok0 = blockIdx.x * BN, row0 = blockIdx.y * BM;
+    const size_t kbeg = (size_t)blockIdx.z * a.kc;
+    const int nk = (int)(a.kc / TG_BK);
+    const uint32_t sm0 = (smem_u32(sm) + 1023u) & ~1023u;
+    unsigned char *const smb = sm + (sm0 - smem_u32(sm));
+    const uint32_t kt0 = (uint32_t)(kbeg / TG_BK), rb0 = row0 / 16;
+    float d[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++)
+        d[i] = 0.f;
 
-    if (a.ks == 1) {
-        each_out(tid, C::threads, [&](int tl, int rl, uint32_t tk, uint32_t r) {
-            const float4 v = *(const float4 *)(ep + tl * C::epi_ld + rl);
-            store_y(tk, r, v.x, v.y, v.z, v.w);
-        });
-        return;
-    }
-    if constexpr (CL) {
-        // Cluster dims 1 x 1 x ks: the rank is the split.
-        cg::cluster_group cluster = cg::this_cluster();
-        cluster.sync();
-        const int ks = (int)a.ks;
-        each_out((int)cluster.block_rank() * C::threads + tid, ks * C::threads,
-                 [&](int tl, int rl, uint32_t tk, uint32_t r) {
-                     float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 4
-                     for (int j = 0; j < ks; j++) {
-                         const float4 v = *(const float4 *)(cluster.map_shared_rank(ep, j) +
-                                                            tl * C::epi_ld + rl);
-                         s.x += v.x;
-                         s.y += v.y;
-                         s.z += v.z;
-                         s.w += v.w;
-                     }
-                     store_y(tk, r, s.x, s.y, s.z, s.w);
-                 });
-        cluster.sync(); // every tile stays until all ranks have read it
+    if (warp < 4) {
+        const int p = warp;
+        TgZExc<NBK> zx;
+        zx.init(a, rb0, kt0, nk, smb + SMEM);
+        const uint8_t *zsrc =
+            a.z.tiles +
+            ((size_t)min(rb0 + p, a.nblk_all - 1) * a.kt_total + kt0) * PJ_Z12_TILE_BYTES +
+            lane * 16;
+        // x chunk c = tid + 128 i: token row c / 8 of the tile, piece c % 8,
+        // swizzled by row; rows past m repeat the last.
+        uint32_t xoff[CX], xdst[CX];
+#pragma unroll
+        for (int i = 0; i < CX; i++) {
+            const uint32_t c = tid + 128 * i, r = c >> 3, pc = c & 7;
+            xoff[i] = min(tok0 + r, a.m - 1) * (uint32_t)a.ldx + (uint32_t)kbeg + pc * 8;
+            xdst[i] = RAW + WB + r * 128 + ((pc ^ (r & 7)) << 4);
+        }
+        auto issue = [&](int k) {
+            const uint32_t slot = sm0 + (k % S) * SLOT + p * PJ_Z12_TILE_BYTES + lane * 16;
+#pragma unroll
+            for (int q = 0; q < 3; q++)
+                cp_async16(slot + q * PJ_Z12_PLANE_BYTES,
+                           zsrc + (size_t)k * PJ_Z12_TILE_BYTES + q * PJ_Z12_PLANE_BYTES);
+#pragma unroll
+            for (int i = 0; i < CX; i++)
+                if (CX * 128 == BN * 8 || tid + 128 * i < BN * 8)
+                    cp_async16(sm0 + (k % S) * SLOT + xdst[i], a.x + xoff[i] + (size_t)k * TG_BK);
+        };
+#pragma unroll
+        for (int k = 0; k < D; k++) {
+            if (k < nk)
+                issue(k);
+            if (k == 0)
+                zx.stage_offsets(a, tid, 128);
+            if (k == D - 1)
+                zx.stage_entries(a, tid, 128);
+            cp_async_commit();
+        }
+        const uint32_t g = lane >> 2, t = lane & 3;
+#pragma unroll 1
+        for (int k = 0; k < nk; k++) {
+            const int i = k + D;
+            if (i < nk) {
+                if (i >= S)
+                    nbar_sync(1 + S + i % S, THREADS); // the consumers are done with step i - S
+                issue(i);
+            }
+            cp_async_commit();
+            if (k == 0) {
+                cp_async_wait<0>();
+                nbar_sync(15, 128); // the staged exceptions, copied by all producers
+            } else {
+                cp_async_wait<D>();
+            }
+            const uint32_t slot = sm0 + (k % S) * SLOT;
+            uint4 pp[3];
+#pragma unroll
+            for (int q = 0; q < 3; q++)
+                pp[q] = lds128(slot + p * PJ_Z12_TILE_BYTES + q * PJ_Z12_PLANE_BYTES + lane * 16);
+            uint32_t af[4][4];
+            z12_afrag(af, pp, a.z.base * 0x01010101u);
+            zx.patch(a, af, p, (uint32_t)k, lane);
+            // af[s][r]: row g (+ 8 for r odd), k 16 s + 2 t (+ 8 for r >= 2).
+#pragma unroll
+            for (int s = 0; s < 4; s++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const uint32_t row = 16 * p + g + 8 * (r & 1), chunk = 2 * s + (r >> 1);
+                    sts32(slot + RAW + row * 128 + ((chunk ^ (row & 7)) << 4) + 4 * t, af[s][r]);
+                }
+            fence_proxy_async_smem(); // the tile and this thread's x copies, visible to wgmma
+            nbar_arrive(1 + k % S, THREADS);
+        }
     } else {
-        each_out(tid, C::threads, [&](int tl, int rl, uint32_t tk, uint32_t r) {
-            const float4 v = *(const float4 *)(ep + tl * C::epi_ld + rl);
-            red_add_v4(a.acc + (size_t)tk * a.acc_ld + r, v.x, v.y, v.z, v.w);
-        });
-        if (!splitk_arrive_last(a.cnt + blockIdx.y * gridDim.x + blockIdx.x, a.ks, &s_last))
-            return;
-        each_out(tid, C::threads, [&](int, int, uint32_t tk, uint32_t r) {
-            float4 *p = (float4 *)(a.acc + (size_t)tk * a.acc_ld + r);
-            const float4 v = __ldcg(p);
-            store_y(tk, r, v.x, v.y, v.z, v.w);
-            __stcg(p, make_float4(0.f, 0.f, 0.f, 0.f));
-        });
+#pragma unroll 1
+        for (int k = 0; k < nk; k++) {
+            nbar_sync(1 + k % S, THREADS);
+            const uint32_t slot = sm0 + (k % S) * SLOT;
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < TG_BK / 16; kk++)
+                Wgmma<BN>::run(d, wg_desc_sw128(slot + RAW + kk * 32),
+                               wg_desc_sw128(slot + RAW + WB + kk * 32));
+            wg_commit();
+            wg_wait<1>();
+            // Step k - 1's group is done: free its slot where the producers
+            // will wait for it (they refill slots only up to step nk - 1).
+            if (k >= 1 && k - 1 < nk - S)
+                nbar_arrive(1 + S + (k - 1) % S, THREADS);
+        }
+        wg_wait<0>();
     }
+    __syncthreads(); // the ring is no longer read: the epilogue tile may overlay it
+    float *ep = (float *)smb;
+    if (warp >= 4) {
+        const int w4 = warp - 4, g = lane >> 2, t = lane & 3, r = w4 * 16 + g;
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+            const int tk = j * 8 + 2 * t;
+            ep[tk * EPI_LD + r] = d[4 * j];
+            ep[(tk + 1) * EPI_LD + r] = d[4 * j + 1];
+            ep[tk * EPI_LD + r + 8] = d[4 * j + 2];
+            ep[(tk + 1) * EPI_LD + r + 8] = d[4 * j + 3];
+        }
+    }
+    __syncthreads();
+    tg_epilogue<BM, BN, THREADS, EPI_LD, CL>(a, ep, tok0, row0, tid, &s_last);
+}
+
+// Dynamic shared memory of tgemm_zws_kernel (with the 1024-byte alignment slack).
+template <int BN, int S> static constexpr size_t tg_zws_smem()
+{
+    constexpr int SLOT = 4 * PJ_Z12_TILE_BYTES + 64 * 128 + BN * 128;
+    constexpr int RING = S * SLOT, EPI = BN * (64 + 4) * 4;
+    return (size_t)(RING > EPI ? RING : EPI) + TgZExc<4>::smem_bytes + 1024;
 }
 
 // Tile configurations (index = the "tile" knob), listed once: index, BM
@@ -521,8 +708,11 @@ template <int DUAL, int CL, int MODE> static TgemmFn tg_pick(int tile)
 #define TG_PICK(i, bm, bn, wm, wn, st, d, w)                                                       \
     case i:                                                                                        \
         if constexpr ((DUAL && !d) || (MODE >= 2 && !w) ||                                         \
-                      (MODE == 5 && (DUAL || tg_wt(bm, bn, wm * wn * 32) > 64)))                   \
+                      (MODE == 5 && (DUAL || tg_wt(bm, bn, wm * wn * 32) > 64)) ||                 \
+                      (MODE == 6 && (DUAL || bm != 64 || bn > 64)))                                \
             return nullptr;                                                                        \
+        else if constexpr (MODE == 6)                                                              \
+            return &tgemm_zws_kernel<bn, st, CL>;                                                  \
         else                                                                                       \
             return &tgemm_kernel<bm, bn, wm, wn, st, DUAL, CL, MODE>;
     switch (tile) {
@@ -547,6 +737,8 @@ template <int DUAL, int CL> static TgemmFn tg_pick_mode(int tile, int mode)
         return tg_pick<DUAL, CL, 4>(tile);
     case 5:
         return tg_pick<DUAL, CL, 5>(tile);
+    case 6:
+        return tg_pick<DUAL, CL, 6>(tile);
     }
     return nullptr;
 }
@@ -571,8 +763,22 @@ template <int DUAL, int Z> static size_t tg_smem(int tile)
     return 0;
 }
 
+static size_t tg_zws_smem_of(int tile)
+{
+#define TG_ZWS(i, bm, bn, wm, wn, st, d, w)                                                        \
+    case i:                                                                                        \
+        return bm == 64 && bn <= 64 ? tg_zws_smem<bn, st>() : 0;
+    switch (tile) {
+        TG_TILES(TG_ZWS)
+    }
+#undef TG_ZWS
+    return 0;
+}
+
 size_t tgemm_smem(int tile, int dual, int mode)
 {
+    if (mode == 6)
+        return tg_zws_smem_of(tile);
     // The wgmma form aligns its stages to 1024 bytes inside the allocation.
     const size_t base =
         mode == 5 ? tg_smem<0, 1>(tile) : (dual ? tg_smem<1, 0>(tile) : tg_smem<0, 0>(tile));

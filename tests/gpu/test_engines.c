@@ -173,7 +173,7 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
 {
     char err[256], ctx[128];
     double t0 = now_s();
-    unsigned long long f0 = n_fail, c0 = n_checks, ncl = 0, nwg = 0, nz = 0;
+    unsigned long long f0 = n_fail, c0 = n_checks, ncl = 0, nwg = 0, nz = 0, nzws = 0;
     static const uint8_t nws[] = {4, 8, 16};
     static const uint8_t us[] = {1, 2, 4, 8};
     for (int mi = 0; mi < nm; mi++) {
@@ -188,7 +188,7 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
         for (int s = 0; s < nks; s++) {
             if (k == PJ_ENG_SPLITK || (k == PJ_ENG_ROUTER && m > 32)) {
                 for (int t = 0; t < PJ_ENG_TGEMM_TILES; t++)
-                    for (int v = 0; v < 12; v++) {
+                    for (int v = 0; v < 14; v++) {
                         if ((v & 1) && kslist[s] < 2)
                             continue;
                         const int cl = v & 1;
@@ -201,7 +201,8 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
                         check_one(c, ws, k, &kn, ctx);
                         ncl += cl ? n_checks - before : 0;
                         nwg += kn.pipe >= 2 ? n_checks - before : 0;
-                        nz += kn.pipe == 5 ? n_checks - before : 0;
+                        nz += kn.pipe >= 5 ? n_checks - before : 0;
+                        nzws += kn.pipe == 6 ? n_checks - before : 0;
                     }
                 continue;
             }
@@ -240,8 +241,8 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
     if ((k == PJ_ENG_SPLITK || (k == PJ_ENG_ROUTER && mlist[0] > 32)) && !nwg)
         fail_line("variants %s: no pipe=2-5 (wgmma) variant ran", L->L.name);
     /* And its z12 form (pipe = 5) on z12 layers. */
-    if (k == PJ_ENG_SPLITK && L->L.fmt == PJ_FMT_Z12 && !nz)
-        fail_line("variants %s: no pipe=5 (z12 wgmma) variant ran", L->L.name);
+    if (k == PJ_ENG_SPLITK && L->L.fmt == PJ_FMT_Z12 && (!nz || !nzws))
+        fail_line("variants %s: no pipe=5 or no pipe=6 (z12 wgmma) variant ran", L->L.name);
     printf("B %-7s on %-9s: %llu checks (%llu cl=1, %llu wgmma, %llu z12), %llu failed (%.1f s)\n",
            pj_eng_name(k), L->L.name, n_checks - c0, ncl, nwg, nz, n_fail - f0, now_s() - t0);
     fflush(stdout);
@@ -474,8 +475,8 @@ static void part_c_new_knobs(pj_chk_ctx *c)
     printf("C table loader, new knobs: %d kept, %d rejected\n", n, n_new_msgs);
 }
 
-/* The tiled GEMM's knobs of rounds 8-9 (cl, pipe 1-5, tiles 6-9) misused:
- * each entry is refused with its own reason; three valid entries are kept. */
+/* The tiled GEMM's knobs of rounds 8-9 (cl, pipe 1-6, tiles 6-9) misused:
+ * each entry is refused with its own reason; four valid entries are kept. */
 static void part_c_tiled_knobs(pj_chk_ctx *c)
 {
     const char *js = "{\"device\":\"test\",\"entries\":["
@@ -494,11 +495,15 @@ static void part_c_tiled_knobs(pj_chk_ctx *c)
                      "{\"layer\":\"router\",\"n\":256,\"k\":4096,\"m\":256,\"engine\":\"router\","
                      "\"knobs\":{\"tile\":6,\"ks\":4,\"pipe\":3,\"cl\":1}},"
                      "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":32,\"engine\":\"splitk\","
-                     "\"knobs\":{\"tile\":8,\"ks\":32,\"cl\":1}}]}";
+                     "\"knobs\":{\"tile\":8,\"ks\":32,\"cl\":1}},"
+                     "{\"layer\":\"pooler\",\"n\":8192,\"k\":4096,\"m\":32,\"engine\":\"splitk\","
+                     "\"knobs\":{\"tile\":1,\"ks\":2,\"pipe\":6}},"
+                     "{\"layer\":\"pooler\",\"n\":8192,\"k\":4096,\"m\":64,\"engine\":\"splitk\","
+                     "\"knobs\":{\"tile\":9,\"ks\":4,\"pipe\":6,\"cl\":1}}]}";
     static const char *const want[] = {
         "cl=1 needs ks in 2..16 (the cluster size)", "tile=0 has no pipe=5 form",
         "pipe=5: layer has no z12 weights",          "tile=5 has no pipe=2 form",
-        "cl=1 needs ks in 2..16 (the cluster size)",
+        "cl=1 needs ks in 2..16 (the cluster size)", "tile=1 has no pipe=6 form",
     };
     const int nwant = (int)(sizeof want / sizeof want[0]);
     pj_tune_table t;
@@ -507,8 +512,8 @@ static void part_c_tiled_knobs(pj_chk_ctx *c)
     int n = pj_tune_parse(js, strlen(js), &t, pj_eng_check_entry, &c->lim, keep_msg, NULL, err,
                           sizeof err);
     n_checks++;
-    if (n != 3 || n_new_msgs != nwant)
-        fail_line("table loader, tiled knobs: kept %d (want 3), rejected %d (want %d)%s%s", n,
+    if (n != 4 || n_new_msgs != nwant)
+        fail_line("table loader, tiled knobs: kept %d (want 4), rejected %d (want %d)%s%s", n,
                   n_new_msgs, nwant, n < 0 ? ": " : "", n < 0 ? err : "");
     for (int i = 0; i < nwant && i < n_new_msgs; i++) {
         n_checks++;
