@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/bf16.h"
+#include "kernels/engupload.h"
 #include "kernels/refgemm.h"
 
 /* ---- generators ---------------------------------------------------------- */
@@ -178,17 +179,7 @@ int pj_chk_layer_make(pj_chk_layer *cl, const char *name, uint32_t n, uint32_t k
         L->z_base = cl->z.base;
         L->z_n_pad = cl->z.n_pad;
         L->z_n_exc = cl->z.n_exc;
-        uint32_t *off, *ent;
-        rc = pj_z12_tile_exc(&cl->z, &off, &ent, err, errlen);
-        if (!rc) {
-            rc = up(&cl->d_zto, off, ((size_t)cl->z.n_pad / 16 * (k / 64) + 1) * 4, err, errlen,
-                    "z12 tile offsets");
-            if (!rc)
-                rc = up(&cl->d_zte, ent, (size_t)cl->z.n_exc * 4, err, errlen,
-                        "z12 tile exceptions");
-            free(off);
-            free(ent);
-        }
+        rc = pj_engup_tile_exc(name, &cl->z, &cl->d_zto, &cl->d_zte, err, errlen);
         if (rc)
             goto fail;
         L->zt_off = cl->d_zto;

@@ -779,11 +779,17 @@ static int tma_weight_map(CUtensorMap *m, const uint16_t *w, const pj_eng_layer 
     return r == CUDA_SUCCESS ? 0 : -EINVAL;
 }
 
+// The tiled GEMM's z12 forms (pipe 5, 6) read the layer's z12 tiles.
+static bool tg_reads_z12(const pj_eng_knobs *kn)
+{
+    return kn->pipe >= 5;
+}
+
 static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
                        const pj_dev_limits *lim, char *why, size_t whylen)
 {
     const pj_eng_layer *L = c->L;
-    const bool z = kn->pipe >= 5; // reads the z12 tiles, not the bf16 rows
+    const bool z = tg_reads_z12(kn);
     if (z) {
         if (dual || !L->z_tiles || !L->z_blk_exc || (L->z_n_exc && !L->z_exc))
             return fail(why, whylen, -ENOTSUP, "pipe=%u: layer has no z12 weights", kn->pipe);
@@ -1104,7 +1110,7 @@ static int tgemm_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, 
     a.cnt = c->ws ? c->ws->cnt : nullptr;
     if (kn->ks > 1 && !kn->cl && !c->ws)
         return -EINVAL;
-    if (kn->pipe >= 5) {
+    if (tg_reads_z12(kn)) {
         a.z = z12_src(L);
         a.zt_off = L->zt_off;
         a.zt_ent = L->zt_ent;
@@ -1263,7 +1269,7 @@ extern "C" int pj_eng_baseline(int algo, const pj_eng_call *c, uint16_t *tmp, pj
 
 extern "C" int pj_eng_reads_z12(pj_eng_kind k, const pj_eng_knobs *kn)
 {
-    return k == PJ_ENG_GEMVZ || (k == PJ_ENG_SPLITK && kn && kn->pipe >= 5);
+    return k == PJ_ENG_GEMVZ || (k == PJ_ENG_SPLITK && kn && tg_reads_z12(kn));
 }
 
 extern "C" size_t pj_eng_bytes_read(pj_eng_kind k, const pj_eng_knobs *kn, const pj_eng_call *c)

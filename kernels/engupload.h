@@ -36,6 +36,14 @@ typedef struct pj_engup_mem {
 int pj_engup_layer(const char *name, const pj_weights *w, int want_bf16_copy, pj_eng_layer *L,
                    pj_engup_mem *mem, char *err, size_t errlen);
 
+/* The by-tile exception table of a z12 layer (pj_z12_tile_exc), made on the
+ * host and uploaded: *off and *ent are device arrays the caller frees
+ * (cudaFree). 0; -ENOTSUP when the layer's entries do not allow a table
+ * (*off, *ent NULL; the tiled GEMM's z12 forms are then unavailable);
+ * -ENOMEM. err names the layer. */
+int pj_engup_tile_exc(const char *name, const pj_z12 *z, void **off, void **ent, char *err,
+                      size_t errlen);
+
 /* Frees mem's device arrays (any may be NULL) and zeroes it. */
 void pj_engup_free(pj_engup_mem *mem);
 

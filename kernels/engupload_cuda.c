@@ -36,6 +36,30 @@ static int up(void **dst, const void *src, size_t bytes, const char *what, const
     return 0;
 }
 
+int pj_engup_tile_exc(const char *name, const pj_z12 *z, void **off, void **ent, char *err,
+                      size_t errlen)
+{
+    *off = *ent = NULL;
+    uint32_t *h_off, *h_ent;
+    char why[160];
+    int rc = pj_z12_tile_exc(z, &h_off, &h_ent, why, sizeof why);
+    if (rc) {
+        snprintf(err, errlen, "layer %s: %s", name, why);
+        return rc;
+    }
+    const size_t ntiles = (size_t)z->n_pad / 16 * (z->k / 64);
+    rc = up(off, h_off, (ntiles + 1) * 4, "z12 tile offsets", name, err, errlen);
+    if (!rc)
+        rc = up(ent, h_ent, (size_t)z->n_exc * 4, "z12 tile exceptions", name, err, errlen);
+    if (rc) {
+        cudaFree(*off);
+        *off = NULL;
+    }
+    free(h_off);
+    free(h_ent);
+    return rc;
+}
+
 void pj_engup_free(pj_engup_mem *mem)
 {
     cudaFree(mem->w);
@@ -83,21 +107,9 @@ int pj_engup_layer(const char *name, const pj_weights *w, int want_bf16_copy, pj
         if (!rc) {
             /* Derived, not stored: a layer whose entries do not allow it
              * (-ENOTSUP) simply has no z12 tiled GEMM. */
-            uint32_t *off, *ent;
-            char why[160];
-            const size_t ntiles = (size_t)z->n_pad / 16 * (z->k / 64);
-            int trc = pj_z12_tile_exc(z, &off, &ent, why, sizeof why);
-            if (trc == -ENOMEM) {
-                snprintf(err, errlen, "layer %s: %s", name, why);
+            int trc = pj_engup_tile_exc(name, z, &mem->zt_off, &mem->zt_ent, err, errlen);
+            if (trc && trc != -ENOTSUP)
                 rc = trc;
-            } else if (!trc) {
-                rc = up(&mem->zt_off, off, (ntiles + 1) * 4, "z12 tile offsets", name, err, errlen);
-                if (!rc)
-                    rc = up(&mem->zt_ent, ent, (size_t)z->n_exc * 4, "z12 tile exceptions", name,
-                            err, errlen);
-                free(off);
-                free(ent);
-            }
         }
         L->z_base = z->base;
         L->z_n_pad = z->n_pad;

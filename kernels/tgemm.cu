@@ -166,6 +166,28 @@ template <int NBK> struct TgZExc {
     }
 };
 
+// One m16n8 accumulator quad (v0, v1: row r, tokens tk, tk + 1; v2, v3:
+// row r + 8) into the [token][row] fp32 tile ep of row stride ld.
+__device__ __forceinline__ void tg_ep_quad(float *ep, int ld, int r, int tk, float v0, float v1,
+                                           float v2, float v3)
+{
+    ep[tk * ld + r] = v0;
+    ep[(tk + 1) * ld + r] = v1;
+    ep[tk * ld + r + 8] = v2;
+    ep[(tk + 1) * ld + r + 8] = v3;
+}
+
+// A warp's share of a warpgroup's m64nWT accumulators (wgmma.cuh's layout:
+// d[4 j ..] = the quad of tokens tk0 + 8 j + 2 t, rows r and r + 8).
+template <int WT, int LD>
+__device__ __forceinline__ void tg_ep_wg(float *ep, const float *d, int r, int tk0, int t)
+{
+#pragma unroll
+    for (int j = 0; j < WT / 8; j++)
+        tg_ep_quad(ep, LD, r, tk0 + j * 8 + 2 * t, d[4 * j], d[4 * j + 1], d[4 * j + 2],
+                   d[4 * j + 3]);
+}
+
 // The epilogue of both tiled kernels: ep = the CTA's fp32 [token][row]
 // tile (row stride EPI_LD), complete in shared memory (the caller's
 // barrier). ks == 1: converted and stored; ks > 1: summed over the ks CTAs
@@ -294,23 +316,22 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
     unsigned char *const smb = sm + (sm0 - smem_u32(sm));
 
     // Z: chunk i of this thread is 16-byte piece tid + i * threads of the
-    // stage's z12 part (row block j = piece / 96 of the tile, bytes as they
+    // stage's z12 part (row block j = piece / ZPT of the tile, bytes as they
     // lie in the tile); zoff = its offset in a.z.tiles at the split's first
     // K tile (the engine check keeps the tiles under 2^32 bytes). Row blocks
     // past the matrix repeat its last (their results are never stored).
-    constexpr int NBK = BM / 16, ZCH = NBK * PJ_Z12_TILE_BYTES / 16;
+    constexpr int NBK = BM / 16, ZPT = PJ_Z12_TILE_BYTES / 16, ZCH = NBK * ZPT;
     constexpr int CZ = Z ? (ZCH + C::threads - 1) / C::threads : 1;
     uint32_t zoff[CZ];
     const uint32_t kt0 = (uint32_t)(kbeg / TG_BK), rb0 = row0 / 16;
     TgZExc<Z ? NBK : 1> zx;
     if constexpr (Z) {
+        zx.init(a, rb0, kt0, nk, smb + C::smem);
 #pragma unroll
         for (int i = 0; i < CZ; i++) {
-            const uint32_t c = tid + i * C::threads, j = c / 96;
-            const uint32_t rb = min(rb0 + j, a.nblk_all - 1);
-            zoff[i] = (rb * a.kt_total + kt0) * PJ_Z12_TILE_BYTES + (c % 96) * 16;
+            const uint32_t c = tid + i * C::threads;
+            zoff[i] = zx.tile(a, c / ZPT) * PJ_Z12_TILE_BYTES + (c % ZPT) * 16;
         }
-        zx.init(a, rb0, kt0, nk, smb + C::smem);
     }
     auto copy16 = [](uint32_t sa, const void *g) {
         if constexpr (MODE == 1)
@@ -441,16 +462,8 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
         wg_wait<0>();
         cp_async_wait<0>();
         __syncthreads();
-        const int w4 = (tid & 127) >> 5, g = lane >> 2, t = lane & 3;
-        const int r = wgm * 64 + w4 * 16 + g;
-#pragma unroll
-        for (int j = 0; j < WT / 8; j++) {
-            const int tk = wgn * WT + j * 8 + 2 * t;
-            ep[tk * C::epi_ld + r] = d[4 * j];
-            ep[(tk + 1) * C::epi_ld + r] = d[4 * j + 1];
-            ep[tk * C::epi_ld + r + 8] = d[4 * j + 2];
-            ep[(tk + 1) * C::epi_ld + r + 8] = d[4 * j + 3];
-        }
+        tg_ep_wg<WT, C::epi_ld>(ep, d, wgm * 64 + ((tid & 127) >> 5) * 16 + (lane >> 2), wgn * WT,
+                                lane & 3);
     } else {
         float acc[C::MI][C::NI][4];
 #pragma unroll
@@ -517,11 +530,8 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
             for (int mi = 0; mi < C::MI; mi++)
 #pragma unroll
                 for (int ni = 0; ni < C::NI; ni++) {
-                    const int r = wrow + mi * 16 + g, tk = wtok + ni * 8 + 2 * t;
-                    ep[tk * C::epi_ld + r] = acc[mi][ni][0];
-                    ep[(tk + 1) * C::epi_ld + r] = acc[mi][ni][1];
-                    ep[tk * C::epi_ld + r + 8] = acc[mi][ni][2];
-                    ep[(tk + 1) * C::epi_ld + r + 8] = acc[mi][ni][3];
+                    tg_ep_quad(ep, C::epi_ld, wrow + mi * 16 + g, wtok + ni * 8 + 2 * t,
+                               acc[mi][ni][0], acc[mi][ni][1], acc[mi][ni][2], acc[mi][ni][3]);
                 }
         }
     } // MODE != 2
@@ -566,10 +576,7 @@ __global__ void __launch_bounds__(256) tgemm_zws_kernel(const __grid_constant__ 
         const int p = warp;
         TgZExc<NBK> zx;
         zx.init(a, rb0, kt0, nk, smb + SMEM);
-        const uint8_t *zsrc =
-            a.z.tiles +
-            ((size_t)min(rb0 + p, a.nblk_all - 1) * a.kt_total + kt0) * PJ_Z12_TILE_BYTES +
-            lane * 16;
+        const uint8_t *zsrc = a.z.tiles + (size_t)zx.tile(a, p) * PJ_Z12_TILE_BYTES + lane * 16;
         // x chunk c = tid + 128 i: token row c / 8 of the tile, piece c % 8,
         // swizzled by row; rows past m repeat the last.
         uint32_t xoff[CX], xdst[CX];
@@ -656,17 +663,8 @@ __global__ void __launch_bounds__(256) tgemm_zws_kernel(const __grid_constant__ 
     }
     __syncthreads(); // the ring is no longer read: the epilogue tile may overlay it
     float *ep = (float *)smb;
-    if (warp >= 4) {
-        const int w4 = warp - 4, g = lane >> 2, t = lane & 3, r = w4 * 16 + g;
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++) {
-            const int tk = j * 8 + 2 * t;
-            ep[tk * EPI_LD + r] = d[4 * j];
-            ep[(tk + 1) * EPI_LD + r] = d[4 * j + 1];
-            ep[tk * EPI_LD + r + 8] = d[4 * j + 2];
-            ep[(tk + 1) * EPI_LD + r + 8] = d[4 * j + 3];
-        }
-    }
+    if (warp >= 4)
+        tg_ep_wg<BN, EPI_LD>(ep, d, (warp - 4) * 16 + (lane >> 2), 0, lane & 3);
     __syncthreads();
     tg_epilogue<BM, BN, THREADS, EPI_LD, CL>(a, ep, tok0, row0, tid, &s_last);
 }

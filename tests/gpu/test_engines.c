@@ -419,8 +419,6 @@ static void count_msg(void *ctx, const char *msg)
     n_msgs++;
 }
 
-/* The knobs of rounds 5-7 (pipe 4/5, xs 2, rb 4, cl) misused: each entry is
- * refused with its own reason; two valid entries with them are kept. */
 static char new_msgs[8][320];
 static int n_new_msgs;
 static void keep_msg(void *ctx, const char *msg)
@@ -432,6 +430,31 @@ static void keep_msg(void *ctx, const char *msg)
     n_new_msgs++;
 }
 
+/* Load table text js through the device checker: nkeep entries must be
+ * kept and the rest refused, message i containing want[i], in order. */
+static void expect_table(pj_chk_ctx *c, const char *what, const char *js, int nkeep,
+                         const char *const *want, int nwant)
+{
+    pj_tune_table t;
+    char err[256];
+    n_new_msgs = 0;
+    int n = pj_tune_parse(js, strlen(js), &t, pj_eng_check_entry, &c->lim, keep_msg, NULL, err,
+                          sizeof err);
+    n_checks++;
+    if (n != nkeep || n_new_msgs != nwant)
+        fail_line("table loader, %s: kept %d (want %d), rejected %d (want %d)%s%s", what, n, nkeep,
+                  n_new_msgs, nwant, n < 0 ? ": " : "", n < 0 ? err : "");
+    for (int i = 0; i < nwant && i < n_new_msgs; i++) {
+        n_checks++;
+        if (!strstr(new_msgs[i], want[i]))
+            fail_line("table loader, %s: message %d is \"%s\", want \"%s\"", what, i, new_msgs[i],
+                      want[i]);
+    }
+    printf("C table loader, %s: %d kept, %d rejected\n", what, n, n_new_msgs);
+}
+
+/* The knobs of rounds 5-7 (pipe 4/5, xs 2, rb 4, cl) misused: each entry is
+ * refused with its own reason; two valid entries with them are kept. */
 static void part_c_new_knobs(pj_chk_ctx *c)
 {
     const char *js = "{\"device\":\"test\",\"entries\":["
@@ -456,23 +479,7 @@ static void part_c_new_knobs(pj_chk_ctx *c)
         "pipe=4: ks (K panels) 3 not in {1, 2, 4}",
         "r=2 is a knob of pipe=4 only",
     };
-    const int nwant = (int)(sizeof want / sizeof want[0]);
-    pj_tune_table t;
-    char err[256];
-    n_new_msgs = 0;
-    int n = pj_tune_parse(js, strlen(js), &t, pj_eng_check_entry, &c->lim, keep_msg, NULL, err,
-                          sizeof err);
-    n_checks++;
-    if (n != 2 || n_new_msgs != nwant)
-        fail_line("table loader, new knobs: kept %d (want 2), rejected %d (want %d)%s%s", n,
-                  n_new_msgs, nwant, n < 0 ? ": " : "", n < 0 ? err : "");
-    for (int i = 0; i < nwant && i < n_new_msgs; i++) {
-        n_checks++;
-        if (!strstr(new_msgs[i], want[i]))
-            fail_line("table loader, new knobs: message %d is \"%s\", want \"%s\"", i, new_msgs[i],
-                      want[i]);
-    }
-    printf("C table loader, new knobs: %d kept, %d rejected\n", n, n_new_msgs);
+    expect_table(c, "new knobs", js, 2, want, (int)(sizeof want / sizeof want[0]));
 }
 
 /* The tiled GEMM's knobs of rounds 8-9 (cl, pipe 1-6, tiles 6-9) misused:
@@ -505,23 +512,7 @@ static void part_c_tiled_knobs(pj_chk_ctx *c)
         "pipe=5: layer has no z12 weights",          "tile=5 has no pipe=2 form",
         "cl=1 needs ks in 2..16 (the cluster size)", "tile=1 has no pipe=6 form",
     };
-    const int nwant = (int)(sizeof want / sizeof want[0]);
-    pj_tune_table t;
-    char err[256];
-    n_new_msgs = 0;
-    int n = pj_tune_parse(js, strlen(js), &t, pj_eng_check_entry, &c->lim, keep_msg, NULL, err,
-                          sizeof err);
-    n_checks++;
-    if (n != 4 || n_new_msgs != nwant)
-        fail_line("table loader, tiled knobs: kept %d (want 4), rejected %d (want %d)%s%s", n,
-                  n_new_msgs, nwant, n < 0 ? ": " : "", n < 0 ? err : "");
-    for (int i = 0; i < nwant && i < n_new_msgs; i++) {
-        n_checks++;
-        if (!strstr(new_msgs[i], want[i]))
-            fail_line("table loader, tiled knobs: message %d is \"%s\", want \"%s\"", i,
-                      new_msgs[i], want[i]);
-    }
-    printf("C table loader, tiled knobs: %d kept, %d rejected\n", n, n_new_msgs);
+    expect_table(c, "tiled knobs", js, 4, want, (int)(sizeof want / sizeof want[0]));
 }
 
 static void part_c(pj_chk_ctx *c)
