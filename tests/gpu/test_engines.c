@@ -384,6 +384,39 @@ static void part_b(pj_chk_ctx *c)
         sweep_variants(c, &o2, &wo, PJ_ENG_GEMVZ, mzq, 3, ks12, 2);
         sweep_balanced(c, &o2, &wo, PJ_ENG_GEMVZ, mb, 3);
         c->cur = NULL;
+
+        /* Without the by-tile exception table (a layer whose entries do
+         * not allow one) the z12 tiled forms refuse, saying why; the bf16
+         * form of the same tile still runs. */
+        pj_chk_layer o3 = o;
+        o3.L.zt_off = o3.L.zt_ent = NULL;
+        pj_eng_call call;
+        memset(&call, 0, sizeof call);
+        call.L = &o3.L;
+        call.ws = &wo;
+        call.x = c->dx;
+        call.ldx = o3.L.K;
+        call.y = c->dy;
+        call.ldy = o3.L.N;
+        call.m = 16;
+        call.n = o3.L.N;
+        static const uint8_t pipes[] = {3, 5, 6};
+        for (int i = 0; i < 3; i++) {
+            pj_eng_knobs kn;
+            memset(&kn, 0, sizeof kn);
+            kn.tile = 9;
+            kn.ks = 4;
+            kn.pipe = pipes[i];
+            char why[200] = "";
+            const int rc = pj_eng_can_run(PJ_ENG_SPLITK, &kn, &call, &c->lim, why, sizeof why);
+            n_checks++;
+            if (kn.pipe == 3 && rc)
+                fail_line("o without the tile table: pipe=3 refused: %s", why);
+            if (kn.pipe != 3 && (rc != -ENOTSUP || !strstr(why, "no by-tile exception table")))
+                fail_line("o without the tile table: pipe=%u gave %d \"%s\", want -ENOTSUP "
+                          "naming the table",
+                          kn.pipe, rc, why);
+        }
     }
     sweep_variants(c, &o, &wo, PJ_ENG_GEMV, mg, quick ? 2 : 4, ks12, 2);
     static const uint32_t ms2[] = {1, 3, 8, 13, 17, 32};
