@@ -9,6 +9,10 @@ export PJ_BUILD=$build
 # Sanitizer builds (make SANITIZE=...): nng 1.5.2's own unreaped objects are
 # suppressed as in tests/e2e_asan.sh; the file says what that costs.
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan-nng.supp:print_suppressions=0}
+# Each suite's output is also kept in a log, so that the reasons of a failed
+# suite can be repeated at the very end: CI shows only the last lines.
+logdir=$build/test-logs
+mkdir -p "$logdir"
 passed=0
 failed=0
 failures=()
@@ -17,13 +21,18 @@ run_one() {
     shift
     local start=$SECONDS
     echo "=== $name"
-    if timeout --kill-after=10 "$timeout_s" "$@"; then
+    # Into a file, not through a pipe: a daemon a crashed suite left behind
+    # would hold a pipe open and stall the run.
+    local rc=0
+    timeout --kill-after=10 "$timeout_s" "$@" > "$logdir/$name.log" 2>&1 || rc=$?
+    cat "$logdir/$name.log"
+    if [ "$rc" -eq 0 ]; then
         passed=$((passed + 1))
         echo "--- $name: ok ($((SECONDS - start)) s)"
     else
         failed=$((failed + 1))
         failures+=("$name")
-        echo "--- $name: FAILED ($((SECONDS - start)) s)"
+        echo "--- $name: FAILED, exit $rc ($((SECONDS - start)) s)"
     fi
 }
 for t in "$build"/tests/test_*; do
@@ -35,6 +44,12 @@ for s in tests/e2e_*.sh; do
     run_one "$(basename "$s" .sh)" bash "$s" "$build"
 done
 if [ "$failed" -ne 0 ]; then
+    # Check reports a failed assertion as file:line:F|E:case:test:...; the
+    # scripts say "not ok" / "FAIL". Repeat those lines (at most 20 per suite).
+    for name in "${failures[@]}"; do
+        echo "--- why $name failed (full log: $logdir/$name.log):"
+        grep -E ':[FE]:|not ok|FAIL|Timeout|timed out|[Ss]ignal' "$logdir/$name.log" | head -20
+    done
     echo "failed suites: ${failures[*]}"
 fi
 echo "suites: $passed passed, $failed failed"
