@@ -250,6 +250,7 @@ static const field tuning_fields[] = {
 
 static const field cpu_fields[] = {
     {.key = "threads", .kind = F_UINT, .off = CFG(cpu.threads), .min = 0, .max = 1024},
+    {.key = "min_op_us", .kind = F_UINT, .off = CFG(cpu.min_op_us), .min = 0, .max = 10000000},
     {0},
 };
 

@@ -94,7 +94,8 @@ typedef struct pj_config {
         char table[PJ_CFG_PATH]; /* "" = config/tuning/<gpu>.json next to the binary's share dir */
     } tuning;
     struct {
-        uint32_t threads; /* cpu backend worker threads; 0 = number of cores */
+        uint32_t threads;   /* cpu backend worker threads; 0 = number of cores */
+        uint32_t min_op_us; /* each op takes at least this long (0 = as fast as it runs) */
     } cpu;
 } pj_config;
 

@@ -27,6 +27,7 @@ typedef struct cpu_item {
 struct cpu_job {
     pj_job *job;
     uint32_t op;      /* the op whose chunks are queued or running */
+    uint64_t op_t0;   /* when that op was queued (for cpu.min_op_us) */
     atomic_uint left; /* chunks of that op not yet finished */
     atomic_int started;
     atomic_int failed; /* first failure's pj_status, 0 while none */
@@ -43,6 +44,7 @@ typedef struct cpu_state {
     pthread_t threads[CPU_MAX_THREADS];
     float *scratch[CPU_MAX_THREADS];
     pj_backend *b;
+    uint64_t min_op_ns; /* cpu.min_op_us */
     atomic_ullong jobs, ops, chunks, busy_ns;
 } cpu_state;
 
@@ -60,6 +62,14 @@ static uint64_t now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Sleep until CLOCK_MONOTONIC reaches t_ns (at once if it has). */
+static void sleep_until(uint64_t t_ns)
+{
+    struct timespec ts = {(time_t)(t_ns / 1000000000ull), (long)(t_ns % 1000000000ull)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
 }
 
 /* Queue the chunks of cj's current op. Caller does not hold the lock. */
@@ -81,6 +91,7 @@ static void push_op(cpu_state *s, cpu_job *cj)
         it->next = NULL;
     }
     atomic_store(&cj->left, n);
+    cj->op_t0 = now_ns();
     pthread_mutex_lock(&s->mu);
     for (uint32_t i = 0; i < n; i++) {
         if (s->tail)
@@ -138,7 +149,10 @@ static void run_item(cpu_state *s, cpu_item *it, float *scratch)
     atomic_fetch_add(&s->busy_ns, now_ns() - t0);
     if (atomic_fetch_sub(&cj->left, 1) != 1)
         return;
-    /* Last chunk of this op: move to the next op or finish the job. */
+    /* Last chunk of this op: hold it to cpu.min_op_us, then move to the
+     * next op or finish the job. */
+    if (s->min_op_ns)
+        sleep_until(cj->op_t0 + s->min_op_ns);
     atomic_fetch_add(&s->ops, 1);
     if (!atomic_load(&cj->failed) && cj->op + 1 < job->n_ops) {
         cj->op++;
@@ -215,8 +229,13 @@ static int cpu_open(pj_backend *b, char *err, size_t errlen)
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->b = b;
+    s->min_op_ns = (uint64_t)cfg->cpu.min_op_us * 1000u;
     b->priv = s;
-    snprintf(b->device_name, sizeof b->device_name, "cpu (%u worker threads)", n);
+    if (s->min_op_ns)
+        snprintf(b->device_name, sizeof b->device_name,
+                 "cpu (%u worker threads, ops held to %u us)", n, cfg->cpu.min_op_us);
+    else
+        snprintf(b->device_name, sizeof b->device_name, "cpu (%u worker threads)", n);
     for (uint32_t i = 0; i < n; i++) {
         s->scratch[i] = malloc((floats ? floats : 1) * sizeof(float));
         worker_arg *wa = malloc(sizeof *wa);
@@ -297,6 +316,7 @@ static void cpu_stats_json(pj_backend *b, cJSON *obj)
 {
     cpu_state *s = b->priv;
     cJSON_AddNumberToObject(obj, "threads", s->n_threads);
+    cJSON_AddNumberToObject(obj, "min_op_us", (double)(s->min_op_ns / 1000u));
     cJSON_AddNumberToObject(obj, "jobs", (double)atomic_load(&s->jobs));
     cJSON_AddNumberToObject(obj, "ops", (double)atomic_load(&s->ops));
     cJSON_AddNumberToObject(obj, "chunks", (double)atomic_load(&s->chunks));

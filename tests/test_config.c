@@ -232,7 +232,7 @@ static const bad_case bad_cases[] = {
      "limits.max_ops_per_request: expected an integer in 1..1024, got 0"},
     /* 25: odd bytes in an unknown key are escaped, the message stays one line */
     {"{\"cpu\":{\"a\\nb\":1}}", "cpu.\"a\\x0ab\"",
-     "cpu.\"a\\x0ab\": unknown key; expected one of: threads"},
+     "cpu.\"a\\x0ab\": unknown key; expected one of: threads, min_op_us"},
     /* 26: document-level errors */
     {"{\n  \"log\": {\"level\": \"info\",}\n}", "config",
      /* cJSON points just past a token it could not start a key with */

@@ -30,6 +30,12 @@
 #define XBYTES   (160u * 1024u)
 #define YBYTES   (320u * 1024u)
 
+/* The cases below that need requests still running when they look hold
+ * every op of the cpu backend to this long (cpu.min_op_us), so that their
+ * windows are hundreds of milliseconds on any machine, not the few tens an
+ * op of the small model takes on a fast one. */
+#define HOLD_CFG "\"cpu\": {\"min_op_us\": 25000}"
+
 static char g_model_path[4200];
 
 static uint64_t mix(uint64_t *s)
@@ -609,13 +615,13 @@ END_TEST
 START_TEST(inflight_limit_and_order)
 {
     pj_dproc d;
-    start_daemon(&d, "{\"limits\": {\"max_inflight_per_conn\": 2}}");
+    start_daemon(&d, "{\"limits\": {\"max_inflight_per_conn\": 2}, " HOLD_CFG "}");
     const pj_model *model = pjc_model();
     char why[512];
     pjc_conn t;
     ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
-    /* The biggest layer at m = 256, 64 times over: long enough that the
-     * next two requests arrive while it runs on any machine. */
+    /* The biggest layer at m = 256, 64 times over, each op held to 25 ms:
+     * the next two requests arrive while it runs. */
     uint32_t big = 0;
     for (uint32_t i = 0; i < model->n_layers; i++)
         if ((uint64_t)model->layers[i].max_n * model->layers[i].w.k >
@@ -713,7 +719,7 @@ END_TEST
 START_TEST(unregister_while_running)
 {
     pj_dproc d;
-    start_daemon(&d, NULL);
+    start_daemon(&d, "{" HOLD_CFG "}"); /* 32 ops: 0.8 s */
     const pj_model *model = pjc_model();
     char why[512];
     pjc_conn t;
@@ -768,16 +774,18 @@ START_TEST(unregister_while_running)
                                  &done, why, sizeof why),
                      PJ_OK);
     ck_assert_int_eq(done.status, PJ_OK);
+    /* cpu.min_op_us held each of the 32 ops. */
+    ck_assert_msg(done.exec_ns >= 32ull * 25000000ull, "32 ops held to 25 ms ran in %.1f ms",
+                  (double)done.exec_ns / 1e6);
     nng_msg_free(m);
     nng_aio_free(aio);
     nng_ctx_close(ctx);
     ck_assert_msg(pjc_verify(&t, &s, why, sizeof why) == 0, "%s", why);
     ck_assert_double_eq(wait_stat(&t.c, "buffers.current", 0, 10000), 0);
-    if (inflight >= 1) /* it was still running: the mappings were held */
-        ck_assert_double_eq(held, 2);
-    printf("unregister_while_running: %s\n",
-           inflight >= 1 ? "unregistered while running, mapping held until done"
-                         : "the request finished first (fast machine)");
+    /* It was still running, so the mappings were held. */
+    ck_assert_double_eq(inflight, 1);
+    ck_assert_double_eq(held, 2);
+    printf("unregister_while_running: unregistered while running, mapping held until done\n");
     pjc_close(&t);
     stop_daemon(&d);
 }
@@ -845,7 +853,7 @@ static void victim_main(const char *url, int go_fd, int ready_fd)
 START_TEST(killed_client)
 {
     pj_dproc d;
-    start_daemon(&d, NULL);
+    start_daemon(&d, "{" HOLD_CFG "}"); /* the victim's requests: 0.4 s each */
     /* Fork the victim before this process touches nng. */
     int go[2], ready[2];
     ck_assert_int_eq(pipe(go), 0);
@@ -951,7 +959,7 @@ static void *drainer_main(void *arg)
 START_TEST(sigterm_drains)
 {
     pj_dproc d;
-    start_daemon(&d, NULL);
+    start_daemon(&d, "{" HOLD_CFG "}"); /* each drainer's request: 0.2 s or more */
     pjt_client c;
     ck_assert_int_eq(pjt_connect(&c, d.url, REPLY_MS), 0);
     ck_assert_int_eq(pjt_hello(&c, "watcher"), PJ_OK);
