@@ -61,7 +61,7 @@ int pjt_connect(pjt_client *c, const char *url, int timeout_ms)
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (;;) {
-        rv = nng_dial(c->sock, url, NULL, 0);
+        rv = nng_dial(c->sock, url, &c->dialer, 0);
         if (rv == 0)
             return 0;
         clock_gettime(CLOCK_MONOTONIC, &t);
@@ -77,6 +77,11 @@ void pjt_close(pjt_client *c)
     if (c->reply)
         nng_msg_free(c->reply);
     c->reply = NULL;
+    /* The dialer first, as client/libprojd.c does: nng 1.5.2's nng_close
+     * can wait forever while its dialer is redialling a peer that dropped
+     * it (nanomsg/nng#1543, #1813). */
+    if (c->open && nng_dialer_id(c->dialer) > 0)
+        nng_dialer_close(c->dialer);
     if (c->open)
         nng_close(c->sock);
     c->open = 0;

@@ -20,6 +20,7 @@ typedef struct cJSON cJSON;
 
 typedef struct pjt_client {
     nng_socket sock;
+    nng_dialer dialer; /* closed before the socket (see pjt_close) */
     int open;
     int timeout_ms;
     uint64_t next_id;
