@@ -55,32 +55,6 @@ static constexpr int tg_wt(int bm, int bn, int threads)
     return bn / (threads / 128 / (bm / 64 > 0 ? bm / 64 : 1));
 }
 
-template <int BM, int BN, int WM, int WN, int STAGES, int DUAL, int Z = 0> struct TgCfg {
-    static constexpr int threads = WM * WN * 32;
-    static constexpr int MI = BM / WM / 16;
-    static constexpr int NI = BN / WN / 8;
-    // The weight part of a stage: bf16 rows (two matrices with DUAL) or the
-    // z12 tiles of BM / 16 row blocks (Z); x follows.
-    static constexpr int w_bytes = Z ? BM / 16 * PJ_Z12_TILE_BYTES : BM * (1 + DUAL) * TG_BK * 2;
-    static constexpr int stage_bytes = w_bytes + BN * TG_BK * 2;
-    static constexpr int pipe_bytes = STAGES * stage_bytes;
-    static constexpr int epi_ld = BM + 4; // floats per token row of the epilogue tile
-    static constexpr int epi_bytes = BN * epi_ld * 4;
-    static constexpr int smem = pipe_bytes > epi_bytes ? pipe_bytes : epi_bytes;
-    // Z: the CTA's tile offsets and exception entries, after the ring /
-    // epilogue tile.
-    static constexpr int zt_bytes = Z ? BM / 16 * (TG_ZKT + 1 + TG_ZCAP) * 4 : 0;
-    static_assert(NI % 2 == 0, "B fragments are loaded two n8 tiles at a time");
-    static_assert(w_bytes % 1024 == 0, "wgmma stages stay 1024-aligned");
-};
-
-__device__ __forceinline__ void red_add_v4(float *p, float a, float b, float c, float d)
-{
-    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a), "f"(b), "f"(c),
-                 "f"(d)
-                 : "memory");
-}
-
 // The z12 forms' exceptions (ZFORMAT.md section 7) for a CTA's NBK row
 // blocks from rb0 over K tiles kt0 .. kt0 + nk: the range of row block j's
 // entries is zt_ent[za[j] .. zb[j]) (plain loads at init); the tile
@@ -165,6 +139,32 @@ template <int NBK> struct TgZExc {
         }
     }
 };
+
+template <int BM, int BN, int WM, int WN, int STAGES, int DUAL, int Z = 0> struct TgCfg {
+    static constexpr int threads = WM * WN * 32;
+    static constexpr int MI = BM / WM / 16;
+    static constexpr int NI = BN / WN / 8;
+    // The weight part of a stage: bf16 rows (two matrices with DUAL) or the
+    // z12 tiles of BM / 16 row blocks (Z); x follows.
+    static constexpr int w_bytes = Z ? BM / 16 * PJ_Z12_TILE_BYTES : BM * (1 + DUAL) * TG_BK * 2;
+    static constexpr int stage_bytes = w_bytes + BN * TG_BK * 2;
+    static constexpr int pipe_bytes = STAGES * stage_bytes;
+    static constexpr int epi_ld = BM + 4; // floats per token row of the epilogue tile
+    static constexpr int epi_bytes = BN * epi_ld * 4;
+    static constexpr int smem = pipe_bytes > epi_bytes ? pipe_bytes : epi_bytes;
+    // Z: the CTA's tile offsets and exception entries, after the ring /
+    // epilogue tile.
+    static constexpr int zt_bytes = Z ? TgZExc<BM / 16>::smem_bytes : 0;
+    static_assert(NI % 2 == 0, "B fragments are loaded two n8 tiles at a time");
+    static_assert(w_bytes % 1024 == 0, "wgmma stages stay 1024-aligned");
+};
+
+__device__ __forceinline__ void red_add_v4(float *p, float a, float b, float c, float d)
+{
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a), "f"(b), "f"(c),
+                 "f"(d)
+                 : "memory");
+}
 
 // One m16n8 accumulator quad (v0, v1: row r, tokens tk, tk + 1; v2, v3:
 // row r + 8) into the [token][row] fp32 tile ep of row stride ld.
@@ -550,12 +550,23 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
 // barriers: full[s] (1 + s) when a slot is ready, empty[s] (1 + S + s)
 // when the consumers are done with it. The copies no longer wait for the
 // consumers' step, and the decode of step k overlaps the wgmma of k - 1.
+// Its shared-memory layout, for the kernel and for the launch: a slot holds
+// the four raw z12 tiles, the decoded bf16 weight tile and the x tile; the
+// epilogue tile overlays the ring; the staged exceptions follow; alloc adds
+// the 1024-byte alignment slack.
+template <int BN, int S> struct TgZwsCfg {
+    static constexpr int BM = 64, NBK = 4, THREADS = 256, EPI_LD = BM + 4;
+    static constexpr int RAW = NBK * PJ_Z12_TILE_BYTES, WB = BM * 128, SLOT = RAW + WB + BN * 128;
+    static constexpr int RING = S * SLOT, EPI = BN * EPI_LD * 4, SMEM = RING > EPI ? RING : EPI;
+    static constexpr size_t alloc = (size_t)SMEM + TgZExc<NBK>::smem_bytes + 1024;
+};
+
 template <int BN, int S, int CL>
 __global__ void __launch_bounds__(256) tgemm_zws_kernel(const __grid_constant__ TgemmArgs a)
 {
-    constexpr int BM = 64, NBK = 4, THREADS = 256, EPI_LD = BM + 4, D = S - 2;
-    constexpr int RAW = NBK * PJ_Z12_TILE_BYTES, WB = BM * 128, SLOT = RAW + WB + BN * 128;
-    constexpr int RING = S * SLOT, EPI = BN * EPI_LD * 4, SMEM = RING > EPI ? RING : EPI;
+    using C = TgZwsCfg<BN, S>;
+    constexpr int BM = C::BM, NBK = C::NBK, THREADS = C::THREADS, EPI_LD = C::EPI_LD, D = S - 2;
+    constexpr int RAW = C::RAW, WB = C::WB, SLOT = C::SLOT, SMEM = C::SMEM;
     constexpr int CX = (BN * 8 + 127) / 128; // x chunks per producer thread
     static_assert(S >= 3 && 2 * S + 1 < 15 && SLOT % 1024 == 0, "ring");
     extern __shared__ __align__(128) unsigned char sm[];
@@ -669,14 +680,6 @@ __global__ void __launch_bounds__(256) tgemm_zws_kernel(const __grid_constant__ 
     tg_epilogue<BM, BN, THREADS, EPI_LD, CL>(a, ep, tok0, row0, tid, &s_last);
 }
 
-// Dynamic shared memory of tgemm_zws_kernel (with the 1024-byte alignment slack).
-template <int BN, int S> static constexpr size_t tg_zws_smem()
-{
-    constexpr int SLOT = 4 * PJ_Z12_TILE_BYTES + 64 * 128 + BN * 128;
-    constexpr int RING = S * SLOT, EPI = BN * (64 + 4) * 4;
-    return (size_t)(RING > EPI ? RING : EPI) + TgZExc<4>::smem_bytes + 1024;
-}
-
 // Tile configurations (index = the "tile" knob), listed once: index, BM
 // rows, BN tokens, warps WM x WN, ring depth, whether the router's two
 // matrices fit (DUAL), whether a wgmma form exists (64-row warpgroups must
@@ -765,7 +768,7 @@ static size_t tg_zws_smem_of(int tile)
 {
 #define TG_ZWS(i, bm, bn, wm, wn, st, d, w)                                                        \
     case i:                                                                                        \
-        return bm == 64 && bn <= 64 ? tg_zws_smem<bn, st>() : 0;
+        return bm == 64 && bn <= 64 ? TgZwsCfg<bn, st>::alloc : 0;
     switch (tile) {
         TG_TILES(TG_ZWS)
     }

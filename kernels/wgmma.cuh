@@ -47,10 +47,32 @@ __device__ __forceinline__ void fence_proxy_async_smem()
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// Accumulator operands d[o] .. d[o + 7] ("+f": read and written).
+// The accumulators of an m64nNk16 wgmma: N / 2 fp32 per thread, d[0] ..
+// d[N / 2 - 1], asm operands %0 .. %(N / 2 - 1) in both forms below, as
+// operand lists ("+f": read and written) and as PTX register lists.
 #define WG_D8(o)                                                                                   \
     "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), "+f"(d[o + 5]),    \
         "+f"(d[o + 6]), "+f"(d[o + 7])
+#define WG_OUT16  WG_D8(0)
+#define WG_OUT32  WG_OUT16, WG_D8(8)
+#define WG_OUT64  WG_OUT32, WG_D8(16), WG_D8(24)
+#define WG_OUT128 WG_OUT64, WG_D8(32), WG_D8(40), WG_D8(48), WG_D8(56)
+#define WG_OUT256                                                                                  \
+    WG_OUT128, WG_D8(64), WG_D8(72), WG_D8(80), WG_D8(88), WG_D8(96), WG_D8(104), WG_D8(112),      \
+        WG_D8(120)
+#define WG_ACC16 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define WG_ACC32 WG_ACC16 ", %8, %9, %10, %11, %12, %13, %14, %15"
+#define WG_ACC64                                                                                   \
+    WG_ACC32 ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define WG_ACC128                                                                                  \
+    WG_ACC64 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "  \
+             "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define WG_ACC256                                                                                  \
+    WG_ACC128 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, "      \
+              "%79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, "   \
+              "%95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, "    \
+              "%109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, "     \
+              "%122, %123, %124, %125, %126, %127"
 
 // D += A * B (scale-d predicate true; operand scales 1; both K-major).
 // Operands: the N / 2 accumulators, then the descriptors of A and B.
@@ -63,144 +85,59 @@ template <int N> struct Wgmma;
 // instruction issues: the caller keeps them unchanged until wg_wait.
 template <int N> struct WgmmaRA;
 
-template <> struct Wgmma<16> {
-    static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db)
-    {
-        asm volatile("{\n"
-                     ".reg .pred p;\n"
-                     "setp.ne.b32 p, %10, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
-                     "%0, %1, %2, %3, %4, %5, %6, %7"
-                     "}, %8, %9, p, 1, 1, 0, 0;\n"
-                     "}\n"
-                     : WG_D8(0)
-                     : "l"(da), "l"(db), "r"(1));
-    }
-};
+// One specialisation of each per N. The operand numbers after the
+// accumulators (N / 2 onwards) are written out: the preprocessor cannot
+// count. Shared-memory form: %IA, %IB the descriptors, %IP the scale-d 1.
+#define WG_SS(N, IA, IB, IP)                                                                       \
+    template <> struct Wgmma<N> {                                                                  \
+        static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db)             \
+        {                                                                                          \
+            asm volatile("{\n"                                                                     \
+                         ".reg .pred p;\n"                                                         \
+                         "setp.ne.b32 p, %" #IP ", 0;\n"                                           \
+                         "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 {" WG_ACC##N    \
+                         "}, %" #IA ", %" #IB ", p, 1, 1, 0, 0;\n"                                 \
+                         "}\n"                                                                     \
+                         : WG_OUT##N                                                               \
+                         : "l"(da), "l"(db), "r"(1));                                              \
+        }                                                                                          \
+    };
+// Register-A form: %I0 .. %I3 the A fragment, %IB B's descriptor, %IP the
+// scale-d 1.
+#define WG_RA(N, I0, I1, I2, I3, IB, IP)                                                           \
+    template <> struct WgmmaRA<N> {                                                                \
+        static __device__ __forceinline__ void run(float *d, const uint32_t (&a)[4], uint64_t db)  \
+        {                                                                                          \
+            asm volatile("{\n"                                                                     \
+                         ".reg .pred p;\n"                                                         \
+                         "setp.ne.b32 p, %" #IP ", 0;\n"                                           \
+                         "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 {" WG_ACC##N    \
+                         "}, {%" #I0 ", %" #I1 ", %" #I2 ", %" #I3 "}, %" #IB ", p, 1, 1, 0;\n"    \
+                         "}\n"                                                                     \
+                         : WG_OUT##N                                                               \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));           \
+        }                                                                                          \
+    };
 
-template <> struct Wgmma<32> {
-    static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db)
-    {
-        asm volatile("{\n"
-                     ".reg .pred p;\n"
-                     "setp.ne.b32 p, %18, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
-                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-                     "}, %16, %17, p, 1, 1, 0, 0;\n"
-                     "}\n"
-                     : WG_D8(0), WG_D8(8)
-                     : "l"(da), "l"(db), "r"(1));
-    }
-};
+WG_SS(16, 8, 9, 10)
+WG_SS(32, 16, 17, 18)
+WG_SS(64, 32, 33, 34)
+WG_SS(128, 64, 65, 66)
+WG_SS(256, 128, 129, 130)
+WG_RA(16, 8, 9, 10, 11, 12, 13)
+WG_RA(32, 16, 17, 18, 19, 20, 21)
+WG_RA(64, 32, 33, 34, 35, 36, 37)
 
-template <> struct Wgmma<64> {
-    static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db)
-    {
-        asm volatile("{\n"
-                     ".reg .pred p;\n"
-                     "setp.ne.b32 p, %34, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "
-                     "%30, %31"
-                     "}, %32, %33, p, 1, 1, 0, 0;\n"
-                     "}\n"
-                     : WG_D8(0), WG_D8(8), WG_D8(16), WG_D8(24)
-                     : "l"(da), "l"(db), "r"(1));
-    }
-};
-
-template <> struct Wgmma<128> {
-    static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db)
-    {
-        asm volatile("{\n"
-                     ".reg .pred p;\n"
-                     "setp.ne.b32 p, %66, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "
-                     "%30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
-                     "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, "
-                     "%58, %59, %60, %61, %62, %63"
-                     "}, %64, %65, p, 1, 1, 0, 0;\n"
-                     "}\n"
-                     : WG_D8(0), WG_D8(8), WG_D8(16), WG_D8(24), WG_D8(32), WG_D8(40), WG_D8(48),
-                       WG_D8(56)
-                     : "l"(da), "l"(db), "r"(1));
-    }
-};
-
-template <> struct Wgmma<256> {
-    static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db)
-    {
-        asm volatile("{\n"
-                     ".reg .pred p;\n"
-                     "setp.ne.b32 p, %130, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "
-                     "%30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
-                     "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, "
-                     "%58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, "
-                     "%72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, "
-                     "%86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, "
-                     "%100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, "
-                     "%111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, "
-                     "%122, %123, %124, %125, %126, %127"
-                     "}, %128, %129, p, 1, 1, 0, 0;\n"
-                     "}\n"
-                     : WG_D8(0), WG_D8(8), WG_D8(16), WG_D8(24), WG_D8(32), WG_D8(40), WG_D8(48),
-                       WG_D8(56), WG_D8(64), WG_D8(72), WG_D8(80), WG_D8(88), WG_D8(96), WG_D8(104),
-                       WG_D8(112), WG_D8(120)
-                     : "l"(da), "l"(db), "r"(1));
-    }
-};
-
-template <> struct WgmmaRA<16> {
-    static __device__ __forceinline__ void run(float *d, const uint32_t (&a)[4], uint64_t db)
-    {
-        asm volatile("{\n"
-                     ".reg .pred p;\n"
-                     "setp.ne.b32 p, %13, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
-                     "%0, %1, %2, %3, %4, %5, %6, %7"
-                     "}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n"
-                     "}\n"
-                     : WG_D8(0)
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
-    }
-};
-
-template <> struct WgmmaRA<32> {
-    static __device__ __forceinline__ void run(float *d, const uint32_t (&a)[4], uint64_t db)
-    {
-        asm volatile("{\n"
-                     ".reg .pred p;\n"
-                     "setp.ne.b32 p, %21, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
-                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-                     "}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n"
-                     "}\n"
-                     : WG_D8(0), WG_D8(8)
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
-    }
-};
-
-template <> struct WgmmaRA<64> {
-    static __device__ __forceinline__ void run(float *d, const uint32_t (&a)[4], uint64_t db)
-    {
-        asm volatile("{\n"
-                     ".reg .pred p;\n"
-                     "setp.ne.b32 p, %37, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "
-                     "%30, %31"
-                     "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"
-                     "}\n"
-                     : WG_D8(0), WG_D8(8), WG_D8(16), WG_D8(24)
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
-    }
-};
-
+#undef WG_SS
+#undef WG_RA
+#undef WG_ACC16
+#undef WG_ACC32
+#undef WG_ACC64
+#undef WG_ACC128
+#undef WG_ACC256
+#undef WG_OUT16
+#undef WG_OUT32
+#undef WG_OUT64
+#undef WG_OUT128
+#undef WG_OUT256
 #undef WG_D8
