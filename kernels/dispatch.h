@@ -77,6 +77,11 @@ typedef struct pj_eng_knobs {
                    * of a row block (tile) form a thread-block cluster and sum
                    * their partials in distributed shared memory, in rank
                    * order (deterministic) */
+    uint8_t ts;   /* gemvz (ks 1, cl 0): tail split. The row groups past the
+                   * largest multiple of the SM count are each split in K
+                   * over ts CTAs (global split-K epilogue, deterministic),
+                   * so that every SM streams nearly the same bytes; 0 or 1
+                   * = off */
 } pj_eng_knobs;
 
 /* What the checker needs to know about the device (filled by the CUDA side

@@ -693,6 +693,32 @@ static int gemv_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
                       kn->cl, 32u * kn->nw, smem, lim, why, whylen);
 }
 
+// The gemvz kernel for the knobs: cluster, tail-split or plain variant.
+static GemvzFn gz_fn(const pj_eng_knobs *kn, int mt, uint32_t rb)
+{
+    if (kn->cl)
+        return gemvz_pick_cl(kn->nw, kn->u, mt, kn->pipe, kn->xs, (int)rb);
+    if (kn->ts > 1)
+        return gemvz_pick_ts(kn->nw, kn->u, mt, kn->pipe, kn->xs, (int)rb);
+    return gemvz_pick(kn->nw, kn->u, mt, kn->pipe, kn->xs, (int)rb);
+}
+
+// gemvz's tail split (knob ts) over G row groups: the first nfull (a
+// multiple of the SM count) run whole, the other ntail are split in K over
+// ts CTAs each. ts <= 1 or no whole wave left over: no tail, one CTA per
+// group (nfull = G). Fewer groups than SMs: all are tail.
+struct GzTail {
+    uint32_t nfull, ntail, grid;
+};
+static GzTail gz_tail(uint32_t G, uint32_t sms, uint32_t ts)
+{
+    GzTail t;
+    t.nfull = ts > 1 && sms ? G / sms * sms : G;
+    t.ntail = G - t.nfull;
+    t.grid = t.nfull + t.ntail * (ts > 1 ? ts : 1);
+    return t;
+}
+
 static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_dev_limits *lim,
                        char *why, size_t whylen)
 {
@@ -732,8 +758,24 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
     }
     if (kn->cl && (kn->ks < 2 || kn->ks > 16 || kn->pipe != 5 || rb != 1 || kn->xs == 1))
         return fail(why, whylen, -EINVAL, "cl=1 needs ks in 2..16, pipe=5, rb=1 and xs 0 or 2");
-    GemvzFn fn = kn->cl ? gemvz_pick_cl(kn->nw, kn->u, mt, kn->pipe, kn->xs, (int)rb)
-                        : gemvz_pick(kn->nw, kn->u, mt, kn->pipe, kn->xs, (int)rb);
+    if (kn->ts > 1) {
+        if (kn->ks != 1 || kn->cl)
+            return fail(why, whylen, -EINVAL, "ts=%u (tail split) needs ks=1 and cl=0", kn->ts);
+        if (!gemvz_pick_ts(kn->nw, kn->u, mt, kn->pipe, kn->xs, (int)rb))
+            return fail(why, whylen, -ENOTSUP,
+                        "ts=%u (tail split) has variants for pipe=5, rb=1, nw 4 or 8, u 1 or 2, "
+                        "xs 0 or 2 only",
+                        kn->ts);
+        const uint32_t pt = 64u * kn->nw * kn->u * kn->ts;
+        if (L->K % pt)
+            return fail(why, whylen, -EINVAL, "K=%u is not a multiple of 64*nw*u*ts=%u", L->K, pt);
+        const GzTail t = gz_tail(gx, (uint32_t)lim->sm_count, kn->ts);
+        WsNeed w = ws_need(L->N, c->m);
+        if ((size_t)t.ntail * kn->ts * kn->r * rb * 16 * 8 * mt > w.part_floats ||
+            t.ntail > w.n_cnt)
+            return fail(why, whylen, -ENOSPC, "ts=%u needs more workspace than allocated", kn->ts);
+    }
+    GemvzFn fn = gz_fn(kn, mt, rb);
     size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, rb, L->K / kn->ks, kn->u, kn->pipe);
     const unsigned threads = 32u * kn->nw * kn->r + 32;
     return fits_split((const void *)fn, dim3(cdiv(nblk, kn->r * rb), kn->ks), dim3(1, kn->ks, 1),
@@ -1084,16 +1126,19 @@ static int gemvz_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream
     a.r = kn->r;
     a.ws = c->ws ? c->ws->part : nullptr;
     a.cnt = c->ws ? c->ws->cnt : nullptr;
-    if (kn->ks > 1 && !c->ws)
-        return -EINVAL;
     const int mt = mt_of(c->m);
     const uint32_t rb = rb_of(kn);
-    GemvzFn fn = kn->cl ? gemvz_pick_cl(kn->nw, kn->u, mt, kn->pipe, kn->xs, (int)rb)
-                        : gemvz_pick(kn->nw, kn->u, mt, kn->pipe, kn->xs, (int)rb);
+    const uint32_t G = cdiv(a.nblk, kn->r * rb);
+    const GzTail t = gz_tail(G, sm_count_cached(), kn->ts);
+    a.ts = t.ntail ? kn->ts : 1;
+    a.nfull = t.nfull;
+    if ((kn->ks > 1 || a.ts > 1) && !c->ws)
+        return -EINVAL;
+    GemvzFn fn = gz_fn(kn, mt, rb);
     if (!fn)
         return -ENOENT;
     size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, rb, a.kc, kn->u, kn->pipe);
-    return launch_split(fn, dim3(cdiv(a.nblk, kn->r * rb), kn->ks), dim3(1, kn->ks, 1), kn->cl,
+    return launch_split(fn, dim3(t.grid, kn->ks), dim3(1, kn->ks, 1), kn->cl,
                         32u * kn->nw * kn->r + 32, smem, s, a);
 }
 

@@ -91,11 +91,17 @@ struct GemvzArgs : EngIo {
     uint32_t kc, ks, r; // k per split (multiple of 64 * nw * u), splits, warp groups per CTA
     float *ws;
     unsigned *cnt;
+    // Tail split (knob ts, with ks = 1): CTAs 0 .. nfull - 1 are whole row
+    // groups; CTA nfull + i is part i % ts of row group nfull + i / ts.
+    uint32_t nfull, ts;
 };
 typedef void (*GemvzFn)(GemvzArgs);
 GemvzFn gemvz_pick(int nw, int u, int mt, int pipe, int xs, int rb);
 // The cluster (DSMEM) split-K variants: pipe = 5, rb = 1, xs 0 or 2.
 GemvzFn gemvz_pick_cl(int nw, int u, int mt, int pipe, int xs, int rb);
+// The tail-split variants (knob ts): pipe = 5, rb = 1, nw 4 or 8, u 1 or 2,
+// xs 0 or 2.
+GemvzFn gemvz_pick_ts(int nw, int u, int mt, int pipe, int xs, int rb);
 // Dynamic shared memory of a gemvz launch.
 size_t gemvz_smem(int nw, int mt, int xs, uint32_t r, uint32_t rb, uint32_t kc, int u, int pipe);
 // Largest R for a given NW (threads = R * NW * 32 + 32 within the kernel's

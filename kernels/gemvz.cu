@@ -14,7 +14,10 @@
 // Loads: PIPE = 0 one register batch of U tiles at a time, PIPE = 1 two,
 // PIPE = 2 (knob pipe = 5) a per-lane cp.async ring of PJ_GZ_STAGES
 // batches in shared memory. K splits across CTAs meet in global memory,
-// or (CL = 1, knob cl) in distributed shared memory within a cluster.
+// or (CL = 1, knob cl) in distributed shared memory within a cluster. The
+// tail split (TS = 1, knob ts) splits only the row groups past the last
+// whole wave of SMs, so that no SM streams a whole extra row block while
+// the others wait (kernels/NOTES.md, round 10).
 //
 // One extra warp prepares the exceptions while the others stream: it copies
 // the CTA's entries and the x values they multiply into shared memory and
@@ -105,7 +108,9 @@ template <int NW> struct GemvzBounds {
 
 // CL = 1 (pipe = 5, rb = 1): the ks CTAs of a row group are one cluster and
 // sum their partials through distributed shared memory (see gemv.cuh).
-template <int NW, int U, int MT, int PIPE, int XS, int RB, int CL = 0>
+// TS = 1 (knob ts > 1, ks = 1, cl = 0): CTAs past a.nfull are the parts of
+// the tail's row groups (GemvzArgs).
+template <int NW, int U, int MT, int PIPE, int XS, int RB, int CL = 0, int TS = 0>
 __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const GemvzArgs a)
 {
     constexpr int MTOK = MT * 8;
@@ -130,12 +135,23 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
     const uint32_t NT = nstream * 32 + 32;
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const uint32_t g = lane >> 2, t = lane & 3;
-    const uint32_t rb0 = blockIdx.x * NB, split = blockIdx.y;
+    // This CTA's row group, K split, split count, K width and partials slot.
+    // Macros, not locals: with TS = 0 they read the launch values where they
+    // are used, as the code did before TS existed; a local copy held in a
+    // register for the whole kernel made 96-register NW = 16 variants spill.
+    const bool tail = TS && blockIdx.x >= a.nfull;
+    const uint32_t tix = TS ? blockIdx.x - a.nfull : 0;
+#define GZ_GRP   (tail ? a.nfull + tix / a.ts : blockIdx.x)
+#define GZ_SPLIT (tail ? tix % a.ts : blockIdx.y)
+#define GZ_KS    (tail ? a.ts : a.ks)
+#define GZ_KC    (tail ? a.kc / a.ts : a.kc)
+#define GZ_SLOT  (tail ? tix / a.ts : blockIdx.x)
+    const uint32_t rb0 = GZ_GRP * NB, split = GZ_SPLIT;
     const bool streamer = warp < nstream;
     const uint32_t q = warp / NW, wq = warp % NW;
-    const uint32_t tpw = a.kc / (64 * NW); // tiles per warp, a multiple of U
-    const uint32_t ktl0 = wq * tpw;        // first tile of this warp, within the split
-    const uint32_t kt0 = split * (a.kc / 64) + ktl0;
+    const uint32_t tpw = GZ_KC / (64 * NW); // tiles per warp, a multiple of U
+    const uint32_t ktl0 = wq * tpw;         // first tile of this warp, within the split
+    const uint32_t kt0 = split * (GZ_KC / 64) + ktl0;
     const uint8_t *tp[RB];
 #pragma unroll
     for (int j = 0; j < RB; j++) {
@@ -143,7 +159,7 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
         tp[j] = a.z.tiles + ((size_t)rb * a.kt_total + kt0) * PJ_Z12_TILE_BYTES + lane * 16;
     }
     const uint32_t B4 = a.z.base * 0x01010101u;
-    const uint32_t XSTR = a.kc + 8; // padded row: ldmatrix rows fall in distinct banks
+    const uint32_t XSTR = GZ_KC + 8; // padded row: ldmatrix rows fall in distinct banks
 
     float acc[RB][MT][4];
 #pragma unroll
@@ -180,7 +196,7 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const uint32_t klocal = (ktl0 + i * U + u) * 64;
-            const size_t kglob = (size_t)split * a.kc + klocal;
+            const size_t kglob = (size_t)split * GZ_KC + klocal;
             uint32_t bx[MT][8];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
@@ -229,7 +245,7 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
         if (XS == 2 && i < nbt)
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                const size_t kglob = (size_t)split * a.kc + (ktl0 + i * U + u) * 64;
+                const size_t kglob = (size_t)split * GZ_KC + (ktl0 + i * U + u) * 64;
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -260,16 +276,16 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
     }
     if (XS == 1 && PIPE == 2) {
         // Plain loads: a cp.async group here would join the weight groups.
-        const uint32_t cpr = a.kc / 8;
-        const uint16_t *xsrc = a.x + (size_t)split * a.kc;
+        const uint32_t cpr = GZ_KC / 8;
+        const uint16_t *xsrc = a.x + (size_t)split * GZ_KC;
         for (uint32_t c = threadIdx.x; c < a.m * cpr; c += NT) {
             const uint32_t tok = c / cpr, ch = c - tok * cpr;
             *(uint4 *)(xs + tok * XSTR + ch * 8) = ld_x16(xsrc + (size_t)tok * a.ldx + ch * 8);
         }
         __syncthreads();
     } else if (XS == 1) {
-        const uint32_t cpr = a.kc / 8; // 16-byte chunks per token row
-        const uint16_t *xsrc = a.x + (size_t)split * a.kc;
+        const uint32_t cpr = GZ_KC / 8; // 16-byte chunks per token row
+        const uint16_t *xsrc = a.x + (size_t)split * GZ_KC;
         for (uint32_t c = threadIdx.x; c < a.m * cpr; c += NT) {
             const uint32_t tok = c / cpr, ch = c - tok * cpr;
             cp_async16(smem_u32(xs + tok * XSTR + ch * 8), xsrc + (size_t)tok * a.ldx + ch * 8);
@@ -480,33 +496,39 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
             cpart[idx] = warp_sum(idx);
         cg::cluster_group cluster = cg::this_cluster();
         cluster.sync();
-        for (uint32_t idx = cluster.block_rank() * NT + threadIdx.x; idx < nout; idx += a.ks * NT) {
+        for (uint32_t idx = cluster.block_rank() * NT + threadIdx.x; idx < nout;
+             idx += GZ_KS * NT) {
             float s = 0.f;
 #pragma unroll 4
-            for (uint32_t j = 0; j < a.ks; j++)
+            for (uint32_t j = 0; j < GZ_KS; j++)
                 s += cluster.map_shared_rank(cpart, j)[idx];
             finish(s, idx);
         }
         cluster.sync(); // keep every rank's partials until all have been read
         return;
     }
-    if (a.ks == 1) {
+    if (GZ_KS == 1) {
         for (uint32_t idx = threadIdx.x; idx < nout; idx += NT)
             finish(warp_sum(idx), idx);
         return;
     }
-    const size_t pbase = (size_t)blockIdx.x * a.ks * nout;
+    const size_t pbase = (size_t)GZ_SLOT * GZ_KS * nout;
     for (uint32_t idx = threadIdx.x; idx < nout; idx += NT)
         a.ws[pbase + (size_t)split * nout + idx] = warp_sum(idx);
-    if (!splitk_arrive_last(a.cnt + blockIdx.x, a.ks, flags))
+    if (!splitk_arrive_last(a.cnt + GZ_SLOT, GZ_KS, flags))
         return;
     for (uint32_t idx = threadIdx.x; idx < nout; idx += NT) {
         float s = 0.f;
-        for (uint32_t j = 0; j < a.ks; j++)
+        for (uint32_t j = 0; j < GZ_KS; j++)
             s += ld_cg_f32(a.ws + pbase + (size_t)j * nout + idx);
         finish(s, idx);
     }
 }
+#undef GZ_GRP
+#undef GZ_SPLIT
+#undef GZ_KS
+#undef GZ_KC
+#undef GZ_SLOT
 
 // Variants: NW in {4, 8, 16}, U in {1, 2, 4}, MT in {1, 2, 4}, PIPE, XS,
 // RB in {1, 2} (RB = 2 only with U <= 2: registers).
@@ -620,6 +642,48 @@ GemvzFn gemvz_pick_cl(int nw, int u, int mt, int pipe, int xs, int rb)
     case 16:
         return gz_pick_cl_u<16>(u, mt, xs);
     }
+    return nullptr;
+}
+
+// Tail-split variants: pipe = 5 (PIPE 2), rb = 1, NW 4 or 8 (the 96
+// registers of NW = 16 have no room), U 1 or 2, x from global or the ring.
+template <int NW, int U, int MT> static GemvzFn gz_pick_ts_xs(int xs)
+{
+    if (xs == 0)
+        return &gemvz_kernel<NW, U, MT, 2, 0, 1, 0, 1>;
+    if (xs == 2)
+        return &gemvz_kernel<NW, U, MT, 2, 2, 1, 0, 1>;
+    return nullptr;
+}
+template <int NW, int U> static GemvzFn gz_pick_ts_mt(int mt, int xs)
+{
+    switch (mt) {
+    case 1:
+        return gz_pick_ts_xs<NW, U, 1>(xs);
+    case 2:
+        return gz_pick_ts_xs<NW, U, 2>(xs);
+    case 4:
+        return gz_pick_ts_xs<NW, U, 4>(xs);
+    }
+    return nullptr;
+}
+template <int NW> static GemvzFn gz_pick_ts_u(int u, int mt, int xs)
+{
+    if (u == 1)
+        return gz_pick_ts_mt<NW, 1>(mt, xs);
+    if (u == 2)
+        return gz_pick_ts_mt<NW, 2>(mt, xs);
+    return nullptr;
+}
+
+GemvzFn gemvz_pick_ts(int nw, int u, int mt, int pipe, int xs, int rb)
+{
+    if (pipe != 5 || rb != 1)
+        return nullptr;
+    if (nw == 4)
+        return gz_pick_ts_u<4>(u, mt, xs);
+    if (nw == 8)
+        return gz_pick_ts_u<8>(u, mt, xs);
     return nullptr;
 }
 

@@ -382,6 +382,23 @@ static int add_prefetch(const layer_def *d, uint32_t m, cand *cs, int n)
                                                      .rb = (uint8_t)rb};
                             n = add_cand(cs, n, PJ_ENG_GEMVZ, &kn);
                         }
+    /* The tail split (round 10): only the row groups past the last whole
+     * wave of SMs are split in K. */
+    static const uint8_t tss[] = {2, 4, 8};
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++)
+            for (int q = 0; q < 3; q++)
+                for (int x = 0; x < 2; x++) {
+                    const pj_eng_knobs kn = {.nw = nws[i],
+                                             .ks = 1,
+                                             .u = us[j],
+                                             .pipe = 5,
+                                             .xs = (uint8_t)(x ? 2 : 0),
+                                             .r = 1,
+                                             .rb = 1,
+                                             .ts = tss[q]};
+                    n = add_cand(cs, n, PJ_ENG_GEMVZ, &kn);
+                }
     /* The same with the cluster split-K reduction: finer K splits without
      * the global epilogue. */
     static const uint8_t ksc[] = {2, 4, 8};

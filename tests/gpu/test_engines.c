@@ -173,7 +173,7 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
 {
     char err[256], ctx[128];
     double t0 = now_s();
-    unsigned long long f0 = n_fail, c0 = n_checks, ncl = 0, nwg = 0, nz = 0, nzws = 0;
+    unsigned long long f0 = n_fail, c0 = n_checks, ncl = 0, nwg = 0, nz = 0, nzws = 0, nts = 0;
     static const uint8_t nws[] = {4, 8, 16};
     static const uint8_t us[] = {1, 2, 4, 8};
     for (int mi = 0; mi < nm; mi++) {
@@ -211,7 +211,7 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
                 for (int j = 0; j < 4; j++)
                     for (int p = 0; p < 3; p++)
                         for (int x = 0; x < (k == PJ_ENG_GEMVZ && p == 2 ? 3 : 2); x++)
-                            for (int cl = 0; cl < ((k == PJ_ENG_GEMVZ) == (p == 2) ? 2 : 1); cl++)
+                            for (int cl = 0; cl < ((k == PJ_ENG_GEMVZ) == (p == 2) ? 3 : 1); cl++)
                                 for (int r = 1; r <= (k == PJ_ENG_GEMVZ ? 2 : 1); r *= 2)
                                     for (int rb = 1; rb <= 4; rb *= 2) {
                                         memset(&kn, 0, sizeof kn);
@@ -220,7 +220,12 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
                                         kn.pipe = pipes[p];
                                         kn.ks = kslist[s];
                                         kn.r = (uint8_t)r;
-                                        kn.cl = (uint8_t)cl;
+                                        /* cl = 2 here: gemvz's tail split instead of the
+                                         * cluster (ks = 1 only; 4 ways). */
+                                        if (cl == 2 && kslist[s] != 1)
+                                            continue;
+                                        kn.cl = (uint8_t)(cl == 1);
+                                        kn.ts = (uint8_t)(cl == 2 ? 4 : 0);
                                         kn.rb = (uint8_t)rb;
                                         if (k == PJ_ENG_GEMVZ)
                                             kn.xs = (uint8_t)x;
@@ -228,7 +233,8 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
                                             kn.minb = (uint8_t)x;
                                         const unsigned long long before = n_checks;
                                         check_one(c, ws, k, &kn, ctx);
-                                        ncl += cl ? n_checks - before : 0;
+                                        ncl += cl == 1 ? n_checks - before : 0;
+                                        nts += cl == 2 ? n_checks - before : 0;
                                     }
         }
     }
@@ -237,6 +243,9 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
      * GEMMs' (ks >= 2 above) ran some. */
     if ((k == PJ_ENG_ROUTER || k == PJ_ENG_GEMVZ || k == PJ_ENG_SPLITK) && !ncl)
         fail_line("variants %s: no cl=1 variant ran", L->L.name);
+    /* And gemvz's tail split (ts = 4) where ks = 1 is swept. */
+    if (k == PJ_ENG_GEMVZ && kslist[0] == 1 && !nts)
+        fail_line("variants %s: no ts=4 (tail split) variant ran", L->L.name);
     /* The same for the tiled GEMM's wgmma main loops (pipe = 2-4). */
     if ((k == PJ_ENG_SPLITK || (k == PJ_ENG_ROUTER && mlist[0] > 32)) && !nwg)
         fail_line("variants %s: no pipe=2-5 (wgmma) variant ran", L->L.name);
