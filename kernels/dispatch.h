@@ -66,7 +66,9 @@ typedef struct pj_eng_knobs {
                    * and a consumer warpgroup (wgmma) */
     uint8_t minb; /* 1: register cap so two CTAs fit per SM (launch-bounds hint) */
     uint8_t xs;   /* gemvz: 1 = x staged in shared memory, 0 = read from global,
-                   * 2 (pipe = 5) = x through the prefetch ring per tile */
+                   * 2 (pipe = 5) = x through the prefetch ring per tile,
+                   * 3 (pipe = 5, m <= 8, nw 4/8, rb 1) = as 1, only the m
+                   * real tokens staged (1 keeps 8 rows per n8 tile) */
     uint8_t r;    /* gemvz: row blocks per CTA sharing x (1, 2, 4); pipe = 4: CTAs per SM */
     uint8_t tile; /* splitk/router-splitk: tile geometry 0..9 (rows x tokens,
                    * warps, ring depth: kernels/tgemm.cu's TG_TILES) */

@@ -742,6 +742,9 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
         return fail(why, whylen, -EINVAL, "K=%u is not a multiple of 64*nw*u*ks=%u", L->K, per);
     if (kn->xs == 2 && kn->pipe != 5)
         return fail(why, whylen, -EINVAL, "xs=2 (x through the prefetch ring) needs pipe=5");
+    if (kn->xs == 3 && (kn->pipe != 5 || c->m > 8 || kn->nw > 8 || rb_of(kn) != 1))
+        return fail(why, whylen, -EINVAL,
+                    "xs=3 (the m tokens staged) needs pipe=5, m <= 8, nw 4 or 8 and rb=1");
     if (kn->xs ? !x16_ok(c) : (!al(c->x, 4) || c->ldx % 2))
         return fail(why, whylen, -EINVAL, "x alignment does not suit xs=%u", kn->xs);
     const uint32_t rb = rb_of(kn);
@@ -756,7 +759,7 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
         if ((size_t)gx * kn->ks * kn->r * rb * 16 * 8 * mt > w.part_floats || gx > w.n_cnt)
             return fail(why, whylen, -ENOSPC, "ks=%u needs more workspace than allocated", kn->ks);
     }
-    if (kn->cl && (kn->ks < 2 || kn->ks > 16 || kn->pipe != 5 || rb != 1 || kn->xs == 1))
+    if (kn->cl && (kn->ks < 2 || kn->ks > 16 || kn->pipe != 5 || rb != 1 || kn->xs % 2))
         return fail(why, whylen, -EINVAL, "cl=1 needs ks in 2..16, pipe=5, rb=1 and xs 0 or 2");
     if (kn->ts > 1) {
         if (kn->ks != 1 || kn->cl)
@@ -776,7 +779,7 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
             return fail(why, whylen, -ENOSPC, "ts=%u needs more workspace than allocated", kn->ts);
     }
     GemvzFn fn = gz_fn(kn, mt, rb);
-    size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, rb, L->K / kn->ks, kn->u, kn->pipe);
+    size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, rb, L->K / kn->ks, kn->u, kn->pipe, c->m);
     const unsigned threads = 32u * kn->nw * kn->r + 32;
     return fits_split((const void *)fn, dim3(cdiv(nblk, kn->r * rb), kn->ks), dim3(1, kn->ks, 1),
                       kn->cl, threads, smem, lim, why, whylen);
@@ -1137,7 +1140,7 @@ static int gemvz_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream
     GemvzFn fn = gz_fn(kn, mt, rb);
     if (!fn)
         return -ENOENT;
-    size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, rb, a.kc, kn->u, kn->pipe);
+    size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, rb, a.kc, kn->u, kn->pipe, c->m);
     return launch_split(fn, dim3(t.grid, kn->ks), dim3(1, kn->ks, 1), kn->cl,
                         32u * kn->nw * kn->r + 32, smem, s, a);
 }

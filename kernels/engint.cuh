@@ -103,7 +103,8 @@ GemvzFn gemvz_pick_cl(int nw, int u, int mt, int pipe, int xs, int rb);
 // xs 0 or 2.
 GemvzFn gemvz_pick_ts(int nw, int u, int mt, int pipe, int xs, int rb);
 // Dynamic shared memory of a gemvz launch.
-size_t gemvz_smem(int nw, int mt, int xs, uint32_t r, uint32_t rb, uint32_t kc, int u, int pipe);
+size_t gemvz_smem(int nw, int mt, int xs, uint32_t r, uint32_t rb, uint32_t kc, int u, int pipe,
+                  uint32_t m);
 // Largest R for a given NW (threads = R * NW * 32 + 32 within the kernel's
 // launch bound).
 #define PJ_GEMVZ_MAX_R(nw) ((nw) >= 16 ? 1 : 8 / (nw))

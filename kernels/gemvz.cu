@@ -7,9 +7,11 @@
 // four byte permutes per k16 step) and feeds mma.m16n8k16. The format's k
 // order is the mma's own, so x must come as the standard B fragment (pairs
 // of k at 2t and 2t + 8): either staged in shared memory for the CTA's K
-// range and read with ldmatrix (XS = 1), read as 4-byte pairs from
-// global/L1 (XS = 0), or (XS = 2, with PIPE = 2) copied per tile into the
-// warp's prefetch ring next to the weights and read with ldmatrix.
+// range and read with ldmatrix (XS = 1; XS = 3 for m <= 8 with PIPE = 2
+// stages only the m real tokens, ldmatrix rows past m repeat the last one),
+// read as 4-byte pairs from global/L1 (XS = 0), or (XS = 2, with PIPE = 2)
+// copied per tile into the warp's prefetch ring next to the weights and
+// read with ldmatrix.
 //
 // Loads: PIPE = 0 one register batch of U tiles at a time, PIPE = 1 two,
 // PIPE = 2 (knob pipe = 5) a per-lane cp.async ring of PJ_GZ_STAGES
@@ -55,9 +57,10 @@ static __host__ __device__ inline size_t gemvz_ring_bytes(int u, uint32_t rbw, i
 }
 
 // nb = row blocks per CTA (R * RB); ring = bytes of the prefetch rings of
-// all streaming warps (0 unless PIPE = 2).
-static __host__ __device__ inline GemvzSmem gemvz_layout(int nw, int mt, int xs, uint32_t r,
-                                                         uint32_t nb, uint32_t kc, size_t ring)
+// all streaming warps (0 unless PIPE = 2); m = tokens (sizes x with xs = 3
+// only).
+static __host__ __device__ inline GemvzSmem
+gemvz_layout(int nw, int mt, int xs, uint32_t r, uint32_t nb, uint32_t kc, size_t ring, uint32_t m)
 {
     const int mtok = mt * 8;
     GemvzSmem L;
@@ -67,6 +70,8 @@ static __host__ __device__ inline GemvzSmem gemvz_layout(int nw, int mt, int xs,
     L.xs = off;
     if (xs == 1)
         off += al16((size_t)mtok * (kc + 8) * 2);
+    else if (xs == 3)
+        off += al16((size_t)m * (kc + 8) * 2);
     L.red = off;
     off += al16((size_t)r * nw * (nb / r) * 16 * (mtok + 1) * 4);
     L.e_rk = off;
@@ -87,11 +92,12 @@ static __host__ __device__ inline GemvzSmem gemvz_layout(int nw, int mt, int xs,
     return L;
 }
 
-size_t gemvz_smem(int nw, int mt, int xs, uint32_t r, uint32_t rb, uint32_t kc, int u, int pipe)
+size_t gemvz_smem(int nw, int mt, int xs, uint32_t r, uint32_t rb, uint32_t kc, int u, int pipe,
+                  uint32_t m)
 {
     const size_t ring = pipe == 5 ? (size_t)r * nw * gemvz_ring_bytes(u, rb, xs == 2 ? mt : 0)
                                   : 0; // knob 5 = PIPE 2
-    return gemvz_layout(nw, mt, xs, r, r * rb, kc, ring).total;
+    return gemvz_layout(nw, mt, xs, r, r * rb, kc, ring, m).total;
 }
 
 template <int U, int RB> struct ZBatch {
@@ -120,7 +126,7 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
     const uint32_t NB = R * RB; // row blocks of this CTA
     const GemvzSmem L =
         gemvz_layout(NW, MT, XS, R, NB, a.kc,
-                     PIPE == 2 ? R * NW * gemvz_ring_bytes(U, RB, XS == 2 ? MT : 0) : 0);
+                     PIPE == 2 ? R * NW * gemvz_ring_bytes(U, RB, XS == 2 ? MT : 0) : 0, a.m);
     uint16_t *xs = (uint16_t *)(sm + L.xs);
     float *red = (float *)(sm + L.red);
     uint32_t *e_rk = (uint32_t *)(sm + L.e_rk);
@@ -204,8 +210,9 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
                     const uint32_t row = lane & 7, c = lane >> 3;
                     const uint32_t base = smem_u32(xpiece(i, u, mt)) + row * 128;
                     z12_ldsm_b64(bx[mt], base + ((c ^ row) << 4), base + (((c + 4) ^ row) << 4));
-                } else if (XS == 1) {
-                    const uint32_t row = mt * 8 + (lane & 7);
+                } else if (XS == 1 || XS == 3) {
+                    const uint32_t row =
+                        XS == 3 ? min(lane & 7, a.m - 1) : mt * 8 + (lane & 7); // XS 3: MT = 1
                     const uint32_t base =
                         smem_u32(xs) + (row * XSTR + klocal + (lane >> 3) * 8) * 2;
                     z12_ldsm_b64(bx[mt], base, base + 64);
@@ -274,7 +281,7 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
     } else if (streamer) {
         load(A, 0); // in flight while x is staged
     }
-    if (XS == 1 && PIPE == 2) {
+    if ((XS == 1 || XS == 3) && PIPE == 2) {
         // Plain loads: a cp.async group here would join the weight groups.
         const uint32_t cpr = GZ_KC / 8;
         const uint16_t *xsrc = a.x + (size_t)split * GZ_KC;
@@ -556,6 +563,11 @@ template <int NW, int U, int MT, int P> static GemvzFn gz_pick_xs(int xs, int rb
     case 2: // x through the prefetch ring: only with it
         if constexpr (P == 2)
             return gz_pick_rb<NW, U, MT, P, 2>(rb);
+        else
+            return nullptr;
+    case 3: // the m real tokens staged: with the ring, m <= 8, NW 4/8, rb 1
+        if constexpr (P == 2 && MT == 1 && NW < 16)
+            return rb == 1 ? &gemvz_kernel<NW, U, MT, P, 3, 1> : nullptr;
         else
             return nullptr;
     }

@@ -359,9 +359,9 @@ static int add_balanced(const layer_def *d, cand *cs, int n)
 }
 
 /* gemvz with the shared-memory prefetch (pipe = 5): warps, tiles per stage,
- * K split, row blocks per warp, x path (global, staged, or through the
- * ring), warp groups. (gemv and the router with pipe = 5 lost to their
- * register forms everywhere in round 6 and are left to test_engines.) */
+ * K split, row blocks per warp, x path (global (m <= 8), staged, through
+ * the ring, or its m tokens staged (m <= 8)), warp groups. (gemv and the router with pipe = 5 lost
+ * to their register forms everywhere in round 6 and are left to test_engines.) */
 static int add_prefetch(const layer_def *d, uint32_t m, cand *cs, int n)
 {
     static const uint8_t nws[] = {4, 8, 16}, us[] = {1, 2, 4}, kss[] = {1, 2, 4};
@@ -371,13 +371,17 @@ static int add_prefetch(const layer_def *d, uint32_t m, cand *cs, int n)
         for (int j = 0; j < 3; j++)
             for (int q = 0; q < 3; q++)
                 for (int rb = 1; rb <= (m > 1 ? 4 : 1); rb *= 2)
-                    for (int x = 0; x < 2; x++)
+                    for (int x = 0; x < 4; x++)
                         for (int r = 1; r <= 2; r++) {
+                            if (x == 0 && m > 8) /* x from global: one load per tile and token */
+                                continue;
+                            if (x == 3 && (m > 8 || rb > 1 || nws[i] > 8))
+                                continue;
                             const pj_eng_knobs kn = {.nw = nws[i],
                                                      .ks = kss[q],
                                                      .u = us[j],
                                                      .pipe = 5,
-                                                     .xs = (uint8_t)(x ? 2 : (m > 8 ? 1 : 0)),
+                                                     .xs = (uint8_t)x,
                                                      .r = (uint8_t)r,
                                                      .rb = (uint8_t)rb};
                             n = add_cand(cs, n, PJ_ENG_GEMVZ, &kn);

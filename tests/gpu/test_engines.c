@@ -173,7 +173,8 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
 {
     char err[256], ctx[128];
     double t0 = now_s();
-    unsigned long long f0 = n_fail, c0 = n_checks, ncl = 0, nwg = 0, nz = 0, nzws = 0, nts = 0;
+    unsigned long long f0 = n_fail, c0 = n_checks, ncl = 0, nwg = 0, nz = 0, nzws = 0, nts = 0,
+                       nxm = 0;
     static const uint8_t nws[] = {4, 8, 16};
     static const uint8_t us[] = {1, 2, 4, 8};
     for (int mi = 0; mi < nm; mi++) {
@@ -210,7 +211,7 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
             for (int i = 0; i < 3; i++)
                 for (int j = 0; j < 4; j++)
                     for (int p = 0; p < 3; p++)
-                        for (int x = 0; x < (k == PJ_ENG_GEMVZ && p == 2 ? 3 : 2); x++)
+                        for (int x = 0; x < (k == PJ_ENG_GEMVZ && p == 2 ? 4 : 2); x++)
                             for (int cl = 0; cl < ((k == PJ_ENG_GEMVZ) == (p == 2) ? 3 : 1); cl++)
                                 for (int r = 1; r <= (k == PJ_ENG_GEMVZ ? 2 : 1); r *= 2)
                                     for (int rb = 1; rb <= 4; rb *= 2) {
@@ -235,6 +236,7 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
                                         check_one(c, ws, k, &kn, ctx);
                                         ncl += cl == 1 ? n_checks - before : 0;
                                         nts += cl == 2 ? n_checks - before : 0;
+                                        nxm += k == PJ_ENG_GEMVZ && x == 3 ? n_checks - before : 0;
                                     }
         }
     }
@@ -246,6 +248,9 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
     /* And gemvz's tail split (ts = 4) where ks = 1 is swept. */
     if (k == PJ_ENG_GEMVZ && kslist[0] == 1 && !nts)
         fail_line("variants %s: no ts=4 (tail split) variant ran", L->L.name);
+    /* And its m-token x staging (xs = 3) where m <= 8 is swept. */
+    if (k == PJ_ENG_GEMVZ && mlist[0] <= 8 && !nxm)
+        fail_line("variants %s: no xs=3 variant ran", L->L.name);
     /* The same for the tiled GEMM's wgmma main loops (pipe = 2-4). */
     if ((k == PJ_ENG_SPLITK || (k == PJ_ENG_ROUTER && mlist[0] > 32)) && !nwg)
         fail_line("variants %s: no pipe=2-5 (wgmma) variant ran", L->L.name);
