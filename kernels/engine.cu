@@ -754,13 +754,6 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
         return fail(why, whylen, -EINVAL, "r*rb=%u > 4", kn->r * rb);
     const uint32_t nblk = cdiv(c->n, 16), gx = cdiv(nblk, kn->r * rb);
     const int mt = mt_of(c->m);
-    if (kn->ks > 1) {
-        WsNeed w = ws_need(L->N, c->m);
-        if ((size_t)gx * kn->ks * kn->r * rb * 16 * 8 * mt > w.part_floats || gx > w.n_cnt)
-            return fail(why, whylen, -ENOSPC, "ks=%u needs more workspace than allocated", kn->ks);
-    }
-    if (kn->cl && (kn->ks < 2 || kn->ks > 16 || kn->pipe != 5 || rb != 1 || kn->xs % 2))
-        return fail(why, whylen, -EINVAL, "cl=1 needs ks in 2..16, pipe=5, rb=1 and xs 0 or 2");
     if (kn->ts > 1) {
         if (kn->ks != 1 || kn->cl)
             return fail(why, whylen, -EINVAL, "ts=%u (tail split) needs ks=1 and cl=0", kn->ts);
@@ -772,12 +765,21 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
         const uint32_t pt = 64u * kn->nw * kn->u * kn->ts;
         if (L->K % pt)
             return fail(why, whylen, -EINVAL, "K=%u is not a multiple of 64*nw*u*ts=%u", L->K, pt);
-        const GzTail t = gz_tail(gx, (uint32_t)lim->sm_count, kn->ts);
-        WsNeed w = ws_need(L->N, c->m);
-        if ((size_t)t.ntail * kn->ts * kn->r * rb * 16 * 8 * mt > w.part_floats ||
-            t.ntail > w.n_cnt)
-            return fail(why, whylen, -ENOSPC, "ts=%u needs more workspace than allocated", kn->ts);
     }
+    // Split-K partials and counters: every row group split ks ways, or with
+    // the tail split only the tail's groups, ts ways each.
+    const bool tail = kn->ts > 1;
+    const uint32_t parts = tail ? kn->ts : kn->ks;
+    const uint32_t split_groups = tail ? gz_tail(gx, (uint32_t)lim->sm_count, kn->ts).ntail : gx;
+    if (parts > 1) {
+        WsNeed w = ws_need(L->N, c->m);
+        if ((size_t)split_groups * parts * kn->r * rb * 16 * 8 * mt > w.part_floats ||
+            split_groups > w.n_cnt)
+            return fail(why, whylen, -ENOSPC, "%s=%u needs more workspace than allocated",
+                        tail ? "ts" : "ks", parts);
+    }
+    if (kn->cl && (kn->ks < 2 || kn->ks > 16 || kn->pipe != 5 || rb != 1 || kn->xs % 2))
+        return fail(why, whylen, -EINVAL, "cl=1 needs ks in 2..16, pipe=5, rb=1 and xs 0 or 2");
     GemvzFn fn = gz_fn(kn, mt, rb);
     size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, rb, L->K / kn->ks, kn->u, kn->pipe, c->m);
     const unsigned threads = 32u * kn->nw * kn->r + 32;

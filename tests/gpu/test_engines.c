@@ -223,7 +223,7 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
                                         kn.r = (uint8_t)r;
                                         /* cl = 2 here: gemvz's tail split instead of the
                                          * cluster (ks = 1 only; 4 ways). */
-                                        if (cl == 2 && kslist[s] != 1)
+                                        if (cl == 2 && (k != PJ_ENG_GEMVZ || kslist[s] != 1))
                                             continue;
                                         kn.cl = (uint8_t)(cl == 1);
                                         kn.ts = (uint8_t)(cl == 2 ? 4 : 0);
@@ -529,6 +529,30 @@ static void part_c_new_knobs(pj_chk_ctx *c)
     expect_table(c, "new knobs", js, 2, want, (int)(sizeof want / sizeof want[0]));
 }
 
+/* gemvz's knobs of round 10 (xs = 3, ts) misused: each entry is refused
+ * with its own reason; two valid entries with them are kept. */
+static void part_c_gemvz_r10(pj_chk_ctx *c)
+{
+    const char *js =
+        "{\"device\":\"test\",\"entries\":["
+        "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":1,\"engine\":\"gemvz\","
+        "\"knobs\":{\"nw\":8,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":3,\"r\":1}},"
+        "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":2,\"engine\":\"gemvz\","
+        "\"knobs\":{\"nw\":4,\"ks\":1,\"u\":2,\"pipe\":5,\"xs\":0,\"r\":1,\"ts\":4}},"
+        "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":16,\"engine\":\"gemvz\","
+        "\"knobs\":{\"nw\":8,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":3,\"r\":1}},"
+        "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":4,\"engine\":\"gemvz\","
+        "\"knobs\":{\"nw\":4,\"ks\":2,\"u\":1,\"pipe\":5,\"xs\":0,\"r\":1,\"ts\":4}},"
+        "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":3,\"engine\":\"gemvz\","
+        "\"knobs\":{\"nw\":16,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":0,\"r\":1,\"ts\":2}}]}";
+    static const char *const want[] = {
+        "xs=3 (the m tokens staged) needs pipe=5, m <= 8, nw 4 or 8 and rb=1",
+        "ts=4 (tail split) needs ks=1 and cl=0",
+        "ts=2 (tail split) has variants for pipe=5, rb=1, nw 4 or 8",
+    };
+    expect_table(c, "round 10 knobs", js, 2, want, (int)(sizeof want / sizeof want[0]));
+}
+
 /* The tiled GEMM's knobs of rounds 8-9 (cl, pipe 1-6, tiles 6-9) misused:
  * each entry is refused with its own reason; four valid entries are kept. */
 static void part_c_tiled_knobs(pj_chk_ctx *c)
@@ -604,6 +628,7 @@ static void part_c(pj_chk_ctx *c)
     printf("C table loader: %d kept, %d rejected\n", n, n_msgs);
     part_c_new_knobs(c);
     part_c_tiled_knobs(c);
+    part_c_gemvz_r10(c);
 }
 
 /* Negative controls: the comparison must catch a wrong value, an unwritten
