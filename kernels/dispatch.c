@@ -41,7 +41,7 @@ static const knob_def knob_defs[] = {
     {"pipe", offsetof(pj_eng_knobs, pipe), 6,
      EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER) | EB(PJ_ENG_SPLITK)},
     {"minb", offsetof(pj_eng_knobs, minb), 1, EB(PJ_ENG_GEMV) | EB(PJ_ENG_ROUTER)},
-    {"xs", offsetof(pj_eng_knobs, xs), 3, EB(PJ_ENG_GEMVZ)},
+    {"xs", offsetof(pj_eng_knobs, xs), 4, EB(PJ_ENG_GEMVZ)},
     {"r", offsetof(pj_eng_knobs, r), 4, EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER)},
     {"tile", offsetof(pj_eng_knobs, tile), 15, EB(PJ_ENG_SPLITK) | EB(PJ_ENG_ROUTER)},
     {"algo", offsetof(pj_eng_knobs, algo), 1, EB(PJ_ENG_CUBLAS)},

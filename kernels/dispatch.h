@@ -37,7 +37,8 @@ typedef enum pj_eng_kind {
 /* Knobs of every engine in one struct; each engine reads the ones it has.
  * nw, ks, u and r must be >= 1 where the engine reads them. */
 typedef struct pj_eng_knobs {
-    uint8_t nw;   /* gemv/gemvz/router-gemv: streaming warps per row block (4, 8, 16) */
+    uint8_t nw;   /* gemv/gemvz/router-gemv: streaming warps per row block (4, 8, 16;
+                   * gemvz with xs = 4 also 1, 2) */
     uint8_t ks;   /* K split across CTAs (1..64) */
     uint8_t u;    /* loads in flight per lane: 32-k chunks (gemv) or 64-k tiles (gemvz) */
     uint8_t pipe; /* 1: next batch's loads issued before this batch's mma;
@@ -68,14 +69,16 @@ typedef struct pj_eng_knobs {
     uint8_t xs;   /* gemvz: 1 = x staged in shared memory, 0 = read from global,
                    * 2 (pipe = 5) = x through the prefetch ring per tile,
                    * 3 (pipe = 5, m <= 8, nw 4/8, rb 1) = as 1, only the m
-                   * real tokens staged (1 keeps 8 rows per n8 tile) */
+                   * real tokens staged (1 keeps 8 rows per n8 tile),
+                   * 4 (pipe = 5, nw 1/2/4, u 1/2) = x of each batch copied
+                   * once into a ring of the CTA and read by all r groups */
     uint8_t r;    /* gemvz: row blocks per CTA sharing x (1, 2, 4); pipe = 4: CTAs per SM */
     uint8_t tile; /* splitk/router-splitk: tile geometry 0..9 (rows x tokens,
                    * warps, ring depth: kernels/tgemm.cu's TG_TILES) */
     uint8_t algo; /* cublas: 0 = cublasGemmEx default, 1 = cublasLt heuristic */
     uint8_t rb;   /* gemv/gemvz: row blocks per warp sharing x fragments (0 or 1 = one) */
     uint8_t cl;   /* gemv/router (pipe 0/1, rb 1, ks 2..16), gemvz (pipe 5, rb 1,
-                   * xs 0/2, ks 2..16), tiled GEMM (ks 2..16): 1 = the ks CTAs
+                   * xs 0/2/4, ks 2..16), tiled GEMM (ks 2..16): 1 = the ks CTAs
                    * of a row block (tile) form a thread-block cluster and sum
                    * their partials in distributed shared memory, in rank
                    * order (deterministic) */

@@ -696,6 +696,8 @@ static int gemv_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
 // The gemvz kernel for the knobs: cluster, tail-split or plain variant.
 static GemvzFn gz_fn(const pj_eng_knobs *kn, int mt, uint32_t rb)
 {
+    if (kn->xs == 4)
+        return gemvz_pick_xr(kn->nw, kn->u, mt, kn->pipe, (int)rb, kn->cl);
     if (kn->cl)
         return gemvz_pick_cl(kn->nw, kn->u, mt, kn->pipe, kn->xs, (int)rb);
     if (kn->ts > 1)
@@ -745,6 +747,14 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
     if (kn->xs == 3 && (kn->pipe != 5 || c->m > 8 || kn->nw > 8 || rb_of(kn) != 1))
         return fail(why, whylen, -EINVAL,
                     "xs=3 (the m tokens staged) needs pipe=5, m <= 8, nw 4 or 8 and rb=1");
+    if (kn->xs == 4 && (kn->pipe != 5 || kn->ts > 1 || kn->u > 2 || (kn->nw != 1 && kn->nw != 2 && kn->nw != 4)))
+        return fail(why, whylen, -EINVAL,
+                    "xs=4 (x shared by the CTA) needs pipe=5, nw 1, 2 or 4, u 1 or 2 and no ts");
+    if (kn->xs != 4 && kn->nw != 4 && kn->nw != 8 && kn->nw != 16)
+        return fail(why, whylen, -EINVAL, "nw=%u not in {4, 8, 16} (1 and 2 only with xs=4)",
+                    kn->nw);
+    if (kn->xs > 4)
+        return fail(why, whylen, -EINVAL, "xs=%u not in 0..4", kn->xs);
     if (kn->xs ? !x16_ok(c) : (!al(c->x, 4) || c->ldx % 2))
         return fail(why, whylen, -EINVAL, "x alignment does not suit xs=%u", kn->xs);
     const uint32_t rb = rb_of(kn);
@@ -779,7 +789,7 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
                         tail ? "ts" : "ks", parts);
     }
     if (kn->cl && (kn->ks < 2 || kn->ks > 16 || kn->pipe != 5 || rb != 1 || kn->xs % 2))
-        return fail(why, whylen, -EINVAL, "cl=1 needs ks in 2..16, pipe=5, rb=1 and xs 0 or 2");
+        return fail(why, whylen, -EINVAL, "cl=1 needs ks in 2..16, pipe=5, rb=1 and xs 0, 2 or 4");
     GemvzFn fn = gz_fn(kn, mt, rb);
     size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, rb, L->K / kn->ks, kn->u, kn->pipe, c->m);
     const unsigned threads = 32u * kn->nw * kn->r + 32;

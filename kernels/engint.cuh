@@ -102,6 +102,9 @@ GemvzFn gemvz_pick_cl(int nw, int u, int mt, int pipe, int xs, int rb);
 // The tail-split variants (knob ts): pipe = 5, rb = 1, nw 4 or 8, u 1 or 2,
 // xs 0 or 2.
 GemvzFn gemvz_pick_ts(int nw, int u, int mt, int pipe, int xs, int rb);
+// The variants with x shared by the CTA through its own ring (xs = 4,
+// gemvzx.cu): pipe = 5, nw 1, 2 or 4, u 1 or 2, rb 1 or 2 (1 with cl = 1).
+GemvzFn gemvz_pick_xr(int nw, int u, int mt, int pipe, int rb, int cl);
 // Dynamic shared memory of a gemvz launch.
 size_t gemvz_smem(int nw, int mt, int xs, uint32_t r, uint32_t rb, uint32_t kc, int u, int pipe,
                   uint32_t m);

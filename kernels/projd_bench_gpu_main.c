@@ -361,7 +361,7 @@ static int add_balanced(const layer_def *d, cand *cs, int n)
 /* gemvz with the shared-memory prefetch (pipe = 5): warps, tiles per stage,
  * K split, row blocks per warp, x path (global (m <= 8), staged, through
  * the ring, or its m tokens staged (m <= 8)), warp groups; then the tail
- * split. (gemv and the router with pipe = 5 lost to their register forms
+ * split, x shared by the CTA and the cluster reduction. (gemv and the router with pipe = 5 lost to their register forms
  * everywhere in round 6 and are left to test_engines.) */
 static int add_prefetch(const layer_def *d, uint32_t m, cand *cs, int n)
 {
@@ -404,6 +404,27 @@ static int add_prefetch(const layer_def *d, uint32_t m, cand *cs, int n)
                                              .ts = tss[q]};
                     n = add_cand(cs, n, PJ_ENG_GEMVZ, &kn);
                 }
+    /* x shared by the CTA (round 11): one copy of each batch's x serves
+     * the r groups' row blocks; also with the cluster reduction. */
+    static const uint8_t nwx[] = {1, 2, 4}, rrb[][2] = {{2, 1}, {4, 1}, {2, 2}};
+    static const uint8_t ksx[] = {1, 2, 4, 8};
+    for (int i = 0; i < 3 && m > 1; i++)
+        for (int j = 0; j < 2; j++)
+            for (int q = 0; q < 4; q++)
+                for (int g = 0; g < 3; g++)
+                    for (int cl = 0; cl < 2; cl++) {
+                        if (cl ? ksx[q] < 2 || rrb[g][1] > 1 : ksx[q] > 4)
+                            continue;
+                        const pj_eng_knobs kn = {.nw = nwx[i],
+                                                 .ks = ksx[q],
+                                                 .u = us[j],
+                                                 .pipe = 5,
+                                                 .xs = 4,
+                                                 .r = rrb[g][0],
+                                                 .rb = rrb[g][1],
+                                                 .cl = (uint8_t)cl};
+                        n = add_cand(cs, n, PJ_ENG_GEMVZ, &kn);
+                    }
     /* The same with the cluster split-K reduction: finer K splits without
      * the global epilogue. */
     static const uint8_t ksc[] = {2, 4, 8};

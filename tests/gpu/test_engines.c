@@ -174,7 +174,7 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
     char err[256], ctx[128];
     double t0 = now_s();
     unsigned long long f0 = n_fail, c0 = n_checks, ncl = 0, nwg = 0, nz = 0, nzws = 0, nts = 0,
-                       nxm = 0;
+                       nxm = 0, nxr = 0;
     static const uint8_t nws[] = {4, 8, 16};
     static const uint8_t us[] = {1, 2, 4, 8};
     for (int mi = 0; mi < nm; mi++) {
@@ -238,6 +238,29 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
                                         nts += cl == 2 ? n_checks - before : 0;
                                         nxm += k == PJ_ENG_GEMVZ && x == 3 ? n_checks - before : 0;
                                     }
+            /* gemvz with x shared by the CTA (xs = 4): 1, 2 or 4 warps per
+             * row block, r groups reading one copy of x, with and without
+             * the cluster reduction. */
+            static const uint8_t nwx[] = {1, 2, 4};
+            for (int i = 0; i < 3 && k == PJ_ENG_GEMVZ; i++)
+                for (int j = 0; j < 2; j++)
+                    for (int r = 1; r <= 4; r *= 2)
+                        for (int rb = 1; rb <= 2; rb++)
+                            for (int cl = 0; cl < 2; cl++) {
+                                memset(&kn, 0, sizeof kn);
+                                kn.nw = nwx[i];
+                                kn.u = us[j];
+                                kn.pipe = 5;
+                                kn.xs = 4;
+                                kn.ks = kslist[s];
+                                kn.r = (uint8_t)r;
+                                kn.rb = (uint8_t)rb;
+                                kn.cl = (uint8_t)cl;
+                                const unsigned long long before = n_checks;
+                                check_one(c, ws, k, &kn, ctx);
+                                nxr += n_checks - before;
+                                ncl += cl ? n_checks - before : 0;
+                            }
         }
     }
     /* cl = 1 is refused silently where no cluster fits: insist that the
@@ -251,14 +274,19 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
     /* And its m-token x staging (xs = 3) where m <= 8 is swept. */
     if (k == PJ_ENG_GEMVZ && mlist[0] <= 8 && !nxm)
         fail_line("variants %s: no xs=3 variant ran", L->L.name);
+    /* And x shared by the CTA (xs = 4) wherever gemvz is swept. */
+    if (k == PJ_ENG_GEMVZ && !nxr)
+        fail_line("variants %s: no xs=4 variant ran", L->L.name);
     /* The same for the tiled GEMM's wgmma main loops (pipe = 2-4). */
     if ((k == PJ_ENG_SPLITK || (k == PJ_ENG_ROUTER && mlist[0] > 32)) && !nwg)
         fail_line("variants %s: no pipe=2-5 (wgmma) variant ran", L->L.name);
     /* And its z12 form (pipe = 5) on z12 layers. */
     if (k == PJ_ENG_SPLITK && L->L.fmt == PJ_FMT_Z12 && (!nz || !nzws))
         fail_line("variants %s: no pipe=5 or no pipe=6 (z12 wgmma) variant ran", L->L.name);
-    printf("B %-7s on %-9s: %llu checks (%llu cl=1, %llu wgmma, %llu z12), %llu failed (%.1f s)\n",
-           pj_eng_name(k), L->L.name, n_checks - c0, ncl, nwg, nz, n_fail - f0, now_s() - t0);
+    printf("B %-7s on %-9s: %llu checks (%llu cl=1, %llu wgmma, %llu z12, %llu xs=4), %llu failed "
+           "(%.1f s)\n",
+           pj_eng_name(k), L->L.name, n_checks - c0, ncl, nwg, nz, nxr, n_fail - f0,
+           now_s() - t0);
     fflush(stdout);
 }
 
@@ -553,6 +581,30 @@ static void part_c_gemvz_r10(pj_chk_ctx *c)
     expect_table(c, "round 10 knobs", js, 2, want, (int)(sizeof want / sizeof want[0]));
 }
 
+/* gemvz's x shared by the CTA (xs = 4, round 11) misused: each entry is
+ * refused with its own reason; two valid entries with it are kept. */
+static void part_c_gemvz_r11(pj_chk_ctx *c)
+{
+    const char *js =
+        "{\"device\":\"test\",\"entries\":["
+        "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":16,\"engine\":\"gemvz\","
+        "\"knobs\":{\"nw\":2,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":4,\"r\":4}},"
+        "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":32,\"engine\":\"gemvz\","
+        "\"knobs\":{\"nw\":1,\"ks\":4,\"u\":2,\"pipe\":5,\"xs\":4,\"r\":4,\"cl\":1}},"
+        "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":17,\"engine\":\"gemvz\","
+        "\"knobs\":{\"nw\":8,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":4,\"r\":1}},"
+        "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":18,\"engine\":\"gemvz\","
+        "\"knobs\":{\"nw\":2,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":2,\"r\":2}},"
+        "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":19,\"engine\":\"gemvz\","
+        "\"knobs\":{\"nw\":1,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":5,\"r\":2}}]}";
+    static const char *const want[] = {
+        "xs=4 (x shared by the CTA) needs pipe=5, nw 1, 2 or 4, u 1 or 2 and no ts",
+        "nw=2 not in {4, 8, 16} (1 and 2 only with xs=4)",
+        "xs",
+    };
+    expect_table(c, "round 11 knobs", js, 2, want, (int)(sizeof want / sizeof want[0]));
+}
+
 /* The tiled GEMM's knobs of rounds 8-9 (cl, pipe 1-6, tiles 6-9) misused:
  * each entry is refused with its own reason; four valid entries are kept. */
 static void part_c_tiled_knobs(pj_chk_ctx *c)
@@ -629,6 +681,7 @@ static void part_c(pj_chk_ctx *c)
     part_c_new_knobs(c);
     part_c_tiled_knobs(c);
     part_c_gemvz_r10(c);
+    part_c_gemvz_r11(c);
 }
 
 /* Negative controls: the comparison must catch a wrong value, an unwritten
