@@ -747,7 +747,8 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
     if (kn->xs == 3 && (kn->pipe != 5 || c->m > 8 || kn->nw > 8 || rb_of(kn) != 1))
         return fail(why, whylen, -EINVAL,
                     "xs=3 (the m tokens staged) needs pipe=5, m <= 8, nw 4 or 8 and rb=1");
-    if (kn->xs == 4 && (kn->pipe != 5 || kn->ts > 1 || kn->u > 2 || (kn->nw != 1 && kn->nw != 2 && kn->nw != 4)))
+    if (kn->xs == 4 &&
+        (kn->pipe != 5 || kn->ts > 1 || kn->u > 2 || (kn->nw != 1 && kn->nw != 2 && kn->nw != 4)))
         return fail(why, whylen, -EINVAL,
                     "xs=4 (x shared by the CTA) needs pipe=5, nw 1, 2 or 4, u 1 or 2 and no ts");
     if (kn->xs != 4 && kn->nw != 4 && kn->nw != 8 && kn->nw != 16)

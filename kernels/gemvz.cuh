@@ -109,7 +109,6 @@ static __host__ __device__ inline GemvzSmem gemvz_layout(int nw, int mt, int xs,
     return L;
 }
 
-
 template <int U, int RB> struct ZBatch {
     uint4 p[U][RB][3];
 };
@@ -195,7 +194,8 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
     // xs = 4: the same 1 KB pieces in the CTA's ring, one per warp position
     // wq (the K step of warp wq of every group), copied by all streamers.
     auto xpiece_cta = [&](uint32_t i, int u, uint32_t w, int mt) {
-        return (unsigned char *)xs + ((((size_t)(i % PJ_GZ_STAGES) * U + u) * NW + w) * MT + mt) * 1024;
+        return (unsigned char *)xs +
+               ((((size_t)(i % PJ_GZ_STAGES) * U + u) * NW + w) * MT + mt) * 1024;
     };
     auto piece = [&](uint32_t i, int u, int j, int q) {
         return ring +
@@ -224,8 +224,7 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
                 if (XS == 2 || XS == 4) {
                     const uint32_t row = lane & 7, c = lane >> 3;
                     const uint32_t base =
-                        smem_u32(XS == 2 ? xpiece(i, u, mt) : xpiece_cta(i, u, wq, mt)) +
-                        row * 128;
+                        smem_u32(XS == 2 ? xpiece(i, u, mt) : xpiece_cta(i, u, wq, mt)) + row * 128;
                     z12_ldsm_b64(bx[mt], base + ((c ^ row) << 4), base + (((c + 4) ^ row) << 4));
                 } else if (XS == 1 || XS == 3) {
                     const uint32_t row =
@@ -255,6 +254,13 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
     // (cp.async into its warp's ring), so no barrier is needed between
     // copy and use: cp.async.wait_group orders a thread's own copies.
     // PJ_GZ_STAGES - 1 batches stay in flight without holding registers.
+    // One 16-byte chunk (ch) of token row `row` of n8 tile mt's x at kglob
+    // into a 1 KB x piece, chunk ch ^ row (xs = 2 and 4).
+    auto x_chunk = [&](unsigned char *xp, uint32_t mt, uint32_t row, uint32_t ch, size_t kglob) {
+        const uint32_t tok = min(mt * 8 + row, a.m - 1);
+        cp_async16_mem(smem_u32(xp + row * 128 + ((ch ^ row) << 4)),
+                       a.x + (size_t)tok * a.ldx + kglob + ch * 8);
+    };
     auto issue = [&](uint32_t i) {
         if (i < nbt)
 #pragma unroll
@@ -274,10 +280,8 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
                 for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
-                        const uint32_t pc = lane + 32 * h, row = pc >> 3, c = pc & 7;
-                        const uint32_t tok = min(mt * 8 + row, a.m - 1);
-                        cp_async16_mem(smem_u32(xpiece(i, u, mt) + row * 128 + ((c ^ row) << 4)),
-                                       a.x + (size_t)tok * a.ldx + kglob + c * 8);
+                        const uint32_t pc = lane + 32 * h;
+                        x_chunk(xpiece(i, u, mt), mt, pc >> 3, pc & 7, kglob);
                     }
             }
         if (XS == 4 && i < nbt) {
@@ -287,11 +291,8 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
             for (uint32_t c = sid; c < nch; c += nstream * 32) {
                 const uint32_t pc = c & 63, pi = c >> 6, mt = pi % MT, w = (pi / MT) % NW,
                                u = pi / (MT * NW);
-                const uint32_t row = pc >> 3, ch = pc & 7;
-                const uint32_t tok = min(mt * 8 + row, a.m - 1);
                 const size_t kglob = (size_t)split * GZ_KC + (w * tpw + i * U + u) * 64;
-                cp_async16_mem(smem_u32(xpiece_cta(i, u, w, mt) + row * 128 + ((ch ^ row) << 4)),
-                               a.x + (size_t)tok * a.ldx + kglob + ch * 8);
+                x_chunk(xpiece_cta(i, u, w, mt), mt, pc >> 3, pc & 7, kglob);
             }
         }
         cp_async_commit(); // every step commits, so group counts stay aligned

@@ -361,8 +361,9 @@ static int add_balanced(const layer_def *d, cand *cs, int n)
 /* gemvz with the shared-memory prefetch (pipe = 5): warps, tiles per stage,
  * K split, row blocks per warp, x path (global (m <= 8), staged, through
  * the ring, or its m tokens staged (m <= 8)), warp groups; then the tail
- * split, x shared by the CTA and the cluster reduction. (gemv and the router with pipe = 5 lost to their register forms
- * everywhere in round 6 and are left to test_engines.) */
+ * split, x shared by the CTA (xs = 4) and the cluster reduction. (gemv and
+ * the router with pipe = 5 lost to their register forms everywhere in
+ * round 6 and are left to test_engines.) */
 static int add_prefetch(const layer_def *d, uint32_t m, cand *cs, int n)
 {
     static const uint8_t nws[] = {4, 8, 16}, us[] = {1, 2, 4}, kss[] = {1, 2, 4};

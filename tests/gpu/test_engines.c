@@ -285,8 +285,7 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
         fail_line("variants %s: no pipe=5 or no pipe=6 (z12 wgmma) variant ran", L->L.name);
     printf("B %-7s on %-9s: %llu checks (%llu cl=1, %llu wgmma, %llu z12, %llu xs=4), %llu failed "
            "(%.1f s)\n",
-           pj_eng_name(k), L->L.name, n_checks - c0, ncl, nwg, nz, nxr, n_fail - f0,
-           now_s() - t0);
+           pj_eng_name(k), L->L.name, n_checks - c0, ncl, nwg, nz, nxr, n_fail - f0, now_s() - t0);
     fflush(stdout);
 }
 
@@ -585,18 +584,17 @@ static void part_c_gemvz_r10(pj_chk_ctx *c)
  * refused with its own reason; two valid entries with it are kept. */
 static void part_c_gemvz_r11(pj_chk_ctx *c)
 {
-    const char *js =
-        "{\"device\":\"test\",\"entries\":["
-        "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":16,\"engine\":\"gemvz\","
-        "\"knobs\":{\"nw\":2,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":4,\"r\":4}},"
-        "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":32,\"engine\":\"gemvz\","
-        "\"knobs\":{\"nw\":1,\"ks\":4,\"u\":2,\"pipe\":5,\"xs\":4,\"r\":4,\"cl\":1}},"
-        "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":17,\"engine\":\"gemvz\","
-        "\"knobs\":{\"nw\":8,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":4,\"r\":1}},"
-        "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":18,\"engine\":\"gemvz\","
-        "\"knobs\":{\"nw\":2,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":2,\"r\":2}},"
-        "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":19,\"engine\":\"gemvz\","
-        "\"knobs\":{\"nw\":1,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":5,\"r\":2}}]}";
+    const char *js = "{\"device\":\"test\",\"entries\":["
+                     "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":16,\"engine\":\"gemvz\","
+                     "\"knobs\":{\"nw\":2,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":4,\"r\":4}},"
+                     "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":32,\"engine\":\"gemvz\","
+                     "\"knobs\":{\"nw\":1,\"ks\":4,\"u\":2,\"pipe\":5,\"xs\":4,\"r\":4,\"cl\":1}},"
+                     "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":17,\"engine\":\"gemvz\","
+                     "\"knobs\":{\"nw\":8,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":4,\"r\":1}},"
+                     "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":18,\"engine\":\"gemvz\","
+                     "\"knobs\":{\"nw\":2,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":2,\"r\":2}},"
+                     "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":19,\"engine\":\"gemvz\","
+                     "\"knobs\":{\"nw\":1,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":5,\"r\":2}}]}";
     static const char *const want[] = {
         "xs=4 (x shared by the CTA) needs pipe=5, nw 1, 2 or 4, u 1 or 2 and no ts",
         "nw=2 not in {4, 8, 16} (1 and 2 only with xs=4)",
