@@ -399,6 +399,31 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
         // come in the first round, issued with the streaming warps' first
         // batch; without it (or when a block overflows its slots) the list
         // is found through blk_exc, one round later.
+        // x of every (exception, token) pair into e_x. The loads of a round
+        // (XB per lane) are all issued before any is used, so a round costs
+        // one memory latency; one load-then-store per pair made a chain of
+        // ne * m / 32 latencies, which from m = 8 on outlasted the streaming
+        // warps (kernels/NOTES.md, round 11, visit 2).
+        auto gather_x = [&](uint32_t ne) {
+            constexpr int XB = NW == 16 ? 8 : 16; // NW = 16 has 96 registers
+            const uint32_t n = ne * a.m;
+            for (uint32_t i0 = lane; i0 < n; i0 += 32 * XB) {
+                uint32_t v[XB], dst[XB];
+#pragma unroll
+                for (int j = 0; j < XB; j++) {
+                    const uint32_t i = i0 + 32 * j;
+                    if (i < n) {
+                        const uint32_t e = i / a.m, tok = i - e * a.m;
+                        dst[j] = e * MTOK + tok;
+                        v[j] = a.x[(size_t)tok * a.ldx + (e_rk[e] & 0x0fffffffu)];
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < XB; j++)
+                    if (i0 + 32 * j < n)
+                        e_x[dst[j]] = bf2f((uint16_t)v[j]);
+            }
+        };
         bool done = false;
         if (a.z.zx_rk) {
             constexpr uint32_t CAP = PJ_GEMVZ_XCAP;
@@ -458,10 +483,7 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
                     rowst[NB * 16] = (int)tot;
                     flags[1] = 0;
                 }
-                for (uint32_t i = lane; i < tot * a.m; i += 32) {
-                    const uint32_t e = i / a.m, tok = i - e * a.m;
-                    e_x[e * MTOK + tok] = bf2f(a.x[(size_t)tok * a.ldx + (e_rk[e] & 0x0fffffffu)]);
-                }
+                gather_x(tot);
                 done = true;
             }
             __syncwarp();
@@ -497,10 +519,7 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
                 flags[1] = glob;
             }
             if (!glob)
-                for (uint32_t i = lane; i < ne * a.m; i += 32) {
-                    const uint32_t e = i / a.m, tok = i - e * a.m;
-                    e_x[e * MTOK + tok] = bf2f(a.x[(size_t)tok * a.ldx + (e_rk[e] & 0x0fffffffu)]);
-                }
+                gather_x(ne);
         }
     }
     __syncthreads();
