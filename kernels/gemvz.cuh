@@ -405,7 +405,9 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
         // ne * m / 32 latencies, which from m = 8 on outlasted the streaming
         // warps (kernels/NOTES.md, round 11, visit 2).
         auto gather_x = [&](uint32_t ne) {
-            constexpr int XB = NW == 16 ? 8 : 16; // NW = 16 has 96 registers
+            // 8 where registers are tight (NW = 16: 96) or one round of 8 covers
+            // the CTA (m <= 8: about 31 entries x 8 tokens).
+            constexpr int XB = NW == 16 || MT == 1 ? 8 : 16;
             const uint32_t n = ne * a.m;
             for (uint32_t i0 = lane; i0 < n; i0 += 32 * XB) {
                 uint32_t v[XB], dst[XB];
