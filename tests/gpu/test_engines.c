@@ -598,7 +598,7 @@ static void part_c_gemvz_r11(pj_chk_ctx *c)
     static const char *const want[] = {
         "xs=4 (x shared by the CTA) needs pipe=5, nw 1, 2 or 4, u 1 or 2 and no ts",
         "nw=2 not in {4, 8, 16} (1 and 2 only with xs=4)",
-        "xs",
+        "knob xs must be an integer in 0..4",
     };
     expect_table(c, "round 11 knobs", js, 2, want, (int)(sizeof want / sizeof want[0]));
 }
