@@ -693,9 +693,20 @@ static int gemv_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
                       kn->cl, 32u * kn->nw, smem, lim, why, whylen);
 }
 
-// The gemvz kernel for the knobs: cluster, tail-split or plain variant.
+// gemvz's ring stages (knob st): 0 and 4 are the default.
+static bool gz_st_default(const pj_eng_knobs *kn)
+{
+    return kn->st == 0 || kn->st == 4;
+}
+
+// The gemvz kernel for the knobs: shallow-ring, cluster, tail-split or
+// plain variant.
 static GemvzFn gz_fn(const pj_eng_knobs *kn, int mt, uint32_t rb)
 {
+    if (!gz_st_default(kn))
+        return kn->cl || kn->ts > 1
+                   ? nullptr
+                   : gemvz_pick_st(kn->nw, kn->u, mt, kn->pipe, kn->xs, (int)rb, kn->st);
     if (kn->xs == 4)
         return gemvz_pick_xr(kn->nw, kn->u, mt, kn->pipe, (int)rb, kn->cl);
     if (kn->cl)
@@ -791,8 +802,19 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
     }
     if (kn->cl && (kn->ks < 2 || kn->ks > 16 || kn->pipe != 5 || rb != 1 || kn->xs % 2))
         return fail(why, whylen, -EINVAL, "cl=1 needs ks in 2..16, pipe=5, rb=1 and xs 0, 2 or 4");
+    if (!gz_st_default(kn)) {
+        if (kn->st == 1)
+            return fail(why, whylen, -EINVAL, "st=1 (ring stages) not in {2, 3, 4}");
+        if (!gz_fn(kn, mt, rb))
+            return fail(
+                why, whylen, -ENOTSUP,
+                "st=%u (ring stages) has variants for pipe=5, m > 8, u 1 or 2, no cl or "
+                "ts, and xs=2 with nw 4 or 8 and rb 1 or 2, or xs=4 with nw 2 or 4 and rb=1",
+                kn->st);
+    }
     GemvzFn fn = gz_fn(kn, mt, rb);
-    size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, rb, L->K / kn->ks, kn->u, kn->pipe, c->m);
+    size_t smem =
+        gemvz_smem(kn->nw, mt, kn->xs, kn->r, rb, L->K / kn->ks, kn->u, kn->pipe, c->m, kn->st);
     const unsigned threads = 32u * kn->nw * kn->r + 32;
     return fits_split((const void *)fn, dim3(cdiv(nblk, kn->r * rb), kn->ks), dim3(1, kn->ks, 1),
                       kn->cl, threads, smem, lim, why, whylen);
@@ -1153,7 +1175,7 @@ static int gemvz_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream
     GemvzFn fn = gz_fn(kn, mt, rb);
     if (!fn)
         return -ENOENT;
-    size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, rb, a.kc, kn->u, kn->pipe, c->m);
+    size_t smem = gemvz_smem(kn->nw, mt, kn->xs, kn->r, rb, a.kc, kn->u, kn->pipe, c->m, kn->st);
     return launch_split(fn, dim3(t.grid, kn->ks), dim3(1, kn->ks, 1), kn->cl,
                         32u * kn->nw * kn->r + 32, smem, s, a);
 }

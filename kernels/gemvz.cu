@@ -1,14 +1,16 @@
 // gemvz.cu — GEMV over z12 weights: the variants of kernels/gemvz.cuh
 // with x from global memory, staged, or through the prefetch ring (xs
-// 0..3); gemvzx.cu holds those with x shared by the CTA (xs = 4).
+// 0..3); gemvzx.cu holds those with x shared by the CTA (xs = 4), gemvzr.cu
+// those with a shallower ring (knob st).
 #include "kernels/gemvz.cuh"
 
 size_t gemvz_smem(int nw, int mt, int xs, uint32_t r, uint32_t rb, uint32_t kc, int u, int pipe,
-                  uint32_t m)
+                  uint32_t m, int st)
 {
-    const size_t ring = pipe == 5 ? (size_t)r * nw * gemvz_ring_bytes(u, rb, xs == 2 ? mt : 0)
+    const int s = st ? st : PJ_GZ_STAGES;
+    const size_t ring = pipe == 5 ? (size_t)r * nw * gemvz_ring_bytes(s, u, rb, xs == 2 ? mt : 0)
                                   : 0; // knob 5 = PIPE 2
-    return gemvz_layout(nw, mt, xs, r, r * rb, kc, ring, m, u).total;
+    return gemvz_layout(nw, mt, xs, r, r * rb, kc, ring, m, u, s).total;
 }
 
 // Variants: NW in {4, 8, 16}, U in {1, 2, 4}, MT in {1, 2, 4}, PIPE, XS,

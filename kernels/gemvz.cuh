@@ -19,8 +19,8 @@
 // of RB (kernels/NOTES.md, round 11).
 //
 // Loads: PIPE = 0 one register batch of U tiles at a time, PIPE = 1 two,
-// PIPE = 2 (knob pipe = 5) a per-lane cp.async ring of PJ_GZ_STAGES
-// batches in shared memory. K splits across CTAs meet in global memory,
+// PIPE = 2 (knob pipe = 5) a per-lane cp.async ring of S (knob st, 4 by
+// default) batches in shared memory. K splits across CTAs meet in global memory,
 // or (CL = 1, knob cl) in distributed shared memory within a cluster. The
 // tail split (TS = 1, knob ts) splits only the row groups past the last
 // whole wave of SMs, so that no SM streams a whole extra row block while
@@ -52,30 +52,36 @@ struct GemvzSmem {
     size_t ring, xs, red, e_rk, e_c1, e_c2, e_x, rowst, bnd, flags, total;
 };
 
-// Stages of the shared-memory prefetch (PIPE = 2): batches in flight per warp.
+// Stages of the shared-memory prefetch (PIPE = 2): batches in flight per
+// warp. The default; knob st picks 2 or 3 for the variants of gemvzr.cu,
+// whose smaller rings let more CTAs share an SM from m = 16 on.
 #define PJ_GZ_STAGES 4
 
-// Bytes of one warp's prefetch ring: stages x u tiles x (rb row blocks x
+// Bytes of one warp's prefetch ring: s stages x u tiles x (rb row blocks x
 // three 512-byte planes, plus with xs = 2 the tile's x: 8 tokens x 64 k per
 // n8 tile, 1 KB).
-static __host__ __device__ inline size_t gemvz_ring_bytes(int u, uint32_t rbw, int mtx)
+static __host__ __device__ constexpr size_t gemvz_ring_bytes(int s, int u, uint32_t rbw, int mtx)
 {
-    return (size_t)PJ_GZ_STAGES * u * (rbw * PJ_Z12_TILE_BYTES + mtx * 1024);
+    return (size_t)s * u * (rbw * PJ_Z12_TILE_BYTES + mtx * 1024);
 }
 
-// Bytes of the CTA's x ring (xs = 4): stages x u tiles x the NW warp
+// Bytes of the CTA's x ring (xs = 4): s stages x u tiles x the NW warp
 // positions' K steps x 1 KB per n8 tile.
-static __host__ __device__ inline size_t gemvz_xring_bytes(int u, int nw, int mtx)
+static __host__ __device__ inline size_t gemvz_xring_bytes(int s, int u, int nw, int mtx)
 {
-    return (size_t)PJ_GZ_STAGES * u * nw * mtx * 1024;
+    return (size_t)s * u * nw * mtx * 1024;
 }
 
 // nb = row blocks per CTA (R * RB); ring = bytes of the prefetch rings of
 // all streaming warps (0 unless PIPE = 2); m = tokens (sizes x with xs = 3
-// only); u = tiles per batch (sizes the x ring of xs = 4 only).
+// only); u = tiles per batch and s = stages (size the x ring of xs = 4).
+// With a ring, the reduction buffer lives in it: a warp's partial sums
+// (RB x 16 rows x MTOK + 1 floats, less than one stage) go to its own ring
+// after its last batch has been read, so the buffer costs no shared memory
+// (kernels/NOTES.md, round 12).
 static __host__ __device__ inline GemvzSmem gemvz_layout(int nw, int mt, int xs, uint32_t r,
                                                          uint32_t nb, uint32_t kc, size_t ring,
-                                                         uint32_t m, int u)
+                                                         uint32_t m, int u, int s)
 {
     const int mtok = mt * 8;
     GemvzSmem L;
@@ -88,9 +94,10 @@ static __host__ __device__ inline GemvzSmem gemvz_layout(int nw, int mt, int xs,
     else if (xs == 3)
         off += al16((size_t)m * (kc + 8) * 2);
     else if (xs == 4)
-        off += gemvz_xring_bytes(u, nw, mt);
-    L.red = off;
-    off += al16((size_t)r * nw * (nb / r) * 16 * (mtok + 1) * 4);
+        off += gemvz_xring_bytes(s, u, nw, mt);
+    L.red = ring ? L.ring : off;
+    if (!ring)
+        off += al16((size_t)r * nw * (nb / r) * 16 * (mtok + 1) * 4);
     L.e_rk = off;
     off += al16(PJ_GEMVZ_ECAP * 4);
     L.e_c1 = off;
@@ -125,19 +132,27 @@ template <int NW> struct GemvzBounds {
 // sum their partials through distributed shared memory (see gemv.cuh).
 // TS = 1 (knob ts > 1, ks = 1, cl = 0): CTAs past a.nfull are the parts of
 // the tail's row groups (GemvzArgs).
-template <int NW, int U, int MT, int PIPE, int XS, int RB, int CL = 0, int TS = 0>
+// S (knob st): stages of the PIPE = 2 ring.
+template <int NW, int U, int MT, int PIPE, int XS, int RB, int CL = 0, int TS = 0,
+          int S = PJ_GZ_STAGES>
 __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const GemvzArgs a)
 {
     constexpr int MTOK = MT * 8;
     constexpr int RS = MTOK + 1;
+    // One warp's ring; its partial sums (RB x 16 x RS floats) take the
+    // ring's place at the end, so they must fit in it.
+    constexpr size_t RINGW = PIPE == 2 ? gemvz_ring_bytes(S, U, RB, XS == 2 ? MT : 0) : 0;
+    static_assert(PIPE != 2 || RINGW >= (size_t)RB * 16 * RS * 4, "partials outgrow the ring");
     extern __shared__ __align__(16) unsigned char sm[];
     const uint32_t R = a.r;
     const uint32_t NB = R * RB; // row blocks of this CTA
-    const GemvzSmem L =
-        gemvz_layout(NW, MT, XS, R, NB, a.kc,
-                     PIPE == 2 ? R * NW * gemvz_ring_bytes(U, RB, XS == 2 ? MT : 0) : 0, a.m, U);
+    const GemvzSmem L = gemvz_layout(NW, MT, XS, R, NB, a.kc, R * NW * RINGW, a.m, U, S);
     uint16_t *xs = (uint16_t *)(sm + L.xs);
-    float *red = (float *)(sm + L.red);
+    // Warp wi's partial sums: in its ring (PIPE = 2) or in the buffer.
+    auto redw = [&](uint32_t wi) {
+        return PIPE == 2 ? (float *)(sm + L.ring + (size_t)wi * RINGW)
+                         : (float *)(sm + L.red) + (size_t)wi * RB * 16 * RS;
+    };
     uint32_t *e_rk = (uint32_t *)(sm + L.e_rk);
     float *e_c1 = (float *)(sm + L.e_c1);
     float *e_c2 = (float *)(sm + L.e_c2);
@@ -183,23 +198,21 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
         for (int mt = 0; mt < MT; mt++)
             acc[j][mt][0] = acc[j][mt][1] = acc[j][mt][2] = acc[j][mt][3] = 0.f;
 
-    unsigned char *ring = sm + L.ring + (size_t)warp * gemvz_ring_bytes(U, RB, XS == 2 ? MT : 0);
+    unsigned char *ring = sm + L.ring + (size_t)warp * RINGW;
     // xs = 2: the tile's x (8 tokens x 64 k per n8 tile) after the weights,
     // 16-byte chunk c of token row r at chunk c ^ r, so that ldmatrix's
     // eight rows fall in distinct banks.
     auto xpiece = [&](uint32_t i, int u, int mt) {
-        return ring + (size_t)PJ_GZ_STAGES * U * RB * PJ_Z12_TILE_BYTES +
-               (((size_t)(i % PJ_GZ_STAGES) * U + u) * MT + mt) * 1024;
+        return ring + (size_t)S * U * RB * PJ_Z12_TILE_BYTES +
+               (((size_t)(i % S) * U + u) * MT + mt) * 1024;
     };
     // xs = 4: the same 1 KB pieces in the CTA's ring, one per warp position
     // wq (the K step of warp wq of every group), copied by all streamers.
     auto xpiece_cta = [&](uint32_t i, int u, uint32_t w, int mt) {
-        return (unsigned char *)xs +
-               ((((size_t)(i % PJ_GZ_STAGES) * U + u) * NW + w) * MT + mt) * 1024;
+        return (unsigned char *)xs + ((((size_t)(i % S) * U + u) * NW + w) * MT + mt) * 1024;
     };
     auto piece = [&](uint32_t i, int u, int j, int q) {
-        return ring +
-               ((((size_t)(i % PJ_GZ_STAGES) * U + u) * RB + j) * 3 + q) * PJ_Z12_PLANE_BYTES +
+        return ring + ((((size_t)(i % S) * U + u) * RB + j) * 3 + q) * PJ_Z12_PLANE_BYTES +
                lane * 16;
     };
     auto load = [&](ZBatch<U, RB> &b, uint32_t i) {
@@ -253,7 +266,7 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
     // PIPE = 2: each lane copies exactly the 16-byte pieces it will read
     // (cp.async into its warp's ring), so no barrier is needed between
     // copy and use: cp.async.wait_group orders a thread's own copies.
-    // PJ_GZ_STAGES - 1 batches stay in flight without holding registers.
+    // S - 1 batches stay in flight without holding registers.
     // One 16-byte chunk (ch) of token row `row` of n8 tile mt's x at kglob
     // into a 1 KB x piece, chunk ch ^ row (xs = 2 and 4).
     auto x_chunk = [&](unsigned char *xp, uint32_t mt, uint32_t row, uint32_t ch, size_t kglob) {
@@ -308,7 +321,7 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
     };
     if (PIPE == 2) {
         if (streamer)
-            for (uint32_t i = 0; i + 1 < PJ_GZ_STAGES; i++)
+            for (uint32_t i = 0; i + 1 < S; i++)
                 issue(i);
     } else if (streamer) {
         load(A, 0); // in flight while x is staged
@@ -343,17 +356,17 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
             // is reused (the exception warp takes no part).
 #pragma unroll 1
             for (uint32_t i = 0; i < nbt; i++) {
-                cp_async_wait<PJ_GZ_STAGES - 2>();
+                cp_async_wait<S - 2>();
                 nbar_sync(1, nstream * 32);
-                issue(i + PJ_GZ_STAGES - 1);
+                issue(i + S - 1);
                 fetch(A, i);
                 compute(A, i);
             }
         } else if (PIPE == 2) {
 #pragma unroll 1
             for (uint32_t i = 0; i < nbt; i++) {
-                issue(i + PJ_GZ_STAGES - 1);
-                cp_async_wait<PJ_GZ_STAGES - 1>(); // batch i has landed
+                issue(i + S - 1);
+                cp_async_wait<S - 1>(); // batch i has landed
                 if (XS == 2)
                     __syncwarp(); // x chunks were copied by other lanes
                 fetch(A, i);
@@ -381,11 +394,18 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
                 compute(A, i);
             }
         }
+        if (PIPE == 2) {
+            // The partials overwrite this warp's ring: every copy has
+            // landed (the groups past the last batch are empty) and every
+            // lane has read its last batch.
+            cp_async_wait<0>();
+            __syncwarp();
+        }
 #pragma unroll
         for (int j = 0; j < RB; j++)
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                float *rw = red + ((size_t)warp * RB + j) * 16 * RS;
+                float *rw = redw(warp) + (size_t)j * 16 * RS;
                 rw[g * RS + mt * 8 + 2 * t] = acc[j][mt][0];
                 rw[g * RS + mt * 8 + 2 * t + 1] = acc[j][mt][1];
                 rw[(g + 8) * RS + mt * 8 + 2 * t] = acc[j][mt][2];
@@ -554,11 +574,11 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
     auto warp_sum = [&](uint32_t idx) {
         const uint32_t rr = idx % nrow, tok = idx / nrow;
         const uint32_t blk = rr / 16, grp = blk / RB, j = blk % RB;
-        const float *rp = red + ((size_t)grp * NW * RB + j) * 16 * RS + (rr % 16) * RS + tok;
+        const size_t o = (size_t)j * 16 * RS + (rr % 16) * RS + tok;
         float s = 0.f;
 #pragma unroll
         for (int w = 0; w < NW; w++)
-            s += rp[(size_t)w * RB * 16 * RS];
+            s += redw(grp * NW + w)[o];
         return s;
     };
 
