@@ -87,9 +87,9 @@ typedef struct pj_eng_knobs {
                    * over ts CTAs (global split-K epilogue, deterministic),
                    * so that every SM streams nearly the same bytes; 0 or 1
                    * = off */
-    uint8_t st;   /* gemvz (pipe 5, m > 8, xs 2 or 4, no cl or ts): stages of
-                   * the prefetch ring, 2 or 3; 0 or 4 = the default 4. A
-                   * shallower ring takes less shared memory, so more CTAs
+    uint8_t st;   /* gemvz (pipe 5, m > 8, xs 2, no cl or ts): stages of the
+                   * prefetch ring, 2; 0 or 4 = the default 4. The shallower
+                   * ring takes half the shared memory, so twice the CTAs
                    * share an SM */
 } pj_eng_knobs;
 

@@ -803,14 +803,12 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
     if (kn->cl && (kn->ks < 2 || kn->ks > 16 || kn->pipe != 5 || rb != 1 || kn->xs % 2))
         return fail(why, whylen, -EINVAL, "cl=1 needs ks in 2..16, pipe=5, rb=1 and xs 0, 2 or 4");
     if (!gz_st_default(kn)) {
-        if (kn->st == 1)
-            return fail(why, whylen, -EINVAL, "st=1 (ring stages) not in {2, 3, 4}");
+        if (kn->st != 2)
+            return fail(why, whylen, -EINVAL, "st=%u (ring stages) not in {2, 4}", kn->st);
         if (!gz_fn(kn, mt, rb))
-            return fail(
-                why, whylen, -ENOTSUP,
-                "st=%u (ring stages) has variants for pipe=5, m > 8, u 1 or 2, no cl or "
-                "ts, and xs=2 with nw 4 or 8 and rb 1 or 2, or xs=4 with nw 2 or 4 and rb=1",
-                kn->st);
+            return fail(why, whylen, -ENOTSUP,
+                        "st=2 (ring stages) has variants for pipe=5, xs=2, m > 8, nw 4 or 8, u 1 "
+                        "or 2, rb 1 or 2, no cl or ts");
     }
     GemvzFn fn = gz_fn(kn, mt, rb);
     size_t smem =

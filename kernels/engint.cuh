@@ -105,9 +105,9 @@ GemvzFn gemvz_pick_ts(int nw, int u, int mt, int pipe, int xs, int rb);
 // The variants with x shared by the CTA through its own ring (xs = 4,
 // gemvzx.cu): pipe = 5, nw 1, 2 or 4, u 1 or 2, rb 1 or 2 (1 with cl = 1).
 GemvzFn gemvz_pick_xr(int nw, int u, int mt, int pipe, int rb, int cl);
-// The variants with a ring of st = 2 or 3 stages instead of 4 (knob st,
-// gemvzr.cu): pipe = 5, mt 2 or 4, u 1 or 2, no cl or ts; xs = 2 with nw 4
-// or 8 and rb 1 or 2, or xs = 4 with nw 2 or 4 and rb 1.
+// The variants with a ring of st = 2 stages instead of 4 (knob st,
+// gemvzr.cu): pipe = 5, xs = 2, mt 2 or 4, nw 4 or 8, u 1 or 2, rb 1 or 2,
+// no cl or ts.
 GemvzFn gemvz_pick_st(int nw, int u, int mt, int pipe, int xs, int rb, int st);
 // Dynamic shared memory of a gemvz launch (st: ring stages, 0 = 4).
 size_t gemvz_smem(int nw, int mt, int xs, uint32_t r, uint32_t rb, uint32_t kc, int u, int pipe,

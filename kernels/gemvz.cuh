@@ -53,8 +53,8 @@ struct GemvzSmem {
 };
 
 // Stages of the shared-memory prefetch (PIPE = 2): batches in flight per
-// warp. The default; knob st picks 2 or 3 for the variants of gemvzr.cu,
-// whose smaller rings let more CTAs share an SM from m = 16 on.
+// warp. The default; knob st = 2 picks the variants of gemvzr.cu, whose
+// smaller rings let more CTAs share an SM from m = 16 on.
 #define PJ_GZ_STAGES 4
 
 // Bytes of one warp's prefetch ring: s stages x u tiles x (rb row blocks x

@@ -426,32 +426,23 @@ static int add_prefetch(const layer_def *d, uint32_t m, cand *cs, int n)
                                                  .cl = (uint8_t)cl};
                         n = add_cand(cs, n, PJ_ENG_GEMVZ, &kn);
                     }
-    /* A ring of 2 or 3 stages (round 12): from m = 16 the 4-stage ring
-     * with the tiles' x holds two CTAs per SM; a shallower one fits more.
-     * x through the warp's ring (xs = 2) or shared by the CTA (xs = 4). */
-    for (int st = 2; st <= 3 && m > 8; st++)
-        for (int x = 0; x < 2; x++)
-            for (int i = 0; i < 2; i++)
-                for (int j = 0; j < 2; j++)
-                    for (int q = 0; q < 3; q++)
-                        for (int g = 0; g < 3; g++) {
-                            /* xs = 2: nw 4 or 8, (r, rb) 1/1, 2/1, 1/2;
-                             * xs = 4: nw 2 or 4, r 2 or 4, rb 1. */
-                            static const uint8_t rr2[][2] = {{1, 1}, {2, 1}, {1, 2}};
-                            static const uint8_t rr4[][2] = {{2, 1}, {4, 1}, {0, 0}};
-                            const uint8_t(*rr)[2] = x ? rr4 : rr2;
-                            if (!rr[g][0])
-                                continue;
-                            const pj_eng_knobs kn = {.nw = (uint8_t)(x ? 2 << i : 4 << i),
-                                                     .ks = kss[q],
-                                                     .u = us[j],
-                                                     .pipe = 5,
-                                                     .xs = (uint8_t)(x ? 4 : 2),
-                                                     .r = rr[g][0],
-                                                     .rb = rr[g][1],
-                                                     .st = (uint8_t)st};
-                            n = add_cand(cs, n, PJ_ENG_GEMVZ, &kn);
-                        }
+    /* A 2-stage ring (round 12, m > 8): half the shared memory, so nw = 8
+     * or more CTAs fit per SM; nw 4 or 8, (r, rb) 1/1, 2/1, 1/2. */
+    static const uint8_t rr2[][2] = {{1, 1}, {2, 1}, {1, 2}};
+    for (int i = 0; i < 2 && m > 8; i++)
+        for (int j = 0; j < 2; j++)
+            for (int q = 0; q < 3; q++)
+                for (int g = 0; g < 3; g++) {
+                    const pj_eng_knobs kn = {.nw = nws[i],
+                                             .ks = kss[q],
+                                             .u = us[j],
+                                             .pipe = 5,
+                                             .xs = 2,
+                                             .r = rr2[g][0],
+                                             .rb = rr2[g][1],
+                                             .st = 2};
+                    n = add_cand(cs, n, PJ_ENG_GEMVZ, &kn);
+                }
     /* The same with the cluster split-K reduction: finer K splits without
      * the global epilogue. */
     static const uint8_t ksc[] = {2, 4, 8};

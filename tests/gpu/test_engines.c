@@ -261,28 +261,25 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
                                 nxr += n_checks - before;
                                 ncl += cl ? n_checks - before : 0;
                             }
-            /* gemvz with a ring of 2 or 3 stages (st, round 12; m > 8):
-             * x through the warp's ring (nw 4/8, rb 1/2) or shared by the
-             * CTA (nw 2/4, rb 1); the partial sums in the ring. */
-            for (int st = 2; st <= 3 && k == PJ_ENG_GEMVZ && m > 8; st++)
-                for (int x = 0; x < 2; x++)
-                    for (int i = 0; i < 2; i++)
-                        for (int j = 0; j < 2; j++)
-                            for (int r = 1; r <= 2; r++)
-                                for (int rb = 1; rb <= (x ? 1 : 2); rb++) {
-                                    memset(&kn, 0, sizeof kn);
-                                    kn.nw = (uint8_t)(x ? 2 << i : 4 << i);
-                                    kn.u = us[j];
-                                    kn.pipe = 5;
-                                    kn.xs = (uint8_t)(x ? 4 : 2);
-                                    kn.ks = kslist[s];
-                                    kn.r = (uint8_t)(x ? 2 * r : r);
-                                    kn.rb = (uint8_t)rb;
-                                    kn.st = (uint8_t)st;
-                                    const unsigned long long before = n_checks;
-                                    check_one(c, ws, k, &kn, ctx);
-                                    nst += n_checks - before;
-                                }
+            /* gemvz with a 2-stage ring (st = 2, round 12; m > 8, xs = 2,
+             * nw 4/8, rb 1/2); the partial sums in the ring. */
+            for (int i = 0; i < 2 && k == PJ_ENG_GEMVZ && m > 8; i++)
+                for (int j = 0; j < 2; j++)
+                    for (int r = 1; r <= 2; r++)
+                        for (int rb = 1; rb <= 2; rb++) {
+                            memset(&kn, 0, sizeof kn);
+                            kn.nw = nws[i];
+                            kn.u = us[j];
+                            kn.pipe = 5;
+                            kn.xs = 2;
+                            kn.ks = kslist[s];
+                            kn.r = (uint8_t)r;
+                            kn.rb = (uint8_t)rb;
+                            kn.st = 2;
+                            const unsigned long long before = n_checks;
+                            check_one(c, ws, k, &kn, ctx);
+                            nst += n_checks - before;
+                        }
         }
     }
     /* cl = 1 is refused silently where no cluster fits: insist that the
@@ -299,16 +296,16 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
     /* And x shared by the CTA (xs = 4) wherever gemvz is swept. */
     if (k == PJ_ENG_GEMVZ && !nxr)
         fail_line("variants %s: no xs=4 variant ran", L->L.name);
-    /* And the shallow rings (st = 2, 3) where m > 8 is swept. */
+    /* And the 2-stage ring (st = 2) where m > 8 is swept. */
     if (k == PJ_ENG_GEMVZ && mlist[nm - 1] > 8 && !nst)
-        fail_line("variants %s: no st=2/3 variant ran", L->L.name);
+        fail_line("variants %s: no st=2 variant ran", L->L.name);
     /* The same for the tiled GEMM's wgmma main loops (pipe = 2-4). */
     if ((k == PJ_ENG_SPLITK || (k == PJ_ENG_ROUTER && mlist[0] > 32)) && !nwg)
         fail_line("variants %s: no pipe=2-5 (wgmma) variant ran", L->L.name);
     /* And its z12 form (pipe = 5) on z12 layers. */
     if (k == PJ_ENG_SPLITK && L->L.fmt == PJ_FMT_Z12 && (!nz || !nzws))
         fail_line("variants %s: no pipe=5 or no pipe=6 (z12 wgmma) variant ran", L->L.name);
-    printf("B %-7s on %-9s: %llu checks (%llu cl=1, %llu wgmma, %llu z12, %llu xs=4, %llu st=2/3), "
+    printf("B %-7s on %-9s: %llu checks (%llu cl=1, %llu wgmma, %llu z12, %llu xs=4, %llu st=2), "
            "%llu failed (%.1f s)\n",
            pj_eng_name(k), L->L.name, n_checks - c0, ncl, nwg, nz, nxr, nst, n_fail - f0,
            now_s() - t0);
@@ -636,19 +633,19 @@ static void part_c_gemvz_r12(pj_chk_ctx *c)
     const char *js =
         "{\"device\":\"test\",\"entries\":["
         "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":16,\"engine\":\"gemvz\","
-        "\"knobs\":{\"nw\":4,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":2,\"r\":1,\"st\":3}},"
+        "\"knobs\":{\"nw\":8,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":2,\"r\":1,\"rb\":2,\"st\":2}},"
         "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":32,\"engine\":\"gemvz\","
-        "\"knobs\":{\"nw\":2,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":4,\"r\":2,\"st\":2}},"
+        "\"knobs\":{\"nw\":4,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":2,\"r\":1,\"st\":4}},"
         "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":8,\"engine\":\"gemvz\","
-        "\"knobs\":{\"nw\":4,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":2,\"r\":1,\"st\":3}},"
+        "\"knobs\":{\"nw\":4,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":2,\"r\":1,\"st\":2}},"
         "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":20,\"engine\":\"gemvz\","
-        "\"knobs\":{\"nw\":4,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":2,\"r\":1,\"st\":1}},"
+        "\"knobs\":{\"nw\":4,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":2,\"r\":1,\"st\":3}},"
         "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":24,\"engine\":\"gemvz\","
         "\"knobs\":{\"nw\":4,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":2,\"r\":1,\"st\":5}}]}";
     static const char *const want[] = {
-        "st=3 (ring stages) has variants for pipe=5, m > 8, u 1 or 2, no cl or ts, and xs=2 with "
-        "nw 4 or 8 and rb 1 or 2, or xs=4 with nw 2 or 4 and rb=1",
-        "st=1 (ring stages) not in {2, 3, 4}",
+        "st=2 (ring stages) has variants for pipe=5, xs=2, m > 8, nw 4 or 8, u 1 or 2, rb 1 or 2, "
+        "no cl or ts",
+        "st=3 (ring stages) not in {2, 4}",
         "knob st must be an integer in 0..4",
     };
     expect_table(c, "round 12 knobs", js, 2, want, (int)(sizeof want / sizeof want[0]));
