@@ -546,9 +546,12 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
     }
     __syncthreads();
 
-    const uint32_t nrow = NB * 16, nout = nrow * MTOK;
+    // NB = R * RB is 1, 2 or 4, so an output's row and token come from a
+    // mask and a shift; the run-time division they replace was ~4 % of the
+    // m = 16 kernel's stall samples (kernels/NOTES.md, round 12).
+    const uint32_t nrow = NB * 16, nout = nrow * MTOK, lgrow = __ffs(nrow) - 1;
     auto finish = [&](float s, uint32_t idx) {
-        const uint32_t rr = idx % nrow, tok = idx / nrow;
+        const uint32_t rr = idx & (nrow - 1), tok = idx >> lgrow;
         const uint32_t grow = rb0 * 16 + rr;
         if (grow >= a.n || tok >= a.m)
             return;
@@ -572,7 +575,7 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
     };
     // Row rr of the CTA belongs to group (rr / 16) / RB, its block (rr / 16) % RB.
     auto warp_sum = [&](uint32_t idx) {
-        const uint32_t rr = idx % nrow, tok = idx / nrow;
+        const uint32_t rr = idx & (nrow - 1), tok = idx >> lgrow;
         const uint32_t blk = rr / 16, grp = blk / RB, j = blk % RB;
         const size_t o = (size_t)j * 16 * RS + (rr % 16) * RS + tok;
         float s = 0.f;
