@@ -75,7 +75,10 @@ typedef struct pj_eng_knobs {
     uint8_t r;    /* gemvz: row blocks per CTA sharing x (1, 2, 4); pipe = 4: CTAs per SM */
     uint8_t tile; /* splitk/router-splitk: tile geometry 0..9 (rows x tokens,
                    * warps, ring depth: kernels/tgemm.cu's TG_TILES) */
-    uint8_t algo; /* cublas: 0 = cublasGemmEx default, 1 = cublasLt heuristic */
+    uint8_t algo; /* cublas: 0 = cublasGemmEx default, 1 = cublasLt heuristic's
+                   * first choice, 2 + i = candidate i of the heuristic's list
+                   * (16-byte operands, split-K parts summed in fp32;
+                   * engine.cu's lt_cands), picked by the tuner's timing */
     uint8_t rb;   /* gemv/gemvz: row blocks per warp sharing x fragments (0 or 1 = one) */
     uint8_t cl;   /* gemv/router (pipe 0/1, rb 1, ks 2..16), gemvz (pipe 5, rb 1,
                    * xs 0/2/4, ks 2..16), tiled GEMM (ks 2..16): 1 = the ks CTAs

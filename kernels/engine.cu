@@ -168,6 +168,10 @@ static unsigned elementwise_blocks(uint32_t m, uint32_t n)
 
 // ---- per-stream context --------------------------------------------------
 
+// cuBLASLt algorithms offered to the tuner per shape (knob algo 2 ..
+// 1 + PJ_LT_CANDS): the heuristic's list, not only its first choice.
+#define PJ_LT_CANDS 16
+
 struct LtPlan {
     int used;
     uint32_t n, m, k;
@@ -176,6 +180,9 @@ struct LtPlan {
     cublasLtMatrixLayout_t A, B, C;
     cublasLtMatmulAlgo_t algo;
     int ok;
+    // The tuner's candidates, fetched on first use (ncand < 0: not yet).
+    cublasLtMatmulAlgo_t cand[PJ_LT_CANDS];
+    int ncand;
 };
 
 struct pj_eng_stream {
@@ -186,6 +193,82 @@ struct pj_eng_stream {
     LtPlan plans[PJ_LT_PLANS];
     int next_plan;
 };
+
+static void lt_plan_free(LtPlan *p)
+{
+    if (p->used) {
+        cublasLtMatrixLayoutDestroy(p->A);
+        cublasLtMatrixLayoutDestroy(p->B);
+        cublasLtMatrixLayoutDestroy(p->C);
+        cublasLtMatmulDescDestroy(p->op);
+    }
+    memset(p, 0, sizeof *p);
+}
+
+// A plan's descriptors for y (n x m, column-major: token-major rows) = W^T x
+// in bf16 with fp32 accumulation; no algorithm yet.
+static int lt_plan_init(LtPlan *p, uint32_t n, uint32_t m, uint32_t k, size_t ldw, size_t ldx,
+                        size_t ldy)
+{
+    memset(p, 0, sizeof *p);
+    p->ncand = -1;
+    p->n = n;
+    p->m = m;
+    p->k = k;
+    p->ldw = ldw;
+    p->ldx = ldx;
+    p->ldy = ldy;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
+        return -EIO;
+    p->used = 1;
+    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    cublasLtMatrixLayoutCreate(&p->A, CUDA_R_16BF, k, n, ldw);
+    cublasLtMatrixLayoutCreate(&p->B, CUDA_R_16BF, k, m, ldx);
+    cublasLtMatrixLayoutCreate(&p->C, CUDA_R_16BF, n, m, ldy);
+    return 0;
+}
+
+// The heuristic's list for a plan's shape as the tuner's candidates: up to
+// PJ_LT_CANDS algorithms that work with 16-byte aligned operands and sum
+// split-K parts in fp32 workspace (or not at all): the in-place and
+// output-type reductions would round partial sums to bf16. The first
+// choice of this list is not algo 1's (that one asks with no limits, as
+// the baseline does).
+static int lt_cands(cublasLtHandle_t lt, LtPlan *p)
+{
+    if (p->ncand >= 0)
+        return p->ncand;
+    p->ncand = 0;
+    cublasLtMatmulPreference_t pref;
+    if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS)
+        return 0;
+    uint64_t wsb = PJ_CUBLAS_WS_BYTES;
+    uint32_t al = 16;
+    uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
+                                         sizeof wsb);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red,
+                                         sizeof red);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al,
+                                         sizeof al);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al,
+                                         sizeof al);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al,
+                                         sizeof al);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al,
+                                         sizeof al);
+    cublasLtMatmulHeuristicResult_t res[PJ_LT_CANDS];
+    int nres = 0;
+    if (cublasLtMatmulAlgoGetHeuristic(lt, p->op, p->A, p->B, p->C, p->C, pref, PJ_LT_CANDS, res,
+                                       &nres) == CUBLAS_STATUS_SUCCESS)
+        for (int i = 0; i < nres; i++)
+            if (res[i].state == CUBLAS_STATUS_SUCCESS)
+                p->cand[p->ncand++] = res[i].algo;
+    cublasLtMatmulPreferenceDestroy(pref);
+    return p->ncand;
+}
 
 extern "C" int pj_eng_stream_create(cudaStream_t s, pj_eng_stream **out, char *err, size_t errlen)
 {
@@ -226,15 +309,8 @@ extern "C" void pj_eng_stream_destroy(pj_eng_stream *es)
 {
     if (!es)
         return;
-    for (int i = 0; i < PJ_LT_PLANS; i++) {
-        LtPlan *p = &es->plans[i];
-        if (!p->used)
-            continue;
-        cublasLtMatrixLayoutDestroy(p->A);
-        cublasLtMatrixLayoutDestroy(p->B);
-        cublasLtMatrixLayoutDestroy(p->C);
-        cublasLtMatmulDescDestroy(p->op);
-    }
+    for (int i = 0; i < PJ_LT_PLANS; i++)
+        lt_plan_free(&es->plans[i]);
     cublasLtDestroy(es->lt);
     cublasDestroy(es->h);
     cudaFree(es->cublas_ws);
@@ -914,7 +990,30 @@ static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
                       tgemm_threads(kn->tile, kn->pipe), smem, lim, why, whylen);
 }
 
-static int cublas_check(const pj_eng_call *c, char *why, size_t whylen)
+// How many tuner candidates (lt_cands) cuBLASLt offers for a shape, asked
+// through a handle of the checker's own (the table is checked before any
+// engine stream exists); -1 if cuBLASLt cannot be asked.
+static int lt_cand_count(uint32_t n, uint32_t m, uint32_t k, size_t ldw, size_t ldx, size_t ldy)
+{
+    static std::once_flag once;
+    static cublasLtHandle_t lt;
+    std::call_once(once, [] {
+        if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS)
+            lt = nullptr;
+    });
+    if (!lt)
+        return -1;
+    LtPlan p;
+    if (lt_plan_init(&p, n, m, k, ldw, ldx, ldy)) {
+        lt_plan_free(&p);
+        return -1;
+    }
+    const int nc = lt_cands(lt, &p);
+    lt_plan_free(&p);
+    return nc;
+}
+
+static int cublas_check(const pj_eng_knobs *kn, const pj_eng_call *c, char *why, size_t whylen)
 {
     const pj_eng_layer *L = c->L;
     if (!L->w || (L->fmt == PJ_FMT_SPLIT && !L->lo))
@@ -924,6 +1023,29 @@ static int cublas_check(const pj_eng_call *c, char *why, size_t whylen)
         if ((size_t)c->m * c->n > w.part_floats)
             return fail(why, whylen, -ENOSPC, "m=%u exceeds the fp32 scratch", c->m);
     }
+    if (kn->algo < 2)
+        return 0;
+    // A cuBLASLt candidate: one bf16 matrix, operands as lt_cands asked.
+    if (L->fmt == PJ_FMT_SPLIT)
+        return fail(why, whylen, -EINVAL,
+                    "algo=%u (a cuBLASLt candidate) is for one bf16 matrix, not hi + lo", kn->algo);
+    if (!x16_ok(c) || !w16_ok(L) || !al(c->y, 16) || c->ldy % 8)
+        return fail(why, whylen, -EINVAL,
+                    "algo=%u (a cuBLASLt candidate) needs x, W and y 16-byte aligned with ld %% 8 "
+                    "== 0",
+                    kn->algo);
+    const int nc = lt_cand_count(c->n, c->m, L->K, L->ldw, c->ldx, c->ldy);
+    if (nc < 0)
+        return fail(why, whylen, -EIO, "algo=%u: cuBLASLt could not be asked for candidates",
+                    kn->algo);
+    if (!nc)
+        return fail(why, whylen, -ENOENT,
+                    "algo=%u: cuBLASLt offers no candidates for n=%u m=%u k=%u", kn->algo, c->n,
+                    c->m, L->K);
+    if (kn->algo - 2 >= nc)
+        return fail(why, whylen, -ENOENT,
+                    "algo=%u: cuBLASLt offers %d candidates (algo 2..%d) for n=%u m=%u k=%u",
+                    kn->algo, nc, nc + 1, c->n, c->m, L->K);
     return 0;
 }
 
@@ -944,7 +1066,7 @@ extern "C" int pj_eng_can_run(pj_eng_kind k, const pj_eng_knobs *kn, const pj_en
         return c->m <= PJ_ENG_MAX_GEMV_M ? gemv_check(1, kn, c, lim, why, whylen)
                                          : tgemm_check(1, kn, c, lim, why, whylen);
     case PJ_ENG_CUBLAS:
-        return cublas_check(c, why, whylen);
+        return cublas_check(kn, c, why, whylen);
     default:
         return fail(why, whylen, -EINVAL, "unknown engine %d", (int)k);
     }
@@ -1226,28 +1348,9 @@ static LtPlan *lt_plan(pj_eng_stream *es, uint32_t n, uint32_t m, uint32_t k, si
     }
     LtPlan *p = &es->plans[es->next_plan];
     es->next_plan = (es->next_plan + 1) % PJ_LT_PLANS;
-    if (p->used) {
-        cublasLtMatrixLayoutDestroy(p->A);
-        cublasLtMatrixLayoutDestroy(p->B);
-        cublasLtMatrixLayoutDestroy(p->C);
-        cublasLtMatmulDescDestroy(p->op);
-    }
-    memset(p, 0, sizeof *p);
-    p->used = 1;
-    p->n = n;
-    p->m = m;
-    p->k = k;
-    p->ldw = ldw;
-    p->ldx = ldx;
-    p->ldy = ldy;
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
+    lt_plan_free(p);
+    if (lt_plan_init(p, n, m, k, ldw, ldx, ldy))
         return nullptr;
-    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
-    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-    cublasLtMatrixLayoutCreate(&p->A, CUDA_R_16BF, k, n, ldw);
-    cublasLtMatrixLayoutCreate(&p->B, CUDA_R_16BF, k, m, ldx);
-    cublasLtMatrixLayoutCreate(&p->C, CUDA_R_16BF, n, m, ldy);
     cublasLtMatmulPreference_t pref;
     cublasLtMatmulPreferenceCreate(&pref);
     uint64_t wsb = PJ_CUBLAS_WS_BYTES;
@@ -1265,21 +1368,29 @@ static LtPlan *lt_plan(pj_eng_stream *es, uint32_t n, uint32_t m, uint32_t k, si
     return p->ok ? p : nullptr;
 }
 
-// y (bf16, or fp32 when yf is set) = x @ w^T (+ beta * y).
+// y (bf16, or fp32 when yf is set) = x @ w^T (+ beta * y). algo 0:
+// cublasGemmEx's default; 1: cublasLt's first heuristic choice; 2 + i: the
+// tuner's candidate i (lt_cands).
 static int cublas_gemm(pj_eng_stream *es, int algo, const uint16_t *w, size_t ldw, uint32_t n,
                        uint32_t k, const uint16_t *x, size_t ldx, uint32_t m, void *y, size_t ldy,
                        int yf32, float beta)
 {
     const float alpha = 1.f;
-    if (algo == 1 && !yf32) {
+    if (algo >= 1 && !yf32) {
         LtPlan *p = lt_plan(es, n, m, k, ldw, ldx, ldy);
-        if (p) {
+        const cublasLtMatmulAlgo_t *a = nullptr;
+        if (p && algo == 1)
+            a = &p->algo;
+        else if (p && algo - 2 < lt_cands(es->lt, p))
+            a = &p->cand[algo - 2];
+        if (a) {
             cublasStatus_t st =
-                cublasLtMatmul(es->lt, p->op, &alpha, w, p->A, x, p->B, &beta, y, p->C, y, p->C,
-                               &p->algo, es->cublas_ws, PJ_CUBLAS_WS_BYTES, es->s);
+                cublasLtMatmul(es->lt, p->op, &alpha, w, p->A, x, p->B, &beta, y, p->C, y, p->C, a,
+                               es->cublas_ws, PJ_CUBLAS_WS_BYTES, es->s);
             return st == CUBLAS_STATUS_SUCCESS ? 0 : -EIO;
         }
-        // No heuristic result: the default path is still correct.
+        // No such heuristic result (the checker refuses such knobs): the
+        // default path is still correct.
     }
     cublasStatus_t st = cublasGemmEx(es->h, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k,
                                      &alpha, w, CUDA_R_16BF, (int)ldw, x, CUDA_R_16BF, (int)ldx,

@@ -516,7 +516,10 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
     static const uint8_t nws[] = {4, 8, 16};
     pj_eng_knobs kn;
 #define ADD(K) (n = add_cand(cs, n, (K), &kn))
-    for (int a = 0; a < 2; a++) {
+    /* cuBLAS: the two baseline algorithms, then the candidates of the
+     * cuBLASLt heuristic's list (algo 2..17; the checker drops those past
+     * the list's end). */
+    for (int a = 0; a < 18; a++) {
         memset(&kn, 0, sizeof kn);
         kn.algo = (uint8_t)a;
         ADD(PJ_ENG_CUBLAS);
@@ -681,8 +684,9 @@ static void tune_shape(bench *b, int li, uint32_t m, int full, FILE *csv, pj_tun
     }
     qsort(cs, (size_t)nc, sizeof *cs, cand_cmp);
     /* Finalists: the 6 fastest plus the best of every engine (its bf16 and
-     * its z12 form apart) and both cuBLAS algorithms, re-timed together. */
-    int fin[16], nf = 0;
+     * its z12 form apart), both baseline cuBLAS algorithms and the best
+     * cuBLASLt candidate (algo >= 2), re-timed together. */
+    int fin[16], nf = 0, lt_in = 0;
     for (int i = 0; i < nc && nf < 6; i++)
         if (cs[i].g)
             fin[nf++] = i;
@@ -690,6 +694,8 @@ static void tune_shape(bench *b, int li, uint32_t m, int full, FILE *csv, pj_tun
         for (int i = 0; i < nc; i++) {
             if (!cs[i].g || cs[i].k != (pj_eng_kind)(e / 2) ||
                 pj_eng_reads_z12(cs[i].k, &cs[i].kn) != e % 2)
+                continue;
+            if (cs[i].k == PJ_ENG_CUBLAS && cs[i].kn.algo >= 2 && lt_in++)
                 continue;
             int have = 0;
             for (int j = 0; j < nf; j++)

@@ -174,7 +174,7 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
     char err[256], ctx[128];
     double t0 = now_s();
     unsigned long long f0 = n_fail, c0 = n_checks, ncl = 0, nwg = 0, nz = 0, nzws = 0, nts = 0,
-                       nxm = 0, nxr = 0, nst = 0;
+                       nxm = 0, nxr = 0, nst = 0, nlt = 0;
     static const uint8_t nws[] = {4, 8, 16};
     static const uint8_t us[] = {1, 2, 4, 8};
     for (int mi = 0; mi < nm; mi++) {
@@ -187,6 +187,18 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
         }
         pj_eng_knobs kn;
         for (int s = 0; s < nks; s++) {
+            if (k == PJ_ENG_CUBLAS) {
+                /* The baseline algorithms and every candidate of the
+                 * cuBLASLt heuristic's list (those past its end refused). */
+                for (int a = 0; a < 18; a++) {
+                    memset(&kn, 0, sizeof kn);
+                    kn.algo = (uint8_t)a;
+                    const unsigned long long before = n_checks;
+                    check_one(c, ws, k, &kn, ctx);
+                    nlt += a >= 2 ? n_checks - before : 0;
+                }
+                continue;
+            }
             if (k == PJ_ENG_SPLITK || (k == PJ_ENG_ROUTER && m > 32)) {
                 for (int t = 0; t < PJ_ENG_TGEMM_TILES; t++)
                     for (int v = 0; v < 14; v++) {
@@ -296,6 +308,9 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
     /* And x shared by the CTA (xs = 4) wherever gemvz is swept. */
     if (k == PJ_ENG_GEMVZ && !nxr)
         fail_line("variants %s: no xs=4 variant ran", L->L.name);
+    /* And cuBLASLt's candidates where cuBLAS is swept. */
+    if (k == PJ_ENG_CUBLAS && !nlt)
+        fail_line("variants %s: no cuBLASLt candidate (algo >= 2) ran", L->L.name);
     /* And the 2-stage ring (st = 2) where m > 8 is swept. */
     if (k == PJ_ENG_GEMVZ && mlist[nm - 1] > 8 && !nst)
         fail_line("variants %s: no st=2 variant ran", L->L.name);
@@ -498,6 +513,34 @@ static void part_b(pj_chk_ctx *c)
         sweep_variants(c, &oz, &wz, PJ_ENG_SPLITK, mzt, quick ? 1 : 2, ks14, 2);
     }
     sweep_variants(c, &rt, &wr, PJ_ENG_ROUTER, mtr, quick ? 2 : 3, kstr, 2);
+    {
+        static const uint32_t mcb[] = {1, 13, 32, 128, 256};
+        static const uint8_t ks1[] = {1};
+        sweep_variants(c, &o, &wo, PJ_ENG_CUBLAS, mcb, quick ? 2 : 5, ks1, 1);
+        sweep_variants(c, &un, &wu, PJ_ENG_CUBLAS, mcb, quick ? 2 : 5, ks1, 1);
+        c->cur = NULL;
+        /* A cuBLASLt candidate is for one bf16 matrix: the router's hi + lo
+         * is refused, saying why. */
+        pj_eng_call call;
+        memset(&call, 0, sizeof call);
+        call.L = &rt.L;
+        call.ws = &wr;
+        call.x = c->dx;
+        call.ldx = rt.L.K;
+        call.y = c->dy;
+        call.ldy = rt.L.N;
+        call.m = 8;
+        call.n = rt.L.N;
+        pj_eng_knobs kn;
+        memset(&kn, 0, sizeof kn);
+        kn.algo = 2;
+        char why[200] = "";
+        const int rc = pj_eng_can_run(PJ_ENG_CUBLAS, &kn, &call, &c->lim, why, sizeof why);
+        n_checks++;
+        if (rc != -EINVAL || !strstr(why, "not hi + lo"))
+            fail_line("router, cublas algo=2: gave %d \"%s\", want -EINVAL naming hi + lo", rc,
+                      why);
+    }
     pj_eng_ws_free(&wo);
     pj_eng_ws_free(&wu);
     pj_eng_ws_free(&wr);
@@ -651,6 +694,19 @@ static void part_c_gemvz_r12(pj_chk_ctx *c)
     expect_table(c, "round 12 knobs", js, 2, want, (int)(sizeof want / sizeof want[0]));
 }
 
+/* cuBLASLt's candidates (cublas algo >= 2, round 12): one in range is
+ * kept, one past the knob's range refused. */
+static void part_c_cublas_r12(pj_chk_ctx *c)
+{
+    const char *js = "{\"device\":\"test\",\"entries\":["
+                     "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":128,\"engine\":\"cublas\","
+                     "\"knobs\":{\"algo\":2}},"
+                     "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":256,\"engine\":\"cublas\","
+                     "\"knobs\":{\"algo\":18}}]}";
+    static const char *const want[] = {"knob algo must be an integer in 0..17"};
+    expect_table(c, "cuBLASLt candidates", js, 1, want, 1);
+}
+
 /* The tiled GEMM's knobs of rounds 8-9 (cl, pipe 1-6, tiles 6-9) misused:
  * each entry is refused with its own reason; four valid entries are kept. */
 static void part_c_tiled_knobs(pj_chk_ctx *c)
@@ -729,6 +785,7 @@ static void part_c(pj_chk_ctx *c)
     part_c_gemvz_r10(c);
     part_c_gemvz_r11(c);
     part_c_gemvz_r12(c);
+    part_c_cublas_r12(c);
 }
 
 /* Negative controls: the comparison must catch a wrong value, an unwritten
