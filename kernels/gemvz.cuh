@@ -20,8 +20,9 @@
 //
 // Loads: PIPE = 0 one register batch of U tiles at a time, PIPE = 1 two,
 // PIPE = 2 (knob pipe = 5) a per-lane cp.async ring of S (knob st, 4 by
-// default) batches in shared memory. K splits across CTAs meet in global memory,
-// or (CL = 1, knob cl) in distributed shared memory within a cluster. The
+// default) batches in shared memory. K splits across CTAs meet in global
+// memory, or (CL = 1, knob cl) in distributed shared memory within a
+// cluster. The
 // tail split (TS = 1, knob ts) splits only the row groups past the last
 // whole wave of SMs, so that no SM streams a whole extra row block while
 // the others wait (kernels/NOTES.md, round 10).
