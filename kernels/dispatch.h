@@ -77,6 +77,7 @@ typedef struct pj_eng_knobs {
                    * warps, ring depth: kernels/tgemm.cu's TG_TILES) */
     uint8_t algo; /* cublas: 0 = cublasGemmEx default, 1 = cublasLt heuristic's
                    * first choice, 2 + i = candidate i of the heuristic's list
+                   * and of the same kernels with K split 2-16 ways
                    * (16-byte operands, split-K parts summed in fp32;
                    * engine.cu's lt_cands), picked by the tuner's timing */
     uint8_t rb;   /* gemv/gemvz: row blocks per warp sharing x fragments (0 or 1 = one) */

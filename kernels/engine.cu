@@ -169,8 +169,10 @@ static unsigned elementwise_blocks(uint32_t m, uint32_t n)
 // ---- per-stream context --------------------------------------------------
 
 // cuBLASLt algorithms offered to the tuner per shape (knob algo 2 ..
-// 1 + PJ_LT_CANDS): the heuristic's list, not only its first choice.
-#define PJ_LT_CANDS 16
+// 1 + PJ_LT_CANDS): the heuristic's list (up to PJ_LT_HEUR), not only its
+// first choice, then each of those with K split 2, 4, 8 or 16 ways.
+#define PJ_LT_HEUR  8
+#define PJ_LT_CANDS 48
 
 struct LtPlan {
     int used;
@@ -256,14 +258,36 @@ static int lt_cands(cublasLtHandle_t lt, LtPlan *p)
     const uint32_t al = 16;
     for (auto attr : align_of)
         cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof al);
-    cublasLtMatmulHeuristicResult_t res[PJ_LT_CANDS];
+    cublasLtMatmulHeuristicResult_t res[PJ_LT_HEUR];
     int nres = 0;
-    if (cublasLtMatmulAlgoGetHeuristic(lt, p->op, p->A, p->B, p->C, p->C, pref, PJ_LT_CANDS, res,
+    if (cublasLtMatmulAlgoGetHeuristic(lt, p->op, p->A, p->B, p->C, p->C, pref, PJ_LT_HEUR, res,
                                        &nres) == CUBLAS_STATUS_SUCCESS)
         for (int i = 0; i < nres; i++)
             if (res[i].state == CUBLAS_STATUS_SUCCESS)
                 p->cand[p->ncand++] = res[i].algo;
     cublasLtMatmulPreferenceDestroy(pref);
+    // The same kernels with K split: the heuristic's model rarely offers a
+    // split for the skinny shapes (the unpooler's 1024 rows at m = 128/256
+    // run 1.5-1.8x their read floor), where more CTAs could pull the bytes.
+    // Parts summed in fp32 by a separate step; kept if cuBLASLt accepts the
+    // configuration within the workspace.
+    const int nh = p->ncand;
+    static const int32_t splits[] = {2, 4, 8, 16};
+    for (int32_t sk : splits)
+        for (int i = 0; i < nh && p->ncand < PJ_LT_CANDS; i++) {
+            cublasLtMatmulAlgo_t a = p->cand[i];
+            const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+            cublasLtMatmulHeuristicResult_t chk;
+            if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &sk,
+                                                     sizeof sk) == CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                                     &scheme,
+                                                     sizeof scheme) == CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatmulAlgoCheck(lt, p->op, p->A, p->B, p->C, p->C, &a, &chk) ==
+                    CUBLAS_STATUS_SUCCESS &&
+                chk.workspaceSize <= PJ_CUBLAS_WS_BYTES)
+                p->cand[p->ncand++] = a;
+        }
     return p->ncand;
 }
 

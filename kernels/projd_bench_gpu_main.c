@@ -517,9 +517,9 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
     pj_eng_knobs kn;
 #define ADD(K) (n = add_cand(cs, n, (K), &kn))
     /* cuBLAS: the two baseline algorithms, then the candidates of the
-     * cuBLASLt heuristic's list (algo 2..17; the checker drops those past
-     * the list's end). */
-    for (int a = 0; a < 18; a++) {
+     * cuBLASLt heuristic's list and its split-K forms (algo 2..49; the
+     * checker drops those past the list's end). */
+    for (int a = 0; a < 50; a++) {
         memset(&kn, 0, sizeof kn);
         kn.algo = (uint8_t)a;
         ADD(PJ_ENG_CUBLAS);

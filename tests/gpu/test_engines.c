@@ -190,7 +190,7 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
             if (k == PJ_ENG_CUBLAS) {
                 /* The baseline algorithms and every candidate of the
                  * cuBLASLt heuristic's list (those past its end refused). */
-                for (int a = 0; a < 18; a++) {
+                for (int a = 0; a < 50; a++) {
                     memset(&kn, 0, sizeof kn);
                     kn.algo = (uint8_t)a;
                     const unsigned long long before = n_checks;
@@ -702,8 +702,8 @@ static void part_c_cublas_r12(pj_chk_ctx *c)
                      "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":128,\"engine\":\"cublas\","
                      "\"knobs\":{\"algo\":2}},"
                      "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":256,\"engine\":\"cublas\","
-                     "\"knobs\":{\"algo\":18}}]}";
-    static const char *const want[] = {"knob algo must be an integer in 0..17"};
+                     "\"knobs\":{\"algo\":50}}]}";
+    static const char *const want[] = {"knob algo must be an integer in 0..49"};
     expect_table(c, "cuBLASLt candidates", js, 1, want, 1);
 }
 
