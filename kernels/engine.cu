@@ -1013,15 +1013,34 @@ static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
 
 // How many tuner candidates (lt_cands) cuBLASLt offers for a shape, asked
 // through a handle of the checker's own (the table is checked before any
-// engine stream exists); -1 if cuBLASLt cannot be asked.
+// engine stream exists); -1 if cuBLASLt cannot be asked. The answer is
+// kept per shape: the checker runs for every request the daemon serves
+// outside a captured graph, and asking costs a heuristic query and up to
+// 32 configuration checks. The lock also keeps the shared handle to one
+// caller at a time.
 static int lt_cand_count(uint32_t n, uint32_t m, uint32_t k, size_t ldw, size_t ldx, size_t ldy)
 {
-    static std::once_flag once;
+    struct Known {
+        uint32_t n, m, k;
+        size_t ldw, ldx, ldy;
+        int count;
+    };
+    static std::mutex mu;
     static cublasLtHandle_t lt;
-    std::call_once(once, [] {
+    static bool lt_tried;
+    static Known known[PJ_LT_PLANS];
+    static int n_known, next_known;
+    std::lock_guard<std::mutex> hold(mu);
+    for (int i = 0; i < n_known; i++) {
+        const Known &q = known[i];
+        if (q.n == n && q.m == m && q.k == k && q.ldw == ldw && q.ldx == ldx && q.ldy == ldy)
+            return q.count;
+    }
+    if (!lt_tried) {
+        lt_tried = true;
         if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS)
             lt = nullptr;
-    });
+    }
     if (!lt)
         return -1;
     LtPlan p;
@@ -1031,6 +1050,10 @@ static int lt_cand_count(uint32_t n, uint32_t m, uint32_t k, size_t ldw, size_t 
     }
     const int nc = lt_cands(lt, &p);
     lt_plan_free(&p);
+    known[next_known] = Known{n, m, k, ldw, ldx, ldy, nc};
+    next_known = (next_known + 1) % PJ_LT_PLANS;
+    if (n_known < PJ_LT_PLANS)
+        n_known++;
     return nc;
 }
 
