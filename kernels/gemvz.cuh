@@ -22,10 +22,9 @@
 // PIPE = 2 (knob pipe = 5) a per-lane cp.async ring of S (knob st, 4 by
 // default) batches in shared memory. K splits across CTAs meet in global
 // memory, or (CL = 1, knob cl) in distributed shared memory within a
-// cluster. The
-// tail split (TS = 1, knob ts) splits only the row groups past the last
-// whole wave of SMs, so that no SM streams a whole extra row block while
-// the others wait (kernels/NOTES.md, round 10).
+// cluster. The tail split (TS = 1, knob ts) splits only the row groups
+// past the last whole wave of SMs, so that no SM streams a whole extra row
+// block while the others wait (kernels/NOTES.md, round 10).
 //
 // One extra warp prepares the exceptions while the others stream: it copies
 // the CTA's entries and the x values they multiply into shared memory and
