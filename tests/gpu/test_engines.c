@@ -540,6 +540,35 @@ static void part_b(pj_chk_ctx *c)
         if (rc != -EINVAL || !strstr(why, "not hi + lo"))
             fail_line("router, cublas algo=2: gave %d \"%s\", want -EINVAL naming hi + lo", rc,
                       why);
+        /* The candidates accepted for a shape are a prefix of algo 2..49;
+         * each one past it is refused with -ENOENT naming how many there
+         * are, and the count agrees with where the prefix ends. */
+        call.L = &o.L;
+        call.ws = &wo;
+        call.ldx = o.L.K;
+        call.ldy = o.L.N;
+        call.m = 128;
+        call.n = o.L.N;
+        int first_refused = 0;
+        for (int a = 2; a < 50; a++) {
+            kn.algo = (uint8_t)a;
+            why[0] = 0;
+            const int ra = pj_eng_can_run(PJ_ENG_CUBLAS, &kn, &call, &c->lim, why, sizeof why);
+            n_checks++;
+            if (!ra && first_refused)
+                fail_line("o m=128 cublas algo=%d accepted after algo=%d was refused", a,
+                          first_refused);
+            if (ra && !first_refused)
+                first_refused = a;
+            char want[64];
+            snprintf(want, sizeof want, "offers %d candidates (algo 2..%d)", first_refused - 2,
+                     first_refused - 1);
+            if (ra && (ra != -ENOENT || !strstr(why, want)))
+                fail_line("o m=128 cublas algo=%d: gave %d \"%s\", want -ENOENT saying \"%s\"", a,
+                          ra, why, want);
+        }
+        if (first_refused == 2)
+            fail_line("o m=128: cuBLASLt offered no candidate");
     }
     pj_eng_ws_free(&wo);
     pj_eng_ws_free(&wu);
