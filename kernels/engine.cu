@@ -1006,7 +1006,7 @@ static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
     TgemmFn fn = tgemm_pick(kn->tile, dual, kn->cl, kn->pipe);
     if (!fn)
         return fail(why, whylen, -EINVAL, "tile=%u has no pipe=%u form", kn->tile, kn->pipe);
-    const size_t smem = tgemm_smem(kn->tile, dual, kn->pipe);
+    const size_t smem = tgemm_smem(kn->tile, dual, kn->pipe, kn->cl);
     return fits_split((const void *)fn, grid, dim3(1, 1, kn->ks), kn->cl,
                       tgemm_threads(kn->tile, kn->pipe), smem, lim, why, whylen);
 }
@@ -1375,7 +1375,7 @@ static int tgemm_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, 
     if (!fn)
         return -ENOENT;
     const dim3 grid(cdiv(c->m, g.bn), cdiv(c->n, g.bm), kn->ks);
-    const size_t smem = tgemm_smem(kn->tile, dual, kn->pipe);
+    const size_t smem = tgemm_smem(kn->tile, dual, kn->pipe, kn->cl);
     return launch_split(fn, grid, dim3(1, 1, kn->ks), kn->cl, tgemm_threads(kn->tile, kn->pipe),
                         smem, s, a);
 }

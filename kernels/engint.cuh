@@ -161,7 +161,9 @@ extern const TileGeom tgemm_geom[PJ_TGEMM_NTILES];
 // (one matrix; tiles whose warpgroups hold at most 64 tokens), 6 the same
 // warp-specialised (64-row tiles of at most 64 tokens, 256 threads).
 TgemmFn tgemm_pick(int tile, int dual, int cl, int mode);
-size_t tgemm_smem(int tile, int dual, int mode);
+// Dynamic shared memory of a launch (cl: the cluster form, whose landing
+// area for the other ranks' partials follows the rest).
+size_t tgemm_smem(int tile, int dual, int mode, int cl);
 // Threads of a launch: the tile's, or 256 for the warp-specialised z12
 // form (mode 6: a producer and a consumer warpgroup).
 static inline int tgemm_threads(int tile, int mode)

@@ -14,8 +14,8 @@
 // PJ_GV_STAGES - 1 batches in flight in a per-lane cp.async ring in shared
 // memory. Cross-warp sums go through shared memory in warp order; across
 // CTAs (ks > 1) the last CTA to arrive sums the partials in split order, or
-// (CL = 1) the ks CTAs of one cluster sum them through distributed shared
-// memory in the same order. Both orders are fixed: the result is
+// (CL = 1) the ks CTAs of one cluster push them to the output's owner
+// through distributed shared memory, which sums them in the same order. Both orders are fixed: the result is
 // deterministic.
 #pragma once
 
@@ -40,7 +40,7 @@ template <int U, int MT, int DUAL, int RB> struct GemvBatch {
 // RB row blocks per warp share each x fragment (x is read once per RB
 // blocks: what keeps L2 -> SM traffic down at m = 16..32).
 // CL = 1: the ks CTAs of a row group form one thread-block cluster and the
-// split-K partials meet in distributed shared memory (two cluster barriers)
+// split-K partials meet in distributed shared memory (one cluster barrier)
 // instead of global memory, a fence, an atomic and a re-read.
 template <int NW, int U, int MT, int PIPE, int DUAL, int MINB, int RB, int CL = 0>
 __global__ void __launch_bounds__(NW * 32, (GemvBounds<NW, MINB>::min_blocks))
@@ -55,6 +55,8 @@ __global__ void __launch_bounds__(NW * 32, (GemvBounds<NW, MINB>::min_blocks))
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const uint32_t cb = blockIdx.x, split = blockIdx.y; // CTA = RB row blocks
+    if constexpr (CL)
+        cl_started(); // this CTA's shared memory may take the others' partials
     const uint32_t cpw = a.kc / (32 * NW);              // chunks per warp, a multiple of U
     const size_t k0 = (size_t)split * a.kc + (size_t)warp * cpw * 32 + t * 8;
 
@@ -244,28 +246,27 @@ __global__ void __launch_bounds__(NW * 32, (GemvBounds<NW, MINB>::min_blocks))
         return;
     }
     if constexpr (CL) {
-        // Cluster rank = split (cluster dims 1 x ks); every output is the sum
-        // of the ks partials in split order, as in the global path.
-        __shared__ float cpart[ROWS * MTOK];
+        // Cluster rank = split (cluster dims 1 x ks, ks <= 16); the partials
+        // meet by push (pjdev.cuh), each output summed in split order as in
+        // the global path.
+        __shared__ float recv[ROWS * MTOK + 16];
+        const uint32_t ks = a.ks, rank = cg::this_cluster().block_rank();
+        const uint32_t per = (nout + ks - 1) / ks;
+        cl_all_started();
         for (uint32_t idx = threadIdx.x; idx < nout; idx += NW * 32)
-            cpart[idx] = warp_sum(idx);
-        cg::cluster_group cluster = cg::this_cluster();
-        cluster.sync();
-        // Outputs are dealt to the ranks in CTA-sized chunks, so at m = 16..32
-        // several CTAs sum at once; each output still in split order.
-        for (uint32_t idx = cluster.block_rank() * NW * 32 + threadIdx.x; idx < nout;
-             idx += a.ks * NW * 32) {
+            cl_push(recv, idx, per, rank, warp_sum(idx));
+        cl_sync();
+        for (uint32_t lp = threadIdx.x; lp < per; lp += NW * 32) {
+            const uint32_t idx = rank * per + lp;
             const uint32_t row = idx % ROWS, tok = idx / ROWS;
             const uint32_t grow = cb * ROWS + row;
-            if (grow >= a.n || tok >= a.m)
+            if (idx >= nout || grow >= a.n || tok >= a.m)
                 continue;
             float s = 0.f;
-#pragma unroll 4
-            for (uint32_t j = 0; j < a.ks; j++)
-                s += cluster.map_shared_rank(cpart, j)[idx];
+            for (uint32_t j = 0; j < ks; j++)
+                s += recv[j * per + lp];
             a.y[(size_t)tok * a.ldy + grow] = f2bf(s);
         }
-        cluster.sync(); // every CTA's shared memory stays until rank 0 has read it
     } else {
         for (uint32_t idx = threadIdx.x; idx < nout; idx += NW * 32)
             a.ws[pbase + (size_t)split * nout + idx] = warp_sum(idx);

@@ -177,6 +177,8 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
 #define GZ_KC    (tail ? a.kc / a.ts : a.kc)
 #define GZ_SLOT  (tail ? tix / a.ts : blockIdx.x)
     const uint32_t rb0 = GZ_GRP * NB, split = GZ_SPLIT;
+    if constexpr (CL)
+        cl_started(); // this CTA's shared memory may take the others' partials
     const bool streamer = warp < nstream;
     const uint32_t q = warp / NW, wq = warp % NW;
     const uint32_t tpw = GZ_KC / (64 * NW); // tiles per warp, a multiple of U
@@ -587,21 +589,21 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
 
     if constexpr (CL) {
         // Every rank holds the same row blocks' exception lists (its own
-        // exception warp built them), so any rank can finish any output.
-        __shared__ float cpart[4 * 16 * MTOK]; // NB <= 4
+        // exception warp built them), so any rank can finish any output: the
+        // partials meet by push (pjdev.cuh) at the output's owner.
+        __shared__ float recv[4 * 16 * MTOK + 16]; // NB <= 4, ks <= 16
+        const uint32_t ks = GZ_KS, rank = cg::this_cluster().block_rank();
+        const uint32_t per = (nout + ks - 1) / ks;
+        cl_all_started();
         for (uint32_t idx = threadIdx.x; idx < nout; idx += NT)
-            cpart[idx] = warp_sum(idx);
-        cg::cluster_group cluster = cg::this_cluster();
-        cluster.sync();
-        for (uint32_t idx = cluster.block_rank() * NT + threadIdx.x; idx < nout;
-             idx += GZ_KS * NT) {
+            cl_push(recv, idx, per, rank, warp_sum(idx));
+        cl_sync();
+        for (uint32_t lp = threadIdx.x; lp < per && rank * per + lp < nout; lp += NT) {
             float s = 0.f;
-#pragma unroll 4
-            for (uint32_t j = 0; j < GZ_KS; j++)
-                s += cluster.map_shared_rank(cpart, j)[idx];
-            finish(s, idx);
+            for (uint32_t j = 0; j < ks; j++)
+                s += recv[j * per + lp];
+            finish(s, rank * per + lp);
         }
-        cluster.sync(); // keep every rank's partials until all have been read
         return;
     }
     if (GZ_KS == 1) {

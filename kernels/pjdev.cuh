@@ -98,6 +98,49 @@ __device__ __forceinline__ void nbar_arrive(uint32_t id, uint32_t n)
 {
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
 }
+// The split-K partials of a thread-block cluster (cl = 1) meet by push:
+// outputs 0 .. n - 1 are dealt to the ks ranks in contiguous pieces of
+// per = ceil(n / ks), and every rank stores its partial of output i into the
+// owner's slot recv[rank * per + i % per] (remote stores do not wait for
+// their answer, where the remote loads of a pull made a chain of latencies
+// and kept every rank's shared memory alive for a second barrier). The
+// owner then sums its outputs' ks slots in rank order after one cluster
+// barrier, the order the pull used: the bits do not change. recv holds
+// ks * per <= n + ks - 1 elements. A remote CTA's shared memory may only be
+// written once that CTA runs: cl_started() early in the kernel,
+// cl_all_started() before the first push (by then it costs nothing).
+__device__ __forceinline__ void cl_started()
+{
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cl_all_started()
+{
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+}
+// The whole barrier: shared-memory writes before it (remote ones
+// included) are seen by every rank after it.
+__device__ __forceinline__ void cl_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+template <typename T>
+__device__ __forceinline__ void cl_push(T *recv, uint32_t i, uint32_t per, uint32_t rank, T v)
+{
+    const uint32_t own = i / per;
+    uint32_t local = (uint32_t)__cvta_generic_to_shared(recv + rank * per + (i - own * per)), remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(own));
+    if constexpr (sizeof(T) == 4) {
+        asm volatile("st.shared::cluster.b32 [%0], %1;" ::"r"(remote), "r"(__float_as_uint(v))
+                     : "memory");
+    } else {
+        static_assert(sizeof(T) == 16, "float or float4");
+        asm volatile("st.shared::cluster.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(remote),
+                     "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)),
+                     "r"(__float_as_uint(v.z)), "r"(__float_as_uint(v.w))
+                     : "memory");
+    }
+}
 __device__ __forceinline__ void sts32(uint32_t saddr, uint32_t v)
 {
     asm volatile("st.shared.u32 [%0], %1;" ::"r"(saddr), "r"(v) : "memory");

@@ -188,14 +188,28 @@ __device__ __forceinline__ void tg_ep_wg(float *ep, const float *d, int r, int t
                    d[4 * j + 3]);
 }
 
+// The CL forms' landing area for the other ranks' partials (pjdev.cuh's
+// push): BM x BN floats as float4 groups, plus up to ks - 1 <= 15 groups of
+// the last piece's rounding. It lies past everything else the kernel uses,
+// so a rank may push while its neighbours are still in their main loops.
+static __host__ __device__ constexpr size_t tg_recv_bytes(int bm, int bn)
+{
+    return (size_t)bm * bn * 4 + 16 * 16;
+}
+static __host__ __device__ constexpr size_t tg_al16(size_t v)
+{
+    return (v + 15) & ~(size_t)15;
+}
+
 // The epilogue of both tiled kernels: ep = the CTA's fp32 [token][row]
 // tile (row stride EPI_LD), complete in shared memory (the caller's
 // barrier). ks == 1: converted and stored; ks > 1: summed over the ks CTAs
-// of the tile in rank order through distributed shared memory (CL) or by
-// red.add into the workspace, the last CTA storing and re-zeroing.
+// of the tile in rank order, pushed through distributed shared memory to
+// the rank that owns each output (CL; recv = tg_recv_bytes), or by red.add
+// into the workspace, the last CTA storing and re-zeroing.
 template <int BM, int BN, int THREADS, int EPI_LD, int CL>
-__device__ __forceinline__ void tg_epilogue(const TgemmArgs &a, const float *ep, uint32_t tok0,
-                                            uint32_t row0, int tid, int *s_last)
+__device__ __forceinline__ void tg_epilogue(const TgemmArgs &a, const float *ep, float4 *recv,
+                                            uint32_t tok0, uint32_t row0, int tid, int *s_last)
 {
     constexpr int R4 = BM / 4; // 4-row groups per token row
     const bool vec_y = ((a.ldy & 3) == 0) && ((((uintptr_t)a.y) & 7) == 0);
@@ -232,25 +246,31 @@ __device__ __forceinline__ void tg_epilogue(const TgemmArgs &a, const float *ep,
         return;
     }
     if constexpr (CL) {
-        // Cluster dims 1 x 1 x ks: the rank is the split.
-        cg::cluster_group cluster = cg::this_cluster();
-        cluster.sync();
-        const int ks = (int)a.ks;
-        each_out((int)cluster.block_rank() * THREADS + tid, ks * THREADS,
-                 [&](int tl, int rl, uint32_t tk, uint32_t r) {
-                     float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 4
-                     for (int j = 0; j < ks; j++) {
-                         const float4 v =
-                             *(const float4 *)(cluster.map_shared_rank(ep, j) + tl * EPI_LD + rl);
-                         s.x += v.x;
-                         s.y += v.y;
-                         s.z += v.z;
-                         s.w += v.w;
-                     }
-                     store_y(tk, r, s.x, s.y, s.z, s.w);
-                 });
-        cluster.sync(); // every tile stays until all ranks have read it
+        // Cluster dims 1 x 1 x ks: the rank is the split. Every 4-row group
+        // of the tile (inside y or not: the owner skips those outside) is
+        // pushed to its owner, which sums the ks partials in rank order.
+        constexpr uint32_t NG = BN * R4;
+        const uint32_t ks = a.ks, rank = cg::this_cluster().block_rank();
+        const uint32_t per = (NG + ks - 1) / ks;
+        cl_all_started();
+        for (uint32_t c = tid; c < NG; c += THREADS)
+            cl_push(recv, c, per, rank, *(const float4 *)(ep + (c / R4) * EPI_LD + (c % R4) * 4));
+        cl_sync();
+        for (uint32_t lp = tid; lp < per && rank * per + lp < NG; lp += THREADS) {
+            const uint32_t c = rank * per + lp, tl = c / R4, rl = (c % R4) * 4;
+            const uint32_t tk = tok0 + tl, r = row0 + rl;
+            if (tk >= a.m || r >= a.n)
+                continue;
+            float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+            for (uint32_t j = 0; j < ks; j++) {
+                const float4 v = recv[j * per + lp];
+                s.x += v.x;
+                s.y += v.y;
+                s.z += v.z;
+                s.w += v.w;
+            }
+            store_y(tk, r, s.x, s.y, s.z, s.w);
+        }
     } else {
         each_out(tid, THREADS, [&](int tl, int rl, uint32_t tk, uint32_t r) {
             const float4 v = *(const float4 *)(ep + tl * EPI_LD + rl);
@@ -279,6 +299,8 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
     const uint32_t tok0 = blockIdx.x * BN, row0 = blockIdx.y * BM;
     const size_t kbeg = (size_t)blockIdx.z * a.kc;
     const int nk = (int)(a.kc / TG_BK);
+    if constexpr (CL)
+        cl_started(); // this CTA's landing area may take the others' partials
     // MODE 4: one mbarrier per stage counts the weight bytes TMA delivers.
     constexpr bool TMA = MODE == 4;
     __shared__ __align__(8) uint64_t s_bar[TMA ? STAGES : 1];
@@ -537,7 +559,8 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
     } // MODE != 2
     __syncthreads();
 
-    tg_epilogue<BM, BN, C::threads, C::epi_ld, CL>(a, ep, tok0, row0, tid, &s_last);
+    tg_epilogue<BM, BN, C::threads, C::epi_ld, CL>(
+        a, ep, (float4 *)(smb + tg_al16(C::smem + C::zt_bytes)), tok0, row0, tid, &s_last);
 }
 
 // The z12 tiled GEMM, warp-specialised (MODE 6, knob pipe = 6): 64 weight
@@ -575,6 +598,8 @@ __global__ void __launch_bounds__(256) tgemm_zws_kernel(const __grid_constant__ 
     const uint32_t tok0 = blockIdx.x * BN, row0 = blockIdx.y * BM;
     const size_t kbeg = (size_t)blockIdx.z * a.kc;
     const int nk = (int)(a.kc / TG_BK);
+    if constexpr (CL)
+        cl_started(); // this CTA's landing area may take the others' partials
     const uint32_t sm0 = (smem_u32(sm) + 1023u) & ~1023u;
     unsigned char *const smb = sm + (sm0 - smem_u32(sm));
     const uint32_t kt0 = (uint32_t)(kbeg / TG_BK), rb0 = row0 / 16;
@@ -677,7 +702,9 @@ __global__ void __launch_bounds__(256) tgemm_zws_kernel(const __grid_constant__ 
     if (warp >= 4)
         tg_ep_wg<BN, EPI_LD>(ep, d, (warp - 4) * 16 + (lane >> 2), 0, lane & 3);
     __syncthreads();
-    tg_epilogue<BM, BN, THREADS, EPI_LD, CL>(a, ep, tok0, row0, tid, &s_last);
+    tg_epilogue<BM, BN, THREADS, EPI_LD, CL>(
+        a, ep, (float4 *)(smb + tg_al16(SMEM + TgZExc<C::NBK>::smem_bytes)), tok0, row0, tid,
+        &s_last);
 }
 
 // Tile configurations (index = the "tile" knob), listed once: index, BM
@@ -776,12 +803,18 @@ static size_t tg_zws_smem_of(int tile)
     return 0;
 }
 
-size_t tgemm_smem(int tile, int dual, int mode)
+size_t tgemm_smem(int tile, int dual, int mode, int cl)
 {
-    if (mode == 6)
-        return tg_zws_smem_of(tile);
+    if (tile < 0 || tile >= PJ_TGEMM_NTILES)
+        return 0;
+    // The cluster forms' landing area follows the rest (tg_recv_bytes).
+    const size_t recv = cl ? tg_recv_bytes(tgemm_geom[tile].bm, tgemm_geom[tile].bn) : 0;
+    if (mode == 6) {
+        const size_t z = tg_zws_smem_of(tile);
+        return z ? tg_al16(z) + recv : 0;
+    }
     // The wgmma form aligns its stages to 1024 bytes inside the allocation.
     const size_t base =
         mode == 5 ? tg_smem<0, 1>(tile) : (dual ? tg_smem<1, 0>(tile) : tg_smem<0, 0>(tile));
-    return base + (mode >= 2 ? 1024 : 0);
+    return tg_al16(base) + recv + (mode >= 2 ? 1024 : 0);
 }
