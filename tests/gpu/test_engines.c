@@ -570,6 +570,34 @@ static void part_b(pj_chk_ctx *c)
         if (first_refused == 2)
             fail_line("o m=128: cuBLASLt offered no candidate");
     }
+    {
+        /* K = 3072 takes 3, 6 and 12 splits, so a cluster's outputs do not
+         * deal evenly to its ranks (the last piece is shorter): the push
+         * reduction's rounding, which the reference shapes (ks a power of
+         * two) never reach. */
+        pj_chk_layer k3, r3;
+        pj_eng_ws w3, wr3;
+        if (pj_chk_layer_make(&k3, "k3072", 1024, 3072, PJ_FMT_Z12, 4646, err, sizeof err) ||
+            pj_eng_ws_init(&k3.L, 256, c->s, &w3, err, sizeof err) ||
+            pj_chk_layer_make(&r3, "rt-k3072", 256, 3072, PJ_FMT_SPLIT, 4747, err, sizeof err) ||
+            pj_eng_ws_init(&r3.L, 256, c->s, &wr3, err, sizeof err)) {
+            fail_line("K = 3072 layers: %s", err);
+        } else {
+            static const uint8_t ks3[] = {3, 6, 12};
+            static const uint32_t m3[] = {1, 13, 32};
+            static const uint32_t m3t[] = {13, 100, 256};
+            sweep_variants(c, &k3, &w3, PJ_ENG_GEMVZ, m3, quick ? 1 : 3, ks3, 3);
+            sweep_variants(c, &k3, &w3, PJ_ENG_GEMV, m3, quick ? 1 : 3, ks3, 3);
+            sweep_variants(c, &k3, &w3, PJ_ENG_SPLITK, m3t, quick ? 1 : 3, ks3, 3);
+            sweep_variants(c, &r3, &wr3, PJ_ENG_ROUTER, m3, quick ? 1 : 3, ks3, 3);
+            sweep_variants(c, &r3, &wr3, PJ_ENG_ROUTER, m3t, quick ? 1 : 3, ks3, 3);
+            c->cur = NULL;
+            pj_eng_ws_free(&w3);
+            pj_eng_ws_free(&wr3);
+            pj_chk_layer_free(&k3);
+            pj_chk_layer_free(&r3);
+        }
+    }
     pj_eng_ws_free(&wo);
     pj_eng_ws_free(&wu);
     pj_eng_ws_free(&wr);
