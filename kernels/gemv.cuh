@@ -15,8 +15,8 @@
 // memory. Cross-warp sums go through shared memory in warp order; across
 // CTAs (ks > 1) the last CTA to arrive sums the partials in split order, or
 // (CL = 1) the ks CTAs of one cluster push them to the output's owner
-// through distributed shared memory, which sums them in the same order. Both orders are fixed: the result is
-// deterministic.
+// through distributed shared memory, which sums them in the same order.
+// Both orders are fixed: the result is deterministic.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -55,9 +55,9 @@ __global__ void __launch_bounds__(NW * 32, (GemvBounds<NW, MINB>::min_blocks))
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const uint32_t cb = blockIdx.x, split = blockIdx.y; // CTA = RB row blocks
+    const uint32_t cpw = a.kc / (32 * NW);              // chunks per warp, a multiple of U
     if constexpr (CL)
         cl_started(); // this CTA's shared memory may take the others' partials
-    const uint32_t cpw = a.kc / (32 * NW);              // chunks per warp, a multiple of U
     const size_t k0 = (size_t)split * a.kc + (size_t)warp * cpw * 32 + t * 8;
 
     const uint16_t *pa[RB], *pb[RB], *pc[RB], *pd[RB];

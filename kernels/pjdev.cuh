@@ -122,13 +122,15 @@ __device__ __forceinline__ void cl_all_started()
 __device__ __forceinline__ void cl_sync()
 {
     asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
-                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+                 "barrier.cluster.wait.acquire.aligned;" ::
+                     : "memory");
 }
 template <typename T>
 __device__ __forceinline__ void cl_push(T *recv, uint32_t i, uint32_t per, uint32_t rank, T v)
 {
     const uint32_t own = i / per;
-    uint32_t local = (uint32_t)__cvta_generic_to_shared(recv + rank * per + (i - own * per)), remote;
+    const uint32_t local = (uint32_t)__cvta_generic_to_shared(recv + rank * per + (i - own * per));
+    uint32_t remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(own));
     if constexpr (sizeof(T) == 4) {
         asm volatile("st.shared::cluster.b32 [%0], %1;" ::"r"(remote), "r"(__float_as_uint(v))
