@@ -44,7 +44,7 @@ static const knob_def knob_defs[] = {
     {"xs", offsetof(pj_eng_knobs, xs), 4, EB(PJ_ENG_GEMVZ)},
     {"r", offsetof(pj_eng_knobs, r), 4, EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER)},
     {"tile", offsetof(pj_eng_knobs, tile), 15, EB(PJ_ENG_SPLITK) | EB(PJ_ENG_ROUTER)},
-    {"algo", offsetof(pj_eng_knobs, algo), 49, EB(PJ_ENG_CUBLAS)},
+    {"algo", offsetof(pj_eng_knobs, algo), PJ_ENG_CUBLAS_MAX_ALGO, EB(PJ_ENG_CUBLAS)},
     {"rb", offsetof(pj_eng_knobs, rb), 4, EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ)},
     {"cl", offsetof(pj_eng_knobs, cl), 1,
      EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER) | EB(PJ_ENG_SPLITK)},

@@ -34,6 +34,10 @@ typedef enum pj_eng_kind {
     PJ_ENG_COUNT = 5,
 } pj_eng_kind;
 
+/* The cublas engine's last algo: 0 and 1 (the baseline's two), then up to
+ * PJ_ENG_CUBLAS_MAX_ALGO - 1 cuBLASLt candidates (pj_eng_knobs.algo). */
+#define PJ_ENG_CUBLAS_MAX_ALGO 49
+
 /* Knobs of every engine in one struct; each engine reads the ones it has.
  * nw, ks, u and r must be >= 1 where the engine reads them. */
 typedef struct pj_eng_knobs {

@@ -172,12 +172,22 @@ static unsigned elementwise_blocks(uint32_t m, uint32_t n)
 // 1 + PJ_LT_CANDS): the heuristic's list (up to PJ_LT_HEUR), not only its
 // first choice, then each of those with K split 2, 4, 8 or 16 ways.
 #define PJ_LT_HEUR  8
-#define PJ_LT_CANDS 48
+#define PJ_LT_CANDS (PJ_ENG_CUBLAS_MAX_ALGO - 1)
+
+// What a cuBLASLt plan and its candidate list depend on: y (n outputs x m
+// tokens) = x W^T for W of n rows of k, and the three leading dimensions.
+struct LtShape {
+    uint32_t n, m, k;
+    size_t ldw, ldx, ldy;
+    bool operator==(const LtShape &o) const
+    {
+        return n == o.n && m == o.m && k == o.k && ldw == o.ldw && ldx == o.ldx && ldy == o.ldy;
+    }
+};
 
 struct LtPlan {
     int used;
-    uint32_t n, m, k;
-    size_t ldw, ldx, ldy;
+    LtShape sh;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t A, B, C;
     cublasLtMatmulAlgo_t algo;
@@ -209,26 +219,20 @@ static void lt_plan_free(LtPlan *p)
 
 // A plan's descriptors for y (n x m, column-major: token-major rows) = W^T x
 // in bf16 with fp32 accumulation; no algorithm yet.
-static int lt_plan_init(LtPlan *p, uint32_t n, uint32_t m, uint32_t k, size_t ldw, size_t ldx,
-                        size_t ldy)
+static int lt_plan_init(LtPlan *p, const LtShape &sh)
 {
     memset(p, 0, sizeof *p);
     p->ncand = -1;
-    p->n = n;
-    p->m = m;
-    p->k = k;
-    p->ldw = ldw;
-    p->ldx = ldx;
-    p->ldy = ldy;
+    p->sh = sh;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
         return -EIO;
     p->used = 1;
     cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
     cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-    cublasLtMatrixLayoutCreate(&p->A, CUDA_R_16BF, k, n, ldw);
-    cublasLtMatrixLayoutCreate(&p->B, CUDA_R_16BF, k, m, ldx);
-    cublasLtMatrixLayoutCreate(&p->C, CUDA_R_16BF, n, m, ldy);
+    cublasLtMatrixLayoutCreate(&p->A, CUDA_R_16BF, sh.k, sh.n, sh.ldw);
+    cublasLtMatrixLayoutCreate(&p->B, CUDA_R_16BF, sh.k, sh.m, sh.ldx);
+    cublasLtMatrixLayoutCreate(&p->C, CUDA_R_16BF, sh.n, sh.m, sh.ldy);
     return 0;
 }
 
@@ -1018,11 +1022,10 @@ static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
 // outside a captured graph, and asking costs a heuristic query and up to
 // 32 configuration checks. The lock also keeps the shared handle to one
 // caller at a time.
-static int lt_cand_count(uint32_t n, uint32_t m, uint32_t k, size_t ldw, size_t ldx, size_t ldy)
+static int lt_cand_count(const LtShape &sh)
 {
     struct Known {
-        uint32_t n, m, k;
-        size_t ldw, ldx, ldy;
+        LtShape sh;
         int count;
     };
     static std::mutex mu;
@@ -1031,11 +1034,9 @@ static int lt_cand_count(uint32_t n, uint32_t m, uint32_t k, size_t ldw, size_t 
     static Known known[PJ_LT_PLANS];
     static int n_known, next_known;
     std::lock_guard<std::mutex> hold(mu);
-    for (int i = 0; i < n_known; i++) {
-        const Known &q = known[i];
-        if (q.n == n && q.m == m && q.k == k && q.ldw == ldw && q.ldx == ldx && q.ldy == ldy)
-            return q.count;
-    }
+    for (int i = 0; i < n_known; i++)
+        if (known[i].sh == sh)
+            return known[i].count;
     if (!lt_tried) {
         lt_tried = true;
         if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS)
@@ -1044,13 +1045,13 @@ static int lt_cand_count(uint32_t n, uint32_t m, uint32_t k, size_t ldw, size_t 
     if (!lt)
         return -1;
     LtPlan p;
-    if (lt_plan_init(&p, n, m, k, ldw, ldx, ldy)) {
+    if (lt_plan_init(&p, sh)) {
         lt_plan_free(&p);
         return -1;
     }
     const int nc = lt_cands(lt, &p);
     lt_plan_free(&p);
-    known[next_known] = Known{n, m, k, ldw, ldx, ldy, nc};
+    known[next_known] = Known{sh, nc};
     next_known = (next_known + 1) % PJ_LT_PLANS;
     if (n_known < PJ_LT_PLANS)
         n_known++;
@@ -1078,7 +1079,7 @@ static int cublas_check(const pj_eng_knobs *kn, const pj_eng_call *c, char *why,
                     "algo=%u (a cuBLASLt candidate) needs x, W and y 16-byte aligned with ld %% 8 "
                     "== 0",
                     kn->algo);
-    const int nc = lt_cand_count(c->n, c->m, L->K, L->ldw, c->ldx, c->ldy);
+    const int nc = lt_cand_count(LtShape{c->n, c->m, L->K, L->ldw, c->ldx, c->ldy});
     if (nc < 0)
         return fail(why, whylen, -EIO, "algo=%u: cuBLASLt could not be asked for candidates",
                     kn->algo);
@@ -1381,19 +1382,17 @@ static int tgemm_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, 
 }
 
 // The Lt plan for this shape, made on first use (heuristic, first result).
-static LtPlan *lt_plan(pj_eng_stream *es, uint32_t n, uint32_t m, uint32_t k, size_t ldw,
-                       size_t ldx, size_t ldy)
+static LtPlan *lt_plan(pj_eng_stream *es, const LtShape &sh)
 {
     for (int i = 0; i < PJ_LT_PLANS; i++) {
         LtPlan *p = &es->plans[i];
-        if (p->used && p->n == n && p->m == m && p->k == k && p->ldw == ldw && p->ldx == ldx &&
-            p->ldy == ldy)
+        if (p->used && p->sh == sh)
             return p->ok ? p : nullptr;
     }
     LtPlan *p = &es->plans[es->next_plan];
     es->next_plan = (es->next_plan + 1) % PJ_LT_PLANS;
     lt_plan_free(p);
-    if (lt_plan_init(p, n, m, k, ldw, ldx, ldy))
+    if (lt_plan_init(p, sh))
         return nullptr;
     cublasLtMatmulPreference_t pref;
     cublasLtMatmulPreferenceCreate(&pref);
@@ -1421,7 +1420,7 @@ static int cublas_gemm(pj_eng_stream *es, int algo, const uint16_t *w, size_t ld
 {
     const float alpha = 1.f;
     if (algo >= 1 && !yf32) {
-        LtPlan *p = lt_plan(es, n, m, k, ldw, ldx, ldy);
+        LtPlan *p = lt_plan(es, LtShape{n, m, k, ldw, ldx, ldy});
         const cublasLtMatmulAlgo_t *a = nullptr;
         if (p && algo == 1)
             a = &p->algo;

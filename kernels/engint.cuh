@@ -11,6 +11,13 @@
 #include "kernels/engine.h"
 #include "kernels/zfmt.h"
 
+// v rounded up to a multiple of 16: the offsets of the kernels' shared-memory
+// layouts (16-byte copies and vector stores).
+static __host__ __device__ constexpr size_t al16(size_t v)
+{
+    return (v + 15) & ~(size_t)15;
+}
+
 // Shared-memory exception capacity of a gemvz CTA (entries); a CTA whose
 // row blocks hold more reads them from global memory at the end instead.
 #define PJ_GEMVZ_ECAP 128

@@ -250,23 +250,13 @@ __global__ void __launch_bounds__(NW * 32, (GemvBounds<NW, MINB>::min_blocks))
         // meet by push (pjdev.cuh), each output summed in split order as in
         // the global path.
         __shared__ float recv[ROWS * MTOK + 16];
-        const uint32_t ks = a.ks, rank = cg::this_cluster().block_rank();
-        const uint32_t per = (nout + ks - 1) / ks;
-        cl_all_started();
-        for (uint32_t idx = threadIdx.x; idx < nout; idx += NW * 32)
-            cl_push(recv, idx, per, rank, warp_sum(idx));
-        cl_sync();
-        for (uint32_t lp = threadIdx.x; lp < per; lp += NW * 32) {
-            const uint32_t idx = rank * per + lp;
-            const uint32_t row = idx % ROWS, tok = idx / ROWS;
-            const uint32_t grow = cb * ROWS + row;
-            if (idx >= nout || grow >= a.n || tok >= a.m)
-                continue;
-            float s = 0.f;
-            for (uint32_t j = 0; j < ks; j++)
-                s += recv[j * per + lp];
-            a.y[(size_t)tok * a.ldy + grow] = f2bf(s);
-        }
+        cl_reduce(recv, nout, a.ks, cg::this_cluster().block_rank(), threadIdx.x, NW * 32, warp_sum,
+                  [&](uint32_t idx, float s) {
+                      const uint32_t row = idx % ROWS, tok = idx / ROWS;
+                      const uint32_t grow = cb * ROWS + row;
+                      if (grow < a.n && tok < a.m)
+                          a.y[(size_t)tok * a.ldy + grow] = f2bf(s);
+                  });
     } else {
         for (uint32_t idx = threadIdx.x; idx < nout; idx += NW * 32)
             a.ws[pbase + (size_t)split * nout + idx] = warp_sum(idx);

@@ -43,11 +43,6 @@
 
 namespace cg = cooperative_groups;
 
-static __host__ __device__ inline size_t al16(size_t v)
-{
-    return (v + 15) & ~(size_t)15;
-}
-
 struct GemvzSmem {
     size_t ring, xs, red, e_rk, e_c1, e_c2, e_x, rowst, bnd, flags, total;
 };
@@ -592,18 +587,8 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
         // exception warp built them), so any rank can finish any output: the
         // partials meet by push (pjdev.cuh) at the output's owner.
         __shared__ float recv[4 * 16 * MTOK + 16]; // NB <= 4, ks <= 16
-        const uint32_t ks = GZ_KS, rank = cg::this_cluster().block_rank();
-        const uint32_t per = (nout + ks - 1) / ks;
-        cl_all_started();
-        for (uint32_t idx = threadIdx.x; idx < nout; idx += NT)
-            cl_push(recv, idx, per, rank, warp_sum(idx));
-        cl_sync();
-        for (uint32_t lp = threadIdx.x; lp < per && rank * per + lp < nout; lp += NT) {
-            float s = 0.f;
-            for (uint32_t j = 0; j < ks; j++)
-                s += recv[j * per + lp];
-            finish(s, rank * per + lp);
-        }
+        cl_reduce(recv, nout, GZ_KS, cg::this_cluster().block_rank(), threadIdx.x, NT, warp_sum,
+                  [&](uint32_t idx, float s) { finish(s, idx); });
         return;
     }
     if (GZ_KS == 1) {

@@ -143,6 +143,38 @@ __device__ __forceinline__ void cl_push(T *recv, uint32_t i, uint32_t per, uint3
                      : "memory");
     }
 }
+__device__ __forceinline__ void cl_add(float &s, float v)
+{
+    s += v;
+}
+__device__ __forceinline__ void cl_add(float4 &s, const float4 &v)
+{
+    s.x += v.x;
+    s.y += v.y;
+    s.z += v.z;
+    s.w += v.w;
+}
+// The whole exchange for n outputs over a cluster of ks ranks, by this CTA's
+// thread tid of nthreads: part(i) is this rank's partial of output i,
+// done(i, s) gets the sum of an output this rank owns, summed from zero in
+// rank order. recv: ks * ceil(n / ks) elements of this CTA's shared memory
+// that nothing else uses from the kernel's start (cl_started) on.
+template <typename T, typename Part, typename Done>
+__device__ __forceinline__ void cl_reduce(T *recv, uint32_t n, uint32_t ks, uint32_t rank,
+                                          uint32_t tid, uint32_t nthreads, Part part, Done done)
+{
+    const uint32_t per = (n + ks - 1) / ks;
+    cl_all_started();
+    for (uint32_t i = tid; i < n; i += nthreads)
+        cl_push(recv, i, per, rank, part(i));
+    cl_sync();
+    for (uint32_t lp = tid; lp < per && rank * per + lp < n; lp += nthreads) {
+        T s{};
+        for (uint32_t j = 0; j < ks; j++)
+            cl_add(s, recv[j * per + lp]);
+        done(rank * per + lp, s);
+    }
+}
 __device__ __forceinline__ void sts32(uint32_t saddr, uint32_t v)
 {
     asm volatile("st.shared.u32 [%0], %1;" ::"r"(saddr), "r"(v) : "memory");

@@ -519,7 +519,7 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
     /* cuBLAS: the two baseline algorithms, then the candidates of the
      * cuBLASLt heuristic's list and its split-K forms (algo 2..49; the
      * checker drops those past the list's end). */
-    for (int a = 0; a < 50; a++) {
+    for (int a = 0; a <= PJ_ENG_CUBLAS_MAX_ALGO; a++) {
         memset(&kn, 0, sizeof kn);
         kn.algo = (uint8_t)a;
         ADD(PJ_ENG_CUBLAS);

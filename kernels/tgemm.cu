@@ -196,10 +196,6 @@ static __host__ __device__ constexpr size_t tg_recv_bytes(int bm, int bn)
 {
     return (size_t)bm * bn * 4 + 16 * 16;
 }
-static __host__ __device__ constexpr size_t tg_al16(size_t v)
-{
-    return (v + 15) & ~(size_t)15;
-}
 
 // The epilogue of both tiled kernels: ep = the CTA's fp32 [token][row]
 // tile (row stride EPI_LD), complete in shared memory (the caller's
@@ -249,28 +245,15 @@ __device__ __forceinline__ void tg_epilogue(const TgemmArgs &a, const float *ep,
         // Cluster dims 1 x 1 x ks: the rank is the split. Every 4-row group
         // of the tile (inside y or not: the owner skips those outside) is
         // pushed to its owner, which sums the ks partials in rank order.
-        constexpr uint32_t NG = BN * R4;
-        const uint32_t ks = a.ks, rank = cg::this_cluster().block_rank();
-        const uint32_t per = (NG + ks - 1) / ks;
-        cl_all_started();
-        for (uint32_t c = tid; c < NG; c += THREADS)
-            cl_push(recv, c, per, rank, *(const float4 *)(ep + (c / R4) * EPI_LD + (c % R4) * 4));
-        cl_sync();
-        for (uint32_t lp = tid; lp < per && rank * per + lp < NG; lp += THREADS) {
-            const uint32_t c = rank * per + lp, tl = c / R4, rl = (c % R4) * 4;
-            const uint32_t tk = tok0 + tl, r = row0 + rl;
-            if (tk >= a.m || r >= a.n)
-                continue;
-            float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-            for (uint32_t j = 0; j < ks; j++) {
-                const float4 v = recv[j * per + lp];
-                s.x += v.x;
-                s.y += v.y;
-                s.z += v.z;
-                s.w += v.w;
-            }
-            store_y(tk, r, s.x, s.y, s.z, s.w);
-        }
+        cl_reduce(
+            recv, (uint32_t)(BN * R4), a.ks, cg::this_cluster().block_rank(), (uint32_t)tid,
+            (uint32_t)THREADS,
+            [&](uint32_t c) { return *(const float4 *)(ep + (c / R4) * EPI_LD + (c % R4) * 4); },
+            [&](uint32_t c, float4 s) {
+                const uint32_t tk = tok0 + c / R4, r = row0 + (c % R4) * 4;
+                if (tk < a.m && r < a.n)
+                    store_y(tk, r, s.x, s.y, s.z, s.w);
+            });
     } else {
         each_out(tid, THREADS, [&](int tl, int rl, uint32_t tk, uint32_t r) {
             const float4 v = *(const float4 *)(ep + tl * EPI_LD + rl);
@@ -560,7 +543,7 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
     __syncthreads();
 
     tg_epilogue<BM, BN, C::threads, C::epi_ld, CL>(
-        a, ep, (float4 *)(smb + tg_al16(C::smem + C::zt_bytes)), tok0, row0, tid, &s_last);
+        a, ep, (float4 *)(smb + al16(C::smem + C::zt_bytes)), tok0, row0, tid, &s_last);
 }
 
 // The z12 tiled GEMM, warp-specialised (MODE 6, knob pipe = 6): 64 weight
@@ -703,8 +686,7 @@ __global__ void __launch_bounds__(256) tgemm_zws_kernel(const __grid_constant__ 
         tg_ep_wg<BN, EPI_LD>(ep, d, (warp - 4) * 16 + (lane >> 2), 0, lane & 3);
     __syncthreads();
     tg_epilogue<BM, BN, THREADS, EPI_LD, CL>(
-        a, ep, (float4 *)(smb + tg_al16(SMEM + TgZExc<C::NBK>::smem_bytes)), tok0, row0, tid,
-        &s_last);
+        a, ep, (float4 *)(smb + al16(SMEM + TgZExc<C::NBK>::smem_bytes)), tok0, row0, tid, &s_last);
 }
 
 // Tile configurations (index = the "tile" knob), listed once: index, BM
@@ -811,10 +793,10 @@ size_t tgemm_smem(int tile, int dual, int mode, int cl)
     const size_t recv = cl ? tg_recv_bytes(tgemm_geom[tile].bm, tgemm_geom[tile].bn) : 0;
     if (mode == 6) {
         const size_t z = tg_zws_smem_of(tile);
-        return z ? tg_al16(z) + recv : 0;
+        return z ? al16(z) + recv : 0;
     }
     // The wgmma form aligns its stages to 1024 bytes inside the allocation.
     const size_t base =
         mode == 5 ? tg_smem<0, 1>(tile) : (dual ? tg_smem<1, 0>(tile) : tg_smem<0, 0>(tile));
-    return tg_al16(base) + recv + (mode >= 2 ? 1024 : 0);
+    return al16(base) + recv + (mode >= 2 ? 1024 : 0);
 }

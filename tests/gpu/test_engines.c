@@ -190,7 +190,7 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
             if (k == PJ_ENG_CUBLAS) {
                 /* The baseline algorithms and every candidate of the
                  * cuBLASLt heuristic's list (those past its end refused). */
-                for (int a = 0; a < 50; a++) {
+                for (int a = 0; a <= PJ_ENG_CUBLAS_MAX_ALGO; a++) {
                     memset(&kn, 0, sizeof kn);
                     kn.algo = (uint8_t)a;
                     const unsigned long long before = n_checks;
@@ -550,7 +550,7 @@ static void part_b(pj_chk_ctx *c)
         call.m = 128;
         call.n = o.L.N;
         int first_refused = 0;
-        for (int a = 2; a < 50; a++) {
+        for (int a = 2; a <= PJ_ENG_CUBLAS_MAX_ALGO; a++) {
             kn.algo = (uint8_t)a;
             why[0] = 0;
             const int ra = pj_eng_can_run(PJ_ENG_CUBLAS, &kn, &call, &c->lim, why, sizeof why);
