@@ -497,6 +497,39 @@ static void part_b(pj_chk_ctx *c)
                           kn.pipe, rc, why);
         }
     }
+    {
+        /* The cluster forms keep a landing area for the other ranks'
+         * partials (BM x BN floats) beside the ring: tile 4 (128 x 256,
+         * 144 KB of ring) then no longer fits a CTA, and the checker says
+         * so; the same tile without the cluster still runs. */
+        pj_eng_call call;
+        memset(&call, 0, sizeof call);
+        call.L = &o.L;
+        call.ws = &wo;
+        call.x = c->dx;
+        call.ldx = o.L.K;
+        call.y = c->dy;
+        call.ldy = o.L.N;
+        call.m = 256;
+        call.n = o.L.N;
+        for (int cl = 0; cl < 2; cl++) {
+            pj_eng_knobs kn;
+            memset(&kn, 0, sizeof kn);
+            kn.tile = 4;
+            kn.ks = 4;
+            kn.pipe = 2;
+            kn.cl = (uint8_t)cl;
+            char why[200] = "";
+            const int rc = pj_eng_can_run(PJ_ENG_SPLITK, &kn, &call, &c->lim, why, sizeof why);
+            n_checks++;
+            if (!cl && rc)
+                fail_line("o m=256 tile=4 ks=4 cl=0 refused: %s", why);
+            if (cl && (!rc || !strstr(why, "shared memory")))
+                fail_line("o m=256 tile=4 ks=4 cl=1 gave %d \"%s\", want a refusal naming "
+                          "shared memory",
+                          rc, why);
+        }
+    }
     sweep_variants(c, &o, &wo, PJ_ENG_GEMV, mg, quick ? 2 : 4, ks12, 2);
     static const uint32_t ms2[] = {1, 3, 8, 13, 17, 32};
     sweep_streamed(c, &o, &wo, PJ_ENG_GEMV, ms2, quick ? 3 : 6);
