@@ -7,7 +7,8 @@
 # Usage: bench/run-device.sh [tune|tunenew|table|untuned] [--quick-tests] [--no-tests] [--ncu]
 #   tune     tune, write $OUT/h200.json, benchmark with it (default)
 #   tunenew  re-tune among the table's entries, cuBLAS, gemvz pipe=5 and the
-#            cluster split-K forms (m in $TUNE_M, LO-HI, default all)
+#            cluster split-K forms (m in $TUNE_M, LO-HI, default all; with
+#            TUNE_FULL=1 those shapes get every engine's candidates)
 #   table    benchmark with .devrun/h200.json (else config/tuning/h200.json)
 #   untuned  benchmark the untuned ladder
 #   --ncu    afterwards profile the kernels named in .devrun/ncu.txt (one
@@ -55,6 +56,7 @@ tunenew)
     [ -f .devrun/h200.json ] && t=.devrun/h200.json
     args+=(--table "$t" --tune-new --tune "$OUT/h200.json" --tune-budget "${TUNE_BUDGET:-120}")
     [ -n "${TUNE_M:-}" ] && args+=(--tune-m "$TUNE_M")
+    [ -n "${TUNE_FULL:-}" ] && args+=(--tune-full) # every engine's candidates
     ;;
 table)
     t=config/tuning/h200.json

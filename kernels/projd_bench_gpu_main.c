@@ -307,6 +307,10 @@ typedef struct cand {
  * (cl = 1) at m <= 32, the cluster split-K GEMM above; the rest of the
  * sweep is skipped. */
 static const pj_tune_table *g_old;
+/* --tune-full: with --tune-new, the shapes of --tune-m get the full sweep
+ * (every engine's candidates, the old entry among them) instead of the
+ * short list. */
+static int g_full_sweep;
 
 static const pj_tune_entry *old_entry(const char *layer, uint32_t m)
 {
@@ -530,6 +534,8 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
             kn = oe->knobs;
             ADD(oe->eng);
         }
+        if (g_full_sweep)
+            goto full;
         if (m > 32)
             return add_tiled_cluster(d, cs, n);
         if (m >= 16 && d->fmt != PJ_FMT_SPLIT) /* the router's m <= 32 form is the GEMV */
@@ -538,6 +544,7 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
         n = add_cluster(d, cs, n);
         return n;
     }
+full:
     if (d->fmt != PJ_FMT_SPLIT && m <= 32) {
         static const uint8_t us[] = {1, 2, 4, 8};
         for (int i = 0; i < 3; i++)
@@ -1231,7 +1238,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: projd-bench [--out DIR] [--table FILE] [--tune FILE] [--tune-budget S]\n"
             "                   [--reps N] [--survey] [--commit SHA] [--seed S]\n"
-            "                   [--tune-new [--tune-m LO-HI]] [--one L M E K]\n"
+            "                   [--tune-new [--tune-m LO-HI] [--tune-full]] [--one L M E K]\n"
             "  --out DIR       results directory (bench.json, bench.md, speedups.dat, tune log)\n"
             "  --table FILE    tuned table the dispatcher uses (default: none, untuned ladder)\n"
             "  --tune FILE     tune first, write the table to FILE, benchmark with it\n"
@@ -1242,6 +1249,8 @@ static void usage(void)
             "                  entry, cuBLAS, the GEMV prefetch (pipe=5) and the cluster\n"
             "                  split-K forms (cl=1); keep the rest\n"
             "  --tune-m LO-HI  with --tune-new: re-tune only the shapes with m in LO..HI\n"
+            "  --tune-full     with --tune-new: those shapes get the full sweep of every\n"
+            "                  engine's candidates instead of the short list\n"
             "  --one L M E K   only run engine E (knobs K) on layer L at m = M, plainly,\n"
             "                  for a profiler\n");
     exit(2);
@@ -1292,6 +1301,8 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--tune-new"))
             tune_new = 1;
+        else if (!strcmp(a, "--tune-full"))
+            g_full_sweep = 1;
         else if (!strcmp(a, "--one") && i + 4 < argc) {
             one_layer = argv[i + 1];
             one_m = (uint32_t)atoi(argv[i + 2]);
