@@ -641,12 +641,41 @@ static void knobs_str(pj_eng_kind k, const pj_eng_knobs *kn, char *buf, size_t l
     pj_eng_knobs_str(k, kn, buf, len);
 }
 
+/* Time graph g reps times, each replay alternating with the baseline graph
+ * gb, as the benchmark times ours: what ran just before an op changes its
+ * time (a 256 MB flush leaves part of the previous op's bytes in L2, so an
+ * op that follows one reading the same bytes reads faster; kernels/NOTES.md,
+ * round 16). out gets g's times. */
+static void time_paired(bench *b, cudaGraphExec_t gb, cudaGraphExec_t g, int reps, float *out,
+                        float *scratch)
+{
+    cudaGraphExec_t pair[2] = {gb, g};
+    float *t[2] = {scratch, out};
+    time_graphs(b, pair, 2, reps, t);
+}
+
 /* Tune one shape; returns the entry to write. */
 static void tune_shape(bench *b, int li, uint32_t m, int full, FILE *csv, pj_tune_entry *out)
 {
     static cand cs[MAX_CAND];
     const layer_def *d = &layer_defs[li];
     int nc = gen_candidates(li, m, cs);
+    /* Every candidate is timed beside the GemmEx baseline, as the benchmark
+     * times it (round 16: timed after its own replay or a candidate reading
+     * the same bytes, a z12 GEMV read 10-18 % faster than in the
+     * benchmark). */
+    cudaGraphExec_t g_base;
+    {
+        op_ctx ob;
+        memset(&ob, 0, sizeof ob);
+        make_call(b, li, m, &ob.call);
+        prepare(b, li, m);
+        pj_eng_baseline(0, &ob.call, b->tmp, b->c.es); /* warm: handles */
+        CK(cudaStreamSynchronize(b->c.s));
+        g_base = capture(b, op_baseline, &ob);
+        if (!g_base)
+            die("%s m=%u: cannot capture the baseline", d->name, m);
+    }
     if (!full) { /* out of budget: cuBLAS and each engine's defaults only */
         int keep = 0;
         for (int i = 0; i < nc; i++)
@@ -684,15 +713,14 @@ static void tune_shape(bench *b, int li, uint32_t m, int full, FILE *csv, pj_tun
         c->g = capture(b, op_engine, &o);
         if (!c->g)
             continue;
-        float *t[1] = {tv};
-        time_graphs(b, &c->g, 1, coarse, t);
+        time_paired(b, g_base, c->g, coarse, tv, scr);
         c->us = median(tv, coarse, scr);
         nvalid++;
     }
     qsort(cs, (size_t)nc, sizeof *cs, cand_cmp);
     /* Finalists: the 6 fastest plus the best of every engine (its bf16 and
      * its z12 form apart), both baseline cuBLAS algorithms and the best
-     * cuBLASLt candidate (algo >= 2), re-timed together. */
+     * cuBLASLt candidate (algo >= 2), re-timed, each beside the baseline. */
     int fin[16], nf = 0, lt_in = 0;
     for (int i = 0; i < nc && nf < 6; i++)
         if (cs[i].g)
@@ -720,7 +748,8 @@ static void tune_shape(bench *b, int li, uint32_t m, int full, FILE *csv, pj_tun
         tt[j] = malloc(sizeof(float) * fine);
     }
     float *scr2 = malloc(sizeof(float) * fine);
-    time_graphs(b, gs, nf, fine, tt);
+    for (int j = 0; j < nf; j++)
+        time_paired(b, g_base, gs[j], fine, tt[j], scr2);
     float best_cublas = INFINITY, best_plain = INFINITY, best_z = INFINITY;
     int i_cublas = -1, i_plain = -1, i_z = -1;
     for (int j = 0; j < nf; j++) {
@@ -781,6 +810,7 @@ static void tune_shape(bench *b, int li, uint32_t m, int full, FILE *csv, pj_tun
     for (int i = 0; i < nc; i++)
         if (cs[i].g)
             cudaGraphExecDestroy(cs[i].g);
+    cudaGraphExecDestroy(g_base);
     for (int j = 0; j < nf; j++)
         free(tt[j]);
     free(scr2);
@@ -1233,12 +1263,108 @@ static void run_one(bench *b, const char *layer, uint32_t m, const char *eng, co
         (void)pj_gemvs_trace_dump(); /* prints only in a trace build */
 }
 
+/* --probe FILE: how much an op's time depends on what ran before it.
+ * Each line of FILE is "layer m engine knobs"; the op (ours) and the
+ * GemmEx baseline are timed, 100 replays each way, alone (the op after its
+ * own previous replay, as the tuner times), alternating with each other
+ * (as the benchmark times), and alternating with a decoy that is one more
+ * 256 MB read (so three flushes lie between two replays of the op). If an
+ * op is faster alone than beside a decoy, some of its bytes outlive one
+ * flush in L2 (kernels/NOTES.md, round 16). */
+static int op_decoy(bench *b, void *ctx)
+{
+    (void)ctx;
+    return pj_bk_read(b->c.s, b->flush, FLUSH_BYTES, b->sink, 0, b->c.lim.sm_count);
+}
+
+static void run_probe(bench *b, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        die("--probe %s: %s", path, strerror(errno));
+    enum { R = 100 };
+    float *t0 = malloc(sizeof(float) * R), *t1 = malloc(sizeof(float) * R);
+    float *scr = malloc(sizeof(float) * R);
+    cudaGraphExec_t g_decoy = capture(b, op_decoy, NULL);
+    if (!g_decoy)
+        die("--probe: cannot capture the decoy");
+    char line[512];
+    int ln = 0;
+    printf("\nprobe: medians of %d replays (µs); alone = after its own replay; "
+           "+cublas / +decoy = alternating with the GemmEx baseline / one more flush\n",
+           R);
+    printf("%-9s %4s %-8s %-44s %8s %8s %8s | %8s %8s %8s\n", "layer", "m", "engine", "knobs",
+           "alone", "+cublas", "+decoy", "cublas", "+ours", "+decoy");
+    while (fgets(line, sizeof line, f)) {
+        ln++;
+        char layer[64], eng[32], knobs[256] = "";
+        unsigned m;
+        if (line[0] == '#' || sscanf(line, "%63s %u %31s %255s", layer, &m, eng, knobs) < 3)
+            continue;
+        int li = -1;
+        for (int i = 0; i < NLAYERS; i++)
+            if (!strcmp(layer_defs[i].name, layer))
+                li = i;
+        const int e = pj_eng_from_name(eng);
+        if (li < 0 || e < 0 || m < 1 || m > 256)
+            die("--probe %s:%d: unknown layer or engine, or m outside 1..256", path, ln);
+        op_ctx o, ob;
+        memset(&o, 0, sizeof o);
+        make_call(b, li, m, &o.call);
+        o.k = (pj_eng_kind)e;
+        o.kn = pj_eng_default_knobs(o.k, &b->layers[li].L, m);
+        char err[256];
+        if (knobs[0] && pj_eng_knobs_parse(knobs, &o.kn, err, sizeof err))
+            die("--probe %s:%d: %s", path, ln, err);
+        prepare(b, li, m);
+        if (!validate(b, li, m, o.k, &o.kn, err, sizeof err)) {
+            printf("%-9s %4u %-8s %-44s refused: %s\n", layer, m, eng, knobs, err);
+            continue;
+        }
+        ob = o;
+        ob.base_algo = 0;
+        pj_eng_baseline(0, &ob.call, b->tmp, b->c.es);
+        CK(cudaStreamSynchronize(b->c.s));
+        cudaGraphExec_t g_o = capture(b, op_engine, &o), g_b = capture(b, op_baseline, &ob);
+        if (!g_o || !g_b)
+            die("--probe %s:%d: cannot capture", path, ln);
+        float v[6];
+        float *t[2] = {t0, t1};
+        cudaGraphExec_t g1[1] = {g_o}, g2[2] = {g_b, g_o};
+        time_graphs(b, g1, 1, R, t);
+        v[0] = median(t0, R, scr);
+        time_graphs(b, g2, 2, R, t);
+        v[4] = median(t0, R, scr);
+        v[1] = median(t1, R, scr);
+        g2[0] = g_decoy;
+        time_graphs(b, g2, 2, R, t);
+        v[2] = median(t1, R, scr);
+        g1[0] = g_b;
+        time_graphs(b, g1, 1, R, t);
+        v[3] = median(t0, R, scr);
+        g2[1] = g_b;
+        time_graphs(b, g2, 2, R, t);
+        v[5] = median(t1, R, scr);
+        printf("%-9s %4u %-8s %-44s %8.2f %8.2f %8.2f | %8.2f %8.2f %8.2f\n", layer, m, eng,
+               knobs, v[0], v[1], v[2], v[3], v[4], v[5]);
+        fflush(stdout);
+        cudaGraphExecDestroy(g_o);
+        cudaGraphExecDestroy(g_b);
+    }
+    fclose(f);
+    cudaGraphExecDestroy(g_decoy);
+    free(t0);
+    free(t1);
+    free(scr);
+}
+
 static void usage(void)
 {
     fprintf(stderr,
             "usage: projd-bench [--out DIR] [--table FILE] [--tune FILE] [--tune-budget S]\n"
             "                   [--reps N] [--survey] [--commit SHA] [--seed S]\n"
             "                   [--tune-new [--tune-m LO-HI] [--tune-full]] [--one L M E K]\n"
+            "                   [--probe FILE]\n"
             "  --out DIR       results directory (bench.json, bench.md, speedups.dat, tune log)\n"
             "  --table FILE    tuned table the dispatcher uses (default: none, untuned ladder)\n"
             "  --tune FILE     tune first, write the table to FILE, benchmark with it\n"
@@ -1252,7 +1378,9 @@ static void usage(void)
             "  --tune-full     with --tune-new: those shapes get the full sweep of every\n"
             "                  engine's candidates instead of the short list\n"
             "  --one L M E K   only run engine E (knobs K) on layer L at m = M, plainly,\n"
-            "                  for a profiler\n");
+            "                  for a profiler\n"
+            "  --probe FILE    time each \"layer m engine knobs\" line of FILE alone, beside\n"
+            "                  the cuBLAS baseline and beside one more flush, then exit\n");
     exit(2);
 }
 
@@ -1275,6 +1403,7 @@ int main(int argc, char **argv)
     const char *one_layer = NULL, *one_eng = NULL, *one_knobs = NULL;
     uint32_t one_m = 0;
     int tune_new = 0;
+    const char *probe = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -1303,6 +1432,8 @@ int main(int argc, char **argv)
             tune_new = 1;
         else if (!strcmp(a, "--tune-full"))
             g_full_sweep = 1;
+        else if (!strcmp(a, "--probe") && v)
+            probe = argv[++i];
         else if (!strcmp(a, "--one") && i + 4 < argc) {
             one_layer = argv[i + 1];
             one_m = (uint32_t)atoi(argv[i + 2]);
@@ -1369,6 +1500,10 @@ int main(int argc, char **argv)
     }
     printf("setup: %.1f s\n", now_s() - t0);
 
+    if (probe) {
+        run_probe(b, probe);
+        return 0;
+    }
     if (one_layer) {
         run_one(b, one_layer, one_m, one_eng, one_knobs);
         return 0;
