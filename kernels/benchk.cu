@@ -259,6 +259,14 @@ __global__ void __launch_bounds__(256)
         *sink = acc;
 }
 
+extern "C" int pj_bk_read_carveout(int pct)
+{
+    return cudaFuncSetAttribute(read_stride_kernel<4>,
+                                cudaFuncAttributePreferredSharedMemoryCarveout, pct) == cudaSuccess
+               ? 0
+               : -EINVAL;
+}
+
 extern "C" int pj_bk_read(cudaStream_t s, const void *buf, size_t bytes, unsigned *sink,
                           int variant, int sms)
 {

@@ -78,6 +78,7 @@ typedef struct bench {
     cudaEvent_t *ev;
     int nev;
     int ingraph; /* timing events inside the graphs */
+    int prime;   /* each timed op runs once untimed first (default; --no-prime) */
     FILE *log;
 } bench;
 
@@ -131,7 +132,16 @@ static int op_flush(bench *b, void *ctx);
  * the driver supports it) the graph is [256 MB read, event, op, event]:
  * the op starts right after the flush inside one graph, so no graph-launch
  * latency lands inside the measured interval. Otherwise the graph is the op
- * alone and the flush and events are separate stream work. */
+ * alone and the flush and events are separate stream work.
+ *
+ * Primed (the default): [256 MB read, op, 256 MB read, event, op, event].
+ * An SM keeps the shared-memory / L1 split the previous kernel asked for
+ * through kernels that ask for none (the flush is one), so without the
+ * untimed run the op inherits the split of whatever ran before the flush —
+ * in paired alternation the other side's kernel — and reads 3-30 % slower
+ * or faster for it (kernels/NOTES.md, round 16: cuBLAS on qkv_gate m = 8
+ * 11.8 µs after itself, 15.7 after our z12 GEMV). Primed, every op is timed
+ * in the state it leaves itself, whatever its neighbour. */
 static cudaGraphExec_t capture(bench *b, op_fn fn, void *ctx)
 {
     cudaGraph_t g;
@@ -140,6 +150,11 @@ static cudaGraphExec_t capture(bench *b, op_fn fn, void *ctx)
     int rc = 0;
     if (b->ingraph && fn != op_flush) {
         rc = op_flush(b, NULL);
+        if (!rc && b->prime) {
+            rc = fn(b, ctx);
+            if (!rc)
+                rc = op_flush(b, NULL);
+        }
         if (!rc && cudaEventRecordWithFlags(b->ev[0], b->c.s, cudaEventRecordExternal))
             rc = -EIO;
     }
@@ -188,6 +203,8 @@ static void time_graphs(bench *b, cudaGraphExec_t *g, int nops, int reps, float 
             for (int j = 0; j < nops; j++) {
                 int op = (j + r0 + r) % nops;
                 cudaEvent_t *e = &b->ev[(r * nops + op) * 2];
+                if (b->prime)
+                    CK(cudaGraphLaunch(g[op], b->c.s));
                 CK(cudaGraphLaunch(b->g_flush, b->c.s));
                 CK(cudaEventRecord(e[0], b->c.s));
                 CK(cudaGraphLaunch(g[op], b->c.s));
@@ -641,41 +658,12 @@ static void knobs_str(pj_eng_kind k, const pj_eng_knobs *kn, char *buf, size_t l
     pj_eng_knobs_str(k, kn, buf, len);
 }
 
-/* Time graph g reps times, each replay alternating with the baseline graph
- * gb, as the benchmark times ours: what ran just before an op changes its
- * time (a 256 MB flush leaves part of the previous op's bytes in L2, so an
- * op that follows one reading the same bytes reads faster; kernels/NOTES.md,
- * round 16). out gets g's times. */
-static void time_paired(bench *b, cudaGraphExec_t gb, cudaGraphExec_t g, int reps, float *out,
-                        float *scratch)
-{
-    cudaGraphExec_t pair[2] = {gb, g};
-    float *t[2] = {scratch, out};
-    time_graphs(b, pair, 2, reps, t);
-}
-
 /* Tune one shape; returns the entry to write. */
 static void tune_shape(bench *b, int li, uint32_t m, int full, FILE *csv, pj_tune_entry *out)
 {
     static cand cs[MAX_CAND];
     const layer_def *d = &layer_defs[li];
     int nc = gen_candidates(li, m, cs);
-    /* Every candidate is timed beside the GemmEx baseline, as the benchmark
-     * times it (round 16: timed after its own replay or a candidate reading
-     * the same bytes, a z12 GEMV read 10-18 % faster than in the
-     * benchmark). */
-    cudaGraphExec_t g_base;
-    {
-        op_ctx ob;
-        memset(&ob, 0, sizeof ob);
-        make_call(b, li, m, &ob.call);
-        prepare(b, li, m);
-        pj_eng_baseline(0, &ob.call, b->tmp, b->c.es); /* warm: handles */
-        CK(cudaStreamSynchronize(b->c.s));
-        g_base = capture(b, op_baseline, &ob);
-        if (!g_base)
-            die("%s m=%u: cannot capture the baseline", d->name, m);
-    }
     if (!full) { /* out of budget: cuBLAS and each engine's defaults only */
         int keep = 0;
         for (int i = 0; i < nc; i++)
@@ -713,14 +701,16 @@ static void tune_shape(bench *b, int li, uint32_t m, int full, FILE *csv, pj_tun
         c->g = capture(b, op_engine, &o);
         if (!c->g)
             continue;
-        time_paired(b, g_base, c->g, coarse, tv, scr);
+        float *t[1] = {tv};
+        time_graphs(b, &c->g, 1, coarse, t);
         c->us = median(tv, coarse, scr);
         nvalid++;
     }
     qsort(cs, (size_t)nc, sizeof *cs, cand_cmp);
     /* Finalists: the 6 fastest plus the best of every engine (its bf16 and
      * its z12 form apart), both baseline cuBLAS algorithms and the best
-     * cuBLASLt candidate (algo >= 2), re-timed, each beside the baseline. */
+     * cuBLASLt candidate (algo >= 2), re-timed together (each primed by its own replay, so the rotation's
+     * order does not matter). */
     int fin[16], nf = 0, lt_in = 0;
     for (int i = 0; i < nc && nf < 6; i++)
         if (cs[i].g)
@@ -748,8 +738,7 @@ static void tune_shape(bench *b, int li, uint32_t m, int full, FILE *csv, pj_tun
         tt[j] = malloc(sizeof(float) * fine);
     }
     float *scr2 = malloc(sizeof(float) * fine);
-    for (int j = 0; j < nf; j++)
-        time_paired(b, g_base, gs[j], fine, tt[j], scr2);
+    time_graphs(b, gs, nf, fine, tt);
     float best_cublas = INFINITY, best_plain = INFINITY, best_z = INFINITY;
     int i_cublas = -1, i_plain = -1, i_z = -1;
     for (int j = 0; j < nf; j++) {
@@ -810,7 +799,6 @@ static void tune_shape(bench *b, int li, uint32_t m, int full, FILE *csv, pj_tun
     for (int i = 0; i < nc; i++)
         if (cs[i].g)
             cudaGraphExecDestroy(cs[i].g);
-    cudaGraphExecDestroy(g_base);
     for (int j = 0; j < nf; j++)
         free(tt[j]);
     free(scr2);
@@ -1062,11 +1050,21 @@ static void write_outputs(const bench *b, const shape_res *res, const score *sc)
     cJSON_AddNumberToObject(root, "cuda_runtime", rv);
     cJSON_AddNumberToObject(root, "cublas_version", cbv);
     cJSON_AddNumberToObject(root, "reps", b->o.reps);
+    cJSON_AddBoolToObject(root, "primed", b->prime);
     cJSON_AddStringToObject(root, "method",
-                            "CUDA graph replay; 256 MB read before every replay (cold L2); ours "
-                            "and baseline alternate in pairs; medians; baseline = faster of "
-                            "cublasGemmEx default and cublasLt heuristic (router: hi + lo GEMMs + "
-                            "add); floor = read kernel over the engine's bytes, same method");
+                            b->prime
+                                ? "CUDA graph replay; every timed op runs once untimed first "
+                                  "(primed: it inherits no shared-memory split from its "
+                                  "neighbour); 256 MB read before every run (cold L2); ours and "
+                                  "baseline alternate in pairs; medians; baseline = faster of "
+                                  "cublasGemmEx default and cublasLt heuristic (router: hi + lo "
+                                  "GEMMs + add); floor = read kernel over the engine's bytes, "
+                                  "same method"
+                                : "CUDA graph replay; 256 MB read before every replay (cold L2); "
+                                  "ours and baseline alternate in pairs; medians; baseline = "
+                                  "faster of cublasGemmEx default and cublasLt heuristic (router: "
+                                  "hi + lo GEMMs + add); floor = read kernel over the engine's "
+                                  "bytes, same method");
     cJSON *shapes = cJSON_AddArrayToObject(root, "shapes");
     for (int si = 0; si < NSHAPES; si++) {
         const shape_res *r = &res[si];
@@ -1130,9 +1128,10 @@ static void write_outputs(const bench *b, const shape_res *res, const score *sc)
     if (!f)
         die("%s: %s", path, strerror(errno));
     fprintf(f,
-            "# projd-bench, %s\n\n%s (%d SMs), CUDA runtime %d, commit %s, %d paired reps, "
+            "# projd-bench, %s\n\n%s (%d SMs), CUDA runtime %d, commit %s, %d paired reps%s, "
             "table %s\n\n",
             date, b->c.lim.name, b->c.lim.sm_count, rv, b->o.commit ? b->o.commit : "?", b->o.reps,
+            b->prime ? " (primed)" : " (not primed)",
             b->o.table ? b->o.table : "(none: untuned ladder)");
     fprintf(f, "| layer | m | engine | knobs | baseline µs | ours µs | speedup | floor µs | "
                "ours/floor |\n|---|---|---|---|---|---|---|---|---|\n");
@@ -1265,12 +1264,12 @@ static void run_one(bench *b, const char *layer, uint32_t m, const char *eng, co
 
 /* --probe FILE: how much an op's time depends on what ran before it.
  * Each line of FILE is "layer m engine knobs"; the op (ours) and the
- * GemmEx baseline are timed, 100 replays each way, alone (the op after its
- * own previous replay, as the tuner times), alternating with each other
- * (as the benchmark times), and alternating with a decoy that is one more
- * 256 MB read (so three flushes lie between two replays of the op). If an
- * op is faster alone than beside a decoy, some of its bytes outlive one
- * flush in L2 (kernels/NOTES.md, round 16). */
+ * GemmEx baseline are timed, 100 replays each way, alone (after its own
+ * previous replay), alternating with each other (the benchmark's pairs)
+ * and alternating with a decoy that is one more 256 MB read. Unprimed
+ * (--no-prime), the columns differ by up to 30 %: the SMs keep the
+ * shared-memory split of the last kernel that asked for one through the
+ * flush (kernels/NOTES.md, round 16); primed, they should agree. */
 static int op_decoy(bench *b, void *ctx)
 {
     (void)ctx;
@@ -1364,7 +1363,7 @@ static void usage(void)
             "usage: projd-bench [--out DIR] [--table FILE] [--tune FILE] [--tune-budget S]\n"
             "                   [--reps N] [--survey] [--commit SHA] [--seed S]\n"
             "                   [--tune-new [--tune-m LO-HI] [--tune-full]] [--one L M E K]\n"
-            "                   [--probe FILE]\n"
+            "                   [--probe FILE] [--no-prime] [--flush-carveout P]\n"
             "  --out DIR       results directory (bench.json, bench.md, speedups.dat, tune log)\n"
             "  --table FILE    tuned table the dispatcher uses (default: none, untuned ladder)\n"
             "  --tune FILE     tune first, write the table to FILE, benchmark with it\n"
@@ -1380,7 +1379,12 @@ static void usage(void)
             "  --one L M E K   only run engine E (knobs K) on layer L at m = M, plainly,\n"
             "                  for a profiler\n"
             "  --probe FILE    time each \"layer m engine knobs\" line of FILE alone, beside\n"
-            "                  the cuBLAS baseline and beside one more flush, then exit\n");
+            "                  the cuBLAS baseline and beside one more flush, then exit\n"
+            "  --no-prime      time each op right after the flush, without its untimed run\n"
+            "                  first (the method before round 16: an op then inherits the\n"
+            "                  shared-memory split of the kernel that ran before it)\n"
+            "  --flush-carveout P  the flush asks for P %% of the unified L1 as shared memory\n"
+            "                  (an experiment: by default it asks for nothing)\n");
     exit(2);
 }
 
@@ -1399,11 +1403,13 @@ int main(int argc, char **argv)
     b->o.tune_m_lo = 1;
     b->o.tune_m_hi = 256;
     b->o.seed = 1;
+    b->prime = 1;
     b->o.out = "bench-out";
     const char *one_layer = NULL, *one_eng = NULL, *one_knobs = NULL;
     uint32_t one_m = 0;
     int tune_new = 0;
     const char *probe = NULL;
+    int flush_carveout = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -1432,6 +1438,15 @@ int main(int argc, char **argv)
             tune_new = 1;
         else if (!strcmp(a, "--tune-full"))
             g_full_sweep = 1;
+        else if (!strcmp(a, "--no-prime"))
+            b->prime = 0;
+        else if (!strcmp(a, "--flush-carveout") && v) {
+            char *end;
+            flush_carveout = (int)strtol(v, &end, 10);
+            if (*end || flush_carveout < 0 || flush_carveout > 100)
+                die("--flush-carveout: want a percentage 0..100, got \"%s\"", v);
+            i++;
+        }
         else if (!strcmp(a, "--probe") && v)
             probe = argv[++i];
         else if (!strcmp(a, "--one") && i + 4 < argc) {
@@ -1467,6 +1482,8 @@ int main(int argc, char **argv)
                    b->layers[li].z.base, b->layers[li].z.n_exc,
                    100.0 * b->layers[li].z.n_exc / ((double)d->N * d->K));
     }
+    if (flush_carveout >= 0 && pj_bk_read_carveout(flush_carveout))
+        die("--flush-carveout %d: the driver refused it", flush_carveout);
     CK(cudaMalloc(&b->flush, FLUSH_BYTES));
     CK(cudaMalloc(&b->readbuf, READBUF_BYTES));
     CK(cudaMalloc((void **)&b->sink, 64));
@@ -1495,8 +1512,10 @@ int main(int argc, char **argv)
         cudaGetLastError();
         if (g)
             cudaGraphExecDestroy(g);
-        printf("timing: %s\n", b->ingraph ? "events inside the graph (flush, event, op, event)"
-                                          : "flush graph, event, op graph, event");
+        printf("timing: %s%s\n",
+               b->ingraph ? "events inside the graph (flush, event, op, event)"
+                          : "flush graph, event, op graph, event",
+               b->prime ? ", primed (op, flush first)" : ", not primed");
     }
     printf("setup: %.1f s\n", now_s() - t0);
 
