@@ -135,13 +135,14 @@ static int op_flush(bench *b, void *ctx);
  * alone and the flush and events are separate stream work.
  *
  * Primed (the default): [256 MB read, op, 256 MB read, event, op, event].
- * An SM keeps the shared-memory / L1 split the previous kernel asked for
- * through kernels that ask for none (the flush is one), so without the
- * untimed run the op inherits the split of whatever ran before the flush —
- * in paired alternation the other side's kernel — and reads 3-30 % slower
- * or faster for it (kernels/NOTES.md, round 16: cuBLAS on qkv_gate m = 8
- * 11.8 µs after itself, 15.7 after our z12 GEMV). Primed, every op is timed
- * in the state it leaves itself, whatever its neighbour. */
+ * The SMs keep state from the last real kernel through the flush (the
+ * shared-memory / L1 split, perhaps the instruction caches; which is not
+ * settled), so without the untimed run the op inherits the state of
+ * whatever ran before the flush — in paired alternation the other side's
+ * kernel — and reads 3-30 % slower or faster for it (kernels/NOTES.md,
+ * round 16: cuBLAS on qkv_gate m = 8 11.8 µs after itself, 15.7 after our
+ * z12 GEMV). Primed, every op is timed in the state it leaves itself,
+ * whatever its neighbour. */
 static cudaGraphExec_t capture(bench *b, op_fn fn, void *ctx)
 {
     cudaGraph_t g;
@@ -709,8 +710,8 @@ static void tune_shape(bench *b, int li, uint32_t m, int full, FILE *csv, pj_tun
     qsort(cs, (size_t)nc, sizeof *cs, cand_cmp);
     /* Finalists: the 6 fastest plus the best of every engine (its bf16 and
      * its z12 form apart), both baseline cuBLAS algorithms and the best
-     * cuBLASLt candidate (algo >= 2), re-timed together (each primed by its own replay, so the rotation's
-     * order does not matter). */
+     * cuBLASLt candidate (algo >= 2), re-timed together (each primed by its own replay, so the
+     * rotation's order does not matter). */
     int fin[16], nf = 0, lt_in = 0;
     for (int i = 0; i < nc && nf < 6; i++)
         if (cs[i].g)
@@ -1267,9 +1268,9 @@ static void run_one(bench *b, const char *layer, uint32_t m, const char *eng, co
  * GemmEx baseline are timed, 100 replays each way, alone (after its own
  * previous replay), alternating with each other (the benchmark's pairs)
  * and alternating with a decoy that is one more 256 MB read. Unprimed
- * (--no-prime), the columns differ by up to 30 %: the SMs keep the
- * shared-memory split of the last kernel that asked for one through the
- * flush (kernels/NOTES.md, round 16); primed, they should agree. */
+ * (--no-prime), the columns differ by up to 30 %: the SMs keep state from
+ * the last real kernel through the flush (kernels/NOTES.md, round 16);
+ * primed, they agree within ~5 %. */
 static int op_decoy(bench *b, void *ctx)
 {
     (void)ctx;
@@ -1344,8 +1345,8 @@ static void run_probe(bench *b, const char *path)
         g2[1] = g_b;
         time_graphs(b, g2, 2, R, t);
         v[5] = median(t1, R, scr);
-        printf("%-9s %4u %-8s %-44s %8.2f %8.2f %8.2f | %8.2f %8.2f %8.2f\n", layer, m, eng,
-               knobs, v[0], v[1], v[2], v[3], v[4], v[5]);
+        printf("%-9s %4u %-8s %-44s %8.2f %8.2f %8.2f | %8.2f %8.2f %8.2f\n", layer, m, eng, knobs,
+               v[0], v[1], v[2], v[3], v[4], v[5]);
         fflush(stdout);
         cudaGraphExecDestroy(g_o);
         cudaGraphExecDestroy(g_b);
@@ -1382,7 +1383,7 @@ static void usage(void)
             "                  the cuBLAS baseline and beside one more flush, then exit\n"
             "  --no-prime      time each op right after the flush, without its untimed run\n"
             "                  first (the method before round 16: an op then inherits the\n"
-            "                  shared-memory split of the kernel that ran before it)\n"
+            "                  SM state of the kernel that ran before it)\n"
             "  --flush-carveout P  the flush asks for P %% of the unified L1 as shared memory\n"
             "                  (an experiment: by default it asks for nothing)\n");
     exit(2);
@@ -1446,8 +1447,7 @@ int main(int argc, char **argv)
             if (*end || flush_carveout < 0 || flush_carveout > 100)
                 die("--flush-carveout: want a percentage 0..100, got \"%s\"", v);
             i++;
-        }
-        else if (!strcmp(a, "--probe") && v)
+        } else if (!strcmp(a, "--probe") && v)
             probe = argv[++i];
         else if (!strcmp(a, "--one") && i + 4 < argc) {
             one_layer = argv[i + 1];
