@@ -55,8 +55,9 @@ int pj_bk_poison(cudaStream_t s, uint16_t *y, size_t ldy, uint32_t m, uint32_t n
 int pj_bk_read(cudaStream_t s, const void *buf, size_t bytes, unsigned *sink, int variant, int sms);
 
 /* Ask for a shared-memory carveout (percent, 0..100) for variant 0, the
- * flush. By default the flush asks for none, and an SM keeps the split of
- * the kernel before it (kernels/NOTES.md, round 16). 0 or -EINVAL. */
+ * flush: an experiment on what state the SMs carry from one kernel through
+ * the flush to the next (kernels/NOTES.md, round 16; asking for all L1 did
+ * not clear it). By default the flush asks for none. 0 or -EINVAL. */
 int pj_bk_read_carveout(int pct);
 
 /* Fill a device bf16 buffer with a value pattern (for one-hot inputs). */
