@@ -267,6 +267,17 @@ extern "C" int pj_bk_read_carveout(int pct)
                : -EINVAL;
 }
 
+extern "C" int pj_bk_read_smem(cudaStream_t s, const void *buf, size_t bytes, unsigned *sink,
+                               int sms, size_t smem)
+{
+    // Its own instantiation, so that the flush keeps its attributes.
+    if (cudaFuncSetAttribute(read_stride_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem) != cudaSuccess)
+        return -EINVAL;
+    read_stride_kernel<2><<<sms, 512, smem, s>>>((const uint4 *)buf, bytes / 16, sink);
+    return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
+}
+
 extern "C" int pj_bk_read(cudaStream_t s, const void *buf, size_t bytes, unsigned *sink,
                           int variant, int sms)
 {

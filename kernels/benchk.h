@@ -60,6 +60,12 @@ int pj_bk_read(cudaStream_t s, const void *buf, size_t bytes, unsigned *sink, in
  * not clear it). By default the flush asks for none. 0 or -EINVAL. */
 int pj_bk_read_carveout(int pct);
 
+/* The same read (grid-stride, one CTA per SM) by a kernel that reserves
+ * `smem` bytes of shared memory it does not use: a neighbour that leaves
+ * the SMs split mostly shared, for the probe (round 16). 0, -EINVAL, -EIO. */
+int pj_bk_read_smem(cudaStream_t s, const void *buf, size_t bytes, unsigned *sink, int sms,
+                    size_t smem);
+
 /* Fill a device bf16 buffer with a value pattern (for one-hot inputs). */
 int pj_bk_fill_bf16(cudaStream_t s, uint16_t *p, size_t count, uint16_t v);
 
