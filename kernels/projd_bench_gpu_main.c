@@ -135,11 +135,11 @@ static int op_flush(bench *b, void *ctx);
  * alone and the flush and events are separate stream work.
  *
  * Primed (the default): [256 MB read, op, 256 MB read, event, op, event].
- * The SMs keep state from the last real kernel through the flush (the
- * shared-memory / L1 split, perhaps the instruction caches; which is not
- * settled), so without the untimed run the op inherits the state of
- * whatever ran before the flush — in paired alternation the other side's
- * kernel — and reads 3-30 % slower or faster for it (kernels/NOTES.md,
+ * The SMs keep state from the last real kernel through the flush (not the
+ * shared-memory / L1 split, not bytes in L2; perhaps the instruction
+ * caches — not settled), so without the untimed run the op inherits the
+ * state of whatever ran before the flush — in paired alternation the other
+ * side's kernel — and reads 3-30 % slower or faster for it (kernels/NOTES.md,
  * round 16: cuBLAS on qkv_gate m = 8 11.8 µs after itself, 15.7 after our
  * z12 GEMV). Primed, every op is timed in the state it leaves itself,
  * whatever its neighbour. */
@@ -1269,18 +1269,19 @@ static void run_one(bench *b, const char *layer, uint32_t m, const char *eng, co
  * previous replay), alternating with each other (the benchmark's pairs)
  * and alternating with a decoy that is one more 256 MB read, or the same
  * read by a kernel holding 200 KB of shared memory per CTA. Unprimed
- * (--no-prime), the columns differ by up to 30 %: the SMs keep state from
- * the last real kernel through the flush (kernels/NOTES.md, round 16);
- * primed, they agree within ~5 %. */
+ * (--no-prime), the "+cublas" columns differ from "alone" by up to 30 %:
+ * the SMs keep state from the last real kernel through the flush; the two
+ * decoys change nothing, so it is neither bytes in L2 nor the shared-memory
+ * split (kernels/NOTES.md, round 16). Primed, they agree within ~5 %. */
 static int op_decoy(bench *b, void *ctx)
 {
     (void)ctx;
     return pj_bk_read(b->c.s, b->flush, FLUSH_BYTES, b->sink, 0, b->c.lim.sm_count);
 }
 
-/* The decoy's read by a kernel that holds 200 KB of shared memory per CTA:
- * if an op is slow after it as after our z12 GEMVs, the split is what
- * carries over; if not, something else (the instruction caches). */
+/* The decoy's read by a kernel that holds 200 KB of shared memory per CTA,
+ * leaving the SMs split mostly shared: no op read differently after it
+ * (round 16, visit 6), so the split is not what carries over. */
 static int op_decoy_smem(bench *b, void *ctx)
 {
     (void)ctx;
