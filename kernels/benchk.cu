@@ -267,6 +267,32 @@ extern "C" int pj_bk_read_carveout(int pct)
                : -EINVAL;
 }
 
+// A kernel that is mostly code: PJ_BK_CODE_STEPS unrolled mixing steps
+// (three or four instructions each, every one with its own constants; the
+// empty asm keeps the compiler from folding them), run once by one CTA per
+// SM. ~500 KB of instructions, more than an SM's instruction caches hold,
+// and no shared memory: a neighbour that only evicts code (the probe,
+// kernels/NOTES.md round 16).
+#define PJ_BK_CODE_STEPS 4096
+__global__ void __launch_bounds__(128) code_kernel(unsigned *sink, uint32_t seed)
+{
+    uint32_t v = seed ^ (threadIdx.x * 0x9e3779b1u);
+#pragma unroll
+    for (int i = 0; i < PJ_BK_CODE_STEPS; i++) {
+        v = v * (0x9e3779b1u + 2u * (uint32_t)i) + (0x7f4a7c15u ^ (uint32_t)i);
+        v ^= v >> (7 + i % 11);
+        asm volatile("" : "+r"(v));
+    }
+    if (v == 0x12345678u)
+        *sink = v;
+}
+
+extern "C" int pj_bk_code(cudaStream_t s, unsigned *sink, int sms)
+{
+    code_kernel<<<sms, 128, 0, s>>>(sink, 1u);
+    return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
+}
+
 extern "C" int pj_bk_read_smem(cudaStream_t s, const void *buf, size_t bytes, unsigned *sink,
                                int sms, size_t smem)
 {

@@ -66,6 +66,11 @@ int pj_bk_read_carveout(int pct);
 int pj_bk_read_smem(cudaStream_t s, const void *buf, size_t bytes, unsigned *sink, int sms,
                     size_t smem);
 
+/* A kernel of ~500 KB of straight-line code and no shared memory, one CTA
+ * per SM: a neighbour that evicts the SMs' instruction caches, for the
+ * probe (round 16). 0 or -EIO. */
+int pj_bk_code(cudaStream_t s, unsigned *sink, int sms);
+
 /* Fill a device bf16 buffer with a value pattern (for one-hot inputs). */
 int pj_bk_fill_bf16(cudaStream_t s, uint16_t *p, size_t count, uint16_t v);
 

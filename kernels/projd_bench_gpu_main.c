@@ -1268,7 +1268,8 @@ static void run_one(bench *b, const char *layer, uint32_t m, const char *eng, co
  * GemmEx baseline are timed, 100 replays each way, alone (after its own
  * previous replay), alternating with each other (the benchmark's pairs)
  * and alternating with a decoy that is one more 256 MB read, or the same
- * read by a kernel holding 200 KB of shared memory per CTA. Unprimed
+ * read by a kernel holding 200 KB of shared memory per CTA, or a kernel of
+ * ~500 KB of code that evicts the SMs' instruction caches. Unprimed
  * (--no-prime), the "+cublas" columns differ from "alone" by up to 30 %:
  * the SMs keep state from the last real kernel through the flush; the two
  * decoys change nothing, so it is neither bytes in L2 nor the shared-memory
@@ -1288,6 +1289,14 @@ static int op_decoy_smem(bench *b, void *ctx)
     return pj_bk_read_smem(b->c.s, b->flush, FLUSH_BYTES, b->sink, b->c.lim.sm_count, 200u << 10);
 }
 
+/* A kernel of ~500 KB of straight-line code and no shared memory: a
+ * neighbour that evicts the SMs' instruction caches and nothing else. */
+static int op_decoy_code(bench *b, void *ctx)
+{
+    (void)ctx;
+    return pj_bk_code(b->c.s, b->sink, b->c.lim.sm_count);
+}
+
 static void run_probe(bench *b, const char *path)
 {
     FILE *f = fopen(path, "r");
@@ -1298,15 +1307,17 @@ static void run_probe(bench *b, const char *path)
     float *scr = malloc(sizeof(float) * R);
     cudaGraphExec_t g_decoy = capture(b, op_decoy, NULL);
     cudaGraphExec_t g_dsm = capture(b, op_decoy_smem, NULL);
-    if (!g_decoy || !g_dsm)
+    cudaGraphExec_t g_dcode = capture(b, op_decoy_code, NULL);
+    if (!g_decoy || !g_dsm || !g_dcode)
         die("--probe: cannot capture the decoys");
     char line[512];
     int ln = 0;
     printf("\nprobe: medians of %d replays (µs); alone = after its own replay; "
            "+cublas / +decoy = alternating with the GemmEx baseline / one more flush\n",
            R);
-    printf("%-9s %4s %-8s %-44s %8s %8s %8s %8s | %8s %8s %8s %8s\n", "layer", "m", "engine",
-           "knobs", "alone", "+cublas", "+decoy", "+smem", "cublas", "+ours", "+decoy", "+smem");
+    printf("%-9s %4s %-8s %-44s %7s %7s %7s %7s %7s | %7s %7s %7s %7s %7s\n", "layer", "m",
+           "engine", "knobs", "alone", "+cublas", "+decoy", "+smem", "+code", "cublas", "+ours",
+           "+decoy", "+smem", "+code");
     while (fgets(line, sizeof line, f)) {
         ln++;
         char layer[64], eng[32], knobs[256] = "";
@@ -1340,7 +1351,7 @@ static void run_probe(bench *b, const char *path)
         cudaGraphExec_t g_o = capture(b, op_engine, &o), g_b = capture(b, op_baseline, &ob);
         if (!g_o || !g_b)
             die("--probe %s:%d: cannot capture", path, ln);
-        float v[8];
+        float v[10];
         float *t[2] = {t0, t1};
         cudaGraphExec_t g1[1] = {g_o}, g2[2] = {g_b, g_o};
         time_graphs(b, g1, 1, R, t);
@@ -1363,8 +1374,15 @@ static void run_probe(bench *b, const char *path)
         g2[1] = g_o;
         time_graphs(b, g2, 2, R, t);
         v[6] = median(t1, R, scr);
-        printf("%-9s %4u %-8s %-44s %8.2f %8.2f %8.2f %8.2f | %8.2f %8.2f %8.2f %8.2f\n", layer, m,
-               eng, knobs, v[0], v[1], v[2], v[6], v[3], v[4], v[5], v[7]);
+        g2[0] = g_dcode;
+        time_graphs(b, g2, 2, R, t);
+        v[8] = median(t1, R, scr);
+        g2[1] = g_b;
+        time_graphs(b, g2, 2, R, t);
+        v[9] = median(t1, R, scr);
+        printf(
+            "%-9s %4u %-8s %-44s %7.2f %7.2f %7.2f %7.2f %7.2f | %7.2f %7.2f %7.2f %7.2f %7.2f\n",
+            layer, m, eng, knobs, v[0], v[1], v[2], v[6], v[8], v[3], v[4], v[5], v[7], v[9]);
         fflush(stdout);
         cudaGraphExecDestroy(g_o);
         cudaGraphExecDestroy(g_b);
@@ -1372,6 +1390,7 @@ static void run_probe(bench *b, const char *path)
     fclose(f);
     cudaGraphExecDestroy(g_decoy);
     cudaGraphExecDestroy(g_dsm);
+    cudaGraphExecDestroy(g_dcode);
     free(t0);
     free(t1);
     free(scr);
