@@ -135,10 +135,10 @@ static int op_flush(bench *b, void *ctx);
  * alone and the flush and events are separate stream work.
  *
  * Primed (the default): [256 MB read, op, 256 MB read, event, op, event].
- * The SMs keep state from the last real kernel through the flush (not the
- * shared-memory / L1 split, not bytes in L2; perhaps the instruction
- * caches — not settled), so without the untimed run the op inherits the
- * state of whatever ran before the flush — in paired alternation the other
+ * Some state of the last real kernel outlives the flush (not bytes in L2,
+ * not the shared-memory split; evicted code is a small part; the rest is
+ * open), so without the untimed run the op inherits the state of whatever
+ * ran before the flush — in paired alternation the other
  * side's kernel — and reads 3-30 % slower or faster for it (kernels/NOTES.md,
  * round 16: cuBLAS on qkv_gate m = 8 11.8 µs after itself, 15.7 after our
  * z12 GEMV). Primed, every op is timed in the state it leaves itself,
@@ -1267,13 +1267,13 @@ static void run_one(bench *b, const char *layer, uint32_t m, const char *eng, co
  * Each line of FILE is "layer m engine knobs"; the op (ours) and the
  * GemmEx baseline are timed, 100 replays each way, alone (after its own
  * previous replay), alternating with each other (the benchmark's pairs)
- * and alternating with a decoy that is one more 256 MB read, or the same
- * read by a kernel holding 200 KB of shared memory per CTA, or a kernel of
+ * and alternating with three decoys: one more 256 MB read, the same read
+ * by a kernel holding 200 KB of shared memory per CTA, and a kernel of
  * ~500 KB of code that evicts the SMs' instruction caches. Unprimed
- * (--no-prime), the "+cublas" columns differ from "alone" by up to 30 %:
- * the SMs keep state from the last real kernel through the flush; the two
- * decoys change nothing, so it is neither bytes in L2 nor the shared-memory
- * split (kernels/NOTES.md, round 16). Primed, they agree within ~5 %. */
+ * (--no-prime), beside the other side's kernel an op reads up to 30 %
+ * slower or faster than alone; the decoys explain little of it (bytes in
+ * L2 and the split not at all, evicted code ~15 %; kernels/NOTES.md,
+ * round 16). Primed, the columns agree within ~5 %. */
 static int op_decoy(bench *b, void *ctx)
 {
     (void)ctx;
