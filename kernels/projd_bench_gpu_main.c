@@ -552,8 +552,8 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
             kn = oe->knobs;
             ADD(oe->eng);
         }
-        if (g_full_sweep)
-            goto full;
+    }
+    if (g_old && !g_full_sweep) { /* --tune-new's short list */
         if (m > 32)
             return add_tiled_cluster(d, cs, n);
         if (m >= 16 && d->fmt != PJ_FMT_SPLIT) /* the router's m <= 32 form is the GEMV */
@@ -562,7 +562,6 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
         n = add_cluster(d, cs, n);
         return n;
     }
-full:
     if (d->fmt != PJ_FMT_SPLIT && m <= 32) {
         static const uint8_t us[] = {1, 2, 4, 8};
         for (int i = 0; i < 3; i++)
@@ -1052,20 +1051,16 @@ static void write_outputs(const bench *b, const shape_res *res, const score *sc)
     cJSON_AddNumberToObject(root, "cublas_version", cbv);
     cJSON_AddNumberToObject(root, "reps", b->o.reps);
     cJSON_AddBoolToObject(root, "primed", b->prime);
-    cJSON_AddStringToObject(root, "method",
-                            b->prime
-                                ? "CUDA graph replay; every timed op runs once untimed first "
-                                  "(primed: it inherits no shared-memory split from its "
-                                  "neighbour); 256 MB read before every run (cold L2); ours and "
-                                  "baseline alternate in pairs; medians; baseline = faster of "
-                                  "cublasGemmEx default and cublasLt heuristic (router: hi + lo "
-                                  "GEMMs + add); floor = read kernel over the engine's bytes, "
-                                  "same method"
-                                : "CUDA graph replay; 256 MB read before every replay (cold L2); "
-                                  "ours and baseline alternate in pairs; medians; baseline = "
-                                  "faster of cublasGemmEx default and cublasLt heuristic (router: "
-                                  "hi + lo GEMMs + add); floor = read kernel over the engine's "
-                                  "bytes, same method");
+    char method[640];
+    snprintf(method, sizeof method,
+             "CUDA graph replay; %s256 MB read before every timed replay (cold L2); ours and "
+             "baseline alternate in pairs; medians; baseline = faster of cublasGemmEx default and "
+             "cublasLt heuristic (router: hi + lo GEMMs + add); floor = read kernel over the "
+             "engine's bytes, same method",
+             b->prime ? "primed: every timed op runs once untimed first, so it inherits no "
+                        "state from its neighbour; "
+                      : "");
+    cJSON_AddStringToObject(root, "method", method);
     cJSON *shapes = cJSON_AddArrayToObject(root, "shapes");
     for (int si = 0; si < NSHAPES; si++) {
         const shape_res *r = &res[si];
@@ -1222,23 +1217,37 @@ static void survey(bench *b)
 
 /* --one: launch one engine on one shape, plainly (flush, launch, sync),
  * for a profiler to attach to (ncu -k regex:...). */
-static void run_one(bench *b, const char *layer, uint32_t m, const char *eng, const char *knobs)
+/* The op of one "layer m engine [knobs]" request (--one, --probe): its
+ * layer's index, or -1 with why in err (unknown layer or engine, m outside
+ * 1..256, knobs that do not parse). Not validated. */
+static int op_parse(bench *b, const char *layer, uint32_t m, const char *eng, const char *knobs,
+                    op_ctx *o, char *err, size_t errlen)
 {
     int li = -1;
     for (int i = 0; i < NLAYERS; i++)
         if (!strcmp(layer_defs[i].name, layer))
             li = i;
-    int e = pj_eng_from_name(eng);
-    if (li < 0 || e < 0 || m < 1 || m > 256)
-        die("--one: unknown layer or engine, or m outside 1..256");
+    const int e = pj_eng_from_name(eng);
+    if (li < 0 || e < 0 || m < 1 || m > 256) {
+        snprintf(err, errlen, "unknown layer or engine, or m outside 1..256");
+        return -1;
+    }
+    memset(o, 0, sizeof *o);
+    make_call(b, li, m, &o->call);
+    o->k = (pj_eng_kind)e;
+    o->kn = pj_eng_default_knobs(o->k, &b->layers[li].L, m);
+    if (knobs && knobs[0] && pj_eng_knobs_parse(knobs, &o->kn, err, errlen))
+        return -1;
+    return li;
+}
+
+static void run_one(bench *b, const char *layer, uint32_t m, const char *eng, const char *knobs)
+{
     op_ctx o;
-    memset(&o, 0, sizeof o);
-    make_call(b, li, m, &o.call);
-    o.k = (pj_eng_kind)e;
-    o.kn = pj_eng_default_knobs(o.k, &b->layers[li].L, m);
     char err[256];
-    if (knobs && pj_eng_knobs_parse(knobs, &o.kn, err, sizeof err))
-        die("%s", err);
+    const int li = op_parse(b, layer, m, eng, knobs, &o, err, sizeof err);
+    if (li < 0)
+        die("--one: %s", err);
     if (!validate(b, li, m, o.k, &o.kn, err, sizeof err))
         die("--one: %s m=%u %s(%s) refused: %s", layer, m, eng, knobs ? knobs : "", err);
     cudaEvent_t e0, e1;
@@ -1297,24 +1306,38 @@ static int op_decoy_code(bench *b, void *ctx)
     return pj_bk_code(b->c.s, b->sink, b->c.lim.sm_count);
 }
 
+enum { PROBE_REPS = 100 };
+
+/* Medians of PROBE_REPS replays of graphs g0 and g1 alternating (g1 NULL:
+ * g0 alone, after its own previous replay) into *m0 and *m1. */
+static void probe_pair(bench *b, cudaGraphExec_t g0, cudaGraphExec_t g1, float *m0, float *m1)
+{
+    static float t0[PROBE_REPS], t1[PROBE_REPS], scr[PROBE_REPS];
+    cudaGraphExec_t g[2] = {g0, g1};
+    float *t[2] = {t0, t1};
+    time_graphs(b, g, g1 ? 2 : 1, PROBE_REPS, t);
+    *m0 = median(t0, PROBE_REPS, scr);
+    if (m1)
+        *m1 = median(t1, PROBE_REPS, scr);
+}
+
 static void run_probe(bench *b, const char *path)
 {
     FILE *f = fopen(path, "r");
     if (!f)
         die("--probe %s: %s", path, strerror(errno));
-    enum { R = 100 };
-    float *t0 = malloc(sizeof(float) * R), *t1 = malloc(sizeof(float) * R);
-    float *scr = malloc(sizeof(float) * R);
-    cudaGraphExec_t g_decoy = capture(b, op_decoy, NULL);
-    cudaGraphExec_t g_dsm = capture(b, op_decoy_smem, NULL);
-    cudaGraphExec_t g_dcode = capture(b, op_decoy_code, NULL);
-    if (!g_decoy || !g_dsm || !g_dcode)
+    /* The neighbours after cuBLAS / ours: one more flush, the read holding
+     * 200 KB of shared memory, the code. */
+    cudaGraphExec_t decoy[3] = {capture(b, op_decoy, NULL), capture(b, op_decoy_smem, NULL),
+                                capture(b, op_decoy_code, NULL)};
+    if (!decoy[0] || !decoy[1] || !decoy[2])
         die("--probe: cannot capture the decoys");
     char line[512];
     int ln = 0;
-    printf("\nprobe: medians of %d replays (µs); alone = after its own replay; "
-           "+cublas / +decoy = alternating with the GemmEx baseline / one more flush\n",
-           R);
+    printf("\nprobe: medians of %d replays (µs); alone = after its own replay; +cublas / +ours = "
+           "alternating with each other; +decoy / +smem / +code = alternating with one more "
+           "flush / a read holding 200 KB of shared memory / ~500 KB of code\n",
+           PROBE_REPS);
     printf("%-9s %4s %-8s %-44s %7s %7s %7s %7s %7s | %7s %7s %7s %7s %7s\n", "layer", "m",
            "engine", "knobs", "alone", "+cublas", "+decoy", "+smem", "+code", "cublas", "+ours",
            "+decoy", "+smem", "+code");
@@ -1324,22 +1347,11 @@ static void run_probe(bench *b, const char *path)
         unsigned m;
         if (line[0] == '#' || sscanf(line, "%63s %u %31s %255s", layer, &m, eng, knobs) < 3)
             continue;
-        int li = -1;
-        for (int i = 0; i < NLAYERS; i++)
-            if (!strcmp(layer_defs[i].name, layer))
-                li = i;
-        const int e = pj_eng_from_name(eng);
-        if (li < 0 || e < 0 || m < 1 || m > 256)
-            die("--probe %s:%d: unknown layer or engine, or m outside 1..256", path, ln);
         op_ctx o, ob;
-        memset(&o, 0, sizeof o);
-        make_call(b, li, m, &o.call);
-        o.k = (pj_eng_kind)e;
-        o.kn = pj_eng_default_knobs(o.k, &b->layers[li].L, m);
         char err[256];
-        if (knobs[0] && pj_eng_knobs_parse(knobs, &o.kn, err, sizeof err))
+        const int li = op_parse(b, layer, m, eng, knobs, &o, err, sizeof err);
+        if (li < 0)
             die("--probe %s:%d: %s", path, ln, err);
-        prepare(b, li, m);
         if (!validate(b, li, m, o.k, &o.kn, err, sizeof err)) {
             printf("%-9s %4u %-8s %-44s refused: %s\n", layer, m, eng, knobs, err);
             continue;
@@ -1351,49 +1363,27 @@ static void run_probe(bench *b, const char *path)
         cudaGraphExec_t g_o = capture(b, op_engine, &o), g_b = capture(b, op_baseline, &ob);
         if (!g_o || !g_b)
             die("--probe %s:%d: cannot capture", path, ln);
-        float v[10];
-        float *t[2] = {t0, t1};
-        cudaGraphExec_t g1[1] = {g_o}, g2[2] = {g_b, g_o};
-        time_graphs(b, g1, 1, R, t);
-        v[0] = median(t0, R, scr);
-        time_graphs(b, g2, 2, R, t);
-        v[4] = median(t0, R, scr);
-        v[1] = median(t1, R, scr);
-        g2[0] = g_decoy;
-        time_graphs(b, g2, 2, R, t);
-        v[2] = median(t1, R, scr);
-        g1[0] = g_b;
-        time_graphs(b, g1, 1, R, t);
-        v[3] = median(t0, R, scr);
-        g2[1] = g_b;
-        time_graphs(b, g2, 2, R, t);
-        v[5] = median(t1, R, scr);
-        g2[0] = g_dsm;
-        time_graphs(b, g2, 2, R, t);
-        v[7] = median(t1, R, scr);
-        g2[1] = g_o;
-        time_graphs(b, g2, 2, R, t);
-        v[6] = median(t1, R, scr);
-        g2[0] = g_dcode;
-        time_graphs(b, g2, 2, R, t);
-        v[8] = median(t1, R, scr);
-        g2[1] = g_b;
-        time_graphs(b, g2, 2, R, t);
-        v[9] = median(t1, R, scr);
+        /* ours[0] alone, [1] beside cuBLAS, [2..4] beside the decoys;
+         * base[] the same for the baseline ([1] beside ours). */
+        float ours[5], base[5], unused;
+        probe_pair(b, g_o, NULL, &ours[0], NULL);
+        probe_pair(b, g_b, NULL, &base[0], NULL);
+        probe_pair(b, g_b, g_o, &base[1], &ours[1]);
+        for (int d = 0; d < 3; d++) {
+            probe_pair(b, decoy[d], g_o, &unused, &ours[2 + d]);
+            probe_pair(b, decoy[d], g_b, &unused, &base[2 + d]);
+        }
         printf(
             "%-9s %4u %-8s %-44s %7.2f %7.2f %7.2f %7.2f %7.2f | %7.2f %7.2f %7.2f %7.2f %7.2f\n",
-            layer, m, eng, knobs, v[0], v[1], v[2], v[6], v[8], v[3], v[4], v[5], v[7], v[9]);
+            layer, m, eng, knobs, ours[0], ours[1], ours[2], ours[3], ours[4], base[0], base[1],
+            base[2], base[3], base[4]);
         fflush(stdout);
         cudaGraphExecDestroy(g_o);
         cudaGraphExecDestroy(g_b);
     }
     fclose(f);
-    cudaGraphExecDestroy(g_decoy);
-    cudaGraphExecDestroy(g_dsm);
-    cudaGraphExecDestroy(g_dcode);
-    free(t0);
-    free(t1);
-    free(scr);
+    for (int d = 0; d < 3; d++)
+        cudaGraphExecDestroy(decoy[d]);
 }
 
 static void usage(void)
@@ -1417,8 +1407,9 @@ static void usage(void)
             "                  engine's candidates instead of the short list\n"
             "  --one L M E K   only run engine E (knobs K) on layer L at m = M, plainly,\n"
             "                  for a profiler\n"
-            "  --probe FILE    time each \"layer m engine knobs\" line of FILE alone, beside\n"
-            "                  the cuBLAS baseline and beside one more flush, then exit\n"
+            "  --probe FILE    time each \"layer m engine knobs\" line of FILE and its cuBLAS\n"
+            "                  baseline alone, beside each other and beside three decoys\n"
+            "                  (a flush, a shared-memory hog, a code hog), then exit\n"
             "  --no-prime      time each op right after the flush, without its untimed run\n"
             "                  first (the method before round 16: an op then inherits the\n"
             "                  SM state of the kernel that ran before it)\n"

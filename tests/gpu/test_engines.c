@@ -62,20 +62,28 @@ static void fail_line(const char *fmt, ...)
     n_fail++;
 }
 
+/* A call of the first n rows of layer L at m tokens, on c's x and y. */
+static pj_eng_call layer_call(const pj_chk_ctx *c, const pj_eng_layer *L, pj_eng_ws *ws, uint32_t m,
+                              uint32_t n)
+{
+    pj_eng_call call;
+    memset(&call, 0, sizeof call);
+    call.L = L;
+    call.ws = ws;
+    call.x = c->dx;
+    call.ldx = L->K;
+    call.y = c->dy;
+    call.ldy = n;
+    call.m = m;
+    call.n = n;
+    return call;
+}
+
 /* Check one (engine, knobs) on what c holds now; counts and reports. */
 static void check_one(pj_chk_ctx *c, pj_eng_ws *ws, pj_eng_kind k, const pj_eng_knobs *kn,
                       const char *ctx)
 {
-    pj_eng_call call;
-    memset(&call, 0, sizeof call);
-    call.L = &c->cur->L;
-    call.ws = ws;
-    call.x = c->dx;
-    call.ldx = c->cur->L.K;
-    call.y = c->dy;
-    call.ldy = c->cur_n;
-    call.m = c->cur_m;
-    call.n = c->cur_n;
+    const pj_eng_call call = layer_call(c, &c->cur->L, ws, c->cur_m, c->cur_n);
     char why[200], ks[96];
     if (pj_eng_can_run(k, kn, &call, &c->lim, why, sizeof why))
         return;
@@ -142,16 +150,7 @@ static void part_a(pj_chk_ctx *c, const pj_tune_table *table)
                         pj_eng_knobs kn = pj_eng_default_knobs((pj_eng_kind)e, &L.L, m);
                         check_one(c, &ws, (pj_eng_kind)e, &kn, ctx);
                     }
-                    pj_eng_call call;
-                    memset(&call, 0, sizeof call);
-                    call.L = &L.L;
-                    call.ws = &ws;
-                    call.x = c->dx;
-                    call.ldx = tl[li].K;
-                    call.y = c->dy;
-                    call.ldy = tl[li].n;
-                    call.m = m;
-                    call.n = tl[li].n;
+                    const pj_eng_call call = layer_call(c, &L.L, &ws, m, tl[li].n);
                     pj_eng_kind k;
                     pj_eng_knobs kn;
                     if (pj_eng_choose(table, NULL, NULL, &call, &c->lim, &k, &kn) < 0)
@@ -469,16 +468,7 @@ static void part_b(pj_chk_ctx *c)
          * form of the same tile still runs. */
         pj_chk_layer o3 = o;
         o3.L.zt_off = o3.L.zt_ent = NULL;
-        pj_eng_call call;
-        memset(&call, 0, sizeof call);
-        call.L = &o3.L;
-        call.ws = &wo;
-        call.x = c->dx;
-        call.ldx = o3.L.K;
-        call.y = c->dy;
-        call.ldy = o3.L.N;
-        call.m = 16;
-        call.n = o3.L.N;
+        const pj_eng_call call = layer_call(c, &o3.L, &wo, 16, o3.L.N);
         static const uint8_t pipes[] = {3, 5, 6};
         for (int i = 0; i < 3; i++) {
             pj_eng_knobs kn;
@@ -502,16 +492,7 @@ static void part_b(pj_chk_ctx *c)
          * partials (BM x BN floats) beside the ring: tile 4 (128 x 256,
          * 144 KB of ring) then no longer fits a CTA, and the checker says
          * so; the same tile without the cluster still runs. */
-        pj_eng_call call;
-        memset(&call, 0, sizeof call);
-        call.L = &o.L;
-        call.ws = &wo;
-        call.x = c->dx;
-        call.ldx = o.L.K;
-        call.y = c->dy;
-        call.ldy = o.L.N;
-        call.m = 256;
-        call.n = o.L.N;
+        const pj_eng_call call = layer_call(c, &o.L, &wo, 256, o.L.N);
         for (int cl = 0; cl < 2; cl++) {
             pj_eng_knobs kn;
             memset(&kn, 0, sizeof kn);
@@ -554,16 +535,7 @@ static void part_b(pj_chk_ctx *c)
         c->cur = NULL;
         /* A cuBLASLt candidate is for one bf16 matrix: the router's hi + lo
          * is refused, saying why. */
-        pj_eng_call call;
-        memset(&call, 0, sizeof call);
-        call.L = &rt.L;
-        call.ws = &wr;
-        call.x = c->dx;
-        call.ldx = rt.L.K;
-        call.y = c->dy;
-        call.ldy = rt.L.N;
-        call.m = 8;
-        call.n = rt.L.N;
+        pj_eng_call call = layer_call(c, &rt.L, &wr, 8, rt.L.N);
         pj_eng_knobs kn;
         memset(&kn, 0, sizeof kn);
         kn.algo = 2;
@@ -576,12 +548,7 @@ static void part_b(pj_chk_ctx *c)
         /* The candidates accepted for a shape are a prefix of algo 2..49;
          * each one past it is refused with -ENOENT naming how many there
          * are, and the count agrees with where the prefix ends. */
-        call.L = &o.L;
-        call.ws = &wo;
-        call.ldx = o.L.K;
-        call.ldy = o.L.N;
-        call.m = 128;
-        call.n = o.L.N;
+        call = layer_call(c, &o.L, &wo, 128, o.L.N);
         int first_refused = 0;
         for (int a = 2; a <= PJ_ENG_CUBLAS_MAX_ALGO; a++) {
             kn.algo = (uint8_t)a;
