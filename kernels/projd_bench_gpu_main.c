@@ -1057,8 +1057,8 @@ static void write_outputs(const bench *b, const shape_res *res, const score *sc)
              "baseline alternate in pairs; medians; baseline = faster of cublasGemmEx default and "
              "cublasLt heuristic (router: hi + lo GEMMs + add); floor = read kernel over the "
              "engine's bytes, same method",
-             b->prime ? "primed: every timed op runs once untimed first, so it inherits no "
-                        "state from its neighbour; "
+             b->prime ? "primed: every timed op runs once untimed first, so it inherits "
+                        "(almost) no state from its neighbour; "
                       : "");
     cJSON_AddStringToObject(root, "method", method);
     cJSON *shapes = cJSON_AddArrayToObject(root, "shapes");
