@@ -49,10 +49,19 @@ int pj_bk_poison(cudaStream_t s, uint16_t *y, size_t ldy, uint32_t m, uint32_t n
  * checksum in sink so nothing is optimised away. variant 0: grid-stride;
  * 1..3: a contiguous slab per CTA with 4 or 8 loads in flight per thread;
  * 4: the GEMV's pattern (rows of 8 KiB, 16 rows per CTA, 8 rows x 64 bytes
- * per warp load; bytes rounded down to 128 KiB). Used as the L2 flush
- * (256 MB) and as the read floor (fastest variant). */
-#define PJ_BK_READ_VARIANTS 5
+ * per warp load; bytes rounded down to 128 KiB); 5..7: a slab per CTA by
+ * bulk copies into a shared-memory ring (one CTA per SM with 128 or 192 KB
+ * in flight, or two with 96 KB each). The read floor is the fastest
+ * variant; pj_bk_flush kinds 0, 2 and 3 use variants 0 and 6. */
+#define PJ_BK_READ_VARIANTS 8
 int pj_bk_read(cudaStream_t s, const void *buf, size_t bytes, unsigned *sink, int variant, int sms);
+
+/* The benchmark's L2 flush over `bytes` of buf, by kind: 0 the grid-stride
+ * read (variant 0, read-only path, 256-byte L2 prefetch), 1 a grid-stride
+ * read with plain default-cached loads, 2 bulk copies (variant 6), 3 kind 0
+ * then kind 2, 4 a memset (a write). Round 17 asks which of them leaves
+ * nothing of the previous run in L2. 0, -EINVAL or -EIO. */
+int pj_bk_flush(cudaStream_t s, void *buf, size_t bytes, unsigned *sink, int kind, int sms);
 
 /* Ask for a shared-memory carveout (percent, 0..100) for variant 0, the
  * flush: an experiment on what state the SMs carry from one kernel through
@@ -70,6 +79,12 @@ int pj_bk_read_smem(cudaStream_t s, const void *buf, size_t bytes, unsigned *sin
  * per SM: a neighbour that evicts the SMs' instruction caches, for the
  * probe (round 16). 0 or -EIO. */
 int pj_bk_code(cudaStream_t s, unsigned *sink, int sms);
+
+/* Read one word every `stride` bytes of `bytes` of buf: warms the address
+ * translations of its pages and puts a sector per stride in L2 (the touch
+ * probe, round 17). bytes = 0 launches one block that reads nothing.
+ * 0, -EINVAL (stride 0) or -EIO. */
+int pj_bk_touch(cudaStream_t s, const void *buf, size_t bytes, size_t stride, unsigned *sink);
 
 /* Fill a device bf16 buffer with a value pattern (for one-hot inputs). */
 int pj_bk_fill_bf16(cudaStream_t s, uint16_t *p, size_t count, uint16_t v);

@@ -73,15 +73,6 @@ __device__ __forceinline__ unsigned long long gtimer()
 #define TRMETA(j, v) ((void)0)
 #endif
 
-// Global -> shared bulk copy, completion counted in bytes on the mbarrier.
-__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes,
-                                         uint32_t mbar)
-{
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                 "%2, [%3];" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(mbar)
-                 : "memory");
-}
 __device__ __forceinline__ uint4 lds16(uint32_t a)
 {
     uint4 r;

@@ -262,6 +262,15 @@ __device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity)
                      : "memory");
     } while (!ok);
 }
+// Global -> shared bulk copy, completion counted in bytes on the mbarrier.
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes,
+                                         uint32_t mbar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                 "%2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(mbar)
+                 : "memory");
+}
 // TMA: a 2-D tile of the tensor map tmap (a __grid_constant__ parameter)
 // at element coordinates (c0 inner, c1 outer) into shared memory at dst,
 // completion counted in bytes on mbar.

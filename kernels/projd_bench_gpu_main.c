@@ -77,8 +77,13 @@ typedef struct bench {
     cudaGraphExec_t g_flush;
     cudaEvent_t *ev;
     int nev;
-    int ingraph; /* timing events inside the graphs */
-    int prime;   /* each timed op runs once untimed first (default; --no-prime) */
+    int ingraph;    /* timing events inside the graphs */
+    int prime;      /* each timed op runs once untimed first (default; --no-prime) */
+    int flush_kind; /* pj_bk_flush's kind (--flush-kind) */
+    /* --touch: work captured just before the first event (outside the
+     * timed interval), or NULL. */
+    int (*pre)(struct bench *b, void *ctx);
+    void *pre_ctx;
     FILE *log;
 } bench;
 
@@ -135,14 +140,18 @@ static int op_flush(bench *b, void *ctx);
  * alone and the flush and events are separate stream work.
  *
  * Primed (the default): [256 MB read, op, 256 MB read, event, op, event].
- * Some state of the last real kernel outlives the flush (not bytes in L2,
- * not the shared-memory split; evicted code is a small part; the rest is
- * open), so without the untimed run the op inherits the state of whatever
- * ran before the flush — in paired alternation the other
- * side's kernel — and reads 3-30 % slower or faster for it (kernels/NOTES.md,
- * round 16: cuBLAS on qkv_gate m = 8 11.8 µs after itself, 15.7 after our
- * z12 GEMV). Primed, every op is timed in the state it leaves itself,
- * whatever its neighbour. */
+ *
+ * The 256 MB read must use plain loads (pj_bk_flush kind 1). The read-only
+ * path with a 256-byte L2 prefetch, the flush until round 17 (kind 0),
+ * left in L2 much of what the previous run had brought in by cp.async or
+ * bulk copies (our ring GEMVs, the tiled GEMM, cuBLAS's TMA): a bulk read
+ * of 37.7 MB took 8.1 µs after it and 12.6 after a plain one. So each op
+ * was timed with part of its weights in L2, and beside the other side's
+ * kernel it found fewer of them (round 16's neighbour effect: cuBLAS on
+ * qkv_gate m = 8 11.8 µs after itself, 15.7 after our z12 GEMV, which
+ * round 16 put down to some other state and cured by priming). With the
+ * plain flush L2 is cold and primed and unprimed agree; priming stays so
+ * that nothing the flush might miss can favour either side. */
 static cudaGraphExec_t capture(bench *b, op_fn fn, void *ctx)
 {
     cudaGraph_t g;
@@ -156,6 +165,8 @@ static cudaGraphExec_t capture(bench *b, op_fn fn, void *ctx)
             if (!rc)
                 rc = op_flush(b, NULL);
         }
+        if (!rc && b->pre)
+            rc = b->pre(b, b->pre_ctx);
         if (!rc && cudaEventRecordWithFlags(b->ev[0], b->c.s, cudaEventRecordExternal))
             rc = -EIO;
     }
@@ -255,7 +266,7 @@ static int op_read(bench *b, void *ctx)
 static int op_flush(bench *b, void *ctx)
 {
     (void)ctx;
-    return pj_bk_read(b->c.s, b->flush, FLUSH_BYTES, b->sink, 0, b->c.lim.sm_count);
+    return pj_bk_flush(b->c.s, b->flush, FLUSH_BYTES, b->sink, b->flush_kind, b->c.lim.sm_count);
 }
 
 static void make_call(bench *b, int li, uint32_t m, pj_eng_call *call)
@@ -1051,15 +1062,19 @@ static void write_outputs(const bench *b, const shape_res *res, const score *sc)
     cJSON_AddNumberToObject(root, "cublas_version", cbv);
     cJSON_AddNumberToObject(root, "reps", b->o.reps);
     cJSON_AddBoolToObject(root, "primed", b->prime);
-    char method[640];
+    cJSON_AddNumberToObject(root, "flush_kind", b->flush_kind);
+    static const char *const flush_what[5] = {
+        "a read through the read-only path (leaves earlier bulk and cp.async data in L2)",
+        "a read with plain loads", "a read by bulk copies", "two reads (read-only path, bulk)",
+        "a memset"};
+    char method[768];
     snprintf(method, sizeof method,
-             "CUDA graph replay; %s256 MB read before every timed replay (cold L2); ours and "
+             "CUDA graph replay; %s256 MB flush before every timed replay (%s); ours and "
              "baseline alternate in pairs; medians; baseline = faster of cublasGemmEx default and "
-             "cublasLt heuristic (router: hi + lo GEMMs + add); floor = read kernel over the "
-             "engine's bytes, same method",
-             b->prime ? "primed: every timed op runs once untimed first, so it inherits "
-                        "(almost) no state from its neighbour; "
-                      : "");
+             "cublasLt heuristic (router: hi + lo GEMMs + add); floor = fastest read kernel over "
+             "the engine's bytes, same method",
+             b->prime ? "primed: every timed op runs once untimed first; " : "",
+             flush_what[b->flush_kind]);
     cJSON_AddStringToObject(root, "method", method);
     cJSON *shapes = cJSON_AddArrayToObject(root, "shapes");
     for (int si = 0; si < NSHAPES; si++) {
@@ -1286,7 +1301,7 @@ static void run_one(bench *b, const char *layer, uint32_t m, const char *eng, co
 static int op_decoy(bench *b, void *ctx)
 {
     (void)ctx;
-    return pj_bk_read(b->c.s, b->flush, FLUSH_BYTES, b->sink, 0, b->c.lim.sm_count);
+    return pj_bk_flush(b->c.s, b->flush, FLUSH_BYTES, b->sink, b->flush_kind, b->c.lim.sm_count);
 }
 
 /* The decoy's read by a kernel that holds 200 KB of shared memory per CTA,
@@ -1386,13 +1401,178 @@ static void run_probe(bench *b, const char *path)
         cudaGraphExecDestroy(decoy[d]);
 }
 
+/* --touch FILE: is the constant every op pays (the harness's read floor
+ * sits ~2 µs above MEASURED.md's) the first touch of its pages after the
+ * flush? Each op is timed primed with one more node before the first
+ * event: nothing, a read of one word per 64 KiB or per 2 MiB of every
+ * buffer it uses (translations warm, a few KB in L2), or the same
+ * launches over the flush buffer (warm already: the control). */
+enum { TOUCH_MAX = 12 };
+typedef struct touch_set {
+    const void *p[TOUCH_MAX];
+    size_t bytes[TOUCH_MAX];
+    int n;
+    size_t stride;
+    int control;
+} touch_set;
+
+static void touch_add(touch_set *t, const void *p, size_t bytes)
+{
+    if (p && bytes && t->n < TOUCH_MAX) {
+        t->p[t->n] = p;
+        t->bytes[t->n] = bytes < FLUSH_BYTES ? bytes : FLUSH_BYTES;
+        t->n++;
+    }
+}
+
+/* Every buffer the op (ours or its baseline) may read or write, except
+ * cuBLAS's own workspace, which the stream context hides. */
+static void touch_of_call(bench *b, const pj_eng_call *c, touch_set *t)
+{
+    const pj_eng_layer *L = c->L;
+    const size_t wb = (size_t)L->N * L->ldw * 2;
+    const size_t nblk = L->z_n_pad / 16;
+    touch_add(t, L->w, wb);
+    touch_add(t, L->lo, wb);
+    touch_add(t, L->z_tiles, nblk * (L->K / 64) * 1536);
+    touch_add(t, L->z_exc, (size_t)L->z_n_exc * sizeof(pj_z12_exc));
+    touch_add(t, L->zx_rk, nblk * 64 * 4); /* PJ_GEMVZ_XCAP slots per block */
+    touch_add(t, c->x, (size_t)c->m * c->ldx * 2);
+    touch_add(t, c->y, (size_t)c->m * c->ldy * 2);
+    touch_add(t, c->ws->f, c->ws->acc_ld * c->ws->acc_rows * 4);
+    touch_add(t, c->ws->part, c->ws->part_floats * 4);
+    touch_add(t, c->ws->cnt, c->ws->n_cnt * 4);
+    touch_add(t, b->tmp, (size_t)256 * 8192 * 2);
+}
+
+static int op_touch(bench *b, void *ctx)
+{
+    const touch_set *t = ctx;
+    for (int i = 0; i < t->n; i++)
+        if (pj_bk_touch(b->c.s, t->control ? b->flush : t->p[i], t->bytes[i], t->stride, b->sink))
+            return -EIO;
+    return 0;
+}
+
+static int op_nothing(bench *b, void *ctx)
+{
+    (void)b;
+    (void)ctx;
+    return 0;
+}
+
+static int op_tiny(bench *b, void *ctx)
+{
+    const int n = ctx ? *(const int *)ctx : 1;
+    for (int i = 0; i < n; i++)
+        if (pj_bk_touch(b->c.s, NULL, 0, 1, b->sink))
+            return -EIO;
+    return 0;
+}
+
+/* Median of PROBE_REPS replays of op(ctx) with pre-work t (NULL: none). */
+static float touch_time(bench *b, op_fn fn, void *ctx, touch_set *t)
+{
+    b->pre = t ? op_touch : NULL;
+    b->pre_ctx = t;
+    cudaGraphExec_t g = capture(b, fn, ctx);
+    b->pre = NULL;
+    b->pre_ctx = NULL;
+    if (!g)
+        die("--touch: cannot capture");
+    float md;
+    probe_pair(b, g, NULL, &md, NULL);
+    cudaGraphExecDestroy(g);
+    return md;
+}
+
+/* plain, +touch 64 KiB, +touch 2 MiB, +control of one op into v[4]. */
+static void touch_row(bench *b, op_fn fn, void *ctx, const touch_set *own, float v[4])
+{
+    touch_set t = *own;
+    v[0] = touch_time(b, fn, ctx, NULL);
+    t.stride = 64u << 10;
+    v[1] = touch_time(b, fn, ctx, &t);
+    t.stride = 2u << 20;
+    v[2] = touch_time(b, fn, ctx, &t);
+    t.stride = 64u << 10;
+    t.control = 1;
+    v[3] = touch_time(b, fn, ctx, &t);
+}
+
+static void run_touch(bench *b, const char *path)
+{
+    if (!b->ingraph)
+        die("--touch needs events inside the graphs");
+    FILE *f = fopen(path, "r");
+    if (!f)
+        die("--touch %s: %s", path, strerror(errno));
+    int two = 2;
+    printf("\ntouch: medians of %d replays (µs), primed; +t64k / +t2m = one word per 64 KiB / "
+           "2 MiB of every buffer the op uses read just before the first event; +ctl = the same "
+           "launches over the flush buffer (its translations warm)\n",
+           PROBE_REPS);
+    printf("event pair alone %.2f, one tiny kernel %.2f, two %.2f\n",
+           touch_time(b, op_nothing, NULL, NULL), touch_time(b, op_tiny, NULL, NULL),
+           touch_time(b, op_tiny, &two, NULL));
+    printf("%-9s %4s %-8s %-44s %7s %7s %7s %7s | %7s %7s %7s %7s\n", "layer", "m", "engine",
+           "knobs", "plain", "+t64k", "+t2m", "+ctl", "cublas", "+t64k", "+t2m", "+ctl");
+    const size_t rsz[2] = {4u << 20, 37748736};
+    for (int i = 0; i < 2; i++) {
+        op_ctx orr;
+        memset(&orr, 0, sizeof orr);
+        orr.read_bytes = rsz[i];
+        touch_set t;
+        memset(&t, 0, sizeof t);
+        touch_add(&t, b->readbuf, rsz[i]);
+        float v[4];
+        touch_row(b, op_read, &orr, &t, v);
+        printf("%-9s %4s %-8s %-44zu %7.2f %7.2f %7.2f %7.2f |\n", "read", "-", "floor", rsz[i],
+               v[0], v[1], v[2], v[3]);
+    }
+    fflush(stdout);
+    char line[512];
+    int ln = 0;
+    while (fgets(line, sizeof line, f)) {
+        ln++;
+        char layer[64], eng[32], knobs[256] = "";
+        unsigned m;
+        if (line[0] == '#' || sscanf(line, "%63s %u %31s %255s", layer, &m, eng, knobs) < 3)
+            continue;
+        op_ctx o, ob;
+        char err[256];
+        const int li = op_parse(b, layer, m, eng, knobs, &o, err, sizeof err);
+        if (li < 0)
+            die("--touch %s:%d: %s", path, ln, err);
+        if (!validate(b, li, m, o.k, &o.kn, err, sizeof err)) {
+            printf("%-9s %4u %-8s %-44s refused: %s\n", layer, m, eng, knobs, err);
+            continue;
+        }
+        ob = o;
+        ob.base_algo = 0;
+        pj_eng_baseline(0, &ob.call, b->tmp, b->c.es);
+        CK(cudaStreamSynchronize(b->c.s));
+        touch_set t;
+        memset(&t, 0, sizeof t);
+        touch_of_call(b, &o.call, &t);
+        float vo[4], vb[4];
+        touch_row(b, op_engine, &o, &t, vo);
+        touch_row(b, op_baseline, &ob, &t, vb);
+        printf("%-9s %4u %-8s %-44s %7.2f %7.2f %7.2f %7.2f | %7.2f %7.2f %7.2f %7.2f\n", layer, m,
+               eng, knobs, vo[0], vo[1], vo[2], vo[3], vb[0], vb[1], vb[2], vb[3]);
+        fflush(stdout);
+    }
+    fclose(f);
+}
+
 static void usage(void)
 {
     fprintf(stderr,
             "usage: projd-bench [--out DIR] [--table FILE] [--tune FILE] [--tune-budget S]\n"
             "                   [--reps N] [--survey] [--commit SHA] [--seed S]\n"
             "                   [--tune-new [--tune-m LO-HI] [--tune-full]] [--one L M E K]\n"
-            "                   [--probe FILE] [--no-prime] [--flush-carveout P]\n"
+            "                   [--probe FILE] [--touch FILE] [--no-prime] [--flush-kind K]\n"
+            "                   [--flush-carveout P]\n"
             "  --out DIR       results directory (bench.json, bench.md, speedups.dat, tune log)\n"
             "  --table FILE    tuned table the dispatcher uses (default: none, untuned ladder)\n"
             "  --tune FILE     tune first, write the table to FILE, benchmark with it\n"
@@ -1410,10 +1590,17 @@ static void usage(void)
             "  --probe FILE    time each \"layer m engine knobs\" line of FILE and its cuBLAS\n"
             "                  baseline alone, beside each other and beside three decoys\n"
             "                  (a flush, a shared-memory hog, a code hog), then exit\n"
+            "  --touch FILE    time each line's op and baseline plain and after a read of one\n"
+            "                  word per 64 KiB / 2 MiB of their buffers (warm translations)\n"
+            "                  or of the flush buffer (control), then exit\n"
+            "  --flush-kind K  the L2 flush: 1 a read with plain loads (default), 0 the\n"
+            "                  read-only-path read before round 17 (it leaves earlier bulk and\n"
+            "                  cp.async data in L2), 2 bulk copies, 3 both 0 and 2, 4 a memset\n"
             "  --no-prime      time each op right after the flush, without its untimed run\n"
-            "                  first (the method before round 16: an op then inherits the\n"
-            "                  SM state of the kernel that ran before it)\n"
-            "  --flush-carveout P  the flush asks for P %% of the unified L1 as shared memory\n"
+            "                  first (the method before round 16; with the plain flush it\n"
+            "                  reads as primed)\n"
+            "  --flush-carveout P  the flush (kind 0) asks for P %% of the unified L1 as shared "
+            "memory\n"
             "                  (an experiment: by default it asks for nothing)\n");
     exit(2);
 }
@@ -1434,11 +1621,12 @@ int main(int argc, char **argv)
     b->o.tune_m_hi = 256;
     b->o.seed = 1;
     b->prime = 1;
+    b->flush_kind = 1;
     b->o.out = "bench-out";
     const char *one_layer = NULL, *one_eng = NULL, *one_knobs = NULL;
     uint32_t one_m = 0;
     int tune_new = 0;
-    const char *probe = NULL;
+    const char *probe = NULL, *touch = NULL;
     int flush_carveout = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -1476,8 +1664,16 @@ int main(int argc, char **argv)
             if (*end || flush_carveout < 0 || flush_carveout > 100)
                 die("--flush-carveout: want a percentage 0..100, got \"%s\"", v);
             i++;
+        } else if (!strcmp(a, "--flush-kind") && v) {
+            char *end;
+            b->flush_kind = (int)strtol(v, &end, 10);
+            if (*end || b->flush_kind < 0 || b->flush_kind > 4)
+                die("--flush-kind: want 0..4, got \"%s\"", v);
+            i++;
         } else if (!strcmp(a, "--probe") && v)
             probe = argv[++i];
+        else if (!strcmp(a, "--touch") && v)
+            touch = argv[++i];
         else if (!strcmp(a, "--one") && i + 4 < argc) {
             one_layer = argv[i + 1];
             one_m = (uint32_t)atoi(argv[i + 2]);
@@ -1545,11 +1741,16 @@ int main(int argc, char **argv)
                b->ingraph ? "events inside the graph (flush, event, op, event)"
                           : "flush graph, event, op graph, event",
                b->prime ? ", primed (op, flush first)" : ", not primed");
+        printf("flush: kind %d\n", b->flush_kind);
     }
     printf("setup: %.1f s\n", now_s() - t0);
 
     if (probe) {
         run_probe(b, probe);
+        return 0;
+    }
+    if (touch) {
+        run_touch(b, touch);
         return 0;
     }
     if (one_layer) {
