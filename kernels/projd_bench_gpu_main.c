@@ -329,7 +329,10 @@ typedef struct cand {
     cudaGraphExec_t g;
 } cand;
 
-#define MAX_CAND 2048
+/* The full sweep at m = 16 / 32 generates more than 2048 candidates; the
+ * list held 2048 until round 17 and cut the last-added forms (prefetch,
+ * cluster, tiled cluster) off there without a word. */
+#define MAX_CAND 4096
 
 /* --tune-new: the table being improved; its entries compete with cuBLAS,
  * gemvz's shared-memory prefetch (pipe = 5) and the cluster split-K GEMVs
@@ -351,11 +354,17 @@ static const pj_tune_entry *old_entry(const char *layer, uint32_t m)
     return NULL;
 }
 
-/* Append one candidate (engine, knobs) while the list has room. */
+/* Append one candidate (engine, knobs) while the list has room; say so
+ * once when it has not. */
 static int add_cand(cand *cs, int n, pj_eng_kind k, const pj_eng_knobs *kn)
 {
-    if (n >= MAX_CAND)
+    static int warned;
+    if (n >= MAX_CAND) {
+        if (!warned++)
+            fprintf(stderr, "projd-bench: more than %d tuning candidates, the rest are skipped\n",
+                    MAX_CAND);
         return n;
+    }
     memset(&cs[n], 0, sizeof cs[n]);
     cs[n].k = k;
     cs[n].kn = *kn;
@@ -1293,11 +1302,12 @@ static void run_one(bench *b, const char *layer, uint32_t m, const char *eng, co
  * previous replay), alternating with each other (the benchmark's pairs)
  * and alternating with three decoys: one more 256 MB read, the same read
  * by a kernel holding 200 KB of shared memory per CTA, and a kernel of
- * ~500 KB of code that evicts the SMs' instruction caches. Unprimed
- * (--no-prime), beside the other side's kernel an op reads up to 30 %
- * slower or faster than alone; the decoys explain little of it (bytes in
- * L2 and the split not at all, evicted code ~15 %; kernels/NOTES.md,
- * round 16). Primed, the columns agree within ~5 %. */
+ * ~500 KB of code that evicts the SMs' instruction caches. With round 16's
+ * flush (--flush-kind 0), unprimed, an op beside the other side's kernel
+ * read up to 30 % slower or faster than alone and the decoys (the same
+ * leaky read among them) explained little of it; round 17 found the
+ * cause: that flush left cp.async and TMA data in L2. With the plain
+ * flush the columns agree. */
 static int op_decoy(bench *b, void *ctx)
 {
     (void)ctx;
