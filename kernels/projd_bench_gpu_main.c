@@ -1346,6 +1346,41 @@ static void probe_pair(bench *b, cudaGraphExec_t g0, cudaGraphExec_t g1, float *
         *m1 = median(t1, PROBE_REPS, scr);
 }
 
+/* One "layer m engine knobs" line of a probe file (--probe, --touch). */
+typedef struct probe_line {
+    char layer[64], eng[32], knobs[256];
+    unsigned m;
+} probe_line;
+
+/* The next usable line of f: ours in *o and its GemmEx baseline in *ob,
+ * ready to capture. Lines the engine refuses are printed and skipped; a
+ * line that does not parse ends the run. 0 at the end of the file. */
+static int probe_next(bench *b, FILE *f, const char *mode, const char *path, int *ln,
+                      probe_line *pl, op_ctx *o, op_ctx *ob)
+{
+    char line[512], err[256];
+    while (fgets(line, sizeof line, f)) {
+        (*ln)++;
+        pl->knobs[0] = 0;
+        if (line[0] == '#' ||
+            sscanf(line, "%63s %u %31s %255s", pl->layer, &pl->m, pl->eng, pl->knobs) < 3)
+            continue;
+        const int li = op_parse(b, pl->layer, pl->m, pl->eng, pl->knobs, o, err, sizeof err);
+        if (li < 0)
+            die("%s %s:%d: %s", mode, path, *ln, err);
+        if (!validate(b, li, pl->m, o->k, &o->kn, err, sizeof err)) {
+            printf("%-9s %4u %-8s %-44s refused: %s\n", pl->layer, pl->m, pl->eng, pl->knobs, err);
+            continue;
+        }
+        *ob = *o;
+        ob->base_algo = 0;
+        pj_eng_baseline(0, &ob->call, b->tmp, b->c.es);
+        CK(cudaStreamSynchronize(b->c.s));
+        return 1;
+    }
+    return 0;
+}
+
 static void run_probe(bench *b, const char *path)
 {
     FILE *f = fopen(path, "r");
@@ -1357,7 +1392,6 @@ static void run_probe(bench *b, const char *path)
                                 capture(b, op_decoy_code, NULL)};
     if (!decoy[0] || !decoy[1] || !decoy[2])
         die("--probe: cannot capture the decoys");
-    char line[512];
     int ln = 0;
     printf("\nprobe: medians of %d replays (µs); alone = after its own replay; +cublas / +ours = "
            "alternating with each other; +decoy / +smem / +code = alternating with one more "
@@ -1366,25 +1400,9 @@ static void run_probe(bench *b, const char *path)
     printf("%-9s %4s %-8s %-44s %7s %7s %7s %7s %7s | %7s %7s %7s %7s %7s\n", "layer", "m",
            "engine", "knobs", "alone", "+cublas", "+decoy", "+smem", "+code", "cublas", "+ours",
            "+decoy", "+smem", "+code");
-    while (fgets(line, sizeof line, f)) {
-        ln++;
-        char layer[64], eng[32], knobs[256] = "";
-        unsigned m;
-        if (line[0] == '#' || sscanf(line, "%63s %u %31s %255s", layer, &m, eng, knobs) < 3)
-            continue;
-        op_ctx o, ob;
-        char err[256];
-        const int li = op_parse(b, layer, m, eng, knobs, &o, err, sizeof err);
-        if (li < 0)
-            die("--probe %s:%d: %s", path, ln, err);
-        if (!validate(b, li, m, o.k, &o.kn, err, sizeof err)) {
-            printf("%-9s %4u %-8s %-44s refused: %s\n", layer, m, eng, knobs, err);
-            continue;
-        }
-        ob = o;
-        ob.base_algo = 0;
-        pj_eng_baseline(0, &ob.call, b->tmp, b->c.es);
-        CK(cudaStreamSynchronize(b->c.s));
+    probe_line pl;
+    op_ctx o, ob;
+    while (probe_next(b, f, "--probe", path, &ln, &pl, &o, &ob)) {
         cudaGraphExec_t g_o = capture(b, op_engine, &o), g_b = capture(b, op_baseline, &ob);
         if (!g_o || !g_b)
             die("--probe %s:%d: cannot capture", path, ln);
@@ -1400,8 +1418,8 @@ static void run_probe(bench *b, const char *path)
         }
         printf(
             "%-9s %4u %-8s %-44s %7.2f %7.2f %7.2f %7.2f %7.2f | %7.2f %7.2f %7.2f %7.2f %7.2f\n",
-            layer, m, eng, knobs, ours[0], ours[1], ours[2], ours[3], ours[4], base[0], base[1],
-            base[2], base[3], base[4]);
+            pl.layer, pl.m, pl.eng, pl.knobs, ours[0], ours[1], ours[2], ours[3], ours[4], base[0],
+            base[1], base[2], base[3], base[4]);
         fflush(stdout);
         cudaGraphExecDestroy(g_o);
         cudaGraphExecDestroy(g_b);
@@ -1541,35 +1559,18 @@ static void run_touch(bench *b, const char *path)
                v[0], v[1], v[2], v[3]);
     }
     fflush(stdout);
-    char line[512];
     int ln = 0;
-    while (fgets(line, sizeof line, f)) {
-        ln++;
-        char layer[64], eng[32], knobs[256] = "";
-        unsigned m;
-        if (line[0] == '#' || sscanf(line, "%63s %u %31s %255s", layer, &m, eng, knobs) < 3)
-            continue;
-        op_ctx o, ob;
-        char err[256];
-        const int li = op_parse(b, layer, m, eng, knobs, &o, err, sizeof err);
-        if (li < 0)
-            die("--touch %s:%d: %s", path, ln, err);
-        if (!validate(b, li, m, o.k, &o.kn, err, sizeof err)) {
-            printf("%-9s %4u %-8s %-44s refused: %s\n", layer, m, eng, knobs, err);
-            continue;
-        }
-        ob = o;
-        ob.base_algo = 0;
-        pj_eng_baseline(0, &ob.call, b->tmp, b->c.es);
-        CK(cudaStreamSynchronize(b->c.s));
+    probe_line pl;
+    op_ctx o, ob;
+    while (probe_next(b, f, "--touch", path, &ln, &pl, &o, &ob)) {
         touch_set t;
         memset(&t, 0, sizeof t);
         touch_of_call(b, &o.call, &t);
         float vo[4], vb[4];
         touch_row(b, op_engine, &o, &t, vo);
         touch_row(b, op_baseline, &ob, &t, vb);
-        printf("%-9s %4u %-8s %-44s %7.2f %7.2f %7.2f %7.2f | %7.2f %7.2f %7.2f %7.2f\n", layer, m,
-               eng, knobs, vo[0], vo[1], vo[2], vo[3], vb[0], vb[1], vb[2], vb[3]);
+        printf("%-9s %4u %-8s %-44s %7.2f %7.2f %7.2f %7.2f | %7.2f %7.2f %7.2f %7.2f\n", pl.layer,
+               pl.m, pl.eng, pl.knobs, vo[0], vo[1], vo[2], vo[3], vb[0], vb[1], vb[2], vb[3]);
         fflush(stdout);
     }
     fclose(f);
