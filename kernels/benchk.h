@@ -59,12 +59,15 @@ int pj_bk_read(cudaStream_t s, const void *buf, size_t bytes, unsigned *sink, in
 /* The benchmark's L2 flush over `bytes` of buf, by kind: 0 the grid-stride
  * read (variant 0, read-only path, 256-byte L2 prefetch), 1 a grid-stride
  * read with plain default-cached loads, 2 bulk copies (variant 6), 3 kind 0
- * then kind 2, 4 a memset (a write). Round 17 asks which of them leaves
- * nothing of the previous run in L2. 0, -EINVAL or -EIO. */
+ * then kind 2, 4 a memset (a write). Kinds 1-3 leave nothing of the
+ * previous run in L2; kind 0, the flush of rounds 1-16, leaves much of what
+ * cp.async and bulk copies loaded; kind 4's dirty lines are written back
+ * during the next op (kernels/NOTES.md, round 17). projd-bench uses kind 1.
+ * 0, -EINVAL or -EIO. */
 int pj_bk_flush(cudaStream_t s, void *buf, size_t bytes, unsigned *sink, int kind, int sms);
 
 /* Ask for a shared-memory carveout (percent, 0..100) for variant 0, the
- * flush: an experiment on what state the SMs carry from one kernel through
+ * old flush (kind 0): an experiment on what state the SMs carry from one kernel through
  * the flush to the next (kernels/NOTES.md, round 16; asking for all L1 did
  * not clear it). By default the flush asks for none. 0 or -EINVAL. */
 int pj_bk_read_carveout(int pct);
