@@ -49,7 +49,7 @@ static const knob_def knob_defs[] = {
     {"cl", offsetof(pj_eng_knobs, cl), 1,
      EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER) | EB(PJ_ENG_SPLITK)},
     {"ts", offsetof(pj_eng_knobs, ts), 16, EB(PJ_ENG_GEMVZ)},
-    {"st", offsetof(pj_eng_knobs, st), 4, EB(PJ_ENG_GEMVZ)},
+    {"st", offsetof(pj_eng_knobs, st), 8, EB(PJ_ENG_GEMVZ)},
 };
 #define N_KNOBS (sizeof knob_defs / sizeof knob_defs[0])
 

@@ -61,6 +61,14 @@ typedef struct pj_eng_knobs {
                    * (kernels/gemvb.cu): every warp streams an equal run of
                    * 16 x 64 units; then u = units per batch (two batches in
                    * flight), ks = K panels (1, 2, 4), r = CTAs per SM.
+                   * 6 (gemvz, m <= 8): the slab GEMV (kernels/gemvzs.cu; an
+                   * experiment, slower than pipe 0/5 on the reference shapes):
+                   * one contiguous slab of the layer's tiles per CTA, streamed
+                   * by a producer thread's bulk copies into a ring of st
+                   * stages (4, 6, 8; 0 = 6) of nw * u tiles; nw = consumer
+                   * warps (8, 16), u = tiles per warp and stage (1, 2), r =
+                   * CTAs per SM (1, 2), xs = how x comes (0 whole and first,
+                   * 1 whole before the weights, 2 with each stage).
                    * Tiled GEMM (splitk, router m > 32, kernels/tgemm.cu):
                    * 0 mma.sync, 1 the same with the L2 256-byte prefetch,
                    * 2 wgmma, 3 wgmma with one group in flight, 4 as 3 with
@@ -98,7 +106,7 @@ typedef struct pj_eng_knobs {
     uint8_t st;   /* gemvz (pipe 5, m > 8, xs 2, no cl or ts): stages of the
                    * prefetch ring, 2; 0 or 4 = the default 4. The shallower
                    * ring takes half the shared memory, so twice the CTAs
-                   * share an SM */
+                   * share an SM. gemvz pipe 6: ring stages 4, 6, 8 (0 = 6) */
 } pj_eng_knobs;
 
 /* What the checker needs to know about the device (filled by the CUDA side

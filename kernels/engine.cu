@@ -504,13 +504,15 @@ extern "C" int pj_eng_ws_init(const pj_eng_layer *L, uint32_t max_m, cudaStream_
     memset(ws, 0, sizeof *ws);
     WsNeed w = ws_need(L->N, max_m);
     size_t floats = w.acc_ld * w.acc_rows + w.part_floats;
+    const size_t cnt_bytes = (w.n_cnt * sizeof(unsigned) + 255) & ~(size_t)255;
+    const size_t tag_bytes = (size_t)PJ_GZS_MAX_CTAS * 256 * sizeof(unsigned long long);
     cudaError_t ce = cudaMalloc(&ws->f, floats * sizeof(float));
     if (ce == cudaSuccess)
-        ce = cudaMalloc(&ws->cnt, w.n_cnt * sizeof(unsigned));
+        ce = cudaMalloc(&ws->cnt, cnt_bytes + tag_bytes);
     if (ce == cudaSuccess)
         ce = cudaMemsetAsync(ws->f, 0, w.acc_ld * w.acc_rows * sizeof(float), s);
     if (ce == cudaSuccess)
-        ce = cudaMemsetAsync(ws->cnt, 0, w.n_cnt * sizeof(unsigned), s);
+        ce = cudaMemsetAsync(ws->cnt, 0, cnt_bytes + tag_bytes, s);
     if (ce == cudaSuccess)
         ce = cudaStreamSynchronize(s);
     if (ce != cudaSuccess) {
@@ -526,6 +528,7 @@ extern "C" int pj_eng_ws_init(const pj_eng_layer *L, uint32_t max_m, cudaStream_
     ws->part = ws->f + w.acc_ld * w.acc_rows;
     ws->part_floats = w.part_floats;
     ws->n_cnt = w.n_cnt;
+    ws->tag = (unsigned long long *)((char *)ws->cnt + cnt_bytes);
     return 0;
 }
 
@@ -833,6 +836,69 @@ static GzTail gz_tail(uint32_t G, uint32_t sms, uint32_t ts)
     return t;
 }
 
+// Geometry of a slab launch (gemvz pipe = 6): CTAs, groups, row blocks a
+// slab touches at most, stages. A slab holds at least one row block's
+// tiles (CTAs <= row blocks), so only its first and last row blocks can be
+// shared with a neighbour.
+struct GzsGeom {
+    uint32_t ctas, tgroups, jmax;
+    int st;
+};
+static GzsGeom gzs_geom(const pj_eng_knobs *kn, const pj_eng_call *c, uint32_t sms)
+{
+    GzsGeom g;
+    const uint32_t nblk = cdiv(c->n, 16), ktp = c->L->K / 64, G = (uint32_t)kn->nw * kn->u;
+    const uint32_t r = kn->r ? kn->r : 1;
+    g.ctas = sms * r < nblk ? sms * r : nblk;
+    g.tgroups = G && ktp % G == 0 ? nblk * (ktp / G) : 0;
+    g.jmax = g.ctas && ktp ? cdiv(cdiv(g.tgroups, g.ctas) * G, ktp) + 1 : 0;
+    g.st = kn->st ? kn->st : 6;
+    return g;
+}
+
+static int gemvzs_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_dev_limits *lim,
+                        char *why, size_t whylen)
+{
+    const pj_eng_layer *L = c->L;
+    if (c->m > 8)
+        return fail(why, whylen, -ERANGE, "pipe=6: m=%u > 8", c->m);
+    if (!x16_ok(c))
+        return fail(why, whylen, -EINVAL, "pipe=6: x not 16-byte aligned with ldx %% 8 == 0");
+    if (kn->nw != 8 && kn->nw != 16)
+        return fail(why, whylen, -EINVAL, "pipe=6: nw=%u (consumer warps) not in {8, 16}", kn->nw);
+    if (kn->u != 1 && kn->u != 2)
+        return fail(why, whylen, -EINVAL, "pipe=6: u=%u (tiles per warp and stage) not in {1, 2}",
+                    kn->u);
+    const int st = kn->st ? kn->st : 6;
+    if (st != 4 && st != 6 && st != 8)
+        return fail(why, whylen, -EINVAL, "pipe=6: st=%d (ring stages) not in {4, 6, 8}", st);
+    if (kn->r != 1 && kn->r != 2)
+        return fail(why, whylen, -EINVAL, "pipe=6: r=%u (CTAs per SM) not in {1, 2}", kn->r);
+    // rb and ts do not apply (a slab is not made of row groups) and are
+    // ignored; a K split would be misread.
+    if (kn->ks > 1 || kn->cl)
+        return fail(why, whylen, -EINVAL, "pipe=6 takes no K split (ks=1, cl=0)");
+    if (kn->xs > 2)
+        return fail(why, whylen, -EINVAL,
+                    "pipe=6: xs=%u not in {0 (x first), 1 (x before the weights), 2 (x per stage)}",
+                    kn->xs);
+    const uint32_t ktp = L->K / 64, G = (uint32_t)kn->nw * kn->u;
+    if (L->K % 64 || ktp % G)
+        return fail(why, whylen, -EINVAL, "pipe=6: K/64=%u is not a multiple of nw*u=%u", ktp, G);
+    const GzsGeom g = gzs_geom(kn, c, (uint32_t)lim->sm_count);
+    // One counter and 256 tag words per boundary (the workspace holds 1024+
+    // counters and PJ_GZS_MAX_CTAS slots).
+    if (g.ctas > PJ_GZS_MAX_CTAS)
+        return fail(why, whylen, -ENOSPC, "pipe=6: %u CTAs exceed %d", g.ctas, PJ_GZS_MAX_CTAS);
+    if (g.jmax > 31)
+        return fail(why, whylen, -ERANGE, "pipe=6: a slab spans %u row blocks (most 31)", g.jmax);
+    // r = 2 where two CTAs do not fit an SM runs in two waves: slower, still
+    // correct (no CTA waits for one that may not have started; gemvzs.cu).
+    GemvzsFn fn = gemvzs_pick(kn->nw, kn->u, st, kn->xs);
+    const size_t smem = gemvzs_smem(kn->nw, kn->u, st, kn->xs, c->m, L->K, g.jmax);
+    return fits_device((const void *)fn, 32u * kn->nw + 64, smem, lim, why, whylen);
+}
+
 static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_dev_limits *lim,
                        char *why, size_t whylen)
 {
@@ -845,8 +911,10 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
         return fail(why, whylen, -EINVAL, "nw, u, ks, r must be >= 1");
     if (kn->pipe == 4)
         return gemvb_check(PJ_GB_Z12, kn, c, lim, why, whylen);
+    if (kn->pipe == 6)
+        return gemvzs_check(kn, c, lim, why, whylen);
     if (kn->pipe > 1 && kn->pipe != 5)
-        return fail(why, whylen, -EINVAL, "pipe=%u not in {0, 1, 4, 5}", kn->pipe);
+        return fail(why, whylen, -EINVAL, "pipe=%u not in {0, 1, 4, 5, 6}", kn->pipe);
     if (kn->r != 1 && kn->r != 2 && kn->r != 4)
         return fail(why, whylen, -EINVAL, "r=%u not in {1, 2, 4}", kn->r);
     if (kn->r > PJ_GEMVZ_MAX_R(kn->nw))
@@ -1313,11 +1381,36 @@ static int gemv_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, c
                         32u * kn->nw, gemv_smem(dual, kn, c->m), s, a);
 }
 
+static int gemvzs_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream_t s)
+{
+    const pj_eng_layer *L = c->L;
+    if (!c->ws || !c->ws->tag)
+        return -EINVAL;
+    const GzsGeom g = gzs_geom(kn, c, sm_count_cached());
+    GemvzsArgs a;
+    memset(&a, 0, sizeof a);
+    static_cast<EngIo &>(a) = io_of(c, 0);
+    a.z = z12_src(L);
+    a.kt_total = L->K / 64;
+    a.tgroups = g.tgroups;
+    a.jmax = g.jmax;
+    a.cnt = c->ws->cnt;
+    a.tag = c->ws->tag;
+    GemvzsFn fn = gemvzs_pick(kn->nw, kn->u, g.st, kn->xs);
+    if (!fn || !g.ctas || !g.tgroups)
+        return -ENOENT;
+    fn<<<g.ctas, 32 * kn->nw + 64, gemvzs_smem(kn->nw, kn->u, g.st, kn->xs, c->m, L->K, g.jmax),
+         s>>>(a);
+    return launch_rc();
+}
+
 static int gemvz_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream_t s)
 {
     const pj_eng_layer *L = c->L;
     if (kn->pipe == 4)
         return gemvb_launch(PJ_GB_Z12, kn, c, s);
+    if (kn->pipe == 6)
+        return gemvzs_launch(kn, c, s);
     GemvzArgs a;
     a.z = z12_src(L);
     a.kt_total = L->K / 64;

@@ -114,6 +114,10 @@ typedef struct pj_eng_ws {
     size_t part_floats;
     unsigned *cnt; /* arrival counters, zeroed at init, self-resetting */
     size_t n_cnt;
+    /* The slab GEMV's words at the boundaries between its CTAs (gemvz
+     * pipe = 6): zeroed at init, zero again after every launch; in cnt's
+     * allocation. */
+    unsigned long long *tag;
 } pj_eng_ws;
 
 /* Per stream: cuBLAS handles and their workspace, the Lt plan cache. */

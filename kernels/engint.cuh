@@ -142,6 +142,27 @@ GemvbFn gemvb_pick(int kind, int nw, int u, int mt);
 // Dynamic shared memory of a gemvb launch (x staged for one panel).
 size_t gemvb_smem(uint32_t m, uint32_t K, uint32_t panels);
 
+// The slab GEMV (gemvzs.cu; gemvz pipe = 6, m <= 8).
+// Exception entries a CTA keeps in shared memory (more: read from global).
+#define PJ_GZS_ECAP 512
+// Most CTAs in a slab grid: sizes the workspace's tag words (pj_eng_ws.tag,
+// 256 per boundary between neighbouring CTAs).
+#define PJ_GZS_MAX_CTAS 512
+struct GemvzsArgs : EngIo {
+    Z12Src z;
+    uint32_t kt_total;       // K / 64
+    uint32_t tgroups;        // groups of nw * u tiles in ceil(n / 16) row blocks
+    uint32_t jmax;           // row blocks a slab touches, at most
+    unsigned *cnt;           // one counter per boundary
+    unsigned long long *tag; // 256 words per boundary, zero between launches
+};
+typedef void (*GemvzsFn)(GemvzsArgs);
+// nc consumer warps (8, 16), u tiles per warp and stage (1, 2), s stages
+// (4, 6, 8), xm how x comes (knob xs: 0 whole, first; 1 whole, before the
+// weights; 2 with each stage).
+GemvzsFn gemvzs_pick(int nc, int u, int s, int xm);
+size_t gemvzs_smem(int nc, int u, int s, int xm, uint32_t m, uint32_t K, uint32_t jmax);
+
 struct TgemmArgs : EngIo {
     uint32_t kc, ks;
     float *acc; // zeroed fp32 accumulators [token][row], row stride acc_ld

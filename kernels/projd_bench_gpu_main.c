@@ -400,6 +400,30 @@ static int add_balanced(const layer_def *d, cand *cs, int n)
     return n;
 }
 
+/* The slab GEMV (gemvz pipe = 6, m <= 8; round 18): consumer warps, tiles
+ * per warp and stage, ring stages, CTAs per SM, how x comes. */
+static int add_slab(const layer_def *d, uint32_t m, cand *cs, int n)
+{
+    static const uint8_t nws[] = {8, 16}, us[] = {1, 2}, sts[] = {4, 6, 8};
+    if (d->fmt != PJ_FMT_Z12 || m > 8)
+        return n;
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++)
+            for (int q = 0; q < 3; q++)
+                for (int r = 1; r <= 2; r++)
+                    for (int x = 0; x < 3; x++) {
+                        const pj_eng_knobs kn = {.nw = nws[i],
+                                                 .ks = 1,
+                                                 .u = us[j],
+                                                 .pipe = 6,
+                                                 .xs = (uint8_t)x,
+                                                 .r = (uint8_t)r,
+                                                 .st = sts[q]};
+                        n = add_cand(cs, n, PJ_ENG_GEMVZ, &kn);
+                    }
+    return n;
+}
+
 /* gemvz with the shared-memory prefetch (pipe = 5): warps, tiles per stage,
  * K split, row blocks per warp, x path (global (m <= 8), staged, through
  * the ring, or its m tokens staged (m <= 8)), warp groups; then the tail
@@ -579,6 +603,7 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
         if (m >= 16 && d->fmt != PJ_FMT_SPLIT) /* the router's m <= 32 form is the GEMV */
             n = add_tiled_cluster(d, cs, n);
         n = add_prefetch(d, m, cs, n);
+        n = add_slab(d, m, cs, n);
         n = add_cluster(d, cs, n);
         return n;
     }
@@ -658,6 +683,7 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
     if (m <= 32) {
         n = add_balanced(d, cs, n);
         n = add_prefetch(d, m, cs, n);
+        n = add_slab(d, m, cs, n);
         n = add_cluster(d, cs, n);
         if (m >= 16 && d->fmt != PJ_FMT_SPLIT)
             n = add_tiled_cluster(d, cs, n);

@@ -415,6 +415,51 @@ static void sweep_balanced(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
     fflush(stdout);
 }
 
+/* The slab GEMV (gemvz pipe = 6, m <= 8) on n rows: consumer warps, tiles
+ * per warp and stage, ring stages, CTAs per SM, how x comes. With r = 2 and 16 warps two
+ * CTAs do not fit on an SM, so the second half of the grid starts as the
+ * first ends: a slab's tail then reaches the boundary before its
+ * neighbour's head has left its part, and the head finishes (the
+ * protocol's other order). At least one variant must run per m. */
+static void sweep_slab(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, uint32_t n,
+                       const uint32_t *mlist, int nm)
+{
+    char err[256], ctx[128];
+    double t0 = now_s();
+    unsigned long long f0 = n_fail, c0 = n_checks;
+    static const uint8_t nws[] = {8, 16}, us[] = {1, 2}, sts[] = {4, 6, 8};
+    for (int mi = 0; mi < nm; mi++) {
+        const uint32_t m = mlist[mi];
+        snprintf(ctx, sizeof ctx, "slab %s n=%u m=%u", L->L.name, n, m);
+        if (pj_chk_prepare(c, L, m, n, 1, 881u + m, 0, NULL, err, sizeof err)) {
+            fail_line("%s: prepare: %s", ctx, err);
+            continue;
+        }
+        const unsigned long long before = n_checks;
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 2; j++)
+                for (int q = 0; q < 3; q++)
+                    for (int r = 1; r <= 2; r++)
+                        for (int x = 0; x < 3; x++) {
+                            pj_eng_knobs kn;
+                            memset(&kn, 0, sizeof kn);
+                            kn.pipe = 6;
+                            kn.nw = nws[i];
+                            kn.u = us[j];
+                            kn.st = sts[q];
+                            kn.ks = 1;
+                            kn.r = (uint8_t)r;
+                            kn.xs = (uint8_t)x;
+                            check_one(c, ws, PJ_ENG_GEMVZ, &kn, ctx);
+                        }
+        if (n_checks == before)
+            fail_line("%s: no slab variant ran", ctx);
+    }
+    printf("B gemvz   on %-9s: %llu checks, %llu failed (%.1f s) [pipe=6, n=%u]\n", L->L.name,
+           n_checks - c0, n_fail - f0, now_s() - t0, n);
+    fflush(stdout);
+}
+
 static void part_b(pj_chk_ctx *c)
 {
     char err[256];
@@ -449,6 +494,16 @@ static void part_b(pj_chk_ctx *c)
     sweep_balanced(c, &o, &wo, PJ_ENG_GEMV, mb, quick ? 3 : 8);
     sweep_balanced(c, &rt, &wr, PJ_ENG_ROUTER, mb, quick ? 3 : 8);
     sweep_variants(c, &o, &wo, PJ_ENG_GEMVZ, quick ? mzq : mz, quick ? 3 : 7, ks124, 3);
+    {
+        /* The slab GEMV: all of o, o with a last row block cut short, a
+         * slice of the unpooler, and o with 5 % zeros (thousands of
+         * exceptions per slab: the finish reads them from global memory). */
+        static const uint32_t ms[] = {1, 8, 3, 5};
+        sweep_slab(c, &o, &wo, o.L.N, ms, quick ? 2 : 4);
+        sweep_slab(c, &o, &wo, 1000, ms, quick ? 2 : 3);
+        sweep_slab(c, &un, &wu, 1024, ms, 2);
+        sweep_slab(c, &oz, &wz, oz.L.N, ms, quick ? 1 : 2);
+    }
     sweep_variants(c, &un, &wu, PJ_ENG_GEMVZ, mzq, 3, ks12, 2);
     {
         /* The same layer without the derived slot table: the exception warp's
@@ -741,14 +796,37 @@ static void part_c_gemvz_r12(pj_chk_ctx *c)
         "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":20,\"engine\":\"gemvz\","
         "\"knobs\":{\"nw\":4,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":2,\"r\":1,\"st\":3}},"
         "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":24,\"engine\":\"gemvz\","
-        "\"knobs\":{\"nw\":4,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":2,\"r\":1,\"st\":5}}]}";
+        "\"knobs\":{\"nw\":4,\"ks\":1,\"u\":1,\"pipe\":5,\"xs\":2,\"r\":1,\"st\":9}}]}";
     static const char *const want[] = {
         "st=2 (ring stages) has variants for pipe=5, xs=2, m > 8, nw 4 or 8, u 1 or 2, rb 1 or 2, "
         "no cl or ts",
         "st=3 (ring stages) not in {2, 4}",
-        "knob st must be an integer in 0..4",
+        "knob st must be an integer in 0..8",
     };
     expect_table(c, "round 12 knobs", js, 2, want, (int)(sizeof want / sizeof want[0]));
+}
+
+/* The slab GEMV (gemvz pipe = 6, round 18) misused: each entry is refused
+ * with its own reason; two valid entries with it are kept. */
+static void part_c_gemvz_r18(pj_chk_ctx *c)
+{
+    const char *js = "{\"device\":\"test\",\"entries\":["
+                     "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":1,\"engine\":\"gemvz\","
+                     "\"knobs\":{\"nw\":16,\"ks\":1,\"u\":1,\"pipe\":6,\"r\":1,\"st\":4}},"
+                     "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":8,\"engine\":\"gemvz\","
+                     "\"knobs\":{\"nw\":8,\"ks\":1,\"u\":1,\"pipe\":6,\"r\":2,\"st\":4}},"
+                     "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":16,\"engine\":\"gemvz\","
+                     "\"knobs\":{\"nw\":8,\"ks\":1,\"u\":1,\"pipe\":6,\"r\":1,\"st\":4}},"
+                     "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":2,\"engine\":\"gemvz\","
+                     "\"knobs\":{\"nw\":4,\"ks\":1,\"u\":1,\"pipe\":6,\"r\":1,\"st\":4}},"
+                     "{\"layer\":\"qkv\",\"n\":4608,\"k\":4096,\"m\":3,\"engine\":\"gemvz\","
+                     "\"knobs\":{\"nw\":8,\"ks\":1,\"u\":1,\"pipe\":6,\"r\":1,\"st\":5}}]}";
+    static const char *const want[] = {
+        "pipe=6: m=16 > 8",
+        "pipe=6: nw=4 (consumer warps) not in {8, 16}",
+        "pipe=6: st=5 (ring stages) not in {4, 6, 8}",
+    };
+    expect_table(c, "round 18 knobs", js, 2, want, (int)(sizeof want / sizeof want[0]));
 }
 
 /* cuBLASLt's candidates (cublas algo >= 2, round 12): one in range is
@@ -842,6 +920,7 @@ static void part_c(pj_chk_ctx *c)
     part_c_gemvz_r10(c);
     part_c_gemvz_r11(c);
     part_c_gemvz_r12(c);
+    part_c_gemvz_r18(c);
     part_c_cublas_r12(c);
 }
 
