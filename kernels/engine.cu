@@ -1387,6 +1387,9 @@ static int gemvzs_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStrea
     if (!c->ws || !c->ws->tag)
         return -EINVAL;
     const GzsGeom g = gzs_geom(kn, c, sm_count_cached());
+    // The check's limits again: it may have seen another device's SM count.
+    if (g.jmax > 31 || g.ctas > PJ_GZS_MAX_CTAS)
+        return -ERANGE;
     GemvzsArgs a;
     memset(&a, 0, sizeof a);
     static_cast<EngIo &>(a) = io_of(c, 0);

@@ -259,6 +259,16 @@ __global__ void __launch_bounds__(NC * 32 + 64, 1) gemvzs_kernel(const GemvzsArg
         const uint32_t slot = is_head ? c - 1 : c;
         unsigned long long *hw = a.tag + (size_t)slot * 256, *tw = hw + 128;
         unsigned *cnt = a.cnt + slot;
+        // A word the other side has posted or is posting: wait until it is
+        // set, clear it, return its value.
+        auto take = [](unsigned long long *p) {
+            unsigned long long v;
+            do
+                v = ld_relaxed64(p);
+            while (!gzs_valid(v));
+            st_relaxed64(p, 0);
+            return gzs_value(v);
+        };
         if (is_head) {
 #pragma unroll
             for (int q = 0; q < 4; q++)
@@ -280,12 +290,7 @@ __global__ void __launch_bounds__(NC * 32 + 64, 1) gemvzs_kernel(const GemvzsArg
                 const uint32_t idx = lane + 32 * q;
                 if (idx >= nout)
                     continue;
-                unsigned long long w;
-                do
-                    w = ld_relaxed64(tw + idx);
-                while (!gzs_valid(w));
-                store_out(j, idx, __fadd_rn(gzs_value(w), sv[q]));
-                st_relaxed64(tw + idx, 0);
+                store_out(j, idx, __fadd_rn(take(tw + idx), sv[q]));
                 st_relaxed64(hw + idx, 0);
             }
             __syncwarp();
@@ -340,14 +345,8 @@ __global__ void __launch_bounds__(NC * 32 + 64, 1) gemvzs_kernel(const GemvzsArg
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             const uint32_t idx = lane + 32 * q;
-            if (idx >= nout)
-                continue;
-            unsigned long long v;
-            do
-                v = ld_relaxed64(hw + idx);
-            while (!gzs_valid(v));
-            store_out(j, idx, __fadd_rn(sv[q], gzs_value(v)));
-            st_relaxed64(hw + idx, 0);
+            if (idx < nout)
+                store_out(j, idx, __fadd_rn(sv[q], take(hw + idx)));
         }
         __syncwarp();
         if (lane == 0)
@@ -520,17 +519,21 @@ __global__ void __launch_bounds__(NC * 32 + 64, 1) gemvzs_kernel(const GemvzsArg
 #pragma unroll
             for (int q = 0; q < 3; q++)
                 p[u][q] = lds128(sb + (warp + u * NC) * PJ_Z12_TILE_BYTES + q * PJ_Z12_PLANE_BYTES);
-        __syncwarp();
-        if (lane == 0)
-            mbar_arrive(bars + (S + s) * 8); // this warp's tiles are in registers
+        // x's fragments too before the release: with XM = 2 they are in
+        // the stage, which the producer refills once every warp has left it.
+        uint32_t bx[U][1][8];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            uint32_t bx[1][8];
             const uint32_t xa = XM == 2 ? sb - lane * 16 + SB + xrow + (warp + u * NC) * 128
                                         : xbase + (kt + warp + u * NC) * 128;
-            z12_ldsm_b64(bx[0], xa, xa + 64);
-            z12_tile_mma<1>(acc, p[u], bx, B4);
+            z12_ldsm_b64(bx[u][0], xa, xa + 64);
         }
+        __syncwarp();
+        if (lane == 0)
+            mbar_arrive(bars + (S + s) * 8); // this warp's part is in registers
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            z12_tile_mma<1>(acc, p[u], bx[u], B4);
         kt += G;
         if (kt == KTP) {
             leave(j);
