@@ -856,6 +856,18 @@ static GzsGeom gzs_geom(const pj_eng_knobs *kn, const pj_eng_call *c, uint32_t s
     return g;
 }
 
+// The limits a slab grid must keep (the workspace's tag slots, the
+// finisher's lanes): 0, or a negative errno and why.
+static int gzs_limits(const GzsGeom &g, char *why, size_t whylen)
+{
+    if (g.ctas > PJ_GZS_MAX_CTAS)
+        return fail(why, whylen, -ENOSPC, "pipe=6: %u CTAs exceed %d", g.ctas, PJ_GZS_MAX_CTAS);
+    if (g.jmax > PJ_GZS_MAX_SPAN)
+        return fail(why, whylen, -ERANGE, "pipe=6: a slab spans %u row blocks (most %d)", g.jmax,
+                    PJ_GZS_MAX_SPAN);
+    return 0;
+}
+
 static int gemvzs_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_dev_limits *lim,
                         char *why, size_t whylen)
 {
@@ -869,9 +881,9 @@ static int gemvzs_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_d
     if (kn->u != 1 && kn->u != 2)
         return fail(why, whylen, -EINVAL, "pipe=6: u=%u (tiles per warp and stage) not in {1, 2}",
                     kn->u);
-    const int st = kn->st ? kn->st : 6;
-    if (st != 4 && st != 6 && st != 8)
-        return fail(why, whylen, -EINVAL, "pipe=6: st=%d (ring stages) not in {4, 6, 8}", st);
+    const GzsGeom g = gzs_geom(kn, c, (uint32_t)lim->sm_count);
+    if (g.st != 4 && g.st != 6 && g.st != 8)
+        return fail(why, whylen, -EINVAL, "pipe=6: st=%d (ring stages) not in {4, 6, 8}", g.st);
     if (kn->r != 1 && kn->r != 2)
         return fail(why, whylen, -EINVAL, "pipe=6: r=%u (CTAs per SM) not in {1, 2}", kn->r);
     // rb and ts do not apply (a slab is not made of row groups) and are
@@ -885,17 +897,15 @@ static int gemvzs_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_d
     const uint32_t ktp = L->K / 64, G = (uint32_t)kn->nw * kn->u;
     if (L->K % 64 || ktp % G)
         return fail(why, whylen, -EINVAL, "pipe=6: K/64=%u is not a multiple of nw*u=%u", ktp, G);
-    const GzsGeom g = gzs_geom(kn, c, (uint32_t)lim->sm_count);
     // One counter and 256 tag words per boundary (the workspace holds 1024+
     // counters and PJ_GZS_MAX_CTAS slots).
-    if (g.ctas > PJ_GZS_MAX_CTAS)
-        return fail(why, whylen, -ENOSPC, "pipe=6: %u CTAs exceed %d", g.ctas, PJ_GZS_MAX_CTAS);
-    if (g.jmax > 31)
-        return fail(why, whylen, -ERANGE, "pipe=6: a slab spans %u row blocks (most 31)", g.jmax);
+    const int rc = gzs_limits(g, why, whylen);
+    if (rc)
+        return rc;
     // r = 2 where two CTAs do not fit an SM runs in two waves: slower, still
     // correct (no CTA waits for one that may not have started; gemvzs.cu).
-    GemvzsFn fn = gemvzs_pick(kn->nw, kn->u, st, kn->xs);
-    const size_t smem = gemvzs_smem(kn->nw, kn->u, st, kn->xs, c->m, L->K, g.jmax);
+    GemvzsFn fn = gemvzs_pick(kn->nw, kn->u, g.st, kn->xs);
+    const size_t smem = gemvzs_smem(kn->nw, kn->u, g.st, kn->xs, c->m, L->K, g.jmax);
     return fits_device((const void *)fn, 32u * kn->nw + 64, smem, lim, why, whylen);
 }
 
@@ -1388,8 +1398,10 @@ static int gemvzs_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStrea
         return -EINVAL;
     const GzsGeom g = gzs_geom(kn, c, sm_count_cached());
     // The check's limits again: it may have seen another device's SM count.
-    if (g.jmax > 31 || g.ctas > PJ_GZS_MAX_CTAS)
-        return -ERANGE;
+    char why[128];
+    const int rc = gzs_limits(g, why, sizeof why);
+    if (rc)
+        return rc;
     GemvzsArgs a;
     memset(&a, 0, sizeof a);
     static_cast<EngIo &>(a) = io_of(c, 0);

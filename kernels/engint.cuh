@@ -148,6 +148,9 @@ size_t gemvb_smem(uint32_t m, uint32_t K, uint32_t panels);
 // Most CTAs in a slab grid: sizes the workspace's tag words (pj_eng_ws.tag,
 // 256 per boundary between neighbouring CTAs).
 #define PJ_GZS_MAX_CTAS 512
+// Most row blocks one slab may touch: the finisher warp keeps one per lane,
+// with one lane past the last (its exception bounds).
+#define PJ_GZS_MAX_SPAN 31
 struct GemvzsArgs : EngIo {
     Z12Src z;
     uint32_t kt_total;       // K / 64

@@ -113,7 +113,7 @@ static __device__ __forceinline__ float gzs_value(unsigned long long w)
     return __uint_as_float((uint32_t)w);
 }
 
-// Threads: NC consumer warps, one producer warp, one exception warp.
+// Threads: NC consumer warps, one producer warp, one finisher warp.
 template <int NC, int U, int S, int XM>
 __global__ void __launch_bounds__(NC * 32 + 64, 1) gemvzs_kernel(const GemvzsArgs a)
 {
@@ -165,9 +165,9 @@ __global__ void __launch_bounds__(NC * 32 + 64, 1) gemvzs_kernel(const GemvzsArg
         // bulk copy per token into its padded row; ldmatrix rows past m
         // repeat the last token, whose outputs are not stored), then the
         // weights; XM = 1 the same, but the weights only once x has
-        // landed, so that x does not queue in DRAM behind every SM's first
-        // stages (kernels/NOTES.md, round 18); XM = 2 a stage's own x
-        // with each stage. Then one bulk copy of G tiles per stage.
+        // landed (to keep x from queueing behind every SM's first stages;
+        // it did not pay, kernels/NOTES.md rounds 18-19); XM = 2 a stage's
+        // own x with each stage. Then one bulk copy of G tiles per stage.
         if (lane == 0) {
             if (XM != 2) {
                 mbar_expect_tx(xbar, m * K * 2);
