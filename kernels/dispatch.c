@@ -38,7 +38,7 @@ static const knob_def knob_defs[] = {
     {"ks", offsetof(pj_eng_knobs, ks), 64,
      EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER) | EB(PJ_ENG_SPLITK)},
     {"u", offsetof(pj_eng_knobs, u), 8, EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER)},
-    {"pipe", offsetof(pj_eng_knobs, pipe), 6,
+    {"pipe", offsetof(pj_eng_knobs, pipe), 7,
      EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER) | EB(PJ_ENG_SPLITK)},
     {"minb", offsetof(pj_eng_knobs, minb), 1, EB(PJ_ENG_GEMV) | EB(PJ_ENG_ROUTER)},
     {"xs", offsetof(pj_eng_knobs, xs), 4, EB(PJ_ENG_GEMVZ)},

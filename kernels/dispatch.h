@@ -76,7 +76,9 @@ typedef struct pj_eng_knobs {
                    * z12 tiles (A fragments rebuilt in registers; z12 layers
                    * with the by-tile exception table), 6 the same split into
                    * a producer warpgroup (copy, decode into a bf16 stage)
-                   * and a consumer warpgroup (wgmma) */
+                   * and a consumer warpgroup (wgmma), 7 bf16 warp-specialised:
+                   * a producer warp's TMA copies of both operands into a
+                   * ring that BM / 64 consumer warpgroups read by wgmma */
     uint8_t minb; /* 1: register cap so two CTAs fit per SM (launch-bounds hint) */
     uint8_t xs;   /* gemvz: 1 = x staged in shared memory, 0 = read from global,
                    * 2 (pipe = 5) = x through the prefetch ring per tile,

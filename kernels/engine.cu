@@ -1039,7 +1039,24 @@ static int tma_weight_map(CUtensorMap *m, const uint16_t *w, const pj_eng_layer 
 // The tiled GEMM's z12 forms (pipe 5, 6) read the layer's z12 tiles.
 static bool tg_reads_z12(const pj_eng_knobs *kn)
 {
-    return kn->pipe >= 5;
+    return kn->pipe == 5 || kn->pipe == 6;
+}
+
+// The TMA map of x for tiles of 64 K-elements x bn tokens (tokens past m
+// arrive as zeros; their results are never stored).
+static int tma_x_map(CUtensorMap *m, const pj_eng_call *c, int bn)
+{
+    TmaEncodeFn enc = tma_encoder();
+    if (!enc)
+        return -ENOSYS;
+    const cuuint64_t dims[2] = {c->L->K, c->m};
+    const cuuint64_t strides[1] = {(cuuint64_t)c->ldx * 2};
+    const cuuint32_t box[2] = {64, (cuuint32_t)bn};
+    const cuuint32_t estr[2] = {1, 1};
+    CUresult r = enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)c->x, dims, strides, box, estr,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? 0 : -EINVAL;
 }
 
 static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
@@ -1070,14 +1087,16 @@ static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
         return fail(why, whylen, -ERANGE, "W or x has more than 2^32 elements (32-bit offsets)");
     if (kn->cl && (kn->ks < 2 || kn->ks > 16))
         return fail(why, whylen, -EINVAL, "cl=1 needs ks in 2..16 (the cluster size)");
-    if (kn->pipe > 6)
+    if (kn->pipe > 7)
         return fail(why, whylen, -EINVAL,
                     "pipe=%u: the tiled GEMM has pipe 0 (mma.sync), 1 (with the L2 256-byte "
                     "prefetch), 2 (wgmma), 3 (wgmma, one group in flight), 4 (3 with TMA), 5 "
-                    "(wgmma over z12 tiles) or 6 (5, warp-specialised)",
+                    "(wgmma over z12 tiles), 6 (5, warp-specialised) or 7 (bf16, "
+                    "warp-specialised, TMA)",
                     kn->pipe);
-    if (kn->pipe == 4 && !tma_encoder())
-        return fail(why, whylen, -ENOSYS, "pipe=4: the driver has no cuTensorMapEncodeTiled");
+    if ((kn->pipe == 4 || kn->pipe == 7) && !tma_encoder())
+        return fail(why, whylen, -ENOSYS, "pipe=%u: the driver has no cuTensorMapEncodeTiled",
+                    kn->pipe);
     const TileGeom &g = tgemm_geom[kn->tile];
     const dim3 grid(cdiv(c->m, g.bn), cdiv(c->n, g.bm), kn->ks);
     if (kn->ks > 1 && !kn->cl) {
@@ -1473,10 +1492,12 @@ static int tgemm_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, 
         a.kt_total = L->K / 64;
         a.nblk_all = L->z_n_pad / 16;
     }
-    if (kn->pipe == 4) {
+    if (kn->pipe == 4 || kn->pipe == 7) {
         int rc = tma_weight_map(&a.tw[0], L->w, L, g.bm);
         if (!rc && dual)
             rc = tma_weight_map(&a.tw[1], L->lo, L, g.bm);
+        if (!rc && kn->pipe == 7)
+            rc = tma_x_map(&a.tx, c, g.bn);
         if (rc)
             return rc;
     }

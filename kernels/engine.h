@@ -8,7 +8,8 @@
  *   gemvz   the same over z12 weights (kernels/zfmt.h), decode in registers,
  *           exceptions applied by an extra warp in a fixed order
  *   splitk  tiled GEMM (mma.sync, or wgmma with pipe 2-4; pipe 5: wgmma
- *           over the z12 tiles, A fragments rebuilt in registers) with split-K:
+ *           over the z12 tiles, A fragments rebuilt in registers; pipe 7:
+ *           warp-specialised, TMA producer and wgmma consumers) with split-K:
  *           an fp32 atomic epilogue (the last CTA of a tile writes y and
  *           re-zeroes the workspace; not bit-deterministic when ks > 1),
  *           or with cl = 1 a sum in rank order through distributed shared

@@ -171,7 +171,8 @@ struct TgemmArgs : EngIo {
     float *acc; // zeroed fp32 accumulators [token][row], row stride acc_ld
     size_t acc_ld;
     unsigned *cnt;                   // one per (row tile, token tile)
-    CUtensorMap tw[2];               // pipe = 4: TMA maps of w0 (and w1), 64 x BM boxes
+    CUtensorMap tw[2];               // pipe = 4, 7: TMA maps of w0 (and w1), 64 x BM boxes
+    CUtensorMap tx;                  // pipe = 7: TMA map of x, 64 x BN boxes
     Z12Src z;                        // pipe = 5: the layer's z12 arrays
     const uint32_t *zt_off, *zt_ent; // pipe = 5: exceptions by tile (engine.h)
     uint32_t kt_total;               // pipe = 5: K / 64
@@ -190,14 +191,18 @@ extern const TileGeom tgemm_geom[PJ_TGEMM_NTILES];
 // wgmma, 3 wgmma with one group in flight, 4 the same with the weights
 // copied by TMA (2-4 not for tile 5), 5 wgmma over the layer's z12 tiles
 // (one matrix; tiles whose warpgroups hold at most 64 tokens), 6 the same
-// warp-specialised (64-row tiles of at most 64 tokens, 256 threads).
+// warp-specialised (64-row tiles of at most 64 tokens, 256 threads), 7
+// bf16 warp-specialised (both operands by TMA, BM / 64 consumer
+// warpgroups and a producer warp).
 TgemmFn tgemm_pick(int tile, int dual, int cl, int mode);
 // Dynamic shared memory of a launch (cl: the cluster form, whose landing
 // area for the other ranks' partials follows the rest).
 size_t tgemm_smem(int tile, int dual, int mode, int cl);
-// Threads of a launch: the tile's, or 256 for the warp-specialised z12
-// form (mode 6: a producer and a consumer warpgroup).
+// Threads of a launch: the tile's, 256 for the warp-specialised z12 form
+// (mode 6: a producer and a consumer warpgroup), or BM / 64 warpgroups
+// and a warp for the bf16 one (mode 7: tgemm_ws_threads).
+int tgemm_ws_threads(int tile);
 static inline int tgemm_threads(int tile, int mode)
 {
-    return mode == 6 ? 256 : tgemm_geom[tile].threads;
+    return mode == 6 ? 256 : mode == 7 ? tgemm_ws_threads(tile) : tgemm_geom[tile].threads;
 }

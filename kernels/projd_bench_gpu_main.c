@@ -554,19 +554,19 @@ static int add_cluster(const layer_def *d, cand *cs, int n)
 
 /* The tiled split-K GEMM (splitk, or the router's form above m = 32) with
  * the cluster reduction (cl = 1), the L2 256-byte prefetch (pipe = 1), the
- * wgmma main loop (pipe = 2, 3; 4 with TMA) or, on z12 layers, wgmma over
- * the z12 tiles (pipe = 5): tile shape, K split (the cluster size with
- * cl = 1). The plain form (cl = 0, pipe = 0) is the full sweep's. */
+ * wgmma main loop (pipe = 2, 3; 4 with TMA; 7 warp-specialised with TMA)
+ * or, on z12 layers, wgmma over the z12 tiles (pipe = 5, 6): tile shape,
+ * K split (the cluster size with cl = 1). The plain form (cl = 0, pipe =
+ * 0) is the full sweep's. */
 static int add_tiled_cluster(const layer_def *d, cand *cs, int n)
 {
     static const uint8_t kss[] = {1, 2, 4, 8, 16};
     const int dual = d->fmt == PJ_FMT_SPLIT;
-    const int nv = d->fmt == PJ_FMT_Z12 ? 14 : 10;
     for (int t = 0; t < PJ_ENG_TGEMM_TILES; t++) /* the check refuses tiles 4, 5 for two */
         for (int q = 0; q < 5; q++)
-            for (int v = 1; v < nv; v++) {
-                const int cl = v & 1;
-                if (cl && kss[q] < 2)
+            for (int v = 1; v < 16; v++) {
+                const int cl = v & 1, pipe = v >> 1;
+                if ((cl && kss[q] < 2) || ((pipe == 5 || pipe == 6) && d->fmt != PJ_FMT_Z12))
                     continue;
                 const pj_eng_knobs kn = {
                     .ks = kss[q], .pipe = (uint8_t)(v >> 1), .tile = (uint8_t)t, .cl = (uint8_t)cl};

@@ -270,6 +270,22 @@ __device__ __forceinline__ void tg_epilogue(const TgemmArgs &a, const float *ep,
     }
 }
 
+// One 64-wide K step of a warpgroup over shared-memory stages: m64nWTk16
+// per 16-wide slice, A = its 64 weight rows at sa (the second matrix BM
+// rows on with DUAL), B = the tokens at sb. The caller commits the group.
+template <int WT, int BM, int DUAL>
+__device__ __forceinline__ void tg_wg_step(float *d, uint32_t sa, uint32_t sb)
+{
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < TG_BK / 16; kk++) {
+        const uint64_t db = wg_desc_sw128(sb + kk * 32);
+#pragma unroll
+        for (int mat = 0; mat < 1 + DUAL; mat++)
+            Wgmma<WT>::run(d, wg_desc_sw128(sa + mat * BM * 128 + kk * 32), db);
+    }
+}
+
 template <int BM, int BN, int WM, int WN, int STAGES, int DUAL, int CL, int MODE>
 __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constant__ TgemmArgs a)
 {
@@ -446,14 +462,7 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
                 for (int kk = 0; kk < TG_BK / 16; kk++)
                     WgmmaRA<WT>::run(d, af[kk], wg_desc_sw128(sb + kk * 32));
             } else {
-                wg_fence();
-#pragma unroll
-                for (int kk = 0; kk < TG_BK / 16; kk++) {
-                    const uint64_t db = wg_desc_sw128(sb + kk * 32);
-#pragma unroll
-                    for (int mat = 0; mat < 1 + DUAL; mat++)
-                        Wgmma<WT>::run(d, wg_desc_sw128(sa + mat * BM * 128 + kk * 32), db);
-                }
+                tg_wg_step<WT, BM, DUAL>(d, sa, sb);
             }
             wg_commit();
             // Z: af is read by the hardware after issue and is rebuilt next
@@ -689,6 +698,99 @@ __global__ void __launch_bounds__(256) tgemm_zws_kernel(const __grid_constant__ 
         a, ep, (float4 *)(smb + al16(SMEM + TgZExc<C::NBK>::smem_bytes)), tok0, row0, tid, &s_last);
 }
 
+// The warp-specialised bf16 tiled GEMM (MODE 7, knob pipe = 7): BM / 64
+// consumer warpgroups (64 weight rows x BN tokens each) and one producer
+// warp, the last, of which one lane asks TMA for every K step's weight
+// tile(s) and x tile into a ring of S slots; a slot's full mbarrier counts
+// the bytes in, its empty mbarrier the consumer warps that are done with
+// it. The consumers never copy and never meet at a CTA barrier inside the
+// main loop: each runs one wgmma group per step, keeps one in flight, and
+// frees the slot of the step before once its wait says that group is done.
+// The ring is as deep as the budget allows (at most 8 slots): about the
+// whole shared memory for one CTA per SM, or half of it (two per SM) for
+// the tiles whose table ring depth is 6; the cluster form's landing area
+// comes out of it. The epilogue tile overlays the ring.
+template <int BM, int BN, int ST, int DUAL, int CL> struct TgWsCfg {
+    static constexpr int NWG = BM / 64, THREADS = NWG * 128 + 32;
+    static constexpr int WB = BM * 128 * (1 + DUAL), STAGE = WB + BN * 128;
+    static constexpr int EPI_LD = BM + 4, EPI = BN * EPI_LD * 4;
+    static constexpr int RECV = CL ? (int)tg_recv_bytes(BM, BN) : 0;
+    static constexpr int BUDGET = (ST == 6 ? 110 : 224) * 1024 - RECV;
+    static constexpr int S = BUDGET / STAGE > 8 ? 8 : BUDGET / STAGE;
+    static constexpr int RING = S * STAGE, SMEM = RING > EPI ? RING : EPI;
+    static constexpr size_t alloc = (size_t)SMEM + 1024; // + the 1024-byte alignment slack
+    static constexpr bool ok = S >= 2 && BM % 64 == 0 && STAGE % 1024 == 0;
+};
+
+template <int BM, int BN, int ST, int DUAL, int CL>
+__global__ void __launch_bounds__(TgWsCfg<BM, BN, ST, DUAL, CL>::THREADS, 1)
+    tgemm_ws_kernel(const __grid_constant__ TgemmArgs a)
+{
+    using C = TgWsCfg<BM, BN, ST, DUAL, CL>;
+    constexpr int S = C::S, NWG = C::NWG, STAGE = C::STAGE;
+    static_assert(C::ok, "ring");
+    extern __shared__ __align__(128) unsigned char sm[];
+    __shared__ __align__(8) uint64_t s_full[S], s_empty[S];
+    __shared__ int s_last;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const uint32_t tok0 = blockIdx.x * BN, row0 = blockIdx.y * BM;
+    const int kbeg = (int)(blockIdx.z * a.kc), nk = (int)(a.kc / TG_BK);
+    if constexpr (CL)
+        cl_started(); // this CTA's landing area may take the others' partials
+    const uint32_t sm0 = (smem_u32(sm) + 1023u) & ~1023u; // TMA's swizzle: 1024-aligned slots
+    unsigned char *const smb = sm + (sm0 - smem_u32(sm));
+    if (tid == 0) {
+        for (int s = 0; s < S; s++) {
+            mbar_init(smem_u32(&s_full[s]), 1);
+            mbar_init(smem_u32(&s_empty[s]), NWG * 4);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    float d[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++)
+        d[i] = 0.f;
+
+    if (warp == NWG * 4) {
+        if (lane == 0)
+            for (int k = 0; k < nk; k++) {
+                const int s = k % S;
+                if (k >= S) // the consumers are done with step k - S
+                    mbar_wait(smem_u32(&s_empty[s]), ((k / S) - 1) & 1);
+                const uint32_t slot = sm0 + s * STAGE, bar = smem_u32(&s_full[s]);
+                mbar_expect_tx(bar, STAGE);
+#pragma unroll
+                for (int mat = 0; mat < 1 + DUAL; mat++)
+                    tma_load_2d(slot + mat * BM * 128, &a.tw[mat], kbeg + k * TG_BK, (int)row0,
+                                bar);
+                tma_load_2d(slot + C::WB, &a.tx, kbeg + k * TG_BK, (int)tok0, bar);
+            }
+    } else {
+        const int wg = warp >> 2;
+#pragma unroll 1
+        for (int k = 0; k < nk; k++) {
+            const int s = k % S;
+            mbar_wait(smem_u32(&s_full[s]), (k / S) & 1);
+            const uint32_t sa = sm0 + s * STAGE + wg * 64 * 128, sb = sm0 + s * STAGE + C::WB;
+            tg_wg_step<BN, BM, DUAL>(d, sa, sb);
+            wg_commit();
+            wg_wait<1>();
+            if (k >= 1 && lane == 0) // step k - 1's group is done: its slot is free
+                mbar_arrive(smem_u32(&s_empty[(k - 1) % S]));
+        }
+        wg_wait<0>();
+    }
+    __syncthreads(); // every slot was consumed: the epilogue tile may overlay the ring
+    float *ep = (float *)smb;
+    if (warp < NWG * 4)
+        tg_ep_wg<BN, C::EPI_LD>(ep, d, (warp >> 2) * 64 + (warp & 3) * 16 + (lane >> 2), 0,
+                                lane & 3);
+    __syncthreads();
+    tg_epilogue<BM, BN, C::THREADS, C::EPI_LD, CL>(a, ep, (float4 *)(smb + al16(C::SMEM)), tok0,
+                                                   row0, tid, &s_last);
+}
+
 // Tile configurations (index = the "tile" knob), listed once: index, BM
 // rows, BN tokens, warps WM x WN, ring depth, whether the router's two
 // matrices fit (DUAL), whether a wgmma form exists (64-row warpgroups must
@@ -717,12 +819,15 @@ template <int DUAL, int CL, int MODE> static TgemmFn tg_pick(int tile)
 {
 #define TG_PICK(i, bm, bn, wm, wn, st, d, w)                                                       \
     case i:                                                                                        \
-        if constexpr ((DUAL && !d) || (MODE >= 2 && !w) ||                                         \
+        if constexpr ((DUAL && !d) || (MODE >= 2 && MODE != 7 && !w) ||                            \
                       (MODE == 5 && (DUAL || tg_wt(bm, bn, wm * wn * 32) > 64)) ||                 \
-                      (MODE == 6 && (DUAL || bm != 64 || bn > 64)))                                \
+                      (MODE == 6 && (DUAL || bm != 64 || bn > 64)) ||                              \
+                      (MODE == 7 && !TgWsCfg<bm, bn, st, DUAL, CL>::ok))                           \
             return nullptr;                                                                        \
         else if constexpr (MODE == 6)                                                              \
             return &tgemm_zws_kernel<bn, st, CL>;                                                  \
+        else if constexpr (MODE == 7)                                                              \
+            return &tgemm_ws_kernel<bm, bn, st, DUAL, CL>;                                         \
         else                                                                                       \
             return &tgemm_kernel<bm, bn, wm, wn, st, DUAL, CL, MODE>;
     switch (tile) {
@@ -749,6 +854,8 @@ template <int DUAL, int CL> static TgemmFn tg_pick_mode(int tile, int mode)
         return tg_pick<DUAL, CL, 5>(tile);
     case 6:
         return tg_pick<DUAL, CL, 6>(tile);
+    case 7:
+        return tg_pick<DUAL, CL, 7>(tile);
     }
     return nullptr;
 }
@@ -785,6 +892,23 @@ static size_t tg_zws_smem_of(int tile)
     return 0;
 }
 
+template <int DUAL, int CL> static size_t tg_ws_smem_of(int tile)
+{
+#define TG_WS(i, bm, bn, wm, wn, st, d, w)                                                         \
+    case i:                                                                                        \
+        return TgWsCfg<bm, bn, st, DUAL, CL>::ok ? TgWsCfg<bm, bn, st, DUAL, CL>::alloc : 0;
+    switch (tile) {
+        TG_TILES(TG_WS)
+    }
+#undef TG_WS
+    return 0;
+}
+
+int tgemm_ws_threads(int tile)
+{
+    return tgemm_geom[tile].bm / 64 * 128 + 32;
+}
+
 size_t tgemm_smem(int tile, int dual, int mode, int cl)
 {
     if (tile < 0 || tile >= PJ_TGEMM_NTILES)
@@ -794,6 +918,11 @@ size_t tgemm_smem(int tile, int dual, int mode, int cl)
     if (mode == 6) {
         const size_t z = tg_zws_smem_of(tile);
         return z ? al16(z) + recv : 0;
+    }
+    if (mode == 7) {
+        const size_t w = dual ? (cl ? tg_ws_smem_of<1, 1>(tile) : tg_ws_smem_of<1, 0>(tile))
+                              : (cl ? tg_ws_smem_of<0, 1>(tile) : tg_ws_smem_of<0, 0>(tile));
+        return w ? al16(w) + recv : 0;
     }
     // The wgmma form aligns its stages to 1024 bytes inside the allocation.
     const size_t base =

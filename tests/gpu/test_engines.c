@@ -172,8 +172,8 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
 {
     char err[256], ctx[128];
     double t0 = now_s();
-    unsigned long long f0 = n_fail, c0 = n_checks, ncl = 0, nwg = 0, nz = 0, nzws = 0, nts = 0,
-                       nxm = 0, nxr = 0, nst = 0, nlt = 0;
+    unsigned long long f0 = n_fail, c0 = n_checks, ncl = 0, nwg = 0, nz = 0, nzws = 0, ntma = 0,
+                       nts = 0, nxm = 0, nxr = 0, nst = 0, nlt = 0;
     static const uint8_t nws[] = {4, 8, 16};
     static const uint8_t us[] = {1, 2, 4, 8};
     for (int mi = 0; mi < nm; mi++) {
@@ -200,7 +200,7 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
             }
             if (k == PJ_ENG_SPLITK || (k == PJ_ENG_ROUTER && m > 32)) {
                 for (int t = 0; t < PJ_ENG_TGEMM_TILES; t++)
-                    for (int v = 0; v < 14; v++) {
+                    for (int v = 0; v < 16; v++) {
                         if ((v & 1) && kslist[s] < 2)
                             continue;
                         const int cl = v & 1;
@@ -213,8 +213,9 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
                         check_one(c, ws, k, &kn, ctx);
                         ncl += cl ? n_checks - before : 0;
                         nwg += kn.pipe >= 2 ? n_checks - before : 0;
-                        nz += kn.pipe >= 5 ? n_checks - before : 0;
+                        nz += kn.pipe == 5 || kn.pipe == 6 ? n_checks - before : 0;
                         nzws += kn.pipe == 6 ? n_checks - before : 0;
+                        ntma += kn.pipe == 7 ? n_checks - before : 0;
                     }
                 continue;
             }
@@ -316,12 +317,15 @@ static void sweep_variants(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_eng
     /* The same for the tiled GEMM's wgmma main loops (pipe = 2-4). */
     if ((k == PJ_ENG_SPLITK || (k == PJ_ENG_ROUTER && mlist[0] > 32)) && !nwg)
         fail_line("variants %s: no pipe=2-5 (wgmma) variant ran", L->L.name);
+    /* And its warp-specialised TMA form (pipe = 7). */
+    if ((k == PJ_ENG_SPLITK || (k == PJ_ENG_ROUTER && mlist[0] > 32)) && !ntma)
+        fail_line("variants %s: no pipe=7 (warp-specialised TMA) variant ran", L->L.name);
     /* And its z12 form (pipe = 5) on z12 layers. */
     if (k == PJ_ENG_SPLITK && L->L.fmt == PJ_FMT_Z12 && (!nz || !nzws))
         fail_line("variants %s: no pipe=5 or no pipe=6 (z12 wgmma) variant ran", L->L.name);
-    printf("B %-7s on %-9s: %llu checks (%llu cl=1, %llu wgmma, %llu z12, %llu xs=4, %llu st=2), "
-           "%llu failed (%.1f s)\n",
-           pj_eng_name(k), L->L.name, n_checks - c0, ncl, nwg, nz, nxr, nst, n_fail - f0,
+    printf("B %-7s on %-9s: %llu checks (%llu cl=1, %llu wgmma, %llu tma-ws, %llu z12, %llu xs=4, "
+           "%llu st=2), %llu failed (%.1f s)\n",
+           pj_eng_name(k), L->L.name, n_checks - c0, ncl, nwg, ntma, nz, nxr, nst, n_fail - f0,
            now_s() - t0);
     fflush(stdout);
 }
@@ -842,8 +846,9 @@ static void part_c_cublas_r12(pj_chk_ctx *c)
     expect_table(c, "cuBLASLt candidates", js, 1, want, 1);
 }
 
-/* The tiled GEMM's knobs of rounds 8-9 (cl, pipe 1-6, tiles 6-9) misused:
- * each entry is refused with its own reason; four valid entries are kept. */
+/* The tiled GEMM's knobs of rounds 8-9 and 20 (cl, pipe 1-7, tiles 6-9)
+ * misused: each entry is refused with its own reason; five valid entries
+ * are kept. */
 static void part_c_tiled_knobs(pj_chk_ctx *c)
 {
     const char *js = "{\"device\":\"test\",\"entries\":["
@@ -866,13 +871,20 @@ static void part_c_tiled_knobs(pj_chk_ctx *c)
                      "{\"layer\":\"pooler\",\"n\":8192,\"k\":4096,\"m\":32,\"engine\":\"splitk\","
                      "\"knobs\":{\"tile\":1,\"ks\":2,\"pipe\":6}},"
                      "{\"layer\":\"pooler\",\"n\":8192,\"k\":4096,\"m\":64,\"engine\":\"splitk\","
-                     "\"knobs\":{\"tile\":9,\"ks\":4,\"pipe\":6,\"cl\":1}}]}";
+                     "\"knobs\":{\"tile\":9,\"ks\":4,\"pipe\":6,\"cl\":1}},"
+                     "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":128,\"engine\":\"splitk\","
+                     "\"knobs\":{\"tile\":1,\"ks\":2,\"pipe\":7,\"cl\":1}},"
+                     "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":256,\"engine\":\"splitk\","
+                     "\"knobs\":{\"tile\":4,\"ks\":2,\"pipe\":7,\"cl\":1}}]}";
+    /* Round 20's pipe = 7: a good entry kept; tile 4 (128 x 256) with the
+     * cluster's landing area leaves no room for a ring of two slots. */
     static const char *const want[] = {
         "cl=1 needs ks in 2..16 (the cluster size)", "tile=0 has no pipe=5 form",
         "pipe=5: layer has no z12 weights",          "tile=5 has no pipe=2 form",
         "cl=1 needs ks in 2..16 (the cluster size)", "tile=1 has no pipe=6 form",
+        "tile=4 has no pipe=7 form",
     };
-    expect_table(c, "tiled knobs", js, 4, want, (int)(sizeof want / sizeof want[0]));
+    expect_table(c, "tiled knobs", js, 5, want, (int)(sizeof want / sizeof want[0]));
 }
 
 static void part_c(pj_chk_ctx *c)
