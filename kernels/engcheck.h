@@ -79,6 +79,12 @@ int pj_chk_prepare(pj_chk_ctx *c, const pj_chk_layer *cl, uint32_t m, uint32_t n
                    uint64_t seed, uint32_t cpu_rows, unsigned long long *cpu_mismatch, char *err,
                    size_t errlen);
 
+/* The call of the first n rows of layer L at m tokens from x to y (row
+ * strides K and n): how the checker, the GPU tests and the benchmark call
+ * an engine on their own buffers. */
+pj_eng_call pj_chk_call(const pj_eng_layer *L, pj_eng_ws *ws, const uint16_t *x, uint16_t *y,
+                        uint32_t m, uint32_t n);
+
 typedef struct pj_chk_result {
     int ok;               /* every check passed */
     pj_bk_cmp cmp;        /* against the reference */

@@ -407,19 +407,26 @@ static int prepare_onehot(pj_chk_ctx *c)
     return 0;
 }
 
-static int run_once(pj_chk_ctx *c, pj_eng_ws *ws, pj_eng_kind k, const pj_eng_knobs *kn,
-                    const uint16_t *x, uint16_t *y)
+pj_eng_call pj_chk_call(const pj_eng_layer *L, pj_eng_ws *ws, const uint16_t *x, uint16_t *y,
+                        uint32_t m, uint32_t n)
 {
     pj_eng_call call;
     memset(&call, 0, sizeof call);
-    call.L = &c->cur->L;
+    call.L = L;
     call.ws = ws;
     call.x = x;
-    call.ldx = c->cur->L.K;
+    call.ldx = L->K;
     call.y = y;
-    call.ldy = c->cur_n;
-    call.m = c->cur_m;
-    call.n = c->cur_n;
+    call.ldy = n;
+    call.m = m;
+    call.n = n;
+    return call;
+}
+
+static int run_once(pj_chk_ctx *c, pj_eng_ws *ws, pj_eng_kind k, const pj_eng_knobs *kn,
+                    const uint16_t *x, uint16_t *y)
+{
+    const pj_eng_call call = pj_chk_call(&c->cur->L, ws, x, y, c->cur_m, c->cur_n);
     if (pj_bk_poison(c->s, y, call.ldy, call.m, call.n))
         return -EIO;
     int rc = pj_eng_launch(k, kn, &call, c->es);

@@ -271,15 +271,7 @@ static int op_flush(bench *b, void *ctx)
 
 static void make_call(bench *b, int li, uint32_t m, pj_eng_call *call)
 {
-    memset(call, 0, sizeof *call);
-    call->L = &b->layers[li].L;
-    call->ws = &b->ws[li];
-    call->x = b->c.dx;
-    call->ldx = layer_defs[li].K;
-    call->y = b->c.dy;
-    call->ldy = layer_defs[li].n;
-    call->m = m;
-    call->n = layer_defs[li].n;
+    *call = pj_chk_call(&b->layers[li].L, &b->ws[li], b->c.dx, b->c.dy, m, layer_defs[li].n);
 }
 
 /* Prepare x and the reference for (layer, m) unless already there. */

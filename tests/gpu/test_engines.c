@@ -66,17 +66,7 @@ static void fail_line(const char *fmt, ...)
 static pj_eng_call layer_call(const pj_chk_ctx *c, const pj_eng_layer *L, pj_eng_ws *ws, uint32_t m,
                               uint32_t n)
 {
-    pj_eng_call call;
-    memset(&call, 0, sizeof call);
-    call.L = L;
-    call.ws = ws;
-    call.x = c->dx;
-    call.ldx = L->K;
-    call.y = c->dy;
-    call.ldy = n;
-    call.m = m;
-    call.n = n;
-    return call;
+    return pj_chk_call(L, ws, c->dx, c->dy, m, n);
 }
 
 /* Check one (engine, knobs) on what c holds now; counts and reports. */
@@ -879,9 +869,12 @@ static void part_c_tiled_knobs(pj_chk_ctx *c)
     /* Round 20's pipe = 7: a good entry kept; tile 4 (128 x 256) with the
      * cluster's landing area leaves no room for a ring of two slots. */
     static const char *const want[] = {
-        "cl=1 needs ks in 2..16 (the cluster size)", "tile=0 has no pipe=5 form",
-        "pipe=5: layer has no z12 weights",          "tile=5 has no pipe=2 form",
-        "cl=1 needs ks in 2..16 (the cluster size)", "tile=1 has no pipe=6 form",
+        "cl=1 needs ks in 2..16 (the cluster size)",
+        "tile=0 has no pipe=5 form",
+        "pipe=5: layer has no z12 weights",
+        "tile=5 has no pipe=2 form",
+        "cl=1 needs ks in 2..16 (the cluster size)",
+        "tile=1 has no pipe=6 form",
         "tile=4 has no pipe=7 form",
     };
     expect_table(c, "tiled knobs", js, 5, want, (int)(sizeof want / sizeof want[0]));
