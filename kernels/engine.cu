@@ -1081,8 +1081,9 @@ static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
                     dual ? " for two matrices" : "");
     if ((!z && !w16_ok(L)) || !x16_ok(c))
         return fail(why, whylen, -EINVAL, "x or W not 16-byte aligned with ld %% 8 == 0");
-    if (!kn->ks || L->K % (64u * kn->ks))
-        return fail(why, whylen, -EINVAL, "K=%u is not a multiple of 64*ks (ks=%u)", L->K, kn->ks);
+    if (!kn->ks || !L->K || L->K % (64u * kn->ks))
+        return fail(why, whylen, -EINVAL, "K=%u is not a positive multiple of 64*ks (ks=%u)", L->K,
+                    kn->ks);
     if ((!z && (uint64_t)L->N * L->ldw > UINT32_MAX) || (uint64_t)c->m * c->ldx > UINT32_MAX)
         return fail(why, whylen, -ERANGE, "W or x has more than 2^32 elements (32-bit offsets)");
     if (kn->cl && (kn->ks < 2 || kn->ks > 16))
@@ -1105,6 +1106,10 @@ static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
             return fail(why, whylen, -ENOSPC, "m=%u exceeds the split-K accumulator", c->m);
     }
     TgemmFn fn = tgemm_pick(kn->tile, dual, kn->cl, kn->pipe);
+    if (!fn && kn->pipe == 7 && (dual ? tgemm_geom[kn->tile].dual_ok : 1))
+        return fail(why, whylen, -ENOSPC,
+                    "pipe=7: tile=%u leaves no room for a ring of two slots%s", kn->tile,
+                    kn->cl ? " beside the cluster's landing area" : "");
     if (!fn)
         return fail(why, whylen, -EINVAL, "tile=%u has no pipe=%u form", kn->tile, kn->pipe);
     const size_t smem = tgemm_smem(kn->tile, dual, kn->pipe, kn->cl);
