@@ -882,9 +882,9 @@ static void part_c_tiled_knobs(pj_chk_ctx *c)
                      "\"knobs\":{\"tile\":1,\"ks\":2,\"pipe\":6}},"
                      "{\"layer\":\"pooler\",\"n\":8192,\"k\":4096,\"m\":64,\"engine\":\"splitk\","
                      "\"knobs\":{\"tile\":9,\"ks\":4,\"pipe\":6,\"cl\":1}},"
-                     "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":128,\"engine\":\"splitk\","
+                     "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":192,\"engine\":\"splitk\","
                      "\"knobs\":{\"tile\":1,\"ks\":2,\"pipe\":7,\"cl\":1}},"
-                     "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":256,\"engine\":\"splitk\","
+                     "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":224,\"engine\":\"splitk\","
                      "\"knobs\":{\"tile\":4,\"ks\":2,\"pipe\":7,\"cl\":1}}]}";
     /* Round 20's pipe = 7: a good entry kept; tile 4 (128 x 256) with the
      * cluster's landing area leaves no room for a ring of two slots. */
