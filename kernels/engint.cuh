@@ -18,6 +18,44 @@ static __host__ __device__ constexpr size_t al16(size_t v)
     return (v + 15) & ~(size_t)15;
 }
 
+// The exception area of a z12 GEMV's shared memory (gemvz, gemvzs): the
+// list entries (rk, c1, c2) of up to cap exceptions, their x for mtok
+// tokens, the row starts of nrb row blocks (and one past) and nbnd block
+// bounds, each 16-byte aligned, laid out from offset off.
+struct ZxArea {
+    size_t e_rk, e_c1, e_c2, e_x, rowst, bnd;
+};
+// Places the area at off; returns the offset past it.
+static __host__ __device__ inline size_t zx_area(ZxArea &z, size_t off, size_t cap, size_t mtok,
+                                                 size_t nrb, size_t nbnd)
+{
+    z.e_rk = off;
+    off += al16(cap * 4);
+    z.e_c1 = off;
+    off += al16(cap * 4);
+    z.e_c2 = off;
+    off += al16(cap * 4);
+    z.e_x = off;
+    off += al16(cap * mtok * 4);
+    z.rowst = off;
+    off += al16((nrb * 16 + 1) * 4);
+    z.bnd = off;
+    off += al16(nbnd * 4);
+    return off;
+}
+// The area's arrays in the shared memory at sm.
+struct ZxArrays {
+    uint32_t *e_rk;
+    float *e_c1, *e_c2, *e_x;
+    int *rowst;
+    uint32_t *bnd;
+};
+static __device__ inline ZxArrays zx_arrays(unsigned char *sm, const ZxArea &z)
+{
+    return {(uint32_t *)(sm + z.e_rk), (float *)(sm + z.e_c1), (float *)(sm + z.e_c2),
+            (float *)(sm + z.e_x),     (int *)(sm + z.rowst),  (uint32_t *)(sm + z.bnd)};
+}
+
 // Shared-memory exception capacity of a gemvz CTA (entries); a CTA whose
 // row blocks hold more reads them from global memory at the end instead.
 #define PJ_GEMVZ_ECAP 128

@@ -44,7 +44,8 @@
 namespace cg = cooperative_groups;
 
 struct GemvzSmem {
-    size_t ring, xs, red, e_rk, e_c1, e_c2, e_x, rowst, bnd, flags, total;
+    size_t ring, xs, red, flags, total;
+    ZxArea zx; // the exceptions' lists, row starts and block starts
 };
 
 // Stages of the shared-memory prefetch (PIPE = 2): batches in flight per
@@ -93,18 +94,7 @@ static __host__ __device__ inline GemvzSmem gemvz_layout(int nw, int mt, int xs,
     L.red = ring ? L.ring : off;
     if (!ring)
         off += al16((size_t)r * nw * (nb / r) * 16 * (mtok + 1) * 4);
-    L.e_rk = off;
-    off += al16(PJ_GEMVZ_ECAP * 4);
-    L.e_c1 = off;
-    off += al16(PJ_GEMVZ_ECAP * 4);
-    L.e_c2 = off;
-    off += al16(PJ_GEMVZ_ECAP * 4);
-    L.e_x = off;
-    off += al16((size_t)PJ_GEMVZ_ECAP * mtok * 4);
-    L.rowst = off;
-    off += al16((nb * 16 + 1) * 4);
-    L.bnd = off;
-    off += al16(8 * 4); // block starts, NB + 1 <= 5 used
+    off = zx_area(L.zx, off, PJ_GEMVZ_ECAP, mtok, nb, 8); // block starts: NB + 1 <= 5 used
     L.flags = off;
     off += 16;
     L.total = off;
@@ -148,12 +138,7 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
         return PIPE == 2 ? (float *)(sm + L.ring + (size_t)wi * RINGW)
                          : (float *)(sm + L.red) + (size_t)wi * RB * 16 * RS;
     };
-    uint32_t *e_rk = (uint32_t *)(sm + L.e_rk);
-    float *e_c1 = (float *)(sm + L.e_c1);
-    float *e_c2 = (float *)(sm + L.e_c2);
-    float *e_x = (float *)(sm + L.e_x);
-    int *rowst = (int *)(sm + L.rowst);
-    uint32_t *bnd = (uint32_t *)(sm + L.bnd);
+    const ZxArrays zx = zx_arrays(sm, L.zx);
     int *flags = (int *)(sm + L.flags);
 
     const uint32_t nstream = R * NW;
@@ -434,13 +419,13 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
                     if (i < n) {
                         const uint32_t e = i / a.m, tok = i - e * a.m;
                         dst[j] = e * MTOK + tok;
-                        v[j] = a.x[(size_t)tok * a.ldx + (e_rk[e] & 0x0fffffffu)];
+                        v[j] = a.x[(size_t)tok * a.ldx + (zx.e_rk[e] & 0x0fffffffu)];
                     }
                 }
 #pragma unroll
                 for (int j = 0; j < XB; j++)
                     if (i0 + 32 * j < n)
-                        e_x[dst[j]] = bf2f((uint16_t)v[j]);
+                        zx.e_x[dst[j]] = bf2f((uint16_t)v[j]);
             }
         };
         bool done = false;
@@ -470,12 +455,12 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
             for (int qq = 0; qq < 4; qq++) {
                 const uint32_t c = __shfl_sync(0xffffffffu, cntv, qq);
                 if (lane == 0)
-                    bnd[qq] = tot;
+                    zx.bnd[qq] = tot;
                 tot += c;
                 over |= c > CAP;
             }
             if (lane == 0)
-                bnd[4] = tot;
+                zx.bnd[4] = tot;
             if (!over && tot <= PJ_GEMVZ_ECAP) {
                 uint32_t base = 0;
 #pragma unroll
@@ -484,22 +469,22 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
                     const uint32_t bal = __ballot_sync(0xffffffffu, valid);
                     const uint32_t pos = base + __popc(bal & ((1u << lane) - 1u));
                     if (valid) {
-                        e_rk[pos] = rk[it];
-                        e_c1[pos] = c1[it];
-                        e_c2[pos] = c2[it];
+                        zx.e_rk[pos] = rk[it];
+                        zx.e_c1[pos] = c1[it];
+                        zx.e_c2[pos] = c2[it];
                     }
                     base += __popc(bal);
                 }
                 __syncwarp();
                 for (uint32_t rr = lane; rr < NB * 16; rr += 32) {
-                    const uint32_t b0 = bnd[rr / 16], b1 = bnd[rr / 16 + 1], rw = rr % 16;
+                    const uint32_t b0 = zx.bnd[rr / 16], b1 = zx.bnd[rr / 16 + 1], rw = rr % 16;
                     uint32_t below = 0;
                     for (uint32_t e = b0; e < b1; e++)
-                        below += (e_rk[e] >> 28) < rw;
-                    rowst[rr] = (int)(b0 + below);
+                        below += (zx.e_rk[e] >> 28) < rw;
+                    zx.rowst[rr] = (int)(b0 + below);
                 }
                 if (lane == 0) {
-                    rowst[NB * 16] = (int)tot;
+                    zx.rowst[NB * 16] = (int)tot;
                     flags[1] = 0;
                 }
                 gather_x(tot);
@@ -509,32 +494,32 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
         }
         if (!done) {
             if (lane <= NB)
-                bnd[lane] = a.z.blk_exc[min(rb0 + lane, a.nblk_all)];
+                zx.bnd[lane] = a.z.blk_exc[min(rb0 + lane, a.nblk_all)];
             __syncwarp();
-            const uint32_t e_beg = bnd[0];
-            const uint32_t ne = bnd[NB] - e_beg;
+            const uint32_t e_beg = zx.bnd[0];
+            const uint32_t ne = zx.bnd[NB] - e_beg;
             const bool glob = ne > PJ_GEMVZ_ECAP;
             if (!glob)
                 for (uint32_t e = lane; e < ne; e += 32) {
                     const pj_z12_exc ex = a.z.exc[e_beg + e];
-                    e_rk[e] = ex.rk;
-                    e_c1[e] = ex.c1;
-                    e_c2[e] = ex.c2;
+                    zx.e_rk[e] = ex.rk;
+                    zx.e_c1[e] = ex.c1;
+                    zx.e_c2[e] = ex.c2;
                 }
             __syncwarp();
             for (uint32_t rr = lane; rr < NB * 16; rr += 32) {
-                const uint32_t b0 = bnd[rr / 16], b1 = bnd[rr / 16 + 1], rw = rr % 16;
+                const uint32_t b0 = zx.bnd[rr / 16], b1 = zx.bnd[rr / 16 + 1], rw = rr % 16;
                 uint32_t below = 0;
                 if (!glob)
                     for (uint32_t e = b0 - e_beg; e < b1 - e_beg; e++)
-                        below += (e_rk[e] >> 28) < rw;
+                        below += (zx.e_rk[e] >> 28) < rw;
                 else
                     for (uint32_t e = b0; e < b1; e++)
                         below += (a.z.exc[e].rk >> 28) < rw;
-                rowst[rr] = (int)(b0 - e_beg + below);
+                zx.rowst[rr] = (int)(b0 - e_beg + below);
             }
             if (lane == 0) {
-                rowst[NB * 16] = (int)ne;
+                zx.rowst[NB * 16] = (int)ne;
                 flags[1] = glob;
             }
             if (!glob)
@@ -552,20 +537,20 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
         const uint32_t grow = rb0 * 16 + rr;
         if (grow >= a.n || tok >= a.m)
             return;
-        const int e1 = rowst[rr + 1];
+        const int e1 = zx.rowst[rr + 1];
         if (flags[1]) {
-            const uint32_t e_beg = bnd[0];
-            for (int e = rowst[rr]; e < e1; e++) {
+            const uint32_t e_beg = zx.bnd[0];
+            for (int e = zx.rowst[rr]; e < e1; e++) {
                 const pj_z12_exc ex = a.z.exc[e_beg + e];
                 const float v = bf2f(a.x[(size_t)tok * a.ldx + (ex.rk & 0x0fffffffu)]);
                 s = __fadd_rn(s, __fmul_rn(ex.c1, v));
                 s = __fadd_rn(s, __fmul_rn(ex.c2, v));
             }
         } else {
-            for (int e = rowst[rr]; e < e1; e++) {
-                const float v = e_x[e * MTOK + tok];
-                s = __fadd_rn(s, __fmul_rn(e_c1[e], v));
-                s = __fadd_rn(s, __fmul_rn(e_c2[e], v));
+            for (int e = zx.rowst[rr]; e < e1; e++) {
+                const float v = zx.e_x[e * MTOK + tok];
+                s = __fadd_rn(s, __fmul_rn(zx.e_c1[e], v));
+                s = __fadd_rn(s, __fmul_rn(zx.e_c2[e], v));
             }
         }
         a.y[(size_t)tok * a.ldy + grow] = f2bf(s);

@@ -44,7 +44,8 @@
 #include "kernels/z12dev.cuh"
 
 struct GzsSmem {
-    size_t ring, stage, xs, part, e_rk, e_c1, e_c2, e_x, rowst, bnd, misc, bars, total;
+    size_t ring, stage, xs, part, misc, bars, total;
+    ZxArea zx; // the exceptions' lists, row starts and block bounds
 };
 
 // nc consumer warps, u tiles per warp and stage, s stages, m tokens, K,
@@ -64,18 +65,7 @@ static __host__ __device__ inline GzsSmem gzs_layout(int nc, int u, int s, uint3
     off += xm == 2 ? 0 : al16((size_t)m * (K + 8) * 2);
     L.part = off;
     off += al16((size_t)jmax * nc * 16 * m * 4);
-    L.e_rk = off;
-    off += PJ_GZS_ECAP * 4;
-    L.e_c1 = off;
-    off += PJ_GZS_ECAP * 4;
-    L.e_c2 = off;
-    off += PJ_GZS_ECAP * 4;
-    L.e_x = off;
-    off += (size_t)PJ_GZS_ECAP * m * 4;
-    L.rowst = off;
-    off += al16((jmax * 16 + 1) * 4);
-    L.bnd = off;
-    off += al16((jmax + 1) * 4);
+    off = zx_area(L.zx, off, PJ_GZS_ECAP, m, jmax, jmax + 1);
     L.misc = off;
     off += 16;
     L.bars = off;
@@ -125,12 +115,7 @@ __global__ void __launch_bounds__(NC * 32 + 64, 1) gemvzs_kernel(const GemvzsArg
     const uint32_t XRS = G * 64 + 8; // xm = 2: a stage's x row stride (elements)
     uint16_t *xs = (uint16_t *)(sm + L.xs);
     float *part = (float *)(sm + L.part);
-    uint32_t *e_rk = (uint32_t *)(sm + L.e_rk);
-    float *e_c1 = (float *)(sm + L.e_c1);
-    float *e_c2 = (float *)(sm + L.e_c2);
-    float *e_x = (float *)(sm + L.e_x);
-    int *rowst = (int *)(sm + L.rowst);
-    uint32_t *bnd = (uint32_t *)(sm + L.bnd);
+    const ZxArrays zx = zx_arrays(sm, L.zx);
     int *glob = (int *)(sm + L.misc);
     // mbarriers: full[S] (the copy's bytes), empty[S] (NC arrivals),
     // done[jmax] (local row block j: NC arrivals, one per consumer warp),
@@ -207,8 +192,8 @@ __global__ void __launch_bounds__(NC * 32 + 64, 1) gemvzs_kernel(const GemvzsArg
     // exceptions of the row in list order, then bf16 into y.
     auto store_out = [&](uint32_t j, uint32_t idx, float s) {
         const uint32_t r = idx & 15, tok = idx >> 4, row = (rb_first + j) * 16 + r;
-        const int e1 = rowst[j * 16 + r + 1];
-        for (int e = rowst[j * 16 + r]; e < e1; e++) {
+        const int e1 = zx.rowst[j * 16 + r + 1];
+        for (int e = zx.rowst[j * 16 + r]; e < e1; e++) {
             uint32_t rk;
             float c1, c2;
             if (glob[0]) {
@@ -217,12 +202,12 @@ __global__ void __launch_bounds__(NC * 32 + 64, 1) gemvzs_kernel(const GemvzsArg
                 c1 = ex.c1;
                 c2 = ex.c2;
             } else {
-                rk = e_rk[e];
-                c1 = e_c1[e];
-                c2 = e_c2[e];
+                rk = zx.e_rk[e];
+                c1 = zx.e_c1[e];
+                c2 = zx.e_c2[e];
             }
             const float xv =
-                glob[0] ? bf2f(a.x[(size_t)tok * a.ldx + (rk & 0x0fffffffu)]) : e_x[e * m + tok];
+                glob[0] ? bf2f(a.x[(size_t)tok * a.ldx + (rk & 0x0fffffffu)]) : zx.e_x[e * m + tok];
             s = __fadd_rn(s, __fmul_rn(c1, xv));
             s = __fadd_rn(s, __fmul_rn(c2, xv));
         }
@@ -395,7 +380,7 @@ __global__ void __launch_bounds__(NC * 32 + 64, 1) gemvzs_kernel(const GemvzsArg
             const uint32_t tot = __shfl_sync(0xffffffffu, incl, 31);
             if (!__any_sync(0xffffffffu, cv > PJ_GEMVZ_XCAP) && tot <= PJ_GZS_ECAP) {
                 if (lane <= nrb)
-                    bnd[lane] = incl - cv;
+                    zx.bnd[lane] = incl - cv;
                 for (uint32_t j0 = 0; j0 < nrb; j0 += 4) {
                     uint32_t rk[8];
                     float c1[8], c2[8];
@@ -418,9 +403,9 @@ __global__ void __launch_bounds__(NC * 32 + 64, 1) gemvzs_kernel(const GemvzsArg
                         const uint32_t cj = __shfl_sync(0xffffffffu, cv, jj & 31);
                         const uint32_t bj = __shfl_sync(0xffffffffu, incl - cv, jj & 31);
                         if (jj < nrb && sl < cj) {
-                            e_rk[bj + sl] = rk[it];
-                            e_c1[bj + sl] = c1[it];
-                            e_c2[bj + sl] = c2[it];
+                            zx.e_rk[bj + sl] = rk[it];
+                            zx.e_c1[bj + sl] = c1[it];
+                            zx.e_c2[bj + sl] = c2[it];
                         }
                     }
                 }
@@ -435,13 +420,13 @@ __global__ void __launch_bounds__(NC * 32 + 64, 1) gemvzs_kernel(const GemvzsArg
             const uint32_t ne = __shfl_sync(0xffffffffu, bv, nrb) - e0;
             const bool gl = ne > PJ_GZS_ECAP;
             if (lane <= nrb)
-                bnd[lane] = bv - e0;
+                zx.bnd[lane] = bv - e0;
             if (!gl)
                 for (uint32_t e = lane; e < ne; e += 32) {
                     const pj_z12_exc ex = a.z.exc[e0 + e];
-                    e_rk[e] = ex.rk;
-                    e_c1[e] = ex.c1;
-                    e_c2[e] = ex.c2;
+                    zx.e_rk[e] = ex.rk;
+                    zx.e_c1[e] = ex.c1;
+                    zx.e_c2[e] = ex.c2;
                 }
             if (lane == 0) {
                 glob[0] = gl;
@@ -452,26 +437,26 @@ __global__ void __launch_bounds__(NC * 32 + 64, 1) gemvzs_kernel(const GemvzsArg
         // Where each row's entries start (rows are sorted within a block).
         for (uint32_t rr = lane; rr < nrb * 16; rr += 32) {
             const uint32_t j = rr / 16, r = rr % 16;
-            uint32_t lo = bnd[j], hi = bnd[j + 1];
+            uint32_t lo = zx.bnd[j], hi = zx.bnd[j + 1];
             while (lo < hi) {
                 const uint32_t mid = (lo + hi) / 2;
-                const uint32_t rk = glob[0] ? a.z.exc[glob[1] + mid].rk : e_rk[mid];
+                const uint32_t rk = glob[0] ? a.z.exc[glob[1] + mid].rk : zx.e_rk[mid];
                 if ((rk >> 28) < r)
                     lo = mid + 1;
                 else
                     hi = mid;
             }
-            rowst[rr] = (int)lo;
+            zx.rowst[rr] = (int)lo;
         }
         if (lane == 0)
-            rowst[nrb * 16] = (int)bnd[nrb];
+            zx.rowst[nrb * 16] = (int)zx.bnd[nrb];
         __syncwarp();
         // Then each row block as its last consumer warp leaves it: the
         // consumers never wait for a finish.
         // x of every (exception, token) pair, in rounds of eight loads
         // per lane (each round one memory latency).
         if (!glob[0]) {
-            const uint32_t n = bnd[nrb] * m;
+            const uint32_t n = zx.bnd[nrb] * m;
             for (uint32_t i0 = lane; i0 < n; i0 += 256) {
                 uint16_t v[8];
 #pragma unroll
@@ -479,12 +464,12 @@ __global__ void __launch_bounds__(NC * 32 + 64, 1) gemvzs_kernel(const GemvzsArg
                     const uint32_t i = i0 + 32 * q;
                     v[q] = 0;
                     if (i < n)
-                        v[q] = a.x[(size_t)(i % m) * a.ldx + (e_rk[i / m] & 0x0fffffffu)];
+                        v[q] = a.x[(size_t)(i % m) * a.ldx + (zx.e_rk[i / m] & 0x0fffffffu)];
                 }
 #pragma unroll
                 for (int q = 0; q < 8; q++)
                     if (i0 + 32 * q < n)
-                        e_x[i0 + 32 * q] = bf2f(v[q]);
+                        zx.e_x[i0 + 32 * q] = bf2f(v[q]);
             }
             __syncwarp();
         }
