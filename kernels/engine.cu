@@ -1019,18 +1019,21 @@ static TmaEncodeFn tma_encoder(void)
     return fn;
 }
 
-// The TMA map of one weight matrix for tiles of 64 K-elements x bm rows,
-// written with the 128-byte swizzle the kernels read.
-static int tma_weight_map(CUtensorMap *m, const uint16_t *w, const pj_eng_layer *L, int bm)
+// The TMA map of a row-major bf16 matrix (rows x k, row stride ld) for
+// tiles of 64 k x box_rows rows, written with the 128-byte swizzle the
+// kernels read; rows past the matrix arrive as zeros (their results are
+// never stored). The weights (box: BM rows) and x (box: BN tokens).
+static int tma_bf16_map(CUtensorMap *m, const uint16_t *p, uint32_t k, uint32_t rows, size_t ld,
+                        int box_rows)
 {
     TmaEncodeFn enc = tma_encoder();
     if (!enc)
         return -ENOSYS;
-    const cuuint64_t dims[2] = {L->K, L->N};
-    const cuuint64_t strides[1] = {(cuuint64_t)L->ldw * 2};
-    const cuuint32_t box[2] = {64, (cuuint32_t)bm};
+    const cuuint64_t dims[2] = {k, rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
+    const cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
     const cuuint32_t estr[2] = {1, 1};
-    CUresult r = enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)w, dims, strides, box, estr,
+    CUresult r = enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims, strides, box, estr,
                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return r == CUDA_SUCCESS ? 0 : -EINVAL;
@@ -1040,23 +1043,6 @@ static int tma_weight_map(CUtensorMap *m, const uint16_t *w, const pj_eng_layer 
 static bool tg_reads_z12(const pj_eng_knobs *kn)
 {
     return kn->pipe == 5 || kn->pipe == 6;
-}
-
-// The TMA map of x for tiles of 64 K-elements x bn tokens (tokens past m
-// arrive as zeros; their results are never stored).
-static int tma_x_map(CUtensorMap *m, const pj_eng_call *c, int bn)
-{
-    TmaEncodeFn enc = tma_encoder();
-    if (!enc)
-        return -ENOSYS;
-    const cuuint64_t dims[2] = {c->L->K, c->m};
-    const cuuint64_t strides[1] = {(cuuint64_t)c->ldx * 2};
-    const cuuint32_t box[2] = {64, (cuuint32_t)bn};
-    const cuuint32_t estr[2] = {1, 1};
-    CUresult r = enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)c->x, dims, strides, box, estr,
-                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    return r == CUDA_SUCCESS ? 0 : -EINVAL;
 }
 
 static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
@@ -1498,11 +1484,11 @@ static int tgemm_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, 
         a.nblk_all = L->z_n_pad / 16;
     }
     if (kn->pipe == 4 || kn->pipe == 7) {
-        int rc = tma_weight_map(&a.tw[0], L->w, L, g.bm);
+        int rc = tma_bf16_map(&a.tw[0], L->w, L->K, L->N, L->ldw, g.bm);
         if (!rc && dual)
-            rc = tma_weight_map(&a.tw[1], L->lo, L, g.bm);
+            rc = tma_bf16_map(&a.tw[1], L->lo, L->K, L->N, L->ldw, g.bm);
         if (!rc && kn->pipe == 7)
-            rc = tma_x_map(&a.tx, c, g.bn);
+            rc = tma_bf16_map(&a.tx, c->x, L->K, c->m, c->ldx, g.bn);
         if (rc)
             return rc;
     }
