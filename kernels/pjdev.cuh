@@ -98,48 +98,102 @@ __device__ __forceinline__ void nbar_arrive(uint32_t id, uint32_t n)
 {
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
 }
+// mbarriers (shared-memory addresses): init, arrive with an expected
+// transaction count, plain arrive, wait for a phase parity.
+__device__ __forceinline__ void mbar_init(uint32_t a, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(a), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t a, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(a), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t a)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(a) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity)
+{
+    uint32_t ok;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(ok)
+                     : "r"(a), "r"(parity)
+                     : "memory");
+    } while (!ok);
+}
+// The same wait with acquire at cluster scope: for bytes other CTAs of the
+// cluster wrote (st.async) and counted on this barrier.
+__device__ __forceinline__ void mbar_wait_cluster(uint32_t a, uint32_t parity)
+{
+    uint32_t ok;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(ok)
+                     : "r"(a), "r"(parity)
+                     : "memory");
+    } while (!ok);
+}
+
 // The split-K partials of a thread-block cluster (cl = 1) meet by push:
 // outputs 0 .. n - 1 are dealt to the ks ranks in contiguous pieces of
 // per = ceil(n / ks), and every rank stores its partial of output i into the
-// owner's slot recv[rank * per + i % per] (remote stores do not wait for
-// their answer, where the remote loads of a pull made a chain of latencies
-// and kept every rank's shared memory alive for a second barrier). The
-// owner then sums its outputs' ks slots in rank order after one cluster
-// barrier, the order the pull used: the bits do not change. recv holds
-// ks * per <= n + ks - 1 elements. A remote CTA's shared memory may only be
-// written once that CTA runs: cl_started() early in the kernel,
-// cl_all_started() before the first push (by then it costs nothing).
+// owner's slot recv[rank * per + i % per] with st.async, which counts its
+// bytes on the owner's receive mbarrier (cl_rbar). The owner expects
+// (outputs it owns) x ks x sizeof(T) bytes, waits for them on its own
+// barrier and sums its outputs' ks slots in rank order, the order of the
+// earlier forms: the bits do not change. No cluster barrier after the
+// pushes: a CTA waits only for the bytes it receives, and may exit once
+// they are in, since nothing is sent to it after them (kernels/NOTES.md,
+// round 24; round 14 replaced remote loads by remote stores and a cluster
+// barrier, whose release fence and wait were still ~15 % of the router's
+// stall samples). recv holds ks * per <= n + ks - 1 elements. A remote CTA's
+// shared memory (and barrier) may only be used once that CTA runs and has
+// set its barrier up: cl_started() early in the kernel, cl_all_started()
+// before the first push (by then it costs nothing).
+__device__ __forceinline__ uint32_t cl_rbar()
+{
+    __shared__ __align__(8) uint64_t bar; // one per CTA, used once
+    return smem_u32(&bar);
+}
 __device__ __forceinline__ void cl_started()
 {
+    if (threadIdx.x == 0) {
+        mbar_init(cl_rbar(), 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncwarp();
     asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 }
 __device__ __forceinline__ void cl_all_started()
 {
     asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
 }
-// The whole barrier: shared-memory writes before it (remote ones
-// included) are seen by every rank after it.
-__device__ __forceinline__ void cl_sync()
-{
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
-                 "barrier.cluster.wait.acquire.aligned;" ::
-                     : "memory");
-}
 template <typename T>
 __device__ __forceinline__ void cl_push(T *recv, uint32_t i, uint32_t per, uint32_t rank, T v)
 {
     const uint32_t own = i / per;
     const uint32_t local = (uint32_t)__cvta_generic_to_shared(recv + rank * per + (i - own * per));
-    uint32_t remote;
+    uint32_t remote, rbar;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(own));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbar) : "r"(cl_rbar()), "r"(own));
     if constexpr (sizeof(T) == 4) {
-        asm volatile("st.shared::cluster.b32 [%0], %1;" ::"r"(remote), "r"(__float_as_uint(v))
-                     : "memory");
+        asm volatile(
+            "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
+                remote),
+            "r"(__float_as_uint(v)), "r"(rbar)
+            : "memory");
     } else {
         static_assert(sizeof(T) == 16, "float or float4");
-        asm volatile("st.shared::cluster.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(remote),
+        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, "
+                     "%3, %4}, [%5];" ::"r"(remote),
                      "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)),
-                     "r"(__float_as_uint(v.z)), "r"(__float_as_uint(v.w))
+                     "r"(__float_as_uint(v.z)), "r"(__float_as_uint(v.w)), "r"(rbar)
                      : "memory");
     }
 }
@@ -158,17 +212,21 @@ __device__ __forceinline__ void cl_add(float4 &s, const float4 &v)
 // thread tid of nthreads: part(i) is this rank's partial of output i,
 // done(i, s) gets the sum of an output this rank owns, summed from zero in
 // rank order. recv: ks * ceil(n / ks) elements of this CTA's shared memory
-// that nothing else uses from the kernel's start (cl_started) on.
+// that nothing else uses from the kernel's start (cl_started) on. Called
+// once per kernel (the receive barrier's phase 0).
 template <typename T, typename Part, typename Done>
 __device__ __forceinline__ void cl_reduce(T *recv, uint32_t n, uint32_t ks, uint32_t rank,
                                           uint32_t tid, uint32_t nthreads, Part part, Done done)
 {
     const uint32_t per = (n + ks - 1) / ks;
+    const uint32_t mine = rank * per < n ? min(per, n - rank * per) : 0;
     cl_all_started();
+    if (tid == 0)
+        mbar_expect_tx(cl_rbar(), mine * ks * (uint32_t)sizeof(T));
     for (uint32_t i = tid; i < n; i += nthreads)
         cl_push(recv, i, per, rank, part(i));
-    cl_sync();
-    for (uint32_t lp = tid; lp < per && rank * per + lp < n; lp += nthreads) {
+    mbar_wait_cluster(cl_rbar(), 0);
+    for (uint32_t lp = tid; lp < mine; lp += nthreads) {
         T s{};
         for (uint32_t j = 0; j < ks; j++)
             cl_add(s, recv[j * per + lp]);
@@ -235,33 +293,6 @@ __device__ __forceinline__ float ld_cg_f32(const float *p)
     return __ldcg(p);
 }
 
-// mbarriers (shared-memory addresses): init, arrive with an expected
-// transaction count, plain arrive, wait for a phase parity.
-__device__ __forceinline__ void mbar_init(uint32_t a, uint32_t count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(a), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t a, uint32_t bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(a), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t a)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(a) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity)
-{
-    uint32_t ok;
-    do {
-        asm volatile("{\n\t.reg .pred p;\n\t"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}"
-                     : "=r"(ok)
-                     : "r"(a), "r"(parity)
-                     : "memory");
-    } while (!ok);
-}
 // Global -> shared bulk copy, completion counted in bytes on the mbarrier.
 __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes,
                                          uint32_t mbar)
