@@ -40,8 +40,9 @@ template <int U, int MT, int DUAL, int RB> struct GemvBatch {
 // RB row blocks per warp share each x fragment (x is read once per RB
 // blocks: what keeps L2 -> SM traffic down at m = 16..32).
 // CL = 1: the ks CTAs of a row group form one thread-block cluster and the
-// split-K partials meet in distributed shared memory (one cluster barrier)
-// instead of global memory, a fence, an atomic and a re-read.
+// split-K partials meet in distributed shared memory (pushed with st.async
+// and counted on the owner's barrier: cl_reduce in pjdev.cuh) instead of
+// global memory, a fence, an atomic and a re-read.
 template <int NW, int U, int MT, int PIPE, int DUAL, int MINB, int RB, int CL = 0>
 __global__ void __launch_bounds__(NW * 32, (GemvBounds<NW, MINB>::min_blocks))
     gemv_kernel(const GemvArgs a)

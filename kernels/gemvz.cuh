@@ -114,7 +114,8 @@ template <int NW> struct GemvzBounds {
 };
 
 // CL = 1 (pipe = 5, rb = 1): the ks CTAs of a row group are one cluster and
-// sum their partials through distributed shared memory (see gemv.cuh).
+// sum their partials through distributed shared memory (cl_reduce in
+// pjdev.cuh).
 // TS = 1 (knob ts > 1, ks = 1, cl = 0): CTAs past a.nfull are the parts of
 // the tail's row groups (GemvzArgs).
 // S (knob st): stages of the PIPE = 2 ring.

@@ -213,7 +213,11 @@ __device__ __forceinline__ void cl_add(float4 &s, const float4 &v)
 // done(i, s) gets the sum of an output this rank owns, summed from zero in
 // rank order. recv: ks * ceil(n / ks) elements of this CTA's shared memory
 // that nothing else uses from the kernel's start (cl_started) on. Called
-// once per kernel (the receive barrier's phase 0).
+// once per kernel (the receive barrier's phase 0), by every rank of the
+// cluster with the same n and ks: an owner waits for exactly the bytes the
+// others push, so a rank that skips it, or counts differently, leaves its
+// owners waiting forever (the cluster barrier before round 24 only waited
+// for the threads that had not exited).
 template <typename T, typename Part, typename Done>
 __device__ __forceinline__ void cl_reduce(T *recv, uint32_t n, uint32_t ks, uint32_t rank,
                                           uint32_t tid, uint32_t nthreads, Part part, Done done)
