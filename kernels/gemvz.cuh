@@ -254,8 +254,17 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
     // into a 1 KB x piece, chunk ch ^ row (xs = 2 and 4).
     auto x_chunk = [&](unsigned char *xp, uint32_t mt, uint32_t row, uint32_t ch, size_t kglob) {
         const uint32_t tok = min(mt * 8 + row, a.m - 1);
-        cp_async16_mem(smem_u32(xp + row * 128 + ((ch ^ row) << 4)),
-                       a.x + (size_t)tok * a.ldx + kglob + ch * 8);
+        // Through L1 up to 16 tokens: the CTAs sharing the SM copy the same
+        // pieces at about the same time, and L1 serves the later ones
+        // (qkv_gate and the pooler at m = 8 0.35-0.5 µs faster, the pooler
+        // at m = 16 1.1). At 32 tokens the pieces outgrow what L1 keeps
+        // beside the rings and .ca is slower (kernels/NOTES.md, round 26).
+        const uint32_t dst = smem_u32(xp + row * 128 + ((ch ^ row) << 4));
+        const uint16_t *src = a.x + (size_t)tok * a.ldx + kglob + ch * 8;
+        if (MT <= 2)
+            cp_async16_ca_mem(dst, src);
+        else
+            cp_async16_mem(dst, src);
     };
     auto issue = [&](uint32_t i) {
         if (i < nbt)

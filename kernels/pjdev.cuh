@@ -73,6 +73,12 @@ __device__ __forceinline__ void cp_async16_mem(uint32_t saddr, const void *g)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(saddr), "l"(g) : "memory");
 }
+// The same through L1 (.ca): for sources that other CTAs on the SM read at
+// about the same time (x in the z12 GEMV, kernels/NOTES.md round 26).
+__device__ __forceinline__ void cp_async16_ca_mem(uint32_t saddr, const void *g)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(saddr), "l"(g) : "memory");
+}
 // 4 bytes (cp.async's smallest unit; for sources without 16-byte alignment).
 __device__ __forceinline__ void cp_async4(uint32_t saddr, const void *g)
 {
