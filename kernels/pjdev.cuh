@@ -119,31 +119,26 @@ __device__ __forceinline__ void mbar_arrive(uint32_t a)
 {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(a) : "memory");
 }
+// CLUSTER: acquire at cluster scope, for bytes other CTAs of the cluster
+// wrote (st.async) and counted on this barrier; else the default (CTA).
+template <bool CLUSTER = false>
 __device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity)
 {
+#define PJ_MBAR_TRY_WAIT(SEM)                                                                      \
+    asm volatile("{\n\t.reg .pred p;\n\t"                                                          \
+                 "mbarrier.try_wait.parity" SEM ".shared::cta.b64 p, [%1], %2;\n\t"                \
+                 "selp.u32 %0, 1, 0, p;\n\t}"                                                      \
+                 : "=r"(ok)                                                                        \
+                 : "r"(a), "r"(parity)                                                             \
+                 : "memory")
     uint32_t ok;
     do {
-        asm volatile("{\n\t.reg .pred p;\n\t"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}"
-                     : "=r"(ok)
-                     : "r"(a), "r"(parity)
-                     : "memory");
+        if constexpr (CLUSTER)
+            PJ_MBAR_TRY_WAIT(".acquire.cluster");
+        else
+            PJ_MBAR_TRY_WAIT("");
     } while (!ok);
-}
-// The same wait with acquire at cluster scope: for bytes other CTAs of the
-// cluster wrote (st.async) and counted on this barrier.
-__device__ __forceinline__ void mbar_wait_cluster(uint32_t a, uint32_t parity)
-{
-    uint32_t ok;
-    do {
-        asm volatile("{\n\t.reg .pred p;\n\t"
-                     "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}"
-                     : "=r"(ok)
-                     : "r"(a), "r"(parity)
-                     : "memory");
-    } while (!ok);
+#undef PJ_MBAR_TRY_WAIT
 }
 
 // The split-K partials of a thread-block cluster (cl = 1) meet by push:
@@ -235,7 +230,7 @@ __device__ __forceinline__ void cl_reduce(T *recv, uint32_t n, uint32_t ks, uint
         mbar_expect_tx(cl_rbar(), mine * ks * (uint32_t)sizeof(T));
     for (uint32_t i = tid; i < n; i += nthreads)
         cl_push(recv, i, per, rank, part(i));
-    mbar_wait_cluster(cl_rbar(), 0);
+    mbar_wait<true>(cl_rbar(), 0);
     for (uint32_t lp = tid; lp < mine; lp += nthreads) {
         T s{};
         for (uint32_t j = 0; j < ks; j++)
