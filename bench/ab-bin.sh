@@ -5,28 +5,42 @@
 # (.devrun/projd-bench), RUNS times each, so that drift of the machine during
 # the visit falls on both. Prints the score and loads of each run; every
 # run's log and JSON, and the test log, go to $OUT/r.tar.
-# Runs from the device copy's root with .devrun/{projd-bench,projd-bench-old,
-# test_engines,lib,h200.json}. Pack the old binary last (tar r), so that xz's
-# window finds the new build's two binaries next to each other.
+# Runs from the device copy's root with PJ_DEV (default .devrun) holding
+# projd-bench, projd-bench-old, test_engines and lib, either flat or as a
+# pack folder (bin/, tests/gpu/, lib/ as device/bundle-libs.sh leaves it);
+# the table is TABLE (default PJ_DEV/h200.json). Pack the old binary last
+# (tar r), so that xz's window finds the new build's two binaries next to
+# each other.
 set -u
 R=/tmp/r
 OUT=${OUT:-/tmp/pj-out}
 mkdir -p $R "$OUT"
-export LD_LIBRARY_PATH=$PWD/.devrun/lib:${LD_LIBRARY_PATH:-}
+D=${PJ_DEV:-.devrun}
+# The path of binary $1 in $D: flat, under bin/, or under tests/gpu/.
+dev_bin() {
+    local p
+    for p in "$D/$1" "$D/bin/$1" "$D/tests/gpu/$1"; do
+        [ -x "$p" ] && { echo "$p"; return; }
+    done
+    echo "$D/$1"
+}
+TABLE=${TABLE:-$D/h200.json}
+export LD_LIBRARY_PATH=$(cd "$D" && pwd)/lib:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw \
     --format=csv > $R/device.log 2>&1
-if [ -x .devrun/test_engines ]; then
-    timeout --kill-after=5 "${TEST_TIMEOUT:-280}" .devrun/test_engines > $R/test.log 2>&1
+TE=$(dev_bin test_engines)
+if [ -x "$TE" ]; then
+    timeout --kill-after=5 "${TEST_TIMEOUT:-280}" "$TE" > $R/test.log 2>&1
     echo "test_engines exit $?" | tee -a $R/device.log
     grep -E "^(A|B|C) |FAIL|test_engines:" $R/test.log | tail -40
     gzip -f $R/test.log
 fi
 for i in $(seq 1 "${RUNS:-3}"); do
     for b in ${BINS:-old new}; do
-        bin=.devrun/projd-bench
-        [ "$b" = old ] && bin=.devrun/projd-bench-old
+        bin=$(dev_bin projd-bench)
+        [ "$b" = old ] && bin=$(dev_bin projd-bench-old)
         timeout --kill-after=5 120 "$bin" --out $R/$b-$i --commit "$b" --reps 300 \
-            --table .devrun/h200.json > $R/$b-$i.log 2>&1
+            --table "$TABLE" > $R/$b-$i.log 2>&1
         echo "$b run $i rc=$?"
         grep -E "^SCORE|^(decode|verify) " $R/$b-$i.log
     done

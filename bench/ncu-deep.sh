@@ -3,12 +3,21 @@
 # host: an ncu report of each (one launch after four warm-ups, clocks left
 # alone), then its details page (all metrics, stall reasons) and its SASS
 # source page (samples and reasons per instruction) as text under $OUT.
-# Runs from the device copy's root with .devrun/projd-bench and .devrun/lib;
-# lines of .devrun/ncu-deep.txt: layer m engine knobs kernel-regex.
+# Runs from the device copy's root. The binaries come from PJ_DEV (default
+# .devrun), laid out flat (PJ_DEV/projd-bench, as bench/device-run.sh
+# packs it) or as a pack folder (PJ_DEV/bin/projd-bench, PJ_DEV/lib, as
+# device/bundle-libs.sh leaves it); the list from NCU_LIST (default
+# PJ_DEV/ncu-deep.txt), lines: layer m engine knobs kernel-regex.
 set -u
 OUT=${OUT:-/tmp/pj-out}
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH=$PWD/.devrun/lib:${LD_LIBRARY_PATH:-}
+D=${PJ_DEV:-.devrun}
+BENCH=$D/projd-bench
+[ -x "$BENCH" ] || BENCH=$D/bin/projd-bench
+[ -x "$BENCH" ] || { echo "ncu-deep: no projd-bench in $D or $D/bin" >&2; exit 2; }
+LIST=${NCU_LIST:-$D/ncu-deep.txt}
+[ -r "$LIST" ] || { echo "ncu-deep: no list $LIST" >&2; exit 2; }
+export LD_LIBRARY_PATH=$(cd "$D" && pwd)/lib:${LD_LIBRARY_PATH:-}
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 echo "ncu: $NCU"; "$NCU" --version | tail -1
 i=0
@@ -21,7 +30,7 @@ while read -r layer m eng knobs regex; do
         --launch-count 1 --section SpeedOfLight --section Occupancy --section WarpStateStats \
         --section SchedulerStats --section InstructionStats --section SourceCounters \
         --section MemoryWorkloadAnalysis -f -o $rep \
-        .devrun/projd-bench --out /tmp/pj-one --one "$layer" "$m" "$eng" "$knobs" > "$OUT/deep$i.run" 2>&1
+        "$BENCH" --out /tmp/pj-one --one "$layer" "$m" "$eng" "$knobs" > "$OUT/deep$i.run" 2>&1
     echo "ncu exit $?"
     "$NCU" -i $rep.ncu-rep --page details --print-details all > "$OUT/deep$i-details.txt" 2>&1
     echo "details exit $?"
@@ -29,4 +38,4 @@ while read -r layer m eng knobs regex; do
     echo "source exit $? ($(wc -l < "$OUT/deep$i-sass.csv") lines)"
     "$NCU" -i $rep.ncu-rep --page raw --csv > "$OUT/deep$i-raw.csv" 2>&1
     grep -iE "stall|Warp Cycles Per Issued|Duration" "$OUT/deep$i-details.txt" | head -40
-done < .devrun/ncu-deep.txt
+done < "$LIST"
