@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # ab-bin.sh — A/B of two builds in one device visit: the GPU correctness
-# sweep of the new build, then the benchmark with one table (.devrun/h200.json)
-# run alternately by the old binary (.devrun/projd-bench-old) and the new one
-# (.devrun/projd-bench), RUNS times each, so that drift of the machine during
+# sweep of the new build, then the benchmark with one table run alternately
+# by the old binary (projd-bench-old) and the new one (projd-bench), RUNS
+# times each, so that drift of the machine during
 # the visit falls on both. Prints the score and loads of each run; every
 # run's log and JSON, and the test log, go to $OUT/r.tar.
 # Runs from the device copy's root with PJ_DEV (default .devrun) holding
@@ -25,6 +25,9 @@ dev_bin() {
     echo "$D/$1"
 }
 TABLE=${TABLE:-$D/h200.json}
+for b in projd-bench projd-bench-old; do
+    [ -x "$(dev_bin $b)" ] || { echo "ab-bin: no $b in $D, $D/bin or $D/tests/gpu" >&2; exit 2; }
+done
 export LD_LIBRARY_PATH=$(cd "$D" && pwd)/lib:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw \
     --format=csv > $R/device.log 2>&1

@@ -4,8 +4,8 @@
 # alone), then its details page (all metrics, stall reasons) and its SASS
 # source page (samples and reasons per instruction) as text under $OUT.
 # Runs from the device copy's root. The binaries come from PJ_DEV (default
-# .devrun), laid out flat (PJ_DEV/projd-bench, as bench/device-run.sh
-# packs it) or as a pack folder (PJ_DEV/bin/projd-bench, PJ_DEV/lib, as
+# .devrun), laid out flat (PJ_DEV/projd-bench, as bench/README.md packs
+# .devrun) or as a pack folder (PJ_DEV/bin/projd-bench, PJ_DEV/lib, as
 # device/bundle-libs.sh leaves it); the list from NCU_LIST (default
 # PJ_DEV/ncu-deep.txt), lines: layer m engine knobs kernel-regex.
 set -u
