@@ -6,8 +6,7 @@
 # the visit falls on both. Prints the score and loads of each run; every
 # run's log and JSON, and the test log, go to $OUT/r.tar.
 # Runs from the device copy's root with PJ_DEV (default .devrun) holding
-# projd-bench, projd-bench-old, test_engines and lib, either flat or as a
-# pack folder (bin/, tests/gpu/, lib/ as device/bundle-libs.sh leaves it);
+# projd-bench, projd-bench-old, test_engines and lib (bench/dev-bin.sh);
 # the table is TABLE (default PJ_DEV/h200.json). Pack the old binary last
 # (tar r), so that xz's window finds the new build's two binaries next to
 # each other.
@@ -15,20 +14,10 @@ set -u
 R=/tmp/r
 OUT=${OUT:-/tmp/pj-out}
 mkdir -p $R "$OUT"
-D=${PJ_DEV:-.devrun}
-# The path of binary $1 in $D: flat, under bin/, or under tests/gpu/.
-dev_bin() {
-    local p
-    for p in "$D/$1" "$D/bin/$1" "$D/tests/gpu/$1"; do
-        [ -x "$p" ] && { echo "$p"; return; }
-    done
-    echo "$D/$1"
-}
+# shellcheck source=bench/dev-bin.sh
+. "$(dirname "$0")/dev-bin.sh"
+dev_setup projd-bench projd-bench-old
 TABLE=${TABLE:-$D/h200.json}
-for b in projd-bench projd-bench-old; do
-    [ -x "$(dev_bin $b)" ] || { echo "ab-bin: no $b in $D, $D/bin or $D/tests/gpu" >&2; exit 2; }
-done
-export LD_LIBRARY_PATH=$(cd "$D" && pwd)/lib:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw \
     --format=csv > $R/device.log 2>&1
 TE=$(dev_bin test_engines)

@@ -4,20 +4,17 @@
 # alone), then its details page (all metrics, stall reasons) and its SASS
 # source page (samples and reasons per instruction) as text under $OUT.
 # Runs from the device copy's root. The binaries come from PJ_DEV (default
-# .devrun), laid out flat (PJ_DEV/projd-bench, as bench/README.md packs
-# .devrun) or as a pack folder (PJ_DEV/bin/projd-bench, PJ_DEV/lib, as
-# device/bundle-libs.sh leaves it); the list from NCU_LIST (default
+# .devrun; bench/dev-bin.sh), the list from NCU_LIST (default
 # PJ_DEV/ncu-deep.txt), lines: layer m engine knobs kernel-regex.
 set -u
 OUT=${OUT:-/tmp/pj-out}
 mkdir -p "$OUT"
-D=${PJ_DEV:-.devrun}
-BENCH=$D/projd-bench
-[ -x "$BENCH" ] || BENCH=$D/bin/projd-bench
-[ -x "$BENCH" ] || { echo "ncu-deep: no projd-bench in $D or $D/bin" >&2; exit 2; }
+# shellcheck source=bench/dev-bin.sh
+. "$(dirname "$0")/dev-bin.sh"
+dev_setup projd-bench
+BENCH=$(dev_bin projd-bench)
 LIST=${NCU_LIST:-$D/ncu-deep.txt}
 [ -r "$LIST" ] || { echo "ncu-deep: no list $LIST" >&2; exit 2; }
-export LD_LIBRARY_PATH=$(cd "$D" && pwd)/lib:${LD_LIBRARY_PATH:-}
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 echo "ncu: $NCU"; "$NCU" --version | tail -1
 i=0
