@@ -259,12 +259,8 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
         // (qkv_gate and the pooler at m = 8 0.35-0.5 µs faster, the pooler
         // at m = 16 1.1). At 32 tokens the pieces outgrow what L1 keeps
         // beside the rings and .ca is slower (kernels/NOTES.md, round 26).
-        const uint32_t dst = smem_u32(xp + row * 128 + ((ch ^ row) << 4));
-        const uint16_t *src = a.x + (size_t)tok * a.ldx + kglob + ch * 8;
-        if (MT <= 2)
-            cp_async16_ca_mem(dst, src);
-        else
-            cp_async16_mem(dst, src);
+        cp_async16_mem<MT <= 2>(smem_u32(xp + row * 128 + ((ch ^ row) << 4)),
+                                a.x + (size_t)tok * a.ldx + kglob + ch * 8);
     };
     auto issue = [&](uint32_t i) {
         if (i < nbt)

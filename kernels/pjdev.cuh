@@ -68,16 +68,16 @@ __device__ __forceinline__ void cp_async16_l2pf(uint32_t saddr, const void *g)
     asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(saddr), "l"(g));
 }
 // The same, ordered after the thread's earlier shared-memory reads by the
-// compiler too (a ring slot is refilled right after it was read).
+// compiler too (a ring slot is refilled right after it was read). L1: through
+// L1 (.ca), for sources that other CTAs on the SM read at about the same
+// time (x in the z12 GEMV, kernels/NOTES.md round 26); else L2 only (.cg).
+template <bool L1 = false>
 __device__ __forceinline__ void cp_async16_mem(uint32_t saddr, const void *g)
 {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(saddr), "l"(g) : "memory");
-}
-// The same through L1 (.ca): for sources that other CTAs on the SM read at
-// about the same time (x in the z12 GEMV, kernels/NOTES.md round 26).
-__device__ __forceinline__ void cp_async16_ca_mem(uint32_t saddr, const void *g)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(saddr), "l"(g) : "memory");
+    if constexpr (L1)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(saddr), "l"(g) : "memory");
+    else
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(saddr), "l"(g) : "memory");
 }
 // 4 bytes (cp.async's smallest unit; for sources without 16-byte alignment).
 __device__ __forceinline__ void cp_async4(uint32_t saddr, const void *g)
