@@ -5,7 +5,7 @@
 # command to run printed on stderr).
 set -u
 pkgs=(build-essential pkg-config libuv1-dev libnng-dev libcjson-dev libsystemd-dev check clang
-      libclang-rt-14-dev gnuplot-nox)
+      libclang-rt-14-dev gnuplot-nox python3)
 # nng ships no pkg-config file on Debian 12, so every package is checked by dpkg.
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,1345 @@
+"""projd — Python binding of libprojd, the C client library of projd.
+
+projd serves ``y[m, n] = x[m, k] @ W[:n, k]^T`` (bf16 in and out, fp32
+accumulation) to other processes over nng IPC; see client/projd.h for the C
+contract this module wraps through ctypes. Pure standard library, Python 3.9+.
+
+The library is found, in this order:
+  1. ``$PROJD_LIB``: a path to libprojd.so (or a directory holding it); when
+     it is set and does not load, that is an error (no silent fallback);
+  2. next to this file's installed prefix: for each of the four folders above
+     this file, ``<dir>/lib/libprojd.so.1``, ``<dir>/lib/libprojd.so`` and
+     ``<dir>/build/lib/libprojd.so`` (``make install`` puts this module in
+     PREFIX/share/projd/python and the library in PREFIX/lib; in the source
+     tree the default build is build/lib);
+  3. ``ctypes.util.find_library("projd")``.
+It is loaded at the first ``Client`` (the bf16 helpers work without it).
+
+Example (host shared memory, the cpu or cuda backend)::
+
+    import projd
+    with projd.Client("ipc:///tmp/t/projd.sock") as c:
+        o = c.layer("o")
+        m = 8
+        with c.shm_buffer(m * o.k * 2) as x, c.shm_buffer(m * o.n * 2) as y:
+            x.write(projd.floats_to_bf16([0.5] * (m * o.k)))
+            r = c.project([projd.Op(layer="o", m=m, x_buf=x, y_buf=y)])
+            out = projd.bf16_to_floats(y.read())   # m rows of o.n values
+
+bf16 values in buffers are native-endian 16-bit words, as C's uint16_t.
+
+Threads: a Client may be used from many threads at once (libprojd is
+thread-safe and ctypes releases the GIL during every call); ``close`` waits
+for calls in progress on other threads (each is bounded by the timeout).
+"""
+
+import array
+import ctypes
+import ctypes.util
+import dataclasses
+import enum
+import errno as _errno
+import json
+import math
+import os
+import struct
+import sys
+import threading
+import time
+import weakref
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+__all__ = [
+    "Client",
+    "ShmBuffer",
+    "Request",
+    "Op",
+    "OpResult",
+    "Result",
+    "Info",
+    "Limits",
+    "LayerInfo",
+    "CudaRegion",
+    "CudaRegistration",
+    "ProjdError",
+    "LibraryNotFoundError",
+    "Status",
+    "PF_WAIT_EVENT",
+    "PF_SIGNAL_EVENT",
+    "PF_ACCEPT_REPLY",
+    "DEFAULT_TIMEOUT_MS",
+    "load_library",
+    "cuda_describe",
+    "float_to_bf16",
+    "bf16_to_float",
+    "floats_to_bf16",
+    "bf16_to_floats",
+]
+
+# ---- constants of client/projd.h and protocol/wire.h ------------------------------
+
+DEFAULT_TIMEOUT_MS = 30000  # PROJD_DEFAULT_TIMEOUT_MS
+RESULT_MAX_OPS = 64  # PROJD_RESULT_MAX_OPS: per-op results kept per request
+_NAME_MAX = 63  # PJ_WIRE_NAME_MAX
+_UUID_SIZE = 16  # PJ_WIRE_UUID_SIZE
+_IPC_HANDLE_SIZE = 64  # PJ_WIRE_IPC_HANDLE_SIZE
+_MAX_LAYERS = 64  # PJ_WIRE_MAX_LAYERS
+_MAX_SHAPES = 64  # PJ_WIRE_MAX_SHAPES
+_ERR_MSG_SIZE = 1024  # projd_error.msg
+_NO_OP = 0xFFFFFFFF  # projd_result.failed_op when no op failed
+
+PF_WAIT_EVENT = 0x1  # PJ_PF_WAIT_EVENT (needs an IPC event: not wrapped here)
+PF_SIGNAL_EVENT = 0x2  # PJ_PF_SIGNAL_EVENT (likewise)
+PF_ACCEPT_REPLY = 0x4  # PJ_PF_ACCEPT_REPLY (needs SIGNAL_EVENT)
+
+_U32 = 0xFFFFFFFF
+_U64 = 0xFFFFFFFFFFFFFFFF
+
+
+class Status(enum.IntEnum):
+    """pj_status: the codes the daemon answers (protocol/PROTOCOL.md)."""
+
+    OK = 0
+    E_PROTO = 1
+    E_VERSION = 2
+    E_TYPE = 3
+    E_FLAGS = 4
+    E_TOO_BIG = 5
+    E_LAYER = 6
+    E_SHAPE = 7
+    E_BOUNDS = 8
+    E_BUFFER = 9
+    E_LIMIT = 10
+    E_AUTH = 11
+    E_REGISTER = 12
+    E_BACKEND = 13
+    E_SHUTDOWN = 14
+    E_INTERNAL = 15
+    E_NOHELLO = 16
+
+
+# ---- errors ---------------------------------------------------------------------------
+
+
+class LibraryNotFoundError(OSError):
+    """libprojd.so could not be loaded; the message lists what was tried."""
+
+
+class ProjdError(Exception):
+    """A failed libprojd call.
+
+    code     > 0: a Status the daemon sent (ERROR, or a failing op of DONE);
+             < 0: a local failure as a negative errno (-ETIMEDOUT, -ENOENT, ...)
+    name     projd_strerror(code): "E_BOUNDS", or strerror's text
+    message  libprojd's one-line message (the daemon's text for ERROR)
+    failed_op  index of the failing op of a PROJECT, else None
+    result   the Result of a PROJECT that failed (timings may be 0), else None
+    """
+
+    def __init__(
+        self,
+        code: int,
+        name: str,
+        message: str,
+        failed_op: Optional[int] = None,
+        result: "Optional[Result]" = None,
+    ):
+        super().__init__(code, name, message)
+        self.code = code
+        self.name = name
+        self.message = message
+        self.failed_op = failed_op
+        self.result = result
+
+    @property
+    def status(self) -> Optional[Status]:
+        """The code as a Status when the daemon sent it, else None."""
+        try:
+            return Status(self.code) if self.code > 0 else None
+        except ValueError:
+            return None
+
+    @property
+    def errno(self) -> Optional[int]:
+        """The positive errno of a local failure, else None."""
+        return -self.code if self.code < 0 else None
+
+    def __str__(self) -> str:
+        where = "" if self.failed_op is None else ", op %d" % self.failed_op
+        return "%s (%s, code %d%s)" % (self.message or self.name, self.name, self.code, where)
+
+
+# ---- ctypes mirrors of the C structs ----------------------------------------------------
+# Field order and types follow client/projd.h and protocol/wire.h exactly;
+# ctypes applies the platform's C alignment, so the padding matches too
+# (tests/e2e_python.sh compares every offset with the C compiler's).
+
+
+class _Error(ctypes.Structure):  # projd_error
+    _fields_ = [("code", ctypes.c_int), ("msg", ctypes.c_char * _ERR_MSG_SIZE)]
+
+
+class _WireLayer(ctypes.Structure):  # pj_wire_layer
+    _fields_ = [
+        ("name", ctypes.c_char * (_NAME_MAX + 1)),
+        ("n", ctypes.c_uint32),
+        ("k", ctypes.c_uint32),
+        ("format", ctypes.c_uint8),
+    ]
+
+
+class _Welcome(ctypes.Structure):  # pj_welcome = projd_info
+    _fields_ = [
+        ("version", ctypes.c_uint16),
+        ("backend", ctypes.c_uint16),
+        ("device_uuid", ctypes.c_uint8 * _UUID_SIZE),
+        ("max_m", ctypes.c_uint32),
+        ("max_ops_per_request", ctypes.c_uint32),
+        ("max_buffers", ctypes.c_uint32),
+        ("max_message_bytes", ctypes.c_uint32),
+        ("n_layers", ctypes.c_uint32),
+        ("layers", _WireLayer * _MAX_LAYERS),
+        ("n_shapes", ctypes.c_uint32),
+        ("shapes", ctypes.c_uint32 * _MAX_SHAPES),
+    ]
+
+
+class _Op(ctypes.Structure):  # pj_op = projd_op (56 bytes, PJ_WIRE_OP_SIZE)
+    _fields_ = [
+        ("layer", ctypes.c_uint32),
+        ("m", ctypes.c_uint32),
+        ("n", ctypes.c_uint32),
+        ("x_buf", ctypes.c_uint32),
+        ("x_off", ctypes.c_uint64),
+        ("x_ld", ctypes.c_uint64),
+        ("y_buf", ctypes.c_uint32),
+        ("op_flags", ctypes.c_uint32),
+        ("y_off", ctypes.c_uint64),
+        ("y_ld", ctypes.c_uint64),
+    ]
+
+
+class _OpResult(ctypes.Structure):  # pj_op_result
+    _fields_ = [("status", ctypes.c_int32), ("engine", ctypes.c_uint16)]
+
+
+class _Result(ctypes.Structure):  # projd_result
+    _fields_ = [
+        ("status", ctypes.c_int32),
+        ("n_ops", ctypes.c_uint32),
+        ("failed_op", ctypes.c_uint32),
+        ("queue_ns", ctypes.c_uint64),
+        ("exec_ns", ctypes.c_uint64),
+        ("total_ns", ctypes.c_uint64),
+        ("ops", _OpResult * RESULT_MAX_OPS),
+    ]
+
+
+class _CudaRegion(ctypes.Structure):  # projd_cuda_region (client/projd_cuda.h)
+    _fields_ = [
+        ("base", ctypes.c_void_p),
+        ("alloc_size", ctypes.c_uint64),
+        ("offset", ctypes.c_uint64),
+        ("device", ctypes.c_int),
+        ("handle", ctypes.c_uint8 * _IPC_HANDLE_SIZE),
+        ("uuid", ctypes.c_uint8 * _UUID_SIZE),
+    ]
+
+
+# The C layouts the e2e suite checks (struct name -> ctypes type).
+_C_STRUCTS = {
+    "projd_error": _Error,
+    "pj_wire_layer": _WireLayer,
+    "projd_info": _Welcome,
+    "projd_op": _Op,
+    "pj_op_result": _OpResult,
+    "projd_result": _Result,
+    "projd_cuda_region": _CudaRegion,
+}
+
+# ---- loading the library -------------------------------------------------------------
+
+_P = ctypes.c_void_p
+_PE = ctypes.POINTER(_Error)
+_SIGNATURES = {
+    # name: (restype, argtypes)
+    "projd_connect": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_P), _PE]),
+    "projd_close": (None, [_P]),
+    "projd_set_timeout_ms": (ctypes.c_int, [_P, ctypes.c_int]),
+    "projd_get_timeout_ms": (ctypes.c_int, [_P]),
+    "projd_url": (ctypes.c_char_p, [_P]),
+    "projd_info_get": (ctypes.POINTER(_Welcome), [_P]),
+    "projd_layer_find": (ctypes.c_int, [_P, ctypes.c_char_p]),
+    "projd_backend_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "projd_format_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "projd_strerror": (ctypes.c_char_p, [ctypes.c_int]),
+    "projd_shm_create": (ctypes.c_int, [_P, ctypes.c_size_t, ctypes.POINTER(_P), _PE]),
+    "projd_buffer_release": (ctypes.c_int, [_P, _PE]),
+    "projd_buffer_ptr": (_P, [_P]),
+    "projd_buffer_id": (ctypes.c_uint32, [_P]),
+    "projd_buffer_size": (ctypes.c_size_t, [_P]),
+    "projd_register_cuda_ipc": (
+        ctypes.c_int,
+        [_P, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint32), _PE],
+    ),
+    "projd_unregister": (ctypes.c_int, [_P, ctypes.c_uint32, _PE]),
+    "projd_project": (
+        ctypes.c_int,
+        [_P, ctypes.POINTER(_Op), ctypes.c_size_t, ctypes.c_uint32, ctypes.POINTER(_Result), _PE],
+    ),
+    "projd_project_async": (
+        ctypes.c_int,
+        [_P, ctypes.POINTER(_Op), ctypes.c_size_t, ctypes.c_uint32, _P, _P, ctypes.POINTER(_P), _PE],
+    ),
+    "projd_request_poll": (ctypes.c_int, [_P]),
+    "projd_request_wait": (ctypes.c_int, [_P, ctypes.POINTER(_Result), _PE]),
+    "projd_request_result": (ctypes.c_int, [_P, ctypes.POINTER(_Result), _PE]),
+    "projd_request_free": (None, [_P]),
+    "projd_stats_json": (ctypes.c_int, [_P, ctypes.POINTER(_P), _PE]),
+    "projd_ping": (ctypes.c_int, [_P, _PE]),
+}
+# Exported only by some builds (client/projd_cuda.c is not part of libprojd.so
+# as the Makefile builds it today); bound when present.
+_OPTIONAL_SIGNATURES = {
+    "projd_cuda_describe": (
+        ctypes.c_int,
+        [_P, ctypes.POINTER(_CudaRegion), ctypes.c_char_p, ctypes.c_size_t],
+    ),
+}
+
+_lib = None
+_lib_path = None
+_libc_free = None
+_lib_lock = threading.Lock()
+
+
+def _candidate_paths() -> List[str]:
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = []
+    d = here
+    for _ in range(4):
+        d = os.path.dirname(d)
+        out += [
+            os.path.join(d, "lib", "libprojd.so.1"),
+            os.path.join(d, "lib", "libprojd.so"),
+            os.path.join(d, "build", "lib", "libprojd.so"),
+        ]
+    return out
+
+
+def _bind(lib: ctypes.CDLL, path: str) -> None:
+    missing = [name for name in _SIGNATURES if not hasattr(lib, name)]
+    if missing:
+        raise LibraryNotFoundError(
+            "%s is not the libprojd this module wraps: it lacks %s" % (path, ", ".join(missing))
+        )
+    for table in (_SIGNATURES, _OPTIONAL_SIGNATURES):
+        for name, (restype, argtypes) in table.items():
+            if hasattr(lib, name):
+                fn = getattr(lib, name)
+                fn.restype = restype
+                fn.argtypes = argtypes
+
+
+def load_library() -> ctypes.CDLL:
+    """Load and bind libprojd once (see the module docstring for where)."""
+    global _lib, _lib_path, _libc_free
+    with _lib_lock:
+        if _lib is not None:
+            return _lib
+        tried = []
+        lib = None
+        env = os.environ.get("PROJD_LIB")
+        if env:
+            path = os.path.join(env, "libprojd.so") if os.path.isdir(env) else env
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError as exc:
+                raise LibraryNotFoundError(
+                    "PROJD_LIB=%s: cannot load %s: %s" % (env, path, exc)
+                ) from None
+        else:
+            for path in _candidate_paths():
+                if not os.path.exists(path):
+                    tried.append(path + " (absent)")
+                    continue
+                try:
+                    lib = ctypes.CDLL(path)
+                    break
+                except OSError as exc:
+                    tried.append("%s (%s)" % (path, exc))
+            if lib is None:
+                name = ctypes.util.find_library("projd")
+                if name is None:
+                    tried.append('ctypes.util.find_library("projd") (found nothing)')
+                else:
+                    path = name
+                    try:
+                        lib = ctypes.CDLL(name)
+                    except OSError as exc:
+                        tried.append('ctypes.util.find_library("projd") -> %s (%s)' % (name, exc))
+            if lib is None:
+                raise LibraryNotFoundError(
+                    "libprojd not found; PROJD_LIB is not set, and these did not load: %s. "
+                    "Build it with `make` (it lands in BUILD/lib/libprojd.so) and set "
+                    "PROJD_LIB to that file." % "; ".join(tried)
+                )
+        _bind(lib, path)
+        # projd_stats_json hands back malloc'd text; it goes back to the
+        # same C library's free (libprojd links the process's libc).
+        libc = ctypes.CDLL(None)
+        libc.free.restype = None
+        libc.free.argtypes = [_P]
+        _libc_free = libc.free
+        _lib, _lib_path = lib, path
+        return lib
+
+
+def _text(b: Optional[bytes]) -> str:
+    return b.decode("utf-8", "replace") if b is not None else ""
+
+
+def _strerror(code: int) -> str:
+    return _text(load_library().projd_strerror(code))
+
+
+def _error(code: int, e: _Error, failed_op: Optional[int] = None, result=None) -> ProjdError:
+    msg = _text(e.msg) if e.code == code else ""
+    return ProjdError(code, _strerror(code), msg, failed_op, result)
+
+
+# ---- argument checks (before anything reaches C) --------------------------------------
+
+
+def _uint(value: Any, what: str, limit: int = _U64, low: int = 0) -> int:
+    # bool is an int subclass; True as a size or an index is a bug, not a 1.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("%s must be an int, not %s" % (what, type(value).__name__))
+    if value < low or value > limit:
+        raise ValueError("%s must be in %d..%d, got %d" % (what, low, limit, value))
+    return value
+
+
+def _ident(value: Any, what: str) -> int:
+    return _uint(value, what, _U32)
+
+
+# ---- bf16 helpers ------------------------------------------------------------------------
+
+
+def bf16_to_float(bits: int) -> float:
+    """The value of a bf16 bit pattern (exact)."""
+    _uint(bits, "bf16 bits", 0xFFFF)
+    return struct.unpack("<f", struct.pack("<I", bits << 16))[0]
+
+
+def _f32_bits_to_bf16(u: int) -> int:
+    # pj_f32_to_bf16 of kernels/bf16.h: round to nearest even on the fp32
+    # bits; a NaN stays a (quiet) NaN with its sign.
+    if (u & 0x7F800000) == 0x7F800000 and (u & 0x007FFFFF):
+        return ((u >> 16) | 0x0040) & 0xFFFF
+    u += 0x7FFF + ((u >> 16) & 1)
+    return (u >> 16) & 0xFFFF
+
+
+def float_to_bf16(x: float) -> int:
+    """Round a Python float to the nearest bf16 (ties to even); the bit pattern.
+
+    Rounds the double directly (going through fp32 first could round twice).
+    NaN -> a quiet NaN of the same sign, overflow -> +-inf, bf16 subnormals kept.
+    """
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise TypeError("bf16 value must be a float, not %s" % type(x).__name__)
+    x = float(x)
+    sign = 0x8000 if math.copysign(1.0, x) < 0 else 0
+    if x != x:
+        return sign | 0x7FC0
+    a = abs(x)
+    if a == math.inf:
+        return sign | 0x7F80
+    if a == 0.0:
+        return sign
+    _, e = math.frexp(a)  # a = f * 2**e with 0.5 <= f < 1
+    if e > 128:
+        return sign | 0x7F80
+    # bf16 keeps 8 significant bits down to 2**-126 (e >= -125); below it
+    # the spacing is that of its subnormals, 2**-133.
+    shift = 8 - e if e >= -125 else 133
+    q = round(math.ldexp(a, shift))  # exact scaling; round() ties to even
+    if e == 128 and q >= 256:
+        return sign | 0x7F80
+    v = math.ldexp(q, -shift)  # at most 8 significant bits: exact in fp32
+    return sign | (struct.unpack("<I", struct.pack("<f", v))[0] >> 16)
+
+
+def floats_to_bf16(values: Sequence[float]) -> bytes:
+    """bf16 (native-endian 16-bit words) of each value, rounded to nearest even."""
+    return array.array("H", [float_to_bf16(v) for v in values]).tobytes()
+
+
+def bf16_to_floats(data: Union[bytes, bytearray, memoryview]) -> List[float]:
+    """The values of native-endian bf16 words (len(data) must be even)."""
+    mv = memoryview(data).cast("B")
+    if len(mv) % 2:
+        raise ValueError("bf16 data has an odd length (%d bytes)" % len(mv))
+    words = array.array("H")
+    words.frombytes(mv)
+    out = array.array("f")
+    out.frombytes(array.array("I", [w << 16 for w in words]).tobytes())
+    return out.tolist()
+
+
+# ---- descriptions ------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    max_m: int  # largest m a request may use
+    max_ops_per_request: int
+    max_buffers: int  # per connection
+    max_message_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerInfo:
+    index: int  # the number requests use
+    name: str
+    n: int  # rows a request may ask for (max n)
+    k: int  # input width
+    format: str  # "bf16", "z12", "split" or "unknown"
+    format_id: int
+    max_m: int  # from the daemon's limits
+
+    @property
+    def m_range(self) -> range:
+        return range(1, self.max_m + 1)
+
+    @property
+    def n_range(self) -> range:
+        return range(1, self.n + 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Info:
+    """What the daemon said in WELCOME."""
+
+    version: int
+    backend: str  # "cpu", "cuda" or "unknown"
+    backend_id: int
+    device_uuid: bytes  # 16 bytes, zeros on cpu
+    limits: Limits
+    layers: Tuple[LayerInfo, ...]
+    shapes: Tuple[int, ...]  # m values with captured graphs (fast shapes)
+
+
+def _info_from(w: _Welcome) -> Info:
+    lib = load_library()
+    limits = Limits(w.max_m, w.max_ops_per_request, w.max_buffers, w.max_message_bytes)
+    layers = []
+    for i in range(min(w.n_layers, _MAX_LAYERS)):
+        L = w.layers[i]
+        layers.append(
+            LayerInfo(i, _text(L.name), L.n, L.k, _text(lib.projd_format_name(L.format)), L.format, w.max_m)
+        )
+    return Info(
+        version=w.version,
+        backend=_text(lib.projd_backend_name(w.backend)),
+        backend_id=w.backend,
+        device_uuid=bytes(w.device_uuid),
+        limits=limits,
+        layers=tuple(layers),
+        shapes=tuple(w.shapes[i] for i in range(min(w.n_shapes, _MAX_SHAPES))),
+    )
+
+
+@dataclasses.dataclass
+class Op:
+    """One projection, as projd_op: y[m x n] = x[m x k] @ W[:n]^T.
+
+    layer     index, or a layer name (resolved with the connection's info)
+    x_buf     a ShmBuffer, or a raw buffer id (e.g. from register_cuda_ipc)
+    x_off     byte offset of x in its buffer; x_ld its row stride in elements
+              (None: the layer's k)
+    y_buf, y_off, y_ld  likewise for y (y_ld None: n)
+    n         output columns, the first n rows of W (None: the layer's n)
+    op_flags  must be 0 in protocol v1
+    Values are passed as given: the daemon judges ranges (E_LAYER, E_SHAPE,
+    E_BUFFER, E_BOUNDS); only what C cannot represent is refused here.
+    """
+
+    layer: Union[int, str]
+    m: int
+    x_buf: Union["ShmBuffer", int]
+    y_buf: Union["ShmBuffer", int]
+    n: Optional[int] = None
+    x_off: int = 0
+    x_ld: Optional[int] = None
+    y_off: int = 0
+    y_ld: Optional[int] = None
+    op_flags: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class OpResult:
+    status: int
+    engine: int  # backend-defined id of the engine that ran it
+
+    @property
+    def status_name(self) -> str:
+        return _strerror(self.status)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """The outcome of a PROJECT (projd_result)."""
+
+    status: int  # 0, or the first failing status
+    n_ops: int
+    failed_op: Optional[int]  # first failing op, None when none
+    queue_ns: int  # daemon: received -> started
+    exec_ns: int  # daemon: started -> finished
+    total_ns: int  # client: submitted -> reply received
+    ops: Tuple[OpResult, ...]  # the first RESULT_MAX_OPS ops
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 0
+
+
+def _result_from(r: _Result) -> Result:
+    n = min(r.n_ops, RESULT_MAX_OPS)
+    return Result(
+        status=r.status,
+        n_ops=r.n_ops,
+        failed_op=None if r.failed_op == _NO_OP else r.failed_op,
+        queue_ns=r.queue_ns,
+        exec_ns=r.exec_ns,
+        total_ns=r.total_ns,
+        ops=tuple(OpResult(r.ops[i].status, r.ops[i].engine) for i in range(n)),
+    )
+
+
+def _outcome(rc: int, res: _Result, e: _Error) -> Result:
+    result = _result_from(res)
+    if rc != 0:
+        raise _error(rc, e, result.failed_op, result)
+    return result
+
+
+# ---- call guard ----------------------------------------------------------------------------
+
+
+class _Guard:
+    """Counts calls in progress on a C handle so that freeing it waits for
+    them: ctypes drops the GIL during a call, so another thread may be
+    inside libprojd with the handle when close() runs."""
+
+    def __init__(self, what: str):
+        self._what = what
+        self._cv = threading.Condition()
+        self._active = 0
+        self.closed = False
+
+    def enter(self) -> None:
+        with self._cv:
+            if self.closed:
+                raise ValueError("%s is closed" % self._what)
+            self._active += 1
+
+    def exit(self) -> None:
+        with self._cv:
+            self._active -= 1
+            if self._active == 0:
+                self._cv.notify_all()
+
+    def close(self) -> bool:
+        """Mark closed and wait for calls in progress; True for the first closer."""
+        with self._cv:
+            if self.closed:
+                return False
+            self.closed = True
+            while self._active:
+                self._cv.wait()
+            return True
+
+    def __enter__(self):
+        self.enter()
+        return self
+
+    def __exit__(self, *exc):
+        self.exit()
+
+
+# ---- shared-memory buffers ----------------------------------------------------------------
+
+
+class _Mapping:
+    """The C buffer behind a ShmBuffer. Held by the ShmBuffer and by the
+    ctypes array that every memoryview of the buffer references, so the
+    mapping stays until both are gone; releasing then is safe. No reference
+    back to the array, so no cycle: it is freed as soon as the last holder
+    goes."""
+
+    def __init__(self, client: "Client", handle: int, buf_id: int, size: int, address: int):
+        self.client = client
+        self.handle = handle
+        self.id = buf_id
+        self.size = size
+        self.address = address
+        self.released = False
+        self.lock = threading.Lock()
+        self.array_ref = None  # weakref to the ctypes array
+        self.owner_ref = None  # weakref to the ShmBuffer
+        self.pending = weakref.WeakSet()  # Requests that name this buffer
+
+    def views_open(self) -> int:
+        """memoryviews of the buffer still alive (CPython; 0 elsewhere).
+
+        Every memoryview holds one reference to the array it was made from
+        (slices and casts share it); the array is never handed out, so its
+        references beyond ours are views."""
+        getrc = getattr(sys, "getrefcount", None)
+        arr = self.array_ref() if self.array_ref is not None else None
+        if arr is None or getrc is None:
+            return 0
+        owner_alive = self.owner_ref is not None and self.owner_ref() is not None
+        # minus: `arr` here, getrefcount's argument, and the ShmBuffer's own
+        return getrc(arr) - 2 - (1 if owner_alive else 0)
+
+    def release(self, raise_errors: bool) -> None:
+        with self.lock:
+            if self.released:
+                return
+            self.released = True
+        c = self.client
+        c._mappings.discard(self)
+        if c._guard.closed:
+            return  # projd_close released it
+        e = _Error()
+        try:
+            with c._guard:
+                rc = load_library().projd_buffer_release(self.handle, ctypes.byref(e))
+        except ValueError:
+            return  # closed meanwhile: projd_close released it
+        if rc != 0 and raise_errors:
+            raise _error(rc, e)
+
+    def __del__(self):
+        # The last view and the ShmBuffer are gone: nothing can reach the
+        # mapping, release it. Errors cannot be reported from here.
+        try:
+            if not self.released:
+                self.release(raise_errors=False)
+        except Exception:
+            pass
+
+
+class ShmBuffer:
+    """A host shared-memory buffer registered with the daemon (projd_shm_create).
+
+    Reach the bytes with view() (a writable memoryview of format 'B'),
+    read()/write(), or address (for ctypes). The memory is unmapped by
+    release(), by the client's close(), or when the buffer and every view
+    of it are gone; release() and close() refuse (BufferError) while a
+    memoryview from view() is open (as mmap.close() does), because it would
+    point to unmapped memory. Use ``with buf.view() as v:`` or v.release().
+    """
+
+    def __init__(self, mapping: _Mapping):
+        self._map = mapping
+        arr_type = type("_ShmBytes", (ctypes.c_ubyte * mapping.size,), {})
+        self._arr = arr_type.from_address(mapping.address)
+        self._arr._mapping = mapping  # the views keep the mapping alive
+        mapping.array_ref = weakref.ref(self._arr)
+        mapping.owner_ref = weakref.ref(self)
+
+    def _check(self) -> None:
+        if self._map.released:
+            raise ValueError("shm buffer %d is released" % self._map.id)
+
+    @property
+    def id(self) -> int:
+        """The buffer id requests use (x_buf / y_buf)."""
+        return self._map.id
+
+    @property
+    def size(self) -> int:
+        return self._map.size
+
+    @property
+    def address(self) -> int:
+        """The mapping's address in this process (valid until release)."""
+        self._check()
+        return self._map.address
+
+    @property
+    def released(self) -> bool:
+        return self._map.released
+
+    def view(self) -> memoryview:
+        """A writable memoryview (format 'B') of the whole buffer."""
+        self._check()
+        return memoryview(self._arr).cast("B")
+
+    def read(self, offset: int = 0, size: Optional[int] = None) -> bytes:
+        """A copy of size bytes from offset (default: to the end)."""
+        self._check()
+        _uint(offset, "offset", self.size)
+        size = self.size - offset if size is None else _uint(size, "size", self.size - offset)
+        return ctypes.string_at(self._map.address + offset, size)
+
+    def write(self, data: Union[bytes, bytearray, memoryview], offset: int = 0) -> None:
+        """Copy data into the buffer at offset (bytes)."""
+        self._check()
+        src = memoryview(data).cast("B")
+        _uint(offset, "offset", self.size)
+        if len(src) > self.size - offset:
+            raise ValueError(
+                "write of %d bytes at offset %d passes the end of shm buffer %d (%d bytes)"
+                % (len(src), offset, self.id, self.size)
+            )
+        with self.view() as v:
+            v[offset : offset + len(src)] = src
+
+    def fill(self, byte: int) -> None:
+        """Set every byte to `byte` (0xff makes every bf16 word 0xffff, a NaN)."""
+        self._check()
+        ctypes.memset(self._map.address, _uint(byte, "byte", 0xFF), self.size)
+
+    def release(self) -> None:
+        """Unregister and unmap (a no-op when already released).
+
+        Raises BufferError while views are open or an unfinished request
+        names the buffer, ProjdError when the daemon refuses the
+        UNREGISTER (the local mapping is gone in any case)."""
+        if self._map.released:
+            return
+        views = self._map.views_open()
+        if views > 0:
+            raise BufferError(
+                "shm buffer %d: %d memoryview(s) from view() still open; release them "
+                "(memoryview.release(), or `with buf.view() as v:`) first: they would "
+                "point to unmapped memory" % (self.id, views)
+            )
+        busy = [r for r in list(self._map.pending) if not r._finished()]
+        if busy:
+            raise BufferError(
+                "shm buffer %d is named by %d unfinished request(s); wait for them first"
+                % (self.id, len(busy))
+            )
+        self._map.release(raise_errors=True)
+
+    def __enter__(self) -> "ShmBuffer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        state = "released" if self.released else "%d bytes" % self.size
+        return "<projd.ShmBuffer id %d, %s>" % (self.id, state)
+
+
+# ---- asynchronous requests ------------------------------------------------------------------
+
+
+class Request:
+    """An asynchronous PROJECT (projd_project_async), future-like.
+
+    done() polls, wait() blocks until it completed and returns the Result
+    (or raises ProjdError, every time it is called), close() cancels a
+    request still running and frees it (also on garbage collection).
+    The request stays valid after its client closes (it completes with an
+    error then)."""
+
+    def __init__(self, handle: int, buffers: List["ShmBuffer"], n_ops: int):
+        self._h = handle
+        self._guard = _Guard("projd request")
+        # The buffers must stay registered until the request completes.
+        self._buffers = buffers
+        self.n_ops = n_ops
+        for b in buffers:
+            b._map.pending.add(self)
+
+    def _finished(self) -> bool:
+        try:
+            return self.done()
+        except ValueError:
+            return True
+
+    def done(self) -> bool:
+        """True when the request has completed."""
+        with self._guard:
+            return bool(load_library().projd_request_poll(self._h))
+
+    def wait(self, timeout: Optional[float] = None) -> Result:
+        """The Result once completed (ProjdError when it failed).
+
+        timeout (seconds) None waits as long as the request may take (the
+        connection's timeout at submission bounds it); otherwise
+        TimeoutError when it has not completed by then."""
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+                raise ValueError("timeout must be None or seconds >= 0, got %r" % (timeout,))
+            end = time.monotonic() + timeout
+            delay = 0.0002
+            while not self.done():
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("projd request not complete after %g s" % timeout)
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, 0.01)
+        res, e = _Result(), _Error()
+        with self._guard:
+            rc = load_library().projd_request_wait(self._h, ctypes.byref(res), ctypes.byref(e))
+        return _outcome(rc, res, e)
+
+    result = wait
+
+    def close(self) -> None:
+        """Cancel if still running, and free (idempotent)."""
+        if self._guard.close():
+            load_library().projd_request_free(self._h)
+            self._h = None
+            self._buffers = []
+
+    def __enter__(self) -> "Request":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+# ---- CUDA IPC ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class CudaRegion:
+    """The allocation holding a device pointer (projd_cuda_region)."""
+
+    base: int  # the allocation's base address
+    alloc_size: int  # bytes from base
+    offset: int  # pointer - base: add to x_off / y_off
+    device: int  # CUDA device ordinal in this process
+    handle: bytes  # 64-byte legacy IPC handle of base
+    uuid: bytes  # 16-byte device UUID
+
+
+@dataclasses.dataclass(frozen=True)
+class CudaRegistration:
+    id: int  # buffer id for x_buf / y_buf
+    region: CudaRegion
+
+    @property
+    def offset(self) -> int:
+        return self.region.offset
+
+
+class _CudaDriver:
+    """What projd_cuda_describe does (client/projd_cuda.c), through the CUDA
+    driver API by ctypes, for when libprojd does not export it (the
+    Makefile's libprojd.so does not). Not run on CI (no GPU); checked once
+    by hand on an H200: base, size, offset and handle equal to what the
+    runtime gives for a cudaMalloc, the UUID nvidia-smi's, and pinned host,
+    managed, cudaMallocAsync and plain host memory refused."""
+
+    _MEMORY_TYPE = 2  # CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+    _IS_MANAGED = 8
+    _DEVICE_ORDINAL = 9
+    _LEGACY_IPC = 10  # CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE
+    _RANGE_START = 11
+    _RANGE_SIZE = 12
+    _MEMORYTYPE_DEVICE = 2
+
+    def __init__(self):
+        try:
+            self.lib = ctypes.CDLL("libcuda.so.1")
+        except OSError as exc:
+            raise ProjdError(
+                -_errno.ENOSYS, _strerror(-_errno.ENOSYS), "CUDA driver (libcuda.so.1) not found: %s" % exc
+            ) from None
+        L = self.lib
+        L.cuInit.argtypes = [ctypes.c_uint]
+        L.cuPointerGetAttribute.argtypes = [_P, ctypes.c_int, ctypes.c_uint64]
+        L.cuIpcGetMemHandle.argtypes = [ctypes.c_char_p, ctypes.c_uint64]
+        L.cuDeviceGet.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+        L.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+        # _v2 gives the UUID cudaGetDeviceProperties reports (MIG instances
+        # included), which is what the daemon compares with.
+        self.uuid_fn = getattr(L, "cuDeviceGetUuid_v2", None) or L.cuDeviceGetUuid
+        self.uuid_fn.argtypes = [ctypes.c_char_p, ctypes.c_int]
+        self._check(L.cuInit(0), "cuInit")
+
+    def _fail(self, code: int, msg: str) -> ProjdError:
+        return ProjdError(code, _strerror(code), msg)
+
+    def _check(self, r: int, what: str) -> None:
+        if r != 0:
+            name = ctypes.c_char_p()
+            self.lib.cuGetErrorName(r, ctypes.byref(name))
+            raise self._fail(-_errno.EIO, "%s failed: %s (CUresult %d)" % (what, _text(name.value), r))
+
+    def _attr(self, ctype, attr: int, ptr: int):
+        v = ctype()
+        r = self.lib.cuPointerGetAttribute(ctypes.byref(v), attr, ptr)
+        return r, v.value
+
+    def describe(self, ptr: int) -> CudaRegion:
+        r, mtype = self._attr(ctypes.c_uint, self._MEMORY_TYPE, ptr)
+        if r != 0:
+            raise self._fail(
+                -_errno.EINVAL,
+                "%#x is not CUDA memory (CUresult %d); register host memory as a shared-memory buffer" % (ptr, r),
+            )
+        r, managed = self._attr(ctypes.c_int, self._IS_MANAGED, ptr)
+        if r == 0 and managed:
+            raise self._fail(
+                -_errno.ENOTSUP,
+                "managed memory (cudaMallocManaged) has no legacy CUDA IPC handle; allocate with cudaMalloc",
+            )
+        if mtype != self._MEMORYTYPE_DEVICE:
+            raise self._fail(
+                -_errno.EINVAL,
+                "%#x is not device memory; register host memory as a shared-memory buffer" % ptr,
+            )
+        r, capable = self._attr(ctypes.c_int, self._LEGACY_IPC, ptr)
+        if r != 0 or not capable:
+            raise self._fail(
+                -_errno.ENOTSUP,
+                "memory from cudaMallocAsync or cuMemCreate has no legacy CUDA IPC handle; allocate "
+                "with cudaMalloc or disable PyTorch expandable segments "
+                "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False)",
+            )
+        r, base = self._attr(ctypes.c_uint64, self._RANGE_START, ptr)
+        self._check(r, "cuPointerGetAttribute(RANGE_START_ADDR)")
+        r, size = self._attr(ctypes.c_size_t, self._RANGE_SIZE, ptr)
+        self._check(r, "cuPointerGetAttribute(RANGE_SIZE)")
+        r, ordinal = self._attr(ctypes.c_int, self._DEVICE_ORDINAL, ptr)
+        self._check(r, "cuPointerGetAttribute(DEVICE_ORDINAL)")
+        handle = ctypes.create_string_buffer(_IPC_HANDLE_SIZE)
+        self._check(self.lib.cuIpcGetMemHandle(handle, base), "cuIpcGetMemHandle")
+        dev = ctypes.c_int()
+        self._check(self.lib.cuDeviceGet(ctypes.byref(dev), ordinal), "cuDeviceGet")
+        uuid = ctypes.create_string_buffer(_UUID_SIZE)
+        self._check(self.uuid_fn(uuid, dev.value), "cuDeviceGetUuid")
+        return CudaRegion(base, size, ptr - base, ordinal, handle.raw, uuid.raw)
+
+
+_cuda_driver = None
+_cuda_lock = threading.Lock()  # not _lib_lock: errors raised inside look up names through it
+
+
+def cuda_describe(ptr: int) -> CudaRegion:
+    """The allocation holding device pointer ptr: base, size, ptr's offset,
+    device, IPC handle of the base and device UUID (projd_cuda_describe).
+
+    Uses libprojd's projd_cuda_describe when the loaded library exports it,
+    else the CUDA driver API directly. Call it where the pointer's CUDA
+    context exists (any CUDA runtime call on its device makes one).
+    Refused with ProjdError: host or unknown memory (-EINVAL), memory
+    without a legacy IPC handle (-ENOTSUP: cudaMallocAsync, cuMemCreate /
+    PyTorch expandable segments, managed memory). Not run on CI (no GPU).
+    """
+    global _cuda_driver
+    ptr = _uint(ptr, "device pointer", _U64, 1)
+    lib = load_library()
+    if hasattr(lib, "projd_cuda_describe"):
+        reg = _CudaRegion()
+        err = ctypes.create_string_buffer(_ERR_MSG_SIZE)
+        rc = lib.projd_cuda_describe(ptr, ctypes.byref(reg), err, len(err))
+        if rc != 0:
+            raise ProjdError(rc, _strerror(rc), _text(err.value))
+        return CudaRegion(reg.base or 0, reg.alloc_size, reg.offset, reg.device, bytes(reg.handle), bytes(reg.uuid))
+    with _cuda_lock:
+        if _cuda_driver is None:
+            _cuda_driver = _CudaDriver()
+    return _cuda_driver.describe(ptr)
+
+
+# ---- the connection -------------------------------------------------------------------------
+
+
+class Client:
+    """A connection to projd (projd_connect ... projd_close).
+
+    url None or "": the default resolution of protocol/sockpath.h
+    ($PROJD_SOCKET, else ipc:///run/projd/projd.sock when it exists, else
+    ipc://$XDG_RUNTIME_DIR/projd/projd.sock, else
+    ipc:///tmp/projd-<uid>/projd.sock); a bare path gets "ipc://" in front.
+    name is what the daemon logs (cut to 63 bytes). timeout_ms, when given,
+    is the timeout of every call after connecting (connect itself uses the
+    library's default, 30 s).
+    """
+
+    def __init__(self, url: Optional[str] = None, name: str = "python", timeout_ms: Optional[int] = None):
+        self._h = None
+        # Closed until connected, so that __del__ after a failed connect
+        # does nothing.
+        self._guard = _Guard("projd client")
+        self._guard.closed = True
+        self._mappings = weakref.WeakSet()
+        if url is not None and not isinstance(url, str):
+            raise TypeError("url must be a str or None, not %s" % type(url).__name__)
+        if not isinstance(name, str):
+            raise TypeError("name must be a str, not %s" % type(name).__name__)
+        if timeout_ms is not None:
+            _uint(timeout_ms, "timeout_ms", 0x7FFFFFFF, 1)
+        for what, s in (("url", url or ""), ("name", name)):
+            if "\0" in s:
+                raise ValueError("%s contains a NUL character" % what)
+        lib = load_library()
+        h, e = _P(), _Error()
+        rc = lib.projd_connect(url.encode() if url else None, name.encode(), ctypes.byref(h), ctypes.byref(e))
+        if rc != 0:
+            raise _error(rc, e)
+        self._h = h.value
+        self._guard = _Guard("projd client")
+        self.url = _text(lib.projd_url(self._h))
+        self.info = _info_from(lib.projd_info_get(self._h).contents)
+        self._by_name = {L.name: L for L in self.info.layers}
+        if timeout_ms is not None:
+            self.timeout_ms = timeout_ms
+
+    # ---- plumbing
+    def _call(self, fn_name: str, *args):
+        with self._guard:
+            return getattr(load_library(), fn_name)(self._h, *args)
+
+    @property
+    def closed(self) -> bool:
+        return self._guard.closed
+
+    def close(self) -> None:
+        """Release every buffer and close (idempotent).
+
+        Raises BufferError, and closes nothing, while a memoryview of one of
+        the connection's shm buffers is open: closing would unmap memory it
+        points to. Requests still outstanding complete with an error."""
+        if self._guard.closed:
+            return
+        for m in list(self._mappings):
+            views = m.views_open()
+            if views > 0:
+                raise BufferError(
+                    "projd client: shm buffer %d still has %d memoryview(s) open; release them "
+                    "(memoryview.release(), or `with buf.view() as v:`) before closing: "
+                    "closing unmaps the memory they point to" % (m.id, views)
+                )
+        if self._guard.close():
+            for m in list(self._mappings):
+                m.released = True  # projd_close frees them
+            self._mappings = weakref.WeakSet()
+            load_library().projd_close(self._h)
+            self._h = None
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass  # views still open: leave the connection (and the mappings) be
+
+    def __repr__(self) -> str:
+        return "<projd.Client %s%s>" % (getattr(self, "url", "?"), " closed" if self.closed else "")
+
+    # ---- settings and description
+    @property
+    def timeout_ms(self) -> int:
+        """Timeout of every later call and request, in ms."""
+        return self._call("projd_get_timeout_ms")
+
+    @timeout_ms.setter
+    def timeout_ms(self, ms: int) -> None:
+        _uint(ms, "timeout_ms", 0x7FFFFFFF, 1)
+        self._call("projd_set_timeout_ms", ms)
+
+    @property
+    def layers(self) -> Tuple[LayerInfo, ...]:
+        return self.info.layers
+
+    def layer(self, name: str) -> LayerInfo:
+        """The layer called name (KeyError naming the daemon's layers if none)."""
+        if not isinstance(name, str):
+            raise TypeError("layer name must be a str, not %s" % type(name).__name__)
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise KeyError(
+                "unknown layer %r (the daemon serves %s)" % (name, ", ".join(L.name for L in self.info.layers))
+            ) from None
+
+    # ---- other requests
+    def ping(self) -> float:
+        """PING/PONG; the round trip in seconds."""
+        e = _Error()
+        t0 = time.perf_counter()
+        rc = self._call("projd_ping", ctypes.byref(e))
+        if rc != 0:
+            raise _error(rc, e)
+        return time.perf_counter() - t0
+
+    def stats(self) -> Dict[str, Any]:
+        """The daemon's STATS, parsed."""
+        p, e = _P(), _Error()
+        rc = self._call("projd_stats_json", ctypes.byref(p), ctypes.byref(e))
+        if rc != 0:
+            raise _error(rc, e)
+        try:
+            text = ctypes.string_at(p.value)
+        finally:
+            _libc_free(p.value)
+        return json.loads(text.decode("utf-8"))
+
+    # ---- buffers
+    def shm_buffer(self, size: int) -> ShmBuffer:
+        """A new zeroed host shared-memory buffer of size bytes, registered."""
+        _uint(size, "size", sys.maxsize, 1)
+        h, e = _P(), _Error()
+        lib = load_library()
+        with self._guard:
+            rc = lib.projd_shm_create(self._h, size, ctypes.byref(h), ctypes.byref(e))
+            if rc != 0:
+                raise _error(rc, e)
+            m = _Mapping(self, h.value, lib.projd_buffer_id(h), lib.projd_buffer_size(h), lib.projd_buffer_ptr(h))
+            self._mappings.add(m)
+        return ShmBuffer(m)
+
+    def register_cuda_ipc(self, handle: bytes, uuid: bytes, size: int) -> int:
+        """Register a legacy CUDA IPC handle (cudaIpcMemHandle_t of an
+        allocation's base, 64 bytes) of size bytes on the device with that
+        16-byte UUID (projd_register_cuda_ipc); the buffer id. Keep the
+        allocation alive until unregister(). Never run against the cuda
+        backend; on the cpu backend the daemon refuses it (E_REGISTER)."""
+        if not isinstance(handle, (bytes, bytearray)) or not isinstance(uuid, (bytes, bytearray)):
+            raise TypeError("handle and uuid must be bytes")
+        if len(handle) != _IPC_HANDLE_SIZE or len(uuid) != _UUID_SIZE:
+            raise ValueError(
+                "handle must be %d bytes and uuid %d, got %d and %d"
+                % (_IPC_HANDLE_SIZE, _UUID_SIZE, len(handle), len(uuid))
+            )
+        _uint(size, "size", _U64, 1)
+        out, e = ctypes.c_uint32(), _Error()
+        rc = self._call("projd_register_cuda_ipc", bytes(handle), bytes(uuid), size, ctypes.byref(out), ctypes.byref(e))
+        if rc != 0:
+            raise _error(rc, e)
+        return out.value
+
+    def register_device_pointer(self, ptr: int) -> CudaRegistration:
+        """Register the whole CUDA allocation holding device pointer ptr
+        (cuda_describe, then register_cuda_ipc): the buffer id, and ptr's
+        offset in it to add to x_off / y_off. As projd_cuda_register.
+        Never run against the cuda backend."""
+        region = cuda_describe(ptr)
+        return CudaRegistration(self.register_cuda_ipc(region.handle, region.uuid, region.alloc_size), region)
+
+    def unregister(self, buf_id: int) -> None:
+        """Release a buffer id (from register_cuda_ipc, or any raw id)."""
+        e = _Error()
+        rc = self._call("projd_unregister", _ident(buf_id, "buffer id"), ctypes.byref(e))
+        if rc != 0:
+            raise _error(rc, e)
+
+    # ---- projections
+    def _ops(self, ops: Sequence[Op]) -> Tuple[Any, List[ShmBuffer]]:
+        if isinstance(ops, Op):
+            ops = [ops]
+        if not isinstance(ops, (list, tuple)):
+            raise TypeError("ops must be a list of projd.Op, not %s" % type(ops).__name__)
+        if not ops:
+            raise ValueError("a PROJECT needs at least one op")
+        arr = (_Op * len(ops))()
+        buffers = []
+        for i, op in enumerate(ops):
+            if not isinstance(op, Op):
+                raise TypeError("ops[%d] must be a projd.Op, not %s" % (i, type(op).__name__))
+            L = None
+            if isinstance(op.layer, str):
+                try:
+                    L = self.layer(op.layer)
+                except KeyError as exc:
+                    raise ValueError("ops[%d].layer: %s" % (i, exc.args[0])) from None
+                layer = L.index
+            else:
+                layer = _ident(op.layer, "ops[%d].layer" % i)
+                if layer < len(self.info.layers):
+                    L = self.info.layers[layer]
+            ids = []
+            for what in ("x_buf", "y_buf"):
+                b = getattr(op, what)
+                if isinstance(b, ShmBuffer):
+                    if b._map.client is not self:
+                        raise ValueError("ops[%d].%s belongs to another connection" % (i, what))
+                    if b.released:
+                        raise ValueError("ops[%d].%s: shm buffer %d is released" % (i, what, b.id))
+                    buffers.append(b)
+                    ids.append(b.id)
+                else:
+                    ids.append(_ident(b, "ops[%d].%s" % (i, what)))
+
+            def given(value, what, from_layer):
+                # None means "the layer's": only known for a layer the daemon serves.
+                if value is not None:
+                    return value
+                if L is None:
+                    raise ValueError(
+                        "ops[%d].%s must be given: layer %d is not one the daemon serves" % (i, what, layer)
+                    )
+                return from_layer
+
+            n = given(op.n, "n", L.n if L else None)
+            x_ld = given(op.x_ld, "x_ld", L.k if L else None)
+            y_ld = n if op.y_ld is None else op.y_ld
+            o = arr[i]
+            o.layer = layer
+            o.m = _ident(op.m, "ops[%d].m" % i)
+            o.n = _ident(n, "ops[%d].n" % i)
+            o.x_buf, o.y_buf = ids
+            o.x_off = _uint(op.x_off, "ops[%d].x_off" % i)
+            o.x_ld = _uint(x_ld, "ops[%d].x_ld" % i)
+            o.y_off = _uint(op.y_off, "ops[%d].y_off" % i)
+            o.y_ld = _uint(y_ld, "ops[%d].y_ld" % i)
+            o.op_flags = _ident(op.op_flags, "ops[%d].op_flags" % i)
+        return arr, buffers
+
+    def _flags(self, flags: int) -> int:
+        flags = _ident(flags, "flags")
+        if flags & (PF_WAIT_EVENT | PF_SIGNAL_EVENT):
+            # Those need IPC event handles (projd_project_events), which
+            # this binding does not wrap; the C library would refuse anyway.
+            raise ValueError("flags WAIT_EVENT / SIGNAL_EVENT need CUDA IPC events, not supported here")
+        return flags
+
+    def project(self, ops: Sequence[Op], flags: int = 0) -> Result:
+        """Run the ops in order and wait for DONE (projd_project).
+
+        Raises ProjdError (with failed_op and result) when the daemon
+        refuses the request or an op fails."""
+        arr, _ = self._ops(ops)
+        flags = self._flags(flags)
+        res, e = _Result(), _Error()
+        rc = self._call("projd_project", arr, len(arr), flags, ctypes.byref(res), ctypes.byref(e))
+        return _outcome(rc, res, e)
+
+    def project_async(self, ops: Sequence[Op], flags: int = 0) -> Request:
+        """Submit the ops and return at once (projd_project_async).
+
+        A submission error (message too big, no memory) raises here;
+        everything the daemon judges comes out of Request.wait()."""
+        arr, buffers = self._ops(ops)
+        flags = self._flags(flags)
+        req, e = _P(), _Error()
+        rc = self._call("projd_project_async", arr, len(arr), flags, None, None, ctypes.byref(req), ctypes.byref(e))
+        if rc != 0:
+            raise _error(rc, e)
+        return Request(req.value, buffers, len(arr))

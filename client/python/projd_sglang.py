@@ -1,0 +1,205 @@
+"""projd_sglang — run an SGLang linear layer through projd.
+
+UNTESTED: CI has neither torch nor a GPU, and nothing here has run against
+SGLang or the cuda backend. It is written against SGLang's
+LinearMethodBase (python/sglang/srt/layers/quantization/base_config.py:
+create_weights(layer, input_size_per_partition, output_partition_sizes,
+input_size, output_size, params_dtype, **extra_weight_attrs) and
+apply(layer, x, bias=None)) and kept small so that it can be read whole.
+
+What it assumes:
+  - projd runs the cuda backend on the GPU that holds x, and serves a layer
+    whose k equals the SGLang layer's input_size_per_partition and whose n
+    is at least sum(output_partition_sizes) (requests use the first n rows).
+    In practice: tensor parallelism 1, the daemon loading the same
+    checkpoint's weights (under its own config's layer names).
+  - x is a bf16 CUDA tensor whose allocation has a legacy CUDA IPC handle:
+    PyTorch's caching allocator without expandable segments
+    (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False); cudaMallocAsync
+    pools and VMM memory are refused with a message saying so.
+  - apply() is synchronous: it waits for the current stream (the daemon
+    reads x on its own stream), sends one PROJECT and returns once the
+    daemon replied, which it does after the GPU finished writing y. It
+    cannot be captured in a CUDA graph: run SGLang with --disable-cuda-graph.
+  - The weights live in the daemon. create_weights registers `weight` on
+    the meta device (shape and loader attributes as SGLang's unquantized
+    method), so the model's loader finds the parameter and nothing is
+    allocated; what the loader copies into it is dropped.
+
+Each allocation x or y lives in is registered with the daemon once (the
+whole allocation, by its IPC handle; the tensor is addressed as an offset
+in it) and cached per connection, keyed by the handle, which names one
+allocation: an address reused by a new cudaMalloc gets a new handle and a
+new registration. The daemon keeps registered allocations mapped, so call
+release_registrations() after torch.cuda.empty_cache().
+
+Use: one projd.Client shared by every layer, one method per layer, e.g.
+from a QuantizationConfig's get_quant_method(layer, prefix)::
+
+    client = projd.Client()                     # $PROJD_SOCKET or the default
+    method = ProjdLinearMethod("o", client)     # the daemon's layer name
+
+torch is imported on first use, so this module imports without it.
+"""
+
+import collections
+import threading
+import weakref
+
+import projd
+
+__all__ = ["ProjdLinearMethod", "release_registrations"]
+
+
+def _torch():
+    import torch  # lazily: the module must import where torch is absent
+
+    return torch
+
+
+def _sglang_register(cls) -> None:
+    # Make isinstance(method, LinearMethodBase) hold without importing
+    # SGLang (and torch) when this module is imported. LinearMethodBase is
+    # an ABC, so registering is enough.
+    try:
+        from sglang.srt.layers.quantization.base_config import LinearMethodBase
+    except ImportError:
+        return
+    LinearMethodBase.register(cls)
+
+
+class _Registrations:
+    """CUDA IPC registrations of one connection: handle -> buffer id, oldest
+    evicted when the daemon's per-connection buffer limit comes near."""
+
+    def __init__(self, client: "projd.Client"):
+        self.client = client
+        self.lock = threading.Lock()
+        self.ids = collections.OrderedDict()  # handle bytes -> buffer id
+        # room for the caller's other buffers; at least x and y of one request
+        self.limit = max(2, client.info.limits.max_buffers - 8)
+
+    def lookup(self, ptr: int):
+        """(buffer id, offset) for a device pointer, registering its allocation once."""
+        region = projd.cuda_describe(ptr)
+        with self.lock:
+            buf = self.ids.get(region.handle)
+            if buf is not None:
+                self.ids.move_to_end(region.handle)
+                return buf, region.offset
+            while len(self.ids) >= self.limit:
+                _, old = self.ids.popitem(last=False)
+                self.client.unregister(old)
+            buf = self.client.register_cuda_ipc(region.handle, region.uuid, region.alloc_size)
+            self.ids[region.handle] = buf
+            return buf, region.offset
+
+    def clear(self) -> None:
+        with self.lock:
+            while self.ids:
+                _, buf = self.ids.popitem()
+                if not self.client.closed:
+                    self.client.unregister(buf)
+
+
+_registries = weakref.WeakKeyDictionary()  # Client -> _Registrations
+_registries_lock = threading.Lock()
+
+
+def _registry(client: "projd.Client") -> _Registrations:
+    with _registries_lock:
+        r = _registries.get(client)
+        if r is None:
+            r = _registries[client] = _Registrations(client)
+        return r
+
+
+def release_registrations(client: "projd.Client") -> None:
+    """Unregister every allocation cached for client (after empty_cache)."""
+    with _registries_lock:
+        r = _registries.pop(client, None)
+    if r is not None:
+        r.clear()
+
+
+class ProjdLinearMethod:
+    """An SGLang linear method whose matmul runs in projd (layer `layer`)."""
+
+    def __init__(self, layer: str, client: "projd.Client"):
+        if not isinstance(client, projd.Client):
+            raise TypeError("client must be a projd.Client, not %s" % type(client).__name__)
+        self.client = client
+        self.L = client.layer(layer)  # KeyError naming the daemon's layers
+        if client.info.backend != "cuda":
+            raise ValueError(
+                "projd at %s runs the %s backend; CUDA tensors need the cuda backend"
+                % (client.url, client.info.backend)
+            )
+        _sglang_register(type(self))
+
+    def create_weights(
+        self,
+        layer,
+        input_size_per_partition,
+        output_partition_sizes,
+        input_size,
+        output_size,
+        params_dtype,
+        **extra_weight_attrs,
+    ):
+        torch = _torch()
+        n, k = sum(output_partition_sizes), input_size_per_partition
+        if k != self.L.k or not 1 <= n <= self.L.n:
+            raise ValueError(
+                "SGLang layer of %d x %d (rows x input) does not fit projd layer %r (%d x %d): k must "
+                "match and the rows be a prefix (tensor parallelism 1?)" % (n, k, self.L.name, self.L.n, self.L.k)
+            )
+        if params_dtype != torch.bfloat16:
+            raise ValueError("projd computes in bf16; params_dtype is %s" % params_dtype)
+        weight = torch.nn.Parameter(torch.empty(n, k, dtype=params_dtype, device="meta"), requires_grad=False)
+        for key, value in dict({"input_dim": 1, "output_dim": 0}, **extra_weight_attrs).items():
+            setattr(weight, key, value)
+        layer.register_parameter("weight", weight)
+        layer.projd_n = n
+
+    def process_weights_after_loading(self, layer) -> None:
+        return  # the daemon holds the weights
+
+    def apply(self, layer, x, bias=None):
+        torch = _torch()
+        L, n = self.L, layer.projd_n
+        if x.dtype != torch.bfloat16 or not x.is_cuda:
+            raise TypeError("projd takes a bf16 CUDA tensor; x is %s on %s" % (x.dtype, x.device))
+        if x.shape[-1] != L.k:
+            raise ValueError("x has %d columns, projd layer %r takes %d" % (x.shape[-1], L.name, L.k))
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, L.k)
+        if x2.stride(-1) != 1 or (x2.shape[0] > 1 and x2.stride(0) < L.k):
+            x2 = x2.contiguous()
+        m = x2.shape[0]
+        y = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
+        if m:
+            ld = x2.stride(0) if m > 1 else L.k
+            reg = _registry(self.client)
+            with torch.cuda.device(x.device):
+                xb, xo = reg.lookup(x2.data_ptr())
+                yb, yo = reg.lookup(y.data_ptr())
+                # x is written by kernels still queued on this stream, and y's
+                # block may have been in use by earlier ones: both must be done
+                # before another process touches the memory.
+                torch.cuda.current_stream().synchronize()
+            lim = self.client.info.limits
+            ops = [
+                projd.Op(
+                    layer=L.index, m=min(lim.max_m, m - i), n=n,
+                    x_buf=xb, x_off=xo + i * ld * 2, x_ld=ld,
+                    y_buf=yb, y_off=yo + i * n * 2, y_ld=n,
+                )
+                for i in range(0, m, lim.max_m)
+            ]
+            for j in range(0, len(ops), lim.max_ops_per_request):
+                self.client.project(ops[j : j + lim.max_ops_per_request])
+        y = y.reshape(*lead, n)
+        if bias is not None:
+            y += bias
+        return y

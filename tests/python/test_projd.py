@@ -1,0 +1,885 @@
+"""test_projd.py — the Python binding (client/python/projd.py) end to end.
+
+Run by tests/e2e_python.sh, which starts two projd daemons (cpu backend,
+the small generated model) and sets:
+  PROJD_LIB             the libprojd.so under test
+  PROJD_TEST_URL        a daemon answering at full speed
+  PROJD_TEST_SLOW_URL   a daemon holding every op for 300 ms (cpu.min_op_us),
+                        for what needs a request still in flight
+  PROJD_TEST_MODEL      the model both serve (safetensors)
+  PROJD_TEST_LAYERS     `projctl layers` of the first daemon
+  PROJD_TEST_CC         a C compiler, for the struct layout check
+
+Results are checked bit for bit against a pure-Python reference of
+kernels/refgemm.h (fp32 sums in increasing k, rounded to bf16 to nearest
+even; for split layers x*hi then x*lo at each k) computed from the model
+file's weights: the 12-bit layers decode exactly to the file's bf16 words,
+so every layer compares exactly, as tests/test_daemon_e2e.c does.
+Standard library only.
+"""
+
+import array
+import gc
+import json
+import os
+import random
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "client", "python"))
+
+import projd  # noqa: E402  (after the path above)
+from projd import Op, ProjdError, Status  # noqa: E402
+
+POISON = 0xFFFF  # a NaN no finite result produces: unwritten elements show
+
+
+def env(name):
+    v = os.environ.get(name)
+    if not v:
+        raise unittest.SkipTest("%s is not set: run tests/e2e_python.sh" % name)
+    return v
+
+
+# ---- the reference --------------------------------------------------------------------------
+
+
+def f32_bits(values):
+    """fp32 bit patterns of a sequence of values exactly representable in fp32."""
+    u = array.array("I")
+    u.frombytes(array.array("f", values).tobytes())
+    return u
+
+
+class Model:
+    """The safetensors file: 8-byte little-endian header length, JSON
+    header (dtype, shape, data_offsets per tensor), then the data."""
+
+    def __init__(self, path):
+        with open(path, "rb") as f:
+            data = f.read()
+        (hlen,) = struct.unpack_from("<Q", data, 0)
+        header = json.loads(data[8 : 8 + hlen].decode("utf-8"))
+        self.tensors = {}
+        for name, t in header.items():
+            if name == "__metadata__":
+                continue
+            a, b = t["data_offsets"]
+            self.tensors[name] = (t["dtype"], tuple(t["shape"]), data[8 + hlen + a : 8 + hlen + b])
+
+    def terms(self, tensor, fmt):
+        """The weight terms the daemon accumulates, each as K columns of N
+        floats: [W] for bf16 / z12, [hi, lo] for split (kernels/bf16.c)."""
+        dtype, shape, raw = self.tensors[tensor]
+        n, k = shape
+        if sys.byteorder != "little":
+            raise unittest.SkipTest("the reference reads little-endian tensors on a little-endian host")
+        if dtype == "BF16":
+            words = [array.array("H", raw)]
+            if fmt == "split":  # model.c: lo = +0, hi + lo == w exactly
+                words.append(array.array("H", bytes(len(raw))))
+        elif dtype == "F32" and fmt == "split":
+            hi, lo = array.array("H"), array.array("H")
+            vals = array.array("f", raw)
+            for u, v in zip(f32_bits(vals), vals):
+                if (u & 0x7F800000) == 0x7F800000:
+                    hi.append(projd._f32_bits_to_bf16(u))
+                    lo.append(0)
+                    continue
+                h = projd._f32_bits_to_bf16(u)
+                if (h & 0x7FFF) == 0x7F80:  # would overflow: the largest finite bf16
+                    h = (h & 0x8000) | 0x7F7F
+                hi.append(h)
+                # v - hi is exact in fp32 (bf16.c), and in a double
+                lo.append(projd._f32_bits_to_bf16(f32_bits([v - projd.bf16_to_float(h)])[0]))
+            words = [hi, lo]
+        else:
+            raise AssertionError("tensor %s: %s stored as %s is not covered by the reference" % (tensor, dtype, fmt))
+        terms = []
+        for w in words:
+            flat = projd.bf16_to_floats(w.tobytes())
+            terms.append([flat[c::k] for c in range(k)])
+        return (n, k), terms
+
+
+def reference(terms, x_rows, n):
+    """y rows (bf16 words) of x_rows against the first n rows of W."""
+    cols = [[col[:n] for col in term] for term in terms]
+    out = array.array("H")
+    zero = bytes(4 * n)
+    for xr in x_rows:
+        acc = array.array("f", zero)
+        for c, xk in enumerate(xr):
+            # acc never holds -0 (sums start at +0 and round to nearest),
+            # so adding the +-0 products of a zero x changes nothing.
+            if xk == 0.0:
+                continue
+            for term in cols:
+                # The product of two bf16 values is exact in a double and,
+                # with |product| >= 2**-133 (checked in setUpClass), in fp32;
+                # a + p rounded first to double then to fp32 equals the fp32
+                # sum (53 >= 2 * 24 + 2), which is what C computes.
+                acc = array.array("f", [a + xk * w for a, w in zip(acc, term[c])])
+        out.extend(projd._f32_bits_to_bf16(u) for u in f32_bits(acc))
+    return out
+
+
+def random_x(rng, m, k):
+    """m rows of k bf16 words: |x| in [2**-8, 2), an exact zero now and then."""
+    rows = []
+    for _ in range(m):
+        row = array.array("H")
+        for _ in range(k):
+            r = rng.getrandbits(17)
+            if r & 31 == 0:
+                row.append(0)
+            else:
+                sign = (r >> 5) & 1
+                exp = 127 - ((r >> 6) % 9)  # 2**-8 .. 2**0
+                row.append(sign << 15 | exp << 7 | (r >> 10) & 0x7F)
+        rows.append(row)
+    return rows
+
+
+# ---- no daemon needed ----------------------------------------------------------------------------
+
+
+class Bf16Tests(unittest.TestCase):
+    def test_known_values(self):
+        f = projd.float_to_bf16
+        self.assertEqual(f(1.0), 0x3F80)
+        self.assertEqual(f(-2.0), 0xC000)
+        self.assertEqual(f(0.0), 0x0000)
+        self.assertEqual(f(-0.0), 0x8000)
+        self.assertEqual(f(float("inf")), 0x7F80)
+        self.assertEqual(f(float("-inf")), 0xFF80)
+        self.assertEqual(f(float("nan")), 0x7FC0)
+        self.assertEqual(f(1 + 2**-8), 0x3F80)  # tie: to even
+        self.assertEqual(f(1 + 3 * 2**-8), 0x3F82)  # tie: to even (up)
+        self.assertEqual(f(1 + 2**-8 + 2**-40), 0x3F81)  # above the tie: rounding via fp32 would give 0x3f80
+        self.assertEqual(f(2**-133), 0x0001)  # smallest subnormal
+        self.assertEqual(f(2**-134), 0x0000)  # tie with 0: to even
+        self.assertEqual(f(1.5 * 2**-134), 0x0001)
+        big = projd.bf16_to_float(0x7F7F)  # largest finite
+        self.assertEqual(f(big), 0x7F7F)
+        self.assertEqual(f(big + 2**119), 0x7F80)  # tie with 2**128: to even = inf
+        self.assertEqual(f(big + 2**118), 0x7F7F)
+        self.assertEqual(f(1e300), 0x7F80)
+        self.assertEqual(f(-1e300), 0xFF80)
+        self.assertEqual(f(3), 0x4040)  # ints are numbers too
+        with self.assertRaises(TypeError):
+            f("1.0")
+        with self.assertRaises(TypeError):
+            f(True)
+
+    def test_every_pattern_round_trips(self):
+        for h in range(0x10000):
+            v = projd.bf16_to_float(h)
+            back = projd.float_to_bf16(v)
+            if v != v:
+                self.assertEqual(back & 0x7FC0, 0x7FC0, hex(h))
+                self.assertEqual(back & 0x8000, h & 0x8000, hex(h))
+            else:
+                self.assertEqual(back, h, hex(h))
+
+    def test_agrees_with_c_rounding_on_fp32_values(self):
+        # On values fp32 can hold, rounding the double directly must equal
+        # pj_f32_to_bf16 on the fp32 bits (kernels/bf16.h).
+        rng = random.Random(5)
+        bits = [rng.getrandbits(32) for _ in range(20000)]
+        bits += [0x3F808000, 0x3F818000, 0x7F7FFFFF, 0x00008000, 0x00018000, 0x80000001]
+        vals = array.array("f")
+        vals.frombytes(array.array("I", bits).tobytes())
+        for u, v in zip(bits, vals):
+            if v != v:
+                continue
+            self.assertEqual(projd.float_to_bf16(v), projd._f32_bits_to_bf16(u), "%#010x" % u)
+
+    def test_bulk_helpers(self):
+        vals = [0.5, -1.25, 3.0, 1e-3]
+        data = projd.floats_to_bf16(vals)
+        self.assertEqual(len(data), 8)
+        back = projd.bf16_to_floats(data)
+        self.assertEqual(back[:3], [0.5, -1.25, 3.0])
+        self.assertEqual(back[3], projd.bf16_to_float(projd.float_to_bf16(1e-3)))
+        self.assertEqual(projd.bf16_to_floats(bytearray(data)), back)
+        with self.assertRaises(ValueError):
+            projd.bf16_to_floats(b"\x00\x00\x00")
+        with self.assertRaises(ValueError):
+            projd.bf16_to_float(0x10000)
+
+
+class LibraryTests(unittest.TestCase):
+    def run_py(self, code, **envs):
+        e = dict(os.environ)
+        e.update(envs)
+        e["PYTHONPATH"] = os.path.join(REPO, "client", "python")
+        e["PYTHONDONTWRITEBYTECODE"] = "1"
+        return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=60)
+
+    def test_missing_library_is_named(self):
+        code = (
+            "import projd\n"
+            "try:\n    projd.Client('ipc:///nonexistent/x.sock')\n"
+            "except projd.LibraryNotFoundError as e:\n    print('LNF', e)\n"
+        )
+        r = self.run_py(code, PROJD_LIB="/nonexistent/libprojd.so")
+        self.assertIn("LNF PROJD_LIB=/nonexistent/libprojd.so: cannot load", r.stdout + r.stderr)
+
+    def test_nothing_found_lists_what_was_tried(self):
+        import ctypes.util
+
+        if ctypes.util.find_library("projd"):
+            self.skipTest("a libprojd is installed where find_library looks")
+        with tempfile.TemporaryDirectory() as d:
+            deep = os.path.join(d, "a", "b", "c")
+            os.makedirs(deep)
+            with open(os.path.join(REPO, "client", "python", "projd.py")) as src:
+                text = src.read()
+            with open(os.path.join(deep, "projd.py"), "w") as dst:
+                dst.write(text)
+            e = dict(os.environ, PYTHONPATH=deep, PYTHONDONTWRITEBYTECODE="1")
+            e.pop("PROJD_LIB", None)
+            code = "import projd\ntry:\n    projd.Client()\nexcept projd.LibraryNotFoundError as e:\n    print(e)\n"
+            out = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=60).stdout
+        self.assertIn("libprojd not found; PROJD_LIB is not set", out)
+        self.assertIn(os.path.join(d, "a", "lib", "libprojd.so.1") + " (absent)", out)
+        self.assertIn('ctypes.util.find_library("projd") (found nothing)', out)
+
+    def test_not_libprojd(self):
+        r = self.run_py("import projd\ntry:\n    projd.load_library()\nexcept OSError as e:\n    print('ERR', e)\n",
+                        PROJD_LIB="libc.so.6")
+        self.assertRegex(r.stdout, r"ERR libc.so.6 is not the libprojd this module wraps: it lacks projd_connect")
+
+    def test_directory_and_bf16_without_library(self):
+        lib = env("PROJD_LIB")
+        r = self.run_py("import projd\nprint(projd.float_to_bf16(1.0))\nprint(projd.load_library() is not None)\n",
+                        PROJD_LIB=os.path.dirname(os.path.abspath(lib)))
+        self.assertEqual(r.stdout.split(), ["16256", "True"], r.stderr)
+
+
+class LayoutTests(unittest.TestCase):
+    """Every mirrored struct, field by field, against the C compiler's layout."""
+
+    def test_structs_and_constants_match_c(self):
+        cc = os.environ.get("PROJD_TEST_CC") or "cc"
+        lines = [
+            "#include <stddef.h>",
+            "#include <stdio.h>",
+            '#include "client/projd.h"',
+            '#include "client/projd_cuda.h"',
+            '#define F(T, f) printf("%s.%s %zu %zu\\n", #T, #f, offsetof(T, f), sizeof(((T *)0)->f));',
+            '#define C(name) printf("%s %lld\\n", #name, (long long)(name));',
+            "int main(void) {",
+        ]
+        want = {}
+        for cname, ctype in projd._C_STRUCTS.items():
+            lines.append('printf("%s %%zu %%zu\\n", sizeof(%s), (size_t)0);' % (cname, cname))
+            want[cname] = (projd.ctypes.sizeof(ctype), 0)
+            for fname, _ in ctype._fields_:
+                lines.append("F(%s, %s)" % (cname, fname))
+                d = getattr(ctype, fname)
+                want["%s.%s" % (cname, fname)] = (d.offset, d.size)
+        consts = {
+            "PROJD_DEFAULT_TIMEOUT_MS": projd.DEFAULT_TIMEOUT_MS,
+            "PROJD_RESULT_MAX_OPS": projd.RESULT_MAX_OPS,
+            "PJ_PF_WAIT_EVENT": projd.PF_WAIT_EVENT,
+            "PJ_PF_SIGNAL_EVENT": projd.PF_SIGNAL_EVENT,
+            "PJ_PF_ACCEPT_REPLY": projd.PF_ACCEPT_REPLY,
+            "PJ_WIRE_NAME_MAX": projd._NAME_MAX,
+            "PJ_WIRE_UUID_SIZE": projd._UUID_SIZE,
+            "PJ_WIRE_IPC_HANDLE_SIZE": projd._IPC_HANDLE_SIZE,
+            "PJ_WIRE_MAX_LAYERS": projd._MAX_LAYERS,
+            "PJ_WIRE_MAX_SHAPES": projd._MAX_SHAPES,
+            "PJ_WIRE_OP_SIZE": projd.ctypes.sizeof(projd._Op),
+        }
+        for s in Status:
+            consts["PJ_" + s.name] = int(s)
+        for name in consts:
+            lines.append("C(%s)" % name)
+        lines += ["return 0;", "}"]
+        with tempfile.TemporaryDirectory() as d:
+            src, exe = os.path.join(d, "layout.c"), os.path.join(d, "layout")
+            with open(src, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            cp = subprocess.run([cc, "-std=c11", "-I", REPO, src, "-o", exe], capture_output=True, text=True)
+            self.assertEqual(cp.returncode, 0, "compiling the layout probe failed:\n" + cp.stderr)
+            out = subprocess.run([exe], capture_output=True, text=True, check=True).stdout
+        got = {}
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 3:
+                got[parts[0]] = (int(parts[1]), int(parts[2]))
+            else:
+                self.assertEqual(int(parts[1]), consts[parts[0]], parts[0])
+        self.assertEqual(got, want)
+        self.assertEqual(len([line for line in out.splitlines() if len(line.split()) == 2]), len(consts))
+
+
+# ---- against the daemons -----------------------------------------------------------------------------
+
+
+class DaemonTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.url = env("PROJD_TEST_URL")
+        cls.c = projd.Client(cls.url, name="test_projd")
+        cls.model = Model(env("PROJD_TEST_MODEL"))
+        cls.terms = {}
+        for L in cls.c.layers:
+            (n, k), terms = cls.model.terms(L.name + ".weight", L.format)
+            assert (n, k) == (L.n, L.k), (L, n, k)
+            # The reference is exact when every product x*w is an fp32 value:
+            # 16 significant bits and |x*w| >= 2**-133 (|x| >= 2**-8 here).
+            smallest = min(abs(w) for term in terms for col in term for w in col if w != 0.0)
+            assert smallest >= 2.0**-125, "layer %s: weight %g too small for the exact reference" % (L.name, smallest)
+            cls.terms[L.name] = terms
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+
+    def fresh(self):
+        """The test's random source: seeded by its name, the same every run."""
+        if not hasattr(self, "_rng"):
+            self._rng = random.Random(zlib.crc32(self.id().encode()))
+        return self._rng
+
+    def run_case(self, layer, m, n=None, x_off=0, x_ld=None, y_off=0, y_ld=None, y_slack=6, rng=None, c=None):
+        """Stage random x at x_off / x_ld in an exactly sized buffer, poison y,
+        project, and check every element of y against the reference (the
+        m x n result) and the poison (everything else)."""
+        c = c or self.c
+        L = c.layer(layer)
+        n = n or L.n
+        x_ld = x_ld or L.k
+        y_ld = y_ld or n
+        rows = random_x(rng or self.fresh(), m, L.k)
+        xbytes = x_off + ((m - 1) * x_ld + L.k) * 2
+        ybytes = y_off + ((m - 1) * y_ld + n) * 2 + y_slack
+        with c.shm_buffer(xbytes) as xb, c.shm_buffer(ybytes) as yb:
+            for i, row in enumerate(rows):
+                xb.write(row.tobytes(), x_off + i * x_ld * 2)
+            yb.fill(0xFF)
+            op = Op(layer=layer, m=m, n=n, x_buf=xb, x_off=x_off, x_ld=x_ld, y_buf=yb, y_off=y_off, y_ld=y_ld)
+            r = c.project([op])
+            got = array.array("H", yb.read())
+        self.assertEqual((r.status, r.n_ops, r.failed_op, len(r.ops), r.ops[0].status), (0, 1, None, 1, 0))
+        self.assertTrue(r.ok)
+        self.assertGreater(r.total_ns, 0)
+        self.assertGreaterEqual(r.total_ns, r.exec_ns)
+        want = reference(self.terms[layer], [projd.bf16_to_floats(row.tobytes()) for row in rows], n)
+        self.check_y(got, want, m, n, y_off // 2, y_ld, "%s m %d n %d" % (layer, m, n))
+        return r
+
+    def check_y(self, got, want, m, n, y_off_el, y_ld, what):
+        exp = array.array("H", [POISON] * len(got))
+        for i in range(m):
+            at = y_off_el + i * y_ld
+            exp[at : at + n] = want[i * n : (i + 1) * n]
+        self.assert_words(
+            got, exp, what, lambda e: "row %d col %d" % divmod(e - y_off_el, y_ld) if e >= y_off_el else "before y"
+        )
+
+    def assert_words(self, got, want, what, where=lambda e: "element %d" % e):
+        """Equal bf16 words, else name the first that differs."""
+        self.assertEqual(len(got), len(want), what)
+        if got != want:
+            e = next(j for j in range(len(got)) if got[j] != want[j])
+            self.fail("%s: y element %d (%s) is %#06x, expected %#06x" % (what, e, where(e), got[e], want[e]))
+
+
+class InfoTests(DaemonTest):
+    def test_info_matches_projctl_layers(self):
+        with open(env("PROJD_TEST_LAYERS")) as f:
+            text = f.read()
+        rows = re.findall(r"^(\d+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\S+)\s*$", text, re.M)
+        self.assertEqual(len(rows), 5, text)
+        self.assertEqual(
+            [(L.index, L.name, L.n, L.k, L.format) for L in self.c.layers],
+            [(int(i), name, int(n), int(k), f) for i, name, n, k, f in rows],
+        )
+        lo, hi, shapes = re.search(r"^m: (\d+)\.\.(\d+); graphs captured for m in \{([\d, ]+)\}", text, re.M).groups()
+        self.assertEqual((1, self.c.info.limits.max_m), (int(lo), int(hi)))
+        self.assertEqual(self.c.info.shapes, tuple(int(s) for s in shapes.split(",")))
+
+    def test_info_fields(self):
+        info = self.c.info
+        self.assertEqual((info.version, info.backend, info.backend_id), (1, "cpu", 1))
+        self.assertEqual(info.device_uuid, bytes(16))
+        self.assertEqual(info.limits, projd.Limits(256, 64, 64, 65536))
+        self.assertEqual(
+            [(L.name, L.n, L.k, L.format) for L in info.layers],
+            [("qkv_gate", 320, 256, "z12"), ("o", 256, 192, "z12"), ("pooler", 384, 256, "z12"),
+             ("unpooler", 512, 256, "z12"), ("router", 64, 256, "split")],
+        )
+        o = self.c.layer("o")
+        self.assertEqual((o.index, o.m_range, o.n_range), (1, range(1, 257), range(1, 257)))
+        names = "qkv_gate, o, pooler, unpooler, router"
+        with self.assertRaisesRegex(KeyError, r"unknown layer 'qkv' \(the daemon serves %s\)" % names):
+            self.c.layer("qkv")
+        with self.assertRaises(TypeError):
+            self.c.layer(1)
+        self.assertEqual(self.c.url, self.url)
+
+    def test_default_url_is_projd_socket(self):
+        old = os.environ.get("PROJD_SOCKET")
+        os.environ["PROJD_SOCKET"] = self.url
+        try:
+            with projd.Client() as c2:
+                self.assertEqual(c2.url, self.url)
+                c2.ping()
+        finally:
+            if old is None:
+                del os.environ["PROJD_SOCKET"]
+            else:
+                os.environ["PROJD_SOCKET"] = old
+
+    def test_ping_stats_timeout(self):
+        self.assertGreater(self.c.ping(), 0)
+        before = self.c.stats()
+        self.assertEqual(before["backend"], "cpu")
+        self.assertEqual(sorted(before["layers"]), sorted(L.name for L in self.c.layers))
+        self.run_case("router", 2)
+        after = self.c.stats()
+        self.assertEqual(after["layers"]["router"]["ops"], before["layers"]["router"]["ops"] + 1)
+        self.assertEqual(after["layers"]["router"]["rows"], before["layers"]["router"]["rows"] + 2)
+        self.assertGreater(after["requests"]["PING"], 0)
+        self.assertEqual(self.c.timeout_ms, projd.DEFAULT_TIMEOUT_MS)
+        with projd.Client(self.url, timeout_ms=1234) as c2:
+            self.assertEqual(c2.timeout_ms, 1234)
+            c2.timeout_ms = 5000
+            self.assertEqual(c2.timeout_ms, 5000)
+            for bad in (0, -1, 2**31):
+                with self.assertRaises(ValueError):
+                    c2.timeout_ms = bad
+            with self.assertRaises(TypeError):
+                c2.timeout_ms = 1.5
+
+    def test_connect_errors(self):
+        with tempfile.TemporaryDirectory() as d:
+            with self.assertRaises(ProjdError) as cm:
+                projd.Client("ipc://%s/none.sock" % d)
+        e = cm.exception
+        self.assertLess(e.code, 0)
+        self.assertIn(e.errno, (2, 111))  # ENOENT, ECONNREFUSED
+        self.assertIn("none.sock", e.message)
+        self.assertEqual(e.name, os.strerror(e.errno))
+        for bad, exc in ((5, TypeError), ("ipc:///x\0y", ValueError)):
+            with self.assertRaises(exc):
+                projd.Client(bad)
+        with self.assertRaises(TypeError):
+            projd.Client(self.url, name=3)
+        with self.assertRaises(ValueError):
+            projd.Client(self.url, timeout_ms=0)
+
+
+class ProjectTests(DaemonTest):
+    def test_every_layer_and_m(self):
+        # Each layer at m = 1, 8, 16, 33: contiguous, then with offsets, then
+        # with row strides wider than the rows.
+        for L in self.c.layers:
+            self.run_case(L.name, 1)
+            self.run_case(L.name, 8, x_off=64, y_off=6)
+            self.run_case(L.name, 16, x_ld=L.k + 3, y_ld=L.n + 7, y_off=10)
+            self.run_case(L.name, 33)
+
+    def test_row_prefix(self):
+        self.run_case("unpooler", 5, n=128)
+        self.run_case("router", 3, n=17, y_ld=20)
+        self.run_case("o", 2, n=1)
+
+    def test_many_ops_one_request(self):
+        # One op per layer in one request, all in one x and one y buffer;
+        # then o's output read by pooler in the same request (ops run in order).
+        rng = self.fresh()
+        m = 3
+        layers = self.c.layers
+        xs = {L.name: random_x(rng, m, L.k) for L in layers}
+        x_at, y_at, xo, yo = {}, {}, 0, 0
+        for L in layers:
+            x_at[L.name], y_at[L.name] = xo, yo
+            xo += m * L.k * 2
+            yo += m * L.n * 2
+        with self.c.shm_buffer(xo) as xb, self.c.shm_buffer(yo + 2 * m * 384) as yb:
+            for L in layers:
+                xb.write(b"".join(r.tobytes() for r in xs[L.name]), x_at[L.name])
+            yb.fill(0xFF)
+            ops = [Op(layer=L.name, m=m, x_buf=xb, x_off=x_at[L.name], y_buf=yb, y_off=y_at[L.name]) for L in layers]
+            chain_off = yo
+            ops.append(Op(layer="pooler", m=m, x_buf=yb, x_off=y_at["o"], y_buf=yb, y_off=chain_off))
+            r = self.c.project(ops)
+            got = array.array("H", yb.read())
+        self.assertEqual(r.n_ops, 6)
+        self.assertEqual([o.status for o in r.ops], [0] * 6)
+        want = array.array("H")
+        for L in layers:
+            want.extend(reference(self.terms[L.name], [projd.bf16_to_floats(x.tobytes()) for x in xs[L.name]], L.n))
+        o_out = want[y_at["o"] // 2 : y_at["o"] // 2 + m * 256]
+        o_rows = [projd.bf16_to_floats(o_out[i * 256 : (i + 1) * 256].tobytes()) for i in range(m)]
+        want.extend(reference(self.terms["pooler"], o_rows, 384))
+        self.assert_words(got, want, "six ops in one request")
+
+    def test_threads_share_a_client(self):
+        # libprojd is thread-safe and ctypes drops the GIL: four threads,
+        # each with its own buffers, on one connection.
+        errors = []
+
+        def worker(seed):
+            try:
+                rng = random.Random(seed)
+                for i in range(6):
+                    self.run_case("router", 1 + (seed + i) % 4, rng=rng)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+
+
+class ErrorTests(DaemonTest):
+    def setUp(self):
+        self.o = self.c.layer("o")
+        self.m = 2
+        self.xb = self.c.shm_buffer(self.m * self.o.k * 2)
+        self.yb = self.c.shm_buffer(self.m * self.o.n * 2)
+
+    def tearDown(self):
+        self.xb.release()
+        self.yb.release()
+
+    def op(self, **kw):
+        a = dict(layer=self.o.index, m=self.m, x_buf=self.xb, y_buf=self.yb)
+        a.update(kw)
+        return Op(**a)
+
+    def expect(self, ops, status, failed_op, text):
+        """The request fails with status at failed_op (a tuple: any of them)."""
+        allowed = failed_op if isinstance(failed_op, tuple) else (failed_op,)
+        self.yb.fill(0xFF)
+        with self.assertRaises(ProjdError) as cm:
+            self.c.project(ops)
+        e = cm.exception
+        self.assertEqual((e.code, e.name, e.status), (int(status), status.name, status), str(e))
+        self.assertIn(e.failed_op, allowed, str(e))
+        self.assertIn(text, e.message)
+        self.assertEqual((e.result.status, e.result.failed_op, e.result.n_ops), (int(status), e.failed_op, len(ops)))
+        self.assertIn(status.name, str(e))
+        # Nothing ran (every op is checked before any runs) ...
+        self.assertEqual(self.yb.read(), b"\xff" * self.yb.size)
+        # ... and the same connection serves the next request.
+        self.assertEqual(self.c.project([self.op()]).status, 0)
+        self.assertNotEqual(self.yb.read(), b"\xff" * self.yb.size)
+
+    def test_daemon_refusals(self):
+        self.expect([self.op(layer=99, n=1, x_ld=1)], Status.E_LAYER, 0, "layer 99")
+        self.expect([self.op(m=self.c.info.limits.max_m + 1)], Status.E_SHAPE, 0, "")
+        self.expect([self.op(m=0)], Status.E_SHAPE, 0, "")
+        self.expect([self.op(n=self.o.n + 1)], Status.E_SHAPE, 0, "")
+        self.expect([self.op(x_ld=self.o.k - 1)], Status.E_SHAPE, 0, "")
+        self.expect([self.op(x_off=2)], Status.E_BOUNDS, 0, "")  # one element past the end
+        self.expect([self.op(x_off=2**62)], Status.E_BOUNDS, 0, "")
+        self.expect([self.op(y_off=1)], Status.E_BOUNDS, 0, "")  # misaligned
+        self.expect([self.op(x_buf=12345)], Status.E_BUFFER, 0, "")
+        self.expect([self.op(), self.op(y_off=self.yb.size)], Status.E_BOUNDS, 1, "")
+        # op_flags are judged while decoding: the ERROR names op 0 in its
+        # text but leaves op_index unset (0xffffffff) today.
+        self.expect([self.op(op_flags=1)], Status.E_FLAGS, (None, 0), "op 0")
+
+    def test_too_many_ops(self):
+        ops = [self.op()] * (self.c.info.limits.max_ops_per_request + 1)
+        with self.assertRaises(ProjdError) as cm:
+            self.c.project(ops)
+        self.assertEqual(cm.exception.status, Status.E_LIMIT)
+        self.assertEqual(self.c.project([self.op()]).status, 0)
+
+    def test_refused_before_c(self):
+        bad = [
+            (dict(layer=1.5), TypeError),
+            (dict(layer="nope"), ValueError),
+            (dict(layer=-1), ValueError),
+            (dict(m=-1), ValueError),
+            (dict(m=True), TypeError),
+            (dict(m=2**32), ValueError),
+            (dict(m="8"), TypeError),
+            (dict(n=2**32), ValueError),
+            (dict(x_buf="x"), TypeError),
+            (dict(y_buf=None), TypeError),
+            (dict(x_off=-2), ValueError),
+            (dict(y_ld=2**64), ValueError),
+            (dict(layer=99), ValueError),  # n and x_ld cannot default for a layer the daemon lacks
+        ]
+        for kw, exc in bad:
+            with self.assertRaises(exc, msg=str(kw)):
+                self.c.project([self.op(**kw)])
+        with self.assertRaises(ValueError):
+            self.c.project([])
+        with self.assertRaises(TypeError):
+            self.c.project("ops")
+        with self.assertRaises(TypeError):
+            self.c.project([("o", 1)])
+        with self.assertRaises(ValueError):
+            self.c.project([self.op()], flags=projd.PF_WAIT_EVENT)
+        with self.assertRaises(TypeError):
+            self.c.project([self.op()], flags=None)
+        with projd.Client(self.url) as other, other.shm_buffer(64) as ob:
+            with self.assertRaisesRegex(ValueError, "another connection"):
+                self.c.project([self.op(x_buf=ob)])
+        for size, exc in ((0, ValueError), (-1, ValueError), ("1", TypeError), (1.0, TypeError)):
+            with self.assertRaises(exc):
+                self.c.shm_buffer(size)
+        with self.assertRaises(TypeError):
+            self.c.unregister("1")
+        # A single Op is taken as a list of one.
+        self.assertEqual(self.c.project(self.op()).n_ops, 1)
+
+    def test_cuda_paths_without_a_gpu(self):
+        # The cpu backend refuses CUDA IPC buffers: the call reaches the
+        # daemon and comes back as E_REGISTER, and the connection goes on.
+        with self.assertRaises(ProjdError) as cm:
+            self.c.register_cuda_ipc(bytes(64), bytes(16), 4096)
+        self.assertEqual(cm.exception.status, Status.E_REGISTER)
+        for h, u, exc in ((bytes(63), bytes(16), ValueError), (bytes(64), bytes(15), ValueError),
+                          ("h", bytes(16), TypeError)):
+            with self.assertRaises(exc):
+                self.c.register_cuda_ipc(h, u, 4096)
+        with self.assertRaises(ValueError):
+            self.c.register_cuda_ipc(bytes(64), bytes(16), 0)
+        with self.assertRaises(ValueError):
+            projd.cuda_describe(0)
+        # Host memory is no device pointer: refused (no driver: -ENOSYS; no
+        # device: -EIO; a driver with a GPU: -EINVAL), never a crash.
+        with self.assertRaises(ProjdError) as cm:
+            self.c.register_device_pointer(self.xb.address)
+        self.assertIn(cm.exception.errno, (38, 5, 22), str(cm.exception))  # ENOSYS, EIO, EINVAL
+        with self.assertRaises(ProjdError) as cm:
+            self.c.unregister(54321)
+        self.assertEqual(cm.exception.status, Status.E_BUFFER)
+        self.assertEqual(self.c.project([self.op()]).status, 0)
+
+
+class BufferTests(DaemonTest):
+    def current(self):
+        return self.c.stats()["buffers"]["current"]
+
+    def test_access_and_release(self):
+        base = self.current()
+        b = self.c.shm_buffer(100)
+        b2 = self.c.shm_buffer(10)
+        self.assertNotEqual(b.id, b2.id)
+        self.assertEqual((b.size, b.released), (100, False))
+        self.assertEqual(self.current(), base + 2)
+        self.assertEqual(b.read(), bytes(100))  # zeroed
+        with b.view() as v:
+            self.assertEqual((v.format, v.nbytes, v.readonly), ("B", 100, False))
+            v[10:13] = b"abc"
+        b.write(b"xyz", 97)
+        self.assertEqual(b.read(10, 3), b"abc")
+        self.assertEqual(b.read(97), b"xyz")
+        self.assertEqual(projd.ctypes.string_at(b.address + 10, 3), b"abc")
+        b.fill(0x5A)
+        self.assertEqual(b.read(), b"\x5a" * 100)
+        for call, exc in (
+            (lambda: b.write(b"1234", 97), ValueError),
+            (lambda: b.write(b"1", 101), ValueError),
+            (lambda: b.read(50, 51), ValueError),
+            (lambda: b.read(-1), ValueError),
+            (lambda: b.fill(256), ValueError),
+            (lambda: b.write("text"), TypeError),
+        ):
+            with self.assertRaises(exc):
+                call()
+        # An open view keeps the mapping: release refuses, then goes on.
+        v = b.view()
+        v2 = v[1:5]
+        v.release()
+        with self.assertRaisesRegex(BufferError, "memoryview"):
+            b.release()
+        del v2
+        bid = b.id
+        b.release()
+        b.release()  # a no-op
+        self.assertTrue(b.released)
+        self.assertEqual(self.current(), base + 1)
+        for call in (b.view, b.read, lambda: b.write(b"x"), lambda: b.address):
+            with self.assertRaisesRegex(ValueError, "released"):
+                call()
+        with self.assertRaisesRegex(ValueError, "released"):
+            self.c.project([Op(layer="o", m=1, x_buf=b, y_buf=b2)])
+        # The id itself is stale at the daemon.
+        with self.assertRaises(ProjdError) as cm:
+            self.c.project([Op(layer="router", m=1, n=1, x_buf=bid, y_buf=b2)])
+        self.assertEqual(cm.exception.status, Status.E_BUFFER)
+        with b2:
+            pass
+        self.assertTrue(b2.released)
+        self.assertEqual(self.current(), base)
+
+    def test_dropped_buffer_is_released(self):
+        base = self.current()
+        b = self.c.shm_buffer(4096)
+        v = b.view()
+        del b
+        gc.collect()
+        # The view keeps the mapping (and the registration) ...
+        v[0] = 7
+        self.assertEqual(self.current(), base + 1)
+        # ... until it goes.
+        v.release()
+        del v
+        gc.collect()
+        self.assertEqual(self.current(), base)
+
+
+class CloseTests(DaemonTest):
+    def test_context_manager_closes(self):
+        base = self.c.stats()["buffers"]["current"]
+        with projd.Client(self.url) as c2:
+            b = c2.shm_buffer(256)
+            self.assertEqual(self.c.stats()["buffers"]["current"], base + 1)
+        self.assertTrue(c2.closed)
+        self.assertTrue(b.released)
+        self.assertEqual(self.c.stats()["buffers"]["current"], base)
+        for call in (c2.ping, c2.stats, lambda: c2.shm_buffer(8), lambda: c2.timeout_ms):
+            with self.assertRaisesRegex(ValueError, "closed"):
+                call()
+        with self.assertRaisesRegex(ValueError, "released"):
+            b.view()
+        b.release()  # released by close: a no-op
+        c2.close()  # idempotent
+        self.assertIn("closed", repr(c2))
+
+    def test_close_refused_while_a_view_is_open(self):
+        c2 = projd.Client(self.url)
+        b = c2.shm_buffer(64)
+        v = b.view()
+        with self.assertRaisesRegex(BufferError, "memoryview"):
+            c2.close()
+        self.assertFalse(c2.closed)
+        c2.ping()
+        v.release()
+        c2.close()
+        self.assertTrue(c2.closed and b.released)
+
+
+class AsyncTests(DaemonTest):
+    def test_async_results(self):
+        rng = self.fresh()
+        reqs = []
+        for L in self.c.layers:
+            rows = random_x(rng, 4, L.k)
+            xb, yb = self.c.shm_buffer(4 * L.k * 2), self.c.shm_buffer(4 * L.n * 2 + 2)
+            xb.write(b"".join(r.tobytes() for r in rows))
+            yb.fill(0xFF)
+            reqs.append((L, rows, xb, yb, self.c.project_async([Op(layer=L.index, m=4, x_buf=xb, y_buf=yb)])))
+        for L, rows, xb, yb, req in reqs:
+            r = req.wait()
+            self.assertTrue(req.done())
+            self.assertEqual((r.status, r.n_ops, r.ops[0].status), (0, 1, 0))
+            self.assertEqual(req.wait(), r)  # again: the same outcome
+            want = reference(self.terms[L.name], [projd.bf16_to_floats(x.tobytes()) for x in rows], L.n)
+            self.check_y(array.array("H", yb.read()), want, 4, L.n, 0, L.n, "async " + L.name)
+            req.close()
+            req.close()
+            with self.assertRaisesRegex(ValueError, "closed"):
+                req.done()
+            xb.release()
+            yb.release()
+
+    def test_async_error(self):
+        with self.c.shm_buffer(8) as b:
+            with self.c.project_async([Op(layer="o", m=1, x_buf=b, y_buf=b)]) as req:
+                with self.assertRaises(ProjdError) as cm:
+                    req.wait(timeout=30)
+                self.assertEqual((cm.exception.status, cm.exception.failed_op), (Status.E_BOUNDS, 0))
+                with self.assertRaises(ProjdError):
+                    req.result()
+            with self.assertRaises(ValueError):
+                self.c.project_async([])
+            with self.assertRaises(ValueError):
+                self.c.project_async([Op(layer="o", m=1, x_buf=b, y_buf=b)]).wait(timeout=-1)
+
+
+class SglangAdapterTests(DaemonTest):
+    """Only what runs without torch and a GPU: the adapter itself is untested here."""
+
+    def test_imports_without_torch_and_refuses_the_cpu_backend(self):
+        had_torch = "torch" in sys.modules
+        import projd_sglang
+
+        self.assertEqual("torch" in sys.modules, had_torch)  # torch is imported on first use only
+        with self.assertRaisesRegex(ValueError, "runs the cpu backend; CUDA tensors need the cuda backend"):
+            projd_sglang.ProjdLinearMethod("o", self.c)
+        with self.assertRaisesRegex(KeyError, "unknown layer 'nope'"):
+            projd_sglang.ProjdLinearMethod("nope", self.c)
+        with self.assertRaises(TypeError):
+            projd_sglang.ProjdLinearMethod("o", self.url)
+        projd_sglang.release_registrations(self.c)  # none cached: a no-op
+
+
+class SlowDaemonTests(unittest.TestCase):
+    """Against the daemon that holds every op for 300 ms."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.url = env("PROJD_TEST_SLOW_URL")
+
+    def test_in_flight(self):
+        with projd.Client(self.url) as c:
+            with c.shm_buffer(2 * 256 * 2) as xb, c.shm_buffer(2 * 64 * 2) as yb:
+                req = c.project_async([Op(layer="router", m=2, x_buf=xb, y_buf=yb)])
+                self.assertFalse(req.done())
+                with self.assertRaises(TimeoutError):
+                    req.wait(timeout=0.01)
+                with self.assertRaisesRegex(BufferError, "unfinished request"):
+                    yb.release()
+                r = req.wait()
+                self.assertEqual(r.status, 0)
+                # The hold counts from when the op was queued in the daemon.
+                self.assertGreaterEqual(r.total_ns, 250 * 10**6)
+                self.assertLessEqual(r.queue_ns + r.exec_ns, r.total_ns)
+                req.close()
+
+    def test_timeout_then_usable(self):
+        with projd.Client(self.url, timeout_ms=100) as c, c.shm_buffer(256 * 2) as xb, c.shm_buffer(64 * 2) as yb:
+            op = Op(layer="router", m=1, x_buf=xb, y_buf=yb)
+            t0 = time.monotonic()
+            with self.assertRaises(ProjdError) as cm:
+                c.project([op])
+            self.assertEqual(cm.exception.errno, 110, str(cm.exception))  # ETIMEDOUT
+            self.assertLess(time.monotonic() - t0, 5)
+            c.timeout_ms = 30000
+            self.assertEqual(c.project([op]).status, 0)
+
+    def test_close_and_cancel_with_requests_in_flight(self):
+        c = projd.Client(self.url)
+        xb, yb = c.shm_buffer(256 * 2), c.shm_buffer(64 * 2)
+        op = Op(layer="router", m=1, x_buf=xb, y_buf=yb)
+        cancelled = c.project_async([op])
+        orphan = c.project_async([op])
+        cancelled.close()  # cancels a running request: no crash, no result
+        with self.assertRaisesRegex(ValueError, "closed"):
+            cancelled.wait()
+        c.close()
+        # A request outstanding at close completes with a local error.
+        with self.assertRaises(ProjdError) as cm:
+            orphan.wait()
+        self.assertLess(cm.exception.code, 0)
+        orphan.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
