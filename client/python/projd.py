@@ -591,7 +591,11 @@ class OpResult:
 
 @dataclasses.dataclass(frozen=True)
 class Result:
-    """The outcome of a PROJECT (projd_result)."""
+    """The outcome of a PROJECT (projd_result).
+
+    When the daemon refused the request with ERROR (a check failed, nothing
+    ran), libprojd leaves every op's status 0: status and failed_op say
+    what failed."""
 
     status: int  # 0, or the first failing status
     n_ops: int
