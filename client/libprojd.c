@@ -264,6 +264,10 @@ static void req_parse(projd_request *r)
         }
         r->res.status = m.code;
         r->res.failed_op = m.op_index;
+        /* The request was refused whole and no op ran: no op may read as
+         * PJ_OK, so each carries the request's status. */
+        for (uint32_t i = 0; r->op_res && i < r->res.n_ops; i++)
+            r->op_res[i].status = m.code;
         r->rc = fail(&r->err, m.code, "%s", m.msg);
         return;
     }

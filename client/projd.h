@@ -87,7 +87,8 @@ typedef struct projd_result {
     uint64_t exec_ns;   /* daemon: started -> finished */
     uint64_t total_ns;  /* client: submitted -> reply received */
     /* Status and engine of each op, for the first PROJD_RESULT_MAX_OPS ops
-     * (failed_op covers all of them). */
+     * (failed_op covers all of them). After an ERROR reply (the request
+     * refused whole, nothing ran) every op carries the request's status. */
     pj_op_result ops[PROJD_RESULT_MAX_OPS];
 } projd_result;
 

@@ -587,6 +587,9 @@ START_TEST(test_fake_basics)
     ck_assert_str_eq(e.msg, "unknown layer (fake)");
     ck_assert_int_eq(res.status, PJ_E_LAYER);
     ck_assert_uint_eq(res.failed_op, 1);
+    /* nothing ran: no op reads as OK */
+    ck_assert_int_eq(res.ops[0].status, PJ_E_LAYER);
+    ck_assert_int_eq(res.ops[1].status, PJ_E_LAYER);
 
     /* DONE with a failing op */
     two[1].layer = 0;

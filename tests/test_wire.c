@@ -884,6 +884,7 @@ START_TEST(test_project_checks)
     ck_assert_int_eq(pj_dec_project(b.data + 24, b.len - 24, MAX_OPS, &d, err, sizeof err),
                      PJ_E_FLAGS);
     ck_assert_ptr_nonnull(strstr(err, "op 1"));
+    ck_assert_uint_eq(d.bad_op, 1); /* the ERROR names the op */
 
     /* A huge n_ops with a huge limit cannot make it read past the body. */
     uint8_t body[8 + 56] = {0};
@@ -891,6 +892,7 @@ START_TEST(test_project_checks)
     ck_assert_int_eq(pj_dec_project(body, sizeof body, 0xffffffffu, &d, err, sizeof err),
                      PJ_E_PROTO);
     ck_assert_ptr_nonnull(strstr(err, "truncated"));
+    ck_assert_uint_eq(d.bad_op, UINT32_MAX); /* not about one op */
     /* Events announced by flags but missing from the body. */
     uint8_t short_ev[8 + 32] = {0};
     patch32(short_ev, PJ_PF_WAIT_EVENT);

@@ -594,8 +594,8 @@ class Result:
     """The outcome of a PROJECT (projd_result).
 
     When the daemon refused the request with ERROR (a check failed, nothing
-    ran), libprojd leaves every op's status 0: status and failed_op say
-    what failed."""
+    ran), every op carries the request's status; failed_op names the op
+    the daemon blamed."""
 
     status: int  # 0, or the first failing status
     n_ops: int

@@ -348,6 +348,24 @@ class DaemonTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.c.close()
 
+    def buffers(self, want=None, timeout=5.0):
+        """The daemon's count of registered buffers (all connections). The
+        daemon releases a closed connection's buffers on its own time, and
+        earlier tests close connections: with want, poll until the count is
+        want (at the deadline return what it is, for the assertion to show);
+        without, until two reads 50 ms apart agree."""
+        deadline = time.monotonic() + timeout
+        last = self.c.stats()["buffers"]["current"]
+        while time.monotonic() < deadline:
+            if want is not None and last == want:
+                return last
+            time.sleep(0.05)
+            now = self.c.stats()["buffers"]["current"]
+            if want is None and now == last:
+                return now
+            last = now
+        return last
+
     def fresh(self):
         """The test's random source: seeded by its name, the same every run."""
         if not hasattr(self, "_rng"):
@@ -577,6 +595,8 @@ class ErrorTests(DaemonTest):
         self.assertIn(e.failed_op, allowed, str(e))
         self.assertIn(text, e.message)
         self.assertEqual((e.result.status, e.result.failed_op, e.result.n_ops), (int(status), e.failed_op, len(ops)))
+        # ... no op reads as OK: each carries the request's status
+        self.assertEqual([o.status for o in e.result.ops], [int(status)] * min(len(ops), projd.RESULT_MAX_OPS))
         self.assertIn(status.name, str(e))
         # Nothing ran (every op is checked before any runs) ...
         self.assertEqual(self.yb.read(), b"\xff" * self.yb.size)
@@ -595,9 +615,9 @@ class ErrorTests(DaemonTest):
         self.expect([self.op(y_off=1)], Status.E_BOUNDS, 0, "")  # misaligned
         self.expect([self.op(x_buf=12345)], Status.E_BUFFER, 0, "")
         self.expect([self.op(), self.op(y_off=self.yb.size)], Status.E_BOUNDS, 1, "")
-        # op_flags are judged while decoding: the ERROR names op 0 in its
-        # text but leaves op_index unset (0xffffffff) today.
-        self.expect([self.op(op_flags=1)], Status.E_FLAGS, (None, 0), "op 0")
+        # op_flags are judged while decoding; the ERROR still names the op
+        self.expect([self.op(op_flags=1)], Status.E_FLAGS, 0, "op 0")
+        self.expect([self.op(), self.op(op_flags=2)], Status.E_FLAGS, 1, "op 1")
 
     def test_too_many_ops(self):
         ops = [self.op()] * (self.c.info.limits.max_ops_per_request + 1)
@@ -672,16 +692,14 @@ class ErrorTests(DaemonTest):
 
 
 class BufferTests(DaemonTest):
-    def current(self):
-        return self.c.stats()["buffers"]["current"]
 
     def test_access_and_release(self):
-        base = self.current()
+        base = self.buffers()
         b = self.c.shm_buffer(100)
         b2 = self.c.shm_buffer(10)
         self.assertNotEqual(b.id, b2.id)
         self.assertEqual((b.size, b.released), (100, False))
-        self.assertEqual(self.current(), base + 2)
+        self.assertEqual(self.buffers(base + 2), base + 2)
         self.assertEqual(b.read(), bytes(100))  # zeroed
         with b.view() as v:
             self.assertEqual((v.format, v.nbytes, v.readonly), ("B", 100, False))
@@ -713,7 +731,7 @@ class BufferTests(DaemonTest):
         b.release()
         b.release()  # a no-op
         self.assertTrue(b.released)
-        self.assertEqual(self.current(), base + 1)
+        self.assertEqual(self.buffers(base + 1), base + 1)
         for call in (b.view, b.read, lambda: b.write(b"x"), lambda: b.address):
             with self.assertRaisesRegex(ValueError, "released"):
                 call()
@@ -726,33 +744,33 @@ class BufferTests(DaemonTest):
         with b2:
             pass
         self.assertTrue(b2.released)
-        self.assertEqual(self.current(), base)
+        self.assertEqual(self.buffers(base), base)
 
     def test_dropped_buffer_is_released(self):
-        base = self.current()
+        base = self.buffers()
         b = self.c.shm_buffer(4096)
         v = b.view()
         del b
         gc.collect()
         # The view keeps the mapping (and the registration) ...
         v[0] = 7
-        self.assertEqual(self.current(), base + 1)
+        self.assertEqual(self.buffers(base + 1), base + 1)
         # ... until it goes.
         v.release()
         del v
         gc.collect()
-        self.assertEqual(self.current(), base)
+        self.assertEqual(self.buffers(base), base)
 
 
 class CloseTests(DaemonTest):
     def test_context_manager_closes(self):
-        base = self.c.stats()["buffers"]["current"]
+        base = self.buffers()
         with projd.Client(self.url) as c2:
             b = c2.shm_buffer(256)
-            self.assertEqual(self.c.stats()["buffers"]["current"], base + 1)
+            self.assertEqual(self.buffers(base + 1), base + 1)
         self.assertTrue(c2.closed)
         self.assertTrue(b.released)
-        self.assertEqual(self.c.stats()["buffers"]["current"], base)
+        self.assertEqual(self.buffers(base), base)
         for call in (c2.ping, c2.stats, lambda: c2.shm_buffer(8), lambda: c2.timeout_ms):
             with self.assertRaisesRegex(ValueError, "closed"):
                 call()
