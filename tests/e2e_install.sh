@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# e2e_install.sh — `make install` into a temporary DESTDIR (PREFIX=/usr, as a
+# package build does) installs every file deploy/README.md's table promises,
+# and the installed Python binding finds the installed libprojd on its own.
+# Usage: tests/e2e_install.sh BUILD_DIR
+set -u
+build=${1:-build}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/e2e_install.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+if ! make -s BUILD="$build" install DESTDIR="$tmp/root" PREFIX=/usr UNITDIR=/lib/systemd/system \
+    >"$tmp/make.log" 2>&1; then
+    echo "e2e_install: FAIL: make install" >&2
+    cat "$tmp/make.log" >&2
+    exit 1
+fi
+fail=0
+for f in usr/bin/projd usr/bin/projctl usr/bin/projload usr/lib/libprojd.so.1 usr/lib/libprojd.so \
+    usr/lib/libprojd.a usr/include/projd/projd.h usr/include/projd/protocol/wire.h \
+    lib/systemd/system/projd@.service lib/systemd/system/projd-mps.service \
+    usr/lib/sysusers.d/projd.conf usr/lib/tmpfiles.d/projd.conf etc/projd/projd.json \
+    usr/share/projd/tuning/h200.json usr/share/projd/python/projd.py \
+    usr/share/projd/python/projd_sglang.py; do
+    if [ ! -e "$tmp/root/$f" ]; then
+        echo "e2e_install: FAIL: /$f was not installed" >&2
+        fail=1
+    fi
+done
+# The node config names the group sysusers.d creates and the directory
+# tmpfiles.d makes for the model.
+grep -q '^g projd ' "$tmp/root/usr/lib/sysusers.d/projd.conf" ||
+    { echo "e2e_install: FAIL: sysusers.d does not create the projd group" >&2; fail=1; }
+grep -q '"group": "projd"' "$tmp/root/etc/projd/projd.json" ||
+    { echo "e2e_install: FAIL: projd.json's socket group is not projd" >&2; fail=1; }
+grep -q '^d /var/lib/projd ' "$tmp/root/usr/lib/tmpfiles.d/projd.conf" ||
+    { echo "e2e_install: FAIL: tmpfiles.d does not make /var/lib/projd" >&2; fail=1; }
+# The installed binding loads the installed library (share/projd/python ->
+# lib/libprojd.so.1) with nothing in the environment pointing at it.
+if command -v python3 >/dev/null; then
+    if ! env -u PROJD_LIB python3 -c "
+import sys; sys.path.insert(0, '$tmp/root/usr/share/projd/python')
+import projd; lib = projd.load_library()
+assert lib._name.startswith('$tmp/root/usr/lib/'), lib._name
+print('e2e_install: the installed binding loads', lib._name)" 2>"$tmp/py.log"; then
+        echo "e2e_install: FAIL: the installed Python binding does not load the installed library" >&2
+        cat "$tmp/py.log" >&2
+        fail=1
+    fi
+fi
+[ "$fail" -eq 0 ] && echo "e2e_install: ok"
+exit "$fail"
