@@ -1,0 +1,173 @@
+"""test_torch_gpu.py — the SGLang linear method (client/python/projd_sglang.py)
+and the binding's CUDA IPC path against projd's cuda backend, with torch.
+
+Run by tests/gpu/python_torch.sh on the GPU host, which starts projd (cuda
+backend, the small generated model) and sets PROJD_LIB, PROJD_TEST_URL and
+PROJD_TEST_MODEL. Every result is compared with a float64 reference of the
+model file's weights computed by torch on the CPU; the bound is the bf16
+rounding of y plus fp32 accumulation over K (|y - ref| <= 2^-8 |ref| +
+K 2^-23 (|x| @ |W|^T)), the same whatever engine the daemon picked.
+"""
+
+import json
+import os
+import struct
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "client", "python"))
+
+import torch  # noqa: E402  (the script checked it imports)
+
+import projd  # noqa: E402
+import projd_sglang  # noqa: E402
+
+
+def load_weights(path):
+    """name -> float64 CPU tensor of every 2-D tensor of a safetensors file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (hlen,) = struct.unpack_from("<Q", data, 0)
+    header = json.loads(data[8 : 8 + hlen].decode("utf-8"))
+    dtypes = {"BF16": torch.bfloat16, "F32": torch.float32}
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__" or t["dtype"] not in dtypes or len(t["shape"]) != 2:
+            continue
+        a, b = t["data_offsets"]
+        raw = bytearray(data[8 + hlen + a : 8 + hlen + b])
+        w = torch.frombuffer(raw, dtype=dtypes[t["dtype"]]).reshape(t["shape"])
+        out[name] = w.double()
+    return out
+
+
+class SglangMethod(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.client = projd.Client(os.environ["PROJD_TEST_URL"], name="test_torch_gpu")
+        cls.weights = load_weights(os.environ["PROJD_TEST_MODEL"])
+        cls.gen = torch.Generator(device="cpu").manual_seed(7)
+
+    @classmethod
+    def tearDownClass(cls):
+        projd_sglang.release_registrations(cls.client)
+        cls.client.close()
+
+    def method(self, L, n):
+        m = projd_sglang.ProjdLinearMethod(L.name, self.client)
+        layer = torch.nn.Module()
+        m.create_weights(layer, L.k, [n], L.k, n, torch.bfloat16)
+        self.assertEqual(layer.weight.device.type, "meta")
+        self.assertEqual(tuple(layer.weight.shape), (n, L.k))
+        return m, layer
+
+    def x(self, *shape):
+        return torch.randn(*shape, generator=self.gen).to(torch.bfloat16)
+
+    def check(self, L, n, x, y, bias=None):
+        W = self.weights[L.name + ".weight"][:n]
+        xd = x.double().cpu().reshape(-1, L.k)
+        ref = xd @ W.T
+        bound = ref.abs() * 2.0**-8 + L.k * 2.0**-23 * (xd.abs() @ W.abs().T)
+        if bias is not None:
+            ref = ref + bias.double().cpu()
+            bound = bound + ref.abs() * 2.0**-8
+        got = y.double().cpu().reshape(-1, n)
+        self.assertFalse(torch.isnan(got).any().item(), "%s: NaN in y (an element never written?)" % L.name)
+        err = (got - ref).abs()
+        bad = (err > bound + 1e-30).nonzero()
+        self.assertEqual(
+            bad.shape[0], 0,
+            "%s n=%d m=%d: %d elements out of bound, first at %s: got %r, want %r"
+            % (L.name, n, xd.shape[0], bad.shape[0], bad[:1].tolist(),
+               got[tuple(bad[0])].item() if bad.shape[0] else None,
+               ref[tuple(bad[0])].item() if bad.shape[0] else None),
+        )
+
+    def test_every_layer_and_m(self):
+        self.assertEqual(self.client.info.backend, "cuda")
+        for L in self.client.layers:
+            for m in (1, 8, 16, 33, 128, min(256, L.max_m)):
+                if m > L.max_m:
+                    continue
+                with self.subTest(layer=L.name, m=m):
+                    meth, layer = self.method(L, L.n)
+                    x = self.x(m, L.k).cuda()
+                    y = meth.apply(layer, x)
+                    self.assertEqual(tuple(y.shape), (m, L.n))
+                    self.assertEqual(y.dtype, torch.bfloat16)
+                    self.check(L, L.n, x, y)
+
+    def test_prefix_bias_views_and_batches(self):
+        L = max(self.client.layers, key=lambda l: l.n)
+        n = max(8, L.n // 2)
+        meth, layer = self.method(L, n)
+        # x a view at an offset inside a larger allocation, 3-D, with bias
+        big = self.x(3 * 40 + 5, L.k).cuda()
+        x = big[5:125].reshape(3, 40, L.k)
+        bias = self.x(n).cuda()
+        y = meth.apply(layer, x, bias)
+        self.assertEqual(tuple(y.shape), (3, 40, n))
+        self.check(L, n, x, y, bias)
+        # a non-contiguous x (every other row) goes through a copy
+        x2 = big[::2]
+        self.check(L, n, x2, meth.apply(layer, x2))
+
+    def test_registrations_are_reused(self):
+        L = self.client.layers[0]
+        meth, layer = self.method(L, L.n)
+        x = self.x(8, L.k).cuda()
+        meth.apply(layer, x)
+        before = len(projd_sglang._registry(self.client).ids)
+        for _ in range(20):
+            meth.apply(layer, x)
+        self.assertLessEqual(len(projd_sglang._registry(self.client).ids), before + 1)
+
+    def test_bad_inputs_are_refused_and_the_client_keeps_working(self):
+        L = self.client.layers[0]
+        meth, layer = self.method(L, L.n)
+        with self.assertRaises(TypeError):
+            meth.apply(layer, self.x(4, L.k))  # on the CPU
+        with self.assertRaises(TypeError):
+            meth.apply(layer, self.x(4, L.k).float().cuda())
+        with self.assertRaises(ValueError):
+            meth.apply(layer, self.x(4, L.k + 8).cuda())
+        with self.assertRaises(ValueError):
+            self.method(L, L.n + 1)
+        x = self.x(4, L.k).cuda()
+        self.check(L, L.n, x, meth.apply(layer, x))
+
+
+class DevicePointer(unittest.TestCase):
+    """The binding without the adapter: y poisoned with NaN, written by the
+    daemon through a registered device pointer, every element checked."""
+
+    def test_poisoned_y_is_fully_written(self):
+        with projd.Client(os.environ["PROJD_TEST_URL"], name="test_torch_gpu-ptr") as c:
+            W = load_weights(os.environ["PROJD_TEST_MODEL"])
+            g = torch.Generator(device="cpu").manual_seed(11)
+            for L in c.layers:
+                m, n = 16, L.n
+                x = torch.randn(m, L.k, generator=g).to(torch.bfloat16).cuda()
+                y = torch.full((m + 2, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+                rx, ry = c.register_device_pointer(x.data_ptr()), c.register_device_pointer(y.data_ptr())
+                torch.cuda.synchronize()
+                res = c.project([projd.Op(layer=L.index, m=m, n=n, x_buf=rx.id, x_off=rx.offset, x_ld=L.k,
+                                          y_buf=ry.id, y_off=ry.offset + n * 2, y_ld=n)])
+                self.assertTrue(res.ok)
+                ref = x.double().cpu() @ W[L.name + ".weight"].T
+                got = y.double().cpu()
+                self.assertTrue(torch.isnan(got[0]).all().item(), "%s: the row before y was written" % L.name)
+                self.assertTrue(torch.isnan(got[m + 1]).all().item(), "%s: the row after y was written" % L.name)
+                body = got[1 : m + 1]
+                self.assertFalse(torch.isnan(body).any().item(), "%s: y has unwritten elements" % L.name)
+                xd = x.double().cpu()
+                bound = ref.abs() * 2.0**-8 + L.k * 2.0**-23 * (xd.abs() @ W[L.name + ".weight"].abs().T)
+                self.assertTrue(((body - ref).abs() <= bound + 1e-30).all().item(), L.name)
+                c.unregister(rx.id)
+                c.unregister(ry.id)
+
+
+if __name__ == "__main__":
+    unittest.main()
