@@ -91,7 +91,7 @@ GPU_TESTS := $(GPU_TEST_C:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 TEST_HELPER_C := $(wildcard tests/helpers/*.c)
 TEST_HELPER_O := $(TEST_HELPER_C:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: all deps run test test-gpu fuzz bench-ipc format clean progs tests install
+.PHONY: all deps run test test-gpu fuzz bench-ipc format clean progs tests install install-files
 # Keep object files of tests and programs (make would delete them as intermediates).
 .SECONDARY:
 all: progs tests libprojd
@@ -211,6 +211,15 @@ PREFIX ?= /usr
 DESTDIR ?=
 UNITDIR ?= /lib/systemd/system
 install: progs libprojd
+	@$(MAKE) --no-print-directory install-files
+
+# The copying half of install: builds nothing, and stops if a file it
+# copies is missing (tests/e2e_install.sh runs it against a finished
+# build, where a rebuild could pick up other flags).
+install-files:
+	@for f in $(PROGS) $(BUILD)/lib/libprojd.so $(BUILD)/lib/libprojd.a; do \
+	    [ -e "$$f" ] || { echo "install: $$f is missing: build it first (make BUILD=$(BUILD))" >&2; \
+	                      exit 1; }; done
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/projd/tuning \
 	    $(DESTDIR)$(UNITDIR) $(DESTDIR)/etc/projd $(DESTDIR)$(PREFIX)/lib/sysusers.d \
 	    $(DESTDIR)$(PREFIX)/lib/tmpfiles.d $(DESTDIR)$(PREFIX)/include/projd

@@ -516,7 +516,7 @@ static void handle_project(pj_server *s, pj_conn *c, nctx *nc, const pj_hdr *h, 
     int st =
         pj_dec_project(body, h->body_len, s->cfg.limits.max_ops_per_request, &p, err, sizeof err);
     if (st != PJ_OK) {
-        send_error(s, nc, h->req_id, st, p.bad_op, err);
+        send_error(s, nc, h->req_id, st, UINT32_MAX, err);
         return;
     }
     if (p.n_ops == 0) {

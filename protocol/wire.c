@@ -678,7 +678,6 @@ int pj_dec_project(const void *body, size_t len, uint32_t max_ops, pj_project *m
     rd_init(&r, body, len, "PROJECT", err, errlen);
     memset(m, 0, sizeof *m);
     m->ops = ops;
-    m->bad_op = UINT32_MAX;
     if (rd_u32(&r, "flags", &m->flags) || rd_u32(&r, "n_ops", &m->n_ops))
         return PJ_E_PROTO;
     if (m->flags & ~PJ_PF_KNOWN)
@@ -727,11 +726,8 @@ int pj_dec_project(const void *body, size_t len, uint32_t max_ops, pj_project *m
         o->op_flags = ld32(q + 36);
         o->y_off = ld64(q + 40);
         o->y_ld = ld64(q + 48);
-        if (o->op_flags != 0) {
-            m->bad_op = i;
-            return rd_fail(&r, PJ_E_FLAGS, "op %u: op_flags 0x%x set; v1 defines none", i,
-                           o->op_flags);
-        }
+        /* op_flags are judged with the op's other fields (the daemon's
+         * pj_validate_op), so that the ERROR names the op. */
     }
     return rd_end(&r);
 }

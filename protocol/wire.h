@@ -149,9 +149,6 @@ typedef struct pj_project {
     uint8_t wait_event[PJ_WIRE_IPC_HANDLE_SIZE];   /* if PJ_PF_WAIT_EVENT */
     uint8_t signal_event[PJ_WIRE_IPC_HANDLE_SIZE]; /* if PJ_PF_SIGNAL_EVENT */
     pj_op *ops; /* decode: caller's array of at least max_ops entries */
-    /* decode: the op a failure is about (its ERROR's op_index), UINT32_MAX
-     * when the failure is not about one op */
-    uint32_t bad_op;
 } pj_project;
 
 typedef struct pj_op_result {

@@ -2,12 +2,17 @@
 # e2e_install.sh — `make install` into a temporary DESTDIR (PREFIX=/usr, as a
 # package build does) installs every file deploy/README.md's table promises,
 # and the installed Python binding finds the installed libprojd on its own.
+# It runs install's copying half (install-files) against the build under
+# test, which builds nothing: a nested make could rebuild with other flags.
 # Usage: tests/e2e_install.sh BUILD_DIR
 set -u
 build=${1:-build}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/e2e_install.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-if ! make -s BUILD="$build" install DESTDIR="$tmp/root" PREFIX=/usr UNITDIR=/lib/systemd/system \
+# The program list depends on CUDA (projd-bench): take it from the build.
+cuda=0
+[ -e "$build/lib/libpjcuda.a" ] && cuda=1
+if ! make -s BUILD="$build" CUDA="$cuda" install-files DESTDIR="$tmp/root" PREFIX=/usr UNITDIR=/lib/systemd/system \
     >"$tmp/make.log" 2>&1; then
     echo "e2e_install: FAIL: make install" >&2
     cat "$tmp/make.log" >&2
@@ -35,8 +40,16 @@ grep -q '^d /var/lib/projd ' "$tmp/root/usr/lib/tmpfiles.d/projd.conf" ||
     { echo "e2e_install: FAIL: tmpfiles.d does not make /var/lib/projd" >&2; fail=1; }
 # The installed binding loads the installed library (share/projd/python ->
 # lib/libprojd.so.1) with nothing in the environment pointing at it.
+# A sanitizer build's library needs its runtime loaded first (as in
+# tests/e2e_python.sh); the interpreter's own allocations are not ours.
+cc=${CC:-gcc}
+[ "$cc" = cc ] && cc=gcc
+envs=()
+if readelf -d "$tmp/root/usr/lib/libprojd.so.1" 2>/dev/null | grep -q 'libasan'; then
+    envs+=("LD_PRELOAD=$("$cc" -print-file-name=libasan.so)" "ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}")
+fi
 if command -v python3 >/dev/null; then
-    if ! env -u PROJD_LIB python3 -c "
+    if ! env -u PROJD_LIB "${envs[@]}" python3 -c "
 import sys; sys.path.insert(0, '$tmp/root/usr/share/projd/python')
 import projd; lib = projd.load_library()
 assert lib._name.startswith('$tmp/root/usr/lib/'), lib._name

@@ -344,6 +344,11 @@ def _bind(lib: ctypes.CDLL, path: str) -> None:
 def load_library() -> ctypes.CDLL:
     """Load and bind libprojd once (see the module docstring for where)."""
     global _lib, _lib_path, _libc_free
+    # Without the lock once loaded: finalizers (__del__) call this, and the
+    # collector may run them on a thread that holds the lock.
+    lib = _lib
+    if lib is not None:
+        return lib
     with _lib_lock:
         if _lib is not None:
             return _lib
@@ -625,6 +630,13 @@ def _result_from(r: _Result) -> Result:
 
 def _outcome(rc: int, res: _Result, e: _Error) -> Result:
     result = _result_from(res)
+    if rc < 0 and result.status == 0:
+        # Failed here (a timeout, a closed connection): libprojd has no reply
+        # to fill the result from, so what ran is unknown; it must not read
+        # as ok. status and every op carry the local code (-errno).
+        result = dataclasses.replace(
+            result, status=rc, ops=tuple(OpResult(rc, 0) for _ in result.ops)
+        )
     if rc != 0:
         raise _error(rc, e, result.failed_op, result)
     return result
@@ -692,23 +704,17 @@ class _Mapping:
         self.address = address
         self.released = False
         self.lock = threading.Lock()
-        self.array_ref = None  # weakref to the ctypes array
-        self.owner_ref = None  # weakref to the ShmBuffer
+        self.view_refs = []  # weakrefs to the ctypes array behind each view()
         self.pending = weakref.WeakSet()  # Requests that name this buffer
 
     def views_open(self) -> int:
-        """memoryviews of the buffer still alive (CPython; 0 elsewhere).
-
-        Every memoryview holds one reference to the array it was made from
-        (slices and casts share it); the array is never handed out, so its
-        references beyond ours are views."""
-        getrc = getattr(sys, "getrefcount", None)
-        arr = self.array_ref() if self.array_ref is not None else None
-        if arr is None or getrc is None:
-            return 0
-        owner_alive = self.owner_ref is not None and self.owner_ref() is not None
-        # minus: `arr` here, getrefcount's argument, and the ShmBuffer's own
-        return getrc(arr) - 2 - (1 if owner_alive else 0)
+        """Views from view() still alive. Each view() is made over an array
+        of its own that nothing else holds, so the array lives exactly as
+        long as that memoryview or any slice or cast of it (no reliance on
+        reference counts)."""
+        with self.lock:
+            self.view_refs = [r for r in self.view_refs if r() is not None]
+            return len(self.view_refs)
 
     def release(self, raise_errors: bool) -> None:
         with self.lock:
@@ -747,15 +753,15 @@ class ShmBuffer:
     of it are gone; release() and close() refuse (BufferError) while a
     memoryview from view() is open (as mmap.close() does), because it would
     point to unmapped memory. Use ``with buf.view() as v:`` or v.release().
+
+    Threads: read(), write(), fill() and views must not race with release()
+    or the client's close() of the same buffer on another thread (as with
+    mmap); requests naming the buffer may run on any thread.
     """
 
     def __init__(self, mapping: _Mapping):
         self._map = mapping
-        arr_type = type("_ShmBytes", (ctypes.c_ubyte * mapping.size,), {})
-        self._arr = arr_type.from_address(mapping.address)
-        self._arr._mapping = mapping  # the views keep the mapping alive
-        mapping.array_ref = weakref.ref(self._arr)
-        mapping.owner_ref = weakref.ref(self)
+        self._arr_type = type("_ShmBytes", (ctypes.c_ubyte * mapping.size,), {})
 
     def _check(self) -> None:
         if self._map.released:
@@ -783,7 +789,11 @@ class ShmBuffer:
     def view(self) -> memoryview:
         """A writable memoryview (format 'B') of the whole buffer."""
         self._check()
-        return memoryview(self._arr).cast("B")
+        arr = self._arr_type.from_address(self._map.address)
+        arr._mapping = self._map  # the view keeps the mapping alive
+        with self._map.lock:
+            self._map.view_refs.append(weakref.ref(arr))
+        return memoryview(arr).cast("B")
 
     def read(self, offset: int = 0, size: Optional[int] = None) -> bytes:
         """A copy of size bytes from offset (default: to the end)."""
@@ -1223,8 +1233,8 @@ class Client:
         """Register a legacy CUDA IPC handle (cudaIpcMemHandle_t of an
         allocation's base, 64 bytes) of size bytes on the device with that
         16-byte UUID (projd_register_cuda_ipc); the buffer id. Keep the
-        allocation alive until unregister(). Never run against the cuda
-        backend; on the cpu backend the daemon refuses it (E_REGISTER)."""
+        allocation alive until unregister(). The cpu backend refuses it
+        (E_REGISTER); tests/gpu/python_torch.sh runs it on the cuda backend."""
         if not isinstance(handle, (bytes, bytearray)) or not isinstance(uuid, (bytes, bytearray)):
             raise TypeError("handle and uuid must be bytes")
         if len(handle) != _IPC_HANDLE_SIZE or len(uuid) != _UUID_SIZE:
@@ -1242,8 +1252,8 @@ class Client:
     def register_device_pointer(self, ptr: int) -> CudaRegistration:
         """Register the whole CUDA allocation holding device pointer ptr
         (cuda_describe, then register_cuda_ipc): the buffer id, and ptr's
-        offset in it to add to x_off / y_off. As projd_cuda_register.
-        Never run against the cuda backend."""
+        offset in it to add to x_off / y_off. As projd_cuda_register
+        (checked on the cuda backend by tests/gpu/python_torch.sh)."""
         region = cuda_describe(ptr)
         return CudaRegistration(self.register_cuda_ipc(region.handle, region.uuid, region.alloc_size), region)
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # python_torch.sh — a GPU suite: the Python binding's CUDA IPC path and the
 # SGLang linear method (client/python/projd_sglang.py) with torch tensors,
-# against projd on the cuda backend (the small generated model), checked by
+# against projd on the cuda backend (two daemons, the small generated model;
+# the second with small limits), checked by
 # tests/python/test_torch_gpu.py against a float64 reference of the model
 # file. Exit 77 (skipped) where there is no GPU, no python3 or no torch
-# with CUDA; the daemon must then drain and exit 0 on SIGTERM.
+# with CUDA; the daemons must then drain and exit 0 on SIGTERM.
 # Usage: tests/gpu/python_torch.sh BUILD_DIR
 set -u
 build=${1:-build}
@@ -27,12 +28,14 @@ if [ -z "$py" ] || ! "$py" -c 'import torch, sys; sys.exit(not torch.cuda.is_ava
 fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/python_torch.XXXXXX")
-pid=
+pids=()
+names=()
 # shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-        kill -KILL "$pid" 2>/dev/null
-    fi
+    local p
+    for p in "${pids[@]}"; do
+        kill -0 "$p" 2>/dev/null && kill -KILL "$p" 2>/dev/null
+    done
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -42,39 +45,46 @@ if ! "$bin/projctl" mkmodel --preset small --seed 3 --out "$model" >/dev/null; t
     echo "python_torch: FAIL: projctl mkmodel" >&2
     exit 1
 fi
-printf '{ "device": { "backend": "cuda" }, "log": { "level": "warn" } }\n' >"$tmp/projd.json"
-"$bin/projd" --config "$tmp/projd.json" --model "$model" --socket "ipc://$tmp/projd.sock" \
-    2>"$tmp/projd.log" &
-pid=$!
-up=0
-for _ in $(seq 300); do
-    if "$bin/projctl" --socket "ipc://$tmp/projd.sock" status >/dev/null 2>&1; then
-        up=1
-        break
-    fi
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.2
-done
-if [ "$up" -ne 1 ]; then
-    echo "python_torch: FAIL: projd (cuda) did not come up within 60 s" >&2
-    cat "$tmp/projd.log" >&2
+# start_daemon NAME EXTRA_JSON: projd (cuda) on ipc://$tmp/NAME.sock, up within 60 s.
+start_daemon() {
+    local name=$1 extra=$2 p
+    printf '{ "device": { "backend": "cuda" }, "log": { "level": "warn" }%s }\n' "$extra" \
+        >"$tmp/$name.json"
+    "$bin/projd" --config "$tmp/$name.json" --model "$model" --socket "ipc://$tmp/$name.sock" \
+        2>"$tmp/$name.log" &
+    p=$!
+    pids+=("$p")
+    names+=("$name")
+    for _ in $(seq 300); do
+        "$bin/projctl" --socket "ipc://$tmp/$name.sock" status >/dev/null 2>&1 && return 0
+        kill -0 "$p" 2>/dev/null || break
+        sleep 0.2
+    done
+    echo "python_torch: FAIL: projd ($name, cuda) did not come up within 60 s" >&2
+    cat "$tmp/$name.log" >&2
     exit 1
-fi
+}
+start_daemon main ''
+start_daemon small ', "shapes": { "m": [1, 8, 16, 32], "max_m": 40 }, "limits": { "max_ops_per_request": 2, "max_buffers_per_conn": 10 }'
 
 rc=0
 timeout --kill-after=10 300 env PYTHONDONTWRITEBYTECODE=1 PROJD_LIB="$lib" \
-    PROJD_TEST_URL="ipc://$tmp/projd.sock" PROJD_TEST_MODEL="$model" \
+    PROJD_TEST_URL="ipc://$tmp/main.sock" PROJD_TEST_SMALL_URL="ipc://$tmp/small.sock" \
+    PROJD_TEST_MODEL="$model" \
     "$py" "$here/../python/test_torch_gpu.py" -v || rc=$?
 echo "python_torch: test_torch_gpu.py exit $rc"
 
-kill -TERM "$pid"
-code=0
-wait "$pid" || code=$?
-pid=
-if [ "$code" -ne 0 ]; then
-    echo "python_torch: FAIL: projd exited $code after SIGTERM" >&2
-    cat "$tmp/projd.log" >&2
-    rc=1
-fi
+# Both daemons saw nothing wrong: SIGTERM drains them, exit 0.
+for i in "${!pids[@]}"; do
+    kill -TERM "${pids[$i]}"
+    code=0
+    wait "${pids[$i]}" || code=$?
+    if [ "$code" -ne 0 ]; then
+        echo "python_torch: FAIL: projd (${names[$i]}) exited $code after SIGTERM" >&2
+        cat "$tmp/${names[$i]}.log" >&2
+        rc=1
+    fi
+done
+pids=()
 [ "$rc" -eq 0 ] && echo "python_torch: ok"
 exit "$rc"

@@ -781,6 +781,7 @@ class CloseTests(DaemonTest):
         self.assertIn("closed", repr(c2))
 
     def test_close_refused_while_a_view_is_open(self):
+        base = self.buffers()
         c2 = projd.Client(self.url)
         b = c2.shm_buffer(64)
         v = b.view()
@@ -791,6 +792,24 @@ class CloseTests(DaemonTest):
         v.release()
         c2.close()
         self.assertTrue(c2.closed and b.released)
+        # the daemon let go of c2's buffer (on its own time): later tests
+        # start from the count they read
+        self.assertEqual(self.buffers(base), base)
+
+    def test_views_are_counted_not_refcounted(self):
+        # slices and casts of a view hold it; the buffer's own reads do not
+        b = self.c.shm_buffer(32)
+        v = b.view()
+        part = v[4:8].cast("B")
+        v.release()
+        b.read()
+        with self.assertRaisesRegex(BufferError, "1 memoryview"):
+            b.release()
+        part.release()
+        del v, part
+        gc.collect()
+        b.release()
+        self.assertTrue(b.released)
 
 
 class AsyncTests(DaemonTest):
@@ -878,6 +897,10 @@ class SlowDaemonTests(unittest.TestCase):
             with self.assertRaises(ProjdError) as cm:
                 c.project([op])
             self.assertEqual(cm.exception.errno, 110, str(cm.exception))  # ETIMEDOUT
+            # no reply came: the result must not read as ok, nor its op
+            r = cm.exception.result
+            self.assertFalse(r.ok)
+            self.assertEqual((r.status, [o.status for o in r.ops]), (-110, [-110]))
             self.assertLess(time.monotonic() - t0, 5)
             c.timeout_ms = 30000
             self.assertEqual(c.project([op]).status, 0)

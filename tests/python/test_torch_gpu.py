@@ -1,9 +1,11 @@
 """test_torch_gpu.py — the SGLang linear method (client/python/projd_sglang.py)
 and the binding's CUDA IPC path against projd's cuda backend, with torch.
 
-Run by tests/gpu/python_torch.sh on the GPU host, which starts projd (cuda
-backend, the small generated model) and sets PROJD_LIB, PROJD_TEST_URL and
-PROJD_TEST_MODEL. Every result is compared with a float64 reference of the
+Run by tests/gpu/python_torch.sh on the GPU host, which starts two projd
+(cuda backend, the small generated model; the second with max_m 40, two ops
+per request and ten buffers per connection, so that the method splits m
+over ops and requests and evicts registrations) and sets PROJD_LIB,
+PROJD_TEST_URL, PROJD_TEST_SMALL_URL and PROJD_TEST_MODEL. Every result is compared with a float64 reference of the
 model file's weights computed by torch on the CPU; the bound is the bf16
 rounding of y plus fp32 accumulation over K (|y - ref| <= 2^-8 |ref| +
 K 2^-23 (|x| @ |W|^T)), the same whatever engine the daemon picked.
@@ -110,9 +112,13 @@ class SglangMethod(unittest.TestCase):
         y = meth.apply(layer, x, bias)
         self.assertEqual(tuple(y.shape), (3, 40, n))
         self.check(L, n, x, y, bias)
-        # a non-contiguous x (every other row) goes through a copy
+        # every other row: a row stride of 2k, passed to the daemon as x_ld
         x2 = big[::2]
         self.check(L, n, x2, meth.apply(layer, x2))
+        # a transposed view (column stride k, not 1) goes through a copy
+        xt = self.x(L.k, 24).cuda().t()
+        self.assertNotEqual(xt.stride(-1), 1)
+        self.check(L, n, xt, meth.apply(layer, xt))
 
     def test_registrations_are_reused(self):
         L = self.client.layers[0]
@@ -137,6 +143,35 @@ class SglangMethod(unittest.TestCase):
             self.method(L, L.n + 1)
         x = self.x(4, L.k).cuda()
         self.check(L, L.n, x, meth.apply(layer, x))
+
+
+class SmallLimits(unittest.TestCase):
+    """A daemon with max_m 40, two ops per request and ten buffers per
+    connection: m = 100 takes three ops in two requests, and a run of new
+    allocations evicts the oldest registrations (the cache keeps two)."""
+
+    def test_split_and_evict(self):
+        with projd.Client(os.environ["PROJD_TEST_SMALL_URL"], name="test_torch_gpu-small") as c:
+            self.assertEqual((c.info.limits.max_m, c.info.limits.max_ops_per_request), (40, 2))
+            W = load_weights(os.environ["PROJD_TEST_MODEL"])
+            g = torch.Generator(device="cpu").manual_seed(5)
+            L = c.layers[0]
+            meth = projd_sglang.ProjdLinearMethod(L.name, c)
+            layer = torch.nn.Module()
+            meth.create_weights(layer, L.k, [L.n], L.k, L.n, torch.bfloat16)
+            reg = projd_sglang._registry(c)
+            keep = []  # distinct allocations: each apply registers new ones
+            for m in (100, 40, 41, 7, 100, 3):
+                x = torch.randn(m, L.k, generator=g).to(torch.bfloat16).cuda()
+                keep.append(x)
+                y = meth.apply(layer, x)
+                ref = x.double().cpu() @ W[L.name + ".weight"].T
+                bound = ref.abs() * 2.0**-8 + L.k * 2.0**-23 * (x.double().cpu().abs() @ W[L.name + ".weight"].abs().T)
+                self.assertTrue(((y.double().cpu() - ref).abs() <= bound + 1e-30).all().item(), "m=%d" % m)
+                self.assertLessEqual(len(reg.ids), reg.limit)
+            self.assertEqual(reg.limit, 2)
+            projd_sglang.release_registrations(c)
+            self.assertEqual(c.stats()["buffers"]["current"], 0)
 
 
 class DevicePointer(unittest.TestCase):
