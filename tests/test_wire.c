@@ -882,8 +882,7 @@ START_TEST(test_project_checks)
     ck_assert_int_eq(pj_enc_project(&b, 0, &p), 0);
     pj_op out[MAX_OPS];
     pj_project d = {.ops = out};
-    ck_assert_int_eq(pj_dec_project(b.data + 24, b.len - 24, MAX_OPS, &d, err, sizeof err),
-                     PJ_OK);
+    ck_assert_int_eq(pj_dec_project(b.data + 24, b.len - 24, MAX_OPS, &d, err, sizeof err), PJ_OK);
     ck_assert_uint_eq(d.ops[1].op_flags, 4);
 
     /* A huge n_ops with a huge limit cannot make it read past the body. */
