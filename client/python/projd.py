@@ -713,8 +713,16 @@ class _Mapping:
         long as that memoryview or any slice or cast of it (no reliance on
         reference counts)."""
         with self.lock:
-            self.view_refs = [r for r in self.view_refs if r() is not None]
+            self._drop_dead_views()
             return len(self.view_refs)
+
+    def add_view(self, arr) -> None:
+        with self.lock:
+            self._drop_dead_views()  # keeps the list at the live views
+            self.view_refs.append(weakref.ref(arr))
+
+    def _drop_dead_views(self) -> None:  # under self.lock
+        self.view_refs = [r for r in self.view_refs if r() is not None]
 
     def release(self, raise_errors: bool) -> None:
         with self.lock:
@@ -791,8 +799,7 @@ class ShmBuffer:
         self._check()
         arr = self._arr_type.from_address(self._map.address)
         arr._mapping = self._map  # the view keeps the mapping alive
-        with self._map.lock:
-            self._map.view_refs.append(weakref.ref(arr))
+        self._map.add_view(arr)
         return memoryview(arr).cast("B")
 
     def read(self, offset: int = 0, size: Optional[int] = None) -> bytes:
@@ -812,8 +819,10 @@ class ShmBuffer:
                 "write of %d bytes at offset %d passes the end of shm buffer %d (%d bytes)"
                 % (len(src), offset, self.id, self.size)
             )
-        with self.view() as v:
-            v[offset : offset + len(src)] = src
+        # through an array of its own: not a view() a release() must wait for
+        dst = memoryview(self._arr_type.from_address(self._map.address)).cast("B")
+        dst[offset : offset + len(src)] = src
+        dst.release()
 
     def fill(self, byte: int) -> None:
         """Set every byte to `byte` (0xff makes every bf16 word 0xffff, a NaN)."""
