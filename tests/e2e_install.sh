@@ -40,16 +40,12 @@ grep -q '^d /var/lib/projd ' "$tmp/root/usr/lib/tmpfiles.d/projd.conf" ||
     { echo "e2e_install: FAIL: tmpfiles.d does not make /var/lib/projd" >&2; fail=1; }
 # The installed binding loads the installed library (share/projd/python ->
 # lib/libprojd.so.1) with nothing in the environment pointing at it.
-# A sanitizer build's library needs its runtime loaded first (as in
-# tests/e2e_python.sh); the interpreter's own allocations are not ours.
-cc=${CC:-gcc}
-[ "$cc" = cc ] && cc=gcc
-envs=()
-if readelf -d "$tmp/root/usr/lib/libprojd.so.1" 2>/dev/null | grep -q 'libasan'; then
-    envs+=("LD_PRELOAD=$("$cc" -print-file-name=libasan.so)" "ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}")
-fi
+# A sanitizer build's library needs its runtime loaded first.
+# shellcheck source=tests/daemons.sh
+. "$(dirname "$0")/daemons.sh"
+pjd_asan_env "$tmp/root/usr/lib/libprojd.so.1"
 if command -v python3 >/dev/null; then
-    if ! env -u PROJD_LIB "${envs[@]}" python3 -c "
+    if ! env -u PROJD_LIB "${asan_env[@]}" python3 -c "
 import sys; sys.path.insert(0, '$tmp/root/usr/share/projd/python')
 import projd; lib = projd.load_library()
 assert lib._name.startswith('$tmp/root/usr/lib/'), lib._name

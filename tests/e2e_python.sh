@@ -31,21 +31,9 @@ if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 9))'; then
     exit 1
 fi
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/e2e_python.XXXXXX")
-pids=()
-names=()
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do
-        if kill -0 "$p" 2>/dev/null; then
-            kill -TERM "$p" 2>/dev/null
-            for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-            kill -KILL "$p" 2>/dev/null
-        fi
-    done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+# shellcheck source=tests/daemons.sh
+. "$(dirname "$0")/daemons.sh"
+pjd_setup e2e_python
 
 model=$tmp/small.safetensors
 if ! "$bin/projctl" mkmodel --preset small --seed 1 --out "$model" >/dev/null; then
@@ -53,26 +41,9 @@ if ! "$bin/projctl" mkmodel --preset small --seed 1 --out "$model" >/dev/null; t
     exit 1
 fi
 
-# start_daemon NAME CPU_JSON: projd on ipc://$tmp/NAME.sock, up within 30 s.
+# start_daemon NAME CPU_JSON: projd (cpu) on ipc://$tmp/NAME.sock, up within 30 s.
 start_daemon() {
-    local name=$1 cpu=$2
-    printf '{ "device": { "backend": "cpu" }, "cpu": %s, "log": { "level": "warn" } }\n' "$cpu" \
-        >"$tmp/$name.json"
-    "$bin/projd" --config "$tmp/$name.json" --model "$model" --socket "ipc://$tmp/$name.sock" \
-        2>"$tmp/$name.log" &
-    local pid=$!
-    pids+=("$pid")
-    names+=("$name")
-    for _ in $(seq 150); do
-        if "$bin/projctl" --socket "ipc://$tmp/$name.sock" status >/dev/null 2>&1; then
-            return 0
-        fi
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.2
-    done
-    echo "e2e_python: FAIL: projd ($name) did not come up within 30 s" >&2
-    cat "$tmp/$name.log" >&2
-    exit 1
+    pjd_start "$1" "{ \"device\": { \"backend\": \"cpu\" }, \"cpu\": $2, \"log\": { \"level\": \"warn\" } }" 30
 }
 start_daemon main '{ "threads": 2 }'
 start_daemon slow '{ "threads": 1, "min_op_us": 300000 }'
@@ -81,18 +52,14 @@ if ! "$bin/projctl" --socket "ipc://$tmp/main.sock" layers >"$tmp/layers.txt"; t
     exit 1
 fi
 
-# A sanitizer build's libprojd needs its runtime loaded first, and the
-# interpreter's own allocations are not ours to judge.
+# A sanitizer build's libprojd needs its runtime loaded first.
+pjd_asan_env "$lib"
 cc=${CC:-gcc}
 [ "$cc" = cc ] && cc=gcc
-envs=()
-if readelf -d "$lib" 2>/dev/null | grep -q 'libasan'; then
-    envs+=("LD_PRELOAD=$("$cc" -print-file-name=libasan.so)" "ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}")
-fi
 
 start=$SECONDS
 rc=0
-timeout --kill-after=10 240 env "${envs[@]}" \
+timeout --kill-after=10 240 env "${asan_env[@]}" \
     PYTHONDONTWRITEBYTECODE=1 \
     PROJD_LIB="$lib" \
     PROJD_TEST_URL="ipc://$tmp/main.sock" \
@@ -106,25 +73,7 @@ echo "e2e_python: test_projd.py exit $rc ($((SECONDS - start)) s)"
 # Both daemons saw nothing wrong: SIGTERM drains them, exit 0.
 failures=0
 [ "$rc" -eq 0 ] || failures=$((failures + 1))
-for i in "${!pids[@]}"; do
-    p=${pids[$i]}
-    name=${names[$i]}
-    if ! kill -0 "$p" 2>/dev/null; then
-        echo "e2e_python: FAIL: projd ($name) died during the tests" >&2
-        cat "$tmp/$name.log" >&2
-        failures=$((failures + 1))
-        continue
-    fi
-    kill -TERM "$p"
-    code=0
-    wait "$p" || code=$?
-    if [ "$code" -ne 0 ]; then
-        echo "e2e_python: FAIL: projd ($name) exited $code after SIGTERM" >&2
-        cat "$tmp/$name.log" >&2
-        failures=$((failures + 1))
-    fi
-done
-pids=()
+pjd_stop_all || failures=$((failures + $?))
 if [ "$failures" -ne 0 ]; then
     echo "e2e_python: FAIL ($failures failures)"
     exit 1

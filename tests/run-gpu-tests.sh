@@ -9,6 +9,8 @@ set -u
 build=${1:-build}
 shift || true
 timeout_s=${PJ_GPU_TEST_TIMEOUT:-900}
+# The suites that start daemons find the binaries there (as run-tests.sh).
+export PJ_BUILD=$build
 passed=0
 failed=0
 skipped=0

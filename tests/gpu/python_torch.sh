@@ -27,18 +27,9 @@ if [ -z "$py" ] || ! "$py" -c 'import torch, sys; sys.exit(not torch.cuda.is_ava
     exit 77
 fi
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/python_torch.XXXXXX")
-pids=()
-names=()
-# shellcheck disable=SC2317  # run by the EXIT trap
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do
-        kill -0 "$p" 2>/dev/null && kill -KILL "$p" 2>/dev/null
-    done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+# shellcheck source=tests/daemons.sh
+. "$here/../daemons.sh"
+pjd_setup python_torch
 
 model=$tmp/small.safetensors
 if ! "$bin/projctl" mkmodel --preset small --seed 3 --out "$model" >/dev/null; then
@@ -47,22 +38,7 @@ if ! "$bin/projctl" mkmodel --preset small --seed 3 --out "$model" >/dev/null; t
 fi
 # start_daemon NAME EXTRA_JSON: projd (cuda) on ipc://$tmp/NAME.sock, up within 60 s.
 start_daemon() {
-    local name=$1 extra=$2 p
-    printf '{ "device": { "backend": "cuda" }, "log": { "level": "warn" }%s }\n' "$extra" \
-        >"$tmp/$name.json"
-    "$bin/projd" --config "$tmp/$name.json" --model "$model" --socket "ipc://$tmp/$name.sock" \
-        2>"$tmp/$name.log" &
-    p=$!
-    pids+=("$p")
-    names+=("$name")
-    for _ in $(seq 300); do
-        "$bin/projctl" --socket "ipc://$tmp/$name.sock" status >/dev/null 2>&1 && return 0
-        kill -0 "$p" 2>/dev/null || break
-        sleep 0.2
-    done
-    echo "python_torch: FAIL: projd ($name, cuda) did not come up within 60 s" >&2
-    cat "$tmp/$name.log" >&2
-    exit 1
+    pjd_start "$1" "{ \"device\": { \"backend\": \"cuda\" }, \"log\": { \"level\": \"warn\" }$2 }" 60
 }
 start_daemon main ''
 start_daemon small ', "shapes": { "m": [1, 8, 16, 32], "max_m": 40 }, "limits": { "max_ops_per_request": 2, "max_buffers_per_conn": 10 }'
@@ -75,16 +51,6 @@ timeout --kill-after=10 300 env PYTHONDONTWRITEBYTECODE=1 PROJD_LIB="$lib" \
 echo "python_torch: test_torch_gpu.py exit $rc"
 
 # Both daemons saw nothing wrong: SIGTERM drains them, exit 0.
-for i in "${!pids[@]}"; do
-    kill -TERM "${pids[$i]}"
-    code=0
-    wait "${pids[$i]}" || code=$?
-    if [ "$code" -ne 0 ]; then
-        echo "python_torch: FAIL: projd (${names[$i]}) exited $code after SIGTERM" >&2
-        cat "$tmp/${names[$i]}.log" >&2
-        rc=1
-    fi
-done
-pids=()
+pjd_stop_all || rc=1
 [ "$rc" -eq 0 ] && echo "python_torch: ok"
 exit "$rc"

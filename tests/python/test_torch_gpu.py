@@ -11,6 +11,7 @@ rounding of y plus fp32 accumulation over K (|y - ref| <= 2^-8 |ref| +
 K 2^-23 (|x| @ |W|^T)), the same whatever engine the daemon picked.
 """
 
+import functools
 import json
 import os
 import struct
@@ -26,6 +27,7 @@ import projd  # noqa: E402
 import projd_sglang  # noqa: E402
 
 
+@functools.lru_cache(maxsize=None)
 def load_weights(path):
     """name -> float64 CPU tensor of every 2-D tensor of a safetensors file."""
     with open(path, "rb") as f:
@@ -42,6 +44,29 @@ def load_weights(path):
         w = torch.frombuffer(raw, dtype=dtypes[t["dtype"]]).reshape(t["shape"])
         out[name] = w.double()
     return out
+
+
+def assert_within_bound(tc, what, W, x, y, bias=None):
+    """y (any shape, m x n rows) against the float64 x @ W^T (+ bias): no
+    NaN (the poison, or an element never written), every element within
+    the bf16 rounding of y plus fp32 accumulation over K."""
+    k = W.shape[1]
+    xd = x.double().cpu().reshape(-1, k)
+    ref = xd @ W.T
+    bound = ref.abs() * 2.0**-8 + k * 2.0**-23 * (xd.abs() @ W.abs().T)
+    if bias is not None:
+        ref = ref + bias.double().cpu()
+        bound = bound + ref.abs() * 2.0**-8
+    got = y.double().cpu().reshape(-1, W.shape[0])
+    tc.assertFalse(torch.isnan(got).any().item(), "%s: NaN in y (an element never written?)" % what)
+    bad = ((got - ref).abs() > bound + 1e-30).nonzero()
+    tc.assertEqual(
+        bad.shape[0], 0,
+        "%s m=%d: %d elements out of bound, first at %s: got %r, want %r"
+        % (what, xd.shape[0], bad.shape[0], bad[:1].tolist(),
+           got[tuple(bad[0])].item() if bad.shape[0] else None,
+           ref[tuple(bad[0])].item() if bad.shape[0] else None),
+    )
 
 
 class SglangMethod(unittest.TestCase):
@@ -69,23 +94,7 @@ class SglangMethod(unittest.TestCase):
 
     def check(self, L, n, x, y, bias=None):
         W = self.weights[L.name + ".weight"][:n]
-        xd = x.double().cpu().reshape(-1, L.k)
-        ref = xd @ W.T
-        bound = ref.abs() * 2.0**-8 + L.k * 2.0**-23 * (xd.abs() @ W.abs().T)
-        if bias is not None:
-            ref = ref + bias.double().cpu()
-            bound = bound + ref.abs() * 2.0**-8
-        got = y.double().cpu().reshape(-1, n)
-        self.assertFalse(torch.isnan(got).any().item(), "%s: NaN in y (an element never written?)" % L.name)
-        err = (got - ref).abs()
-        bad = (err > bound + 1e-30).nonzero()
-        self.assertEqual(
-            bad.shape[0], 0,
-            "%s n=%d m=%d: %d elements out of bound, first at %s: got %r, want %r"
-            % (L.name, n, xd.shape[0], bad.shape[0], bad[:1].tolist(),
-               got[tuple(bad[0])].item() if bad.shape[0] else None,
-               ref[tuple(bad[0])].item() if bad.shape[0] else None),
-        )
+        assert_within_bound(self, "%s n=%d" % (L.name, n), W, x, y, bias)
 
     def test_every_layer_and_m(self):
         self.assertEqual(self.client.info.backend, "cuda")
@@ -165,9 +174,7 @@ class SmallLimits(unittest.TestCase):
                 x = torch.randn(m, L.k, generator=g).to(torch.bfloat16).cuda()
                 keep.append(x)
                 y = meth.apply(layer, x)
-                ref = x.double().cpu() @ W[L.name + ".weight"].T
-                bound = ref.abs() * 2.0**-8 + L.k * 2.0**-23 * (x.double().cpu().abs() @ W[L.name + ".weight"].abs().T)
-                self.assertTrue(((y.double().cpu() - ref).abs() <= bound + 1e-30).all().item(), "m=%d" % m)
+                assert_within_bound(self, L.name, W[L.name + ".weight"], x, y)
                 self.assertLessEqual(len(reg.ids), reg.limit)
             self.assertEqual(reg.limit, 2)
             projd_sglang.release_registrations(c)
@@ -191,15 +198,10 @@ class DevicePointer(unittest.TestCase):
                 res = c.project([projd.Op(layer=L.index, m=m, n=n, x_buf=rx.id, x_off=rx.offset, x_ld=L.k,
                                           y_buf=ry.id, y_off=ry.offset + n * 2, y_ld=n)])
                 self.assertTrue(res.ok)
-                ref = x.double().cpu() @ W[L.name + ".weight"].T
                 got = y.double().cpu()
                 self.assertTrue(torch.isnan(got[0]).all().item(), "%s: the row before y was written" % L.name)
                 self.assertTrue(torch.isnan(got[m + 1]).all().item(), "%s: the row after y was written" % L.name)
-                body = got[1 : m + 1]
-                self.assertFalse(torch.isnan(body).any().item(), "%s: y has unwritten elements" % L.name)
-                xd = x.double().cpu()
-                bound = ref.abs() * 2.0**-8 + L.k * 2.0**-23 * (xd.abs() @ W[L.name + ".weight"].abs().T)
-                self.assertTrue(((body - ref).abs() <= bound + 1e-30).all().item(), L.name)
+                assert_within_bound(self, L.name, W[L.name + ".weight"], x, y[1 : m + 1])
                 c.unregister(rx.id)
                 c.unregister(ry.id)
 

@@ -1,0 +1,90 @@
+# shellcheck shell=bash
+# daemons.sh — sourced by the test scripts that start projd daemons of their
+# own (tests/e2e_python.sh, tests/gpu/python_torch.sh, tests/e2e_install.sh).
+#
+#   pjd_setup TAG          a temporary folder $tmp, killed daemons and the
+#                          folder removed on exit; messages start with TAG
+#   pjd_start NAME JSON S  projd with config JSON and model $model on
+#                          ipc://$tmp/NAME.sock, answering within S seconds
+#                          (else the suite fails with its log)
+#   pjd_stop_all           every daemon must still run and drain on SIGTERM
+#                          with exit 0; prints why not; returns the count
+#   pjd_asan_env LIB       asan_env: what a Python process needs to load LIB
+#                          when it is a sanitizer build (the runtime first;
+#                          the interpreter's own allocations are not ours)
+# The caller sets $bin (the build's bin folder) and, before pjd_start,
+# $model (the model file).
+# shellcheck disable=SC2154  # bin and model: the caller's
+
+pjd_setup() {
+    pjd_tag=$1
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/$pjd_tag.XXXXXX")
+    pjd_pids=()
+    pjd_names=()
+    trap pjd_cleanup EXIT
+}
+
+# shellcheck disable=SC2317  # run by the EXIT trap
+pjd_cleanup() {
+    local p
+    for p in "${pjd_pids[@]}"; do
+        if kill -0 "$p" 2>/dev/null; then
+            kill -TERM "$p" 2>/dev/null
+            for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+            kill -KILL "$p" 2>/dev/null
+        fi
+    done
+    rm -rf "$tmp"
+}
+
+pjd_start() {
+    local name=$1 json=$2 secs=$3 pid
+    printf '%s\n' "$json" >"$tmp/$name.json"
+    "$bin/projd" --config "$tmp/$name.json" --model "$model" --socket "ipc://$tmp/$name.sock" \
+        2>"$tmp/$name.log" &
+    pid=$!
+    pjd_pids+=("$pid")
+    pjd_names+=("$name")
+    for _ in $(seq $((secs * 5))); do
+        "$bin/projctl" --socket "ipc://$tmp/$name.sock" status >/dev/null 2>&1 && return 0
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.2
+    done
+    echo "$pjd_tag: FAIL: projd ($name) did not come up within $secs s" >&2
+    cat "$tmp/$name.log" >&2
+    exit 1
+}
+
+pjd_stop_all() {
+    local i p name code failures=0
+    for i in "${!pjd_pids[@]}"; do
+        p=${pjd_pids[$i]}
+        name=${pjd_names[$i]}
+        if ! kill -0 "$p" 2>/dev/null; then
+            echo "$pjd_tag: FAIL: projd ($name) died during the tests" >&2
+            cat "$tmp/$name.log" >&2
+            failures=$((failures + 1))
+            continue
+        fi
+        kill -TERM "$p"
+        code=0
+        wait "$p" || code=$?
+        if [ "$code" -ne 0 ]; then
+            echo "$pjd_tag: FAIL: projd ($name) exited $code after SIGTERM" >&2
+            cat "$tmp/$name.log" >&2
+            failures=$((failures + 1))
+        fi
+    done
+    pjd_pids=()
+    return "$failures"
+}
+
+pjd_asan_env() {
+    local cc=${CC:-gcc}
+    [ "$cc" = cc ] && cc=gcc
+    asan_env=()
+    if readelf -d "$1" 2>/dev/null | grep -q 'libasan'; then
+        asan_env+=("LD_PRELOAD=$("$cc" -print-file-name=libasan.so)"
+            "ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}")
+    fi
+}
