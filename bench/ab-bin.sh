@@ -27,10 +27,12 @@ if [ -x "$TE" ]; then
     grep -E "^(A|B|C) |FAIL|test_engines:" $R/test.log | tail -40
     gzip -f $R/test.log
 fi
+new_bin=$(dev_bin projd-bench)
+old_bin=$(dev_bin projd-bench-old)
 for i in $(seq 1 "${RUNS:-3}"); do
     for b in ${BINS:-old new}; do
-        bin=$(dev_bin projd-bench)
-        [ "$b" = old ] && bin=$(dev_bin projd-bench-old)
+        bin=$new_bin
+        [ "$b" = old ] && bin=$old_bin
         timeout --kill-after=5 120 "$bin" --out $R/$b-$i --commit "$b" --reps 300 \
             --table "$TABLE" > $R/$b-$i.log 2>&1
         echo "$b run $i rc=$?"
