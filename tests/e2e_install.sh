@@ -19,6 +19,18 @@ if ! make -s BUILD="$build" CUDA="$cuda" install-files DESTDIR="$tmp/root" PREFI
     exit 1
 fi
 fail=0
+# A build folder without the programs: install-files names what is missing
+# and installs nothing.
+mkdir -p "$tmp/nobuild"
+if make -s BUILD="$tmp/nobuild" CUDA="$cuda" install-files DESTDIR="$tmp/none" PREFIX=/usr \
+    >"$tmp/none.log" 2>&1; then
+    echo "e2e_install: FAIL: install-files from an empty build folder succeeded" >&2
+    fail=1
+elif ! grep -q "is missing: build it first" "$tmp/none.log" || [ -e "$tmp/none" ]; then
+    echo "e2e_install: FAIL: install-files from an empty build folder: no clear error, or files written" >&2
+    cat "$tmp/none.log" >&2
+    fail=1
+fi
 for f in usr/bin/projd usr/bin/projctl usr/bin/projload usr/lib/libprojd.so.1 usr/lib/libprojd.so \
     usr/lib/libprojd.a usr/include/projd/projd.h usr/include/projd/protocol/wire.h \
     lib/systemd/system/projd@.service lib/systemd/system/projd-mps.service \
