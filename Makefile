@@ -143,9 +143,10 @@ LIBPROJD_O := $(BUILD)/obj/client/libprojd.o $(BUILD)/obj/client/shmbuf.o \
               $(BUILD)/obj/protocol/wire.o $(BUILD)/obj/protocol/sockpath.o
 .PHONY: libprojd
 libprojd: $(BUILD)/lib/libprojd.so $(BUILD)/lib/libprojd.a
-$(BUILD)/lib/libprojd.so: $(LIBPROJD_O)
+$(BUILD)/lib/libprojd.so: $(LIBPROJD_O) client/libprojd.map
 	@mkdir -p $(@D)
-	$(CC) -shared $(LDFLAGS) -Wl,-soname,libprojd.so.1 $^ -lnng -lrt -o $@
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,libprojd.so.1 -Wl,--version-script=client/libprojd.map \
+		$(LIBPROJD_O) -lnng -lrt -o $@
 $(BUILD)/lib/libprojd.a: $(LIBPROJD_O)
 	@mkdir -p $(@D)
 	@rm -f $@

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # e2e_install.sh — `make install` into a temporary DESTDIR (PREFIX=/usr, as a
 # package build does) installs every file deploy/README.md's table promises,
-# and the installed Python binding finds the installed libprojd on its own.
+# the installed libprojd exports only its API, and the installed Python
+# binding finds the installed libprojd on its own.
 # It runs install's copying half (install-files) against the build under
 # test, which builds nothing: a nested make could rebuild with other flags.
 # Usage: tests/e2e_install.sh BUILD_DIR
@@ -50,6 +51,19 @@ grep -q '"group": "projd"' "$tmp/root/etc/projd/projd.json" ||
     { echo "e2e_install: FAIL: projd.json's socket group is not projd" >&2; fail=1; }
 grep -q '^d /var/lib/projd ' "$tmp/root/usr/lib/tmpfiles.d/projd.conf" ||
     { echo "e2e_install: FAIL: tmpfiles.d does not make /var/lib/projd" >&2; fail=1; }
+# The installed library exports exactly the functions projd.h declares
+# (client/libprojd.map): nothing of the protocol codec it is linked from.
+lib=$tmp/root/usr/lib/libprojd.so.1
+if [ -e "$lib" ] && command -v nm >/dev/null; then
+    nm -D --defined-only "$lib" | awk '$2 != "A" {sub(/@.*/, "", $3); print $3}' | sort -u >"$tmp/exports"
+    grep -oE '\bprojd_[a-z0-9_]+[[:space:]]*\(' "$tmp/root/usr/include/projd/projd.h" | tr -d '( ' |
+        sort -u >"$tmp/declared"
+    if ! [ -s "$tmp/exports" ] || ! diff "$tmp/declared" "$tmp/exports" >"$tmp/exports.diff"; then
+        echo "e2e_install: FAIL: libprojd's exports differ from projd.h's functions (< declared, > exported):" >&2
+        cat "$tmp/exports.diff" >&2
+        fail=1
+    fi
+fi
 # The installed binding loads the installed library (share/projd/python ->
 # lib/libprojd.so.1) with nothing in the environment pointing at it.
 # A sanitizer build's library needs its runtime loaded first.
