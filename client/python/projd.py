@@ -70,6 +70,7 @@ __all__ = [
     "DEFAULT_TIMEOUT_MS",
     "load_library",
     "cuda_describe",
+    "cuda_allocation",
     "float_to_bf16",
     "bf16_to_float",
     "floats_to_bf16",
@@ -978,6 +979,7 @@ class _CudaDriver:
     _LEGACY_IPC = 10  # CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE
     _RANGE_START = 11
     _RANGE_SIZE = 12
+    _BUFFER_ID = 7
     _MEMORYTYPE_DEVICE = 2
 
     def __init__(self):
@@ -993,6 +995,9 @@ class _CudaDriver:
         L.cuIpcGetMemHandle.argtypes = [ctypes.c_char_p, ctypes.c_uint64]
         L.cuDeviceGet.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
         L.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+        L.cuPointerGetAttributes.argtypes = [
+            ctypes.c_uint, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint64
+        ]
         # _v2 gives the UUID cudaGetDeviceProperties reports (MIG instances
         # included), which is what the daemon compares with.
         self.uuid_fn = getattr(L, "cuDeviceGetUuid_v2", None) or L.cuDeviceGetUuid
@@ -1012,6 +1017,15 @@ class _CudaDriver:
         v = ctype()
         r = self.lib.cuPointerGetAttribute(ctypes.byref(v), attr, ptr)
         return r, v.value
+
+    def allocation(self, ptr: int):
+        """(buffer id, base) in one cuPointerGetAttributes, which answers
+        zeros rather than an error for memory CUDA does not know."""
+        bid, base = ctypes.c_uint64(), ctypes.c_uint64()
+        attrs = (ctypes.c_int * 2)(self._BUFFER_ID, self._RANGE_START)
+        data = (ctypes.c_void_p * 2)(ctypes.addressof(bid), ctypes.addressof(base))
+        r = self.lib.cuPointerGetAttributes(2, attrs, data, ptr)
+        return (bid.value, base.value) if r == 0 else (0, 0)
 
     def describe(self, ptr: int) -> CudaRegion:
         r, mtype = self._attr(ctypes.c_uint, self._MEMORY_TYPE, ptr)
@@ -1083,6 +1097,23 @@ def cuda_describe(ptr: int) -> CudaRegion:
         if _cuda_driver is None:
             _cuda_driver = _CudaDriver()
     return _cuda_driver.describe(ptr)
+
+
+def cuda_allocation(ptr: int) -> Tuple[int, int]:
+    """(id, base) of the CUDA allocation holding device pointer ptr, in one
+    driver call: the driver's buffer id, unique in this process for the
+    allocation's lifetime and beyond (a later cudaMalloc that gets the same
+    address gets another id), and the allocation's base address. For caches
+    of registrations: a pointer whose id is known needs no cuda_describe
+    (four driver calls and an IPC handle). (0, 0) for memory CUDA does not
+    know; cuda_describe says what is wrong with it. Not run on CI (no GPU).
+    """
+    global _cuda_driver
+    ptr = _uint(ptr, "device pointer", _U64, 1)
+    with _cuda_lock:
+        if _cuda_driver is None:
+            _cuda_driver = _CudaDriver()
+    return _cuda_driver.allocation(ptr)
 
 
 # ---- the connection -------------------------------------------------------------------------

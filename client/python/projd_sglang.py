@@ -30,15 +30,17 @@ What it assumes:
 
 Each allocation x or y lives in is registered with the daemon once (the
 whole allocation, by its IPC handle; the tensor is addressed as an offset
-in it) and cached per connection, keyed by the handle, which names one
-allocation: an address reused by a new cudaMalloc gets a new handle and a
-new registration. The daemon keeps registered allocations mapped (and
+in it) and cached per connection, keyed by the driver's buffer id of the
+allocation (projd.cuda_allocation: one driver call per tensor and apply
+once the allocation is known). A new cudaMalloc that gets a freed
+allocation's address gets a new id, and the registration of the freed one
+is dropped then. The daemon keeps registered allocations mapped (and
 their memory alive) until they are evicted (least recently used, when the
-connection's buffer limit comes near) or released: PyTorch also frees
-cached segments on its own (an out-of-memory retry, its garbage
-collection threshold), so call release_registrations() after
-torch.cuda.empty_cache() and when memory is tight. A request keeps its
-registrations from eviction until it is answered (the cache's lock is
+connection's buffer limit comes near), released, or their address comes
+back: PyTorch also frees cached segments on its own (an out-of-memory
+retry, its garbage collection threshold), so call release_registrations()
+after torch.cuda.empty_cache() and when memory is tight. A request keeps
+its registrations from eviction until it is answered (the cache's lock is
 held across the request: one client's applies run one at a time).
 
 Use: one projd.Client shared by every layer, one method per layer, e.g.
@@ -82,7 +84,8 @@ class _Registrations:
     def __init__(self, client: "projd.Client"):
         self.client = client
         self.lock = threading.Lock()
-        self.ids = collections.OrderedDict()  # handle bytes -> buffer id
+        # allocation id (projd.cuda_allocation) -> (its base, buffer id)
+        self.ids = collections.OrderedDict()
         # room for the caller's other buffers; at least x and y of one request
         self.limit = max(2, client.info.limits.max_buffers - 8)
 
@@ -90,22 +93,28 @@ class _Registrations:
         """(buffer id, offset) for a device pointer, registering its
         allocation once. The caller holds self.lock until its request is
         answered, so no other thread evicts the ids it uses meanwhile."""
-        region = projd.cuda_describe(ptr)
-        buf = self.ids.get(region.handle)
-        if buf is not None:
-            self.ids.move_to_end(region.handle)
-            return buf, region.offset
+        aid, base = projd.cuda_allocation(ptr)
+        known = self.ids.get(aid) if aid else None
+        if known is not None:
+            self.ids.move_to_end(aid)
+            return known[1], ptr - known[0]
+        # A new allocation. One registered at the same base was freed and
+        # its address handed out again: unregister it now, so the daemon
+        # stops holding memory the caller no longer has.
+        for stale in [a for a, (b, _) in self.ids.items() if base and b == base]:
+            self.client.unregister(self.ids.pop(stale)[1])
+        region = projd.cuda_describe(ptr)  # refuses what cannot be shared, saying why
         while len(self.ids) >= self.limit:
-            _, old = self.ids.popitem(last=False)
+            _, (_, old) = self.ids.popitem(last=False)
             self.client.unregister(old)
         buf = self.client.register_cuda_ipc(region.handle, region.uuid, region.alloc_size)
-        self.ids[region.handle] = buf
+        self.ids[aid or region.handle] = (region.base, buf)
         return buf, region.offset
 
     def clear(self) -> None:
         with self.lock:
             while self.ids:
-                _, buf = self.ids.popitem()
+                _, (_, buf) = self.ids.popitem()
                 if not self.client.closed:
                     self.client.unregister(buf)
 

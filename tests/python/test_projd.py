@@ -867,6 +867,93 @@ class SglangAdapterTests(DaemonTest):
         projd_sglang.release_registrations(self.c)  # none cached: a no-op
 
 
+class SglangRegistrationCacheTests(unittest.TestCase):
+    """The adapter's cache of CUDA IPC registrations, with the driver and
+    the daemon replaced by fakes that record what was asked of them: a
+    known allocation costs one cuda_allocation and nothing else, a new one
+    at a freed allocation's address unregisters the freed one, the least
+    recently used goes first when the limit is reached."""
+
+    class FakeClient:
+        def __init__(self, max_buffers):
+            self.info = type("I", (), {"limits": type("L", (), {"max_buffers": max_buffers})()})()
+            self.closed = False
+            self.next, self.live, self.log = 1, {}, []
+
+        def register_cuda_ipc(self, handle, uuid, size):
+            self.live[self.next] = handle
+            self.log.append(("register", handle))
+            self.next += 1
+            return self.next - 1
+
+        def unregister(self, buf):
+            self.log.append(("unregister", self.live.pop(buf)))
+
+    def setUp(self):
+        import projd_sglang
+
+        self.mod = projd_sglang
+        self.allocs = {}  # base -> (id, size): the fake driver's live allocations
+        self.calls = []
+        saved = (projd.cuda_allocation, projd.cuda_describe)
+        self.addCleanup(lambda: (setattr(projd, "cuda_allocation", saved[0]),
+                                 setattr(projd, "cuda_describe", saved[1])))
+
+        def find(ptr):
+            for base, (aid, size) in self.allocs.items():
+                if base <= ptr < base + size:
+                    return base, aid, size
+            return 0, 0, 0
+
+        def allocation(ptr):
+            self.calls.append("allocation")
+            base, aid, _ = find(ptr)
+            return aid, base
+
+        def describe(ptr):
+            self.calls.append("describe")
+            base, aid, size = find(ptr)
+            if not base:
+                raise ProjdError(-22, "E_INVAL", "%#x is not CUDA memory" % ptr)
+            return projd.CudaRegion(base, size, ptr - base, 0, b"h%d" % aid, bytes(16))
+
+        projd.cuda_allocation, projd.cuda_describe = allocation, describe
+
+    def test_hits_stale_addresses_and_eviction(self):
+        c = self.FakeClient(max_buffers=11)  # the cache keeps 11 - 8 = 3
+        reg = self.mod._Registrations(c)
+        self.assertEqual(reg.limit, 3)
+        self.allocs[0x1000] = (1, 0x1000)
+        self.assertEqual(reg.lookup(0x1010), (1, 0x10))
+        self.calls.clear()
+        for _ in range(5):  # known: one driver call each, nothing sent
+            self.assertEqual(reg.lookup(0x1800), (1, 0x800))
+        self.assertEqual(self.calls, ["allocation"] * 5)
+        self.assertEqual(c.log, [("register", b"h1")])
+        # freed, and the address handed to a new allocation: the old
+        # registration goes at once, the new one is made
+        del self.allocs[0x1000]
+        self.allocs[0x1000] = (2, 0x2000)
+        self.assertEqual(reg.lookup(0x1004), (2, 4))
+        self.assertEqual(c.log[1:], [("unregister", b"h1"), ("register", b"h2")])
+        self.assertEqual(list(c.live.values()), [b"h2"])
+        # three more allocations: the least recently used (h2, unless touched) goes
+        for aid, base in ((3, 0x10000), (4, 0x20000)):
+            self.allocs[base] = (aid, 0x100)
+            reg.lookup(base)
+        reg.lookup(0x1000)  # h2 used again: h3 is now the oldest
+        self.allocs[0x30000] = (5, 0x100)
+        reg.lookup(0x30000)
+        self.assertEqual(sorted(c.live.values()), [b"h2", b"h4", b"h5"])
+        self.assertEqual(c.log[-2:], [("unregister", b"h3"), ("register", b"h5")])
+        # unknown memory: refused by describe, nothing registered or dropped
+        with self.assertRaisesRegex(ProjdError, "not CUDA memory"):
+            reg.lookup(0x99999999)
+        self.assertEqual(len(c.live), 3)
+        reg.clear()
+        self.assertEqual(c.live, {})
+
+
 class SlowDaemonTests(unittest.TestCase):
     """Against the daemon that holds every op for 300 ms."""
 

@@ -139,6 +139,35 @@ class SglangMethod(unittest.TestCase):
             meth.apply(layer, x)
         self.assertLessEqual(len(projd_sglang._registry(self.client).ids), before + 1)
 
+    def test_a_freed_allocation_is_unregistered_when_its_address_comes_back(self):
+        L = self.client.layers[0]
+        meth, layer = self.method(L, L.n)
+        reg = projd_sglang._registry(self.client)
+        rows = (64 << 20) // (2 * L.k)  # 64 MB: a segment of its own in PyTorch's allocator
+        big = torch.empty(rows, L.k, dtype=torch.bfloat16, device="cuda")
+        big[:8] = self.x(8, L.k).cuda()
+        self.check(L, L.n, big[:8], meth.apply(layer, big[:8]))
+        aid, base = projd.cuda_allocation(big.data_ptr())
+        self.assertIn(aid, reg.ids)
+        self.assertNotEqual(aid, 0)
+        self.assertEqual(base, reg.ids[aid][0])
+        del big
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()  # cudaFree: the daemon still maps the old allocation
+        again = torch.empty(rows, L.k, dtype=torch.bfloat16, device="cuda")
+        again[:8] = self.x(8, L.k).cuda()
+        aid2, base2 = projd.cuda_allocation(again.data_ptr())
+        self.assertNotEqual(aid2, aid)  # a new allocation, whatever its address
+        self.check(L, L.n, again[:8], meth.apply(layer, again[:8]))
+        self.assertIn(aid2, reg.ids)
+        if base2 == base:  # the address came back: the freed one was unregistered
+            self.assertNotIn(aid, reg.ids)
+        else:
+            self.assertIn(aid, reg.ids)
+        print("address %s" % ("reused: the freed allocation's registration dropped" if base2 == base
+                              else "not reused: the freed allocation stays registered until evicted"))
+        self.assertEqual(self.client.stats()["buffers"]["current"], len(reg.ids))
+
     def test_bad_inputs_are_refused_and_the_client_keeps_working(self):
         L = self.client.layers[0]
         meth, layer = self.method(L, L.n)

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# sglang-apply.sh — time the SGLang linear method's apply() end to end
+# (bench/sglang_apply.py) against a projd on the cuda backend serving the
+# small generated model: what the client and the round trip cost, not the
+# kernels. On the GPU host, from the repository root.
+# Usage: bench/sglang-apply.sh BUILD_DIR DIR_A [DIR_B] [-- sglang_apply.py options]
+#   DIR_B defaults to none; e.g. DIR_A the committed module (git show into
+#   a folder), DIR_B client/python, for an A/B of a change.
+set -u
+build=${1:?usage: bench/sglang-apply.sh BUILD_DIR DIR_A [DIR_B] [-- options]}
+shift
+bin=$build/bin
+here=$(cd "$(dirname "$0")" && pwd)
+lib=$build/lib/libprojd.so
+dirs=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do dirs+=("$1"); shift; done
+[ "${1:-}" = "--" ] && shift
+# shellcheck source=tests/daemons.sh
+. "$here/../tests/daemons.sh"
+pjd_setup sglang-apply
+model=$tmp/small.safetensors
+"$bin/projctl" mkmodel --preset small --seed 3 --out "$model" >/dev/null || exit 1
+pjd_start main '{ "device": { "backend": "cuda" }, "log": { "level": "warn" } }' 60
+rc=0
+timeout --kill-after=10 300 env PYTHONDONTWRITEBYTECODE=1 PROJD_LIB="$lib" \
+    python3 "$here/sglang_apply.py" "ipc://$tmp/main.sock" "${dirs[@]}" "$@" || rc=$?
+pjd_stop_all || rc=1
+exit "$rc"

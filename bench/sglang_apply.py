@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""sglang_apply.py — what one apply() of the SGLang linear method costs
+end to end (client/python/projd_sglang.py: the registration lookups, the
+stream sync, the PROJECT round trip, the daemon's work), for one copy of
+the module or two side by side (an A/B in the same run, the applies of A
+and B alternating), and what the two ways of naming a tensor's allocation
+cost alone (projd.cuda_describe against projd.cuda_allocation).
+
+Usage: sglang_apply.py URL DIR_A [DIR_B] [--reps N] [--json OUT]
+  URL    a projd on the cuda backend (bench/sglang-apply.sh starts one)
+  DIR_*  folders holding a projd_sglang.py (the binding is the one on
+         sys.path, i.e. client/python); B is timed against A
+Prints a table, medians in microseconds; --json writes them.
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "client", "python"))
+
+import torch  # noqa: E402
+
+import projd  # noqa: E402
+
+
+def load_module(folder, tag):
+    spec = importlib.util.spec_from_file_location("projd_sglang_" + tag, os.path.join(folder, "projd_sglang.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def median_us(fn, reps):
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts) * 1e6
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("url")
+    ap.add_argument("dirs", nargs="+", metavar="DIR")
+    ap.add_argument("--reps", type=int, default=2000)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    if len(a.dirs) > 2:
+        ap.error("one or two module folders")
+    torch.manual_seed(1)
+    sides = []
+    for tag, d in zip("AB", a.dirs):
+        mod = load_module(d, tag)
+        client = projd.Client(a.url, name="sglang_apply-" + tag)  # each copy its own cache
+        L = client.layers[0]
+        meth = mod.ProjdLinearMethod(L.name, client)
+        layer = torch.nn.Module()
+        meth.create_weights(layer, L.k, [L.n], L.k, L.n, torch.bfloat16)
+        sides.append((tag, d, mod, client, meth, layer, L))
+    L = sides[0][6]
+    ms = [m for m in (1, 8, 64) if m <= L.max_m]
+    xs = {m: torch.randn(m, L.k).to(torch.bfloat16).cuda() for m in ms}
+    rows = []
+    for m in ms:
+        for s in sides:  # warm: registrations made, graphs and caches primed
+            for _ in range(50):
+                s[4].apply(s[5], xs[m])
+        ts = {s[0]: [] for s in sides}
+        for _ in range(a.reps):  # alternate, so drift hits both alike
+            for s in sides:
+                t0 = time.perf_counter()
+                s[4].apply(s[5], xs[m])
+                ts[s[0]].append(time.perf_counter() - t0)
+        med = {k: statistics.median(v) * 1e6 for k, v in ts.items()}
+        rows.append({"m": m, **{"apply_us_" + k: round(v, 2) for k, v in med.items()}})
+    p = xs[ms[0]].data_ptr()
+    look = {
+        "cuda_describe_us": round(median_us(lambda: projd.cuda_describe(p), a.reps), 2),
+        "cuda_allocation_us": round(median_us(lambda: projd.cuda_allocation(p), a.reps), 2),
+    }
+    print("layer %s (%d x %d), %d applies per side and m, medians in us" % (L.name, L.n, L.k, a.reps))
+    for tag, d, *_ in sides:
+        print("  %s: %s" % (tag, d))
+    head = "%6s %12s" % ("m", "A apply")
+    if len(sides) == 2:
+        head += " %12s %8s" % ("B apply", "A/B")
+    print(head)
+    for r in rows:
+        line = "%6d %12.1f" % (r["m"], r["apply_us_A"])
+        if len(sides) == 2:
+            line += " %12.1f %8.3f" % (r["apply_us_B"], r["apply_us_A"] / r["apply_us_B"])
+        print(line)
+    print("lookup alone: cuda_describe %.1f us, cuda_allocation %.1f us (%.1fx)"
+          % (look["cuda_describe_us"], look["cuda_allocation_us"],
+             look["cuda_describe_us"] / look["cuda_allocation_us"]))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"layer": L.name, "n": L.n, "k": L.k, "reps": a.reps, "dirs": a.dirs,
+                       "device": torch.cuda.get_device_name(), "rows": rows, "lookup": look}, f, indent=1)
+    for s in sides:
+        s[2].release_registrations(s[3])
+        s[3].close()
+
+
+if __name__ == "__main__":
+    main()
