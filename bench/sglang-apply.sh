@@ -3,6 +3,8 @@
 # (bench/sglang_apply.py) against a projd on the cuda backend serving the
 # small generated model: what the client and the round trip cost, not the
 # kernels. On the GPU host, from the repository root.
+# With MPS=1 the daemon and the client run under an MPS control daemon of
+# their own, as deployed (without it their kernels time-slice the GPU).
 # Usage: bench/sglang-apply.sh BUILD_DIR DIR_A [DIR_B] [-- sglang_apply.py options]
 #   DIR_B defaults to none; e.g. DIR_A the committed module (git show into
 #   a folder), DIR_B client/python, for an A/B of a change.
@@ -18,6 +20,15 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do dirs+=("$1"); shift; done
 # shellcheck source=tests/daemons.sh
 . "$here/../tests/daemons.sh"
 pjd_setup sglang-apply
+if [ "${MPS:-0}" = 1 ]; then
+    mps=$(mktemp -d "${TMPDIR:-/tmp}/sglang-apply-mps.XXXXXX")
+    export CUDA_MPS_PIPE_DIRECTORY=$mps/pipe CUDA_MPS_LOG_DIRECTORY=$mps/log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    # the daemons first (pjd_cleanup), then the MPS server they used
+    trap 'pjd_cleanup; echo quit | timeout 20 nvidia-cuda-mps-control >/dev/null 2>&1; rm -rf "$mps"' EXIT
+    timeout 20 nvidia-cuda-mps-control -d || { echo "sglang-apply: MPS did not start" >&2; exit 1; }
+    echo "sglang-apply: under MPS"
+fi
 model=$tmp/small.safetensors
 "$bin/projctl" mkmodel --preset small --seed 3 --out "$model" >/dev/null || exit 1
 pjd_start main '{ "device": { "backend": "cuda" }, "log": { "level": "warn" } }' 60

@@ -3,7 +3,8 @@
 end to end (client/python/projd_sglang.py: the registration lookups, the
 stream sync, the PROJECT round trip, the daemon's work), for one copy of
 the module or two side by side (an A/B in the same run, the applies of A
-and B alternating), and what the two ways of naming a tensor's allocation
+and B alternating), what the bare round trip under it costs (project() of one op on buffers
+registered once), and what the two ways of naming a tensor's allocation
 cost alone (projd.cuda_describe against projd.cuda_allocation).
 
 Usage: sglang_apply.py URL DIR_A [DIR_B] [--reps N] [--json OUT]
@@ -80,6 +81,23 @@ def main():
                 ts[s[0]].append(time.perf_counter() - t0)
         med = {k: statistics.median(v) * 1e6 for k, v in ts.items()}
         rows.append({"m": m, **{"apply_us_" + k: round(v, 2) for k, v in med.items()}})
+    # The bare round trip under apply(): project() of one op on buffers
+    # registered once, no lookup, no stream sync (the binding and the daemon).
+    c0 = sides[0][3]
+    bare = {}
+    for m in ms:
+        y = torch.empty(m, L.n, dtype=torch.bfloat16, device="cuda")
+        rx, ry = c0.register_device_pointer(xs[m].data_ptr()), c0.register_device_pointer(y.data_ptr())
+        torch.cuda.synchronize()
+        op = projd.Op(layer=L.index, m=m, n=L.n, x_buf=rx.id, x_off=rx.offset, x_ld=L.k,
+                      y_buf=ry.id, y_off=ry.offset, y_ld=L.n)
+        for _ in range(50):
+            c0.project([op])
+        bare[m] = round(median_us(lambda: c0.project([op]), a.reps), 2)
+        c0.unregister(rx.id)
+        c0.unregister(ry.id)
+    for r in rows:
+        r["project_us"] = bare[r["m"]]
     p = xs[ms[0]].data_ptr()
     look = {
         "cuda_describe_us": round(median_us(lambda: projd.cuda_describe(p), a.reps), 2),
@@ -88,12 +106,13 @@ def main():
     print("layer %s (%d x %d), %d applies per side and m, medians in us" % (L.name, L.n, L.k, a.reps))
     for tag, d, *_ in sides:
         print("  %s: %s" % (tag, d))
-    head = "%6s %12s" % ("m", "A apply")
+    head = "%6s %12s" % ("m", "project()")
+    head += " %12s" % "A apply"
     if len(sides) == 2:
         head += " %12s %8s" % ("B apply", "A/B")
     print(head)
     for r in rows:
-        line = "%6d %12.1f" % (r["m"], r["apply_us_A"])
+        line = "%6d %12.1f %12.1f" % (r["m"], r["project_us"], r["apply_us_A"])
         if len(sides) == 2:
             line += " %12.1f %8.3f" % (r["apply_us_B"], r["apply_us_A"] / r["apply_us_B"])
         print(line)
