@@ -54,7 +54,10 @@ grep -q '^d /var/lib/projd ' "$tmp/root/usr/lib/tmpfiles.d/projd.conf" ||
 # The installed library exports exactly the functions projd.h declares
 # (client/libprojd.map): nothing of the protocol codec it is linked from.
 lib=$tmp/root/usr/lib/libprojd.so.1
-if [ -e "$lib" ] && command -v nm >/dev/null; then
+if ! command -v nm >/dev/null; then
+    echo "e2e_install: FAIL: nm (binutils, which the build's linker comes with) is missing" >&2
+    fail=1
+elif [ -e "$lib" ]; then
     nm -D --defined-only "$lib" | awk '$2 != "A" {sub(/@.*/, "", $3); print $3}' | sort -u >"$tmp/exports"
     grep -oE '\bprojd_[a-z0-9_]+[[:space:]]*\(' "$tmp/root/usr/include/projd/projd.h" | tr -d '( ' |
         sort -u >"$tmp/declared"
