@@ -3,6 +3,8 @@
 # (bench/sglang_apply.py) against a projd on the cuda backend serving the
 # small generated model: what the client and the round trip cost, not the
 # kernels. On the GPU host, from the repository root.
+# PRESET=reference serves the reference model instead (apply() on
+# qkv_gate, 4608 x 4096: the daemon's GPU work as in decode).
 # With MPS=1 the daemon and the client run under an MPS control daemon of
 # their own, as deployed (without it their kernels time-slice the GPU).
 # Usage: bench/sglang-apply.sh BUILD_DIR DIR_A [DIR_B] [-- sglang_apply.py options]
@@ -30,7 +32,7 @@ if [ "${MPS:-0}" = 1 ]; then
     echo "sglang-apply: under MPS"
 fi
 model=$tmp/small.safetensors
-"$bin/projctl" mkmodel --preset small --seed 3 --out "$model" >/dev/null || exit 1
+"$bin/projctl" mkmodel --preset "${PRESET:-small}" --seed 3 --out "$model" >/dev/null || exit 1
 pjd_start main '{ "device": { "backend": "cuda" }, "log": { "level": "warn" } }' 60
 rc=0
 timeout --kill-after=10 300 env PYTHONDONTWRITEBYTECODE=1 PROJD_LIB="$lib" \

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """sglang_apply.py — what one apply() of the SGLang linear method costs
-end to end (client/python/projd_sglang.py: the registration lookups, the
+end to end (until it returns, and until the stream has y) (client/python/projd_sglang.py: the registration lookups, the
 stream sync, the PROJECT round trip, the daemon's work), for one copy of
 the module or two side by side (an A/B in the same run, the applies of A
 and B alternating), what the bare round trip under it costs (project() of one op on buffers
@@ -74,13 +74,21 @@ def main():
             for _ in range(50):
                 s[4].apply(s[5], xs[m])
         ts = {s[0]: [] for s in sides}
+        tss = {s[0]: [] for s in sides}
+        stream = torch.cuda.current_stream()
         for _ in range(a.reps):  # alternate, so drift hits both alike
             for s in sides:
                 t0 = time.perf_counter()
                 s[4].apply(s[5], xs[m])
-                ts[s[0]].append(time.perf_counter() - t0)
+                t1 = time.perf_counter()
+                stream.synchronize()  # and until y is written
+                t2 = time.perf_counter()
+                ts[s[0]].append(t1 - t0)
+                tss[s[0]].append(t2 - t0)
         med = {k: statistics.median(v) * 1e6 for k, v in ts.items()}
-        rows.append({"m": m, **{"apply_us_" + k: round(v, 2) for k, v in med.items()}})
+        meds = {k: statistics.median(v) * 1e6 for k, v in tss.items()}
+        rows.append({"m": m, **{"apply_us_" + k: round(v, 2) for k, v in med.items()},
+                     **{"apply_sync_us_" + k: round(v, 2) for k, v in meds.items()}})
     # The bare round trip under apply(): project() of one op on buffers
     # registered once, no lookup, no stream sync (the binding and the daemon).
     c0 = sides[0][3]
@@ -106,15 +114,17 @@ def main():
     print("layer %s (%d x %d), %d applies per side and m, medians in us" % (L.name, L.n, L.k, a.reps))
     for tag, d, *_ in sides:
         print("  %s: %s" % (tag, d))
-    head = "%6s %12s" % ("m", "project()")
-    head += " %12s" % "A apply"
+    print("apply: until apply() returns; +sync: until the stream has y (apply, then a stream sync)")
+    head = "%6s %10s %10s %10s" % ("m", "project()", "A apply", "A +sync")
     if len(sides) == 2:
-        head += " %12s %8s" % ("B apply", "A/B")
+        head += " %10s %10s %8s %8s" % ("B apply", "B +sync", "A/B", "A/B sync")
     print(head)
     for r in rows:
-        line = "%6d %12.1f %12.1f" % (r["m"], r["project_us"], r["apply_us_A"])
+        line = "%6d %10.1f %10.1f %10.1f" % (r["m"], r["project_us"], r["apply_us_A"], r["apply_sync_us_A"])
         if len(sides) == 2:
-            line += " %12.1f %8.3f" % (r["apply_us_B"], r["apply_us_A"] / r["apply_us_B"])
+            line += " %10.1f %10.1f %8.3f %8.3f" % (
+                r["apply_us_B"], r["apply_sync_us_B"], r["apply_us_A"] / r["apply_us_B"],
+                r["apply_sync_us_A"] / r["apply_sync_us_B"])
         print(line)
     print("lookup alone: cuda_describe %.1f us, cuda_allocation %.1f us (%.1fx)"
           % (look["cuda_describe_us"], look["cuda_allocation_us"],

@@ -89,8 +89,8 @@ _MAX_SHAPES = 64  # PJ_WIRE_MAX_SHAPES
 _ERR_MSG_SIZE = 1024  # projd_error.msg
 _NO_OP = 0xFFFFFFFF  # projd_result.failed_op when no op failed
 
-PF_WAIT_EVENT = 0x1  # PJ_PF_WAIT_EVENT (needs an IPC event: not wrapped here)
-PF_SIGNAL_EVENT = 0x2  # PJ_PF_SIGNAL_EVENT (likewise)
+PF_WAIT_EVENT = 0x1  # PJ_PF_WAIT_EVENT: set by project(wait_event=...)
+PF_SIGNAL_EVENT = 0x2  # PJ_PF_SIGNAL_EVENT: set by project(signal_event=...)
 PF_ACCEPT_REPLY = 0x4  # PJ_PF_ACCEPT_REPLY (needs SIGNAL_EVENT)
 
 _U32 = 0xFFFFFFFF
@@ -291,6 +291,13 @@ _SIGNATURES = {
     "projd_project_async": (
         ctypes.c_int,
         [_P, ctypes.POINTER(_Op), ctypes.c_size_t, ctypes.c_uint32, _P, _P, ctypes.POINTER(_P), _PE],
+    ),
+    "projd_project_events": (
+        ctypes.c_int,
+        [
+            _P, ctypes.POINTER(_Op), ctypes.c_size_t, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_char_p,
+            _P, _P, ctypes.POINTER(_P), ctypes.POINTER(_Result), _PE,
+        ],
     ),
     "projd_request_poll": (ctypes.c_int, [_P]),
     "projd_request_wait": (ctypes.c_int, [_P, ctypes.POINTER(_Result), _PE]),
@@ -1369,20 +1376,47 @@ class Client:
     def _flags(self, flags: int) -> int:
         flags = _ident(flags, "flags")
         if flags & (PF_WAIT_EVENT | PF_SIGNAL_EVENT):
-            # Those need IPC event handles (projd_project_events), which
-            # this binding does not wrap; the C library would refuse anyway.
-            raise ValueError("flags WAIT_EVENT / SIGNAL_EVENT need CUDA IPC events, not supported here")
+            # Set by the events given to project(), which carry the handles.
+            raise ValueError(
+                "flags WAIT_EVENT / SIGNAL_EVENT come with their IPC event handles: "
+                "pass wait_event= / signal_event= to project()"
+            )
         return flags
 
-    def project(self, ops: Sequence[Op], flags: int = 0) -> Result:
-        """Run the ops in order and wait for DONE (projd_project).
+    def project(
+        self,
+        ops: Sequence[Op],
+        flags: int = 0,
+        wait_event: Optional[bytes] = None,
+        signal_event: Optional[bytes] = None,
+    ) -> Result:
+        """Run the ops in order and wait for the reply (projd_project, or
+        projd_project_events when events are given).
 
-        Raises ProjdError (with failed_op and result) when the daemon
-        refuses the request or an op fails."""
+        wait_event: a CUDA IPC event handle (64 bytes, e.g. torch's
+        Event(interprocess=True).ipc_handle()) the daemon's stream waits on
+        before reading x; signal_event: one it records after writing y.
+        With PF_ACCEPT_REPLY in flags (needs signal_event) the daemon
+        replies once the work is launched, not done: the caller's stream
+        waits on signal_event before it uses y. Raises ProjdError (with
+        failed_op and result) when the daemon refuses the request or an op
+        fails."""
         arr, _ = self._ops(ops)
         flags = self._flags(flags)
         res, e = _Result(), _Error()
-        rc = self._call("projd_project", arr, len(arr), flags, ctypes.byref(res), ctypes.byref(e))
+        if wait_event is None and signal_event is None:
+            rc = self._call("projd_project", arr, len(arr), flags, ctypes.byref(res), ctypes.byref(e))
+            return _outcome(rc, res, e)
+        for name, ev in (("wait_event", wait_event), ("signal_event", signal_event)):
+            if ev is not None and (not isinstance(ev, (bytes, bytearray)) or len(ev) != _IPC_HANDLE_SIZE):
+                raise ValueError("%s must be a %d-byte CUDA IPC event handle" % (name, _IPC_HANDLE_SIZE))
+        flags |= (PF_WAIT_EVENT if wait_event is not None else 0) | (PF_SIGNAL_EVENT if signal_event is not None else 0)
+        rc = self._call(
+            "projd_project_events", arr, len(arr), flags,
+            None if wait_event is None else bytes(wait_event),
+            None if signal_event is None else bytes(signal_event),
+            None, None, None, ctypes.byref(res), ctypes.byref(e),
+        )
         return _outcome(rc, res, e)
 
     def project_async(self, ops: Sequence[Op], flags: int = 0) -> Request:

@@ -19,10 +19,17 @@ What it assumes:
     PyTorch's caching allocator without expandable segments
     (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False); cudaMallocAsync
     pools and VMM memory are refused with a message saying so.
-  - apply() is synchronous: it waits for the current stream (the daemon
-    reads x on its own stream), sends one PROJECT and returns once the
-    daemon replied, which it does after the GPU finished writing y. It
-    cannot be captured in a CUDA graph: run SGLang with --disable-cuda-graph.
+  - apply() orders the daemon's work on the GPU with CUDA IPC events, not
+    by waiting on the host: it records an event on the current stream
+    after x's producers, the daemon's stream waits on it before reading x,
+    the daemon records a second event after writing y and replies once the
+    work is launched (PROJECT flags WAIT_EVENT, SIGNAL_EVENT, ACCEPT_REPLY),
+    and the current stream waits on that event before anything after
+    apply() runs; y (and x's memory, should the caller free it) is safe to
+    use in stream order. A daemon that refuses the events (E_FLAGS) gets
+    the synchronous form: the current stream synchronized first, the reply
+    after the GPU finished. apply() cannot be captured in a CUDA graph (it
+    calls the daemon): run SGLang with --disable-cuda-graph.
   - The weights live in the daemon. create_weights registers `weight` on
     the meta device (shape and loader attributes as SGLang's unquantized
     method), so the model's loader finds the parameter and nothing is
@@ -88,6 +95,8 @@ class _Registrations:
         self.ids = collections.OrderedDict()
         # room for the caller's other buffers; at least x and y of one request
         self.limit = max(2, client.info.limits.max_buffers - 8)
+        self.events = {}  # device index -> _Events
+        self.events_ok = True  # until the daemon refuses them (E_FLAGS)
 
     def lookup(self, ptr: int):
         """(buffer id, offset) for a device pointer, registering its
@@ -117,6 +126,20 @@ class _Registrations:
                 _, (_, buf) = self.ids.popitem()
                 if not self.client.closed:
                     self.client.unregister(buf)
+
+
+class _Events:
+    """The two interprocess events of one connection and device: x_ready
+    (recorded by apply(), waited on by the daemon), y_done (recorded by the
+    daemon, waited on by the caller's stream). Reused by every apply(): a
+    wait is bound to the record before it, and the lock of the cache keeps
+    one apply() at a time per connection."""
+
+    def __init__(self, torch):
+        self.x_ready = torch.cuda.Event(interprocess=True)
+        self.y_done = torch.cuda.Event(interprocess=True)
+        self.x_handle = bytes(self.x_ready.ipc_handle())
+        self.y_handle = bytes(self.y_done.ipc_handle())
 
 
 # The cache lives on the Client it belongs to (an attribute), so it goes
@@ -206,10 +229,18 @@ class ProjdLinearMethod:
             with reg.lock, torch.cuda.device(x.device):
                 xb, xo = reg.lookup(x2.data_ptr())
                 yb, yo = reg.lookup(y.data_ptr())
-                # x is written by kernels still queued on this stream, and y's
-                # block may have been in use by earlier ones: both must be done
-                # before another process touches the memory.
-                torch.cuda.current_stream().synchronize()
+                stream = torch.cuda.current_stream()
+                ev = None
+                if reg.events_ok:
+                    ev = reg.events.get(x.device.index)
+                    if ev is None:
+                        ev = reg.events[x.device.index] = _Events(torch)
+                    # x is written by kernels still queued on this stream,
+                    # and y's block may have been in use by earlier ones:
+                    # the daemon's stream starts after both.
+                    ev.x_ready.record(stream)
+                else:
+                    stream.synchronize()  # the same, waited for here
                 ops = [
                     projd.Op(
                         layer=L.index, m=min(lim.max_m, m - i), n=n,
@@ -218,8 +249,28 @@ class ProjdLinearMethod:
                     )
                     for i in range(0, m, lim.max_m)
                 ]
-                for j in range(0, len(ops), lim.max_ops_per_request):
-                    self.client.project(ops[j : j + lim.max_ops_per_request])
+                launched = False
+                try:
+                    for j in range(0, len(ops), lim.max_ops_per_request):
+                        chunk = ops[j : j + lim.max_ops_per_request]
+                        if ev is None:
+                            self.client.project(chunk)
+                            continue
+                        try:
+                            self.client.project(chunk, flags=projd.PF_ACCEPT_REPLY,
+                                                wait_event=ev.x_handle, signal_event=ev.y_handle)
+                            launched = True
+                        except projd.ProjdError as e:
+                            if e.status != projd.Status.E_FLAGS or launched:
+                                raise
+                            # No events here, and nothing ran: from now on
+                            # the synchronous form, for this connection.
+                            reg.events_ok, ev = False, None
+                            stream.synchronize()
+                            self.client.project(chunk)
+                finally:
+                    if launched:  # even on an error: what was launched reads x, writes y
+                        stream.wait_event(ev.y_done)
         y = y.reshape(*lead, n)
         if bias is not None:
             y += bias

@@ -619,6 +619,23 @@ class ErrorTests(DaemonTest):
         self.expect([self.op(op_flags=1)], Status.E_FLAGS, 0, "op 0")
         self.expect([self.op(), self.op(op_flags=2)], Status.E_FLAGS, 1, "op 1")
 
+    def test_events_reach_the_daemon(self):
+        # The cpu backend has no CUDA events: a request carrying them goes
+        # out through projd_project_events, handles in the body, and the
+        # daemon refuses it whole with E_FLAGS; the connection keeps serving.
+        ev = bytes(range(64))
+        self.yb.fill(0xFF)
+        for kw, flags in ((dict(wait_event=ev), 0), (dict(signal_event=ev), projd.PF_ACCEPT_REPLY),
+                          (dict(wait_event=ev, signal_event=bytearray(ev)), 0)):
+            with self.assertRaises(ProjdError, msg=str(kw)) as cm:
+                self.c.project([self.op()], flags=flags, **kw)
+            self.assertEqual(cm.exception.status, Status.E_FLAGS)
+        self.assertEqual(self.yb.read(), b"\xff" * self.yb.size)
+        for bad in (b"\0" * 63, b"\0" * 65, "x" * 64, 64):
+            with self.assertRaises(ValueError):
+                self.c.project([self.op()], wait_event=bad)
+        self.assertEqual(self.c.project([self.op()]).status, 0)
+
     def test_too_many_ops(self):
         ops = [self.op()] * (self.c.info.limits.max_ops_per_request + 1)
         with self.assertRaises(ProjdError) as cm:

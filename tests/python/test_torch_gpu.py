@@ -168,6 +168,42 @@ class SglangMethod(unittest.TestCase):
                               else "not reused: the freed allocation stays registered until evicted"))
         self.assertEqual(self.client.stats()["buffers"]["current"], len(reg.ids))
 
+    def test_apply_orders_the_daemon_by_events(self):
+        # Each request carries the two events and is answered at launch
+        # (the cuda backend counts those as accepted); y is read on the
+        # caller's stream after the daemon's event, and is right.
+        L = max(self.client.layers, key=lambda l: l.n)
+        meth, layer = self.method(L, L.n)
+        before = self.client.stats()["backend_stats"]["accepted"]
+        for m in (1, 8, 100):
+            x = self.x(m, L.k).cuda()
+            y = meth.apply(layer, x)
+            self.check(L, L.n, x, y)
+        self.assertGreaterEqual(self.client.stats()["backend_stats"]["accepted"] - before, 3)
+        self.assertTrue(projd_sglang._registry(self.client).events_ok)
+
+    def test_without_events_apply_synchronizes_instead(self):
+        # A daemon that refuses the events (E_FLAGS) gets the synchronous
+        # form from then on, with the same results.
+        with projd.Client(os.environ["PROJD_TEST_URL"], name="test_torch_gpu-noevents") as c:
+            real = c.project
+
+            def no_events(ops, flags=0, wait_event=None, signal_event=None):
+                if wait_event is not None or signal_event is not None:
+                    raise projd.ProjdError(int(projd.Status.E_FLAGS), "E_FLAGS", "no events here")
+                return real(ops, flags)
+
+            c.project = no_events
+            L = c.layers[0]
+            meth = projd_sglang.ProjdLinearMethod(L.name, c)
+            layer = torch.nn.Module()
+            meth.create_weights(layer, L.k, [L.n], L.k, L.n, torch.bfloat16)
+            for m in (4, 33):
+                x = self.x(m, L.k).cuda()
+                self.check(L, L.n, x, meth.apply(layer, x))
+            self.assertFalse(projd_sglang._registry(c).events_ok)
+            projd_sglang.release_registrations(c)
+
     def test_bad_inputs_are_refused_and_the_client_keeps_working(self):
         L = self.client.layers[0]
         meth, layer = self.method(L, L.n)
