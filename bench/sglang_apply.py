@@ -52,6 +52,8 @@ def main():
     ap.add_argument("dirs", nargs="+", metavar="DIR")
     ap.add_argument("--reps", type=int, default=2000)
     ap.add_argument("--json")
+    ap.add_argument("--profile", action="store_true",
+                    help="then profile the last module's apply() at m = 1 (cProfile, top functions)")
     a = ap.parse_args()
     if len(a.dirs) > 2:
         ap.error("one or two module folders")
@@ -133,6 +135,19 @@ def main():
         with open(a.json, "w") as f:
             json.dump({"layer": L.name, "n": L.n, "k": L.k, "reps": a.reps, "dirs": a.dirs,
                        "device": torch.cuda.get_device_name(), "rows": rows, "lookup": look}, f, indent=1)
+    if a.profile:
+        import cProfile
+        import pstats
+
+        s = sides[-1]
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(a.reps):
+            s[4].apply(s[5], xs[ms[0]])
+        prof.disable()
+        torch.cuda.synchronize()
+        print("profile of %s's apply() at m = %d, %d calls:" % (s[0], ms[0], a.reps))
+        pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(25)
     for s in sides:
         s[2].release_registrations(s[3])
         s[3].close()
