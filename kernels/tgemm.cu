@@ -271,24 +271,11 @@ __device__ __forceinline__ void tg_epilogue(const TgemmArgs &a, const float *ep,
 }
 
 // One 64-wide K step of a warpgroup over shared-memory stages: m64nWTk16
-// per 16-wide slice, A = its 64 weight rows at sa (the second matrix BM
-// rows on with DUAL), B = the tokens at sb. The caller commits the group.
-template <int WT, int BM, int DUAL>
-__device__ __forceinline__ void tg_wg_step(float *d, uint32_t sa, uint32_t sb)
-{
-    wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < TG_BK / 16; kk++) {
-        const uint64_t db = wg_desc_sw128(sb + kk * 32);
-#pragma unroll
-        for (int mat = 0; mat < 1 + DUAL; mat++)
-            Wgmma<WT>::run(d, wg_desc_sw128(sa + mat * BM * 128 + kk * 32), db);
-    }
-}
-
-// The same from descriptors already made (pipe 7): a 16-wide K slice is 32
-// bytes on, 2 in the descriptor's address field (address / 16); the second
-// matrix BM rows of 128 bytes on.
+// per 16-wide slice, A = its 64 weight rows (the second matrix BM rows on
+// with DUAL), B = the tokens, from their descriptors da, db (slot 0's moved
+// by the slot's offset): a 16-wide K slice is 32 bytes on, 2 in the
+// descriptor's address field (address / 16); the second matrix BM rows of
+// 128 bytes on. The caller commits the group.
 template <int WT, int BM, int DUAL>
 __device__ __forceinline__ void tg_wg_step_desc(float *d, uint64_t da, uint64_t db)
 {
@@ -436,6 +423,12 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
 #pragma unroll
         for (int i = 0; i < WT / 2; i++)
             d[i] = 0.f;
+        // The slot read, its phase (TMA) and the slot refilled as counters,
+        // and slot 0's descriptors moved by the slot's offset: no division
+        // by the ring depth and no descriptor rebuilt per step (round 34).
+        const uint64_t da0 = wg_desc_sw128(sm0 + wgm * 64 * 128),
+                       db0 = wg_desc_sw128(sm0 + C::w_bytes + wgn * WT * 128);
+        uint32_t slot = 0, ph = 0, fill = AHEAD % STAGES;
 #pragma unroll 1
         for (int kstep = 0; kstep < nk; kstep++) {
             if (Z && kstep == 0)
@@ -443,7 +436,7 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
             else
                 cp_async_wait<AHEAD - 1>();
             if constexpr (TMA)
-                mbar_wait(smem_u32(&s_bar[kstep % STAGES]), (kstep / STAGES) & 1);
+                mbar_wait(smem_u32(&s_bar[0]) + slot * 8, ph);
             fence_proxy_async_smem(); // this thread's copies, visible to wgmma
             __syncthreads();
             {
@@ -453,17 +446,16 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
                 // MODE 3 and 4).
                 const int nxt = kstep + AHEAD;
                 if (nxt < nk)
-                    load_stage(nxt % STAGES, nxt);
+                    load_stage((int)fill, nxt);
                 cp_async_commit();
+                fill = fill + 1 == STAGES ? 0 : fill + 1;
             }
-            const uint32_t sa = sm0 + (kstep % STAGES) * C::stage_bytes + wgm * 64 * 128;
-            const uint32_t sb =
-                sm0 + (kstep % STAGES) * C::stage_bytes + C::w_bytes + wgn * WT * 128;
+            const uint32_t sb = sm0 + slot * C::stage_bytes + C::w_bytes + wgn * WT * 128;
             uint32_t af[4][4]; // Z: this step's A fragments
             if constexpr (Z) {
                 // This warp's row block: warp w4 of warpgroup wgm owns rows
                 // 64 wgm + 16 w4 .. + 15, its tile's three planes at lane * 16.
-                const uint32_t zp = sm0 + (kstep % STAGES) * C::stage_bytes +
+                const uint32_t zp = sm0 + slot * C::stage_bytes +
                                     (wgm * 4 + ((tid & 127) >> 5)) * PJ_Z12_TILE_BYTES + lane * 16;
                 uint4 p[3];
 #pragma unroll
@@ -476,7 +468,8 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
                 for (int kk = 0; kk < TG_BK / 16; kk++)
                     WgmmaRA<WT>::run(d, af[kk], wg_desc_sw128(sb + kk * 32));
             } else {
-                tg_wg_step<WT, BM, DUAL>(d, sa, sb);
+                const uint64_t off = slot * (uint32_t)(C::stage_bytes / 16);
+                tg_wg_step_desc<WT, BM, DUAL>(d, da0 + off, db0 + off);
             }
             wg_commit();
             // Z: af is read by the hardware after issue and is rebuilt next
@@ -486,6 +479,8 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
 #pragma unroll
                 for (int i = 0; i < 16; i++)
                     wg_keep(af[i / 4][i % 4]);
+            if (++slot == STAGES)
+                slot = 0, ph ^= 1;
         }
         wg_wait<0>();
         cp_async_wait<0>();
