@@ -31,8 +31,7 @@ if [ "${MPS:-0}" = 1 ]; then
     timeout 20 nvidia-cuda-mps-control -d || { echo "sglang-apply: MPS did not start" >&2; exit 1; }
     echo "sglang-apply: under MPS"
 fi
-model=$tmp/small.safetensors
-"$bin/projctl" mkmodel --preset "${PRESET:-small}" --seed 3 --out "$model" >/dev/null || exit 1
+pjd_mkmodel "${PRESET:-small}" 3
 pjd_start main '{ "device": { "backend": "cuda" }, "log": { "level": "warn" } }' 60
 rc=0
 timeout --kill-after=10 300 env PYTHONDONTWRITEBYTECODE=1 PROJD_LIB="$lib" \

@@ -4,6 +4,8 @@
 #
 #   pjd_setup TAG          a temporary folder $tmp, killed daemons and the
 #                          folder removed on exit; messages start with TAG
+#   pjd_mkmodel PRESET SEED  the generated model in $tmp, its path in $model
+#                          (else the suite fails, saying so)
 #   pjd_start NAME JSON S  projd with config JSON and model $model on
 #                          ipc://$tmp/NAME.sock, answering within S seconds
 #                          (else the suite fails with its log)
@@ -13,7 +15,7 @@
 #                          when it is a sanitizer build (the runtime first;
 #                          the interpreter's own allocations are not ours)
 # The caller sets $bin (the build's bin folder) and, before pjd_start,
-# $model (the model file).
+# $model (the model file; pjd_mkmodel sets it).
 # shellcheck disable=SC2154  # bin and model: the caller's
 
 pjd_setup() {
@@ -35,6 +37,14 @@ pjd_cleanup() {
         fi
     done
     rm -rf "$tmp"
+}
+
+pjd_mkmodel() {
+    model=$tmp/$1-$2.safetensors
+    if ! "$bin/projctl" mkmodel --preset "$1" --seed "$2" --out "$model" >/dev/null; then
+        echo "$pjd_tag: FAIL: projctl mkmodel --preset $1 --seed $2" >&2
+        exit 1
+    fi
 }
 
 pjd_start() {

@@ -35,11 +35,7 @@ fi
 . "$(dirname "$0")/daemons.sh"
 pjd_setup e2e_python
 
-model=$tmp/small.safetensors
-if ! "$bin/projctl" mkmodel --preset small --seed 1 --out "$model" >/dev/null; then
-    echo "e2e_python: FAIL: projctl mkmodel" >&2
-    exit 1
-fi
+pjd_mkmodel small 1
 
 # start_daemon NAME CPU_JSON: projd (cpu) on ipc://$tmp/NAME.sock, up within 30 s.
 start_daemon() {

@@ -31,11 +31,7 @@ fi
 . "$here/../daemons.sh"
 pjd_setup python_torch
 
-model=$tmp/small.safetensors
-if ! "$bin/projctl" mkmodel --preset small --seed 3 --out "$model" >/dev/null; then
-    echo "python_torch: FAIL: projctl mkmodel" >&2
-    exit 1
-fi
+pjd_mkmodel small 3
 # start_daemon NAME EXTRA_JSON: projd (cuda) on ipc://$tmp/NAME.sock, up within 60 s.
 start_daemon() {
     pjd_start "$1" "{ \"device\": { \"backend\": \"cuda\" }, \"log\": { \"level\": \"warn\" }$2 }" 60
