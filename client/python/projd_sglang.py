@@ -120,6 +120,13 @@ class _Registrations:
         self.ids[aid or region.handle] = (region.base, buf)
         return buf, region.offset
 
+    def events_for(self, device: int, torch) -> "_Events":
+        """The connection's events on device, made on first use."""
+        ev = self.events.get(device)
+        if ev is None:
+            ev = self.events[device] = _Events(torch)
+        return ev
+
     def clear(self) -> None:
         with self.lock:
             while self.ids:
@@ -229,18 +236,6 @@ class ProjdLinearMethod:
             with reg.lock, torch.cuda.device(x.device):
                 xb, xo = reg.lookup(x2.data_ptr())
                 yb, yo = reg.lookup(y.data_ptr())
-                stream = torch.cuda.current_stream()
-                ev = None
-                if reg.events_ok:
-                    ev = reg.events.get(x.device.index)
-                    if ev is None:
-                        ev = reg.events[x.device.index] = _Events(torch)
-                    # x is written by kernels still queued on this stream,
-                    # and y's block may have been in use by earlier ones:
-                    # the daemon's stream starts after both.
-                    ev.x_ready.record(stream)
-                else:
-                    stream.synchronize()  # the same, waited for here
                 ops = [
                     projd.Op(
                         layer=L.index, m=min(lim.max_m, m - i), n=n,
@@ -249,29 +244,43 @@ class ProjdLinearMethod:
                     )
                     for i in range(0, m, lim.max_m)
                 ]
-                launched = False
-                try:
-                    for j in range(0, len(ops), lim.max_ops_per_request):
-                        chunk = ops[j : j + lim.max_ops_per_request]
-                        if ev is None:
-                            self.client.project(chunk)
-                            continue
-                        try:
-                            self.client.project(chunk, flags=projd.PF_ACCEPT_REPLY,
-                                                wait_event=ev.x_handle, signal_event=ev.y_handle)
-                            launched = True
-                        except projd.ProjdError as e:
-                            if e.status != projd.Status.E_FLAGS or launched:
-                                raise
-                            # No events here, and nothing ran: from now on
-                            # the synchronous form, for this connection.
-                            reg.events_ok, ev = False, None
-                            stream.synchronize()
-                            self.client.project(chunk)
-                finally:
-                    if launched:  # even on an error: what was launched reads x, writes y
-                        stream.wait_event(ev.y_done)
+                self._run(reg, torch, x.device.index, ops)
         y = y.reshape(*lead, n)
         if bias is not None:
             y += bias
         return y
+
+    def _run(self, reg, torch, device, ops) -> None:
+        """Send ops in requests of at most max_ops_per_request, after the
+        work queued on the current stream (x is written by it, and y's block
+        may have been in use by it) and before what follows on it: by the
+        connection's events, or, where the daemon has none, a sync here and
+        replies at completion. The caller holds reg.lock."""
+        stream = torch.cuda.current_stream()
+        per = self.client.info.limits.max_ops_per_request
+        chunks = [ops[j : j + per] for j in range(0, len(ops), per)]
+        if not reg.events_ok:
+            stream.synchronize()
+            for chunk in chunks:
+                self.client.project(chunk)
+            return
+        ev = reg.events_for(device, torch)
+        ev.x_ready.record(stream)
+        launched = False
+        try:
+            for chunk in chunks:
+                try:
+                    self.client.project(chunk, flags=projd.PF_ACCEPT_REPLY,
+                                        wait_event=ev.x_handle, signal_event=ev.y_handle)
+                    launched = True
+                except projd.ProjdError as e:
+                    if e.status != projd.Status.E_FLAGS or launched:
+                        raise
+                    # No events here, and nothing ran: from now on the
+                    # synchronous form, for this connection.
+                    reg.events_ok = False
+                    self._run(reg, torch, device, ops)
+                    return
+        finally:
+            if launched:  # even on an error: what was launched reads x, writes y
+                stream.wait_event(ev.y_done)
