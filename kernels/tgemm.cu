@@ -450,7 +450,6 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
                 cp_async_commit();
                 fill = fill + 1 == STAGES ? 0 : fill + 1;
             }
-            const uint32_t sb = sm0 + slot * C::stage_bytes + C::w_bytes + wgn * WT * 128;
             uint32_t af[4][4]; // Z: this step's A fragments
             if constexpr (Z) {
                 // This warp's row block: warp w4 of warpgroup wgm owns rows
@@ -464,6 +463,7 @@ __global__ void __launch_bounds__(WM *WN * 32) tgemm_kernel(const __grid_constan
                 z12_afrag(af, p, a.z.base * 0x01010101u);
                 zx.patch(a, af, wgm * 4 + ((tid & 127) >> 5), kstep, lane);
                 wg_fence();
+                const uint32_t sb = sm0 + slot * C::stage_bytes + C::w_bytes + wgn * WT * 128;
 #pragma unroll
                 for (int kk = 0; kk < TG_BK / 16; kk++)
                     WgmmaRA<WT>::run(d, af[kk], wg_desc_sw128(sb + kk * 32));
