@@ -71,11 +71,13 @@ static const char *const type_names[] = {
     [PJ_MSG_PING] = "PING",
     [PJ_MSG_PONG] = "PONG",
     [PJ_MSG_ERROR] = "ERROR",
+    [PJ_MSG_RING_ATTACH] = "RING_ATTACH",
+    [PJ_MSG_RING_ATTACHED] = "RING_ATTACHED",
 };
 
 int pj_msg_type_valid(int type)
 {
-    return type >= PJ_MSG_HELLO && type <= PJ_MSG_ERROR;
+    return type >= PJ_MSG_HELLO && type <= PJ_MSG_LAST;
 }
 
 const char *pj_msg_type_name(int type)
@@ -239,15 +241,21 @@ int pj_enc_welcome(pj_wbuf *b, uint64_t req_id, const pj_welcome *m)
     return wb_end(b, at);
 }
 
+/* A shm name: u16 length, then the bytes. */
+static void wb_shm_name(pj_wbuf *b, const char *name, size_t cap)
+{
+    size_t nl = strnlen(name, cap);
+    wb_u16(b, (uint16_t)nl);
+    wb_put(b, name, nl);
+}
+
 int pj_enc_register(pj_wbuf *b, uint64_t req_id, const pj_register *m)
 {
     size_t at = wb_begin(b, PJ_MSG_REGISTER, req_id);
     wb_u8(b, m->kind);
     wb_u64(b, m->size);
     if (m->kind == PJ_BUF_SHM) {
-        size_t nl = strnlen(m->shm_name, sizeof m->shm_name);
-        wb_u16(b, (uint16_t)nl);
-        wb_put(b, m->shm_name, nl);
+        wb_shm_name(b, m->shm_name, sizeof m->shm_name);
     } else if (m->kind == PJ_BUF_CUDA) {
         wb_put(b, m->ipc_handle, PJ_WIRE_IPC_HANDLE_SIZE);
         wb_put(b, m->device_uuid, PJ_WIRE_UUID_SIZE);
@@ -261,6 +269,24 @@ int pj_enc_registered(pj_wbuf *b, uint64_t req_id, const pj_registered *m)
     size_t at = wb_begin(b, PJ_MSG_REGISTERED, req_id);
     wb_u32(b, m->buffer_id);
     wb_u64(b, m->size);
+    return wb_end(b, at);
+}
+
+int pj_enc_ring_attach(pj_wbuf *b, uint64_t req_id, const pj_ring_attach *m)
+{
+    size_t at = wb_begin(b, PJ_MSG_RING_ATTACH, req_id);
+    wb_u32(b, m->slots);
+    wb_u32(b, m->slot_bytes);
+    wb_shm_name(b, m->shm_name, sizeof m->shm_name);
+    return wb_end(b, at);
+}
+
+int pj_enc_ring_attached(pj_wbuf *b, uint64_t req_id, const pj_ring_attached *m)
+{
+    size_t at = wb_begin(b, PJ_MSG_RING_ATTACHED, req_id);
+    wb_u32(b, m->slots);
+    wb_u32(b, m->slot_bytes);
+    wb_u32(b, m->spin_us);
     return wb_end(b, at);
 }
 
@@ -621,6 +647,21 @@ static int check_shm_name(pj_rd *r, const char *name, size_t nl)
     return PJ_OK;
 }
 
+/* A shm name as wb_shm_name writes it, into name (PJ_WIRE_SHM_NAME_MAX + 1
+ * bytes). */
+static int rd_shm_name(pj_rd *r, char *name)
+{
+    uint16_t nl;
+    if (rd_u16(r, "name_len", &nl))
+        return PJ_E_PROTO;
+    if (nl > PJ_WIRE_SHM_NAME_MAX)
+        return rd_fail(r, PJ_E_PROTO, "name_len %u exceeds %d", nl, PJ_WIRE_SHM_NAME_MAX);
+    int rc = rd_str(r, "shm name", nl, name);
+    if (rc)
+        return rc;
+    return check_shm_name(r, name, nl);
+}
+
 int pj_dec_register(const void *body, size_t len, pj_register *m, char *err, size_t errlen)
 {
     pj_rd r;
@@ -629,15 +670,7 @@ int pj_dec_register(const void *body, size_t len, pj_register *m, char *err, siz
     if (rd_u8(&r, "kind", &m->kind) || rd_u64(&r, "size", &m->size))
         return PJ_E_PROTO;
     if (m->kind == PJ_BUF_SHM) {
-        uint16_t nl;
-        if (rd_u16(&r, "name_len", &nl))
-            return PJ_E_PROTO;
-        if (nl > PJ_WIRE_SHM_NAME_MAX)
-            return rd_fail(&r, PJ_E_PROTO, "name_len %u exceeds %d", nl, PJ_WIRE_SHM_NAME_MAX);
-        int rc = rd_str(&r, "shm name", nl, m->shm_name);
-        if (rc)
-            return rc;
-        rc = check_shm_name(&r, m->shm_name, nl);
+        int rc = rd_shm_name(&r, m->shm_name);
         if (rc)
             return rc;
     } else if (m->kind == PJ_BUF_CUDA) {
@@ -647,6 +680,31 @@ int pj_dec_register(const void *body, size_t len, pj_register *m, char *err, siz
     } else {
         return rd_fail(&r, PJ_E_PROTO, "unknown buffer kind %u", m->kind);
     }
+    return rd_end(&r);
+}
+
+int pj_dec_ring_attach(const void *body, size_t len, pj_ring_attach *m, char *err, size_t errlen)
+{
+    pj_rd r;
+    rd_init(&r, body, len, "RING_ATTACH", err, errlen);
+    memset(m, 0, sizeof *m);
+    if (rd_u32(&r, "slots", &m->slots) || rd_u32(&r, "slot_bytes", &m->slot_bytes))
+        return PJ_E_PROTO;
+    int rc = rd_shm_name(&r, m->shm_name);
+    if (rc)
+        return rc;
+    return rd_end(&r);
+}
+
+int pj_dec_ring_attached(const void *body, size_t len, pj_ring_attached *m, char *err,
+                         size_t errlen)
+{
+    pj_rd r;
+    rd_init(&r, body, len, "RING_ATTACHED", err, errlen);
+    memset(m, 0, sizeof *m);
+    if (rd_u32(&r, "slots", &m->slots) || rd_u32(&r, "slot_bytes", &m->slot_bytes) ||
+        rd_u32(&r, "spin_us", &m->spin_us))
+        return PJ_E_PROTO;
     return rd_end(&r);
 }
 

@@ -30,7 +30,11 @@ typedef enum pj_msg_type {
     PJ_MSG_PING = 11,
     PJ_MSG_PONG = 12,
     PJ_MSG_ERROR = 13,
+    PJ_MSG_RING_ATTACH = 14,
+    PJ_MSG_RING_ATTACHED = 15,
 } pj_msg_type;
+
+#define PJ_MSG_LAST PJ_MSG_RING_ATTACHED
 
 /* Status / error codes carried by ERROR and DONE. Stable numbers. */
 typedef enum pj_status {
@@ -170,6 +174,18 @@ typedef struct pj_error_msg {
     char msg[PJ_WIRE_MSG_MAX + 1];
 } pj_error_msg;
 
+/* RING_ATTACH: the client's shared-memory ring (protocol/ring.h). */
+typedef struct pj_ring_attach {
+    uint32_t slots, slot_bytes;
+    char shm_name[PJ_WIRE_SHM_NAME_MAX + 1];
+} pj_ring_attach;
+
+/* RING_ATTACHED: what the daemon will do with it. */
+typedef struct pj_ring_attached {
+    uint32_t slots, slot_bytes;
+    uint32_t spin_us; /* how long the daemon's poller spins before it sleeps */
+} pj_ring_attached;
+
 /* ---- encoding -------------------------------------------------------------
  * A growable byte buffer. Encoders append a whole message (header included)
  * and return 0 or -ENOMEM; the header's body_len is filled in. They write
@@ -201,6 +217,8 @@ int pj_enc_stats_reply(pj_wbuf *b, uint64_t req_id, const char *json, size_t len
 int pj_enc_ping(pj_wbuf *b, uint64_t req_id, const void *payload, size_t len);
 int pj_enc_pong(pj_wbuf *b, uint64_t req_id, const void *payload, size_t len);
 int pj_enc_error(pj_wbuf *b, uint64_t req_id, int32_t code, uint32_t op_index, const char *msg);
+int pj_enc_ring_attach(pj_wbuf *b, uint64_t req_id, const pj_ring_attach *m);
+int pj_enc_ring_attached(pj_wbuf *b, uint64_t req_id, const pj_ring_attached *m);
 /* Any type with an arbitrary body (tests build unknown types and bad bodies
  * with it). -EINVAL when len does not fit the u32 body_len. */
 int pj_enc_raw(pj_wbuf *b, uint64_t req_id, uint16_t type, const void *body, size_t len);
@@ -231,5 +249,10 @@ int pj_dec_error(const void *body, size_t len, pj_error_msg *m, char *err, size_
 int pj_dec_stats(const void *body, size_t len, char *err, size_t errlen);
 /* PING and PONG: payload of at most PJ_WIRE_PING_MAX bytes (it is the body). */
 int pj_dec_ping(const void *body, size_t len, char *err, size_t errlen);
+/* RING_ATTACH: the name follows REGISTER's rules; the geometry is only
+ * decoded here (protocol/ring.h checks it). */
+int pj_dec_ring_attach(const void *body, size_t len, pj_ring_attach *m, char *err, size_t errlen);
+int pj_dec_ring_attached(const void *body, size_t len, pj_ring_attached *m, char *err,
+                         size_t errlen);
 
 #endif

@@ -137,6 +137,8 @@ enum {
     K_PING,
     K_PONG,
     K_ERROR,
+    K_RING_ATTACH,
+    K_RING_ATTACHED,
     K_COUNT
 };
 
@@ -211,6 +213,17 @@ static void encode_kind(int kind, pj_wbuf *b, uint64_t req_id)
     case K_ERROR:
         rc = pj_enc_error(b, req_id, PJ_E_SHAPE, 2, "op 2: m 300 exceeds max_m 256");
         break;
+    case K_RING_ATTACH: {
+        pj_ring_attach a = {.slots = 64, .slot_bytes = 4096};
+        snprintf(a.shm_name, sizeof a.shm_name, "/projd-ring-1234-abcd");
+        rc = pj_enc_ring_attach(b, req_id, &a);
+        break;
+    }
+    case K_RING_ATTACHED: {
+        pj_ring_attached a = {.slots = 64, .slot_bytes = 4096, .spin_us = 50};
+        rc = pj_enc_ring_attached(b, req_id, &a);
+        break;
+    }
     }
     ck_assert_int_eq(rc, 0);
 }
@@ -233,6 +246,8 @@ static int kind_type(int kind)
         [K_PING] = PJ_MSG_PING,
         [K_PONG] = PJ_MSG_PONG,
         [K_ERROR] = PJ_MSG_ERROR,
+        [K_RING_ATTACH] = PJ_MSG_RING_ATTACH,
+        [K_RING_ATTACHED] = PJ_MSG_RING_ATTACHED,
     };
     return t[kind];
 }
@@ -322,6 +337,20 @@ static int decode_as(int type, const uint8_t *body, size_t len, uint64_t req_id,
         rc = pj_dec_error(body, len, &m, err, errlen);
         if (rc == PJ_OK && out)
             ck_assert_int_eq(pj_enc_error(out, req_id, m.code, m.op_index, m.msg), 0);
+        return rc;
+    }
+    case PJ_MSG_RING_ATTACH: {
+        pj_ring_attach m;
+        rc = pj_dec_ring_attach(body, len, &m, err, errlen);
+        if (rc == PJ_OK && out)
+            ck_assert_int_eq(pj_enc_ring_attach(out, req_id, &m), 0);
+        return rc;
+    }
+    case PJ_MSG_RING_ATTACHED: {
+        pj_ring_attached m;
+        rc = pj_dec_ring_attached(body, len, &m, err, errlen);
+        if (rc == PJ_OK && out)
+            ck_assert_int_eq(pj_enc_ring_attached(out, req_id, &m), 0);
         return rc;
     }
     }
@@ -976,10 +1005,13 @@ START_TEST(test_names)
     ck_assert_str_eq(pj_msg_type_name(PJ_MSG_STATS_REPLY), "STATS_REPLY");
     ck_assert_str_eq(pj_msg_type_name(PJ_MSG_ERROR), "ERROR");
     ck_assert_str_eq(pj_msg_type_name(0), "UNKNOWN");
-    ck_assert_str_eq(pj_msg_type_name(14), "UNKNOWN");
+    ck_assert_str_eq(pj_msg_type_name(PJ_MSG_RING_ATTACHED), "RING_ATTACHED");
+    ck_assert_str_eq(pj_msg_type_name(16), "UNKNOWN");
     ck_assert_str_eq(pj_msg_type_name(-3), "UNKNOWN");
     ck_assert_int_eq(pj_msg_type_valid(0), 0);
     ck_assert_int_eq(pj_msg_type_valid(13), 1);
+    ck_assert_int_eq(pj_msg_type_valid(15), 1);
+    ck_assert_int_eq(pj_msg_type_valid(16), 0);
 }
 END_TEST
 

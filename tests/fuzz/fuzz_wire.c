@@ -97,6 +97,20 @@ static int decode_as(int type, const uint8_t *body, size_t len, uint64_t req_id,
             pj_enc_error(out, req_id, m.code, m.op_index, m.msg);
         break;
     }
+    case PJ_MSG_RING_ATTACH: {
+        pj_ring_attach m;
+        rc = pj_dec_ring_attach(body, len, &m, err, sizeof err);
+        if (rc == PJ_OK && out)
+            pj_enc_ring_attach(out, req_id, &m);
+        break;
+    }
+    case PJ_MSG_RING_ATTACHED: {
+        pj_ring_attached m;
+        rc = pj_dec_ring_attached(body, len, &m, err, sizeof err);
+        if (rc == PJ_OK && out)
+            pj_enc_ring_attached(out, req_id, &m);
+        break;
+    }
     }
     /* Every failure explains itself. */
     if (rc != PJ_OK && rc != PJ_E_TYPE && err[0] == '\0')
@@ -126,7 +140,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t blen = size - PJ_WIRE_HDR_SIZE;
         uint8_t *body = malloc(blen);
         memcpy(body, data + PJ_WIRE_HDR_SIZE, blen);
-        for (int t = PJ_MSG_HELLO; t <= PJ_MSG_ERROR; t++)
+        for (int t = PJ_MSG_HELLO; t <= PJ_MSG_LAST; t++)
             decode_as(t, body, blen, 0, NULL);
         free(body);
     }
