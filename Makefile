@@ -5,7 +5,7 @@
 #   make test       install missing packages (as root), build, run the CPU suites
 #   make test-gpu   GPU suites (on the H200 host, see README)
 #   make fuzz       libFuzzer harnesses, FUZZ_SECONDS each (default 20)
-#   make bench-ipc  nng round-trip latency table (cpu backend)
+#   make bench-ipc  round-trip latency table, nng and ring (cpu backend)
 #   make format     clang-format every C/CUDA source
 #
 #   SANITIZE=address,undefined   sanitizer build (in build-address-undefined/)
@@ -139,7 +139,7 @@ $(CUDA_LIB): $(CUDA_O)
 
 # libprojd: the client library on its own, for programs outside this tree
 # (and ctypes): only the protocol and the client, linked against nng.
-LIBPROJD_O := $(BUILD)/obj/client/libprojd.o $(BUILD)/obj/client/shmbuf.o \
+LIBPROJD_O := $(BUILD)/obj/client/libprojd.o $(BUILD)/obj/client/shmbuf.o $(BUILD)/obj/protocol/ring.o \
               $(BUILD)/obj/protocol/wire.o $(BUILD)/obj/protocol/sockpath.o
 .PHONY: libprojd
 libprojd: $(BUILD)/lib/libprojd.so $(BUILD)/lib/libprojd.a

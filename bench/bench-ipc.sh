@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# `make bench-ipc`: nng round-trip latency of PING and of a tiny projection on
-# the cpu backend. Starts its own daemon on the small generated model and a
-# private socket, prints projctl's table, stops the daemon. A benchmark, not a
-# test: nothing here asserts a time.
+# `make bench-ipc`: round-trip latency of PING and of a tiny projection on
+# the cpu backend, over nng and over the shared-memory ring, in the same run
+# (alternating blocks). Starts its own daemon on the small generated model and
+# a private socket, prints projctl's table, stops the daemon. A benchmark, not
+# a test: nothing here asserts a time.
+#
+# Usage: bench/bench-ipc.sh [BUILD] [COUNT] [JSON]   (JSON: where the numbers go)
 set -euo pipefail
 build=${1:-build}
 count=${2:-2000}
@@ -18,4 +21,4 @@ for _ in $(seq 1 100); do
     sleep 0.1
 done
 echo "projd cpu backend, small model, $(nproc) cores, $count round trips each"
-timeout 300 "$build/bin/projctl" --socket "$sock" bench-ipc --count "$count"
+timeout 300 "$build/bin/projctl" --socket "$sock" bench-ipc --count "$count" ${3:+--out "$3"}

@@ -7,10 +7,13 @@ and B alternating), what the bare round trip under it costs (project() of one op
 registered once), and what the two ways of naming a tensor's allocation
 cost alone (projd.cuda_describe against projd.cuda_allocation).
 
-Usage: sglang_apply.py URL DIR_A [DIR_B] [--reps N] [--json OUT]
+Usage: sglang_apply.py URL DIR_A [DIR_B] [--reps N] [--json OUT] [--ring SIDES]
   URL    a projd on the cuda backend (bench/sglang-apply.sh starts one)
   DIR_*  folders holding a projd_sglang.py (the binding is the one on
          sys.path, i.e. client/python); B is timed against A
+  --ring A, B or AB: those sides' clients attach a shared-memory ring
+         (projd.Client(ring=True)); the same folder twice with --ring B
+         is nng against the ring
 Prints a table, medians in microseconds; --json writes them.
 """
 
@@ -52,6 +55,8 @@ def main():
     ap.add_argument("dirs", nargs="+", metavar="DIR")
     ap.add_argument("--reps", type=int, default=2000)
     ap.add_argument("--json")
+    ap.add_argument("--ring", default="", choices=["", "A", "B", "AB"],
+                    help="sides whose client sends through a shared-memory ring")
     ap.add_argument("--profile", action="store_true",
                     help="then profile the last module's apply() at m = 1 (cProfile, top functions)")
     a = ap.parse_args()
@@ -61,7 +66,11 @@ def main():
     sides = []
     for tag, d in zip("AB", a.dirs):
         mod = load_module(d, tag)
-        client = projd.Client(a.url, name="sglang_apply-" + tag)  # each copy its own cache
+        ring = tag in a.ring
+        client = projd.Client(a.url, name="sglang_apply-" + tag, ring=ring)  # each copy its own cache
+        if ring:
+            d += " (ring)"
+
         L = client.layers[0]
         meth = mod.ProjdLinearMethod(L.name, client)
         layer = torch.nn.Module()

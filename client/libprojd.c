@@ -23,12 +23,16 @@
 #include <unistd.h>
 
 #include "client/shmbuf.h"
+#include "protocol/ring.h"
 #include "protocol/sockpath.h"
 
 #define URL_MAX         600
 #define REPLY_MAX_BYTES (64u << 20) /* STATS_REPLY may be large; nothing else is */
 
+typedef struct ring_cli ring_cli;
+
 struct projd_conn {
+    ring_cli *ring; /* the fast path, once projd_ring_attach succeeded */
     nng_socket sock;
     nng_dialer dialer;
     char url[URL_MAX];
@@ -73,6 +77,33 @@ struct projd_request {
     int in_cb;          /* the user callback is running on cb_thread */
     int free_requested; /* projd_request_free called from the callback */
     pthread_t cb_thread;
+    /* Sent through the ring: no nng context or aio. */
+    ring_cli *ring;
+    int in_pending; /* on ring->pending, under ring->mu */
+    projd_request *rprev, *rnext;
+};
+
+/* The client's end of a shared-memory ring (protocol/ring.h). Requests are
+ * pushed on the submission queue by the calling thread; a reaper thread
+ * takes the replies off the completion queue and completes the requests,
+ * as nng's threads do for the other transport. */
+struct ring_cli {
+    pj_ring ring;
+    pj_shmbuf shm;
+    pthread_mutex_t mu;     /* the submission queue, pending, inflight, dead */
+    pthread_cond_t room;    /* a reply was taken: a slot may be free */
+    projd_request *pending; /* submitted, reply not handled yet */
+    uint32_t inflight;      /* pushed, reply not yet taken off the ring */
+    int dead;               /* the daemon closed the ring: requests go over nng */
+    char dead_why[200];
+    uint64_t spin_ns;
+    int removed_at_attach; /* conn->pipes_removed then */
+    int stop;
+    pthread_t reaper;
+    projd_conn *c;
+    /* The connection and every request made through the ring hold one;
+     * the last frees the struct (requests may outlive projd_close). */
+    atomic_int refs;
 };
 
 /* ---- small helpers -------------------------------------------------------------- */
@@ -208,17 +239,38 @@ const char *projd_format_name(int format)
 
 /* ---- requests ----------------------------------------------------------------- */
 
+static void ring_unlink(ring_cli *rc, projd_request *r);
+static void ring_unref(ring_cli *rc);
+
 static void req_destroy(projd_request *r, int from_callback)
 {
-    if (!from_callback)
-        nng_aio_stop(r->aio);
-    nng_ctx_close(r->ctx);
-    /* From inside the aio's own callback the aio cannot be freed in place
-     * (nng_aio_free waits for the callback): nng's reaper does it later. */
-    if (from_callback)
-        nng_aio_reap(r->aio);
-    else
-        nng_aio_free(r->aio);
+    if (r->ring) {
+        /* Freed before its reply came: forget it (the reply is dropped).
+         * Otherwise the reaper or the close is completing it: wait. */
+        pthread_mutex_lock(&r->ring->mu);
+        int was_pending = r->in_pending;
+        if (was_pending)
+            ring_unlink(r->ring, r);
+        pthread_mutex_unlock(&r->ring->mu);
+        if (!was_pending && !from_callback) {
+            pthread_mutex_lock(&r->mu);
+            while (!r->done && !r->free_requested)
+                pthread_cond_wait(&r->cv, &r->mu);
+            pthread_mutex_unlock(&r->mu);
+        }
+        ring_unref(r->ring);
+    } else {
+        if (!from_callback)
+            nng_aio_stop(r->aio);
+        nng_ctx_close(r->ctx);
+        /* From inside the aio's own callback the aio cannot be freed in
+         * place (nng_aio_free waits for the callback): nng's reaper does it
+         * later. */
+        if (from_callback)
+            nng_aio_reap(r->aio);
+        else
+            nng_aio_free(r->aio);
+    }
     if (r->reply)
         nng_msg_free(r->reply);
     free(r->op_res);
@@ -371,18 +423,12 @@ static void req_callback(void *arg)
     req_complete(r);
 }
 
-/* Sends the message in w (whole, header included) on a new context. On
- * success *out is a request that will complete; on failure nothing is left. */
-static int req_submit(projd_conn *c, const pj_wbuf *w, const char *what, uint16_t expect,
-                      uint64_t req_id, uint32_t n_ops, projd_callback cb, void *arg,
-                      projd_request **out, projd_error *e)
+static projd_request *req_new(projd_conn *c, const char *what, uint16_t expect, uint64_t req_id,
+                              uint32_t n_ops, projd_callback cb, void *arg)
 {
-    *out = NULL;
-    if (w->oom)
-        return fail(e, -ENOMEM, "%s: out of memory encoding the request", what);
     projd_request *r = calloc(1, sizeof *r);
     if (!r)
-        return fail(e, -ENOMEM, "%s: out of memory", what);
+        return NULL;
     r->what = what;
     r->expect = expect;
     r->req_id = req_id;
@@ -391,14 +437,51 @@ static int req_submit(projd_conn *c, const pj_wbuf *w, const char *what, uint16_
     r->res.n_ops = n_ops;
     r->res.failed_op = UINT32_MAX;
     r->timeout_ms = atomic_load(&c->timeout_ms);
+    if (n_ops && !(r->op_res = calloc(n_ops, sizeof *r->op_res))) {
+        free(r);
+        return NULL;
+    }
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
+    return r;
+}
+
+static void req_free_unsent(projd_request *r)
+{
+    free(r->op_res);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+static int ring_submit(ring_cli *rc, const pj_wbuf *w, projd_request *r, projd_error *e);
+
+/* Sends the message in w (whole, header included): PROJECT and PING through
+ * the ring when there is one, anything else on a new nng context. On
+ * success *out is a request that will complete; on failure nothing is left. */
+static int req_submit(projd_conn *c, const pj_wbuf *w, const char *what, uint16_t expect,
+                      uint64_t req_id, uint32_t n_ops, projd_callback cb, void *arg,
+                      projd_request **out, projd_error *e)
+{
+    *out = NULL;
+    if (w->oom)
+        return fail(e, -ENOMEM, "%s: out of memory encoding the request", what);
+    projd_request *r = req_new(c, what, expect, req_id, n_ops, cb, arg);
+    if (!r)
+        return fail(e, -ENOMEM, "%s: out of memory", what);
+    if (c->ring && (expect == PJ_MSG_DONE || expect == PJ_MSG_PONG)) {
+        int rc = ring_submit(c->ring, w, r, e);
+        if (rc == 0) {
+            *out = r;
+            return 0;
+        }
+        if (rc != -EPIPE) { /* -EPIPE: the ring is gone, use nng */
+            req_free_unsent(r);
+            return rc;
+        }
+    }
     int rv;
     nng_msg *m = NULL;
-    if (n_ops && !(r->op_res = calloc(n_ops, sizeof *r->op_res))) {
-        rv = NNG_ENOMEM;
-        goto fail_alloc;
-    }
     if ((rv = nng_aio_alloc(&r->aio, req_callback, r)) != 0)
         goto fail_alloc;
     if ((rv = nng_ctx_open(&r->ctx, c->sock)) != 0) {
@@ -419,10 +502,7 @@ static int req_submit(projd_conn *c, const pj_wbuf *w, const char *what, uint16_
     *out = r;
     return 0;
 fail_alloc:
-    free(r->op_res);
-    pthread_mutex_destroy(&r->mu);
-    pthread_cond_destroy(&r->cv);
-    free(r);
+    req_free_unsent(r);
     return fail(e, nng_errno(rv), "%s: %s", what, nng_strerror(rv));
 }
 
@@ -464,6 +544,17 @@ int projd_request_result(projd_request *r, projd_result *res, projd_error *e)
 
 int projd_request_wait(projd_request *r, projd_result *res, projd_error *e)
 {
+    if (r->ring) {
+        /* The reaper completes ring requests: waiting on it from its own
+         * thread (a callback) would wait forever. */
+        if (pthread_equal(pthread_self(), r->ring->reaper))
+            return fail(e, -EDEADLK, "%s: waited for from a ring callback", r->what);
+        /* A reply usually comes within microseconds: spin before sleeping
+         * on the condition variable, whose wake-up costs more than that. */
+        uint64_t until = now_ns() + r->ring->spin_ns;
+        while (!__atomic_load_n(&r->done, __ATOMIC_ACQUIRE) && now_ns() < until)
+            ;
+    }
     /* The aio deadline guarantees completion; the grace only guards against
      * a bug turning into a hang. */
     struct timespec ts;
@@ -520,6 +611,321 @@ static const uint8_t *reply_body(const projd_request *r, size_t *len)
 uint64_t projd_next_req_id(projd_conn *c)
 {
     return atomic_fetch_add(&c->next_id, 1);
+}
+
+/* ---- the shared-memory ring ----------------------------------------------------- */
+
+static void ring_unlink(ring_cli *rc, projd_request *r)
+{
+    if (r->rprev)
+        r->rprev->rnext = r->rnext;
+    else
+        rc->pending = r->rnext;
+    if (r->rnext)
+        r->rnext->rprev = r->rprev;
+    r->rprev = r->rnext = NULL;
+    r->in_pending = 0;
+}
+
+static void ring_unref(ring_cli *rc)
+{
+    if (atomic_fetch_sub(&rc->refs, 1) != 1)
+        return;
+    pthread_mutex_destroy(&rc->mu);
+    pthread_cond_destroy(&rc->room);
+    free(rc);
+}
+
+/* Push r's message; r joins the pending list. 0; -EPIPE when the ring is
+ * dead (the caller uses nng); -ETIMEDOUT when no slot came free in time;
+ * -EMSGSIZE when the message does not fit a slot. */
+static int ring_submit(ring_cli *rc, const pj_wbuf *w, projd_request *r, projd_error *e)
+{
+    if (w->len > pj_ring_msg_max(&rc->ring))
+        return fail(e, -EMSGSIZE, "%s: %zu bytes do not fit a ring slot (%zu)", r->what, w->len,
+                    pj_ring_msg_max(&rc->ring));
+    r->t_submit = now_ns();
+    r->deadline = r->t_submit + (uint64_t)r->timeout_ms * 1000000ull;
+    pthread_mutex_lock(&rc->mu);
+    /* Waiting for a slot keeps requests in submission order; sending the
+     * overflow over nng would let it overtake. */
+    while (!rc->dead && rc->inflight >= rc->ring.slots) {
+        uint64_t t = now_ns();
+        if (t >= r->deadline)
+            break;
+        uint64_t wake = r->deadline - t;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + wake;
+        ts.tv_sec += (time_t)(ns / 1000000000ull);
+        ts.tv_nsec = (long)(ns % 1000000000ull);
+        pthread_cond_timedwait(&rc->room, &rc->mu, &ts);
+    }
+    if (rc->dead) {
+        pthread_mutex_unlock(&rc->mu);
+        return -EPIPE;
+    }
+    if (rc->inflight >= rc->ring.slots) {
+        pthread_mutex_unlock(&rc->mu);
+        return fail(e, -ETIMEDOUT, "%s: no free ring slot within %d ms (%u requests in flight)",
+                    r->what, r->timeout_ms, rc->ring.slots);
+    }
+    int prc = pj_ring_push(&rc->ring, PJ_RING_SQ, w->data, w->len);
+    if (prc != 0) {
+        pthread_mutex_unlock(&rc->mu);
+        return fail(e, -EIO, "%s: ring push: %s", r->what, strerror(-prc));
+    }
+    rc->inflight++;
+    r->ring = rc;
+    atomic_fetch_add(&rc->refs, 1);
+    r->in_pending = 1;
+    r->rprev = NULL;
+    r->rnext = rc->pending;
+    if (rc->pending)
+        rc->pending->rprev = r;
+    rc->pending = r;
+    pthread_mutex_unlock(&rc->mu);
+    return 0;
+}
+
+/* Takes the first pending request that `pick` selects off the list, or
+ * NULL. One at a time: a callback that frees another pending request then
+ * finds it still pending (and drops it) instead of waiting for a completion
+ * that would come after its own. */
+static projd_request *ring_take_one(ring_cli *rc, int (*pick)(const projd_request *, uint64_t),
+                                    uint64_t arg)
+{
+    pthread_mutex_lock(&rc->mu);
+    projd_request *r = rc->pending;
+    while (r && !pick(r, arg))
+        r = r->rnext;
+    if (r)
+        ring_unlink(rc, r);
+    pthread_mutex_unlock(&rc->mu);
+    return r;
+}
+
+static int pick_any(const projd_request *r, uint64_t arg)
+{
+    (void)r;
+    (void)arg;
+    return 1;
+}
+
+static int pick_expired(const projd_request *r, uint64_t now)
+{
+    return now >= r->deadline;
+}
+
+/* Completes every pending request with code and why, and sends later ones
+ * over nng (dead). Called by the reaper or by close. */
+static void ring_fail_all(ring_cli *rc, int code, const char *why)
+{
+    pthread_mutex_lock(&rc->mu);
+    if (!rc->dead) {
+        rc->dead = 1;
+        snprintf(rc->dead_why, sizeof rc->dead_why, "%s", why);
+    }
+    pthread_cond_broadcast(&rc->room);
+    pthread_mutex_unlock(&rc->mu);
+    projd_request *r;
+    while ((r = ring_take_one(rc, pick_any, 0)) != NULL) {
+        r->rc = fail(&r->err, code, "%s: %s", r->what, why);
+        r->res.total_ns = now_ns() - r->t_submit;
+        req_complete(r);
+    }
+}
+
+/* One reply off the completion queue: its request, if still wanted. */
+static void ring_take_reply(ring_cli *rc, const uint8_t *msg, size_t len)
+{
+    uint64_t id = 0;
+    if (len >= PJ_WIRE_HDR_SIZE)
+        for (int i = 7; i >= 0; i--)
+            id = id << 8 | msg[16 + i];
+    pthread_mutex_lock(&rc->mu);
+    rc->inflight--;
+    projd_request *r = rc->pending;
+    while (r && r->req_id != id)
+        r = r->rnext;
+    if (r)
+        ring_unlink(rc, r);
+    pthread_cond_signal(&rc->room);
+    pthread_mutex_unlock(&rc->mu);
+    if (!r)
+        return; /* timed out or freed meanwhile */
+    r->res.total_ns = now_ns() - r->t_submit;
+    if (nng_msg_alloc(&r->reply, len) != 0) {
+        r->reply = NULL;
+        r->rc = fail(&r->err, -ENOMEM, "%s: out of memory for the reply", r->what);
+    } else {
+        memcpy(nng_msg_body(r->reply), msg, len);
+        req_parse(r);
+    }
+    req_complete(r);
+}
+
+/* Requests past their deadline fail, as nng's aio timeout does. */
+static void ring_expire(ring_cli *rc)
+{
+    uint64_t t = now_ns();
+    projd_request *r;
+    while ((r = ring_take_one(rc, pick_expired, t)) != NULL) {
+        r->rc = fail(&r->err, -ETIMEDOUT, "%s: no reply within %d ms", r->what, r->timeout_ms);
+        r->res.total_ns = t - r->t_submit;
+        req_complete(r);
+    }
+}
+
+static void *ring_reaper(void *arg)
+{
+    ring_cli *rc = arg;
+    size_t cap = pj_ring_msg_max(&rc->ring);
+    uint8_t *buf = malloc(cap);
+    uint64_t last_expire = now_ns();
+    while (buf && !__atomic_load_n(&rc->stop, __ATOMIC_ACQUIRE)) {
+        int w = pj_ring_wait(&rc->ring, PJ_RING_CQ, rc->spin_ns, 20, &rc->stop);
+        if (w == -EINTR)
+            break;
+        size_t len;
+        int prc;
+        while ((prc = pj_ring_pop(&rc->ring, PJ_RING_CQ, buf, cap, &len)) != -EAGAIN) {
+            if (prc == -EPROTO) {
+                ring_fail_all(rc, -EPROTO, "the ring's completion queue is corrupt");
+                goto out;
+            }
+            ring_take_reply(rc, buf, len);
+        }
+        if (pj_ring_state(&rc->ring) == PJ_RING_STATE_CLOSED ||
+            atomic_load(&rc->c->pipes_removed) != rc->removed_at_attach) {
+            ring_fail_all(rc, -ECONNRESET,
+                          "projd closed the ring (connection lost or ring "
+                          "dropped); later requests go over nng");
+            break;
+        }
+        uint64_t t = now_ns();
+        if (w == -ETIMEDOUT || t - last_expire > 20000000ull) {
+            ring_expire(rc);
+            last_expire = t;
+        }
+    }
+out:
+    free(buf);
+    return NULL;
+}
+
+/* Slots big enough for any PROJECT the daemon takes (and its reply). */
+static uint32_t ring_slot_bytes(const projd_info *info)
+{
+    uint64_t need = PJ_WIRE_HDR_SIZE + 8 + 2 * PJ_WIRE_IPC_HANDLE_SIZE +
+                    (uint64_t)info->max_ops_per_request * PJ_WIRE_OP_SIZE + 64;
+    if (info->max_message_bytes && need > info->max_message_bytes)
+        need = info->max_message_bytes;
+    need += PJ_RING_SLOT_HDR;
+    need = (need + 63) / 64 * 64;
+    if (need < PJ_RING_MIN_SLOT)
+        need = PJ_RING_MIN_SLOT;
+    if (need > PJ_RING_MAX_SLOT)
+        need = PJ_RING_MAX_SLOT;
+    return (uint32_t)need;
+}
+
+int projd_ring_attach(projd_conn *c, uint32_t slots, projd_error *e)
+{
+    if (c->ring)
+        return fail(e, -EALREADY, "ring: this connection has one already");
+    if (slots == 0)
+        slots = PJ_RING_DEFAULT_SLOTS;
+    uint32_t slot_bytes = ring_slot_bytes(&c->info);
+    char err[256];
+    if (pj_ring_check_geometry(slots, slot_bytes, err, sizeof err) != 0)
+        return fail(e, -EINVAL, "ring: %s", err);
+    ring_cli *rc = calloc(1, sizeof *rc);
+    if (!rc)
+        return fail(e, -ENOMEM, "ring: out of memory");
+    size_t size = pj_ring_bytes(slots, slot_bytes);
+    int rv = pj_shmbuf_create(&rc->shm, size, err, sizeof err);
+    if (rv != 0) {
+        free(rc);
+        return fail(e, rv, "ring: %s", err);
+    }
+    pj_ring_format(rc->shm.ptr, slots, slot_bytes);
+    pj_ring_view(&rc->ring, rc->shm.ptr, size, slots, slot_bytes, err, sizeof err);
+    pj_ring_attach a = {.slots = slots, .slot_bytes = slot_bytes};
+    snprintf(a.shm_name, sizeof a.shm_name, "%s", rc->shm.name);
+    pj_wbuf w;
+    pj_wbuf_init(&w);
+    uint64_t rid = projd_next_req_id(c);
+    pj_enc_ring_attach(&w, rid, &a);
+    projd_request *r;
+    int rcode = call(c, &w, "RING_ATTACH", PJ_MSG_RING_ATTACHED, rid, &r, e);
+    pj_wbuf_free(&w);
+    if (rcode) {
+        pj_shmbuf_destroy(&rc->shm);
+        free(rc);
+        return rcode;
+    }
+    size_t len;
+    const uint8_t *b = reply_body(r, &len);
+    pj_ring_attached rep;
+    rcode = pj_dec_ring_attached(b, len, &rep, err, sizeof err);
+    projd_request_free(r);
+    if (rcode != PJ_OK) {
+        pj_shmbuf_destroy(&rc->shm);
+        free(rc);
+        return fail(e, -EPROTO, "reply to RING_ATTACH: %s", err);
+    }
+    /* The daemon has it mapped: nothing needs the name any more. */
+    pj_shmbuf_unlink(&rc->shm);
+    pthread_mutex_init(&rc->mu, NULL);
+    pthread_cond_init(&rc->room, NULL);
+    atomic_init(&rc->refs, 1);
+    rc->c = c;
+    rc->removed_at_attach = atomic_load(&c->pipes_removed);
+    /* Spin as long as the daemon's poller does: replies of a busy
+     * connection then arrive without a wake-up on either side. */
+    rc->spin_ns = (uint64_t)rep.spin_us * 1000u;
+    const char *spin = getenv("PROJD_RING_SPIN_US");
+    if (spin && *spin)
+        rc->spin_ns = strtoull(spin, NULL, 10) * 1000u;
+    rv = pthread_create(&rc->reaper, NULL, ring_reaper, rc);
+    if (rv != 0) {
+        pthread_mutex_destroy(&rc->mu);
+        pthread_cond_destroy(&rc->room);
+        pj_shmbuf_destroy(&rc->shm);
+        free(rc);
+        /* The daemon keeps polling a ring nobody uses until we close. */
+        return fail(e, -rv, "ring: cannot start the reaper thread: %s", strerror(rv));
+    }
+    c->ring = rc;
+    ok(e);
+    return 0;
+}
+
+int projd_ring_active(const projd_conn *c)
+{
+    ring_cli *rc = c->ring;
+    if (!rc)
+        return 0;
+    pthread_mutex_lock(&rc->mu);
+    int dead = rc->dead;
+    pthread_mutex_unlock(&rc->mu);
+    return !dead;
+}
+
+/* Stops the reaper, fails what is pending, unmaps. */
+static void ring_close(projd_conn *c)
+{
+    ring_cli *rc = c->ring;
+    if (!rc)
+        return;
+    c->ring = NULL;
+    __atomic_store_n(&rc->stop, 1, __ATOMIC_RELEASE);
+    pj_ring_kick(&rc->ring, PJ_RING_CQ);
+    pthread_join(rc->reaper, NULL);
+    ring_fail_all(rc, -ECANCELED, "the connection was closed");
+    pj_shmbuf_destroy(&rc->shm);
+    ring_unref(rc);
 }
 
 /* ---- connection ------------------------------------------------------------------ */
@@ -703,6 +1109,21 @@ fail_sock:
     return rc;
 }
 
+/* $PROJD_RING: "1" attaches a ring of the default size at connect, a
+ * number >= 2 one of that many slots, "0" or unset none. A daemon that
+ * refuses it (older, or ring.enabled = 0) leaves the connection on nng. */
+static void ring_from_env(projd_conn *c)
+{
+    const char *v = getenv("PROJD_RING");
+    if (!v || !*v || strcmp(v, "0") == 0)
+        return;
+    unsigned long slots = strtoul(v, NULL, 10);
+    projd_error e;
+    if (projd_ring_attach(c, slots == 1 ? 0 : (uint32_t)slots, &e) != 0 &&
+        getenv("PROJD_RING_VERBOSE"))
+        fprintf(stderr, "libprojd: PROJD_RING=%s: staying on nng: %s\n", v, e.msg);
+}
+
 int projd_connect(const char *url, const char *name, projd_conn **out, projd_error *e)
 {
     *out = NULL;
@@ -737,6 +1158,7 @@ int projd_connect(const char *url, const char *name, projd_conn **out, projd_err
         rc = connect_attempt(c, name, e);
         atomic_store(&c->timeout_ms, PROJD_DEFAULT_TIMEOUT_MS);
         if (rc == 0) {
+            ring_from_env(c);
             ok(e);
             *out = c;
             return 0;
@@ -758,6 +1180,7 @@ void projd_close(projd_conn *c)
     if (!c)
         return;
     /* Completes every outstanding request with an error first. */
+    ring_close(c);
     close_sock(c);
     pthread_mutex_lock(&c->mu);
     projd_buffer *b = c->buffers;

@@ -42,6 +42,7 @@ typedef struct opts {
     int json;
     const char *out;
     const char *preset;
+    const char *transport; /* bench-ipc: nng, ring or both */
     long count;
     const char *positional;
     pj_config cfg;
@@ -57,7 +58,8 @@ static const char *usage_main =
     "  project --layer L --m M     one projection on random input, optionally checked\n"
     "  inspect MODEL [--json]      what a model file becomes when projd loads it\n"
     "  mkmodel --out PATH          write a generated model (safetensors)\n"
-    "  bench-ipc [--count N]       round-trip latency table (PING, tiny projection)\n"
+    "  bench-ipc [--count N]       round-trip latency table (PING, tiny projection), nng\n"
+    "            [--transport T]   and the shared-memory ring side by side\n"
     "\n"
     "global options:\n"
     "  --socket URL   daemon socket (default: the config's socket.url, else $PROJD_SOCKET,\n"
@@ -102,9 +104,11 @@ static const cmd_help helps[] = {
     {"mkmodel", "usage: projctl mkmodel --out PATH [--preset reference|small] [--seed N]\n"
                 "  Writes the generated model (default preset reference, seed 1). Same seed\n"
                 "  and preset give the same bytes. Needs no daemon.\n"},
-    {"bench-ipc", "usage: projctl bench-ipc [--count N]\n"
+    {"bench-ipc", "usage: projctl bench-ipc [--count N] [--transport nng|ring|both] [--out FILE]\n"
                   "  N round trips (default 2000) of PING and of a projection with m = 1 on\n"
-                  "  the smallest layer; prints p50/p99/min in microseconds.\n"},
+                  "  the smallest layer, over nng and over a shared-memory ring (default\n"
+                  "  both, on two connections, in alternating blocks); prints p50/p99/min in\n"
+                  "  microseconds and the nng/ring ratio; --out writes them as JSON.\n"},
 };
 
 static const char *help_for(const char *cmd)
@@ -197,8 +201,8 @@ static int parse_args(int argc, char **argv, opts *o)
             continue;
         }
         static const char *const with_value[] = {
-            "--socket", "--config", "--timeout", "--layer",  "--m",     "--n", "--seed",
-            "--repeat", "--model",  "--out",     "--preset", "--count", NULL};
+            "--socket", "--config", "--timeout", "--layer",  "--m",     "--n",         "--seed",
+            "--repeat", "--model",  "--out",     "--preset", "--count", "--transport", NULL};
         int known = 0;
         for (int k = 0; with_value[k]; k++)
             known |= !strcmp(name, with_value[k]);
@@ -241,7 +245,8 @@ static int parse_args(int argc, char **argv, opts *o)
         else if (!strcmp(name, "--count")) {
             if (parse_long(name, val, 1, 100000000, &o->count))
                 return EXIT_USAGE;
-        }
+        } else if (!strcmp(name, "--transport"))
+            o->transport = val;
     }
     return 0;
 }
@@ -732,92 +737,201 @@ static int cmd_mkmodel(opts *o)
 
 /* ---- bench-ipc ------------------------------------------------------------------------ */
 
-static void print_row(const char *what, double *v, size_t n)
+/* The requests bench-ipc times, each over both transports. */
+enum { B_PING, B_PROJECT, B_DAEMON, B_ROWS };
+static const char *const bench_row_names[B_ROWS] = {"PING", "PROJECT m=1",
+                                                    "  of which in the daemon"};
+
+typedef struct bench_side {
+    const char *name; /* "nng" or "ring" */
+    projd_conn *c;
+    projd_buffer *xb, *yb;
+    double *v[B_ROWS];
+    size_t n[B_ROWS];
+} bench_side;
+
+typedef struct bench_stat {
+    double p50, p99, min;
+} bench_stat;
+
+static bench_stat bench_summary(double *v, size_t n)
 {
     qsort(v, n, sizeof *v, cmp_double);
-    printf("%-34s %8zu %9.1f %9.1f %9.1f\n", what, n, pct(v, n, 0.5), pct(v, n, 0.99), v[0]);
+    bench_stat st = {pct(v, n, 0.5), pct(v, n, 0.99), v[0]};
+    return st;
 }
 
-static int cmd_bench_ipc(opts *o)
+/* The smallest layer by weight bytes: its projection is as cheap as the
+ * daemon gets, so the row is mostly transport. -1 when there is none. */
+static int smallest_layer(const projd_info *inf)
 {
-    projd_conn *c;
-    if (connect_daemon(o, &c))
-        return 1;
-    int status = 1;
-    size_t count = (size_t)o->count, warm = count / 10 + 10;
-    double *v = calloc(count, sizeof *v);
-    projd_buffer *xb = NULL, *yb = NULL;
-    projd_error e;
-    if (!v)
-        goto out;
-    const projd_info *inf = projd_info_get(c);
-    printf("projd at %s, %s backend; %zu round trips each (after %zu warm-up)\n", projd_url(c),
-           projd_backend_name(inf->backend), count, warm);
-    printf("%-34s %8s %9s %9s %9s\n", "request", "count", "p50 us", "p99 us", "min us");
-    for (size_t i = 0; i < warm + count; i++) {
-        uint64_t t0 = now_ns();
-        if (projd_ping(c, &e)) {
-            fprintf(stderr, "projctl: %s\n", e.msg);
-            goto out;
-        }
-        if (i >= warm)
-            v[i - warm] = (double)(now_ns() - t0) / 1e3;
-    }
-    print_row("PING", v, count);
-
-    /* The smallest layer by weight bytes: the projection is as cheap as the
-     * daemon gets, so the row is mostly IPC. */
     int best = -1;
     for (uint32_t i = 0; i < inf->n_layers; i++)
         if (best < 0 || (uint64_t)inf->layers[i].n * inf->layers[i].k <
                             (uint64_t)inf->layers[best].n * inf->layers[best].k)
             best = (int)i;
-    if (best < 0) {
-        printf("(no layers: no projection row)\n");
-        status = 0;
-        goto out;
+    return best;
+}
+
+/* One block of `count` requests of each kind on one side; warm-up blocks
+ * are not recorded. 0 or -1 (message printed). */
+static int bench_block(bench_side *sd, int layer, size_t count, int record)
+{
+    projd_error e;
+    const projd_info *inf = projd_info_get(sd->c);
+    for (size_t i = 0; i < count; i++) {
+        uint64_t t0 = now_ns();
+        if (projd_ping(sd->c, &e)) {
+            fprintf(stderr, "projctl: %s: %s\n", sd->name, e.msg);
+            return -1;
+        }
+        if (record)
+            sd->v[B_PING][sd->n[B_PING]++] = (double)(now_ns() - t0) / 1e3;
     }
-    const pj_wire_layer *L = &inf->layers[best];
-    if (projd_shm_create(c, (size_t)L->k * 2, &xb, &e) ||
-        projd_shm_create(c, (size_t)L->n * 2, &yb, &e)) {
-        fprintf(stderr, "projctl: %s\n", e.msg);
-        goto out;
-    }
-    fill_random(projd_buffer_ptr(xb), L->k, 1);
-    projd_op op = {.layer = (uint32_t)best,
+    if (layer < 0)
+        return 0;
+    const pj_wire_layer *L = &inf->layers[layer];
+    projd_op op = {.layer = (uint32_t)layer,
                    .m = 1,
                    .n = L->n,
-                   .x_buf = projd_buffer_id(xb),
+                   .x_buf = projd_buffer_id(sd->xb),
                    .x_ld = L->k,
-                   .y_buf = projd_buffer_id(yb),
+                   .y_buf = projd_buffer_id(sd->yb),
                    .y_ld = L->n};
-    double *d = calloc(count, sizeof *d);
-    if (!d)
-        goto out;
     projd_result res;
-    for (size_t i = 0; i < warm + count; i++) {
-        if (projd_project(c, &op, 1, 0, &res, &e)) {
-            fprintf(stderr, "projctl: %s\n", e.msg);
-            free(d);
-            goto out;
+    for (size_t i = 0; i < count; i++) {
+        if (projd_project(sd->c, &op, 1, 0, &res, &e)) {
+            fprintf(stderr, "projctl: %s: %s\n", sd->name, e.msg);
+            return -1;
         }
-        if (i >= warm) {
-            v[i - warm] = (double)res.total_ns / 1e3;
-            d[i - warm] = (double)(res.queue_ns + res.exec_ns) / 1e3;
+        if (record) {
+            sd->v[B_PROJECT][sd->n[B_PROJECT]++] = (double)res.total_ns / 1e3;
+            sd->v[B_DAEMON][sd->n[B_DAEMON]++] = (double)(res.queue_ns + res.exec_ns) / 1e3;
         }
     }
-    char what[128];
-    snprintf(what, sizeof what, "PROJECT m=1 %s (%ux%u)", L->name, L->n, L->k);
-    print_row(what, v, count);
-    snprintf(what, sizeof what, "  of which in the daemon");
-    print_row(what, d, count);
-    free(d);
+    return 0;
+}
+
+static int bench_side_open(const opts *o, bench_side *sd, const char *name, int layer, size_t count)
+{
+    memset(sd, 0, sizeof *sd);
+    sd->name = name;
+    if (connect_daemon(o, &sd->c))
+        return -1;
+    projd_error e;
+    if (!strcmp(name, "ring") && projd_ring_attach(sd->c, 0, &e) != 0) {
+        fprintf(stderr, "projctl: the daemon refused a ring: %s\n", e.msg);
+        return -1;
+    }
+    const projd_info *inf = projd_info_get(sd->c);
+    if (layer >= 0) {
+        const pj_wire_layer *L = &inf->layers[layer];
+        if (projd_shm_create(sd->c, (size_t)L->k * 2, &sd->xb, &e) ||
+            projd_shm_create(sd->c, (size_t)L->n * 2, &sd->yb, &e)) {
+            fprintf(stderr, "projctl: %s\n", e.msg);
+            return -1;
+        }
+        fill_random(projd_buffer_ptr(sd->xb), L->k, 1);
+    }
+    for (int r = 0; r < B_ROWS; r++)
+        if (!(sd->v[r] = calloc(count, sizeof(double))))
+            return -1;
+    return 0;
+}
+
+static void bench_side_close(bench_side *sd)
+{
+    for (int r = 0; r < B_ROWS; r++)
+        free(sd->v[r]);
+    projd_buffer_release(sd->xb, NULL);
+    projd_buffer_release(sd->yb, NULL);
+    projd_close(sd->c);
+}
+
+/* Blocks of this many requests alternate between the transports, so both
+ * see the same machine; each side's spinning threads go to sleep while the
+ * other side runs. */
+#define BENCH_BLOCK 100
+
+static int cmd_bench_ipc(opts *o)
+{
+    const char *which = o->transport ? o->transport : "both";
+    int want_nng = strcmp(which, "ring") != 0, want_ring = strcmp(which, "nng") != 0;
+    if (strcmp(which, "both") && strcmp(which, "nng") && strcmp(which, "ring"))
+        return usage_error("--transport must be nng, ring or both, not %s", which);
+    size_t count = (size_t)o->count, warm = count / 10 + 10;
+    bench_side side[2];
+    int n_sides = 0, status = 1, layer = -1;
+    {
+        projd_conn *probe;
+        if (connect_daemon(o, &probe))
+            return 1;
+        layer = smallest_layer(projd_info_get(probe));
+        printf("projd at %s, %s backend; %zu round trips of each request per transport "
+               "(after %zu warm-up), in alternating blocks of %d\n",
+               projd_url(probe), projd_backend_name(projd_info_get(probe)->backend), count, warm,
+               BENCH_BLOCK);
+        projd_close(probe);
+    }
+    if (want_nng && bench_side_open(o, &side[n_sides++], "nng", layer, count))
+        goto out;
+    if (want_ring && bench_side_open(o, &side[n_sides++], "ring", layer, count))
+        goto out;
+    for (size_t done = 0; done < warm + count; done += BENCH_BLOCK) {
+        size_t block = warm + count - done < BENCH_BLOCK ? warm + count - done : BENCH_BLOCK;
+        for (int sd = 0; sd < n_sides; sd++) {
+            /* Requests before `warm` are warm-up; a block that straddles it
+             * records its tail only when it fits the count. */
+            size_t warm_part = done < warm ? (warm - done < block ? warm - done : block) : 0;
+            if (warm_part && bench_block(&side[sd], layer, warm_part, 0))
+                goto out;
+            if (block > warm_part && bench_block(&side[sd], layer, block - warm_part, 1))
+                goto out;
+        }
+    }
+    bench_stat st[2][B_ROWS];
+    printf("%-26s %-5s %8s %9s %9s %9s\n", "request", "via", "count", "p50 us", "p99 us", "min us");
+    for (int r = 0; r < B_ROWS; r++) {
+        for (int sd = 0; sd < n_sides; sd++) {
+            if (!side[sd].n[r])
+                continue;
+            st[sd][r] = bench_summary(side[sd].v[r], side[sd].n[r]);
+            printf("%-26s %-5s %8zu %9.1f %9.1f %9.1f\n", bench_row_names[r], side[sd].name,
+                   side[sd].n[r], st[sd][r].p50, st[sd][r].p99, st[sd][r].min);
+        }
+    }
+    if (n_sides == 2) {
+        printf("p50 nng / ring: PING %.2fx", st[0][B_PING].p50 / st[1][B_PING].p50);
+        if (side[0].n[B_PROJECT])
+            printf(", PROJECT m=1 %.2fx", st[0][B_PROJECT].p50 / st[1][B_PROJECT].p50);
+        printf("\n");
+    }
+    if (o->out) {
+        FILE *f = fopen(o->out, "w");
+        if (!f) {
+            fprintf(stderr, "projctl: %s: %s\n", o->out, strerror(errno));
+            goto out;
+        }
+        fprintf(f, "{\"count\": %zu, \"rows\": [", count);
+        const char *sep = "";
+        for (int r = 0; r < B_ROWS; r++)
+            for (int sd = 0; sd < n_sides; sd++)
+                if (side[sd].n[r]) {
+                    fprintf(f,
+                            "%s\n  {\"request\": \"%s\", \"transport\": \"%s\", \"p50_us\": %.2f, "
+                            "\"p99_us\": %.2f, \"min_us\": %.2f}",
+                            sep, r == B_DAEMON ? "PROJECT m=1 in the daemon" : bench_row_names[r],
+                            side[sd].name, st[sd][r].p50, st[sd][r].p99, st[sd][r].min);
+                    sep = ",";
+                }
+        fprintf(f, "\n]}\n");
+        fclose(f);
+        printf("wrote %s\n", o->out);
+    }
     status = 0;
 out:
-    free(v);
-    projd_buffer_release(xb, NULL);
-    projd_buffer_release(yb, NULL);
-    projd_close(c);
+    for (int sd = 0; sd < n_sides; sd++)
+        bench_side_close(&side[sd]);
     return status;
 }
 

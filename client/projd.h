@@ -172,7 +172,8 @@ int projd_project(projd_conn *c, const projd_op *ops, size_t n, uint32_t flags, 
                   projd_error *e);
 
 /* Completion callback of an asynchronous request. It runs once per request,
- * on one of nng's threads (never on the caller's), after the result is
+ * on one of nng's threads or the ring's reaper thread (never on the
+ * caller's), after the result is
  * available to projd_request_result and before projd_request_wait returns.
  * It must not block for long (it holds up nng's thread); it may call
  * projd_request_result, projd_request_poll and projd_request_free on its own
@@ -201,7 +202,8 @@ int projd_request_poll(projd_request *req);
 
 /* Waits until the request completed (bounded by the connection timeout at
  * submission) and returns its outcome as projd_project does; res and e may
- * be NULL. May be called more than once, from any thread but the callback. */
+ * be NULL. May be called more than once, from any thread but the callback
+ * (from a ring request's callback it returns -EDEADLK). */
 int projd_request_wait(projd_request *req, projd_result *res, projd_error *e);
 
 /* The outcome of a completed request (same return as projd_request_wait);
@@ -211,6 +213,26 @@ int projd_request_result(projd_request *req, projd_result *res, projd_error *e);
 /* Cancels the request if it is still running, waits for its callback, and
  * frees it. NULL is a no-op. */
 void projd_request_free(projd_request *req);
+
+/* ---- the shared-memory ring (fast path) --------------------------------------- */
+
+/* Attaches a shared-memory ring of `slots` slots (0: 64; a power of two from
+ * 2 to 4096) to the connection (protocol/PROTOCOL.md, "The ring"). From then
+ * on PROJECT and PING go through it, the rest stays on nng, and everything
+ * else (results, errors, timeouts, callbacks) is as before. A reaper thread
+ * completes the requests; it spins for as long as the daemon's poller does
+ * (ring.spin_us, 50 µs by default; $PROJD_RING_SPIN_US overrides) before it
+ * sleeps. At most `slots` requests are in flight on the ring; one more
+ * waits for a slot (within its timeout), in order. A daemon that refuses
+ * the ring answers E_TYPE (older daemons, ring.enabled = 0), E_LIMIT or
+ * E_REGISTER, and the connection stays usable over nng. If the daemon
+ * drops the ring later, pending requests fail with -ECONNRESET and later
+ * ones go over nng. $PROJD_RING=1 (or a slot count) makes projd_connect
+ * attach one, staying on nng when refused. */
+int projd_ring_attach(projd_conn *c, uint32_t slots, projd_error *e);
+
+/* 1 while requests of c go through a ring, else 0. */
+int projd_ring_active(const projd_conn *c);
 
 /* ---- other requests ---------------------------------------------------------- */
 

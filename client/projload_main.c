@@ -38,6 +38,7 @@
 #include "daemon/model.h"
 #include "kernels/bf16.h"
 #include "kernels/refgemm.h"
+#include "protocol/ring.h"
 
 #define LT_MAX_CLIENTS   256
 #define LT_MAX_SWEEP     32
@@ -166,17 +167,18 @@ static int parse_double(const char *opt, const char *s, double lo, double hi, do
 }
 
 /* ---- transports ---------------------------------------------------------------
- * How a client's requests reach the daemon. nng (libprojd's REQ/REP) is
- * the one that exists; the shared-memory ring fast path slots in here with
- * the same three calls once libprojd has it. */
+ * How a client's requests reach the daemon: nng (libprojd's REQ/REP), or
+ * the shared-memory ring fast path, which libprojd uses for PROJECT once a
+ * ring is attached to the connection (the same calls then go through it). */
 
 struct lt_client;
 struct lt_slot;
 
 typedef struct lt_transport {
     const char *name;
-    /* 1 when usable; else 0 and why says so. */
-    int (*available)(char *why, size_t len);
+    int ring; /* each client attaches a ring at setup */
+    /* 1 when the daemon at url takes it; else 0 and why says so. */
+    int (*available)(const char *url, char *why, size_t len);
     /* Submits ops for slot s; completion calls lt_slot_done. 0 or an error. */
     int (*submit)(struct lt_client *c, struct lt_slot *s, const projd_op *ops, size_t n,
                   projd_error *e);
@@ -317,8 +319,9 @@ static void lt_slot_done(projd_request *req, void *arg)
     pthread_mutex_unlock(&s->cl->mu);
 }
 
-static int nng_available(char *why, size_t len)
+static int nng_available(const char *url, char *why, size_t len)
 {
+    (void)url;
     (void)why;
     (void)len;
     return 1;
@@ -337,28 +340,48 @@ static int nng_finish(lt_slot *s, projd_result *res, projd_error *e)
     return rc;
 }
 
-static int ring_available(char *why, size_t len)
+/* Whether the daemon takes a ring: attach one on a probe connection. */
+static int ring_available(const char *url, char *why, size_t len)
 {
-    snprintf(why, len,
-             "the shared-memory ring fast path is not in libprojd yet (protocol v1 runs over "
-             "nng only)");
-    return 0;
+    projd_conn *c;
+    projd_error e;
+    int ok = projd_connect(url, "projload-probe", &c, &e) == 0;
+    if (ok) {
+        ok = projd_ring_attach(c, 2, &e) == 0;
+        projd_close(c);
+    }
+    if (!ok)
+        snprintf(why, len, "%s", e.msg);
+    return ok;
 }
 
 static const lt_transport transports[] = {
-    {"ring", ring_available, NULL, NULL},
-    {"nng", nng_available, nng_submit, nng_finish},
+    {"ring", 1, ring_available, nng_submit, nng_finish},
+    {"nng", 0, nng_available, nng_submit, nng_finish},
 };
 
-/* The transport called name ("auto": the fastest available). */
-static const lt_transport *pick_transport(const char *name, char *why, size_t len)
+/* Slots of a client's ring: its concurrency, as a power of two. */
+static uint32_t ring_slots(uint32_t slots)
+{
+    uint32_t n = PJ_RING_MIN_SLOTS;
+    while (n < slots && n < PJ_RING_MAX_SLOTS)
+        n *= 2;
+    return n;
+}
+
+/* The transport called name ("auto": the fastest the daemon at url takes).
+ * why_not receives why the ring is not used, when it is not. */
+static const lt_transport *pick_transport(const char *name, const char *url, char *why, size_t len,
+                                          char *why_not, size_t why_not_len)
 {
     size_t n = sizeof transports / sizeof transports[0];
+    why_not[0] = 0;
     for (size_t i = 0; i < n; i++) {
         if (strcmp(name, "auto") != 0 && strcmp(name, transports[i].name) != 0)
             continue;
-        if (transports[i].available(why, len))
+        if (transports[i].available(url, why, len))
             return &transports[i];
+        snprintf(why_not, why_not_len, "%s", why);
         if (strcmp(name, "auto") != 0)
             return NULL;
     }
@@ -700,6 +723,10 @@ static int client_setup(lt_client *c)
         return -1;
     }
     projd_set_timeout_ms(c->conn, r->o->timeout_ms);
+    if (su->transport->ring && projd_ring_attach(c->conn, ring_slots(r->slots), &e) != 0) {
+        snprintf(c->err, sizeof c->err, "client %u: ring: %s", c->id, e.msg);
+        return -1;
+    }
     size_t xs = su->slot_x * r->slots, ys = su->slot_y * r->slots;
     if (su->cuda_bufs) {
 #ifdef PJ_HAVE_CUDA
@@ -1588,7 +1615,8 @@ static void usage(FILE *f)
         "run: where and what\n"
         "  --trace FILE          JSON-lines trace (client/TRACE.md)\n"
         "  --socket URL          daemon (default: $PROJD_SOCKET, /run/projd/projd.sock, ...)\n"
-        "  --transport T         auto | nng | ring (default auto: the fastest available)\n"
+        "  --transport T         auto | nng | ring (default auto: a shared-memory ring per\n"
+        "                        client when the daemon takes one, else nng)\n"
         "run: mode (default closed loop with 1 client)\n"
         "  --concurrency N       clients (threads, each its own connection and buffers);\n"
         "                        closed loop: each sends its next request when the last is done\n"
@@ -2233,9 +2261,8 @@ static int cmd_run(int argc, char **argv)
     projd_conn *ctl = NULL;
     cJSON *root = NULL;
 
-    su.transport = pick_transport(o.transport, err, sizeof err);
-    if (!su.transport) {
-        fprintf(stderr, "projload: --transport %s: %s\n", o.transport, err);
+    if (strcmp(o.transport, "auto") && strcmp(o.transport, "nng") && strcmp(o.transport, "ring")) {
+        fprintf(stderr, "projload: --transport %s: unknown (auto, nng, ring)\n", o.transport);
         return EXIT_SETUP_ERROR;
     }
     if (pj_trace_load(&su.tr, o.trace, err, sizeof err) != 0) {
@@ -2257,6 +2284,13 @@ static int cmd_run(int argc, char **argv)
         goto out;
     snprintf(su.url, sizeof su.url, "%s", projd_url(ctl));
     su.w = *projd_info_get(ctl);
+    char ring_why_not[1100];
+    su.transport =
+        pick_transport(o.transport, su.url, err, sizeof err, ring_why_not, sizeof ring_why_not);
+    if (!su.transport) {
+        fprintf(stderr, "projload: --transport %s: %s\n", o.transport, err);
+        goto out;
+    }
     if (pj_trace_resolve(&su.tr, &su.w, err, sizeof err) != 0) {
         fprintf(stderr, "projload: %s\n", err);
         goto out;
@@ -2337,11 +2371,8 @@ static int cmd_run(int argc, char **argv)
             "%u)\n",
             mode_text, su.transport->name, su.cuda_bufs ? "CUDA IPC" : "host shared-memory", su.url,
             projd_backend_name(su.w.backend), su.w.n_layers, su.w.max_m);
-    for (size_t i = 0; i < sizeof transports / sizeof transports[0]; i++) {
-        char why[256];
-        if (&transports[i] != su.transport && !transports[i].available(why, sizeof why))
-            fprintf(rep, "  (transport %s not used: %s)\n", transports[i].name, why);
-    }
+    if (ring_why_not[0])
+        fprintf(rep, "  (transport ring not used: %s)\n", ring_why_not);
     fprintf(rep, "trace %s: %zu requests, %zu ops; %llu warm-up requests, then ", su.tr.file,
             su.tr.n_reqs, su.tr.n_ops, (unsigned long long)o.warmup);
     if (o.count_set || o.duration_s <= 0)

@@ -254,6 +254,13 @@ static const field cpu_fields[] = {
     {0},
 };
 
+static const field ring_fields[] = {
+    {.key = "enabled", .kind = F_UINT, .off = CFG(ring.enabled), .min = 0, .max = 1},
+    {.key = "spin_us", .kind = F_UINT, .off = CFG(ring.spin_us), .min = 0, .max = 1000000},
+    {.key = "max_slots", .kind = F_UINT, .off = CFG(ring.max_slots), .min = 2, .max = 4096},
+    {0},
+};
+
 static const field root_fields[] = {
     {.key = "socket", .kind = F_SECTION, .sub = socket_fields},
     {.key = "device", .kind = F_SECTION, .sub = device_fields},
@@ -263,6 +270,7 @@ static const field root_fields[] = {
     {.key = "auth", .kind = F_SECTION, .sub = auth_fields, .reload = true},
     {.key = "log", .kind = F_SECTION, .sub = log_fields},
     {.key = "tuning", .kind = F_SECTION, .sub = tuning_fields},
+    {.key = "ring", .kind = F_SECTION, .sub = ring_fields},
     {.key = "cpu", .kind = F_SECTION, .sub = cpu_fields},
     {0},
 };

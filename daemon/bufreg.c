@@ -57,6 +57,50 @@ static int shm_name_ok(const char *name)
     return len >= 2 && len <= PJ_WIRE_SHM_NAME_MAX && name[0] == '/' && !strchr(name + 1, '/');
 }
 
+int pj_shm_map_checked(const char *what, const char *name, uint64_t size, uint32_t peer_uid,
+                       int private_only, void **map, char *err, size_t errlen)
+{
+    /* glibc's shm_open adds O_NOFOLLOW and O_CLOEXEC. */
+    int fd = shm_open(name, O_RDWR, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s %s: shm_open: %s", what, name, strerror(errno));
+        return PJ_E_REGISTER;
+    }
+    struct stat st;
+    int status = PJ_OK;
+    if (fstat(fd, &st) != 0) {
+        snprintf(err, errlen, "%s %s: fstat: %s", what, name, strerror(errno));
+        status = PJ_E_REGISTER;
+    } else if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s %s: not a shared memory object", what, name);
+        status = PJ_E_REGISTER;
+    } else if (peer_uid != 0 && st.st_uid != peer_uid) {
+        /* A root daemon must not become a way to reach other users' memory. */
+        snprintf(err, errlen, "%s %s: owned by uid %u, not by the client (uid %u)", what, name,
+                 (unsigned)st.st_uid, (unsigned)peer_uid);
+        status = PJ_E_REGISTER;
+    } else if (private_only && (st.st_mode & 077) != 0) {
+        snprintf(err, errlen, "%s %s: mode %03o lets other users write it; it must be 0600", what,
+                 name, (unsigned)(st.st_mode & 0777));
+        status = PJ_E_REGISTER;
+    } else if ((uint64_t)st.st_size < size) {
+        snprintf(err, errlen, "%s %s: object has %lld bytes, %llu needed", what, name,
+                 (long long)st.st_size, (unsigned long long)size);
+        status = PJ_E_REGISTER;
+    } else {
+        void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) {
+            snprintf(err, errlen, "%s %s: mmap of %llu bytes: %s", what, name,
+                     (unsigned long long)size, strerror(errno));
+            status = PJ_E_REGISTER;
+        } else {
+            *map = p;
+        }
+    }
+    close(fd);
+    return status;
+}
+
 static int map_shm(pj_bufreg *r, const pj_register *req, pj_buf *b, char *err, size_t errlen)
 {
     if (!shm_name_ok(req->shm_name)) {
@@ -69,40 +113,8 @@ static int map_shm(pj_bufreg *r, const pj_register *req, pj_buf *b, char *err, s
                  (unsigned long long)req->size);
         return PJ_E_REGISTER;
     }
-    /* glibc's shm_open adds O_NOFOLLOW and O_CLOEXEC. */
-    int fd = shm_open(req->shm_name, O_RDWR, 0);
-    if (fd < 0) {
-        snprintf(err, errlen, "REGISTER %s: shm_open: %s", req->shm_name, strerror(errno));
-        return PJ_E_REGISTER;
-    }
-    struct stat st;
-    int status = PJ_OK;
-    if (fstat(fd, &st) != 0) {
-        snprintf(err, errlen, "REGISTER %s: fstat: %s", req->shm_name, strerror(errno));
-        status = PJ_E_REGISTER;
-    } else if (!S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "REGISTER %s: not a shared memory object", req->shm_name);
-        status = PJ_E_REGISTER;
-    } else if (r->peer_uid != 0 && st.st_uid != r->peer_uid) {
-        /* A root daemon must not become a way to reach other users' memory. */
-        snprintf(err, errlen, "REGISTER %s: owned by uid %u, not by the client (uid %u)",
-                 req->shm_name, (unsigned)st.st_uid, (unsigned)r->peer_uid);
-        status = PJ_E_REGISTER;
-    } else if ((uint64_t)st.st_size < req->size) {
-        snprintf(err, errlen, "REGISTER %s: object has %lld bytes, %llu registered", req->shm_name,
-                 (long long)st.st_size, (unsigned long long)req->size);
-        status = PJ_E_REGISTER;
-    } else {
-        void *p = mmap(NULL, (size_t)req->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (p == MAP_FAILED) {
-            snprintf(err, errlen, "REGISTER %s: mmap of %llu bytes: %s", req->shm_name,
-                     (unsigned long long)req->size, strerror(errno));
-            status = PJ_E_REGISTER;
-        } else {
-            b->map = p;
-        }
-    }
-    close(fd);
+    int status = pj_shm_map_checked("REGISTER", req->shm_name, req->size, r->peer_uid, 0, &b->map,
+                                    err, errlen);
     if (status != PJ_OK)
         return status;
     b->guard = pj_shmguard_add(b->map, (size_t)req->size);

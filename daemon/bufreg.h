@@ -51,6 +51,14 @@ typedef struct pj_bufreg_limits {
     uint64_t max_total_bytes;  /* held by every connection of the daemon */
 } pj_bufreg_limits;
 
+/* Open the POSIX shm object `name`, check that it is a regular object owned
+ * by peer_uid (any owner when peer_uid is 0), that it has at least size
+ * bytes and, with private_only, that no other user may open it (mode
+ * 0600); then map size bytes shared. PJ_OK with *map set, or
+ * PJ_E_REGISTER with err starting "<what> <name>: ". */
+int pj_shm_map_checked(const char *what, const char *name, uint64_t size, uint32_t peer_uid,
+                       int private_only, void **map, char *err, size_t errlen);
+
 /* Empty registry for a peer. */
 void pj_bufreg_init(pj_bufreg *r, pj_backend *be, uint32_t peer_uid, int32_t peer_pid);
 

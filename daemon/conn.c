@@ -3,6 +3,8 @@
 
 #include <stdlib.h>
 
+#include "daemon/ringsrv.h"
+
 pj_conn *pj_conn_new(uint32_t pipe_id, uint64_t serial, uint32_t uid, uint32_t gid, int32_t pid,
                      pj_backend *be)
 {
@@ -22,6 +24,9 @@ void pj_conn_free(pj_conn *c, pj_backend *be)
 {
     if (!c)
         return;
+    /* The poller goes first: it hands requests to the loop, which has
+     * none of this connection's any more. */
+    pj_ringsrv_free(c->ring);
     pj_bufreg_clear(&c->reg);
     if (c->stream && be)
         be->ops->stream_destroy(be, c->stream);

@@ -15,6 +15,7 @@
 #include "protocol/wire.h"
 
 typedef struct pj_req pj_req; /* a PROJECT request, defined by the server */
+struct pj_ringsrv;
 
 typedef struct pj_conn {
     uint32_t pipe_id;
@@ -27,9 +28,10 @@ typedef struct pj_conn {
     pj_backend_stream *stream; /* created at the first HELLO */
     pj_req *q_head, *q_tail;   /* accepted, waiting for the stream */
     uint32_t n_queued, n_running;
-    uint32_t n_ctx; /* server contexts holding its requests (until replies are sent) */
-    int ctx_closed; /* closed for not reading its replies */
-    int gone;       /* pipe removed */
+    uint32_t n_ctx;          /* server contexts holding its requests (until replies are sent) */
+    int ctx_closed;          /* closed for not reading its replies */
+    int gone;                /* pipe removed */
+    struct pj_ringsrv *ring; /* its shared-memory ring, NULL when none (owned) */
     uint64_t requests;
     struct pj_conn *next; /* hash chain, or the zombie list */
 } pj_conn;

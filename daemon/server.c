@@ -25,6 +25,7 @@
 #include "daemon/conn.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
+#include "daemon/ringsrv.h"
 #include "daemon/stats.h"
 #include "daemon/validate.h"
 #include "protocol/sockpath.h"
@@ -51,7 +52,7 @@
 
 /* ---- events handed from nng/backend threads to the loop --------------------- */
 
-enum { EV_MSG = 1, EV_SENT, EV_RECV_ERR, EV_PIPE_ADD, EV_PIPE_REM, EV_DONE };
+enum { EV_MSG = 1, EV_SENT, EV_RECV_ERR, EV_PIPE_ADD, EV_PIPE_REM, EV_DONE, EV_RING };
 
 typedef struct pj_ev {
     struct pj_ev *next;
@@ -70,6 +71,25 @@ typedef struct nctx {
     uint32_t pipe; /* loop: the connection whose request it holds, 0 = none */
 } nctx;
 
+/* A request copied out of a connection's ring by its poller. The loop
+ * finds the connection by pipe id and checks the ring is still the one
+ * that sent it (serial) before touching either. */
+typedef struct ring_ev {
+    pj_ev ev;
+    uint32_t pipe;
+    uint64_t serial;
+    uint64_t recv_ns;
+    size_t len;
+    uint8_t data[];
+} ring_ev;
+
+/* Where a request came from, and so where its reply goes: an nng context,
+ * or a connection's ring. */
+typedef struct origin {
+    nctx *nc;
+    pj_ringsrv *ring;
+} origin;
+
 typedef struct pipe_ev {
     pj_ev ev;
     uint32_t pipe;
@@ -82,7 +102,7 @@ struct pj_req {
     pj_req *next; /* connection FIFO */
     pj_server *s;
     pj_conn *c;
-    nctx *nc;
+    origin o;
     uint64_t req_id;
     uint64_t recv_ns;
     pj_job job;
@@ -140,6 +160,7 @@ struct pj_server {
     uint32_t n_zombies;
     uint64_t conn_serial;
     uint64_t inflight; /* PROJECT requests accepted, not yet answered */
+    uint64_t ring_attaches, ring_requests;
     pj_stats stats;
     pj_op *ops_scratch;
     uint32_t ops_cap;
@@ -169,7 +190,7 @@ static void push_ev(pj_server *s, pj_ev *ev)
     pthread_mutex_lock(&s->mu);
     if (s->closing) {
         pthread_mutex_unlock(&s->mu);
-        if (ev->kind == EV_PIPE_ADD || ev->kind == EV_PIPE_REM)
+        if (ev->kind == EV_PIPE_ADD || ev->kind == EV_PIPE_REM || ev->kind == EV_RING)
             free(ev);
         else if (ev->kind == EV_MSG) {
             nctx *nc = (nctx *)ev;
@@ -355,9 +376,48 @@ static uint64_t peek_req_id(const uint8_t *p, size_t len)
     return v;
 }
 
-/* Send s->wb as the reply on nc. */
-static void send_wb(pj_server *s, nctx *nc)
+/* The request will get no reply (its connection is gone). */
+static void abandon_req(pj_server *s, origin o)
 {
+    if (o.ring)
+        pj_ringsrv_dropped(o.ring);
+    else
+        abandon(s, o.nc);
+}
+
+/* Put s->wb on the ring it answers. A reply larger than a slot becomes an
+ * ERROR saying so (it always fits: PJ_RING_MIN_SLOT). */
+static void ring_reply(pj_server *s, pj_ringsrv *ring)
+{
+    s->stats.requests++;
+    if (s->wb.oom) {
+        pj_log_err("out of memory building a reply; dropping it");
+        pj_ringsrv_dropped(ring);
+        return;
+    }
+    int rc = pj_ringsrv_reply(ring, s->wb.data, s->wb.len);
+    if (rc == -EMSGSIZE) {
+        char err[160];
+        snprintf(err, sizeof err, "the reply (%zu bytes) does not fit a ring slot of %u bytes",
+                 s->wb.len, pj_ringsrv_slot_bytes(ring));
+        uint64_t id = peek_req_id(s->wb.data, s->wb.len);
+        pj_stats_error(&s->stats, PJ_E_TOO_BIG);
+        pj_wbuf_reset(&s->wb);
+        pj_enc_error(&s->wb, id, PJ_E_TOO_BIG, UINT32_MAX, err);
+        rc = pj_ringsrv_reply(ring, s->wb.data, s->wb.len);
+    }
+    if (rc != 0)
+        pj_log_debug("a ring reply was lost: %s", strerror(-rc));
+}
+
+/* Send s->wb as the reply to the request from o. */
+static void send_wb(pj_server *s, origin o)
+{
+    if (o.ring) {
+        ring_reply(s, o.ring);
+        return;
+    }
+    nctx *nc = o.nc;
     nng_msg *m = NULL;
     if (s->wb.oom || nng_msg_alloc(&m, 0) != 0 || nng_msg_append(m, s->wb.data, s->wb.len) != 0) {
         if (m)
@@ -378,13 +438,13 @@ static void send_wb(pj_server *s, nctx *nc)
     nng_ctx_send(nc->ctx, nc->aio);
 }
 
-static void send_error(pj_server *s, nctx *nc, uint64_t req_id, int code, uint32_t op_index,
+static void send_error(pj_server *s, origin o, uint64_t req_id, int code, uint32_t op_index,
                        const char *msg)
 {
     pj_stats_error(&s->stats, code);
     pj_wbuf_reset(&s->wb);
     pj_enc_error(&s->wb, req_id, code, op_index, msg);
-    send_wb(s, nc);
+    send_wb(s, o);
 }
 
 /* ---- connections ------------------------------------------------------------------ */
@@ -456,6 +516,10 @@ static void on_pipe_rem(pj_server *s, pipe_ev *ev)
     if (!c)
         return;
     c->gone = 1;
+    /* No more requests from its ring; ones already queued for the loop are
+     * dropped there (the connection is no longer in the table). */
+    if (c->ring)
+        pj_ringsrv_stop(c->ring);
     /* Requests that have not started will never be answered: drop them.
      * The one running finishes first; its buffers stay mapped until then. */
     uint32_t dropped = 0;
@@ -464,7 +528,7 @@ static void on_pipe_rem(pj_server *s, pipe_ev *ev)
         c->q_head = r->next;
         c->n_queued--;
         s->inflight--;
-        abandon(s, r->nc);
+        abandon_req(s, r->o);
         release_req(s, r);
         dropped++;
     }
@@ -506,7 +570,7 @@ static void pump(pj_server *s, pj_conn *c)
     }
 }
 
-static void handle_project(pj_server *s, pj_conn *c, nctx *nc, const pj_hdr *h, const void *body,
+static void handle_project(pj_server *s, pj_conn *c, origin o, const pj_hdr *h, const void *body,
                            uint64_t recv_ns)
 {
     char err[PJ_WIRE_MSG_MAX];
@@ -516,29 +580,29 @@ static void handle_project(pj_server *s, pj_conn *c, nctx *nc, const pj_hdr *h, 
     int st =
         pj_dec_project(body, h->body_len, s->cfg.limits.max_ops_per_request, &p, err, sizeof err);
     if (st != PJ_OK) {
-        send_error(s, nc, h->req_id, st, UINT32_MAX, err);
+        send_error(s, o, h->req_id, st, UINT32_MAX, err);
         return;
     }
     if (p.n_ops == 0) {
-        send_error(s, nc, h->req_id, PJ_E_PROTO, UINT32_MAX, "PROJECT: no ops");
+        send_error(s, o, h->req_id, PJ_E_PROTO, UINT32_MAX, "PROJECT: no ops");
         return;
     }
     if (p.flags & ~s->be->ops->project_flags) {
         snprintf(err, sizeof err, "PROJECT: flags 0x%x are not supported by the %s backend",
                  p.flags & ~s->be->ops->project_flags, s->be->ops->name);
-        send_error(s, nc, h->req_id, PJ_E_FLAGS, UINT32_MAX, err);
+        send_error(s, o, h->req_id, PJ_E_FLAGS, UINT32_MAX, err);
         return;
     }
     if (c->n_queued + c->n_running >= s->cfg.limits.max_inflight_per_conn) {
         snprintf(err, sizeof err, "PROJECT: %u requests already in flight on this connection",
                  c->n_queued + c->n_running);
-        send_error(s, nc, h->req_id, PJ_E_LIMIT, UINT32_MAX, err);
+        send_error(s, o, h->req_id, PJ_E_LIMIT, UINT32_MAX, err);
         return;
     }
     pj_req *r = calloc(1, sizeof *r + p.n_ops * sizeof(pj_exec_op) +
                               2 * (size_t)p.n_ops * sizeof(pj_buf *) + 2 * PJ_WIRE_IPC_HANDLE_SIZE);
     if (!r) {
-        send_error(s, nc, h->req_id, PJ_E_INTERNAL, UINT32_MAX, "PROJECT: out of memory");
+        send_error(s, o, h->req_id, PJ_E_INTERNAL, UINT32_MAX, "PROJECT: out of memory");
         return;
     }
     r->bufs = (pj_buf **)(void *)&r->ops[p.n_ops];
@@ -548,7 +612,7 @@ static void handle_project(pj_server *s, pj_conn *c, nctx *nc, const pj_hdr *h, 
                             &r->bufs[2 * i], &r->bufs[2 * i + 1], err, sizeof err);
         if (st != PJ_OK) {
             free(r);
-            send_error(s, nc, h->req_id, st, i, err);
+            send_error(s, o, h->req_id, st, i, err);
             return;
         }
     }
@@ -558,7 +622,7 @@ static void handle_project(pj_server *s, pj_conn *c, nctx *nc, const pj_hdr *h, 
     memcpy(events + PJ_WIRE_IPC_HANDLE_SIZE, p.signal_event, PJ_WIRE_IPC_HANDLE_SIZE);
     r->s = s;
     r->c = c;
-    r->nc = nc;
+    r->o = o;
     r->req_id = h->req_id;
     r->recv_ns = recv_ns;
     r->job.n_ops = p.n_ops;
@@ -619,7 +683,7 @@ static void finish_req(pj_server *s, pj_req *r)
                     r->req_id, pj_status_name(job->status), job->err);
     }
     if (c->gone) {
-        abandon(s, r->nc);
+        abandon_req(s, r->o);
     } else {
         pj_op_result res[job->n_ops];
         for (uint32_t i = 0; i < job->n_ops; i++) {
@@ -633,7 +697,7 @@ static void finish_req(pj_server *s, pj_req *r)
                      .ops = res};
         pj_wbuf_reset(&s->wb);
         pj_enc_done(&s->wb, r->req_id, &d);
-        send_wb(s, r->nc);
+        send_wb(s, r->o);
     }
     int fatal = job->fatal;
     char fatal_msg[sizeof job->err];
@@ -670,26 +734,26 @@ static void on_done(pj_server *s, pj_req *r)
 
 /* ---- the other requests ------------------------------------------------------------- */
 
-static void handle_hello(pj_server *s, pj_conn *c, nctx *nc, const pj_hdr *h, const void *body)
+static void handle_hello(pj_server *s, pj_conn *c, origin o, const pj_hdr *h, const void *body)
 {
     char err[PJ_WIRE_MSG_MAX];
     pj_hello hello;
     int st = pj_dec_hello(body, h->body_len, &hello, err, sizeof err);
     if (st != PJ_OK) {
-        send_error(s, nc, h->req_id, st, UINT32_MAX, err);
+        send_error(s, o, h->req_id, st, UINT32_MAX, err);
         return;
     }
     if (hello.ver_min > PJ_WIRE_VERSION || hello.ver_max < PJ_WIRE_VERSION) {
         snprintf(err, sizeof err, "HELLO: client speaks versions %u..%u, the daemon speaks %d",
                  hello.ver_min, hello.ver_max, PJ_WIRE_VERSION);
-        send_error(s, nc, h->req_id, PJ_E_VERSION, UINT32_MAX, err);
+        send_error(s, o, h->req_id, PJ_E_VERSION, UINT32_MAX, err);
         return;
     }
     if (!c->stream) {
         int rc = s->be->ops->stream_create(s->be, &c->stream, err, sizeof err);
         if (rc != 0) {
             c->stream = NULL;
-            send_error(s, nc, h->req_id, PJ_E_BACKEND, UINT32_MAX, err);
+            send_error(s, o, h->req_id, PJ_E_BACKEND, UINT32_MAX, err);
             return;
         }
     }
@@ -700,7 +764,7 @@ static void handle_hello(pj_server *s, pj_conn *c, nctx *nc, const pj_hdr *h, co
     snprintf(c->client, sizeof c->client, "%s", hello.name);
     pj_welcome *w = calloc(1, sizeof *w);
     if (!w) {
-        send_error(s, nc, h->req_id, PJ_E_INTERNAL, UINT32_MAX, "HELLO: out of memory");
+        send_error(s, o, h->req_id, PJ_E_INTERNAL, UINT32_MAX, "HELLO: out of memory");
         return;
     }
     w->version = PJ_WIRE_VERSION;
@@ -724,15 +788,15 @@ static void handle_hello(pj_server *s, pj_conn *c, nctx *nc, const pj_hdr *h, co
     pj_wbuf_reset(&s->wb);
     pj_enc_welcome(&s->wb, h->req_id, w);
     free(w);
-    send_wb(s, nc);
+    send_wb(s, o);
 }
 
-static void handle_register(pj_server *s, pj_conn *c, nctx *nc, const pj_hdr *h, const void *body)
+static void handle_register(pj_server *s, pj_conn *c, origin o, const pj_hdr *h, const void *body)
 {
     char err[PJ_WIRE_MSG_MAX];
     pj_register *rq = calloc(1, sizeof *rq);
     if (!rq) {
-        send_error(s, nc, h->req_id, PJ_E_INTERNAL, UINT32_MAX, "REGISTER: out of memory");
+        send_error(s, o, h->req_id, PJ_E_INTERNAL, UINT32_MAX, "REGISTER: out of memory");
         return;
     }
     int st = pj_dec_register(body, h->body_len, rq, err, sizeof err);
@@ -746,7 +810,7 @@ static void handle_register(pj_server *s, pj_conn *c, nctx *nc, const pj_hdr *h,
     free(rq);
     if (st != PJ_OK) {
         pj_log_info("connection #%" PRIu64 ": %s", c->serial, err);
-        send_error(s, nc, h->req_id, st, UINT32_MAX, err);
+        send_error(s, o, h->req_id, st, UINT32_MAX, err);
         return;
     }
     pj_log_debug("connection #%" PRIu64 ": buffer %u = %s, %" PRIu64 " bytes", c->serial, b->id,
@@ -754,10 +818,10 @@ static void handle_register(pj_server *s, pj_conn *c, nctx *nc, const pj_hdr *h,
     pj_registered rep = {.buffer_id = b->id, .size = b->size};
     pj_wbuf_reset(&s->wb);
     pj_enc_registered(&s->wb, h->req_id, &rep);
-    send_wb(s, nc);
+    send_wb(s, o);
 }
 
-static void handle_unregister(pj_server *s, pj_conn *c, nctx *nc, const pj_hdr *h, const void *body)
+static void handle_unregister(pj_server *s, pj_conn *c, origin o, const pj_hdr *h, const void *body)
 {
     char err[PJ_WIRE_MSG_MAX];
     uint32_t id = 0;
@@ -765,12 +829,12 @@ static void handle_unregister(pj_server *s, pj_conn *c, nctx *nc, const pj_hdr *
     if (st == PJ_OK)
         st = pj_bufreg_unregister(&c->reg, id, err, sizeof err);
     if (st != PJ_OK) {
-        send_error(s, nc, h->req_id, st, UINT32_MAX, err);
+        send_error(s, o, h->req_id, st, UINT32_MAX, err);
         return;
     }
     pj_wbuf_reset(&s->wb);
     pj_enc_unregistered(&s->wb, h->req_id, id);
-    send_wb(s, nc);
+    send_wb(s, o);
 }
 
 static char *stats_text(pj_server *s)
@@ -812,6 +876,30 @@ static char *stats_text(pj_server *s)
         cJSON_AddNumberToObject(mem, "weights_bytes", weights);
         cJSON_AddNumberToObject(mem, "shm_mapped_bytes", (double)nbytes);
     }
+    cJSON *rg = cJSON_AddObjectToObject(o, "ring");
+    if (rg) {
+        uint32_t attached = 0, broken = 0;
+        uint64_t lost = 0, sleeps = 0;
+        for (unsigned i = 0; i < PJ_CONN_BUCKETS; i++) {
+            for (pj_conn *c = s->conns.b[i]; c; c = c->next) {
+                if (!c->ring)
+                    continue;
+                pj_ringsrv_stats rs;
+                pj_ringsrv_get_stats(c->ring, &rs);
+                attached++;
+                broken += rs.broken != 0;
+                lost += rs.lost;
+                sleeps += rs.sleeps;
+            }
+        }
+        cJSON_AddBoolToObject(rg, "enabled", s->cfg.ring.enabled != 0);
+        cJSON_AddNumberToObject(rg, "attached", attached);
+        cJSON_AddNumberToObject(rg, "attaches_total", (double)s->ring_attaches);
+        cJSON_AddNumberToObject(rg, "requests", (double)s->ring_requests);
+        cJSON_AddNumberToObject(rg, "broken", broken);
+        cJSON_AddNumberToObject(rg, "replies_lost", (double)lost);
+        cJSON_AddNumberToObject(rg, "poller_sleeps", (double)sleeps);
+    }
     cJSON *bs = cJSON_AddObjectToObject(o, "backend_stats");
     if (bs && s->be->ops->stats_json)
         s->be->ops->stats_json(s->be, bs);
@@ -820,36 +908,188 @@ static char *stats_text(pj_server *s)
     return text;
 }
 
-static void handle_stats(pj_server *s, nctx *nc, const pj_hdr *h, const void *body)
+static void handle_stats(pj_server *s, origin o, const pj_hdr *h, const void *body)
 {
     char err[PJ_WIRE_MSG_MAX];
     int st = pj_dec_stats(body, h->body_len, err, sizeof err);
     if (st != PJ_OK) {
-        send_error(s, nc, h->req_id, st, UINT32_MAX, err);
+        send_error(s, o, h->req_id, st, UINT32_MAX, err);
         return;
     }
     char *text = stats_text(s);
     if (!text) {
-        send_error(s, nc, h->req_id, PJ_E_INTERNAL, UINT32_MAX, "STATS: out of memory");
+        send_error(s, o, h->req_id, PJ_E_INTERNAL, UINT32_MAX, "STATS: out of memory");
         return;
     }
     pj_wbuf_reset(&s->wb);
     pj_enc_stats_reply(&s->wb, h->req_id, text, strlen(text));
     free(text);
-    send_wb(s, nc);
+    send_wb(s, o);
 }
 
-static void handle_ping(pj_server *s, nctx *nc, const pj_hdr *h, const void *body)
+static void handle_ping(pj_server *s, origin o, const pj_hdr *h, const void *body)
 {
     char err[PJ_WIRE_MSG_MAX];
     int st = pj_dec_ping(body, h->body_len, err, sizeof err);
     if (st != PJ_OK) {
-        send_error(s, nc, h->req_id, st, UINT32_MAX, err);
+        send_error(s, o, h->req_id, st, UINT32_MAX, err);
         return;
     }
     pj_wbuf_reset(&s->wb);
     pj_enc_pong(&s->wb, h->req_id, body, h->body_len);
-    send_wb(s, nc);
+    send_wb(s, o);
+}
+
+/* Poller thread: hand one ring request to the loop. */
+static void ring_deliver(void *arg, pj_ringsrv *ring, const uint8_t *msg, size_t len)
+{
+    pj_server *s = arg;
+    ring_ev *ev = malloc(sizeof *ev + len);
+    if (!ev) {
+        pj_log_err("out of memory taking a request from a ring; it gets no reply");
+        pj_ringsrv_dropped(ring);
+        return;
+    }
+    ev->ev.kind = EV_RING;
+    ev->pipe = pj_ringsrv_pipe(ring);
+    ev->serial = pj_ringsrv_serial(ring);
+    ev->recv_ns = pj_now_ns();
+    ev->len = len;
+    memcpy(ev->data, msg, len);
+    push_ev(s, &ev->ev);
+}
+
+/* ring.spin_us, except on a machine of fewer than 4 cores: there a
+ * spinning poller (and the client's reaper, which spins as long) takes the
+ * core the loop and the backend's workers need, and costs more latency
+ * than the futex wake-up it saves. */
+static uint32_t ring_spin_us(const pj_server *s)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    return cores >= 4 ? s->cfg.ring.spin_us : 0;
+}
+
+static void handle_ring_attach(pj_server *s, pj_conn *c, origin o, const pj_hdr *h,
+                               const void *body)
+{
+    char err[PJ_WIRE_MSG_MAX];
+    pj_ring_attach rq;
+    int st = pj_dec_ring_attach(body, h->body_len, &rq, err, sizeof err);
+    if (st != PJ_OK) {
+        send_error(s, o, h->req_id, st, UINT32_MAX, err);
+        return;
+    }
+    if (!s->cfg.ring.enabled) {
+        send_error(s, o, h->req_id, PJ_E_TYPE, UINT32_MAX,
+                   "RING_ATTACH: the ring is turned off on this daemon (ring.enabled = 0); "
+                   "use nng");
+        return;
+    }
+    if (c->ring) {
+        send_error(s, o, h->req_id, PJ_E_LIMIT, UINT32_MAX,
+                   "RING_ATTACH: this connection has a ring already (one per connection)");
+        return;
+    }
+    pj_ringsrv_opts opts = {.peer_uid = c->uid,
+                            .max_slots = s->cfg.ring.max_slots,
+                            .spin_ns = (uint64_t)ring_spin_us(s) * 1000u,
+                            .serial = c->serial,
+                            .pipe_id = c->pipe_id,
+                            .deliver = ring_deliver,
+                            .arg = s};
+    st = pj_ringsrv_open(&rq, &opts, &c->ring, err, sizeof err);
+    if (st != PJ_OK) {
+        pj_log_info("connection #%" PRIu64 ": %s", c->serial, err);
+        send_error(s, o, h->req_id, st, UINT32_MAX, err);
+        return;
+    }
+    s->ring_attaches++;
+    pj_log_info("connection #%" PRIu64 ": ring %s attached (%u slots of %u bytes, spin %u us)",
+                c->serial, rq.shm_name, rq.slots, rq.slot_bytes, ring_spin_us(s));
+    pj_ring_attached rep = {
+        .slots = rq.slots, .slot_bytes = rq.slot_bytes, .spin_us = ring_spin_us(s)};
+    pj_wbuf_reset(&s->wb);
+    pj_enc_ring_attached(&s->wb, h->req_id, &rep);
+    send_wb(s, o);
+}
+
+/* One request of connection c, from an nng context or from its ring: the
+ * checks every request gets, then its handler. */
+static void dispatch(pj_server *s, pj_conn *c, origin o, const uint8_t *data, size_t len,
+                     uint64_t now)
+{
+    char err[PJ_WIRE_MSG_MAX];
+    pj_hdr h;
+    memset(&h, 0, sizeof h);
+    if (len > s->cfg.limits.max_message_bytes) {
+        snprintf(err, sizeof err, "message of %zu bytes is over the limit of %u", len,
+                 s->cfg.limits.max_message_bytes);
+        send_error(s, o, peek_req_id(data, len), PJ_E_TOO_BIG, UINT32_MAX, err);
+        return;
+    }
+    int st = pj_dec_hdr(data, len, s->cfg.limits.max_message_bytes - PJ_WIRE_HDR_SIZE, &h, err,
+                        sizeof err);
+    if (st != PJ_OK) {
+        pj_log_debug("connection #%" PRIu64 ": %s: %s", c->serial, pj_status_name(st), err);
+        send_error(s, o, h.req_id, st, UINT32_MAX, err);
+        return;
+    }
+    if (h.type < PJ_STATS_TYPES)
+        s->stats.by_type[h.type]++;
+    pj_log_debug("connection #%" PRIu64 ": %s %" PRIu64 " (%zu bytes%s)", c->serial,
+                 pj_msg_type_name(h.type), h.req_id, len, o.ring ? ", ring" : "");
+    const void *body = data + PJ_WIRE_HDR_SIZE;
+    /* PROTOCOL.md's order: type, then shutdown, then HELLO. */
+    int known = h.type == PJ_MSG_HELLO || h.type == PJ_MSG_REGISTER ||
+                h.type == PJ_MSG_UNREGISTER || h.type == PJ_MSG_PROJECT || h.type == PJ_MSG_STATS ||
+                h.type == PJ_MSG_PING || h.type == PJ_MSG_RING_ATTACH;
+    if (!known) {
+        snprintf(err, sizeof err, "message type %u (%s) is not a request", h.type,
+                 pj_msg_type_name(h.type));
+        send_error(s, o, h.req_id, PJ_E_TYPE, UINT32_MAX, err);
+        return;
+    }
+    /* The ring carries the requests that are on the data path; the rest
+     * (set-up, statistics) stay on nng, where replies of any size fit. */
+    if (o.ring && h.type != PJ_MSG_PROJECT && h.type != PJ_MSG_PING) {
+        snprintf(err, sizeof err, "%s is not carried by the ring; send it over nng",
+                 pj_msg_type_name(h.type));
+        send_error(s, o, h.req_id, PJ_E_TYPE, UINT32_MAX, err);
+        return;
+    }
+    if (s->draining) {
+        send_error(s, o, h.req_id, PJ_E_SHUTDOWN, UINT32_MAX,
+                   "the daemon is shutting down; no new requests");
+        return;
+    }
+    if (!c->hello && h.type != PJ_MSG_HELLO) {
+        snprintf(err, sizeof err, "%s before HELLO", pj_msg_type_name(h.type));
+        send_error(s, o, h.req_id, PJ_E_NOHELLO, UINT32_MAX, err);
+        return;
+    }
+    switch (h.type) {
+    case PJ_MSG_HELLO:
+        handle_hello(s, c, o, &h, body);
+        break;
+    case PJ_MSG_REGISTER:
+        handle_register(s, c, o, &h, body);
+        break;
+    case PJ_MSG_UNREGISTER:
+        handle_unregister(s, c, o, &h, body);
+        break;
+    case PJ_MSG_PROJECT:
+        handle_project(s, c, o, &h, body, now);
+        break;
+    case PJ_MSG_STATS:
+        handle_stats(s, o, &h, body);
+        break;
+    case PJ_MSG_RING_ATTACH:
+        handle_ring_attach(s, c, o, &h, body);
+        break;
+    default:
+        handle_ping(s, o, &h, body);
+        break;
+    }
 }
 
 static void on_msg(pj_server *s, nctx *nc)
@@ -867,9 +1107,7 @@ static void on_msg(pj_server *s, nctx *nc)
     c->requests++;
     const uint8_t *data = nng_msg_body(msg);
     size_t len = nng_msg_len(msg);
-    char err[PJ_WIRE_MSG_MAX];
-    pj_hdr h;
-    memset(&h, 0, sizeof h);
+    origin o = {.nc = nc};
     /* Every request holds a context until its reply is sent, and a client
      * that does not read its replies keeps them for SEND_TIMEOUT_MS: so
      * the contexts of each connection are counted, whatever the request,
@@ -891,73 +1129,31 @@ static void on_msg(pj_server *s, nctx *nc)
         return;
     }
     if (c->n_ctx > share) {
+        char err[PJ_WIRE_MSG_MAX];
         snprintf(err, sizeof err,
                  "%u requests of this connection are waiting for their replies to be sent or "
                  "read (limit %u = limits.max_inflight_per_conn + %d)",
                  c->n_ctx - 1, share, CONN_CTX_SLACK);
-        send_error(s, nc, peek_req_id(data, len), PJ_E_LIMIT, UINT32_MAX, err);
-        goto out;
+        send_error(s, o, peek_req_id(data, len), PJ_E_LIMIT, UINT32_MAX, err);
+    } else {
+        dispatch(s, c, o, data, len, now);
     }
-    if (len > s->cfg.limits.max_message_bytes) {
-        snprintf(err, sizeof err, "message of %zu bytes is over the limit of %u", len,
-                 s->cfg.limits.max_message_bytes);
-        send_error(s, nc, peek_req_id(data, len), PJ_E_TOO_BIG, UINT32_MAX, err);
-        goto out;
-    }
-    int st = pj_dec_hdr(data, len, s->cfg.limits.max_message_bytes - PJ_WIRE_HDR_SIZE, &h, err,
-                        sizeof err);
-    if (st != PJ_OK) {
-        pj_log_debug("connection #%" PRIu64 ": %s: %s", c->serial, pj_status_name(st), err);
-        send_error(s, nc, h.req_id, st, UINT32_MAX, err);
-        goto out;
-    }
-    if (h.type < PJ_STATS_TYPES)
-        s->stats.by_type[h.type]++;
-    pj_log_debug("connection #%" PRIu64 ": %s %" PRIu64 " (%zu bytes)", c->serial,
-                 pj_msg_type_name(h.type), h.req_id, len);
-    const void *body = data + PJ_WIRE_HDR_SIZE;
-    /* PROTOCOL.md's order: type, then shutdown, then HELLO. */
-    int known = h.type == PJ_MSG_HELLO || h.type == PJ_MSG_REGISTER ||
-                h.type == PJ_MSG_UNREGISTER || h.type == PJ_MSG_PROJECT || h.type == PJ_MSG_STATS ||
-                h.type == PJ_MSG_PING;
-    if (!known) {
-        snprintf(err, sizeof err, "message type %u (%s) is not a request", h.type,
-                 pj_msg_type_name(h.type));
-        send_error(s, nc, h.req_id, PJ_E_TYPE, UINT32_MAX, err);
-        goto out;
-    }
-    if (s->draining) {
-        send_error(s, nc, h.req_id, PJ_E_SHUTDOWN, UINT32_MAX,
-                   "the daemon is shutting down; no new requests");
-        goto out;
-    }
-    if (!c->hello && h.type != PJ_MSG_HELLO) {
-        snprintf(err, sizeof err, "%s before HELLO", pj_msg_type_name(h.type));
-        send_error(s, nc, h.req_id, PJ_E_NOHELLO, UINT32_MAX, err);
-        goto out;
-    }
-    switch (h.type) {
-    case PJ_MSG_HELLO:
-        handle_hello(s, c, nc, &h, body);
-        break;
-    case PJ_MSG_REGISTER:
-        handle_register(s, c, nc, &h, body);
-        break;
-    case PJ_MSG_UNREGISTER:
-        handle_unregister(s, c, nc, &h, body);
-        break;
-    case PJ_MSG_PROJECT:
-        handle_project(s, c, nc, &h, body, now);
-        break;
-    case PJ_MSG_STATS:
-        handle_stats(s, nc, &h, body);
-        break;
-    default:
-        handle_ping(s, nc, &h, body);
-        break;
-    }
-out:
     nng_msg_free(msg);
+}
+
+/* A request from a ring. Its connection may have gone since the poller
+ * took it (the poller is stopped before the connection leaves the table,
+ * so a ring still attached under this pipe id and serial is the sender). */
+static void on_ring_msg(pj_server *s, ring_ev *ev)
+{
+    pj_conn *c = pj_conn_table_find(&s->conns, ev->pipe);
+    if (c && c->ring && pj_ringsrv_serial(c->ring) == ev->serial) {
+        c->requests++;
+        s->ring_requests++;
+        origin o = {.ring = c->ring};
+        dispatch(s, c, o, ev->data, ev->len, ev->recv_ns);
+    }
+    free(ev);
 }
 
 /* ---- contexts ---------------------------------------------------------------------- */
@@ -1040,7 +1236,7 @@ static void close_socket(pj_server *s)
     pthread_mutex_unlock(&s->mu);
     while (ev) {
         pj_ev *next = ev->next;
-        if (ev->kind == EV_PIPE_ADD || ev->kind == EV_PIPE_REM)
+        if (ev->kind == EV_PIPE_ADD || ev->kind == EV_PIPE_REM || ev->kind == EV_RING)
             free(ev);
         ev = next;
     }
@@ -1216,6 +1412,9 @@ static void on_async(uv_async_t *a)
             break;
         case EV_DONE:
             on_done(s, (pj_req *)ev);
+            break;
+        case EV_RING:
+            on_ring_msg(s, (ring_ev *)ev);
             break;
         }
         ev = next;

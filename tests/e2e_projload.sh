@@ -175,13 +175,28 @@ pl --trace "$tmp/decode.jsonl" --socket "$sock" --concurrency 2 --warmup 10 --co
 rc=$?
 cat "$tmp/closed.out"
 [ $rc = 0 ] && ok "closed loop: exit 0" || { fail "closed loop: exit $rc"; cat "$tmp/closed.err" >&2; }
-grep -q 'transport nng' "$tmp/closed.out" && ok "closed loop: says which transport" ||
-    fail "closed loop: transport not named"
+grep -q 'transport ring' "$tmp/closed.out" && ok "closed loop: auto picks the ring and says so" ||
+    fail "closed loop: transport ring not named"
 check_report "$tmp/closed.out" "$tmp/closed.json" 120 all && ok "closed loop: JSON holds the table" ||
     fail "closed loop: report"
 "$py" -c 'import json,sys; j=json.load(open(sys.argv[1])); t=j["totals"]; sys.exit(0 if j["buffers"]=="host" and t["check_mode"]=="bit-exact" else 1)' \
     "$tmp/closed.json" && ok "closed loop: host buffers, bit-exact checks (cpu backend)" ||
     fail "closed loop: buffers / check_mode in the JSON"
+
+# ---- the same over nng, and where the requests went -----------------------------------------
+pl --trace "$tmp/decode.jsonl" --socket "$sock" --concurrency 2 --warmup 5 --count 60 \
+    --transport nng $check_model --json "$tmp/nng.json" >"$tmp/nng.out" 2>"$tmp/nng.err"
+rc=$?
+[ $rc = 0 ] && grep -q 'transport nng' "$tmp/nng.out" && ok "--transport nng: exit 0, named" ||
+    { fail "--transport nng: exit $rc"; cat "$tmp/nng.out" "$tmp/nng.err" >&2; }
+"$py" - "$tmp/closed.json" "$tmp/nng.json" <<'EOF' && ok "ring run's requests went through rings, nng run's did not" ||
+import json, sys
+ring = json.load(open(sys.argv[1]))["daemon_stats"]["delta"]["ring"]["requests"]
+nng = json.load(open(sys.argv[2]))["daemon_stats"]["delta"]["ring"]["requests"]
+print("daemon ring.requests: ring run %d, nng run %d" % (ring, nng))
+sys.exit(0 if ring >= 130 and nng == 0 else 1)
+EOF
+    fail "ring.requests deltas"
 
 # ---- open loop -----------------------------------------------------------------------------
 pl --trace "$tmp/verify.jsonl" --socket "$sock" --poisson 150 --concurrency 2 --slots 3 \

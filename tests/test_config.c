@@ -124,7 +124,7 @@ static const bad_case bad_cases[] = {
     /* 2: unknown top-level key */
     {"{\"sockets\":{}}", "sockets",
      "sockets: unknown key; expected one of: socket, device, model, shapes, limits, auth, log, "
-     "tuning, cpu"},
+     "tuning, ring, cpu"},
     /* 3: unknown nested key */
     {"{\"limits\":{\"max_conns\":4}}", "limits.max_conns",
      "limits.max_conns: unknown key; expected one of: max_message_bytes, max_buffers_per_conn, "

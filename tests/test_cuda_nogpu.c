@@ -13,6 +13,7 @@
 
 #include "tests/helpers/daemon_check.h"
 #include "tests/helpers/daemon_proc.h"
+#include "tests/helpers/daemon_test.h"
 #include "tests/helpers/wire_client.h"
 
 #define READY_MS 30000
@@ -98,16 +99,10 @@ int main(void)
 {
     if (pjc_init(g_model, sizeof g_model) != 0)
         return 1;
-    Suite *s = suite_create("cuda_nogpu");
-    TCase *tc = tcase_create("nogpu");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, auto_falls_back_to_cpu);
-    tcase_add_test(tc, cuda_without_gpu_fails_clearly);
-    tcase_add_test(tc, cuda_device_uuid_without_gpu);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    const pjd_case cases[] = {
+        {"auto_falls_back_to_cpu", auto_falls_back_to_cpu},
+        {"cuda_without_gpu_fails_clearly", cuda_without_gpu_fails_clearly},
+        {"cuda_device_uuid_without_gpu", cuda_device_uuid_without_gpu},
+    };
+    return pjd_run_suite("cuda_nogpu", cases, sizeof cases / sizeof cases[0], 120);
 }

@@ -23,9 +23,9 @@
 
 #include "tests/helpers/daemon_check.h"
 #include "tests/helpers/daemon_proc.h"
+#include "tests/helpers/daemon_test.h"
 #include "tests/helpers/wire_client.h"
 
-#define READY_MS 30000
 #define REPLY_MS 60000
 #define XBYTES   (160u * 1024u)
 #define YBYTES   (320u * 1024u)
@@ -44,65 +44,6 @@ static uint64_t mix(uint64_t *s)
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void start_daemon(pj_dproc *d, const char *cfg_json)
-{
-    char err[512];
-    int rc = pj_dproc_start(d, g_model_path, cfg_json, NULL, 1, READY_MS, err, sizeof err);
-    ck_assert_msg(rc == 0, "start projd: %s", err);
-}
-
-/* Stop with SIGTERM; the exit code must be 0 (under ASan: no leak). */
-static void stop_daemon(pj_dproc *d)
-{
-    int code = pj_dproc_stop(d, 30000);
-    if (code != 0)
-        pj_dproc_dump_log(d);
-    ck_assert_msg(code == 0, "projd exit code %d", code);
-    pj_dproc_cleanup(d);
-}
-
-/* Poll STATS until the number at path equals want (timeout_ms). Returns
- * the last value seen. */
-static double wait_stat(pjt_client *c, const char *path, double want, int timeout_ms)
-{
-    long long end = now_ms() + timeout_ms;
-    double v = -1;
-    for (;;) {
-        cJSON *st = NULL;
-        if (pjt_stats(c, &st) == PJ_OK) {
-            v = pjt_json_num(st, path);
-            cJSON_Delete(st);
-        }
-        if (v == want || now_ms() >= end)
-            return v;
-        sleep_ms(20);
-    }
-}
-
-static double stat_now(pjt_client *c, const char *path)
-{
-    cJSON *st = NULL;
-    double v = -1;
-    if (pjt_stats(c, &st) == PJ_OK) {
-        v = pjt_json_num(st, path);
-        cJSON_Delete(st);
-    }
-    return v;
 }
 
 /* ---- 8 clients at once --------------------------------------------------- */
@@ -165,7 +106,7 @@ static void *worker_main(void *arg)
 START_TEST(concurrent_clients)
 {
     pj_dproc d;
-    start_daemon(&d, NULL);
+    pjd_start(&d, g_model_path, NULL);
     enum { N = 8 };
     worker w[N];
     long per = pjc_env_long("PJ_E2E_REQUESTS", 200);
@@ -210,10 +151,10 @@ START_TEST(concurrent_clients)
     ck_assert(cJSON_IsString(be) && strcmp(be->valuestring, "cpu") == 0);
     cJSON_Delete(st);
     /* The clients are gone: their connections and buffers too. */
-    ck_assert_double_eq(wait_stat(&c, "connections.current", 1, 10000), 1);
-    ck_assert_double_eq(wait_stat(&c, "buffers.current", 0, 10000), 0);
+    ck_assert_double_eq(pjd_wait_stat(&c, "connections.current", 1, 10000), 1);
+    ck_assert_double_eq(pjd_wait_stat(&c, "buffers.current", 0, 10000), 0);
     pjt_close(&c);
-    stop_daemon(&d);
+    pjd_stop(&d);
 }
 END_TEST
 
@@ -281,7 +222,8 @@ static void put32(uint8_t *p, uint32_t v)
 START_TEST(errors_keep_connection)
 {
     pj_dproc d;
-    start_daemon(&d, "{\"limits\": {\"max_ops_per_request\": 4, \"max_buffers_per_conn\": 4}}");
+    pjd_start(&d, g_model_path,
+              "{\"limits\": {\"max_ops_per_request\": 4, \"max_buffers_per_conn\": 4}}");
     const pj_model *model = pjc_model();
     char why[512];
     pjt_client *c;
@@ -496,7 +438,7 @@ START_TEST(errors_keep_connection)
     ck_assert_double_ge(pjt_json_num(st, "errors.E_TOO_BIG"), 1);
     cJSON_Delete(st);
     pjc_close(&t);
-    stop_daemon(&d);
+    pjd_stop(&d);
 }
 END_TEST
 
@@ -506,7 +448,7 @@ END_TEST
 START_TEST(mutation_storm)
 {
     pj_dproc d;
-    start_daemon(&d, NULL);
+    pjd_start(&d, g_model_path, NULL);
     const pj_model *model = pjc_model();
     char why[512];
     pjc_conn t;
@@ -571,10 +513,10 @@ START_TEST(mutation_storm)
     /* A fresh connection works, the daemon counted everything. */
     ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
     ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
-    ck_assert_double_ge(stat_now(&t.c, "requests.total"), (double)replies);
+    ck_assert_double_ge(pjd_stat(&t.c, "requests.total"), (double)replies);
     printf("mutation_storm: %ld mutated messages, all answered\n", replies);
     pjc_close(&t);
-    stop_daemon(&d);
+    pjd_stop(&d);
 }
 END_TEST
 
@@ -600,7 +542,7 @@ static void oversized_client_main(const char *url)
 START_TEST(message_over_hard_cap)
 {
     pj_dproc d;
-    start_daemon(&d, NULL);
+    pjd_start(&d, g_model_path, NULL);
     /* Fork before this process touches nng. */
     fflush(stdout);
     fflush(stderr);
@@ -613,14 +555,15 @@ START_TEST(message_over_hard_cap)
     for (int i = 0; i < 300 && got == 0; i++) { /* 30 s: its timeouts are 2 s */
         got = waitpid(client, &wst, WNOHANG);
         if (got == 0)
-            sleep_ms(100);
+            pjd_sleep_ms(100);
     }
     if (got == 0) {
         kill(client, SIGKILL);
         waitpid(client, &wst, 0);
     }
     ck_assert_msg(got == client, "the oversized client did not finish in 30 s");
-    ck_assert_msg(WIFEXITED(wst) && WEXITSTATUS(wst) != 2, "the oversized client could not connect");
+    ck_assert_msg(WIFEXITED(wst) && WEXITSTATUS(wst) != 2,
+                  "the oversized client could not connect");
     ck_assert_msg(WIFEXITED(wst) && WEXITSTATUS(wst) == 0, "a %u-byte message got a reply",
                   4u << 20);
     /* That client hung up while its REQ socket was reconnecting to resend
@@ -637,7 +580,7 @@ START_TEST(message_over_hard_cap)
     ck_assert_msg(ok, "%s", why);
     ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
     pjc_close(&t);
-    stop_daemon(&d);
+    pjd_stop(&d);
 }
 END_TEST
 
@@ -647,7 +590,7 @@ END_TEST
 START_TEST(inflight_limit_and_order)
 {
     pj_dproc d;
-    start_daemon(&d, "{\"limits\": {\"max_inflight_per_conn\": 2}, " HOLD_CFG "}");
+    pjd_start(&d, g_model_path, "{\"limits\": {\"max_inflight_per_conn\": 2}, " HOLD_CFG "}");
     const pj_model *model = pjc_model();
     char why[512];
     pjc_conn t;
@@ -701,7 +644,7 @@ START_TEST(inflight_limit_and_order)
         nng_aio_wait(aio[i]);
         ck_assert_int_eq(nng_aio_result(aio[i]), 0);
         /* Make sure the daemon has it before the next one goes. */
-        ck_assert_double_eq(wait_stat(&t.c, "requests.PROJECT", i + 1.0, 10000), i + 1.0);
+        ck_assert_double_eq(pjd_wait_stat(&t.c, "requests.PROJECT", i + 1.0, 10000), i + 1.0);
     }
     int codes[3];
     for (int i = 2; i >= 0; i--) {
@@ -741,7 +684,7 @@ START_TEST(inflight_limit_and_order)
     }
     ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
     pjc_close(&t);
-    stop_daemon(&d);
+    pjd_stop(&d);
 }
 END_TEST
 
@@ -751,12 +694,12 @@ END_TEST
 START_TEST(unregister_while_running)
 {
     pj_dproc d;
-    start_daemon(&d, "{" HOLD_CFG "}"); /* 32 ops: 0.8 s */
+    pjd_start(&d, g_model_path, "{" HOLD_CFG "}"); /* 32 ops: 0.8 s */
     const pj_model *model = pjc_model();
     char why[512];
     pjc_conn t;
     ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
-    ck_assert_double_eq(stat_now(&t.c, "buffers.current"), 2);
+    ck_assert_double_eq(pjd_stat(&t.c, "buffers.current"), 2);
     uint32_t big = 3 % model->n_layers;
     const pj_model_layer *L = &model->layers[big];
     pjc_shape s = {
@@ -782,12 +725,12 @@ START_TEST(unregister_while_running)
     nng_ctx_send(ctx, aio);
     nng_aio_wait(aio);
     ck_assert_int_eq(nng_aio_result(aio), 0);
-    ck_assert_double_eq(wait_stat(&t.c, "requests.PROJECT", 1, 10000), 1);
+    ck_assert_double_eq(pjd_wait_stat(&t.c, "requests.PROJECT", 1, 10000), 1);
     /* Both buffers go while the request runs. */
     ck_assert_int_eq(pjt_unregister(&t.c, t.xid), PJ_OK);
     ck_assert_int_eq(pjt_unregister(&t.c, t.yid), PJ_OK);
-    double inflight = stat_now(&t.c, "inflight");
-    double held = stat_now(&t.c, "buffers.current");
+    double inflight = pjd_stat(&t.c, "inflight");
+    double held = pjd_stat(&t.c, "buffers.current");
     pj_op again = ops[0];
     pj_done dn;
     pj_op_result res[1];
@@ -813,13 +756,13 @@ START_TEST(unregister_while_running)
     nng_aio_free(aio);
     nng_ctx_close(ctx);
     ck_assert_msg(pjc_verify(&t, &s, why, sizeof why) == 0, "%s", why);
-    ck_assert_double_eq(wait_stat(&t.c, "buffers.current", 0, 10000), 0);
+    ck_assert_double_eq(pjd_wait_stat(&t.c, "buffers.current", 0, 10000), 0);
     /* It was still running, so the mappings were held. */
     ck_assert_double_eq(inflight, 1);
     ck_assert_double_eq(held, 2);
     printf("unregister_while_running: unregistered while running, mapping held until done\n");
     pjc_close(&t);
-    stop_daemon(&d);
+    pjd_stop(&d);
 }
 END_TEST
 
@@ -885,7 +828,7 @@ static void victim_main(const char *url, int go_fd, int ready_fd)
 START_TEST(killed_client)
 {
     pj_dproc d;
-    start_daemon(&d, "{" HOLD_CFG "}"); /* the victim's requests: 0.4 s each */
+    pjd_start(&d, g_model_path, "{" HOLD_CFG "}"); /* the victim's requests: 0.4 s each */
     /* Fork the victim before this process touches nng. */
     int go[2], ready[2];
     ck_assert_int_eq(pipe(go), 0);
@@ -905,8 +848,8 @@ START_TEST(killed_client)
     char why[512];
     pjc_conn t;
     ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
-    double conns0 = stat_now(&t.c, "connections.current");
-    double bufs0 = stat_now(&t.c, "buffers.current");
+    double conns0 = pjd_stat(&t.c, "connections.current");
+    double bufs0 = pjd_stat(&t.c, "buffers.current");
     ck_assert_double_eq(conns0, 1);
     ck_assert_double_eq(bufs0, 2);
 
@@ -919,9 +862,9 @@ START_TEST(killed_client)
     char ch;
     ck_assert_int_eq(read(ready[0], &ch, 1), 1);
     /* All four of its requests reached the daemon; at least one runs. */
-    ck_assert_double_eq(wait_stat(&t.c, "inflight", 4, 10000), 4);
-    ck_assert_double_eq(stat_now(&t.c, "connections.current"), 2);
-    ck_assert_double_eq(stat_now(&t.c, "buffers.current"), bufs0 + 3);
+    ck_assert_double_eq(pjd_wait_stat(&t.c, "inflight", 4, 10000), 4);
+    ck_assert_double_eq(pjd_stat(&t.c, "connections.current"), 2);
+    ck_assert_double_eq(pjd_stat(&t.c, "buffers.current"), bufs0 + 3);
 
     ck_assert_int_eq(kill(victim, SIGKILL), 0);
     int wst;
@@ -931,16 +874,16 @@ START_TEST(killed_client)
     /* Others are served as before, during and after the cleanup. */
     for (int i = 0; i < 5; i++)
         ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
-    ck_assert_double_eq(wait_stat(&t.c, "connections.current", conns0, 30000), conns0);
-    ck_assert_double_eq(wait_stat(&t.c, "buffers.current", bufs0, 30000), bufs0);
-    ck_assert_double_eq(wait_stat(&t.c, "connections.closing", 0, 30000), 0);
-    ck_assert_double_eq(wait_stat(&t.c, "inflight", 0, 30000), 0);
+    ck_assert_double_eq(pjd_wait_stat(&t.c, "connections.current", conns0, 30000), conns0);
+    ck_assert_double_eq(pjd_wait_stat(&t.c, "buffers.current", bufs0, 30000), bufs0);
+    ck_assert_double_eq(pjd_wait_stat(&t.c, "connections.closing", 0, 30000), 0);
+    ck_assert_double_eq(pjd_wait_stat(&t.c, "inflight", 0, 30000), 0);
     ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
     ck_assert(pj_dproc_log_has(&d, "dropped unstarted, 1 running", 1000));
     pjc_close(&t);
     close(go[1]);
     close(ready[0]);
-    stop_daemon(&d);
+    pjd_stop(&d);
 }
 END_TEST
 
@@ -991,7 +934,7 @@ static void *drainer_main(void *arg)
 START_TEST(sigterm_drains)
 {
     pj_dproc d;
-    start_daemon(&d, "{" HOLD_CFG "}"); /* each drainer's request: 0.2 s or more */
+    pjd_start(&d, g_model_path, "{" HOLD_CFG "}"); /* each drainer's request: 0.2 s or more */
     pjt_client c;
     ck_assert_int_eq(pjt_connect(&c, d.url, REPLY_MS), 0);
     ck_assert_int_eq(pjt_hello(&c, "watcher"), PJ_OK);
@@ -1004,8 +947,8 @@ START_TEST(sigterm_drains)
         ck_assert_int_eq(pthread_create(&w[i].th, NULL, drainer_main, &w[i]), 0);
     }
     /* Every request has arrived (counted on receipt), and work is pending. */
-    ck_assert_double_eq(wait_stat(&c, "requests.PROJECT", N, 30000), N);
-    double inflight = stat_now(&c, "inflight");
+    ck_assert_double_eq(pjd_wait_stat(&c, "requests.PROJECT", N, 30000), N);
+    double inflight = pjd_stat(&c, "inflight");
     ck_assert_double_ge(inflight, 1);
     ck_assert_int_eq(pj_dproc_signal(&d, SIGTERM), 0);
     ck_assert_int_eq(pj_dproc_wait_notify(&d, "STOPPING=1", 10000), 0);
@@ -1033,12 +976,15 @@ int main(void)
         fprintf(stderr, "cannot prepare the small model\n");
         return 1;
     }
-    Suite *s = suite_create("daemon_e2e");
-    /* One case per test, so CK_RUN_CASE=<test> runs just one. */
-    const struct {
-        const char *name;
-        const TTest *test;
-    } tests[] = {
+    /* PJ_E2E_RING=<slots>: every checked client attaches a ring, so the
+     * same cases run their projections through the fast path
+     * (tests/e2e_ring.sh). */
+    long ring_slots = pjc_env_long("PJ_E2E_RING", 0);
+    if (ring_slots > 0) {
+        pjc_use_ring((uint32_t)ring_slots);
+        printf("daemon_e2e: projections go through a ring of %ld slots\n", ring_slots);
+    }
+    const pjd_case cases[] = {
         {"concurrent_clients", concurrent_clients},
         {"errors_keep_connection", errors_keep_connection},
         {"message_over_hard_cap", message_over_hard_cap},
@@ -1048,15 +994,5 @@ int main(void)
         {"killed_client", killed_client},
         {"sigterm_drains", sigterm_drains},
     };
-    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
-        TCase *tc = tcase_create(tests[i].name);
-        tcase_set_timeout(tc, 240);
-        tcase_add_test(tc, tests[i].test);
-        suite_add_tcase(s, tc);
-    }
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return pjd_run_suite("daemon_e2e", cases, sizeof cases / sizeof cases[0], 240);
 }

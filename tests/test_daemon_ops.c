@@ -24,6 +24,7 @@
 #include "config/config.h"
 #include "tests/helpers/daemon_check.h"
 #include "tests/helpers/daemon_proc.h"
+#include "tests/helpers/daemon_test.h"
 #include "tests/helpers/wire_client.h"
 
 #define READY_MS 30000
@@ -32,33 +33,6 @@
 #define YBYTES   (320u * 1024u)
 
 static char g_model_path[4200];
-
-static void start_daemon(pj_dproc *d, const char *cfg_json)
-{
-    char err[512];
-    int rc = pj_dproc_start(d, g_model_path, cfg_json, NULL, 1, READY_MS, err, sizeof err);
-    ck_assert_msg(rc == 0, "start projd: %s", err);
-}
-
-static void stop_daemon(pj_dproc *d)
-{
-    int code = pj_dproc_stop(d, 30000);
-    if (code != 0)
-        pj_dproc_dump_log(d);
-    ck_assert_msg(code == 0, "projd exit code %d", code);
-    pj_dproc_cleanup(d);
-}
-
-static double stat_now(pjt_client *c, const char *path)
-{
-    cJSON *st = NULL;
-    double v = -1;
-    if (pjt_stats(c, &st) == PJ_OK) {
-        v = pjt_json_num(st, path);
-        cJSON_Delete(st);
-    }
-    return v;
-}
 
 /* Run fn in a child that first drops to uid/gid; returns its exit code
  * (or 100 + signal), waiting at most timeout_ms. The fork happens before
@@ -162,7 +136,7 @@ START_TEST(uid_not_allowed_is_refused)
     pj_dproc d;
     /* Mode 0666: the file system lets anyone connect, so the refusal
      * below is the daemon's peer-credential check. */
-    start_daemon(&d, "{\"socket\": {\"mode\": \"0666\"}}");
+    pjd_start(&d, g_model_path, "{\"socket\": {\"mode\": \"0666\"}}");
     struct stat st;
     ck_assert_int_eq(stat(d.sock, &st), 0);
     ck_assert_int_eq(st.st_mode & 0777, 0666);
@@ -172,10 +146,10 @@ START_TEST(uid_not_allowed_is_refused)
 
     pjt_client c;
     ck_assert_int_eq(connect_hello(&c, d.url), PJ_OK);
-    ck_assert_double_ge(stat_now(&c, "connections.refused"), 1);
-    ck_assert_double_eq(stat_now(&c, "connections.current"), 1);
+    ck_assert_double_ge(pjd_stat(&c, "connections.refused"), 1);
+    ck_assert_double_eq(pjd_stat(&c, "connections.current"), 1);
     pjt_close(&c);
-    stop_daemon(&d);
+    pjd_stop(&d);
 }
 END_TEST
 
@@ -186,7 +160,8 @@ START_TEST(allowed_uid_and_shm_owner)
         return;
     }
     pj_dproc d;
-    start_daemon(&d, "{\"socket\": {\"mode\": \"0666\"}, \"auth\": {\"allow_uids\": [65533]}}");
+    pjd_start(&d, g_model_path,
+              "{\"socket\": {\"mode\": \"0666\"}, \"auth\": {\"allow_uids\": [65533]}}");
     pjt_shm root_shm;
     ck_assert_int_eq(pjt_shm_create(&root_shm, 4096), 0);
     fchmod(root_shm.fd, 0666); /* readable by the client: only ownership stops it */
@@ -198,7 +173,7 @@ START_TEST(allowed_uid_and_shm_owner)
     /* A uid on neither list is still refused. */
     ck_assert_int_eq(as_user(65532, 65532, refused_user, &a, 20000), 0);
     pjt_shm_destroy(&root_shm);
-    stop_daemon(&d);
+    pjd_stop(&d);
 }
 END_TEST
 
@@ -207,7 +182,7 @@ END_TEST
 START_TEST(connection_limit)
 {
     pj_dproc d;
-    start_daemon(&d, "{\"limits\": {\"max_connections\": 2}}");
+    pjd_start(&d, g_model_path, "{\"limits\": {\"max_connections\": 2}}");
     pjt_client a, b, c;
     ck_assert_int_eq(connect_hello(&a, d.url), PJ_OK);
     ck_assert_int_eq(connect_hello(&b, d.url), PJ_OK);
@@ -215,8 +190,8 @@ START_TEST(connection_limit)
     ck_assert_int_lt(pjt_hello(&c, "third"), 0); /* no reply: the pipe was closed */
     pjt_close(&c);
     ck_assert(pj_dproc_log_has(&d, "connection limit 2 reached", 2000));
-    ck_assert_double_ge(stat_now(&a, "connections.refused"), 1);
-    ck_assert_double_eq(stat_now(&a, "connections.current"), 2);
+    ck_assert_double_ge(pjd_stat(&a, "connections.refused"), 1);
+    ck_assert_double_eq(pjd_stat(&a, "connections.current"), 2);
     pjt_close(&b);
     /* b's place is free once the daemon has seen it go. */
     int rc = -1;
@@ -230,7 +205,7 @@ START_TEST(connection_limit)
     ck_assert_int_eq(rc, PJ_OK);
     pjt_close(&c);
     pjt_close(&a);
-    stop_daemon(&d);
+    pjd_stop(&d);
 }
 END_TEST
 
@@ -240,7 +215,7 @@ START_TEST(socket_live_stale_and_foreign)
 {
     char err[512];
     pj_dproc a, b, c, e;
-    start_daemon(&a, NULL);
+    pjd_start(&a, g_model_path, NULL);
     struct stat st;
     ck_assert_int_eq(stat(a.sock, &st), 0);
     ck_assert(S_ISSOCK(st.st_mode));
@@ -378,7 +353,7 @@ END_TEST
 START_TEST(listener_survives_hangups)
 {
     pj_dproc d;
-    start_daemon(&d, NULL);
+    pjd_start(&d, g_model_path, NULL);
     pjt_client keep;
     ck_assert_int_eq(pjt_connect(&keep, d.url, REPLY_MS), 0);
     ck_assert_int_eq(pjt_hello(&keep, "before"), PJ_OK);
@@ -395,7 +370,7 @@ START_TEST(listener_survives_hangups)
          * every 200 ms) may land on the dead listener; after, it gets in. */
         double now = restarts;
         for (int waited = 0; now <= restarts && waited < 10000; waited += 20) {
-            now = stat_now(&keep, "connections.listener_restarts");
+            now = pjd_stat(&keep, "connections.listener_restarts");
             struct timespec ts = {0, 20 * 1000 * 1000};
             nanosleep(&ts, NULL);
         }
@@ -412,9 +387,9 @@ START_TEST(listener_survives_hangups)
     ck_assert_int_eq(stat(d.sock, &st), 0);
     ck_assert_int_eq(st.st_mode & 0777, 0660);
     printf("listener_survives_hangups: %.0f listener replacements\n",
-           stat_now(&keep, "connections.listener_restarts"));
+           pjd_stat(&keep, "connections.listener_restarts"));
     pjt_close(&keep);
-    stop_daemon(&d);
+    pjd_stop(&d);
     /* Only the socket file was left in the directory, and it is gone. */
     ck_assert_msg(stat(d.sock, &st) != 0, "socket file left behind");
 }
@@ -449,7 +424,7 @@ static void write_config_json(const pj_dproc *d, const char *overlay)
 START_TEST(sighup_reloads)
 {
     pj_dproc d;
-    start_daemon(&d, NULL);
+    pjd_start(&d, g_model_path, NULL);
     pjc_conn t;
     char why[512];
     ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
@@ -492,7 +467,7 @@ START_TEST(sighup_reloads)
     ck_assert_int_eq(pjt_register_shm(&t.c, z.name, 4096, NULL), PJ_E_LIMIT);
     pjt_shm_destroy(&z);
     pjc_close(&t);
-    stop_daemon(&d);
+    pjd_stop(&d);
 }
 END_TEST
 
@@ -512,8 +487,9 @@ static void expect_limit(pjt_client *c, const char *shm, uint64_t size, const ch
 START_TEST(buffer_byte_limits)
 {
     pj_dproc d;
-    start_daemon(&d, "{\"limits\": {\"max_buffer_bytes\": 1048576, \"max_conn_buffer_bytes\": "
-                     "1572864, \"max_total_buffer_bytes\": 2621440}}");
+    pjd_start(&d, g_model_path,
+              "{\"limits\": {\"max_buffer_bytes\": 1048576, \"max_conn_buffer_bytes\": "
+              "1572864, \"max_total_buffer_bytes\": 2621440}}");
     pjt_shm big, mib, half;
     ck_assert_int_eq(pjt_shm_create(&big, 2u << 20), 0);
     ck_assert_int_eq(pjt_shm_create(&mib, 1u << 20), 0);
@@ -558,7 +534,7 @@ START_TEST(buffer_byte_limits)
     pjt_shm_destroy(&big);
     pjt_shm_destroy(&mib);
     pjt_shm_destroy(&half);
-    stop_daemon(&d);
+    pjd_stop(&d);
 }
 END_TEST
 
@@ -627,7 +603,8 @@ static void greedy_main(const char *sock, int ready, int report)
 START_TEST(unread_replies_do_not_starve_others)
 {
     pj_dproc d;
-    start_daemon(&d, "{\"limits\": {\"max_connections\": 4, \"max_inflight_per_conn\": 2}}");
+    pjd_start(&d, g_model_path,
+              "{\"limits\": {\"max_connections\": 4, \"max_inflight_per_conn\": 2}}");
     int pfd[2];
     ck_assert_int_eq(pipe(pfd), 0);
     fflush(stdout);
@@ -659,7 +636,7 @@ START_TEST(unread_replies_do_not_starve_others)
     pjt_close(&c);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    stop_daemon(&d);
+    pjd_stop(&d);
 }
 END_TEST
 
@@ -749,7 +726,7 @@ END_TEST
 START_TEST(log_format)
 {
     pj_dproc d;
-    start_daemon(&d, NULL);
+    pjd_start(&d, g_model_path, NULL);
     ck_assert_int_eq(pj_dproc_stop(&d, 30000), 0);
     FILE *f = fopen(d.log, "r");
     ck_assert_ptr_nonnull(f);
@@ -769,7 +746,7 @@ END_TEST
 START_TEST(shrunk_buffer)
 {
     pj_dproc d;
-    start_daemon(&d, NULL);
+    pjd_start(&d, g_model_path, NULL);
     pjc_conn t;
     char why[512];
     ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
@@ -804,7 +781,7 @@ START_TEST(shrunk_buffer)
     ck_assert_int_eq(pjt_register_shm(&t.c, t.ys.name, YBYTES, &t.yid), PJ_OK);
     ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
     pjc_close(&t);
-    stop_daemon(&d);
+    pjd_stop(&d);
 }
 END_TEST
 
@@ -814,11 +791,7 @@ int main(void)
         fprintf(stderr, "cannot prepare the small model\n");
         return 1;
     }
-    Suite *s = suite_create("daemon_ops");
-    const struct {
-        const char *name;
-        const TTest *test;
-    } tests[] = {
+    const pjd_case cases[] = {
         {"uid_not_allowed_is_refused", uid_not_allowed_is_refused},
         {"allowed_uid_and_shm_owner", allowed_uid_and_shm_owner},
         {"connection_limit", connection_limit},
@@ -833,15 +806,5 @@ int main(void)
         {"log_format", log_format},
         {"shrunk_buffer", shrunk_buffer},
     };
-    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
-        TCase *tc = tcase_create(tests[i].name);
-        tcase_set_timeout(tc, 180);
-        tcase_add_test(tc, tests[i].test);
-        suite_add_tcase(s, tc);
-    }
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return pjd_run_suite("daemon_ops", cases, sizeof cases / sizeof cases[0], 180);
 }

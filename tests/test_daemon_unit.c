@@ -23,6 +23,7 @@
 #include "daemon/validate.h"
 #include "kernels/refgemm.h"
 #include "tests/helpers/daemon_check.h"
+#include "tests/helpers/daemon_test.h"
 #include "tests/helpers/wire_client.h"
 
 static char g_model_path[4200];
@@ -401,19 +402,13 @@ int main(void)
         fprintf(stderr, "cannot prepare the small model\n");
         return 1;
     }
-    Suite *s = suite_create("daemon_unit");
-    TCase *tc = tcase_create("unit");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, span_checks);
-    tcase_add_test(tc, registry_and_ops);
-    tcase_add_test(tc, sigbus_guard);
-    tcase_add_test(tc, histogram_quantiles);
-    tcase_add_test(tc, cpu_backend_matches_reference);
-    tcase_add_test(tc, log_lines);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    const pjd_case cases[] = {
+        {"span_checks", span_checks},
+        {"registry_and_ops", registry_and_ops},
+        {"sigbus_guard", sigbus_guard},
+        {"histogram_quantiles", histogram_quantiles},
+        {"cpu_backend_matches_reference", cpu_backend_matches_reference},
+        {"log_lines", log_lines},
+    };
+    return pjd_run_suite("daemon_unit", cases, sizeof cases / sizeof cases[0], 120);
 }

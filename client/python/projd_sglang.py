@@ -53,8 +53,15 @@ held across the request: one client's applies run one at a time).
 Use: one projd.Client shared by every layer, one method per layer, e.g.
 from a QuantizationConfig's get_quant_method(layer, prefix)::
 
-    client = projd.Client()                     # $PROJD_SOCKET or the default
+    client = projd.Client(ring=True)            # $PROJD_SOCKET or the default
     method = ProjdLinearMethod("o", client)     # the daemon's layer name
+
+ring=True sends each projection through a shared-memory ring instead of
+nng (PROTOCOL.md, "The ring"): the same requests and results without
+nng's ~80-100 µs round trip, at the cost of a client thread that spins for
+the daemon's ring.spin_us (50 µs) after each reply on machines of 4 or more
+cores. Without it (or against a daemon that refuses the ring) every apply
+goes over nng.
 
 torch is imported on first use, so this module imports without it.
 """

@@ -29,6 +29,7 @@
 #include "kernels/refgemm.h"
 #include "tests/helpers/daemon_check.h"
 #include "tests/helpers/daemon_proc.h"
+#include "tests/helpers/daemon_test.h"
 #include "tests/helpers/wire_client.h"
 
 /* Failure lines are cut to their buffers on purpose. */
@@ -143,29 +144,6 @@ static CC_UNUSED void cc_print_log_lines(const pj_dproc *d, const char *needle)
         if (strstr(line, needle))
             fputs(line, stdout);
     fclose(f);
-}
-
-static CC_UNUSED double cc_stat(pjt_client *c, const char *path)
-{
-    cJSON *st = NULL;
-    double v = -1;
-    if (pjt_stats(c, &st) == PJ_OK) {
-        v = pjt_json_num(st, path);
-        cJSON_Delete(st);
-    }
-    return v;
-}
-
-static CC_UNUSED double cc_wait_stat(pjt_client *c, const char *path, double want, int timeout_ms)
-{
-    long long end = cc_now_us() + (long long)timeout_ms * 1000;
-    double v = -1;
-    for (;;) {
-        v = cc_stat(c, path);
-        if (v == want || cc_now_us() >= end)
-            return v;
-        cc_sleep_ms(20);
-    }
 }
 
 /* Check a y buffer (count elements, host copy) after shape s ran against

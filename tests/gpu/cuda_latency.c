@@ -5,7 +5,9 @@
  *            an event, timed on the host;
  *   shm      a PROJECT through projd over nng with host shared-memory
  *            buffers, timed by the client (plus the daemon's exec time);
- *   ipc      the same with CUDA IPC buffers (cudaMalloc in this process).
+ *   ipc      the same with CUDA IPC buffers (cudaMalloc in this process);
+ *   ring     the same IPC buffers, the PROJECT through a shared-memory
+ *            ring attached to the connection instead of nng.
  * Each projd result is checked once against the CPU reference on sampled
  * rows. A second table measures ways to rebind a graph's x and y per
  * request (daemon/CUDA.md): plain replay, kernel-node parameter patching,
@@ -52,9 +54,9 @@ typedef struct lat {
 
 typedef struct shape_res {
     uint32_t layer, m, n, k;
-    lat inproc, shm, ipc, shm_exec, ipc_exec;
-    uint16_t eng_shm, eng_ipc;
-    double rel_shm, rel_ipc;
+    lat inproc, shm, ipc, shm_exec, ipc_exec, ring, ring_exec;
+    uint16_t eng_shm, eng_ipc, eng_ring;
+    double rel_shm, rel_ipc, rel_ring;
     int ok;
 } shape_res;
 
@@ -491,6 +493,23 @@ static int time_projd(dconn *dc, int ipc, uint32_t l, uint32_t m, uint32_t n, la
     return ok ? 0 : -1;
 }
 
+/* g_reps PING round trips (after 10 unrecorded). */
+static lat time_ping(dconn *dc)
+{
+    double *pv = calloc((size_t)g_reps, sizeof(double));
+    int ping_fail = 0;
+    for (int i = -10; i < g_reps; i++) {
+        double t0p = now_usf();
+        ping_fail += pjt_ping(&dc->c) != PJ_OK;
+        if (i >= 0)
+            pv[i] = now_usf() - t0p;
+    }
+    CHECK(ping_fail == 0, "%d PINGs failed", ping_fail);
+    lat l = stats_of(pv, (size_t)g_reps);
+    free(pv);
+    return l;
+}
+
 static const char *path_name(int p)
 {
     switch (p) {
@@ -725,21 +744,10 @@ int main(int argc, char **argv)
     memcpy(dc.xs.p, hx, dc.xbytes);
     cudaMemcpy(dc.dx, hx, dc.xbytes, cudaMemcpyHostToDevice);
     cudaDeviceSynchronize();
-    /* The boundary alone: PING round trips over nng. */
-    lat ping = {0, 0, 0};
-    if (conn_ok) {
-        double *pv = calloc((size_t)g_reps, sizeof(double));
-        int ping_fail = 0;
-        for (int i = -10; i < g_reps; i++) {
-            double t0p = now_usf();
-            ping_fail += pjt_ping(&dc.c) != PJ_OK;
-            if (i >= 0)
-                pv[i] = now_usf() - t0p;
-        }
-        CHECK(ping_fail == 0, "%d PINGs failed", ping_fail);
-        ping = stats_of(pv, (size_t)g_reps);
-        free(pv);
-    }
+    /* The boundary alone: PING round trips over nng (and later the ring). */
+    lat ping = {0, 0, 0}, ring_ping = {0, 0, 0};
+    if (conn_ok)
+        ping = time_ping(&dc);
     uint16_t *hy = malloc(dc.ybytes);
     for (int i = 0; i < nres && conn_ok; i++) {
         shape_res *r = &res[i];
@@ -759,6 +767,26 @@ int main(int argc, char **argv)
               ml->name, r->m, r->rel_shm, r->rel_ipc);
         r->ok = r->rel_shm < CC_TOL && r->rel_ipc < CC_TOL;
     }
+    /* The same connection with a ring attached: PROJECT and PING go
+     * through shared memory from here on. */
+    int ring_ok = conn_ok && pjt_ring_attach(&dc.c, 8, PJ_RING_DEFAULT_SLOT) == PJ_OK;
+    CHECK(!conn_ok || ring_ok, "ring attach: %s", dc.c.err.msg);
+    if (ring_ok)
+        ring_ping = time_ping(&dc);
+    for (int i = 0; i < nres && ring_ok; i++) {
+        shape_res *r = &res[i];
+        const pj_model_layer *ml = &g_md->layers[r->layer];
+        cudaMemset(dc.dy, 0xff, dc.ybytes);
+        cudaDeviceSynchronize();
+        rc = time_projd(&dc, 1, r->layer, r->m, r->n, &r->ring, &r->ring_exec, &r->eng_ring);
+        CHECK(rc == 0, "projd ring %s m=%u failed: %s", ml->name, r->m, dc.c.err.msg);
+        cudaMemcpy(hy, dc.dy, dc.ybytes, cudaMemcpyDeviceToHost);
+        r->rel_ring = rc == 0 ? sample_check(ml, r->m, r->n, hx, hy, r->n) : 1e9;
+        CHECK(r->rel_ring < CC_TOL,
+              "%s m=%u: ring result differs from the CPU reference (rel %.3g)", ml->name, r->m,
+              r->rel_ring);
+        r->ok = r->ok && r->rel_ring < CC_TOL;
+    }
     cJSON *stats = NULL;
     pjt_stats(&dc.c, &stats);
     pjt_close(&dc.c);
@@ -768,18 +796,20 @@ int main(int argc, char **argv)
     /* Tables. */
     printf("\nRound trip per projection, µs (p50 / p99); %d repetitions each; device %s\n", g_reps,
            lim.name);
-    printf("nng PING round trip (no GPU work): %.1f / %.1f\n", ping.p50, ping.p99);
+    printf("PING round trip (no GPU work): nng %.1f / %.1f, ring %.1f / %.1f\n", ping.p50, ping.p99,
+           ring_ping.p50, ring_ping.p99);
     printf("| layer (n x k) | m | in-process cuBLAS graph | projd shm | projd CUDA IPC | projd "
-           "exec (IPC) | projd engine, path | rel err |\n");
-    printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+           "IPC via ring | projd exec (IPC) | projd engine, path | rel err |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for (int i = 0; i < nres; i++) {
         shape_res *r = &res[i];
-        printf("| %s (%u x %u) | %u | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %.1f | %s, %s | "
-               "%.1e |\n",
+        double rel = r->rel_ipc > r->rel_shm ? r->rel_ipc : r->rel_shm;
+        printf("| %s (%u x %u) | %u | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f | "
+               "%.1f | %s, %s | %.1e |\n",
                g_md->layers[r->layer].name, r->n, r->k, r->m, r->inproc.p50, r->inproc.p99,
-               r->shm.p50, r->shm.p99, r->ipc.p50, r->ipc.p99, r->ipc_exec.p50,
-               pj_eng_name((pj_eng_kind)(r->eng_ipc & 0xff)), path_name(r->eng_ipc >> 8),
-               r->rel_ipc > r->rel_shm ? r->rel_ipc : r->rel_shm);
+               r->shm.p50, r->shm.p99, r->ipc.p50, r->ipc.p99, r->ring.p50, r->ring.p99,
+               r->ipc_exec.p50, pj_eng_name((pj_eng_kind)(r->eng_ipc & 0xff)),
+               path_name(r->eng_ipc >> 8), r->rel_ring > rel ? r->rel_ring : rel);
     }
     printf("\nRebinding x / y per request (in-process, µs: host enqueue mean, round trip p50 / "
            "p99)\n");
@@ -797,6 +827,7 @@ int main(int argc, char **argv)
         cJSON_AddNumberToObject(root, "reps", g_reps);
         cJSON_AddNumberToObject(root, "cublas_version", pj_eng_cublas_version());
         cJSON_AddItemToObject(root, "ping", lat_json(ping));
+        cJSON_AddItemToObject(root, "ping_ring", lat_json(ring_ping));
         cJSON *arr = cJSON_AddArrayToObject(root, "shapes");
         for (int i = 0; i < nres; i++) {
             shape_res *r = &res[i];
@@ -810,6 +841,9 @@ int main(int argc, char **argv)
             cJSON_AddItemToObject(o, "projd_shm_exec", lat_json(r->shm_exec));
             cJSON_AddItemToObject(o, "projd_ipc", lat_json(r->ipc));
             cJSON_AddItemToObject(o, "projd_ipc_exec", lat_json(r->ipc_exec));
+            cJSON_AddItemToObject(o, "projd_ring", lat_json(r->ring));
+            cJSON_AddItemToObject(o, "projd_ring_exec", lat_json(r->ring_exec));
+            cJSON_AddNumberToObject(o, "rel_err_ring", r->rel_ring);
             cJSON_AddStringToObject(o, "engine", pj_eng_name((pj_eng_kind)(r->eng_ipc & 0xff)));
             cJSON_AddStringToObject(o, "path_ipc", path_name(r->eng_ipc >> 8));
             cJSON_AddStringToObject(o, "path_shm", path_name(r->eng_shm >> 8));

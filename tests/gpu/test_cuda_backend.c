@@ -343,9 +343,10 @@ static void section_c(void)
            (double)(cc_now_us() - t0) / 1e6);
     pjt_client c;
     if (pjt_connect(&c, d.url, CC_REPLY_MS) == 0 && pjt_hello(&c, "stats") == PJ_OK) {
-        CHECK(cc_wait_stat(&c, "connections.current", 1, 10000) == 1, "connections did not return");
-        CHECK(cc_wait_stat(&c, "buffers.current", 0, 10000) == 0, "buffers did not return");
-        CHECK(cc_stat(&c, "errors.total") == 0, "errors.total %.0f", cc_stat(&c, "errors.total"));
+        CHECK(pjd_wait_stat(&c, "connections.current", 1, 10000) == 1,
+              "connections did not return");
+        CHECK(pjd_wait_stat(&c, "buffers.current", 0, 10000) == 0, "buffers did not return");
+        CHECK(pjd_stat(&c, "errors.total") == 0, "errors.total %.0f", pjd_stat(&c, "errors.total"));
     } else {
         CHECK(0, "stats connection failed");
     }

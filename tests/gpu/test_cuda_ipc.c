@@ -296,12 +296,12 @@ static void failures(ipc_conn *t, const uint8_t *welcome_uuid)
     CHECK(run_ipc(t, &s, NULL, why, sizeof why) == 0, "valid request after the failures: %s", why);
 
     /* Same allocation twice: one mapping, refcounted. */
-    double ipc0 = cc_stat(&t->c, "backend_stats.ipc_open");
+    double ipc0 = pjd_stat(&t->c, "backend_stats.ipc_open");
     uint32_t id1 = 0, id2 = 0;
     projd_cuda_register_req(&r, &req);
     CHECK(pjt_register_raw(&t->c, &req, &id1) == PJ_OK, "register again: %s", t->c.err.msg);
     CHECK(pjt_register_raw(&t->c, &req, &id2) == PJ_OK, "register a third time: %s", t->c.err.msg);
-    CHECK(cc_stat(&t->c, "backend_stats.ipc_open") == ipc0,
+    CHECK(pjd_stat(&t->c, "backend_stats.ipc_open") == ipc0,
           "registering an open allocation again opened it again");
     CHECK(pjt_unregister(&t->c, id1) == PJ_OK, "unregister");
     pj_op op2 = op;
@@ -310,7 +310,7 @@ static void failures(ipc_conn *t, const uint8_t *welcome_uuid)
     rc = pjt_project(&t->c, 0, &op2, 1, &d, res);
     CHECK(rc == PJ_OK && d.status == PJ_OK, "request on the second registration: %d", rc);
     CHECK(pjt_unregister(&t->c, id2) == PJ_OK, "unregister");
-    CHECK(cc_stat(&t->c, "backend_stats.ipc_open") == ipc0, "ipc_open did not return");
+    CHECK(pjd_stat(&t->c, "backend_stats.ipc_open") == ipc0, "ipc_open did not return");
 
     /* cudaMallocAsync memory: refused on the client side, clearly. */
     void *pa = NULL;
@@ -357,8 +357,8 @@ static int child_main(const char *url)
 
 static void exiting_client(const char *url, pjt_client *c)
 {
-    double b0 = cc_stat(c, "buffers.current");
-    double i0 = cc_stat(c, "backend_stats.ipc_open");
+    double b0 = pjd_stat(c, "buffers.current");
+    double i0 = pjd_stat(c, "backend_stats.ipc_open");
     char *argv[] = {"/proc/self/exe", "--child-ipc", (char *)url, NULL};
     pid_t pid;
     int rc = posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv, environ);
@@ -376,9 +376,9 @@ static void exiting_client(const char *url, pjt_client *c)
     }
     CHECK(w == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0, "child client: status 0x%x",
           status);
-    CHECK(cc_wait_stat(c, "buffers.current", b0, 20000) == b0, "buffers did not return to %.0f",
+    CHECK(pjd_wait_stat(c, "buffers.current", b0, 20000) == b0, "buffers did not return to %.0f",
           b0);
-    CHECK(cc_wait_stat(c, "backend_stats.ipc_open", i0, 20000) == i0,
+    CHECK(pjd_wait_stat(c, "backend_stats.ipc_open", i0, 20000) == i0,
           "IPC mappings did not return to %.0f", i0);
 }
 

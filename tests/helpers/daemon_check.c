@@ -90,6 +90,13 @@ const uint16_t *pjc_ref_y(uint32_t layer, uint32_t mi, uint32_t variant)
     return g_y[layer][mi][variant];
 }
 
+static uint32_t g_ring_slots;
+
+void pjc_use_ring(uint32_t slots)
+{
+    g_ring_slots = slots;
+}
+
 int pjc_open(pjc_conn *t, const char *url, size_t xbytes, size_t ybytes, int timeout_ms, char *why,
              size_t whylen)
 {
@@ -115,6 +122,13 @@ int pjc_open(pjc_conn *t, const char *url, size_t xbytes, size_t ybytes, int tim
     if (rc != PJ_OK) {
         snprintf(why, whylen, "register: %d %s", rc, t->c.err.msg);
         return -1;
+    }
+    if (g_ring_slots) {
+        rc = pjt_ring_attach(&t->c, g_ring_slots, PJ_RING_DEFAULT_SLOT);
+        if (rc != PJ_OK) {
+            snprintf(why, whylen, "ring attach: %d %s", rc, rc > 0 ? t->c.err.msg : strerror(-rc));
+            return -1;
+        }
     }
     return 0;
 }

@@ -39,6 +39,10 @@ typedef struct pjc_conn {
     uint32_t xid, yid;
 } pjc_conn;
 
+/* From now on pjc_open also attaches a ring of this many slots (0: no
+ * ring, the default), so that PROJECT and PING go through it. */
+void pjc_use_ring(uint32_t slots);
+
 /* Connect, HELLO, create and register the two buffers. 0 or -1 (why). */
 int pjc_open(pjc_conn *t, const char *url, size_t xbytes, size_t ybytes, int timeout_ms, char *why,
              size_t whylen);

@@ -86,10 +86,54 @@ void pjt_close(pjt_client *c)
         nng_close(c->sock);
     c->open = 0;
     pj_wbuf_free(&c->wb);
+    if (c->ring_shm.p || c->ring_shm.name[0])
+        pjt_shm_destroy(&c->ring_shm);
+    c->use_ring = 0;
+}
+
+/* The header of a reply just received into c->reply. */
+static int take_reply(pjt_client *c)
+{
+    char err[256];
+    memset(&c->rh, 0, sizeof c->rh);
+    if (pj_dec_hdr(nng_msg_body(c->reply), nng_msg_len(c->reply), 1u << 30, &c->rh, err,
+                   sizeof err) != PJ_OK) {
+        fprintf(stderr, "wire_client: bad reply header: %s\n", err);
+        return -EPROTO;
+    }
+    c->body = (const uint8_t *)nng_msg_body(c->reply) + PJ_WIRE_HDR_SIZE;
+    return 0;
+}
+
+int pjt_ring_roundtrip(pjt_client *c, const void *msg, size_t len)
+{
+    if (c->reply)
+        nng_msg_free(c->reply);
+    c->reply = NULL;
+    c->body = NULL;
+    int rc = pj_ring_push(&c->ring, PJ_RING_SQ, msg, len);
+    if (rc != 0)
+        return rc;
+    rc = pj_ring_wait(&c->ring, PJ_RING_CQ, 20000, c->timeout_ms, NULL);
+    if (rc != 0)
+        return rc;
+    size_t cap = pj_ring_msg_max(&c->ring), got = 0;
+    if (nng_msg_alloc(&c->reply, cap) != 0)
+        return -ENOMEM;
+    rc = pj_ring_pop(&c->ring, PJ_RING_CQ, nng_msg_body(c->reply), cap, &got);
+    if (rc != 0)
+        return rc;
+    nng_msg_chop(c->reply, cap - got);
+    return take_reply(c);
 }
 
 int pjt_roundtrip(pjt_client *c, const void *msg, size_t len)
 {
+    if (c->use_ring && len >= 8) {
+        uint16_t type = (uint16_t)(((const uint8_t *)msg)[6] | ((const uint8_t *)msg)[7] << 8);
+        if (type == PJ_MSG_PROJECT || type == PJ_MSG_PING)
+            return pjt_ring_roundtrip(c, msg, len);
+    }
     if (c->reply)
         nng_msg_free(c->reply);
     c->reply = NULL;
@@ -108,15 +152,7 @@ int pjt_roundtrip(pjt_client *c, const void *msg, size_t len)
     rv = nng_recvmsg(c->sock, &c->reply, 0);
     if (rv != 0)
         return nng_to_errno(rv);
-    char err[256];
-    memset(&c->rh, 0, sizeof c->rh);
-    if (pj_dec_hdr(nng_msg_body(c->reply), nng_msg_len(c->reply), 1u << 30, &c->rh, err,
-                   sizeof err) != PJ_OK) {
-        fprintf(stderr, "wire_client: bad reply header: %s\n", err);
-        return -EPROTO;
-    }
-    c->body = (const uint8_t *)nng_msg_body(c->reply) + PJ_WIRE_HDR_SIZE;
-    return 0;
+    return take_reply(c);
 }
 
 int pjt_call(pjt_client *c, int want_type)
@@ -289,4 +325,37 @@ void pjt_shm_destroy(pjt_shm *s)
     if (s->name[0])
         shm_unlink(s->name);
     s->name[0] = 0;
+}
+
+int pjt_ring_attach_raw(pjt_client *c, const pj_ring_attach *a)
+{
+    pj_wbuf_reset(&c->wb);
+    pj_enc_ring_attach(&c->wb, c->next_id++, a);
+    return pjt_call(c, PJ_MSG_RING_ATTACHED);
+}
+
+int pjt_ring_attach(pjt_client *c, uint32_t slots, uint32_t slot_bytes)
+{
+    size_t size = pj_ring_bytes(slots, slot_bytes);
+    if (size == 0)
+        return -EINVAL;
+    int rc = pjt_shm_create(&c->ring_shm, size);
+    if (rc != 0)
+        return rc;
+    pj_ring_format(c->ring_shm.p, slots, slot_bytes);
+    char err[256];
+    if (pj_ring_view(&c->ring, c->ring_shm.p, size, slots, slot_bytes, err, sizeof err) != 0) {
+        fprintf(stderr, "wire_client: %s\n", err);
+        pjt_shm_destroy(&c->ring_shm);
+        return -EPROTO;
+    }
+    pj_ring_attach a = {.slots = slots, .slot_bytes = slot_bytes};
+    snprintf(a.shm_name, sizeof a.shm_name, "%s", c->ring_shm.name);
+    rc = pjt_ring_attach_raw(c, &a);
+    if (rc != PJ_OK) {
+        pjt_shm_destroy(&c->ring_shm);
+        return rc;
+    }
+    c->use_ring = 1;
+    return PJ_OK;
 }

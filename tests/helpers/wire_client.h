@@ -14,9 +14,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "protocol/ring.h"
 #include "protocol/wire.h"
 
 typedef struct cJSON cJSON;
+
+/* A POSIX shm object of size bytes, created and mapped here. */
+typedef struct pjt_shm {
+    char name[64];
+    void *p;
+    size_t size;
+    int fd;
+} pjt_shm;
 
 typedef struct pjt_client {
     nng_socket sock;
@@ -30,6 +39,11 @@ typedef struct pjt_client {
     const uint8_t *body;
     pj_error_msg err;   /* the last ERROR */
     pj_welcome welcome; /* from hello */
+    /* The shared-memory ring, once pjt_ring_attach succeeded: PROJECT and
+     * PING go through it from then on. */
+    int use_ring;
+    pj_ring ring;
+    pjt_shm ring_shm;
 } pjt_client;
 
 /* Dial url (retrying until timeout_ms) and set the receive timeout. */
@@ -58,14 +72,19 @@ int pjt_stats(pjt_client *c, cJSON **out);
  * -1 when absent. */
 double pjt_json_num(const cJSON *root, const char *path);
 
-/* A POSIX shm object of size bytes, created and mapped here. */
-typedef struct pjt_shm {
-    char name[64];
-    void *p;
-    size_t size;
-    int fd;
-} pjt_shm;
 int pjt_shm_create(pjt_shm *s, size_t size);
 void pjt_shm_destroy(pjt_shm *s);
+
+/* Create a ring of this geometry in a new shm object (mode 0600), format
+ * it and send RING_ATTACH over nng. PJ_OK: PROJECT and PING use the ring
+ * from now on. */
+int pjt_ring_attach(pjt_client *c, uint32_t slots, uint32_t slot_bytes);
+/* Send this RING_ATTACH as it is (refusal tests); the reply is classified
+ * as by pjt_call. */
+int pjt_ring_attach_raw(pjt_client *c, const pj_ring_attach *a);
+/* Send bytes through the ring and wait for the reply there (c->rh,
+ * c->body), whatever their type. 0, -ETIMEDOUT, -EAGAIN (the submission
+ * queue is full), -EPROTO. */
+int pjt_ring_roundtrip(pjt_client *c, const void *msg, size_t len);
 
 #endif

@@ -568,6 +568,66 @@ class ProjectTests(DaemonTest):
         self.assertEqual(errors, [])
 
 
+class RingTests(DaemonTest):
+    """The same projections through a shared-memory ring (projd_ring_attach)."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.r = projd.Client(cls.url, name="test_projd_ring", ring=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.r.close()
+        super().tearDownClass()
+
+    def ring_requests(self):
+        return self.c.stats()["ring"]["requests"]
+
+    def test_every_layer_through_the_ring(self):
+        self.assertTrue(self.r.ring_active)
+        self.assertFalse(self.c.ring_active)
+        before = self.ring_requests()
+        for L in self.r.layers:
+            self.run_case(L.name, 1, c=self.r)
+            self.run_case(L.name, 8, x_off=64, y_off=6, c=self.r)
+            self.run_case(L.name, 33, x_ld=L.k + 3, y_ld=L.n + 7, c=self.r)
+        self.r.ping()
+        self.assertEqual(self.ring_requests() - before, 3 * len(self.r.layers) + 1)
+
+    def test_threads_share_a_ring(self):
+        errors = []
+
+        def worker(seed):
+            try:
+                rng = random.Random(seed)
+                for i in range(6):
+                    self.run_case("o", 1 + (seed + i) % 4, rng=rng, c=self.r)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+
+    def test_errors_and_a_second_ring(self):
+        with self.r.shm_buffer(64) as xb, self.r.shm_buffer(64) as yb:
+            with self.assertRaises(projd.ProjdError) as cm:
+                self.r.project([Op(layer="o", m=1, x_buf=xb, y_buf=yb)])
+            self.assertEqual(cm.exception.name, "E_BOUNDS")
+        with self.assertRaises(projd.ProjdError) as cm:
+            self.r.attach_ring()
+        self.assertIn("has one already", str(cm.exception))
+        self.assertTrue(self.r.ring_active)
+        with self.assertRaises(TypeError):
+            projd.Client(self.url, ring=1)
+        with self.assertRaises(ValueError):
+            self.c.attach_ring(5000)
+
+
 class ErrorTests(DaemonTest):
     def setUp(self):
         self.o = self.c.layer("o")

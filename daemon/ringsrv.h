@@ -1,0 +1,82 @@
+/* ringsrv.h — the daemon's end of one connection's shared-memory ring.
+ *
+ * The client creates the ring (protocol/ring.h) and names it in RING_ATTACH;
+ * pj_ringsrv_open maps it after the same owner checks as a REGISTER (plus:
+ * mode 0600, since whoever can write the ring can send requests as this
+ * client) and starts a poller thread. The poller copies each request out of
+ * the submission queue and hands it to `deliver`, which queues it for the
+ * loop; the loop answers with pj_ringsrv_reply into the completion queue.
+ *
+ * Flow control: the poller takes a request only while the completion queue
+ * has room for every reply still owed, so an honest client's replies always
+ * fit. A client that stops reading its replies stops its own requests; a
+ * client that lies about its indices loses replies, nobody else's.
+ *
+ * Threads: open, reply, dropped, stop and free are called from the loop
+ * thread; deliver is called on the poller thread.
+ */
+#ifndef PJ_RINGSRV_H
+#define PJ_RINGSRV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "protocol/wire.h"
+
+typedef struct pj_ringsrv pj_ringsrv;
+
+/* One request taken from the ring (msg is the poller's buffer, valid during
+ * the call). */
+typedef void (*pj_ringsrv_deliver_fn)(void *arg, pj_ringsrv *r, const uint8_t *msg, size_t len);
+
+typedef struct pj_ringsrv_opts {
+    uint32_t peer_uid;
+    uint32_t max_slots;
+    uint64_t spin_ns;
+    uint64_t serial;  /* the connection's, for logs and for matching deliveries */
+    uint32_t pipe_id; /* the connection's nng pipe */
+    pj_ringsrv_deliver_fn deliver;
+    void *arg;
+} pj_ringsrv_opts;
+
+/* Map and check the ring, start its poller. PJ_OK, or PJ_E_REGISTER (the
+ * object: missing, not the peer's, not private, too small, bad header),
+ * PJ_E_LIMIT (more slots than max_slots, or no guard slot left),
+ * PJ_E_PROTO (bad geometry), PJ_E_INTERNAL; err says which and why. */
+int pj_ringsrv_open(const pj_ring_attach *req, const pj_ringsrv_opts *o, pj_ringsrv **out,
+                    char *err, size_t errlen);
+
+/* Put a reply on the completion queue. 0, or -EAGAIN (the client did not
+ * leave room: its indices lie), -EPIPE (the ring is closed or its memory
+ * was truncated under us): that reply is lost. -EMSGSIZE: larger than a
+ * slot, nothing happened; send a shorter reply (an ERROR always fits).
+ * Every request that was delivered gets exactly one successful or lost
+ * pj_ringsrv_reply, or one pj_ringsrv_dropped. */
+int pj_ringsrv_reply(pj_ringsrv *r, const void *msg, size_t len);
+
+/* A delivered request that will get no reply. */
+void pj_ringsrv_dropped(pj_ringsrv *r);
+
+/* Stop the poller (joins it), mark the ring closed and wake a client that
+ * sleeps on it. Idempotent. */
+void pj_ringsrv_stop(pj_ringsrv *r);
+
+/* Stop, then unmap. r may be NULL. */
+void pj_ringsrv_free(pj_ringsrv *r);
+
+uint64_t pj_ringsrv_serial(const pj_ringsrv *r);
+uint32_t pj_ringsrv_pipe(const pj_ringsrv *r);
+uint32_t pj_ringsrv_slots(const pj_ringsrv *r);
+uint32_t pj_ringsrv_slot_bytes(const pj_ringsrv *r);
+
+/* Counters since open: requests taken, replies lost to a lying client,
+ * times the poller went to sleep. `broken` is set when the poller gave up
+ * on the ring (corrupt indices, truncated object) and says why. */
+typedef struct pj_ringsrv_stats {
+    uint64_t taken, lost, sleeps;
+    int broken;
+    char why[160];
+} pj_ringsrv_stats;
+void pj_ringsrv_get_stats(pj_ringsrv *r, pj_ringsrv_stats *st);
+
+#endif

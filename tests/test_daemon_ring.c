@@ -1,0 +1,674 @@
+/* test_daemon_ring.c — the shared-memory fast path against a running projd
+ * (cpu backend): projections through a ring bit for bit, errors answered on
+ * the ring, every refusal of RING_ATTACH, a corrupt and a truncated ring,
+ * flow control when the client stops reading, and a client killed with its
+ * ring attached. tests/test_daemon_e2e.c runs its cases through a ring too
+ * (tests/e2e_ring.sh). */
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client/projd.h"
+#include "protocol/ring.h"
+#include "tests/helpers/daemon_check.h"
+#include "tests/helpers/daemon_proc.h"
+#include "tests/helpers/daemon_test.h"
+#include "tests/helpers/wire_client.h"
+
+#define REPLY_MS 30000
+#define XBYTES   (160u * 1024u)
+#define YBYTES   (320u * 1024u)
+
+static char g_model_path[4200];
+
+static void open_checked(pjc_conn *t, const pj_dproc *d, uint32_t ring_slots)
+{
+    char why[512];
+    pjc_use_ring(ring_slots);
+    int rc = pjc_open(t, d->url, XBYTES, YBYTES, REPLY_MS, why, sizeof why);
+    pjc_use_ring(0);
+    ck_assert_msg(rc == 0, "%s", why);
+}
+
+/* A bare protocol client that has said HELLO as name. */
+static void open_client(pjt_client *c, const pj_dproc *d, const char *name)
+{
+    ck_assert_int_eq(pjt_connect(c, d->url, REPLY_MS), 0);
+    ck_assert_int_eq(pjt_hello(c, name), PJ_OK);
+}
+
+/* ---- projections through the ring ------------------------------------------ */
+
+START_TEST(ring_bit_exact)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, NULL);
+    pjc_conn t;
+    open_checked(&t, &d, 16);
+    ck_assert(t.c.use_ring);
+    const pj_model *model = pjc_model();
+    char why[512];
+    int runs = 0;
+    for (uint32_t l = 0; l < model->n_layers; l++) {
+        for (uint32_t mi = 0; mi < PJC_N_MS; mi++) {
+            for (uint32_t v = 0; v < PJC_VARIANTS; v++) {
+                uint32_t n = model->layers[l].max_n;
+                pjc_shape s = {.layer = l,
+                               .mi = mi,
+                               .variant = v,
+                               .n = v ? n : 1 + n / 3,
+                               .x_off = v * 7,
+                               .x_ld = model->layers[l].w.k + v,
+                               .y_off = v * 5,
+                               .y_ld = n + v};
+                ck_assert_msg(pjc_run(&t, &s, why, sizeof why) == 0, "layer %u m %u: %s", l,
+                              PJC_MS[mi], why);
+                runs++;
+            }
+        }
+    }
+    ck_assert_int_eq(pjt_ping(&t.c), PJ_OK);
+    uint32_t a = 0, b = 0;
+    if (pjc_chain_pair(&a, &b) == 0) {
+        ck_assert_msg(pjc_run_chain(&t, a, b, 1, 0, why, sizeof why) == 0, "%s", why);
+        runs++;
+    }
+    pjt_client st;
+    open_client(&st, &d, "stats");
+    ck_assert_double_eq(pjd_stat(&st, "ring.attached"), 1);
+    /* Every projection and the PING came through the ring. */
+    ck_assert_double_eq(pjd_stat(&st, "ring.requests"), runs + 1);
+    ck_assert_double_eq(pjd_stat(&st, "requests.PROJECT"), runs);
+    ck_assert_double_eq(pjd_stat(&st, "ring.replies_lost"), 0);
+    printf("ring_bit_exact: %d projections through the ring, all bit-exact\n", runs);
+    pjc_close(&t);
+    ck_assert_double_eq(pjd_wait_stat(&st, "ring.attached", 0, 10000), 0);
+    ck_assert_double_eq(pjd_wait_stat(&st, "buffers.current", 0, 10000), 0);
+    pjt_close(&st);
+    pjd_stop(&d);
+}
+END_TEST
+
+/* Every bad request on the ring gets its ERROR there, and the ring goes on. */
+START_TEST(ring_errors_answered_on_ring)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, NULL);
+    pjc_conn t;
+    open_checked(&t, &d, 4);
+    char why[512];
+    pjc_shape good = {.layer = 0, .mi = 0, .n = pjc_model()->layers[0].max_n};
+    good.x_ld = pjc_model()->layers[0].w.k;
+    good.y_ld = good.n;
+
+    /* Bytes that are no message. */
+    uint8_t junk[40];
+    memset(junk, 0xa5, sizeof junk);
+    ck_assert_int_eq(pjt_ring_roundtrip(&t.c, junk, sizeof junk), 0);
+    ck_assert_uint_eq(t.c.rh.type, PJ_MSG_ERROR);
+    ck_assert_msg(pjc_run(&t, &good, why, sizeof why) == 0, "%s", why);
+
+    /* Set-up requests stay on nng. */
+    const struct {
+        const char *what;
+        int type;
+    } off_ring[] = {{"HELLO", PJ_MSG_HELLO},
+                    {"REGISTER", PJ_MSG_REGISTER},
+                    {"STATS", PJ_MSG_STATS},
+                    {"RING_ATTACH", PJ_MSG_RING_ATTACH}};
+    for (size_t i = 0; i < sizeof off_ring / sizeof off_ring[0]; i++) {
+        pj_wbuf w;
+        pj_wbuf_init(&w);
+        pj_enc_raw(&w, 1000 + i, (uint16_t)off_ring[i].type, NULL, 0);
+        ck_assert_int_eq(pjt_ring_roundtrip(&t.c, w.data, w.len), 0);
+        pj_wbuf_free(&w);
+        ck_assert_uint_eq(t.c.rh.type, PJ_MSG_ERROR);
+        ck_assert_uint_eq(t.c.rh.req_id, 1000 + i);
+        pj_error_msg em;
+        ck_assert_int_eq(pj_dec_error(t.c.body, t.c.rh.body_len, &em, why, sizeof why), PJ_OK);
+        ck_assert_int_eq(em.code, PJ_E_TYPE);
+        ck_assert_msg(strstr(em.msg, "not carried by the ring"), "%s: %s", off_ring[i].what,
+                      em.msg);
+    }
+    /* A projection the daemon refuses: unknown layer, then a stale buffer. */
+    pj_op op = pjc_op(&t, &good);
+    op.layer = 200;
+    pj_done done;
+    pj_op_result res[1];
+    ck_assert_int_eq(pjt_project(&t.c, 0, &op, 1, &done, res), PJ_E_LAYER);
+    op = pjc_op(&t, &good);
+    op.x_buf = 999;
+    ck_assert_int_eq(pjt_project(&t.c, 0, &op, 1, &done, res), PJ_E_BUFFER);
+    ck_assert_msg(pjc_run(&t, &good, why, sizeof why) == 0, "%s", why);
+
+    pjt_client st;
+    open_client(&st, &d, "stats");
+    ck_assert_double_eq(pjd_stat(&st, "ring.requests"), 9);
+    ck_assert_double_eq(pjd_stat(&st, "ring.broken"), 0);
+    pjt_close(&st);
+    pjc_close(&t);
+    pjd_stop(&d);
+}
+END_TEST
+
+/* ---- RING_ATTACH refusals ----------------------------------------------------- */
+
+/* A raw attach of the object `name`, expected to be refused with code and
+ * a message containing needle; the connection then still answers. */
+static void expect_refused(pjt_client *c, const char *name, uint32_t slots, uint32_t slot_bytes,
+                           int code, const char *needle)
+{
+    pj_ring_attach a = {.slots = slots, .slot_bytes = slot_bytes};
+    snprintf(a.shm_name, sizeof a.shm_name, "%s", name);
+    int rc = pjt_ring_attach_raw(c, &a);
+    ck_assert_msg(rc == code, "attach %s (%u x %u): got %d (%s), want %d", name, slots, slot_bytes,
+                  rc, c->err.msg, code);
+    ck_assert_msg(strstr(c->err.msg, needle), "attach %s: \"%s\" lacks \"%s\"", name, c->err.msg,
+                  needle);
+    ck_assert_int_eq(pjt_ping(c), PJ_OK);
+}
+
+START_TEST(attach_refusals)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, "{\"ring\": {\"max_slots\": 16}}");
+    pjt_client c;
+    open_client(&c, &d, "refusals");
+
+    size_t size = pj_ring_bytes(8, 2048);
+    pjt_shm ok;
+    ck_assert_int_eq(pjt_shm_create(&ok, size), 0);
+    pj_ring_format(ok.p, 8, 2048);
+
+    expect_refused(&c, ok.name, 3, 2048, PJ_E_PROTO, "power of two");
+    expect_refused(&c, ok.name, 8, 1000, PJ_E_PROTO, "slot_bytes");
+    expect_refused(&c, "/pjt-no-such-ring", 8, 2048, PJ_E_REGISTER, "shm_open");
+    expect_refused(&c, ok.name, 32, 2048, PJ_E_LIMIT, "ring.max_slots");
+    /* Claims more slots than the object holds. */
+    expect_refused(&c, ok.name, 16, 2048, PJ_E_REGISTER, "needed");
+    /* Claims a geometry the header does not have. */
+    expect_refused(&c, ok.name, 4, 2048, PJ_E_REGISTER, "header says");
+
+    pjt_shm raw;
+    ck_assert_int_eq(pjt_shm_create(&raw, size), 0);
+    expect_refused(&c, raw.name, 8, 2048, PJ_E_REGISTER, "magic");
+    /* Another user could write requests into a ring that is not 0600. */
+    pj_ring_format(raw.p, 8, 2048);
+    ck_assert_int_eq(fchmod(raw.fd, 0644), 0);
+    expect_refused(&c, raw.name, 8, 2048, PJ_E_REGISTER, "mode 644");
+    pjt_shm_destroy(&raw);
+
+    /* Bad bytes in the body. */
+    pj_wbuf w;
+    pj_wbuf_init(&w);
+    pj_enc_raw(&w, 77, PJ_MSG_RING_ATTACH, "\x08\0\0\0", 4);
+    ck_assert_int_eq(pjt_roundtrip(&c, w.data, w.len), 0);
+    ck_assert_uint_eq(c.rh.type, PJ_MSG_ERROR);
+    pj_wbuf_free(&w);
+
+    /* The good one, then a second on the same connection. */
+    pj_ring_attach a = {.slots = 8, .slot_bytes = 2048};
+    snprintf(a.shm_name, sizeof a.shm_name, "%s", ok.name);
+    ck_assert_int_eq(pjt_ring_attach_raw(&c, &a), PJ_OK);
+    pj_ring_attached rep;
+    char err[256];
+    ck_assert_int_eq(pj_dec_ring_attached(c.body, c.rh.body_len, &rep, err, sizeof err), PJ_OK);
+    ck_assert_uint_eq(rep.slots, 8);
+    ck_assert_uint_eq(rep.slot_bytes, 2048);
+    /* The default spin, or none on a machine of fewer than 4 cores. */
+    ck_assert_uint_eq(rep.spin_us, sysconf(_SC_NPROCESSORS_ONLN) >= 4 ? 50 : 0);
+    expect_refused(&c, ok.name, 8, 2048, PJ_E_LIMIT, "already");
+    ck_assert_double_eq(pjd_stat(&c, "ring.attached"), 1);
+    ck_assert_double_eq(pjd_stat(&c, "errors.total"), 10);
+    pjt_close(&c);
+    pjt_shm_destroy(&ok);
+    pjd_stop(&d);
+
+    /* A daemon with the ring turned off. */
+    pjd_start(&d, g_model_path, "{\"ring\": {\"enabled\": 0}}");
+    open_client(&c, &d, "off");
+    ck_assert_int_eq(pjt_ring_attach(&c, 8, 2048), PJ_E_TYPE);
+    ck_assert_ptr_nonnull(strstr(c.err.msg, "ring.enabled"));
+    ck_assert_int_eq(pjt_ping(&c), PJ_OK);
+    pjt_close(&c);
+    pjd_stop(&d);
+}
+END_TEST
+
+/* ---- a client that breaks its ring --------------------------------------------- */
+
+START_TEST(corrupt_and_truncated_rings)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, NULL);
+    pjc_conn good, bad;
+    open_checked(&good, &d, 8);
+    open_checked(&bad, &d, 8);
+    char why[512];
+    pjc_shape s = {.layer = 0, .mi = 1, .n = pjc_model()->layers[0].max_n};
+    s.x_ld = pjc_model()->layers[0].w.k;
+    s.y_ld = s.n;
+    ck_assert_msg(pjc_run(&bad, &s, why, sizeof why) == 0, "%s", why);
+
+    /* An SQ tail far ahead of anything submitted. */
+    uint32_t *sq_tail = (uint32_t *)(void *)((uint8_t *)bad.c.ring_shm.p + 128);
+    __atomic_store_n(sq_tail, 5000u, __ATOMIC_RELEASE);
+    pj_ring_kick(&bad.c.ring, PJ_RING_SQ);
+    pjt_client st;
+    open_client(&st, &d, "stats");
+    ck_assert_double_eq(pjd_wait_stat(&st, "ring.broken", 1, 10000), 1);
+    ck_assert(pj_dproc_log_has(&d, "submission queue is corrupt", 5000));
+    /* The client is told through the state word. */
+    ck_assert_uint_eq(pj_ring_state(&bad.c.ring), PJ_RING_STATE_CLOSED);
+    /* Its connection still answers over nng; the other ring is untouched. */
+    bad.c.use_ring = 0;
+    ck_assert_int_eq(pjt_ping(&bad.c), PJ_OK);
+    ck_assert_msg(pjc_run(&good, &s, why, sizeof why) == 0, "%s", why);
+    pjc_close(&bad);
+    ck_assert_double_eq(pjd_wait_stat(&st, "ring.attached", 1, 10000), 1);
+    ck_assert_double_eq(pjd_stat(&st, "ring.broken"), 0);
+
+    /* A ring whose object shrinks to nothing under the daemon's poller:
+     * the guard absorbs the fault, the ring is dropped, nothing else. We
+     * never touch our own mapping after the truncation. */
+    pjc_conn shrink;
+    open_checked(&shrink, &d, 8);
+    ck_assert_int_eq(ftruncate(shrink.c.ring_shm.fd, 0), 0);
+    ck_assert_double_eq(pjd_wait_stat(&st, "ring.broken", 1, 10000), 1);
+    long long end = pjd_now_ms() + 10000;
+    while (!pj_dproc_log_has(&d, "shrank under the daemon", 0) && pjd_now_ms() < end)
+        pjd_sleep_ms(20);
+    ck_assert(pj_dproc_log_has(&d, "shrank under the daemon", 0));
+    ck_assert_msg(pjc_run(&good, &s, why, sizeof why) == 0, "%s", why);
+    shrink.c.use_ring = 0;
+    pjc_close(&shrink);
+    pjc_close(&good);
+    ck_assert_double_eq(pjd_wait_stat(&st, "ring.attached", 0, 10000), 0);
+    pjt_close(&st);
+    pjd_stop(&d);
+}
+END_TEST
+
+/* ---- flow control ------------------------------------------------------------------ */
+
+static void push_ping(pjt_client *c, uint64_t id)
+{
+    pj_wbuf w;
+    pj_wbuf_init(&w);
+    pj_enc_ping(&w, id, "flow", 4);
+    ck_assert_int_eq(pj_ring_push(&c->ring, PJ_RING_SQ, w.data, w.len), 0);
+    pj_wbuf_free(&w);
+}
+
+static uint64_t pop_pong(pjt_client *c)
+{
+    uint8_t buf[4096];
+    size_t len = 0;
+    ck_assert_int_eq(pj_ring_wait(&c->ring, PJ_RING_CQ, 0, REPLY_MS, NULL), 0);
+    ck_assert_int_eq(pj_ring_pop(&c->ring, PJ_RING_CQ, buf, sizeof buf, &len), 0);
+    pj_hdr h;
+    char err[256];
+    ck_assert_int_eq(pj_dec_hdr(buf, len, 4096, &h, err, sizeof err), PJ_OK);
+    ck_assert_uint_eq(h.type, PJ_MSG_PONG);
+    return h.req_id;
+}
+
+START_TEST(client_stops_reading)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, NULL);
+    pjt_client c;
+    open_client(&c, &d, "flow");
+    ck_assert_int_eq(pjt_ring_attach(&c, 2, 2048), PJ_OK);
+    /* Two requests fill the CQ with replies we do not read... */
+    push_ping(&c, 1);
+    push_ping(&c, 2);
+    long long end = pjd_now_ms() + 10000;
+    while (pj_ring_pending(&c.ring, PJ_RING_CQ) < 2 && pjd_now_ms() < end)
+        pjd_sleep_ms(5);
+    ck_assert_uint_eq(pj_ring_pending(&c.ring, PJ_RING_CQ), 2);
+    /* ...so the next two stay in the SQ: the daemon has no room to answer. */
+    push_ping(&c, 3);
+    push_ping(&c, 4);
+    pjd_sleep_ms(300);
+    ck_assert_uint_eq(pj_ring_room(&c.ring, PJ_RING_SQ), 0);
+    ck_assert_uint_eq(pj_ring_pending(&c.ring, PJ_RING_CQ), 2);
+    ck_assert_int_eq(pj_ring_push(&c.ring, PJ_RING_SQ, "x", 1), -EAGAIN);
+    /* Reading resumes the flow, in order, nothing lost. */
+    for (uint64_t id = 1; id <= 4; id++)
+        ck_assert_uint_eq(pop_pong(&c), id);
+    ck_assert_double_eq(pjd_stat(&c, "ring.replies_lost"), 0);
+    ck_assert_double_eq(pjd_stat(&c, "ring.requests"), 4);
+    pjt_close(&c);
+    pjd_stop(&d);
+}
+END_TEST
+
+/* ---- a client killed with its ring attached -------------------------------------- */
+
+START_TEST(killed_client_with_ring)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, NULL);
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(fds[0]);
+        pjc_conn t;
+        char why[512];
+        pjc_use_ring(8);
+        if (pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) != 0)
+            _exit(2);
+        for (int i = 0; i < 20; i++)
+            if (pjt_ping(&t.c) != PJ_OK)
+                _exit(3);
+        /* Requests in the ring, then gone without a goodbye. */
+        push_ping(&t.c, 100);
+        push_ping(&t.c, 101);
+        /* The parent removes our shm names once we are dead. */
+        char names[512];
+        int nl =
+            snprintf(names, sizeof names, "%s\n%s\n%s\n", t.c.ring_shm.name, t.xs.name, t.ys.name);
+        if (write(fds[1], names, (size_t)nl) != nl)
+            _exit(4);
+        pause();
+        _exit(0);
+    }
+    close(fds[1]);
+    char names[512];
+    ssize_t got = read(fds[0], names, sizeof names - 1);
+    ck_assert_int_gt(got, 0);
+    names[got] = 0;
+    close(fds[0]);
+    kill(pid, SIGKILL);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    for (char *save = NULL, *n = strtok_r(names, "\n", &save); n; n = strtok_r(NULL, "\n", &save))
+        shm_unlink(n);
+    pjt_client st;
+    open_client(&st, &d, "stats");
+    ck_assert_double_eq(pjd_wait_stat(&st, "connections.current", 1, 10000), 1);
+    ck_assert_double_eq(pjd_wait_stat(&st, "ring.attached", 0, 10000), 0);
+    ck_assert_double_eq(pjd_wait_stat(&st, "buffers.current", 0, 10000), 0);
+    ck_assert_double_ge(pjd_stat(&st, "ring.requests"), 20);
+    pjt_close(&st);
+    pjd_stop(&d);
+}
+END_TEST
+
+/* ---- libprojd over the ring ---------------------------------------------------------- */
+
+typedef struct lib_ctx {
+    projd_conn *c;
+    projd_buffer *x, *y;
+    uint32_t layer, k, n, m;
+} lib_ctx;
+
+/* x = the reference input of (layer, m index 1 = m 8); y poisoned. */
+static void lib_stage(lib_ctx *t, uint32_t slot)
+{
+    const uint16_t *rx = pjc_ref_x(t->layer, 1, 0);
+    uint16_t *x = (uint16_t *)projd_buffer_ptr(t->x);
+    memcpy(x, rx, (size_t)t->m * t->k * 2);
+    uint16_t *y = (uint16_t *)projd_buffer_ptr(t->y) + (size_t)slot * t->m * t->n;
+    for (size_t i = 0; i < (size_t)t->m * t->n; i++)
+        y[i] = PJC_POISON;
+}
+
+static void lib_verify(lib_ctx *t, uint32_t slot)
+{
+    const uint16_t *ry = pjc_ref_y(t->layer, 1, 0);
+    const uint16_t *y = (const uint16_t *)projd_buffer_ptr(t->y) + (size_t)slot * t->m * t->n;
+    for (uint32_t i = 0; i < t->m; i++)
+        for (uint32_t j = 0; j < t->n; j++)
+            ck_assert_msg(
+                y[(size_t)i * t->n + j] == ry[(size_t)i * pjc_model()->layers[t->layer].max_n + j],
+                "slot %u: y[%u][%u] = 0x%04x, reference 0x%04x", slot, i, j,
+                y[(size_t)i * t->n + j], ry[(size_t)i * pjc_model()->layers[t->layer].max_n + j]);
+}
+
+static projd_op lib_op(const lib_ctx *t, uint32_t slot)
+{
+    projd_op op = {.layer = t->layer,
+                   .m = t->m,
+                   .n = t->n,
+                   .x_buf = projd_buffer_id(t->x),
+                   .x_ld = t->k,
+                   .y_buf = projd_buffer_id(t->y),
+                   .y_off = (uint64_t)slot * t->m * t->n * 2,
+                   .y_ld = t->n};
+    return op;
+}
+
+static void lib_open(lib_ctx *t, const char *url, uint32_t slots_out)
+{
+    projd_error e;
+    memset(t, 0, sizeof *t);
+    ck_assert_msg(projd_connect(url, "ring-lib", &t->c, &e) == 0, "%s", e.msg);
+    t->layer = 0;
+    t->m = PJC_MS[1];
+    t->k = pjc_model()->layers[0].w.k;
+    t->n = pjc_model()->layers[0].max_n;
+    ck_assert_msg(projd_shm_create(t->c, (size_t)t->m * t->k * 2, &t->x, &e) == 0, "%s", e.msg);
+    ck_assert_msg(projd_shm_create(t->c, (size_t)slots_out * t->m * t->n * 2, &t->y, &e) == 0, "%s",
+                  e.msg);
+}
+
+typedef struct cb_log {
+    pthread_mutex_t mu;
+    int order[64];
+    int n;
+    int deadlk; /* projd_request_wait from the callback said -EDEADLK */
+} cb_log;
+
+static void on_done(projd_request *req, void *arg)
+{
+    cb_log *log = arg;
+    projd_result res;
+    projd_error e;
+    int rc = projd_request_result(req, &res, &e);
+    pthread_mutex_lock(&log->mu);
+    if (rc == 0)
+        log->order[log->n] = (int)res.ops[0].status;
+    log->n++;
+    if (projd_request_wait(req, NULL, &e) == -EDEADLK)
+        log->deadlk++;
+    pthread_mutex_unlock(&log->mu);
+}
+
+START_TEST(libprojd_ring)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, NULL);
+    lib_ctx t;
+    enum { SLOTS_OUT = 24, RING = 4 };
+    lib_open(&t, d.url, SLOTS_OUT);
+    projd_error e;
+    ck_assert_int_eq(projd_ring_active(t.c), 0);
+    ck_assert_msg(projd_ring_attach(t.c, RING, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(projd_ring_active(t.c), 1);
+    ck_assert_int_eq(projd_ring_attach(t.c, RING, &e), -EALREADY);
+
+    /* Synchronous: bit-exact. */
+    lib_stage(&t, 0);
+    projd_op op = lib_op(&t, 0);
+    projd_result res;
+    ck_assert_msg(projd_project(t.c, &op, 1, 0, &res, &e) == 0, "%s", e.msg);
+    lib_verify(&t, 0);
+    ck_assert_int_eq(projd_ping(t.c, &e), 0);
+    /* An error comes back as usual and the ring goes on. */
+    projd_op bad = op;
+    bad.layer = 99;
+    ck_assert_int_eq(projd_project(t.c, &bad, 1, 0, &res, &e), PJ_E_LAYER);
+    ck_assert_ptr_nonnull(strstr(e.msg, "layer"));
+
+    /* Six times the ring's slots in flight: the extra ones wait for a slot,
+     * in order; every callback runs once; waiting from one is refused. */
+    cb_log log = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    projd_request *reqs[SLOTS_OUT];
+    for (uint32_t i = 0; i < SLOTS_OUT; i++)
+        lib_stage(&t, i);
+    for (uint32_t i = 0; i < SLOTS_OUT; i++) {
+        projd_op o2 = lib_op(&t, i);
+        ck_assert_msg(projd_project_async(t.c, &o2, 1, 0, on_done, &log, &reqs[i], &e) == 0,
+                      "%u: %s", i, e.msg);
+    }
+    for (uint32_t i = 0; i < SLOTS_OUT; i++) {
+        ck_assert_msg(projd_request_wait(reqs[i], &res, &e) == 0, "%u: %s", i, e.msg);
+        ck_assert_uint_gt(res.total_ns, 0);
+        projd_request_free(reqs[i]);
+    }
+    for (uint32_t i = 0; i < SLOTS_OUT; i++)
+        lib_verify(&t, i);
+    ck_assert_int_eq(log.n, SLOTS_OUT);
+    ck_assert_int_eq(log.deadlk, SLOTS_OUT);
+
+    /* A request freed before its reply: its reply is dropped, the ring
+     * goes on. */
+    projd_request *r;
+    ck_assert_int_eq(projd_project_async(t.c, &op, 1, 0, NULL, NULL, &r, &e), 0);
+    projd_request_free(r);
+    ck_assert_int_eq(projd_ping(t.c, &e), 0);
+
+    char *json = NULL;
+    ck_assert_int_eq(projd_stats_json(t.c, &json, &e), 0);
+    cJSON *st = cJSON_Parse(json);
+    free(json);
+    /* 1 + 1 + 1 + SLOTS_OUT + 1 + 1 requests came through the ring. */
+    ck_assert_double_eq(pjt_json_num(st, "ring.requests"), SLOTS_OUT + 5);
+    ck_assert_double_eq(pjt_json_num(st, "ring.replies_lost"), 0);
+    cJSON_Delete(st);
+    projd_buffer_release(t.x, NULL);
+    projd_buffer_release(t.y, NULL);
+    projd_close(t.c);
+    pjd_stop(&d);
+}
+END_TEST
+
+/* $PROJD_RING attaches at connect; a daemon with the ring off leaves the
+ * connection on nng, working. */
+START_TEST(libprojd_ring_from_env)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, NULL);
+    setenv("PROJD_RING", "8", 1);
+    lib_ctx t;
+    lib_open(&t, d.url, 1);
+    ck_assert_int_eq(projd_ring_active(t.c), 1);
+    projd_error e;
+    lib_stage(&t, 0);
+    projd_op op = lib_op(&t, 0);
+    ck_assert_msg(projd_project(t.c, &op, 1, 0, NULL, &e) == 0, "%s", e.msg);
+    lib_verify(&t, 0);
+    projd_close(t.c);
+    pjd_stop(&d);
+
+    pjd_start(&d, g_model_path, "{\"ring\": {\"enabled\": 0}}");
+    lib_open(&t, d.url, 1);
+    ck_assert_int_eq(projd_ring_active(t.c), 0);
+    lib_stage(&t, 0);
+    op = lib_op(&t, 0);
+    ck_assert_msg(projd_project(t.c, &op, 1, 0, NULL, &e) == 0, "%s", e.msg);
+    lib_verify(&t, 0);
+    projd_close(t.c);
+    unsetenv("PROJD_RING");
+    pjd_stop(&d);
+}
+END_TEST
+
+/* The daemon dies with requests on the ring: they fail promptly (not at
+ * their timeout), later ones go over nng and fail as nng does. */
+START_TEST(libprojd_ring_daemon_killed)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, "{\"cpu\": {\"min_op_us\": 300000}}");
+    lib_ctx t;
+    lib_open(&t, d.url, 4);
+    projd_error e;
+    ck_assert_msg(projd_ring_attach(t.c, 4, &e) == 0, "%s", e.msg);
+    projd_set_timeout_ms(t.c, 20000);
+    projd_request *reqs[3];
+    for (uint32_t i = 0; i < 3; i++) {
+        projd_op op = lib_op(&t, i);
+        ck_assert_int_eq(projd_project_async(t.c, &op, 1, 0, NULL, NULL, &reqs[i], &e), 0);
+    }
+    pjd_sleep_ms(100);
+    long long t0 = pjd_now_ms();
+    ck_assert_int_eq(pj_dproc_signal(&d, SIGKILL), 0);
+    for (uint32_t i = 0; i < 3; i++) {
+        int rc = projd_request_wait(reqs[i], NULL, &e);
+        ck_assert_msg(rc == -ECONNRESET, "request %u: %d %s", i, rc, e.msg);
+        projd_request_free(reqs[i]);
+    }
+    ck_assert_int_lt(pjd_now_ms() - t0, 5000);
+    ck_assert_int_eq(projd_ring_active(t.c), 0);
+    projd_set_timeout_ms(t.c, 500);
+    ck_assert_int_ne(projd_ping(t.c, &e), 0);
+    projd_close(t.c);
+    pj_dproc_wait_exit(&d, 5000);
+    pj_dproc_cleanup(&d);
+}
+END_TEST
+
+/* ---- round trips, for the record (not asserted: tests do not time) ---------------- */
+
+static double ping_us(pjt_client *c, int n)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < n; i++)
+        ck_assert_int_eq(pjt_ping(c), PJ_OK);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return ((double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3) / n;
+}
+
+START_TEST(ping_both_ways)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, NULL);
+    pjt_client c;
+    open_client(&c, &d, "ping");
+    double nng_us = ping_us(&c, 500);
+    ck_assert_int_eq(pjt_ring_attach(&c, 8, 4096), PJ_OK);
+    double ring_us = ping_us(&c, 500);
+    ck_assert_double_eq(pjd_stat(&c, "ring.requests"), 500);
+    printf("ping_both_ways: PING round trip %.1f us over nng, %.1f us over the ring\n", nng_us,
+           ring_us);
+    pjt_close(&c);
+    pjd_stop(&d);
+}
+END_TEST
+
+int main(void)
+{
+    if (pjc_init(g_model_path, sizeof g_model_path) != 0) {
+        fprintf(stderr, "cannot prepare the small model\n");
+        return 1;
+    }
+    const pjd_case cases[] = {
+        {"ring_bit_exact", ring_bit_exact},
+        {"ring_errors_answered_on_ring", ring_errors_answered_on_ring},
+        {"attach_refusals", attach_refusals},
+        {"corrupt_and_truncated_rings", corrupt_and_truncated_rings},
+        {"client_stops_reading", client_stops_reading},
+        {"killed_client_with_ring", killed_client_with_ring},
+        {"libprojd_ring", libprojd_ring},
+        {"libprojd_ring_from_env", libprojd_ring_from_env},
+        {"libprojd_ring_daemon_killed", libprojd_ring_daemon_killed},
+        {"ping_both_ways", ping_both_ways},
+    };
+    return pjd_run_suite("daemon_ring", cases, sizeof cases / sizeof cases[0], 240);
+}
