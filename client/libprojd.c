@@ -374,7 +374,7 @@ static void req_complete(projd_request *r)
     r->in_cb = 0;
     int free_now = r->free_requested;
     if (!free_now) {
-        r->done = 1;
+        __atomic_store_n(&r->done, 1, __ATOMIC_RELEASE); /* also read unlocked by a spinning wait */
         pthread_cond_broadcast(&r->cv);
     }
     pthread_mutex_unlock(&r->mu);
@@ -637,8 +637,9 @@ static void ring_unref(ring_cli *rc)
 }
 
 /* Push r's message; r joins the pending list. 0; -EPIPE when the ring is
- * dead (the caller uses nng); -ETIMEDOUT when no slot came free in time;
- * -EMSGSIZE when the message does not fit a slot. */
+ * dead, or full and this is the reaper (the caller uses nng); -ETIMEDOUT
+ * when no slot came free in time; -EMSGSIZE when the message does not fit
+ * a slot. */
 static int ring_submit(ring_cli *rc, const pj_wbuf *w, projd_request *r, projd_error *e)
 {
     if (w->len > pj_ring_msg_max(&rc->ring))
@@ -647,8 +648,15 @@ static int ring_submit(ring_cli *rc, const pj_wbuf *w, projd_request *r, projd_e
     r->t_submit = now_ns();
     r->deadline = r->t_submit + (uint64_t)r->timeout_ms * 1000000ull;
     pthread_mutex_lock(&rc->mu);
-    /* Waiting for a slot keeps requests in submission order; sending the
-     * overflow over nng would let it overtake. */
+    /* A callback submitting on a full ring runs on the reaper, the only
+     * thread that frees slots: it cannot wait for one. That request goes
+     * over nng. */
+    if (!rc->dead && rc->inflight >= rc->ring.slots && pthread_equal(pthread_self(), rc->reaper)) {
+        pthread_mutex_unlock(&rc->mu);
+        return -EPIPE;
+    }
+    /* Waiting for a slot keeps a thread's requests in the order it submits
+     * them; sending the overflow over nng would let it overtake. */
     while (!rc->dead && rc->inflight >= rc->ring.slots) {
         uint64_t t = now_ns();
         if (t >= r->deadline)
@@ -921,8 +929,7 @@ static void ring_close(projd_conn *c)
         return;
     c->ring = NULL;
     __atomic_store_n(&rc->stop, 1, __ATOMIC_RELEASE);
-    pj_ring_kick(&rc->ring, PJ_RING_CQ);
-    pthread_join(rc->reaper, NULL);
+    pj_ring_stop_thread(&rc->ring, PJ_RING_CQ, rc->reaper);
     ring_fail_all(rc, -ECANCELED, "the connection was closed");
     pj_shmbuf_destroy(&rc->shm);
     ring_unref(rc);

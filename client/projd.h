@@ -223,7 +223,10 @@ void projd_request_free(projd_request *req);
  * completes the requests; it spins for as long as the daemon's poller does
  * (ring.spin_us, 50 µs by default; $PROJD_RING_SPIN_US overrides) before it
  * sleeps. At most `slots` requests are in flight on the ring; one more
- * waits for a slot (within its timeout), in order. A daemon that refuses
+ * waits for a slot (within its timeout), so a thread's requests enter the
+ * ring in the order it submits them; a callback that submits on a full
+ * ring sends that request over nng instead (the callback runs on the only
+ * thread that frees slots). A daemon that refuses
  * the ring answers E_TYPE (older daemons, ring.enabled = 0), E_LIMIT or
  * E_REGISTER, and the connection stays usable over nng. If the daemon
  * drops the ring later, pending requests fail with -ECONNRESET and later

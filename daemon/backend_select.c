@@ -27,8 +27,7 @@ int pj_backend_select(pj_backend_kind want, const pj_backend_ops **out, char *wh
 #ifdef PJ_CUDA_BACKEND
     if (!pj_backend_cuda_ops || !pj_backend_cuda_probe) {
         if (want == PJ_BACKEND_CUDA) {
-            snprintf(err, errlen,
-                     "backend cuda: this program was linked without the cuda backend");
+            snprintf(err, errlen, "backend cuda: this program was linked without the cuda backend");
             return -ENOTSUP;
         }
         *out = pj_backend_cpu_ops();

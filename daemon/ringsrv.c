@@ -15,9 +15,12 @@
 #include "daemon/shmguard.h"
 #include "protocol/ring.h"
 
-/* The poller's sleep between looks while the completion queue has no room
- * (the client is not reading its replies): rare, so cheap beats prompt. */
-#define NO_ROOM_SLEEP_NS 20000
+/* The poller's sleep between looks while it may take nothing (the client is
+ * not reading its replies, or the loop has not answered what was taken):
+ * from 20 µs, doubling to 5 ms while nothing moves. Rare, so cheap beats
+ * prompt. */
+#define BACKOFF_MIN_NS 20000
+#define BACKOFF_MAX_NS 5000000
 /* Longest futex sleep: the poller also notices a truncated object. */
 #define SLEEP_SLICE_MS 100
 
@@ -31,10 +34,15 @@ struct pj_ringsrv {
     int stop;    /* set by pj_ringsrv_stop, read by the poller */
     int stopped; /* loop: stop has run */
     uint8_t *buf;
-    /* The completion queue's tail as it will be once every request taken
-     * is answered: the poller adds one per request, the loop takes one
-     * back for a request that gets no reply. */
-    uint32_t promised;
+    /* The completion queue's tail as the loop last published it (the
+     * poller cannot read the loop's private copy). */
+    uint32_t written;
+    /* Requests taken and not yet answered or dropped. Both counts are the
+     * daemon's own: whatever the client writes, the poller never has more
+     * than `slots` requests ahead of the loop. */
+    uint32_t owed;
+    uint8_t oom_error[PJ_WIRE_HDR_SIZE + 64]; /* a ready ERROR, see reply_oom */
+    size_t oom_error_len;
     uint64_t taken, lost, sleeps;
     int broken;
     char why[160];
@@ -72,18 +80,36 @@ static int faulted(pj_ringsrv *r)
     return 1;
 }
 
-/* Completion slots taken or promised: every reply pushed and every reply
- * still owed, less what the client consumed (32-bit index arithmetic, like
- * the ring's own). A client whose head runs away reads as a full queue. */
-static uint32_t cq_in_use(const pj_ringsrv *r)
+/* Whether the poller may take the next request: 1 yes, 0 not now, -1 the
+ * ring is corrupt. Completion slots in use = replies written and not yet
+ * consumed + replies still owed; the next request needs one more. A
+ * client's head past the replies written (or more than the ring behind
+ * them) is impossible for an honest client. 32-bit index arithmetic, like
+ * the ring's own. */
+static int may_take(pj_ringsrv *r)
 {
-    return __atomic_load_n(&r->promised, __ATOMIC_ACQUIRE) - pj_ring_consumed(&r->ring, PJ_RING_CQ);
+    /* The head first: the client cannot consume a reply before `written`
+     * counts it (pj_ringsrv_reply raises it before the push publishes),
+     * so a head read before `written` is never past it. */
+    uint32_t head = pj_ring_consumed(&r->ring, PJ_RING_CQ);
+    uint32_t unread = __atomic_load_n(&r->written, __ATOMIC_ACQUIRE) - head;
+    if (unread > r->ring.slots)
+        return -1;
+    return unread + __atomic_load_n(&r->owed, __ATOMIC_ACQUIRE) < r->ring.slots;
+}
+
+static void backoff(uint64_t *ns)
+{
+    struct timespec ts = {0, (long)*ns};
+    nanosleep(&ts, NULL);
+    *ns = *ns * 2 > BACKOFF_MAX_NS ? BACKOFF_MAX_NS : *ns * 2;
 }
 
 static void *poller_main(void *arg)
 {
     pj_ringsrv *r = arg;
     size_t cap = pj_ring_msg_max(&r->ring);
+    uint64_t wait_ns = BACKOFF_MIN_NS;
     while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
         int rc = pj_ring_wait(&r->ring, PJ_RING_SQ, r->o.spin_ns, SLEEP_SLICE_MS, &r->stop);
         if (rc == -EINTR)
@@ -94,28 +120,40 @@ static void *poller_main(void *arg)
             __atomic_fetch_add(&r->sleeps, 1, __ATOMIC_RELAXED);
             continue;
         }
-        while (pj_ring_pending(&r->ring, PJ_RING_SQ) != 0 &&
-               !__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
-            if (cq_in_use(r) >= r->ring.slots) { /* also a head that ran away */
-                struct timespec ts = {0, NO_ROOM_SLEEP_NS};
-                nanosleep(&ts, NULL);
-                break;
-            }
-            size_t len = 0;
-            rc = pj_ring_pop(&r->ring, PJ_RING_SQ, r->buf, cap, &len);
-            if (rc == -EPROTO) {
-                mark_broken(r, "its submission queue is corrupt (an index or a length is "
-                               "impossible)");
-                goto out;
-            }
-            if (faulted(r))
-                goto out;
-            __atomic_fetch_add(&r->promised, 1, __ATOMIC_ACQ_REL);
-            __atomic_fetch_add(&r->taken, 1, __ATOMIC_RELAXED);
-            r->o.deliver(r->o.arg, r, r->buf, len);
+        if (pj_ring_pending(&r->ring, PJ_RING_SQ) > r->ring.slots) {
+            mark_broken(r, "its submission queue is corrupt (the tail is more than the ring "
+                           "holds ahead)");
+            break;
         }
+        int ok = may_take(r);
+        if (ok < 0) {
+            mark_broken(r, "its completion queue is corrupt (the client's head is past the "
+                           "replies written)");
+            break;
+        }
+        if (ok == 0) { /* requests waiting, no room for their replies yet */
+            backoff(&wait_ns);
+            continue;
+        }
+        wait_ns = BACKOFF_MIN_NS;
+        size_t len = 0;
+        rc = pj_ring_pop(&r->ring, PJ_RING_SQ, r->buf, cap, &len);
+        if (rc == -EPROTO) {
+            mark_broken(r, "its submission queue is corrupt (an index or a length is "
+                           "impossible)");
+            break;
+        }
+        if (faulted(r))
+            break;
+        __atomic_fetch_add(&r->owed, 1, __ATOMIC_ACQ_REL);
+        __atomic_fetch_add(&r->taken, 1, __ATOMIC_RELAXED);
+        /* Out of memory: keep the request and try again, rather than lose
+         * it (its client would wait out its timeout for the reply). */
+        uint64_t oom_ns = BACKOFF_MIN_NS;
+        while (r->o.deliver(r->o.arg, r, r->buf, len) != 0 &&
+               !__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE))
+            backoff(&oom_ns);
     }
-out:
     return NULL;
 }
 
@@ -165,7 +203,19 @@ int pj_ringsrv_open(const pj_ring_attach *req, const pj_ringsrv_opts *o, pj_ring
         st = PJ_E_REGISTER;
         goto fail;
     }
-    r->promised = r->ring.tail[PJ_RING_CQ];
+    r->written = r->ring.tail[PJ_RING_CQ];
+    pj_wbuf w;
+    pj_wbuf_init(&w);
+    pj_enc_error(&w, 0, PJ_E_INTERNAL, UINT32_MAX, "the daemon is out of memory");
+    if (w.oom || w.len > sizeof r->oom_error) {
+        pj_wbuf_free(&w);
+        snprintf(err, errlen, "RING_ATTACH: out of memory");
+        st = PJ_E_INTERNAL;
+        goto fail;
+    }
+    memcpy(r->oom_error, w.data, w.len);
+    r->oom_error_len = w.len;
+    pj_wbuf_free(&w);
     pj_ring_set_state(&r->ring, PJ_RING_STATE_ATTACHED);
     int rc = pthread_create(&r->thread, NULL, poller_main, r);
     if (rc != 0) {
@@ -193,18 +243,32 @@ int pj_ringsrv_reply(pj_ringsrv *r, const void *msg, size_t len)
     if (r->stopped || pj_shmguard_faulted(r->guard)) {
         rc = -EPIPE;
     } else {
+        /* Counted before the push makes it visible (see may_take), taken
+         * back if it is not pushed. */
+        uint32_t tail = r->ring.tail[PJ_RING_CQ];
+        __atomic_store_n(&r->written, tail + 1, __ATOMIC_SEQ_CST);
         rc = pj_ring_push(&r->ring, PJ_RING_CQ, msg, len);
+        if (rc != 0)
+            __atomic_store_n(&r->written, tail, __ATOMIC_RELEASE);
     }
-    if (rc != 0 && rc != -EMSGSIZE) {
-        __atomic_fetch_sub(&r->promised, 1, __ATOMIC_ACQ_REL);
+    if (rc == -EMSGSIZE)
+        return rc; /* not answered yet: the caller sends something shorter */
+    if (rc != 0)
         __atomic_fetch_add(&r->lost, 1, __ATOMIC_RELAXED);
-    }
+    __atomic_fetch_sub(&r->owed, 1, __ATOMIC_ACQ_REL);
     return rc;
+}
+
+int pj_ringsrv_reply_oom(pj_ringsrv *r, uint64_t req_id)
+{
+    for (int i = 0; i < 8; i++)
+        r->oom_error[16 + i] = (uint8_t)(req_id >> (8 * i));
+    return pj_ringsrv_reply(r, r->oom_error, r->oom_error_len);
 }
 
 void pj_ringsrv_dropped(pj_ringsrv *r)
 {
-    __atomic_fetch_sub(&r->promised, 1, __ATOMIC_ACQ_REL);
+    __atomic_fetch_sub(&r->owed, 1, __ATOMIC_ACQ_REL);
 }
 
 void pj_ringsrv_stop(pj_ringsrv *r)
@@ -213,9 +277,8 @@ void pj_ringsrv_stop(pj_ringsrv *r)
         return;
     r->stopped = 1;
     __atomic_store_n(&r->stop, 1, __ATOMIC_RELEASE);
-    pj_ring_kick(&r->ring, PJ_RING_SQ);
     if (r->thread_started)
-        pthread_join(r->thread, NULL);
+        pj_ring_stop_thread(&r->ring, PJ_RING_SQ, r->thread);
     r->thread_started = 0;
     if (!pj_shmguard_faulted(r->guard)) {
         pj_ring_set_state(&r->ring, PJ_RING_STATE_CLOSED);

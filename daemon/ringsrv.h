@@ -9,8 +9,12 @@
  *
  * Flow control: the poller takes a request only while the completion queue
  * has room for every reply still owed, so an honest client's replies always
- * fit. A client that stops reading its replies stops its own requests; a
- * client that lies about its indices loses replies, nobody else's.
+ * fit, and while fewer than `slots` requests it took are unanswered (a
+ * daemon-private count), so the loop never holds more than that of one
+ * ring. A client that stops reading its replies stops its own requests; a
+ * client that lies about its indices loses replies, nobody else's, and one
+ * whose completion head runs past the replies written gets its ring
+ * dropped.
  *
  * Threads: open, reply, dropped, stop and free are called from the loop
  * thread; deliver is called on the poller thread.
@@ -26,8 +30,9 @@
 typedef struct pj_ringsrv pj_ringsrv;
 
 /* One request taken from the ring (msg is the poller's buffer, valid during
- * the call). */
-typedef void (*pj_ringsrv_deliver_fn)(void *arg, pj_ringsrv *r, const uint8_t *msg, size_t len);
+ * the call). 0 when it was queued; non-zero (out of memory) makes the
+ * poller keep it and call again a little later. */
+typedef int (*pj_ringsrv_deliver_fn)(void *arg, pj_ringsrv *r, const uint8_t *msg, size_t len);
 
 typedef struct pj_ringsrv_opts {
     uint32_t peer_uid;
@@ -54,7 +59,12 @@ int pj_ringsrv_open(const pj_ring_attach *req, const pj_ringsrv_opts *o, pj_ring
  * pj_ringsrv_reply, or one pj_ringsrv_dropped. */
 int pj_ringsrv_reply(pj_ringsrv *r, const void *msg, size_t len);
 
-/* A delivered request that will get no reply. */
+/* Answer a delivered request with an ERROR E_INTERNAL "out of memory"
+ * built at open (for when the real reply cannot be built). As
+ * pj_ringsrv_reply. */
+int pj_ringsrv_reply_oom(pj_ringsrv *r, uint64_t req_id);
+
+/* A delivered request that will get no reply (its connection is gone). */
 void pj_ringsrv_dropped(pj_ringsrv *r);
 
 /* Stop the poller (joins it), mark the ring closed and wake a client that

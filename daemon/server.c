@@ -88,6 +88,7 @@ typedef struct ring_ev {
 typedef struct origin {
     nctx *nc;
     pj_ringsrv *ring;
+    uint64_t req_id; /* ring: for the ERROR sent when no reply can be built */
 } origin;
 
 typedef struct pipe_ev {
@@ -386,13 +387,16 @@ static void abandon_req(pj_server *s, origin o)
 }
 
 /* Put s->wb on the ring it answers. A reply larger than a slot becomes an
- * ERROR saying so (it always fits: PJ_RING_MIN_SLOT). */
-static void ring_reply(pj_server *s, pj_ringsrv *ring)
+ * ERROR saying so (it always fits: PJ_RING_MIN_SLOT), one that could not be
+ * built a ready-made E_INTERNAL: a ring request always gets its reply, or
+ * its client's slot would stay taken. */
+static void ring_reply(pj_server *s, origin o)
 {
+    pj_ringsrv *ring = o.ring;
     s->stats.requests++;
     if (s->wb.oom) {
-        pj_log_err("out of memory building a reply; dropping it");
-        pj_ringsrv_dropped(ring);
+        pj_log_err("out of memory building a reply; answering E_INTERNAL");
+        pj_ringsrv_reply_oom(ring, o.req_id);
         return;
     }
     int rc = pj_ringsrv_reply(ring, s->wb.data, s->wb.len);
@@ -404,7 +408,8 @@ static void ring_reply(pj_server *s, pj_ringsrv *ring)
         pj_stats_error(&s->stats, PJ_E_TOO_BIG);
         pj_wbuf_reset(&s->wb);
         pj_enc_error(&s->wb, id, PJ_E_TOO_BIG, UINT32_MAX, err);
-        rc = pj_ringsrv_reply(ring, s->wb.data, s->wb.len);
+        rc = s->wb.oom ? pj_ringsrv_reply_oom(ring, id)
+                       : pj_ringsrv_reply(ring, s->wb.data, s->wb.len);
     }
     if (rc != 0)
         pj_log_debug("a ring reply was lost: %s", strerror(-rc));
@@ -414,7 +419,7 @@ static void ring_reply(pj_server *s, pj_ringsrv *ring)
 static void send_wb(pj_server *s, origin o)
 {
     if (o.ring) {
-        ring_reply(s, o.ring);
+        ring_reply(s, o);
         return;
     }
     nctx *nc = o.nc;
@@ -940,16 +945,14 @@ static void handle_ping(pj_server *s, origin o, const pj_hdr *h, const void *bod
     send_wb(s, o);
 }
 
-/* Poller thread: hand one ring request to the loop. */
-static void ring_deliver(void *arg, pj_ringsrv *ring, const uint8_t *msg, size_t len)
+/* Poller thread: hand one ring request to the loop. Non-zero when out of
+ * memory: the poller keeps the request and tries again. */
+static int ring_deliver(void *arg, pj_ringsrv *ring, const uint8_t *msg, size_t len)
 {
     pj_server *s = arg;
     ring_ev *ev = malloc(sizeof *ev + len);
-    if (!ev) {
-        pj_log_err("out of memory taking a request from a ring; it gets no reply");
-        pj_ringsrv_dropped(ring);
-        return;
-    }
+    if (!ev)
+        return -ENOMEM;
     ev->ev.kind = EV_RING;
     ev->pipe = pj_ringsrv_pipe(ring);
     ev->serial = pj_ringsrv_serial(ring);
@@ -957,6 +960,7 @@ static void ring_deliver(void *arg, pj_ringsrv *ring, const uint8_t *msg, size_t
     ev->len = len;
     memcpy(ev->data, msg, len);
     push_ev(s, &ev->ev);
+    return 0;
 }
 
 /* ring.spin_us, except on a machine of fewer than 4 cores: there a
@@ -1150,7 +1154,7 @@ static void on_ring_msg(pj_server *s, ring_ev *ev)
     if (c && c->ring && pj_ringsrv_serial(c->ring) == ev->serial) {
         c->requests++;
         s->ring_requests++;
-        origin o = {.ring = c->ring};
+        origin o = {.ring = c->ring, .req_id = peek_req_id(ev->data, ev->len)};
         dispatch(s, c, o, ev->data, ev->len, ev->recv_ns);
     }
     free(ev);

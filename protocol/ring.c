@@ -266,6 +266,23 @@ void pj_ring_kick(pj_ring *r, int q)
     futex(tail_w(r, q), FUTEX_WAKE, 1 << 30, NULL);
 }
 
+void pj_ring_stop_thread(pj_ring *r, int q, pthread_t th)
+{
+    for (;;) {
+        pj_ring_kick(r, q);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        int rc = pthread_timedjoin_np(th, NULL, &ts);
+        if (rc != ETIMEDOUT)
+            return;
+    }
+}
+
 uint32_t pj_ring_state(const pj_ring *r)
 {
     return load_acq(word(r, OFF_STATE));

@@ -29,6 +29,7 @@
 #ifndef PJ_RING_H
 #define PJ_RING_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -109,6 +110,12 @@ int pj_ring_wait(pj_ring *r, int q, uint64_t spin_ns, int timeout_ms, const int 
 
 /* Wake whoever sleeps in pj_ring_wait on queue q (for shutdown). */
 void pj_ring_kick(pj_ring *r, int q);
+
+/* Join thread th, which waits on queue q and whose stop flag is already
+ * set: kicks the queue every millisecond until th has exited. (One kick is
+ * not enough: it can land after the thread's last look at the flag and
+ * before its futex wait, and the wait would then sleep out its slice.) */
+void pj_ring_stop_thread(pj_ring *r, int q, pthread_t th);
 
 /* The header's state word (PJ_RING_STATE_*), read or set. */
 uint32_t pj_ring_state(const pj_ring *r);
