@@ -50,6 +50,29 @@ static void open_client(pjt_client *c, const pj_dproc *d, const char *name)
     ck_assert_int_eq(pjt_hello(c, name), PJ_OK);
 }
 
+/* Layer 0, m = 1, all rows, contiguous. */
+static pjc_shape layer0_shape(void)
+{
+    pjc_shape s = {.layer = 0, .mi = 0, .n = pjc_model()->layers[0].max_n};
+    s.x_ld = pjc_model()->layers[0].w.k;
+    s.y_ld = s.n;
+    return s;
+}
+
+/* n PROJECTs of shape s pushed straight onto t's ring, req_id 1..n. */
+static void push_projects(pjc_conn *t, const pjc_shape *s, uint64_t n)
+{
+    pj_op op = pjc_op(t, s);
+    for (uint64_t id = 1; id <= n; id++) {
+        pj_project p = {.n_ops = 1, .ops = &op};
+        pj_wbuf w;
+        pj_wbuf_init(&w);
+        pj_enc_project(&w, id, &p);
+        ck_assert_int_eq(pj_ring_push(&t->c.ring, PJ_RING_SQ, w.data, w.len), 0);
+        pj_wbuf_free(&w);
+    }
+}
+
 /* ---- projections through the ring ------------------------------------------ */
 
 START_TEST(ring_bit_exact)
@@ -110,9 +133,7 @@ START_TEST(ring_errors_answered_on_ring)
     pjc_conn t;
     open_checked(&t, &d, 4);
     char why[512];
-    pjc_shape good = {.layer = 0, .mi = 0, .n = pjc_model()->layers[0].max_n};
-    good.x_ld = pjc_model()->layers[0].w.k;
-    good.y_ld = good.n;
+    pjc_shape good = layer0_shape();
 
     /* Bytes that are no message. */
     uint8_t junk[40];
@@ -258,9 +279,8 @@ START_TEST(corrupt_and_truncated_rings)
     open_checked(&good, &d, 8);
     open_checked(&bad, &d, 8);
     char why[512];
-    pjc_shape s = {.layer = 0, .mi = 1, .n = pjc_model()->layers[0].max_n};
-    s.x_ld = pjc_model()->layers[0].w.k;
-    s.y_ld = s.n;
+    pjc_shape s = layer0_shape();
+    s.mi = 1;
     ck_assert_msg(pjc_run(&bad, &s, why, sizeof why) == 0, "%s", why);
 
     /* An SQ tail far ahead of anything submitted. */
@@ -382,18 +402,8 @@ START_TEST(ring_inflight_limit_and_order)
               "{\"limits\": {\"max_inflight_per_conn\": 2}, \"cpu\": {\"min_op_us\": 25000}}");
     pjc_conn t;
     open_checked(&t, &d, 8);
-    pjc_shape s = {.layer = 0, .mi = 0, .n = pjc_model()->layers[0].max_n};
-    s.x_ld = pjc_model()->layers[0].w.k;
-    s.y_ld = s.n;
-    pj_op op = pjc_op(&t, &s);
-    for (uint64_t id = 1; id <= 3; id++) {
-        pj_project p = {.n_ops = 1, .ops = &op};
-        pj_wbuf w;
-        pj_wbuf_init(&w);
-        pj_enc_project(&w, id, &p);
-        ck_assert_int_eq(pj_ring_push(&t.c.ring, PJ_RING_SQ, w.data, w.len), 0);
-        pj_wbuf_free(&w);
-    }
+    pjc_shape s = layer0_shape();
+    push_projects(&t, &s, 3);
     /* The third is refused at once; the first two are answered in order. */
     int code;
     pj_hdr h = pop_reply(&t.c, &code);
@@ -419,18 +429,8 @@ START_TEST(ring_requests_drain_on_sigterm)
     pjd_start(&d, g_model_path, "{\"cpu\": {\"min_op_us\": 200000}}");
     pjc_conn t;
     open_checked(&t, &d, 8);
-    pjc_shape s = {.layer = 0, .mi = 0, .n = pjc_model()->layers[0].max_n};
-    s.x_ld = pjc_model()->layers[0].w.k;
-    s.y_ld = s.n;
-    pj_op op = pjc_op(&t, &s);
-    for (uint64_t id = 1; id <= 2; id++) {
-        pj_project p = {.n_ops = 1, .ops = &op};
-        pj_wbuf w;
-        pj_wbuf_init(&w);
-        pj_enc_project(&w, id, &p);
-        ck_assert_int_eq(pj_ring_push(&t.c.ring, PJ_RING_SQ, w.data, w.len), 0);
-        pj_wbuf_free(&w);
-    }
+    pjc_shape s = layer0_shape();
+    push_projects(&t, &s, 2);
     pjd_sleep_ms(50);
     ck_assert_int_eq(pj_dproc_signal(&d, SIGTERM), 0);
     for (uint64_t id = 1; id <= 2; id++) {
