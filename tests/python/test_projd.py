@@ -372,6 +372,26 @@ class DaemonTest(unittest.TestCase):
             self._rng = random.Random(zlib.crc32(self.id().encode()))
         return self._rng
 
+    def threads_share(self, c, layer):
+        """Four threads, each with its own buffers and random source, run
+        six cases each on the one connection c."""
+        errors = []
+
+        def worker(seed):
+            try:
+                rng = random.Random(seed)
+                for i in range(6):
+                    self.run_case(layer, 1 + (seed + i) % 4, rng=rng, c=c)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+
     def run_case(self, layer, m, n=None, x_off=0, x_ld=None, y_off=0, y_ld=None, y_slack=6, rng=None, c=None):
         """Stage random x at x_off / x_ld in an exactly sized buffer, poison y,
         project, and check every element of y against the reference (the
@@ -550,22 +570,7 @@ class ProjectTests(DaemonTest):
     def test_threads_share_a_client(self):
         # libprojd is thread-safe and ctypes drops the GIL: four threads,
         # each with its own buffers, on one connection.
-        errors = []
-
-        def worker(seed):
-            try:
-                rng = random.Random(seed)
-                for i in range(6):
-                    self.run_case("router", 1 + (seed + i) % 4, rng=rng)
-            except BaseException as exc:  # reported below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        self.assertEqual(errors, [])
+        self.threads_share(self.c, "router")
 
 
 class RingTests(DaemonTest):
@@ -596,22 +601,7 @@ class RingTests(DaemonTest):
         self.assertEqual(self.ring_requests() - before, 3 * len(self.r.layers) + 1)
 
     def test_threads_share_a_ring(self):
-        errors = []
-
-        def worker(seed):
-            try:
-                rng = random.Random(seed)
-                for i in range(6):
-                    self.run_case("o", 1 + (seed + i) % 4, rng=rng, c=self.r)
-            except BaseException as exc:  # reported below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        self.assertEqual(errors, [])
+        self.threads_share(self.r, "o")
 
     def test_errors_and_a_second_ring(self):
         with self.r.shm_buffer(64) as xb, self.r.shm_buffer(64) as yb:
