@@ -258,6 +258,11 @@ static const field ring_fields[] = {
     {.key = "enabled", .kind = F_UINT, .off = CFG(ring.enabled), .min = 0, .max = 1},
     {.key = "spin_us", .kind = F_UINT, .off = CFG(ring.spin_us), .min = 0, .max = 1000000},
     {.key = "max_slots", .kind = F_UINT, .off = CFG(ring.max_slots), .min = 2, .max = 4096},
+    {.key = "spin_min_cores",
+     .kind = F_UINT,
+     .off = CFG(ring.spin_min_cores),
+     .min = 0,
+     .max = 4096},
     {0},
 };
 

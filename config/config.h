@@ -94,9 +94,10 @@ typedef struct pj_config {
         char table[PJ_CFG_PATH]; /* "" = config/tuning/<gpu>.json next to the binary's share dir */
     } tuning;
     struct {
-        uint32_t enabled;   /* RING_ATTACH accepted (1) or refused (0) */
-        uint32_t spin_us;   /* a poller spins this long after its last request, then sleeps */
-        uint32_t max_slots; /* largest ring a client may attach */
+        uint32_t enabled;        /* RING_ATTACH accepted (1) or refused (0) */
+        uint32_t spin_us;        /* a poller spins this long after its last request, then sleeps */
+        uint32_t spin_min_cores; /* below this many online cores nothing spins */
+        uint32_t max_slots;      /* largest ring a client may attach */
     } ring;
     struct {
         uint32_t threads;   /* cpu backend worker threads; 0 = number of cores */

@@ -117,6 +117,7 @@ struct pj_server {
     uv_timer_t timer;
     uv_timer_t status_timer; /* coalesces STATUS= updates */
     uv_timer_t watch_timer;  /* listener watchdog */
+    uv_idle_t ring_spin;     /* keeps the loop polling while ring work is near */
     int handles_open;
     pj_server_stopped_fn stopped;
     void *stopped_arg;
@@ -162,6 +163,8 @@ struct pj_server {
     uint64_t conn_serial;
     uint64_t inflight; /* PROJECT requests accepted, not yet answered */
     uint64_t ring_attaches, ring_requests;
+    uint64_t ring_inflight;   /* PROJECTs from rings accepted, not yet answered */
+    uint64_t ring_spin_until; /* pj_now_ns() deadline of the loop's spinning */
     pj_stats stats;
     pj_op *ops_scratch;
     uint32_t ops_cap;
@@ -533,6 +536,8 @@ static void on_pipe_rem(pj_server *s, pipe_ev *ev)
         c->q_head = r->next;
         c->n_queued--;
         s->inflight--;
+        if (r->o.ring)
+            s->ring_inflight--;
         abandon_req(s, r->o);
         release_req(s, r);
         dropped++;
@@ -549,6 +554,7 @@ static void on_pipe_rem(pj_server *s, pipe_ev *ev)
 /* ---- PROJECT ------------------------------------------------------------------------- */
 
 static void finish_req(pj_server *s, pj_req *r);
+static void ring_spin_extend(pj_server *s);
 
 static void pump(pj_server *s, pj_conn *c)
 {
@@ -644,6 +650,8 @@ static void handle_project(pj_server *s, pj_conn *c, origin o, const pj_hdr *h, 
     c->q_tail = r;
     c->n_queued++;
     s->inflight++;
+    if (o.ring)
+        s->ring_inflight++;
     pump(s, c);
 }
 
@@ -655,6 +663,10 @@ static void finish_req(pj_server *s, pj_req *r)
                  job->status);
     c->n_running--;
     s->inflight--;
+    if (r->o.ring) {
+        s->ring_inflight--;
+        ring_spin_extend(s);
+    }
     /* A buffer whose shared memory shrank under the job: the op read or
      * wrote zero pages, its result means nothing. */
     for (uint32_t i = 0; i < job->n_ops; i++) {
@@ -963,14 +975,49 @@ static int ring_deliver(void *arg, pj_ringsrv *ring, const uint8_t *msg, size_t 
     return 0;
 }
 
-/* ring.spin_us, except on a machine of fewer than 4 cores: there a
- * spinning poller (and the client's reaper, which spins as long) takes the
- * core the loop and the backend's workers need, and costs more latency
- * than the futex wake-up it saves. */
+/* ring.spin_us, except on a machine of fewer than ring.spin_min_cores
+ * cores (4): there the spinners (poller, loop, the client's reaper) take
+ * the cores the loop and the backend's workers need, and cost more latency
+ * than the wake-ups they save. */
 static uint32_t ring_spin_us(const pj_server *s)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    return cores >= 4 ? s->cfg.ring.spin_us : 0;
+    return cores >= (long)s->cfg.ring.spin_min_cores ? s->cfg.ring.spin_us : 0;
+}
+
+/* The loop's own spinning: while a ring's request is in flight, and for
+ * ring_spin_us after ring traffic, an idle handle keeps uv_run polling
+ * (epoll with no timeout) instead of sleeping, so that the poller's hand-off
+ * and the completion's reach the loop without a wake-up. Ring clients have
+ * a spinning poller and reaper already; this is the third spinner. */
+static void on_ring_spin(uv_idle_t *h)
+{
+    pj_server *s = h->data;
+    if (s->ring_inflight == 0 && pj_now_ns() >= s->ring_spin_until)
+        uv_idle_stop(h);
+}
+
+/* $PROJD_RING_LOOP_SPIN=0 keeps the loop asleep between events whatever
+ * ring.spin_us says (the poller and the clients still spin): for measuring
+ * what the loop's spinning buys, and for hosts that cannot spare it. */
+static int loop_spin_allowed(void)
+{
+    static int allowed = -1;
+    if (allowed < 0) {
+        const char *v = getenv("PROJD_RING_LOOP_SPIN");
+        allowed = !(v && strcmp(v, "0") == 0);
+    }
+    return allowed;
+}
+
+static void ring_spin_extend(pj_server *s)
+{
+    uint32_t us = ring_spin_us(s);
+    if (us == 0 || s->stopping || !loop_spin_allowed())
+        return;
+    s->ring_spin_until = pj_now_ns() + (uint64_t)us * 1000u;
+    if (!uv_is_active((uv_handle_t *)&s->ring_spin))
+        uv_idle_start(&s->ring_spin, on_ring_spin);
 }
 
 static void handle_ring_attach(pj_server *s, pj_conn *c, origin o, const pj_hdr *h,
@@ -1155,6 +1202,7 @@ static void on_ring_msg(pj_server *s, ring_ev *ev)
         c->requests++;
         s->ring_requests++;
         origin o = {.ring = c->ring, .req_id = peek_req_id(ev->data, ev->len)};
+        ring_spin_extend(s);
         dispatch(s, c, o, ev->data, ev->len, ev->recv_ns);
     }
     free(ev);
@@ -1292,6 +1340,8 @@ static void stop_now(pj_server *s)
     uv_close((uv_handle_t *)&s->timer, on_handle_closed);
     uv_close((uv_handle_t *)&s->status_timer, on_handle_closed);
     uv_close((uv_handle_t *)&s->async, on_handle_closed);
+    uv_idle_stop(&s->ring_spin);
+    uv_close((uv_handle_t *)&s->ring_spin, on_handle_closed);
 }
 
 static void on_linger(uv_timer_t *t)
@@ -1593,11 +1643,13 @@ int pj_server_create(uv_loop_t *loop, const pj_config *cfg, const pj_model *mode
     uv_timer_init(loop, &s->timer);
     uv_timer_init(loop, &s->status_timer);
     uv_timer_init(loop, &s->watch_timer);
+    uv_idle_init(loop, &s->ring_spin);
+    s->ring_spin.data = s;
     s->async.data = s;
     s->timer.data = s;
     s->status_timer.data = s;
     s->watch_timer.data = s;
-    s->handles_open = 4;
+    s->handles_open = 5;
     *out = s;
     return 0;
 }

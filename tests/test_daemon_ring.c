@@ -848,6 +848,45 @@ START_TEST(libprojd_ring_callback_submits)
 }
 END_TEST
 
+/* Everything that spins, spinning (on any machine): the poller, the
+ * daemon's loop between a ring request and its completion, the client's
+ * reaper and waits. Same results, and the daemon still stops cleanly. */
+START_TEST(ring_spinning)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, "{\"ring\": {\"spin_us\": 300, \"spin_min_cores\": 1}}");
+    pjc_conn t;
+    open_checked(&t, &d, 8);
+    char why[512];
+    for (uint32_t l = 0; l < pjc_model()->n_layers; l++) {
+        for (uint32_t mi = 0; mi < PJC_N_MS; mi++) {
+            pjc_shape s = {.layer = l, .mi = mi, .n = pjc_model()->layers[l].max_n};
+            s.x_ld = pjc_model()->layers[l].w.k;
+            s.y_ld = s.n;
+            ck_assert_msg(pjc_run(&t, &s, why, sizeof why) == 0, "%s", why);
+        }
+    }
+    pjc_close(&t);
+    lib_ctx lt;
+    lib_open(&lt, d.url, 8, 4);
+    projd_error e;
+    projd_request *reqs[8];
+    for (uint32_t i = 0; i < 8; i++) {
+        lib_stage(&lt, i);
+        projd_op op = lib_op(&lt, i);
+        ck_assert_int_eq(projd_project_async(lt.c, &op, 1, 0, NULL, NULL, &reqs[i], &e), 0);
+    }
+    for (uint32_t i = 0; i < 8; i++) {
+        ck_assert_msg(projd_request_wait(reqs[i], NULL, &e) == 0, "%s", e.msg);
+        projd_request_free(reqs[i]);
+        lib_verify(&lt, i);
+    }
+    ck_assert_int_eq(projd_ping(lt.c, &e), 0);
+    projd_close(lt.c);
+    pjd_stop(&d);
+}
+END_TEST
+
 /* $PROJD_RING attaches at connect; a daemon with the ring off leaves the
  * connection on nng, working. */
 START_TEST(libprojd_ring_from_env)
@@ -960,6 +999,7 @@ int main(void)
         {"libprojd_ring", libprojd_ring},
         {"libprojd_ring_callback_submits", libprojd_ring_callback_submits},
         {"libprojd_ring_from_env", libprojd_ring_from_env},
+        {"ring_spinning", ring_spinning},
         {"libprojd_ring_daemon_killed", libprojd_ring_daemon_killed},
         {"ping_both_ways", ping_both_ways},
     };
