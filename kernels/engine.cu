@@ -17,7 +17,12 @@
 #include "kernels/pjdev.cuh"
 
 #define PJ_CUBLAS_WS_BYTES (32u << 20)
-#define PJ_LT_PLANS        64
+/* cuBLASLt plans (and the tuner-candidate counts) are cached per shape in a
+ * set-associative table: a decode load sends every m from 1 to max_m, so
+ * with five layers over a thousand shapes come and go, and a miss costs a
+ * heuristic query (tens to hundreds of µs). 256 sets x 4 ways. */
+#define PJ_LT_SETS 256
+#define PJ_LT_WAYS 4
 // A variant that spills more than this many bytes per thread is refused.
 #define PJ_MAX_LOCAL_BYTES 32
 // Largest persistent grid of the streamed GEMV (SMs x CTAs per SM).
@@ -183,6 +188,17 @@ struct LtShape {
     {
         return n == o.n && m == o.m && k == o.k && ldw == o.ldw && ldx == o.ldx && ldy == o.ldy;
     }
+    // The shape's set in a cache of PJ_LT_SETS sets.
+    unsigned set() const
+    {
+        uint64_t h = 0x9e3779b97f4a7c15ull;
+        const uint64_t v[6] = {n, m, k, ldw, ldx, ldy};
+        for (uint64_t x : v) {
+            h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+            h *= 0xbf58476d1ce4e5b9ull;
+        }
+        return (unsigned)(h >> 40) % PJ_LT_SETS;
+    }
 };
 
 struct LtPlan {
@@ -202,8 +218,8 @@ struct pj_eng_stream {
     cublasHandle_t h;
     cublasLtHandle_t lt;
     void *cublas_ws;
-    LtPlan plans[PJ_LT_PLANS];
-    int next_plan;
+    LtPlan plans[PJ_LT_SETS][PJ_LT_WAYS];
+    uint8_t next_way[PJ_LT_SETS]; /* the way a miss replaces next */
 };
 
 static void lt_plan_free(LtPlan *p)
@@ -334,8 +350,9 @@ extern "C" void pj_eng_stream_destroy(pj_eng_stream *es)
 {
     if (!es)
         return;
-    for (int i = 0; i < PJ_LT_PLANS; i++)
-        lt_plan_free(&es->plans[i]);
+    for (int i = 0; i < PJ_LT_SETS; i++)
+        for (int w = 0; w < PJ_LT_WAYS; w++)
+            lt_plan_free(&es->plans[i][w]);
     cublasLtDestroy(es->lt);
     cublasDestroy(es->h);
     cudaFree(es->cublas_ws);
@@ -1113,18 +1130,20 @@ static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
 static int lt_cand_count(const LtShape &sh)
 {
     struct Known {
+        bool used;
         LtShape sh;
         int count;
     };
     static std::mutex mu;
     static cublasLtHandle_t lt;
     static bool lt_tried;
-    static Known known[PJ_LT_PLANS];
-    static int n_known, next_known;
+    static Known known[PJ_LT_SETS][PJ_LT_WAYS];
+    static uint8_t next_way[PJ_LT_SETS];
     std::lock_guard<std::mutex> hold(mu);
-    for (int i = 0; i < n_known; i++)
-        if (known[i].sh == sh)
-            return known[i].count;
+    Known *set = known[sh.set()];
+    for (int w = 0; w < PJ_LT_WAYS; w++)
+        if (set[w].used && set[w].sh == sh)
+            return set[w].count;
     if (!lt_tried) {
         lt_tried = true;
         if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS)
@@ -1139,10 +1158,9 @@ static int lt_cand_count(const LtShape &sh)
     }
     const int nc = lt_cands(lt, &p);
     lt_plan_free(&p);
-    known[next_known] = Known{sh, nc};
-    next_known = (next_known + 1) % PJ_LT_PLANS;
-    if (n_known < PJ_LT_PLANS)
-        n_known++;
+    uint8_t &way = next_way[sh.set()];
+    set[way] = Known{true, sh, nc};
+    way = (uint8_t)((way + 1) % PJ_LT_WAYS);
     return nc;
 }
 
@@ -1504,13 +1522,15 @@ static int tgemm_launch(int dual, const pj_eng_knobs *kn, const pj_eng_call *c, 
 // The Lt plan for this shape, made on first use (heuristic, first result).
 static LtPlan *lt_plan(pj_eng_stream *es, const LtShape &sh)
 {
-    for (int i = 0; i < PJ_LT_PLANS; i++) {
-        LtPlan *p = &es->plans[i];
+    const unsigned si = sh.set();
+    LtPlan *set = es->plans[si];
+    for (int w = 0; w < PJ_LT_WAYS; w++) {
+        LtPlan *p = &set[w];
         if (p->used && p->sh == sh)
             return p->ok ? p : nullptr;
     }
-    LtPlan *p = &es->plans[es->next_plan];
-    es->next_plan = (es->next_plan + 1) % PJ_LT_PLANS;
+    LtPlan *p = &set[es->next_way[si]];
+    es->next_way[si] = (uint8_t)((es->next_way[si] + 1) % PJ_LT_WAYS);
     lt_plan_free(p);
     if (lt_plan_init(p, sh))
         return nullptr;
