@@ -11,7 +11,10 @@
 #                                       this script, else ../build/bin
 # Environment: OUT (results; default /tmp/pj-load-out), TABLE (tuning table;
 # default h200.json next to this script, else ../config/tuning/h200.json),
-# COUNT / WARMUP / DURATION per sweep step (default 600 / 30 / 4 s).
+# COUNT / WARMUP / DURATION per sweep step (default 600 / 30 / 4 s),
+# TRANSPORTS (projload --transport of the sweeps, e.g. "nng ring" for one
+# sweep each; default auto: the ring), KINDS (default "decode verify"),
+# COMPARE=0 skips compare mode.
 # A dry run of the script itself on a machine without a GPU: BACKEND=cpu
 # PRESET=small GEN_EXTRA="--max-batch 8 --unpooler-n 128" COUNT=40 (host
 # buffers, no compare mode).
@@ -128,23 +131,29 @@ timeout 30 "$bin/projload" gen --kind verify --seed 1 --count 4000 --clients 16 
 # nproc - 2 of them, saw multi-ms p99 tails at one client).
 checkers=${CHECKERS:-$(($(nproc) >= 8 ? $(nproc) / 4 : 2))}
 rcs=""
-# 5. Sweeps: closed loop at 1, 2, 4, 8, 16 clients, CUDA IPC buffers.
-for kind in decode verify; do
-    log "sweep: $kind"
-    timeout 150 "$bin/projload" --trace $kind.jsonl --socket "$sock" --buffers $buffers \
-        --sweep 1,2,4,8,16 --warmup "$warmup" --count "$count" --duration "$duration" \
-        --model "$model" --check-fraction 0.05 --check-threads "$checkers" --no-progress \
-        --json sweep-$kind.json --plot plots-$kind >sweep-$kind.txt 2>&1
-    rc=$?
-    rcs="$rcs sweep-$kind=$rc"
-    sed -n '/^throughput vs concurrency/,$p' sweep-$kind.txt
-    grep -E "^checked:|MISMATCH|error:" sweep-$kind.txt | sort | uniq -c | head -12
+# 5. Sweeps: closed loop at 1, 2, 4, 8, 16 clients, CUDA IPC buffers, per
+# transport (files of a transport other than auto carry its name).
+for transport in ${TRANSPORTS:-auto}; do
+    for kind in ${KINDS:-decode verify}; do
+        tag=$kind; [ "$transport" = auto ] || tag=$kind-$transport
+        log "sweep: $kind, transport $transport"
+        timeout 150 "$bin/projload" --trace $kind.jsonl --socket "$sock" --buffers $buffers \
+            --transport "$transport" --sweep 1,2,4,8,16 --warmup "$warmup" --count "$count" \
+            --duration "$duration" --model "$model" --check-fraction 0.05 \
+            --check-threads "$checkers" --no-progress \
+            --json "sweep-$tag.json" --plot "plots-$tag" >"sweep-$tag.txt" 2>&1
+        rc=$?
+        rcs="$rcs sweep-$tag=$rc"
+        sed -n "/^throughput vs concurrency/,\$p" "sweep-$tag.txt"
+        grep -E "^checked:|MISMATCH|error:" "sweep-$tag.txt" | sort | uniq -c | head -12
+    done
 done
 
 # 6. Compare mode: the same requests in-process (cuBLAS, tuned) and through
 # projd, one at a time.
 for kind in decode verify; do
     [ "$backend" = cuda ] || { log "compare: skipped (backend $backend)"; break; }
+    [ "${COMPARE:-1}" = 1 ] || { log "compare: skipped (COMPARE=0)"; break; }
     log "compare: $kind"
     timeout 100 "$bin/projload" --trace $kind.jsonl --socket "$sock" --buffers cuda --compare \
         --table "$table" --warmup 50 --count 1000 --model "$model" --check-fraction 0.05 \
@@ -177,11 +186,13 @@ def load(name):
         print("(%s: %s)" % (name, e))
         return None
 print("# projload on the H200: sweep and compare (%s s on the host; exit codes:%s)\n" % (secs, rcs))
-for kind in ("decode", "verify"):
-    j = load("sweep-%s.json" % kind)
+import glob
+for path in sorted(glob.glob(os.path.join(out, "sweep-*.json"))):
+    kind = os.path.basename(path)[len("sweep-"):-len(".json")]  # decode, decode-nng, ...
+    j = load(os.path.basename(path))
     if not j:
         continue
-    print("## %s trace, closed loop, %s buffers\n" % (kind, j.get("buffers")))
+    print("## %s trace, closed loop, %s buffers, transport %s\n" % (kind.split("-")[0], j.get("buffers"), j.get("transport")))
     print("| clients | req/s | ops/s | p50 µs | p99 µs | p99.9 µs | daemon exec p50 µs | errors | checked | mismatches | max rel err |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for s in j.get("sweep", []):
