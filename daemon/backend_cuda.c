@@ -135,7 +135,8 @@ typedef struct cu_shape {
 } cu_shape;
 
 typedef struct cu_report {
-    double t_device, t_upload, t_lanes, t_capture, t_validate, t_total;
+    double t_device, t_upload, t_lanes, t_capture, t_validate, t_warm, t_total;
+    uint32_t warmed; /* direct cuBLAS launches made at start (warm_direct) */
     size_t mem_total, mem_free0;
     size_t weights_stored, weights_bf16_copies;
     size_t used_weights, used_lanes, used_graphs, used_total;
@@ -993,6 +994,51 @@ static void *completion_main(void *arg)
     }
 }
 
+/* Every m the captured graphs do not cover is a direct launch of the
+ * nearest table entry's engine. A cuBLAS engine's first launch of a shape
+ * builds its plan (a heuristic query; for a candidate algo, the candidate
+ * list too): milliseconds, each time a decode load meets a new m (a p99 of
+ * 8-9 ms in kernels/NOTES.md round 35). So each such shape runs once per
+ * lane here, before READY, on the lane's staging buffers (contents do not
+ * matter). PROJD_CUDA_NO_WARM=1 skips it. */
+static int shape_index(const cu_state *st, uint32_t m);
+
+static int warm_direct(cu_state *st, char *err, size_t errlen)
+{
+    if (env_long("PROJD_CUDA_NO_WARM", 0, 0, 1))
+        return 0;
+    uint64_t t0 = now_ns();
+    for (uint32_t li = 0; li < st->n_lanes; li++) {
+        cu_lane *ln = st->lanes[li];
+        for (uint32_t l = 0; l < st->n_layers; l++) {
+            for (uint32_t m = 1; m <= st->max_m; m++) {
+                if (shape_index(st, m) >= 0)
+                    continue;
+                pj_eng_call c = shape_call(st, ln, l, m, ln->sx, ln->sy);
+                pj_eng_kind k;
+                pj_eng_knobs kn;
+                if (choose(st, &st->layers[l], &c, &k, &kn) < 0 || k != PJ_ENG_CUBLAS)
+                    continue;
+                if (pj_eng_launch(k, &kn, &c, ln->es) != 0) {
+                    snprintf(err, errlen, "warm-up of layer %s m=%u (cublas) failed",
+                             st->layers[l].L.name, m);
+                    return -EIO;
+                }
+                st->rep.warmed++;
+            }
+        }
+        cudaError_t ce = cudaStreamSynchronize(ln->s);
+        if (ce != cudaSuccess) {
+            char t[200];
+            ce_text(ce, t, sizeof t);
+            snprintf(err, errlen, "warm-up on lane %u: %s", li, t);
+            return -EIO;
+        }
+    }
+    st->rep.t_warm = ms_since(t0);
+    return 0;
+}
+
 /* ---- buffers -------------------------------------------------------------------------------- */
 
 static cu_ipc *ipc_get(cu_state *st, const uint8_t *handle, char *err, size_t errlen)
@@ -1611,6 +1657,8 @@ static void cu_stats_json(pj_backend *b, cJSON *obj)
         cJSON_AddNumberToObject(su, "lanes", st->rep.t_lanes);
         cJSON_AddNumberToObject(su, "capture", st->rep.t_capture);
         cJSON_AddNumberToObject(su, "validate", st->rep.t_validate);
+        cJSON_AddNumberToObject(su, "warm", st->rep.t_warm);
+        cJSON_AddNumberToObject(su, "warmed_shapes", st->rep.warmed);
         cJSON_AddNumberToObject(su, "backend_total", st->rep.t_total);
     }
     cJSON_AddStringToObject(obj, "table", st->rep.table);
@@ -1633,10 +1681,10 @@ static void log_report(cu_state *st)
                 drv % 1000 / 10, rt / 1000, rt % 1000 / 10, pj_eng_cublas_version());
     pj_log_info(
         "cuda: startup: load %.1f ms, convert %.1f ms, device init %.1f ms, upload %.1f ms, "
-        "lanes %.1f ms, capture %.1f ms (%u graphs on %u lanes), validate %.1f ms; "
-        "backend total %.1f ms",
+        "lanes %.1f ms, capture %.1f ms (%u graphs on %u lanes), validate %.1f ms, "
+        "warm-up %.1f ms (%u direct cuBLAS shapes); backend total %.1f ms",
         md->load_ms, md->convert_ms, r->t_device, r->t_upload, r->t_lanes, r->t_capture, r->graphs,
-        st->n_lanes, r->t_validate, r->t_total);
+        st->n_lanes, r->t_validate, r->t_warm, r->warmed, r->t_total);
     pj_log_info("cuda: device memory: weights %.1f MiB (stored formats %.1f MiB + bf16 copies "
                 "%.1f MiB), lanes %.1f MiB (workspaces, cuBLAS, staging), graphs %.1f MiB; "
                 "total %.1f MiB used of %.1f MiB free at start (cudaMemGetInfo)",
@@ -1761,6 +1809,8 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     st->rep.t_lanes = ms_since(t0);
     if (!rc)
         rc = build_graphs(st, err, errlen);
+    if (!rc)
+        rc = warm_direct(st, err, errlen);
     if (rc) {
         cu_close(b);
         return rc;
