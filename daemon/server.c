@@ -165,6 +165,7 @@ struct pj_server {
     uint64_t ring_attaches, ring_requests;
     uint64_t ring_inflight;   /* PROJECTs from rings accepted, not yet answered */
     uint64_t ring_spin_until; /* pj_now_ns() deadline of the loop's spinning */
+    long cores;               /* online at start (sysconf reads a file: not per request) */
     pj_stats stats;
     pj_op *ops_scratch;
     uint32_t ops_cap;
@@ -981,8 +982,7 @@ static int ring_deliver(void *arg, pj_ringsrv *ring, const uint8_t *msg, size_t 
  * than the wake-ups they save. */
 static uint32_t ring_spin_us(const pj_server *s)
 {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    return cores >= (long)s->cfg.ring.spin_min_cores ? s->cfg.ring.spin_us : 0;
+    return s->cores >= (long)s->cfg.ring.spin_min_cores ? s->cfg.ring.spin_us : 0;
 }
 
 /* The loop's own spinning: while a ring's request is in flight, and for
@@ -1643,6 +1643,7 @@ int pj_server_create(uv_loop_t *loop, const pj_config *cfg, const pj_model *mode
     uv_timer_init(loop, &s->timer);
     uv_timer_init(loop, &s->status_timer);
     uv_timer_init(loop, &s->watch_timer);
+    s->cores = sysconf(_SC_NPROCESSORS_ONLN);
     uv_idle_init(loop, &s->ring_spin);
     s->ring_spin.data = s;
     s->async.data = s;
