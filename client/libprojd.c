@@ -95,7 +95,6 @@ struct ring_cli {
     projd_request *pending; /* submitted, reply not handled yet */
     uint32_t inflight;      /* pushed, reply not yet taken off the ring */
     int dead;               /* the daemon closed the ring: requests go over nng */
-    char dead_why[200];
     uint64_t spin_ns;
     int removed_at_attach; /* conn->pipes_removed then */
     int stop;
@@ -242,6 +241,15 @@ const char *projd_format_name(int format)
 static void ring_unlink(ring_cli *rc, projd_request *r);
 static void ring_unref(ring_cli *rc);
 
+/* Frees what req_new made. */
+static void req_free_mem(projd_request *r)
+{
+    free(r->op_res);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
 static void req_destroy(projd_request *r, int from_callback)
 {
     if (r->ring) {
@@ -273,10 +281,7 @@ static void req_destroy(projd_request *r, int from_callback)
     }
     if (r->reply)
         nng_msg_free(r->reply);
-    free(r->op_res);
-    pthread_mutex_destroy(&r->mu);
-    pthread_cond_destroy(&r->cv);
-    free(r);
+    req_free_mem(r);
 }
 
 /* Judges the reply: header, req_id, ERROR or the expected type, and for DONE
@@ -446,14 +451,6 @@ static projd_request *req_new(projd_conn *c, const char *what, uint16_t expect, 
     return r;
 }
 
-static void req_free_unsent(projd_request *r)
-{
-    free(r->op_res);
-    pthread_mutex_destroy(&r->mu);
-    pthread_cond_destroy(&r->cv);
-    free(r);
-}
-
 static int ring_submit(ring_cli *rc, const pj_wbuf *w, projd_request *r, projd_error *e);
 
 /* Sends the message in w (whole, header included): PROJECT and PING through
@@ -476,7 +473,7 @@ static int req_submit(projd_conn *c, const pj_wbuf *w, const char *what, uint16_
             return 0;
         }
         if (rc != -EPIPE) { /* -EPIPE: the ring is gone, use nng */
-            req_free_unsent(r);
+            req_free_mem(r);
             return rc;
         }
     }
@@ -502,7 +499,7 @@ static int req_submit(projd_conn *c, const pj_wbuf *w, const char *what, uint16_
     *out = r;
     return 0;
 fail_alloc:
-    req_free_unsent(r);
+    req_free_mem(r);
     return fail(e, nng_errno(rv), "%s: %s", what, nng_strerror(rv));
 }
 
@@ -730,10 +727,7 @@ static int pick_expired(const projd_request *r, uint64_t now)
 static void ring_fail_all(ring_cli *rc, int code, const char *why)
 {
     pthread_mutex_lock(&rc->mu);
-    if (!rc->dead) {
-        rc->dead = 1;
-        snprintf(rc->dead_why, sizeof rc->dead_why, "%s", why);
-    }
+    rc->dead = 1;
     pthread_cond_broadcast(&rc->room);
     pthread_mutex_unlock(&rc->mu);
     projd_request *r;
@@ -747,10 +741,7 @@ static void ring_fail_all(ring_cli *rc, int code, const char *why)
 /* One reply off the completion queue: its request, if still wanted. */
 static void ring_take_reply(ring_cli *rc, const uint8_t *msg, size_t len)
 {
-    uint64_t id = 0;
-    if (len >= PJ_WIRE_HDR_SIZE)
-        for (int i = 7; i >= 0; i--)
-            id = id << 8 | msg[16 + i];
+    uint64_t id = pj_peek_req_id(msg, len);
     pthread_mutex_lock(&rc->mu);
     rc->inflight--;
     projd_request *r = rc->pending;

@@ -308,11 +308,6 @@ uint32_t pj_ringsrv_pipe(const pj_ringsrv *r)
     return r->o.pipe_id;
 }
 
-uint32_t pj_ringsrv_slots(const pj_ringsrv *r)
-{
-    return r->ring.slots;
-}
-
 uint32_t pj_ringsrv_slot_bytes(const pj_ringsrv *r)
 {
     return r->ring.slot_bytes;

@@ -76,7 +76,6 @@ void pj_ringsrv_free(pj_ringsrv *r);
 
 uint64_t pj_ringsrv_serial(const pj_ringsrv *r);
 uint32_t pj_ringsrv_pipe(const pj_ringsrv *r);
-uint32_t pj_ringsrv_slots(const pj_ringsrv *r);
 uint32_t pj_ringsrv_slot_bytes(const pj_ringsrv *r);
 
 /* Counters since open: requests taken, replies lost to a lying client,

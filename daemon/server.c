@@ -182,6 +182,13 @@ static uint32_t hard_cap(const pj_config *cfg)
     return cap > UINT32_MAX ? UINT32_MAX : (uint32_t)cap;
 }
 
+/* Events that are plain malloc'd memory (the others live inside a context
+ * or a request): what a dropped event needs freed. */
+static int ev_is_plain(const pj_ev *ev)
+{
+    return ev->kind == EV_PIPE_ADD || ev->kind == EV_PIPE_REM || ev->kind == EV_RING;
+}
+
 /* Push from any thread; dropped (and its message freed) when closing.
  * The wake-up is sent while holding mu: close_socket sets `closing` under
  * mu before stop_now closes the async handle and the server can be freed,
@@ -195,7 +202,7 @@ static void push_ev(pj_server *s, pj_ev *ev)
     pthread_mutex_lock(&s->mu);
     if (s->closing) {
         pthread_mutex_unlock(&s->mu);
-        if (ev->kind == EV_PIPE_ADD || ev->kind == EV_PIPE_REM || ev->kind == EV_RING)
+        if (ev_is_plain(ev))
             free(ev);
         else if (ev->kind == EV_MSG) {
             nctx *nc = (nctx *)ev;
@@ -371,16 +378,6 @@ static void abandon(pj_server *s, nctx *nc)
     arm_recv(s, nc);
 }
 
-static uint64_t peek_req_id(const uint8_t *p, size_t len)
-{
-    if (len < PJ_WIRE_HDR_SIZE)
-        return 0;
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[16 + i];
-    return v;
-}
-
 /* The request will get no reply (its connection is gone). */
 static void abandon_req(pj_server *s, origin o)
 {
@@ -408,11 +405,10 @@ static void ring_reply(pj_server *s, origin o)
         char err[160];
         snprintf(err, sizeof err, "the reply (%zu bytes) does not fit a ring slot of %u bytes",
                  s->wb.len, pj_ringsrv_slot_bytes(ring));
-        uint64_t id = peek_req_id(s->wb.data, s->wb.len);
         pj_stats_error(&s->stats, PJ_E_TOO_BIG);
         pj_wbuf_reset(&s->wb);
-        pj_enc_error(&s->wb, id, PJ_E_TOO_BIG, UINT32_MAX, err);
-        rc = s->wb.oom ? pj_ringsrv_reply_oom(ring, id)
+        pj_enc_error(&s->wb, o.req_id, PJ_E_TOO_BIG, UINT32_MAX, err);
+        rc = s->wb.oom ? pj_ringsrv_reply_oom(ring, o.req_id)
                        : pj_ringsrv_reply(ring, s->wb.data, s->wb.len);
     }
     if (rc != 0)
@@ -439,7 +435,7 @@ static void send_wb(pj_server *s, origin o)
     s->n_sending++;
     pj_log_debug("reply %s %" PRIu64 " (%zu bytes, %u contexts busy of %u)",
                  pj_msg_type_name(s->wb.len >= 8 ? s->wb.data[6] : 0),
-                 s->wb.len >= 24 ? peek_req_id(s->wb.data, s->wb.len) : 0, s->wb.len, s->n_busy,
+                 s->wb.len >= 24 ? pj_peek_req_id(s->wb.data, s->wb.len) : 0, s->wb.len, s->n_busy,
                  s->n_ctx);
     nc->sending = 1;
     nng_aio_set_msg(nc->aio, m);
@@ -1075,7 +1071,7 @@ static void dispatch(pj_server *s, pj_conn *c, origin o, const uint8_t *data, si
     if (len > s->cfg.limits.max_message_bytes) {
         snprintf(err, sizeof err, "message of %zu bytes is over the limit of %u", len,
                  s->cfg.limits.max_message_bytes);
-        send_error(s, o, peek_req_id(data, len), PJ_E_TOO_BIG, UINT32_MAX, err);
+        send_error(s, o, pj_peek_req_id(data, len), PJ_E_TOO_BIG, UINT32_MAX, err);
         return;
     }
     int st = pj_dec_hdr(data, len, s->cfg.limits.max_message_bytes - PJ_WIRE_HDR_SIZE, &h, err,
@@ -1185,7 +1181,7 @@ static void on_msg(pj_server *s, nctx *nc)
                  "%u requests of this connection are waiting for their replies to be sent or "
                  "read (limit %u = limits.max_inflight_per_conn + %d)",
                  c->n_ctx - 1, share, CONN_CTX_SLACK);
-        send_error(s, o, peek_req_id(data, len), PJ_E_LIMIT, UINT32_MAX, err);
+        send_error(s, o, pj_peek_req_id(data, len), PJ_E_LIMIT, UINT32_MAX, err);
     } else {
         dispatch(s, c, o, data, len, now);
     }
@@ -1201,7 +1197,7 @@ static void on_ring_msg(pj_server *s, ring_ev *ev)
     if (c && c->ring && pj_ringsrv_serial(c->ring) == ev->serial) {
         c->requests++;
         s->ring_requests++;
-        origin o = {.ring = c->ring, .req_id = peek_req_id(ev->data, ev->len)};
+        origin o = {.ring = c->ring, .req_id = pj_peek_req_id(ev->data, ev->len)};
         ring_spin_extend(s);
         dispatch(s, c, o, ev->data, ev->len, ev->recv_ns);
     }
@@ -1288,7 +1284,7 @@ static void close_socket(pj_server *s)
     pthread_mutex_unlock(&s->mu);
     while (ev) {
         pj_ev *next = ev->next;
-        if (ev->kind == EV_PIPE_ADD || ev->kind == EV_PIPE_REM || ev->kind == EV_RING)
+        if (ev_is_plain(ev))
             free(ev);
         ev = next;
     }

@@ -532,6 +532,17 @@ static int rd_end(pj_rd *r)
     return PJ_OK;
 }
 
+uint64_t pj_peek_req_id(const void *msg, size_t len)
+{
+    const uint8_t *p = msg;
+    if (len < PJ_WIRE_HDR_SIZE)
+        return 0;
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[16 + i];
+    return v;
+}
+
 int pj_dec_hdr(const void *msg, size_t len, size_t max_body, pj_hdr *h, char *err, size_t errlen)
 {
     pj_rd r;

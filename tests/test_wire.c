@@ -706,6 +706,14 @@ START_TEST(test_header_codes)
     ck_assert_int_eq(h.type, 999);
     ck_assert_int_eq(pj_msg_type_valid(h.type), 0);
     ck_assert_int_eq(pj_dec_hdr(NULL, 0, 100, &h, err, sizeof err), PJ_E_PROTO);
+
+    /* The req_id, read whatever the rest says; 0 without a whole header. */
+    pj_wbuf_reset(&b);
+    ck_assert_int_eq(pj_enc_raw(&b, 0x8877665544332211ull, 999, "xy", 2), 0);
+    b.data[0] ^= 0xff; /* a bad magic does not matter */
+    ck_assert_uint_eq(pj_peek_req_id(b.data, b.len), 0x8877665544332211ull);
+    ck_assert_uint_eq(pj_peek_req_id(b.data, PJ_WIRE_HDR_SIZE), 0x8877665544332211ull);
+    ck_assert_uint_eq(pj_peek_req_id(b.data, PJ_WIRE_HDR_SIZE - 1), 0);
     pj_wbuf_free(&b);
 }
 END_TEST
