@@ -57,19 +57,20 @@ static void mark_broken(pj_ringsrv *r, const char *why)
     pthread_mutex_lock(&r->mu);
     int first = !r->broken;
     if (first) {
+        /* The client is told before `broken` shows in STATS, so whoever
+         * sees the ring broken sees it closed too. */
+        if (!pj_shmguard_faulted(r->guard)) {
+            pj_ring_set_state(&r->ring, PJ_RING_STATE_CLOSED);
+            pj_ring_kick(&r->ring, PJ_RING_CQ);
+        }
         r->broken = 1;
         snprintf(r->why, sizeof r->why, "%s", why);
     }
     pthread_mutex_unlock(&r->mu);
-    if (!first)
-        return;
-    pj_log_warn("connection #%" PRIu64 ": ring %s: %s; the daemon stops reading it (the "
-                "connection goes on over nng)",
-                r->o.serial, r->name, why);
-    if (!pj_shmguard_faulted(r->guard)) {
-        pj_ring_set_state(&r->ring, PJ_RING_STATE_CLOSED);
-        pj_ring_kick(&r->ring, PJ_RING_CQ);
-    }
+    if (first)
+        pj_log_warn("connection #%" PRIu64 ": ring %s: %s; the daemon stops reading it (the "
+                    "connection goes on over nng)",
+                    r->o.serial, r->name, why);
 }
 
 static int faulted(pj_ringsrv *r)
