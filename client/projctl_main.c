@@ -108,7 +108,8 @@ static const cmd_help helps[] = {
                   "  N round trips (default 2000) of PING and of a projection with m = 1 on\n"
                   "  the smallest layer, over nng and over a shared-memory ring (default\n"
                   "  both, on two connections, in alternating blocks); prints p50/p99/min in\n"
-                  "  microseconds and the nng/ring ratio; --out writes them as JSON.\n"},
+                  "  microseconds and the nng/ring ratio; --out writes them as JSON.\n"
+                  "  $PROJD_RING is ignored: this command picks each connection's transport.\n"},
 };
 
 static const char *help_for(const char *cmd)
@@ -859,6 +860,10 @@ static int cmd_bench_ipc(opts *o)
     int want_nng = strcmp(which, "ring") != 0, want_ring = strcmp(which, "nng") != 0;
     if (strcmp(which, "both") && strcmp(which, "nng") && strcmp(which, "ring"))
         return usage_error("--transport must be nng, ring or both, not %s", which);
+    /* Each connection's transport is this command's choice: $PROJD_RING
+     * would put the nng side on a ring too (and refuse the ring side's own
+     * attach as a second ring). */
+    unsetenv("PROJD_RING");
     size_t count = (size_t)o->count, warm = count / 10 + 10;
     bench_side side[2];
     int n_sides = 0, status = 1, layer = -1;

@@ -198,6 +198,25 @@ sys.exit(0 if ring >= 130 and nng == 0 else 1)
 EOF
     fail "ring.requests deltas"
 
+# ---- projctl bench-ipc: both transports, whatever $PROJD_RING says -----------------------------
+for ring_env in "" 1; do
+    PROJD_RING=$ring_env timeout 60 "$bin/projctl" --socket "$sock" bench-ipc --count 30 \
+        --out "$tmp/ipc$ring_env.json" >"$tmp/ipc$ring_env.out" 2>&1
+    rc=$?
+    if [ $rc = 0 ] && "$py" - "$tmp/ipc$ring_env.json" <<'EOF'; then
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+got = {(r["request"], r["transport"]) for r in rows}
+want = {(q, t) for q in ("PING", "PROJECT m=1") for t in ("nng", "ring")}
+sys.exit(0 if want <= got and all(r["p50_us"] > 0 for r in rows) else 1)
+EOF
+        ok "bench-ipc (PROJD_RING='$ring_env'): PING and PROJECT over nng and the ring"
+    else
+        fail "bench-ipc (PROJD_RING='$ring_env'): exit $rc"
+        cat "$tmp/ipc$ring_env.out" >&2
+    fi
+done
+
 # ---- open loop -----------------------------------------------------------------------------
 pl --trace "$tmp/verify.jsonl" --socket "$sock" --poisson 150 --concurrency 2 --slots 3 \
     --count 80 $check_model --json "$tmp/open.json" >"$tmp/open.out" 2>"$tmp/open.err"
