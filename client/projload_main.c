@@ -2252,6 +2252,9 @@ static int cmd_run(int argc, char **argv)
     int rc = parse_run(argc, argv, &o);
     if (rc)
         return rc;
+    /* --transport decides each client's transport: $PROJD_RING would put
+     * "nng" clients on rings and make the ring clients' own attach fail. */
+    unsetenv("PROJD_RING");
     /* With the JSON on stdout, the tables go to stderr. */
     FILE *rep = o.json && strcmp(o.json, "-") == 0 ? stderr : stdout;
     lt_setup su;

@@ -184,7 +184,8 @@ check_report "$tmp/closed.out" "$tmp/closed.json" 120 all && ok "closed loop: JS
     fail "closed loop: buffers / check_mode in the JSON"
 
 # ---- the same over nng, and where the requests went -----------------------------------------
-pl --trace "$tmp/decode.jsonl" --socket "$sock" --concurrency 2 --warmup 5 --count 60 \
+# (with PROJD_RING=1 in the environment: --transport decides, not libprojd's variable)
+PROJD_RING=1 pl --trace "$tmp/decode.jsonl" --socket "$sock" --concurrency 2 --warmup 5 --count 60 \
     --transport nng $check_model --json "$tmp/nng.json" >"$tmp/nng.out" 2>"$tmp/nng.err"
 rc=$?
 [ $rc = 0 ] && grep -q 'transport nng' "$tmp/nng.out" && ok "--transport nng: exit 0, named" ||
