@@ -1140,9 +1140,10 @@ class Client:
     library's default, 30 s).
 
     ring: True attaches a shared-memory ring (see attach_ring) and raises
-    ProjdError when the daemon refuses it; False never attaches one; None
-    (default) leaves it to $PROJD_RING (libprojd: "1" attaches one at
-    connect and stays on nng when refused).
+    ProjdError when the daemon refuses it. False and None (default) attach
+    none here. With either, $PROJD_RING still applies, because libprojd
+    reads it at connect: "1" attaches one and stays on nng when refused.
+    ring_active says which it is.
     """
 
     def __init__(
