@@ -14,7 +14,8 @@
 # COUNT / WARMUP / DURATION per sweep step (default 600 / 30 / 4 s),
 # TRANSPORTS (projload --transport of the sweeps, e.g. "nng ring" for one
 # sweep each; default auto: the ring), KINDS (default "decode verify"),
-# COMPARE=0 skips compare mode.
+# COMPARE=0 skips compare mode, RING_SPIN_US sets the daemon's
+# ring.spin_us (50 by default).
 # A dry run of the script itself on a machine without a GPU: BACKEND=cpu
 # PRESET=small GEN_EXTRA="--max-batch 8 --unpooler-n 128" COUNT=40 (host
 # buffers, no compare mode).
@@ -95,8 +96,15 @@ else
 fi
 
 # 3. projd, cuda backend, the tuned table, a temporary socket.
+ring=
+if [ -n "${RING_SPIN_US:-}" ]; then
+    case $RING_SPIN_US in
+        *[!0-9]*) log "RING_SPIN_US must be a number of µs"; exit 2 ;;
+    esac
+    ring=", \"ring\": { \"spin_us\": $RING_SPIN_US }"
+fi
 cat >"$work/projd.json" <<EOF
-{ "device": { "backend": "$backend" }, "tuning": { "table": "$table" }, "log": { "level": "info" } }
+{ "device": { "backend": "$backend" }, "tuning": { "table": "$table" }, "log": { "level": "info" }$ring }
 EOF
 log "starting projd"
 timeout 600 "$bin/projd" --config "$work/projd.json" --model "$model" --socket "$sock" \

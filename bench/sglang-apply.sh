@@ -7,6 +7,8 @@
 # qkv_gate, 4608 x 4096: the daemon's GPU work as in decode).
 # With MPS=1 the daemon and the client run under an MPS control daemon of
 # their own, as deployed (without it their kernels time-slice the GPU).
+# RING_SPIN_US=N sets the daemon's ring.spin_us (how long its ring poller,
+# its loop and the clients' reapers spin before they sleep; 50 by default).
 # Usage: bench/sglang-apply.sh BUILD_DIR DIR_A [DIR_B] [-- sglang_apply.py options]
 #   DIR_B defaults to none; e.g. DIR_A the committed module (git show into
 #   a folder), DIR_B client/python, for an A/B of a change.
@@ -32,7 +34,14 @@ if [ "${MPS:-0}" = 1 ]; then
     echo "sglang-apply: under MPS"
 fi
 pjd_mkmodel "${PRESET:-small}" 3
-pjd_start main '{ "device": { "backend": "cuda" }, "log": { "level": "warn" } }' 60
+ring=
+if [ -n "${RING_SPIN_US:-}" ]; then
+    case $RING_SPIN_US in
+        '' | *[!0-9]*) echo "sglang-apply: RING_SPIN_US must be a number of µs" >&2; exit 2 ;;
+    esac
+    ring=", \"ring\": { \"spin_us\": $RING_SPIN_US }"
+fi
+pjd_start main "{ \"device\": { \"backend\": \"cuda\" }, \"log\": { \"level\": \"warn\" }$ring }" 60
 rc=0
 timeout --kill-after=10 300 env PYTHONDONTWRITEBYTECODE=1 PROJD_LIB="$lib" \
     python3 "$here/sglang_apply.py" "ipc://$tmp/main.sock" "${dirs[@]}" "$@" || rc=$?

@@ -104,16 +104,26 @@ class _Registrations:
         self.limit = max(2, client.info.limits.max_buffers - 8)
         self.events = {}  # device index -> _Events
         self.events_ok = True  # until the daemon refuses them (E_FLAGS)
+        self.ops = None  # projd.PackedOps, made on first use
 
-    def lookup(self, ptr: int):
+    def lookup(self, ptr: int, device: "int | None" = None):
         """(buffer id, offset) for a device pointer, registering its
-        allocation once. The caller holds self.lock until its request is
+        allocation once (with device, the CUDA device that holds it, made
+        current meanwhile). The caller holds self.lock until its request is
         answered, so no other thread evicts the ids it uses meanwhile."""
         aid, base = projd.cuda_allocation(ptr)
         known = self.ids.get(aid) if aid else None
         if known is not None:
             self.ids.move_to_end(aid)
             return known[1], ptr - known[0]
+        if device is not None:
+            # Only a registration needs the device current (the IPC handle
+            # is the current context's): switching costs ~5 µs per apply.
+            with _torch().cuda.device(device):
+                return self._register(ptr, aid, base)
+        return self._register(ptr, aid, base)
+
+    def _register(self, ptr: int, aid: int, base: int):
         # A new allocation. One registered at the same base was freed and
         # its address handed out again: unregister it now, so the daemon
         # stops holding memory the caller no longer has.
@@ -131,8 +141,16 @@ class _Registrations:
         """The connection's events on device, made on first use."""
         ev = self.events.get(device)
         if ev is None:
-            ev = self.events[device] = _Events(torch)
+            with torch.cuda.device(device):  # an event belongs to the current device
+                ev = self.events[device] = _Events(torch)
         return ev
+
+    def packed(self, count: int) -> "projd.PackedOps":
+        """The connection's op array of at least count ops (reused: the
+        caller holds self.lock)."""
+        if self.ops is None or self.ops.capacity < count:
+            self.ops = projd.PackedOps(count)
+        return self.ops
 
     def clear(self) -> None:
         with self.lock:
@@ -239,46 +257,53 @@ class ProjdLinearMethod:
         if m:
             ld = x2.stride(0) if m > 1 else L.k
             reg = _registry(self.client)
-            lim = self.client.info.limits
-            with reg.lock, torch.cuda.device(x.device):
-                xb, xo = reg.lookup(x2.data_ptr())
-                yb, yo = reg.lookup(y.data_ptr())
-                ops = [
-                    projd.Op(
-                        layer=L.index, m=min(lim.max_m, m - i), n=n,
-                        x_buf=xb, x_off=xo + i * ld * 2, x_ld=ld,
-                        y_buf=yb, y_off=yo + i * n * 2, y_ld=n,
-                    )
-                    for i in range(0, m, lim.max_m)
-                ]
-                self._run(reg, torch, x.device.index, ops)
+            device = x.get_device()
+            with reg.lock:
+                xb, xo = reg.lookup(x2.data_ptr(), device)
+                yb, yo = reg.lookup(y.data_ptr(), device)
+                self._run(reg, torch, device, (xb, xo, ld, yb, yo, n), m)
         y = y.reshape(*lead, n)
         if bias is not None:
             y += bias
         return y
 
-    def _run(self, reg, torch, device, ops) -> None:
-        """Send ops in requests of at most max_ops_per_request, after the
-        work queued on the current stream (x is written by it, and y's block
-        may have been in use by it) and before what follows on it: by the
-        connection's events, or, where the daemon has none, a sync here and
-        replies at completion. The caller holds reg.lock."""
-        stream = torch.cuda.current_stream()
-        per = self.client.info.limits.max_ops_per_request
-        chunks = [ops[j : j + per] for j in range(0, len(ops), per)]
+    def _requests(self, reg, xy, m):
+        """The ops of m rows (at most max_m per op, max_ops_per_request per
+        request), packed into the connection's op array request by request:
+        yields each request's op count. The caller holds reg.lock."""
+        xb, xo, ld, yb, yo, n = xy
+        lim = self.client.info.limits
+        step, per = lim.max_m, lim.max_ops_per_request
+        ops = reg.packed(min(per, -(-m // step)))
+        row, index = 0, self.L.index
+        while row < m:
+            count = 0
+            while row < m and count < per:
+                ops.set(count, index, min(step, m - row), n, xb, xo + row * ld * 2, ld, yb, yo + row * n * 2, n)
+                row += step
+                count += 1
+            yield ops, count
+
+    def _run(self, reg, torch, device, xy, m) -> None:
+        """Send the ops of m rows after the work queued on the current
+        stream (x is written by it, and y's block may have been in use by
+        it) and before what follows on it: by the connection's events, or,
+        where the daemon has none, a sync here and replies at completion.
+        The caller holds reg.lock."""
+        stream = torch.cuda.current_stream(device)
+        client = self.client
         if not reg.events_ok:
             stream.synchronize()
-            for chunk in chunks:
-                self.client.project(chunk)
+            for ops, count in self._requests(reg, xy, m):
+                client.project_packed(ops, count)
             return
         ev = reg.events_for(device, torch)
         ev.x_ready.record(stream)
         launched = False
         try:
-            for chunk in chunks:
+            for ops, count in self._requests(reg, xy, m):
                 try:
-                    self.client.project(chunk, flags=projd.PF_ACCEPT_REPLY,
-                                        wait_event=ev.x_handle, signal_event=ev.y_handle)
+                    client.project_packed(ops, count, projd.PF_ACCEPT_REPLY, ev.x_handle, ev.y_handle)
                     launched = True
                 except projd.ProjdError as e:
                     if e.status != projd.Status.E_FLAGS or launched:
@@ -286,7 +311,7 @@ class ProjdLinearMethod:
                     # No events here, and nothing ran: from now on the
                     # synchronous form, for this connection.
                     reg.events_ok = False
-                    self._run(reg, torch, device, ops)
+                    self._run(reg, torch, device, xy, m)
                     return
         finally:
             if launched:  # even on an error: what was launched reads x, writes y

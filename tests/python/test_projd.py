@@ -573,6 +573,112 @@ class ProjectTests(DaemonTest):
         self.threads_share(self.c, "router")
 
 
+class PackedOpsTests(DaemonTest):
+    """project_packed: the same requests as project(), from ops packed once."""
+
+    def test_same_results_as_project(self):
+        # Every layer, m = 1 and 5, with offsets and wide rows, through one
+        # reused PackedOps: each y checked against the reference and the
+        # poison around it; then two ops in one request.
+        rng = self.fresh()
+        packed = projd.PackedOps(2)
+        for L in self.c.layers:
+            for m, x_off, x_ld, y_off, y_ld in ((1, 0, L.k, 0, L.n), (5, 32, L.k + 5, 6, L.n + 3)):
+                rows = random_x(rng, m, L.k)
+                with self.c.shm_buffer(x_off + ((m - 1) * x_ld + L.k) * 2) as xb, self.c.shm_buffer(
+                    y_off + ((m - 1) * y_ld + L.n) * 2 + 4
+                ) as yb:
+                    for i, row in enumerate(rows):
+                        xb.write(row.tobytes(), x_off + i * x_ld * 2)
+                    yb.fill(0xFF)
+                    packed.set(0, L.index, m, L.n, xb.id, x_off, x_ld, yb.id, y_off, y_ld)
+                    self.assertIsNone(self.c.project_packed(packed, 1))
+                    got = array.array("H", yb.read())
+                r = packed.result()
+                self.assertEqual((r.status, r.n_ops, r.failed_op, [o.status for o in r.ops]), (0, 1, None, [0]))
+                want = reference(self.terms[L.name], [projd.bf16_to_floats(x.tobytes()) for x in rows], L.n)
+                self.check_y(got, want, m, L.n, y_off // 2, y_ld, "packed %s m %d" % (L.name, m))
+        o = self.c.layer("o")
+        rows = random_x(rng, 2, o.k)
+        with self.c.shm_buffer(2 * o.k * 2) as xb, self.c.shm_buffer(2 * o.n * 2) as yb:
+            xb.write(b"".join(r.tobytes() for r in rows))
+            yb.fill(0xFF)
+            packed.set(0, o.index, 1, o.n, xb.id, 0, o.k, yb.id, 0, o.n)
+            packed.set(1, o.index, 1, o.n, xb.id, o.k * 2, o.k, yb.id, o.n * 2, o.n)
+            self.c.project_packed(packed)  # count None: both
+            got = array.array("H", yb.read())
+        self.assertEqual(packed.result().n_ops, 2)
+        want = reference(self.terms["o"], [projd.bf16_to_floats(x.tobytes()) for x in rows], o.n)
+        self.assert_words(got, want, "two packed ops")
+
+    def test_errors(self):
+        o = self.c.layer("o")
+        packed = projd.PackedOps(2)
+        with self.c.shm_buffer(o.k * 2) as xb, self.c.shm_buffer(o.n * 2) as yb:
+            good = (o.index, 1, o.n, xb.id, 0, o.k, yb.id, 0, o.n)
+            packed.set(0, *good)
+            # The daemon's refusal: the second op past y's end, as project().
+            packed.set(1, o.index, 1, o.n, xb.id, 0, o.k, yb.id, 2, o.n)
+            yb.fill(0xFF)
+            with self.assertRaises(ProjdError) as cm:
+                self.c.project_packed(packed, 2)
+            e = cm.exception
+            self.assertEqual((e.status, e.failed_op, e.result.n_ops), (Status.E_BOUNDS, 1, 2), str(e))
+            self.assertEqual(packed.result().status, int(Status.E_BOUNDS))
+            self.assertEqual(yb.read(), b"\xff" * yb.size)  # nothing ran
+            # Events reach the daemon (the cpu backend refuses them whole).
+            with self.assertRaises(ProjdError) as cm:
+                self.c.project_packed(packed, 1, projd.PF_ACCEPT_REPLY, None, bytes(64))
+            self.assertEqual(cm.exception.status, Status.E_FLAGS)
+            # Refused here, before C: nothing is sent.
+            for kw, exc in (
+                (dict(count=0), ValueError),
+                (dict(count=3), ValueError),
+                (dict(flags=projd.PF_WAIT_EVENT), ValueError),
+                (dict(flags=-1), ValueError),
+                (dict(wait_event=bytearray(64)), ValueError),
+                (dict(signal_event=b"\0" * 63), ValueError),
+            ):
+                with self.assertRaises(exc, msg=str(kw)):
+                    self.c.project_packed(packed, **kw)
+            # Values that do not fit their C field never wrap.
+            for i, bad in ((0, -1), (1, 2**32), (4, 2**64), (8, -5)):
+                args = list(good)
+                args[i] = bad
+                with self.assertRaisesRegex(ValueError, "negative or too wide", msg=str(args)):
+                    packed.set(0, *args)
+            with self.assertRaises(TypeError):
+                packed.set(0, o.index, 1.0, o.n, xb.id, 0, o.k, yb.id, 0, o.n)
+            with self.assertRaises(IndexError):
+                packed.set(2, *good)
+            with self.assertRaises(ValueError):
+                projd.PackedOps(0)
+            # The op refused by set() kept its last good value: the
+            # connection and the array still serve.
+            packed.set(0, *good)
+            self.c.project_packed(packed, 1)
+            self.assertEqual(packed.result().status, 0)
+            self.assertNotEqual(yb.read(), b"\xff" * yb.size)
+
+    def test_through_a_ring(self):
+        with projd.Client(self.url, name="packed-ring", ring=True) as c:
+            self.assertTrue(c.ring_active)
+            before = c.stats()["ring"]["requests"]
+            L = c.layer("router")
+            rows = random_x(self.fresh(), 3, L.k)
+            packed = projd.PackedOps()
+            with c.shm_buffer(3 * L.k * 2) as xb, c.shm_buffer(3 * L.n * 2) as yb:
+                xb.write(b"".join(r.tobytes() for r in rows))
+                for _ in range(3):
+                    yb.fill(0xFF)
+                    packed.set(0, L.index, 3, L.n, xb.id, 0, L.k, yb.id, 0, L.n)
+                    c.project_packed(packed)
+                    got = array.array("H", yb.read())
+                    want = reference(self.terms["router"], [projd.bf16_to_floats(x.tobytes()) for x in rows], L.n)
+                    self.assert_words(got, want, "packed through the ring")
+            self.assertGreaterEqual(c.stats()["ring"]["requests"] - before, 3)
+
+
 class RingTests(DaemonTest):
     """The same projections through a shared-memory ring (projd_ring_attach)."""
 
@@ -1019,6 +1125,40 @@ class SglangRegistrationCacheTests(unittest.TestCase):
         self.assertEqual(len(c.live), 3)
         reg.clear()
         self.assertEqual(c.live, {})
+
+
+class SglangPackingTests(unittest.TestCase):
+    """How apply() cuts m rows into ops and requests (no torch, no daemon):
+    at most max_m rows per op and max_ops_per_request ops per request, each
+    op's x and y offsets at its first row."""
+
+    def test_rows_ops_and_requests(self):
+        import projd_sglang
+
+        limits = type("L", (), {"max_m": 4, "max_ops_per_request": 2, "max_buffers": 64})()
+        client = type("C", (), {"info": type("I", (), {"limits": limits})(), "closed": False})()
+        meth = object.__new__(projd_sglang.ProjdLinearMethod)
+        meth.client, meth.L = client, type("Lay", (), {"index": 3})()
+        reg = projd_sglang._Registrations(client)
+        xb, xo, ld, yb, yo, n = 7, 100, 10, 9, 6, 5
+        for m, want in (
+            (1, [[(0, 1)]]),
+            (4, [[(0, 4)]]),
+            (11, [[(0, 4), (4, 4)], [(8, 3)]]),
+            (16, [[(0, 4), (4, 4)], [(8, 4), (12, 4)]]),
+        ):
+            got = []
+            for ops, count in meth._requests(reg, (xb, xo, ld, yb, yo, n), m):
+                req = []
+                for i in range(count):
+                    o = ops._arr[i]
+                    row = (o.x_off - xo) // (ld * 2)
+                    self.assertEqual((o.layer, o.n, o.x_buf, o.x_ld, o.y_buf, o.y_ld, o.op_flags),
+                                     (3, n, xb, ld, yb, n, 0))
+                    self.assertEqual((o.x_off, o.y_off), (xo + row * ld * 2, yo + row * n * 2))
+                    req.append((row, o.m))
+                got.append(req)
+            self.assertEqual(got, want, "m %d" % m)
 
 
 class SlowDaemonTests(unittest.TestCase):

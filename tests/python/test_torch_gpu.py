@@ -186,14 +186,16 @@ class SglangMethod(unittest.TestCase):
         # A daemon that refuses the events (E_FLAGS) gets the synchronous
         # form from then on, with the same results.
         with projd.Client(os.environ["PROJD_TEST_URL"], name="test_torch_gpu-noevents") as c:
-            real = c.project
+            real = c.project_packed
+            sent = []
 
-            def no_events(ops, flags=0, wait_event=None, signal_event=None):
-                if wait_event is not None or signal_event is not None:
+            def no_events(ops, count=None, flags=0, wait_event=None, signal_event=None):
+                sent.append(wait_event is not None or signal_event is not None)
+                if sent[-1]:
                     raise projd.ProjdError(int(projd.Status.E_FLAGS), "E_FLAGS", "no events here")
-                return real(ops, flags)
+                return real(ops, count, flags)
 
-            c.project = no_events
+            c.project_packed = no_events
             L = c.layers[0]
             meth = projd_sglang.ProjdLinearMethod(L.name, c)
             layer = torch.nn.Module()
@@ -202,6 +204,9 @@ class SglangMethod(unittest.TestCase):
                 x = self.x(m, L.k).cuda()
                 self.check(L, L.n, x, meth.apply(layer, x))
             self.assertFalse(projd_sglang._registry(c).events_ok)
+            # Events were tried once, then never again.
+            self.assertEqual(sent[0], True)
+            self.assertNotIn(True, sent[1:])
             projd_sglang.release_registrations(c)
 
     def test_bad_inputs_are_refused_and_the_client_keeps_working(self):
