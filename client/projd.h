@@ -222,7 +222,12 @@ void projd_request_free(projd_request *req);
  * else (results, errors, timeouts, callbacks) is as before. A reaper thread
  * completes the requests; it spins for as long as the daemon's poller does
  * (ring.spin_us, 50 µs by default; $PROJD_RING_SPIN_US overrides) before it
- * sleeps. At most `slots` requests are in flight on the ring; one more
+ * sleeps. A thread waiting for a request it made without a callback
+ * (projd_project, projd_request_wait) takes its own reply off the ring
+ * while it spins, for up to 1 ms ($PROJD_RING_WAIT_US; none where
+ * nothing spins), then sleeps: a reply that comes after the reaper went to
+ * sleep then costs no wake-up of the reaper and then of the caller. Callbacks
+ * still run on the reaper only. At most `slots` requests are in flight on the ring; one more
  * waits for a slot (within its timeout), so a thread's requests enter the
  * ring in the order it submits them; a callback that submits on a full
  * ring sends that request over nng instead (the callback runs on the only

@@ -133,7 +133,9 @@ int pj_ring_view(pj_ring *r, void *base, size_t size, uint32_t slots, uint32_t s
 
 uint32_t pj_ring_pending(const pj_ring *r, int q)
 {
-    return load_acq(tail_w(r, q)) - r->head[q];
+    /* head is read unlocked by a client's reaper while a waiting thread
+     * pops under the client's lock: an atomic load, never a torn one. */
+    return load_acq(tail_w(r, q)) - __atomic_load_n(&r->head[q], __ATOMIC_RELAXED);
 }
 
 uint32_t pj_ring_consumed(const pj_ring *r, int q)
@@ -168,7 +170,8 @@ int pj_ring_push(pj_ring *r, int q, const void *msg, size_t len)
     return 0;
 }
 
-int pj_ring_pop(pj_ring *r, int q, void *out, size_t cap, size_t *len)
+/* The next message's slot and length, or -EAGAIN / -EPROTO. */
+static int next_msg(const pj_ring *r, int q, const uint8_t **msg, uint32_t *len)
 {
     uint32_t avail = pj_ring_pending(r, q);
     if (avail == 0)
@@ -182,15 +185,39 @@ int pj_ring_pop(pj_ring *r, int q, void *out, size_t cap, size_t *len)
     uint32_t l32 = __atomic_load_n((const uint32_t *)(const void *)s, __ATOMIC_RELAXED);
     if (l32 > pj_ring_msg_max(r))
         return -EPROTO;
-    int rc = 0;
+    *msg = s + PJ_RING_SLOT_HDR;
+    *len = l32;
+    return 0;
+}
+
+int pj_ring_pop(pj_ring *r, int q, void *out, size_t cap, size_t *len)
+{
+    const uint8_t *msg;
+    uint32_t l32;
+    int rc = next_msg(r, q, &msg, &l32);
+    if (rc != 0)
+        return rc;
     if (l32 > cap)
         rc = -EMSGSIZE;
     else
-        memcpy(out, s + PJ_RING_SLOT_HDR, l32);
+        memcpy(out, msg, l32);
     *len = l32;
-    r->head[q]++;
-    store_rel(head_w(r, q), r->head[q]);
+    uint32_t h = r->head[q] + 1;
+    __atomic_store_n(&r->head[q], h, __ATOMIC_RELAXED);
+    store_rel(head_w(r, q), h);
     return rc;
+}
+
+int pj_ring_peek(const pj_ring *r, int q, void *out, size_t cap, size_t *len)
+{
+    const uint8_t *msg;
+    uint32_t l32;
+    int rc = next_msg(r, q, &msg, &l32);
+    if (rc != 0)
+        return rc;
+    memcpy(out, msg, l32 < cap ? l32 : cap);
+    *len = l32;
+    return 0;
 }
 
 static uint64_t mono_ns(void)
@@ -232,7 +259,8 @@ int pj_ring_wait(pj_ring *r, int q, uint64_t spin_ns, int timeout_ms, const int 
         uint32_t seen = load_acq(tail_w(r, q));
         __atomic_store_n(doze, 1, __ATOMIC_RELAXED);
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        if (load_acq(tail_w(r, q)) != seen || seen != r->head[q] || stopped(stop)) {
+        if (load_acq(tail_w(r, q)) != seen ||
+            seen != __atomic_load_n(&r->head[q], __ATOMIC_RELAXED) || stopped(stop)) {
             __atomic_store_n(doze, 0, __ATOMIC_RELAXED);
             if (pj_ring_pending(r, q))
                 return 0;

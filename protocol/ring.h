@@ -91,6 +91,11 @@ int pj_ring_push(pj_ring *r, int q, const void *msg, size_t len);
  * -EMSGSIZE (longer than cap; the message is consumed). */
 int pj_ring_pop(pj_ring *r, int q, void *out, size_t cap, size_t *len);
 
+/* Consumer side of queue q, without taking the message: copies its first
+ * min(length, cap) bytes into out, *len its whole length. 0, -EAGAIN
+ * (empty) or -EPROTO, as pj_ring_pop. Lets a consumer look at a reply's
+ * header before deciding whether it is the one to take it. */
+int pj_ring_peek(const pj_ring *r, int q, void *out, size_t cap, size_t *len);
 /* Messages queue q holds as the consumer sees them (0 when none; values
  * above slots mean a corrupt peer index). */
 uint32_t pj_ring_pending(const pj_ring *r, int q);

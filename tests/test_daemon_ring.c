@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -887,6 +888,105 @@ START_TEST(ring_spinning)
 }
 END_TEST
 
+/* Threads waiting for their own replies take them off the ring
+ * (PROJD_RING_WAIT_US) while the reaper never spins (PROJD_RING_SPIN_US=0):
+ * four threads of synchronous requests, and requests with callbacks in
+ * flight beside them on the same ring. Every result is bit-exact, every
+ * callback runs once and on the reaper, never on a thread that waits. */
+typedef struct mixed_ctx {
+    lib_ctx *t;
+    uint32_t slot; /* this thread's y slot */
+    int fails;
+    pthread_t self;
+} mixed_ctx;
+
+static pthread_t g_waiters[5];
+static atomic_int g_cb_on_waiter, g_cb_runs;
+
+static void on_done_where(projd_request *req, void *arg)
+{
+    (void)req;
+    (void)arg;
+    for (int i = 0; i < 5; i++)
+        if (pthread_equal(pthread_self(), g_waiters[i]))
+            atomic_fetch_add(&g_cb_on_waiter, 1);
+    atomic_fetch_add(&g_cb_runs, 1);
+}
+
+static void *sync_requests(void *arg)
+{
+    mixed_ctx *mc = arg;
+    projd_op op = lib_op(mc->t, mc->slot);
+    uint16_t *y = (uint16_t *)projd_buffer_ptr(mc->t->y) + (size_t)mc->slot * mc->t->m * mc->t->n;
+    for (int i = 0; i < 200; i++) {
+        y[0] = PJC_POISON;
+        projd_result res;
+        projd_error e;
+        if (projd_project(mc->t->c, &op, 1, 0, &res, &e) != 0 || y[0] == PJC_POISON)
+            mc->fails++;
+    }
+    return NULL;
+}
+
+START_TEST(libprojd_ring_waiters_take_their_replies)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, "{\"ring\": {\"spin_us\": 200, \"spin_min_cores\": 1}}");
+    setenv("PROJD_RING_SPIN_US", "0", 1);
+    setenv("PROJD_RING_WAIT_US", "1000000", 1);
+    lib_ctx t;
+    enum { THREADS = 4, ASYNC = 8 };
+    lib_open(&t, d.url, THREADS + ASYNC, 8);
+    unsetenv("PROJD_RING_SPIN_US");
+    unsetenv("PROJD_RING_WAIT_US");
+    for (uint32_t i = 0; i < THREADS + ASYNC; i++)
+        lib_stage(&t, i);
+    mixed_ctx mc[THREADS];
+    pthread_t th[THREADS];
+    g_waiters[THREADS] = pthread_self();
+    for (int round = 0; round < 5; round++) {
+        for (uint32_t i = 0; i < THREADS; i++) {
+            mc[i] = (mixed_ctx){.t = &t, .slot = i};
+            ck_assert_int_eq(pthread_create(&th[i], NULL, sync_requests, &mc[i]), 0);
+            g_waiters[i] = th[i];
+        }
+        projd_request *reqs[ASYNC];
+        projd_error e;
+        for (uint32_t i = 0; i < ASYNC; i++) {
+            projd_op op = lib_op(&t, THREADS + i);
+            ck_assert_int_eq(projd_project_async(t.c, &op, 1, 0, on_done_where, NULL, &reqs[i], &e),
+                             0);
+        }
+        for (uint32_t i = 0; i < ASYNC; i++) {
+            ck_assert_msg(projd_request_wait(reqs[i], NULL, &e) == 0, "%s", e.msg);
+            projd_request_free(reqs[i]);
+        }
+        for (uint32_t i = 0; i < THREADS; i++) {
+            pthread_join(th[i], NULL);
+            ck_assert_int_eq(mc[i].fails, 0);
+        }
+    }
+    for (uint32_t i = 0; i < THREADS + ASYNC; i++)
+        lib_verify(&t, i);
+    ck_assert_int_eq(atomic_load(&g_cb_runs), 5 * ASYNC);
+    ck_assert_int_eq(atomic_load(&g_cb_on_waiter), 0);
+    projd_error e;
+    char *json = NULL;
+    ck_assert_int_eq(projd_stats_json(t.c, &json, &e), 0);
+    cJSON *st = cJSON_Parse(json);
+    free(json);
+    ck_assert_double_ge(pjt_json_num(st, "ring.requests"), 5 * (THREADS * 200 + ASYNC));
+    ck_assert_double_eq(pjt_json_num(st, "ring.replies_lost"), 0);
+    ck_assert_double_eq(pjt_json_num(st, "ring.broken"), 0);
+    cJSON_Delete(st);
+    /* A close while nothing waits, then the daemon still serves. */
+    projd_buffer_release(t.x, NULL);
+    projd_buffer_release(t.y, NULL);
+    projd_close(t.c);
+    pjd_stop(&d);
+}
+END_TEST
+
 /* $PROJD_RING attaches at connect; a daemon with the ring off leaves the
  * connection on nng, working. */
 START_TEST(libprojd_ring_from_env)
@@ -1000,6 +1100,7 @@ int main(void)
         {"libprojd_ring_callback_submits", libprojd_ring_callback_submits},
         {"libprojd_ring_from_env", libprojd_ring_from_env},
         {"ring_spinning", ring_spinning},
+        {"libprojd_ring_waiters_take_their_replies", libprojd_ring_waiters_take_their_replies},
         {"libprojd_ring_daemon_killed", libprojd_ring_daemon_killed},
         {"ping_both_ways", ping_both_ways},
     };

@@ -101,6 +101,15 @@ START_TEST(full_empty_wrap)
         ck_assert_uint_eq(pj_ring_room(&cl, PJ_RING_SQ), 0);
         ck_assert_uint_eq(pj_ring_pending(&dm, PJ_RING_SQ), 4);
         for (int i = 0; i < 4; i++) {
+            /* A peek shows the head's first bytes and whole length and
+             * takes nothing. */
+            uint8_t head[8] = {0};
+            size_t plen = 0;
+            ck_assert_int_eq(pj_ring_peek(&dm, PJ_RING_SQ, head, sizeof head, &plen), 0);
+            ck_assert_uint_eq(plen, 1 + (next_out * 37u) % sizeof msg);
+            ck_assert_uint_eq(head[0], next_out & 0xff);
+            ck_assert_uint_eq(head[plen < 8 ? plen - 1 : 7], next_out & 0xff);
+            ck_assert_uint_eq(pj_ring_pending(&dm, PJ_RING_SQ), (uint32_t)(4 - i));
             ck_assert_int_eq(pj_ring_pop(&dm, PJ_RING_SQ, out, sizeof out, &len), 0);
             ck_assert_uint_eq(len, 1 + (next_out * 37u) % sizeof msg);
             for (size_t j = 0; j < len; j++)
@@ -108,6 +117,7 @@ START_TEST(full_empty_wrap)
             next_out++;
         }
         ck_assert_int_eq(pj_ring_pop(&dm, PJ_RING_SQ, out, sizeof out, &len), -EAGAIN);
+        ck_assert_int_eq(pj_ring_peek(&dm, PJ_RING_SQ, out, sizeof out, &len), -EAGAIN);
     }
     /* The other queue is independent and empty. */
     ck_assert_uint_eq(pj_ring_pending(&cl, PJ_RING_CQ), 0);
@@ -131,12 +141,14 @@ START_TEST(corrupt_peer)
     /* A tail more than `slots` ahead of what we consumed. */
     uint32_t *sq_tail = (uint32_t *)(void *)(base + 128);
     *sq_tail = 1000;
+    ck_assert_int_eq(pj_ring_peek(&dm, PJ_RING_SQ, out, sizeof out, &len), -EPROTO);
     ck_assert_int_eq(pj_ring_pop(&dm, PJ_RING_SQ, out, sizeof out, &len), -EPROTO);
     *sq_tail = 0;
     /* A slot length past the slot. */
     ck_assert_int_eq(pj_ring_push(&cl, PJ_RING_SQ, "abc", 3), 0);
     uint32_t big = 5000;
     memcpy(base + PJ_RING_HDR_BYTES, &big, 4);
+    ck_assert_int_eq(pj_ring_peek(&dm, PJ_RING_SQ, out, 4, &len), -EPROTO);
     ck_assert_int_eq(pj_ring_pop(&dm, PJ_RING_SQ, out, sizeof out, &len), -EPROTO);
     /* A consumer index that runs away reads as a full queue, not as room. */
     uint32_t *cq_head = (uint32_t *)(void *)(base + 384);
