@@ -697,6 +697,25 @@ static void lib_open(lib_ctx *t, const char *url, uint32_t slots_out, uint32_t r
     }
 }
 
+/* The daemon's STATS, parsed (the caller deletes it). */
+static cJSON *lib_stats(lib_ctx *t)
+{
+    projd_error e;
+    char *json = NULL;
+    ck_assert_msg(projd_stats_json(t->c, &json, &e) == 0, "%s", e.msg);
+    cJSON *st = cJSON_Parse(json);
+    free(json);
+    ck_assert_ptr_nonnull(st);
+    return st;
+}
+
+static void lib_close(lib_ctx *t)
+{
+    projd_buffer_release(t->x, NULL);
+    projd_buffer_release(t->y, NULL);
+    projd_close(t->c);
+}
+
 typedef struct cb_log {
     pthread_mutex_t mu;
     int n;      /* callbacks run */
@@ -778,10 +797,7 @@ START_TEST(libprojd_ring)
     projd_set_timeout_ms(t.c, 10000);
     ck_assert_msg(projd_ping(t.c, &e) == 0, "%s", e.msg);
 
-    char *json = NULL;
-    ck_assert_int_eq(projd_stats_json(t.c, &json, &e), 0);
-    cJSON *st = cJSON_Parse(json);
-    free(json);
+    cJSON *st = lib_stats(&t);
     /* 1 + 1 + 1 + SLOTS_OUT + 3 * RING + 1 requests came through the ring
      * (a freed request may not have been sent before its free: at most
      * that many). */
@@ -790,9 +806,7 @@ START_TEST(libprojd_ring)
     ck_assert_double_ge(via_ring, SLOTS_OUT + 4);
     ck_assert_double_eq(pjt_json_num(st, "ring.replies_lost"), 0);
     cJSON_Delete(st);
-    projd_buffer_release(t.x, NULL);
-    projd_buffer_release(t.y, NULL);
-    projd_close(t.c);
+    lib_close(&t);
     pjd_stop(&d);
 }
 END_TEST
@@ -970,19 +984,12 @@ START_TEST(libprojd_ring_waiters_take_their_replies)
         lib_verify(&t, i);
     ck_assert_int_eq(atomic_load(&g_cb_runs), 5 * ASYNC);
     ck_assert_int_eq(atomic_load(&g_cb_on_waiter), 0);
-    projd_error e;
-    char *json = NULL;
-    ck_assert_int_eq(projd_stats_json(t.c, &json, &e), 0);
-    cJSON *st = cJSON_Parse(json);
-    free(json);
+    cJSON *st = lib_stats(&t);
     ck_assert_double_ge(pjt_json_num(st, "ring.requests"), 5 * (THREADS * 200 + ASYNC));
     ck_assert_double_eq(pjt_json_num(st, "ring.replies_lost"), 0);
     ck_assert_double_eq(pjt_json_num(st, "ring.broken"), 0);
     cJSON_Delete(st);
-    /* A close while nothing waits, then the daemon still serves. */
-    projd_buffer_release(t.x, NULL);
-    projd_buffer_release(t.y, NULL);
-    projd_close(t.c);
+    lib_close(&t);
     pjd_stop(&d);
 }
 END_TEST
