@@ -104,7 +104,7 @@ struct ring_cli {
      * then needs no wake-up of the reaper, nor the reaper of it. */
     pthread_mutex_t reap_mu;
     uint8_t *rbuf;    /* one reply, under reap_mu */
-    int unmapped;     /* under reap_mu: the ring is gone (closed) */
+    int reaper_wants; /* the reaper is after reap_mu: waiters keep off it */
     uint64_t wait_ns; /* how long a waiter spins taking its own reply */
     projd_conn *c;
     /* The connection and every request made through the ring hold one;
@@ -113,11 +113,27 @@ struct ring_cli {
 };
 
 /* How long a thread waiting for a ring request it made without a callback
- * spins, taking its own reply (at least the reaper's spin). A reply comes
+ * spins, taking its own reply (by default; at least the reaper's spin). A reply comes
  * 20-100 µs after the request on the H200 host; past this the wait sleeps. */
 #define RING_WAIT_NS 1000000ull
 
 /* ---- small helpers -------------------------------------------------------------- */
+
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* A count of µs from the environment, in ns, at most 10 s. */
+static uint64_t env_us_ns(const char *v)
+{
+    unsigned long long us = strtoull(v, NULL, 10);
+    return (us > 10000000ull ? 10000000ull : us) * 1000u;
+}
 
 static uint64_t now_ns(void)
 {
@@ -251,7 +267,7 @@ const char *projd_format_name(int format)
 /* ---- requests ----------------------------------------------------------------- */
 
 static void ring_unlink(ring_cli *rc, projd_request *r);
-static int ring_reap_own(ring_cli *rc);
+static int ring_reap_own(ring_cli *rc, const projd_request *mine);
 static void ring_unref(ring_cli *rc);
 
 /* Frees what req_new made. */
@@ -567,10 +583,18 @@ int projd_request_wait(projd_request *r, projd_result *res, projd_error *e)
          * (each ~20 µs measured). */
         ring_cli *rc = r->ring;
         int reap = r->cb == NULL && rc->wait_ns > 0;
-        uint64_t until = now_ns() + (reap ? rc->wait_ns : rc->spin_ns);
-        while (!__atomic_load_n(&r->done, __ATOMIC_ACQUIRE) && now_ns() < until)
-            if (reap)
-                reap = ring_reap_own(rc);
+        uint64_t t0 = now_ns();
+        uint64_t until = t0 + (reap ? rc->wait_ns : rc->spin_ns);
+        while (!__atomic_load_n(&r->done, __ATOMIC_ACQUIRE) && now_ns() < until) {
+            if (reap && !ring_reap_own(rc, r)) {
+                /* The ring is dead: the reply comes by the reaper or not
+                 * at all. Spin no longer than the reaper would. */
+                reap = 0;
+                if (t0 + rc->spin_ns < until)
+                    until = t0 + rc->spin_ns;
+            }
+            cpu_relax();
+        }
     }
     /* The aio deadline guarantees completion; the grace only guards against
      * a bug turning into a hang. */
@@ -648,6 +672,9 @@ static void ring_unref(ring_cli *rc)
 {
     if (atomic_fetch_sub(&rc->refs, 1) != 1)
         return;
+    /* Unmapped only now: a thread waiting for a request may still look at
+     * the queues (ring_reap_own), and every request holds a reference. */
+    pj_shmbuf_destroy(&rc->shm);
     pthread_mutex_destroy(&rc->mu);
     pthread_mutex_destroy(&rc->reap_mu);
     pthread_cond_destroy(&rc->room);
@@ -667,9 +694,9 @@ static int ring_submit(ring_cli *rc, const pj_wbuf *w, projd_request *r, projd_e
     r->t_submit = now_ns();
     r->deadline = r->t_submit + (uint64_t)r->timeout_ms * 1000000ull;
     pthread_mutex_lock(&rc->mu);
-    /* A callback submitting on a full ring runs on the reaper, the only
-     * thread that frees slots: it cannot wait for one. That request goes
-     * over nng. */
+    /* A callback submitting on a full ring runs on the reaper, which frees
+     * the slots of every reply but those waiting threads take themselves:
+     * it cannot wait for one. That request goes over nng. */
     if (!rc->dead && rc->inflight >= rc->ring.slots && pthread_equal(pthread_self(), rc->reaper)) {
         pthread_mutex_unlock(&rc->mu);
         return -EPIPE;
@@ -798,33 +825,32 @@ static void ring_expire(ring_cli *rc)
     }
 }
 
-/* The caller of projd_request_wait, for a request without a callback:
- * takes the replies at the head of the completion queue that belong to
- * requests without callbacks (its own among them), so that a reaper
- * asleep need not be woken. Stops at a reply whose request has a callback
- * (that runs on the reaper), or when the reaper holds the queue. Returns 0
- * when the caller should stop trying (the ring is dead, gone, or a
- * callback's reply is at the head), else 1. */
-static int ring_reap_own(ring_cli *rc)
+/* The caller of projd_request_wait for `mine`, a request without a
+ * callback: takes the replies at the head of the completion queue that
+ * belong to requests without callbacks (its own among them) until its own
+ * is in, so that a reaper asleep need not be woken. It leaves a reply
+ * whose request has a callback (that runs on the reaper), and keeps off
+ * the queue while the reaper wants it. Returns 0 when the ring is dead
+ * (stop trying), else 1. */
+static int ring_reap_own(ring_cli *rc, const projd_request *mine)
 {
+    /* Unlocked looks first, so that an empty queue costs no lock: the
+     * mapping lives as long as any request (ring_unref unmaps it). */
+    if (__atomic_load_n(&rc->reaper_wants, __ATOMIC_ACQUIRE) ||
+        pj_ring_pending(&rc->ring, PJ_RING_CQ) == 0)
+        return 1;
     if (pthread_mutex_trylock(&rc->reap_mu) != 0)
-        return 1; /* the reaper is awake and taking replies */
+        return 1; /* the reaper is taking replies */
     int go_on = 1;
     size_t cap = pj_ring_msg_max(&rc->ring);
-    for (;;) {
+    while (!__atomic_load_n(&mine->done, __ATOMIC_ACQUIRE)) {
         uint8_t hdr[PJ_WIRE_HDR_SIZE];
         size_t len;
-        if (rc->unmapped) {
-            go_on = 0;
-            break;
-        }
         int prc = pj_ring_peek(&rc->ring, PJ_RING_CQ, hdr, sizeof hdr, &len);
         if (prc == -EAGAIN)
             break;
-        if (prc != 0) { /* corrupt: the reaper says so and fails everything */
-            go_on = 0;
+        if (prc != 0) /* corrupt: the reaper says so and fails everything */
             break;
-        }
         uint64_t id = pj_peek_req_id(hdr, len < sizeof hdr ? len : sizeof hdr);
         pthread_mutex_lock(&rc->mu);
         projd_request *o = rc->pending;
@@ -833,14 +859,12 @@ static int ring_reap_own(ring_cli *rc)
         int theirs = o && o->cb != NULL;
         int dead = rc->dead;
         pthread_mutex_unlock(&rc->mu);
-        if (theirs || dead) {
+        if (dead)
             go_on = 0;
+        if (theirs || dead)
             break;
-        }
-        if (pj_ring_pop(&rc->ring, PJ_RING_CQ, rc->rbuf, cap, &len) != 0) {
-            go_on = 0;
+        if (pj_ring_pop(&rc->ring, PJ_RING_CQ, rc->rbuf, cap, &len) != 0)
             break;
-        }
         ring_take_reply(rc, rc->rbuf, len);
     }
     pthread_mutex_unlock(&rc->reap_mu);
@@ -858,7 +882,9 @@ static void *ring_reaper(void *arg)
             break;
         size_t len;
         int prc;
+        __atomic_store_n(&rc->reaper_wants, 1, __ATOMIC_RELEASE);
         pthread_mutex_lock(&rc->reap_mu);
+        __atomic_store_n(&rc->reaper_wants, 0, __ATOMIC_RELAXED);
         while ((prc = pj_ring_pop(&rc->ring, PJ_RING_CQ, rc->rbuf, cap, &len)) != -EAGAIN) {
             if (prc == -EPROTO)
                 break;
@@ -967,14 +993,14 @@ int projd_ring_attach(projd_conn *c, uint32_t slots, projd_error *e)
     rc->spin_ns = (uint64_t)rep.spin_us * 1000u;
     const char *spin = getenv("PROJD_RING_SPIN_US");
     if (spin && *spin)
-        rc->spin_ns = strtoull(spin, NULL, 10) * 1000u;
+        rc->spin_ns = env_us_ns(spin);
     /* A thread waiting for its own reply spins longer than the reaper: it
      * is blocked anyway, and a reply taken while it spins costs no wake-up.
      * Where nothing spins (few cores, spin 0), it sleeps at once. */
     rc->wait_ns = rc->spin_ns ? (rc->spin_ns > RING_WAIT_NS ? rc->spin_ns : RING_WAIT_NS) : 0;
     const char *wait = getenv("PROJD_RING_WAIT_US");
     if (wait && *wait)
-        rc->wait_ns = strtoull(wait, NULL, 10) * 1000u;
+        rc->wait_ns = env_us_ns(wait);
     rv = pthread_create(&rc->reaper, NULL, ring_reaper, rc);
     if (rv != 0) {
         pthread_mutex_destroy(&rc->mu);
@@ -1002,7 +1028,8 @@ int projd_ring_active(const projd_conn *c)
     return !dead;
 }
 
-/* Stops the reaper, fails what is pending, unmaps. */
+/* Stops the reaper, fails what is pending, drops the connection's
+ * reference. */
 static void ring_close(projd_conn *c)
 {
     ring_cli *rc = c->ring;
@@ -1012,13 +1039,7 @@ static void ring_close(projd_conn *c)
     __atomic_store_n(&rc->stop, 1, __ATOMIC_RELEASE);
     pj_ring_stop_thread(&rc->ring, PJ_RING_CQ, rc->reaper);
     ring_fail_all(rc, -ECANCELED, "the connection was closed");
-    /* A waiter may be looking at the completion queue: it checks
-     * `unmapped` under reap_mu before it does. */
-    pthread_mutex_lock(&rc->reap_mu);
-    rc->unmapped = 1;
-    pj_shmbuf_destroy(&rc->shm);
-    pthread_mutex_unlock(&rc->reap_mu);
-    ring_unref(rc);
+    ring_unref(rc); /* the last reference unmaps */
 }
 
 /* ---- connection ------------------------------------------------------------------ */

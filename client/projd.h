@@ -230,8 +230,8 @@ void projd_request_free(projd_request *req);
  * still run on the reaper only. At most `slots` requests are in flight on the ring; one more
  * waits for a slot (within its timeout), so a thread's requests enter the
  * ring in the order it submits them; a callback that submits on a full
- * ring sends that request over nng instead (the callback runs on the only
- * thread that frees slots). A daemon that refuses
+ * ring sends that request over nng instead (the callback runs on the
+ * reaper, which would have to free the slot itself). A daemon that refuses
  * the ring answers E_TYPE (older daemons, ring.enabled = 0), E_LIMIT or
  * E_REGISTER, and the connection stays usable over nng. If the daemon
  * drops the ring later, pending requests fail with -ECONNRESET and later

@@ -1537,7 +1537,7 @@ class Client:
         result), without building a Result on success (ops.result() does).
         Event handles must be bytes here."""
         n = ops.capacity if count is None else count
-        if not isinstance(n, int) or not 1 <= n <= ops.capacity:
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= ops.capacity:
             raise ValueError("count must be in 1..%d, got %r" % (ops.capacity, count))
         flags = self._flags(flags)
         if wait_event is not None:
