@@ -50,6 +50,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (uint32_t i = 0; i < 3 * slots; i++) {
         size_t cap = (i & 1) ? sizeof out : 64; /* a full buffer, and a short one */
         size_t len = 0;
+        /* A peek (how a client's waiting thread looks at a reply's header)
+         * copies at most its cap, never a byte past the slot, and takes
+         * nothing: the pop after it sees the same head. */
+        uint8_t hdr[PJ_WIRE_HDR_SIZE];
+        uint32_t before = pj_ring_pending(&r, PJ_RING_SQ);
+        int prc = pj_ring_peek(&r, PJ_RING_SQ, hdr, sizeof hdr, &len);
+        if ((prc == 0 && len > pj_ring_msg_max(&r)) ||
+            (prc != 0 && prc != -EAGAIN && prc != -EPROTO) ||
+            pj_ring_pending(&r, PJ_RING_SQ) != before)
+            abort();
+        (void)pj_peek_req_id(hdr, len < sizeof hdr ? len : sizeof hdr);
+        len = 0;
         int rc = pj_ring_pop(&r, PJ_RING_SQ, out, cap, &len);
         if (rc == 0) {
             if (len > cap || len > pj_ring_msg_max(&r))
