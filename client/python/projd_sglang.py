@@ -58,10 +58,14 @@ from a QuantizationConfig's get_quant_method(layer, prefix)::
 
 ring=True sends each projection through a shared-memory ring instead of
 nng (PROTOCOL.md, "The ring"): the same requests and results without
-nng's ~80-100 µs round trip, at the cost of a client thread that spins for
-the daemon's ring.spin_us (50 µs) after each reply on machines of 4 or more
-cores. Without it (or against a daemon that refuses the ring) every apply
-goes over nng.
+nng's ~80-100 µs round trip, at the cost of spinning on machines of 4 or
+more cores: apply()'s own thread while it waits for the reply (it takes
+the reply off the ring itself), and a client thread for the daemon's
+ring.spin_us (50 µs) after each reply. A model's other work between two
+projections longer than ring.spin_us lets the daemon's ring threads sleep:
+the next projection then pays their wake-ups (~40 µs on the H200 host;
+bench/results/2026-12-01-s21-reap/). Without ring=True (or against a daemon
+that refuses the ring) every apply goes over nng.
 
 torch is imported on first use, so this module imports without it.
 """
