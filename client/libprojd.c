@@ -9,6 +9,7 @@
 #include "client/projd.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/transport/ipc/ipc.h>
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -105,6 +107,9 @@ struct ring_cli {
     pthread_mutex_t reap_mu;
     uint8_t *rbuf;    /* one reply, under reap_mu */
     int reaper_wants; /* the reaper is after reap_mu: waiters keep off it */
+    /* The ring's wake FIFO (protocol/ring.h), written when a push finds the
+     * daemon's poller asleep; -1 when none. */
+    int wake_fd;
     uint64_t wait_ns; /* how long a waiter spins taking its own reply */
     projd_conn *c;
     /* The connection and every request made through the ring hold one;
@@ -675,6 +680,8 @@ static void ring_unref(ring_cli *rc)
     /* Unmapped only now: a thread waiting for a request may still look at
      * the queues (ring_reap_own), and every request holds a reference. */
     pj_shmbuf_destroy(&rc->shm);
+    if (rc->wake_fd >= 0)
+        close(rc->wake_fd);
     pthread_mutex_destroy(&rc->mu);
     pthread_mutex_destroy(&rc->reap_mu);
     pthread_cond_destroy(&rc->room);
@@ -724,10 +731,17 @@ static int ring_submit(ring_cli *rc, const pj_wbuf *w, projd_request *r, projd_e
         return fail(e, -ETIMEDOUT, "%s: no free ring slot within %d ms (%u requests in flight)",
                     r->what, r->timeout_ms, rc->ring.slots);
     }
-    int prc = pj_ring_push(&rc->ring, PJ_RING_SQ, w->data, w->len);
+    int woke = 0;
+    int prc = pj_ring_push_woke(&rc->ring, PJ_RING_SQ, w->data, w->len, &woke);
     if (prc != 0) {
         pthread_mutex_unlock(&rc->mu);
         return fail(e, -EIO, "%s: ring push: %s", r->what, strerror(-prc));
+    }
+    /* The poller was asleep: wake the daemon's loop too, so that both
+     * wake at once (a full FIFO means a wake-up is pending anyway). */
+    if (woke && rc->wake_fd >= 0) {
+        ssize_t n = write(rc->wake_fd, "w", 1);
+        (void)n;
     }
     rc->inflight++;
     r->ring = rc;
@@ -951,6 +965,20 @@ int projd_ring_attach(projd_conn *c, uint32_t slots, projd_error *e)
         free(rbuf);
         return fail(e, rv, "ring: %s", err);
     }
+    /* The wake FIFO beside it, before the daemon looks for it at attach;
+     * without one the ring works, only its wake-ups come one after the
+     * other. */
+    rc->wake_fd = -1;
+    char wake_path[PJ_WIRE_SHM_NAME_MAX + 32];
+    int have_wake = pj_ring_wake_path(rc->shm.name, wake_path, sizeof wake_path) == 0 &&
+                    mkfifo(wake_path, 0600) == 0;
+    if (have_wake) {
+        rc->wake_fd = open(wake_path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+        if (rc->wake_fd < 0) {
+            unlink(wake_path);
+            have_wake = 0;
+        }
+    }
     pj_ring_format(rc->shm.ptr, slots, slot_bytes);
     pj_ring_view(&rc->ring, rc->shm.ptr, size, slots, slot_bytes, err, sizeof err);
     pj_ring_attach a = {.slots = slots, .slot_bytes = slot_bytes};
@@ -962,7 +990,12 @@ int projd_ring_attach(projd_conn *c, uint32_t slots, projd_error *e)
     projd_request *r;
     int rcode = call(c, &w, "RING_ATTACH", PJ_MSG_RING_ATTACHED, rid, &r, e);
     pj_wbuf_free(&w);
+    /* The daemon has opened it by now, or never will. */
+    if (have_wake)
+        unlink(wake_path);
     if (rcode) {
+        if (rc->wake_fd >= 0)
+            close(rc->wake_fd);
         pj_shmbuf_destroy(&rc->shm);
         free(rc);
         free(rbuf);
@@ -974,10 +1007,17 @@ int projd_ring_attach(projd_conn *c, uint32_t slots, projd_error *e)
     rcode = pj_dec_ring_attached(b, len, &rep, err, sizeof err);
     projd_request_free(r);
     if (rcode != PJ_OK) {
+        if (rc->wake_fd >= 0)
+            close(rc->wake_fd);
         pj_shmbuf_destroy(&rc->shm);
         free(rc);
         free(rbuf);
         return fail(e, -EPROTO, "reply to RING_ATTACH: %s", err);
+    }
+    /* A daemon that does not spin does not watch the FIFO either. */
+    if (rep.spin_us == 0 && rc->wake_fd >= 0) {
+        close(rc->wake_fd);
+        rc->wake_fd = -1;
     }
     /* The daemon has it mapped: nothing needs the name any more. */
     pj_shmbuf_unlink(&rc->shm);
@@ -1007,6 +1047,8 @@ int projd_ring_attach(projd_conn *c, uint32_t slots, projd_error *e)
         pthread_mutex_destroy(&rc->reap_mu);
         pthread_cond_destroy(&rc->room);
         pj_shmbuf_destroy(&rc->shm);
+        if (rc->wake_fd >= 0)
+            close(rc->wake_fd);
         free(rc->rbuf);
         free(rc);
         /* The daemon keeps polling a ring nobody uses until we close. */

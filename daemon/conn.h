@@ -32,6 +32,7 @@ typedef struct pj_conn {
     int ctx_closed;          /* closed for not reading its replies */
     int gone;                /* pipe removed */
     struct pj_ringsrv *ring; /* its shared-memory ring, NULL when none (owned) */
+    void *ring_wake;         /* the loop's watch on the ring's wake FIFO (server.c) */
     uint64_t requests;
     struct pj_conn *next; /* hash chain, or the zombie list */
 } pj_conn;

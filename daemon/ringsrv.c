@@ -2,13 +2,16 @@
 #include "daemon/ringsrv.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "daemon/bufreg.h"
 #include "daemon/log.h"
@@ -29,6 +32,7 @@ struct pj_ringsrv {
     pj_ringsrv_opts o;
     char name[PJ_WIRE_SHM_NAME_MAX + 1];
     int guard;
+    int wake_fd;
     pthread_t thread;
     int thread_started;
     int stop;    /* set by pj_ringsrv_stop, read by the poller */
@@ -97,6 +101,53 @@ static int may_take(pj_ringsrv *r)
     if (unread > r->ring.slots)
         return -1;
     return unread + __atomic_load_n(&r->owed, __ATOMIC_ACQUIRE) < r->ring.slots;
+}
+
+/* The client's wake FIFO for the ring named `name`, when it made one the
+ * daemon can trust: a FIFO (not a link: O_NOFOLLOW), the peer's, mode
+ * 0600 (whoever can write it can only wake the loop, but no one else
+ * should). -1 when there is none or it is not acceptable. */
+static int open_wake(const char *name, uint32_t peer_uid, uint64_t serial)
+{
+    char path[PJ_WIRE_SHM_NAME_MAX + 32];
+    if (pj_ring_wake_path(name, path, sizeof path) != 0)
+        return -1;
+    int fd = open(path, O_RDWR | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno != ENOENT)
+            pj_log_debug("connection #%" PRIu64 ": wake FIFO %s: %s; the ring works without it",
+                         serial, path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    const char *why = NULL;
+    if (fstat(fd, &st) != 0)
+        why = "cannot stat it";
+    else if (!S_ISFIFO(st.st_mode))
+        why = "not a FIFO";
+    else if (st.st_uid != peer_uid)
+        why = "not owned by the client's uid";
+    else if (st.st_mode & 077)
+        why = "open to others (mode must be 0600)";
+    if (why) {
+        pj_log_warn("connection #%" PRIu64 ": wake FIFO %s refused: %s; the ring works without it",
+                    serial, path, why);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+int pj_ringsrv_wake_fd(const pj_ringsrv *r)
+{
+    return r->wake_fd;
+}
+
+void pj_ringsrv_wake_drain(pj_ringsrv *r)
+{
+    char buf[256];
+    while (r->wake_fd >= 0 && read(r->wake_fd, buf, sizeof buf) > 0)
+        ;
 }
 
 static void backoff(uint64_t *ns)
@@ -180,6 +231,7 @@ int pj_ringsrv_open(const pj_ring_attach *req, const pj_ringsrv_opts *o, pj_ring
     }
     r->o = *o;
     r->guard = -1;
+    r->wake_fd = -1;
     pthread_mutex_init(&r->mu, NULL);
     snprintf(r->name, sizeof r->name, "%s", req->shm_name);
     size_t size = pj_ring_bytes(req->slots, req->slot_bytes);
@@ -217,6 +269,8 @@ int pj_ringsrv_open(const pj_ring_attach *req, const pj_ringsrv_opts *o, pj_ring
     memcpy(r->oom_error, w.data, w.len);
     r->oom_error_len = w.len;
     pj_wbuf_free(&w);
+    if (o->watch_wake)
+        r->wake_fd = open_wake(req->shm_name, o->peer_uid, o->serial);
     pj_ring_set_state(&r->ring, PJ_RING_STATE_ATTACHED);
     int rc = pthread_create(&r->thread, NULL, poller_main, r);
     if (rc != 0) {
@@ -228,6 +282,8 @@ int pj_ringsrv_open(const pj_ring_attach *req, const pj_ringsrv_opts *o, pj_ring
     *out = r;
     return PJ_OK;
 fail:
+    if (r->wake_fd >= 0)
+        close(r->wake_fd);
     if (r->guard >= 0)
         pj_shmguard_remove(r->guard);
     if (map)
@@ -292,6 +348,8 @@ void pj_ringsrv_free(pj_ringsrv *r)
     if (!r)
         return;
     pj_ringsrv_stop(r);
+    if (r->wake_fd >= 0)
+        close(r->wake_fd);
     pj_shmguard_remove(r->guard);
     munmap(r->ring.base, r->ring.size);
     pthread_mutex_destroy(&r->mu);

@@ -42,6 +42,7 @@ typedef struct pj_ringsrv_opts {
     uint32_t pipe_id; /* the connection's nng pipe */
     pj_ringsrv_deliver_fn deliver;
     void *arg;
+    int watch_wake; /* open the ring's wake FIFO, if the client made one */
 } pj_ringsrv_opts;
 
 /* Map and check the ring, start its poller. PJ_OK, or PJ_E_REGISTER (the
@@ -73,6 +74,14 @@ void pj_ringsrv_stop(pj_ringsrv *r);
 
 /* Stop, then unmap. r may be NULL. */
 void pj_ringsrv_free(pj_ringsrv *r);
+
+/* The ring's wake FIFO (protocol/ring.h, pj_ring_wake_path), opened for
+ * the loop to watch, or -1: not asked for, none made, or not acceptable
+ * (not a FIFO, not the peer's, not mode 0600; logged). Owned by r. */
+int pj_ringsrv_wake_fd(const pj_ringsrv *r);
+
+/* Empties the wake FIFO (the loop, when it is readable). */
+void pj_ringsrv_wake_drain(pj_ringsrv *r);
 
 uint64_t pj_ringsrv_serial(const pj_ringsrv *r);
 uint32_t pj_ringsrv_pipe(const pj_ringsrv *r);

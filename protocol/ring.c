@@ -151,6 +151,13 @@ uint32_t pj_ring_room(const pj_ring *r, int q)
 
 int pj_ring_push(pj_ring *r, int q, const void *msg, size_t len)
 {
+    return pj_ring_push_woke(r, q, msg, len, NULL);
+}
+
+int pj_ring_push_woke(pj_ring *r, int q, const void *msg, size_t len, int *woke)
+{
+    if (woke)
+        *woke = 0;
     if (len > pj_ring_msg_max(r))
         return -EMSGSIZE;
     if (pj_ring_room(r, q) == 0)
@@ -165,9 +172,20 @@ int pj_ring_push(pj_ring *r, int q, const void *msg, size_t len)
     /* Pairs with the consumer's fence between setting doze and re-reading
      * the tail: one of the two sees the other's store. */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (__atomic_load_n(doze_w(r, q), __ATOMIC_RELAXED))
+    if (__atomic_load_n(doze_w(r, q), __ATOMIC_RELAXED)) {
         futex(tail_w(r, q), FUTEX_WAKE, 1, NULL);
+        if (woke)
+            *woke = 1;
+    }
     return 0;
+}
+
+int pj_ring_wake_path(const char *shm_name, char *out, size_t cap)
+{
+    if (shm_name[0] != '/' || !shm_name[1] || strchr(shm_name + 1, '/'))
+        return -EINVAL;
+    int n = snprintf(out, cap, "/dev/shm%s.wake", shm_name);
+    return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }
 
 /* The next message's slot and length, or -EAGAIN / -EPROTO. */

@@ -84,6 +84,17 @@ static inline size_t pj_ring_msg_max(const pj_ring *r)
 /* Producer side of queue q. 0, -EAGAIN (full), -EMSGSIZE (len too large).
  * Wakes a dozing consumer. */
 int pj_ring_push(pj_ring *r, int q, const void *msg, size_t len);
+/* The optional wake FIFO of a ring (PROTOCOL.md, "The ring"): a FIFO the
+ * client makes beside the ring's shm object, "/dev/shm<shm_name>.wake",
+ * mode 0600, that it writes a byte to whenever a push found the daemon's
+ * poller asleep; the daemon's loop watches it and so wakes at the same time
+ * as the poller instead of after it. 0, -EINVAL (a name that is not
+ * "/" and one path component), -ENAMETOOLONG. */
+int pj_ring_wake_path(const char *shm_name, char *out, size_t cap);
+
+/* pj_ring_push, and *woke = 1 when the consumer was asleep (dozing) and
+ * this push woke it, else 0. */
+int pj_ring_push_woke(pj_ring *r, int q, const void *msg, size_t len, int *woke);
 
 /* Consumer side of queue q: copies the next message into out (cap bytes),
  * *len its length. 0, -EAGAIN (empty), -EPROTO (the peer's index or the

@@ -994,6 +994,39 @@ START_TEST(libprojd_ring_waiters_take_their_replies)
 }
 END_TEST
 
+/* The wake FIFO: requests 3 ms apart each find the daemon's poller asleep
+ * (it spins 100 µs), so libprojd writes the FIFO and the daemon's loop
+ * wakes from it (STATS ring.wakes) beside the poller. Results stay
+ * bit-exact; the FIFO's name is gone from /dev/shm once attached. */
+START_TEST(ring_wake_fifo)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, "{\"ring\": {\"spin_us\": 100, \"spin_min_cores\": 1}}");
+    lib_ctx t;
+    lib_open(&t, d.url, 1, 8);
+    projd_op op = lib_op(&t, 0);
+    for (int i = 0; i < 20; i++) {
+        lib_stage(&t, 0);
+        struct timespec ts = {0, 3000000};
+        nanosleep(&ts, NULL);
+        projd_result res;
+        projd_error e;
+        ck_assert_msg(projd_project(t.c, &op, 1, 0, &res, &e) == 0, "%s", e.msg);
+        lib_verify(&t, 0);
+    }
+    cJSON *st = lib_stats(&t);
+    ck_assert_double_ge(pjt_json_num(st, "ring.wakes"), 10);
+    ck_assert_double_eq(pjt_json_num(st, "ring.broken"), 0);
+    cJSON_Delete(st);
+    /* No FIFO left behind under /dev/shm by this process. */
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "ls /dev/shm | grep -q -- '-%ld-.*\\.wake$'", (long)getpid());
+    ck_assert_int_ne(system(cmd), 0);
+    lib_close(&t);
+    pjd_stop(&d);
+}
+END_TEST
+
 /* $PROJD_RING attaches at connect; a daemon with the ring off leaves the
  * connection on nng, working. */
 START_TEST(libprojd_ring_from_env)
@@ -1107,6 +1140,7 @@ int main(void)
         {"libprojd_ring_callback_submits", libprojd_ring_callback_submits},
         {"libprojd_ring_from_env", libprojd_ring_from_env},
         {"ring_spinning", ring_spinning},
+        {"ring_wake_fifo", ring_wake_fifo},
         {"libprojd_ring_waiters_take_their_replies", libprojd_ring_waiters_take_their_replies},
         {"libprojd_ring_daemon_killed", libprojd_ring_daemon_killed},
         {"ping_both_ways", ping_both_ways},
