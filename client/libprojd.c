@@ -124,15 +124,6 @@ struct ring_cli {
 
 /* ---- small helpers -------------------------------------------------------------- */
 
-static void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 /* A count of µs from the environment, in ns, at most 10 s. */
 static uint64_t env_us_ns(const char *v)
 {
@@ -598,7 +589,7 @@ int projd_request_wait(projd_request *r, projd_result *res, projd_error *e)
                 if (t0 + rc->spin_ns < until)
                     until = t0 + rc->spin_ns;
             }
-            cpu_relax();
+            pj_cpu_relax();
         }
     }
     /* The aio deadline guarantees completion; the grace only guards against

@@ -245,15 +245,6 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 static int stopped(const int *stop)
 {
     return stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE);
@@ -270,7 +261,7 @@ int pj_ring_wait(pj_ring *r, int q, uint64_t spin_ns, int timeout_ms, const int 
             return -EINTR;
         if ((i & 63) == 63 && mono_ns() - t0 >= spin_ns)
             break;
-        cpu_relax();
+        pj_cpu_relax();
     }
     uint32_t *doze = doze_w(r, q);
     for (;;) {

@@ -75,6 +75,16 @@ void pj_ring_format(void *base, uint32_t slots, uint32_t slot_bytes);
 int pj_ring_view(pj_ring *r, void *base, size_t size, uint32_t slots, uint32_t slot_bytes,
                  char *err, size_t errlen);
 
+/* One pause of a spin-wait loop (the CPU's spin hint). */
+static inline void pj_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 /* Largest message a slot carries. */
 static inline size_t pj_ring_msg_max(const pj_ring *r)
 {
