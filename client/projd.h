@@ -236,7 +236,10 @@ void projd_request_free(projd_request *req);
  * E_REGISTER, and the connection stays usable over nng. If the daemon
  * drops the ring later, pending requests fail with -ECONNRESET and later
  * ones go over nng. $PROJD_RING=1 (or a slot count) makes projd_connect
- * attach one, staying on nng when refused. */
+ * attach one, staying on nng when refused. Beside the ring it makes the
+ * ring's wake FIFO (protocol/ring.h, pj_ring_wake_path; unlinked once
+ * attached), through which a request that finds the daemon's poller asleep
+ * also wakes the daemon's loop. */
 int projd_ring_attach(projd_conn *c, uint32_t slots, projd_error *e);
 
 /* 1 while requests of c go through a ring, else 0. */
