@@ -990,11 +990,15 @@ static uint32_t ring_spin_us(const pj_server *s)
  * (epoll with no timeout) instead of sleeping, so that the poller's hand-off
  * and the completion's reach the loop without a wake-up. Ring clients have
  * a spinning poller and reaper already; this is the third spinner. */
+static void ring_wakes_watch(pj_server *s, int on);
+
 static void on_ring_spin(uv_idle_t *h)
 {
     pj_server *s = h->data;
-    if (s->ring_inflight == 0 && pj_now_ns() >= s->ring_spin_until)
+    if (s->ring_inflight == 0 && pj_now_ns() >= s->ring_spin_until) {
         uv_idle_stop(h);
+        ring_wakes_watch(s, 1);
+    }
 }
 
 /* $PROJD_RING_LOOP_SPIN=0 keeps the loop asleep between events whatever
@@ -1016,8 +1020,10 @@ static void ring_spin_extend(pj_server *s)
     if (us == 0 || s->stopping || !loop_spin_allowed())
         return;
     s->ring_spin_until = pj_now_ns() + (uint64_t)us * 1000u;
-    if (!uv_is_active((uv_handle_t *)&s->ring_spin))
+    if (!uv_is_active((uv_handle_t *)&s->ring_spin)) {
         uv_idle_start(&s->ring_spin, on_ring_spin);
+        ring_wakes_watch(s, 0);
+    }
 }
 
 /* The loop's watch on a ring's wake FIFO (ringsrv.h): a client whose push
@@ -1046,6 +1052,28 @@ static void ring_wake_freed(uv_handle_t *h)
     free(h->data);
 }
 
+/* The FIFOs are watched only while the loop sleeps: a spinning loop needs
+ * no wake-up, and under load (the loop spinning, each client's poller
+ * asleep between its requests) every request would otherwise cost the
+ * loop an epoll event and a read. The bytes written meanwhile are dropped
+ * when the watch resumes. */
+static void ring_wakes_watch(pj_server *s, int on)
+{
+    for (unsigned i = 0; i < PJ_CONN_BUCKETS; i++) {
+        for (pj_conn *c = s->conns.b[i]; c; c = c->next) {
+            ring_wake *w = c->ring_wake;
+            if (!w)
+                continue;
+            if (on) {
+                pj_ringsrv_wake_drain(w->ring);
+                uv_poll_start(&w->h, UV_READABLE, on_ring_wake);
+            } else {
+                uv_poll_stop(&w->h);
+            }
+        }
+    }
+}
+
 /* Stop watching before the ring (and its FIFO) goes. */
 static void ring_wake_stop(pj_conn *c)
 {
@@ -1072,7 +1100,8 @@ static void ring_wake_start(pj_server *s, pj_conn *c)
         free(w);
         return;
     }
-    uv_poll_start(&w->h, UV_READABLE, on_ring_wake);
+    if (!uv_is_active((uv_handle_t *)&s->ring_spin))
+        uv_poll_start(&w->h, UV_READABLE, on_ring_wake);
     c->ring_wake = w;
 }
 
