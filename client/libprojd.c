@@ -664,12 +664,9 @@ static void ring_unlink(ring_cli *rc, projd_request *r)
     r->in_pending = 0;
 }
 
-static void ring_unref(ring_cli *rc)
+/* Frees a ring client whose shm object exists (its mutexes made). */
+static void ring_cli_free(ring_cli *rc)
 {
-    if (atomic_fetch_sub(&rc->refs, 1) != 1)
-        return;
-    /* Unmapped only now: a thread waiting for a request may still look at
-     * the queues (ring_reap_own), and every request holds a reference. */
     pj_shmbuf_destroy(&rc->shm);
     if (rc->wake_fd >= 0)
         close(rc->wake_fd);
@@ -678,6 +675,15 @@ static void ring_unref(ring_cli *rc)
     pthread_cond_destroy(&rc->room);
     free(rc->rbuf);
     free(rc);
+}
+
+static void ring_unref(ring_cli *rc)
+{
+    /* Unmapped only with the last reference: a thread waiting for a request
+     * may still look at the queues (ring_reap_own), and every request holds
+     * one. */
+    if (atomic_fetch_sub(&rc->refs, 1) == 1)
+        ring_cli_free(rc);
 }
 
 /* Push r's message; r joins the pending list. 0; -EPIPE when the ring is
@@ -956,6 +962,10 @@ int projd_ring_attach(projd_conn *c, uint32_t slots, projd_error *e)
         free(rbuf);
         return fail(e, rv, "ring: %s", err);
     }
+    rc->rbuf = rbuf;
+    pthread_mutex_init(&rc->mu, NULL);
+    pthread_mutex_init(&rc->reap_mu, NULL);
+    pthread_cond_init(&rc->room, NULL);
     /* The wake FIFO beside it, before the daemon looks for it at attach;
      * without one the ring works, only its wake-ups come one after the
      * other. */
@@ -985,11 +995,7 @@ int projd_ring_attach(projd_conn *c, uint32_t slots, projd_error *e)
     if (have_wake)
         unlink(wake_path);
     if (rcode) {
-        if (rc->wake_fd >= 0)
-            close(rc->wake_fd);
-        pj_shmbuf_destroy(&rc->shm);
-        free(rc);
-        free(rbuf);
+        ring_cli_free(rc);
         return rcode;
     }
     size_t len;
@@ -998,11 +1004,7 @@ int projd_ring_attach(projd_conn *c, uint32_t slots, projd_error *e)
     rcode = pj_dec_ring_attached(b, len, &rep, err, sizeof err);
     projd_request_free(r);
     if (rcode != PJ_OK) {
-        if (rc->wake_fd >= 0)
-            close(rc->wake_fd);
-        pj_shmbuf_destroy(&rc->shm);
-        free(rc);
-        free(rbuf);
+        ring_cli_free(rc);
         return fail(e, -EPROTO, "reply to RING_ATTACH: %s", err);
     }
     /* A daemon that does not spin does not watch the FIFO either. */
@@ -1012,10 +1014,6 @@ int projd_ring_attach(projd_conn *c, uint32_t slots, projd_error *e)
     }
     /* The daemon has it mapped: nothing needs the name any more. */
     pj_shmbuf_unlink(&rc->shm);
-    pthread_mutex_init(&rc->mu, NULL);
-    pthread_mutex_init(&rc->reap_mu, NULL);
-    pthread_cond_init(&rc->room, NULL);
-    rc->rbuf = rbuf;
     atomic_init(&rc->refs, 1);
     rc->c = c;
     rc->removed_at_attach = atomic_load(&c->pipes_removed);
@@ -1034,14 +1032,7 @@ int projd_ring_attach(projd_conn *c, uint32_t slots, projd_error *e)
         rc->wait_ns = env_us_ns(wait);
     rv = pthread_create(&rc->reaper, NULL, ring_reaper, rc);
     if (rv != 0) {
-        pthread_mutex_destroy(&rc->mu);
-        pthread_mutex_destroy(&rc->reap_mu);
-        pthread_cond_destroy(&rc->room);
-        pj_shmbuf_destroy(&rc->shm);
-        if (rc->wake_fd >= 0)
-            close(rc->wake_fd);
-        free(rc->rbuf);
-        free(rc);
+        ring_cli_free(rc);
         /* The daemon keeps polling a ring nobody uses until we close. */
         return fail(e, -rv, "ring: cannot start the reaper thread: %s", strerror(rv));
     }

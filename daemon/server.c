@@ -1057,21 +1057,22 @@ static void ring_wake_freed(uv_handle_t *h)
  * asleep between its requests) every request would otherwise cost the
  * loop an epoll event and a read. The bytes written meanwhile are dropped
  * when the watch resumes. */
+static void ring_wake_watch(ring_wake *w, int on)
+{
+    if (on) {
+        pj_ringsrv_wake_drain(w->ring);
+        uv_poll_start(&w->h, UV_READABLE, on_ring_wake);
+    } else {
+        uv_poll_stop(&w->h);
+    }
+}
+
 static void ring_wakes_watch(pj_server *s, int on)
 {
-    for (unsigned i = 0; i < PJ_CONN_BUCKETS; i++) {
-        for (pj_conn *c = s->conns.b[i]; c; c = c->next) {
-            ring_wake *w = c->ring_wake;
-            if (!w)
-                continue;
-            if (on) {
-                pj_ringsrv_wake_drain(w->ring);
-                uv_poll_start(&w->h, UV_READABLE, on_ring_wake);
-            } else {
-                uv_poll_stop(&w->h);
-            }
-        }
-    }
+    for (unsigned i = 0; i < PJ_CONN_BUCKETS; i++)
+        for (pj_conn *c = s->conns.b[i]; c; c = c->next)
+            if (c->ring_wake)
+                ring_wake_watch(c->ring_wake, on);
 }
 
 /* Stop watching before the ring (and its FIFO) goes. */
@@ -1087,9 +1088,9 @@ static void ring_wake_stop(pj_conn *c)
 
 static void ring_wake_start(pj_server *s, pj_conn *c)
 {
-    int fd = pj_ringsrv_wake_fd(c->ring);
-    if (fd < 0 || ring_spin_us(s) == 0)
-        return; /* nothing to watch, or a loop that does not spin anyway */
+    int fd = pj_ringsrv_wake_fd(c->ring); /* opened only where the loop spins */
+    if (fd < 0)
+        return;
     ring_wake *w = calloc(1, sizeof *w);
     if (!w)
         return;
@@ -1100,8 +1101,7 @@ static void ring_wake_start(pj_server *s, pj_conn *c)
         free(w);
         return;
     }
-    if (!uv_is_active((uv_handle_t *)&s->ring_spin))
-        uv_poll_start(&w->h, UV_READABLE, on_ring_wake);
+    ring_wake_watch(w, !uv_is_active((uv_handle_t *)&s->ring_spin));
     c->ring_wake = w;
 }
 
