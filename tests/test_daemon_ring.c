@@ -1015,7 +1015,12 @@ START_TEST(ring_wake_fifo)
         lib_verify(&t, 0);
     }
     cJSON *st = lib_stats(&t);
-    ck_assert_double_ge(pjt_json_num(st, "ring.wakes"), 10);
+    /* Each request wakes the poller and writes the FIFO; the loop counts a
+     * wake only when the FIFO reaches it before the poller's hand-off (it
+     * stops watching once it spins, f22dd0d). Which comes first is a race:
+     * 6-20 of 20 in local runs, never 0. Without the FIFO it is 0. */
+    ck_assert_double_ge(pjt_json_num(st, "ring.wakes"), 1);
+    ck_assert_double_le(pjt_json_num(st, "ring.wakes"), 20);
     ck_assert_double_eq(pjt_json_num(st, "ring.broken"), 0);
     cJSON_Delete(st);
     /* No FIFO left behind under /dev/shm by this process. */
