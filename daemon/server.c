@@ -1133,7 +1133,7 @@ static void handle_ring_attach(pj_server *s, pj_conn *c, origin o, const pj_hdr 
                             .pipe_id = c->pipe_id,
                             .deliver = ring_deliver,
                             .arg = s,
-                            .watch_wake = ring_spin_us(s) > 0};
+                            .watch_wake = ring_spin_us(s) > 0 && loop_spin_allowed()};
     st = pj_ringsrv_open(&rq, &opts, &c->ring, err, sizeof err);
     if (st != PJ_OK) {
         pj_log_info("connection #%" PRIu64 ": %s", c->serial, err);
