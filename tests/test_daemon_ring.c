@@ -1032,6 +1032,64 @@ START_TEST(ring_wake_fifo)
 }
 END_TEST
 
+/* Wake FIFOs the daemon must not use: a regular file, a FIFO open to
+ * others, a link (O_NOFOLLOW). Each is refused with a log line (the link
+ * silently), the ring attaches and works without it, and bytes written to
+ * the refused FIFO wake nothing. */
+START_TEST(wake_fifo_refused)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, "{\"ring\": {\"spin_us\": 100, \"spin_min_cores\": 1}}");
+    size_t size = pj_ring_bytes(8, 2048);
+    enum { N = 3 };
+    pjt_client c[N];
+    pjt_shm shm[N];
+    char path[N][PJ_WIRE_SHM_NAME_MAX + 32];
+    char target[sizeof path[0] + 8];
+    int fifo_fd = -1;
+    for (int i = 0; i < N; i++) {
+        open_client(&c[i], &d, "wake-refused");
+        ck_assert_int_eq(pjt_shm_create(&shm[i], size), 0);
+        pj_ring_format(shm[i].p, 8, 2048);
+        ck_assert_int_eq(pj_ring_wake_path(shm[i].name, path[i], sizeof path[i]), 0);
+    }
+    int fd = open(path[0], O_CREAT | O_EXCL | O_WRONLY, 0600);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_int_eq(mkfifo(path[1], 0600), 0);
+    ck_assert_int_eq(chmod(path[1], 0644), 0);
+    fifo_fd = open(path[1], O_RDWR | O_NONBLOCK);
+    ck_assert_int_ge(fifo_fd, 0);
+    snprintf(target, sizeof target, "%s.target", path[2]);
+    ck_assert_int_eq(mkfifo(target, 0600), 0);
+    ck_assert_int_eq(symlink(target, path[2]), 0);
+    for (int i = 0; i < N; i++) {
+        pj_ring_attach a = {.slots = 8, .slot_bytes = 2048};
+        snprintf(a.shm_name, sizeof a.shm_name, "%.255s", shm[i].name);
+        ck_assert_int_eq(pjt_ring_attach_raw(&c[i], &a), PJ_OK);
+    }
+    ck_assert(pj_dproc_log_has(&d, "refused: not a FIFO", 5000));
+    ck_assert(pj_dproc_log_has(&d, "refused: open to others", 5000));
+    /* The refused FIFO is written while the loop sleeps: no wake-up. */
+    struct timespec ts = {0, 20000000};
+    nanosleep(&ts, NULL);
+    ck_assert_int_eq(write(fifo_fd, "w", 1), 1);
+    nanosleep(&ts, NULL);
+    ck_assert_double_eq(pjd_stat(&c[0], "ring.attached"), N);
+    ck_assert_double_eq(pjd_stat(&c[0], "ring.wakes"), 0);
+    ck_assert_double_eq(pjd_stat(&c[0], "ring.broken"), 0);
+    close(fifo_fd);
+    unlink(target);
+    for (int i = 0; i < N; i++) {
+        unlink(path[i]);
+        ck_assert_int_eq(pjt_ping(&c[i]), PJ_OK);
+        pjt_close(&c[i]);
+        pjt_shm_destroy(&shm[i]);
+    }
+    pjd_stop(&d);
+}
+END_TEST
+
 /* $PROJD_RING attaches at connect; a daemon with the ring off leaves the
  * connection on nng, working. */
 START_TEST(libprojd_ring_from_env)
@@ -1146,6 +1204,7 @@ int main(void)
         {"libprojd_ring_from_env", libprojd_ring_from_env},
         {"ring_spinning", ring_spinning},
         {"ring_wake_fifo", ring_wake_fifo},
+        {"wake_fifo_refused", wake_fifo_refused},
         {"libprojd_ring_waiters_take_their_replies", libprojd_ring_waiters_take_their_replies},
         {"libprojd_ring_daemon_killed", libprojd_ring_daemon_killed},
         {"ping_both_ways", ping_both_ways},
