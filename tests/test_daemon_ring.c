@@ -1123,12 +1123,22 @@ END_TEST
 
 /* The daemon dies with requests on the ring: they fail promptly (not at
  * their timeout), later ones go over nng and fail as nng does. */
-START_TEST(libprojd_ring_daemon_killed)
+/* Requests in flight when the daemon is killed fail with -ECONNRESET
+ * within seconds, not at their timeout. With waiters_reap the waiting
+ * threads take replies themselves (PROJD_RING_WAIT_US 2 s, the reaper never
+ * spinning): they must still see the ring die. */
+static void daemon_killed_case(int waiters_reap)
 {
     pj_dproc d;
     pjd_start(&d, g_model_path, "{\"cpu\": {\"min_op_us\": 300000}}");
+    if (waiters_reap) {
+        setenv("PROJD_RING_SPIN_US", "0", 1);
+        setenv("PROJD_RING_WAIT_US", "2000000", 1);
+    }
     lib_ctx t;
     lib_open(&t, d.url, 4, 4);
+    unsetenv("PROJD_RING_SPIN_US");
+    unsetenv("PROJD_RING_WAIT_US");
     projd_error e;
     projd_request *reqs[3];
     for (uint32_t i = 0; i < 3; i++) {
@@ -1150,6 +1160,12 @@ START_TEST(libprojd_ring_daemon_killed)
     projd_close(t.c);
     pj_dproc_wait_exit(&d, 5000);
     pj_dproc_cleanup(&d);
+}
+
+START_TEST(libprojd_ring_daemon_killed)
+{
+    daemon_killed_case(0);
+    daemon_killed_case(1);
 }
 END_TEST
 
