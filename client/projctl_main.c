@@ -44,6 +44,7 @@ typedef struct opts {
     const char *preset;
     const char *transport; /* bench-ipc: nng, ring or both */
     long count;
+    long gap_us; /* bench-ipc: host work before each timed request */
     const char *positional;
     pj_config cfg;
 } opts;
@@ -59,7 +60,8 @@ static const char *usage_main =
     "  inspect MODEL [--json]      what a model file becomes when projd loads it\n"
     "  mkmodel --out PATH          write a generated model (safetensors)\n"
     "  bench-ipc [--count N]       round-trip latency table (PING, tiny projection), nng\n"
-    "            [--transport T]   and the shared-memory ring side by side\n"
+    "            [--transport T]   and the shared-memory ring side by side; --gap-us G\n"
+    "            [--gap-us G]      puts G us of host work before each request\n"
     "\n"
     "global options:\n"
     "  --socket URL   daemon socket (default: the config's socket.url, else $PROJD_SOCKET,\n"
@@ -104,11 +106,15 @@ static const cmd_help helps[] = {
     {"mkmodel", "usage: projctl mkmodel --out PATH [--preset reference|small] [--seed N]\n"
                 "  Writes the generated model (default preset reference, seed 1). Same seed\n"
                 "  and preset give the same bytes. Needs no daemon.\n"},
-    {"bench-ipc", "usage: projctl bench-ipc [--count N] [--transport nng|ring|both] [--out FILE]\n"
+    {"bench-ipc", "usage: projctl bench-ipc [--count N] [--transport nng|ring|both] [--gap-us G]\n"
+                  "                        [--out FILE]\n"
                   "  N round trips (default 2000) of PING and of a projection with m = 1 on\n"
                   "  the smallest layer, over nng and over a shared-memory ring (default\n"
                   "  both, on two connections, in alternating blocks); prints p50/p99/min in\n"
                   "  microseconds and the nng/ring ratio; --out writes them as JSON.\n"
+                  "  --gap-us G: G microseconds of busy host work before each request (default\n"
+                  "  0, back to back), as a client that computes between projections: the\n"
+                  "  daemon's threads that stop spinning within G must be woken.\n"
                   "  $PROJD_RING is ignored: this command picks each connection's transport.\n"},
 };
 
@@ -201,9 +207,10 @@ static int parse_args(int argc, char **argv, opts *o)
                 o->json = 1;
             continue;
         }
-        static const char *const with_value[] = {
-            "--socket", "--config", "--timeout", "--layer",  "--m",     "--n",         "--seed",
-            "--repeat", "--model",  "--out",     "--preset", "--count", "--transport", NULL};
+        static const char *const with_value[] = {"--socket",    "--config", "--timeout", "--layer",
+                                                 "--m",         "--n",      "--seed",    "--repeat",
+                                                 "--model",     "--out",    "--preset",  "--count",
+                                                 "--transport", "--gap-us", NULL};
         int known = 0;
         for (int k = 0; with_value[k]; k++)
             known |= !strcmp(name, with_value[k]);
@@ -245,6 +252,9 @@ static int parse_args(int argc, char **argv, opts *o)
             o->preset = val;
         else if (!strcmp(name, "--count")) {
             if (parse_long(name, val, 1, 100000000, &o->count))
+                return EXIT_USAGE;
+        } else if (!strcmp(name, "--gap-us")) {
+            if (parse_long(name, val, 0, 1000000, &o->gap_us))
                 return EXIT_USAGE;
         } else if (!strcmp(name, "--transport"))
             o->transport = val;
@@ -774,13 +784,27 @@ static int smallest_layer(const projd_info *inf)
     return best;
 }
 
-/* One block of `count` requests of each kind on one side; warm-up blocks
- * are not recorded. 0 or -1 (message printed). */
-static int bench_block(bench_side *sd, int layer, size_t count, int record)
+/* Host work between requests: a busy wait, since a client computing
+ * between projections keeps its own core awake while the daemon's threads
+ * may fall asleep. */
+static void bench_gap(uint64_t gap_ns)
+{
+    if (!gap_ns)
+        return;
+    uint64_t until = now_ns() + gap_ns;
+    while (now_ns() < until)
+        ;
+}
+
+/* One block of `count` requests of each kind on one side, each after
+ * gap_ns of host work; warm-up blocks are not recorded. 0 or -1 (message
+ * printed). */
+static int bench_block(bench_side *sd, int layer, size_t count, int record, uint64_t gap_ns)
 {
     projd_error e;
     const projd_info *inf = projd_info_get(sd->c);
     for (size_t i = 0; i < count; i++) {
+        bench_gap(gap_ns);
         uint64_t t0 = now_ns();
         if (projd_ping(sd->c, &e)) {
             fprintf(stderr, "projctl: %s: %s\n", sd->name, e.msg);
@@ -801,6 +825,7 @@ static int bench_block(bench_side *sd, int layer, size_t count, int record)
                    .y_ld = L->n};
     projd_result res;
     for (size_t i = 0; i < count; i++) {
+        bench_gap(gap_ns);
         if (projd_project(sd->c, &op, 1, 0, &res, &e)) {
             fprintf(stderr, "projctl: %s: %s\n", sd->name, e.msg);
             return -1;
@@ -865,6 +890,7 @@ static int cmd_bench_ipc(opts *o)
      * attach as a second ring). */
     unsetenv("PROJD_RING");
     size_t count = (size_t)o->count, warm = count / 10 + 10;
+    uint64_t gap_ns = (uint64_t)o->gap_us * 1000u;
     bench_side side[2];
     int n_sides = 0, status = 1, layer = -1;
     {
@@ -873,9 +899,10 @@ static int cmd_bench_ipc(opts *o)
             return 1;
         layer = smallest_layer(projd_info_get(probe));
         printf("projd at %s, %s backend; %zu round trips of each request per transport "
-               "(after %zu warm-up), in alternating blocks of %d\n",
+               "(after %zu warm-up), in alternating blocks of %d, each after %ld us of host "
+               "work\n",
                projd_url(probe), projd_backend_name(projd_info_get(probe)->backend), count, warm,
-               BENCH_BLOCK);
+               BENCH_BLOCK, o->gap_us);
         projd_close(probe);
     }
     if (want_nng && bench_side_open(o, &side[n_sides++], "nng", layer, count))
@@ -888,9 +915,9 @@ static int cmd_bench_ipc(opts *o)
             /* Requests before `warm` are warm-up; a block that straddles it
              * records its tail only when it fits the count. */
             size_t warm_part = done < warm ? (warm - done < block ? warm - done : block) : 0;
-            if (warm_part && bench_block(&side[sd], layer, warm_part, 0))
+            if (warm_part && bench_block(&side[sd], layer, warm_part, 0, gap_ns))
                 goto out;
-            if (block > warm_part && bench_block(&side[sd], layer, block - warm_part, 1))
+            if (block > warm_part && bench_block(&side[sd], layer, block - warm_part, 1, gap_ns))
                 goto out;
         }
     }
@@ -917,7 +944,7 @@ static int cmd_bench_ipc(opts *o)
             fprintf(stderr, "projctl: %s: %s\n", o->out, strerror(errno));
             goto out;
         }
-        fprintf(f, "{\"count\": %zu, \"rows\": [", count);
+        fprintf(f, "{\"count\": %zu, \"gap_us\": %ld, \"rows\": [", count, o->gap_us);
         const char *sep = "";
         for (int r = 0; r < B_ROWS; r++)
             for (int sd = 0; sd < n_sides; sd++)

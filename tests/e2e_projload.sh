@@ -200,16 +200,20 @@ EOF
     fail "ring.requests deltas"
 
 # ---- projctl bench-ipc: both transports, whatever $PROJD_RING says -----------------------------
+# (the second run with 300 us of host work before each request)
 for ring_env in "" 1; do
+    gap=0; [ -n "$ring_env" ] && gap=300
     PROJD_RING=$ring_env timeout 60 "$bin/projctl" --socket "$sock" bench-ipc --count 30 \
-        --out "$tmp/ipc$ring_env.json" >"$tmp/ipc$ring_env.out" 2>&1
+        --gap-us $gap --out "$tmp/ipc$ring_env.json" >"$tmp/ipc$ring_env.out" 2>&1
     rc=$?
-    if [ $rc = 0 ] && "$py" - "$tmp/ipc$ring_env.json" <<'EOF'; then
+    if [ $rc = 0 ] && "$py" - "$tmp/ipc$ring_env.json" $gap <<'EOF'; then
 import json, sys
-rows = json.load(open(sys.argv[1]))["rows"]
+doc = json.load(open(sys.argv[1]))
+rows = doc["rows"]
 got = {(r["request"], r["transport"]) for r in rows}
 want = {(q, t) for q in ("PING", "PROJECT m=1") for t in ("nng", "ring")}
-sys.exit(0 if want <= got and all(r["p50_us"] > 0 for r in rows) else 1)
+sys.exit(0 if want <= got and all(r["p50_us"] > 0 for r in rows)
+         and doc["gap_us"] == int(sys.argv[2]) else 1)
 EOF
         ok "bench-ipc (PROJD_RING='$ring_env'): PING and PROJECT over nng and the ring"
     else
@@ -217,6 +221,14 @@ EOF
         cat "$tmp/ipc$ring_env.out" >&2
     fi
 done
+
+"$bin/projctl" --socket "$sock" bench-ipc --gap-us -5 >"$tmp/gapbad.out" 2>&1
+rc=$?
+if [ $rc = 2 ] && grep -q -- "--gap-us" "$tmp/gapbad.out"; then
+    ok "bench-ipc --gap-us -5: usage error naming the option"
+else
+    fail "bench-ipc --gap-us -5: exit $rc"; cat "$tmp/gapbad.out" >&2
+fi
 
 # ---- open loop -----------------------------------------------------------------------------
 pl --trace "$tmp/verify.jsonl" --socket "$sock" --poisson 150 --concurrency 2 --slots 3 \
