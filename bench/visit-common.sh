@@ -1,0 +1,41 @@
+# bench/visit-common.sh — the start every visit script shares
+# shellcheck shell=bash
+# (bench/results/*/visit.sh, run on the GPU host from the device copy's
+# root). Sourced, not run: unpacks the carried build (.devrun-pack/v.tar.xz,
+# see bench/README.md) to /tmp/v once per machine, sets B (the build
+# folder: bin/, lib/, tests/gpu/), OUT (what comes back; default
+# /tmp/pj-out), F (/tmp/f, scratch for logs) and LD_LIBRARY_PATH (the
+# bundled libraries), and gives a daemon starter that waits for READY.
+set -u
+OUT=${OUT:-/tmp/pj-out}
+F=/tmp/f
+mkdir -p /tmp/v "$OUT" "$F"
+if [ ! -d /tmp/v/.devrun-v ]; then
+    tar xJf .devrun-pack/v.tar.xz -C /tmp/v || { echo "visit: cannot unpack .devrun-pack/v.tar.xz"; exit 1; }
+fi
+B=/tmp/v/.devrun-v
+export LD_LIBRARY_PATH=$B/lib
+
+# pj_daemon_start TAG SOCKET_PATH [projd options...]: start $B/bin/projd
+# (log in $F/TAG.log), wait until `projctl status` answers (60 s at most).
+# Sets PJ_DPID. 0, or 1 with the log's tail printed.
+pj_daemon_start() {
+    local tag=$1 sock=$2 i
+    shift 2
+    "$B/bin/projd" --socket "ipc://$sock" "$@" >"$F/$tag.log" 2>&1 &
+    PJ_DPID=$!
+    for i in $(seq 600); do
+        timeout 5 "$B/bin/projctl" --socket "ipc://$sock" status >/dev/null 2>&1 && return 0
+        kill -0 "$PJ_DPID" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "visit: projd $tag did not come up (try $i)"
+    tail -5 "$F/$tag.log"
+    return 1
+}
+
+# pj_daemon_stop: SIGTERM the last started daemon and wait (20 s at most).
+pj_daemon_stop() {
+    kill -TERM "$PJ_DPID" 2>/dev/null
+    timeout 20 tail --pid="$PJ_DPID" -f /dev/null
+}
