@@ -114,9 +114,17 @@ void pj_log_msg(pj_log_level level, const char *fmt, ...)
     va_end(ap);
     if (n > 0)
         at += (size_t)n < sizeof line - at ? (size_t)n : sizeof line - at - 1;
-    for (size_t i = body; i < at; i++)
-        if (line[i] == '\n' || line[i] == '\r')
+    /* One line, and no terminal control: a message can carry a client's
+     * text (its HELLO name, a path), and an escape sequence in it would
+     * rewrite what an operator's terminal shows. Bytes >= 0x80 stay
+     * (UTF-8). */
+    for (size_t i = body; i < at; i++) {
+        unsigned char ch = (unsigned char)line[i];
+        if (ch == '\n' || ch == '\r' || ch == '\t')
             line[i] = ' ';
+        else if (ch < 0x20 || ch == 0x7f)
+            line[i] = '?';
+    }
     if (at >= sizeof line - 1)
         at = sizeof line - 2;
     line[at++] = '\n';

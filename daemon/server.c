@@ -25,6 +25,7 @@
 #include "daemon/conn.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
+#include "daemon/peercred.h"
 #include "daemon/ringsrv.h"
 #include "daemon/stats.h"
 #include "daemon/validate.h"
@@ -152,6 +153,7 @@ struct pj_server {
     uint32_t cb_max_conns;
     uint32_t cb_n_uids, cb_n_gids;
     uint32_t cb_uids[PJ_CFG_MAX_IDS], cb_gids[PJ_CFG_MAX_IDS];
+    int64_t cb_sock_gid; /* socket.group's gid, or -1: its members may connect */
     atomic_ullong refused;
 
     /* Loop thread only. */
@@ -258,6 +260,29 @@ static int id_in(uint32_t v, const uint32_t *ids, uint32_t n)
     return 0;
 }
 
+/* A group that may connect: one of auth.allow_gids, or the socket's
+ * group (its mode already lets the members in). Under mu. */
+static int gid_allowed_locked(const pj_server *s, uint32_t gid)
+{
+    return id_in(gid, s->cb_gids, s->cb_n_gids) || (int64_t)gid == s->cb_sock_gid;
+}
+
+/* Root, the daemon's own uid, a listed uid, or a member (primary or
+ * supplementary, groups[0..n_groups)) of an allowed group. Under mu. */
+static int peer_allowed_locked(const pj_server *s, uint64_t uid, uint64_t gid,
+                               const uint32_t *groups, int n_groups)
+{
+    if (uid == 0 || uid == (uint64_t)geteuid() || id_in((uint32_t)uid, s->cb_uids, s->cb_n_uids) ||
+        gid_allowed_locked(s, (uint32_t)gid))
+        return 1;
+    for (int i = 0; i < n_groups; i++)
+        if (gid_allowed_locked(s, groups[i]))
+            return 1;
+    return 0;
+}
+
+#define PEER_GROUPS_MAX 256
+
 static void pipe_cb(nng_pipe p, nng_pipe_ev what, void *arg)
 {
     pj_server *s = arg;
@@ -269,16 +294,22 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev what, void *arg)
             rv = nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_GID, &gid);
         if (nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_PID, &pid) != 0)
             pid = 0;
+        /* Read before taking mu: a file read, once per connection. */
+        uint32_t groups[PEER_GROUPS_MAX];
+        int n_groups = 0;
+        if (rv == 0 && uid != 0 && uid != (uint64_t)geteuid())
+            n_groups = pj_peer_groups(pid, (uint32_t)uid, groups, PEER_GROUPS_MAX);
         char why[160] = "";
         pipe_ev *ev = NULL;
         pthread_mutex_lock(&s->mu);
         if (rv != 0) {
             snprintf(why, sizeof why, "peer credentials unavailable: %s", nng_strerror(rv));
-        } else if (!(uid == 0 || uid == (uint64_t)geteuid() ||
-                     id_in((uint32_t)uid, s->cb_uids, s->cb_n_uids) ||
-                     id_in((uint32_t)gid, s->cb_gids, s->cb_n_gids))) {
-            snprintf(why, sizeof why, "uid %" PRIu64 " gid %" PRIu64 " is not allowed (auth)", uid,
-                     gid);
+        } else if (!peer_allowed_locked(s, uid, gid, groups, n_groups)) {
+            snprintf(why, sizeof why, "uid %" PRIu64 " gid %" PRIu64 "%s is not allowed (auth)",
+                     uid, gid,
+                     n_groups > 0   ? " (nor its supplementary groups)"
+                     : n_groups < 0 ? " (its supplementary groups unreadable)"
+                                    : "");
         } else if (s->cb_draining || s->closing) {
             snprintf(why, sizeof why, "the daemon is shutting down");
         } else if (s->n_pipes >= s->cb_max_conns) {
@@ -1726,6 +1757,7 @@ int pj_server_create(uv_loop_t *loop, const pj_config *cfg, const pj_model *mode
         return -ENOMEM;
     }
     pthread_mutex_init(&s->mu, NULL);
+    s->cb_sock_gid = -1;
     copy_auth_locked(s);
     pj_stats_init(&s->stats);
     pj_wbuf_init(&s->wb);
@@ -1779,6 +1811,9 @@ static int set_mode_group(pj_server *s, const char *path, char *err, size_t errl
             snprintf(err, errlen, "chgrp %s %s: %s", s->cfg.socket.group, path, strerror(errno));
             return -errno;
         }
+        pthread_mutex_lock(&s->mu);
+        s->cb_sock_gid = gr.gr_gid;
+        pthread_mutex_unlock(&s->mu);
     }
     return 0;
 }

@@ -34,10 +34,12 @@
 
 static char g_model_path[4200];
 
-/* Run fn in a child that first drops to uid/gid; returns its exit code
- * (or 100 + signal), waiting at most timeout_ms. The fork happens before
- * this process uses nng. */
-static int as_user(uid_t uid, gid_t gid, int (*fn)(void *), void *arg, int timeout_ms)
+/* Run fn in a child that first drops to uid/gid with the supplementary
+ * groups groups[0..n_groups); returns its exit code (or 100 + signal),
+ * waiting at most timeout_ms. The fork happens before this process uses
+ * nng. */
+static int as_user_groups(uid_t uid, gid_t gid, size_t n_groups, const gid_t *groups,
+                          int (*fn)(void *), void *arg, int timeout_ms)
 {
     fflush(stdout);
     fflush(stderr);
@@ -45,7 +47,7 @@ static int as_user(uid_t uid, gid_t gid, int (*fn)(void *), void *arg, int timeo
     if (pid < 0)
         return -1;
     if (pid == 0) {
-        if (setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0)
+        if (setgroups(n_groups, groups) != 0 || setgid(gid) != 0 || setuid(uid) != 0)
             _exit(90);
         _exit(fn(arg));
     }
@@ -59,6 +61,11 @@ static int as_user(uid_t uid, gid_t gid, int (*fn)(void *), void *arg, int timeo
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     return -2;
+}
+
+static int as_user(uid_t uid, gid_t gid, int (*fn)(void *), void *arg, int timeout_ms)
+{
+    return as_user_groups(uid, gid, 0, NULL, fn, arg, timeout_ms);
 }
 
 /* Connect and say HELLO, retrying: after clients hung up mid-handshake a
@@ -172,6 +179,39 @@ START_TEST(allowed_uid_and_shm_owner)
     ck_assert_int_eq(code, 0);
     /* A uid on neither list is still refused. */
     ck_assert_int_eq(as_user(65532, 65532, refused_user, &a, 20000), 0);
+    pjt_shm_destroy(&root_shm);
+    pjd_stop(&d);
+}
+END_TEST
+
+/* SO_PEERCRED gives the primary gid only; a member of an allowed group
+ * through its supplementary groups (`usermod -aG`) is let in too, and so is
+ * a member of socket.group, whose mode already lets it connect. */
+START_TEST(supplementary_groups_allowed)
+{
+    if (geteuid() != 0) {
+        printf("supplementary_groups_allowed: SKIPPED (needs root to drop to another uid)\n");
+        return;
+    }
+    pj_dproc d;
+    /* Group root (gid 0 exists everywhere); mode 0666, so that what
+     * refuses below is the daemon's check, not the file's mode. */
+    pjd_start(&d, g_model_path,
+              "{\"socket\": {\"mode\": \"0666\", \"group\": \"root\"},"
+              " \"auth\": {\"allow_gids\": [65530]}}");
+    pjt_shm root_shm;
+    ck_assert_int_eq(pjt_shm_create(&root_shm, 4096), 0);
+    fchmod(root_shm.fd, 0666);
+    user_arg a = {.url = d.url, .root_shm = root_shm.name};
+    const gid_t listed[] = {65529, 65530}, sock_group[] = {0}, other[] = {65529, 65528};
+    int code = as_user_groups(65533, 65533, 2, listed, allowed_user, &a, 60000);
+    if (code != 0)
+        pj_dproc_dump_log(&d);
+    ck_assert_int_eq(code, 0);
+    ck_assert_int_eq(as_user_groups(65532, 65532, 1, sock_group, allowed_user, &a, 60000), 0);
+    ck_assert_int_eq(as_user_groups(65531, 65531, 2, other, refused_user, &a, 20000), 0);
+    ck_assert(pj_dproc_log_has(
+        &d, "uid 65531 gid 65531 (nor its supplementary groups) is not allowed", 2000));
     pjt_shm_destroy(&root_shm);
     pjd_stop(&d);
 }
@@ -794,6 +834,7 @@ int main(void)
     const pjd_case cases[] = {
         {"uid_not_allowed_is_refused", uid_not_allowed_is_refused},
         {"allowed_uid_and_shm_owner", allowed_uid_and_shm_owner},
+        {"supplementary_groups_allowed", supplementary_groups_allowed},
         {"connection_limit", connection_limit},
         {"socket_live_stale_and_foreign", socket_live_stale_and_foreign},
         {"socket_dir_created", socket_dir_created},

@@ -1,6 +1,7 @@
 /* test_daemon_unit.c — the daemon's parts in process: span and op
  * validation, the buffer registry, the SIGBUS guard, histograms, the cpu
- * backend's worker pool against the reference, and the log format.
+ * backend's worker pool against the reference, the log format, and a
+ * peer's supplementary groups.
  */
 #include <check.h>
 #include <cjson/cJSON.h>
@@ -18,6 +19,7 @@
 #include "daemon/backend.h"
 #include "daemon/bufreg.h"
 #include "daemon/log.h"
+#include "daemon/peercred.h"
 #include "daemon/shmguard.h"
 #include "daemon/stats.h"
 #include "daemon/validate.h"
@@ -27,6 +29,35 @@
 #include "tests/helpers/wire_client.h"
 
 static char g_model_path[4200];
+
+/* ---- peer groups (daemon/peercred) -------------------------------------------- */
+
+START_TEST(peer_groups)
+{
+    uint32_t g[4];
+    const char *st = "Name:\tpython3\nUid:\t1000\t1001\t1001\t1001\nGid:\t5\t5\t5\t5\n"
+                     "FDSize:\t64\nGroups:\t4 24 27 998 \nNStgid:\t77\n";
+    ck_assert_int_eq(pj_peer_groups_parse(st, 1001, g, 4), 4);
+    ck_assert_uint_eq(g[0], 4);
+    ck_assert_uint_eq(g[3], 998);
+    ck_assert_int_eq(pj_peer_groups_parse(st, 1001, g, 2), 2); /* the first max */
+    ck_assert_uint_eq(g[1], 24);
+    /* The effective uid (the second) must be the peer's: a reused pid is
+     * another process. */
+    ck_assert_int_eq(pj_peer_groups_parse(st, 1000, g, 4), -1);
+    ck_assert_int_eq(pj_peer_groups_parse("Uid:\t7\t7\t7\t7\nGroups:\t\nNStgid:\t9\n", 7, g, 4), 0);
+    ck_assert_int_eq(pj_peer_groups_parse("Uid:\t7\t7\t7\t7\n", 7, g, 4), -1);
+    ck_assert_int_eq(pj_peer_groups(0, 0, g, 4), -1);
+    /* This process, read through /proc, against getgroups(). */
+    gid_t mine[64];
+    int nm = getgroups(64, mine);
+    uint32_t got[64];
+    ck_assert_int_eq(pj_peer_groups((uint64_t)getpid(), (uint32_t)geteuid(), got, 64), nm);
+    for (int i = 0; i < nm; i++)
+        ck_assert_uint_eq(got[i], mine[i]);
+    ck_assert_int_eq(pj_peer_groups((uint64_t)getpid(), (uint32_t)geteuid() + 1, got, 64), -1);
+}
+END_TEST
 
 /* ---- spans ------------------------------------------------------------------ */
 
@@ -387,6 +418,11 @@ START_TEST(log_lines)
     char *j = capture_log(1, PJ_LOG_WARN, "two\nlines");
     ck_assert_str_eq(j, "<4>two lines\n");
     free(j);
+    /* A client's text with terminal escapes and a bell: no control byte
+     * reaches the log; UTF-8 stays. */
+    j = capture_log(1, PJ_LOG_WARN, "hello from \"evil\x1b[2J\x1b[31mFAKE\x07\x7f\tcaf\xc3\xa9\"");
+    ck_assert_str_eq(j, "<4>hello from \"evil?[2J?[31mFAKE?? caf\xc3\xa9\"\n");
+    free(j);
     char *p = capture_log(0, PJ_LOG_ERROR, "plain");
     ck_assert_msg(strstr(p, "Z projd[") && strstr(p, "] error: plain\n") && !strchr(p + 1, '<'),
                   "%s", p);
@@ -409,6 +445,7 @@ int main(void)
         {"histogram_quantiles", histogram_quantiles},
         {"cpu_backend_matches_reference", cpu_backend_matches_reference},
         {"log_lines", log_lines},
+        {"peer_groups", peer_groups},
     };
     return pjd_run_suite("daemon_unit", cases, sizeof cases / sizeof cases[0], 120);
 }

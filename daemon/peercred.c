@@ -1,0 +1,84 @@
+/* peercred.c — a connecting process's supplementary groups (see peercred.h). */
+#include "daemon/peercred.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The text after "Name:" at the start of a line of s, or NULL. */
+static const char *field(const char *s, const char *name)
+{
+    size_t nl = strlen(name);
+    for (const char *p = s; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (strncmp(p, name, nl) == 0)
+            return p + nl;
+    return NULL;
+}
+
+int pj_peer_groups_parse(const char *status, uint32_t euid, uint32_t *out, int max)
+{
+    /* Uid: real, effective, saved, filesystem. */
+    const char *u = field(status, "Uid:");
+    const char *g = field(status, "Groups:");
+    if (!u || !g)
+        return -1;
+    char *end;
+    errno = 0;
+    (void)strtoul(u, &end, 10);
+    unsigned long eu = strtoul(end, &end, 10);
+    if (errno || eu != euid)
+        return -1;
+    int n = 0;
+    for (const char *p = g; n < max;) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p < '0' || *p > '9') /* the line's end */
+            break;
+        errno = 0;
+        unsigned long v = strtoul(p, &end, 10);
+        if (errno || v > UINT32_MAX)
+            break;
+        out[n++] = (uint32_t)v;
+        p = end;
+    }
+    return n;
+}
+
+int pj_peer_groups(uint64_t pid, uint32_t euid, uint32_t *out, int max)
+{
+    if (pid == 0)
+        return -1;
+    char path[48];
+    snprintf(path, sizeof path, "/proc/%" PRIu64 "/status", pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -1;
+    /* The whole file (~1.5 KB): the Groups line of a process in many
+     * groups can be long. */
+    char *text = NULL;
+    size_t cap = 0, len = 0;
+    for (;;) {
+        if (cap - len < 1024) {
+            size_t nc = cap ? cap * 2 : 4096;
+            char *nt = nc <= (1u << 20) ? realloc(text, nc) : NULL;
+            if (!nt) {
+                free(text);
+                fclose(f);
+                return -1;
+            }
+            text = nt;
+            cap = nc;
+        }
+        size_t got = fread(text + len, 1, cap - len - 1, f);
+        len += got;
+        if (got == 0)
+            break;
+    }
+    fclose(f);
+    text[len] = '\0';
+    int n = pj_peer_groups_parse(text, euid, out, max);
+    free(text);
+    return n;
+}
