@@ -91,7 +91,7 @@ GPU_TESTS := $(GPU_TEST_C:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 TEST_HELPER_C := $(wildcard tests/helpers/*.c)
 TEST_HELPER_O := $(TEST_HELPER_C:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: all deps run test test-gpu fuzz bench-ipc format clean progs tests install install-files
+.PHONY: all deps run test test-gpu fuzz bench-ipc format clean progs tests install install-files install-activate
 # Keep object files of tests and programs (make would delete them as intermediates).
 .SECONDARY:
 all: progs tests libprojd
@@ -213,6 +213,25 @@ DESTDIR ?=
 UNITDIR ?= /lib/systemd/system
 install: progs libprojd
 	@$(MAKE) --no-print-directory install-files
+	@$(MAKE) --no-print-directory install-activate
+
+# Into the running system (no DESTDIR, as root): make the projd group and
+# the directories now, and let systemd see the units, so that
+# `systemctl enable --now projd@0` works without a reboot. A package does
+# this in its postinst instead.
+install-activate:
+	@if [ -n "$(DESTDIR)" ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+	    echo "install: not root: run systemd-sysusers, systemd-tmpfiles --create and systemctl daemon-reload as root"; \
+	    exit 0; fi; \
+	if command -v systemd-sysusers >/dev/null; then \
+	    echo "systemd-sysusers $(PREFIX)/lib/sysusers.d/projd.conf"; \
+	    systemd-sysusers $(PREFIX)/lib/sysusers.d/projd.conf || exit 1; fi; \
+	if command -v systemd-tmpfiles >/dev/null; then \
+	    echo "systemd-tmpfiles --create $(PREFIX)/lib/tmpfiles.d/projd.conf"; \
+	    systemd-tmpfiles --create $(PREFIX)/lib/tmpfiles.d/projd.conf || exit 1; fi; \
+	if [ -d /run/systemd/system ]; then \
+	    echo "systemctl daemon-reload"; systemctl daemon-reload || exit 1; fi
 
 # The copying half of install: builds nothing, and stops if a file it
 # copies is missing (tests/e2e_install.sh runs it against a finished
@@ -225,7 +244,10 @@ install-files:
 	    $(DESTDIR)$(UNITDIR) $(DESTDIR)/etc/projd $(DESTDIR)$(PREFIX)/lib/sysusers.d \
 	    $(DESTDIR)$(PREFIX)/lib/tmpfiles.d $(DESTDIR)$(PREFIX)/include/projd
 	install -m 0755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
-	install -m 0644 deploy/projd@.service deploy/projd-mps.service $(DESTDIR)$(UNITDIR)/
+	for u in projd@.service projd-mps.service; do \
+	    sed 's#/usr/bin/projd #$(PREFIX)/bin/projd #; s#/usr/share/doc/projd/#$(PREFIX)/share/doc/projd/#' deploy/$$u \
+	        >$(DESTDIR)$(UNITDIR)/$$u && chmod 0644 $(DESTDIR)$(UNITDIR)/$$u || exit 1; done
+	install -D -m 0644 deploy/README.md $(DESTDIR)$(PREFIX)/share/doc/projd/README.md
 	install -m 0644 deploy/sysusers.d/projd.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/projd.conf
 	install -m 0644 deploy/tmpfiles.d/projd.conf $(DESTDIR)$(PREFIX)/lib/tmpfiles.d/projd.conf
 	install -d $(DESTDIR)$(PREFIX)/include/projd/protocol $(DESTDIR)$(PREFIX)/lib
@@ -238,7 +260,8 @@ install-files:
 	[ -z "$$(ls config/tuning/*.json 2>/dev/null)" ] || \
 	    install -m 0644 config/tuning/*.json $(DESTDIR)$(PREFIX)/share/projd/tuning/
 	[ -e $(DESTDIR)/etc/projd/projd.json ] || \
-	    install -m 0644 deploy/projd.json $(DESTDIR)/etc/projd/projd.json
+	    { sed 's#/usr/share/projd/#$(PREFIX)/share/projd/#' deploy/projd.json \
+	          >$(DESTDIR)/etc/projd/projd.json && chmod 0644 $(DESTDIR)/etc/projd/projd.json; }
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')

@@ -2,7 +2,8 @@
  *
  * Exit codes: 0 after a clean drain (SIGTERM/SIGINT) or --check-config /
  * --print-config / --help / --version; 1 when the daemon could not start or
- * had to stop on an error; 2 for a bad command line or configuration.
+ * had to stop on an error (also --check-config when socket.group names no
+ * group); 2 for a bad command line or configuration.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -188,6 +189,11 @@ static int serve(daemon_state *d, const char *url)
         pj_log_err("%s", err);
         return 1;
     }
+    uint32_t gid;
+    if (pj_server_socket_group(cfg->socket.group, &gid, err, sizeof err) != 0) {
+        pj_log_err("%s", err);
+        return 1;
+    }
     if ((rc = pj_shmguard_install()) != 0)
         pj_log_warn("cannot install the SIGBUS guard (%s): a client that shrinks a registered "
                     "buffer can crash the daemon",
@@ -336,6 +342,11 @@ int main(int argc, char **argv)
         return 2;
     }
     if (d.args.check_config) {
+        uint32_t gid;
+        if (pj_server_socket_group(d.cfg.socket.group, &gid, err, sizeof err) != 0) {
+            fprintf(stderr, "projd: %s\n", err);
+            return 1;
+        }
         printf("projd: configuration OK (%s; model %s, %u layers; socket %s; backend %s)\n",
                d.args.config ? d.args.config : "defaults", d.cfg.model.path, d.cfg.model.n_layers,
                url, pj_backend_name(d.cfg.device.backend));
@@ -343,5 +354,10 @@ int main(int argc, char **argv)
     }
     /* A client that disappears mid-write must not kill the daemon. */
     signal(SIGPIPE, SIG_IGN);
+    /* SIGHUP's default action kills; until the loop's handler is in place
+     * (after the model load and the backend's start, which take seconds) a
+     * reload (systemctl reload, a logrotate hook) must not. It is ignored
+     * until then: the configuration being loaded is read after it anyway. */
+    signal(SIGHUP, SIG_IGN);
     return serve(&d, url);
 }

@@ -1800,21 +1800,36 @@ static int set_mode_group(pj_server *s, const char *path, char *err, size_t errl
         return -errno;
     }
     if (s->cfg.socket.group[0]) {
-        struct group gr, *res = NULL;
-        char buf[4096];
-        int e = getgrnam_r(s->cfg.socket.group, &gr, buf, sizeof buf, &res);
-        if (e != 0 || !res) {
-            snprintf(err, errlen, "socket.group \"%s\": no such group", s->cfg.socket.group);
-            return -ENOENT;
-        }
-        if (chown(path, (uid_t)-1, gr.gr_gid) != 0) {
+        uint32_t gid;
+        int rc = pj_server_socket_group(s->cfg.socket.group, &gid, err, errlen);
+        if (rc != 0)
+            return rc;
+        if (chown(path, (uid_t)-1, (gid_t)gid) != 0) {
             snprintf(err, errlen, "chgrp %s %s: %s", s->cfg.socket.group, path, strerror(errno));
             return -errno;
         }
         pthread_mutex_lock(&s->mu);
-        s->cb_sock_gid = gr.gr_gid;
+        s->cb_sock_gid = gid;
         pthread_mutex_unlock(&s->mu);
     }
+    return 0;
+}
+
+int pj_server_socket_group(const char *group, uint32_t *gid, char *err, size_t errlen)
+{
+    if (!group[0])
+        return 0;
+    struct group gr, *res = NULL;
+    char buf[16384];
+    int e = getgrnam_r(group, &gr, buf, sizeof buf, &res);
+    if (e != 0 || !res) {
+        snprintf(err, errlen,
+                 "socket.group \"%s\": no such group%s (create it, e.g. with systemd-sysusers "
+                 "after make install, or choose another)",
+                 group, e ? " or the group database is unreadable" : "");
+        return -ENOENT;
+    }
+    *gid = (uint32_t)gr.gr_gid;
     return 0;
 }
 
@@ -1954,7 +1969,7 @@ static void on_watch(uv_timer_t *t)
                  other, canceled, s->n_retired);
 }
 
-int pj_server_listen(pj_server *s, char *err, size_t errlen)
+static int listen_on(pj_server *s, char *err, size_t errlen)
 {
     int rc = mkdir_parents(s->path, pj_sockpath_dir_mode(s->url), err, errlen);
     if (rc != 0)
@@ -1985,6 +2000,14 @@ int pj_server_listen(pj_server *s, char *err, size_t errlen)
     pj_log_info("listening on %s (mode %04o%s%s, backend %s)", s->url, s->cfg.socket.mode,
                 s->cfg.socket.group[0] ? ", group " : "", s->cfg.socket.group, s->be->ops->name);
     return 0;
+}
+
+int pj_server_listen(pj_server *s, char *err, size_t errlen)
+{
+    int rc = listen_on(s, err, errlen);
+    if (rc != 0)
+        s->exit_code = 1; /* the drain that follows reports it, and the process exits with it */
+    return rc;
 }
 
 void pj_server_reload(pj_server *s, const pj_config *next)

@@ -36,6 +36,11 @@ typedef void (*pj_server_stopped_fn)(void *arg, int exit_code);
  * permission, bad URL). err says which. */
 int pj_server_check_socket(const char *url, char *err, size_t errlen);
 
+/* socket.group's gid in *gid: 0, or -ENOENT with err saying the group does
+ * not exist (checked before the model load and by --check-config, since
+ * the socket is made only after it). "" is no group: 0, *gid untouched. */
+int pj_server_socket_group(const char *group, uint32_t *gid, char *err, size_t errlen);
+
 /* Build the server (nothing listens yet). cfg is copied; model and be must
  * outlive the server. Returns 0 or a negative errno. */
 int pj_server_create(uv_loop_t *loop, const pj_config *cfg, const pj_model *model, pj_backend *be,

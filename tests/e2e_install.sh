@@ -37,7 +37,7 @@ for f in usr/bin/projd usr/bin/projctl usr/bin/projload usr/lib/libprojd.so.1 us
     lib/systemd/system/projd@.service lib/systemd/system/projd-mps.service \
     usr/lib/sysusers.d/projd.conf usr/lib/tmpfiles.d/projd.conf etc/projd/projd.json \
     usr/share/projd/tuning/h200.json usr/share/projd/python/projd.py \
-    usr/share/projd/python/projd_sglang.py; do
+    usr/share/projd/python/projd_sglang.py usr/share/doc/projd/README.md; do
     if [ ! -e "$tmp/root/$f" ]; then
         echo "e2e_install: FAIL: /$f was not installed" >&2
         fail=1
@@ -51,6 +51,27 @@ grep -q '"group": "projd"' "$tmp/root/etc/projd/projd.json" ||
     { echo "e2e_install: FAIL: projd.json's socket group is not projd" >&2; fail=1; }
 grep -q '^d /var/lib/projd ' "$tmp/root/usr/lib/tmpfiles.d/projd.conf" ||
     { echo "e2e_install: FAIL: tmpfiles.d does not make /var/lib/projd" >&2; fail=1; }
+# The node config asks for the GPU: a projd@ instance that cannot use it
+# fails (and is restarted) instead of serving on the CPU reference backend.
+grep -q '"backend": "cuda"' "$tmp/root/etc/projd/projd.json" ||
+    { echo "e2e_install: FAIL: projd.json does not ask for the cuda backend" >&2; fail=1; }
+# The units and the config name the installed paths under another PREFIX;
+# the MPS control daemon stays where the driver put it.
+if make -s BUILD="$build" CUDA="$cuda" install-files DESTDIR="$tmp/opt" PREFIX=/opt/pj \
+    UNITDIR=/opt/pj/lib/systemd/system >"$tmp/opt.log" 2>&1; then
+    u=$tmp/opt/opt/pj/lib/systemd/system
+    grep -q '^ExecStart=/opt/pj/bin/projd ' "$u/projd@.service" &&
+        grep -q 'file:///opt/pj/share/doc/projd/README.md' "$u/projd@.service" &&
+        grep -q '^ExecStart=/usr/bin/nvidia-cuda-mps-control -d' "$u/projd-mps.service" &&
+        grep -q '"/opt/pj/share/projd/tuning/h200.json"' "$tmp/opt/etc/projd/projd.json" ||
+        { echo "e2e_install: FAIL: PREFIX=/opt/pj: the units or projd.json name other paths" >&2
+          grep -h 'ExecStart\|Documentation\|tuning' "$u"/*.service "$tmp/opt/etc/projd/projd.json" >&2
+          fail=1; }
+else
+    echo "e2e_install: FAIL: make install-files PREFIX=/opt/pj" >&2
+    cat "$tmp/opt.log" >&2
+    fail=1
+fi
 # The installed library exports exactly the functions projd.h declares
 # (client/libprojd.map): nothing of the protocol codec it is linked from.
 lib=$tmp/root/usr/lib/libprojd.so.1

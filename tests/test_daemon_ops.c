@@ -753,6 +753,18 @@ START_TEST(command_line)
     ck_assert(pj_dproc_log_has(&d, "backend cuda", 0));
     pj_dproc_cleanup(&d);
 
+    /* A socket group that does not exist: --check-config says so (exit 1),
+     * and the daemon stops before the model load, not after it. */
+    const char *nogroup_cfg = "{\"socket\": {\"group\": \"pj-no-such-group\"}}";
+    ck_assert_int_eq(run_projd(&d, nogroup_cfg, check, 0), 1);
+    ck_assert(pj_dproc_log_has(&d, "socket.group \"pj-no-such-group\": no such group", 0));
+    pj_dproc_cleanup(&d);
+    const char *plain[] = {NULL};
+    ck_assert_int_eq(run_projd(&d, nogroup_cfg, plain, 0), 1);
+    ck_assert(pj_dproc_log_has(&d, "no such group", 0));
+    ck_assert(!pj_dproc_log_has(&d, "loading model", 0));
+    pj_dproc_cleanup(&d);
+
     /* A model that is not there: exit 1, the reason in the log. */
     const char *nomodel[] = {"--model", "/nonexistent/model.safetensors", NULL};
     ck_assert_int_eq(run_projd(&d, NULL, nomodel, 0), 1);
