@@ -190,7 +190,11 @@ static void *poller_main(void *arg)
         wait_ns = BACKOFF_MIN_NS;
         size_t len = 0;
         rc = pj_ring_pop(&r->ring, PJ_RING_SQ, r->buf, cap, &len);
-        if (rc == -EPROTO) {
+        /* The pop reads the client's tail again: one taken back since the
+         * wait saw it leaves nothing to take, not an empty request. */
+        if (rc == -EAGAIN)
+            continue;
+        if (rc != 0) { /* -EPROTO; -EMSGSIZE cannot be: cap is the slot's */
             mark_broken(r, "its submission queue is corrupt (an index or a length is "
                            "impossible)");
             break;
