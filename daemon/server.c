@@ -1192,12 +1192,8 @@ static void dispatch(pj_server *s, pj_conn *c, origin o, const uint8_t *data, si
     char err[PJ_WIRE_MSG_MAX];
     pj_hdr h;
     memset(&h, 0, sizeof h);
-    if (len > s->cfg.limits.max_message_bytes) {
-        snprintf(err, sizeof err, "message of %zu bytes is over the limit of %u", len,
-                 s->cfg.limits.max_message_bytes);
-        send_error(s, o, pj_peek_req_id(data, len), PJ_E_TOO_BIG, UINT32_MAX, err);
-        return;
-    }
+    /* The header's checks in PROTOCOL.md's order (magic, version, flags,
+     * length, then the size limit: max_message_bytes less the header). */
     int st = pj_dec_hdr(data, len, s->cfg.limits.max_message_bytes - PJ_WIRE_HDR_SIZE, &h, err,
                         sizeof err);
     if (st != PJ_OK) {

@@ -535,7 +535,7 @@ static int rd_end(pj_rd *r)
 uint64_t pj_peek_req_id(const void *msg, size_t len)
 {
     const uint8_t *p = msg;
-    if (len < PJ_WIRE_HDR_SIZE)
+    if (len < PJ_WIRE_HDR_SIZE || ld32(p) != PJ_WIRE_MAGIC)
         return 0;
     uint64_t v = 0;
     for (int i = 7; i >= 0; i--)
@@ -552,14 +552,17 @@ int pj_dec_hdr(const void *msg, size_t len, size_t max_body, pj_hdr *h, char *er
         return rd_fail(&r, PJ_E_PROTO, "truncated: message is %zu bytes, header needs %d",
                        msg ? len : 0, PJ_WIRE_HDR_SIZE);
     const uint8_t *q = msg;
-    h->magic = ld32(q);
+    /* Nothing of a header without the magic is believed, its req_id
+     * included: the reply to it carries req_id 0 (PROTOCOL.md). */
+    uint32_t magic = ld32(q);
+    if (magic != PJ_WIRE_MAGIC)
+        return rd_fail(&r, PJ_E_PROTO, "bad magic 0x%08x (want 0x%08x)", magic, PJ_WIRE_MAGIC);
+    h->magic = magic;
     h->version = ld16(q + 4);
     h->type = ld16(q + 6);
     h->flags = ld32(q + 8);
     h->body_len = ld32(q + 12);
     h->req_id = ld64(q + 16);
-    if (h->magic != PJ_WIRE_MAGIC)
-        return rd_fail(&r, PJ_E_PROTO, "bad magic 0x%08x (want 0x%08x)", h->magic, PJ_WIRE_MAGIC);
     if (h->version != PJ_WIRE_VERSION)
         return rd_fail(&r, PJ_E_VERSION, "version %u not supported (this side speaks %d)",
                        h->version, PJ_WIRE_VERSION);
@@ -655,6 +658,11 @@ static int check_shm_name(pj_rd *r, const char *name, size_t nl)
         return rd_fail(r, PJ_E_PROTO, "shm name must be '/' followed by at least one character");
     if (memchr(name + 1, '/', nl - 1))
         return rd_fail(r, PJ_E_PROTO, "shm name has a '/' after the first character");
+    /* Names go into ERROR messages and logs, which are one line each. */
+    for (size_t i = 1; i < nl; i++)
+        if ((unsigned char)name[i] < 0x20 || (unsigned char)name[i] == 0x7f)
+            return rd_fail(r, PJ_E_PROTO, "shm name has a control byte 0x%02x at %zu",
+                           (unsigned char)name[i], i);
     return PJ_OK;
 }
 

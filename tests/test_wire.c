@@ -434,6 +434,18 @@ START_TEST(test_roundtrip_fields)
     ck_assert_int_eq(r2.kind, PJ_BUF_SHM);
     ck_assert(r2.size == 1ull << 33);
     ck_assert_str_eq(r2.shm_name, "/projd-42-1-abcdef");
+    /* A name with a line break or an escape would split an ERROR's one
+     * line (it is quoted in them): refused, saying where. */
+    for (int bad = 0; bad < 2; bad++) {
+        pj_register rb = sample_register_shm();
+        snprintf(rb.shm_name, sizeof rb.shm_name, "/x%cE_OK: fake", bad ? 0x1b : '\n');
+        pj_wbuf_reset(&b);
+        ck_assert_int_eq(pj_enc_register(&b, 1, &rb), 0);
+        ck_assert_int_eq(pj_dec_register(b.data + 24, b.len - 24, &r2, err, sizeof err),
+                         PJ_E_PROTO);
+        ck_assert_msg(strstr(err, bad ? "control byte 0x1b at 2" : "control byte 0x0a at 2"), "%s",
+                      err);
+    }
     r = sample_register_cuda();
     pj_wbuf_reset(&b);
     ck_assert_int_eq(pj_enc_register(&b, 1, &r), 0);
@@ -668,6 +680,9 @@ START_TEST(test_header_codes)
     m[0] ^= 1;
     ck_assert_int_eq(pj_dec_hdr(m, len, 100, &h, err, sizeof err), PJ_E_PROTO);
     ck_assert_ptr_nonnull(strstr(err, "magic"));
+    ck_assert(h.req_id == 0); /* nothing of it is believed: the reply says 0 */
+    /* Checked before the size limit: a bad magic is E_PROTO at any size. */
+    ck_assert_int_eq(pj_dec_hdr(m, len, 1, &h, err, sizeof err), PJ_E_PROTO);
 
     memcpy(m, b.data, len);
     m[4] = 2;
@@ -707,13 +722,16 @@ START_TEST(test_header_codes)
     ck_assert_int_eq(pj_msg_type_valid(h.type), 0);
     ck_assert_int_eq(pj_dec_hdr(NULL, 0, 100, &h, err, sizeof err), PJ_E_PROTO);
 
-    /* The req_id, read whatever the rest says; 0 without a whole header. */
+    /* The req_id, read whatever the rest says; 0 without a whole header or
+     * its magic (PROTOCOL.md: such a reply carries req_id 0). */
     pj_wbuf_reset(&b);
     ck_assert_int_eq(pj_enc_raw(&b, 0x8877665544332211ull, 999, "xy", 2), 0);
-    b.data[0] ^= 0xff; /* a bad magic does not matter */
+    b.data[8] = 1; /* flags: does not matter */
     ck_assert_uint_eq(pj_peek_req_id(b.data, b.len), 0x8877665544332211ull);
     ck_assert_uint_eq(pj_peek_req_id(b.data, PJ_WIRE_HDR_SIZE), 0x8877665544332211ull);
     ck_assert_uint_eq(pj_peek_req_id(b.data, PJ_WIRE_HDR_SIZE - 1), 0);
+    b.data[0] ^= 0xff;
+    ck_assert_uint_eq(pj_peek_req_id(b.data, b.len), 0);
     pj_wbuf_free(&b);
 }
 END_TEST
