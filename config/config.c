@@ -19,6 +19,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kernels/dispatch.h"
+
 /* Enums are stored through an int; the schema assumes they are int-sized. */
 _Static_assert(sizeof(pj_backend_kind) == sizeof(int), "enum size");
 _Static_assert(sizeof(pj_format_pref) == sizeof(int), "enum size");
@@ -58,6 +60,7 @@ typedef enum strrule {
     S_GROUP,         /* "" or S_NAME not starting with '-' */
     S_UUID,          /* "" or GPU-/MIG- followed by hex digits and dashes */
     S_IPC_URL,       /* "" or ipc://<path of 1..107 bytes> */
+    S_ENGINE,        /* "" or an engine's name (kernels/dispatch.h) */
 } strrule;
 
 typedef enum listorder {
@@ -112,7 +115,7 @@ static const field layer_fields[] = {
      .kind = F_STRING,
      .off = LAYER(engine),
      .size = PJ_CFG_NAME,
-     .rule = S_NAME_OR_EMPTY},
+     .rule = S_ENGINE},
     {0},
 };
 
@@ -488,6 +491,8 @@ static bool string_ok(strrule rule, const char *s, size_t len)
                             all_chars(s + 4, is_uuid_char));
     case S_IPC_URL:
         return len == 0 || (strncmp(s, "ipc://", 6) == 0 && len > 6 && len - 6 <= SUN_PATH_MAX);
+    case S_ENGINE:
+        return len == 0 || pj_eng_from_name(s) >= 0;
     }
     return false;
 }
@@ -524,6 +529,13 @@ static void string_expectation(const field *f, char *buf, size_t n)
         snprintf(buf, n, "\"\" or \"ipc://\" followed by a socket path of 1..%d bytes",
                  SUN_PATH_MAX);
         break;
+    case S_ENGINE: {
+        size_t at = (size_t)snprintf(buf, n, "\"\" or an engine:");
+        for (int k = 0; k < PJ_ENG_COUNT && at < n; k++)
+            at += (size_t)snprintf(buf + at, n - at, "%s %s", k ? "," : "",
+                                   pj_eng_name((pj_eng_kind)k));
+        break;
+    }
     }
 }
 

@@ -205,15 +205,21 @@ static double mib(size_t b)
     return (double)b / (1024.0 * 1024.0);
 }
 
+/* An integer from the environment in lo..hi, else def; a value that is set
+ * but not such an integer is named in a warning (these are debugging and
+ * tuning switches: a typo should not pass unnoticed, nor stop the daemon). */
 static long env_long(const char *name, long def, long lo, long hi)
 {
     const char *v = getenv(name);
     if (!v || !*v)
         return def;
     char *end;
+    errno = 0;
     long r = strtol(v, &end, 10);
-    if (*end || r < lo || r > hi)
+    if (*end || errno || r < lo || r > hi) {
+        pj_log_warn("cuda: %s=%s is not an integer in %ld..%ld; using %ld", name, v, lo, hi, def);
         return def;
+    }
     return r;
 }
 
@@ -1764,8 +1770,16 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     const char *fe = getenv("PROJD_FORCE_ENGINE");
     if (fe && *fe) {
         split_force(fe, st->env_force, sizeof st->env_force, st->env_knobs, sizeof st->env_knobs);
+        pj_eng_knobs probe;
+        memset(&probe, 0, sizeof probe);
+        char why[160];
         if (pj_eng_from_name(st->env_force) < 0) {
             snprintf(err, errlen, "PROJD_FORCE_ENGINE=%s: unknown engine", fe);
+            cu_close(b);
+            return -EINVAL;
+        }
+        if (st->env_knobs[0] && pj_eng_knobs_parse(st->env_knobs, &probe, why, sizeof why) != 0) {
+            snprintf(err, errlen, "PROJD_FORCE_ENGINE=%s: %s", fe, why);
             cu_close(b);
             return -EINVAL;
         }

@@ -233,6 +233,11 @@ static const bad_case bad_cases[] = {
     /* 25: odd bytes in an unknown key are escaped, the message stays one line */
     {"{\"cpu\":{\"a\\nb\":1}}", "cpu.\"a\\x0ab\"",
      "cpu.\"a\\x0ab\": unknown key; expected one of: threads, min_op_us"},
+    /* 25b: a forced engine must be one: a typo would be ignored by the backend */
+    {"{\"model\":{\"layers\":[{\"name\":\"o\",\"tensor\":\"o.w\",\"engine\":\"cublass\"}]}}",
+     "model.layers[0].engine",
+     "model.layers[0].engine: expected \"\" or an engine: gemv, gemvz, splitk, router, cublas, got "
+     "\"cublass\""},
     /* 26: document-level errors */
     {"{\n  \"log\": {\"level\": \"info\",}\n}", "config",
      /* cJSON points just past a token it could not start a key with */
@@ -350,7 +355,7 @@ START_TEST(arrays_replace_whole)
     int rc =
         apply_str(c,
                   "{\"model\":{\"layers\":[{\"name\":\"lm.head-2\",\"tensor\":\"lm_head.weight\","
-                  "\"format\":\"z12\",\"max_n\":1024,\"engine\":\"gemv_z12\"}]},"
+                  "\"format\":\"z12\",\"max_n\":1024,\"engine\":\"gemvz\"}]},"
                   "\"shapes\":{\"m\":[2,4],\"max_m\":64},"
                   "\"auth\":{\"allow_uids\":[1000,0,4294967294],\"allow_gids\":[27]}}",
                   err, sizeof err);
@@ -360,7 +365,7 @@ START_TEST(arrays_replace_whole)
     ck_assert_str_eq(c->model.layers[0].tensor, "lm_head.weight");
     ck_assert_int_eq(c->model.layers[0].format, PJ_FPREF_Z12);
     ck_assert_uint_eq(c->model.layers[0].max_n, 1024);
-    ck_assert_str_eq(c->model.layers[0].engine, "gemv_z12");
+    ck_assert_str_eq(c->model.layers[0].engine, "gemvz");
     /* Slots past the new end are cleared, not left over from the defaults. */
     ck_assert_str_eq(c->model.layers[1].name, "");
     ck_assert_int_eq(pj_config_layer_index(c, "o"), -1);

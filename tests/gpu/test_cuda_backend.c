@@ -240,11 +240,26 @@ static void section_a(void)
 
 static void section_b(void)
 {
-    printf("== B: PROJD_FORCE_ENGINE=cublas\n");
-    setenv("PROJD_FORCE_ENGINE", "cublas", 1);
     pj_dproc d;
     char err[600];
+    /* A knob the engine does not have: refused at start, naming it (it was
+     * ignored, and the engine ran with its default knobs). */
+    setenv("PROJD_FORCE_ENGINE", "gemv:zz=1", 1);
     int rc = cc_start(&d, g_model, NULL, err, sizeof err);
+    unsetenv("PROJD_FORCE_ENGINE");
+    CHECK(rc != 0 && pj_dproc_log_has(&d,
+                                      "PROJD_FORCE_ENGINE=gemv:zz=1: knobs \"zz=1\": unknown "
+                                      "knob \"zz\"",
+                                      5000),
+          "PROJD_FORCE_ENGINE with an unknown knob: start rc %d, no clear refusal in the log", rc);
+    if (rc == 0)
+        cc_stop(&d, "B0");
+    else
+        pj_dproc_cleanup(&d);
+
+    printf("== B: PROJD_FORCE_ENGINE=cublas\n");
+    setenv("PROJD_FORCE_ENGINE", "cublas", 1);
+    rc = cc_start(&d, g_model, NULL, err, sizeof err);
     unsetenv("PROJD_FORCE_ENGINE");
     CHECK(rc == 0, "start projd (cuda, cublas forced): %s", err);
     if (rc != 0)
