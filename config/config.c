@@ -828,7 +828,7 @@ static void line_col(const char *json, size_t off, unsigned *line, unsigned *col
 /* cJSON turns "\u0000" into a NUL that silently cuts the string short; find
  * one in the (already valid) text so it can be refused instead. Returns its
  * offset or -1. */
-static long find_nul_escape(const char *json, size_t len)
+long pj_json_nul_escape(const char *json, size_t len)
 {
     bool in_str = false;
     for (size_t i = 0; i < len; i++) {
@@ -889,7 +889,7 @@ static int apply_doc(pj_config *cfg, const char *json, size_t len, const char *f
         cJSON_Delete(root);
         return -EINVAL;
     }
-    long nul = find_nul_escape(json, len);
+    long nul = pj_json_nul_escape(json, len);
     if (nul >= 0) {
         unsigned line, col;
         line_col(json, (size_t)nul, &line, &col);

@@ -14,6 +14,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "config/config.h"
+
 /* Largest integer a JSON number (a double) carries exactly. */
 #define ST_MAX_INT 9007199254740992.0 /* 2^53 */
 /* How much of a tensor name an error message quotes. */
@@ -300,6 +302,12 @@ static int parse_image(pj_st_file *f, char *err, size_t errlen)
 
     const char *json = (const char *)f->buf + 8;
     const char *end = NULL;
+    long nul = pj_json_nul_escape(json, (size_t)hlen);
+    if (nul >= 0)
+        return st_fail(err, errlen, label,
+                       "header has \\u0000 in a string at byte %ld (a tensor name would read as "
+                       "its part before it)",
+                       nul);
     f->root = cJSON_ParseWithLengthOpts(json, (size_t)hlen, &end, 0);
     if (!f->root) {
         size_t at = (end && end >= json && end <= json + hlen) ? (size_t)(end - json) : 0;

@@ -207,6 +207,11 @@ START_TEST(bad_name_escaped)
     /* a newline and a quote in a tensor name must not break the one-line rule */
     expect_bad_header("{\"a\\nb'c\":{\"dtype\":\"XX\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
                       "tensor 'a\\x0ab\\x27c': unknown dtype 'XX'");
+    /* \u0000 in a name: cJSON would cut it there, so "o.weight\u0000x"
+     * would load as the layer o.weight. */
+    expect_bad_header(
+        "{\"o.weight\\u0000x\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+        "header has \\u0000 in a string at byte 10");
 }
 END_TEST
 
