@@ -252,7 +252,14 @@ static int load_layer(const pj_st_file *st, const pj_layer_config *lc, pj_model_
             uint32_t u;
             memcpy(&u, &f[i], sizeof u);
             if ((u & 0x7f800000u) == 0x7f800000u) {
-                warn_nonfinite(warn, ctx, path, lc, i, k, u, "");
+                /* The file's own bits, as an operator would look them up. */
+                uint32_t bits = u;
+                if (t->dtype == PJ_ST_F16) {
+                    uint16_t h;
+                    memcpy(&h, (const uint8_t *)t->data + 2 * i, sizeof h);
+                    bits = h;
+                }
+                warn_nonfinite(warn, ctx, path, lc, i, k, bits, "");
                 break;
             }
         }

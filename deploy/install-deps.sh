@@ -32,5 +32,5 @@ if [ "${1:-}" != "--check" ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev
     exit 0
 fi
 echo "install-deps: missing packages: ${missing[*]}" >&2
-echo "install-deps: run as root:  $cmd" >&2
+echo "install-deps: run as root:  apt-get update && $cmd" >&2
 exit 1

@@ -7,7 +7,7 @@ build=${1:-build}
 bin=$build/bin
 model=${PROJD_MODEL:-$build/models/reference.safetensors}
 if [ ! -f "$model" ]; then
-    echo "run: generating the reference model at $model (about 380 MB, once)"
+    echo "run: generating the reference model at $model (about 190 MB, once)"
     mkdir -p "$(dirname "$model")"
     "$bin/projctl" mkmodel --preset reference --out "$model"
 fi
@@ -27,6 +27,16 @@ stop() {
     exit 0
 }
 trap stop INT TERM
+# Any other way out (a failed check below, set -e) must not leave the
+# daemon running in the background.
+leave() {
+    if kill -0 "$pid" 2>/dev/null; then
+        echo "run: a step failed; stopping projd" >&2
+        kill -TERM "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    fi
+}
+trap leave EXIT
 
 ctl=("$bin/projctl")
 [ -n "${PROJD_SOCKET:-}" ] && ctl+=(--socket "$PROJD_SOCKET")

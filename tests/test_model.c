@@ -391,6 +391,21 @@ START_TEST(f32_nonfinite_warns)
     ck_assert_uint_eq(m->layers[0].w.hi[2 * K + 5], 0x7f80);
     ck_assert_uint_eq(m->layers[0].w.lo[2 * K + 5], 0);
     pj_model_free(m);
+
+    /* An F16 file: the warning gives the file's 16 bits, not the f32 ones
+     * they became. */
+    uint16_t h[N * K];
+    for (int i = 0; i < N * K; i++)
+        h[i] = 0x3c00;     /* 1.0 */
+    h[1 * K + 3] = 0xfc00; /* -inf */
+    warns wr16 = {0};
+    ck_assert_int_eq(load_one("f16inf.safetensors", PJ_ST_F16, 2, shape, h, PJ_FPREF_AUTO, &m,
+                              &wr16, err, sizeof err),
+                     0);
+    ck_assert_int_eq(wr16.n, 1);
+    ck_assert_msg(strstr(wr16.msg[0], "non-finite weight at (1, 3) (bits 0xfc00)") != NULL, "%s",
+                  wr16.msg[0]);
+    pj_model_free(m);
 }
 END_TEST
 
