@@ -15,7 +15,8 @@
 # TRANSPORTS (projload --transport of the sweeps, e.g. "nng ring" for one
 # sweep each; default auto: the ring), KINDS (default "decode verify"),
 # COMPARE=0 skips compare mode, RING_SPIN_US sets the daemon's
-# ring.spin_us (50 by default).
+# ring.spin_us (50 by default), BUFFERS=host gives the clients host
+# shared memory instead of CUDA IPC buffers.
 # A dry run of the script itself on a machine without a GPU: BACKEND=cpu
 # PRESET=small GEN_EXTRA="--max-batch 8 --unpooler-n 128" COUNT=40 (host
 # buffers, no compare mode).
@@ -48,7 +49,9 @@ duration=${DURATION:-4}
 backend=${BACKEND:-cuda}
 preset=${PRESET:-reference}
 gen_extra=${GEN_EXTRA:-}
-buffers=cuda
+# BUFFERS=host keeps the clients off the GPU (a projload built with CUDA=0
+# can then run against the cuda backend, e.g. an A/B of the client library).
+buffers=${BUFFERS:-cuda}
 [ "$backend" = cuda ] || buffers=host
 [ -d "$here/lib" ] && export LD_LIBRARY_PATH=$here/lib:${LD_LIBRARY_PATH:-}
 log() { echo "[$(date +%H:%M:%S)] $*"; }
