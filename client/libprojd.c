@@ -44,8 +44,18 @@ struct projd_conn {
     atomic_int pipes_removed; /* peers that hung up on us; explains a silent HELLO */
     atomic_llong bad_peer;    /* uid of a daemon we refused (see peer_check), -1 = none */
     int trust_any_uid;        /* $PROJD_TRUST_ANY_UID=1 */
-    pthread_mutex_t mu;       /* guards buffers */
-    projd_buffer *buffers;    /* doubly linked, for projd_close */
+    /* HELLO done (set by projd_connect), then the pipe it was said on
+     * went away: every later call fails locally (see conn_lost). */
+    atomic_int established, lost;
+    pthread_mutex_t mu;    /* guards buffers, ring, closing and nng_live */
+    projd_buffer *buffers; /* doubly linked, for projd_close */
+    /* projd_close has begun: submissions fail (a callback must not start
+     * requests on a connection being freed). Written under mu. */
+    atomic_int closing;
+    /* nng requests whose callbacks have not returned yet: projd_close
+     * waits for none, since nng runs them after nng_close returns. */
+    unsigned nng_live;
+    pthread_cond_t idle; /* nng_live reached 0 */
 };
 
 struct projd_buffer {
@@ -78,7 +88,11 @@ struct projd_request {
     int done;           /* callback returned */
     int in_cb;          /* the user callback is running on cb_thread */
     int free_requested; /* projd_request_free called from the callback */
+    /* projd_request_free (outside a callback) is completing it: a free
+     * from the callback it runs is the same free, not a second one. */
+    int destroying;
     pthread_t cb_thread;
+    projd_conn *conn; /* nng requests: counted in conn->nng_live until completed */
     /* Sent through the ring: no nng context or aio. */
     ring_cli *ring;
     int in_pending; /* on ring->pending, under ring->mu */
@@ -116,6 +130,12 @@ struct ring_cli {
      * the last frees the struct (requests may outlive projd_close). */
     atomic_int refs;
 };
+
+/* The ring whose requests this thread completes: set on its reaper, and
+ * on the thread of projd_close while that fails what is pending. A
+ * pthread_t comparison would not do: glibc gives a joined reaper's id to
+ * the next thread it creates. */
+static __thread ring_cli *tl_completing;
 
 /* How long a thread waiting for a ring request it made without a callback
  * spins, taking its own reply (by default; at least the reaper's spin). A reply comes
@@ -275,17 +295,30 @@ static void req_free_mem(projd_request *r)
     free(r);
 }
 
+static void req_complete(projd_request *r);
+
 static void req_destroy(projd_request *r, int from_callback)
 {
+    if (!from_callback) {
+        pthread_mutex_lock(&r->mu);
+        r->destroying = 1;
+        pthread_mutex_unlock(&r->mu);
+    }
     if (r->ring) {
-        /* Freed before its reply came: forget it (the reply is dropped).
-         * Otherwise the reaper or the close is completing it: wait. */
+        /* Freed before its reply came: forget it (the reply is dropped)
+         * and complete it as cancelled, so that its callback runs once as
+         * on nng. Otherwise the reaper or the close is completing it:
+         * wait. */
         pthread_mutex_lock(&r->ring->mu);
         int was_pending = r->in_pending;
         if (was_pending)
             ring_unlink(r->ring, r);
         pthread_mutex_unlock(&r->ring->mu);
-        if (!was_pending && !from_callback) {
+        if (was_pending) {
+            r->rc = fail(&r->err, -ECANCELED, "%s: freed before it completed", r->what);
+            r->res.total_ns = now_ns() - r->t_submit;
+            req_complete(r);
+        } else if (!from_callback) {
             pthread_mutex_lock(&r->mu);
             while (!r->done && !r->free_requested)
                 pthread_cond_wait(&r->cv, &r->mu);
@@ -293,8 +326,20 @@ static void req_destroy(projd_request *r, int from_callback)
         }
         ring_unref(r->ring);
     } else {
-        if (!from_callback)
+        if (!from_callback) {
             nng_aio_stop(r->aio);
+            /* A stop that lands while the send's callback runs makes its
+             * receive fail to start without another callback: the request
+             * is then completed here, so its callback runs (and
+             * projd_close stops waiting for it). */
+            pthread_mutex_lock(&r->mu);
+            int finished = r->finished;
+            pthread_mutex_unlock(&r->mu);
+            if (!finished) {
+                r->rc = fail(&r->err, -ECANCELED, "%s: freed before it completed", r->what);
+                req_complete(r);
+            }
+        }
         nng_ctx_close(r->ctx);
         /* From inside the aio's own callback the aio cannot be freed in
          * place (nng_aio_free waits for the callback): nng's reaper does it
@@ -391,8 +436,18 @@ static void req_parse(projd_request *r)
     r->rc = 0;
 }
 
+/* One nng request of c completed: the last one lets projd_close go on. */
+static void conn_request_done(projd_conn *c)
+{
+    pthread_mutex_lock(&c->mu);
+    if (--c->nng_live == 0)
+        pthread_cond_broadcast(&c->idle);
+    pthread_mutex_unlock(&c->mu);
+}
+
 static void req_complete(projd_request *r)
 {
+    projd_conn *conn = r->conn; /* r may be freed once done is set */
     pthread_mutex_lock(&r->mu);
     r->finished = 1;
     r->in_cb = 1;
@@ -412,12 +467,27 @@ static void req_complete(projd_request *r)
      * free it as soon as done is set. */
     if (free_now)
         req_destroy(r, 1);
+    if (conn)
+        conn_request_done(conn);
 }
 
 static void req_callback(void *arg)
 {
     projd_request *r = arg;
     int rv = nng_aio_result(r->aio);
+    /* Aborted by projd_close: cancelled, as on the ring, not the
+     * -ECONNRESET of a daemon that went away. */
+    if (rv != 0 && atomic_load(&r->conn->closing)) {
+        if (!r->receiving) {
+            nng_msg *m = nng_aio_get_msg(r->aio);
+            if (m)
+                nng_msg_free(m);
+        }
+        r->res.total_ns = now_ns() - r->t_submit;
+        r->rc = fail(&r->err, -ECANCELED, "%s: the connection was closed", r->what);
+        req_complete(r);
+        return;
+    }
     if (!r->receiving) {
         if (rv != 0) {
             nng_msg *m = nng_aio_get_msg(r->aio);
@@ -478,21 +548,56 @@ static projd_request *req_new(projd_conn *c, const char *what, uint16_t expect, 
 
 static int ring_submit(ring_cli *rc, const pj_wbuf *w, projd_request *r, projd_error *e);
 
+static int conn_lost(const char *what, projd_error *e)
+{
+    return fail(e, -ECONNRESET,
+                "%s: the connection to projd was lost (projd exited or restarted, or dropped "
+                "this client); its buffers and ring are gone: reconnect with projd_connect",
+                what);
+}
+
 /* Sends the message in w (whole, header included): PROJECT and PING through
  * the ring when there is one, anything else on a new nng context. On
- * success *out is a request that will complete; on failure nothing is left. */
+ * success *out is a request that will complete; on failure nothing is left.
+ * blocking: the caller waits for it at once (projd_project, call). */
 static int req_submit(projd_conn *c, const pj_wbuf *w, const char *what, uint16_t expect,
-                      uint64_t req_id, uint32_t n_ops, projd_callback cb, void *arg,
+                      uint64_t req_id, uint32_t n_ops, projd_callback cb, void *arg, int blocking,
                       projd_request **out, projd_error *e)
 {
     *out = NULL;
     if (w->oom)
         return fail(e, -ENOMEM, "%s: out of memory encoding the request", what);
+    /* The ring and the count of nng requests are taken under mu, against
+     * a projd_close that runs meanwhile (a callback may submit). */
+    pthread_mutex_lock(&c->mu);
+    if (atomic_load(&c->closing)) {
+        pthread_mutex_unlock(&c->mu);
+        return fail(e, -EBADF, "%s: the connection is being closed", what);
+    }
+    ring_cli *ring = c->ring;
+    if (ring)
+        atomic_fetch_add(&ring->refs, 1);
+    pthread_mutex_unlock(&c->mu);
+    /* A daemon that restarted meanwhile has none of this connection's
+     * state: nothing may be sent on the pipe nng redialed. */
+    if (atomic_load(&c->lost)) {
+        if (ring)
+            ring_unref(ring);
+        return conn_lost(what, e);
+    }
     projd_request *r = req_new(c, what, expect, req_id, n_ops, cb, arg);
-    if (!r)
+    if (!r) {
+        if (ring)
+            ring_unref(ring);
         return fail(e, -ENOMEM, "%s: out of memory", what);
-    if (c->ring && (expect == PJ_MSG_DONE || expect == PJ_MSG_PONG)) {
-        int rc = ring_submit(c->ring, w, r, e);
+    }
+    /* A blocking call from a callback on the ring's reaper would wait for
+     * a reply only that thread takes off the ring: it goes over nng, as
+     * a callback's submission on a full ring does. */
+    if (ring && (expect == PJ_MSG_DONE || expect == PJ_MSG_PONG) &&
+        !(blocking && tl_completing == ring)) {
+        int rc = ring_submit(ring, w, r, e);
+        ring_unref(ring);
         if (rc == 0) {
             *out = r;
             return 0;
@@ -501,7 +606,18 @@ static int req_submit(projd_conn *c, const pj_wbuf *w, const char *what, uint16_
             req_free_mem(r);
             return rc;
         }
+    } else if (ring) {
+        ring_unref(ring);
     }
+    pthread_mutex_lock(&c->mu);
+    if (atomic_load(&c->closing)) {
+        pthread_mutex_unlock(&c->mu);
+        req_free_mem(r);
+        return fail(e, -EBADF, "%s: the connection is being closed", what);
+    }
+    c->nng_live++;
+    pthread_mutex_unlock(&c->mu);
+    r->conn = c;
     int rv;
     nng_msg *m = NULL;
     if ((rv = nng_aio_alloc(&r->aio, req_callback, r)) != 0)
@@ -525,6 +641,7 @@ static int req_submit(projd_conn *c, const pj_wbuf *w, const char *what, uint16_
     return 0;
 fail_alloc:
     req_free_mem(r);
+    conn_request_done(c);
     return fail(e, nng_errno(rv), "%s: %s", what, nng_strerror(rv));
 }
 
@@ -536,6 +653,16 @@ int projd_request_poll(projd_request *r)
     return d;
 }
 
+/* A local failure (code < 0): no reply says what ran, so neither the
+ * request nor any op may read as PJ_OK; each carries code. */
+static void res_local_failure(projd_result *res, int code)
+{
+    uint32_t n = res->n_ops < PROJD_RESULT_MAX_OPS ? res->n_ops : PROJD_RESULT_MAX_OPS;
+    res->status = code;
+    for (uint32_t i = 0; i < n; i++)
+        res->ops[i].status = code;
+}
+
 /* Copies the outcome out; r->finished must be set. */
 static int req_outcome(projd_request *r, projd_result *res, projd_error *e)
 {
@@ -544,6 +671,8 @@ static int req_outcome(projd_request *r, projd_result *res, projd_error *e)
         uint32_t n = r->res.n_ops < PROJD_RESULT_MAX_OPS ? r->res.n_ops : PROJD_RESULT_MAX_OPS;
         if (r->op_res)
             memcpy(res->ops, r->op_res, (size_t)n * sizeof *res->ops);
+        if (r->rc < 0)
+            res_local_failure(res, r->rc);
     }
     if (e) {
         if (r->rc == 0)
@@ -552,6 +681,18 @@ static int req_outcome(projd_request *r, projd_result *res, projd_error *e)
             *e = r->err;
     }
     return r->rc;
+}
+
+/* projd_request_wait failed before the request completed: res says so. */
+static int wait_failed(const projd_request *r, projd_result *res, int code)
+{
+    if (res) {
+        memset(res, 0, sizeof *res);
+        res->n_ops = r->res.n_ops;
+        res->failed_op = UINT32_MAX;
+        res_local_failure(res, code);
+    }
+    return code;
 }
 
 int projd_request_result(projd_request *r, projd_result *res, projd_error *e)
@@ -569,8 +710,9 @@ int projd_request_wait(projd_request *r, projd_result *res, projd_error *e)
     if (r->ring) {
         /* The reaper completes ring requests: waiting on it from its own
          * thread (a callback) would wait forever. */
-        if (pthread_equal(pthread_self(), r->ring->reaper))
-            return fail(e, -EDEADLK, "%s: waited for from a ring callback", r->what);
+        if (tl_completing == r->ring)
+            return wait_failed(r, res,
+                               fail(e, -EDEADLK, "%s: waited for from a ring callback", r->what));
         /* A reply usually comes within microseconds: spin before sleeping
          * on the condition variable, whose wake-up costs more than that.
          * A request without a callback takes its own reply off the ring
@@ -604,7 +746,7 @@ int projd_request_wait(projd_request *r, projd_result *res, projd_error *e)
     int d = r->done;
     pthread_mutex_unlock(&r->mu);
     if (!d)
-        return fail(e, -ETIMEDOUT, "%s: request did not complete", r->what);
+        return wait_failed(r, res, fail(e, -ETIMEDOUT, "%s: request did not complete", r->what));
     return req_outcome(r, res, e);
 }
 
@@ -614,7 +756,8 @@ void projd_request_free(projd_request *r)
         return;
     pthread_mutex_lock(&r->mu);
     if (r->in_cb && pthread_equal(r->cb_thread, pthread_self())) {
-        r->free_requested = 1;
+        if (!r->destroying) /* else the free that runs this callback frees it */
+            r->free_requested = 1;
         pthread_mutex_unlock(&r->mu);
         return;
     }
@@ -627,7 +770,7 @@ static int call(projd_conn *c, const pj_wbuf *w, const char *what, uint16_t expe
                 projd_request **out, projd_error *e)
 {
     projd_request *r;
-    int rc = req_submit(c, w, what, expect, req_id, 0, NULL, NULL, &r, e);
+    int rc = req_submit(c, w, what, expect, req_id, 0, NULL, NULL, 1, &r, e);
     if (rc)
         return rc;
     rc = projd_request_wait(r, NULL, e);
@@ -701,7 +844,7 @@ static int ring_submit(ring_cli *rc, const pj_wbuf *w, projd_request *r, projd_e
     /* A callback submitting on a full ring runs on the reaper, which frees
      * the slots of every reply but those waiting threads take themselves:
      * it cannot wait for one. That request goes over nng. */
-    if (!rc->dead && rc->inflight >= rc->ring.slots && pthread_equal(pthread_self(), rc->reaper)) {
+    if (!rc->dead && rc->inflight >= rc->ring.slots && tl_completing == rc) {
         pthread_mutex_unlock(&rc->mu);
         return -EPIPE;
     }
@@ -885,6 +1028,7 @@ static int ring_reap_own(ring_cli *rc, const projd_request *mine)
 static void *ring_reaper(void *arg)
 {
     ring_cli *rc = arg;
+    tl_completing = rc;
     size_t cap = pj_ring_msg_max(&rc->ring);
     uint64_t last_expire = now_ns();
     while (!__atomic_load_n(&rc->stop, __ATOMIC_ACQUIRE)) {
@@ -906,11 +1050,14 @@ static void *ring_reaper(void *arg)
             ring_fail_all(rc, -EPROTO, "the ring's completion queue is corrupt");
             break;
         }
-        if (pj_ring_state(&rc->ring) == PJ_RING_STATE_CLOSED ||
-            atomic_load(&rc->c->pipes_removed) != rc->removed_at_attach) {
+        if (atomic_load(&rc->c->pipes_removed) != rc->removed_at_attach) {
             ring_fail_all(rc, -ECONNRESET,
-                          "projd closed the ring (connection lost or ring "
-                          "dropped); later requests go over nng");
+                          "the connection to projd was lost (projd exited or restarted, or "
+                          "dropped this client): reconnect with projd_connect");
+            break;
+        }
+        if (pj_ring_state(&rc->ring) == PJ_RING_STATE_CLOSED) {
+            ring_fail_all(rc, -ECONNRESET, "projd dropped the ring; later requests go over nng");
             break;
         }
         uint64_t t = now_ns();
@@ -919,6 +1066,7 @@ static void *ring_reaper(void *arg)
             last_expire = t;
         }
     }
+    tl_completing = NULL;
     return NULL;
 }
 
@@ -1036,7 +1184,9 @@ int projd_ring_attach(projd_conn *c, uint32_t slots, projd_error *e)
         /* The daemon keeps polling a ring nobody uses until we close. */
         return fail(e, -rv, "ring: cannot start the reaper thread: %s", strerror(rv));
     }
+    pthread_mutex_lock(&c->mu);
     c->ring = rc;
+    pthread_mutex_unlock(&c->mu);
     ok(e);
     return 0;
 }
@@ -1056,13 +1206,20 @@ int projd_ring_active(const projd_conn *c)
  * reference. */
 static void ring_close(projd_conn *c)
 {
+    pthread_mutex_lock(&c->mu);
     ring_cli *rc = c->ring;
+    c->ring = NULL;
+    pthread_mutex_unlock(&c->mu);
     if (!rc)
         return;
-    c->ring = NULL;
     __atomic_store_n(&rc->stop, 1, __ATOMIC_RELEASE);
     pj_ring_stop_thread(&rc->ring, PJ_RING_CQ, rc->reaper);
+    /* The callbacks run here now: a wait from one is refused as on the
+     * reaper. */
+    ring_cli *was = tl_completing;
+    tl_completing = rc;
     ring_fail_all(rc, -ECANCELED, "the connection was closed");
+    tl_completing = was;
     ring_unref(rc); /* the last reference unmaps */
 }
 
@@ -1074,6 +1231,10 @@ static void pipe_removed(nng_pipe p, nng_pipe_ev ev, void *arg)
     (void)ev;
     projd_conn *c = arg;
     atomic_fetch_add(&c->pipes_removed, 1);
+    /* The daemon's state of this connection (HELLO, buffers, ring) went
+     * with the pipe; the dialer would reconnect to whatever listens next. */
+    if (atomic_load(&c->established))
+        atomic_store(&c->lost, 1);
 }
 
 /* Whoever answers on the socket path gets our requests and the names of
@@ -1105,9 +1266,9 @@ static int bad_peer_error(projd_conn *c, projd_error *e)
                 c->url, uid, (unsigned)geteuid());
 }
 
-/* HELLO/WELCOME. A daemon that refuses the peer (auth) closes the pipe
- * instead of answering, so the wait watches for that and says so, instead
- * of waiting out the timeout. */
+/* HELLO/WELCOME. A daemon that refuses the peer (auth, its connection limit,
+ * draining) closes the pipe instead of answering, so the wait watches for that
+ * and says so, instead of waiting out the timeout. */
 static int say_hello(projd_conn *c, const char *name, projd_error *e)
 {
     pj_hello h;
@@ -1121,7 +1282,7 @@ static int say_hello(projd_conn *c, const char *name, projd_error *e)
     uint64_t id = projd_next_req_id(c);
     pj_enc_hello(&w, id, &h);
     projd_request *r;
-    int rc = req_submit(c, &w, "HELLO", PJ_MSG_WELCOME, id, 0, NULL, NULL, &r, e);
+    int rc = req_submit(c, &w, "HELLO", PJ_MSG_WELCOME, id, 0, NULL, NULL, 1, &r, e);
     pj_wbuf_free(&w);
     if (rc)
         return rc;
@@ -1151,8 +1312,9 @@ static int say_hello(projd_conn *c, const char *name, projd_error *e)
         if (atomic_load(&c->bad_peer) >= 0)
             return bad_peer_error(c, e);
         return fail(e, -ECONNRESET,
-                    "connect %s: projd closed the connection before WELCOME "
-                    "(is this uid/gid allowed by its auth config?)",
+                    "connect %s: projd closed the connection before WELCOME (refused: not "
+                    "allowed by auth, at its connection limit, or shutting down; projd's log "
+                    "says which)",
                     c->url);
     }
     rc = projd_request_wait(r, NULL, e);
@@ -1281,6 +1443,7 @@ int projd_connect(const char *url, const char *name, projd_conn **out, projd_err
     const char *trust = getenv("PROJD_TRUST_ANY_UID");
     c->trust_any_uid = trust && strcmp(trust, "1") == 0;
     pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->idle, NULL);
     /* A dial that lands on a listener nng 1.5 has just stopped (projd
      * replaces it within ~100 ms, daemon/DAEMON.md) is accepted by the
      * kernel but never answered: HELLO waits a short while per attempt and
@@ -1296,6 +1459,7 @@ int projd_connect(const char *url, const char *name, projd_conn **out, projd_err
         rc = connect_attempt(c, name, e);
         atomic_store(&c->timeout_ms, PROJD_DEFAULT_TIMEOUT_MS);
         if (rc == 0) {
+            atomic_store(&c->established, 1);
             ring_from_env(c);
             ok(e);
             *out = c;
@@ -1309,6 +1473,7 @@ int projd_connect(const char *url, const char *name, projd_conn **out, projd_err
         hello_ms = hello_ms * 2 < left ? hello_ms * 2 : (int)left;
     }
     pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->idle);
     free(c);
     return rc;
 }
@@ -1317,10 +1482,18 @@ void projd_close(projd_conn *c)
 {
     if (!c)
         return;
-    /* Completes every outstanding request with an error first. */
+    /* From here submissions fail, also those of callbacks. */
+    pthread_mutex_lock(&c->mu);
+    atomic_store(&c->closing, 1);
+    pthread_mutex_unlock(&c->mu);
+    /* Completes every outstanding request with -ECANCELED first: those on
+     * the ring here, those on nng on nng's threads once nng_close has
+     * aborted them, after it returned; their callbacks may still use c. */
     ring_close(c);
     close_sock(c);
     pthread_mutex_lock(&c->mu);
+    while (c->nng_live > 0)
+        pthread_cond_wait(&c->idle, &c->mu);
     projd_buffer *b = c->buffers;
     c->buffers = NULL;
     pthread_mutex_unlock(&c->mu);
@@ -1331,6 +1504,7 @@ void projd_close(projd_conn *c)
         b = next;
     }
     pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->idle);
     free(c);
 }
 
@@ -1510,12 +1684,11 @@ int projd_unregister(projd_conn *c, uint32_t id, projd_error *e)
 
 /* ---- projections ---------------------------------------------------------------------- */
 
-int projd_project_events(projd_conn *c, const projd_op *ops, size_t n, uint32_t flags,
-                         const uint8_t *wait_event, const uint8_t *signal_event, projd_callback cb,
-                         void *arg, projd_request **req, projd_result *res, projd_error *e)
+/* Checks, encodes and submits a PROJECT; *out is the request. */
+static int project_submit(projd_conn *c, const projd_op *ops, size_t n, uint32_t flags,
+                          const uint8_t *wait_event, const uint8_t *signal_event, projd_callback cb,
+                          void *arg, int blocking, projd_request **out, projd_error *e)
 {
-    if (req)
-        *req = NULL;
     if ((n && !ops) || n > UINT32_MAX)
         return fail(e, -EINVAL, "PROJECT: %zu ops at %p", n, (const void *)ops);
     if (!(flags & PJ_PF_WAIT_EVENT) != !wait_event ||
@@ -1544,12 +1717,30 @@ int projd_project_events(projd_conn *c, const projd_op *ops, size_t n, uint32_t 
                     "PROJECT: %zu ops make a %zu-byte message, the daemon takes at most %u", n, len,
                     c->info.max_message_bytes);
     }
-    projd_request *r;
-    int rc =
-        req_submit(c, &w, "PROJECT", PJ_MSG_DONE, rid, (uint32_t)n, req ? cb : NULL, arg, &r, e);
+    int rc = req_submit(c, &w, "PROJECT", PJ_MSG_DONE, rid, (uint32_t)n, cb, arg, blocking, out, e);
     pj_wbuf_free(&w);
-    if (rc)
+    return rc;
+}
+
+int projd_project_events(projd_conn *c, const projd_op *ops, size_t n, uint32_t flags,
+                         const uint8_t *wait_event, const uint8_t *signal_event, projd_callback cb,
+                         void *arg, projd_request **req, projd_result *res, projd_error *e)
+{
+    if (req)
+        *req = NULL;
+    projd_request *r;
+    int rc = project_submit(c, ops, n, flags, wait_event, signal_event, req ? cb : NULL, arg,
+                            req == NULL, &r, e);
+    if (rc) {
+        /* Nothing was sent: res says so, as after any local failure. */
+        if (!req && res) {
+            memset(res, 0, sizeof *res);
+            res->n_ops = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+            res->failed_op = UINT32_MAX;
+            res_local_failure(res, rc);
+        }
         return rc;
+    }
     if (req) {
         *req = r;
         ok(e);

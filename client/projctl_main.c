@@ -69,7 +69,8 @@ static const char *usage_main =
     "                 ipc://$XDG_RUNTIME_DIR/projd/projd.sock, else "
     "ipc:///tmp/projd-<uid>/projd.sock)\n"
     "  --config FILE  config applied on top of the built-in defaults (as projd takes it)\n"
-    "  --timeout MS   per-request timeout (default 30000)\n"
+    "  --timeout MS   per-request timeout (default 30000); the connect is not bounded by it:\n"
+    "                 a daemon that accepts but does not answer HELLO takes libprojd's 30 s\n"
     "  --help         this text; `projctl COMMAND --help` for a command\n";
 
 typedef struct cmd_help {
@@ -965,7 +966,18 @@ static int cmd_bench_ipc(opts *o)
                     sep = ",";
                 }
         fprintf(f, "\n]}\n");
-        fclose(f);
+        /* A full disk shows only at the flush: the table is not written
+         * until fclose says so. */
+        int failed = ferror(f), werr = errno;
+        if (fclose(f) != 0 && !failed) {
+            failed = 1;
+            werr = errno;
+        }
+        if (failed) {
+            fprintf(stderr, "projctl: %s: writing the results failed: %s\n", o->out,
+                    strerror(werr ? werr : EIO));
+            goto out;
+        }
         printf("wrote %s\n", o->out);
     }
     status = 0;

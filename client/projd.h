@@ -15,8 +15,22 @@
  *              within the timeout), -ECONNREFUSED / -ENOENT (nobody listens
  *              at the URL), -EPROTO (a malformed reply), -EMSGSIZE (request
  *              larger than the daemon's max_message_bytes), -EINVAL (bad
- *              argument), -ENOMEM; nng errors keep nng_strerror's text.
- * projd_strerror(code) names either kind.
+ *              argument), -ENOMEM, -ECANCELED (the request was freed or
+ *              its connection closed before it completed), -EBADF (the
+ *              connection is being closed), -ECONNRESET (the connection
+ *              to projd was lost, see below); nng errors keep
+ *              nng_strerror's text.
+ * projd_strerror(code) names either kind. After a local failure (code < 0)
+ * a projd_result says so too: its status and every op's status are that
+ * code, failed_op is UINT32_MAX (nothing says what ran).
+ *
+ * A lost connection. The daemon keeps a connection's state (HELLO, buffers,
+ * ring) for as long as its pipe lasts. Once the pipe is gone (projd exited
+ * or restarted, or dropped this client), requests in flight fail with
+ * -ECONNRESET (or their timeout), and every later call on the connection
+ * fails at once with -ECONNRESET, "the connection to projd was lost":
+ * nothing is sent to a daemon that came up since. Close it and reconnect
+ * with projd_connect.
  *
  * Timeouts. Every blocking call and every asynchronous request ends within
  * the connection's timeout (default 30 000 ms, projd_set_timeout_ms).
@@ -100,13 +114,21 @@ typedef struct projd_result {
  * says HELLO as `name` (NULL: "libprojd"; cut to 63 bytes) and reads
  * WELCOME. On success *out is a connection the caller closes with
  * projd_close. Nobody listening is reported at once (-ECONNREFUSED or
- * -ENOENT); a daemon that does not answer fails after the default timeout. */
+ * -ENOENT); a daemon that closes the connection before WELCOME (not allowed
+ * by its auth config, at its connection limit, or shutting down) at once
+ * with -ECONNRESET; a daemon that does not answer fails after the default
+ * timeout (projd_set_timeout_ms does not apply to the connect). */
 int projd_connect(const char *url, const char *name, projd_conn **out, projd_error *e);
 
 /* Closes the connection. Buffers not yet released are released (their
- * pointers become invalid). Requests still outstanding complete with an
- * error (their callbacks run); the caller still frees them with
- * projd_request_free, which stays valid after close. NULL is a no-op. */
+ * pointers become invalid). Requests still outstanding complete with
+ * -ECANCELED, and projd_close returns only once every one of their
+ * callbacks has returned (those of ring requests run on the calling
+ * thread, those of nng requests on nng's threads): after it returns
+ * nothing touches c. Submissions made meanwhile (from a callback) fail with
+ * -EBADF. The caller still frees the requests with projd_request_free,
+ * which stays valid after close. Not from a callback of one of c's
+ * requests (it would wait for itself). NULL is a no-op. */
 void projd_close(projd_conn *c);
 
 /* Timeout of every later call and request on c, in ms (> 0). Returns 0 or -EINVAL. */
@@ -173,12 +195,15 @@ int projd_project(projd_conn *c, const projd_op *ops, size_t n, uint32_t flags, 
 
 /* Completion callback of an asynchronous request. It runs once per request,
  * on one of nng's threads or the ring's reaper thread (never on the
- * caller's), after the result is
+ * submitting thread; for a request that projd_request_free or projd_close
+ * completes on the ring, on the thread calling it), after the result is
  * available to projd_request_result and before projd_request_wait returns.
  * It must not block for long (it holds up nng's thread); it may call
  * projd_request_result, projd_request_poll and projd_request_free on its own
  * request (a free there takes effect when the callback returns), and may
- * submit new requests. */
+ * submit new requests. A blocking call (projd_project, projd_ping, ...)
+ * from a ring request's callback goes over nng, as the reaper that would
+ * take its reply off the ring is the thread waiting for it. */
 typedef void (*projd_callback)(projd_request *req, void *arg);
 
 /* Submits n ops and returns at once with *req (caller frees with
@@ -210,8 +235,10 @@ int projd_request_wait(projd_request *req, projd_result *res, projd_error *e);
  * -EBUSY when it has not completed. Callable from the callback. */
 int projd_request_result(projd_request *req, projd_result *res, projd_error *e);
 
-/* Cancels the request if it is still running, waits for its callback, and
- * frees it. NULL is a no-op. */
+/* Cancels the request if it is still running (its callback then runs with
+ * -ECANCELED, on either transport), waits for its callback, and frees it.
+ * A callback that frees its own request may do so in that run too: it is
+ * the same free. NULL is a no-op. */
 void projd_request_free(projd_request *req);
 
 /* ---- the shared-memory ring (fast path) --------------------------------------- */
@@ -230,12 +257,14 @@ void projd_request_free(projd_request *req);
  * still run on the reaper only. At most `slots` requests are in flight on the ring; one more
  * waits for a slot (within its timeout), so a thread's requests enter the
  * ring in the order it submits them; a callback that submits on a full
- * ring sends that request over nng instead (the callback runs on the
- * reaper, which would have to free the slot itself). A daemon that refuses
+ * ring, or makes a blocking call, sends that request over nng instead (the
+ * callback runs on the reaper, which would have to free the slot or take
+ * the reply itself). A daemon that refuses
  * the ring answers E_TYPE (older daemons, ring.enabled = 0), E_LIMIT or
  * E_REGISTER, and the connection stays usable over nng. If the daemon
  * drops the ring later, pending requests fail with -ECONNRESET and later
- * ones go over nng. $PROJD_RING=1 (or a slot count) makes projd_connect
+ * ones go over nng (unless the connection was lost: then they fail too).
+ * $PROJD_RING=1 (or a slot count) makes projd_connect
  * attach one, staying on nng when refused. Beside the ring it makes the
  * ring's wake FIFO (protocol/ring.h, pj_ring_wake_path; unlinked once
  * attached), through which a request that finds the daemon's poller asleep

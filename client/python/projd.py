@@ -1341,8 +1341,9 @@ class Client:
     @property
     def ring_active(self) -> bool:
         """True while PROJECT and PING go through a ring. A ring the daemon
-        drops (connection lost, a corrupt ring) turns this False; requests
-        then go over nng."""
+        drops (a corrupt ring) turns this False; requests then go over nng.
+        After a lost connection (projd exited or restarted) it is False too,
+        and every call fails with -ECONNRESET: make a new Client."""
         return bool(self._call("projd_ring_active"))
 
     # ---- other requests
@@ -1559,6 +1560,12 @@ class Client:
             )
         else:
             rc = self._call("projd_project", ops._arr, n, flags, res, e)
+        if rc < 0 and res.status == 0:
+            # A local failure (libprojd before this fix left it reading as
+            # PJ_OK): ops.result() must say it too, as the exception does.
+            res.status = rc
+            for i in range(min(n, RESULT_MAX_OPS)):
+                res.ops[i].status = rc
         if rc != 0:
             _outcome(rc, res, e)  # raises
 

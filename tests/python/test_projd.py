@@ -1209,11 +1209,48 @@ class SlowDaemonTests(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "closed"):
             cancelled.wait()
         c.close()
-        # A request outstanding at close completes with a local error.
+        # A request outstanding at close completes with a local error:
+        # cancelled, as on a ring (not the -ECONNRESET of a lost daemon).
         with self.assertRaises(ProjdError) as cm:
             orphan.wait()
-        self.assertLess(cm.exception.code, 0)
+        self.assertEqual(cm.exception.code, -125, str(cm.exception))  # ECANCELED
         orphan.close()
+
+    def test_wait_after_close_on_a_new_thread(self):
+        # close() joins the ring's reaper thread; glibc gives its thread id
+        # to the next thread, which must not be taken for the reaper.
+        c = projd.Client(self.url, ring=True)
+        self.assertTrue(c.ring_active)
+        xb, yb = c.shm_buffer(256 * 2), c.shm_buffer(64 * 2)
+        req = c.project_async([Op(layer="router", m=1, x_buf=xb, y_buf=yb)])
+        c.close()
+        out = {}
+
+        def wait():
+            try:
+                req.wait()
+                out["code"] = 0
+            except ProjdError as e:
+                out["code"] = e.code
+
+        t = threading.Thread(target=wait)
+        t.start()
+        t.join()
+        self.assertEqual(out["code"], -125)  # ECANCELED, not -EDEADLK (-35)
+        req.close()
+
+    def test_packed_result_after_a_local_failure(self):
+        with projd.Client(self.url, timeout_ms=50) as c, c.shm_buffer(256 * 2) as xb, c.shm_buffer(64 * 2) as yb:
+            L = c.layer("router")
+            ops = projd.PackedOps(1)
+            ops.set(0, L.index, 1, L.n, xb.id, 0, L.k, yb.id, 0, L.n)
+            with self.assertRaises(ProjdError) as cm:
+                c.project_packed(ops)
+            self.assertEqual(cm.exception.code, -110)  # ETIMEDOUT
+            r = ops.result()
+            self.assertFalse(r.ok)
+            self.assertEqual((r.status, r.failed_op, [o.status for o in r.ops]), (-110, None, [-110]))
+            time.sleep(0.5)  # the daemon finishes the op that timed out
 
 
 if __name__ == "__main__":

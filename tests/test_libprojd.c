@@ -1,0 +1,498 @@
+/* test_libprojd.c — libprojd's contract (client/projd.h) at its edges,
+ * against a running projd (cpu backend): projd_close with requests in
+ * flight on either transport, blocking calls from a ring callback, waits
+ * after close, the result of a local failure, freeing a request in flight,
+ * a daemon restarted under a live connection, a connect refused before
+ * WELCOME, and projctl's bench-ipc --out on a full disk. Many cases run on
+ * a "slow" daemon (cpu.min_op_us) that holds every op for 300 ms, so that
+ * requests are still in flight when the test acts. */
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "client/projd.h"
+#include "tests/helpers/daemon_check.h"
+#include "tests/helpers/daemon_proc.h"
+#include "tests/helpers/daemon_test.h"
+
+#define SLOW_CFG "{\"cpu\": {\"threads\": 1, \"min_op_us\": 300000}}"
+
+static char g_model_path[4200];
+
+/* A connection with x, y and y2 buffers for one op of layer 0 (m = 1). */
+typedef struct lib_t {
+    projd_conn *c;
+    projd_buffer *x, *y, *y2;
+    projd_op op, op2; /* op writes y, op2 y2 */
+} lib_t;
+
+static void lib_open(lib_t *t, const char *url, uint32_t ring)
+{
+    projd_error e;
+    memset(t, 0, sizeof *t);
+    ck_assert_msg(projd_connect(url, "test_libprojd", &t->c, &e) == 0, "%s", e.msg);
+    const projd_info *inf = projd_info_get(t->c);
+    uint32_t k = inf->layers[0].k, n = inf->layers[0].n;
+    ck_assert_msg(projd_shm_create(t->c, (size_t)k * 2, &t->x, &e) == 0, "%s", e.msg);
+    ck_assert_msg(projd_shm_create(t->c, (size_t)n * 2, &t->y, &e) == 0, "%s", e.msg);
+    ck_assert_msg(projd_shm_create(t->c, (size_t)n * 2, &t->y2, &e) == 0, "%s", e.msg);
+    for (uint32_t i = 0; i < k; i++)
+        ((uint16_t *)projd_buffer_ptr(t->x))[i] = 0x3f80; /* 1.0 */
+    projd_op op = {.layer = 0,
+                   .m = 1,
+                   .n = n,
+                   .x_buf = projd_buffer_id(t->x),
+                   .x_ld = k,
+                   .y_buf = projd_buffer_id(t->y),
+                   .y_ld = n};
+    t->op = op;
+    t->op2 = op;
+    t->op2.y_buf = projd_buffer_id(t->y2);
+    if (ring) {
+        ck_assert_msg(projd_ring_attach(t->c, ring, &e) == 0, "%s", e.msg);
+        ck_assert_int_eq(projd_ring_active(t->c), 1);
+    }
+}
+
+/* What a callback saw and did. */
+typedef struct cb_rec {
+    atomic_int ran;
+    atomic_int rc;                        /* the request's outcome, as the callback read it */
+    int sleep_ms;                         /* before returning */
+    lib_t *t;                             /* the connection, for what follows */
+    int resubmit;                         /* submit another request on t->c */
+    atomic_int resubmit_rc;               /* what that returned */
+    int blocking;                         /* call projd_project and projd_ping on t->c */
+    atomic_int inner_project, inner_ping; /* what they returned */
+} cb_rec;
+
+static void cb_note(projd_request *req, void *arg)
+{
+    cb_rec *k = arg;
+    atomic_store(&k->rc, projd_request_result(req, NULL, NULL));
+    if (k->sleep_ms)
+        pjd_sleep_ms(k->sleep_ms);
+    if (k->resubmit) {
+        projd_error e;
+        projd_request *q = NULL;
+        int rc = projd_project_async(k->t->c, &k->t->op, 1, 0, NULL, NULL, &q, &e);
+        atomic_store(&k->resubmit_rc, rc);
+        if (rc == 0)
+            ck_assert_ptr_nonnull(q); /* leaked: only a failing run gets here */
+    }
+    if (k->blocking) {
+        projd_error e;
+        projd_result res;
+        atomic_store(&k->inner_project, projd_project(k->t->c, &k->t->op2, 1, 0, &res, &e));
+        atomic_store(&k->inner_ping, projd_ping(k->t->c, &e));
+    }
+    atomic_fetch_add(&k->ran, 1);
+}
+
+/* ---- projd_close with requests in flight ------------------------------------------ */
+
+static void close_in_flight(uint32_t ring)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, SLOW_CFG);
+    lib_t t;
+    lib_open(&t, d.url, ring);
+    projd_error e;
+    enum { N = 4 };
+    cb_rec recs[N];
+    projd_request *reqs[N];
+    memset(recs, 0, sizeof recs);
+    for (int i = 0; i < N; i++) {
+        recs[i].sleep_ms = 20;
+        recs[i].rc = 1;
+        recs[i].resubmit_rc = 1;
+        /* Two of them submit again from their callback, during the close. */
+        recs[i].t = &t;
+        recs[i].resubmit = i % 2;
+        ck_assert_msg(projd_project_async(t.c, &t.op, 1, 0, cb_note, &recs[i], &reqs[i], &e) == 0,
+                      "%s", e.msg);
+    }
+    pjd_sleep_ms(50);
+    projd_close(t.c);
+    /* Every callback has returned by now, and none of them could start a
+     * request on the connection being freed. */
+    for (int i = 0; i < N; i++) {
+        ck_assert_msg(atomic_load(&recs[i].ran) == 1,
+                      "%s: request %d: callback ran %d times by "
+                      "the time projd_close returned",
+                      ring ? "ring" : "nng", i, atomic_load(&recs[i].ran));
+        ck_assert_int_eq(atomic_load(&recs[i].rc), -ECANCELED);
+        if (i % 2)
+            ck_assert_int_eq(atomic_load(&recs[i].resubmit_rc), -EBADF);
+        projd_result res;
+        ck_assert_int_eq(projd_request_wait(reqs[i], &res, &e), -ECANCELED);
+        ck_assert_msg(strstr(e.msg, "closed") != NULL, "%s", e.msg);
+        ck_assert_int_eq(res.status, -ECANCELED);
+        projd_request_free(reqs[i]);
+    }
+    pjd_stop(&d);
+}
+
+START_TEST(close_completes_nng_requests)
+{
+    close_in_flight(0);
+}
+END_TEST
+
+START_TEST(close_completes_ring_requests)
+{
+    close_in_flight(4);
+}
+END_TEST
+
+/* ---- blocking calls from a ring callback --------------------------------------------- */
+
+static void blocking_from_callback(uint32_t ring)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, NULL);
+    lib_t t;
+    lib_open(&t, d.url, ring);
+    projd_error e;
+    cb_rec rec;
+    memset(&rec, 0, sizeof rec);
+    rec.t = &t;
+    rec.blocking = 1;
+    rec.inner_project = rec.inner_ping = 1;
+    memset(projd_buffer_ptr(t.y2), 0xff, projd_buffer_size(t.y2));
+    projd_request *req;
+    ck_assert_msg(projd_project_async(t.c, &t.op, 1, 0, cb_note, &rec, &req, &e) == 0, "%s", e.msg);
+    ck_assert_msg(projd_request_wait(req, NULL, &e) == 0, "%s", e.msg);
+    projd_request_free(req);
+    /* The same outcome on both transports: the calls ran and succeeded. */
+    ck_assert_msg(atomic_load(&rec.inner_project) == 0, "%s: projd_project in a callback: %d",
+                  ring ? "ring" : "nng", atomic_load(&rec.inner_project));
+    ck_assert_msg(atomic_load(&rec.inner_ping) == 0, "%s: projd_ping in a callback: %d",
+                  ring ? "ring" : "nng", atomic_load(&rec.inner_ping));
+    ck_assert_uint_ne(((uint16_t *)projd_buffer_ptr(t.y2))[0], 0xffff);
+    /* The ring still serves. */
+    ck_assert_msg(projd_ping(t.c, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(projd_ring_active(t.c), ring ? 1 : 0);
+    projd_close(t.c);
+    pjd_stop(&d);
+}
+
+START_TEST(blocking_call_from_ring_callback)
+{
+    blocking_from_callback(8);
+}
+END_TEST
+
+START_TEST(blocking_call_from_nng_callback)
+{
+    blocking_from_callback(0);
+}
+END_TEST
+
+/* ---- a wait after close, from a thread created then ---------------------------------- */
+
+typedef struct waiter_arg {
+    projd_request *req;
+    int rc;
+    char msg[1024];
+} waiter_arg;
+
+static void *waiter(void *arg)
+{
+    waiter_arg *w = arg;
+    projd_error e;
+    w->rc = projd_request_wait(w->req, NULL, &e);
+    snprintf(w->msg, sizeof w->msg, "%s", e.msg);
+    return NULL;
+}
+
+START_TEST(wait_after_close_from_a_new_thread)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, SLOW_CFG);
+    lib_t t;
+    lib_open(&t, d.url, 4);
+    projd_error e;
+    waiter_arg w = {0};
+    ck_assert_msg(projd_project_async(t.c, &t.op, 1, 0, NULL, NULL, &w.req, &e) == 0, "%s", e.msg);
+    projd_close(t.c); /* joins the reaper: glibc hands its thread to the next */
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, waiter, &w), 0);
+    pthread_join(th, NULL);
+    ck_assert_msg(w.rc == -ECANCELED, "wait from a new thread: %d (%s)", w.rc, w.msg);
+    projd_request_free(w.req);
+    pjd_stop(&d);
+}
+END_TEST
+
+/* ---- the result of a local failure -------------------------------------------------- */
+
+static void local_failure_result(uint32_t ring)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, SLOW_CFG);
+    lib_t t;
+    lib_open(&t, d.url, ring);
+    projd_error e;
+    projd_result res;
+    const char *tr = ring ? "ring" : "nng";
+
+    /* No reply within the timeout. */
+    ck_assert_int_eq(projd_set_timeout_ms(t.c, 50), 0);
+    memset(&res, 0, sizeof res);
+    ck_assert_int_eq(projd_project(t.c, &t.op, 1, 0, &res, &e), -ETIMEDOUT);
+    ck_assert_msg(res.status == -ETIMEDOUT && res.ops[0].status == -ETIMEDOUT,
+                  "%s: after a timeout res.status %d, ops[0].status %d", tr, res.status,
+                  res.ops[0].status);
+    ck_assert_uint_eq(res.failed_op, UINT32_MAX);
+    ck_assert_uint_eq(res.n_ops, 1);
+    projd_request *req;
+    ck_assert_int_eq(projd_project_async(t.c, &t.op, 1, 0, NULL, NULL, &req, &e), 0);
+    memset(&res, 0, sizeof res);
+    ck_assert_int_eq(projd_request_wait(req, &res, &e), -ETIMEDOUT);
+    ck_assert_int_eq(res.status, -ETIMEDOUT);
+    ck_assert_int_eq(res.ops[0].status, -ETIMEDOUT);
+    memset(&res, 0, sizeof res);
+    ck_assert_int_eq(projd_request_result(req, &res, &e), -ETIMEDOUT);
+    ck_assert_int_eq(res.status, -ETIMEDOUT);
+    projd_request_free(req);
+
+    /* Refused before anything was sent: res is written all the same. */
+    memset(&res, 0, sizeof res);
+    ck_assert_int_eq(projd_project(t.c, NULL, 2, 0, &res, &e), -EINVAL);
+    ck_assert_msg(res.status == -EINVAL && res.ops[0].status == -EINVAL &&
+                      res.ops[1].status == -EINVAL && res.n_ops == 2,
+                  "%s: after -EINVAL res.status %d ops %d %d n_ops %u", tr, res.status,
+                  res.ops[0].status, res.ops[1].status, res.n_ops);
+    ck_assert_uint_eq(res.failed_op, UINT32_MAX);
+    pjd_sleep_ms(700); /* the slow daemon finishes what timed out */
+    ck_assert_int_eq(projd_set_timeout_ms(t.c, 30000), 0);
+    ck_assert_msg(projd_project(t.c, &t.op, 1, 0, &res, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(res.status, 0);
+    projd_close(t.c);
+    pjd_stop(&d);
+}
+
+START_TEST(local_failure_result_nng)
+{
+    local_failure_result(0);
+}
+END_TEST
+
+START_TEST(local_failure_result_ring)
+{
+    local_failure_result(4);
+}
+END_TEST
+
+/* ---- freeing a request in flight ---------------------------------------------------- */
+
+/* A callback that frees the request it is given (a common pattern). */
+static void cb_note_and_free(projd_request *req, void *arg)
+{
+    cb_note(req, arg);
+    projd_request_free(req);
+}
+
+static void free_in_flight(uint32_t ring, int cb_frees)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, SLOW_CFG);
+    lib_t t;
+    lib_open(&t, d.url, ring);
+    projd_error e;
+    cb_rec rec;
+    memset(&rec, 0, sizeof rec);
+    rec.rc = 1;
+    projd_request *req;
+    ck_assert_int_eq(projd_project_async(t.c, &t.op, 1, 0, cb_frees ? cb_note_and_free : cb_note,
+                                         &rec, &req, &e),
+                     0);
+    pjd_sleep_ms(20);
+    /* With cb_frees, the callback this free runs frees the request too:
+     * one free, not two (an ASan build would see a second). */
+    projd_request_free(req);
+    /* projd.h: the free cancels it and waits for its callback. */
+    ck_assert_msg(atomic_load(&rec.ran) == 1, "%s: callback ran %d times by the free's return",
+                  ring ? "ring" : "nng", atomic_load(&rec.ran));
+    ck_assert_int_eq(atomic_load(&rec.rc), -ECANCELED);
+    /* The connection goes on (on the ring: the dropped reply's slot comes
+     * back when the daemon answers). */
+    projd_set_timeout_ms(t.c, 10000);
+    ck_assert_msg(projd_ping(t.c, &e) == 0, "%s", e.msg);
+    projd_close(t.c);
+    ck_assert_int_eq(atomic_load(&rec.ran), 1);
+    pjd_stop(&d);
+}
+
+START_TEST(free_in_flight_nng)
+{
+    free_in_flight(0, 0);
+    free_in_flight(0, 1);
+}
+END_TEST
+
+START_TEST(free_in_flight_ring)
+{
+    free_in_flight(4, 0);
+    free_in_flight(4, 1);
+}
+END_TEST
+
+/* ---- a daemon restarted under a live connection ---------------------------------------- */
+
+START_TEST(daemon_restart_fails_locally)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, NULL);
+    lib_t a, b;
+    lib_open(&a, d.url, 0);
+    lib_open(&b, d.url, 4);
+    projd_error e;
+    ck_assert_int_eq(pj_dproc_stop(&d, 30000), 0);
+    /* Another projd on the same socket. */
+    d.notes[0] = '\0';
+    char err[512];
+    ck_assert_msg(pj_dproc_spawn(&d, NULL, 1, 30000, err, sizeof err) == 0, "%s", err);
+    /* Time for nng to redial it (at most a second apart). */
+    pjd_sleep_ms(1500);
+    lib_t *ts[2] = {&a, &b};
+    for (int i = 0; i < 2; i++) {
+        projd_conn *c = ts[i]->c;
+        const char *tr = i ? "ring" : "nng";
+        projd_set_timeout_ms(c, 3000);
+        int rc = projd_ping(c, &e);
+        ck_assert_msg(rc == -ECONNRESET, "%s: ping after a restart: %d %s", tr, rc, e.msg);
+        ck_assert_msg(strstr(e.msg, "connection to projd was lost") && strstr(e.msg, "reconnect"),
+                      "%s", e.msg);
+        projd_result res;
+        ck_assert_int_eq(projd_project(c, &ts[i]->op, 1, 0, &res, &e), -ECONNRESET);
+        ck_assert_int_eq(res.status, -ECONNRESET);
+        char *json = NULL;
+        ck_assert_int_eq(projd_stats_json(c, &json, &e), -ECONNRESET);
+        projd_buffer *buf;
+        ck_assert_int_eq(projd_shm_create(c, 4096, &buf, &e), -ECONNRESET);
+        ck_assert_int_eq(projd_ring_active(c), 0);
+        projd_close(c);
+    }
+    /* A new connection works. */
+    lib_t n;
+    lib_open(&n, d.url, 4);
+    ck_assert_msg(projd_project(n.c, &n.op, 1, 0, NULL, &e) == 0, "%s", e.msg);
+    projd_close(n.c);
+    pjd_stop(&d);
+}
+END_TEST
+
+/* ---- refused before WELCOME --------------------------------------------------------- */
+
+START_TEST(refused_before_welcome_says_why)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, "{\"limits\": {\"max_connections\": 1}}");
+    projd_conn *c1, *c2 = NULL;
+    projd_error e;
+    ck_assert_msg(projd_connect(d.url, "first", &c1, &e) == 0, "%s", e.msg);
+    int rc = projd_connect(d.url, "second", &c2, &e);
+    ck_assert_msg(rc == -ECONNRESET, "connect over the limit: %d %s", rc, e.msg);
+    ck_assert_msg(strstr(e.msg, "before WELCOME") && strstr(e.msg, "connection limit") &&
+                      strstr(e.msg, "auth") && strstr(e.msg, "shutting down"),
+                  "%s", e.msg);
+    ck_assert_ptr_null(c2);
+    projd_close(c1);
+    pjd_stop(&d);
+}
+END_TEST
+
+/* ---- projctl bench-ipc --out ---------------------------------------------------------- */
+
+/* Runs projctl with args; its exit code, its output (both streams) in out. */
+static int run_projctl(const char *const *args, char *out, size_t cap)
+{
+    char bin[512];
+    snprintf(bin, sizeof bin, "%s", pj_dproc_binary());
+    char *slash = strrchr(bin, '/');
+    ck_assert_ptr_nonnull(slash);
+    snprintf(slash + 1, sizeof bin - (size_t)(slash + 1 - bin), "projctl");
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(fds[1], STDOUT_FILENO);
+        dup2(fds[1], STDERR_FILENO);
+        close(fds[0]);
+        const char *argv[32];
+        int n = 0;
+        argv[n++] = bin;
+        for (int i = 0; args[i] && n < 31; i++)
+            argv[n++] = args[i];
+        argv[n] = NULL;
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    size_t len = 0;
+    ssize_t got;
+    while (len + 1 < cap && (got = read(fds[0], out + len, cap - 1 - len)) > 0)
+        len += (size_t)got;
+    out[len] = '\0';
+    char sink[256];
+    while (read(fds[0], sink, sizeof sink) > 0) {
+    }
+    close(fds[0]);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+START_TEST(projctl_bench_out_write_failure)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, NULL);
+    static char out[65536];
+    const char *const full[] = {"--socket", d.url,   "bench-ipc", "--count",
+                                "10",       "--out", "/dev/full", NULL};
+    int code = run_projctl(full, out, sizeof out);
+    ck_assert_msg(code == 1, "bench-ipc --out /dev/full: exit %d\n%s", code, out);
+    ck_assert_msg(strstr(out, "/dev/full: writing the results failed") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "wrote /dev/full") == NULL, "%s", out);
+    /* The help says what --timeout leaves out. */
+    const char *const help[] = {"--help", NULL};
+    code = run_projctl(help, out, sizeof out);
+    ck_assert_int_eq(code, 0);
+    ck_assert_msg(strstr(out, "the connect is not bounded by it") != NULL, "%s", out);
+    pjd_stop(&d);
+}
+END_TEST
+
+int main(void)
+{
+    if (pjc_init(g_model_path, sizeof g_model_path) != 0) {
+        fprintf(stderr, "cannot prepare the small model\n");
+        return 1;
+    }
+    const pjd_case cases[] = {
+        {"close_completes_nng_requests", close_completes_nng_requests},
+        {"close_completes_ring_requests", close_completes_ring_requests},
+        {"blocking_call_from_ring_callback", blocking_call_from_ring_callback},
+        {"blocking_call_from_nng_callback", blocking_call_from_nng_callback},
+        {"wait_after_close_from_a_new_thread", wait_after_close_from_a_new_thread},
+        {"local_failure_result_nng", local_failure_result_nng},
+        {"local_failure_result_ring", local_failure_result_ring},
+        {"free_in_flight_nng", free_in_flight_nng},
+        {"free_in_flight_ring", free_in_flight_ring},
+        {"daemon_restart_fails_locally", daemon_restart_fails_locally},
+        {"refused_before_welcome_says_why", refused_before_welcome_says_why},
+        {"projctl_bench_out_write_failure", projctl_bench_out_write_failure},
+    };
+    return pjd_run_suite("libprojd", cases, sizeof cases / sizeof cases[0], 120);
+}
