@@ -4,8 +4,29 @@
 #include "daemon/backend.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+/* One lock for every instance's hook: it is set twice per daemon and
+ * called at most once per backend. */
+static pthread_mutex_t fatal_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void pj_backend_set_fatal(pj_backend *b, void (*fn)(void *arg, const char *msg), void *arg)
+{
+    pthread_mutex_lock(&fatal_mu);
+    b->fatal = fn;
+    b->fatal_arg = arg;
+    pthread_mutex_unlock(&fatal_mu);
+}
+
+void pj_backend_fatal(pj_backend *b, const char *msg)
+{
+    pthread_mutex_lock(&fatal_mu);
+    if (b->fatal)
+        b->fatal(b->fatal_arg, msg);
+    pthread_mutex_unlock(&fatal_mu);
+}
 
 int pj_backend_create(const pj_backend_ops *ops, const pj_config *cfg, const pj_model *model,
                       pj_backend **out, char *err, size_t errlen)

@@ -126,7 +126,21 @@ struct pj_backend {
     void *priv;                             /* the backend's own state */
     uint8_t device_uuid[PJ_WIRE_UUID_SIZE]; /* zeros on cpu */
     char device_name[128];
+    /* pj_backend_set_fatal's; read only through pj_backend_fatal. */
+    void (*fatal)(void *arg, const char *msg);
+    void *fatal_arg;
 };
+
+/* The server's hook for a backend that can run nothing more (a sticky
+ * device error): the daemon must stop even when every job that met the
+ * error was answered already (ACCEPT_REPLY answers at launch). fn (NULL:
+ * none) runs on the backend's thread and must only hand the news to the
+ * loop. Once pj_backend_set_fatal(b, NULL, NULL) returns, fn is not
+ * running and will not run. */
+void pj_backend_set_fatal(pj_backend *b, void (*fn)(void *arg, const char *msg), void *arg);
+
+/* Backends: report that b can run nothing more (msg: one line). */
+void pj_backend_fatal(pj_backend *b, const char *msg);
 
 /* The built-in backends. pj_backend_cuda_ops and pj_backend_cuda_probe come
  * from daemon/backend_cuda*.c in CUDA builds. probe returns the number of

@@ -175,11 +175,13 @@ struct cu_state {
     cu_lane *lanes[CU_MAX_LANES];
     uint32_t n_lanes;
     uint64_t spin_ns;
+    uint64_t
+        idle_spin_ns; /* a completion thread's poll for its next job ($PROJD_CUDA_IDLE_SPIN_US) */
     cu_ipc *ipcs;
     uint32_t n_ipc_open;
     pthread_mutex_t ref_mu;
     pthread_cond_t ref_cv;
-    atomic_int dead;
+    atomic_int dead, dead_claimed;
     char dead_msg[160];
     atomic_ullong jobs, ops, accepted, failed, fatal_errors;
     atomic_ullong path_ops[5];
@@ -252,6 +254,13 @@ static int ce_sticky(cudaError_t ce)
     case cudaErrorLaunchTimeout:
     case cudaErrorNvlinkUncorrectable:
     case cudaErrorContextIsDestroyed:
+    /* driver_types.h: the process must terminate and relaunch after
+     * these too (MPS's client termination among them: projd runs under
+     * MPS). */
+    case cudaErrorContained:
+    case cudaErrorTensorMemoryLeak:
+    case cudaErrorMpsClientTerminated:
+    case cudaErrorExternalDevice:
         return 1;
     default:
         return 0;
@@ -274,13 +283,19 @@ static cudaError_t sticky_check(cudaStream_t s)
     return cudaSuccess;
 }
 
+/* The first caller writes the message, then publishes dead: a thread that
+ * sees dead set (cu_submit on the loop) reads a whole message. The server
+ * is told through the backend's fatal hook, since the jobs that met the
+ * error may have been answered already (ACCEPT_REPLY). */
 static void mark_dead(cu_state *st, const char *msg)
 {
-    int was = atomic_exchange(&st->dead, 1);
-    if (!was) {
-        snprintf(st->dead_msg, sizeof st->dead_msg, "%s", msg);
-        pj_log_err("cuda: sticky device error, the context is lost: %s", msg);
-    }
+    if (atomic_exchange(&st->dead_claimed, 1))
+        return;
+    snprintf(st->dead_msg, sizeof st->dead_msg, "%s", msg);
+    atomic_store(&st->dead, 1);
+    pj_log_err("cuda: sticky device error, the context is lost: %s", msg);
+    if (st->b)
+        pj_backend_fatal(st->b, st->dead_msg);
 }
 
 /* ---- probe ------------------------------------------------------------------------ */
@@ -977,11 +992,30 @@ static void complete(cu_lane *ln, cu_pend *p, cudaError_t ce)
     job->done(job);
 }
 
+/* Poll for the lane's next job for up to idle_spin_ns before sleeping on
+ * the condition variable: a client that computes between projections and
+ * waits for completion (no ACCEPT_REPLY) otherwise pays this thread's
+ * wake-up on top of its own, tens of µs after a quiet spell. count is
+ * written under mu, and read here atomically as a hint only. */
+static void idle_spin(cu_lane *ln, uint64_t idle_spin_ns)
+{
+    if (!idle_spin_ns)
+        return;
+    uint64_t t0 = now_ns();
+    while (__atomic_load_n(&ln->count, __ATOMIC_ACQUIRE) == 0 &&
+           !__atomic_load_n(&ln->stop, __ATOMIC_ACQUIRE) && now_ns() - t0 < idle_spin_ns) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+}
+
 static void *completion_main(void *arg)
 {
     cu_lane *ln = arg;
     cudaSetDevice(ln->st->dev);
     for (;;) {
+        idle_spin(ln, ln->st->idle_spin_ns);
         pthread_mutex_lock(&ln->mu);
         while (ln->count == 0 && !ln->stop)
             pthread_cond_wait(&ln->cv, &ln->mu);
@@ -995,7 +1029,7 @@ static void *completion_main(void *arg)
         complete(ln, p, ce);
         pthread_mutex_lock(&ln->mu);
         ln->head = (ln->head + 1) % CU_RING;
-        ln->count--;
+        __atomic_sub_fetch(&ln->count, 1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&ln->mu);
     }
 }
@@ -1546,17 +1580,26 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
         }
     }
     cudaError_t ce = cudaEventRecord(p->ev, ln->s);
-    if (ce != cudaSuccess && p->status == PJ_OK) {
+    if (ce != cudaSuccess) {
         char t[200];
         ce_text(ce, t, sizeof t);
-        p->status = PJ_E_BACKEND;
-        p->failed_op = UINT32_MAX;
-        snprintf(p->err, sizeof p->err, "cudaEventRecord: %s", t);
+        if (p->status == PJ_OK) {
+            p->status = PJ_E_BACKEND;
+            p->failed_op = UINT32_MAX;
+            snprintf(p->err, sizeof p->err, "cudaEventRecord: %s", t);
+        }
         cudaError_t sk = sticky_check(ln->s);
         if (sk != cudaSuccess) {
             ce_text(sk, t, sizeof t);
             p->fatal = 1;
             mark_dead(st, t);
+        } else {
+            /* Unrecorded, p->ev still holds an earlier (finished) record:
+             * the completion thread would finish this job at once and the
+             * server would release buffers its work still uses. Wait for
+             * the stream here instead (a rare path; the loop waits). */
+            cudaStreamSynchronize(ln->s);
+            cudaGetLastError();
         }
     }
     atomic_fetch_add(&st->jobs, 1);
@@ -1566,7 +1609,7 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
         atomic_fetch_add(&st->accepted, 1);
     }
     pthread_mutex_lock(&ln->mu);
-    ln->count++;
+    __atomic_add_fetch(&ln->count, 1, __ATOMIC_RELEASE);
     pthread_cond_signal(&ln->cv);
     pthread_mutex_unlock(&ln->mu);
     if (answer_now) {
@@ -1726,7 +1769,7 @@ static void cu_close(pj_backend *b)
         if (!ln->th_started)
             continue;
         pthread_mutex_lock(&ln->mu);
-        ln->stop = 1;
+        __atomic_store_n(&ln->stop, 1, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&ln->cv);
         pthread_mutex_unlock(&ln->mu);
         pthread_join(ln->th, NULL);
@@ -1787,6 +1830,7 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     st->no_patch = env_long("PROJD_CUDA_NO_PATCH", 0, 0, 1) != 0;
     st->fault_after = env_long("PROJD_CUDA_FAULT_AFTER", 0, 0, 1000000000L);
     st->spin_ns = (uint64_t)env_long("PROJD_CUDA_SPIN_US", CU_SPIN_US, 0, 1000000) * 1000u;
+    st->idle_spin_ns = (uint64_t)env_long("PROJD_CUDA_IDLE_SPIN_US", 0, 0, 1000000) * 1000u;
     uint32_t n_lanes = (uint32_t)env_long("PROJD_CUDA_LANES", CU_DEFAULT_LANES, 1, CU_MAX_LANES);
     int rc = 0;
     uint64_t t0 = now_ns();

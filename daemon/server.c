@@ -53,7 +53,7 @@
 
 /* ---- events handed from nng/backend threads to the loop --------------------- */
 
-enum { EV_MSG = 1, EV_SENT, EV_RECV_ERR, EV_PIPE_ADD, EV_PIPE_REM, EV_DONE, EV_RING };
+enum { EV_MSG = 1, EV_SENT, EV_RECV_ERR, EV_PIPE_ADD, EV_PIPE_REM, EV_DONE, EV_RING, EV_FATAL };
 
 typedef struct pj_ev {
     struct pj_ev *next;
@@ -189,7 +189,8 @@ static uint32_t hard_cap(const pj_config *cfg)
  * or a request): what a dropped event needs freed. */
 static int ev_is_plain(const pj_ev *ev)
 {
-    return ev->kind == EV_PIPE_ADD || ev->kind == EV_PIPE_REM || ev->kind == EV_RING;
+    return ev->kind == EV_PIPE_ADD || ev->kind == EV_PIPE_REM || ev->kind == EV_RING ||
+           ev->kind == EV_FATAL;
 }
 
 /* Push from any thread; dropped (and its message freed) when closing.
@@ -378,6 +379,23 @@ static void job_done(pj_job *job)
     pj_req *r = job->ctx;
     r->ev.kind = EV_DONE;
     push_ev(r->s, &r->ev);
+}
+
+/* The backend can run nothing more (backend.h, fatal). */
+typedef struct fatal_ev {
+    pj_ev ev;
+    char msg[200];
+} fatal_ev;
+
+static void backend_fatal(void *arg, const char *msg)
+{
+    pj_server *s = arg;
+    fatal_ev *ev = calloc(1, sizeof *ev);
+    if (!ev) /* the next job that meets the dead context says it too */
+        return;
+    ev->ev.kind = EV_FATAL;
+    snprintf(ev->msg, sizeof ev->msg, "%s", msg);
+    push_ev(s, &ev->ev);
 }
 
 /* ---- replies (loop) ------------------------------------------------------------ */
@@ -584,6 +602,19 @@ static void on_pipe_rem(pj_server *s, pipe_ev *ev)
 
 /* ---- PROJECT ------------------------------------------------------------------------- */
 
+/* A job failed fatally, or the backend said so (backend_fatal): reply to
+ * what is in flight, then exit non-zero (systemd restarts the unit). */
+static void fatal_stop(pj_server *s, const char *msg)
+{
+    if (s->draining)
+        return;
+    pj_log_err("backend %s: fatal error, exiting: %s", s->be->ops->name, msg);
+    pj_notify_status("fatal backend error: %s", msg);
+    s->exit_code = 1;
+    pj_server_set_exit_code(1);
+    pj_server_drain(s);
+}
+
 static void finish_req(pj_server *s, pj_req *r);
 static void ring_spin_extend(pj_server *s);
 
@@ -765,13 +796,8 @@ static void finish_req(pj_server *s, pj_req *r)
     } else {
         pump(s, c);
     }
-    if (fatal && !s->draining) {
-        pj_log_err("backend %s: fatal error, exiting: %s", s->be->ops->name, fatal_msg);
-        pj_notify_status("fatal backend error: %s", fatal_msg);
-        s->exit_code = 1;
-        pj_server_set_exit_code(1);
-        pj_server_drain(s);
-    }
+    if (fatal)
+        fatal_stop(s, fatal_msg);
     check_drain(s);
 }
 
@@ -1587,6 +1613,10 @@ static void on_async(uv_async_t *a)
         case EV_RING:
             on_ring_msg(s, (ring_ev *)ev);
             break;
+        case EV_FATAL:
+            fatal_stop(s, ((fatal_ev *)ev)->msg);
+            free(ev);
+            break;
         }
         ev = next;
     }
@@ -1769,6 +1799,7 @@ int pj_server_create(uv_loop_t *loop, const pj_config *cfg, const pj_model *mode
     s->status_timer.data = s;
     s->watch_timer.data = s;
     s->handles_open = 5;
+    pj_backend_set_fatal(be, backend_fatal, s);
     *out = s;
     return 0;
 }
@@ -2042,6 +2073,7 @@ void pj_server_destroy(pj_server *s)
 {
     if (!s)
         return;
+    pj_backend_set_fatal(s->be, NULL, NULL); /* work answered at launch may still be running */
     if (s->sock_open || s->n_ctx)
         close_socket(s);
     free_conns(s);

@@ -3,6 +3,7 @@
 #include "kernels/engine.h"
 
 #include <cerrno>
+#include <climits>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -1174,6 +1175,11 @@ static int cublas_check(const pj_eng_knobs *kn, const pj_eng_call *c, char *why,
         if ((size_t)c->m * c->n > w.part_floats)
             return fail(why, whylen, -ENOSPC, "m=%u exceeds the fp32 scratch", c->m);
     }
+    // cublasGemmEx takes int sizes and strides (validation bounds m, n, k;
+    // a stride is bounded only by its buffer, and ld is not even read at
+    // m = 1).
+    if (c->m > 1 && (c->ldx > INT_MAX || c->ldy > INT_MAX))
+        return fail(why, whylen, -EINVAL, "a stride over %d elements (cuBLAS takes int)", INT_MAX);
     if (kn->algo < 2)
         return 0;
     // A cuBLASLt candidate: one bf16 matrix, operands as lt_cands asked.
@@ -1559,6 +1565,10 @@ static int cublas_gemm(pj_eng_stream *es, int algo, const uint16_t *w, size_t ld
                        int yf32, float beta)
 {
     const float alpha = 1.f;
+    if (m == 1) { // one row: its stride is never used (and may be anything)
+        ldx = k;
+        ldy = n;
+    }
     if (algo >= 1 && !yf32) {
         LtPlan *p = lt_plan(es, LtShape{n, m, k, ldw, ldx, ldy});
         const cublasLtMatmulAlgo_t *a = nullptr;
@@ -1570,7 +1580,16 @@ static int cublas_gemm(pj_eng_stream *es, int algo, const uint16_t *w, size_t ld
             cublasStatus_t st =
                 cublasLtMatmul(es->lt, p->op, &alpha, w, p->A, x, p->B, &beta, y, p->C, y, p->C, a,
                                es->cublas_ws, PJ_CUBLAS_WS_BYTES, es->s);
-            return st == CUBLAS_STATUS_SUCCESS ? 0 : -EIO;
+            if (st == CUBLAS_STATUS_SUCCESS)
+                return 0;
+            // algo 1's plan is cuBLASLt's choice for operands as aligned as
+            // it assumes by default (256 bytes); a client's pointers may be
+            // only 2-byte aligned (the protocol allows it), and Lt then
+            // refuses before launching anything. cublasGemmEx takes any
+            // alignment: the same product, by its default path.
+            if (algo != 1 ||
+                (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE))
+                return -EIO;
         }
         // No such heuristic result (the checker refuses such knobs): the
         // default path is still correct.

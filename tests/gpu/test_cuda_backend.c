@@ -419,6 +419,63 @@ static void section_f(void)
     pj_dproc_cleanup(&d);
 }
 
+/* F2 (with --fault): the same fault under a request answered at launch
+ * (SIGNAL_EVENT + ACCEPT_REPLY): its DONE says OK before the kernel runs,
+ * and no request follows. The daemon learns of the error only on its
+ * completion thread; it must still exit 1 (it stayed READY on a lost
+ * context). */
+static void section_f2(void)
+{
+    printf("== F2: a sticky device error after a reply at launch is fatal\n");
+    cudaSetDevice(0);
+    cudaEvent_t ev;
+    cudaIpcEventHandle_t h;
+    if (cudaEventCreateWithFlags(&ev, cudaEventInterprocess | cudaEventDisableTiming) !=
+            cudaSuccess ||
+        cudaIpcGetEventHandle(&h, ev) != cudaSuccess) {
+        CHECK(0, "F2: cannot make an IPC event");
+        return;
+    }
+    setenv("PROJD_CUDA_FAULT_AFTER", "1", 1);
+    pj_dproc d;
+    char err[600];
+    int rc = cc_start(&d, g_model, NULL, err, sizeof err);
+    unsetenv("PROJD_CUDA_FAULT_AFTER");
+    CHECK(rc == 0, "start projd: %s", err);
+    if (rc != 0) {
+        cudaEventDestroy(ev);
+        return;
+    }
+    pjc_conn t;
+    if (pjc_open(&t, d.url, XBYTES, YBYTES, CC_REPLY_MS, err, sizeof err) != 0) {
+        CHECK(0, "connect: %s", err);
+        cc_stop(&d, "F2");
+        cudaEventDestroy(ev);
+        return;
+    }
+    uint64_t seed = 5;
+    pjc_shape s = cc_shape(&seed, 0, 1, 1);
+    pj_op op = pjc_op(&t, &s);
+    pj_done dn;
+    pj_op_result res[1];
+    rc = cc_project_ev(&t.c, PJ_PF_SIGNAL_EVENT | PJ_PF_ACCEPT_REPLY, &op, 1, NULL,
+                       (const uint8_t *)&h, &dn, res);
+    CHECK(rc == PJ_OK && dn.status == PJ_OK, "request answered at launch: rc %d status %d", rc,
+          rc == PJ_OK ? dn.status : -1);
+    /* Nothing more is sent; the connection stays open. */
+    CHECK(pj_dproc_wait_exit(&d, 60000) == 0,
+          "projd did not exit after a fault under a request answered at launch");
+    int code = pj_dproc_exit_code(&d);
+    CHECK(code == 1, "projd exit code %d (want 1)", code);
+    CHECK(pj_dproc_log_has(&d, "fatal error, exiting", 100), "no fatal line in the log");
+    cc_print_log_lines(&d, "fatal");
+    if (code != 1)
+        pj_dproc_dump_log(&d);
+    pjc_close(&t);
+    pj_dproc_cleanup(&d);
+    cudaEventDestroy(ev);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -435,6 +492,7 @@ int main(int argc, char **argv)
     }
     if (fault) {
         section_f();
+        section_f2();
         return cc_summary("test_cuda_backend --fault", t0);
     }
     section_a();

@@ -436,6 +436,48 @@ static void concurrent(const char *url)
     printf("concurrent: %d IPC clients x %ld requests checked\n", N, per);
 }
 
+/* cuBLAS algo 1 (cuBLASLt's first heuristic choice, as the tuned table
+ * has it for several layers at m >= 32) on a client's pointers that are
+ * only 2-byte aligned: the plan was chosen for aligned operands, and Lt
+ * refused the launch, failing a valid request with E_BACKEND. It now falls
+ * back to cublasGemmEx. Random shapes (offsets and strides of any even
+ * byte count) with the engine forced. */
+static void lt_unaligned(void)
+{
+    printf("== cuBLAS algo 1 on unaligned client pointers\n");
+    setenv("PROJD_FORCE_ENGINE", "cublas:algo=1", 1);
+    pj_dproc d;
+    char why[600];
+    int rc = cc_start(&d, g_model, NULL, why, sizeof why);
+    unsetenv("PROJD_FORCE_ENGINE");
+    CHECK(rc == 0, "start projd (cublas algo=1 forced): %s", why);
+    if (rc != 0)
+        return;
+    ipc_conn t;
+    if (ipc_open(&t, d.url, why, sizeof why) != 0) {
+        CHECK(0, "IPC client: %s", why);
+        cc_stop(&d, "lt");
+        return;
+    }
+    const pj_model *model = pjc_model();
+    uint64_t seed = 7;
+    int odd = 0;
+    for (int i = 0; i < 120; i++) {
+        uint32_t l = (uint32_t)i % model->n_layers;
+        uint32_t mi = (uint32_t)(i / (int)model->n_layers) % PJC_N_MS;
+        pjc_shape s = cc_shape(&seed, l, mi, 0);
+        if (i % 2) { /* make sure: 2 bytes past a 16-byte boundary */
+            s.x_off |= 1;
+            s.y_off |= 1;
+        }
+        odd += (s.x_off % 8) != 0 || (s.y_off % 8) != 0;
+        CHECK(run_ipc(&t, &s, NULL, why, sizeof why) == 0, "algo 1, random shape %d: %s", i, why);
+    }
+    CHECK(odd >= 60, "only %d of 120 shapes had pointers off 16-byte alignment", odd);
+    ipc_close(&t);
+    cc_stop(&d, "lt");
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -496,5 +538,6 @@ int main(int argc, char **argv)
     }
     ipc_close(&t);
     cc_stop(&d, "ipc");
+    lt_unaligned();
     return cc_summary("test_cuda_ipc", t0);
 }
