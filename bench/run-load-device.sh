@@ -206,11 +206,13 @@ for path in sorted(glob.glob(os.path.join(out, "sweep-*.json"))):
     print("## %s trace, closed loop, %s buffers, transport %s\n" % (kind.split("-")[0], j.get("buffers"), j.get("transport")))
     print("| clients | req/s | ops/s | p50 µs | p99 µs | p99.9 µs | daemon exec p50 µs | errors | checked | mismatches | max rel err |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    # a step that measured nothing has null percentiles
+    us = lambda v: "-" if v is None else "%.1f" % v
     for s in j.get("sweep", []):
         o, t = s["results"]["overall"], s["totals"]
-        print("| %d | %.0f | %.0f | %.1f | %.1f | %.1f | %.1f | %d | %d | %d | %.2e |" % (
-            s["concurrency"], o["req_per_s"], o["ops_per_s"], o["latency_us"]["p50"],
-            o["latency_us"]["p99"], o["latency_us"]["p99_9"], o["daemon_us"]["exec_p50"],
+        print("| %d | %.0f | %.0f | %s | %s | %s | %s | %d | %d | %d | %.2e |" % (
+            s["concurrency"], o["req_per_s"], o["ops_per_s"], us(o["latency_us"]["p50"]),
+            us(o["latency_us"]["p99"]), us(o["latency_us"]["p99_9"]), us(o["daemon_us"]["exec_p50"]),
             t["errors"], t["checked"], t["mismatches"], t.get("max_rel_err", -1)))
     print()
 for kind in ("decode", "verify"):

@@ -193,13 +193,35 @@ void pj_ls_mset_label(uint32_t lo, uint32_t hi, char *out, size_t cap)
 
 /* ---- groups ------------------------------------------------------------------ */
 
+/* What a group without histograms reads as. */
+static const pj_ls_hist empty_hist;
+
+static const pj_ls_hist *hist_or_empty(const pj_ls_hist *h)
+{
+    return h ? h : &empty_hist;
+}
+
+/* Allocates g's three histograms; 0 or -ENOMEM. */
+static int group_hists(pj_ls_group *g)
+{
+    if (g->lat)
+        return 0;
+    pj_ls_hist *h = calloc(3, sizeof *h);
+    if (!h)
+        return -ENOMEM;
+    g->lat = &h[0];
+    g->queue = &h[1];
+    g->exec = &h[2];
+    return 0;
+}
+
 int pj_loadstat_init(pj_loadstat *ls)
 {
     memset(ls, 0, sizeof *ls);
     pthread_mutex_init(&ls->mu, NULL);
     ls->cap = 16;
     ls->g = calloc(ls->cap, sizeof *ls->g);
-    if (!ls->g)
+    if (!ls->g || group_hists(&ls->g[0]))
         return -ENOMEM;
     ls->n = 1;
     ls->g[0].kind = PJ_LS_OVERALL;
@@ -209,15 +231,22 @@ int pj_loadstat_init(pj_loadstat *ls)
 
 void pj_loadstat_free(pj_loadstat *ls)
 {
+    if (!ls->g && !ls->cap)
+        return; /* already freed (or never initialised) */
+    for (size_t i = 0; ls->g && i < ls->n; i++)
+        free(ls->g[i].lat);
     free(ls->g);
     pthread_mutex_destroy(&ls->mu);
     memset(ls, 0, sizeof *ls);
 }
 
+static int group_append(pj_loadstat *ls, pj_ls_kind kind, const char *key, const char *layer,
+                        uint32_t m_lo, uint32_t m_hi);
+
 int pj_loadstat_group(pj_loadstat *ls, pj_ls_kind kind, const char *key, const char *layer,
                       uint32_t m_lo, uint32_t m_hi)
 {
-    int id = -ENOMEM;
+    int id;
     pthread_mutex_lock(&ls->mu);
     for (size_t i = 1; i < ls->n; i++) {
         if (ls->g[i].kind == kind && strncmp(ls->g[i].key, key, PJ_LS_KEY_MAX - 1) == 0) {
@@ -225,6 +254,26 @@ int pj_loadstat_group(pj_loadstat *ls, pj_ls_kind kind, const char *key, const c
             goto out;
         }
     }
+    id = group_append(ls, kind, key, layer, m_lo, m_hi);
+out:
+    pthread_mutex_unlock(&ls->mu);
+    return id;
+}
+
+int pj_loadstat_group_add(pj_loadstat *ls, pj_ls_kind kind, const char *key, const char *layer,
+                          uint32_t m_lo, uint32_t m_hi)
+{
+    pthread_mutex_lock(&ls->mu);
+    int id = group_append(ls, kind, key, layer, m_lo, m_hi);
+    pthread_mutex_unlock(&ls->mu);
+    return id;
+}
+
+/* Appends a group (ls->mu held). */
+static int group_append(pj_loadstat *ls, pj_ls_kind kind, const char *key, const char *layer,
+                        uint32_t m_lo, uint32_t m_hi)
+{
+    int id = -ENOMEM;
     if (ls->n == ls->cap) {
         pj_ls_group *ng = realloc(ls->g, 2 * ls->cap * sizeof *ng);
         if (!ng)
@@ -241,7 +290,6 @@ int pj_loadstat_group(pj_loadstat *ls, pj_ls_kind kind, const char *key, const c
     g->m_hi = m_hi;
     id = (int)ls->n++;
 out:
-    pthread_mutex_unlock(&ls->mu);
     return id;
 }
 
@@ -252,10 +300,14 @@ static void group_add(pj_ls_group *g, uint32_t ops, const pj_ls_sample *s)
     if (!s->ok) {
         g->errors++;
     } else {
-        uint64_t lat = s->t_end_ns > s->t_start_ns ? s->t_end_ns - s->t_start_ns : 0;
-        pj_ls_hist_add(&g->lat, lat);
-        pj_ls_hist_add(&g->queue, s->queue_ns);
-        pj_ls_hist_add(&g->exec, s->exec_ns);
+        g->ok_ops += ops;
+        /* Without memory for the histograms the counts still add up. */
+        if (group_hists(g) == 0) {
+            uint64_t lat = s->t_end_ns > s->t_start_ns ? s->t_end_ns - s->t_start_ns : 0;
+            pj_ls_hist_add(g->lat, lat);
+            pj_ls_hist_add(g->queue, s->queue_ns);
+            pj_ls_hist_add(g->exec, s->exec_ns);
+        }
     }
     g->checked += s->checked ? 1 : 0;
     g->mismatches += s->mismatch ? 1 : 0;
@@ -310,19 +362,23 @@ void pj_loadstat_summary(const pj_loadstat *ls, size_t group, pj_ls_summary *o)
     o->ops = g->ops;
     o->checked = g->checked;
     o->mismatches = g->mismatches;
-    o->req_per_s = w > 0 ? (double)g->count / w : 0;
-    o->ops_per_s = w > 0 ? (double)g->ops / w : 0;
-    o->mean_us = pj_ls_hist_mean(&g->lat) / 1e3;
-    o->min_us = (double)g->lat.min / 1e3;
-    o->p50_us = (double)pj_ls_hist_quantile(&g->lat, 0.50) / 1e3;
-    o->p90_us = (double)pj_ls_hist_quantile(&g->lat, 0.90) / 1e3;
-    o->p99_us = (double)pj_ls_hist_quantile(&g->lat, 0.99) / 1e3;
-    o->p999_us = (double)pj_ls_hist_quantile(&g->lat, 0.999) / 1e3;
-    o->max_us = (double)g->lat.max / 1e3;
-    o->queue_p50_us = (double)pj_ls_hist_quantile(&g->queue, 0.50) / 1e3;
-    o->queue_p99_us = (double)pj_ls_hist_quantile(&g->queue, 0.99) / 1e3;
-    o->exec_p50_us = (double)pj_ls_hist_quantile(&g->exec, 0.50) / 1e3;
-    o->exec_p99_us = (double)pj_ls_hist_quantile(&g->exec, 0.99) / 1e3;
+    /* Throughput is what was served: failed requests are not in it. */
+    o->req_per_s = w > 0 ? (double)(g->count - g->errors) / w : 0;
+    o->ops_per_s = w > 0 ? (double)g->ok_ops / w : 0;
+    const pj_ls_hist *lat = hist_or_empty(g->lat), *queue = hist_or_empty(g->queue),
+                     *exec = hist_or_empty(g->exec);
+    o->lat_count = lat->count;
+    o->mean_us = pj_ls_hist_mean(lat) / 1e3;
+    o->min_us = (double)lat->min / 1e3;
+    o->p50_us = (double)pj_ls_hist_quantile(lat, 0.50) / 1e3;
+    o->p90_us = (double)pj_ls_hist_quantile(lat, 0.90) / 1e3;
+    o->p99_us = (double)pj_ls_hist_quantile(lat, 0.99) / 1e3;
+    o->p999_us = (double)pj_ls_hist_quantile(lat, 0.999) / 1e3;
+    o->max_us = (double)lat->max / 1e3;
+    o->queue_p50_us = (double)pj_ls_hist_quantile(queue, 0.50) / 1e3;
+    o->queue_p99_us = (double)pj_ls_hist_quantile(queue, 0.99) / 1e3;
+    o->exec_p50_us = (double)pj_ls_hist_quantile(exec, 0.50) / 1e3;
+    o->exec_p99_us = (double)pj_ls_hist_quantile(exec, 0.99) / 1e3;
 }
 
 void pj_loadstat_progress(pj_loadstat *ls, uint64_t *done, uint64_t *errors, double *p50_us)
@@ -330,7 +386,7 @@ void pj_loadstat_progress(pj_loadstat *ls, uint64_t *done, uint64_t *errors, dou
     pthread_mutex_lock(&ls->mu);
     *done = ls->g[0].count;
     *errors = ls->g[0].errors;
-    *p50_us = (double)pj_ls_hist_quantile(&ls->g[0].lat, 0.5) / 1e3;
+    *p50_us = (double)pj_ls_hist_quantile(hist_or_empty(ls->g[0].lat), 0.5) / 1e3;
     pthread_mutex_unlock(&ls->mu);
 }
 
@@ -363,12 +419,14 @@ static void print_kind(const pj_loadstat *ls, FILE *f, pj_ls_kind kind, const ch
             continue;
         pj_ls_summary s;
         pj_loadstat_summary(ls, i, &s);
-        fprintf(f,
-                "%-*s  %9llu  %9llu  %6llu  %10.1f  %11.1f  %9.1f  %9.1f  %9.1f  %9.1f  %9.1f  "
-                "%9.1f\n",
-                kw, ls->g[i].key, (unsigned long long)s.count, (unsigned long long)s.ops,
-                (unsigned long long)s.errors, s.req_per_s, s.ops_per_s, s.mean_us, s.p50_us,
-                s.p90_us, s.p99_us, s.p999_us, s.max_us);
+        fprintf(f, "%-*s  %9llu  %9llu  %6llu  %10.1f  %11.1f", kw, ls->g[i].key,
+                (unsigned long long)s.count, (unsigned long long)s.ops,
+                (unsigned long long)s.errors, s.req_per_s, s.ops_per_s);
+        if (s.lat_count)
+            fprintf(f, "  %9.1f  %9.1f  %9.1f  %9.1f  %9.1f  %9.1f\n", s.mean_us, s.p50_us,
+                    s.p90_us, s.p99_us, s.p999_us, s.max_us);
+        else
+            fprintf(f, "  %9s  %9s  %9s  %9s  %9s  %9s\n", "-", "-", "-", "-", "-", "-");
     }
 }
 
@@ -390,13 +448,27 @@ void pj_loadstat_print(const pj_loadstat *ls, FILE *f)
             continue;
         pj_ls_summary s;
         pj_loadstat_summary(ls, i, &s);
-        fprintf(f, "%-*s  %9.1f  %9.1f  %9.1f  %9.1f  %9llu  %9llu\n", kw, ls->g[i].key,
-                s.queue_p50_us, s.queue_p99_us, s.exec_p50_us, s.exec_p99_us,
-                (unsigned long long)s.checked, (unsigned long long)s.mismatches);
+        if (s.lat_count)
+            fprintf(f, "%-*s  %9.1f  %9.1f  %9.1f  %9.1f", kw, ls->g[i].key, s.queue_p50_us,
+                    s.queue_p99_us, s.exec_p50_us, s.exec_p99_us);
+        else
+            fprintf(f, "%-*s  %9s  %9s  %9s  %9s", kw, ls->g[i].key, "-", "-", "-", "-");
+        fprintf(f, "  %9llu  %9llu\n", (unsigned long long)s.checked,
+                (unsigned long long)s.mismatches);
     }
 }
 
 /* ---- JSON ----------------------------------------------------------------------- */
+
+/* A latency figure, or null when no request of the group succeeded (0
+ * would read as a measurement). */
+static void add_lat(cJSON *o, const char *name, double v, uint64_t n)
+{
+    if (n)
+        cJSON_AddNumberToObject(o, name, v);
+    else
+        cJSON_AddNullToObject(o, name);
+}
 
 static cJSON *group_json(const pj_loadstat *ls, size_t i)
 {
@@ -414,6 +486,7 @@ static cJSON *group_json(const pj_loadstat *ls, size_t i)
     }
     cJSON_AddNumberToObject(o, "count", (double)s.count);
     cJSON_AddNumberToObject(o, "errors", (double)s.errors);
+    cJSON_AddNumberToObject(o, "ok", (double)(s.count - s.errors));
     cJSON_AddNumberToObject(o, "ops", (double)s.ops);
     cJSON_AddNumberToObject(o, "checked", (double)s.checked);
     cJSON_AddNumberToObject(o, "mismatches", (double)s.mismatches);
@@ -421,20 +494,20 @@ static cJSON *group_json(const pj_loadstat *ls, size_t i)
     cJSON_AddNumberToObject(o, "ops_per_s", s.ops_per_s);
     cJSON *l = cJSON_AddObjectToObject(o, "latency_us");
     if (l) {
-        cJSON_AddNumberToObject(l, "mean", s.mean_us);
-        cJSON_AddNumberToObject(l, "min", s.min_us);
-        cJSON_AddNumberToObject(l, "p50", s.p50_us);
-        cJSON_AddNumberToObject(l, "p90", s.p90_us);
-        cJSON_AddNumberToObject(l, "p99", s.p99_us);
-        cJSON_AddNumberToObject(l, "p99_9", s.p999_us);
-        cJSON_AddNumberToObject(l, "max", s.max_us);
+        add_lat(l, "mean", s.mean_us, s.lat_count);
+        add_lat(l, "min", s.min_us, s.lat_count);
+        add_lat(l, "p50", s.p50_us, s.lat_count);
+        add_lat(l, "p90", s.p90_us, s.lat_count);
+        add_lat(l, "p99", s.p99_us, s.lat_count);
+        add_lat(l, "p99_9", s.p999_us, s.lat_count);
+        add_lat(l, "max", s.max_us, s.lat_count);
     }
     cJSON *d = cJSON_AddObjectToObject(o, "daemon_us");
     if (d) {
-        cJSON_AddNumberToObject(d, "queue_p50", s.queue_p50_us);
-        cJSON_AddNumberToObject(d, "queue_p99", s.queue_p99_us);
-        cJSON_AddNumberToObject(d, "exec_p50", s.exec_p50_us);
-        cJSON_AddNumberToObject(d, "exec_p99", s.exec_p99_us);
+        add_lat(d, "queue_p50", s.queue_p50_us, s.lat_count);
+        add_lat(d, "queue_p99", s.queue_p99_us, s.lat_count);
+        add_lat(d, "exec_p50", s.exec_p50_us, s.lat_count);
+        add_lat(d, "exec_p99", s.exec_p99_us, s.lat_count);
     }
     if (!l || !d) {
         cJSON_Delete(o);

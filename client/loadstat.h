@@ -92,10 +92,14 @@ typedef struct pj_ls_group {
     uint64_t count;      /* requests completed, errors included */
     uint64_t errors;     /* requests that failed (any reason) */
     uint64_t ops;        /* ops of this group in the completed requests */
+    uint64_t ok_ops;     /* ... in the requests that succeeded */
     uint64_t checked, mismatches;
-    pj_ls_hist lat;   /* client latency of requests that succeeded, ns */
-    pj_ls_hist queue; /* the daemon's queue time (DONE), ns */
-    pj_ls_hist exec;  /* the daemon's execution time (DONE), ns */
+    /* The histograms (about 35 KB each) are allocated when the group's
+     * first request is recorded (the overall group's at init), so groups
+     * no request reaches cost no memory; NULL until then. */
+    pj_ls_hist *lat;   /* client latency of requests that succeeded, ns */
+    pj_ls_hist *queue; /* the daemon's queue time (DONE), ns */
+    pj_ls_hist *exec;  /* the daemon's execution time (DONE), ns */
 } pj_ls_group;
 
 typedef struct pj_ls_sample {
@@ -127,9 +131,15 @@ int pj_loadstat_init(pj_loadstat *ls);
 void pj_loadstat_free(pj_loadstat *ls);
 
 /* The id of the group (kind, key), created when new (layer and m range
- * are kept for PJ_LS_LAYER_M). Returns the id (>= 1), or -ENOMEM. */
+ * are kept for PJ_LS_LAYER_M). Returns the id (>= 1), or -ENOMEM. A
+ * linear search: for a few groups (tests); see pj_loadstat_group_add. */
 int pj_loadstat_group(pj_loadstat *ls, pj_ls_kind kind, const char *key, const char *layer,
                       uint32_t m_lo, uint32_t m_hi);
+
+/* Appends a group without looking for an existing one (the caller's keys
+ * are distinct). Returns the id (>= 1), or -ENOMEM. */
+int pj_loadstat_group_add(pj_loadstat *ls, pj_ls_kind kind, const char *key, const char *layer,
+                          uint32_t m_lo, uint32_t m_hi);
 
 /* Records one completed request in the overall group (with s->n_ops ops)
  * and in each of refs. Thread-safe. */
@@ -147,9 +157,12 @@ double pj_loadstat_window_s(const pj_loadstat *ls);
 /* The readers below (window, summary, print, json) take no lock: call them
  * once the threads that record have stopped. */
 
-/* One group's figures, as the table prints them and the JSON holds them. */
+/* One group's figures, as the table prints them and the JSON holds them.
+ * req_per_s and ops_per_s count only the requests that succeeded (and
+ * their ops) over the measured window; failed requests are in errors. */
 typedef struct pj_ls_summary {
     uint64_t count, errors, ops, checked, mismatches;
+    uint64_t lat_count; /* successful requests behind the latency figures */
     double req_per_s, ops_per_s;
     double mean_us, min_us, p50_us, p90_us, p99_us, p999_us, max_us;
     double queue_p50_us, queue_p99_us, exec_p50_us, exec_p99_us;
@@ -162,16 +175,21 @@ void pj_loadstat_summary(const pj_loadstat *ls, size_t group, pj_ls_summary *out
 void pj_loadstat_progress(pj_loadstat *ls, uint64_t *done, uint64_t *errors, double *p50_us);
 
 /* Prints the tables: by (layer, m-set), by request shape, overall, and the
- * daemon's side (queue vs exec from DONE). Latencies in µs, one decimal.
- * Groups no request reached are left out (here and in the JSON). */
+ * daemon's side (queue vs exec from DONE). Latencies in µs, one decimal
+ * ("-" when no request of the group succeeded). req/s and ops/s count the
+ * requests that succeeded. Groups no request reached are left out (here
+ * and in the JSON). */
 void pj_loadstat_print(const pj_loadstat *ls, FILE *f);
 
 /* The same as JSON: {"window_s", "overall": {...}, "by_shape": [...],
- * "by_layer_m": [...]}, each group {"key", "count", "errors", "ops",
+ * "by_layer_m": [...]}, each group {"key", "count", "errors", "ok", "ops",
  * "checked", "mismatches", "req_per_s", "ops_per_s", "latency_us": {"mean",
  * "min", "p50", "p90", "p99", "p99_9", "max"}, "daemon_us": {"queue_p50",
  * "queue_p99", "exec_p50", "exec_p99"}} (+ "layer", "m_lo", "m_hi" in
- * by_layer_m). NULL on ENOMEM. The caller deletes it. */
+ * by_layer_m). count includes errors; ok = count - errors; req_per_s and
+ * ops_per_s count the ok requests only. latency_us and daemon_us values
+ * are null when no request of the group succeeded. NULL on ENOMEM. The
+ * caller deletes it. */
 cJSON *pj_loadstat_json(const pj_loadstat *ls);
 
 #endif

@@ -12,8 +12,10 @@
  * that recompute every op with pj_ref_project and compare bit for bit.
  *
  * Exit status: 0 when every request succeeded and every check matched; 1
- * when a request failed, a check mismatched or the run was cut short; 2
- * when the run could not start (command line, trace, daemon, model).
+ * when a request failed, a check mismatched, the daemon connection was
+ * lost, nothing was measured (or checked, when asked) or the run was cut
+ * short; 2 when the run could not start (command line, trace, daemon,
+ * model).
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -46,6 +48,7 @@
 #define LT_ALIGN         256     /* op regions inside a slot start on this boundary */
 #define LT_POISON        0x7fa5u /* a NaN no finite computation writes */
 #define LT_MAX_PLAN      20000000ull
+#define LT_MAX_SHAPES    256  /* shape groups; the rest of a trace's shapes share one */
 #define LT_REL_TOL       1e-2 /* cuda backend: ||y - ref|| / ||ref|| below this */
 #define EXIT_RUN_FAILED  1
 #define EXIT_SETUP_ERROR 2
@@ -113,7 +116,7 @@ typedef struct lt_opts {
     int mode_set;
     double rate, speed, duration_s, check_fraction;
     uint32_t concurrency, slots, check_threads;
-    int concurrency_set, slots_set, count_set;
+    int concurrency_set, slots_set, count_set, speed_set;
     uint64_t warmup, count, seed;
     uint32_t sweep[LT_MAX_SWEEP];
     size_t n_sweep;
@@ -246,8 +249,11 @@ typedef struct lt_run {
     int abort;
     pj_loadstat ls;
     lt_checker chk;
-    /* Everything, warm-up included. */
-    atomic_uint_fast64_t sent, completed, errors, checked, mismatches, warm_sent;
+    /* Everything, warm-up included. sent: requests that reached the
+     * transport; not_sent: those it refused (counted in errors too). */
+    atomic_uint_fast64_t sent, completed, errors, checked, mismatches, warm_sent, not_sent;
+    atomic_int lost;   /* a client lost its connection to the daemon */
+    uint64_t measured; /* measured requests that succeeded (set after the run) */
     pthread_mutex_t mmu;
     char errs[LT_MAX_MSGS][600];
     size_t n_errs;
@@ -287,6 +293,7 @@ typedef struct lt_client {
     size_t n_plan, next;
     uint64_t rng;
     int failed;
+    int lost; /* the connection to the daemon is gone: stop */
     char err[1200];
 } lt_client;
 
@@ -449,8 +456,30 @@ static int check_rel(lt_run *r, const lt_job *j, uint32_t i, const char *lname, 
     return 0;
 }
 
+/* 1 (noted) when bytes [from, to) of the job's y slot, poisoned before the
+ * request, were written: the daemon wrote outside an op's m x n region. */
+static int check_untouched(lt_run *r, const lt_job *j, size_t from, size_t to, const char *where,
+                           uint32_t op)
+{
+    const lt_setup *su = r->su;
+    const uint16_t *y = (const uint16_t *)j->y;
+    for (size_t b = from / 2; b < to / 2; b++) {
+        if (y[b] != LT_POISON) {
+            note(r, 1,
+                 "request %llu (%s:%u): y written outside the ops' regions: %s %u, byte %zu of "
+                 "the slot holds 0x%04x",
+                 (unsigned long long)j->seq, su->tr.file, su->tr.reqs[j->tr].line, where, op, b * 2,
+                 y[b]);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Recomputes every op of the job's request and compares: bit for bit on
  * the cpu backend, by relative error on the cuda backend (check_rel).
+ * The alignment padding after each op and the rest of the slot (at least
+ * LT_ALIGN bytes of guard after the last op) must still hold the poison.
  * Returns 1 on a mismatch (noted), 0 when all match. */
 static int check_job(lt_run *r, const lt_job *j)
 {
@@ -486,9 +515,14 @@ static int check_job(lt_run *r, const lt_job *j)
             bad = 1;
         }
         free(ref);
+        if (!bad)
+            bad = check_untouched(r, j, yo + (size_t)m * n * 2, yo + align_up((size_t)m * n * 2),
+                                  "in the padding after op", i);
         xo += align_up((size_t)m * k * 2);
         yo += align_up((size_t)m * n * 2);
     }
+    if (!bad)
+        bad = check_untouched(r, j, yo, su->slot_y, "after the last op, op", q->n_ops - 1);
     return bad;
 }
 
@@ -535,11 +569,10 @@ static void enqueue_check(lt_client *cl, const lt_slot *s)
     lt_run *r = cl->run;
     const lt_setup *su = r->su;
     const pj_trace_req *q = &su->tr.reqs[s->tr];
-    size_t xb = 0, yb = 0;
+    size_t xb = 0, yb = su->slot_y; /* all of y: the padding and guard are checked */
     for (uint32_t i = 0; i < q->n_ops; i++) {
         const pj_trace_op *op = &su->tr.ops[q->op0 + i];
         xb += align_up((size_t)op->m * su->w.layers[op->layer].k * 2);
-        yb += align_up((size_t)op->m * op->n * 2);
     }
     lt_job *j = calloc(1, sizeof *j);
     uint8_t *mem = malloc(xb + yb);
@@ -576,13 +609,15 @@ static void enqueue_check(lt_client *cl, const lt_slot *s)
     pthread_mutex_unlock(&c->mu);
 }
 
-/* Deterministic choice: the same seed checks the same request numbers. */
+/* Deterministic choice: the same seed checks the same request numbers.
+ * The first measured request is always checked, so a run asked to check
+ * checks something however few requests it sends. */
 static int want_check(const lt_run *r, uint64_t seq)
 {
     double f = r->o->check_fraction;
     if (f <= 0 || !r->su->model)
         return 0;
-    if (f >= 1)
+    if (f >= 1 || seq == r->o->warmup)
         return 1;
     return (double)(mix64(r->o->seed * 0x2545f4914f6cdd1dull ^ seq) >> 11) * 0x1p-53 < f;
 }
@@ -598,6 +633,32 @@ static void fill_random_bf16(uint64_t *rng, uint16_t *x, size_t count)
     }
 }
 
+/* Whether a libprojd error means c's connection is gone (every later
+ * request on it would fail at once). -ECONNRESET also ends the requests
+ * pending on a ring the daemon dropped while the connection goes on over
+ * nng (projd.h): a PING tells the two apart. */
+static int conn_gone(lt_client *c, int rc)
+{
+    if (rc == -ECONNRESET)
+        return projd_ping(c->conn, NULL) != 0;
+    return rc == -ECANCELED || rc == -EBADF || rc == -ESHUTDOWN || rc == -ECONNABORTED;
+}
+
+/* The client's connection is gone: it stops sending (and so, since the
+ * daemon is most likely gone for all, does the run), with one line. */
+static void client_lost(lt_client *c, const char *why)
+{
+    if (c->lost)
+        return;
+    c->lost = 1;
+    c->failed = 1;
+    snprintf(c->err, sizeof c->err,
+             "client %u: lost the connection to the daemon (%.900s); it stopped sending", c->id,
+             why);
+    atomic_store(&c->run->lost, 1);
+    atomic_store(&c->run->stop, 1);
+}
+
 static void issue(lt_client *c, lt_slot *s, uint64_t seq, uint32_t tr, uint64_t t_due)
 {
     lt_run *r = c->run;
@@ -606,6 +667,13 @@ static void issue(lt_client *c, lt_slot *s, uint64_t seq, uint32_t tr, uint64_t 
     s->seq = seq;
     s->tr = tr;
     s->check = want_check(r, seq);
+    if (s->check) {
+        /* The whole y slot: the ops' regions, their padding and the guard
+         * after the last (check_job looks at all of it). */
+        uint16_t *y = (uint16_t *)(c->y + s->y_off);
+        for (size_t t = 0; t < su->slot_y / 2; t++)
+            y[t] = LT_POISON;
+    }
     size_t xo = s->x_off, yo = s->y_off;
     for (uint32_t i = 0; i < q->n_ops; i++) {
         const pj_trace_op *op = &su->tr.ops[q->op0 + i];
@@ -619,25 +687,18 @@ static void issue(lt_client *c, lt_slot *s, uint64_t seq, uint32_t tr, uint64_t 
                                .y_buf = c->yid,
                                .y_off = c->ybase + yo,
                                .y_ld = op->n};
-        if (s->check) {
+        if (s->check)
             fill_random_bf16(&c->rng, (uint16_t *)(c->x + xo), (size_t)op->m * k);
-            uint16_t *y = (uint16_t *)(c->y + yo);
-            for (size_t t = 0; t < (size_t)op->m * op->n; t++)
-                y[t] = LT_POISON;
-        }
         xo += align_up((size_t)op->m * k * 2);
         yo += align_up((size_t)op->m * op->n * 2);
     }
-    if (seq < r->o->warmup)
-        atomic_fetch_add(&r->warm_sent, 1);
-    atomic_fetch_add(&r->sent, 1);
     projd_error e;
     int rc = 0;
 #ifdef PJ_HAVE_CUDA
     /* Checked x and the poisoned y land on the device before PROJECT: the
      * daemon does not wait on this client's stream. */
     if (s->check && c->gb) {
-        rc = pj_lgpu_to_device(c->gb, s->x_off, xo - s->x_off, s->y_off, yo - s->y_off, e.msg,
+        rc = pj_lgpu_to_device(c->gb, s->x_off, xo - s->x_off, s->y_off, su->slot_y, e.msg,
                                sizeof e.msg);
         e.code = rc;
     }
@@ -647,20 +708,19 @@ static void issue(lt_client *c, lt_slot *s, uint64_t seq, uint32_t tr, uint64_t 
     if (rc == 0)
         rc = su->transport->submit(c, s, c->ops, q->n_ops, &e);
     if (rc != 0) {
-        /* Not sent: counts as a failed request at once. */
-        s->t_end = now_ns();
-        atomic_fetch_add(&r->completed, 1);
+        /* Not sent: an error, neither sent nor in the tables (it has no
+         * latency, and no daemon saw it). */
+        atomic_fetch_add(&r->not_sent, 1);
         atomic_fetch_add(&r->errors, 1);
         note(r, 0, "request %llu (%s:%u): not sent: %s", (unsigned long long)seq, su->tr.file,
              q->line, e.msg);
-        if (seq >= r->o->warmup) {
-            pj_ls_sample smp = {
-                .t_start_ns = s->t_start, .t_end_ns = s->t_end, .n_ops = q->n_ops, .ok = 0};
-            pj_loadstat_record(&r->ls, su->refs + su->ref_off[tr],
-                               su->ref_off[tr + 1] - su->ref_off[tr], &smp);
-        }
+        if (conn_gone(c, rc))
+            client_lost(c, e.msg);
         return;
     }
+    if (seq < r->o->warmup)
+        atomic_fetch_add(&r->warm_sent, 1);
+    atomic_fetch_add(&r->sent, 1);
     s->busy = 1;
 }
 
@@ -678,6 +738,8 @@ static void harvest(lt_client *c, lt_slot *s)
         atomic_fetch_add(&r->errors, 1);
         note(r, 0, "request %llu (%s:%u): %s", (unsigned long long)s->seq, su->tr.file, q->line,
              rc ? e.msg : pj_status_name(res.status));
+        if (rc < 0 && conn_gone(c, rc))
+            client_lost(c, e.msg);
     }
     if (s->seq >= r->o->warmup) {
         pj_ls_sample smp = {.t_start_ns = s->t_start,
@@ -691,13 +753,8 @@ static void harvest(lt_client *c, lt_slot *s)
     }
 #ifdef PJ_HAVE_CUDA
     if (ok && s->check && c->gb) {
-        size_t yb = 0;
-        for (uint32_t i = 0; i < q->n_ops; i++) {
-            const pj_trace_op *op = &su->tr.ops[q->op0 + i];
-            yb += align_up((size_t)op->m * op->n * 2);
-        }
         char why[300];
-        if (pj_lgpu_y_to_host(c->gb, s->y_off, yb, why, sizeof why) != 0) {
+        if (pj_lgpu_y_to_host(c->gb, s->y_off, su->slot_y, why, sizeof why) != 0) {
             atomic_fetch_add(&r->checked, 1);
             atomic_fetch_add(&r->mismatches, 1);
             note(r, 1, "request %llu (%s:%u): y not checked: %s", (unsigned long long)s->seq,
@@ -998,15 +1055,11 @@ static void mset_label_cb(void *ctx, uint32_t m, char *out, size_t cap)
     pj_ls_mset_label(lo, hi, out, cap);
 }
 
+/* Appends group (kind, key) to the setup's list (keys are distinct: the
+ * caller sees to it). */
 static int add_group(lt_setup *su, pj_ls_kind kind, const char *key, const char *layer, uint32_t lo,
                      uint32_t hi, uint32_t *id)
 {
-    for (size_t i = 1; i < su->n_groups; i++) {
-        if (su->group_kind[i] == kind && strcmp(su->group_keys[i], key) == 0) {
-            *id = (uint32_t)i;
-            return 0;
-        }
-    }
     size_t n = su->n_groups ? su->n_groups : 1;
     char **k = realloc(su->group_keys, (n + 1) * sizeof *k);
     if (k)
@@ -1034,108 +1087,218 @@ static int add_group(lt_setup *su, pj_ls_kind kind, const char *key, const char 
     return 0;
 }
 
-typedef struct shape_key {
-    uint32_t m;
-    char key[PJ_LS_KEY_MAX];
-} shape_key;
-
-static int cmp_shape_key(const void *a, const void *b)
+/* FNV-1a, 64 bits. */
+static uint64_t hash_str(const char *s)
 {
-    const shape_key *x = a, *y = b;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* Request r's shape key: its signature, or, when that does not fit in a
+ * group key, its head and a hash of the whole signature, so that long
+ * shapes stay apart. scratch grows as needed (the caller frees it). */
+static int shape_key_of(const lt_setup *su, size_t r, char key[PJ_LS_KEY_MAX], char **scratch,
+                        size_t *scratch_cap)
+{
+    void *ctx = (void *)&su->msets;
+    size_t need = pj_trace_signature(&su->tr, r, mset_label_cb, ctx, key, PJ_LS_KEY_MAX);
+    if (need < PJ_LS_KEY_MAX)
+        return 0;
+    if (need + 1 > *scratch_cap) {
+        char *p = realloc(*scratch, need + 1);
+        if (!p)
+            return -ENOMEM;
+        *scratch = p;
+        *scratch_cap = need + 1;
+    }
+    pj_trace_signature(&su->tr, r, mset_label_cb, ctx, *scratch, *scratch_cap);
+    const size_t tail = 21; /* "...#" and 16 hex digits + NUL */
+    snprintf(key + PJ_LS_KEY_MAX - tail, tail, "...#%016llx",
+             (unsigned long long)hash_str(*scratch));
+    return 0;
+}
+
+typedef struct shape_ent {
+    char *key;
+    uint64_t hash;
+    uint64_t count; /* requests of the trace with this shape */
+    uint32_t m;     /* the m-set start of its smallest op */
+    uint32_t first; /* its first request */
+    uint32_t group;
+} shape_ent;
+
+static int cmp_shape_count(const void *a, const void *b)
+{
+    const shape_ent *x = *(const shape_ent *const *)a, *y = *(const shape_ent *const *)b;
+    if (x->count != y->count)
+        return x->count > y->count ? -1 : 1;
+    return x->first < y->first ? -1 : x->first > y->first;
+}
+
+static int cmp_shape_order(const void *a, const void *b)
+{
+    const shape_ent *x = *(const shape_ent *const *)a, *y = *(const shape_ent *const *)b;
     if (x->m != y->m)
         return x->m < y->m ? -1 : 1;
     return strcmp(x->key, y->key);
 }
 
 /* Groups of every trace request: (layer, m-set) groups first, ordered by
- * the daemon's layer order then m, then shapes by m. */
+ * the daemon's layer order then m, then shapes by m. At most LT_MAX_SHAPES
+ * shapes get a group of their own (the trace's most frequent ones); the
+ * others share the group LT_OTHER_SHAPES. Linear in the trace's size:
+ * shapes are found through a hash table. */
 static int build_groups(lt_setup *su)
 {
     const pj_trace *t = &su->tr;
+    int rc = -ENOMEM;
     su->ref_off = calloc(t->n_reqs + 1, sizeof *su->ref_off);
     su->refs = calloc(t->n_ops + t->n_reqs, sizeof *su->refs);
-    if (!su->ref_off || !su->refs)
-        return -ENOMEM;
-    uint32_t id;
+    size_t n_sets = (size_t)su->msets.n + 1, n_lm = (size_t)su->w.n_layers * n_sets;
+    uint32_t *lm_id = calloc(n_lm ? n_lm : 1, sizeof *lm_id);     /* 0: not in the trace */
+    uint64_t *lm_seen = calloc(n_lm ? n_lm : 1, sizeof *lm_seen); /* request + 1 */
+    uint32_t *lm_pos = calloc(n_lm ? n_lm : 1, sizeof *lm_pos);
+    uint32_t *shape_of = calloc(t->n_reqs ? t->n_reqs : 1, sizeof *shape_of);
+    shape_ent *sh = NULL, **order = NULL;
+    uint32_t *table = NULL; /* shape index + 1; 0: empty */
+    size_t n_sh = 0, cap_sh = 0, tsize = 1024, scratch_cap = 0;
+    char *scratch = NULL;
     char key[PJ_LS_KEY_MAX], lab[32];
+    uint32_t id, other = 0;
+    table = calloc(tsize, sizeof *table);
+    if (!su->ref_off || !su->refs || !lm_id || !lm_seen || !lm_pos || !shape_of || !table)
+        goto out;
+
+    /* (layer, m-set) groups: which the trace uses, in order. */
+    for (size_t i = 0; i < t->n_ops; i++) {
+        uint32_t lo, hi, set = pj_ls_mset_of(&su->msets, t->ops[i].m, &lo, &hi);
+        lm_id[(size_t)t->ops[i].layer * n_sets + set] = 1;
+    }
     for (uint32_t l = 0; l < su->w.n_layers; l++) {
-        for (uint32_t s = 0; s <= su->msets.n; s++) {
-            /* Sets in ascending m; the last index is the overflow set,
-             * which the resolver makes impossible (m <= max_m). */
-            for (size_t i = 0; i < t->n_ops; i++) {
-                uint32_t lo, hi;
-                if ((uint32_t)t->ops[i].layer != l ||
-                    pj_ls_mset_of(&su->msets, t->ops[i].m, &lo, &hi) != s)
-                    continue;
-                pj_ls_mset_label(lo, hi, lab, sizeof lab);
-                snprintf(key, sizeof key, "%s m=%s", su->w.layers[l].name, lab);
-                if (add_group(su, PJ_LS_LAYER_M, key, su->w.layers[l].name, lo, hi, &id))
-                    return -ENOMEM;
-                break;
+        for (uint32_t set = 0; set < n_sets; set++) {
+            if (!lm_id[(size_t)l * n_sets + set])
+                continue;
+            uint32_t lo = set ? su->msets.hi[set - 1] + 1 : 1, hi;
+            if (set < su->msets.n) {
+                hi = su->msets.hi[set];
+            } else { /* the overflow set, which the resolver makes impossible */
+                hi = su->w.max_m;
             }
+            pj_ls_mset_label(lo, hi, lab, sizeof lab);
+            snprintf(key, sizeof key, "%s m=%s", su->w.layers[l].name, lab);
+            if (add_group(su, PJ_LS_LAYER_M, key, su->w.layers[l].name, lo, hi, &id))
+                goto out;
+            lm_id[(size_t)l * n_sets + set] = id;
         }
     }
-    /* Shapes in ascending m (their smallest op's), then by name, so the
-     * table reads from small to large. */
-    shape_key *sk = calloc(t->n_reqs, sizeof *sk);
-    if (!sk)
-        return -ENOMEM;
-    size_t n_sk = 0;
+
+    /* Distinct shapes. */
     for (size_t r = 0; r < t->n_reqs; r++) {
-        pj_trace_signature(t, r, mset_label_cb, &su->msets, key, sizeof key);
-        size_t j = 0;
-        while (j < n_sk && strcmp(sk[j].key, key) != 0)
-            j++;
-        if (j < n_sk)
+        if (shape_key_of(su, r, key, &scratch, &scratch_cap))
+            goto out;
+        uint64_t h = hash_str(key);
+        size_t slot = (size_t)h & (tsize - 1);
+        while (table[slot] &&
+               (sh[table[slot] - 1].hash != h || strcmp(sh[table[slot] - 1].key, key)))
+            slot = (slot + 1) & (tsize - 1);
+        if (table[slot]) {
+            shape_of[r] = table[slot] - 1;
+            sh[shape_of[r]].count++;
             continue;
+        }
+        if (n_sh == cap_sh) {
+            size_t nc = cap_sh ? 2 * cap_sh : 256;
+            shape_ent *p = realloc(sh, nc * sizeof *p);
+            if (!p)
+                goto out;
+            sh = p;
+            cap_sh = nc;
+        }
         uint32_t m_min = UINT32_MAX;
         for (uint32_t i = 0; i < t->reqs[r].n_ops; i++)
             if (t->ops[t->reqs[r].op0 + i].m < m_min)
                 m_min = t->ops[t->reqs[r].op0 + i].m;
         uint32_t lo, hi;
         pj_ls_mset_of(&su->msets, m_min, &lo, &hi);
-        sk[n_sk].m = lo;
-        snprintf(sk[n_sk].key, sizeof sk[n_sk].key, "%s", key);
-        n_sk++;
-        if (n_sk > 4096)
-            break; /* enough order; the rest appear as they come */
-    }
-    qsort(sk, n_sk, sizeof *sk, cmp_shape_key);
-    for (size_t j = 0; j < n_sk; j++) {
-        if (add_group(su, PJ_LS_SHAPE, sk[j].key, NULL, 0, 0, &id)) {
-            free(sk);
-            return -ENOMEM;
+        sh[n_sh] =
+            (shape_ent){.key = strdup(key), .hash = h, .count = 1, .m = lo, .first = (uint32_t)r};
+        if (!sh[n_sh].key)
+            goto out;
+        shape_of[r] = (uint32_t)n_sh;
+        table[slot] = (uint32_t)++n_sh;
+        if (2 * n_sh > tsize) { /* rehash into a table twice the size */
+            uint32_t *nt = calloc(2 * tsize, sizeof *nt);
+            if (!nt)
+                goto out;
+            tsize *= 2;
+            for (size_t j = 0; j < n_sh; j++) {
+                size_t q = (size_t)sh[j].hash & (tsize - 1);
+                while (nt[q])
+                    q = (q + 1) & (tsize - 1);
+                nt[q] = (uint32_t)j + 1;
+            }
+            free(table);
+            table = nt;
         }
     }
-    free(sk);
+    /* The most frequent shapes get groups, in ascending m then by name, so
+     * the table reads from small to large. */
+    order = malloc((n_sh ? n_sh : 1) * sizeof *order);
+    if (!order)
+        goto out;
+    for (size_t j = 0; j < n_sh; j++)
+        order[j] = &sh[j];
+    size_t kept = n_sh;
+    if (n_sh > LT_MAX_SHAPES) {
+        qsort(order, n_sh, sizeof *order, cmp_shape_count);
+        kept = LT_MAX_SHAPES - 1;
+    }
+    qsort(order, kept, sizeof *order, cmp_shape_order);
+    for (size_t j = 0; j < kept; j++)
+        if (add_group(su, PJ_LS_SHAPE, order[j]->key, NULL, 0, 0, &order[j]->group))
+            goto out;
+    if (kept < n_sh) {
+        snprintf(key, sizeof key, "(%zu other shapes)", n_sh - kept);
+        if (add_group(su, PJ_LS_SHAPE, key, NULL, 0, 0, &other))
+            goto out;
+        for (size_t j = kept; j < n_sh; j++)
+            order[j]->group = other;
+    }
+
     size_t nr = 0;
     for (size_t r = 0; r < t->n_reqs; r++) {
         su->ref_off[r] = (uint32_t)nr;
-        pj_trace_signature(t, r, mset_label_cb, &su->msets, key, sizeof key);
-        if (add_group(su, PJ_LS_SHAPE, key, NULL, 0, 0, &id))
-            return -ENOMEM;
-        su->refs[nr++] = (pj_ls_ref){id, t->reqs[r].n_ops};
+        su->refs[nr++] = (pj_ls_ref){sh[shape_of[r]].group, t->reqs[r].n_ops};
         const pj_trace_req *q = &t->reqs[r];
-        size_t first = nr;
         for (uint32_t i = 0; i < q->n_ops; i++) {
             const pj_trace_op *op = &t->ops[q->op0 + i];
             uint32_t lo, hi;
-            pj_ls_mset_of(&su->msets, op->m, &lo, &hi);
-            pj_ls_mset_label(lo, hi, lab, sizeof lab);
-            snprintf(key, sizeof key, "%s m=%s", su->w.layers[op->layer].name, lab);
-            if (add_group(su, PJ_LS_LAYER_M, key, su->w.layers[op->layer].name, lo, hi, &id))
-                return -ENOMEM;
-            size_t j = first;
-            while (j < nr && su->refs[j].group != id)
-                j++;
-            if (j < nr)
-                su->refs[j].ops++;
-            else
-                su->refs[nr++] = (pj_ls_ref){id, 1};
+            size_t li = (size_t)op->layer * n_sets + pj_ls_mset_of(&su->msets, op->m, &lo, &hi);
+            if (lm_seen[li] == r + 1) {
+                su->refs[lm_pos[li]].ops++;
+            } else {
+                lm_seen[li] = r + 1;
+                lm_pos[li] = (uint32_t)nr;
+                su->refs[nr++] = (pj_ls_ref){lm_id[li], 1};
+            }
         }
     }
     su->ref_off[t->n_reqs] = (uint32_t)nr;
-    return 0;
+    rc = 0;
+out:
+    for (size_t j = 0; j < n_sh; j++)
+        free(sh[j].key);
+    free(sh);
+    free(order);
+    free(table);
+    free(scratch);
+    free(lm_id);
+    free(lm_seen);
+    free(lm_pos);
+    free(shape_of);
+    return rc;
 }
 
 /* A loadstat whose group ids are the setup's. */
@@ -1144,8 +1307,8 @@ static int loadstat_for(const lt_setup *su, pj_loadstat *ls)
     if (pj_loadstat_init(ls))
         return -ENOMEM;
     for (size_t i = 1; i < su->n_groups; i++) {
-        int id = pj_loadstat_group(ls, su->group_kind[i], su->group_keys[i], su->group_layer[i],
-                                   su->group_lo[i], su->group_hi[i]);
+        int id = pj_loadstat_group_add(ls, su->group_kind[i], su->group_keys[i], su->group_layer[i],
+                                       su->group_lo[i], su->group_hi[i]);
         if (id != (int)i)
             return -ENOMEM;
     }
@@ -1466,9 +1629,20 @@ static void run_free(lt_run *r)
     pthread_cond_destroy(&r->chk.cv_space);
 }
 
+/* Checking was asked for and could run. */
+static int checks_wanted(const lt_run *r)
+{
+    return r->su->model && r->o->check_fraction > 0;
+}
+
+/* A run fails on an error, a mismatch, a lost connection, or when it
+ * proved nothing: no measured request succeeded, or none was checked
+ * although checks were asked for. */
 static int run_failed(lt_run *r)
 {
-    return atomic_load(&r->errors) || atomic_load(&r->mismatches) || r->abort;
+    return atomic_load(&r->errors) || atomic_load(&r->mismatches) || r->abort ||
+           atomic_load(&r->lost) || r->measured == 0 ||
+           (checks_wanted(r) && atomic_load(&r->checked) == 0);
 }
 
 static void print_totals(FILE *f, lt_run *r)
@@ -1481,6 +1655,14 @@ static void print_totals(FILE *f, lt_run *r)
             (unsigned long long)atomic_load(&r->warm_sent),
             (unsigned long long)atomic_load(&r->completed),
             (unsigned long long)atomic_load(&r->errors), r->wall_s);
+    if (atomic_load(&r->not_sent))
+        fprintf(f, "  %llu requests not sent (refused before reaching the daemon; in errors)\n",
+                (unsigned long long)atomic_load(&r->not_sent));
+    if (atomic_load(&r->lost))
+        fprintf(f, "  the connection to the daemon was lost: the run stopped early\n");
+    if (r->measured == 0)
+        fprintf(f, "  FAILED: no measured request succeeded (%s): nothing was measured\n",
+                o->warmup ? "all were warm-up or failed" : "all failed or none was sent");
     if (r->su->model && o->check_fraction > 0 && r->su->tolerant)
         fprintf(f,
                 "checked: %llu requests (fraction %g, warm-up included) against the CPU "
@@ -1498,6 +1680,11 @@ static void print_totals(FILE *f, lt_run *r)
                 r->chk.full_waits ? " (clients waited for the check queue)" : "");
     else
         fprintf(f, "checked: none (--check-fraction 0)\n");
+    if (checks_wanted(r) && atomic_load(&r->checked) == 0)
+        fprintf(f,
+                "  FAILED: checks were asked for (--check-fraction %g) but no request was "
+                "checked\n",
+                o->check_fraction);
     for (size_t i = 0; i < r->n_errs; i++)
         fprintf(f, "  error: %s\n", r->errs[i]);
     if (atomic_load(&r->errors) > r->n_errs)
@@ -1515,6 +1702,11 @@ static cJSON *totals_json(lt_run *r)
     cJSON *t = cJSON_CreateObject();
     cJSON_AddNumberToObject(t, "sent", (double)atomic_load(&r->sent));
     cJSON_AddNumberToObject(t, "warmup", (double)atomic_load(&r->warm_sent));
+    cJSON_AddNumberToObject(t, "measured_sent",
+                            (double)(atomic_load(&r->sent) - atomic_load(&r->warm_sent)));
+    cJSON_AddNumberToObject(t, "measured_ok", (double)r->measured);
+    cJSON_AddNumberToObject(t, "not_sent", (double)atomic_load(&r->not_sent));
+    cJSON_AddBoolToObject(t, "connection_lost", atomic_load(&r->lost) != 0);
     cJSON_AddNumberToObject(t, "completed", (double)atomic_load(&r->completed));
     cJSON_AddNumberToObject(t, "errors", (double)atomic_load(&r->errors));
     cJSON_AddNumberToObject(t, "checked", (double)atomic_load(&r->checked));
@@ -1623,21 +1815,26 @@ static void usage(FILE *f)
         "  --rate R              open loop: R requests/s at fixed intervals\n"
         "  --poisson R           open loop: Poisson arrivals, R requests/s on average\n"
         "  --replay              send each request at its t_us, on its client's thread\n"
-        "  --speed X             replay X times faster (default 1)\n"
+        "  --speed X             replay X times faster (default 1; --replay only)\n"
         "  --slots S             requests in flight per client in open loop and replay\n"
         "                        (default 4; a request due while all are busy waits, and\n"
         "                        its latency, counted from when it was due, shows it)\n"
-        "  --sweep LIST          closed loop at each concurrency, e.g. 1,2,4,8,16\n"
+        "  --sweep LIST          closed loop at each concurrency, e.g. 1,2,4,8,16 (instead\n"
+        "                        of --concurrency)\n"
         "run: length\n"
         "  --warmup N            first N requests not counted in the tables (default 0)\n"
-        "  --count N             requests counted (default: the trace's length)\n"
-        "  --duration S          stop sending after S seconds, warm-up included (the first\n"
-        "                        bound reached wins)\n"
+        "  --count N             requests counted (default: the trace's length, or with\n"
+        "                        --duration and no --count, no count bound: the closed\n"
+        "                        loop sends until the time is up, the open loop plans\n"
+        "                        rate x duration requests; --replay plays the trace once)\n"
+        "  --duration S          stop sending after S seconds, warm-up included (with\n"
+        "                        --count too, the first bound reached wins)\n"
         "run: correctness\n"
         "  --check-fraction F    fraction of requests checked against the CPU reference:\n"
         "                        bit for bit on the cpu backend, ||y-ref||/||ref|| < 1e-2,\n"
         "                        no NaN, every value written on the cuda backend\n"
-        "                        (default 0.01; needs --model)\n"
+        "                        (default 0.01; needs --model; the first measured request\n"
+        "                        is always checked)\n"
         "  --model PATH          the safetensors file the daemon serves\n"
         "  --config FILE         the daemon's config (layer list and formats; default: built-in)\n"
         "  --check-threads N     threads computing the reference (default: half the cores,\n"
@@ -1664,8 +1861,13 @@ static void usage(FILE *f)
         "  --kind decode|verify|reference  --seed S  --count N  --out FILE ('-' = stdout)\n"
         "  --clients C  --draft D  --max-m M  --max-batch B  --unpooler-n N  --interval-us U\n"
         "\n"
+        "req/s and ops/s count the requests that succeeded (failed ones are in errors);\n"
+        "a client that loses its daemon connection stops, and so does the run.\n"
+        "\n"
         "exit status: 0 all requests succeeded and all checks matched; 1 a request failed,\n"
-        "a check mismatched or the run was interrupted; 2 the run could not start.\n");
+        "a check mismatched, the daemon connection was lost, no measured request succeeded,\n"
+        "checks were asked for but none ran, or the run was interrupted; 2 the run could\n"
+        "not start.\n");
 }
 
 static int cmd_gen(int argc, char **argv)
@@ -1929,6 +2131,7 @@ static int parse_run(int argc, char **argv, lt_opts *o)
             break;
         case OPT_SPEED:
             rc = parse_double("--speed", optarg, 1e-3, 1e6, &o->speed);
+            o->speed_set = 1;
             break;
         case OPT_SLOTS:
             rc = parse_u32("--slots", optarg, 1, 1024, &o->slots);
@@ -2030,6 +2233,12 @@ static int parse_run(int argc, char **argv, lt_opts *o)
         return usage_error("--check-fraction %g needs --model PATH (the model file the daemon "
                            "serves) to compute the reference; --check-fraction 0 runs unchecked",
                            o->check_fraction);
+    if (o->n_sweep && o->concurrency_set)
+        return usage_error("--concurrency: --sweep sets each step's concurrency; give one or "
+                           "the other");
+    if (o->speed_set && o->mode != MODE_REPLAY)
+        return usage_error("--speed scales the trace's t_us in --replay; without --replay it "
+                           "has no effect");
     if (o->mode == MODE_CLOSED && o->slots_set && o->slots != 1)
         return usage_error("--slots: the closed loop has one request in flight per client");
     if (o->mode == MODE_REPLAY && o->concurrency_set)
@@ -2167,6 +2376,7 @@ static int run_compare(const lt_opts *o, lt_setup *su, lt_run *dr, FILE *rep, cJ
     /* The engines the tuned path picks, and how far they are from cuBLAS. */
     cJSON *je = cJSON_AddArrayToObject(jc, "engines");
     static const uint32_t probe_m[] = {1, 8, 16, 32, 64, 128, 256};
+    unsigned dev_errors = 0;
     fprintf(rep, "  tuned engines (relative L2 difference from cuBLAS on the same x):\n");
     for (uint32_t l = 0; l < su->w.n_layers && !bad; l++) {
         if (map[l] < 0)
@@ -2184,25 +2394,40 @@ static int run_compare(const lt_opts *o, lt_setup *su, lt_run *dr, FILE *rep, cJ
                 break;
             char eng[64];
             pj_lcmp_engine(c, l, m, n, eng, sizeof eng);
+            /* pj_lcmp_diff answers -1 both for "not probed" (larger than
+             * the trace's requests: the same test as its own) and for a
+             * device error: only the second is reported. */
+            int probed =
+                (size_t)m * n * 2 <= su->slot_y && (size_t)m * su->w.layers[l].k * 2 <= su->slot_x;
             double d = pj_lcmp_diff(c, l, m, n);
-            if (d < 0)
-                continue; /* larger than the trace's requests */
-            fprintf(rep, " m=%u %s %.1e;", m, eng, d);
+            if (d < 0 && !probed)
+                continue;
             cJSON *e = cJSON_CreateObject();
             cJSON_AddStringToObject(e, "layer", su->w.layers[l].name);
             cJSON_AddNumberToObject(e, "m", m);
             cJSON_AddNumberToObject(e, "n", n);
             cJSON_AddStringToObject(e, "engine", eng);
-            cJSON_AddNumberToObject(e, "rel_diff_vs_cublas", d);
+            if (d < 0) {
+                fprintf(rep, " m=%u %s DEVICE ERROR;", m, eng);
+                cJSON_AddNullToObject(e, "rel_diff_vs_cublas");
+                cJSON_AddStringToObject(e, "error", "device error running the engines");
+                dev_errors++;
+            } else {
+                fprintf(rep, " m=%u %s %.1e;", m, eng, d);
+                cJSON_AddNumberToObject(e, "rel_diff_vs_cublas", d);
+            }
             cJSON_AddItemToArray(je, e);
         }
         fputc('\n', rep);
     }
+    if (dev_errors)
+        fprintf(rep, "  %u engine probes failed with a device error\n", dev_errors);
+    cJSON_AddNumberToObject(jc, "device_errors", dev_errors);
     pj_loadstat_free(&ls[0]);
     pj_loadstat_free(&ls[1]);
     free(ops);
     pj_lcmp_close(c);
-    return bad ? EXIT_RUN_FAILED : 0;
+    return bad || dev_errors ? EXIT_RUN_FAILED : 0;
 }
 #endif
 
@@ -2330,6 +2555,7 @@ static int cmd_run(int argc, char **argv)
         su.slot_y = yb > su.slot_y ? yb : su.slot_y;
         su.max_ops = q->n_ops > su.max_ops ? q->n_ops : su.max_ops;
     }
+    su.slot_y += LT_ALIGN; /* a guard after the largest request's last op (checks) */
     if (build_groups(&su) != 0) {
         fprintf(stderr, "projload: out of memory\n");
         goto out;
@@ -2378,11 +2604,18 @@ static int cmd_run(int argc, char **argv)
         fprintf(rep, "  (transport ring not used: %s)\n", ring_why_not);
     fprintf(rep, "trace %s: %zu requests, %zu ops; %llu warm-up requests, then ", su.tr.file,
             su.tr.n_reqs, su.tr.n_ops, (unsigned long long)o.warmup);
-    if (o.count_set || o.duration_s <= 0)
-        fprintf(rep, "%llu counted%s", (unsigned long long)o.count, o.duration_s > 0 ? " or " : "");
-    if (o.duration_s > 0)
-        fprintf(rep, "%.1f s", o.duration_s);
-    fprintf(rep, ", whichever ends first\n");
+    /* With --duration and no --count only the time bounds the run (in
+     * open loop: rate x duration requests are planned); a replay plays
+     * the trace once. */
+    int count_bound = o.count_set || o.duration_s <= 0 || o.mode == MODE_REPLAY;
+    if (count_bound)
+        fprintf(rep, "%llu counted", (unsigned long long)o.count);
+    if (count_bound && o.duration_s > 0)
+        fprintf(rep, " or %.1f s, whichever ends first\n", o.duration_s);
+    else if (o.duration_s > 0)
+        fprintf(rep, "as many as %.1f s allows (no --count)\n", o.duration_s);
+    else
+        fputc('\n', rep);
     fflush(rep);
 
     root = cJSON_CreateObject();
@@ -2402,7 +2635,13 @@ static int cmd_run(int argc, char **argv)
         cJSON_AddNumberToObject(root, "speed", o.speed);
     cJSON_AddNumberToObject(root, "slots", o.mode == MODE_CLOSED ? 1 : o.slots);
     cJSON_AddNumberToObject(root, "warmup", (double)o.warmup);
-    cJSON_AddNumberToObject(root, "count", (double)o.count);
+    /* count: the measured requests actually sent (set after the run;
+     * null for a sweep, whose steps each have totals.measured_sent);
+     * count_limit: the --count bound, null when only --duration bounds. */
+    if (count_bound)
+        cJSON_AddNumberToObject(root, "count_limit", (double)o.count);
+    else
+        cJSON_AddNullToObject(root, "count_limit");
     cJSON_AddNumberToObject(root, "duration_s", o.duration_s);
     cJSON *jc = cJSON_AddObjectToObject(root, "check");
     cJSON_AddNumberToObject(jc, "fraction", o.check_fraction);
@@ -2416,8 +2655,13 @@ static int cmd_run(int argc, char **argv)
     pj_plot_series series[LT_MAX_SWEEP];
     char labels[LT_MAX_SWEEP][48];
     lt_run *runs = calloc(n_steps, sizeof *runs);
+    /* Each step's statistics are freed once reported; the plots keep a
+     * copy of the overall latency histogram. */
+    pj_ls_hist *lats = calloc(n_steps, sizeof *lats);
     cJSON *jsweep = o.n_sweep ? cJSON_AddArrayToObject(root, "sweep") : NULL;
-    if (!runs) {
+    if (!runs || !lats) {
+        free(runs);
+        free(lats);
         fprintf(stderr, "projload: out of memory\n");
         exit_code = EXIT_SETUP_ERROR;
         goto out;
@@ -2444,18 +2688,20 @@ static int cmd_run(int argc, char **argv)
             exit_code = EXIT_SETUP_ERROR;
             break;
         }
+        pj_ls_summary sm;
+        pj_loadstat_summary(&r->ls, 0, &sm);
+        r->measured = sm.count - sm.errors;
         pj_loadstat_print(&r->ls, rep);
         print_totals(rep, r);
         print_stats(rep, r->stats_before, r->stats_after);
         if (run_failed(r))
             exit_code = EXIT_RUN_FAILED;
-        pj_ls_summary sm;
-        pj_loadstat_summary(&r->ls, 0, &sm);
         pts[s] =
             (pj_plot_sweep_point){r->nclients, sm.req_per_s, sm.ops_per_s, sm.p50_us, sm.p99_us};
         snprintf(labels[s], sizeof labels[s], o.n_sweep ? "%s c=%u" : "%s", su.transport->name,
                  r->nclients);
-        series[s] = (pj_plot_series){labels[s], &r->ls.g[0].lat};
+        lats[s] = *r->ls.g[0].lat;
+        series[s] = (pj_plot_series){labels[s], &lats[s]};
         cJSON *rj = run_json(r);
         if (jsweep) {
             cJSON_AddItemToArray(jsweep, rj);
@@ -2463,9 +2709,21 @@ static int cmd_run(int argc, char **argv)
             for (cJSON *c = rj->child; c; c = c->next)
                 cJSON_AddItemToObject(root, c->string, cJSON_Duplicate(c, 1));
             cJSON_Delete(rj);
+            cJSON_AddNumberToObject(root, "count",
+                                    (double)(atomic_load(&r->sent) - atomic_load(&r->warm_sent)));
         }
+        /* Compare mode reads the (single) run's groups later. */
+        if (!o.compare)
+            pj_loadstat_free(&r->ls);
         fflush(rep);
+        if (atomic_load(&r->lost)) {
+            if (s + 1 < n_steps)
+                fprintf(rep, "\nthe daemon connection was lost: the sweep stops here\n");
+            break;
+        }
     }
+    if (jsweep || !done_steps || runs[0].abort)
+        cJSON_AddNullToObject(root, "count");
     if (g_interrupted) {
         fprintf(rep, "\ninterrupted: the report covers what ran\n");
         exit_code = exit_code ? exit_code : EXIT_RUN_FAILED;
@@ -2503,6 +2761,7 @@ static int cmd_run(int argc, char **argv)
     for (uint32_t s = 0; s < done_steps; s++)
         run_free(&runs[s]);
     free(runs);
+    free(lats);
 out:
     cJSON_Delete(root);
     projd_close(ctl);

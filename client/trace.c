@@ -2,6 +2,7 @@
 #include "client/trace.h"
 
 #include <cjson/cJSON.h>
+#include "config/config.h"
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -42,7 +43,9 @@ static int grow(void **arr, size_t *cap, size_t need, size_t el)
     return 0;
 }
 
-/* Index of name in t->names, added when new; -ENOMEM on failure. */
+/* Index of name in t->names, added when new; -ENOSPC when it would be
+ * the (PJ_WIRE_MAX_LAYERS + 1)-th distinct name (no daemon serves that
+ * many layers, so the scan stays short), -ENOMEM on failure. */
 static int intern(pj_trace *t, const char *name, uint32_t *idx)
 {
     for (size_t i = 0; i < t->n_names; i++) {
@@ -51,6 +54,8 @@ static int intern(pj_trace *t, const char *name, uint32_t *idx)
             return 0;
         }
     }
+    if (t->n_names >= PJ_WIRE_MAX_LAYERS)
+        return -ENOSPC;
     void *arr = t->names;
     if (grow(&arr, &t->cap_names, t->n_names + 1, sizeof t->names[0]))
         return -ENOMEM;
@@ -81,8 +86,9 @@ int pj_trace_add(pj_trace *t, int64_t t_us, uint32_t client, const char *const *
     t->ops = ops;
     pj_trace_op *o = t->ops + t->n_ops;
     for (uint32_t i = 0; i < n_ops; i++) {
-        if (intern(t, layers[i], &o[i].name))
-            return -ENOMEM;
+        int rc = intern(t, layers[i], &o[i].name);
+        if (rc)
+            return rc == -ENOSPC ? -EINVAL : rc;
         o[i].m = ms[i];
         o[i].n_req = ns ? ns[i] : 0;
         o[i].n = o[i].n_req;
@@ -190,9 +196,49 @@ static int check_keys(const perr *p, const char *field, const cJSON *obj,
     return 0;
 }
 
+/* The first number of the JSON text s written with a fraction or an
+ * exponent (1.0, 1e2), outside strings: its offset and length, or -1.
+ * Every number of a valid request is an integer, and cJSON reads 1e2 and
+ * 100 alike, so the spelling is checked on the text. */
+static long non_integer_number(const char *s, size_t len, size_t *tok_len)
+{
+    int in_str = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_str = 0;
+            continue;
+        }
+        if (c == '"') {
+            in_str = 1;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            size_t j = i, bad = 0;
+            while (j < len && (s[j] == '-' || s[j] == '+' || s[j] == '.' || s[j] == 'e' ||
+                               s[j] == 'E' || (s[j] >= '0' && s[j] <= '9'))) {
+                bad |= s[j] == '.' || s[j] == 'e' || s[j] == 'E';
+                j++;
+            }
+            if (bad) {
+                *tok_len = j - i;
+                return (long)i;
+            }
+            i = j - 1;
+        }
+    }
+    return -1;
+}
+
 static int parse_line(pj_trace *t, const perr *p, const char *s, size_t len)
 {
     const char *end = NULL;
+    /* cJSON ends a string at an escaped NUL: "o\u0000x" would read as "o". */
+    long nul = pj_json_nul_escape(s, len);
+    if (nul >= 0)
+        return fail(p, NULL, "a string holds \\u0000 (column %ld); names cannot contain NUL",
+                    nul + 1);
     cJSON *root = cJSON_ParseWithLengthOpts(s, len, &end, 0);
     int rc = 0;
     if (!root) {
@@ -269,6 +315,19 @@ static int parse_line(pj_trace *t, const perr *p, const char *s, size_t len)
             goto out;
         }
         names[i] = l->valuestring;
+        uint32_t idx;
+        int irc = intern(t, names[i], &idx);
+        if (irc == -ENOSPC) {
+            rc = fail(p, field,
+                      "\"%s\" would be the trace's %d-th distinct layer name; a daemon serves "
+                      "at most %d layers",
+                      names[i], PJ_WIRE_MAX_LAYERS + 1, PJ_WIRE_MAX_LAYERS);
+            goto out;
+        } else if (irc) {
+            rc = irc;
+            snprintf(p->buf, p->cap, "%s:%zu: out of memory", p->file, p->line);
+            goto out;
+        }
         const cJSON *m = cJSON_GetObjectItemCaseSensitive(op, "m");
         snprintf(field, sizeof field, "ops[%d].m", i);
         if (!m) {
@@ -286,6 +345,17 @@ static int parse_line(pj_trace *t, const perr *p, const char *s, size_t len)
                 goto out;
             ns[i] = (uint32_t)v;
         }
+    }
+    /* Every value is in range; now the spelling (1e2 and 1.0 are refused;
+     * 2.5 was already refused as a non-integer above). */
+    size_t tok = 0;
+    long at = non_integer_number(s, (size_t)(end - s), &tok);
+    if (at >= 0) {
+        rc = fail(p, NULL,
+                  "%.*s (column %ld): integers must be written as integers (digits only, no "
+                  "fraction or exponent)",
+                  (int)(tok > 40 ? 40 : tok), s + at, at + 1);
+        goto out;
     }
     rc = pj_trace_add(t, t_us, (uint32_t)client, names, ms, ns, (uint32_t)n_ops);
     if (rc == -ENOMEM)
@@ -327,6 +397,11 @@ int pj_trace_parse(pj_trace *t, const char *text, size_t len, char *err, size_t 
 
 int pj_trace_load(pj_trace *t, const char *path, char *err, size_t errlen)
 {
+    return pj_trace_load_limit(t, path, PJ_TRACE_MAX_BYTES, err, errlen);
+}
+
+int pj_trace_load_limit(pj_trace *t, const char *path, size_t max_bytes, char *err, size_t errlen)
+{
     const char *base = strrchr(path, '/');
     pj_trace_init(t, base ? base + 1 : path);
     FILE *f = fopen(path, "rb");
@@ -339,8 +414,16 @@ int pj_trace_load(pj_trace *t, const char *path, char *err, size_t errlen)
     size_t len = 0, cap = 0;
     int rc = 0;
     for (;;) {
+        if (len > max_bytes) {
+            snprintf(err, errlen, "%s: more than %zu bytes, the most a trace may have", path,
+                     max_bytes);
+            rc = -EFBIG;
+            goto out;
+        }
         if (len + 65536 > cap) {
             size_t nc = cap ? cap * 2 : 1 << 20;
+            if (nc > max_bytes + 65536 + 1)
+                nc = max_bytes + 65536 + 1; /* enough to see one byte too many */
             char *nb = realloc(buf, nc);
             if (!nb) {
                 snprintf(err, errlen, "%s: out of memory reading it", path);
@@ -451,18 +534,39 @@ size_t pj_trace_signature(const pj_trace *t, size_t r, pj_trace_mset_fn mset_lab
         else if (strcmp(first, lab) != 0)
             same = 0;
     }
-    for (uint32_t i = 0; i < q->n_ops; i++) {
+    for (uint32_t i = 0; i < q->n_ops;) {
         const pj_trace_op *o = &t->ops[q->op0 + i];
-        PUT("%s%s", i ? "," : "", t->names[o->name]);
-        if (o->n_req)
-            PUT("/%u", o->n_req);
         if (!same) {
             if (mset_label)
                 mset_label(ctx, o->m, lab, sizeof lab);
             else
                 snprintf(lab, sizeof lab, "%u", o->m);
-            PUT(" m=%s", lab);
         }
+        /* A run of the same op (layer, n and m label) is written once,
+         * with its length: "qkv_gate*30". */
+        uint32_t run = 1;
+        char lab2[64];
+        for (; i + run < q->n_ops; run++) {
+            const pj_trace_op *p = &t->ops[q->op0 + i + run];
+            if (p->name != o->name || p->n_req != o->n_req)
+                break;
+            if (!same) {
+                if (mset_label)
+                    mset_label(ctx, p->m, lab2, sizeof lab2);
+                else
+                    snprintf(lab2, sizeof lab2, "%u", p->m);
+                if (strcmp(lab, lab2) != 0)
+                    break;
+            }
+        }
+        PUT("%s%s", i ? "," : "", t->names[o->name]);
+        if (o->n_req)
+            PUT("/%u", o->n_req);
+        if (run > 1)
+            PUT("*%u", run);
+        if (!same)
+            PUT(" m=%s", lab);
+        i += run;
     }
     if (same)
         PUT(" m=%s", first);

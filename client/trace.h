@@ -26,6 +26,7 @@
 #define PJ_TRACE_MAX_N      1000000 /* largest n the parser accepts */
 #define PJ_TRACE_MAX_CLIENT 1023    /* client ids are 0..this */
 #define PJ_TRACE_MAX_T_US   (1ll << 50)
+#define PJ_TRACE_MAX_BYTES  ((size_t)256 << 20) /* largest trace file pj_trace_load reads */
 
 typedef struct pj_trace_op {
     uint32_t name;  /* index into pj_trace.names */
@@ -63,17 +64,23 @@ void pj_trace_free(pj_trace *t);
 /* Parses len bytes of JSON-lines text into t (initialised by the caller;
  * requests are appended). Returns 0, -EINVAL with "file:line: field: why"
  * in err (t keeps the requests of the lines before the bad one), or
- * -ENOMEM. A trace with no request at all is an error. */
+ * -ENOMEM. A trace with no request at all is an error, and so are a string
+ * holding \u0000, a number written with a fraction or exponent (1.0, 1e2)
+ * and more than PJ_WIRE_MAX_LAYERS distinct layer names. */
 int pj_trace_parse(pj_trace *t, const char *text, size_t len, char *err, size_t errlen);
 
 /* Reads the file at path and parses it into t (pj_trace_init'd here, named
  * by its base name). Returns 0, a negative errno from reading (err names
- * the path), or what pj_trace_parse returns. The caller frees t. */
+ * the path; -EFBIG for a file over PJ_TRACE_MAX_BYTES), or what
+ * pj_trace_parse returns. The caller frees t. */
 int pj_trace_load(pj_trace *t, const char *path, char *err, size_t errlen);
+/* The same with another size limit (tests). */
+int pj_trace_load_limit(pj_trace *t, const char *path, size_t max_bytes, char *err, size_t errlen);
 
 /* Appends one request (the generator and the tests use it). layers[i] are
  * names, ms[i] and ns[i] (0: layer's rows) the shapes, t_us -1 for none.
- * Returns 0, -EINVAL (a value the parser would refuse) or -ENOMEM. */
+ * Returns 0, -EINVAL (a value the parser would refuse, including a
+ * (PJ_WIRE_MAX_LAYERS + 1)-th distinct name) or -ENOMEM. */
 int pj_trace_add(pj_trace *t, int64_t t_us, uint32_t client, const char *const *layers,
                  const uint32_t *ms, const uint32_t *ns, uint32_t n_ops);
 
@@ -85,8 +92,12 @@ int pj_trace_resolve(pj_trace *t, const pj_welcome *w, char *err, size_t errlen)
 
 /* The op list of request r as a signature: "qkv_gate,o,unpooler/1024"
  * (n shown only when the line gave one) followed by " m=" and the m values
- * through mset_label (or the plain m when mset_label is NULL). Writes at
- * most cap bytes (always terminated); returns the length it needed. */
+ * through mset_label (or the plain m when mset_label is NULL): one " m=" at
+ * the end when every op has the same label, else one after each op. A run
+ * of consecutive equal ops (layer, n, label) is written once with its
+ * length: "qkv_gate*30 m=1". Writes at most cap bytes (always terminated);
+ * returns the length it needed (a caller that needs distinct keys checks
+ * it against cap). */
 typedef void (*pj_trace_mset_fn)(void *ctx, uint32_t m, char *out, size_t cap);
 size_t pj_trace_signature(const pj_trace *t, size_t r, pj_trace_mset_fn mset_label, void *ctx,
                           char *out, size_t cap);

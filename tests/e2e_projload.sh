@@ -28,7 +28,11 @@ fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/e2e_projload.XXXXXX")
 daemon_pid=
+daemon2_pid=
 cleanup() {
+    if [ -n "$daemon2_pid" ] && kill -0 "$daemon2_pid" 2>/dev/null; then
+        kill -KILL "$daemon2_pid" 2>/dev/null
+    fi
     if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then
         kill -TERM "$daemon_pid" 2>/dev/null
         for _ in $(seq 50); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
@@ -336,6 +340,155 @@ pl --trace "$tmp/decode.jsonl" --socket "$sock" --buffers gpu >"$tmp/bufbad.out"
 rc=$?
 [ $rc = 2 ] && grep -q 'expected host, cuda or auto' "$tmp/bufbad.out" && ok "--buffers: bad value refused" ||
     fail "--buffers gpu: exit $rc: $(cat "$tmp/bufbad.out")"
+
+expect_error bad_int "$good"'{"ops":[{"layer":"o","m":1e2}]}\n' \
+    'bad_int.jsonl:2: 1e2 (column 26): integers must be written as integers'
+expect_error bad_nul "$good"'{"ops":[{"layer":"o\\u0000x","m":1}]}\n' \
+    'bad_nul.jsonl:2: a string holds \u0000 (column 20)'
+expect_error conc_sweep "$good" '--concurrency: --sweep sets each step' --concurrency 4 --sweep 2
+expect_error speed_no_replay "$good" '--speed scales the trace' --speed 2
+
+# ---- a run that proves nothing fails ----------------------------------------------------------------
+# A few requests at a low fraction: the first measured one is checked all
+# the same, so the wrong model is caught.
+pl --trace "$tmp/decode.jsonl" --socket "$sock" --count 40 --model "$other" --check-fraction 0.05 \
+    --json "$tmp/few.json" >"$tmp/few.out" 2>&1
+rc=$?
+if [ $rc = 1 ] && grep -q 'MISMATCH: request 0 ' "$tmp/few.out"; then
+    ok "fraction 0.05 of 40 requests: the first is checked, the wrong model is caught"
+else
+    fail "fraction 0.05 of 40 requests: exit $rc"; cat "$tmp/few.out" >&2
+fi
+# Nothing measured: exit 1, and null (not 0) latencies in the JSON.
+pl --trace "$tmp/decode.jsonl" --socket "$sock" --rate 0.01 --duration 0.01 --warmup 1 \
+    --check-fraction 0 --json "$tmp/none.json" >"$tmp/none.out" 2>&1
+rc=$?
+if [ $rc = 1 ] && grep -q 'nothing was measured' "$tmp/none.out" && "$py" - "$tmp/none.json" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+o = j["results"]["overall"]
+sys.exit(0 if o["count"] == 0 and o["latency_us"]["p50"] is None and o["latency_us"]["p99"] is None
+         and j["exit_code"] == 1 else 1)
+EOF
+then
+    ok "nothing measured: exit 1, null percentiles"
+else
+    fail "nothing measured: exit $rc"; cat "$tmp/none.out" >&2
+fi
+
+# ---- --duration alone: the JSON count is what was sent ---------------------------------------------
+pl --trace "$tmp/replay.jsonl" --socket "$sock" --duration 0.5 --warmup 2 --check-fraction 0 \
+    --json "$tmp/dur.json" >"$tmp/dur.out" 2>&1
+rc=$?
+if [ $rc = 0 ] && grep -q 'as many as 0.5 s allows' "$tmp/dur.out" && "$py" - "$tmp/dur.json" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+t = j["totals"]
+sys.exit(0 if j["count_limit"] is None and j["count"] == t["sent"] - t["warmup"]
+         and t["measured_sent"] == j["count"] and t["sent"] > 40 else 1)
+EOF
+then
+    ok "--duration alone: no count bound, JSON count = requests sent after the warm-up"
+else
+    fail "--duration alone: exit $rc"; cat "$tmp/dur.out" >&2
+fi
+
+# ---- many shapes: at most 256 shape rows, the rest folded -----------------------------------------------
+"$py" - "$tmp/shapes.jsonl" <<'EOF'
+import json, random, sys
+rnd = random.Random(5)
+layers = ["qkv_gate", "o", "pooler", "unpooler", "router"]
+with open(sys.argv[1], "w") as f:
+    for i in range(600):
+        ops = []
+        for _ in range(3):
+            op = {"layer": rnd.choice(layers), "m": rnd.choice([1, 8, 16, 32])}
+            if op["layer"] == "unpooler":
+                op["n"] = 128
+            ops.append(op)
+        f.write(json.dumps({"ops": ops}) + "\n")
+EOF
+pl --trace "$tmp/shapes.jsonl" --socket "$sock" --count 600 --check-fraction 0 \
+    --json "$tmp/shapes.json" >"$tmp/shapes.out" 2>&1
+rc=$?
+if [ $rc = 0 ] && "$py" - "$tmp/shapes.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))["results"]
+shapes = r["by_shape"]
+other = [g for g in shapes if g["key"].endswith(" other shapes)")]
+sys.exit(0 if len(shapes) == 256 and len(other) == 1
+         and sum(g["count"] for g in shapes) == r["overall"]["count"] == 600 else 1)
+EOF
+then
+    ok "many shapes: 255 shape rows + one for the other shapes, counts add up"
+else
+    fail "many shapes: exit $rc"; tail -5 "$tmp/shapes.out" >&2
+fi
+
+# ---- long shapes keep their m -----------------------------------------------------------------------------
+"$py" - "$tmp/longsig.jsonl" <<'EOF'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for m in (1, 200):
+        f.write(json.dumps({"ops": [{"layer": "qkv_gate", "m": m}] * 30}) + "\n")
+EOF
+pl --trace "$tmp/longsig.jsonl" --socket "$sock" --count 4 --check-fraction 0 \
+    --json "$tmp/longsig.json" >"$tmp/longsig.out" 2>&1
+rc=$?
+if [ $rc = 0 ] && "$py" - "$tmp/longsig.json" <<'EOF'
+import json, sys
+keys = sorted(g["key"] for g in json.load(open(sys.argv[1]))["results"]["by_shape"])
+print(keys)
+sys.exit(0 if keys == ["qkv_gate*30 m=1", "qkv_gate*30 m=129-256"] else 1)
+EOF
+then
+    ok "30 x qkv_gate at m=1 and m=200: two shape rows"
+else
+    fail "long shapes: exit $rc"; tail -5 "$tmp/longsig.out" >&2
+fi
+
+# ---- the daemon dies mid-run: projload stops, failures are not throughput -----------------------------
+sock2=ipc://$tmp/projd2.sock
+start_daemon2() {
+    "$bin/projd" --config "$tmp/projd.json" --model "$model" --socket "$sock2" 2>"$tmp/projd2.log" &
+    daemon2_pid=$!
+    for _ in $(seq 150); do
+        "$bin/projload" info --socket "$sock2" >/dev/null 2>&1 && break
+        sleep 0.2
+    done
+}
+for transport in ring nng; do
+    start_daemon2
+    start=$(date +%s%N)
+    pl --trace "$tmp/decode.jsonl" --socket "$sock2" --transport "$transport" --duration 8 \
+        --concurrency 2 --check-fraction 0 --timeout-ms 3000 --json "$tmp/die.json" \
+        >"$tmp/die.out" 2>"$tmp/die.err" &
+    pl_pid=$!
+    sleep 1.5
+    kill -KILL "$daemon2_pid"
+    wait "$daemon2_pid" 2>/dev/null
+    wait "$pl_pid"
+    rc=$?
+    secs=$((($(date +%s%N) - start) / 1000000000))
+    if [ $rc = 1 ] && [ "$secs" -lt 7 ] && grep -q 'lost the connection to the daemon' "$tmp/die.err" &&
+        "$py" - "$tmp/die.json" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+t, o, w = j["totals"], j["results"]["overall"], j["results"]["window_s"]
+ok_req = o["count"] - o["errors"]
+print("sent %d, completed %d, errors %d, not sent %d, ok %d, req/s %.1f over %.3f s"
+      % (t["sent"], t["completed"], t["errors"], t["not_sent"], ok_req, o["req_per_s"], w))
+sys.exit(0 if t["connection_lost"] and t["not_sent"] <= 2 and t["sent"] == t["completed"]
+         and o["ok"] == ok_req and abs(o["req_per_s"] * w - ok_req) < 0.5 else 1)
+EOF
+    then
+        ok "daemon killed mid-run ($transport): projload stopped in ${secs} s, exit 1, req/s counts only successes"
+    else
+        fail "daemon killed mid-run ($transport): exit $rc after ${secs} s"
+        cat "$tmp/die.out" "$tmp/die.err" >&2
+    fi
+done
+daemon2_pid=
 
 # ---- the daemon saw nothing wrong ----------------------------------------------------------------------
 kill -0 "$daemon_pid" 2>/dev/null && ok "daemon still running" || fail "daemon died"

@@ -288,8 +288,10 @@ START_TEST(groups_and_summary)
     ck_assert_uint_eq(s.ops, 500 * 3 + 500);
     ck_assert_uint_eq(s.checked, 100);
     ck_assert_uint_eq(s.mismatches, 1);
-    ck_assert_double_eq_tol(s.req_per_s, 1000 / w, 1e-6);
-    ck_assert_double_eq_tol(s.ops_per_s, 2000 / w, 1e-6);
+    /* Throughput counts only what succeeded: 998 requests (i = 10 and 20
+     * failed, 3 ops each), 1994 ops. */
+    ck_assert_double_eq_tol(s.req_per_s, 998 / w, 1e-6);
+    ck_assert_double_eq_tol(s.ops_per_s, 1994 / w, 1e-6);
     /* Latencies 10.00..19.99 µs without the two errors (i = 10, 20). */
     ck_assert_double_eq_tol(s.min_us, 10.0, 1e-9);
     ck_assert_double_eq_tol(s.max_us, 19.99, 1e-9);
@@ -408,6 +410,64 @@ START_TEST(json_report)
 }
 END_TEST
 
+/* A run that measured nothing, and a group whose requests all failed:
+ * their latencies are null in the JSON ("-" in the table), not 0, and no
+ * throughput is claimed for failures. Histograms exist only for groups a
+ * request reached. */
+START_TEST(empty_groups_null)
+{
+    pj_loadstat ls;
+    ck_assert_int_eq(pj_loadstat_init(&ls), 0);
+    int a = pj_loadstat_group_add(&ls, PJ_LS_SHAPE, "o m=1", NULL, 0, 0);
+    int b = pj_loadstat_group_add(&ls, PJ_LS_SHAPE, "o m=2-8", NULL, 0, 0);
+    ck_assert_int_eq(a, 1);
+    ck_assert_int_eq(b, 2);
+    ck_assert_ptr_null(ls.g[a].lat);
+    cJSON *j = pj_loadstat_json(&ls);
+    ck_assert_ptr_nonnull(j);
+    const cJSON *l = get(get(j, "overall"), "latency_us");
+    ck_assert(cJSON_IsNull(get(l, "p50")));
+    ck_assert(cJSON_IsNull(get(l, "p99")));
+    ck_assert(cJSON_IsNull(get(l, "max")));
+    ck_assert(cJSON_IsNull(get(get(get(j, "overall"), "daemon_us"), "exec_p50")));
+    cJSON_Delete(j);
+
+    /* Two failed requests in group a: counted, errors, no throughput, no
+     * latency. */
+    for (int i = 0; i < 2; i++) {
+        pj_ls_sample s = {.t_start_ns = 1000 + (uint64_t)i * 1000000,
+                          .t_end_ns = 2000 + (uint64_t)i * 1000000,
+                          .n_ops = 1,
+                          .ok = 0};
+        pj_ls_ref r = {(uint32_t)a, 1};
+        pj_loadstat_record(&ls, &r, 1, &s);
+    }
+    pj_ls_summary sm;
+    pj_loadstat_summary(&ls, (size_t)a, &sm);
+    ck_assert_uint_eq(sm.count, 2);
+    ck_assert_uint_eq(sm.errors, 2);
+    ck_assert_double_eq(sm.req_per_s, 0);
+    ck_assert_double_eq(sm.ops_per_s, 0);
+    ck_assert_ptr_null(ls.g[b].lat);
+    j = pj_loadstat_json(&ls);
+    ck_assert_ptr_nonnull(j);
+    const cJSON *g = cJSON_GetArrayItem(get(j, "by_shape"), 0);
+    ck_assert_ptr_nonnull(g);
+    ck_assert_double_eq(num(g, "ok"), 0);
+    ck_assert(cJSON_IsNull(get(get(g, "latency_us"), "p50")));
+    cJSON_Delete(j);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    pj_loadstat_print(&ls, f);
+    fclose(f);
+    ck_assert_ptr_nonnull(strstr(buf, "0.0          -"));
+    free(buf);
+    pj_loadstat_free(&ls);
+    pj_loadstat_free(&ls); /* a second free is harmless */
+}
+END_TEST
+
 /* The table shows what the summary holds, with one decimal. */
 START_TEST(table_output)
 {
@@ -480,7 +540,7 @@ START_TEST(threads_record)
     ck_assert_uint_eq(ls.g[0].count, 80000);
     ck_assert_uint_eq(ls.g[0].ops, 160000);
     ck_assert_uint_eq(ls.g[g].count, 80000);
-    ck_assert_uint_eq(ls.g[g].lat.count, 80000);
+    ck_assert_uint_eq(ls.g[g].lat->count, 80000);
     uint64_t done, errs;
     double p50;
     pj_loadstat_progress(&ls, &done, &errs, &p50);
@@ -509,6 +569,7 @@ static Suite *loadstat_suite(void)
     tcase_add_test(tc, json_report);
     tcase_add_test(tc, table_output);
     tcase_add_test(tc, threads_record);
+    tcase_add_test(tc, empty_groups_null);
     suite_add_tcase(s, tc);
     return s;
 }

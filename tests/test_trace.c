@@ -156,6 +156,16 @@ static const bad_case bad_cases[] = {
                                                     "(column 31)"},
     {"[{\"layer\":\"o\",\"m\":8}]", "expected a JSON object per line, got an array"},
     {"42", "expected a JSON object per line, got 42"},
+    /* Integers spelled as integers only; cJSON reads 1e2 and 100 alike. */
+    {"{\"ops\":[{\"layer\":\"o\",\"m\":1e2}]}",
+     "1e2 (column 26): integers must be written as integers"},
+    {"{\"ops\":[{\"layer\":\"o\",\"m\":1.0}]}",
+     "1.0 (column 26): integers must be written as integers"},
+    {"{\"t_us\":1E3,\"ops\":[{\"layer\":\"o\",\"m\":1}]}",
+     "1E3 (column 9): integers must be written as integers"},
+    /* A NUL escape would cut the name (or key) short. */
+    {"{\"ops\":[{\"layer\":\"o\\u0000x\",\"m\":1}]}", "a string holds \\u0000 (column 20)"},
+    {"{\"ops\":[{\"layer\":\"o\",\"m\\u0000\":1}]}", "a string holds \\u0000 (column 24)"},
 };
 
 START_TEST(parse_bad)
@@ -204,6 +214,65 @@ START_TEST(parse_bad_misc)
                      -EINVAL);
     ck_assert_str_eq(err, "n.jsonl:5: ops[0].m: expected an integer >= 1, got -7");
     pj_trace_free(&t);
+}
+END_TEST
+
+/* More distinct layer names than any daemon serves: refused at the
+ * 65th, with the line and the field (and interning stays a short scan). */
+START_TEST(parse_many_names)
+{
+    size_t cap = 70 * 64, len = 0;
+    char *text = malloc(cap), err[512];
+    ck_assert_ptr_nonnull(text);
+    for (int i = 0; i < 70; i++)
+        len +=
+            (size_t)snprintf(text + len, cap - len, "{\"ops\":[{\"layer\":\"l%d\",\"m\":1}]}\n", i);
+    pj_trace t;
+    ck_assert_int_eq(parse_text(&t, "names.jsonl", text, err, sizeof err), -EINVAL);
+    ck_assert_msg(strncmp(err,
+                          "names.jsonl:65: ops[0].layer: \"l64\" would be the trace's "
+                          "65-th distinct layer name",
+                          strlen("names.jsonl:65: ops[0].layer: \"l64\" would be the trace's "
+                                 "65-th distinct layer name")) == 0,
+                  "%s", err);
+    ck_assert_uint_eq(t.n_reqs, 64);
+    ck_assert_uint_eq(t.n_names, 64);
+    /* pj_trace_add refuses the 65th too. */
+    const char *names[1] = {"another"};
+    uint32_t ms[1] = {1};
+    ck_assert_int_eq(pj_trace_add(&t, -1, 0, names, ms, NULL, 1), -EINVAL);
+    pj_trace_free(&t);
+    free(text);
+}
+END_TEST
+
+/* The reader stops at its size limit with a clear message instead of
+ * reading an endless file into memory. */
+START_TEST(load_size_limit)
+{
+    char dir[] = "/tmp/test_trace_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[256], err[512];
+    snprintf(path, sizeof path, "%s/big.jsonl", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < 1000; i++)
+        fprintf(f, "{\"ops\":[{\"layer\":\"o\",\"m\":1}]}\n");
+    fclose(f);
+    pj_trace t;
+    ck_assert_int_eq(pj_trace_load_limit(&t, path, 1000, err, sizeof err), -EFBIG);
+    ck_assert_msg(strstr(err, "big.jsonl: more than 1000 bytes, the most a trace may have"), "%s",
+                  err);
+    pj_trace_free(&t);
+    ck_assert_int_eq(pj_trace_load_limit(&t, path, 1 << 20, err, sizeof err), 0);
+    ck_assert_uint_eq(t.n_reqs, 1000);
+    pj_trace_free(&t);
+    /* An endless file. */
+    ck_assert_int_eq(pj_trace_load_limit(&t, "/dev/zero", 3 << 20, err, sizeof err), -EFBIG);
+    ck_assert_msg(strstr(err, "/dev/zero: more than 3145728 bytes"), "%s", err);
+    pj_trace_free(&t);
+    unlink(path);
+    rmdir(dir);
 }
 END_TEST
 
@@ -375,6 +444,39 @@ START_TEST(signature)
     ck_assert_str_eq(small, "qkv_gat");
     ck_assert_uint_eq(need, strlen("qkv_gate,unpooler/1024 m=12"));
     pj_trace_free(&t);
+
+    /* 30 ops of one layer at m=1 and at m=256: runs are written once with
+     * their length, so the m survives in a key of PJ_LS_KEY_MAX (256) and
+     * the two shapes stay apart. */
+    char line[4096];
+    size_t len = 0;
+    char *text = malloc(8192);
+    ck_assert_ptr_nonnull(text);
+    text[0] = '\0';
+    for (int r = 0; r < 2; r++) {
+        len = (size_t)snprintf(line, sizeof line, "{\"ops\":[");
+        for (int i = 0; i < 30; i++)
+            len +=
+                (size_t)snprintf(line + len, sizeof line - len,
+                                 "%s{\"layer\":\"qkv_gate\",\"m\":%d}", i ? "," : "", r ? 256 : 1);
+        snprintf(line + len, sizeof line - len, "]}\n");
+        strcat(text, line);
+    }
+    strcat(text, "{\"ops\":[{\"layer\":\"o\",\"m\":1},{\"layer\":\"o\",\"m\":1},{\"layer\":"
+                 "\"o\",\"m\":2},{\"layer\":\"o\",\"m\":1,\"n\":8},{\"layer\":\"o\",\"m\":1,"
+                 "\"n\":8}]}\n");
+    ck_assert_int_eq(parse_text(&t, "long.jsonl", text, err, sizeof err), 0);
+    char a[256], b[256];
+    pj_trace_signature(&t, 0, NULL, NULL, a, sizeof a);
+    pj_trace_signature(&t, 1, NULL, NULL, b, sizeof b);
+    ck_assert_str_eq(a, "qkv_gate*30 m=1");
+    ck_assert_str_eq(b, "qkv_gate*30 m=256");
+    pj_trace_signature(&t, 2, NULL, NULL, a, sizeof a);
+    ck_assert_str_eq(a, "o*2 m=1,o m=2,o/8*2 m=1");
+    pj_trace_signature(&t, 2, mset_pow2, NULL, a, sizeof a);
+    ck_assert_str_eq(a, "o*2 m=1-1,o m=2-2,o/8*2 m=1-1");
+    pj_trace_free(&t);
+    free(text);
 }
 END_TEST
 
@@ -595,6 +697,8 @@ static Suite *trace_suite(void)
     tcase_add_loop_test(tc, parse_bad, 0, (int)(sizeof bad_cases / sizeof bad_cases[0]));
     tcase_add_test(tc, parse_bad_misc);
     tcase_add_test(tc, load_file);
+    tcase_add_test(tc, parse_many_names);
+    tcase_add_test(tc, load_size_limit);
     tcase_add_test(tc, resolve);
     tcase_add_test(tc, write_roundtrip);
     tcase_add_test(tc, signature);
