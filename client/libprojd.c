@@ -45,10 +45,16 @@ struct projd_conn {
     atomic_llong bad_peer;    /* uid of a daemon we refused (see peer_check), -1 = none */
     int trust_any_uid;        /* $PROJD_TRUST_ANY_UID=1 */
     /* HELLO done (set by projd_connect), then the pipe it was said on
-     * went away: every later call fails locally (see conn_lost). */
+     * went away: every later call fails locally (see conn_lost). lost is
+     * set by the pipe-removed notification, or earlier by the first nng
+     * request that fails because the pipe went (conn_mark_lost). */
     atomic_int established, lost;
-    pthread_mutex_t mu;    /* guards buffers, ring, closing and nng_live */
+    pthread_mutex_t mu;    /* guards buffers, ring, closing, nng_live and nng_reqs */
     projd_buffer *buffers; /* doubly linked, for projd_close */
+    /* nng requests not completed yet (doubly linked through cprev/cnext):
+     * those conn_mark_lost aborts. A request is on it from just before its
+     * send until req_complete, so one found here under mu is not freed. */
+    projd_request *nng_reqs;
     /* projd_close has begun: submissions fail (a callback must not start
      * requests on a connection being freed). Written under mu. */
     atomic_int closing;
@@ -93,6 +99,8 @@ struct projd_request {
     int destroying;
     pthread_t cb_thread;
     projd_conn *conn; /* nng requests: counted in conn->nng_live until completed */
+    int on_conn;      /* on conn->nng_reqs, under conn->mu */
+    projd_request *cprev, *cnext;
     /* Sent through the ring: no nng context or aio. */
     ring_cli *ring;
     int in_pending; /* on ring->pending, under ring->mu */
@@ -448,6 +456,20 @@ static void conn_request_done(projd_conn *c)
 static void req_complete(projd_request *r)
 {
     projd_conn *conn = r->conn; /* r may be freed once done is set */
+    if (conn) {
+        pthread_mutex_lock(&conn->mu);
+        if (r->on_conn) {
+            if (r->cprev)
+                r->cprev->cnext = r->cnext;
+            else
+                conn->nng_reqs = r->cnext;
+            if (r->cnext)
+                r->cnext->cprev = r->cprev;
+            r->cprev = r->cnext = NULL;
+            r->on_conn = 0;
+        }
+        pthread_mutex_unlock(&conn->mu);
+    }
     pthread_mutex_lock(&r->mu);
     r->finished = 1;
     r->in_cb = 1;
@@ -471,6 +493,41 @@ static void req_complete(projd_request *r)
         conn_request_done(conn);
 }
 
+/* Aborts every nng request of c not completed yet with NNG_ECONNRESET: those
+ * queued without a pipe (they would wait out their timeout, or go to a
+ * daemon that came up since) and those waiting for a reply that will not
+ * come. Their callbacks run on nng's threads (nng_aio_abort does not wait
+ * for them). */
+static void conn_abort_nng(projd_conn *c)
+{
+    pthread_mutex_lock(&c->mu);
+    for (projd_request *r = c->nng_reqs; r; r = r->cnext)
+        nng_aio_abort(r->aio, NNG_ECONNRESET);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* The pipe of an established connection went away (its pipe-removed
+ * notification, or an nng request that failed for that reason, whichever
+ * comes first): later submissions fail at once, and what nng still holds
+ * fails now. Not during projd_close, which cancels everything itself. */
+static void conn_mark_lost(projd_conn *c)
+{
+    if (!atomic_load(&c->established) || atomic_load(&c->closing))
+        return;
+    atomic_store(&c->lost, 1);
+    conn_abort_nng(c);
+}
+
+/* nng's errors for a pipe that went away under a request. */
+static int pipe_gone(int rv)
+{
+    return rv == NNG_ECONNRESET || rv == NNG_ECONNSHUT || rv == NNG_ECLOSED;
+}
+
+#define LOST_WHY                                                                                   \
+    "the connection to projd was lost (projd exited or restarted, or dropped this client): "       \
+    "reconnect with projd_connect"
+
 static void req_callback(void *arg)
 {
     projd_request *r = arg;
@@ -485,6 +542,22 @@ static void req_callback(void *arg)
         }
         r->res.total_ns = now_ns() - r->t_submit;
         r->rc = fail(&r->err, -ECANCELED, "%s: the connection was closed", r->what);
+        req_complete(r);
+        return;
+    }
+    /* The pipe went away: mark the connection lost now rather than when
+     * nng's pipe-removed notification comes, so that a request submitted
+     * meanwhile fails at once instead of waiting without a pipe. */
+    if (rv != 0 && pipe_gone(rv) && atomic_load(&r->conn->established)) {
+        conn_mark_lost(r->conn);
+        if (!r->receiving) {
+            nng_msg *m = nng_aio_get_msg(r->aio);
+            if (m)
+                nng_msg_free(m);
+        }
+        r->res.total_ns = now_ns() - r->t_submit;
+        r->rc = fail(&r->err, -ECONNRESET, "%s: %s: %s; " LOST_WHY, r->what,
+                     r->receiving ? "receive" : "send", nng_strerror(rv));
         req_complete(r);
         return;
     }
@@ -505,10 +578,22 @@ static void req_callback(void *arg)
             req_complete(r);
             return;
         }
+        if (atomic_load(&r->conn->lost)) {
+            r->res.total_ns = t - r->t_submit;
+            r->rc = fail(&r->err, -ECONNRESET, "%s: " LOST_WHY, r->what);
+            req_complete(r);
+            return;
+        }
         r->receiving = 1;
         nng_aio_set_timeout(r->aio, (nng_duration)((r->deadline - t + 999999) / 1000000));
+        projd_conn *c = r->conn;
         nng_ctx_recv(r->ctx, r->aio);
-        return; /* r belongs to the receive now */
+        /* r belongs to the receive now. Lost meanwhile: conn_mark_lost may
+         * have looked before the receive began; abort it (r is still on
+         * c->nng_reqs if it has not completed). */
+        if (atomic_load(&c->lost))
+            conn_abort_nng(c);
+        return;
     }
     r->res.total_ns = now_ns() - r->t_submit;
     if (rv != 0) {
@@ -636,7 +721,19 @@ static int req_submit(projd_conn *c, const pj_wbuf *w, const char *what, uint16_
     r->deadline = r->t_submit + (uint64_t)r->timeout_ms * 1000000ull;
     nng_aio_set_msg(r->aio, m);
     nng_aio_set_timeout(r->aio, r->timeout_ms);
+    pthread_mutex_lock(&c->mu);
+    r->on_conn = 1;
+    r->cprev = NULL;
+    r->cnext = c->nng_reqs;
+    if (c->nng_reqs)
+        c->nng_reqs->cprev = r;
+    c->nng_reqs = r;
+    pthread_mutex_unlock(&c->mu);
     nng_ctx_send(r->ctx, r->aio);
+    /* Lost since the check above: the send may wait for a pipe that only a
+     * daemon without this connection's state would give it. */
+    if (atomic_load(&c->lost))
+        conn_abort_nng(c);
     *out = r;
     return 0;
 fail_alloc:
@@ -1050,7 +1147,8 @@ static void *ring_reaper(void *arg)
             ring_fail_all(rc, -EPROTO, "the ring's completion queue is corrupt");
             break;
         }
-        if (atomic_load(&rc->c->pipes_removed) != rc->removed_at_attach) {
+        if (atomic_load(&rc->c->pipes_removed) != rc->removed_at_attach ||
+            atomic_load(&rc->c->lost)) {
             ring_fail_all(rc, -ECONNRESET,
                           "the connection to projd was lost (projd exited or restarted, or "
                           "dropped this client): reconnect with projd_connect");
@@ -1233,8 +1331,7 @@ static void pipe_removed(nng_pipe p, nng_pipe_ev ev, void *arg)
     atomic_fetch_add(&c->pipes_removed, 1);
     /* The daemon's state of this connection (HELLO, buffers, ring) went
      * with the pipe; the dialer would reconnect to whatever listens next. */
-    if (atomic_load(&c->established))
-        atomic_store(&c->lost, 1);
+    conn_mark_lost(c);
 }
 
 /* Whoever answers on the socket path gets our requests and the names of

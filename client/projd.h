@@ -27,10 +27,13 @@
  * A lost connection. The daemon keeps a connection's state (HELLO, buffers,
  * ring) for as long as its pipe lasts. Once the pipe is gone (projd exited
  * or restarted, or dropped this client), requests in flight fail with
- * -ECONNRESET (or their timeout), and every later call on the connection
- * fails at once with -ECONNRESET, "the connection to projd was lost":
- * nothing is sent to a daemon that came up since. Close it and reconnect
- * with projd_connect.
+ * -ECONNRESET, and every later call on the connection fails at once with
+ * -ECONNRESET, "the connection to projd was lost": nothing is sent to a
+ * daemon that came up since. The connection counts as lost from the first
+ * of nng's notice that the pipe was removed and an nng request failing
+ * because it went (connection reset or shut); requests waiting in nng for
+ * a pipe then fail too, rather than at their timeout. Close it and
+ * reconnect with projd_connect.
  *
  * Timeouts. Every blocking call and every asynchronous request ends within
  * the connection's timeout (default 30 000 ms, projd_set_timeout_ms).

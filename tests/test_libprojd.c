@@ -2,13 +2,16 @@
  * against a running projd (cpu backend): projd_close with requests in
  * flight on either transport, blocking calls from a ring callback, waits
  * after close, the result of a local failure, freeing a request in flight,
- * a daemon restarted under a live connection, a connect refused before
+ * a daemon restarted under a live connection, a daemon killed under
+ * requests in a loop (every one after the first failure fails at once), a
+ * connect refused before
  * WELCOME, and projctl's bench-ipc --out on a full disk. Many cases run on
  * a "slow" daemon (cpu.min_op_us) that holds every op for 300 ms, so that
  * requests are still in flight when the test acts. */
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -390,6 +393,108 @@ START_TEST(daemon_restart_fails_locally)
 }
 END_TEST
 
+/* ---- a daemon killed under requests in a loop ---------------------------------------- */
+
+/* A request submitted between nng's receive error ("Connection reset") and
+ * the pipe-removed notification used to pass the `lost` check and then wait
+ * on a socket without a pipe for its whole timeout. With a long timeout,
+ * every request after the first failure must fail at once, -ECONNRESET. */
+#define KILL_TIMEOUT_MS 10000
+#define KILL_BOUND_MS   2000
+#define KILL_THREADS    3
+#define KILL_AFTER      30 /* requests each thread makes after its first failure */
+
+typedef struct kill_loop {
+    lib_t *t;
+    atomic_int *go;
+    int ok;          /* requests that succeeded */
+    int failed;      /* requests that failed */
+    int bad_rc;      /* a failure other than -ECONNRESET (0: none) */
+    long long worst; /* ms, the slowest failing request */
+    char msg[1200];  /* of the slowest failing request, or of bad_rc */
+} kill_loop;
+
+static void *kill_loop_run(void *arg)
+{
+    kill_loop *k = arg;
+    long long end = pjd_now_ms() + 3 * KILL_TIMEOUT_MS;
+    while (!atomic_load(k->go))
+        pjd_sleep_ms(1);
+    while (k->failed <= KILL_AFTER && pjd_now_ms() < end) {
+        projd_error e;
+        projd_result res;
+        long long t0 = pjd_now_ms();
+        int rc = projd_project(k->t->c, &k->t->op, 1, 0, &res, &e);
+        long long dt = pjd_now_ms() - t0;
+        if (rc == 0 && k->failed == 0) {
+            k->ok++;
+            continue;
+        }
+        k->failed++;
+        if (rc != -ECONNRESET && !k->bad_rc) {
+            k->bad_rc = rc ? rc : 1;
+            snprintf(k->msg, sizeof k->msg, "rc %d after %lld ms: %s", rc, dt, e.msg);
+        }
+        if (dt > k->worst) {
+            k->worst = dt;
+            if (!k->bad_rc)
+                snprintf(k->msg, sizeof k->msg, "%lld ms: %s", dt, e.msg);
+        }
+    }
+    return NULL;
+}
+
+static void kill_under_requests(uint32_t ring, int rounds)
+{
+    const char *tr = ring ? "ring" : "nng";
+    for (int round = 0; round < rounds; round++) {
+        pj_dproc d;
+        pjd_start(&d, g_model_path, NULL);
+        lib_t t;
+        lib_open(&t, d.url, ring);
+        projd_set_timeout_ms(t.c, KILL_TIMEOUT_MS);
+        atomic_int go = 0;
+        kill_loop k[KILL_THREADS];
+        pthread_t th[KILL_THREADS];
+        memset(k, 0, sizeof k);
+        for (int i = 0; i < KILL_THREADS; i++) {
+            k[i].t = &t;
+            k[i].go = &go;
+            ck_assert_int_eq(pthread_create(&th[i], NULL, kill_loop_run, &k[i]), 0);
+        }
+        atomic_store(&go, 1);
+        pjd_sleep_ms(100 + 37 * round % 100);
+        ck_assert_int_eq(pj_dproc_signal(&d, SIGKILL), 0);
+        for (int i = 0; i < KILL_THREADS; i++)
+            pthread_join(th[i], NULL);
+        for (int i = 0; i < KILL_THREADS; i++) {
+            ck_assert_msg(k[i].ok > 0, "%s round %d thread %d: no request succeeded", tr, round, i);
+            ck_assert_msg(k[i].failed > KILL_AFTER,
+                          "%s round %d thread %d: %d failures within %d ms of the kill", tr, round,
+                          i, k[i].failed, 3 * KILL_TIMEOUT_MS);
+            ck_assert_msg(!k[i].bad_rc, "%s round %d thread %d: %s", tr, round, i, k[i].msg);
+            ck_assert_msg(k[i].worst < KILL_BOUND_MS,
+                          "%s round %d thread %d: a request after the kill took %s", tr, round, i,
+                          k[i].msg);
+        }
+        projd_close(t.c);
+        ck_assert_int_eq(pj_dproc_wait_exit(&d, 10000), 0);
+        pj_dproc_cleanup(&d);
+    }
+}
+
+START_TEST(daemon_killed_fails_fast_nng)
+{
+    kill_under_requests(0, 12);
+}
+END_TEST
+
+START_TEST(daemon_killed_fails_fast_ring)
+{
+    kill_under_requests(4, 4);
+}
+END_TEST
+
 /* ---- refused before WELCOME --------------------------------------------------------- */
 
 START_TEST(refused_before_welcome_says_why)
@@ -491,6 +596,8 @@ int main(void)
         {"free_in_flight_nng", free_in_flight_nng},
         {"free_in_flight_ring", free_in_flight_ring},
         {"daemon_restart_fails_locally", daemon_restart_fails_locally},
+        {"daemon_killed_fails_fast_nng", daemon_killed_fails_fast_nng},
+        {"daemon_killed_fails_fast_ring", daemon_killed_fails_fast_ring},
         {"refused_before_welcome_says_why", refused_before_welcome_says_why},
         {"projctl_bench_out_write_failure", projctl_bench_out_write_failure},
     };

@@ -29,7 +29,9 @@ What it assumes:
     use in stream order. A daemon that refuses the events (E_FLAGS) gets
     the synchronous form: the current stream synchronized first, the reply
     after the GPU finished. apply() cannot be captured in a CUDA graph (it
-    calls the daemon): run SGLang with --disable-cuda-graph.
+    calls the daemon): run SGLang with --disable-cuda-graph. An apply()
+    while the current stream is capturing raises RuntimeError saying so
+    (before anything is recorded, registered or sent).
   - The weights live in the daemon. create_weights registers `weight` on
     the meta device (shape and loader attributes as SGLang's unquantized
     method), so the model's loader finds the parameter and nothing is
@@ -157,6 +159,9 @@ class _Registrations:
         return self.ops
 
     def clear(self) -> None:
+        """Unregister every cached allocation, in place: the registry stays
+        the client's, so an apply() that fetched it and waits for the lock
+        registers into this one, which a later clear() releases."""
         with self.lock:
             while self.ids:
                 _, (_, buf) = self.ids.popitem()
@@ -180,7 +185,10 @@ class _Events:
 
 # The cache lives on the Client it belongs to (an attribute), so it goes
 # with the client: a table keyed by clients would hold them through the
-# cache's own reference.
+# cache's own reference. It is made once per client and kept for good:
+# release_registrations() empties it under its lock rather than replacing
+# it, so an apply() that fetched it just before cannot register into a
+# registry nobody releases any more.
 _registries_lock = threading.Lock()
 
 
@@ -194,10 +202,11 @@ def _registry(client: "projd.Client") -> _Registrations:
 
 
 def release_registrations(client: "projd.Client") -> None:
-    """Unregister every allocation cached for client (after empty_cache)."""
+    """Unregister every allocation cached for client (after empty_cache).
+    An apply() in progress on client finishes first (it holds the cache's
+    lock until its request is answered); later ones register again."""
     with _registries_lock:
         r = getattr(client, "_projd_sglang_registrations", None)
-        client._projd_sglang_registrations = None
     if r is not None:
         r.clear()
 
@@ -247,6 +256,14 @@ class ProjdLinearMethod:
 
     def apply(self, layer, x, bias=None):
         torch = _torch()
+        if torch.cuda.is_current_stream_capturing():
+            # Captured, the event record and the waits would not run now
+            # (the daemon's wait fails with a CUDA capture error), and a
+            # replay of the graph would not call the daemon at all.
+            raise RuntimeError(
+                "projd: apply() cannot be captured in a CUDA graph (it calls the daemon); "
+                "run SGLang with --disable-cuda-graph"
+            )
         L, n = self.L, layer.projd_n
         if x.dtype != torch.bfloat16 or not x.is_cuda:
             raise TypeError("projd takes a bf16 CUDA tensor; x is %s on %s" % (x.dtype, x.device))

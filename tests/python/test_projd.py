@@ -1161,6 +1161,196 @@ class SglangPackingTests(unittest.TestCase):
             self.assertEqual(got, want, "m %d" % m)
 
 
+class SglangApplyTests(unittest.TestCase):
+    """ProjdLinearMethod.apply() with stand-ins for torch (2-D tensors over
+    fake CUDA allocations, a stream that logs), the driver and the daemon
+    (a client that records registrations and requests): what
+    release_registrations() does to an apply() it races, and the refusal
+    of an apply() under CUDA graph capture."""
+
+    class Tensor:
+        def __init__(self, ptr, m, k):
+            self.ptr, self.shape = ptr, (m, k)
+            self.dtype, self.is_cuda, self.device = "bf16", True, "cuda:0"
+
+        def stride(self, d=None):
+            st = (self.shape[1], 1)
+            return st if d is None else st[d]
+
+        def data_ptr(self):
+            return self.ptr
+
+        def get_device(self):
+            return 0
+
+        def reshape(self, *shape):
+            assert shape[-1] == self.shape[1] and len(shape) == 2, shape
+            return self
+
+    class Event:
+        def __init__(self, interprocess=False):
+            self.name = "ev%x" % id(self)
+
+        def record(self, stream):
+            stream.log.append(("record", self.name))
+
+        def ipc_handle(self):
+            return self.name.encode().ljust(64, b"\0")
+
+    class Stream:
+        def __init__(self):
+            self.log = []
+
+        def wait_event(self, ev):
+            self.log.append(("wait", ev.name))
+
+        def synchronize(self):
+            self.log.append(("sync",))
+
+    class Client:
+        """What apply() uses of a projd.Client."""
+
+        def __init__(self):
+            limits = type("L", (), {"max_m": 256, "max_ops_per_request": 64, "max_buffers": 64})()
+            self.info = type("I", (), {"limits": limits})()
+            self.closed = False
+            self.next, self.live, self.requests = 1, {}, []
+            self.on_project = None  # called during a request, before it is answered
+
+        def register_cuda_ipc(self, handle, uuid, size):
+            self.live[self.next] = handle
+            self.next += 1
+            return self.next - 1
+
+        def unregister(self, buf):
+            del self.live[buf]
+
+        def project_packed(self, ops, count, flags=0, wait_event=None, signal_event=None):
+            for i in range(count):
+                o = ops._arr[i]
+                assert o.x_buf in self.live and o.y_buf in self.live, "an unregistered buffer was used"
+            self.requests.append(count)
+            if self.on_project:
+                self.on_project()
+
+    def setUp(self):
+        import contextlib
+        import projd_sglang
+
+        self.mod = projd_sglang
+        self.allocs = {}  # base -> (allocation id, size)
+        self.next_base = 0x7F0000000000
+        self.capturing = False
+        self.stream = self.Stream()
+        t = self
+
+        def empty(m, n, dtype=None, device=None):
+            return t.alloc(m, n)
+
+        cuda = type("cuda", (), {})()
+        cuda.device = lambda d: contextlib.nullcontext()
+        cuda.current_stream = lambda d=None: t.stream
+        cuda.Event = self.Event
+        cuda.is_current_stream_capturing = lambda: t.capturing
+        self.torch = type("torch", (), {"bfloat16": "bf16", "empty": staticmethod(empty), "cuda": cuda})()
+
+        def find(ptr):
+            for base, (aid, size) in self.allocs.items():
+                if base <= ptr < base + size:
+                    return base, aid, size
+            return 0, 0, 0
+
+        def allocation(ptr):
+            base, aid, _ = find(ptr)
+            return aid, base
+
+        def describe(ptr):
+            base, aid, size = find(ptr)
+            return projd.CudaRegion(base, size, ptr - base, 0, b"h%d" % aid, bytes(16))
+
+        saved = (projd.cuda_allocation, projd.cuda_describe, projd_sglang._torch, projd_sglang._registry)
+        self.addCleanup(
+            lambda: (
+                setattr(projd, "cuda_allocation", saved[0]),
+                setattr(projd, "cuda_describe", saved[1]),
+                setattr(projd_sglang, "_torch", saved[2]),
+                setattr(projd_sglang, "_registry", saved[3]),
+            )
+        )
+        projd.cuda_allocation, projd.cuda_describe = allocation, describe
+        projd_sglang._torch = lambda: t.torch
+        self.client = self.Client()
+        self.meth = object.__new__(projd_sglang.ProjdLinearMethod)
+        self.meth.client = self.client
+        self.meth.L = type("Lay", (), {"index": 0, "k": 192, "n": 256, "name": "o"})()
+        self.layer = type("Layer", (), {"projd_n": 256})()
+
+    def alloc(self, m, k):
+        base = self.next_base
+        size = max(2 * m * k, 512)
+        self.next_base += (size + 0xFFFFF) & ~0xFFFFF
+        self.allocs[base] = (len(self.allocs) + 1, size)
+        return self.Tensor(base, m, k)
+
+    def test_release_racing_apply_leaves_nothing_registered(self):
+        x = self.alloc(4, 192)
+        real = self.mod._registry
+
+        def racing(client):
+            # apply() has fetched the registry and is about to take its
+            # lock: another thread releases the registrations now.
+            r = real(client)
+            self.mod.release_registrations(client)
+            return r
+
+        self.mod._registry = racing
+        self.meth.apply(self.layer, x)
+        self.mod._registry = real
+        self.assertEqual(len(self.client.live), 2)  # x and y of that apply
+        self.mod.release_registrations(self.client)
+        self.assertEqual(self.client.live, {}, "registrations of the racing apply() were never released")
+        # The next apply registers again, and a release releases that too.
+        self.meth.apply(self.layer, x)
+        self.assertEqual(len(self.client.live), 2)
+        self.mod.release_registrations(self.client)
+        self.assertEqual(self.client.live, {})
+
+    def test_release_waits_for_an_apply_in_flight(self):
+        x = self.alloc(4, 192)
+        released = threading.Event()
+        during = []
+
+        def in_request():
+            # apply() holds the cache's lock until its request is answered:
+            # a release from another thread waits for it.
+            th = threading.Thread(target=lambda: (self.mod.release_registrations(self.client), released.set()))
+            th.start()
+            during.append(released.wait(0.2))
+            self.threads.append(th)
+
+        self.threads = []
+        self.client.on_project = in_request
+        self.meth.apply(self.layer, x)
+        for th in self.threads:
+            th.join(10)
+        self.assertEqual(during, [False])
+        self.assertTrue(released.is_set())
+        self.assertEqual(self.client.live, {})
+
+    def test_apply_under_graph_capture_is_refused(self):
+        x = self.alloc(4, 192)
+        self.capturing = True
+        with self.assertRaisesRegex(RuntimeError, "CUDA graph.*--disable-cuda-graph"):
+            self.meth.apply(self.layer, x)
+        # Refused before anything was recorded, registered or sent.
+        self.assertEqual((self.stream.log, self.client.live, self.client.requests), ([], {}, []))
+        self.capturing = False
+        y = self.meth.apply(self.layer, x)
+        self.assertEqual(y.shape, (4, 256))
+        self.assertEqual(self.client.requests, [1])
+        self.assertEqual([e[0] for e in self.stream.log], ["record", "wait"])
+
+
 class SlowDaemonTests(unittest.TestCase):
     """Against the daemon that holds every op for 300 ms."""
 
