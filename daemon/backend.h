@@ -105,6 +105,10 @@ typedef struct pj_backend_ops {
                        size_t errlen);
     /* The buffer is gone: no job in flight uses it any more. */
     void (*buffer_close)(pj_backend *b, void *handle);
+    /* 1 while work already answered (ACCEPT_REPLY) may still use the
+     * buffer, so that buffer_close would have to wait for the device; the
+     * registry then keeps it and closes it once this says 0. NULL: never. */
+    int (*buffer_busy)(pj_backend *b, void *handle);
 
     /* Per-connection execution queue. 0 or a negative errno. */
     int (*stream_create)(pj_backend *b, pj_backend_stream **out, char *err, size_t errlen);

@@ -1216,6 +1216,13 @@ static int cu_buffer_open(pj_backend *b, const pj_buf_desc *d, void **addr, void
     return PJ_OK;
 }
 
+static int cu_buffer_busy(pj_backend *b, void *handle)
+{
+    (void)b;
+    const cu_buf *h = handle;
+    return h && atomic_load(&h->gpu_refs) > 0;
+}
+
 static void cu_buffer_close(pj_backend *b, void *handle)
 {
     cu_state *st = b->priv;
@@ -1906,6 +1913,7 @@ static const pj_backend_ops cuda_ops = {
     .stream_create = cu_stream_create,
     .stream_destroy = cu_stream_destroy,
     .submit = cu_submit,
+    .buffer_busy = cu_buffer_busy,
     .stats_json = cu_stats_json,
 };
 

@@ -34,10 +34,14 @@ void pj_bufreg_init(pj_bufreg *r, pj_backend *be, uint32_t peer_uid, int32_t pee
     r->next_id = 1;
 }
 
-static void buf_free(pj_bufreg *r, pj_buf *b)
+static pj_buf *g_retiring;
+static size_t g_n_retiring;
+
+/* Close on the backend, unmap, uncount, free. */
+static void buf_release(pj_buf *b, pj_backend *be)
 {
-    if (b->handle && r->be)
-        r->be->ops->buffer_close(r->be, b->handle);
+    if (b->handle && be)
+        be->ops->buffer_close(be, b->handle);
     pj_shmguard_remove(b->guard);
     if (b->map) {
         munmap(b->map, (size_t)b->size);
@@ -45,9 +49,44 @@ static void buf_free(pj_bufreg *r, pj_buf *b)
     }
     g_buffers--;
     g_held_bytes -= b->size;
+    free(b);
+}
+
+static int buf_busy(const pj_buf *b, pj_backend *be)
+{
+    return b->handle && be && be->ops->buffer_busy && be->ops->buffer_busy(be, b->handle);
+}
+
+/* The connection is done with b. Work answered at launch may still use it
+ * on the device: then it retires (pj_bufreg_reap) instead of making the
+ * loop wait in buffer_close. */
+static void buf_free(pj_bufreg *r, pj_buf *b)
+{
     r->n_held--;
     r->held_bytes -= b->size;
-    free(b);
+    if (buf_busy(b, r->be)) {
+        b->be = r->be;
+        b->next_retiring = g_retiring;
+        g_retiring = b;
+        g_n_retiring++;
+        return;
+    }
+    buf_release(b, r->be);
+}
+
+size_t pj_bufreg_reap(int wait)
+{
+    for (pj_buf **pp = &g_retiring; *pp;) {
+        pj_buf *b = *pp;
+        if (wait || !buf_busy(b, b->be)) {
+            *pp = b->next_retiring;
+            g_n_retiring--;
+            buf_release(b, b->be);
+        } else {
+            pp = &b->next_retiring;
+        }
+    }
+    return g_n_retiring;
 }
 
 /* A POSIX shm name: "/" then 1..254 characters, none of them '/'. */

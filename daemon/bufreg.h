@@ -26,6 +26,8 @@ typedef struct pj_buf {
     int guard;        /* shmguard slot, -1 when none */
     uint32_t refs;    /* requests in flight that use it */
     int unregistered; /* id removed; freed when refs drops to 0 */
+    pj_backend *be;   /* retiring: the backend to close it on */
+    struct pj_buf *next_retiring;
     char name[PJ_WIRE_SHM_NAME_MAX + 1];
 } pj_buf;
 
@@ -98,5 +100,13 @@ void pj_bufreg_totals(uint64_t *buffers, uint64_t *bytes);
 /* Process-wide registered bytes of every buffer held (shm and CUDA IPC),
  * what limits.max_total_buffer_bytes caps. */
 uint64_t pj_bufreg_total_held_bytes(void);
+
+/* Buffers released by their connection (unregistered, or the connection
+ * closed) while the device may still use them (backend buffer_busy): they
+ * stay mapped and counted, and are closed here once the backend says they
+ * are idle, so that the loop never waits for the device on a client's
+ * behalf. wait: close every one now (buffer_close waits, bounded), for
+ * shutdown. Returns how many are still retiring. Loop thread. */
+size_t pj_bufreg_reap(int wait);
 
 #endif

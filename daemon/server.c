@@ -798,6 +798,7 @@ static void finish_req(pj_server *s, pj_req *r)
     }
     if (fatal)
         fatal_stop(s, fatal_msg);
+    pj_bufreg_reap(0);
     check_drain(s);
 }
 
@@ -1970,6 +1971,7 @@ static void sweep_retired(pj_server *s, nng_stat *all)
 static void on_watch(uv_timer_t *t)
 {
     pj_server *s = t->data;
+    pj_bufreg_reap(0); /* buffers released while the device still used them */
     if (s->stopping || !s->lst_open || !s->lst_replaceable)
         return;
     nng_stat *all;
@@ -2077,6 +2079,9 @@ void pj_server_destroy(pj_server *s)
     if (s->sock_open || s->n_ctx)
         close_socket(s);
     free_conns(s);
+    /* Before the backend closes: buffers still retiring are closed now
+     * (each buffer_close waits for the device, bounded). */
+    pj_bufreg_reap(1);
     pj_wbuf_free(&s->wb);
     free(s->ops_scratch);
     free(s->pipes);

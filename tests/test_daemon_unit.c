@@ -91,6 +91,91 @@ END_TEST
 
 /* ---- registry + validation ---------------------------------------------------- */
 
+/* A backend whose buffers the device may still use (buffer_busy): the
+ * registry retires them instead of closing them (buffer_close would wait
+ * for the device on the loop), and closes them once idle. */
+static int g_fake_busy, g_fake_closed;
+
+static int fake_open_buf(pj_backend *b, const pj_buf_desc *d, void **addr, void **handle, char *err,
+                         size_t errlen)
+{
+    (void)b;
+    (void)err;
+    (void)errlen;
+    *addr = d->host;
+    *handle = (void *)0x1;
+    return PJ_OK;
+}
+
+static void fake_close_buf(pj_backend *b, void *handle)
+{
+    (void)b;
+    ck_assert_ptr_eq(handle, (void *)0x1);
+    g_fake_closed++;
+}
+
+static int fake_busy(pj_backend *b, void *handle)
+{
+    (void)b;
+    (void)handle;
+    return g_fake_busy;
+}
+
+START_TEST(registry_retires_busy_buffers)
+{
+    pj_backend_ops ops = {.name = "fake",
+                          .buffer_open = fake_open_buf,
+                          .buffer_close = fake_close_buf,
+                          .buffer_busy = fake_busy};
+    pj_backend be = {.ops = &ops};
+    pj_bufreg reg;
+    pj_bufreg_init(&reg, &be, (uint32_t)getuid(), (int32_t)getpid());
+    pjt_shm a;
+    ck_assert_int_eq(pjt_shm_create(&a, 8192), 0);
+    pj_register rq = {.kind = PJ_BUF_SHM, .size = 8192};
+    snprintf(rq.shm_name, sizeof rq.shm_name, "%s", a.name);
+    char err[512];
+    uint64_t n0, bytes0;
+    pj_bufreg_totals(&n0, &bytes0);
+    pj_buf *x, *y;
+    ck_assert_int_eq(pj_bufreg_register(&reg, &rq, 8, &x, err, sizeof err), PJ_OK);
+    ck_assert_int_eq(pj_bufreg_register(&reg, &rq, 8, &y, err, sizeof err), PJ_OK);
+    /* Busy: UNREGISTER answers at once, nothing is closed, the memory stays
+     * counted (it is still mapped), the connection holds nothing. */
+    g_fake_busy = 1;
+    g_fake_closed = 0;
+    ck_assert_int_eq(pj_bufreg_unregister(&reg, x->id, err, sizeof err), PJ_OK);
+    ck_assert_int_eq(g_fake_closed, 0);
+    ck_assert_uint_eq(reg.n_held, 1);
+    ck_assert_uint_eq(pj_bufreg_reap(0), 1);
+    uint64_t n1, bytes1;
+    pj_bufreg_totals(&n1, &bytes1);
+    ck_assert_uint_eq(n1, n0 + 2);
+    /* The connection goes (y retires too), and the device is done with x
+     * and y only later. */
+    pj_bufreg_clear(&reg);
+    ck_assert_uint_eq(reg.n_held, 0);
+    ck_assert_uint_eq(pj_bufreg_reap(0), 2);
+    ck_assert_int_eq(g_fake_closed, 0);
+    g_fake_busy = 0;
+    ck_assert_uint_eq(pj_bufreg_reap(0), 0);
+    ck_assert_int_eq(g_fake_closed, 2);
+    pj_bufreg_totals(&n1, &bytes1);
+    ck_assert_uint_eq(n1, n0);
+    ck_assert_uint_eq(bytes1, bytes0);
+    /* At shutdown a busy one is closed anyway (buffer_close waits). */
+    pj_bufreg_init(&reg, &be, (uint32_t)getuid(), (int32_t)getpid());
+    ck_assert_int_eq(pj_bufreg_register(&reg, &rq, 8, &x, err, sizeof err), PJ_OK);
+    g_fake_busy = 1;
+    pj_bufreg_clear(&reg);
+    ck_assert_uint_eq(pj_bufreg_reap(0), 1);
+    ck_assert_uint_eq(pj_bufreg_reap(1), 0);
+    ck_assert_int_eq(g_fake_closed, 3);
+    g_fake_busy = 0;
+    pjt_shm_destroy(&a);
+}
+END_TEST
+
 START_TEST(registry_and_ops)
 {
     const pj_model *model = pjc_model();
@@ -441,6 +526,7 @@ int main(void)
     const pjd_case cases[] = {
         {"span_checks", span_checks},
         {"registry_and_ops", registry_and_ops},
+        {"registry_retires_busy_buffers", registry_retires_busy_buffers},
         {"sigbus_guard", sigbus_guard},
         {"histogram_quantiles", histogram_quantiles},
         {"cpu_backend_matches_reference", cpu_backend_matches_reference},
