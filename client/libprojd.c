@@ -51,7 +51,7 @@ struct projd_conn {
     atomic_int established, lost;
     pthread_mutex_t mu;    /* guards buffers, ring, closing, nng_live and nng_reqs */
     projd_buffer *buffers; /* doubly linked, for projd_close */
-    /* nng requests not completed yet (doubly linked through cprev/cnext):
+    /* nng requests not completed yet (req_list_push):
      * those conn_mark_lost aborts. A request is on it from just before its
      * send until req_complete, so one found here under mu is not freed. */
     projd_request *nng_reqs;
@@ -100,11 +100,12 @@ struct projd_request {
     pthread_t cb_thread;
     projd_conn *conn; /* nng requests: counted in conn->nng_live until completed */
     int on_conn;      /* on conn->nng_reqs, under conn->mu */
-    projd_request *cprev, *cnext;
     /* Sent through the ring: no nng context or aio. */
     ring_cli *ring;
     int in_pending; /* on ring->pending, under ring->mu */
-    projd_request *rprev, *rnext;
+    /* Links of the one list it is on: its connection's nng requests or its
+     * ring's pending ones (req_list_push / req_list_unlink). */
+    projd_request *lprev, *lnext;
 };
 
 /* The client's end of a shared-memory ring (protocol/ring.h). Requests are
@@ -138,6 +139,28 @@ struct ring_cli {
      * the last frees the struct (requests may outlive projd_close). */
     atomic_int refs;
 };
+
+/* A request's list (its connection's nng requests, or its ring's pending
+ * ones), under that list's mutex. */
+static void req_list_push(projd_request **head, projd_request *r)
+{
+    r->lprev = NULL;
+    r->lnext = *head;
+    if (*head)
+        (*head)->lprev = r;
+    *head = r;
+}
+
+static void req_list_unlink(projd_request **head, projd_request *r)
+{
+    if (r->lprev)
+        r->lprev->lnext = r->lnext;
+    else
+        *head = r->lnext;
+    if (r->lnext)
+        r->lnext->lprev = r->lprev;
+    r->lprev = r->lnext = NULL;
+}
 
 /* The ring whose requests this thread completes: set on its reaper, and
  * on the thread of projd_close while that fails what is pending. A
@@ -459,13 +482,7 @@ static void req_complete(projd_request *r)
     if (conn) {
         pthread_mutex_lock(&conn->mu);
         if (r->on_conn) {
-            if (r->cprev)
-                r->cprev->cnext = r->cnext;
-            else
-                conn->nng_reqs = r->cnext;
-            if (r->cnext)
-                r->cnext->cprev = r->cprev;
-            r->cprev = r->cnext = NULL;
+            req_list_unlink(&conn->nng_reqs, r);
             r->on_conn = 0;
         }
         pthread_mutex_unlock(&conn->mu);
@@ -501,7 +518,7 @@ static void req_complete(projd_request *r)
 static void conn_abort_nng(projd_conn *c)
 {
     pthread_mutex_lock(&c->mu);
-    for (projd_request *r = c->nng_reqs; r; r = r->cnext)
+    for (projd_request *r = c->nng_reqs; r; r = r->lnext)
         nng_aio_abort(r->aio, NNG_ECONNRESET);
     pthread_mutex_unlock(&c->mu);
 }
@@ -518,15 +535,16 @@ static void conn_mark_lost(projd_conn *c)
     conn_abort_nng(c);
 }
 
+/* Why every request fails once the connection is lost (conn_lost). */
+#define LOST_WHY                                                                                   \
+    "the connection to projd was lost (projd exited or restarted, or dropped this client); its "   \
+    "buffers and ring are gone: reconnect with projd_connect"
+
 /* nng's errors for a pipe that went away under a request. */
 static int pipe_gone(int rv)
 {
     return rv == NNG_ECONNRESET || rv == NNG_ECONNSHUT || rv == NNG_ECLOSED;
 }
-
-#define LOST_WHY                                                                                   \
-    "the connection to projd was lost (projd exited or restarted, or dropped this client): "       \
-    "reconnect with projd_connect"
 
 static void req_callback(void *arg)
 {
@@ -635,10 +653,7 @@ static int ring_submit(ring_cli *rc, const pj_wbuf *w, projd_request *r, projd_e
 
 static int conn_lost(const char *what, projd_error *e)
 {
-    return fail(e, -ECONNRESET,
-                "%s: the connection to projd was lost (projd exited or restarted, or dropped "
-                "this client); its buffers and ring are gone: reconnect with projd_connect",
-                what);
+    return fail(e, -ECONNRESET, "%s: " LOST_WHY, what);
 }
 
 /* Sends the message in w (whole, header included): PROJECT and PING through
@@ -723,11 +738,7 @@ static int req_submit(projd_conn *c, const pj_wbuf *w, const char *what, uint16_
     nng_aio_set_timeout(r->aio, r->timeout_ms);
     pthread_mutex_lock(&c->mu);
     r->on_conn = 1;
-    r->cprev = NULL;
-    r->cnext = c->nng_reqs;
-    if (c->nng_reqs)
-        c->nng_reqs->cprev = r;
-    c->nng_reqs = r;
+    req_list_push(&c->nng_reqs, r);
     pthread_mutex_unlock(&c->mu);
     nng_ctx_send(r->ctx, r->aio);
     /* Lost since the check above: the send may wait for a pipe that only a
@@ -894,13 +905,7 @@ uint64_t projd_next_req_id(projd_conn *c)
 
 static void ring_unlink(ring_cli *rc, projd_request *r)
 {
-    if (r->rprev)
-        r->rprev->rnext = r->rnext;
-    else
-        rc->pending = r->rnext;
-    if (r->rnext)
-        r->rnext->rprev = r->rprev;
-    r->rprev = r->rnext = NULL;
+    req_list_unlink(&rc->pending, r);
     r->in_pending = 0;
 }
 
@@ -984,11 +989,7 @@ static int ring_submit(ring_cli *rc, const pj_wbuf *w, projd_request *r, projd_e
     r->ring = rc;
     atomic_fetch_add(&rc->refs, 1);
     r->in_pending = 1;
-    r->rprev = NULL;
-    r->rnext = rc->pending;
-    if (rc->pending)
-        rc->pending->rprev = r;
-    rc->pending = r;
+    req_list_push(&rc->pending, r);
     pthread_mutex_unlock(&rc->mu);
     return 0;
 }
@@ -1003,7 +1004,7 @@ static projd_request *ring_take_one(ring_cli *rc, int (*pick)(const projd_reques
     pthread_mutex_lock(&rc->mu);
     projd_request *r = rc->pending;
     while (r && !pick(r, arg))
-        r = r->rnext;
+        r = r->lnext;
     if (r)
         ring_unlink(rc, r);
     pthread_mutex_unlock(&rc->mu);
@@ -1046,7 +1047,7 @@ static void ring_take_reply(ring_cli *rc, const uint8_t *msg, size_t len)
     rc->inflight--;
     projd_request *r = rc->pending;
     while (r && r->req_id != id)
-        r = r->rnext;
+        r = r->lnext;
     if (r)
         ring_unlink(rc, r);
     pthread_cond_signal(&rc->room);
@@ -1106,7 +1107,7 @@ static int ring_reap_own(ring_cli *rc, const projd_request *mine)
         pthread_mutex_lock(&rc->mu);
         projd_request *o = rc->pending;
         while (o && o->req_id != id)
-            o = o->rnext;
+            o = o->lnext;
         int theirs = o && o->cb != NULL;
         int dead = rc->dead;
         pthread_mutex_unlock(&rc->mu);
@@ -1149,9 +1150,7 @@ static void *ring_reaper(void *arg)
         }
         if (atomic_load(&rc->c->pipes_removed) != rc->removed_at_attach ||
             atomic_load(&rc->c->lost)) {
-            ring_fail_all(rc, -ECONNRESET,
-                          "the connection to projd was lost (projd exited or restarted, or "
-                          "dropped this client): reconnect with projd_connect");
+            ring_fail_all(rc, -ECONNRESET, LOST_WHY);
             break;
         }
         if (pj_ring_state(&rc->ring) == PJ_RING_STATE_CLOSED) {

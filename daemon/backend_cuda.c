@@ -41,6 +41,7 @@
 #include "kernels/bf16.h"
 #include "kernels/dispatch.h"
 #include "kernels/engine.h"
+#include "protocol/ring.h" /* pj_cpu_relax */
 #include "kernels/engupload.h"
 
 /* Error lines are cut to their buffers (the job's err is 160 bytes) on
@@ -932,9 +933,7 @@ static cudaError_t wait_event(cudaEvent_t ev, uint64_t spin_ns)
             return ce;
         if (now_ns() - t0 > spin_ns)
             break;
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
+        pj_cpu_relax();
     }
     return cudaEventSynchronize(ev);
 }
@@ -1004,9 +1003,7 @@ static void idle_spin(cu_lane *ln, uint64_t idle_spin_ns)
     uint64_t t0 = now_ns();
     while (__atomic_load_n(&ln->count, __ATOMIC_ACQUIRE) == 0 &&
            !__atomic_load_n(&ln->stop, __ATOMIC_ACQUIRE) && now_ns() - t0 < idle_spin_ns) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
+        pj_cpu_relax();
     }
 }
 
