@@ -566,7 +566,13 @@ static void req_callback(void *arg)
     /* The pipe went away: mark the connection lost now rather than when
      * nng's pipe-removed notification comes, so that a request submitted
      * meanwhile fails at once instead of waiting without a pipe. */
-    if (rv != 0 && pipe_gone(rv) && atomic_load(&r->conn->established)) {
+    /* NNG_ECLOSED is also what a request stopped by projd_request_free
+     * gets (its aio is stopped while its send completes): that one is
+     * ours, not a lost pipe. */
+    pthread_mutex_lock(&r->mu);
+    int destroying = r->destroying;
+    pthread_mutex_unlock(&r->mu);
+    if (rv != 0 && pipe_gone(rv) && !destroying && atomic_load(&r->conn->established)) {
         conn_mark_lost(r->conn);
         if (!r->receiving) {
             nng_msg *m = nng_aio_get_msg(r->aio);
