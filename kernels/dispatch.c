@@ -194,6 +194,19 @@ static int parse_entry(const cJSON *je, pj_tune_entry *e, char *why, size_t whyl
     return 0;
 }
 
+/* The entry that e would duplicate: same layer, shape and m, or -1. The
+ * shape is part of the key because one table may cover several models
+ * whose layers share names (tables are per GPU); pj_dispatch_choose keeps
+ * those apart by shape too. */
+static int find_same(const pj_tune_table *t, const pj_tune_entry *e)
+{
+    for (uint32_t i = 0; i < t->n; i++)
+        if (t->e[i].m == e->m && t->e[i].n == e->n && t->e[i].k == e->k &&
+            strcmp(t->e[i].layer, e->layer) == 0)
+            return (int)i;
+    return -1;
+}
+
 int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_fn check,
                   void *check_ctx, pj_tune_msg_fn msg, void *msg_ctx, char *err, size_t errlen)
 {
@@ -228,11 +241,10 @@ int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_
         if (erc && !cJSON_IsObject(je))
             snprintf(why, sizeof why, "not an object");
         if (!erc) {
-            for (uint32_t i = 0; i < t->n; i++)
-                if (t->e[i].m == e.m && strcmp(t->e[i].layer, e.layer) == 0) {
-                    snprintf(why, sizeof why, "%s m=%u: duplicate entry", e.layer, e.m);
-                    erc = -EEXIST;
-                }
+            if (find_same(t, &e) >= 0) {
+                snprintf(why, sizeof why, "%s %ux%u m=%u: duplicate entry", e.layer, e.n, e.k, e.m);
+                erc = -EEXIST;
+            }
         }
         if (!erc && check)
             erc = check(check_ctx, &e, why, sizeof why);
@@ -307,11 +319,11 @@ int pj_tune_load(const char *path, pj_tune_table *t, pj_tune_check_fn check, voi
 
 int pj_tune_put(pj_tune_table *t, const pj_tune_entry *e)
 {
-    for (uint32_t i = 0; i < t->n; i++)
-        if (t->e[i].m == e->m && strcmp(t->e[i].layer, e->layer) == 0) {
-            t->e[i] = *e;
-            return 0;
-        }
+    const int i = find_same(t, e);
+    if (i >= 0) {
+        t->e[i] = *e;
+        return 0;
+    }
     if (t->n >= PJ_TUNE_MAX)
         return -ENOSPC;
     t->e[t->n++] = *e;

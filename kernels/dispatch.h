@@ -11,9 +11,10 @@
  *                    "engine": "gemvz",
  *                    "knobs": { "nw": 8, "ks": 1, "u": 2, "pipe": 1, ... },
  *                    "us": 9.4, "base_us": 13.8 }, ... ] }
- * Unknown engine names, knob values out of range, duplicate (layer, m) and
- * entries the checker refuses are dropped with one message each; the rest
- * of the table still loads.
+ * Unknown engine names, knob values out of range, duplicate (layer, n, k, m)
+ * and entries the checker refuses are dropped with one message each; the
+ * rest of the table still loads. One table may hold layers of the same name
+ * and different shapes (several models on one kind of GPU).
  */
 #ifndef PJ_DISPATCH_H
 #define PJ_DISPATCH_H
@@ -177,7 +178,7 @@ int pj_tune_load(const char *path, pj_tune_table *t, pj_tune_check_fn check, voi
 /* Render the table as JSON (malloc'd, caller frees); NULL on ENOMEM. */
 char *pj_tune_to_json(const pj_tune_table *t, const char *commit, const char *date);
 
-/* Add or replace the entry for (e->layer, e->m). 0 or -ENOSPC. */
+/* Add or replace the entry for (e->layer, e->n, e->k, e->m). 0 or -ENOSPC. */
 int pj_tune_put(pj_tune_table *t, const pj_tune_entry *e);
 
 /* The entry that serves (layer, m) for a layer of shape n x k: the entry of

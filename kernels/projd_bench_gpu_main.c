@@ -336,13 +336,18 @@ static const pj_tune_table *g_old;
  * short list. */
 static int g_full_sweep;
 
-static const pj_tune_entry *old_entry(const char *layer, uint32_t m)
+/* OLD's entry for this layer's shape at m: a table may also hold entries of
+ * the same layer name for other models' shapes, which must not compete here
+ * or be carried over in place of this shape's. */
+static const pj_tune_entry *old_entry(const layer_def *d, uint32_t m)
 {
     if (!g_old)
         return NULL;
-    for (uint32_t i = 0; i < g_old->n; i++)
-        if (g_old->e[i].m == m && !strcmp(g_old->e[i].layer, layer))
-            return &g_old->e[i];
+    for (uint32_t i = 0; i < g_old->n; i++) {
+        const pj_tune_entry *e = &g_old->e[i];
+        if (e->m == m && e->n == d->N && e->k == d->K && !strcmp(e->layer, d->name))
+            return e;
+    }
     return NULL;
 }
 
@@ -583,7 +588,7 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
         ADD(PJ_ENG_CUBLAS);
     }
     if (g_old) {
-        const pj_tune_entry *oe = old_entry(d->name, m);
+        const pj_tune_entry *oe = old_entry(d, m);
         if (oe && oe->eng != PJ_ENG_CUBLAS) {
             kn = oe->knobs;
             ADD(oe->eng);
@@ -849,6 +854,12 @@ static void tune_all(bench *b, pj_tune_table *t)
     memset(t, 0, sizeof *t);
     snprintf(t->device, sizeof t->device, "%s", b->c.lim.name);
     t->sm_count = b->c.lim.sm_count;
+    /* --tune-new keeps what it does not re-tune: OLD's entries of other
+     * layers, shapes or m are carried into NEW as they are (the loop below
+     * replaces the entries of the shapes it tunes). */
+    for (uint32_t i = 0; g_old && i < g_old->n; i++)
+        if (pj_tune_put(t, &g_old->e[i]))
+            die("tuning table full");
     char path[1024];
     snprintf(path, sizeof path, "%s/tune_log.csv", b->o.out);
     FILE *csv = fopen(path, "w");
@@ -863,7 +874,7 @@ static void tune_all(bench *b, pj_tune_table *t)
             uint32_t m = ms[order[mi]];
             int full = now_s() - t0 < b->o.tune_budget;
             pj_tune_entry e;
-            const pj_tune_entry *oe = old_entry(layer_defs[li].name, m);
+            const pj_tune_entry *oe = old_entry(&layer_defs[li], m);
             if (g_old && (m < b->o.tune_m_lo || m > b->o.tune_m_hi || !full)) {
                 if (oe && pj_tune_put(t, oe))
                     die("tuning table full");

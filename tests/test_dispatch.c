@@ -149,6 +149,43 @@ START_TEST(round_trips_through_json)
 }
 END_TEST
 
+/* One table may serve several models of the same layer names (tables are
+ * per GPU, not per model): "o" of 4096 x 2048 and "o" of 2048 x 1024 at the
+ * same m are two entries, each routed to its own shape. The loader used to
+ * drop the second as a "duplicate entry" and pj_tune_put replaced one with
+ * the other. */
+START_TEST(same_layer_two_shapes)
+{
+    const char *js = "{\"entries\":["
+                     "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":1,\"engine\":\"cublas\"},"
+                     "{\"layer\":\"o\",\"n\":2048,\"k\":1024,\"m\":1,\"engine\":\"gemv\","
+                     "\"knobs\":{\"nw\":4,\"ks\":1,\"u\":1}},"
+                     "{\"layer\":\"o\",\"n\":2048,\"k\":1024,\"m\":1,\"engine\":\"gemv\"}]}";
+    pj_tune_table t;
+    char err[256];
+    n_msgs = 0;
+    ck_assert_int_eq(pj_tune_parse(js, strlen(js), &t, NULL, NULL, on_msg, NULL, err, sizeof err),
+                     2);
+    /* a true duplicate (same layer, shape and m) is still refused */
+    ck_assert_int_eq(n_msgs, 1);
+    ck_assert_ptr_nonnull(strstr(last_msg, "entries[2]"));
+    ck_assert_ptr_nonnull(strstr(last_msg, "duplicate"));
+    ck_assert_int_eq(pj_dispatch_choose(&t, "o", 4096, 2048, 1)->eng, PJ_ENG_CUBLAS);
+    ck_assert_int_eq(pj_dispatch_choose(&t, "o", 2048, 1024, 1)->eng, PJ_ENG_GEMV);
+    /* put keeps the shapes apart too, and replaces the entry of its own */
+    pj_tune_entry e = t.e[0];
+    e.eng = PJ_ENG_SPLITK;
+    ck_assert_int_eq(pj_tune_put(&t, &e), 0);
+    ck_assert_uint_eq(t.n, 2);
+    ck_assert_int_eq(pj_dispatch_choose(&t, "o", 4096, 2048, 1)->eng, PJ_ENG_SPLITK);
+    ck_assert_int_eq(pj_dispatch_choose(&t, "o", 2048, 1024, 1)->eng, PJ_ENG_GEMV);
+    e.n = 1024;
+    e.k = 512;
+    ck_assert_int_eq(pj_tune_put(&t, &e), 0);
+    ck_assert_uint_eq(t.n, 3);
+}
+END_TEST
+
 START_TEST(knob_strings)
 {
     pj_eng_knobs kn;
@@ -209,6 +246,7 @@ int main(void)
     tcase_add_test(tc, round_trips_through_json);
     tcase_add_test(tc, knob_strings);
     tcase_add_test(tc, forced_engines);
+    tcase_add_test(tc, same_layer_two_shapes);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
