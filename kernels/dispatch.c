@@ -211,13 +211,25 @@ int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_
                   void *check_ctx, pj_tune_msg_fn msg, void *msg_ctx, char *err, size_t errlen)
 {
     memset(t, 0, sizeof *t);
-    cJSON *root = cJSON_ParseWithLength(json, len);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
     if (!root) {
         snprintf(err, errlen, "tuning table: not valid JSON near byte %ld",
                  cJSON_GetErrorPtr() ? (long)(cJSON_GetErrorPtr() - json) : -1L);
         return -EINVAL;
     }
     int rc = 0;
+    /* cJSON stops after the first value; anything but white space after it
+     * (two tables concatenated into one file) would be dropped unseen.
+     * A NUL ends the text as it would for a C string. */
+    while (end && end < json + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))
+        end++;
+    if (end && end < json + len && *end != 0) {
+        snprintf(err, errlen, "tuning table: unexpected text after the table at byte %ld",
+                 (long)(end - json));
+        rc = -EINVAL;
+        goto out;
+    }
     const cJSON *entries = cJSON_GetObjectItemCaseSensitive(root, "entries");
     if (!cJSON_IsObject(root) || !cJSON_IsArray(entries)) {
         snprintf(err, errlen, "tuning table: expected an object with an \"entries\" array");

@@ -186,6 +186,28 @@ START_TEST(same_layer_two_shapes)
 }
 END_TEST
 
+/* Text after the table is an error, not ignored: two tables concatenated
+ * into one file (cat a.json b.json > t.json) used to load the first alone
+ * without a word. */
+START_TEST(rejects_text_after_the_table)
+{
+    pj_tune_table t;
+    char err[256] = "";
+    const char *two = "{\"entries\":[{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":1,"
+                      "\"engine\":\"cublas\"}]}\n"
+                      "{\"entries\":[{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":8,"
+                      "\"engine\":\"cublas\"}]}\n";
+    ck_assert_int_eq(pj_tune_parse(two, strlen(two), &t, NULL, NULL, NULL, NULL, err, sizeof err),
+                     -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "after the table"));
+    ck_assert_ptr_nonnull(strstr(err, "byte 70"));
+    ck_assert_uint_eq(t.n, 0);
+    /* trailing white space is fine */
+    const char *ws = "{\"entries\":[]}\n\t \r\n";
+    ck_assert_int_eq(pj_tune_parse(ws, strlen(ws), &t, NULL, NULL, NULL, NULL, err, sizeof err), 0);
+}
+END_TEST
+
 START_TEST(knob_strings)
 {
     pj_eng_knobs kn;
@@ -247,6 +269,7 @@ int main(void)
     tcase_add_test(tc, knob_strings);
     tcase_add_test(tc, forced_engines);
     tcase_add_test(tc, same_layer_two_shapes);
+    tcase_add_test(tc, rejects_text_after_the_table);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
