@@ -49,6 +49,8 @@ struct projd_conn {
      * set by the pipe-removed notification, or earlier by the first nng
      * request that fails because the pipe went (conn_mark_lost). */
     atomic_int established, lost;
+    /* The dialer was closed once the connection was lost (conn_mark_lost). */
+    atomic_int redial_stopped;
     pthread_mutex_t mu;    /* guards buffers, ring, closing, nng_live and nng_reqs */
     projd_buffer *buffers; /* doubly linked, for projd_close */
     /* nng requests not completed yet (req_list_push):
@@ -532,6 +534,13 @@ static void conn_mark_lost(projd_conn *c)
     if (!atomic_load(&c->established) || atomic_load(&c->closing))
         return;
     atomic_store(&c->lost, 1);
+    /* Nothing will be sent on a redialed pipe, and one would hold a
+     * connection slot in the next daemon, never saying HELLO, until the
+     * application closes this connection (and cost it two log lines per
+     * redial). nng 1.5's dialer close takes no lock a pipe or aio callback
+     * holds and leaves the waiting to its reaper, so it is safe here. */
+    if (!atomic_exchange(&c->redial_stopped, 1))
+        nng_dialer_close(c->dialer);
     conn_abort_nng(c);
 }
 
@@ -1348,6 +1357,13 @@ static void peer_check(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
     (void)ev;
     projd_conn *c = arg;
+    /* A pipe after HELLO is a redial: the daemon it reaches (another, or
+     * the same one restarted) has none of this connection's state. */
+    if (atomic_load(&c->established)) {
+        nng_pipe_close(p);
+        conn_mark_lost(c);
+        return;
+    }
     if (c->trust_any_uid || strncmp(c->url, "ipc://", 6) != 0)
         return;
     uint64_t uid = UINT64_MAX;

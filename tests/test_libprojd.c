@@ -9,6 +9,7 @@
  * a "slow" daemon (cpu.min_op_us) that holds every op for 300 ms, so that
  * requests are still in flight when the test acts. */
 #include <check.h>
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -382,12 +383,31 @@ START_TEST(daemon_restart_fails_locally)
         projd_buffer *buf;
         ck_assert_int_eq(projd_shm_create(c, 4096, &buf, &e), -ECONNRESET);
         ck_assert_int_eq(projd_ring_active(c), 0);
-        projd_close(c);
     }
     /* A new connection works. */
     lib_t n;
     lib_open(&n, d.url, 4);
     ck_assert_msg(projd_project(n.c, &n.op, 1, 0, NULL, &e) == 0, "%s", e.msg);
+    /* The lost connections' dialers did not leave pipes in the new daemon
+     * (each would hold a connection slot, never saying HELLO, until its
+     * client closed): only n is connected, even after their next redial. */
+    pjd_sleep_ms(1200);
+    char *json = NULL;
+    ck_assert_msg(projd_stats_json(n.c, &json, &e) == 0, "%s", e.msg);
+    cJSON *st = cJSON_Parse(json);
+    ck_assert_ptr_nonnull(st);
+    cJSON *cur = cJSON_GetObjectItem(cJSON_GetObjectItem(st, "connections"), "current");
+    ck_assert_msg(cJSON_IsNumber(cur) && cur->valuedouble == 1,
+                  "connections after a restart with two lost clients still open: %s", json);
+    /* Nor did they keep redialing (each redial is a connection accepted,
+     * logged and closed): at most one each that raced their loss. */
+    cJSON *tot = cJSON_GetObjectItem(cJSON_GetObjectItem(st, "connections"), "total");
+    ck_assert_msg(cJSON_IsNumber(tot) && tot->valuedouble <= 3,
+                  "connections accepted by the new daemon: %s", json);
+    cJSON_Delete(st);
+    free(json);
+    projd_close(a.c);
+    projd_close(b.c);
     projd_close(n.c);
     pjd_stop(&d);
 }
