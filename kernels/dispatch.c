@@ -4,6 +4,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -342,6 +343,13 @@ int pj_tune_put(pj_tune_table *t, const pj_tune_entry *e)
     return 0;
 }
 
+/* A time in µs rounded to the nearest ns, in double: rounding through an
+ * int overflowed above 2.1e6 µs and moved negative times the wrong way. */
+static double to_ns(float us)
+{
+    return round((double)us * 1000.0) / 1000.0;
+}
+
 char *pj_tune_to_json(const pj_tune_table *t, const char *commit, const char *date)
 {
     cJSON *root = cJSON_CreateObject();
@@ -368,8 +376,8 @@ char *pj_tune_to_json(const pj_tune_table *t, const char *commit, const char *da
             if (knob_defs[j].engines & EB(e->eng))
                 cJSON_AddNumberToObject(kn, knob_defs[j].name,
                                         *((const uint8_t *)&e->knobs + knob_defs[j].off));
-        cJSON_AddNumberToObject(o, "us", (double)(int)(e->us * 1000.0f + 0.5f) / 1000.0);
-        cJSON_AddNumberToObject(o, "base_us", (double)(int)(e->base_us * 1000.0f + 0.5f) / 1000.0);
+        cJSON_AddNumberToObject(o, "us", to_ns(e->us));
+        cJSON_AddNumberToObject(o, "base_us", to_ns(e->base_us));
         cJSON_AddItemToArray(arr, o);
     }
     char *s = cJSON_Print(root);
