@@ -825,15 +825,18 @@ static void line_col(const char *json, size_t off, unsigned *line, unsigned *col
     *col = cc;
 }
 
-/* cJSON turns "\u0000" into a NUL that silently cuts the string short; find
- * one in the (already valid) text so it can be refused instead. Returns its
- * offset or -1. */
+/* cJSON turns "\u0000" into a NUL that silently cuts the string short, and
+ * it copies a raw 0 byte inside a string (invalid JSON, which it does not
+ * refuse) with the same effect; find either in the (already valid) text so
+ * it can be refused instead. Returns its offset or -1. */
 long pj_json_nul_escape(const char *json, size_t len)
 {
     bool in_str = false;
     for (size_t i = 0; i < len; i++) {
         if (!in_str) {
             in_str = json[i] == '"';
+        } else if (json[i] == '\0') {
+            return (long)i;
         } else if (json[i] == '"') {
             in_str = false;
         } else if (json[i] == '\\' && i + 1 < len) {
@@ -894,8 +897,8 @@ static int apply_doc(pj_config *cfg, const char *json, size_t len, const char *f
         unsigned line, col;
         line_col(json, (size_t)nul, &line, &col);
         if (err && errlen)
-            snprintf(err, errlen, "%s: line %u, column %u: \\u0000 is not allowed in strings", doc,
-                     line, col);
+            snprintf(err, errlen, "%s: line %u, column %u: %s is not allowed in strings", doc, line,
+                     col, json[nul] == '\0' ? "a NUL byte" : "\\u0000");
         cJSON_Delete(root);
         return -EINVAL;
     }

@@ -131,10 +131,10 @@ int pj_config_layer_index(const pj_config *cfg, const char *name); /* -1 if abse
 const char *pj_backend_name(pj_backend_kind b);
 const char *pj_log_level_name(pj_log_level l);
 
-/* The offset of the first \u0000 escape inside a JSON string of json, or
- * -1. cJSON cuts a string at its NUL, so a name carrying one would read as
- * its prefix (config keys, a safetensors header's tensor names): callers
- * refuse such documents. */
+/* The offset of the first \u0000 escape or raw 0 byte inside a JSON string
+ * of json (json[offset] tells which), or -1. cJSON cuts a string at its NUL,
+ * so a name carrying one would read as its prefix (config keys, a
+ * safetensors header's tensor names): callers refuse such documents. */
 long pj_json_nul_escape(const char *json, size_t len);
 
 #endif

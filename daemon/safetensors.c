@@ -305,9 +305,9 @@ static int parse_image(pj_st_file *f, char *err, size_t errlen)
     long nul = pj_json_nul_escape(json, (size_t)hlen);
     if (nul >= 0)
         return st_fail(err, errlen, label,
-                       "header has \\u0000 in a string at byte %ld (a tensor name would read as "
+                       "header has %s in a string at byte %ld (a tensor name would read as "
                        "its part before it)",
-                       nul);
+                       json[nul] == '\0' ? "a NUL byte" : "\\u0000", nul);
     f->root = cJSON_ParseWithLengthOpts(json, (size_t)hlen, &end, 0);
     if (!f->root) {
         size_t at = (end && end >= json && end <= json + hlen) ? (size_t)(end - json) : 0;

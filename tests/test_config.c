@@ -310,6 +310,30 @@ START_TEST(length_bounded_input)
 }
 END_TEST
 
+/* A raw 0 byte inside a string is invalid JSON that cJSON copies, cutting
+ * the string there: a tensor "o.weight<NUL>x" read as "o.weight". It is
+ * refused like \u0000, naming where, and changes nothing. */
+START_TEST(nul_byte_in_string)
+{
+    pj_config *c = fresh_defaults();
+    pj_config *snap = malloc(sizeof *snap);
+    ck_assert_ptr_nonnull(snap);
+    memcpy(snap, c, sizeof *c);
+    char err[256];
+    const char text[] = "{\"model\":{\"layers\":[\n{\"name\":\"a\",\"tensor\":\"o.weight\0x\"}]}}";
+    ck_assert_int_eq(pj_config_apply_json(c, text, sizeof text - 1, err, sizeof err), -EINVAL);
+    ck_assert_str_eq(err, "config: line 2, column 31: a NUL byte is not allowed in strings");
+    ck_assert_msg(memcmp(c, snap, sizeof *c) == 0, "a refused document changed the config");
+    /* The same byte in a key. */
+    const char key[] = "{\"cpu\":{\"threads\0x\":2}}";
+    ck_assert_int_eq(pj_config_apply_json(c, key, sizeof key - 1, err, sizeof err), -EINVAL);
+    ck_assert_str_eq(err, "config: line 1, column 17: a NUL byte is not allowed in strings");
+    ck_assert_msg(memcmp(c, snap, sizeof *c) == 0, "a refused document changed the config");
+    free(snap);
+    free(c);
+}
+END_TEST
+
 /* ---- good overrides ----------------------------------------------------- */
 
 START_TEST(objects_merge_key_by_key)
@@ -703,6 +727,7 @@ static Suite *config_suite(void)
                         (int)(sizeof bad_cases / sizeof bad_cases[0]));
     tcase_add_test(tc, truncated_error_buffer);
     tcase_add_test(tc, length_bounded_input);
+    tcase_add_test(tc, nul_byte_in_string);
     tcase_add_test(tc, objects_merge_key_by_key);
     tcase_add_test(tc, arrays_replace_whole);
     tcase_add_test(tc, limits_at_their_bounds);

@@ -212,6 +212,14 @@ START_TEST(bad_name_escaped)
     expect_bad_header(
         "{\"o.weight\\u0000x\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
         "header has \\u0000 in a string at byte 10");
+    /* A raw 0 byte in a name (invalid JSON that cJSON copies) cuts it the
+     * same way: "o.weight<NUL>x" loaded as o.weight. */
+    char hdr[] = "{\"o.weight?x\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}";
+    size_t len;
+    uint8_t *b = image(hdr, 0, 1, &len);
+    b[8 + 10] = 0; /* the '?' */
+    expect_bad(b, len, "header has a NUL byte in a string at byte 10");
+    free(b);
 }
 END_TEST
 
