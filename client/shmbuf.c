@@ -64,6 +64,18 @@ int pj_shmbuf_create(pj_shmbuf *b, size_t size, char *err, size_t errlen)
                  strerror(e));
         goto fail;
     }
+    /* ftruncate leaves the object sparse: on a /dev/shm smaller than size
+     * (a container's default is 64 MiB) the first store to a page tmpfs
+     * cannot back kills the process with SIGBUS. Reserving every page now
+     * turns that into an error here. */
+    do
+        e = posix_fallocate(fd, 0, (off_t)size);
+    while (e == EINTR); /* tmpfs gives up on a pending signal; nothing is wrong */
+    if (e != 0) {
+        snprintf(err, errlen, "shm buffer %s: reserving %zu bytes in /dev/shm: %s", b->name, size,
+                 strerror(e));
+        goto fail;
+    }
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
         e = errno;

@@ -17,9 +17,11 @@ typedef struct pj_shmbuf {
     int linked; /* the name still exists in /dev/shm */
 } pj_shmbuf;
 
-/* Creates a new segment with a unique name (mode 0600, O_EXCL), sizes it and
- * maps it read-write. Returns 0, or a negative errno with a message in err
- * (nothing is left behind on failure). size must be > 0. */
+/* Creates a new segment with a unique name (mode 0600, O_EXCL), sizes it,
+ * reserves its pages (a /dev/shm too small for size is -ENOSPC here, not a
+ * SIGBUS at the first store) and maps it read-write. Returns 0, or a
+ * negative errno with a message in err (nothing is left behind on failure).
+ * size must be > 0. */
 int pj_shmbuf_create(pj_shmbuf *b, size_t size, char *err, size_t errlen);
 
 /* Removes the name (the mapping stays valid). 0 or a negative errno. */
