@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *const eng_names[PJ_ENG_COUNT] = {"gemv", "gemvz", "splitk", "router", "cublas"};
 
@@ -383,6 +384,52 @@ char *pj_tune_to_json(const pj_tune_table *t, const char *commit, const char *da
     char *s = cJSON_Print(root);
     cJSON_Delete(root);
     return s;
+}
+
+int pj_tune_save(const char *path, const pj_tune_table *t, const char *commit, const char *date,
+                 char *err, size_t errlen)
+{
+    /* Written beside the target and renamed over it, so that a failed write
+     * (full disk, quota) leaves the table that was there, not half a table. */
+    char tmp[4096];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
+        snprintf(err, errlen, "tuning table %s: path too long", path);
+        return -ENAMETOOLONG;
+    }
+    char *js = pj_tune_to_json(t, commit, date);
+    if (!js) {
+        snprintf(err, errlen, "tuning table %s: out of memory", path);
+        return -ENOMEM;
+    }
+    int rc = 0;
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        rc = -errno;
+        snprintf(err, errlen, "tuning table %s: cannot create %s: %s", path, tmp, strerror(-rc));
+        free(js);
+        return rc;
+    }
+    const size_t len = strlen(js);
+    errno = 0; /* stdio need not set it on every failure */
+    if (fwrite(js, 1, len, f) != len || fputc('\n', f) == EOF || fflush(f) != 0)
+        rc = errno ? -errno : -EIO;
+    if (fclose(f) != 0 && !rc)
+        rc = errno ? -errno : -EIO;
+    free(js);
+    if (!rc && rename(tmp, path) != 0) {
+        rc = -errno;
+        snprintf(err, errlen, "tuning table %s: cannot rename %s over it: %s", path, tmp,
+                 strerror(-rc));
+        unlink(tmp);
+        return rc;
+    }
+    if (rc) {
+        snprintf(err, errlen,
+                 "tuning table %s: writing %s failed: %s (the table there is unchanged)", path, tmp,
+                 strerror(-rc));
+        unlink(tmp);
+    }
+    return rc;
 }
 
 const pj_tune_entry *pj_dispatch_choose(const pj_tune_table *t, const char *layer, uint32_t n,

@@ -178,6 +178,12 @@ int pj_tune_load(const char *path, pj_tune_table *t, pj_tune_check_fn check, voi
 /* Render the table as JSON (malloc'd, caller frees); NULL on ENOMEM. */
 char *pj_tune_to_json(const pj_tune_table *t, const char *commit, const char *date);
 
+/* Write the table as JSON to path: to path.tmp first, then renamed over
+ * path, so a failed write leaves what was there. 0, or -errno with err
+ * naming the file and the reason. */
+int pj_tune_save(const char *path, const pj_tune_table *t, const char *commit, const char *date,
+                 char *err, size_t errlen);
+
 /* Add or replace the entry for (e->layer, e->n, e->k, e->m). 0 or -ENOSPC. */
 int pj_tune_put(pj_tune_table *t, const pj_tune_entry *e);
 

@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 #include <cuda_runtime_api.h>
@@ -1726,7 +1727,22 @@ int main(int argc, char **argv)
     }
     if (b->o.reps < 20 || b->o.reps > 5000)
         die("--reps must be in 20..5000");
-    mkdir(b->o.out, 0755);
+    /* Where the results and the table go is checked before any GPU work:
+     * a tuning run or a benchmark is minutes of device time, lost when the
+     * first file it writes cannot be created at the end. */
+    if (mkdir(b->o.out, 0755) != 0 && errno != EEXIST)
+        die("--out %s: %s", b->o.out, strerror(errno));
+    if (access(b->o.out, W_OK | X_OK) != 0)
+        die("--out %s: %s", b->o.out, strerror(errno));
+    if (b->o.tune) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", b->o.tune);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            slash[slash == dir ? 1 : 0] = 0;
+        if (access(slash ? dir : ".", W_OK | X_OK) != 0)
+            die("--tune %s: cannot write in %s: %s", b->o.tune, slash ? dir : ".", strerror(errno));
+    }
 
     char err[256];
     double t0 = now_s();
@@ -1820,14 +1836,8 @@ int main(int argc, char **argv)
         char date[64];
         time_t now = time(NULL);
         strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-        char *js = pj_tune_to_json(&table, b->o.commit, date);
-        FILE *f = fopen(b->o.tune, "w");
-        if (!f || !js)
-            die("cannot write %s", b->o.tune);
-        fputs(js, f);
-        fputc('\n', f);
-        fclose(f);
-        free(js);
+        if (pj_tune_save(b->o.tune, &table, b->o.commit, date, err, sizeof err))
+            die("%s", err);
         b->o.table = b->o.tune;
     }
     if (b->o.table) {

@@ -2,9 +2,12 @@
  * kernels/dispatch.c (no GPU needed: device checks go through a stub). */
 #include <check.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "kernels/dispatch.h"
@@ -228,6 +231,58 @@ START_TEST(times_round_trip)
 }
 END_TEST
 
+/* pj_tune_save (what projd-bench --tune writes with): an unwritable place
+ * is an error naming the file and why, and a write that fails part way (a
+ * full disk, here a file size limit) leaves the table that was there. The
+ * tuner used to fopen/fputs/fclose in place: under a 4 KiB limit it left
+ * 4096 bytes of h200.json's 8 KiB and reported success. */
+START_TEST(save_reports_and_keeps_the_old_table)
+{
+    pj_tune_table t, u;
+    char err[256] = "", dir[] = "/tmp/pj-dispatch-XXXXXX", path[256], tmp[300];
+    ck_assert_int_eq(pj_tune_parse(good, strlen(good), &t, NULL, NULL, NULL, NULL, err, sizeof err),
+                     5);
+    ck_assert_int_eq(pj_tune_save("/nonexistent/dir/t.json", &t, "c", "d", err, sizeof err),
+                     -ENOENT);
+    ck_assert_ptr_nonnull(strstr(err, "/nonexistent/dir/t.json"));
+    ck_assert_ptr_nonnull(strstr(err, strerror(ENOENT)));
+
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/t.json", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    ck_assert_int_eq(pj_tune_save(path, &t, "c", "d", err, sizeof err), 0);
+    ck_assert_int_eq(pj_tune_load(path, &u, NULL, NULL, NULL, NULL, err, sizeof err), 5);
+    ck_assert_int_eq(access(tmp, F_OK), -1);
+
+    /* A table too large for the limit, over the good one. */
+    pj_tune_table big = t;
+    for (uint32_t i = 0; i < 200; i++) {
+        pj_tune_entry e = t.e[0];
+        e.m = 1000 + i;
+        ck_assert_int_eq(pj_tune_put(&big, &e), 0);
+    }
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct rlimit rl = {4096, 4096};
+        signal(SIGXFSZ, SIG_IGN);
+        if (setrlimit(RLIMIT_FSIZE, &rl))
+            _exit(3);
+        char e2[256] = "";
+        int rc = pj_tune_save(path, &big, "c", "d", e2, sizeof e2);
+        _exit(rc == -EFBIG && strstr(e2, "unchanged") ? 0 : 1);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status));
+    ck_assert_int_eq(WEXITSTATUS(status), 0);
+    ck_assert_int_eq(pj_tune_load(path, &u, NULL, NULL, NULL, NULL, err, sizeof err), 5);
+    ck_assert_int_eq(access(tmp, F_OK), -1);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 START_TEST(knob_strings)
 {
     pj_eng_knobs kn;
@@ -291,6 +346,7 @@ int main(void)
     tcase_add_test(tc, same_layer_two_shapes);
     tcase_add_test(tc, rejects_text_after_the_table);
     tcase_add_test(tc, times_round_trip);
+    tcase_add_test(tc, save_reports_and_keeps_the_old_table);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
