@@ -17,6 +17,13 @@
 # COMPARE=0 skips compare mode, RING_SPIN_US sets the daemon's
 # ring.spin_us (50 by default), BUFFERS=host gives the clients host
 # shared memory instead of CUDA IPC buffers.
+# SOAK=S runs a soak instead of the sweeps and compare mode: for S seconds,
+# projload runs of STEP seconds each (default 15), cycling the trace
+# (decode, verify), the transport (ring, nng) and the clients (1, 4, 16:
+# every run connects, registers and drops its connections anew), and after
+# each run the daemon's STATS and the GPU's memory are sampled
+# (soak.jsonl). The summary says whether the daemon's RSS, device memory,
+# buffers or connections grew from the second run to the last.
 # A dry run of the script itself on a machine without a GPU: BACKEND=cpu
 # PRESET=small GEN_EXTRA="--max-batch 8 --unpooler-n 128" COUNT=40 (host
 # buffers, no compare mode).
@@ -142,9 +149,43 @@ timeout 30 "$bin/projload" gen --kind verify --seed 1 --count 4000 --clients 16 
 # nproc - 2 of them, saw multi-ms p99 tails at one client).
 checkers=${CHECKERS:-$(($(nproc) >= 8 ? $(nproc) / 4 : 2))}
 rcs=""
+soak=${SOAK:-0}
+case $soak in *[!0-9]*) log "SOAK must be a number of seconds"; exit 2 ;; esac
+# 5a. Soak: runs until SOAK seconds are spent, a sample after each.
+soak_sample() { # run number, its exit code, its tag
+    local stats gpu
+    stats=$(timeout 10 "$bin/projctl" --socket "$sock" stats --json 2>/dev/null | tr -d '\n')
+    gpu=$(timeout 10 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null |
+        head -1 | tr -dc 0-9)
+    printf '{"run": %d, "t_s": %d, "rc": %d, "tag": "%s", "gpu_mib": %s, "stats": %s}\n' "$1" \
+        $(($(date +%s) - t_start)) "$2" "$3" "${gpu:-null}" "${stats:-null}" >>soak.jsonl
+}
+if [ "$soak" -gt 0 ]; then
+    step=${STEP:-15}
+    t_end=$(($(date +%s) + soak))
+    run=0
+    soak_sample 0 0 start
+    log "soak: ${soak} s of ${step} s runs"
+    while [ "$(date +%s)" -lt "$t_end" ]; do
+        kinds=(decode verify) transports=(ring nng) clients=(1 4 16)
+        kind=${kinds[run % 2]} transport=${transports[run / 2 % 2]} n=${clients[run % 3]}
+        run=$((run + 1))
+        tag=$kind-$transport-$n
+        timeout $((step + 60)) "$bin/projload" --trace $kind.jsonl --socket "$sock" \
+            --buffers $buffers --transport $transport --concurrency "$n" --duration "$step" \
+            --model "$model" --check-fraction 0.02 --check-threads "$checkers" --no-progress \
+            --seed "$run" --json "soak-$run.json" >"soak-$run.txt" 2>&1
+        rc=$?
+        [ "$rc" = 0 ] || rcs="$rcs soak-$run($tag)=$rc"
+        soak_sample "$run" "$rc" "$tag"
+        log "soak run $run ($tag): exit $rc, $(grep -E '^checked:' "soak-$run.txt" | head -1)"
+    done
+fi
 # 5. Sweeps: closed loop at 1, 2, 4, 8, 16 clients, CUDA IPC buffers, per
 # transport (files of a transport other than auto carry its name).
+[ "$soak" -gt 0 ] && TRANSPORTS=none
 for transport in ${TRANSPORTS:-auto}; do
+    [ "$transport" = none ] && break
     for kind in ${KINDS:-decode verify}; do
         tag=$kind; [ "$transport" = auto ] || tag=$kind-$transport
         log "sweep: $kind, transport $transport"
@@ -163,6 +204,7 @@ done
 # 6. Compare mode: the same requests in-process (cuBLAS, tuned) and through
 # projd, one at a time.
 for kind in decode verify; do
+    [ "$soak" -gt 0 ] && break
     [ "$backend" = cuda ] || { log "compare: skipped (backend $backend)"; break; }
     [ "${COMPARE:-1}" = 1 ] || { log "compare: skipped (COMPARE=0)"; break; }
     log "compare: $kind"
@@ -196,7 +238,9 @@ def load(name):
     except Exception as e:
         print("(%s: %s)" % (name, e))
         return None
-print("# projload on the H200: sweep and compare (%s s on the host; exit codes:%s)\n" % (secs, rcs))
+soaked = os.path.exists(os.path.join(out, "soak.jsonl"))
+print("# projload on the H200: %s (%s s on the host; exit codes:%s)\n" % (
+    "soak" if soaked else "sweep and compare", secs, rcs))
 import glob
 for path in sorted(glob.glob(os.path.join(out, "sweep-*.json"))):
     kind = os.path.basename(path)[len("sweep-"):-len(".json")]  # decode, decode-nng, ...
@@ -215,7 +259,7 @@ for path in sorted(glob.glob(os.path.join(out, "sweep-*.json"))):
             us(o["latency_us"]["p99"]), us(o["latency_us"]["p99_9"]), us(o["daemon_us"]["exec_p50"]),
             t["errors"], t["checked"], t["mismatches"], t.get("max_rel_err", -1)))
     print()
-for kind in ("decode", "verify"):
+for kind in () if soaked else ("decode", "verify"):
     j = load("compare-%s.json" % kind)
     if not j or "compare" not in j:
         continue
@@ -231,6 +275,45 @@ for kind in ("decode", "verify"):
             r["projd_over_cublas"], r["tuned_over_cublas"], r["projd_over_tuned"]))
     t = j["totals"]
     print("\nchecked %d, mismatches %d, max rel err %.2e\n" % (t["checked"], t["mismatches"], t.get("max_rel_err", -1)))
+samples = []
+try:
+    samples = [json.loads(l) for l in open(os.path.join(out, "soak.jsonl"))]
+except Exception:
+    pass
+def st(smp, *path):
+    v = smp.get("stats") or {}
+    for k in path:
+        v = v.get(k) if isinstance(v, dict) else None
+    return v
+if samples:
+    print("## soak: one projload run per row, the daemon sampled after it\n")
+    print("| run | s | run's load | exit | req/s | errors | checked | mismatches | RSS MiB | GPU MiB | buffers | connections | requests | daemon errors |")
+    print("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for smp in samples:
+        r = None
+        if smp["run"]:
+            try:
+                r = json.load(open(os.path.join(out, "soak-%d.json" % smp["run"])))
+            except Exception:
+                r = None
+        o = r["results"]["overall"] if r else {}
+        t = r["totals"] if r else {}
+        rss = st(smp, "memory", "rss_bytes")
+        print("| %d | %d | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            smp["run"], smp["t_s"], smp["tag"], smp["rc"],
+            "%.0f" % o["req_per_s"] if o else "-", t.get("errors", "-"), t.get("checked", "-"),
+            t.get("mismatches", "-"), "%.1f" % (rss / 2**20) if rss is not None else "-",
+            "-" if smp.get("gpu_mib") is None else smp["gpu_mib"], st(smp, "buffers", "current"), st(smp, "connections", "current"),
+            st(smp, "requests", "total"), st(smp, "errors", "total")))
+    runs = [x for x in samples if x["run"] >= 2]
+    if len(runs) >= 2:
+        a, b = runs[0], runs[-1]
+        x, y = st(a, "memory", "rss_bytes"), st(b, "memory", "rss_bytes")
+        gx, gy = a.get("gpu_mib"), b.get("gpu_mib")
+        print("\nfrom run %d to run %d: daemon RSS %s, GPU memory %s; buffers left %s, connections left %s (the sampling one included)\n" % (
+            a["run"], b["run"], "-" if x is None or y is None else "%+.1f MiB" % ((y - x) / 2**20),
+            "-" if gx is None or gy is None else "%+d MiB" % (gy - gx),
+            st(b, "buffers", "current"), st(b, "connections", "current")))
 EOF
 # The device tool brings back a few files only: one archive + the summary.
 cp "$out/summary.md" "$top/summary.md"
