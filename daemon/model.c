@@ -128,9 +128,12 @@ static float *copy_f32(const pj_st_tensor *t, size_t count)
     return f;
 }
 
-static int load_layer(const pj_st_file *st, const pj_layer_config *lc, pj_model_layer *L,
-                      pj_model_store *S, const char *path, pj_model_warn_fn warn, void *ctx,
-                      double *convert_ms, char *err, size_t errlen)
+/* What the header alone decides about a layer: the tensor exists and is a
+ * float matrix projd can serve, max_n fits N, and the preferred format is
+ * possible. Shared by the load and pj_model_check, so --check-config and a
+ * start refuse the same layers. */
+static int check_layer(const pj_st_file *st, const pj_layer_config *lc, const char *path,
+                       const pj_st_tensor **out, pj_format *fmt, char *err, size_t errlen)
 {
     char ss[PJ_ST_MAX_DIMS * 24 + 4];
     const pj_st_tensor *t = pj_st_find(st, lc->tensor);
@@ -150,11 +153,20 @@ static int load_layer(const pj_st_file *st, const pj_layer_config *lc, pj_model_
     uint32_t n = (uint32_t)t->shape[0], k = (uint32_t)t->shape[1];
     if (lc->max_n > n)
         return layer_fail(err, errlen, path, lc, "max_n %u exceeds N = %u", lc->max_n, n);
+    *out = t;
+    return choose_format(lc, t, k, path, fmt, err, errlen);
+}
 
+static int load_layer(const pj_st_file *st, const pj_layer_config *lc, pj_model_layer *L,
+                      pj_model_store *S, const char *path, pj_model_warn_fn warn, void *ctx,
+                      double *convert_ms, char *err, size_t errlen)
+{
+    const pj_st_tensor *t = NULL;
     pj_format fmt = PJ_FMT_BF16;
-    int rc = choose_format(lc, t, k, path, &fmt, err, errlen);
+    int rc = check_layer(st, lc, path, &t, &fmt, err, errlen);
     if (rc)
         return rc;
+    uint32_t n = (uint32_t)t->shape[0], k = (uint32_t)t->shape[1];
 
     snprintf(L->name, sizeof L->name, "%s", lc->name);
     snprintf(L->tensor, sizeof L->tensor, "%s", lc->tensor);
@@ -315,16 +327,55 @@ int pj_model_find(const pj_model *m, const char *name)
     return -1;
 }
 
+static int check_layer_count(const pj_config *cfg, char *err, size_t errlen)
+{
+    if (cfg->model.n_layers == 0 || cfg->model.n_layers > PJ_CFG_MAX_LAYERS) {
+        snprintf(err, errlen, "%s: the config lists %u layers (1..%d)", cfg->model.path,
+                 cfg->model.n_layers, PJ_CFG_MAX_LAYERS);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* Layer i's name appeared in an earlier layer. */
+static int name_used_before(const pj_config *cfg, uint32_t i)
+{
+    for (uint32_t j = 0; j < i; j++)
+        if (strcmp(cfg->model.layers[j].name, cfg->model.layers[i].name) == 0)
+            return 1;
+    return 0;
+}
+
+int pj_model_check(const pj_config *cfg, char *err, size_t errlen)
+{
+    const char *path = cfg->model.path;
+    int rc = check_layer_count(cfg, err, errlen);
+    if (rc)
+        return rc;
+    pj_st_file *st;
+    if ((rc = pj_st_open(path, &st, err, errlen)) != 0)
+        return rc;
+    for (uint32_t i = 0; i < cfg->model.n_layers && rc == 0; i++) {
+        const pj_layer_config *lc = &cfg->model.layers[i];
+        const pj_st_tensor *t;
+        pj_format fmt;
+        if (name_used_before(cfg, i))
+            rc = layer_fail(err, errlen, path, lc, "layer name used twice in the config");
+        else
+            rc = check_layer(st, lc, path, &t, &fmt, err, errlen);
+    }
+    pj_st_close(st);
+    return rc;
+}
+
 int pj_model_load(const pj_config *cfg, pj_model **out, pj_model_warn_fn warn, void *ctx, char *err,
                   size_t errlen)
 {
     *out = NULL;
     const char *path = cfg->model.path;
-    if (cfg->model.n_layers == 0 || cfg->model.n_layers > PJ_CFG_MAX_LAYERS) {
-        snprintf(err, errlen, "%s: the config lists %u layers (1..%d)", path, cfg->model.n_layers,
-                 PJ_CFG_MAX_LAYERS);
-        return -EINVAL;
-    }
+    int rc = check_layer_count(cfg, err, errlen);
+    if (rc)
+        return rc;
     pj_model *m = calloc(1, sizeof *m);
     if (!m) {
         snprintf(err, errlen, "%s: out of memory", path);
@@ -333,7 +384,7 @@ int pj_model_load(const pj_config *cfg, pj_model **out, pj_model_warn_fn warn, v
     snprintf(m->path, sizeof m->path, "%s", path);
     double t0 = now_ms(), convert = 0;
     pj_st_file *st;
-    int rc = pj_st_open(path, &st, err, errlen);
+    rc = pj_st_open(path, &st, err, errlen);
     if (rc) {
         free(m);
         return rc;
@@ -341,11 +392,10 @@ int pj_model_load(const pj_config *cfg, pj_model **out, pj_model_warn_fn warn, v
     m->file_bytes = pj_st_file_size(st);
     for (uint32_t i = 0; i < cfg->model.n_layers; i++) {
         const pj_layer_config *lc = &cfg->model.layers[i];
-        for (uint32_t j = 0; j < i; j++)
-            if (strcmp(cfg->model.layers[j].name, lc->name) == 0) {
-                rc = layer_fail(err, errlen, path, lc, "layer name used twice in the config");
-                goto fail;
-            }
+        if (name_used_before(cfg, i)) {
+            rc = layer_fail(err, errlen, path, lc, "layer name used twice in the config");
+            goto fail;
+        }
         rc =
             load_layer(st, lc, &m->layers[i], &m->store[i], path, warn, ctx, &convert, err, errlen);
         if (rc)

@@ -68,6 +68,14 @@ typedef void (*pj_model_warn_fn)(void *ctx, const char *msg);
 int pj_model_load(const pj_config *cfg, pj_model **out, pj_model_warn_fn warn, void *ctx, char *err,
                   size_t errlen);
 
+/* What pj_model_load decides from the file's header alone, without reading
+ * or converting any weight (for --check-config): the file opens and is a
+ * valid safetensors file, and every layer's tensor is there with a shape,
+ * dtype, max_n and format the load takes. Same returns and messages as
+ * pj_model_load; what only the weights show (a non-finite value under
+ * format z12, a failed verification, memory) is left to the load. */
+int pj_model_check(const pj_config *cfg, char *err, size_t errlen);
+
 /* Index of the layer called name, or -1. */
 int pj_model_find(const pj_model *m, const char *name);
 

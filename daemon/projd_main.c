@@ -2,8 +2,9 @@
  *
  * Exit codes: 0 after a clean drain (SIGTERM/SIGINT) or --check-config /
  * --print-config / --help / --version; 1 when the daemon could not start or
- * had to stop on an error (also --check-config when socket.group names no
- * group); 2 for a bad command line or configuration.
+ * had to stop on an error (also --check-config when the backend, the socket
+ * group or the model file would stop a start); 2 for a bad command line or
+ * configuration.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -62,7 +63,8 @@ static void usage(FILE *f)
             "  --socket URL      ipc://PATH or PATH to listen on (socket.url)\n"
             "  --backend B       auto | cpu | cuda (device.backend)\n"
             "  --log-level L     error | warn | info | debug (log.level)\n"
-            "  --check-config    check the configuration, print one line, exit\n"
+            "  --check-config    check the configuration, the backend, the socket group and\n"
+            "                    the model file's tensors (not the weights), print one line, exit\n"
             "  --print-config    print the resulting configuration as JSON, exit\n"
             "  --help            this text\n"
             "  --version         print the version\n"
@@ -342,14 +344,25 @@ int main(int argc, char **argv)
         return 2;
     }
     if (d.args.check_config) {
+        /* What a start would refuse before serving, short of loading the
+         * weights: the backend, the socket's group, the model file's header
+         * against the layers (a missing tensor, a shape or dtype that does
+         * not fit, max_n > N, an impossible format). */
         uint32_t gid;
-        if (pj_server_socket_group(d.cfg.socket.group, &gid, err, sizeof err) != 0) {
+        const pj_backend_ops *ops;
+        char why[512];
+        if (pj_backend_select(d.cfg.device.backend, &ops, why, sizeof why, err, sizeof err) != 0 ||
+            pj_server_socket_group(d.cfg.socket.group, &gid, err, sizeof err) != 0) {
             fprintf(stderr, "projd: %s\n", err);
+            return 1;
+        }
+        if (pj_model_check(&d.cfg, err, sizeof err) != 0) {
+            fprintf(stderr, "projd: model: %s\n", err);
             return 1;
         }
         printf("projd: configuration OK (%s; model %s, %u layers; socket %s; backend %s)\n",
                d.args.config ? d.args.config : "defaults", d.cfg.model.path, d.cfg.model.n_layers,
-               url, pj_backend_name(d.cfg.device.backend));
+               url, why);
         return 0;
     }
     /* A client that disappears mid-write must not kill the daemon. */

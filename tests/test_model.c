@@ -263,6 +263,51 @@ START_TEST(format_preferences)
 }
 END_TEST
 
+/* pj_model_check (--check-config) refuses what the load refuses from the
+ * header, with the same message, and passes what it loads. */
+START_TEST(check_agrees_with_load)
+{
+    pj_config *cfg = malloc(sizeof *cfg);
+    pj_model *m;
+    char err[1024], cerr[1024];
+    pj_fixture_small_config(cfg, small_path);
+    cfg->model.layers[1].format = PJ_FPREF_Z12;
+    cfg->model.layers[3].max_n = 512;
+    ck_assert_msg(pj_model_check(cfg, cerr, sizeof cerr) == 0, "%s", cerr);
+    ck_assert_msg(pj_model_load(cfg, &m, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    pj_model_free(m);
+
+    for (int c = 0; c < 6; c++) {
+        pj_fixture_small_config(cfg, small_path);
+        switch (c) {
+        case 0:
+            cfg->model.layers[4].format = PJ_FPREF_Z12;
+            break;
+        case 1:
+            cfg->model.layers[4].format = PJ_FPREF_BF16;
+            break;
+        case 2:
+            cfg->model.layers[3].max_n = 513;
+            break;
+        case 3:
+            snprintf(cfg->model.layers[2].tensor, PJ_CFG_PATH, "pooler.bias");
+            break;
+        case 4:
+            snprintf(cfg->model.layers[1].name, PJ_CFG_NAME, "qkv_gate");
+            break;
+        case 5:
+            snprintf(cfg->model.path, PJ_CFG_PATH, "/nonexistent/pj-model.safetensors");
+            break;
+        }
+        int lrc = pj_model_load(cfg, &m, NULL, NULL, err, sizeof err);
+        int crc = pj_model_check(cfg, cerr, sizeof cerr);
+        ck_assert_msg(lrc != 0 && crc == lrc, "case %d: load %d, check %d (%s)", c, lrc, crc, cerr);
+        ck_assert_str_eq(cerr, err);
+    }
+    free(cfg);
+}
+END_TEST
+
 /* ---- synthetic files ---------------------------------------------------------- */
 
 START_TEST(bad_tensors)
@@ -666,6 +711,7 @@ static Suite *model_suite(void)
     tcase_add_test(tc, small_model_layers);
     tcase_add_test(tc, z12_projects_like_bf16);
     tcase_add_test(tc, format_preferences);
+    tcase_add_test(tc, check_agrees_with_load);
     tcase_add_test(tc, bad_tensors);
     tcase_add_test(tc, odd_k_stays_bf16);
     tcase_add_test(tc, nonfinite_bf16);
