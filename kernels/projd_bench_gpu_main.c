@@ -1647,6 +1647,20 @@ static void usage(void)
     exit(2);
 }
 
+/* The number an option takes: the whole of v, within lo..hi, whole where
+ * integer is set (atof and atoi took "abc" as 0 and "30x" as 30;
+ * --tune-budget abc then tuned nothing). */
+static double num_arg(const char *opt, const char *v, double lo, double hi, int integer)
+{
+    char *end;
+    errno = 0;
+    const double x = strtod(v, &end);
+    if (end == v || *end || errno || !(x >= lo && x <= hi) || (integer && x != floor(x)))
+        die("%s: want %s in %g..%g, got \"%s\"", opt, integer ? "an integer" : "a number", lo, hi,
+            v);
+    return x;
+}
+
 static void reject_msg(void *ctx, const char *msg)
 {
     (void)ctx;
@@ -1667,7 +1681,7 @@ int main(int argc, char **argv)
     b->o.out = "bench-out";
     const char *one_layer = NULL, *one_eng = NULL, *one_knobs = NULL;
     uint32_t one_m = 0;
-    int tune_new = 0;
+    int tune_new = 0, tune_m_given = 0;
     const char *probe = NULL, *touch = NULL;
     int flush_carveout = -1;
     for (int i = 1; i < argc; i++) {
@@ -1680,19 +1694,21 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--tune") && v)
             b->o.tune = argv[++i];
         else if (!strcmp(a, "--tune-budget") && v)
-            b->o.tune_budget = atof(argv[++i]);
+            b->o.tune_budget = num_arg(a, argv[++i], 0, 1e9, 0);
         else if (!strcmp(a, "--reps") && v)
-            b->o.reps = atoi(argv[++i]);
+            b->o.reps = (int)num_arg(a, argv[++i], 20, 5000, 1);
         else if (!strcmp(a, "--commit") && v)
             b->o.commit = argv[++i];
         else if (!strcmp(a, "--seed") && v)
-            b->o.seed = strtoull(argv[++i], NULL, 10);
+            b->o.seed = (uint64_t)num_arg(a, argv[++i], 0, 1e15, 1);
         else if (!strcmp(a, "--survey"))
             b->o.survey = 1;
         else if (!strcmp(a, "--tune-m") && v) {
-            if (sscanf(v, "%u-%u", &b->o.tune_m_lo, &b->o.tune_m_hi) != 2 || !b->o.tune_m_lo ||
-                b->o.tune_m_lo > b->o.tune_m_hi)
+            char tail;
+            if (sscanf(v, "%u-%u%c", &b->o.tune_m_lo, &b->o.tune_m_hi, &tail) != 2 ||
+                !b->o.tune_m_lo || b->o.tune_m_lo > b->o.tune_m_hi)
                 die("--tune-m: want LO-HI with 1 <= LO <= HI, got \"%s\"", v);
+            tune_m_given = 1;
             i++;
         } else if (!strcmp(a, "--tune-new"))
             tune_new = 1;
@@ -1718,15 +1734,18 @@ int main(int argc, char **argv)
             touch = argv[++i];
         else if (!strcmp(a, "--one") && i + 4 < argc) {
             one_layer = argv[i + 1];
-            one_m = (uint32_t)atoi(argv[i + 2]);
+            one_m = (uint32_t)num_arg(a, argv[i + 2], 1, 256, 1);
             one_eng = argv[i + 3];
             one_knobs = argv[i + 4];
             i += 4;
         } else
             usage();
     }
-    if (b->o.reps < 20 || b->o.reps > 5000)
-        die("--reps must be in 20..5000");
+    if (!tune_new && (tune_m_given || g_full_sweep))
+        die("%s only works with --tune-new (it would tune every shape in full)",
+            tune_m_given ? "--tune-m" : "--tune-full");
+    if (tune_new && (!b->o.tune || !b->o.table))
+        die("--tune-new needs --table OLD and --tune NEW");
     /* Where the results and the table go is checked before any GPU work:
      * a tuning run or a benchmark is minutes of device time, lost when the
      * first file it writes cannot be created at the end. */
@@ -1820,8 +1839,6 @@ int main(int argc, char **argv)
     static pj_tune_table table, old;
     pj_tune_table *tp = NULL;
     if (tune_new) {
-        if (!b->o.tune || !b->o.table)
-            die("--tune-new needs --table OLD and --tune NEW");
         int n = pj_tune_load(b->o.table, &old, pj_eng_check_entry, &b->c.lim, reject_msg, NULL, err,
                              sizeof err);
         if (n < 0)
