@@ -46,6 +46,10 @@ typedef struct opts {
     long count;
     long gap_us; /* bench-ipc: host work before each timed request */
     const char *positional;
+    /* The command options given (not the global ones), checked against the
+     * command once it is known: options may come before it. */
+    const char *given[32];
+    int n_given;
     pj_config cfg;
 } opts;
 
@@ -75,58 +79,82 @@ static const char *usage_main =
 
 typedef struct cmd_help {
     const char *name;
+    const char *options; /* the command options it takes, each followed by a space */
     const char *text;
 } cmd_help;
 
 static const cmd_help helps[] = {
-    {"status", "usage: projctl status\n"
-               "  Pings projd and prints the round trip, backend, device, layer count,\n"
-               "  limits and uptime.\n"},
-    {"layers", "usage: projctl layers\n"
-               "  The layers from WELCOME: index, name, n (rows a request may use), k, format,\n"
-               "  and the m values with captured graphs.\n"},
-    {"stats", "usage: projctl stats [--json]\n"
-              "  The daemon's STATS document, flattened to one 'key value' line each, or\n"
-              "  as the raw JSON with --json.\n"},
-    {"project", "usage: projctl project --layer L --m M [--n N] [--check] [--model PATH]\n"
-                "                       [--seed S] [--repeat R]\n"
-                "  Allocates shared-memory x (M x K) and y (M x N), fills x with random bf16\n"
-                "  (seeded), poisons y with 0xFFFF (NaN) before every run, runs R times and\n"
-                "  prints the latency (client round trip and daemon time, p50 and min).\n"
-                "  L is a layer name or index; N defaults to the layer's full n.\n"
-                "  --check  compares y with the CPU reference computed from the model file\n"
-                "           (--model PATH, else $PROJD_MODEL, else the config's model.path):\n"
-                "           max abs error, relative error ||y-ref||/||ref||, bit-exact count and\n"
-                "           mismatches; exit 1 on a mismatch. The cpu backend must be bit-exact;\n"
-                "           other backends may differ by accumulation order (tolerance 2^-7\n"
-                "           relative plus 1e-3 of the reference's rms).\n"},
-    {"inspect", "usage: projctl inspect [MODEL] [--json]\n"
-                "  Loads MODEL (default: $PROJD_MODEL, else the config's model.path) as projd\n"
-                "  would, with the config's layer list, and reports each layer's stored format,\n"
-                "  bytes and 12-bit exceptions. Needs no daemon.\n"},
-    {"mkmodel", "usage: projctl mkmodel --out PATH [--preset reference|small] [--seed N]\n"
-                "  Writes the generated model (default preset reference, seed 1). Same seed\n"
-                "  and preset give the same bytes. Needs no daemon.\n"},
-    {"bench-ipc", "usage: projctl bench-ipc [--count N] [--transport nng|ring|both] [--gap-us G]\n"
-                  "                        [--out FILE]\n"
-                  "  N round trips (default 2000) of PING and of a projection with m = 1 on\n"
-                  "  the smallest layer, over nng and over a shared-memory ring (default\n"
-                  "  both, on two connections, in alternating blocks); prints p50/p99/min in\n"
-                  "  microseconds and the nng/ring ratio; --out writes them as JSON. The\n"
-                  "  projection's time in the daemon is split off, and of that the time\n"
-                  "  before the backend starts (on a ring: the poller's hand-off to the loop).\n"
-                  "  --gap-us G: G microseconds of busy host work before each request (default\n"
-                  "  0, back to back), as a client that computes between projections: the\n"
-                  "  daemon's threads that stop spinning within G must be woken.\n"
-                  "  $PROJD_RING is ignored: this command picks each connection's transport.\n"},
+    {"status", "",
+     "usage: projctl status\n"
+     "  Pings projd and prints the round trip, backend, device, layer count,\n"
+     "  limits and uptime.\n"},
+    {"layers", "",
+     "usage: projctl layers\n"
+     "  The layers from WELCOME: index, name, n (rows a request may use), k, format,\n"
+     "  and the m values with captured graphs.\n"},
+    {"stats", "--json ",
+     "usage: projctl stats [--json]\n"
+     "  The daemon's STATS document, flattened to one 'key value' line each, or\n"
+     "  as the raw JSON with --json.\n"},
+    {"project", "--layer --m --n --check --model --seed --repeat ",
+     "usage: projctl project --layer L --m M [--n N] [--check] [--model PATH]\n"
+     "                       [--seed S] [--repeat R]\n"
+     "  Allocates shared-memory x (M x K) and y (M x N), fills x with random bf16\n"
+     "  (seeded), poisons y with 0xFFFF (NaN) before every run, runs R times and\n"
+     "  prints the latency (client round trip and daemon time, p50 and min).\n"
+     "  L is a layer name or index; N defaults to the layer's full n.\n"
+     "  --check  compares y with the CPU reference computed from the model file\n"
+     "           (--model PATH, else $PROJD_MODEL, else the config's model.path):\n"
+     "           max abs error, relative error ||y-ref||/||ref||, bit-exact count and\n"
+     "           mismatches; exit 1 on a mismatch. The cpu backend must be bit-exact;\n"
+     "           other backends may differ by accumulation order (tolerance 2^-7\n"
+     "           relative plus 1e-3 of the reference's rms).\n"},
+    {"inspect", "--json --model ",
+     "usage: projctl inspect [MODEL] [--json]\n"
+     "  Loads MODEL (else --model PATH, $PROJD_MODEL, the config's model.path) as projd\n"
+     "  would, with the config's layer list, and reports each layer's stored format,\n"
+     "  bytes and 12-bit exceptions. Needs no daemon.\n"},
+    {"mkmodel", "--out --preset --seed ",
+     "usage: projctl mkmodel --out PATH [--preset reference|small] [--seed N]\n"
+     "  Writes the generated model (default preset reference, seed 1). Same seed\n"
+     "  and preset give the same bytes. Needs no daemon.\n"},
+    {"bench-ipc", "--count --transport --gap-us --out ",
+     "usage: projctl bench-ipc [--count N] [--transport nng|ring|both] [--gap-us G]\n"
+     "                        [--out FILE]\n"
+     "  N round trips (default 2000) of PING and of a projection with m = 1 on\n"
+     "  the smallest layer, over nng and over a shared-memory ring (default\n"
+     "  both, on two connections, in alternating blocks); prints p50/p99/min in\n"
+     "  microseconds and the nng/ring ratio; --out writes them as JSON. The\n"
+     "  projection's time in the daemon is split off, and of that the time\n"
+     "  before the backend starts (on a ring: the poller's hand-off to the loop).\n"
+     "  --gap-us G: G microseconds of busy host work before each request (default\n"
+     "  0, back to back), as a client that computes between projections: the\n"
+     "  daemon's threads that stop spinning within G must be woken.\n"
+     "  $PROJD_RING is ignored: this command picks each connection's transport.\n"},
 };
 
-static const char *help_for(const char *cmd)
+static const cmd_help *cmd_find(const char *cmd)
 {
     for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++)
         if (strcmp(helps[i].name, cmd) == 0)
-            return helps[i].text;
+            return &helps[i];
     return NULL;
+}
+
+static const char *help_for(const char *cmd)
+{
+    const cmd_help *h = cmd_find(cmd);
+    return h ? h->text : NULL;
+}
+
+/* 1 when the command takes option name (e.g. "--json"). */
+static int cmd_takes(const cmd_help *h, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *p = h->options; (p = strstr(p, name)) != NULL; p += len)
+        if ((p == h->options || p[-1] == ' ') && p[len] == ' ')
+            return 1;
+    return 0;
 }
 
 static int usage_error(const char *fmt, const char *arg)
@@ -197,6 +225,20 @@ static int parse_args(int argc, char **argv, opts *o)
             else
                 return usage_error("unexpected argument %s", a);
             continue;
+        }
+        /* Every option but the global ones belongs to a command; main
+         * checks that the command takes it. Each name is kept once: there
+         * are fewer command options than slots. */
+        if (strcmp(name, "--help") && strcmp(name, "--socket") && strcmp(name, "--config") &&
+            strcmp(name, "--timeout")) {
+            size_t nl = strlen(name);
+            int seen = 0;
+            for (int g = 0; g < o->n_given; g++) {
+                char after = o->given[g][strnlen(o->given[g], nl)];
+                seen |= !strncmp(o->given[g], name, nl) && (after == '\0' || after == '=');
+            }
+            if (!seen && o->n_given < (int)(sizeof o->given / sizeof o->given[0]))
+                o->given[o->n_given++] = a;
         }
         /* flags without a value */
         if (!strcmp(name, "--help") || !strcmp(name, "--check") || !strcmp(name, "--json")) {
@@ -999,15 +1041,28 @@ int main(int argc, char **argv)
         fputs(usage_main, o.help ? stdout : stderr);
         return o.help ? 0 : EXIT_USAGE;
     }
-    const char *h = help_for(o.cmd);
+    const cmd_help *h = cmd_find(o.cmd);
     if (!h)
         return usage_error("unknown command %s", o.cmd);
     if (o.help) {
-        fputs(h, stdout);
+        fputs(h->text, stdout);
         return 0;
     }
     if (o.positional && strcmp(o.cmd, "inspect") != 0)
         return usage_error("unexpected argument %s", o.positional);
+    /* An option the command does not take would otherwise be ignored
+     * without a word (`status --json` printing text to a script that
+     * parses JSON). */
+    for (int i = 0; i < o.n_given; i++) {
+        char name[64];
+        size_t nl = strcspn(o.given[i], "=");
+        snprintf(name, sizeof name, "%.*s", (int)nl, o.given[i]);
+        if (!cmd_takes(h, name)) {
+            fprintf(stderr, "projctl: %s does not take %s\n", o.cmd, name);
+            fputs(h->text, stderr);
+            return EXIT_USAGE;
+        }
+    }
     if (load_config(&o))
         return 1;
     if (!strcmp(o.cmd, "status"))

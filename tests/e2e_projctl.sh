@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# e2e_projctl.sh — projctl's command line against a real daemon (cpu
+# backend, the small generated model): exit codes and what it prints for
+# options, arguments and files that are wrong, so that a mistake is said,
+# not ignored. Usage: tests/e2e_projctl.sh BUILD_DIR (shellcheck -x: it sources daemons.sh)
+set -u
+build=${1:-build}
+bin=$build/bin
+for f in "$bin/projd" "$bin/projctl"; do
+    if [ ! -e "$f" ]; then
+        echo "e2e_projctl: FAIL: $f is missing (build first: make BUILD=$build)" >&2
+        exit 1
+    fi
+done
+
+# shellcheck source=tests/daemons.sh
+. "$(dirname "$0")/daemons.sh"
+pjd_setup e2e_projctl
+pjd_mkmodel small 1
+pjd_start main '{ "device": { "backend": "cpu" }, "cpu": { "threads": 1 }, "log": { "level": "warn" } }' 30
+sock="ipc://$tmp/main.sock"
+
+failures=0
+cases=0
+# expect CODE PATTERN ARGS...: projctl ARGS exits CODE and its output (both
+# streams) matches the extended regex PATTERN.
+expect() {
+    local code=$1 pattern=$2 rc=0
+    shift 2
+    cases=$((cases + 1))
+    "$bin/projctl" "$@" >"$tmp/out" 2>&1 || rc=$?
+    if [ "$rc" -ne "$code" ] || ! grep -Eq -- "$pattern" "$tmp/out"; then
+        failures=$((failures + 1))
+        echo "e2e_projctl: FAIL: projctl $*: exit $rc (expected $code), output:" >&2
+        sed 's/^/    /' "$tmp/out" >&2
+        echo "    (expected to match: $pattern)" >&2
+    fi
+}
+
+# An option the command does not take is a usage error, not ignored.
+expect 2 "status does not take --json" --socket "$sock" status --json
+expect 2 "project does not take --count" --socket "$sock" project --layer o --m 1 --count 5
+expect 2 "bench-ipc does not take --repeat" --socket "$sock" bench-ipc --repeat=3
+expect 2 "mkmodel does not take --check" mkmodel --out "$tmp/m.safetensors" --check
+# ... and the ones it takes still work, before or after the command.
+expect 0 '"uptime_s"' --json --socket "$sock" stats
+expect 0 "^layer o \(1\): m 3" --socket "$sock" project --layer o --m 1 --m=3 --seed 2
+expect 0 "layers" inspect --model "$model"
+expect 0 "^index" --socket "$sock" --timeout 5000 layers
+
+echo "e2e_projctl: $cases cases, $failures failed"
+pjd_stop_all || failures=$((failures + $?))
+if [ "$failures" -ne 0 ]; then
+    echo "e2e_projctl: FAIL ($failures failures)"
+    exit 1
+fi
+echo "e2e_projctl: all passed"
