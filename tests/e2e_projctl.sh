@@ -48,6 +48,12 @@ expect 0 "^layer o \(1\): m 3" --socket "$sock" project --layer o --m 1 --m=3 --
 expect 0 "layers" inspect --model "$model"
 expect 0 "^index" --socket "$sock" --timeout 5000 layers
 
+# project --check with an --n past the layer's rows: the daemon's E_SHAPE,
+# not a claim that the model file is another one.
+expect 1 "n = 300 is outside 1\.\.256 \(E_SHAPE\)" --socket "$sock" project --layer o --m 2 --n 300 \
+    --check --model "$model"
+expect 0 "bit-exact 200 / 200" --socket "$sock" project --layer o --m 2 --n 100 --check --model "$model"
+
 echo "e2e_projctl: $cases cases, $failures failed"
 pjd_stop_all || failures=$((failures + $?))
 if [ "$failures" -ne 0 ]; then
