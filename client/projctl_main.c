@@ -4,6 +4,7 @@
  * 2 usage error.
  */
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -184,7 +185,8 @@ static int parse_u64(const char *name, const char *s, uint64_t *out)
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 0);
-    if (errno || end == s || *end || s[0] == '-') {
+    /* strtoull skips blanks and wraps a sign: " -1" would be 2^64 - 1. */
+    if (errno || end == s || *end || !isdigit((unsigned char)s[0])) {
         fprintf(stderr, "projctl: %s: expected an unsigned integer, got \"%s\"\n", name, s);
         return -1;
     }

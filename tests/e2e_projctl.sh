@@ -54,6 +54,11 @@ expect 1 "n = 300 is outside 1\.\.256 \(E_SHAPE\)" --socket "$sock" project --la
     --check --model "$model"
 expect 0 "bit-exact 200 / 200" --socket "$sock" project --layer o --m 2 --n 100 --check --model "$model"
 
+# A seed with a blank or a sign before it is refused, not wrapped to 2^64 - 1.
+expect 2 'expected an unsigned integer, got " -1"' mkmodel --out "$tmp/m.safetensors" --seed " -1"
+expect 2 'expected an unsigned integer, got "-1"' mkmodel --out "$tmp/m.safetensors" --seed=-1
+expect 0 "seed 16," mkmodel --preset small --out "$tmp/m.safetensors" --seed 0x10
+
 echo "e2e_projctl: $cases cases, $failures failed"
 pjd_stop_all || failures=$((failures + $?))
 if [ "$failures" -ne 0 ]; then
