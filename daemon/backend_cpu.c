@@ -13,7 +13,9 @@
 
 #include "kernels/refgemm.h"
 
-#define CPU_MAX_THREADS 256
+/* cpu.threads' largest value (config.c): every count the configuration
+ * accepts is started as asked; only "0 = one per online core" is capped. */
+#define CPU_MAX_THREADS 1024
 
 typedef struct cpu_job cpu_job;
 
