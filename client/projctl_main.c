@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "client/projd.h"
 #include "config/config.h"
@@ -948,6 +949,8 @@ static int cmd_bench_ipc(opts *o)
     uint64_t gap_ns = (uint64_t)o->gap_us * 1000u;
     bench_side side[2];
     int n_sides = 0, status = 1, layer = -1;
+    FILE *out_file = NULL;
+    int out_existed = 0;
     {
         projd_conn *probe;
         if (connect_daemon(o, &probe))
@@ -959,6 +962,17 @@ static int cmd_bench_ipc(opts *o)
                projd_url(probe), projd_backend_name(projd_info_get(probe)->backend), count, warm,
                BENCH_BLOCK, o->gap_us);
         projd_close(probe);
+    }
+    /* --out is opened before the run, not after it: a path that cannot be
+     * written fails now instead of at the end of a run that may take
+     * minutes. Only once the daemon answered, so that a missing daemon
+     * leaves an existing file alone. */
+    if (o->out) {
+        out_existed = access(o->out, F_OK) == 0;
+        if (!(out_file = fopen(o->out, "w"))) {
+            fprintf(stderr, "projctl: --out %s: %s\n", o->out, strerror(errno));
+            return 1;
+        }
     }
     if (want_nng && bench_side_open(o, &side[n_sides++], "nng", layer, count))
         goto out;
@@ -993,12 +1007,9 @@ static int cmd_bench_ipc(opts *o)
             printf(", PROJECT m=1 %.2fx", st[0][B_PROJECT].p50 / st[1][B_PROJECT].p50);
         printf("\n");
     }
-    if (o->out) {
-        FILE *f = fopen(o->out, "w");
-        if (!f) {
-            fprintf(stderr, "projctl: %s: %s\n", o->out, strerror(errno));
-            goto out;
-        }
+    if (out_file) {
+        FILE *f = out_file;
+        out_file = NULL;
         fprintf(f, "{\"count\": %zu, \"gap_us\": %ld, \"rows\": [", count, o->gap_us);
         const char *sep = "";
         for (int r = 0; r < B_ROWS; r++)
@@ -1028,6 +1039,11 @@ static int cmd_bench_ipc(opts *o)
     }
     status = 0;
 out:
+    if (out_file) { /* the run failed: no results, and no empty file it made */
+        fclose(out_file);
+        if (!out_existed)
+            unlink(o->out);
+    }
     for (int sd = 0; sd < n_sides; sd++)
         bench_side_close(&side[sd]);
     return status;

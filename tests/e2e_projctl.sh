@@ -59,6 +59,23 @@ expect 2 'expected an unsigned integer, got " -1"' mkmodel --out "$tmp/m.safeten
 expect 2 'expected an unsigned integer, got "-1"' mkmodel --out "$tmp/m.safetensors" --seed=-1
 expect 0 "seed 16," mkmodel --preset small --out "$tmp/m.safetensors" --seed 0x10
 
+# bench-ipc --out that cannot be written fails before the run (no table),
+# not after it; a missing daemon leaves an existing --out file alone.
+expect 1 "projctl: --out $tmp/no-dir/b\.json: No such file or directory" \
+    --socket "$sock" bench-ipc --count 10 --out "$tmp/no-dir/b.json"
+if grep -q "PING" "$tmp/out"; then
+    failures=$((failures + 1))
+    echo "e2e_projctl: FAIL: bench-ipc ran before it found --out unwritable:" >&2
+    sed 's/^/    /' "$tmp/out" >&2
+fi
+echo "old results" >"$tmp/b.json"
+expect 1 "Connection refused" --socket "ipc://$tmp/none.sock" bench-ipc --out "$tmp/b.json"
+if [ "$(cat "$tmp/b.json")" != "old results" ]; then
+    failures=$((failures + 1))
+    echo "e2e_projctl: FAIL: bench-ipc without a daemon changed its --out file" >&2
+fi
+expect 0 "wrote $tmp/b\.json" --socket "$sock" bench-ipc --count 10 --transport nng --out "$tmp/b.json"
+
 echo "e2e_projctl: $cases cases, $failures failed"
 pjd_stop_all || failures=$((failures + $?))
 if [ "$failures" -ne 0 ]; then
