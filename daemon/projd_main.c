@@ -72,6 +72,19 @@ static void usage(FILE *f)
             "Signals: SIGTERM/SIGINT drain and exit 0; SIGHUP reloads log level, limits, auth.\n");
 }
 
+/* Length of a URL scheme ("tcp" in "tcp://host"), 0 when s does not start
+ * with one. */
+static size_t url_scheme_len(const char *s)
+{
+    size_t i = 0;
+    if (!((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z')))
+        return 0;
+    while ((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+           (s[i] >= '0' && s[i] <= '9') || s[i] == '+' || s[i] == '.' || s[i] == '-')
+        i++;
+    return strncmp(s + i, "://", 3) == 0 ? i : 0;
+}
+
 /* Apply the command-line overrides as a JSON document, so they get the
  * config parser's checks and messages. */
 static int apply_cli(const cli *a, pj_config *cfg, char *err, size_t errlen)
@@ -82,6 +95,16 @@ static int apply_cli(const cli *a, pj_config *cfg, char *err, size_t errlen)
         return -ENOMEM;
     }
     char url[PJ_CFG_PATH + 16];
+    /* A PATH gets "ipc://" in front; a URL of another scheme would become a
+     * relative path ("tcp://h:1" listened on ./tcp:/h:1), so it is refused. */
+    if (a->socket && url_scheme_len(a->socket) && strncmp(a->socket, "ipc://", 6) != 0) {
+        snprintf(err, errlen,
+                 "command line: --socket \"%.*s...\": only ipc:// URLs are served (access "
+                 "control relies on a Unix socket's peer credentials); give ipc://PATH or a PATH",
+                 (int)url_scheme_len(a->socket) + 3, a->socket);
+        cJSON_Delete(o);
+        return -EINVAL;
+    }
     if (a->model)
         cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "model"), "path", a->model);
     if (a->socket) {

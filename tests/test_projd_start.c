@@ -93,12 +93,40 @@ START_TEST(check_config_knows_the_backend)
 }
 END_TEST
 
+/* --socket takes ipc://PATH or a PATH; a tcp:// URL was taken as a path
+ * relative to the working directory (projd listened on ./tcp:/127.0.0.1:5555
+ * and said ready). It is a command-line error now, before anything starts. */
+START_TEST(socket_other_scheme_refused)
+{
+    static const char *const tcp[] = {"--socket", "tcp://127.0.0.1:5555", "--check-config", NULL};
+    pj_dproc d;
+    int rc = run_projd(&d, NULL, tcp);
+    if (rc != 2)
+        pj_dproc_dump_log(&d);
+    ck_assert_int_eq(rc, 2);
+    ck_assert(pj_dproc_log_has(&d, "--socket \"tcp://...\": only ipc:// URLs are served", 0));
+    ck_assert(!pj_dproc_log_has(&d, "configuration OK", 0));
+    pj_dproc_cleanup(&d);
+
+    /* A plain path still gets ipc:// in front. */
+    char sock[512];
+    pj_fixture_path(sock, sizeof sock, "plain.sock");
+    const char *const plain[] = {"--socket", sock, "--print-config", NULL};
+    ck_assert_int_eq(run_projd(&d, NULL, plain), 0);
+    char want[600];
+    snprintf(want, sizeof want, "\"ipc://%s\"", sock);
+    ck_assert(pj_dproc_log_has(&d, want, 0));
+    pj_dproc_cleanup(&d);
+}
+END_TEST
+
 static Suite *start_suite(void)
 {
     Suite *s = suite_create("projd_start");
     TCase *tc = tcase_create("check_config");
     tcase_add_test(tc, check_config_reads_the_model_header);
     tcase_add_test(tc, check_config_knows_the_backend);
+    tcase_add_test(tc, socket_other_scheme_refused);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
     return s;
