@@ -311,17 +311,20 @@ int pj_tune_load(const char *path, pj_tune_table *t, pj_tune_check_fn check, voi
             buf = nb;
             cap = ncap;
         }
+        errno = 0;
         size_t got = fread(buf + len, 1, cap - len, f);
         len += got;
         if (got == 0)
             break;
     }
-    int ferr = ferror(f);
+    /* The reason, e.g. "Is a directory" for a tuning.table naming one
+     * (fopen of a directory succeeds; the first read fails). */
+    const int rerr = ferror(f) ? (errno ? errno : EIO) : 0;
     fclose(f);
-    if (ferr) {
-        snprintf(err, errlen, "tuning table %s: read error", path);
+    if (rerr) {
+        snprintf(err, errlen, "tuning table %s: cannot read: %s", path, strerror(rerr));
         free(buf);
-        return -EIO;
+        return -rerr;
     }
     char inner[256];
     int rc = pj_tune_parse(buf, len, t, check, check_ctx, msg, msg_ctx, inner, sizeof inner);

@@ -124,6 +124,10 @@ START_TEST(rejects_broken_files)
     ck_assert_int_lt(
         pj_tune_load("/nonexistent/table.json", &t, NULL, NULL, NULL, NULL, err, sizeof err), 0);
     ck_assert_ptr_nonnull(strstr(err, "/nonexistent/table.json"));
+    /* A directory opens but cannot be read: the reason, not "read error". */
+    ck_assert_int_eq(pj_tune_load("/tmp", &t, NULL, NULL, NULL, NULL, err, sizeof err), -EISDIR);
+    ck_assert_ptr_nonnull(strstr(err, "/tmp"));
+    ck_assert_ptr_nonnull(strstr(err, strerror(EISDIR)));
 }
 END_TEST
 
