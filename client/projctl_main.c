@@ -916,8 +916,12 @@ static int bench_side_open(const opts *o, bench_side *sd, const char *name, int 
         fill_random(projd_buffer_ptr(sd->xb), L->k, 1);
     }
     for (int r = 0; r < B_ROWS; r++)
-        if (!(sd->v[r] = calloc(count, sizeof(double))))
+        if (!(sd->v[r] = calloc(count, sizeof(double)))) {
+            fprintf(stderr,
+                    "projctl: no memory for %zu samples of %d kinds (%s); use a smaller --count\n",
+                    count, B_ROWS, name);
             return -1;
+        }
     return 0;
 }
 
