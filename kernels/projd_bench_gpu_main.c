@@ -1746,6 +1746,10 @@ int main(int argc, char **argv)
             tune_m_given ? "--tune-m" : "--tune-full");
     if (tune_new && (!b->o.tune || !b->o.table))
         die("--tune-new needs --table OLD and --tune NEW");
+    if (!tune_new && b->o.tune && b->o.table)
+        die("--table %s with --tune %s: the benchmark runs with the table --tune writes; "
+            "add --tune-new to start from %s",
+            b->o.table, b->o.tune, b->o.table);
     /* Where the results and the table go is checked before any GPU work:
      * a tuning run or a benchmark is minutes of device time, lost when the
      * first file it writes cannot be created at the end. */
