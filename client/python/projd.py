@@ -31,6 +31,14 @@ bf16 values in buffers are native-endian 16-bit words, as C's uint16_t.
 Threads: a Client may be used from many threads at once (libprojd is
 thread-safe and ctypes releases the GIL during every call); ``close`` waits
 for calls in progress on other threads (each is bounded by the timeout).
+
+Processes: nng, beneath libprojd, aborts a forked child that uses it once
+the parent has. So a Client, its buffers and requests belong to the process
+that opened them: in a fork (os.fork, multiprocessing's "fork" method) they
+raise RuntimeError instead of calling libprojd, and are dropped there
+without it; a new Client there raises RuntimeError too once the parent has
+connected. Start processes that connect with multiprocessing's "spawn" or
+"forkserver" method, or fork before the first Client.
 """
 
 import array
@@ -322,6 +330,9 @@ _lib = None
 _lib_path = None
 _libc_free = None
 _lib_lock = threading.Lock()
+# The process that first called projd_connect, which starts nng: any fork
+# of it cannot use nng (it panics), so cannot connect either.
+_nng_pid = None
 
 
 def _candidate_paths() -> List[str]:
@@ -716,18 +727,35 @@ def _outcome(rc: int, res: _Result, e: _Error) -> Result:
 # ---- call guard ----------------------------------------------------------------------------
 
 
+def _forked_error(what: str, pid: int) -> RuntimeError:
+    return RuntimeError(
+        "%s was opened in process %d and this is process %d, a fork of it: libprojd cannot be "
+        "used after a fork (nng, beneath it, aborts the process). Open the Client in the process "
+        "that uses it (multiprocessing's 'spawn' or 'forkserver' method)" % (what, pid, os.getpid())
+    )
+
+
 class _Guard:
     """Counts calls in progress on a C handle so that freeing it waits for
     them: ctypes drops the GIL during a call, so another thread may be
-    inside libprojd with the handle when close() runs."""
+    inside libprojd with the handle when close() runs. It also keeps the
+    handle to the process that made it (see the module's "Processes")."""
 
     def __init__(self, what: str):
         self._what = what
         self._cv = threading.Condition()
         self._active = 0
         self.closed = False
+        self.pid = os.getpid()
+
+    def forked(self) -> bool:
+        """True in a fork of the process that made the handle."""
+        return os.getpid() != self.pid
 
     def enter(self) -> None:
+        # Before the lock: a thread of the parent may have held it at the fork.
+        if os.getpid() != self.pid:
+            raise _forked_error(self._what, self.pid)
         with self._cv:
             if self.closed:
                 raise ValueError("%s is closed" % self._what)
@@ -740,7 +768,13 @@ class _Guard:
                 self._cv.notify_all()
 
     def close(self) -> bool:
-        """Mark closed and wait for calls in progress; True for the first closer."""
+        """Mark closed and wait for calls in progress; True for the first
+        closer, which frees the handle. False in a fork: the handle is the
+        parent's and stays as it is (its calls in progress are the parent's
+        threads, which the fork does not have)."""
+        if os.getpid() != self.pid:
+            self.closed = True
+            return False
         with self._cv:
             if self.closed:
                 return False
@@ -796,11 +830,16 @@ class _Mapping:
         self.view_refs = [r for r in self.view_refs if r() is not None]
 
     def release(self, raise_errors: bool) -> None:
+        c = self.client
+        if c._guard.forked():
+            # The parent's buffer: unregistering it is the parent's call.
+            if raise_errors and not self.released:
+                raise _forked_error("projd client", c._guard.pid)
+            return
         with self.lock:
             if self.released:
                 return
             self.released = True
-        c = self.client
         c._mappings.discard(self)
         if c._guard.closed:
             return  # projd_close released it
@@ -908,6 +947,8 @@ class ShmBuffer:
         UNREGISTER (the local mapping is gone in any case)."""
         if self._map.released:
             return
+        if self._map.client._guard.forked():
+            self._map.release(raise_errors=True)  # raises: the parent's buffer
         views = self._map.views_open()
         if views > 0:
             raise BufferError(
@@ -1231,7 +1272,16 @@ class Client:
         for what, s in (("url", url or ""), ("name", name)):
             if "\0" in s:
                 raise ValueError("%s contains a NUL character" % what)
+        global _nng_pid
+        if _nng_pid is not None and _nng_pid != os.getpid():
+            raise RuntimeError(
+                "projd.Client: this process (%d) is a fork of process %d, which has used libprojd: "
+                "nng, beneath it, aborts a fork that uses it after its parent did. Connect from a "
+                "process started with multiprocessing's 'spawn' or 'forkserver' method, or fork "
+                "before the first Client" % (os.getpid(), _nng_pid)
+            )
         lib = load_library()
+        _nng_pid = os.getpid()  # connect starts nng, whether it connects or not
         h, e = _P(), _Error()
         rc = lib.projd_connect(url.encode() if url else None, name.encode(), ctypes.byref(h), ctypes.byref(e))
         if rc != 0:
@@ -1266,6 +1316,9 @@ class Client:
         the connection's shm buffers is open: closing would unmap memory it
         points to. Requests still outstanding complete with an error."""
         if self._guard.closed:
+            return
+        if self._guard.forked():
+            self._guard.close()  # the parent's connection: left to it, no C call here
             return
         for m in list(self._mappings):
             views = m.views_open()

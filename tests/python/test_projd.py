@@ -985,6 +985,54 @@ class CloseTests(DaemonTest):
         self.assertTrue(b.released)
 
 
+class ForkTests(DaemonTest):
+    # In a fresh interpreter: the fork's normal exit must run the
+    # finalizers of what it inherited, and unittest must not catch it.
+    CHILD = r"""
+import os, sys, projd
+c = projd.Client(sys.argv[1])
+b = c.shm_buffer(64)
+b.write(b"\x01\x02")
+r = c.project_async([projd.Op(layer=0, m=1, n=1, x_ld=1, x_buf=b, y_buf=b)])
+pid = os.fork()
+if pid == 0:
+    for what, call in (("ping", c.ping), ("client", lambda: projd.Client(sys.argv[1])),
+                       ("release", b.release), ("wait", r.wait)):
+        try:
+            call()
+            print(what, "no error", flush=True)
+        except RuntimeError as exc:
+            print(what, "RuntimeError", "fork" in str(exc) and "spawn" in str(exc), flush=True)
+    print("read", b.read(0, 2) == b"\x01\x02", flush=True)
+    sys.exit(0)  # a normal exit: Client, buffer and request are finalized here
+_, status = os.waitpid(pid, 0)
+print("child status", status, flush=True)
+r.close()
+print("parent ping", c.ping() > 0, "buffer", b.id, b.released, flush=True)
+b.release()
+c.close()
+"""
+
+    def test_a_fork_refuses_and_exits_cleanly(self):
+        # nng aborts a fork that calls it after the parent did: before, a
+        # fork that merely exited with a Client alive died of SIGABRT
+        # (Client.__del__ -> projd_close), and any call in it too.
+        base = self.buffers()
+        e = dict(os.environ)
+        e["PYTHONPATH"] = os.path.join(REPO, "client", "python")
+        r = subprocess.run([sys.executable, "-c", self.CHILD, self.url], env=e, capture_output=True,
+                           text=True, timeout=60)
+        out = r.stdout
+        self.assertEqual(r.returncode, 0, out + r.stderr)
+        for what in ("ping", "client", "release", "wait"):
+            self.assertIn("%s RuntimeError True" % what, out, out + r.stderr)
+        self.assertIn("read True", out)
+        self.assertIn("child status 0", out, out + r.stderr)
+        self.assertIn("parent ping True buffer 1 False", out, out + r.stderr)
+        self.assertNotIn("panic", r.stderr)
+        self.assertEqual(self.buffers(base), base)
+
+
 class AsyncTests(DaemonTest):
     def test_async_results(self):
         rng = self.fresh()
