@@ -1055,6 +1055,21 @@ out:
 
 /* ---- main ------------------------------------------------------------------------------- */
 
+/* rc, or 1 when what the command printed did not all reach stdout: a
+ * redirect to a full disk shows only at the flush, and `projctl stats --json
+ * > f` must not exit 0 with f cut short. */
+static int stdout_checked(int rc)
+{
+    int failed = ferror(stdout);
+    errno = 0;
+    if (fflush(stdout) != 0)
+        failed = 1;
+    if (!failed)
+        return rc;
+    fprintf(stderr, "projctl: writing standard output: %s\n", strerror(errno ? errno : EIO));
+    return rc ? rc : 1;
+}
+
 int main(int argc, char **argv)
 {
     opts o;
@@ -1090,16 +1105,18 @@ int main(int argc, char **argv)
     if (load_config(&o))
         return 1;
     if (!strcmp(o.cmd, "status"))
-        return cmd_status(&o);
-    if (!strcmp(o.cmd, "layers"))
-        return cmd_layers(&o);
-    if (!strcmp(o.cmd, "stats"))
-        return cmd_stats(&o);
-    if (!strcmp(o.cmd, "project"))
-        return cmd_project(&o);
-    if (!strcmp(o.cmd, "inspect"))
-        return cmd_inspect(&o);
-    if (!strcmp(o.cmd, "mkmodel"))
-        return cmd_mkmodel(&o);
-    return cmd_bench_ipc(&o);
+        rc = cmd_status(&o);
+    else if (!strcmp(o.cmd, "layers"))
+        rc = cmd_layers(&o);
+    else if (!strcmp(o.cmd, "stats"))
+        rc = cmd_stats(&o);
+    else if (!strcmp(o.cmd, "project"))
+        rc = cmd_project(&o);
+    else if (!strcmp(o.cmd, "inspect"))
+        rc = cmd_inspect(&o);
+    else if (!strcmp(o.cmd, "mkmodel"))
+        rc = cmd_mkmodel(&o);
+    else
+        rc = cmd_bench_ipc(&o);
+    return stdout_checked(rc);
 }

@@ -76,6 +76,19 @@ if [ "$(cat "$tmp/b.json")" != "old results" ]; then
 fi
 expect 0 "wrote $tmp/b\.json" --socket "$sock" bench-ipc --count 10 --transport nng --out "$tmp/b.json"
 
+# Output that does not reach stdout (a full disk) is a failure, not exit 0.
+for args in "stats --json" "status" "layers"; do
+    cases=$((cases + 1))
+    rc=0
+    # shellcheck disable=SC2086  # args: words on purpose
+    "$bin/projctl" --socket "$sock" $args >/dev/full 2>"$tmp/err" || rc=$?
+    if [ "$rc" -ne 1 ] || ! grep -q "writing standard output: No space left on device" "$tmp/err"; then
+        failures=$((failures + 1))
+        echo "e2e_projctl: FAIL: projctl $args >/dev/full: exit $rc, stderr:" >&2
+        sed 's/^/    /' "$tmp/err" >&2
+    fi
+done
+
 # bench-ipc says so when its samples do not fit in memory (it exited 1
 # without a word). Under a 1.5 GB address-space limit: a sanitizer build
 # cannot start under one (its shadow memory alone is larger), so there the
