@@ -27,7 +27,7 @@ typedef enum pj_backend_kind {
 } pj_backend_kind;
 
 typedef enum pj_format_pref {
-    PJ_FPREF_AUTO = 0, /* bf16 tensor -> z12 when k % 64 == 0, else bf16; f32/f16 -> split */
+    PJ_FPREF_AUTO = 0, /* bf16 -> z12 when k % 64 == 0 and smaller, else bf16; f32/f16 -> split */
     PJ_FPREF_BF16 = 1,
     PJ_FPREF_Z12 = 2,
     PJ_FPREF_SPLIT = 3,

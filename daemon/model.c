@@ -240,12 +240,37 @@ static int load_layer(const pj_st_file *st, const pj_layer_config *lc, pj_model_
                                   "z12 round trip differs at (%zu, %zu): %#06x became %#06x",
                                   diff / k, diff % k, want, got);
             }
-            free(w);
-            L->w.z = &S->z;
-            L->stored_bytes = pj_z12_bytes(&S->z);
-            L->z_base = S->z.base;
-            L->n_exc = S->z.n_exc;
-            L->exc_rate = (double)S->z.n_exc / (double)count;
+            size_t zbytes = pj_z12_bytes(&S->z);
+            if (lc->format == PJ_FPREF_AUTO && zbytes > count * 2) {
+                /* auto takes z12 to store less than bf16. Weights outside
+                 * its exponent window cost an exception entry each; with
+                 * this many it would store more (and be slower to read), so
+                 * the layer stays bf16. That many is unusual for trained
+                 * weights, hence the warning; a matrix too small to fill its
+                 * 16-row tiles is only a format choice. */
+                if (warn && S->z.n_exc > 0) {
+                    char msg[1024];
+                    snprintf(msg, sizeof msg,
+                             "%s: layer '%s': stored as bf16, not z12: z12 would take %zu bytes "
+                             "for bf16's %zu (%u exceptions, %.2f%% of the weights outside its "
+                             "window)",
+                             path, lc->name, zbytes, count * 2, S->z.n_exc,
+                             100.0 * (double)S->z.n_exc / (double)count);
+                    warn(ctx, msg);
+                }
+                pj_z12_free(&S->z);
+                fmt = PJ_FMT_BF16;
+                S->a = w;
+                L->w.bf16 = w;
+                L->stored_bytes = count * 2;
+            } else {
+                free(w);
+                L->w.z = &S->z;
+                L->stored_bytes = zbytes;
+                L->z_base = S->z.base;
+                L->n_exc = S->z.n_exc;
+                L->exc_rate = (double)S->z.n_exc / (double)count;
+            }
         }
         *convert_ms += now_ms() - c0;
     } else {

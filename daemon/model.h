@@ -2,7 +2,9 @@
  * weights in its stored format (bf16, z12 or split), verified.
  *
  * Per layer the format follows the config's preference (pj_format_pref):
- *   auto:  BF16 tensor -> z12 when K % 64 == 0, else bf16; F32/F16 -> split
+ *   auto:  BF16 tensor -> z12 when K % 64 == 0 and z12 stores fewer bytes
+ *          than bf16 (too many exceptions: bf16, with a warning), else
+ *          bf16; F32/F16 -> split
  *   bf16:  BF16 tensor -> bf16 (an F32/F16 tensor is an error: it would round)
  *   z12:   BF16 tensor with K % 64 == 0 -> z12 (anything else is an error)
  *   split: F32/F16 -> hi = bf16(w), lo = bf16(w - hi) (exact for F16);

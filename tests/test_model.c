@@ -351,6 +351,52 @@ START_TEST(odd_k_stays_bf16)
 }
 END_TEST
 
+/* auto stores a BF16 tensor as z12 to save memory; weights spread over
+ * more exponents than its window hold cost an exception entry each (12
+ * bytes), and past about 4 % of them z12 is larger than bf16. auto chose
+ * z12 anyway (over six times bf16's bytes here); now the layer stays bf16 with a
+ * warning, and z12 asked for by name is still z12. */
+START_TEST(auto_keeps_bf16_when_z12_is_larger)
+{
+    enum { N = 32, K = 128 };
+    uint16_t *w = malloc(N * K * 2);
+    uint32_t seed = 11;
+    for (size_t i = 0; i < N * K; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        /* any finite bf16: exponents all over the range */
+        uint16_t b = (uint16_t)(seed >> 16);
+        w[i] = (b & 0x7f80u) == 0x7f80u ? (uint16_t)(b ^ 0x4000u) : b;
+    }
+    uint64_t shape[2] = {N, K};
+    pj_model *m;
+    warns wr = {0};
+    char err[1024];
+    ck_assert_msg(load_one("spread.safetensors", PJ_ST_BF16, 2, shape, w, PJ_FPREF_AUTO, &m, &wr,
+                           err, sizeof err) == 0,
+                  "%s", err);
+    const pj_model_layer *L = &m->layers[0];
+    ck_assert_int_eq(L->w.fmt, PJ_FMT_BF16);
+    ck_assert_uint_eq(L->stored_bytes, N * K * 2);
+    ck_assert_uint_eq(L->n_exc, 0);
+    ck_assert_int_eq(memcmp(L->w.bf16, w, N * K * 2), 0);
+    ck_assert_int_eq(wr.n, 1);
+    ck_assert_msg(strstr(wr.msg[0], "layer 'lay': stored as bf16, not z12: z12 would take ") &&
+                      strstr(wr.msg[0], "for bf16's 8192 ("),
+                  "%s", wr.msg[0]);
+    pj_model_free(m);
+
+    memset(&wr, 0, sizeof wr);
+    ck_assert_msg(load_one("spread.safetensors", PJ_ST_BF16, 2, shape, w, PJ_FPREF_Z12, &m, &wr,
+                           err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(m->layers[0].w.fmt, PJ_FMT_Z12);
+    ck_assert_uint_gt(m->layers[0].stored_bytes, N * K * 2);
+    ck_assert_int_eq(wr.n, 0);
+    pj_model_free(m);
+    free(w);
+}
+END_TEST
+
 START_TEST(nonfinite_bf16)
 {
     uint64_t shape[2] = {20, 128};
@@ -714,6 +760,7 @@ static Suite *model_suite(void)
     tcase_add_test(tc, check_agrees_with_load);
     tcase_add_test(tc, bad_tensors);
     tcase_add_test(tc, odd_k_stays_bf16);
+    tcase_add_test(tc, auto_keeps_bf16_when_z12_is_larger);
     tcase_add_test(tc, nonfinite_bf16);
     tcase_add_test(tc, f16_split_exact);
     tcase_add_test(tc, f32_nonfinite_warns);
