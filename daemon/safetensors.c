@@ -193,6 +193,18 @@ static int parse_tensor(const cJSON *e, pj_st_tensor *t, uint64_t data_len, cons
         return st_fail(err, errlen, label, "tensor '%s': entry is %s, not an object", qn,
                        json_show(e, shown, sizeof shown));
 
+    /* cJSON keeps a repeated key and lookups find the first; other readers
+     * refuse the entry (or take the last), so one file would be two models. */
+    static const char *const fields[] = {"dtype", "shape", "data_offsets"};
+    for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) {
+        int seen = 0;
+        for (const cJSON *c = e->child; c; c = c->next)
+            seen += c->string && strcmp(c->string, fields[f]) == 0;
+        if (seen > 1)
+            return st_fail(err, errlen, label, "tensor '%s': \"%s\" appears %d times", qn,
+                           fields[f], seen);
+    }
+
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
     if (!cJSON_IsString(dt))
         return st_fail(err, errlen, label, "tensor '%s': \"dtype\" is %s, expected a string", qn,

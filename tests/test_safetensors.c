@@ -194,6 +194,23 @@ START_TEST(bad_duplicate_name)
 }
 END_TEST
 
+/* A tensor entry naming a field twice read as its first value here (BF16
+ * below) while other readers refuse the entry or take the last (F32): the
+ * same file meant two models. */
+START_TEST(bad_repeated_field)
+{
+    expect_bad_header(
+        "{\"w\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4],\"dtype\":\"F32\"}}", 4,
+        "tensor 'w': \"dtype\" appears 2 times");
+    expect_bad_header("{\"w\":{\"dtype\":\"U8\",\"shape\":[4],\"shape\":[2,2],\"data_offsets\":[0,"
+                      "4]}}",
+                      4, "tensor 'w': \"shape\" appears 2 times");
+    expect_bad_header("{\"w\":{\"data_offsets\":[0,4],\"dtype\":\"U8\",\"shape\":[4],\"data_"
+                      "offsets\":[4,8]}}",
+                      8, "tensor 'w': \"data_offsets\" appears 2 times");
+}
+END_TEST
+
 START_TEST(bad_metadata)
 {
     expect_bad_header("{\"__metadata__\":{\"seed\":5}}", 0,
@@ -493,6 +510,7 @@ static Suite *st_suite(void)
     tcase_add_test(bad, bad_dtype);
     tcase_add_test(bad, bad_duplicate_name);
     tcase_add_test(bad, bad_metadata);
+    tcase_add_test(bad, bad_repeated_field);
     tcase_add_test(bad, bad_name_escaped);
     tcase_add_test(bad, bad_truncated_file);
     tcase_add_test(bad, mutations);
