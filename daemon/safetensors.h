@@ -9,8 +9,9 @@
  * header length (2 .. 100 MiB, inside the file), valid JSON object, known
  * dtype, non-negative integer shape, shape x itemsize == end - begin
  * (overflow-checked), begin <= end <= data size, no two tensors overlapping,
- * no duplicate names. Gaps in the data section are allowed. Every error is
- * one line naming the file (as the caller spelled it) and the problem, e.g.
+ * no duplicate names, no field repeated in an entry, no NUL in a string.
+ * Gaps in the data section are allowed. Every error is one line naming the
+ * file (as the caller spelled it) and the problem, e.g.
  *   model.safetensors: tensor 'o.weight': data_offsets [0, 100] span 100 bytes
  *   but shape [4096, 2048] x BF16 needs 16777216
  *
