@@ -34,7 +34,8 @@
 typedef struct ring_cli ring_cli;
 
 struct projd_conn {
-    ring_cli *ring; /* the fast path, once projd_ring_attach succeeded */
+    ring_cli *ring;    /* the fast path, once projd_ring_attach succeeded */
+    unsigned fork_gen; /* g_fork_gen when opened (see conn_forked) */
     nng_socket sock;
     nng_dialer dialer;
     char url[URL_MAX];
@@ -74,6 +75,7 @@ struct projd_buffer {
 };
 
 struct projd_request {
+    unsigned fork_gen; /* its connection's (conn_forked) */
     nng_ctx ctx;
     nng_aio *aio;
     const char *what; /* request type name, for messages */
@@ -641,6 +643,41 @@ static void req_callback(void *arg)
     req_complete(r);
 }
 
+/* fork(): nng 1.5 panics ("nng is not fork-reentrant safe") at any call in
+ * a child of a process that had used it, and the child has none of the
+ * parent's threads (the ring's reaper, nng's). Every fork after the first
+ * connect bumps g_fork_gen in the child; a connection, its requests and
+ * any new connect there then fail -ECHILD before nng is reached, and
+ * projd_close and projd_request_free leave what they would free (its
+ * locks may have been held by a thread that did not come along). */
+static atomic_uint g_fork_gen;
+static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
+
+static void fork_child(void)
+{
+    atomic_fetch_add(&g_fork_gen, 1);
+}
+
+static void fork_watch(void)
+{
+    pthread_atfork(NULL, NULL, fork_child);
+}
+
+static int conn_forked(const projd_conn *c)
+{
+    return c->fork_gen != atomic_load(&g_fork_gen);
+}
+
+#define FORKED_WHY                                                                                 \
+    "this process is a fork() of the one that opened the connection, and nng cannot run after "    \
+    "fork: open connections in processes started with exec (Python: multiprocessing's 'spawn' or " \
+    "'forkserver')"
+
+static int conn_forked_fail(const char *what, projd_error *e)
+{
+    return fail(e, -ECHILD, "%s: " FORKED_WHY, what);
+}
+
 static projd_request *req_new(projd_conn *c, const char *what, uint16_t expect, uint64_t req_id,
                               uint32_t n_ops, projd_callback cb, void *arg)
 {
@@ -655,6 +692,7 @@ static projd_request *req_new(projd_conn *c, const char *what, uint16_t expect, 
     r->res.n_ops = n_ops;
     r->res.failed_op = UINT32_MAX;
     r->timeout_ms = atomic_load(&c->timeout_ms);
+    r->fork_gen = c->fork_gen;
     if (n_ops && !(r->op_res = calloc(n_ops, sizeof *r->op_res))) {
         free(r);
         return NULL;
@@ -680,6 +718,8 @@ static int req_submit(projd_conn *c, const pj_wbuf *w, const char *what, uint16_
                       projd_request **out, projd_error *e)
 {
     *out = NULL;
+    if (conn_forked(c))
+        return conn_forked_fail(what, e);
     if (w->oom)
         return fail(e, -ENOMEM, "%s: out of memory encoding the request", what);
     /* The ring and the count of nng requests are taken under mu, against
@@ -830,6 +870,8 @@ int projd_request_result(projd_request *r, projd_result *res, projd_error *e)
 
 int projd_request_wait(projd_request *r, projd_result *res, projd_error *e)
 {
+    if (r->fork_gen != atomic_load(&g_fork_gen)) /* nothing would complete it here */
+        return conn_forked_fail(r->what, e);
     if (r->ring) {
         /* The reaper completes ring requests: waiting on it from its own
          * thread (a callback) would wait forever. */
@@ -875,7 +917,7 @@ int projd_request_wait(projd_request *r, projd_result *res, projd_error *e)
 
 void projd_request_free(projd_request *r)
 {
-    if (!r)
+    if (!r || r->fork_gen != atomic_load(&g_fork_gen))
         return;
     pthread_mutex_lock(&r->mu);
     if (r->in_cb && pthread_equal(r->cb_thread, pthread_self())) {
@@ -1200,6 +1242,8 @@ static uint32_t ring_slot_bytes(const projd_info *info)
 
 int projd_ring_attach(projd_conn *c, uint32_t slots, projd_error *e)
 {
+    if (conn_forked(c))
+        return conn_forked_fail("ring", e);
     if (c->ring)
         return fail(e, -EALREADY, "ring: this connection has one already");
     if (slots == 0)
@@ -1545,6 +1589,12 @@ static void ring_from_env(projd_conn *c)
 int projd_connect(const char *url, const char *name, projd_conn **out, projd_error *e)
 {
     *out = NULL;
+    pthread_once(&g_fork_once, fork_watch);
+    if (atomic_load(&g_fork_gen))
+        return fail(e, -ECHILD,
+                    "connect: this process is a fork() of one that had connected to projd, and "
+                    "nng cannot run after fork: open connections in processes started with exec "
+                    "(Python: multiprocessing's 'spawn' or 'forkserver')");
     projd_conn *c = calloc(1, sizeof *c);
     if (!c)
         return fail(e, -ENOMEM, "connect: out of memory");
@@ -1598,7 +1648,7 @@ int projd_connect(const char *url, const char *name, projd_conn **out, projd_err
 
 void projd_close(projd_conn *c)
 {
-    if (!c)
+    if (!c || conn_forked(c))
         return;
     /* From here submissions fail, also those of callbacks. */
     pthread_mutex_lock(&c->mu);
@@ -1688,6 +1738,8 @@ static int do_register(projd_conn *c, const pj_register *reg, uint32_t *id, proj
 int projd_shm_create(projd_conn *c, size_t size, projd_buffer **out, projd_error *e)
 {
     *out = NULL;
+    if (conn_forked(c))
+        return conn_forked_fail("shm buffer", e);
     projd_buffer *b = calloc(1, sizeof *b);
     if (!b)
         return fail(e, -ENOMEM, "shm buffer: out of memory");
@@ -1728,6 +1780,8 @@ int projd_buffer_release(projd_buffer *b, projd_error *e)
     if (!b)
         return 0;
     projd_conn *c = b->c;
+    if (conn_forked(c))
+        return conn_forked_fail("buffer release", e);
     pthread_mutex_lock(&c->mu);
     if (b->prev)
         b->prev->next = b->next;

@@ -123,6 +123,13 @@ typedef struct projd_result {
  * timeout (projd_set_timeout_ms does not apply to the connect). */
 int projd_connect(const char *url, const char *name, projd_conn **out, projd_error *e);
 
+/* fork(): a connection belongs to the process that opened it. nng cannot
+ * run in a child of a process that used it (it aborts the child), so in a
+ * fork every call on an inherited connection or request, and any new
+ * projd_connect, fails -ECHILD saying why; projd_close and
+ * projd_request_free there return without freeing anything. Start worker
+ * processes with exec (Python: multiprocessing's 'spawn' or 'forkserver'). */
+
 /* Closes the connection. Buffers not yet released are released (their
  * pointers become invalid). Requests still outstanding complete with
  * -ECANCELED, and projd_close returns only once every one of their

@@ -515,6 +515,73 @@ START_TEST(daemon_killed_fails_fast_ring)
 }
 END_TEST
 
+/* ---- fork ------------------------------------------------------------------------------ */
+
+/* In a child, each check's failure is an exit code (Check's assertions
+ * would report from the wrong process). */
+static int forked_child_checks(lib_t *t, projd_request *inflight, const char *url)
+{
+    projd_error e;
+    projd_result res;
+    if (projd_ping(t->c, &e) != -ECHILD || !strstr(e.msg, "fork()"))
+        return 10;
+    if (projd_project(t->c, &t->op, 1, 0, &res, &e) != -ECHILD)
+        return 11;
+    projd_buffer *b;
+    if (projd_shm_create(t->c, 4096, &b, &e) != -ECHILD)
+        return 12;
+    if (projd_buffer_release(t->x, &e) != -ECHILD)
+        return 13;
+    if (inflight && projd_request_wait(inflight, &res, &e) != -ECHILD)
+        return 14;
+    projd_conn *c2;
+    if (projd_connect(url, "child", &c2, &e) != -ECHILD || !strstr(e.msg, "fork()"))
+        return 15;
+    projd_request_free(inflight);
+    projd_close(t->c);
+    return 0;
+}
+
+/* nng aborts a child of a process that used it at its first call
+ * ("nng is not fork-reentrant safe"): libprojd refuses in the child
+ * instead, and the parent's connection goes on. */
+static void fork_case(uint32_t ring)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, NULL);
+    lib_t t;
+    lib_open(&t, d.url, ring);
+    projd_error e;
+    ck_assert_msg(projd_ping(t.c, &e) == 0, "%s", e.msg);
+    projd_request *r = NULL;
+    ck_assert_msg(projd_project_async(t.c, &t.op, 1, 0, NULL, NULL, &r, &e) == 0, "%s", e.msg);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+        _exit(forked_child_checks(&t, r, d.url));
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "%s: the child %s %d (10-15: a call that did not fail -ECHILD)",
+                  ring ? "ring" : "nng", WIFEXITED(st) ? "exited" : "died of signal",
+                  WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    projd_result res;
+    ck_assert_msg(projd_request_wait(r, &res, &e) == 0, "%s", e.msg);
+    projd_request_free(r);
+    ck_assert_msg(projd_project(t.c, &t.op, 1, 0, &res, &e) == 0, "%s", e.msg);
+    projd_close(t.c);
+    pjd_stop(&d);
+}
+
+START_TEST(fork_child_refused_parent_unharmed)
+{
+    fork_case(0);
+    fork_case(4);
+}
+END_TEST
+
 /* ---- refused before WELCOME --------------------------------------------------------- */
 
 START_TEST(refused_before_welcome_says_why)
@@ -618,6 +685,7 @@ int main(void)
         {"daemon_restart_fails_locally", daemon_restart_fails_locally},
         {"daemon_killed_fails_fast_nng", daemon_killed_fails_fast_nng},
         {"daemon_killed_fails_fast_ring", daemon_killed_fails_fast_ring},
+        {"fork_child_refused_parent_unharmed", fork_child_refused_parent_unharmed},
         {"refused_before_welcome_says_why", refused_before_welcome_says_why},
         {"projctl_bench_out_write_failure", projctl_bench_out_write_failure},
     };
