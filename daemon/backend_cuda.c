@@ -435,16 +435,22 @@ static void load_table(cu_state *st)
         if (!cfg->tuning.table[0] && access(cand[i], R_OK) != 0)
             continue;
         char err[256];
-        int n = pj_tune_load(cand[i], st->table, pj_eng_check_entry, &st->lim, table_msg, NULL, err,
-                             sizeof err);
-        if (n < 0) {
-            pj_log_warn("cuda: tuning table %s not used: %s", cand[i], err);
+        /* The device first, without vetting entries: a table for another
+         * GPU would otherwise warn about each entry this one cannot run
+         * before saying it is not used at all. */
+        int n = pj_tune_load(cand[i], st->table, NULL, NULL, NULL, NULL, err, sizeof err);
+        if (n >= 0 && st->table->device[0] && strcasecmp(st->table->device, st->prop.name) != 0) {
+            pj_log_warn("cuda: tuning table %s is for \"%s\", this device is \"%s\"; not used",
+                        cand[i], st->table->device, st->prop.name);
             memset(st->table, 0, sizeof *st->table);
             continue;
         }
-        if (st->table->device[0] && strcasecmp(st->table->device, st->prop.name) != 0) {
-            pj_log_warn("cuda: tuning table %s is for \"%s\", this device is \"%s\"; not used",
-                        cand[i], st->table->device, st->prop.name);
+        memset(st->table, 0, sizeof *st->table);
+        if (n >= 0)
+            n = pj_tune_load(cand[i], st->table, pj_eng_check_entry, &st->lim, table_msg, NULL, err,
+                             sizeof err);
+        if (n < 0) {
+            pj_log_warn("cuda: tuning table %s not used: %s", cand[i], err);
             memset(st->table, 0, sizeof *st->table);
             continue;
         }

@@ -293,6 +293,40 @@ static void section_b(void)
     cc_stop(&d, "B");
 }
 
+/* A table made on another GPU is not used, and says so once: its entries
+ * are not vetted against this device first (that warned about each entry
+ * this GPU cannot run, then said the table was not used at all). */
+static void section_t(void)
+{
+    printf("== T: a tuning table for another GPU\n");
+    char path[] = "/tmp/projd-othergpu-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "mkstemp: %s", strerror(errno));
+    if (fd < 0)
+        return;
+    static const char table[] =
+        "{\"device\": \"NVIDIA A100-SXM4-80GB\", \"entries\": [{\"layer\": \"o\", \"n\": 256, "
+        "\"k\": 100, \"m\": 1, \"engine\": \"gemvz\", \"knobs\": {\"nw\": 4}, \"us\": 5.0}]}";
+    CHECK(write(fd, table, sizeof table - 1) == (ssize_t)(sizeof table - 1), "write %s", path);
+    close(fd);
+    char extra[256];
+    snprintf(extra, sizeof extra, "{\"tuning\": {\"table\": \"%s\"}}", path);
+    pj_dproc d;
+    char err[600];
+    int rc = cc_start(&d, g_model, extra, err, sizeof err);
+    CHECK(rc == 0, "start projd with another GPU's table: %s", err);
+    if (rc == 0) {
+        CHECK(pj_dproc_log_has(&d, "is for \"NVIDIA A100-SXM4-80GB\"", 5000),
+              "no 'not used' line for another GPU's table");
+        CHECK(!pj_dproc_log_has(&d, "] rejected: ", 0),
+              "entries of another GPU's table were vetted and reported");
+        cc_stop(&d, "T");
+    } else {
+        pj_dproc_cleanup(&d);
+    }
+    unlink(path);
+}
+
 typedef struct worker {
     pthread_t th;
     const char *url;
@@ -497,6 +531,7 @@ int main(int argc, char **argv)
     }
     section_a();
     section_b();
+    section_t();
     section_c();
     return cc_summary("test_cuda_backend", t0);
 }
