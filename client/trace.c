@@ -234,11 +234,12 @@ static long non_integer_number(const char *s, size_t len, size_t *tok_len)
 static int parse_line(pj_trace *t, const perr *p, const char *s, size_t len)
 {
     const char *end = NULL;
-    /* cJSON ends a string at an escaped NUL: "o\u0000x" would read as "o". */
+    /* cJSON ends a string at a NUL, escaped or raw: "o\u0000x" would read
+     * as "o". */
     long nul = pj_json_nul_escape(s, len);
     if (nul >= 0)
-        return fail(p, NULL, "a string holds \\u0000 (column %ld); names cannot contain NUL",
-                    nul + 1);
+        return fail(p, NULL, "a string holds %s (column %ld); names cannot contain NUL",
+                    s[nul] == '\0' ? "a NUL byte" : "\\u0000", nul + 1);
     cJSON *root = cJSON_ParseWithLengthOpts(s, len, &end, 0);
     int rc = 0;
     if (!root) {
