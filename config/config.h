@@ -75,6 +75,9 @@ typedef struct pj_config {
         uint32_t max_ops_per_request;
         uint32_t max_connections;
         uint32_t max_inflight_per_conn;
+        /* A connection that has not said HELLO this long after it was
+         * accepted is closed (0: never). */
+        uint32_t hello_timeout_ms;
         /* Bytes of registered buffers (what the daemon maps): one buffer,
          * one connection's sum, the whole daemon's sum. */
         uint64_t max_buffer_bytes;

@@ -23,6 +23,8 @@ typedef struct pj_conn {
     uint32_t uid, gid;
     int32_t pid;
     int hello;
+    uint64_t t_accept_ns; /* pj_now_ns() at accept, for limits.hello_timeout_ms */
+    int hello_closed;     /* closed for saying no HELLO in time (once) */
     char client[PJ_WIRE_NAME_MAX + 1];
     pj_bufreg reg;
     pj_backend_stream *stream; /* created at the first HELLO */

@@ -537,6 +537,7 @@ static void on_pipe_add(pj_server *s, pipe_ev *ev)
         nng_pipe_close(p);
         return;
     }
+    c->t_accept_ns = pj_now_ns();
     pj_conn_table_add(&s->conns, c);
     s->stats.conns_total++;
     pj_log_info("connection #%" PRIu64 ": pid %d uid %u gid %u connected (%u open)", c->serial,
@@ -926,6 +927,7 @@ static char *stats_text(pj_server *s)
         cJSON_AddNumberToObject(cn, "current", s->conns.count);
         cJSON_AddNumberToObject(cn, "closing", s->n_zombies);
         cJSON_AddNumberToObject(cn, "total", (double)s->stats.conns_total);
+        cJSON_AddNumberToObject(cn, "hello_timeouts", (double)s->stats.hello_timeouts);
         cJSON_AddNumberToObject(cn, "refused", (double)atomic_load(&s->refused));
         cJSON_AddNumberToObject(cn, "listener_restarts", (double)s->lst_restarts);
     }
@@ -1968,10 +1970,37 @@ static void sweep_retired(pj_server *s, nng_stat *all)
     }
 }
 
+/* A connection that says nothing holds one of max_connections for as long
+ * as its client keeps it open (an old libprojd redialing a restarted
+ * daemon did, or any peer that connects and waits): those past
+ * limits.hello_timeout_ms are closed. */
+static void close_silent_conns(pj_server *s)
+{
+    uint64_t limit = (uint64_t)s->cfg.limits.hello_timeout_ms * 1000000ull;
+    if (limit == 0 || s->conns.count == 0)
+        return;
+    uint64_t now = pj_now_ns();
+    for (int i = 0; i < PJ_CONN_BUCKETS; i++) {
+        for (pj_conn *c = s->conns.b[i]; c; c = c->next) {
+            if (c->hello || c->hello_closed || now - c->t_accept_ns < limit)
+                continue;
+            c->hello_closed = 1;
+            s->stats.hello_timeouts++;
+            pj_log_warn("connection #%" PRIu64 ": pid %d uid %u said no HELLO within %u ms "
+                        "(limits.hello_timeout_ms); closing it",
+                        c->serial, (int)c->pid, c->uid, s->cfg.limits.hello_timeout_ms);
+            nng_pipe p = NNG_PIPE_INITIALIZER;
+            p.id = c->pipe_id;
+            nng_pipe_close(p);
+        }
+    }
+}
+
 static void on_watch(uv_timer_t *t)
 {
     pj_server *s = t->data;
     pj_bufreg_reap(0); /* buffers released while the device still used them */
+    close_silent_conns(s);
     if (s->stopping || !s->lst_open || !s->lst_replaceable)
         return;
     nng_stat *all;

@@ -75,6 +75,7 @@ START_TEST(defaults_match_documentation)
     ck_assert_uint_eq(c->limits.max_ops_per_request, 64);
     ck_assert_uint_eq(c->limits.max_connections, 64);
     ck_assert_uint_eq(c->limits.max_inflight_per_conn, 32);
+    ck_assert_uint_eq(c->limits.hello_timeout_ms, 10000);
     ck_assert_uint_eq(c->limits.max_buffer_bytes, 16ull << 30);
     ck_assert_uint_eq(c->limits.max_conn_buffer_bytes, 64ull << 30);
     ck_assert_uint_eq(c->limits.max_total_buffer_bytes, 256ull << 30);
@@ -128,7 +129,8 @@ static const bad_case bad_cases[] = {
     /* 3: unknown nested key */
     {"{\"limits\":{\"max_conns\":4}}", "limits.max_conns",
      "limits.max_conns: unknown key; expected one of: max_message_bytes, max_buffers_per_conn, "
-     "max_ops_per_request, max_connections, max_inflight_per_conn, max_buffer_bytes, "
+     "max_ops_per_request, max_connections, max_inflight_per_conn, hello_timeout_ms, "
+     "max_buffer_bytes, "
      "max_conn_buffer_bytes, max_total_buffer_bytes"},
     /* 4: unknown key inside a layer */
     {"{\"model\":{\"layers\":[{\"name\":\"a\",\"tensor\":\"t\",\"colour\":1}]}}",
@@ -350,6 +352,7 @@ START_TEST(objects_merge_key_by_key)
     ck_assert_uint_eq(c->limits.max_connections, 8);
     ck_assert_uint_eq(c->limits.max_message_bytes, 65536);
     ck_assert_uint_eq(c->limits.max_inflight_per_conn, 32);
+    ck_assert_uint_eq(c->limits.hello_timeout_ms, 10000);
     ck_assert_uint_eq(c->limits.max_buffer_bytes, 16ull << 30);
     ck_assert_uint_eq(c->limits.max_conn_buffer_bytes, 64ull << 30);
     ck_assert_uint_eq(c->limits.max_total_buffer_bytes, 256ull << 30);

@@ -249,6 +249,39 @@ START_TEST(connection_limit)
 }
 END_TEST
 
+/* limits.hello_timeout_ms: a connection that says nothing is closed once
+ * the time is up, freeing its place under max_connections; one that said
+ * HELLO may stay idle. */
+START_TEST(silent_connection_closed)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path,
+              "{\"limits\": {\"max_connections\": 2, \"hello_timeout_ms\": 300}}");
+    pjt_client a, quiet, c;
+    ck_assert_int_eq(connect_hello(&a, d.url), PJ_OK);
+    ck_assert_int_eq(pjt_connect(&quiet, d.url, 2000), 0);
+    ck_assert(pj_dproc_log_has(&d, "said no HELLO within 300 ms", 5000));
+    ck_assert_double_eq(pjd_stat(&a, "connections.hello_timeouts"), 1);
+    /* Its place is free (the limit is 2), and a (idle for longer than the
+     * timeout) is still served. */
+    int rc = -1;
+    for (int i = 0; i < 50 && rc != PJ_OK; i++) {
+        rc = pjt_connect(&c, d.url, 1000);
+        if (rc == 0)
+            rc = pjt_hello(&c, "third");
+        if (rc != PJ_OK)
+            pjt_close(&c);
+    }
+    ck_assert_int_eq(rc, PJ_OK);
+    ck_assert_int_eq(pjt_ping(&a), PJ_OK);
+    ck_assert_double_eq(pjd_stat(&a, "connections.current"), 2);
+    pjt_close(&c);
+    pjt_close(&quiet);
+    pjt_close(&a);
+    pjd_stop(&d);
+}
+END_TEST
+
 /* ---- the socket file ------------------------------------------------------- */
 
 START_TEST(socket_live_stale_and_foreign)
@@ -397,8 +430,14 @@ START_TEST(listener_survives_hangups)
     pjt_client keep;
     ck_assert_int_eq(pjt_connect(&keep, d.url, REPLY_MS), 0);
     ck_assert_int_eq(pjt_hello(&keep, "before"), PJ_OK);
+    /* Whether a burst of hang-ups stops nng's listener depends on where in
+     * the handshake each lands, so on a loaded machine a round may stop
+     * none (a run under load once saw no replacement in round 0). Every
+     * round must leave the daemon accepting; at least one of up to six
+     * must have stopped the listener and seen it replaced. */
     double restarts = 0;
-    for (int round = 0; round < 3; round++) {
+    int replaced_rounds = 0;
+    for (int round = 0; round < 6 && (round < 3 || replaced_rounds == 0); round++) {
         for (int i = 0; i < 5; i++) {
             int fd = socket(AF_UNIX, SOCK_STREAM, 0);
             struct sockaddr_un sun = {.sun_family = AF_UNIX};
@@ -409,18 +448,19 @@ START_TEST(listener_survives_hangups)
         /* A client that arrives before the daemon has noticed (it looks
          * every 200 ms) may land on the dead listener; after, it gets in. */
         double now = restarts;
-        for (int waited = 0; now <= restarts && waited < 10000; waited += 20) {
+        for (int waited = 0; now <= restarts && waited < 3000; waited += 20) {
             now = pjd_stat(&keep, "connections.listener_restarts");
             struct timespec ts = {0, 20 * 1000 * 1000};
             nanosleep(&ts, NULL);
         }
-        ck_assert_msg(now > restarts, "no listener replacement after round %d", round);
+        replaced_rounds += now > restarts;
         restarts = now;
         pjt_client c;
         ck_assert_int_eq(pjt_connect(&c, d.url, REPLY_MS), 0);
         ck_assert_int_eq(pjt_hello(&c, "after"), PJ_OK);
         pjt_close(&c);
     }
+    ck_assert_msg(replaced_rounds > 0, "no listener replacement in any round");
     /* The connection made before is untouched by the replacements. */
     ck_assert_int_eq(pjt_ping(&keep), PJ_OK);
     struct stat st;
@@ -848,6 +888,7 @@ int main(void)
         {"allowed_uid_and_shm_owner", allowed_uid_and_shm_owner},
         {"supplementary_groups_allowed", supplementary_groups_allowed},
         {"connection_limit", connection_limit},
+        {"silent_connection_closed", silent_connection_closed},
         {"socket_live_stale_and_foreign", socket_live_stale_and_foreign},
         {"socket_dir_created", socket_dir_created},
         {"socket_dir_unsafe_refused", socket_dir_unsafe_refused},
