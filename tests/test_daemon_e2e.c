@@ -819,6 +819,9 @@ static void victim_main(const char *url, int go_fd, int ready_fd)
     shm_unlink(t.xs.name);
     shm_unlink(t.ys.name);
     shm_unlink(extra.name);
+    /* Its ring too (tests/e2e_ring.sh): the daemon has it mapped. */
+    if (t.c.ring_shm.name[0])
+        shm_unlink(t.c.ring_shm.name);
     if (write(ready_fd, "r", 1) != 1)
         _exit(7);
     for (;;)
@@ -870,6 +873,13 @@ START_TEST(killed_client)
     int wst;
     ck_assert_int_eq(waitpid(victim, &wst, 0), victim);
     ck_assert(WIFSIGNALED(wst));
+    /* A killed client cannot unlink its objects; the victim unlinked every
+     * name once the daemon had it open, so none is left in /dev/shm (its
+     * ring's was, once per run of tests/e2e_ring.sh). */
+    char prefix[32], cmd[96];
+    snprintf(prefix, sizeof prefix, "pjt-%d-", (int)victim);
+    snprintf(cmd, sizeof cmd, "ls /dev/shm | grep -q '^%s'", prefix);
+    ck_assert_msg(system(cmd) != 0, "/dev/shm still holds %s* of the killed client", prefix);
 
     /* Others are served as before, during and after the cleanup. */
     for (int i = 0; i < 5; i++)
