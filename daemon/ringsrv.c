@@ -86,21 +86,74 @@ static int faulted(pj_ringsrv *r)
 }
 
 /* Whether the poller may take the next request: 1 yes, 0 not now, -1 the
- * ring is corrupt. Completion slots in use = replies written and not yet
- * consumed + replies still owed; the next request needs one more. A
- * client's head past the replies written (or more than the ring behind
- * them) is impossible for an honest client. 32-bit index arithmetic, like
- * the ring's own. */
-static int may_take(pj_ringsrv *r)
+ * ring is corrupt (*head and *written then say how). Completion slots in
+ * use = replies written and not yet consumed + replies still owed; the next
+ * request needs one more. A client's head past the replies written (or more
+ * than the ring behind them) is impossible for an honest client. 32-bit
+ * index arithmetic, like the ring's own. */
+static int may_take(pj_ringsrv *r, uint32_t *head, uint32_t *written)
 {
     /* The head first: the client cannot consume a reply before `written`
      * counts it (pj_ringsrv_reply raises it before the push publishes),
      * so a head read before `written` is never past it. */
-    uint32_t head = pj_ring_consumed(&r->ring, PJ_RING_CQ);
-    uint32_t unread = __atomic_load_n(&r->written, __ATOMIC_ACQUIRE) - head;
+    *head = pj_ring_consumed(&r->ring, PJ_RING_CQ);
+    *written = __atomic_load_n(&r->written, __ATOMIC_ACQUIRE);
+    uint32_t unread = *written - *head;
     if (unread > r->ring.slots)
         return -1;
     return unread + __atomic_load_n(&r->owed, __ATOMIC_ACQUIRE) < r->ring.slots;
+}
+
+/* Indices are counts mod 2^32: a difference of more than half the range
+ * is one that went backwards. */
+static int moved_back(uint32_t diff)
+{
+    return diff > UINT32_MAX / 2;
+}
+
+/* The client's submission tail is `pending` ahead of the daemon's head,
+ * more than the ring holds: say which way it went wrong. */
+static void sq_corrupt_why(const pj_ringsrv *r, uint32_t pending, char *why, size_t len)
+{
+    uint32_t head = r->ring.head[PJ_RING_SQ], tail = head + pending;
+    if (moved_back(pending))
+        snprintf(why, len,
+                 "its submission queue is corrupt (the client's tail, %u, is behind the %u "
+                 "requests the daemon has taken: it moved back)",
+                 tail, head);
+    else
+        snprintf(why, len,
+                 "its submission queue is corrupt (the client's tail, %u, is %u ahead of the "
+                 "daemon's head, %u: more than the ring's %u slots)",
+                 tail, pending, head, r->ring.slots);
+}
+
+static void cq_corrupt_why(const pj_ringsrv *r, uint32_t head, uint32_t written, char *why,
+                           size_t len)
+{
+    if (moved_back(written - head))
+        snprintf(why, len,
+                 "its completion queue is corrupt (the client's head, %u, is past the %u "
+                 "replies written)",
+                 head, written);
+    else
+        snprintf(
+            why, len,
+            "its completion queue is corrupt (the client's head, %u, moved back: %u behind the "
+            "%u replies written, the ring has %u slots)",
+            head, written - head, written, r->ring.slots);
+}
+
+/* A client index or slot length the poller cannot believe. An object cut
+ * to less than its header page keeps that page mapped with its words
+ * zeroed, which reads as indices gone wrong: touching the mapping's last
+ * byte faults on any object cut short (the guard absorbs it), and the ring
+ * is dropped for what really happened. */
+static void corrupt(pj_ringsrv *r, const char *why)
+{
+    (void)*(volatile const uint8_t *)(r->ring.base + r->ring.size - 1);
+    if (!faulted(r))
+        mark_broken(r, why);
 }
 
 /* The client's wake FIFO for the ring named `name`, when it made one the
@@ -162,6 +215,7 @@ static void *poller_main(void *arg)
     pj_ringsrv *r = arg;
     size_t cap = pj_ring_msg_max(&r->ring);
     uint64_t wait_ns = BACKOFF_MIN_NS;
+    char why[sizeof r->why];
     while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
         int rc = pj_ring_wait(&r->ring, PJ_RING_SQ, r->o.spin_ns, SLEEP_SLICE_MS, &r->stop);
         if (rc == -EINTR)
@@ -172,15 +226,17 @@ static void *poller_main(void *arg)
             __atomic_fetch_add(&r->sleeps, 1, __ATOMIC_RELAXED);
             continue;
         }
-        if (pj_ring_pending(&r->ring, PJ_RING_SQ) > r->ring.slots) {
-            mark_broken(r, "its submission queue is corrupt (the tail is more than the ring "
-                           "holds ahead)");
+        uint32_t pending = pj_ring_pending(&r->ring, PJ_RING_SQ);
+        if (pending > r->ring.slots) {
+            sq_corrupt_why(r, pending, why, sizeof why);
+            corrupt(r, why);
             break;
         }
-        int ok = may_take(r);
+        uint32_t head, written;
+        int ok = may_take(r, &head, &written);
         if (ok < 0) {
-            mark_broken(r, "its completion queue is corrupt (the client's head is past the "
-                           "replies written)");
+            cq_corrupt_why(r, head, written, why, sizeof why);
+            corrupt(r, why);
             break;
         }
         if (ok == 0) { /* requests waiting, no room for their replies yet */
@@ -195,8 +251,7 @@ static void *poller_main(void *arg)
         if (rc == -EAGAIN)
             continue;
         if (rc != 0) { /* -EPROTO; -EMSGSIZE cannot be: cap is the slot's */
-            mark_broken(r, "its submission queue is corrupt (an index or a length is "
-                           "impossible)");
+            corrupt(r, "its submission queue is corrupt (an index or a length is impossible)");
             break;
         }
         if (faulted(r))

@@ -578,6 +578,86 @@ START_TEST(ringsrv_stop_is_prompt)
 }
 END_TEST
 
+/* The ring's broken state once the poller gave up on it (or 5 s). */
+static pj_ringsrv_stats wait_broken(pj_ringsrv *r)
+{
+    pj_ringsrv_stats st;
+    long long end = pjd_now_ms() + 5000;
+    do {
+        pjd_sleep_ms(5);
+        pj_ringsrv_get_stats(r, &st);
+    } while (!st.broken && pjd_now_ms() < end);
+    return st;
+}
+
+/* A dropped ring's reason says what the client did: a submission tail
+ * moved back behind what was taken read "more than the ring holds ahead",
+ * a completion head moved back "past the replies written", and an object
+ * cut to less than its header page (the page stays, its words zeroed) "the
+ * submission queue is corrupt" instead of "shrank". */
+START_TEST(ringsrv_names_what_broke)
+{
+    pj_shmguard_install();
+    uint8_t buf[2048];
+    size_t len;
+
+    pjt_shm shm;
+    ck_assert_int_eq(pjt_shm_create(&shm, pj_ring_bytes(4, 2048)), 0);
+    pj_ring cl;
+    g_delivered = 0;
+    pj_ringsrv *r = ringsrv_on(&shm, &cl, 4);
+    raw_ping(&cl, 1);
+    raw_ping(&cl, 2);
+    ck_assert_int_eq(wait_delivered(2), 2);
+    uint32_t *sq_tail = (uint32_t *)(void *)((uint8_t *)shm.p + 128);
+    __atomic_store_n(sq_tail, 1u, __ATOMIC_RELEASE);
+    pj_ring_kick(&cl, PJ_RING_SQ);
+    pj_ringsrv_stats st = wait_broken(r);
+    ck_assert_int_eq(st.broken, 1);
+    ck_assert_msg(strstr(st.why, "submission queue is corrupt (the client's tail, 1, is behind "
+                                 "the 2 requests the daemon has taken: it moved back)"),
+                  "%s", st.why);
+    pj_ringsrv_free(r);
+    pjt_shm_destroy(&shm);
+
+    ck_assert_int_eq(pjt_shm_create(&shm, pj_ring_bytes(4, 2048)), 0);
+    g_delivered = 0;
+    r = ringsrv_on(&shm, &cl, 4);
+    raw_ping(&cl, 1);
+    ck_assert_int_eq(wait_delivered(1), 1);
+    uint8_t pong[64] = {1};
+    ck_assert_int_eq(pj_ringsrv_reply(r, pong, sizeof pong), 0);
+    ck_assert_int_eq(pj_ring_pop(&cl, PJ_RING_CQ, buf, sizeof buf, &len), 0);
+    /* The head goes from 1 to 16 behind the one reply written. */
+    uint32_t *cq_head = (uint32_t *)(void *)((uint8_t *)shm.p + 384);
+    __atomic_store_n(cq_head, (uint32_t)-15, __ATOMIC_RELEASE);
+    raw_ping(&cl, 2);
+    st = wait_broken(r);
+    ck_assert_int_eq(st.broken, 1);
+    ck_assert_msg(strstr(st.why, "completion queue is corrupt (the client's head, 4294967281, "
+                                 "moved back: 16 behind the 1 replies written"),
+                  "%s", st.why);
+    pj_ringsrv_free(r);
+    pjt_shm_destroy(&shm);
+
+    /* Cut to 100 bytes after two requests: the SQ tail reads 0. Our own
+     * mapping is not touched after the cut. */
+    ck_assert_int_eq(pjt_shm_create(&shm, pj_ring_bytes(4, 2048)), 0);
+    g_delivered = 0;
+    r = ringsrv_on(&shm, &cl, 4);
+    raw_ping(&cl, 1);
+    raw_ping(&cl, 2);
+    ck_assert_int_eq(wait_delivered(2), 2);
+    ck_assert_int_eq(ftruncate(shm.fd, 100), 0);
+    pj_ring_kick(&cl, PJ_RING_SQ);
+    st = wait_broken(r);
+    ck_assert_int_eq(st.broken, 1);
+    ck_assert_msg(strstr(st.why, "shrank under the daemon"), "%s", st.why);
+    pj_ringsrv_free(r);
+    pjt_shm_destroy(&shm);
+}
+END_TEST
+
 /* A client that publishes a tail and takes it back before the poller has
  * popped: the poller's pop reads the tail again and finds nothing. It used
  * to deliver that nothing as an empty request, answered on the CQ with an
@@ -1279,6 +1359,7 @@ int main(void)
         {"ring_errors_answered_on_ring", ring_errors_answered_on_ring},
         {"attach_refusals", attach_refusals},
         {"corrupt_and_truncated_rings", corrupt_and_truncated_rings},
+        {"ringsrv_names_what_broke", ringsrv_names_what_broke},
         {"client_stops_reading", client_stops_reading},
         {"killed_client_with_ring", killed_client_with_ring},
         {"ring_inflight_limit_and_order", ring_inflight_limit_and_order},
