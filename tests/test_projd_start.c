@@ -2,7 +2,9 @@
  * --check-config against what a start does. */
 #include <check.h>
 #include <stdio.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tests/helpers/daemon_proc.h"
@@ -120,6 +122,52 @@ START_TEST(socket_other_scheme_refused)
 }
 END_TEST
 
+/* A case that fails an assertion ends its Check child with _exit: its
+ * pj_dproc_cleanup never runs. The daemon must not outlive the child
+ * (PR_SET_PDEATHSIG), and its folder must lie in the fixture folder, which
+ * this suite's main process removes when it exits (the folders were
+ * /tmp/pjd-*, and each failed case left one behind for good). */
+START_TEST(failed_case_leaves_nothing)
+{
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        close(fds[0]);
+        pj_dproc d;
+        char err[512];
+        if (pj_dproc_start(&d, g_model_path, NULL, NULL, 1, 30000, err, sizeof err) != 0)
+            _exit(3);
+        ssize_t n = write(fds[1], &d, sizeof d);
+        _exit(n == (ssize_t)sizeof d ? 1 : 4); /* as a failed ck_assert does */
+    }
+    close(fds[1]);
+    pj_dproc d;
+    ssize_t n = read(fds[0], &d, sizeof d);
+    close(fds[0]);
+    int st;
+    ck_assert_int_eq(waitpid(child, &st, 0), child);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "the child could not start projd");
+    ck_assert_int_eq(n, (ssize_t)sizeof d);
+    /* Not our child: gone once kill() finds no such process (init reaps). */
+    int alive = 1;
+    for (int i = 0; i < 1000 && alive; i++) {
+        alive = kill(d.pid, 0) == 0;
+        if (alive)
+            usleep(10000);
+    }
+    ck_assert_msg(!alive, "projd %d outlived the test that started it", (int)d.pid);
+    char prefix[4200];
+    snprintf(prefix, sizeof prefix, "%s/", pj_fixture_tmpdir());
+    ck_assert_msg(strncmp(d.dir, prefix, strlen(prefix)) == 0,
+                  "the daemon's folder %s is not in the fixture folder %s, which the suite removes",
+                  d.dir, prefix);
+}
+END_TEST
+
 static Suite *start_suite(void)
 {
     Suite *s = suite_create("projd_start");
@@ -127,6 +175,7 @@ static Suite *start_suite(void)
     tcase_add_test(tc, check_config_reads_the_model_header);
     tcase_add_test(tc, check_config_knows_the_backend);
     tcase_add_test(tc, socket_other_scheme_refused);
+    tcase_add_test(tc, failed_case_leaves_nothing);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
     return s;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
+#include "tests/helpers/fixture.h"
 
 static long long now_ms(void)
 {
@@ -45,7 +46,16 @@ int pj_dproc_prepare(pj_dproc *d, const char *model_path, const char *cfg_json, 
     memset(d, 0, sizeof *d);
     d->pid = -1;
     d->notify_fd = -1;
-    snprintf(d->dir, sizeof d->dir, "/tmp/pjd-XXXXXX");
+    /* In the suite's fixture folder, which the suite's main process removes
+     * when it exits: a case that fails an assertion ends its Check child
+     * with _exit, so pj_dproc_cleanup never runs there, and every failed
+     * case left a /tmp/pjd-* folder behind. /tmp when the fixture folder is
+     * missing or too long a prefix for the socket's path. */
+    const char *base = pj_fixture_tmpdir();
+    struct sockaddr_un sun;
+    if (!base || strlen(base) + sizeof "/pjd-XXXXXX/projd.sock" > sizeof sun.sun_path)
+        base = "/tmp";
+    snprintf(d->dir, sizeof d->dir, "%s/pjd-XXXXXX", base);
     if (!mkdtemp(d->dir)) {
         snprintf(err, errlen, "mkdtemp: %s", strerror(errno));
         return -errno;
@@ -81,7 +91,6 @@ int pj_dproc_prepare(pj_dproc *d, const char *model_path, const char *cfg_json, 
     free(text);
 
     d->notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    struct sockaddr_un sun;
     memset(&sun, 0, sizeof sun);
     sun.sun_family = AF_UNIX;
     if (strlen(d->notify_path) >= sizeof sun.sun_path) {

@@ -1,7 +1,9 @@
 /* daemon_proc.h — run build/bin/projd as a child process for a test.
  *
  * Each daemon gets its own directory (mode 0755, so a test child that drops
- * to another uid can reach the socket) holding the config file, the socket,
+ * to another uid can reach the socket) in the fixture folder (fixture.h),
+ * so that a case that fails before pj_dproc_cleanup leaves nothing once the
+ * suite exits. It holds the config file, the socket,
  * the daemon's log (its stderr) and a datagram socket the daemon's
  * sd_notify messages arrive on (NOTIFY_SOCKET), which is how start() knows
  * the daemon is ready. The binary is $PJ_BUILD/bin/projd (PJ_BUILD is set

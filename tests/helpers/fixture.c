@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char fx_dir[4096];
@@ -42,6 +43,10 @@ const char *pj_fixture_tmpdir(void)
         fx_dir[0] = '\0';
         return NULL;
     }
+    /* Others may pass through, not list: the daemons' folders lie in here
+     * (daemon_proc), and a test child that drops to another uid must reach
+     * a daemon's socket. */
+    chmod(fx_dir, 0711);
     fx_owner = getpid();
     atexit(fx_cleanup);
     return fx_dir;
