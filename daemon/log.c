@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,42 @@ static int level_prio(pj_log_level level)
     }
 }
 
+/* Length of the well-formed UTF-8 character at s (n bytes left), or 0: a
+ * stray or cut-off byte, an overlong form, a surrogate, past U+10FFFF, or
+ * a C1 control (U+0080..U+009F, which a terminal may act on like ESC).
+ * journalctl shows a line holding any of these as "[N blob data]" instead
+ * of its text, so one odd byte in a client's HELLO name hid the line. */
+static size_t utf8_char_len(const unsigned char *s, size_t n)
+{
+    size_t len;
+    uint32_t min;
+    if (s[0] < 0x80)
+        return 1;
+    if (s[0] >= 0xc2 && s[0] <= 0xdf) {
+        len = 2;
+        min = 0x80;
+    } else if ((s[0] & 0xf0) == 0xe0) {
+        len = 3;
+        min = 0x800;
+    } else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+        len = 4;
+        min = 0x10000;
+    } else {
+        return 0;
+    }
+    if (n < len)
+        return 0;
+    uint32_t cp = s[0] & (0x7fu >> len); /* the lead byte's payload bits */
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[i] & 0x3fu);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) || cp <= 0x9f)
+        return 0;
+    return len;
+}
+
 void pj_log_msg(pj_log_level level, const char *fmt, ...)
 {
     if (!pj_log_enabled(level))
@@ -114,19 +151,30 @@ void pj_log_msg(pj_log_level level, const char *fmt, ...)
     va_end(ap);
     if (n > 0)
         at += (size_t)n < sizeof line - at ? (size_t)n : sizeof line - at - 1;
+    /* Room for the newline, cut before the check below so that the cut
+     * cannot split a character the check let through. */
+    if (at >= sizeof line - 1)
+        at = sizeof line - 2;
     /* One line, and no terminal control: a message can carry a client's
      * text (its HELLO name, a path), and an escape sequence in it would
-     * rewrite what an operator's terminal shows. Bytes >= 0x80 stay
-     * (UTF-8). */
-    for (size_t i = body; i < at; i++) {
+     * rewrite what an operator's terminal shows. Well-formed UTF-8 stays;
+     * every other byte >= 0x80 becomes '?' too (utf8_char_len says why),
+     * as does a character the 2 KiB cut split. */
+    for (size_t i = body; i < at;) {
         unsigned char ch = (unsigned char)line[i];
+        size_t len = 1;
         if (ch == '\n' || ch == '\r' || ch == '\t')
             line[i] = ' ';
         else if (ch < 0x20 || ch == 0x7f)
             line[i] = '?';
+        else if (ch >= 0x80)
+            len = utf8_char_len((unsigned char *)line + i, at - i);
+        if (len == 0) {
+            line[i] = '?';
+            len = 1;
+        }
+        i += len;
     }
-    if (at >= sizeof line - 1)
-        at = sizeof line - 2;
     line[at++] = '\n';
     /* One write per line; a short write to a pipe of this size does not
      * happen in practice, and a lost log line is not worth a retry loop. */

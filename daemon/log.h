@@ -5,7 +5,9 @@
  * timestamp (the journal adds its own); otherwise each line starts with a
  * UTC timestamp and the level name. Thread-safe: a line is built in a local
  * buffer and written with one write(2), so lines from different threads
- * never interleave. Newlines inside a message are replaced by spaces.
+ * never interleave. Newlines and tabs inside a message become spaces;
+ * other control bytes, and bytes that are not well-formed UTF-8 (which
+ * journalctl would show the whole line as "blob data" for), become '?'.
  */
 #ifndef PJ_LOG_H
 #define PJ_LOG_H

@@ -508,6 +508,34 @@ START_TEST(log_lines)
     j = capture_log(1, PJ_LOG_WARN, "hello from \"evil\x1b[2J\x1b[31mFAKE\x07\x7f\tcaf\xc3\xa9\"");
     ck_assert_str_eq(j, "<4>hello from \"evil?[2J?[31mFAKE?? caf\xc3\xa9\"\n");
     free(j);
+    /* Bytes that are not well-formed UTF-8 become '?': journalctl shows a
+     * line holding one as "[N blob data]" (a HELLO name "caf\xe9" hid its
+     * "hello from" line). Stray and cut-off bytes, an overlong '/', a
+     * surrogate, past U+10FFFF, C1 controls (CSI as 0x9b and as U+009B);
+     * two- to four-byte characters stay. */
+    j = capture_log(1, PJ_LOG_INFO,
+                    "caf\xe9|\x80|\xc3|\xc0\xaf|\xed\xa0\x80|\xf4\x90\x80\x80|\x9b|\xc2\x9b|"
+                    "\xc2\xa0\xe2\x82\xac\xf0\x9f\x98\x80|\xe2\x82");
+    ck_assert_str_eq(j, "<6>caf?|?|?|??|???|????|?|??|\xc2\xa0\xe2\x82\xac\xf0\x9f\x98\x80|??\n");
+    free(j);
+    /* A message cut at 2 KiB does not end in half a character: after
+     * "<6>xy", the cut falls after the first byte of an e-acute. */
+    char *longmsg = malloc(3001);
+    ck_assert_ptr_nonnull(longmsg);
+    memcpy(longmsg, "xy", 2);
+    for (int i = 2; i < 3000; i += 2)
+        memcpy(longmsg + i, "\xc3\xa9", 2);
+    longmsg[3000] = 0;
+    j = capture_log(1, PJ_LOG_INFO, longmsg);
+    size_t jl = strlen(j);
+    ck_assert_uint_eq(jl, 2047);
+    ck_assert_int_eq(j[jl - 1], '\n');
+    ck_assert_int_eq(j[jl - 2], '?');
+    for (size_t i = 5; i < jl - 2; i += 2)
+        ck_assert_msg(j[i] == '\xc3' && j[i + 1] == '\xa9', "byte %zu: 0x%02x", i,
+                      (unsigned)(unsigned char)j[i]);
+    free(j);
+    free(longmsg);
     char *p = capture_log(0, PJ_LOG_ERROR, "plain");
     ck_assert_msg(strstr(p, "Z projd[") && strstr(p, "] error: plain\n") && !strchr(p + 1, '<'),
                   "%s", p);
