@@ -13,22 +13,48 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "daemon/log.h"
+
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_state; /* 0: not set up yet, 1: ready, -1: no notify socket */
 static int g_fd = -1;
 static struct sockaddr_un g_addr;
 static socklen_t g_addrlen;
 
+/* Said once: a NOTIFY_SOCKET we cannot use (or one that refuses our first
+ * message). Under a Type=notify unit the READY=1 that never arrives makes
+ * systemd kill the daemon at its start timeout with nothing in our log to
+ * say why (a container that was given the variable but not the socket). */
+static int g_warned;
+static const char *g_env; /* NOTIFY_SOCKET as read at setup */
+
+static void warn_once(const char *e, const char *why)
+{
+    if (g_warned)
+        return;
+    g_warned = 1;
+    pj_log_warn("cannot notify systemd through NOTIFY_SOCKET=%s: %s (a Type=notify unit will "
+                "not see the daemon ready)",
+                e, why);
+}
+
 /* NOTIFY_SOCKET is a path, or "@name" for the abstract namespace. */
 static void setup_locked(void)
 {
     g_state = -1;
     const char *e = getenv("NOTIFY_SOCKET");
-    if (!e || (e[0] != '/' && e[0] != '@'))
+    if (!e || !*e)
         return;
+    g_env = e;
+    if (e[0] != '/' && e[0] != '@') {
+        warn_once(e, "not an absolute path or an @abstract name");
+        return;
+    }
     size_t len = strlen(e);
-    if (len >= sizeof g_addr.sun_path)
+    if (len >= sizeof g_addr.sun_path) {
+        warn_once(e, "longer than a socket address holds");
         return;
+    }
     memset(&g_addr, 0, sizeof g_addr);
     g_addr.sun_family = AF_UNIX;
     memcpy(g_addr.sun_path, e, len);
@@ -36,8 +62,10 @@ static void setup_locked(void)
         g_addr.sun_path[0] = 0;
     g_addrlen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + (e[0] == '/'));
     g_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (g_fd < 0)
+    if (g_fd < 0) {
+        warn_once(e, strerror(errno));
         return;
+    }
     struct timeval tv = {PJ_NOTIFY_WAIT_MS / 1000, (PJ_NOTIFY_WAIT_MS % 1000) * 1000};
     setsockopt(g_fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     g_state = 1;
@@ -51,7 +79,10 @@ static void send_text(const char *text, int may_wait)
     if (g_state == 1) {
         int flags = MSG_NOSIGNAL | (may_wait ? 0 : MSG_DONTWAIT);
         ssize_t n = sendto(g_fd, text, strlen(text), flags, (struct sockaddr *)&g_addr, g_addrlen);
-        (void)n; /* a lost notification is not worth failing over */
+        /* A lost notification is not worth failing over. A full queue
+         * drops a STATUS= line by design; anything else is said once. */
+        if (n < 0 && !(errno == EAGAIN && !may_wait))
+            warn_once(g_env, strerror(errno));
     }
     pthread_mutex_unlock(&g_mu);
 }

@@ -1,10 +1,12 @@
 /* notify.h — systemd readiness and status (the sd_notify protocol).
  *
  * All calls are no-ops when the daemon was not started by systemd
- * (NOTIFY_SOCKET unset). The datagrams are sent here rather than through
- * libsystemd's sd_notify because that call blocks when the receiver's queue
- * is full, and the event loop must never block: STATUS= lines are sent
- * without waiting (dropped when the queue is full, they are informational);
+ * (NOTIFY_SOCKET unset). A NOTIFY_SOCKET that is set but cannot be used,
+ * or that refuses a message, is logged once (a warning naming it and
+ * why). The datagrams are sent here rather than through libsystemd's
+ * sd_notify because that call blocks when the receiver's queue is full,
+ * and the event loop must never block: STATUS= lines are sent without
+ * waiting (dropped when the queue is full, they are informational);
  * READY=1 and STOPPING=1 wait at most PJ_NOTIFY_WAIT_MS. Thread-safe.
  */
 #ifndef PJ_NOTIFY_H

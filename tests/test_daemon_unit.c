@@ -12,13 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "daemon/backend.h"
 #include "daemon/bufreg.h"
 #include "daemon/log.h"
+#include "daemon/notify.h"
 #include "daemon/peercred.h"
 #include "daemon/shmguard.h"
 #include "daemon/stats.h"
@@ -545,6 +548,93 @@ START_TEST(log_lines)
 }
 END_TEST
 
+/* ---- systemd notifications ------------------------------------------------------------- */
+
+/* stderr while fn runs. */
+static char *capture_stderr(void (*fn)(void))
+{
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    int saved = dup(STDERR_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    fn();
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    close(fds[1]);
+    char *buf = calloc(1, 8192);
+    ssize_t n = read(fds[0], buf, 8191);
+    ck_assert_int_ge(n, 0);
+    close(fds[0]);
+    return buf;
+}
+
+static void notify_start_and_stop(void)
+{
+    pj_log_set_level(PJ_LOG_INFO);
+    pj_notify_status("loading");
+    pj_notify_ready("serving");
+    pj_notify_status("serving 1 connection");
+    pj_notify_stopping("draining");
+}
+
+/* A NOTIFY_SOCKET that is set but leads nowhere (a container given the
+ * variable and not the socket) made every notification vanish without a
+ * word: under Type=notify systemd kills the daemon at its start timeout
+ * and the log says nothing. Now one warning names the socket and why. The
+ * case runs in its own process (Check forks), so notify starts unset up. */
+START_TEST(notify_socket_unusable_said_once)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/pj-notify-none-%ld/notify", (long)getpid());
+    setenv("NOTIFY_SOCKET", path, 1);
+    char *out = capture_stderr(notify_start_and_stop);
+    const char *w = strstr(out, "warn: cannot notify systemd through NOTIFY_SOCKET=");
+    ck_assert_msg(w && strstr(w, path) && strstr(w, "No such file or directory"), "[%s]", out);
+    ck_assert_msg(!strstr(strchr(w, '\n'), "cannot notify"), "said more than once: [%s]", out);
+    free(out);
+}
+END_TEST
+
+/* A relative NOTIFY_SOCKET is refused at once, with a reason. */
+START_TEST(notify_socket_relative_said)
+{
+    setenv("NOTIFY_SOCKET", "run/notify", 1);
+    char *out = capture_stderr(notify_start_and_stop);
+    ck_assert_msg(strstr(out, "NOTIFY_SOCKET=run/notify: not an absolute path"), "[%s]", out);
+    free(out);
+}
+END_TEST
+
+/* A working socket gets every message and the log no warning. */
+START_TEST(notify_socket_works_quietly)
+{
+    char dir[] = "/tmp/pj-notify-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[64];
+    snprintf(path, sizeof path, "%s/notify", dir);
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    snprintf(sun.sun_path, sizeof sun.sun_path, "%s", path);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sun, sizeof sun), 0);
+    setenv("NOTIFY_SOCKET", path, 1);
+    char *out = capture_stderr(notify_start_and_stop);
+    ck_assert_msg(!strstr(out, "cannot notify"), "[%s]", out);
+    free(out);
+    const char *want[] = {"STATUS=loading", "READY=1\nSTATUS=serving",
+                          "STATUS=serving 1 connection", "STOPPING=1\nSTATUS=draining"};
+    for (int i = 0; i < 4; i++) {
+        char buf[700];
+        ssize_t n = recv(fd, buf, sizeof buf - 1, MSG_DONTWAIT);
+        ck_assert_int_gt(n, 0);
+        buf[n] = 0;
+        ck_assert_str_eq(buf, want[i]);
+    }
+    close(fd);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
     if (pjc_init(g_model_path, sizeof g_model_path) != 0) {
@@ -560,6 +650,9 @@ int main(void)
         {"cpu_backend_matches_reference", cpu_backend_matches_reference},
         {"log_lines", log_lines},
         {"peer_groups", peer_groups},
+        {"notify_socket_unusable_said_once", notify_socket_unusable_said_once},
+        {"notify_socket_relative_said", notify_socket_relative_said},
+        {"notify_socket_works_quietly", notify_socket_works_quietly},
     };
     return pjd_run_suite("daemon_unit", cases, sizeof cases / sizeof cases[0], 120);
 }
