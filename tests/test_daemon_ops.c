@@ -877,6 +877,48 @@ START_TEST(shrunk_buffer)
 }
 END_TEST
 
+/* A case that fails an assertion ends with _exit, before its
+ * pjt_shm_destroy: its shm objects carry the suite's pid, and the suite
+ * sweeps them when its cases are done (each failed case left its x and y
+ * buffers, its ring, in /dev/shm for good). */
+START_TEST(failed_case_shm_swept)
+{
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        close(fds[0]);
+        pjt_shm s;
+        if (pjt_shm_create(&s, 4096) != 0)
+            _exit(3);
+        ssize_t n = write(fds[1], s.name, sizeof s.name);
+        _exit(n == (ssize_t)sizeof s.name ? 1 : 4); /* as a failed ck_assert does */
+    }
+    close(fds[1]);
+    char name[sizeof((pjt_shm *)0)->name] = "";
+    ssize_t n = read(fds[0], name, sizeof name);
+    close(fds[0]);
+    int st;
+    ck_assert_int_eq(waitpid(child, &st, 0), child);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "the child could not create an object");
+    ck_assert_int_eq(n, (ssize_t)sizeof name);
+    name[sizeof name - 1] = 0;
+    int fd = shm_open(name, O_RDONLY, 0);
+    ck_assert_msg(fd >= 0, "%s: %s", name, strerror(errno));
+    close(fd);
+    /* The suite's main process (this case's parent) owns it ... */
+    char want[64];
+    snprintf(want, sizeof want, "/pjt-%d-%d-", (int)getppid(), (int)child);
+    ck_assert_msg(strncmp(name, want, strlen(want)) == 0, "%s is not named %s<n>", name, want);
+    /* ... and its sweep (run here as the suite runs it at the end) removes it. */
+    ck_assert_int_ge(pjt_shm_sweep(), 1);
+    ck_assert_msg(shm_open(name, O_RDONLY, 0) < 0 && errno == ENOENT, "%s is still there", name);
+}
+END_TEST
+
 int main(void)
 {
     if (pjc_init(g_model_path, sizeof g_model_path) != 0) {
@@ -898,6 +940,7 @@ int main(void)
         {"unread_replies_do_not_starve_others", unread_replies_do_not_starve_others},
         {"command_line", command_line},
         {"log_format", log_format},
+        {"failed_case_shm_swept", failed_case_shm_swept},
         {"shrunk_buffer", shrunk_buffer},
     };
     return pjd_run_suite("daemon_ops", cases, sizeof cases / sizeof cases[0], 180);

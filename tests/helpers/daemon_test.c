@@ -56,7 +56,12 @@ int pjd_run_suite(const char *suite, const pjd_case *cases, size_t n, int timeou
         suite_add_tcase(s, tc);
     }
     SRunner *sr = srunner_create(s);
+    /* A case that fails ends with _exit, before its pjt_shm_destroy: the
+     * shm objects its cases made carry this process's pid and are swept
+     * when they are done. */
+    pjt_shm_own();
     srunner_run_all(sr, CK_NORMAL);
+    pjt_shm_sweep();
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     return failed ? 1 : 0;

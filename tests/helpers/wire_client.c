@@ -2,6 +2,7 @@
 #include "tests/helpers/wire_client.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <nng/protocol/reqrep0/req.h>
@@ -280,6 +281,37 @@ double pjt_json_num(const cJSON *root, const char *path)
     return o && cJSON_IsNumber(o) ? o->valuedouble : -1;
 }
 
+static pid_t g_shm_owner;
+
+void pjt_shm_own(void)
+{
+    g_shm_owner = getpid();
+}
+
+int pjt_shm_sweep(void)
+{
+    if (!g_shm_owner)
+        return 0;
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "pjt-%d-", (int)g_shm_owner);
+    DIR *dir = opendir("/dev/shm");
+    if (!dir)
+        return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(dir));) {
+        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+            continue;
+        char name[300];
+        snprintf(name, sizeof name, "/%s", e->d_name);
+        if (shm_unlink(name) == 0) {
+            fprintf(stderr, "wire_client: removed %s, left by a case\n", name);
+            n++;
+        }
+    }
+    closedir(dir);
+    return n;
+}
+
 int pjt_shm_create(pjt_shm *s, size_t size)
 {
     static atomic_uint counter;
@@ -288,8 +320,11 @@ int pjt_shm_create(pjt_shm *s, size_t size)
     /* A name left by an earlier process with the same pid (killed tests
      * leave theirs) is skipped, not reused. */
     for (int tries = 0; s->fd < 0 && tries < 64; tries++) {
-        snprintf(s->name, sizeof s->name, "/pjt-%d-%u", (int)getpid(),
-                 atomic_fetch_add(&counter, 1));
+        unsigned n = atomic_fetch_add(&counter, 1);
+        if (g_shm_owner)
+            snprintf(s->name, sizeof s->name, "/pjt-%d-%d-%u", (int)g_shm_owner, (int)getpid(), n);
+        else
+            snprintf(s->name, sizeof s->name, "/pjt-%d-%u", (int)getpid(), n);
         s->fd = shm_open(s->name, O_RDWR | O_CREAT | O_EXCL, 0600);
         if (s->fd < 0 && errno != EEXIST)
             return -errno;

@@ -75,6 +75,15 @@ double pjt_json_num(const cJSON *root, const char *path);
 int pjt_shm_create(pjt_shm *s, size_t size);
 void pjt_shm_destroy(pjt_shm *s);
 
+/* Make this process the owner of the shm objects pjt_shm_create makes from
+ * now on, here and in forked children (Check's cases): their names then
+ * carry its pid, "/pjt-<owner>-<pid>-<n>", else they are "/pjt-<pid>-<n>". */
+void pjt_shm_own(void);
+/* Unlink every object of the owner's names still in /dev/shm (those of
+ * cases that failed before their pjt_shm_destroy: Check ends a failed
+ * case with _exit), naming each on stderr; returns how many. */
+int pjt_shm_sweep(void);
+
 /* Create a ring of this geometry in a new shm object (mode 0600), format
  * it and send RING_ATTACH over nng. PJ_OK: PROJECT and PING use the ring
  * from now on. */
