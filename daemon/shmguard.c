@@ -24,7 +24,11 @@ static size_t g_page;
 static void on_sigbus(int sig, siginfo_t *si, void *uctx)
 {
     uintptr_t a = (uintptr_t)si->si_addr;
-    for (size_t i = 0; i < PJ_SHMGUARD_SLOTS; i++) {
+    /* A SIGBUS some process sent (kill, sigqueue, tgkill: si_code <= 0) is
+     * no fault: si_addr holds the sender's pid and uid, not an address, and
+     * no access is retried to end the process. */
+    int sent = si->si_code <= 0;
+    for (size_t i = 0; !sent && i < PJ_SHMGUARD_SLOTS; i++) {
         uintptr_t base = atomic_load_explicit(&g_slots[i].base, memory_order_acquire);
         if (!base)
             continue;
@@ -50,8 +54,12 @@ static void on_sigbus(int sig, siginfo_t *si, void *uctx)
         return;
     }
     /* Default action: restore it; returning re-executes the access, which
-     * faults again and terminates the process with SIGBUS. */
+     * faults again and terminates the process with SIGBUS. A sent signal
+     * has no access to re-execute: it is raised again (it was swallowed,
+     * so 'kill -BUS' left the daemon running where it would have died). */
     signal(SIGBUS, SIG_DFL);
+    if (sent)
+        raise(sig);
 }
 
 int pj_shmguard_install(void)

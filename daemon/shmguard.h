@@ -7,8 +7,9 @@
  * a private zero page over the faulting page (the access then completes and
  * reads zeros or writes to memory nobody sees) and the range is marked
  * faulted, so the request that touched it is answered with an error and the
- * buffer refuses later use. A fault anywhere else gets the previous handler
- * (normally: the process dies as it would have).
+ * buffer refuses later use. A fault anywhere else, and a SIGBUS another
+ * process sent (kill -BUS), gets the previous handler (normally: the
+ * process dies as it would have).
  */
 #ifndef PJ_SHMGUARD_H
 #define PJ_SHMGUARD_H

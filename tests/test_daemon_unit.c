@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -328,6 +330,34 @@ START_TEST(sigbus_guard)
     ck_assert_uint_ge(pj_shmguard_total_faults(), before + 2);
     pj_shmguard_remove(slot);
     munmap(map, size);
+    pjt_shm_destroy(&a);
+}
+END_TEST
+
+/* A SIGBUS sent by kill is no fault in a guarded range: the process dies
+ * of it as it would without the guard. The handler used to restore the
+ * default action and return, so the first 'kill -BUS' was swallowed and
+ * the daemon ran on (the child exited 0). */
+START_TEST(sigbus_sent_still_kills)
+{
+    ck_assert_int_eq(pj_shmguard_install(), 0);
+    pjt_shm a;
+    size_t size = (size_t)sysconf(_SC_PAGESIZE);
+    ck_assert_int_eq(pjt_shm_create(&a, size), 0);
+    int slot = pj_shmguard_add(a.p, size);
+    ck_assert_int_ge(slot, 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        kill(getpid(), SIGBUS);
+        usleep(200000);
+        _exit(0);
+    }
+    int st = 0;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS, "child: status 0x%x", st);
+    ck_assert_int_eq(pj_shmguard_faulted(slot), 0);
+    pj_shmguard_remove(slot);
     pjt_shm_destroy(&a);
 }
 END_TEST
@@ -646,6 +676,7 @@ int main(void)
         {"registry_and_ops", registry_and_ops},
         {"registry_retires_busy_buffers", registry_retires_busy_buffers},
         {"sigbus_guard", sigbus_guard},
+        {"sigbus_sent_still_kills", sigbus_sent_still_kills},
         {"histogram_quantiles", histogram_quantiles},
         {"cpu_backend_matches_reference", cpu_backend_matches_reference},
         {"log_lines", log_lines},
