@@ -366,6 +366,8 @@ int pj_ringsrv_reply(pj_ringsrv *r, const void *msg, size_t len)
         rc = pj_ring_push(&r->ring, PJ_RING_CQ, msg, len);
         if (rc != 0)
             __atomic_store_n(&r->written, tail, __ATOMIC_RELEASE);
+        else if (pj_shmguard_faulted(r->guard))
+            rc = -EPIPE; /* written into the guard's private page: the client never sees it */
     }
     if (rc == -EMSGSIZE)
         return rc; /* not answered yet: the caller sends something shorter */

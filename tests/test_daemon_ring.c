@@ -658,6 +658,33 @@ START_TEST(ringsrv_names_what_broke)
 }
 END_TEST
 
+/* A reply the loop writes into a ring cut short under it (here: to its
+ * header page, so the poller, asleep on the header, noticed nothing yet)
+ * is lost, and counted so: the write faulted into the guard's private
+ * page, which the client never sees, and used to count as sent (rc 0,
+ * STATS ring.replies_lost unchanged). */
+START_TEST(ringsrv_reply_into_shrunk_ring)
+{
+    pj_shmguard_install();
+    pjt_shm shm;
+    ck_assert_int_eq(pjt_shm_create(&shm, pj_ring_bytes(4, 2048)), 0);
+    pj_ring cl;
+    g_delivered = 0;
+    pj_ringsrv *r = ringsrv_on(&shm, &cl, 4);
+    raw_ping(&cl, 1);
+    ck_assert_int_eq(wait_delivered(1), 1);
+    ck_assert_int_eq(ftruncate(shm.fd, PJ_RING_HDR_BYTES), 0);
+    uint8_t pong[64] = {1};
+    ck_assert_int_eq(pj_ringsrv_reply(r, pong, sizeof pong), -EPIPE);
+    pj_ringsrv_stats st = wait_broken(r);
+    ck_assert_uint_eq(st.lost, 1);
+    ck_assert_int_eq(st.broken, 1);
+    ck_assert_msg(strstr(st.why, "shrank under the daemon"), "%s", st.why);
+    pj_ringsrv_free(r);
+    pjt_shm_destroy(&shm);
+}
+END_TEST
+
 /* A client that publishes a tail and takes it back before the poller has
  * popped: the poller's pop reads the tail again and finds nothing. It used
  * to deliver that nothing as an empty request, answered on the CQ with an
@@ -1360,6 +1387,7 @@ int main(void)
         {"attach_refusals", attach_refusals},
         {"corrupt_and_truncated_rings", corrupt_and_truncated_rings},
         {"ringsrv_names_what_broke", ringsrv_names_what_broke},
+        {"ringsrv_reply_into_shrunk_ring", ringsrv_reply_into_shrunk_ring},
         {"client_stops_reading", client_stops_reading},
         {"killed_client_with_ring", killed_client_with_ring},
         {"ring_inflight_limit_and_order", ring_inflight_limit_and_order},
