@@ -119,7 +119,9 @@ int pj_shm_map_checked(const char *what, const char *name, uint64_t size, uint32
                  (unsigned)st.st_uid, (unsigned)peer_uid);
         status = PJ_E_REGISTER;
     } else if (private_only && (st.st_mode & 077) != 0) {
-        snprintf(err, errlen, "%s %s: mode %03o lets other users write it; it must be 0600", what,
+        /* Any bit for group or others is refused, read bits too: a reader
+         * sees the client's data. Saying "write" for 0644 was wrong. */
+        snprintf(err, errlen, "%s %s: mode %03o lets other users open it; it must be 0600", what,
                  name, (unsigned)(st.st_mode & 0777));
         status = PJ_E_REGISTER;
     } else if ((uint64_t)st.st_size < size) {

@@ -306,6 +306,37 @@ START_TEST(registry_and_ops)
 }
 END_TEST
 
+/* An object that must be private (a ring) is refused for any group or
+ * other bit, and the reason says what the mode allows: 0644 and 0640 were
+ * refused as "lets other users write it", which neither does. */
+START_TEST(private_shm_refusal_says_open)
+{
+    pjt_shm a;
+    ck_assert_int_eq(pjt_shm_create(&a, 4096), 0);
+    const unsigned modes[] = {0644, 0640, 0604, 0660};
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(fchmod(a.fd, modes[i]), 0);
+        void *map = NULL;
+        char err[512];
+        ck_assert_int_eq(
+            pj_shm_map_checked("RING_ATTACH", a.name, 4096, getuid(), 1, &map, err, sizeof err),
+            PJ_E_REGISTER);
+        char want[64];
+        snprintf(want, sizeof want, "mode %03o lets other users open it; it must be 0600",
+                 modes[i]);
+        ck_assert_msg(strstr(err, want), "%s", err);
+        ck_assert_ptr_null(map);
+    }
+    ck_assert_int_eq(fchmod(a.fd, 0600), 0);
+    void *map = NULL;
+    char err[512];
+    ck_assert_int_eq(
+        pj_shm_map_checked("RING_ATTACH", a.name, 4096, getuid(), 1, &map, err, sizeof err), PJ_OK);
+    munmap(map, 4096);
+    pjt_shm_destroy(&a);
+}
+END_TEST
+
 /* ---- the SIGBUS guard ---------------------------------------------------------- */
 
 START_TEST(sigbus_guard)
@@ -675,6 +706,7 @@ int main(void)
         {"span_checks", span_checks},
         {"registry_and_ops", registry_and_ops},
         {"registry_retires_busy_buffers", registry_retires_busy_buffers},
+        {"private_shm_refusal_says_open", private_shm_refusal_says_open},
         {"sigbus_guard", sigbus_guard},
         {"sigbus_sent_still_kills", sigbus_sent_still_kills},
         {"histogram_quantiles", histogram_quantiles},
