@@ -25,6 +25,7 @@
 #include "tests/helpers/daemon_check.h"
 #include "tests/helpers/daemon_proc.h"
 #include "tests/helpers/daemon_test.h"
+#include "tests/helpers/fixture.h"
 #include "tests/helpers/wire_client.h"
 
 #define READY_MS 30000
@@ -337,12 +338,26 @@ START_TEST(socket_live_stale_and_foreign)
 }
 END_TEST
 
+/* A path of this name in the suite's fixture folder (unique to the run,
+ * removed when the suite exits, also after a failed case), or in /tmp with
+ * this process's pid when the folder's path would make too long a socket
+ * path. Fixed /tmp/pjd-<what>-<pid> names collided with what a failed
+ * earlier run left under the same pid (mkdir: EEXIST). */
+static void ops_path(char *out, size_t cap, const char *what)
+{
+    const char *base = pj_fixture_tmpdir();
+    if (base && strlen(base) < 48)
+        snprintf(out, cap, "%s/%s-%d", base, what, (int)getpid());
+    else
+        snprintf(out, cap, "/tmp/pjd-%s-%d", what, (int)getpid());
+}
+
 /* The socket's directory is created when missing. */
 START_TEST(socket_dir_created)
 {
     char err[512], json[800], top[200], sub[300];
     pj_dproc d;
-    snprintf(top, sizeof top, "/tmp/pjd-sockdir-%d", (int)getpid());
+    ops_path(top, sizeof top, "sockdir");
     snprintf(sub, sizeof sub, "%s/run/projd", top);
     snprintf(json, sizeof json, "{\"socket\": {\"url\": \"ipc://%s/projd.sock\"}}", sub);
     ck_assert_int_eq(pj_dproc_start(&d, g_model_path, json, NULL, 1, READY_MS, err, sizeof err), 0);
@@ -378,13 +393,13 @@ static void expect_dir_refused(const char *url, const char *needle)
     pj_dproc_cleanup(&d);
 }
 
-START_TEST(socket_dir_unsafe_refused)
+static void unsafe_dirs_refused(void)
 {
     char dir[200], url[300], link[200], target[200], sub[220];
     struct stat st;
     if (geteuid() == 0) {
         /* Another uid's directory, even with a harmless mode. */
-        snprintf(dir, sizeof dir, "/tmp/pjd-foreign-%d", (int)getpid());
+        ops_path(dir, sizeof dir, "foreign");
         ck_assert_int_eq(mkdir(dir, 0755), 0);
         ck_assert_int_eq(chown(dir, 65534, 65534), 0);
         snprintf(url, sizeof url, "ipc://%s/projd.sock", dir);
@@ -395,15 +410,15 @@ START_TEST(socket_dir_unsafe_refused)
         printf("socket_dir_unsafe_refused: foreign-owner case SKIPPED (needs root)\n");
     }
     /* Our own directory, but anyone may write to it. */
-    snprintf(dir, sizeof dir, "/tmp/pjd-open-%d", (int)getpid());
+    ops_path(dir, sizeof dir, "open");
     ck_assert_int_eq(mkdir(dir, 0700), 0);
     ck_assert_int_eq(chmod(dir, 0777), 0);
     snprintf(url, sizeof url, "ipc://%s/projd.sock", dir);
     expect_dir_refused(url, "with mode 0777");
     ck_assert_int_eq(rmdir(dir), 0);
     /* A symlink to a good directory. */
-    snprintf(target, sizeof target, "/tmp/pjd-target-%d", (int)getpid());
-    snprintf(link, sizeof link, "/tmp/pjd-link-%d", (int)getpid());
+    ops_path(target, sizeof target, "target");
+    ops_path(link, sizeof link, "link");
     ck_assert_int_eq(mkdir(target, 0755), 0);
     ck_assert_int_eq(symlink(target, link), 0);
     snprintf(url, sizeof url, "ipc://%s/projd.sock", link);
@@ -417,6 +432,33 @@ START_TEST(socket_dir_unsafe_refused)
     snprintf(sub, sizeof sub, "%s/sub", target);
     rmdir(sub);
     ck_assert_int_eq(rmdir(target), 0);
+}
+
+START_TEST(socket_dir_unsafe_refused)
+{
+    unsafe_dirs_refused();
+}
+END_TEST
+
+/* What a failed earlier run of the case left under this pid (the names it
+ * used in /tmp) is no obstacle: each run's paths are its own. */
+START_TEST(leftovers_of_a_failed_run_ignored)
+{
+    const char *dirs[] = {"open", "target", "sockdir", "foreign"};
+    char path[64];
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        snprintf(path, sizeof path, "/tmp/pjd-%s-%d", dirs[i], (int)getpid());
+        ck_assert_msg(mkdir(path, 0700) == 0, "%s: %s", path, strerror(errno));
+    }
+    char link[64];
+    snprintf(link, sizeof link, "/tmp/pjd-link-%d", (int)getpid());
+    ck_assert_int_eq(symlink("/nonexistent", link), 0);
+    unsafe_dirs_refused();
+    unlink(link);
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        snprintf(path, sizeof path, "/tmp/pjd-%s-%d", dirs[i], (int)getpid());
+        rmdir(path);
+    }
 }
 END_TEST
 
@@ -934,6 +976,7 @@ int main(void)
         {"socket_live_stale_and_foreign", socket_live_stale_and_foreign},
         {"socket_dir_created", socket_dir_created},
         {"socket_dir_unsafe_refused", socket_dir_unsafe_refused},
+        {"leftovers_of_a_failed_run_ignored", leftovers_of_a_failed_run_ignored},
         {"listener_survives_hangups", listener_survives_hangups},
         {"sighup_reloads", sighup_reloads},
         {"buffer_byte_limits", buffer_byte_limits},
