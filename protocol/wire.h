@@ -234,8 +234,9 @@ int pj_enc_raw(pj_wbuf *b, uint64_t req_id, uint16_t type, const void *body, siz
  * reply can echo req_id. */
 int pj_dec_hdr(const void *msg, size_t len, size_t max_body, pj_hdr *h, char *err, size_t errlen);
 
-/* The header's req_id without any other check (0 when len is shorter than a
- * header): for answering, or matching, a message that may not decode. */
+/* The header's req_id without the other checks (0 when len is shorter than a
+ * header or the magic is wrong: a header without the magic is not believed,
+ * PROTOCOL.md): for answering, or matching, a message that may not decode. */
 uint64_t pj_peek_req_id(const void *msg, size_t len);
 
 int pj_dec_hello(const void *body, size_t len, pj_hello *m, char *err, size_t errlen);

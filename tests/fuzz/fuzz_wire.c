@@ -5,6 +5,13 @@
  * re-encode to the same bytes. Independently the bytes after the header are
  * decoded as every body type, so each decoder sees every input. Bodies are
  * copied to exact-size heap blocks so ASan flags any read past the end.
+ *
+ * The limits the daemon passes come from its config (limits.max_ops_per_
+ * request 1..1024, limits.max_message_bytes), so they vary here too: the
+ * header's req_id picks the op limit (1..64) and whether the body limit is
+ * small, and the op and result arrays are heap blocks of exactly that many
+ * entries, so a decoder that writes one past its limit is caught. A refusal
+ * for the size limit must be PJ_E_TOO_BIG and for the op limit PJ_E_LIMIT.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -16,12 +23,12 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static pj_op ops[MAX_OPS];
-static pj_op_result res[MAX_OPS];
 static pj_welcome welcome;
 
-/* Decodes body as type; on success re-encodes into out when out != NULL. */
-static int decode_as(int type, const uint8_t *body, size_t len, uint64_t req_id, pj_wbuf *out)
+/* Decodes body as type with at most max_ops ops; on success re-encodes into
+ * out when out != NULL. */
+static int decode_as(int type, const uint8_t *body, size_t len, uint64_t req_id, uint32_t max_ops,
+                     pj_wbuf *out)
 {
     char err[128];
     int rc = PJ_E_TYPE;
@@ -61,17 +68,31 @@ static int decode_as(int type, const uint8_t *body, size_t len, uint64_t req_id,
         break;
     }
     case PJ_MSG_PROJECT: {
+        pj_op *ops = malloc(max_ops * sizeof *ops);
         pj_project m = {.ops = ops};
-        rc = pj_dec_project(body, len, MAX_OPS, &m, err, sizeof err);
+        rc = pj_dec_project(body, len, max_ops, &m, err, sizeof err);
+        if (rc == PJ_OK && (m.n_ops == 0 || m.n_ops > max_ops))
+            abort();
+        /* The op count is in the body at 4 (after flags). */
+        if (len >= 8 &&
+            ((uint32_t)body[4] | (uint32_t)body[5] << 8 | (uint32_t)body[6] << 16 |
+             (uint32_t)body[7] << 24) > max_ops &&
+            rc != PJ_E_LIMIT && rc != PJ_E_FLAGS)
+            abort();
         if (rc == PJ_OK && out)
             pj_enc_project(out, req_id, &m);
+        free(ops);
         break;
     }
     case PJ_MSG_DONE: {
+        pj_op_result *res = malloc(max_ops * sizeof *res);
         pj_done m = {.ops = res};
-        rc = pj_dec_done(body, len, MAX_OPS, &m, err, sizeof err);
+        rc = pj_dec_done(body, len, max_ops, &m, err, sizeof err);
+        if (rc == PJ_OK && m.n_ops > max_ops)
+            abort();
         if (rc == PJ_OK && out)
             pj_enc_done(out, req_id, &m);
+        free(res);
         break;
     }
     case PJ_MSG_STATS:
@@ -122,13 +143,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char err[128];
     pj_hdr h;
-    if (pj_dec_hdr(data, size, 1u << 20, &h, err, sizeof err) == PJ_OK &&
-        pj_msg_type_valid(h.type)) {
+    uint64_t req_id = pj_peek_req_id(data, size);
+    uint32_t max_ops = 1 + (uint32_t)(req_id % MAX_OPS);
+    /* The daemon's smallest limit (max_message_bytes 1024, less the
+     * header), or one no input here reaches. */
+    size_t max_body = (req_id >> 6) & 1 ? 1024 - PJ_WIRE_HDR_SIZE : 1u << 20;
+    int hst = pj_dec_hdr(data, size, max_body, &h, err, sizeof err);
+    if (size >= PJ_WIRE_HDR_SIZE && hst != PJ_E_PROTO && hst != PJ_E_VERSION && hst != PJ_E_FLAGS &&
+        (hst == PJ_E_TOO_BIG) != (size - PJ_WIRE_HDR_SIZE > max_body))
+        abort(); /* a well-formed header is refused for its size exactly when too big */
+    if (hst == PJ_OK && pj_msg_type_valid(h.type)) {
         uint8_t *body = malloc(h.body_len ? h.body_len : 1);
         memcpy(body, data + PJ_WIRE_HDR_SIZE, h.body_len);
         pj_wbuf out;
         pj_wbuf_init(&out);
-        if (decode_as(h.type, body, h.body_len, h.req_id, &out) == PJ_OK) {
+        if (decode_as(h.type, body, h.body_len, h.req_id, max_ops, &out) == PJ_OK) {
             /* Canonical: a decoded message re-encodes to the input. */
             if (out.len != size || memcmp(out.data, data, size) != 0)
                 abort();
@@ -141,7 +170,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint8_t *body = malloc(blen);
         memcpy(body, data + PJ_WIRE_HDR_SIZE, blen);
         for (int t = PJ_MSG_HELLO; t <= PJ_MSG_LAST; t++)
-            decode_as(t, body, blen, 0, NULL);
+            decode_as(t, body, blen, 0, max_ops, NULL);
         free(body);
     }
     return 0;
