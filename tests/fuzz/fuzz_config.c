@@ -4,7 +4,11 @@
  * and checks the promises the parser makes beyond "does not crash":
  * a refused document leaves the target byte-for-byte unchanged and yields a
  * non-empty one-line message; an accepted one renders to JSON that applies
- * back to the defaults as the very same struct. */
+ * back to the defaults as the very same struct. An accepted document is also
+ * what SIGHUP would load over the defaults: pj_config_check_reload must let
+ * it through exactly when it changed nothing but the reloadable sections
+ * (limits, auth, log: the ones projd_main copies), and say why in one line
+ * when it does not; a config always reloads over itself. */
 #include "config/config.h"
 
 #include <stdint.h>
@@ -45,6 +49,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     abort(); /* the renderer wrote something the parser refuses */
                 if (memcmp(back, cfg, sizeof *cfg) != 0)
                     abort(); /* the round trip lost something */
+                /* The reload oracle: the defaults with cfg's reloadable
+                 * sections copied in (memcpy, so padding matches too). */
+                memcpy(back, &defaults, sizeof *back);
+                memcpy(&back->limits, &cfg->limits, sizeof back->limits);
+                memcpy(&back->auth, &cfg->auth, sizeof back->auth);
+                memcpy(&back->log, &cfg->log, sizeof back->log);
+                int only_reloadable = memcmp(back, cfg, sizeof *cfg) == 0;
+                err[0] = '\0';
+                int rrc = pj_config_check_reload(&defaults, cfg, err, sizeof err);
+                if ((rrc == 0) != only_reloadable)
+                    abort(); /* reload let a restart-only change through, or refused a good one */
+                if (rrc != 0 && (err[0] == '\0' || strchr(err, '\n') != NULL))
+                    abort();
+                if (pj_config_check_reload(cfg, cfg, err, sizeof err) != 0)
+                    abort();
                 free(back);
             }
             free(text);
