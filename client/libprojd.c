@@ -50,7 +50,8 @@ struct projd_conn {
      * set by the pipe-removed notification, or earlier by the first nng
      * request that fails because the pipe went (conn_mark_lost). */
     atomic_int established, lost;
-    /* The dialer was closed once the connection was lost (conn_mark_lost). */
+    /* The dialer's redial was put off once the connection was lost
+     * (conn_mark_lost). */
     atomic_int redial_stopped;
     pthread_mutex_t mu;    /* guards buffers, ring, closing, nng_live and nng_reqs */
     projd_buffer *buffers; /* doubly linked, for projd_close */
@@ -64,7 +65,8 @@ struct projd_conn {
     /* nng requests whose callbacks have not returned yet: projd_close
      * waits for none, since nng runs them after nng_close returns. */
     unsigned nng_live;
-    pthread_cond_t idle; /* nng_live reached 0 */
+    pthread_cond_t idle; /* nng_live reached 0, or sock_closed set */
+    int sock_closed;     /* close_sock returned (close_sock_bounded), under mu */
 };
 
 struct projd_buffer {
@@ -531,6 +533,8 @@ static void conn_abort_nng(projd_conn *c)
  * notification, or an nng request that failed for that reason, whichever
  * comes first): later submissions fail at once, and what nng still holds
  * fails now. Not during projd_close, which cancels everything itself. */
+/* ~11.6 days: nng doubles its back-off in an int32 of ms, so not more. */
+#define REDIAL_NEVER_MS 1000000000
 static void conn_mark_lost(projd_conn *c)
 {
     if (!atomic_load(&c->established) || atomic_load(&c->closing))
@@ -538,11 +542,16 @@ static void conn_mark_lost(projd_conn *c)
     atomic_store(&c->lost, 1);
     /* Nothing will be sent on a redialed pipe, and one would hold a
      * connection slot in the next daemon, never saying HELLO, until the
-     * application closes this connection (and cost it two log lines per
-     * redial). nng 1.5's dialer close takes no lock a pipe or aio callback
-     * holds and leaves the waiting to its reaper, so it is safe here. */
-    if (!atomic_exchange(&c->redial_stopped, 1))
-        nng_dialer_close(c->dialer);
+     * application closes this connection (peer_check refuses any that
+     * comes; refused ones were redialed every 20 ms). The redial is put off
+     * for days rather than the dialer closed: closing it here had nng
+     * 1.5.2's reaper stop its connect aio mid-start, which never finishes
+     * (nanomsg/nng#1813), and every later pipe removal and close in the
+     * process waited on that reaper. A redial already timed may come once. */
+    if (!atomic_exchange(&c->redial_stopped, 1)) {
+        nng_dialer_set_ms(c->dialer, NNG_OPT_RECONNMAXT, REDIAL_NEVER_MS);
+        nng_dialer_set_ms(c->dialer, NNG_OPT_RECONNMINT, REDIAL_NEVER_MS);
+    }
     conn_abort_nng(c);
 }
 
@@ -1509,6 +1518,50 @@ static void close_sock(projd_conn *c)
     nng_close(c->sock);
 }
 
+/* nng 1.5.2's nng_close can wait forever: an aio it stops that was
+ * prepared but not started is never finished (nanomsg/nng#1813, fixed in
+ * 1.8). It happens now and then when the daemon died under requests (1 in
+ * ~40 runs of test_libprojd's daemon_killed_fails_fast_nng on a loaded
+ * machine). So the close runs on a thread of its own, and a close that has
+ * not returned after CLOSE_WAIT_MS is given up: the socket, its thread and
+ * the connection are leaked (nng's stuck close still refers to them), which
+ * is the only safe thing left. 0 when it returned, -ETIMEDOUT when not. */
+#define CLOSE_WAIT_MS 5000
+static void *close_sock_main(void *arg)
+{
+    projd_conn *c = arg;
+    close_sock(c);
+    pthread_mutex_lock(&c->mu);
+    c->sock_closed = 1;
+    pthread_cond_broadcast(&c->idle);
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+static int close_sock_bounded(projd_conn *c)
+{
+    pthread_t th;
+    if (pthread_create(&th, NULL, close_sock_main, c) != 0) {
+        close_sock(c); /* no thread to spare: close here, unbounded */
+        return 0;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += CLOSE_WAIT_MS / 1000;
+    pthread_mutex_lock(&c->mu);
+    int rc = 0;
+    while (!c->sock_closed && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&c->idle, &c->mu, &until);
+    int closed = c->sock_closed;
+    pthread_mutex_unlock(&c->mu);
+    if (!closed) {
+        pthread_detach(th);
+        return -ETIMEDOUT;
+    }
+    pthread_join(th, NULL);
+    return 0;
+}
+
 /* Debian 12's nng 1.5.2 listener dies when a peer hangs up mid-handshake;
  * projd replaces it within ~100 ms (daemon/DAEMON.md), and a dial that lands
  * in that window is refused or reset. Such a refusal is retried for a short
@@ -1658,7 +1711,8 @@ void projd_close(projd_conn *c)
      * the ring here, those on nng on nng's threads once nng_close has
      * aborted them, after it returned; their callbacks may still use c. */
     ring_close(c);
-    close_sock(c);
+    if (close_sock_bounded(c) != 0)
+        return; /* leaked, see close_sock_bounded */
     pthread_mutex_lock(&c->mu);
     while (c->nng_live > 0)
         pthread_cond_wait(&c->idle, &c->mu);
