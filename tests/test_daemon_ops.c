@@ -218,6 +218,21 @@ START_TEST(supplementary_groups_allowed)
 }
 END_TEST
 
+/* Connects and says HELLO, again for up to ~50 s while the daemon has not
+ * yet seen a place under max_connections come free. */
+static int connect_hello_when_free(pjt_client *c, const char *url, const char *name)
+{
+    int rc = -1;
+    for (int i = 0; i < 50 && rc != PJ_OK; i++) {
+        rc = pjt_connect(c, url, 1000);
+        if (rc == 0)
+            rc = pjt_hello(c, name);
+        if (rc != PJ_OK)
+            pjt_close(c);
+    }
+    return rc;
+}
+
 /* max_connections: the next one is refused at connect time, and is let in
  * once a place is free. */
 START_TEST(connection_limit)
@@ -235,15 +250,7 @@ START_TEST(connection_limit)
     ck_assert_double_eq(pjd_stat(&a, "connections.current"), 2);
     pjt_close(&b);
     /* b's place is free once the daemon has seen it go. */
-    int rc = -1;
-    for (int i = 0; i < 50 && rc != PJ_OK; i++) {
-        rc = pjt_connect(&c, d.url, 1000);
-        if (rc == 0)
-            rc = pjt_hello(&c, "third");
-        if (rc != PJ_OK)
-            pjt_close(&c);
-    }
-    ck_assert_int_eq(rc, PJ_OK);
+    ck_assert_int_eq(connect_hello_when_free(&c, d.url, "third"), PJ_OK);
     pjt_close(&c);
     pjt_close(&a);
     pjd_stop(&d);
@@ -265,15 +272,7 @@ START_TEST(silent_connection_closed)
     ck_assert_double_eq(pjd_stat(&a, "connections.hello_timeouts"), 1);
     /* Its place is free (the limit is 2), and a (idle for longer than the
      * timeout) is still served. */
-    int rc = -1;
-    for (int i = 0; i < 50 && rc != PJ_OK; i++) {
-        rc = pjt_connect(&c, d.url, 1000);
-        if (rc == 0)
-            rc = pjt_hello(&c, "third");
-        if (rc != PJ_OK)
-            pjt_close(&c);
-    }
-    ck_assert_int_eq(rc, PJ_OK);
+    ck_assert_int_eq(connect_hello_when_free(&c, d.url, "third"), PJ_OK);
     ck_assert_int_eq(pjt_ping(&a), PJ_OK);
     ck_assert_double_eq(pjd_stat(&a, "connections.current"), 2);
     pjt_close(&c);
