@@ -1711,11 +1711,12 @@ void projd_close(projd_conn *c)
      * the ring here, those on nng on nng's threads once nng_close has
      * aborted them, after it returned; their callbacks may still use c. */
     ring_close(c);
-    if (close_sock_bounded(c) != 0)
-        return; /* leaked, see close_sock_bounded */
+    int stuck = close_sock_bounded(c) != 0;
     pthread_mutex_lock(&c->mu);
-    while (c->nng_live > 0)
+    while (!stuck && c->nng_live > 0)
         pthread_cond_wait(&c->idle, &c->mu);
+    /* The buffers go either way (a name left behind stays in /dev/shm
+     * until reboot); only c is left to a stuck close (close_sock_bounded). */
     projd_buffer *b = c->buffers;
     c->buffers = NULL;
     pthread_mutex_unlock(&c->mu);
@@ -1725,6 +1726,8 @@ void projd_close(projd_conn *c)
         free(b);
         b = next;
     }
+    if (stuck)
+        return;
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->idle);
     free(c);
