@@ -327,6 +327,62 @@ static void section_t(void)
     unlink(path);
 }
 
+/* A host buffer its client truncates under the daemon: with the cuda
+ * backend the buffer is pinned (cudaHostRegister) and the copies are the
+ * device's, so nothing may fault on the host; whatever the request using
+ * it answers, the daemon stays up without a device error, the connection
+ * stays usable, another client is served, and the buffer unregisters. */
+static void section_h(void)
+{
+    printf("== H: a host buffer truncated under the daemon\n");
+    pj_dproc d;
+    char err[600];
+    int rc = cc_start(&d, g_model, NULL, err, sizeof err);
+    CHECK(rc == 0, "start projd (cuda): %s", err);
+    if (rc != 0)
+        return;
+    pjc_conn t;
+    if (pjc_open(&t, d.url, XBYTES, YBYTES, CC_REPLY_MS, err, sizeof err) != 0) {
+        CHECK(0, "connect: %s", err);
+        cc_stop(&d, "H");
+        return;
+    }
+    const pj_model *model = pjc_model();
+    pjc_shape s = {.layer = 0,
+                   .mi = 0,
+                   .n = model->layers[0].max_n,
+                   .x_ld = model->layers[0].w.k,
+                   .y_ld = model->layers[0].max_n};
+    char why[600];
+    CHECK(run_shm(&t, &s, NULL, why, sizeof why) == 0, "H before the cut: %s", why);
+    /* From here the test must not touch x's mapping either. */
+    CHECK(ftruncate(t.xs.fd, 0) == 0, "ftruncate: %s", strerror(errno));
+    pj_op op = pjc_op(&t, &s);
+    pj_done dn;
+    pj_op_result res[1];
+    memset(&dn, 0, sizeof dn);
+    memset(res, 0, sizeof res);
+    rc = pjt_project(&t.c, 0, &op, 1, &dn, res);
+    printf("H: PROJECT on the cut buffer: rc %d, DONE status %d, op status %d%s%s\n", rc, dn.status,
+           res[0].status, rc > 0 ? ": " : "", rc > 0 ? t.c.err.msg : "");
+    CHECK(rc >= 0, "PROJECT on the cut buffer: transport error %d", rc);
+    CHECK(pjt_ping(&t.c) == PJ_OK, "the connection is not usable after the cut");
+    pjc_conn u;
+    if (pjc_open(&u, d.url, XBYTES, YBYTES, CC_REPLY_MS, err, sizeof err) != 0) {
+        CHECK(0, "a second client after the cut: %s", err);
+    } else {
+        CHECK(run_shm(&u, &s, NULL, why, sizeof why) == 0, "a second client after the cut: %s",
+              why);
+        pjc_close(&u);
+    }
+    CHECK(pjt_unregister(&t.c, t.xid) == PJ_OK, "UNREGISTER of the cut buffer: %s", t.c.err.msg);
+    t.xid = 0;
+    CHECK(!pj_dproc_log_has(&d, "sticky", 0) && !pj_dproc_log_has(&d, "fatal", 0),
+          "a device error in the log after the cut");
+    pjc_close(&t);
+    cc_stop(&d, "H");
+}
+
 typedef struct worker {
     pthread_t th;
     const char *url;
@@ -532,6 +588,7 @@ int main(int argc, char **argv)
     section_a();
     section_b();
     section_t();
+    section_h();
     section_c();
     return cc_summary("test_cuda_backend", t0);
 }
