@@ -196,11 +196,16 @@ int pj_ringsrv_wake_fd(const pj_ringsrv *r)
     return r->wake_fd;
 }
 
+/* At most a pipe's default capacity per call: a client writing its FIFO
+ * as fast as the loop reads it would otherwise keep the loop here. The
+ * FIFO is watched level-triggered, so what is left wakes the loop again
+ * after the other connections had their turn. */
 void pj_ringsrv_wake_drain(pj_ringsrv *r)
 {
-    char buf[256];
-    while (r->wake_fd >= 0 && read(r->wake_fd, buf, sizeof buf) > 0)
-        ;
+    char buf[4096];
+    for (int i = 0; i < 16 && r->wake_fd >= 0; i++)
+        if (read(r->wake_fd, buf, sizeof buf) < (ssize_t)sizeof buf)
+            break;
 }
 
 static void backoff(uint64_t *ns)
