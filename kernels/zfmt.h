@@ -79,8 +79,24 @@ uint32_t pj_z12_choose_base(const uint16_t *w, uint32_t n, uint32_t k, size_t ld
 int pj_z12_pack(const uint16_t *w, uint32_t n, uint32_t k, size_t ld, pj_z12 *out, char *err,
                 size_t errlen);
 
+/* pj_z12_pack on up to `threads` threads (kernels/parfor.h; 0 or 1: the
+ * caller's thread only). The result is byte-identical to pj_z12_pack for
+ * any thread count: row blocks are packed independently, each into the
+ * slice of the exception list that a counting pass gave it.
+ * max_bytes != 0: when pj_z12_bytes of the result would exceed it, nothing
+ * is packed or allocated and -EFBIG is returned, err saying so; *out then
+ * holds only n, k, n_pad, base, n_exc and tiles_bytes (no arrays, so
+ * pj_z12_bytes(out) is the size it would have taken; pj_z12_free is
+ * harmless). The other returns are pj_z12_pack's. */
+int pj_z12_pack_mt(const uint16_t *w, uint32_t n, uint32_t k, size_t ld, unsigned threads,
+                   size_t max_bytes, pj_z12 *out, char *err, size_t errlen);
+
 /* Restore the original bf16 bits of rows [0, n) into w (row stride ld). */
 void pj_z12_unpack(const pj_z12 *z, uint16_t *w, size_t ld);
+
+/* pj_z12_unpack on up to `threads` threads (0 or 1: the caller's only);
+ * the rows are split between them, and w ends up identical. */
+void pj_z12_unpack_mt(const pj_z12 *z, uint16_t *w, size_t ld, unsigned threads);
 
 /* Restore one row (k elements) into row_out. */
 void pj_z12_unpack_row(const pj_z12 *z, uint32_t row, uint16_t *row_out);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kernels/bf16.h"
+#include "kernels/parfor.h"
 #include "kernels/zfmt.h"
 
 /* ck_assert* records every passing check (a write to the parent process in
@@ -753,6 +754,182 @@ START_TEST(test_tile_exc)
 }
 END_TEST
 
+/* ---- threads ---------------------------------------------------------------- */
+
+/* Two packs are the same bytes: every array and every scalar. */
+static void require_same_z12(const pj_z12 *a, const pj_z12 *b, const char *what)
+{
+    REQUIRE(a->n == b->n && a->k == b->k && a->n_pad == b->n_pad, "%s: shape", what);
+    REQUIRE(a->base == b->base, "%s: base %u vs %u", what, a->base, b->base);
+    REQUIRE(a->n_exc == b->n_exc, "%s: n_exc %u vs %u", what, a->n_exc, b->n_exc);
+    REQUIRE(a->tiles_bytes == b->tiles_bytes, "%s: tiles_bytes", what);
+    REQUIRE(memcmp(a->tiles, b->tiles, a->tiles_bytes) == 0, "%s: tiles differ", what);
+    REQUIRE(memcmp(a->blk_exc, b->blk_exc, (a->n_pad / 16 + 1) * sizeof *a->blk_exc) == 0,
+            "%s: blk_exc differs", what);
+    if (a->n_exc) {
+        REQUIRE(memcmp(a->exc, b->exc, a->n_exc * sizeof *a->exc) == 0, "%s: exc differs", what);
+        REQUIRE(memcmp(a->exc_orig, b->exc_orig, a->n_exc * sizeof *a->exc_orig) == 0,
+                "%s: exc_orig differs", what);
+    }
+}
+
+/* pack_mt with 2, 3, 7 and 16 threads against the single-threaded pack,
+ * and unpack_mt against unpack into a poisoned buffer. */
+static void check_threads(const uint16_t *w, uint32_t n, uint32_t k, const char *what)
+{
+    static const unsigned th[] = {0, 2, 3, 7, 16};
+    pj_z12 ref;
+    pack_ok(w, n, k, k, &ref);
+    size_t count = (size_t)n * k;
+    uint16_t *want = alloc_u16(count), *got = alloc_u16(count);
+    memset(want, 0xa5, count * 2);
+    pj_z12_unpack(&ref, want, k);
+    REQUIRE(memcmp(want, w, count * 2) == 0, "%s: unpack is not the source", what);
+    for (size_t i = 0; i < sizeof th / sizeof th[0]; i++) {
+        char label[128], err[256] = "";
+        snprintf(label, sizeof label, "%s (%u x %u), %u threads", what, n, k, th[i]);
+        pj_z12 z;
+        int rc = pj_z12_pack_mt(w, n, k, k, th[i], 0, &z, err, sizeof err);
+        REQUIRE(rc == 0, "%s: rc %d: %s", label, rc, err);
+        require_same_z12(&ref, &z, label);
+        pj_z12_free(&z);
+        memset(got, 0x5a, count * 2);
+        pj_z12_unpack_mt(&ref, got, k, th[i]);
+        REQUIRE(memcmp(got, want, count * 2) == 0, "%s: unpack_mt differs", label);
+    }
+    pj_z12_free(&ref);
+    free(want);
+    free(got);
+}
+
+START_TEST(test_pack_threads_identical)
+{
+    /* n: below one row block, not a multiple of 16, one block per thread
+     * for 2/3/7/16 threads, fewer blocks than threads, many blocks. */
+    static const uint32_t ns[] = {1, 5, 15, 17, 32, 48, 112, 256, 100, 333};
+    static const uint32_t ks[] = {64, 192};
+    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+        for (size_t b = 0; b < sizeof ks / sizeof ks[0]; b++) {
+            uint32_t n = ns[a], k = ks[b];
+            uint16_t *w = alloc_u16((size_t)n * k);
+            fill_realistic(w, n, k, 100 + a * 7 + b);
+            check_threads(w, n, k, "realistic");
+            /* any exponent: most weights are exceptions, in every block */
+            uint64_t s = 7 + a;
+            for (size_t i = 0; i < (size_t)n * k; i++)
+                w[i] = rand_finite_bf16(&s);
+            check_threads(w, n, k, "spread");
+            /* all zero: a window at the bottom, no exceptions */
+            memset(w, 0, (size_t)n * k * 2);
+            check_threads(w, n, k, "zero");
+            free(w);
+        }
+    /* Exceptions concentrated in one row block (the last but one) of an
+     * otherwise exception-free matrix: the other blocks' slices are empty. */
+    uint32_t n = 150, k = 256;
+    uint16_t *w = alloc_u16((size_t)n * k);
+    for (size_t i = 0; i < (size_t)n * k; i++)
+        w[i] = (uint16_t)(0x3f80 | (i & 0x7f));
+    uint64_t s = 99;
+    for (uint32_t r = 128; r < 144; r++)
+        for (uint32_t c = 0; c < k; c += 3)
+            w[(size_t)r * k + c] = rand_finite_bf16(&s);
+    check_threads(w, n, k, "one block");
+    free(w);
+}
+END_TEST
+
+/* A non-finite weight is reported at the same (row, column) whatever the
+ * thread count: the first in row-major order, also when a later block (on
+ * another thread) has one too. */
+START_TEST(test_pack_threads_nonfinite)
+{
+    uint32_t n = 100, k = 128;
+    uint16_t *w = alloc_u16((size_t)n * k);
+    fill_realistic(w, n, k, 3);
+    w[(size_t)90 * k + 5] = 0x7f80; /* last thread's blocks */
+    w[(size_t)40 * k + 77] = 0xffc0;
+    for (unsigned th = 1; th <= 8; th++) {
+        pj_z12 z;
+        char err[256] = "";
+        ck_assert_int_eq(pj_z12_pack_mt(w, n, k, k, th, 0, &z, err, sizeof err), -EDOM);
+        REQUIRE(strstr(err, "row 40, column 77 is NaN"), "%u threads: %s", th, err);
+        ck_assert_ptr_null(z.tiles);
+    }
+    free(w);
+}
+END_TEST
+
+/* max_bytes: a pack that would be larger is refused before anything is
+ * allocated, with the size it would have had; one that fits is unchanged. */
+START_TEST(test_pack_max_bytes)
+{
+    uint32_t n = 32, k = 128;
+    uint16_t *w = alloc_u16((size_t)n * k);
+    uint64_t s = 5;
+    for (size_t i = 0; i < (size_t)n * k; i++)
+        w[i] = rand_finite_bf16(&s);
+    pj_z12 ref, z;
+    pack_ok(w, n, k, k, &ref);
+    size_t full = pj_z12_bytes(&ref);
+    char err[256] = "";
+    ck_assert_int_eq(pj_z12_pack_mt(w, n, k, k, 2, full - 1, &z, err, sizeof err), -EFBIG);
+    ck_assert_ptr_null(z.tiles);
+    ck_assert_ptr_null(z.exc);
+    ck_assert_uint_eq(z.n_exc, ref.n_exc);
+    ck_assert_uint_eq(z.base, ref.base);
+    ck_assert_uint_eq(pj_z12_bytes(&z), full);
+    REQUIRE(strstr(err, "would exceed"), "%s", err);
+    pj_z12_free(&z);
+    ck_assert_int_eq(pj_z12_pack_mt(w, n, k, k, 2, full, &z, err, sizeof err), 0);
+    require_same_z12(&ref, &z, "max_bytes == size");
+    pj_z12_free(&z);
+    pj_z12_free(&ref);
+    free(w);
+}
+END_TEST
+
+typedef struct cover {
+    unsigned char *hits;
+    size_t n;
+    unsigned threads;
+    int bad_worker;
+} cover;
+
+static void cover_fn(void *ctx, size_t begin, size_t end, unsigned worker)
+{
+    cover *c = ctx;
+    if (worker >= c->threads || begin > end || end > c->n)
+        __atomic_store_n(&c->bad_worker, 1, __ATOMIC_RELAXED);
+    for (size_t i = begin; i < end && i < c->n; i++)
+        __atomic_fetch_add(&c->hits[i], 1, __ATOMIC_RELAXED);
+}
+
+START_TEST(test_parfor_covers_once)
+{
+    static const size_t ns[] = {0, 1, 2, 3, 7, 100, 1000003};
+    static const unsigned ths[] = {0, 1, 2, 3, 8, 16, 300};
+    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+        for (size_t b = 0; b < sizeof ths / sizeof ths[0]; b++) {
+            cover c = {calloc(ns[a] + 1, 1), ns[a], ths[b] ? ths[b] : 1, 0};
+            if (c.threads > PJ_PARFOR_MAX_THREADS)
+                c.threads = PJ_PARFOR_MAX_THREADS;
+            int ran = pj_parfor(ns[a], ths[b], cover_fn, &c);
+            unsigned want = pj_parfor_workers(ns[a], ths[b]);
+            REQUIRE(ran >= (ns[a] ? 1 : 0) && ran <= (int)want, "n %zu threads %u: ran %d", ns[a],
+                    ths[b], ran);
+            REQUIRE(want <= c.threads && (ns[a] == 0 || want >= 1) && want <= ns[a],
+                    "workers %u for n %zu threads %u", want, ns[a], ths[b]);
+            REQUIRE(!c.bad_worker, "n %zu threads %u: bad chunk", ns[a], ths[b]);
+            for (size_t i = 0; i < ns[a]; i++)
+                REQUIRE(c.hits[i] == 1, "n %zu threads %u: index %zu run %u times", ns[a], ths[b],
+                        i, c.hits[i]);
+            free(c.hits);
+        }
+    ck_assert_uint_ge(pj_cpu_count(), 1);
+}
+END_TEST
+
 static Suite *zfmt_suite(void)
 {
     Suite *s = suite_create("zfmt");
@@ -771,6 +948,10 @@ static Suite *zfmt_suite(void)
     tcase_add_test(tc, test_choose_base_crafted);
     tcase_add_test(tc, test_bytes);
     tcase_add_test(tc, test_tile_exc);
+    tcase_add_test(tc, test_pack_threads_identical);
+    tcase_add_test(tc, test_pack_threads_nonfinite);
+    tcase_add_test(tc, test_pack_max_bytes);
+    tcase_add_test(tc, test_parfor_covers_once);
     suite_add_tcase(s, tc);
     return s;
 }
