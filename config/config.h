@@ -19,6 +19,8 @@
 #define PJ_CFG_MAX_IDS    32
 #define PJ_CFG_NAME       64
 #define PJ_CFG_PATH       512
+/* model.load_threads: the most it may name, and where 0 (auto) stops. */
+#define PJ_CFG_MAX_LOAD_THREADS 64
 
 typedef enum pj_backend_kind {
     PJ_BACKEND_AUTO = 0, /* cuda when a GPU is visible, else cpu */
@@ -61,6 +63,9 @@ typedef struct pj_config {
     } device;
     struct {
         char path[PJ_CFG_PATH];
+        /* Threads converting and verifying z12 at load (start-up only);
+         * 0 = the CPUs the process may run on, at most 64. */
+        uint32_t load_threads;
         uint32_t n_layers;
         pj_layer_config layers[PJ_CFG_MAX_LAYERS];
     } model;

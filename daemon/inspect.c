@@ -72,7 +72,8 @@ static void print_text(FILE *out, const pj_model *m, const pj_st_file *st, const
         clean(v, cv, sizeof cv);
         fprintf(out, "  %s = %s\n", ck, cv);
     }
-    fprintf(out, "load %.1f ms, convert + verify %.1f ms\n\n", m->load_ms, m->convert_ms);
+    fprintf(out, "load %.1f ms, convert + verify %.1f ms on %u thread%s\n\n", m->load_ms,
+            m->convert_ms, m->load_threads, m->load_threads == 1 ? "" : "s");
 
     int wn = 5, wt = 6;
     for (uint32_t i = 0; i < m->n_layers; i++) {
@@ -119,6 +120,7 @@ static int print_json(FILE *out, const pj_model *m, const pj_st_file *st, const 
     cJSON_AddNumberToObject(root, "file_bytes", (double)m->file_bytes);
     cJSON_AddNumberToObject(root, "load_ms", m->load_ms);
     cJSON_AddNumberToObject(root, "convert_ms", m->convert_ms);
+    cJSON_AddNumberToObject(root, "load_threads", m->load_threads);
     meta = cJSON_AddObjectToObject(root, "metadata");
     for (size_t i = 0; st && meta && i < pj_st_meta_count(st) && i < INSPECT_MAX_META; i++) {
         const char *k, *v;

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "kernels/bf16.h"
+#include "kernels/parfor.h"
 
 static double now_ms(void)
 {
@@ -41,14 +42,48 @@ static int bf16_finite(uint16_t h)
     return (h & 0x7f80u) != 0x7f80u;
 }
 
-/* First non-finite element of an n x k bf16 matrix, as a flat index; count
- * when there is none. */
-static size_t first_nonfinite_bf16(const uint16_t *w, size_t count)
+/* The scan, the copy and the z12 verify split a matrix between the load
+ * threads (kernels/parfor.h); each worker notes the first index it finds,
+ * and the smallest over the workers is what one thread would have found. */
+typedef struct scan_job {
+    const uint16_t *w;
+    uint16_t *dst;
+    const void *src;
+    size_t count;
+    uint32_t k;
+    const pj_z12 *z;
+    size_t *first; /* per worker */
+} scan_job;
+
+static size_t first_of(const size_t *first, unsigned workers, size_t none)
 {
-    for (size_t i = 0; i < count; i++)
-        if (!bf16_finite(w[i]))
-            return i;
-    return count;
+    size_t m = none;
+    for (unsigned i = 0; i < workers; i++)
+        m = first[i] < m ? first[i] : m;
+    return m;
+}
+
+static void scan_nonfinite(void *ctx, size_t begin, size_t end, unsigned worker)
+{
+    const scan_job *j = ctx;
+    for (size_t i = begin; i < end; i++)
+        if (!bf16_finite(j->w[i])) {
+            j->first[worker] = i;
+            return;
+        }
+}
+
+/* First non-finite element of a bf16 array, as a flat index; count when
+ * there is none. */
+static size_t first_nonfinite_bf16(const uint16_t *w, size_t count, unsigned threads)
+{
+    size_t first[PJ_CFG_MAX_LOAD_THREADS];
+    unsigned nw = pj_parfor_workers(count, threads);
+    for (unsigned i = 0; i < nw; i++)
+        first[i] = count;
+    scan_job j = {.w = w, .count = count, .first = first};
+    pj_parfor(count, threads, scan_nonfinite, &j);
+    return first_of(first, nw, count);
 }
 
 static void warn_nonfinite(pj_model_warn_fn warn, void *ctx, const char *path,
@@ -100,13 +135,53 @@ static int choose_format(const pj_layer_config *lc, const pj_st_tensor *t, uint3
     return layer_fail(err, errlen, path, lc, "unknown format preference %d", (int)lc->format);
 }
 
-/* BF16 tensor bytes -> private, aligned copy. */
-static uint16_t *copy_bf16(const pj_st_tensor *t)
+#define COPY_CHUNK (1u << 20) /* bytes per parfor index of a copy */
+
+static void copy_chunks(void *ctx, size_t begin, size_t end, unsigned worker)
+{
+    const scan_job *j = ctx;
+    (void)worker;
+    size_t from = begin * COPY_CHUNK,
+           to = end * COPY_CHUNK < j->count ? end * COPY_CHUNK : j->count;
+    memcpy((uint8_t *)j->dst + from, (const uint8_t *)j->src + from, to - from);
+}
+
+/* BF16 tensor bytes -> private, aligned copy. Split between the threads:
+ * the time is mostly page faults, on the file's pages and the copy's own,
+ * and those proceed in parallel. */
+static uint16_t *copy_bf16(const pj_st_tensor *t, unsigned threads)
 {
     uint16_t *w = malloc(t->nbytes ? t->nbytes : 1);
-    if (w)
-        memcpy(w, t->data, t->nbytes);
+    if (w) {
+        scan_job j = {.dst = w, .src = t->data, .count = t->nbytes};
+        pj_parfor((t->nbytes + COPY_CHUNK - 1) / COPY_CHUNK, threads, copy_chunks, &j);
+    }
     return w;
+}
+
+/* Rows [begin, end) of a z12 layer unpacked again and compared with the
+ * source, one row at a time (a whole second matrix would cost its size in
+ * memory and page faults). */
+static void verify_rows(void *ctx, size_t begin, size_t end, unsigned worker)
+{
+    const scan_job *j = ctx;
+    uint16_t *row = malloc((size_t)j->k * sizeof *row);
+    if (!row) {
+        j->first[worker] = SIZE_MAX - 1; /* reported as out of memory */
+        return;
+    }
+    for (size_t r = begin; r < end; r++) {
+        const uint16_t *want = j->w + r * j->k;
+        pj_z12_unpack_row(j->z, (uint32_t)r, row);
+        if (memcmp(row, want, (size_t)j->k * sizeof *row) != 0) {
+            size_t c = 0;
+            while (row[c] == want[c])
+                c++;
+            j->first[worker] = r * j->k + c;
+            break;
+        }
+    }
+    free(row);
 }
 
 /* F32 or F16 tensor -> float array (the mapping promises no alignment). */
@@ -159,7 +234,7 @@ static int check_layer(const pj_st_file *st, const pj_layer_config *lc, const ch
 
 static int load_layer(const pj_st_file *st, const pj_layer_config *lc, pj_model_layer *L,
                       pj_model_store *S, const char *path, pj_model_warn_fn warn, void *ctx,
-                      double *convert_ms, char *err, size_t errlen)
+                      unsigned threads, pj_model *m, char *err, size_t errlen)
 {
     const pj_st_tensor *t = NULL;
     pj_format fmt = PJ_FMT_BF16;
@@ -179,11 +254,11 @@ static int load_layer(const pj_st_file *st, const pj_layer_config *lc, pj_model_
     L->w.k = k;
 
     if (t->dtype == PJ_ST_BF16) {
-        uint16_t *w = copy_bf16(t);
+        uint16_t *w = copy_bf16(t, threads);
         if (!w)
             goto nomem;
         double c0 = now_ms();
-        size_t bad = first_nonfinite_bf16(w, count);
+        size_t bad = first_nonfinite_bf16(w, count, threads);
         if (bad < count) {
             if (fmt == PJ_FMT_Z12 && lc->format == PJ_FPREF_Z12) {
                 free(w);
@@ -210,44 +285,18 @@ static int load_layer(const pj_st_file *st, const pj_layer_config *lc, pj_model_
             L->stored_bytes = 2 * count * 2;
         } else {
             char zerr[256];
-            rc = pj_z12_pack(w, n, k, k, &S->z, zerr, sizeof zerr);
-            if (rc != 0) {
-                free(w);
-                if (rc == -ENOMEM)
-                    goto nomem;
-                return layer_fail(err, errlen, path, lc, "z12 pack failed: %s", zerr);
-            }
-            /* The format is lossless by construction; prove it for these bits
-             * before anything serves from them. */
-            uint16_t *back = malloc(count * sizeof *back);
-            if (!back) {
-                free(w);
-                goto nomem;
-            }
-            memset(back, 0xff, count * sizeof *back);
-            pj_z12_unpack(&S->z, back, k);
-            size_t diff = count;
-            if (memcmp(back, w, count * sizeof *back) != 0)
-                for (diff = 0; diff < count && back[diff] == w[diff]; diff++)
-                    ;
-            free(back);
-            if (diff < count) {
-                uint16_t want = w[diff];
-                pj_z12_unpack_row(&S->z, (uint32_t)(diff / k), w); /* w is scratch now */
-                uint16_t got = w[diff % k];
-                free(w);
-                return layer_fail(err, errlen, path, lc,
-                                  "z12 round trip differs at (%zu, %zu): %#06x became %#06x",
-                                  diff / k, diff % k, want, got);
-            }
-            size_t zbytes = pj_z12_bytes(&S->z);
-            if (lc->format == PJ_FPREF_AUTO && zbytes > count * 2) {
-                /* auto takes z12 to store less than bf16. Weights outside
-                 * its exponent window cost an exception entry each; with
-                 * this many it would store more (and be slower to read), so
-                 * the layer stays bf16. That many is unusual for trained
-                 * weights, hence the warning; a matrix too small to fill its
-                 * 16-row tiles is only a format choice. */
+            /* auto takes z12 to store less than bf16. Weights outside its
+             * exponent window cost an exception entry each; with too many
+             * it would store more (and be slower to read). The pack's
+             * counting pass knows the size before any tile is written, so
+             * such a layer is not packed at all and stays bf16. */
+            size_t limit = lc->format == PJ_FPREF_AUTO ? count * 2 : 0;
+            rc = pj_z12_pack_mt(w, n, k, k, threads, limit, &S->z, zerr, sizeof zerr);
+            if (rc == -EFBIG) {
+                /* That many is unusual for trained weights, hence the
+                 * warning; a matrix too small to fill its 16-row tiles is
+                 * only a format choice. */
+                size_t zbytes = pj_z12_bytes(&S->z);
                 if (warn && S->z.n_exc > 0) {
                     char msg[1024];
                     snprintf(msg, sizeof msg,
@@ -263,16 +312,44 @@ static int load_layer(const pj_st_file *st, const pj_layer_config *lc, pj_model_
                 S->a = w;
                 L->w.bf16 = w;
                 L->stored_bytes = count * 2;
+            } else if (rc != 0) {
+                free(w);
+                if (rc == -ENOMEM)
+                    goto nomem;
+                return layer_fail(err, errlen, path, lc, "z12 pack failed: %s", zerr);
             } else {
+                m->z12_packs++;
+                /* The format is lossless by construction; prove it for these
+                 * bits before anything serves from them. */
+                size_t first[PJ_CFG_MAX_LOAD_THREADS];
+                unsigned nw = pj_parfor_workers(n, threads);
+                for (unsigned i = 0; i < nw; i++)
+                    first[i] = SIZE_MAX;
+                scan_job vj = {.w = w, .k = k, .z = &S->z, .first = first};
+                pj_parfor(n, threads, verify_rows, &vj);
+                size_t diff = first_of(first, nw, SIZE_MAX);
+                if (diff == SIZE_MAX - 1) {
+                    free(w);
+                    goto nomem;
+                }
+                if (diff != SIZE_MAX) {
+                    uint16_t want = w[diff];
+                    pj_z12_unpack_row(&S->z, (uint32_t)(diff / k), w); /* w is scratch now */
+                    uint16_t got = w[diff % k];
+                    free(w);
+                    return layer_fail(err, errlen, path, lc,
+                                      "z12 round trip differs at (%zu, %zu): %#06x became %#06x",
+                                      diff / k, diff % k, want, got);
+                }
                 free(w);
                 L->w.z = &S->z;
-                L->stored_bytes = zbytes;
+                L->stored_bytes = pj_z12_bytes(&S->z);
                 L->z_base = S->z.base;
                 L->n_exc = S->z.n_exc;
                 L->exc_rate = (double)S->z.n_exc / (double)count;
             }
         }
-        *convert_ms += now_ms() - c0;
+        m->convert_ms += now_ms() - c0;
     } else {
         /* F32 or F16: fmt is split (choose_format refused the rest) */
         float *f = copy_f32(t, count);
@@ -319,7 +396,7 @@ static int load_layer(const pj_st_file *st, const pj_layer_config *lc, pj_model_
         L->w.hi = S->a;
         L->w.lo = S->b;
         L->stored_bytes = 2 * count * 2;
-        *convert_ms += now_ms() - c0;
+        m->convert_ms += now_ms() - c0;
     }
     L->w.fmt = fmt;
     return 0;
@@ -407,7 +484,12 @@ int pj_model_load(const pj_config *cfg, pj_model **out, pj_model_warn_fn warn, v
         return -ENOMEM;
     }
     snprintf(m->path, sizeof m->path, "%s", path);
-    double t0 = now_ms(), convert = 0;
+    double t0 = now_ms();
+    /* Past 64 threads a load is bound by memory bandwidth, not cores. */
+    unsigned threads = cfg->model.load_threads ? cfg->model.load_threads : pj_cpu_count();
+    if (threads > PJ_CFG_MAX_LOAD_THREADS) /* also bounds the per-worker arrays */
+        threads = PJ_CFG_MAX_LOAD_THREADS;
+    m->load_threads = threads;
     pj_st_file *st;
     rc = pj_st_open(path, &st, err, errlen);
     if (rc) {
@@ -421,15 +503,14 @@ int pj_model_load(const pj_config *cfg, pj_model **out, pj_model_warn_fn warn, v
             rc = layer_fail(err, errlen, path, lc, "layer name used twice in the config");
             goto fail;
         }
-        rc =
-            load_layer(st, lc, &m->layers[i], &m->store[i], path, warn, ctx, &convert, err, errlen);
+        rc = load_layer(st, lc, &m->layers[i], &m->store[i], path, warn, ctx, threads, m, err,
+                        errlen);
         if (rc)
             goto fail;
         m->n_layers = i + 1;
     }
     pj_st_close(st);
-    m->convert_ms = convert;
-    m->load_ms = now_ms() - t0 - convert;
+    m->load_ms = now_ms() - t0 - m->convert_ms;
     *out = m;
     return 0;
 fail:

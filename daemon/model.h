@@ -12,7 +12,10 @@
  * A BF16 layer holding a non-finite weight stays bf16 under auto, and the
  * warn callback names the tensor and (row, col); forcing z12 on it is an
  * error. Every z12 layer is unpacked again after packing and compared bit
- * for bit with the source; a difference fails the load.
+ * for bit with the source; a difference fails the load. The copy, the
+ * non-finite scan, the pack and this check run on cfg->model.load_threads
+ * threads (0: one per CPU the process may use, at most 64); the result is
+ * the same for any number.
  *
  * The file is mapped only while loading: every array a layer points at is
  * the model's own copy, so the file may change or vanish once load returns.
@@ -56,6 +59,10 @@ typedef struct pj_model {
     pj_model_layer layers[PJ_CFG_MAX_LAYERS];
     double load_ms, convert_ms; /* reading + copying; packing + splitting + verifying */
     uint64_t file_bytes;        /* size of the safetensors file */
+    uint32_t load_threads;      /* threads the load used (config model.load_threads) */
+    /* z12 packs done (each verified). An auto layer whose exception count
+     * shows z12 would be larger than bf16 is stored bf16 without one. */
+    uint32_t z12_packs;
     pj_model_store store[PJ_CFG_MAX_LAYERS]; /* private: use layers[].w */
 } pj_model;
 

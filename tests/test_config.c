@@ -51,6 +51,7 @@ START_TEST(defaults_match_documentation)
     ck_assert_int_eq(c->device.index, 0);
     ck_assert_str_eq(c->device.uuid, "");
     ck_assert_str_eq(c->model.path, "/var/lib/projd/model.safetensors");
+    ck_assert_uint_eq(c->model.load_threads, 0);
     ck_assert_uint_eq(c->model.n_layers, 5);
     static const char *names[] = {"qkv_gate", "o", "pooler", "unpooler", "router"};
     for (int i = 0; i < 5; i++) {
@@ -468,6 +469,20 @@ START_TEST(limits_at_their_bounds)
     ck_assert_int_eq(apply_str(c, "{\"limits\":{\"max_message_bytes\":67108865}}", err, sizeof err),
                      -EINVAL);
     ck_assert_int_eq(apply_str(c, "{\"device\":{\"index\":256}}", err, sizeof err), -EINVAL);
+    /* model.load_threads: 0 (auto) .. 64. */
+    ck_assert_msg(apply_str(c, "{\"model\":{\"load_threads\":64}}", err, sizeof err) == 0, "%s",
+                  err);
+    ck_assert_uint_eq(c->model.load_threads, 64);
+    ck_assert_int_eq(apply_str(c, "{\"model\":{\"load_threads\":65}}", err, sizeof err), -EINVAL);
+    ck_assert_str_eq(err, "model.load_threads: expected an integer in 0..64, got 65");
+    ck_assert_int_eq(apply_str(c, "{\"model\":{\"load_threads\":-1}}", err, sizeof err), -EINVAL);
+    ck_assert_str_eq(err, "model.load_threads: expected an integer in 0..64, got -1");
+    ck_assert_int_eq(apply_str(c, "{\"model\":{\"load_threads\":\"4\"}}", err, sizeof err),
+                     -EINVAL);
+    ck_assert_str_eq(err, "model.load_threads: expected an integer in 0..64, got \"4\"");
+    ck_assert_uint_eq(c->model.load_threads, 64);
+    ck_assert_msg(apply_str(c, "{\"model\":{\"load_threads\":0}}", err, sizeof err) == 0, "%s",
+                  err);
     ck_assert_int_eq(apply_str(c, "{\"auth\":{\"allow_uids\":[4294967295]}}", err, sizeof err),
                      -EINVAL);
     ck_assert_str_eq(err, "auth.allow_uids[0]: expected an integer in 0..4294967294, got "
@@ -529,7 +544,8 @@ START_TEST(round_trip_everything_changed)
         "{\"socket\":{\"url\":\"ipc:///tmp/pj \\\"q\\\"\\\\.sock\",\"mode\":\"0600\","
         "\"group\":\"projd\"},"
         "\"device\":{\"backend\":\"cuda\",\"index\":3,\"uuid\":\"GPU-5fd1a2b3-0000-ffff\"},"
-        "\"model\":{\"path\":\"/m/\\u00e9t\\u00e9\\ttab.safetensors\",\"layers\":["
+        "\"model\":{\"path\":\"/m/\\u00e9t\\u00e9\\ttab.safetensors\",\"load_threads\":3,"
+        "\"layers\":["
         "{\"name\":\"a\",\"tensor\":\"x.w\",\"format\":\"bf16\",\"max_n\":16777216},"
         "{\"name\":\"b\",\"tensor\":\"y.w\",\"format\":\"z12\",\"engine\":\"splitk\"},"
         "{\"name\":\"c\",\"tensor\":\"z.w\",\"format\":\"split\",\"max_n\":1}]},"
@@ -545,6 +561,7 @@ START_TEST(round_trip_everything_changed)
     ck_assert_msg(rc == 0, "%s", err);
     ck_assert_str_eq(c->socket.url, "ipc:///tmp/pj \"q\"\\.sock");
     ck_assert_str_eq(c->model.path, "/m/\xc3\xa9t\xc3\xa9\ttab.safetensors");
+    ck_assert_uint_eq(c->model.load_threads, 3);
     assert_round_trip(c);
     free(c);
 }
@@ -640,6 +657,14 @@ START_TEST(reload_check)
     ck_assert_int_eq(pj_config_check_reload(cur, next, err, sizeof err), -EINVAL);
     ck_assert_str_eq(err, "cpu.threads: changed, but only log.level, limits.* and auth.* can "
                           "change on reload; restart projd to apply it");
+
+    /* Start-up only: the threads are gone once the model is loaded. */
+    pj_config *n3 = fresh_defaults();
+    ck_assert_int_eq(apply_str(n3, "{\"model\":{\"load_threads\":1}}", err, sizeof err), 0);
+    ck_assert_int_eq(pj_config_check_reload(cur, n3, err, sizeof err), -EINVAL);
+    ck_assert_str_eq(err, "model.load_threads: changed, but only log.level, limits.* and auth.* "
+                          "can change on reload; restart projd to apply it");
+    free(n3);
 
     pj_config *n2 = fresh_defaults();
     ck_assert_int_eq(apply_str(n2,

@@ -36,10 +36,14 @@ static void on_warn(void *ctx, const char *msg)
     w->n++;
 }
 
+/* model.load_threads for the configs below (tests loop over it). */
+static uint32_t g_load_threads;
+
 /* A config with one layer over tensor "w" of path. */
 static void one_layer_config(pj_config *cfg, const char *path, pj_format_pref fmt)
 {
     pj_fixture_small_config(cfg, path);
+    cfg->model.load_threads = g_load_threads;
     cfg->model.n_layers = 1;
     memset(&cfg->model.layers[0], 0, sizeof cfg->model.layers[0]);
     snprintf(cfg->model.layers[0].name, PJ_CFG_NAME, "lay");
@@ -358,6 +362,7 @@ END_TEST
  * warning, and z12 asked for by name is still z12. */
 START_TEST(auto_keeps_bf16_when_z12_is_larger)
 {
+    g_load_threads = (uint32_t)_i; /* any thread count: the same decision and warning */
     enum { N = 32, K = 128 };
     uint16_t *w = malloc(N * K * 2);
     uint32_t seed = 11;
@@ -378,6 +383,8 @@ START_TEST(auto_keeps_bf16_when_z12_is_larger)
     ck_assert_int_eq(L->w.fmt, PJ_FMT_BF16);
     ck_assert_uint_eq(L->stored_bytes, N * K * 2);
     ck_assert_uint_eq(L->n_exc, 0);
+    /* The exception count showed z12 would be larger: it was never packed. */
+    ck_assert_uint_eq(m->z12_packs, 0);
     ck_assert_int_eq(memcmp(L->w.bf16, w, N * K * 2), 0);
     ck_assert_int_eq(wr.n, 1);
     ck_assert_msg(strstr(wr.msg[0], "layer 'lay': stored as bf16, not z12: z12 would take ") &&
@@ -391,6 +398,7 @@ START_TEST(auto_keeps_bf16_when_z12_is_larger)
                   "%s", err);
     ck_assert_int_eq(m->layers[0].w.fmt, PJ_FMT_Z12);
     ck_assert_uint_gt(m->layers[0].stored_bytes, N * K * 2);
+    ck_assert_uint_eq(m->z12_packs, 1);
     ck_assert_int_eq(wr.n, 0);
     pj_model_free(m);
     free(w);
@@ -399,10 +407,12 @@ END_TEST
 
 START_TEST(nonfinite_bf16)
 {
+    g_load_threads = (uint32_t)_i; /* any thread count: the same first weight named */
     uint64_t shape[2] = {20, 128};
     uint16_t *w = rand_bf16(20 * 128, 5, 0.1f);
-    w[7 * 128 + 33] = 0x7fc0; /* NaN at (7, 33) */
-    w[9 * 128 + 1] = 0xff80;  /* -inf later on */
+    w[7 * 128 + 33] = 0x7fc0;   /* NaN at (7, 33) */
+    w[9 * 128 + 1] = 0xff80;    /* -inf later on */
+    w[19 * 128 + 100] = 0x7f81; /* and in the last thread's part */
     pj_model *m;
     warns wr = {0};
     char err[1024];
@@ -750,6 +760,71 @@ START_TEST(inspect_warnings_in_report)
 }
 END_TEST
 
+/* model.load_threads changes the time, nothing else: with 1 and 4 threads
+ * every layer stores the same bytes and inspect reports the same (but for
+ * the times and the thread count). */
+static void strip_times(cJSON *root)
+{
+    cJSON_DeleteItemFromObject(root, "load_ms");
+    cJSON_DeleteItemFromObject(root, "convert_ms");
+    cJSON_DeleteItemFromObject(root, "load_threads");
+}
+
+START_TEST(load_threads_same_result)
+{
+    pj_config *cfg = malloc(sizeof *cfg);
+    pj_fixture_small_config(cfg, small_path);
+    pj_model *m[2];
+    char *rep[2];
+    char err[1024];
+    static const uint32_t th[2] = {1, 4};
+    for (int i = 0; i < 2; i++) {
+        cfg->model.load_threads = th[i];
+        ck_assert_msg(pj_model_load(cfg, &m[i], NULL, NULL, err, sizeof err) == 0, "%s", err);
+        ck_assert_uint_eq(m[i]->load_threads, th[i]);
+        ck_assert_uint_eq(m[i]->z12_packs, 4);
+        int rc;
+        char *s = inspect_to_string(cfg, NULL, 1, &rc, err, sizeof err);
+        ck_assert_msg(rc == 0, "%s", err);
+        cJSON *root = cJSON_Parse(s);
+        ck_assert_ptr_nonnull(root);
+        ck_assert_double_eq(cJSON_GetObjectItem(root, "load_threads")->valuedouble, th[i]);
+        strip_times(root);
+        rep[i] = cJSON_PrintUnformatted(root);
+        cJSON_Delete(root);
+        free(s);
+    }
+    ck_assert_str_eq(rep[0], rep[1]);
+    ck_assert_uint_eq(m[0]->n_layers, m[1]->n_layers);
+    for (uint32_t l = 0; l < m[0]->n_layers; l++) {
+        const pj_model_layer *a = &m[0]->layers[l], *b = &m[1]->layers[l];
+        size_t count = (size_t)a->w.n * a->w.k;
+        ck_assert_int_eq(a->w.fmt, b->w.fmt);
+        ck_assert_uint_eq(a->stored_bytes, b->stored_bytes);
+        ck_assert_uint_eq(a->z_base, b->z_base);
+        ck_assert_uint_eq(a->n_exc, b->n_exc);
+        if (a->w.fmt == PJ_FMT_Z12) {
+            const pj_z12 *x = a->w.z, *y = b->w.z;
+            ck_assert_uint_eq(x->tiles_bytes, y->tiles_bytes);
+            ck_assert_int_eq(memcmp(x->tiles, y->tiles, x->tiles_bytes), 0);
+            ck_assert_int_eq(memcmp(x->blk_exc, y->blk_exc, (x->n_pad / 16 + 1) * 4), 0);
+            ck_assert_int_eq(memcmp(x->exc, y->exc, x->n_exc * sizeof *x->exc), 0);
+            ck_assert_int_eq(memcmp(x->exc_orig, y->exc_orig, x->n_exc * 2), 0);
+        } else if (a->w.fmt == PJ_FMT_SPLIT) {
+            ck_assert_int_eq(memcmp(a->w.hi, b->w.hi, count * 2), 0);
+            ck_assert_int_eq(memcmp(a->w.lo, b->w.lo, count * 2), 0);
+        } else {
+            ck_assert_int_eq(memcmp(a->w.bf16, b->w.bf16, count * 2), 0);
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        pj_model_free(m[i]);
+        cJSON_free(rep[i]);
+    }
+    free(cfg);
+}
+END_TEST
+
 static Suite *model_suite(void)
 {
     Suite *s = suite_create("model");
@@ -760,8 +835,12 @@ static Suite *model_suite(void)
     tcase_add_test(tc, check_agrees_with_load);
     tcase_add_test(tc, bad_tensors);
     tcase_add_test(tc, odd_k_stays_bf16);
-    tcase_add_test(tc, auto_keeps_bf16_when_z12_is_larger);
-    tcase_add_test(tc, nonfinite_bf16);
+    /* model.load_threads auto (0), 1 and 4 */
+    tcase_add_loop_test(tc, auto_keeps_bf16_when_z12_is_larger, 0, 2);
+    tcase_add_loop_test(tc, auto_keeps_bf16_when_z12_is_larger, 4, 5);
+    tcase_add_loop_test(tc, nonfinite_bf16, 0, 2);
+    tcase_add_loop_test(tc, nonfinite_bf16, 4, 5);
+    tcase_add_test(tc, load_threads_same_result);
     tcase_add_test(tc, f16_split_exact);
     tcase_add_test(tc, f32_nonfinite_warns);
     tcase_add_test(tc, file_not_kept);
