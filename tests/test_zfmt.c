@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "kernels/bf16.h"
 #include "kernels/parfor.h"
@@ -930,6 +933,58 @@ START_TEST(test_parfor_covers_once)
 }
 END_TEST
 
+/* A thread that cannot be created loses no work: in a child whose address
+ * space is capped just above what it uses, new thread stacks cannot be
+ * mapped, and every index is still covered (by the caller's thread). The
+ * sanitizers reserve address space of their own, so they skip this. */
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+static long vm_size_bytes(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmSize: %ld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb < 0 ? -1 : kb * 1024;
+}
+#endif
+
+START_TEST(test_parfor_thread_create_fails)
+{
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    return;
+#else
+    enum { N = 100000, T = 64 };
+    cover c = {calloc(N, 1), N, T, 0};
+    ck_assert_ptr_nonnull(c.hits);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        long vm = vm_size_bytes();
+        if (vm < 0)
+            _exit(3);
+        /* Room for the small bookkeeping allocations, not for 8 MiB stacks
+         * (glibc keeps a few freed stacks for reuse, so some may start). */
+        struct rlimit rl = {(rlim_t)vm + (2u << 20), (rlim_t)vm + (2u << 20)};
+        if (setrlimit(RLIMIT_AS, &rl) != 0)
+            _exit(4);
+        int ran = pj_parfor(N, T, cover_fn, &c);
+        for (size_t i = 0; i < N; i++)
+            if (c.hits[i] != 1)
+                _exit(5);
+        _exit(c.bad_worker ? 6 : ran < T ? 0 : 7);
+    }
+    int st = 0;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %#x", st);
+    free(c.hits);
+#endif
+}
+END_TEST
+
 static Suite *zfmt_suite(void)
 {
     Suite *s = suite_create("zfmt");
@@ -952,6 +1007,7 @@ static Suite *zfmt_suite(void)
     tcase_add_test(tc, test_pack_threads_nonfinite);
     tcase_add_test(tc, test_pack_max_bytes);
     tcase_add_test(tc, test_parfor_covers_once);
+    tcase_add_test(tc, test_parfor_thread_create_fails);
     suite_add_tcase(s, tc);
     return s;
 }
