@@ -273,7 +273,7 @@ int pj_lcmp_open(const pj_model *model, const int *layer_map, uint32_t n_map, ui
         const pj_model_layer *ml = &model->layers[layer_map[i]];
         /* The daemon's upload; cuBLAS here always needs a z12 layer's bf16
          * copy. */
-        if ((rc = pj_engup_layer(ml->name, &ml->w, 1, &cl->L, &cl->mem, err, errlen)) != 0)
+        if ((rc = pj_engup_layer(ml->name, &ml->w, 1, 0, &cl->L, &cl->mem, err, errlen)) != 0)
             goto fail;
         if ((rc = pj_eng_ws_init(&cl->L, max_m, c->s, &cl->ws, err, errlen)) != 0)
             goto fail;

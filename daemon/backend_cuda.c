@@ -137,7 +137,8 @@ typedef struct cu_shape {
 
 typedef struct cu_report {
     double t_device, t_upload, t_lanes, t_capture, t_validate, t_warm, t_total;
-    uint32_t warmed; /* direct cuBLAS launches made at start (warm_direct) */
+    double t_lanes_wall; /* capture + validate + warm-up, lanes side by side */
+    uint32_t warmed;     /* direct cuBLAS launches made at start (warm_lane) */
     size_t mem_total, mem_free0;
     size_t weights_stored, weights_bf16_copies;
     size_t used_weights, used_lanes, used_graphs, used_total;
@@ -496,8 +497,8 @@ static int upload_layers(cu_state *st, char *err, size_t errlen)
         cl->graph_n = ml->max_n ? ml->max_n : ml->w.n;
         split_force(ml->engine, cl->force, sizeof cl->force, cl->force_knobs,
                     sizeof cl->force_knobs);
-        int rc =
-            pj_engup_layer(ml->name, &ml->w, needs_bf16_copy(st, cl), L, &cl->mem, err, errlen);
+        int rc = pj_engup_layer(ml->name, &ml->w, needs_bf16_copy(st, cl),
+                                st->b->model->load_threads, L, &cl->mem, err, errlen);
         if (rc)
             return rc;
         st->rep.weights_stored += cl->mem.stored_bytes;
@@ -763,9 +764,9 @@ static int validate_graph(cu_state *st, cu_lane *ln, uint32_t l, uint32_t si, va
     pj_eng_call dc = shape_call(st, ln, l, m, ln->sx, v->yd);
     if (ce == cudaSuccess && pj_eng_launch(sh->k, &sh->kn, &dc, ln->es) != 0)
         ce = cudaErrorLaunchFailure;
+    VCK(cudaMemcpyAsync(v->h1, ln->sy, yb, cudaMemcpyDeviceToHost, s));
+    VCK(cudaMemcpyAsync(v->h2, v->yd, yb, cudaMemcpyDeviceToHost, s));
     VCK(cudaStreamSynchronize(s));
-    VCK(cudaMemcpy(v->h1, ln->sy, yb, cudaMemcpyDeviceToHost));
-    VCK(cudaMemcpy(v->h2, v->yd, yb, cudaMemcpyDeviceToHost));
     if (ce != cudaSuccess) {
         ce_text(ce, t, sizeof t);
         snprintf(err, errlen, "validating graph %s m=%u: %s", cl->L.name, m, t);
@@ -801,10 +802,10 @@ static int validate_graph(cu_state *st, cu_lane *ln, uint32_t l, uint32_t si, va
     dc = shape_call(st, ln, l, m, v->xv, v->yd);
     if (ce == cudaSuccess && pj_eng_launch(sh->k, &sh->kn, &dc, ln->es) != 0)
         ce = cudaErrorLaunchFailure;
+    VCK(cudaMemcpyAsync(v->h1, v->yv, yb, cudaMemcpyDeviceToHost, s));
+    VCK(cudaMemcpyAsync(v->h2, v->yd, yb, cudaMemcpyDeviceToHost, s));
+    VCK(cudaMemcpyAsync(v->h3, ln->sy, yb, cudaMemcpyDeviceToHost, s));
     VCK(cudaStreamSynchronize(s));
-    VCK(cudaMemcpy(v->h1, v->yv, yb, cudaMemcpyDeviceToHost));
-    VCK(cudaMemcpy(v->h2, v->yd, yb, cudaMemcpyDeviceToHost));
-    VCK(cudaMemcpy(v->h3, ln->sy, yb, cudaMemcpyDeviceToHost));
     if (ce != cudaSuccess) {
         ce_text(ce, t, sizeof t);
         snprintf(err, errlen, "validating rebound graph %s m=%u: %s", cl->L.name, m, t);
@@ -828,8 +829,8 @@ static int validate_graph(cu_state *st, cu_lane *ln, uint32_t l, uint32_t si, va
     return pj_cg_bind(g, ln->sx, ln->sy, err, errlen) ? -EIO : 0;
 }
 
-/* Choose engines per (layer, m) and capture + validate every lane's graphs. */
-static int build_graphs(cu_state *st, char *err, size_t errlen)
+/* Choose the engine of every (layer, m); start_lanes captures them. */
+static int choose_engines(cu_state *st, char *err, size_t errlen)
 {
     cu_lane *l0 = st->lanes[0];
     for (uint32_t l = 0; l < st->n_layers; l++) {
@@ -857,65 +858,203 @@ static int build_graphs(cu_state *st, char *err, size_t errlen)
             }
         }
     }
+    return 0;
+}
+
+/* One lane's share of start-up, run on a thread of its own: its graphs
+ * captured and validated, then its direct cuBLAS shapes warmed. Lanes are
+ * independent (own stream, cuBLAS handles, plan cache, staging; graphs are
+ * captured in thread-local mode), and most of this is host work (cuBLASLt
+ * heuristic queries, output checks), so four lanes take about as long as
+ * one. */
+typedef struct lane_start {
+    cu_state *st;
+    cu_lane *ln;
     val_bufs v;
-    int rc = val_alloc(st, &v, err, errlen);
-    if (rc)
-        return rc;
-    uint64_t t_cap = 0, t_val = 0;
+    pthread_t th;
+    int started;
+    int rc;
+    char err[512];
+    uint64_t t_cap, t_val, t_warm;
+    uint32_t warmed;
+    struct {
+        int ok;
+        double worst;
+        char note[200];
+    } res[CU_MAX_L][CU_MAX_S];
+} lane_start;
+
+static int capture_lane(lane_start *ls)
+{
+    cu_state *st = ls->st;
+    cu_lane *ln = ls->ln;
+    for (uint32_t l = 0; l < st->n_layers; l++) {
+        for (uint32_t si = 0; si < st->n_shapes; si++) {
+            const cu_shape *sh = &st->shapes[l][si];
+            cap_ctx cc = {.ln = ln, .sh = sh};
+            cc.call = shape_call(st, ln, l, st->shape_m[si], ln->sx, ln->sy);
+            /* Warm up outside the capture: lazy module loads, Lt plans. */
+            uint64_t t0 = now_ns();
+            if (pj_eng_launch(sh->k, &sh->kn, &cc.call, ln->es) != 0 ||
+                cudaStreamSynchronize(ln->s) != cudaSuccess) {
+                char t[200];
+                cudaError_t ce = cudaGetLastError();
+                ce_text(ce, t, sizeof t);
+                snprintf(ls->err, sizeof ls->err, "layer %s m=%u: %s launch failed: %s",
+                         st->layers[l].L.name, st->shape_m[si], pj_eng_name(sh->k), t);
+                return -EIO;
+            }
+            int rc = pj_cg_capture(&ln->graphs[l][si], ln->s, cap_enqueue, &cc, ln->sx,
+                                   ln->sx_bytes, ln->sy, ln->sy_bytes, ls->err, sizeof ls->err);
+            ls->t_cap += now_ns() - t0;
+            if (rc)
+                return rc;
+            t0 = now_ns();
+            ls->res[l][si].worst = 0;
+            rc = validate_graph(st, ln, l, si, &ls->v, &ls->res[l][si].ok, &ls->res[l][si].worst,
+                                ls->res[l][si].note, sizeof ls->res[l][si].note, ls->err,
+                                sizeof ls->err);
+            ls->t_val += now_ns() - t0;
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+/* Every m the captured graphs do not cover is a direct launch of the
+ * nearest table entry's engine. A cuBLAS engine's first launch of a shape
+ * builds its plan (a heuristic query; for a candidate algo, the candidate
+ * list too): milliseconds, each time a decode load meets a new m (a p99 of
+ * 8-9 ms in kernels/NOTES.md round 35). So each such shape runs once per
+ * lane here, before READY, on the lane's staging buffers (contents do not
+ * matter). PROJD_CUDA_NO_WARM=1 skips it. */
+static int shape_index(const cu_state *st, uint32_t m);
+
+static int warm_lane(lane_start *ls)
+{
+    cu_state *st = ls->st;
+    cu_lane *ln = ls->ln;
+    uint64_t t0 = now_ns();
+    for (uint32_t l = 0; l < st->n_layers; l++) {
+        for (uint32_t m = 1; m <= st->max_m; m++) {
+            if (shape_index(st, m) >= 0)
+                continue;
+            pj_eng_call c = shape_call(st, ln, l, m, ln->sx, ln->sy);
+            pj_eng_kind k;
+            pj_eng_knobs kn;
+            if (choose(st, &st->layers[l], &c, &k, &kn) < 0 || k != PJ_ENG_CUBLAS)
+                continue;
+            if (pj_eng_launch(k, &kn, &c, ln->es) != 0) {
+                snprintf(ls->err, sizeof ls->err, "warm-up of layer %s m=%u (cublas) failed",
+                         st->layers[l].L.name, m);
+                return -EIO;
+            }
+            ls->warmed++;
+        }
+    }
+    cudaError_t ce = cudaStreamSynchronize(ln->s);
+    ls->t_warm = now_ns() - t0;
+    if (ce != cudaSuccess) {
+        char t[200];
+        ce_text(ce, t, sizeof t);
+        snprintf(ls->err, sizeof ls->err, "warm-up on lane %u: %s", ln->idx, t);
+        return -EIO;
+    }
+    return 0;
+}
+
+static void *lane_start_main(void *arg)
+{
+    lane_start *ls = arg;
+    cudaError_t ce = cudaSetDevice(ls->st->dev);
+    if (ce != cudaSuccess) {
+        char t[200];
+        ce_text(ce, t, sizeof t);
+        snprintf(ls->err, sizeof ls->err, "lane %u: cudaSetDevice: %s", ls->ln->idx, t);
+        ls->rc = -EIO;
+        return NULL;
+    }
+    ls->rc = capture_lane(ls);
+    if (!ls->rc && !env_long("PROJD_CUDA_NO_WARM", 0, 0, 1))
+        ls->rc = warm_lane(ls);
+    return NULL;
+}
+
+/* Capture, validate and warm every lane, the lanes side by side. The
+ * outcome does not depend on the threads: a shape's note is the lowest
+ * lane's, an error the lowest failing lane's. */
+static int start_lanes(cu_state *st, char *err, size_t errlen)
+{
+    uint32_t n = st->n_lanes;
+    lane_start *ls = calloc(n, sizeof *ls);
+    if (!ls) {
+        snprintf(err, errlen, "lane start-up: out of memory");
+        return -ENOMEM;
+    }
+    int rc = 0;
+    for (uint32_t i = 0; i < n && !rc; i++) {
+        ls[i].st = st;
+        ls[i].ln = st->lanes[i];
+        rc = val_alloc(st, &ls[i].v, err, errlen);
+    }
+    uint64_t t0 = now_ns();
+    for (uint32_t i = 0; i < n && !rc; i++)
+        ls[i].started = pthread_create(&ls[i].th, NULL, lane_start_main, &ls[i]) == 0;
+    for (uint32_t i = 0; i < n && !rc; i++) {
+        if (ls[i].started)
+            pthread_join(ls[i].th, NULL);
+        else
+            lane_start_main(&ls[i]); /* no thread to be had: here, in turn */
+    }
+    double wall = ms_since(t0);
+    for (uint32_t i = 0; i < n && !rc; i++) {
+        if (ls[i].rc) {
+            snprintf(err, errlen, "%s", ls[i].err);
+            rc = ls[i].rc;
+        }
+    }
+    uint64_t cap = 0, val = 0, warm = 0;
+    for (uint32_t i = 0; i < n && !rc; i++) {
+        cap = ls[i].t_cap > cap ? ls[i].t_cap : cap;
+        val = ls[i].t_val > val ? ls[i].t_val : val;
+        warm = ls[i].t_warm > warm ? ls[i].t_warm : warm;
+        st->rep.warmed += ls[i].warmed;
+    }
     for (uint32_t l = 0; l < st->n_layers && !rc; l++) {
-        for (uint32_t si = 0; si < st->n_shapes && !rc; si++) {
+        for (uint32_t si = 0; si < st->n_shapes; si++) {
             cu_shape *sh = &st->shapes[l][si];
             int all_patch = !st->no_patch;
             double worst = 0;
             char note[200] = "";
-            for (uint32_t li = 0; li < st->n_lanes && !rc; li++) {
-                cu_lane *ln = st->lanes[li];
-                cap_ctx cc = {.ln = ln, .sh = sh};
-                cc.call = shape_call(st, ln, l, st->shape_m[si], ln->sx, ln->sy);
-                /* Warm up outside the capture: lazy module loads, Lt plans. */
-                uint64_t t0 = now_ns();
-                if (pj_eng_launch(sh->k, &sh->kn, &cc.call, ln->es) != 0 ||
-                    cudaStreamSynchronize(ln->s) != cudaSuccess) {
-                    char t[200];
-                    cudaError_t ce = cudaGetLastError();
-                    ce_text(ce, t, sizeof t);
-                    snprintf(err, errlen, "layer %s m=%u: %s launch failed: %s",
-                             st->layers[l].L.name, st->shape_m[si], pj_eng_name(sh->k), t);
-                    rc = -EIO;
-                    break;
-                }
-                rc = pj_cg_capture(&ln->graphs[l][si], ln->s, cap_enqueue, &cc, ln->sx,
-                                   ln->sx_bytes, ln->sy, ln->sy_bytes, err, errlen);
-                t_cap += now_ns() - t0;
-                if (rc)
-                    break;
-                t0 = now_ns();
-                int ok = 0;
-                char lnote[200] = "";
-                rc = validate_graph(st, ln, l, si, &v, &ok, &worst, lnote, sizeof lnote, err,
-                                    errlen);
-                t_val += now_ns() - t0;
-                if (!ok) {
+            for (uint32_t i = 0; i < n; i++) {
+                if (ls[i].res[l][si].worst > worst)
+                    worst = ls[i].res[l][si].worst;
+                if (!ls[i].res[l][si].ok) {
                     all_patch = 0;
                     if (!note[0])
-                        snprintf(note, sizeof note, "lane %u: %s", li, lnote);
+                        snprintf(note, sizeof note, "lane %u: %s", i, ls[i].res[l][si].note);
                 }
             }
-            if (rc)
-                break;
             sh->have_graph = 1;
             sh->patch_ok = all_patch;
             sh->check_rel = worst;
             if (!all_patch && !sh->note[0])
                 snprintf(sh->note, sizeof sh->note, "%s", note);
-            st->rep.graphs += st->n_lanes;
+            st->rep.graphs += n;
             if (all_patch)
-                st->rep.graphs_patch += st->n_lanes;
+                st->rep.graphs_patch += n;
         }
     }
-    val_free(&v);
-    st->rep.t_capture = (double)t_cap / 1e6;
-    st->rep.t_validate = (double)t_val / 1e6;
+    for (uint32_t i = 0; i < n; i++)
+        val_free(&ls[i].v);
+    free(ls);
+    /* Per phase, the slowest lane's time; the phases overlap across lanes,
+     * so the wall time of all three is reported too. */
+    st->rep.t_capture = (double)cap / 1e6;
+    st->rep.t_validate = (double)val / 1e6;
+    st->rep.t_warm = (double)warm / 1e6;
+    st->rep.t_lanes_wall = wall;
     return rc;
 }
 
@@ -1035,51 +1174,6 @@ static void *completion_main(void *arg)
         __atomic_sub_fetch(&ln->count, 1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&ln->mu);
     }
-}
-
-/* Every m the captured graphs do not cover is a direct launch of the
- * nearest table entry's engine. A cuBLAS engine's first launch of a shape
- * builds its plan (a heuristic query; for a candidate algo, the candidate
- * list too): milliseconds, each time a decode load meets a new m (a p99 of
- * 8-9 ms in kernels/NOTES.md round 35). So each such shape runs once per
- * lane here, before READY, on the lane's staging buffers (contents do not
- * matter). PROJD_CUDA_NO_WARM=1 skips it. */
-static int shape_index(const cu_state *st, uint32_t m);
-
-static int warm_direct(cu_state *st, char *err, size_t errlen)
-{
-    if (env_long("PROJD_CUDA_NO_WARM", 0, 0, 1))
-        return 0;
-    uint64_t t0 = now_ns();
-    for (uint32_t li = 0; li < st->n_lanes; li++) {
-        cu_lane *ln = st->lanes[li];
-        for (uint32_t l = 0; l < st->n_layers; l++) {
-            for (uint32_t m = 1; m <= st->max_m; m++) {
-                if (shape_index(st, m) >= 0)
-                    continue;
-                pj_eng_call c = shape_call(st, ln, l, m, ln->sx, ln->sy);
-                pj_eng_kind k;
-                pj_eng_knobs kn;
-                if (choose(st, &st->layers[l], &c, &k, &kn) < 0 || k != PJ_ENG_CUBLAS)
-                    continue;
-                if (pj_eng_launch(k, &kn, &c, ln->es) != 0) {
-                    snprintf(err, errlen, "warm-up of layer %s m=%u (cublas) failed",
-                             st->layers[l].L.name, m);
-                    return -EIO;
-                }
-                st->rep.warmed++;
-            }
-        }
-        cudaError_t ce = cudaStreamSynchronize(ln->s);
-        if (ce != cudaSuccess) {
-            char t[200];
-            ce_text(ce, t, sizeof t);
-            snprintf(err, errlen, "warm-up on lane %u: %s", li, t);
-            return -EIO;
-        }
-    }
-    st->rep.t_warm = ms_since(t0);
-    return 0;
 }
 
 /* ---- buffers -------------------------------------------------------------------------------- */
@@ -1717,6 +1811,7 @@ static void cu_stats_json(pj_backend *b, cJSON *obj)
         cJSON_AddNumberToObject(su, "capture", st->rep.t_capture);
         cJSON_AddNumberToObject(su, "validate", st->rep.t_validate);
         cJSON_AddNumberToObject(su, "warm", st->rep.t_warm);
+        cJSON_AddNumberToObject(su, "lanes_side_by_side", st->rep.t_lanes_wall);
         cJSON_AddNumberToObject(su, "warmed_shapes", st->rep.warmed);
         cJSON_AddNumberToObject(su, "backend_total", st->rep.t_total);
     }
@@ -1740,10 +1835,11 @@ static void log_report(cu_state *st)
                 drv % 1000 / 10, rt / 1000, rt % 1000 / 10, pj_eng_cublas_version());
     pj_log_info(
         "cuda: startup: load %.1f ms, convert %.1f ms, device init %.1f ms, upload %.1f ms, "
-        "lanes %.1f ms, capture %.1f ms (%u graphs on %u lanes), validate %.1f ms, "
-        "warm-up %.1f ms (%u direct cuBLAS shapes); backend total %.1f ms",
-        md->load_ms, md->convert_ms, r->t_device, r->t_upload, r->t_lanes, r->t_capture, r->graphs,
-        st->n_lanes, r->t_validate, r->t_warm, r->warmed, r->t_total);
+        "lanes %.1f ms, then per lane (%u side by side) capture %.1f ms (%u graphs in all), "
+        "validate %.1f ms, warm-up %.1f ms (%u direct cuBLAS shapes in all): %.1f ms; "
+        "backend total %.1f ms",
+        md->load_ms, md->convert_ms, r->t_device, r->t_upload, r->t_lanes, st->n_lanes,
+        r->t_capture, r->graphs, r->t_validate, r->t_warm, r->warmed, r->t_lanes_wall, r->t_total);
     pj_log_info("cuda: device memory: weights %.1f MiB (stored formats %.1f MiB + bf16 copies "
                 "%.1f MiB), lanes %.1f MiB (workspaces, cuBLAS, staging), graphs %.1f MiB; "
                 "total %.1f MiB used of %.1f MiB free at start (cudaMemGetInfo)",
@@ -1876,9 +1972,9 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     cudaMemGetInfo(&fr2, &tot);
     st->rep.t_lanes = ms_since(t0);
     if (!rc)
-        rc = build_graphs(st, err, errlen);
+        rc = choose_engines(st, err, errlen);
     if (!rc)
-        rc = warm_direct(st, err, errlen);
+        rc = start_lanes(st, err, errlen);
     if (rc) {
         cu_close(b);
         return rc;

@@ -80,7 +80,8 @@ void pj_ringsrv_free(pj_ringsrv *r);
  * (not a FIFO, not the peer's, not mode 0600; logged). Owned by r. */
 int pj_ringsrv_wake_fd(const pj_ringsrv *r);
 
-/* Empties the wake FIFO (the loop, when it is readable). */
+/* Reads what the wake FIFO holds, up to 64 KiB a call (the loop, when it
+ * is readable; the FIFO is watched level-triggered). */
 void pj_ringsrv_wake_drain(pj_ringsrv *r);
 
 uint64_t pj_ringsrv_serial(const pj_ringsrv *r);

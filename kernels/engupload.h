@@ -29,12 +29,13 @@ typedef struct pj_engup_mem {
  * arrays it owns
  * (free them with pj_engup_free). An empty array (z12 without exceptions)
  * gets a valid 16-byte, zero-filled allocation. want_bf16_copy: for a z12
- * layer, also upload the unpacked bf16 matrix as L->w (ignored otherwise).
+ * layer, also upload the unpacked bf16 matrix as L->w (ignored otherwise),
+ * unpacked on up to `threads` threads (0: every CPU this process may use).
  * Returns 0; -ENOMEM when host or device memory runs out or a copy fails
  * ("layer NAME: uploading WHAT (BYTES bytes): cudaErrorX: text"), or -EINVAL
  * for an unknown format; on error *mem is freed and zeroed. */
-int pj_engup_layer(const char *name, const pj_weights *w, int want_bf16_copy, pj_eng_layer *L,
-                   pj_engup_mem *mem, char *err, size_t errlen);
+int pj_engup_layer(const char *name, const pj_weights *w, int want_bf16_copy, unsigned threads,
+                   pj_eng_layer *L, pj_engup_mem *mem, char *err, size_t errlen);
 
 /* The by-tile exception table of a z12 layer (pj_z12_tile_exc), made on the
  * host and uploaded: *off and *ent are device arrays the caller frees

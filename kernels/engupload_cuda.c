@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/parfor.h"
 #include "kernels/zfmt.h"
 
 /* One array: a new device allocation in *dst holding src's bytes (zeros when
@@ -72,8 +73,8 @@ void pj_engup_free(pj_engup_mem *mem)
     memset(mem, 0, sizeof *mem);
 }
 
-int pj_engup_layer(const char *name, const pj_weights *w, int want_bf16_copy, pj_eng_layer *L,
-                   pj_engup_mem *mem, char *err, size_t errlen)
+int pj_engup_layer(const char *name, const pj_weights *w, int want_bf16_copy, unsigned threads,
+                   pj_eng_layer *L, pj_engup_mem *mem, char *err, size_t errlen)
 {
     memset(mem, 0, sizeof *mem);
     snprintf(L->name, sizeof L->name, "%s", name);
@@ -121,7 +122,9 @@ int pj_engup_layer(const char *name, const pj_weights *w, int want_bf16_copy, pj
                 rc = -ENOMEM;
                 break;
             }
-            pj_z12_unpack(z, h, w->k);
+            /* Most of an upload's time on one core (the copy itself runs
+             * at several GB/s): the rows split over the CPUs. */
+            pj_z12_unpack_mt(z, h, w->k, threads ? threads : pj_cpu_count());
             rc = up(&mem->w, h, mat, "bf16 copy", name, err, errlen);
             free(h);
             mem->bf16_copy_bytes = mat;
