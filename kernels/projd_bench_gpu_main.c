@@ -17,8 +17,10 @@
  * every engine that can take it is validated (engcheck.h), timed coarsely,
  * the best few re-timed against each other and cuBLAS, and the winner
  * written to the table when it beats the best alternative by the margin
- * (3 % plain engines vs cuBLAS; 2 % for gemvz vs both). The benchmark then
- * runs with that table.
+ * (3 % plain engines vs cuBLAS; 2 % for gemvz vs both). Then every m from
+ * 1 to 256 is run on the entry that would serve it in the daemon and
+ * checked; an entry wrong at any of its m is dropped (vet_served_m). The
+ * benchmark then runs with that table.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -850,6 +852,81 @@ static void tune_shape(bench *b, int li, uint32_t m, int full, FILE *csv, pj_tun
     free(scr);
 }
 
+/* The largest m the tuner checks every entry at: the benchmark's largest,
+ * and the daemon's default shapes.max_m (a daemon with a larger max_m
+ * serves the m above it with the largest entry, unchecked here). */
+#define VET_MAX_M 256
+
+static void drop_entry(pj_tune_table *t, const pj_tune_entry *e)
+{
+    size_t i = (size_t)(e - t->e);
+    memmove(&t->e[i], &t->e[i + 1], (t->n - i - 1) * sizeof t->e[0]);
+    t->n--;
+}
+
+/* The daemon serves every m from 1 to max_m, each with the entry of the
+ * smallest m' >= m (else the largest; pj_dispatch_choose): an entry tuned
+ * and validated at m' = 32 also runs m = 17..31, which the sweep never
+ * tried. Here every m is run on the engine and knobs that would serve it
+ * and checked like a candidate (against the device reference, poisoned
+ * output, deterministic, one-hot exact for gemvz); an m the entry's engine
+ * refuses goes down the daemon's ladder, not to the entry, and is skipped.
+ * An entry that is wrong at any m it would serve is dropped (its own m then
+ * goes to a neighbour or down the ladder), and its layer is checked again,
+ * as the dropped entry's m now have another entry. Returns the entries
+ * dropped. */
+static int vet_served_m(bench *b, pj_tune_table *t, FILE *csv)
+{
+    int dropped = 0;
+    double t0 = now_s();
+    /* Test hook: PJ_BENCH_VET_BREAK=LAYER:M counts that check as wrong, so
+     * the drop can be seen without a wrong engine. */
+    char brk_layer[PJ_TUNE_NAME] = "";
+    unsigned brk_m = 0;
+    const char *brk = getenv("PJ_BENCH_VET_BREAK");
+    if (brk && sscanf(brk, "%63[^:]:%u", brk_layer, &brk_m) != 2)
+        die("PJ_BENCH_VET_BREAK: want LAYER:M, got \"%s\"", brk);
+    unsigned ran = 0, refused = 0;
+    for (int li = 0; li < NLAYERS; li++) {
+        const pj_eng_layer *L = &b->layers[li].L;
+        /* A dropped entry hands its m to another of this layer's entries
+         * (or to the ladder): the layer is checked again from m = 1. */
+        for (uint32_t m = 1; m <= VET_MAX_M; m++) {
+            const pj_tune_entry *e = pj_dispatch_choose(t, L->name, L->N, L->K, m);
+            if (!e)
+                break;
+            char why[200] = "";
+            pj_eng_call call;
+            make_call(b, li, m, &call);
+            if (pj_eng_can_run(e->eng, &e->knobs, &call, &b->c.lim, why, sizeof why)) {
+                refused++;
+                continue;
+            }
+            ran++;
+            int broken = brk_m == m && !strcmp(brk_layer, L->name);
+            if (broken)
+                snprintf(why, sizeof why, "PJ_BENCH_VET_BREAK");
+            if (!broken && validate(b, li, m, e->eng, &e->knobs, why, sizeof why))
+                continue;
+            char kn[96];
+            pj_eng_knobs_str(e->eng, &e->knobs, kn, sizeof kn);
+            fprintf(csv, "%s,%u,%s,\"%s\",served-m-wrong,\"at m=%u: %s\"\n", e->layer, e->m,
+                    pj_eng_name(e->eng), kn, m, why);
+            fprintf(stderr,
+                    "tuner: entry %s m=%u %s(%s) is wrong at m=%u, which it would serve: %s; "
+                    "dropped\n",
+                    e->layer, e->m, pj_eng_name(e->eng), kn, m, why);
+            drop_entry(t, e);
+            dropped++;
+            m = 0; /* the loop's m++ starts the layer over at 1 */
+        }
+    }
+    printf("tuner: every m in 1..%u run on the entry that serves it: %u checks, %u left to the "
+           "ladder (the entry's engine refuses them), %d entries dropped (%.1f s)\n",
+           VET_MAX_M, ran, refused, dropped, now_s() - t0);
+    return dropped;
+}
+
 static void tune_all(bench *b, pj_tune_table *t)
 {
     memset(t, 0, sizeof *t);
@@ -885,6 +962,7 @@ static void tune_all(bench *b, pj_tune_table *t)
             if (pj_tune_put(t, &e))
                 die("tuning table full");
         }
+    vet_served_m(b, t, csv);
     fclose(csv);
     printf("tuner: %.1f s\n", now_s() - t0);
 }
