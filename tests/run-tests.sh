@@ -9,6 +9,9 @@ export PJ_BUILD=$build
 # Sanitizer builds (make SANITIZE=...): nng 1.5.2's own unreaped objects are
 # suppressed as in tests/e2e_asan.sh; the file says what that costs.
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan-nng.supp:print_suppressions=0}
+# SANITIZE=thread: the daemons a suite starts stop at their first report
+# (exit 66, which the suite sees); tests/tsan.supp says what is not one.
+export TSAN_OPTIONS=${TSAN_OPTIONS:-suppressions=$PWD/tests/tsan.supp:halt_on_error=1:print_suppressions=0}
 # Each suite's output is also kept in a log, so that the reasons of a failed
 # suite can be repeated at the very end: CI shows only the last lines.
 logdir=$build/test-logs
