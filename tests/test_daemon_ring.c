@@ -472,7 +472,9 @@ static int wait_delivered(int want)
     return __atomic_load_n(&g_delivered, __ATOMIC_ACQUIRE);
 }
 
-static pj_ringsrv *ringsrv_on(pjt_shm *shm, pj_ring *client, uint32_t slots)
+/* A ring server on shm (formatted here) as the loop would open it; with
+ * watch_wake it also opens the ring's wake FIFO, if one was made. */
+static pj_ringsrv *ringsrv_open_on(pjt_shm *shm, pj_ring *client, uint32_t slots, int watch_wake)
 {
     size_t size = pj_ring_bytes(slots, 2048);
     pj_ring_format(shm->p, slots, 2048);
@@ -485,10 +487,16 @@ static pj_ringsrv *ringsrv_on(pjt_shm *shm, pj_ring *client, uint32_t slots)
                          .spin_ns = 0,
                          .serial = 1,
                          .pipe_id = 1,
+                         .watch_wake = watch_wake,
                          .deliver = count_delivery};
     pj_ringsrv *r = NULL;
     ck_assert_msg(pj_ringsrv_open(&a, &o, &r, err, sizeof err) == PJ_OK, "%s", err);
     return r;
+}
+
+static pj_ringsrv *ringsrv_on(pjt_shm *shm, pj_ring *client, uint32_t slots)
+{
+    return ringsrv_open_on(shm, client, slots, 0);
 }
 
 static void raw_ping(pj_ring *client, uint64_t id)
@@ -597,21 +605,8 @@ START_TEST(wake_drain_is_bounded)
     static char junk[256 << 10];
     ck_assert_int_eq(write(wfd, junk, sizeof junk), (ssize_t)sizeof junk);
 
-    size_t size = pj_ring_bytes(2, 2048);
-    pj_ring_format(shm.p, 2, 2048);
     pj_ring cl;
-    char err[512];
-    ck_assert_int_eq(pj_ring_view(&cl, shm.p, size, 2, 2048, err, sizeof err), 0);
-    pj_ring_attach a = {.slots = 2, .slot_bytes = 2048};
-    snprintf(a.shm_name, sizeof a.shm_name, "%s", shm.name);
-    pj_ringsrv_opts o = {.peer_uid = (uint32_t)getuid(),
-                         .max_slots = 64,
-                         .serial = 1,
-                         .pipe_id = 1,
-                         .watch_wake = 1,
-                         .deliver = count_delivery};
-    pj_ringsrv *r = NULL;
-    ck_assert_msg(pj_ringsrv_open(&a, &o, &r, err, sizeof err) == PJ_OK, "%s", err);
+    pj_ringsrv *r = ringsrv_open_on(&shm, &cl, 2, 1);
     ck_assert_int_ge(pj_ringsrv_wake_fd(r), 0);
     int left = -1, calls = 0;
     do {
