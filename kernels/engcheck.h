@@ -43,6 +43,10 @@ typedef struct pj_chk_layer {
  * PJ_FMT_SPLIT = hi + lo from fp32). 0 or -errno with err. */
 int pj_chk_layer_make(pj_chk_layer *cl, const char *name, uint32_t n, uint32_t k, pj_format fmt,
                       uint64_t seed, char *err, size_t errlen);
+/* The same from given host weights (n x k bf16, row stride k; split: w is
+ * hi and lo the low part), copied: a model's own weights. */
+int pj_chk_layer_from(pj_chk_layer *cl, const char *name, uint32_t n, uint32_t k, pj_format fmt,
+                      const uint16_t *w, const uint16_t *lo, char *err, size_t errlen);
 void pj_chk_layer_free(pj_chk_layer *cl);
 
 /* Everything a check needs on one stream, sized for m <= max_m, n <= max_n,

@@ -126,18 +126,15 @@ void pj_chk_layer_free(pj_chk_layer *cl)
     memset(cl, 0, sizeof *cl);
 }
 
+/* The device side of a layer whose host arrays (h_w, h_lo) are filled. */
+static int layer_upload(pj_chk_layer *cl, const char *name, uint32_t n, uint32_t k, pj_format fmt,
+                        char *err, size_t errlen);
+
 int pj_chk_layer_make(pj_chk_layer *cl, const char *name, uint32_t n, uint32_t k, pj_format fmt,
                       uint64_t seed, char *err, size_t errlen)
 {
     memset(cl, 0, sizeof *cl);
-    pj_eng_layer *L = &cl->L;
-    snprintf(L->name, sizeof L->name, "%s", name);
-    L->fmt = fmt;
-    L->N = n;
-    L->K = k;
-    L->ldw = k;
     size_t count = (size_t)n * k;
-    int rc = 0;
     cl->h_w = malloc(count * 2);
     if (!cl->h_w)
         goto oom;
@@ -154,6 +151,43 @@ int pj_chk_layer_make(pj_chk_layer *cl, const char *name, uint32_t n, uint32_t k
     } else {
         pj_chk_gen_bf16(seed, n, k, cl->h_w);
     }
+    return layer_upload(cl, name, n, k, fmt, err, errlen);
+oom:
+    snprintf(err, errlen, "layer %s: out of host memory", name);
+    pj_chk_layer_free(cl);
+    return -ENOMEM;
+}
+
+int pj_chk_layer_from(pj_chk_layer *cl, const char *name, uint32_t n, uint32_t k, pj_format fmt,
+                      const uint16_t *w, const uint16_t *lo, char *err, size_t errlen)
+{
+    memset(cl, 0, sizeof *cl);
+    size_t count = (size_t)n * k;
+    cl->h_w = malloc(count * 2);
+    if (cl->h_w && fmt == PJ_FMT_SPLIT)
+        cl->h_lo = malloc(count * 2);
+    if (!cl->h_w || (fmt == PJ_FMT_SPLIT && !cl->h_lo)) {
+        snprintf(err, errlen, "layer %s: out of host memory", name);
+        pj_chk_layer_free(cl);
+        return -ENOMEM;
+    }
+    memcpy(cl->h_w, w, count * 2);
+    if (cl->h_lo)
+        memcpy(cl->h_lo, lo, count * 2);
+    return layer_upload(cl, name, n, k, fmt, err, errlen);
+}
+
+static int layer_upload(pj_chk_layer *cl, const char *name, uint32_t n, uint32_t k, pj_format fmt,
+                        char *err, size_t errlen)
+{
+    pj_eng_layer *L = &cl->L;
+    snprintf(L->name, sizeof L->name, "%s", name);
+    L->fmt = fmt;
+    L->N = n;
+    L->K = k;
+    L->ldw = k;
+    size_t count = (size_t)n * k;
+    int rc = 0;
     rc = up(&cl->d_w, cl->h_w, count * 2, err, errlen, "weights");
     if (!rc && cl->h_lo)
         rc = up(&cl->d_lo, cl->h_lo, count * 2, err, errlen, "lo weights");
@@ -194,9 +228,6 @@ int pj_chk_layer_make(pj_chk_layer *cl, const char *name, uint32_t n, uint32_t k
     if (rc)
         goto fail;
     return 0;
-oom:
-    snprintf(err, errlen, "layer %s: out of host memory", name);
-    rc = -ENOMEM;
 fail:
     pj_chk_layer_free(cl);
     return rc;

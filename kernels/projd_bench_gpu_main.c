@@ -6,7 +6,8 @@
  * repetition); medians over the repetitions. Baseline = what SGLang runs:
  * cuBLAS x @ W.T (the faster of cublasGemmEx's default and cublasLt's
  * heuristic, measured per shape), the router as hi GEMM + lo GEMM + add.
- * 30 shapes: 5 layers x m in {1, 8, 16, 32, 128, 256}. Per load (one m,
+ * 30 shapes: 5 layers x m in {1, 8, 16, 32, 128, 256} (--config: a
+ * configured model's layers and shapes.m instead). Per load (one m,
  * the five layers summed) speedup = sum baseline / sum ours; score = the
  * geometric mean of the six, with a bootstrap 95 % interval (repetitions
  * resampled in pairs). Each shape's time is also set against its read
@@ -36,29 +37,38 @@
 #include <cjson/cJSON.h>
 #include <cuda_runtime_api.h>
 
+#include "config/config.h"
+#include "daemon/model.h"
 #include "kernels/benchk.h"
 #include "kernels/dispatch.h"
 #include "kernels/engcheck.h"
 #include "kernels/engine.h"
 
-#define NLAYERS       5
-#define NMS           6
-#define NSHAPES       (NLAYERS * NMS)
+#define MAX_LAYERS    PJ_CFG_MAX_LAYERS
+#define MAX_MS        PJ_CFG_MAX_SHAPES
+#define MAX_SHAPES    (MAX_LAYERS * MAX_MS)
 #define FLUSH_BYTES   (256u << 20)
 #define READBUF_BYTES (160u << 20)
 
 typedef struct layer_def {
-    const char *name;
+    char name[PJ_CFG_NAME];
     uint32_t N, K, n; /* full shape, rows a request uses */
     pj_format fmt;
 } layer_def;
 
-static const layer_def layer_defs[NLAYERS] = {
+/* The layers and the m of the run: the reference model's (ARCHITECTURE.md)
+ * and its six loads, or those of a projd configuration (--config). */
+static layer_def layer_defs[MAX_LAYERS] = {
     {"qkv_gate", 4608, 4096, 4608, PJ_FMT_Z12}, {"o", 4096, 2048, 4096, PJ_FMT_Z12},
     {"pooler", 8192, 4096, 8192, PJ_FMT_Z12},   {"unpooler", 8192, 4096, 1024, PJ_FMT_Z12},
     {"router", 256, 4096, 256, PJ_FMT_SPLIT},
 };
-static const uint32_t ms[NMS] = {1, 8, 16, 32, 128, 256};
+static int g_nl = 5;
+static uint32_t ms[MAX_MS] = {1, 8, 16, 32, 128, 256};
+static int g_nm = 6;
+static uint32_t g_max_m = 256; /* the largest m a request may use (shapes.max_m) */
+/* --config: the model's own weights (NULL: generated ones). */
+static pj_model *g_model;
 
 typedef struct opts {
     const char *out, *table, *tune, *commit;
@@ -72,9 +82,10 @@ typedef struct opts {
 typedef struct bench {
     opts o;
     pj_chk_ctx c;
-    pj_chk_layer layers[NLAYERS];
-    pj_eng_ws ws[NLAYERS];
+    pj_chk_layer layers[MAX_LAYERS];
+    pj_eng_ws ws[MAX_LAYERS];
     void *flush, *readbuf;
+    size_t readbuf_bytes;
     unsigned *sink;
     uint16_t *tmp; /* baseline router scratch */
     cudaGraphExec_t g_flush;
@@ -824,7 +835,7 @@ static void tune_shape(bench *b, int li, uint32_t m, int full, FILE *csv, pj_tun
         pick_us = best_z;
     }
     memset(out, 0, sizeof *out);
-    snprintf(out->layer, sizeof out->layer, "%s", d->name);
+    snprintf(out->layer, sizeof out->layer, "%.*s", (int)sizeof out->layer - 1, d->name);
     out->n = d->N;
     out->k = d->K;
     out->m = m;
@@ -851,11 +862,6 @@ static void tune_shape(bench *b, int li, uint32_t m, int full, FILE *csv, pj_tun
     free(tv);
     free(scr);
 }
-
-/* The largest m the tuner checks every entry at: the benchmark's largest,
- * and the daemon's default shapes.max_m (a daemon with a larger max_m
- * serves the m above it with the largest entry, unchecked here). */
-#define VET_MAX_M 256
 
 static void drop_entry(pj_tune_table *t, const pj_tune_entry *e)
 {
@@ -887,11 +893,11 @@ static int vet_served_m(bench *b, pj_tune_table *t, FILE *csv)
     if (brk && sscanf(brk, "%63[^:]:%u", brk_layer, &brk_m) != 2)
         die("PJ_BENCH_VET_BREAK: want LAYER:M, got \"%s\"", brk);
     unsigned ran = 0, refused = 0;
-    for (int li = 0; li < NLAYERS; li++) {
+    for (int li = 0; li < g_nl; li++) {
         const pj_eng_layer *L = &b->layers[li].L;
         /* A dropped entry hands its m to another of this layer's entries
          * (or to the ladder): the layer is checked again from m = 1. */
-        for (uint32_t m = 1; m <= VET_MAX_M; m++) {
+        for (uint32_t m = 1; m <= g_max_m; m++) {
             const pj_tune_entry *e = pj_dispatch_choose(t, L->name, L->N, L->K, m);
             if (!e)
                 break;
@@ -923,7 +929,7 @@ static int vet_served_m(bench *b, pj_tune_table *t, FILE *csv)
     }
     printf("tuner: every m in 1..%u run on the entry that serves it: %u checks, %u left to the "
            "ladder (the entry's engine refuses them), %d entries dropped (%.1f s)\n",
-           VET_MAX_M, ran, refused, dropped, now_s() - t0);
+           g_max_m, ran, refused, dropped, now_s() - t0);
     return dropped;
 }
 
@@ -945,11 +951,11 @@ static void tune_all(bench *b, pj_tune_table *t)
         die("%s: %s", path, strerror(errno));
     fprintf(csv, "layer,m,engine,knobs,phase,us_or_reason\n");
     double t0 = now_s();
-    /* The decode shapes first: that is where the knobs matter. */
-    static const int order[NMS] = {0, 1, 2, 3, 4, 5};
-    for (int mi = 0; mi < NMS; mi++)
-        for (int li = 0; li < NLAYERS; li++) {
-            uint32_t m = ms[order[mi]];
+    /* The decode shapes first (ms ascends): that is where the knobs
+     * matter, and the budget runs out at the large m. */
+    for (int mi = 0; mi < g_nm; mi++)
+        for (int li = 0; li < g_nl; li++) {
+            uint32_t m = ms[mi];
             int full = now_s() - t0 < b->o.tune_budget;
             pj_tune_entry e;
             const pj_tune_entry *oe = old_entry(&layer_defs[li], m);
@@ -991,10 +997,10 @@ static void bench_all(bench *b, const pj_tune_table *t, shape_res *res)
 {
     const int reps = b->o.reps;
     float *scr = malloc(sizeof(float) * (size_t)(reps > 200 ? reps : 200));
-    for (int si = 0; si < NSHAPES; si++) {
+    for (int si = 0; si < g_nl * g_nm; si++) {
         shape_res *r = &res[si];
-        const int li = si % NLAYERS;
-        const uint32_t m = ms[si / NLAYERS];
+        const int li = si % g_nl;
+        const uint32_t m = ms[si / g_nl];
         const layer_def *d = &layer_defs[li];
         memset(r, 0, sizeof *r);
         r->li = li;
@@ -1063,7 +1069,7 @@ static void bench_all(bench *b, const pj_tune_table *t, shape_res *res)
         for (int v = 0; v < PJ_BK_READ_VARIANTS; v++) {
             op_ctx orr;
             memset(&orr, 0, sizeof orr);
-            orr.read_bytes = r->bytes < READBUF_BYTES ? r->bytes : READBUF_BYTES;
+            orr.read_bytes = r->bytes < b->readbuf_bytes ? r->bytes : b->readbuf_bytes;
             orr.read_variant = v;
             cudaGraphExec_t gr = capture(b, op_read, &orr);
             float *tr[1] = {scr + 0};
@@ -1093,7 +1099,7 @@ static void bench_all(bench *b, const pj_tune_table *t, shape_res *res)
 }
 
 typedef struct score {
-    double base_sum[NMS], ours_sum[NMS], speedup[NMS];
+    double base_sum[MAX_MS], ours_sum[MAX_MS], speedup[MAX_MS];
     double score, lo, hi;
 } score;
 
@@ -1108,15 +1114,15 @@ static double geo(const double *v, int n)
 static void compute_score(const bench *b, const shape_res *res, score *sc)
 {
     const int reps = b->o.reps;
-    for (int mi = 0; mi < NMS; mi++) {
+    for (int mi = 0; mi < g_nm; mi++) {
         sc->base_sum[mi] = sc->ours_sum[mi] = 0;
-        for (int li = 0; li < NLAYERS; li++) {
-            sc->base_sum[mi] += res[mi * NLAYERS + li].base_us;
-            sc->ours_sum[mi] += res[mi * NLAYERS + li].ours_us;
+        for (int li = 0; li < g_nl; li++) {
+            sc->base_sum[mi] += res[mi * g_nl + li].base_us;
+            sc->ours_sum[mi] += res[mi * g_nl + li].ours_us;
         }
         sc->speedup[mi] = sc->base_sum[mi] / sc->ours_sum[mi];
     }
-    sc->score = geo(sc->speedup, NMS);
+    sc->score = geo(sc->speedup, g_nm);
     /* Bootstrap: resample each shape's repetitions in pairs. */
     const int B = 1000;
     double *boots = malloc(sizeof(double) * B);
@@ -1124,8 +1130,8 @@ static void compute_score(const bench *b, const shape_res *res, score *sc)
     float *scr = malloc(sizeof(float) * (size_t)reps);
     uint64_t st = 0x12345678abcdefull;
     for (int it = 0; it < B; it++) {
-        double bs[NMS] = {0}, os[NMS] = {0}, sp[NMS];
-        for (int si = 0; si < NSHAPES; si++) {
+        double bs[MAX_MS] = {0}, os[MAX_MS] = {0}, sp[MAX_MS];
+        for (int si = 0; si < g_nl * g_nm; si++) {
             for (int r = 0; r < reps; r++) {
                 st ^= st << 13;
                 st ^= st >> 7;
@@ -1134,12 +1140,12 @@ static void compute_score(const bench *b, const shape_res *res, score *sc)
                 rb[r] = res[si].tb[j];
                 ro[r] = res[si].to[j];
             }
-            bs[si / NLAYERS] += median(rb, reps, scr);
-            os[si / NLAYERS] += median(ro, reps, scr);
+            bs[si / g_nl] += median(rb, reps, scr);
+            os[si / g_nl] += median(ro, reps, scr);
         }
-        for (int mi = 0; mi < NMS; mi++)
+        for (int mi = 0; mi < g_nm; mi++)
             sp[mi] = bs[mi] / os[mi];
-        boots[it] = geo(sp, NMS);
+        boots[it] = geo(sp, g_nm);
     }
     for (int i = 1; i < B; i++) { /* insertion sort: B is small */
         double v = boots[i];
@@ -1156,6 +1162,19 @@ static void compute_score(const bench *b, const shape_res *res, score *sc)
     free(rb);
     free(ro);
     free(scr);
+}
+
+/* A load's name: the reference's "decode M" (M <= 32) and "verify M";
+ * another model's loads are named by m alone. */
+static void load_names(char (*name)[32])
+{
+    for (int mi = 0; mi < g_nm; mi++) {
+        if (g_model)
+            snprintf(name[mi], sizeof name[mi], "m %u", ms[mi]);
+        else
+            snprintf(name[mi], sizeof name[mi], "%s %u", ms[mi] <= 32 ? "decode" : "verify",
+                     ms[mi]);
+    }
 }
 
 static void write_outputs(const bench *b, const shape_res *res, const score *sc)
@@ -1194,7 +1213,7 @@ static void write_outputs(const bench *b, const shape_res *res, const score *sc)
              flush_what[b->flush_kind]);
     cJSON_AddStringToObject(root, "method", method);
     cJSON *shapes = cJSON_AddArrayToObject(root, "shapes");
-    for (int si = 0; si < NSHAPES; si++) {
+    for (int si = 0; si < g_nl * g_nm; si++) {
         const shape_res *r = &res[si];
         cJSON *o = cJSON_CreateObject();
         char ks[96];
@@ -1226,9 +1245,9 @@ static void write_outputs(const bench *b, const shape_res *res, const score *sc)
         cJSON_AddItemToArray(shapes, o);
     }
     cJSON *loads = cJSON_AddArrayToObject(root, "loads");
-    static const char *const lname[NMS] = {"decode 1",  "decode 8",   "decode 16",
-                                           "decode 32", "verify 128", "verify 256"};
-    for (int mi = 0; mi < NMS; mi++) {
+    char lname[MAX_MS][32];
+    load_names(lname);
+    for (int mi = 0; mi < g_nm; mi++) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "load", lname[mi]);
         cJSON_AddNumberToObject(o, "m", ms[mi]);
@@ -1263,7 +1282,7 @@ static void write_outputs(const bench *b, const shape_res *res, const score *sc)
             b->o.table ? b->o.table : "(none: untuned ladder)");
     fprintf(f, "| layer | m | engine | knobs | baseline µs | ours µs | speedup | floor µs | "
                "ours/floor |\n|---|---|---|---|---|---|---|---|---|\n");
-    for (int si = 0; si < NSHAPES; si++) {
+    for (int si = 0; si < g_nl * g_nm; si++) {
         const shape_res *r = &res[si];
         char ks[96];
         pj_eng_knobs_str(r->k, &r->kn, ks, sizeof ks);
@@ -1273,13 +1292,13 @@ static void write_outputs(const bench *b, const shape_res *res, const score *sc)
                 r->ours_us / r->floor_us);
     }
     fprintf(f, "\n| load | baseline µs | ours µs | speedup |\n|---|---|---|---|\n");
-    for (int mi = 0; mi < NMS; mi++)
+    for (int mi = 0; mi < g_nm; mi++)
         fprintf(f, "| %s | %.2f | %.2f | %.3f |\n", lname[mi], sc->base_sum[mi], sc->ours_sum[mi],
                 sc->speedup[mi]);
     fprintf(f,
-            "\n**Score (geometric mean of the six loads): %.3f×** (bootstrap 95 %% CI "
+            "\n**Score (geometric mean of the %d loads): %.3f×** (bootstrap 95 %% CI "
             "%.3f–%.3f)\n",
-            sc->score, sc->lo, sc->hi);
+            g_nm, sc->score, sc->lo, sc->hi);
     fclose(f);
 
     /* Chart data for gnuplot (bench/plot.sh draws the PNG). */
@@ -1288,20 +1307,20 @@ static void write_outputs(const bench *b, const shape_res *res, const score *sc)
     if (!f)
         die("%s: %s", path, strerror(errno));
     fprintf(f, "# label speedup engine\n");
-    for (int si = 0; si < NSHAPES; si++)
+    for (int si = 0; si < g_nl * g_nm; si++)
         fprintf(f, "\"%s/%u\" %.4f %s\n", layer_defs[res[si].li].name, res[si].m, res[si].speedup,
                 pj_eng_name(res[si].k));
     fclose(f);
 
     printf("\n%-10s %4s %-7s %10s %10s %8s %9s\n", "layer", "m", "engine", "base_us", "ours_us",
            "speedup", "vs_floor");
-    for (int si = 0; si < NSHAPES; si++) {
+    for (int si = 0; si < g_nl * g_nm; si++) {
         const shape_res *r = &res[si];
         printf("%-10s %4u %-7s %10.2f %10.2f %8.3f %9.2f\n", layer_defs[r->li].name, r->m,
                pj_eng_name(r->k), r->base_us, r->ours_us, r->speedup, r->ours_us / r->floor_us);
     }
     printf("\n%-11s %10s %10s %8s\n", "load", "base_us", "ours_us", "speedup");
-    for (int mi = 0; mi < NMS; mi++)
+    for (int mi = 0; mi < g_nm; mi++)
         printf("%-11s %10.2f %10.2f %8.3f\n", lname[mi], sc->base_sum[mi], sc->ours_sum[mi],
                sc->speedup[mi]);
     printf("SCORE %.3f  (95%% CI %.3f-%.3f)\n", sc->score, sc->lo, sc->hi);
@@ -1313,9 +1332,9 @@ static void survey(bench *b)
 {
     printf("\nsurvey: each engine with default knobs (validated, median of 60 cold replays)\n");
     float *tv = malloc(sizeof(float) * 60), *scr = malloc(sizeof(float) * 60);
-    for (int si = 0; si < NSHAPES; si++) {
-        const int li = si % NLAYERS;
-        const uint32_t m = ms[si / NLAYERS];
+    for (int si = 0; si < g_nl * g_nm; si++) {
+        const int li = si % g_nl;
+        const uint32_t m = ms[si / g_nl];
         printf("  %-9s m=%-3u", layer_defs[li].name, m);
         for (int e = 0; e < PJ_ENG_COUNT; e++) {
             op_ctx o;
@@ -1354,12 +1373,12 @@ static int op_parse(bench *b, const char *layer, uint32_t m, const char *eng, co
                     op_ctx *o, char *err, size_t errlen)
 {
     int li = -1;
-    for (int i = 0; i < NLAYERS; i++)
+    for (int i = 0; i < g_nl; i++)
         if (!strcmp(layer_defs[i].name, layer))
             li = i;
     const int e = pj_eng_from_name(eng);
-    if (li < 0 || e < 0 || m < 1 || m > 256) {
-        snprintf(err, errlen, "unknown layer or engine, or m outside 1..256");
+    if (li < 0 || e < 0 || m < 1 || m > g_max_m) {
+        snprintf(err, errlen, "unknown layer or engine, or m outside 1..%u", g_max_m);
         return -1;
     }
     memset(o, 0, sizeof *o);
@@ -1688,12 +1707,16 @@ static void run_touch(bench *b, const char *path)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: projd-bench [--out DIR] [--table FILE] [--tune FILE] [--tune-budget S]\n"
+            "usage: projd-bench [--out DIR] [--config FILE] [--table FILE] [--tune FILE]\n"
+            "                   [--tune-budget S]\n"
             "                   [--reps N] [--survey] [--commit SHA] [--seed S]\n"
             "                   [--tune-new [--tune-m LO-HI] [--tune-full]] [--one L M E K]\n"
             "                   [--probe FILE] [--touch FILE] [--no-prime] [--flush-kind K]\n"
             "                   [--flush-carveout P]\n"
             "  --out DIR       results directory (bench.json, bench.md, speedups.dat, tune log)\n"
+            "  --config FILE   a projd configuration: its model's layers (own weights, loaded\n"
+            "                  as projd loads them), rows (max_n), shapes.m as the loads and\n"
+            "                  shapes.max_m; default: the reference model, generated\n"
             "  --table FILE    tuned table the dispatcher uses (default: none, untuned ladder)\n"
             "  --tune FILE     tune first, write the table to FILE, benchmark with it\n"
             "  --tune-budget S seconds of full sweeps before the tuner falls back to defaults\n"
@@ -1745,6 +1768,74 @@ static void reject_msg(void *ctx, const char *msg)
     fprintf(stderr, "%s\n", msg);
 }
 
+static void load_warning(void *ctx, const char *msg)
+{
+    (void)ctx;
+    printf("model: %s\n", msg);
+}
+
+/* --config FILE: the layers, the rows requests use (max_n), shapes.m and
+ * shapes.max_m of a projd configuration, with the model's own weights
+ * loaded and converted as projd loads them (so a layer is z12 exactly
+ * where the daemon would store it so). */
+static void use_config(const char *path)
+{
+    static pj_config cfg;
+    char err[1024];
+    if (pj_config_defaults(&cfg) != 0)
+        die("--config %s: the built-in defaults do not load", path);
+    if (pj_config_apply_file(&cfg, path, err, sizeof err) != 0)
+        die("--config %s", err);
+    if (pj_model_load(&cfg, &g_model, load_warning, NULL, err, sizeof err) != 0)
+        die("--config %s: %s", path, err);
+    g_nl = (int)g_model->n_layers;
+    for (int i = 0; i < g_nl; i++) {
+        const pj_model_layer *ml = &g_model->layers[i];
+        layer_def *d = &layer_defs[i];
+        snprintf(d->name, sizeof d->name, "%s", ml->name);
+        d->N = ml->w.n;
+        d->K = ml->w.k;
+        d->n = ml->max_n ? ml->max_n : ml->w.n;
+        d->fmt = ml->w.fmt;
+    }
+    g_nm = (int)cfg.shapes.n_m;
+    for (int i = 0; i < g_nm; i++)
+        ms[i] = cfg.shapes.m[i];
+    g_max_m = cfg.shapes.max_m;
+    printf("config %s: model %s, %d layers, m = %u..%u (%d loads), max_m %u\n", path, g_model->path,
+           g_nl, ms[0], ms[g_nm - 1], g_nm, g_max_m);
+}
+
+/* Layer li of the run on the device: generated weights of the reference
+ * shape, or the configured model's own. */
+static void make_layer(bench *b, int li)
+{
+    const layer_def *d = &layer_defs[li];
+    char err[256];
+    int rc;
+    if (!g_model) {
+        rc = pj_chk_layer_make(&b->layers[li], d->name, d->N, d->K, d->fmt, b->o.seed * 10 + li,
+                               err, sizeof err);
+    } else {
+        const pj_weights *w = &g_model->layers[li].w;
+        if (w->fmt == PJ_FMT_Z12) {
+            uint16_t *h = malloc((size_t)d->N * d->K * 2);
+            if (!h)
+                die("layer %s: out of host memory", d->name);
+            pj_z12_unpack_mt(w->z, h, d->K, 0);
+            rc = pj_chk_layer_from(&b->layers[li], d->name, d->N, d->K, d->fmt, h, NULL, err,
+                                   sizeof err);
+            free(h);
+        } else {
+            rc =
+                pj_chk_layer_from(&b->layers[li], d->name, d->N, d->K, d->fmt,
+                                  d->fmt == PJ_FMT_SPLIT ? w->hi : w->bf16, w->lo, err, sizeof err);
+        }
+    }
+    if (rc)
+        die("%s", err);
+}
+
 int main(int argc, char **argv)
 {
     static bench B;
@@ -1752,7 +1843,7 @@ int main(int argc, char **argv)
     b->o.reps = 300;
     b->o.tune_budget = 240;
     b->o.tune_m_lo = 1;
-    b->o.tune_m_hi = 256;
+    b->o.tune_m_hi = 4096;
     b->o.seed = 1;
     b->prime = 1;
     b->flush_kind = 1;
@@ -1760,7 +1851,7 @@ int main(int argc, char **argv)
     const char *one_layer = NULL, *one_eng = NULL, *one_knobs = NULL;
     uint32_t one_m = 0;
     int tune_new = 0, tune_m_given = 0;
-    const char *probe = NULL, *touch = NULL;
+    const char *probe = NULL, *touch = NULL, *config = NULL;
     int flush_carveout = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -1781,6 +1872,8 @@ int main(int argc, char **argv)
             b->o.seed = (uint64_t)num_arg(a, argv[++i], 0, 1e15, 1);
         else if (!strcmp(a, "--survey"))
             b->o.survey = 1;
+        else if (!strcmp(a, "--config") && v)
+            config = argv[++i];
         else if (!strcmp(a, "--tune-m") && v) {
             char tail;
             if (sscanf(v, "%u-%u%c", &b->o.tune_m_lo, &b->o.tune_m_hi, &tail) != 2 ||
@@ -1812,7 +1905,7 @@ int main(int argc, char **argv)
             touch = argv[++i];
         else if (!strcmp(a, "--one") && i + 4 < argc) {
             one_layer = argv[i + 1];
-            one_m = (uint32_t)num_arg(a, argv[i + 2], 1, 256, 1);
+            one_m = (uint32_t)num_arg(a, argv[i + 2], 1, 4096, 1);
             one_eng = argv[i + 3];
             one_knobs = argv[i + 4];
             i += 4;
@@ -1845,20 +1938,36 @@ int main(int argc, char **argv)
             die("--tune %s: cannot write in %s: %s", b->o.tune, slash ? dir : ".", strerror(errno));
     }
 
+    if (config)
+        use_config(config);
+    if (one_layer && one_m > g_max_m)
+        die("--one: m = %u is past shapes.max_m = %u", one_m, g_max_m);
+    uint32_t max_n = 0, max_k = 0;
+    size_t max_bytes = 0;
+    for (int li = 0; li < g_nl; li++) {
+        const layer_def *d = &layer_defs[li];
+        max_n = d->N > max_n ? d->N : max_n;
+        max_k = d->K > max_k ? d->K : max_k;
+        size_t w = (size_t)d->N * d->K * (d->fmt == PJ_FMT_SPLIT ? 4 : 2);
+        max_bytes = w > max_bytes ? w : max_bytes;
+    }
+    /* The floor's read covers the bytes the largest op reads. */
+    size_t readbuf_bytes = max_bytes + (size_t)g_max_m * (max_k + max_n) * 2;
+    if (readbuf_bytes < READBUF_BYTES)
+        readbuf_bytes = READBUF_BYTES;
+
     char err[256];
     double t0 = now_s();
-    if (pj_chk_ctx_init(&b->c, 256, 8192, 4096, err, sizeof err))
+    if (pj_chk_ctx_init(&b->c, g_max_m, max_n, max_k, err, sizeof err))
         die("%s", err);
     printf("device: %s, %d SMs, %zu MB L2, smem/block %zu\n", b->c.lim.name, b->c.lim.sm_count,
            b->c.lim.l2_bytes >> 20, b->c.lim.smem_per_block_optin);
-    for (int li = 0; li < NLAYERS; li++) {
+    for (int li = 0; li < g_nl; li++) {
         const layer_def *d = &layer_defs[li];
         if (one_layer && strcmp(one_layer, d->name) != 0)
             continue; /* --one: only the layer it needs */
-        if (pj_chk_layer_make(&b->layers[li], d->name, d->N, d->K, d->fmt, b->o.seed * 10 + li, err,
-                              sizeof err))
-            die("%s", err);
-        if (pj_eng_ws_init(&b->layers[li].L, 256, b->c.s, &b->ws[li], err, sizeof err))
+        make_layer(b, li);
+        if (pj_eng_ws_init(&b->layers[li].L, g_max_m, b->c.s, &b->ws[li], err, sizeof err))
             die("%s", err);
         if (d->fmt == PJ_FMT_Z12)
             printf("layer %-9s %ux%u z12 base %u, %u exceptions (%.4f %%)\n", d->name, d->N, d->K,
@@ -1868,11 +1977,12 @@ int main(int argc, char **argv)
     if (flush_carveout >= 0 && pj_bk_read_carveout(flush_carveout))
         die("--flush-carveout %d: the driver refused it", flush_carveout);
     CK(cudaMalloc(&b->flush, FLUSH_BYTES));
-    CK(cudaMalloc(&b->readbuf, READBUF_BYTES));
+    CK(cudaMalloc(&b->readbuf, readbuf_bytes));
+    b->readbuf_bytes = readbuf_bytes;
     CK(cudaMalloc((void **)&b->sink, 64));
-    CK(cudaMalloc((void **)&b->tmp, (size_t)256 * 8192 * 2));
+    CK(cudaMalloc((void **)&b->tmp, (size_t)g_max_m * max_n * 2));
     CK(cudaMemset(b->flush, 1, FLUSH_BYTES));
-    CK(cudaMemset(b->readbuf, 3, READBUF_BYTES));
+    CK(cudaMemset(b->readbuf, 3, readbuf_bytes));
     b->nev = 2048;
     b->ev = malloc(sizeof(cudaEvent_t) * (size_t)b->nev);
     for (int i = 0; i < b->nev; i++)
@@ -1947,7 +2057,7 @@ int main(int argc, char **argv)
         printf("table %s: %d entries accepted\n", b->o.table, n);
         tp = &table;
     }
-    static shape_res res[NSHAPES];
+    static shape_res res[MAX_SHAPES];
     bench_all(b, tp, res);
     score sc;
     compute_score(b, res, &sc);
