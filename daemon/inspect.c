@@ -105,6 +105,16 @@ static void print_text(FILE *out, const pj_model *m, const pj_st_file *st, const
     }
     fprintf(out, "%-*s  %-*s  %13s  %5s  %-5s  %-6s  %12zu  %12zu  %6.4f  %10zu\n", wn, "total", wt,
             "", "", "", "", "", tot_s, tot_b, (double)tot_s / (double)tot_b, tot_e);
+    for (uint32_t i = 0; i < m->n_layers; i++) {
+        const pj_model_layer *L = &m->layers[i];
+        if (L->w.fmt == PJ_FMT_Z12 && L->n_exc)
+            fprintf(out,
+                    "%s: at most %u exceptions in one 16-row block (rows %u-%u), %.1f on "
+                    "average\n",
+                    L->name, L->blk_exc_max, L->blk_exc_max_row,
+                    L->blk_exc_max_row + 15 < L->w.n ? L->blk_exc_max_row + 15 : L->w.n - 1,
+                    (double)L->n_exc / (double)((L->w.n + 15) / 16));
+    }
     for (size_t i = 0; i < wl->n; i++)
         fprintf(out, "warning: %s\n", wl->msg[i]);
     if (wl->dropped)
@@ -149,6 +159,8 @@ static int print_json(FILE *out, const pj_model *m, const pj_st_file *st, const 
         if (L->w.fmt == PJ_FMT_Z12) {
             cJSON_AddNumberToObject(l, "exceptions", L->n_exc);
             cJSON_AddNumberToObject(l, "exception_rate", L->exc_rate);
+            cJSON_AddNumberToObject(l, "block_exceptions_max", L->blk_exc_max);
+            cJSON_AddNumberToObject(l, "block_exceptions_max_row", L->blk_exc_max_row);
             cJSON *w = cJSON_AddObjectToObject(l, "window");
             if (w) {
                 cJSON_AddNumberToObject(w, "base", L->z_base);

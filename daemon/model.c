@@ -347,6 +347,13 @@ static int load_layer(const pj_st_file *st, const pj_layer_config *lc, pj_model_
                 L->z_base = S->z.base;
                 L->n_exc = S->z.n_exc;
                 L->exc_rate = (double)S->z.n_exc / (double)count;
+                for (uint32_t b = 0; b < S->z.n_pad / 16; b++) {
+                    uint32_t c = S->z.blk_exc[b + 1] - S->z.blk_exc[b];
+                    if (c > L->blk_exc_max) {
+                        L->blk_exc_max = c;
+                        L->blk_exc_max_row = 16 * b;
+                    }
+                }
             }
         }
         m->convert_ms += now_ms() - c0;

@@ -37,13 +37,18 @@
 typedef struct pj_model_layer {
     char name[PJ_CFG_NAME];
     char tensor[PJ_CFG_PATH];
-    pj_weights w;             /* kernels/refgemm.h; arrays owned by the model */
-    uint32_t max_n;           /* rows a request may use (config, 0 -> N) */
-    int src_dtype;            /* pj_st_dtype of the tensor in the file */
-    size_t stored_bytes;      /* everything the stored format keeps */
-    size_t bf16_bytes;        /* n * k * 2 */
-    uint32_t z_base, n_exc;   /* z12 only: window [z_base, z_base + 7], exceptions */
-    double exc_rate;          /* n_exc / (n * k); 0 unless z12 */
+    pj_weights w;           /* kernels/refgemm.h; arrays owned by the model */
+    uint32_t max_n;         /* rows a request may use (config, 0 -> N) */
+    int src_dtype;          /* pj_st_dtype of the tensor in the file */
+    size_t stored_bytes;    /* everything the stored format keeps */
+    size_t bf16_bytes;      /* n * k * 2 */
+    uint32_t z_base, n_exc; /* z12 only: window [z_base, z_base + 7], exceptions */
+    double exc_rate;        /* n_exc / (n * k); 0 unless z12 */
+    /* z12 only: the most exceptions one 16-row block holds, and that
+     * block's first row. The z12 GEMV corrects a block's exceptions on one
+     * warp, so a block far above the others is its slowest CTA
+     * (kernels/NOTES.md, round 36). */
+    uint32_t blk_exc_max, blk_exc_max_row;
     char engine[PJ_CFG_NAME]; /* forced engine from config, "" if none */
 } pj_model_layer;
 

@@ -688,6 +688,65 @@ START_TEST(inspect_small_json)
 }
 END_TEST
 
+/* The busiest 16-row block of a z12 layer, as the loader reports it and
+ * inspect prints it: weights all of one exponent (inside any window) but
+ * for planted exact zeros (each an exception): 3 in block 0, 30 in block 1
+ * (row 20), 5 in block 2, whose last row is 40 of 41. */
+START_TEST(busiest_exception_block)
+{
+    enum { N = 41, K = 128 };
+    uint16_t *w = malloc(N * K * 2);
+    uint32_t seed = 5;
+    for (size_t i = 0; i < N * K; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        w[i] = (uint16_t)(0x3e80u | ((seed >> 16) & 0x7fu)); /* 0.25 .. 0.5, either sign below */
+        if (seed & 0x80000000u)
+            w[i] |= 0x8000u;
+    }
+    for (int j = 0; j < 3; j++)
+        w[(size_t)(2 + j) * K + 7] = 0;
+    for (int j = 0; j < 30; j++)
+        w[(size_t)20 * K + 4 * j] = 0;
+    for (int j = 0; j < 5; j++)
+        w[(size_t)40 * K + 9 + j] = 0;
+    uint64_t shape[2] = {N, K};
+    pj_model *m;
+    warns wr = {0};
+    char err[1024];
+    ck_assert_msg(load_one("busy.safetensors", PJ_ST_BF16, 2, shape, w, PJ_FPREF_Z12, &m, &wr, err,
+                           sizeof err) == 0,
+                  "%s", err);
+    const pj_model_layer *L = &m->layers[0];
+    ck_assert_int_eq(L->w.fmt, PJ_FMT_Z12);
+    ck_assert_uint_eq(L->n_exc, 38);
+    ck_assert_uint_eq(L->blk_exc_max, 30);
+    ck_assert_uint_eq(L->blk_exc_max_row, 16);
+    pj_model_free(m);
+
+    char path[1024];
+    pj_fixture_path(path, sizeof path, "busy.safetensors");
+    pj_config *cfg = malloc(sizeof *cfg);
+    one_layer_config(cfg, path, PJ_FPREF_Z12);
+    int rc;
+    char *t = inspect_to_string(cfg, path, 0, &rc, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_msg(strstr(t, "lay: at most 30 exceptions in one 16-row block (rows 16-31), 12.7 on "
+                            "average\n"),
+                  "%s", t);
+    free(t);
+    char *j = inspect_to_string(cfg, path, 1, &rc, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s", err);
+    cJSON *root = cJSON_Parse(j);
+    cJSON *l0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "layers"), 0);
+    ck_assert_int_eq(cJSON_GetObjectItem(l0, "block_exceptions_max")->valueint, 30);
+    ck_assert_int_eq(cJSON_GetObjectItem(l0, "block_exceptions_max_row")->valueint, 16);
+    cJSON_Delete(root);
+    free(j);
+    free(cfg);
+    free(w);
+}
+END_TEST
+
 /* The reference o layer (4096 x 2048, seed 1) alone in a file, through
  * inspect's JSON: the issue's bound, <= 0.752 of bf16. */
 START_TEST(inspect_reference_o)
@@ -851,6 +910,7 @@ static Suite *model_suite(void)
     tcase_add_test(ti, inspect_small_text);
     tcase_add_test(ti, inspect_small_json);
     tcase_add_test(ti, inspect_reference_o);
+    tcase_add_test(ti, busiest_exception_block);
     tcase_add_test(ti, inspect_warnings_in_report);
     tcase_set_timeout(ti, 120);
     suite_add_tcase(s, ti);
