@@ -53,16 +53,18 @@ __global__ void pj_f32_to_bf16_kernel(uint16_t *y, size_t ldy, const float *f, s
     }
 }
 
-// One CTA per row block, one thread per slot: copy the block's exceptions
-// into fixed slots, mark the rest empty, store the count.
+// One CTA per row block, one thread per slot of both tables (slot s of the
+// block: the first table below XCAP, the overflow from there): copy the
+// block's exceptions into fixed slots, mark the rest empty, store the count.
 __global__ void pj_zx_build_kernel(const uint32_t *blk_exc, const pj_z12_exc *exc, uint32_t *zx_n,
-                                   uint32_t *zx_rk, float *zx_c1, float *zx_c2)
+                                   uint32_t *zx_rk, float *zx_c1, float *zx_c2, size_t slots)
 {
     const uint32_t b = blockIdx.x, s = threadIdx.x;
     const uint32_t e0 = blk_exc[b], e1 = blk_exc[b + 1];
     if (s == 0)
         zx_n[b] = e1 - e0;
-    const size_t o = (size_t)b * PJ_GEMVZ_XCAP + s;
+    const size_t o =
+        (size_t)b * PJ_GEMVZ_XCAP + (s % PJ_GEMVZ_XCAP) + (s >= PJ_GEMVZ_XCAP ? slots : 0);
     if (e0 + s < e1) {
         const pj_z12_exc ex = exc[e0 + s];
         zx_rk[o] = ex.rk;
@@ -80,16 +82,16 @@ extern "C" int pj_eng_layer_init(pj_eng_layer *L, cudaStream_t s, char *err, siz
     if (L->fmt != PJ_FMT_Z12 || !L->z_blk_exc || L->zx_mem)
         return 0;
     const size_t nblk = L->z_n_pad / 16;
-    const size_t slots = nblk * PJ_GEMVZ_XCAP;
-    const size_t bytes = nblk * 4 + slots * 12;
+    const size_t slots = nblk * PJ_GEMVZ_XCAP; /* per table; the overflow follows each */
+    const size_t bytes = nblk * 4 + 2 * slots * 12;
     void *mem = nullptr;
     cudaError_t ce = cudaMalloc(&mem, bytes);
     if (ce == cudaSuccess) {
         uint32_t *n = (uint32_t *)mem;
         uint32_t *rk = n + nblk;
-        float *c1 = (float *)(rk + slots), *c2 = c1 + slots;
-        pj_zx_build_kernel<<<(unsigned)nblk, PJ_GEMVZ_XCAP, 0, s>>>(L->z_blk_exc, L->z_exc, n, rk,
-                                                                    c1, c2);
+        float *c1 = (float *)(rk + 2 * slots), *c2 = c1 + 2 * slots;
+        pj_zx_build_kernel<<<(unsigned)nblk, 2 * PJ_GEMVZ_XCAP, 0, s>>>(L->z_blk_exc, L->z_exc, n,
+                                                                        rk, c1, c2, slots);
         ce = cudaGetLastError();
         if (ce == cudaSuccess)
             ce = cudaStreamSynchronize(s);
@@ -98,6 +100,9 @@ extern "C" int pj_eng_layer_init(pj_eng_layer *L, cudaStream_t s, char *err, siz
             L->zx_rk = rk;
             L->zx_c1 = c1;
             L->zx_c2 = c2;
+            L->zx2_rk = rk + slots;
+            L->zx2_c1 = c1 + slots;
+            L->zx2_c2 = c2 + slots;
             L->zx_mem = mem;
             return 0;
         }
@@ -121,8 +126,8 @@ extern "C" void pj_eng_layer_fini(pj_eng_layer *L)
         return;
     cudaFree(L->zx_mem);
     L->zx_mem = nullptr;
-    L->zx_n = L->zx_rk = nullptr;
-    L->zx_c1 = L->zx_c2 = nullptr;
+    L->zx_n = L->zx_rk = L->zx2_rk = nullptr;
+    L->zx_c1 = L->zx_c2 = L->zx2_c1 = L->zx2_c2 = nullptr;
 }
 
 // One thread per 16-byte piece of the fragment-major copy (engine.h, wt):
@@ -1349,6 +1354,9 @@ static Z12Src z12_src(const pj_eng_layer *L)
     z.zx_rk = L->zx_rk;
     z.zx_c1 = L->zx_c1;
     z.zx_c2 = L->zx_c2;
+    z.zx2_rk = L->zx2_rk;
+    z.zx2_c1 = L->zx2_c1;
+    z.zx2_c2 = L->zx2_c2;
     z.base = L->z_base;
     return z;
 }

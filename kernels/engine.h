@@ -73,6 +73,9 @@ typedef struct pj_eng_layer {
      * slots rk = 0xffffffff, and the block's count. */
     const uint32_t *zx_n, *zx_rk;
     const float *zx_c1, *zx_c2;
+    /* The same for a block's entries 64 .. 127, at [b * 64, b * 64 + 64). */
+    const uint32_t *zx2_rk;
+    const float *zx2_c1, *zx2_c2;
     void *zx_mem; /* owned by the layer after pj_eng_layer_init */
     /* Derived by pj_eng_layer_init_tiles (optional; only the streamed GEMV
      * with pipe = 3 reads it): w re-laid fragment-major, so that 16 rows x

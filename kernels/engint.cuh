@@ -60,6 +60,9 @@ static __device__ inline ZxArrays zx_arrays(unsigned char *sm, const ZxArea &z)
 // row blocks hold more reads them from global memory at the end instead.
 #define PJ_GEMVZ_ECAP 128
 // Slots per row block in the derived exception table (pj_eng_layer_init).
+// Entries XCAP .. 2 * XCAP - 1 of a block go to a second table of the same
+// shape, read only by the CTAs of the blocks that hold that many
+// (kernels/NOTES.md, round 36c).
 #define PJ_GEMVZ_XCAP 64
 
 // What every engine's argument block starts with: the layer's bf16 weights
@@ -125,6 +128,8 @@ struct Z12Src {
     const pj_z12_exc *exc;
     const uint32_t *zx_n, *zx_rk; // derived slot table, or NULL
     const float *zx_c1, *zx_c2;
+    const uint32_t *zx2_rk; // its overflow: a block's entries XCAP .. 2 XCAP - 1
+    const float *zx2_c1, *zx2_c2;
     uint32_t base;
 };
 

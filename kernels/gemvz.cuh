@@ -456,30 +456,51 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
                     c2[it] = a.z.zx_c2[o];
                 }
             }
-            uint32_t tot = 0, over = 0;
+            // Every lane has each block's start in the CTA's list (bnd) and
+            // which blocks hold more than the first table's CAP (heavy; their
+            // entries CAP .. 2 CAP - 1 are in the overflow table).
+            uint32_t tot = 0, over = 0, heavy = 0, bnd[4];
 #pragma unroll
             for (int qq = 0; qq < 4; qq++) {
                 const uint32_t c = __shfl_sync(0xffffffffu, cntv, qq);
                 if (lane == 0)
                     zx.bnd[qq] = tot;
+                bnd[qq] = tot;
                 tot += c;
-                over |= c > CAP;
+                over |= c > 2 * CAP || (c > CAP && !a.z.zx2_rk);
+                heavy |= (uint32_t)(c > CAP) << qq;
             }
             if (lane == 0)
                 zx.bnd[4] = tot;
             if (!over && tot <= PJ_GEMVZ_ECAP) {
-                uint32_t base = 0;
+                // A block's entries fill its slots from 0 in list order, so
+                // an entry's place is its block's start plus its slot.
 #pragma unroll
                 for (int it = 0; it < IT; it++) {
-                    const bool valid = rk[it] != 0xffffffffu;
-                    const uint32_t bal = __ballot_sync(0xffffffffu, valid);
-                    const uint32_t pos = base + __popc(bal & ((1u << lane) - 1u));
-                    if (valid) {
+                    const uint32_t idx = it * 32 + lane, blk = idx / CAP;
+                    const uint32_t pos = (blk == 0   ? bnd[0]
+                                          : blk == 1 ? bnd[1]
+                                          : blk == 2 ? bnd[2]
+                                                     : bnd[3]) +
+                                         idx % CAP;
+                    if (rk[it] != 0xffffffffu) {
                         zx.e_rk[pos] = rk[it];
                         zx.e_c1[pos] = c1[it];
                         zx.e_c2[pos] = c2[it];
                     }
-                    base += __popc(bal);
+                }
+                // The rare block past CAP: one more round, on its CTA only.
+#pragma unroll
+                for (int qq = 0; qq < 4; qq++) {
+                    if (!((heavy >> qq) & 1))
+                        continue;
+                    const uint32_t c = __shfl_sync(0xffffffffu, cntv, qq) - CAP;
+                    const size_t o = (size_t)(rb0 + qq) * CAP;
+                    for (uint32_t j = lane; j < c; j += 32) {
+                        zx.e_rk[bnd[qq] + CAP + j] = a.z.zx2_rk[o + j];
+                        zx.e_c1[bnd[qq] + CAP + j] = a.z.zx2_c1[o + j];
+                        zx.e_c2[bnd[qq] + CAP + j] = a.z.zx2_c2[o + j];
+                    }
                 }
                 __syncwarp();
                 for (uint32_t rr = lane; rr < NB * 16; rr += 32) {

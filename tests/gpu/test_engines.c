@@ -504,13 +504,59 @@ static void part_b(pj_chk_ctx *c)
          * fallback through blk_exc. A shallow copy; the original owns the
          * memory. */
         pj_chk_layer o2 = o;
-        o2.L.zx_n = o2.L.zx_rk = NULL;
-        o2.L.zx_c1 = o2.L.zx_c2 = NULL;
+        o2.L.zx_n = o2.L.zx_rk = o2.L.zx2_rk = NULL;
+        o2.L.zx_c1 = o2.L.zx_c2 = o2.L.zx2_c1 = o2.L.zx2_c2 = NULL;
         o2.L.zx_mem = NULL;
         snprintf(o2.L.name, sizeof o2.L.name, "o-noslots");
         sweep_variants(c, &o2, &wo, PJ_ENG_GEMVZ, mzq, 3, ks12, 2);
         sweep_balanced(c, &o2, &wo, PJ_ENG_GEMVZ, mb, 3);
         c->cur = NULL;
+
+        /* Blocks heavy with exceptions (round 36: one row of unusual scale
+         * in the served model): o's weights with zeros planted in three
+         * rows, so that one block holds more than the slot table's 64 (its
+         * entries 64.. come from the overflow table), one more than 128
+         * (the fallback through blk_exc) and one just past 64. */
+        {
+            uint16_t *hw = malloc((size_t)4096 * 2048 * 2);
+            pj_chk_layer oh;
+            pj_eng_ws wh;
+            int ok = hw != NULL;
+            if (ok) {
+                pj_chk_gen_bf16(4242, 4096, 2048, hw);
+                static const uint32_t rows[3] = {100, 2000, 500}, zeros[3] = {80, 150, 56};
+                for (int r = 0; r < 3; r++)
+                    for (uint32_t j = 0; j < zeros[r]; j++)
+                        hw[(size_t)rows[r] * 2048 + 13 * j] = 0;
+                ok = pj_chk_layer_from(&oh, "o-heavy", 4096, 2048, PJ_FMT_Z12, hw, NULL, err,
+                                       sizeof err) == 0;
+                if (ok && pj_eng_ws_init(&oh.L, 256, c->s, &wh, err, sizeof err)) {
+                    pj_chk_layer_free(&oh);
+                    ok = 0;
+                }
+            }
+            free(hw);
+            if (!ok) {
+                fail_line("o-heavy: %s", hw ? err : "out of host memory");
+            } else {
+                uint32_t most = 0, over64 = 0;
+                for (uint32_t b = 0; b < oh.z.n_pad / 16; b++) {
+                    const uint32_t cnt = oh.z.blk_exc[b + 1] - oh.z.blk_exc[b];
+                    most = cnt > most ? cnt : most;
+                    over64 += cnt > 64 && cnt <= 128;
+                }
+                n_checks++;
+                if (most <= 128 || over64 < 2)
+                    fail_line("o-heavy: blocks of 65..128 exceptions %u, most %u: the planted "
+                              "rows miss their aim",
+                              over64, most);
+                sweep_variants(c, &oh, &wh, PJ_ENG_GEMVZ, mzq, 3, ks12, 2);
+                sweep_balanced(c, &oh, &wh, PJ_ENG_GEMVZ, mb, 3);
+                c->cur = NULL;
+                pj_eng_ws_free(&wh);
+                pj_chk_layer_free(&oh);
+            }
+        }
 
         /* Without the by-tile exception table (a layer whose entries do
          * not allow one) the z12 tiled forms refuse, saying why; the bf16
