@@ -161,25 +161,43 @@ static void chain(pjc_conn *t)
     }
 }
 
+/* projd (cuda; extra config JSON or NULL) started and one client on it,
+ * for section what: 0, or -1 with the failure counted and nothing left
+ * running. */
+static int start_open(pj_dproc *d, pjc_conn *t, const char *extra, const char *what)
+{
+    char err[600];
+    int rc = cc_start(d, g_model, extra, err, sizeof err);
+    CHECK(rc == 0, "%s: start projd (cuda): %s", what, err);
+    if (rc != 0)
+        return -1;
+    if (pjc_open(t, d->url, XBYTES, YBYTES, CC_REPLY_MS, err, sizeof err) != 0) {
+        CHECK(0, "%s: connect: %s", what, err);
+        pj_dproc_dump_log(d);
+        cc_stop(d, what);
+        return -1;
+    }
+    return 0;
+}
+
+/* Layer 0 at its first captured m, all rows, contiguous. */
+static pjc_shape layer0_shape(void)
+{
+    const pj_model_layer *L = &pjc_model()->layers[0];
+    pjc_shape s = {.layer = 0, .mi = 0, .n = L->max_n, .x_ld = L->w.k, .y_ld = L->max_n};
+    return s;
+}
+
 static void section_a(void)
 {
     printf("== A: cuda backend, default engines, host shm buffers\n");
     pj_dproc d;
-    char err[600];
-    int rc = cc_start(&d, g_model, NULL, err, sizeof err);
-    CHECK(rc == 0, "start projd (cuda): %s", err);
-    if (rc != 0)
+    pjc_conn t;
+    if (start_open(&d, &t, NULL, "A") != 0)
         return;
     cc_print_log_lines(&d, "cuda:");
     CHECK(pj_dproc_log_has(&d, "cuda: startup: load", 1000), "no start-up report in the log");
     CHECK(pj_dproc_log_has(&d, "cuda: device memory:", 1000), "no device memory line in the log");
-    pjc_conn t;
-    if (pjc_open(&t, d.url, XBYTES, YBYTES, CC_REPLY_MS, err, sizeof err) != 0) {
-        CHECK(0, "connect: %s", err);
-        pj_dproc_dump_log(&d);
-        cc_stop(&d, "A");
-        return;
-    }
     CHECK(t.c.welcome.backend == PJ_BACKEND_CUDA, "WELCOME backend %u", t.c.welcome.backend);
     int nz = 0;
     for (int i = 0; i < PJ_WIRE_UUID_SIZE; i++)
@@ -190,15 +208,11 @@ static void section_a(void)
     chain(&t);
 
     /* ACCEPT_REPLY without SIGNAL_EVENT: refused per request. */
-    pjc_shape s = {.layer = 0,
-                   .mi = 0,
-                   .n = pjc_model()->layers[0].max_n,
-                   .x_ld = pjc_model()->layers[0].w.k,
-                   .y_ld = pjc_model()->layers[0].max_n};
+    pjc_shape s = layer0_shape();
     pj_op op = pjc_op(&t, &s);
     pj_done dn;
     pj_op_result res[1];
-    rc = pjt_project(&t.c, PJ_PF_ACCEPT_REPLY, &op, 1, &dn, res);
+    int rc = pjt_project(&t.c, PJ_PF_ACCEPT_REPLY, &op, 1, &dn, res);
     /* The decoder refuses it (ERROR); the backend would too (DONE). */
     CHECK(rc == PJ_E_FLAGS || (rc == PJ_OK && dn.status == PJ_E_FLAGS),
           "ACCEPT without SIGNAL: rc %d status %d", rc, rc == PJ_OK ? dn.status : -1);
@@ -259,17 +273,11 @@ static void section_b(void)
 
     printf("== B: PROJD_FORCE_ENGINE=cublas\n");
     setenv("PROJD_FORCE_ENGINE", "cublas", 1);
-    rc = cc_start(&d, g_model, NULL, err, sizeof err);
+    pjc_conn t;
+    rc = start_open(&d, &t, NULL, "B (cublas forced)");
     unsetenv("PROJD_FORCE_ENGINE");
-    CHECK(rc == 0, "start projd (cuda, cublas forced): %s", err);
     if (rc != 0)
         return;
-    pjc_conn t;
-    if (pjc_open(&t, d.url, XBYTES, YBYTES, CC_REPLY_MS, err, sizeof err) != 0) {
-        CHECK(0, "connect: %s", err);
-        cc_stop(&d, "B");
-        return;
-    }
     int fails = sweep(&t, 60, 7, "B");
     printf("B: sweep done, %d failures\n", fails);
     cJSON *st = NULL;
@@ -336,24 +344,11 @@ static void section_h(void)
 {
     printf("== H: a host buffer truncated under the daemon\n");
     pj_dproc d;
-    char err[600];
-    int rc = cc_start(&d, g_model, NULL, err, sizeof err);
-    CHECK(rc == 0, "start projd (cuda): %s", err);
-    if (rc != 0)
-        return;
     pjc_conn t;
-    if (pjc_open(&t, d.url, XBYTES, YBYTES, CC_REPLY_MS, err, sizeof err) != 0) {
-        CHECK(0, "connect: %s", err);
-        cc_stop(&d, "H");
+    if (start_open(&d, &t, NULL, "H") != 0)
         return;
-    }
-    const pj_model *model = pjc_model();
-    pjc_shape s = {.layer = 0,
-                   .mi = 0,
-                   .n = model->layers[0].max_n,
-                   .x_ld = model->layers[0].w.k,
-                   .y_ld = model->layers[0].max_n};
-    char why[600];
+    pjc_shape s = layer0_shape();
+    char err[600], why[600];
     CHECK(run_shm(&t, &s, NULL, why, sizeof why) == 0, "H before the cut: %s", why);
     /* From here the test must not touch x's mapping either. */
     CHECK(ftruncate(t.xs.fd, 0) == 0, "ftruncate: %s", strerror(errno));
@@ -362,7 +357,7 @@ static void section_h(void)
     pj_op_result res[1];
     memset(&dn, 0, sizeof dn);
     memset(res, 0, sizeof res);
-    rc = pjt_project(&t.c, 0, &op, 1, &dn, res);
+    int rc = pjt_project(&t.c, 0, &op, 1, &dn, res);
     printf("H: PROJECT on the cut buffer: rc %d, DONE status %d, op status %d%s%s\n", rc, dn.status,
            res[0].status, rc > 0 ? ": " : "", rc > 0 ? t.c.err.msg : "");
     CHECK(rc >= 0, "PROJECT on the cut buffer: transport error %d", rc);
@@ -470,17 +465,11 @@ static void section_f(void)
     setenv("PROJD_CUDA_FAULT_AFTER", "3", 1);
     pj_dproc d;
     char err[600];
-    int rc = cc_start(&d, g_model, NULL, err, sizeof err);
+    pjc_conn t;
+    int rc = start_open(&d, &t, NULL, "F");
     unsetenv("PROJD_CUDA_FAULT_AFTER");
-    CHECK(rc == 0, "start projd: %s", err);
     if (rc != 0)
         return;
-    pjc_conn t;
-    if (pjc_open(&t, d.url, XBYTES, YBYTES, CC_REPLY_MS, err, sizeof err) != 0) {
-        CHECK(0, "connect: %s", err);
-        cc_stop(&d, "F");
-        return;
-    }
     uint64_t seed = 3;
     for (int i = 0; i < 2; i++) {
         pjc_shape s = cc_shape(&seed, 0, 1, 1);
@@ -528,18 +517,10 @@ static void section_f2(void)
     }
     setenv("PROJD_CUDA_FAULT_AFTER", "1", 1);
     pj_dproc d;
-    char err[600];
-    int rc = cc_start(&d, g_model, NULL, err, sizeof err);
-    unsetenv("PROJD_CUDA_FAULT_AFTER");
-    CHECK(rc == 0, "start projd: %s", err);
-    if (rc != 0) {
-        cudaEventDestroy(ev);
-        return;
-    }
     pjc_conn t;
-    if (pjc_open(&t, d.url, XBYTES, YBYTES, CC_REPLY_MS, err, sizeof err) != 0) {
-        CHECK(0, "connect: %s", err);
-        cc_stop(&d, "F2");
+    int rc = start_open(&d, &t, NULL, "F2");
+    unsetenv("PROJD_CUDA_FAULT_AFTER");
+    if (rc != 0) {
         cudaEventDestroy(ev);
         return;
     }
