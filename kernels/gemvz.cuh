@@ -416,7 +416,48 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
             // 8 where registers are tight (NW = 16: 96) or one round of 8 covers
             // the CTA (m <= 8: about 31 entries x 8 tokens).
             constexpr int XB = NW == 16 || MT == 1 ? 8 : 16;
+            // A heavy CTA (more pairs than one such round: a block of 117
+            // entries at m = 8 is 936) copies every pair's x at once with
+            // 4-byte cp.async (the aligned word holding the bf16) and
+            // converts its own words when they have landed: one memory
+            // latency instead of one per round of XB, with no registers
+            // held per pair (register arrays of 16 or 32 took the kernel
+            // from 56 to 83-168 registers and qkv_gate's 288 CTAs past
+            // one wave; kernels/NOTES.md, round 37).
             const uint32_t n = ne * a.m;
+            if (n > 32 * XB) {
+                // Pair i = e * m + tok; a lane's pairs step by 32 = q * m + r,
+                // so entry and token advance by q and r, carrying once.
+                const uint32_t q = 32 / a.m, r = 32 - q * a.m;
+                const uint32_t e0 = lane / a.m, t0 = lane - e0 * a.m;
+                uint32_t e = e0, tok = t0;
+                for (uint32_t i = lane; i < n; i += 32) {
+                    const uint32_t col = zx.e_rk[e] & 0x0ffffffeu;
+                    cp_async4(smem_u32(zx.e_x + e * MTOK + tok), a.x + (size_t)tok * a.ldx + col);
+                    e += q;
+                    tok += r;
+                    if (tok >= a.m) {
+                        tok -= a.m;
+                        e++;
+                    }
+                }
+                cp_async_commit();
+                cp_async_wait<0>();
+                e = e0;
+                tok = t0;
+                for (uint32_t i = lane; i < n; i += 32) {
+                    float *d = zx.e_x + e * MTOK + tok;
+                    const uint32_t w = __float_as_uint(*d);
+                    *d = bf2f((uint16_t)(zx.e_rk[e] & 1u ? w >> 16 : w));
+                    e += q;
+                    tok += r;
+                    if (tok >= a.m) {
+                        tok -= a.m;
+                        e++;
+                    }
+                }
+                return;
+            }
             for (uint32_t i0 = lane; i0 < n; i0 += 32 * XB) {
                 uint32_t v[XB], dst[XB];
 #pragma unroll
@@ -574,6 +615,11 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
                 s = __fadd_rn(s, __fmul_rn(ex.c2, v));
             }
         } else {
+            // Unrolled so that the shared-memory reads of the next entries
+            // issue before this one's adds: a row of a heavy block holds up
+            // to ~100 entries, and one read latency per entry made its
+            // thread the CTA's last (the sum order is the list's either way).
+#pragma unroll 4
             for (int e = zx.rowst[rr]; e < e1; e++) {
                 const float v = zx.e_x[e * MTOK + tok];
                 s = __fadd_rn(s, __fmul_rn(zx.e_c1[e], v));
