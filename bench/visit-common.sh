@@ -39,3 +39,11 @@ pj_daemon_stop() {
     kill -TERM "$PJ_DPID" 2>/dev/null
     timeout 20 tail --pid="$PJ_DPID" -f /dev/null
 }
+
+# pj_served_config: the reference model as `projctl mkmodel` writes it
+# ($F/ref.safetensors) and a projd configuration serving it ($F/ref.json,
+# bench/results/2026-12-02-s24-config/ref.json), for projd-bench --config.
+pj_served_config() {
+    "$B/bin/projctl" mkmodel --out "$F/ref.safetensors" >/dev/null || return 1
+    sed "s|@MODEL@|$F/ref.safetensors|" bench/results/2026-12-02-s24-config/ref.json >"$F/ref.json"
+}

@@ -4,9 +4,7 @@
 # benchmark twice on the generated weights), then the served reference
 # model through --config, twice.
 . bench/visit-common.sh
-R=$PWD/bench/results/2026-12-02-s24-config
-"$B/bin/projctl" mkmodel --out "$F/ref.safetensors" >/dev/null
-sed "s|@MODEL@|$F/ref.safetensors|" "$R/ref.json" >"$F/ref.json"
+pj_served_config || exit 1
 timeout 400 bash bench/final-check.sh "$B" "$F/final" "$(cat .devrun-pack/commit 2>/dev/null || echo work)" 2>&1 |
     grep -E 'backend rc|GPU suites|test_engines:|checks passed|python_torch|^Ran|bench [12]|fell back'
 for i in 1 2; do

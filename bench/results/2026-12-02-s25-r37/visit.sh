@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 25, round 37: a heavy CTA's x gather in one or two rounds and the
-# exception finish unrolled (kernels/gemvz.cuh). VISIT (1 or 2) names the
-# build: 1 the register-array gather, 2 the cp.async one. On the H200: test_engines
+# exception finish unrolled (kernels/gemvz.cuh). VISIT (1, 2 or 3) names the
+# build: 1 the register-array gather, 2 the cp.async one, 3 round 37c (its
+# loops unrolled; no ncu). On the H200: test_engines
 # of the new build with the committed table; then the benchmark of the new
 # build twice on the benchmark's generated weights and twice on the served
 # reference model (--config); then ncu of the unpooler's z12 GEMV with and
@@ -11,10 +12,8 @@
 # 64 MiB a visit carries, so "before" is round 36c's visit on another machine.
 # Visit 2 also times the unpooler's GEMVs of probe.txt with --probe.
 . bench/visit-common.sh
-R=$PWD/bench/results/2026-12-02-s24-config
 T=config/tuning/h200.json
-"$B/bin/projctl" mkmodel --out "$F/ref.safetensors" >/dev/null
-sed "s|@MODEL@|$F/ref.safetensors|" "$R/ref.json" >"$F/ref.json"
+pj_served_config || exit 1
 PJ_TUNE_TABLE=$PWD/$T timeout 300 "$B/tests/gpu/test_engines" >"$F/test_engines.log" 2>&1
 echo "test_engines rc=$? $(grep -E 'checks' "$F/test_engines.log" | tail -1)"
 grep -E 'FAIL' "$F/test_engines.log" | head -5
@@ -31,6 +30,7 @@ done
 grep -h -E '^bench (qkv_gate|o|pooler) +m=(1|8|16) ' "$F"/ref-*-1.log | cut -c1-150
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 i=0
+[ "${VISIT:-1}" = 3 ] && NCU=
 for k in "nw=8,ks=1,u=1,pipe=5,xs=2,r=1,rb=1,cl=0,ts=0,st=0" \
     "nw=8,ks=2,u=1,pipe=5,xs=2,r=1,rb=1,cl=1,ts=0,st=0" \
     "nw=4,ks=2,u=1,pipe=5,xs=2,r=1,rb=1,cl=0,ts=0,st=0"; do
