@@ -38,6 +38,7 @@
 #include <cuda_runtime_api.h>
 
 #include "config/config.h"
+#include "daemon/backend.h"
 #include "daemon/model.h"
 #include "kernels/benchk.h"
 #include "kernels/dispatch.h"
@@ -1937,6 +1938,18 @@ int main(int argc, char **argv)
         if (access(slash ? dir : ".", W_OK | X_OK) != 0)
             die("--tune %s: cannot write in %s: %s", b->o.tune, slash ? dir : ".", strerror(errno));
     }
+    /* The files it reads, likewise: a table that is missing or not a table
+     * (its entries are vetted against the device later), a probe list. */
+    if (b->o.table) {
+        static pj_tune_table pre;
+        char perr[512];
+        if (pj_tune_load(b->o.table, &pre, NULL, NULL, NULL, NULL, perr, sizeof perr) < 0)
+            die("%s", perr);
+    }
+    const char *lists[2][2] = {{"--probe", probe}, {"--touch", touch}};
+    for (int i = 0; i < 2; i++)
+        if (lists[i][1] && access(lists[i][1], R_OK) != 0)
+            die("%s %s: %s", lists[i][0], lists[i][1], strerror(errno));
 
     if (config)
         use_config(config);
@@ -1958,6 +1971,10 @@ int main(int argc, char **argv)
 
     char err[256];
     double t0 = now_s();
+    /* Said as the daemon says it (no driver, none visible), not as the
+     * runtime's "driver version is insufficient" of the first device call. */
+    if (pj_backend_cuda_probe(err, sizeof err) <= 0)
+        die("no usable GPU: %s", err);
     if (pj_chk_ctx_init(&b->c, g_max_m, max_n, max_k, err, sizeof err))
         die("%s", err);
     printf("device: %s, %d SMs, %zu MB L2, smem/block %zu\n", b->c.lim.name, b->c.lim.sm_count,

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# e2e_bench_args.sh — projd-bench's command line on a machine without a
+# usable GPU: every option, file and configuration it is given is checked
+# before the first device call, so a mistake is said at once (exit 1, or 2
+# with the usage) instead of after minutes of set-up and tuning; with all of
+# them right it stops at the device with "no usable GPU", not a runtime
+# error code. CUDA_VISIBLE_DEVICES is emptied, so this holds on a GPU host
+# too. A build without CUDA has no projd-bench: the suite says so and passes.
+# Usage: tests/e2e_bench_args.sh BUILD_DIR (shellcheck -x: it sources daemons.sh)
+set -u
+build=${1:-build}
+bin=$build/bin
+if [ ! -e "$bin/projd-bench" ]; then
+    echo "e2e_bench_args: this build has no projd-bench (built without CUDA); nothing to check"
+    exit 0
+fi
+if [ ! -e "$bin/projctl" ]; then
+    echo "e2e_bench_args: FAIL: $bin/projctl is missing (build first: make BUILD=$build)" >&2
+    exit 1
+fi
+export CUDA_VISIBLE_DEVICES=
+# In a sanitizer build: projd-bench stops by exit(1) with what it loaded
+# still allocated (by design), which LeakSanitizer would turn into exit 23.
+export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
+
+# shellcheck source=tests/daemons.sh
+. "$(dirname "$0")/daemons.sh"
+pjd_setup e2e_bench_args
+pjd_mkmodel small 1
+out=$tmp/out.d
+printf 'not a table\n' >"$tmp/garbage.json"
+printf '{ "model": { "path": "%s" } }\n' "$model" >"$tmp/small.json"
+printf '{ "model": { "path": "%s" }, ' "$model" >"$tmp/broken.json"
+printf '{ "model": { "path": "%s/none.safetensors" } }\n' "$tmp" >"$tmp/nomodel.json"
+printf 'o 1 gemv nw=4\n' >"$tmp/probe.txt"
+table=$(dirname "$0")/../config/tuning/h200.json
+
+failures=0
+cases=0
+# expect CODE PATTERN ARGS...: projd-bench ARGS exits CODE and its output
+# (both streams) matches the extended regex PATTERN.
+expect() {
+    local code=$1 pattern=$2 rc=0
+    shift 2
+    cases=$((cases + 1))
+    timeout 60 "$bin/projd-bench" "$@" >"$tmp/log" 2>&1 || rc=$?
+    if [ "$rc" -ne "$code" ] || ! grep -Eq -- "$pattern" "$tmp/log"; then
+        failures=$((failures + 1))
+        echo "e2e_bench_args: FAIL: projd-bench $*: exit $rc (expected $code), output:" >&2
+        sed 's/^/    /' "$tmp/log" >&2
+        echo "    (expected to match: $pattern)" >&2
+    fi
+}
+
+# Options: unknown, out of range, in combinations that cannot work.
+expect 2 "^usage: projd-bench" --bogus
+expect 2 "^usage: projd-bench" --reps
+expect 1 'reps: want an integer in 20..5000, got "abc"' --reps abc
+expect 1 'reps: want an integer in 20..5000, got "10"' --reps 10
+expect 1 'seed: want an integer in 0..1e\+15, got "-1"' --seed -1
+expect 1 'tune-m: want LO-HI with 1 <= LO <= HI, got "0-8"' --tune-m 0-8 --tune-new
+expect 1 'tune-m: want LO-HI with 1 <= LO <= HI, got "8-1"' --tune-m 8-1 --tune-new
+expect 1 "tune-m only works with --tune-new" --tune-m 1-8
+expect 1 "tune-full only works with --tune-new" --tune-full
+expect 1 "tune-new needs --table OLD and --tune NEW" --tune-new --table "$table"
+expect 1 "the benchmark runs with the table --tune writes; add --tune-new" \
+    --table "$table" --tune "$tmp/t.json"
+expect 1 'flush-kind: want 0..4, got "5"' --flush-kind 5
+expect 1 'flush-carveout: want a percentage 0..100, got "x"' --flush-carveout x
+expect 1 "one: want an integer in 1..4096" --one o 0 gemv nw=4
+
+# Where it writes: checked before the device.
+expect 1 "out $tmp/none/d: No such file or directory" --out "$tmp/none/d"
+expect 1 "tune $tmp/none/t.json: cannot write in $tmp/none" --out "$out" --tune "$tmp/none/t.json"
+
+# What it reads: the table (missing, not a table), a probe list, the
+# configuration and the model it names.
+expect 1 "tuning table $tmp/missing.json: No such file or directory" \
+    --out "$out" --table "$tmp/missing.json"
+expect 1 "tuning table: not valid JSON near byte 0 \($tmp/garbage.json\)" \
+    --out "$out" --table "$tmp/garbage.json"
+expect 1 "probe $tmp/missing.txt: No such file or directory" --out "$out" --probe "$tmp/missing.txt"
+expect 1 "touch $tmp/missing.txt: No such file or directory" --out "$out" --touch "$tmp/missing.txt"
+expect 1 "config $tmp/missing.json" --out "$out" --config "$tmp/missing.json"
+expect 1 "config .*broken.json" --out "$out" --config "$tmp/broken.json"
+expect 1 "config $tmp/nomodel.json: .*none.safetensors" --out "$out" --config "$tmp/nomodel.json"
+expect 1 "one: m = 999 is past shapes.max_m = [0-9]+" --out "$out" --config "$tmp/small.json" \
+    --one o 999 gemv nw=4
+
+# All of it right: the configured model loads, then the device is missing,
+# and it says so in words.
+expect 1 "^config .*small.json: model .*, 5 layers" --out "$out" --config "$tmp/small.json"
+expect 1 "no usable GPU: cudaGetDeviceCount" --out "$out" --config "$tmp/small.json" \
+    --table "$table"
+expect 1 "no usable GPU: cudaGetDeviceCount" --out "$out" --probe "$tmp/probe.txt"
+
+echo "e2e_bench_args: $cases cases, $failures failed"
+if [ "$failures" -ne 0 ]; then
+    echo "e2e_bench_args: FAIL ($failures failures)"
+    exit 1
+fi
+echo "e2e_bench_args: all passed"
