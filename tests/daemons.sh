@@ -14,6 +14,9 @@
 #   pjd_asan_env LIB       asan_env: what a Python process needs to load LIB
 #                          when it is a sanitizer build (the runtime first;
 #                          the interpreter's own allocations are not ours)
+#   pjd_expect CODE RE CMD...  CMD exits CODE and its output (both streams)
+#                          matches the extended regex RE; counts $cases and
+#                          $failures, and prints what a failing case said
 # The caller sets $bin (the build's bin folder) and, before pjd_start,
 # $model (the model file; pjd_mkmodel sets it).
 # shellcheck disable=SC2154  # bin and model: the caller's
@@ -63,6 +66,19 @@ pjd_start() {
     echo "$pjd_tag: FAIL: projd ($name) did not come up within $secs s" >&2
     cat "$tmp/$name.log" >&2
     exit 1
+}
+
+pjd_expect() {
+    local code=$1 pattern=$2 rc=0
+    shift 2
+    cases=$((cases + 1))
+    "$@" >"$tmp/expect.out" 2>&1 || rc=$?
+    if [ "$rc" -ne "$code" ] || ! grep -Eq -- "$pattern" "$tmp/expect.out"; then
+        failures=$((failures + 1))
+        echo "$pjd_tag: FAIL: ${*##*/}: exit $rc (expected $code), output:" >&2
+        sed 's/^/    /' "$tmp/expect.out" >&2
+        echo "    (expected to match: $pattern)" >&2
+    fi
 }
 
 pjd_stop_all() {

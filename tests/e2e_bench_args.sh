@@ -37,19 +37,10 @@ table=$(dirname "$0")/../config/tuning/h200.json
 
 failures=0
 cases=0
-# expect CODE PATTERN ARGS...: projd-bench ARGS exits CODE and its output
-# (both streams) matches the extended regex PATTERN.
+# expect CODE PATTERN ARGS...: projd-bench ARGS exits CODE (within 60 s)
+# and its output (both streams) matches the extended regex PATTERN.
 expect() {
-    local code=$1 pattern=$2 rc=0
-    shift 2
-    cases=$((cases + 1))
-    timeout 60 "$bin/projd-bench" "$@" >"$tmp/log" 2>&1 || rc=$?
-    if [ "$rc" -ne "$code" ] || ! grep -Eq -- "$pattern" "$tmp/log"; then
-        failures=$((failures + 1))
-        echo "e2e_bench_args: FAIL: projd-bench $*: exit $rc (expected $code), output:" >&2
-        sed 's/^/    /' "$tmp/log" >&2
-        echo "    (expected to match: $pattern)" >&2
-    fi
+    pjd_expect "$1" "$2" timeout 60 "$bin/projd-bench" "${@:3}"
 }
 
 # Options: unknown, out of range, in combinations that cannot work.

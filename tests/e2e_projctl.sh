@@ -25,16 +25,7 @@ cases=0
 # expect CODE PATTERN ARGS...: projctl ARGS exits CODE and its output (both
 # streams) matches the extended regex PATTERN.
 expect() {
-    local code=$1 pattern=$2 rc=0
-    shift 2
-    cases=$((cases + 1))
-    "$bin/projctl" "$@" >"$tmp/out" 2>&1 || rc=$?
-    if [ "$rc" -ne "$code" ] || ! grep -Eq -- "$pattern" "$tmp/out"; then
-        failures=$((failures + 1))
-        echo "e2e_projctl: FAIL: projctl $*: exit $rc (expected $code), output:" >&2
-        sed 's/^/    /' "$tmp/out" >&2
-        echo "    (expected to match: $pattern)" >&2
-    fi
+    pjd_expect "$1" "$2" "$bin/projctl" "${@:3}"
 }
 
 # An option the command does not take is a usage error, not ignored.
@@ -63,10 +54,10 @@ expect 0 "seed 16," mkmodel --preset small --out "$tmp/m.safetensors" --seed 0x1
 # not after it; a missing daemon leaves an existing --out file alone.
 expect 1 "projctl: --out $tmp/no-dir/b\.json: No such file or directory" \
     --socket "$sock" bench-ipc --count 10 --out "$tmp/no-dir/b.json"
-if grep -q "PING" "$tmp/out"; then
+if grep -q "PING" "$tmp/expect.out"; then
     failures=$((failures + 1))
     echo "e2e_projctl: FAIL: bench-ipc ran before it found --out unwritable:" >&2
-    sed 's/^/    /' "$tmp/out" >&2
+    sed 's/^/    /' "$tmp/expect.out" >&2
 fi
 echo "old results" >"$tmp/b.json"
 expect 1 "Connection refused" --socket "ipc://$tmp/none.sock" bench-ipc --out "$tmp/b.json"
