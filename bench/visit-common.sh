@@ -2,7 +2,7 @@
 # shellcheck shell=bash
 # (bench/results/*/visit.sh, run on the GPU host from the device copy's
 # root). Sourced, not run: unpacks the carried build (.devrun-pack/v.tar.xz,
-# see bench/README.md) to /tmp/v once per machine, sets B (the build
+# see bench/README.md) to /tmp/v unless that very pack is there already, sets B (the build
 # folder: bin/, lib/, tests/gpu/), OUT (what comes back; default
 # /tmp/pj-out), F (/tmp/f, scratch for logs) and LD_LIBRARY_PATH (the
 # bundled libraries), and gives a daemon starter that waits for READY.
@@ -10,9 +10,16 @@ set -u
 OUT=${OUT:-/tmp/pj-out}
 F=/tmp/f
 mkdir -p /tmp/v "$OUT" "$F"
-if [ ! -d /tmp/v/.devrun-v ]; then
+# Unpacked again whenever the pack is not the one unpacked last, so that a
+# machine that kept /tmp from an earlier visit cannot run that visit's
+# binaries; the pack's checksum is printed, to match against the one here.
+pack_sum=$(cksum <.devrun-pack/v.tar.xz)
+if [ ! -d /tmp/v/.devrun-v ] || [ "$(cat /tmp/v/.pack-sum 2>/dev/null)" != "$pack_sum" ]; then
+    rm -rf /tmp/v/.devrun-v /tmp/v/.pack-sum
     tar xJf .devrun-pack/v.tar.xz -C /tmp/v || { echo "visit: cannot unpack .devrun-pack/v.tar.xz"; exit 1; }
+    echo "$pack_sum" >/tmp/v/.pack-sum
 fi
+echo "visit: pack $pack_sum" >&2
 B=/tmp/v/.devrun-v
 export LD_LIBRARY_PATH=$B/lib
 
