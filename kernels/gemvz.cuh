@@ -616,9 +616,8 @@ __global__ void __launch_bounds__(GemvzBounds<NW>::threads) gemvz_kernel(const G
             }
         } else {
             // Unrolled so that the shared-memory reads of the next entries
-            // issue before this one's adds: a row of a heavy block holds up
-            // to ~100 entries, and one read latency per entry made its
-            // thread the CTA's last (the sum order is the list's either way).
+            // can issue before this one's adds (a row of a heavy block holds
+            // up to ~100 entries); the sum order is the list's either way.
 #pragma unroll 4
             for (int e = zx.rowst[rr]; e < e1; e++) {
                 const float v = zx.e_x[e * MTOK + tok];
