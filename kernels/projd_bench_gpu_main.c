@@ -1946,10 +1946,10 @@ int main(int argc, char **argv)
         if (pj_tune_load(b->o.table, &pre, NULL, NULL, NULL, NULL, perr, sizeof perr) < 0)
             die("%s", perr);
     }
-    const char *lists[2][2] = {{"--probe", probe}, {"--touch", touch}};
-    for (int i = 0; i < 2; i++)
-        if (lists[i][1] && access(lists[i][1], R_OK) != 0)
-            die("%s %s: %s", lists[i][0], lists[i][1], strerror(errno));
+    if (probe && access(probe, R_OK) != 0)
+        die("--probe %s: %s", probe, strerror(errno));
+    if (touch && access(touch, R_OK) != 0)
+        die("--touch %s: %s", touch, strerror(errno));
 
     if (config)
         use_config(config);

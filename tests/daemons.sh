@@ -75,7 +75,7 @@ pjd_expect() {
     "$@" >"$tmp/expect.out" 2>&1 || rc=$?
     if [ "$rc" -ne "$code" ] || ! grep -Eq -- "$pattern" "$tmp/expect.out"; then
         failures=$((failures + 1))
-        echo "$pjd_tag: FAIL: ${*##*/}: exit $rc (expected $code), output:" >&2
+        echo "$pjd_tag: FAIL: $*: exit $rc (expected $code), output:" >&2
         sed 's/^/    /' "$tmp/expect.out" >&2
         echo "    (expected to match: $pattern)" >&2
     fi
