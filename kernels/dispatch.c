@@ -30,34 +30,60 @@ int pj_eng_from_name(const char *name)
 typedef struct knob_def {
     const char *name;
     size_t off;
-    unsigned max;
+    unsigned max; /* above 255: the knob is a uint16_t */
     unsigned engines;
+    int quiet; /* written out only when not 0 (cuBLAS's explicit configuration) */
 } knob_def;
 
 #define EB(k) (1u << (k))
 static const knob_def knob_defs[] = {
-    {"nw", offsetof(pj_eng_knobs, nw), 16, EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER)},
+    {"nw", offsetof(pj_eng_knobs, nw), 16, EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER),
+     0},
     {"ks", offsetof(pj_eng_knobs, ks), 64,
-     EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER) | EB(PJ_ENG_SPLITK)},
-    {"u", offsetof(pj_eng_knobs, u), 8, EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER)},
+     EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER) | EB(PJ_ENG_SPLITK), 0},
+    {"u", offsetof(pj_eng_knobs, u), 8, EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER), 0},
     {"pipe", offsetof(pj_eng_knobs, pipe), 7,
-     EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER) | EB(PJ_ENG_SPLITK)},
-    {"minb", offsetof(pj_eng_knobs, minb), 1, EB(PJ_ENG_GEMV) | EB(PJ_ENG_ROUTER)},
-    {"xs", offsetof(pj_eng_knobs, xs), 4, EB(PJ_ENG_GEMVZ)},
-    {"r", offsetof(pj_eng_knobs, r), 4, EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER)},
-    {"tile", offsetof(pj_eng_knobs, tile), 15, EB(PJ_ENG_SPLITK) | EB(PJ_ENG_ROUTER)},
-    {"algo", offsetof(pj_eng_knobs, algo), PJ_ENG_CUBLAS_MAX_ALGO, EB(PJ_ENG_CUBLAS)},
-    {"rb", offsetof(pj_eng_knobs, rb), 4, EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ)},
+     EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER) | EB(PJ_ENG_SPLITK), 0},
+    {"minb", offsetof(pj_eng_knobs, minb), 1, EB(PJ_ENG_GEMV) | EB(PJ_ENG_ROUTER), 0},
+    {"xs", offsetof(pj_eng_knobs, xs), 4, EB(PJ_ENG_GEMVZ), 0},
+    {"r", offsetof(pj_eng_knobs, r), 4, EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER), 0},
+    {"tile", offsetof(pj_eng_knobs, tile), 15, EB(PJ_ENG_SPLITK) | EB(PJ_ENG_ROUTER), 0},
+    {"algo", offsetof(pj_eng_knobs, algo), PJ_ENG_CUBLAS_MAX_ALGO, EB(PJ_ENG_CUBLAS), 0},
+    {"rb", offsetof(pj_eng_knobs, rb), 4, EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ), 0},
     {"cl", offsetof(pj_eng_knobs, cl), 1,
-     EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER) | EB(PJ_ENG_SPLITK)},
-    {"ts", offsetof(pj_eng_knobs, ts), 16, EB(PJ_ENG_GEMVZ)},
-    {"st", offsetof(pj_eng_knobs, st), 8, EB(PJ_ENG_GEMVZ)},
+     EB(PJ_ENG_GEMV) | EB(PJ_ENG_GEMVZ) | EB(PJ_ENG_ROUTER) | EB(PJ_ENG_SPLITK), 0},
+    {"ts", offsetof(pj_eng_knobs, ts), 16, EB(PJ_ENG_GEMVZ), 0},
+    {"st", offsetof(pj_eng_knobs, st), 8, EB(PJ_ENG_GEMVZ), 0},
+    {"lt", offsetof(pj_eng_knobs, lt), 1, EB(PJ_ENG_CUBLAS), 1},
+    {"lid", offsetof(pj_eng_knobs, lid), 255, EB(PJ_ENG_CUBLAS), 1},
+    {"ltile", offsetof(pj_eng_knobs, ltile), 65535, EB(PJ_ENG_CUBLAS), 1},
+    {"lst", offsetof(pj_eng_knobs, lst), 255, EB(PJ_ENG_CUBLAS), 1},
+    {"lsk", offsetof(pj_eng_knobs, lsk), 16, EB(PJ_ENG_CUBLAS), 1},
+    {"lcu", offsetof(pj_eng_knobs, lcu), 255, EB(PJ_ENG_CUBLAS), 1},
+    {"lcl", offsetof(pj_eng_knobs, lcl), 255, EB(PJ_ENG_CUBLAS), 1},
+    {"lsw", offsetof(pj_eng_knobs, lsw), 1, EB(PJ_ENG_CUBLAS), 1},
 };
 #define N_KNOBS (sizeof knob_defs / sizeof knob_defs[0])
 
-static uint8_t *knob_at(pj_eng_knobs *kn, const knob_def *d)
+static unsigned knob_get(const pj_eng_knobs *kn, const knob_def *d)
 {
-    return (uint8_t *)kn + d->off;
+    const char *p = (const char *)kn + d->off;
+    if (d->max > 255) {
+        uint16_t v;
+        memcpy(&v, p, sizeof v);
+        return v;
+    }
+    return *(const uint8_t *)p;
+}
+
+static void knob_set(pj_eng_knobs *kn, const knob_def *d, unsigned v)
+{
+    char *p = (char *)kn + d->off;
+    if (d->max > 255) {
+        const uint16_t w = (uint16_t)v;
+        memcpy(p, &w, sizeof w);
+    } else
+        *(uint8_t *)p = (uint8_t)v;
 }
 
 void pj_eng_knobs_str(pj_eng_kind k, const pj_eng_knobs *kn, char *buf, size_t len)
@@ -67,9 +93,9 @@ void pj_eng_knobs_str(pj_eng_kind k, const pj_eng_knobs *kn, char *buf, size_t l
         buf[0] = 0;
     for (size_t i = 0; i < N_KNOBS; i++) {
         const knob_def *d = &knob_defs[i];
-        if (!(d->engines & EB(k)))
+        unsigned v = knob_get(kn, d);
+        if (!(d->engines & EB(k)) || (d->quiet && !v))
             continue;
-        unsigned v = *((const uint8_t *)kn + d->off);
         int w = snprintf(buf + used, used < len ? len - used : 0, "%s%s=%u", used ? "," : "",
                          d->name, v);
         if (w < 0)
@@ -108,7 +134,7 @@ int pj_eng_knobs_parse(const char *s, pj_eng_knobs *kn, char *err, size_t errlen
                      d->max);
             return -EINVAL;
         }
-        *knob_at(&tmp, d) = (uint8_t)v;
+        knob_set(&tmp, d, (unsigned)v);
         p = *end ? end + 1 : end;
     }
     *kn = tmp;
@@ -191,7 +217,7 @@ static int parse_entry(const cJSON *je, pj_tune_entry *e, char *why, size_t whyl
                      d->name, d->max);
             return -EINVAL;
         }
-        *knob_at(&e->knobs, d) = (uint8_t)it->valuedouble;
+        knob_set(&e->knobs, d, (unsigned)it->valuedouble);
     }
     return 0;
 }
@@ -377,9 +403,9 @@ char *pj_tune_to_json(const pj_tune_table *t, const char *commit, const char *da
         cJSON_AddStringToObject(o, "engine", pj_eng_name(e->eng));
         cJSON *kn = cJSON_AddObjectToObject(o, "knobs");
         for (size_t j = 0; kn && j < N_KNOBS; j++)
-            if (knob_defs[j].engines & EB(e->eng))
-                cJSON_AddNumberToObject(kn, knob_defs[j].name,
-                                        *((const uint8_t *)&e->knobs + knob_defs[j].off));
+            if ((knob_defs[j].engines & EB(e->eng)) &&
+                !(knob_defs[j].quiet && !knob_get(&e->knobs, &knob_defs[j])))
+                cJSON_AddNumberToObject(kn, knob_defs[j].name, knob_get(&e->knobs, &knob_defs[j]));
         cJSON_AddNumberToObject(o, "us", to_ns(e->us));
         cJSON_AddNumberToObject(o, "base_us", to_ns(e->base_us));
         cJSON_AddItemToArray(arr, o);

@@ -110,6 +110,17 @@ typedef struct pj_eng_knobs {
                    * prefetch ring, 2; 0 or 4 = the default 4. The shallower
                    * ring takes half the shared memory, so twice the CTAs
                    * share an SM. gemvz pipe 6: ring stages 4, 6, 8 (0 = 6) */
+    /* cublas: an explicit cuBLASLt configuration instead of algo (round
+     * 38: the heuristic's kernel family run with a tile, cluster shape,
+     * custom option or K split the heuristic does not offer; found by
+     * projd-bench --lt-survey). lt = 1 turns it on (algo must then be 0);
+     * lid = the algorithm id, ltile = CUBLASLT_ALGO_CONFIG_TILE_ID, lst =
+     * STAGES_ID, lsk = SPLITK_NUM (1..16; > 1 sums the parts in fp32
+     * workspace), lcu = CUSTOM_OPTION, lcl = CLUSTER_SHAPE_ID, lsw =
+     * CTA_SWIZZLING. The checker asks cuBLASLt whether the configuration
+     * runs this shape (cublasLtMatmulAlgoCheck) and refuses it if not. */
+    uint8_t lt, lid, lst, lsk, lcu, lcl, lsw;
+    uint16_t ltile;
 } pj_eng_knobs;
 
 /* What the checker needs to know about the device (filled by the CUDA side

@@ -1126,6 +1126,134 @@ static int tgemm_check(int dual, const pj_eng_knobs *kn, const pj_eng_call *c,
                       tgemm_threads(kn->tile, kn->pipe), smem, lim, why, whylen);
 }
 
+// ---- cuBLASLt configurations named in full (round 38) ------------------------
+
+static std::mutex chk_mu;              // the checker's cuBLASLt handle, one caller at a time
+static cublasLtHandle_t chk_lt_handle; // made on first use
+static bool chk_lt_tried;
+
+// The checker's handle (chk_mu held), or nullptr if cuBLASLt cannot be asked.
+static cublasLtHandle_t chk_lt()
+{
+    if (!chk_lt_tried) {
+        chk_lt_tried = true;
+        if (cublasLtCreate(&chk_lt_handle) != CUBLAS_STATUS_SUCCESS)
+            chk_lt_handle = nullptr;
+    }
+    return chk_lt_handle;
+}
+
+static bool lt_ok(cublasStatus_t st)
+{
+    return st == CUBLAS_STATUS_SUCCESS;
+}
+
+// The algorithm a configuration names, or false if cuBLASLt refuses a part.
+static bool lt_cfg_algo(cublasLtHandle_t lt, const pj_lt_cfg &c, cublasLtMatmulAlgo_t *a)
+{
+    const int32_t sk = (int32_t)c.sk;
+    return lt_ok(cublasLtMatmulAlgoInit(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF,
+                                        CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, c.id, a)) &&
+           lt_ok(cublasLtMatmulAlgoConfigSetAttribute(a, CUBLASLT_ALGO_CONFIG_TILE_ID, &c.tile,
+                                                      sizeof c.tile)) &&
+           lt_ok(cublasLtMatmulAlgoConfigSetAttribute(a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &c.stages,
+                                                      sizeof c.stages)) &&
+           lt_ok(cublasLtMatmulAlgoConfigSetAttribute(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &sk,
+                                                      sizeof sk)) &&
+           lt_ok(cublasLtMatmulAlgoConfigSetAttribute(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                                      &c.red, sizeof c.red)) &&
+           lt_ok(cublasLtMatmulAlgoConfigSetAttribute(a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &c.swz,
+                                                      sizeof c.swz)) &&
+           lt_ok(cublasLtMatmulAlgoConfigSetAttribute(a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION,
+                                                      &c.custom, sizeof c.custom)) &&
+           lt_ok(cublasLtMatmulAlgoConfigSetAttribute(a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
+                                                      &c.cluster, sizeof c.cluster));
+}
+
+// A heuristic result's configuration, read back.
+static pj_lt_cfg lt_cfg_of(const cublasLtMatmulAlgo_t &a)
+{
+    pj_lt_cfg c;
+    memset(&c, 0, sizeof c);
+    int32_t sk = 1;
+    size_t w;
+    cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_ID, &c.id, sizeof c.id, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_TILE_ID, &c.tile, sizeof c.tile,
+                                         &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &c.stages,
+                                         sizeof c.stages, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &sk, sizeof sk, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &c.red,
+                                         sizeof c.red, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &c.swz,
+                                         sizeof c.swz, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &c.custom,
+                                         sizeof c.custom, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &c.cluster,
+                                         sizeof c.cluster, &w);
+    c.sk = (uint32_t)(sk < 1 ? 1 : sk);
+    return c;
+}
+
+static bool lt_cfg_same(const pj_lt_cfg &a, const pj_lt_cfg &b)
+{
+    return a.id == b.id && a.tile == b.tile && a.stages == b.stages && a.sk == b.sk &&
+           a.red == b.red && a.swz == b.swz && a.custom == b.custom && a.cluster == b.cluster;
+}
+
+// An explicit configuration's knobs (lt = 1) as a configuration.
+static pj_lt_cfg lt_cfg_of_knobs(const pj_eng_knobs *kn)
+{
+    pj_lt_cfg c;
+    memset(&c, 0, sizeof c);
+    c.id = kn->lid;
+    c.tile = kn->ltile;
+    c.stages = kn->lst;
+    c.sk = kn->lsk > 1 ? kn->lsk : 1;
+    c.red = c.sk > 1 ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE : CUBLASLT_REDUCTION_SCHEME_NONE;
+    c.swz = kn->lsw;
+    c.custom = kn->lcu;
+    c.cluster = kn->lcl;
+    return c;
+}
+
+// Whether cuBLASLt runs configuration cfg on shape sh within the engine's
+// workspace: 0, -ENOENT (it refuses) or -EIO (it cannot be asked). The
+// answers are kept (the checker runs for requests served outside a graph).
+static int lt_cfg_check(const LtShape &sh, const pj_lt_cfg &cfg)
+{
+    struct Known {
+        bool used;
+        LtShape sh;
+        pj_lt_cfg cfg;
+        int rc;
+    };
+    static Known known[32];
+    static unsigned next;
+    std::lock_guard<std::mutex> hold(chk_mu);
+    for (const Known &k : known)
+        if (k.used && k.sh == sh && lt_cfg_same(k.cfg, cfg))
+            return k.rc;
+    cublasLtHandle_t lt = chk_lt();
+    if (!lt)
+        return -EIO;
+    LtPlan p;
+    int rc = -EIO;
+    if (!lt_plan_init(&p, sh)) {
+        cublasLtMatmulAlgo_t a;
+        cublasLtMatmulHeuristicResult_t r;
+        rc = lt_cfg_algo(lt, cfg, &a) &&
+                     lt_ok(cublasLtMatmulAlgoCheck(lt, p.op, p.A, p.B, p.C, p.C, &a, &r)) &&
+                     r.workspaceSize <= PJ_CUBLAS_WS_BYTES
+                 ? 0
+                 : -ENOENT;
+    }
+    lt_plan_free(&p);
+    known[next] = Known{true, sh, cfg, rc};
+    next = (next + 1) % 32;
+    return rc;
+}
+
 // How many tuner candidates (lt_cands) cuBLASLt offers for a shape, asked
 // through a handle of the checker's own (the table is checked before any
 // engine stream exists); -1 if cuBLASLt cannot be asked. The answer is
@@ -1140,21 +1268,14 @@ static int lt_cand_count(const LtShape &sh)
         LtShape sh;
         int count;
     };
-    static std::mutex mu;
-    static cublasLtHandle_t lt;
-    static bool lt_tried;
     static Known known[PJ_LT_SETS][PJ_LT_WAYS];
     static uint8_t next_way[PJ_LT_SETS];
-    std::lock_guard<std::mutex> hold(mu);
+    std::lock_guard<std::mutex> hold(chk_mu);
     Known *set = known[sh.set()];
     for (int w = 0; w < PJ_LT_WAYS; w++)
         if (set[w].used && set[w].sh == sh)
             return set[w].count;
-    if (!lt_tried) {
-        lt_tried = true;
-        if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS)
-            lt = nullptr;
-    }
+    cublasLtHandle_t lt = chk_lt();
     if (!lt)
         return -1;
     LtPlan p;
@@ -1185,6 +1306,33 @@ static int cublas_check(const pj_eng_knobs *kn, const pj_eng_call *c, char *why,
     // m = 1).
     if (c->m > 1 && (c->ldx > INT_MAX || c->ldy > INT_MAX))
         return fail(why, whylen, -EINVAL, "a stride over %d elements (cuBLAS takes int)", INT_MAX);
+    if (kn->lt) {
+        // An explicit configuration: one bf16 matrix, operands as the
+        // candidates take them, and cuBLASLt's word that it runs the shape.
+        if (kn->algo)
+            return fail(why, whylen, -EINVAL,
+                        "lt=1 names its own cuBLASLt configuration: algo must be 0, not %u",
+                        kn->algo);
+        if (L->fmt == PJ_FMT_SPLIT)
+            return fail(why, whylen, -EINVAL,
+                        "lt=1 (a cuBLASLt configuration) is for one bf16 matrix, not hi + lo");
+        if (!x16_ok(c) || !w16_ok(L) || !al(c->y, 16) || c->ldy % 8)
+            return fail(why, whylen, -EINVAL,
+                        "lt=1 (a cuBLASLt configuration) needs x, W and y 16-byte aligned with "
+                        "ld %% 8 == 0");
+        const pj_lt_cfg cfg = lt_cfg_of_knobs(kn);
+        const size_t ldx = c->m == 1 ? L->K : c->ldx, ldy = c->m == 1 ? c->n : c->ldy;
+        const int rc = lt_cfg_check(LtShape{c->n, c->m, L->K, L->ldw, ldx, ldy}, cfg);
+        if (rc == -EIO)
+            return fail(why, whylen, -EIO, "lt=1: cuBLASLt could not be asked");
+        if (rc)
+            return fail(why, whylen, -ENOENT,
+                        "lt=1: cuBLASLt does not run id %d tile %u stages %u split %u custom %u "
+                        "cluster %u swizzle %u for n=%u m=%u k=%u within %d MiB of workspace",
+                        cfg.id, cfg.tile, cfg.stages, cfg.sk, cfg.custom, cfg.cluster, cfg.swz,
+                        c->n, c->m, L->K, (int)(PJ_CUBLAS_WS_BYTES >> 20));
+        return 0;
+    }
     if (kn->algo < 2)
         return 0;
     // A cuBLASLt candidate: one bf16 matrix, operands as lt_cands asked.
@@ -1609,9 +1757,15 @@ static int cublas_gemm(pj_eng_stream *es, int algo, const uint16_t *w, size_t ld
     return st == CUBLAS_STATUS_SUCCESS ? 0 : -EIO;
 }
 
+static int lt_run_cfg(pj_eng_stream *es, const pj_eng_call *c, const pj_lt_cfg *cfg);
+
 static int cublas_launch(const pj_eng_knobs *kn, const pj_eng_call *c, pj_eng_stream *es)
 {
     const pj_eng_layer *L = c->L;
+    if (kn->lt) {
+        const pj_lt_cfg cfg = lt_cfg_of_knobs(kn);
+        return lt_run_cfg(es, c, &cfg);
+    }
     if (L->fmt != PJ_FMT_SPLIT)
         return cublas_gemm(es, kn->algo, L->w, L->ldw, c->n, L->K, c->x, c->ldx, c->m, c->y, c->ldy,
                            0, 0.f);
@@ -1667,6 +1821,157 @@ extern "C" int pj_eng_baseline(int algo, const pj_eng_call *c, uint16_t *tmp, pj
     return launch_rc();
 }
 
+// A capability that is a list of uint32 values (tiles, stages); {0} (the
+// algorithm's own choice) when it lists none.
+static int lt_cap_list(const cublasLtMatmulAlgo_t &a, cublasLtMatmulAlgoCapAttributes_t attr,
+                       uint32_t *v, int max)
+{
+    size_t bytes = 0;
+    if (!lt_ok(cublasLtMatmulAlgoCapGetAttribute(&a, attr, nullptr, 0, &bytes)) || !bytes) {
+        v[0] = 0;
+        return 1;
+    }
+    int n = (int)(bytes / sizeof(uint32_t));
+    if (n > max)
+        n = max;
+    if (!lt_ok(
+            cublasLtMatmulAlgoCapGetAttribute(&a, attr, v, (size_t)n * sizeof(uint32_t), &bytes)) ||
+        n == 0) {
+        v[0] = 0;
+        return 1;
+    }
+    return n;
+}
+
+extern "C" int pj_eng_lt_space(pj_eng_stream *es, const pj_eng_call *c, pj_lt_cfg *out, int max,
+                               int *nheur, long *checked, double budget_s)
+{
+    const pj_eng_layer *L = c->L;
+    *nheur = 0;
+    *checked = 0;
+    if (L->fmt == PJ_FMT_SPLIT || !L->w)
+        return -EINVAL;
+    // One row: its stride is never used (as cublas_gemm asks).
+    const size_t ldx = c->m == 1 ? L->K : c->ldx, ldy = c->m == 1 ? c->n : c->ldy;
+    LtPlan *p = lt_plan(es, LtShape{c->n, c->m, L->K, L->ldw, ldx, ldy});
+    if (!p)
+        return -EIO;
+    int n = 0;
+    auto add = [&](const pj_lt_cfg &cfg) {
+        for (int i = 0; i < n; i++)
+            if (lt_cfg_same(out[i], cfg))
+                return;
+        if (n < max)
+            out[n++] = cfg;
+    };
+    // The heuristic's first choice (algo 1), then the tuner's candidates.
+    add(lt_cfg_of(p->algo));
+    const int nc = lt_cands(es->lt, p);
+    for (int i = 0; i < nc; i++)
+        add(lt_cfg_of(p->cand[i]));
+    *nheur = n;
+
+    // The neighbourhood of each of those: the same kernel family with every
+    // tile, stages, cluster shape, custom option and K split it accepts,
+    // one attribute or (cluster, custom, split) at a time. Round 38's first
+    // visit enumerated every algorithm id's whole space instead: the other
+    // ids' kernels (the pre-Hopper families) never came near the
+    // heuristic's choices, and its own family's tiles were cut off at the
+    // first 256 of them.
+    const double t0 = (double)clock() / CLOCKS_PER_SEC;
+    const int nseed = n;
+    static const uint32_t splits[] = {1, 2, 3, 4, 6, 8, 12, 16};
+    auto try_cfg = [&](pj_lt_cfg cfg) {
+        cfg.red =
+            cfg.sk > 1 ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE : CUBLASLT_REDUCTION_SCHEME_NONE;
+        for (int i = 0; i < n; i++)
+            if (lt_cfg_same(out[i], cfg))
+                return;
+        cublasLtMatmulAlgo_t ca;
+        cublasLtMatmulHeuristicResult_t r;
+        ++*checked;
+        if (lt_cfg_algo(es->lt, cfg, &ca) &&
+            lt_ok(cublasLtMatmulAlgoCheck(es->lt, p->op, p->A, p->B, p->C, p->C, &ca, &r)) &&
+            r.workspaceSize <= PJ_CUBLAS_WS_BYTES) {
+            cfg.ws = r.workspaceSize;
+            add(cfg);
+        }
+    };
+    static uint32_t tiles[2048], stages[256];
+    for (int si = 0; si < nseed && n < max; si++) {
+        if ((double)clock() / CLOCKS_PER_SEC - t0 > budget_s)
+            break;
+        const pj_lt_cfg seed = out[si];
+        cublasLtMatmulAlgo_t a;
+        if (!lt_ok(cublasLtMatmulAlgoInit(es->lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF,
+                                          CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, seed.id, &a)))
+            continue;
+        const int nt = lt_cap_list(a, CUBLASLT_ALGO_CAP_TILE_IDS, tiles, 2048);
+        const int ns = lt_cap_list(a, CUBLASLT_ALGO_CAP_STAGES_IDS, stages, 256);
+        int32_t sk_ok = 0, cmax = 0;
+        uint32_t redm = 0;
+        size_t w;
+        cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &sk_ok,
+                                          sizeof sk_ok, &w);
+        cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &redm,
+                                          sizeof redm, &w);
+        cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &cmax,
+                                          sizeof cmax, &w);
+        if (cmax > 15)
+            cmax = 15;
+        // Partial sums only in fp32 (the other schemes round them to bf16).
+        const bool split = sk_ok && (redm & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
+        pj_lt_cfg cfg = seed;
+        for (int ti = 0; ti < nt; ti++) {
+            cfg.tile = tiles[ti];
+            try_cfg(cfg);
+        }
+        cfg = seed;
+        for (int st = 0; st < ns; st++) {
+            cfg.stages = stages[st];
+            try_cfg(cfg);
+        }
+        cfg = seed;
+        for (uint16_t cl = 0; cl <= CUBLASLT_CLUSTER_SHAPE_1x15x1; cl++) {
+            if (cl == 1) // no shape has id 1
+                continue;
+            cfg.cluster = cl;
+            for (int32_t cu = 0; cu <= cmax; cu++) {
+                cfg.custom = (uint32_t)cu;
+                for (uint32_t sk : splits) {
+                    if (sk > 1 && !split)
+                        continue;
+                    cfg.sk = sk;
+                    try_cfg(cfg);
+                }
+            }
+        }
+    }
+    return n;
+}
+
+static int lt_run_cfg(pj_eng_stream *es, const pj_eng_call *c, const pj_lt_cfg *cfg)
+{
+    const pj_eng_layer *L = c->L;
+    if (L->fmt == PJ_FMT_SPLIT || !L->w)
+        return -EINVAL;
+    const size_t ldx = c->m == 1 ? L->K : c->ldx, ldy = c->m == 1 ? c->n : c->ldy;
+    LtPlan *p = lt_plan(es, LtShape{c->n, c->m, L->K, L->ldw, ldx, ldy});
+    cublasLtMatmulAlgo_t a;
+    if (!p || !lt_cfg_algo(es->lt, *cfg, &a))
+        return -EIO;
+    const float alpha = 1.f, beta = 0.f;
+    return lt_ok(cublasLtMatmul(es->lt, p->op, &alpha, L->w, p->A, c->x, p->B, &beta, c->y, p->C,
+                                c->y, p->C, &a, es->cublas_ws, PJ_CUBLAS_WS_BYTES, es->s))
+               ? 0
+               : -EIO;
+}
+
+extern "C" int pj_eng_lt_run(pj_eng_stream *es, const pj_eng_call *c, const pj_lt_cfg *cfg)
+{
+    return lt_run_cfg(es, c, cfg);
+}
+
 // ---- facts -------------------------------------------------------------------
 
 extern "C" int pj_eng_reads_z12(pj_eng_kind k, const pj_eng_knobs *kn)
@@ -1699,6 +2004,68 @@ extern "C" int pj_eng_deterministic(pj_eng_kind k, const pj_eng_knobs *kn, uint3
 }
 
 // ---- table checker and the ladder ---------------------------------------------
+
+// A table entry with an explicit cuBLASLt configuration (lt = 1): what
+// does not depend on the rows a request asks for. cuBLASLt's acceptance of
+// the shape does (a K split's workspace grows with n x m: the unpooler's
+// configuration at m = 256 takes 4 MiB for the 1024 rows its requests use
+// and more than the engine's 32 MiB for all 8192), so that is asked per
+// request shape when the dispatcher picks the entry (cublas_check), and
+// the ladder goes on to the defaults if cuBLASLt refuses. Here: this
+// cuBLAS has the algorithm, and the tile, stages, split, custom option
+// and swizzle are among its capabilities.
+static int lt_entry_check(const pj_eng_knobs *kn, char *why, size_t whylen)
+{
+    if (kn->algo)
+        return fail(why, whylen, -EINVAL,
+                    "lt=1 names its own cuBLASLt configuration: algo must be 0, not %u", kn->algo);
+    static uint32_t list[2048];
+    std::lock_guard<std::mutex> hold(chk_mu);
+    cublasLtHandle_t lt = chk_lt();
+    if (!lt)
+        return fail(why, whylen, -EIO, "lt=1: cuBLASLt could not be asked");
+    cublasLtMatmulAlgo_t a;
+    if (!lt_ok(cublasLtMatmulAlgoInit(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF,
+                                      CUDA_R_16BF, CUDA_R_16BF, kn->lid, &a)))
+        return fail(why, whylen, -ENOENT, "lt=1: this cuBLAS (%d) has no algorithm id %u",
+                    pj_eng_cublas_version(), kn->lid);
+    const struct {
+        cublasLtMatmulAlgoCapAttributes_t cap;
+        unsigned v;
+        const char *what;
+    } lists[] = {{CUBLASLT_ALGO_CAP_TILE_IDS, kn->ltile, "tile"},
+                 {CUBLASLT_ALGO_CAP_STAGES_IDS, kn->lst, "stages"}};
+    for (const auto &l : lists) {
+        const int n = lt_cap_list(a, l.cap, list, 2048);
+        bool found = false;
+        for (int i = 0; i < n && !found; i++)
+            found = list[i] == l.v;
+        if (!found)
+            return fail(why, whylen, -ENOENT,
+                        "lt=1: %s %u is not one of algorithm %u's (%d of them)", l.what, l.v,
+                        kn->lid, n);
+    }
+    int32_t sk_ok = 0, cmax = 0;
+    uint32_t redm = 0, swz_ok = 0;
+    size_t w;
+    cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &sk_ok, sizeof sk_ok,
+                                      &w);
+    cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &redm,
+                                      sizeof redm, &w);
+    cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, &swz_ok,
+                                      sizeof swz_ok, &w);
+    cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &cmax, sizeof cmax,
+                                      &w);
+    if (kn->lsk > 1 && (!sk_ok || !(redm & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)))
+        return fail(why, whylen, -ENOENT,
+                    "lt=1: algorithm %u cannot split K with the parts summed in fp32", kn->lid);
+    if ((int32_t)kn->lcu > cmax)
+        return fail(why, whylen, -ENOENT, "lt=1: custom option %u is past algorithm %u's %d",
+                    kn->lcu, kn->lid, cmax);
+    if (kn->lsw && !swz_ok)
+        return fail(why, whylen, -ENOENT, "lt=1: algorithm %u has no CTA swizzling", kn->lid);
+    return 0;
+}
 
 extern "C" int pj_eng_check_entry(void *ctx, const pj_tune_entry *e, char *why, size_t whylen)
 {
@@ -1737,9 +2104,11 @@ extern "C" int pj_eng_check_entry(void *ctx, const pj_tune_entry *e, char *why, 
     c.m = e->m;
     c.n = e->n;
     char inner[200];
-    int rc = pj_eng_can_run(e->eng, &e->knobs, &c, lim, inner, sizeof inner);
+    int rc = e->eng == PJ_ENG_CUBLAS && e->knobs.lt
+                 ? lt_entry_check(&e->knobs, inner, sizeof inner)
+                 : pj_eng_can_run(e->eng, &e->knobs, &c, lim, inner, sizeof inner);
     if (rc) {
-        char ks[96];
+        char ks[128];
         pj_eng_knobs_str(e->eng, &e->knobs, ks, sizeof ks);
         snprintf(why, whylen, "%s m=%u %s(%s): %s", e->layer, e->m, pj_eng_name(e->eng), ks, inner);
     }

@@ -198,6 +198,30 @@ int pj_eng_choose(const pj_tune_table *t, const char *force_engine, const char *
  * (hi, lo) into bf16 and adds them (tmp: m x n bf16 scratch of the caller). */
 int pj_eng_baseline(int algo, const pj_eng_call *c, uint16_t *tmp, pj_eng_stream *es);
 
+/* cuBLASLt's configuration space for one bf16 matrix (round 38's survey,
+ * projd-bench --lt-survey): an algorithm id with the tile, stages, K split,
+ * reduction, swizzle, cluster shape and custom option it is run with. */
+typedef struct pj_lt_cfg {
+    int32_t id;
+    uint32_t tile, stages, sk, red, swz, custom;
+    uint16_t cluster;
+    uint64_t ws; /* workspace bytes cublasLtMatmulAlgoCheck asks for */
+} pj_lt_cfg;
+
+/* The configurations cuBLASLt accepts for call's shape (cublasLtMatmulAlgoCheck
+ * within the engine's workspace; operands as the tuner's candidates take
+ * them), in a fixed order, up to max of them into out: the heuristic's own
+ * choices first (*nheur of them: algo 1's and the tuner's candidates), then
+ * each one's neighbourhood (every tile and stages of its algorithm, and
+ * every cluster shape x custom option x K split). Stops widening after
+ * budget_s seconds of checks. *checked: configurations asked about. One
+ * caller at a time (scratch lists are static). Returns the count or -errno. */
+int pj_eng_lt_space(pj_eng_stream *es, const pj_eng_call *c, pj_lt_cfg *out, int max, int *nheur,
+                    long *checked, double budget_s);
+
+/* Run configuration cfg on call (one bf16 matrix). */
+int pj_eng_lt_run(pj_eng_stream *es, const pj_eng_call *c, const pj_lt_cfg *cfg);
+
 /* cuBLAS's version number (cublasGetVersion), for result files. */
 int pj_eng_cublas_version(void);
 

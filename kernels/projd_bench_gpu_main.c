@@ -1365,6 +1365,241 @@ static void survey(bench *b)
     free(scr);
 }
 
+/* ---- --lt-survey: cuBLASLt's configuration space (round 38) -------------------- */
+
+typedef struct lt_op {
+    pj_eng_call call;
+    pj_lt_cfg cfg;
+} lt_op;
+
+static int op_lt(bench *b, void *ctx)
+{
+    lt_op *o = ctx;
+    return pj_eng_lt_run(b->c.es, &o->call, &o->cfg);
+}
+
+static void lt_cfg_str(const pj_lt_cfg *c, char *buf, size_t len)
+{
+    /* As cublas knobs (dispatch.h): a line of --probe or a table entry. */
+    snprintf(buf, len, "lt=1,lid=%d,ltile=%u,lst=%u,lsk=%u,lcu=%u,lcl=%u,lsw=%u", c->id, c->tile,
+             c->stages, c->sk, c->custom, c->cluster, c->swz);
+}
+
+#define LT_MAX_CFG  12000
+#define LT_FINAL    6
+#define LT_COARSE   8
+#define LT_FINAL_RP 100
+
+typedef struct lt_timed {
+    int i;
+    float us;
+} lt_timed;
+
+static int lt_timed_cmp(const void *a, const void *b)
+{
+    const lt_timed *x = a, *y = b;
+    return (x->us > y->us) - (x->us < y->us);
+}
+
+/* Every configuration cuBLASLt accepts for each single-matrix layer at
+ * each benchmark m in lo..hi: timed coarsely (LT_COARSE cold replays), the
+ * best LT_FINAL validated against the reference and re-timed beside the
+ * two baseline algorithms and t's entry for the shape, if t is given
+ * (LT_FINAL_RP paired replays). Writes lt_survey.csv (every configuration)
+ * into the results directory and prints a line per shape: whether
+ * anything in the space beats what the baseline, the heuristic's list and
+ * the table reach. With t, a configuration that beats the table's entry
+ * (or the baseline, where t has none) by the tuner's 3 % margin for plain
+ * engines replaces it in t. Returns how many entries it replaced. */
+static int lt_survey(bench *b, unsigned lo, unsigned hi, double budget_s, pj_tune_table *t)
+{
+    int replaced = 0;
+    char path[4200], cs[160];
+    snprintf(path, sizeof path, "%s/lt_survey.csv", b->o.out);
+    FILE *csv = fopen(path, "w");
+    if (!csv)
+        die("%s: %s", path, strerror(errno));
+    fprintf(csv, "layer,m,idx,heuristic,cfg,ws_bytes,coarse_us\n");
+    pj_lt_cfg *cfg = malloc(sizeof *cfg * LT_MAX_CFG);
+    lt_timed *tt = malloc(sizeof *tt * LT_MAX_CFG);
+    float *tv[3 + LT_FINAL], *scr = malloc(sizeof(float) * LT_FINAL_RP);
+    for (int j = 0; j < 3 + LT_FINAL; j++)
+        tv[j] = malloc(sizeof(float) * LT_FINAL_RP);
+    if (!cfg || !tt || !scr)
+        die("out of memory");
+    printf("\nlt-survey: cuBLASLt configurations per shape, m = %u..%u (%.0f s of checks each)\n",
+           lo, hi, budget_s);
+    printf("%-9s %4s %6s %6s %5s | %8s %8s %8s | %8s %8s %6s  %s\n", "layer", "m", "asked", "valid",
+           "heur", "gemmex", "lt#1", "table", "heurbest", "best", "ratio", "best configuration");
+    for (int mi = 0; mi < g_nm; mi++) {
+        const uint32_t m = ms[mi];
+        if (m < lo || m > hi)
+            continue;
+        for (int li = 0; li < g_nl; li++) {
+            if (layer_defs[li].fmt == PJ_FMT_SPLIT)
+                continue;
+            const double ts = now_s();
+            lt_op o;
+            memset(&o, 0, sizeof o);
+            make_call(b, li, m, &o.call);
+            int nheur = 0;
+            long asked = 0;
+            const int n =
+                pj_eng_lt_space(b->c.es, &o.call, cfg, LT_MAX_CFG, &nheur, &asked, budget_s);
+            if (n <= 0) {
+                printf("%-9s %4u: no configurations (%d)\n", layer_defs[li].name, m, n);
+                continue;
+            }
+            const double te = now_s();
+            int nt = 0;
+            float *t1[1] = {tv[0]};
+            for (int i = 0; i < n; i++) {
+                o.cfg = cfg[i];
+                cudaGraphExec_t g = capture(b, op_lt, &o);
+                float us = INFINITY;
+                if (g) {
+                    time_graphs(b, &g, 1, LT_COARSE, t1);
+                    us = median(tv[0], LT_COARSE, scr);
+                    cudaGraphExecDestroy(g);
+                } else
+                    cudaGetLastError();
+                lt_cfg_str(&cfg[i], cs, sizeof cs);
+                fprintf(csv, "%s,%u,%d,%d,\"%s\",%llu,%.3f\n", layer_defs[li].name, m, i, i < nheur,
+                        cs, (unsigned long long)cfg[i].ws, (double)us);
+                if (isfinite(us))
+                    tt[nt++] = (lt_timed){i, us};
+            }
+            fflush(csv);
+            qsort(tt, (size_t)nt, sizeof *tt, lt_timed_cmp);
+            /* Finalists: the coarse best that match the reference, plus the
+             * best of the heuristic's own list (if not among them). */
+            int fin[LT_FINAL], nf = 0, heur_in = 0;
+            prepare(b, li, m);
+            for (int r = 0; r < nt && nf < LT_FINAL; r++) {
+                const int i = tt[r].i;
+                const int last_slot = nf == LT_FINAL - 1;
+                if (last_slot && !heur_in && i >= nheur)
+                    continue; /* keep the last slot for the heuristic's best */
+                o.cfg = cfg[i];
+                pj_bk_cmp cmp;
+                if (pj_bk_poison(b->c.s, b->c.dy, layer_defs[li].n, m, layer_defs[li].n) ||
+                    op_lt(b, &o) ||
+                    pj_bk_compare(b->c.s, b->c.dy, layer_defs[li].n, m, layer_defs[li].n, b->c.dref,
+                                  b->c.dsabs, b->c.dcmp, &cmp) ||
+                    cmp.bad || cmp.unwritten) {
+                    cudaGetLastError();
+                    lt_cfg_str(&cfg[i], cs, sizeof cs);
+                    printf("  %s m=%u: %s does not match the reference: skipped\n",
+                           layer_defs[li].name, m, cs);
+                    continue;
+                }
+                heur_in |= i < nheur;
+                fin[nf++] = i;
+            }
+            cudaGraphExec_t g[3 + LT_FINAL];
+            op_ctx ob[2];
+            for (int a = 0; a < 2; a++) {
+                memset(&ob[a], 0, sizeof ob[a]);
+                ob[a].call = o.call;
+                ob[a].base_algo = a;
+                g[a] = capture(b, op_baseline, &ob[a]);
+                if (!g[a])
+                    die("lt-survey: baseline %d of %s m=%u did not capture", a, layer_defs[li].name,
+                        m);
+            }
+            lt_op fo[LT_FINAL];
+            for (int j = 0; j < nf; j++) {
+                fo[j] = o;
+                fo[j].cfg = cfg[fin[j]];
+                g[2 + j] = capture(b, op_lt, &fo[j]);
+                if (!g[2 + j])
+                    die("lt-survey: a finalist of %s m=%u did not capture again",
+                        layer_defs[li].name, m);
+            }
+            /* The table's own entry for this very m, last. */
+            const pj_tune_entry *te_ = t ? pj_dispatch_choose(t, layer_defs[li].name,
+                                                              layer_defs[li].N, layer_defs[li].K, m)
+                                         : NULL;
+            op_ctx oe;
+            int ng = 2 + nf;
+            char why[256];
+            if (te_ && te_->m == m) {
+                memset(&oe, 0, sizeof oe);
+                oe.call = o.call;
+                oe.k = te_->eng;
+                oe.kn = te_->knobs;
+                if (!validate(b, li, m, oe.k, &oe.kn, why, sizeof why))
+                    printf("  %s m=%u: the table's entry is refused (%s)\n", layer_defs[li].name, m,
+                           why);
+                else if ((g[ng] = capture(b, op_engine, &oe)) != NULL)
+                    ng++;
+            }
+            time_graphs(b, g, ng, LT_FINAL_RP, tv);
+            float med[3 + LT_FINAL];
+            for (int j = 0; j < ng; j++) {
+                med[j] = median(tv[j], LT_FINAL_RP, scr);
+                cudaGraphExecDestroy(g[j]);
+            }
+            const float base = med[0] < med[1] ? med[0] : med[1];
+            int best = -1, hbest = -1;
+            for (int j = 0; j < nf; j++) {
+                if (best < 0 || med[2 + j] < med[2 + best])
+                    best = j;
+                if (fin[j] < nheur && (hbest < 0 || med[2 + j] < med[2 + hbest]))
+                    hbest = j;
+            }
+            cs[0] = 0;
+            if (best >= 0)
+                lt_cfg_str(&cfg[fin[best]], cs, sizeof cs);
+            const float table_us = ng > 2 + nf ? med[2 + nf] : NAN;
+            printf("%-9s %4u %6ld %6d %5d | %8.2f %8.2f %8.2f | %8.2f %8.2f %6.3f  %s%s  (%.0f s + "
+                   "%.0f s)\n",
+                   layer_defs[li].name, m, asked, n, nheur, (double)med[0], (double)med[1],
+                   (double)table_us, hbest >= 0 ? (double)med[2 + hbest] : NAN,
+                   best >= 0 ? (double)med[2 + best] : NAN,
+                   best >= 0 ? (double)(base / med[2 + best]) : NAN, cs,
+                   best >= 0 && fin[best] < nheur ? " (heuristic's)" : "", te - ts, now_s() - te);
+            /* What the best configuration has to beat: the table's entry,
+             * else the baseline, by the tuner's margin for plain engines. */
+            const float rival = isfinite(table_us) ? table_us : base;
+            if (t && best >= 0 && med[2 + best] < 0.97f * rival) {
+                pj_tune_entry e;
+                memset(&e, 0, sizeof e);
+                snprintf(e.layer, sizeof e.layer, "%.*s", (int)sizeof e.layer - 1,
+                         layer_defs[li].name);
+                e.n = layer_defs[li].N;
+                e.k = layer_defs[li].K;
+                e.m = m;
+                e.eng = PJ_ENG_CUBLAS;
+                const pj_lt_cfg *bc = &cfg[fin[best]];
+                e.knobs.lt = 1;
+                e.knobs.lid = (uint8_t)bc->id;
+                e.knobs.ltile = (uint16_t)bc->tile;
+                e.knobs.lst = (uint8_t)bc->stages;
+                e.knobs.lsk = (uint8_t)bc->sk;
+                e.knobs.lcu = (uint8_t)bc->custom;
+                e.knobs.lcl = (uint8_t)bc->cluster;
+                e.knobs.lsw = (uint8_t)bc->swz;
+                e.us = med[2 + best];
+                e.base_us = base;
+                if (pj_tune_put(t, &e) == 0) {
+                    replaced++;
+                    printf("  -> the table's %s m=%u entry: cublas %s (%.2f against %.2f us)\n",
+                           e.layer, m, cs, (double)e.us, (double)rival);
+                }
+            }
+            fflush(stdout);
+        }
+    }
+    fclose(csv);
+    for (int j = 0; j < 3 + LT_FINAL; j++)
+        free(tv[j]);
+    free(scr);
+    free(tt);
+    free(cfg);
+    return replaced;
+}
+
 /* ---- main -------------------------------------------------------------------------- */
 
 /* The op of one "layer m engine [knobs]" request (--one, --probe, --touch): its
@@ -1712,7 +1947,8 @@ static void usage(void)
             "                   [--tune-budget S]\n"
             "                   [--reps N] [--survey] [--commit SHA] [--seed S]\n"
             "                   [--tune-new [--tune-m LO-HI] [--tune-full]] [--one L M E K]\n"
-            "                   [--probe FILE] [--touch FILE] [--no-prime] [--flush-kind K]\n"
+            "                   [--probe FILE] [--touch FILE] [--lt-survey LO-HI]\n"
+            "                   [--no-prime] [--flush-kind K]\n"
             "                   [--flush-carveout P]\n"
             "  --out DIR       results directory (bench.json, bench.md, speedups.dat, tune log)\n"
             "  --config FILE   a projd configuration: its model's layers (own weights, loaded\n"
@@ -1729,6 +1965,12 @@ static void usage(void)
             "  --tune-m LO-HI  with --tune-new: re-tune only the shapes with m in LO..HI\n"
             "  --tune-full     with --tune-new: those shapes get the full sweep of every\n"
             "                  engine's candidates instead of the short list\n"
+            "  --lt-survey LO-HI  time every cuBLASLt configuration of the single-matrix\n"
+            "                  layers at the benchmark's m in LO..HI against the baseline\n"
+            "                  and --table's entries (lt_survey.csv; PJ_LT_BUDGET: seconds\n"
+            "                  of checks per shape), then exit; with --table OLD --tune NEW,\n"
+            "                  NEW is OLD with each entry a configuration beats by 3 %%\n"
+            "                  replaced by it\n"
             "  --one L M E K   only run engine E (knobs K) on layer L at m = M, plainly,\n"
             "                  for a profiler\n"
             "  --probe FILE    time each \"layer m engine knobs\" line of FILE and its cuBLAS\n"
@@ -1852,6 +2094,10 @@ int main(int argc, char **argv)
     const char *one_layer = NULL, *one_eng = NULL, *one_knobs = NULL;
     uint32_t one_m = 0;
     int tune_new = 0, tune_m_given = 0;
+    unsigned lt_lo = 0, lt_hi = 0; /* --lt-survey LO-HI */
+    double lt_budget = 4;          /* seconds of configuration checks per shape */
+    if (getenv("PJ_LT_BUDGET"))
+        lt_budget = num_arg("PJ_LT_BUDGET", getenv("PJ_LT_BUDGET"), 0.1, 600, 0);
     const char *probe = NULL, *touch = NULL, *config = NULL;
     int flush_carveout = -1;
     for (int i = 1; i < argc; i++) {
@@ -1881,6 +2127,11 @@ int main(int argc, char **argv)
                 !b->o.tune_m_lo || b->o.tune_m_lo > b->o.tune_m_hi)
                 die("--tune-m: want LO-HI with 1 <= LO <= HI, got \"%s\"", v);
             tune_m_given = 1;
+            i++;
+        } else if (!strcmp(a, "--lt-survey") && v) {
+            char tail;
+            if (sscanf(v, "%u-%u%c", &lt_lo, &lt_hi, &tail) != 2 || !lt_lo || lt_lo > lt_hi)
+                die("--lt-survey: want LO-HI with 1 <= LO <= HI, got \"%s\"", v);
             i++;
         } else if (!strcmp(a, "--tune-new"))
             tune_new = 1;
@@ -1918,7 +2169,9 @@ int main(int argc, char **argv)
             tune_m_given ? "--tune-m" : "--tune-full");
     if (tune_new && (!b->o.tune || !b->o.table))
         die("--tune-new needs --table OLD and --tune NEW");
-    if (!tune_new && b->o.tune && b->o.table)
+    if (lt_lo && b->o.tune && !b->o.table)
+        die("--lt-survey with --tune NEW needs --table OLD (the table it competes with)");
+    if (!tune_new && !lt_lo && b->o.tune && b->o.table)
         die("--table %s with --tune %s: the benchmark runs with the table --tune writes; "
             "add --tune-new to start from %s",
             b->o.table, b->o.tune, b->o.table);
@@ -2040,6 +2293,26 @@ int main(int argc, char **argv)
     }
     if (one_layer) {
         run_one(b, one_layer, one_m, one_eng, one_knobs);
+        return 0;
+    }
+    if (lt_lo) {
+        static pj_tune_table lt_table;
+        pj_tune_table *ltp = NULL;
+        if (b->o.table) {
+            if (pj_tune_load(b->o.table, &lt_table, pj_eng_check_entry, &b->c.lim, reject_msg, NULL,
+                             err, sizeof err) < 0)
+                die("%s", err);
+            ltp = &lt_table;
+        }
+        const int nr = lt_survey(b, lt_lo, lt_hi, lt_budget, ltp);
+        if (ltp && b->o.tune) {
+            char date[64];
+            time_t now = time(NULL);
+            strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+            if (pj_tune_save(b->o.tune, ltp, b->o.commit, date, err, sizeof err))
+                die("%s", err);
+            printf("lt-survey: %d entries replaced; table written to %s\n", nr, b->o.tune);
+        }
         return 0;
     }
     if (b->o.survey)

@@ -52,6 +52,9 @@ expect 1 'seed: want an integer in 0..1e\+15, got "-1"' --seed -1
 expect 1 'tune-m: want LO-HI with 1 <= LO <= HI, got "0-8"' --tune-m 0-8 --tune-new
 expect 1 'tune-m: want LO-HI with 1 <= LO <= HI, got "8-1"' --tune-m 8-1 --tune-new
 expect 1 "tune-m only works with --tune-new" --tune-m 1-8
+expect 1 'lt-survey: want LO-HI with 1 <= LO <= HI, got "256"' --lt-survey 256
+PJ_LT_BUDGET=abc expect 1 'PJ_LT_BUDGET: want a number in 0.1..600, got "abc"' --lt-survey 16-256
+expect 1 "lt-survey with --tune NEW needs --table OLD" --lt-survey 16-256 --tune "$out/t.json"
 expect 1 "tune-full only works with --tune-new" --tune-full
 expect 1 "tune-new needs --table OLD and --tune NEW" --tune-new --table "$table"
 expect 1 "the benchmark runs with the table --tune writes; add --tune-new" \

@@ -342,6 +342,63 @@ START_TEST(knob_strings)
 }
 END_TEST
 
+/* cuBLAS's explicit configuration (round 38): its knobs are written only
+ * when set (every other cublas entry reads as before), ltile holds 16 bits
+ * through the knob string and the table's JSON, and each knob's range is
+ * enforced. */
+START_TEST(cublas_explicit_configuration)
+{
+    pj_eng_knobs kn;
+    memset(&kn, 0, sizeof kn);
+    char err[256], buf[160];
+    kn.algo = 1;
+    pj_eng_knobs_str(PJ_ENG_CUBLAS, &kn, buf, sizeof buf);
+    ck_assert_str_eq(buf, "algo=1");
+    memset(&kn, 0, sizeof kn);
+    ck_assert_int_eq(
+        pj_eng_knobs_parse("lt=1,lid=66,ltile=600,lst=35,lsk=4,lcu=2,lcl=7", &kn, err, sizeof err),
+        0);
+    ck_assert_uint_eq(kn.ltile, 600);
+    ck_assert_uint_eq(kn.lid, 66);
+    ck_assert_uint_eq(kn.lsk, 4);
+    pj_eng_knobs_str(PJ_ENG_CUBLAS, &kn, buf, sizeof buf);
+    ck_assert_str_eq(buf, "algo=0,lt=1,lid=66,ltile=600,lst=35,lsk=4,lcu=2,lcl=7");
+    pj_eng_knobs before = kn;
+    ck_assert_int_eq(pj_eng_knobs_parse("ltile=65536", &kn, err, sizeof err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "ltile expects an integer in 0..65535"));
+    ck_assert_int_eq(pj_eng_knobs_parse("lsk=17", &kn, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(pj_eng_knobs_parse("lt=2", &kn, err, sizeof err), -EINVAL);
+    ck_assert_mem_eq(&kn, &before, sizeof kn);
+
+    static const char *js_in =
+        "{\"device\":\"NVIDIA H200\",\"entries\":["
+        "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":128,\"engine\":\"cublas\","
+        "\"knobs\":{\"algo\":0,\"lt\":1,\"lid\":66,\"ltile\":4660,\"lst\":35,\"lcl\":5}}]}";
+    pj_tune_table t, u;
+    ck_assert_int_eq(
+        pj_tune_parse(js_in, strlen(js_in), &t, NULL, NULL, NULL, NULL, err, sizeof err), 1);
+    ck_assert_uint_eq(t.e[0].knobs.ltile, 4660);
+    char *js = pj_tune_to_json(&t, "abc123", "2026-12-02");
+    ck_assert_ptr_nonnull(js);
+    ck_assert_ptr_nonnull(strstr(js, "\"ltile\""));
+    ck_assert_ptr_nonnull(strstr(js, "4660"));
+    ck_assert_ptr_null(strstr(js, "\"lsk\"")); /* 0: not written */
+    ck_assert_int_eq(pj_tune_parse(js, strlen(js), &u, NULL, NULL, NULL, NULL, err, sizeof err), 1);
+    ck_assert_mem_eq(&t.e[0].knobs, &u.e[0].knobs, sizeof t.e[0].knobs);
+    free(js);
+    /* A configuration knob on an engine that has none is refused by name. */
+    static const char *js_bad =
+        "{\"device\":\"NVIDIA H200\",\"entries\":["
+        "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":128,\"engine\":\"splitk\","
+        "\"knobs\":{\"ltile\":5}}]}";
+    n_msgs = 0;
+    ck_assert_int_eq(
+        pj_tune_parse(js_bad, strlen(js_bad), &u, NULL, NULL, on_msg, NULL, err, sizeof err), 0);
+    ck_assert_int_eq(n_msgs, 1);
+    ck_assert_ptr_nonnull(strstr(last_msg, "engine splitk has no knob \"ltile\""));
+}
+END_TEST
+
 START_TEST(forced_engines)
 {
     char eng[32], kn[64], err[256];
@@ -380,6 +437,7 @@ int main(void)
     tcase_add_test(tc, rejects_broken_files);
     tcase_add_test(tc, round_trips_through_json);
     tcase_add_test(tc, knob_strings);
+    tcase_add_test(tc, cublas_explicit_configuration);
     tcase_add_test(tc, forced_engines);
     tcase_add_test(tc, same_layer_two_shapes);
     tcase_add_test(tc, rejects_text_after_the_table);

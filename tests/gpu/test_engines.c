@@ -454,6 +454,94 @@ static void sweep_slab(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, uint32_t n
     fflush(stdout);
 }
 
+/* cuBLASLt configurations named in full (cublas lt = 1, round 38): what
+ * the checker refuses and why, then configurations from the space
+ * projd-bench --lt-survey searches (the heuristic's first choices and a
+ * spread of the others: other tiles, cluster shapes, custom options, K
+ * splits) at m = 100 and 256, each against the reference, its bits
+ * equal twice. rt (may be NULL): the router, refused as hi + lo. */
+static void lt_configurations(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_chk_layer *rt,
+                              pj_eng_ws *wr)
+{
+    char err[256], why[256], ctx[96];
+    pj_eng_knobs kn;
+    memset(&kn, 0, sizeof kn);
+    kn.lt = 1;
+    kn.lid = 66;
+    kn.ltile = 15;
+    kn.lst = 35;
+    if (rt) {
+        pj_eng_call call = layer_call(c, &rt->L, wr, 128, rt->L.N);
+        const int rc = pj_eng_can_run(PJ_ENG_CUBLAS, &kn, &call, &c->lim, why, sizeof why);
+        n_checks++;
+        if (rc != -EINVAL || !strstr(why, "not hi + lo"))
+            fail_line("router, cublas lt=1: gave %d \"%s\", want -EINVAL naming hi + lo", rc, why);
+    }
+    const uint32_t n = L->L.N == 8192 ? 1024 : L->L.N;
+    pj_eng_call call = layer_call(c, &L->L, ws, 128, n);
+    kn.algo = 2;
+    int rc = pj_eng_can_run(PJ_ENG_CUBLAS, &kn, &call, &c->lim, why, sizeof why);
+    n_checks++;
+    if (rc != -EINVAL || !strstr(why, "algo must be 0"))
+        fail_line("%s cublas lt=1,algo=2: gave %d \"%s\", want -EINVAL (algo must be 0)", L->L.name,
+                  rc, why);
+    kn.algo = 0;
+    kn.ltile = 65535;
+    rc = pj_eng_can_run(PJ_ENG_CUBLAS, &kn, &call, &c->lim, why, sizeof why);
+    n_checks++;
+    if (rc != -ENOENT || !strstr(why, "cuBLASLt does not run id 66 tile 65535"))
+        fail_line("%s cublas lt=1,ltile=65535: gave %d \"%s\", want -ENOENT naming it", L->L.name,
+                  rc, why);
+    static pj_lt_cfg cfg[3000];
+    static const uint32_t mlist[] = {100, 256};
+    for (int mi = 0; mi < 2; mi++) {
+        const uint32_t m = mlist[mi];
+        snprintf(ctx, sizeof ctx, "lt configurations %s m=%u", L->L.name, m);
+        if (pj_chk_prepare(c, L, m, n, 1, 771u + m, 0, NULL, err, sizeof err)) {
+            fail_line("%s: prepare: %s", ctx, err);
+            continue;
+        }
+        call = layer_call(c, &L->L, ws, m, n);
+        int nheur = 0;
+        long asked = 0;
+        const int nc = pj_eng_lt_space(c->es, &call, cfg, 3000, &nheur, &asked, quick ? 1 : 3);
+        n_checks++;
+        if (nc <= nheur) {
+            fail_line("%s: the space holds %d configurations, %d of them the heuristic's", ctx, nc,
+                      nheur);
+            continue;
+        }
+        const int want = quick ? 6 : 16;
+        const int step = (nc - nheur) / want > 0 ? (nc - nheur) / want : 1;
+        int ran = 0;
+        for (int i = 0; i < nc; i += i < 2 ? 1 : (i < nheur ? nheur - i : step)) {
+            memset(&kn, 0, sizeof kn);
+            kn.lt = 1;
+            kn.lid = (uint8_t)cfg[i].id;
+            kn.ltile = (uint16_t)cfg[i].tile;
+            kn.lst = (uint8_t)cfg[i].stages;
+            kn.lsk = (uint8_t)cfg[i].sk;
+            kn.lcu = (uint8_t)cfg[i].custom;
+            kn.lcl = (uint8_t)cfg[i].cluster;
+            kn.lsw = (uint8_t)cfg[i].swz;
+            char ks[128];
+            pj_eng_knobs_str(PJ_ENG_CUBLAS, &kn, ks, sizeof ks);
+            rc = pj_eng_can_run(PJ_ENG_CUBLAS, &kn, &call, &c->lim, why, sizeof why);
+            n_checks++;
+            if (rc) {
+                fail_line("%s cublas(%s): refused (%d: %s), though the space offered it", ctx, ks,
+                          rc, why);
+                continue;
+            }
+            check_one(c, ws, PJ_ENG_CUBLAS, &kn, ctx);
+            ran++;
+        }
+        printf("  %s: %d of %d configurations run (%d the heuristic's; %ld asked)\n", ctx, ran, nc,
+               nheur, asked);
+    }
+    c->cur = NULL;
+}
+
 static void part_b(pj_chk_ctx *c)
 {
     char err[256];
@@ -664,6 +752,8 @@ static void part_b(pj_chk_ctx *c)
         }
         if (first_refused == 2)
             fail_line("o m=128: cuBLASLt offered no candidate");
+        lt_configurations(c, &o, &wo, &rt, &wr);
+        lt_configurations(c, &un, &wu, NULL, NULL);
     }
     {
         /* K = 3072 takes 3, 6 and 12 splits, so a cluster's outputs do not
@@ -902,6 +992,33 @@ static void part_c_cublas_r12(pj_chk_ctx *c)
     expect_table(c, "cuBLASLt candidates", js, 1, want, 1);
 }
 
+/* Explicit cuBLASLt configurations (lt = 1, round 38) at load: the
+ * unpooler's m = 256 entry is kept although cuBLASLt would refuse it for all
+ * 8192 rows (its requests use 1024; the shape is asked per request), and
+ * each entry this cuBLAS cannot have is refused with its own reason. */
+static void part_c_cublas_r38(pj_chk_ctx *c)
+{
+    const char *js =
+        "{\"device\":\"test\",\"entries\":["
+        "{\"layer\":\"unpooler\",\"n\":8192,\"k\":4096,\"m\":256,\"engine\":\"cublas\","
+        "\"knobs\":{\"lt\":1,\"lid\":66,\"ltile\":17,\"lst\":35,\"lsk\":4,\"lcu\":4,\"lcl\":2}},"
+        "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":128,\"engine\":\"cublas\","
+        "\"knobs\":{\"lt\":1,\"lid\":66,\"ltile\":65535,\"lst\":35}},"
+        "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":129,\"engine\":\"cublas\","
+        "\"knobs\":{\"lt\":1,\"lid\":250,\"ltile\":15,\"lst\":35}},"
+        "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":130,\"engine\":\"cublas\","
+        "\"knobs\":{\"algo\":3,\"lt\":1,\"lid\":66,\"ltile\":15,\"lst\":35}},"
+        "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":131,\"engine\":\"cublas\","
+        "\"knobs\":{\"lt\":1,\"lid\":66,\"ltile\":15,\"lst\":35,\"lcu\":255}},"
+        "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":132,\"engine\":\"cublas\","
+        "\"knobs\":{\"lt\":1,\"lid\":66,\"ltile\":15,\"lst\":35,\"lsk\":17}}]}";
+    static const char *const want[] = {"tile 65535 is not one of algorithm 66's",
+                                       "has no algorithm id 250", "algo must be 0, not 3",
+                                       "custom option 255 is past algorithm 66's",
+                                       "knob lsk must be an integer in 0..16"};
+    expect_table(c, "cuBLASLt configurations", js, 1, want, 5);
+}
+
 /* The tiled GEMM's knobs of rounds 8-9 and 20 (cl, pipe 1-7, tiles 6-9)
  * misused: each entry is refused with its own reason; five valid entries
  * are kept. */
@@ -993,6 +1110,7 @@ static void part_c(pj_chk_ctx *c)
     part_c_gemvz_r12(c);
     part_c_gemvz_r18(c);
     part_c_cublas_r12(c);
+    part_c_cublas_r38(c);
 }
 
 /* Negative controls: the comparison must catch a wrong value, an unwritten
