@@ -113,7 +113,9 @@ typedef struct pj_eng_knobs {
     /* cublas: an explicit cuBLASLt configuration instead of algo (round
      * 38: the heuristic's kernel family run with a tile, cluster shape,
      * custom option or K split the heuristic does not offer; found by
-     * projd-bench --lt-survey). lt = 1 turns it on (algo must then be 0);
+     * projd-bench --lt-survey). lt = 1 turns it on at the entry's own m;
+     * the other m the dispatcher routes to the entry run algo (a
+     * configuration can be far off away from the m it was timed at);
      * lid = the algorithm id, ltile = CUBLASLT_ALGO_CONFIG_TILE_ID, lst =
      * STAGES_ID, lsk = SPLITK_NUM (1..16; > 1 sums the parts in fp32
      * workspace), lcu = CUSTOM_OPTION, lcl = CLUSTER_SHAPE_ID, lsw =
@@ -204,6 +206,13 @@ int pj_tune_put(pj_tune_table *t, const pj_tune_entry *e);
  * NULL when the layer has none. */
 const pj_tune_entry *pj_dispatch_choose(const pj_tune_table *t, const char *layer, uint32_t n,
                                         uint32_t k, uint32_t m);
+
+/* The knobs entry e runs m with: its own, except that a named cuBLASLt
+ * configuration (cublas lt = 1) serves only the entry's own m. It was
+ * chosen there and can be far off at the others routed to the entry
+ * (round 38's probe: o's m = 256 configuration is 19 % slower at m = 140);
+ * they run the entry's algo, as before the entry had a configuration. */
+pj_eng_knobs pj_tune_entry_knobs(const pj_tune_entry *e, uint32_t m);
 
 /* Forced engines for debugging, e.g. from the environment variable
  * PJ_FORCE_ENGINE: "layer:engine[:knobs];layer:engine[:knobs]..." with knobs

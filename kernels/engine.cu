@@ -1219,7 +1219,10 @@ static pj_lt_cfg lt_cfg_of_knobs(const pj_eng_knobs *kn)
 
 // Whether cuBLASLt runs configuration cfg on shape sh within the engine's
 // workspace: 0, -ENOENT (it refuses) or -EIO (it cannot be asked). The
-// answers are kept (the checker runs for requests served outside a graph).
+// answers are kept, as many as the engine streams keep plans (PJ_LT_SETS x
+// PJ_LT_WAYS): the checker runs for every request served outside a graph,
+// a decode or verify load meets every m up to shapes.max_m, and one answer
+// costs a plan's descriptors and a configuration check.
 static int lt_cfg_check(const LtShape &sh, const pj_lt_cfg &cfg)
 {
     struct Known {
@@ -1228,12 +1231,13 @@ static int lt_cfg_check(const LtShape &sh, const pj_lt_cfg &cfg)
         pj_lt_cfg cfg;
         int rc;
     };
-    static Known known[32];
-    static unsigned next;
+    static Known known[PJ_LT_SETS][PJ_LT_WAYS];
+    static uint8_t next_way[PJ_LT_SETS];
     std::lock_guard<std::mutex> hold(chk_mu);
-    for (const Known &k : known)
-        if (k.used && k.sh == sh && lt_cfg_same(k.cfg, cfg))
-            return k.rc;
+    Known *set = known[sh.set()];
+    for (int w = 0; w < PJ_LT_WAYS; w++)
+        if (set[w].used && set[w].sh == sh && lt_cfg_same(set[w].cfg, cfg))
+            return set[w].rc;
     cublasLtHandle_t lt = chk_lt();
     if (!lt)
         return -EIO;
@@ -1249,8 +1253,9 @@ static int lt_cfg_check(const LtShape &sh, const pj_lt_cfg &cfg)
                  : -ENOENT;
     }
     lt_plan_free(&p);
-    known[next] = Known{true, sh, cfg, rc};
-    next = (next + 1) % 32;
+    uint8_t &way = next_way[sh.set()];
+    set[way] = Known{true, sh, cfg, rc};
+    way = (uint8_t)((way + 1) % PJ_LT_WAYS);
     return rc;
 }
 
@@ -1309,10 +1314,6 @@ static int cublas_check(const pj_eng_knobs *kn, const pj_eng_call *c, char *why,
     if (kn->lt) {
         // An explicit configuration: one bf16 matrix, operands as the
         // candidates take them, and cuBLASLt's word that it runs the shape.
-        if (kn->algo)
-            return fail(why, whylen, -EINVAL,
-                        "lt=1 names its own cuBLASLt configuration: algo must be 0, not %u",
-                        kn->algo);
         if (L->fmt == PJ_FMT_SPLIT)
             return fail(why, whylen, -EINVAL,
                         "lt=1 (a cuBLASLt configuration) is for one bf16 matrix, not hi + lo");
@@ -2016,9 +2017,6 @@ extern "C" int pj_eng_deterministic(pj_eng_kind k, const pj_eng_knobs *kn, uint3
 // and swizzle are among its capabilities.
 static int lt_entry_check(const pj_eng_knobs *kn, char *why, size_t whylen)
 {
-    if (kn->algo)
-        return fail(why, whylen, -EINVAL,
-                    "lt=1 names its own cuBLASLt configuration: algo must be 0, not %u", kn->algo);
     static uint32_t list[2048];
     std::lock_guard<std::mutex> hold(chk_mu);
     cublasLtHandle_t lt = chk_lt();
@@ -2104,9 +2102,15 @@ extern "C" int pj_eng_check_entry(void *ctx, const pj_tune_entry *e, char *why, 
     c.m = e->m;
     c.n = e->n;
     char inner[200];
-    int rc = e->eng == PJ_ENG_CUBLAS && e->knobs.lt
-                 ? lt_entry_check(&e->knobs, inner, sizeof inner)
-                 : pj_eng_can_run(e->eng, &e->knobs, &c, lim, inner, sizeof inner);
+    // A named configuration's entry: the configuration as far as it does
+    // not depend on the rows, then its algo (the other m it serves) as any
+    // cublas entry's.
+    const pj_eng_knobs kn = pj_tune_entry_knobs(e, 0); // m = 0: no entry's own
+    int rc = 0;
+    if (e->eng == PJ_ENG_CUBLAS && e->knobs.lt)
+        rc = lt_entry_check(&e->knobs, inner, sizeof inner);
+    if (!rc)
+        rc = pj_eng_can_run(e->eng, &kn, &c, lim, inner, sizeof inner);
     if (rc) {
         char ks[128];
         pj_eng_knobs_str(e->eng, &e->knobs, ks, sizeof ks);
@@ -2135,10 +2139,13 @@ extern "C" int pj_eng_choose(const pj_tune_table *t, const char *force_engine,
         }
     }
     const pj_tune_entry *e = pj_dispatch_choose(t, L->name, L->N, L->K, c->m);
-    if (e && !pj_eng_can_run(e->eng, &e->knobs, c, lim, why, sizeof why)) {
-        *k = e->eng;
-        *kn = e->knobs;
-        return 1;
+    if (e) {
+        const pj_eng_knobs ek = pj_tune_entry_knobs(e, c->m);
+        if (!pj_eng_can_run(e->eng, &ek, c, lim, why, sizeof why)) {
+            *k = e->eng;
+            *kn = ek;
+            return 1;
+        }
     }
     // Untuned defaults (no table entry): the plain GEMV first, as it beat
     // the 12-bit one on every shape but pooler m = 1 (NOTES.md, experiment 2),

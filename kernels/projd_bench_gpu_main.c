@@ -905,7 +905,8 @@ static int vet_served_m(bench *b, pj_tune_table *t, FILE *csv)
             char why[200] = "";
             pj_eng_call call;
             make_call(b, li, m, &call);
-            if (pj_eng_can_run(e->eng, &e->knobs, &call, &b->c.lim, why, sizeof why)) {
+            const pj_eng_knobs ek = pj_tune_entry_knobs(e, m); /* what serves m */
+            if (pj_eng_can_run(e->eng, &ek, &call, &b->c.lim, why, sizeof why)) {
                 refused++;
                 continue;
             }
@@ -913,10 +914,10 @@ static int vet_served_m(bench *b, pj_tune_table *t, FILE *csv)
             int broken = brk_m == m && !strcmp(brk_layer, L->name);
             if (broken)
                 snprintf(why, sizeof why, "PJ_BENCH_VET_BREAK");
-            if (!broken && validate(b, li, m, e->eng, &e->knobs, why, sizeof why))
+            if (!broken && validate(b, li, m, e->eng, &ek, why, sizeof why))
                 continue;
-            char kn[96];
-            pj_eng_knobs_str(e->eng, &e->knobs, kn, sizeof kn);
+            char kn[128];
+            pj_eng_knobs_str(e->eng, &ek, kn, sizeof kn);
             fprintf(csv, "%s,%u,%s,\"%s\",served-m-wrong,\"at m=%u: %s\"\n", e->layer, e->m,
                     pj_eng_name(e->eng), kn, m, why);
             fprintf(stderr,
@@ -1571,6 +1572,9 @@ static int lt_survey(bench *b, unsigned lo, unsigned hi, double budget_s, pj_tun
                 e.k = layer_defs[li].K;
                 e.m = m;
                 e.eng = PJ_ENG_CUBLAS;
+                /* The other m the entry serves keep the algo they had. */
+                if (te_ && te_->m == m && te_->eng == PJ_ENG_CUBLAS)
+                    e.knobs.algo = te_->knobs.algo;
                 const pj_lt_cfg *bc = &cfg[fin[best]];
                 e.knobs.lt = 1;
                 e.knobs.lid = (uint8_t)bc->id;

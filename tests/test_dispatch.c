@@ -386,6 +386,18 @@ START_TEST(cublas_explicit_configuration)
     ck_assert_int_eq(pj_tune_parse(js, strlen(js), &u, NULL, NULL, NULL, NULL, err, sizeof err), 1);
     ck_assert_mem_eq(&t.e[0].knobs, &u.e[0].knobs, sizeof t.e[0].knobs);
     free(js);
+    /* The configuration serves its entry's own m; the others routed to the
+     * entry run its algo, with no configuration left in the knobs. */
+    t.e[0].knobs.algo = 1;
+    pj_eng_knobs own = pj_tune_entry_knobs(&t.e[0], 128);
+    ck_assert_mem_eq(&own, &t.e[0].knobs, sizeof own);
+    pj_eng_knobs other = pj_tune_entry_knobs(&t.e[0], 100), want;
+    memset(&want, 0, sizeof want);
+    want.algo = 1;
+    ck_assert_mem_eq(&other, &want, sizeof other);
+    t.e[0].eng = PJ_ENG_SPLITK; /* only cublas has configurations to drop */
+    other = pj_tune_entry_knobs(&t.e[0], 100);
+    ck_assert_mem_eq(&other, &t.e[0].knobs, sizeof other);
     /* A configuration knob on an engine that has none is refused by name. */
     static const char *js_bad =
         "{\"device\":\"NVIDIA H200\",\"entries\":["

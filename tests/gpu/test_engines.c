@@ -479,15 +479,40 @@ static void lt_configurations(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_
     }
     const uint32_t n = L->L.N == 8192 ? 1024 : L->L.N;
     pj_eng_call call = layer_call(c, &L->L, ws, 128, n);
-    kn.algo = 2;
-    int rc = pj_eng_can_run(PJ_ENG_CUBLAS, &kn, &call, &c->lim, why, sizeof why);
-    n_checks++;
-    if (rc != -EINVAL || !strstr(why, "algo must be 0"))
-        fail_line("%s cublas lt=1,algo=2: gave %d \"%s\", want -EINVAL (algo must be 0)", L->L.name,
-                  rc, why);
-    kn.algo = 0;
+    if (rt) {
+        /* The dispatcher runs a named configuration at its entry's own m
+         * only; the other m routed to the entry run its algo. */
+        char js[512];
+        snprintf(js, sizeof js,
+                 "{\"device\":\"test\",\"entries\":[{\"layer\":\"%s\",\"n\":%u,\"k\":%u,"
+                 "\"m\":128,\"engine\":\"cublas\",\"knobs\":{\"algo\":1,\"lt\":1,\"lid\":66,"
+                 "\"ltile\":15,\"lst\":35,\"lcu\":2,\"lcl\":5}}]}",
+                 L->L.name, L->L.N, L->L.K);
+        pj_tune_table t;
+        pj_eng_kind k;
+        pj_eng_knobs got;
+        n_checks++;
+        if (pj_tune_parse(js, strlen(js), &t, pj_eng_check_entry, &c->lim, NULL, NULL, err,
+                          sizeof err) != 1) {
+            fail_line("%s: the table of one named configuration did not load", L->L.name);
+        } else {
+            static const uint32_t mm[] = {128, 100, 33};
+            for (int i = 0; i < 3; i++) {
+                pj_eng_call cm = layer_call(c, &L->L, ws, mm[i], n);
+                const int step = pj_eng_choose(&t, NULL, NULL, &cm, &c->lim, &k, &got);
+                const int want_lt = mm[i] == 128;
+                n_checks++;
+                if (step != 1 || k != PJ_ENG_CUBLAS || got.lt != want_lt || got.algo != 1 ||
+                    (!want_lt && (got.ltile || got.lid || got.lcl)))
+                    fail_line("%s m=%u: the dispatcher gave step %d %s lt=%u algo=%u ltile=%u, "
+                              "want the table's cublas with lt=%d algo=1",
+                              L->L.name, mm[i], step, pj_eng_name(k), got.lt, got.algo, got.ltile,
+                              want_lt);
+            }
+        }
+    }
     kn.ltile = 65535;
-    rc = pj_eng_can_run(PJ_ENG_CUBLAS, &kn, &call, &c->lim, why, sizeof why);
+    int rc = pj_eng_can_run(PJ_ENG_CUBLAS, &kn, &call, &c->lim, why, sizeof why);
     n_checks++;
     if (rc != -ENOENT || !strstr(why, "cuBLASLt does not run id 66 tile 65535"))
         fail_line("%s cublas lt=1,ltile=65535: gave %d \"%s\", want -ENOENT naming it", L->L.name,
@@ -1007,13 +1032,13 @@ static void part_c_cublas_r38(pj_chk_ctx *c)
         "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":129,\"engine\":\"cublas\","
         "\"knobs\":{\"lt\":1,\"lid\":250,\"ltile\":15,\"lst\":35}},"
         "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":130,\"engine\":\"cublas\","
-        "\"knobs\":{\"algo\":3,\"lt\":1,\"lid\":66,\"ltile\":15,\"lst\":35}},"
+        "\"knobs\":{\"algo\":49,\"lt\":1,\"lid\":66,\"ltile\":15,\"lst\":35}},"
         "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":131,\"engine\":\"cublas\","
         "\"knobs\":{\"lt\":1,\"lid\":66,\"ltile\":15,\"lst\":35,\"lcu\":255}},"
         "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":132,\"engine\":\"cublas\","
         "\"knobs\":{\"lt\":1,\"lid\":66,\"ltile\":15,\"lst\":35,\"lsk\":17}}]}";
     static const char *const want[] = {"tile 65535 is not one of algorithm 66's",
-                                       "has no algorithm id 250", "algo must be 0, not 3",
+                                       "has no algorithm id 250", "algo=49: cuBLASLt offers",
                                        "custom option 255 is past algorithm 66's",
                                        "knob lsk must be an integer in 0..16"};
     expect_table(c, "cuBLASLt configurations", js, 1, want, 5);
