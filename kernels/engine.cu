@@ -1143,6 +1143,32 @@ static cublasLtHandle_t chk_lt()
     return chk_lt_handle;
 }
 
+// Answers kept per key, as many as the engine streams keep plans
+// (PJ_LT_SETS x PJ_LT_WAYS, the oldest of a set replaced first); the
+// caller holds chk_mu. Key: operator== and set().
+template <typename Key, typename Val> struct LtMemo {
+    struct Way {
+        bool used;
+        Key key;
+        Val val;
+    };
+    Way ways[PJ_LT_SETS][PJ_LT_WAYS];
+    uint8_t next_way[PJ_LT_SETS];
+    const Val *find(const Key &k) const
+    {
+        for (const Way &w : ways[k.set()])
+            if (w.used && w.key == k)
+                return &w.val;
+        return nullptr;
+    }
+    void put(const Key &k, const Val &v)
+    {
+        uint8_t &nw = next_way[k.set()];
+        ways[k.set()][nw] = Way{true, k, v};
+        nw = (uint8_t)((nw + 1) % PJ_LT_WAYS);
+    }
+};
+
 static bool lt_ok(cublasStatus_t st)
 {
     return st == CUBLAS_STATUS_SUCCESS;
@@ -1225,19 +1251,23 @@ static pj_lt_cfg lt_cfg_of_knobs(const pj_eng_knobs *kn)
 // costs a plan's descriptors and a configuration check.
 static int lt_cfg_check(const LtShape &sh, const pj_lt_cfg &cfg)
 {
-    struct Known {
-        bool used;
+    struct Key {
         LtShape sh;
         pj_lt_cfg cfg;
-        int rc;
+        bool operator==(const Key &o) const
+        {
+            return sh == o.sh && lt_cfg_same(cfg, o.cfg);
+        }
+        unsigned set() const
+        {
+            return sh.set();
+        }
     };
-    static Known known[PJ_LT_SETS][PJ_LT_WAYS];
-    static uint8_t next_way[PJ_LT_SETS];
+    static LtMemo<Key, int> known;
     std::lock_guard<std::mutex> hold(chk_mu);
-    Known *set = known[sh.set()];
-    for (int w = 0; w < PJ_LT_WAYS; w++)
-        if (set[w].used && set[w].sh == sh && lt_cfg_same(set[w].cfg, cfg))
-            return set[w].rc;
+    const Key key{sh, cfg};
+    if (const int *rc = known.find(key))
+        return *rc;
     cublasLtHandle_t lt = chk_lt();
     if (!lt)
         return -EIO;
@@ -1253,9 +1283,7 @@ static int lt_cfg_check(const LtShape &sh, const pj_lt_cfg &cfg)
                  : -ENOENT;
     }
     lt_plan_free(&p);
-    uint8_t &way = next_way[sh.set()];
-    set[way] = Known{true, sh, cfg, rc};
-    way = (uint8_t)((way + 1) % PJ_LT_WAYS);
+    known.put(key, rc);
     return rc;
 }
 
@@ -1268,18 +1296,10 @@ static int lt_cfg_check(const LtShape &sh, const pj_lt_cfg &cfg)
 // caller at a time.
 static int lt_cand_count(const LtShape &sh)
 {
-    struct Known {
-        bool used;
-        LtShape sh;
-        int count;
-    };
-    static Known known[PJ_LT_SETS][PJ_LT_WAYS];
-    static uint8_t next_way[PJ_LT_SETS];
+    static LtMemo<LtShape, int> known;
     std::lock_guard<std::mutex> hold(chk_mu);
-    Known *set = known[sh.set()];
-    for (int w = 0; w < PJ_LT_WAYS; w++)
-        if (set[w].used && set[w].sh == sh)
-            return set[w].count;
+    if (const int *count = known.find(sh))
+        return *count;
     cublasLtHandle_t lt = chk_lt();
     if (!lt)
         return -1;
@@ -1290,9 +1310,7 @@ static int lt_cand_count(const LtShape &sh)
     }
     const int nc = lt_cands(lt, &p);
     lt_plan_free(&p);
-    uint8_t &way = next_way[sh.set()];
-    set[way] = Known{true, sh, nc};
-    way = (uint8_t)((way + 1) % PJ_LT_WAYS);
+    known.put(sh, nc);
     return nc;
 }
 

@@ -4,7 +4,8 @@
 # unpooler's 10-27 % at m = 140 / 192); the other m run the entry's algo,
 # kept from round 26's table. test_engines full with the committed table
 # (the dispatcher's choice at m = 128 / 100 / 33 of a one-entry table),
-# then the benchmark once.
+# then the benchmark once. Also the checkers' two answer caches as one
+# template (LtMemo).
 . bench/visit-common.sh
 export PJ_TUNE_TABLE=$PWD/config/tuning/h200.json
 timeout 120 "$B/tests/gpu/test_engines" >"$OUT/test_engines.log" 2>&1
