@@ -882,17 +882,27 @@ static void drop_entry(pj_tune_table *t, const pj_tune_entry *e)
  * goes to a neighbour or down the ladder), and its layer is checked again,
  * as the dropped entry's m now have another entry. Returns the entries
  * dropped. */
+/* Test hook: PJ_BENCH_VET_BREAK=LAYER:M makes the tuner's check of that
+ * served m count as wrong, so the drop can be seen without a wrong engine.
+ * Read (and a malformed value refused) before any GPU work, as the options
+ * are; layer "" when unset. */
+static void vet_break(char layer[PJ_TUNE_NAME], unsigned *m)
+{
+    layer[0] = 0;
+    *m = 0;
+    const char *brk = getenv("PJ_BENCH_VET_BREAK");
+    char tail;
+    if (brk && (sscanf(brk, "%63[^:]:%u%c", layer, m, &tail) != 2 || !*m))
+        die("PJ_BENCH_VET_BREAK: want LAYER:M with M >= 1, got \"%s\"", brk);
+}
+
 static int vet_served_m(bench *b, pj_tune_table *t, FILE *csv)
 {
     int dropped = 0;
     double t0 = now_s();
-    /* Test hook: PJ_BENCH_VET_BREAK=LAYER:M counts that check as wrong, so
-     * the drop can be seen without a wrong engine. */
-    char brk_layer[PJ_TUNE_NAME] = "";
-    unsigned brk_m = 0;
-    const char *brk = getenv("PJ_BENCH_VET_BREAK");
-    if (brk && sscanf(brk, "%63[^:]:%u", brk_layer, &brk_m) != 2)
-        die("PJ_BENCH_VET_BREAK: want LAYER:M, got \"%s\"", brk);
+    char brk_layer[PJ_TUNE_NAME];
+    unsigned brk_m;
+    vet_break(brk_layer, &brk_m);
     unsigned ran = 0, refused = 0;
     for (int li = 0; li < g_nl; li++) {
         const pj_eng_layer *L = &b->layers[li].L;
@@ -2202,6 +2212,11 @@ int main(int argc, char **argv)
         char perr[512];
         if (pj_tune_load(b->o.table, &pre, NULL, NULL, NULL, NULL, perr, sizeof perr) < 0)
             die("%s", perr);
+    }
+    {
+        char brk_layer[PJ_TUNE_NAME];
+        unsigned brk_m;
+        vet_break(brk_layer, &brk_m);
     }
     if (probe && access(probe, R_OK) != 0)
         die("--probe %s: %s", probe, strerror(errno));

@@ -88,6 +88,14 @@ expect 1 "no usable GPU: cudaGetDeviceCount" --out "$out" --config "$tmp/small.j
     --table "$table"
 expect 1 "no usable GPU: cudaGetDeviceCount" --out "$out" --probe "$tmp/probe.txt"
 
+# The tuner's test hook, read before the device like the options.
+for bad in qkv_gate qkv_gate:0 qkv_gate:8x :8; do
+    PJ_BENCH_VET_BREAK=$bad expect 1 "PJ_BENCH_VET_BREAK: want LAYER:M with M >= 1, got \"$bad\"" \
+        --out "$out" --tune "$out/t.json"
+done
+PJ_BENCH_VET_BREAK=qkv_gate:8 expect 1 "no usable GPU: cudaGetDeviceCount" --out "$out" \
+    --tune "$out/t.json"
+
 echo "e2e_bench_args: $cases cases, $failures failed"
 if [ "$failures" -ne 0 ]; then
     echo "e2e_bench_args: FAIL ($failures failures)"
