@@ -1174,12 +1174,51 @@ static bool lt_ok(cublasStatus_t st)
     return st == CUBLAS_STATUS_SUCCESS;
 }
 
+// Algorithm id of the bf16 x bf16 -> bf16, fp32-accumulate family the
+// cublas engine runs, in its default configuration.
+static bool lt_algo_init(cublasLtHandle_t lt, int id, cublasLtMatmulAlgo_t *a)
+{
+    return lt_ok(cublasLtMatmulAlgoInit(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF,
+                                        CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, id, a));
+}
+
+// What an algorithm allows besides its tile and stages lists.
+struct LtCaps {
+    bool split;     // K split with the parts summed in fp32 (the other schemes round to bf16)
+    bool swizzle;   // CTA swizzling
+    int32_t custom; // the largest custom option
+};
+
+static LtCaps lt_caps(const cublasLtMatmulAlgo_t &a)
+{
+    int32_t sk_ok = 0, cmax = 0;
+    uint32_t redm = 0, swz_ok = 0;
+    size_t w;
+    cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &sk_ok, sizeof sk_ok,
+                                      &w);
+    cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &redm,
+                                      sizeof redm, &w);
+    cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, &swz_ok,
+                                      sizeof swz_ok, &w);
+    cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &cmax, sizeof cmax,
+                                      &w);
+    return LtCaps{sk_ok && (redm & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE) != 0, swz_ok != 0, cmax};
+}
+
+// The plan key of a call on one bf16 matrix: at m = 1 the strides are
+// never read, and are given as cublas_gemm gives them.
+static LtShape lt_shape(const pj_eng_call *c)
+{
+    const pj_eng_layer *L = c->L;
+    const size_t ldx = c->m == 1 ? L->K : c->ldx, ldy = c->m == 1 ? c->n : c->ldy;
+    return LtShape{c->n, c->m, L->K, L->ldw, ldx, ldy};
+}
+
 // The algorithm a configuration names, or false if cuBLASLt refuses a part.
 static bool lt_cfg_algo(cublasLtHandle_t lt, const pj_lt_cfg &c, cublasLtMatmulAlgo_t *a)
 {
     const int32_t sk = (int32_t)c.sk;
-    return lt_ok(cublasLtMatmulAlgoInit(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF,
-                                        CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, c.id, a)) &&
+    return lt_algo_init(lt, c.id, a) &&
            lt_ok(cublasLtMatmulAlgoConfigSetAttribute(a, CUBLASLT_ALGO_CONFIG_TILE_ID, &c.tile,
                                                       sizeof c.tile)) &&
            lt_ok(cublasLtMatmulAlgoConfigSetAttribute(a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &c.stages,
@@ -1241,6 +1280,21 @@ static pj_lt_cfg lt_cfg_of_knobs(const pj_eng_knobs *kn)
     c.custom = kn->lcu;
     c.cluster = kn->lcl;
     return c;
+}
+
+extern "C" pj_eng_knobs pj_eng_lt_knobs(const pj_lt_cfg *c)
+{
+    pj_eng_knobs kn;
+    memset(&kn, 0, sizeof kn);
+    kn.lt = 1;
+    kn.lid = (uint8_t)c->id;
+    kn.ltile = (uint16_t)c->tile;
+    kn.lst = (uint8_t)c->stages;
+    kn.lsk = (uint8_t)c->sk;
+    kn.lcu = (uint8_t)c->custom;
+    kn.lcl = (uint8_t)c->cluster;
+    kn.lsw = (uint8_t)c->swz;
+    return kn;
 }
 
 // Whether cuBLASLt runs configuration cfg on shape sh within the engine's
@@ -1340,8 +1394,7 @@ static int cublas_check(const pj_eng_knobs *kn, const pj_eng_call *c, char *why,
                         "lt=1 (a cuBLASLt configuration) needs x, W and y 16-byte aligned with "
                         "ld %% 8 == 0");
         const pj_lt_cfg cfg = lt_cfg_of_knobs(kn);
-        const size_t ldx = c->m == 1 ? L->K : c->ldx, ldy = c->m == 1 ? c->n : c->ldy;
-        const int rc = lt_cfg_check(LtShape{c->n, c->m, L->K, L->ldw, ldx, ldy}, cfg);
+        const int rc = lt_cfg_check(lt_shape(c), cfg);
         if (rc == -EIO)
             return fail(why, whylen, -EIO, "lt=1: cuBLASLt could not be asked");
         if (rc)
@@ -1776,14 +1829,12 @@ static int cublas_gemm(pj_eng_stream *es, int algo, const uint16_t *w, size_t ld
     return st == CUBLAS_STATUS_SUCCESS ? 0 : -EIO;
 }
 
-static int lt_run_cfg(pj_eng_stream *es, const pj_eng_call *c, const pj_lt_cfg *cfg);
-
 static int cublas_launch(const pj_eng_knobs *kn, const pj_eng_call *c, pj_eng_stream *es)
 {
     const pj_eng_layer *L = c->L;
     if (kn->lt) {
         const pj_lt_cfg cfg = lt_cfg_of_knobs(kn);
-        return lt_run_cfg(es, c, &cfg);
+        return pj_eng_lt_run(es, c, &cfg);
     }
     if (L->fmt != PJ_FMT_SPLIT)
         return cublas_gemm(es, kn->algo, L->w, L->ldw, c->n, L->K, c->x, c->ldx, c->m, c->y, c->ldy,
@@ -1870,17 +1921,18 @@ extern "C" int pj_eng_lt_space(pj_eng_stream *es, const pj_eng_call *c, pj_lt_cf
     *checked = 0;
     if (L->fmt == PJ_FMT_SPLIT || !L->w)
         return -EINVAL;
-    // One row: its stride is never used (as cublas_gemm asks).
-    const size_t ldx = c->m == 1 ? L->K : c->ldx, ldy = c->m == 1 ? c->n : c->ldy;
-    LtPlan *p = lt_plan(es, LtShape{c->n, c->m, L->K, L->ldw, ldx, ldy});
+    LtPlan *p = lt_plan(es, lt_shape(c));
     if (!p)
         return -EIO;
     int n = 0;
-    auto add = [&](const pj_lt_cfg &cfg) {
+    auto has = [&](const pj_lt_cfg &cfg) {
         for (int i = 0; i < n; i++)
             if (lt_cfg_same(out[i], cfg))
-                return;
-        if (n < max)
+                return true;
+        return false;
+    };
+    auto add = [&](const pj_lt_cfg &cfg) {
+        if (!has(cfg) && n < max)
             out[n++] = cfg;
     };
     // The heuristic's first choice (algo 1), then the tuner's candidates.
@@ -1903,17 +1955,16 @@ extern "C" int pj_eng_lt_space(pj_eng_stream *es, const pj_eng_call *c, pj_lt_cf
     auto try_cfg = [&](pj_lt_cfg cfg) {
         cfg.red =
             cfg.sk > 1 ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE : CUBLASLT_REDUCTION_SCHEME_NONE;
-        for (int i = 0; i < n; i++)
-            if (lt_cfg_same(out[i], cfg))
-                return;
+        if (has(cfg))
+            return;
         cublasLtMatmulAlgo_t ca;
         cublasLtMatmulHeuristicResult_t r;
         ++*checked;
         if (lt_cfg_algo(es->lt, cfg, &ca) &&
             lt_ok(cublasLtMatmulAlgoCheck(es->lt, p->op, p->A, p->B, p->C, p->C, &ca, &r)) &&
-            r.workspaceSize <= PJ_CUBLAS_WS_BYTES) {
+            r.workspaceSize <= PJ_CUBLAS_WS_BYTES && n < max) {
             cfg.ws = r.workspaceSize;
-            add(cfg);
+            out[n++] = cfg;
         }
     };
     static uint32_t tiles[2048], stages[256];
@@ -1922,24 +1973,12 @@ extern "C" int pj_eng_lt_space(pj_eng_stream *es, const pj_eng_call *c, pj_lt_cf
             break;
         const pj_lt_cfg seed = out[si];
         cublasLtMatmulAlgo_t a;
-        if (!lt_ok(cublasLtMatmulAlgoInit(es->lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF,
-                                          CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, seed.id, &a)))
+        if (!lt_algo_init(es->lt, seed.id, &a))
             continue;
         const int nt = lt_cap_list(a, CUBLASLT_ALGO_CAP_TILE_IDS, tiles, 2048);
         const int ns = lt_cap_list(a, CUBLASLT_ALGO_CAP_STAGES_IDS, stages, 256);
-        int32_t sk_ok = 0, cmax = 0;
-        uint32_t redm = 0;
-        size_t w;
-        cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &sk_ok,
-                                          sizeof sk_ok, &w);
-        cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &redm,
-                                          sizeof redm, &w);
-        cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &cmax,
-                                          sizeof cmax, &w);
-        if (cmax > 15)
-            cmax = 15;
-        // Partial sums only in fp32 (the other schemes round them to bf16).
-        const bool split = sk_ok && (redm & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
+        const LtCaps caps = lt_caps(a);
+        const int32_t cmax = caps.custom < 15 ? caps.custom : 15;
         pj_lt_cfg cfg = seed;
         for (int ti = 0; ti < nt; ti++) {
             cfg.tile = tiles[ti];
@@ -1958,7 +1997,7 @@ extern "C" int pj_eng_lt_space(pj_eng_stream *es, const pj_eng_call *c, pj_lt_cf
             for (int32_t cu = 0; cu <= cmax; cu++) {
                 cfg.custom = (uint32_t)cu;
                 for (uint32_t sk : splits) {
-                    if (sk > 1 && !split)
+                    if (sk > 1 && !caps.split)
                         continue;
                     cfg.sk = sk;
                     try_cfg(cfg);
@@ -1969,13 +2008,12 @@ extern "C" int pj_eng_lt_space(pj_eng_stream *es, const pj_eng_call *c, pj_lt_cf
     return n;
 }
 
-static int lt_run_cfg(pj_eng_stream *es, const pj_eng_call *c, const pj_lt_cfg *cfg)
+extern "C" int pj_eng_lt_run(pj_eng_stream *es, const pj_eng_call *c, const pj_lt_cfg *cfg)
 {
     const pj_eng_layer *L = c->L;
     if (L->fmt == PJ_FMT_SPLIT || !L->w)
         return -EINVAL;
-    const size_t ldx = c->m == 1 ? L->K : c->ldx, ldy = c->m == 1 ? c->n : c->ldy;
-    LtPlan *p = lt_plan(es, LtShape{c->n, c->m, L->K, L->ldw, ldx, ldy});
+    LtPlan *p = lt_plan(es, lt_shape(c));
     cublasLtMatmulAlgo_t a;
     if (!p || !lt_cfg_algo(es->lt, *cfg, &a))
         return -EIO;
@@ -1984,11 +2022,6 @@ static int lt_run_cfg(pj_eng_stream *es, const pj_eng_call *c, const pj_lt_cfg *
                                 c->y, p->C, &a, es->cublas_ws, PJ_CUBLAS_WS_BYTES, es->s))
                ? 0
                : -EIO;
-}
-
-extern "C" int pj_eng_lt_run(pj_eng_stream *es, const pj_eng_call *c, const pj_lt_cfg *cfg)
-{
-    return lt_run_cfg(es, c, cfg);
 }
 
 // ---- facts -------------------------------------------------------------------
@@ -2041,8 +2074,7 @@ static int lt_entry_check(const pj_eng_knobs *kn, char *why, size_t whylen)
     if (!lt)
         return fail(why, whylen, -EIO, "lt=1: cuBLASLt could not be asked");
     cublasLtMatmulAlgo_t a;
-    if (!lt_ok(cublasLtMatmulAlgoInit(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF,
-                                      CUDA_R_16BF, CUDA_R_16BF, kn->lid, &a)))
+    if (!lt_algo_init(lt, kn->lid, &a))
         return fail(why, whylen, -ENOENT, "lt=1: this cuBLAS (%d) has no algorithm id %u",
                     pj_eng_cublas_version(), kn->lid);
     const struct {
@@ -2061,24 +2093,14 @@ static int lt_entry_check(const pj_eng_knobs *kn, char *why, size_t whylen)
                         "lt=1: %s %u is not one of algorithm %u's (%d of them)", l.what, l.v,
                         kn->lid, n);
     }
-    int32_t sk_ok = 0, cmax = 0;
-    uint32_t redm = 0, swz_ok = 0;
-    size_t w;
-    cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &sk_ok, sizeof sk_ok,
-                                      &w);
-    cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &redm,
-                                      sizeof redm, &w);
-    cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, &swz_ok,
-                                      sizeof swz_ok, &w);
-    cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &cmax, sizeof cmax,
-                                      &w);
-    if (kn->lsk > 1 && (!sk_ok || !(redm & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)))
+    const LtCaps caps = lt_caps(a);
+    if (kn->lsk > 1 && !caps.split)
         return fail(why, whylen, -ENOENT,
                     "lt=1: algorithm %u cannot split K with the parts summed in fp32", kn->lid);
-    if ((int32_t)kn->lcu > cmax)
+    if ((int32_t)kn->lcu > caps.custom)
         return fail(why, whylen, -ENOENT, "lt=1: custom option %u is past algorithm %u's %d",
-                    kn->lcu, kn->lid, cmax);
-    if (kn->lsw && !swz_ok)
+                    kn->lcu, kn->lid, caps.custom);
+    if (kn->lsw && !caps.swizzle)
         return fail(why, whylen, -ENOENT, "lt=1: algorithm %u has no CTA swizzling", kn->lid);
     return 0;
 }

@@ -219,6 +219,10 @@ typedef struct pj_lt_cfg {
 int pj_eng_lt_space(pj_eng_stream *es, const pj_eng_call *c, pj_lt_cfg *out, int max, int *nheur,
                     long *checked, double budget_s);
 
+/* The cublas knobs that name configuration c (lt = 1, algo 0; its
+ * reduction follows from the split, as lt_cfg_of_knobs reads it back). */
+pj_eng_knobs pj_eng_lt_knobs(const pj_lt_cfg *c);
+
 /* Run configuration cfg on call (one bf16 matrix). */
 int pj_eng_lt_run(pj_eng_stream *es, const pj_eng_call *c, const pj_lt_cfg *cfg);
 

@@ -1582,18 +1582,10 @@ static int lt_survey(bench *b, unsigned lo, unsigned hi, double budget_s, pj_tun
                 e.k = layer_defs[li].K;
                 e.m = m;
                 e.eng = PJ_ENG_CUBLAS;
+                e.knobs = pj_eng_lt_knobs(&cfg[fin[best]]);
                 /* The other m the entry serves keep the algo they had. */
                 if (te_ && te_->m == m && te_->eng == PJ_ENG_CUBLAS)
                     e.knobs.algo = te_->knobs.algo;
-                const pj_lt_cfg *bc = &cfg[fin[best]];
-                e.knobs.lt = 1;
-                e.knobs.lid = (uint8_t)bc->id;
-                e.knobs.ltile = (uint16_t)bc->tile;
-                e.knobs.lst = (uint8_t)bc->stages;
-                e.knobs.lsk = (uint8_t)bc->sk;
-                e.knobs.lcu = (uint8_t)bc->custom;
-                e.knobs.lcl = (uint8_t)bc->cluster;
-                e.knobs.lsw = (uint8_t)bc->swz;
                 e.us = med[2 + best];
                 e.base_us = base;
                 if (pj_tune_put(t, &e) == 0) {

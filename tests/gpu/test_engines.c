@@ -540,15 +540,7 @@ static void lt_configurations(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_
         const int step = (nc - nheur) / want > 0 ? (nc - nheur) / want : 1;
         int ran = 0;
         for (int i = 0; i < nc; i += i < 2 ? 1 : (i < nheur ? nheur - i : step)) {
-            memset(&kn, 0, sizeof kn);
-            kn.lt = 1;
-            kn.lid = (uint8_t)cfg[i].id;
-            kn.ltile = (uint16_t)cfg[i].tile;
-            kn.lst = (uint8_t)cfg[i].stages;
-            kn.lsk = (uint8_t)cfg[i].sk;
-            kn.lcu = (uint8_t)cfg[i].custom;
-            kn.lcl = (uint8_t)cfg[i].cluster;
-            kn.lsw = (uint8_t)cfg[i].swz;
+            kn = pj_eng_lt_knobs(&cfg[i]);
             char ks[128];
             pj_eng_knobs_str(PJ_ENG_CUBLAS, &kn, ks, sizeof ks);
             rc = pj_eng_can_run(PJ_ENG_CUBLAS, &kn, &call, &c->lim, why, sizeof why);
