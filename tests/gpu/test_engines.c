@@ -511,6 +511,42 @@ static void lt_configurations(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_
             }
         }
     }
+    if (!rt && L->L.N == 8192) {
+        /* A configuration the loader keeps (it does not ask about rows)
+         * that cuBLASLt refuses for a request's shape: round 38's unpooler
+         * entry at m = 256 splits K 4 ways, which takes more than the 32 MiB
+         * workspace for all 8192 rows (visit 3) and fits for the 1024 the
+         * reference model's requests use. At 8192 rows the ladder goes on
+         * to cuBLAS's default, refusing nothing; at 1024 the entry runs. */
+        char js[512];
+        snprintf(js, sizeof js,
+                 "{\"device\":\"test\",\"entries\":[{\"layer\":\"%s\",\"n\":%u,\"k\":%u,"
+                 "\"m\":256,\"engine\":\"cublas\",\"knobs\":{\"algo\":4,\"lt\":1,\"lid\":66,"
+                 "\"ltile\":17,\"lst\":35,\"lsk\":4,\"lcu\":4,\"lcl\":2}}]}",
+                 L->L.name, L->L.N, L->L.K);
+        pj_tune_table t;
+        pj_eng_kind k;
+        pj_eng_knobs got;
+        n_checks++;
+        if (pj_tune_parse(js, strlen(js), &t, pj_eng_check_entry, &c->lim, NULL, NULL, err,
+                          sizeof err) != 1) {
+            fail_line("%s: the m = 256 split configuration did not load", L->L.name);
+        } else {
+            static const uint32_t rows[] = {8192, 1024};
+            for (int i = 0; i < 2; i++) {
+                pj_eng_call cr = layer_call(c, &L->L, ws, 256, rows[i]);
+                const int step = pj_eng_choose(&t, NULL, NULL, &cr, &c->lim, &k, &got);
+                const int want_table = rows[i] == 1024;
+                n_checks++;
+                if (k != PJ_ENG_CUBLAS || (step == 1) != want_table || got.lt != want_table)
+                    fail_line("%s m=256 on %u rows: the dispatcher gave step %d %s lt=%u, want "
+                              "%s",
+                              L->L.name, rows[i], step, pj_eng_name(k), got.lt,
+                              want_table ? "the table's configuration"
+                                         : "cuBLAS's default down the ladder");
+            }
+        }
+    }
     kn.ltile = 65535;
     int rc = pj_eng_can_run(PJ_ENG_CUBLAS, &kn, &call, &c->lim, why, sizeof why);
     n_checks++;
