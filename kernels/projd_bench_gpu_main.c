@@ -1799,6 +1799,206 @@ static void run_probe(bench *b, const char *path)
         cudaGraphExecDestroy(decoy[d]);
 }
 
+/* --pair FILE: one projection split by rows between two engines that run
+ * side by side (round 39). Each line is "layer m n1 engA knobsA engB
+ * knobsB": A computes rows [0, n1) as a row-prefix call (so A may be the
+ * z12 GEMV), B rows [n1, n) on a bf16 view of the layer that starts at row
+ * n1 (cuBLAS or the bf16 tiled GEMM). The question: an op bound by its
+ * instructions (the z12 GEMV at m >= 16) beside one bound by DRAM (cuBLAS)
+ * on the same SMs, each with part of the rows: fewer bytes than cuBLAS
+ * alone, less decode than the GEMV alone. The split is checked against the
+ * reference (poisoned y, every output) before it is timed; then A and B
+ * alone on all n rows, the two baselines, the split forked (A launched
+ * first, B first) and the split in one stream are timed alternating. */
+typedef struct pair_ctx {
+    pj_eng_kind ka, kb;
+    pj_eng_knobs kna, knb;
+    pj_eng_call ca, cb;
+    pj_eng_stream *es2;
+    cudaStream_t s2;
+    cudaEvent_t fork, join;
+    int mode; /* 0 forked, A first; 1 forked, B first; 2 one stream */
+} pair_ctx;
+
+static int op_pair(bench *b, void *ctx)
+{
+    pair_ctx *p = ctx;
+    if (p->mode == 2) {
+        int rc = pj_eng_launch(p->ka, &p->kna, &p->ca, b->c.es);
+        return rc ? rc : pj_eng_launch(p->kb, &p->knb, &p->cb, b->c.es);
+    }
+    if (cudaEventRecord(p->fork, b->c.s) != cudaSuccess ||
+        cudaStreamWaitEvent(p->s2, p->fork, 0) != cudaSuccess)
+        return -EIO;
+    int rc;
+    if (p->mode == 0) {
+        rc = pj_eng_launch(p->ka, &p->kna, &p->ca, b->c.es);
+        if (!rc)
+            rc = pj_eng_launch(p->kb, &p->knb, &p->cb, p->es2);
+    } else {
+        rc = pj_eng_launch(p->kb, &p->knb, &p->cb, p->es2);
+        if (!rc)
+            rc = pj_eng_launch(p->ka, &p->kna, &p->ca, b->c.es);
+    }
+    if (!rc && (cudaEventRecord(p->join, p->s2) != cudaSuccess ||
+                cudaStreamWaitEvent(b->c.s, p->join, 0) != cudaSuccess))
+        rc = -EIO;
+    return rc;
+}
+
+/* The bf16 rows [r0, N) of L as a layer of their own. */
+static pj_eng_layer bf16_rows_from(const pj_eng_layer *L, uint32_t r0)
+{
+    pj_eng_layer v;
+    memset(&v, 0, sizeof v);
+    snprintf(v.name, sizeof v.name, "%s", L->name);
+    v.fmt = PJ_FMT_BF16;
+    v.N = L->N - r0;
+    v.K = L->K;
+    v.ldw = L->ldw;
+    v.w = L->w + (size_t)r0 * L->ldw;
+    return v;
+}
+
+enum { PAIR_OPS = 7 };
+
+static void run_pair(bench *b, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        die("--pair %s: %s", path, strerror(errno));
+    pair_ctx p;
+    memset(&p, 0, sizeof p);
+    char err[256];
+    CK(cudaStreamCreateWithFlags(&p.s2, cudaStreamNonBlocking));
+    if (pj_eng_stream_create(p.s2, &p.es2, err, sizeof err))
+        die("--pair: %s", err);
+    CK(cudaEventCreateWithFlags(&p.fork, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&p.join, cudaEventDisableTiming));
+    static const char *col[PAIR_OPS] = {"A all",   "B all",   "gemmex", "lt",
+                                        "fork AB", "fork BA", "serial"};
+    printf("\npair: medians of %d replays (µs); A rows [0, n1), B rows [n1, n); \"A all\" / "
+           "\"B all\": the engine on every row\n",
+           PROBE_REPS);
+    printf("%-9s %4s %5s %-6s %-6s", "layer", "m", "n1", "A", "B");
+    for (int j = 0; j < PAIR_OPS; j++)
+        printf(" %8s", col[j]);
+    printf(" %8s %s\n", "best/base", "check");
+    char line[1024];
+    int ln = 0;
+    while (fgets(line, sizeof line, f)) {
+        ln++;
+        char layer[64], ea[32], eb[32], ka[256] = "", kb[256] = "";
+        unsigned m, n1;
+        if (line[0] == '#' ||
+            sscanf(line, "%63s %u %u %31s %255s %31s %255s", layer, &m, &n1, ea, ka, eb, kb) < 7)
+            continue;
+        op_ctx oa, ob, base0, base1;
+        const int li = op_parse(b, layer, m, ea, ka, &oa, err, sizeof err);
+        if (li < 0 || op_parse(b, layer, m, eb, kb, &ob, err, sizeof err) < 0)
+            die("--pair %s:%d: %s", path, ln, err);
+        const uint32_t n = layer_defs[li].n;
+        if (n1 == 0 || n1 >= n)
+            die("--pair %s:%d: n1 = %u must lie in 1..%u", path, ln, n1, n - 1);
+        const pj_eng_layer *L = &b->layers[li].L;
+        pj_eng_layer full = bf16_rows_from(L, 0), rest = bf16_rows_from(L, n1);
+        pj_eng_ws wsb;
+        if (pj_eng_ws_init(&full, g_max_m, p.s2, &wsb, err, sizeof err))
+            die("--pair: %s", err);
+        p.ka = oa.k;
+        p.kna = oa.kn;
+        p.kb = ob.k;
+        p.knb = ob.kn;
+        p.ca = oa.call;
+        p.ca.n = n1; /* y's stride stays n */
+        p.cb = oa.call;
+        p.cb.L = &rest;
+        p.cb.ws = &wsb;
+        p.cb.y = oa.call.y + n1;
+        p.cb.n = n - n1;
+        char why[256] = "";
+        if (pj_eng_can_run(p.ka, &p.kna, &p.ca, &b->c.lim, why, sizeof why) ||
+            pj_eng_can_run(p.kb, &p.knb, &p.cb, &b->c.lim, why, sizeof why)) {
+            printf("%-9s %4u %5u %-6s %-6s refused: %s\n", layer, m, n1, ea, eb, why);
+            pj_eng_ws_free(&wsb);
+            continue;
+        }
+        /* The split's output, every element, against the reference. */
+        prepare(b, li, m);
+        pj_bk_cmp cmp;
+        CK(cudaStreamSynchronize(b->c.s));
+        if (pj_bk_poison(b->c.s, b->c.dy, n, m, n))
+            die("--pair: poison failed");
+        CK(cudaStreamSynchronize(b->c.s));
+        p.mode = 0;
+        if (op_pair(b, &p))
+            die("--pair %s:%d: launch failed", path, ln);
+        CK(cudaStreamSynchronize(b->c.s));
+        if (pj_bk_compare(b->c.s, b->c.dy, n, m, n, b->c.dref, b->c.dsabs, b->c.dcmp, &cmp))
+            die("--pair: compare failed");
+        const int ok = cmp.bad == 0 && cmp.unwritten == 0;
+        /* The alternatives on all n rows. */
+        op_ctx fa = oa, fb = ob;
+        fb.call.L = &full;
+        fb.call.ws = &wsb;
+        base0 = oa;
+        base0.base_algo = 0;
+        base1 = oa;
+        base1.base_algo = 1;
+        pair_ctx pf[3];
+        cudaGraphExec_t g[PAIR_OPS];
+        g[0] = capture(b, op_engine, &fa);
+        g[1] = pj_eng_can_run(fb.k, &fb.kn, &fb.call, &b->c.lim, why, sizeof why) == 0
+                   ? capture(b, op_engine, &fb)
+                   : NULL;
+        g[2] = capture(b, op_baseline, &base0);
+        g[3] = capture(b, op_baseline, &base1);
+        for (int j = 0; j < 3; j++) {
+            pf[j] = p;
+            pf[j].mode = j;
+            g[4 + j] = capture(b, op_pair, &pf[j]);
+        }
+        cudaGraphExec_t run[PAIR_OPS];
+        int idx[PAIR_OPS], nr = 0;
+        for (int j = 0; j < PAIR_OPS; j++)
+            if (g[j]) {
+                idx[nr] = j;
+                run[nr++] = g[j];
+            }
+        static float tbuf[PAIR_OPS][PROBE_REPS], scr[PROBE_REPS];
+        float *t[PAIR_OPS];
+        for (int j = 0; j < PAIR_OPS; j++)
+            t[j] = tbuf[j];
+        time_graphs(b, run, nr, PROBE_REPS, t);
+        float med[PAIR_OPS];
+        for (int j = 0; j < PAIR_OPS; j++)
+            med[j] = NAN;
+        for (int j = 0; j < nr; j++)
+            med[idx[j]] = median(t[j], PROBE_REPS, scr);
+        printf("%-9s %4u %5u %-6s %-6s", layer, m, n1, ea, eb);
+        for (int j = 0; j < PAIR_OPS; j++)
+            printf(" %8.2f", med[j]);
+        float best = fminf(med[4], fminf(med[5], med[6]));
+        float base = fminf(med[2], med[3]);
+        printf(" %8.3f %s", base / best, ok ? "ok" : "WRONG");
+        if (!ok)
+            printf(" (%llu bad, %llu unwritten, first %llu)", cmp.bad, cmp.unwritten,
+                   cmp.first_bad);
+        printf("  [%s | %s]\n", ka, kb);
+        fflush(stdout);
+        for (int j = 0; j < PAIR_OPS; j++)
+            if (g[j])
+                cudaGraphExecDestroy(g[j]);
+        CK(cudaDeviceSynchronize());
+        pj_eng_ws_free(&wsb);
+    }
+    fclose(f);
+    cudaEventDestroy(p.fork);
+    cudaEventDestroy(p.join);
+    pj_eng_stream_destroy(p.es2);
+    cudaStreamDestroy(p.s2);
+}
+
 /* --touch FILE: is the constant every op pays (the harness's read floor
  * sits ~2 µs above MEASURED.md's) the first touch of its pages after the
  * flush? Each op is timed primed with one more node before the first
@@ -1985,6 +2185,9 @@ static void usage(void)
             "  --touch FILE    time each line's op and baseline plain and after a read of one\n"
             "                  word per 64 KiB / 2 MiB of their buffers (warm translations)\n"
             "                  or of the flush buffer (control), then exit\n"
+            "  --pair FILE     each line \"layer m n1 engA knobsA engB knobsB\": rows [0, n1)\n"
+            "                  by A, rows [n1, n) by B (bf16) side by side; checked, then\n"
+            "                  timed against A and B alone and the baselines, then exit\n"
             "  --flush-kind K  the L2 flush: 1 a read with plain loads (default), 0 the\n"
             "                  read-only-path read before round 17 (it leaves earlier bulk and\n"
             "                  cp.async data in L2), 2 bulk copies, 3 both 0 and 2, 4 a memset\n"
@@ -2104,7 +2307,7 @@ int main(int argc, char **argv)
     double lt_budget = 4;          /* seconds of configuration checks per shape */
     if (getenv("PJ_LT_BUDGET"))
         lt_budget = num_arg("PJ_LT_BUDGET", getenv("PJ_LT_BUDGET"), 0.1, 600, 0);
-    const char *probe = NULL, *touch = NULL, *config = NULL;
+    const char *probe = NULL, *touch = NULL, *pair = NULL, *config = NULL;
     int flush_carveout = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -2161,6 +2364,8 @@ int main(int argc, char **argv)
             probe = argv[++i];
         else if (!strcmp(a, "--touch") && v)
             touch = argv[++i];
+        else if (!strcmp(a, "--pair") && v)
+            pair = argv[++i];
         else if (!strcmp(a, "--one") && i + 4 < argc) {
             one_layer = argv[i + 1];
             one_m = (uint32_t)num_arg(a, argv[i + 2], 1, 4096, 1);
@@ -2214,6 +2419,8 @@ int main(int argc, char **argv)
         die("--probe %s: %s", probe, strerror(errno));
     if (touch && access(touch, R_OK) != 0)
         die("--touch %s: %s", touch, strerror(errno));
+    if (pair && access(pair, R_OK) != 0)
+        die("--pair %s: %s", pair, strerror(errno));
 
     if (config)
         use_config(config);
@@ -2300,6 +2507,10 @@ int main(int argc, char **argv)
     }
     if (touch) {
         run_touch(b, touch);
+        return 0;
+    }
+    if (pair) {
+        run_pair(b, pair);
         return 0;
     }
     if (one_layer) {
