@@ -33,6 +33,7 @@ printf '{ "model": { "path": "%s" } }\n' "$model" >"$tmp/small.json"
 printf '{ "model": { "path": "%s" }, ' "$model" >"$tmp/broken.json"
 printf '{ "model": { "path": "%s/none.safetensors" } }\n' "$tmp" >"$tmp/nomodel.json"
 printf 'o 1 gemv nw=4\n' >"$tmp/probe.txt"
+printf 'o 16 1024 gemvz st=0 cublas algo=0\n' >"$tmp/pair.txt"
 table=$(dirname "$0")/../config/tuning/h200.json
 
 failures=0
@@ -75,6 +76,7 @@ expect 1 "tuning table: not valid JSON near byte 0 \($tmp/garbage.json\)" \
     --out "$out" --table "$tmp/garbage.json"
 expect 1 "probe $tmp/missing.txt: No such file or directory" --out "$out" --probe "$tmp/missing.txt"
 expect 1 "touch $tmp/missing.txt: No such file or directory" --out "$out" --touch "$tmp/missing.txt"
+expect 1 "pair $tmp/missing.txt: No such file or directory" --out "$out" --pair "$tmp/missing.txt"
 expect 1 "config $tmp/missing.json" --out "$out" --config "$tmp/missing.json"
 expect 1 "config .*broken.json" --out "$out" --config "$tmp/broken.json"
 expect 1 "config $tmp/nomodel.json: .*none.safetensors" --out "$out" --config "$tmp/nomodel.json"
@@ -87,6 +89,7 @@ expect 1 "^config .*small.json: model .*, 5 layers" --out "$out" --config "$tmp/
 expect 1 "no usable GPU: cudaGetDeviceCount" --out "$out" --config "$tmp/small.json" \
     --table "$table"
 expect 1 "no usable GPU: cudaGetDeviceCount" --out "$out" --probe "$tmp/probe.txt"
+expect 1 "no usable GPU: cudaGetDeviceCount" --out "$out" --pair "$tmp/pair.txt"
 
 # The tuner's test hook, read before the device like the options.
 for bad in qkv_gate qkv_gate:0 qkv_gate:8x :8; do
