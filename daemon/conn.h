@@ -31,6 +31,9 @@ typedef struct pj_conn {
     pj_req *q_head, *q_tail;   /* accepted, waiting for the stream */
     uint32_t n_queued, n_running;
     uint32_t n_ctx;          /* server contexts holding its requests (until replies are sent) */
+    uint32_t n_sending;      /* of those, replies handed to nng and not yet sent */
+    uint64_t send_moved_ns;  /* pj_now_ns() when one of its replies last went out, or when
+                                n_sending last rose from 0: how long its replies have stood */
     int ctx_closed;          /* closed for not reading its replies */
     int gone;                /* pipe removed */
     struct pj_ringsrv *ring; /* its shared-memory ring, NULL when none (owned) */

@@ -47,9 +47,14 @@
 #define WATCH_EVERY_MS   100
 /* Contexts one connection may hold besides max_inflight_per_conn: room for
  * HELLO/REGISTER/STATS/PING next to a full pipeline of PROJECTs. A
- * connection at twice its share (replies it does not read, each holding
- * a context for up to SEND_TIMEOUT_MS) is closed. */
+ * connection past twice its share whose replies have not moved for
+ * REPLY_STALL_MS (a client that does not read them: each holds a context
+ * for up to SEND_TIMEOUT_MS) is closed. Replies that move are a client
+ * that reads: one that pipelines a burst, whose E_LIMIT answers the loop
+ * has sent but not yet seen go out, or one whose work was accepted under
+ * a larger limit before a reload. */
 #define CONN_CTX_SLACK 8
+#define REPLY_STALL_MS 1000
 
 /* ---- events handed from nng/backend threads to the loop --------------------- */
 
@@ -409,14 +414,19 @@ static void arm_recv(pj_server *s, nctx *nc)
     nng_ctx_recv(nc->ctx, nc->aio);
 }
 
-/* The context no longer holds a request of its connection. */
-static void ctx_release(pj_server *s, nctx *nc)
+/* The context no longer holds a request of its connection; sent: its
+ * reply went out (or failed to) after send_wb handed it to nng. */
+static void ctx_release(pj_server *s, nctx *nc, int sent)
 {
     if (!nc->pipe)
         return;
     pj_conn *c = pj_conn_table_find(&s->conns, nc->pipe);
     if (c && c->n_ctx)
         c->n_ctx--;
+    if (c && sent && c->n_sending) {
+        c->n_sending--;
+        c->send_moved_ns = pj_now_ns();
+    }
     nc->pipe = 0;
 }
 
@@ -424,7 +434,7 @@ static void ctx_release(pj_server *s, nctx *nc)
 static void abandon(pj_server *s, nctx *nc)
 {
     s->n_busy--;
-    ctx_release(s, nc);
+    ctx_release(s, nc, 0);
     arm_recv(s, nc);
 }
 
@@ -488,6 +498,9 @@ static void send_wb(pj_server *s, origin o)
                  s->wb.len >= 24 ? pj_peek_req_id(s->wb.data, s->wb.len) : 0, s->wb.len, s->n_busy,
                  s->n_ctx);
     nc->sending = 1;
+    pj_conn *c = nc->pipe ? pj_conn_table_find(&s->conns, nc->pipe) : NULL;
+    if (c && c->n_sending++ == 0)
+        c->send_moved_ns = pj_now_ns();
     nng_aio_set_msg(nc->aio, m);
     nng_aio_set_timeout(nc->aio, SEND_TIMEOUT_MS);
     nng_ctx_send(nc->ctx, nc->aio);
@@ -1288,6 +1301,33 @@ static void dispatch(pj_server *s, pj_conn *c, origin o, const uint8_t *data, si
     }
 }
 
+/* The contexts a connection may hold before its requests are answered
+ * E_LIMIT (DAEMON.md, "Contexts"). */
+static uint32_t conn_share(const pj_server *s)
+{
+    return s->cfg.limits.max_inflight_per_conn + CONN_CTX_SLACK;
+}
+
+/* Past twice its share, with replies that have stood REPLY_STALL_MS. */
+static int conn_not_reading(const pj_server *s, const pj_conn *c, uint64_t now)
+{
+    return c->n_ctx > 2 * conn_share(s) && c->n_sending > 0 &&
+           now - c->send_moved_ns >= (uint64_t)REPLY_STALL_MS * 1000000ull;
+}
+
+static void close_not_reading(pj_server *s, pj_conn *c, uint64_t now)
+{
+    if (!c->ctx_closed)
+        pj_log_warn("connection #%" PRIu64 ": pid %d holds %u requests whose replies it does "
+                    "not read (%u replies unsent for %" PRIu64 " ms; limit %u); closing it",
+                    c->serial, (int)c->pid, c->n_ctx, c->n_sending,
+                    (uint64_t)((now - c->send_moved_ns) / 1000000u), conn_share(s));
+    c->ctx_closed = 1;
+    nng_pipe p = NNG_PIPE_INITIALIZER;
+    p.id = c->pipe_id;
+    nng_pipe_close(p);
+}
+
 static void on_msg(pj_server *s, nctx *nc)
 {
     uint64_t now = pj_now_ns();
@@ -1310,16 +1350,9 @@ static void on_msg(pj_server *s, nctx *nc)
      * and one connection cannot take the ones other clients need. */
     nc->pipe = c->pipe_id;
     c->n_ctx++;
-    uint32_t share = s->cfg.limits.max_inflight_per_conn + CONN_CTX_SLACK;
-    if (c->n_ctx > 2 * share) {
-        if (!c->ctx_closed)
-            pj_log_warn("connection #%" PRIu64 ": pid %d holds %u requests whose replies it "
-                        "does not read (limit %u); closing it",
-                        c->serial, (int)c->pid, c->n_ctx - 1, share);
-        c->ctx_closed = 1;
-        nng_pipe p = NNG_PIPE_INITIALIZER;
-        p.id = c->pipe_id;
-        nng_pipe_close(p);
+    const uint32_t share = conn_share(s);
+    if (conn_not_reading(s, c, now)) {
+        close_not_reading(s, c, now);
         nng_msg_free(msg);
         abandon(s, nc);
         return;
@@ -1357,7 +1390,9 @@ static void on_ring_msg(pj_server *s, ring_ev *ev)
 
 static uint32_t ctx_cap(const pj_server *s)
 {
-    /* Each connection holds at most 2 x its share before it is closed. */
+    /* 2 x its share per connection: past that, one whose replies stand is
+     * closed (one that reads them may hold more for a moment, within this
+     * cap of all of them). */
     uint64_t cap = (uint64_t)s->cfg.limits.max_connections * 2 *
                        (s->cfg.limits.max_inflight_per_conn + CONN_CTX_SLACK) +
                    CTX_GROW;
@@ -1596,7 +1631,7 @@ static void on_async(uv_async_t *a)
                 pj_log_debug("a reply was not sent: %s", nng_strerror(((nctx *)ev)->send_rv));
             s->n_sending--;
             s->n_busy--;
-            ctx_release(s, (nctx *)ev);
+            ctx_release(s, (nctx *)ev, 1);
             arm_recv(s, (nctx *)ev);
             break;
         case EV_RECV_ERR:
@@ -1996,11 +2031,26 @@ static void close_silent_conns(pj_server *s)
     }
 }
 
+/* A connection that stops reading its replies may also stop sending: the
+ * check in on_msg would never run again, and its contexts (up to the cap
+ * of all of them) would wait out SEND_TIMEOUT_MS. */
+static void close_unread_conns(pj_server *s)
+{
+    if (s->conns.count == 0)
+        return;
+    uint64_t now = pj_now_ns();
+    for (int i = 0; i < PJ_CONN_BUCKETS; i++)
+        for (pj_conn *c = s->conns.b[i]; c; c = c->next)
+            if (!c->ctx_closed && conn_not_reading(s, c, now))
+                close_not_reading(s, c, now);
+}
+
 static void on_watch(uv_timer_t *t)
 {
     pj_server *s = t->data;
     pj_bufreg_reap(0); /* buffers released while the device still used them */
     close_silent_conns(s);
+    close_unread_conns(s);
     if (s->stopping || !s->lst_open || !s->lst_replaceable)
         return;
     nng_stat *all;
