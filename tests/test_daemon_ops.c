@@ -848,6 +848,17 @@ static void pipe_free(pipelined *pl)
     pl->n = 0;
 }
 
+/* A connection with layer 0's x for m = PJC_MS[1] staged: the shape. */
+static pjc_shape open_staged(const pj_dproc *d, pjc_conn *t)
+{
+    char why[512];
+    ck_assert_msg(pjc_open(t, d->url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
+    const pj_model_layer *L0 = &pjc_model()->layers[0];
+    pjc_shape sh = {.layer = 0, .mi = 1, .n = L0->max_n, .x_ld = L0->w.k, .y_ld = L0->max_n};
+    pjc_stage(t, &sh);
+    return sh;
+}
+
 /* A client that pipelines past twice its share of contexts but reads every
  * reply is answered (DONE or E_LIMIT), not closed. The daemon's loop can
  * take a burst's requests before it sees its E_LIMIT replies go out, and a
@@ -864,10 +875,7 @@ START_TEST(pipelined_burst_is_answered)
               "{\"limits\": {\"max_inflight_per_conn\": 4}, \"cpu\": {\"min_op_us\": 200000}}");
     char why[512];
     pjc_conn t;
-    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
-    const pj_model_layer *L0 = &pjc_model()->layers[0];
-    pjc_shape sh = {.layer = 0, .mi = 1, .n = L0->max_n, .x_ld = L0->w.k, .y_ld = L0->max_n};
-    pjc_stage(&t, &sh);
+    const pjc_shape sh = open_staged(&d, &t);
     pj_op op = pjc_op(&t, &sh);
     static pipelined pl;
     for (int i = 0; i < 40; i++) /* all at once: the order does not matter here */
@@ -901,10 +909,7 @@ START_TEST(lowered_inflight_limit_spares_accepted_work)
     pjd_start(&d, g_model_path, "{\"cpu\": {\"min_op_us\": 25000}}");
     char why[512];
     pjc_conn t;
-    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
-    const pj_model_layer *L0 = &pjc_model()->layers[0];
-    pjc_shape sh = {.layer = 0, .mi = 1, .n = L0->max_n, .x_ld = L0->w.k, .y_ld = L0->max_n};
-    pjc_stage(&t, &sh);
+    const pjc_shape sh = open_staged(&d, &t);
     pj_op ops[4];
     for (int i = 0; i < 4; i++)
         ops[i] = pjc_op(&t, &sh);
