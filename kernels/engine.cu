@@ -1466,6 +1466,18 @@ static uint8_t pick_ks(uint32_t K, uint32_t unit, uint32_t ctas, uint32_t cap)
     return (uint8_t)ks;
 }
 
+// The z12 GEMV's register form (x by plain loads; staged in shared memory
+// at m <= 8): its default there, and where the ring form is refused.
+static void gemvz_register_knobs(pj_eng_knobs *kn, uint32_t K, uint32_t nblk, uint32_t m)
+{
+    kn->nw = 8;
+    kn->u = 1;
+    kn->pipe = 1;
+    kn->r = 1;
+    kn->xs = m <= 8;
+    kn->ks = pick_ks(K, 64u * kn->nw * kn->u, nblk, 16);
+}
+
 extern "C" pj_eng_knobs pj_eng_default_knobs(pj_eng_kind k, const pj_eng_layer *L, uint32_t m)
 {
     pj_eng_knobs kn;
@@ -1480,12 +1492,22 @@ extern "C" pj_eng_knobs pj_eng_default_knobs(pj_eng_kind k, const pj_eng_layer *
         kn.ks = pick_ks(K, 32u * kn.nw * kn.u, nblk, 16);
         break;
     case PJ_ENG_GEMVZ:
-        kn.nw = 8;
-        kn.u = 1;
-        kn.pipe = 1;
-        kn.r = 1;
-        kn.xs = m <= 8;
-        kn.ks = pick_ks(K, 64u * kn.nw * kn.u, nblk, 16);
+        if (m > PJ_ENG_DEFAULT_GEMV_M) {
+            // The ring form the tuner picks at m = 16 (x through each
+            // warp's 2-stage ring): the register form read x by 4-byte
+            // loads, 21-37 us on qkv_gate at m = 16 / 32 against ~15 /
+            // 20. It serves a z12 layer that has no bf16 copy.
+            kn.nw = 4;
+            kn.u = 1;
+            kn.pipe = 5;
+            kn.r = 1;
+            kn.rb = 1;
+            kn.xs = 2;
+            kn.st = 2;
+            kn.ks = 1;
+            break;
+        }
+        gemvz_register_knobs(&kn, K, nblk, m);
         break;
     case PJ_ENG_ROUTER:
         if (m <= PJ_ENG_MAX_GEMV_M) {
@@ -2191,15 +2213,26 @@ extern "C" int pj_eng_choose(const pj_tune_table *t, const char *force_engine,
     // the 12-bit one on every shape but pooler m = 1 (NOTES.md, experiment 2),
     // and neither above PJ_ENG_DEFAULT_GEMV_M, where their untuned knobs lost
     // to cuBLAS by up to 4x (qkv_gate m = 32: 64 us vs 15 us through projd).
-    // The fused router wins at every m it takes, tuned or not.
+    // The fused router wins at every m it takes, tuned or not. A z12
+    // layer without a bf16 copy (the daemon makes none when shapes.max_m
+    // <= 32) has nothing but the 12-bit GEMV, at every m it takes: there
+    // cuBLAS cannot follow, and a table's cuBLAS entry is refused above.
+    const int z12_only = L->fmt == PJ_FMT_Z12 && !L->w;
     static const pj_eng_kind order[] = {PJ_ENG_GEMV, PJ_ENG_GEMVZ, PJ_ENG_ROUTER};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
         pj_eng_knobs d = pj_eng_default_knobs(order[i], L, c->m);
         if (order[i] == PJ_ENG_GEMV && L->fmt == PJ_FMT_SPLIT)
             continue; // hi alone is not the layer
-        if (order[i] != PJ_ENG_ROUTER && c->m > PJ_ENG_DEFAULT_GEMV_M)
+        if (order[i] != PJ_ENG_ROUTER && c->m > PJ_ENG_DEFAULT_GEMV_M &&
+            !(order[i] == PJ_ENG_GEMVZ && z12_only))
             continue;
-        if (!pj_eng_can_run(order[i], &d, c, lim, why, sizeof why)) {
+        int rc = pj_eng_can_run(order[i], &d, c, lim, why, sizeof why);
+        if (rc && order[i] == PJ_ENG_GEMVZ && z12_only && c->m > PJ_ENG_DEFAULT_GEMV_M) {
+            d = pj_eng_default_knobs(order[i], L, PJ_ENG_DEFAULT_GEMV_M);
+            gemvz_register_knobs(&d, L->K, cdiv(L->N, 16), c->m);
+            rc = pj_eng_can_run(order[i], &d, c, lim, why, sizeof why);
+        }
+        if (!rc) {
             *k = order[i];
             *kn = d;
             return 2;

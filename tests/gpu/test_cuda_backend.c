@@ -11,6 +11,7 @@
  *      WAIT_EVENT handle failing only its request, STATS figures, the
  *      start-up report in the log, SIGTERM exit 0.
  *   B  PROJD_FORCE_ENGINE=cublas: the same shapes, every engine cuBLAS.
+ *   Z  shapes.max_m = 32: z12 layers without a bf16 copy, every m gemvz.
  *   C  8 connections at once, PJ_GPU_E2E_REQUESTS requests each (default
  *      100), every result checked.
  *   F  (--fault only) a sticky device error: the daemon exits 1.
@@ -301,6 +302,63 @@ static void section_b(void)
     cc_stop(&d, "B");
 }
 
+/* shapes.max_m <= 32: the z12 layers get no bf16 copy, so every m of
+ * theirs runs the 12-bit GEMV (the ladder's, where the table or the
+ * default would have taken cuBLAS). Before, qkv_gate-like layers at m =
+ * 16 found no engine and the daemon did not start. */
+static void section_z(void)
+{
+    printf("== Z: shapes.max_m = 32, z12 layers without a bf16 copy\n");
+    pj_dproc d;
+    pjc_conn t;
+    if (start_open(&d, &t, "{\"shapes\": {\"m\": [1, 8, 16, 32], \"max_m\": 32}}", "Z") != 0)
+        return;
+    const pj_model *model = pjc_model();
+    uint64_t seed = 99;
+    char why[600];
+    int fails = 0, z12 = 0;
+    for (uint32_t l = 0; l < model->n_layers; l++) {
+        z12 += model->layers[l].w.fmt == PJ_FMT_Z12;
+        for (uint32_t mi = 0; mi < 4; mi++) /* m = 1, 8, 16, 32 */
+            for (uint32_t v = 0; v < PJC_VARIANTS; v++) {
+                pjc_shape s = cc_shape(&seed, l, mi, v & 1);
+                s.variant = v;
+                int rc = run_shm(&t, &s, NULL, why, sizeof why);
+                CHECK(rc == 0, "Z layer %u m %u: %s", l, PJC_MS[mi], why);
+                fails += rc != 0;
+            }
+    }
+    CHECK(z12 > 0, "Z: the test model has no z12 layer");
+    cJSON *st = NULL;
+    if (pjt_stats(&t.c, &st) == PJ_OK) {
+        CHECK(pjt_json_num(st, "backend_stats.memory.weights_bf16_copy_bytes") == 0,
+              "Z: %.0f bytes of bf16 copies with shapes.max_m = 32",
+              pjt_json_num(st, "backend_stats.memory.weights_bf16_copy_bytes"));
+        cJSON *bs = cJSON_GetObjectItem(st, "backend_stats");
+        cJSON *eng = bs ? cJSON_GetObjectItem(bs, "engines") : NULL;
+        int bad = 0, n = 0;
+        cJSON *e;
+        cJSON_ArrayForEach(e, eng)
+        {
+            cJSON *ly = cJSON_GetObjectItem(e, "layer"), *en = cJSON_GetObjectItem(e, "engine");
+            for (uint32_t l = 0; l < model->n_layers && cJSON_IsString(ly); l++) {
+                if (model->layers[l].w.fmt != PJ_FMT_Z12 ||
+                    strcmp(model->layers[l].name, ly->valuestring) != 0)
+                    continue;
+                n++;
+                bad += !cJSON_IsString(en) || strcmp(en->valuestring, "gemvz") != 0;
+            }
+        }
+        CHECK(n > 0 && bad == 0, "Z: %d of %d z12 shapes are not gemvz", bad, n);
+        cJSON_Delete(st);
+    } else {
+        CHECK(0, "Z: STATS failed");
+    }
+    printf("Z: %d failures\n", fails);
+    pjc_close(&t);
+    cc_stop(&d, "Z");
+}
+
 /* A table made on another GPU is not used, and says so once: its entries
  * are not vetted against this device first (that warned about each entry
  * this GPU cannot run, then said the table was not used at all). */
@@ -568,6 +626,7 @@ int main(int argc, char **argv)
     }
     section_a();
     section_b();
+    section_z();
     section_t();
     section_h();
     section_c();

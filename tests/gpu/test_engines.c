@@ -866,6 +866,66 @@ static void part_b(pj_chk_ctx *c)
     pj_chk_layer_free(&rt);
 }
 
+/* A z12 layer without a bf16 copy (the daemon makes none when
+ * shapes.max_m <= 32): cuBLAS cannot read it, so a table's cuBLAS entry
+ * is refused and the ladder gives the z12 GEMV at every m it takes, not
+ * only up to PJ_ENG_DEFAULT_GEMV_M; those choices match the reference.
+ * (It used to find no engine at m 9..32: the daemon did not start.) */
+static void part_b_z12_only(pj_chk_ctx *c)
+{
+    char err[256];
+    pj_chk_layer zl;
+    pj_eng_ws ws;
+    if (pj_chk_layer_make(&zl, "zonly", 1024, 2048, PJ_FMT_Z12, 5151, err, sizeof err)) {
+        fail_line("z12-only layer: %s", err);
+        return;
+    }
+    if (pj_eng_ws_init(&zl.L, 256, c->s, &ws, err, sizeof err)) {
+        fail_line("z12-only workspace: %s", err);
+        pj_chk_layer_free(&zl);
+        return;
+    }
+    pj_eng_layer view = zl.L;
+    view.w = NULL;
+    view.wt = NULL;
+    char js[512];
+    snprintf(js, sizeof js,
+             "{\"device\":\"test\",\"entries\":[{\"layer\":\"zonly\",\"n\":1024,\"k\":2048,"
+             "\"m\":16,\"engine\":\"cublas\",\"knobs\":{\"algo\":0}}]}");
+    pj_tune_table t;
+    n_checks++;
+    if (pj_tune_parse(js, strlen(js), &t, pj_eng_check_entry, &c->lim, NULL, NULL, err,
+                      sizeof err) != 1)
+        fail_line("z12-only: the cuBLAS entry did not load: %s", err);
+    static const uint32_t ms[] = {1, 9, 16, 17, 32};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+        const uint32_t m = ms[i];
+        pj_eng_call call = layer_call(c, &view, &ws, m, view.N);
+        pj_eng_kind k = PJ_ENG_CUBLAS;
+        pj_eng_knobs kn;
+        const int step = pj_eng_choose(&t, NULL, NULL, &call, &c->lim, &k, &kn);
+        n_checks++;
+        if (step != 2 || k != PJ_ENG_GEMVZ) {
+            fail_line("z12-only m=%u: the dispatcher gave step %d %s, want the ladder's gemvz", m,
+                      step, step < 0 ? "(none)" : pj_eng_name(k));
+            continue;
+        }
+        /* gemvz reads the z12 tiles alone: run on the full layer, it is
+         * the run the daemon's z12-only layer makes. */
+        if (pj_chk_prepare(c, &zl, m, zl.L.N, 1, 5200 + m, 0, NULL, err, sizeof err)) {
+            fail_line("z12-only m=%u: %s", m, err);
+            continue;
+        }
+        char ctx[64];
+        snprintf(ctx, sizeof ctx, "z12-only m=%u (the ladder's choice)", m);
+        check_one(c, &ws, k, &kn, ctx);
+    }
+    printf("B z12 layer without a bf16 copy: the ladder's gemvz at m = 1..32 checked\n");
+    c->cur = NULL;
+    pj_eng_ws_free(&ws);
+    pj_chk_layer_free(&zl);
+}
+
 static int n_msgs;
 static void count_msg(void *ctx, const char *msg)
 {
@@ -1242,6 +1302,7 @@ int main(int argc, char **argv)
     part_0(&c);
     part_c(&c);
     part_b(&c);
+    part_b_z12_only(&c);
     part_a(&c, tp);
     printf("test_engines: %llu checks, %llu failed, %.1f s\n", n_checks, n_fail, now_s() - t0);
     pj_chk_ctx_free(&c);
