@@ -446,6 +446,10 @@ static void load_table(cu_state *st)
             memset(st->table, 0, sizeof *st->table);
             continue;
         }
+        if (n >= 0 && !st->table->device[0])
+            pj_log_warn("cuda: tuning table %s names no device (projd-bench writes one); used on "
+                        "\"%s\" with each entry checked against its limits",
+                        cand[i], st->prop.name);
         memset(st->table, 0, sizeof *st->table);
         if (n >= 0)
             n = pj_tune_load(cand[i], st->table, pj_eng_check_entry, &st->lim, table_msg, NULL, err,
@@ -487,6 +491,20 @@ static void split_force(const char *spec, char *name, size_t nlen, char *knobs, 
     snprintf(knobs, klen, "%s", colon ? colon + 1 : "");
 }
 
+/* Does the table run the streamed GEMV (gemv pipe = 3, which reads the
+ * fragment-major copy of the weights) on this layer at some m? */
+static int table_wants_tiles(const cu_state *st, const char *layer)
+{
+    if (!st->table)
+        return 0;
+    for (uint32_t i = 0; i < st->table->n; i++) {
+        const pj_tune_entry *e = &st->table->e[i];
+        if (e->eng == PJ_ENG_GEMV && e->knobs.pipe == 3 && strcmp(e->layer, layer) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 static int upload_layers(cu_state *st, char *err, size_t errlen)
 {
     const pj_model *model = st->b->model;
@@ -499,6 +517,19 @@ static int upload_layers(cu_state *st, char *err, size_t errlen)
                     sizeof cl->force_knobs);
         int rc = pj_engup_layer(ml->name, &ml->w, needs_bf16_copy(st, cl),
                                 st->b->model->load_threads, L, &cl->mem, err, errlen);
+        if (rc)
+            return rc;
+        /* What the tuner and the benchmark time the engines with
+         * (kernels/engcheck_cuda.c): the z12 GEMV's exception slot tables
+         * (without them it gathers each block's exceptions the slow way),
+         * and the streamed GEMV's fragment-major copy where the table runs
+         * it (without it those entries fall down the ladder). */
+        rc = pj_eng_layer_init(L, 0, err, errlen);
+        if (!rc && L->w && table_wants_tiles(st, ml->name)) {
+            rc = pj_eng_layer_init_tiles(L, 0, err, errlen);
+            if (!rc && L->wt)
+                st->rep.weights_bf16_copies += (size_t)(L->N + 15) / 16 * 32 * L->K;
+        }
         if (rc)
             return rc;
         st->rep.weights_stored += cl->mem.stored_bytes;
@@ -516,6 +547,7 @@ static void free_layers(cu_state *st)
 {
     for (uint32_t i = 0; i < CU_MAX_L; i++) {
         cu_layer *cl = &st->layers[i];
+        pj_eng_layer_fini(&cl->L);
         pj_engup_free(&cl->mem);
         memset(cl, 0, sizeof *cl);
     }
