@@ -3,6 +3,7 @@
 #include "kernels/dispatch.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -114,6 +115,25 @@ pj_eng_knobs pj_tune_entry_knobs(const pj_tune_entry *e, uint32_t m)
     return kn;
 }
 
+/* A cuBLASLt configuration's knobs (lid .. lsw) name one only with lt = 1;
+ * without it the engine never reads them, and a table or a forced knob
+ * string that sets them would say what does not run. 0, or -EINVAL with
+ * the first of them named. */
+static int lt_knobs_check(const pj_eng_knobs *kn, char *why, size_t whylen)
+{
+    if (kn->lt)
+        return 0;
+    for (size_t i = 0; i < N_KNOBS; i++) {
+        const knob_def *d = &knob_defs[i];
+        if (d->quiet && d->off != offsetof(pj_eng_knobs, lt) && knob_get(kn, d)) {
+            snprintf(why, whylen, "%s=%u names a cuBLASLt configuration: it needs lt=1", d->name,
+                     knob_get(kn, d));
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
 int pj_eng_knobs_parse(const char *s, pj_eng_knobs *kn, char *err, size_t errlen)
 {
     pj_eng_knobs tmp = *kn;
@@ -138,14 +158,20 @@ int pj_eng_knobs_parse(const char *s, pj_eng_knobs *kn, char *err, size_t errlen
             return -EINVAL;
         }
         char *stop;
-        unsigned long v = strtoul(eq + 1, &stop, 10);
-        if (stop != end || stop == eq + 1 || v > d->max) {
+        /* strtoul takes leading blanks and a sign ("nw= +8", "u=-1"). */
+        unsigned long v = isdigit((unsigned char)eq[1]) ? strtoul(eq + 1, &stop, 10) : 0;
+        if (!isdigit((unsigned char)eq[1]) || stop != end || v > d->max) {
             snprintf(err, errlen, "knobs \"%s\": %s expects an integer in 0..%u", s, d->name,
                      d->max);
             return -EINVAL;
         }
         knob_set(&tmp, d, (unsigned)v);
         p = *end ? end + 1 : end;
+    }
+    char why[160];
+    if (lt_knobs_check(&tmp, why, sizeof why)) {
+        snprintf(err, errlen, "knobs \"%s\": %s", s, why);
+        return -EINVAL;
     }
     *kn = tmp;
     return 0;
@@ -228,6 +254,11 @@ static int parse_entry(const cJSON *je, pj_tune_entry *e, char *why, size_t whyl
             return -EINVAL;
         }
         knob_set(&e->knobs, d, (unsigned)it->valuedouble);
+    }
+    char lwhy[160];
+    if (lt_knobs_check(&e->knobs, lwhy, sizeof lwhy)) {
+        snprintf(why, whylen, "%s m=%u: %s", e->layer, e->m, lwhy);
+        return -EINVAL;
     }
     return 0;
 }
@@ -483,9 +514,14 @@ const pj_tune_entry *pj_dispatch_choose(const pj_tune_table *t, const char *laye
             continue;
         if ((e->n && n && e->n != n) || (e->k && k && e->k != k))
             continue;
-        if (e->m >= m && (!above || e->m < above->m))
+        /* At equal m an entry of this very shape beats one for any shape
+         * (n, k = 0), whichever the file lists first. */
+        const int exact = e->n && e->k;
+        if (e->m >= m &&
+            (!above || e->m < above->m || (e->m == above->m && exact && !(above->n && above->k))))
             above = e;
-        if (!largest || e->m > largest->m)
+        if (!largest || e->m > largest->m ||
+            (e->m == largest->m && exact && !(largest->n && largest->k)))
             largest = e;
     }
     return above ? above : largest;

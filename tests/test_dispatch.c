@@ -337,6 +337,12 @@ START_TEST(knob_strings)
     ck_assert_mem_eq(&kn, &before, sizeof kn); /* untouched on error */
     ck_assert_int_eq(pj_eng_knobs_parse("ks=", &kn, err, sizeof err), -EINVAL);
     ck_assert_int_eq(pj_eng_knobs_parse("u=300", &kn, err, sizeof err), -EINVAL);
+    /* A number and nothing else: strtoul would take a blank or a sign. */
+    ck_assert_int_eq(pj_eng_knobs_parse("nw= 8", &kn, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(pj_eng_knobs_parse("nw=+8", &kn, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(pj_eng_knobs_parse("u=-1", &kn, err, sizeof err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "u expects an integer in 0..8"));
+    ck_assert_mem_eq(&kn, &before, sizeof kn);
     ck_assert_int_eq(pj_eng_from_name("gemvz"), PJ_ENG_GEMVZ);
     ck_assert_int_eq(pj_eng_from_name("nope"), -1);
 }
@@ -368,7 +374,15 @@ START_TEST(cublas_explicit_configuration)
     ck_assert_ptr_nonnull(strstr(err, "ltile expects an integer in 0..65535"));
     ck_assert_int_eq(pj_eng_knobs_parse("lsk=17", &kn, err, sizeof err), -EINVAL);
     ck_assert_int_eq(pj_eng_knobs_parse("lt=2", &kn, err, sizeof err), -EINVAL);
+    /* Turning lt off leaves a configuration that would not run: refused. */
+    ck_assert_int_eq(pj_eng_knobs_parse("lt=0", &kn, err, sizeof err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "lid=66 names a cuBLASLt configuration: it needs lt=1"));
     ck_assert_mem_eq(&kn, &before, sizeof kn);
+    pj_eng_knobs plain;
+    memset(&plain, 0, sizeof plain);
+    ck_assert_int_eq(pj_eng_knobs_parse("algo=1,lsk=4", &plain, err, sizeof err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "lsk=4 names a cuBLASLt configuration"));
+    ck_assert_int_eq(pj_eng_knobs_parse("lt=0,lid=0", &plain, err, sizeof err), 0);
 
     static const char *js_in =
         "{\"device\":\"NVIDIA H200\",\"entries\":["
@@ -408,6 +422,40 @@ START_TEST(cublas_explicit_configuration)
         pj_tune_parse(js_bad, strlen(js_bad), &u, NULL, NULL, on_msg, NULL, err, sizeof err), 0);
     ck_assert_int_eq(n_msgs, 1);
     ck_assert_ptr_nonnull(strstr(last_msg, "engine splitk has no knob \"ltile\""));
+    /* ... and on cuBLAS without lt = 1, by what is missing. */
+    static const char *js_nolt =
+        "{\"device\":\"NVIDIA H200\",\"entries\":["
+        "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":128,\"engine\":\"cublas\","
+        "\"knobs\":{\"algo\":1,\"ltile\":5}}]}";
+    n_msgs = 0;
+    ck_assert_int_eq(
+        pj_tune_parse(js_nolt, strlen(js_nolt), &u, NULL, NULL, on_msg, NULL, err, sizeof err), 0);
+    ck_assert_int_eq(n_msgs, 1);
+    ck_assert_ptr_nonnull(strstr(last_msg, "o m=128: ltile=5 names a cuBLASLt configuration"));
+}
+END_TEST
+
+/* An entry tuned for the layer's very shape beats one for any shape (n, k
+ * left out) at the same m, whichever comes first in the file; other shapes
+ * still get the any-shape entry. */
+START_TEST(exact_shape_beats_any_shape)
+{
+    static const char *any = "{\"layer\":\"o\",\"m\":8,\"engine\":\"gemv\","
+                             "\"knobs\":{\"nw\":4,\"ks\":1,\"u\":1}}";
+    static const char *own = "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":8,"
+                             "\"engine\":\"cublas\",\"knobs\":{\"algo\":1}}";
+    for (int order = 0; order < 2; order++) {
+        char js[512];
+        snprintf(js, sizeof js, "{\"entries\":[%s,%s]}", order ? own : any, order ? any : own);
+        pj_tune_table t;
+        char err[256];
+        ck_assert_int_eq(pj_tune_parse(js, strlen(js), &t, NULL, NULL, NULL, NULL, err, sizeof err),
+                         2);
+        /* m = 8 as the entries' own m; m = 16 past them (the largest) */
+        ck_assert_int_eq(pj_dispatch_choose(&t, "o", 4096, 2048, 8)->eng, PJ_ENG_CUBLAS);
+        ck_assert_int_eq(pj_dispatch_choose(&t, "o", 4096, 2048, 16)->eng, PJ_ENG_CUBLAS);
+        ck_assert_int_eq(pj_dispatch_choose(&t, "o", 2048, 1024, 8)->eng, PJ_ENG_GEMV);
+    }
 }
 END_TEST
 
@@ -452,6 +500,7 @@ int main(void)
     tcase_add_test(tc, cublas_explicit_configuration);
     tcase_add_test(tc, forced_engines);
     tcase_add_test(tc, same_layer_two_shapes);
+    tcase_add_test(tc, exact_shape_beats_any_shape);
     tcase_add_test(tc, rejects_text_after_the_table);
     tcase_add_test(tc, times_round_trip);
     tcase_add_test(tc, save_reports_and_keeps_the_old_table);
