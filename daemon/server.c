@@ -1547,8 +1547,8 @@ static volatile sig_atomic_t g_exit_guard_code;
 static void on_exit_guard(int sig)
 {
     (void)sig;
-    static const char msg[] = "projd: shutdown: nng teardown did not finish within "
-                              "5 s after the drain; exiting\n";
+    static const char msg[] = "projd: shutdown: teardown (nng, or a buffer the device still "
+                              "used) did not finish within 5 s after the drain; exiting\n";
     ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
     (void)w;
     _exit(g_exit_guard_code);
