@@ -505,6 +505,31 @@ static int table_wants_tiles(const cu_state *st, const char *layer)
     return 0;
 }
 
+/* Can the engines serve every m of the layer from its z12 weights alone
+ * (the ladder without a table; the table's entries fall back to it)? 0,
+ * or the first m that nothing can run, with why. */
+static uint32_t z12_alone_misses(const cu_state *st, const pj_eng_layer *L, char *why,
+                                 size_t whylen)
+{
+    static const uint16_t dummy[8] __attribute__((aligned(16)));
+    for (uint32_t m = 1; m <= st->max_m; m++) {
+        pj_eng_call c = {.L = L,
+                         .x = dummy,
+                         .ldx = L->K,
+                         .y = (uint16_t *)dummy,
+                         .ldy = L->N,
+                         .m = m,
+                         .n = L->N};
+        pj_eng_kind k;
+        pj_eng_knobs kn;
+        if (pj_eng_choose(NULL, NULL, NULL, &c, &st->lim, &k, &kn) < 0) {
+            snprintf(why, whylen, "no form of the z12 GEMV takes m = %u of %u x %u", m, L->N, L->K);
+            return m;
+        }
+    }
+    return 0;
+}
+
 static int upload_layers(cu_state *st, char *err, size_t errlen)
 {
     const pj_model *model = st->b->model;
@@ -515,8 +540,16 @@ static int upload_layers(cu_state *st, char *err, size_t errlen)
         cl->graph_n = ml->max_n ? ml->max_n : ml->w.n;
         split_force(ml->engine, cl->force, sizeof cl->force, cl->force_knobs,
                     sizeof cl->force_knobs);
-        int rc = pj_engup_layer(ml->name, &ml->w, needs_bf16_copy(st, cl),
-                                st->b->model->load_threads, L, &cl->mem, err, errlen);
+        const int copy = needs_bf16_copy(st, cl);
+        int rc = pj_engup_layer(ml->name, &ml->w, copy, st->b->model->load_threads, L, &cl->mem,
+                                err, errlen);
+        char why[160];
+        if (!rc && !copy && L->fmt == PJ_FMT_Z12 && z12_alone_misses(st, L, why, sizeof why)) {
+            pj_log_info("cuda: layer %s keeps a bf16 copy: %s", ml->name, why);
+            pj_engup_free(&cl->mem);
+            rc = pj_engup_layer(ml->name, &ml->w, 1, st->b->model->load_threads, L, &cl->mem, err,
+                                errlen);
+        }
         if (rc)
             return rc;
         /* What the tuner and the benchmark time the engines with

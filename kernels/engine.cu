@@ -1478,6 +1478,20 @@ static void gemvz_register_knobs(pj_eng_knobs *kn, uint32_t K, uint32_t nblk, ui
     kn->ks = pick_ks(K, 64u * kn->nw * kn->u, nblk, 16);
 }
 
+// Its ring form (x through each warp's ring; 2 stages above m = 8), the
+// table's z12 GEMV at m = 1 / 8 and the pooler's at m = 16.
+static void gemvz_ring_knobs(pj_eng_knobs *kn, uint32_t m)
+{
+    kn->nw = 4;
+    kn->u = 1;
+    kn->pipe = 5;
+    kn->r = 1;
+    kn->rb = 1;
+    kn->xs = 2;
+    kn->st = m > PJ_ENG_DEFAULT_GEMV_M ? 2 : 0;
+    kn->ks = 1;
+}
+
 extern "C" pj_eng_knobs pj_eng_default_knobs(pj_eng_kind k, const pj_eng_layer *L, uint32_t m)
 {
     pj_eng_knobs kn;
@@ -1492,22 +1506,13 @@ extern "C" pj_eng_knobs pj_eng_default_knobs(pj_eng_kind k, const pj_eng_layer *
         kn.ks = pick_ks(K, 32u * kn.nw * kn.u, nblk, 16);
         break;
     case PJ_ENG_GEMVZ:
-        if (m > PJ_ENG_DEFAULT_GEMV_M) {
-            // The ring form the tuner picks at m = 16 (x through each
-            // warp's 2-stage ring): the register form read x by 4-byte
-            // loads, 21-37 us on qkv_gate at m = 16 / 32 against ~15 /
-            // 20. It serves a z12 layer that has no bf16 copy.
-            kn.nw = 4;
-            kn.u = 1;
-            kn.pipe = 5;
-            kn.r = 1;
-            kn.rb = 1;
-            kn.xs = 2;
-            kn.st = 2;
-            kn.ks = 1;
-            break;
-        }
-        gemvz_register_knobs(&kn, K, nblk, m);
+        // Above m = 8 the ring form the tuner picks at m = 16: the register
+        // form read x by 4-byte loads, 21-37 us on qkv_gate at m = 16 / 32
+        // against ~15 / 20. It serves a z12 layer that has no bf16 copy.
+        if (m > PJ_ENG_DEFAULT_GEMV_M)
+            gemvz_ring_knobs(&kn, m);
+        else
+            gemvz_register_knobs(&kn, K, nblk, m);
         break;
     case PJ_ENG_ROUTER:
         if (m <= PJ_ENG_MAX_GEMV_M) {
@@ -2227,9 +2232,18 @@ extern "C" int pj_eng_choose(const pj_tune_table *t, const char *force_engine,
             !(order[i] == PJ_ENG_GEMVZ && z12_only))
             continue;
         int rc = pj_eng_can_run(order[i], &d, c, lim, why, sizeof why);
-        if (rc && order[i] == PJ_ENG_GEMVZ && z12_only && c->m > PJ_ENG_DEFAULT_GEMV_M) {
-            d = pj_eng_default_knobs(order[i], L, PJ_ENG_DEFAULT_GEMV_M);
-            gemvz_register_knobs(&d, L->K, cdiv(L->N, 16), c->m);
+        // With nothing else to run the layer, the z12 GEMV's other forms:
+        // the ring form at any m, the register form over 4 warps (K a
+        // multiple of 256 rather than 512).
+        for (int f = 0; rc && order[i] == PJ_ENG_GEMVZ && z12_only && f < 2; f++) {
+            d = pj_eng_default_knobs(order[i], L, c->m);
+            if (f == 0) {
+                gemvz_ring_knobs(&d, c->m);
+            } else {
+                gemvz_register_knobs(&d, L->K, cdiv(L->N, 16), c->m);
+                d.nw = 4;
+                d.ks = 1;
+            }
             rc = pj_eng_can_run(order[i], &d, c, lim, why, sizeof why);
         }
         if (!rc) {
