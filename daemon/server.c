@@ -1393,9 +1393,7 @@ static uint32_t ctx_cap(const pj_server *s)
     /* 2 x its share per connection: past that, one whose replies stand is
      * closed (one that reads them may hold more for a moment, within this
      * cap of all of them). */
-    uint64_t cap = (uint64_t)s->cfg.limits.max_connections * 2 *
-                       (s->cfg.limits.max_inflight_per_conn + CONN_CTX_SLACK) +
-                   CTX_GROW;
+    uint64_t cap = (uint64_t)s->cfg.limits.max_connections * 2 * conn_share(s) + CTX_GROW;
     return cap > CTX_MAX ? CTX_MAX : (uint32_t)cap;
 }
 
