@@ -321,6 +321,7 @@ const char *projd_format_name(int format)
 
 static void ring_unlink(ring_cli *rc, projd_request *r);
 static int ring_reap_own(ring_cli *rc, const projd_request *mine);
+static void ring_expire_own(ring_cli *rc, projd_request *r);
 static void ring_unref(ring_cli *rc);
 
 /* Frees what req_new made. */
@@ -907,6 +908,27 @@ int projd_request_wait(projd_request *r, projd_result *res, projd_error *e)
             }
             pj_cpu_relax();
         }
+        if (r->cb == NULL) {
+            /* Past the spin, its own deadline, not the reaper's next look
+             * at the pending list (up to 20 ms apart when none was near as
+             * it went to sleep). */
+            int done = __atomic_load_n(&r->done, __ATOMIC_ACQUIRE);
+            while (!done && now_ns() < r->deadline) {
+                uint64_t left = r->deadline - now_ns();
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                uint64_t ns = (uint64_t)ts.tv_nsec + left;
+                ts.tv_sec += (time_t)(ns / 1000000000ull);
+                ts.tv_nsec = (long)(ns % 1000000000ull);
+                pthread_mutex_lock(&r->mu);
+                if (!r->done)
+                    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+                done = r->done;
+                pthread_mutex_unlock(&r->mu);
+            }
+            if (!done)
+                ring_expire_own(rc, r);
+        }
     }
     /* The aio deadline guarantees completion; the grace only guards against
      * a bug turning into a hang. */
@@ -1120,7 +1142,15 @@ static void ring_take_reply(ring_cli *rc, const uint8_t *msg, size_t len)
     pthread_mutex_unlock(&rc->mu);
     if (!r)
         return; /* timed out or freed meanwhile */
-    r->res.total_ns = now_ns() - r->t_submit;
+    const uint64_t t = now_ns();
+    r->res.total_ns = t - r->t_submit;
+    if (t > r->deadline) {
+        /* Late, as nng's aio would have timed it out: the same error on
+         * either path, whenever the reaper got to the reply. */
+        r->rc = fail(&r->err, -ETIMEDOUT, "%s: no reply within %d ms", r->what, r->timeout_ms);
+        req_complete(r);
+        return;
+    }
     if (nng_msg_alloc(&r->reply, len) != 0) {
         r->reply = NULL;
         r->rc = fail(&r->err, -ENOMEM, "%s: out of memory for the reply", r->what);
@@ -1129,6 +1159,18 @@ static void ring_take_reply(ring_cli *rc, const uint8_t *msg, size_t len)
         req_parse(r);
     }
     req_complete(r);
+}
+
+/* The earliest deadline of the pending requests, or UINT64_MAX. */
+static uint64_t ring_earliest(ring_cli *rc)
+{
+    uint64_t first = UINT64_MAX;
+    pthread_mutex_lock(&rc->mu);
+    for (const projd_request *r = rc->pending; r; r = r->lnext)
+        if (r->deadline < first)
+            first = r->deadline;
+    pthread_mutex_unlock(&rc->mu);
+    return first;
 }
 
 /* Requests past their deadline fail, as nng's aio timeout does. */
@@ -1141,6 +1183,22 @@ static void ring_expire(ring_cli *rc)
         r->res.total_ns = t - r->t_submit;
         req_complete(r);
     }
+}
+
+static int pick_this(const projd_request *r, uint64_t mine)
+{
+    return (uintptr_t)r == (uintptr_t)mine;
+}
+
+/* r (no callback) is past its deadline and its waiter is here: it fails
+ * now, unless a reply or the reaper has taken it off the list already. */
+static void ring_expire_own(ring_cli *rc, projd_request *r)
+{
+    if (ring_take_one(rc, pick_this, (uint64_t)(uintptr_t)r) != r)
+        return;
+    r->rc = fail(&r->err, -ETIMEDOUT, "%s: no reply within %d ms", r->what, r->timeout_ms);
+    r->res.total_ns = now_ns() - r->t_submit;
+    req_complete(r);
 }
 
 /* The caller of projd_request_wait for `mine`, a request without a
@@ -1194,9 +1252,16 @@ static void *ring_reaper(void *arg)
     ring_cli *rc = arg;
     tl_completing = rc;
     size_t cap = pj_ring_msg_max(&rc->ring);
-    uint64_t last_expire = now_ns();
     while (!__atomic_load_n(&rc->stop, __ATOMIC_ACQUIRE)) {
-        int w = pj_ring_wait(&rc->ring, PJ_RING_CQ, rc->spin_ns, 20, &rc->stop);
+        /* Asleep at most until the first deadline (1 ms steps), so that a
+         * request times out when nng's would; 20 ms when none is near. */
+        const uint64_t first = ring_earliest(rc), t0 = now_ns();
+        int wait_ms = 20;
+        if (first != UINT64_MAX)
+            wait_ms = first <= t0 ? 0 : (int)((first - t0 + 999999) / 1000000);
+        if (wait_ms > 20)
+            wait_ms = 20;
+        int w = wait_ms ? pj_ring_wait(&rc->ring, PJ_RING_CQ, rc->spin_ns, wait_ms, &rc->stop) : 0;
         if (w == -EINTR)
             break;
         size_t len;
@@ -1223,11 +1288,8 @@ static void *ring_reaper(void *arg)
             ring_fail_all(rc, -ECONNRESET, "projd dropped the ring; later requests go over nng");
             break;
         }
-        uint64_t t = now_ns();
-        if (w == -ETIMEDOUT || t - last_expire > 20000000ull) {
+        if (first != UINT64_MAX && now_ns() >= first)
             ring_expire(rc);
-            last_expire = t;
-        }
     }
     tl_completing = NULL;
     return NULL;
