@@ -52,6 +52,15 @@ after torch.cuda.empty_cache() and when memory is tight. A request keeps
 its registrations from eviction until it is answered (the cache's lock is
 held across the request: one client's applies run one at a time).
 
+When projd restarts (systemd's Restart=on-failure after a sticky CUDA
+error), the connection is lost and every call on it fails with
+-ECONNRESET. apply() then connects again (the same url, timeout and ring;
+one new connection for all the methods that shared the lost one), finds
+its layer there, registers x and y anew and runs the request once more;
+y is written whole on the new connection. release_registrations(client)
+also releases what the connections that replaced client registered.
+An apply() that fails again, or for another reason, raises.
+
 Use: one projd.Client shared by every layer, one method per layer, e.g.
 from a QuantizationConfig's get_quant_method(layer, prefix)::
 
@@ -73,6 +82,7 @@ torch is imported on first use, so this module imports without it.
 """
 
 import collections
+import errno
 import threading
 
 import projd
@@ -166,7 +176,13 @@ class _Registrations:
             while self.ids:
                 _, (_, buf) = self.ids.popitem()
                 if not self.client.closed:
-                    self.client.unregister(buf)
+                    try:
+                        self.client.unregister(buf)
+                    except projd.ProjdError as e:
+                        if not _lost(e):
+                            raise
+                        # The daemon that held it is gone, and so is the
+                        # registration: nothing left to release.
 
 
 class _Events:
@@ -205,10 +221,44 @@ def release_registrations(client: "projd.Client") -> None:
     """Unregister every allocation cached for client (after empty_cache).
     An apply() in progress on client finishes first (it holds the cache's
     lock until its request is answered); later ones register again."""
-    with _registries_lock:
-        r = getattr(client, "_projd_sglang_registrations", None)
-    if r is not None:
-        r.clear()
+    while client is not None:
+        with _registries_lock:
+            r = getattr(client, "_projd_sglang_registrations", None)
+            after = getattr(client, "_projd_sglang_successor", None)
+        if r is not None:
+            r.clear()
+        client = after  # the connections that replaced it (reconnects)
+
+
+def _lost(e: "projd.ProjdError") -> bool:
+    """Is e the error of a connection that projd dropped (it exited or
+    restarted)? Every later call on that Client fails the same way."""
+    return e.code == -errno.ECONNRESET
+
+
+def _connect(url: str, timeout_ms: int, ring: bool) -> "projd.Client":
+    c = projd.Client(url, name="projd_sglang", timeout_ms=timeout_ms)
+    if ring and not c.ring_active:
+        try:
+            c.attach_ring()
+        except projd.ProjdError:
+            pass  # refused now: nng serves the same requests
+    return c
+
+
+def _successor(client: "projd.Client", settings) -> "projd.Client":
+    """The connection that replaces client, lost: one per lost client,
+    shared by every method that used it (each with its own registrations
+    and events on it). settings: (url, timeout_ms, ring) to connect with."""
+    with _successors_lock:
+        new = getattr(client, "_projd_sglang_successor", None)
+        if new is None or new.closed:
+            new = _connect(*settings)
+            client._projd_sglang_successor = new
+        return new
+
+
+_successors_lock = threading.Lock()
 
 
 class ProjdLinearMethod:
@@ -219,6 +269,9 @@ class ProjdLinearMethod:
             raise TypeError("client must be a projd.Client, not %s" % type(client).__name__)
         self.client = client
         self.L = client.layer(layer)  # KeyError naming the daemon's layers
+        # How to connect again when projd restarts (Restart=on-failure
+        # after a sticky CUDA error): the lost connection fails every call.
+        self._settings = (client.url, client.timeout_ms, client.ring_active)
         if client.info.backend != "cuda":
             raise ValueError(
                 "projd at %s runs the %s backend; CUDA tensors need the cuda backend"
@@ -277,16 +330,34 @@ class ProjdLinearMethod:
         y = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
         if m:
             ld = x2.stride(0) if m > 1 else L.k
-            reg = _registry(self.client)
             device = x.get_device()
-            with reg.lock:
-                xb, xo = reg.lookup(x2.data_ptr(), device)
-                yb, yo = reg.lookup(y.data_ptr(), device)
-                self._run(reg, torch, device, (xb, xo, ld, yb, yo, n), m)
+            for attempt in (0, 1):
+                reg = _registry(self.client)
+                try:
+                    with reg.lock:
+                        xb, xo = reg.lookup(x2.data_ptr(), device)
+                        yb, yo = reg.lookup(y.data_ptr(), device)
+                        self._run(reg, torch, device, (xb, xo, ld, yb, yo, n), m)
+                    break
+                except projd.ProjdError as e:
+                    if attempt or not _lost(e):
+                        raise
+                    # projd restarted: y is rewritten whole on a new
+                    # connection (nothing of the lost one's work is kept).
+                    self._reconnect()
         y = y.reshape(*lead, n)
         if bias is not None:
             y += bias
         return y
+
+    def _reconnect(self) -> None:
+        """Move to the connection that replaces the lost one (made by the
+        first method to find it lost), and find the layer there again."""
+        new = _successor(self.client, self._settings)
+        if new.info.backend != "cuda":
+            raise ValueError("projd at %s came back with the %s backend" % (new.url, new.info.backend))
+        self.L = new.layer(self.L.name)
+        self.client = new
 
     def _requests(self, reg, xy, m):
         """The ops of m rows (at most max_m per op, max_ops_per_request per

@@ -19,6 +19,7 @@ Standard library only.
 """
 
 import array
+import errno
 import gc
 import json
 import os
@@ -1260,7 +1261,7 @@ class SglangApplyTests(unittest.TestCase):
 
         def __init__(self):
             limits = type("L", (), {"max_m": 256, "max_ops_per_request": 64, "max_buffers": 64})()
-            self.info = type("I", (), {"limits": limits})()
+            self.info = type("I", (), {"limits": limits, "backend": "cuda"})()
             self.closed = False
             self.next, self.live, self.requests = 1, {}, []
             self.on_project = None  # called during a request, before it is answered
@@ -1271,15 +1272,28 @@ class SglangApplyTests(unittest.TestCase):
             return self.next - 1
 
         def unregister(self, buf):
+            self._check_lost()
             del self.live[buf]
 
         def project_packed(self, ops, count, flags=0, wait_event=None, signal_event=None):
+            self._check_lost()
             for i in range(count):
                 o = ops._arr[i]
                 assert o.x_buf in self.live and o.y_buf in self.live, "an unregistered buffer was used"
             self.requests.append(count)
             if self.on_project:
                 self.on_project()
+
+        # What a reconnect uses.
+        lost = False
+        url = "ipc:///run/projd/projd.sock"
+
+        def _check_lost(self):
+            if self.lost:
+                raise projd.ProjdError(-errno.ECONNRESET, "ECONNRESET", "the connection to projd was lost")
+
+        def layer(self, name):
+            return type("Lay", (), {"index": 0, "k": 192, "n": 256, "name": name})()
 
     def setUp(self):
         import contextlib
@@ -1384,6 +1398,71 @@ class SglangApplyTests(unittest.TestCase):
         self.assertEqual(during, [False])
         self.assertTrue(released.is_set())
         self.assertEqual(self.client.live, {})
+
+    def test_reconnects_once_projd_is_back(self):
+        # projd restarted: the first client's calls all fail with
+        # -ECONNRESET. apply() connects again (once for every method that
+        # shared the lost client), registers anew and runs the request there.
+        made = []
+
+        def connect(url, timeout_ms, ring):
+            c = self.Client()
+            made.append((c, url, timeout_ms, ring))
+            return c
+
+        saved = self.mod._connect
+        self.addCleanup(lambda: setattr(self.mod, "_connect", saved))
+        self.mod._connect = connect
+        self.meth._settings = ("ipc:///run/projd/projd.sock", 1234, False)
+        other = object.__new__(self.mod.ProjdLinearMethod)
+        other.client, other.L, other._settings = self.client, self.meth.L, self.meth._settings
+        x = self.alloc(4, 192)
+        self.meth.apply(self.layer, x)
+        self.assertEqual(self.client.requests, [1])
+        self.client.lost = True
+        y = self.meth.apply(self.layer, x)
+        self.assertEqual(y.shape, (4, 256))
+        self.assertEqual(len(made), 1)
+        new, url, timeout_ms, ring = made[0]
+        self.assertEqual((url, timeout_ms, ring), ("ipc:///run/projd/projd.sock", 1234, False))
+        self.assertIs(self.meth.client, new)
+        self.assertEqual((new.requests, len(new.live)), ([1], 2))
+        self.assertEqual(self.meth.L.name, "o")
+        # The other method finds the same new connection, not a third one.
+        other.apply(self.layer, x)
+        self.assertIs(other.client, new)
+        self.assertEqual((len(made), new.requests), (1, [1, 1]))
+        # Releasing by the lost client releases what its successor holds,
+        # and the lost client's own registrations raise nothing.
+        self.mod.release_registrations(self.client)
+        self.assertEqual(new.live, {})
+
+    def test_other_errors_do_not_reconnect(self):
+        def connect(url, timeout_ms, ring):
+            raise AssertionError("connected again for an error that is not a lost connection")
+
+        saved = self.mod._connect
+        self.addCleanup(lambda: setattr(self.mod, "_connect", saved))
+        self.mod._connect = connect
+        self.meth._settings = ("ipc:///x", 1000, False)
+
+        def timed_out():
+            raise projd.ProjdError(-errno.ETIMEDOUT, "ETIMEDOUT", "timed out")
+
+        self.client.on_project = timed_out
+        with self.assertRaises(projd.ProjdError) as cm:
+            self.meth.apply(self.layer, self.alloc(4, 192))
+        self.assertEqual(cm.exception.code, -errno.ETIMEDOUT)
+        self.assertIs(self.meth.client, self.client)
+        # Lost twice in a row (projd down still): the second loss raises.
+        self.client.on_project = None
+        self.client.lost = True
+        lost_again = self.Client()
+        lost_again.lost = True
+        self.mod._connect = lambda url, timeout_ms, ring: lost_again
+        with self.assertRaises(projd.ProjdError) as cm:
+            self.meth.apply(self.layer, self.alloc(4, 192))
+        self.assertEqual(cm.exception.code, -errno.ECONNRESET)
 
     def test_apply_under_graph_capture_is_refused(self):
         x = self.alloc(4, 192)
