@@ -221,6 +221,9 @@ static long non_integer_number(const char *s, size_t len, size_t *tok_len)
                 bad |= s[j] == '.' || s[j] == 'e' || s[j] == 'E';
                 j++;
             }
+            /* A leading zero ("01"): not JSON, which cJSON takes as 1. */
+            const size_t d = s[i] == '-' ? i + 1 : i;
+            bad |= d + 1 < j && s[d] == '0' && s[d + 1] >= '0' && s[d + 1] <= '9';
             if (bad) {
                 *tok_len = j - i;
                 return (long)i;
@@ -353,8 +356,8 @@ static int parse_line(pj_trace *t, const perr *p, const char *s, size_t len)
     long at = non_integer_number(s, (size_t)(end - s), &tok);
     if (at >= 0) {
         rc = fail(p, NULL,
-                  "%.*s (column %ld): integers must be written as integers (digits only, no "
-                  "fraction or exponent)",
+                  "%.*s (column %ld): integers must be written as integers (digits only: no "
+                  "fraction, exponent or leading zero)",
                   (int)(tok > 40 ? 40 : tok), s + at, at + 1);
         goto out;
     }

@@ -65,7 +65,7 @@ void pj_trace_free(pj_trace *t);
  * requests are appended). Returns 0, -EINVAL with "file:line: field: why"
  * in err (t keeps the requests of the lines before the bad one), or
  * -ENOMEM. A trace with no request at all is an error, and so are a string
- * holding \u0000, a number written with a fraction or exponent (1.0, 1e2)
+ * holding \u0000, a number written with a fraction, exponent or leading zero (1.0, 1e2, 01)
  * and more than PJ_WIRE_MAX_LAYERS distinct layer names. */
 int pj_trace_parse(pj_trace *t, const char *text, size_t len, char *err, size_t errlen);
 

@@ -163,6 +163,11 @@ static const bad_case bad_cases[] = {
      "1.0 (column 26): integers must be written as integers"},
     {"{\"t_us\":1E3,\"ops\":[{\"layer\":\"o\",\"m\":1}]}",
      "1E3 (column 9): integers must be written as integers"},
+    /* A leading zero is not JSON (cJSON reads 01 as 1). */
+    {"{\"ops\":[{\"layer\":\"o\",\"m\":01}]}",
+     "01 (column 26): integers must be written as integers"},
+    {"{\"t_us\":0070,\"ops\":[{\"layer\":\"o\",\"m\":1}]}",
+     "0070 (column 9): integers must be written as integers"},
     /* A NUL escape would cut the name (or key) short. */
     {"{\"ops\":[{\"layer\":\"o\\u0000x\",\"m\":1}]}", "a string holds \\u0000 (column 20)"},
     {"{\"ops\":[{\"layer\":\"o\",\"m\\u0000\":1}]}", "a string holds \\u0000 (column 24)"},
