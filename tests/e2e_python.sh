@@ -63,6 +63,7 @@ timeout --kill-after=10 240 env "${asan_env[@]}" \
     PROJD_TEST_MODEL="$model" \
     PROJD_TEST_LAYERS="$tmp/layers.txt" \
     PROJD_TEST_CC="$cc" \
+    PROJD_TEST_PROJD="$bin/projd" \
     "$py" tests/python/test_projd.py -v || rc=$?
 echo "e2e_python: test_projd.py exit $rc ($((SECONDS - start)) s)"
 

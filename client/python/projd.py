@@ -849,7 +849,11 @@ class _Mapping:
                 rc = load_library().projd_buffer_release(self.handle, ctypes.byref(e))
         except ValueError:
             return  # closed meanwhile: projd_close released it
-        if rc != 0 and raise_errors:
+        # A lost connection (projd exited or restarted) took the daemon's
+        # side of the buffer with it, and the mapping is gone here: nothing
+        # is left to report, and raising would hide the error that brought
+        # a `with` block here.
+        if rc != 0 and raise_errors and rc != -_errno.ECONNRESET:
             raise _error(rc, e)
 
     def __del__(self):
@@ -944,7 +948,8 @@ class ShmBuffer:
 
         Raises BufferError while views are open or an unfinished request
         names the buffer, ProjdError when the daemon refuses the
-        UNREGISTER (the local mapping is gone in any case)."""
+        UNREGISTER (the local mapping is gone in any case); not when the
+        connection was lost (the daemon's side went with it)."""
         if self._map.released:
             return
         if self._map.client._guard.forked():

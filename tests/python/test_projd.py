@@ -9,6 +9,7 @@ the small generated model) and sets:
   PROJD_TEST_MODEL      the model both serve (safetensors)
   PROJD_TEST_LAYERS     `projctl layers` of the first daemon
   PROJD_TEST_CC         a C compiler, for the struct layout check
+  PROJD_TEST_PROJD      the projd binary, for a daemon of the test's own (killed)
 
 Results are checked bit for bit against a pure-Python reference of
 kernels/refgemm.h (fp32 sums in increasing k, rounded to bf16 to nearest
@@ -1070,6 +1071,61 @@ class AsyncTests(DaemonTest):
                 self.c.project_async([])
             with self.assertRaises(ValueError):
                 self.c.project_async([Op(layer="o", m=1, x_buf=b, y_buf=b)]).wait(timeout=-1)
+
+
+class LostDaemonTests(unittest.TestCase):
+    """A daemon of this test's own, killed under a client: the calls fail
+    with -ECONNRESET, and releasing a buffer or closing the client raises
+    nothing (the daemon's side went with it, the mapping goes here)."""
+
+    def test_release_and_close_after_the_daemon_died(self):
+        import shutil
+        import tempfile
+
+        binary = env("PROJD_TEST_PROJD")
+        d = tempfile.mkdtemp(prefix="projd-lost-")
+        self.addCleanup(shutil.rmtree, d, True)
+        cfg = os.path.join(d, "projd.json")
+        with open(cfg, "w") as f:
+            json.dump({"model": {"path": env("PROJD_TEST_MODEL")}, "device": {"backend": "cpu"}}, f)
+        url = "ipc://" + os.path.join(d, "projd.sock")
+        log = open(os.path.join(d, "projd.log"), "w")
+        self.addCleanup(log.close)
+        p = subprocess.Popen([binary, "--config", cfg, "--socket", url], stdout=log, stderr=log)
+        self.addCleanup(lambda: p.poll() is None and (p.kill(), p.wait()))
+        c, deadline = None, time.monotonic() + 30
+        while c is None:
+            try:
+                c = projd.Client(url, timeout_ms=5000)
+            except projd.ProjdError:
+                if time.monotonic() > deadline or p.poll() is not None:
+                    raise
+                time.sleep(0.05)
+        buf = c.shm_buffer(4096)
+        kept = c.shm_buffer(4096)
+        c.ping()
+        p.kill()
+        p.wait()
+        lost, deadline = None, time.monotonic() + 10
+        while lost is None and time.monotonic() < deadline:
+            try:
+                c.ping()
+                time.sleep(0.02)
+            except projd.ProjdError as e:
+                lost = e
+        self.assertIsNotNone(lost, "the client did not notice the daemon died")
+        self.assertEqual(lost.code, -errno.ECONNRESET, lost)
+        buf.release()  # raises nothing
+        self.assertTrue(buf.released)
+        # The error that ends a `with` block is the one that shows, not
+        # the release's on the way out.
+        with self.assertRaises(projd.ProjdError) as cm:
+            with kept:
+                c.ping()
+        self.assertEqual(cm.exception.code, -errno.ECONNRESET)
+        self.assertNotIn("UNREGISTER", cm.exception.message)
+        self.assertTrue(kept.released)
+        c.close()
 
 
 class SglangAdapterTests(DaemonTest):
