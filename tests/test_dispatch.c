@@ -348,6 +348,23 @@ START_TEST(knob_strings)
 }
 END_TEST
 
+/* A table of one entry for o at m = 128 (engine and knobs as given) loads
+ * with that entry refused, the message naming why. */
+static void expect_one_refused(const char *engine_and_knobs, const char *why)
+{
+    char js[512], err[256];
+    snprintf(js, sizeof js,
+             "{\"device\":\"NVIDIA H200\",\"entries\":[{\"layer\":\"o\",\"n\":4096,"
+             "\"k\":2048,\"m\":128,%s}]}",
+             engine_and_knobs);
+    pj_tune_table t;
+    n_msgs = 0;
+    ck_assert_int_eq(pj_tune_parse(js, strlen(js), &t, NULL, NULL, on_msg, NULL, err, sizeof err),
+                     0);
+    ck_assert_int_eq(n_msgs, 1);
+    ck_assert_msg(strstr(last_msg, why), "refusal \"%s\" does not say \"%s\"", last_msg, why);
+}
+
 /* cuBLAS's explicit configuration (round 38): its knobs are written only
  * when set (every other cublas entry reads as before), ltile holds 16 bits
  * through the knob string and the table's JSON, and each knob's range is
@@ -412,26 +429,12 @@ START_TEST(cublas_explicit_configuration)
     t.e[0].eng = PJ_ENG_SPLITK; /* only cublas has configurations to drop */
     other = pj_tune_entry_knobs(&t.e[0], 100);
     ck_assert_mem_eq(&other, &t.e[0].knobs, sizeof other);
-    /* A configuration knob on an engine that has none is refused by name. */
-    static const char *js_bad =
-        "{\"device\":\"NVIDIA H200\",\"entries\":["
-        "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":128,\"engine\":\"splitk\","
-        "\"knobs\":{\"ltile\":5}}]}";
-    n_msgs = 0;
-    ck_assert_int_eq(
-        pj_tune_parse(js_bad, strlen(js_bad), &u, NULL, NULL, on_msg, NULL, err, sizeof err), 0);
-    ck_assert_int_eq(n_msgs, 1);
-    ck_assert_ptr_nonnull(strstr(last_msg, "engine splitk has no knob \"ltile\""));
-    /* ... and on cuBLAS without lt = 1, by what is missing. */
-    static const char *js_nolt =
-        "{\"device\":\"NVIDIA H200\",\"entries\":["
-        "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":128,\"engine\":\"cublas\","
-        "\"knobs\":{\"algo\":1,\"ltile\":5}}]}";
-    n_msgs = 0;
-    ck_assert_int_eq(
-        pj_tune_parse(js_nolt, strlen(js_nolt), &u, NULL, NULL, on_msg, NULL, err, sizeof err), 0);
-    ck_assert_int_eq(n_msgs, 1);
-    ck_assert_ptr_nonnull(strstr(last_msg, "o m=128: ltile=5 names a cuBLASLt configuration"));
+    /* A configuration knob on an engine that has none is refused by name,
+     * and on cuBLAS without lt = 1 by what is missing. */
+    expect_one_refused("\"engine\":\"splitk\",\"knobs\":{\"ltile\":5}",
+                       "engine splitk has no knob \"ltile\"");
+    expect_one_refused("\"engine\":\"cublas\",\"knobs\":{\"algo\":1,\"ltile\":5}",
+                       "o m=128: ltile=5 names a cuBLASLt configuration");
 }
 END_TEST
 
