@@ -546,9 +546,8 @@ static int upload_layers(cu_state *st, char *err, size_t errlen)
         char why[160];
         if (!rc && !copy && L->fmt == PJ_FMT_Z12 && z12_alone_misses(st, L, why, sizeof why)) {
             pj_log_info("cuda: layer %s keeps a bf16 copy: %s", ml->name, why);
-            pj_engup_free(&cl->mem);
-            rc = pj_engup_layer(ml->name, &ml->w, 1, st->b->model->load_threads, L, &cl->mem, err,
-                                errlen);
+            rc = pj_engup_add_bf16_copy(ml->name, &ml->w, st->b->model->load_threads, L, &cl->mem,
+                                        err, errlen);
         }
         if (rc)
             return rc;

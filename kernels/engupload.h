@@ -37,6 +37,12 @@ typedef struct pj_engup_mem {
 int pj_engup_layer(const char *name, const pj_weights *w, int want_bf16_copy, unsigned threads,
                    pj_eng_layer *L, pj_engup_mem *mem, char *err, size_t errlen);
 
+/* For a z12 layer uploaded without its bf16 copy: unpack and upload it now
+ * as L->w (mem owns it; a no-op for other formats or when there is one).
+ * 0 or -ENOMEM as pj_engup_layer, leaving the layer as it was. */
+int pj_engup_add_bf16_copy(const char *name, const pj_weights *w, unsigned threads, pj_eng_layer *L,
+                           pj_engup_mem *mem, char *err, size_t errlen);
+
 /* The by-tile exception table of a z12 layer (pj_z12_tile_exc), made on the
  * host and uploaded: *off and *ent are device arrays the caller frees
  * (cudaFree). 0; -ENOTSUP when the layer's entries do not allow a table

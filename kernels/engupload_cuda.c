@@ -73,6 +73,37 @@ void pj_engup_free(pj_engup_mem *mem)
     memset(mem, 0, sizeof *mem);
 }
 
+/* A z12 layer's matrix unpacked to bf16 and uploaded as mem->w. */
+static int bf16_copy(const char *name, const pj_weights *w, unsigned threads, pj_engup_mem *mem,
+                     char *err, size_t errlen)
+{
+    const size_t mat = (size_t)w->n * w->k * 2;
+    uint16_t *h = malloc(mat);
+    if (!h) {
+        snprintf(err, errlen, "layer %s: out of memory unpacking z12", name);
+        return -ENOMEM;
+    }
+    /* Most of an upload's time on one core (the copy itself runs at
+     * several GB/s): the rows split over the CPUs. */
+    pj_z12_unpack_mt(w->z, h, w->k, threads ? threads : pj_cpu_count());
+    int rc = up(&mem->w, h, mat, "bf16 copy", name, err, errlen);
+    free(h);
+    if (!rc)
+        mem->bf16_copy_bytes = mat;
+    return rc;
+}
+
+int pj_engup_add_bf16_copy(const char *name, const pj_weights *w, unsigned threads, pj_eng_layer *L,
+                           pj_engup_mem *mem, char *err, size_t errlen)
+{
+    if (w->fmt != PJ_FMT_Z12 || mem->w)
+        return 0;
+    int rc = bf16_copy(name, w, threads, mem, err, errlen);
+    if (!rc)
+        L->w = mem->w;
+    return rc;
+}
+
 int pj_engup_layer(const char *name, const pj_weights *w, int want_bf16_copy, unsigned threads,
                    pj_eng_layer *L, pj_engup_mem *mem, char *err, size_t errlen)
 {
@@ -115,20 +146,8 @@ int pj_engup_layer(const char *name, const pj_weights *w, int want_bf16_copy, un
         L->z_base = z->base;
         L->z_n_pad = z->n_pad;
         L->z_n_exc = z->n_exc;
-        if (!rc && want_bf16_copy) {
-            uint16_t *h = malloc(mat);
-            if (!h) {
-                snprintf(err, errlen, "layer %s: out of memory unpacking z12", name);
-                rc = -ENOMEM;
-                break;
-            }
-            /* Most of an upload's time on one core (the copy itself runs
-             * at several GB/s): the rows split over the CPUs. */
-            pj_z12_unpack_mt(z, h, w->k, threads ? threads : pj_cpu_count());
-            rc = up(&mem->w, h, mat, "bf16 copy", name, err, errlen);
-            free(h);
-            mem->bf16_copy_bytes = mat;
-        }
+        if (!rc && want_bf16_copy)
+            rc = bf16_copy(name, w, threads, mem, err, errlen);
         break;
     }
     default:

@@ -460,6 +460,25 @@ static void sweep_slab(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, uint32_t n
  * spread of the others: other tiles, cluster shapes, custom options, K
  * splits) at m = 100 and 256, each against the reference, its bits
  * equal twice. rt (may be NULL): the router, refused as hi + lo. */
+/* A table of one cublas entry for layer L at m (knobs: the JSON object's
+ * members), loaded through the device checker into t; counts a check.
+ * 1 when it loaded, else 0 with the failure reported as what. */
+static int cublas_entry_table(pj_chk_ctx *c, const pj_eng_layer *L, uint32_t m, const char *knobs,
+                              pj_tune_table *t, const char *what)
+{
+    char js[512], err[256];
+    snprintf(js, sizeof js,
+             "{\"device\":\"test\",\"entries\":[{\"layer\":\"%s\",\"n\":%u,\"k\":%u,"
+             "\"m\":%u,\"engine\":\"cublas\",\"knobs\":{%s}}]}",
+             L->name, L->N, L->K, m, knobs);
+    n_checks++;
+    if (pj_tune_parse(js, strlen(js), t, pj_eng_check_entry, &c->lim, NULL, NULL, err,
+                      sizeof err) == 1)
+        return 1;
+    fail_line("%s: %s did not load: %s", L->name, what, err);
+    return 0;
+}
+
 static void lt_configurations(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_chk_layer *rt,
                               pj_eng_ws *wr)
 {
@@ -482,20 +501,13 @@ static void lt_configurations(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_
     if (rt) {
         /* The dispatcher runs a named configuration at its entry's own m
          * only; the other m routed to the entry run its algo. */
-        char js[512];
-        snprintf(js, sizeof js,
-                 "{\"device\":\"test\",\"entries\":[{\"layer\":\"%s\",\"n\":%u,\"k\":%u,"
-                 "\"m\":128,\"engine\":\"cublas\",\"knobs\":{\"algo\":1,\"lt\":1,\"lid\":66,"
-                 "\"ltile\":15,\"lst\":35,\"lcu\":2,\"lcl\":5}}]}",
-                 L->L.name, L->L.N, L->L.K);
         pj_tune_table t;
         pj_eng_kind k;
         pj_eng_knobs got;
-        n_checks++;
-        if (pj_tune_parse(js, strlen(js), &t, pj_eng_check_entry, &c->lim, NULL, NULL, err,
-                          sizeof err) != 1) {
-            fail_line("%s: the table of one named configuration did not load", L->L.name);
-        } else {
+        if (cublas_entry_table(c, &L->L, 128,
+                               "\"algo\":1,\"lt\":1,\"lid\":66,\"ltile\":15,\"lst\":35,"
+                               "\"lcu\":2,\"lcl\":5",
+                               &t, "the table of one named configuration")) {
             static const uint32_t mm[] = {128, 100, 33};
             for (int i = 0; i < 3; i++) {
                 pj_eng_call cm = layer_call(c, &L->L, ws, mm[i], n);
@@ -518,20 +530,13 @@ static void lt_configurations(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, pj_
          * workspace for all 8192 rows (visit 3) and fits for the 1024 the
          * reference model's requests use. At 8192 rows the ladder goes on
          * to cuBLAS's default, refusing nothing; at 1024 the entry runs. */
-        char js[512];
-        snprintf(js, sizeof js,
-                 "{\"device\":\"test\",\"entries\":[{\"layer\":\"%s\",\"n\":%u,\"k\":%u,"
-                 "\"m\":256,\"engine\":\"cublas\",\"knobs\":{\"algo\":4,\"lt\":1,\"lid\":66,"
-                 "\"ltile\":17,\"lst\":35,\"lsk\":4,\"lcu\":4,\"lcl\":2}}]}",
-                 L->L.name, L->L.N, L->L.K);
         pj_tune_table t;
         pj_eng_kind k;
         pj_eng_knobs got;
-        n_checks++;
-        if (pj_tune_parse(js, strlen(js), &t, pj_eng_check_entry, &c->lim, NULL, NULL, err,
-                          sizeof err) != 1) {
-            fail_line("%s: the m = 256 split configuration did not load", L->L.name);
-        } else {
+        if (cublas_entry_table(c, &L->L, 256,
+                               "\"algo\":4,\"lt\":1,\"lid\":66,\"ltile\":17,\"lst\":35,"
+                               "\"lsk\":4,\"lcu\":4,\"lcl\":2",
+                               &t, "the m = 256 split configuration")) {
             static const uint32_t rows[] = {8192, 1024};
             for (int i = 0; i < 2; i++) {
                 pj_eng_call cr = layer_call(c, &L->L, ws, 256, rows[i]);
@@ -888,15 +893,8 @@ static void part_b_z12_only(pj_chk_ctx *c)
     pj_eng_layer view = zl.L;
     view.w = NULL;
     view.wt = NULL;
-    char js[512];
-    snprintf(js, sizeof js,
-             "{\"device\":\"test\",\"entries\":[{\"layer\":\"zonly\",\"n\":1024,\"k\":2048,"
-             "\"m\":16,\"engine\":\"cublas\",\"knobs\":{\"algo\":0}}]}");
     pj_tune_table t;
-    n_checks++;
-    if (pj_tune_parse(js, strlen(js), &t, pj_eng_check_entry, &c->lim, NULL, NULL, err,
-                      sizeof err) != 1)
-        fail_line("z12-only: the cuBLAS entry did not load: %s", err);
+    cublas_entry_table(c, &zl.L, 16, "\"algo\":0", &t, "the z12-only layer's cuBLAS entry");
     static const uint32_t ms[] = {1, 9, 16, 17, 32};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
         const uint32_t m = ms[i];
