@@ -2,7 +2,8 @@
 # python_torch.sh — a GPU suite: the Python binding's CUDA IPC path and the
 # SGLang linear method (client/python/projd_sglang.py) with torch tensors,
 # against projd on the cuda backend (two daemons, the small generated model;
-# the second with small limits), checked by
+# the second with small limits; a third of the tests' own, killed and
+# started again), checked by
 # tests/python/test_torch_gpu.py against a float64 reference of the model
 # file. Exit 77 (skipped) where there is no GPU, no python3 or no torch
 # with CUDA; the daemons must then drain and exit 0 on SIGTERM.
@@ -42,7 +43,7 @@ start_daemon small ', "shapes": { "m": [1, 8, 16, 32], "max_m": 40 }, "limits": 
 rc=0
 timeout --kill-after=10 300 env PYTHONDONTWRITEBYTECODE=1 PROJD_LIB="$lib" \
     PROJD_TEST_URL="ipc://$tmp/main.sock" PROJD_TEST_SMALL_URL="ipc://$tmp/small.sock" \
-    PROJD_TEST_MODEL="$model" \
+    PROJD_TEST_MODEL="$model" PROJD_TEST_PROJD="$bin/projd" \
     "$py" "$here/../python/test_torch_gpu.py" -v || rc=$?
 echo "python_torch: test_torch_gpu.py exit $rc"
 

@@ -5,7 +5,8 @@ Run by tests/gpu/python_torch.sh on the GPU host, which starts two projd
 (cuda backend, the small generated model; the second with max_m 40, two ops
 per request and ten buffers per connection, so that the method splits m
 over ops and requests and evicts registrations) and sets PROJD_LIB,
-PROJD_TEST_URL, PROJD_TEST_SMALL_URL and PROJD_TEST_MODEL. Every result is compared with a float64 reference of the
+PROJD_TEST_URL, PROJD_TEST_SMALL_URL, PROJD_TEST_MODEL and PROJD_TEST_PROJD (the binary, for the
+restart test's own daemon). Every result is compared with a float64 reference of the
 model file's weights computed by torch on the CPU; the bound is the bf16
 rounding of y plus fp32 accumulation over K (|y - ref| <= 2^-8 |ref| +
 K 2^-23 (|x| @ |W|^T)), the same whatever engine the daemon picked.
@@ -249,6 +250,76 @@ class SmallLimits(unittest.TestCase):
             self.assertEqual(reg.limit, 2)
             projd_sglang.release_registrations(c)
             self.assertEqual(c.stats()["buffers"]["current"], 0)
+
+
+class RestartedDaemon(unittest.TestCase):
+    """projd killed and started again on the same socket under a live
+    method (what Restart=on-failure does after a sticky CUDA error): the
+    next apply() connects again, registers its tensors anew and returns the
+    right y; release_registrations() on the first client releases what its
+    successor holds. A daemon of this test's own (PROJD_TEST_PROJD)."""
+
+    def start(self, d, url):
+        import subprocess
+        import time
+
+        cfg = os.path.join(d, "projd.json")
+        with open(cfg, "w") as f:
+            json.dump({"model": {"path": os.environ["PROJD_TEST_MODEL"]}, "device": {"backend": "cuda"},
+                       "log": {"level": "warn"}}, f)
+        log = open(os.path.join(d, "projd-%d.log" % len(self.procs)), "w")
+        self.addCleanup(log.close)
+        p = subprocess.Popen([os.environ["PROJD_TEST_PROJD"], "--config", cfg, "--socket", url],
+                             stdout=log, stderr=log)
+        self.procs.append(p)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                return projd.Client(url, name="test_torch_gpu-restart", timeout_ms=10000)
+            except projd.ProjdError:
+                if time.monotonic() > deadline or p.poll() is not None:
+                    raise
+                time.sleep(0.1)
+
+    def test_apply_goes_on_after_a_restart(self):
+        import shutil
+        import signal
+        import tempfile
+
+        if not os.environ.get("PROJD_TEST_PROJD"):
+            self.skipTest("PROJD_TEST_PROJD (the projd binary) is not set")
+        d = tempfile.mkdtemp(prefix="projd-restart-")
+        self.addCleanup(shutil.rmtree, d, True)
+        self.procs = []
+        self.addCleanup(lambda: [(p.kill(), p.wait()) for p in self.procs if p.poll() is None])
+        url = "ipc://" + os.path.join(d, "projd.sock")
+        first = self.start(d, url)
+        self.addCleanup(first.close)
+        W = load_weights(os.environ["PROJD_TEST_MODEL"])
+        g = torch.Generator(device="cpu").manual_seed(13)
+        L = max(first.layers, key=lambda l: l.n)
+        meth = projd_sglang.ProjdLinearMethod(L.name, first)
+        other = projd_sglang.ProjdLinearMethod(L.name, first)
+        layer = torch.nn.Module()
+        meth.create_weights(layer, L.k, [L.n], L.k, L.n, torch.bfloat16)
+        x = torch.randn(8, L.k, generator=g).to(torch.bfloat16).cuda()
+        assert_within_bound(self, "before", W[L.name + ".weight"], x, meth.apply(layer, x))
+
+        self.procs[0].send_signal(signal.SIGKILL)
+        self.procs[0].wait()
+        probe = self.start(d, url)  # the same socket, a new daemon: up and serving
+        probe.close()
+        x2 = torch.randn(33, L.k, generator=g).to(torch.bfloat16).cuda()
+        for what, m_, xx in (("after", meth, x), ("after, new x", meth, x2), ("other method", other, x2)):
+            y = m_.apply(layer, xx)
+            assert_within_bound(self, what, W[L.name + ".weight"], xx, y)
+        self.assertIsNot(meth.client, first)
+        self.assertIs(other.client, meth.client)  # one successor for both
+        new = meth.client
+        self.assertGreater(new.stats()["buffers"]["current"], 0)
+        projd_sglang.release_registrations(first)  # follows to the successor, raises nothing
+        self.assertEqual(new.stats()["buffers"]["current"], 0)
+        new.close()
 
 
 class DevicePointer(unittest.TestCase):
