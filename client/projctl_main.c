@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -970,10 +971,12 @@ static int cmd_bench_ipc(opts *o)
     /* --out is opened before the run, not after it: a path that cannot be
      * written fails now instead of at the end of a run that may take
      * minutes. Only once the daemon answered, so that a missing daemon
-     * leaves an existing file alone. */
+     * leaves an existing file alone; and for appending, so that a run that
+     * fails later leaves it alone too (it is emptied once there are
+     * results to write). */
     if (o->out) {
         out_existed = access(o->out, F_OK) == 0;
-        if (!(out_file = fopen(o->out, "w"))) {
+        if (!(out_file = fopen(o->out, "a"))) {
             fprintf(stderr, "projctl: --out %s: %s\n", o->out, strerror(errno));
             return 1;
         }
@@ -1012,6 +1015,14 @@ static int cmd_bench_ipc(opts *o)
         printf("\n");
     }
     if (out_file) {
+        /* Appends land at the new end. A FIFO or a device has nothing to
+         * empty. */
+        struct stat sb;
+        if (fstat(fileno(out_file), &sb) == 0 && S_ISREG(sb.st_mode) &&
+            ftruncate(fileno(out_file), 0) != 0) {
+            fprintf(stderr, "projctl: --out %s: %s\n", o->out, strerror(errno));
+            goto out;
+        }
         FILE *f = out_file;
         out_file = NULL;
         fprintf(f, "{\"count\": %zu, \"gap_us\": %ld, \"rows\": [", count, o->gap_us);

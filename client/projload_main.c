@@ -13,9 +13,10 @@
  *
  * Exit status: 0 when every request succeeded and every check matched; 1
  * when a request failed, a check mismatched, the daemon connection was
- * lost, nothing was measured (or checked, when asked) or the run was cut
- * short; 2 when the run could not start (command line, trace, daemon,
- * model).
+ * lost, nothing was measured (or checked, when asked), the run was cut
+ * short or its report (standard output, --json, --plot) could not be
+ * written; 2 when the run could not start (command line, trace, daemon,
+ * model). A second SIGINT or SIGTERM ends projload at once.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -55,9 +56,18 @@
 
 static volatile sig_atomic_t g_interrupted;
 
+/* The first interrupt stops the run and waits for the requests in flight,
+ * which a daemon that stopped answering holds for up to --timeout-ms each
+ * (and the buffers' release after them as long again); the second, of
+ * either signal, ends projload at once, as the signal does by default (it
+ * is delivered when the handler returns). */
 static void on_signal(int sig)
 {
-    (void)sig;
+    if (g_interrupted) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
     g_interrupted = 1;
 }
 
@@ -135,6 +145,19 @@ __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ..
     fputs(" (projload --help)\n", stderr);
     va_end(ap);
     return EXIT_SETUP_ERROR;
+}
+
+/* 1 (said on stderr) when what was printed on stdout did not all get
+ * there: a redirect to a full disk shows only at the flush. */
+static int stdout_failed(void)
+{
+    int failed = ferror(stdout);
+    errno = 0;
+    if (fflush(stdout) != 0)
+        failed = 1;
+    if (failed)
+        fprintf(stderr, "projload: writing standard output: %s\n", strerror(errno ? errno : EIO));
+    return failed;
 }
 
 static int parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
@@ -950,7 +973,7 @@ static cJSON *fetch_stats(projd_conn *conn)
     char *text = NULL;
     projd_error e;
     if (projd_stats_json(conn, &text, &e) != 0) {
-        fprintf(stderr, "projload: STATS: %s\n", e.msg);
+        fprintf(stderr, "projload: %s\n", e.msg); /* libprojd's text names STATS */
         return NULL;
     }
     cJSON *j = cJSON_Parse(text);
@@ -1579,8 +1602,11 @@ static int run_once(lt_run *r, projd_conn *ctl)
         }
         if (!alive)
             break;
-        if (g_interrupted)
-            atomic_store(&r->stop, 1);
+        if (g_interrupted && !atomic_exchange(&r->stop, 1))
+            fprintf(stderr,
+                    "projload: interrupted: waiting for the requests in flight (at most "
+                    "--timeout-ms %d); interrupt again to quit at once\n",
+                    o->timeout_ms);
         struct timespec ts = {0, 50000000};
         nanosleep(&ts, NULL);
         uint64_t t = now_ns();
@@ -1783,7 +1809,8 @@ static int write_json(const char *path, cJSON *root)
     }
     fputs(text, f);
     fputc('\n', f);
-    int bad = ferror(f);
+    /* stdout is not closed: only the flush shows a full disk. */
+    int bad = ferror(f) | (fflush(f) != 0);
     if (f != stdout)
         bad |= fclose(f) != 0;
     cJSON_free(text);
@@ -1840,7 +1867,8 @@ static void usage(FILE *f)
         "  --check-threads N     threads computing the reference (default: half the cores,\n"
         "                        1..8); clients wait when 1 GiB of checks is queued\n"
         "  --seed S              which requests are checked, their x, Poisson gaps (default 1)\n"
-        "  --timeout-ms T        per-request timeout (default 30000)\n"
+        "  --timeout-ms T        per-request timeout (default 30000); the daemon STATS\n"
+        "                        read before and after the run wait no longer\n"
         "run: report\n"
         "  --json FILE           everything the tables show, as JSON ('-' = stdout)\n"
         "  --plot DIR            latency CDF (and sweep) PNGs via gnuplot\n"
@@ -1866,8 +1894,10 @@ static void usage(FILE *f)
         "\n"
         "exit status: 0 all requests succeeded and all checks matched; 1 a request failed,\n"
         "a check mismatched, the daemon connection was lost, no measured request succeeded,\n"
-        "checks were asked for but none ran, or the run was interrupted; 2 the run could\n"
-        "not start.\n");
+        "checks were asked for but none ran, the run was interrupted, or the report\n"
+        "(standard output, --json, --plot) could not be written; 2 the run could not\n"
+        "start. An interrupt (SIGINT, SIGTERM) stops sending and waits for the requests\n"
+        "in flight; a second one ends projload at once.\n");
 }
 
 static int cmd_gen(int argc, char **argv)
@@ -1949,12 +1979,17 @@ static int cmd_gen(int argc, char **argv)
         fprintf(stderr, "projload: %s\n", err);
         return EXIT_SETUP_ERROR;
     }
-    char header[512];
+    /* The header is a command that writes the same file again: max_batch
+     * 0 (its default, from --max-m and --draft) is no value --max-batch
+     * takes, so it is left out then. */
+    char header[512], batch[32] = "";
+    if (g.max_batch)
+        snprintf(batch, sizeof batch, " --max-batch %u", g.max_batch);
     snprintf(header, sizeof header,
-             "projload gen --kind %s --seed %llu --count %u --clients %u --draft %u --max-m %u "
-             "--max-batch %u --unpooler-n %u --interval-us %u",
+             "projload gen --kind %s --seed %llu --count %u --clients %u --draft %u --max-m %u%s "
+             "--unpooler-n %u --interval-us %u",
              pj_trace_kind_name(g.kind), (unsigned long long)g.seed, g.count, g.clients, g.draft,
-             g.max_m, g.max_batch, g.unpooler_n, g.interval_us);
+             g.max_m, batch, g.unpooler_n, g.interval_us);
     FILE *f = strcmp(out, "-") == 0 ? stdout : fopen(out, "w");
     if (!f) {
         fprintf(stderr, "projload: --out %s: %s\n", out, strerror(errno));
@@ -1962,7 +1997,8 @@ static int cmd_gen(int argc, char **argv)
         return EXIT_SETUP_ERROR;
     }
     rc = pj_trace_write(&t, f, header);
-    if (f != stdout && fclose(f) != 0)
+    /* stdout is not closed: only the flush shows a full disk. */
+    if (f == stdout ? fflush(f) != 0 : fclose(f) != 0)
         rc = -EIO;
     pj_trace_free(&t);
     if (rc) {
@@ -1986,14 +2022,21 @@ static int cmd_info(int argc, char **argv)
 {
     const char *socket = NULL;
     static const struct option lo[] = {{"socket", required_argument, NULL, 'S'},
+                                       {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
     int ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        if (ch == 'h') {
+            usage(stdout);
+            return 0;
+        }
         if (ch != 'S')
             return usage_error("info: unknown option");
         socket = optarg;
     }
+    if (optind < argc)
+        return usage_error("info: unexpected argument \"%s\"", argv[optind]);
     projd_conn *c;
     int rc = connect_ctl(socket, &c);
     if (rc)
@@ -2009,7 +2052,7 @@ static int cmd_info(int argc, char **argv)
         printf(" %u", w->shapes[i]);
     printf("\n");
     projd_close(c);
-    return 0;
+    return stdout_failed() ? EXIT_RUN_FAILED : 0;
 }
 
 enum {
@@ -2510,6 +2553,10 @@ static int cmd_run(int argc, char **argv)
     }
     if (connect_ctl(o.socket, &ctl))
         goto out;
+    /* The STATS around each run wait no longer than a request: a daemon
+     * that stopped answering must not hold the report for libprojd's
+     * default. */
+    projd_set_timeout_ms(ctl, o.timeout_ms);
     snprintf(su.url, sizeof su.url, "%s", projd_url(ctl));
     su.w = *projd_info_get(ctl);
     char ring_why_not[1100];
@@ -2741,9 +2788,16 @@ static int cmd_run(int argc, char **argv)
     if (o.plot && done_steps) {
         char msg[1024];
         int pr = pj_plot_latency_cdf(o.plot, series, done_steps, msg, sizeof msg);
-        fprintf(rep, "%s\n", msg);
         if (pr >= 0 && o.n_sweep) {
+            fprintf(rep, "%s\n", msg);
             pr = pj_plot_sweep(o.plot, pts, done_steps, msg, sizeof msg);
+        }
+        /* Plots asked for and not written fail the run, as --json does;
+         * gnuplot missing (the data and scripts written) does not. */
+        if (pr < 0) {
+            fprintf(stderr, "projload: %s\n", msg);
+            exit_code = exit_code ? exit_code : EXIT_RUN_FAILED;
+        } else {
             fprintf(rep, "%s\n", msg);
         }
     }
@@ -2755,6 +2809,8 @@ static int cmd_run(int argc, char **argv)
             exit_code = cr;
     }
 #endif
+    if (rep == stdout && stdout_failed())
+        exit_code = exit_code ? exit_code : EXIT_RUN_FAILED;
     cJSON_AddNumberToObject(root, "exit_code", exit_code);
     if (o.json && write_json(o.json, root) != 0 && !exit_code)
         exit_code = EXIT_RUN_FAILED;

@@ -66,6 +66,26 @@ if [ "$(cat "$tmp/b.json")" != "old results" ]; then
     echo "e2e_projctl: FAIL: bench-ipc without a daemon changed its --out file" >&2
 fi
 expect 0 "wrote $tmp/b\.json" --socket "$sock" bench-ipc --count 10 --transport nng --out "$tmp/b.json"
+# A run that fails midway (the daemon stops answering) leaves an existing
+# --out file as it was, too: it is emptied only once there are results.
+cases=$((cases + 1))
+echo "old results" >"$tmp/b.json"
+"$bin/projctl" --socket "$sock" --timeout 500 bench-ipc --count 100000 --transport nng --out "$tmp/b.json" \
+    >"$tmp/stalled.out" 2>&1 &
+bench_pid=$!
+sleep 2
+kill -STOP "${pjd_pids[0]}"
+sleep 1.5
+kill -CONT "${pjd_pids[0]}"
+rc=0
+wait "$bench_pid" || rc=$?
+if [ "$rc" -ne 1 ] || ! grep -q "no reply within 500 ms" "$tmp/stalled.out" ||
+    [ "$(cat "$tmp/b.json")" != "old results" ]; then
+    failures=$((failures + 1))
+    echo "e2e_projctl: FAIL: bench-ipc cut short by a stopped daemon: exit $rc, --out now" \
+        "\"$(cat "$tmp/b.json")\", output:" >&2
+    sed 's/^/    /' "$tmp/stalled.out" >&2
+fi
 
 # Output that does not reach stdout (a full disk) is a failure, not exit 0.
 for args in "stats --json" "status" "layers"; do

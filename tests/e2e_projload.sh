@@ -100,6 +100,19 @@ pl gen --kind verify --seed 7 --count 100 --draft 4 --max-batch 8 --unpooler-n 1
 pl gen --kind reference --count 12 --unpooler-n 128 --out "$tmp/reference.jsonl" ||
     fail "gen reference"
 [ "$(grep -c '^{' "$tmp/decode.jsonl")" = 400 ] && ok "gen: 400 requests" || fail "gen: wrong count"
+# The header comment is a command that writes the same file again.
+for f in decode verify reference; do
+    # shellcheck disable=SC2046  # the header's words, on purpose
+    pl $(head -1 "$tmp/$f.jsonl" | sed 's/^# projload //') --out "$tmp/$f.again.jsonl" \
+        >"$tmp/again.out" 2>&1 && cmp -s "$tmp/$f.jsonl" "$tmp/$f.again.jsonl" &&
+        ok "gen $f: the header's command writes the same file" ||
+        fail "gen $f: the header's command: $(cat "$tmp/again.out")"
+done
+# A trace on stdout that does not get there (a full disk) is a failure.
+pl gen --kind decode --count 10 --out - >/dev/full 2>"$tmp/genfull.err"
+rc=$?
+[ $rc = 2 ] && grep -q -- '--out -: write error' "$tmp/genfull.err" && ok "gen --out - to a full disk: exit 2" ||
+    fail "gen --out - >/dev/full: exit $rc: $(cat "$tmp/genfull.err")"
 
 # ---- JSON against the printed table --------------------------------------------------
 # check_report OUT JSON WANT_COUNT WANT_CHECKED: zero errors and mismatches,
@@ -348,6 +361,32 @@ expect_error bad_nul "$good"'{"ops":[{"layer":"o\\u0000x","m":1}]}\n' \
 expect_error conc_sweep "$good" '--concurrency: --sweep sets each step' --concurrency 4 --sweep 2
 expect_error speed_no_replay "$good" '--speed scales the trace' --speed 2
 
+# ---- a report that cannot be written fails the run -----------------------------------------------
+pl --trace "$tmp/decode.jsonl" --socket "$sock" --count 10 --check-fraction 0 \
+    --json "$tmp/full.json" >/dev/full 2>"$tmp/full.err"
+rc=$?
+if [ $rc = 1 ] && grep -q 'projload: writing standard output' "$tmp/full.err" &&
+    "$py" -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))["exit_code"] == 1 else 1)' \
+        "$tmp/full.json"; then
+    ok "tables to a full disk: exit 1, said, and the JSON's exit_code says so"
+else
+    fail "tables >/dev/full: exit $rc: $(cat "$tmp/full.err")"
+fi
+pl --trace "$tmp/decode.jsonl" --socket "$sock" --count 10 --check-fraction 0 \
+    --plot "$tmp/decode.jsonl/plots" >"$tmp/plotbad.out" 2>&1
+rc=$?
+[ $rc = 1 ] && grep -q "projload: plot: cannot create $tmp/decode.jsonl/plots: Not a directory" \
+    "$tmp/plotbad.out" && ok "--plot where no folder can be made: exit 1, said" ||
+    fail "--plot under a file: exit $rc: $(tail -3 "$tmp/plotbad.out")"
+pl info --socket "$sock" extra >"$tmp/infoarg.out" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q 'info: unexpected argument "extra"' "$tmp/infoarg.out" &&
+    ok "info: a stray argument is refused" || fail "info extra: exit $rc: $(cat "$tmp/infoarg.out")"
+pl info --help >"$tmp/infohelp.out" 2>&1
+rc=$?
+[ $rc = 0 ] && grep -q '^usage: projload' "$tmp/infohelp.out" && ok "info --help: the usage, exit 0" ||
+    fail "info --help: exit $rc: $(cat "$tmp/infohelp.out")"
+
 # ---- a run that proves nothing fails ----------------------------------------------------------------
 # A few requests at a low fraction: the first measured one is checked all
 # the same, so the wrong model is caught.
@@ -488,6 +527,56 @@ EOF
         cat "$tmp/die.out" "$tmp/die.err" >&2
     fi
 done
+daemon2_pid=
+
+# ---- the daemon stops answering (SIGSTOP) ------------------------------------------------------------
+# watchdog PID SECS: kills PID after SECS (its wait then says 137: a hang).
+# Its sleep outlives a kill of the watchdog: it holds none of our outputs.
+watchdog() {
+    (sleep "$2" && kill -KILL "$1") >/dev/null 2>&1 &
+    watchdog_pid=$!
+}
+# --timeout-ms bounds the STATS after the run too, not only the requests.
+start_daemon2
+"$bin/projload" --trace "$tmp/decode.jsonl" --socket "$sock2" --duration 3 --check-fraction 0 \
+    --timeout-ms 1000 >"$tmp/stall.out" 2>"$tmp/stall.err" &
+pl_pid=$!
+watchdog "$pl_pid" 20
+sleep 1.5
+kill -STOP "$daemon2_pid"
+wait "$pl_pid"
+rc=$?
+kill "$watchdog_pid" 2>/dev/null
+if [ $rc = 1 ] && grep -q 'no reply within 1000 ms' "$tmp/stall.out" &&
+    grep -q 'STATS: .*1000 ms' "$tmp/stall.err"; then
+    ok "daemon stopped mid-run, --timeout-ms 1000: the run and its STATS gave up, exit 1"
+else
+    fail "daemon stopped mid-run, --timeout-ms 1000: exit $rc (137: still waiting after 20 s)"
+    tail -5 "$tmp/stall.out" "$tmp/stall.err" >&2
+fi
+kill -CONT "$daemon2_pid"
+# A second interrupt ends projload at once, whatever it waits for.
+"$bin/projload" --trace "$tmp/decode.jsonl" --socket "$sock2" --duration 60 --check-fraction 0 \
+    >"$tmp/int.out" 2>"$tmp/int.err" &
+pl_pid=$!
+watchdog "$pl_pid" 20
+sleep 1.5
+kill -STOP "$daemon2_pid"
+sleep 0.5
+kill -INT "$pl_pid"
+sleep 1
+kill -INT "$pl_pid"
+wait "$pl_pid"
+rc=$?
+kill "$watchdog_pid" 2>/dev/null
+if [ $rc = 130 ] && grep -q 'interrupt again to quit at once' "$tmp/int.err"; then
+    ok "daemon stopped, two interrupts: projload ended by the second"
+else
+    fail "daemon stopped, two interrupts: exit $rc (137: still waiting after 20 s)"
+    tail -5 "$tmp/int.out" "$tmp/int.err" >&2
+fi
+kill -KILL "$daemon2_pid"
+wait "$daemon2_pid" 2>/dev/null
 daemon2_pid=
 
 # ---- the daemon saw nothing wrong ----------------------------------------------------------------------
