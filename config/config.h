@@ -5,7 +5,7 @@
  * with --config is applied on top of the defaults: keys it names replace
  * the default values, unknown keys are errors. Every error is one line that
  * names the key path, what was expected and what was found, e.g.
- *   model.layers[2].max_n: expected an integer in 1..65536, got "abc"
+ *   model.layers[2].max_n: expected an integer in 0..16777216, got "abc"
  * Parsing never half-applies: on error the target is left untouched.
  */
 #ifndef PJ_CONFIG_H
@@ -90,7 +90,8 @@ typedef struct pj_config {
         uint64_t max_total_buffer_bytes;
     } limits;
     struct {
-        /* Empty lists: only root and the daemon's own uid may connect. */
+        /* Empty lists: only root, the daemon's own uid and the members of
+         * socket.group may connect. */
         uint32_t n_uids, n_gids;
         uint32_t uids[PJ_CFG_MAX_IDS];
         uint32_t gids[PJ_CFG_MAX_IDS];

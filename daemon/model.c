@@ -18,6 +18,24 @@ static double now_ms(void)
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
 }
 
+/* A config's tensor name as a message shows it: control bytes, quotes and
+ * backslashes as \xNN (as the config's own errors show them), so a name
+ * that differs from the file's only by an invisible byte shows how, and the
+ * message stays one line. */
+static const char *show_tensor(const char *s, char *buf, size_t cap)
+{
+    size_t o = 0;
+    for (; *s && o + 5 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c < 0x20 || c == 0x7f || c == '\'' || c == '\\')
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+        else
+            buf[o++] = (char)c;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
 #if defined(__GNUC__)
 __attribute__((format(printf, 5, 6)))
 #endif
@@ -26,7 +44,9 @@ layer_fail(char *err, size_t errlen, const char *path, const pj_layer_config *lc
            ...)
 {
     if (err && errlen) {
-        int n = snprintf(err, errlen, "%s: layer '%s' (tensor '%s'): ", path, lc->name, lc->tensor);
+        char tn[4 * PJ_CFG_PATH + 8];
+        int n = snprintf(err, errlen, "%s: layer '%s' (tensor '%s'): ", path, lc->name,
+                         show_tensor(lc->tensor, tn, sizeof tn));
         if (n >= 0 && (size_t)n < errlen) {
             va_list ap;
             va_start(ap, fmt);
@@ -92,10 +112,11 @@ static void warn_nonfinite(pj_model_warn_fn warn, void *ctx, const char *path,
 {
     if (!warn)
         return;
-    char msg[1024];
+    char msg[1024], tn[4 * PJ_CFG_PATH + 8];
     snprintf(msg, sizeof msg,
              "%s: layer '%s': tensor '%s' has a non-finite weight at (%zu, %zu) (bits %#x)%s%s",
-             path, lc->name, lc->tensor, at / k, at % k, bits, what[0] ? "; " : "", what);
+             path, lc->name, show_tensor(lc->tensor, tn, sizeof tn), at / k, at % k, bits,
+             what[0] ? "; " : "", what);
     warn(ctx, msg);
 }
 

@@ -344,6 +344,13 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    /* --print-config exits before any check: taking both would answer 0
+     * for a configuration whose check fails. */
+    if (d.args.check_config && d.args.print_config) {
+        fprintf(stderr, "projd: --check-config and --print-config cannot be combined; give one "
+                        "of them\n");
+        return 2;
+    }
     char err[1024];
     if (build_config(&d.args, &d.cfg, err, sizeof err) != 0) {
         fprintf(stderr, "projd: %s\n", err);

@@ -312,6 +312,26 @@ START_TEST(check_agrees_with_load)
 }
 END_TEST
 
+/* A tensor name that differs from the file's by an invisible byte (a
+ * template's trailing newline) was printed raw: the message broke in two
+ * (--check-config prints it as it is) and did not show the byte. */
+START_TEST(tensor_name_shown_escaped)
+{
+    pj_config *cfg = malloc(sizeof *cfg);
+    pj_model *m;
+    char err[1024], cerr[1024];
+    pj_fixture_small_config(cfg, small_path);
+    snprintf(cfg->model.layers[1].tensor, PJ_CFG_PATH, "o.weight\n");
+    ck_assert_int_eq(pj_model_check(cfg, cerr, sizeof cerr), -EINVAL);
+    ck_assert_int_eq(pj_model_load(cfg, &m, NULL, NULL, err, sizeof err), -EINVAL);
+    ck_assert_str_eq(cerr, err);
+    ck_assert_msg(strstr(err, "layer 'o' (tensor 'o.weight\\x0a'): no such tensor") != NULL, "%s",
+                  err);
+    ck_assert_msg(strchr(err, '\n') == NULL, "error not one line: '%s'", err);
+    free(cfg);
+}
+END_TEST
+
 /* ---- synthetic files ---------------------------------------------------------- */
 
 START_TEST(bad_tensors)
@@ -892,6 +912,7 @@ static Suite *model_suite(void)
     tcase_add_test(tc, z12_projects_like_bf16);
     tcase_add_test(tc, format_preferences);
     tcase_add_test(tc, check_agrees_with_load);
+    tcase_add_test(tc, tensor_name_shown_escaped);
     tcase_add_test(tc, bad_tensors);
     tcase_add_test(tc, odd_k_stays_bf16);
     /* model.load_threads auto (0), 1 and 4 */

@@ -122,6 +122,23 @@ START_TEST(socket_other_scheme_refused)
 }
 END_TEST
 
+/* --print-config returned before --check-config was looked at: the pair
+ * exited 0 on a model file that is not there, which a check in a script
+ * took for "OK". The pair is a command-line error now. */
+START_TEST(check_and_print_config_refused_together)
+{
+    static const char *const both[] = {"--print-config", "--check-config", NULL};
+    pj_dproc d;
+    int rc = run_projd(&d, "{\"model\":{\"path\":\"/nonexistent/pj-model.safetensors\"}}", both);
+    if (rc != 2)
+        pj_dproc_dump_log(&d);
+    ck_assert_int_eq(rc, 2);
+    ck_assert(pj_dproc_log_has(&d, "--check-config and --print-config cannot be combined", 0));
+    ck_assert(!pj_dproc_log_has(&d, "\"socket\"", 0));
+    pj_dproc_cleanup(&d);
+}
+END_TEST
+
 /* A case that fails an assertion ends its Check child with _exit: its
  * pj_dproc_cleanup never runs. The daemon must not outlive the child
  * (PR_SET_PDEATHSIG), and its folder must lie in the fixture folder, which
@@ -175,6 +192,7 @@ static Suite *start_suite(void)
     tcase_add_test(tc, check_config_reads_the_model_header);
     tcase_add_test(tc, check_config_knows_the_backend);
     tcase_add_test(tc, socket_other_scheme_refused);
+    tcase_add_test(tc, check_and_print_config_refused_together);
     tcase_add_test(tc, failed_case_leaves_nothing);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
