@@ -70,6 +70,12 @@ typedef struct pj_eng_knobs {
                    * warps (8, 16), u = tiles per warp and stage (1, 2), r =
                    * CTAs per SM (1, 2), xs = how x comes (0 whole and first,
                    * 1 whole before the weights, 2 with each stage).
+                   * 7 (gemvz, m <= 32): x in registers (kernels/gemvzq.cu):
+                   * nw = 8 or 16 warps split the whole K (2..4 tiles of 64
+                   * each, so K = nw * 64 * 2..4), each keeps its K range of
+                   * x as mma A fragments and streams row blocks through a
+                   * ring of st tiles (4, 6; 0 = 4); a persistent grid of r
+                   * (1, 2) CTAs per SM; ks = 1, xs = 0, u = 1.
                    * Tiled GEMM (splitk, router m > 32, kernels/tgemm.cu):
                    * 0 mma.sync, 1 the same with the L2 256-byte prefetch,
                    * 2 wgmma, 3 wgmma with one group in flight, 4 as 3 with

@@ -932,6 +932,47 @@ static int gemvzs_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_d
     return fits_device((const void *)fn, 32u * kn->nw + 64, smem, lim, why, whylen);
 }
 
+// The x-register GEMV's ring stages (knob st): 0 is 4.
+static int gzq_stages(const pj_eng_knobs *kn)
+{
+    return kn->st ? kn->st : 4;
+}
+// Its grid: one CTA per row block, at most r per SM.
+static uint32_t gzq_ctas(const pj_eng_knobs *kn, const pj_eng_call *c, uint32_t sms)
+{
+    const uint32_t nblk = cdiv(c->n, 16), most = sms * kn->r;
+    return nblk < most ? nblk : most;
+}
+
+static int gemvzq_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_dev_limits *lim,
+                        char *why, size_t whylen)
+{
+    const pj_eng_layer *L = c->L;
+    if (c->m > 32)
+        return fail(why, whylen, -ERANGE, "pipe=7: m=%u > 32", c->m);
+    if (!x16_ok(c))
+        return fail(why, whylen, -EINVAL, "pipe=7: x not 16-byte aligned with ldx %% 8 == 0");
+    if (kn->nw != 8 && kn->nw != 16)
+        return fail(why, whylen, -EINVAL, "pipe=7: nw=%u (streaming warps) not in {8, 16}", kn->nw);
+    if (kn->ks > 1 || kn->cl || kn->ts > 1 || kn->xs || kn->u != 1 || rb_of(kn) != 1)
+        return fail(why, whylen, -EINVAL,
+                    "pipe=7 takes the whole K in one CTA and x in registers: ks=1, cl=0, ts 0 "
+                    "or 1, xs=0, u=1, rb=1");
+    if (kn->r != 1 && kn->r != 2)
+        return fail(why, whylen, -EINVAL, "pipe=7: r=%u (CTAs per SM) not in {1, 2}", kn->r);
+    const int st = gzq_stages(kn);
+    if (st != 4 && st != 6)
+        return fail(why, whylen, -EINVAL, "pipe=7: st=%d (ring stages) not in {4, 6}", st);
+    const uint32_t span = 64u * kn->nw;
+    if (L->K % span || L->K / span < 2 || L->K / span > 4)
+        return fail(why, whylen, -EINVAL,
+                    "pipe=7: K=%u is not 2, 3 or 4 tiles of 64 per warp with nw=%u", L->K, kn->nw);
+    const int mq = c->m > 16 ? 2 : 1;
+    GemvzqFn fn = gemvzq_pick(kn->nw, (int)(L->K / span), mq, st);
+    return fits_device((const void *)fn, 32u * kn->nw + 32, gemvzq_smem(kn->nw, st, mq), lim, why,
+                       whylen);
+}
+
 static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_dev_limits *lim,
                        char *why, size_t whylen)
 {
@@ -946,8 +987,10 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
         return gemvb_check(PJ_GB_Z12, kn, c, lim, why, whylen);
     if (kn->pipe == 6)
         return gemvzs_check(kn, c, lim, why, whylen);
+    if (kn->pipe == 7)
+        return gemvzq_check(kn, c, lim, why, whylen);
     if (kn->pipe > 1 && kn->pipe != 5)
-        return fail(why, whylen, -EINVAL, "pipe=%u not in {0, 1, 4, 5, 6}", kn->pipe);
+        return fail(why, whylen, -EINVAL, "pipe=%u not in {0, 1, 4, 5, 6, 7}", kn->pipe);
     if (kn->r != 1 && kn->r != 2 && kn->r != 4)
         return fail(why, whylen, -EINVAL, "r=%u not in {1, 2, 4}", kn->r);
     if (kn->r > PJ_GEMVZ_MAX_R(kn->nw))
@@ -1708,6 +1751,23 @@ static int gemvzs_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStrea
     return launch_rc();
 }
 
+static int gemvzq_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream_t s)
+{
+    const pj_eng_layer *L = c->L;
+    GemvzqArgs a;
+    memset(&a, 0, sizeof a);
+    static_cast<EngIo &>(a) = io_of(c, 0);
+    a.z = z12_src(L);
+    a.kt_total = L->K / 64;
+    a.nblk = cdiv(c->n, 16);
+    const int st = gzq_stages(kn), mq = c->m > 16 ? 2 : 1;
+    GemvzqFn fn = gemvzq_pick(kn->nw, (int)(L->K / (64u * kn->nw)), mq, st);
+    if (!fn)
+        return -ENOENT;
+    fn<<<gzq_ctas(kn, c, sm_count_cached()), 32 * kn->nw + 32, gemvzq_smem(kn->nw, st, mq), s>>>(a);
+    return launch_rc();
+}
+
 static int gemvz_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream_t s)
 {
     const pj_eng_layer *L = c->L;
@@ -1715,6 +1775,8 @@ static int gemvz_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStream
         return gemvb_launch(PJ_GB_Z12, kn, c, s);
     if (kn->pipe == 6)
         return gemvzs_launch(kn, c, s);
+    if (kn->pipe == 7)
+        return gemvzq_launch(kn, c, s);
     GemvzArgs a;
     a.z = z12_src(L);
     a.kt_total = L->K / 64;

@@ -209,6 +209,22 @@ typedef void (*GemvzsFn)(GemvzsArgs);
 GemvzsFn gemvzs_pick(int nc, int u, int s, int xm);
 size_t gemvzs_smem(int nc, int u, int s, int xm, uint32_t m, uint32_t K, uint32_t jmax);
 
+// The z12 GEMV with x in registers (gemvzq.cu; gemvz pipe = 7, m <= 32):
+// a persistent grid of CTAs, each taking row blocks blockIdx.x + i * grid.
+struct GemvzqArgs : EngIo {
+    Z12Src z;
+    uint32_t kt_total; // K / 64
+    uint32_t nblk;     // row blocks holding requested rows: ceil(n / 16)
+};
+typedef void (*GemvzqFn)(GemvzqArgs);
+// Exceptions the finisher stages in shared memory for all of a CTA's row
+// blocks; entries past them are read from global memory in the finish.
+#define PJ_GZQ_ECAP 256
+// nw streaming warps (8, 16), tpw tiles per warp and unit (2..4; K = nw *
+// tpw * 64), mq tiles of 16 tokens (1, 2), s ring stages (4, 6).
+GemvzqFn gemvzq_pick(int nw, int tpw, int mq, int s);
+size_t gemvzq_smem(int nw, int s, int mq);
+
 struct TgemmArgs : EngIo {
     uint32_t kc, ks;
     float *acc; // zeroed fp32 accumulators [token][row], row stride acc_ld

@@ -436,6 +436,24 @@ static int add_slab(const layer_def *d, uint32_t m, cand *cs, int n)
     return n;
 }
 
+/* The z12 GEMV with x in registers (gemvz pipe = 7, m <= 32; round 40):
+ * streaming warps (the whole K split among them), ring stages, CTAs per
+ * SM. */
+static int add_xreg(const layer_def *d, uint32_t m, cand *cs, int n)
+{
+    static const uint8_t nws[] = {8, 16}, sts[] = {4, 6};
+    if (d->fmt != PJ_FMT_Z12 || m > 32)
+        return n;
+    for (int i = 0; i < 2; i++)
+        for (int q = 0; q < 2; q++)
+            for (int r = 1; r <= 2; r++) {
+                const pj_eng_knobs kn = {
+                    .nw = nws[i], .ks = 1, .u = 1, .pipe = 7, .r = (uint8_t)r, .st = sts[q]};
+                n = add_cand(cs, n, PJ_ENG_GEMVZ, &kn);
+            }
+    return n;
+}
+
 /* gemvz with the shared-memory prefetch (pipe = 5): warps, tiles per stage,
  * K split, row blocks per warp, x path (global (m <= 8), staged, through
  * the ring, or its m tokens staged (m <= 8)), warp groups; then the tail
@@ -616,6 +634,7 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
             n = add_tiled_cluster(d, cs, n);
         n = add_prefetch(d, m, cs, n);
         n = add_slab(d, m, cs, n);
+        n = add_xreg(d, m, cs, n);
         n = add_cluster(d, cs, n);
         return n;
     }
@@ -696,6 +715,7 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
         n = add_balanced(d, cs, n);
         n = add_prefetch(d, m, cs, n);
         n = add_slab(d, m, cs, n);
+        n = add_xreg(d, m, cs, n);
         n = add_cluster(d, cs, n);
         if (m >= 16 && d->fmt != PJ_FMT_SPLIT)
             n = add_tiled_cluster(d, cs, n);

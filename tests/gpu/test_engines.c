@@ -454,6 +454,45 @@ static void sweep_slab(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, uint32_t n
     fflush(stdout);
 }
 
+/* The z12 GEMV with x in registers (gemvz pipe = 7, m <= 32, round 40) on
+ * n rows: streaming warps, ring stages, CTAs per SM. At least one variant
+ * must run per m (the layer's K must suit one of nw 8 / 16). */
+static void sweep_xreg(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, uint32_t n,
+                       const uint32_t *mlist, int nm)
+{
+    char err[256], ctx[128];
+    double t0 = now_s();
+    unsigned long long f0 = n_fail, c0 = n_checks;
+    static const uint8_t nws[] = {8, 16}, sts[] = {4, 6};
+    for (int mi = 0; mi < nm; mi++) {
+        const uint32_t m = mlist[mi];
+        snprintf(ctx, sizeof ctx, "xreg %s n=%u m=%u", L->L.name, n, m);
+        if (pj_chk_prepare(c, L, m, n, 1, 991u + m, 0, NULL, err, sizeof err)) {
+            fail_line("%s: prepare: %s", ctx, err);
+            continue;
+        }
+        const unsigned long long before = n_checks;
+        for (int i = 0; i < 2; i++)
+            for (int q = 0; q < 2; q++)
+                for (int r = 1; r <= 2; r++) {
+                    pj_eng_knobs kn;
+                    memset(&kn, 0, sizeof kn);
+                    kn.pipe = 7;
+                    kn.nw = nws[i];
+                    kn.u = 1;
+                    kn.st = sts[q];
+                    kn.ks = 1;
+                    kn.r = (uint8_t)r;
+                    check_one(c, ws, PJ_ENG_GEMVZ, &kn, ctx);
+                }
+        if (n_checks == before)
+            fail_line("%s: no x-register variant ran", ctx);
+    }
+    printf("B gemvz   on %-9s: %llu checks, %llu failed (%.1f s) [pipe=7, n=%u]\n", L->L.name,
+           n_checks - c0, n_fail - f0, now_s() - t0, n);
+    fflush(stdout);
+}
+
 /* cuBLASLt configurations named in full (cublas lt = 1, round 38): what
  * the checker refuses and why, then configurations from the space
  * projd-bench --lt-survey searches (the heuristic's first choices and a
@@ -643,6 +682,14 @@ static void part_b(pj_chk_ctx *c)
         sweep_slab(c, &o, &wo, 1000, ms, quick ? 2 : 3);
         sweep_slab(c, &un, &wu, 1024, ms, 2);
         sweep_slab(c, &oz, &wz, oz.L.N, ms, quick ? 1 : 2);
+        /* The x-register GEMV: the same layers (o: nw 8 and 16; the
+         * unpooler's K: nw 16), m on both sides of 16 tokens per tile; o
+         * with 5 % zeros has blocks past the finisher's staged capacity. */
+        static const uint32_t mx[] = {1, 16, 17, 32, 5, 8, 9, 31};
+        sweep_xreg(c, &o, &wo, o.L.N, mx, quick ? 4 : 8);
+        sweep_xreg(c, &o, &wo, 1000, mx, quick ? 2 : 4);
+        sweep_xreg(c, &un, &wu, 1024, mx, quick ? 2 : 8);
+        sweep_xreg(c, &oz, &wz, oz.L.N, mx, quick ? 2 : 4);
     }
     sweep_variants(c, &un, &wu, PJ_ENG_GEMVZ, mzq, 3, ks12, 2);
     {
@@ -830,6 +877,7 @@ static void part_b(pj_chk_ctx *c)
             static const uint32_t m3[] = {1, 13, 32};
             static const uint32_t m3t[] = {13, 100, 256};
             sweep_variants(c, &k3, &w3, PJ_ENG_GEMVZ, m3, quick ? 1 : 3, ks3, 3);
+            sweep_xreg(c, &k3, &w3, k3.L.N, m3, quick ? 1 : 3); /* nw 16: 3 tiles per warp */
             sweep_variants(c, &k3, &w3, PJ_ENG_GEMV, m3, quick ? 1 : 3, ks3, 3);
             sweep_variants(c, &k3, &w3, PJ_ENG_SPLITK, m3t, quick ? 1 : 3, ks3, 3);
             sweep_variants(c, &r3, &wr3, PJ_ENG_ROUTER, m3, quick ? 1 : 3, ks3, 3);
