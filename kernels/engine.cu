@@ -968,6 +968,11 @@ static int gemvzq_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_d
         return fail(why, whylen, -EINVAL,
                     "pipe=7: K=%u is not 2, 3 or 4 tiles of 64 per warp with nw=%u", L->K, kn->nw);
     const int mq = c->m > 16 ? 2 : 1;
+    if (mq == 2 && kn->nw == 16 && L->K / span > 2)
+        return fail(why, whylen, -ERANGE,
+                    "pipe=7: m=%u > 16 holds 32 tokens of x in registers: with nw=16 only at 2 "
+                    "tiles per warp (K=2048), here %u",
+                    c->m, L->K / span);
     GemvzqFn fn = gemvzq_pick(kn->nw, (int)(L->K / span), mq, st);
     return fits_device((const void *)fn, 32u * kn->nw + 32, gemvzq_smem(kn->nw, st, mq), lim, why,
                        whylen);

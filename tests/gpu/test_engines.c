@@ -454,9 +454,26 @@ static void sweep_slab(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, uint32_t n
     fflush(stdout);
 }
 
+/* Whether some gemvz pipe = 7 variant takes K at m: K = nw x tpw x 64
+ * with nw 8 or 16 and tpw 2..4; above m = 16 the 32 tokens' x fits the
+ * registers only with nw = 8 or tpw = 2 (gemvzq.cu's variants). */
+static int xreg_expected(uint32_t K, uint32_t m)
+{
+    static const uint32_t nws[] = {8, 16};
+    for (int i = 0; i < 2; i++) {
+        if (K % (64u * nws[i]))
+            continue;
+        const uint32_t tpw = K / (64u * nws[i]);
+        if (tpw >= 2 && tpw <= 4 && (m <= 16 || nws[i] == 8 || tpw == 2))
+            return 1;
+    }
+    return 0;
+}
+
 /* The z12 GEMV with x in registers (gemvz pipe = 7, m <= 32, round 40) on
- * n rows: streaming warps, ring stages, CTAs per SM. At least one variant
- * must run per m (the layer's K must suit one of nw 8 / 16). */
+ * n rows: streaming warps, ring stages, CTAs per SM. Where xreg_expected
+ * says a variant exists, at least one must run; where not, every one must
+ * be refused and nw=16's refusal must say why (32 tokens of x). */
 static void sweep_xreg(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, uint32_t n,
                        const uint32_t *mlist, int nm)
 {
@@ -485,8 +502,28 @@ static void sweep_xreg(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, uint32_t n
                     kn.r = (uint8_t)r;
                     check_one(c, ws, PJ_ENG_GEMVZ, &kn, ctx);
                 }
-        if (n_checks == before)
+        const int expected = xreg_expected(L->L.K, m);
+        if (expected && n_checks == before)
             fail_line("%s: no x-register variant ran", ctx);
+        if (!expected) {
+            n_checks++;
+            if (n_checks != before + 1)
+                fail_line("%s: an x-register variant ran where none should (K=%u)", ctx, L->L.K);
+            pj_eng_knobs kn;
+            memset(&kn, 0, sizeof kn);
+            kn.pipe = 7;
+            kn.nw = 16;
+            kn.u = 1;
+            kn.st = 4;
+            kn.ks = 1;
+            kn.r = 1;
+            const pj_eng_call call = layer_call(c, &L->L, ws, m, n);
+            char why[200] = "";
+            if (pj_eng_can_run(PJ_ENG_GEMVZ, &kn, &call, &c->lim, why, sizeof why) == 0 ||
+                (m > 16 && L->L.K % 1024 == 0 && L->L.K / 1024 > 2 &&
+                 !strstr(why, "32 tokens of x")))
+                fail_line("%s: nw=16 refused without the reason: '%s'", ctx, why);
+        }
     }
     printf("B gemvz   on %-9s: %llu checks, %llu failed (%.1f s) [pipe=7, n=%u]\n", L->L.name,
            n_checks - c0, n_fail - f0, now_s() - t0, n);
