@@ -1555,9 +1555,20 @@ static int run_once(lt_run *r, projd_conn *ctl)
     }
 
     if (su->model && o->check_fraction > 0) {
-        r->chk.n = o->check_threads;
-        for (uint32_t i = 0; i < r->chk.n; i++)
-            pthread_create(&r->chk.th[i], NULL, checker_main, r);
+        /* Only the threads that started are joined; with none, the checks
+         * queued would never be taken and the run would stall on them. */
+        int prc = 0;
+        r->chk.n = 0;
+        while (r->chk.n < o->check_threads &&
+               (prc = pthread_create(&r->chk.th[r->chk.n], NULL, checker_main, r)) == 0)
+            r->chk.n++;
+        if (r->chk.n == 0) {
+            fprintf(stderr, "projload: cannot start the checker threads: %s\n", strerror(prc));
+            exit(EXIT_SETUP_ERROR);
+        }
+        if (r->chk.n < o->check_threads)
+            fprintf(stderr, "projload: warning: %u of %u checker threads started\n", r->chk.n,
+                    o->check_threads);
     }
     pthread_barrier_init(&r->ready, NULL, r->nclients + 1);
     pthread_barrier_init(&r->go, NULL, r->nclients + 1);
