@@ -217,8 +217,9 @@ struct GemvzqArgs : EngIo {
     uint32_t nblk;     // row blocks holding requested rows: ceil(n / 16)
 };
 typedef void (*GemvzqFn)(GemvzqArgs);
-// Exceptions the finisher stages in shared memory for all of a CTA's row
-// blocks; entries past them are read from global memory in the finish.
+// Exceptions the staging warp copies to shared memory for a CTA's first
+// 32 row blocks; a block whose list does not fit whole (and any block past
+// the 32nd) is finished from global memory.
 #define PJ_GZQ_ECAP 256
 // nw streaming warps (8, 16), tpw tiles per warp and unit (2..4; K = nw *
 // tpw * 64), mq tiles of 16 tokens (1, 2), s ring stages (4, 6).
