@@ -21,6 +21,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -2703,7 +2704,11 @@ static int cmd_run(int argc, char **argv)
     cJSON_AddNumberToObject(root, "duration_s", o.duration_s);
     cJSON *jc = cJSON_AddObjectToObject(root, "check");
     cJSON_AddNumberToObject(jc, "fraction", o.check_fraction);
-    cJSON_AddNumberToObject(jc, "seed", (double)o.seed);
+    /* Written as its digits: a double (cJSON's number) rounds seeds above
+     * 2^53, and the report could not repeat the run's checks. */
+    char seed_digits[24];
+    snprintf(seed_digits, sizeof seed_digits, "%" PRIu64, o.seed);
+    cJSON_AddRawToObject(jc, "seed", seed_digits);
     if (o.model)
         cJSON_AddStringToObject(jc, "model", o.model);
 

@@ -202,11 +202,15 @@ check_report "$tmp/closed.out" "$tmp/closed.json" 120 all && ok "closed loop: JS
 
 # ---- the same over nng, and where the requests went -----------------------------------------
 # (with PROJD_RING=1 in the environment: --transport decides, not libprojd's variable)
+# (and a seed above 2^53, which the JSON must carry to the last digit)
 PROJD_RING=1 pl --trace "$tmp/decode.jsonl" --socket "$sock" --concurrency 2 --warmup 5 --count 60 \
-    --transport nng $check_model --json "$tmp/nng.json" >"$tmp/nng.out" 2>"$tmp/nng.err"
+    --transport nng --seed 18446744073709551557 $check_model --json "$tmp/nng.json" \
+    >"$tmp/nng.out" 2>"$tmp/nng.err"
 rc=$?
 [ $rc = 0 ] && grep -q 'transport nng' "$tmp/nng.out" && ok "--transport nng: exit 0, named" ||
     { fail "--transport nng: exit $rc"; cat "$tmp/nng.out" "$tmp/nng.err" >&2; }
+"$py" -c 'import json,sys; s=json.load(open(sys.argv[1]))["check"]["seed"]; print("check.seed", s); sys.exit(0 if s == 18446744073709551557 else 1)' \
+    "$tmp/nng.json" && ok "JSON check.seed exact above 2^53" || fail "JSON check.seed rounded"
 "$py" - "$tmp/closed.json" "$tmp/nng.json" <<'EOF' && ok "ring run's requests went through rings, nng run's did not" ||
 import json, sys
 ring = json.load(open(sys.argv[1]))["daemon_stats"]["delta"]["ring"]["requests"]
