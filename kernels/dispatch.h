@@ -75,7 +75,8 @@ typedef struct pj_eng_knobs {
                    * each, so K = nw * 64 * 2..4), each keeps its K range of
                    * x as mma A fragments and streams row blocks through a
                    * ring of st tiles (4, 6; 0 = 4); a persistent grid of r
-                   * (1, 2) CTAs per SM; ks = 1, xs = 0, u = 1.
+                   * (1, 2) CTAs per SM, or with r = 0 a CTA per row block;
+                   * ks = 1, xs = 0, u = 1.
                    * Tiled GEMM (splitk, router m > 32, kernels/tgemm.cu):
                    * 0 mma.sync, 1 the same with the L2 256-byte prefetch,
                    * 2 wgmma, 3 wgmma with one group in flight, 4 as 3 with

@@ -937,11 +937,13 @@ static int gzq_stages(const pj_eng_knobs *kn)
 {
     return kn->st ? kn->st : 4;
 }
-// Its grid: one CTA per row block, at most r per SM.
+// Its grid: one CTA per row block, at most r per SM (persistent: a CTA
+// takes row blocks a grid apart); r = 0, a CTA per row block whatever the
+// SMs (round 40, visit 10: the grid's shape against the stream's rate).
 static uint32_t gzq_ctas(const pj_eng_knobs *kn, const pj_eng_call *c, uint32_t sms)
 {
     const uint32_t nblk = cdiv(c->n, 16), most = sms * kn->r;
-    return nblk < most ? nblk : most;
+    return nblk < most || !kn->r ? nblk : most;
 }
 
 static int gemvzq_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_dev_limits *lim,
@@ -958,8 +960,9 @@ static int gemvzq_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_d
         return fail(why, whylen, -EINVAL,
                     "pipe=7 takes the whole K in one CTA and x in registers: ks=1, cl=0, ts 0 "
                     "or 1, xs=0, u=1, rb=1");
-    if (kn->r != 1 && kn->r != 2)
-        return fail(why, whylen, -EINVAL, "pipe=7: r=%u (CTAs per SM) not in {1, 2}", kn->r);
+    if (kn->r > 2)
+        return fail(why, whylen, -EINVAL,
+                    "pipe=7: r=%u not in {0 (a CTA per row block), 1, 2 (CTAs per SM)}", kn->r);
     const int st = gzq_stages(kn);
     if (st != 4 && st != 6)
         return fail(why, whylen, -EINVAL, "pipe=7: st=%d (ring stages) not in {4, 6}", st);
@@ -986,8 +989,8 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
         return fail(why, whylen, -ERANGE, "m=%u > %d", c->m, PJ_ENG_MAX_GEMV_M);
     if (!L->z_tiles || !L->z_blk_exc || (L->z_n_exc && !L->z_exc))
         return fail(why, whylen, -ENOTSUP, "layer has no z12 weights");
-    if (!kn->nw || !kn->u || !kn->ks || !kn->r)
-        return fail(why, whylen, -EINVAL, "nw, u, ks, r must be >= 1");
+    if (!kn->nw || !kn->u || !kn->ks || (!kn->r && kn->pipe != 7))
+        return fail(why, whylen, -EINVAL, "nw, u, ks, r must be >= 1 (r = 0 is pipe=7's)");
     if (kn->pipe == 4)
         return gemvb_check(PJ_GB_Z12, kn, c, lim, why, whylen);
     if (kn->pipe == 6)

@@ -446,7 +446,7 @@ static int add_xreg(const layer_def *d, uint32_t m, cand *cs, int n)
         return n;
     for (int i = 0; i < 2; i++)
         for (int q = 0; q < 2; q++)
-            for (int r = 1; r <= 2; r++) {
+            for (int r = 0; r <= 2; r++) {
                 const pj_eng_knobs kn = {
                     .nw = nws[i], .ks = 1, .u = 1, .pipe = 7, .r = (uint8_t)r, .st = sts[q]};
                 n = add_cand(cs, n, PJ_ENG_GEMVZ, &kn);

@@ -491,7 +491,7 @@ static void sweep_xreg(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, uint32_t n
         const unsigned long long before = n_checks;
         for (int i = 0; i < 2; i++)
             for (int q = 0; q < 2; q++)
-                for (int r = 1; r <= 2; r++) {
+                for (int r = 0; r <= 2; r++) {
                     pj_eng_knobs kn;
                     memset(&kn, 0, sizeof kn);
                     kn.pipe = 7;
