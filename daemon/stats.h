@@ -32,7 +32,7 @@ typedef struct pj_stats {
     uint64_t start_ns;
     uint64_t conns_total, conns_refused;
     uint64_t hello_timeouts; /* closed for not saying HELLO (limits.hello_timeout_ms) */
-    uint64_t requests; /* messages answered */
+    uint64_t requests;       /* messages answered */
     uint64_t by_type[PJ_STATS_TYPES];
     uint64_t errors[PJ_STATS_CODES]; /* ERROR replies and failed DONEs, by code */
     uint64_t ops;

@@ -26,9 +26,9 @@ const char *pj_format_name(pj_format f);
 typedef struct pj_weights {
     pj_format fmt;
     uint32_t n, k;
-    const uint16_t *bf16;      /* PJ_FMT_BF16: n x k, row stride k */
-    const pj_z12 *z;           /* PJ_FMT_Z12 */
-    const uint16_t *hi, *lo;   /* PJ_FMT_SPLIT: n x k each, row stride k */
+    const uint16_t *bf16;    /* PJ_FMT_BF16: n x k, row stride k */
+    const pj_z12 *z;         /* PJ_FMT_Z12 */
+    const uint16_t *hi, *lo; /* PJ_FMT_SPLIT: n x k each, row stride k */
 } pj_weights;
 
 /* Rows [r0, r1) of y for all m tokens. x: m x k bf16, row stride ldx
