@@ -285,6 +285,10 @@ __global__ void __launch_bounds__(NW * 32 + 32, 1) gemvzq_kernel(const GemvzqArg
             for (int b = 0; b < TPW * 2; b++) {
                 const uint4 c = xraw[q][hr][b];
                 uint32_t w0 = c.x, w1 = c.y, w2 = c.z, w3 = c.w, tmp;
+                // The rotations here and below are spelled out: through a
+                // shared helper (an array of four, or four references) ptxas
+                // allocated the m = 32 variants' registers worse (stack
+                // frames 12 -> 32 bytes at nw 8, st 6).
                 if (t & 1) { // w[i] = piece[(i + t) & 3]
                     tmp = w0;
                     w0 = w1;
