@@ -946,6 +946,16 @@ static uint32_t gzq_ctas(const pj_eng_knobs *kn, const pj_eng_call *c, uint32_t 
     return nblk < most || !kn->r ? nblk : most;
 }
 
+// The variant that (knobs, call) names: its ring stages, token tiles (two above
+// m = 16) and kernel, or NULL where gemvzq.cu compiles none. The check and
+// the launch both go through it, so they cannot pick differently.
+static GemvzqFn gzq_variant(const pj_eng_knobs *kn, const pj_eng_call *c, int *st, int *mq)
+{
+    *st = gzq_stages(kn);
+    *mq = c->m > 16 ? 2 : 1;
+    return gemvzq_pick(kn->nw, (int)(c->L->K / (64u * kn->nw)), *mq, *st);
+}
+
 static int gemvzq_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_dev_limits *lim,
                         char *why, size_t whylen)
 {
@@ -963,20 +973,19 @@ static int gemvzq_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_d
     if (kn->r > 2)
         return fail(why, whylen, -EINVAL,
                     "pipe=7: r=%u not in {0 (a CTA per row block), 1, 2 (CTAs per SM)}", kn->r);
-    const int st = gzq_stages(kn);
+    int st, mq;
+    GemvzqFn fn = gzq_variant(kn, c, &st, &mq); // NULL until the checks below say why
     if (st != 4 && st != 6)
         return fail(why, whylen, -EINVAL, "pipe=7: st=%d (ring stages) not in {4, 6}", st);
     const uint32_t span = 64u * kn->nw;
     if (L->K % span || L->K / span < 2 || L->K / span > 4)
         return fail(why, whylen, -EINVAL,
                     "pipe=7: K=%u is not 2, 3 or 4 tiles of 64 per warp with nw=%u", L->K, kn->nw);
-    const int mq = c->m > 16 ? 2 : 1;
     if (mq == 2 && kn->nw == 16 && L->K / span > 2)
         return fail(why, whylen, -ERANGE,
                     "pipe=7: m=%u > 16 holds 32 tokens of x in registers: with nw=16 only at 2 "
                     "tiles per warp (K=2048), here %u",
                     c->m, L->K / span);
-    GemvzqFn fn = gemvzq_pick(kn->nw, (int)(L->K / span), mq, st);
     return fits_device((const void *)fn, 32u * kn->nw + 32, gemvzq_smem(kn->nw, st, mq), lim, why,
                        whylen);
 }
@@ -1768,8 +1777,8 @@ static int gemvzq_launch(const pj_eng_knobs *kn, const pj_eng_call *c, cudaStrea
     a.z = z12_src(L);
     a.kt_total = L->K / 64;
     a.nblk = cdiv(c->n, 16);
-    const int st = gzq_stages(kn), mq = c->m > 16 ? 2 : 1;
-    GemvzqFn fn = gemvzq_pick(kn->nw, (int)(L->K / (64u * kn->nw)), mq, st);
+    int st, mq;
+    GemvzqFn fn = gzq_variant(kn, c, &st, &mq);
     if (!fn)
         return -ENOENT;
     fn<<<gzq_ctas(kn, c, sm_count_cached()), 32 * kn->nw + 32, gemvzq_smem(kn->nw, st, mq), s>>>(a);

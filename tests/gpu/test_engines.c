@@ -721,7 +721,7 @@ static void part_b(pj_chk_ctx *c)
         sweep_slab(c, &oz, &wz, oz.L.N, ms, quick ? 1 : 2);
         /* The x-register GEMV: the same layers (o: nw 8 and 16; the
          * unpooler's K: nw 16), m on both sides of 16 tokens per tile; o
-         * with 5 % zeros has blocks past the finisher's staged capacity. */
+         * with 5 % zeros has blocks past the staging warp's capacity. */
         static const uint32_t mx[] = {1, 16, 17, 32, 5, 8, 9, 31};
         sweep_xreg(c, &o, &wo, o.L.N, mx, quick ? 4 : 8);
         sweep_xreg(c, &o, &wo, 1000, mx, quick ? 2 : 4);
