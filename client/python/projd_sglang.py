@@ -58,7 +58,10 @@ error), the connection is lost and every call on it fails with
 one new connection for all the methods that shared the lost one), finds
 its layer there, registers x and y anew and runs the request once more;
 y is written whole on the new connection. release_registrations(client)
-also releases what the connections that replaced client registered.
+also releases what the connections that replaced client registered. A
+connection made here for a restart is closed when the last method leaves
+it (at the next restart); the client passed in stays open, its owner's
+to close.
 An apply() that fails again, or for another reason, raises.
 
 Use: one projd.Client shared by every layer, one method per layer, e.g.
@@ -183,6 +186,11 @@ class _Registrations:
                             raise
                         # The daemon that held it is gone, and so is the
                         # registration: nothing left to release.
+                    except ValueError:
+                        if not self.client.closed:
+                            raise
+                        # A lost successor closed meanwhile (_move): its
+                        # registrations went with it.
 
 
 class _Events:
@@ -254,8 +262,35 @@ def _successor(client: "projd.Client", settings) -> "projd.Client":
         new = getattr(client, "_projd_sglang_successor", None)
         if new is None or new.closed:
             new = _connect(*settings)
+            # Made here, so closed here once no method is on it any more
+            # (_move); the client the caller passed in stays the caller's.
+            new._projd_sglang_users = 0
             client._projd_sglang_successor = new
         return new
+
+
+def _move(old: "projd.Client", new: "projd.Client") -> None:
+    """One method moved from old (lost) to new. A successor this module
+    made is closed when its last method leaves it: each restart would
+    otherwise keep one dead socket (and its registry) for the life of the
+    process. Counting methods, not closing at the first move, keeps the
+    others' calls on old failing as a lost connection (and so reconnecting)
+    instead of as a closed client."""
+    with _successors_lock:
+        new._projd_sglang_users += 1
+        users = getattr(old, "_projd_sglang_users", None)
+        if users is None:
+            return  # the caller's own client
+        old._projd_sglang_users = users - 1
+        if users > 1:
+            return
+    # The successor chain stays on old: release_registrations(first client)
+    # still reaches the newest connection through it. What old registered
+    # went with its daemon; its registry (and the interprocess events in
+    # it) goes now.
+    old.close()
+    with _registries_lock:
+        old.__dict__.pop("_projd_sglang_registrations", None)
 
 
 _successors_lock = threading.Lock()
@@ -353,11 +388,13 @@ class ProjdLinearMethod:
     def _reconnect(self) -> None:
         """Move to the connection that replaces the lost one (made by the
         first method to find it lost), and find the layer there again."""
-        new = _successor(self.client, self._settings)
+        old = self.client
+        new = _successor(old, self._settings)
         if new.info.backend != "cuda":
             raise ValueError("projd at %s came back with the %s backend" % (new.url, new.info.backend))
         self.L = new.layer(self.L.name)
         self.client = new
+        _move(old, new)
 
     def _requests(self, reg, xy, m):
         """The ops of m rows (at most max_m per op, max_ops_per_request per

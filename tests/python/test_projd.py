@@ -1351,6 +1351,9 @@ class SglangApplyTests(unittest.TestCase):
         def layer(self, name):
             return type("Lay", (), {"index": 0, "k": 192, "n": 256, "name": name})()
 
+        def close(self):
+            self.closed = True
+
     def setUp(self):
         import contextlib
         import projd_sglang
@@ -1492,6 +1495,44 @@ class SglangApplyTests(unittest.TestCase):
         # and the lost client's own registrations raise nothing.
         self.mod.release_registrations(self.client)
         self.assertEqual(new.live, {})
+
+    def test_a_lost_successor_is_closed_when_its_last_method_leaves(self):
+        # Two restarts: the connection made at the first is closed at the
+        # second, once both methods have moved off it; the caller's client
+        # is never closed here, and releasing by it reaches the newest.
+        made = []
+
+        def connect(url, timeout_ms, ring):
+            made.append(self.Client())
+            return made[-1]
+
+        saved = self.mod._connect
+        self.addCleanup(lambda: setattr(self.mod, "_connect", saved))
+        self.mod._connect = connect
+        self.meth._settings = ("ipc:///x", 1000, False)
+        other = object.__new__(self.mod.ProjdLinearMethod)
+        other.client, other.L, other._settings = self.client, self.meth.L, self.meth._settings
+        x = self.alloc(4, 192)
+        self.client.lost = True
+        self.meth.apply(self.layer, x)
+        other.apply(self.layer, x)
+        self.assertEqual(len(made), 1)
+        first = made[0]
+        self.assertIs(other.client, first)
+        self.assertFalse(self.client.closed, "the caller's own client was closed")
+        self.assertEqual(len(first.live), 3)  # x (one allocation, cached) and each apply's y
+        first.lost = True
+        self.meth.apply(self.layer, x)
+        self.assertEqual(len(made), 2)
+        self.assertFalse(first.closed, "closed while another method was still on it")
+        other.apply(self.layer, x)
+        self.assertEqual(len(made), 2)
+        self.assertTrue(first.closed, "the abandoned successor was never closed")
+        self.assertFalse(made[1].closed or self.client.closed)
+        self.assertIsNone(getattr(first, "_projd_sglang_registrations", None))
+        self.assertEqual(len(made[1].live), 3)
+        self.mod.release_registrations(self.client)
+        self.assertEqual(made[1].live, {})
 
     def test_other_errors_do_not_reconnect(self):
         def connect(url, timeout_ms, ring):
