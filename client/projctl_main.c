@@ -441,6 +441,17 @@ static int cmd_status(opts *o)
         } else {
             printf("  uptime     unknown (no uptime_s in STATS)\n");
         }
+        cJSON *wd = doc ? cJSON_GetObjectItemCaseSensitive(doc, "watchdog") : NULL;
+        cJSON *usec = wd ? cJSON_GetObjectItemCaseSensitive(wd, "usec") : NULL;
+        cJSON *stalls = wd ? cJSON_GetObjectItemCaseSensitive(wd, "stalls") : NULL;
+        if (cJSON_IsNumber(usec) && usec->valuedouble > 0)
+            printf("  watchdog   WatchdogSec=%g s, %.0f stall(s)%s\n", usec->valuedouble / 1e6,
+                   cJSON_IsNumber(stalls) ? stalls->valuedouble : 0,
+                   cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(wd, "withheld"))
+                       ? ", pings withheld now: a job is stalled"
+                       : "");
+        else if (cJSON_IsNumber(usec))
+            printf("  watchdog   off (no WatchdogSec=)\n");
         cJSON_Delete(doc);
         free(json);
     } else {

@@ -28,6 +28,8 @@ typedef struct cpu_item {
 
 struct cpu_job {
     pj_job *job;
+    cpu_job *lprev, *lnext; /* cpu_state.live, in submission order */
+    uint64_t t_submit;
     uint32_t op;      /* the op whose chunks are queued or running */
     uint64_t op_t0;   /* when that op was queued (for cpu.min_op_us) */
     atomic_uint left; /* chunks of that op not yet finished */
@@ -41,6 +43,7 @@ typedef struct cpu_state {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     cpu_item *head, *tail;
+    cpu_job *live, *live_tail; /* submitted, not finished (oldest first) */
     int stop;
     uint32_t n_threads;
     pthread_t threads[CPU_MAX_THREADS];
@@ -127,6 +130,16 @@ static void finish_job(cpu_state *s, cpu_job *cj)
     }
     job->end_ns = now_ns();
     atomic_fetch_add(&s->jobs, 1);
+    pthread_mutex_lock(&s->mu);
+    if (cj->lprev)
+        cj->lprev->lnext = cj->lnext;
+    else
+        s->live = cj->lnext;
+    if (cj->lnext)
+        cj->lnext->lprev = cj->lprev;
+    else
+        s->live_tail = cj->lprev;
+    pthread_mutex_unlock(&s->mu);
     free(cj);
     job->done(job);
 }
@@ -310,8 +323,26 @@ static int cpu_submit(pj_backend *b, pj_backend_stream *st, pj_job *job)
         return -ENOMEM;
     cj->job = job;
     job->err[0] = 0;
+    cj->t_submit = now_ns();
+    pthread_mutex_lock(&s->mu);
+    cj->lprev = s->live_tail;
+    if (s->live_tail)
+        s->live_tail->lnext = cj;
+    else
+        s->live = cj;
+    s->live_tail = cj;
+    pthread_mutex_unlock(&s->mu);
     push_op(s, cj);
     return 0;
+}
+
+static uint64_t cpu_oldest_job_ns(pj_backend *b)
+{
+    cpu_state *s = b->priv;
+    pthread_mutex_lock(&s->mu);
+    uint64_t t = s->live ? s->live->t_submit : 0;
+    pthread_mutex_unlock(&s->mu);
+    return t;
 }
 
 static void cpu_stats_json(pj_backend *b, cJSON *obj)
@@ -339,6 +370,7 @@ static const pj_backend_ops cpu_ops = {
     .stream_destroy = cpu_stream_destroy,
     .submit = cpu_submit,
     .stats_json = cpu_stats_json,
+    .oldest_job_ns = cpu_oldest_job_ns,
 };
 
 const pj_backend_ops *pj_backend_cpu_ops(void)

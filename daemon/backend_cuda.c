@@ -2064,6 +2064,24 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     return 0;
 }
 
+/* The oldest entry of any lane's completion ring: its job was launched
+ * and its event has not completed (answered at launch or not). */
+static uint64_t cu_oldest_job_ns(pj_backend *b)
+{
+    cu_state *st = b->priv;
+    uint64_t oldest = 0;
+    for (uint32_t i = 0; st && i < st->n_lanes; i++) {
+        cu_lane *ln = st->lanes[i];
+        if (!ln)
+            continue;
+        pthread_mutex_lock(&ln->mu);
+        if (ln->count && (!oldest || ln->ring[ln->head].t_submit < oldest))
+            oldest = ln->ring[ln->head].t_submit;
+        pthread_mutex_unlock(&ln->mu);
+    }
+    return oldest;
+}
+
 static const pj_backend_ops cuda_ops = {
     .name = "cuda",
     .kind = PJ_BACKEND_CUDA,
@@ -2078,6 +2096,7 @@ static const pj_backend_ops cuda_ops = {
     .submit = cu_submit,
     .buffer_busy = cu_buffer_busy,
     .stats_json = cu_stats_json,
+    .oldest_job_ns = cu_oldest_job_ns,
 };
 
 const pj_backend_ops *pj_backend_cuda_ops(void)

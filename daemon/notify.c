@@ -111,3 +111,31 @@ void pj_notify_stopping(const char *status)
     snprintf(text, sizeof text, "STOPPING=1\nSTATUS=%s", status ? status : "stopping");
     send_text(text, 1);
 }
+
+unsigned long long pj_notify_watchdog_usec(void)
+{
+    const char *u = getenv("WATCHDOG_USEC");
+    if (!u || !*u)
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long long usec = strtoull(u, &end, 10);
+    if (errno || *end || usec == 0) {
+        pj_log_warn("WATCHDOG_USEC=%s is not a positive number of microseconds: no watchdog", u);
+        return 0;
+    }
+    /* Set by systemd for the main process; one inherited by another
+     * process names the parent, and pings from here would be refused. */
+    const char *p = getenv("WATCHDOG_PID");
+    if (p && *p) {
+        long pid = strtol(p, &end, 10);
+        if (*end || pid != (long)getpid())
+            return 0;
+    }
+    return usec;
+}
+
+void pj_notify_watchdog(void)
+{
+    send_text("WATCHDOG=1", 0);
+}

@@ -23,4 +23,12 @@ void pj_notify_status(const char *fmt, ...) __attribute__((format(printf, 1, 2))
 /* STOPPING=1 plus a STATUS= line. */
 void pj_notify_stopping(const char *status);
 
+/* The watchdog timeout systemd asked for (WatchdogSec=), in microseconds:
+ * WATCHDOG_USEC, when it is set and WATCHDOG_PID is unset or names this
+ * process; else 0 (no watchdog: send nothing). */
+unsigned long long pj_notify_watchdog_usec(void);
+
+/* WATCHDOG=1, never blocks (a full queue drops it; the next one counts). */
+void pj_notify_watchdog(void);
+
 #endif

@@ -123,6 +123,7 @@ struct pj_server {
     uv_timer_t timer;
     uv_timer_t status_timer; /* coalesces STATUS= updates */
     uv_timer_t watch_timer;  /* listener watchdog */
+    uv_timer_t wd_timer;     /* systemd watchdog pings */
     uv_idle_t ring_spin;     /* keeps the loop polling while ring work is near */
     int handles_open;
     pj_server_stopped_fn stopped;
@@ -180,6 +181,11 @@ struct pj_server {
     pj_wbuf wb;
     int draining, stopping, stopped_called, exit_code;
     uint64_t drain_start_ns;
+    /* systemd's watchdog (WatchdogSec=): its timeout, 0 when off; whether
+     * pings are withheld for a stuck job, since when, and how often. */
+    uint64_t wd_usec;
+    int wd_withheld;
+    uint64_t wd_withheld_since, wd_oldest_ns, wd_stalls;
 };
 
 #define EXIT_GUARD_S 5
@@ -521,6 +527,10 @@ static void send_status(pj_server *s)
 {
     if (s->draining)
         pj_notify_status("draining: %" PRIu64 " requests in flight, %u connections", s->inflight,
+                         s->conns.count);
+    else if (s->wd_withheld) /* what systemctl status shows until the restart */
+        pj_notify_status("stalled: a job on the %s backend for %.1f s, %u connections",
+                         s->be->ops->name, (double)(pj_now_ns() - s->wd_oldest_ns) / 1e9,
                          s->conns.count);
     else
         pj_notify_status("serving %u connection%s (backend %s)", s->conns.count,
@@ -952,6 +962,12 @@ static char *stats_text(pj_server *s)
         cJSON_AddNumberToObject(bf, "mapped_bytes", (double)nbytes);
     }
     cJSON_AddNumberToObject(o, "inflight", (double)s->inflight);
+    cJSON *wd = cJSON_AddObjectToObject(o, "watchdog");
+    if (wd) {
+        cJSON_AddNumberToObject(wd, "usec", (double)s->wd_usec);
+        cJSON_AddBoolToObject(wd, "withheld", s->wd_withheld != 0);
+        cJSON_AddNumberToObject(wd, "stalls", (double)s->wd_stalls);
+    }
     const char *names[PJ_CFG_MAX_LAYERS];
     uint32_t nl = s->model->n_layers < PJ_CFG_MAX_LAYERS ? s->model->n_layers : PJ_CFG_MAX_LAYERS;
     for (uint32_t i = 0; i < nl; i++)
@@ -1515,7 +1531,9 @@ static void stop_now(pj_server *s)
     uv_timer_stop(&s->timer);
     uv_timer_stop(&s->status_timer);
     uv_timer_stop(&s->watch_timer);
+    uv_timer_stop(&s->wd_timer);
     uv_close((uv_handle_t *)&s->watch_timer, on_handle_closed);
+    uv_close((uv_handle_t *)&s->wd_timer, on_handle_closed);
     uv_close((uv_handle_t *)&s->timer, on_handle_closed);
     uv_close((uv_handle_t *)&s->status_timer, on_handle_closed);
     uv_close((uv_handle_t *)&s->async, on_handle_closed);
@@ -1827,6 +1845,7 @@ int pj_server_create(uv_loop_t *loop, const pj_config *cfg, const pj_model *mode
     uv_timer_init(loop, &s->timer);
     uv_timer_init(loop, &s->status_timer);
     uv_timer_init(loop, &s->watch_timer);
+    uv_timer_init(loop, &s->wd_timer);
     s->cores = sysconf(_SC_NPROCESSORS_ONLN);
     uv_idle_init(loop, &s->ring_spin);
     s->ring_spin.data = s;
@@ -1834,7 +1853,8 @@ int pj_server_create(uv_loop_t *loop, const pj_config *cfg, const pj_model *mode
     s->timer.data = s;
     s->status_timer.data = s;
     s->watch_timer.data = s;
-    s->handles_open = 5;
+    s->wd_timer.data = s;
+    s->handles_open = 6;
     pj_backend_set_fatal(be, backend_fatal, s);
     *out = s;
     return 0;
@@ -2108,11 +2128,68 @@ static int listen_on(pj_server *s, char *err, size_t errlen)
     return 0;
 }
 
+/* ---- the systemd watchdog ----------------------------------------------------------
+ *
+ * With WatchdogSec= in the unit, systemd kills and (Restart=) restarts a
+ * daemon that stops sending WATCHDOG=1. The pings come from the loop's
+ * timer, so a loop that blocks stops them; and they are withheld while a
+ * job has been on the backend for half the timeout or more, so that a
+ * device (or worker) that never finishes one is restarted too instead of
+ * answering every later request with a timeout. A projection takes
+ * microseconds to milliseconds: half of any sane WatchdogSec is a stall. */
+
+static void on_wd(uv_timer_t *t)
+{
+    pj_server *s = t->data;
+    const uint64_t now = pj_now_ns();
+    const uint64_t oldest = s->be->ops->oldest_job_ns ? s->be->ops->oldest_job_ns(s->be) : 0;
+    const uint64_t limit = s->wd_usec * 1000u / 2;
+    if (oldest && now > oldest && now - oldest >= limit) {
+        s->wd_oldest_ns = oldest;
+        if (!s->wd_withheld) {
+            s->wd_withheld = 1;
+            s->wd_withheld_since = now;
+            s->wd_stalls++;
+            pj_log_err("watchdog: a job has been on the %s backend for %.1f s (half of "
+                       "WatchdogSec=%.1f s): no longer telling systemd that projd is alive, so "
+                       "that it restarts projd unless the job finishes first",
+                       s->be->ops->name, (double)(now - oldest) / 1e9, (double)s->wd_usec / 1e6);
+            send_status(s);
+        }
+        return;
+    }
+    if (s->wd_withheld) {
+        s->wd_withheld = 0;
+        pj_log_warn("watchdog: no job is stalled any more; pinging systemd again after %.1f s "
+                    "without pings",
+                    (double)(now - s->wd_withheld_since) / 1e9);
+        update_status(s);
+    }
+    pj_notify_watchdog();
+}
+
+static void wd_start(pj_server *s)
+{
+    s->wd_usec = pj_notify_watchdog_usec();
+    if (!s->wd_usec)
+        return;
+    /* Four pings per timeout: one lost or late still leaves three. */
+    uint64_t every_ms = s->wd_usec / 4000u;
+    if (every_ms < 1)
+        every_ms = 1;
+    pj_log_info("watchdog: WatchdogSec=%.3f s; pinging every %" PRIu64
+                " ms while the loop runs and no job is older than %.3f s",
+                (double)s->wd_usec / 1e6, every_ms, (double)s->wd_usec / 2e6);
+    uv_timer_start(&s->wd_timer, on_wd, 0, every_ms);
+}
+
 int pj_server_listen(pj_server *s, char *err, size_t errlen)
 {
     int rc = listen_on(s, err, errlen);
     if (rc != 0)
         s->exit_code = 1; /* the drain that follows reports it, and the process exits with it */
+    else
+        wd_start(s);
     return rc;
 }
 

@@ -11,12 +11,14 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <nng/nng.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1015,6 +1017,104 @@ START_TEST(sigterm_drains)
 }
 END_TEST
 
+/* ---- the systemd watchdog ------------------------------------------------------ */
+
+/* Reads projd's notifications for ms milliseconds: returns the WATCHDOG=1
+ * pings; *gap = the longest time without one (from the start, between two,
+ * and to the end), *seen = whether a message contained needle. */
+static int read_pings(pj_dproc *d, int ms, long long *gap, const char *needle, int *seen)
+{
+    long long t0 = pjd_now_ms(), last = t0, end = t0 + ms;
+    int pings = 0;
+    *gap = 0;
+    for (;;) {
+        char buf[1024];
+        ssize_t n;
+        while ((n = recv(d->notify_fd, buf, sizeof buf - 1, MSG_DONTWAIT)) > 0) {
+            buf[n] = 0;
+            if (needle && strstr(buf, needle))
+                *seen = 1;
+            if (strcmp(buf, "WATCHDOG=1") == 0) {
+                long long now = pjd_now_ms();
+                if (now - last > *gap)
+                    *gap = now - last;
+                last = now;
+                pings++;
+            }
+        }
+        long long now = pjd_now_ms();
+        if (now >= end)
+            break;
+        struct pollfd p = {.fd = d->notify_fd, .events = POLLIN};
+        poll(&p, 1, (int)(end - now < 20 ? end - now : 20));
+    }
+    if (end - last > *gap)
+        *gap = end - last;
+    return pings;
+}
+
+/* WatchdogSec=0.4 s: pings about every 100 ms while idle; a job held on the
+ * backend past half the timeout (eight ops of 400 ms) stops them, says so
+ * in the log, STATUS= and STATS, and they come back when it finishes. A
+ * WATCHDOG_PID of another process means no pings at all. The windows are
+ * wide for a loaded CI machine: the last ping comes at most 200 ms into
+ * the job, so the 2 s read that starts when STATS shows it in flight sees
+ * no ping for over 1 s even if that read starts 1 s late. */
+START_TEST(systemd_watchdog)
+{
+    pj_dproc d;
+    setenv("WATCHDOG_USEC", "400000", 1);
+    unsetenv("WATCHDOG_PID");
+    pjd_start(&d, g_model_path, "{\"cpu\": {\"min_op_us\": 400000}}");
+    long long gap;
+    int seen = 0;
+    int pings = read_pings(&d, 1000, &gap, NULL, &seen);
+    ck_assert_msg(pings >= 3 && gap < 600, "idle: %d pings in 1 s, longest gap %lld ms", pings,
+                  gap);
+    pjt_client c;
+    ck_assert_int_eq(pjt_connect(&c, d.url, REPLY_MS), 0);
+    ck_assert_int_eq(pjt_hello(&c, "watchdog"), PJ_OK);
+    ck_assert_double_eq(pjd_stat(&c, "watchdog.usec"), 400000);
+    ck_assert_double_eq(pjd_stat(&c, "watchdog.stalls"), 0);
+    drainer w;
+    memset(&w, 0, sizeof w);
+    w.url = d.url;
+    ck_assert_int_eq(pthread_create(&w.th, NULL, drainer_main, &w), 0);
+    ck_assert_double_eq(pjd_wait_stat(&c, "inflight", 1, 30000), 1);
+    seen = 0;
+    pings = read_pings(&d, 2000, &gap, "STATUS=stalled: a job on the cpu backend", &seen);
+    ck_assert_msg(gap >= 1000, "a 3.2 s job: pings every %lld ms at most (%d pings)", gap, pings);
+    const long long stalled = gap;
+    ck_assert_msg(seen, "no STATUS=stalled while the job was held");
+    ck_assert_double_eq(pjd_stat(&c, "watchdog.stalls"), 1);
+    ck_assert(pj_dproc_log_has(&d, "watchdog: a job has been on the cpu backend for", 0));
+    pthread_join(w.th, NULL);
+    ck_assert_msg(!w.fail[0], "%s", w.fail);
+    pings = read_pings(&d, 1000, &gap, NULL, &seen);
+    ck_assert_msg(pings >= 2, "after the job: %d pings in 1 s", pings);
+    ck_assert(pj_dproc_log_has(&d, "no job is stalled any more; pinging systemd again", 5000));
+    ck_assert_double_eq(pjd_stat(&c, "watchdog.stalls"), 1);
+    pjt_close(&c);
+    pjd_stop(&d);
+
+    /* Meant for another process (inherited): no pings from this one. */
+    setenv("WATCHDOG_PID", "1", 1);
+    pjd_start(&d, g_model_path, NULL);
+    unsetenv("WATCHDOG_USEC");
+    unsetenv("WATCHDOG_PID");
+    pings = read_pings(&d, 500, &gap, NULL, &seen);
+    ck_assert_int_eq(pings, 0);
+    ck_assert_int_eq(pjt_connect(&c, d.url, REPLY_MS), 0);
+    ck_assert_int_eq(pjt_hello(&c, "watchdog"), PJ_OK);
+    ck_assert_double_eq(pjd_stat(&c, "watchdog.usec"), 0);
+    pjt_close(&c);
+    pjd_stop(&d);
+    printf("systemd_watchdog: pings while idle and after the stall; none for %lld ms of a 3.2 "
+           "s job\n",
+           stalled);
+}
+END_TEST
+
 int main(void)
 {
     if (pjc_init(g_model_path, sizeof g_model_path) != 0) {
@@ -1038,6 +1138,7 @@ int main(void)
         {"unregister_while_running", unregister_while_running},
         {"killed_client", killed_client},
         {"sigterm_drains", sigterm_drains},
+        {"systemd_watchdog", systemd_watchdog},
     };
     return pjd_run_suite("daemon_e2e", cases, sizeof cases / sizeof cases[0], 240);
 }

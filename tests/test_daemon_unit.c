@@ -537,6 +537,80 @@ START_TEST(cpu_backend_matches_reference)
 }
 END_TEST
 
+/* oldest_job_ns, what the systemd watchdog asks: 0 while idle, the submit
+ * time of the oldest unfinished job while any is held (cpu.min_op_us keeps
+ * each 300 ms on the backend), the next one's once the first is done. */
+START_TEST(cpu_backend_oldest_job)
+{
+    const pj_model *model = pjc_model();
+    pj_config cfg;
+    pj_config_defaults(&cfg);
+    cfg.cpu.threads = 2;
+    cfg.cpu.min_op_us = 300000;
+    pj_backend *be;
+    char err[256];
+    ck_assert_int_eq(pj_backend_create(pj_backend_cpu_ops(), &cfg, model, &be, err, sizeof err), 0);
+    ck_assert_ptr_nonnull(be->ops->oldest_job_ns);
+    ck_assert_uint_eq(be->ops->oldest_job_ns(be), 0);
+    pj_backend_stream *st[2];
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(be->ops->stream_create(be, &st[i], err, sizeof err), 0);
+    const pj_model_layer *L = &model->layers[0];
+    uint16_t *y = malloc((size_t)2 * L->max_n * 2);
+    pj_exec_op ops[2];
+    pj_job jobs[2];
+    waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    uint64_t t_sub[2];
+    for (int j = 0; j < 2; j++) {
+        ops[j] = (pj_exec_op){.layer = 0,
+                              .L = L,
+                              .m = 1,
+                              .n = L->max_n,
+                              .k = L->w.k,
+                              .x = pjc_ref_x(0, 0, 0),
+                              .y = y + (size_t)j * L->max_n,
+                              .x_ld = L->w.k,
+                              .y_ld = L->max_n};
+        memset(&jobs[j], 0, sizeof jobs[j]);
+        jobs[j].n_ops = 1;
+        jobs[j].ops = &ops[j];
+        jobs[j].done = on_job_done;
+        jobs[j].ctx = &w;
+        t_sub[j] = pj_now_ns();
+        ck_assert_int_eq(be->ops->submit(be, st[j], &jobs[j]), 0);
+        pthread_mutex_lock(&w.mu);
+        int first_done = w.done > 0;
+        uint64_t oldest = be->ops->oldest_job_ns(be);
+        pthread_mutex_unlock(&w.mu);
+        ck_assert_msg(oldest >= t_sub[0] && oldest <= pj_now_ns(),
+                      "job %d submitted: oldest %llu outside [%llu, now]", j,
+                      (unsigned long long)oldest, (unsigned long long)t_sub[0]);
+        if (j == 1 && !first_done) /* the first job's, not the second's */
+            ck_assert_uint_lt(oldest, t_sub[1]);
+        if (j == 0)
+            pjd_sleep_ms(150);
+    }
+    ck_assert_int_ge(wait_done(&w, 1, 60), 1);
+    pthread_mutex_lock(&w.mu);
+    int both = w.done == 2;
+    uint64_t oldest = be->ops->oldest_job_ns(be);
+    pthread_mutex_unlock(&w.mu);
+    if (!both) /* the second job (submitted 150 ms later, held 300 ms) is still on */
+        ck_assert_msg(oldest >= t_sub[1],
+                      "after the first job: oldest %llu before the second's "
+                      "submission %llu",
+                      (unsigned long long)oldest, (unsigned long long)t_sub[1]);
+    ck_assert_int_eq(wait_done(&w, 2, 60), 2);
+    ck_assert_uint_eq(be->ops->oldest_job_ns(be), 0);
+    ck_assert_int_eq(jobs[0].status, PJ_OK);
+    ck_assert_int_eq(jobs[1].status, PJ_OK);
+    for (int i = 0; i < 2; i++)
+        be->ops->stream_destroy(be, st[i]);
+    pj_backend_destroy(be);
+    free(y);
+}
+END_TEST
+
 /* ---- log lines ------------------------------------------------------------------------- */
 
 static char *capture_log(int journal, pj_log_level level, const char *msg)
@@ -720,6 +794,7 @@ int main(void)
         {"sigbus_sent_still_kills", sigbus_sent_still_kills},
         {"histogram_quantiles", histogram_quantiles},
         {"cpu_backend_matches_reference", cpu_backend_matches_reference},
+        {"cpu_backend_oldest_job", cpu_backend_oldest_job},
         {"log_lines", log_lines},
         {"peer_groups", peer_groups},
         {"notify_socket_unusable_said_once", notify_socket_unusable_said_once},

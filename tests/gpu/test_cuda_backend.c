@@ -13,6 +13,8 @@
  *   B  PROJD_FORCE_ENGINE=cublas: the same shapes, every engine cuBLAS.
  *   Z  shapes.max_m = 32: z12 layers without a bf16 copy run gemvz at every
  *      m; one whose K the GEMV cannot take keeps its copy, said in the log.
+ *   W  the systemd watchdog: pings withheld while a job waits on a
+ *      client's event past half of WatchdogSec, resumed after it.
  *   C  8 connections at once, PJ_GPU_E2E_REQUESTS requests each (default
  *      100), every result checked.
  *   F  (--fault only) a sticky device error: the daemon exits 1.
@@ -450,6 +452,93 @@ static void section_h(void)
     cc_stop(&d, "H");
 }
 
+/* W: the systemd watchdog on the cuda backend. A request answered at
+ * launch waits on this process's IPC event, recorded behind a host
+ * function that sleeps 2 s, so the daemon's lane holds an unfinished job;
+ * with WatchdogSec = 1 s projd must withhold its pings after 0.5 s
+ * (STATS watchdog.stalls, the log), then finish the job correctly and
+ * ping again. */
+static double w_stat(pjt_client *c, const char *path)
+{
+    cJSON *st = NULL;
+    double v = -1;
+    if (pjt_stats(c, &st) == PJ_OK) {
+        v = pjt_json_num(st, path);
+        cJSON_Delete(st);
+    }
+    return v;
+}
+
+static void CUDART_CB sleep_2s(void *arg)
+{
+    (void)arg;
+    usleep(2000000);
+}
+
+static void section_w(void)
+{
+    printf("== W: the watchdog withholds its pings while a job waits on the device\n");
+    cudaSetDevice(0);
+    cudaStream_t cs;
+    cudaEvent_t in, out;
+    cudaIpcEventHandle_t hin, hout;
+    if (cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&in, cudaEventInterprocess | cudaEventDisableTiming) !=
+            cudaSuccess ||
+        cudaEventCreateWithFlags(&out, cudaEventInterprocess | cudaEventDisableTiming) !=
+            cudaSuccess ||
+        cudaIpcGetEventHandle(&hin, in) != cudaSuccess ||
+        cudaIpcGetEventHandle(&hout, out) != cudaSuccess) {
+        CHECK(0, "W: cannot make a stream and IPC events");
+        return;
+    }
+    setenv("WATCHDOG_USEC", "1000000", 1);
+    unsetenv("WATCHDOG_PID");
+    pj_dproc d;
+    pjc_conn t;
+    int rc = start_open(&d, &t, NULL, "W");
+    unsetenv("WATCHDOG_USEC");
+    if (rc != 0)
+        return;
+    CHECK(pj_dproc_wait_notify(&d, "WATCHDOG=1", 2000) == 0, "W: no WATCHDOG=1 while idle");
+    CHECK(w_stat(&t.c, "watchdog.usec") == 1000000, "W: STATS watchdog.usec");
+    pjc_shape s = layer0_shape();
+    cc_fill_x(t.xs.p, &s);
+    memset(t.ys.p, 0xff, t.ys.size);
+    pj_op op = pjc_op(&t, &s);
+    pj_done dn;
+    pj_op_result res[1];
+    CHECK(cudaLaunchHostFunc(cs, sleep_2s, NULL) == cudaSuccess &&
+              cudaEventRecord(in, cs) == cudaSuccess,
+          "W: host function and event record");
+    long long t0 = cc_now_us();
+    rc = cc_project_ev(&t.c, PJ_PF_WAIT_EVENT | PJ_PF_SIGNAL_EVENT | PJ_PF_ACCEPT_REPLY, &op, 1,
+                       (const uint8_t *)&hin, (const uint8_t *)&hout, &dn, res);
+    CHECK(rc == PJ_OK && dn.status == PJ_OK, "W: request answered at launch: rc %d status %d", rc,
+          rc == PJ_OK ? dn.status : -1);
+    double stalls = -1;
+    while (cc_now_us() - t0 < 1800000 && (stalls = w_stat(&t.c, "watchdog.stalls")) < 1)
+        usleep(20000);
+    CHECK(stalls == 1, "W: watchdog.stalls %.0f while the job waited %.1f s", stalls,
+          (double)(cc_now_us() - t0) / 1e6);
+    CHECK(pj_dproc_log_has(&d, "watchdog: a job has been on the cuda backend for", 1000),
+          "W: no log line about the stalled job");
+    CHECK(cudaEventSynchronize(out) == cudaSuccess, "W: the daemon's event");
+    CHECK(cudaStreamSynchronize(cs) == cudaSuccess, "W: the client's stream");
+    char why[600];
+    const pj_weights *w = &pjc_model()->layers[s.layer].w;
+    CHECK(cc_verify(t.ys.p, t.ys.size / 2, &s, PJC_MS[s.mi], w->n,
+                    pjc_ref_y(s.layer, s.mi, s.variant), NULL, why, sizeof why) == 0,
+          "W: the held request's result: %s", why);
+    CHECK(pj_dproc_log_has(&d, "no job is stalled any more; pinging systemd again", 3000),
+          "W: the pings did not resume after the job");
+    pjc_close(&t);
+    cc_stop(&d, "W");
+    cudaEventDestroy(in);
+    cudaEventDestroy(out);
+    cudaStreamDestroy(cs);
+}
+
 typedef struct worker {
     pthread_t th;
     const char *url;
@@ -643,6 +732,7 @@ int main(int argc, char **argv)
     section_z();
     section_t();
     section_h();
+    section_w();
     section_c();
     return cc_summary("test_cuda_backend", t0);
 }

@@ -524,6 +524,24 @@ static void sweep_xreg(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, uint32_t n
                  !strstr(why, "32 tokens of x")))
                 fail_line("%s: nw=16 refused without the reason: '%s'", ctx, why);
         }
+        {
+            /* r past 2 is refused before anything about the shape, naming
+             * the knob and its range. */
+            pj_eng_knobs kn;
+            memset(&kn, 0, sizeof kn);
+            kn.pipe = 7;
+            kn.nw = 8;
+            kn.u = 1;
+            kn.st = 4;
+            kn.ks = 1;
+            kn.r = 3;
+            const pj_eng_call call = layer_call(c, &L->L, ws, m, n);
+            char why[200] = "";
+            n_checks++;
+            if (pj_eng_can_run(PJ_ENG_GEMVZ, &kn, &call, &c->lim, why, sizeof why) == 0 ||
+                !strstr(why, "r=3 not in"))
+                fail_line("%s: r=3 not refused with its range: '%s'", ctx, why);
+        }
     }
     printf("B gemvz   on %-9s: %llu checks, %llu failed (%.1f s) [pipe=7, n=%u]\n", L->L.name,
            n_checks - c0, n_fail - f0, now_s() - t0, n);
