@@ -27,6 +27,7 @@
 
 #include "daemon/backend_cuda.h"
 #include "tests/gpu/cuda_common.h"
+#include "tests/helpers/daemon_test.h"
 
 #define XBYTES (160u * 1024u)
 #define YBYTES (320u * 1024u)
@@ -458,17 +459,6 @@ static void section_h(void)
  * with WatchdogSec = 1 s projd must withhold its pings after 0.5 s
  * (STATS watchdog.stalls, the log), then finish the job correctly and
  * ping again. */
-static double w_stat(pjt_client *c, const char *path)
-{
-    cJSON *st = NULL;
-    double v = -1;
-    if (pjt_stats(c, &st) == PJ_OK) {
-        v = pjt_json_num(st, path);
-        cJSON_Delete(st);
-    }
-    return v;
-}
-
 static void CUDART_CB sleep_2s(void *arg)
 {
     (void)arg;
@@ -501,7 +491,7 @@ static void section_w(void)
     if (rc != 0)
         return;
     CHECK(pj_dproc_wait_notify(&d, "WATCHDOG=1", 2000) == 0, "W: no WATCHDOG=1 while idle");
-    CHECK(w_stat(&t.c, "watchdog.usec") == 1000000, "W: STATS watchdog.usec");
+    CHECK(pjd_stat(&t.c, "watchdog.usec") == 1000000, "W: STATS watchdog.usec");
     pjc_shape s = layer0_shape();
     cc_fill_x(t.xs.p, &s);
     memset(t.ys.p, 0xff, t.ys.size);
@@ -517,7 +507,7 @@ static void section_w(void)
     CHECK(rc == PJ_OK && dn.status == PJ_OK, "W: request answered at launch: rc %d status %d", rc,
           rc == PJ_OK ? dn.status : -1);
     double stalls = -1;
-    while (cc_now_us() - t0 < 1800000 && (stalls = w_stat(&t.c, "watchdog.stalls")) < 1)
+    while (cc_now_us() - t0 < 1800000 && (stalls = pjd_stat(&t.c, "watchdog.stalls")) < 1)
         usleep(20000);
     CHECK(stalls == 1, "W: watchdog.stalls %.0f while the job waited %.1f s", stalls,
           (double)(cc_now_us() - t0) / 1e6);

@@ -470,6 +470,21 @@ static int xreg_expected(uint32_t K, uint32_t m)
     return 0;
 }
 
+/* gemvz pipe = 7's knobs: nw streaming warps, st ring stages, r CTAs per SM
+ * (0: one per row block). */
+static pj_eng_knobs xreg_knobs(int nw, int st, int r)
+{
+    pj_eng_knobs kn;
+    memset(&kn, 0, sizeof kn);
+    kn.pipe = 7;
+    kn.nw = (uint8_t)nw;
+    kn.u = 1;
+    kn.st = (uint8_t)st;
+    kn.ks = 1;
+    kn.r = (uint8_t)r;
+    return kn;
+}
+
 /* The z12 GEMV with x in registers (gemvz pipe = 7, m <= 32, round 40) on
  * n rows: streaming warps, ring stages, CTAs per SM. Where xreg_expected
  * says a variant exists, at least one must run; where not, every one must
@@ -492,14 +507,7 @@ static void sweep_xreg(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, uint32_t n
         for (int i = 0; i < 2; i++)
             for (int q = 0; q < 2; q++)
                 for (int r = 0; r <= 2; r++) {
-                    pj_eng_knobs kn;
-                    memset(&kn, 0, sizeof kn);
-                    kn.pipe = 7;
-                    kn.nw = nws[i];
-                    kn.u = 1;
-                    kn.st = sts[q];
-                    kn.ks = 1;
-                    kn.r = (uint8_t)r;
+                    const pj_eng_knobs kn = xreg_knobs(nws[i], sts[q], r);
                     check_one(c, ws, PJ_ENG_GEMVZ, &kn, ctx);
                 }
         const int expected = xreg_expected(L->L.K, m);
@@ -509,14 +517,7 @@ static void sweep_xreg(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, uint32_t n
             n_checks++;
             if (n_checks != before + 1)
                 fail_line("%s: an x-register variant ran where none should (K=%u)", ctx, L->L.K);
-            pj_eng_knobs kn;
-            memset(&kn, 0, sizeof kn);
-            kn.pipe = 7;
-            kn.nw = 16;
-            kn.u = 1;
-            kn.st = 4;
-            kn.ks = 1;
-            kn.r = 1;
+            const pj_eng_knobs kn = xreg_knobs(16, 4, 1);
             const pj_eng_call call = layer_call(c, &L->L, ws, m, n);
             char why[200] = "";
             if (pj_eng_can_run(PJ_ENG_GEMVZ, &kn, &call, &c->lim, why, sizeof why) == 0 ||
@@ -527,14 +528,7 @@ static void sweep_xreg(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, uint32_t n
         {
             /* r past 2 is refused before anything about the shape, naming
              * the knob and its range. */
-            pj_eng_knobs kn;
-            memset(&kn, 0, sizeof kn);
-            kn.pipe = 7;
-            kn.nw = 8;
-            kn.u = 1;
-            kn.st = 4;
-            kn.ks = 1;
-            kn.r = 3;
+            const pj_eng_knobs kn = xreg_knobs(8, 4, 3);
             const pj_eng_call call = layer_call(c, &L->L, ws, m, n);
             char why[200] = "";
             n_checks++;
