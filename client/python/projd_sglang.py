@@ -189,7 +189,7 @@ class _Registrations:
                     except ValueError:
                         if not self.client.closed:
                             raise
-                        # A lost successor closed meanwhile (_move): its
+                        # A lost successor closed meanwhile (_leave): its
                         # registrations went with it.
 
 
@@ -255,42 +255,51 @@ def _connect(url: str, timeout_ms: int, ring: bool) -> "projd.Client":
 
 
 def _successor(client: "projd.Client", settings) -> "projd.Client":
-    """The connection that replaces client, lost: one per lost client,
-    shared by every method that used it (each with its own registrations
-    and events on it). settings: (url, timeout_ms, ring) to connect with."""
+    """The connection that replaces client (lost), with the caller's method
+    counted on it. One is made per restart and shared by every method that
+    was on the lost one (each with its own registrations and events on it);
+    a method that missed restarts (the successor it would take has been
+    closed since, its methods gone on to the next) follows the chain to the
+    newest open connection, so all methods end up on one. settings: (url,
+    timeout_ms, ring) to connect with."""
     with _successors_lock:
-        new = getattr(client, "_projd_sglang_successor", None)
-        if new is None or new.closed:
+        last, new = client, getattr(client, "_projd_sglang_successor", None)
+        while new is not None and new.closed:
+            last, new = new, getattr(new, "_projd_sglang_successor", None)
+        if new is None:
             new = _connect(*settings)
             # Made here, so closed here once no method is on it any more
-            # (_move); the client the caller passed in stays the caller's.
+            # (_leave); the client the caller passed in stays the caller's.
             new._projd_sglang_users = 0
-            client._projd_sglang_successor = new
+            # On the chain's end: release_registrations(first client) walks
+            # the chain to reach it.
+            last._projd_sglang_successor = new
+        # Counted under the same lock as the lookup: another method leaving
+        # new meanwhile cannot close it under this one.
+        new._projd_sglang_users += 1
         return new
 
 
-def _move(old: "projd.Client", new: "projd.Client") -> None:
-    """One method moved from old (lost) to new. A successor this module
-    made is closed when its last method leaves it: each restart would
-    otherwise keep one dead socket (and its registry) for the life of the
-    process. Counting methods, not closing at the first move, keeps the
-    others' calls on old failing as a lost connection (and so reconnecting)
-    instead of as a closed client."""
+def _leave(client: "projd.Client") -> None:
+    """One method left client (lost, or refused after a restart). A
+    successor this module made is closed when its last method leaves it:
+    each restart would otherwise keep one dead socket (and its registry)
+    for the life of the process. Counting methods, not closing at the first
+    move, keeps the others' calls on it failing as a lost connection (and
+    so reconnecting) instead of as a closed client."""
     with _successors_lock:
-        new._projd_sglang_users += 1
-        users = getattr(old, "_projd_sglang_users", None)
+        users = getattr(client, "_projd_sglang_users", None)
         if users is None:
             return  # the caller's own client
-        old._projd_sglang_users = users - 1
+        client._projd_sglang_users = users - 1
         if users > 1:
             return
-    # The successor chain stays on old: release_registrations(first client)
-    # still reaches the newest connection through it. What old registered
-    # went with its daemon; its registry (and the interprocess events in
-    # it) goes now.
-    old.close()
+    # The successor chain stays on client: release_registrations(first
+    # client) and _successor walk through it. What it registered went with
+    # its daemon; its registry (and the interprocess events in it) goes now.
+    client.close()
     with _registries_lock:
-        old.__dict__.pop("_projd_sglang_registrations", None)
+        client.__dict__.pop("_projd_sglang_registrations", None)
 
 
 _successors_lock = threading.Lock()
@@ -390,11 +399,15 @@ class ProjdLinearMethod:
         first method to find it lost), and find the layer there again."""
         old = self.client
         new = _successor(old, self._settings)
-        if new.info.backend != "cuda":
-            raise ValueError("projd at %s came back with the %s backend" % (new.url, new.info.backend))
-        self.L = new.layer(self.L.name)
+        try:
+            if new.info.backend != "cuda":
+                raise ValueError("projd at %s came back with the %s backend" % (new.url, new.info.backend))
+            self.L = new.layer(self.L.name)
+        except BaseException:
+            _leave(new)  # this method stays on old
+            raise
         self.client = new
-        _move(old, new)
+        _leave(old)
 
     def _requests(self, reg, xy, m):
         """The ops of m rows (at most max_m per op, max_ops_per_request per

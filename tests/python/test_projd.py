@@ -1534,6 +1534,60 @@ class SglangApplyTests(unittest.TestCase):
         self.mod.release_registrations(self.client)
         self.assertEqual(made[1].live, {})
 
+    def test_a_method_that_missed_a_restart_joins_the_newest_connection(self):
+        # A runs across two restarts; B runs only after the second. B must
+        # land on A's connection (not a third one the chain cannot reach),
+        # so that releasing by the first client releases both.
+        made = []
+
+        def connect(url, timeout_ms, ring):
+            made.append(self.Client())
+            return made[-1]
+
+        saved = self.mod._connect
+        self.addCleanup(lambda: setattr(self.mod, "_connect", saved))
+        self.mod._connect = connect
+        self.meth._settings = ("ipc:///x", 1000, False)
+        other = object.__new__(self.mod.ProjdLinearMethod)
+        other.client, other.L, other._settings = self.client, self.meth.L, self.meth._settings
+        x = self.alloc(4, 192)
+        self.client.lost = True
+        self.meth.apply(self.layer, x)  # C0 -> S1
+        made[0].lost = True
+        self.meth.apply(self.layer, x)  # S1 -> S2; S1 had only this method
+        self.assertEqual(len(made), 2)
+        self.assertTrue(made[0].closed)
+        other.apply(self.layer, x)  # C0 lost: follows C0 -> S1 (closed) -> S2
+        self.assertEqual(len(made), 2, "a third connection was made for the method that missed a restart")
+        self.assertIs(other.client, made[1])
+        self.assertIs(self.meth.client, made[1])
+        self.assertEqual(len(made[1].live), 3)  # x and the two applies' y
+        self.mod.release_registrations(self.client)
+        self.assertEqual(made[1].live, {})
+
+    def test_a_refused_successor_is_left_again(self):
+        # The restarted daemon runs another backend: apply() raises, the
+        # method stays on its old client, and the new connection (which no
+        # method took) is closed.
+        made = []
+
+        def connect(url, timeout_ms, ring):
+            c = self.Client()
+            c.info = type("I", (), {"limits": c.info.limits, "backend": "cpu"})()
+            made.append(c)
+            return c
+
+        saved = self.mod._connect
+        self.addCleanup(lambda: setattr(self.mod, "_connect", saved))
+        self.mod._connect = connect
+        self.meth._settings = ("ipc:///x", 1000, False)
+        self.client.lost = True
+        with self.assertRaisesRegex(ValueError, "came back with the cpu backend"):
+            self.meth.apply(self.layer, self.alloc(4, 192))
+        self.assertIs(self.meth.client, self.client)
+        self.assertEqual(len(made), 1)
+        self.assertTrue(made[0].closed)
+
     def test_other_errors_do_not_reconnect(self):
         def connect(url, timeout_ms, ring):
             raise AssertionError("connected again for an error that is not a lost connection")
