@@ -122,12 +122,15 @@ typedef struct pj_backend_ops {
     /* Add the backend's figures (engines used, memory, workers) to obj. */
     void (*stats_json)(pj_backend *b, cJSON *obj);
 
-    /* CLOCK_MONOTONIC ns at which the oldest job still on the backend was
-     * submitted (its work not finished, even where the reply went at
-     * launch), or 0 when none: how the systemd watchdog tells a stuck
-     * device or worker from a quiet one. Called on the loop; short locks
-     * only. NULL: never stuck. */
-    uint64_t (*oldest_job_ns)(pj_backend *b);
+    /* CLOCK_MONOTONIC ns since which the oldest job still on the backend
+     * has been doing the backend's own work (not finished, even where the
+     * reply went at launch), or 0 when none: how the systemd watchdog
+     * tells a stuck device or worker from a quiet one. *client_wait (may
+     * be NULL): since when the oldest job has been waiting for its
+     * client's event (WAIT_EVENT), 0 when none; that time is not the
+     * backend's own. Called on the loop; short locks only. NULL: never
+     * stuck. */
+    uint64_t (*oldest_job_ns)(pj_backend *b, uint64_t *client_wait);
 } pj_backend_ops;
 
 struct pj_backend {

@@ -336,9 +336,13 @@ static int cpu_submit(pj_backend *b, pj_backend_stream *st, pj_job *job)
     return 0;
 }
 
-static uint64_t cpu_oldest_job_ns(pj_backend *b)
+/* No cpu job waits for a client (no WAIT_EVENT here): queued or running,
+ * its time is the backend's. */
+static uint64_t cpu_oldest_job_ns(pj_backend *b, uint64_t *client_wait)
 {
     cpu_state *s = b->priv;
+    if (client_wait)
+        *client_wait = 0;
     pthread_mutex_lock(&s->mu);
     uint64_t t = s->live ? s->live->t_submit : 0;
     pthread_mutex_unlock(&s->mu);

@@ -58,8 +58,10 @@
 #define CU_MAX_L         PJ_CFG_MAX_LAYERS
 #define CU_MAX_S         PJ_CFG_MAX_SHAPES
 
-/* daemon/fault.cu: a kernel that faults (test only, PROJD_CUDA_FAULT_AFTER). */
+/* daemon/fault.cu: a kernel that faults (test only, PROJD_CUDA_FAULT_AFTER),
+ * one that holds the stream for ns (test only, PROJD_CUDA_STALL_AFTER). */
 int pj_cuda_fault_launch(cudaStream_t s);
+int pj_cuda_stall_launch(cudaStream_t s, unsigned long long ns);
 
 /* ---- state ------------------------------------------------------------------ */
 
@@ -91,6 +93,13 @@ typedef struct cu_pend {
     uint32_t failed_op;
     char err[160];
     uint64_t t_submit;
+    /* WAIT_EVENT: wev is recorded right after the wait on the client's
+     * event, so that the watchdog can tell time spent waiting for the
+     * client (wev not done) from the daemon's own work, which it counts
+     * from t_own (when it first saw wev done; t_submit without a wait). */
+    cudaEvent_t wev;
+    int client_wait;
+    uint64_t t_own;
 } cu_pend;
 
 typedef struct cu_state cu_state;
@@ -173,6 +182,11 @@ struct cu_state {
     char env_force[PJ_CFG_NAME], env_knobs[96];
     int no_patch;
     long fault_after, fault_count; /* test only: fault after that many jobs */
+    long stall_after, stall_count; /* test only: hold the stream after that many jobs */
+    uint64_t stall_ns;
+    /* Set by the first oldest_job_ns call (the watchdog is on): from then
+     * WAIT_EVENT jobs record their wait marker (cu_pend.wev). Loop thread. */
+    int wait_markers;
     uint32_t max_m, max_k, max_n;
     cu_lane *lanes[CU_MAX_LANES];
     uint32_t n_lanes;
@@ -626,9 +640,12 @@ static void lane_free(cu_lane *ln)
     for (uint32_t l = 0; l < CU_MAX_L; l++)
         if (ln->ws[l].f)
             pj_eng_ws_free(&ln->ws[l]);
-    for (uint32_t i = 0; i < CU_RING; i++)
+    for (uint32_t i = 0; i < CU_RING; i++) {
         if (ln->ring[i].ev)
             cudaEventDestroy(ln->ring[i].ev);
+        if (ln->ring[i].wev)
+            cudaEventDestroy(ln->ring[i].wev);
+    }
     pj_eng_stream_destroy(ln->es);
     cudaFree(ln->sx);
     cudaFree(ln->sy);
@@ -1682,11 +1699,29 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
     p->failed_op = UINT32_MAX;
     p->err[0] = 0;
     p->t_submit = job->start_ns;
+    p->client_wait = 0;
+    p->t_own = p->t_submit;
     p->bufs = bufs;
     p->n_bufs = 0;
     if (job->flags & PJ_PF_WAIT_EVENT) {
         cudaEvent_t ev = conn_event(bs, job->wait_event, msg, sizeof msg);
         cudaError_t ce = ev ? cudaStreamWaitEvent(ln->s, ev, 0) : cudaSuccess;
+        if (ev && ce == cudaSuccess && st->wait_markers) {
+            /* Best effort: without the marker the wait counts as the
+             * daemon's own time. One more record per request, so only
+             * while a watchdog asks (st->wait_markers). */
+            if (!p->wev &&
+                cudaEventCreateWithFlags(&p->wev, cudaEventDisableTiming) != cudaSuccess) {
+                p->wev = NULL;
+                cudaGetLastError();
+            }
+            if (p->wev && cudaEventRecord(p->wev, ln->s) == cudaSuccess) {
+                p->client_wait = 1;
+                p->t_own = 0;
+            } else {
+                cudaGetLastError();
+            }
+        }
         if (!ev || ce != cudaSuccess) {
             p->status = PJ_E_BACKEND;
             p->failed_op = UINT32_MAX;
@@ -1717,6 +1752,12 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
             p->bufs[p->n_bufs++] = hy;
         }
         atomic_fetch_add(&st->ops, 1);
+    }
+    if (st->stall_after > 0 && ++st->stall_count == st->stall_after) {
+        pj_log_warn("cuda: PROJD_CUDA_STALL_AFTER=%ld: holding lane %u's stream for %.1f s after "
+                    "job %ld",
+                    st->stall_after, ln->idx, (double)st->stall_ns / 1e9, st->stall_count);
+        pj_cuda_stall_launch(ln->s, st->stall_ns);
     }
     if (st->fault_after > 0 && ++st->fault_count == st->fault_after) {
         pj_log_warn("cuda: PROJD_CUDA_FAULT_AFTER=%ld: launching a faulting kernel after job %ld",
@@ -1848,6 +1889,9 @@ static void cu_stats_json(pj_backend *b, cJSON *obj)
             break;
         cJSON_AddNumberToObject(o, "connections", st->lanes[i]->n_conns);
         cJSON_AddNumberToObject(o, "jobs", (double)atomic_load(&st->lanes[i]->jobs));
+        pthread_mutex_lock(&st->lanes[i]->mu);
+        cJSON_AddNumberToObject(o, "pending", st->lanes[i]->count);
+        pthread_mutex_unlock(&st->lanes[i]->mu);
         cJSON_AddItemToArray(lanes, o);
     }
     size_t fr = 0, tot = 0;
@@ -1999,6 +2043,8 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     }
     st->no_patch = env_long("PROJD_CUDA_NO_PATCH", 0, 0, 1) != 0;
     st->fault_after = env_long("PROJD_CUDA_FAULT_AFTER", 0, 0, 1000000000L);
+    st->stall_after = env_long("PROJD_CUDA_STALL_AFTER", 0, 0, 1000000000L);
+    st->stall_ns = (uint64_t)env_long("PROJD_CUDA_STALL_MS", 3000, 1, 600000) * 1000000u;
     st->spin_ns = (uint64_t)env_long("PROJD_CUDA_SPIN_US", CU_SPIN_US, 0, 1000000) * 1000u;
     st->idle_spin_ns = (uint64_t)env_long("PROJD_CUDA_IDLE_SPIN_US", 0, 0, 1000000) * 1000u;
     uint32_t n_lanes = (uint32_t)env_long("PROJD_CUDA_LANES", CU_DEFAULT_LANES, 1, CU_MAX_LANES);
@@ -2064,22 +2110,45 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     return 0;
 }
 
-/* The oldest entry of any lane's completion ring: its job was launched
- * and its event has not completed (answered at launch or not). */
-static uint64_t cu_oldest_job_ns(pj_backend *b)
+/* Per lane, the head of the completion ring is its oldest job (the stream
+ * runs them in order). A head whose wait marker is not done is still
+ * waiting for its client's event: the lane's time goes to *client_wait,
+ * not to the daemon's own work. The first call that finds the marker done
+ * starts the head's own time (so it counts late by at most one watchdog
+ * tick). Loop thread (as submit, the only writer of a slot). */
+static uint64_t cu_oldest_job_ns(pj_backend *b, uint64_t *client_wait)
 {
     cu_state *st = b->priv;
-    uint64_t oldest = 0;
+    uint64_t own = 0, waiting = 0;
+    const uint64_t now = now_ns();
+    if (st)
+        st->wait_markers = 1;
     for (uint32_t i = 0; st && i < st->n_lanes; i++) {
         cu_lane *ln = st->lanes[i];
         if (!ln)
             continue;
         pthread_mutex_lock(&ln->mu);
-        if (ln->count && (!oldest || ln->ring[ln->head].t_submit < oldest))
-            oldest = ln->ring[ln->head].t_submit;
+        if (ln->count) {
+            cu_pend *p = &ln->ring[ln->head];
+            if (p->client_wait && !p->t_own) {
+                cudaError_t q = cudaEventQuery(p->wev);
+                if (q == cudaErrorNotReady) {
+                    if (!waiting || p->t_submit < waiting)
+                        waiting = p->t_submit;
+                } else {
+                    if (q != cudaSuccess)
+                        cudaGetLastError(); /* the completion thread reports it */
+                    p->t_own = now;
+                }
+            }
+            if (p->t_own && (!own || p->t_own < own))
+                own = p->t_own;
+        }
         pthread_mutex_unlock(&ln->mu);
     }
-    return oldest;
+    if (client_wait)
+        *client_wait = waiting;
+    return own;
 }
 
 static const pj_backend_ops cuda_ops = {

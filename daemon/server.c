@@ -184,8 +184,8 @@ struct pj_server {
     /* systemd's watchdog (WatchdogSec=): its timeout, 0 when off; whether
      * pings are withheld for a stuck job, since when, and how often. */
     uint64_t wd_usec;
-    int wd_withheld;
-    uint64_t wd_withheld_since, wd_oldest_ns, wd_stalls;
+    int wd_withheld, wd_client_wait;
+    uint64_t wd_withheld_since, wd_oldest_ns, wd_stalls, wd_client_waits;
 };
 
 #define EXIT_GUARD_S 5
@@ -967,6 +967,7 @@ static char *stats_text(pj_server *s)
         cJSON_AddNumberToObject(wd, "usec", (double)s->wd_usec);
         cJSON_AddBoolToObject(wd, "withheld", s->wd_withheld != 0);
         cJSON_AddNumberToObject(wd, "stalls", (double)s->wd_stalls);
+        cJSON_AddNumberToObject(wd, "client_waits", (double)s->wd_client_waits);
     }
     const char *names[PJ_CFG_MAX_LAYERS];
     uint32_t nl = s->model->n_layers < PJ_CFG_MAX_LAYERS ? s->model->n_layers : PJ_CFG_MAX_LAYERS;
@@ -2133,27 +2134,55 @@ static int listen_on(pj_server *s, char *err, size_t errlen)
  * With WatchdogSec= in the unit, systemd kills and (Restart=) restarts a
  * daemon that stops sending WATCHDOG=1. The pings come from the loop's
  * timer, so a loop that blocks stops them; and they are withheld while a
- * job has been on the backend for half the timeout or more, so that a
- * device (or worker) that never finishes one is restarted too instead of
- * answering every later request with a timeout. A projection takes
- * microseconds to milliseconds: half of any sane WatchdogSec is a stall. */
+ * job has been doing the backend's own work for half the timeout or more,
+ * so that a device (or worker) that never finishes one is restarted too,
+ * instead of answering every later request with a timeout. A projection
+ * takes microseconds to milliseconds: half of any sane WatchdogSec is a
+ * stall. Time a job spends waiting for its client's event (WAIT_EVENT) is
+ * the client's: it holds that job's lane (the connections on it wait
+ * behind it) but restarting projd would drop every client over one slow
+ * one, so it is said (a warning, STATS watchdog.client_waits) and counted
+ * as a stall only past four times as long, 2 x WatchdogSec: by then the
+ * client has most likely died with its event never recorded, and the lane
+ * will not come back without a restart. */
 
 static void on_wd(uv_timer_t *t)
 {
     pj_server *s = t->data;
     const uint64_t now = pj_now_ns();
-    const uint64_t oldest = s->be->ops->oldest_job_ns ? s->be->ops->oldest_job_ns(s->be) : 0;
+    uint64_t waiting = 0;
+    const uint64_t own = s->be->ops->oldest_job_ns ? s->be->ops->oldest_job_ns(s->be, &waiting) : 0;
     const uint64_t limit = s->wd_usec * 1000u / 2;
-    if (oldest && now > oldest && now - oldest >= limit) {
-        s->wd_oldest_ns = oldest;
+    const uint64_t own_age = own && now > own ? now - own : 0;
+    const uint64_t wait_age = waiting && now > waiting ? now - waiting : 0;
+    if (wait_age >= limit && !s->wd_client_wait) {
+        s->wd_client_wait = 1;
+        s->wd_client_waits++;
+        pj_log_warn("watchdog: a request has waited %.1f s for its client's event (WAIT_EVENT); "
+                    "the connections on its lane wait behind it. Not a stall of projd: the pings "
+                    "go on unless the wait passes %.1f s (2 x WatchdogSec)",
+                    (double)wait_age / 1e9, 2.0 * (double)s->wd_usec / 1e6);
+    } else if (wait_age < limit) {
+        s->wd_client_wait = 0;
+    }
+    const int stalled = own_age >= limit || wait_age >= 4 * limit;
+    if (stalled) {
+        s->wd_oldest_ns = own_age >= limit ? own : waiting;
         if (!s->wd_withheld) {
             s->wd_withheld = 1;
             s->wd_withheld_since = now;
             s->wd_stalls++;
-            pj_log_err("watchdog: a job has been on the %s backend for %.1f s (half of "
-                       "WatchdogSec=%.1f s): no longer telling systemd that projd is alive, so "
-                       "that it restarts projd unless the job finishes first",
-                       s->be->ops->name, (double)(now - oldest) / 1e9, (double)s->wd_usec / 1e6);
+            if (own_age >= limit)
+                pj_log_err("watchdog: a job has been on the %s backend for %.1f s (half of "
+                           "WatchdogSec=%.1f s): no longer telling systemd that projd is alive, "
+                           "so that it restarts projd unless the job finishes first",
+                           s->be->ops->name, (double)own_age / 1e9, (double)s->wd_usec / 1e6);
+            else
+                pj_log_err("watchdog: a request has waited %.1f s for its client's event (2 x "
+                           "WatchdogSec=%.1f s): its lane is taken to be lost (a client that died "
+                           "before recording it); no longer telling systemd that projd is alive, "
+                           "so that it restarts projd unless the wait ends first",
+                           (double)wait_age / 1e9, (double)s->wd_usec / 1e6);
             send_status(s);
         }
         return;

@@ -13,8 +13,9 @@
  *   B  PROJD_FORCE_ENGINE=cublas: the same shapes, every engine cuBLAS.
  *   Z  shapes.max_m = 32: z12 layers without a bf16 copy run gemvz at every
  *      m; one whose K the GEMV cannot take keeps its copy, said in the log.
- *   W  the systemd watchdog: pings withheld while a job waits on a
- *      client's event past half of WatchdogSec, resumed after it.
+ *   W  the systemd watchdog: a client's wait said but not a stall, one
+ *      past 2 x WatchdogSec a stall, the daemon's own stalled stream a
+ *      stall; the pings back after each.
  *   C  8 connections at once, PJ_GPU_E2E_REQUESTS requests each (default
  *      100), every result checked.
  *   F  (--fault only) a sticky device error: the daemon exits 1.
@@ -453,21 +454,65 @@ static void section_h(void)
     cc_stop(&d, "H");
 }
 
-/* W: the systemd watchdog on the cuda backend. A request answered at
- * launch waits on this process's IPC event, recorded behind a host
- * function that sleeps 2 s, so the daemon's lane holds an unfinished job;
- * with WatchdogSec = 1 s projd must withhold its pings after 0.5 s
- * (STATS watchdog.stalls, the log), then finish the job correctly and
- * ping again. */
-static void CUDART_CB sleep_2s(void *arg)
+/* W: the systemd watchdog on the cuda backend, WatchdogSec = 1 s (stall at
+ * 0.5 s of the daemon's own work; a client's wait counts only past 2 s).
+ * Three requests answered at launch on one connection, each checked:
+ *   1  waits on this process's IPC event, recorded behind a host function
+ *      that sleeps 1.2 s: a client wait, said (client_waits 1), no stall;
+ *   2  the same behind 3 s: past 2 x WatchdogSec the lane is taken for lost,
+ *      the pings stop (stalls 1) until the wait ends;
+ *   3  no event to wait on, but the daemon's stream is held 2 s after its
+ *      ops (PROJD_CUDA_STALL_AFTER=3): a stall of the daemon's own work
+ *      (stalls 2), and the pings come back after it. */
+static void CUDART_CB sleep_host(void *arg)
 {
-    (void)arg;
-    usleep(2000000);
+    usleep((useconds_t)(uintptr_t)arg);
+}
+
+/* Request one of W: answered at launch, y poisoned, its result checked
+ * once the daemon's event is done; wait_us > 0 puts the wait on the
+ * client's event behind a host function sleeping that long. Polls STATS
+ * for watchdog.<what> to reach want while the job is held. */
+static void w_request(pjc_conn *t, pj_dproc *d, cudaStream_t cs, cudaEvent_t in, cudaEvent_t out,
+                      const cudaIpcEventHandle_t *hin, const cudaIpcEventHandle_t *hout,
+                      unsigned wait_us, const char *what, double want, const char *tag)
+{
+    pjc_shape s = layer0_shape();
+    cc_fill_x(t->xs.p, &s);
+    memset(t->ys.p, 0xff, t->ys.size);
+    pj_op op = pjc_op(t, &s);
+    pj_done dn;
+    pj_op_result res[1];
+    uint32_t flags = PJ_PF_SIGNAL_EVENT | PJ_PF_ACCEPT_REPLY;
+    if (wait_us) {
+        CHECK(cudaLaunchHostFunc(cs, sleep_host, (void *)(uintptr_t)wait_us) == cudaSuccess &&
+                  cudaEventRecord(in, cs) == cudaSuccess,
+              "W%s: host function and event record", tag);
+        flags |= PJ_PF_WAIT_EVENT;
+    }
+    long long t0 = cc_now_us();
+    int rc = cc_project_ev(&t->c, flags, &op, 1, wait_us ? (const uint8_t *)hin : NULL,
+                           (const uint8_t *)hout, &dn, res);
+    CHECK(rc == PJ_OK && dn.status == PJ_OK, "W%s: request answered at launch: rc %d status %d",
+          tag, rc, rc == PJ_OK ? dn.status : -1);
+    double v = pjd_wait_stat(&t->c, what, want, 6000);
+    CHECK(v == want, "W%s: STATS %s %.0f after %.1f s (want %.0f)", tag, what, v,
+          (double)(cc_now_us() - t0) / 1e6, want);
+    CHECK(cudaEventSynchronize(out) == cudaSuccess, "W%s: the daemon's event", tag);
+    CHECK(cudaStreamSynchronize(cs) == cudaSuccess, "W%s: the client's stream", tag);
+    char why[600];
+    const pj_weights *w = &pjc_model()->layers[s.layer].w;
+    CHECK(cc_verify(t->ys.p, t->ys.size / 2, &s, PJC_MS[s.mi], w->n,
+                    pjc_ref_y(s.layer, s.mi, s.variant), NULL, why, sizeof why) == 0,
+          "W%s: the held request's result: %s", tag, why);
+    printf("W%s: %s reached %.0f, the request done after %.1f s\n", tag, what, v,
+           (double)(cc_now_us() - t0) / 1e6);
+    (void)d;
 }
 
 static void section_w(void)
 {
-    printf("== W: the watchdog withholds its pings while a job waits on the device\n");
+    printf("== W: the systemd watchdog: client waits, a lost lane, a stalled stream\n");
     cudaSetDevice(0);
     cudaStream_t cs;
     cudaEvent_t in, out;
@@ -484,44 +529,33 @@ static void section_w(void)
     }
     setenv("WATCHDOG_USEC", "1000000", 1);
     unsetenv("WATCHDOG_PID");
+    setenv("PROJD_CUDA_STALL_AFTER", "3", 1);
+    setenv("PROJD_CUDA_STALL_MS", "2000", 1);
     pj_dproc d;
     pjc_conn t;
     int rc = start_open(&d, &t, NULL, "W");
     unsetenv("WATCHDOG_USEC");
+    unsetenv("PROJD_CUDA_STALL_AFTER");
+    unsetenv("PROJD_CUDA_STALL_MS");
     if (rc != 0)
         return;
     CHECK(pj_dproc_wait_notify(&d, "WATCHDOG=1", 2000) == 0, "W: no WATCHDOG=1 while idle");
     CHECK(pjd_stat(&t.c, "watchdog.usec") == 1000000, "W: STATS watchdog.usec");
-    pjc_shape s = layer0_shape();
-    cc_fill_x(t.xs.p, &s);
-    memset(t.ys.p, 0xff, t.ys.size);
-    pj_op op = pjc_op(&t, &s);
-    pj_done dn;
-    pj_op_result res[1];
-    CHECK(cudaLaunchHostFunc(cs, sleep_2s, NULL) == cudaSuccess &&
-              cudaEventRecord(in, cs) == cudaSuccess,
-          "W: host function and event record");
-    long long t0 = cc_now_us();
-    rc = cc_project_ev(&t.c, PJ_PF_WAIT_EVENT | PJ_PF_SIGNAL_EVENT | PJ_PF_ACCEPT_REPLY, &op, 1,
-                       (const uint8_t *)&hin, (const uint8_t *)&hout, &dn, res);
-    CHECK(rc == PJ_OK && dn.status == PJ_OK, "W: request answered at launch: rc %d status %d", rc,
-          rc == PJ_OK ? dn.status : -1);
-    double stalls = -1;
-    while (cc_now_us() - t0 < 1800000 && (stalls = pjd_stat(&t.c, "watchdog.stalls")) < 1)
-        usleep(20000);
-    CHECK(stalls == 1, "W: watchdog.stalls %.0f while the job waited %.1f s", stalls,
-          (double)(cc_now_us() - t0) / 1e6);
+    w_request(&t, &d, cs, in, out, &hin, &hout, 1200000, "watchdog.client_waits", 1, "1");
+    CHECK(pjd_stat(&t.c, "watchdog.stalls") == 0, "W1: a client's 1.2 s wait counted as a stall");
+    CHECK(pj_dproc_log_has(&d, "for its client's event (WAIT_EVENT)", 1000),
+          "W1: no warning about the client's wait");
+    w_request(&t, &d, cs, in, out, &hin, &hout, 3000000, "watchdog.stalls", 1, "2");
+    CHECK(pj_dproc_log_has(&d, "its lane is taken to be lost", 1000),
+          "W2: no error line about the lost lane");
+    w_request(&t, &d, cs, in, out, &hin, &hout, 0, "watchdog.stalls", 2, "3");
     CHECK(pj_dproc_log_has(&d, "watchdog: a job has been on the cuda backend for", 1000),
-          "W: no log line about the stalled job");
-    CHECK(cudaEventSynchronize(out) == cudaSuccess, "W: the daemon's event");
-    CHECK(cudaStreamSynchronize(cs) == cudaSuccess, "W: the client's stream");
-    char why[600];
-    const pj_weights *w = &pjc_model()->layers[s.layer].w;
-    CHECK(cc_verify(t.ys.p, t.ys.size / 2, &s, PJC_MS[s.mi], w->n,
-                    pjc_ref_y(s.layer, s.mi, s.variant), NULL, why, sizeof why) == 0,
-          "W: the held request's result: %s", why);
+          "W3: no error line about the stalled job");
     CHECK(pj_dproc_log_has(&d, "no job is stalled any more; pinging systemd again", 3000),
-          "W: the pings did not resume after the job");
+          "W3: the pings did not resume after the stall");
+    CHECK(pjd_stat(&t.c, "watchdog.client_waits") == 2, "W: client_waits %.0f (want 2)",
+          pjd_stat(&t.c, "watchdog.client_waits"));
+    cc_print_log_lines(&d, "watchdog");
     pjc_close(&t);
     cc_stop(&d, "W");
     cudaEventDestroy(in);

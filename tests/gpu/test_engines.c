@@ -526,8 +526,8 @@ static void sweep_xreg(pj_chk_ctx *c, pj_chk_layer *L, pj_eng_ws *ws, uint32_t n
                 fail_line("%s: nw=16 refused without the reason: '%s'", ctx, why);
         }
         {
-            /* r past 2 is refused before anything about the shape, naming
-             * the knob and its range. */
+            /* r past 2 is refused, naming the knob and its range (after
+             * the checks of m and x's alignment, which these shapes pass). */
             const pj_eng_knobs kn = xreg_knobs(8, 4, 3);
             const pj_eng_call call = layer_call(c, &L->L, ws, m, n);
             char why[200] = "";
