@@ -1496,10 +1496,9 @@ class SglangApplyTests(unittest.TestCase):
         self.mod.release_registrations(self.client)
         self.assertEqual(new.live, {})
 
-    def test_a_lost_successor_is_closed_when_its_last_method_leaves(self):
-        # Two restarts: the connection made at the first is closed at the
-        # second, once both methods have moved off it; the caller's client
-        # is never closed here, and releasing by it reaches the newest.
+    def two_methods(self):
+        """Reconnects made by fake clients (listed in the first return
+        value, in order) and a second method sharing self.meth's client."""
         made = []
 
         def connect(url, timeout_ms, ring):
@@ -1512,6 +1511,13 @@ class SglangApplyTests(unittest.TestCase):
         self.meth._settings = ("ipc:///x", 1000, False)
         other = object.__new__(self.mod.ProjdLinearMethod)
         other.client, other.L, other._settings = self.client, self.meth.L, self.meth._settings
+        return made, other
+
+    def test_a_lost_successor_is_closed_when_its_last_method_leaves(self):
+        # Two restarts: the connection made at the first is closed at the
+        # second, once both methods have moved off it; the caller's client
+        # is never closed here, and releasing by it reaches the newest.
+        made, other = self.two_methods()
         x = self.alloc(4, 192)
         self.client.lost = True
         self.meth.apply(self.layer, x)
@@ -1538,18 +1544,7 @@ class SglangApplyTests(unittest.TestCase):
         # A runs across two restarts; B runs only after the second. B must
         # land on A's connection (not a third one the chain cannot reach),
         # so that releasing by the first client releases both.
-        made = []
-
-        def connect(url, timeout_ms, ring):
-            made.append(self.Client())
-            return made[-1]
-
-        saved = self.mod._connect
-        self.addCleanup(lambda: setattr(self.mod, "_connect", saved))
-        self.mod._connect = connect
-        self.meth._settings = ("ipc:///x", 1000, False)
-        other = object.__new__(self.mod.ProjdLinearMethod)
-        other.client, other.L, other._settings = self.client, self.meth.L, self.meth._settings
+        made, other = self.two_methods()
         x = self.alloc(4, 192)
         self.client.lost = True
         self.meth.apply(self.layer, x)  # C0 -> S1
