@@ -19,11 +19,17 @@
  *   C  8 connections at once, PJ_GPU_E2E_REQUESTS requests each (default
  *      100), every result checked.
  *   F  (--fault only) a sticky device error: the daemon exits 1.
+ *   W4 (--w4 only, a probe) a client killed while its request waits for
+ *      its unreached event: what the lane and SIGTERM do is printed
+ *      (DAEMON.md, "The systemd watchdog"); asserted only that the other
+ *      lanes keep serving.
  * Every result is checked against the CPU reference (cuda_common.h).
  * Exit: 0 all passed, 1 a failure, 77 no GPU.
  */
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "daemon/backend_cuda.h"
@@ -563,6 +569,127 @@ static void section_w(void)
     cudaStreamDestroy(cs);
 }
 
+/* W4, the child (test_cuda_backend --w-child URL, run by section_w4): a
+ * client that sends a request waiting on its event, recorded behind a
+ * host function of 10 s, and is killed before the event is reached. */
+static int w_child(const char *url)
+{
+    cudaSetDevice(0);
+    cudaStream_t cs;
+    cudaEvent_t in, out;
+    cudaIpcEventHandle_t hin, hout;
+    if (cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&in, cudaEventInterprocess | cudaEventDisableTiming) !=
+            cudaSuccess ||
+        cudaEventCreateWithFlags(&out, cudaEventInterprocess | cudaEventDisableTiming) !=
+            cudaSuccess ||
+        cudaIpcGetEventHandle(&hin, in) != cudaSuccess ||
+        cudaIpcGetEventHandle(&hout, out) != cudaSuccess ||
+        cudaLaunchHostFunc(cs, sleep_host, (void *)(uintptr_t)10000000) != cudaSuccess ||
+        cudaEventRecord(in, cs) != cudaSuccess) {
+        printf("W4 child: CUDA set-up failed\n");
+        return 2;
+    }
+    pjc_conn t;
+    char err[600];
+    if (pjc_open(&t, url, XBYTES, YBYTES, CC_REPLY_MS, err, sizeof err) != 0) {
+        printf("W4 child: connect: %s\n", err);
+        return 2;
+    }
+    pjc_shape s = layer0_shape();
+    pj_op op = pjc_op(&t, &s);
+    pj_done dn;
+    pj_op_result res[1];
+    int rc = cc_project_ev(&t.c, PJ_PF_WAIT_EVENT | PJ_PF_SIGNAL_EVENT | PJ_PF_ACCEPT_REPLY, &op, 1,
+                           (const uint8_t *)&hin, (const uint8_t *)&hout, &dn, res);
+    printf("W4 child: request answered at launch (rc %d status %d); killed now\n", rc,
+           rc == PJ_OK ? dn.status : -1);
+    fflush(stdout);
+    kill(getpid(), SIGKILL);
+    return 3;
+}
+
+/* The lanes' pending jobs in backend_stats, or -1. */
+static double w_pending(pjt_client *c)
+{
+    cJSON *st = NULL;
+    double n = -1;
+    if (pjt_stats(c, &st) == PJ_OK) {
+        cJSON *bs = cJSON_GetObjectItem(st, "backend_stats");
+        cJSON *lanes = bs ? cJSON_GetObjectItem(bs, "lane") : NULL, *l;
+        n = 0;
+        cJSON_ArrayForEach(l, lanes)
+        {
+            n += cJSON_GetNumberValue(cJSON_GetObjectItem(l, "pending"));
+        }
+        cJSON_Delete(st);
+    }
+    return n;
+}
+
+/* W4: a client killed while its request waits for its (unreached) event,
+ * WatchdogSec = 1 s. What the driver does with the dead client's event is
+ * not ours to assert; it is printed (does the daemon's lane drain, when,
+ * and does the watchdog take the wait for a lost lane at 2 s). What is
+ * asserted: the daemon keeps serving the connection on another lane. */
+static void section_w4(const char *self)
+{
+    printf("== W4: a client killed while its request waits for its event\n");
+    setenv("WATCHDOG_USEC", "1000000", 1);
+    unsetenv("WATCHDOG_PID");
+    pj_dproc d;
+    pjc_conn t;
+    int rc = start_open(&d, &t, NULL, "W4");
+    unsetenv("WATCHDOG_USEC");
+    if (rc != 0)
+        return;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(self, self, "--w-child", d.url, (char *)NULL);
+        _exit(127);
+    }
+    int wst = 0;
+    CHECK(pid > 0 && waitpid(pid, &wst, 0) == pid, "W4: the child did not run");
+    CHECK(WIFSIGNALED(wst) && WTERMSIG(wst) == SIGKILL, "W4: the child ended with status 0x%x",
+          wst);
+    long long t0 = cc_now_us(), drained = -1;
+    double pending = -1;
+    while (cc_now_us() - t0 < 15000000) {
+        pending = w_pending(&t.c);
+        if (pending == 0) {
+            drained = cc_now_us() - t0;
+            break;
+        }
+        usleep(50000);
+    }
+    double stalls = pjd_stat(&t.c, "watchdog.stalls");
+    printf("W4: after the kill the lanes' pending jobs %s (%.0f left); watchdog.stalls %.0f, "
+           "client_waits %.0f\n",
+           drained >= 0 ? "drained" : "did not drain in 15 s", pending, stalls,
+           pjd_stat(&t.c, "watchdog.client_waits"));
+    if (drained >= 0)
+        printf("W4: drained %.2f s after the client's death\n", (double)drained / 1e6);
+    CHECK(pjt_ping(&t.c) == PJ_OK, "W4: PING on the other lane failed");
+    char why[600];
+    pjc_shape s = layer0_shape();
+    CHECK(run_shm(&t, &s, NULL, why, sizeof why) == 0, "W4: a request on the other lane: %s", why);
+    cc_print_log_lines(&d, "watchdog");
+    pjc_close(&t);
+    if (drained >= 0) {
+        cc_stop(&d, "W4");
+        return;
+    }
+    /* A lane that never drains: how long SIGTERM takes (printed only). */
+    pj_dproc_signal(&d, SIGTERM);
+    long long t1 = cc_now_us();
+    int exited = pj_dproc_wait_exit(&d, 20000) == 0;
+    printf("W4: SIGTERM with the lane stuck: %s after %.1f s (exit %d)\n",
+           exited ? "exited" : "still running", (double)(cc_now_us() - t1) / 1e6,
+           pj_dproc_exit_code(&d));
+    pj_dproc_cleanup(&d);
+}
+
 typedef struct worker {
     pthread_t th;
     const char *url;
@@ -735,6 +862,11 @@ static void section_f2(void)
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc > 2 && strcmp(argv[1], "--w-child") == 0) {
+        if (pjc_init(g_model, sizeof g_model) != 0)
+            return 2;
+        return w_child(argv[2]);
+    }
     long long t0 = cc_now_us();
     int fault = argc > 1 && strcmp(argv[1], "--fault") == 0;
     char why[256];
@@ -750,6 +882,10 @@ int main(int argc, char **argv)
         section_f();
         section_f2();
         return cc_summary("test_cuda_backend --fault", t0);
+    }
+    if (argc > 1 && strcmp(argv[1], "--w4") == 0) { /* the probe alone */
+        section_w4(argv[0]);
+        return cc_summary("test_cuda_backend --w4", t0);
     }
     section_a();
     section_b();
