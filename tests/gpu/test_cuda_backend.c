@@ -475,13 +475,51 @@ static void CUDART_CB sleep_host(void *arg)
     usleep((useconds_t)(uintptr_t)arg);
 }
 
+/* A client of W: a stream of its own, the IPC events it names for
+ * WAIT_EVENT (in) and SIGNAL_EVENT (out), and their handles. */
+typedef struct w_client {
+    cudaStream_t cs;
+    cudaEvent_t in, out;
+    cudaIpcEventHandle_t hin, hout;
+} w_client;
+
+static int w_client_open(w_client *w)
+{
+    cudaSetDevice(0);
+    return cudaStreamCreateWithFlags(&w->cs, cudaStreamNonBlocking) == cudaSuccess &&
+                   cudaEventCreateWithFlags(&w->in, cudaEventInterprocess |
+                                                        cudaEventDisableTiming) == cudaSuccess &&
+                   cudaEventCreateWithFlags(&w->out, cudaEventInterprocess |
+                                                         cudaEventDisableTiming) == cudaSuccess &&
+                   cudaIpcGetEventHandle(&w->hin, w->in) == cudaSuccess &&
+                   cudaIpcGetEventHandle(&w->hout, w->out) == cudaSuccess
+               ? 0
+               : -1;
+}
+
+static void w_client_close(w_client *w)
+{
+    cudaEventDestroy(w->in);
+    cudaEventDestroy(w->out);
+    cudaStreamDestroy(w->cs);
+}
+
+/* Records the client's in event behind a host function sleeping wait_us
+ * on its stream: the daemon's wait on it lasts that long. 0 or -1. */
+static int w_hold_event(w_client *w, unsigned wait_us)
+{
+    return cudaLaunchHostFunc(w->cs, sleep_host, (void *)(uintptr_t)wait_us) == cudaSuccess &&
+                   cudaEventRecord(w->in, w->cs) == cudaSuccess
+               ? 0
+               : -1;
+}
+
 /* Request one of W: answered at launch, y poisoned, its result checked
  * once the daemon's event is done; wait_us > 0 puts the wait on the
  * client's event behind a host function sleeping that long. Polls STATS
  * for watchdog.<what> to reach want while the job is held. */
-static void w_request(pjc_conn *t, pj_dproc *d, cudaStream_t cs, cudaEvent_t in, cudaEvent_t out,
-                      const cudaIpcEventHandle_t *hin, const cudaIpcEventHandle_t *hout,
-                      unsigned wait_us, const char *what, double want, const char *tag)
+static void w_request(pjc_conn *t, w_client *w, unsigned wait_us, const char *what, double want,
+                      const char *tag)
 {
     pjc_shape s = layer0_shape();
     cc_fill_x(t->xs.p, &s);
@@ -491,45 +529,33 @@ static void w_request(pjc_conn *t, pj_dproc *d, cudaStream_t cs, cudaEvent_t in,
     pj_op_result res[1];
     uint32_t flags = PJ_PF_SIGNAL_EVENT | PJ_PF_ACCEPT_REPLY;
     if (wait_us) {
-        CHECK(cudaLaunchHostFunc(cs, sleep_host, (void *)(uintptr_t)wait_us) == cudaSuccess &&
-                  cudaEventRecord(in, cs) == cudaSuccess,
-              "W%s: host function and event record", tag);
+        CHECK(w_hold_event(w, wait_us) == 0, "W%s: host function and event record", tag);
         flags |= PJ_PF_WAIT_EVENT;
     }
     long long t0 = cc_now_us();
-    int rc = cc_project_ev(&t->c, flags, &op, 1, wait_us ? (const uint8_t *)hin : NULL,
-                           (const uint8_t *)hout, &dn, res);
+    int rc = cc_project_ev(&t->c, flags, &op, 1, wait_us ? (const uint8_t *)&w->hin : NULL,
+                           (const uint8_t *)&w->hout, &dn, res);
     CHECK(rc == PJ_OK && dn.status == PJ_OK, "W%s: request answered at launch: rc %d status %d",
           tag, rc, rc == PJ_OK ? dn.status : -1);
     double v = pjd_wait_stat(&t->c, what, want, 6000);
     CHECK(v == want, "W%s: STATS %s %.0f after %.1f s (want %.0f)", tag, what, v,
           (double)(cc_now_us() - t0) / 1e6, want);
-    CHECK(cudaEventSynchronize(out) == cudaSuccess, "W%s: the daemon's event", tag);
-    CHECK(cudaStreamSynchronize(cs) == cudaSuccess, "W%s: the client's stream", tag);
+    CHECK(cudaEventSynchronize(w->out) == cudaSuccess, "W%s: the daemon's event", tag);
+    CHECK(cudaStreamSynchronize(w->cs) == cudaSuccess, "W%s: the client's stream", tag);
     char why[600];
-    const pj_weights *w = &pjc_model()->layers[s.layer].w;
-    CHECK(cc_verify(t->ys.p, t->ys.size / 2, &s, PJC_MS[s.mi], w->n,
+    const pj_weights *wt = &pjc_model()->layers[s.layer].w;
+    CHECK(cc_verify(t->ys.p, t->ys.size / 2, &s, PJC_MS[s.mi], wt->n,
                     pjc_ref_y(s.layer, s.mi, s.variant), NULL, why, sizeof why) == 0,
           "W%s: the held request's result: %s", tag, why);
     printf("W%s: %s reached %.0f, the request done after %.1f s\n", tag, what, v,
            (double)(cc_now_us() - t0) / 1e6);
-    (void)d;
 }
 
 static void section_w(void)
 {
     printf("== W: the systemd watchdog: client waits, a lost lane, a stalled stream\n");
-    cudaSetDevice(0);
-    cudaStream_t cs;
-    cudaEvent_t in, out;
-    cudaIpcEventHandle_t hin, hout;
-    if (cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking) != cudaSuccess ||
-        cudaEventCreateWithFlags(&in, cudaEventInterprocess | cudaEventDisableTiming) !=
-            cudaSuccess ||
-        cudaEventCreateWithFlags(&out, cudaEventInterprocess | cudaEventDisableTiming) !=
-            cudaSuccess ||
-        cudaIpcGetEventHandle(&hin, in) != cudaSuccess ||
-        cudaIpcGetEventHandle(&hout, out) != cudaSuccess) {
+    w_client w;
+    if (w_client_open(&w) != 0) {
         CHECK(0, "W: cannot make a stream and IPC events");
         return;
     }
@@ -547,14 +573,14 @@ static void section_w(void)
         return;
     CHECK(pj_dproc_wait_notify(&d, "WATCHDOG=1", 2000) == 0, "W: no WATCHDOG=1 while idle");
     CHECK(pjd_stat(&t.c, "watchdog.usec") == 1000000, "W: STATS watchdog.usec");
-    w_request(&t, &d, cs, in, out, &hin, &hout, 1200000, "watchdog.client_waits", 1, "1");
+    w_request(&t, &w, 1200000, "watchdog.client_waits", 1, "1");
     CHECK(pjd_stat(&t.c, "watchdog.stalls") == 0, "W1: a client's 1.2 s wait counted as a stall");
     CHECK(pj_dproc_log_has(&d, "for its client's event (WAIT_EVENT)", 1000),
           "W1: no warning about the client's wait");
-    w_request(&t, &d, cs, in, out, &hin, &hout, 3000000, "watchdog.stalls", 1, "2");
+    w_request(&t, &w, 3000000, "watchdog.stalls", 1, "2");
     CHECK(pj_dproc_log_has(&d, "its lane is taken to be lost", 1000),
           "W2: no error line about the lost lane");
-    w_request(&t, &d, cs, in, out, &hin, &hout, 0, "watchdog.stalls", 2, "3");
+    w_request(&t, &w, 0, "watchdog.stalls", 2, "3");
     CHECK(pj_dproc_log_has(&d, "watchdog: a job has been on the cuda backend for", 1000),
           "W3: no error line about the stalled job");
     CHECK(pj_dproc_log_has(&d, "no job is stalled any more; pinging systemd again", 3000),
@@ -564,9 +590,7 @@ static void section_w(void)
     cc_print_log_lines(&d, "watchdog");
     pjc_close(&t);
     cc_stop(&d, "W");
-    cudaEventDestroy(in);
-    cudaEventDestroy(out);
-    cudaStreamDestroy(cs);
+    w_client_close(&w);
 }
 
 /* W4, the child (test_cuda_backend --w-child URL, run by section_w4): a
@@ -574,19 +598,8 @@ static void section_w(void)
  * host function of 10 s, and is killed before the event is reached. */
 static int w_child(const char *url)
 {
-    cudaSetDevice(0);
-    cudaStream_t cs;
-    cudaEvent_t in, out;
-    cudaIpcEventHandle_t hin, hout;
-    if (cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking) != cudaSuccess ||
-        cudaEventCreateWithFlags(&in, cudaEventInterprocess | cudaEventDisableTiming) !=
-            cudaSuccess ||
-        cudaEventCreateWithFlags(&out, cudaEventInterprocess | cudaEventDisableTiming) !=
-            cudaSuccess ||
-        cudaIpcGetEventHandle(&hin, in) != cudaSuccess ||
-        cudaIpcGetEventHandle(&hout, out) != cudaSuccess ||
-        cudaLaunchHostFunc(cs, sleep_host, (void *)(uintptr_t)10000000) != cudaSuccess ||
-        cudaEventRecord(in, cs) != cudaSuccess) {
+    w_client w;
+    if (w_client_open(&w) != 0 || w_hold_event(&w, 10000000) != 0) {
         printf("W4 child: CUDA set-up failed\n");
         return 2;
     }
@@ -601,7 +614,7 @@ static int w_child(const char *url)
     pj_done dn;
     pj_op_result res[1];
     int rc = cc_project_ev(&t.c, PJ_PF_WAIT_EVENT | PJ_PF_SIGNAL_EVENT | PJ_PF_ACCEPT_REPLY, &op, 1,
-                           (const uint8_t *)&hin, (const uint8_t *)&hout, &dn, res);
+                           (const uint8_t *)&w.hin, (const uint8_t *)&w.hout, &dn, res);
     printf("W4 child: request answered at launch (rc %d status %d); killed now\n", rc,
            rc == PJ_OK ? dn.status : -1);
     fflush(stdout);
