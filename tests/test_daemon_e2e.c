@@ -1146,6 +1146,20 @@ START_TEST(systemd_watchdog)
     ck_assert_double_eq(pjd_stat(&c, "watchdog.usec"), 0);
     pjt_close(&c);
     pjd_stop(&d);
+
+    /* A WATCHDOG_USEC that is no number: said, no watchdog, still serving. */
+    setenv("WATCHDOG_USEC", "30s", 1);
+    pjd_start(&d, g_model_path, NULL);
+    unsetenv("WATCHDOG_USEC");
+    ck_assert(pj_dproc_log_has(
+        &d, "WATCHDOG_USEC=30s is not a positive number of microseconds: no watchdog", 2000));
+    ck_assert_int_eq(pj_dproc_wait_notify(&d, "WATCHDOG=1", 500), -ETIMEDOUT);
+    ck_assert_int_eq(pjt_connect(&c, d.url, REPLY_MS), 0);
+    ck_assert_int_eq(pjt_hello(&c, "watchdog"), PJ_OK);
+    ck_assert_double_eq(pjd_stat(&c, "watchdog.usec"), 0);
+    ck_assert_int_eq(pjt_ping(&c), PJ_OK);
+    pjt_close(&c);
+    pjd_stop(&d);
     printf("systemd_watchdog: %d pings in the idle second, none for %lld ms after "
            "STATUS=stalled (the job's reply %lld ms after it), %d in the second after\n",
            idle, quiet, t_done - t_stalled, after);
