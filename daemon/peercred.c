@@ -1,11 +1,15 @@
-/* peercred.c — a connecting process's supplementary groups (see peercred.h). */
+/* peercred.c — a connecting process's supplementary groups and whether it has exited (see
+ * peercred.h). */
 #include "daemon/peercred.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 /* The text after "Name:" at the start of a line of s, or NULL. */
 static const char *field(const char *s, const char *name)
@@ -81,4 +85,60 @@ int pj_peer_groups(uint64_t pid, uint32_t euid, uint32_t *out, int max)
     int n = pj_peer_groups_parse(text, euid, out, max);
     free(text);
     return n;
+}
+
+char pj_peer_stat_state(const char *stat)
+{
+    /* The name is in parentheses and may hold both: the state follows the
+     * last ')'. */
+    const char *p = stat ? strrchr(stat, ')') : NULL;
+    if (!p || p[1] != ' ' || !p[2])
+        return 0;
+    return p[2];
+}
+
+void pj_peer_watch_open(pj_peer_watch *w, int32_t pid)
+{
+    w->pid = pid;
+    w->pidfd = -1;
+    w->exited = 0;
+    if (pid <= 0)
+        return;
+#ifdef SYS_pidfd_open
+    long fd = syscall(SYS_pidfd_open, (long)pid, 0L);
+    if (fd >= 0)
+        w->pidfd = (int)fd;
+    else if (errno == ESRCH)
+        w->exited = 1;
+#endif
+}
+
+int pj_peer_exited(const pj_peer_watch *w)
+{
+    if (w->pid <= 0)
+        return -1;
+    if (w->exited)
+        return 1;
+    if (w->pidfd >= 0) {
+        /* A pidfd polls readable once its process has exited. */
+        struct pollfd p = {.fd = w->pidfd, .events = POLLIN};
+        return poll(&p, 1, 0) > 0 ? 1 : 0;
+    }
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%" PRId32 "/stat", w->pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char st = pj_peer_stat_state(buf);
+    return st == 'Z' || st == 'X' || st == 'x' ? 1 : 0;
+}
+
+void pj_peer_watch_close(pj_peer_watch *w)
+{
+    if (w->pidfd >= 0)
+        close(w->pidfd);
+    w->pidfd = -1;
 }

@@ -21,4 +21,27 @@ int pj_peer_groups(uint64_t pid, uint32_t euid, uint32_t *out, int max);
 /* pj_peer_groups on a /proc status file's text (for tests). */
 int pj_peer_groups_parse(const char *status, uint32_t euid, uint32_t *out, int max);
 
+/* Whether a connection's process has exited, for work the device holds on
+ * its behalf (a wait for an event only it would record). pj_peer_watch
+ * opens a handle on process pid: a pidfd where the kernel has them, else
+ * -1 and the check reads /proc. Call it when the connection closes: the
+ * pid from SO_PEERCRED is then still that process's, a zombie at worst
+ * (a pid is reused only after its zombie is reaped, and a reaped one makes
+ * pidfd_open fail with ESRCH, which counts as exited). */
+typedef struct pj_peer_watch {
+    int32_t pid;
+    int pidfd;  /* -1: none (no pidfd_open, or the process was gone) */
+    int exited; /* known exited at open */
+} pj_peer_watch;
+
+void pj_peer_watch_open(pj_peer_watch *w, int32_t pid);
+/* 1: the process has exited (a zombie, reaped, or no such pid); 0: it
+ * still runs; -1: pid <= 0, nothing known. */
+int pj_peer_exited(const pj_peer_watch *w);
+void pj_peer_watch_close(pj_peer_watch *w);
+
+/* The state letter of a /proc/<pid>/stat line ("123 (name) S ..."; the
+ * name may hold spaces and parentheses), or 0 (for tests). */
+char pj_peer_stat_state(const char *stat);
+
 #endif

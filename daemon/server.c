@@ -25,6 +25,7 @@
 #include "daemon/conn.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
+#include "daemon/orphans.h"
 #include "daemon/peercred.h"
 #include "daemon/ringsrv.h"
 #include "daemon/stats.h"
@@ -168,6 +169,7 @@ struct pj_server {
     pj_conn_table conns;
     pj_conn *zombies;
     uint32_t n_zombies;
+    pj_orphans orphans; /* closed connections' streams with jobs behind client waits */
     uint64_t conn_serial;
     uint64_t inflight; /* PROJECT requests accepted, not yet answered */
     uint64_t ring_attaches, ring_requests;
@@ -619,6 +621,10 @@ static void on_pipe_rem(pj_server *s, pipe_ev *ev)
     pj_log_info("connection #%" PRIu64 ": pid %d closed after %" PRIu64
                 " requests (%u dropped unstarted, %u running; %u open)",
                 c->serial, (int)c->pid, c->requests, dropped, c->n_running, s->conns.count);
+    /* Jobs answered at launch may still wait for this client's events:
+     * if the client has died, nothing else will record them. */
+    if (c->stream && pj_orphans_adopt(&s->orphans, s->be, c->stream, c->pid, c->serial))
+        c->stream = NULL;
     conn_retire(s, c);
     update_status(s);
     check_drain(s);
@@ -949,6 +955,8 @@ static char *stats_text(pj_server *s)
     if (cn) {
         cJSON_AddNumberToObject(cn, "current", s->conns.count);
         cJSON_AddNumberToObject(cn, "closing", s->n_zombies);
+        cJSON_AddNumberToObject(cn, "closed_waiting", s->orphans.count);
+        cJSON_AddNumberToObject(cn, "waits_released", (double)s->orphans.released);
         cJSON_AddNumberToObject(cn, "total", (double)s->stats.conns_total);
         cJSON_AddNumberToObject(cn, "hello_timeouts", (double)s->stats.hello_timeouts);
         cJSON_AddNumberToObject(cn, "refused", (double)atomic_load(&s->refused));
@@ -1519,6 +1527,7 @@ static void free_conns(pj_server *s)
         pj_conn_free(c, s->be);
     }
     s->n_zombies = 0;
+    pj_orphans_sweep(&s->orphans, s->be, 1);
 }
 
 static void stop_now(pj_server *s)
@@ -2067,6 +2076,7 @@ static void close_unread_conns(pj_server *s)
 static void on_watch(uv_timer_t *t)
 {
     pj_server *s = t->data;
+    pj_orphans_sweep(&s->orphans, s->be, 0);
     pj_bufreg_reap(0); /* buffers released while the device still used them */
     close_silent_conns(s);
     close_unread_conns(s);
