@@ -142,6 +142,22 @@ START_TEST(peer_exit_and_stat_state)
     pj_peer_watch_open(&w, (int32_t)pid);
     ck_assert_int_eq(pj_peer_exited(&w), 1);
     pj_peer_watch_close(&w);
+    /* Without a pidfd (kernels before 5.3): /proc/<pid>/stat's state. */
+    pid = sleeper();
+    pj_peer_watch_open(&w, (int32_t)pid);
+    pj_peer_watch_close(&w); /* drops the pidfd: the /proc path from here */
+    ck_assert_int_eq(w.pidfd, -1);
+    ck_assert_int_eq(pj_peer_exited(&w), 0);
+    ck_assert_int_eq(kill(pid, SIGKILL), 0);
+    exited = 0;
+    for (int i = 0; i < 200 && !exited; i++) {
+        exited = pj_peer_exited(&w) == 1;
+        if (!exited)
+            usleep(5000);
+    }
+    ck_assert_msg(exited, "a zombie was not seen as exited through /proc in 1 s");
+    ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+    ck_assert_int_eq(pj_peer_exited(&w), 1); /* no /proc entry at all */
 }
 END_TEST
 
