@@ -453,16 +453,16 @@ static int cmd_status(opts *o)
         else if (cJSON_IsNumber(usec))
             printf("  watchdog   off (no WatchdogSec=)\n");
         /* Said only when there is something: a closed connection's jobs
-         * held for a client that never recorded its events. */
+         * held for a client that has not recorded its events. */
         cJSON *cn = doc ? cJSON_GetObjectItemCaseSensitive(doc, "connections") : NULL;
         cJSON *cw = cn ? cJSON_GetObjectItemCaseSensitive(cn, "closed_waiting") : NULL;
-        cJSON *wr = cn ? cJSON_GetObjectItemCaseSensitive(cn, "waits_released") : NULL;
+        cJSON *lc = cn ? cJSON_GetObjectItemCaseSensitive(cn, "lost_clients") : NULL;
         double n_cw = cJSON_IsNumber(cw) ? cw->valuedouble : 0;
-        double n_wr = cJSON_IsNumber(wr) ? wr->valuedouble : 0;
-        if (n_cw > 0 || n_wr > 0)
-            printf("  closed     %.0f connection(s) whose jobs wait for their client's events; "
-                   "%.0f wait(s) released after their client exited\n",
-                   n_cw, n_wr);
+        double n_lc = cJSON_IsNumber(lc) ? lc->valuedouble : 0;
+        if (n_cw > 0 || n_lc > 0)
+            printf("  closed     %.0f connection(s) with jobs waiting for their client's events; "
+                   "%.0f client(s) exited with such jobs (their lanes are held: restart projd)\n",
+                   n_cw, n_lc);
         cJSON_Delete(doc);
         free(json);
     } else {

@@ -10,8 +10,7 @@
  *   open(cfg, model)            load weights into the backend (upload, warm up)
  *   buffer_open / buffer_close  a client buffer registered / released
  *   stream_create / _destroy    one per connection, created at HELLO
- *   stream_client_waits / stream_release_waits
- *                               a closed connection whose process has exited
+ *   stream_client_waits         a closed connection's jobs behind client waits
  *   submit(stream, job)         execute a validated job; done() later
  *   stats_json(obj)             add backend figures to the STATS reply
  *   close()                     after every job has completed
@@ -118,14 +117,10 @@ typedef struct pj_backend_ops {
      * work answered at launch (ACCEPT_REPLY) may still be on the device. */
     void (*stream_destroy)(pj_backend *b, pj_backend_stream *s);
     /* How many of the stream's jobs are still on the device behind a wait
-     * for its client's event (WAIT_EVENT). NULL: none ever. */
+     * for its client's event (WAIT_EVENT); a client that exits before
+     * recording it leaves them there for good (daemon/orphans.h). NULL:
+     * none ever. */
     uint32_t (*stream_client_waits)(pj_backend *b, pj_backend_stream *s);
-    /* The stream's client has exited while such jobs wait: nothing will
-     * record its events now, and the device would hold those jobs (and
-     * everything queued behind them) for good. Release the waits: the jobs
-     * run and finish, their results go nowhere. Returns how many waits it
-     * released. NULL: nothing to release. */
-    uint32_t (*stream_release_waits)(pj_backend *b, pj_backend_stream *s);
 
     /* Start the job. Returns 0 and later calls job->done exactly once, or
      * returns a negative errno (nothing started, done never called). */

@@ -100,6 +100,10 @@ typedef struct cu_pend {
     cudaEvent_t wev;
     int client_wait;
     uint64_t t_own;
+    /* WAIT_EVENT: the connection whose event the lane waits on. Only
+     * compared, never followed; stream_destroy clears the ones that name
+     * it. Written on the loop thread only. */
+    pj_backend_stream *wbs;
 } cu_pend;
 
 typedef struct cu_state cu_state;
@@ -1462,15 +1466,42 @@ static int cu_stream_create(pj_backend *b, pj_backend_stream **out, char *err, s
     return 0;
 }
 
+/* How many of bs's jobs on its lane wait (or waited) on its client's
+ * events: the ones not complete yet. */
+static uint32_t lane_waits(cu_lane *ln, const pj_backend_stream *bs)
+{
+    uint32_t n = 0;
+    pthread_mutex_lock(&ln->mu);
+    for (uint32_t i = 0; i < ln->count; i++)
+        if (ln->ring[(ln->head + i) % CU_RING].wbs == bs)
+            n++;
+    pthread_mutex_unlock(&ln->mu);
+    return n;
+}
+
 static void cu_stream_destroy(pj_backend *b, pj_backend_stream *bs)
 {
     (void)b;
     if (!bs)
         return;
+    cu_lane *ln = bs->ln;
+    pthread_mutex_lock(&ln->mu);
+    for (uint32_t i = 0; i < ln->count; i++) {
+        cu_pend *p = &ln->ring[(ln->head + i) % CU_RING];
+        if (p->wbs == bs)
+            p->wbs = NULL;
+    }
+    pthread_mutex_unlock(&ln->mu);
     for (uint32_t i = 0; i < bs->n_ev; i++)
         cudaEventDestroy(bs->ev[i].ev);
-    bs->ln->n_conns--;
+    ln->n_conns--;
     free(bs);
+}
+
+static uint32_t cu_stream_client_waits(pj_backend *b, pj_backend_stream *bs)
+{
+    (void)b;
+    return bs ? lane_waits(bs->ln, bs) : 0;
 }
 
 /* The connection's opened IPC event for this handle (opened on first use). */
@@ -1701,11 +1732,14 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
     p->t_submit = job->start_ns;
     p->client_wait = 0;
     p->t_own = p->t_submit;
+    p->wbs = NULL;
     p->bufs = bufs;
     p->n_bufs = 0;
     if (job->flags & PJ_PF_WAIT_EVENT) {
         cudaEvent_t ev = conn_event(bs, job->wait_event, msg, sizeof msg);
         cudaError_t ce = ev ? cudaStreamWaitEvent(ln->s, ev, 0) : cudaSuccess;
+        if (ev && ce == cudaSuccess)
+            p->wbs = bs;
         if (ev && ce == cudaSuccess && st->wait_markers) {
             /* Best effort: without the marker the wait counts as the
              * daemon's own time. One more record per request, so only
@@ -2162,6 +2196,7 @@ static const pj_backend_ops cuda_ops = {
     .buffer_close = cu_buffer_close,
     .stream_create = cu_stream_create,
     .stream_destroy = cu_stream_destroy,
+    .stream_client_waits = cu_stream_client_waits,
     .submit = cu_submit,
     .buffer_busy = cu_buffer_busy,
     .stats_json = cu_stats_json,

@@ -12,13 +12,14 @@ struct pj_orphan {
     pj_backend_stream *bs;
     pj_peer_watch peer;
     uint64_t serial;
+    int lost;
 };
 
 int pj_orphans_adopt(pj_orphans *o, pj_backend *be, pj_backend_stream *bs, int32_t pid,
                      uint64_t serial)
 {
     const pj_backend_ops *ops = be->ops;
-    if (!bs || !ops->stream_client_waits || !ops->stream_release_waits)
+    if (!bs || !ops->stream_client_waits)
         return 0;
     uint32_t n = ops->stream_client_waits(be, bs);
     if (!n)
@@ -47,26 +48,31 @@ void pj_orphans_sweep(pj_orphans *o, pj_backend *be, int final)
     for (pj_orphan **pp = &o->head; *pp;) {
         pj_orphan *w = *pp;
         uint32_t n = ops->stream_client_waits(be, w->bs);
-        int done = n == 0;
-        if (!done && pj_peer_exited(&w->peer) == 1) {
-            uint32_t r = ops->stream_release_waits(be, w->bs);
-            o->released += r;
-            pj_log_warn("connection #%" PRIu64 ": pid %d exited while %u of its jobs waited on "
-                        "the device for its events; released %u of them (they run, their "
-                        "results go nowhere)",
-                        w->serial, (int)w->peer.pid, n, r);
-            done = 1;
+        if (n && !w->lost && pj_peer_exited(&w->peer) == 1) {
+            w->lost = 1;
+            o->lost++;
+            o->lost_total++;
+            o->lost_serial = w->serial;
+            o->lost_pid = w->peer.pid;
+            o->lost_jobs = n;
+            pj_log_err("connection #%" PRIu64 ": pid %d exited while %u of its jobs waited on "
+                       "the device for its events: they can never run, and the jobs queued "
+                       "behind them on their lane neither; restart projd (with WatchdogSec= "
+                       "systemd does)",
+                       w->serial, (int)w->peer.pid, n);
         }
-        if (!done && final)
-            pj_log_warn("connection #%" PRIu64 ": stopping while %u of its jobs still wait for "
-                        "the events of pid %d, which runs",
-                        w->serial, n, (int)w->peer.pid);
-        if (!done && !final) {
+        if (n && !final) {
             pp = &w->next;
             continue;
         }
+        if (!n && w->lost)
+            pj_log_warn("connection #%" PRIu64 ": the jobs of exited pid %d passed their waits "
+                        "after all",
+                        w->serial, (int)w->peer.pid);
         *pp = w->next;
         o->count--;
+        if (w->lost)
+            o->lost--;
         pj_peer_watch_close(&w->peer);
         ops->stream_destroy(be, w->bs);
         free(w);

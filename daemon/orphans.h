@@ -2,16 +2,21 @@
  * their client's events.
  *
  * A WAIT_EVENT job is queued on the device behind a wait for an IPC event
- * that the client records. A client that exits before that record runs
+ * that the client records. A client that exits before that record has run
  * leaves the wait unpassable: the job, and everything queued behind it on
- * its lane, would stay on the device for good, and calls that wait for the
- * device (cudaHostUnregister when another connection closes) would block
- * the event loop. When such a connection closes, the server hands its
+ * its lane, stays on the device for good, and a call that waits for the
+ * device (cudaHostUnregister when another connection closes) then blocks
+ * the event loop. Nothing in the daemon can pass such a wait: recording
+ * the dead client's event from here does not (measured, daemon/DAEMON.md
+ * "A client that dies before its event"). What it can do is know it at
+ * once and say so: when such a connection closes, the server hands its
  * backend stream here instead of destroying it; every sweep (the loop's
- * 100 ms housekeeping) destroys the stream once no job waits any more, or
- * has the backend release the waits once the client's process has exited.
- * A client that closed its connection but still runs is left to record its
- * events itself. Loop thread only.
+ * 100 ms housekeeping) destroys the stream once no job waits any more, and
+ * marks it lost once the client's process has exited with jobs still
+ * waiting. The systemd watchdog takes a lost stream for a stall at once
+ * (projd is restarted), rather than after 2 x WatchdogSec. A client that
+ * closed its connection but still runs is left to record its events.
+ * Loop thread only.
  */
 #ifndef PJ_ORPHANS_H
 #define PJ_ORPHANS_H
@@ -24,21 +29,24 @@ typedef struct pj_orphan pj_orphan;
 
 typedef struct pj_orphans {
     pj_orphan *head;
-    uint32_t count;    /* watched now */
-    uint64_t adopted;  /* streams ever watched */
-    uint64_t released; /* jobs whose waits were released */
+    uint32_t count;       /* watched now */
+    uint32_t lost;        /* of those, whose client has exited */
+    uint64_t adopted;     /* streams ever watched */
+    uint64_t lost_total;  /* streams ever marked lost */
+    uint64_t lost_serial; /* the last one marked lost: its connection */
+    int32_t lost_pid;     /* and its client's pid */
+    uint32_t lost_jobs;   /* and the jobs that waited then */
 } pj_orphans;
 
 /* Watch bs when jobs of it still wait for its client's events: returns 1
  * and owns bs from now on (the caller must not destroy it), else 0 (also
- * when the backend has no such waits, or on out of memory). pid: the
- * client's, from SO_PEERCRED; serial names the connection in the log. */
+ * when the backend cannot tell, or on out of memory). pid: the client's,
+ * from SO_PEERCRED; serial names the connection in the log. */
 int pj_orphans_adopt(pj_orphans *o, pj_backend *be, pj_backend_stream *bs, int32_t pid,
                      uint64_t serial);
 
 /* One pass over the watched streams (see above). final: the daemon stops;
- * every stream is destroyed, after its waits are released where its
- * process has exited. */
+ * every stream is destroyed. */
 void pj_orphans_sweep(pj_orphans *o, pj_backend *be, int final);
 
 #endif

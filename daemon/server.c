@@ -186,7 +186,7 @@ struct pj_server {
     /* systemd's watchdog (WatchdogSec=): its timeout, 0 when off; whether
      * pings are withheld for a stuck job, since when, and how often. */
     uint64_t wd_usec;
-    int wd_withheld, wd_client_wait;
+    int wd_withheld, wd_client_wait, wd_lost;
     uint64_t wd_withheld_since, wd_oldest_ns, wd_stalls, wd_client_waits;
 };
 
@@ -530,7 +530,11 @@ static void send_status(pj_server *s)
     if (s->draining)
         pj_notify_status("draining: %" PRIu64 " requests in flight, %u connections", s->inflight,
                          s->conns.count);
-    else if (s->wd_withheld) /* what systemctl status shows until the restart */
+    else if (s->wd_withheld && s->wd_lost) /* what systemctl status shows until the restart */
+        pj_notify_status("stalled: pid %d exited while %u jobs of it waited for its events; "
+                         "its lane is held for good, %u connections",
+                         (int)s->orphans.lost_pid, s->orphans.lost_jobs, s->conns.count);
+    else if (s->wd_withheld)
         pj_notify_status("stalled: a job on the %s backend for %.1f s, %u connections",
                          s->be->ops->name, (double)(pj_now_ns() - s->wd_oldest_ns) / 1e9,
                          s->conns.count);
@@ -956,7 +960,7 @@ static char *stats_text(pj_server *s)
         cJSON_AddNumberToObject(cn, "current", s->conns.count);
         cJSON_AddNumberToObject(cn, "closing", s->n_zombies);
         cJSON_AddNumberToObject(cn, "closed_waiting", s->orphans.count);
-        cJSON_AddNumberToObject(cn, "waits_released", (double)s->orphans.released);
+        cJSON_AddNumberToObject(cn, "lost_clients", (double)s->orphans.lost_total);
         cJSON_AddNumberToObject(cn, "total", (double)s->stats.conns_total);
         cJSON_AddNumberToObject(cn, "hello_timeouts", (double)s->stats.hello_timeouts);
         cJSON_AddNumberToObject(cn, "refused", (double)atomic_load(&s->refused));
@@ -2175,14 +2179,23 @@ static void on_wd(uv_timer_t *t)
     } else if (wait_age < limit) {
         s->wd_client_wait = 0;
     }
-    const int stalled = own_age >= limit || wait_age >= 4 * limit;
+    /* A client that exited with jobs behind its waits (daemon/orphans.h):
+     * no need to wait out 2 x WatchdogSec for what is known now. */
+    const int lost = s->orphans.lost > 0;
+    const int stalled = own_age >= limit || wait_age >= 4 * limit || lost;
     if (stalled) {
         s->wd_oldest_ns = own_age >= limit ? own : waiting;
+        s->wd_lost = lost && own_age < limit;
         if (!s->wd_withheld) {
             s->wd_withheld = 1;
             s->wd_withheld_since = now;
             s->wd_stalls++;
-            if (own_age >= limit)
+            if (s->wd_lost)
+                pj_log_err("watchdog: pid %d exited while %u jobs of it (connection #%" PRIu64
+                           ") waited for its events: its lane is held for good; no longer "
+                           "telling systemd that projd is alive, so that it restarts projd",
+                           (int)s->orphans.lost_pid, s->orphans.lost_jobs, s->orphans.lost_serial);
+            else if (own_age >= limit)
                 pj_log_err("watchdog: a job has been on the %s backend for %.1f s (half of "
                            "WatchdogSec=%.1f s): no longer telling systemd that projd is alive, "
                            "so that it restarts projd unless the job finishes first",

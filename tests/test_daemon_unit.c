@@ -1,8 +1,8 @@
 /* test_daemon_unit.c — the daemon's parts in process: span and op
  * validation, the buffer registry, the SIGBUS guard, histograms, the cpu
  * backend's worker pool against the reference, the log format, a peer's
- * supplementary groups, and the watch on closed connections whose jobs
- * wait for an exited client's events.
+ * supplementary groups and whether it has exited, and the watch on closed
+ * connections whose jobs wait for their client's events.
  */
 #include <check.h>
 #include <cjson/cJSON.h>
@@ -70,27 +70,18 @@ END_TEST
 
 /* ---- closed connections' client waits (daemon/orphans) -------------------------- */
 
-/* A backend whose streams are counters: waits[i] jobs of stream i still
- * wait for their client's events; release clears them. */
+/* A backend whose streams are counters: g_waits[i] jobs of stream i still
+ * wait for their client's events. */
 struct pj_backend_stream {
     int idx;
 };
-static uint32_t g_waits[3], g_released[3];
+static uint32_t g_waits[3];
 static int g_destroyed[3];
 
 static uint32_t fake_client_waits(pj_backend *b, pj_backend_stream *bs)
 {
     (void)b;
     return g_waits[bs->idx];
-}
-
-static uint32_t fake_release_waits(pj_backend *b, pj_backend_stream *bs)
-{
-    (void)b;
-    uint32_t n = g_waits[bs->idx];
-    g_released[bs->idx] += n;
-    g_waits[bs->idx] = 0;
-    return n;
 }
 
 static void fake_stream_destroy(pj_backend *b, pj_backend_stream *bs)
@@ -160,70 +151,81 @@ START_TEST(peer_exit_and_stat_state)
 }
 END_TEST
 
-START_TEST(orphans_release_only_for_exited_clients)
+START_TEST(orphans_lost_only_when_the_client_exited)
 {
     pj_backend_ops ops = {.name = "fake",
                           .stream_destroy = fake_stream_destroy,
-                          .stream_client_waits = fake_client_waits,
-                          .stream_release_waits = fake_release_waits};
+                          .stream_client_waits = fake_client_waits};
     pj_backend be = {.ops = &ops};
     pj_backend_stream bs[3] = {{0}, {1}, {2}};
     memset(g_waits, 0, sizeof g_waits);
-    memset(g_released, 0, sizeof g_released);
     memset(g_destroyed, 0, sizeof g_destroyed);
     pj_orphans o = {0};
     /* No job waits: not taken (the caller destroys the stream as before). */
     ck_assert_int_eq(pj_orphans_adopt(&o, &be, &bs[0], (int32_t)getpid(), 1), 0);
     ck_assert_uint_eq(o.count, 0);
-    /* Without the ops: not taken either. */
+    /* A backend that cannot tell: not taken either. */
     pj_backend_ops bare = {.name = "bare", .stream_destroy = fake_stream_destroy};
     pj_backend be_bare = {.ops = &bare};
     g_waits[0] = 2;
     ck_assert_int_eq(pj_orphans_adopt(&o, &be_bare, &bs[0], (int32_t)getpid(), 1), 0);
-    /* Stream 0: a client that still runs; its waits pass on their own. */
-    pid_t alive = sleeper(), dying = sleeper();
-    ck_assert_int_eq(pj_orphans_adopt(&o, &be, &bs[0], (int32_t)alive, 1), 1);
-    /* Stream 1: a client that will be killed. */
-    g_waits[1] = 3;
-    ck_assert_int_eq(pj_orphans_adopt(&o, &be, &bs[1], (int32_t)dying, 2), 1);
-    /* Stream 2: a client already gone (reaped) when its connection closes. */
-    pid_t gone = sleeper();
+    /* Stream 0: a client that still runs; stream 1: one that will be
+     * killed; stream 2: one already gone (reaped) when its connection
+     * closes, lost within adopt's own sweep. */
+    pid_t alive = sleeper(), dying = sleeper(), gone = sleeper();
     ck_assert_int_eq(kill(gone, SIGKILL), 0);
     ck_assert_int_eq(waitpid(gone, NULL, 0), gone);
+    ck_assert_int_eq(pj_orphans_adopt(&o, &be, &bs[0], (int32_t)alive, 1), 1);
+    g_waits[1] = 3;
+    ck_assert_int_eq(pj_orphans_adopt(&o, &be, &bs[1], (int32_t)dying, 2), 1);
+    ck_assert_uint_eq(o.lost, 0);
     g_waits[2] = 1;
     ck_assert_int_eq(pj_orphans_adopt(&o, &be, &bs[2], (int32_t)gone, 3), 1);
-    ck_assert_uint_eq(g_released[2], 1); /* released within adopt's own sweep */
-    ck_assert_int_eq(g_destroyed[2], 1);
-    ck_assert_uint_eq(o.count, 2);
+    ck_assert_uint_eq(o.lost, 1);
+    ck_assert_int_eq(o.lost_pid, (int32_t)gone);
+    ck_assert_uint_eq(o.lost_serial, 3);
+    ck_assert_uint_eq(o.lost_jobs, 1);
+    ck_assert_uint_eq(o.count, 3);
+    /* Its waits pass after all (cannot happen on the cuda backend, but a
+     * backend may): the stream goes, the count of lost ones drops. */
+    g_waits[2] = 0;
     pj_orphans_sweep(&o, &be, 0);
-    ck_assert_uint_eq(g_released[0] + g_released[1], 0); /* both clients run */
+    ck_assert_int_eq(g_destroyed[2], 1);
+    ck_assert_uint_eq(o.lost, 0);
+    ck_assert_uint_eq(o.lost_total, 1);
+    /* Both other clients run: nothing lost, nothing destroyed. */
+    pj_orphans_sweep(&o, &be, 0);
+    ck_assert_uint_eq(o.lost, 0);
     ck_assert_int_eq(g_destroyed[0] + g_destroyed[1], 0);
     ck_assert_int_eq(kill(dying, SIGKILL), 0);
-    for (int i = 0; i < 200 && !g_destroyed[1]; i++) {
+    for (int i = 0; i < 200 && !o.lost; i++) {
         pj_orphans_sweep(&o, &be, 0);
-        if (!g_destroyed[1])
+        if (!o.lost)
             usleep(5000);
     }
-    ck_assert_uint_eq(g_released[1], 3);
-    ck_assert_int_eq(g_destroyed[1], 1);
-    ck_assert_uint_eq(g_released[0], 0); /* the live client's waits are its own */
-    ck_assert_int_eq(g_destroyed[0], 0);
-    /* The live client's waits pass: the stream goes without a release. */
+    ck_assert_uint_eq(o.lost, 1);
+    ck_assert_int_eq(o.lost_pid, (int32_t)dying);
+    ck_assert_uint_eq(o.lost_jobs, 3);
+    ck_assert_uint_eq(o.lost_total, 2);
+    /* A lost stream is kept (its jobs still hold it), and counted once. */
+    pj_orphans_sweep(&o, &be, 0);
+    ck_assert_int_eq(g_destroyed[1], 0);
+    ck_assert_uint_eq(o.lost_total, 2);
+    /* The live client's waits pass: its stream goes, not lost. */
     g_waits[0] = 0;
     pj_orphans_sweep(&o, &be, 0);
     ck_assert_int_eq(g_destroyed[0], 1);
-    ck_assert_uint_eq(g_released[0], 0);
-    ck_assert_uint_eq(o.count, 0);
-    ck_assert_uint_eq(o.adopted, 3);
-    ck_assert_uint_eq(o.released, 4);
-    /* At stop every watched stream goes, released only where its client
-     * has exited. */
+    ck_assert_uint_eq(o.count, 1);
+    ck_assert_uint_eq(o.lost, 1);
+    /* At stop every watched stream goes. */
     g_waits[0] = 5;
     ck_assert_int_eq(pj_orphans_adopt(&o, &be, &bs[0], (int32_t)alive, 4), 1);
     pj_orphans_sweep(&o, &be, 1);
     ck_assert_int_eq(g_destroyed[0], 2);
-    ck_assert_uint_eq(g_released[0], 0);
+    ck_assert_int_eq(g_destroyed[1], 1);
     ck_assert_uint_eq(o.count, 0);
+    ck_assert_uint_eq(o.lost, 0);
+    ck_assert_uint_eq(o.adopted, 4);
     kill(alive, SIGKILL);
     waitpid(alive, NULL, 0);
     waitpid(dying, NULL, 0);
@@ -962,7 +964,7 @@ int main(void)
         {"log_lines", log_lines},
         {"peer_groups", peer_groups},
         {"peer_exit_and_stat_state", peer_exit_and_stat_state},
-        {"orphans_release_only_for_exited_clients", orphans_release_only_for_exited_clients},
+        {"orphans_lost_only_when_the_client_exited", orphans_lost_only_when_the_client_exited},
         {"notify_socket_unusable_said_once", notify_socket_unusable_said_once},
         {"notify_socket_relative_said", notify_socket_relative_said},
         {"notify_socket_works_quietly", notify_socket_works_quietly},

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "client/projd_cuda.h"
 #include "kernels/bf16.h"
 #include "kernels/refgemm.h"
 #include "tests/helpers/daemon_check.h"
@@ -232,6 +233,22 @@ static CC_UNUSED void cc_fill_x(uint16_t *X, const pjc_shape *s)
 }
 
 /* PROJECT with event handles (NULL when the flag is not set). */
+/* Registers the cudaMalloc allocation at p (its base) as a CUDA IPC
+ * buffer on c: *id, or a pj_status with why set. */
+static CC_UNUSED int cc_register_dev(pjt_client *c, void *p, uint32_t *id, char *why, size_t whylen)
+{
+    projd_cuda_region r;
+    int rc = projd_cuda_describe(p, &r, why, whylen);
+    if (rc != 0)
+        return rc;
+    pj_register req;
+    projd_cuda_register_req(&r, &req);
+    rc = pjt_register_raw(c, &req, id);
+    if (rc != PJ_OK)
+        snprintf(why, whylen, "REGISTER: %d %s", rc, c->err.msg);
+    return rc;
+}
+
 static CC_UNUSED int cc_project_ev(pjt_client *c, uint32_t flags, const pj_op *ops, uint32_t n_ops,
                                    const uint8_t *wait_ev, const uint8_t *signal_ev, pj_done *done,
                                    pj_op_result *res)

@@ -45,20 +45,6 @@ typedef struct ipc_conn {
     uint16_t *hx, *hy; /* host images */
 } ipc_conn;
 
-static int register_dev(pjt_client *c, void *p, uint32_t *id, char *why, size_t whylen)
-{
-    projd_cuda_region r;
-    int rc = projd_cuda_describe(p, &r, why, whylen);
-    if (rc != 0)
-        return rc;
-    pj_register req;
-    projd_cuda_register_req(&r, &req);
-    rc = pjt_register_raw(c, &req, id);
-    if (rc != PJ_OK)
-        snprintf(why, whylen, "REGISTER: %d %s", rc, c->err.msg);
-    return rc;
-}
-
 static int ipc_open(ipc_conn *t, const char *url, char *why, size_t whylen)
 {
     memset(t, 0, sizeof *t);
@@ -77,8 +63,8 @@ static int ipc_open(ipc_conn *t, const char *url, char *why, size_t whylen)
     t->hy = calloc(1, YBYTES);
     if (!t->hx || !t->hy)
         return -1;
-    if (register_dev(&t->c, t->dx, &t->xid, why, whylen) != 0 ||
-        register_dev(&t->c, t->dy, &t->yid, why, whylen) != 0)
+    if (cc_register_dev(&t->c, t->dx, &t->xid, why, whylen) != 0 ||
+        cc_register_dev(&t->c, t->dy, &t->yid, why, whylen) != 0)
         return -1;
     return 0;
 }
