@@ -456,13 +456,16 @@ static int cmd_status(opts *o)
          * held for a client that has not recorded its events. */
         cJSON *cn = doc ? cJSON_GetObjectItemCaseSensitive(doc, "connections") : NULL;
         cJSON *cw = cn ? cJSON_GetObjectItemCaseSensitive(cn, "closed_waiting") : NULL;
+        cJSON *ln = cn ? cJSON_GetObjectItemCaseSensitive(cn, "lost_now") : NULL;
         cJSON *lc = cn ? cJSON_GetObjectItemCaseSensitive(cn, "lost_clients") : NULL;
         double n_cw = cJSON_IsNumber(cw) ? cw->valuedouble : 0;
+        double n_ln = cJSON_IsNumber(ln) ? ln->valuedouble : 0;
         double n_lc = cJSON_IsNumber(lc) ? lc->valuedouble : 0;
         if (n_cw > 0 || n_lc > 0)
-            printf("  closed     %.0f connection(s) with jobs waiting for their client's events; "
-                   "%.0f client(s) exited with such jobs (their lanes are held: restart projd)\n",
-                   n_cw, n_lc);
+            printf("  closed     %.0f connection(s) with jobs waiting for their client's events, "
+                   "%.0f of them lost (the client exited: its lane is held, restart projd); "
+                   "%.0f lost since start\n",
+                   n_cw, n_ln, n_lc);
         cJSON_Delete(doc);
         free(json);
     } else {

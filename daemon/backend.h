@@ -113,13 +113,15 @@ typedef struct pj_backend_ops {
 
     /* Per-connection execution queue. 0 or a negative errno. */
     int (*stream_create)(pj_backend *b, pj_backend_stream **out, char *err, size_t errlen);
-    /* The connection is gone and no request of it waits for a reply;
-     * work answered at launch (ACCEPT_REPLY) may still be on the device. */
+    /* The connection is gone. Jobs of it may still be on the device (work
+     * answered at launch, or a closed connection's jobs whose replies go
+     * nowhere): the backend must finish them without the stream. */
     void (*stream_destroy)(pj_backend *b, pj_backend_stream *s);
-    /* How many of the stream's jobs are still on the device behind a wait
-     * for its client's event (WAIT_EVENT); a client that exits before
-     * recording it leaves them there for good (daemon/orphans.h). NULL:
-     * none ever. */
+    /* How many of the stream's jobs are still on the device with their
+     * wait for the client's event (WAIT_EVENT) not passed; a client that
+     * exits before recording it leaves them there for good
+     * (daemon/orphans.h). Loop thread; may ask the device. NULL: none
+     * ever. */
     uint32_t (*stream_client_waits)(pj_backend *b, pj_backend_stream *s);
 
     /* Start the job. Returns 0 and later calls job->done exactly once, or

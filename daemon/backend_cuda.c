@@ -100,10 +100,12 @@ typedef struct cu_pend {
     cudaEvent_t wev;
     int client_wait;
     uint64_t t_own;
-    /* WAIT_EVENT: the connection whose event the lane waits on. Only
+    /* WAIT_EVENT: the connection whose event the lane waits on (only
      * compared, never followed; stream_destroy clears the ones that name
-     * it. Written on the loop thread only. */
+     * it) and that event, as the connection's cache holds it. Written on
+     * the loop thread only. */
     pj_backend_stream *wbs;
+    cudaEvent_t wait_ev;
 } cu_pend;
 
 typedef struct cu_state cu_state;
@@ -1466,19 +1468,6 @@ static int cu_stream_create(pj_backend *b, pj_backend_stream **out, char *err, s
     return 0;
 }
 
-/* How many of bs's jobs on its lane wait (or waited) on its client's
- * events: the ones not complete yet. */
-static uint32_t lane_waits(cu_lane *ln, const pj_backend_stream *bs)
-{
-    uint32_t n = 0;
-    pthread_mutex_lock(&ln->mu);
-    for (uint32_t i = 0; i < ln->count; i++)
-        if (ln->ring[(ln->head + i) % CU_RING].wbs == bs)
-            n++;
-    pthread_mutex_unlock(&ln->mu);
-    return n;
-}
-
 static void cu_stream_destroy(pj_backend *b, pj_backend_stream *bs)
 {
     (void)b;
@@ -1498,10 +1487,53 @@ static void cu_stream_destroy(pj_backend *b, pj_backend_stream *bs)
     free(bs);
 }
 
+static int conn_has_event(const pj_backend_stream *bs, cudaEvent_t ev)
+{
+    for (uint32_t i = 0; i < bs->n_ev; i++)
+        if (bs->ev[i].ev == ev)
+            return 1;
+    return 0;
+}
+
+/* bs's jobs still on the lane whose wait for the client's event has not
+ * passed: the wait marker (wev, while a watchdog asks) not done, and the
+ * client's event not done either. cudaEventQuery sees an IPC event's
+ * newest record, so for a client that has exited that is its last one;
+ * a job whose event left the cache is not counted (nothing to ask).
+ * The oldest CU_WAITS_ASKED of them are asked: the lane runs in order, so
+ * the first that has not passed is among the first. Loop thread. */
+#define CU_WAITS_ASKED 64
 static uint32_t cu_stream_client_waits(pj_backend *b, pj_backend_stream *bs)
 {
     (void)b;
-    return bs ? lane_waits(bs->ln, bs) : 0;
+    if (!bs)
+        return 0;
+    cu_lane *ln = bs->ln;
+    cudaEvent_t ev[CU_WAITS_ASKED], marker[CU_WAITS_ASKED];
+    uint32_t n = 0;
+    pthread_mutex_lock(&ln->mu);
+    for (uint32_t i = 0; i < ln->count && n < CU_WAITS_ASKED; i++) {
+        const cu_pend *p = &ln->ring[(ln->head + i) % CU_RING];
+        if (p->wbs != bs)
+            continue;
+        ev[n] = p->wait_ev;
+        marker[n] = p->client_wait ? p->wev : NULL;
+        n++;
+    }
+    pthread_mutex_unlock(&ln->mu);
+    /* The handles stay valid: the slots' events are the lane's, and the
+     * client's are destroyed only by this thread (eviction, stream_destroy). */
+    uint32_t waiting = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (marker[i] && cudaEventQuery(marker[i]) != cudaErrorNotReady)
+            continue;
+        if (!ev[i] || !conn_has_event(bs, ev[i]))
+            continue;
+        if (cudaEventQuery(ev[i]) == cudaErrorNotReady)
+            waiting++;
+    }
+    cudaGetLastError(); /* an event's error belongs to its job's completion */
+    return waiting;
 }
 
 /* The connection's opened IPC event for this handle (opened on first use). */
@@ -1733,13 +1765,16 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
     p->client_wait = 0;
     p->t_own = p->t_submit;
     p->wbs = NULL;
+    p->wait_ev = NULL;
     p->bufs = bufs;
     p->n_bufs = 0;
     if (job->flags & PJ_PF_WAIT_EVENT) {
         cudaEvent_t ev = conn_event(bs, job->wait_event, msg, sizeof msg);
         cudaError_t ce = ev ? cudaStreamWaitEvent(ln->s, ev, 0) : cudaSuccess;
-        if (ev && ce == cudaSuccess)
+        if (ev && ce == cudaSuccess) {
             p->wbs = bs;
+            p->wait_ev = ev;
+        }
         if (ev && ce == cudaSuccess && st->wait_markers) {
             /* Best effort: without the marker the wait counts as the
              * daemon's own time. One more record per request, so only

@@ -16,6 +16,7 @@ pj_conn *pj_conn_new(uint32_t pipe_id, uint64_t serial, uint32_t uid, uint32_t g
     c->uid = uid;
     c->gid = gid;
     c->pid = pid;
+    pj_peer_watch_open(&c->peer, pid);
     pj_bufreg_init(&c->reg, be, uid, pid);
     return c;
 }
@@ -30,6 +31,7 @@ void pj_conn_free(pj_conn *c, pj_backend *be)
     pj_bufreg_clear(&c->reg);
     if (c->stream && be)
         be->ops->stream_destroy(be, c->stream);
+    pj_peer_watch_close(&c->peer);
     free(c);
 }
 

@@ -12,6 +12,7 @@
 
 #include "daemon/backend.h"
 #include "daemon/bufreg.h"
+#include "daemon/peercred.h"
 #include "protocol/wire.h"
 
 typedef struct pj_req pj_req; /* a PROJECT request, defined by the server */
@@ -22,6 +23,7 @@ typedef struct pj_conn {
     uint64_t serial; /* connection number since start, for logs */
     uint32_t uid, gid;
     int32_t pid;
+    pj_peer_watch peer; /* opened at accept: has the process exited? (orphans.h) */
     int hello;
     uint64_t t_accept_ns; /* pj_now_ns() at accept, for limits.hello_timeout_ms */
     int hello_closed;     /* closed for saying no HELLO in time (once) */

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "daemon/backend.h"
+#include "daemon/peercred.h"
 
 typedef struct pj_orphan pj_orphan;
 
@@ -33,16 +34,17 @@ typedef struct pj_orphans {
     uint32_t lost;        /* of those, whose client has exited */
     uint64_t adopted;     /* streams ever watched */
     uint64_t lost_total;  /* streams ever marked lost */
-    uint64_t lost_serial; /* the last one marked lost: its connection */
-    int32_t lost_pid;     /* and its client's pid */
-    uint32_t lost_jobs;   /* and the jobs that waited then */
+    uint64_t lost_serial; /* the oldest lost one now: its connection, */
+    int32_t lost_pid;     /* its client's pid */
+    uint32_t lost_jobs;   /* and its jobs still waiting (0: none lost) */
 } pj_orphans;
 
 /* Watch bs when jobs of it still wait for its client's events: returns 1
- * and owns bs from now on (the caller must not destroy it), else 0 (also
- * when the backend cannot tell, or on out of memory). pid: the client's,
- * from SO_PEERCRED; serial names the connection in the log. */
-int pj_orphans_adopt(pj_orphans *o, pj_backend *be, pj_backend_stream *bs, int32_t pid,
+ * and owns bs and *peer from now on (the caller must destroy neither;
+ * *peer is left closed), else 0 (also when the backend cannot tell, or on
+ * out of memory). peer: the connection's watch on its client, opened at
+ * accept (peercred.h); serial names the connection in the log. */
+int pj_orphans_adopt(pj_orphans *o, pj_backend *be, pj_backend_stream *bs, pj_peer_watch *peer,
                      uint64_t serial);
 
 /* One pass over the watched streams (see above). final: the daemon stops;

@@ -87,14 +87,47 @@ int pj_peer_groups(uint64_t pid, uint32_t euid, uint32_t *out, int max)
     return n;
 }
 
-char pj_peer_stat_state(const char *stat)
+char pj_peer_stat_state(const char *stat, unsigned long long *starttime)
 {
+    if (starttime)
+        *starttime = 0;
     /* The name is in parentheses and may hold both: the state follows the
      * last ')'. */
     const char *p = stat ? strrchr(stat, ')') : NULL;
     if (!p || p[1] != ' ' || !p[2])
         return 0;
-    return p[2];
+    char st = p[2];
+    if (starttime) {
+        /* Fields 3 (the state) to 22 (starttime) follow, space-separated. */
+        const char *q = p + 2;
+        for (int field = 3; field < 22 && q; field++) {
+            q = strchr(q, ' ');
+            if (q)
+                q++;
+        }
+        if (q)
+            *starttime = strtoull(q, NULL, 10);
+    }
+    return st;
+}
+
+/* The state letter and start time of process pid from /proc; 0 with
+ * *gone set when there is no such process, 0 alone when unreadable. */
+static char proc_state(int32_t pid, unsigned long long *starttime, int *gone)
+{
+    char path[64], buf[1024];
+    *gone = 0;
+    *starttime = 0;
+    snprintf(path, sizeof path, "/proc/%" PRId32 "/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        *gone = errno == ENOENT || errno == ESRCH;
+        return 0;
+    }
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return pj_peer_stat_state(buf, starttime);
 }
 
 void pj_peer_watch_open(pj_peer_watch *w, int32_t pid)
@@ -102,15 +135,23 @@ void pj_peer_watch_open(pj_peer_watch *w, int32_t pid)
     w->pid = pid;
     w->pidfd = -1;
     w->exited = 0;
+    w->starttime = 0;
     if (pid <= 0)
         return;
 #ifdef SYS_pidfd_open
     long fd = syscall(SYS_pidfd_open, (long)pid, 0L);
-    if (fd >= 0)
+    if (fd >= 0) {
         w->pidfd = (int)fd;
-    else if (errno == ESRCH)
+        return;
+    }
+    if (errno == ESRCH) {
         w->exited = 1;
+        return;
+    }
 #endif
+    int gone;
+    (void)proc_state(pid, &w->starttime, &gone);
+    w->exited = gone;
 }
 
 int pj_peer_exited(const pj_peer_watch *w)
@@ -124,18 +165,17 @@ int pj_peer_exited(const pj_peer_watch *w)
         struct pollfd p = {.fd = w->pidfd, .events = POLLIN};
         return poll(&p, 1, 0) > 0 ? 1 : 0;
     }
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%" PRId32 "/stat", w->pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
+    unsigned long long start;
+    int gone;
+    char st = proc_state(w->pid, &start, &gone);
+    if (gone)
         return 1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char st = pj_peer_stat_state(buf);
+    if (!st)
+        return 0; /* unreadable now (out of descriptors?): asked again later */
+    if (w->starttime && start && start != w->starttime)
+        return 1; /* the pid is another process's now */
     return st == 'Z' || st == 'X' || st == 'x' ? 1 : 0;
 }
-
 void pj_peer_watch_close(pj_peer_watch *w)
 {
     if (w->pidfd >= 0)

@@ -23,25 +23,30 @@ int pj_peer_groups_parse(const char *status, uint32_t euid, uint32_t *out, int m
 
 /* Whether a connection's process has exited, for work the device holds on
  * its behalf (a wait for an event only it would record). pj_peer_watch
- * opens a handle on process pid: a pidfd where the kernel has them, else
- * -1 and the check reads /proc. Call it when the connection closes: the
- * pid from SO_PEERCRED is then still that process's, a zombie at worst
- * (a pid is reused only after its zombie is reaped, and a reaped one makes
- * pidfd_open fail with ESRCH, which counts as exited). */
+ * opens a handle on process pid when the connection is accepted, while the
+ * process is there to be named: a pidfd where the kernel has them, which
+ * stays that process's even once its pid is reused; else -1, and the
+ * check reads /proc/<pid>/stat, comparing the process's start time with
+ * the one read at open so that a reused pid does not pass for the
+ * client. */
 typedef struct pj_peer_watch {
     int32_t pid;
-    int pidfd;  /* -1: none (no pidfd_open, or the process was gone) */
-    int exited; /* known exited at open */
+    int pidfd;                    /* -1: none (no pidfd_open, or the process was gone) */
+    int exited;                   /* known exited at open */
+    unsigned long long starttime; /* /proc's field 22 at open, 0: unknown */
 } pj_peer_watch;
 
 void pj_peer_watch_open(pj_peer_watch *w, int32_t pid);
-/* 1: the process has exited (a zombie, reaped, or no such pid); 0: it
- * still runs; -1: pid <= 0, nothing known. */
+/* 1: the process has exited (a zombie, reaped, or its pid now another
+ * process's); 0: it still runs, or it cannot be told now (the check is
+ * tried again later); -1: pid <= 0, nothing known. */
 int pj_peer_exited(const pj_peer_watch *w);
 void pj_peer_watch_close(pj_peer_watch *w);
 
 /* The state letter of a /proc/<pid>/stat line ("123 (name) S ..."; the
- * name may hold spaces and parentheses), or 0 (for tests). */
-char pj_peer_stat_state(const char *stat);
+ * name may hold spaces and parentheses), or 0; *starttime (may be NULL)
+ * gets field 22, the start time in clock ticks since boot, or 0 (for
+ * tests). */
+char pj_peer_stat_state(const char *stat, unsigned long long *starttime);
 
 #endif

@@ -627,7 +627,7 @@ static void on_pipe_rem(pj_server *s, pipe_ev *ev)
                 c->serial, (int)c->pid, c->requests, dropped, c->n_running, s->conns.count);
     /* Jobs answered at launch may still wait for this client's events:
      * if the client has died, nothing else will record them. */
-    if (c->stream && pj_orphans_adopt(&s->orphans, s->be, c->stream, c->pid, c->serial))
+    if (c->stream && pj_orphans_adopt(&s->orphans, s->be, c->stream, &c->peer, c->serial))
         c->stream = NULL;
     conn_retire(s, c);
     update_status(s);
@@ -960,6 +960,7 @@ static char *stats_text(pj_server *s)
         cJSON_AddNumberToObject(cn, "current", s->conns.count);
         cJSON_AddNumberToObject(cn, "closing", s->n_zombies);
         cJSON_AddNumberToObject(cn, "closed_waiting", s->orphans.count);
+        cJSON_AddNumberToObject(cn, "lost_now", s->orphans.lost);
         cJSON_AddNumberToObject(cn, "lost_clients", (double)s->orphans.lost_total);
         cJSON_AddNumberToObject(cn, "total", (double)s->stats.conns_total);
         cJSON_AddNumberToObject(cn, "hello_timeouts", (double)s->stats.hello_timeouts);
@@ -2185,7 +2186,10 @@ static void on_wd(uv_timer_t *t)
     const int stalled = own_age >= limit || wait_age >= 4 * limit || lost;
     if (stalled) {
         s->wd_oldest_ns = own_age >= limit ? own : waiting;
+        const int was_lost = s->wd_lost;
         s->wd_lost = lost && own_age < limit;
+        if (s->wd_withheld && s->wd_lost != was_lost)
+            send_status(s); /* the stall's cause changed: say the current one */
         if (!s->wd_withheld) {
             s->wd_withheld = 1;
             s->wd_withheld_since = now;
@@ -2212,6 +2216,7 @@ static void on_wd(uv_timer_t *t)
     }
     if (s->wd_withheld) {
         s->wd_withheld = 0;
+        s->wd_lost = 0;
         pj_log_warn("watchdog: no job is stalled any more; pinging systemd again after %.1f s "
                     "without pings",
                     (double)(now - s->wd_withheld_since) / 1e9);

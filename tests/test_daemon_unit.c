@@ -90,6 +90,16 @@ static void fake_stream_destroy(pj_backend *b, pj_backend_stream *bs)
     g_destroyed[bs->idx]++;
 }
 
+/* A watch as the server opens one at accept. */
+static pj_peer_watch *watch_of(pid_t pid)
+{
+    static pj_peer_watch w[8];
+    static int next;
+    pj_peer_watch *p = &w[next++ % 8];
+    pj_peer_watch_open(p, (int32_t)pid);
+    return p;
+}
+
 static pid_t sleeper(void)
 {
     pid_t pid = fork();
@@ -114,10 +124,18 @@ static int seen_exited(const pj_peer_watch *w)
 
 START_TEST(peer_exit_and_stat_state)
 {
-    ck_assert_int_eq(pj_peer_stat_state("123 (projd) S 1 2 3"), 'S');
-    ck_assert_int_eq(pj_peer_stat_state("9 (a) b) (c) Z 1"), 'Z'); /* the last ')' */
-    ck_assert_int_eq(pj_peer_stat_state("9 (a"), 0);
-    ck_assert_int_eq(pj_peer_stat_state(NULL), 0);
+    ck_assert_int_eq(pj_peer_stat_state("123 (projd) S 1 2 3", NULL), 'S');
+    ck_assert_int_eq(pj_peer_stat_state("9 (a) b) (c) Z 1", NULL), 'Z'); /* the last ')' */
+    ck_assert_int_eq(pj_peer_stat_state("9 (a", NULL), 0);
+    ck_assert_int_eq(pj_peer_stat_state(NULL, NULL), 0);
+    unsigned long long start = 1;
+    ck_assert_int_eq(pj_peer_stat_state("7 (a b) R 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 "
+                                        "424242 19 20",
+                                        &start),
+                     'R');
+    ck_assert_uint_eq(start, 424242); /* field 22 */
+    ck_assert_int_eq(pj_peer_stat_state("7 (a) R 1 2", &start), 'R');
+    ck_assert_uint_eq(start, 0); /* too short: unknown */
     pj_peer_watch w;
     pj_peer_watch_open(&w, 0);
     ck_assert_int_eq(pj_peer_exited(&w), -1);
@@ -138,12 +156,27 @@ START_TEST(peer_exit_and_stat_state)
     pj_peer_watch_open(&w, (int32_t)pid);
     ck_assert_int_eq(pj_peer_exited(&w), 1);
     pj_peer_watch_close(&w);
-    /* Without a pidfd (kernels before 5.3): /proc/<pid>/stat's state. */
+    /* Without a pidfd (kernels before 5.3): /proc/<pid>/stat's state and
+     * start time, as pj_peer_watch_open reads them then. */
     pid = sleeper();
     pj_peer_watch_open(&w, (int32_t)pid);
     pj_peer_watch_close(&w); /* drops the pidfd: the /proc path from here */
-    ck_assert_int_eq(w.pidfd, -1);
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    size_t nr = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[nr] = 0;
+    char st = pj_peer_stat_state(buf, &w.starttime);
+    ck_assert_msg(st == 'S' || st == 'R', "the sleeping child's state '%c'", st);
+    ck_assert_uint_gt(w.starttime, 0);
     ck_assert_int_eq(pj_peer_exited(&w), 0);
+    /* The same pid with another start time: another process, so the
+     * client has exited. */
+    w.starttime++;
+    ck_assert_int_eq(pj_peer_exited(&w), 1);
+    w.starttime--;
     ck_assert_int_eq(kill(pid, SIGKILL), 0);
     ck_assert_msg(seen_exited(&w), "a zombie was not seen as exited through /proc in 1 s");
     ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
@@ -162,25 +195,25 @@ START_TEST(orphans_lost_only_when_the_client_exited)
     memset(g_destroyed, 0, sizeof g_destroyed);
     pj_orphans o = {0};
     /* No job waits: not taken (the caller destroys the stream as before). */
-    ck_assert_int_eq(pj_orphans_adopt(&o, &be, &bs[0], (int32_t)getpid(), 1), 0);
+    ck_assert_int_eq(pj_orphans_adopt(&o, &be, &bs[0], watch_of(getpid()), 1), 0);
     ck_assert_uint_eq(o.count, 0);
     /* A backend that cannot tell: not taken either. */
     pj_backend_ops bare = {.name = "bare", .stream_destroy = fake_stream_destroy};
     pj_backend be_bare = {.ops = &bare};
     g_waits[0] = 2;
-    ck_assert_int_eq(pj_orphans_adopt(&o, &be_bare, &bs[0], (int32_t)getpid(), 1), 0);
+    ck_assert_int_eq(pj_orphans_adopt(&o, &be_bare, &bs[0], watch_of(getpid()), 1), 0);
     /* Stream 0: a client that still runs; stream 1: one that will be
      * killed; stream 2: one already gone (reaped) when its connection
      * closes, lost within adopt's own sweep. */
     pid_t alive = sleeper(), dying = sleeper(), gone = sleeper();
     ck_assert_int_eq(kill(gone, SIGKILL), 0);
     ck_assert_int_eq(waitpid(gone, NULL, 0), gone);
-    ck_assert_int_eq(pj_orphans_adopt(&o, &be, &bs[0], (int32_t)alive, 1), 1);
+    ck_assert_int_eq(pj_orphans_adopt(&o, &be, &bs[0], watch_of(alive), 1), 1);
     g_waits[1] = 3;
-    ck_assert_int_eq(pj_orphans_adopt(&o, &be, &bs[1], (int32_t)dying, 2), 1);
+    ck_assert_int_eq(pj_orphans_adopt(&o, &be, &bs[1], watch_of(dying), 2), 1);
     ck_assert_uint_eq(o.lost, 0);
     g_waits[2] = 1;
-    ck_assert_int_eq(pj_orphans_adopt(&o, &be, &bs[2], (int32_t)gone, 3), 1);
+    ck_assert_int_eq(pj_orphans_adopt(&o, &be, &bs[2], watch_of(gone), 3), 1);
     ck_assert_uint_eq(o.lost, 1);
     ck_assert_int_eq(o.lost_pid, (int32_t)gone);
     ck_assert_uint_eq(o.lost_serial, 3);
@@ -192,6 +225,8 @@ START_TEST(orphans_lost_only_when_the_client_exited)
     pj_orphans_sweep(&o, &be, 0);
     ck_assert_int_eq(g_destroyed[2], 1);
     ck_assert_uint_eq(o.lost, 0);
+    ck_assert_int_eq(o.lost_pid, 0); /* no lost one left to name */
+    ck_assert_uint_eq(o.lost_jobs, 0);
     ck_assert_uint_eq(o.lost_total, 1);
     /* Both other clients run: nothing lost, nothing destroyed. */
     pj_orphans_sweep(&o, &be, 0);
@@ -219,7 +254,7 @@ START_TEST(orphans_lost_only_when_the_client_exited)
     ck_assert_uint_eq(o.lost, 1);
     /* At stop every watched stream goes. */
     g_waits[0] = 5;
-    ck_assert_int_eq(pj_orphans_adopt(&o, &be, &bs[0], (int32_t)alive, 4), 1);
+    ck_assert_int_eq(pj_orphans_adopt(&o, &be, &bs[0], watch_of(alive), 4), 1);
     pj_orphans_sweep(&o, &be, 1);
     ck_assert_int_eq(g_destroyed[0], 2);
     ck_assert_int_eq(g_destroyed[1], 1);

@@ -23,7 +23,9 @@
  *      (host shared-memory buffers; then, on another daemon, its own CUDA
  *      IPC buffers): projd finds the client lost once its process is gone,
  *      says so (log, STATUS, STATS) and the watchdog takes it for a stall
- *      at once; other lanes keep serving (--w4: this alone).
+ *      at once; other lanes keep serving. A client whose event was done
+ *      but whose job the lane still held when it died is not taken for
+ *      lost (--w4: this alone).
  * Every result is checked against the CPU reference (cuda_common.h).
  * Exit: 0 all passed, 1 a failure, 77 no GPU.
  */
@@ -594,15 +596,18 @@ static void section_w(void)
     w_client_close(&w);
 }
 
-/* W4, the child (test_cuda_backend --w-child URL shm|ipc, run by
+/* W4, the child (test_cuda_backend --w-child URL shm|ipc|passed, run by
  * section_w4): a client that sends a request waiting on its event,
  * recorded behind a host function of 10 s, and is killed before the event
  * is reached. Its x and y are host shared memory (shm) or its own
- * cudaMalloc allocations (ipc), which die with it. */
+ * cudaMalloc allocations (ipc), which die with it. passed: the event is
+ * recorded and done before the request goes (shm buffers). */
 static int w_child(const char *url, const char *mode)
 {
     w_client w;
-    if (w_client_open(&w) != 0 || w_hold_event(&w, 10000000) != 0) {
+    unsigned hold_us = strcmp(mode, "passed") == 0 ? 0 : 10000000;
+    if (w_client_open(&w) != 0 || w_hold_event(&w, hold_us) != 0 ||
+        (!hold_us && cudaEventSynchronize(w.in) != cudaSuccess)) {
         printf("W4 child: CUDA set-up failed\n");
         return 2;
     }
@@ -714,11 +719,53 @@ static void w4_kill_one(const char *self, const char *mode)
     pj_dproc_cleanup(&d);
 }
 
+/* W4's counter-case: the client's event is done, but its job is held on
+ * the lane by the daemon's own stream (PROJD_CUDA_STALL_AFTER, 1.5 s, no
+ * watchdog) when the client is killed. Its wait has passed: the client
+ * must not be taken for lost, the job finishes, SIGTERM stops projd. */
+static void w4_passed(const char *self)
+{
+    setenv("PROJD_CUDA_STALL_AFTER", "1", 1);
+    setenv("PROJD_CUDA_STALL_MS", "1500", 1);
+    unsetenv("WATCHDOG_USEC");
+    pj_dproc d;
+    pjc_conn t;
+    int rc = start_open(&d, &t, NULL, "W4 passed");
+    unsetenv("PROJD_CUDA_STALL_AFTER");
+    unsetenv("PROJD_CUDA_STALL_MS");
+    if (rc != 0)
+        return;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(self, self, "--w-child", d.url, "passed", (char *)NULL);
+        _exit(127);
+    }
+    int wst = 0;
+    CHECK(pid > 0 && waitpid(pid, &wst, 0) == pid, "W4 passed: the child did not run");
+    CHECK(WIFSIGNALED(wst) && WTERMSIG(wst) == SIGKILL,
+          "W4 passed: the child ended with status 0x%x", wst);
+    CHECK(w_pending(&t.c) >= 1, "W4 passed: the held job was not pending at the kill");
+    long long t0 = cc_now_us();
+    double pending = -1;
+    while (cc_now_us() - t0 < 5000000 && (pending = w_pending(&t.c)) != 0)
+        usleep(20000);
+    CHECK(pending == 0, "W4 passed: %.0f jobs still pending 5 s after the kill", pending);
+    CHECK(pjd_stat(&t.c, "connections.lost_clients") == 0,
+          "W4 passed: a client whose wait had passed taken for lost");
+    CHECK(!pj_dproc_log_has(&d, "exited while", 200), "W4 passed: a lost-client line in the log");
+    printf("W4 passed: the held job finished %.2f s after the kill; not lost\n",
+           (double)(cc_now_us() - t0) / 1e6);
+    pjc_close(&t);
+    cc_stop(&d, "W4 passed");
+}
+
 static void section_w4(const char *self)
 {
     printf("== W4: clients killed while their request waits for their event\n");
     w4_kill_one(self, "shm");
     w4_kill_one(self, "ipc");
+    w4_passed(self);
 }
 
 typedef struct worker {
