@@ -666,6 +666,23 @@ static double w_pending(pjt_client *c)
     return n;
 }
 
+/* Runs the W4 child (mode) against url and reaps it; checks that it
+ * killed itself. Its pid. */
+static pid_t w4_child_run(const char *self, const char *url, const char *mode)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(self, self, "--w-child", url, mode, (char *)NULL);
+        _exit(127);
+    }
+    int wst = 0;
+    CHECK(pid > 0 && waitpid(pid, &wst, 0) == pid, "W4 %s: the child did not run", mode);
+    CHECK(WIFSIGNALED(wst) && WTERMSIG(wst) == SIGKILL, "W4 %s: the child ended with status 0x%x",
+          mode, wst);
+    return pid;
+}
+
 /* W4 with one client (shm or ipc buffers), on a daemon of its own,
  * WatchdogSec = 1 s: the client is killed while its request waits for its
  * event. Nothing in the daemon can pass that wait (recording the dead
@@ -686,16 +703,7 @@ static void w4_kill_one(const char *self, const char *mode)
     unsetenv("WATCHDOG_USEC");
     if (rc != 0)
         return;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        execl(self, self, "--w-child", d.url, mode, (char *)NULL);
-        _exit(127);
-    }
-    int wst = 0;
-    CHECK(pid > 0 && waitpid(pid, &wst, 0) == pid, "W4 %s: the child did not run", mode);
-    CHECK(WIFSIGNALED(wst) && WTERMSIG(wst) == SIGKILL, "W4 %s: the child ended with status 0x%x",
-          mode, wst);
+    pid_t pid = w4_child_run(self, d.url, mode);
     long long t0 = cc_now_us();
     double lost = pjd_wait_stat(&t.c, "connections.lost_clients", 1, 3000);
     double at = (double)(cc_now_us() - t0) / 1e6;
@@ -743,16 +751,7 @@ static void w4_passed(const char *self)
     unsetenv("PROJD_CUDA_STALL_MS");
     if (rc != 0)
         return;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        execl(self, self, "--w-child", d.url, "passed", (char *)NULL);
-        _exit(127);
-    }
-    int wst = 0;
-    CHECK(pid > 0 && waitpid(pid, &wst, 0) == pid, "W4 passed: the child did not run");
-    CHECK(WIFSIGNALED(wst) && WTERMSIG(wst) == SIGKILL,
-          "W4 passed: the child ended with status 0x%x", wst);
+    w4_child_run(self, d.url, "passed");
     CHECK(w_pending(&t.c) >= 1, "W4 passed: the held job was not pending at the kill");
     long long t0 = cc_now_us();
     double pending = -1;
@@ -798,14 +797,7 @@ static void w4_ipc_probe(const char *self)
         pj_dproc_cleanup(&d);
         return;
     }
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        execl(self, self, "--w-child", d.url, "ipc", (char *)NULL);
-        _exit(127);
-    }
-    int wst = 0;
-    CHECK(pid > 0 && waitpid(pid, &wst, 0) == pid, "W4 ipc: the child did not run");
+    w4_child_run(self, d.url, "ipc");
     sleep(1);
     long long t0 = cc_now_us();
     int ping = pjt_ping(&t.c);
