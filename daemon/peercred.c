@@ -3,8 +3,8 @@
 #include "daemon/peercred.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,6 +176,7 @@ int pj_peer_exited(const pj_peer_watch *w)
         return 1; /* the pid is another process's now */
     return st == 'Z' || st == 'X' || st == 'x' ? 1 : 0;
 }
+
 void pj_peer_watch_close(pj_peer_watch *w)
 {
     if (w->pidfd >= 0)

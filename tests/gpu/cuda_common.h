@@ -232,7 +232,6 @@ static CC_UNUSED void cc_fill_x(uint16_t *X, const pjc_shape *s)
         memcpy(X + s->x_off + i * s->x_ld, x + (size_t)i * w->k, (size_t)w->k * 2);
 }
 
-/* PROJECT with event handles (NULL when the flag is not set). */
 /* Registers the cudaMalloc allocation at p (its base) as a CUDA IPC
  * buffer on c: *id, or a pj_status with why set. */
 static CC_UNUSED int cc_register_dev(pjt_client *c, void *p, uint32_t *id, char *why, size_t whylen)
@@ -249,6 +248,7 @@ static CC_UNUSED int cc_register_dev(pjt_client *c, void *p, uint32_t *id, char 
     return rc;
 }
 
+/* PROJECT with event handles (NULL when the flag is not set). */
 static CC_UNUSED int cc_project_ev(pjt_client *c, uint32_t flags, const pj_op *ops, uint32_t n_ops,
                                    const uint8_t *wait_ev, const uint8_t *signal_ev, pj_done *done,
                                    pj_op_result *res)

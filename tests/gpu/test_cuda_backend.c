@@ -182,20 +182,27 @@ static void chain(pjc_conn *t)
 /* projd (cuda; extra config JSON or NULL) started and one client on it,
  * for section what: 0, or -1 with the failure counted and nothing left
  * running. */
-static int start_open(pj_dproc *d, pjc_conn *t, const char *extra, const char *what)
+/* start_open with the client's reply limit reply_ms. */
+static int start_open_ms(pj_dproc *d, pjc_conn *t, const char *extra, const char *what,
+                         int reply_ms)
 {
     char err[600];
     int rc = cc_start(d, g_model, extra, err, sizeof err);
     CHECK(rc == 0, "%s: start projd (cuda): %s", what, err);
     if (rc != 0)
         return -1;
-    if (pjc_open(t, d->url, XBYTES, YBYTES, CC_REPLY_MS, err, sizeof err) != 0) {
+    if (pjc_open(t, d->url, XBYTES, YBYTES, reply_ms, err, sizeof err) != 0) {
         CHECK(0, "%s: connect: %s", what, err);
         pj_dproc_dump_log(d);
         cc_stop(d, what);
         return -1;
     }
     return 0;
+}
+
+static int start_open(pj_dproc *d, pjc_conn *t, const char *extra, const char *what)
+{
+    return start_open_ms(d, t, extra, what, CC_REPLY_MS);
 }
 
 /* Layer 0 at its first captured m, all rows, contiguous. */
@@ -666,6 +673,17 @@ static double w_pending(pjt_client *c)
     return n;
 }
 
+/* A daemon for W4 (WatchdogSec = 1 s) and a connection to it whose
+ * replies may take reply_ms. 0 or -1 (said). */
+static int w4_start(pj_dproc *d, pjc_conn *t, int reply_ms)
+{
+    setenv("WATCHDOG_USEC", "1000000", 1);
+    unsetenv("WATCHDOG_PID");
+    int rc = start_open_ms(d, t, NULL, "W4", reply_ms);
+    unsetenv("WATCHDOG_USEC");
+    return rc;
+}
+
 /* Runs the W4 child (mode) against url and reaps it; checks that it
  * killed itself. Its pid. */
 static pid_t w4_child_run(const char *self, const char *url, const char *mode)
@@ -695,13 +713,9 @@ static pid_t w4_child_run(const char *self, const char *url, const char *mode)
  * the daemon is killed, as systemd would. */
 static void w4_kill_one(const char *self, const char *mode)
 {
-    setenv("WATCHDOG_USEC", "1000000", 1);
-    unsetenv("WATCHDOG_PID");
     pj_dproc d;
     pjc_conn t;
-    int rc = start_open(&d, &t, NULL, "W4");
-    unsetenv("WATCHDOG_USEC");
-    if (rc != 0)
+    if (w4_start(&d, &t, CC_REPLY_MS) != 0)
         return;
     pid_t pid = w4_child_run(self, d.url, mode);
     long long t0 = cc_now_us();
@@ -780,23 +794,10 @@ static void section_w4(const char *self)
 static void w4_ipc_probe(const char *self)
 {
     printf("== W4 ipc (probe): a client with CUDA IPC buffers killed while its request waits\n");
-    setenv("WATCHDOG_USEC", "1000000", 1);
-    unsetenv("WATCHDOG_PID");
     pj_dproc d;
-    char err[600];
-    int rc = cc_start(&d, g_model, NULL, err, sizeof err);
-    unsetenv("WATCHDOG_USEC");
-    CHECK(rc == 0, "W4 ipc: start projd: %s", err);
-    if (rc != 0)
-        return;
     pjc_conn t;
-    if (pjc_open(&t, d.url, XBYTES, YBYTES, 3000, err, sizeof err) != 0) {
-        CHECK(0, "W4 ipc: connect: %s", err);
-        pj_dproc_signal(&d, SIGKILL);
-        pj_dproc_wait_exit(&d, 20000);
-        pj_dproc_cleanup(&d);
+    if (w4_start(&d, &t, 3000) != 0)
         return;
-    }
     w4_child_run(self, d.url, "ipc");
     sleep(1);
     long long t0 = cc_now_us();
