@@ -9,6 +9,7 @@
  * Lifecycle, all calls from the loop thread:
  *   open(cfg, model)            load weights into the backend (upload, warm up)
  *   buffer_open / buffer_close  a client buffer registered / released
+ *                               (buffer_close: on the closer's thread)
  *   stream_create / _destroy    one per connection, created at HELLO
  *   stream_client_waits         a closed connection's jobs behind client waits
  *   submit(stream, job)         execute a validated job; done() later
@@ -104,7 +105,9 @@ typedef struct pj_backend_ops {
      * with err set when the buffer cannot be used). */
     int (*buffer_open)(pj_backend *b, const pj_buf_desc *d, void **addr, void **handle, char *err,
                        size_t errlen);
-    /* The buffer is gone: no job in flight uses it any more. */
+    /* The buffer is gone: no job in flight uses it any more. Called on the
+     * closer's thread (daemon/closer.h), not the loop's, since it may wait
+     * for the device; it may run while the loop calls any other op. */
     void (*buffer_close)(pj_backend *b, void *handle);
     /* 1 while work already answered (ACCEPT_REPLY) may still use the
      * buffer, so that buffer_close would have to wait for the device; the

@@ -49,7 +49,8 @@ typedef struct cpu_state {
     pthread_t threads[CPU_MAX_THREADS];
     float *scratch[CPU_MAX_THREADS];
     pj_backend *b;
-    uint64_t min_op_ns; /* cpu.min_op_us */
+    uint64_t min_op_ns;     /* cpu.min_op_us */
+    uint32_t close_hold_ms; /* PROJD_CPU_CLOSE_HOLD_MS (tests only) */
     atomic_ullong jobs, ops, chunks, busy_ns;
 } cpu_state;
 
@@ -245,6 +246,12 @@ static int cpu_open(pj_backend *b, char *err, size_t errlen)
     pthread_cond_init(&s->cv, NULL);
     s->b = b;
     s->min_op_ns = (uint64_t)cfg->cpu.min_op_us * 1000u;
+    /* Tests only: each buffer_close takes this long, as the cuda backend's
+     * waits for the device, so that the CPU suite can show that no client
+     * waits for a release (daemon/closer.h). */
+    const char *hold = getenv("PROJD_CPU_CLOSE_HOLD_MS");
+    if (hold && *hold)
+        s->close_hold_ms = (uint32_t)strtoul(hold, NULL, 10);
     b->priv = s;
     if (s->min_op_ns)
         snprintf(b->device_name, sizeof b->device_name,
@@ -286,13 +293,20 @@ static int cpu_buffer_open(pj_backend *b, const pj_buf_desc *d, void **addr, voi
         return PJ_E_REGISTER;
     }
     *addr = d->host;
+    *handle = d->host; /* so that buffer_close is called (PROJD_CPU_CLOSE_HOLD_MS) */
     return PJ_OK;
 }
 
 static void cpu_buffer_close(pj_backend *b, void *handle)
 {
-    (void)b;
     (void)handle;
+    const cpu_state *s = b->priv;
+    if (s && s->close_hold_ms) {
+        struct timespec ts = {.tv_sec = s->close_hold_ms / 1000,
+                              .tv_nsec = (long)(s->close_hold_ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+    }
 }
 
 static int cpu_stream_create(pj_backend *b, pj_backend_stream **out, char *err, size_t errlen)

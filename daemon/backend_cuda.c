@@ -36,6 +36,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "daemon/closer.h"
 #include "daemon/graphs_cuda.h"
 #include "daemon/log.h"
 #include "kernels/bf16.h"
@@ -57,6 +58,9 @@
 #define CU_VALIDATE_TOL  1e-3 /* rebound graph vs direct launch, relative L2 */
 #define CU_MAX_L         PJ_CFG_MAX_LAYERS
 #define CU_MAX_S         PJ_CFG_MAX_SHAPES
+/* How long a REGISTER waits for the same allocation's previous mapping to
+ * be closed before it is refused. */
+#define CU_IPC_REOPEN_WAIT_MS 2000
 
 /* daemon/fault.cu: a kernel that faults (test only, PROJD_CUDA_FAULT_AFTER),
  * one that holds the stream for ns (test only, PROJD_CUDA_STALL_AFTER). */
@@ -71,6 +75,8 @@ typedef struct cu_ipc {
     void *dev;
     size_t alloc_size; /* bytes from dev to the allocation's end */
     uint32_t refs;
+    int closing; /* refs reached 0; cudaIpcCloseMemHandle runs (closer thread) */
+    struct cu_state *st;
 } cu_ipc;
 
 /* What buffer_open returns as the handle. */
@@ -199,6 +205,10 @@ struct cu_state {
     uint64_t spin_ns;
     uint64_t
         idle_spin_ns; /* a completion thread's poll for its next job ($PROJD_CUDA_IDLE_SPIN_US) */
+    /* The loop opens IPC allocations; the closer thread (daemon/closer.h)
+     * closes them, so the list is shared under ipc_mu. */
+    pthread_mutex_t ipc_mu;
+    pthread_cond_t ipc_cv; /* an entry left the list */
     cu_ipc *ipcs;
     uint32_t n_ipc_open;
     pthread_mutex_t ref_mu;
@@ -1265,14 +1275,53 @@ static void *completion_main(void *arg)
 
 /* ---- buffers -------------------------------------------------------------------------------- */
 
+/* Wait on ipc_cv (ipc_mu held) for up to 10 ms; 0 once deadline_ns has passed. */
+static int ipc_wait_until(cu_state *st, uint64_t deadline_ns)
+{
+    if (now_ns() >= deadline_ns)
+        return 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 10 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&st->ipc_cv, &st->ipc_mu, &ts);
+    return 1;
+}
+
+/* An allocation is mapped once per process: a second cudaIpcOpenMemHandle
+ * of the same handle fails, so registrations of it share one mapping. Loop
+ * thread. */
 static cu_ipc *ipc_get(cu_state *st, const uint8_t *handle, char *err, size_t errlen)
 {
-    for (cu_ipc *c = st->ipcs; c; c = c->next) {
-        if (memcmp(c->handle, handle, PJ_WIRE_IPC_HANDLE_SIZE) == 0) {
+    uint64_t deadline = now_ns() + (uint64_t)CU_IPC_REOPEN_WAIT_MS * 1000000u;
+    pthread_mutex_lock(&st->ipc_mu);
+    for (cu_ipc *c = st->ipcs; c;) {
+        if (memcmp(c->handle, handle, PJ_WIRE_IPC_HANDLE_SIZE) != 0) {
+            c = c->next;
+            continue;
+        }
+        if (!c->closing) {
             c->refs++;
+            pthread_mutex_unlock(&st->ipc_mu);
             return c;
         }
+        /* Its last mapping is being closed: it cannot be opened again until
+         * that is done, which takes as long as the device's queued work. */
+        if (!ipc_wait_until(st, deadline)) {
+            pthread_mutex_unlock(&st->ipc_mu);
+            snprintf(err, errlen,
+                     "REGISTER: this CUDA allocation's previous mapping is still being closed "
+                     "after %d ms (cudaIpcCloseMemHandle waits for the device's queued work); "
+                     "register it again later",
+                     CU_IPC_REOPEN_WAIT_MS);
+            return NULL;
+        }
+        c = st->ipcs; /* the list may have changed */
     }
+    pthread_mutex_unlock(&st->ipc_mu);
     cu_ipc *c = calloc(1, sizeof *c);
     if (!c) {
         snprintf(err, errlen, "REGISTER: out of memory");
@@ -1303,22 +1352,26 @@ static cu_ipc *ipc_get(cu_state *st, const uint8_t *handle, char *err, size_t er
     c->alloc_size = size - ((uintptr_t)c->dev - base);
     memcpy(c->handle, handle, PJ_WIRE_IPC_HANDLE_SIZE);
     c->refs = 1;
+    c->st = st;
+    pthread_mutex_lock(&st->ipc_mu);
     c->next = st->ipcs;
     st->ipcs = c;
     st->n_ipc_open++;
+    pthread_mutex_unlock(&st->ipc_mu);
     return c;
 }
 
+/* The closer thread, or the loop when none runs. The entry stays listed,
+ * marked closing, until the close has returned (see ipc_get). */
 static void ipc_put(cu_state *st, cu_ipc *c)
 {
-    if (--c->refs > 0)
+    pthread_mutex_lock(&st->ipc_mu);
+    if (--c->refs > 0) {
+        pthread_mutex_unlock(&st->ipc_mu);
         return;
-    for (cu_ipc **pp = &st->ipcs; *pp; pp = &(*pp)->next) {
-        if (*pp == c) {
-            *pp = c->next;
-            break;
-        }
     }
+    c->closing = 1;
+    pthread_mutex_unlock(&st->ipc_mu);
     cudaError_t ce = cudaIpcCloseMemHandle(c->dev);
     if (ce != cudaSuccess) {
         char t[200];
@@ -1326,8 +1379,23 @@ static void ipc_put(cu_state *st, cu_ipc *c)
         pj_log_warn("cuda: cudaIpcCloseMemHandle: %s", t);
         cudaGetLastError();
     }
+    pthread_mutex_lock(&st->ipc_mu);
+    for (cu_ipc **pp = &st->ipcs; *pp; pp = &(*pp)->next) {
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    }
     st->n_ipc_open--;
+    pthread_cond_broadcast(&st->ipc_cv);
+    pthread_mutex_unlock(&st->ipc_mu);
     free(c);
+}
+
+static void ipc_put_job(void *arg)
+{
+    cu_ipc *c = arg;
+    ipc_put(c->st, c);
 }
 
 static int cu_buffer_open(pj_backend *b, const pj_buf_desc *d, void **addr, void **handle,
@@ -1388,7 +1456,7 @@ static int cu_buffer_open(pj_backend *b, const pj_buf_desc *d, void **addr, void
                      "REGISTER: CUDA buffer claims %llu bytes but its allocation has %zu (the "
                      "handle must name the allocation's base; sizes count from there)",
                      (unsigned long long)d->size, c->alloc_size);
-            ipc_put(st, c);
+            pj_closer_run(ipc_put_job, c); /* the close may wait for the device */
             free(h);
             return PJ_E_REGISTER;
         }
@@ -1943,7 +2011,10 @@ static void cu_stats_json(pj_backend *b, cJSON *obj)
     cJSON_AddNumberToObject(obj, "failed", (double)atomic_load(&st->failed));
     cJSON_AddNumberToObject(obj, "fatal", (double)atomic_load(&st->fatal_errors));
     cJSON_AddBoolToObject(obj, "dead", atomic_load(&st->dead));
-    cJSON_AddNumberToObject(obj, "ipc_open", st->n_ipc_open);
+    pthread_mutex_lock(&st->ipc_mu);
+    uint32_t n_ipc_open = st->n_ipc_open;
+    pthread_mutex_unlock(&st->ipc_mu);
+    cJSON_AddNumberToObject(obj, "ipc_open", n_ipc_open);
     cJSON *paths = cJSON_AddObjectToObject(obj, "paths");
     if (paths) {
         cJSON_AddNumberToObject(paths, "graph", (double)atomic_load(&st->path_ops[1]));
@@ -2071,6 +2142,8 @@ static void cu_close(pj_backend *b)
     free(st->table);
     pthread_cond_destroy(&st->ref_cv);
     pthread_mutex_destroy(&st->ref_mu);
+    pthread_cond_destroy(&st->ipc_cv);
+    pthread_mutex_destroy(&st->ipc_mu);
     free(st);
     b->priv = NULL;
 }
@@ -2087,6 +2160,8 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     b->priv = st;
     pthread_mutex_init(&st->ref_mu, NULL);
     pthread_cond_init(&st->ref_cv, NULL);
+    pthread_mutex_init(&st->ipc_mu, NULL);
+    pthread_cond_init(&st->ipc_cv, NULL);
     const pj_config *cfg = b->cfg;
     st->max_m = cfg->shapes.max_m ? cfg->shapes.max_m : 1;
     for (uint32_t i = 0; i < cfg->shapes.n_m && st->n_shapes < CU_MAX_S; i++)

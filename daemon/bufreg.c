@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,19 +11,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "daemon/closer.h"
 #include "daemon/shmguard.h"
 
-static uint64_t g_buffers, g_bytes, g_held_bytes;
+/* Added on the loop; the bytes are taken off by whichever thread releases
+ * the buffer (closer.h), once its mapping is gone. */
+static atomic_uint_fast64_t g_buffers, g_bytes, g_held_bytes;
 
 uint64_t pj_bufreg_total_held_bytes(void)
 {
-    return g_held_bytes;
+    return atomic_load(&g_held_bytes);
 }
 
 void pj_bufreg_totals(uint64_t *buffers, uint64_t *bytes)
 {
-    *buffers = g_buffers;
-    *bytes = g_bytes;
+    *buffers = atomic_load(&g_buffers);
+    *bytes = atomic_load(&g_bytes);
 }
 
 void pj_bufreg_init(pj_bufreg *r, pj_backend *be, uint32_t peer_uid, int32_t peer_pid)
@@ -37,19 +41,31 @@ void pj_bufreg_init(pj_bufreg *r, pj_backend *be, uint32_t peer_uid, int32_t pee
 static pj_buf *g_retiring;
 static size_t g_n_retiring;
 
-/* Close on the backend, unmap, uncount, free. */
-static void buf_release(pj_buf *b, pj_backend *be)
+/* Close on the backend, unmap, uncount, free: on the closer's thread,
+ * since buffer_close may wait for the device (closer.h). The unmap comes
+ * after the close, so the range stays ours while the backend has it. */
+static void buf_release_now(void *arg)
 {
-    if (b->handle && be)
-        be->ops->buffer_close(be, b->handle);
+    pj_buf *b = arg;
+    if (b->handle && b->be)
+        b->be->ops->buffer_close(b->be, b->handle);
     pj_shmguard_remove(b->guard);
     if (b->map) {
         munmap(b->map, (size_t)b->size);
-        g_bytes -= b->size;
+        atomic_fetch_sub(&g_bytes, b->size);
     }
-    g_buffers--;
-    g_held_bytes -= b->size;
+    atomic_fetch_sub(&g_held_bytes, b->size);
     free(b);
+}
+
+/* The buffer stops counting as one the moment it is handed over (STATS
+ * buffers.current: what clients hold, and what UNREGISTER takes back at
+ * once); its bytes count until the release has returned. */
+static void buf_release(pj_buf *b, pj_backend *be)
+{
+    b->be = be;
+    atomic_fetch_sub(&g_buffers, 1);
+    pj_closer_run(buf_release_now, b);
 }
 
 static int buf_busy(const pj_buf *b, pj_backend *be)
@@ -196,12 +212,12 @@ static int check_bytes(const pj_bufreg *r, const pj_register *req, const pj_bufr
                  (unsigned long long)lim->max_conn_bytes);
         return PJ_E_LIMIT;
     }
-    if (over(g_held_bytes, req->size, lim->max_total_bytes)) {
+    uint64_t total = atomic_load(&g_held_bytes);
+    if (over(total, req->size, lim->max_total_bytes)) {
         snprintf(err, errlen,
                  "REGISTER %.64s: %llu bytes on top of the %llu all connections hold is over "
                  "limits.max_total_buffer_bytes (%llu)",
-                 name, size, (unsigned long long)g_held_bytes,
-                 (unsigned long long)lim->max_total_bytes);
+                 name, size, (unsigned long long)total, (unsigned long long)lim->max_total_bytes);
         return PJ_E_LIMIT;
     }
     return PJ_OK;
@@ -292,10 +308,10 @@ int pj_bufreg_register_limited(pj_bufreg *r, const pj_register *req, const pj_bu
     r->live[r->n_live++] = b;
     r->n_held++;
     r->held_bytes += b->size;
-    g_buffers++;
-    g_held_bytes += b->size;
+    atomic_fetch_add(&g_buffers, 1);
+    atomic_fetch_add(&g_held_bytes, b->size);
     if (b->map)
-        g_bytes += b->size;
+        atomic_fetch_add(&g_bytes, b->size);
     *out = b;
     return PJ_OK;
 }

@@ -1,6 +1,9 @@
 /* bufreg.h — one connection's registered buffers.
  *
- * Owned by the connection and used from the loop thread only. A buffer is
+ * Owned by the connection and used from the loop thread only, except the
+ * release itself (backend buffer_close, unmap, the totals), which runs on
+ * the closer's thread (daemon/closer.h) once no request uses the buffer
+ * and the backend says the device is done with it. A buffer is
  * host shared memory (mapped here, then handed to the backend) or a CUDA IPC
  * allocation (handed to the backend as is). Ids start at 1 and are never
  * reused within a registry, so a stale id always misses. Requests take a
@@ -94,19 +97,21 @@ void pj_bufreg_clear(pj_bufreg *r);
 /* 1 when the buffer's shared memory shrank under a request (it is broken). */
 int pj_buf_faulted(const pj_buf *b);
 
-/* Process-wide totals (loop thread): buffers held and bytes mapped. */
+/* Process-wide totals: buffers held (by connections, or retiring) and
+ * bytes mapped (those too, and buffers whose release has not returned). */
 void pj_bufreg_totals(uint64_t *buffers, uint64_t *bytes);
 
 /* Process-wide registered bytes of every buffer held (shm and CUDA IPC),
- * what limits.max_total_buffer_bytes caps. */
+ * releases not yet returned included: what limits.max_total_buffer_bytes
+ * caps. */
 uint64_t pj_bufreg_total_held_bytes(void);
 
 /* Buffers released by their connection (unregistered, or the connection
  * closed) while the device may still use them (backend buffer_busy): they
- * stay mapped and counted, and are closed here once the backend says they
- * are idle, so that the loop never waits for the device on a client's
- * behalf. wait: close every one now (buffer_close waits, bounded), for
- * shutdown. Returns how many are still retiring. Loop thread. */
+ * stay mapped and counted, and are handed to the closer (daemon/closer.h)
+ * once the backend says they are idle. wait: hand over every one now (the
+ * closer's buffer_close then waits for the device, bounded), for shutdown.
+ * Returns how many are still retiring. Loop thread. */
 size_t pj_bufreg_reap(int wait);
 
 #endif

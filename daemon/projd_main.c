@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "config/config.h"
@@ -277,7 +278,14 @@ static int serve(daemon_state *d, const char *url)
         pj_log_info("ready");
         uv_run(&loop, UV_RUN_DEFAULT);
     }
-    pj_server_destroy(d->server);
+    if (pj_server_destroy(d->server)) {
+        /* A release is inside a CUDA call that waits for a held device:
+         * closing the backend under it would free what it uses, and the
+         * runtime's own teardown would wait too. The kernel frees all. */
+        pj_log_info("stopped without closing the device (exit code %d)", d->exit_code);
+        fflush(NULL);
+        _exit(d->exit_code);
+    }
     d->server = NULL;
 out_loop:
     if (uv_loop_close(&loop) != 0) {

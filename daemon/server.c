@@ -25,6 +25,7 @@
 #include "daemon/conn.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
+#include "daemon/closer.h"
 #include "daemon/orphans.h"
 #include "daemon/peercred.h"
 #include "daemon/ringsrv.h"
@@ -187,6 +188,7 @@ struct pj_server {
      * pings are withheld for a stuck job, since when, and how often. */
     uint64_t wd_usec;
     int wd_withheld, wd_client_wait, wd_lost;
+    int release_warned; /* warn_slow_release said the running one */
     uint64_t wd_withheld_since, wd_oldest_ns, wd_stalls, wd_client_waits;
 };
 
@@ -973,6 +975,8 @@ static char *stats_text(pj_server *s)
     if (bf) {
         cJSON_AddNumberToObject(bf, "current", (double)nbuf);
         cJSON_AddNumberToObject(bf, "mapped_bytes", (double)nbytes);
+        cJSON_AddNumberToObject(bf, "releasing", pj_closer_pending());
+        cJSON_AddNumberToObject(bf, "release_wait_ms", (double)pj_closer_running_ms());
     }
     cJSON_AddNumberToObject(o, "inflight", (double)s->inflight);
     cJSON *wd = cJSON_AddObjectToObject(o, "watchdog");
@@ -1871,6 +1875,11 @@ int pj_server_create(uv_loop_t *loop, const pj_config *cfg, const pj_model *mode
     s->wd_timer.data = s;
     s->handles_open = 6;
     pj_backend_set_fatal(be, backend_fatal, s);
+    char cerr[160];
+    if (pj_closer_start(cerr, sizeof cerr) != 0)
+        pj_log_warn("%s: buffers are released on the event loop, which then waits for the "
+                    "device whenever a client's buffer is closed",
+                    cerr);
     *out = s;
     return 0;
 }
@@ -2078,11 +2087,32 @@ static void close_unread_conns(pj_server *s)
                 close_not_reading(s, c, now);
 }
 
+/* A release that waits this long for the device is said once: the device
+ * is held (a lane behind a dead client's wait, daemon/orphans.h) or hung. */
+#define SLOW_RELEASE_MS 5000
+
+static void warn_slow_release(pj_server *s)
+{
+    uint64_t ms = pj_closer_running_ms();
+    if (ms < SLOW_RELEASE_MS) {
+        s->release_warned = 0;
+        return;
+    }
+    if (s->release_warned)
+        return;
+    s->release_warned = 1;
+    pj_log_warn("a buffer release has waited %.1f s for the device (%u releases queued): the "
+                "device is held or hung; the loop keeps serving, the buffers' memory stays "
+                "held",
+                (double)ms / 1e3, pj_closer_pending());
+}
+
 static void on_watch(uv_timer_t *t)
 {
     pj_server *s = t->data;
     pj_orphans_sweep(&s->orphans, s->be, 0);
     pj_bufreg_reap(0); /* buffers released while the device still used them */
+    warn_slow_release(s);
     close_silent_conns(s);
     close_unread_conns(s);
     if (s->stopping || !s->lst_open || !s->lst_replaceable)
@@ -2282,21 +2312,33 @@ void pj_server_reload(pj_server *s, const pj_config *next)
                 s->cfg.limits.max_total_buffer_bytes, s->cfg.auth.n_uids, s->cfg.auth.n_gids);
 }
 
-void pj_server_destroy(pj_server *s)
+/* The shutdown's bound on releases still waiting for the device, inside
+ * the exit guard's EXIT_GUARD_S. */
+#define RELEASE_STOP_MS 3000
+
+int pj_server_destroy(pj_server *s)
 {
     if (!s)
-        return;
+        return 0;
+    const uint32_t lost = s->orphans.lost;
     pj_backend_set_fatal(s->be, NULL, NULL); /* work answered at launch may still be running */
     if (s->sock_open || s->n_ctx)
         close_socket(s);
     free_conns(s);
     /* Before the backend closes: buffers still retiring are closed now
-     * (each buffer_close waits for the device, bounded). */
+     * (each buffer_close waits for the device, bounded), and every release
+     * must have returned. */
     pj_bufreg_reap(1);
+    uint32_t left = pj_closer_stop(RELEASE_STOP_MS);
+    if (left)
+        pj_log_err("shutdown: %u buffer releases still wait for the device after %.1f s (%u "
+                   "clients lost with jobs waiting): the device is left as it is",
+                   left, RELEASE_STOP_MS / 1e3, lost);
     pj_wbuf_free(&s->wb);
     free(s->ops_scratch);
     free(s->pipes);
     free(s->retired);
     pthread_mutex_destroy(&s->mu);
     free(s);
+    return left ? 1 : 0;
 }

@@ -60,8 +60,11 @@ void pj_server_reload(pj_server *s, const pj_config *next);
  * call the stopped callback. Idempotent. */
 void pj_server_drain(pj_server *s);
 
-/* Free (after the stopped callback, or when listen failed). */
-void pj_server_destroy(pj_server *s);
+/* Free (after the stopped callback, or when listen failed). Returns 1
+ * when buffer releases still wait for the device (daemon/closer.h): the
+ * backend must then not be closed (a release still uses it); the caller
+ * exits the process instead. 0 otherwise. */
+int pj_server_destroy(pj_server *s);
 
 /* Once a drain has answered everything, the rest of the shutdown is given
  * a few seconds; past them the process exits with the code last set here

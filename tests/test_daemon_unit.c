@@ -23,6 +23,7 @@
 
 #include "daemon/backend.h"
 #include "daemon/bufreg.h"
+#include "daemon/closer.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
 #include "daemon/orphans.h"
@@ -378,6 +379,105 @@ START_TEST(registry_retires_busy_buffers)
     ck_assert_uint_eq(pj_bufreg_reap(1), 0);
     ck_assert_int_eq(g_fake_closed, 3);
     g_fake_busy = 0;
+    pjt_shm_destroy(&a);
+}
+END_TEST
+
+/* A backend whose buffer_close waits at a gate, as cudaHostUnregister waits
+ * for the device (for good when a lane is held by a dead client). */
+static pthread_mutex_t g_gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_gate_cv = PTHREAD_COND_INITIALIZER;
+static int g_gate_open, g_gate_closed, g_gate_off_thread;
+static pthread_t g_gate_caller;
+
+static void gated_close_buf(pj_backend *b, void *handle)
+{
+    (void)b;
+    (void)handle;
+    pthread_mutex_lock(&g_gate_mu);
+    while (!g_gate_open)
+        pthread_cond_wait(&g_gate_cv, &g_gate_mu);
+    g_gate_closed++;
+    if (!pthread_equal(pthread_self(), g_gate_caller))
+        g_gate_off_thread++;
+    pthread_mutex_unlock(&g_gate_mu);
+}
+
+static void gate_set(int open)
+{
+    pthread_mutex_lock(&g_gate_mu);
+    g_gate_open = open;
+    pthread_cond_broadcast(&g_gate_cv);
+    pthread_mutex_unlock(&g_gate_mu);
+}
+
+static int gate_closed(void)
+{
+    pthread_mutex_lock(&g_gate_mu);
+    int n = g_gate_closed;
+    pthread_mutex_unlock(&g_gate_mu);
+    return n;
+}
+
+/* Releases (buffer_close, unmap, the totals) run on the closer's thread: a
+ * close that waits for the device holds neither UNREGISTER nor the
+ * connection's end; the buffers stay counted until their release returns;
+ * the shutdown's bounded stop reports a release that does not return. */
+START_TEST(registry_releases_on_the_closer)
+{
+    pj_backend_ops ops = {
+        .name = "gated", .buffer_open = fake_open_buf, .buffer_close = gated_close_buf};
+    pj_backend be = {.ops = &ops};
+    char err[512];
+    ck_assert_int_eq(pj_closer_start(err, sizeof err), 0);
+    g_gate_caller = pthread_self();
+    gate_set(0);
+    pj_bufreg reg;
+    pj_bufreg_init(&reg, &be, (uint32_t)getuid(), (int32_t)getpid());
+    pjt_shm a;
+    ck_assert_int_eq(pjt_shm_create(&a, 8192), 0);
+    pj_register rq = {.kind = PJ_BUF_SHM, .size = 8192};
+    snprintf(rq.shm_name, sizeof rq.shm_name, "%s", a.name);
+    uint64_t n0, bytes0, n1, bytes1;
+    pj_bufreg_totals(&n0, &bytes0);
+    pj_buf *x, *y;
+    ck_assert_int_eq(pj_bufreg_register(&reg, &rq, 8, &x, err, sizeof err), PJ_OK);
+    ck_assert_int_eq(pj_bufreg_register(&reg, &rq, 8, &y, err, sizeof err), PJ_OK);
+    /* Both calls return while the first close waits at the gate; the
+     * buffers no longer count, their mapped bytes do. */
+    ck_assert_int_eq(pj_bufreg_unregister(&reg, x->id, err, sizeof err), PJ_OK);
+    pj_bufreg_clear(&reg);
+    ck_assert_uint_eq(reg.n_held, 0);
+    ck_assert_uint_eq(pj_closer_pending(), 2);
+    usleep(50 * 1000);
+    ck_assert_int_eq(gate_closed(), 0);
+    ck_assert_uint_ge(pj_closer_running_ms(), 20);
+    pj_bufreg_totals(&n1, &bytes1);
+    ck_assert_uint_eq(n1, n0);
+    ck_assert_uint_eq(bytes1, bytes0 + 2 * 8192);
+    ck_assert_uint_eq(pj_bufreg_total_held_bytes(), bytes1);
+    /* The device is done: both release, in order, off this thread. */
+    gate_set(1);
+    for (int i = 0; i < 500 && pj_closer_pending() > 0; i++)
+        usleep(10 * 1000);
+    ck_assert_uint_eq(pj_closer_pending(), 0);
+    ck_assert_int_eq(gate_closed(), 2);
+    ck_assert_int_eq(g_gate_off_thread, 2);
+    ck_assert_uint_eq(pj_closer_running_ms(), 0);
+    pj_bufreg_totals(&n1, &bytes1);
+    ck_assert_uint_eq(n1, n0);
+    ck_assert_uint_eq(bytes1, bytes0);
+    /* A release that never returns: the stop gives up after its bound and
+     * says how many are left. */
+    gate_set(0);
+    pj_bufreg_init(&reg, &be, (uint32_t)getuid(), (int32_t)getpid());
+    ck_assert_int_eq(pj_bufreg_register(&reg, &rq, 8, &x, err, sizeof err), PJ_OK);
+    pj_bufreg_clear(&reg);
+    ck_assert_uint_eq(pj_closer_stop(100), 1);
+    gate_set(1);
+    for (int i = 0; i < 500 && pj_closer_pending() > 0; i++)
+        usleep(10 * 1000);
+    ck_assert_int_eq(gate_closed(), 3);
     pjt_shm_destroy(&a);
 }
 END_TEST
@@ -990,6 +1090,7 @@ int main(void)
         {"span_checks", span_checks},
         {"registry_and_ops", registry_and_ops},
         {"registry_retires_busy_buffers", registry_retires_busy_buffers},
+        {"registry_releases_on_the_closer", registry_releases_on_the_closer},
         {"private_shm_refusal_says_open", private_shm_refusal_says_open},
         {"sigbus_guard", sigbus_guard},
         {"sigbus_sent_still_kills", sigbus_sent_still_kills},
