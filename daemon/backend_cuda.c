@@ -75,7 +75,10 @@ typedef struct cu_ipc {
     void *dev;
     size_t alloc_size; /* bytes from dev to the allocation's end */
     uint32_t refs;
-    int closing; /* refs reached 0; cudaIpcCloseMemHandle runs (closer thread) */
+    /* refs reached 0: 1 while the closer waits to close it (a REGISTER of
+     * the same handle then takes it back), 2 once cudaIpcCloseMemHandle runs */
+    int closing;
+    uint32_t close_gen; /* which ipc_put's wait may close it */
     struct cu_state *st;
 } cu_ipc;
 
@@ -196,9 +199,6 @@ struct cu_state {
     long fault_after, fault_count; /* test only: fault after that many jobs */
     long stall_after, stall_count; /* test only: hold the stream after that many jobs */
     uint64_t stall_ns;
-    /* Set by the first oldest_job_ns call (the watchdog is on): from then
-     * WAIT_EVENT jobs record their wait marker (cu_pend.wev). Loop thread. */
-    int wait_markers;
     uint32_t max_m, max_k, max_n;
     cu_lane *lanes[CU_MAX_LANES];
     uint32_t n_lanes;
@@ -1275,6 +1275,49 @@ static void *completion_main(void *arg)
 
 /* ---- buffers -------------------------------------------------------------------------------- */
 
+/* Jobs on any lane whose client wait has not passed (wait marker not
+ * done; the oldest CU_RELEASE_ASKED of each lane are asked). Any thread:
+ * the markers are the lane's own events, never destroyed while it runs; a
+ * slot reused meanwhile answers for its new job, which errs on the side
+ * of waiting. */
+#define CU_RELEASE_ASKED 64
+static uint32_t lanes_client_waits(cu_state *st)
+{
+    uint32_t waiting = 0;
+    for (uint32_t l = 0; l < st->n_lanes; l++) {
+        cu_lane *ln = st->lanes[l];
+        cudaEvent_t marker[CU_RELEASE_ASKED];
+        uint32_t n = 0;
+        pthread_mutex_lock(&ln->mu);
+        for (uint32_t i = 0; i < ln->count && n < CU_RELEASE_ASKED; i++) {
+            const cu_pend *p = &ln->ring[(ln->head + i) % CU_RING];
+            if (p->client_wait)
+                marker[n++] = p->wev;
+        }
+        pthread_mutex_unlock(&ln->mu);
+        for (uint32_t i = 0; i < n; i++)
+            if (cudaEventQuery(marker[i]) == cudaErrorNotReady)
+                waiting++;
+    }
+    cudaGetLastError(); /* an event's error belongs to its job's completion */
+    return waiting;
+}
+
+/* cudaHostUnregister and cudaIpcCloseMemHandle return only once the
+ * device's queued work has run, and meanwhile hold a lock of the driver's
+ * that every other CUDA call of the process waits for. Behind a client
+ * wait that never passes (a client that died before recording its event)
+ * that stopped the event loop's next launch for good (session 32, visit
+ * 1), although the release ran on the closer thread. So a release starts
+ * only when no client wait is pending; until then this thread polls,
+ * holding nothing (for good behind a dead client: its buffers stay until
+ * projd restarts). Closer thread. */
+static void release_when_no_client_waits(cu_state *st)
+{
+    while (lanes_client_waits(st) > 0)
+        usleep(1000);
+}
+
 /* Wait on ipc_cv (ipc_mu held) for up to 10 ms; 0 once deadline_ns has passed. */
 static int ipc_wait_until(cu_state *st, uint64_t deadline_ns)
 {
@@ -1303,7 +1346,8 @@ static cu_ipc *ipc_get(cu_state *st, const uint8_t *handle, char *err, size_t er
             c = c->next;
             continue;
         }
-        if (!c->closing) {
+        if (c->closing < 2) {
+            c->closing = 0;
             c->refs++;
             pthread_mutex_unlock(&st->ipc_mu);
             return c;
@@ -1362,7 +1406,8 @@ static cu_ipc *ipc_get(cu_state *st, const uint8_t *handle, char *err, size_t er
 }
 
 /* The closer thread, or the loop when none runs. The entry stays listed,
- * marked closing, until the close has returned (see ipc_get). */
+ * marked closing, until the close has returned (see ipc_get); a REGISTER
+ * of it before the close has started takes it back. */
 static void ipc_put(cu_state *st, cu_ipc *c)
 {
     pthread_mutex_lock(&st->ipc_mu);
@@ -1371,6 +1416,17 @@ static void ipc_put(cu_state *st, cu_ipc *c)
         return;
     }
     c->closing = 1;
+    const uint32_t gen = ++c->close_gen;
+    pthread_mutex_unlock(&st->ipc_mu);
+    release_when_no_client_waits(st);
+    pthread_mutex_lock(&st->ipc_mu);
+    if (c->closing != 1 || c->close_gen != gen) {
+        /* registered again meanwhile (it stays), or released again after
+         * that (the later put closes it) */
+        pthread_mutex_unlock(&st->ipc_mu);
+        return;
+    }
+    c->closing = 2;
     pthread_mutex_unlock(&st->ipc_mu);
     cudaError_t ce = cudaIpcCloseMemHandle(c->dev);
     if (ce != cudaSuccess) {
@@ -1503,6 +1559,7 @@ static void cu_buffer_close(pj_backend *b, void *handle)
         }
     }
     if (h->kind == PJ_BUF_SHM) {
+        release_when_no_client_waits(st);
         cudaError_t ce = cudaHostUnregister(h->host);
         if (ce != cudaSuccess) {
             char t[200];
@@ -1843,10 +1900,11 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
             p->wbs = bs;
             p->wait_ev = ev;
         }
-        if (ev && ce == cudaSuccess && st->wait_markers) {
+        if (ev && ce == cudaSuccess) {
             /* Best effort: without the marker the wait counts as the
-             * daemon's own time. One more record per request, so only
-             * while a watchdog asks (st->wait_markers). */
+             * daemon's own time, and a release may wait for it
+             * (release_when_no_client_waits). One more record per request:
+             * less than apply()'s run-to-run spread (session 31, visit 1). */
             if (!p->wev &&
                 cudaEventCreateWithFlags(&p->wev, cudaEventDisableTiming) != cudaSuccess) {
                 p->wev = NULL;
@@ -2265,8 +2323,6 @@ static uint64_t cu_oldest_job_ns(pj_backend *b, uint64_t *client_wait)
     cu_state *st = b->priv;
     uint64_t own = 0, waiting = 0;
     const uint64_t now = now_ns();
-    if (st)
-        st->wait_markers = 1;
     for (uint32_t i = 0; st && i < st->n_lanes; i++) {
         cu_lane *ln = st->lanes[i];
         if (!ln)

@@ -710,12 +710,15 @@ static pid_t w4_child_run(const char *self, const char *url, const char *mode)
  * STATUS, counted, and taken by the watchdog for a stall without waiting
  * out 2 x WatchdogSec; the other lanes keep serving meanwhile. Then that
  * the loop never waits for the held device: a new connection registers,
- * runs and closes, and a PING is answered after its buffers' release
- * (which may wait for the device on the closer thread, daemon/closer.h;
- * printed); SIGTERM stops projd with code 0 without closing the device
- * (its release of the held job's buffers cannot finish). Session 31's
- * visit 3 saw the loop blocked within a second of an ipc client's death,
- * when the release of its idle buffers ran on the loop. */
+ * runs and closes, and a PING and a request are answered after it (its
+ * buffers' release waits on the closer thread, daemon/closer.h, until no
+ * client wait is pending: for good here; printed); SIGTERM stops projd
+ * with code 0 without closing the device. Session 31's visit 3 saw the
+ * loop blocked within a second of an ipc client's death, when the release
+ * of its idle buffers ran on the loop; session 32's visit 1 saw the
+ * loop's next launch blocked by such a release running on the closer
+ * thread (cudaHostUnregister holds a lock of the driver's while it waits
+ * for the device). */
 static void w4_kill_one(const char *self, const char *mode)
 {
     pj_dproc d;
@@ -769,6 +772,12 @@ static void w4_kill_one(const char *self, const char *mode)
            "release_wait_ms %.0f\n",
            mode, (double)(cc_now_us() - tp) / 1e6, pjd_stat(&t.c, "buffers.releasing"),
            pjd_stat(&t.c, "buffers.release_wait_ms"));
+    /* The loop's CUDA calls too: a release that had started behind the held
+     * lane would hold them (session 32, visit 1). */
+    tp = cc_now_us();
+    CHECK(run_shm(&t, &s, NULL, why, sizeof why) == 0,
+          "W4 %s: a request after the new connection's close: %s", mode, why);
+    printf("W4 %s: a request after its close: %.3f s\n", mode, (double)(cc_now_us() - tp) / 1e6);
     /* SIGTERM: the release of the held job's buffers cannot finish; projd
      * says so and exits 0 without closing the device. */
     pjc_close(&t);
