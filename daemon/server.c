@@ -2320,7 +2320,6 @@ int pj_server_destroy(pj_server *s)
 {
     if (!s)
         return 0;
-    const uint32_t lost = s->orphans.lost;
     pj_backend_set_fatal(s->be, NULL, NULL); /* work answered at launch may still be running */
     if (s->sock_open || s->n_ctx)
         close_socket(s);
@@ -2331,9 +2330,9 @@ int pj_server_destroy(pj_server *s)
     pj_bufreg_reap(1);
     uint32_t left = pj_closer_stop(RELEASE_STOP_MS);
     if (left)
-        pj_log_err("shutdown: %u buffer releases still wait for the device after %.1f s (%u "
-                   "clients lost with jobs waiting): the device is left as it is",
-                   left, RELEASE_STOP_MS / 1e3, lost);
+        pj_log_err("shutdown: %u buffer releases still wait for the device after %.1f s (%" PRIu64
+                   " clients lost with jobs waiting since the start): the device is left as it is",
+                   left, RELEASE_STOP_MS / 1e3, s->orphans.lost_total);
     pj_wbuf_free(&s->wb);
     free(s->ops_scratch);
     free(s->pipes);
