@@ -12,6 +12,7 @@
  *                               (buffer_close: on the closer's thread)
  *   stream_create / _destroy    one per connection, created at HELLO
  *   stream_client_waits         a closed connection's jobs behind client waits
+ *   stream_lost                 ... and their client has exited
  *   submit(stream, job)         execute a validated job; done() later
  *   stats_json(obj)             add backend figures to the STATS reply
  *   close()                     after every job has completed
@@ -126,6 +127,12 @@ typedef struct pj_backend_ops {
      * (daemon/orphans.h). Loop thread; may ask the device. NULL: none
      * ever. */
     uint32_t (*stream_client_waits)(pj_backend *b, pj_backend_stream *s);
+    /* A stream that stream_client_waits counted was found lost: its client
+     * exited with those waits unpassed, so its jobs, and whatever is queued
+     * behind them, never run (daemon/orphans.h). The backend should give
+     * new streams other queues while it has any. Loop thread, once per
+     * stream, before its stream_destroy. NULL: nothing to do. */
+    void (*stream_lost)(pj_backend *b, pj_backend_stream *s);
 
     /* Start the job. Returns 0 and later calls job->done exactly once, or
      * returns a negative errno (nothing started, done never called). */

@@ -129,6 +129,7 @@ typedef struct cu_lane {
     size_t sx_bytes, sy_bytes;
     pj_cgraph graphs[CU_MAX_L][CU_MAX_S];
     uint32_t n_conns;
+    uint32_t n_lost; /* streams of it lost (stream_lost): held for good. Loop thread. */
     /* completion */
     pthread_t th;
     int th_started;
@@ -180,6 +181,7 @@ struct pj_backend_stream {
     } ev[CU_EVCACHE];
     uint32_t n_ev;
     uint64_t tick;
+    int lost; /* stream_lost was called */
 };
 
 struct cu_state {
@@ -208,7 +210,8 @@ struct cu_state {
     /* The loop opens IPC allocations; the closer thread (daemon/closer.h)
      * closes them, so the list is shared under ipc_mu. */
     pthread_mutex_t ipc_mu;
-    pthread_cond_t ipc_cv; /* an entry left the list */
+    pthread_cond_t ipc_cv;   /* an entry left the list */
+    pthread_mutex_t wait_mu; /* a release vs a WAIT_EVENT submit (release_begin) */
     cu_ipc *ipcs;
     uint32_t n_ipc_open;
     pthread_mutex_t ref_mu;
@@ -1275,29 +1278,29 @@ static void *completion_main(void *arg)
 
 /* ---- buffers -------------------------------------------------------------------------------- */
 
-/* Jobs on any lane whose client wait has not passed (wait marker not
- * done; the oldest CU_RELEASE_ASKED of each lane are asked). Any thread:
- * the markers are the lane's own events, never destroyed while it runs; a
- * slot reused meanwhile answers for its new job, which errs on the side
- * of waiting. */
-#define CU_RELEASE_ASKED 64
+/* Lanes whose newest WAIT_EVENT job has not passed its client's wait:
+ * its wait marker not done, or, where it has none, the job itself not
+ * done. A lane runs in order, so when its newest wait has passed, all
+ * earlier ones have. Any thread: the markers and completion events are
+ * the lane's own, never destroyed while it runs; a slot reused meanwhile
+ * answers for its new job, which errs on the side of waiting. */
 static uint32_t lanes_client_waits(cu_state *st)
 {
     uint32_t waiting = 0;
     for (uint32_t l = 0; l < st->n_lanes; l++) {
         cu_lane *ln = st->lanes[l];
-        cudaEvent_t marker[CU_RELEASE_ASKED];
-        uint32_t n = 0;
+        cudaEvent_t ev = NULL;
         pthread_mutex_lock(&ln->mu);
-        for (uint32_t i = 0; i < ln->count && n < CU_RELEASE_ASKED; i++) {
+        for (uint32_t i = ln->count; i-- > 0;) {
             const cu_pend *p = &ln->ring[(ln->head + i) % CU_RING];
-            if (p->client_wait)
-                marker[n++] = p->wev;
+            if (p->wait_ev) {
+                ev = p->client_wait ? p->wev : p->ev;
+                break;
+            }
         }
         pthread_mutex_unlock(&ln->mu);
-        for (uint32_t i = 0; i < n; i++)
-            if (cudaEventQuery(marker[i]) == cudaErrorNotReady)
-                waiting++;
+        if (ev && cudaEventQuery(ev) == cudaErrorNotReady)
+            waiting++;
     }
     cudaGetLastError(); /* an event's error belongs to its job's completion */
     return waiting;
@@ -1309,13 +1312,29 @@ static uint32_t lanes_client_waits(cu_state *st)
  * wait that never passes (a client that died before recording its event)
  * that stopped the event loop's next launch for good (session 32, visit
  * 1), although the release ran on the closer thread. So a release starts
- * only when no client wait is pending; until then this thread polls,
- * holding nothing (for good behind a dead client: its buffers stay until
- * projd restarts). Closer thread. */
-static void release_when_no_client_waits(cu_state *st)
+ * only when no client wait is pending, and holds wait_mu from that check
+ * until it returns: a WAIT_EVENT submit takes it too, from its
+ * cudaStreamWaitEvent until the job is on the lane's ring, so no wait can
+ * slip in between. Until then this thread polls (1 to 16 ms apart),
+ * holding nothing: for good behind a dead client, whose lane's waits never
+ * pass (releases then wait for the restart). Closer thread. */
+static void release_begin(cu_state *st)
 {
-    while (lanes_client_waits(st) > 0)
-        usleep(1000);
+    cudaSetDevice(st->dev); /* the closer's thread is not the loop's */
+    for (unsigned ms = 1;; ms = ms < 16 ? ms * 2 : 16) {
+        if (lanes_client_waits(st) == 0) {
+            pthread_mutex_lock(&st->wait_mu);
+            if (lanes_client_waits(st) == 0)
+                return;
+            pthread_mutex_unlock(&st->wait_mu);
+        }
+        usleep(ms * 1000u);
+    }
+}
+
+static void release_end(cu_state *st)
+{
+    pthread_mutex_unlock(&st->wait_mu);
 }
 
 /* Wait on ipc_cv (ipc_mu held) for up to 10 ms; 0 once deadline_ns has passed. */
@@ -1418,17 +1437,19 @@ static void ipc_put(cu_state *st, cu_ipc *c)
     c->closing = 1;
     const uint32_t gen = ++c->close_gen;
     pthread_mutex_unlock(&st->ipc_mu);
-    release_when_no_client_waits(st);
+    release_begin(st);
     pthread_mutex_lock(&st->ipc_mu);
     if (c->closing != 1 || c->close_gen != gen) {
         /* registered again meanwhile (it stays), or released again after
          * that (the later put closes it) */
         pthread_mutex_unlock(&st->ipc_mu);
+        release_end(st);
         return;
     }
     c->closing = 2;
     pthread_mutex_unlock(&st->ipc_mu);
     cudaError_t ce = cudaIpcCloseMemHandle(c->dev);
+    release_end(st);
     if (ce != cudaSuccess) {
         char t[200];
         ce_text(ce, t, sizeof t);
@@ -1559,8 +1580,9 @@ static void cu_buffer_close(pj_backend *b, void *handle)
         }
     }
     if (h->kind == PJ_BUF_SHM) {
-        release_when_no_client_waits(st);
+        release_begin(st);
         cudaError_t ce = cudaHostUnregister(h->host);
+        release_end(st);
         if (ce != cudaSuccess) {
             char t[200];
             ce_text(ce, t, sizeof t);
@@ -1583,10 +1605,16 @@ static int cu_stream_create(pj_backend *b, pj_backend_stream **out, char *err, s
         snprintf(err, errlen, "backend cuda: out of memory");
         return -ENOMEM;
     }
-    cu_lane *best = st->lanes[0];
-    for (uint32_t i = 1; i < st->n_lanes; i++)
-        if (st->lanes[i]->n_conns < best->n_conns)
-            best = st->lanes[i];
+    /* The least used lane that no dead client holds; any lane when all are
+     * held (they all hang then, as they would have). */
+    cu_lane *best = NULL;
+    for (int pass = 0; pass < 2 && !best; pass++)
+        for (uint32_t i = 0; i < st->n_lanes; i++) {
+            cu_lane *ln = st->lanes[i];
+            if ((pass == 0 && ln->n_lost) || (best && ln->n_conns >= best->n_conns))
+                continue;
+            best = ln;
+        }
     best->n_conns++;
     bs->ln = best;
     *out = bs;
@@ -1609,7 +1637,26 @@ static void cu_stream_destroy(pj_backend *b, pj_backend_stream *bs)
     for (uint32_t i = 0; i < bs->n_ev; i++)
         cudaEventDestroy(bs->ev[i].ev);
     ln->n_conns--;
+    if (bs->lost && --ln->n_lost == 0)
+        pj_log_info("cuda: lane %u takes new connections again", ln->idx);
     free(bs);
+}
+
+static void cu_stream_lost(pj_backend *b, pj_backend_stream *bs)
+{
+    cu_state *st = b->priv;
+    if (!bs || bs->lost)
+        return;
+    bs->lost = 1;
+    cu_lane *ln = bs->ln;
+    if (ln->n_lost++)
+        return;
+    uint32_t free_lanes = 0;
+    for (uint32_t i = 0; i < st->n_lanes; i++)
+        free_lanes += st->lanes[i]->n_lost == 0;
+    pj_log_warn("cuda: lane %u is held by a dead client's wait: its %u other connections hang "
+                "until projd restarts; new ones go to the other %u lanes",
+                ln->idx, ln->n_conns - 1, free_lanes);
 }
 
 static int conn_has_event(const pj_backend_stream *bs, cudaEvent_t ev)
@@ -1621,7 +1668,7 @@ static int conn_has_event(const pj_backend_stream *bs, cudaEvent_t ev)
 }
 
 /* bs's jobs still on the lane whose wait for the client's event has not
- * passed: the wait marker (wev, while a watchdog asks) not done, and the
+ * passed: the wait marker (wev, where it could be recorded) not done, and the
  * client's event not done either. cudaEventQuery sees an IPC event's
  * newest record, so for a client that has exited that is its last one;
  * a job whose event left the cache is not counted (nothing to ask).
@@ -1893,7 +1940,12 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
     p->wait_ev = NULL;
     p->bufs = bufs;
     p->n_bufs = 0;
+    int wait_locked = 0;
     if (job->flags & PJ_PF_WAIT_EVENT) {
+        /* Until the job is on the ring, where a release sees its wait
+         * (release_begin). */
+        pthread_mutex_lock(&st->wait_mu);
+        wait_locked = 1;
         cudaEvent_t ev = conn_event(bs, job->wait_event, msg, sizeof msg);
         cudaError_t ce = ev ? cudaStreamWaitEvent(ln->s, ev, 0) : cudaSuccess;
         if (ev && ce == cudaSuccess) {
@@ -1902,9 +1954,9 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
         }
         if (ev && ce == cudaSuccess) {
             /* Best effort: without the marker the wait counts as the
-             * daemon's own time, and a release may wait for it
-             * (release_when_no_client_waits). One more record per request:
-             * less than apply()'s run-to-run spread (session 31, visit 1). */
+             * daemon's own time, and a release waits for the whole job
+             * (release_begin). One more record per request: less than
+             * apply()'s run-to-run spread (session 31, visit 1). */
             if (!p->wev &&
                 cudaEventCreateWithFlags(&p->wev, cudaEventDisableTiming) != cudaSuccess) {
                 p->wev = NULL;
@@ -2016,6 +2068,8 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
     __atomic_add_fetch(&ln->count, 1, __ATOMIC_RELEASE);
     pthread_cond_signal(&ln->cv);
     pthread_mutex_unlock(&ln->mu);
+    if (wait_locked)
+        pthread_mutex_unlock(&st->wait_mu);
     if (answer_now) {
         /* The completion thread no longer touches the job. */
         job->status = PJ_OK;
@@ -2086,6 +2140,7 @@ static void cu_stats_json(pj_backend *b, cJSON *obj)
         if (!o)
             break;
         cJSON_AddNumberToObject(o, "connections", st->lanes[i]->n_conns);
+        cJSON_AddBoolToObject(o, "held", st->lanes[i]->n_lost > 0);
         cJSON_AddNumberToObject(o, "jobs", (double)atomic_load(&st->lanes[i]->jobs));
         pthread_mutex_lock(&st->lanes[i]->mu);
         cJSON_AddNumberToObject(o, "pending", st->lanes[i]->count);
@@ -2202,6 +2257,7 @@ static void cu_close(pj_backend *b)
     pthread_mutex_destroy(&st->ref_mu);
     pthread_cond_destroy(&st->ipc_cv);
     pthread_mutex_destroy(&st->ipc_mu);
+    pthread_mutex_destroy(&st->wait_mu);
     free(st);
     b->priv = NULL;
 }
@@ -2220,6 +2276,7 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     pthread_cond_init(&st->ref_cv, NULL);
     pthread_mutex_init(&st->ipc_mu, NULL);
     pthread_cond_init(&st->ipc_cv, NULL);
+    pthread_mutex_init(&st->wait_mu, NULL);
     const pj_config *cfg = b->cfg;
     st->max_m = cfg->shapes.max_m ? cfg->shapes.max_m : 1;
     for (uint32_t i = 0; i < cfg->shapes.n_m && st->n_shapes < CU_MAX_S; i++)
@@ -2363,6 +2420,7 @@ static const pj_backend_ops cuda_ops = {
     .stream_create = cu_stream_create,
     .stream_destroy = cu_stream_destroy,
     .stream_client_waits = cu_stream_client_waits,
+    .stream_lost = cu_stream_lost,
     .submit = cu_submit,
     .buffer_busy = cu_buffer_busy,
     .stats_json = cu_stats_json,

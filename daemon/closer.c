@@ -21,6 +21,7 @@ static pthread_cond_t g_idle_cv = PTHREAD_COND_INITIALIZER; /* a job finished */
 static job *g_head, *g_tail;
 static pthread_t g_thread;
 static int g_running, g_stop;
+static int g_abandoned; /* a stop gave up on the thread: start and stop do nothing */
 static atomic_uint g_pending;
 static atomic_uint_fast64_t g_started_ns; /* the running job's start; 0 when none runs */
 
@@ -60,7 +61,7 @@ static void *closer_main(void *arg)
 int pj_closer_start(char *err, size_t errlen)
 {
     pthread_mutex_lock(&g_mu);
-    if (g_running) {
+    if (g_running || g_abandoned) {
         pthread_mutex_unlock(&g_mu);
         return 0;
     }
@@ -116,9 +117,10 @@ uint64_t pj_closer_running_ms(void)
 uint32_t pj_closer_stop(int wait_ms)
 {
     pthread_mutex_lock(&g_mu);
-    if (!g_running) {
+    if (!g_running || g_abandoned) {
+        uint32_t left = g_abandoned ? atomic_load(&g_pending) : 0;
         pthread_mutex_unlock(&g_mu);
-        return 0;
+        return left;
     }
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
@@ -136,6 +138,7 @@ uint32_t pj_closer_stop(int wait_ms)
         /* New releases run on their caller's thread from now on; the stuck
          * thread keeps its queue, and ends on its own if it ever drains. */
         g_stop = 1;
+        g_abandoned = 1;
         pthread_detach(g_thread);
         pthread_mutex_unlock(&g_mu);
         return left;

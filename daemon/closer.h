@@ -1,16 +1,22 @@
 /* closer.h — client buffers released on a thread of their own.
  *
- * Releasing a buffer on the cuda backend can wait for the whole device:
- * cudaHostUnregister (and cudaIpcCloseMemHandle) return only once the work
- * queued before them has run. On the event loop that wait stops every
- * connection for as long as the device is busy with other clients' work,
- * and for good when a lane is held by a client that died before recording
- * its event (daemon/orphans.h): session 31 measured the loop blocked
- * within a second of such a death, when the dead client's idle buffers
- * were closed. The registry (bufreg.c) therefore hands each release here;
- * one thread runs them in the order given. A release that never returns
- * holds only this thread: later releases queue behind it (counted in
- * STATS as buffers.releasing) while the loop keeps serving.
+ * Releasing a buffer on the cuda backend waits for the whole device:
+ * cudaHostUnregister (and cudaIpcCloseMemHandle) return only once the
+ * work queued before them has run. On the event loop that wait stopped
+ * every connection for as long as the device was busy with other
+ * clients' work, and for good when a lane was held by a client that died
+ * before recording its event (daemon/orphans.h; session 31 measured the
+ * loop blocked within a second of such a death, when the dead client's
+ * idle buffers were closed). The registry (bufreg.c) therefore hands each
+ * release here; one thread runs them in the order given. The wait does
+ * not stay on this thread alone: while it runs, those calls hold a lock
+ * of the driver's that the loop's own CUDA calls wait for, so the cuda
+ * backend starts a release only when no client wait is pending (see
+ * release_begin in backend_cuda.c), and it is then bounded by the
+ * device's queued work. A release that cannot start (behind a dead
+ * client) holds this thread, and every later release queues behind it
+ * (STATS buffers.releasing; their memory and shm slots stay held) until
+ * projd restarts, while the loop keeps serving.
  *
  * Process-wide, like the registry's totals. Before pj_closer_start (unit
  * tests, tools) and after a failed start, releases run on the caller's
@@ -40,9 +46,10 @@ uint32_t pj_closer_pending(void);
 uint64_t pj_closer_running_ms(void);
 
 /* Wait up to wait_ms for every release to finish, then stop the thread.
- * Returns 0, or how many are left: the thread is then left as it is (it
- * may be inside a call that never returns), and nothing a release uses
- * may be freed; the process should exit without closing the backend. */
+ * Returns 0, or how many are left: the thread is then given up (detached,
+ * left as it is: it may be inside a call that never returns; later starts
+ * and stops do nothing), nothing a release uses may be freed, and the
+ * process should exit without closing the backend. */
 uint32_t pj_closer_stop(int wait_ms);
 
 #endif

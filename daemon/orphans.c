@@ -66,6 +66,8 @@ void pj_orphans_sweep(pj_orphans *o, pj_backend *be, int final)
                        "behind them on their lane neither; restart projd (with WatchdogSec= "
                        "systemd does)",
                        w->serial, (int)w->peer.pid, n);
+            if (ops->stream_lost)
+                ops->stream_lost(be, w->bs);
         }
         if (n && !final) {
             pp = &w->next;

@@ -2101,10 +2101,11 @@ static void warn_slow_release(pj_server *s)
     if (s->release_warned)
         return;
     s->release_warned = 1;
-    pj_log_warn("a buffer release has waited %.1f s for the device (%u releases queued): the "
-                "device is held or hung; the loop keeps serving, the buffers' memory stays "
-                "held",
-                (double)ms / 1e3, pj_closer_pending());
+    pj_log_warn("a buffer release has waited %.1f s for the device (%u releases queued, %u "
+                "clients lost with jobs waiting now): a client wait that never passes (a dead "
+                "client), client waits that never all clear at once, or a hung device; the loop "
+                "keeps serving, the buffers' memory stays held",
+                (double)ms / 1e3, pj_closer_pending(), s->orphans.lost);
 }
 
 static void on_watch(uv_timer_t *t)
@@ -2328,6 +2329,10 @@ int pj_server_destroy(pj_server *s)
      * (each buffer_close waits for the device, bounded), and every release
      * must have returned. */
     pj_bufreg_reap(1);
+    /* The closer's bound, and what follows, get the exit guard's time of
+     * their own (the linger and nng's teardown have used some of it). */
+    if (s->stopping)
+        pj_server_arm_exit_guard();
     uint32_t left = pj_closer_stop(RELEASE_STOP_MS);
     if (left)
         pj_log_err("shutdown: %u buffer releases still wait for the device after %.1f s (%" PRIu64

@@ -155,6 +155,7 @@ START_TEST(concurrent_clients)
     /* The clients are gone: their connections and buffers too. */
     ck_assert_double_eq(pjd_wait_stat(&c, "connections.current", 1, 10000), 1);
     ck_assert_double_eq(pjd_wait_stat(&c, "buffers.current", 0, 10000), 0);
+    ck_assert_double_eq(pjd_wait_stat(&c, "buffers.mapped_bytes", 0, 10000), 0); /* released */
     pjt_close(&c);
     pjd_stop(&d);
 }
@@ -759,6 +760,7 @@ START_TEST(unregister_while_running)
     nng_ctx_close(ctx);
     ck_assert_msg(pjc_verify(&t, &s, why, sizeof why) == 0, "%s", why);
     ck_assert_double_eq(pjd_wait_stat(&t.c, "buffers.current", 0, 10000), 0);
+    ck_assert_double_eq(pjd_wait_stat(&t.c, "buffers.mapped_bytes", 0, 10000), 0); /* released */
     /* It was still running, so the mappings were held. */
     ck_assert_double_eq(inflight, 1);
     ck_assert_double_eq(held, 2);

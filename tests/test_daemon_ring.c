@@ -122,6 +122,7 @@ START_TEST(ring_bit_exact)
     pjc_close(&t);
     ck_assert_double_eq(pjd_wait_stat(&st, "ring.attached", 0, 10000), 0);
     ck_assert_double_eq(pjd_wait_stat(&st, "buffers.current", 0, 10000), 0);
+    ck_assert_double_eq(pjd_wait_stat(&st, "buffers.mapped_bytes", 0, 10000), 0); /* released */
     pjt_close(&st);
     pjd_stop(&d);
 }
@@ -855,6 +856,7 @@ START_TEST(killed_client_with_ring)
     ck_assert_double_eq(pjd_wait_stat(&st, "connections.current", 1, 10000), 1);
     ck_assert_double_eq(pjd_wait_stat(&st, "ring.attached", 0, 10000), 0);
     ck_assert_double_eq(pjd_wait_stat(&st, "buffers.current", 0, 10000), 0);
+    ck_assert_double_eq(pjd_wait_stat(&st, "buffers.mapped_bytes", 0, 10000), 0); /* released */
     ck_assert_double_ge(pjd_stat(&st, "ring.requests"), 20);
     pjt_close(&st);
     pjd_stop(&d);

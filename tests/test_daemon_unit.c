@@ -78,6 +78,8 @@ struct pj_backend_stream {
 };
 static uint32_t g_waits[3];
 static int g_destroyed[3];
+static int g_lost_calls[3];    /* stream_lost per stream */
+static int g_lost_expected[3]; /* whether stream_destroy should find it called */
 
 static uint32_t fake_client_waits(pj_backend *b, pj_backend_stream *bs)
 {
@@ -88,7 +90,14 @@ static uint32_t fake_client_waits(pj_backend *b, pj_backend_stream *bs)
 static void fake_stream_destroy(pj_backend *b, pj_backend_stream *bs)
 {
     (void)b;
+    ck_assert_int_eq(g_lost_calls[bs->idx] > 0, g_lost_expected[bs->idx]);
     g_destroyed[bs->idx]++;
+}
+
+static void fake_stream_lost(pj_backend *b, pj_backend_stream *bs)
+{
+    (void)b;
+    g_lost_calls[bs->idx]++;
 }
 
 /* A watch as the server opens one at accept. */
@@ -189,11 +198,15 @@ START_TEST(orphans_lost_only_when_the_client_exited)
 {
     pj_backend_ops ops = {.name = "fake",
                           .stream_destroy = fake_stream_destroy,
-                          .stream_client_waits = fake_client_waits};
+                          .stream_client_waits = fake_client_waits,
+                          .stream_lost = fake_stream_lost};
     pj_backend be = {.ops = &ops};
     pj_backend_stream bs[3] = {{0}, {1}, {2}};
     memset(g_waits, 0, sizeof g_waits);
     memset(g_destroyed, 0, sizeof g_destroyed);
+    memset(g_lost_calls, 0, sizeof g_lost_calls);
+    memset(g_lost_expected, 0, sizeof g_lost_expected);
+    g_lost_expected[2] = 1;
     pj_orphans o = {0};
     /* No job waits: not taken (the caller destroys the stream as before). */
     ck_assert_int_eq(pj_orphans_adopt(&o, &be, &bs[0], watch_of(getpid()), 1), 0);
@@ -216,6 +229,8 @@ START_TEST(orphans_lost_only_when_the_client_exited)
     g_waits[2] = 1;
     ck_assert_int_eq(pj_orphans_adopt(&o, &be, &bs[2], watch_of(gone), 3), 1);
     ck_assert_uint_eq(o.lost, 1);
+    ck_assert_int_eq(g_lost_calls[2], 1); /* the backend told, once */
+    ck_assert_int_eq(g_lost_calls[0] + g_lost_calls[1], 0);
     ck_assert_int_eq(o.lost_pid, (int32_t)gone);
     ck_assert_uint_eq(o.lost_serial, 3);
     ck_assert_uint_eq(o.lost_jobs, 1);
@@ -243,10 +258,14 @@ START_TEST(orphans_lost_only_when_the_client_exited)
     ck_assert_int_eq(o.lost_pid, (int32_t)dying);
     ck_assert_uint_eq(o.lost_jobs, 3);
     ck_assert_uint_eq(o.lost_total, 2);
-    /* A lost stream is kept (its jobs still hold it), and counted once. */
+    g_lost_expected[1] = 1;
+    /* A lost stream is kept (its jobs still hold it), and counted and told
+     * once. */
     pj_orphans_sweep(&o, &be, 0);
     ck_assert_int_eq(g_destroyed[1], 0);
     ck_assert_uint_eq(o.lost_total, 2);
+    ck_assert_int_eq(g_lost_calls[1], 1);
+    ck_assert_int_eq(g_lost_calls[0], 0);
     /* The live client's waits pass: its stream goes, not lost. */
     g_waits[0] = 0;
     pj_orphans_sweep(&o, &be, 0);

@@ -19,16 +19,21 @@
  *   C  8 connections at once, PJ_GPU_E2E_REQUESTS requests each (default
  *      100), every result checked.
  *   F  (--fault only) a sticky device error: the daemon exits 1.
+ *   R  a release behind a live client's wait is parked (the mapping stays
+ *      open, other lanes serve), a REGISTER of the same CUDA allocation
+ *      takes it back at once, and it closes after the last UNREGISTER
+ *      (--w4 runs R and W4 alone).
  *   W4 a client with host shared-memory buffers, then one with its own
  *      CUDA IPC buffers, killed while its request waits for its unreached
  *      event: projd finds the client lost once its process is gone, says
  *      so (log, STATUS, STATS) and the watchdog takes it for a stall at
- *      once; other lanes keep serving; a new connection registers, runs
- *      and closes, and the loop still answers (buffer releases run on the
- *      closer thread, daemon/closer.h); SIGTERM ends projd with code 0
+ *      once; other lanes keep serving, and the held one takes no new
+ *      connection: one per lane registers, runs and closes, and the loop
+ *      still answers (buffer releases run on the closer thread,
+ *      daemon/closer.h); SIGTERM ends projd with code 0
  *      without closing the held device. A client whose event was done but
  *      whose job the lane still held when it died is not taken for lost
- *      (--w4: this section alone).
+ *      (--w4).
  * Every result is checked against the CPU reference (cuda_common.h).
  * Exit: 0 all passed, 1 a failure, 77 no GPU.
  */
@@ -606,6 +611,103 @@ static void section_w(void)
     w_client_close(&w);
 }
 
+/* R: releases behind a live client's wait. Its request waits 2.5 s for
+ * its event (a host function on its stream), answered at launch. Then a
+ * CUDA allocation of the test's, registered but used by nothing, is
+ * unregistered: its release (closer thread) must not start while the
+ * wait is pending (cudaIpcCloseMemHandle would hold the driver's lock
+ * until it passed), so the mapping stays open and a request on another
+ * lane runs meanwhile; a REGISTER of the same allocation takes the
+ * waiting mapping back at once (one mapping, no second open); once the
+ * wait has passed, the taken-back registration still works, and its
+ * UNREGISTER closes the mapping (ipc_open back where it was). */
+static void section_r(void)
+{
+    printf("== R: a release behind a live client's wait; an IPC mapping taken back\n");
+    w_client w;
+    if (w_client_open(&w) != 0) {
+        CHECK(0, "R: cannot make a stream and IPC events");
+        return;
+    }
+    pj_dproc d;
+    pjc_conn t, u;
+    char why[600];
+    if (start_open(&d, &t, NULL, "R") != 0) {
+        w_client_close(&w);
+        return;
+    }
+    int opened = pjc_open(&u, d.url, XBYTES, YBYTES, CC_REPLY_MS, why, sizeof why) == 0;
+    CHECK(opened, "R: a second connection: %s", why);
+    void *dz = NULL;
+    uint32_t z1 = 0, z2 = 0;
+    if (!opened || cudaMalloc(&dz, XBYTES) != cudaSuccess ||
+        cudaMemset(dz, 0, XBYTES) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess ||
+        cc_register_dev(&t.c, dz, &z1, why, sizeof why) != 0) {
+        CHECK(0, "R: set-up: %s", why);
+        goto out;
+    }
+    double ipc0 = pjd_stat(&t.c, "backend_stats.ipc_open");
+    /* The held request (on t's lane). */
+    pjc_shape s = layer0_shape();
+    cc_fill_x(t.xs.p, &s);
+    pj_op op = pjc_op(&t, &s);
+    pj_done dn;
+    pj_op_result res[1];
+    CHECK(w_hold_event(&w, 2500000) == 0, "R: host function and event record");
+    long long t0 = cc_now_us();
+    int rc = cc_project_ev(&t.c, PJ_PF_WAIT_EVENT | PJ_PF_SIGNAL_EVENT | PJ_PF_ACCEPT_REPLY, &op, 1,
+                           (const uint8_t *)&w.hin, (const uint8_t *)&w.hout, &dn, res);
+    CHECK(rc == PJ_OK && dn.status == PJ_OK, "R: the held request: rc %d", rc);
+    CHECK(pjt_unregister(&t.c, z1) == PJ_OK, "R: UNREGISTER: %s", t.c.err.msg);
+    usleep(300 * 1000);
+    double releasing = pjd_stat(&t.c, "buffers.releasing");
+    double ipc1 = pjd_stat(&t.c, "backend_stats.ipc_open");
+    CHECK(releasing == 1 && ipc1 == ipc0,
+          "R: 0.3 s after UNREGISTER behind the wait: releasing %.0f (want 1), ipc_open %.0f "
+          "(want %.0f: not closed yet)",
+          releasing, ipc1, ipc0);
+    CHECK(run_shm(&u, &s, NULL, why, sizeof why) == 0, "R: a request on another lane: %s", why);
+    long long tr = cc_now_us();
+    CHECK(cc_register_dev(&t.c, dz, &z2, why, sizeof why) == 0, "R: REGISTER again: %s", why);
+    double reg_s = (double)(cc_now_us() - tr) / 1e6;
+    CHECK(reg_s < 1.0, "R: REGISTER of the waiting mapping took %.2f s", reg_s);
+    CHECK(pjd_stat(&t.c, "backend_stats.ipc_open") == ipc0, "R: the allocation opened twice");
+    double after = (double)(cc_now_us() - t0) / 1e6;
+    CHECK(after < 2.4, "R: the checks took %.2f s, past the held wait: they prove nothing", after);
+    /* The wait passes: the request's result, then the parked release
+     * returns without closing (taken back). */
+    CHECK(cudaEventSynchronize(w.out) == cudaSuccess, "R: the daemon's event");
+    CHECK(cudaStreamSynchronize(w.cs) == cudaSuccess, "R: the client's stream");
+    const pj_weights *wt = &pjc_model()->layers[s.layer].w;
+    CHECK(cc_verify(t.ys.p, t.ys.size / 2, &s, PJC_MS[s.mi], wt->n,
+                    pjc_ref_y(s.layer, s.mi, s.variant), NULL, why, sizeof why) == 0,
+          "R: the held request's result: %s", why);
+    CHECK(pjd_wait_stat(&t.c, "buffers.releasing", 0, 5000) == 0, "R: the release did not return");
+    CHECK(pjd_stat(&t.c, "backend_stats.ipc_open") == ipc0, "R: the taken-back mapping closed");
+    pj_op zop = op;
+    zop.x_buf = z2;
+    zop.x_off = 0;
+    rc = pjt_project(&t.c, 0, &zop, 1, &dn, res);
+    CHECK(rc == PJ_OK && dn.status == PJ_OK, "R: a request reading the taken-back buffer: rc %d",
+          rc);
+    CHECK(pjt_unregister(&t.c, z2) == PJ_OK, "R: UNREGISTER again: %s", t.c.err.msg);
+    CHECK(pjd_wait_stat(&t.c, "buffers.releasing", 0, 5000) == 0,
+          "R: the second release did not return");
+    double ipc2 = pjd_wait_stat(&t.c, "backend_stats.ipc_open", ipc0 - 1, 5000);
+    CHECK(ipc2 == ipc0 - 1, "R: ipc_open %.0f after the last UNREGISTER (want %.0f)", ipc2,
+          ipc0 - 1);
+    printf("R: release parked %.0f s behind the wait (mapping kept), REGISTER again in %.3f s "
+           "(taken back), closed after the last UNREGISTER\n",
+           2.5, reg_s);
+out:
+    pjc_close(&u);
+    pjc_close(&t);
+    cc_stop(&d, "R");
+    if (dz)
+        cudaFree(dz);
+    w_client_close(&w);
+}
+
 /* W4, the child (test_cuda_backend --w-child URL shm|ipc|passed, run by
  * section_w4): a client that sends a request waiting on its event,
  * recorded behind a host function of 10 s, and is killed before the event
@@ -709,8 +811,9 @@ static pid_t w4_child_run(const char *self, const char *url, const char *mode)
  * watched, found lost once the process is gone, said in the log and in
  * STATUS, counted, and taken by the watchdog for a stall without waiting
  * out 2 x WatchdogSec; the other lanes keep serving meanwhile. Then that
- * the loop never waits for the held device: a new connection registers,
- * runs and closes, and a PING and a request are answered after it (its
+ * the loop never waits for the held device, and the held lane takes no new
+ * connection: STATS marks it, one new connection per lane registers, runs
+ * and closes, and a PING and a request are answered after that (their
  * buffers' release waits on the closer thread, daemon/closer.h, until no
  * client wait is pending: for good here; printed); SIGTERM stops projd
  * with code 0 without closing the device. Session 31's visit 3 saw the
@@ -751,23 +854,43 @@ static void w4_kill_one(const char *self, const char *mode)
     printf("W4 %s: lanes pending %.0f, watchdog.client_waits %.0f\n", mode, w_pending(&t.c),
            pjd_stat(&t.c, "watchdog.client_waits"));
     cc_print_log_lines(&d, "exited");
-    /* A new connection: REGISTER (pinning) and a request while the lane is
-     * held, then its close. */
-    pjc_conn n;
-    long long tn = cc_now_us();
-    int opened = pjc_open(&n, d.url, XBYTES, YBYTES, 10000, why, sizeof why) == 0;
-    CHECK(opened, "W4 %s: a new connection after the loss: %s", mode, why);
-    if (opened) {
-        printf("W4 %s: a new connection registered its buffers in %.3f s\n", mode,
-               (double)(cc_now_us() - tn) / 1e6);
-        CHECK(run_shm(&n, &s, NULL, why, sizeof why) == 0,
-              "W4 %s: the new connection's request: %s", mode, why);
+    /* The held lane takes no new connection: STATS says which it is, and
+     * as many new connections as there are lanes (the fourth would land on
+     * it by count) each REGISTER (pinning) and run a request, then close. */
+    cJSON *stj = NULL;
+    int held = 0;
+    if (pjt_stats(&t.c, &stj) == PJ_OK) {
+        cJSON *lanes = cJSON_GetObjectItem(cJSON_GetObjectItem(stj, "backend_stats"), "lane"), *l;
+        cJSON_ArrayForEach(l, lanes)
+        {
+            held += cJSON_IsTrue(cJSON_GetObjectItem(l, "held"));
+        }
+        cJSON_Delete(stj);
     }
-    pjc_close(&n);
+    CHECK(held == 1, "W4 %s: %d lanes held in STATS (want 1)", mode, held);
+    CHECK(pj_dproc_log_has(&d, "is held by a dead client's wait", 1000),
+          "W4 %s: no log line naming the held lane", mode);
+    enum { W4_NEW = 4 };
+    pjc_conn n[W4_NEW];
+    int ran = 0;
+    long long tn = cc_now_us();
+    for (int i = 0; i < W4_NEW; i++) {
+        int opened = pjc_open(&n[i], d.url, XBYTES, YBYTES, 10000, why, sizeof why) == 0;
+        CHECK(opened, "W4 %s: new connection %d after the loss: %s", mode, i, why);
+        if (opened) {
+            int ok = run_shm(&n[i], &s, NULL, why, sizeof why) == 0;
+            CHECK(ok, "W4 %s: new connection %d's request: %s", mode, i, why);
+            ran += ok;
+        }
+    }
+    printf("W4 %s: %d of %d new connections registered and ran a request in %.3f s\n", mode, ran,
+           W4_NEW, (double)(cc_now_us() - tn) / 1e6);
+    for (int i = 0; i < W4_NEW; i++)
+        pjc_close(&n[i]);
     usleep(500 * 1000);
     long long tp = cc_now_us();
     int ping = pjt_ping(&t.c);
-    CHECK(ping == PJ_OK, "W4 %s: PING after the new connection closed: %d", mode, ping);
+    CHECK(ping == PJ_OK, "W4 %s: PING after the new connections closed: %d", mode, ping);
     printf("W4 %s: PING after its close answered in %.3f s; buffers.releasing %.0f, "
            "release_wait_ms %.0f\n",
            mode, (double)(cc_now_us() - tp) / 1e6, pjd_stat(&t.c, "buffers.releasing"),
@@ -776,7 +899,7 @@ static void w4_kill_one(const char *self, const char *mode)
      * lane would hold them (session 32, visit 1). */
     tp = cc_now_us();
     CHECK(run_shm(&t, &s, NULL, why, sizeof why) == 0,
-          "W4 %s: a request after the new connection's close: %s", mode, why);
+          "W4 %s: a request after the new connections' close: %s", mode, why);
     printf("W4 %s: a request after its close: %.3f s\n", mode, (double)(cc_now_us() - tp) / 1e6);
     /* SIGTERM: the release of the held job's buffers cannot finish; projd
      * says so and exits 0 without closing the device. */
@@ -1027,7 +1150,8 @@ int main(int argc, char **argv)
         section_f2();
         return cc_summary("test_cuda_backend --fault", t0);
     }
-    if (argc > 1 && strcmp(argv[1], "--w4") == 0) { /* the section alone */
+    if (argc > 1 && strcmp(argv[1], "--w4") == 0) { /* the sections alone */
+        section_r();
         section_w4(argv[0]);
         return cc_summary("test_cuda_backend --w4", t0);
     }
@@ -1037,6 +1161,7 @@ int main(int argc, char **argv)
     section_t();
     section_h();
     section_w();
+    section_r();
     section_w4(argv[0]);
     section_c();
     return cc_summary("test_cuda_backend", t0);
