@@ -650,6 +650,7 @@ static void section_r(void)
     /* The held request (on t's lane). */
     pjc_shape s = layer0_shape();
     cc_fill_x(t.xs.p, &s);
+    memset(t.ys.p, 0xff, t.ys.size); /* poisoned: unwritten elements show */
     pj_op op = pjc_op(&t, &s);
     pj_done dn;
     pj_op_result res[1];
