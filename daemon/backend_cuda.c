@@ -1337,11 +1337,9 @@ static void release_end(cu_state *st)
     pthread_mutex_unlock(&st->wait_mu);
 }
 
-/* Wait on ipc_cv (ipc_mu held) for up to 10 ms; 0 once deadline_ns has passed. */
-static int ipc_wait_until(cu_state *st, uint64_t deadline_ns)
+/* Wait on cv (mu held) for up to 10 ms. */
+static void cond_wait_10ms(pthread_cond_t *cv, pthread_mutex_t *mu)
 {
-    if (now_ns() >= deadline_ns)
-        return 0;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_nsec += 10 * 1000000L;
@@ -1349,7 +1347,15 @@ static int ipc_wait_until(cu_state *st, uint64_t deadline_ns)
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000L;
     }
-    pthread_cond_timedwait(&st->ipc_cv, &st->ipc_mu, &ts);
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
+/* Wait on ipc_cv (ipc_mu held) for up to 10 ms; 0 once deadline_ns has passed. */
+static int ipc_wait_until(cu_state *st, uint64_t deadline_ns)
+{
+    if (now_ns() >= deadline_ns)
+        return 0;
+    cond_wait_10ms(&st->ipc_cv, &st->ipc_mu);
     return 1;
 }
 
@@ -1562,16 +1568,8 @@ static void cu_buffer_close(pj_backend *b, void *handle)
     if (atomic_load(&h->gpu_refs) > 0) {
         uint64_t t0 = now_ns();
         pthread_mutex_lock(&st->ref_mu);
-        while (atomic_load(&h->gpu_refs) > 0 && ms_since(t0) < CU_CLOSE_WAIT_MS) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 10 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&st->ref_cv, &st->ref_mu, &ts);
-        }
+        while (atomic_load(&h->gpu_refs) > 0 && ms_since(t0) < CU_CLOSE_WAIT_MS)
+            cond_wait_10ms(&st->ref_cv, &st->ref_mu);
         pthread_mutex_unlock(&st->ref_mu);
         if (atomic_load(&h->gpu_refs) > 0) {
             pj_log_err("cuda: a buffer is still in use by the GPU after %d ms; leaking it",
