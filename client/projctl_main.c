@@ -466,6 +466,15 @@ static int cmd_status(opts *o)
                    "%.0f of them lost (the client exited: its lane is held, restart projd); "
                    "%.0f lost since start\n",
                    n_cw, n_ln, n_lc);
+        /* Also only when there is something: buffers whose release (the
+         * daemon's closer thread) has not returned still hold memory. */
+        cJSON *bf = doc ? cJSON_GetObjectItemCaseSensitive(doc, "buffers") : NULL;
+        cJSON *rl = bf ? cJSON_GetObjectItemCaseSensitive(bf, "releasing") : NULL;
+        cJSON *rw = bf ? cJSON_GetObjectItemCaseSensitive(bf, "release_wait_ms") : NULL;
+        if (cJSON_IsNumber(rl) && rl->valuedouble > 0)
+            printf("  releasing  %.0f buffer release(s), the running one waiting %.1f s for the "
+                   "device (their memory stays held until they return)\n",
+                   rl->valuedouble, cJSON_IsNumber(rw) ? rw->valuedouble / 1e3 : 0.0);
         cJSON_Delete(doc);
         free(json);
     } else {

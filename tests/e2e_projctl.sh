@@ -118,6 +118,29 @@ else
     fi
 fi
 
+# status names buffer releases that have not returned: a daemon whose
+# releases each take 3 s (PROJD_CPU_CLOSE_HOLD_MS, tests only), after a
+# project run (its x and y released when it disconnects).
+PROJD_CPU_CLOSE_HOLD_MS=3000 pjd_start held \
+    '{ "device": { "backend": "cpu" }, "cpu": { "threads": 1 }, "log": { "level": "warn" } }' 30
+held="ipc://$tmp/held.sock"
+expect 0 "^layer o \(1\): m 1" --socket "$held" project --layer o --m 1
+cases=$((cases + 1))
+seen=0
+for _ in $(seq 20); do
+    "$bin/projctl" --socket "$held" status >"$tmp/held.out" 2>&1
+    if grep -Eq "^  releasing  [12] buffer release\(s\), the running one waiting" "$tmp/held.out"; then
+        seen=1
+        break
+    fi
+    sleep 0.1
+done
+if [ "$seen" -ne 1 ]; then
+    failures=$((failures + 1))
+    echo "e2e_projctl: FAIL: status did not name the releases held 3 s each:" >&2
+    sed 's/^/    /' "$tmp/held.out" >&2
+fi
+
 echo "e2e_projctl: $cases cases, $failures failed"
 pjd_stop_all || failures=$((failures + $?))
 if [ "$failures" -ne 0 ]; then
