@@ -279,9 +279,10 @@ static int serve(daemon_state *d, const char *url)
         uv_run(&loop, UV_RUN_DEFAULT);
     }
     if (pj_server_destroy(d->server)) {
-        /* A release is inside a CUDA call that waits for a held device:
-         * closing the backend under it would free what it uses, and the
-         * runtime's own teardown would wait too. The kernel frees all. */
+        /* A release has not returned (it waits for a held device, before
+         * or inside its CUDA call): closing the backend under it would
+         * free what it uses, and the runtime's own teardown would wait
+         * too. The kernel frees all. */
         pj_log_info("stopped without closing the device (exit code %d)", d->exit_code);
         fflush(NULL);
         _exit(d->exit_code);

@@ -347,6 +347,16 @@ static int fake_busy(pj_backend *b, void *handle)
     return g_fake_busy;
 }
 
+/* A registry of this process on be, an 8192-byte shm object and the
+ * REGISTER request that names it. */
+static void fake_registry(pj_bufreg *reg, pj_backend *be, pjt_shm *a, pj_register *rq)
+{
+    pj_bufreg_init(reg, be, (uint32_t)getuid(), (int32_t)getpid());
+    ck_assert_int_eq(pjt_shm_create(a, 8192), 0);
+    *rq = (pj_register){.kind = PJ_BUF_SHM, .size = 8192};
+    snprintf(rq->shm_name, sizeof rq->shm_name, "%s", a->name);
+}
+
 START_TEST(registry_retires_busy_buffers)
 {
     pj_backend_ops ops = {.name = "fake",
@@ -355,11 +365,9 @@ START_TEST(registry_retires_busy_buffers)
                           .buffer_busy = fake_busy};
     pj_backend be = {.ops = &ops};
     pj_bufreg reg;
-    pj_bufreg_init(&reg, &be, (uint32_t)getuid(), (int32_t)getpid());
     pjt_shm a;
-    ck_assert_int_eq(pjt_shm_create(&a, 8192), 0);
-    pj_register rq = {.kind = PJ_BUF_SHM, .size = 8192};
-    snprintf(rq.shm_name, sizeof rq.shm_name, "%s", a.name);
+    pj_register rq;
+    fake_registry(&reg, &be, &a, &rq);
     char err[512];
     uint64_t n0, bytes0;
     pj_bufreg_totals(&n0, &bytes0);
@@ -452,11 +460,9 @@ START_TEST(registry_releases_on_the_closer)
     g_gate_caller = pthread_self();
     gate_set(0);
     pj_bufreg reg;
-    pj_bufreg_init(&reg, &be, (uint32_t)getuid(), (int32_t)getpid());
     pjt_shm a;
-    ck_assert_int_eq(pjt_shm_create(&a, 8192), 0);
-    pj_register rq = {.kind = PJ_BUF_SHM, .size = 8192};
-    snprintf(rq.shm_name, sizeof rq.shm_name, "%s", a.name);
+    pj_register rq;
+    fake_registry(&reg, &be, &a, &rq);
     uint64_t n0, bytes0, n1, bytes1;
     pj_bufreg_totals(&n0, &bytes0);
     pj_buf *x, *y;

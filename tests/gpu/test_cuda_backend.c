@@ -532,40 +532,56 @@ static int w_hold_event(w_client *w, unsigned wait_us)
                : -1;
 }
 
-/* Request one of W: answered at launch, y poisoned, its result checked
- * once the daemon's event is done; wait_us > 0 puts the wait on the
- * client's event behind a host function sleeping that long. Polls STATS
- * for watchdog.<what> to reach want while the job is held. */
-static void w_request(pjc_conn *t, w_client *w, unsigned wait_us, const char *what, double want,
-                      const char *tag)
+/* A request of W or R: x staged, y poisoned, answered at launch with the
+ * daemon's event to signal; wait_us > 0 puts its wait on the client's
+ * event behind a host function sleeping that long. *op: what was sent. */
+static void w_send(pjc_conn *t, w_client *w, unsigned wait_us, const pjc_shape *s, pj_op *op,
+                   const char *who)
 {
-    pjc_shape s = layer0_shape();
-    cc_fill_x(t->xs.p, &s);
+    cc_fill_x(t->xs.p, s);
     memset(t->ys.p, 0xff, t->ys.size);
-    pj_op op = pjc_op(t, &s);
+    *op = pjc_op(t, s);
     pj_done dn;
     pj_op_result res[1];
     uint32_t flags = PJ_PF_SIGNAL_EVENT | PJ_PF_ACCEPT_REPLY;
     if (wait_us) {
-        CHECK(w_hold_event(w, wait_us) == 0, "W%s: host function and event record", tag);
+        CHECK(w_hold_event(w, wait_us) == 0, "%s: host function and event record", who);
         flags |= PJ_PF_WAIT_EVENT;
     }
-    long long t0 = cc_now_us();
-    int rc = cc_project_ev(&t->c, flags, &op, 1, wait_us ? (const uint8_t *)&w->hin : NULL,
+    int rc = cc_project_ev(&t->c, flags, op, 1, wait_us ? (const uint8_t *)&w->hin : NULL,
                            (const uint8_t *)&w->hout, &dn, res);
-    CHECK(rc == PJ_OK && dn.status == PJ_OK, "W%s: request answered at launch: rc %d status %d",
-          tag, rc, rc == PJ_OK ? dn.status : -1);
-    double v = pjd_wait_stat(&t->c, what, want, 6000);
-    CHECK(v == want, "W%s: STATS %s %.0f after %.1f s (want %.0f)", tag, what, v,
-          (double)(cc_now_us() - t0) / 1e6, want);
-    CHECK(cudaEventSynchronize(w->out) == cudaSuccess, "W%s: the daemon's event", tag);
-    CHECK(cudaStreamSynchronize(w->cs) == cudaSuccess, "W%s: the client's stream", tag);
+    CHECK(rc == PJ_OK && dn.status == PJ_OK, "%s: request answered at launch: rc %d status %d", who,
+          rc, rc == PJ_OK ? dn.status : -1);
+}
+
+/* w_send's request, once the daemon's event is done: its result. */
+static void w_check(pjc_conn *t, w_client *w, const pjc_shape *s, const char *who)
+{
+    CHECK(cudaEventSynchronize(w->out) == cudaSuccess, "%s: the daemon's event", who);
+    CHECK(cudaStreamSynchronize(w->cs) == cudaSuccess, "%s: the client's stream", who);
     char why[600];
-    const pj_weights *wt = &pjc_model()->layers[s.layer].w;
-    CHECK(cc_verify(t->ys.p, t->ys.size / 2, &s, PJC_MS[s.mi], wt->n,
-                    pjc_ref_y(s.layer, s.mi, s.variant), NULL, why, sizeof why) == 0,
-          "W%s: the held request's result: %s", tag, why);
-    printf("W%s: %s reached %.0f, the request done after %.1f s\n", tag, what, v,
+    const pj_weights *wt = &pjc_model()->layers[s->layer].w;
+    CHECK(cc_verify(t->ys.p, t->ys.size / 2, s, PJC_MS[s->mi], wt->n,
+                    pjc_ref_y(s->layer, s->mi, s->variant), NULL, why, sizeof why) == 0,
+          "%s: the held request's result: %s", who, why);
+}
+
+/* Request one of W (w_send, w_check), polling STATS for watchdog.<what>
+ * to reach want while the job is held. */
+static void w_request(pjc_conn *t, w_client *w, unsigned wait_us, const char *what, double want,
+                      const char *tag)
+{
+    char who[16];
+    snprintf(who, sizeof who, "W%s", tag);
+    pjc_shape s = layer0_shape();
+    pj_op op;
+    long long t0 = cc_now_us();
+    w_send(t, w, wait_us, &s, &op, who);
+    double v = pjd_wait_stat(&t->c, what, want, 6000);
+    CHECK(v == want, "%s: STATS %s %.0f after %.1f s (want %.0f)", who, what, v,
+          (double)(cc_now_us() - t0) / 1e6, want);
+    w_check(t, w, &s, who);
+    printf("%s: %s reached %.0f, the request done after %.1f s\n", who, what, v,
            (double)(cc_now_us() - t0) / 1e6);
 }
 
@@ -649,16 +665,9 @@ static void section_r(void)
     double ipc0 = pjd_stat(&t.c, "backend_stats.ipc_open");
     /* The held request (on t's lane). */
     pjc_shape s = layer0_shape();
-    cc_fill_x(t.xs.p, &s);
-    memset(t.ys.p, 0xff, t.ys.size); /* poisoned: unwritten elements show */
-    pj_op op = pjc_op(&t, &s);
-    pj_done dn;
-    pj_op_result res[1];
-    CHECK(w_hold_event(&w, 2500000) == 0, "R: host function and event record");
+    pj_op op;
     long long t0 = cc_now_us();
-    int rc = cc_project_ev(&t.c, PJ_PF_WAIT_EVENT | PJ_PF_SIGNAL_EVENT | PJ_PF_ACCEPT_REPLY, &op, 1,
-                           (const uint8_t *)&w.hin, (const uint8_t *)&w.hout, &dn, res);
-    CHECK(rc == PJ_OK && dn.status == PJ_OK, "R: the held request: rc %d", rc);
+    w_send(&t, &w, 2500000, &s, &op, "R");
     CHECK(pjt_unregister(&t.c, z1) == PJ_OK, "R: UNREGISTER: %s", t.c.err.msg);
     long long tu = cc_now_us();
     usleep(300 * 1000);
@@ -678,19 +687,16 @@ static void section_r(void)
     CHECK(after < 2.4, "R: the checks took %.2f s, past the held wait: they prove nothing", after);
     /* The wait passes: the request's result, then the parked release
      * returns without closing (taken back). */
-    CHECK(cudaEventSynchronize(w.out) == cudaSuccess, "R: the daemon's event");
-    CHECK(cudaStreamSynchronize(w.cs) == cudaSuccess, "R: the client's stream");
-    const pj_weights *wt = &pjc_model()->layers[s.layer].w;
-    CHECK(cc_verify(t.ys.p, t.ys.size / 2, &s, PJC_MS[s.mi], wt->n,
-                    pjc_ref_y(s.layer, s.mi, s.variant), NULL, why, sizeof why) == 0,
-          "R: the held request's result: %s", why);
+    w_check(&t, &w, &s, "R");
     CHECK(pjd_wait_stat(&t.c, "buffers.releasing", 0, 5000) == 0, "R: the release did not return");
     double parked = (double)(cc_now_us() - tu) / 1e6;
     CHECK(pjd_stat(&t.c, "backend_stats.ipc_open") == ipc0, "R: the taken-back mapping closed");
     pj_op zop = op;
     zop.x_buf = z2;
     zop.x_off = 0;
-    rc = pjt_project(&t.c, 0, &zop, 1, &dn, res);
+    pj_done dn;
+    pj_op_result res[1];
+    int rc = pjt_project(&t.c, 0, &zop, 1, &dn, res);
     CHECK(rc == PJ_OK && dn.status == PJ_OK, "R: a request reading the taken-back buffer: rc %d",
           rc);
     CHECK(pjt_unregister(&t.c, z2) == PJ_OK, "R: UNREGISTER again: %s", t.c.err.msg);
