@@ -1359,6 +1359,14 @@ static int ipc_wait_until(cu_state *st, uint64_t deadline_ns)
     return 1;
 }
 
+static void ipc_put(cu_state *st, cu_ipc *c);
+
+static void ipc_put_job(void *arg)
+{
+    cu_ipc *c = arg;
+    ipc_put(c->st, c);
+}
+
 /* An allocation is mapped once per process: a second cudaIpcOpenMemHandle
  * of the same handle fails, so registrations of it share one mapping. Loop
  * thread. */
@@ -1410,15 +1418,6 @@ static cu_ipc *ipc_get(cu_state *st, const uint8_t *handle, char *err, size_t er
         free(c);
         return NULL;
     }
-    uintptr_t base = 0;
-    size_t size = 0;
-    if (pj_cg_address_range(c->dev, &base, &size) != 0 || base > (uintptr_t)c->dev) {
-        snprintf(err, errlen, "REGISTER: cuMemGetAddressRange failed on the opened allocation");
-        cudaIpcCloseMemHandle(c->dev);
-        free(c);
-        return NULL;
-    }
-    c->alloc_size = size - ((uintptr_t)c->dev - base);
     memcpy(c->handle, handle, PJ_WIRE_IPC_HANDLE_SIZE);
     c->refs = 1;
     c->st = st;
@@ -1427,6 +1426,17 @@ static cu_ipc *ipc_get(cu_state *st, const uint8_t *handle, char *err, size_t er
     st->ipcs = c;
     st->n_ipc_open++;
     pthread_mutex_unlock(&st->ipc_mu);
+    uintptr_t base = 0;
+    size_t size = 0;
+    if (pj_cg_address_range(c->dev, &base, &size) != 0 || base > (uintptr_t)c->dev) {
+        snprintf(err, errlen, "REGISTER: cuMemGetAddressRange failed on the opened allocation");
+        /* Listed already, so its close goes the way of every other: on the
+         * closer, once no client wait is pending (cudaIpcCloseMemHandle
+         * waits for the device's queued work). */
+        pj_closer_run(ipc_put_job, c);
+        return NULL;
+    }
+    c->alloc_size = size - ((uintptr_t)c->dev - base);
     return c;
 }
 
@@ -1475,12 +1485,6 @@ static void ipc_put(cu_state *st, cu_ipc *c)
     free(c);
 }
 
-static void ipc_put_job(void *arg)
-{
-    cu_ipc *c = arg;
-    ipc_put(c->st, c);
-}
-
 static int cu_buffer_open(pj_backend *b, const pj_buf_desc *d, void **addr, void **handle,
                           char *err, size_t errlen)
 {
@@ -1501,8 +1505,13 @@ static int cu_buffer_open(pj_backend *b, const pj_buf_desc *d, void **addr, void
         size_t psz = pg > 0 ? (size_t)pg : 4096;
         size_t len = ((size_t)d->size + psz - 1) / psz * psz;
         cudaError_t ce = cudaHostRegister(d->host, len, cudaHostRegisterDefault);
-        if (ce == cudaSuccess) {
+        if (ce == cudaSuccess && st->prop.canUseHostPointerForRegisteredMem) {
+            h->dev = d->host; /* the device sees it at the host's address */
+        } else if (ce == cudaSuccess) {
             ce = cudaHostGetDevicePointer(&h->dev, d->host, 0);
+            /* On the loop: rare (devices that map registered memory
+             * elsewhere, and a failure there), and the mapping is the
+             * registry's, unmapped as soon as this returns. */
             if (ce != cudaSuccess)
                 cudaHostUnregister(d->host);
         }

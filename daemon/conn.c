@@ -15,7 +15,6 @@ pj_conn *pj_conn_new(uint32_t pipe_id, uint64_t serial, uint32_t uid, uint32_t g
     c->serial = serial;
     c->uid = uid;
     c->gid = gid;
-    c->pid = pid;
     pj_peer_watch_open(&c->peer, pid);
     pj_bufreg_init(&c->reg, be, uid, pid);
     return c;

@@ -22,8 +22,7 @@ typedef struct pj_conn {
     uint32_t pipe_id;
     uint64_t serial; /* connection number since start, for logs */
     uint32_t uid, gid;
-    int32_t pid;
-    pj_peer_watch peer; /* opened at accept: has the process exited? (orphans.h) */
+    pj_peer_watch peer; /* its pid, and a watch opened at accept: has it exited? (orphans.h) */
     int hello;
     uint64_t t_accept_ns; /* pj_now_ns() at accept, for limits.hello_timeout_ms */
     int hello_closed;     /* closed for saying no HELLO in time (once) */

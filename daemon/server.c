@@ -572,7 +572,7 @@ static void on_pipe_add(pj_server *s, pipe_ev *ev)
     pj_conn_table_add(&s->conns, c);
     s->stats.conns_total++;
     pj_log_info("connection #%" PRIu64 ": pid %d uid %u gid %u connected (%u open)", c->serial,
-                (int)c->pid, c->uid, c->gid, s->conns.count);
+                (int)c->peer.pid, c->uid, c->gid, s->conns.count);
     update_status(s);
 }
 
@@ -626,7 +626,7 @@ static void on_pipe_rem(pj_server *s, pipe_ev *ev)
     c->q_tail = NULL;
     pj_log_info("connection #%" PRIu64 ": pid %d closed after %" PRIu64
                 " requests (%u dropped unstarted, %u running; %u open)",
-                c->serial, (int)c->pid, c->requests, dropped, c->n_running, s->conns.count);
+                c->serial, (int)c->peer.pid, c->requests, dropped, c->n_running, s->conns.count);
     /* Jobs answered at launch may still wait for this client's events:
      * if the client has died, nothing else will record them. */
     if (c->stream && pj_orphans_adopt(&s->orphans, s->be, c->stream, &c->peer, c->serial))
@@ -1354,7 +1354,7 @@ static void close_not_reading(pj_server *s, pj_conn *c, uint64_t now)
     if (!c->ctx_closed)
         pj_log_warn("connection #%" PRIu64 ": pid %d holds %u requests whose replies it does "
                     "not read (%u replies unsent for %" PRIu64 " ms; limit %u); closing it",
-                    c->serial, (int)c->pid, c->n_ctx, c->n_sending,
+                    c->serial, (int)c->peer.pid, c->n_ctx, c->n_sending,
                     (uint64_t)((now - c->send_moved_ns) / 1000000u), conn_share(s));
     c->ctx_closed = 1;
     nng_pipe p = NNG_PIPE_INITIALIZER;
@@ -2065,7 +2065,7 @@ static void close_silent_conns(pj_server *s)
             s->stats.hello_timeouts++;
             pj_log_warn("connection #%" PRIu64 ": pid %d uid %u said no HELLO within %u ms "
                         "(limits.hello_timeout_ms); closing it",
-                        c->serial, (int)c->pid, c->uid, s->cfg.limits.hello_timeout_ms);
+                        c->serial, (int)c->peer.pid, c->uid, s->cfg.limits.hello_timeout_ms);
             nng_pipe p = NNG_PIPE_INITIALIZER;
             p.id = c->pipe_id;
             nng_pipe_close(p);
