@@ -4,6 +4,7 @@
  *   projload gen  --kind decode|verify|reference --seed S --count N --out FILE ...
  *   projload info [--socket URL]
  *   projload [run] --trace FILE [mode] [bounds] [checks] [report]
+ *   projload --version
  *
  * Every client is a thread with its own connection and its own registered
  * buffers (one x and one y shared-memory segment, split into slots, one per
@@ -15,11 +16,14 @@
  * when a request failed, a check mismatched, the daemon connection was
  * lost, nothing was measured (or checked, when asked), the run was cut
  * short or its report (standard output, --json, --plot) could not be
- * written; 2 when the run could not start (command line, trace, daemon,
- * model). A second SIGINT or SIGTERM ends projload at once.
+ * written; 2 when the run could not start (command line, an output that
+ * cannot be written, trace, daemon, model). The outputs (--json, --plot;
+ * gen's --out) are checked before any work is done. A second SIGINT or
+ * SIGTERM ends projload at once.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -30,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -54,6 +59,11 @@
 #define LT_REL_TOL       1e-2 /* cuda backend: ||y - ref|| / ||ref|| below this */
 #define EXIT_RUN_FAILED  1
 #define EXIT_SETUP_ERROR 2
+
+/* The version projd reports (daemon/projd_main.c, daemon/server.c). */
+#ifndef PJ_VERSION_STRING
+#define PJ_VERSION_STRING "0.1.0"
+#endif
 
 static volatile sig_atomic_t g_interrupted;
 
@@ -128,6 +138,7 @@ typedef struct lt_opts {
     double rate, speed, duration_s, check_fraction;
     uint32_t concurrency, slots, check_threads;
     int concurrency_set, slots_set, count_set, speed_set;
+    int check_set; /* --check-fraction given (else 0.01 with --model, 0 without) */
     uint64_t warmup, count, seed;
     uint32_t sweep[LT_MAX_SWEEP];
     size_t n_sweep;
@@ -1717,7 +1728,7 @@ static void print_totals(FILE *f, lt_run *r)
                 (unsigned long long)atomic_load(&r->mismatches),
                 r->chk.full_waits ? " (clients waited for the check queue)" : "");
     else
-        fprintf(f, "checked: none (--check-fraction 0)\n");
+        fprintf(f, "checked: none (%s)\n", o->model ? "--check-fraction 0" : "no --model");
     if (checks_wanted(r) && atomic_load(&r->checked) == 0)
         fprintf(f,
                 "  FAILED: checks were asked for (--check-fraction %g) but no request was "
@@ -1833,6 +1844,53 @@ static int write_json(const char *path, cJSON *root)
     return 0;
 }
 
+/* Whether the output opt names can be written, checked before any work so
+ * that a mistyped path does not cost the run: a file (is_dir 0) must be
+ * writable, or creatable, and not a folder; a folder (--plot) must be a
+ * writable one, or creatable. What is created to find out is removed at
+ * once: nothing is left behind when a later step fails; the output itself
+ * is written at the end. "-" (standard output) passes. 0, or
+ * EXIT_SETUP_ERROR with the option, the path and the reason printed. */
+static int check_output(const char *opt, const char *path, int is_dir)
+{
+    struct stat st;
+    int e = 0;
+    if (!is_dir && strcmp(path, "-") == 0)
+        return 0;
+    if (!path[0]) {
+        e = ENOENT;
+    } else if (stat(path, &st) == 0) {
+        if (is_dir && !S_ISDIR(st.st_mode))
+            e = ENOTDIR;
+        else if (!is_dir && S_ISDIR(st.st_mode))
+            e = EISDIR;
+        else if (access(path, is_dir ? W_OK | X_OK : W_OK) != 0)
+            e = errno;
+    } else if (errno != ENOENT) {
+        e = errno;
+    } else if (is_dir) {
+        if (mkdir(path, 0755) == 0)
+            rmdir(path);
+        else if (errno != EEXIST)
+            e = errno;
+    } else {
+        /* EEXIST: something appeared (or a dangling link): the write at
+         * the end says. */
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0644);
+        if (fd >= 0) {
+            close(fd);
+            unlink(path);
+        } else if (errno != EEXIST) {
+            e = errno;
+        }
+    }
+    if (e) {
+        fprintf(stderr, "projload: %s %s: %s\n", opt, path, strerror(e));
+        return EXIT_SETUP_ERROR;
+    }
+    return 0;
+}
+
 /* ---- commands ------------------------------------------------------------------------- */
 
 static void usage(FILE *f)
@@ -1842,6 +1900,8 @@ static void usage(FILE *f)
         "usage: projload [run] --trace FILE [options]   replay a trace against projd\n"
         "       projload gen --kind K --out FILE [options]  write a trace (client/TRACE.md)\n"
         "       projload info [--socket URL]            what the daemon serves\n"
+        "       projload --help | -h                    this text\n"
+        "       projload --version                      the version\n"
         "\n"
         "run: where and what\n"
         "  --trace FILE          JSON-lines trace (client/TRACE.md)\n"
@@ -1872,9 +1932,11 @@ static void usage(FILE *f)
         "  --check-fraction F    fraction of requests checked against the CPU reference:\n"
         "                        bit for bit on the cpu backend, ||y-ref||/||ref|| < 1e-2,\n"
         "                        no NaN, every value written on the cuda backend\n"
-        "                        (default 0.01; needs --model; the first measured request\n"
-        "                        is always checked)\n"
-        "  --model PATH          the safetensors file the daemon serves\n"
+        "                        (default 0.01 with --model; without --model the run is\n"
+        "                        not checked, and says so on stderr; a fraction above 0\n"
+        "                        given without --model is an error; the first measured\n"
+        "                        request is always checked)\n"
+        "  --model PATH          the safetensors file the daemon serves (enables checks)\n"
         "  --config FILE         the daemon's config (layer list and formats; default: built-in)\n"
         "  --check-threads N     threads computing the reference (default: half the cores,\n"
         "                        1..8); clients wait when 1 GiB of checks is queued\n"
@@ -1883,7 +1945,10 @@ static void usage(FILE *f)
         "                        read before and after the run wait no longer\n"
         "run: report\n"
         "  --json FILE           everything the tables show, as JSON ('-' = stdout)\n"
-        "  --plot DIR            latency CDF (and sweep) PNGs via gnuplot\n"
+        "  --plot DIR            latency CDF (and sweep) PNGs via gnuplot (DIR is created;\n"
+        "                        its parent must exist)\n"
+        "                        (--json and --plot are checked before the run: a path that\n"
+        "                        cannot be written is refused at once, exit 2)\n"
         "  --progress            a progress line each second even when stderr is not a tty\n"
         "  --no-progress         never a progress line\n"
         "  --buffers B           host | cuda | auto: where each client's x and y live\n"
@@ -1906,10 +1971,14 @@ static void usage(FILE *f)
         "\n"
         "exit status: 0 all requests succeeded and all checks matched; 1 a request failed,\n"
         "a check mismatched, the daemon connection was lost, no measured request succeeded,\n"
-        "checks were asked for but none ran, the run was interrupted, or the report\n"
-        "(standard output, --json, --plot) could not be written; 2 the run could not\n"
-        "start. An interrupt (SIGINT, SIGTERM) stops sending and waits for the requests\n"
-        "in flight; a second one ends projload at once.\n");
+        "checks were asked for but none ran, a --compare launch failed, the run was\n"
+        "interrupted, or the report (standard output, --json, --plot) could not be\n"
+        "written at the end; 2 the run could not start (command line, an output path\n"
+        "that cannot be written, trace, daemon, model, client buffers). gen: 0, or 2\n"
+        "(command line, --out cannot be written). info: 0; 1 standard output could not\n"
+        "be written; 2 command line or daemon. --help, --version: 0. An interrupt\n"
+        "(SIGINT, SIGTERM) stops sending and waits for the requests in flight; a second\n"
+        "one ends projload at once, killed by that signal (a shell shows 130 or 143).\n");
 }
 
 static int cmd_gen(int argc, char **argv)
@@ -1932,7 +2001,7 @@ static int cmd_gen(int argc, char **argv)
                                        {NULL, 0, NULL, 0}};
     int ch, rc = 0;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (ch) {
         case 'k': {
             int k = pj_trace_kind_from_name(optarg);
@@ -1985,6 +2054,8 @@ static int cmd_gen(int argc, char **argv)
         return usage_error("gen: --kind is required (decode, verify or reference)");
     if (!out)
         return usage_error("gen: --out FILE is required ('-' for stdout)");
+    if ((rc = check_output("--out", out, 0)) != 0)
+        return rc;
     pj_trace t;
     char err[512];
     if (pj_trace_generate(&t, &g, err, sizeof err) != 0) {
@@ -2038,7 +2109,7 @@ static int cmd_info(int argc, char **argv)
                                        {NULL, 0, NULL, 0}};
     int ch;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         if (ch == 'h') {
             usage(stdout);
             return 0;
@@ -2094,7 +2165,8 @@ enum {
     OPT_COMPARE,
     OPT_BUFFERS,
     OPT_TABLE,
-    OPT_HELP,
+    OPT_HELP = 'h',
+    OPT_VERSION = 'V',
 };
 
 static int set_mode(lt_opts *o, lt_mode m, const char *opt)
@@ -2152,11 +2224,12 @@ static int parse_run(int argc, char **argv, lt_opts *o)
         {"buffers", required_argument, NULL, OPT_BUFFERS},
         {"table", required_argument, NULL, OPT_TABLE},
         {"help", no_argument, NULL, OPT_HELP},
+        {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0}};
     int ch, rc = 0;
     uint64_t v;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (ch) {
         case OPT_TRACE:
             o->trace = optarg;
@@ -2226,6 +2299,7 @@ static int parse_run(int argc, char **argv, lt_opts *o)
             break;
         case OPT_CHECK:
             rc = parse_double("--check-fraction", optarg, 0, 1, &o->check_fraction);
+            o->check_set = 1;
             break;
         case OPT_MODEL:
             o->model = optarg;
@@ -2269,6 +2343,9 @@ static int parse_run(int argc, char **argv, lt_opts *o)
         case OPT_HELP:
             usage(stdout);
             exit(0);
+        case OPT_VERSION:
+            printf("projload %s\n", PJ_VERSION_STRING);
+            exit(stdout_failed() ? EXIT_RUN_FAILED : 0);
         default:
             return usage_error("unknown option");
         }
@@ -2284,10 +2361,12 @@ static int parse_run(int argc, char **argv, lt_opts *o)
                            o->mode == MODE_REPLAY ? "replay" : "rate/--poisson");
     if (o->compare && !o->model)
         return usage_error("--compare needs --model PATH (the weights it runs in-process)");
-    if (o->check_fraction > 0 && !o->model)
+    if (o->check_fraction > 0 && !o->model && o->check_set)
         return usage_error("--check-fraction %g needs --model PATH (the model file the daemon "
                            "serves) to compute the reference; --check-fraction 0 runs unchecked",
                            o->check_fraction);
+    if (!o->model)
+        o->check_fraction = 0; /* the default without --model: unchecked (cmd_run says so) */
     if (o->n_sweep && o->concurrency_set)
         return usage_error("--concurrency: --sweep sets each step's concurrency; give one or "
                            "the other");
@@ -2548,6 +2627,11 @@ static int cmd_run(int argc, char **argv)
         fprintf(stderr, "projload: --transport %s: unknown (auto, nng, ring)\n", o.transport);
         return EXIT_SETUP_ERROR;
     }
+    /* The outputs before anything else: a path that cannot be written
+     * would otherwise show only after the whole run. */
+    if ((o.json && (rc = check_output("--json", o.json, 0)) != 0) ||
+        (o.plot && (rc = check_output("--plot", o.plot, 1)) != 0))
+        return rc;
     if (pj_trace_load(&su.tr, o.trace, err, sizeof err) != 0) {
         fprintf(stderr, "projload: %s\n", err);
         goto out;
@@ -2653,6 +2737,9 @@ static int cmd_run(int argc, char **argv)
         o.count = su.tr.n_reqs;
     }
 
+    if (!o.model)
+        fprintf(stderr, "projload: results are not checked against the CPU reference; give "
+                        "--model PATH (the model the daemon serves) to check them\n");
     const char *mode_text = o.n_sweep ? "closed-loop sweep" : mode_name(o.mode);
     fprintf(rep,
             "projload: %s, transport %s, %s buffers, daemon %s (%s backend, %u layers, max_m "

@@ -9,7 +9,11 @@
 #   - a concurrency sweep with plots (PNGs when gnuplot is installed);
 #   - checks are real: against another model's weights every checked
 #     request mismatches and projload exits 1;
-#   - bad traces are refused before the run with the line and the field.
+#   - bad traces are refused before the run with the line and the field;
+#   - outputs (--json, --plot, gen --out) that cannot be written are refused
+#     before the run (exit 2), and the check leaves nothing behind;
+#   - without --model (and no --check-fraction) the run is unchecked and
+#     says so; --version, -h anywhere, the help's exit status.
 # Usage: tests/e2e_projload.sh BUILD_DIR
 set -u
 build=${1:-build}
@@ -376,12 +380,41 @@ if [ $rc = 1 ] && grep -q 'projload: writing standard output' "$tmp/full.err" &&
 else
     fail "tables >/dev/full: exit $rc: $(cat "$tmp/full.err")"
 fi
-pl --trace "$tmp/decode.jsonl" --socket "$sock" --count 10 --check-fraction 0 \
-    --plot "$tmp/decode.jsonl/plots" >"$tmp/plotbad.out" 2>&1
+# ---- outputs that cannot be written: refused before the run, exit 2 ------------------------------
+# expect_bad_output NAME MESSAGE ARGS...: exit 2, MESSAGE said, no request sent.
+expect_bad_output() {
+    local name=$1 want=$2
+    shift 2
+    pl "$@" >"$tmp/$name.out" 2>&1
+    local rc=$?
+    if [ $rc = 2 ] && grep -qF -- "$want" "$tmp/$name.out" && ! grep -q '^requests:' "$tmp/$name.out"; then
+        ok "refused before the run: $want"
+    else
+        fail "$name: exit $rc, output: $(tail -3 "$tmp/$name.out")"
+    fi
+}
+expect_bad_output plotbad "projload: --plot $tmp/decode.jsonl/plots: Not a directory" \
+    --trace "$tmp/decode.jsonl" --socket "$sock" --count 10 --check-fraction 0 \
+    --plot "$tmp/decode.jsonl/plots"
+expect_bad_output jsonnodir "projload: --json $tmp/no/such/x.json: No such file or directory" \
+    --trace "$tmp/decode.jsonl" --socket "$sock" --check-fraction 0 --json "$tmp/no/such/x.json"
+expect_bad_output jsondir "projload: --json $tmp: Is a directory" \
+    --trace "$tmp/decode.jsonl" --socket "$sock" --check-fraction 0 --json "$tmp"
+# (before the trace is read, too)
+expect_bad_output jsonfirst "projload: --json $tmp/no/x.json: No such file or directory" \
+    --trace "$tmp/no-such-trace.jsonl" --socket "$sock" --json "$tmp/no/x.json"
+expect_bad_output genout "projload: --out $tmp/no/t.jsonl: No such file or directory" \
+    gen --kind decode --count 10 --out "$tmp/no/t.jsonl"
+# Writable outputs, then a setup step that fails (no daemon): nothing left behind.
+pl --trace "$tmp/decode.jsonl" --socket "ipc://$tmp/nobody.sock" --json "$tmp/left.json" \
+    --plot "$tmp/leftplots" >"$tmp/left.out" 2>&1
 rc=$?
-[ $rc = 1 ] && grep -q "projload: plot: cannot create $tmp/decode.jsonl/plots: Not a directory" \
-    "$tmp/plotbad.out" && ok "--plot where no folder can be made: exit 1, said" ||
-    fail "--plot under a file: exit $rc: $(tail -3 "$tmp/plotbad.out")"
+if [ $rc = 2 ] && grep -q 'cannot reach the daemon' "$tmp/left.out" && [ ! -e "$tmp/left.json" ] &&
+    [ ! -e "$tmp/leftplots" ]; then
+    ok "no daemon: exit 2, no --json file and no --plot folder left behind"
+else
+    fail "no daemon with --json/--plot: exit $rc, left: $(ls -d "$tmp"/left* 2>&1)"
+fi
 pl info --socket "$sock" extra >"$tmp/infoarg.out" 2>&1
 rc=$?
 [ $rc = 2 ] && grep -q 'info: unexpected argument "extra"' "$tmp/infoarg.out" &&
@@ -390,6 +423,50 @@ pl info --help >"$tmp/infohelp.out" 2>&1
 rc=$?
 [ $rc = 0 ] && grep -q '^usage: projload' "$tmp/infohelp.out" && ok "info --help: the usage, exit 0" ||
     fail "info --help: exit $rc: $(cat "$tmp/infohelp.out")"
+
+# ---- no --model: unchecked and said; --model alone: the default fraction ------------------------------
+pl --trace "$tmp/decode.jsonl" --socket "$sock" --count 20 --json "$tmp/nochk.json" \
+    >"$tmp/nochk.out" 2>"$tmp/nochk.err"
+rc=$?
+if [ $rc = 0 ] && [ "$(grep -c 'not checked' "$tmp/nochk.err")" = 1 ] &&
+    grep -q -- '--model PATH' "$tmp/nochk.err" && grep -q '^checked: none (no --model)' "$tmp/nochk.out" &&
+    "$py" -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if j["check"]["fraction"]==0 and j["totals"]["checked"]==0 else 1)' \
+        "$tmp/nochk.json"; then
+    ok "no --model, no --check-fraction: exit 0, unchecked, one line says how to check"
+else
+    fail "no --model: exit $rc: $(cat "$tmp/nochk.err")"
+fi
+pl --trace "$tmp/decode.jsonl" --socket "$sock" --count 20 --model "$model" \
+    >"$tmp/defchk.out" 2>"$tmp/defchk.err"
+rc=$?
+if [ $rc = 0 ] && grep -q '^checked: [1-9][0-9]* requests (fraction 0.01,' "$tmp/defchk.out" &&
+    ! grep -q 'not checked' "$tmp/defchk.err"; then
+    ok "--model alone: checks at the default fraction 0.01"
+else
+    fail "--model alone: exit $rc: $(grep checked "$tmp/defchk.out") $(cat "$tmp/defchk.err")"
+fi
+
+# ---- --version, -h, the help -------------------------------------------------------------------------
+want_version="projload $("$bin/projd" --version | awk '{print $2}')"
+for args in "--version" "run --version"; do
+    # shellcheck disable=SC2086  # the words, on purpose
+    got=$(pl $args 2>&1)
+    rc=$?
+    [ $rc = 0 ] && [ "$got" = "$want_version" ] && ok "projload $args: $got" ||
+        fail "projload $args: exit $rc: $got (want $want_version)"
+done
+pl --trace "$tmp/decode.jsonl" -h >"$tmp/h.out" 2>&1
+rc=$?
+[ $rc = 0 ] && grep -q '^usage: projload' "$tmp/h.out" && ok "-h after other options: the usage, exit 0" ||
+    fail "--trace F -h: exit $rc: $(head -3 "$tmp/h.out")"
+pl --help >"$tmp/help.out" 2>&1
+if grep -q -- '--version' "$tmp/help.out" && grep -q '^exit status: 0 ' "$tmp/help.out" &&
+    grep -q '; 2 the run could not start (command line, an output path' "$tmp/help.out" &&
+    grep -q 'without --model the run is' "$tmp/help.out"; then
+    ok "--help: --version, the output checks, the default without --model, exit status"
+else
+    fail "--help lacks --version / exit status / the --model default"
+fi
 
 # ---- a run that proves nothing fails ----------------------------------------------------------------
 # A few requests at a low fraction: the first measured one is checked all
