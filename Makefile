@@ -240,7 +240,11 @@ install-activate:
 
 # The copying half of install: builds nothing, and stops if a file it
 # copies is missing (tests/e2e_install.sh runs it against a finished
-# build, where a rebuild could pick up other flags).
+# build, where a rebuild could pick up other flags). The documents that
+# deploy/README.md (installed as the doc folder's README.md), the units and
+# `projd --help` name go under PREFIX/share/doc/projd with their source-tree
+# names (config/CONFIG.md, ...), so those names hold there too; projd --help
+# finds them next to PREFIX/bin.
 install-files:
 	@for f in $(PROGS) $(BUILD)/lib/libprojd.so $(BUILD)/lib/libprojd.a; do \
 	    [ -e "$$f" ] || { echo "install: $$f is missing: build it first (make BUILD=$(BUILD))" >&2; \
@@ -253,6 +257,8 @@ install-files:
 	    sed 's#/usr/bin/projd #$(PREFIX)/bin/projd #; s#/usr/share/doc/projd/#$(PREFIX)/share/doc/projd/#' deploy/$$u \
 	        >$(DESTDIR)$(UNITDIR)/$$u && chmod 0644 $(DESTDIR)$(UNITDIR)/$$u || exit 1; done
 	install -D -m 0644 deploy/README.md $(DESTDIR)$(PREFIX)/share/doc/projd/README.md
+	for f in config/CONFIG.md daemon/DAEMON.md daemon/CUDA.md protocol/PROTOCOL.md bench/README.md; do \
+	    install -D -m 0644 $$f $(DESTDIR)$(PREFIX)/share/doc/projd/$$f || exit 1; done
 	install -m 0644 deploy/sysusers.d/projd.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/projd.conf
 	install -m 0644 deploy/tmpfiles.d/projd.conf $(DESTDIR)$(PREFIX)/lib/tmpfiles.d/projd.conf
 	install -d $(DESTDIR)$(PREFIX)/include/projd/protocol $(DESTDIR)$(PREFIX)/lib

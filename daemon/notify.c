@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon/log.h"
@@ -103,6 +104,18 @@ void pj_notify_status(const char *fmt, ...)
     vsnprintf(text + n, sizeof text - (size_t)n, fmt, ap);
     va_end(ap);
     send_text(text, 0);
+}
+
+void pj_notify_reloading(const char *status)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    unsigned long long usec =
+        (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000u;
+    char text[600];
+    snprintf(text, sizeof text, "RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=%s", usec,
+             status ? status : "reloading");
+    send_text(text, 1);
 }
 
 void pj_notify_stopping(const char *status)

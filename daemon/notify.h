@@ -7,7 +7,8 @@
  * sd_notify because that call blocks when the receiver's queue is full,
  * and the event loop must never block: STATUS= lines are sent without
  * waiting (dropped when the queue is full, they are informational);
- * READY=1 and STOPPING=1 wait at most PJ_NOTIFY_WAIT_MS. Thread-safe.
+ * READY=1, RELOADING=1 and STOPPING=1 wait at most PJ_NOTIFY_WAIT_MS.
+ * Thread-safe.
  */
 #ifndef PJ_NOTIFY_H
 #define PJ_NOTIFY_H
@@ -19,6 +20,12 @@ void pj_notify_ready(const char *status);
 
 /* STATUS=<printf text>, never blocks. */
 void pj_notify_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* RELOADING=1, MONOTONIC_USEC=<CLOCK_MONOTONIC now, in µs> and a STATUS=
+ * line: a reload (SIGHUP) has started. systemd keeps the unit in
+ * "reloading" until the READY=1 that must follow (pj_notify_ready), also
+ * when the reload fails. */
+void pj_notify_reloading(const char *status);
 
 /* STOPPING=1 plus a STATUS= line. */
 void pj_notify_stopping(const char *status);

@@ -1,19 +1,26 @@
 /* projd_main.c — the projd daemon: configuration, model, backend, serve.
  *
- * Exit codes: 0 after a clean drain (SIGTERM/SIGINT) or --check-config /
- * --print-config / --help / --version; 1 when the daemon could not start or
- * had to stop on an error (also --check-config when the backend, the socket
- * group or the model file would stop a start); 2 for a bad command line or
- * configuration.
+ * Exit codes (usage() lists them too): 0 after a clean drain (SIGTERM/
+ * SIGINT), for --check-config without a problem, --print-config, --help and
+ * --version; 1 when the daemon could not start (backend, socket, socket
+ * group, model, listen) or had to stop on an error (a fatal backend error,
+ * a drain or teardown that did not finish), and for --check-config that
+ * found a problem; 2 for a bad command line or configuration (also a
+ * default socket URL that does not fit).
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <nng/nng.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -53,24 +60,82 @@ typedef struct daemon_state {
     pj_server *server;
     uv_signal_t sig_term, sig_int, sig_hup;
     int exit_code;
+    int stopping; /* SIGTERM/SIGINT seen: a SIGHUP then tells systemd nothing */
 } daemon_state;
+
+/* Where the documents --help names are, in dir: <prefix>/share/doc/projd
+ * when this binary runs as <prefix>/bin/projd and make install put them
+ * there; else the source tree it was built in (<src>/<build>/bin/projd);
+ * else /usr/share/doc/projd. *deploy: the name of deploy/README.md there. */
+static void doc_dir(char *dir, size_t len, const char **deploy)
+{
+    char exe[PATH_MAX], probe[PATH_MAX + 64];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    *deploy = "README.md";
+    if (n > 0) {
+        exe[n] = '\0';
+        for (int up = 0; up < 2; up++) { /* <prefix>/bin/projd -> <prefix> */
+            char *slash = strrchr(exe, '/');
+            if (!slash)
+                break;
+            *slash = '\0';
+        }
+        snprintf(probe, sizeof probe, "%s/share/doc/projd/config/CONFIG.md", exe);
+        if (access(probe, R_OK) == 0 && snprintf(dir, len, "%s/share/doc/projd", exe) < (int)len)
+            return;
+        char *slash = strrchr(exe, '/'); /* <src>/<build> -> <src> */
+        if (slash) {
+            *slash = '\0';
+            snprintf(probe, sizeof probe, "%s/config/CONFIG.md", exe);
+            if (exe[0] && access(probe, R_OK) == 0) {
+                snprintf(dir, len, "%s", exe);
+                *deploy = "deploy/README.md";
+                return;
+            }
+        }
+    }
+    snprintf(dir, len, "/usr/share/doc/projd");
+}
 
 static void usage(FILE *f)
 {
+    char doc[PATH_MAX];
+    const char *deploy;
+    doc_dir(doc, sizeof doc, &deploy);
     fprintf(f,
             "usage: projd [options]\n"
-            "  --config FILE     apply FILE (JSON, see config/CONFIG.md) on top of the defaults\n"
+            "  --config FILE     apply FILE (JSON) on top of the built-in defaults\n"
             "  --model PATH      safetensors file to serve (model.path)\n"
-            "  --socket URL      ipc://PATH or PATH to listen on (socket.url)\n"
+            "  --socket URL      ipc://PATH or PATH to listen on (socket.url). If neither\n"
+            "                    names one: $" PJ_SOCKPATH_ENV ", else " PJ_SOCKPATH_SYSTEM " as\n"
+            "                    root, else $XDG_RUNTIME_DIR/projd/projd.sock, else\n"
+            "                    /tmp/projd-<uid>/projd.sock (--print-config shows which)\n"
             "  --backend B       auto | cpu | cuda (device.backend)\n"
             "  --log-level L     error | warn | info | debug (log.level)\n"
-            "  --check-config    check the configuration, the backend, the socket group and\n"
-            "                    the model file's tensors (not the weights), print one line, exit\n"
-            "  --print-config    print the resulting configuration as JSON, exit\n"
-            "  --help            this text\n"
-            "  --version         print the version\n"
+            "  --check-config    run every check a start makes before serving that changes\n"
+            "                    nothing: the backend, the socket's directory and file, the\n"
+            "                    socket group, the model file's tensors (not the weights);\n"
+            "                    print each problem on its own line (or one OK line), exit\n"
+            "  --print-config    print the resulting configuration as JSON, socket.url filled\n"
+            "                    in with the URL a start would use; exit\n"
+            "  -h, --help        this text\n"
+            "  -V, --version     print the version\n"
             "Command-line values win over the file, also when SIGHUP re-reads it.\n"
-            "Signals: SIGTERM/SIGINT drain and exit 0; SIGHUP reloads log level, limits, auth.\n");
+            "Signals: SIGTERM/SIGINT drain and exit 0; SIGHUP reloads log level, limits, auth\n"
+            "  (the outcome: the log, STATS \"reload\", systemd's STATUS=).\n"
+            "Environment: " PJ_SOCKPATH_ENV
+            " (the socket, above); NOTIFY_SOCKET, WATCHDOG_USEC (systemd).\n"
+            "Exit codes:\n"
+            "  0  stopped cleanly (SIGTERM/SIGINT); --check-config found no problem;\n"
+            "     --print-config, --help, --version\n"
+            "  1  could not start (backend, socket, socket group, model, listen) or stopped\n"
+            "     on an error (fatal backend error, drain past 60 s); --check-config found\n"
+            "     a problem\n"
+            "  2  bad command line or configuration\n"
+            "Documentation, in %s/:\n"
+            "  config/CONFIG.md (every key), daemon/DAEMON.md (reload, shutdown),\n"
+            "  protocol/PROTOCOL.md, %s (systemd), bench/README.md (tuning)\n",
+            doc, deploy);
 }
 
 /* Length of a URL scheme ("tcp" in "tcp://host"), 0 when s does not start
@@ -166,28 +231,52 @@ static void on_stop_signal(uv_signal_t *h, int signum)
 {
     daemon_state *d = h->data;
     pj_log_info("%s received", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    d->stopping = 1;
     pj_server_drain(d->server);
 }
 
+/* SIGHUP. systemd hears RELOADING=1 before and READY=1 after, whatever
+ * the outcome (without the READY=1 it would keep the unit "reloading");
+ * STATUS= and STATS "reload" say what became of it. */
 static void on_hup(uv_signal_t *h, int signum)
 {
     (void)signum;
     daemon_state *d = h->data;
-    char err[1024];
+    char err[1024], msg[1100], status[600];
     pj_config next;
-    pj_log_info("SIGHUP: reloading %s", d->args.config ? d->args.config : "(no --config file)");
+    pj_reload_result r;
+    const char *file = d->args.config ? d->args.config : "(no --config file)";
+    const int tell = !d->stopping; /* after STOPPING=1, READY=1 would mislead */
+    pj_log_info("SIGHUP: reloading %s", file);
+    if (tell) {
+        snprintf(status, sizeof status, "reloading %s", file);
+        pj_notify_reloading(status);
+    }
     if (build_config(&d->args, &next, err, sizeof err) != 0) {
         pj_log_err("reload failed, keeping the running configuration: %s", err);
-        return;
-    }
-    if (pj_config_check_reload(&d->cfg, &next, err, sizeof err) != 0) {
+        r = PJ_RELOAD_FAILED;
+        snprintf(msg, sizeof msg, "%s", err);
+    } else if (pj_config_check_reload(&d->cfg, &next, err, sizeof err) != 0) {
         pj_log_err("reload refused, keeping the running configuration: %s", err);
-        return;
+        r = PJ_RELOAD_REFUSED;
+        snprintf(msg, sizeof msg, "%s", err);
+    } else {
+        d->cfg.limits = next.limits;
+        d->cfg.auth = next.auth;
+        d->cfg.log = next.log;
+        pj_server_reload(d->server, &next);
+        r = PJ_RELOAD_APPLIED;
+        snprintf(msg, sizeof msg, "log level, limits and auth from %s", file);
     }
-    d->cfg.limits = next.limits;
-    d->cfg.auth = next.auth;
-    d->cfg.log = next.log;
-    pj_server_reload(d->server, &next);
+    pj_server_note_reload(d->server, r, msg);
+    if (tell) {
+        snprintf(status, sizeof status, "serving; reload %s: %.500s",
+                 r == PJ_RELOAD_APPLIED   ? "applied"
+                 : r == PJ_RELOAD_REFUSED ? "refused, the running configuration stays"
+                                          : "failed, the running configuration stays",
+                 msg);
+        pj_notify_ready(status);
+    }
 }
 
 static void model_warn(void *ctx, const char *msg)
@@ -239,7 +328,11 @@ static int serve(daemon_state *d, const char *url)
                     L->w.n, L->w.k, pj_format_name(L->w.fmt), L->max_n, L->stored_bytes,
                     L->bf16_bytes);
     }
-    pj_log_info("model loaded in %.1f ms (conversion %.1f ms)", model->load_ms, model->convert_ms);
+    /* load_ms is the file's read and copy alone; the conversion (z12,
+     * split, and its verification) comes on top. */
+    pj_log_info("model loaded in %.1f ms (read %.1f ms, conversion %.1f ms on %u thread%s)",
+                model->load_ms + model->convert_ms, model->load_ms, model->convert_ms,
+                model->load_threads, model->load_threads == 1 ? "" : "s");
 
     pj_notify_status("starting backend %s", ops->name);
     if (pj_backend_create(ops, cfg, model, &be, err, sizeof err) != 0) {
@@ -302,6 +395,305 @@ out_loop:
     return d->exit_code;
 }
 
+/* Which default a start takes for socket.url "" (the order of
+ * protocol/sockpath.h, the daemon's side). */
+static const char *url_default_source(void)
+{
+    const char *env = getenv(PJ_SOCKPATH_ENV);
+    if (env && env[0])
+        return "$" PJ_SOCKPATH_ENV;
+    if (geteuid() == 0)
+        return "the default as root";
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    if (xdg && xdg[0] == '/')
+        return "the default under $XDG_RUNTIME_DIR";
+    return "the per-user default";
+}
+
+/* Where a start takes its socket URL from, for --check-config and the log. */
+static void url_source(const daemon_state *d, char *out, size_t len)
+{
+    if (d->cfg.socket.url[0])
+        snprintf(out, len, "%s", d->args.socket ? "--socket" : "socket.url");
+    else
+        snprintf(out, len, "socket.url \"\": %s", url_default_source());
+}
+
+/* A remark of --check-config that is no problem: stdout, in order with
+ * the problems on stderr. */
+static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void note(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("projd: note: ", stdout);
+    va_start(ap, fmt);
+    vfprintf(stdout, fmt, ap);
+    va_end(ap);
+    fputc('\n', stdout);
+    fflush(stdout);
+}
+
+/* ---- --check-config ---------------------------------------------------------------- */
+
+/* One problem a start would stop on: one line on stderr, counted. */
+static void problem(int *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void problem(int *n, const char *fmt, ...)
+{
+    va_list ap;
+    fputs("projd: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    (*n)++;
+}
+
+/* What pj_sockpath_check_dir asks of a socket directory's ancestors
+ * (protocol/sockpath.c): owned by the effective uid or root, and not
+ * writable by group or others unless sticky. */
+static int ancestor_ok(const char *p, int *n, const char *dir)
+{
+    struct stat st;
+    if (stat(p, &st) != 0) {
+        problem(n, "socket dir %s: stat %s: %s", dir, p, strerror(errno));
+        return 0;
+    }
+    if ((st.st_uid == 0 || st.st_uid == geteuid()) &&
+        (!(st.st_mode & (S_IWGRP | S_IWOTH)) || (st.st_mode & S_ISVTX)))
+        return 1;
+    problem(n,
+            "socket dir %s: its ancestor %s is owned by uid %u with mode %04o, so another user "
+            "could replace the socket's directory once a start made it",
+            dir, p, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+    return 0;
+}
+
+/* A socket directory that is not there: a start makes it and what is
+ * missing above it, then checks it (server.c, mkdir_parents). Here nothing
+ * is made: the deepest ancestor that exists must let this uid create in it,
+ * and it and its own ancestors must pass the check that follows. */
+static void check_missing_dir(const char *dir, mode_t mode, int *n)
+{
+    char base[PJ_CFG_PATH], real[PATH_MAX], pre[PATH_MAX];
+    struct stat st;
+    snprintf(base, sizeof base, "%s", dir);
+    for (;;) {
+        char *slash = strrchr(base, '/');
+        if (!slash) {
+            snprintf(base, sizeof base, ".");
+            break;
+        }
+        if (slash == base) {
+            base[1] = '\0';
+            break;
+        }
+        *slash = '\0';
+        if (lstat(base, &st) == 0)
+            break;
+    }
+    if (stat(base, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        problem(n, "socket dir %s: a start cannot create it: %s is not a directory", dir, base);
+        return;
+    }
+    if (eaccess(base, W_OK | X_OK) != 0) {
+        problem(n, "socket dir %s: does not exist, and a start cannot create it in %s: %s", dir,
+                base, strerror(errno));
+        return;
+    }
+    if (!realpath(base, real)) {
+        problem(n, "socket dir %s: cannot resolve %s: %s", dir, base, strerror(errno));
+        return;
+    }
+    int ok = ancestor_ok("/", n, dir);
+    size_t len = strlen(real);
+    for (size_t j = 1; ok && len > 1 && j <= len; j++) {
+        if (j < len && real[j] != '/')
+            continue;
+        memcpy(pre, real, j);
+        pre[j] = '\0';
+        ok = ancestor_ok(pre, n, dir);
+    }
+    if (ok)
+        note("socket dir %s does not exist; a start creates it (mode %04o)", dir, (unsigned)mode);
+}
+
+/* pj_server_check_socket and the listener's directory check, without
+ * creating, probing or removing anything. */
+static void check_socket(const char *url, int *n)
+{
+    const char *path = pj_sockpath_file(url);
+    struct sockaddr_un sun;
+    struct stat st;
+    char err[1024];
+    if (!path || !path[0]) {
+        problem(n, "socket url \"%s\": expected ipc://PATH", url);
+        return;
+    }
+    if (strlen(path) >= sizeof sun.sun_path) {
+        problem(n, "socket path \"%s\" is longer than %zu bytes", path, sizeof sun.sun_path - 1);
+        return;
+    }
+    char dir[PJ_CFG_PATH];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = '\0';
+        if (lstat(dir, &st) != 0) {
+            if (errno == ENOENT)
+                check_missing_dir(dir, pj_sockpath_dir_mode(url), n);
+            else
+                problem(n, "socket dir %s: %s", dir, strerror(errno));
+            return;
+        }
+        if (pj_sockpath_check_dir(dir, err, sizeof err) != 0) {
+            problem(n, "%s", err);
+            return;
+        }
+    }
+    if (lstat(path, &st) != 0) {
+        if (errno != ENOENT)
+            problem(n, "socket %s: %s", path, strerror(errno));
+    } else if (!S_ISSOCK(st.st_mode)) {
+        problem(n, "socket %s: exists and is not a socket; a start does not touch it", path);
+    } else {
+        note("socket %s exists; a start removes it when nobody answers there and stops when a "
+             "daemon serves there (not probed here)",
+             path);
+    }
+}
+
+/* Whether this process may give a file the group gid: root, a member, or
+ * CAP_CHOWN (a unit's AmbientCapabilities=). */
+static int may_chgrp(gid_t gid)
+{
+    if (geteuid() == 0 || getegid() == gid)
+        return 1;
+    int ng = getgroups(0, NULL);
+    gid_t *groups = ng > 0 ? malloc((size_t)ng * sizeof *groups) : NULL;
+    int member = 0;
+    if (groups)
+        ng = getgroups(ng, groups);
+    for (int i = 0; groups && i < ng && !member; i++)
+        member = groups[i] == gid;
+    free(groups);
+    if (member)
+        return 1;
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned long long eff = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "CapEff: %llx", &eff) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return (eff & 1ull) != 0; /* CAP_CHOWN is capability 0 */
+}
+
+static void check_group(const pj_config *cfg, int *n)
+{
+    char err[1024];
+    uint32_t gid = 0;
+    if (pj_server_socket_group(cfg->socket.group, &gid, err, sizeof err) != 0)
+        problem(n, "%s", err);
+    else if (cfg->socket.group[0] && !may_chgrp((gid_t)gid))
+        problem(n,
+                "socket.group \"%s\": uid %u is not root, not a member of it and lacks "
+                "CAP_CHOWN, so a start cannot give the socket that group",
+                cfg->socket.group, (unsigned)geteuid());
+}
+
+/* pj_model_check stops at the first problem; each layer checked on its
+ * own finds the others (a problem of the file itself is said once). */
+static void check_model(const pj_config *cfg, int *n)
+{
+    char first[1024], err[1024];
+    if (pj_model_check(cfg, first, sizeof first) == 0)
+        return;
+    static char said[PJ_CFG_MAX_LAYERS][1024];
+    uint32_t n_said = 0;
+    int first_said = 0;
+    pj_config *one = malloc(sizeof *one);
+    for (uint32_t i = 0; one && i < cfg->model.n_layers; i++) {
+        *one = *cfg;
+        one->model.layers[0] = cfg->model.layers[i];
+        one->model.n_layers = 1;
+        if (pj_model_check(one, err, sizeof err) == 0)
+            continue;
+        int dup = 0;
+        for (uint32_t j = 0; j < n_said && !dup; j++)
+            dup = strcmp(said[j], err) == 0;
+        if (dup)
+            continue;
+        snprintf(said[n_said++], sizeof said[0], "%s", err);
+        first_said |= strcmp(err, first) == 0;
+        problem(n, "model: %s", err);
+    }
+    free(one);
+    if (!first_said) /* not about one layer (the layers together), or out of memory */
+        problem(n, "model: %s", first);
+}
+
+/* Every check a start makes before it serves that changes nothing, each
+ * problem on its own line; 0 when there is none, else 1. */
+static int check_config(const daemon_state *d, const char *url)
+{
+    int n = 0;
+    char err[1024], why[512] = "";
+    const pj_backend_ops *ops;
+    if (pj_backend_select(d->cfg.device.backend, &ops, why, sizeof why, err, sizeof err) != 0)
+        problem(&n, "%s", err);
+    check_socket(url, &n);
+    check_group(&d->cfg, &n);
+    check_model(&d->cfg, &n);
+    if (n) {
+        fprintf(stderr, "projd: %d problem%s: a start would fail\n", n, n == 1 ? "" : "s");
+        return 1;
+    }
+    char src[128];
+    url_source(d, src, sizeof src);
+    printf("projd: configuration OK (%s; model %s, %u layers; socket %s (%s); backend %s)\n",
+           d->args.config ? d->args.config : "defaults", d->cfg.model.path, d->cfg.model.n_layers,
+           url, src, why);
+    return 0;
+}
+
+/* --print-config: the configuration as JSON on stdout, with socket.url
+ * the URL a start would listen on (where it came from on stderr when the
+ * configuration left it ""); a URL the configuration cannot hold stays "". */
+static int print_config(const daemon_state *d)
+{
+    static pj_config shown;
+    shown = d->cfg;
+    char url[PJ_CFG_PATH + 16], err[1024];
+    if (!shown.socket.url[0]) {
+        if (pj_sockpath_resolve("", PJ_SOCKPATH_SERVER, url, sizeof url, err, sizeof err) != 0) {
+            fprintf(stderr, "projd: socket.url \"\": %s\n", err);
+        } else {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "socket"), "url", url);
+            char *text = cJSON_PrintUnformatted(o);
+            cJSON_Delete(o);
+            if (text && pj_config_apply_json(&shown, text, strlen(text), err, sizeof err) == 0)
+                fprintf(stderr, "projd: socket.url \"\" resolves to %s (%s)\n", url,
+                        url_default_source());
+            else
+                fprintf(stderr,
+                        "projd: socket.url \"\" resolves to %s (%s), which a start "
+                        "refuses: %s\n",
+                        url, url_default_source(), text ? err : "no memory");
+            free(text);
+        }
+    }
+    char *text = pj_config_to_json(&shown);
+    if (!text) {
+        fprintf(stderr, "projd: out of memory\n");
+        return 1;
+    }
+    printf("%s\n", text);
+    free(text);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -314,7 +706,7 @@ int main(int argc, char **argv)
     static daemon_state d;
     int o;
     pj_log_init();
-    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "hV", opts, NULL)) != -1) {
         switch (o) {
         case 'c':
             d.args.config = optarg;
@@ -366,44 +758,18 @@ int main(int argc, char **argv)
         return 2;
     }
     pj_log_set_level(d.cfg.log.level);
-    if (d.args.print_config) {
-        char *text = pj_config_to_json(&d.cfg);
-        if (!text) {
-            fprintf(stderr, "projd: out of memory\n");
-            return 1;
-        }
-        printf("%s\n", text);
-        free(text);
-        return 0;
-    }
+    if (d.args.print_config)
+        return print_config(&d);
     char url[PJ_CFG_PATH + 16];
     if (pj_sockpath_resolve(d.cfg.socket.url, PJ_SOCKPATH_SERVER, url, sizeof url, err,
                             sizeof err) != 0) {
         fprintf(stderr, "projd: %s\n", err);
         return 2;
     }
-    if (d.args.check_config) {
-        /* What a start would refuse before serving, short of loading the
-         * weights: the backend, the socket's group, the model file's header
-         * against the layers (a missing tensor, a shape or dtype that does
-         * not fit, max_n > N, an impossible format). */
-        uint32_t gid;
-        const pj_backend_ops *ops;
-        char why[512];
-        if (pj_backend_select(d.cfg.device.backend, &ops, why, sizeof why, err, sizeof err) != 0 ||
-            pj_server_socket_group(d.cfg.socket.group, &gid, err, sizeof err) != 0) {
-            fprintf(stderr, "projd: %s\n", err);
-            return 1;
-        }
-        if (pj_model_check(&d.cfg, err, sizeof err) != 0) {
-            fprintf(stderr, "projd: model: %s\n", err);
-            return 1;
-        }
-        printf("projd: configuration OK (%s; model %s, %u layers; socket %s; backend %s)\n",
-               d.args.config ? d.args.config : "defaults", d.cfg.model.path, d.cfg.model.n_layers,
-               url, why);
-        return 0;
-    }
+    if (d.args.check_config)
+        return check_config(&d, url);
+    if (!d.cfg.socket.url[0])
+        pj_log_info("socket %s (socket.url \"\": %s)", url, url_default_source());
     /* A client that disappears mid-write must not kill the daemon. */
     signal(SIGPIPE, SIG_IGN);
     /* SIGHUP's default action kills; until the loop's handler is in place

@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon/bufreg.h"
@@ -190,6 +191,13 @@ struct pj_server {
     int wd_withheld, wd_client_wait, wd_lost;
     int release_warned; /* warn_slow_release said the running one */
     uint64_t wd_withheld_since, wd_oldest_ns, wd_stalls, wd_client_waits;
+    /* SIGHUP reloads (pj_server_note_reload): counts per pj_reload_result,
+     * and the last one's result, message and times. */
+    uint64_t reload_n[3];
+    pj_reload_result reload_last;
+    double reload_unix;      /* CLOCK_REALTIME, seconds */
+    uint64_t reload_mono_ns; /* pj_now_ns() */
+    char reload_msg[512];
 };
 
 #define EXIT_GUARD_S 5
@@ -985,6 +993,21 @@ static char *stats_text(pj_server *s)
         cJSON_AddBoolToObject(wd, "withheld", s->wd_withheld != 0);
         cJSON_AddNumberToObject(wd, "stalls", (double)s->wd_stalls);
         cJSON_AddNumberToObject(wd, "client_waits", (double)s->wd_client_waits);
+    }
+    cJSON *rl = cJSON_AddObjectToObject(o, "reload");
+    if (rl) {
+        static const char *const result[] = {"applied", "refused", "failed"};
+        uint64_t n = s->reload_n[0] + s->reload_n[1] + s->reload_n[2];
+        cJSON_AddNumberToObject(rl, "attempts", (double)n);
+        for (int i = 0; i < 3; i++)
+            cJSON_AddNumberToObject(rl, result[i], (double)s->reload_n[i]);
+        cJSON *last = n ? cJSON_AddObjectToObject(rl, "last") : cJSON_AddNullToObject(rl, "last");
+        if (n && last) {
+            cJSON_AddStringToObject(last, "result", result[s->reload_last]);
+            cJSON_AddStringToObject(last, "message", s->reload_msg);
+            cJSON_AddNumberToObject(last, "unix_time", s->reload_unix);
+            cJSON_AddNumberToObject(last, "ago_s", (double)(pj_now_ns() - s->reload_mono_ns) / 1e9);
+        }
     }
     const char *names[PJ_CFG_MAX_LAYERS];
     uint32_t nl = s->model->n_layers < PJ_CFG_MAX_LAYERS ? s->model->n_layers : PJ_CFG_MAX_LAYERS;
@@ -2311,6 +2334,17 @@ void pj_server_reload(pj_server *s, const pj_config *next)
                 s->cfg.limits.max_connections, s->cfg.limits.max_inflight_per_conn,
                 s->cfg.limits.max_buffer_bytes, s->cfg.limits.max_conn_buffer_bytes,
                 s->cfg.limits.max_total_buffer_bytes, s->cfg.auth.n_uids, s->cfg.auth.n_gids);
+}
+
+void pj_server_note_reload(pj_server *s, pj_reload_result r, const char *message)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    s->reload_n[r]++;
+    s->reload_last = r;
+    s->reload_unix = (double)ts.tv_sec + (double)(ts.tv_nsec / 1000000) / 1e3;
+    s->reload_mono_ns = pj_now_ns();
+    snprintf(s->reload_msg, sizeof s->reload_msg, "%s", message ? message : "");
 }
 
 /* The shutdown's bound on releases still waiting for the device, inside

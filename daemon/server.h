@@ -55,6 +55,18 @@ int pj_server_listen(pj_server *s, char *err, size_t errlen);
  * ignored; the caller checked that nothing else changed). */
 void pj_server_reload(pj_server *s, const pj_config *next);
 
+/* What became of a SIGHUP reload (projd_main.c decides; STATS "reload"). */
+typedef enum pj_reload_result {
+    PJ_RELOAD_APPLIED = 0,
+    PJ_RELOAD_REFUSED = 1, /* valid, but a key that needs a restart changed */
+    PJ_RELOAD_FAILED = 2,  /* the file (or the command line) is not a valid configuration */
+} pj_reload_result;
+
+/* Count one reload and keep its result, message (cut to 511 bytes) and
+ * time for STATS: "reload": {attempts, applied, refused, failed, last:
+ * {result, message, unix_time, ago_s} or null before the first}. */
+void pj_server_note_reload(pj_server *s, pj_reload_result r, const char *message);
+
 /* SIGTERM/SIGINT: refuse new requests (PJ_E_SHUTDOWN) and new
  * connections, finish what is in flight, send every reply, close, then
  * call the stopped callback. Idempotent. */

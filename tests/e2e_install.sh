@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # e2e_install.sh — `make install` into a temporary DESTDIR (PREFIX=/usr, as a
-# package build does) installs every file deploy/README.md's table promises,
+# package build does) installs every file deploy/README.md's table promises
+# (the documents `projd --help` names too, and the installed projd's --help
+# names the folder they were installed in),
 # the installed libprojd exports only its API, and the installed Python
 # binding finds the installed libprojd on its own.
 # It runs install's copying half (install-files) against the build under
@@ -37,12 +39,27 @@ for f in usr/bin/projd usr/bin/projctl usr/bin/projload usr/lib/libprojd.so.1 us
     lib/systemd/system/projd@.service lib/systemd/system/projd-mps.service \
     usr/lib/sysusers.d/projd.conf usr/lib/tmpfiles.d/projd.conf etc/projd/projd.json \
     usr/share/projd/tuning/h200.json usr/share/projd/python/projd.py \
-    usr/share/projd/python/projd_sglang.py usr/share/doc/projd/README.md; do
+    usr/share/projd/python/projd_sglang.py usr/share/doc/projd/README.md \
+    usr/share/doc/projd/config/CONFIG.md usr/share/doc/projd/daemon/DAEMON.md \
+    usr/share/doc/projd/daemon/CUDA.md usr/share/doc/projd/protocol/PROTOCOL.md \
+    usr/share/doc/projd/bench/README.md; do
     if [ ! -e "$tmp/root/$f" ]; then
         echo "e2e_install: FAIL: /$f was not installed" >&2
         fail=1
     fi
 done
+# The installed projd points --help at the installed documents (found next
+# to its bin folder), and every document the unit names is there.
+if [ -x "$tmp/root/usr/bin/projd" ]; then
+    "$tmp/root/usr/bin/projd" --help >"$tmp/help.txt" 2>&1
+    grep -qF "Documentation, in $tmp/root/usr/share/doc/projd/:" "$tmp/help.txt" ||
+        { echo "e2e_install: FAIL: the installed projd --help does not name the installed documents" >&2
+          grep -A3 '^Documentation' "$tmp/help.txt" >&2; fail=1; }
+    for doc in $(sed -n 's#^Documentation=file:///usr/##p' "$tmp/root/lib/systemd/system/projd@.service"); do
+        [ -e "$tmp/root/usr/$doc" ] ||
+            { echo "e2e_install: FAIL: projd@.service names /usr/$doc, not installed" >&2; fail=1; }
+    done
+fi
 # The node config names the group sysusers.d creates and the directory
 # tmpfiles.d makes for the model.
 grep -q '^g projd ' "$tmp/root/usr/lib/sysusers.d/projd.conf" ||

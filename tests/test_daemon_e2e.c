@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config/config.h"
 #include "tests/helpers/daemon_check.h"
 #include "tests/helpers/daemon_proc.h"
 #include "tests/helpers/daemon_test.h"
@@ -1250,6 +1251,125 @@ START_TEST(systemd_watchdog)
 }
 END_TEST
 
+/* ---- SIGHUP's outcome ------------------------------------------------------------- */
+
+/* Replace the daemon's config file (rename: the daemon never reads half). */
+static void replace_config(const pj_dproc *d, const char *text)
+{
+    char tmp[400];
+    snprintf(tmp, sizeof tmp, "%s.new", d->config);
+    FILE *f = fopen(tmp, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+    ck_assert_int_eq(rename(tmp, d->config), 0);
+}
+
+/* The reload object of a STATS reply: last.result and last.message. */
+static void reload_last(pjt_client *c, char *result, char *message, size_t len)
+{
+    cJSON *st = NULL;
+    result[0] = message[0] = 0;
+    ck_assert_int_eq(pjt_stats(c, &st), PJ_OK);
+    cJSON *last = cJSON_GetObjectItem(cJSON_GetObjectItem(st, "reload"), "last");
+    cJSON *r = cJSON_GetObjectItem(last, "result"), *m = cJSON_GetObjectItem(last, "message");
+    if (cJSON_IsString(r) && cJSON_IsString(m)) {
+        snprintf(result, len, "%s", r->valuestring);
+        snprintf(message, len, "%s", m->valuestring);
+    }
+    cJSON_Delete(st);
+}
+
+/* SIGHUP, then the notifications systemd gets for it: RELOADING=1 with
+ * MONOTONIC_USEC (this clock, within the last 30 s) before READY=1 with a
+ * STATUS= line that contains want. */
+static void hup_and_notes(pj_dproc *d, const char *want)
+{
+    d->notes[0] = 0;
+    ck_assert_int_eq(pj_dproc_signal(d, SIGHUP), 0);
+    char ready[300];
+    snprintf(ready, sizeof ready, "READY=1\nSTATUS=serving; reload %s", want);
+    ck_assert_msg(pj_dproc_wait_notify(d, ready, 10000) == 0, "no '%s' among: %s", ready, d->notes);
+    const char *rl = strstr(d->notes, "RELOADING=1\nMONOTONIC_USEC=");
+    ck_assert_msg(rl && rl < strstr(d->notes, ready), "no RELOADING=1 before READY=1: %s",
+                  d->notes);
+    unsigned long long usec = strtoull(rl + strlen("RELOADING=1\nMONOTONIC_USEC="), NULL, 10);
+    unsigned long long now = (unsigned long long)pjd_now_ms() * 1000ull;
+    ck_assert_msg(usec <= now + 1000 && usec + 30000000ull >= now,
+                  "MONOTONIC_USEC=%llu, CLOCK_MONOTONIC here %llu µs", usec, now);
+}
+
+/* A failed reload was only in the log: STATS says it now ("reload":
+ * counts, the last one's result, message and time), systemd hears
+ * RELOADING=1 / READY=1 around it, and the daemon keeps serving with its
+ * running configuration. */
+START_TEST(sighup_reload_outcome)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, NULL);
+    FILE *f = fopen(d.config, "r");
+    ck_assert_ptr_nonnull(f);
+    static char good[65536];
+    size_t n = fread(good, 1, sizeof good - 1, f);
+    fclose(f);
+    good[n] = 0;
+    pjc_conn t;
+    char why[512], result[600], message[600];
+    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
+    ck_assert_double_eq(pjd_stat(&t.c, "reload.attempts"), 0);
+    reload_last(&t.c, result, message, sizeof result);
+    ck_assert_str_eq(result, ""); /* "last": null before the first */
+
+    /* A broken file: failed, the running configuration stays. */
+    replace_config(&d, "{\"limits\": ");
+    hup_and_notes(&d, "failed, the running configuration stays: ");
+    ck_assert(pj_dproc_log_has(&d, "reload failed", 5000));
+    ck_assert_double_eq(pjd_stat(&t.c, "reload.attempts"), 1);
+    ck_assert_double_eq(pjd_stat(&t.c, "reload.failed"), 1);
+    ck_assert_double_eq(pjd_stat(&t.c, "reload.applied"), 0);
+    reload_last(&t.c, result, message, sizeof result);
+    ck_assert_str_eq(result, "failed");
+    ck_assert_msg(strstr(message, "invalid JSON"), "message: %s", message);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    double when = pjd_stat(&t.c, "reload.last.unix_time");
+    ck_assert_msg(when > (double)now.tv_sec - 60 && when < (double)now.tv_sec + 2,
+                  "unix_time %.3f, now %lld", when, (long long)now.tv_sec);
+    ck_assert_double_ge(pjd_stat(&t.c, "reload.last.ago_s"), 0);
+    ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why); /* still serving */
+
+    /* A key that needs a restart: refused. */
+    static const char restart_json[] = "{\"shapes\": {\"max_m\": 512}}";
+    pj_config cfg;
+    char err[512];
+    pj_config_defaults(&cfg);
+    ck_assert_int_eq(pj_config_apply_json(&cfg, good, strlen(good), err, sizeof err), 0);
+    ck_assert_int_eq(
+        pj_config_apply_json(&cfg, restart_json, strlen(restart_json), err, sizeof err), 0);
+    char *restart = pj_config_to_json(&cfg);
+    ck_assert_ptr_nonnull(restart);
+    replace_config(&d, restart);
+    free(restart);
+    hup_and_notes(&d, "refused, the running configuration stays: shapes.max_m");
+    ck_assert_double_eq(pjd_stat(&t.c, "reload.refused"), 1);
+    reload_last(&t.c, result, message, sizeof result);
+    ck_assert_str_eq(result, "refused");
+
+    /* The file as it was: applied. */
+    replace_config(&d, good);
+    hup_and_notes(&d, "applied");
+    ck_assert_double_eq(pjd_stat(&t.c, "reload.attempts"), 3);
+    ck_assert_double_eq(pjd_stat(&t.c, "reload.applied"), 1);
+    ck_assert_double_eq(pjd_stat(&t.c, "reload.refused"), 1);
+    ck_assert_double_eq(pjd_stat(&t.c, "reload.failed"), 1);
+    reload_last(&t.c, result, message, sizeof result);
+    ck_assert_str_eq(result, "applied");
+    ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
+    pjc_close(&t);
+    pjd_stop(&d);
+}
+END_TEST
+
 int main(void)
 {
     if (pjc_init(g_model_path, sizeof g_model_path) != 0) {
@@ -1275,6 +1395,7 @@ int main(void)
         {"sigterm_drains", sigterm_drains},
         {"release_off_the_loop", release_off_the_loop},
         {"systemd_watchdog", systemd_watchdog},
+        {"sighup_reload_outcome", sighup_reload_outcome},
     };
     return pjd_run_suite("daemon_e2e", cases, sizeof cases / sizeof cases[0], 240);
 }

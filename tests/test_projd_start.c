@@ -1,12 +1,17 @@
 /* test_projd_start.c — projd's start-up as an operator drives it:
- * --check-config against what a start does. */
+ * --check-config against what a start does, --print-config's socket,
+ * --help, the start's log. */
 #include <check.h>
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "config/config.h"
 #include "tests/helpers/daemon_proc.h"
 #include "tests/helpers/fixture.h"
 
@@ -139,6 +144,167 @@ START_TEST(check_and_print_config_refused_together)
 }
 END_TEST
 
+/* --check-config stopped at its first problem and never looked at the
+ * socket's directory: a group- and world-writable one (which a start
+ * refuses) passed as "configuration OK". Now every problem is a line of
+ * its own, and the start agrees about the directory. */
+START_TEST(check_config_reports_every_problem)
+{
+    char wide[512], sock[600];
+    pj_fixture_path(wide, sizeof wide, "wide");
+    ck_assert_int_eq(mkdir(wide, 0777), 0);
+    ck_assert_int_eq(chmod(wide, 0777), 0);
+    snprintf(sock, sizeof sock, "%s/p.sock", wide);
+    const char *const check[] = {"--socket", sock, "--check-config", NULL};
+    const char *cfg = "{\"socket\":{\"group\":\"pj-no-such-group\"},\"model\":{\"layers\":["
+                      "{\"name\":\"o\",\"tensor\":\"o.weihgt\"},"
+                      "{\"name\":\"r\",\"tensor\":\"router.weight\",\"max_n\":65},"
+                      "{\"name\":\"q\",\"tensor\":\"qkv_gate.weight\"}]}}";
+    const char *want[] = {
+        "with mode 0777; the socket's directory must be owned by",
+        "socket.group \"pj-no-such-group\": no such group",
+        "layer 'o' (tensor 'o.weihgt'): no such tensor in the file",
+        "layer 'r' (tensor 'router.weight'): max_n 65 exceeds N = 64",
+        "projd: 4 problems: a start would fail",
+    };
+    pj_dproc d;
+    int rc = run_projd(&d, cfg, check);
+    int all = rc == 1 && !pj_dproc_log_has(&d, "configuration OK", 0);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        all &= pj_dproc_log_has(&d, want[i], 0);
+    if (!all)
+        pj_dproc_dump_log(&d);
+    ck_assert_int_eq(rc, 1);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(pj_dproc_log_has(&d, want[i], 0), "--check-config did not say '%s'", want[i]);
+    ck_assert(!pj_dproc_log_has(&d, "configuration OK", 0));
+    pj_dproc_cleanup(&d);
+    struct stat st;
+    ck_assert_int_eq(stat(sock, &st), -1); /* nothing made */
+
+    /* The directory alone: --check-config and a start both refuse it. */
+    const char *const start[] = {"--socket", sock, NULL};
+    rc = run_projd(&d, NULL, check);
+    ck_assert_int_eq(rc, 1);
+    ck_assert(pj_dproc_log_has(&d, "projd: 1 problem: a start would fail", 0));
+    pj_dproc_cleanup(&d);
+    rc = run_projd(&d, NULL, start);
+    if (rc != 1 || !pj_dproc_log_has(&d, want[0], 0))
+        pj_dproc_dump_log(&d);
+    ck_assert_int_eq(rc, 1);
+    ck_assert(pj_dproc_log_has(&d, want[0], 0));
+    pj_dproc_cleanup(&d);
+
+    /* A directory that is not there yet: a note, OK, and still not made. */
+    char fresh[600];
+    snprintf(fresh, sizeof fresh, "%s/fresh/sub/p.sock", pj_fixture_tmpdir());
+    const char *const check_fresh[] = {"--socket", fresh, "--check-config", NULL};
+    ck_assert_int_eq(run_projd(&d, NULL, check_fresh), 0);
+    ck_assert(pj_dproc_log_has(&d, "/fresh/sub does not exist; a start creates it (mode 0755)", 0));
+    ck_assert(pj_dproc_log_has(&d, "configuration OK", 0));
+    pj_dproc_cleanup(&d);
+    char fresh_dir[600];
+    snprintf(fresh_dir, sizeof fresh_dir, "%s/fresh", pj_fixture_tmpdir());
+    ck_assert_int_eq(stat(fresh_dir, &st), -1);
+
+    /* A file where the socket goes: a start would not touch it. */
+    char plain[600];
+    snprintf(plain, sizeof plain, "%s/not-a-socket", pj_fixture_tmpdir());
+    FILE *f = fopen(plain, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    const char *const check_plain[] = {"--socket", plain, "--check-config", NULL};
+    ck_assert_int_eq(run_projd(&d, NULL, check_plain), 1);
+    ck_assert(pj_dproc_log_has(&d, "exists and is not a socket", 0));
+    pj_dproc_cleanup(&d);
+}
+END_TEST
+
+/* With socket.url "" the socket came from $PROJD_SOCKET (or the defaults)
+ * and --print-config showed "": now it shows the URL a start would use,
+ * says where it came from on stderr, and stays a loadable configuration. */
+START_TEST(print_config_resolves_the_socket)
+{
+    char sock[600];
+    snprintf(sock, sizeof sock, "%s/from-env/p.sock", pj_fixture_tmpdir());
+    setenv("PROJD_SOCKET", sock, 1);
+    const char *const print[] = {"--print-config", NULL};
+    pj_dproc d;
+    ck_assert_int_eq(run_projd(&d, "{\"socket\":{\"url\":\"\"}}", print), 0);
+    char want[700];
+    snprintf(want, sizeof want, "socket.url \"\" resolves to ipc://%s ($PROJD_SOCKET)", sock);
+    ck_assert(pj_dproc_log_has(&d, want, 0));
+    FILE *f = fopen(d.log, "r");
+    ck_assert_ptr_nonnull(f);
+    static char text[65536];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    const char *json = strstr(text, "\n{"); /* stdout's JSON after stderr's note */
+    ck_assert_ptr_nonnull(json);
+    cJSON *j = cJSON_Parse(json + 1);
+    ck_assert_msg(j != NULL, "--print-config printed: %s", text);
+    cJSON *url = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "socket"), "url");
+    ck_assert(cJSON_IsString(url));
+    snprintf(want, sizeof want, "ipc://%s", sock);
+    ck_assert_str_eq(url->valuestring, want);
+    cJSON_Delete(j);
+    pj_config cfg;
+    char err[512];
+    pj_config_defaults(&cfg);
+    ck_assert_msg(pj_config_apply_json(&cfg, json + 1, strlen(json + 1), err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_str_eq(cfg.socket.url, want);
+    pj_dproc_cleanup(&d);
+
+    /* --check-config names the source too. */
+    const char *const check[] = {"--check-config", NULL};
+    ck_assert_int_eq(run_projd(&d, "{\"socket\":{\"url\":\"\"}}", check), 0);
+    ck_assert(pj_dproc_log_has(&d, "(socket.url \"\": $PROJD_SOCKET)", 0));
+    pj_dproc_cleanup(&d);
+    unsetenv("PROJD_SOCKET");
+}
+END_TEST
+
+/* -h was refused (exit 2); --help now names $PROJD_SOCKET, the exit codes
+ * and where the documents are. */
+START_TEST(help_and_version)
+{
+    const char *const h[] = {"-h", NULL};
+    pj_dproc d;
+    ck_assert_int_eq(run_projd(&d, NULL, h), 0);
+    ck_assert(pj_dproc_log_has(&d, "usage: projd", 0));
+    ck_assert(pj_dproc_log_has(&d, "$PROJD_SOCKET", 0));
+    ck_assert(pj_dproc_log_has(&d, "Exit codes:", 0));
+    ck_assert(pj_dproc_log_has(&d, "  2  bad command line or configuration", 0));
+    ck_assert(pj_dproc_log_has(&d, "config/CONFIG.md", 0));
+    pj_dproc_cleanup(&d);
+    const char *const v[] = {"-V", NULL};
+    ck_assert_int_eq(run_projd(&d, NULL, v), 0);
+    ck_assert(pj_dproc_log_has(&d, "projd ", 0));
+    pj_dproc_cleanup(&d);
+    const char *const bad[] = {"-x", NULL};
+    ck_assert_int_eq(run_projd(&d, NULL, bad), 2);
+    pj_dproc_cleanup(&d);
+}
+END_TEST
+
+/* "model loaded in 70.7 ms (conversion 422.2 ms)" read as a 70 ms load:
+ * the line gives the total and its parts. */
+START_TEST(load_line_gives_the_total)
+{
+    pj_dproc d;
+    char err[512];
+    int rc = pj_dproc_start(&d, g_model_path, NULL, NULL, 1, 30000, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert(pj_dproc_log_has(&d, "model loaded in ", 0));
+    ck_assert(pj_dproc_log_has(&d, " ms (read ", 0));
+    ck_assert(pj_dproc_log_has(&d, " ms, conversion ", 0));
+    ck_assert_int_eq(pj_dproc_stop(&d, 30000), 0);
+    pj_dproc_cleanup(&d);
+}
+END_TEST
+
 /* A case that fails an assertion ends its Check child with _exit: its
  * pj_dproc_cleanup never runs. The daemon must not outlive the child
  * (PR_SET_PDEATHSIG), and its folder must lie in the fixture folder, which
@@ -194,6 +360,10 @@ static Suite *start_suite(void)
     tcase_add_test(tc, socket_other_scheme_refused);
     tcase_add_test(tc, check_and_print_config_refused_together);
     tcase_add_test(tc, failed_case_leaves_nothing);
+    tcase_add_test(tc, check_config_reports_every_problem);
+    tcase_add_test(tc, print_config_resolves_the_socket);
+    tcase_add_test(tc, help_and_version);
+    tcase_add_test(tc, load_line_gives_the_total);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
     return s;
