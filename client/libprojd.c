@@ -39,6 +39,9 @@ struct projd_conn {
     nng_socket sock;
     nng_dialer dialer;
     char url[URL_MAX];
+    /* How projd_connect chose url when the caller gave none ("; the URL
+     * is the default (step 4: ...)"), for its messages; "" otherwise. */
+    char url_from[160];
     projd_info info;
     atomic_int timeout_ms;
     atomic_uint_fast64_t next_id;
@@ -1624,17 +1627,83 @@ static int close_sock_bounded(projd_conn *c)
     return 0;
 }
 
+/* nng_dial, bounded. A peer that the kernel accepted but that never does
+ * nng's handshake (a projd stopped with SIGSTOP, or too busy to accept)
+ * holds a synchronous nng_dial for nng's own negotiation timeout (10 s in
+ * nng 1.5). So the dial runs on a thread of its own; when it has not
+ * returned within wait_ms the socket is closed, which ends the dial, and
+ * the result is NNG_ETIMEDOUT with the socket closed (closing it again is
+ * harmless). */
+typedef struct dial_job {
+    projd_conn *c;
+    int rv, done;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} dial_job;
+
+static void *dial_main(void *arg)
+{
+    dial_job *j = arg;
+    int rv = nng_dial(j->c->sock, j->c->url, &j->c->dialer, 0);
+    pthread_mutex_lock(&j->mu);
+    j->rv = rv;
+    j->done = 1;
+    pthread_cond_signal(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    return NULL;
+}
+
+static int dial_bounded(projd_conn *c, int wait_ms)
+{
+    dial_job j = {.c = c};
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&j.cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&j.mu, NULL);
+    pthread_t th;
+    if (pthread_create(&th, NULL, dial_main, &j) != 0) {
+        /* No thread to spare: dial here, bounded by nng alone. */
+        pthread_mutex_destroy(&j.mu);
+        pthread_cond_destroy(&j.cv);
+        return nng_dial(c->sock, c->url, &c->dialer, 0);
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += wait_ms / 1000;
+    until.tv_nsec += (long)(wait_ms % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(&j.mu);
+    int w = 0;
+    while (!j.done && w != ETIMEDOUT)
+        w = pthread_cond_timedwait(&j.cv, &j.mu, &until);
+    int done = j.done;
+    pthread_mutex_unlock(&j.mu);
+    if (!done)
+        nng_close(c->sock); /* ends the dial (NNG_ECLOSED) */
+    pthread_join(th, NULL);
+    pthread_mutex_destroy(&j.mu);
+    pthread_cond_destroy(&j.cv);
+    return done ? j.rv : NNG_ETIMEDOUT;
+}
+
 /* Debian 12's nng 1.5.2 listener dies when a peer hangs up mid-handshake;
  * projd replaces it within ~100 ms (daemon/DAEMON.md), and a dial that lands
  * in that window is refused or reset. Such a refusal is retried for a short
  * while when the socket file exists; a missing file is answered at once. */
 #define DIAL_RETRY_MS 1500
-static int dial_with_retry(projd_conn *c)
+static int dial_with_retry(projd_conn *c, int wait_ms)
 {
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int delay_ms = 5;; delay_ms = delay_ms < 80 ? delay_ms * 2 : 80) {
-        int rv = nng_dial(c->sock, c->url, &c->dialer, 0);
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        long spent = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+        int rv = dial_bounded(c, spent < wait_ms ? (int)(wait_ms - spent) : 1);
         if (rv != NNG_ECONNREFUSED && rv != NNG_ECONNRESET && rv != NNG_ECONNSHUT &&
             rv != NNG_ECLOSED)
             return rv;
@@ -1644,15 +1713,34 @@ static int dial_with_retry(projd_conn *c)
         clock_gettime(CLOCK_MONOTONIC, &t);
         long ms = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
         int budget = atomic_load(&c->timeout_ms);
-        if (ms + delay_ms > (budget < DIAL_RETRY_MS ? budget : DIAL_RETRY_MS))
+        if (budget > DIAL_RETRY_MS)
+            budget = DIAL_RETRY_MS;
+        if (ms + delay_ms > (budget < wait_ms ? budget : wait_ms))
             return rv;
         nng_msleep((nng_duration)delay_ms);
     }
 }
 
-/* One socket, one dial, one HELLO. On failure the socket is closed. */
+/* The dial's failure: a missing socket file said as such (nng reports it
+ * as a refusal), with how the URL was chosen when projd_connect chose it. */
+static int dial_error(projd_conn *c, int rv, projd_error *e)
+{
+    int rc = nng_errno(rv);
+    const char *path = pj_sockpath_file(c->url);
+    struct stat st;
+    if ((rv == NNG_ECONNREFUSED || rv == NNG_ENOENT) && path && lstat(path, &st) != 0 &&
+        errno == ENOENT)
+        return fail(e, -ENOENT, "connect %s: no socket file at %s (is projd running there?)%s",
+                    c->url, path, c->url_from);
+    return fail(e, rc, "connect %s: %s%s%s", c->url, nng_strerror(rv),
+                (rv == NNG_ECONNREFUSED || rv == NNG_ENOENT) ? " (is projd running there?)" : "",
+                c->url_from);
+}
+
+/* One socket, one dial, one HELLO. On failure the socket is closed. The
+ * dial waits at most dial_ms, HELLO the connection's timeout_ms. */
 #define HELLO_FIRST_TIMEOUT_MS 2000
-static int connect_attempt(projd_conn *c, const char *name, projd_error *e)
+static int connect_attempt(projd_conn *c, const char *name, int dial_ms, projd_error *e)
 {
     int rc;
     int rv = nng_req0_open(&c->sock);
@@ -1666,15 +1754,13 @@ static int connect_attempt(projd_conn *c, const char *name, projd_error *e)
     nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 1000);
     nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, pipe_removed, c);
     nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_PRE, peer_check, c);
-    rv = dial_with_retry(c);
+    rv = dial_with_retry(c, dial_ms);
     if (rv && atomic_load(&c->bad_peer) >= 0) {
         rc = bad_peer_error(c, e);
         goto fail_sock;
     }
     if (rv) {
-        rc = nng_errno(rv);
-        fail(e, rc, "connect %s: %s%s", c->url, nng_strerror(rv),
-             (rv == NNG_ECONNREFUSED || rv == NNG_ENOENT) ? " (is projd running there?)" : "");
+        rc = dial_error(c, rv, e);
         goto fail_sock;
     }
     rc = say_hello(c, name, e);
@@ -1701,9 +1787,12 @@ static void ring_from_env(projd_conn *c)
         fprintf(stderr, "libprojd: PROJD_RING=%s: staying on nng: %s\n", v, e.msg);
 }
 
-int projd_connect(const char *url, const char *name, projd_conn **out, projd_error *e)
+int projd_connect_timeout(const char *url, const char *name, int timeout_ms, projd_conn **out,
+                          projd_error *e)
 {
     *out = NULL;
+    if (timeout_ms <= 0)
+        return fail(e, -EINVAL, "connect: timeout %d ms: must be > 0", timeout_ms);
     pthread_once(&g_fork_once, fork_watch);
     if (atomic_load(&g_fork_gen))
         return fail(e, -ECHILD,
@@ -1714,12 +1803,17 @@ int projd_connect(const char *url, const char *name, projd_conn **out, projd_err
     if (!c)
         return fail(e, -ENOMEM, "connect: out of memory");
     char err[600];
-    int rc = pj_sockpath_resolve(url, PJ_SOCKPATH_CLIENT, c->url, sizeof c->url, err, sizeof err);
+    pj_sockpath_source from;
+    int rc = pj_sockpath_resolve_src(url, PJ_SOCKPATH_CLIENT, c->url, sizeof c->url, &from, err,
+                                     sizeof err);
     if (rc) {
         free(c);
         return fail(e, rc, "connect: %s", err);
     }
-    atomic_init(&c->timeout_ms, PROJD_DEFAULT_TIMEOUT_MS);
+    if (from != PJ_SOCKPATH_FROM_CONFIGURED)
+        snprintf(c->url_from, sizeof c->url_from, "; the URL is %s",
+                 pj_sockpath_source_text(PJ_SOCKPATH_CLIENT, from));
+    atomic_init(&c->timeout_ms, timeout_ms);
     atomic_init(&c->next_id, ((uint64_t)getpid() << 32) | 1u);
     atomic_init(&c->pipes_removed, 0);
     atomic_init(&c->bad_peer, -1);
@@ -1730,17 +1824,20 @@ int projd_connect(const char *url, const char *name, projd_conn **out, projd_err
     /* A dial that lands on a listener nng 1.5 has just stopped (projd
      * replaces it within ~100 ms, daemon/DAEMON.md) is accepted by the
      * kernel but never answered: HELLO waits a short while per attempt and
-     * the whole connect is retried on a fresh socket until the default
-     * timeout is spent. */
+     * the whole connect is retried on a fresh socket until timeout_ms is
+     * spent. */
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int hello_ms = HELLO_FIRST_TIMEOUT_MS;
+    long left = timeout_ms;
     for (;;) {
+        if (hello_ms > left)
+            hello_ms = (int)left;
         atomic_store(&c->pipes_removed, 0);
         atomic_store(&c->bad_peer, -1);
         atomic_store(&c->timeout_ms, hello_ms);
-        rc = connect_attempt(c, name, e);
-        atomic_store(&c->timeout_ms, PROJD_DEFAULT_TIMEOUT_MS);
+        rc = connect_attempt(c, name, (int)left, e);
+        atomic_store(&c->timeout_ms, timeout_ms);
         if (rc == 0) {
             atomic_store(&c->established, 1);
             ring_from_env(c);
@@ -1750,15 +1847,27 @@ int projd_connect(const char *url, const char *name, projd_conn **out, projd_err
         }
         clock_gettime(CLOCK_MONOTONIC, &t);
         long spent = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
-        long left = PROJD_DEFAULT_TIMEOUT_MS - spent;
+        left = timeout_ms - spent;
         if (rc != -ETIMEDOUT || left <= 0)
             break;
-        hello_ms = hello_ms * 2 < left ? hello_ms * 2 : (int)left;
+        hello_ms = hello_ms < left / 2 ? hello_ms * 2 : (int)left;
     }
+    /* Every attempt got as far as a socket that takes connections and no
+     * further: nng's handshake or HELLO went unanswered. */
+    if (rc == -ETIMEDOUT)
+        fail(e, rc,
+             "connect %s: projd accepted the connection but sent no WELCOME within %d ms (is "
+             "projd stopped or overloaded?)%s",
+             c->url, timeout_ms, c->url_from);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->idle);
     free(c);
     return rc;
+}
+
+int projd_connect(const char *url, const char *name, projd_conn **out, projd_error *e)
+{
+    return projd_connect_timeout(url, name, PROJD_DEFAULT_TIMEOUT_MS, out, e);
 }
 
 void projd_close(projd_conn *c)

@@ -1,7 +1,7 @@
 /* projctl — talk to projd: status, layers, stats, one-off projections checked
  * against the CPU reference, model inspection and generation, and an IPC
  * latency table. Exit status: 0 ok, 1 failure (or a --check mismatch),
- * 2 usage error.
+ * 2 usage error (also an invalid --config file, as projd and projload).
  */
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -23,6 +23,8 @@
 #include "daemon/modelgen.h"
 #include "kernels/bf16.h"
 #include "kernels/refgemm.h"
+#include "protocol/sockpath.h"
+#include "protocol/version.h"
 
 #define EXIT_USAGE 2
 
@@ -31,9 +33,11 @@
 typedef struct opts {
     /* global */
     const char *socket;
+    long instance; /* --instance N: ipc:///run/projd/projd-N.sock; -1 none */
     const char *config;
     int timeout_ms;
     int help;
+    int version;
     /* commands */
     const char *cmd;
     const char *layer;
@@ -57,11 +61,14 @@ typedef struct opts {
 } opts;
 
 static const char *usage_main =
-    "usage: projctl [--socket URL] [--config FILE] [--timeout MS] COMMAND [options]\n"
+    "usage: projctl [--socket URL | --instance N] [--config FILE] [--timeout MS] COMMAND\n"
+    "               [options]\n"
+    "       projctl --version | --help\n"
     "\n"
     "commands:\n"
-    "  status                      is projd up: ping, backend, device, layers, uptime\n"
-    "  layers                      the model's layers as the daemon serves them\n"
+    "  status [--json]             is projd up: ping, version, backend, device, layers,\n"
+    "                              uptime\n"
+    "  layers [--json]             the model's layers as the daemon serves them\n"
     "  stats [--json]              the daemon's counters\n"
     "  project --layer L --m M     one projection on random input, optionally checked\n"
     "  inspect MODEL [--json]      what a model file becomes when projd loads it\n"
@@ -72,13 +79,26 @@ static const char *usage_main =
     "\n"
     "global options:\n"
     "  --socket URL   daemon socket (default: the config's socket.url, else $PROJD_SOCKET,\n"
-    "                 else ipc:///run/projd/projd.sock if it exists, else\n"
-    "                 ipc://$XDG_RUNTIME_DIR/projd/projd.sock, else "
-    "ipc:///tmp/projd-<uid>/projd.sock)\n"
+    "                 else ipc:///run/projd/projd.sock if it exists, else the one\n"
+    "                 /run/projd/projd-<N>.sock if exactly one exists (several: an error\n"
+    "                 that lists them), else ipc://$XDG_RUNTIME_DIR/projd/projd.sock, else\n"
+    "                 ipc:///tmp/projd-<uid>/projd.sock)\n"
+    "  -i, --instance N\n"
+    "                 the instance of projd@N.service: ipc:///run/projd/projd-N.sock\n"
+    "                 (not with --socket; wins over the config's socket.url)\n"
     "  --config FILE  config applied on top of the built-in defaults (as projd takes it)\n"
-    "  --timeout MS   per-request timeout (default 30000); the connect is not bounded by it:\n"
-    "                 a daemon that accepts but does not answer HELLO takes libprojd's 30 s\n"
-    "  --help         this text; `projctl COMMAND --help` for a command\n";
+    "  --timeout MS   timeout of the connect (dial, HELLO, WELCOME) and of every request\n"
+    "                 (default 30000): a stopped or hung daemon fails within MS, so\n"
+    "                 `projctl --timeout 1000 status` serves as a health check\n"
+    "  --version      projctl's version\n"
+    "  --help         this text; `projctl COMMAND --help` for a command\n"
+    "\n"
+    "exit status:\n"
+    "  0  success\n"
+    "  1  failure: projd not reachable or not answering in time, a request it refused,\n"
+    "     a --check mismatch, output that could not be written\n"
+    "  2  usage error: an unknown command or option, a bad value, an invalid --config\n"
+    "     file (as projd and projload)\n";
 
 typedef struct cmd_help {
     const char *name;
@@ -87,14 +107,18 @@ typedef struct cmd_help {
 } cmd_help;
 
 static const cmd_help helps[] = {
-    {"status", "",
-     "usage: projctl status\n"
-     "  Pings projd and prints the round trip, backend, device, layer count,\n"
-     "  limits and uptime.\n"},
-    {"layers", "",
-     "usage: projctl layers\n"
+    {"status", "--json ",
+     "usage: projctl status [--json]\n"
+     "  Pings projd and prints the round trip, the daemon's version, backend,\n"
+     "  device (the GPU's uuid and name; on the cpu backend its description),\n"
+     "  layer count, limits and uptime. --json: the daemon's STATS document with\n"
+     "  an object \"projctl\" added (url, ping_us, protocol, device_uuid, layers,\n"
+     "  limits: what WELCOME and the ping said).\n"},
+    {"layers", "--json ",
+     "usage: projctl layers [--json]\n"
      "  The layers from WELCOME: index, name, n (rows a request may use), k, format,\n"
-     "  and the m values with captured graphs.\n"},
+     "  and, on the cuda backend, the m values with captured CUDA graphs. --json: a\n"
+     "  JSON array of {index, name, n, k, format}.\n"},
     {"stats", "--json ",
      "usage: projctl stats [--json]\n"
      "  The daemon's STATS document, flattened to one 'key value' line each, or\n"
@@ -206,6 +230,7 @@ static int parse_args(int argc, char **argv, opts *o)
     o->count = 2000;
     o->m = -1;
     o->n = -1;
+    o->instance = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = NULL;
@@ -221,6 +246,8 @@ static int parse_args(int argc, char **argv, opts *o)
                 val = eq + 1;
         } else if (strcmp(a, "-h") == 0) {
             snprintf(name, sizeof name, "--help");
+        } else if (strcmp(a, "-i") == 0) {
+            snprintf(name, sizeof name, "--instance");
         } else {
             if (!o->cmd)
                 o->cmd = a;
@@ -234,7 +261,7 @@ static int parse_args(int argc, char **argv, opts *o)
          * checks that the command takes it. Each name is kept once: there
          * are fewer command options than slots. */
         if (strcmp(name, "--help") && strcmp(name, "--socket") && strcmp(name, "--config") &&
-            strcmp(name, "--timeout")) {
+            strcmp(name, "--timeout") && strcmp(name, "--instance") && strcmp(name, "--version")) {
             size_t nl = strlen(name);
             int seen = 0;
             for (int g = 0; g < o->n_given; g++) {
@@ -245,21 +272,24 @@ static int parse_args(int argc, char **argv, opts *o)
                 o->given[o->n_given++] = a;
         }
         /* flags without a value */
-        if (!strcmp(name, "--help") || !strcmp(name, "--check") || !strcmp(name, "--json")) {
+        if (!strcmp(name, "--help") || !strcmp(name, "--check") || !strcmp(name, "--json") ||
+            !strcmp(name, "--version")) {
             if (val)
                 return usage_error("%s takes no value", name);
             if (!strcmp(name, "--help"))
                 o->help = 1;
+            else if (!strcmp(name, "--version"))
+                o->version = 1;
             else if (!strcmp(name, "--check"))
                 o->check = 1;
             else
                 o->json = 1;
             continue;
         }
-        static const char *const with_value[] = {"--socket",    "--config", "--timeout", "--layer",
-                                                 "--m",         "--n",      "--seed",    "--repeat",
-                                                 "--model",     "--out",    "--preset",  "--count",
-                                                 "--transport", "--gap-us", NULL};
+        static const char *const with_value[] = {"--socket", "--instance",  "--config", "--timeout",
+                                                 "--layer",  "--m",         "--n",      "--seed",
+                                                 "--repeat", "--model",     "--out",    "--preset",
+                                                 "--count",  "--transport", "--gap-us", NULL};
         int known = 0;
         for (int k = 0; with_value[k]; k++)
             known |= !strcmp(name, with_value[k]);
@@ -273,7 +303,10 @@ static int parse_args(int argc, char **argv, opts *o)
         long v;
         if (!strcmp(name, "--socket"))
             o->socket = val;
-        else if (!strcmp(name, "--config"))
+        else if (!strcmp(name, "--instance")) {
+            if (parse_long(name, val, 0, 999999999, &o->instance))
+                return EXIT_USAGE;
+        } else if (!strcmp(name, "--config"))
             o->config = val;
         else if (!strcmp(name, "--timeout")) {
             if (parse_long(name, val, 1, 3600 * 1000, &v))
@@ -308,6 +341,8 @@ static int parse_args(int argc, char **argv, opts *o)
         } else if (!strcmp(name, "--transport"))
             o->transport = val;
     }
+    if (o->socket && o->instance >= 0)
+        return usage_error("%s", "--socket and --instance both name the socket: give one");
     return 0;
 }
 
@@ -324,25 +359,41 @@ static int load_config(opts *o)
     return 0;
 }
 
-/* --socket, else the config's socket.url when --config gave one, else the
- * library's default resolution. */
-static const char *socket_url(const opts *o)
+/* --socket, else --instance, else the config's socket.url when --config
+ * gave one, else NULL: the library's default resolution (whose messages
+ * say which step chose the URL). *how says where the URL came from, for
+ * messages ("" for the default). */
+static const char *socket_url(const opts *o, char *buf, size_t len, char *how, size_t howlen)
 {
-    if (o->socket)
+    how[0] = '\0';
+    if (o->socket) {
+        snprintf(how, howlen, "--socket");
         return o->socket;
-    if (o->config && o->cfg.socket.url[0])
+    }
+    if (o->instance >= 0) {
+        char err[256];
+        snprintf(how, howlen, "--instance %ld", o->instance);
+        if (pj_sockpath_instance((unsigned)o->instance, buf, len, err, sizeof err) == 0)
+            return buf;
+    }
+    if (o->config && o->cfg.socket.url[0]) {
+        snprintf(how, howlen, "socket.url of --config %s", o->config);
         return o->cfg.socket.url;
+    }
     return NULL;
 }
 
+/* The connect (dial, HELLO, WELCOME) and every request after it are bounded
+ * by --timeout. */
 static int connect_daemon(const opts *o, projd_conn **c)
 {
     projd_error e;
-    if (projd_connect(socket_url(o), "projctl", c, &e) != 0) {
-        fprintf(stderr, "projctl: %s\n", e.msg);
+    char buf[256], how[PJ_CFG_PATH + 64];
+    const char *url = socket_url(o, buf, sizeof buf, how, sizeof how);
+    if (projd_connect_timeout(url, "projctl", o->timeout_ms, c, &e) != 0) {
+        fprintf(stderr, "projctl: %s%s%s\n", e.msg, how[0] ? "; the URL is from " : "", how);
         return -1;
     }
-    projd_set_timeout_ms(*c, o->timeout_ms);
     return 0;
 }
 
@@ -406,6 +457,42 @@ static int find_layer(projd_conn *c, const char *arg)
 
 /* ---- status, layers, stats --------------------------------------------------------- */
 
+/* status --json: the STATS document with what WELCOME and the ping said
+ * under "projctl". 0 or 1 (message printed). */
+static int status_json(projd_conn *c, const char *json, double rtt_us)
+{
+    const projd_info *inf = projd_info_get(c);
+    cJSON *doc = cJSON_Parse(json);
+    if (!cJSON_IsObject(doc)) {
+        fprintf(stderr, "projctl: STATS reply is not a JSON object; raw text follows\n%s\n", json);
+        cJSON_Delete(doc);
+        return 1;
+    }
+    char uuid[64];
+    format_uuid(inf->device_uuid, uuid, sizeof uuid);
+    cJSON *pc = cJSON_AddObjectToObject(doc, "projctl");
+    cJSON *l = pc ? cJSON_AddObjectToObject(pc, "limits") : NULL;
+    int ok = l && cJSON_AddStringToObject(pc, "url", projd_url(c)) &&
+             cJSON_AddNumberToObject(pc, "ping_us", rtt_us) &&
+             cJSON_AddNumberToObject(pc, "protocol", inf->version) &&
+             (strcmp(uuid, "none") ? cJSON_AddStringToObject(pc, "device_uuid", uuid)
+                                   : cJSON_AddNullToObject(pc, "device_uuid")) &&
+             cJSON_AddNumberToObject(pc, "layers", inf->n_layers) &&
+             cJSON_AddNumberToObject(l, "max_m", inf->max_m) &&
+             cJSON_AddNumberToObject(l, "max_ops_per_request", inf->max_ops_per_request) &&
+             cJSON_AddNumberToObject(l, "max_buffers", inf->max_buffers) &&
+             cJSON_AddNumberToObject(l, "max_message_bytes", inf->max_message_bytes);
+    char *text = ok ? cJSON_PrintUnformatted(doc) : NULL;
+    cJSON_Delete(doc);
+    if (!text) {
+        fprintf(stderr, "projctl: out of memory for the status document\n");
+        return 1;
+    }
+    printf("%s\n", text);
+    free(text);
+    return 0;
+}
+
 static int cmd_status(opts *o)
 {
     projd_conn *c;
@@ -420,19 +507,42 @@ static int cmd_status(opts *o)
         projd_close(c);
         return 1;
     }
+    char *json = NULL;
+    projd_error se;
+    int stats_rc = projd_stats_json(c, &json, &se);
+    if (o->json) {
+        if (stats_rc)
+            fprintf(stderr, "projctl: %s\n", se.msg);
+        rc = stats_rc ? 1 : status_json(c, json, rtt_us);
+        free(json);
+        projd_close(c);
+        return rc;
+    }
+    cJSON *doc = stats_rc == 0 ? cJSON_Parse(json) : NULL;
     const projd_info *inf = projd_info_get(c);
     char uuid[64];
     format_uuid(inf->device_uuid, uuid, sizeof uuid);
+    cJSON *ver = doc ? cJSON_GetObjectItemCaseSensitive(doc, "version") : NULL;
+    cJSON *dev = doc ? cJSON_GetObjectItemCaseSensitive(doc, "device") : NULL;
+    const char *dev_text = cJSON_IsString(dev) ? dev->valuestring : NULL;
     printf("projd at %s: up (ping %.1f us)\n", projd_url(c), rtt_us);
+    if (cJSON_IsString(ver))
+        printf("  version    projd %s\n", ver->valuestring);
     printf("  protocol   v%u\n", inf->version);
     printf("  backend    %s\n", projd_backend_name(inf->backend));
-    printf("  device     %s\n", uuid);
+    /* The GPU's uuid and STATS' name of it; a cpu backend has no uuid, so
+     * its description alone (or that there is no device). */
+    if (strcmp(uuid, "none") != 0)
+        printf("  device     %s%s%s%s\n", uuid, dev_text ? " (" : "", dev_text ? dev_text : "",
+               dev_text ? ")" : "");
+    else if (dev_text)
+        printf("  device     %s\n", dev_text);
+    else
+        printf("  device     none (%s backend)\n", projd_backend_name(inf->backend));
     printf("  layers     %u\n", inf->n_layers);
     printf("  limits     max_m %u, ops/request %u, buffers %u, message %u bytes\n", inf->max_m,
            inf->max_ops_per_request, inf->max_buffers, inf->max_message_bytes);
-    char *json = NULL;
-    if (projd_stats_json(c, &json, &e) == 0) {
-        cJSON *doc = cJSON_Parse(json);
+    if (stats_rc == 0) {
         cJSON *up = doc ? cJSON_GetObjectItemCaseSensitive(doc, "uptime_s") : NULL;
         if (cJSON_IsNumber(up)) {
             long s = (long)up->valuedouble;
@@ -475,11 +585,11 @@ static int cmd_status(opts *o)
             printf("  releasing  %.0f buffer release(s), the running one waiting %.1f s for the "
                    "device (their memory stays held until they return)\n",
                    rl->valuedouble, cJSON_IsNumber(rw) ? rw->valuedouble / 1e3 : 0.0);
-        cJSON_Delete(doc);
-        free(json);
     } else {
-        printf("  uptime     unknown (STATS: %s)\n", e.msg);
+        printf("  uptime     unknown (STATS: %s)\n", se.msg);
     }
+    cJSON_Delete(doc);
+    free(json);
     projd_close(c);
     return 0;
 }
@@ -490,15 +600,43 @@ static int cmd_layers(opts *o)
     if (connect_daemon(o, &c))
         return 1;
     const projd_info *inf = projd_info_get(c);
+    if (o->json) {
+        printf("[");
+        for (uint32_t i = 0; i < inf->n_layers; i++) {
+            const pj_wire_layer *l = &inf->layers[i];
+            cJSON *name = cJSON_CreateString(l->name); /* quoted and escaped */
+            char *qname = name ? cJSON_PrintUnformatted(name) : NULL;
+            cJSON_Delete(name);
+            if (!qname) {
+                printf("\n");
+                fprintf(stderr, "projctl: out of memory\n");
+                projd_close(c);
+                return 1;
+            }
+            printf("%s\n  {\"index\": %u, \"name\": %s, \"n\": %u, \"k\": %u, \"format\": \"%s\"}",
+                   i ? "," : "", i, qname, l->n, l->k, projd_format_name(l->format));
+            free(qname);
+        }
+        printf("\n]\n");
+        projd_close(c);
+        return 0;
+    }
     printf("%-5s %-24s %8s %8s  %s\n", "index", "name", "n", "k", "format");
     for (uint32_t i = 0; i < inf->n_layers; i++) {
         const pj_wire_layer *l = &inf->layers[i];
         printf("%-5u %-24s %8u %8u  %s\n", i, l->name, l->n, l->k, projd_format_name(l->format));
     }
-    printf("m: 1..%u; graphs captured for m in {", inf->max_m);
-    for (uint32_t i = 0; i < inf->n_shapes; i++)
-        printf("%s%u", i ? ", " : "", inf->shapes[i]);
-    printf("}\n");
+    /* Only the cuda backend captures graphs; the cpu backend's WELCOME
+     * lists the configured shapes all the same. */
+    if (!strcmp(projd_backend_name(inf->backend), "cuda")) {
+        printf("m: 1..%u; graphs captured for m in {", inf->max_m);
+        for (uint32_t i = 0; i < inf->n_shapes; i++)
+            printf("%s%u", i ? ", " : "", inf->shapes[i]);
+        printf("}\n");
+    } else {
+        printf("m: 1..%u (%s backend: no CUDA graphs)\n", inf->max_m,
+               projd_backend_name(inf->backend));
+    }
     projd_close(c);
     return 0;
 }
@@ -745,8 +883,14 @@ static int cmd_project(opts *o)
     }
     qsort(lat, (size_t)o->repeat, sizeof *lat, cmp_double);
     qsort(dlat, (size_t)o->repeat, sizeof *dlat, cmp_double);
-    printf("layer %s (%u): m %u, n %u, k %u, %s backend, engine %u\n", L->name, li, m, n, k,
-           projd_backend_name(inf->backend), res.ops[0].engine);
+    /* The engine id is the backend's own (PROTOCOL.md: "backend-defined"),
+     * with no names in the protocol: labeled as such, and left out on the
+     * cpu backend, which has the one reference engine. */
+    printf("layer %s (%u): m %u, n %u, k %u, %s backend", L->name, li, m, n, k,
+           projd_backend_name(inf->backend));
+    if (strcmp(projd_backend_name(inf->backend), "cpu") != 0)
+        printf(", engine id %u (backend-defined)", res.ops[0].engine);
+    printf("\n");
     printf("latency over %ld run%s: round trip p50 %.1f us, min %.1f us; daemon p50 %.1f us, "
            "min %.1f us\n",
            o->repeat, o->repeat == 1 ? "" : "s", pct(lat, (size_t)o->repeat, 0.5), lat[0],
@@ -1121,6 +1265,10 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc;
+    if (o.version) {
+        printf("projctl %s (protocol v%d)\n", PJ_VERSION_STRING, PJ_WIRE_VERSION);
+        return stdout_checked(0);
+    }
     if (!o.cmd) {
         fputs(usage_main, o.help ? stdout : stderr);
         return o.help ? 0 : EXIT_USAGE;
@@ -1147,8 +1295,10 @@ int main(int argc, char **argv)
             return EXIT_USAGE;
         }
     }
+    /* An invalid --config is the command line's mistake: exit 2, as projd
+     * and projload do for the same file. */
     if (load_config(&o))
-        return 1;
+        return EXIT_USAGE;
     if (!strcmp(o.cmd, "status"))
         rc = cmd_status(&o);
     else if (!strcmp(o.cmd, "layers"))

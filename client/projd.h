@@ -112,16 +112,28 @@ typedef struct projd_result {
 /* ---- connection ---------------------------------------------------------- */
 
 /* Dials url (NULL or "": the default of protocol/sockpath.h: $PROJD_SOCKET,
- * else ipc:///run/projd/projd.sock when it exists, else
- * ipc://$XDG_RUNTIME_DIR/projd/projd.sock, else ipc:///tmp/projd-<uid>/projd.sock),
- * says HELLO as `name` (NULL: "libprojd"; cut to 63 bytes) and reads
- * WELCOME. On success *out is a connection the caller closes with
- * projd_close. Nobody listening is reported at once (-ECONNREFUSED or
- * -ENOENT); a daemon that closes the connection before WELCOME (not allowed
- * by its auth config, at its connection limit, or shutting down) at once
- * with -ECONNRESET; a daemon that does not answer fails after the default
- * timeout (projd_set_timeout_ms does not apply to the connect). */
+ * else ipc:///run/projd/projd.sock when it exists, else the only
+ * /run/projd/projd-<N>.sock when exactly one exists (several: -ENOTUNIQ,
+ * naming them), else ipc://$XDG_RUNTIME_DIR/projd/projd.sock, else
+ * ipc:///tmp/projd-<uid>/projd.sock), says HELLO as `name` (NULL:
+ * "libprojd"; cut to 63 bytes) and reads WELCOME. On success *out is a
+ * connection the caller closes with projd_close. Nobody listening is
+ * reported at once: -ENOENT ("no socket file at PATH") or -ECONNREFUSED;
+ * when the URL was chosen by default, the message says which step chose it.
+ * A daemon that closes the connection before WELCOME (not allowed by its
+ * auth config, at its connection limit, or shutting down) fails at once
+ * with -ECONNRESET; one that accepts the connection but does not answer
+ * (stopped, overloaded) fails with -ETIMEDOUT after the default timeout
+ * (projd_set_timeout_ms does not apply to the connect; projd_connect_timeout
+ * bounds it). */
 int projd_connect(const char *url, const char *name, projd_conn **out, projd_error *e);
+
+/* projd_connect with the whole connect (dial, HELLO, WELCOME and their
+ * retries) bounded by timeout_ms (> 0, else -EINVAL) instead of the default
+ * 30 000 ms; the connection's timeout (projd_set_timeout_ms) starts at
+ * timeout_ms too. Since libprojd.so.1 of PROJD_1.1. */
+int projd_connect_timeout(const char *url, const char *name, int timeout_ms, projd_conn **out,
+                          projd_error *e);
 
 /* fork(): a connection belongs to the process that opened it. nng cannot
  * run in a child of a process that used it (it aborts the child), so in a

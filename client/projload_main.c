@@ -48,6 +48,7 @@
 #include "kernels/bf16.h"
 #include "kernels/refgemm.h"
 #include "protocol/ring.h"
+#include "protocol/version.h"
 
 #define LT_MAX_CLIENTS   256
 #define LT_MAX_SWEEP     32
@@ -59,11 +60,6 @@
 #define LT_REL_TOL       1e-2 /* cuda backend: ||y - ref|| / ||ref|| below this */
 #define EXIT_RUN_FAILED  1
 #define EXIT_SETUP_ERROR 2
-
-/* The version projd reports (daemon/projd_main.c, daemon/server.c). */
-#ifndef PJ_VERSION_STRING
-#define PJ_VERSION_STRING "0.1.0"
-#endif
 
 static volatile sig_atomic_t g_interrupted;
 

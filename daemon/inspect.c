@@ -81,9 +81,9 @@ static void print_text(FILE *out, const pj_model *m, const pj_st_file *st, const
         wn = a > wn ? a : wn;
         wt = b > wt ? b : wt;
     }
-    fprintf(out, "%-*s  %-*s  %13s  %5s  %-5s  %-6s  %12s  %12s  %6s  %10s  %8s  %s\n", wn, "layer",
-            wt, "tensor", "N x K", "max_n", "dtype", "stored", "stored bytes", "bf16 bytes",
-            "ratio", "exceptions", "rate", "window");
+    fprintf(out, "%-*s  %-*s  %13s  %5s  %-5s  %-6s  %12s  %12s  %6s  %10s  %8s  %-8s  %s\n", wn,
+            "layer", wt, "tensor", "N x K", "max_n", "dtype", "stored", "stored bytes",
+            "bf16 bytes", "ratio", "exceptions", "rate", "digest", "window");
     size_t tot_s = 0, tot_b = 0, tot_e = 0;
     for (uint32_t i = 0; i < m->n_layers; i++) {
         const pj_model_layer *L = &m->layers[i];
@@ -95,10 +95,11 @@ static void print_text(FILE *out, const pj_model *m, const pj_st_file *st, const
             snprintf(exc, sizeof exc, "%u", L->n_exc);
             snprintf(rate, sizeof rate, "%.4f%%", 100.0 * L->exc_rate);
         }
-        fprintf(out, "%-*s  %-*s  %13s  %5u  %-5s  %-6s  %12zu  %12zu  %6.4f  %10s  %8s  %s\n", wn,
+        fprintf(out,
+                "%-*s  %-*s  %13s  %5u  %-5s  %-6s  %12zu  %12zu  %6.4f  %10s  %8s  %08x  %s\n", wn,
                 L->name, wt, L->tensor, nk, L->max_n, pj_st_dtype_name((pj_st_dtype)L->src_dtype),
                 format_name(L->w.fmt), L->stored_bytes, L->bf16_bytes,
-                (double)L->stored_bytes / (double)L->bf16_bytes, exc, rate, win);
+                (double)L->stored_bytes / (double)L->bf16_bytes, exc, rate, L->digest, win);
         tot_s += L->stored_bytes;
         tot_b += L->bf16_bytes;
         tot_e += L->n_exc;
@@ -153,6 +154,9 @@ static int print_json(FILE *out, const pj_model *m, const pj_st_file *st, const 
         cJSON_AddNumberToObject(l, "max_n", L->max_n);
         cJSON_AddStringToObject(l, "dtype", pj_st_dtype_name((pj_st_dtype)L->src_dtype));
         cJSON_AddStringToObject(l, "format", format_name(L->w.fmt));
+        char dg[12];
+        snprintf(dg, sizeof dg, "%08x", L->digest);
+        cJSON_AddStringToObject(l, "digest", dg);
         cJSON_AddNumberToObject(l, "stored_bytes", (double)L->stored_bytes);
         cJSON_AddNumberToObject(l, "bf16_bytes", (double)L->bf16_bytes);
         cJSON_AddNumberToObject(l, "ratio", (double)L->stored_bytes / (double)L->bf16_bytes);

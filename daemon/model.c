@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "daemon/digest.h"
 #include "kernels/bf16.h"
 #include "kernels/parfor.h"
 
@@ -269,6 +270,8 @@ static int load_layer(const pj_st_file *st, const pj_layer_config *lc, pj_model_
     snprintf(L->engine, sizeof L->engine, "%s", lc->engine);
     L->max_n = lc->max_n ? lc->max_n : n;
     L->src_dtype = (int)t->dtype;
+    if (pj_digest(t->data, t->nbytes, threads, &L->digest) != 0)
+        goto nomem;
     size_t count = (size_t)n * k;
     L->bf16_bytes = count * 2;
     L->w.n = n;

@@ -50,6 +50,9 @@ typedef struct pj_model_layer {
      * (kernels/NOTES.md, round 36). */
     uint32_t blk_exc_max, blk_exc_max_row;
     char engine[PJ_CFG_NAME]; /* forced engine from config, "" if none */
+    /* The tensor's bytes as the file stores them, digested (daemon/digest.h):
+     * what a client compares with the weights it loaded itself. */
+    uint32_t digest;
 } pj_model_layer;
 
 /* Private per-layer storage (what pj_model_layer.w points into). */

@@ -26,16 +26,14 @@
 
 #include "config/config.h"
 #include "daemon/backend.h"
+#include "daemon/checkcfg.h"
 #include "daemon/log.h"
 #include "daemon/model.h"
 #include "daemon/notify.h"
 #include "daemon/server.h"
 #include "daemon/shmguard.h"
 #include "protocol/sockpath.h"
-
-#ifndef PJ_VERSION_STRING
-#define PJ_VERSION_STRING "0.1.0"
-#endif
+#include "protocol/version.h"
 
 /* backend_select.c refers to the cuda backend weakly (tools that link the
  * core library alone must not need CUDA); this strong reference makes the
@@ -395,266 +393,19 @@ out_loop:
     return d->exit_code;
 }
 
-/* Which default a start takes for socket.url "" (the order of
- * protocol/sockpath.h, the daemon's side). */
-static const char *url_default_source(void)
-{
-    const char *env = getenv(PJ_SOCKPATH_ENV);
-    if (env && env[0])
-        return "$" PJ_SOCKPATH_ENV;
-    if (geteuid() == 0)
-        return "the default as root";
-    const char *xdg = getenv("XDG_RUNTIME_DIR");
-    if (xdg && xdg[0] == '/')
-        return "the default under $XDG_RUNTIME_DIR";
-    return "the per-user default";
-}
-
-/* Where a start takes its socket URL from, for --check-config and the log. */
+/* Where a start takes its socket URL from, for --check-config, --print-config
+ * and the log. */
 static void url_source(const daemon_state *d, char *out, size_t len)
 {
+    char url[PJ_CFG_PATH + 16], err[200];
+    pj_sockpath_source src = PJ_SOCKPATH_FROM_CONFIGURED;
     if (d->cfg.socket.url[0])
         snprintf(out, len, "%s", d->args.socket ? "--socket" : "socket.url");
+    else if (pj_sockpath_resolve_src("", PJ_SOCKPATH_SERVER, url, sizeof url, &src, err,
+                                     sizeof err) == 0)
+        snprintf(out, len, "socket.url \"\": %s", pj_sockpath_source_text(PJ_SOCKPATH_SERVER, src));
     else
-        snprintf(out, len, "socket.url \"\": %s", url_default_source());
-}
-
-/* A remark of --check-config that is no problem: stdout, in order with
- * the problems on stderr. */
-static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void note(const char *fmt, ...)
-{
-    va_list ap;
-    fputs("projd: note: ", stdout);
-    va_start(ap, fmt);
-    vfprintf(stdout, fmt, ap);
-    va_end(ap);
-    fputc('\n', stdout);
-    fflush(stdout);
-}
-
-/* ---- --check-config ---------------------------------------------------------------- */
-
-/* One problem a start would stop on: one line on stderr, counted. */
-static void problem(int *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void problem(int *n, const char *fmt, ...)
-{
-    va_list ap;
-    fputs("projd: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    (*n)++;
-}
-
-/* What pj_sockpath_check_dir asks of a socket directory's ancestors
- * (protocol/sockpath.c): owned by the effective uid or root, and not
- * writable by group or others unless sticky. */
-static int ancestor_ok(const char *p, int *n, const char *dir)
-{
-    struct stat st;
-    if (stat(p, &st) != 0) {
-        problem(n, "socket dir %s: stat %s: %s", dir, p, strerror(errno));
-        return 0;
-    }
-    if ((st.st_uid == 0 || st.st_uid == geteuid()) &&
-        (!(st.st_mode & (S_IWGRP | S_IWOTH)) || (st.st_mode & S_ISVTX)))
-        return 1;
-    problem(n,
-            "socket dir %s: its ancestor %s is owned by uid %u with mode %04o, so another user "
-            "could replace the socket's directory once a start made it",
-            dir, p, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
-    return 0;
-}
-
-/* A socket directory that is not there: a start makes it and what is
- * missing above it, then checks it (server.c, mkdir_parents). Here nothing
- * is made: the deepest ancestor that exists must let this uid create in it,
- * and it and its own ancestors must pass the check that follows. */
-static void check_missing_dir(const char *dir, mode_t mode, int *n)
-{
-    char base[PJ_CFG_PATH], real[PATH_MAX], pre[PATH_MAX];
-    struct stat st;
-    snprintf(base, sizeof base, "%s", dir);
-    for (;;) {
-        char *slash = strrchr(base, '/');
-        if (!slash) {
-            snprintf(base, sizeof base, ".");
-            break;
-        }
-        if (slash == base) {
-            base[1] = '\0';
-            break;
-        }
-        *slash = '\0';
-        if (lstat(base, &st) == 0)
-            break;
-    }
-    if (stat(base, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        problem(n, "socket dir %s: a start cannot create it: %s is not a directory", dir, base);
-        return;
-    }
-    if (eaccess(base, W_OK | X_OK) != 0) {
-        problem(n, "socket dir %s: does not exist, and a start cannot create it in %s: %s", dir,
-                base, strerror(errno));
-        return;
-    }
-    if (!realpath(base, real)) {
-        problem(n, "socket dir %s: cannot resolve %s: %s", dir, base, strerror(errno));
-        return;
-    }
-    int ok = ancestor_ok("/", n, dir);
-    size_t len = strlen(real);
-    for (size_t j = 1; ok && len > 1 && j <= len; j++) {
-        if (j < len && real[j] != '/')
-            continue;
-        memcpy(pre, real, j);
-        pre[j] = '\0';
-        ok = ancestor_ok(pre, n, dir);
-    }
-    if (ok)
-        note("socket dir %s does not exist; a start creates it (mode %04o)", dir, (unsigned)mode);
-}
-
-/* pj_server_check_socket and the listener's directory check, without
- * creating, probing or removing anything. */
-static void check_socket(const char *url, int *n)
-{
-    const char *path = pj_sockpath_file(url);
-    struct sockaddr_un sun;
-    struct stat st;
-    char err[1024];
-    if (!path || !path[0]) {
-        problem(n, "socket url \"%s\": expected ipc://PATH", url);
-        return;
-    }
-    if (strlen(path) >= sizeof sun.sun_path) {
-        problem(n, "socket path \"%s\" is longer than %zu bytes", path, sizeof sun.sun_path - 1);
-        return;
-    }
-    char dir[PJ_CFG_PATH];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash && slash != dir) {
-        *slash = '\0';
-        if (lstat(dir, &st) != 0) {
-            if (errno == ENOENT)
-                check_missing_dir(dir, pj_sockpath_dir_mode(url), n);
-            else
-                problem(n, "socket dir %s: %s", dir, strerror(errno));
-            return;
-        }
-        if (pj_sockpath_check_dir(dir, err, sizeof err) != 0) {
-            problem(n, "%s", err);
-            return;
-        }
-    }
-    if (lstat(path, &st) != 0) {
-        if (errno != ENOENT)
-            problem(n, "socket %s: %s", path, strerror(errno));
-    } else if (!S_ISSOCK(st.st_mode)) {
-        problem(n, "socket %s: exists and is not a socket; a start does not touch it", path);
-    } else {
-        note("socket %s exists; a start removes it when nobody answers there and stops when a "
-             "daemon serves there (not probed here)",
-             path);
-    }
-}
-
-/* Whether this process may give a file the group gid: root, a member, or
- * CAP_CHOWN (a unit's AmbientCapabilities=). */
-static int may_chgrp(gid_t gid)
-{
-    if (geteuid() == 0 || getegid() == gid)
-        return 1;
-    int ng = getgroups(0, NULL);
-    gid_t *groups = ng > 0 ? malloc((size_t)ng * sizeof *groups) : NULL;
-    int member = 0;
-    if (groups)
-        ng = getgroups(ng, groups);
-    for (int i = 0; groups && i < ng && !member; i++)
-        member = groups[i] == gid;
-    free(groups);
-    if (member)
-        return 1;
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    unsigned long long eff = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "CapEff: %llx", &eff) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return (eff & 1ull) != 0; /* CAP_CHOWN is capability 0 */
-}
-
-static void check_group(const pj_config *cfg, int *n)
-{
-    char err[1024];
-    uint32_t gid = 0;
-    if (pj_server_socket_group(cfg->socket.group, &gid, err, sizeof err) != 0)
-        problem(n, "%s", err);
-    else if (cfg->socket.group[0] && !may_chgrp((gid_t)gid))
-        problem(n,
-                "socket.group \"%s\": uid %u is not root, not a member of it and lacks "
-                "CAP_CHOWN, so a start cannot give the socket that group",
-                cfg->socket.group, (unsigned)geteuid());
-}
-
-/* pj_model_check stops at the first problem; each layer checked on its
- * own finds the others (a problem of the file itself is said once). */
-static void check_model(const pj_config *cfg, int *n)
-{
-    char first[1024], err[1024];
-    if (pj_model_check(cfg, first, sizeof first) == 0)
-        return;
-    static char said[PJ_CFG_MAX_LAYERS][1024];
-    uint32_t n_said = 0;
-    int first_said = 0;
-    pj_config *one = malloc(sizeof *one);
-    for (uint32_t i = 0; one && i < cfg->model.n_layers; i++) {
-        *one = *cfg;
-        one->model.layers[0] = cfg->model.layers[i];
-        one->model.n_layers = 1;
-        if (pj_model_check(one, err, sizeof err) == 0)
-            continue;
-        int dup = 0;
-        for (uint32_t j = 0; j < n_said && !dup; j++)
-            dup = strcmp(said[j], err) == 0;
-        if (dup)
-            continue;
-        snprintf(said[n_said++], sizeof said[0], "%s", err);
-        first_said |= strcmp(err, first) == 0;
-        problem(n, "model: %s", err);
-    }
-    free(one);
-    if (!first_said) /* not about one layer (the layers together), or out of memory */
-        problem(n, "model: %s", first);
-}
-
-/* Every check a start makes before it serves that changes nothing, each
- * problem on its own line; 0 when there is none, else 1. */
-static int check_config(const daemon_state *d, const char *url)
-{
-    int n = 0;
-    char err[1024], why[512] = "";
-    const pj_backend_ops *ops;
-    if (pj_backend_select(d->cfg.device.backend, &ops, why, sizeof why, err, sizeof err) != 0)
-        problem(&n, "%s", err);
-    check_socket(url, &n);
-    check_group(&d->cfg, &n);
-    check_model(&d->cfg, &n);
-    if (n) {
-        fprintf(stderr, "projd: %d problem%s: a start would fail\n", n, n == 1 ? "" : "s");
-        return 1;
-    }
-    char src[128];
-    url_source(d, src, sizeof src);
-    printf("projd: configuration OK (%s; model %s, %u layers; socket %s (%s); backend %s)\n",
-           d->args.config ? d->args.config : "defaults", d->cfg.model.path, d->cfg.model.n_layers,
-           url, src, why);
-    return 0;
+        snprintf(out, len, "socket.url \"\": %s", err);
 }
 
 /* --print-config: the configuration as JSON on stdout, with socket.url
@@ -673,14 +424,13 @@ static int print_config(const daemon_state *d)
             cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "socket"), "url", url);
             char *text = cJSON_PrintUnformatted(o);
             cJSON_Delete(o);
+            char src[256];
+            url_source(d, src, sizeof src);
             if (text && pj_config_apply_json(&shown, text, strlen(text), err, sizeof err) == 0)
-                fprintf(stderr, "projd: socket.url \"\" resolves to %s (%s)\n", url,
-                        url_default_source());
+                fprintf(stderr, "projd: %s resolves to %s\n", src, url);
             else
-                fprintf(stderr,
-                        "projd: socket.url \"\" resolves to %s (%s), which a start "
-                        "refuses: %s\n",
-                        url, url_default_source(), text ? err : "no memory");
+                fprintf(stderr, "projd: %s resolves to %s, which a start refuses: %s\n", src, url,
+                        text ? err : "no memory");
             free(text);
         }
     }
@@ -766,10 +516,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "projd: %s\n", err);
         return 2;
     }
+    char url_src[256];
+    url_source(&d, url_src, sizeof url_src);
     if (d.args.check_config)
-        return check_config(&d, url);
+        return pj_checkcfg_run(&d.cfg, d.args.config, url, url_src);
     if (!d.cfg.socket.url[0])
-        pj_log_info("socket %s (socket.url \"\": %s)", url, url_default_source());
+        pj_log_info("socket %s (%s)", url, url_src);
     /* A client that disappears mid-write must not kill the daemon. */
     signal(SIGPIPE, SIG_IGN);
     /* SIGHUP's default action kills; until the loop's handler is in place

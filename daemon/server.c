@@ -33,11 +33,8 @@
 #include "daemon/stats.h"
 #include "daemon/validate.h"
 #include "protocol/sockpath.h"
+#include "protocol/version.h"
 #include "protocol/wire.h"
-
-#ifndef PJ_VERSION_STRING
-#define PJ_VERSION_STRING "0.1.0"
-#endif
 
 #define CTX_GROW         16 /* contexts opened at a time */
 #define CTX_LOW_WATER    4  /* grow when fewer than this are receiving */
@@ -1011,6 +1008,29 @@ static char *stats_text(pj_server *s)
     }
     const char *names[PJ_CFG_MAX_LAYERS];
     uint32_t nl = s->model->n_layers < PJ_CFG_MAX_LAYERS ? s->model->n_layers : PJ_CFG_MAX_LAYERS;
+    /* What is served, so that a client can tell it from another checkpoint
+     * of the same shapes (client/python/projd.py check_weight). */
+    cJSON *md = cJSON_AddObjectToObject(o, "model");
+    if (md) {
+        cJSON_AddStringToObject(md, "path", s->model->path);
+        cJSON_AddNumberToObject(md, "file_bytes", (double)s->model->file_bytes);
+        cJSON *ml = cJSON_AddArrayToObject(md, "layers");
+        for (uint32_t i = 0; ml && i < nl; i++) {
+            const pj_model_layer *L = &s->model->layers[i];
+            cJSON *l = cJSON_CreateObject();
+            if (!l || !cJSON_AddItemToArray(ml, l)) {
+                cJSON_Delete(l);
+                break;
+            }
+            char dg[12];
+            snprintf(dg, sizeof dg, "%08x", L->digest);
+            cJSON_AddStringToObject(l, "name", L->name);
+            cJSON_AddStringToObject(l, "tensor", L->tensor);
+            cJSON_AddStringToObject(l, "dtype", pj_st_dtype_name((pj_st_dtype)L->src_dtype));
+            cJSON_AddStringToObject(l, "format", pj_format_name(L->w.fmt));
+            cJSON_AddStringToObject(l, "digest", dg);
+        }
+    }
     for (uint32_t i = 0; i < nl; i++)
         names[i] = s->model->layers[i].name;
     pj_stats_json(&s->stats, names, nl, o);

@@ -1,8 +1,11 @@
 /* sockpath.c — default socket URL resolution shared by projd and clients. */
 #include "protocol/sockpath.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,34 +34,183 @@ static int from_setting(const char *s, char *url, size_t urllen, char *err, size
     return put_url(url, urllen, err, errlen, prefix, s, "");
 }
 
-int pj_sockpath_default(pj_sockpath_role role, char *url, size_t urllen, char *err, size_t errlen)
+/* N when name is "projd-<N>.sock" (N: 1..9 decimal digits), else -1. */
+static long instance_number(const char *name)
+{
+    if (strncmp(name, "projd-", 6) != 0)
+        return -1;
+    const char *p = name + 6;
+    size_t digits = strspn(p, "0123456789");
+    if (digits == 0 || digits > 9 || strcmp(p + digits, ".sock") != 0)
+        return -1;
+    return strtol(p, NULL, 10);
+}
+
+typedef struct sock_instance {
+    long num;
+    char name[24]; /* as in the directory: "projd-07.sock" stays so */
+} sock_instance;
+
+static int cmp_instance(const void *a, const void *b)
+{
+    const sock_instance *x = a, *y = b;
+    if (x->num != y->num)
+        return (x->num > y->num) - (x->num < y->num);
+    return strcmp(x->name, y->name);
+}
+
+#define MAX_INSTANCES 64
+
+/* snprintf at buf + at; the new end (at most len). */
+__attribute__((format(printf, 4, 5))) static size_t appendf(char *buf, size_t len, size_t at,
+                                                            const char *fmt, ...)
+{
+    if (at >= len)
+        return len;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(buf + at, len - at, fmt, ap);
+    va_end(ap);
+    return k < 0 ? at : (at + (size_t)k < len ? at + (size_t)k : len);
+}
+
+int pj_sockpath_find_instance(const char *dir, char *url, size_t urllen, char *err, size_t errlen)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    sock_instance found[MAX_INSTANCES];
+    size_t n = 0, more = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        long num = instance_number(de->d_name);
+        struct stat st;
+        if (num < 0 || fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISSOCK(st.st_mode))
+            continue;
+        if (n == MAX_INSTANCES) {
+            more++;
+            continue;
+        }
+        found[n].num = num;
+        snprintf(found[n].name, sizeof found[n].name, "%.20s", de->d_name); /* at most 20 */
+        n++;
+    }
+    closedir(d);
+    if (n == 0)
+        return 0;
+    if (n == 1) {
+        char file[sizeof found[0].name + 1];
+        snprintf(file, sizeof file, "/%s", found[0].name);
+        int rc = put_url(url, urllen, err, errlen, "ipc://", dir, file);
+        return rc ? rc : 1;
+    }
+    qsort(found, n, sizeof found[0], cmp_instance);
+    if (err && errlen) {
+        size_t at = appendf(err, errlen, 0, "%zu projd instances in %s:", n + more, dir);
+        for (size_t i = 0; i < n; i++)
+            at = appendf(err, errlen, at, "%s %s", i ? "," : "", found[i].name);
+        if (more)
+            at = appendf(err, errlen, at, " and %zu more", more);
+        appendf(err, errlen, at,
+                "; pick one with --socket ipc://%s/projd-N.sock, $%s, or projctl --instance N", dir,
+                PJ_SOCKPATH_ENV);
+    }
+    if (urllen)
+        url[0] = '\0';
+    return -ENOTUNIQ;
+}
+
+int pj_sockpath_instance(unsigned instance, char *url, size_t urllen, char *err, size_t errlen)
+{
+    char file[32];
+    snprintf(file, sizeof file, "/projd-%u.sock", instance);
+    return put_url(url, urllen, err, errlen, "ipc://", PJ_SOCKPATH_RUNDIR, file);
+}
+
+static int default_src(pj_sockpath_role role, char *url, size_t urllen, pj_sockpath_source *src,
+                       char *err, size_t errlen)
 {
     if (err && errlen)
         err[0] = '\0';
+    pj_sockpath_source from;
+    int rc;
     const char *env = getenv(PJ_SOCKPATH_ENV);
-    if (env && env[0])
-        return from_setting(env, url, urllen, err, errlen);
-    int system =
-        role == PJ_SOCKPATH_SERVER ? geteuid() == 0 : access(PJ_SOCKPATH_SYSTEM, F_OK) == 0;
-    if (system)
-        return put_url(url, urllen, err, errlen, "ipc://", PJ_SOCKPATH_SYSTEM, "");
     const char *xdg = getenv("XDG_RUNTIME_DIR");
-    if (xdg && xdg[0] == '/')
-        return put_url(url, urllen, err, errlen, "ipc://", xdg, "/projd/projd.sock");
-    char tmp[64];
-    snprintf(tmp, sizeof tmp, "/tmp/projd-%u", (unsigned)getuid());
-    return put_url(url, urllen, err, errlen, "ipc://", tmp, "/projd.sock");
+    if (env && env[0]) {
+        from = PJ_SOCKPATH_FROM_ENV;
+        rc = from_setting(env, url, urllen, err, errlen);
+    } else if (role == PJ_SOCKPATH_SERVER ? geteuid() == 0
+                                          : access(PJ_SOCKPATH_SYSTEM, F_OK) == 0) {
+        from = PJ_SOCKPATH_FROM_SYSTEM;
+        rc = put_url(url, urllen, err, errlen, "ipc://", PJ_SOCKPATH_SYSTEM, "");
+    } else if (role == PJ_SOCKPATH_CLIENT &&
+               (rc = pj_sockpath_find_instance(PJ_SOCKPATH_RUNDIR, url, urllen, err, errlen)) !=
+                   0) {
+        from = PJ_SOCKPATH_FROM_INSTANCE;
+        rc = rc == 1 ? 0 : rc;
+    } else if (xdg && xdg[0] == '/') {
+        from = PJ_SOCKPATH_FROM_XDG;
+        rc = put_url(url, urllen, err, errlen, "ipc://", xdg, "/projd/projd.sock");
+    } else {
+        char tmp[64];
+        snprintf(tmp, sizeof tmp, "/tmp/projd-%u", (unsigned)getuid());
+        from = PJ_SOCKPATH_FROM_TMP;
+        rc = put_url(url, urllen, err, errlen, "ipc://", tmp, "/projd.sock");
+    }
+    if (rc == 0 && src)
+        *src = from;
+    return rc;
+}
+
+int pj_sockpath_default(pj_sockpath_role role, char *url, size_t urllen, char *err, size_t errlen)
+{
+    return default_src(role, url, urllen, NULL, err, errlen);
+}
+
+int pj_sockpath_resolve_src(const char *configured, pj_sockpath_role role, char *url, size_t urllen,
+                            pj_sockpath_source *src, char *err, size_t errlen)
+{
+    if (configured && configured[0]) {
+        if (err && errlen)
+            err[0] = '\0';
+        int rc = from_setting(configured, url, urllen, err, errlen);
+        if (rc == 0 && src)
+            *src = PJ_SOCKPATH_FROM_CONFIGURED;
+        return rc;
+    }
+    return default_src(role, url, urllen, src, err, errlen);
 }
 
 int pj_sockpath_resolve(const char *configured, pj_sockpath_role role, char *url, size_t urllen,
                         char *err, size_t errlen)
 {
-    if (configured && configured[0]) {
-        if (err && errlen)
-            err[0] = '\0';
-        return from_setting(configured, url, urllen, err, errlen);
+    return pj_sockpath_resolve_src(configured, role, url, urllen, NULL, err, errlen);
+}
+
+const char *pj_sockpath_source_text(pj_sockpath_role role, pj_sockpath_source src)
+{
+    const int server = role == PJ_SOCKPATH_SERVER;
+    switch (src) {
+    case PJ_SOCKPATH_FROM_CONFIGURED:
+        return "given by the caller";
+    case PJ_SOCKPATH_FROM_ENV:
+        return "from $" PJ_SOCKPATH_ENV;
+    case PJ_SOCKPATH_FROM_SYSTEM:
+        return server ? "the default (step 2: running as root)"
+                      : "the default (step 2: " PJ_SOCKPATH_SYSTEM " exists)";
+    case PJ_SOCKPATH_FROM_INSTANCE:
+        return "the default (step 2: the only projd-<N>.sock in " PJ_SOCKPATH_RUNDIR ")";
+    case PJ_SOCKPATH_FROM_XDG:
+        return server ? "the default (step 3: not root, $XDG_RUNTIME_DIR is set)"
+                      : "the default (step 3: no socket in " PJ_SOCKPATH_RUNDIR
+                        ", $XDG_RUNTIME_DIR is set)";
+    case PJ_SOCKPATH_FROM_TMP:
+        return server ? "the default (step 4: not root, $XDG_RUNTIME_DIR is unset)"
+                      : "the default (step 4: no socket in " PJ_SOCKPATH_RUNDIR
+                        ", $XDG_RUNTIME_DIR is unset)";
     }
-    return pj_sockpath_default(role, url, urllen, err, errlen);
+    return "unknown";
 }
 
 const char *pj_sockpath_file(const char *url)
@@ -126,20 +278,14 @@ static int check_ancestor(const char *dir, const char *p, char *err, size_t errl
     return -EPERM;
 }
 
-static int check_ancestors(const char *dir, char *err, size_t errlen)
+/* "/" and every directory on the way to `existing` (symlinks resolved)
+ * against check_ancestor; dir names the socket directory in messages. */
+static int check_chain(const char *dir, const char *existing, char *err, size_t errlen)
 {
-    char parent[PATH_MAX], real[PATH_MAX], pre[PATH_MAX];
-    snprintf(parent, sizeof parent, "%s", dir);
-    char *slash = strrchr(parent, '/');
-    if (!slash)
-        snprintf(parent, sizeof parent, ".");
-    else if (slash == parent)
-        parent[1] = '\0';
-    else
-        *slash = '\0';
-    if (!realpath(parent, real)) {
+    char real[PATH_MAX], pre[PATH_MAX];
+    if (!realpath(existing, real)) {
         int e = errno;
-        snprintf(err, errlen, "socket dir %s: cannot resolve %s: %s", dir, parent, strerror(e));
+        snprintf(err, errlen, "socket dir %s: cannot resolve %s: %s", dir, existing, strerror(e));
         return -e;
     }
     int rc = check_ancestor(dir, "/", err, errlen);
@@ -152,6 +298,50 @@ static int check_ancestors(const char *dir, char *err, size_t errlen)
         rc = check_ancestor(dir, pre, err, errlen);
     }
     return rc;
+}
+
+/* dir's parent, or "." / "/" (cap bytes at out). */
+static void parent_of(const char *dir, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s", dir);
+    char *slash = strrchr(out, '/');
+    if (!slash)
+        snprintf(out, cap, ".");
+    else if (slash == out)
+        out[1] = '\0';
+    else
+        *slash = '\0';
+}
+
+static int check_ancestors(const char *dir, char *err, size_t errlen)
+{
+    char parent[PATH_MAX];
+    parent_of(dir, parent, sizeof parent);
+    return check_chain(dir, parent, err, errlen);
+}
+
+int pj_sockpath_check_creatable(const char *dir, char *err, size_t errlen)
+{
+    char base[PATH_MAX], below[PATH_MAX];
+    struct stat st;
+    snprintf(base, sizeof base, "%s", dir);
+    /* the deepest ancestor there is: a start makes everything below it */
+    do {
+        memcpy(below, base, sizeof below);
+        parent_of(below, base, sizeof base);
+    } while (strcmp(base, "/") != 0 && strcmp(base, ".") != 0 && lstat(base, &st) != 0);
+    if (stat(base, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "socket dir %s: cannot be created: %s is not a directory", dir, base);
+        return -ENOTDIR;
+    }
+    if (eaccess(base, W_OK | X_OK) != 0) {
+        int e = errno;
+        snprintf(err, errlen,
+                 "socket dir %s: does not exist, and uid %u cannot create it in %s: %s", dir,
+                 (unsigned)geteuid(), base, strerror(e));
+        return -e;
+    }
+    return check_chain(dir, base, err, errlen);
 }
 
 int pj_sockpath_check_dir(const char *dir, char *err, size_t errlen)

@@ -4,8 +4,13 @@
  * same file without configuration:
  *   1. $PROJD_SOCKET when set and non-empty (a URL, or a path that gets
  *      "ipc://" put in front);
- *   2. ipc:///run/projd/projd.sock — the system instance. A client takes it
- *      when the file exists; the daemon takes it when it runs as root;
+ *   2. the system instance under /run/projd. The daemon takes
+ *      ipc:///run/projd/projd.sock when it runs as root. A client takes
+ *      ipc:///run/projd/projd.sock when the file exists; else, when exactly
+ *      one /run/projd/projd-<N>.sock exists (N decimal: one instance of
+ *      deploy/projd@.service per GPU), that one; when several do, it fails
+ *      (-ENOTUNIQ) with a message listing them: the caller picks one
+ *      ($PROJD_SOCKET, projctl --socket or --instance N);
  *   3. ipc://$XDG_RUNTIME_DIR/projd/projd.sock when XDG_RUNTIME_DIR is set;
  *   4. ipc:///tmp/projd-<uid>/projd.sock (the daemon creates the directory
  *      with mode 0700 and, like every socket directory, refuses one that
@@ -18,21 +23,55 @@
 #include <sys/types.h>
 
 #define PJ_SOCKPATH_SYSTEM "/run/projd/projd.sock"
+#define PJ_SOCKPATH_RUNDIR "/run/projd"
 #define PJ_SOCKPATH_ENV    "PROJD_SOCKET"
 
 typedef enum pj_sockpath_role {
-    PJ_SOCKPATH_CLIENT = 0, /* step 2 when the file exists */
+    PJ_SOCKPATH_CLIENT = 0, /* step 2 when the file (or one instance's) exists */
     PJ_SOCKPATH_SERVER = 1, /* step 2 when running as root */
 } pj_sockpath_role;
 
-/* Writes the default URL for `role` into url (urllen bytes). Returns 0, or
- * -ENAMETOOLONG (with a message in err) when it does not fit. */
+/* Where a resolved URL came from (pj_sockpath_resolve_src). */
+typedef enum pj_sockpath_source {
+    PJ_SOCKPATH_FROM_CONFIGURED = 0, /* the caller's setting */
+    PJ_SOCKPATH_FROM_ENV,            /* step 1 */
+    PJ_SOCKPATH_FROM_SYSTEM,         /* step 2: /run/projd/projd.sock */
+    PJ_SOCKPATH_FROM_INSTANCE,       /* step 2: the only /run/projd/projd-<N>.sock */
+    PJ_SOCKPATH_FROM_XDG,            /* step 3 */
+    PJ_SOCKPATH_FROM_TMP,            /* step 4 */
+} pj_sockpath_source;
+
+/* Writes the default URL for `role` into url (urllen bytes). Returns 0,
+ * -ENAMETOOLONG (with a message in err) when it does not fit, or (client
+ * role only) -ENOTUNIQ when several instances are in /run/projd (step 2;
+ * err lists them). */
 int pj_sockpath_default(pj_sockpath_role role, char *url, size_t urllen, char *err, size_t errlen);
 
 /* The URL to use: `configured` when non-NULL and non-empty (a bare path
  * gets "ipc://" in front), else the default for `role`. Same returns. */
 int pj_sockpath_resolve(const char *configured, pj_sockpath_role role, char *url, size_t urllen,
                         char *err, size_t errlen);
+
+/* pj_sockpath_resolve, also saying where the URL came from in *src (when
+ * src is not NULL; set on success only). */
+int pj_sockpath_resolve_src(const char *configured, pj_sockpath_role role, char *url, size_t urllen,
+                            pj_sockpath_source *src, char *err, size_t errlen);
+
+/* How a URL was chosen for `role`, for messages: "from $PROJD_SOCKET",
+ * "the default (step 2: /run/projd/projd.sock exists)", ... */
+const char *pj_sockpath_source_text(pj_sockpath_role role, pj_sockpath_source src);
+
+/* Step 2's instance search in dir (PJ_SOCKPATH_RUNDIR outside tests): the
+ * entries named projd-<N>.sock (N decimal digits) that are sockets. 1 with
+ * url set to ipc://DIR/projd-<N>.sock when there is exactly one, 0 when
+ * there is none (or dir cannot be read), -ENOTUNIQ when there are several
+ * (err lists them, lowest N first, and says how to pick one), or
+ * -ENAMETOOLONG. */
+int pj_sockpath_find_instance(const char *dir, char *url, size_t urllen, char *err, size_t errlen);
+
+/* ipc:///run/projd/projd-<instance>.sock (deploy/projd@.service's socket for
+ * GPU `instance`) into url. 0 or -ENAMETOOLONG. */
+int pj_sockpath_instance(unsigned instance, char *url, size_t urllen, char *err, size_t errlen);
 
 /* The filesystem path inside an ipc:// URL (a pointer into url), or NULL
  * when url is not ipc://. */
@@ -48,6 +87,14 @@ int pj_sockpath_mkdir(const char *url, mode_t mode, char *err, size_t errlen);
  * 0700 for the per-user fallback /tmp/projd-<uid> (step 4: nobody else
  * needs to reach it), 0755 otherwise. */
 mode_t pj_sockpath_dir_mode(const char *url);
+
+/* For a socket directory that does not exist yet (a start makes it and
+ * what is missing above it, then checks it with pj_sockpath_check_dir):
+ * whether this uid can, and whether the deepest directory that exists on
+ * its way and every one above it pass pj_sockpath_check_dir's rule for
+ * ancestors. Creates nothing (projd --check-config). 0, or a negative
+ * errno with a one-line message. */
+int pj_sockpath_check_creatable(const char *dir, char *err, size_t errlen);
 
 /* Whether dir may hold a daemon's socket. Someone who can write to the
  * socket's directory (or replace it) can swap the socket file and serve

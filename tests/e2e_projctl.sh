@@ -29,7 +29,7 @@ expect() {
 }
 
 # An option the command does not take is a usage error, not ignored.
-expect 2 "status does not take --json" --socket "$sock" status --json
+expect 2 "project does not take --json" --socket "$sock" project --layer o --m 1 --json
 expect 2 "project does not take --count" --socket "$sock" project --layer o --m 1 --count 5
 expect 2 "bench-ipc does not take --repeat" --socket "$sock" bench-ipc --repeat=3
 expect 2 "mkmodel does not take --check" mkmodel --out "$tmp/m.safetensors" --check
@@ -38,6 +38,54 @@ expect 0 '"uptime_s"' --json --socket "$sock" stats
 expect 0 "^layer o \(1\): m 3" --socket "$sock" project --layer o --m 1 --m=3 --seed 2
 expect 0 "layers" inspect --model "$model"
 expect 0 "^index" --socket "$sock" --timeout 5000 layers
+
+# --json on status (STATS and what projctl adds) and layers (an array).
+expect 0 '"version":"[0-9.]+".*"projctl":\{.*"ping_us":' --socket "$sock" status --json
+expect 0 '^\[$' --socket "$sock" layers --json
+if ! grep -Eq '^  \{"index": 1, "name": "o", "n": 256, "k": 192, "format": "z12"\},?$' \
+    "$tmp/expect.out"; then
+    failures=$((failures + 1))
+    echo "e2e_projctl: FAIL: layers --json has no line for layer o:" >&2
+    sed 's/^/    /' "$tmp/expect.out" >&2
+fi
+if command -v python3 >/dev/null; then
+    for cmd in status layers; do
+        cases=$((cases + 1))
+        if ! "$bin/projctl" --socket "$sock" "$cmd" --json | python3 -c 'import json, sys; json.load(sys.stdin)'; then
+            failures=$((failures + 1))
+            echo "e2e_projctl: FAIL: $cmd --json is not one JSON document" >&2
+        fi
+    done
+fi
+
+# The cpu backend is not described as a GPU: no graphs, no engine number,
+# and a device line that says what it is; status names projd's version.
+expect 0 "^m: 1\.\.256 \(cpu backend: no CUDA graphs\)$" --socket "$sock" layers
+expect 0 "^  device     cpu \(1 worker threads\)$" --socket "$sock" status
+grep -Eq "^  version    projd [0-9]+\.[0-9]+" "$tmp/expect.out" ||
+    { failures=$((failures + 1)); echo "e2e_projctl: FAIL: status shows no version" >&2; }
+expect 0 "^layer o \(1\): m 1, n 256, k 192, cpu backend$" --socket "$sock" project --layer o --m 1
+expect 0 "^projctl [0-9]+\.[0-9]+\.[0-9]+" --version
+expect 0 "^exit status:" --help
+
+# A config file projctl cannot use is a usage error (2), as in projd and
+# projload, not a failure (1).
+printf '{ "socket": ' >"$tmp/bad.json"
+expect 2 "bad\.json" --config "$tmp/bad.json" --socket "$sock" status
+
+# A socket that is not there: said so, with where the URL came from.
+expect 1 "no socket file at $tmp/none\.sock \(is projd running there\?\); the URL is from --socket" \
+    --socket "ipc://$tmp/none.sock" status
+pjd_expect 1 "no socket file at $tmp/env\.sock.*the URL is from \\\$PROJD_SOCKET" \
+    env PROJD_SOCKET="$tmp/env.sock" "$bin/projctl" status
+printf '{ "socket": { "url": "ipc://%s/cfg.sock" } }\n' "$tmp" >"$tmp/cfg.json"
+expect 1 "no socket file at $tmp/cfg\.sock.*the URL is from socket\.url of --config $tmp/cfg\.json" \
+    --config "$tmp/cfg.json" status
+# --instance N (-i N) is projd@N.service's socket; not together with --socket.
+expect 1 "connect ipc:///run/projd/projd-999999\.sock: .*the URL is from --instance 999999" \
+    --instance 999999 status
+expect 1 "connect ipc:///run/projd/projd-999998\.sock: " -i 999998 --config "$tmp/cfg.json" layers
+expect 2 "give one" --socket "$sock" -i 0 status
 
 # project --check with an --n past the layer's rows: the daemon's E_SHAPE,
 # not a claim that the model file is another one.
@@ -60,7 +108,7 @@ if grep -q "PING" "$tmp/expect.out"; then
     sed 's/^/    /' "$tmp/expect.out" >&2
 fi
 echo "old results" >"$tmp/b.json"
-expect 1 "Connection refused" --socket "ipc://$tmp/none.sock" bench-ipc --out "$tmp/b.json"
+expect 1 "no socket file at $tmp/none\.sock" --socket "ipc://$tmp/none.sock" bench-ipc --out "$tmp/b.json"
 if [ "$(cat "$tmp/b.json")" != "old results" ]; then
     failures=$((failures + 1))
     echo "e2e_projctl: FAIL: bench-ipc without a daemon changed its --out file" >&2
@@ -87,8 +135,42 @@ if [ "$rc" -ne 1 ] || ! grep -q "no reply within 500 ms" "$tmp/stalled.out" ||
     sed 's/^/    /' "$tmp/stalled.out" >&2
 fi
 
+# A stopped daemon: --timeout bounds the connect too (it took 30 s), so
+# projctl can serve as a health check.
+cases=$((cases + 1))
+kill -STOP "${pjd_pids[0]}"
+t0=$(date +%s%N)
+rc=0
+"$bin/projctl" --socket "$sock" --timeout 1000 status >"$tmp/stopped.out" 2>&1 || rc=$?
+ms=$((($(date +%s%N) - t0) / 1000000))
+kill -CONT "${pjd_pids[0]}"
+if [ "$rc" -ne 1 ] || [ "$ms" -gt 5000 ] ||
+    ! grep -q "accepted the connection but sent no WELCOME within 1000 ms (is projd stopped or overloaded?)" \
+        "$tmp/stopped.out"; then
+    failures=$((failures + 1))
+    echo "e2e_projctl: FAIL: status --timeout 1000 against a stopped daemon: exit $rc after $ms ms:" >&2
+    sed 's/^/    /' "$tmp/stopped.out" >&2
+fi
+# ... and it answers again once it runs: within a few tries, as the
+# connection given up on hangs up mid-handshake when projd resumes, which
+# stops nng 1.5's listener until projd replaces it (~100 ms).
+cases=$((cases + 1))
+up=0
+for _ in $(seq 30); do
+    if "$bin/projctl" --socket "$sock" --timeout 5000 status >"$tmp/resumed.out" 2>&1; then
+        up=1
+        break
+    fi
+    sleep 0.1
+done
+if [ "$up" -ne 1 ]; then
+    failures=$((failures + 1))
+    echo "e2e_projctl: FAIL: projd did not answer within 3 s of SIGCONT:" >&2
+    sed 's/^/    /' "$tmp/resumed.out" >&2
+fi
+
 # Output that does not reach stdout (a full disk) is a failure, not exit 0.
-for args in "stats --json" "status" "layers"; do
+for args in "stats --json" "status" "layers" "status --json" "layers --json"; do
     cases=$((cases + 1))
     rc=0
     # shellcheck disable=SC2086  # args: words on purpose

@@ -75,11 +75,15 @@ START_TEST(test_sockpath)
     ck_assert_str_eq(url, "ipc:///bare/path.sock");
 
     unsetenv("PROJD_SOCKET");
-    int system_exists = access(PJ_SOCKPATH_SYSTEM, F_OK) == 0;
+    /* Step 2 for a client: the system socket, or a deployed instance. */
+    char inst[256];
+    int system_exists =
+        access(PJ_SOCKPATH_SYSTEM, F_OK) == 0 ||
+        pj_sockpath_find_instance(PJ_SOCKPATH_RUNDIR, inst, sizeof inst, err, sizeof err) != 0;
     setenv("XDG_RUNTIME_DIR", "/run/user/4242", 1);
     ck_assert_int_eq(pj_sockpath_default(PJ_SOCKPATH_CLIENT, url, sizeof url, err, sizeof err), 0);
-    ck_assert_str_eq(url, system_exists ? "ipc:///run/projd/projd.sock"
-                                        : "ipc:///run/user/4242/projd/projd.sock");
+    if (!system_exists)
+        ck_assert_str_eq(url, "ipc:///run/user/4242/projd/projd.sock");
     ck_assert_int_eq(pj_sockpath_default(PJ_SOCKPATH_SERVER, url, sizeof url, err, sizeof err), 0);
     ck_assert_str_eq(url, geteuid() == 0 ? "ipc:///run/projd/projd.sock"
                                          : "ipc:///run/user/4242/projd/projd.sock");
@@ -144,6 +148,86 @@ START_TEST(test_sockpath)
     ck_assert_int_eq(pj_sockpath_dir_mode("ipc:///run/projd/projd.sock"), 0755);
     snprintf(url, sizeof url, "ipc:///tmp/projd-%u/x/projd.sock", (unsigned)getuid());
     ck_assert_int_eq(pj_sockpath_dir_mode(url), 0755);
+    remove_tmpdir();
+}
+END_TEST
+
+/* A socket file at dir/name, as a daemon leaves it (bound, not listening). */
+static void make_sock_file(const char *dir, const char *name)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s/%s", dir, name);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    close(fd);
+}
+
+/* Step 2's search for the instances of deploy/projd@.service, in a
+ * directory of the test's own (/run/projd outside tests). */
+START_TEST(test_sockpath_instances)
+{
+    char url[256], err[512], want[400];
+    make_tmpdir();
+    /* None: an empty directory, one that does not exist, and names or file
+     * types that are not an instance's socket. */
+    ck_assert_int_eq(pj_sockpath_find_instance(tmpdir, url, sizeof url, err, sizeof err), 0);
+    ck_assert_int_eq(
+        pj_sockpath_find_instance("/nonexistent/projd", url, sizeof url, err, sizeof err), 0);
+    char path[300];
+    snprintf(path, sizeof path, "%s/projd-5.sock", tmpdir);
+    FILE *f = fopen(path, "w"); /* a regular file, not a socket */
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    make_sock_file(tmpdir, "projd-x.sock");
+    make_sock_file(tmpdir, "projd-.sock");
+    make_sock_file(tmpdir, "projd-1.sock.old");
+    make_sock_file(tmpdir, "projd.sock.1");
+    ck_assert_int_eq(pj_sockpath_find_instance(tmpdir, url, sizeof url, err, sizeof err), 0);
+
+    /* Exactly one: taken. */
+    make_sock_file(tmpdir, "projd-3.sock");
+    ck_assert_int_eq(pj_sockpath_find_instance(tmpdir, url, sizeof url, err, sizeof err), 1);
+    snprintf(want, sizeof want, "ipc://%s/projd-3.sock", tmpdir);
+    ck_assert_str_eq(url, want);
+    char small[12];
+    ck_assert_int_eq(pj_sockpath_find_instance(tmpdir, small, sizeof small, err, sizeof err),
+                     -ENAMETOOLONG);
+
+    /* Several: refused, listing them in order and saying how to pick. */
+    make_sock_file(tmpdir, "projd-10.sock");
+    make_sock_file(tmpdir, "projd-0.sock");
+    ck_assert_int_eq(pj_sockpath_find_instance(tmpdir, url, sizeof url, err, sizeof err),
+                     -ENOTUNIQ);
+    ck_assert_str_eq(url, "");
+    snprintf(want, sizeof want,
+             "3 projd instances in %s: projd-0.sock, projd-3.sock, projd-10.sock", tmpdir);
+    ck_assert_msg(strstr(err, want) != NULL, "err: %s", err);
+    ck_assert_msg(strstr(err, "--socket") && strstr(err, "PROJD_SOCKET") &&
+                      strstr(err, "--instance N"),
+                  "err: %s", err);
+
+    /* projctl --instance N's URL. */
+    ck_assert_int_eq(pj_sockpath_instance(7, url, sizeof url, err, sizeof err), 0);
+    ck_assert_str_eq(url, "ipc:///run/projd/projd-7.sock");
+
+    /* Where a URL came from, for messages. */
+    pj_sockpath_source src = PJ_SOCKPATH_FROM_TMP;
+    ck_assert_int_eq(pj_sockpath_resolve_src("/a.sock", PJ_SOCKPATH_CLIENT, url, sizeof url, &src,
+                                             err, sizeof err),
+                     0);
+    ck_assert_int_eq(src, PJ_SOCKPATH_FROM_CONFIGURED);
+    setenv("PROJD_SOCKET", "/env.sock", 1);
+    ck_assert_int_eq(
+        pj_sockpath_resolve_src(NULL, PJ_SOCKPATH_CLIENT, url, sizeof url, &src, err, sizeof err),
+        0);
+    ck_assert_int_eq(src, PJ_SOCKPATH_FROM_ENV);
+    ck_assert_str_eq(pj_sockpath_source_text(PJ_SOCKPATH_CLIENT, src), "from $PROJD_SOCKET");
+    unsetenv("PROJD_SOCKET");
+    ck_assert_ptr_nonnull(
+        strstr(pj_sockpath_source_text(PJ_SOCKPATH_CLIENT, PJ_SOCKPATH_FROM_TMP), "step 4"));
+    ck_assert_ptr_nonnull(
+        strstr(pj_sockpath_source_text(PJ_SOCKPATH_CLIENT, PJ_SOCKPATH_FROM_INSTANCE), "step 2"));
     remove_tmpdir();
 }
 END_TEST
@@ -223,6 +307,13 @@ START_TEST(test_connect_nobody)
     ck_assert_ptr_null(c);
     ck_assert_msg(strstr(e.msg, url) != NULL, "message does not name the url: %s", e.msg);
     ck_assert_msg(strstr(e.msg, "projd running") != NULL, "no hint: %s", e.msg);
+    /* A missing file is said as such, not as a refusal. */
+    ck_assert_int_eq(rc, -ENOENT);
+    char nofile[450];
+    snprintf(nofile, sizeof nofile, "no socket file at %s/none.sock", tmpdir);
+    ck_assert_msg(strstr(e.msg, nofile) != NULL && !strstr(e.msg, "refused"), "%s", e.msg);
+    /* Given by the caller: no word on how it was chosen. */
+    ck_assert_msg(strstr(e.msg, "the URL is") == NULL, "%s", e.msg);
     /* Far less than the 30 s request timeout: it is reported, not waited out. */
     ck_assert_double_lt(seconds_since(&t0), 20.0);
 
@@ -245,6 +336,8 @@ START_TEST(test_connect_nobody)
     rc = projd_connect(NULL, NULL, &c, &e);
     ck_assert_int_lt(rc, 0);
     ck_assert_ptr_nonnull(strstr(e.msg, "env.sock"));
+    /* ... and the message says that it did. */
+    ck_assert_msg(strstr(e.msg, "the URL is from $PROJD_SOCKET") != NULL, "%s", e.msg);
     unsetenv("PROJD_SOCKET");
     /* A malformed URL */
     rc = projd_connect("bogus://x", "t", &c, &e);
@@ -855,6 +948,55 @@ START_TEST(test_fake_hello_retry)
 }
 END_TEST
 
+/* projd_connect_timeout bounds the connect. A socket that the kernel
+ * accepts on but nobody answers (what a projd stopped with SIGSTOP looks
+ * like: listening, never accepting) held projd_connect for 30 s, nng's
+ * handshake 10 s of each attempt; and a peer past the handshake that does
+ * not answer HELLO (the fake, silent) is bounded the same way. */
+START_TEST(test_connect_timeout)
+{
+    char url[400];
+    projd_error e;
+    projd_conn *c = (projd_conn *)1;
+    struct timespec t0;
+    ck_assert_int_eq(projd_connect_timeout("ipc:///x.sock", NULL, 0, &c, &e), -EINVAL);
+    ck_assert_ptr_null(c);
+
+    snprintf(url, sizeof url, "ipc://%s/stopped.sock", tmpdir);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s/stopped.sock", tmpdir);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(listen(fd, 8), 0);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = projd_connect_timeout(url, "t", 700, &c, &e);
+    double took = seconds_since(&t0);
+    ck_assert_msg(rc == -ETIMEDOUT, "rc %d: %s", rc, e.msg);
+    ck_assert_ptr_null(c);
+    ck_assert_msg(strstr(e.msg, "accepted the connection but sent no WELCOME within 700 ms") &&
+                      strstr(e.msg, "stopped or overloaded") && strstr(e.msg, url),
+                  "%s", e.msg);
+    ck_assert_double_ge(took, 0.65);
+    ck_assert_double_lt(took, 3.0);
+    close(fd);
+
+    fake *f = fake_start(FAKE_SILENT);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    rc = projd_connect_timeout(f->url, "t", 600, &c, &e);
+    took = seconds_since(&t0);
+    ck_assert_msg(rc == -ETIMEDOUT, "rc %d: %s", rc, e.msg);
+    ck_assert_msg(strstr(e.msg, "sent no WELCOME within 600 ms"), "%s", e.msg);
+    ck_assert_double_lt(took, 3.0);
+    /* Once it answers: connected, and the timeout carries over to calls. */
+    atomic_store(&f->mode, FAKE_NORMAL);
+    ck_assert_msg(projd_connect_timeout(f->url, "t", 1500, &c, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(projd_get_timeout_ms(c), 1500);
+    ck_assert_int_eq(projd_ping(c, &e), 0);
+    projd_close(c);
+    fake_stop(f);
+}
+END_TEST
+
 START_TEST(test_fake_refused)
 {
     fake *f = fake_start(FAKE_REFUSE);
@@ -975,6 +1117,7 @@ static Suite *client_suite(void)
     TCase *tc = tcase_create("offline");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_sockpath);
+    tcase_add_test(tc, test_sockpath_instances);
     tcase_add_test(tc, test_shmbuf);
     tcase_add_test(tc, test_connect_nobody);
     tcase_add_test(tc, test_strerror);
@@ -986,6 +1129,7 @@ static Suite *client_suite(void)
     tcase_add_test(tf, test_fake_async_and_threads);
     tcase_add_test(tf, test_fake_silent_timeout);
     tcase_add_test(tf, test_fake_hello_retry);
+    tcase_add_test(tf, test_connect_timeout);
     tcase_add_test(tf, test_fake_refused);
     tcase_add_test(tf, test_fake_garbage);
     tcase_add_test(tf, test_fake_foreign_uid);

@@ -10,6 +10,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "daemon/digest.h"
 #include "daemon/inspect.h"
 #include "daemon/model.h"
 #include "daemon/modelgen.h"
@@ -882,6 +883,7 @@ START_TEST(load_threads_same_result)
         ck_assert_uint_eq(a->stored_bytes, b->stored_bytes);
         ck_assert_uint_eq(a->z_base, b->z_base);
         ck_assert_uint_eq(a->n_exc, b->n_exc);
+        ck_assert_uint_eq(a->digest, b->digest);
         if (a->w.fmt == PJ_FMT_Z12) {
             const pj_z12 *x = a->w.z, *y = b->w.z;
             ck_assert_uint_eq(x->tiles_bytes, y->tiles_bytes);
@@ -904,6 +906,78 @@ START_TEST(load_threads_same_result)
 }
 END_TEST
 
+/* CRC-32 one bit at a time: the definition, independent of digest.c's tables. */
+static uint32_t crc32_bitwise(uint32_t crc, const uint8_t *p, size_t n)
+{
+    crc = ~crc;
+    for (size_t i = 0; i < n; i++) {
+        crc ^= p[i];
+        for (int b = 0; b < 8; b++)
+            crc = (crc & 1u) ? (crc >> 1) ^ 0xedb88320u : crc >> 1;
+    }
+    return ~crc;
+}
+
+/* digest.h's definition, spelled out: the CRC of the pieces' CRCs. */
+static uint32_t digest_by_definition(const uint8_t *p, size_t n)
+{
+    uint32_t acc = 0;
+    for (size_t off = 0; off < n; off += PJ_DIGEST_PIECE) {
+        size_t len = n - off < PJ_DIGEST_PIECE ? n - off : PJ_DIGEST_PIECE;
+        uint32_t c = crc32_bitwise(0, p + off, len);
+        uint8_t le[4] = {(uint8_t)c, (uint8_t)(c >> 8), (uint8_t)(c >> 16), (uint8_t)(c >> 24)};
+        acc = crc32_bitwise(acc, le, 4);
+    }
+    return acc;
+}
+
+START_TEST(layer_digests)
+{
+    /* the check value of CRC-32/ISO-HDLC (zlib's crc32) */
+    ck_assert_uint_eq(pj_crc32(0, "123456789", 9), 0xcbf43926u);
+    ck_assert_uint_eq(pj_crc32(pj_crc32(0, "1234", 4), "56789", 5), 0xcbf43926u);
+    uint32_t d = 1;
+    ck_assert_int_eq(pj_digest("", 0, 4, &d), 0);
+    ck_assert_uint_eq(d, 0);
+
+    /* 2.5 MiB of bf16: two whole pieces and a short one; F32 split too */
+    const uint64_t shape[2] = {1280, 1024};
+    size_t count = 1280 * 1024;
+    uint16_t *w = rand_bf16(count, 99, 2.0f);
+    float *f = malloc(count * sizeof *f);
+    for (size_t i = 0; i < count; i++)
+        f[i] = pj_bf16_to_f32(w[i]) * 1.001f;
+    static const uint32_t th[2] = {1, 3};
+    for (int i = 0; i < 2; i++) {
+        g_load_threads = th[i];
+        pj_model *m = NULL;
+        warns wr = {0};
+        char err[1024] = "";
+        ck_assert_msg(load_one("dg.safetensors", PJ_ST_BF16, 2, shape, w, PJ_FPREF_AUTO, &m, &wr,
+                               err, sizeof err) == 0,
+                      "%s", err);
+        ck_assert_uint_eq(m->layers[0].digest, digest_by_definition((const uint8_t *)w, count * 2));
+        pj_model_free(m);
+        ck_assert_msg(load_one("dg32.safetensors", PJ_ST_F32, 2, shape, f, PJ_FPREF_AUTO, &m, &wr,
+                               err, sizeof err) == 0,
+                      "%s", err);
+        ck_assert_int_eq(m->layers[0].w.fmt, PJ_FMT_SPLIT);
+        ck_assert_uint_eq(m->layers[0].digest,
+                          digest_by_definition((const uint8_t *)f, count * sizeof *f));
+        pj_model_free(m);
+    }
+    g_load_threads = 0;
+    /* one weight changed: another digest */
+    uint32_t before = digest_by_definition((const uint8_t *)w, count * 2);
+    w[count / 2] ^= 1;
+    ck_assert_int_eq(pj_digest(w, count * 2, 2, &d), 0);
+    ck_assert_uint_ne(d, before);
+    ck_assert_uint_eq(d, digest_by_definition((const uint8_t *)w, count * 2));
+    free(w);
+    free(f);
+}
+END_TEST
+
 static Suite *model_suite(void)
 {
     Suite *s = suite_create("model");
@@ -921,6 +995,7 @@ static Suite *model_suite(void)
     tcase_add_loop_test(tc, nonfinite_bf16, 0, 2);
     tcase_add_loop_test(tc, nonfinite_bf16, 4, 5);
     tcase_add_test(tc, load_threads_same_result);
+    tcase_add_test(tc, layer_digests);
     tcase_add_test(tc, f16_split_exact);
     tcase_add_test(tc, f32_nonfinite_warns);
     tcase_add_test(tc, file_not_kept);

@@ -207,6 +207,18 @@ START_TEST(check_config_reports_every_problem)
     snprintf(fresh_dir, sizeof fresh_dir, "%s/fresh", pj_fixture_tmpdir());
     ck_assert_int_eq(stat(fresh_dir, &st), -1);
 
+    /* Not there, and to be made in a directory anyone may write to: refused
+     * as a start's check of the made directory would refuse it. */
+    char under_wide[700];
+    snprintf(under_wide, sizeof under_wide, "%s/newdir/p.sock", wide);
+    const char *const check_under[] = {"--socket", under_wide, "--check-config", NULL};
+    ck_assert_int_eq(run_projd(&d, NULL, check_under), 1);
+    char why[700];
+    snprintf(why, sizeof why, "its ancestor %s is owned by uid", wide);
+    ck_assert(pj_dproc_log_has(&d, why, 0));
+    ck_assert(pj_dproc_log_has(&d, "with mode 0777", 0));
+    pj_dproc_cleanup(&d);
+
     /* A file where the socket goes: a start would not touch it. */
     char plain[600];
     snprintf(plain, sizeof plain, "%s/not-a-socket", pj_fixture_tmpdir());
@@ -232,7 +244,7 @@ START_TEST(print_config_resolves_the_socket)
     pj_dproc d;
     ck_assert_int_eq(run_projd(&d, "{\"socket\":{\"url\":\"\"}}", print), 0);
     char want[700];
-    snprintf(want, sizeof want, "socket.url \"\" resolves to ipc://%s ($PROJD_SOCKET)", sock);
+    snprintf(want, sizeof want, "socket.url \"\": from $PROJD_SOCKET resolves to ipc://%s", sock);
     ck_assert(pj_dproc_log_has(&d, want, 0));
     FILE *f = fopen(d.log, "r");
     ck_assert_ptr_nonnull(f);
@@ -260,7 +272,7 @@ START_TEST(print_config_resolves_the_socket)
     /* --check-config names the source too. */
     const char *const check[] = {"--check-config", NULL};
     ck_assert_int_eq(run_projd(&d, "{\"socket\":{\"url\":\"\"}}", check), 0);
-    ck_assert(pj_dproc_log_has(&d, "(socket.url \"\": $PROJD_SOCKET)", 0));
+    ck_assert(pj_dproc_log_has(&d, "(socket.url \"\": from $PROJD_SOCKET)", 0));
     pj_dproc_cleanup(&d);
     unsetenv("PROJD_SOCKET");
 }

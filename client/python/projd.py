@@ -55,6 +55,7 @@ import sys
 import threading
 import time
 import weakref
+import zlib
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 __all__ = [
@@ -320,6 +321,11 @@ _SIGNATURES = {
 # Exported only by some builds (client/projd_cuda.c is not part of libprojd.so
 # as the Makefile builds it today); bound when present.
 _OPTIONAL_SIGNATURES = {
+    # libprojd 0.2 (PROJD_1.1): the connect bounded by the caller's timeout
+    "projd_connect_timeout": (
+        ctypes.c_int,
+        [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(_P), _PE],
+    ),
     "projd_cuda_describe": (
         ctypes.c_int,
         [_P, ctypes.POINTER(_CudaRegion), ctypes.c_char_p, ctypes.c_size_t],
@@ -514,6 +520,27 @@ def bf16_to_floats(data: Union[bytes, bytearray, memoryview]) -> List[float]:
     out = array.array("f")
     out.frombytes(array.array("I", [w << 16 for w in words]).tobytes())
     return out.tolist()
+
+
+# ---- weight digests ----------------------------------------------------------------------
+
+DIGEST_PIECE = 1 << 20
+
+
+def weight_digest(data: Any) -> int:
+    """The digest projd reports for a layer (STATS model.layers[].digest, and
+    `projctl inspect`), of a tensor's bytes as its safetensors file stores
+    them (same dtype, row-major): the CRC-32 of the CRC-32s of its 1 MiB
+    pieces, each as 4 little-endian bytes (daemon/digest.h). data: any
+    C-contiguous buffer (bytes, array, numpy array)."""
+    mv = memoryview(data)
+    if not mv.c_contiguous:
+        raise ValueError("weight_digest needs C-contiguous data")
+    mv = mv.cast("B")
+    crcs = b"".join(
+        zlib.crc32(mv[i : i + DIGEST_PIECE]).to_bytes(4, "little") for i in range(0, len(mv), DIGEST_PIECE)
+    )
+    return zlib.crc32(crcs)
 
 
 # ---- descriptions ------------------------------------------------------------------------
@@ -1243,8 +1270,9 @@ class Client:
     ipc://$XDG_RUNTIME_DIR/projd/projd.sock, else
     ipc:///tmp/projd-<uid>/projd.sock); a bare path gets "ipc://" in front.
     name is what the daemon logs (cut to 63 bytes). timeout_ms, when given,
-    is the timeout of every call after connecting (connect itself uses the
-    library's default, 30 s).
+    bounds the connect (a daemon that is stopped or overloaded fails it
+    with ETIMEDOUT after that long) and is the timeout of every call after
+    it; without it, 30 s.
 
     ring: True attaches a shared-memory ring (see attach_ring) and raises
     ProjdError when the daemon refuses it. False and None (default) attach
@@ -1288,7 +1316,11 @@ class Client:
         lib = load_library()
         _nng_pid = os.getpid()  # connect starts nng, whether it connects or not
         h, e = _P(), _Error()
-        rc = lib.projd_connect(url.encode() if url else None, name.encode(), ctypes.byref(h), ctypes.byref(e))
+        u = url.encode() if url else None
+        if timeout_ms is not None and hasattr(lib, "projd_connect_timeout"):
+            rc = lib.projd_connect_timeout(u, name.encode(), timeout_ms, ctypes.byref(h), ctypes.byref(e))
+        else:
+            rc = lib.projd_connect(u, name.encode(), ctypes.byref(h), ctypes.byref(e))
         if rc != 0:
             raise _error(rc, e)
         self._h = h.value
@@ -1425,6 +1457,29 @@ class Client:
         finally:
             _libc_free(p.value)
         return json.loads(text.decode("utf-8"))
+
+    def weight_digests(self) -> Dict[str, int]:
+        """Each served layer's weight digest by name (STATS model.layers; see
+        weight_digest). Empty from a daemon too old to report them."""
+        model = self.stats().get("model") or {}
+        return {L["name"]: int(L["digest"], 16) for L in model.get("layers", [])}
+
+    def check_weight(self, layer: str, data: Any) -> None:
+        """Raise ValueError when data (the layer's tensor as the checkpoint
+        stores it: same dtype and shape) is not what the daemon serves for
+        layer: a daemon started on another checkpoint with the same shapes
+        would otherwise give wrong results without any error."""
+        self.layer(layer)  # KeyError naming the daemon's layers
+        served = self.weight_digests()
+        if layer not in served:
+            raise ValueError("the daemon reports no weight digest for layer %r (a projd from before digests)" % layer)
+        mine = weight_digest(data)
+        if mine != served[layer]:
+            model = (self.stats().get("model") or {}).get("path", "?")
+            raise ValueError(
+                "layer %r: the daemon serves other weights (its digest %08x, from %s; this "
+                "tensor's %08x): start it on the same checkpoint" % (layer, served[layer], model, mine)
+            )
 
     # ---- buffers
     def shm_buffer(self, size: int) -> ShmBuffer:

@@ -1,0 +1,194 @@
+/* checkcfg.c — projd --check-config (checkcfg.h). */
+#include "daemon/checkcfg.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "daemon/backend.h"
+#include "daemon/model.h"
+#include "daemon/server.h"
+#include "protocol/sockpath.h"
+
+/* A remark of --check-config that is no problem: stdout, in order with
+ * the problems on stderr. */
+static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void note(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("projd: note: ", stdout);
+    va_start(ap, fmt);
+    vfprintf(stdout, fmt, ap);
+    va_end(ap);
+    fputc('\n', stdout);
+    fflush(stdout);
+}
+
+/* ---- --check-config ---------------------------------------------------------------- */
+
+/* One problem a start would stop on: one line on stderr, counted. */
+static void problem(int *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void problem(int *n, const char *fmt, ...)
+{
+    va_list ap;
+    fputs("projd: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    (*n)++;
+}
+
+/* A socket directory that is not there: a start makes it (and what is
+ * missing above it), then checks it; nothing is made here. */
+static void check_missing_dir(const char *dir, mode_t mode, int *n)
+{
+    char err[1024];
+    if (pj_sockpath_check_creatable(dir, err, sizeof err) != 0)
+        problem(n, "%s", err);
+    else
+        note("socket dir %s does not exist; a start creates it (mode %04o)", dir, (unsigned)mode);
+}
+
+/* pj_server_check_socket and the listener's directory check, without
+ * creating, probing or removing anything. */
+static void check_socket(const char *url, int *n)
+{
+    const char *path = pj_sockpath_file(url);
+    struct sockaddr_un sun;
+    struct stat st;
+    char err[1024];
+    if (!path || !path[0]) {
+        problem(n, "socket url \"%s\": expected ipc://PATH", url);
+        return;
+    }
+    if (strlen(path) >= sizeof sun.sun_path) {
+        problem(n, "socket path \"%s\" is longer than %zu bytes", path, sizeof sun.sun_path - 1);
+        return;
+    }
+    char dir[PJ_CFG_PATH];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = '\0';
+        if (lstat(dir, &st) != 0) {
+            if (errno == ENOENT)
+                check_missing_dir(dir, pj_sockpath_dir_mode(url), n);
+            else
+                problem(n, "socket dir %s: %s", dir, strerror(errno));
+            return;
+        }
+        if (pj_sockpath_check_dir(dir, err, sizeof err) != 0) {
+            problem(n, "%s", err);
+            return;
+        }
+    }
+    if (lstat(path, &st) != 0) {
+        if (errno != ENOENT)
+            problem(n, "socket %s: %s", path, strerror(errno));
+    } else if (!S_ISSOCK(st.st_mode)) {
+        problem(n, "socket %s: exists and is not a socket; a start does not touch it", path);
+    } else {
+        note("socket %s exists; a start removes it when nobody answers there and stops when a "
+             "daemon serves there (not probed here)",
+             path);
+    }
+}
+
+/* Whether this process may give a file the group gid: root, a member, or
+ * CAP_CHOWN (a unit's AmbientCapabilities=). */
+static int may_chgrp(gid_t gid)
+{
+    if (geteuid() == 0 || getegid() == gid)
+        return 1;
+    int ng = getgroups(0, NULL);
+    gid_t *groups = ng > 0 ? malloc((size_t)ng * sizeof *groups) : NULL;
+    int member = 0;
+    if (groups)
+        ng = getgroups(ng, groups);
+    for (int i = 0; groups && i < ng && !member; i++)
+        member = groups[i] == gid;
+    free(groups);
+    if (member)
+        return 1;
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned long long eff = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "CapEff: %llx", &eff) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return (eff & 1ull) != 0; /* CAP_CHOWN is capability 0 */
+}
+
+static void check_group(const pj_config *cfg, int *n)
+{
+    char err[1024];
+    uint32_t gid = 0;
+    if (pj_server_socket_group(cfg->socket.group, &gid, err, sizeof err) != 0)
+        problem(n, "%s", err);
+    else if (cfg->socket.group[0] && !may_chgrp((gid_t)gid))
+        problem(n,
+                "socket.group \"%s\": uid %u is not root, not a member of it and lacks "
+                "CAP_CHOWN, so a start cannot give the socket that group",
+                cfg->socket.group, (unsigned)geteuid());
+}
+
+/* pj_model_check stops at the first problem; each layer checked on its
+ * own finds the others (a problem of the file itself is said once). */
+static void check_model(const pj_config *cfg, int *n)
+{
+    char first[1024], err[1024];
+    if (pj_model_check(cfg, first, sizeof first) == 0)
+        return;
+    static char said[PJ_CFG_MAX_LAYERS][1024];
+    uint32_t n_said = 0;
+    int first_said = 0;
+    pj_config *one = malloc(sizeof *one);
+    for (uint32_t i = 0; one && i < cfg->model.n_layers; i++) {
+        *one = *cfg;
+        one->model.layers[0] = cfg->model.layers[i];
+        one->model.n_layers = 1;
+        if (pj_model_check(one, err, sizeof err) == 0)
+            continue;
+        int dup = 0;
+        for (uint32_t j = 0; j < n_said && !dup; j++)
+            dup = strcmp(said[j], err) == 0;
+        if (dup)
+            continue;
+        snprintf(said[n_said++], sizeof said[0], "%s", err);
+        first_said |= strcmp(err, first) == 0;
+        problem(n, "model: %s", err);
+    }
+    free(one);
+    if (!first_said) /* not about one layer (the layers together), or out of memory */
+        problem(n, "model: %s", first);
+}
+
+int pj_checkcfg_run(const pj_config *cfg, const char *config_file, const char *url,
+                    const char *url_src)
+{
+    int n = 0;
+    char err[1024], why[512] = "";
+    const pj_backend_ops *ops;
+    if (pj_backend_select(cfg->device.backend, &ops, why, sizeof why, err, sizeof err) != 0)
+        problem(&n, "%s", err);
+    check_socket(url, &n);
+    check_group(cfg, &n);
+    check_model(cfg, &n);
+    if (n) {
+        fprintf(stderr, "projd: %d problem%s: a start would fail\n", n, n == 1 ? "" : "s");
+        return 1;
+    }
+    printf("projd: configuration OK (%s; model %s, %u layers; socket %s (%s); backend %s)\n",
+           config_file ? config_file : "defaults", cfg->model.path, cfg->model.n_layers, url,
+           url_src, why);
+    return 0;
+}
