@@ -14,7 +14,8 @@ What it assumes:
     whose k equals the SGLang layer's input_size_per_partition and whose n
     is at least sum(output_partition_sizes) (requests use the first n rows).
     In practice: tensor parallelism 1, the daemon loading the same
-    checkpoint's weights (under its own config's layer names).
+    checkpoint's weights (under its own config's layer names);
+    check_weight(client, layer, tensor) says whether it does.
   - x is a bf16 CUDA tensor whose allocation has a legacy CUDA IPC handle:
     PyTorch's caching allocator without expandable segments
     (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False); cudaMallocAsync
@@ -90,7 +91,7 @@ import threading
 
 import projd
 
-__all__ = ["ProjdLinearMethod", "release_registrations"]
+__all__ = ["ProjdLinearMethod", "check_weight", "release_registrations"]
 
 
 def _torch():
@@ -223,6 +224,19 @@ def _registry(client: "projd.Client") -> _Registrations:
             r = _Registrations(client)
             client._projd_sglang_registrations = r
         return r
+
+
+def check_weight(client: "projd.Client", layer: str, weight) -> None:
+    """Raise ValueError when the daemon's layer is not weight: the tensor
+    as the checkpoint stores it (its dtype and shape; any device), e.g.
+    from the model's safetensors file while SGLang loads it. The weights
+    live in the daemon (create_weights keeps none here), so a daemon
+    started on another checkpoint of the same shapes would otherwise serve
+    wrong results without any error. Costs one copy of the tensor to the
+    host and a CRC over it (about 1 GB/s)."""
+    torch = _torch()
+    raw = weight.detach().contiguous().cpu().view(torch.uint8)
+    client.check_weight(layer, raw.reshape(-1).numpy())
 
 
 def release_registrations(client: "projd.Client") -> None:

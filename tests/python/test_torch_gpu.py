@@ -97,6 +97,23 @@ class SglangMethod(unittest.TestCase):
         W = self.weights[L.name + ".weight"][:n]
         assert_within_bound(self, "%s n=%d" % (L.name, n), W, x, y, bias)
 
+    def test_weights_are_the_daemons(self):
+        # the checkpoint's own tensors, raw (bf16 / f32 as stored), on the GPU
+        with open(os.environ["PROJD_TEST_MODEL"], "rb") as f:
+            data = f.read()
+        (hlen,) = struct.unpack_from("<Q", data, 0)
+        header = json.loads(data[8 : 8 + hlen].decode("utf-8"))
+        dtypes = {"BF16": torch.bfloat16, "F32": torch.float32}
+        for L in self.client.layers:
+            t = header[L.name + ".weight"]
+            a, b = t["data_offsets"]
+            raw = bytearray(data[8 + hlen + a : 8 + hlen + b])
+            w = torch.frombuffer(raw, dtype=dtypes[t["dtype"]]).reshape(t["shape"]).cuda()
+            projd_sglang.check_weight(self.client, L.name, w)
+            w.view(-1)[w.numel() // 3] += 1.0  # another checkpoint: one weight differs
+            with self.assertRaisesRegex(ValueError, "serves other weights"):
+                projd_sglang.check_weight(self.client, L.name, w)
+
     def test_every_layer_and_m(self):
         self.assertEqual(self.client.info.backend, "cuda")
         for L in self.client.layers:
