@@ -61,6 +61,11 @@
 /* How long a REGISTER waits for the same allocation's previous mapping to
  * be closed before it is refused. */
 #define CU_IPC_REOPEN_WAIT_MS 2000
+/* A release that has found no moment free of client waits for this long
+ * lets be the waits of lanes whose oldest job is younger than
+ * CU_RELEASE_YOUNG_MS (release_begin); the second must be the smaller. */
+#define CU_RELEASE_PATIENCE_MS 250
+#define CU_RELEASE_YOUNG_MS    200
 
 /* daemon/fault.cu: a kernel that faults (test only, PROJD_CUDA_FAULT_AFTER),
  * one that holds the stream for ns (test only, PROJD_CUDA_STALL_AFTER). */
@@ -201,6 +206,9 @@ struct cu_state {
     long fault_after, fault_count; /* test only: fault after that many jobs */
     long stall_after, stall_count; /* test only: hold the stream after that many jobs */
     uint64_t stall_ns;
+    /* release_begin's patience (CU_RELEASE_PATIENCE_MS; tests may set
+     * $PROJD_CUDA_RELEASE_PATIENCE_MS, up to "never", to compare) */
+    long release_patience_ms;
     uint32_t max_m, max_k, max_n;
     cu_lane *lanes[CU_MAX_LANES];
     uint32_t n_lanes;
@@ -1281,16 +1289,23 @@ static void *completion_main(void *arg)
 /* Lanes whose newest WAIT_EVENT job has not passed its client's wait:
  * its wait marker not done, or, where it has none, the job itself not
  * done. A lane runs in order, so when its newest wait has passed, all
- * earlier ones have. Any thread: the markers and completion events are
- * the lane's own, never destroyed while it runs; a slot reused meanwhile
- * answers for its new job, which errs on the side of waiting. */
-static uint32_t lanes_client_waits(cu_state *st)
+ * earlier ones have. With young_ns > 0, a lane whose oldest unfinished
+ * job was submitted less than young_ns ago is not counted: it is moving.
+ * Any thread: the markers and completion events are the lane's own, never
+ * destroyed while it runs; a slot reused meanwhile answers for its new
+ * job, which errs on the side of waiting. */
+static uint32_t lanes_client_waits(cu_state *st, uint64_t young_ns)
 {
     uint32_t waiting = 0;
+    const uint64_t now = young_ns ? now_ns() : 0;
     for (uint32_t l = 0; l < st->n_lanes; l++) {
         cu_lane *ln = st->lanes[l];
         cudaEvent_t ev = NULL;
         pthread_mutex_lock(&ln->mu);
+        if (young_ns && ln->count && now - ln->ring[ln->head].t_submit < young_ns) {
+            pthread_mutex_unlock(&ln->mu);
+            continue;
+        }
         for (uint32_t i = ln->count; i-- > 0;) {
             const cu_pend *p = &ln->ring[(ln->head + i) % CU_RING];
             if (p->wait_ev) {
@@ -1317,14 +1332,30 @@ static uint32_t lanes_client_waits(cu_state *st)
  * cudaStreamWaitEvent until the job is on the lane's ring, so no wait can
  * slip in between. Until then this thread polls (1 to 16 ms apart),
  * holding nothing: for good behind a dead client, whose lane's waits never
- * pass (releases then wait for the restart). Closer thread. */
+ * pass (releases then wait for the restart).
+ *
+ * A client whose CPU runs ahead of its GPU (a model's forward pass) keeps
+ * a wait pending on its lane nearly all the time, and such a release
+ * would wait as long as the traffic lasts (test_cuda_backend S). So after
+ * CU_RELEASE_PATIENCE_MS the lanes that are moving (oldest unfinished job
+ * younger than CU_RELEASE_YOUNG_MS) no longer count: their waits pass in
+ * the client's own time, and the release waits that long holding the
+ * driver's lock. A wait that was pending when the release began is older
+ * than that by then, so it still holds the release until it passes; the
+ * risk left is a client that dies within CU_RELEASE_YOUNG_MS of a request
+ * sent while a release waits (the release then never returns and the
+ * loop's next CUDA call blocks: the systemd watchdog restarts projd, as it
+ * does for a lost client anyway). Closer thread. */
 static void release_begin(cu_state *st)
 {
     cudaSetDevice(st->dev); /* the closer's thread is not the loop's */
+    const uint64_t t0 = now_ns();
     for (unsigned ms = 1;; ms = ms < 16 ? ms * 2 : 16) {
-        if (lanes_client_waits(st) == 0) {
+        const uint64_t young =
+            ms_since(t0) >= (double)st->release_patience_ms ? CU_RELEASE_YOUNG_MS * 1000000ull : 0;
+        if (lanes_client_waits(st, young) == 0) {
             pthread_mutex_lock(&st->wait_mu);
-            if (lanes_client_waits(st) == 0)
+            if (lanes_client_waits(st, young) == 0)
                 return;
             pthread_mutex_unlock(&st->wait_mu);
         }
@@ -2311,6 +2342,8 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     st->fault_after = env_long("PROJD_CUDA_FAULT_AFTER", 0, 0, 1000000000L);
     st->stall_after = env_long("PROJD_CUDA_STALL_AFTER", 0, 0, 1000000000L);
     st->stall_ns = (uint64_t)env_long("PROJD_CUDA_STALL_MS", 3000, 1, 600000) * 1000000u;
+    st->release_patience_ms = env_long("PROJD_CUDA_RELEASE_PATIENCE_MS", CU_RELEASE_PATIENCE_MS,
+                                       CU_RELEASE_YOUNG_MS, 1000000000L);
     st->spin_ns = (uint64_t)env_long("PROJD_CUDA_SPIN_US", CU_SPIN_US, 0, 1000000) * 1000u;
     st->idle_spin_ns = (uint64_t)env_long("PROJD_CUDA_IDLE_SPIN_US", 0, 0, 1000000) * 1000u;
     uint32_t n_lanes = (uint32_t)env_long("PROJD_CUDA_LANES", CU_DEFAULT_LANES, 1, CU_MAX_LANES);

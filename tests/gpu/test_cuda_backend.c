@@ -717,6 +717,118 @@ out:
     w_client_close(&w);
 }
 
+/* S: a release under constant WAIT_EVENT traffic.
+ * A release starts only at a moment when no lane's newest WAIT_EVENT job
+ * waits for its client's event (section R). A client whose CPU runs ahead
+ * of its GPU, as a model's forward pass does, keeps such a wait pending
+ * almost all the time: each request's event is recorded behind the
+ * client's earlier work (here a 400 us host function per request, at most
+ * 4 requests ahead). An idle CUDA allocation of another connection is
+ * unregistered 0.3 s into 2.5 s of that traffic; how long its release took
+ * is printed. Checked: the traffic's requests are answered, the release
+ * returns while the traffic runs (its lane is moving: its oldest job is
+ * young), and the mapping is closed. */
+#define S_AHEAD 4
+static void section_s(int strict)
+{
+    printf("== S: a release under constant WAIT_EVENT traffic%s\n",
+           strict ? ", before session 33 (strict: no pending wait at all; measured only)" : "");
+    w_client w;
+    if (w_client_open(&w) != 0) {
+        CHECK(0, "S: cannot make a stream and IPC events");
+        return;
+    }
+    cudaEvent_t mark[S_AHEAD];
+    int n_marks = 0;
+    for (; n_marks < S_AHEAD; n_marks++)
+        if (cudaEventCreateWithFlags(&mark[n_marks], cudaEventDisableTiming) != cudaSuccess)
+            break;
+    pj_dproc d;
+    pjc_conn t, u;
+    char why[600];
+    void *dz = NULL;
+    uint32_t z = 0;
+    if (strict)
+        setenv("PROJD_CUDA_RELEASE_PATIENCE_MS", "1000000000", 1);
+    int started = n_marks == S_AHEAD && start_open(&d, &t, NULL, "S") == 0;
+    unsetenv("PROJD_CUDA_RELEASE_PATIENCE_MS");
+    if (!started) {
+        CHECK(n_marks == S_AHEAD, "S: cannot make the client's events");
+        goto out_events;
+    }
+    int opened = pjc_open(&u, d.url, XBYTES, YBYTES, CC_REPLY_MS, why, sizeof why) == 0;
+    CHECK(opened, "S: a second connection: %s", why);
+    if (!opened || cudaMalloc(&dz, XBYTES) != cudaSuccess ||
+        cc_register_dev(&u.c, dz, &z, why, sizeof why) != 0) {
+        CHECK(0, "S: set-up: %s", why);
+        goto out;
+    }
+    double ipc0 = pjd_stat(&u.c, "backend_stats.ipc_open");
+    pjc_shape s = layer0_shape();
+    cc_fill_x(t.xs.p, &s);
+    pj_op op = pjc_op(&t, &s);
+    long long t0 = cc_now_us(), t_unreg = 0, t_back = 0, t_end = 0;
+    unsigned sent = 0, failed = 0, polls = 0;
+    for (;;) {
+        long long now = cc_now_us();
+        if (now - t0 >= 2500000) {
+            t_end = now;
+            break;
+        }
+        /* at most S_AHEAD requests ahead of the client's stream */
+        cudaEvent_t m = mark[sent % S_AHEAD];
+        if (sent >= S_AHEAD)
+            cudaEventSynchronize(m);
+        if (cudaLaunchHostFunc(w.cs, sleep_host, (void *)(uintptr_t)400) != cudaSuccess ||
+            cudaEventRecord(w.in, w.cs) != cudaSuccess || cudaEventRecord(m, w.cs) != cudaSuccess) {
+            CHECK(0, "S: the client's stream");
+            break;
+        }
+        pj_done dn;
+        pj_op_result res[1];
+        int rc = cc_project_ev(&t.c, PJ_PF_WAIT_EVENT | PJ_PF_SIGNAL_EVENT | PJ_PF_ACCEPT_REPLY,
+                               &op, 1, (const uint8_t *)&w.hin, (const uint8_t *)&w.hout, &dn, res);
+        sent++;
+        failed += rc != PJ_OK || dn.status != PJ_OK;
+        if (!t_unreg && now - t0 >= 300000) {
+            CHECK(pjt_unregister(&u.c, z) == PJ_OK, "S: UNREGISTER: %s", u.c.err.msg);
+            t_unreg = cc_now_us();
+        } else if (t_unreg && !t_back && sent % 16 == 0) {
+            polls++;
+            if (pjd_stat(&u.c, "buffers.releasing") == 0)
+                t_back = cc_now_us();
+        }
+    }
+    CHECK(cudaStreamSynchronize(w.cs) == cudaSuccess, "S: the client's stream at the end");
+    CHECK(failed == 0, "S: %u of %u requests failed", failed, sent);
+    CHECK(t_unreg != 0, "S: never unregistered");
+    double left = pjd_wait_stat(&u.c, "buffers.releasing", 0, 10000);
+    CHECK(left == 0, "S: the release did not return 10 s after the traffic stopped");
+    if (!t_back)
+        t_back = cc_now_us();
+    double ipc1 = pjd_wait_stat(&u.c, "backend_stats.ipc_open", ipc0 - 1, 5000);
+    CHECK(ipc1 == ipc0 - 1, "S: ipc_open %.0f after the release (want %.0f)", ipc1, ipc0 - 1);
+    /* backend_cuda.c release_begin: after 250 ms moving lanes no longer
+     * hold a release */
+    CHECK(strict || t_back < t_end, "S: the release waited for the traffic to stop (%.0f ms)",
+          (double)(t_back - t_unreg) / 1e3);
+    printf("S: %u requests in %.2f s (%.0f per s, each waiting on the client's event); the "
+           "release returned %.0f ms after its UNREGISTER, %s (%u polls)\n",
+           sent, (double)(t_end - t0) / 1e6, sent / ((double)(t_end - t0) / 1e6),
+           (double)(t_back - t_unreg) / 1e3,
+           t_back < t_end ? "while the traffic ran" : "only after the traffic stopped", polls);
+out:
+    pjc_close(&u);
+    pjc_close(&t);
+    cc_stop(&d, "S");
+    if (dz)
+        cudaFree(dz);
+out_events:
+    for (int i = 0; i < n_marks; i++)
+        cudaEventDestroy(mark[i]);
+    w_client_close(&w);
+}
+
 /* W4, the child (test_cuda_backend --w-child URL shm|ipc|passed, run by
  * section_w4): a client that sends a request waiting on its event,
  * recorded behind a host function of 10 s, and is killed before the event
@@ -1161,6 +1273,8 @@ int main(int argc, char **argv)
     }
     if (argc > 1 && strcmp(argv[1], "--w4") == 0) { /* the sections alone */
         section_r();
+        section_s(1);
+        section_s(0);
         section_w4(argv[0]);
         return cc_summary("test_cuda_backend --w4", t0);
     }
@@ -1171,6 +1285,7 @@ int main(int argc, char **argv)
     section_h();
     section_w();
     section_r();
+    section_s(0);
     section_w4(argv[0]);
     section_c();
     return cc_summary("test_cuda_backend", t0);
