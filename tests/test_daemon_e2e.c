@@ -1253,18 +1253,6 @@ END_TEST
 
 /* ---- SIGHUP's outcome ------------------------------------------------------------- */
 
-/* Replace the daemon's config file (rename: the daemon never reads half). */
-static void replace_config(const pj_dproc *d, const char *text)
-{
-    char tmp[400];
-    snprintf(tmp, sizeof tmp, "%s.new", d->config);
-    FILE *f = fopen(tmp, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    fclose(f);
-    ck_assert_int_eq(rename(tmp, d->config), 0);
-}
-
 /* The reload object of a STATS reply: last.result and last.message. */
 static void reload_last(pjt_client *c, char *result, char *message, size_t len)
 {
@@ -1321,7 +1309,7 @@ START_TEST(sighup_reload_outcome)
     ck_assert_str_eq(result, ""); /* "last": null before the first */
 
     /* A broken file: failed, the running configuration stays. */
-    replace_config(&d, "{\"limits\": ");
+    ck_assert_int_eq(pj_dproc_replace_config(&d, "{\"limits\": "), 0);
     hup_and_notes(&d, "failed, the running configuration stays: ");
     ck_assert(pj_dproc_log_has(&d, "reload failed", 5000));
     ck_assert_double_eq(pjd_stat(&t.c, "reload.attempts"), 1);
@@ -1348,7 +1336,7 @@ START_TEST(sighup_reload_outcome)
         pj_config_apply_json(&cfg, restart_json, strlen(restart_json), err, sizeof err), 0);
     char *restart = pj_config_to_json(&cfg);
     ck_assert_ptr_nonnull(restart);
-    replace_config(&d, restart);
+    ck_assert_int_eq(pj_dproc_replace_config(&d, restart), 0);
     free(restart);
     hup_and_notes(&d, "refused, the running configuration stays: shapes.max_m");
     ck_assert_double_eq(pjd_stat(&t.c, "reload.refused"), 1);
@@ -1356,7 +1344,7 @@ START_TEST(sighup_reload_outcome)
     ck_assert_str_eq(result, "refused");
 
     /* The file as it was: applied. */
-    replace_config(&d, good);
+    ck_assert_int_eq(pj_dproc_replace_config(&d, good), 0);
     hup_and_notes(&d, "applied");
     ck_assert_double_eq(pjd_stat(&t.c, "reload.attempts"), 3);
     ck_assert_double_eq(pjd_stat(&t.c, "reload.applied"), 1);

@@ -523,17 +523,6 @@ END_TEST
 
 /* ---- SIGHUP --------------------------------------------------------------------- */
 
-static void write_config(const pj_dproc *d, const char *text)
-{
-    char tmp[400];
-    snprintf(tmp, sizeof tmp, "%s.new", d->config);
-    FILE *f = fopen(tmp, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    fclose(f);
-    ck_assert_int_eq(rename(tmp, d->config), 0);
-}
-
 static void write_config_json(const pj_dproc *d, const char *overlay)
 {
     pj_config cfg;
@@ -543,7 +532,7 @@ static void write_config_json(const pj_dproc *d, const char *overlay)
     ck_assert_msg(pj_config_apply_json(&cfg, overlay, strlen(overlay), err, sizeof err) == 0, "%s",
                   err);
     char *text = pj_config_to_json(&cfg);
-    write_config(d, text);
+    ck_assert_int_eq(pj_dproc_replace_config(d, text), 0);
     free(text);
 }
 
@@ -586,7 +575,7 @@ START_TEST(sighup_reloads)
     ck_assert(pj_dproc_log_has(&d, "reload refused", 10000));
     ck_assert_int_eq(pjt_register_shm(&t.c, z.name, 4096, NULL), PJ_E_LIMIT);
     /* A broken file: refused too. */
-    write_config(&d, "{\"limits\": ");
+    ck_assert_int_eq(pj_dproc_replace_config(&d, "{\"limits\": "), 0);
     ck_assert_int_eq(pj_dproc_signal(&d, SIGHUP), 0);
     ck_assert(pj_dproc_log_has(&d, "reload failed", 10000));
     ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);

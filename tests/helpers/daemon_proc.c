@@ -303,3 +303,20 @@ void pj_dproc_cleanup(pj_dproc *d)
         unlink(files[i]);
     rmdir(d->dir);
 }
+
+int pj_dproc_replace_config(const pj_dproc *d, const char *text)
+{
+    char tmp[sizeof d->config + 8];
+    snprintf(tmp, sizeof tmp, "%s.new", d->config);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -errno;
+    int ok = fputs(text, f) >= 0;
+    ok &= fclose(f) == 0;
+    if (!ok || rename(tmp, d->config) != 0) {
+        int e = ok ? errno : EIO;
+        unlink(tmp);
+        return -e;
+    }
+    return 0;
+}

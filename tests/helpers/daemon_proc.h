@@ -52,6 +52,10 @@ int pj_dproc_prepare(pj_dproc *d, const char *model_path, const char *cfg_json, 
 int pj_dproc_spawn(pj_dproc *d, const char *const *extra_args, int wait_ready, int timeout_ms,
                    char *err, size_t errlen);
 
+/* Replace the daemon's config file with text, whole (written beside it,
+ * then renamed: a SIGHUP never reads half of it). 0 or a negative errno. */
+int pj_dproc_replace_config(const pj_dproc *d, const char *text);
+
 /* Wait until a notify message containing needle arrived. 0 or -ETIMEDOUT. */
 int pj_dproc_wait_notify(pj_dproc *d, const char *needle, int timeout_ms);
 
