@@ -1627,83 +1627,31 @@ static int close_sock_bounded(projd_conn *c)
     return 0;
 }
 
-/* nng_dial, bounded. A peer that the kernel accepted but that never does
- * nng's handshake (a projd stopped with SIGSTOP, or too busy to accept)
- * holds a synchronous nng_dial for nng's own negotiation timeout (10 s in
- * nng 1.5). So the dial runs on a thread of its own; when it has not
- * returned within wait_ms the socket is closed, which ends the dial, and
- * the result is NNG_ETIMEDOUT with the socket closed (closing it again is
- * harmless). */
-typedef struct dial_job {
-    projd_conn *c;
-    int rv, done;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-} dial_job;
-
-static void *dial_main(void *arg)
-{
-    dial_job *j = arg;
-    int rv = nng_dial(j->c->sock, j->c->url, &j->c->dialer, 0);
-    pthread_mutex_lock(&j->mu);
-    j->rv = rv;
-    j->done = 1;
-    pthread_cond_signal(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-    return NULL;
-}
-
-static int dial_bounded(projd_conn *c, int wait_ms)
-{
-    dial_job j = {.c = c};
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&j.cv, &ca);
-    pthread_condattr_destroy(&ca);
-    pthread_mutex_init(&j.mu, NULL);
-    pthread_t th;
-    if (pthread_create(&th, NULL, dial_main, &j) != 0) {
-        /* No thread to spare: dial here, bounded by nng alone. */
-        pthread_mutex_destroy(&j.mu);
-        pthread_cond_destroy(&j.cv);
-        return nng_dial(c->sock, c->url, &c->dialer, 0);
-    }
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += wait_ms / 1000;
-    until.tv_nsec += (long)(wait_ms % 1000) * 1000000;
-    if (until.tv_nsec >= 1000000000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000;
-    }
-    pthread_mutex_lock(&j.mu);
-    int w = 0;
-    while (!j.done && w != ETIMEDOUT)
-        w = pthread_cond_timedwait(&j.cv, &j.mu, &until);
-    int done = j.done;
-    pthread_mutex_unlock(&j.mu);
-    if (!done)
-        nng_close(c->sock); /* ends the dial (NNG_ECLOSED) */
-    pthread_join(th, NULL);
-    pthread_mutex_destroy(&j.mu);
-    pthread_cond_destroy(&j.cv);
-    return done ? j.rv : NNG_ETIMEDOUT;
-}
-
 /* Debian 12's nng 1.5.2 listener dies when a peer hangs up mid-handshake;
  * projd replaces it within ~100 ms (daemon/DAEMON.md), and a dial that lands
  * in that window is refused or reset. Such a refusal is retried for a short
  * while when the socket file exists; a missing file is answered at once. */
 #define DIAL_RETRY_MS 1500
-static int dial_with_retry(projd_conn *c, int wait_ms)
+static long ms_left(const struct timespec *deadline)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (deadline->tv_sec - t.tv_sec) * 1000 + (deadline->tv_nsec - t.tv_nsec) / 1000000;
+}
+
+/* The dial itself is synchronous and not cut short: closing the socket
+ * under a dial in progress can hang both calls in nng 1.5, and a dial
+ * given up mid-handshake stops the daemon's listener for ~100 ms. So a
+ * daemon that takes the connection but never does nng's handshake (a
+ * stopped process) holds it for nng's own negotiation limit, 10 s; a
+ * daemon whose event loop is stuck still does the handshake (nng's
+ * threads) and is bounded by HELLO's wait. */
+static int dial_with_retry(projd_conn *c, const struct timespec *deadline)
 {
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int delay_ms = 5;; delay_ms = delay_ms < 80 ? delay_ms * 2 : 80) {
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        long spent = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
-        int rv = dial_bounded(c, spent < wait_ms ? (int)(wait_ms - spent) : 1);
+        int rv = nng_dial(c->sock, c->url, &c->dialer, 0);
         if (rv != NNG_ECONNREFUSED && rv != NNG_ECONNRESET && rv != NNG_ECONNSHUT &&
             rv != NNG_ECLOSED)
             return rv;
@@ -1712,10 +1660,7 @@ static int dial_with_retry(projd_conn *c, int wait_ms)
             return rv;
         clock_gettime(CLOCK_MONOTONIC, &t);
         long ms = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
-        int budget = atomic_load(&c->timeout_ms);
-        if (budget > DIAL_RETRY_MS)
-            budget = DIAL_RETRY_MS;
-        if (ms + delay_ms > (budget < wait_ms ? budget : wait_ms))
+        if (ms + delay_ms > DIAL_RETRY_MS || delay_ms > ms_left(deadline))
             return rv;
         nng_msleep((nng_duration)delay_ms);
     }
@@ -1732,15 +1677,21 @@ static int dial_error(projd_conn *c, int rv, projd_error *e)
         errno == ENOENT)
         return fail(e, -ENOENT, "connect %s: no socket file at %s (is projd running there?)%s",
                     c->url, path, c->url_from);
+    if (rv == NNG_ETIMEDOUT)
+        return fail(e, -ETIMEDOUT,
+                    "connect %s: the socket took the connection but nng's handshake got no answer "
+                    "in nng's 10 s (is projd stopped?)%s",
+                    c->url, c->url_from);
     return fail(e, rc, "connect %s: %s%s%s", c->url, nng_strerror(rv),
                 (rv == NNG_ECONNREFUSED || rv == NNG_ENOENT) ? " (is projd running there?)" : "",
                 c->url_from);
 }
 
-/* One socket, one dial, one HELLO. On failure the socket is closed. The
- * dial waits at most dial_ms, HELLO the connection's timeout_ms. */
+/* One socket, one dial, one HELLO. On failure the socket is closed. HELLO
+ * waits hello_ms, or what is left before deadline when that is less. */
 #define HELLO_FIRST_TIMEOUT_MS 2000
-static int connect_attempt(projd_conn *c, const char *name, int dial_ms, projd_error *e)
+static int connect_attempt(projd_conn *c, const char *name, int hello_ms,
+                           const struct timespec *deadline, projd_error *e)
 {
     int rc;
     int rv = nng_req0_open(&c->sock);
@@ -1754,7 +1705,7 @@ static int connect_attempt(projd_conn *c, const char *name, int dial_ms, projd_e
     nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 1000);
     nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, pipe_removed, c);
     nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_PRE, peer_check, c);
-    rv = dial_with_retry(c, dial_ms);
+    rv = dial_with_retry(c, deadline);
     if (rv && atomic_load(&c->bad_peer) >= 0) {
         rc = bad_peer_error(c, e);
         goto fail_sock;
@@ -1763,6 +1714,8 @@ static int connect_attempt(projd_conn *c, const char *name, int dial_ms, projd_e
         rc = dial_error(c, rv, e);
         goto fail_sock;
     }
+    long left = ms_left(deadline);
+    atomic_store(&c->timeout_ms, left < hello_ms ? (int)(left > 1 ? left : 1) : hello_ms);
     rc = say_hello(c, name, e);
     if (rc)
         goto fail_sock;
@@ -1825,18 +1778,21 @@ int projd_connect_timeout(const char *url, const char *name, int timeout_ms, pro
      * replaces it within ~100 ms, daemon/DAEMON.md) is accepted by the
      * kernel but never answered: HELLO waits a short while per attempt and
      * the whole connect is retried on a fresh socket until timeout_ms is
-     * spent. */
-    struct timespec t0, t;
+     * spent (dial_with_retry says what a dial may take beyond it). */
+    struct timespec t0, deadline;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    deadline = t0;
+    deadline.tv_sec += timeout_ms / 1000;
+    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+    if (deadline.tv_nsec >= 1000000000) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000;
+    }
     int hello_ms = HELLO_FIRST_TIMEOUT_MS;
-    long left = timeout_ms;
     for (;;) {
-        if (hello_ms > left)
-            hello_ms = (int)left;
         atomic_store(&c->pipes_removed, 0);
         atomic_store(&c->bad_peer, -1);
-        atomic_store(&c->timeout_ms, hello_ms);
-        rc = connect_attempt(c, name, (int)left, e);
+        rc = connect_attempt(c, name, hello_ms, &deadline, e);
         atomic_store(&c->timeout_ms, timeout_ms);
         if (rc == 0) {
             atomic_store(&c->established, 1);
@@ -1845,20 +1801,22 @@ int projd_connect_timeout(const char *url, const char *name, int timeout_ms, pro
             *out = c;
             return 0;
         }
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        long spent = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
-        left = timeout_ms - spent;
+        long left = ms_left(&deadline);
         if (rc != -ETIMEDOUT || left <= 0)
             break;
         hello_ms = hello_ms < left / 2 ? hello_ms * 2 : (int)left;
     }
-    /* Every attempt got as far as a socket that takes connections and no
-     * further: nng's handshake or HELLO went unanswered. */
-    if (rc == -ETIMEDOUT)
+    /* HELLO went unanswered on every attempt (a dial that timed out in
+     * nng's handshake has said so already). */
+    if (rc == -ETIMEDOUT && e && !strstr(e->msg, "handshake")) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        double took = (double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) * 1e-9;
         fail(e, rc,
-             "connect %s: projd accepted the connection but sent no WELCOME within %d ms (is "
-             "projd stopped or overloaded?)%s",
-             c->url, timeout_ms, c->url_from);
+             "connect %s: projd accepted the connection but sent no WELCOME within %d ms (gave "
+             "up after %.1f s; is projd stopped or overloaded?)%s",
+             c->url, timeout_ms, took, c->url_from);
+    }
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->idle);
     free(c);

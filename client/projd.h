@@ -112,10 +112,11 @@ typedef struct projd_result {
 /* ---- connection ---------------------------------------------------------- */
 
 /* Dials url (NULL or "": the default of protocol/sockpath.h: $PROJD_SOCKET,
- * else ipc:///run/projd/projd.sock when it exists, else the only
- * /run/projd/projd-<N>.sock when exactly one exists (several: -ENOTUNIQ,
- * naming them), else ipc://$XDG_RUNTIME_DIR/projd/projd.sock, else
- * ipc:///tmp/projd-<uid>/projd.sock), says HELLO as `name` (NULL:
+ * else ipc:///run/projd/projd.sock when it exists, else the caller's own
+ * ipc://$XDG_RUNTIME_DIR/projd/projd.sock (or ipc:///tmp/projd-<uid>/
+ * projd.sock) when it exists, else the only /run/projd/projd-<N>.sock
+ * listened on (several: -ENOTUNIQ, naming them), else the caller's own
+ * again), says HELLO as `name` (NULL:
  * "libprojd"; cut to 63 bytes) and reads WELCOME. On success *out is a
  * connection the caller closes with projd_close. Nobody listening is
  * reported at once: -ENOENT ("no socket file at PATH") or -ECONNREFUSED;
@@ -128,10 +129,13 @@ typedef struct projd_result {
  * bounds it). */
 int projd_connect(const char *url, const char *name, projd_conn **out, projd_error *e);
 
-/* projd_connect with the whole connect (dial, HELLO, WELCOME and their
- * retries) bounded by timeout_ms (> 0, else -EINVAL) instead of the default
+/* projd_connect with the connect (HELLO, WELCOME and the retries)
+ * bounded by timeout_ms (> 0, else -EINVAL) instead of the default
  * 30 000 ms; the connection's timeout (projd_set_timeout_ms) starts at
- * timeout_ms too. Since libprojd.so.1 of PROJD_1.1. */
+ * timeout_ms too. One dial is never cut short (closing a socket under a
+ * dial can hang nng 1.5): a process that takes the connection and never
+ * does nng's handshake (stopped by SIGSTOP) holds it for nng's 10 s, then
+ * -ETIMEDOUT says so. Since libprojd.so.1 of PROJD_1.1. */
 int projd_connect_timeout(const char *url, const char *name, int timeout_ms, projd_conn **out,
                           projd_error *e);
 

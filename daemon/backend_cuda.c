@@ -1390,12 +1390,17 @@ static int ipc_wait_until(cu_state *st, uint64_t deadline_ns)
     return 1;
 }
 
-static void ipc_put(cu_state *st, cu_ipc *c);
-
-static void ipc_put_job(void *arg)
+/* An opened mapping that was never listed (ipc_get's failure after the
+ * open). The closer thread, or the loop when none runs. */
+static void ipc_close_unlisted_job(void *arg)
 {
     cu_ipc *c = arg;
-    ipc_put(c->st, c);
+    release_begin(c->st);
+    cudaError_t ce = cudaIpcCloseMemHandle(c->dev);
+    release_end(c->st);
+    if (ce != cudaSuccess)
+        cudaGetLastError();
+    free(c);
 }
 
 /* An allocation is mapped once per process: a second cudaIpcOpenMemHandle
@@ -1449,25 +1454,25 @@ static cu_ipc *ipc_get(cu_state *st, const uint8_t *handle, char *err, size_t er
         free(c);
         return NULL;
     }
+    c->st = st;
+    uintptr_t base = 0;
+    size_t size = 0;
+    if (pj_cg_address_range(c->dev, &base, &size) != 0 || base > (uintptr_t)c->dev) {
+        snprintf(err, errlen, "REGISTER: cuMemGetAddressRange failed on the opened allocation");
+        /* Never listed (no REGISTER may share it); closed on the closer,
+         * as every release is (cudaIpcCloseMemHandle waits for the
+         * device's queued work). */
+        pj_closer_run(ipc_close_unlisted_job, c);
+        return NULL;
+    }
+    c->alloc_size = size - ((uintptr_t)c->dev - base);
     memcpy(c->handle, handle, PJ_WIRE_IPC_HANDLE_SIZE);
     c->refs = 1;
-    c->st = st;
     pthread_mutex_lock(&st->ipc_mu);
     c->next = st->ipcs;
     st->ipcs = c;
     st->n_ipc_open++;
     pthread_mutex_unlock(&st->ipc_mu);
-    uintptr_t base = 0;
-    size_t size = 0;
-    if (pj_cg_address_range(c->dev, &base, &size) != 0 || base > (uintptr_t)c->dev) {
-        snprintf(err, errlen, "REGISTER: cuMemGetAddressRange failed on the opened allocation");
-        /* Listed already, so its close goes the way of every other: on the
-         * closer, once no client wait is pending (cudaIpcCloseMemHandle
-         * waits for the device's queued work). */
-        pj_closer_run(ipc_put_job, c);
-        return NULL;
-    }
-    c->alloc_size = size - ((uintptr_t)c->dev - base);
     return c;
 }
 
@@ -1514,6 +1519,12 @@ static void ipc_put(cu_state *st, cu_ipc *c)
     pthread_cond_broadcast(&st->ipc_cv);
     pthread_mutex_unlock(&st->ipc_mu);
     free(c);
+}
+
+static void ipc_put_job(void *arg)
+{
+    cu_ipc *c = arg;
+    ipc_put(c->st, c);
 }
 
 static int cu_buffer_open(pj_backend *b, const pj_buf_desc *d, void **addr, void **handle,

@@ -49,7 +49,40 @@ static long instance_number(const char *name)
 typedef struct sock_instance {
     long num;
     char name[24]; /* as in the directory: "projd-07.sock" stays so */
+    int live;      /* a listening socket of this path is in /proc/net/unix */
 } sock_instance;
+
+/* Marks the instances of dir that some process listens on, from
+ * /proc/net/unix (flag __SO_ACCEPTCON, 0x10000), without connecting: a
+ * connection given up before nng's handshake stops nng 1.5's listener.
+ * Returns how many are live, or -1 when the table cannot be read. */
+static int mark_listening(const char *dir, sock_instance *found, size_t n)
+{
+    FILE *f = fopen("/proc/net/unix", "r");
+    if (!f)
+        return -1;
+    char line[PATH_MAX + 128];
+    size_t dlen = strlen(dir);
+    int live = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long flags = 0;
+        int path_at = 0;
+        if (sscanf(line, "%*s %*s %*s %lx %*s %*s %*s %n", &flags, &path_at) != 1 || !path_at ||
+            !(flags & 0x10000ul))
+            continue;
+        char *path = line + path_at;
+        path[strcspn(path, "\n")] = '\0';
+        if (strncmp(path, dir, dlen) != 0 || path[dlen] != '/')
+            continue;
+        for (size_t i = 0; i < n; i++)
+            if (!found[i].live && strcmp(path + dlen + 1, found[i].name) == 0) {
+                found[i].live = 1;
+                live++;
+            }
+    }
+    fclose(f);
+    return live;
+}
 
 static int cmp_instance(const void *a, const void *b)
 {
@@ -93,12 +126,25 @@ int pj_sockpath_find_instance(const char *dir, char *url, size_t urllen, char *e
             continue;
         }
         found[n].num = num;
+        found[n].live = 0;
         snprintf(found[n].name, sizeof found[n].name, "%.20s", de->d_name); /* at most 20 */
         n++;
     }
     closedir(d);
     if (n == 0)
         return 0;
+    /* A socket file outlives its daemon (a crash, RuntimeDirectoryPreserve=):
+     * when some of them are listened on, only those count. When none is (or
+     * the table is unreadable, or the daemons are in another network
+     * namespace), all do, and the dial says what it finds. */
+    if (mark_listening(dir, found, n) > 0) {
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+            if (found[i].live)
+                found[k++] = found[i];
+        n = k;
+        more = 0;
+    }
     if (n == 1) {
         char file[sizeof found[0].name + 1];
         snprintf(file, sizeof file, "/%s", found[0].name);
@@ -144,19 +190,31 @@ static int default_src(pj_sockpath_role role, char *url, size_t urllen, pj_sockp
                                           : access(PJ_SOCKPATH_SYSTEM, F_OK) == 0) {
         from = PJ_SOCKPATH_FROM_SYSTEM;
         rc = put_url(url, urllen, err, errlen, "ipc://", PJ_SOCKPATH_SYSTEM, "");
-    } else if (role == PJ_SOCKPATH_CLIENT &&
-               (rc = pj_sockpath_find_instance(PJ_SOCKPATH_RUNDIR, url, urllen, err, errlen)) !=
-                   0) {
-        from = PJ_SOCKPATH_FROM_INSTANCE;
-        rc = rc == 1 ? 0 : rc;
-    } else if (xdg && xdg[0] == '/') {
-        from = PJ_SOCKPATH_FROM_XDG;
-        rc = put_url(url, urllen, err, errlen, "ipc://", xdg, "/projd/projd.sock");
     } else {
-        char tmp[64];
-        snprintf(tmp, sizeof tmp, "/tmp/projd-%u", (unsigned)getuid());
-        from = PJ_SOCKPATH_FROM_TMP;
-        rc = put_url(url, urllen, err, errlen, "ipc://", tmp, "/projd.sock");
+        /* steps 3 and 4: the user's own daemon */
+        char own[PATH_MAX];
+        if (xdg && xdg[0] == '/') {
+            from = PJ_SOCKPATH_FROM_XDG;
+            rc = put_url(url, urllen, err, errlen, "ipc://", xdg, "/projd/projd.sock");
+        } else {
+            char tmp[64];
+            snprintf(tmp, sizeof tmp, "/tmp/projd-%u", (unsigned)getuid());
+            from = PJ_SOCKPATH_FROM_TMP;
+            rc = put_url(url, urllen, err, errlen, "ipc://", tmp, "/projd.sock");
+        }
+        /* A client whose own daemon's socket is not there looks for the
+         * instances of deploy/projd@.service: the only one, or an error
+         * that lists them. */
+        snprintf(own, sizeof own, "%s", rc == 0 ? url + 6 : "");
+        if (rc == 0 && role == PJ_SOCKPATH_CLIENT && access(own, F_OK) != 0) {
+            int ri = pj_sockpath_find_instance(PJ_SOCKPATH_RUNDIR, url, urllen, err, errlen);
+            if (ri != 0) {
+                from = PJ_SOCKPATH_FROM_INSTANCE;
+                rc = ri == 1 ? 0 : ri;
+            } else {
+                rc = put_url(url, urllen, err, errlen, "ipc://", own, "");
+            }
+        }
     }
     if (rc == 0 && src)
         *src = from;
@@ -199,16 +257,15 @@ const char *pj_sockpath_source_text(pj_sockpath_role role, pj_sockpath_source sr
     case PJ_SOCKPATH_FROM_SYSTEM:
         return server ? "the default (step 2: running as root)"
                       : "the default (step 2: " PJ_SOCKPATH_SYSTEM " exists)";
-    case PJ_SOCKPATH_FROM_INSTANCE:
-        return "the default (step 2: the only projd-<N>.sock in " PJ_SOCKPATH_RUNDIR ")";
     case PJ_SOCKPATH_FROM_XDG:
         return server ? "the default (step 3: not root, $XDG_RUNTIME_DIR is set)"
-                      : "the default (step 3: no socket in " PJ_SOCKPATH_RUNDIR
-                        ", $XDG_RUNTIME_DIR is set)";
+                      : "the default (step 3: your own, under $XDG_RUNTIME_DIR)";
     case PJ_SOCKPATH_FROM_TMP:
-        return server ? "the default (step 4: not root, $XDG_RUNTIME_DIR is unset)"
-                      : "the default (step 4: no socket in " PJ_SOCKPATH_RUNDIR
-                        ", $XDG_RUNTIME_DIR is unset)";
+        return server ? "the default (step 3: not root, $XDG_RUNTIME_DIR is unset)"
+                      : "the default (step 3: your own, $XDG_RUNTIME_DIR is unset)";
+    case PJ_SOCKPATH_FROM_INSTANCE:
+        return "the default (step 4: no socket of your own, and the only projd-<N>.sock "
+               "listened on in " PJ_SOCKPATH_RUNDIR ")";
     }
     return "unknown";
 }

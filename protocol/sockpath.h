@@ -4,17 +4,21 @@
  * same file without configuration:
  *   1. $PROJD_SOCKET when set and non-empty (a URL, or a path that gets
  *      "ipc://" put in front);
- *   2. the system instance under /run/projd. The daemon takes
- *      ipc:///run/projd/projd.sock when it runs as root. A client takes
- *      ipc:///run/projd/projd.sock when the file exists; else, when exactly
- *      one /run/projd/projd-<N>.sock exists (N decimal: one instance of
- *      deploy/projd@.service per GPU), that one; when several do, it fails
- *      (-ENOTUNIQ) with a message listing them: the caller picks one
+ *   2. ipc:///run/projd/projd.sock, the system instance: a client takes it
+ *      when the file exists, the daemon when it runs as root;
+ *   3. the user's own: ipc://$XDG_RUNTIME_DIR/projd/projd.sock when
+ *      XDG_RUNTIME_DIR is set, else ipc:///tmp/projd-<uid>/projd.sock (the
+ *      daemon creates the directory with mode 0700 and, like every socket
+ *      directory, refuses one that another uid owns or can write:
+ *      pj_sockpath_check_dir). The daemon always ends here; a client when
+ *      the file exists;
+ *   4. a client whose own socket is not there: the instances of
+ *      deploy/projd@.service, /run/projd/projd-<N>.sock (N decimal, one per
+ *      GPU). Those listened on count (/proc/net/unix, no connection made);
+ *      when none is, every such socket file does. Exactly one: that one;
+ *      several: -ENOTUNIQ, listing them, for the caller to pick one
  *      ($PROJD_SOCKET, projctl --socket or --instance N);
- *   3. ipc://$XDG_RUNTIME_DIR/projd/projd.sock when XDG_RUNTIME_DIR is set;
- *   4. ipc:///tmp/projd-<uid>/projd.sock (the daemon creates the directory
- *      with mode 0700 and, like every socket directory, refuses one that
- *      another uid owns or can write: pj_sockpath_check_dir).
+ *   5. else step 3's URL, whose file is missing (the connect says so).
  */
 #ifndef PJ_SOCKPATH_H
 #define PJ_SOCKPATH_H
@@ -27,7 +31,7 @@
 #define PJ_SOCKPATH_ENV    "PROJD_SOCKET"
 
 typedef enum pj_sockpath_role {
-    PJ_SOCKPATH_CLIENT = 0, /* step 2 when the file (or one instance's) exists */
+    PJ_SOCKPATH_CLIENT = 0, /* steps 2 and 3 when their file exists, then 4 */
     PJ_SOCKPATH_SERVER = 1, /* step 2 when running as root */
 } pj_sockpath_role;
 
@@ -36,9 +40,9 @@ typedef enum pj_sockpath_source {
     PJ_SOCKPATH_FROM_CONFIGURED = 0, /* the caller's setting */
     PJ_SOCKPATH_FROM_ENV,            /* step 1 */
     PJ_SOCKPATH_FROM_SYSTEM,         /* step 2: /run/projd/projd.sock */
-    PJ_SOCKPATH_FROM_INSTANCE,       /* step 2: the only /run/projd/projd-<N>.sock */
-    PJ_SOCKPATH_FROM_XDG,            /* step 3 */
-    PJ_SOCKPATH_FROM_TMP,            /* step 4 */
+    PJ_SOCKPATH_FROM_INSTANCE,       /* step 4: the only /run/projd/projd-<N>.sock */
+    PJ_SOCKPATH_FROM_XDG,            /* step 3, XDG_RUNTIME_DIR set */
+    PJ_SOCKPATH_FROM_TMP,            /* step 3, /tmp/projd-<uid> */
 } pj_sockpath_source;
 
 /* Writes the default URL for `role` into url (urllen bytes). Returns 0,

@@ -163,7 +163,7 @@ static void make_sock_file(const char *dir, const char *name)
     close(fd);
 }
 
-/* Step 2's search for the instances of deploy/projd@.service, in a
+/* Step 4's search for the instances of deploy/projd@.service, in a
  * directory of the test's own (/run/projd outside tests). */
 START_TEST(test_sockpath_instances)
 {
@@ -207,6 +207,18 @@ START_TEST(test_sockpath_instances)
                       strstr(err, "--instance N"),
                   "err: %s", err);
 
+    /* Stale files beside a live instance (a daemon that crashed leaves its
+     * socket file): only the one listened on counts. */
+    int live = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s/projd-12.sock", tmpdir);
+    ck_assert_int_eq(bind(live, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(listen(live, 4), 0);
+    ck_assert_int_eq(pj_sockpath_find_instance(tmpdir, url, sizeof url, err, sizeof err), 1);
+    snprintf(want, sizeof want, "ipc://%s/projd-12.sock", tmpdir);
+    ck_assert_str_eq(url, want);
+    close(live);
+
     /* projctl --instance N's URL. */
     ck_assert_int_eq(pj_sockpath_instance(7, url, sizeof url, err, sizeof err), 0);
     ck_assert_str_eq(url, "ipc:///run/projd/projd-7.sock");
@@ -225,9 +237,9 @@ START_TEST(test_sockpath_instances)
     ck_assert_str_eq(pj_sockpath_source_text(PJ_SOCKPATH_CLIENT, src), "from $PROJD_SOCKET");
     unsetenv("PROJD_SOCKET");
     ck_assert_ptr_nonnull(
-        strstr(pj_sockpath_source_text(PJ_SOCKPATH_CLIENT, PJ_SOCKPATH_FROM_TMP), "step 4"));
+        strstr(pj_sockpath_source_text(PJ_SOCKPATH_CLIENT, PJ_SOCKPATH_FROM_TMP), "step 3"));
     ck_assert_ptr_nonnull(
-        strstr(pj_sockpath_source_text(PJ_SOCKPATH_CLIENT, PJ_SOCKPATH_FROM_INSTANCE), "step 2"));
+        strstr(pj_sockpath_source_text(PJ_SOCKPATH_CLIENT, PJ_SOCKPATH_FROM_INSTANCE), "step 4"));
     remove_tmpdir();
 }
 END_TEST
@@ -955,38 +967,24 @@ END_TEST
  * not answer HELLO (the fake, silent) is bounded the same way. */
 START_TEST(test_connect_timeout)
 {
-    char url[400];
     projd_error e;
     projd_conn *c = (projd_conn *)1;
     struct timespec t0;
     ck_assert_int_eq(projd_connect_timeout("ipc:///x.sock", NULL, 0, &c, &e), -EINVAL);
     ck_assert_ptr_null(c);
 
-    snprintf(url, sizeof url, "ipc://%s/stopped.sock", tmpdir);
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s/stopped.sock", tmpdir);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    ck_assert_int_eq(listen(fd, 8), 0);
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    int rc = projd_connect_timeout(url, "t", 700, &c, &e);
-    double took = seconds_since(&t0);
-    ck_assert_msg(rc == -ETIMEDOUT, "rc %d: %s", rc, e.msg);
-    ck_assert_ptr_null(c);
-    ck_assert_msg(strstr(e.msg, "accepted the connection but sent no WELCOME within 700 ms") &&
-                      strstr(e.msg, "stopped or overloaded") && strstr(e.msg, url),
-                  "%s", e.msg);
-    ck_assert_double_ge(took, 0.65);
-    ck_assert_double_lt(took, 3.0);
-    close(fd);
-
+    /* A stopped process (a listener that never accepts) holds the dial for
+     * nng's 10 s: test_libprojd connect_to_stopped_daemon_is_bounded. */
     fake *f = fake_start(FAKE_SILENT);
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    rc = projd_connect_timeout(f->url, "t", 600, &c, &e);
-    took = seconds_since(&t0);
+    int rc = projd_connect_timeout(f->url, "t", 600, &c, &e);
+    double took = seconds_since(&t0);
     ck_assert_msg(rc == -ETIMEDOUT, "rc %d: %s", rc, e.msg);
-    ck_assert_msg(strstr(e.msg, "sent no WELCOME within 600 ms"), "%s", e.msg);
-    ck_assert_double_lt(took, 3.0);
+    ck_assert_msg(strstr(e.msg, "sent no WELCOME within 600 ms") &&
+                      strstr(e.msg, "stopped or overloaded") && strstr(e.msg, f->url),
+                  "%s", e.msg);
+    ck_assert_double_ge(took, 0.55);
+    ck_assert_double_lt(took, 1.5); /* HELLO gets what is left, not its own 2 s */
     /* Once it answers: connected, and the timeout carries over to calls. */
     atomic_store(&f->mode, FAKE_NORMAL);
     ck_assert_msg(projd_connect_timeout(f->url, "t", 1500, &c, &e) == 0, "%s", e.msg);

@@ -1267,12 +1267,15 @@ class Client:
 
     url None or "": the default resolution of protocol/sockpath.h
     ($PROJD_SOCKET, else ipc:///run/projd/projd.sock when it exists, else
-    ipc://$XDG_RUNTIME_DIR/projd/projd.sock, else
-    ipc:///tmp/projd-<uid>/projd.sock); a bare path gets "ipc://" in front.
+    your own ipc://$XDG_RUNTIME_DIR/projd/projd.sock (or
+    ipc:///tmp/projd-<uid>/projd.sock) when it exists, else the only
+    /run/projd/projd-<N>.sock listened on (several: ProjdError naming
+    them)); a bare path gets "ipc://" in front.
     name is what the daemon logs (cut to 63 bytes). timeout_ms, when given,
-    bounds the connect (a daemon that is stopped or overloaded fails it
-    with ETIMEDOUT after that long) and is the timeout of every call after
-    it; without it, 30 s.
+    is the timeout of every call after connecting. connect_timeout_ms,
+    when given, bounds the connect (a daemon that does not answer HELLO
+    fails it with ETIMEDOUT after that long; a stopped process, which never
+    does nng's handshake, after nng's 10 s); without it, 30 s.
 
     ring: True attaches a shared-memory ring (see attach_ring) and raises
     ProjdError when the daemon refuses it. False and None (default) attach
@@ -1287,6 +1290,7 @@ class Client:
         name: str = "python",
         timeout_ms: Optional[int] = None,
         ring: Optional[bool] = None,
+        connect_timeout_ms: Optional[int] = None,
     ):
         self._h = None
         # Closed until connected, so that __del__ after a failed connect
@@ -1300,6 +1304,8 @@ class Client:
             raise TypeError("name must be a str, not %s" % type(name).__name__)
         if timeout_ms is not None:
             _uint(timeout_ms, "timeout_ms", 0x7FFFFFFF, 1)
+        if connect_timeout_ms is not None:
+            _uint(connect_timeout_ms, "connect_timeout_ms", 0x7FFFFFFF, 1)
         if ring is not None and not isinstance(ring, bool):
             raise TypeError("ring must be True, False or None, not %s" % type(ring).__name__)
         for what, s in (("url", url or ""), ("name", name)):
@@ -1317,8 +1323,12 @@ class Client:
         _nng_pid = os.getpid()  # connect starts nng, whether it connects or not
         h, e = _P(), _Error()
         u = url.encode() if url else None
-        if timeout_ms is not None and hasattr(lib, "projd_connect_timeout"):
-            rc = lib.projd_connect_timeout(u, name.encode(), timeout_ms, ctypes.byref(h), ctypes.byref(e))
+        if connect_timeout_ms is not None:
+            if not hasattr(lib, "projd_connect_timeout"):
+                raise LibraryNotFoundError(
+                    "connect_timeout_ms needs libprojd 0.2 (projd_connect_timeout); this one lacks it"
+                )
+            rc = lib.projd_connect_timeout(u, name.encode(), connect_timeout_ms, ctypes.byref(h), ctypes.byref(e))
         else:
             rc = lib.projd_connect(u, name.encode(), ctypes.byref(h), ctypes.byref(e))
         if rc != 0:
