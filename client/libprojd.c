@@ -1691,9 +1691,10 @@ static int dial_error(projd_conn *c, int rv, projd_error *e)
  * waits hello_ms, or what is left before deadline when that is less. */
 #define HELLO_FIRST_TIMEOUT_MS 2000
 static int connect_attempt(projd_conn *c, const char *name, int hello_ms,
-                           const struct timespec *deadline, projd_error *e)
+                           const struct timespec *deadline, int *dial_timed_out, projd_error *e)
 {
     int rc;
+    *dial_timed_out = 0;
     int rv = nng_req0_open(&c->sock);
     if (rv)
         return fail(e, nng_errno(rv), "connect: nng_req0_open: %s", nng_strerror(rv));
@@ -1711,6 +1712,7 @@ static int connect_attempt(projd_conn *c, const char *name, int hello_ms,
         goto fail_sock;
     }
     if (rv) {
+        *dial_timed_out = rv == NNG_ETIMEDOUT;
         rc = dial_error(c, rv, e);
         goto fail_sock;
     }
@@ -1788,11 +1790,11 @@ int projd_connect_timeout(const char *url, const char *name, int timeout_ms, pro
         deadline.tv_sec++;
         deadline.tv_nsec -= 1000000000;
     }
-    int hello_ms = HELLO_FIRST_TIMEOUT_MS;
+    int hello_ms = HELLO_FIRST_TIMEOUT_MS, dial_timed_out = 0;
     for (;;) {
         atomic_store(&c->pipes_removed, 0);
         atomic_store(&c->bad_peer, -1);
-        rc = connect_attempt(c, name, hello_ms, &deadline, e);
+        rc = connect_attempt(c, name, hello_ms, &deadline, &dial_timed_out, e);
         atomic_store(&c->timeout_ms, timeout_ms);
         if (rc == 0) {
             atomic_store(&c->established, 1);
@@ -1802,13 +1804,16 @@ int projd_connect_timeout(const char *url, const char *name, int timeout_ms, pro
             return 0;
         }
         long left = ms_left(&deadline);
-        if (rc != -ETIMEDOUT || left <= 0)
+        /* A dial that spent nng's 10 s is not tried again: the process
+         * behind it is stopped, and each try leaves it one more connection
+         * to choke on when it runs again. */
+        if (rc != -ETIMEDOUT || left <= 0 || dial_timed_out)
             break;
         hello_ms = hello_ms < left / 2 ? hello_ms * 2 : (int)left;
     }
     /* HELLO went unanswered on every attempt (a dial that timed out in
      * nng's handshake has said so already). */
-    if (rc == -ETIMEDOUT && e && !strstr(e->msg, "handshake")) {
+    if (rc == -ETIMEDOUT && !dial_timed_out) {
         struct timespec t;
         clock_gettime(CLOCK_MONOTONIC, &t);
         double took = (double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) * 1e-9;

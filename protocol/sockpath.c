@@ -52,10 +52,41 @@ typedef struct sock_instance {
     int live;      /* a listening socket of this path is in /proc/net/unix */
 } sock_instance;
 
-/* Marks the instances of dir that some process listens on, from
- * /proc/net/unix (flag __SO_ACCEPTCON, 0x10000), without connecting: a
- * connection given up before nng's handshake stops nng 1.5's listener.
- * Returns how many are live, or -1 when the table cannot be read. */
+/* The path of a /proc/net/unix line ("Num RefCount Protocol Flags Type St
+ * Inode Path") when its socket is listened on (flag __SO_ACCEPTCON,
+ * 0x10000), else NULL. Read instead of connecting: a connection given up
+ * before nng's handshake stops nng 1.5's listener. */
+static const char *listening_path(char *line)
+{
+    unsigned long flags = 0;
+    int path_at = 0;
+    if (sscanf(line, "%*s %*s %*s %lx %*s %*s %*s %n", &flags, &path_at) != 1 || !path_at ||
+        !(flags & 0x10000ul))
+        return NULL;
+    char *path = line + path_at;
+    path[strcspn(path, "\n")] = '\0';
+    return path;
+}
+
+/* 1 when some process listens on the socket at path, 0 when none does, -1
+ * when /proc/net/unix cannot be read. */
+static int path_listened(const char *path)
+{
+    FILE *f = fopen("/proc/net/unix", "r");
+    if (!f)
+        return -1;
+    char line[PATH_MAX + 128];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) {
+        const char *p = listening_path(line);
+        found = p && strcmp(p, path) == 0;
+    }
+    fclose(f);
+    return found;
+}
+
+/* Marks the instances of dir that some process listens on. Returns how
+ * many are live, or -1 when /proc/net/unix cannot be read. */
 static int mark_listening(const char *dir, sock_instance *found, size_t n)
 {
     FILE *f = fopen("/proc/net/unix", "r");
@@ -65,14 +96,8 @@ static int mark_listening(const char *dir, sock_instance *found, size_t n)
     size_t dlen = strlen(dir);
     int live = 0;
     while (fgets(line, sizeof line, f)) {
-        unsigned long flags = 0;
-        int path_at = 0;
-        if (sscanf(line, "%*s %*s %*s %lx %*s %*s %*s %n", &flags, &path_at) != 1 || !path_at ||
-            !(flags & 0x10000ul))
-            continue;
-        char *path = line + path_at;
-        path[strcspn(path, "\n")] = '\0';
-        if (strncmp(path, dir, dlen) != 0 || path[dlen] != '/')
+        const char *path = listening_path(line);
+        if (!path || strncmp(path, dir, dlen) != 0 || path[dlen] != '/')
             continue;
         for (size_t i = 0; i < n; i++)
             if (!found[i].live && strcmp(path + dlen + 1, found[i].name) == 0) {
@@ -137,13 +162,12 @@ int pj_sockpath_find_instance(const char *dir, char *url, size_t urllen, char *e
      * when some of them are listened on, only those count. When none is (or
      * the table is unreadable, or the daemons are in another network
      * namespace), all do, and the dial says what it finds. */
-    if (mark_listening(dir, found, n) > 0) {
+    if (more == 0 && mark_listening(dir, found, n) > 0) {
         size_t k = 0;
         for (size_t i = 0; i < n; i++)
             if (found[i].live)
                 found[k++] = found[i];
         n = k;
-        more = 0;
     }
     if (n == 1) {
         char file[sizeof found[0].name + 1];
@@ -154,10 +178,12 @@ int pj_sockpath_find_instance(const char *dir, char *url, size_t urllen, char *e
     qsort(found, n, sizeof found[0], cmp_instance);
     if (err && errlen) {
         size_t at = appendf(err, errlen, 0, "%zu projd instances in %s:", n + more, dir);
-        for (size_t i = 0; i < n; i++)
+        /* the lowest few: the message stays one readable line */
+        size_t shown = n < 8 ? n : 8;
+        for (size_t i = 0; i < shown; i++)
             at = appendf(err, errlen, at, "%s %s", i ? "," : "", found[i].name);
-        if (more)
-            at = appendf(err, errlen, at, " and %zu more", more);
+        if (n - shown + more)
+            at = appendf(err, errlen, at, " and %zu more", n - shown + more);
         appendf(err, errlen, at,
                 "; pick one with --socket ipc://%s/projd-N.sock, $%s, or projctl --instance N", dir,
                 PJ_SOCKPATH_ENV);
@@ -202,11 +228,13 @@ static int default_src(pj_sockpath_role role, char *url, size_t urllen, pj_sockp
             from = PJ_SOCKPATH_FROM_TMP;
             rc = put_url(url, urllen, err, errlen, "ipc://", tmp, "/projd.sock");
         }
-        /* A client whose own daemon's socket is not there looks for the
+        /* A client whose own daemon's socket is not there, or is a file its
+         * daemon left when it died (nobody listens on it), looks for the
          * instances of deploy/projd@.service: the only one, or an error
          * that lists them. */
         snprintf(own, sizeof own, "%s", rc == 0 ? url + 6 : "");
-        if (rc == 0 && role == PJ_SOCKPATH_CLIENT && access(own, F_OK) != 0) {
+        if (rc == 0 && role == PJ_SOCKPATH_CLIENT &&
+            (access(own, F_OK) != 0 || path_listened(own) == 0)) {
             int ri = pj_sockpath_find_instance(PJ_SOCKPATH_RUNDIR, url, urllen, err, errlen);
             if (ri != 0) {
                 from = PJ_SOCKPATH_FROM_INSTANCE;

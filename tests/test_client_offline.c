@@ -219,6 +219,23 @@ START_TEST(test_sockpath_instances)
     ck_assert_str_eq(url, want);
     close(live);
 
+    /* More files than the lookup keeps: never narrowed to a live one it
+     * may not have seen; the error counts them all. */
+    for (int i = 100; i < 170; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "projd-%d.sock", i);
+        make_sock_file(tmpdir, name);
+    }
+    live = socket(AF_UNIX, SOCK_STREAM, 0);
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s/projd-12.sock", tmpdir);
+    unlink(sa.sun_path);
+    ck_assert_int_eq(bind(live, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(listen(live, 4), 0);
+    ck_assert_int_eq(pj_sockpath_find_instance(tmpdir, url, sizeof url, err, sizeof err),
+                     -ENOTUNIQ);
+    ck_assert_msg(strstr(err, "74 projd instances") && strstr(err, "more"), "err: %s", err);
+    close(live);
+
     /* projctl --instance N's URL. */
     ck_assert_int_eq(pj_sockpath_instance(7, url, sizeof url, err, sizeof err), 0);
     ck_assert_str_eq(url, "ipc:///run/projd/projd-7.sock");

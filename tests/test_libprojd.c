@@ -618,10 +618,11 @@ START_TEST(connect_to_stopped_daemon_is_bounded)
     ck_assert_int_eq(kill(d.pid, SIGSTOP), 0);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int rc = projd_connect_timeout(d.url, "health", 800, &c, &e);
+    int rc = projd_connect_timeout(d.url, "health", 12000, &c, &e);
     /* A stopped process takes the connection (the kernel's backlog) and
      * never does nng's handshake: the dial is not cut short (libprojd.c,
-     * dial_with_retry), so this takes nng's 10 s and says so. */
+     * dial_with_retry), so this takes nng's 10 s and says so, and is not
+     * dialled again in the 2 s left. */
     clock_gettime(CLOCK_MONOTONIC, &t1);
     ck_assert_int_eq(kill(d.pid, SIGCONT), 0);
     double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
@@ -630,7 +631,7 @@ START_TEST(connect_to_stopped_daemon_is_bounded)
     ck_assert_msg(strstr(e.msg, "nng's handshake got no answer") &&
                       strstr(e.msg, "is projd stopped?"),
                   "%s", e.msg);
-    ck_assert_msg(took >= 0.75 && took < 14.0, "took %.2f s", took);
+    ck_assert_msg(took >= 5.0 && took < 13.0, "took %.2f s", took);
     /* The connection given up on hangs up mid-handshake once projd runs
      * again, which stops nng 1.5's listener; projd replaces it within
      * ~100 ms (daemon/DAEMON.md), and a connect in that window is dropped

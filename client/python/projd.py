@@ -1340,6 +1340,8 @@ class Client:
         self._by_name = {L.name: L for L in self.info.layers}
         if timeout_ms is not None:
             self.timeout_ms = timeout_ms
+        elif connect_timeout_ms is not None:  # the library starts calls at the connect's bound
+            self.timeout_ms = DEFAULT_TIMEOUT_MS
         if ring and not self.ring_active:
             try:
                 self.attach_ring()

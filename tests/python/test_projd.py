@@ -522,6 +522,8 @@ class InfoTests(DaemonTest):
         # connect_timeout_ms bounds the connect; timeout_ms the calls after it
         with projd.Client(self.url, connect_timeout_ms=2000, timeout_ms=1234) as c2:
             self.assertEqual(c2.timeout_ms, 1234)
+        with projd.Client(self.url, connect_timeout_ms=2000) as c2:
+            self.assertEqual(c2.timeout_ms, projd.DEFAULT_TIMEOUT_MS)
         with self.assertRaises(ValueError):
             projd.Client(self.url, connect_timeout_ms=0)
         with projd.Client(self.url, timeout_ms=1234) as c2:
