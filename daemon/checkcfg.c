@@ -6,9 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "daemon/backend.h"
@@ -56,49 +54,24 @@ static void check_missing_dir(const char *dir, mode_t mode, int *n)
         note("socket dir %s does not exist; a start creates it (mode %04o)", dir, (unsigned)mode);
 }
 
-/* pj_server_check_socket and the listener's directory check, without
- * creating, probing or removing anything. */
+/* pj_server_check_socket without its probe, and the listener's check of a
+ * directory it would create: nothing is created, probed or removed. */
 static void check_socket(const char *url, int *n)
 {
-    const char *path = pj_sockpath_file(url);
-    struct sockaddr_un sun;
-    struct stat st;
+    pj_socket_look lk;
     char err[1024];
-    if (!path || !path[0]) {
-        problem(n, "socket url \"%s\": expected ipc://PATH", url);
+    if (pj_server_look_socket(url, &lk, err, sizeof err) != 0) {
+        problem(n, "%s", err);
         return;
     }
-    if (strlen(path) >= sizeof sun.sun_path) {
-        problem(n, "socket path \"%s\" is longer than %zu bytes", path, sizeof sun.sun_path - 1);
-        return;
-    }
-    char dir[PJ_CFG_PATH];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash && slash != dir) {
-        *slash = '\0';
-        if (lstat(dir, &st) != 0) {
-            if (errno == ENOENT)
-                check_missing_dir(dir, pj_sockpath_dir_mode(url), n);
-            else
-                problem(n, "socket dir %s: %s", dir, strerror(errno));
-            return;
-        }
-        if (pj_sockpath_check_dir(dir, err, sizeof err) != 0) {
-            problem(n, "%s", err);
-            return;
-        }
-    }
-    if (lstat(path, &st) != 0) {
-        if (errno != ENOENT)
-            problem(n, "socket %s: %s", path, strerror(errno));
-    } else if (!S_ISSOCK(st.st_mode)) {
-        problem(n, "socket %s: exists and is not a socket; a start does not touch it", path);
-    } else {
+    if (lk.dir_errno == ENOENT)
+        check_missing_dir(lk.dir, pj_sockpath_dir_mode(url), n);
+    else if (lk.dir_errno)
+        problem(n, "socket dir %s: %s", lk.dir, strerror(lk.dir_errno));
+    else if (lk.exists)
         note("socket %s exists; a start removes it when nobody answers there and stops when a "
              "daemon serves there (not probed here)",
-             path);
-    }
+             lk.path);
 }
 
 /* Whether this process may give a file the group gid: root, a member, or

@@ -1762,33 +1762,47 @@ static int url_path(const char *url, char *path, size_t cap, char *err, size_t e
     return 0;
 }
 
-int pj_server_check_socket(const char *url, char *err, size_t errlen)
+int pj_server_look_socket(const char *url, pj_socket_look *lk, char *err, size_t errlen)
 {
-    char path[PJ_CFG_PATH];
-    int rc = url_path(url, path, sizeof path, err, errlen);
+    memset(lk, 0, sizeof *lk);
+    int rc = url_path(url, lk->path, sizeof lk->path, err, errlen);
     if (rc != 0)
         return rc;
     /* Nothing is probed or removed inside a directory someone else
      * controls (a missing one is created and checked by listen). */
-    char dir[PJ_CFG_PATH];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
+    snprintf(lk->dir, sizeof lk->dir, "%s", lk->path);
+    char *slash = strrchr(lk->dir, '/');
     struct stat st;
-    if (slash && slash != dir) {
+    if (slash && slash != lk->dir) {
         *slash = '\0';
-        if (lstat(dir, &st) == 0 && (rc = pj_sockpath_check_dir(dir, err, errlen)) != 0)
+        if (lstat(lk->dir, &st) != 0)
+            lk->dir_errno = errno;
+        else if ((rc = pj_sockpath_check_dir(lk->dir, err, errlen)) != 0)
             return rc;
+    } else {
+        lk->dir[0] = '\0';
     }
-    if (lstat(path, &st) != 0) {
+    if (lstat(lk->path, &st) != 0) {
         if (errno == ENOENT)
             return 0;
-        snprintf(err, errlen, "socket %s: %s", path, strerror(errno));
+        snprintf(err, errlen, "socket %s: %s", lk->path, strerror(errno));
         return -errno;
     }
     if (!S_ISSOCK(st.st_mode)) {
-        snprintf(err, errlen, "socket %s: exists and is not a socket; not touching it", path);
+        snprintf(err, errlen, "socket %s: exists and is not a socket; not touching it", lk->path);
         return -EEXIST;
     }
+    lk->exists = 1;
+    return 0;
+}
+
+int pj_server_check_socket(const char *url, char *err, size_t errlen)
+{
+    pj_socket_look lk;
+    int rc = pj_server_look_socket(url, &lk, err, errlen);
+    if (rc != 0 || !lk.exists)
+        return rc;
+    const char *path = lk.path;
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         snprintf(err, errlen, "socket(): %s", strerror(errno));

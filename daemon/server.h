@@ -30,6 +30,21 @@ typedef struct pj_server pj_server;
  * return (0 after a clean drain). */
 typedef void (*pj_server_stopped_fn)(void *arg, int exit_code);
 
+/* What pj_server_check_socket looks at before it probes, touching nothing
+ * (projd --check-config stops there). */
+typedef struct pj_socket_look {
+    char path[PJ_CFG_PATH]; /* the socket file */
+    char dir[PJ_CFG_PATH];  /* its directory; "" when the path names none */
+    int dir_errno;          /* 0: there and safe (pj_sockpath_check_dir); else lstat's errno */
+    int exists;             /* a socket file is at path */
+} pj_socket_look;
+
+/* The URL (ipc://PATH, short enough for a unix socket), the directory when
+ * it is there, and what is at the path: 0 with *lk filled, or a negative
+ * errno with err said (bad URL, an unsafe directory, something at the path
+ * that is not a socket). */
+int pj_server_look_socket(const char *url, pj_socket_look *lk, char *err, size_t errlen);
+
 /* Is anyone serving at url (ipc://PATH)? 0: the path is free (a stale
  * socket file nobody answers on was removed); -EADDRINUSE: a live daemon
  * answers there; other negative errno: not usable (not a socket, no
