@@ -1390,6 +1390,17 @@ static int ipc_wait_until(cu_state *st, uint64_t deadline_ns)
     return 1;
 }
 
+/* A release call's failure: logged; the memory is let go all the same. */
+static void release_failed(const char *call, cudaError_t ce)
+{
+    if (ce == cudaSuccess)
+        return;
+    char t[200];
+    ce_text(ce, t, sizeof t);
+    pj_log_warn("cuda: %s: %s", call, t);
+    cudaGetLastError();
+}
+
 /* An opened mapping that was never listed (ipc_get's failure after the
  * open). The closer thread, or the loop when none runs. */
 static void ipc_close_unlisted_job(void *arg)
@@ -1398,8 +1409,7 @@ static void ipc_close_unlisted_job(void *arg)
     release_begin(c->st);
     cudaError_t ce = cudaIpcCloseMemHandle(c->dev);
     release_end(c->st);
-    if (ce != cudaSuccess)
-        cudaGetLastError();
+    release_failed("cudaIpcCloseMemHandle", ce);
     free(c);
 }
 
@@ -1502,12 +1512,7 @@ static void ipc_put(cu_state *st, cu_ipc *c)
     pthread_mutex_unlock(&st->ipc_mu);
     cudaError_t ce = cudaIpcCloseMemHandle(c->dev);
     release_end(st);
-    if (ce != cudaSuccess) {
-        char t[200];
-        ce_text(ce, t, sizeof t);
-        pj_log_warn("cuda: cudaIpcCloseMemHandle: %s", t);
-        cudaGetLastError();
-    }
+    release_failed("cudaIpcCloseMemHandle", ce);
     pthread_mutex_lock(&st->ipc_mu);
     for (cu_ipc **pp = &st->ipcs; *pp; pp = &(*pp)->next) {
         if (*pp == c) {
@@ -1632,12 +1637,7 @@ static void cu_buffer_close(pj_backend *b, void *handle)
         release_begin(st);
         cudaError_t ce = cudaHostUnregister(h->host);
         release_end(st);
-        if (ce != cudaSuccess) {
-            char t[200];
-            ce_text(ce, t, sizeof t);
-            pj_log_warn("cuda: cudaHostUnregister: %s", t);
-            cudaGetLastError();
-        }
+        release_failed("cudaHostUnregister", ce);
     } else if (h->ipc) {
         ipc_put(st, h->ipc);
     }
