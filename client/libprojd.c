@@ -1627,11 +1627,7 @@ static int close_sock_bounded(projd_conn *c)
     return 0;
 }
 
-/* Debian 12's nng 1.5.2 listener dies when a peer hangs up mid-handshake;
- * projd replaces it within ~100 ms (daemon/DAEMON.md), and a dial that lands
- * in that window is refused or reset. Such a refusal is retried for a short
- * while when the socket file exists; a missing file is answered at once. */
-#define DIAL_RETRY_MS 1500
+/* Milliseconds until deadline (CLOCK_MONOTONIC); negative once past. */
 static long ms_left(const struct timespec *deadline)
 {
     struct timespec t;
@@ -1639,6 +1635,11 @@ static long ms_left(const struct timespec *deadline)
     return (deadline->tv_sec - t.tv_sec) * 1000 + (deadline->tv_nsec - t.tv_nsec) / 1000000;
 }
 
+/* Debian 12's nng 1.5.2 listener dies when a peer hangs up mid-handshake;
+ * projd replaces it within ~100 ms (daemon/DAEMON.md), and a dial that lands
+ * in that window is refused or reset. Such a refusal is retried for a short
+ * while when the socket file exists; a missing file is answered at once. */
+#define DIAL_RETRY_MS 1500
 /* The dial itself is synchronous and not cut short: closing the socket
  * under a dial in progress can hang both calls in nng 1.5, and a dial
  * given up mid-handshake stops the daemon's listener for ~100 ms. So a
