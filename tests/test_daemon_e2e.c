@@ -26,6 +26,7 @@
 #include "config/config.h"
 #include "tests/helpers/daemon_check.h"
 #include "tests/helpers/daemon_proc.h"
+#include "tests/helpers/fixture.h"
 #include "tests/helpers/daemon_test.h"
 #include "tests/helpers/wire_client.h"
 
@@ -1295,12 +1296,8 @@ START_TEST(sighup_reload_outcome)
 {
     pj_dproc d;
     pjd_start(&d, g_model_path, NULL);
-    FILE *f = fopen(d.config, "r");
-    ck_assert_ptr_nonnull(f);
     static char good[65536];
-    size_t n = fread(good, 1, sizeof good - 1, f);
-    fclose(f);
-    good[n] = 0;
+    ck_assert_int_ge(pj_fixture_read_text(d.config, good, sizeof good), 0);
     pjc_conn t;
     char why[512], result[600], message[600];
     ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);

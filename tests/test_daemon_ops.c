@@ -976,12 +976,8 @@ START_TEST(command_line)
     /* --print-config renders the file plus the overrides. */
     const char *print[] = {"--print-config", "--socket", "/tmp/elsewhere.sock", NULL};
     ck_assert_int_eq(run_projd(&d, "{\"limits\": {\"max_connections\": 7}}", print, 0), 0);
-    FILE *f = fopen(d.log, "r");
-    ck_assert_ptr_nonnull(f);
     char text[16384];
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[n] = 0;
+    ck_assert_int_ge(pj_fixture_read_text(d.log, text, sizeof text), 0);
     cJSON *j = cJSON_Parse(text);
     ck_assert_msg(j != NULL, "--print-config printed: %s", text);
     ck_assert_double_eq(pjt_json_num(j, "limits.max_connections"), 7);

@@ -34,6 +34,7 @@
 #include "kernels/refgemm.h"
 #include "tests/helpers/daemon_check.h"
 #include "tests/helpers/daemon_test.h"
+#include "tests/helpers/fixture.h"
 #include "tests/helpers/wire_client.h"
 
 static char g_model_path[4200];
@@ -173,11 +174,7 @@ START_TEST(peer_exit_and_stat_state)
     pj_peer_watch_close(&w); /* drops the pidfd: the /proc path from here */
     char path[64], buf[1024];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    ck_assert_ptr_nonnull(f);
-    size_t nr = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[nr] = 0;
+    ck_assert_int_ge(pj_fixture_read_text(path, buf, sizeof buf), 0);
     char st = pj_peer_stat_state(buf, &w.starttime);
     ck_assert_msg(st == 'S' || st == 'R', "the sleeping child's state '%c'", st);
     ck_assert_uint_gt(w.starttime, 0);

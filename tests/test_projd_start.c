@@ -246,12 +246,8 @@ START_TEST(print_config_resolves_the_socket)
     char want[700];
     snprintf(want, sizeof want, "socket.url \"\": from $PROJD_SOCKET resolves to ipc://%s", sock);
     ck_assert(pj_dproc_log_has(&d, want, 0));
-    FILE *f = fopen(d.log, "r");
-    ck_assert_ptr_nonnull(f);
     static char text[65536];
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[n] = 0;
+    ck_assert_int_ge(pj_fixture_read_text(d.log, text, sizeof text), 0);
     const char *json = strstr(text, "\n{"); /* stdout's JSON after stderr's note */
     ck_assert_ptr_nonnull(json);
     cJSON *j = cJSON_Parse(json + 1);

@@ -86,3 +86,15 @@ void pj_fixture_small_config(pj_config *cfg, const char *model_path)
     pj_config_defaults(cfg);
     snprintf(cfg->model.path, sizeof cfg->model.path, "%s", model_path);
 }
+
+long pj_fixture_read_text(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = cap ? fread(buf, 1, cap - 1, f) : 0;
+    fclose(f);
+    if (cap)
+        buf[n] = '\0';
+    return (long)n;
+}

@@ -22,6 +22,10 @@ const char *pj_fixture_tmpdir(void);
 /* Write "<tmpdir>/<name>" into out (cap bytes); returns out. */
 char *pj_fixture_path(char *out, size_t cap, const char *name);
 
+/* The text of the file at path in buf (cap bytes, NUL-terminated; what
+ * does not fit is left out). Its length, or -1 when it cannot be opened. */
+long pj_fixture_read_text(const char *path, char *buf, size_t cap);
+
 /* Generate the small preset (seed 1) once per process and copy its path to
  * path_out. Returns 0 or a negative errno (the reason goes to stderr). */
 int pj_fixture_small_model(char *path_out, size_t cap);
