@@ -543,6 +543,11 @@ def weight_digest(data: Any) -> int:
     return zlib.crc32(crcs)
 
 
+def _digests(model: Dict[str, Any]) -> Dict[str, int]:
+    """STATS' "model" object's layer digests by layer name."""
+    return {L["name"]: int(L["digest"], 16) for L in model.get("layers", [])}
+
+
 # ---- descriptions ------------------------------------------------------------------------
 
 
@@ -1473,8 +1478,7 @@ class Client:
     def weight_digests(self) -> Dict[str, int]:
         """Each served layer's weight digest by name (STATS model.layers; see
         weight_digest). Empty from a daemon too old to report them."""
-        model = self.stats().get("model") or {}
-        return {L["name"]: int(L["digest"], 16) for L in model.get("layers", [])}
+        return _digests(self.stats().get("model") or {})
 
     def check_weight(self, layer: str, data: Any) -> None:
         """Raise ValueError when data (the layer's tensor as the checkpoint
@@ -1482,15 +1486,16 @@ class Client:
         layer: a daemon started on another checkpoint with the same shapes
         would otherwise give wrong results without any error."""
         self.layer(layer)  # KeyError naming the daemon's layers
-        served = self.weight_digests()
+        model = self.stats().get("model") or {}
+        served = _digests(model)
         if layer not in served:
             raise ValueError("the daemon reports no weight digest for layer %r (a projd from before digests)" % layer)
         mine = weight_digest(data)
         if mine != served[layer]:
-            model = (self.stats().get("model") or {}).get("path", "?")
             raise ValueError(
                 "layer %r: the daemon serves other weights (its digest %08x, from %s; this "
-                "tensor's %08x): start it on the same checkpoint" % (layer, served[layer], model, mine)
+                "tensor's %08x): start it on the same checkpoint"
+                % (layer, served[layer], model.get("path", "?"), mine)
             )
 
     # ---- buffers
