@@ -35,9 +35,22 @@ static void on_sigbus(int sig, siginfo_t *si, void *uctx)
         size_t len = atomic_load_explicit(&g_slots[i].len, memory_order_relaxed);
         if (a < base || a - base >= len)
             continue;
-        void *page = (void *)(a & ~(uintptr_t)(g_page - 1));
-        void *p = mmap(page, g_page, PROT_READ | PROT_WRITE,
-                       MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        /* The whole range at once, not the faulting page: a private page
+         * inside a shared mapping splits it, and a client that makes every
+         * other page fault (one PROJECT of scattered rows over a truncated
+         * buffer) would add two map entries a fault until mmap failed at
+         * vm.max_map_count and the daemon died of the SIGBUS after all.
+         * The range's contents no longer matter: it is marked faulted, and
+         * what touched it is answered with an error. NORESERVE: ranges can
+         * be gigabytes. Only if that mapping is refused (strict overcommit)
+         * does one page stand in, as before. */
+        uintptr_t lo = base & ~(uintptr_t)(g_page - 1);
+        uintptr_t hi = (base + len + g_page - 1) & ~(uintptr_t)(g_page - 1);
+        void *p = mmap((void *)lo, hi - lo, PROT_READ | PROT_WRITE,
+                       MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED)
+            p = mmap((void *)(a & ~(uintptr_t)(g_page - 1)), g_page, PROT_READ | PROT_WRITE,
+                     MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED)
             break;
         atomic_store(&g_slots[i].faulted, 1);

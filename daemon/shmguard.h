@@ -4,12 +4,12 @@
  * touching the mapping past the new end raises SIGBUS, which would kill the
  * daemon. Guarded ranges are kept in a fixed table that the SIGBUS handler
  * reads without locks: a fault inside a guarded range is absorbed by mapping
- * a private zero page over the faulting page (the access then completes and
- * reads zeros or writes to memory nobody sees) and the range is marked
- * faulted, so the request that touched it is answered with an error and the
- * buffer refuses later use. A fault anywhere else, and a SIGBUS another
- * process sent (kill -BUS), gets the previous handler (normally: the
- * process dies as it would have).
+ * private zero pages over the whole range (the access then completes and
+ * reads zeros or writes to memory nobody sees; later accesses do not fault)
+ * and the range is marked faulted, so the request that touched it is
+ * answered with an error and the buffer refuses later use. A fault
+ * anywhere else, and a SIGBUS another process sent (kill -BUS), gets the
+ * previous handler (normally: the process dies as it would have).
  */
 #ifndef PJ_SHMGUARD_H
 #define PJ_SHMGUARD_H

@@ -1078,6 +1078,96 @@ START_TEST(shrunk_buffer)
 }
 END_TEST
 
+static int proc_maps_lines(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    int n = 0, c;
+    while ((c = fgetc(f)) != EOF)
+        n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+/* Both buffers truncated, then one PROJECT of the most ops and tokens the
+ * daemon takes, every row on pages of its own: each row touched a new
+ * page, and the SIGBUS guard used to map a private page per fault, which
+ * split the daemon's mapping each time. ~33,000 such faults reached
+ * vm.max_map_count, the guard's mmap failed, and the daemon died of the
+ * SIGBUS (found by review, session 34). Now the first fault replaces the
+ * whole range: the request gets E_BUFFER, the map barely grows, and the
+ * daemon serves on. */
+START_TEST(shrunk_buffers_scattered_rows)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, NULL);
+    pjt_client c;
+    ck_assert_int_eq(pjt_connect(&c, d.url, REPLY_MS), 0);
+    ck_assert_int_eq(pjt_hello(&c, "scattered"), 0);
+    const pj_model_layer *L = &pjc_model()->layers[0];
+    uint32_t k = L->w.k, n = L->max_n;
+    uint32_t nops = c.welcome.max_ops_per_request, m = c.welcome.max_m;
+    uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
+    /* A row and a page more: no two rows share or touch a page. */
+    uint64_t xrow = ((uint64_t)k * 2 + pg - 1) / pg * pg + pg;
+    uint64_t yrow = ((uint64_t)n * 2 + pg - 1) / pg * pg + pg;
+    uint64_t xsz = xrow * m * nops, ysz = yrow * m * nops;
+    pjt_shm xs, ys;
+    ck_assert_int_eq(pjt_shm_create(&xs, xsz), 0);
+    ck_assert_int_eq(pjt_shm_create(&ys, ysz), 0);
+    uint32_t xid, yid;
+    ck_assert_int_eq(pjt_register_shm(&c, xs.name, xsz, &xid), PJ_OK);
+    ck_assert_int_eq(pjt_register_shm(&c, ys.name, ysz, &yid), PJ_OK);
+    munmap(xs.p, xs.size);
+    xs.p = NULL;
+    munmap(ys.p, ys.size);
+    ys.p = NULL;
+    ck_assert_int_eq(ftruncate(xs.fd, 0), 0);
+    ck_assert_int_eq(ftruncate(ys.fd, 0), 0);
+    pj_op *ops = calloc(nops, sizeof *ops);
+    pj_op_result *res = calloc(nops, sizeof *res);
+    ck_assert(ops && res);
+    for (uint32_t i = 0; i < nops; i++)
+        ops[i] = (pj_op){.layer = 0,
+                         .m = m,
+                         .n = n,
+                         .x_buf = xid,
+                         .x_ld = xrow / 2,
+                         .x_off = (uint64_t)i * m * xrow,
+                         .y_buf = yid,
+                         .y_ld = yrow / 2,
+                         .y_off = (uint64_t)i * m * yrow};
+    int maps_before = proc_maps_lines(d.pid);
+    ck_assert_int_gt(maps_before, 0);
+    pj_done dn;
+    ck_assert_int_eq(pjt_project(&c, 0, ops, nops, &dn, res), PJ_OK);
+    ck_assert_int_eq(dn.status, PJ_E_BUFFER);
+    int maps_after = proc_maps_lines(d.pid);
+    /* Two ranges replaced: a few mappings at most, not two per row. */
+    ck_assert_msg(maps_after >= 0 && maps_after <= maps_before + 8,
+                  "the daemon's mappings went from %d to %d over %u x %u scattered rows",
+                  maps_before, maps_after, nops, m);
+    ck_assert_int_eq(pjt_unregister(&c, xid), PJ_OK);
+    ck_assert_int_eq(pjt_unregister(&c, yid), PJ_OK);
+    free(ops);
+    free(res);
+    pjt_shm_destroy(&xs);
+    pjt_shm_destroy(&ys);
+    /* The daemon lives and serves: the same connection and a new one. */
+    ck_assert_int_eq(pjt_ping(&c), PJ_OK);
+    pjt_close(&c);
+    pjc_conn t;
+    char why[512];
+    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
+    ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
+    pjc_close(&t);
+    pjd_stop(&d);
+}
+END_TEST
+
 /* A case that fails an assertion ends with _exit, before its
  * pjt_shm_destroy: its shm objects carry the suite's pid, and the suite
  * sweeps them when its cases are done (each failed case left its x and y
@@ -1147,6 +1237,7 @@ int main(void)
         {"log_format", log_format},
         {"failed_case_shm_swept", failed_case_shm_swept},
         {"shrunk_buffer", shrunk_buffer},
+        {"shrunk_buffers_scattered_rows", shrunk_buffers_scattered_rows},
     };
     return pjd_run_suite("daemon_ops", cases, sizeof cases / sizeof cases[0], 180);
 }

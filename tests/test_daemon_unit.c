@@ -678,10 +678,61 @@ START_TEST(sigbus_guard)
     unsigned long before = pj_shmguard_total_faults();
     ck_assert_int_eq(ftruncate(a.fd, 0), 0);
     p[size - 1] = 7;        /* would be SIGBUS: absorbed */
-    unsigned char v = p[0]; /* reads the zero page put in its place */
+    unsigned char v = p[0]; /* the first fault replaced the whole range: zeros */
     ck_assert_uint_eq(v, 0);
+    ck_assert_uint_eq(p[size - 1], 7); /* the write landed in the private page */
     ck_assert_int_eq(pj_shmguard_faulted(slot), 1);
-    ck_assert_uint_ge(pj_shmguard_total_faults(), before + 2);
+    ck_assert_uint_ge(pj_shmguard_total_faults(), before + 1);
+    pj_shmguard_remove(slot);
+    munmap(map, size);
+    pjt_shm_destroy(&a);
+}
+END_TEST
+
+static int count_maps(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return -1;
+    int n = 0, c;
+    while ((c = fgetc(f)) != EOF)
+        n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+/* Every other page of a truncated range touched: the process's memory map
+ * must not grow by a mapping per fault. It did (a private page per fault
+ * split the shared mapping), so one PROJECT of rows on scattered pages of a
+ * truncated buffer took the daemon to vm.max_map_count, where the guard's
+ * mmap failed and the SIGBUS killed it. */
+START_TEST(sigbus_guard_scattered_faults)
+{
+    ck_assert_int_eq(pj_shmguard_install(), 0);
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), pages = 512, size = pages * pg;
+    pjt_shm a;
+    ck_assert_int_eq(pjt_shm_create(&a, size), 0);
+    void *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, a.fd, 0);
+    ck_assert(map != MAP_FAILED);
+    int slot = pj_shmguard_add(map, size);
+    ck_assert_int_ge(slot, 0);
+    ck_assert_int_eq(ftruncate(a.fd, 0), 0);
+    int maps_before = count_maps();
+    ck_assert_int_gt(maps_before, 0);
+    volatile unsigned char *p = map;
+    unsigned sum = 0;
+    /* Reads and writes on every other page, so that no two private pages
+     * would be neighbours (the kernel merges those into one mapping). */
+    for (size_t i = 0; i < pages; i += 4)
+        sum += p[i * pg + 1];
+    for (size_t i = 2; i < pages; i += 4)
+        p[i * pg] = 1;
+    ck_assert_uint_eq(sum, 0);
+    ck_assert_int_eq(pj_shmguard_faulted(slot), 1);
+    int maps_after = count_maps();
+    ck_assert_msg(maps_after <= maps_before + 2,
+                  "%d mappings before the faults, %d after %zu scattered pages", maps_before,
+                  maps_after, pages);
     pj_shmguard_remove(slot);
     munmap(map, size);
     pjt_shm_destroy(&a);
@@ -1115,6 +1166,7 @@ int main(void)
         {"registry_releases_on_the_closer", registry_releases_on_the_closer},
         {"private_shm_refusal_says_open", private_shm_refusal_says_open},
         {"sigbus_guard", sigbus_guard},
+        {"sigbus_guard_scattered_faults", sigbus_guard_scattered_faults},
         {"sigbus_sent_still_kills", sigbus_sent_still_kills},
         {"histogram_quantiles", histogram_quantiles},
         {"cpu_backend_matches_reference", cpu_backend_matches_reference},
