@@ -238,9 +238,18 @@ int pj_bufreg_register_limited(pj_bufreg *r, const pj_register *req, const pj_bu
 {
     *out = NULL;
     uint32_t max_buffers = lim->max_buffers;
-    if (r->n_live >= max_buffers) {
-        snprintf(err, errlen, "REGISTER: connection already has %u buffers (limit %u)", r->n_live,
-                 max_buffers);
+    /* Held, not registered: a buffer unregistered while a request uses it
+     * stays mapped until that request is done, and counted as the bytes
+     * limits do, or a client could keep re-registering behind its queue. */
+    if (r->n_held >= max_buffers) {
+        if (r->n_held > r->n_live)
+            snprintf(err, errlen,
+                     "REGISTER: connection already holds %u buffers (limit %u): %u registered, %u "
+                     "unregistered but still used by its requests",
+                     r->n_held, max_buffers, r->n_live, r->n_held - r->n_live);
+        else
+            snprintf(err, errlen, "REGISTER: connection already has %u buffers (limit %u)",
+                     r->n_live, max_buffers);
         return PJ_E_LIMIT;
     }
     if (r->next_id == 0) {

@@ -157,6 +157,10 @@ struct pj_server {
     uint32_t *pipes; /* accepted pipe ids */
     uint32_t n_pipes, cap_pipes;
     uint32_t cb_max_conns;
+    /* Closed connections whose running jobs have not finished (n_zombies,
+     * copied here): they hold their jobs' buffers and their work, so they
+     * count against max_connections until they are freed. */
+    uint32_t cb_zombies;
     uint32_t cb_n_uids, cb_n_gids;
     uint32_t cb_uids[PJ_CFG_MAX_IDS], cb_gids[PJ_CFG_MAX_IDS];
     int64_t cb_sock_gid; /* socket.group's gid, or -1: its members may connect */
@@ -333,8 +337,14 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev what, void *arg)
                                     : "");
         } else if (s->cb_draining || s->closing) {
             snprintf(why, sizeof why, "the daemon is shutting down");
-        } else if (s->n_pipes >= s->cb_max_conns) {
-            snprintf(why, sizeof why, "connection limit %u reached", s->cb_max_conns);
+        } else if (s->n_pipes + s->cb_zombies >= s->cb_max_conns) {
+            if (s->cb_zombies)
+                snprintf(why, sizeof why,
+                         "connection limit %u reached (%u of them closed, their requests still "
+                         "running)",
+                         s->cb_max_conns, s->cb_zombies);
+            else
+                snprintf(why, sizeof why, "connection limit %u reached", s->cb_max_conns);
         } else if (s->n_pipes == s->cap_pipes) {
             uint32_t cap = s->cap_pipes ? s->cap_pipes * 2 : 64;
             uint32_t *np = realloc(s->pipes, cap * sizeof *np);
@@ -589,15 +599,27 @@ static void release_req(pj_server *s, pj_req *r)
     free(r);
 }
 
+static void set_zombies(pj_server *s, uint32_t n)
+{
+    s->n_zombies = n;
+    pthread_mutex_lock(&s->mu);
+    s->cb_zombies = n;
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void conn_retire(pj_server *s, pj_conn *c)
 {
     if (c->n_running == 0) {
         pj_conn_free(c, s->be);
         return;
     }
+    /* Its buffers go now, but for those its running requests use (released
+     * at their last unref): a closed connection kept every buffer it had
+     * registered until its last request finished. */
+    pj_bufreg_clear(&c->reg);
     c->next = s->zombies;
     s->zombies = c;
-    s->n_zombies++;
+    set_zombies(s, s->n_zombies + 1);
 }
 
 static void check_drain(pj_server *s);
@@ -828,7 +850,7 @@ static void finish_req(pj_server *s, pj_req *r)
             for (pj_conn **pp = &s->zombies; *pp; pp = &(*pp)->next) {
                 if (*pp == c) {
                     *pp = c->next;
-                    s->n_zombies--;
+                    set_zombies(s, s->n_zombies - 1);
                     break;
                 }
             }
@@ -1578,7 +1600,7 @@ static void free_conns(pj_server *s)
         s->zombies = c->next;
         pj_conn_free(c, s->be);
     }
-    s->n_zombies = 0;
+    set_zombies(s, 0);
     pj_orphans_sweep(&s->orphans, s->be, 1);
 }
 

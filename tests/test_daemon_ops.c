@@ -257,6 +257,101 @@ START_TEST(connection_limit)
 }
 END_TEST
 
+/* A connection closed while its request runs (the cpu backend holds each
+ * op 25 ms): its other buffers go at once, where they stayed mapped until
+ * the request was done; a buffer unregistered while a request uses it
+ * counts against max_buffers_per_conn until then; and the closed
+ * connection counts against max_connections until its request is done
+ * (a client could otherwise leave any number of them, each with its
+ * buffers and its queued work). Found by review, session 34. */
+START_TEST(closed_conn_while_running)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path,
+              "{\"cpu\": {\"min_op_us\": 25000}, \"limits\": {\"max_connections\": 2, "
+              "\"max_buffers_per_conn\": 4}}");
+    char why[512];
+    pjc_conn t;
+    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
+    pjt_shm extra[2];
+    uint32_t extra_id[2];
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(pjt_shm_create(&extra[i], 4096), 0);
+        ck_assert_int_eq(pjt_register_shm(&t.c, extra[i].name, 4096, &extra_id[i]), PJ_OK);
+    }
+    pjt_client mon;
+    ck_assert_int_eq(connect_hello(&mon, d.url), PJ_OK);
+    ck_assert_double_eq(pjd_stat(&mon, "buffers.current"), 4);
+
+    /* 48 ops of 25 ms on x and y, sent without waiting for the reply. */
+    const pj_model *model = pjc_model();
+    uint32_t layer = 3 % model->n_layers;
+    const pj_model_layer *L = &model->layers[layer];
+    pjc_shape sh = {
+        .layer = layer, .mi = 0, .variant = 0, .n = L->max_n, .x_ld = L->w.k, .y_ld = L->max_n};
+    pjc_stage(&t, &sh);
+    pj_op ops[48];
+    for (int i = 0; i < 48; i++)
+        ops[i] = pjc_op(&t, &sh);
+    pj_project p = {.n_ops = 48, .ops = ops};
+    pj_wbuf b;
+    pj_wbuf_init(&b);
+    pj_enc_project(&b, 900, &p);
+    nng_msg *msg;
+    ck_assert_int_eq(nng_msg_alloc(&msg, 0), 0);
+    ck_assert_int_eq(nng_msg_append(msg, b.data, b.len), 0);
+    pj_wbuf_free(&b);
+    nng_ctx ctx;
+    nng_aio *aio;
+    ck_assert_int_eq(nng_ctx_open(&ctx, t.c.sock), 0);
+    ck_assert_int_eq(nng_aio_alloc(&aio, NULL, NULL), 0);
+    nng_aio_set_timeout(aio, REPLY_MS);
+    nng_aio_set_msg(aio, msg);
+    nng_ctx_send(ctx, aio);
+    nng_aio_wait(aio);
+    ck_assert_int_eq(nng_aio_result(aio), 0);
+    nng_aio_free(aio);
+    ck_assert_double_eq(pjd_wait_stat(&mon, "inflight", 1, 10000), 1);
+
+    /* x unregistered while the request reads it: still held, so a new
+     * buffer would be the fifth. */
+    ck_assert_int_eq(pjt_unregister(&t.c, t.xid), PJ_OK);
+    pjt_shm more;
+    ck_assert_int_eq(pjt_shm_create(&more, 4096), 0);
+    uint32_t more_id;
+    ck_assert_int_eq(pjt_register_shm(&t.c, more.name, 4096, &more_id), PJ_E_LIMIT);
+    ck_assert_msg(strstr(t.c.err.msg, "still used by its requests"), "%s", t.c.err.msg);
+
+    /* The connection closes with its request running: the two extra
+     * buffers are released now, x and y when the request is done. */
+    nng_ctx_close(ctx);
+    pjt_close(&t.c);
+    ck_assert_double_eq(pjd_wait_stat(&mon, "connections.closing", 1, 10000), 1);
+    ck_assert_double_eq(pjd_wait_stat(&mon, "buffers.current", 2, 10000), 2);
+    ck_assert_double_gt(pjd_stat(&mon, "inflight"), 0); /* still running */
+
+    /* One open and one closing make two: a third is refused, and says why. */
+    pjt_client c3;
+    ck_assert_int_eq(pjt_connect(&c3, d.url, 2000), 0);
+    ck_assert_int_lt(pjt_hello(&c3, "third"), 0);
+    pjt_close(&c3);
+    ck_assert(pj_dproc_log_has(&d, "connection limit 2 reached (1 of them closed", 2000));
+
+    /* Once the request is done, everything is back. */
+    ck_assert_double_eq(pjd_wait_stat(&mon, "connections.closing", 0, 30000), 0);
+    ck_assert_double_eq(pjd_wait_stat(&mon, "buffers.current", 0, 10000), 0);
+    ck_assert_int_eq(connect_hello_when_free(&c3, d.url, "third"), PJ_OK);
+    pjt_close(&c3);
+    pjt_close(&mon);
+    pjt_shm_destroy(&more);
+    for (int i = 0; i < 2; i++)
+        pjt_shm_destroy(&extra[i]);
+    pjt_shm_destroy(&t.xs);
+    pjt_shm_destroy(&t.ys);
+    pjd_stop(&d);
+}
+END_TEST
+
 /* limits.hello_timeout_ms: a connection that says nothing is closed once
  * the time is up, freeing its place under max_connections; one that said
  * HELLO may stay idle. */
@@ -1236,6 +1331,7 @@ int main(void)
         {"command_line", command_line},
         {"log_format", log_format},
         {"failed_case_shm_swept", failed_case_shm_swept},
+        {"closed_conn_while_running", closed_conn_while_running},
         {"shrunk_buffer", shrunk_buffer},
         {"shrunk_buffers_scattered_rows", shrunk_buffers_scattered_rows},
     };
