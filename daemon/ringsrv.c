@@ -273,6 +273,16 @@ static void *poller_main(void *arg)
     return NULL;
 }
 
+uint32_t pj_ringsrv_max_slot_bytes(uint32_t max_message_bytes)
+{
+    uint64_t b = ((uint64_t)max_message_bytes + PJ_RING_SLOT_HDR + 63) / 64 * 64;
+    if (b < PJ_RING_MIN_SLOT)
+        b = PJ_RING_MIN_SLOT;
+    if (b > PJ_RING_MAX_SLOT)
+        b = PJ_RING_MAX_SLOT;
+    return (uint32_t)b;
+}
+
 int pj_ringsrv_open(const pj_ring_attach *req, const pj_ringsrv_opts *o, pj_ringsrv **out,
                     char *err, size_t errlen)
 {
@@ -285,6 +295,13 @@ int pj_ringsrv_open(const pj_ring_attach *req, const pj_ringsrv_opts *o, pj_ring
     if (req->slots > o->max_slots) {
         snprintf(err, errlen, "RING_ATTACH %s: %u slots, the daemon allows %u (ring.max_slots)",
                  req->shm_name, req->slots, o->max_slots);
+        return PJ_E_LIMIT;
+    }
+    if (o->max_slot_bytes && req->slot_bytes > o->max_slot_bytes) {
+        snprintf(err, errlen,
+                 "RING_ATTACH %s: slots of %u bytes, the daemon allows %u (a message of "
+                 "limits.max_message_bytes and the slot's %u-byte header, rounded up to 64)",
+                 req->shm_name, req->slot_bytes, o->max_slot_bytes, PJ_RING_SLOT_HDR);
         return PJ_E_LIMIT;
     }
     pj_ringsrv *r = calloc(1, sizeof *r);

@@ -37,6 +37,10 @@ typedef int (*pj_ringsrv_deliver_fn)(void *arg, pj_ringsrv *r, const uint8_t *ms
 typedef struct pj_ringsrv_opts {
     uint32_t peer_uid;
     uint32_t max_slots;
+    /* Largest slot_bytes taken: a message the daemon accepts and the slot's
+     * header, rounded to 64 (pj_ringsrv_max_slot_bytes). Larger slots would
+     * only carry messages it refuses, after copying each twice. */
+    uint32_t max_slot_bytes;
     uint64_t spin_ns;
     uint64_t serial;  /* the connection's, for logs and for matching deliveries */
     uint32_t pipe_id; /* the connection's nng pipe */
@@ -45,9 +49,14 @@ typedef struct pj_ringsrv_opts {
     int watch_wake; /* open the ring's wake FIFO, if the client made one */
 } pj_ringsrv_opts;
 
+/* The slot size that holds a message of max_message_bytes, as libprojd
+ * sizes its rings (at least PJ_RING_MIN_SLOT, at most PJ_RING_MAX_SLOT). */
+uint32_t pj_ringsrv_max_slot_bytes(uint32_t max_message_bytes);
+
 /* Map and check the ring, start its poller. PJ_OK, or PJ_E_REGISTER (the
  * object: missing, not the peer's, not private, too small, bad header),
- * PJ_E_LIMIT (more slots than max_slots, or no guard slot left),
+ * PJ_E_LIMIT (more slots than max_slots, larger slots than max_slot_bytes,
+ * or no guard slot left),
  * PJ_E_PROTO (bad geometry), PJ_E_INTERNAL; err says which and why. */
 int pj_ringsrv_open(const pj_ring_attach *req, const pj_ringsrv_opts *o, pj_ringsrv **out,
                     char *err, size_t errlen);

@@ -1300,6 +1300,8 @@ static void handle_ring_attach(pj_server *s, pj_conn *c, origin o, const pj_hdr 
     }
     pj_ringsrv_opts opts = {.peer_uid = c->uid,
                             .max_slots = s->cfg.ring.max_slots,
+                            .max_slot_bytes =
+                                pj_ringsrv_max_slot_bytes(s->cfg.limits.max_message_bytes),
                             .spin_ns = (uint64_t)ring_spin_us(s) * 1000u,
                             .serial = c->serial,
                             .pipe_id = c->pipe_id,
