@@ -497,6 +497,8 @@ int pj_model_check(const pj_config *cfg, char *err, size_t errlen)
         else
             rc = check_layer(st, lc, path, &t, &fmt, err, errlen);
     }
+    if (rc == 0)
+        rc = pj_st_verify(st, err, errlen);
     pj_st_close(st);
     return rc;
 }
@@ -540,6 +542,10 @@ int pj_model_load(const pj_config *cfg, pj_model **out, pj_model_warn_fn warn, v
             goto fail;
         m->n_layers = i + 1;
     }
+    /* Read through a mapping: what was copied is only the file's if the
+     * file stayed as it was until now. */
+    if ((rc = pj_st_verify(st, err, errlen)) != 0)
+        goto fail;
     pj_st_close(st);
     m->load_ms = now_ms() - t0 - m->convert_ms;
     *out = m;

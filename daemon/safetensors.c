@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 
 #include "config/config.h"
+#include "daemon/shmguard.h"
 
 /* Largest integer a JSON number (a double) carries exactly. */
 #define ST_MAX_INT 9007199254740992.0 /* 2^53 */
@@ -128,6 +129,13 @@ struct pj_st_file {
     size_t *by_name;   /* indices into t sorted by name */
     const char **meta; /* 2 * n_meta pointers into root */
     size_t n_meta;
+    /* A mapped file: kept open, and its mapping under the SIGBUS guard, so
+     * that a file cut short while it is read (cp over it truncates first)
+     * reads zeros instead of killing the process, and pj_st_verify can
+     * tell that it changed. */
+    int fd;
+    int guard;
+    struct stat st0;
 };
 
 static uint64_t le64(const uint8_t *p)
@@ -401,8 +409,11 @@ void pj_st_close(pj_st_file *f)
 {
     if (!f)
         return;
+    pj_shmguard_remove(f->guard);
     if (f->map)
         munmap(f->map, f->map_len);
+    if (f->fd >= 0)
+        close(f->fd);
     cJSON_Delete(f->root);
     free(f->t);
     free(f->by_name);
@@ -421,6 +432,8 @@ static pj_st_file *st_new(const char *label)
         free(f);
         return NULL;
     }
+    f->fd = -1;
+    f->guard = -1;
     return f;
 }
 
@@ -472,6 +485,7 @@ int pj_st_open(const char *path, pj_st_file **out, char *err, size_t errlen)
         return -ENOMEM;
     }
     f->len = (size_t)st.st_size;
+    f->st0 = st;
     if (f->len > 0) {
         /* Read-only private mapping: nothing we do can write the file, and
          * only the pages a caller touches are read. */
@@ -486,16 +500,48 @@ int pj_st_open(const char *path, pj_st_file **out, char *err, size_t errlen)
         f->map = p;
         f->map_len = f->len;
         f->buf = p;
+        /* Without a guard slot (or handler) the file is read unguarded,
+         * as it always was. */
+        if (pj_shmguard_install() == 0)
+            f->guard = pj_shmguard_add(p, f->len);
+        f->fd = fd;
     } else {
         f->buf = (const uint8_t *)"";
+        close(fd);
     }
-    close(fd);
     int rc = parse_image(f, err, errlen);
+    /* A header that reads as malformed because it shrank says so. */
+    if (rc != 0 && pj_st_verify(f, err, errlen) != 0)
+        rc = -EIO;
     if (rc != 0) {
         pj_st_close(f);
         return rc;
     }
     *out = f;
+    return 0;
+}
+
+int pj_st_verify(const pj_st_file *f, char *err, size_t errlen)
+{
+    if (f->guard >= 0 && pj_shmguard_faulted(f->guard)) {
+        snprintf(err, errlen,
+                 "%s: the file shrank while it was read (rewritten in place, as cp over it "
+                 "does?): nothing read from it is used; replace a model by renaming a "
+                 "complete file over it",
+                 f->label);
+        return -EIO;
+    }
+    struct stat now;
+    if (f->fd >= 0 && fstat(f->fd, &now) == 0 &&
+        (now.st_size != f->st0.st_size || now.st_mtim.tv_sec != f->st0.st_mtim.tv_sec ||
+         now.st_mtim.tv_nsec != f->st0.st_mtim.tv_nsec)) {
+        snprintf(err, errlen,
+                 "%s: the file changed while it was read (size %lld -> %lld bytes, or its "
+                 "modification time): nothing read from it is used; replace a model by "
+                 "renaming a complete file over it",
+                 f->label, (long long)f->st0.st_size, (long long)now.st_size);
+        return -EIO;
+    }
     return 0;
 }
 

@@ -96,6 +96,12 @@ uint64_t pj_st_header_len(const pj_st_file *f);
 uint64_t pj_st_file_size(const pj_st_file *f);
 const char *pj_st_label(const pj_st_file *f);
 
+/* For a file pj_st_open mapped: 0 while it is as it was at open, else -EIO
+ * with err saying how it changed (shrank under the mapping: those reads
+ * gave zeros, see daemon/shmguard.h; or its size or modification time
+ * moved). Call it after reading what is kept. Images of pj_st_parse: 0. */
+int pj_st_verify(const pj_st_file *f, char *err, size_t errlen);
+
 /* Unmap and free; NULL is fine. */
 void pj_st_close(pj_st_file *f);
 

@@ -1241,8 +1241,9 @@ START_TEST(shrunk_buffers_scattered_rows)
     ck_assert_int_eq(pjt_project(&c, 0, ops, nops, &dn, res), PJ_OK);
     ck_assert_int_eq(dn.status, PJ_E_BUFFER);
     int maps_after = proc_maps_lines(d.pid);
-    /* Two ranges replaced: a few mappings at most, not two per row. */
-    ck_assert_msg(maps_after >= 0 && maps_after <= maps_before + 8,
+    /* Two ranges replaced: a few mappings, not two per row (~32,000). The
+     * slack is a sanitizer runtime's own mappings (ThreadSanitizer: +40). */
+    ck_assert_msg(maps_after >= 0 && maps_after <= maps_before + 256,
                   "the daemon's mappings went from %d to %d over %u x %u scattered rows",
                   maps_before, maps_after, nops, m);
     ck_assert_int_eq(pjt_unregister(&c, xid), PJ_OK);
