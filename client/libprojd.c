@@ -823,6 +823,10 @@ fail_alloc:
 
 int projd_request_poll(projd_request *r)
 {
+    /* In a fork nothing completes it, and its lock may have been held by a
+     * thread the fork left behind. */
+    if (r->fork_gen != atomic_load(&g_fork_gen))
+        return 0;
     pthread_mutex_lock(&r->mu);
     int d = r->done;
     pthread_mutex_unlock(&r->mu);
@@ -873,6 +877,8 @@ static int wait_failed(const projd_request *r, projd_result *res, int code)
 
 int projd_request_result(projd_request *r, projd_result *res, projd_error *e)
 {
+    if (r->fork_gen != atomic_load(&g_fork_gen))
+        return conn_forked_fail(r->what, e);
     pthread_mutex_lock(&r->mu);
     int f = r->finished;
     pthread_mutex_unlock(&r->mu);
@@ -1023,14 +1029,15 @@ static void ring_unref(ring_cli *rc)
 }
 
 /* Push r's message; r joins the pending list. 0; -EPIPE when the ring is
- * dead, or full and this is the reaper (the caller uses nng); -ETIMEDOUT
- * when no slot came free in time; -EMSGSIZE when the message does not fit
- * a slot. */
+ * dead, or full and this is the reaper, or the message does not fit a slot
+ * (the caller uses nng); -ETIMEDOUT when no slot came free in time. */
 static int ring_submit(ring_cli *rc, const pj_wbuf *w, projd_request *r, projd_error *e)
 {
+    /* Larger than the slots (sized from WELCOME's limits, which a reload
+     * may have raised since): nng carries it, and the daemon answers it as
+     * it would there. */
     if (w->len > pj_ring_msg_max(&rc->ring))
-        return fail(e, -EMSGSIZE, "%s: %zu bytes do not fit a ring slot (%zu)", r->what, w->len,
-                    pj_ring_msg_max(&rc->ring));
+        return -EPIPE;
     r->t_submit = now_ns();
     r->deadline = r->t_submit + (uint64_t)r->timeout_ms * 1000000ull;
     pthread_mutex_lock(&rc->mu);
@@ -1424,7 +1431,7 @@ int projd_ring_attach(projd_conn *c, uint32_t slots, projd_error *e)
 int projd_ring_active(const projd_conn *c)
 {
     ring_cli *rc = c->ring;
-    if (!rc)
+    if (!rc || conn_forked(c))
         return 0;
     pthread_mutex_lock(&rc->mu);
     int dead = rc->dead;
