@@ -1173,20 +1173,6 @@ START_TEST(shrunk_buffer)
 }
 END_TEST
 
-static int proc_maps_lines(pid_t pid)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    int n = 0, c;
-    while ((c = fgetc(f)) != EOF)
-        n += c == '\n';
-    fclose(f);
-    return n;
-}
-
 /* Both buffers truncated, then one PROJECT of the most ops and tokens the
  * daemon takes, every row on pages of its own: each row touched a new
  * page, and the SIGBUS guard used to map a private page per fault, which
@@ -1235,12 +1221,12 @@ START_TEST(shrunk_buffers_scattered_rows)
                          .y_buf = yid,
                          .y_ld = yrow / 2,
                          .y_off = (uint64_t)i * m * yrow};
-    int maps_before = proc_maps_lines(d.pid);
+    int maps_before = pj_fixture_count_maps((int)d.pid);
     ck_assert_int_gt(maps_before, 0);
     pj_done dn;
     ck_assert_int_eq(pjt_project(&c, 0, ops, nops, &dn, res), PJ_OK);
     ck_assert_int_eq(dn.status, PJ_E_BUFFER);
-    int maps_after = proc_maps_lines(d.pid);
+    int maps_after = pj_fixture_count_maps((int)d.pid);
     /* Two ranges replaced: a few mappings, not two per row (~32,000). The
      * slack is a sanitizer runtime's own mappings (ThreadSanitizer: +40). */
     ck_assert_msg(maps_after >= 0 && maps_after <= maps_before + 256,

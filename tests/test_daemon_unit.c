@@ -689,18 +689,6 @@ START_TEST(sigbus_guard)
 }
 END_TEST
 
-static int count_maps(void)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    if (!f)
-        return -1;
-    int n = 0, c;
-    while ((c = fgetc(f)) != EOF)
-        n += c == '\n';
-    fclose(f);
-    return n;
-}
-
 /* Every other page of a truncated range touched: the process's memory map
  * must not grow by a mapping per fault. It did (a private page per fault
  * split the shared mapping), so one PROJECT of rows on scattered pages of a
@@ -717,7 +705,7 @@ START_TEST(sigbus_guard_scattered_faults)
     int slot = pj_shmguard_add(map, size);
     ck_assert_int_ge(slot, 0);
     ck_assert_int_eq(ftruncate(a.fd, 0), 0);
-    int maps_before = count_maps();
+    int maps_before = pj_fixture_count_maps(0);
     ck_assert_int_gt(maps_before, 0);
     volatile unsigned char *p = map;
     unsigned sum = 0;
@@ -729,7 +717,7 @@ START_TEST(sigbus_guard_scattered_faults)
         p[i * pg] = 1;
     ck_assert_uint_eq(sum, 0);
     ck_assert_int_eq(pj_shmguard_faulted(slot), 1);
-    int maps_after = count_maps();
+    int maps_after = pj_fixture_count_maps(0);
     /* One page per fault made ~512 more; the slack is a sanitizer
      * runtime's own mappings. */
     ck_assert_msg(maps_after <= maps_before + 64,

@@ -87,6 +87,23 @@ void pj_fixture_small_config(pj_config *cfg, const char *model_path)
     snprintf(cfg->model.path, sizeof cfg->model.path, "%s", model_path);
 }
 
+int pj_fixture_count_maps(int pid)
+{
+    char path[64];
+    if (pid)
+        snprintf(path, sizeof path, "/proc/%d/maps", pid);
+    else
+        snprintf(path, sizeof path, "/proc/self/maps");
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    int n = 0, c;
+    while ((c = fgetc(f)) != EOF)
+        n += c == '\n';
+    fclose(f);
+    return n;
+}
+
 long pj_fixture_read_text(const char *path, char *buf, size_t cap)
 {
     FILE *f = fopen(path, "r");

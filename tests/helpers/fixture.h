@@ -26,6 +26,10 @@ char *pj_fixture_path(char *out, size_t cap, const char *name);
  * does not fit is left out). Its length, or -1 when it cannot be opened. */
 long pj_fixture_read_text(const char *path, char *buf, size_t cap);
 
+/* Lines of /proc/<pid>/maps (pid 0: this process): the mappings a process
+ * has. -1 when the file cannot be read. */
+int pj_fixture_count_maps(int pid);
+
 /* Generate the small preset (seed 1) once per process and copy its path to
  * path_out. Returns 0 or a negative errno (the reason goes to stderr). */
 int pj_fixture_small_model(char *path_out, size_t cap);
