@@ -135,7 +135,11 @@ typedef struct pj_backend_ops {
     void (*stream_lost)(pj_backend *b, pj_backend_stream *s);
 
     /* Start the job. Returns 0 and later calls job->done exactly once, or
-     * returns a negative errno (nothing started, done never called). */
+     * returns a negative errno (nothing started, done never called).
+     * -EAGAIN means "not now": the server keeps the job at the head of its
+     * connection's queue and submits it again about a millisecond later
+     * (the cuda backend puts off client waits while a buffer release waits
+     * to start, CUDA.md); any other errno fails the job. */
     int (*submit)(pj_backend *b, pj_backend_stream *s, pj_job *job);
 
     /* Add the backend's figures (engines used, memory, workers) to obj. */

@@ -51,6 +51,8 @@ typedef struct cpu_state {
     pj_backend *b;
     uint64_t min_op_ns;     /* cpu.min_op_us */
     uint32_t close_hold_ms; /* PROJD_CPU_CLOSE_HOLD_MS (tests only) */
+    uint32_t defer_every;   /* PROJD_CPU_DEFER_EVERY (tests only) */
+    uint64_t submits;       /* attempts, loop thread only (for defer_every) */
     atomic_ullong jobs, ops, chunks, busy_ns;
 } cpu_state;
 
@@ -252,6 +254,12 @@ static int cpu_open(pj_backend *b, char *err, size_t errlen)
     const char *hold = getenv("PROJD_CPU_CLOSE_HOLD_MS");
     if (hold && *hold)
         s->close_hold_ms = (uint32_t)strtoul(hold, NULL, 10);
+    /* Tests only: every Nth submit says "not now" (-EAGAIN), as the cuda
+     * backend does while a release waits to start, so that the CPU suite
+     * covers the server's retry (test_daemon_e2e deferred_submits). */
+    const char *defer = getenv("PROJD_CPU_DEFER_EVERY");
+    if (defer && *defer)
+        s->defer_every = (uint32_t)strtoul(defer, NULL, 10);
     b->priv = s;
     if (s->min_op_ns)
         snprintf(b->device_name, sizeof b->device_name,
@@ -332,6 +340,8 @@ static int cpu_submit(pj_backend *b, pj_backend_stream *st, pj_job *job)
     cpu_state *s = b->priv;
     if (job->n_ops == 0)
         return -EINVAL;
+    if (s->defer_every && ++s->submits % s->defer_every == 0)
+        return -EAGAIN;
     cpu_job *cj = calloc(1, sizeof *cj + s->n_threads * sizeof(cpu_item));
     if (!cj)
         return -ENOMEM;

@@ -45,6 +45,7 @@
 #define HARD_CAP_SLACK   (64u * 1024u)
 #define STATUS_EVERY_MS  250
 #define WATCH_EVERY_MS   100
+#define DEFER_RETRY_MS   1 /* a job the backend put off (submit -EAGAIN) is tried again */
 /* Contexts one connection may hold besides max_inflight_per_conn: room for
  * HELLO/REGISTER/STATS/PING next to a full pipeline of PROJECTs. A
  * connection past twice its share whose replies have not moved for
@@ -124,6 +125,7 @@ struct pj_server {
     uv_timer_t status_timer; /* coalesces STATUS= updates */
     uv_timer_t watch_timer;  /* listener watchdog */
     uv_timer_t wd_timer;     /* systemd watchdog pings */
+    uv_timer_t defer_timer;  /* submits the backend put off, tried again */
     uv_idle_t ring_spin;     /* keeps the loop polling while ring work is near */
     int handles_open;
     pj_server_stopped_fn stopped;
@@ -174,7 +176,9 @@ struct pj_server {
     uint32_t n_zombies;
     pj_orphans orphans; /* closed connections' streams with jobs behind client waits */
     uint64_t conn_serial;
-    uint64_t inflight; /* PROJECT requests accepted, not yet answered */
+    uint64_t inflight;   /* PROJECT requests accepted, not yet answered */
+    uint32_t n_deferred; /* connections whose queue's head the backend put off */
+    uint64_t deferrals;  /* submits put off (STATS submits_deferred) */
     uint64_t ring_attaches, ring_requests;
     uint64_t ring_wakes;      /* times a ring's wake FIFO woke the loop */
     uint64_t ring_inflight;   /* PROJECTs from rings accepted, not yet answered */
@@ -625,6 +629,18 @@ static void conn_retire(pj_server *s, pj_conn *c)
 static void check_drain(pj_server *s);
 static void ring_wake_stop(pj_conn *c);
 
+/* c's queue head was put off by the backend (on = 1), or is tried again. */
+static void set_deferred(pj_server *s, pj_conn *c, int on)
+{
+    if (c->deferred == on)
+        return;
+    c->deferred = on;
+    if (on)
+        s->n_deferred++;
+    else
+        s->n_deferred--;
+}
+
 static void on_pipe_rem(pj_server *s, pipe_ev *ev)
 {
     pj_conn *c = pj_conn_table_remove(&s->conns, ev->pipe);
@@ -651,6 +667,7 @@ static void on_pipe_rem(pj_server *s, pipe_ev *ev)
         dropped++;
     }
     c->q_tail = NULL;
+    set_deferred(s, c, 0);
     pj_log_info("connection #%" PRIu64 ": pid %d closed after %" PRIu64
                 " requests (%u dropped unstarted, %u running; %u open)",
                 c->serial, (int)c->peer.pid, c->requests, dropped, c->n_running, s->conns.count);
@@ -681,8 +698,11 @@ static void fatal_stop(pj_server *s, const char *msg)
 static void finish_req(pj_server *s, pj_req *r);
 static void ring_spin_extend(pj_server *s);
 
+static void on_defer_timer(uv_timer_t *t);
+
 static void pump(pj_server *s, pj_conn *c)
 {
+    set_deferred(s, c, 0);
     while (c->q_head && c->n_running < s->be->ops->stream_depth) {
         pj_req *r = c->q_head;
         c->q_head = r->next;
@@ -694,6 +714,21 @@ static void pump(pj_server *s, pj_conn *c)
         pj_log_debug("connection #%" PRIu64 ": submit %" PRIu64 " (%u ops)", c->serial, r->req_id,
                      r->job.n_ops);
         int rc = s->be->ops->submit(s->be, c->stream, &r->job);
+        if (rc == -EAGAIN) {
+            /* Not now: first in the queue again, so that the connection's
+             * requests still start in order. */
+            r->next = c->q_head;
+            c->q_head = r;
+            if (!c->q_tail)
+                c->q_tail = r;
+            c->n_queued++;
+            c->n_running--;
+            s->deferrals++;
+            set_deferred(s, c, 1);
+            if (!uv_is_active((uv_handle_t *)&s->defer_timer))
+                uv_timer_start(&s->defer_timer, on_defer_timer, DEFER_RETRY_MS, 0);
+            break;
+        }
         if (rc != 0) {
             r->job.status = PJ_E_BACKEND;
             r->job.start_ns = r->job.end_ns = pj_now_ns();
@@ -702,6 +737,22 @@ static void pump(pj_server *s, pj_conn *c)
             for (uint32_t i = 0; i < r->job.n_ops; i++)
                 r->ops[i].status = PJ_E_BACKEND;
             finish_req(s, r);
+        }
+    }
+}
+
+/* Connections the backend put off are few and brief (a release waiting to
+ * start), so the whole table is walked; pump re-arms the timer for any the
+ * backend puts off again. */
+static void on_defer_timer(uv_timer_t *t)
+{
+    pj_server *s = t->data;
+    for (uint32_t i = 0; i < PJ_CONN_BUCKETS && s->n_deferred; i++) {
+        pj_conn *next;
+        for (pj_conn *c = s->conns.b[i]; c && s->n_deferred; c = next) {
+            next = c->next;
+            if (c->deferred)
+                pump(s, c);
         }
     }
 }
@@ -1006,6 +1057,7 @@ static char *stats_text(pj_server *s)
         cJSON_AddNumberToObject(bf, "release_wait_ms", (double)pj_closer_running_ms());
     }
     cJSON_AddNumberToObject(o, "inflight", (double)s->inflight);
+    cJSON_AddNumberToObject(o, "submits_deferred", (double)s->deferrals);
     cJSON *wd = cJSON_AddObjectToObject(o, "watchdog");
     if (wd) {
         cJSON_AddNumberToObject(wd, "usec", (double)s->wd_usec);
@@ -1618,6 +1670,8 @@ static void stop_now(pj_server *s)
     uv_timer_stop(&s->status_timer);
     uv_timer_stop(&s->watch_timer);
     uv_timer_stop(&s->wd_timer);
+    uv_timer_stop(&s->defer_timer);
+    uv_close((uv_handle_t *)&s->defer_timer, on_handle_closed);
     uv_close((uv_handle_t *)&s->watch_timer, on_handle_closed);
     uv_close((uv_handle_t *)&s->wd_timer, on_handle_closed);
     uv_close((uv_handle_t *)&s->timer, on_handle_closed);
@@ -1946,6 +2000,7 @@ int pj_server_create(uv_loop_t *loop, const pj_config *cfg, const pj_model *mode
     uv_timer_init(loop, &s->status_timer);
     uv_timer_init(loop, &s->watch_timer);
     uv_timer_init(loop, &s->wd_timer);
+    uv_timer_init(loop, &s->defer_timer);
     s->cores = sysconf(_SC_NPROCESSORS_ONLN);
     uv_idle_init(loop, &s->ring_spin);
     s->ring_spin.data = s;
@@ -1954,7 +2009,8 @@ int pj_server_create(uv_loop_t *loop, const pj_config *cfg, const pj_model *mode
     s->status_timer.data = s;
     s->watch_timer.data = s;
     s->wd_timer.data = s;
-    s->handles_open = 6;
+    s->defer_timer.data = s;
+    s->handles_open = 7;
     pj_backend_set_fatal(be, backend_fatal, s);
     char cerr[160];
     if (pj_closer_start(cerr, sizeof cerr) != 0)

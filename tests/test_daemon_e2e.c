@@ -589,6 +589,18 @@ START_TEST(message_over_hard_cap)
 }
 END_TEST
 
+/* The heaviest layer of the small model (the most weights). */
+static uint32_t heaviest_layer(void)
+{
+    const pj_model *model = pjc_model();
+    uint32_t big = 0;
+    for (uint32_t i = 0; i < model->n_layers; i++)
+        if ((uint64_t)model->layers[i].max_n * model->layers[i].w.k >
+            (uint64_t)model->layers[big].max_n * model->layers[big].w.k)
+            big = i;
+    return big;
+}
+
 /* Several requests in flight on one connection (nng contexts): the
  * connection's limit answers the extra ones with PJ_E_LIMIT, and requests
  * of one connection complete in the order they arrived. */
@@ -602,11 +614,7 @@ START_TEST(inflight_limit_and_order)
     ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
     /* The biggest layer at m = 256, 64 times over, each op held to 25 ms:
      * the next two requests arrive while it runs. */
-    uint32_t big = 0;
-    for (uint32_t i = 0; i < model->n_layers; i++)
-        if ((uint64_t)model->layers[i].max_n * model->layers[i].w.k >
-            (uint64_t)model->layers[big].max_n * model->layers[big].w.k)
-            big = i;
+    uint32_t big = heaviest_layer();
     const pj_model_layer *L = &model->layers[big];
     /* The light request (layer 0, m = 8) writes rows 0..7 of the grid the
      * heavy one (zero input, so zero output) writes completely: if the
@@ -714,22 +722,8 @@ START_TEST(unregister_while_running)
     for (int i = 0; i < 32; i++)
         ops[i] = pjc_op(&t, &s);
     pj_project p = {.n_ops = 32, .ops = ops};
-    nng_ctx ctx;
-    nng_aio *aio;
-    ck_assert_int_eq(nng_ctx_open(&ctx, t.c.sock), 0);
-    ck_assert_int_eq(nng_aio_alloc(&aio, NULL, NULL), 0);
-    nng_aio_set_timeout(aio, REPLY_MS);
-    pj_wbuf b;
-    pj_wbuf_init(&b);
-    pj_enc_project(&b, 500, &p);
-    nng_msg *m;
-    ck_assert_int_eq(nng_msg_alloc(&m, 0), 0);
-    nng_msg_append(m, b.data, b.len);
-    pj_wbuf_free(&b);
-    nng_aio_set_msg(aio, m);
-    nng_ctx_send(ctx, aio);
-    nng_aio_wait(aio);
-    ck_assert_int_eq(nng_aio_result(aio), 0);
+    pjt_async a;
+    ck_assert_int_eq(pjt_project_send(&t.c, &a, 500, &p), 0);
     ck_assert_double_eq(pjd_wait_stat(&t.c, "requests.PROJECT", 1, 10000), 1);
     /* Both buffers go while the request runs. */
     ck_assert_int_eq(pjt_unregister(&t.c, t.xid), PJ_OK);
@@ -740,26 +734,13 @@ START_TEST(unregister_while_running)
     pj_done dn;
     pj_op_result res[1];
     ck_assert_int_eq(pjt_project(&t.c, 0, &again, 1, &dn, res), PJ_E_BUFFER);
-    nng_ctx_recv(ctx, aio);
-    nng_aio_wait(aio);
-    ck_assert_int_eq(nng_aio_result(aio), 0);
-    m = nng_aio_get_msg(aio);
-    pj_hdr h;
-    ck_assert_int_eq(pj_dec_hdr(nng_msg_body(m), nng_msg_len(m), 1 << 20, &h, why, sizeof why),
-                     PJ_OK);
-    ck_assert_uint_eq(h.type, PJ_MSG_DONE);
     pj_op_result rr[32];
     pj_done done = {.ops = rr};
-    ck_assert_int_eq(pj_dec_done((uint8_t *)nng_msg_body(m) + PJ_WIRE_HDR_SIZE, h.body_len, 32,
-                                 &done, why, sizeof why),
-                     PJ_OK);
+    ck_assert_int_eq(pjt_project_recv(&a, NULL, &done, 32), PJ_OK);
     ck_assert_int_eq(done.status, PJ_OK);
     /* cpu.min_op_us held each of the 32 ops. */
     ck_assert_msg(done.exec_ns >= 32ull * 25000000ull, "32 ops held to 25 ms ran in %.1f ms",
                   (double)done.exec_ns / 1e6);
-    nng_msg_free(m);
-    nng_aio_free(aio);
-    nng_ctx_close(ctx);
     ck_assert_msg(pjc_verify(&t, &s, why, sizeof why) == 0, "%s", why);
     ck_assert_double_eq(pjd_wait_stat(&t.c, "buffers.current", 0, 10000), 0);
     ck_assert_double_eq(pjd_wait_stat(&t.c, "buffers.mapped_bytes", 0, 10000), 0); /* released */
@@ -1103,6 +1084,120 @@ START_TEST(release_off_the_loop)
 }
 END_TEST
 
+/* ---- submits the backend puts off ------------------------------------------- */
+
+/* A backend may answer a submit with "not now" (-EAGAIN: the cuda backend
+ * does while a buffer release waits to start, daemon/CUDA.md); the server
+ * keeps the job first in its connection's queue and submits it again a
+ * millisecond later. PROJD_CPU_DEFER_EVERY=2 makes every second attempt
+ * fail so: every job after the daemon's first is put off exactly once,
+ * and results, order and counts must come out as without it. With
+ * PROJD_CPU_DEFER_EVERY=1 no job ever starts: the retries go on without
+ * holding the loop, and a connection closed meanwhile drops its request. */
+START_TEST(deferred_submits)
+{
+    pj_dproc d;
+    setenv("PROJD_CPU_DEFER_EVERY", "2", 1);
+    pjd_start(&d, g_model_path, NULL);
+    unsetenv("PROJD_CPU_DEFER_EVERY");
+    const pj_model *model = pjc_model();
+    char why[512];
+    pjc_conn t;
+    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
+    for (uint32_t i = 0; i < 6; i++) {
+        const pj_model_layer *L = &model->layers[i % model->n_layers];
+        pjc_shape s = {.layer = i % model->n_layers,
+                       .mi = i % PJC_N_MS,
+                       .variant = i & 1,
+                       .n = L->max_n,
+                       .x_ld = L->w.k,
+                       .y_ld = L->max_n};
+        ck_assert_msg(pjc_run(&t, &s, why, sizeof why) == 0, "request %u: %s", i, why);
+    }
+    /* Two in flight at once: a heavy one (zero x, so a zero grid), then a
+     * light one writing rows 0..7 of that grid. Both are put off once; if
+     * a retry let the light one pass the heavy one, the heavy one's zeros
+     * would be what those rows hold. */
+    uint32_t big = heaviest_layer();
+    const pj_model_layer *L = &model->layers[big];
+    const pj_model_layer *L0 = &model->layers[0];
+    pjc_shape s = {
+        .layer = 0, .mi = 1, .variant = 1, .n = L0->max_n, .x_ld = L0->w.k, .y_ld = L->max_n};
+    pjc_stage(&t, &s);
+    pj_op heavy = {.layer = big,
+                   .m = 256,
+                   .n = L->max_n,
+                   .x_buf = t.xid,
+                   .x_off = (uint64_t)8 * L0->w.k * 2,
+                   .x_ld = L->w.k,
+                   .y_buf = t.yid,
+                   .y_ld = L->max_n};
+    pj_op ops[8];
+    for (int i = 0; i < 8; i++)
+        ops[i] = heavy;
+    pj_project ph = {.n_ops = 8, .ops = ops};
+    pj_op light = pjc_op(&t, &s);
+    pj_project pl = {.n_ops = 1, .ops = &light};
+    pjt_async a[2];
+    ck_assert_int_eq(pjt_project_send(&t.c, &a[0], 700, &ph), 0);
+    ck_assert_int_eq(pjt_project_send(&t.c, &a[1], 701, &pl), 0);
+    for (int i = 0; i < 2; i++) {
+        pj_op_result res[8];
+        pj_done dn = {.ops = res};
+        uint64_t id = 0;
+        ck_assert_int_eq(pjt_project_recv(&a[i], &id, &dn, 8), PJ_OK);
+        ck_assert_uint_eq(id, 700 + (uint64_t)i);
+        ck_assert_int_eq(dn.status, PJ_OK);
+    }
+    const uint16_t *Y = t.ys.p;
+    const uint16_t *ref = pjc_ref_y(0, 1, 1);
+    int light_last = 1;
+    for (uint32_t r = 0; r < 8; r++)
+        for (uint32_t col = 0; col < L0->max_n; col++)
+            light_last &= Y[(size_t)r * L->max_n + col] == ref[(size_t)r * L0->w.n + col];
+    ck_assert_msg(light_last, "the light request ran before the heavy one it followed");
+    double projects = pjd_stat(&t.c, "requests.PROJECT");
+    double deferred = pjd_stat(&t.c, "submits_deferred");
+    ck_assert_msg(projects == 8 && deferred == projects - 1,
+                  "%.0f PROJECTs, %.0f submits put off (want 8 and 7: all but the first, once)",
+                  projects, deferred);
+    ck_assert_double_eq(pjd_stat(&t.c, "inflight"), 0);
+    pjc_close(&t);
+    pjd_stop(&d);
+
+    setenv("PROJD_CPU_DEFER_EVERY", "1", 1);
+    pjd_start(&d, g_model_path, NULL);
+    unsetenv("PROJD_CPU_DEFER_EVERY");
+    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
+    pjt_client w;
+    ck_assert_int_eq(pjt_connect(&w, d.url, REPLY_MS), 0);
+    ck_assert_int_eq(pjt_hello(&w, "watcher"), PJ_OK);
+    pjc_stage(&t, &s);
+    ck_assert_int_eq(pjt_project_send(&t.c, &a[0], 800, &pl), 0);
+    double tries = 0;
+    long long t0 = pjd_now_ms();
+    while ((tries = pjd_stat(&w, "submits_deferred")) < 20 && pjd_now_ms() - t0 < 10000)
+        pjd_sleep_ms(10);
+    ck_assert_msg(tries >= 20, "the put-off request was tried %.0f times in 10 s", tries);
+    ck_assert_double_eq(pjd_stat(&w, "inflight"), 1);
+    ck_assert_int_eq(pjt_ping(&w), PJ_OK);
+    pjt_async_close(&a[0]);
+    pjc_close(&t); /* its request never started: dropped */
+    ck_assert_double_eq(pjd_wait_stat(&w, "inflight", 0, 10000), 0);
+    ck_assert(pj_dproc_log_has(&d, "(1 dropped unstarted, 0 running", 2000));
+    double before = pjd_stat(&w, "submits_deferred");
+    pjd_sleep_ms(100);
+    double after = pjd_stat(&w, "submits_deferred");
+    ck_assert_msg(after == before, "retries went on after the connection closed: %.0f -> %.0f",
+                  before, after);
+    pjt_close(&w);
+    pjd_stop(&d);
+    printf("deferred_submits: 7 of 8 jobs put off once, results and order kept; a job put off "
+           "for good tried %.0f times in %.2f s, then dropped with its connection\n",
+           tries, (double)(pjd_now_ms() - t0) / 1e3);
+}
+END_TEST
+
 /* ---- the systemd watchdog ------------------------------------------------------ */
 
 /* Every notification projd sends, with the time it was read: a thread
@@ -1379,6 +1474,7 @@ int main(void)
         {"killed_client", killed_client},
         {"sigterm_drains", sigterm_drains},
         {"release_off_the_loop", release_off_the_loop},
+        {"deferred_submits", deferred_submits},
         {"systemd_watchdog", systemd_watchdog},
         {"sighup_reload_outcome", sighup_reload_outcome},
     };

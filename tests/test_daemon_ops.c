@@ -294,23 +294,8 @@ START_TEST(closed_conn_while_running)
     for (int i = 0; i < 48; i++)
         ops[i] = pjc_op(&t, &sh);
     pj_project p = {.n_ops = 48, .ops = ops};
-    pj_wbuf b;
-    pj_wbuf_init(&b);
-    pj_enc_project(&b, 900, &p);
-    nng_msg *msg;
-    ck_assert_int_eq(nng_msg_alloc(&msg, 0), 0);
-    ck_assert_int_eq(nng_msg_append(msg, b.data, b.len), 0);
-    pj_wbuf_free(&b);
-    nng_ctx ctx;
-    nng_aio *aio;
-    ck_assert_int_eq(nng_ctx_open(&ctx, t.c.sock), 0);
-    ck_assert_int_eq(nng_aio_alloc(&aio, NULL, NULL), 0);
-    nng_aio_set_timeout(aio, REPLY_MS);
-    nng_aio_set_msg(aio, msg);
-    nng_ctx_send(ctx, aio);
-    nng_aio_wait(aio);
-    ck_assert_int_eq(nng_aio_result(aio), 0);
-    nng_aio_free(aio);
+    pjt_async a;
+    ck_assert_int_eq(pjt_project_send(&t.c, &a, 900, &p), 0);
     ck_assert_double_eq(pjd_wait_stat(&mon, "inflight", 1, 10000), 1);
 
     /* x unregistered while the request reads it: still held, so a new
@@ -324,7 +309,7 @@ START_TEST(closed_conn_while_running)
 
     /* The connection closes with its request running: the two extra
      * buffers are released now, x and y when the request is done. */
-    nng_ctx_close(ctx);
+    pjt_async_close(&a);
     pjt_close(&t.c);
     ck_assert_double_eq(pjd_wait_stat(&mon, "connections.closing", 1, 10000), 1);
     ck_assert_double_eq(pjd_wait_stat(&mon, "buffers.current", 2, 10000), 2);

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/util/platform.h>
 #include <stdatomic.h>
@@ -256,6 +257,87 @@ int pjt_project(pjt_client *c, uint32_t flags, const pj_op *ops, uint32_t n_ops,
         return -EPROTO;
     }
     return PJ_OK;
+}
+
+int pjt_project_send(pjt_client *c, pjt_async *a, uint64_t req_id, const pj_project *p)
+{
+    memset(a, 0, sizeof *a);
+    int rv = nng_ctx_open(&a->ctx, c->sock);
+    if (rv != 0) {
+        fprintf(stderr, "wire_client: nng_ctx_open: %s\n", nng_strerror(rv));
+        return -EIO;
+    }
+    a->open = 1;
+    nng_msg *m = NULL;
+    if ((rv = nng_aio_alloc(&a->aio, NULL, NULL)) != 0 || (rv = nng_msg_alloc(&m, 0)) != 0) {
+        fprintf(stderr, "wire_client: allocating a request: %s\n", nng_strerror(rv));
+        pjt_async_close(a);
+        return -EIO;
+    }
+    nng_aio_set_timeout(a->aio, c->timeout_ms);
+    pj_wbuf_reset(&c->wb);
+    pj_enc_project(&c->wb, req_id, p);
+    nng_msg_append(m, c->wb.data, c->wb.len);
+    nng_aio_set_msg(a->aio, m);
+    nng_ctx_send(a->ctx, a->aio);
+    nng_aio_wait(a->aio);
+    if ((rv = nng_aio_result(a->aio)) != 0) {
+        fprintf(stderr, "wire_client: sending PROJECT %" PRIu64 ": %s\n", req_id, nng_strerror(rv));
+        nng_msg_free(m);
+        pjt_async_close(a);
+        return -EIO;
+    }
+    return 0;
+}
+
+int pjt_project_recv(pjt_async *a, uint64_t *req_id, pj_done *done, uint32_t max_ops)
+{
+    if (!a->open)
+        return -EINVAL;
+    nng_ctx_recv(a->ctx, a->aio);
+    nng_aio_wait(a->aio);
+    int rv = nng_aio_result(a->aio);
+    if (rv != 0) {
+        pjt_async_close(a);
+        return rv == NNG_ETIMEDOUT ? -ETIMEDOUT : -EIO;
+    }
+    nng_msg *m = nng_aio_get_msg(a->aio);
+    const uint8_t *body = nng_msg_body(m);
+    char err[256];
+    pj_hdr h;
+    int rc;
+    if (pj_dec_hdr(body, nng_msg_len(m), 1u << 24, &h, err, sizeof err) != PJ_OK) {
+        fprintf(stderr, "wire_client: bad reply header: %s\n", err);
+        rc = -EPROTO;
+    } else if (h.type == PJ_MSG_ERROR) {
+        pj_error_msg em;
+        rc = pj_dec_error(body + PJ_WIRE_HDR_SIZE, h.body_len, &em, err, sizeof err) == PJ_OK
+                 ? (int)em.code
+                 : -EPROTO;
+    } else if (h.type != PJ_MSG_DONE) {
+        rc = -EPROTO;
+    } else if (pj_dec_done(body + PJ_WIRE_HDR_SIZE, h.body_len, max_ops, done, err, sizeof err) !=
+               PJ_OK) {
+        fprintf(stderr, "wire_client: bad DONE: %s\n", err);
+        rc = -EPROTO;
+    } else {
+        rc = PJ_OK;
+    }
+    if (req_id)
+        *req_id = h.req_id;
+    nng_msg_free(m);
+    pjt_async_close(a);
+    return rc;
+}
+
+void pjt_async_close(pjt_async *a)
+{
+    if (a->aio)
+        nng_aio_free(a->aio);
+    if (a->open)
+        nng_ctx_close(a->ctx);
+    a->aio = NULL;
+    a->open = 0;
 }
 
 int pjt_stats(pjt_client *c, cJSON **out)

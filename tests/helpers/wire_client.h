@@ -66,6 +66,22 @@ int pjt_unregister(pjt_client *c, uint32_t id);
 /* PROJECT; on PJ_OK, *done (and res, n_ops entries) hold the DONE reply. */
 int pjt_project(pjt_client *c, uint32_t flags, const pj_op *ops, uint32_t n_ops, pj_done *done,
                 pj_op_result *res);
+/* A PROJECT in flight on an nng context of its own (the client's socket),
+ * so that several can be outstanding on one connection. */
+typedef struct pjt_async {
+    nng_ctx ctx;
+    nng_aio *aio;
+    int open;
+} pjt_async;
+/* Send p as request req_id without waiting for the reply. 0 or a negative
+ * errno (nng's error as -EIO, the cause on stderr). */
+int pjt_project_send(pjt_client *c, pjt_async *a, uint64_t req_id, const pj_project *p);
+/* Its reply, within the client's timeout: PJ_OK with *done (done->ops:
+ * max_ops entries) for DONE, the code of an ERROR, or a negative errno.
+ * *req_id (when not NULL): the reply's. Then the context is closed. */
+int pjt_project_recv(pjt_async *a, uint64_t *req_id, pj_done *done, uint32_t max_ops);
+/* Close a context whose reply was not taken (a test that failed first). */
+void pjt_async_close(pjt_async *a);
 /* STATS; *out is the parsed JSON (cJSON_Delete it). */
 int pjt_stats(pjt_client *c, cJSON **out);
 /* A number at a dotted path in a STATS object ("connections.current");
