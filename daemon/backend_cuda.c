@@ -61,11 +61,12 @@
 /* How long a REGISTER waits for the same allocation's previous mapping to
  * be closed before it is refused. */
 #define CU_IPC_REOPEN_WAIT_MS 2000
-/* A release that has found no moment free of client waits for this long
- * lets be the waits of lanes whose oldest job is younger than
- * CU_RELEASE_YOUNG_MS (release_begin); the second must be the smaller. */
-#define CU_RELEASE_PATIENCE_MS 250
-#define CU_RELEASE_YOUNG_MS    200
+/* While a release waits for the lanes' client waits to pass, new ones are
+ * taken on the host (release_begin), unless a lane's wait has been pending
+ * this long: a client that died, or holds its event for long, keeps the
+ * release out however long, and putting the others off would only slow
+ * them. */
+#define CU_RELEASE_HOPELESS_MS 1000
 
 /* daemon/fault.cu: a kernel that faults (test only, PROJD_CUDA_FAULT_AFTER),
  * one that holds the stream for ns (test only, PROJD_CUDA_STALL_AFTER). */
@@ -206,9 +207,12 @@ struct cu_state {
     long fault_after, fault_count; /* test only: fault after that many jobs */
     long stall_after, stall_count; /* test only: hold the stream after that many jobs */
     uint64_t stall_ns;
-    /* release_begin's patience (CU_RELEASE_PATIENCE_MS; tests may set
-     * $PROJD_CUDA_RELEASE_PATIENCE_MS, up to "never", to compare) */
-    long release_patience_ms;
+    /* A release waits to start or runs (release_begin): WAIT_EVENT jobs
+     * wait for their client's event on the host, not on a lane. Tests may
+     * set $PROJD_CUDA_RELEASE_DEFER=0 to compare without. */
+    atomic_int release_want;
+    int release_defer;
+    atomic_ullong waits_put_off, waits_on_host;
     uint32_t max_m, max_k, max_n;
     cu_lane *lanes[CU_MAX_LANES];
     uint32_t n_lanes;
@@ -1289,74 +1293,84 @@ static void *completion_main(void *arg)
 /* Lanes whose newest WAIT_EVENT job has not passed its client's wait:
  * its wait marker not done, or, where it has none, the job itself not
  * done. A lane runs in order, so when its newest wait has passed, all
- * earlier ones have. With young_ns > 0, a lane whose oldest unfinished
- * job was submitted less than young_ns ago is not counted: it is moving.
+ * earlier ones have. *oldest_ns (when not NULL): how long the oldest
+ * unfinished job of those lanes has been on its lane, 0 when none.
  * Any thread: the markers and completion events are the lane's own, never
  * destroyed while it runs; a slot reused meanwhile answers for its new
  * job, which errs on the side of waiting. */
-static uint32_t lanes_client_waits(cu_state *st, uint64_t young_ns)
+static uint32_t lanes_client_waits(cu_state *st, uint64_t *oldest_ns)
 {
     uint32_t waiting = 0;
-    const uint64_t now = young_ns ? now_ns() : 0;
+    const uint64_t now = now_ns();
+    uint64_t oldest = 0;
     for (uint32_t l = 0; l < st->n_lanes; l++) {
         cu_lane *ln = st->lanes[l];
         cudaEvent_t ev = NULL;
+        uint64_t t_head = 0;
         pthread_mutex_lock(&ln->mu);
-        if (young_ns && ln->count && now - ln->ring[ln->head].t_submit < young_ns) {
-            pthread_mutex_unlock(&ln->mu);
-            continue;
-        }
         for (uint32_t i = ln->count; i-- > 0;) {
             const cu_pend *p = &ln->ring[(ln->head + i) % CU_RING];
             if (p->wait_ev) {
                 ev = p->client_wait ? p->wev : p->ev;
+                t_head = ln->ring[ln->head].t_submit;
                 break;
             }
         }
         pthread_mutex_unlock(&ln->mu);
-        if (ev && cudaEventQuery(ev) == cudaErrorNotReady)
+        if (ev && cudaEventQuery(ev) == cudaErrorNotReady) {
             waiting++;
+            if (now > t_head && now - t_head > oldest)
+                oldest = now - t_head;
+        }
     }
     cudaGetLastError(); /* an event's error belongs to its job's completion */
+    if (oldest_ns)
+        *oldest_ns = oldest;
     return waiting;
 }
 
 /* cudaHostUnregister and cudaIpcCloseMemHandle return only once the
  * device's queued work has run, and meanwhile hold a lock of the driver's
  * that every other CUDA call of the process waits for. Behind a client
- * wait that never passes (a client that died before recording its event)
- * that stopped the event loop's next launch for good (session 32, visit
- * 1), although the release ran on the closer thread. So a release starts
- * only when no client wait is pending, and holds wait_mu from that check
- * until it returns: a WAIT_EVENT submit takes it too, from its
- * cudaStreamWaitEvent until the job is on the lane's ring, so no wait can
- * slip in between. Until then this thread polls (1 to 16 ms apart),
- * holding nothing: for good behind a dead client, whose lane's waits never
- * pass (releases then wait for the restart).
+ * wait that never passes (a client that died before recording its event,
+ * or one that stops passing its waits on purpose) that stops the event
+ * loop's next launch for good (session 32, visit 1), although the release
+ * runs on the closer thread. So a release starts only when no client wait
+ * is pending on any lane, and holds wait_mu from that check until it
+ * returns: a WAIT_EVENT submit takes it too, from its cudaStreamWaitEvent
+ * until the job is on the lane's ring, so no wait can slip in between.
  *
  * A client whose CPU runs ahead of its GPU (a model's forward pass) keeps
- * a wait pending on its lane nearly all the time, and such a release
- * would wait as long as the traffic lasts (test_cuda_backend S). So after
- * CU_RELEASE_PATIENCE_MS the lanes that are moving (oldest unfinished job
- * younger than CU_RELEASE_YOUNG_MS) no longer count: their waits pass in
- * the client's own time, and the release waits that long holding the
- * driver's lock. A wait that was pending when the release began is older
- * than that by then, so it still holds the release until it passes; the
- * risk left is a client that dies within CU_RELEASE_YOUNG_MS of a request
- * sent while a release waits (the release then never returns and the
- * loop's next CUDA call blocks: the systemd watchdog restarts projd, as it
- * does for a lost client anyway). Closer thread. */
+ * a wait pending on its lane nearly all the time (test_cuda_backend S), so
+ * waiting for a moment without one could last as long as its traffic.
+ * Instead, from the moment a release wants to start (release_want), a
+ * WAIT_EVENT job's wait is taken on the host (cu_submit): launched at once
+ * if the client's event is already done, else put off (-EAGAIN, the server
+ * tries again a millisecond later) until it is. No new wait reaches a lane,
+ * the ones queued pass in their clients' time, and the release starts
+ * with none left, so whatever a client does afterwards it waits only for
+ * the daemon's own work. Where a lane's oldest job has waited longer than
+ * CU_RELEASE_HOPELESS_MS (a client that died, or holds its event for long)
+ * the release cannot start before it passes, so the others' waits go on
+ * their lanes again meanwhile; behind a dead client releases wait for the
+ * restart. This thread polls 1 to 16 ms apart, holding nothing. Closer
+ * thread. */
 static void release_begin(cu_state *st)
 {
     cudaSetDevice(st->dev); /* the closer's thread is not the loop's */
-    const uint64_t t0 = now_ns();
     for (unsigned ms = 1;; ms = ms < 16 ? ms * 2 : 16) {
-        const uint64_t young =
-            ms_since(t0) >= (double)st->release_patience_ms ? CU_RELEASE_YOUNG_MS * 1000000ull : 0;
-        if (lanes_client_waits(st, young) == 0) {
+        uint64_t oldest = 0;
+        uint32_t waiting = lanes_client_waits(st, &oldest);
+        atomic_store(&st->release_want,
+                     st->release_defer && oldest < CU_RELEASE_HOPELESS_MS * 1000000ull);
+        if (waiting == 0) {
             pthread_mutex_lock(&st->wait_mu);
-            if (lanes_client_waits(st, young) == 0)
+            if (lanes_client_waits(st, NULL) == 0) {
+                /* Until release_end: a WAIT_EVENT submit meanwhile finds
+                 * wait_mu taken and waits on the host. */
+                atomic_store(&st->release_want, st->release_defer);
                 return;
+            }
             pthread_mutex_unlock(&st->wait_mu);
         }
         usleep(ms * 1000u);
@@ -1365,6 +1379,7 @@ static void release_begin(cu_state *st)
 
 static void release_end(cu_state *st)
 {
+    atomic_store(&st->release_want, 0);
     pthread_mutex_unlock(&st->wait_mu);
 }
 
@@ -1991,31 +2006,46 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
     p->n_bufs = 0;
     int wait_locked = 0;
     if (job->flags & PJ_PF_WAIT_EVENT) {
-        /* Until the job is on the ring, where a release sees its wait
-         * (release_begin). */
-        pthread_mutex_lock(&st->wait_mu);
-        wait_locked = 1;
         cudaEvent_t ev = conn_event(bs, job->wait_event, msg, sizeof msg);
-        cudaError_t ce = ev ? cudaStreamWaitEvent(ln->s, ev, 0) : cudaSuccess;
-        if (ev && ce == cudaSuccess) {
-            p->wbs = bs;
-            p->wait_ev = ev;
-        }
-        if (ev && ce == cudaSuccess) {
-            /* Best effort: without the marker the wait counts as the
-             * daemon's own time, and a release waits for the whole job
-             * (release_begin). One more record per request: less than
-             * apply()'s run-to-run spread (session 31, visit 1). */
-            if (!p->wev &&
-                cudaEventCreateWithFlags(&p->wev, cudaEventDisableTiming) != cudaSuccess) {
-                p->wev = NULL;
-                cudaGetLastError();
+        cudaError_t ce = cudaSuccess;
+        /* wait_mu until the job is on the ring, where a release sees its
+         * wait (release_begin); taken by a running release, or wanted by
+         * one about to start: the wait is taken here, on the host. */
+        if (ev)
+            wait_locked = pthread_mutex_trylock(&st->wait_mu) == 0;
+        if (ev && (!wait_locked || atomic_load(&st->release_want))) {
+            ce = cudaEventQuery(ev);
+            if (ce == cudaErrorNotReady) {
+                if (wait_locked)
+                    pthread_mutex_unlock(&st->wait_mu);
+                p->job = NULL;
+                p->bufs = NULL;
+                free(bufs);
+                atomic_fetch_add(&st->waits_put_off, 1);
+                return -EAGAIN; /* the server submits it again */
             }
-            if (p->wev && cudaEventRecord(p->wev, ln->s) == cudaSuccess) {
-                p->client_wait = 1;
-                p->t_own = 0;
-            } else {
-                cudaGetLastError();
+            if (ce == cudaSuccess)
+                atomic_fetch_add(&st->waits_on_host, 1);
+        } else if (ev) {
+            ce = cudaStreamWaitEvent(ln->s, ev, 0);
+            if (ce == cudaSuccess) {
+                p->wbs = bs;
+                p->wait_ev = ev;
+                /* Best effort: without the marker the wait counts as the
+                 * daemon's own time, and a release waits for the whole job
+                 * (release_begin). One more record per request: less than
+                 * apply()'s run-to-run spread (session 31, visit 1). */
+                if (!p->wev &&
+                    cudaEventCreateWithFlags(&p->wev, cudaEventDisableTiming) != cudaSuccess) {
+                    p->wev = NULL;
+                    cudaGetLastError();
+                }
+                if (p->wev && cudaEventRecord(p->wev, ln->s) == cudaSuccess) {
+                    p->client_wait = 1;
+                    p->t_own = 0;
+                } else {
+                    cudaGetLastError();
+                }
             }
         }
         if (!ev || ce != cudaSuccess) {
@@ -2169,6 +2199,11 @@ static void cu_stats_json(pj_backend *b, cJSON *obj)
     cJSON_AddNumberToObject(obj, "jobs", (double)atomic_load(&st->jobs));
     cJSON_AddNumberToObject(obj, "ops", (double)atomic_load(&st->ops));
     cJSON_AddNumberToObject(obj, "accepted", (double)atomic_load(&st->accepted));
+    /* WAIT_EVENT jobs whose wait was taken on the host while a release
+     * wanted to start: put off until the client's event was done, and
+     * launched without a wait on their lane. */
+    cJSON_AddNumberToObject(obj, "waits_put_off", (double)atomic_load(&st->waits_put_off));
+    cJSON_AddNumberToObject(obj, "waits_on_host", (double)atomic_load(&st->waits_on_host));
     cJSON_AddNumberToObject(obj, "failed", (double)atomic_load(&st->failed));
     cJSON_AddNumberToObject(obj, "fatal", (double)atomic_load(&st->fatal_errors));
     cJSON_AddBoolToObject(obj, "dead", atomic_load(&st->dead));
@@ -2353,8 +2388,7 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     st->fault_after = env_long("PROJD_CUDA_FAULT_AFTER", 0, 0, 1000000000L);
     st->stall_after = env_long("PROJD_CUDA_STALL_AFTER", 0, 0, 1000000000L);
     st->stall_ns = (uint64_t)env_long("PROJD_CUDA_STALL_MS", 3000, 1, 600000) * 1000000u;
-    st->release_patience_ms = env_long("PROJD_CUDA_RELEASE_PATIENCE_MS", CU_RELEASE_PATIENCE_MS,
-                                       CU_RELEASE_YOUNG_MS, 1000000000L);
+    st->release_defer = env_long("PROJD_CUDA_RELEASE_DEFER", 1, 0, 1) != 0;
     st->spin_ns = (uint64_t)env_long("PROJD_CUDA_SPIN_US", CU_SPIN_US, 0, 1000000) * 1000u;
     st->idle_spin_ns = (uint64_t)env_long("PROJD_CUDA_IDLE_SPIN_US", 0, 0, 1000000) * 1000u;
     uint32_t n_lanes = (uint32_t)env_long("PROJD_CUDA_LANES", CU_DEFAULT_LANES, 1, CU_MAX_LANES);

@@ -23,6 +23,9 @@
  *      open, other lanes serve), a REGISTER of the same CUDA allocation
  *      takes it back at once, and it closes after the last UNREGISTER
  *      (--w4 runs R and W4 alone).
+ *   S  a release under constant WAIT_EVENT traffic returns while it runs.
+ *   X  a live client that stops passing its waits while a release waits to
+ *      start hangs nothing: its waits were taken on the host.
  *   W4 a client with host shared-memory buffers, then one with its own
  *      CUDA IPC buffers, killed while its request waits for its unreached
  *      event: projd finds the client lost once its process is gone, says
@@ -39,6 +42,7 @@
  */
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -726,13 +730,16 @@ out:
  * 4 requests ahead). An idle CUDA allocation of another connection is
  * unregistered 0.3 s into 2.5 s of that traffic; how long its release took
  * is printed. Checked: the traffic's requests are answered, the release
- * returns while the traffic runs (its lane is moving: its oldest job is
- * young), and the mapping is closed. */
+ * returns while the traffic runs (meanwhile the client's waits are taken
+ * on the host, so none is left on its lane), and the mapping is closed.
+ * strict: PROJD_CUDA_RELEASE_DEFER=0, the waits stay on the lane
+ * (measured only: the release then waits for the traffic to stop). */
 #define S_AHEAD 4
 static void section_s(int strict)
 {
     printf("== S: a release under constant WAIT_EVENT traffic%s\n",
-           strict ? ", before session 33 (strict: no pending wait at all; measured only)" : "");
+           strict ? ", the waits left on the lane (PROJD_CUDA_RELEASE_DEFER=0; measured only)"
+                  : "");
     w_client w;
     if (w_client_open(&w) != 0) {
         CHECK(0, "S: cannot make a stream and IPC events");
@@ -749,9 +756,9 @@ static void section_s(int strict)
     void *dz = NULL;
     uint32_t z = 0;
     if (strict)
-        setenv("PROJD_CUDA_RELEASE_PATIENCE_MS", "1000000000", 1);
+        setenv("PROJD_CUDA_RELEASE_DEFER", "0", 1);
     int started = n_marks == S_AHEAD && start_open(&d, &t, NULL, "S") == 0;
-    unsetenv("PROJD_CUDA_RELEASE_PATIENCE_MS");
+    unsetenv("PROJD_CUDA_RELEASE_DEFER");
     if (!started) {
         CHECK(n_marks == S_AHEAD, "S: cannot make the client's events");
         goto out_events;
@@ -808,15 +815,17 @@ static void section_s(int strict)
         t_back = cc_now_us();
     double ipc1 = pjd_wait_stat(&u.c, "backend_stats.ipc_open", ipc0 - 1, 5000);
     CHECK(ipc1 == ipc0 - 1, "S: ipc_open %.0f after the release (want %.0f)", ipc1, ipc0 - 1);
-    /* backend_cuda.c release_begin: after 250 ms moving lanes no longer
-     * hold a release */
+    /* backend_cuda.c release_begin: the client's waits go on the host */
     CHECK(strict || t_back < t_end, "S: the release waited for the traffic to stop (%.0f ms)",
           (double)(t_back - t_unreg) / 1e3);
     printf("S: %u requests in %.2f s (%.0f per s, each waiting on the client's event); the "
-           "release returned %.0f ms after its UNREGISTER, %s (%u polls)\n",
+           "release returned %.0f ms after its UNREGISTER, %s (%u polls); waits put off %.0f "
+           "times, %.0f taken on the host\n",
            sent, (double)(t_end - t0) / 1e6, sent / ((double)(t_end - t0) / 1e6),
            (double)(t_back - t_unreg) / 1e3,
-           t_back < t_end ? "while the traffic ran" : "only after the traffic stopped", polls);
+           t_back < t_end ? "while the traffic ran" : "only after the traffic stopped", polls,
+           pjd_stat(&u.c, "backend_stats.waits_put_off"),
+           pjd_stat(&u.c, "backend_stats.waits_on_host"));
 out:
     pjc_close(&u);
     pjc_close(&t);
@@ -826,6 +835,158 @@ out:
 out_events:
     for (int i = 0; i < n_marks; i++)
         cudaEventDestroy(mark[i]);
+    w_client_close(&w);
+}
+
+/* X: a live client that tries to hang a release (review, session 34).
+ * Its requests wait on its event, each recorded behind a host function
+ * that passes it 50 ms after it is queued, at most 2 ahead: its lane
+ * always moves (session 33's rule let such a lane's waits be once a
+ * release had waited 250 ms, and the release then waited for them holding
+ * the driver's lock). An idle CUDA allocation of another connection is
+ * unregistered, and 200 ms later the client stops passing: the host
+ * function it has queued then holds its event for 4 s. Checked, 500 ms
+ * after the UNREGISTER, while that wait is held: the release has returned
+ * (no wait of the client's was on its lane when it started: they were
+ * taken on the host), and a request on the other connection is answered
+ * within 1 s; afterwards every request of the client's was answered and
+ * right, and the mapping is closed. */
+typedef struct x_client {
+    pjc_conn *t;
+    w_client *w;
+    atomic_int stop, hold;
+    unsigned sent, failed;
+    pthread_t th;
+} x_client;
+
+typedef struct x_gate {
+    x_client *x;
+    long long t_queued;
+} x_gate;
+
+/* On the client's stream: returns 50 ms after its request was queued, or,
+ * once the client holds (x->hold), 4 s after. */
+static void CUDART_CB x_gate_fn(void *arg)
+{
+    x_gate *g = arg;
+    for (;;) {
+        long long age = cc_now_us() - g->t_queued;
+        if (age >= 4000000 || (age >= 50000 && !atomic_load(&g->x->hold)))
+            break;
+        usleep(1000);
+    }
+    free(g);
+}
+
+#define X_AHEAD 2
+static void *x_client_main(void *arg)
+{
+    x_client *x = arg;
+    pjc_shape s = layer0_shape();
+    cc_fill_x(x->t->xs.p, &s);
+    pj_op op = pjc_op(x->t, &s);
+    memset(x->t->ys.p, 0xff, x->t->ys.size); /* what no request wrote shows */
+    cudaEvent_t mark[X_AHEAD];
+    for (int i = 0; i < X_AHEAD; i++)
+        cudaEventCreateWithFlags(&mark[i], cudaEventDisableTiming);
+    while (!atomic_load(&x->stop)) {
+        cudaEvent_t m = mark[x->sent % X_AHEAD];
+        if (x->sent >= X_AHEAD)
+            cudaEventSynchronize(m);
+        x_gate *g = malloc(sizeof *g);
+        g->x = x;
+        g->t_queued = cc_now_us();
+        if (cudaLaunchHostFunc(x->w->cs, x_gate_fn, g) != cudaSuccess ||
+            cudaEventRecord(x->w->in, x->w->cs) != cudaSuccess ||
+            cudaEventRecord(m, x->w->cs) != cudaSuccess) {
+            x->failed++;
+            break;
+        }
+        pj_done dn;
+        pj_op_result res[1];
+        int rc =
+            cc_project_ev(&x->t->c, PJ_PF_WAIT_EVENT | PJ_PF_SIGNAL_EVENT | PJ_PF_ACCEPT_REPLY, &op,
+                          1, (const uint8_t *)&x->w->hin, (const uint8_t *)&x->w->hout, &dn, res);
+        x->sent++;
+        x->failed += rc != PJ_OK || dn.status != PJ_OK;
+    }
+    cudaStreamSynchronize(x->w->cs);
+    for (int i = 0; i < X_AHEAD; i++)
+        cudaEventDestroy(mark[i]);
+    return NULL;
+}
+
+static void section_x(void)
+{
+    printf("== X: a live client that stops passing its waits while a release waits to start\n");
+    w_client w;
+    if (w_client_open(&w) != 0) {
+        CHECK(0, "X: cannot make a stream and IPC events");
+        return;
+    }
+    pj_dproc d;
+    pjc_conn t, u;
+    char why[600];
+    void *dz = NULL;
+    uint32_t z = 0;
+    if (start_open(&d, &t, NULL, "X") != 0) {
+        w_client_close(&w);
+        return;
+    }
+    int opened = pjc_open(&u, d.url, XBYTES, YBYTES, CC_REPLY_MS, why, sizeof why) == 0;
+    CHECK(opened, "X: a second connection: %s", why);
+    if (!opened || cudaMalloc(&dz, XBYTES) != cudaSuccess ||
+        cc_register_dev(&u.c, dz, &z, why, sizeof why) != 0) {
+        CHECK(0, "X: set-up: %s", why);
+        goto out;
+    }
+    double ipc0 = pjd_stat(&u.c, "backend_stats.ipc_open");
+    x_client x = {.t = &t, .w = &w};
+    atomic_init(&x.stop, 0);
+    atomic_init(&x.hold, 0);
+    if (pthread_create(&x.th, NULL, x_client_main, &x) != 0) {
+        CHECK(0, "X: the client's thread");
+        goto out;
+    }
+    usleep(300 * 1000); /* its traffic under way */
+    CHECK(pjt_unregister(&u.c, z) == PJ_OK, "X: UNREGISTER: %s", u.c.err.msg);
+    long long t_unreg = cc_now_us();
+    usleep(200 * 1000);
+    atomic_store(&x.hold, 1);
+    usleep(300 * 1000);
+    double releasing = pjd_stat(&u.c, "buffers.releasing");
+    pjc_shape s = layer0_shape();
+    long long t_req = cc_now_us();
+    int ran = run_shm(&u, &s, NULL, why, sizeof why) == 0;
+    double req_s = (double)(cc_now_us() - t_req) / 1e6;
+    double after = (double)(cc_now_us() - t_unreg) / 1e6;
+    CHECK(ran, "X: a request on the other connection: %s", why);
+    CHECK(req_s < 1.0, "X: the other connection's request took %.2f s (behind the held wait)",
+          req_s);
+    CHECK(releasing == 0, "X: 0.5 s after UNREGISTER the release had not returned (releasing %.0f)",
+          releasing);
+    CHECK(after < 3.5, "X: the checks took %.2f s, past the held wait: they prove nothing", after);
+    /* Printed, not checked: whether one of the client's requests came
+     * while the release waited depends on the timing (S checks that). */
+    double put_off = pjd_stat(&u.c, "backend_stats.waits_put_off");
+    atomic_store(&x.stop, 1);
+    pthread_join(x.th, NULL);
+    CHECK(x.sent > 4 && x.failed == 0, "X: the client's requests: %u sent, %u failed", x.sent,
+          x.failed);
+    w_check(&t, &w, &s, "X");
+    double ipc1 = pjd_wait_stat(&u.c, "backend_stats.ipc_open", ipc0 - 1, 5000);
+    CHECK(ipc1 == ipc0 - 1, "X: ipc_open %.0f after the release (want %.0f)", ipc1, ipc0 - 1);
+    printf("X: %u requests of the client, its wait held 4 s from 0.2 s after the UNREGISTER; at "
+           "0.5 s the release had %s, the other connection's request took %.3f s; waits put off "
+           "%.0f times, %.0f taken on the host\n",
+           x.sent, releasing == 0 ? "returned" : "not returned", req_s, put_off,
+           pjd_stat(&u.c, "backend_stats.waits_on_host"));
+out:
+    pjc_close(&u);
+    pjc_close(&t);
+    cc_stop(&d, "X");
+    if (dz)
+        cudaFree(dz);
     w_client_close(&w);
 }
 
@@ -1271,10 +1432,15 @@ int main(int argc, char **argv)
         section_f2();
         return cc_summary("test_cuda_backend --fault", t0);
     }
+    if (argc > 1 && strcmp(argv[1], "--x") == 0) { /* X alone (against another projd) */
+        section_x();
+        return cc_summary("test_cuda_backend --x", t0);
+    }
     if (argc > 1 && strcmp(argv[1], "--w4") == 0) { /* the sections alone */
         section_r();
         section_s(1);
         section_s(0);
+        section_x();
         section_w4(argv[0]);
         return cc_summary("test_cuda_backend --w4", t0);
     }
@@ -1286,6 +1452,7 @@ int main(int argc, char **argv)
     section_w();
     section_r();
     section_s(0);
+    section_x();
     section_w4(argv[0]);
     section_c();
     return cc_summary("test_cuda_backend", t0);
