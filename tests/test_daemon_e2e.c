@@ -1098,7 +1098,7 @@ START_TEST(deferred_submits)
 {
     pj_dproc d;
     setenv("PROJD_CPU_DEFER_EVERY", "2", 1);
-    pjd_start(&d, g_model_path, NULL);
+    pjd_start(&d, g_model_path, "{" HOLD_CFG "}");
     unsetenv("PROJD_CPU_DEFER_EVERY");
     const pj_model *model = pjc_model();
     char why[512];
@@ -1114,52 +1114,77 @@ START_TEST(deferred_submits)
                        .y_ld = L->max_n};
         ck_assert_msg(pjc_run(&t, &s, why, sizeof why) == 0, "request %u: %s", i, why);
     }
-    /* Two in flight at once: a heavy one (zero x, so a zero grid), then a
-     * light one writing rows 0..7 of that grid. Both are put off once; if
-     * a retry let the light one pass the heavy one, the heavy one's zeros
-     * would be what those rows hold. */
+    /* Requests in flight at once, each sent once the daemon has the one
+     * before (its contexts may take them in any order), behind a heavy one
+     * held to 200 ms (cpu.min_op_us). Every job is put off once; the
+     * server must keep a put-off job first in its queue.
+     * 1: H (another layer's values over rows 0..) then L (layer 0's
+     *    reference in rows 0..7): L must be what the rows hold.
+     * 2: H' (further down) then A (the reference in rows 0..7) and B (x
+     *    zeroed: zeros in rows 0..7), queued while H' runs: A is put off
+     *    with B behind it, and B must still run last (zeros). */
     uint32_t big = heaviest_layer();
     const pj_model_layer *L = &model->layers[big];
     const pj_model_layer *L0 = &model->layers[0];
     pjc_shape s = {
         .layer = 0, .mi = 1, .variant = 1, .n = L0->max_n, .x_ld = L0->w.k, .y_ld = L->max_n};
     pjc_stage(&t, &s);
+    const uint64_t zero_x = (uint64_t)8 * L0->w.k * 2;
+    memset((char *)t.xs.p + zero_x, 0, zero_x); /* B's x: 8 rows of zeros */
     pj_op heavy = {.layer = big,
                    .m = 256,
                    .n = L->max_n,
                    .x_buf = t.xid,
-                   .x_off = (uint64_t)8 * L0->w.k * 2,
+                   .x_off = zero_x,
                    .x_ld = L->w.k,
                    .y_buf = t.yid,
                    .y_ld = L->max_n};
-    pj_op ops[8];
-    for (int i = 0; i < 8; i++)
+    pj_op ops[8], ops_low[8];
+    for (int i = 0; i < 8; i++) {
         ops[i] = heavy;
-    pj_project ph = {.n_ops = 8, .ops = ops};
-    pj_op light = pjc_op(&t, &s);
-    pj_project pl = {.n_ops = 1, .ops = &light};
-    pjt_async a[2];
-    ck_assert_int_eq(pjt_project_send(&t.c, &a[0], 700, &ph), 0);
-    ck_assert_int_eq(pjt_project_send(&t.c, &a[1], 701, &pl), 0);
-    for (int i = 0; i < 2; i++) {
-        pj_op_result res[8];
-        pj_done dn = {.ops = res};
-        uint64_t id = 0;
-        ck_assert_int_eq(pjt_project_recv(&a[i], &id, &dn, 8), PJ_OK);
-        ck_assert_uint_eq(id, 700 + (uint64_t)i);
-        ck_assert_int_eq(dn.status, PJ_OK);
+        ops_low[i] = heavy;
+        ops_low[i].m = 16;
+        ops_low[i].y_off = (uint64_t)16 * L->max_n * 2; /* below rows 0..15 */
     }
+    pj_op light = pjc_op(&t, &s);
+    pj_op zero = light;
+    zero.x_off = zero_x;
+    const pj_project rounds[2][3] = {
+        {{.n_ops = 8, .ops = ops}, {.n_ops = 1, .ops = &light}},
+        {{.n_ops = 8, .ops = ops_low}, {.n_ops = 1, .ops = &light}, {.n_ops = 1, .ops = &zero}},
+    };
+    const int n_req[2] = {2, 3};
     const uint16_t *Y = t.ys.p;
     const uint16_t *ref = pjc_ref_y(0, 1, 1);
-    int light_last = 1;
-    for (uint32_t r = 0; r < 8; r++)
-        for (uint32_t col = 0; col < L0->max_n; col++)
-            light_last &= Y[(size_t)r * L->max_n + col] == ref[(size_t)r * L0->w.n + col];
-    ck_assert_msg(light_last, "the light request ran before the heavy one it followed");
     double projects = pjd_stat(&t.c, "requests.PROJECT");
+    for (int k = 0; k < 2; k++) {
+        pjt_async a[3];
+        for (int i = 0; i < n_req[k]; i++) {
+            ck_assert_int_eq(
+                pjt_project_send(&t.c, &a[i], 700 + 10 * (uint64_t)k + i, &rounds[k][i]), 0);
+            projects++;
+            ck_assert_double_eq(pjd_wait_stat(&t.c, "requests.PROJECT", projects, 10000), projects);
+        }
+        for (int i = 0; i < n_req[k]; i++) {
+            pj_op_result res[8];
+            pj_done dn = {.ops = res};
+            uint64_t id = 0;
+            ck_assert_int_eq(pjt_project_recv(&a[i], &id, &dn, 8), PJ_OK);
+            ck_assert_uint_eq(id, 700 + 10 * (uint64_t)k + i);
+            ck_assert_int_eq(dn.status, PJ_OK);
+        }
+        int want_ref = k == 0, as_wanted = 1;
+        for (uint32_t r = 0; r < 8; r++)
+            for (uint32_t col = 0; col < L0->max_n; col++)
+                as_wanted &= Y[(size_t)r * L->max_n + col] ==
+                             (want_ref ? ref[(size_t)r * L0->w.n + col] : 0);
+        ck_assert_msg(as_wanted, "%s",
+                      k == 0 ? "the light request ran before the heavy one it followed"
+                             : "B ran before A, the put-off request it was queued behind");
+    }
     double deferred = pjd_stat(&t.c, "submits_deferred");
-    ck_assert_msg(projects == 8 && deferred == projects - 1,
-                  "%.0f PROJECTs, %.0f submits put off (want 8 and 7: all but the first, once)",
+    ck_assert_msg(projects == 11 && deferred == projects - 1,
+                  "%.0f PROJECTs, %.0f submits put off (want 11 and 10: all but the first, once)",
                   projects, deferred);
     ck_assert_double_eq(pjd_stat(&t.c, "inflight"), 0);
     pjc_close(&t);
@@ -1173,6 +1198,8 @@ START_TEST(deferred_submits)
     ck_assert_int_eq(pjt_connect(&w, d.url, REPLY_MS), 0);
     ck_assert_int_eq(pjt_hello(&w, "watcher"), PJ_OK);
     pjc_stage(&t, &s);
+    pj_project pl = {.n_ops = 1, .ops = &light};
+    pjt_async a[1];
     ck_assert_int_eq(pjt_project_send(&t.c, &a[0], 800, &pl), 0);
     double tries = 0;
     long long t0 = pjd_now_ms();
@@ -1192,7 +1219,7 @@ START_TEST(deferred_submits)
                   before, after);
     pjt_close(&w);
     pjd_stop(&d);
-    printf("deferred_submits: 7 of 8 jobs put off once, results and order kept; a job put off "
+    printf("deferred_submits: 10 of 11 jobs put off once, results and order kept; a job put off "
            "for good tried %.0f times in %.2f s, then dropped with its connection\n",
            tries, (double)(pjd_now_ms() - t0) / 1e3);
 }
