@@ -62,10 +62,10 @@
  * be closed before it is refused. */
 #define CU_IPC_REOPEN_WAIT_MS 2000
 /* While a release waits for the lanes' client waits to pass, new ones are
- * taken on the host (release_begin), unless a lane's wait has been pending
- * this long: a client that died, or holds its event for long, keeps the
- * release out however long, and putting the others off would only slow
- * them. */
+ * taken on the host (release_begin), unless a lane with a wait pending has
+ * finished no job for this long: a client that died, or holds its event
+ * for long, keeps the release out however long, and putting the others off
+ * would only slow them. */
 #define CU_RELEASE_HOPELESS_MS 1000
 
 /* daemon/fault.cu: a kernel that faults (test only, PROJD_CUDA_FAULT_AFTER),
@@ -143,6 +143,7 @@ typedef struct cu_lane {
     pthread_cond_t cv;
     int stop;
     uint32_t head, count;
+    uint64_t t_moved; /* now_ns() when a job last left the ring (under mu) */
     cu_pend ring[CU_RING];
     atomic_ullong jobs, busy_ns;
 } cu_lane;
@@ -1283,6 +1284,7 @@ static void *completion_main(void *arg)
         complete(ln, p, ce);
         pthread_mutex_lock(&ln->mu);
         ln->head = (ln->head + 1) % CU_RING;
+        ln->t_moved = now_ns();
         __atomic_sub_fetch(&ln->count, 1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&ln->mu);
     }
@@ -1293,39 +1295,44 @@ static void *completion_main(void *arg)
 /* Lanes whose newest WAIT_EVENT job has not passed its client's wait:
  * its wait marker not done, or, where it has none, the job itself not
  * done. A lane runs in order, so when its newest wait has passed, all
- * earlier ones have. *oldest_ns (when not NULL): how long the oldest
- * unfinished job of those lanes has been on its lane, 0 when none.
+ * earlier ones have. *stuck_ns (when not NULL): the longest any of those
+ * lanes has gone without finishing a job (since its last one finished, or
+ * since its oldest job came, whichever is later), 0 when none: a client
+ * that passes its waits slowly moves its lane now and then, one that died
+ * or holds its event does not.
  * Any thread: the markers and completion events are the lane's own, never
  * destroyed while it runs; a slot reused meanwhile answers for its new
  * job, which errs on the side of waiting. */
-static uint32_t lanes_client_waits(cu_state *st, uint64_t *oldest_ns)
+static uint32_t lanes_client_waits(cu_state *st, uint64_t *stuck_ns)
 {
     uint32_t waiting = 0;
     const uint64_t now = now_ns();
-    uint64_t oldest = 0;
+    uint64_t stuck = 0;
     for (uint32_t l = 0; l < st->n_lanes; l++) {
         cu_lane *ln = st->lanes[l];
         cudaEvent_t ev = NULL;
-        uint64_t t_head = 0;
+        uint64_t since = 0;
         pthread_mutex_lock(&ln->mu);
         for (uint32_t i = ln->count; i-- > 0;) {
             const cu_pend *p = &ln->ring[(ln->head + i) % CU_RING];
             if (p->wait_ev) {
                 ev = p->client_wait ? p->wev : p->ev;
-                t_head = ln->ring[ln->head].t_submit;
+                since = ln->ring[ln->head].t_submit;
+                if (ln->t_moved > since)
+                    since = ln->t_moved;
                 break;
             }
         }
         pthread_mutex_unlock(&ln->mu);
         if (ev && cudaEventQuery(ev) == cudaErrorNotReady) {
             waiting++;
-            if (now > t_head && now - t_head > oldest)
-                oldest = now - t_head;
+            if (now > since && now - since > stuck)
+                stuck = now - since;
         }
     }
     cudaGetLastError(); /* an event's error belongs to its job's completion */
-    if (oldest_ns)
-        *oldest_ns = oldest;
+    if (stuck_ns)
+        *stuck_ns = stuck;
     return waiting;
 }
 
@@ -1349,20 +1356,22 @@ static uint32_t lanes_client_waits(cu_state *st, uint64_t *oldest_ns)
  * tries again a millisecond later) until it is. No new wait reaches a lane,
  * the ones queued pass in their clients' time, and the release starts
  * with none left, so whatever a client does afterwards it waits only for
- * the daemon's own work. Where a lane's oldest job has waited longer than
- * CU_RELEASE_HOPELESS_MS (a client that died, or holds its event for long)
- * the release cannot start before it passes, so the others' waits go on
- * their lanes again meanwhile; behind a dead client releases wait for the
- * restart. This thread polls 1 to 16 ms apart, holding nothing. Closer
+ * the daemon's own work. Where a lane with a wait pending has finished no
+ * job for CU_RELEASE_HOPELESS_MS (a client that died, or holds its event
+ * for long) the release cannot start before it moves, so the others' waits
+ * go on their lanes again meanwhile; behind a dead client releases wait
+ * for the restart. A client that passes its waits slowly (300 ms apart,
+ * say) keeps its lane moving, so deferral stays on and the release starts
+ * once its queued waits have passed. This thread polls 1 to 16 ms apart, holding nothing. Closer
  * thread. */
 static void release_begin(cu_state *st)
 {
     cudaSetDevice(st->dev); /* the closer's thread is not the loop's */
     for (unsigned ms = 1;; ms = ms < 16 ? ms * 2 : 16) {
-        uint64_t oldest = 0;
-        uint32_t waiting = lanes_client_waits(st, &oldest);
+        uint64_t stuck = 0;
+        uint32_t waiting = lanes_client_waits(st, &stuck);
         atomic_store(&st->release_want,
-                     st->release_defer && oldest < CU_RELEASE_HOPELESS_MS * 1000000ull);
+                     st->release_defer && stuck < CU_RELEASE_HOPELESS_MS * 1000000ull);
         if (waiting == 0) {
             pthread_mutex_lock(&st->wait_mu);
             if (lanes_client_waits(st, NULL) == 0) {
@@ -1968,8 +1977,16 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
     int full = ln->count >= CU_RING;
     uint32_t slot = (ln->head + ln->count) % CU_RING;
     pthread_mutex_unlock(&ln->mu);
-    if (full)
-        return -EAGAIN;
+    if (full) {
+        /* Not put off (-EAGAIN): behind a dead client's wait the lane
+         * never drains, and the server would try it for good. */
+        snprintf(msg, sizeof msg,
+                 "lane %u already has %d jobs in flight (answered at launch, behind a wait "
+                 "that has not passed?)",
+                 ln->idx, CU_RING);
+        fail_now(job, PJ_E_LIMIT, 0, msg);
+        return 0;
+    }
     cu_pend *p = &ln->ring[slot];
     cu_buf **bufs = calloc(2 * (size_t)job->n_ops, sizeof *bufs);
     if (!bufs)
