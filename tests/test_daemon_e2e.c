@@ -601,6 +601,56 @@ static uint32_t heaviest_layer(void)
     return big;
 }
 
+/* The order probe of inflight_limit_and_order and deferred_submits: layer
+ * 0's light shape (m = 8, its reference x staged in rows 0..7) writing
+ * rows 0..7 of a grid as wide as the heaviest layer's, and an op of that
+ * layer at m = 256 reading the x after the light shape's and writing the
+ * grid from row 0: rows 0..7 hold the light one's reference only if it ran
+ * after the heavy one. */
+typedef struct order_probe {
+    pjc_shape shape; /* the light one's */
+    pj_op light, heavy;
+    uint64_t after_x; /* byte offset of the x after the light one's */
+    uint32_t grid_n;  /* the grid's row length */
+} order_probe;
+
+static order_probe order_probe_stage(pjc_conn *t)
+{
+    const pj_model *model = pjc_model();
+    uint32_t big = heaviest_layer();
+    const pj_model_layer *L = &model->layers[big];
+    const pj_model_layer *L0 = &model->layers[0];
+    order_probe o = {.grid_n = L->max_n};
+    o.shape = (pjc_shape){
+        .layer = 0, .mi = 1, .variant = 1, .n = L0->max_n, .x_ld = L0->w.k, .y_ld = L->max_n};
+    pjc_stage(t, &o.shape);
+    o.after_x = (uint64_t)8 * L0->w.k * 2;
+    o.light = pjc_op(t, &o.shape);
+    o.heavy = (pj_op){.layer = big,
+                      .m = 256,
+                      .n = L->max_n,
+                      .x_buf = t->xid,
+                      .x_off = o.after_x,
+                      .x_ld = L->w.k,
+                      .y_buf = t->yid,
+                      .y_ld = L->max_n};
+    return o;
+}
+
+/* 1 when rows 0..7 of t's y hold the light shape's reference (want_ref)
+ * or zeros (!want_ref). */
+static int order_rows_hold(const pjc_conn *t, const order_probe *o, int want_ref)
+{
+    const uint16_t *Y = t->ys.p;
+    const uint16_t *ref = pjc_ref_y(0, 1, 1);
+    const uint32_t n = o->shape.n;
+    for (uint32_t r = 0; r < 8; r++)
+        for (uint32_t col = 0; col < n; col++)
+            if (Y[(size_t)r * o->grid_n + col] != (want_ref ? ref[(size_t)r * n + col] : 0))
+                return 0;
+    return 1;
+}
+
 /* Several requests in flight on one connection (nng contexts): the
  * connection's limit answers the extra ones with PJ_E_LIMIT, and requests
  * of one connection complete in the order they arrived. */
@@ -608,93 +658,36 @@ START_TEST(inflight_limit_and_order)
 {
     pj_dproc d;
     pjd_start(&d, g_model_path, "{\"limits\": {\"max_inflight_per_conn\": 2}, " HOLD_CFG "}");
-    const pj_model *model = pjc_model();
     char why[512];
     pjc_conn t;
     ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
-    /* The biggest layer at m = 256, 64 times over, each op held to 25 ms:
-     * the next two requests arrive while it runs. */
-    uint32_t big = heaviest_layer();
-    const pj_model_layer *L = &model->layers[big];
-    /* The light request (layer 0, m = 8) writes rows 0..7 of the grid the
-     * heavy one (zero input, so zero output) writes completely: if the
-     * light one ran last, its result is what those rows hold. */
-    const pj_model_layer *L0 = &model->layers[0];
-    pjc_shape s = {
-        .layer = 0, .mi = 1, .variant = 1, .n = L0->max_n, .x_ld = L0->w.k, .y_ld = L->max_n};
-    pjc_stage(&t, &s);
-    uint64_t zero_x = (uint64_t)8 * L0->w.k * 2;
-    pj_op heavy = {.layer = big,
-                   .m = 256,
-                   .n = L->max_n,
-                   .x_buf = t.xid,
-                   .x_off = zero_x,
-                   .x_ld = L->w.k,
-                   .y_buf = t.yid,
-                   .y_ld = L->max_n};
+    /* The order probe's heavy op 64 times over, each op held to 25 ms: the
+     * next two requests arrive while it runs. */
+    order_probe o = order_probe_stage(&t);
     pj_op ops[64];
     for (int i = 0; i < 64; i++)
-        ops[i] = heavy;
+        ops[i] = o.heavy;
     pj_project p = {.n_ops = 64, .ops = ops};
-    pj_op light = pjc_op(&t, &s);
-    pj_project pl = {.n_ops = 1, .ops = &light};
-
-    nng_ctx ctx[3];
-    nng_aio *aio[3];
+    pj_project pl = {.n_ops = 1, .ops = &o.light};
+    pjt_async a[3];
     for (int i = 0; i < 3; i++) {
-        ck_assert_int_eq(nng_ctx_open(&ctx[i], t.c.sock), 0);
-        ck_assert_int_eq(nng_aio_alloc(&aio[i], NULL, NULL), 0);
-        nng_aio_set_timeout(aio[i], REPLY_MS);
-        pj_wbuf b;
-        pj_wbuf_init(&b);
-        pj_enc_project(&b, 100 + (uint64_t)i, i == 0 ? &p : &pl);
-        nng_msg *m;
-        ck_assert_int_eq(nng_msg_alloc(&m, 0), 0);
-        nng_msg_append(m, b.data, b.len);
-        pj_wbuf_free(&b);
-        nng_aio_set_msg(aio[i], m);
-        nng_ctx_send(ctx[i], aio[i]);
-        nng_aio_wait(aio[i]);
-        ck_assert_int_eq(nng_aio_result(aio[i]), 0);
+        ck_assert_int_eq(pjt_project_send(&t.c, &a[i], 100 + (uint64_t)i, i == 0 ? &p : &pl), 0);
         /* Make sure the daemon has it before the next one goes. */
         ck_assert_double_eq(pjd_wait_stat(&t.c, "requests.PROJECT", i + 1.0, 10000), i + 1.0);
     }
     int codes[3];
     for (int i = 2; i >= 0; i--) {
-        nng_ctx_recv(ctx[i], aio[i]);
-        nng_aio_wait(aio[i]);
-        ck_assert_int_eq(nng_aio_result(aio[i]), 0);
-        nng_msg *m = nng_aio_get_msg(aio[i]);
-        pj_hdr h;
-        ck_assert_int_eq(pj_dec_hdr(nng_msg_body(m), nng_msg_len(m), 1 << 20, &h, why, sizeof why),
-                         PJ_OK);
-        ck_assert_uint_eq(h.req_id, 100 + (uint64_t)i);
-        if (h.type == PJ_MSG_ERROR) {
-            pj_error_msg em;
-            pj_dec_error((uint8_t *)nng_msg_body(m) + PJ_WIRE_HDR_SIZE, h.body_len, &em, why,
-                         sizeof why);
-            codes[i] = em.code;
-        } else {
-            ck_assert_uint_eq(h.type, PJ_MSG_DONE);
-            codes[i] = PJ_OK;
-        }
-        nng_msg_free(m);
+        pj_op_result res[64];
+        pj_done dn = {.ops = res};
+        uint64_t id = 0;
+        codes[i] = pjt_project_recv(&a[i], &id, &dn, 64);
+        ck_assert_uint_eq(id, 100 + (uint64_t)i);
     }
     ck_assert_int_eq(codes[0], PJ_OK);
     ck_assert_int_eq(codes[1], PJ_OK);
     ck_assert_int_eq(codes[2], PJ_E_LIMIT);
     /* FIFO: the light request ran after the heavy one. */
-    const uint16_t *Y = t.ys.p;
-    const uint16_t *ref = pjc_ref_y(0, 1, 1);
-    int light_last = 1;
-    for (uint32_t r = 0; r < 8; r++)
-        for (uint32_t col = 0; col < L0->max_n; col++)
-            light_last &= Y[(size_t)r * L->max_n + col] == ref[(size_t)r * L0->w.n + col];
-    ck_assert_msg(light_last, "the light request did not run last");
-    for (int i = 0; i < 3; i++) {
-        nng_aio_free(aio[i]);
-        nng_ctx_close(ctx[i]);
-    }
+    ck_assert_msg(order_rows_hold(&t, &o, 1), "the light request did not run last");
     ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
     pjc_close(&t);
     pjd_stop(&d);
@@ -1123,39 +1116,22 @@ START_TEST(deferred_submits)
      * 2: H' (further down) then A (the reference in rows 0..7) and B (x
      *    zeroed: zeros in rows 0..7), queued while H' runs: A is put off
      *    with B behind it, and B must still run last (zeros). */
-    uint32_t big = heaviest_layer();
-    const pj_model_layer *L = &model->layers[big];
-    const pj_model_layer *L0 = &model->layers[0];
-    pjc_shape s = {
-        .layer = 0, .mi = 1, .variant = 1, .n = L0->max_n, .x_ld = L0->w.k, .y_ld = L->max_n};
-    pjc_stage(&t, &s);
-    const uint64_t zero_x = (uint64_t)8 * L0->w.k * 2;
-    memset((char *)t.xs.p + zero_x, 0, zero_x); /* B's x: 8 rows of zeros */
-    pj_op heavy = {.layer = big,
-                   .m = 256,
-                   .n = L->max_n,
-                   .x_buf = t.xid,
-                   .x_off = zero_x,
-                   .x_ld = L->w.k,
-                   .y_buf = t.yid,
-                   .y_ld = L->max_n};
+    order_probe o = order_probe_stage(&t);
+    memset((char *)t.xs.p + o.after_x, 0, o.after_x); /* B's x: 8 rows of zeros */
     pj_op ops[8], ops_low[8];
     for (int i = 0; i < 8; i++) {
-        ops[i] = heavy;
-        ops_low[i] = heavy;
+        ops[i] = o.heavy;
+        ops_low[i] = o.heavy;
         ops_low[i].m = 16;
-        ops_low[i].y_off = (uint64_t)16 * L->max_n * 2; /* below rows 0..15 */
+        ops_low[i].y_off = (uint64_t)16 * o.grid_n * 2; /* below rows 0..15 */
     }
-    pj_op light = pjc_op(&t, &s);
-    pj_op zero = light;
-    zero.x_off = zero_x;
+    pj_op zero = o.light;
+    zero.x_off = o.after_x;
     const pj_project rounds[2][3] = {
-        {{.n_ops = 8, .ops = ops}, {.n_ops = 1, .ops = &light}},
-        {{.n_ops = 8, .ops = ops_low}, {.n_ops = 1, .ops = &light}, {.n_ops = 1, .ops = &zero}},
+        {{.n_ops = 8, .ops = ops}, {.n_ops = 1, .ops = &o.light}},
+        {{.n_ops = 8, .ops = ops_low}, {.n_ops = 1, .ops = &o.light}, {.n_ops = 1, .ops = &zero}},
     };
     const int n_req[2] = {2, 3};
-    const uint16_t *Y = t.ys.p;
-    const uint16_t *ref = pjc_ref_y(0, 1, 1);
     double projects = pjd_stat(&t.c, "requests.PROJECT");
     for (int k = 0; k < 2; k++) {
         pjt_async a[3];
@@ -1173,12 +1149,7 @@ START_TEST(deferred_submits)
             ck_assert_uint_eq(id, 700 + 10 * (uint64_t)k + i);
             ck_assert_int_eq(dn.status, PJ_OK);
         }
-        int want_ref = k == 0, as_wanted = 1;
-        for (uint32_t r = 0; r < 8; r++)
-            for (uint32_t col = 0; col < L0->max_n; col++)
-                as_wanted &= Y[(size_t)r * L->max_n + col] ==
-                             (want_ref ? ref[(size_t)r * L0->w.n + col] : 0);
-        ck_assert_msg(as_wanted, "%s",
+        ck_assert_msg(order_rows_hold(&t, &o, k == 0), "%s",
                       k == 0 ? "the light request ran before the heavy one it followed"
                              : "B ran before A, the put-off request it was queued behind");
     }
@@ -1197,8 +1168,8 @@ START_TEST(deferred_submits)
     pjt_client w;
     ck_assert_int_eq(pjt_connect(&w, d.url, REPLY_MS), 0);
     ck_assert_int_eq(pjt_hello(&w, "watcher"), PJ_OK);
-    pjc_stage(&t, &s);
-    pj_project pl = {.n_ops = 1, .ops = &light};
+    o = order_probe_stage(&t);
+    pj_project pl = {.n_ops = 1, .ops = &o.light};
     pjt_async a[1];
     ck_assert_int_eq(pjt_project_send(&t.c, &a[0], 800, &pl), 0);
     double tries = 0;
