@@ -243,6 +243,10 @@ static int parse_line(pj_trace *t, const perr *p, const char *s, size_t len)
     if (nul >= 0)
         return fail(p, NULL, "a string holds %s (column %ld); names cannot contain NUL",
                     s[nul] == '\0' ? "a NUL byte" : "\\u0000", nul + 1);
+    char what[96];
+    long bad = pj_json_strict(s, len, 0, what, sizeof what);
+    if (bad >= 0)
+        return fail(p, NULL, "%s (column %ld)", what, bad + 1);
     cJSON *root = cJSON_ParseWithLengthOpts(s, len, &end, 0);
     int rc = 0;
     if (!root) {

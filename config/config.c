@@ -858,6 +858,47 @@ long pj_json_nul_escape(const char *json, size_t len)
     return -1;
 }
 
+long pj_json_strict(const char *json, size_t len, int integers_only, char *what, size_t whatlen)
+{
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        const unsigned char c = (unsigned char)json[i];
+        if (in_str) {
+            if (c == '"') {
+                in_str = false;
+            } else if (c == '\\' && i + 1 < len) {
+                i++; /* the escaped character */
+            } else if (c < 0x20) {
+                snprintf(what, whatlen, "an unescaped control byte (0x%02x) in a string", c);
+                return (long)i;
+            }
+        } else if (c == '"') {
+            in_str = true;
+        } else if (c < 0x20 && c != ' ' && c != '\t' && c != '\n' && c != '\r') {
+            snprintf(what, whatlen, "a control byte (0x%02x) where only white space may be", c);
+            return (long)i;
+        } else if (integers_only && (c == '-' || (c >= '0' && c <= '9'))) {
+            size_t j = i, digits = i + (c == '-');
+            /* a leading zero is not JSON either (cJSON reads 01 as 1) */
+            bool whole = !(digits + 1 < len && json[digits] == '0' && json[digits + 1] >= '0' &&
+                           json[digits + 1] <= '9');
+            while (j < len &&
+                   (json[j] == '-' || json[j] == '+' || json[j] == '.' || json[j] == 'e' ||
+                    json[j] == 'E' || (json[j] >= '0' && json[j] <= '9'))) {
+                whole &= json[j] != '.' && json[j] != 'e' && json[j] != 'E';
+                j++;
+            }
+            if (!whole) {
+                snprintf(what, whatlen, "a number that is not a whole one (%.*s)",
+                         (int)(j - i < 32 ? j - i : 32), json + i);
+                return (long)i;
+            }
+            i = j - 1;
+        }
+    }
+    return -1;
+}
+
 static int apply_doc(pj_config *cfg, const char *json, size_t len, const char *file, char *err,
                      size_t errlen)
 {
@@ -909,6 +950,16 @@ static int apply_doc(pj_config *cfg, const char *json, size_t len, const char *f
         if (err && errlen)
             snprintf(err, errlen, "%s: line %u, column %u: %s is not allowed in strings", doc, line,
                      col, json[nul] == '\0' ? "a NUL byte" : "\\u0000");
+        cJSON_Delete(root);
+        return -EINVAL;
+    }
+    char what[96];
+    long bad = pj_json_strict(json, len, 0, what, sizeof what);
+    if (bad >= 0) {
+        unsigned line, col;
+        line_col(json, (size_t)bad, &line, &col);
+        if (err && errlen)
+            snprintf(err, errlen, "%s: line %u, column %u: %s", doc, line, col, what);
         cJSON_Delete(root);
         return -EINVAL;
     }

@@ -146,4 +146,12 @@ const char *pj_log_level_name(pj_log_level l);
  * safetensors header's tensor names): callers refuse such documents. */
 long pj_json_nul_escape(const char *json, size_t len);
 
+/* The offset of the first byte of json that JSON does not allow but cJSON
+ * takes, or -1: a control byte (below 0x20) outside a string other than
+ * space, tab, CR and LF (cJSON skips it as white space), one unescaped
+ * inside a string, and, with integers_only, a number with a fraction, an
+ * exponent or a leading zero (cJSON reads 6.4e1 as 64, 01 as 1). what
+ * (whatlen bytes) says which, in words. Run after pj_json_nul_escape. */
+long pj_json_strict(const char *json, size_t len, int integers_only, char *what, size_t whatlen);
+
 #endif

@@ -253,6 +253,12 @@ static const bad_case bad_cases[] = {
     {"  \n ", "config", "config: expected a JSON object, got an empty document"},
     {"{\"tuning\":{\"table\":\"a\\u0000b\"}}", "config",
      "config: line 1, column 22: \\u0000 is not allowed in strings"},
+    /* cJSON skips any byte below 0x21 as white space, and copies control
+     * bytes into strings; JSON allows neither. */
+    {"{\"log\":{\"level\":\"info\"}\x01}", "config",
+     "config: line 1, column 24: a control byte (0x01) where only white space may be"},
+    {"{\"tuning\":{\"table\":\"a\tb\"}}", "config",
+     "config: line 1, column 22: an unescaped control byte (0x09) in a string"},
 };
 
 START_TEST(bad_config_exact_message_and_untouched)

@@ -240,6 +240,32 @@ START_TEST(bad_name_escaped)
 }
 END_TEST
 
+/* What cJSON takes and JSON (and the reference reader) does not: 1.0 and
+ * 1e0 read as integers, 01 as 1, a control byte as white space. (2.5 is
+ * refused with its tensor named: bad_shape_entries.) */
+START_TEST(bad_not_json_integers)
+{
+    expect_bad_header("{\"o.weight\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1.0]}}", 1,
+                      "header has a number that is not a whole one (1.0) at byte 56");
+    expect_bad_header("{\"o.weight\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1e0]}}", 1,
+                      "header has a number that is not a whole one (1e0) at byte 56");
+    expect_bad_header("{\"o.weight\":{\"dtype\":\"U8\",\"shape\":[01],\"data_offsets\":[0,1]}}", 1,
+                      "header has a number that is not a whole one (01) at byte 35");
+    expect_bad_header("{\"o.weight\":\x01{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+                      1,
+                      "header has a control byte (0x01) where only white space may be at byte 12");
+    /* and the same header written as JSON loads */
+    size_t len;
+    uint8_t *b =
+        image("{\"o.weight\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 0, 1, &len);
+    char err[512] = "";
+    pj_st_file *f = NULL;
+    ck_assert_msg(pj_st_parse(b, len, "model.safetensors", &f, err, sizeof err) == 0, "%s", err);
+    pj_st_close(f);
+    free(b);
+}
+END_TEST
+
 /* A small valid file on disk, then cut short: the truncated data is caught. */
 START_TEST(bad_truncated_file)
 {
@@ -566,6 +592,7 @@ static Suite *st_suite(void)
     tcase_add_test(bad, bad_metadata);
     tcase_add_test(bad, bad_repeated_field);
     tcase_add_test(bad, bad_name_escaped);
+    tcase_add_test(bad, bad_not_json_integers);
     tcase_add_test(bad, bad_truncated_file);
     tcase_add_test(bad, mutations);
     tcase_set_timeout(bad, 60);

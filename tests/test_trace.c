@@ -171,6 +171,9 @@ static const bad_case bad_cases[] = {
     /* A NUL escape would cut the name (or key) short. */
     {"{\"ops\":[{\"layer\":\"o\\u0000x\",\"m\":1}]}", "a string holds \\u0000 (column 20)"},
     {"{\"ops\":[{\"layer\":\"o\",\"m\\u0000\":1}]}", "a string holds \\u0000 (column 24)"},
+    /* cJSON skips a control byte as white space; JSON does not. */
+    {"{\"ops\":[{\"layer\":\"o\",\x02\"m\":1}]}",
+     "a control byte (0x02) where only white space may be (column 22)"},
 };
 
 START_TEST(parse_bad)
