@@ -1362,8 +1362,8 @@ static uint32_t lanes_client_waits(cu_state *st, uint64_t *stuck_ns)
  * go on their lanes again meanwhile; behind a dead client releases wait
  * for the restart. A client that passes its waits slowly (300 ms apart,
  * say) keeps its lane moving, so deferral stays on and the release starts
- * once its queued waits have passed. This thread polls 1 to 16 ms apart, holding nothing. Closer
- * thread. */
+ * once its queued waits have passed. This thread polls 1 to 16 ms apart,
+ * holding nothing. Closer thread. */
 static void release_begin(cu_state *st)
 {
     cudaSetDevice(st->dev); /* the closer's thread is not the loop's */
