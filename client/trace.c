@@ -109,6 +109,39 @@ int pj_trace_add(pj_trace *t, int64_t t_us, uint32_t client, const char *const *
 
 /* ---- parser ------------------------------------------------------------------ */
 
+/* A layer name as a JSON string ("o", "a\u001bb"): names come from the
+ * file and may hold any byte but NUL, and messages go to a terminal. A
+ * name is at most PJ_TRACE_NAME_MAX bytes, so QUOTED_MAX always fits. */
+#define QUOTED_MAX (6 * PJ_TRACE_NAME_MAX + 3)
+static const char *quote_name(const char *s, char *out, size_t cap)
+{
+    size_t at = 0;
+    out[at++] = '"';
+    for (; *s && at + 8 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            at += (size_t)snprintf(out + at, cap - at, "\\%c", c);
+        else if (c < 0x20 || c == 0x7f)
+            at += (size_t)snprintf(out + at, cap - at, "\\u%04x", c);
+        else
+            out[at++] = (char)c;
+    }
+    out[at++] = '"';
+    out[at] = 0;
+    return out;
+}
+
+/* The name bare where it prints as itself, else quoted. */
+static const char *name_text(const char *s, char *out, size_t cap)
+{
+    for (const char *q = s; *q; q++) {
+        unsigned char c = (unsigned char)*q;
+        if (c < 0x21 || c == 0x7f || c == '"' || c == '\\' || c == ',')
+            return quote_name(s, out, cap);
+    }
+    return s;
+}
+
 /* A JSON value as the message shows it: scalars verbatim (cut to ~40
  * characters), containers by kind. */
 static void describe(const cJSON *v, char *out, size_t cap)
@@ -326,10 +359,12 @@ static int parse_line(pj_trace *t, const perr *p, const char *s, size_t len)
         uint32_t idx;
         int irc = intern(t, names[i], &idx);
         if (irc == -ENOSPC) {
+            char qn[QUOTED_MAX];
             rc = fail(p, field,
-                      "\"%s\" would be the trace's %d-th distinct layer name; a daemon serves "
+                      "%s would be the trace's %d-th distinct layer name; a daemon serves "
                       "at most %d layers",
-                      names[i], PJ_WIRE_MAX_LAYERS + 1, PJ_WIRE_MAX_LAYERS);
+                      quote_name(names[i], qn, sizeof qn), PJ_WIRE_MAX_LAYERS + 1,
+                      PJ_WIRE_MAX_LAYERS);
             goto out;
         } else if (irc) {
             rc = irc;
@@ -492,8 +527,10 @@ int pj_trace_resolve(pj_trace *t, const pj_welcome *w, char *err, size_t errlen)
                     snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "",
                              w->layers[k].name);
                 snprintf(field, sizeof field, "ops[%u].layer", i);
-                rc = fail(&p, field, "unknown layer \"%s\" (the daemon serves %s)",
-                          t->names[o->name], list[0] ? list : "no layers");
+                char qn[QUOTED_MAX];
+                rc = fail(&p, field, "unknown layer %s (the daemon serves %s)",
+                          quote_name(t->names[o->name], qn, sizeof qn),
+                          list[0] ? list : "no layers");
                 goto out;
             }
             if (o->m > w->max_m) {
@@ -504,8 +541,9 @@ int pj_trace_resolve(pj_trace *t, const pj_welcome *w, char *err, size_t errlen)
             const pj_wire_layer *wl = &w->layers[l];
             if (o->n_req > wl->n) {
                 snprintf(field, sizeof field, "ops[%u].n", i);
-                rc = fail(&p, field, "%u is more than layer \"%s\" allows (%u rows)", o->n_req,
-                          wl->name, wl->n);
+                char qn[QUOTED_MAX];
+                rc = fail(&p, field, "%u is more than layer %s allows (%u rows)", o->n_req,
+                          quote_name(wl->name, qn, sizeof qn), wl->n);
                 goto out;
             }
             o->layer = l;
@@ -567,7 +605,8 @@ size_t pj_trace_signature(const pj_trace *t, size_t r, pj_trace_mset_fn mset_lab
                     break;
             }
         }
-        PUT("%s%s", i ? "," : "", t->names[o->name]);
+        char qn[QUOTED_MAX];
+        PUT("%s%s", i ? "," : "", name_text(t->names[o->name], qn, sizeof qn));
         if (o->n_req)
             PUT("/%u", o->n_req);
         if (run > 1)
@@ -584,21 +623,6 @@ size_t pj_trace_signature(const pj_trace *t, size_t r, pj_trace_mset_fn mset_lab
 
 /* ---- writer ----------------------------------------------------------------- */
 
-static void put_json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 int pj_trace_write(const pj_trace *t, FILE *f, const char *header)
 {
     if (header)
@@ -611,8 +635,9 @@ int pj_trace_write(const pj_trace *t, FILE *f, const char *header)
         fprintf(f, "\"client\":%u,\"ops\":[", q->client);
         for (uint32_t i = 0; i < q->n_ops; i++) {
             const pj_trace_op *o = &t->ops[q->op0 + i];
-            fprintf(f, "%s{\"layer\":", i ? "," : "");
-            put_json_string(f, t->names[o->name]);
+            char qn[QUOTED_MAX];
+            fprintf(f, "%s{\"layer\":%s", i ? "," : "",
+                    quote_name(t->names[o->name], qn, sizeof qn));
             fprintf(f, ",\"m\":%u", o->m);
             if (o->n_req)
                 fprintf(f, ",\"n\":%u", o->n_req);

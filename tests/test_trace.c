@@ -345,6 +345,11 @@ START_TEST(resolve)
          "\"qkv\",\"m\":1}]}",
          "r.jsonl:3: ops[1].layer: unknown layer \"qkv\" (the daemon serves qkv_gate, o, pooler, "
          "unpooler, router)"},
+        /* A name from the file reaches the terminal escaped, not as the
+         * escape sequence it holds. */
+        {"{\"ops\":[{\"layer\":\"a\\u001b[2Jb\\\"\",\"m\":1}]}",
+         "r.jsonl:1: ops[0].layer: unknown layer \"a\\u001b[2Jb\\\"\" (the daemon serves qkv_gate, "
+         "o, pooler, unpooler, router)"},
         {"{\"ops\":[{\"layer\":\"o\",\"m\":257}]}",
          "r.jsonl:1: ops[0].m: 257 is more than the daemon's max_m (256)"},
         {"{\"ops\":[{\"layer\":\"o\",\"m\":1,\"n\":257}]}",
@@ -451,6 +456,16 @@ START_TEST(signature)
     need = pj_trace_signature(&t, 0, NULL, NULL, small, sizeof small);
     ck_assert_str_eq(small, "qkv_gat");
     ck_assert_uint_eq(need, strlen("qkv_gate,unpooler/1024 m=12"));
+    pj_trace_free(&t);
+    /* A name that would not print as itself (a control byte, or the
+     * separator) is written quoted and escaped. */
+    ck_assert_int_eq(parse_text(&t, "s.jsonl",
+                                "{\"ops\":[{\"layer\":\"a,b\",\"m\":2},{\"layer\":\"c\\u0007\","
+                                "\"m\":2}]}\n{\"ops\":[{\"layer\":\"o\",\"m\":1}]}\n",
+                                err, sizeof err),
+                     0);
+    pj_trace_signature(&t, 0, NULL, NULL, sig, sizeof sig);
+    ck_assert_str_eq(sig, "\"a,b\",\"c\\u0007\" m=2");
     pj_trace_free(&t);
 
     /* 30 ops of one layer at m=1 and at m=256: runs are written once with
