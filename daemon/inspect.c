@@ -220,13 +220,10 @@ int pj_inspect_print(FILE *out, const pj_config *cfg, const char *model_path, in
     warn_list wl = {0};
     pj_model *m = NULL;
     pj_st_file *st = NULL;
-    int rc = pj_model_load(c, &m, collect_warn, &wl, err, errlen);
+    /* The file the load read, kept for its metadata: opening the path
+     * again could report another file's (one put there since). */
+    int rc = pj_model_load_file(c, &m, &st, collect_warn, &wl, err, errlen);
     if (rc == 0) {
-        /* Only for the metadata; the load already validated this file, and
-         * if it changed since, the report just goes without metadata. */
-        char e2[256];
-        if (pj_st_open(c->model.path, &st, e2, sizeof e2) != 0)
-            st = NULL;
         if (json)
             rc = print_json(out, m, st, &wl);
         else

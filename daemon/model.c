@@ -506,7 +506,15 @@ int pj_model_check(const pj_config *cfg, char *err, size_t errlen)
 int pj_model_load(const pj_config *cfg, pj_model **out, pj_model_warn_fn warn, void *ctx, char *err,
                   size_t errlen)
 {
+    return pj_model_load_file(cfg, out, NULL, warn, ctx, err, errlen);
+}
+
+int pj_model_load_file(const pj_config *cfg, pj_model **out, pj_st_file **file,
+                       pj_model_warn_fn warn, void *ctx, char *err, size_t errlen)
+{
     *out = NULL;
+    if (file)
+        *file = NULL;
     const char *path = cfg->model.path;
     int rc = check_layer_count(cfg, err, errlen);
     if (rc)
@@ -546,7 +554,10 @@ int pj_model_load(const pj_config *cfg, pj_model **out, pj_model_warn_fn warn, v
      * file stayed as it was until now. */
     if ((rc = pj_st_verify(st, err, errlen)) != 0)
         goto fail;
-    pj_st_close(st);
+    if (file)
+        *file = st;
+    else
+        pj_st_close(st);
     m->load_ms = now_ms() - t0 - m->convert_ms;
     *out = m;
     return 0;

@@ -85,6 +85,13 @@ typedef void (*pj_model_warn_fn)(void *ctx, const char *msg);
 int pj_model_load(const pj_config *cfg, pj_model **out, pj_model_warn_fn warn, void *ctx, char *err,
                   size_t errlen);
 
+/* pj_model_load that also hands over the safetensors file it read (file
+ * != NULL: *file, pj_st_close it; NULL on failure), for a caller that wants
+ * the same file's header (its metadata) without opening the path again,
+ * where another file may have been put since. */
+int pj_model_load_file(const pj_config *cfg, pj_model **out, pj_st_file **file,
+                       pj_model_warn_fn warn, void *ctx, char *err, size_t errlen);
+
 /* What pj_model_load decides from the file's header alone, without reading
  * or converting any weight (for --check-config): the file opens and is a
  * valid safetensors file, and every layer's tensor is there with a shape,
