@@ -132,6 +132,12 @@ struct ring_cli {
     uint64_t spin_ns;
     int removed_at_attach; /* conn->pipes_removed then */
     int stop;
+    /* pj_ring_wait's stop word for the reaper: set with stop, and by a
+     * submit whose deadline comes before reaper_wake (under mu: when the
+     * reaper means to look again), so that a short timeout is not kept
+     * waiting for the reaper's 20 ms look. */
+    int poke;
+    uint64_t reaper_wake;
     pthread_t reaper;
     /* Whoever takes replies off the completion queue holds reap_mu: the
      * reaper, or a thread waiting for its own reply (ring_reap_own), which
@@ -1088,7 +1094,12 @@ static int ring_submit(ring_cli *rc, const pj_wbuf *w, projd_request *r, projd_e
     atomic_fetch_add(&rc->refs, 1);
     r->in_pending = 1;
     req_list_push(&rc->pending, r);
+    const int poke = r->cb && r->deadline < rc->reaper_wake;
     pthread_mutex_unlock(&rc->mu);
+    if (poke) {
+        __atomic_store_n(&rc->poke, 1, __ATOMIC_SEQ_CST);
+        pj_ring_kick(&rc->ring, PJ_RING_CQ);
+    }
     return 0;
 }
 
@@ -1172,14 +1183,24 @@ static void ring_take_reply(ring_cli *rc, const uint8_t *msg, size_t len)
 }
 
 /* The earliest deadline of the pending requests, or UINT64_MAX. */
-static uint64_t ring_earliest(ring_cli *rc)
+/* The reaper's next look: the earliest pending deadline (returned;
+ * UINT64_MAX when none), rounded up to a millisecond from now, and at most
+ * 20 ms away; *wait_ms is how long from now. Kept in reaper_wake under mu,
+ * where a submit compares its deadline with it. */
+static uint64_t ring_plan(ring_cli *rc, int *wait_ms)
 {
     uint64_t first = UINT64_MAX;
     pthread_mutex_lock(&rc->mu);
     for (const projd_request *r = rc->pending; r; r = r->lnext)
         if (r->deadline < first)
             first = r->deadline;
+    const uint64_t t0 = now_ns();
+    int ms = 20;
+    if (first != UINT64_MAX && first - t0 < 20000000ull)
+        ms = first <= t0 ? 0 : (int)((first - t0 + 999999) / 1000000);
+    rc->reaper_wake = t0 + (uint64_t)ms * 1000000ull;
     pthread_mutex_unlock(&rc->mu);
+    *wait_ms = ms;
     return first;
 }
 
@@ -1262,17 +1283,18 @@ static void *ring_reaper(void *arg)
     ring_cli *rc = arg;
     tl_completing = rc;
     size_t cap = pj_ring_msg_max(&rc->ring);
-    while (!__atomic_load_n(&rc->stop, __ATOMIC_ACQUIRE)) {
+    for (;;) {
+        /* Cleared before stop is read: a close sets stop, then poke. */
+        __atomic_store_n(&rc->poke, 0, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&rc->stop, __ATOMIC_SEQ_CST))
+            break;
         /* Asleep at most until the first deadline (1 ms steps), so that a
-         * request times out when nng's would; 20 ms when none is near. */
-        const uint64_t first = ring_earliest(rc), t0 = now_ns();
-        int wait_ms = 20;
-        if (first != UINT64_MAX)
-            wait_ms = first <= t0 ? 0 : (int)((first - t0 + 999999) / 1000000);
-        if (wait_ms > 20)
-            wait_ms = 20;
-        int w = wait_ms ? pj_ring_wait(&rc->ring, PJ_RING_CQ, rc->spin_ns, wait_ms, &rc->stop) : 0;
-        if (w == -EINTR)
+         * request times out when nng's would; 20 ms when none is near, or
+         * until a submit with an earlier deadline pokes. */
+        int wait_ms;
+        const uint64_t first = ring_plan(rc, &wait_ms);
+        int w = wait_ms ? pj_ring_wait(&rc->ring, PJ_RING_CQ, rc->spin_ns, wait_ms, &rc->poke) : 0;
+        if (w == -EINTR && __atomic_load_n(&rc->stop, __ATOMIC_SEQ_CST))
             break;
         size_t len;
         int prc;
@@ -1449,7 +1471,8 @@ static void ring_close(projd_conn *c)
     pthread_mutex_unlock(&c->mu);
     if (!rc)
         return;
-    __atomic_store_n(&rc->stop, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&rc->stop, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&rc->poke, 1, __ATOMIC_SEQ_CST);
     pj_ring_stop_thread(&rc->ring, PJ_RING_CQ, rc->reaper);
     /* The callbacks run here now: a wait from one is refused as on the
      * reaper. */
