@@ -96,7 +96,7 @@ GPU_TESTS := $(GPU_TEST_C:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 TEST_HELPER_C := $(wildcard tests/helpers/*.c)
 TEST_HELPER_O := $(TEST_HELPER_C:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: all deps run test test-gpu fuzz bench-ipc format clean progs tests install install-files install-activate
+.PHONY: all deps run test test-gpu fuzz bench-ipc format clean progs tests install install-files install-activate uninstall
 # Keep object files of tests and programs (make would delete them as intermediates).
 .SECONDARY:
 all: progs tests libprojd
@@ -236,7 +236,33 @@ install-activate:
 	    echo "systemd-tmpfiles --create $(PREFIX)/lib/tmpfiles.d/projd.conf"; \
 	    systemd-tmpfiles --create $(PREFIX)/lib/tmpfiles.d/projd.conf || exit 1; fi; \
 	if [ -d /run/systemd/system ]; then \
-	    echo "systemctl daemon-reload"; systemctl daemon-reload || exit 1; fi
+	    echo "systemctl daemon-reload"; systemctl daemon-reload || exit 1; fi; \
+	if command -v ldconfig >/dev/null; then echo "ldconfig"; ldconfig || exit 1; fi
+
+# What install put there, removed (the same PREFIX, UNITDIR and DESTDIR),
+# but /etc/projd/projd.json (the node's configuration, perhaps edited) and
+# /var/lib/projd (its model). Into the running system as root, the
+# instances and the MPS unit are stopped and disabled first, and systemd
+# and the loader's cache reloaded after.
+INSTALLED_PROGS = $(notdir $(PROGS)) projd-bench
+uninstall:
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && [ -d /run/systemd/system ]; then \
+	    for u in $$(systemctl list-units --all --plain --no-legend 'projd@*.service' | awk '{print $$1}') \
+	             $$(cd /etc/systemd/system && ls -1 -- */projd@*.service 2>/dev/null | xargs -r -n1 basename) \
+	             projd-mps.service; do \
+	        echo "systemctl disable --now $$u"; systemctl disable --now "$$u" 2>/dev/null || true; done; fi
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(sort $(INSTALLED_PROGS))) \
+	    $(DESTDIR)$(UNITDIR)/projd@.service $(DESTDIR)$(UNITDIR)/projd-mps.service \
+	    $(DESTDIR)$(PREFIX)/lib/sysusers.d/projd.conf $(DESTDIR)$(PREFIX)/lib/tmpfiles.d/projd.conf \
+	    $(DESTDIR)$(PREFIX)/lib/libprojd.so $(DESTDIR)$(PREFIX)/lib/libprojd.so.1 \
+	    $(DESTDIR)$(PREFIX)/lib/libprojd.a
+	rm -rf $(DESTDIR)$(PREFIX)/include/projd $(DESTDIR)$(PREFIX)/share/projd \
+	    $(DESTDIR)$(PREFIX)/share/doc/projd
+	@if [ -e $(DESTDIR)/etc/projd/projd.json ]; then \
+	    echo "uninstall: kept $(DESTDIR)/etc/projd/projd.json (remove it by hand if it is not wanted)"; fi
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ]; then \
+	    if [ -d /run/systemd/system ]; then echo "systemctl daemon-reload"; systemctl daemon-reload; fi; \
+	    if command -v ldconfig >/dev/null; then echo "ldconfig"; ldconfig; fi; fi
 
 # The copying half of install: builds nothing, and stops if a file it
 # copies is missing (tests/e2e_install.sh runs it against a finished

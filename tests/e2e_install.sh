@@ -3,8 +3,9 @@
 # package build does) installs every file deploy/README.md's table promises
 # (the documents `projd --help` names too, and the installed projd's --help
 # names the folder they were installed in),
-# the installed libprojd exports only its API, and the installed Python
-# binding finds the installed libprojd on its own.
+# the installed libprojd exports only its API, the installed Python
+# binding finds the installed libprojd on its own, and `make uninstall`
+# takes it all away again but the node's configuration.
 # It runs install's copying half (install-files) against the build under
 # test, which builds nothing: a nested make could rebuild with other flags.
 # Usage: tests/e2e_install.sh BUILD_DIR
@@ -121,6 +122,23 @@ print('e2e_install: the installed binding loads', lib._name)" 2>"$tmp/py.log"; t
         cat "$tmp/py.log" >&2
         fail=1
     fi
+fi
+# uninstall (same DESTDIR and PREFIX) removes every file install wrote but
+# the node's configuration, and says that it kept that.
+if make -s BUILD="$build" CUDA="$cuda" uninstall DESTDIR="$tmp/root" PREFIX=/usr \
+    UNITDIR=/lib/systemd/system >"$tmp/uninstall.log" 2>&1; then
+    left=$(cd "$tmp/root" && find . \( -type f -o -type l \) | sort | tr '\n' ' ')
+    if [ "$left" != "./etc/projd/projd.json " ]; then
+        echo "e2e_install: FAIL: after make uninstall these are left: $left" >&2
+        fail=1
+    fi
+    grep -q "kept $tmp/root/etc/projd/projd.json" "$tmp/uninstall.log" ||
+        { echo "e2e_install: FAIL: make uninstall does not say it kept projd.json" >&2
+          cat "$tmp/uninstall.log" >&2; fail=1; }
+else
+    echo "e2e_install: FAIL: make uninstall" >&2
+    cat "$tmp/uninstall.log" >&2
+    fail=1
 fi
 [ "$fail" -eq 0 ] && echo "e2e_install: ok"
 exit "$fail"
