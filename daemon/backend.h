@@ -186,6 +186,9 @@ const pj_backend_ops *pj_backend_cpu_ops(void);
 #ifdef PJ_HAVE_CUDA
 const pj_backend_ops *pj_backend_cuda_ops(void);
 int pj_backend_cuda_probe(char *why, size_t whylen);
+/* Is the device cfg names (device.uuid, else device.index) visible? 0, or
+ * -ENODEV with err as a start would say it. Makes no CUDA context. */
+int pj_backend_cuda_check_device(const pj_config *cfg, char *err, size_t errlen);
 #endif
 
 /* Choose the backend for want (auto/cpu/cuda). On success *out is set and
@@ -193,6 +196,13 @@ int pj_backend_cuda_probe(char *why, size_t whylen);
  * -ENODEV / -ENOTSUP with err set (cuda asked for but not built or no GPU). */
 int pj_backend_select(pj_backend_kind want, const pj_backend_ops **out, char *why, size_t whylen,
                       char *err, size_t errlen);
+
+/* For --check-config: what the chosen backend (ops, from
+ * pj_backend_select) would refuse about cfg's device before loading
+ * anything: the cuda backend's device.uuid / device.index among the
+ * visible devices; nothing for the cpu backend. 0, or -ENODEV with err. */
+int pj_backend_check_device(const pj_backend_ops *ops, const pj_config *cfg, char *err,
+                            size_t errlen);
 
 /* Allocate and open an instance. Returns 0 or a negative errno (err set). */
 int pj_backend_create(const pj_backend_ops *ops, const pj_config *cfg, const pj_model *model,

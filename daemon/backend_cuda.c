@@ -371,9 +371,10 @@ int pj_backend_cuda_probe(char *why, size_t whylen)
 
 /* ---- device ------------------------------------------------------------------------ */
 
-static int select_device(cu_state *st, char *err, size_t errlen)
+/* The device cfg names (device.uuid, else device.index) among the visible
+ * ones: *dev, or -ENODEV with err saying why. Makes no context. */
+static int find_device(const pj_config *cfg, int *out, char *err, size_t errlen)
 {
-    const pj_config *cfg = st->b->cfg;
     int n = 0;
     cudaError_t ce = cudaGetDeviceCount(&n);
     if (ce != cudaSuccess || n <= 0) {
@@ -411,7 +412,26 @@ static int select_device(cu_state *st, char *err, size_t errlen)
         }
         dev = cfg->device.index;
     }
-    ce = cudaSetDevice(dev);
+    *out = dev;
+    return 0;
+}
+
+int pj_backend_cuda_check_device(const pj_config *cfg, char *err, size_t errlen)
+{
+    int dev = -1;
+    int rc = find_device(cfg, &dev, err, errlen);
+    cudaGetLastError();
+    return rc;
+}
+
+static int select_device(cu_state *st, char *err, size_t errlen)
+{
+    const pj_config *cfg = st->b->cfg;
+    int dev = -1;
+    int rc = find_device(cfg, &dev, err, errlen);
+    if (rc)
+        return rc;
+    cudaError_t ce = cudaSetDevice(dev);
     if (ce == cudaSuccess)
         ce = cudaFree(NULL); /* create the primary context now */
     if (ce == cudaSuccess)
@@ -526,15 +546,20 @@ static int needs_bf16_copy(const cu_state *st, const cu_layer *cl)
     return f[0] && strcmp(f, "gemvz") != 0;
 }
 
-static void split_force(const char *spec, char *name, size_t nlen, char *knobs, size_t klen)
+/* "name[:knobs]" into its parts. -1 when a part does not fit (nothing is
+ * cut: a cut knob string could name other knobs, "lsk=16" as "lsk=1"). */
+static int split_force(const char *spec, char *name, size_t nlen, char *knobs, size_t klen)
 {
     const char *colon = strchr(spec, ':');
     size_t l = colon ? (size_t)(colon - spec) : strlen(spec);
-    if (l >= nlen)
-        l = nlen - 1;
+    const char *kn = colon ? colon + 1 : "";
+    name[0] = knobs[0] = 0;
+    if (l >= nlen || strlen(kn) >= klen)
+        return -1;
     memcpy(name, spec, l);
     name[l] = 0;
-    snprintf(knobs, klen, "%s", colon ? colon + 1 : "");
+    snprintf(knobs, klen, "%s", kn);
+    return 0;
 }
 
 /* Does the table run the streamed GEMV (gemv pipe = 3, which reads the
@@ -584,8 +609,9 @@ static int upload_layers(cu_state *st, char *err, size_t errlen)
         cu_layer *cl = &st->layers[i];
         pj_eng_layer *L = &cl->L;
         cl->graph_n = ml->max_n ? ml->max_n : ml->w.n;
-        split_force(ml->engine, cl->force, sizeof cl->force, cl->force_knobs,
-                    sizeof cl->force_knobs);
+        /* The config takes an engine's name alone (S_ENGINE): it fits. */
+        (void)split_force(ml->engine, cl->force, sizeof cl->force, cl->force_knobs,
+                          sizeof cl->force_knobs);
         const int copy = needs_bf16_copy(st, cl);
         int rc = pj_engup_layer(ml->name, &ml->w, copy, st->b->model->load_threads, L, &cl->mem,
                                 err, errlen);
@@ -954,14 +980,35 @@ static int choose_engines(cu_state *st, char *err, size_t errlen)
             sh->step = choose(st, cl, &c, &sh->k, &sh->kn);
             const char *f = st->env_force[0] ? st->env_force : cl->force;
             if (f[0] && sh->step != 0) {
+                /* The reason for the knobs pj_eng_choose tried: the
+                 * engine's defaults with the forced knobs over them. */
                 char why[160] = "unknown engine name";
+                const char *fkn = st->env_force[0] ? st->env_knobs : cl->force_knobs;
                 int fe = pj_eng_from_name(f);
                 if (fe >= 0) {
                     pj_eng_knobs fk =
                         pj_eng_default_knobs((pj_eng_kind)fe, &cl->L, st->shape_m[si]);
-                    pj_eng_can_run((pj_eng_kind)fe, &fk, &c, &st->lim, why, sizeof why);
+                    snprintf(why, sizeof why, "refused by the dispatcher");
+                    if (!fkn[0] || pj_eng_knobs_parse(fkn, fe, &fk, why, sizeof why) == 0)
+                        pj_eng_can_run((pj_eng_kind)fe, &fk, &c, &st->lim, why, sizeof why);
                 }
                 snprintf(sh->note, sizeof sh->note, "forced %s refused: %s", f, why);
+                pj_log_warn("cuda: layer %s m=%u: %s", cl->L.name, st->shape_m[si], sh->note);
+            }
+            /* A table entry that passed the load's device check can still be
+             * refused for this layer (a cuBLAS entry on a z12 layer kept
+             * without its bf16 copy, a cuBLASLt configuration that does not
+             * take graph_n): say which and why, not only "default". */
+            const pj_tune_entry *te = st->table ? pj_dispatch_choose(st->table, cl->L.name, cl->L.N,
+                                                                     cl->L.K, st->shape_m[si])
+                                                : NULL;
+            if (!f[0] && te && sh->step > 1) {
+                char why[160] = "refused by the dispatcher", ks[128];
+                const pj_eng_knobs ek = pj_tune_entry_knobs(te, st->shape_m[si]);
+                pj_eng_can_run(te->eng, &ek, &c, &st->lim, why, sizeof why);
+                pj_eng_knobs_str(te->eng, &ek, ks, sizeof ks);
+                snprintf(sh->note, sizeof sh->note, "table entry m=%u %s(%s) refused: %s", te->m,
+                         pj_eng_name(te->eng), ks, why);
                 pj_log_warn("cuda: layer %s m=%u: %s", cl->L.name, st->shape_m[si], sh->note);
             }
             if (sh->step < 0) {
@@ -1845,6 +1892,35 @@ static cudaError_t copy_rows(void *dst, size_t dld, const void *src, size_t sld,
     return cudaMemcpy2DAsync(dst, dld, src, sld, width, rows, cudaMemcpyDefault, s);
 }
 
+/* The staged forms copy x in and y out row by row (cudaMemcpy2DAsync),
+ * which refuses a row pitch over the device's memPitch (2^31 - 1 bytes on
+ * Hopper) with an error that would read as the daemon's fault. A stride
+ * that long is the request's shape: say so, as E_SHAPE, before staging. */
+static int staged_pitch_check(const cu_state *st, const cu_layer *cl, const pj_exec_op *op,
+                              char *err, size_t errlen)
+{
+    const uint64_t max_pitch = st->prop.memPitch;
+    if (op->m == 1)
+        return PJ_OK; /* one row: a plain copy, no pitch */
+    const char *which = NULL;
+    uint64_t ld = 0;
+    if (op->x_ld * 2 > max_pitch) {
+        which = "x";
+        ld = op->x_ld;
+    } else if (op->y_ld * 2 > max_pitch) {
+        which = "y";
+        ld = op->y_ld;
+    }
+    if (!which)
+        return PJ_OK;
+    snprintf(err, errlen,
+             "op (%s m=%u n=%u): %s stride %" PRIu64 " elements (%" PRIu64
+             " bytes) is over the device's largest copy pitch (%" PRIu64
+             " bytes), and this request is staged (host memory, or no engine takes it in place)",
+             cl->L.name, op->m, op->n, which, ld, ld * 2, max_pitch);
+    return PJ_E_SHAPE;
+}
+
 /* Enqueue one op. Returns PJ_OK or a pj_status with err set. */
 static int run_op(cu_state *st, cu_lane *ln, pj_exec_op *op, char *err, size_t errlen)
 {
@@ -1872,6 +1948,9 @@ static int run_op(cu_state *st, cu_lane *ln, pj_exec_op *op, char *err, size_t e
         k = sh->k;
     } else if (graph) {
         pj_cgraph *g = &ln->graphs[op->layer][si];
+        int rc = staged_pitch_check(st, cl, op, err, errlen);
+        if (rc != PJ_OK)
+            return rc;
         ce = copy_rows(ln->sx, (size_t)K * 2, op->x, op->x_ld * 2, (size_t)K * 2, op->m, ln->s);
         if (ce == cudaSuccess && pj_cg_bind(g, ln->sx, ln->sy, t, sizeof t) != 0) {
             snprintf(err, errlen, "op (%s m=%u): %s", cl->L.name, op->m, t);
@@ -1915,6 +1994,9 @@ static int run_op(cu_state *st, cu_lane *ln, pj_exec_op *op, char *err, size_t e
                          op->m, op->n);
                 return PJ_E_BACKEND;
             }
+            int rc = staged_pitch_check(st, cl, op, err, errlen);
+            if (rc != PJ_OK)
+                return rc;
             ce = copy_rows(ln->sx, (size_t)K * 2, op->x, op->x_ld * 2, (size_t)K * 2, op->m, ln->s);
             if (ce == cudaSuccess && pj_eng_launch(k, &kn, &c, ln->es) != 0)
                 ce = cudaErrorLaunchFailure;
@@ -2283,6 +2365,23 @@ static void cu_stats_json(pj_backend *b, cJSON *obj)
         add_engines_json(st, eng);
 }
 
+/* Without MPS a client's kernels and projd's time-slice the GPU (293 us
+ * against 23 us a round trip, deploy/README.md "Why MPS"), and nothing else
+ * says so: the driver finds the control daemon through the pipe directory
+ * quietly, or runs without it. */
+static void warn_without_mps(void)
+{
+    const char *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    if (!dir || !dir[0])
+        dir = "/tmp/nvidia-mps";
+    char path[4200];
+    snprintf(path, sizeof path, "%s/control", dir);
+    if (access(path, F_OK) != 0)
+        pj_log_warn("cuda: no MPS control daemon (%s: %s): clients that launch kernels on this GPU "
+                    "time-slice with projd (deploy/README.md, \"Why MPS\")",
+                    path, strerror(errno));
+}
+
 static void log_report(cu_state *st)
 {
     const cu_report *r = &st->rep;
@@ -2323,6 +2422,7 @@ static void log_report(cu_state *st)
     }
     pj_log_info("cuda: %u lanes (streams), %u graphs of %u rebindable", st->n_lanes, r->graphs,
                 r->graphs_patch);
+    warn_without_mps();
 }
 
 /* ---- open / close -------------------------------------------------------------------------- */
@@ -2386,7 +2486,15 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
             st->shape_m[st->n_shapes++] = cfg->shapes.m[i];
     const char *fe = getenv("PROJD_FORCE_ENGINE");
     if (fe && *fe) {
-        split_force(fe, st->env_force, sizeof st->env_force, st->env_knobs, sizeof st->env_knobs);
+        if (split_force(fe, st->env_force, sizeof st->env_force, st->env_knobs,
+                        sizeof st->env_knobs) != 0) {
+            snprintf(err, errlen,
+                     "PROJD_FORCE_ENGINE=%.80s...: longer than an engine name (%zu bytes) and "
+                     "its knobs (%zu bytes) can be",
+                     fe, sizeof st->env_force - 1, sizeof st->env_knobs - 1);
+            cu_close(b);
+            return -EINVAL;
+        }
         pj_eng_knobs probe;
         memset(&probe, 0, sizeof probe);
         char why[160];
@@ -2395,7 +2503,8 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
             cu_close(b);
             return -EINVAL;
         }
-        if (st->env_knobs[0] && pj_eng_knobs_parse(st->env_knobs, &probe, why, sizeof why) != 0) {
+        if (st->env_knobs[0] && pj_eng_knobs_parse(st->env_knobs, pj_eng_from_name(st->env_force),
+                                                   &probe, why, sizeof why) != 0) {
             snprintf(err, errlen, "PROJD_FORCE_ENGINE=%s: %s", fe, why);
             cu_close(b);
             return -EINVAL;

@@ -13,7 +13,24 @@
 #define PJ_CUDA_BACKEND 1
 extern const pj_backend_ops *pj_backend_cuda_ops(void) __attribute__((weak));
 extern int pj_backend_cuda_probe(char *why, size_t whylen) __attribute__((weak));
+extern int pj_backend_cuda_check_device(const pj_config *cfg, char *err, size_t errlen)
+    __attribute__((weak));
 #endif
+
+int pj_backend_check_device(const pj_backend_ops *ops, const pj_config *cfg, char *err,
+                            size_t errlen)
+{
+#ifdef PJ_CUDA_BACKEND
+    if (ops && pj_backend_cuda_ops && pj_backend_cuda_check_device && ops == pj_backend_cuda_ops())
+        return pj_backend_cuda_check_device(cfg, err, errlen);
+#else
+    (void)ops;
+    (void)cfg;
+    (void)err;
+    (void)errlen;
+#endif
+    return 0;
+}
 
 int pj_backend_select(pj_backend_kind want, const pj_backend_ops **out, char *why, size_t whylen,
                       char *err, size_t errlen)

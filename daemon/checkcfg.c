@@ -153,6 +153,8 @@ int pj_checkcfg_run(const pj_config *cfg, const char *config_file, const char *u
     const pj_backend_ops *ops;
     if (pj_backend_select(cfg->device.backend, &ops, why, sizeof why, err, sizeof err) != 0)
         problem(&n, "%s", err);
+    else if (pj_backend_check_device(ops, cfg, err, sizeof err) != 0)
+        problem(&n, "backend %s: %s", ops->name, err);
     check_socket(url, &n);
     check_group(cfg, &n);
     check_model(cfg, &n);

@@ -112,6 +112,10 @@ pj_eng_knobs pj_tune_entry_knobs(const pj_tune_entry *e, uint32_t m)
         kn.lt = kn.lid = kn.lst = kn.lsk = kn.lcu = kn.lcl = kn.lsw = 0;
         kn.ltile = 0;
     }
+    /* algo >= 2 is a place in the heuristic's list for the entry's own
+     * shape; at another m that place holds another kernel, or none. */
+    if (e->eng == PJ_ENG_CUBLAS && kn.algo >= 2 && e->m != m)
+        kn.algo = 1;
     return kn;
 }
 
@@ -134,29 +138,49 @@ static int lt_knobs_check(const pj_eng_knobs *kn, char *why, size_t whylen)
     return 0;
 }
 
-int pj_eng_knobs_parse(const char *s, pj_eng_knobs *kn, char *err, size_t errlen)
+int pj_eng_knobs_parse(const char *s, int eng, pj_eng_knobs *kn, char *err, size_t errlen)
 {
     pj_eng_knobs tmp = *kn;
+    uint32_t seen = 0; /* by index in knob_defs: a knob named twice is refused */
     const char *p = s;
     while (p && *p) {
         const char *eq = strchr(p, '=');
         const char *end = strchr(p, ',');
         if (!end)
             end = p + strlen(p);
+        if (end == p || (*end == ',' && !end[1])) {
+            snprintf(err, errlen, "knobs \"%s\": an empty item (two commas, or one at an end)", s);
+            return -EINVAL;
+        }
         if (!eq || eq > end) {
             snprintf(err, errlen, "knobs \"%s\": expected name=value at \"%.*s\"", s,
                      (int)(end - p), p);
             return -EINVAL;
         }
         const knob_def *d = NULL;
+        size_t di = 0;
         for (size_t i = 0; i < N_KNOBS; i++)
             if (strlen(knob_defs[i].name) == (size_t)(eq - p) &&
-                strncmp(knob_defs[i].name, p, (size_t)(eq - p)) == 0)
+                strncmp(knob_defs[i].name, p, (size_t)(eq - p)) == 0) {
                 d = &knob_defs[i];
+                di = i;
+            }
         if (!d) {
             snprintf(err, errlen, "knobs \"%s\": unknown knob \"%.*s\"", s, (int)(eq - p), p);
             return -EINVAL;
         }
+        /* A knob the engine never reads would be accepted and ignored:
+         * the run would not be what the string says. */
+        if (eng >= 0 && !(d->engines & EB(eng))) {
+            snprintf(err, errlen, "knobs \"%s\": engine %s has no knob \"%s\"", s,
+                     pj_eng_name((pj_eng_kind)eng), d->name);
+            return -EINVAL;
+        }
+        if (seen & (1u << di)) {
+            snprintf(err, errlen, "knobs \"%s\": %s is given twice", s, d->name);
+            return -EINVAL;
+        }
+        seen |= 1u << di;
         char *stop;
         /* strtoul takes leading blanks and a sign ("nw= +8", "u=-1"). */
         unsigned long v = isdigit((unsigned char)eq[1]) ? strtoul(eq + 1, &stop, 10) : 0;
@@ -184,9 +208,36 @@ static void emit(pj_tune_msg_fn msg, void *ctx, const char *text)
 }
 
 /* One entry from JSON; 0 or -EINVAL with why. */
+/* A key of obj that is not in names (NULL-terminated), or one given twice:
+ * cJSON keeps both and its lookups take the first, so a repeated or
+ * misspelt key would go unseen. NULL when every key is known and single. */
+static const char *odd_key(const cJSON *obj, const char *const *names, int *twice)
+{
+    for (const cJSON *a = obj->child; a; a = a->next) {
+        int known = 0;
+        for (size_t i = 0; names && names[i] && !known; i++)
+            known = strcmp(a->string, names[i]) == 0;
+        *twice = 0;
+        for (const cJSON *b = obj->child; b != a && !*twice; b = b->next)
+            *twice = strcmp(a->string, b->string) == 0;
+        if ((names && !known) || *twice)
+            return a->string;
+    }
+    return NULL;
+}
+
 static int parse_entry(const cJSON *je, pj_tune_entry *e, char *why, size_t whylen)
 {
     memset(e, 0, sizeof *e);
+    static const char *const entry_keys[] = {"layer", "n",  "k",       "m", "engine",
+                                             "knobs", "us", "base_us", NULL};
+    int twice;
+    const char *odd = odd_key(je, entry_keys, &twice);
+    if (odd) {
+        snprintf(why, whylen, "%s key \"%.40s\" (an entry has %s)", twice ? "repeated" : "unknown",
+                 odd, "layer, n, k, m, engine, knobs, us, base_us");
+        return -EINVAL;
+    }
     const cJSON *layer = cJSON_GetObjectItemCaseSensitive(je, "layer");
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(je, "m");
     const cJSON *eng = cJSON_GetObjectItemCaseSensitive(je, "engine");
@@ -233,6 +284,10 @@ static int parse_entry(const cJSON *je, pj_tune_entry *e, char *why, size_t whyl
     const cJSON *kn = cJSON_GetObjectItemCaseSensitive(je, "knobs");
     if (kn && !cJSON_IsObject(kn)) {
         snprintf(why, whylen, "%s m=%u: \"knobs\" must be an object", e->layer, e->m);
+        return -EINVAL;
+    }
+    if (kn && (odd = odd_key(kn, NULL, &twice)) != NULL) {
+        snprintf(why, whylen, "%s m=%u: knob %.40s is given twice", e->layer, e->m, odd);
         return -EINVAL;
     }
     const cJSON *it;
@@ -304,6 +359,20 @@ int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_
         snprintf(err, errlen, "tuning table: expected an object with an \"entries\" array");
         rc = -EINVAL;
         goto out;
+    }
+    int twice;
+    const char *odd = odd_key(root, NULL, &twice);
+    if (odd) {
+        snprintf(err, errlen, "tuning table: key \"%.40s\" is given twice", odd);
+        rc = -EINVAL;
+        goto out;
+    }
+    static const char *const table_keys[] = {"device", "sm_count", "commit",
+                                             "date",   "entries",  NULL};
+    if ((odd = odd_key(root, table_keys, &twice)) != NULL) {
+        char line[160];
+        snprintf(line, sizeof line, "tuning table: unknown key \"%.40s\" ignored", odd);
+        emit(msg, msg_ctx, line);
     }
     const cJSON *dev = cJSON_GetObjectItemCaseSensitive(root, "device");
     if (cJSON_IsString(dev))
@@ -514,6 +583,11 @@ const pj_tune_entry *pj_dispatch_choose(const pj_tune_table *t, const char *laye
             continue;
         if ((e->n && n && e->n != n) || (e->k && k && e->k != k))
             continue;
+        /* The router is a GEMV up to PJ_ENG_MAX_GEMV_M and a tiled GEMM
+         * above it, and the same knobs mean other things in the two
+         * forms: an entry serves only m of its own form. */
+        if (e->eng == PJ_ENG_ROUTER && (e->m <= PJ_ENG_MAX_GEMV_M) != (m <= PJ_ENG_MAX_GEMV_M))
+            continue;
         /* At equal m an entry of this very shape beats one for any shape
          * (n, k = 0), whichever the file lists first. */
         const int exact = e->n && e->k;
@@ -525,54 +599,4 @@ const pj_tune_entry *pj_dispatch_choose(const pj_tune_table *t, const char *laye
             largest = e;
     }
     return above ? above : largest;
-}
-
-int pj_dispatch_forced(const char *spec, const char *layer, char *eng, size_t englen, char *knobs,
-                       size_t knobslen, char *err, size_t errlen)
-{
-    int found = 0; /* 1 = "*", 2 = exact name */
-    if (englen)
-        eng[0] = 0;
-    if (knobslen)
-        knobs[0] = 0;
-    for (const char *p = spec; p && *p;) {
-        const char *end = strchr(p, ';');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        char item[256];
-        if (len >= sizeof item) {
-            snprintf(err, errlen, "forced engines: item too long at \"%.20s...\"", p);
-            return -EINVAL;
-        }
-        memcpy(item, p, len);
-        item[len] = 0;
-        p = end ? end + 1 : p + len;
-        if (!item[0])
-            continue;
-        char *c1 = strchr(item, ':');
-        if (!c1 || c1 == item) {
-            snprintf(err, errlen, "forced engines: \"%s\" is not layer:engine[:knobs]", item);
-            return -EINVAL;
-        }
-        *c1 = 0;
-        char *en = c1 + 1, *kn = strchr(en, ':');
-        if (kn)
-            *kn++ = 0;
-        if (pj_eng_from_name(en) < 0) {
-            snprintf(err, errlen, "forced engines: unknown engine \"%s\" for layer %s", en, item);
-            return -EINVAL;
-        }
-        if (kn) {
-            pj_eng_knobs tmp;
-            memset(&tmp, 0, sizeof tmp);
-            if (pj_eng_knobs_parse(kn, &tmp, err, errlen))
-                return -EINVAL;
-        }
-        int rank = strcmp(item, layer) == 0 ? 2 : (strcmp(item, "*") == 0 ? 1 : 0);
-        if (rank > found) {
-            found = rank;
-            snprintf(eng, englen, "%s", en);
-            snprintf(knobs, knobslen, "%s", kn ? kn : "");
-        }
-    }
-    return found ? 1 : 0;
 }

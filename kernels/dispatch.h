@@ -35,6 +35,9 @@ typedef enum pj_eng_kind {
     PJ_ENG_COUNT = 5,
 } pj_eng_kind;
 
+/* The largest m of the GEMV forms (gemv, gemvz, the router's GEMV form). */
+#define PJ_ENG_MAX_GEMV_M 32
+
 /* The cublas engine's last algo: 0 and 1 (the baseline's two), then up to
  * PJ_ENG_CUBLAS_MAX_ALGO - 1 cuBLASLt candidates (pj_eng_knobs.algo). */
 #define PJ_ENG_CUBLAS_MAX_ALGO 49
@@ -180,13 +183,17 @@ int pj_eng_from_name(const char *name);
 
 /* Knobs as "nw=8,ks=1,u=2,pipe=1" (only the fields the engine uses). */
 void pj_eng_knobs_str(pj_eng_kind k, const pj_eng_knobs *kn, char *buf, size_t len);
-/* Parse "nw=8,ks=2,..." into *kn (fields not named stay as they are).
- * 0 or -EINVAL with a message naming the bad field. */
-int pj_eng_knobs_parse(const char *s, pj_eng_knobs *kn, char *err, size_t errlen);
+/* Parse "nw=8,ks=2,..." into *kn (fields not named stay as they are) for
+ * engine eng (a pj_eng_kind; -1: any engine): a knob eng does not read, a
+ * knob given twice and an empty item are refused. 0 or -EINVAL with a
+ * message naming the bad field. */
+int pj_eng_knobs_parse(const char *s, int eng, pj_eng_knobs *kn, char *err, size_t errlen);
 
 /* Parse table JSON text into *t. Structural errors (not JSON, no "entries"
- * array) fail the whole load: -EINVAL and err. Bad entries are dropped, each
- * reported through msg; check (may be NULL) vets the rest. Returns the
+ * array, a top-level key given twice) fail the whole load: -EINVAL and err.
+ * Bad entries (among them one with an unknown or repeated key, or a knob
+ * given twice) are dropped, each reported through msg, as is an unknown
+ * top-level key (ignored); check (may be NULL) vets the rest. Returns the
  * number of entries kept (>= 0). */
 int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_fn check,
                   void *check_ctx, pj_tune_msg_fn msg, void *msg_ctx, char *err, size_t errlen);
@@ -209,8 +216,10 @@ int pj_tune_put(pj_tune_table *t, const pj_tune_entry *e);
 
 /* The entry that serves (layer, m) for a layer of shape n x k: the entry of
  * that layer with the smallest m' >= m, else the one with the largest m'.
- * Entries tuned for another shape (n, k non-zero and different) are ignored.
- * NULL when the layer has none. */
+ * Entries tuned for another shape (n, k non-zero and different) are ignored,
+ * and so are router entries of the other form (m' <= PJ_ENG_MAX_GEMV_M, the
+ * GEMV, against m above it, the tiled GEMM, or the reverse). NULL when the
+ * layer has none. */
 const pj_tune_entry *pj_dispatch_choose(const pj_tune_table *t, const char *layer, uint32_t n,
                                         uint32_t k, uint32_t m);
 
@@ -218,17 +227,10 @@ const pj_tune_entry *pj_dispatch_choose(const pj_tune_table *t, const char *laye
  * configuration (cublas lt = 1) serves only the entry's own m. It was
  * chosen there and can be far off at the others routed to the entry
  * (round 38's probe: o's m = 256 configuration is 19 % slower at m = 140);
- * they run the entry's algo, as before the entry had a configuration. */
+ * they run the entry's algo, as before the entry had a configuration.
+ * Likewise algo >= 2, a place in the heuristic's list for the entry's own
+ * shape: at another m the entry runs algo 1 (that m's first choice). */
 pj_eng_knobs pj_tune_entry_knobs(const pj_tune_entry *e, uint32_t m);
-
-/* Forced engines for debugging, e.g. from the environment variable
- * PJ_FORCE_ENGINE: "layer:engine[:knobs];layer:engine[:knobs]..." with knobs
- * as "nw=8,u=2" and "*" for every layer. Finds the item for layer (an exact
- * name beats "*") and copies its engine and knobs (or ""). Returns 1 when
- * found, 0 when not, -EINVAL (message in err) for a malformed spec or an
- * unknown engine name. */
-int pj_dispatch_forced(const char *spec, const char *layer, char *eng, size_t englen, char *knobs,
-                       size_t knobslen, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

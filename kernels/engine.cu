@@ -1000,8 +1000,16 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
         return fail(why, whylen, -ENOTSUP, "layer has no z12 weights");
     if (!kn->nw || !kn->u || !kn->ks || (!kn->r && kn->pipe != 7))
         return fail(why, whylen, -EINVAL, "nw, u, ks, r must be >= 1 (r = 0 is pipe=7's)");
-    if (kn->pipe == 4)
+    if (kn->pipe == 4) {
+        /* The balanced GEMV reads none of the ring form's knobs: an entry
+         * that sets them would say what does not run. */
+        if (kn->cl || kn->xs || kn->ts || kn->st)
+            return fail(why, whylen, -EINVAL,
+                        "pipe=4 (the balanced GEMV) reads none of cl, xs, ts, st (cl=%u xs=%u "
+                        "ts=%u st=%u)",
+                        kn->cl, kn->xs, kn->ts, kn->st);
         return gemvb_check(PJ_GB_Z12, kn, c, lim, why, whylen);
+    }
     if (kn->pipe == 6)
         return gemvzs_check(kn, c, lim, why, whylen);
     if (kn->pipe == 7)
@@ -2276,7 +2284,7 @@ extern "C" int pj_eng_choose(const pj_tune_table *t, const char *force_engine,
         if (fe >= 0) {
             pj_eng_knobs f = pj_eng_default_knobs((pj_eng_kind)fe, L, c->m);
             if ((!force_knobs || !force_knobs[0] ||
-                 !pj_eng_knobs_parse(force_knobs, &f, why, sizeof why)) &&
+                 !pj_eng_knobs_parse(force_knobs, fe, &f, why, sizeof why)) &&
                 !pj_eng_can_run((pj_eng_kind)fe, &f, c, lim, why, sizeof why)) {
                 *k = (pj_eng_kind)fe;
                 *kn = f;

@@ -41,8 +41,7 @@
 extern "C" {
 #endif
 
-#define PJ_ENG_MAX_GEMV_M 32
-#define PJ_ENG_MAX_KS     64
+#define PJ_ENG_MAX_KS 64
 /* Tile geometries of the tiled GEMM (knob tile = 0 .. this - 1). */
 #define PJ_ENG_TGEMM_TILES 10
 /* Largest m for which the ladder's untuned step picks a GEMV (engine.cu). */

@@ -1647,7 +1647,7 @@ static int op_parse(bench *b, const char *layer, uint32_t m, const char *eng, co
     make_call(b, li, m, &o->call);
     o->k = (pj_eng_kind)e;
     o->kn = pj_eng_default_knobs(o->k, &b->layers[li].L, m);
-    if (knobs && knobs[0] && pj_eng_knobs_parse(knobs, &o->kn, err, errlen))
+    if (knobs && knobs[0] && pj_eng_knobs_parse(knobs, e, &o->kn, err, errlen))
         return -1;
     return li;
 }

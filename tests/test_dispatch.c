@@ -82,7 +82,12 @@ START_TEST(routes_to_nearest_entry)
     /* shape mismatch or unknown layer: nothing */
     ck_assert_ptr_null(pj_dispatch_choose(&t, "o", 4096, 4096, 1));
     ck_assert_ptr_null(pj_dispatch_choose(&t, "qkv_gate", 4608, 4096, 1));
-    ck_assert_uint_eq(pj_dispatch_choose(&t, "router", 256, 4096, 200)->m, 16);
+    /* A router entry serves only m of its own form: the m = 16 one (the
+     * GEMV form) is not the tiled GEMM's at m = 200. */
+    ck_assert_uint_eq(pj_dispatch_choose(&t, "router", 256, 4096, 20)->m, 16);
+    ck_assert_uint_eq(pj_dispatch_choose(&t, "router", 256, 4096, 32)->m, 16);
+    ck_assert_ptr_null(pj_dispatch_choose(&t, "router", 256, 4096, 33));
+    ck_assert_ptr_null(pj_dispatch_choose(&t, "router", 256, 4096, 200));
 }
 END_TEST
 
@@ -326,23 +331,48 @@ START_TEST(knob_strings)
     pj_eng_knobs kn;
     memset(&kn, 0, sizeof kn);
     char err[256], buf[128];
-    ck_assert_int_eq(pj_eng_knobs_parse("nw=8,ks=4,u=2,pipe=1", &kn, err, sizeof err), 0);
+    ck_assert_int_eq(pj_eng_knobs_parse("nw=8,ks=4,u=2,pipe=1", -1, &kn, err, sizeof err), 0);
     ck_assert_uint_eq(kn.nw, 8);
     ck_assert_uint_eq(kn.ks, 4);
     pj_eng_knobs_str(PJ_ENG_GEMV, &kn, buf, sizeof buf);
     ck_assert_str_eq(buf, "nw=8,ks=4,u=2,pipe=1,minb=0,r=0,rb=0,cl=0");
     pj_eng_knobs before = kn;
-    ck_assert_int_eq(pj_eng_knobs_parse("nw=8,bogus=1", &kn, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(pj_eng_knobs_parse("nw=8,bogus=1", -1, &kn, err, sizeof err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "bogus"));
     ck_assert_mem_eq(&kn, &before, sizeof kn); /* untouched on error */
-    ck_assert_int_eq(pj_eng_knobs_parse("ks=", &kn, err, sizeof err), -EINVAL);
-    ck_assert_int_eq(pj_eng_knobs_parse("u=300", &kn, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(pj_eng_knobs_parse("ks=", -1, &kn, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(pj_eng_knobs_parse("u=300", -1, &kn, err, sizeof err), -EINVAL);
     /* A number and nothing else: strtoul would take a blank or a sign. */
-    ck_assert_int_eq(pj_eng_knobs_parse("nw= 8", &kn, err, sizeof err), -EINVAL);
-    ck_assert_int_eq(pj_eng_knobs_parse("nw=+8", &kn, err, sizeof err), -EINVAL);
-    ck_assert_int_eq(pj_eng_knobs_parse("u=-1", &kn, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(pj_eng_knobs_parse("nw= 8", -1, &kn, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(pj_eng_knobs_parse("nw=+8", -1, &kn, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(pj_eng_knobs_parse("u=-1", -1, &kn, err, sizeof err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "u expects an integer in 0..8"));
     ck_assert_mem_eq(&kn, &before, sizeof kn);
+    /* A knob named twice, an empty item, and (for a given engine) a knob
+     * that engine never reads: refused, not last-wins or ignored. */
+    static const struct {
+        const char *s;
+        int eng;
+        const char *why;
+    } bad[] = {
+        {"nw=4,nw=8", -1, "nw is given twice"},
+        {"nw=8,", -1, "an empty item"},
+        {",nw=8", -1, "an empty item"},
+        {"nw=8,,u=2", -1, "an empty item"},
+        {"nw=4", PJ_ENG_CUBLAS, "engine cublas has no knob \"nw\""},
+        {"xs=3", PJ_ENG_GEMV, "engine gemv has no knob \"xs\""},
+        {"algo=7", PJ_ENG_GEMVZ, "engine gemvz has no knob \"algo\""},
+        {"tile=9", PJ_ENG_GEMV, "engine gemv has no knob \"tile\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(pj_eng_knobs_parse(bad[i].s, bad[i].eng, &kn, err, sizeof err), -EINVAL);
+        ck_assert_msg(strstr(err, bad[i].why), "\"%s\": \"%s\" does not say \"%s\"", bad[i].s, err,
+                      bad[i].why);
+        ck_assert_mem_eq(&kn, &before, sizeof kn);
+    }
+    ck_assert_int_eq(pj_eng_knobs_parse("xs=3,ts=4", PJ_ENG_GEMVZ, &kn, err, sizeof err), 0);
+    ck_assert_int_eq(pj_eng_knobs_parse("algo=3", PJ_ENG_CUBLAS, &kn, err, sizeof err), 0);
+    ck_assert_int_eq(pj_eng_knobs_parse("", PJ_ENG_CUBLAS, &kn, err, sizeof err), 0);
     ck_assert_int_eq(pj_eng_from_name("gemvz"), PJ_ENG_GEMVZ);
     ck_assert_int_eq(pj_eng_from_name("nope"), -1);
 }
@@ -378,28 +408,28 @@ START_TEST(cublas_explicit_configuration)
     pj_eng_knobs_str(PJ_ENG_CUBLAS, &kn, buf, sizeof buf);
     ck_assert_str_eq(buf, "algo=1");
     memset(&kn, 0, sizeof kn);
-    ck_assert_int_eq(
-        pj_eng_knobs_parse("lt=1,lid=66,ltile=600,lst=35,lsk=4,lcu=2,lcl=7", &kn, err, sizeof err),
-        0);
+    ck_assert_int_eq(pj_eng_knobs_parse("lt=1,lid=66,ltile=600,lst=35,lsk=4,lcu=2,lcl=7", -1, &kn,
+                                        err, sizeof err),
+                     0);
     ck_assert_uint_eq(kn.ltile, 600);
     ck_assert_uint_eq(kn.lid, 66);
     ck_assert_uint_eq(kn.lsk, 4);
     pj_eng_knobs_str(PJ_ENG_CUBLAS, &kn, buf, sizeof buf);
     ck_assert_str_eq(buf, "algo=0,lt=1,lid=66,ltile=600,lst=35,lsk=4,lcu=2,lcl=7");
     pj_eng_knobs before = kn;
-    ck_assert_int_eq(pj_eng_knobs_parse("ltile=65536", &kn, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(pj_eng_knobs_parse("ltile=65536", -1, &kn, err, sizeof err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "ltile expects an integer in 0..65535"));
-    ck_assert_int_eq(pj_eng_knobs_parse("lsk=17", &kn, err, sizeof err), -EINVAL);
-    ck_assert_int_eq(pj_eng_knobs_parse("lt=2", &kn, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(pj_eng_knobs_parse("lsk=17", -1, &kn, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(pj_eng_knobs_parse("lt=2", -1, &kn, err, sizeof err), -EINVAL);
     /* Turning lt off leaves a configuration that would not run: refused. */
-    ck_assert_int_eq(pj_eng_knobs_parse("lt=0", &kn, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(pj_eng_knobs_parse("lt=0", -1, &kn, err, sizeof err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "lid=66 names a cuBLASLt configuration: it needs lt=1"));
     ck_assert_mem_eq(&kn, &before, sizeof kn);
     pj_eng_knobs plain;
     memset(&plain, 0, sizeof plain);
-    ck_assert_int_eq(pj_eng_knobs_parse("algo=1,lsk=4", &plain, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(pj_eng_knobs_parse("algo=1,lsk=4", -1, &plain, err, sizeof err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "lsk=4 names a cuBLASLt configuration"));
-    ck_assert_int_eq(pj_eng_knobs_parse("lt=0,lid=0", &plain, err, sizeof err), 0);
+    ck_assert_int_eq(pj_eng_knobs_parse("lt=0,lid=0", -1, &plain, err, sizeof err), 0);
 
     static const char *js_in =
         "{\"device\":\"NVIDIA H200\",\"entries\":["
@@ -462,31 +492,64 @@ START_TEST(exact_shape_beats_any_shape)
 }
 END_TEST
 
-START_TEST(forced_engines)
+/* cJSON keeps a repeated key and its lookups take the first; a misspelt
+ * key is never looked up. Both would load an entry that is not what the
+ * file says: refused, each entry alone, with the key named. A repeated
+ * top-level key fails the table; an unknown one is said and ignored. */
+START_TEST(rejects_odd_keys)
 {
-    char eng[32], kn[64], err[256];
-    const char *spec = "*:cublas;qkv_gate:gemv:nw=8,u=2;router:router";
+    static const struct {
+        const char *entry, *why;
+    } bad[] = {
+        {"\"m\":1,\"m\":8,\"engine\":\"cublas\"", "repeated key \"m\""},
+        {"\"m\":8,\"engine\":\"gemv\",\"engine\":\"cublas\"", "repeated key \"engine\""},
+        {"\"m\":8,\"engine\":\"cublas\",\"knob\":{\"algo\":3}", "unknown key \"knob\""},
+        {"\"m\":8,\"engine\":\"gemv\",\"knobs\":{\"nw\":4,\"nw\":16}", "knob nw is given twice"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char js[512], err[256];
+        snprintf(js, sizeof js, "{\"entries\":[{\"layer\":\"o\",%s}]}", bad[i].entry);
+        pj_tune_table t;
+        n_msgs = 0;
+        ck_assert_int_eq(
+            pj_tune_parse(js, strlen(js), &t, NULL, NULL, on_msg, NULL, err, sizeof err), 0);
+        ck_assert_int_eq(n_msgs, 1);
+        ck_assert_msg(strstr(last_msg, bad[i].why), "%s: \"%s\" does not say \"%s\"", js, last_msg,
+                      bad[i].why);
+    }
+    char err[256];
+    pj_tune_table t;
+    const char *twice =
+        "{\"entries\":[],\"entries\":[{\"layer\":\"o\",\"m\":1,\"engine\":\"gemv\"}]}";
     ck_assert_int_eq(
-        pj_dispatch_forced(spec, "qkv_gate", eng, sizeof eng, kn, sizeof kn, err, sizeof err), 1);
-    ck_assert_str_eq(eng, "gemv");
-    ck_assert_str_eq(kn, "nw=8,u=2");
-    ck_assert_int_eq(pj_dispatch_forced(spec, "o", eng, sizeof eng, kn, sizeof kn, err, sizeof err),
-                     1);
-    ck_assert_str_eq(eng, "cublas");
-    ck_assert_str_eq(kn, "");
+        pj_tune_parse(twice, strlen(twice), &t, NULL, NULL, NULL, NULL, err, sizeof err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "key \"entries\" is given twice"));
+    const char *extra = "{\"note\":\"hand-made\",\"entries\":[{\"layer\":\"o\",\"m\":1,"
+                        "\"engine\":\"cublas\",\"knobs\":{\"algo\":1}}]}";
+    n_msgs = 0;
     ck_assert_int_eq(
-        pj_dispatch_forced("router:router", "o", eng, sizeof eng, kn, sizeof kn, err, sizeof err),
-        0);
-    ck_assert_int_eq(
-        pj_dispatch_forced("o:warp", "o", eng, sizeof eng, kn, sizeof kn, err, sizeof err),
-        -EINVAL);
-    ck_assert_ptr_nonnull(strstr(err, "warp"));
-    ck_assert_int_eq(
-        pj_dispatch_forced("o:gemv:zz=1", "o", eng, sizeof eng, kn, sizeof kn, err, sizeof err),
-        -EINVAL);
-    ck_assert_int_eq(
-        pj_dispatch_forced("nocolon", "o", eng, sizeof eng, kn, sizeof kn, err, sizeof err),
-        -EINVAL);
+        pj_tune_parse(extra, strlen(extra), &t, NULL, NULL, on_msg, NULL, err, sizeof err), 1);
+    ck_assert_int_eq(n_msgs, 1);
+    ck_assert_ptr_nonnull(strstr(last_msg, "unknown key \"note\" ignored"));
+}
+END_TEST
+
+/* A cublas entry's algo >= 2 is a place in its own shape's heuristic
+ * list: at another m routed to the entry it runs algo 1, that m's first
+ * choice; algo 0 and 1 mean the same at every m and stay. */
+START_TEST(cublas_list_place_serves_its_own_m)
+{
+    pj_tune_entry e;
+    memset(&e, 0, sizeof e);
+    e.eng = PJ_ENG_CUBLAS;
+    e.m = 128;
+    e.knobs.algo = 5;
+    ck_assert_uint_eq(pj_tune_entry_knobs(&e, 128).algo, 5);
+    ck_assert_uint_eq(pj_tune_entry_knobs(&e, 100).algo, 1);
+    e.knobs.algo = 0;
+    ck_assert_uint_eq(pj_tune_entry_knobs(&e, 100).algo, 0);
+    e.knobs.algo = 1;
+    ck_assert_uint_eq(pj_tune_entry_knobs(&e, 100).algo, 1);
 }
 END_TEST
 
@@ -501,13 +564,14 @@ int main(void)
     tcase_add_test(tc, round_trips_through_json);
     tcase_add_test(tc, knob_strings);
     tcase_add_test(tc, cublas_explicit_configuration);
-    tcase_add_test(tc, forced_engines);
     tcase_add_test(tc, same_layer_two_shapes);
     tcase_add_test(tc, exact_shape_beats_any_shape);
     tcase_add_test(tc, rejects_text_after_the_table);
     tcase_add_test(tc, times_round_trip);
     tcase_add_test(tc, save_reports_and_keeps_the_old_table);
     tcase_add_test(tc, shipped_table_routes_every_m);
+    tcase_add_test(tc, rejects_odd_keys);
+    tcase_add_test(tc, cublas_list_place_serves_its_own_m);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -13,6 +13,8 @@
  *   B  PROJD_FORCE_ENGINE=cublas: the same shapes, every engine cuBLAS.
  *   Z  shapes.max_m = 32: z12 layers without a bf16 copy run gemvz at every
  *      m; one whose K the GEMV cannot take keeps its copy, said in the log.
+ *   P  host row strides just over and just under the device's copy pitch:
+ *      E_SHAPE, said in the log, and a correct result.
  *   W  the systemd watchdog: a client's wait said but not a stall, one
  *      past 2 x WatchdogSec a stall, the daemon's own stalled stream a
  *      stall; the pings back after each.
@@ -27,6 +29,8 @@
  *   X  a live client that stops passing its waits after an UNREGISTER
  *      hangs nothing: its waits were taken on the host, or the release
  *      waits without starting.
+ *   L  a lane's job ring full (4096 jobs behind a held wait): the next
+ *      request fails with E_LIMIT, the rest run once the wait passes.
  *   W4 a client with host shared-memory buffers, then one with its own
  *      CUDA IPC buffers, killed while its request waits for its unreached
  *      event: projd finds the client lost once its process is gone, says
@@ -41,10 +45,12 @@
  * Every result is checked against the CPU reference (cuda_common.h).
  * Exit: 0 all passed, 1 a failure, 77 no GPU.
  */
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -483,6 +489,131 @@ static void section_h(void)
     cc_stop(&d, "H");
 }
 
+/* P: host buffers are staged row by row (cudaMemcpy2DAsync), which
+ * refuses a row pitch over the device's memPitch. A request whose x or y
+ * stride is over it fails with E_SHAPE (its shape, not the daemon's
+ * fault) and says why in the log; one whose stride is just under it is
+ * served and correct; the connection keeps serving. One sparse shm object
+ * of ~2 GiB holds both strides' rows (the daemon pins all of it). */
+static void section_p(void)
+{
+    printf("== P: host row strides at the device's copy pitch\n");
+    int pitch = 0;
+    if (cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, 0) != cudaSuccess || pitch <= 0) {
+        CHECK(0, "P: cudaDevAttrMaxPitch: %s", cudaGetErrorString(cudaGetLastError()));
+        return;
+    }
+    const pj_model_layer *L = &pjc_model()->layers[0];
+    const uint32_t m = 2, K = L->w.k, n = L->max_n;
+    const uint64_t ld_over = ((uint64_t)pitch / 2 + 8) & ~(uint64_t)7; /* 2 ld > pitch */
+    const uint64_t ld_under = ((uint64_t)pitch / 2) & ~(uint64_t)7;    /* 2 ld <= pitch */
+    const uint64_t row = (K > n ? K : n) * 2ull;
+    const size_t size = (size_t)(ld_over * 2 * (m - 1) + row);
+    struct statvfs sv;
+    if (statvfs("/dev/shm", &sv) == 0 &&
+        (uint64_t)sv.f_bavail * sv.f_frsize < size + (256u << 20)) {
+        printf("P: /dev/shm has %.1f GiB free, the case needs %.1f: not run\n",
+               (double)sv.f_bavail * sv.f_frsize / (1 << 30), (double)size / (1 << 30));
+        return;
+    }
+    pj_dproc d;
+    pjc_conn t;
+    if (start_open(&d, &t, NULL, "P") != 0)
+        return;
+    pjt_shm big;
+    int rc = pjt_shm_create(&big, size);
+    CHECK(rc == 0, "P: a %zu-byte shm object: %s", size, strerror(-rc));
+    if (rc != 0) {
+        pjc_close(&t);
+        cc_stop(&d, "P");
+        return;
+    }
+    uint32_t bid = 0;
+    long long t0 = cc_now_us();
+    rc = pjt_register_shm(&t.c, big.name, size, &bid);
+    CHECK(rc == PJ_OK, "P: REGISTER of %zu bytes: %d %s", size, rc, rc > 0 ? t.c.err.msg : "");
+    printf("P: memPitch %d bytes; REGISTER of %.2f GiB took %.2f s\n", pitch,
+           (double)size / (1 << 30), (double)(cc_now_us() - t0) / 1e6);
+    uint16_t *xc = malloc((size_t)m * K * 2), *ref = malloc((size_t)m * n * 2);
+    if (rc != PJ_OK || !xc || !ref) {
+        CHECK(rc != PJ_OK, "P: out of memory");
+        goto out;
+    }
+    uint64_t seed = 0x5eed0fa11ULL;
+    for (size_t i = 0; i < (size_t)m * K; i++) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        xc[i] = pj_f32_to_bf16((float)((int)(seed >> 40 & 0xff) - 128) / 64.f);
+    }
+    CHECK(pj_ref_project(&L->w, m, n, xc, K, ref, n) == 0, "P: the reference");
+    uint16_t *B = big.p;
+    const struct {
+        const char *what;
+        uint64_t ld;
+        int x_big; /* x in the big buffer (else y) */
+        int want;
+    } cases[] = {
+        {"x stride over", ld_over, 1, PJ_E_SHAPE},
+        {"y stride over", ld_over, 0, PJ_E_SHAPE},
+        {"x stride under", ld_under, 1, PJ_OK},
+        {"y stride under", ld_under, 0, PJ_OK},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const uint64_t ld = cases[c].ld;
+        uint16_t *X = cases[c].x_big ? B : t.xs.p, *Y = cases[c].x_big ? t.ys.p : B;
+        const uint64_t xld = cases[c].x_big ? ld : K, yld = cases[c].x_big ? n : ld;
+        for (uint32_t r = 0; r < m; r++) {
+            memcpy(X + r * xld, xc + (size_t)r * K, (size_t)K * 2);
+            memset(Y + r * yld, 0xff, (size_t)n * 2);
+        }
+        pj_op op = {.layer = 0,
+                    .m = m,
+                    .n = n,
+                    .x_buf = cases[c].x_big ? bid : t.xid,
+                    .x_ld = xld,
+                    .y_buf = cases[c].x_big ? t.yid : bid,
+                    .y_ld = yld};
+        pj_done dn;
+        pj_op_result res[1];
+        memset(&dn, 0, sizeof dn);
+        memset(res, 0, sizeof res);
+        rc = pjt_project(&t.c, 0, &op, 1, &dn, res);
+        printf("P: %s (%" PRIu64 " elements): rc %d, DONE %s\n", cases[c].what, ld, rc,
+               rc == PJ_OK ? pj_status_name(dn.status) : "-");
+        CHECK(rc == PJ_OK && dn.status == cases[c].want && res[0].status == cases[c].want,
+              "P: %s: rc %d status %d op %d, want %s", cases[c].what, rc, dn.status, res[0].status,
+              pj_status_name(cases[c].want));
+        if (rc != PJ_OK || cases[c].want != PJ_OK)
+            continue;
+        double num = 0, den = 0;
+        size_t unwritten = 0;
+        for (uint32_t r = 0; r < m; r++) {
+            for (uint32_t i = 0; i < n; i++) {
+                uint16_t v = Y[r * yld + i];
+                unwritten += v == PJC_POISON;
+                double g = pj_bf16_to_f32(v), w = pj_bf16_to_f32(ref[(size_t)r * n + i]);
+                num += (g - w) * (g - w);
+                den += w * w;
+            }
+        }
+        CHECK(!unwritten && sqrt(num / den) < CC_TOL, "P: %s: rel err %.3g, %zu unwritten",
+              cases[c].what, sqrt(num / den), unwritten);
+    }
+    CHECK(pj_dproc_log_has(&d, "over the device's largest copy pitch", 2000),
+          "P: the log does not say why the stride was refused");
+    pjc_shape s = layer0_shape();
+    char why[600];
+    CHECK(run_shm(&t, &s, NULL, why, sizeof why) == 0, "P: the connection afterwards: %s", why);
+    CHECK(pjt_unregister(&t.c, bid) == PJ_OK, "P: UNREGISTER: %s", t.c.err.msg);
+    CHECK(!pj_dproc_log_has(&d, "sticky", 0) && !pj_dproc_log_has(&d, "fatal", 0),
+          "P: a device error in the log");
+out:
+    free(xc);
+    free(ref);
+    pjt_shm_destroy(&big);
+    pjc_close(&t);
+    cc_stop(&d, "P");
+}
+
 /* W: the systemd watchdog on the cuda backend, WatchdogSec = 1 s (stall at
  * 0.5 s of the daemon's own work; a client's wait counts only past 2 s).
  * Three requests answered at launch on one connection, each checked:
@@ -588,6 +719,67 @@ static void w_request(pjc_conn *t, w_client *w, unsigned wait_us, const char *wh
     w_check(t, w, &s, who);
     printf("%s: %s reached %.0f, the request done after %.1f s\n", who, what, v,
            (double)(cc_now_us() - t0) / 1e6);
+}
+
+/* L: a lane's job ring full. Requests answered at launch (SIGNAL_EVENT,
+ * ACCEPT_REPLY) behind one client wait held 3 s pile up on the
+ * connection's lane: the one past the ring's 4096 jobs fails at once with
+ * E_LIMIT, said in the log (not put off, which behind a dead client's
+ * wait would be retried for good); the connection stays usable; once the
+ * wait passes every accepted job runs and the result is correct. */
+static void section_l(void)
+{
+    printf("== L: a lane's job ring full behind a held wait\n");
+    w_client w;
+    if (w_client_open(&w) != 0) {
+        CHECK(0, "L: cannot make a stream and IPC events");
+        return;
+    }
+    pj_dproc d;
+    pjc_conn t;
+    if (start_open(&d, &t, NULL, "L") != 0) {
+        w_client_close(&w);
+        return;
+    }
+    pjc_shape s = layer0_shape();
+    cc_fill_x(t.xs.p, &s);
+    memset(t.ys.p, 0xff, t.ys.size);
+    pj_op op = pjc_op(&t, &s);
+    CHECK(w_hold_event(&w, 3000000) == 0, "L: host function and event record");
+    const uint32_t flags = PJ_PF_WAIT_EVENT | PJ_PF_SIGNAL_EVENT | PJ_PF_ACCEPT_REPLY;
+    long long t0 = cc_now_us();
+    int accepted = 0, limited = 0, rc = PJ_OK, status = PJ_OK;
+    for (int i = 0; i < 4200 && !limited; i++) {
+        pj_done dn;
+        pj_op_result res[1];
+        rc = cc_project_ev(&t.c, flags, &op, 1, (const uint8_t *)&w.hin, (const uint8_t *)&w.hout,
+                           &dn, res);
+        status = rc == PJ_OK ? dn.status : -1;
+        if (rc != PJ_OK || (status != PJ_OK && status != PJ_E_LIMIT))
+            break;
+        accepted += status == PJ_OK;
+        limited += status == PJ_E_LIMIT;
+    }
+    const double sent_s = (double)(cc_now_us() - t0) / 1e6;
+    printf("L: %d accepted, then %s, in %.2f s (the wait: 3 s)\n", accepted,
+           limited ? "E_LIMIT" : "no refusal", sent_s);
+    CHECK(rc == PJ_OK && (status == PJ_OK || status == PJ_E_LIMIT),
+          "L: request %d: rc %d status %d", accepted + limited, rc, status);
+    CHECK(sent_s < 2.5, "L: sending took %.2f s, too close to the 3 s wait to fill the ring",
+          sent_s);
+    CHECK(accepted == 4096 && limited == 1, "L: %d accepted, %d refused (want 4096, then E_LIMIT)",
+          accepted, limited);
+    CHECK(pj_dproc_log_has(&d, "jobs in flight (answered at launch", 2000),
+          "L: the log does not say why the request was refused");
+    CHECK(pjt_ping(&t.c) == PJ_OK, "L: the connection after the refusal");
+    CHECK(cudaStreamSynchronize(w.cs) == cudaSuccess, "L: the client's stream");
+    w_check(&t, &w, &s, "L");
+    char why[600];
+    CHECK(run_shm(&t, &s, NULL, why, sizeof why) == 0, "L: a request after the wait: %s", why);
+    printf("L: all done %.2f s after the first request\n", (double)(cc_now_us() - t0) / 1e6);
+    pjc_close(&t);
+    cc_stop(&d, "L");
+    w_client_close(&w);
 }
 
 static void section_w(void)
@@ -1464,11 +1656,13 @@ int main(int argc, char **argv)
     section_z();
     section_t();
     section_h();
+    section_p();
     section_w();
     section_r();
     section_s(0);
     section_x(200);
     section_x(10);
+    section_l();
     section_w4(argv[0]);
     section_c();
     return cc_summary("test_cuda_backend", t0);
