@@ -67,6 +67,20 @@
  * for long, keeps the release out however long, and putting the others off
  * would only slow them. */
 #define CU_RELEASE_HOPELESS_MS 1000
+/* A stream queues 1021 launches (kernels, copies, graph replays; event
+ * records do not count) behind a wait that has not passed; the
+ * next launch blocks its caller until the queue drains (measured on the
+ * H200, session 37: bench/results/2026-12-04-s37/visit2). That caller is
+ * the event loop, so a client holding its event while it sends requests
+ * answered at launch would stop the daemon for every client. A lane takes
+ * new work only while its jobs' launches stay under CU_LANE_LAUNCHES,
+ * each op charged CU_OP_LAUNCHES (staging copies in and out and the
+ * engine's kernels make 1 to 3, up to 7 for the router on cuBLAS, so
+ * 700 charged keeps the queue under 1021 even then); past
+ * it a job is put off while the lane moves, and refused with E_LIMIT once
+ * it has finished nothing for CU_RELEASE_HOPELESS_MS. */
+#define CU_LANE_LAUNCHES PJ_CUDA_LANE_LAUNCHES
+#define CU_OP_LAUNCHES   PJ_CUDA_OP_LAUNCHES
 
 /* daemon/fault.cu: a kernel that faults (test only, PROJD_CUDA_FAULT_AFTER),
  * one that holds the stream for ns (test only, PROJD_CUDA_STALL_AFTER). */
@@ -121,6 +135,7 @@ typedef struct cu_pend {
      * the loop thread only. */
     pj_backend_stream *wbs;
     cudaEvent_t wait_ev;
+    uint32_t launches; /* charged to its lane's budget (CU_LANE_LAUNCHES) */
 } cu_pend;
 
 typedef struct cu_state cu_state;
@@ -143,7 +158,8 @@ typedef struct cu_lane {
     pthread_cond_t cv;
     int stop;
     uint32_t head, count;
-    uint64_t t_moved; /* now_ns() when a job last left the ring (under mu) */
+    uint32_t launches; /* its jobs' charges (under mu) */
+    uint64_t t_moved;  /* now_ns() when a job last left the ring (under mu) */
     cu_pend ring[CU_RING];
     atomic_ullong jobs, busy_ns;
 } cu_lane;
@@ -214,6 +230,7 @@ struct cu_state {
     atomic_int release_want;
     int release_defer;
     atomic_ullong waits_put_off, waits_on_host;
+    atomic_ullong queue_put_off, queue_refused; /* CU_LANE_LAUNCHES */
     uint32_t max_m, max_k, max_n;
     cu_lane *lanes[CU_MAX_LANES];
     uint32_t n_lanes;
@@ -1331,6 +1348,7 @@ static void *completion_main(void *arg)
         complete(ln, p, ce);
         pthread_mutex_lock(&ln->mu);
         ln->head = (ln->head + 1) % CU_RING;
+        ln->launches -= p->launches;
         ln->t_moved = now_ns();
         __atomic_sub_fetch(&ln->count, 1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&ln->mu);
@@ -2055,10 +2073,34 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
         fail_now(job, PJ_E_FLAGS, 0, "PROJECT: ACCEPT_REPLY needs SIGNAL_EVENT");
         return 0;
     }
+    const uint32_t charge = CU_OP_LAUNCHES * job->n_ops;
     pthread_mutex_lock(&ln->mu);
     int full = ln->count >= CU_RING;
+    /* A job alone on its lane always goes: it cannot fill the queue. */
+    const int deep = ln->count > 0 && ln->launches + charge > CU_LANE_LAUNCHES;
+    uint64_t since = 0;
+    if (deep) {
+        since = ln->ring[ln->head].t_submit;
+        if (ln->t_moved > since)
+            since = ln->t_moved;
+    }
+    const uint32_t queued = ln->count;
     uint32_t slot = (ln->head + ln->count) % CU_RING;
     pthread_mutex_unlock(&ln->mu);
+    if (deep && !full) {
+        const uint64_t still = now_ns() - since;
+        if (still < CU_RELEASE_HOPELESS_MS * 1000000ull) {
+            atomic_fetch_add(&st->queue_put_off, 1);
+            return -EAGAIN; /* the server submits it again */
+        }
+        atomic_fetch_add(&st->queue_refused, 1);
+        snprintf(msg, sizeof msg,
+                 "lane %u has %u jobs queued that have not moved for %.1f s (behind a wait that "
+                 "has not passed?): refused, as queueing more would block the daemon",
+                 ln->idx, queued, (double)still / 1e9);
+        fail_now(job, PJ_E_LIMIT, 0, msg);
+        return 0;
+    }
     if (full) {
         /* Not put off (-EAGAIN): behind a dead client's wait the lane
          * never drains, and the server would try it for good. */
@@ -2103,6 +2145,7 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
     p->wait_ev = NULL;
     p->bufs = bufs;
     p->n_bufs = 0;
+    p->launches = charge;
     int wait_locked = 0;
     if (job->flags & PJ_PF_WAIT_EVENT) {
         cudaEvent_t ev = conn_event(bs, job->wait_event, msg, sizeof msg);
@@ -2243,6 +2286,7 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
         atomic_fetch_add(&st->accepted, 1);
     }
     pthread_mutex_lock(&ln->mu);
+    ln->launches += p->launches;
     __atomic_add_fetch(&ln->count, 1, __ATOMIC_RELEASE);
     pthread_cond_signal(&ln->cv);
     pthread_mutex_unlock(&ln->mu);
@@ -2303,6 +2347,10 @@ static void cu_stats_json(pj_backend *b, cJSON *obj)
      * launched without a wait on their lane. */
     cJSON_AddNumberToObject(obj, "waits_put_off", (double)atomic_load(&st->waits_put_off));
     cJSON_AddNumberToObject(obj, "waits_on_host", (double)atomic_load(&st->waits_on_host));
+    /* Jobs put off, or refused, because their lane's queue was at its
+     * launch budget (CU_LANE_LAUNCHES). */
+    cJSON_AddNumberToObject(obj, "queue_put_off", (double)atomic_load(&st->queue_put_off));
+    cJSON_AddNumberToObject(obj, "queue_refused", (double)atomic_load(&st->queue_refused));
     cJSON_AddNumberToObject(obj, "failed", (double)atomic_load(&st->failed));
     cJSON_AddNumberToObject(obj, "fatal", (double)atomic_load(&st->fatal_errors));
     cJSON_AddBoolToObject(obj, "dead", atomic_load(&st->dead));

@@ -112,10 +112,6 @@ pj_eng_knobs pj_tune_entry_knobs(const pj_tune_entry *e, uint32_t m)
         kn.lt = kn.lid = kn.lst = kn.lsk = kn.lcu = kn.lcl = kn.lsw = 0;
         kn.ltile = 0;
     }
-    /* algo >= 2 is a place in the heuristic's list for the entry's own
-     * shape; at another m that place holds another kernel, or none. */
-    if (e->eng == PJ_ENG_CUBLAS && kn.algo >= 2 && e->m != m)
-        kn.algo = 1;
     return kn;
 }
 

@@ -227,9 +227,7 @@ const pj_tune_entry *pj_dispatch_choose(const pj_tune_table *t, const char *laye
  * configuration (cublas lt = 1) serves only the entry's own m. It was
  * chosen there and can be far off at the others routed to the entry
  * (round 38's probe: o's m = 256 configuration is 19 % slower at m = 140);
- * they run the entry's algo, as before the entry had a configuration.
- * Likewise algo >= 2, a place in the heuristic's list for the entry's own
- * shape: at another m the entry runs algo 1 (that m's first choice). */
+ * they run the entry's algo, as before the entry had a configuration. */
 pj_eng_knobs pj_tune_entry_knobs(const pj_tune_entry *e, uint32_t m);
 
 #ifdef __cplusplus

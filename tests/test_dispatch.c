@@ -534,25 +534,6 @@ START_TEST(rejects_odd_keys)
 }
 END_TEST
 
-/* A cublas entry's algo >= 2 is a place in its own shape's heuristic
- * list: at another m routed to the entry it runs algo 1, that m's first
- * choice; algo 0 and 1 mean the same at every m and stay. */
-START_TEST(cublas_list_place_serves_its_own_m)
-{
-    pj_tune_entry e;
-    memset(&e, 0, sizeof e);
-    e.eng = PJ_ENG_CUBLAS;
-    e.m = 128;
-    e.knobs.algo = 5;
-    ck_assert_uint_eq(pj_tune_entry_knobs(&e, 128).algo, 5);
-    ck_assert_uint_eq(pj_tune_entry_knobs(&e, 100).algo, 1);
-    e.knobs.algo = 0;
-    ck_assert_uint_eq(pj_tune_entry_knobs(&e, 100).algo, 0);
-    e.knobs.algo = 1;
-    ck_assert_uint_eq(pj_tune_entry_knobs(&e, 100).algo, 1);
-}
-END_TEST
-
 int main(void)
 {
     Suite *s = suite_create("dispatch");
@@ -571,7 +552,6 @@ int main(void)
     tcase_add_test(tc, save_reports_and_keeps_the_old_table);
     tcase_add_test(tc, shipped_table_routes_every_m);
     tcase_add_test(tc, rejects_odd_keys);
-    tcase_add_test(tc, cublas_list_place_serves_its_own_m);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
