@@ -68,17 +68,18 @@
  * would only slow them. */
 #define CU_RELEASE_HOPELESS_MS 1000
 /* A stream queues 1021 launches (kernels, copies, graph replays; event
- * records do not count) behind a wait that has not passed; the
+ * records and waits do not count) behind a wait that has not passed; the
  * next launch blocks its caller until the queue drains (measured on the
  * H200, session 37: bench/results/2026-12-04-s37/visit2). That caller is
  * the event loop, so a client holding its event while it sends requests
- * answered at launch would stop the daemon for every client. A lane takes
- * new work only while its jobs' launches stay under CU_LANE_LAUNCHES,
- * each op charged CU_OP_LAUNCHES (staging copies in and out and the
- * engine's kernels make 1 to 3, up to 7 for the router on cuBLAS, so
- * 700 charged keeps the queue under 1021 even then); past
- * it a job is put off while the lane moves, and refused with E_LIMIT once
- * it has finished nothing for CU_RELEASE_HOPELESS_MS. */
+ * answered at launch would stop the daemon for every client (visit 1).
+ * Where a client wait is ahead on a lane (or the job itself waits), the
+ * lane takes new work only while its jobs stay within CU_LANE_LAUNCHES,
+ * each op charged CU_OP_LAUNCHES: a staged cuBLAS replay of the test
+ * model filled the queue at its 57th job (~18 launches each), so 24 an op
+ * and 768 in all keep it under 1021. Past that a job is put off while the
+ * lane moves, and refused with E_LIMIT once it has finished nothing for
+ * CU_RELEASE_HOPELESS_MS. */
 #define CU_LANE_LAUNCHES PJ_CUDA_LANE_LAUNCHES
 #define CU_OP_LAUNCHES   PJ_CUDA_OP_LAUNCHES
 
@@ -2041,6 +2042,26 @@ static int run_op(cu_state *st, cu_lane *ln, pj_exec_op *op, char *err, size_t e
     return PJ_OK;
 }
 
+/* Does the lane hold a client wait that has not passed: its newest
+ * WAIT_EVENT job's marker (or, where it has none, the job itself) not
+ * done? As lanes_client_waits, for one lane. */
+static int lane_wait_pending(cu_lane *ln)
+{
+    cudaEvent_t ev = NULL;
+    pthread_mutex_lock(&ln->mu);
+    for (uint32_t i = ln->count; i-- > 0;) {
+        const cu_pend *p = &ln->ring[(ln->head + i) % CU_RING];
+        if (p->wait_ev) {
+            ev = p->client_wait ? p->wev : p->ev;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&ln->mu);
+    const int pending = ev && cudaEventQuery(ev) == cudaErrorNotReady;
+    cudaGetLastError(); /* an event's error belongs to its job's completion */
+    return pending;
+}
+
 /* Answer a job at once (nothing was enqueued for it). */
 static void fail_now(pj_job *job, int status, int fatal, const char *msg)
 {
@@ -2074,12 +2095,14 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
         return 0;
     }
     const uint32_t charge = CU_OP_LAUNCHES * job->n_ops;
+    const int waits = (job->flags & PJ_PF_WAIT_EVENT) != 0;
     pthread_mutex_lock(&ln->mu);
     int full = ln->count >= CU_RING;
-    /* A job alone on its lane always goes: it cannot fill the queue. */
-    const int deep = ln->count > 0 && ln->launches + charge > CU_LANE_LAUNCHES;
+    /* A job alone on its lane always goes (one too big to go behind its
+     * own wait takes that wait on the host, below). */
+    const int over = ln->count > 0 && ln->launches + charge > CU_LANE_LAUNCHES;
     uint64_t since = 0;
-    if (deep) {
+    if (over) {
         since = ln->ring[ln->head].t_submit;
         if (ln->t_moved > since)
             since = ln->t_moved;
@@ -2087,6 +2110,10 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
     const uint32_t queued = ln->count;
     uint32_t slot = (ln->head + ln->count) % CU_RING;
     pthread_mutex_unlock(&ln->mu);
+    /* Only work that waits for a client can hold the queue: without a
+     * client wait ahead the device drains it, and a full queue costs the
+     * loop only the moment that takes. */
+    const int deep = over && (waits || lane_wait_pending(ln));
     if (deep && !full) {
         const uint64_t still = now_ns() - since;
         if (still < CU_RELEASE_HOPELESS_MS * 1000000ull) {
@@ -2155,7 +2182,10 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
          * one about to start: the wait is taken here, on the host. */
         if (ev)
             wait_locked = pthread_mutex_trylock(&st->wait_mu) == 0;
-        if (ev && (!wait_locked || atomic_load(&st->release_want))) {
+        /* A job whose own launches could fill the queue behind its wait
+         * takes the wait on the host too. */
+        const int big = charge > CU_LANE_LAUNCHES;
+        if (ev && (!wait_locked || atomic_load(&st->release_want) || big)) {
             ce = cudaEventQuery(ev);
             if (ce == cudaErrorNotReady) {
                 if (wait_locked)

@@ -18,11 +18,12 @@
 #define PJ_CUDA_PATH_DIRECT_STAGED 4 /* direct launch through the staging buffers */
 
 /* A lane's launch budget (backend_cuda.c, CU_LANE_LAUNCHES): a job of n
- * ops is charged PJ_CUDA_OP_LAUNCHES * n; one that would take its lane's
- * jobs past PJ_CUDA_LANE_LAUNCHES waits (or fails with E_LIMIT when the
- * lane has not moved for a second). Here for the tests. */
-#define PJ_CUDA_LANE_LAUNCHES 700
-#define PJ_CUDA_OP_LAUNCHES   5
+ * ops is charged PJ_CUDA_OP_LAUNCHES * n; behind a client wait, one that
+ * would take its lane's jobs past PJ_CUDA_LANE_LAUNCHES waits (or fails
+ * with E_LIMIT when the lane has not moved for a second). Here for the
+ * tests. */
+#define PJ_CUDA_LANE_LAUNCHES 768
+#define PJ_CUDA_OP_LAUNCHES   24
 
 #define PJ_CUDA_ENGINE_ID(kind, path) ((uint16_t)(((path) << 8) | (kind)))
 

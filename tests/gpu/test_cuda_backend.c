@@ -772,6 +772,8 @@ static void section_l(void)
             refused_s = took;
         else if (took > worst_s)
             worst_s = took;
+        if (took > 0.1)
+            printf("L: request %d took %.3f s (status %d)\n", i, took, status);
     }
     printf("L: %d accepted (budget %d), then %s after %.2f s; slowest accepted %.3f s\n", accepted,
            budget, limited ? "E_LIMIT" : "no refusal", refused_s, worst_s);
@@ -784,6 +786,8 @@ static void section_l(void)
           "L: the refusal came after %.2f s (want the lane's second without moving)", refused_s);
     CHECK(pj_dproc_log_has(&d, "refused, as queueing more would block the daemon", 2000),
           "L: the log does not say why the request was refused");
+    if (worst_s >= 0.5 || limited != 1)
+        pj_dproc_dump_log(&d);
     /* The daemon still serves: another connection (another lane). */
     pjc_conn u;
     char err[600], why[600];
@@ -1668,6 +1672,10 @@ int main(int argc, char **argv)
         section_f();
         section_f2();
         return cc_summary("test_cuda_backend --fault", t0);
+    }
+    if (argc > 1 && strcmp(argv[1], "--l") == 0) { /* L alone */
+        section_l();
+        return cc_summary("test_cuda_backend --l", t0);
     }
     if (argc > 1 && strcmp(argv[1], "--x") == 0) { /* X alone (against another projd) */
         section_x(200);
