@@ -1196,9 +1196,11 @@ static uint64_t ring_plan(ring_cli *rc, int *wait_ms)
             first = r->deadline;
     const uint64_t t0 = now_ns();
     int ms = 20;
-    if (first != UINT64_MAX && first - t0 < 20000000ull)
+    if (first != UINT64_MAX && (first <= t0 || first - t0 < 20000000ull))
         ms = first <= t0 ? 0 : (int)((first - t0 + 999999) / 1000000);
-    rc->reaper_wake = t0 + (uint64_t)ms * 1000000ull;
+    /* Unrounded: a submit due after it is seen at this look (at most the
+     * millisecond's rounding late) and needs no poke. */
+    rc->reaper_wake = first < t0 + 20000000ull ? first : t0 + 20000000ull;
     pthread_mutex_unlock(&rc->mu);
     *wait_ms = ms;
     return first;

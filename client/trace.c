@@ -117,7 +117,8 @@ static const char *quote_name(const char *s, char *out, size_t cap)
 {
     size_t at = 0;
     out[at++] = '"';
-    for (; *s && at + 8 < cap; s++) {
+    /* Room for one more escape (6), the closing quote and the NUL. */
+    for (; *s && at + 8 <= cap; s++) {
         unsigned char c = (unsigned char)*s;
         if (c == '"' || c == '\\')
             at += (size_t)snprintf(out + at, cap - at, "\\%c", c);
@@ -214,7 +215,9 @@ static int check_keys(const perr *p, const char *field, const cJSON *obj,
         int known = 0;
         for (size_t i = 0; allowed[i]; i++)
             known |= strcmp(c->string, allowed[i]) == 0;
-        snprintf(path, sizeof path, "%s%s%.60s", field, field[0] ? "." : "", c->string);
+        char qk[72];
+        snprintf(path, sizeof path, "%s%s%.60s", field, field[0] ? "." : "",
+                 name_text(c->string, qk, sizeof qk));
         if (!known) {
             char list[128] = "";
             for (size_t i = 0; allowed[i]; i++)

@@ -2095,7 +2095,6 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
         return 0;
     }
     const uint32_t charge = CU_OP_LAUNCHES * job->n_ops;
-    const int waits = (job->flags & PJ_PF_WAIT_EVENT) != 0;
     pthread_mutex_lock(&ln->mu);
     int full = ln->count >= CU_RING;
     /* A job alone on its lane always goes (one too big to go behind its
@@ -2110,10 +2109,11 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
     const uint32_t queued = ln->count;
     uint32_t slot = (ln->head + ln->count) % CU_RING;
     pthread_mutex_unlock(&ln->mu);
-    /* Only work that waits for a client can hold the queue: without a
-     * client wait ahead the device drains it, and a full queue costs the
-     * loop only the moment that takes. */
-    const int deep = over && (waits || lane_wait_pending(ln));
+    /* Only a client wait ahead can hold the queue: without one the device
+     * drains it, and a full queue costs the loop only the moment that
+     * takes. (A job's own wait holds only its own launches, at most
+     * CU_LANE_LAUNCHES: a larger one takes its wait on the host.) */
+    const int deep = over && lane_wait_pending(ln);
     if (deep && !full) {
         const uint64_t still = now_ns() - since;
         if (still < CU_RELEASE_HOPELESS_MS * 1000000ull) {

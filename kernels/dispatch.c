@@ -306,6 +306,16 @@ static int parse_entry(const cJSON *je, pj_tune_entry *e, char *why, size_t whyl
         }
         knob_set(&e->knobs, d, (unsigned)it->valuedouble);
     }
+    /* gemvz pipe = 4 is the balanced GEMV, which reads none of the ring
+     * form's knobs: an entry that sets them says what does not run. (Not
+     * in the engine's check: forced knobs lie over defaults that set xs.) */
+    if (e->eng == PJ_ENG_GEMVZ && e->knobs.pipe == 4 &&
+        (e->knobs.cl || e->knobs.xs || e->knobs.ts || e->knobs.st)) {
+        snprintf(why, whylen,
+                 "%s m=%u: gemvz pipe=4 (the balanced GEMV) reads none of cl, xs, ts, st", e->layer,
+                 e->m);
+        return -EINVAL;
+    }
     char lwhy[160];
     if (lt_knobs_check(&e->knobs, lwhy, sizeof lwhy)) {
         snprintf(why, whylen, "%s m=%u: %s", e->layer, e->m, lwhy);

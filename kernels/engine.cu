@@ -1000,16 +1000,8 @@ static int gemvz_check(const pj_eng_knobs *kn, const pj_eng_call *c, const pj_de
         return fail(why, whylen, -ENOTSUP, "layer has no z12 weights");
     if (!kn->nw || !kn->u || !kn->ks || (!kn->r && kn->pipe != 7))
         return fail(why, whylen, -EINVAL, "nw, u, ks, r must be >= 1 (r = 0 is pipe=7's)");
-    if (kn->pipe == 4) {
-        /* The balanced GEMV reads none of the ring form's knobs: an entry
-         * that sets them would say what does not run. */
-        if (kn->cl || kn->xs || kn->ts || kn->st)
-            return fail(why, whylen, -EINVAL,
-                        "pipe=4 (the balanced GEMV) reads none of cl, xs, ts, st (cl=%u xs=%u "
-                        "ts=%u st=%u)",
-                        kn->cl, kn->xs, kn->ts, kn->st);
+    if (kn->pipe == 4)
         return gemvb_check(PJ_GB_Z12, kn, c, lim, why, whylen);
-    }
     if (kn->pipe == 6)
         return gemvzs_check(kn, c, lim, why, whylen);
     if (kn->pipe == 7)

@@ -505,6 +505,8 @@ START_TEST(rejects_odd_keys)
         {"\"m\":8,\"engine\":\"gemv\",\"engine\":\"cublas\"", "repeated key \"engine\""},
         {"\"m\":8,\"engine\":\"cublas\",\"knob\":{\"algo\":3}", "unknown key \"knob\""},
         {"\"m\":8,\"engine\":\"gemv\",\"knobs\":{\"nw\":4,\"nw\":16}", "knob nw is given twice"},
+        {"\"m\":8,\"engine\":\"gemvz\",\"knobs\":{\"pipe\":4,\"nw\":4,\"xs\":2}",
+         "gemvz pipe=4 (the balanced GEMV) reads none of cl, xs, ts, st"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char js[512], err[256];

@@ -137,6 +137,9 @@ static const bad_case bad_cases[] = {
     {"{\"ops\":[{\"layer\":\"o\",\"m\":8,\"mm\":8}]}",
      "ops[0].mm: unknown key (expected one of layer, m, n)"},
     {"{\"ops\":[{\"layer\":\"o\",\"m\":8,\"m\":9}]}", "ops[0].m: key given twice"},
+    /* A key's control byte reaches the message escaped. */
+    {"{\"ops\":[{\"layer\":\"o\",\"m\":8,\"\\u001b[2J\":8}]}",
+     "ops[0].\"\\u001b[2J\": unknown key (expected one of layer, m, n)"},
     {"{\"ops\":[{\"layer\":\"o\",\"m\":8}],\"clinet\":1}",
      "clinet: unknown key (expected one of t_us, client, ops)"},
     {"{\"t_us\":-1,\"ops\":[{\"layer\":\"o\",\"m\":8}]}", "t_us: expected an integer >= 0, got -1"},
@@ -410,6 +413,21 @@ START_TEST(write_roundtrip)
     }
     ck_assert_str_eq(u.names[u.ops[1].name], "we\"ird\\");
     ck_assert_str_eq(u.names[u.ops[2].name], "tab\there");
+    /* The longest name, all of it escapes, survives the writer whole. */
+    char longest[PJ_TRACE_NAME_MAX * 6 + 64] = "{\"ops\":[{\"layer\":\"";
+    for (int i = 0; i < PJ_TRACE_NAME_MAX; i++)
+        strcat(longest, "\\u0001");
+    strcat(longest, "\",\"m\":1}]}\n");
+    pj_trace lt, lu;
+    ck_assert_int_eq(parse_text(&lt, "l.jsonl", longest, err, sizeof err), 0);
+    ck_assert_uint_eq(strlen(lt.names[0]), PJ_TRACE_NAME_MAX);
+    size_t llen;
+    char *lout = write_text(&lt, NULL, &llen);
+    ck_assert_int_eq(parse_text(&lu, "l2.jsonl", lout, err, sizeof err), 0);
+    ck_assert_str_eq(lu.names[0], lt.names[0]);
+    free(lout);
+    pj_trace_free(&lt);
+    pj_trace_free(&lu);
     /* Writing again gives the same bytes. */
     size_t len2;
     char *out2 = write_text(&u, "made by a test", &len2);
