@@ -73,8 +73,8 @@
  * H200, session 37: bench/results/2026-12-04-s37/visit2). That caller is
  * the event loop, so a client holding its event while it sends requests
  * answered at launch would stop the daemon for every client (visit 1).
- * Where a client wait is ahead on a lane (or the job itself waits), the
- * lane takes new work only while its jobs stay within CU_LANE_LAUNCHES,
+ * Where a client wait is ahead on a lane, the lane takes new work only
+ * while its jobs stay within CU_LANE_LAUNCHES,
  * each op charged CU_OP_LAUNCHES: a staged cuBLAS replay of the test
  * model filled the queue at its 57th job (~18 launches each), so 24 an op
  * and 768 in all keep it under 1021. Past that a job is put off while the
@@ -1369,27 +1369,38 @@ static void *completion_main(void *arg)
  * Any thread: the markers and completion events are the lane's own, never
  * destroyed while it runs; a slot reused meanwhile answers for its new
  * job, which errs on the side of waiting. */
+/* The event that tells whether a lane's newest WAIT_EVENT job has passed
+ * its client's wait: the job's wait marker, or where it has none the job
+ * itself; NULL when no job on the lane waits. *since: when the lane last
+ * moved (its last finished job, or its oldest job's submit, whichever is
+ * later). */
+static cudaEvent_t lane_newest_wait(cu_lane *ln, uint64_t *since)
+{
+    cudaEvent_t ev = NULL;
+    *since = 0;
+    pthread_mutex_lock(&ln->mu);
+    for (uint32_t i = ln->count; i-- > 0;) {
+        const cu_pend *p = &ln->ring[(ln->head + i) % CU_RING];
+        if (p->wait_ev) {
+            ev = p->client_wait ? p->wev : p->ev;
+            *since = ln->ring[ln->head].t_submit;
+            if (ln->t_moved > *since)
+                *since = ln->t_moved;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&ln->mu);
+    return ev;
+}
+
 static uint32_t lanes_client_waits(cu_state *st, uint64_t *stuck_ns)
 {
     uint32_t waiting = 0;
     const uint64_t now = now_ns();
     uint64_t stuck = 0;
     for (uint32_t l = 0; l < st->n_lanes; l++) {
-        cu_lane *ln = st->lanes[l];
-        cudaEvent_t ev = NULL;
-        uint64_t since = 0;
-        pthread_mutex_lock(&ln->mu);
-        for (uint32_t i = ln->count; i-- > 0;) {
-            const cu_pend *p = &ln->ring[(ln->head + i) % CU_RING];
-            if (p->wait_ev) {
-                ev = p->client_wait ? p->wev : p->ev;
-                since = ln->ring[ln->head].t_submit;
-                if (ln->t_moved > since)
-                    since = ln->t_moved;
-                break;
-            }
-        }
-        pthread_mutex_unlock(&ln->mu);
+        uint64_t since;
+        cudaEvent_t ev = lane_newest_wait(st->lanes[l], &since);
         if (ev && cudaEventQuery(ev) == cudaErrorNotReady) {
             waiting++;
             if (now > since && now - since > stuck)
@@ -2042,21 +2053,11 @@ static int run_op(cu_state *st, cu_lane *ln, pj_exec_op *op, char *err, size_t e
     return PJ_OK;
 }
 
-/* Does the lane hold a client wait that has not passed: its newest
- * WAIT_EVENT job's marker (or, where it has none, the job itself) not
- * done? As lanes_client_waits, for one lane. */
-static int lane_wait_pending(cu_lane *ln)
+/* Does the lane hold a client wait that has not passed (lane_newest_wait,
+ * which sets *since)? */
+static int lane_wait_pending(cu_lane *ln, uint64_t *since)
 {
-    cudaEvent_t ev = NULL;
-    pthread_mutex_lock(&ln->mu);
-    for (uint32_t i = ln->count; i-- > 0;) {
-        const cu_pend *p = &ln->ring[(ln->head + i) % CU_RING];
-        if (p->wait_ev) {
-            ev = p->client_wait ? p->wev : p->ev;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&ln->mu);
+    cudaEvent_t ev = lane_newest_wait(ln, since);
     const int pending = ev && cudaEventQuery(ev) == cudaErrorNotReady;
     cudaGetLastError(); /* an event's error belongs to its job's completion */
     return pending;
@@ -2100,12 +2101,6 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
     /* A job alone on its lane always goes (one too big to go behind its
      * own wait takes that wait on the host, below). */
     const int over = ln->count > 0 && ln->launches + charge > CU_LANE_LAUNCHES;
-    uint64_t since = 0;
-    if (over) {
-        since = ln->ring[ln->head].t_submit;
-        if (ln->t_moved > since)
-            since = ln->t_moved;
-    }
     const uint32_t queued = ln->count;
     uint32_t slot = (ln->head + ln->count) % CU_RING;
     pthread_mutex_unlock(&ln->mu);
@@ -2113,7 +2108,8 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
      * drains it, and a full queue costs the loop only the moment that
      * takes. (A job's own wait holds only its own launches, at most
      * CU_LANE_LAUNCHES: a larger one takes its wait on the host.) */
-    const int deep = over && lane_wait_pending(ln);
+    uint64_t since = 0;
+    const int deep = over && lane_wait_pending(ln, &since);
     if (deep && !full) {
         const uint64_t still = now_ns() - since;
         if (still < CU_RELEASE_HOPELESS_MS * 1000000ull) {
