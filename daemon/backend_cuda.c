@@ -67,20 +67,26 @@
  * for long, keeps the release out however long, and putting the others off
  * would only slow them. */
 #define CU_RELEASE_HOPELESS_MS 1000
-/* A stream queues 1021 launches (kernels, copies, graph replays; event
- * records and waits do not count) behind a wait that has not passed; the
- * next launch blocks its caller until the queue drains (measured on the
- * H200, session 37: bench/results/2026-12-04-s37/visit2). That caller is
+/* Launch budget. Behind a wait that has not passed, a stream queues 1021
+ * launches (kernels, copies, graph replays, waits, records of an
+ * interprocess event, records of a cudaEventBlockingSync event; records
+ * of a plain event are free) and, apart from those, 56 records of a
+ * BlockingSync event; the call past either limit blocks its caller until
+ * the wait passes (measured on the H200: bench/results/2026-12-04-s37/
+ * visit2, 2026-12-04-s38/visit2 and visit5; per stream). The caller is
  * the event loop, so a client holding its event while it sends requests
- * answered at launch would stop the daemon for every client (visit 1).
- * Where a client wait is ahead on a lane, the lane takes new work only
- * while its jobs stay within CU_LANE_LAUNCHES,
- * each op charged CU_OP_LAUNCHES: a staged cuBLAS replay of the test
- * model filled the queue at its 57th job (~18 launches each), so 24 an op
- * and 768 in all keep it under 1021. Past that a job is put off while the
- * lane moves, and refused with E_LIMIT once it has finished nothing for
- * CU_RELEASE_HOPELESS_MS. */
+ * answered at launch would stop the daemon for every client. Each job
+ * records one BlockingSync event (its slot's, which the completion thread
+ * sleeps on), so where a client wait is ahead on a lane the lane takes a
+ * job only while it stays within CU_LANE_JOBS jobs and CU_LANE_LAUNCHES
+ * launches, a job charged CU_JOB_LAUNCHES (its wait, its slot's record,
+ * the client's record) and CU_OP_LAUNCHES an op (two staging copies and
+ * up to six engine launches: the router through cuBLAS is five). Past
+ * that a job is put off while the lane moves, and refused with E_LIMIT
+ * once it has finished nothing for CU_RELEASE_HOPELESS_MS. */
+#define CU_LANE_JOBS     PJ_CUDA_LANE_JOBS
 #define CU_LANE_LAUNCHES PJ_CUDA_LANE_LAUNCHES
+#define CU_JOB_LAUNCHES  PJ_CUDA_JOB_LAUNCHES
 #define CU_OP_LAUNCHES   PJ_CUDA_OP_LAUNCHES
 
 /* daemon/fault.cu: a kernel that faults (test only, PROJD_CUDA_FAULT_AFTER),
@@ -187,7 +193,7 @@ typedef struct cu_shape {
 typedef struct cu_report {
     double t_device, t_upload, t_lanes, t_capture, t_validate, t_warm, t_total;
     double t_lanes_wall; /* capture + validate + warm-up, lanes side by side */
-    uint32_t warmed;     /* direct cuBLAS launches made at start (warm_lane) */
+    uint32_t warmed;     /* direct launches made at start (warm_lane) */
     size_t mem_total, mem_free0;
     size_t weights_stored, weights_bf16_copies;
     size_t used_weights, used_lanes, used_graphs, used_total;
@@ -231,7 +237,11 @@ struct cu_state {
     atomic_int release_want;
     int release_defer;
     atomic_ullong waits_put_off, waits_on_host;
-    atomic_ullong queue_put_off, queue_refused; /* CU_LANE_LAUNCHES */
+    atomic_ullong queue_put_off, queue_refused; /* the launch budget */
+    /* CU_LANE_JOBS and CU_LANE_LAUNCHES, or $PROJD_CUDA_LANE_JOBS and
+     * $PROJD_CUDA_LANE_LAUNCHES (tests only: values past 56 and 1021 turn
+     * the budget off, to measure what a job queues). */
+    uint32_t lane_jobs, lane_launches;
     uint32_t max_m, max_k, max_n;
     cu_lane *lanes[CU_MAX_LANES];
     uint32_t n_lanes;
@@ -1040,7 +1050,7 @@ static int choose_engines(cu_state *st, char *err, size_t errlen)
 }
 
 /* One lane's share of start-up, run on a thread of its own: its graphs
- * captured and validated, then its direct cuBLAS shapes warmed. Lanes are
+ * captured and validated, then its direct shapes warmed. Lanes are
  * independent (own stream, cuBLAS handles, plan cache, staging; graphs are
  * captured in thread-local mode), and most of this is host work (cuBLASLt
  * heuristic queries, output checks), so four lanes take about as long as
@@ -1101,12 +1111,22 @@ static int capture_lane(lane_start *ls)
 }
 
 /* Every m the captured graphs do not cover is a direct launch of the
- * nearest table entry's engine. A cuBLAS engine's first launch of a shape
- * builds its plan (a heuristic query; for a candidate algo, the candidate
- * list too): milliseconds, each time a decode load meets a new m (a p99 of
- * 8-9 ms in kernels/NOTES.md round 35). So each such shape runs once per
- * lane here, before READY, on the lane's staging buffers (contents do not
- * matter). PROJD_CUDA_NO_WARM=1 skips it. */
+ * nearest table entry's engine, and its first launch would do on the
+ * loop what start-up should:
+ * - a cuBLAS engine builds its plan (a heuristic query; for a candidate
+ *   algo, the candidate list too): milliseconds, each time a decode load
+ *   meets a new m (a p99 of 8-9 ms in kernels/NOTES.md round 35);
+ * - any engine's kernel, and cuBLAS's, is loaded on its first launch
+ *   (lazy module loading; cuBLAS loads its own kernels that way even
+ *   with CUDA_MODULE_LOADING=EAGER), and that load waits until all the
+ *   work queued on the device has run, a client's wait on any lane
+ *   included: the loop stops for as long as that client holds its event
+ *   (measured, bench/results/2026-12-04-s38/visit4).
+ * So each such shape runs once per lane here, before READY, on the lane's
+ * staging buffers (contents do not matter). Shapes outside this set (a
+ * row count below the layer's, strides, 2-byte-aligned pointers) can
+ * still meet a kernel cuBLAS has not loaded (daemon/CUDA.md, "Lanes").
+ * PROJD_CUDA_NO_WARM=1 skips it. */
 static int shape_index(const cu_state *st, uint32_t m);
 
 static int warm_lane(lane_start *ls)
@@ -1121,11 +1141,11 @@ static int warm_lane(lane_start *ls)
             pj_eng_call c = shape_call(st, ln, l, m, ln->sx, ln->sy);
             pj_eng_kind k;
             pj_eng_knobs kn;
-            if (choose(st, &st->layers[l], &c, &k, &kn) < 0 || k != PJ_ENG_CUBLAS)
+            if (choose(st, &st->layers[l], &c, &k, &kn) < 0)
                 continue;
             if (pj_eng_launch(k, &kn, &c, ln->es) != 0) {
-                snprintf(ls->err, sizeof ls->err, "warm-up of layer %s m=%u (cublas) failed",
-                         st->layers[l].L.name, m);
+                snprintf(ls->err, sizeof ls->err, "warm-up of layer %s m=%u (%s) failed",
+                         st->layers[l].L.name, m, pj_eng_name(k));
                 return -EIO;
             }
             ls->warmed++;
@@ -2095,12 +2115,13 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
         fail_now(job, PJ_E_FLAGS, 0, "PROJECT: ACCEPT_REPLY needs SIGNAL_EVENT");
         return 0;
     }
-    const uint32_t charge = CU_OP_LAUNCHES * job->n_ops;
+    const uint32_t charge = CU_JOB_LAUNCHES + CU_OP_LAUNCHES * job->n_ops;
     pthread_mutex_lock(&ln->mu);
     int full = ln->count >= CU_RING;
     /* A job alone on its lane always goes (one too big to go behind its
      * own wait takes that wait on the host, below). */
-    const int over = ln->count > 0 && ln->launches + charge > CU_LANE_LAUNCHES;
+    const int over = ln->count > 0 &&
+                     (ln->count + 1 > st->lane_jobs || ln->launches + charge > st->lane_launches);
     const uint32_t queued = ln->count;
     uint32_t slot = (ln->head + ln->count) % CU_RING;
     pthread_mutex_unlock(&ln->mu);
@@ -2180,7 +2201,7 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
             wait_locked = pthread_mutex_trylock(&st->wait_mu) == 0;
         /* A job whose own launches could fill the queue behind its wait
          * takes the wait on the host too. */
-        const int big = charge > CU_LANE_LAUNCHES;
+        const int big = charge > st->lane_launches;
         if (ev && (!wait_locked || atomic_load(&st->release_want) || big)) {
             ce = cudaEventQuery(ev);
             if (ce == cudaErrorNotReady) {
@@ -2374,7 +2395,7 @@ static void cu_stats_json(pj_backend *b, cJSON *obj)
     cJSON_AddNumberToObject(obj, "waits_put_off", (double)atomic_load(&st->waits_put_off));
     cJSON_AddNumberToObject(obj, "waits_on_host", (double)atomic_load(&st->waits_on_host));
     /* Jobs put off, or refused, because their lane's queue was at its
-     * launch budget (CU_LANE_LAUNCHES). */
+     * launch budget (CU_LANE_JOBS, CU_LANE_LAUNCHES). */
     cJSON_AddNumberToObject(obj, "queue_put_off", (double)atomic_load(&st->queue_put_off));
     cJSON_AddNumberToObject(obj, "queue_refused", (double)atomic_load(&st->queue_refused));
     cJSON_AddNumberToObject(obj, "failed", (double)atomic_load(&st->failed));
@@ -2471,7 +2492,7 @@ static void log_report(cu_state *st)
     pj_log_info(
         "cuda: startup: load %.1f ms, convert %.1f ms, device init %.1f ms, upload %.1f ms, "
         "lanes %.1f ms, then per lane (%u side by side) capture %.1f ms (%u graphs in all), "
-        "validate %.1f ms, warm-up %.1f ms (%u direct cuBLAS shapes in all): %.1f ms; "
+        "validate %.1f ms, warm-up %.1f ms (%u direct shapes in all): %.1f ms; "
         "backend total %.1f ms",
         md->load_ms, md->convert_ms, r->t_device, r->t_upload, r->t_lanes, st->n_lanes,
         r->t_capture, r->graphs, r->t_validate, r->t_warm, r->warmed, r->t_lanes_wall, r->t_total);
@@ -2588,6 +2609,13 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     st->fault_after = env_long("PROJD_CUDA_FAULT_AFTER", 0, 0, 1000000000L);
     st->stall_after = env_long("PROJD_CUDA_STALL_AFTER", 0, 0, 1000000000L);
     st->stall_ns = (uint64_t)env_long("PROJD_CUDA_STALL_MS", 3000, 1, 600000) * 1000000u;
+    st->lane_jobs = (uint32_t)env_long("PROJD_CUDA_LANE_JOBS", CU_LANE_JOBS, 1, CU_RING);
+    st->lane_launches =
+        (uint32_t)env_long("PROJD_CUDA_LANE_LAUNCHES", CU_LANE_LAUNCHES, 1, 1000000000L);
+    if (st->lane_jobs != CU_LANE_JOBS || st->lane_launches != CU_LANE_LAUNCHES)
+        pj_log_warn("cuda: PROJD_CUDA_LANE_JOBS=%u, PROJD_CUDA_LANE_LAUNCHES=%u (tests only; "
+                    "defaults %d, %d): a held client wait can block the daemon",
+                    st->lane_jobs, st->lane_launches, CU_LANE_JOBS, CU_LANE_LAUNCHES);
     st->release_defer = env_long("PROJD_CUDA_RELEASE_DEFER", 1, 0, 1) != 0;
     st->spin_ns = (uint64_t)env_long("PROJD_CUDA_SPIN_US", CU_SPIN_US, 0, 1000000) * 1000u;
     st->idle_spin_ns = (uint64_t)env_long("PROJD_CUDA_IDLE_SPIN_US", 0, 0, 1000000) * 1000u;

@@ -17,13 +17,16 @@
 #define PJ_CUDA_PATH_DIRECT        3 /* direct launch on the client's buffers */
 #define PJ_CUDA_PATH_DIRECT_STAGED 4 /* direct launch through the staging buffers */
 
-/* A lane's launch budget (backend_cuda.c, CU_LANE_LAUNCHES): a job of n
- * ops is charged PJ_CUDA_OP_LAUNCHES * n; behind a client wait, one that
- * would take its lane's jobs past PJ_CUDA_LANE_LAUNCHES waits (or fails
- * with E_LIMIT when the lane has not moved for a second). Here for the
- * tests. */
-#define PJ_CUDA_LANE_LAUNCHES 768
-#define PJ_CUDA_OP_LAUNCHES   24
+/* A lane's launch budget (backend_cuda.c, "Launch budget"): behind a
+ * client wait a lane takes at most PJ_CUDA_LANE_JOBS jobs, and jobs
+ * charged at most PJ_CUDA_LANE_LAUNCHES launches in all, a job of n ops
+ * PJ_CUDA_JOB_LAUNCHES + n * PJ_CUDA_OP_LAUNCHES; one past either waits
+ * (or fails with E_LIMIT when the lane has not moved for a second). Here
+ * for the tests. */
+#define PJ_CUDA_LANE_JOBS     48
+#define PJ_CUDA_LANE_LAUNCHES 960
+#define PJ_CUDA_JOB_LAUNCHES  3
+#define PJ_CUDA_OP_LAUNCHES   8
 
 #define PJ_CUDA_ENGINE_ID(kind, path) ((uint16_t)(((path) << 8) | (kind)))
 

@@ -31,6 +31,12 @@
  *      waits without starting.
  *   L  a lane's launch budget full behind a held wait: the next request is
  *      put off, then fails with E_LIMIT; the daemon never blocks.
+ *   M  every direct shape (an m no graph covers) served at once while
+ *      another lane's client holds its wait: their kernels were loaded
+ *      at start (--m: also without the warm-up, and more engines).
+ *   Q  (--q [ENGINE...] only, a measurement) how many jobs of each form a
+ *      lane takes behind a held wait before the daemon blocks, with the
+ *      budget off and each engine forced ("" for the default ladder).
  *   W4 a client with host shared-memory buffers, then one with its own
  *      CUDA IPC buffers, killed while its request waits for its unreached
  *      event: projd finds the client lost once its process is gone, says
@@ -55,6 +61,7 @@
 #include <unistd.h>
 
 #include "daemon/backend_cuda.h"
+#include "kernels/dispatch.h"
 #include "tests/gpu/cuda_common.h"
 #include "tests/helpers/daemon_test.h"
 
@@ -721,19 +728,20 @@ static void w_request(pjc_conn *t, w_client *w, unsigned wait_us, const char *wh
            (double)(cc_now_us() - t0) / 1e6);
 }
 
-/* L: a lane's launch budget. A stream queues 1021 launches behind a wait
- * that has not passed; the next launch blocks the thread that makes it,
- * the daemon's event loop (bench/results/2026-12-04-s37/visit2). Requests
- * answered at launch (SIGNAL_EVENT, ACCEPT_REPLY) behind one client wait
- * held 10 s pile up on the connection's lane: those within its budget
- * (PJ_CUDA_LANE_LAUNCHES / PJ_CUDA_OP_LAUNCHES) are taken at once, the
- * next is put off while the lane has moved within a second and then fails
- * with E_LIMIT, said in the log; no request blocks the daemon: another
- * connection is served meanwhile; once the wait passes every accepted job
- * runs and the result is correct. */
-static void section_l(void)
+/* L: a lane's launch budget. Behind a wait that has not passed a stream
+ * queues 1021 launches and 56 records of a BlockingSync event (one a
+ * job); the call past either blocks the thread that makes it, the
+ * daemon's event loop (bench/results/2026-12-04-s38). Requests of n_ops
+ * ops answered at launch (SIGNAL_EVENT, ACCEPT_REPLY) behind one client
+ * wait held 10 s pile up on the connection's lane: those within its budget
+ * (PJ_CUDA_LANE_JOBS jobs, PJ_CUDA_LANE_LAUNCHES launches) are taken at
+ * once, the next is put off while the lane has moved within a second and
+ * then fails with E_LIMIT, said in the log; no request blocks the daemon:
+ * another connection is served meanwhile; once the wait passes every
+ * accepted job runs and the result is correct. */
+static void section_l(uint32_t n_ops)
 {
-    printf("== L: a lane's launch budget behind a held wait\n");
+    printf("== L: a lane's launch budget behind a held wait, %u-op jobs\n", n_ops);
     w_client w;
     if (w_client_open(&w) != 0) {
         CHECK(0, "L: cannot make a stream and IPC events");
@@ -748,20 +756,25 @@ static void section_l(void)
     pjc_shape s = layer0_shape();
     cc_fill_x(t.xs.p, &s);
     memset(t.ys.p, 0xff, t.ys.size);
-    pj_op op = pjc_op(&t, &s);
+    /* The same op n_ops times: each writes the same y from the same x. */
+    pj_op ops[8];
+    for (uint32_t i = 0; i < n_ops && i < 8; i++)
+        ops[i] = pjc_op(&t, &s);
     const unsigned hold_us = 10000000;
     CHECK(w_hold_event(&w, hold_us) == 0, "L: host function and event record");
     const uint32_t flags = PJ_PF_WAIT_EVENT | PJ_PF_SIGNAL_EVENT | PJ_PF_ACCEPT_REPLY;
-    const int budget = PJ_CUDA_LANE_LAUNCHES / PJ_CUDA_OP_LAUNCHES;
+    const int by_launches =
+        PJ_CUDA_LANE_LAUNCHES / (PJ_CUDA_JOB_LAUNCHES + PJ_CUDA_OP_LAUNCHES * (int)n_ops);
+    const int budget = by_launches < PJ_CUDA_LANE_JOBS ? by_launches : PJ_CUDA_LANE_JOBS;
     long long t0 = cc_now_us();
     int accepted = 0, limited = 0, rc = PJ_OK, status = PJ_OK;
     double worst_s = 0, refused_s = 0;
     for (int i = 0; i < 2 * budget && !limited; i++) {
         pj_done dn;
-        pj_op_result res[1];
+        pj_op_result res[8];
         long long a = cc_now_us();
-        rc = cc_project_ev(&t.c, flags, &op, 1, (const uint8_t *)&w.hin, (const uint8_t *)&w.hout,
-                           &dn, res);
+        rc = cc_project_ev(&t.c, flags, ops, n_ops, (const uint8_t *)&w.hin,
+                           (const uint8_t *)&w.hout, &dn, res);
         double took = (double)(cc_now_us() - a) / 1e6;
         status = rc == PJ_OK ? dn.status : -1;
         if (rc != PJ_OK || (status != PJ_OK && status != PJ_E_LIMIT))
@@ -815,6 +828,255 @@ static void section_l(void)
     printf("L: all done %.2f s after the first request\n", (double)(cc_now_us() - t0) / 1e6);
     pjc_close(&t);
     cc_stop(&d, "L");
+    w_client_close(&w);
+}
+
+/* Q (--q alone; a measurement, not part of the suite): how many jobs of
+ * each form a lane takes behind one held client wait before the next
+ * blocks the daemon, with the budget of L turned off (PROJD_CUDA_LANE_JOBS
+ * and PROJD_CUDA_LANE_LAUNCHES, tests only). Session 38 found 56 for
+ * every form, of one op or four, staged or in place: the limit is the 56
+ * BlockingSync records a stream queues behind a wait (one a job), not its
+ * 1021 launches. Every request must be served (status OK) and the daemon
+ * must serve again once the wait passes. */
+typedef struct q_form {
+    const char *name;
+    uint32_t layer, mi, n_ops;
+    int inplace;   /* x and y in this process's CUDA memory: the graph rebound */
+    int direct;    /* a shape with no graph (fewer rows, strided): direct launch */
+    int wait_each; /* every request waits on the held event, not only the first */
+} q_form;
+
+typedef struct q_dev {
+    void *dx, *dy;
+    uint32_t xid, yid;
+} q_dev;
+
+/* One form: returns the request that blocked (its index), 0 if none did
+ * within the hold, -1 when a request failed. */
+static int q_measure(pjc_conn *t, w_client *w, const q_dev *dev, const q_form *f, uint16_t *eng,
+                     int *calls, double *slowest)
+{
+    const pj_model *model = pjc_model();
+    const pj_model_layer *L = &model->layers[f->layer];
+    pjc_shape s = {.layer = f->layer, .mi = f->mi, .n = L->max_n, .x_ld = L->w.k, .y_ld = L->max_n};
+    if (f->direct) {
+        s.n = L->max_n - 3;
+        s.x_ld = L->w.k + 5;
+        s.y_ld = s.n + 7;
+    }
+    cc_fill_x(t->xs.p, &s);
+    pj_op ops[8];
+    for (uint32_t i = 0; i < f->n_ops; i++) {
+        ops[i] = pjc_op(t, &s);
+        if (f->inplace) {
+            ops[i].x_buf = dev->xid;
+            ops[i].y_buf = dev->yid;
+        }
+    }
+    const unsigned hold_us = 3000000;
+    if (w_hold_event(w, hold_us) != 0)
+        return -1;
+    long long t0 = cc_now_us();
+    int blocked = 0;
+    for (int i = 0; i < 4000; i++) {
+        uint32_t flags = PJ_PF_SIGNAL_EVENT | PJ_PF_ACCEPT_REPLY;
+        if (i == 0 || f->wait_each)
+            flags |= PJ_PF_WAIT_EVENT;
+        pj_done dn;
+        pj_op_result res[8];
+        long long a = cc_now_us();
+        int rc = cc_project_ev(&t->c, flags, ops, f->n_ops, (const uint8_t *)&w->hin,
+                               (const uint8_t *)&w->hout, &dn, res);
+        double took = (double)(cc_now_us() - a) / 1e6;
+        *calls = i + 1;
+        if (took > *slowest)
+            *slowest = took;
+        if (rc != PJ_OK || dn.status != PJ_OK) {
+            CHECK(0, "Q %s: request %d: rc %d status %d", f->name, i, rc,
+                  rc == PJ_OK ? dn.status : -1);
+            blocked = -1;
+            break;
+        }
+        *eng = res[0].engine;
+        if (took > 0.25) {
+            blocked = i;
+            break;
+        }
+        if (cc_now_us() - t0 > (long long)hold_us - 600000)
+            break;
+    }
+    CHECK(cudaEventSynchronize(w->out) == cudaSuccess, "Q %s: the daemon's last event", f->name);
+    CHECK(cudaStreamSynchronize(w->cs) == cudaSuccess, "Q %s: the client's stream", f->name);
+    return blocked;
+}
+
+static void section_q(const char *force)
+{
+    printf("== Q: queue entries per job (PROJD_FORCE_ENGINE=%s)\n", force ? force : "");
+    w_client w;
+    if (w_client_open(&w) != 0) {
+        CHECK(0, "Q: cannot make a stream and IPC events");
+        return;
+    }
+    setenv("PROJD_CUDA_LANE_JOBS", "4096", 1);
+    setenv("PROJD_CUDA_LANE_LAUNCHES", "1000000", 1);
+    if (force)
+        setenv("PROJD_FORCE_ENGINE", force, 1);
+    pj_dproc d;
+    pjc_conn t;
+    int rc = start_open(&d, &t, NULL, "Q");
+    unsetenv("PROJD_CUDA_LANE_JOBS");
+    unsetenv("PROJD_CUDA_LANE_LAUNCHES");
+    unsetenv("PROJD_FORCE_ENGINE");
+    if (rc != 0) {
+        w_client_close(&w);
+        return;
+    }
+    q_dev dev = {0};
+    char why[600];
+    if (cudaMalloc(&dev.dx, XBYTES) != cudaSuccess || cudaMalloc(&dev.dy, YBYTES) != cudaSuccess ||
+        cudaMemset(dev.dx, 0, XBYTES) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess ||
+        cc_register_dev(&t.c, dev.dx, &dev.xid, why, sizeof why) != 0 ||
+        cc_register_dev(&t.c, dev.dy, &dev.yid, why, sizeof why) != 0) {
+        CHECK(0, "Q: CUDA IPC buffers: %s", why);
+    } else {
+        const q_form forms[] = {
+            {"L0 m1 staged graph, wait each", 0, 0, 1, 0, 0, 1},
+            {"L0 m1 staged graph", 0, 0, 1, 0, 0, 0},
+            {"L0 m1 staged graph x4 ops", 0, 0, 4, 0, 0, 0},
+            {"L0 m1 in place graph, wait each", 0, 0, 1, 1, 0, 1},
+            {"L0 m1 in place graph", 0, 0, 1, 1, 0, 0},
+            {"L0 m16 staged graph", 0, 2, 1, 0, 0, 0},
+            {"L0 m256 staged graph", 0, 5, 1, 0, 0, 0},
+            {"L0 m256 in place graph", 0, 5, 1, 1, 0, 0},
+            {"L0 m8 staged direct", 0, 1, 1, 0, 1, 0},
+            {"L0 m8 in place direct", 0, 1, 1, 1, 1, 0},
+            {"L1 m32 staged graph", 1, 3, 1, 0, 0, 0},
+            {"L2 m128 staged graph", 2, 4, 1, 0, 0, 0},
+            {"L3 m16 staged graph", 3, 2, 1, 0, 0, 0},
+            {"L4 m1 staged graph", 4, 0, 1, 0, 0, 0},
+            {"L4 m256 staged graph", 4, 5, 1, 0, 0, 0},
+            {"L4 m256 in place graph", 4, 5, 1, 1, 0, 0},
+        };
+        for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+            uint16_t eng = 0;
+            int calls = 0;
+            double slowest = 0;
+            int k = q_measure(&t, &w, &dev, &forms[i], &eng, &calls, &slowest);
+            if (k > 0)
+                printf("Q: %-34s engine %-7s path %u: request %4d blocked (%.2f s)\n",
+                       forms[i].name, pj_eng_name((pj_eng_kind)(eng & 0xff)), eng >> 8, k, slowest);
+            else if (k == 0)
+                printf("Q: %-34s engine %-7s path %u: none blocked in %d requests (slowest "
+                       "%.3f s)\n",
+                       forms[i].name, pj_eng_name((pj_eng_kind)(eng & 0xff)), eng >> 8, calls,
+                       slowest);
+        }
+        pjc_shape s = layer0_shape();
+        CHECK(run_shm(&t, &s, NULL, why, sizeof why) == 0, "Q: a request after the holds: %s", why);
+    }
+    pjc_close(&t);
+    cc_stop(&d, "Q");
+    cudaFree(dev.dx);
+    cudaFree(dev.dy);
+    w_client_close(&w);
+}
+
+/* M: direct shapes warmed at start. An m no graph covers is a direct
+ * launch, and a kernel not loaded yet is loaded on its first launch; that
+ * load waits for all the device's queued work, so a client's wait held
+ * on one lane would stop the loop for a request on another
+ * (bench/results/2026-12-04-s38/visit4). projd launches every such shape
+ * once per lane before READY. Here a client holds its wait on one
+ * connection's lane while a second connection (another lane) runs every
+ * layer at every m from 1 to 256 that no graph covers, all rows,
+ * contiguous, with the engine forced (NULL: the ladder): each must be
+ * served, and within 0.25 s. With no_warm (PROJD_CUDA_NO_WARM=1) the
+ * stalls that the warm-up prevents are counted and printed, not
+ * asserted: whether a shape meets an unloaded kernel depends on which
+ * variants the captured graphs already loaded. */
+static void section_m(const char *force, int no_warm)
+{
+    printf("== M: direct shapes behind another lane's held wait (%s%s)\n",
+           force ? force : "the ladder", no_warm ? ", no warm-up" : "");
+    w_client w;
+    if (w_client_open(&w) != 0) {
+        CHECK(0, "M: cannot make a stream and IPC events");
+        return;
+    }
+    if (force)
+        setenv("PROJD_FORCE_ENGINE", force, 1);
+    if (no_warm)
+        setenv("PROJD_CUDA_NO_WARM", "1", 1);
+    pj_dproc d;
+    pjc_conn t, u;
+    int rc = start_open(&d, &t, NULL, "M");
+    unsetenv("PROJD_FORCE_ENGINE");
+    unsetenv("PROJD_CUDA_NO_WARM");
+    if (rc != 0) {
+        w_client_close(&w);
+        return;
+    }
+    char why[600];
+    if (pjc_open(&u, d.url, XBYTES, YBYTES, CC_REPLY_MS, why, sizeof why) != 0) {
+        CHECK(0, "M: a second client: %s", why);
+        pjc_close(&t);
+        cc_stop(&d, "M");
+        w_client_close(&w);
+        return;
+    }
+    memset(u.xs.p, 0, u.xs.size);
+    pjc_shape s = layer0_shape();
+    pj_op op;
+    w_send(&t, &w, 3000000, &s, &op, "M");
+    const pj_model *model = pjc_model();
+    int served = 0, slow = 0, failed = 0;
+    double worst = 0;
+    long long t0 = cc_now_us();
+    for (uint32_t l = 0; l < model->n_layers; l++) {
+        const pj_model_layer *L = &model->layers[l];
+        for (uint32_t m = 1; m <= 256; m++) {
+            int captured = 0;
+            for (uint32_t i = 0; i < PJC_N_MS; i++)
+                captured |= PJC_MS[i] == m;
+            if (captured)
+                continue;
+            pj_op q = {.layer = l,
+                       .m = m,
+                       .n = L->max_n,
+                       .x_buf = u.xid,
+                       .x_ld = L->w.k,
+                       .y_buf = u.yid,
+                       .y_ld = L->max_n};
+            pj_done dn;
+            pj_op_result res[1];
+            long long a = cc_now_us();
+            int r = pjt_project(&u.c, 0, &q, 1, &dn, res);
+            double took = (double)(cc_now_us() - a) / 1e6;
+            if (r != PJ_OK || dn.status != PJ_OK) {
+                if (failed++ < 3)
+                    CHECK(0, "M: layer %s m=%u: rc %d status %d", L->name, m, r,
+                          r == PJ_OK ? dn.status : -1);
+                continue;
+            }
+            served++;
+            worst = took > worst ? took : worst;
+            if (took > 0.25 && slow++ < 3)
+                printf("M: layer %s m=%u (engine %s) took %.2f s, %.2f s into the hold\n", L->name,
+                       m, pj_eng_name((pj_eng_kind)(res[0].engine & 0xff)), took,
+                       (double)(cc_now_us() - t0) / 1e6);
+        }
+    }
+    printf("M: %d direct shapes served in %.2f s, the slowest %.3f s; %d over 0.25 s\n", served,
+           (double)(cc_now_us() - t0) / 1e6, worst, slow);
+    CHECK(failed == 0, "M: %d direct shapes failed", failed);
+    if (!no_warm)
+        CHECK(slow == 0, "M: %d direct shapes waited for the other lane's client", slow);
+    w_check(&t, &w, &s, "M");
+    pjc_close(&u);
+    pjc_close(&t);
+    cc_stop(&d, "M");
     w_client_close(&w);
 }
 
@@ -1674,8 +1936,25 @@ int main(int argc, char **argv)
         return cc_summary("test_cuda_backend --fault", t0);
     }
     if (argc > 1 && strcmp(argv[1], "--l") == 0) { /* L alone */
-        section_l();
+        section_l(1);
+        section_l(4);
         return cc_summary("test_cuda_backend --l", t0);
+    }
+    if (argc > 1 && strcmp(argv[1], "--m") == 0) { /* M alone */
+        section_m(NULL, 1);
+        section_m(NULL, 0);
+        section_m("gemvz", 1);
+        section_m("gemvz", 0);
+        section_m("splitk", 0);
+        section_m("gemv", 0);
+        return cc_summary("test_cuda_backend --m", t0);
+    }
+    if (argc > 1 && strcmp(argv[1], "--q") == 0) { /* Q: a measurement; engines to force */
+        if (argc == 2)
+            section_q(NULL);
+        for (int i = 2; i < argc; i++)
+            section_q(*argv[i] ? argv[i] : NULL);
+        return cc_summary("test_cuda_backend --q", t0);
     }
     if (argc > 1 && strcmp(argv[1], "--x") == 0) { /* X alone (against another projd) */
         section_x(200);
@@ -1702,7 +1981,10 @@ int main(int argc, char **argv)
     section_s(0);
     section_x(200);
     section_x(10);
-    section_l();
+    section_l(1);
+    section_l(4);
+    section_m(NULL, 0);
+    section_m("gemvz", 0);
     section_w4(argv[0]);
     section_c();
     return cc_summary("test_cuda_backend", t0);
