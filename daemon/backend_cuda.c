@@ -1123,10 +1123,9 @@ static int capture_lane(lane_start *ls)
  *   included: the loop stops for as long as that client holds its event
  *   (measured, bench/results/2026-12-04-s38/visit4).
  * So each such shape runs once per lane here, before READY, on the lane's
- * staging buffers (contents do not matter). Shapes outside this set (a
- * row count below the layer's, strides, 2-byte-aligned pointers) can
- * still meet a kernel cuBLAS has not loaded (daemon/CUDA.md, "Lanes").
- * PROJD_CUDA_NO_WARM=1 skips it. */
+ * staging buffers (contents do not matter); run_op sends every other
+ * shape through these (daemon/CUDA.md, "Lanes"). PROJD_CUDA_NO_WARM=1
+ * skips it. */
 static int shape_index(const cu_state *st, uint32_t m);
 
 static int warm_lane(lane_start *ls)
@@ -1136,7 +1135,8 @@ static int warm_lane(lane_start *ls)
     uint64_t t0 = now_ns();
     for (uint32_t l = 0; l < st->n_layers; l++) {
         for (uint32_t m = 1; m <= st->max_m; m++) {
-            if (shape_index(st, m) >= 0)
+            const int si = shape_index(st, m);
+            if (si >= 0 && st->shapes[l][si].have_graph)
                 continue;
             pj_eng_call c = shape_call(st, ln, l, m, ln->sx, ln->sy);
             pj_eng_kind k;
@@ -1934,6 +1934,14 @@ static int al16(const void *p)
     return ((uintptr_t)p & 15u) == 0;
 }
 
+/* As aligned as the staging buffers the warm-up launched on (cudaMalloc
+ * gives 256 bytes at least): cuBLAS picks its kernel by the operands'
+ * alignment too, and cuBLASLt's default plans assume 256. */
+static int al256(const void *p)
+{
+    return ((uintptr_t)p & 255u) == 0;
+}
+
 static cudaError_t copy_rows(void *dst, size_t dld, const void *src, size_t sld, size_t width,
                              uint32_t rows, cudaStream_t s)
 {
@@ -1979,15 +1987,23 @@ static int run_op(cu_state *st, cu_lane *ln, pj_exec_op *op, char *err, size_t e
     int host = (hx && hx->kind == PJ_BUF_SHM) || (hy && hy->kind == PJ_BUF_SHM);
     int si = shape_index(st, op->m);
     const cu_shape *sh = si >= 0 ? &st->shapes[op->layer][si] : NULL;
-    int graph = sh && sh->have_graph && op->n == cl->graph_n;
-    const uint32_t K = cl->L.K;
+    const uint32_t K = cl->L.K, gn = cl->graph_n;
+    /* Only shapes start-up has launched run on the device: every (layer,
+     * m) at n = graph_n on contiguous rows, by its graph or by the warm-up
+     * (warm_lane). Anything else would load a kernel cuBLAS has not loaded
+     * yet, which waits for all the device's queued work, client waits
+     * included (bench/results/2026-12-04-s38/visit4). So fewer rows,
+     * strides, or pointers aligned below the staging buffers' 256 bytes go
+     * through the lane's staging buffers: x copied in, all graph_n rows
+     * computed, the first n copied out. */
+    const int graph = sh && sh->have_graph;
+    const int plain = !host && op->n == gn && op->x_ld == K && op->y_ld == gn;
     cudaError_t ce = cudaSuccess;
     char t[200];
     int path;
     pj_eng_kind k;
     pj_eng_knobs kn;
-    if (graph && !host && sh->patch_ok && al16(op->x) && al16(op->y) && op->x_ld == K &&
-        op->y_ld == op->n) {
+    if (graph && plain && sh->patch_ok && al16(op->x) && al16(op->y)) {
         pj_cgraph *g = &ln->graphs[op->layer][si];
         if (pj_cg_bind(g, op->x, op->y, t, sizeof t) != 0) {
             snprintf(err, errlen, "op (%s m=%u): %s", cl->L.name, op->m, t);
@@ -2009,41 +2025,25 @@ static int run_op(cu_state *st, cu_lane *ln, pj_exec_op *op, char *err, size_t e
         if (ce == cudaSuccess)
             ce = pj_cg_launch(g, ln->s);
         if (ce == cudaSuccess)
-            ce = copy_rows(op->y, op->y_ld * 2, ln->sy, (size_t)op->n * 2, (size_t)op->n * 2, op->m,
+            ce = copy_rows(op->y, op->y_ld * 2, ln->sy, (size_t)gn * 2, (size_t)op->n * 2, op->m,
                            ln->s);
         path = PJ_CUDA_PATH_GRAPH_STAGED;
         k = sh->k;
     } else {
-        pj_eng_call c;
-        memset(&c, 0, sizeof c);
-        c.L = &cl->L;
-        c.ws = &ln->ws[op->layer];
-        c.m = op->m;
-        c.n = op->n;
-        int step = -1;
-        if (!host) {
-            c.x = op->x;
-            c.ldx = op->x_ld;
-            c.y = op->y;
-            c.ldy = op->y_ld;
-            step = choose(st, cl, &c, &k, &kn);
+        const int in_place = plain && al256(op->x) && al256(op->y);
+        pj_eng_call c = shape_call(st, ln, op->layer, op->m, in_place ? op->x : ln->sx,
+                                   in_place ? op->y : ln->sy);
+        if (choose(st, cl, &c, &k, &kn) < 0) {
+            snprintf(err, errlen, "op (%s m=%u n=%u): no engine can run this shape", cl->L.name,
+                     op->m, op->n);
+            return PJ_E_BACKEND;
         }
-        if (step >= 0) {
+        if (in_place) {
             path = PJ_CUDA_PATH_DIRECT;
             if (pj_eng_launch(k, &kn, &c, ln->es) != 0)
                 ce = cudaErrorLaunchFailure;
         } else {
             path = PJ_CUDA_PATH_DIRECT_STAGED;
-            c.x = ln->sx;
-            c.ldx = K;
-            c.y = ln->sy;
-            c.ldy = op->n;
-            step = choose(st, cl, &c, &k, &kn);
-            if (step < 0) {
-                snprintf(err, errlen, "op (%s m=%u n=%u): no engine can run this shape", cl->L.name,
-                         op->m, op->n);
-                return PJ_E_BACKEND;
-            }
             int rc = staged_pitch_check(st, cl, op, err, errlen);
             if (rc != PJ_OK)
                 return rc;
@@ -2051,7 +2051,7 @@ static int run_op(cu_state *st, cu_lane *ln, pj_exec_op *op, char *err, size_t e
             if (ce == cudaSuccess && pj_eng_launch(k, &kn, &c, ln->es) != 0)
                 ce = cudaErrorLaunchFailure;
             if (ce == cudaSuccess)
-                ce = copy_rows(op->y, op->y_ld * 2, ln->sy, (size_t)op->n * 2, (size_t)op->n * 2,
+                ce = copy_rows(op->y, op->y_ld * 2, ln->sy, (size_t)gn * 2, (size_t)op->n * 2,
                                op->m, ln->s);
         }
     }

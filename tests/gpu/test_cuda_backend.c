@@ -6,7 +6,8 @@
  * makes a CUDA context). Sections:
  *   A  default engines (the dispatcher's ladder): every layer x m in
  *      {1, 8, 16, 32, 128, 256} in the captured form (graph replay through
- *      the staging buffers), random n / offsets / strides (direct launches),
+ *      the staging buffers), random n / offsets / strides (the same graphs,
+ *      all rows computed, the request's copied out),
  *      two-op chains, ACCEPT_REPLY without SIGNAL_EVENT refused, a bad
  *      WAIT_EVENT handle failing only its request, STATS figures, the
  *      start-up report in the log, SIGTERM exit 0.
@@ -277,10 +278,12 @@ static void section_a(void)
 
     cJSON *st = NULL;
     if (pjt_stats(&t.c, &st) == PJ_OK) {
+        /* Every m here has a graph: fewer rows and strides are staged
+         * through it too (section M has the direct paths). */
         double gs = pjt_json_num(st, "backend_stats.paths.graph_staged");
         double ds = pjt_json_num(st, "backend_stats.paths.direct_staged");
         CHECK(gs > 0, "STATS: graph_staged ops %.0f", gs);
-        CHECK(ds > 0, "STATS: direct_staged ops %.0f", ds);
+        CHECK(ds == 0, "STATS: direct_staged ops %.0f (every m of A has a graph)", ds);
         CHECK(pjt_json_num(st, "backend_stats.fatal") == 0, "STATS: fatal errors");
         CHECK(pjt_json_num(st, "backend_stats.memory.used_total_bytes") > 0,
               "STATS: no device memory figure");
@@ -843,7 +846,7 @@ typedef struct q_form {
     const char *name;
     uint32_t layer, mi, n_ops;
     int inplace;   /* x and y in this process's CUDA memory: the graph rebound */
-    int direct;    /* a shape with no graph (fewer rows, strided): direct launch */
+    int direct;    /* fewer rows, strided (before session 38: a direct launch) */
     int wait_each; /* every request waits on the held event, not only the first */
 } q_form;
 
@@ -950,8 +953,8 @@ static void section_q(const char *force)
             {"L0 m16 staged graph", 0, 2, 1, 0, 0, 0},
             {"L0 m256 staged graph", 0, 5, 1, 0, 0, 0},
             {"L0 m256 in place graph", 0, 5, 1, 1, 0, 0},
-            {"L0 m8 staged direct", 0, 1, 1, 0, 1, 0},
-            {"L0 m8 in place direct", 0, 1, 1, 1, 1, 0},
+            {"L0 m8 staged, n-3, strided", 0, 1, 1, 0, 1, 0},
+            {"L0 m8 in place, n-3, strided", 0, 1, 1, 1, 1, 0},
             {"L1 m32 staged graph", 1, 3, 1, 0, 0, 0},
             {"L2 m128 staged graph", 2, 4, 1, 0, 0, 0},
             {"L3 m16 staged graph", 3, 2, 1, 0, 0, 0},
@@ -981,6 +984,88 @@ static void section_q(const char *force)
     cudaFree(dev.dx);
     cudaFree(dev.dy);
     w_client_close(&w);
+}
+
+/* One odd-shaped request of M on u, while the other lane is held: layer l,
+ * m rows, n = the layer's rows - 3, strided x and y (x_ld = K + 5, y_ld =
+ * n + 7) at offsets; in host shared memory, or (dev) in this process's
+ * CUDA memory at 2-byte-aligned addresses. Served within 0.25 s and equal
+ * to the CPU reference, the rest of y still poisoned. 0, or -1 (why). */
+static int m_odd(pjc_conn *u, const q_dev *dev, uint32_t l, uint32_t m, int on_dev, double *took,
+                 char *why, size_t whylen)
+{
+    const pj_model_layer *L = &pjc_model()->layers[l];
+    const uint32_t K = L->w.k;
+    pjc_shape s = {.layer = l,
+                   .n = L->max_n - 3,
+                   .x_off = 1,
+                   .x_ld = K + 5,
+                   .y_off = 3,
+                   .y_ld = L->max_n - 3 + 7};
+    uint16_t *X = calloc(XBYTES / 2, 2), *Y = malloc(YBYTES);
+    uint16_t *x = malloc((size_t)m * K * 2), *ref = malloc((size_t)m * L->w.n * 2);
+    int rc = -1;
+    if (!X || !Y || !x || !ref || (size_t)(s.x_off + m * s.x_ld) * 2 > XBYTES ||
+        (size_t)(s.y_off + m * s.y_ld) * 2 > YBYTES) {
+        snprintf(why, whylen, "no memory, or the shape does not fit the buffers");
+        goto out;
+    }
+    uint64_t seed = l * 1000u + m;
+    for (size_t i = 0; i < (size_t)m * K; i++) {
+        uint64_t r = cc_mix(&seed);
+        x[i] = pj_f32_to_bf16((float)((int)(r % 2001) - 1000) / 1000.f);
+        X[s.x_off + (i / K) * s.x_ld + i % K] = x[i];
+    }
+    if (pj_ref_project(&L->w, m, L->w.n, x, K, ref, L->w.n) != 0) {
+        snprintf(why, whylen, "the CPU reference failed");
+        goto out;
+    }
+    memset(Y, 0xff, YBYTES);
+    pj_op q = {.layer = l,
+               .m = m,
+               .n = s.n,
+               .x_buf = u->xid,
+               .x_off = s.x_off * 2,
+               .x_ld = s.x_ld,
+               .y_buf = u->yid,
+               .y_off = s.y_off * 2,
+               .y_ld = s.y_ld};
+    if (on_dev) {
+        q.x_buf = dev->xid;
+        q.y_buf = dev->yid;
+        if (cudaMemcpy(dev->dx, X, XBYTES, cudaMemcpyHostToDevice) != cudaSuccess ||
+            cudaMemcpy(dev->dy, Y, YBYTES, cudaMemcpyHostToDevice) != cudaSuccess) {
+            snprintf(why, whylen, "staging the device buffers failed");
+            goto out;
+        }
+    } else {
+        memcpy(u->xs.p, X, XBYTES);
+        memcpy(u->ys.p, Y, YBYTES);
+    }
+    pj_done dn;
+    pj_op_result res[1];
+    long long a = cc_now_us();
+    int r2 = pjt_project(&u->c, 0, &q, 1, &dn, res);
+    *took = (double)(cc_now_us() - a) / 1e6;
+    if (r2 != PJ_OK || dn.status != PJ_OK) {
+        snprintf(why, whylen, "rc %d status %d", r2, r2 == PJ_OK ? dn.status : -1);
+        goto out;
+    }
+    if (on_dev) {
+        if (cudaMemcpy(Y, dev->dy, YBYTES, cudaMemcpyDeviceToHost) != cudaSuccess) {
+            snprintf(why, whylen, "reading y back failed");
+            goto out;
+        }
+    } else {
+        memcpy(Y, u->ys.p, YBYTES);
+    }
+    rc = cc_verify(Y, YBYTES / 2, &s, m, L->w.n, ref, NULL, why, whylen);
+out:
+    free(X);
+    free(Y);
+    free(x);
+    free(ref);
+    return rc;
 }
 
 /* M: direct shapes warmed at start. An m no graph covers is a direct
@@ -1073,10 +1158,64 @@ static void section_m(const char *force, int no_warm)
     CHECK(failed == 0, "M: %d direct shapes failed", failed);
     if (!no_warm)
         CHECK(slow == 0, "M: %d direct shapes waited for the other lane's client", slow);
+    /* Shapes the warm-up does not launch: fewer rows, strides, pointers
+     * 2-byte aligned. projd computes them at the warmed shape on its
+     * staging buffers, so none may wait either. */
+    q_dev dev = {0};
+    int have_dev = cudaMalloc(&dev.dx, XBYTES) == cudaSuccess &&
+                   cudaMalloc(&dev.dy, YBYTES) == cudaSuccess &&
+                   cc_register_dev(&u.c, dev.dx, &dev.xid, why, sizeof why) == 0 &&
+                   cc_register_dev(&u.c, dev.dy, &dev.yid, why, sizeof why) == 0;
+    CHECK(have_dev, "M: CUDA IPC buffers: %s", why);
+    int odd = 0, odd_slow = 0;
+    const uint32_t odd_m[] = {3, 8, 13, 65, 200};
+    for (uint32_t l = 0; l < model->n_layers && have_dev; l++) {
+        for (size_t i = 0; i < sizeof odd_m / sizeof odd_m[0]; i++) {
+            for (int on_dev = 0; on_dev < 2; on_dev++) {
+                double took = 0;
+                int r = m_odd(&u, &dev, l, odd_m[i], on_dev, &took, why, sizeof why);
+                CHECK(r == 0, "M: odd shape, layer %s m=%u (%s): %s", model->layers[l].name,
+                      odd_m[i], on_dev ? "device" : "host", why);
+                odd++;
+                if (took > 0.25 && odd_slow++ < 3)
+                    printf("M: odd shape, layer %s m=%u (%s) took %.2f s\n", model->layers[l].name,
+                           odd_m[i], on_dev ? "device" : "host", took);
+            }
+        }
+    }
+    printf("M: %d odd shapes (fewer rows, strides, 2-byte-aligned device pointers), %d over "
+           "0.25 s, %.1f s into the hold\n",
+           odd, odd_slow, (double)(cc_now_us() - t0) / 1e6);
+    /* And one the warm-up did launch, in place: all rows, contiguous, the
+     * buffers' own (cudaMalloc) alignment, an m no graph covers. */
+    if (have_dev) {
+        const pj_model_layer *L0 = &model->layers[0];
+        pj_op q = {.layer = 0,
+                   .m = 13,
+                   .n = L0->max_n,
+                   .x_buf = dev.xid,
+                   .x_ld = L0->w.k,
+                   .y_buf = dev.yid,
+                   .y_ld = L0->max_n};
+        pj_done dn;
+        pj_op_result res[1];
+        int r = pjt_project(&u.c, 0, &q, 1, &dn, res);
+        CHECK(r == PJ_OK && dn.status == PJ_OK && (res[0].engine >> 8) == PJ_CUDA_PATH_DIRECT,
+              "M: m=13 in place: rc %d status %d path %d (want %d, direct)", r,
+              r == PJ_OK ? dn.status : -1, r == PJ_OK ? res[0].engine >> 8 : -1,
+              PJ_CUDA_PATH_DIRECT);
+        CHECK(pjd_stat(&u.c, "backend_stats.paths.direct_staged") >= 1250,
+              "M: STATS paths.direct_staged %.0f (want the 1250 host shapes at least)",
+              pjd_stat(&u.c, "backend_stats.paths.direct_staged"));
+    }
+    if (!no_warm)
+        CHECK(odd_slow == 0, "M: %d odd shapes waited for the other lane's client", odd_slow);
     w_check(&t, &w, &s, "M");
     pjc_close(&u);
     pjc_close(&t);
     cc_stop(&d, "M");
+    cudaFree(dev.dx);
+    cudaFree(dev.dy);
     w_client_close(&w);
 }
 
