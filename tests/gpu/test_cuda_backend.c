@@ -845,7 +845,8 @@ static void section_l(uint32_t n_ops)
 typedef struct q_form {
     const char *name;
     uint32_t layer, mi, n_ops;
-    int inplace;   /* x and y in this process's CUDA memory: the graph rebound */
+    int inplace;   /* x and y in this process's CUDA memory: the graph rebound (2: to other
+                    * addresses at every request) */
     int direct;    /* fewer rows, strided (before session 38: a direct launch) */
     int wait_each; /* every request waits on the held event, not only the first */
 } q_form;
@@ -886,6 +887,10 @@ static int q_measure(pjc_conn *t, w_client *w, const q_dev *dev, const q_form *f
         uint32_t flags = PJ_PF_SIGNAL_EVENT | PJ_PF_ACCEPT_REPLY;
         if (i == 0 || f->wait_each)
             flags |= PJ_PF_WAIT_EVENT;
+        for (uint32_t j = 0; j < f->n_ops && f->inplace == 2; j++) {
+            ops[j].x_off = (i & 1) ? 4096 : 0;
+            ops[j].y_off = (i & 1) ? 8192 : 0;
+        }
         pj_done dn;
         pj_op_result res[8];
         long long a = cc_now_us();
@@ -950,6 +955,8 @@ static void section_q(const char *force)
             {"L0 m1 staged graph x4 ops", 0, 0, 4, 0, 0, 0},
             {"L0 m1 in place graph, wait each", 0, 0, 1, 1, 0, 1},
             {"L0 m1 in place graph", 0, 0, 1, 1, 0, 0},
+            {"L0 m1 in place graph, rebound each", 0, 0, 1, 2, 0, 0},
+            {"L0 m256 in place graph, rebound each", 0, 5, 1, 2, 0, 0},
             {"L0 m16 staged graph", 0, 2, 1, 0, 0, 0},
             {"L0 m256 staged graph", 0, 5, 1, 0, 0, 0},
             {"L0 m256 in place graph", 0, 5, 1, 1, 0, 0},
