@@ -81,7 +81,8 @@
  * job only while it stays within CU_LANE_JOBS jobs and CU_LANE_LAUNCHES
  * launches, a job charged CU_JOB_LAUNCHES (its wait, its slot's record,
  * the client's record) and CU_OP_LAUNCHES an op (two staging copies and
- * up to six engine launches: the router through cuBLAS is five). Past
+ * up to eight engine launches; test_cuda_backend --q measures the forms,
+ * bench/results/2026-12-04-s38/visit10). Past
  * that a job is put off while the lane moves, and refused with E_LIMIT
  * once it has finished nothing for CU_RELEASE_HOPELESS_MS. */
 #define CU_LANE_JOBS     PJ_CUDA_LANE_JOBS
@@ -1135,9 +1136,8 @@ static int warm_lane(lane_start *ls)
     uint64_t t0 = now_ns();
     for (uint32_t l = 0; l < st->n_layers; l++) {
         for (uint32_t m = 1; m <= st->max_m; m++) {
-            const int si = shape_index(st, m);
-            if (si >= 0 && st->shapes[l][si].have_graph)
-                continue;
+            if (shape_index(st, m) >= 0)
+                continue; /* its graph: a failed capture stops the start */
             pj_eng_call c = shape_call(st, ln, l, m, ln->sx, ln->sy);
             pj_eng_kind k;
             pj_eng_knobs kn;
@@ -1974,7 +1974,8 @@ static int staged_pitch_check(const cu_state *st, const cu_layer *cl, const pj_e
     snprintf(err, errlen,
              "op (%s m=%u n=%u): %s stride %" PRIu64 " elements (%" PRIu64
              " bytes) is over the device's largest copy pitch (%" PRIu64
-             " bytes), and this request is staged (host memory, or no engine takes it in place)",
+             " bytes), and this request is staged (host memory, or a shape other than the one "
+             "start-up launched: fewer rows, strides, alignment)",
              cl->L.name, op->m, op->n, which, ld, ld * 2, max_pitch);
     return PJ_E_SHAPE;
 }

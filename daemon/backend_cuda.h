@@ -26,7 +26,7 @@
 #define PJ_CUDA_LANE_JOBS     48
 #define PJ_CUDA_LANE_LAUNCHES 960
 #define PJ_CUDA_JOB_LAUNCHES  3
-#define PJ_CUDA_OP_LAUNCHES   8
+#define PJ_CUDA_OP_LAUNCHES   10
 
 #define PJ_CUDA_ENGINE_ID(kind, path) ((uint16_t)(((path) << 8) | (kind)))
 

@@ -849,6 +849,7 @@ typedef struct q_form {
                     * addresses at every request) */
     int direct;    /* fewer rows, strided (before session 38: a direct launch) */
     int wait_each; /* every request waits on the held event, not only the first */
+    uint32_t m;    /* when not 0, this m instead of PJC_MS[mi] (no graph: direct) */
 } q_form;
 
 typedef struct q_dev {
@@ -856,8 +857,8 @@ typedef struct q_dev {
     uint32_t xid, yid;
 } q_dev;
 
-/* One form: returns the request that blocked (its index), 0 if none did
- * within the hold, -1 when a request failed. */
+/* One form: returns 1 + the index of the request that blocked, 0 if none
+ * did within the hold, -1 when a request failed. */
 static int q_measure(pjc_conn *t, w_client *w, const q_dev *dev, const q_form *f, uint16_t *eng,
                      int *calls, double *slowest)
 {
@@ -873,6 +874,8 @@ static int q_measure(pjc_conn *t, w_client *w, const q_dev *dev, const q_form *f
     pj_op ops[8];
     for (uint32_t i = 0; i < f->n_ops; i++) {
         ops[i] = pjc_op(t, &s);
+        if (f->m)
+            ops[i].m = f->m; /* at most PJC_MS[mi]: x holds that many rows */
         if (f->inplace) {
             ops[i].x_buf = dev->xid;
             ops[i].y_buf = dev->yid;
@@ -908,7 +911,7 @@ static int q_measure(pjc_conn *t, w_client *w, const q_dev *dev, const q_form *f
         }
         *eng = res[0].engine;
         if (took > 0.25) {
-            blocked = i;
+            blocked = i + 1;
             break;
         }
         if (cc_now_us() - t0 > (long long)hold_us - 600000)
@@ -950,33 +953,42 @@ static void section_q(const char *force)
         CHECK(0, "Q: CUDA IPC buffers: %s", why);
     } else {
         const q_form forms[] = {
-            {"L0 m1 staged graph, wait each", 0, 0, 1, 0, 0, 1},
-            {"L0 m1 staged graph", 0, 0, 1, 0, 0, 0},
-            {"L0 m1 staged graph x4 ops", 0, 0, 4, 0, 0, 0},
-            {"L0 m1 in place graph, wait each", 0, 0, 1, 1, 0, 1},
-            {"L0 m1 in place graph", 0, 0, 1, 1, 0, 0},
-            {"L0 m1 in place graph, rebound each", 0, 0, 1, 2, 0, 0},
-            {"L0 m256 in place graph, rebound each", 0, 5, 1, 2, 0, 0},
-            {"L0 m16 staged graph", 0, 2, 1, 0, 0, 0},
-            {"L0 m256 staged graph", 0, 5, 1, 0, 0, 0},
-            {"L0 m256 in place graph", 0, 5, 1, 1, 0, 0},
-            {"L0 m8 staged, n-3, strided", 0, 1, 1, 0, 1, 0},
-            {"L0 m8 in place, n-3, strided", 0, 1, 1, 1, 1, 0},
-            {"L1 m32 staged graph", 1, 3, 1, 0, 0, 0},
-            {"L2 m128 staged graph", 2, 4, 1, 0, 0, 0},
-            {"L3 m16 staged graph", 3, 2, 1, 0, 0, 0},
-            {"L4 m1 staged graph", 4, 0, 1, 0, 0, 0},
-            {"L4 m256 staged graph", 4, 5, 1, 0, 0, 0},
-            {"L4 m256 in place graph", 4, 5, 1, 1, 0, 0},
+            {"L0 m1 staged graph, wait each", 0, 0, 1, 0, 0, 1, 0},
+            {"L0 m1 staged graph", 0, 0, 1, 0, 0, 0, 0},
+            {"L0 m1 staged graph x4 ops", 0, 0, 4, 0, 0, 0, 0},
+            {"L0 m1 in place graph, wait each", 0, 0, 1, 1, 0, 1, 0},
+            {"L0 m1 in place graph", 0, 0, 1, 1, 0, 0, 0},
+            {"L0 m1 in place graph, rebound each", 0, 0, 1, 2, 0, 0, 0},
+            {"L0 m256 in place graph, rebound each", 0, 5, 1, 2, 0, 0, 0},
+            {"L0 m16 staged graph", 0, 2, 1, 0, 0, 0, 0},
+            {"L0 m256 staged graph", 0, 5, 1, 0, 0, 0, 0},
+            {"L0 m256 in place graph", 0, 5, 1, 1, 0, 0, 0},
+            {"L0 m8 staged, n-3, strided", 0, 1, 1, 0, 1, 0, 0},
+            {"L0 m8 in place, n-3, strided", 0, 1, 1, 1, 1, 0, 0},
+            {"L1 m32 staged graph", 1, 3, 1, 0, 0, 0, 0},
+            {"L2 m128 staged graph", 2, 4, 1, 0, 0, 0, 0},
+            {"L3 m16 staged graph", 3, 2, 1, 0, 0, 0, 0},
+            {"L4 m1 staged graph", 4, 0, 1, 0, 0, 0, 0},
+            {"L4 m256 staged graph", 4, 5, 1, 0, 0, 0, 0},
+            {"L4 m256 in place graph", 4, 5, 1, 1, 0, 0, 0},
+            {"L0 m13 direct x4 ops", 0, 2, 4, 0, 0, 0, 13},
+            {"L2 m100 direct x4 ops", 2, 4, 4, 0, 0, 0, 100},
+            {"L3 m13 direct x4 ops", 3, 2, 4, 0, 0, 0, 13},
+            {"L4 m13 direct x4 ops", 4, 2, 4, 0, 0, 0, 13},
+            {"L4 m100 direct x4 ops", 4, 4, 4, 0, 0, 0, 100},
         };
         for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
             uint16_t eng = 0;
             int calls = 0;
             double slowest = 0;
+            const char *only = getenv("PJ_Q_ONLY"); /* run the forms whose name has this */
+            if (only && !strstr(forms[i].name, only))
+                continue;
             int k = q_measure(&t, &w, &dev, &forms[i], &eng, &calls, &slowest);
             if (k > 0)
                 printf("Q: %-34s engine %-7s path %u: request %4d blocked (%.2f s)\n",
-                       forms[i].name, pj_eng_name((pj_eng_kind)(eng & 0xff)), eng >> 8, k, slowest);
+                       forms[i].name, pj_eng_name((pj_eng_kind)(eng & 0xff)), eng >> 8, k - 1,
+                       slowest);
             else if (k == 0)
                 printf("Q: %-34s engine %-7s path %u: none blocked in %d requests (slowest "
                        "%.3f s)\n",
@@ -1075,6 +1087,20 @@ out:
     return rc;
 }
 
+/* An op of M: layer l at m, all rows, contiguous, at the buffers' start. */
+static pj_op m_full_op(uint32_t l, uint32_t m, uint32_t xid, uint32_t yid)
+{
+    const pj_model_layer *L = &pjc_model()->layers[l];
+    pj_op q = {.layer = l,
+               .m = m,
+               .n = L->max_n,
+               .x_buf = xid,
+               .x_ld = L->w.k,
+               .y_buf = yid,
+               .y_ld = L->max_n};
+    return q;
+}
+
 /* M: direct shapes warmed at start. An m no graph covers is a direct
  * launch, and a kernel not loaded yet is loaded on its first launch; that
  * load waits for all the device's queued work, so a client's wait held
@@ -1119,6 +1145,15 @@ static void section_m(const char *force, int no_warm)
         return;
     }
     memset(u.xs.p, 0, u.xs.size);
+    /* CUDA memory of this process too: there, all rows, contiguous and
+     * aligned as cudaMalloc gives, the warmed shapes run in place. */
+    q_dev dev = {0};
+    int have_dev =
+        cudaMalloc(&dev.dx, XBYTES) == cudaSuccess && cudaMalloc(&dev.dy, YBYTES) == cudaSuccess &&
+        cudaMemset(dev.dx, 0, XBYTES) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess &&
+        cc_register_dev(&u.c, dev.dx, &dev.xid, why, sizeof why) == 0 &&
+        cc_register_dev(&u.c, dev.dy, &dev.yid, why, sizeof why) == 0;
+    CHECK(have_dev, "M: CUDA IPC buffers: %s", why);
     pjc_shape s = layer0_shape();
     pj_op op;
     w_send(&t, &w, 3000000, &s, &op, "M");
@@ -1126,54 +1161,55 @@ static void section_m(const char *force, int no_warm)
     int served = 0, slow = 0, failed = 0;
     double worst = 0;
     long long t0 = cc_now_us();
-    for (uint32_t l = 0; l < model->n_layers; l++) {
-        const pj_model_layer *L = &model->layers[l];
-        for (uint32_t m = 1; m <= 256; m++) {
-            int captured = 0;
-            for (uint32_t i = 0; i < PJC_N_MS; i++)
-                captured |= PJC_MS[i] == m;
-            if (captured)
-                continue;
-            pj_op q = {.layer = l,
-                       .m = m,
-                       .n = L->max_n,
-                       .x_buf = u.xid,
-                       .x_ld = L->w.k,
-                       .y_buf = u.yid,
-                       .y_ld = L->max_n};
-            pj_done dn;
-            pj_op_result res[1];
-            long long a = cc_now_us();
-            int r = pjt_project(&u.c, 0, &q, 1, &dn, res);
-            double took = (double)(cc_now_us() - a) / 1e6;
-            if (r != PJ_OK || dn.status != PJ_OK) {
-                if (failed++ < 3)
-                    CHECK(0, "M: layer %s m=%u: rc %d status %d", L->name, m, r,
-                          r == PJ_OK ? dn.status : -1);
-                continue;
+    for (int on_dev = 0; on_dev < 1 + have_dev; on_dev++) {
+        for (uint32_t l = 0; l < model->n_layers; l++) {
+            const pj_model_layer *L = &model->layers[l];
+            for (uint32_t m = 1; m <= 256; m++) {
+                int captured = 0;
+                for (uint32_t i = 0; i < PJC_N_MS; i++)
+                    captured |= PJC_MS[i] == m;
+                if (captured)
+                    continue;
+                pj_op q =
+                    on_dev ? m_full_op(l, m, dev.xid, dev.yid) : m_full_op(l, m, u.xid, u.yid);
+                pj_done dn;
+                pj_op_result res[1];
+                long long a = cc_now_us();
+                int r = pjt_project(&u.c, 0, &q, 1, &dn, res);
+                double took = (double)(cc_now_us() - a) / 1e6;
+                const int want = on_dev ? PJ_CUDA_PATH_DIRECT : PJ_CUDA_PATH_DIRECT_STAGED;
+                if (r != PJ_OK || dn.status != PJ_OK || (res[0].engine >> 8) != want) {
+                    if (failed++ < 3)
+                        CHECK(0, "M: layer %s m=%u (%s): rc %d status %d path %d (want %d)",
+                              L->name, m, on_dev ? "device" : "host", r,
+                              r == PJ_OK ? dn.status : -1, r == PJ_OK ? res[0].engine >> 8 : -1,
+                              want);
+                    continue;
+                }
+                served++;
+                worst = took > worst ? took : worst;
+                if (took > 0.25 && slow++ < 3)
+                    printf("M: layer %s m=%u (%s, engine %s) took %.2f s, %.2f s into the hold\n",
+                           L->name, m, on_dev ? "device" : "host",
+                           pj_eng_name((pj_eng_kind)(res[0].engine & 0xff)), took,
+                           (double)(cc_now_us() - t0) / 1e6);
             }
-            served++;
-            worst = took > worst ? took : worst;
-            if (took > 0.25 && slow++ < 3)
-                printf("M: layer %s m=%u (engine %s) took %.2f s, %.2f s into the hold\n", L->name,
-                       m, pj_eng_name((pj_eng_kind)(res[0].engine & 0xff)), took,
-                       (double)(cc_now_us() - t0) / 1e6);
         }
     }
-    printf("M: %d direct shapes served in %.2f s, the slowest %.3f s; %d over 0.25 s\n", served,
-           (double)(cc_now_us() - t0) / 1e6, worst, slow);
+    printf("M: %d direct shapes (host, then device memory) served in %.2f s, the slowest %.3f s; "
+           "%d over 0.25 s\n",
+           served, (double)(cc_now_us() - t0) / 1e6, worst, slow);
     CHECK(failed == 0, "M: %d direct shapes failed", failed);
-    if (!no_warm)
+    /* Only while the other lane is still held does "not slow" say that
+     * nothing waited for it. */
+    if (!no_warm) {
         CHECK(slow == 0, "M: %d direct shapes waited for the other lane's client", slow);
+        CHECK(cudaEventQuery(w.out) == cudaErrorNotReady,
+              "M: the other lane's wait had passed before the direct shapes were done");
+    }
     /* Shapes the warm-up does not launch: fewer rows, strides, pointers
      * 2-byte aligned. projd computes them at the warmed shape on its
      * staging buffers, so none may wait either. */
-    q_dev dev = {0};
-    int have_dev = cudaMalloc(&dev.dx, XBYTES) == cudaSuccess &&
-                   cudaMalloc(&dev.dy, YBYTES) == cudaSuccess &&
-                   cc_register_dev(&u.c, dev.dx, &dev.xid, why, sizeof why) == 0 &&
-                   cc_register_dev(&u.c, dev.dy, &dev.yid, why, sizeof why) == 0;
-    CHECK(have_dev, "M: CUDA IPC buffers: %s", why);
     int odd = 0, odd_slow = 0;
     const uint32_t odd_m[] = {3, 8, 13, 65, 200};
     for (uint32_t l = 0; l < model->n_layers && have_dev; l++) {
@@ -1193,30 +1229,10 @@ static void section_m(const char *force, int no_warm)
     printf("M: %d odd shapes (fewer rows, strides, 2-byte-aligned device pointers), %d over "
            "0.25 s, %.1f s into the hold\n",
            odd, odd_slow, (double)(cc_now_us() - t0) / 1e6);
-    /* And one the warm-up did launch, in place: all rows, contiguous, the
-     * buffers' own (cudaMalloc) alignment, an m no graph covers. */
-    if (have_dev) {
-        const pj_model_layer *L0 = &model->layers[0];
-        pj_op q = {.layer = 0,
-                   .m = 13,
-                   .n = L0->max_n,
-                   .x_buf = dev.xid,
-                   .x_ld = L0->w.k,
-                   .y_buf = dev.yid,
-                   .y_ld = L0->max_n};
-        pj_done dn;
-        pj_op_result res[1];
-        int r = pjt_project(&u.c, 0, &q, 1, &dn, res);
-        CHECK(r == PJ_OK && dn.status == PJ_OK && (res[0].engine >> 8) == PJ_CUDA_PATH_DIRECT,
-              "M: m=13 in place: rc %d status %d path %d (want %d, direct)", r,
-              r == PJ_OK ? dn.status : -1, r == PJ_OK ? res[0].engine >> 8 : -1,
-              PJ_CUDA_PATH_DIRECT);
-        CHECK(pjd_stat(&u.c, "backend_stats.paths.direct_staged") >= 1250,
-              "M: STATS paths.direct_staged %.0f (want the 1250 host shapes at least)",
-              pjd_stat(&u.c, "backend_stats.paths.direct_staged"));
-    }
-    if (!no_warm)
-        CHECK(odd_slow == 0, "M: %d odd shapes waited for the other lane's client", odd_slow);
+    CHECK(pjd_stat(&u.c, "backend_stats.paths.direct_staged") >= 1250,
+          "M: STATS paths.direct_staged %.0f (want the 1250 host shapes at least)",
+          pjd_stat(&u.c, "backend_stats.paths.direct_staged"));
+    cudaGetLastError(); /* the queries above leave cudaErrorNotReady */
     w_check(&t, &w, &s, "M");
     pjc_close(&u);
     pjc_close(&t);
