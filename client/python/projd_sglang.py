@@ -13,9 +13,11 @@ What it assumes:
   - projd runs the cuda backend on the GPU that holds x, and serves a layer
     whose k equals the SGLang layer's input_size_per_partition and whose n
     is at least sum(output_partition_sizes) (requests use the first n rows).
-    In practice: tensor parallelism 1, the daemon loading the same
-    checkpoint's weights (under its own config's layer names);
-    check_weight(client, layer, tensor) says whether it does.
+    Tensor parallelism 1: create_weights refuses a sharded layer (inputs or
+    rows fewer than the layer's), whose rank's rows are not a prefix of the
+    daemon's whole weights. The daemon loads the same checkpoint's weights
+    (under its own config's layer names); check_weight(client, layer,
+    tensor) says whether it does.
   - x is a bf16 CUDA tensor whose allocation has a legacy CUDA IPC handle:
     PyTorch's caching allocator without expandable segments
     (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False); cudaMallocAsync
@@ -42,9 +44,9 @@ Each allocation x or y lives in is registered with the daemon once (the
 whole allocation, by its IPC handle; the tensor is addressed as an offset
 in it) and cached per connection, keyed by the driver's buffer id of the
 allocation (projd.cuda_allocation: one driver call per tensor and apply
-once the allocation is known). A new cudaMalloc that gets a freed
-allocation's address gets a new id, and the registration of the freed one
-is dropped then. The daemon keeps registered allocations mapped (and
+once the allocation is known). A new cudaMalloc gets a new id; each new
+registration first drops the registrations of allocations freed since
+(one driver call per cached allocation). The daemon keeps registered allocations mapped (and
 their memory alive) until they are evicted (least recently used, when the
 connection's buffer limit comes near), released, or their address comes
 back: PyTorch also frees cached segments on its own (an out-of-memory
@@ -56,9 +58,14 @@ held across the request: one client's applies run one at a time).
 When projd restarts (systemd's Restart=on-failure after a sticky CUDA
 error), the connection is lost and every call on it fails with
 -ECONNRESET. apply() then connects again (the same url, timeout and ring;
-one new connection for all the methods that shared the lost one), finds
-its layer there, registers x and y anew and runs the request once more;
-y is written whole on the new connection. release_registrations(client)
+one new connection for all the methods that shared the lost one; while
+projd is not back, no socket file or a refused one, it tries every 0.2 s
+for RECONNECT_WAIT_S = 60 s), finds its layer there, registers x and y
+anew and runs the request once more; y is written whole on the new
+connection. Not when the lost connection had work unfinished (its last
+y_done not done: the daemon replies at launch, so an earlier apply()'s y
+may never have been written): then apply() raises RuntimeError, since
+running again would compute from that memory. release_registrations(client)
 also releases what the connections that replaced client registered. A
 connection made here for a restart is closed when the last method leaves
 it (at the next restart); the client passed in stays open, its owner's
@@ -88,6 +95,7 @@ torch is imported on first use, so this module imports without it.
 import collections
 import errno
 import threading
+import time
 
 import projd
 
@@ -144,10 +152,19 @@ class _Registrations:
         return self._register(ptr, aid, base)
 
     def _register(self, ptr: int, aid: int, base: int):
-        # A new allocation. One registered at the same base was freed and
-        # its address handed out again: unregister it now, so the daemon
-        # stops holding memory the caller no longer has.
-        for stale in [a for a, (b, _) in self.ids.items() if base and b == base]:
+        # A new allocation, so others may have been freed (PyTorch frees
+        # cached segments on its own: an out-of-memory retry, empty_cache),
+        # their addresses unused or handed out again at any base.
+        # Unregister every cached one whose base no longer holds it, so the
+        # daemon stops holding memory the caller no longer has. One driver
+        # call per cached allocation, only on this rare path.
+        # (Entries keyed by their IPC handle, where the driver gave no id,
+        # are dropped only when their base comes back.)
+        for stale in [
+            a
+            for a, (b, _) in self.ids.items()
+            if (base and b == base) or (isinstance(a, int) and projd.cuda_allocation(b)[0] != a)
+        ]:
             self.client.unregister(self.ids.pop(stale)[1])
         region = projd.cuda_describe(ptr)  # refuses what cannot be shared, saying why
         while len(self.ids) >= self.limit:
@@ -258,6 +275,38 @@ def _lost(e: "projd.ProjdError") -> bool:
     return e.code == -errno.ECONNRESET
 
 
+def _lost_work_done(reg: "_Registrations", device: int) -> bool:
+    """Had every request of the lost connection reg on device finished?
+    Its y_done event was recorded by the daemon after each request's work;
+    never recorded, it reads done."""
+    ev = reg.events.get(device)
+    if ev is None:
+        return True
+    try:
+        return bool(ev.y_done.query())
+    except Exception:  # an error of the dead daemon's work: not done
+        return False
+
+
+# How long a reconnect waits for projd to be back: systemd restarts it
+# RestartSec=2 s after it exits, and its start (model, graphs) takes a few
+# seconds more; meanwhile its socket file is missing or refuses.
+RECONNECT_WAIT_S = 60.0
+
+
+def _connect_when_back(url: str, timeout_ms: int, ring: bool) -> "projd.Client":
+    """_connect, retried every 0.2 s for RECONNECT_WAIT_S while projd is
+    not there (no socket file, or one nobody listens on)."""
+    deadline = time.monotonic() + RECONNECT_WAIT_S
+    while True:
+        try:
+            return _connect(url, timeout_ms, ring)
+        except projd.ProjdError as e:
+            if e.code not in (-errno.ENOENT, -errno.ECONNREFUSED) or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.2)
+
+
 def _connect(url: str, timeout_ms: int, ring: bool) -> "projd.Client":
     c = projd.Client(url, name="projd_sglang", timeout_ms=timeout_ms)
     if ring and not c.ring_active:
@@ -281,7 +330,7 @@ def _successor(client: "projd.Client", settings) -> "projd.Client":
         while new is not None and new.closed:
             last, new = new, getattr(new, "_projd_sglang_successor", None)
         if new is None:
-            new = _connect(*settings)
+            new = _connect_when_back(*settings)
             # Made here, so closed here once no method is on it any more
             # (_leave); the client the caller passed in stays the caller's.
             new._projd_sglang_users = 0
@@ -349,6 +398,14 @@ class ProjdLinearMethod:
     ):
         torch = _torch()
         n, k = sum(output_partition_sizes), input_size_per_partition
+        if k != input_size or n != output_size:
+            # A shard of a layer split over GPUs: this rank's rows (its q, k
+            # and v heads) are not the first rows of the daemon's weights,
+            # which hold the whole layer, so a prefix would be wrong rows.
+            raise ValueError(
+                "SGLang layer sharded by tensor parallelism (this rank: %d of %d rows, %d of %d inputs); "
+                "projd serves whole layers: run with tensor parallelism 1" % (n, output_size, k, input_size)
+            )
         if k != self.L.k or not 1 <= n <= self.L.n:
             raise ValueError(
                 "SGLang layer of %d x %d (rows x input) does not fit projd layer %r (%d x %d): k must "
@@ -400,6 +457,17 @@ class ProjdLinearMethod:
                 except projd.ProjdError as e:
                     if attempt or not _lost(e):
                         raise
+                    # Replies come at launch, so the daemon may have died
+                    # with work it had answered unfinished: an earlier
+                    # apply()'s y, maybe this x. The connection's work runs
+                    # in order, so its last y_done record done means all
+                    # of it was; otherwise running again would compute
+                    # from unwritten memory, silently.
+                    if not _lost_work_done(reg, device):
+                        raise RuntimeError(
+                            "projd was lost with work it had accepted still unfinished (an earlier "
+                            "apply()'s output may never have been written); not retried"
+                        ) from e
                     # projd restarted: y is rewritten whole on a new
                     # connection (nothing of the lost one's work is kept).
                     self._reconnect()

@@ -1263,6 +1263,30 @@ class SglangRegistrationCacheTests(unittest.TestCase):
         self.assertEqual(c.live, {})
 
 
+    def test_freed_allocations_are_dropped_at_the_next_registration(self):
+        # PyTorch frees cached segments on its own (empty_cache, an
+        # out-of-memory retry); the address may stay unused or go to an
+        # allocation at another base. The next registration drops every
+        # cached allocation whose base no longer holds it.
+        c = self.FakeClient(max_buffers=64)
+        reg = self.mod._Registrations(c)
+        self.allocs[0x1000] = (1, 0x1000)
+        self.allocs[0x8000] = (2, 0x1000)
+        reg.lookup(0x1000)
+        reg.lookup(0x8000)
+        del self.allocs[0x1000]  # freed, its address unused
+        self.allocs[0x20000] = (3, 0x4000)  # a new one elsewhere
+        reg.lookup(0x20010)
+        self.assertEqual(c.log[2:], [("unregister", b"h1"), ("register", b"h3")])
+        self.assertEqual(sorted(c.live.values()), [b"h2", b"h3"])
+        # a freed one whose range went to a larger allocation at a lower base
+        del self.allocs[0x8000]
+        self.allocs[0x6000] = (4, 0x4000)
+        reg.lookup(0x8000)
+        self.assertEqual(c.log[4:], [("unregister", b"h2"), ("register", b"h4")])
+        self.assertEqual(sorted(c.live.values()), [b"h3", b"h4"])
+
+
 class SglangPackingTests(unittest.TestCase):
     """How apply() cuts m rows into ops and requests (no torch, no daemon):
     at most max_m rows per op and max_ops_per_request ops per request, each
@@ -1326,6 +1350,10 @@ class SglangApplyTests(unittest.TestCase):
     class Event:
         def __init__(self, interprocess=False):
             self.name = "ev%x" % id(self)
+            self.done = True  # what query() says: the last record has run
+
+        def query(self):
+            return self.done
 
         def record(self, stream):
             stream.log.append(("record", self.name))
@@ -1404,7 +1432,8 @@ class SglangApplyTests(unittest.TestCase):
         cuda.current_stream = lambda d=None: t.stream
         cuda.Event = self.Event
         cuda.is_current_stream_capturing = lambda: t.capturing
-        self.torch = type("torch", (), {"bfloat16": "bf16", "empty": staticmethod(empty), "cuda": cuda})()
+        nn = type("nn", (), {"Parameter": staticmethod(lambda t, requires_grad=True: t)})()
+        self.torch = type("torch", (), {"bfloat16": "bf16", "empty": staticmethod(empty), "cuda": cuda, "nn": nn})()
 
         def find(ptr):
             for base, (aid, size) in self.allocs.items():
@@ -1613,6 +1642,78 @@ class SglangApplyTests(unittest.TestCase):
         self.assertIs(self.meth.client, self.client)
         self.assertEqual(len(made), 1)
         self.assertTrue(made[0].closed)
+
+    def test_a_layer_sharded_by_tensor_parallelism_is_refused(self):
+        # Each rank's rows of a column-parallel or QKV layer are its own
+        # heads, not the first rows of the daemon's whole layer.
+        layer = type("Layer", (), {"register_parameter": lambda self, name, p: setattr(self, name, p)})()
+        with self.assertRaisesRegex(ValueError, "tensor parallelism 1"):
+            self.meth.create_weights(layer, 192, [64, 32, 32], 192, 256, "bf16")  # QKV, tp 2
+        with self.assertRaisesRegex(ValueError, "tensor parallelism 1"):
+            self.meth.create_weights(layer, 96, [256], 192, 256, "bf16")  # row parallel, tp 2
+        self.assertFalse(hasattr(layer, "weight"))
+        # tp 1: the whole layer, QKV parts included, as the daemon holds it
+        self.meth.create_weights(layer, 192, [128, 64, 64], 192, 256, "bf16", weight_loader="wl")
+        self.assertEqual((layer.projd_n, layer.weight.shape), (256, (256, 192)))
+        self.assertEqual((layer.weight.input_dim, layer.weight.output_dim, layer.weight.weight_loader), (1, 0, "wl"))
+
+    def test_not_retried_when_the_lost_connection_had_work_unfinished(self):
+        # The daemon died with an earlier apply()'s work answered but not
+        # run (its y_done never done): running this one again would read
+        # memory that work never wrote, so apply() raises instead.
+        def connect(url, timeout_ms, ring):
+            raise AssertionError("connected again although the lost work was unfinished")
+
+        saved = self.mod._connect
+        self.addCleanup(lambda: setattr(self.mod, "_connect", saved))
+        self.mod._connect = connect
+        self.meth._settings = ("ipc:///x", 1000, False)
+        x = self.alloc(4, 192)
+        self.meth.apply(self.layer, x)
+        self.mod._registry(self.client).events[0].y_done.done = False
+        self.client.lost = True
+        with self.assertRaisesRegex(RuntimeError, "still unfinished.*not retried") as cm:
+            self.meth.apply(self.layer, x)
+        self.assertEqual(cm.exception.__cause__.code, -errno.ECONNRESET)
+        self.assertIs(self.meth.client, self.client)
+
+    def test_a_reconnect_waits_for_projd_to_be_back(self):
+        # Between the exit and systemd's restart there is no socket file:
+        # the reconnect tries again until projd answers, within
+        # RECONNECT_WAIT_S; past it, the last refusal is raised.
+        tries = []
+
+        def connect(url, timeout_ms, ring):
+            tries.append(url)
+            if len(tries) < 3:
+                raise projd.ProjdError(-errno.ENOENT, "ENOENT", "no socket file")
+            return self.Client()
+
+        saved = (self.mod._connect, self.mod.RECONNECT_WAIT_S)
+        self.addCleanup(lambda: (setattr(self.mod, "_connect", saved[0]),
+                                 setattr(self.mod, "RECONNECT_WAIT_S", saved[1])))
+        self.mod._connect = connect
+        self.meth._settings = ("ipc:///x", 1000, False)
+        x = self.alloc(4, 192)
+        self.client.lost = True
+        self.meth.apply(self.layer, x)
+        self.assertEqual(len(tries), 3)
+        self.assertIsNot(self.meth.client, self.client)
+        self.assertEqual(self.meth.client.requests, [1])
+        # projd never comes back: refused after the wait, the method stays
+        self.meth.client.lost = True
+        tries.clear()
+        self.mod._connect = lambda url, timeout_ms, ring: (tries.append(url), (_ for _ in ()).throw(
+            projd.ProjdError(-errno.ECONNREFUSED, "ECONNREFUSED", "refused")))[1]
+        self.mod.RECONNECT_WAIT_S = 0.5
+        lost = self.meth.client
+        t0 = time.monotonic()
+        with self.assertRaises(projd.ProjdError) as cm:
+            self.meth.apply(self.layer, x)
+        self.assertEqual(cm.exception.code, -errno.ECONNREFUSED)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.4)
+        self.assertGreaterEqual(len(tries), 2)
+        self.assertIs(self.meth.client, lost)
 
     def test_other_errors_do_not_reconnect(self):
         def connect(url, timeout_ms, ring):
