@@ -65,7 +65,9 @@ anew and runs the request once more; y is written whole on the new
 connection. Not when the lost connection had work unfinished (its last
 y_done not done: the daemon replies at launch, so an earlier apply()'s y
 may never have been written): then apply() raises RuntimeError, since
-running again would compute from that memory. release_registrations(client)
+running again would compute from that memory, for as long as that work
+reads unfinished; the caller's stream is then waiting on the y_done the
+dead daemon was to record, so the worker itself needs a restart. release_registrations(client)
 also releases what the connections that replaced client registered. A
 connection made here for a restart is closed when the last method leaves
 it (at the next restart); the client passed in stays open, its owner's
