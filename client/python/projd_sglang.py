@@ -46,12 +46,14 @@ in it) and cached per connection, keyed by the driver's buffer id of the
 allocation (projd.cuda_allocation: one driver call per tensor and apply
 once the allocation is known). A new cudaMalloc gets a new id; each new
 registration first drops the registrations of allocations freed since
-(one driver call per cached allocation). The daemon keeps registered allocations mapped (and
-their memory alive) until they are evicted (least recently used, when the
-connection's buffer limit comes near), released, or their address comes
-back: PyTorch also frees cached segments on its own (an out-of-memory
-retry, its garbage collection threshold), so call release_registrations()
-after torch.cuda.empty_cache() and when memory is tight. A request keeps
+(one driver call per cached allocation). The daemon keeps registered
+allocations mapped (and their memory alive) until they are evicted (least
+recently used, when the connection's buffer limit comes near), released,
+or freed (seen at the next registration): PyTorch also frees cached
+segments on its own (an out-of-memory retry, its garbage collection
+threshold), and a registration of a freed one holds its memory until the
+next apply() registers something, so call release_registrations() after
+torch.cuda.empty_cache() and when memory is tight. A request keeps
 its registrations from eviction until it is answered (the cache's lock is
 held across the request: one client's applies run one at a time).
 
@@ -67,8 +69,9 @@ y_done not done: the daemon replies at launch, so an earlier apply()'s y
 may never have been written): then apply() raises RuntimeError, since
 running again would compute from that memory, for as long as that work
 reads unfinished; the caller's stream is then waiting on the y_done the
-dead daemon was to record, so the worker itself needs a restart. release_registrations(client)
-also releases what the connections that replaced client registered. A
+dead daemon was to record, so the worker itself needs a restart.
+release_registrations(client) also releases what the connections that
+replaced client registered. A
 connection made here for a restart is closed when the last method leaves
 it (at the next restart); the client passed in stays open, its owner's
 to close.
