@@ -1473,6 +1473,14 @@ class SglangApplyTests(unittest.TestCase):
         self.allocs[base] = (len(self.allocs) + 1, size)
         return self.Tensor(base, m, k)
 
+    def use_connect(self, connect, url="ipc:///x", timeout_ms=1000):
+        """For this test, reconnects call connect(url, timeout_ms, ring),
+        and self.meth connects with url and timeout_ms."""
+        saved = self.mod._connect
+        self.addCleanup(setattr, self.mod, "_connect", saved)
+        self.mod._connect = connect
+        self.meth._settings = (url, timeout_ms, False)
+
     def test_release_racing_apply_leaves_nothing_registered(self):
         x = self.alloc(4, 192)
         real = self.mod._registry
@@ -1529,10 +1537,7 @@ class SglangApplyTests(unittest.TestCase):
             made.append((c, url, timeout_ms, ring))
             return c
 
-        saved = self.mod._connect
-        self.addCleanup(lambda: setattr(self.mod, "_connect", saved))
-        self.mod._connect = connect
-        self.meth._settings = ("ipc:///run/projd/projd.sock", 1234, False)
+        self.use_connect(connect, "ipc:///run/projd/projd.sock", 1234)
         other = object.__new__(self.mod.ProjdLinearMethod)
         other.client, other.L, other._settings = self.client, self.meth.L, self.meth._settings
         x = self.alloc(4, 192)
@@ -1565,10 +1570,7 @@ class SglangApplyTests(unittest.TestCase):
             made.append(self.Client())
             return made[-1]
 
-        saved = self.mod._connect
-        self.addCleanup(lambda: setattr(self.mod, "_connect", saved))
-        self.mod._connect = connect
-        self.meth._settings = ("ipc:///x", 1000, False)
+        self.use_connect(connect)
         other = object.__new__(self.mod.ProjdLinearMethod)
         other.client, other.L, other._settings = self.client, self.meth.L, self.meth._settings
         return made, other
@@ -1632,10 +1634,7 @@ class SglangApplyTests(unittest.TestCase):
             made.append(c)
             return c
 
-        saved = self.mod._connect
-        self.addCleanup(lambda: setattr(self.mod, "_connect", saved))
-        self.mod._connect = connect
-        self.meth._settings = ("ipc:///x", 1000, False)
+        self.use_connect(connect)
         self.client.lost = True
         with self.assertRaisesRegex(ValueError, "came back with the cpu backend"):
             self.meth.apply(self.layer, self.alloc(4, 192))
@@ -1664,10 +1663,7 @@ class SglangApplyTests(unittest.TestCase):
         def connect(url, timeout_ms, ring):
             raise AssertionError("connected again although the lost work was unfinished")
 
-        saved = self.mod._connect
-        self.addCleanup(lambda: setattr(self.mod, "_connect", saved))
-        self.mod._connect = connect
-        self.meth._settings = ("ipc:///x", 1000, False)
+        self.use_connect(connect)
         x = self.alloc(4, 192)
         self.meth.apply(self.layer, x)
         self.mod._registry(self.client).events[0].y_done.done = False
@@ -1689,11 +1685,8 @@ class SglangApplyTests(unittest.TestCase):
                 raise projd.ProjdError(-errno.ENOENT, "ENOENT", "no socket file")
             return self.Client()
 
-        saved = (self.mod._connect, self.mod.RECONNECT_WAIT_S)
-        self.addCleanup(lambda: (setattr(self.mod, "_connect", saved[0]),
-                                 setattr(self.mod, "RECONNECT_WAIT_S", saved[1])))
-        self.mod._connect = connect
-        self.meth._settings = ("ipc:///x", 1000, False)
+        self.use_connect(connect)
+        self.addCleanup(setattr, self.mod, "RECONNECT_WAIT_S", self.mod.RECONNECT_WAIT_S)
         x = self.alloc(4, 192)
         self.client.lost = True
         self.meth.apply(self.layer, x)
@@ -1703,8 +1696,11 @@ class SglangApplyTests(unittest.TestCase):
         # projd never comes back: refused after the wait, the method stays
         self.meth.client.lost = True
         tries.clear()
-        self.mod._connect = lambda url, timeout_ms, ring: (tries.append(url), (_ for _ in ()).throw(
-            projd.ProjdError(-errno.ECONNREFUSED, "ECONNREFUSED", "refused")))[1]
+        def refused(url, timeout_ms, ring):
+            tries.append(url)
+            raise projd.ProjdError(-errno.ECONNREFUSED, "ECONNREFUSED", "refused")
+
+        self.mod._connect = refused
         self.mod.RECONNECT_WAIT_S = 0.5
         lost = self.meth.client
         t0 = time.monotonic()
@@ -1719,10 +1715,7 @@ class SglangApplyTests(unittest.TestCase):
         def connect(url, timeout_ms, ring):
             raise AssertionError("connected again for an error that is not a lost connection")
 
-        saved = self.mod._connect
-        self.addCleanup(lambda: setattr(self.mod, "_connect", saved))
-        self.mod._connect = connect
-        self.meth._settings = ("ipc:///x", 1000, False)
+        self.use_connect(connect)
 
         def timed_out():
             raise projd.ProjdError(-errno.ETIMEDOUT, "ETIMEDOUT", "timed out")
