@@ -857,6 +857,28 @@ typedef struct q_dev {
     uint32_t xid, yid;
 } q_dev;
 
+/* An x and a y buffer in this process's CUDA memory (XBYTES, YBYTES; x
+ * zeroed), registered on c. 0, or -1 (why); q_dev_close either way. */
+static int q_dev_open(pjt_client *c, q_dev *dev, char *why, size_t whylen)
+{
+    memset(dev, 0, sizeof *dev);
+    snprintf(why, whylen, "cudaMalloc, cudaMemset or cudaDeviceSynchronize failed");
+    return cudaMalloc(&dev->dx, XBYTES) == cudaSuccess &&
+                   cudaMalloc(&dev->dy, YBYTES) == cudaSuccess &&
+                   cudaMemset(dev->dx, 0, XBYTES) == cudaSuccess &&
+                   cudaDeviceSynchronize() == cudaSuccess &&
+                   cc_register_dev(c, dev->dx, &dev->xid, why, whylen) == 0 &&
+                   cc_register_dev(c, dev->dy, &dev->yid, why, whylen) == 0
+               ? 0
+               : -1;
+}
+
+static void q_dev_close(q_dev *dev)
+{
+    cudaFree(dev->dx);
+    cudaFree(dev->dy);
+}
+
 /* One form: returns 1 + the index of the request that blocked, 0 if none
  * did within the hold, -1 when a request failed. */
 static int q_measure(pjc_conn *t, w_client *w, const q_dev *dev, const q_form *f, uint16_t *eng,
@@ -944,12 +966,9 @@ static void section_q(const char *force)
         w_client_close(&w);
         return;
     }
-    q_dev dev = {0};
+    q_dev dev;
     char why[600];
-    if (cudaMalloc(&dev.dx, XBYTES) != cudaSuccess || cudaMalloc(&dev.dy, YBYTES) != cudaSuccess ||
-        cudaMemset(dev.dx, 0, XBYTES) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess ||
-        cc_register_dev(&t.c, dev.dx, &dev.xid, why, sizeof why) != 0 ||
-        cc_register_dev(&t.c, dev.dy, &dev.yid, why, sizeof why) != 0) {
+    if (q_dev_open(&t.c, &dev, why, sizeof why) != 0) {
         CHECK(0, "Q: CUDA IPC buffers: %s", why);
     } else {
         const q_form forms[] = {
@@ -977,11 +996,11 @@ static void section_q(const char *force)
             {"L4 m13 direct x4 ops", 4, 2, 4, 0, 0, 0, 13},
             {"L4 m100 direct x4 ops", 4, 4, 4, 0, 0, 0, 100},
         };
+        const char *only = getenv("PJ_Q_ONLY"); /* run the forms whose name has this */
         for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
             uint16_t eng = 0;
             int calls = 0;
             double slowest = 0;
-            const char *only = getenv("PJ_Q_ONLY"); /* run the forms whose name has this */
             if (only && !strstr(forms[i].name, only))
                 continue;
             int k = q_measure(&t, &w, &dev, &forms[i], &eng, &calls, &slowest);
@@ -1000,8 +1019,7 @@ static void section_q(const char *force)
     }
     pjc_close(&t);
     cc_stop(&d, "Q");
-    cudaFree(dev.dx);
-    cudaFree(dev.dy);
+    q_dev_close(&dev);
     w_client_close(&w);
 }
 
@@ -1040,15 +1058,8 @@ static int m_odd(pjc_conn *u, const q_dev *dev, uint32_t l, uint32_t m, int on_d
         goto out;
     }
     memset(Y, 0xff, YBYTES);
-    pj_op q = {.layer = l,
-               .m = m,
-               .n = s.n,
-               .x_buf = u->xid,
-               .x_off = s.x_off * 2,
-               .x_ld = s.x_ld,
-               .y_buf = u->yid,
-               .y_off = s.y_off * 2,
-               .y_ld = s.y_ld};
+    pj_op q = pjc_op(u, &s);
+    q.m = m; /* pjc_op's is PJC_MS[s.mi] */
     if (on_dev) {
         q.x_buf = dev->xid;
         q.y_buf = dev->yid;
@@ -1147,12 +1158,8 @@ static void section_m(const char *force, int no_warm)
     memset(u.xs.p, 0, u.xs.size);
     /* CUDA memory of this process too: there, all rows, contiguous and
      * aligned as cudaMalloc gives, the warmed shapes run in place. */
-    q_dev dev = {0};
-    int have_dev =
-        cudaMalloc(&dev.dx, XBYTES) == cudaSuccess && cudaMalloc(&dev.dy, YBYTES) == cudaSuccess &&
-        cudaMemset(dev.dx, 0, XBYTES) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess &&
-        cc_register_dev(&u.c, dev.dx, &dev.xid, why, sizeof why) == 0 &&
-        cc_register_dev(&u.c, dev.dy, &dev.yid, why, sizeof why) == 0;
+    q_dev dev;
+    int have_dev = q_dev_open(&u.c, &dev, why, sizeof why) == 0;
     CHECK(have_dev, "M: CUDA IPC buffers: %s", why);
     pjc_shape s = layer0_shape();
     pj_op op;
@@ -1237,8 +1244,7 @@ static void section_m(const char *force, int no_warm)
     pjc_close(&u);
     pjc_close(&t);
     cc_stop(&d, "M");
-    cudaFree(dev.dx);
-    cudaFree(dev.dy);
+    q_dev_close(&dev);
     w_client_close(&w);
 }
 
