@@ -90,7 +90,8 @@
 #define CU_JOB_LAUNCHES  PJ_CUDA_JOB_LAUNCHES
 #define CU_OP_LAUNCHES   PJ_CUDA_OP_LAUNCHES
 
-/* daemon/fault.cu: a kernel that faults (test only, PROJD_CUDA_FAULT_AFTER),
+/* daemon/fault.cu: a kernel that faults (test only, PROJD_CUDA_FAULT_AFTER
+ * or, in the start-up warm-up, PROJD_CUDA_FAULT_WARM),
  * one that holds the stream for ns (test only, PROJD_CUDA_STALL_AFTER). */
 int pj_cuda_fault_launch(cudaStream_t s);
 int pj_cuda_stall_launch(cudaStream_t s, unsigned long long ns);
@@ -230,6 +231,7 @@ struct cu_state {
     char env_force[PJ_CFG_NAME], env_knobs[96];
     int no_patch;
     long fault_after, fault_count; /* test only: fault after that many jobs */
+    int fault_warm;                /* test only: fault in lane 0's warm-up */
     long stall_after, stall_count; /* test only: hold the stream after that many jobs */
     uint64_t stall_ns;
     /* A release waits to start or runs (release_begin): WAIT_EVENT jobs
@@ -706,11 +708,11 @@ static const char *step_name(int step)
 
 /* pj_eng_choose with this layer's forced engine (env wins over config). */
 static int choose(cu_state *st, const cu_layer *cl, const pj_eng_call *c, pj_eng_kind *k,
-                  pj_eng_knobs *kn)
+                  pj_eng_knobs *kn, char *note, size_t notelen)
 {
     const char *f = st->env_force[0] ? st->env_force : cl->force;
     const char *fk = st->env_force[0] ? st->env_knobs : cl->force_knobs;
-    return pj_eng_choose(st->table, f, fk, c, &st->lim, k, kn);
+    return pj_eng_choose_note(st->table, f, fk, c, &st->lim, k, kn, note, notelen);
 }
 
 /* ---- lanes -------------------------------------------------------------------------------- */
@@ -1006,40 +1008,9 @@ static int choose_engines(cu_state *st, char *err, size_t errlen)
             cu_shape *sh = &st->shapes[l][si];
             const cu_layer *cl = &st->layers[l];
             pj_eng_call c = shape_call(st, l0, l, st->shape_m[si], l0->sx, l0->sy);
-            sh->step = choose(st, cl, &c, &sh->k, &sh->kn);
-            const char *f = st->env_force[0] ? st->env_force : cl->force;
-            if (f[0] && sh->step != 0) {
-                /* The reason for the knobs pj_eng_choose tried: the
-                 * engine's defaults with the forced knobs over them. */
-                char why[160] = "unknown engine name";
-                const char *fkn = st->env_force[0] ? st->env_knobs : cl->force_knobs;
-                int fe = pj_eng_from_name(f);
-                if (fe >= 0) {
-                    pj_eng_knobs fk =
-                        pj_eng_default_knobs((pj_eng_kind)fe, &cl->L, st->shape_m[si]);
-                    snprintf(why, sizeof why, "refused by the dispatcher");
-                    if (!fkn[0] || pj_eng_knobs_parse(fkn, fe, &fk, why, sizeof why) == 0)
-                        pj_eng_can_run((pj_eng_kind)fe, &fk, &c, &st->lim, why, sizeof why);
-                }
-                snprintf(sh->note, sizeof sh->note, "forced %s refused: %s", f, why);
+            sh->step = choose(st, cl, &c, &sh->k, &sh->kn, sh->note, sizeof sh->note);
+            if (sh->note[0])
                 pj_log_warn("cuda: layer %s m=%u: %s", cl->L.name, st->shape_m[si], sh->note);
-            }
-            /* A table entry that passed the load's device check can still be
-             * refused for this layer (a cuBLAS entry on a z12 layer kept
-             * without its bf16 copy, a cuBLASLt configuration that does not
-             * take graph_n): say which and why, not only "default". */
-            const pj_tune_entry *te = st->table ? pj_dispatch_choose(st->table, cl->L.name, cl->L.N,
-                                                                     cl->L.K, st->shape_m[si])
-                                                : NULL;
-            if (!f[0] && te && sh->step > 1) {
-                char why[160] = "refused by the dispatcher", ks[128];
-                const pj_eng_knobs ek = pj_tune_entry_knobs(te, st->shape_m[si]);
-                pj_eng_can_run(te->eng, &ek, &c, &st->lim, why, sizeof why);
-                pj_eng_knobs_str(te->eng, &ek, ks, sizeof ks);
-                snprintf(sh->note, sizeof sh->note, "table entry m=%u %s(%s) refused: %s", te->m,
-                         pj_eng_name(te->eng), ks, why);
-                pj_log_warn("cuda: layer %s m=%u: %s", cl->L.name, st->shape_m[si], sh->note);
-            }
             if (sh->step < 0) {
                 snprintf(err, errlen, "layer %s m=%u: no engine can run it", cl->L.name,
                          st->shape_m[si]);
@@ -1141,14 +1112,25 @@ static int warm_lane(lane_start *ls)
             pj_eng_call c = shape_call(st, ln, l, m, ln->sx, ln->sy);
             pj_eng_kind k;
             pj_eng_knobs kn;
-            if (choose(st, &st->layers[l], &c, &k, &kn) < 0)
+            if (choose(st, &st->layers[l], &c, &k, &kn, NULL, 0) < 0)
                 continue;
             if (pj_eng_launch(k, &kn, &c, ln->es) != 0) {
-                snprintf(ls->err, sizeof ls->err, "warm-up of layer %s m=%u (%s) failed",
-                         st->layers[l].L.name, m, pj_eng_name(k));
+                /* pj_eng_launch clears the launch's error, a sticky one
+                 * (an earlier kernel's fault) included (measured:
+                 * bench/results/2026-12-04-s39/visit2); the stream still
+                 * reports it, and start-up may wait for it. */
+                cudaError_t last = cudaStreamSynchronize(ln->s);
+                char t[200] = "the launch failed";
+                if (last != cudaSuccess)
+                    ce_text(last, t, sizeof t);
+                snprintf(ls->err, sizeof ls->err, "warm-up on lane %u, layer %s m=%u (%s): %s",
+                         ln->idx, st->layers[l].L.name, m, pj_eng_name(k), t);
                 return -EIO;
             }
-            ls->warmed++;
+            if (++ls->warmed == 1 && st->fault_warm && ln->idx == 0) {
+                pj_log_warn("cuda: PROJD_CUDA_FAULT_WARM=1: a faulting kernel in lane 0's warm-up");
+                pj_cuda_fault_launch(ln->s);
+            }
         }
     }
     cudaError_t ce = cudaStreamSynchronize(ln->s);
@@ -2001,65 +1983,54 @@ static int run_op(cu_state *st, cu_lane *ln, pj_exec_op *op, char *err, size_t e
     const int plain = !host && op->n == gn && op->x_ld == K && op->y_ld == gn;
     cudaError_t ce = cudaSuccess;
     char t[200];
-    int path;
+    int path, staged;
     pj_eng_kind k;
     pj_eng_knobs kn;
-    if (graph && plain && sh->patch_ok && al16(op->x) && al16(op->y)) {
-        pj_cgraph *g = &ln->graphs[op->layer][si];
-        if (pj_cg_bind(g, op->x, op->y, t, sizeof t) != 0) {
-            snprintf(err, errlen, "op (%s m=%u): %s", cl->L.name, op->m, t);
-            return PJ_E_BACKEND;
-        }
-        ce = pj_cg_launch(g, ln->s);
-        path = PJ_CUDA_PATH_GRAPH;
-        k = sh->k;
-    } else if (graph) {
-        pj_cgraph *g = &ln->graphs[op->layer][si];
-        int rc = staged_pitch_check(st, cl, op, err, errlen);
-        if (rc != PJ_OK)
-            return rc;
-        ce = copy_rows(ln->sx, (size_t)K * 2, op->x, op->x_ld * 2, (size_t)K * 2, op->m, ln->s);
-        if (ce == cudaSuccess && pj_cg_bind(g, ln->sx, ln->sy, t, sizeof t) != 0) {
-            snprintf(err, errlen, "op (%s m=%u): %s", cl->L.name, op->m, t);
-            return PJ_E_BACKEND;
-        }
-        if (ce == cudaSuccess)
-            ce = pj_cg_launch(g, ln->s);
-        if (ce == cudaSuccess)
-            ce = copy_rows(op->y, op->y_ld * 2, ln->sy, (size_t)gn * 2, (size_t)op->n * 2, op->m,
-                           ln->s);
-        path = PJ_CUDA_PATH_GRAPH_STAGED;
+    pj_eng_call c;
+    if (graph) {
+        /* A graph rebinds to 16-byte-aligned pointers when its check at
+         * start-up said so (patch_ok). */
+        staged = !(plain && sh->patch_ok && al16(op->x) && al16(op->y));
+        path = staged ? PJ_CUDA_PATH_GRAPH_STAGED : PJ_CUDA_PATH_GRAPH;
         k = sh->k;
     } else {
-        const int in_place = plain && al256(op->x) && al256(op->y);
-        pj_eng_call c = shape_call(st, ln, op->layer, op->m, in_place ? op->x : ln->sx,
-                                   in_place ? op->y : ln->sy);
-        if (choose(st, cl, &c, &k, &kn) < 0) {
+        staged = !(plain && al256(op->x) && al256(op->y));
+        path = staged ? PJ_CUDA_PATH_DIRECT_STAGED : PJ_CUDA_PATH_DIRECT;
+        c = shape_call(st, ln, op->layer, op->m, staged ? ln->sx : op->x, staged ? ln->sy : op->y);
+        if (choose(st, cl, &c, &k, &kn, NULL, 0) < 0) {
             snprintf(err, errlen, "op (%s m=%u n=%u): no engine can run this shape", cl->L.name,
                      op->m, op->n);
             return PJ_E_BACKEND;
         }
-        if (in_place) {
-            path = PJ_CUDA_PATH_DIRECT;
-            if (pj_eng_launch(k, &kn, &c, ln->es) != 0)
-                ce = cudaErrorLaunchFailure;
-        } else {
-            path = PJ_CUDA_PATH_DIRECT_STAGED;
-            int rc = staged_pitch_check(st, cl, op, err, errlen);
-            if (rc != PJ_OK)
-                return rc;
-            ce = copy_rows(ln->sx, (size_t)K * 2, op->x, op->x_ld * 2, (size_t)K * 2, op->m, ln->s);
-            if (ce == cudaSuccess && pj_eng_launch(k, &kn, &c, ln->es) != 0)
-                ce = cudaErrorLaunchFailure;
-            if (ce == cudaSuccess)
-                ce = copy_rows(op->y, op->y_ld * 2, ln->sy, (size_t)gn * 2, (size_t)op->n * 2,
-                               op->m, ln->s);
-        }
     }
+    if (staged) {
+        int rc = staged_pitch_check(st, cl, op, err, errlen);
+        if (rc != PJ_OK)
+            return rc;
+        ce = copy_rows(ln->sx, (size_t)K * 2, op->x, op->x_ld * 2, (size_t)K * 2, op->m, ln->s);
+    }
+    if (ce == cudaSuccess && graph) {
+        pj_cgraph *g = &ln->graphs[op->layer][si];
+        if (pj_cg_bind(g, staged ? ln->sx : op->x, staged ? ln->sy : op->y, t, sizeof t) != 0) {
+            snprintf(err, errlen, "op (%s m=%u): %s", cl->L.name, op->m, t);
+            return PJ_E_BACKEND;
+        }
+        ce = pj_cg_launch(g, ln->s);
+    } else if (ce == cudaSuccess && pj_eng_launch(k, &kn, &c, ln->es) != 0) {
+        ce = cudaErrorLaunchFailure;
+    }
+    if (ce == cudaSuccess && staged)
+        ce =
+            copy_rows(op->y, op->y_ld * 2, ln->sy, (size_t)gn * 2, (size_t)op->n * 2, op->m, ln->s);
     op->engine = PJ_CUDA_ENGINE_ID(k, path);
     if (ce != cudaSuccess) {
-        /* pj_eng_launch clears a launch's own error; a sticky one remains. */
+        /* pj_eng_launch clears the launch's error, a sticky one (an
+         * earlier kernel's fault) included; the stream still reports that
+         * one, without waiting (cu_submit's sticky_check then ends the
+         * daemon). */
         cudaError_t last = cudaPeekAtLastError();
+        if (last == cudaSuccess && (last = cudaStreamQuery(ln->s)) == cudaErrorNotReady)
+            last = cudaSuccess;
         if (ce == cudaErrorLaunchFailure && last == cudaSuccess)
             snprintf(err, errlen, "op (%s m=%u n=%u): %s launch failed", cl->L.name, op->m, op->n,
                      pj_eng_name(k));
@@ -2608,6 +2579,7 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     }
     st->no_patch = env_long("PROJD_CUDA_NO_PATCH", 0, 0, 1) != 0;
     st->fault_after = env_long("PROJD_CUDA_FAULT_AFTER", 0, 0, 1000000000L);
+    st->fault_warm = env_long("PROJD_CUDA_FAULT_WARM", 0, 0, 1) != 0;
     st->stall_after = env_long("PROJD_CUDA_STALL_AFTER", 0, 0, 1000000000L);
     st->stall_ns = (uint64_t)env_long("PROJD_CUDA_STALL_MS", 3000, 1, 600000) * 1000000u;
     st->lane_jobs = (uint32_t)env_long("PROJD_CUDA_LANE_JOBS", CU_LANE_JOBS, 1, CU_RING);

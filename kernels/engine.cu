@@ -2269,10 +2269,21 @@ extern "C" int pj_eng_choose(const pj_tune_table *t, const char *force_engine,
                              const char *force_knobs, const pj_eng_call *c,
                              const pj_dev_limits *lim, pj_eng_kind *k, pj_eng_knobs *kn)
 {
+    return pj_eng_choose_note(t, force_engine, force_knobs, c, lim, k, kn, NULL, 0);
+}
+
+extern "C" int pj_eng_choose_note(const pj_tune_table *t, const char *force_engine,
+                                  const char *force_knobs, const pj_eng_call *c,
+                                  const pj_dev_limits *lim, pj_eng_kind *k, pj_eng_knobs *kn,
+                                  char *note, size_t notelen)
+{
     char why[200];
     const pj_eng_layer *L = c->L;
+    if (note && notelen)
+        note[0] = 0;
     if (force_engine && force_engine[0]) {
         int fe = pj_eng_from_name(force_engine);
+        snprintf(why, sizeof why, "unknown engine name");
         if (fe >= 0) {
             pj_eng_knobs f = pj_eng_default_knobs((pj_eng_kind)fe, L, c->m);
             if ((!force_knobs || !force_knobs[0] ||
@@ -2283,6 +2294,8 @@ extern "C" int pj_eng_choose(const pj_tune_table *t, const char *force_engine,
                 return 0;
             }
         }
+        if (note && notelen)
+            snprintf(note, notelen, "forced %s refused: %s", force_engine, why);
     }
     const pj_tune_entry *e = pj_dispatch_choose(t, L->name, L->N, L->K, c->m);
     if (e) {
@@ -2291,6 +2304,16 @@ extern "C" int pj_eng_choose(const pj_tune_table *t, const char *force_engine,
             *k = e->eng;
             *kn = ek;
             return 1;
+        }
+        // A table entry that passed the load's device check can still be
+        // refused for this call (a cuBLAS entry on a z12 layer kept
+        // without its bf16 copy, a cuBLASLt configuration that does not
+        // take this n): say which and why, not only that a default ran.
+        if (note && notelen && !note[0]) {
+            char ks[128];
+            pj_eng_knobs_str(e->eng, &ek, ks, sizeof ks);
+            snprintf(note, notelen, "table entry m=%u %s(%s) refused: %s", e->m,
+                     pj_eng_name(e->eng), ks, why);
         }
     }
     // Untuned defaults (no table entry): the plain GEMV first, as it beat

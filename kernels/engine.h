@@ -192,6 +192,14 @@ int pj_eng_deterministic(pj_eng_kind k, const pj_eng_knobs *kn, uint32_t m);
 int pj_eng_choose(const pj_tune_table *t, const char *force_engine, const char *force_knobs,
                   const pj_eng_call *c, const pj_dev_limits *lim, pj_eng_kind *k, pj_eng_knobs *kn);
 
+/* pj_eng_choose, and when a forced engine or the table's entry was passed
+ * over, why, in note ("forced X refused: ..." or "table entry m=.. E(knobs)
+ * refused: ..."; the forced one when both were); "" when the first step
+ * offered was taken. */
+int pj_eng_choose_note(const pj_tune_table *t, const char *force_engine, const char *force_knobs,
+                       const pj_eng_call *c, const pj_dev_limits *lim, pj_eng_kind *k,
+                       pj_eng_knobs *kn, char *note, size_t notelen);
+
 /* SGLang's path, the benchmark's baseline: x @ W.T through cuBLAS (algo 0:
  * cublasGemmEx default, 1: cublasLt heuristic); a split layer runs two GEMMs
  * (hi, lo) into bf16 and adds them (tmp: m x n bf16 scratch of the caller). */

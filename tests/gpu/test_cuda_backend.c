@@ -303,6 +303,8 @@ static void section_a(void)
     cc_stop(&d, "A");
 }
 
+#define B2_GEMV "gemv:nw=4,u=1,ks=1"
+
 static void section_b(void)
 {
     pj_dproc d;
@@ -350,6 +352,57 @@ static void section_b(void)
     }
     pjc_close(&t);
     cc_stop(&d, "B");
+
+    /* A forced engine that cannot take some shapes: those run the ladder's
+     * choice, and the report says why the forced one was passed over. The
+     * GEMV with 4 warps of one 16-byte load each takes the small model's
+     * bf16 layers whose K is a multiple of 128 up to m = 32 (its default
+     * knobs want K a multiple of 512: none here), not o (K = 192), not the
+     * router (split), not m above 32. */
+    printf("== B2: PROJD_FORCE_ENGINE=%s (refused above m = %d)\n", B2_GEMV, PJ_ENG_MAX_GEMV_M);
+    setenv("PROJD_FORCE_ENGINE", B2_GEMV, 1);
+    rc = start_open(&d, &t, NULL, "B2 (gemv forced)");
+    unsetenv("PROJD_FORCE_ENGINE");
+    if (rc != 0)
+        return;
+    st = NULL;
+    if (pjt_stats(&t.c, &st) == PJ_OK) {
+        cJSON *bs = cJSON_GetObjectItem(st, "backend_stats");
+        cJSON *eng = bs ? cJSON_GetObjectItem(bs, "engines") : NULL;
+        int forced = 0, refused = 0, bad = 0, shown[2] = {0, 0};
+        cJSON *e;
+        cJSON_ArrayForEach(e, eng)
+        {
+            cJSON *en = cJSON_GetObjectItem(e, "engine"), *why = cJSON_GetObjectItem(e, "why");
+            cJSON *note = cJSON_GetObjectItem(e, "note"), *m = cJSON_GetObjectItem(e, "m");
+            const int big = cJSON_IsNumber(m) && m->valueint > PJ_ENG_MAX_GEMV_M;
+            if (!cJSON_IsString(en) || !cJSON_IsString(why)) {
+                bad++;
+            } else if (!strcmp(why->valuestring, "forced")) {
+                forced++;
+                bad += big || strcmp(en->valuestring, "gemv") != 0;
+            } else {
+                refused++;
+                const char *want = "forced gemv refused: "; /* the engine's name */
+                bad += !cJSON_IsString(note) || strncmp(note->valuestring, want, strlen(want)) != 0;
+                if (big && cJSON_IsString(note) && !strstr(note->valuestring, "> 32"))
+                    bad++;
+                if (!shown[big]++) /* one of each, for the log */
+                    printf("B2: %s m=%d: %s (%s)\n",
+                           cJSON_IsString(cJSON_GetObjectItem(e, "layer"))
+                               ? cJSON_GetObjectItem(e, "layer")->valuestring
+                               : "?",
+                           cJSON_IsNumber(m) ? m->valueint : -1,
+                           cJSON_IsString(note) ? note->valuestring : "no note", en->valuestring);
+            }
+        }
+        CHECK(forced > 0 && refused > 0 && bad == 0,
+              "forced gemv: %d forced, %d passed over, %d without the engine or the reason", forced,
+              refused, bad);
+        cJSON_Delete(st);
+    }
+    pjc_close(&t);
+    cc_stop(&d, "B2");
 }
 
 /* shapes.max_m <= 32: a z12 layer gets no bf16 copy when the z12 GEMV
@@ -499,15 +552,28 @@ static void section_h(void)
     cc_stop(&d, "H");
 }
 
-/* P: host buffers are staged row by row (cudaMemcpy2DAsync), which
+/* P: staged requests are copied row by row (cudaMemcpy2DAsync), which
  * refuses a row pitch over the device's memPitch. A request whose x or y
  * stride is over it fails with E_SHAPE (its shape, not the daemon's
  * fault) and says why in the log; one whose stride is just under it is
- * served and correct; the connection keeps serving. One sparse shm object
- * of ~2 GiB holds both strides' rows (the daemon pins all of it). */
-static void section_p(void)
+ * served and correct; the connection keeps serving. One buffer of ~2 GiB
+ * holds both strides' rows: a sparse shm object (the daemon pins all of
+ * it), or with dev this process's CUDA memory, registered by IPC handle
+ * (a strided request in CUDA memory is staged too). The other side of
+ * each request is the connection's small shm buffer. */
+static cudaError_t p_put(void *dst, const void *src, size_t bytes, int dev)
 {
-    printf("== P: host row strides at the device's copy pitch\n");
+    if (!dev) {
+        memcpy(dst, src, bytes);
+        return cudaSuccess;
+    }
+    return cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+}
+
+static void section_p(int dev)
+{
+    const char *where = dev ? "CUDA memory" : "host shm";
+    printf("== P: row strides at the device's copy pitch, in %s\n", where);
     int pitch = 0;
     if (cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, 0) != cudaSuccess || pitch <= 0) {
         CHECK(0, "P: cudaDevAttrMaxPitch: %s", cudaGetErrorString(cudaGetLastError()));
@@ -520,7 +586,7 @@ static void section_p(void)
     const uint64_t row = (K > n ? K : n) * 2ull;
     const size_t size = (size_t)(ld_over * 2 * (m - 1) + row);
     struct statvfs sv;
-    if (statvfs("/dev/shm", &sv) == 0 &&
+    if (!dev && statvfs("/dev/shm", &sv) == 0 &&
         (uint64_t)sv.f_bavail * sv.f_frsize < size + (256u << 20)) {
         printf("P: /dev/shm has %.1f GiB free, the case needs %.1f: not run\n",
                (double)sv.f_bavail * sv.f_frsize / (1 << 30), (double)size / (1 << 30));
@@ -530,32 +596,48 @@ static void section_p(void)
     pjc_conn t;
     if (start_open(&d, &t, NULL, "P") != 0)
         return;
-    pjt_shm big;
-    int rc = pjt_shm_create(&big, size);
-    CHECK(rc == 0, "P: a %zu-byte shm object: %s", size, strerror(-rc));
-    if (rc != 0) {
-        pjc_close(&t);
-        cc_stop(&d, "P");
-        return;
-    }
+    pjt_shm big = {0};
+    void *dbig = NULL;
+    uint16_t *B = NULL;
     uint32_t bid = 0;
+    char why[600] = "";
+    int rc;
     long long t0 = cc_now_us();
-    rc = pjt_register_shm(&t.c, big.name, size, &bid);
-    CHECK(rc == PJ_OK, "P: REGISTER of %zu bytes: %d %s", size, rc, rc > 0 ? t.c.err.msg : "");
-    printf("P: memPitch %d bytes; REGISTER of %.2f GiB took %.2f s\n", pitch,
-           (double)size / (1 << 30), (double)(cc_now_us() - t0) / 1e6);
-    uint16_t *xc = malloc((size_t)m * K * 2), *ref = malloc((size_t)m * n * 2);
-    if (rc != PJ_OK || !xc || !ref) {
-        CHECK(rc != PJ_OK, "P: out of memory");
-        goto out;
+    if (dev) {
+        rc = cudaMalloc(&dbig, size) == cudaSuccess ? 0 : -ENOMEM;
+        CHECK(rc == 0, "P: cudaMalloc of %zu bytes: %s", size,
+              cudaGetErrorString(cudaGetLastError()));
+        if (rc == 0)
+            rc = cc_register_dev(&t.c, dbig, &bid, why, sizeof why);
+        CHECK(rc == 0, "P: REGISTER of %zu bytes of CUDA memory: %s", size, why);
+        B = dbig;
+    } else {
+        rc = pjt_shm_create(&big, size);
+        CHECK(rc == 0, "P: a %zu-byte shm object: %s", size, strerror(-rc));
+        if (rc == 0) {
+            rc = pjt_register_shm(&t.c, big.name, size, &bid);
+            CHECK(rc == PJ_OK, "P: REGISTER of %zu bytes: %d %s", size, rc,
+                  rc > 0 ? t.c.err.msg : "");
+        }
+        B = big.p;
     }
+    if (rc != 0)
+        goto out;
+    printf("P: memPitch %d bytes; REGISTER of %.2f GiB (%s) took %.2f s\n", pitch,
+           (double)size / (1 << 30), where, (double)(cc_now_us() - t0) / 1e6);
+    uint16_t *xc = malloc((size_t)m * K * 2), *ref = malloc((size_t)m * n * 2);
+    uint16_t *poison = malloc((size_t)n * 2), *got = malloc((size_t)n * 2);
+    if (!xc || !ref || !poison || !got) {
+        CHECK(0, "P: out of memory");
+        goto out_free;
+    }
+    memset(poison, 0xff, (size_t)n * 2);
     uint64_t seed = 0x5eed0fa11ULL;
     for (size_t i = 0; i < (size_t)m * K; i++) {
         seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
         xc[i] = pj_f32_to_bf16((float)((int)(seed >> 40 & 0xff) - 128) / 64.f);
     }
     CHECK(pj_ref_project(&L->w, m, n, xc, K, ref, n) == 0, "P: the reference");
-    uint16_t *B = big.p;
     const struct {
         const char *what;
         uint64_t ld;
@@ -569,59 +651,71 @@ static void section_p(void)
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const uint64_t ld = cases[c].ld;
-        uint16_t *X = cases[c].x_big ? B : t.xs.p, *Y = cases[c].x_big ? t.ys.p : B;
-        const uint64_t xld = cases[c].x_big ? ld : K, yld = cases[c].x_big ? n : ld;
-        for (uint32_t r = 0; r < m; r++) {
-            memcpy(X + r * xld, xc + (size_t)r * K, (size_t)K * 2);
-            memset(Y + r * yld, 0xff, (size_t)n * 2);
+        const int x_big = cases[c].x_big;
+        uint16_t *X = x_big ? B : t.xs.p, *Y = x_big ? t.ys.p : B;
+        const uint64_t xld = x_big ? ld : K, yld = x_big ? n : ld;
+        cudaError_t ce = cudaSuccess;
+        for (uint32_t r = 0; r < m && ce == cudaSuccess; r++) {
+            ce = p_put(X + r * xld, xc + (size_t)r * K, (size_t)K * 2, dev && x_big);
+            if (ce == cudaSuccess)
+                ce = p_put(Y + r * yld, poison, (size_t)n * 2, dev && !x_big);
         }
+        CHECK(ce == cudaSuccess, "P: %s: writing the rows: %s", cases[c].what,
+              cudaGetErrorString(ce));
         pj_op op = {.layer = 0,
                     .m = m,
                     .n = n,
-                    .x_buf = cases[c].x_big ? bid : t.xid,
+                    .x_buf = x_big ? bid : t.xid,
                     .x_ld = xld,
-                    .y_buf = cases[c].x_big ? t.yid : bid,
+                    .y_buf = x_big ? t.yid : bid,
                     .y_ld = yld};
         pj_done dn;
         pj_op_result res[1];
         memset(&dn, 0, sizeof dn);
         memset(res, 0, sizeof res);
         rc = pjt_project(&t.c, 0, &op, 1, &dn, res);
-        printf("P: %s (%" PRIu64 " elements): rc %d, DONE %s\n", cases[c].what, ld, rc,
+        printf("P: %s (%" PRIu64 " elements, %s): rc %d, DONE %s\n", cases[c].what, ld, where, rc,
                rc == PJ_OK ? pj_status_name(dn.status) : "-");
         CHECK(rc == PJ_OK && dn.status == cases[c].want && res[0].status == cases[c].want,
-              "P: %s: rc %d status %d op %d, want %s", cases[c].what, rc, dn.status, res[0].status,
-              pj_status_name(cases[c].want));
+              "P: %s in %s: rc %d status %d op %d, want %s", cases[c].what, where, rc, dn.status,
+              res[0].status, pj_status_name(cases[c].want));
         if (rc != PJ_OK || cases[c].want != PJ_OK)
             continue;
         double num = 0, den = 0;
         size_t unwritten = 0;
         for (uint32_t r = 0; r < m; r++) {
+            /* DONE came after the device's work: a plain copy back */
+            ce = p_put(got, Y + r * yld, (size_t)n * 2, dev && !x_big);
+            CHECK(ce == cudaSuccess, "P: reading y back: %s", cudaGetErrorString(ce));
             for (uint32_t i = 0; i < n; i++) {
-                uint16_t v = Y[r * yld + i];
-                unwritten += v == PJC_POISON;
-                double g = pj_bf16_to_f32(v), w = pj_bf16_to_f32(ref[(size_t)r * n + i]);
+                unwritten += got[i] == PJC_POISON;
+                double g = pj_bf16_to_f32(got[i]), w = pj_bf16_to_f32(ref[(size_t)r * n + i]);
                 num += (g - w) * (g - w);
                 den += w * w;
             }
         }
-        CHECK(!unwritten && sqrt(num / den) < CC_TOL, "P: %s: rel err %.3g, %zu unwritten",
-              cases[c].what, sqrt(num / den), unwritten);
+        CHECK(!unwritten && sqrt(num / den) < CC_TOL, "P: %s in %s: rel err %.3g, %zu unwritten",
+              cases[c].what, where, sqrt(num / den), unwritten);
     }
     CHECK(pj_dproc_log_has(&d, "over the device's largest copy pitch", 2000),
           "P: the log does not say why the stride was refused");
     pjc_shape s = layer0_shape();
-    char why[600];
     CHECK(run_shm(&t, &s, NULL, why, sizeof why) == 0, "P: the connection afterwards: %s", why);
     CHECK(pjt_unregister(&t.c, bid) == PJ_OK, "P: UNREGISTER: %s", t.c.err.msg);
     CHECK(!pj_dproc_log_has(&d, "sticky", 0) && !pj_dproc_log_has(&d, "fatal", 0),
           "P: a device error in the log");
-out:
+out_free:
     free(xc);
     free(ref);
-    pjt_shm_destroy(&big);
+    free(poison);
+    free(got);
+out:
     pjc_close(&t);
     cc_stop(&d, "P");
+    if (dbig)
+        cudaFree(dbig);
+    if (big.p)
+        pjt_shm_destroy(&big);
 }
 
 /* W: the systemd watchdog on the cuda backend, WatchdogSec = 1 s (stall at
@@ -2030,6 +2124,35 @@ static void section_f(void)
     pj_dproc_cleanup(&d);
 }
 
+/* F3 (with --fault): a device error in the start-up warm-up (a faulting
+ * kernel among lane 0's warm launches) stops the start: projd exits
+ * non-zero before READY, and its log names the warm-up and the error. */
+static void section_f3(void)
+{
+    printf("== F3: a device error in the warm-up stops the start\n");
+    setenv("PROJD_CUDA_FAULT_WARM", "1", 1);
+    pj_dproc d;
+    char err[600];
+    int rc = cc_start(&d, g_model, NULL, err, sizeof err);
+    unsetenv("PROJD_CUDA_FAULT_WARM");
+    CHECK(rc != 0, "projd started (READY) after a fault in its warm-up");
+    if (rc == 0) {
+        cc_stop(&d, "F3");
+        return;
+    }
+    CHECK(pj_dproc_wait_exit(&d, 60000) == 0, "projd did not exit after the warm-up's fault");
+    int code = pj_dproc_exit_code(&d);
+    CHECK(code != 0, "projd exit code %d after a failed start (want non-zero)", code);
+    /* The fault surfaces at the warm-up's next launch or at its end. */
+    const int named = pj_dproc_log_has(&d, "warm-up on lane 0", 100) &&
+                      pj_dproc_log_has(&d, "cudaErrorIllegalAddress", 0);
+    CHECK(named, "the log does not name the warm-up and its error");
+    cc_print_log_lines(&d, "warm-up");
+    if (code == 0 || !named)
+        pj_dproc_dump_log(&d);
+    pj_dproc_cleanup(&d);
+}
+
 /* F2 (with --fault): the same fault under a request answered at launch
  * (SIGNAL_EVENT + ACCEPT_REPLY): its DONE says OK before the kernel runs,
  * and no request follows. The daemon learns of the error only on its
@@ -2101,6 +2224,7 @@ int main(int argc, char **argv)
     if (fault) {
         section_f();
         section_f2();
+        section_f3();
         return cc_summary("test_cuda_backend --fault", t0);
     }
     if (argc > 1 && strcmp(argv[1], "--l") == 0) { /* L alone */
@@ -2114,7 +2238,7 @@ int main(int argc, char **argv)
         section_m("gemvz", 1);
         section_m("gemvz", 0);
         section_m("splitk", 0);
-        section_m("gemv", 0);
+        section_m(B2_GEMV, 0); /* gemv's default knobs take none of its layers */
         return cc_summary("test_cuda_backend --m", t0);
     }
     if (argc > 1 && strcmp(argv[1], "--q") == 0) { /* Q: a measurement; engines to force */
@@ -2143,7 +2267,8 @@ int main(int argc, char **argv)
     section_z();
     section_t();
     section_h();
-    section_p();
+    section_p(0);
+    section_p(1);
     section_w();
     section_r();
     section_s(0);
