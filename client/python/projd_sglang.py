@@ -55,7 +55,10 @@ threshold), and a registration of a freed one holds its memory until the
 next apply() registers something, so call release_registrations() after
 torch.cuda.empty_cache() and when memory is tight. A request keeps
 its registrations from eviction until it is answered (the cache's lock is
-held across the request: one client's applies run one at a time).
+held across the request: one client's applies run one at a time). An
+evicted registration stays counted by the daemon while launched work still
+reads it; a registration refused for that (E_LIMIT) waits for the
+connection's work to finish and is tried again.
 
 When projd restarts (systemd's Restart=on-failure after a sticky CUDA
 error), the connection is lost and every call on it fails with
@@ -74,8 +77,10 @@ release_registrations(client) also releases what the connections that
 replaced client registered. A
 connection made here for a restart is closed when the last method leaves
 it (at the next restart); the client passed in stays open, its owner's
-to close.
-An apply() that fails again, or for another reason, raises.
+to close. A method idle across two quick restarts finds the connection
+it joins lost as well and moves on once more: one apply() tries at most
+RECONNECT_TRIES = 3 connections. An apply() that fails for another
+reason, or on its last try, raises.
 
 Use: one projd.Client shared by every layer, one method per layer, e.g.
 from a QuantizationConfig's get_quant_method(layer, prefix)::
@@ -122,6 +127,12 @@ def _sglang_register(cls) -> None:
     except ImportError:
         return
     LinearMethodBase.register(cls)
+
+
+# How long a registration that met E_LIMIT waits, after the connection's
+# work is done, for the daemon to let go of the evicted buffers that work
+# held (it releases them off its event loop, soon after).
+HELD_WAIT_S = 2.0
 
 
 class _Registrations:
@@ -175,9 +186,37 @@ class _Registrations:
         while len(self.ids) >= self.limit:
             _, (_, old) = self.ids.popitem(last=False)
             self.client.unregister(old)
-        buf = self.client.register_cuda_ipc(region.handle, region.uuid, region.alloc_size)
+        buf = self._register_region(region)
         self.ids[aid or region.handle] = (region.base, buf)
         return buf, region.offset
+
+    def _register_region(self, region: "projd.CudaRegion") -> int:
+        """REGISTER region. An evicted registration that launched work still
+        reads stays counted by the daemon until that work is done, so with
+        the cache under its limit REGISTER can still meet E_LIMIT (replies
+        come at launch). The connection's work runs in order: wait for its
+        last y_done on every device, then try again while the daemon lets
+        the held buffers go (HELD_WAIT_S at most)."""
+        def register():
+            return self.client.register_cuda_ipc(region.handle, region.uuid, region.alloc_size)
+
+        try:
+            return register()
+        except projd.ProjdError as e:
+            if e.status != projd.Status.E_LIMIT or not self.events:
+                raise
+        for ev in self.events.values():
+            ev.y_done.synchronize()
+        deadline = time.monotonic() + HELD_WAIT_S
+        pause = 0.001
+        while True:
+            try:
+                return register()
+            except projd.ProjdError as e:
+                if e.status != projd.Status.E_LIMIT or time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(2 * pause, 0.05)
 
     def events_for(self, device: int, torch) -> "_Events":
         """The connection's events on device, made on first use."""
@@ -297,6 +336,9 @@ def _lost_work_done(reg: "_Registrations", device: int) -> bool:
 # RestartSec=2 s after it exits, and its start (model, graphs) takes a few
 # seconds more; meanwhile its socket file is missing or refuses.
 RECONNECT_WAIT_S = 60.0
+# How many connections one apply() tries: its own, then successors (a
+# method idle across two quick restarts finds the first successor lost too).
+RECONNECT_TRIES = 3
 
 
 def _connect_when_back(url: str, timeout_ms: int, ring: bool) -> "projd.Client":
@@ -451,7 +493,7 @@ class ProjdLinearMethod:
         if m:
             ld = x2.stride(0) if m > 1 else L.k
             device = x.get_device()
-            for attempt in (0, 1):
+            for attempt in range(RECONNECT_TRIES):
                 reg = _registry(self.client)
                 try:
                     with reg.lock:
@@ -460,7 +502,9 @@ class ProjdLinearMethod:
                         self._run(reg, torch, device, (xb, xo, ld, yb, yo, n), m)
                     break
                 except projd.ProjdError as e:
-                    if attempt or not _lost(e):
+                    # Again on the successor, which another method may have
+                    # joined before a second restart lost it too.
+                    if attempt == RECONNECT_TRIES - 1 or not _lost(e):
                         raise
                     # Replies come at launch, so the daemon may have died
                     # with work it had answered unfinished: an earlier

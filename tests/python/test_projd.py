@@ -1355,6 +1355,9 @@ class SglangApplyTests(unittest.TestCase):
         def query(self):
             return self.done
 
+        def synchronize(self):
+            pass
+
         def record(self, stream):
             stream.log.append(("record", self.name))
 
@@ -1381,7 +1384,13 @@ class SglangApplyTests(unittest.TestCase):
             self.next, self.live, self.requests = 1, {}, []
             self.on_project = None  # called during a request, before it is answered
 
+        # Buffers unregistered while launched work still reads them: the
+        # daemon counts them against the limit until that work is done.
+        held = 0
+
         def register_cuda_ipc(self, handle, uuid, size):
+            if len(self.live) + self.held >= self.info.limits.max_buffers:
+                raise projd.ProjdError(projd.Status.E_LIMIT, "E_LIMIT", "REGISTER: connection already holds buffers")
             self.live[self.next] = handle
             self.next += 1
             return self.next - 1
@@ -1526,6 +1535,41 @@ class SglangApplyTests(unittest.TestCase):
         self.assertTrue(released.is_set())
         self.assertEqual(self.client.live, {})
 
+    def test_registration_refused_for_held_buffers_waits_for_the_work(self):
+        # Evicted registrations that launched work still reads stay counted
+        # by the daemon: REGISTER meets E_LIMIT with the cache under its
+        # limit. It waits for the connection's last y_done (the daemon then
+        # lets them go) and registers.
+        x = self.alloc(4, 192)
+        self.meth.apply(self.layer, x)
+        ev = self.mod._registry(self.client).events[0]
+        syncs = []
+
+        def sync():
+            syncs.append(len(self.client.requests))
+            self.client.held = 0
+
+        ev.y_done.synchronize = sync
+        self.client.held = self.client.info.limits.max_buffers
+        y = self.meth.apply(self.layer, self.alloc(8, 192))
+        self.assertEqual(y.shape, (8, 256))
+        self.assertEqual(syncs, [1])
+        self.assertEqual(self.client.requests, [1, 1])
+        # Held by what no wait here frees: E_LIMIT after HELD_WAIT_S, and
+        # the connection serves again once there is room.
+        self.addCleanup(setattr, self.mod, "HELD_WAIT_S", self.mod.HELD_WAIT_S)
+        self.mod.HELD_WAIT_S = 0.05
+        ev.y_done.synchronize = lambda: syncs.append("again")
+        self.client.held = 1000
+        with self.assertRaises(ProjdError) as cm:
+            self.meth.apply(self.layer, self.alloc(2, 192))
+        self.assertEqual(cm.exception.status, projd.Status.E_LIMIT)
+        self.assertEqual(syncs[1:], ["again"])
+        self.assertEqual(self.client.requests, [1, 1])
+        self.client.held = 0
+        self.meth.apply(self.layer, self.alloc(2, 192))
+        self.assertEqual(self.client.requests, [1, 1, 1])
+
     def test_reconnects_once_projd_is_back(self):
         # projd restarted: the first client's calls all fail with
         # -ECONNRESET. apply() connects again (once for every method that
@@ -1621,6 +1665,39 @@ class SglangApplyTests(unittest.TestCase):
         self.assertEqual(len(made[1].live), 3)  # x and the two applies' y
         self.mod.release_registrations(self.client)
         self.assertEqual(made[1].live, {})
+
+    def test_a_method_idle_across_two_quick_restarts_follows_on(self):
+        # A reconnects after the first restart; the second comes before B
+        # runs again, so the successor B joins is lost too. B's apply()
+        # moves on to a third connection (which A then joins) instead of
+        # raising.
+        made, other = self.two_methods()
+        x = self.alloc(4, 192)
+        self.client.lost = True
+        self.meth.apply(self.layer, x)  # C0 -> S1
+        made[0].lost = True  # S1 lost before anyone used it again
+        y = other.apply(self.layer, x)  # C0 -> S1 (lost) -> S2
+        self.assertEqual(y.shape, (4, 256))
+        self.assertEqual(len(made), 2)
+        self.assertIs(other.client, made[1])
+        self.assertEqual(made[1].requests, [1])
+        self.meth.apply(self.layer, x)  # S1 lost -> S2, no fourth connection
+        self.assertEqual(len(made), 2)
+        self.assertIs(self.meth.client, made[1])
+        self.assertTrue(made[0].closed)
+        # A third restart in a row within one apply(): it raises, once the
+        # tries are spent, as a lost connection.
+        def connect(url, timeout_ms, ring):
+            made.append(self.Client())
+            made[-1].lost = True
+            return made[-1]
+
+        self.use_connect(connect)
+        made[1].lost = True
+        with self.assertRaises(ProjdError) as cm:
+            self.meth.apply(self.layer, x)
+        self.assertEqual(cm.exception.code, -errno.ECONNRESET)
+        self.assertEqual(len(made), 2 + self.mod.RECONNECT_TRIES - 1)
 
     def test_a_refused_successor_is_left_again(self):
         # The restarted daemon runs another backend: apply() raises, the
