@@ -57,8 +57,8 @@ torch.cuda.empty_cache() and when memory is tight. A request keeps
 its registrations from eviction until it is answered (the cache's lock is
 held across the request: one client's applies run one at a time). An
 evicted registration stays counted by the daemon while launched work still
-reads it; a registration refused for that (E_LIMIT) waits for the
-connection's work to finish and is tried again.
+reads it; a registration refused (E_LIMIT) after an eviction waits for the
+connection's work to finish and is tried again (HELD_WAIT_S = 2 s at most).
 
 When projd restarts (systemd's Restart=on-failure after a sticky CUDA
 error), the connection is lost and every call on it fails with
@@ -129,10 +129,12 @@ def _sglang_register(cls) -> None:
     LinearMethodBase.register(cls)
 
 
-# How long a registration that met E_LIMIT waits, after the connection's
-# work is done, for the daemon to let go of the evicted buffers that work
-# held (it releases them off its event loop, soon after).
+# How long a registration that met E_LIMIT waits, for the connection's work
+# to finish and the daemon to let go of the evicted buffers that work held
+# (it releases them off its event loop, soon after).
 HELD_WAIT_S = 2.0
+# ... and, once that work is done, how long REGISTER is tried again.
+HELD_RELEASE_S = 0.25
 
 
 class _Registrations:
@@ -149,6 +151,9 @@ class _Registrations:
         self.events = {}  # device index -> _Events
         self.events_ok = True  # until the daemon refuses them (E_FLAGS)
         self.ops = None  # projd.PackedOps, made on first use
+        # Something was unregistered since the connection's work last read
+        # done: the daemon may still count it (held by launched work).
+        self.may_hold = False
 
     def lookup(self, ptr: int, device: "int | None" = None):
         """(buffer id, offset) for a device pointer, registering its
@@ -182,41 +187,58 @@ class _Registrations:
             if (base and b == base) or (isinstance(a, int) and projd.cuda_allocation(b)[0] != a)
         ]:
             self.client.unregister(self.ids.pop(stale)[1])
+            self.may_hold = True
         region = projd.cuda_describe(ptr)  # refuses what cannot be shared, saying why
         while len(self.ids) >= self.limit:
             _, (_, old) = self.ids.popitem(last=False)
             self.client.unregister(old)
+            self.may_hold = True
         buf = self._register_region(region)
         self.ids[aid or region.handle] = (region.base, buf)
         return buf, region.offset
 
     def _register_region(self, region: "projd.CudaRegion") -> int:
-        """REGISTER region. An evicted registration that launched work still
-        reads stays counted by the daemon until that work is done, so with
-        the cache under its limit REGISTER can still meet E_LIMIT (replies
-        come at launch). The connection's work runs in order: wait for its
-        last y_done on every device, then try again while the daemon lets
-        the held buffers go (HELD_WAIT_S at most)."""
+        """REGISTER region. A buffer this cache unregistered while launched
+        work still reads it stays counted by the daemon until that work is
+        done, so REGISTER can meet E_LIMIT with the cache under its limit
+        (replies come at launch). Then, and only then (another E_LIMIT, such
+        as a byte limit, no wait can mend): wait until the connection's
+        last y_done on every device reads done (its work runs in order) and
+        try again while the daemon lets the held buffers go, HELD_WAIT_S in
+        all; then raise the E_LIMIT. Polled, not synchronized: y_done can
+        sit behind another client's wait on the daemon's lane, and the
+        caller holds the cache's lock meanwhile."""
         def register():
             return self.client.register_cuda_ipc(region.handle, region.uuid, region.alloc_size)
 
         try:
             return register()
         except projd.ProjdError as e:
-            if e.status != projd.Status.E_LIMIT or not self.events:
+            if e.status != projd.Status.E_LIMIT or not (self.may_hold and self.events):
                 raise
-        for ev in self.events.values():
-            ev.y_done.synchronize()
+            refused = e
         deadline = time.monotonic() + HELD_WAIT_S
-        pause = 0.001
+        pause = 0.0005
+        waiting = list(self.events.values())
         while True:
-            try:
-                return register()
-            except projd.ProjdError as e:
-                if e.status != projd.Status.E_LIMIT or time.monotonic() >= deadline:
-                    raise
+            waiting = [ev for ev in waiting if not _event_done(ev.y_done)]
+            if not waiting and self.may_hold:
+                # What was held is done with; the daemon lets it go within
+                # milliseconds, so a refusal that outlasts HELD_RELEASE_S
+                # is another limit.
+                self.may_hold = False
+                deadline = min(deadline, time.monotonic() + HELD_RELEASE_S)
+            if not waiting:
+                try:
+                    return register()
+                except projd.ProjdError as e:
+                    if e.status != projd.Status.E_LIMIT:
+                        raise
+                    refused = e
+            if time.monotonic() >= deadline:
+                raise refused
             time.sleep(pause)
-            pause = min(2 * pause, 0.05)
+            pause = min(2 * pause, 0.02)
 
     def events_for(self, device: int, torch) -> "_Events":
         """The connection's events on device, made on first use."""
@@ -243,6 +265,7 @@ class _Registrations:
                 if not self.client.closed:
                     try:
                         self.client.unregister(buf)
+                        self.may_hold = True
                     except projd.ProjdError as e:
                         if not _lost(e):
                             raise
@@ -319,17 +342,21 @@ def _lost(e: "projd.ProjdError") -> bool:
     return e.code == -errno.ECONNRESET
 
 
+def _event_done(event) -> bool:
+    """Has the last record of event (never recorded: yes) run? An error of
+    the recording daemon's work reads as not done."""
+    try:
+        return bool(event.query())
+    except Exception:
+        return False
+
+
 def _lost_work_done(reg: "_Registrations", device: int) -> bool:
     """Had every request of the lost connection reg on device finished?
     Its y_done event was recorded by the daemon after each request's work;
     never recorded, it reads done."""
     ev = reg.events.get(device)
-    if ev is None:
-        return True
-    try:
-        return bool(ev.y_done.query())
-    except Exception:  # an error of the dead daemon's work: not done
-        return False
+    return ev is None or _event_done(ev.y_done)
 
 
 # How long a reconnect waits for projd to be back: systemd restarts it
@@ -493,7 +520,7 @@ class ProjdLinearMethod:
         if m:
             ld = x2.stride(0) if m > 1 else L.k
             device = x.get_device()
-            for attempt in range(RECONNECT_TRIES):
+            for attempt in range(max(1, RECONNECT_TRIES)):
                 reg = _registry(self.client)
                 try:
                     with reg.lock:
@@ -504,7 +531,7 @@ class ProjdLinearMethod:
                 except projd.ProjdError as e:
                     # Again on the successor, which another method may have
                     # joined before a second restart lost it too.
-                    if attempt == RECONNECT_TRIES - 1 or not _lost(e):
+                    if attempt >= RECONNECT_TRIES - 1 or not _lost(e):
                         raise
                     # Replies come at launch, so the daemon may have died
                     # with work it had answered unfinished: an earlier

@@ -1355,9 +1355,6 @@ class SglangApplyTests(unittest.TestCase):
         def query(self):
             return self.done
 
-        def synchronize(self):
-            pass
-
         def record(self, stream):
             stream.log.append(("record", self.name))
 
@@ -1384,12 +1381,13 @@ class SglangApplyTests(unittest.TestCase):
             self.next, self.live, self.requests = 1, {}, []
             self.on_project = None  # called during a request, before it is answered
 
-        # Buffers unregistered while launched work still reads them: the
-        # daemon counts them against the limit until that work is done.
-        held = 0
+        # REGISTERs refused with E_LIMIT from now on (the daemon still
+        # counting buffers unregistered while launched work reads them).
+        refuse = 0
 
         def register_cuda_ipc(self, handle, uuid, size):
-            if len(self.live) + self.held >= self.info.limits.max_buffers:
+            if self.refuse > 0:
+                self.refuse -= 1
                 raise projd.ProjdError(projd.Status.E_LIMIT, "E_LIMIT", "REGISTER: connection already holds buffers")
             self.live[self.next] = handle
             self.next += 1
@@ -1538,37 +1536,65 @@ class SglangApplyTests(unittest.TestCase):
     def test_registration_refused_for_held_buffers_waits_for_the_work(self):
         # Evicted registrations that launched work still reads stay counted
         # by the daemon: REGISTER meets E_LIMIT with the cache under its
-        # limit. It waits for the connection's last y_done (the daemon then
-        # lets them go) and registers.
+        # limit. apply() polls the connection's last y_done until it reads
+        # done, then registers again until the daemon has let them go.
+        import time as _time
+
         x = self.alloc(4, 192)
         self.meth.apply(self.layer, x)
-        ev = self.mod._registry(self.client).events[0]
-        syncs = []
+        reg = self.mod._registry(self.client)
+        reg.limit = 2  # the next apply's new x and y evict this one's
+        y_done = reg.events[0].y_done
+        polls = []
 
-        def sync():
-            syncs.append(len(self.client.requests))
-            self.client.held = 0
+        def query():
+            polls.append(len(polls))
+            return len(polls) >= 3  # the work ends at the third look
 
-        ev.y_done.synchronize = sync
-        self.client.held = self.client.info.limits.max_buffers
+        y_done.query = query
+        self.client.refuse = 2  # refused before the wait and once after
         y = self.meth.apply(self.layer, self.alloc(8, 192))
         self.assertEqual(y.shape, (8, 256))
-        self.assertEqual(syncs, [1])
-        self.assertEqual(self.client.requests, [1, 1])
-        # Held by what no wait here frees: E_LIMIT after HELD_WAIT_S, and
-        # the connection serves again once there is room.
-        self.addCleanup(setattr, self.mod, "HELD_WAIT_S", self.mod.HELD_WAIT_S)
-        self.mod.HELD_WAIT_S = 0.05
-        ev.y_done.synchronize = lambda: syncs.append("again")
-        self.client.held = 1000
+        self.assertEqual(len(polls), 3)
+        self.assertEqual((self.client.refuse, self.client.requests), (0, [1, 1]))
+        # An E_LIMIT no wait mends (a byte limit): after an eviction, the
+        # work reads done and REGISTER is tried for HELD_RELEASE_S; with
+        # nothing unregistered since, it is raised at once, nothing polled.
+        self.client.refuse = 10**9
+        t0 = _time.monotonic()
         with self.assertRaises(ProjdError) as cm:
             self.meth.apply(self.layer, self.alloc(2, 192))
         self.assertEqual(cm.exception.status, projd.Status.E_LIMIT)
-        self.assertEqual(syncs[1:], ["again"])
-        self.assertEqual(self.client.requests, [1, 1])
-        self.client.held = 0
-        self.meth.apply(self.layer, self.alloc(2, 192))
+        self.assertLess(_time.monotonic() - t0, self.mod.HELD_RELEASE_S + 0.5)
+        self.assertEqual(len(polls), 4)
+        reg.limit = 64
+        t0 = _time.monotonic()
+        with self.assertRaises(ProjdError) as cm:
+            self.meth.apply(self.layer, self.alloc(2, 192))
+        self.assertEqual(cm.exception.status, projd.Status.E_LIMIT)
+        self.assertLess(_time.monotonic() - t0, 0.1)
+        self.assertEqual(len(polls), 4)
+        # Evicted while the work never ends (another client's wait ahead of
+        # it on the daemon's lane): E_LIMIT after HELD_WAIT_S, not a hang.
+        self.addCleanup(setattr, self.mod, "HELD_WAIT_S", self.mod.HELD_WAIT_S)
+        self.mod.HELD_WAIT_S = 0.05
+        self.client.refuse = 0
+        self.meth.apply(self.layer, self.alloc(2, 192))  # x and y registered
+        reg.limit = len(reg.ids)  # at least those two: the next registration evicts one
+        y_done.query = lambda: polls.append("busy") and False
+        self.client.refuse = 10**9
+        t0 = _time.monotonic()
+        with self.assertRaises(ProjdError) as cm:
+            self.meth.apply(self.layer, self.alloc(2, 192))
+        self.assertEqual(cm.exception.status, projd.Status.E_LIMIT)
+        self.assertLess(_time.monotonic() - t0, 1.0)
+        self.assertIn("busy", polls)
         self.assertEqual(self.client.requests, [1, 1, 1])
+        # and the connection serves again once there is room
+        self.client.refuse = 0
+        y_done.query = lambda: True
+        self.meth.apply(self.layer, self.alloc(2, 192))
+        self.assertEqual(self.client.requests, [1, 1, 1, 1])
 
     def test_reconnects_once_projd_is_back(self):
         # projd restarted: the first client's calls all fail with
@@ -1698,6 +1724,9 @@ class SglangApplyTests(unittest.TestCase):
             self.meth.apply(self.layer, x)
         self.assertEqual(cm.exception.code, -errno.ECONNRESET)
         self.assertEqual(len(made), 2 + self.mod.RECONNECT_TRIES - 1)
+        # S3 (no method left on it) is closed; S2 keeps the other method.
+        self.assertTrue(made[2].closed, "an abandoned successor was left open")
+        self.assertFalse(made[1].closed or made[3].closed)
 
     def test_a_refused_successor_is_left_again(self):
         # The restarted daemon runs another backend: apply() raises, the
