@@ -2283,7 +2283,8 @@ extern "C" int pj_eng_choose_note(const pj_tune_table *t, const char *force_engi
         note[0] = 0;
     if (force_engine && force_engine[0]) {
         int fe = pj_eng_from_name(force_engine);
-        snprintf(why, sizeof why, "unknown engine name");
+        snprintf(why, sizeof why, "%s",
+                 fe < 0 ? "unknown engine name" : "refused by the dispatcher");
         if (fe >= 0) {
             pj_eng_knobs f = pj_eng_default_knobs((pj_eng_kind)fe, L, c->m);
             if ((!force_knobs || !force_knobs[0] ||
