@@ -30,6 +30,7 @@
 #include "daemon/orphans.h"
 #include "daemon/peercred.h"
 #include "daemon/ringsrv.h"
+#include "daemon/socklock.h"
 #include "daemon/stats.h"
 #include "daemon/validate.h"
 #include "protocol/sockpath.h"
@@ -1636,6 +1637,7 @@ static void close_socket(pj_server *s)
     if (s->listening)
         unlink(s->path);
     s->listening = 0;
+    pj_socklock_release();
 }
 
 static void free_conns(pj_server *s)
@@ -1878,8 +1880,14 @@ int pj_server_check_socket(const char *url, char *err, size_t errlen)
 {
     pj_socket_look lk;
     int rc = pj_server_look_socket(url, &lk, err, errlen);
-    if (rc != 0 || !lk.exists)
+    if (rc != 0)
         return rc;
+    /* One daemon per path from here on, the model load included (a
+     * missing directory is made by listen, which takes the lock then). */
+    if (!lk.dir_errno && (rc = pj_socklock_take(lk.path, err, errlen)) != 0)
+        return rc;
+    if (!lk.exists)
+        return 0;
     const char *path = lk.path;
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
@@ -2083,8 +2091,24 @@ static int open_listener(pj_server *s, char *err, size_t errlen)
 {
     char tmp[PJ_CFG_PATH + 32], url[PJ_CFG_PATH + 40];
     struct sockaddr_un sun;
-    snprintf(tmp, sizeof tmp, "%s.%ld.%u", s->path, (long)getpid(), s->lst_seq++);
+    const unsigned seq = s->lst_seq++;
+    snprintf(tmp, sizeof tmp, "%s.%ld.%u", s->path, (long)getpid(), seq);
+    if (strlen(tmp) >= sizeof sun.sun_path) {
+        /* A long path: a short private name in the same directory (the
+         * rename must not cross filesystems). Bound to the public path
+         * itself, the listener could not be replaced when nng 1.5 stops
+         * it (on_watch), and one client hanging up mid-handshake would
+         * leave the daemon deaf while it reports ready. */
+        const char *slash = strrchr(s->path, '/');
+        const int dirlen = slash ? (int)(slash - s->path) + 1 : 0;
+        snprintf(tmp, sizeof tmp, "%.*s.pj%ld.%u", dirlen, s->path, (long)getpid(), seq);
+    }
     int direct = strlen(tmp) >= sizeof sun.sun_path;
+    if (direct && !s->lst_open)
+        pj_log_warn("socket %s: no room beside it for a private listener name (%zu bytes at "
+                    "most): bound directly, so a listener nng stops cannot be replaced; a "
+                    "shorter socket path avoids that",
+                    s->path, sizeof sun.sun_path - 1);
     if (direct) {
         if (s->lst_open) {
             snprintf(err, errlen, "socket path too long for a private name next to it");
@@ -2282,6 +2306,8 @@ static void on_watch(uv_timer_t *t)
 static int listen_on(pj_server *s, char *err, size_t errlen)
 {
     int rc = mkdir_parents(s->path, pj_sockpath_dir_mode(s->url), err, errlen);
+    if (rc == 0 && !pj_socklock_held())
+        rc = pj_socklock_take(s->path, err, errlen); /* the directory was missing */
     if (rc != 0)
         return rc;
     int rv = nng_rep0_open(&s->sock);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -379,13 +380,14 @@ START_TEST(socket_live_stale_and_foreign)
     ck_assert(S_ISSOCK(st.st_mode));
     ck_assert_int_eq(st.st_mode & 0777, 0660);
 
-    /* A second daemon on a live socket: a clear error, exit 1. */
+    /* A second daemon on a live socket: a clear error (the socket lock's,
+     * daemon/socklock.h), exit 1. */
     char json[800];
     snprintf(json, sizeof json, "{\"socket\": {\"url\": \"%s\"}}", a.url);
     ck_assert_int_eq(pj_dproc_start(&b, g_model_path, json, NULL, 0, 0, err, sizeof err), 0);
     ck_assert_int_eq(pj_dproc_wait_exit(&b, 20000), 0);
     ck_assert_int_eq(pj_dproc_exit_code(&b), 1);
-    ck_assert(pj_dproc_log_has(&b, "another daemon is serving there", 0));
+    ck_assert(pj_dproc_log_has(&b, "is starting or serving there", 0));
     pj_dproc_cleanup(&b);
     /* The first one is unharmed. */
     pjt_client cl;
@@ -419,6 +421,43 @@ START_TEST(socket_live_stale_and_foreign)
     ck_assert_int_eq(stat(e.sock, &st), 0);
     ck_assert(S_ISREG(st.st_mode));
     pj_dproc_cleanup(&e);
+}
+END_TEST
+
+/* One daemon per socket path, also for two started at the same moment
+ * (both would find the path free before their model loads): the lock on
+ * "<socket>.lock" (daemon/socklock.h) is taken before the load. Held here
+ * by the test, it refuses the start, naming the holder; once free, projd
+ * takes it (a leftover file of a dead holder is no obstacle), serves, and
+ * removes it at a clean exit. */
+START_TEST(socket_lock_refuses_a_second_daemon)
+{
+    char err[512], lock[sizeof((pj_dproc *)0)->sock + 8], want[96];
+    pj_dproc b;
+    ck_assert_int_eq(pj_dproc_prepare(&b, g_model_path, NULL, err, sizeof err), 0);
+    snprintf(lock, sizeof lock, "%s.lock", b.sock);
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(flock(fd, LOCK_EX | LOCK_NB), 0);
+    ck_assert_int_gt(dprintf(fd, "%d\n", (int)getpid()), 0);
+    ck_assert_int_eq(pj_dproc_spawn(&b, NULL, 0, 0, err, sizeof err), 0);
+    ck_assert_int_eq(pj_dproc_wait_exit(&b, 20000), 0);
+    ck_assert_int_eq(pj_dproc_exit_code(&b), 1);
+    snprintf(want, sizeof want, "another projd (pid %d) is starting or serving there",
+             (int)getpid());
+    ck_assert_msg(pj_dproc_log_has(&b, want, 0), "the refusal does not name the holder");
+    ck_assert(!pj_dproc_log_has(&b, "loading model", 0)); /* refused before the load */
+    struct stat st;
+    ck_assert_msg(stat(b.sock, &st) != 0, "the refused daemon made a socket file");
+    /* Dropped (the file stays, as a killed holder leaves it): projd starts. */
+    close(fd);
+    ck_assert_int_eq(pj_dproc_spawn(&b, NULL, 1, READY_MS, err, sizeof err), 0);
+    pjt_client cl;
+    ck_assert_int_eq(connect_hello(&cl, b.url), PJ_OK);
+    pjt_close(&cl);
+    ck_assert_int_eq(pj_dproc_stop(&b, 30000), 0);
+    ck_assert_msg(stat(lock, &st) != 0, "lock file left after a clean exit");
+    pj_dproc_cleanup(&b);
 }
 END_TEST
 
@@ -499,6 +538,11 @@ static void unsafe_dirs_refused(void)
     ck_assert_int_eq(chmod(dir, 0777), 0);
     snprintf(url, sizeof url, "ipc://%s/projd.sock", dir);
     expect_dir_refused(url, "with mode 0777");
+    /* Shared as /tmp is (sticky): the advice is a directory of its own,
+     * not to remove or chmod it. */
+    ck_assert_int_eq(chmod(dir, 01777), 0);
+    expect_dir_refused(url, "with mode 1777");
+    expect_dir_refused(url, "It is a shared directory: put the socket in a directory of its own");
     ck_assert_int_eq(rmdir(dir), 0);
     /* A symlink to a good directory. */
     ops_path(target, sizeof target, "target");
@@ -549,12 +593,17 @@ END_TEST
 /* nng 1.5 stops a listener when a peer hangs up during the handshake; the
  * daemon replaces it (server.c), so raw connect() + close() by anyone who
  * may open the socket does not make the daemon deaf. */
-START_TEST(listener_survives_hangups)
+/* The body of the two cases below: json NULL serves the dproc's own
+ * socket, else json's socket.url, whose path is sock_path. */
+static void hangups(const char *json, const char *sock_path)
 {
     pj_dproc d;
-    pjd_start(&d, g_model_path, NULL);
+    pjd_start(&d, g_model_path, json);
+    const char *sock = json ? sock_path : d.sock;
+    char url[sizeof d.url];
+    snprintf(url, sizeof url, "ipc://%s", sock);
     pjt_client keep;
-    ck_assert_int_eq(pjt_connect(&keep, d.url, REPLY_MS), 0);
+    ck_assert_int_eq(pjt_connect(&keep, url, REPLY_MS), 0);
     ck_assert_int_eq(pjt_hello(&keep, "before"), PJ_OK);
     /* Whether a burst of hang-ups stops nng's listener depends on where in
      * the handshake each lands, so on a loaded machine a round may stop
@@ -567,7 +616,7 @@ START_TEST(listener_survives_hangups)
         for (int i = 0; i < 5; i++) {
             int fd = socket(AF_UNIX, SOCK_STREAM, 0);
             struct sockaddr_un sun = {.sun_family = AF_UNIX};
-            memcpy(sun.sun_path, d.sock, strlen(d.sock));
+            memcpy(sun.sun_path, sock, strlen(sock));
             ck_assert_int_eq(connect(fd, (struct sockaddr *)&sun, sizeof sun), 0);
             close(fd);
         }
@@ -582,7 +631,7 @@ START_TEST(listener_survives_hangups)
         replaced_rounds += now > restarts;
         restarts = now;
         pjt_client c;
-        ck_assert_int_eq(pjt_connect(&c, d.url, REPLY_MS), 0);
+        ck_assert_int_eq(pjt_connect(&c, url, REPLY_MS), 0);
         ck_assert_int_eq(pjt_hello(&c, "after"), PJ_OK);
         pjt_close(&c);
     }
@@ -590,14 +639,43 @@ START_TEST(listener_survives_hangups)
     /* The connection made before is untouched by the replacements. */
     ck_assert_int_eq(pjt_ping(&keep), PJ_OK);
     struct stat st;
-    ck_assert_int_eq(stat(d.sock, &st), 0);
+    ck_assert_int_eq(stat(sock, &st), 0);
     ck_assert_int_eq(st.st_mode & 0777, 0660);
     printf("listener_survives_hangups: %.0f listener replacements\n",
            pjd_stat(&keep, "connections.listener_restarts"));
     pjt_close(&keep);
     pjd_stop(&d);
     /* Only the socket file was left in the directory, and it is gone. */
-    ck_assert_msg(stat(d.sock, &st) != 0, "socket file left behind");
+    ck_assert_msg(stat(sock, &st) != 0, "socket file left behind");
+}
+
+START_TEST(listener_survives_hangups)
+{
+    hangups(NULL, NULL);
+}
+END_TEST
+
+/* The same on a socket path too long for the private listener name beside
+ * it ("<path>.<pid>.<n>"): a shorter one in the same directory serves,
+ * where binding the public path itself left a listener nng had stopped in
+ * place, and the daemon deaf while it reported ready. */
+START_TEST(listener_survives_hangups_long_path)
+{
+    struct sockaddr_un sun;
+    char dir[sizeof sun.sun_path], sock[sizeof dir + 8], json[sizeof sock + 64];
+    int n = snprintf(dir, sizeof dir, "/tmp/pjd-long-%d-", (int)getpid());
+    const int want = (int)sizeof sun.sun_path - 4 - (int)sizeof "/p.sock"; /* a 103-byte path */
+    while (n < want)
+        dir[n++] = 'x';
+    dir[n] = 0;
+    snprintf(sock, sizeof sock, "%s/p.sock", dir);
+    ck_assert_int_ge((int)strlen(sock) + (int)sizeof ".123456.0", (int)sizeof sun.sun_path);
+    snprintf(json, sizeof json, "{\"socket\": {\"url\": \"ipc://%s\"}}", sock);
+    hangups(json, sock);
+    char lock[sizeof sock + 8];
+    snprintf(lock, sizeof lock, "%s.lock", sock);
+    unlink(lock);
+    ck_assert_int_eq(rmdir(dir), 0); /* nothing else left in it */
 }
 END_TEST
 
@@ -1290,10 +1368,12 @@ int main(void)
         {"connection_limit", connection_limit},
         {"silent_connection_closed", silent_connection_closed},
         {"socket_live_stale_and_foreign", socket_live_stale_and_foreign},
+        {"socket_lock_refuses_a_second_daemon", socket_lock_refuses_a_second_daemon},
         {"socket_dir_created", socket_dir_created},
         {"socket_dir_unsafe_refused", socket_dir_unsafe_refused},
         {"leftovers_of_a_failed_run_ignored", leftovers_of_a_failed_run_ignored},
         {"listener_survives_hangups", listener_survives_hangups},
+        {"listener_survives_hangups_long_path", listener_survives_hangups_long_path},
         {"sighup_reloads", sighup_reloads},
         {"buffer_byte_limits", buffer_byte_limits},
         {"unread_replies_do_not_starve_others", unread_replies_do_not_starve_others},

@@ -298,7 +298,9 @@ void pj_dproc_cleanup(pj_dproc *d)
     d->notify_fd = -1;
     if (!d->dir[0])
         return;
-    const char *files[] = {d->config, d->log, d->notify_path, d->sock};
+    char lock[sizeof d->sock + 8]; /* daemon/socklock.h: left by a killed daemon */
+    snprintf(lock, sizeof lock, "%s.lock", d->sock);
+    const char *files[] = {d->config, d->log, d->notify_path, d->sock, lock};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
         unlink(files[i]);
     rmdir(d->dir);

@@ -1,0 +1,104 @@
+/* socklock.c — see socklock.h. */
+#include "daemon/socklock.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config/config.h"
+
+static int g_fd = -1;
+static char g_path[PJ_CFG_PATH + 8];
+
+/* The pid the holder wrote, or "?" (a holder between open and write). */
+static void holder_pid(int fd, char *out, size_t cap)
+{
+    char buf[24];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    size_t len = 0;
+    if (n > 0) {
+        buf[n] = 0;
+        len = strspn(buf, "0123456789");
+    }
+    snprintf(out, cap, "%.*s", len ? (int)len : 1, len ? buf : "?");
+}
+
+int pj_socklock_take(const char *socket_path, char *err, size_t errlen)
+{
+    char path[sizeof g_path];
+    if (snprintf(path, sizeof path, "%s.lock", socket_path) >= (int)sizeof path) {
+        snprintf(err, errlen, "socket %s: path too long for its lock file", socket_path);
+        return -ENAMETOOLONG;
+    }
+    if (g_fd >= 0 && strcmp(path, g_path) != 0) {
+        snprintf(err, errlen, "socket %s: this process holds the lock of another socket (%s)",
+                 socket_path, g_path);
+        return -EALREADY;
+    }
+    if (g_fd >= 0)
+        return 0;
+    /* A holder that exits removes the file after others may have opened
+     * it: a lock taken on a file no longer at the path is no lock, so
+     * check the path still names the locked file, and try again if not. */
+    for (int tries = 0; tries < 8; tries++) {
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0) {
+            int e = errno;
+            snprintf(err, errlen, "socket %s: cannot open its lock file %s: %s", socket_path, path,
+                     strerror(e));
+            return -e;
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            if (e == EWOULDBLOCK) {
+                char pid[24];
+                holder_pid(fd, pid, sizeof pid);
+                snprintf(err, errlen,
+                         "socket %s: another projd (pid %s) is starting or serving there (it "
+                         "holds %s); stop it first, or choose another socket.url",
+                         socket_path, pid, path);
+                close(fd);
+                return -EADDRINUSE;
+            }
+            close(fd);
+            snprintf(err, errlen, "socket %s: cannot lock %s: %s", socket_path, path, strerror(e));
+            return -e;
+        }
+        struct stat held, now;
+        if (fstat(fd, &held) == 0 && stat(path, &now) == 0 && held.st_dev == now.st_dev &&
+            held.st_ino == now.st_ino) {
+            char pid[24];
+            int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+            /* Unwritten, only a refused daemon's message loses the pid. */
+            int written = ftruncate(fd, 0) == 0 && pwrite(fd, pid, (size_t)n, 0) == n;
+            (void)written;
+            g_fd = fd;
+            snprintf(g_path, sizeof g_path, "%s", path);
+            return 0;
+        }
+        close(fd);
+    }
+    snprintf(err, errlen, "socket %s: its lock file %s keeps being replaced", socket_path, path);
+    return -EAGAIN;
+}
+
+int pj_socklock_held(void)
+{
+    return g_fd >= 0;
+}
+
+void pj_socklock_release(void)
+{
+    if (g_fd < 0)
+        return;
+    /* Removed while still held, so no one takes a lock on it meanwhile
+     * that the next one could not see (take's check). */
+    unlink(g_path);
+    close(g_fd);
+    g_fd = -1;
+    g_path[0] = 0;
+}
