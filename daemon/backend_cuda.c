@@ -493,7 +493,12 @@ static void table_msg(void *ctx, const char *msg)
     pj_log_warn("cuda: tuning table: %s", msg);
 }
 
-static void load_table(cu_state *st)
+/* The tuned table: tuning.table when set, else <gpu>.json where the
+ * install keeps tables. 0, or -EINVAL (err said) when tuning.table names
+ * a file that cannot be read or parsed: an operator who named one expects
+ * it used, not a start with a warning and the untuned ladder. (A table
+ * for another GPU is said and not used, as a found one would be.) */
+static int load_table(cu_state *st, char *ferr, size_t ferrlen)
 {
     const pj_config *cfg = st->b->cfg;
     char slug[80];
@@ -528,7 +533,7 @@ static void load_table(cu_state *st)
     }
     st->table = calloc(1, sizeof *st->table);
     if (!st->table)
-        return;
+        return 0; /* no table: the ladder */
     for (int i = 0; i < nc; i++) {
         if (!cfg->tuning.table[0] && access(cand[i], R_OK) != 0)
             continue;
@@ -537,6 +542,13 @@ static void load_table(cu_state *st)
          * GPU would otherwise warn about each entry this one cannot run
          * before saying it is not used at all. */
         int n = pj_tune_load(cand[i], st->table, NULL, NULL, NULL, NULL, err, sizeof err);
+        if (n < 0 && cfg->tuning.table[0]) {
+            snprintf(ferr, ferrlen,
+                     "%s (named by tuning.table; \"\" looks for %s.json where the install keeps "
+                     "tables)",
+                     err, slug);
+            return -EINVAL;
+        }
         if (n >= 0 && st->table->device[0] && strcasecmp(st->table->device, st->prop.name) != 0) {
             pj_log_warn("cuda: tuning table %s is for \"%s\", this device is \"%s\"; not used",
                         cand[i], st->table->device, st->prop.name);
@@ -558,10 +570,11 @@ static void load_table(cu_state *st)
         }
         snprintf(st->rep.table, sizeof st->rep.table, "%s (%d entries)", cand[i], n);
         st->rep.table_entries = n;
-        return;
+        return 0;
     }
     snprintf(st->rep.table, sizeof st->rep.table, "none (untuned ladder; looked for %s.json%s%s)",
              slug, names[1] ? " and " : "", names[1] ? names[1] : "");
+    return 0;
 }
 
 /* ---- weights -------------------------------------------------------------------------- */
@@ -2607,7 +2620,11 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     st->rep.mem_total = tot;
     st->rep.mem_free0 = fr0;
     st->rep.t_device = ms_since(t0);
-    load_table(st);
+    rc = load_table(st, err, errlen);
+    if (rc) {
+        cu_close(b);
+        return rc;
+    }
 
     t0 = now_ns();
     rc = upload_layers(st, err, errlen);

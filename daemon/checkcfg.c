@@ -12,6 +12,7 @@
 #include "daemon/backend.h"
 #include "daemon/model.h"
 #include "daemon/server.h"
+#include "kernels/dispatch.h"
 #include "protocol/sockpath.h"
 
 /* A remark of --check-config that is no problem: stdout, in order with
@@ -145,19 +146,46 @@ static void check_model(const pj_config *cfg, int *n)
         problem(n, "model: %s", first);
 }
 
+/* tuning.table, when set, must read and parse: the cuda backend refuses
+ * to start on one it cannot use (backend_cuda.c, load_table). The cpu
+ * backend never reads it: a note there. ops: the backend chosen, or NULL
+ * when none could be. */
+static void check_table(const pj_config *cfg, const pj_backend_ops *ops, int *n)
+{
+    if (!cfg->tuning.table[0])
+        return;
+    pj_tune_table *t = calloc(1, sizeof *t);
+    char err[512];
+    if (!t) {
+        problem(n, "tuning.table: out of memory");
+        return;
+    }
+    int rc = pj_tune_load(cfg->tuning.table, t, NULL, NULL, NULL, NULL, err, sizeof err);
+    free(t);
+    if (rc >= 0)
+        return;
+    if (ops && strcmp(ops->name, "cpu") == 0)
+        note("%s (tuning.table; the cpu backend does not read it)", err);
+    else
+        problem(n, "%s (tuning.table)", err);
+}
+
 int pj_checkcfg_run(const pj_config *cfg, const char *config_file, const char *url,
                     const char *url_src)
 {
     int n = 0;
     char err[1024], why[512] = "";
-    const pj_backend_ops *ops;
-    if (pj_backend_select(cfg->device.backend, &ops, why, sizeof why, err, sizeof err) != 0)
+    const pj_backend_ops *ops = NULL;
+    const int selected =
+        pj_backend_select(cfg->device.backend, &ops, why, sizeof why, err, sizeof err) == 0;
+    if (!selected)
         problem(&n, "%s", err);
     else if (pj_backend_check_device(ops, cfg, err, sizeof err) != 0)
         problem(&n, "backend %s: %s", ops->name, err);
     check_socket(url, &n);
     check_group(cfg, &n);
     check_model(cfg, &n);
+    check_table(cfg, selected ? ops : NULL, &n);
     if (n) {
         fprintf(stderr, "projd: %d problem%s: a start would fail\n", n, n == 1 ? "" : "s");
         return 1;

@@ -100,6 +100,38 @@ START_TEST(check_config_knows_the_backend)
 }
 END_TEST
 
+/* tuning.table naming a file that is not there: the cuda backend refuses
+ * to start on it (it started untuned, with a warning), so --check-config
+ * counts it as a problem there; the cpu backend never reads the table, so
+ * there it is a note and the configuration is OK. */
+START_TEST(check_config_reads_the_tuning_table)
+{
+    const char *cfg = "{\"tuning\":{\"table\":\"/nonexistent/pj-table.json\"}}";
+    static const char *const check[] = {"--check-config", NULL};
+    pj_dproc d;
+    int rc = run_projd(&d, cfg, check);
+    if (rc != 0)
+        pj_dproc_dump_log(&d);
+    ck_assert_int_eq(rc, 0);
+    ck_assert(pj_dproc_log_has(&d, "note: tuning table /nonexistent/pj-table.json: ", 0));
+    ck_assert(pj_dproc_log_has(&d, "the cpu backend does not read it", 0));
+    ck_assert(pj_dproc_log_has(&d, "configuration OK", 0));
+    pj_dproc_cleanup(&d);
+#ifndef PJ_HAVE_CUDA
+    /* Asked for cuda (which this build lacks): both problems, counted. */
+    static const char *const cuda[] = {"--check-config", "--backend", "cuda", NULL};
+    rc = run_projd(&d, cfg, cuda);
+    if (rc != 1)
+        pj_dproc_dump_log(&d);
+    ck_assert_int_eq(rc, 1);
+    ck_assert(pj_dproc_log_has(&d, "tuning table /nonexistent/pj-table.json: ", 0));
+    ck_assert(pj_dproc_log_has(&d, "(tuning.table)", 0));
+    ck_assert(pj_dproc_log_has(&d, "projd: 2 problems", 0));
+    pj_dproc_cleanup(&d);
+#endif
+}
+END_TEST
+
 /* --socket takes ipc://PATH or a PATH; a tcp:// URL was taken as a path
  * relative to the working directory (projd listened on ./tcp:/127.0.0.1:5555
  * and said ready). It is a command-line error now, before anything starts. */
@@ -365,6 +397,7 @@ static Suite *start_suite(void)
     TCase *tc = tcase_create("check_config");
     tcase_add_test(tc, check_config_reads_the_model_header);
     tcase_add_test(tc, check_config_knows_the_backend);
+    tcase_add_test(tc, check_config_reads_the_tuning_table);
     tcase_add_test(tc, socket_other_scheme_refused);
     tcase_add_test(tc, check_and_print_config_refused_together);
     tcase_add_test(tc, failed_case_leaves_nothing);

@@ -511,6 +511,23 @@ static void section_t(void)
         pj_dproc_cleanup(&d);
     }
     unlink(path);
+
+    /* A tuning.table that is not there (or not a table): the start stops,
+     * naming it, instead of running untuned behind a warning. */
+    printf("== T2: tuning.table names no file\n");
+    rc = cc_start(&d, g_model, "{\"tuning\": {\"table\": \"/nonexistent/pj-table.json\"}}", err,
+                  sizeof err);
+    CHECK(rc != 0, "projd started on a tuning.table that is not there");
+    if (rc == 0) {
+        cc_stop(&d, "T2");
+        return;
+    }
+    CHECK(pj_dproc_wait_exit(&d, 30000) == 0 && pj_dproc_exit_code(&d) == 1,
+          "T2: projd did not exit 1");
+    CHECK(pj_dproc_log_has(&d, "tuning table /nonexistent/pj-table.json: ", 0) &&
+              pj_dproc_log_has(&d, "named by tuning.table", 0),
+          "T2: the log does not name the table");
+    pj_dproc_cleanup(&d);
 }
 
 /* A host buffer its client truncates under the daemon: with the cuda
