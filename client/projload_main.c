@@ -155,6 +155,17 @@ __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ..
     return EXIT_SETUP_ERROR;
 }
 
+/* getopt_long's '?' (an option it does not know) or ':' (one without its
+ * value; the option strings start with ':', so getopt itself says
+ * nothing): one line naming the argument. */
+static int bad_option(const char *cmd, int ch, char **argv)
+{
+    const char *arg = optind > 0 ? argv[optind - 1] : "?";
+    if (ch == ':')
+        return usage_error("%s%s needs a value", cmd, arg);
+    return usage_error("%sunknown option \"%s\"", cmd, arg);
+}
+
 /* 1 (said on stderr) when what was printed on stdout did not all get
  * there: a redirect to a full disk shows only at the flush. */
 static int stdout_failed(void)
@@ -1997,7 +2008,7 @@ static int cmd_gen(int argc, char **argv)
                                        {NULL, 0, NULL, 0}};
     int ch, rc = 0;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
         switch (ch) {
         case 'k': {
             int k = pj_trace_kind_from_name(optarg);
@@ -2039,7 +2050,7 @@ static int cmd_gen(int argc, char **argv)
             usage(stdout);
             return 0;
         default:
-            return usage_error("gen: unknown option");
+            return bad_option("gen: ", ch, argv);
         }
         if (rc)
             return rc;
@@ -2105,13 +2116,13 @@ static int cmd_info(int argc, char **argv)
                                        {NULL, 0, NULL, 0}};
     int ch;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
         if (ch == 'h') {
             usage(stdout);
             return 0;
         }
         if (ch != 'S')
-            return usage_error("info: unknown option");
+            return bad_option("info: ", ch, argv);
         socket = optarg;
     }
     if (optind < argc)
@@ -2225,7 +2236,7 @@ static int parse_run(int argc, char **argv, lt_opts *o)
     int ch, rc = 0;
     uint64_t v;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
         switch (ch) {
         case OPT_TRACE:
             o->trace = optarg;
@@ -2343,7 +2354,7 @@ static int parse_run(int argc, char **argv, lt_opts *o)
             printf("projload %s\n", PJ_VERSION_STRING);
             exit(stdout_failed() ? EXIT_RUN_FAILED : 0);
         default:
-            return usage_error("unknown option");
+            return bad_option("", ch, argv);
         }
         if (rc)
             return rc;

@@ -419,6 +419,11 @@ static void describe(const cJSON *v, char *buf, size_t n)
             snprintf(buf, n, "a number too large to represent");
             return;
         }
+        /* Whole numbers as written ("100000", not "1e+05"), up to 2^53 */
+        if (d == floor(d) && fabs(d) <= 9007199254740992.0) {
+            snprintf(buf, n, "%.0f", d);
+            return;
+        }
         for (int prec = 1; prec <= 17; prec++) {
             snprintf(buf, n, "%.*g", prec, d);
             if (strtod(buf, NULL) == d)

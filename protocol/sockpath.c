@@ -449,11 +449,21 @@ int pj_sockpath_check_dir(const char *dir, char *err, size_t errlen)
         return -ENOTDIR;
     }
     if (!trusted_owner(st.st_uid) || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+        /* A shared directory (/tmp, sticky and open to all) is no place to
+         * fix: point at a directory of the socket's own instead. */
+        const int shared = (st.st_mode & S_ISVTX) && (st.st_mode & S_IWOTH);
+        char owner[32] = "root";
+        if (geteuid() != 0)
+            snprintf(owner, sizeof owner, "uid %u or root", (unsigned)geteuid());
         snprintf(err, errlen,
                  "socket dir %s: owned by uid %u with mode %04o; the socket's directory must be "
-                 "owned by uid %u or root and writable by nobody else (another user could swap "
-                 "the socket). Remove it or fix its owner and mode, or choose another socket.url",
-                 dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), (unsigned)geteuid());
+                 "owned by %s and writable by nobody else (another user could swap the socket). "
+                 "%s",
+                 dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), owner,
+                 shared ? "It is a shared directory: put the socket in a directory of its own "
+                          "(e.g. socket.url ipc:///tmp/projd-NAME/projd.sock; a missing one is "
+                          "created with a safe mode)"
+                        : "Remove it or fix its owner and mode, or choose another socket.url");
         return -EPERM;
     }
     return check_ancestors(dir, err, errlen);

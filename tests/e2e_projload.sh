@@ -338,6 +338,24 @@ expect_error bad_n '{"ops":[{"layer":"router","m":1,"n":65}]}\n' \
     'bad_n.jsonl:1: ops[0].n: 65 is more than layer "router" allows (64 rows)'
 expect_error no_time "$good" 'no_time.jsonl:1: t_us: missing (--replay needs' --replay
 expect_error no_model "$good" '--check-fraction 0.5 needs --model PATH' --check-fraction 0.5
+# An option without its value: one line naming it (getopt's own line and
+# "unknown option" both came out before).
+for args in "info --socket" "gen --count" "--trace"; do
+    # shellcheck disable=SC2086
+    pl $args >"$tmp/noval.out" 2>&1
+    rc=$?
+    opt=${args##* }
+    if [ $rc = 2 ] && grep -qF -- "$opt needs a value" "$tmp/noval.out" &&
+        ! grep -q "unknown option\|requires an argument" "$tmp/noval.out"; then
+        ok "projload $args: needs a value"
+    else
+        fail "projload $args: exit $rc, output: $(cat "$tmp/noval.out")"
+    fi
+done
+pl info --bogus >"$tmp/bogus.out" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -qF 'info: unknown option "--bogus"' "$tmp/bogus.out" &&
+    ok "projload info --bogus: named" || fail "projload info --bogus: exit $rc, $(cat "$tmp/bogus.out")"
 
 pl --trace "$tmp/decode.jsonl" --compare >"$tmp/compare.out" 2>&1
 rc=$?

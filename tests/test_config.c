@@ -152,6 +152,9 @@ static const bad_case bad_cases[] = {
     /* 9: below a range */
     {"{\"limits\":{\"max_message_bytes\":1023}}", "limits.max_message_bytes",
      "limits.max_message_bytes: expected an integer in 1024..67108864, got 1023"},
+    /* 9b: above a range, said as written (was "1e+08") */
+    {"{\"limits\":{\"max_message_bytes\":100000000}}", "limits.max_message_bytes",
+     "limits.max_message_bytes: expected an integer in 1024..67108864, got 100000000"},
     /* 10: number given as a string */
     {"{\"shapes\":{\"max_m\":\"128\"}}", "shapes.max_m",
      "shapes.max_m: expected an integer in 1..4096, got \"128\""},
