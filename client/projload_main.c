@@ -2137,10 +2137,15 @@ static int cmd_info(int argc, char **argv)
     for (uint32_t i = 0; i < w->n_layers; i++)
         printf("  layer %u %-16s n %6u  k %6u  %s\n", i, w->layers[i].name, w->layers[i].n,
                w->layers[i].k, projd_format_name(w->layers[i].format));
-    printf("  graph shapes m:");
-    for (uint32_t i = 0; i < w->n_shapes; i++)
-        printf(" %u", w->shapes[i]);
-    printf("\n");
+    if (w->backend == PJ_BACKEND_CUDA) {
+        printf("  graph shapes m:");
+        for (uint32_t i = 0; i < w->n_shapes; i++)
+            printf(" %u", w->shapes[i]);
+        printf("\n");
+    } else {
+        /* the daemon's shapes.m, which only the cuda backend captures */
+        printf("  %s backend: no CUDA graphs\n", projd_backend_name(w->backend));
+    }
     projd_close(c);
     return stdout_failed() ? EXIT_RUN_FAILED : 0;
 }

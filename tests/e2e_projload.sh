@@ -86,6 +86,9 @@ if [ "$ready" != 1 ]; then
     exit 1
 fi
 grep -q 'backend cpu' "$tmp/info.txt" && ok "daemon up (cpu backend)" || fail "info: $(cat "$tmp/info.txt")"
+# graphs are the cuda backend's: none said here (projctl layers agrees)
+grep -q 'cpu backend: no CUDA graphs' "$tmp/info.txt" && ! grep -q 'graph shapes' "$tmp/info.txt" &&
+    ok "info: no graph shapes on the cpu backend" || fail "info: $(cat "$tmp/info.txt")"
 
 # ---- traces --------------------------------------------------------------------------
 # The small model's unpooler has 512 rows: ask for 128 of them. Small batches
