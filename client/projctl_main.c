@@ -303,9 +303,13 @@ static int parse_args(int argc, char **argv, opts *o)
             val = argv[++i];
         }
         long v;
-        if (!strcmp(name, "--socket"))
+        if (!strcmp(name, "--socket")) {
+            if (!*val)
+                return usage_error("%s \"\": empty; give ipc://PATH or a PATH, or leave it out "
+                                   "for the default",
+                                   name);
             o->socket = val;
-        else if (!strcmp(name, "--instance")) {
+        } else if (!strcmp(name, "--instance")) {
             if (parse_long(name, val, 0, 999999999, &o->instance))
                 return EXIT_USAGE;
         } else if (!strcmp(name, "--config"))

@@ -2123,6 +2123,9 @@ static int cmd_info(int argc, char **argv)
         }
         if (ch != 'S')
             return bad_option("info: ", ch, argv);
+        if (!*optarg)
+            return usage_error("info: --socket \"\": empty; give ipc://PATH or a PATH, or leave "
+                               "--socket out for the default");
         socket = optarg;
     }
     if (optind < argc)
@@ -2247,6 +2250,9 @@ static int parse_run(int argc, char **argv, lt_opts *o)
             o->trace = optarg;
             break;
         case OPT_SOCKET:
+            if (!*optarg)
+                return usage_error("--socket \"\": empty; give ipc://PATH or a PATH, or leave "
+                                   "--socket out for the default");
             o->socket = optarg;
             break;
         case OPT_TRANSPORT:

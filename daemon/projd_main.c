@@ -155,6 +155,14 @@ static int apply_cli(const cli *a, pj_config *cfg, char *err, size_t errlen)
         return -ENOMEM;
     }
     char url[PJ_CFG_PATH + 16];
+    /* An empty one would be taken for the "ipc://" of a missing path. */
+    if (a->socket && !a->socket[0]) {
+        snprintf(err, errlen,
+                 "command line: --socket \"\": empty; give ipc://PATH or a PATH, or leave "
+                 "--socket out for the default (--print-config shows it)");
+        cJSON_Delete(o);
+        return -EINVAL;
+    }
     /* A PATH gets "ipc://" in front; a URL of another scheme would become a
      * relative path ("tcp://h:1" listened on ./tcp:/h:1), so it is refused. */
     if (a->socket && url_scheme_len(a->socket) && strncmp(a->socket, "ipc://", 6) != 0) {

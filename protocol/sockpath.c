@@ -240,6 +240,7 @@ static int default_src(pj_sockpath_role role, char *url, size_t urllen, pj_sockp
                 from = PJ_SOCKPATH_FROM_INSTANCE;
                 rc = ri == 1 ? 0 : ri;
             } else {
+                from = PJ_SOCKPATH_FROM_NONE_FOUND;
                 rc = put_url(url, urllen, err, errlen, "ipc://", own, "");
             }
         }
@@ -291,6 +292,10 @@ const char *pj_sockpath_source_text(pj_sockpath_role role, pj_sockpath_source sr
     case PJ_SOCKPATH_FROM_TMP:
         return server ? "the default (step 3: not root, $XDG_RUNTIME_DIR is unset)"
                       : "the default (step 3: your own, $XDG_RUNTIME_DIR is unset)";
+    case PJ_SOCKPATH_FROM_NONE_FOUND:
+        /* Said to a client that found no daemon: where else it looked. */
+        return "the default (step 5: your own socket; no projd found there, at " PJ_SOCKPATH_SYSTEM
+               " or as a projd-<N>.sock in " PJ_SOCKPATH_RUNDIR ")";
     case PJ_SOCKPATH_FROM_INSTANCE:
         return "the default (step 4: no socket of your own, and the only projd-<N>.sock "
                "listened on in " PJ_SOCKPATH_RUNDIR ")";

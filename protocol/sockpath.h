@@ -18,7 +18,8 @@
  *      when none is, every such socket file does. Exactly one: that one;
  *      several: -ENOTUNIQ, listing them, for the caller to pick one
  *      ($PROJD_SOCKET, projctl --socket or --instance N);
- *   5. else step 3's URL, whose file is missing (the connect says so).
+ *   5. else step 3's URL, whose file is missing or not listened on (the
+ *      connect says so, and that nothing was found in steps 2 and 4).
  */
 #ifndef PJ_SOCKPATH_H
 #define PJ_SOCKPATH_H
@@ -43,6 +44,7 @@ typedef enum pj_sockpath_source {
     PJ_SOCKPATH_FROM_INSTANCE,       /* step 4: the only /run/projd/projd-<N>.sock */
     PJ_SOCKPATH_FROM_XDG,            /* step 3, XDG_RUNTIME_DIR set */
     PJ_SOCKPATH_FROM_TMP,            /* step 3, /tmp/projd-<uid> */
+    PJ_SOCKPATH_FROM_NONE_FOUND,     /* step 5 (client): step 3's URL, nothing found */
 } pj_sockpath_source;
 
 /* Writes the default URL for `role` into url (urllen bytes). Returns 0,

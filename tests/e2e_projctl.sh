@@ -86,6 +86,9 @@ expect 1 "connect ipc:///run/projd/projd-999999\.sock: .*the URL is from --insta
     --instance 999999 status
 expect 1 "connect ipc:///run/projd/projd-999998\.sock: " -i 999998 --config "$tmp/cfg.json" layers
 expect 2 "give one" --socket "$sock" -i 0 status
+# An empty --socket is said as such (it fell through to the default and the
+# message said both "the default" and "from --socket").
+expect 2 '^projctl: --socket "": empty; give ipc://PATH or a PATH' --socket "" status
 
 # project --check with an --n past the layer's rows: the daemon's E_SHAPE,
 # not a claim that the model file is another one.

@@ -355,6 +355,14 @@ for args in "info --socket" "gen --count" "--trace"; do
         fail "projload $args: exit $rc, output: $(cat "$tmp/noval.out")"
     fi
 done
+# An empty --socket is said as such (it fell through to the default).
+for sub in info run; do
+    if [ $sub = info ]; then pl info --socket "" >"$tmp/empty.out" 2>&1; else
+        pl --socket "" --trace "$tmp/decode.jsonl" >"$tmp/empty.out" 2>&1; fi
+    rc=$?
+    [ $rc = 2 ] && grep -qF -- '--socket "": empty' "$tmp/empty.out" &&
+        ok "projload $sub --socket \"\": refused" || fail "projload $sub --socket \"\": exit $rc, $(cat "$tmp/empty.out")"
+done
 pl info --bogus >"$tmp/bogus.out" 2>&1
 rc=$?
 [ $rc = 2 ] && grep -qF 'info: unknown option "--bogus"' "$tmp/bogus.out" &&

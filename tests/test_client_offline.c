@@ -257,6 +257,40 @@ START_TEST(test_sockpath_instances)
         strstr(pj_sockpath_source_text(PJ_SOCKPATH_CLIENT, PJ_SOCKPATH_FROM_TMP), "step 3"));
     ck_assert_ptr_nonnull(
         strstr(pj_sockpath_source_text(PJ_SOCKPATH_CLIENT, PJ_SOCKPATH_FROM_INSTANCE), "step 4"));
+
+    /* Nothing anywhere: the client's own URL, and the connect's error says
+     * where else it looked (step 5). Which step applies depends on this
+     * machine's /run/projd; each outcome is checked for what it must be. */
+    const char *xdg_before = getenv("XDG_RUNTIME_DIR");
+    char xdg_saved[512];
+    snprintf(xdg_saved, sizeof xdg_saved, "%s", xdg_before ? xdg_before : "");
+    setenv("XDG_RUNTIME_DIR", tmpdir, 1);
+    char inst[400];
+    snprintf(want, sizeof want, "ipc://%s/projd/projd.sock", tmpdir);
+    int system_there = access(PJ_SOCKPATH_SYSTEM, F_OK) == 0;
+    int instances =
+        pj_sockpath_find_instance(PJ_SOCKPATH_RUNDIR, inst, sizeof inst, err, sizeof err);
+    int rc =
+        pj_sockpath_resolve_src(NULL, PJ_SOCKPATH_CLIENT, url, sizeof url, &src, err, sizeof err);
+    if (system_there) {
+        ck_assert_int_eq(src, PJ_SOCKPATH_FROM_SYSTEM);
+    } else if (instances != 0) {
+        ck_assert_int_eq(src, PJ_SOCKPATH_FROM_INSTANCE);
+    } else {
+        ck_assert_int_eq(rc, 0);
+        ck_assert_int_eq(src, PJ_SOCKPATH_FROM_NONE_FOUND);
+        ck_assert_str_eq(url, want);
+        projd_conn *c = NULL;
+        projd_error e;
+        ck_assert_int_eq(projd_connect(NULL, "t", &c, &e), -ENOENT);
+        ck_assert_msg(strstr(e.msg, want) && strstr(e.msg, "step 5") &&
+                          strstr(e.msg, PJ_SOCKPATH_SYSTEM),
+                      "%s", e.msg);
+    }
+    if (xdg_before)
+        setenv("XDG_RUNTIME_DIR", xdg_saved, 1);
+    else
+        unsetenv("XDG_RUNTIME_DIR");
     remove_tmpdir();
 }
 END_TEST

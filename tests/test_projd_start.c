@@ -147,6 +147,13 @@ START_TEST(socket_other_scheme_refused)
     ck_assert(!pj_dproc_log_has(&d, "configuration OK", 0));
     pj_dproc_cleanup(&d);
 
+    /* An empty one is said as such (it was reported as "ipc://"). */
+    static const char *const empty[] = {"--socket", "", "--check-config", NULL};
+    ck_assert_int_eq(run_projd(&d, NULL, empty), 2);
+    ck_assert(pj_dproc_log_has(&d, "--socket \"\": empty; give ipc://PATH or a PATH", 0));
+    ck_assert(!pj_dproc_log_has(&d, "got \"ipc://\"", 0));
+    pj_dproc_cleanup(&d);
+
     /* A plain path still gets ipc:// in front. */
     char sock[512];
     pj_fixture_path(sock, sizeof sock, "plain.sock");
