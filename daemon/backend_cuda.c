@@ -39,6 +39,8 @@
 #include "daemon/closer.h"
 #include "daemon/graphs_cuda.h"
 #include "daemon/log.h"
+#include "daemon/notify.h"
+#include "daemon/startsig.h"
 #include "kernels/bf16.h"
 #include "kernels/dispatch.h"
 #include "kernels/engine.h"
@@ -2543,6 +2545,19 @@ static void cu_close(pj_backend *b)
     b->priv = NULL;
 }
 
+/* Between the start's phases: a stop signal that came meanwhile ends the
+ * start (startsig.h); else systemd hears of the next phase. */
+static int next_phase(cu_state *st, const char *phase, char *err, size_t errlen)
+{
+    if (pj_startsig_stop()) {
+        snprintf(err, errlen, "start stopped before %s", phase);
+        return -ECANCELED;
+    }
+    pj_notify_progress("starting backend cuda: %s (%u layers, %u graph shapes)", phase,
+                       st->b->model->n_layers, st->n_shapes);
+    return 0;
+}
+
 static int cu_open(pj_backend *b, char *err, size_t errlen)
 {
     uint64_t t_start = now_ns();
@@ -2621,6 +2636,8 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     st->rep.mem_free0 = fr0;
     st->rep.t_device = ms_since(t0);
     rc = load_table(st, err, errlen);
+    if (!rc)
+        rc = next_phase(st, "the weights' upload", err, errlen);
     if (rc) {
         cu_close(b);
         return rc;
@@ -2636,6 +2653,7 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     st->rep.t_upload = ms_since(t0);
 
     t0 = now_ns();
+    rc = next_phase(st, "the lanes", err, errlen);
     for (uint32_t i = 0; i < n_lanes && !rc; i++) {
         rc = lane_create(st, i, &st->lanes[i], err, errlen);
         if (!rc)
@@ -2645,6 +2663,8 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     st->rep.t_lanes = ms_since(t0);
     if (!rc)
         rc = choose_engines(st, err, errlen);
+    if (!rc)
+        rc = next_phase(st, "the graphs' capture, validation and warm-up", err, errlen);
     if (!rc)
         rc = start_lanes(st, err, errlen);
     if (rc) {

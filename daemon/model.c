@@ -512,6 +512,13 @@ int pj_model_load(const pj_config *cfg, pj_model **out, pj_model_warn_fn warn, v
 int pj_model_load_file(const pj_config *cfg, pj_model **out, pj_st_file **file,
                        pj_model_warn_fn warn, void *ctx, char *err, size_t errlen)
 {
+    return pj_model_load_progress(cfg, out, file, warn, NULL, ctx, err, errlen);
+}
+
+int pj_model_load_progress(const pj_config *cfg, pj_model **out, pj_st_file **file,
+                           pj_model_warn_fn warn, pj_model_progress_fn progress, void *ctx,
+                           char *err, size_t errlen)
+{
     *out = NULL;
     if (file)
         *file = NULL;
@@ -542,6 +549,12 @@ int pj_model_load_file(const pj_config *cfg, pj_model **out, pj_st_file **file,
         const pj_layer_config *lc = &cfg->model.layers[i];
         if (name_used_before(cfg, i)) {
             rc = layer_fail(err, errlen, path, lc, "layer name used twice in the config");
+            goto fail;
+        }
+        if (progress && progress(ctx, i, cfg->model.n_layers, lc->name) != 0) {
+            snprintf(err, errlen, "%s: load stopped before layer '%s' (%u of %u)", path, lc->name,
+                     i + 1, cfg->model.n_layers);
+            rc = -ECANCELED;
             goto fail;
         }
         rc = load_layer(st, lc, &m->layers[i], &m->store[i], path, warn, ctx, threads, m, err,

@@ -92,6 +92,17 @@ int pj_model_load(const pj_config *cfg, pj_model **out, pj_model_warn_fn warn, v
 int pj_model_load_file(const pj_config *cfg, pj_model **out, pj_st_file **file,
                        pj_model_warn_fn warn, void *ctx, char *err, size_t errlen);
 
+/* Called before layer `index` (0-based) of `count` is loaded; a non-zero
+ * return stops the load: it fails with -ECANCELED, err naming the layer it
+ * stopped before, and the layers loaded so far are freed. */
+typedef int (*pj_model_progress_fn)(void *ctx, uint32_t index, uint32_t count, const char *layer);
+
+/* pj_model_load_file with a progress callback (may be NULL; it gets the
+ * same ctx as warn). */
+int pj_model_load_progress(const pj_config *cfg, pj_model **out, pj_st_file **file,
+                           pj_model_warn_fn warn, pj_model_progress_fn progress, void *ctx,
+                           char *err, size_t errlen);
+
 /* What pj_model_load decides from the file's header alone, without reading
  * or converting any weight (for --check-config): the file opens and is a
  * valid safetensors file, and every layer's tensor is there with a shape,

@@ -106,6 +106,18 @@ void pj_notify_status(const char *fmt, ...)
     send_text(text, 0);
 }
 
+void pj_notify_progress(const char *fmt, ...)
+{
+    char text[600];
+    int n = snprintf(text, sizeof text, "EXTEND_TIMEOUT_USEC=%llu\nSTATUS=",
+                     (unsigned long long)PJ_NOTIFY_STEP_SEC * 1000000ull);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text + n, sizeof text - (size_t)n, fmt, ap);
+    va_end(ap);
+    send_text(text, 1);
+}
+
 void pj_notify_reloading(const char *status)
 {
     struct timespec ts;

@@ -21,6 +21,17 @@ void pj_notify_ready(const char *status);
 /* STATUS=<printf text>, never blocks. */
 void pj_notify_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* How long a step of the start may take before systemd's start timeout
+ * (TimeoutStartSec=, 90 s by default) may fire, once that has passed. */
+#define PJ_NOTIFY_STEP_SEC 120
+
+/* A step of the start: EXTEND_TIMEOUT_USEC=<PJ_NOTIFY_STEP_SEC> and a
+ * STATUS= line. A large model's load and the backend's start may outlast
+ * TimeoutStartSec; each step extends it while the steps keep coming, so
+ * a start that progresses is not killed and one that hangs still is. May
+ * wait (PJ_NOTIFY_WAIT_MS): a dropped extension could cost the start. */
+void pj_notify_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* RELOADING=1, MONOTONIC_USEC=<CLOCK_MONOTONIC now, in µs> and a STATUS=
  * line: a reload (SIGHUP) has started. systemd keeps the unit in
  * "reloading" until the READY=1 that must follow (pj_notify_ready), also

@@ -28,6 +28,8 @@
 #include "daemon/notify.h"
 #include "daemon/server.h"
 #include "daemon/shmguard.h"
+#include "daemon/socklock.h"
+#include "daemon/startsig.h"
 #include "protocol/sockpath.h"
 #include "protocol/version.h"
 
@@ -115,8 +117,9 @@ static void usage(FILE *f)
             "  -h, --help        this text\n"
             "  -V, --version     print the version\n"
             "Command-line values win over the file, also when SIGHUP re-reads it.\n"
-            "Signals: SIGTERM/SIGINT drain and exit 0; SIGHUP reloads log level, limits, auth\n"
-            "  (the outcome: the log, STATS \"reload\", systemd's STATUS=).\n"
+            "Signals: SIGTERM/SIGINT drain and exit 0 (during the start: stop before\n"
+            "  serving, exit 0); SIGHUP reloads log level, limits, auth (the outcome: the\n"
+            "  log, STATS \"reload\", systemd's STATUS=; during the start: once ready).\n"
             "Environment: " PJ_SOCKPATH_ENV
             " (the socket, above); NOTIFY_SOCKET, WATCHDOG_USEC (systemd).\n"
             "Exit codes:\n"
@@ -287,6 +290,42 @@ static void model_warn(void *ctx, const char *msg)
     pj_log_warn("model: %s", msg);
 }
 
+/* PROJD_START_PAUSE_MS (tests only): a pause before each layer's load, so
+ * that a test can signal projd while it loads. */
+static unsigned start_pause_ms(void)
+{
+    const char *v = getenv("PROJD_START_PAUSE_MS");
+    if (!v || !*v)
+        return 0;
+    char *end;
+    unsigned long ms = strtoul(v, &end, 10);
+    return *end || ms > 60000 ? 0 : (unsigned)ms;
+}
+
+static int model_progress(void *ctx, uint32_t index, uint32_t count, const char *layer)
+{
+    const unsigned *pause_ms = ctx;
+    if (*pause_ms)
+        usleep(*pause_ms * 1000u);
+    if (pj_startsig_stop())
+        return 1;
+    pj_notify_progress("loading model: layer %u of %u (%s)", index + 1, count, layer);
+    return 0;
+}
+
+/* A stop signal that came during the start: said, and the start ends
+ * (exit 0, nothing served). where: where the start stopped. */
+static int stopped_starting(const char *where)
+{
+    int sig = pj_startsig_stop();
+    if (!sig)
+        return 0;
+    pj_log_info("%s during the start: stopped %s (exit code 0)",
+                sig == SIGTERM ? "SIGTERM" : "SIGINT", where);
+    pj_notify_stopping("stopped during the start");
+    return 1;
+}
+
 static int serve(daemon_state *d, const char *url)
 {
     pj_config *cfg = &d->cfg;
@@ -317,9 +356,17 @@ static int serve(daemon_state *d, const char *url)
                     strerror(-rc));
 
     pj_log_info("projd %s: backend %s", PJ_VERSION_STRING, why);
-    pj_notify_status("loading model %s", cfg->model.path);
+    pj_notify_progress("loading model %s", cfg->model.path);
     pj_log_info("loading model %s (%u layers)", cfg->model.path, cfg->model.n_layers);
-    if (pj_model_load(cfg, &model, model_warn, NULL, err, sizeof err) != 0) {
+    unsigned pause_ms = start_pause_ms();
+    if (pause_ms)
+        pj_log_warn("PROJD_START_PAUSE_MS=%u: pausing before each layer's load (tests only)",
+                    pause_ms);
+    rc = pj_model_load_progress(cfg, &model, NULL, model_warn, model_progress, &pause_ms, err,
+                                sizeof err);
+    if (rc == -ECANCELED && stopped_starting("in the model's load"))
+        return 0;
+    if (rc != 0) {
         pj_log_err("model: %s", err);
         pj_notify_status("model load failed: %s", err);
         return 1;
@@ -336,8 +383,17 @@ static int serve(daemon_state *d, const char *url)
                 model->load_ms + model->convert_ms, model->load_ms, model->convert_ms,
                 model->load_threads, model->load_threads == 1 ? "" : "s");
 
-    pj_notify_status("starting backend %s", ops->name);
-    if (pj_backend_create(ops, cfg, model, &be, err, sizeof err) != 0) {
+    if (stopped_starting("before the backend's start")) {
+        pj_model_free(model);
+        return 0;
+    }
+    pj_notify_progress("starting backend %s", ops->name);
+    rc = pj_backend_create(ops, cfg, model, &be, err, sizeof err);
+    if (rc == -ECANCELED && stopped_starting("in the backend's start")) {
+        pj_model_free(model);
+        return 0;
+    }
+    if (rc != 0) {
         pj_log_err("backend %s: %s", ops->name, err);
         pj_notify_status("backend failed: %s", err);
         pj_model_free(model);
@@ -361,8 +417,13 @@ static int serve(daemon_state *d, const char *url)
     uv_signal_start(&d->sig_int, on_stop_signal, SIGINT);
     uv_signal_start(&d->sig_hup, on_hup, SIGHUP);
 
-    rc = pj_server_listen(d->server, err, sizeof err);
-    if (rc != 0) {
+    /* From here the loop's handlers hear the signals; one that came
+     * before is taken now. */
+    if (stopped_starting("before listening")) {
+        d->stopping = 1;
+        pj_server_drain(d->server);
+        uv_run(&loop, UV_RUN_DEFAULT);
+    } else if ((rc = pj_server_listen(d->server, err, sizeof err)) != 0) {
         pj_log_err("%s", err);
         pj_notify_status("cannot listen: %s", err);
         pj_server_drain(d->server);
@@ -371,6 +432,10 @@ static int serve(daemon_state *d, const char *url)
     } else {
         pj_notify_ready("serving 0 connections");
         pj_log_info("ready");
+        if (pj_startsig_take_hup()) {
+            pj_log_info("SIGHUP came during the start: reloading now");
+            on_hup(&d->sig_hup, SIGHUP);
+        }
         uv_run(&loop, UV_RUN_DEFAULT);
     }
     if (pj_server_destroy(d->server)) {
@@ -528,10 +593,13 @@ int main(int argc, char **argv)
         pj_log_info("socket %s (%s)", url, url_src);
     /* A client that disappears mid-write must not kill the daemon. */
     signal(SIGPIPE, SIG_IGN);
-    /* SIGHUP's default action kills; until the loop's handler is in place
-     * (after the model load and the backend's start, which take seconds) a
-     * reload (systemctl reload, a logrotate hook) must not. It is ignored
-     * until then: the configuration being loaded is read after it anyway. */
-    signal(SIGHUP, SIG_IGN);
-    return serve(&d, url);
+    /* Until the loop's handlers are in place (after the model load and the
+     * backend's start, which take seconds) the start's own handlers take
+     * SIGTERM, SIGINT and SIGHUP (startsig.h). */
+    pj_startsig_catch();
+    int rc = serve(&d, url);
+    /* A start that failed or was stopped took the socket's lock but never
+     * served (a drained server has dropped it already). */
+    pj_socklock_release();
+    return rc;
 }

@@ -27,10 +27,16 @@ static void holder_pid(int fd, char *out, size_t cap)
     snprintf(out, cap, "%.*s", len ? (int)len : 1, len ? buf : "?");
 }
 
+int pj_socklock_path(const char *socket_path, char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "%s.lock", socket_path);
+    return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
 int pj_socklock_take(const char *socket_path, char *err, size_t errlen)
 {
     char path[sizeof g_path];
-    if (snprintf(path, sizeof path, "%s.lock", socket_path) >= (int)sizeof path) {
+    if (pj_socklock_path(socket_path, path, sizeof path) != 0) {
         snprintf(err, errlen, "socket %s: path too long for its lock file", socket_path);
         return -ENAMETOOLONG;
     }

@@ -15,6 +15,10 @@
 
 #include <stddef.h>
 
+/* The lock file's path for socket_path ("<socket_path>.lock") into out.
+ * 0, or -ENAMETOOLONG when it does not fit in cap. */
+int pj_socklock_path(const char *socket_path, char *out, size_t cap);
+
 /* Take the lock of socket_path (its directory must exist). 0 when taken
  * (or already held by this process for that path); -EADDRINUSE with err
  * naming the holder's pid when another process holds it; another
@@ -24,7 +28,8 @@ int pj_socklock_take(const char *socket_path, char *err, size_t errlen);
 /* Is the lock held by this process? */
 int pj_socklock_held(void);
 
-/* Remove the lock file and drop the lock (at a clean exit). */
+/* Remove the lock file and drop the lock (at a clean exit, also of a
+ * start that failed or was stopped). A no-op when not held. */
 void pj_socklock_release(void);
 
 #endif

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
+#include "daemon/socklock.h"
 #include "tests/helpers/daemon_check.h"
 #include "tests/helpers/daemon_proc.h"
 #include "tests/helpers/daemon_test.h"
@@ -435,7 +436,7 @@ START_TEST(socket_lock_refuses_a_second_daemon)
     char err[512], lock[sizeof((pj_dproc *)0)->sock + 8], want[96];
     pj_dproc b;
     ck_assert_int_eq(pj_dproc_prepare(&b, g_model_path, NULL, err, sizeof err), 0);
-    snprintf(lock, sizeof lock, "%s.lock", b.sock);
+    ck_assert_int_eq(pj_socklock_path(b.sock, lock, sizeof lock), 0);
     int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     ck_assert_int_ge(fd, 0);
     ck_assert_int_eq(flock(fd, LOCK_EX | LOCK_NB), 0);
@@ -673,7 +674,7 @@ START_TEST(listener_survives_hangups_long_path)
     snprintf(json, sizeof json, "{\"socket\": {\"url\": \"ipc://%s\"}}", sock);
     hangups(json, sock);
     char lock[sizeof sock + 8];
-    snprintf(lock, sizeof lock, "%s.lock", sock);
+    ck_assert_int_eq(pj_socklock_path(sock, lock, sizeof lock), 0);
     unlink(lock);
     ck_assert_int_eq(rmdir(dir), 0); /* nothing else left in it */
 }
@@ -741,6 +742,66 @@ START_TEST(sighup_reloads)
     pjt_shm_destroy(&z);
     pjc_close(&t);
     pjd_stop(&d);
+}
+END_TEST
+
+/* Signals during the start (daemon/startsig.h), with the load slowed by
+ * PROJD_START_PAUSE_MS so that they land in it. Each step of the start
+ * extends systemd's start timeout. SIGTERM during the load: projd stops
+ * before the next layer, exits 0 without READY=1, and leaves neither its
+ * socket nor its lock file. SIGHUP during the load: taken once projd is
+ * ready, reading the configuration as it was edited after the start read
+ * it (before, it was ignored and the edit waited for the next reload). */
+START_TEST(signals_during_the_start)
+{
+    char err[512], lock[sizeof((pj_dproc *)0)->sock + 8];
+    struct stat st;
+    pj_dproc d;
+    setenv("PROJD_START_PAUSE_MS", "300", 1);
+    ck_assert_int_eq(pj_dproc_start(&d, g_model_path, NULL, NULL, 0, 0, err, sizeof err), 0);
+    ck_assert_msg(pj_dproc_wait_notify(&d, "STATUS=loading model: layer 1 of ", 20000) == 0,
+                  "notes: %s", d.notes);
+    ck_assert_msg(strstr(d.notes, "EXTEND_TIMEOUT_USEC=120000000\nSTATUS=loading model: layer 1 "),
+                  "notes: %s", d.notes);
+    ck_assert_int_eq(pj_dproc_signal(&d, SIGTERM), 0);
+    ck_assert_int_eq(pj_dproc_wait_exit(&d, 20000), 0);
+    ck_assert_int_eq(pj_dproc_exit_code(&d), 0);
+    ck_assert(pj_dproc_log_has(&d, "SIGTERM during the start: stopped in the model's load", 0));
+    ck_assert(!pj_dproc_log_has(&d, "model loaded", 0));
+    pj_dproc_wait_notify(&d, "STOPPING=1", 1000);
+    ck_assert_msg(!strstr(d.notes, "READY=1") && strstr(d.notes, "STOPPING=1"), "notes: %s",
+                  d.notes);
+    ck_assert_msg(stat(d.sock, &st) != 0, "a socket file after a stopped start");
+    ck_assert_int_eq(pj_socklock_path(d.sock, lock, sizeof lock), 0);
+    ck_assert_msg(stat(lock, &st) != 0, "the lock file after a stopped start");
+
+    /* SIGHUP during the load, the file edited after the start read it:
+     * applied once ready, and systemd told RELOADING=1 then READY=1. */
+    d.notes[0] = 0;
+    ck_assert_int_eq(pj_dproc_spawn(&d, NULL, 0, 0, err, sizeof err), 0);
+    ck_assert_msg(pj_dproc_wait_notify(&d, "STATUS=loading model: layer 1 of ", 20000) == 0,
+                  "notes: %s", d.notes);
+    write_config_json(&d, "{\"limits\": {\"max_buffers_per_conn\": 3}}");
+    ck_assert_int_eq(pj_dproc_signal(&d, SIGHUP), 0);
+    ck_assert_msg(pj_dproc_wait_notify(&d, "STATUS=serving; reload applied", READY_MS) == 0,
+                  "notes: %s", d.notes);
+    unsetenv("PROJD_START_PAUSE_MS");
+    const char *ready = strstr(d.notes, "READY=1");
+    const char *reloading = strstr(d.notes, "RELOADING=1");
+    ck_assert_msg(ready && reloading && ready < reloading, "notes: %s", d.notes);
+    ck_assert(pj_dproc_log_has(&d, "SIGHUP came during the start: reloading now", 0));
+    pjt_client cl;
+    ck_assert_int_eq(connect_hello(&cl, d.url), PJ_OK);
+    pjt_shm z;
+    ck_assert_int_eq(pjt_shm_create(&z, 4096), 0);
+    ck_assert_int_eq(pjt_register_shm(&cl, z.name, 4096, NULL), PJ_OK);
+    ck_assert_int_eq(pjt_register_shm(&cl, z.name, 4096, NULL), PJ_OK);
+    ck_assert_int_eq(pjt_register_shm(&cl, z.name, 4096, NULL), PJ_OK);
+    ck_assert_int_eq(pjt_register_shm(&cl, z.name, 4096, NULL), PJ_E_LIMIT);
+    pjt_shm_destroy(&z);
+    pjt_close(&cl);
+    ck_assert_int_eq(pj_dproc_stop(&d, 30000), 0);
+    pj_dproc_cleanup(&d);
 }
 END_TEST
 
@@ -1375,6 +1436,7 @@ int main(void)
         {"listener_survives_hangups", listener_survives_hangups},
         {"listener_survives_hangups_long_path", listener_survives_hangups_long_path},
         {"sighup_reloads", sighup_reloads},
+        {"signals_during_the_start", signals_during_the_start},
         {"buffer_byte_limits", buffer_byte_limits},
         {"unread_replies_do_not_starve_others", unread_replies_do_not_starve_others},
         {"pipelined_burst_is_answered", pipelined_burst_is_answered},

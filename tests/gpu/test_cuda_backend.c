@@ -16,6 +16,9 @@
  *      m; one whose K the GEMV cannot take keeps its copy, said in the log.
  *   P  host row strides just over and just under the device's copy pitch:
  *      E_SHAPE, said in the log, and a correct result.
+ *   U  SIGTERM during the backend's start (after its lanes' phase was
+ *      announced): exit 0 without READY=1, each phase announced to systemd
+ *      with a start-timeout extension (daemon/startsig.h, notify.h).
  *   W  the systemd watchdog: a client's wait said but not a stall, one
  *      past 2 x WatchdogSec a stall, the daemon's own stalled stream a
  *      stall; the pings back after each.
@@ -57,6 +60,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -527,6 +531,42 @@ static void section_t(void)
     CHECK(pj_dproc_log_has(&d, "tuning table /nonexistent/pj-table.json: ", 0) &&
               pj_dproc_log_has(&d, "named by tuning.table", 0),
           "T2: the log does not name the table");
+    pj_dproc_cleanup(&d);
+}
+
+/* U: the cuda backend announces each phase of its start (EXTEND_TIMEOUT_USEC
+ * and STATUS=, so that systemd's start timeout follows a long start), and a
+ * SIGTERM during it stops the start at the next phase, or before listening
+ * when it lands in the last one: exit 0, no READY=1, no socket left. */
+static void section_u(void)
+{
+    printf("== U: SIGTERM during the cuda backend's start\n");
+    pj_dproc d;
+    char err[600];
+    int rc = pj_dproc_prepare(&d, g_model, "{\"device\":{\"backend\":\"cuda\"}}", err, sizeof err);
+    if (rc == 0)
+        rc = pj_dproc_spawn(&d, NULL, 0, 0, err, sizeof err);
+    CHECK(rc == 0, "U: start projd: %s", err);
+    if (rc != 0)
+        return;
+    rc = pj_dproc_wait_notify(&d, "STATUS=starting backend cuda: the lanes", CC_READY_MS);
+    CHECK(rc == 0, "U: no notification of the lanes' phase: %s", d.notes);
+    if (rc == 0)
+        CHECK(strstr(d.notes, "EXTEND_TIMEOUT_USEC=120000000\nSTATUS=starting backend cuda: the "
+                              "weights' upload") != NULL,
+              "U: the upload's phase was not announced with an extension: %s", d.notes);
+    pj_dproc_signal(&d, SIGTERM);
+    CHECK(pj_dproc_wait_exit(&d, 60000) == 0, "U: projd did not exit after SIGTERM");
+    int code = pj_dproc_exit_code(&d);
+    CHECK(code == 0, "U: exit code %d after SIGTERM during the start (want 0)", code);
+    CHECK(pj_dproc_log_has(&d, "SIGTERM during the start: stopped ", 0),
+          "U: the log does not say the start was stopped");
+    CHECK(strstr(d.notes, "READY=1") == NULL, "U: READY=1 after a stopped start: %s", d.notes);
+    struct stat st;
+    CHECK(stat(d.sock, &st) != 0, "U: a socket file after a stopped start");
+    cc_print_log_lines(&d, "during the start");
+    if (code != 0)
+        pj_dproc_dump_log(&d);
     pj_dproc_cleanup(&d);
 }
 
@@ -2302,6 +2342,7 @@ int main(int argc, char **argv)
     section_b();
     section_z();
     section_t();
+    section_u();
     section_h();
     section_p(0);
     section_p(1);
