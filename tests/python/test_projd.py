@@ -1385,9 +1385,16 @@ class SglangApplyTests(unittest.TestCase):
         # counting buffers unregistered while launched work reads them).
         refuse = 0
 
+        # Set: the connection is lost at the next refusal's end (projd
+        # restarted while apply() waited for the held buffers).
+        lose_after_refusal = False
+
         def register_cuda_ipc(self, handle, uuid, size):
+            self._check_lost()
             if self.refuse > 0:
                 self.refuse -= 1
+                if self.lose_after_refusal:
+                    self.lost = True
                 raise projd.ProjdError(projd.Status.E_LIMIT, "E_LIMIT", "REGISTER: connection already holds buffers")
             self.live[self.next] = handle
             self.next += 1
@@ -1630,6 +1637,40 @@ class SglangApplyTests(unittest.TestCase):
         # and the lost client's own registrations raise nothing.
         self.mod.release_registrations(self.client)
         self.assertEqual(new.live, {})
+
+    def test_connection_lost_at_registration(self):
+        # projd restarted between two apply() calls, found by the REGISTER
+        # of a new allocation: connected again, registered and run there.
+        made = []
+
+        def connect(url, timeout_ms, ring):
+            made.append(self.Client())
+            return made[-1]
+
+        self.use_connect(connect, "ipc:///run/projd/projd.sock", 1234)
+        self.meth.apply(self.layer, self.alloc(4, 192))
+        self.client.lost = True
+        y = self.meth.apply(self.layer, self.alloc(4, 192))
+        self.assertEqual(y.shape, (4, 256))
+        self.assertEqual(len(made), 1)
+        self.assertIs(self.meth.client, made[0])
+        self.assertEqual((made[0].requests, len(made[0].live)), ([1], 2))
+        # Lost while apply() waited for held buffers (E_LIMIT after an
+        # eviction, then the connection gone): the wait ends at once with
+        # the lost connection, whose work read done, and apply() moves to
+        # the next one instead of raising the E_LIMIT or waiting it out.
+        new = made[0]
+        reg = self.mod._registry(new)
+        reg.limit = 2  # the next apply's new x and y evict the last ones
+        reg.events[0].y_done.query = lambda: True
+        new.refuse, new.lose_after_refusal = 1, True
+        t0 = time.monotonic()
+        y = self.meth.apply(self.layer, self.alloc(8, 192))
+        self.assertLess(time.monotonic() - t0, self.mod.HELD_WAIT_S / 2)
+        self.assertEqual(y.shape, (8, 256))
+        self.assertEqual(len(made), 2)
+        self.assertIs(self.meth.client, made[1])
+        self.assertEqual((new.requests, made[1].requests), ([1], [1]))
 
     def two_methods(self):
         """Reconnects made by fake clients (listed in the first return
