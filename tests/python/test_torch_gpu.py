@@ -267,10 +267,10 @@ class SmallLimits(unittest.TestCase):
                 self.assertLessEqual(len(reg.ids), reg.limit)
             self.assertEqual(reg.limit, 2)
             projd_sglang.release_registrations(c)
-            # Unregistered, a buffer stays counted until the daemon's
-            # completion thread has seen the last job that read it (replies
-            # come at launch): milliseconds after the work, so polled. It
-            # once read 1 at the first look (session 40, visit 1).
+            # Unregistered, a buffer stays counted until the daemon sees the
+            # device done with it (at each completion, and every 100 ms:
+            # daemon/DAEMON.md, "Buffers"), which can come after the reply,
+            # so polled. It once read 1 at the first look (session 40).
             deadline = time.monotonic() + 5
             while c.stats()["buffers"]["current"] and time.monotonic() < deadline:
                 time.sleep(0.01)
