@@ -35,6 +35,14 @@ What it assumes:
     calls the daemon): run SGLang with --disable-cuda-graph. An apply()
     while the current stream is capturing raises RuntimeError saying so
     (before anything is recorded, registered or sent).
+  - Under torch.compile, apply() runs eagerly between the compiled parts:
+    create_weights makes the method's apply opaque to Dynamo
+    (torch.compiler.disable). Traced, apply() broke the graph at its
+    first call into libprojd and Dynamo resumed inside it, putting y's
+    torch.empty into a compiled part: with CUDA graphs (the cudagraphs
+    backend, mode="reduce-overhead") y then lived in the graph's pool and
+    the next call overwrote a y already returned (measured, torch 2.11;
+    tests/python/test_torch_gpu.py test_under_torch_compile).
   - The weights live in the daemon. create_weights registers `weight` on
     the meta device (shape and loader attributes as SGLang's unquantized
     method), so the model's loader finds the parameter and nothing is
@@ -492,6 +500,15 @@ class ProjdLinearMethod:
             setattr(weight, key, value)
         layer.register_parameter("weight", weight)
         layer.projd_n = n
+        self._opaque_to_compile(torch)
+
+    def _opaque_to_compile(self, torch) -> None:
+        """Make this method's apply() one Dynamo runs as it is instead of
+        tracing into it (see the module's notes). Once per method; a torch
+        without torch.compiler.disable (before 2.2) has nothing to trace."""
+        disable = getattr(getattr(torch, "compiler", None), "disable", None)
+        if disable is not None and "apply" not in self.__dict__:
+            self.apply = disable(self.apply)
 
     def process_weights_after_loading(self, layer) -> None:
         return  # the daemon holds the weights

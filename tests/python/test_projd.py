@@ -1495,6 +1495,35 @@ class SglangApplyTests(unittest.TestCase):
         self.mod._connect = connect
         self.meth._settings = (url, timeout_ms, False)
 
+    def test_create_weights_makes_apply_opaque_to_torch_compile(self):
+        # Traced by Dynamo, apply() put y's allocation into a compiled part
+        # (a CUDA graph's pool under mode="reduce-overhead"); create_weights
+        # wraps the method's apply in torch.compiler.disable, once.
+        wrapped = []
+
+        def disable(fn):
+            def opaque(*a, **kw):
+                wrapped.append(fn)
+                return fn(*a, **kw)
+
+            opaque._torchdynamo_disable = True
+            return opaque
+
+        self.torch.compiler = type("compiler", (), {"disable": staticmethod(disable)})()
+        layer = type("Layer", (), {"register_parameter": lambda self, name, p: setattr(self, name, p)})()
+        for _ in range(2):
+            self.meth.create_weights(layer, 192, [256], 192, 256, "bf16")
+        self.assertTrue(getattr(self.meth.apply, "_torchdynamo_disable", False))
+        y = self.meth.apply(layer, self.alloc(4, 192))
+        self.assertEqual(y.shape, (4, 256))
+        self.assertEqual(len(wrapped), 1, "apply() not called through the wrapper, or wrapped twice")
+        # A torch without torch.compiler.disable: apply() stays as it is.
+        other = object.__new__(self.mod.ProjdLinearMethod)
+        other.client, other.L = self.client, self.meth.L
+        del self.torch.compiler
+        other.create_weights(layer, 192, [256], 192, 256, "bf16")
+        self.assertNotIn("apply", other.__dict__)
+
     def test_release_racing_apply_leaves_nothing_registered(self):
         x = self.alloc(4, 192)
         real = self.mod._registry

@@ -201,6 +201,41 @@ class SglangMethod(unittest.TestCase):
         self.assertGreaterEqual(self.client.stats()["backend_stats"]["accepted"] - before, 3)
         self.assertTrue(projd_sglang._registry(self.client).events_ok)
 
+    def test_under_torch_compile(self):
+        # SGLang can run its model under torch.compile. apply() is Python
+        # around calls into libprojd, which Dynamo cannot trace: whatever
+        # it makes of it, the results must be the daemon's, apply() must
+        # not run inside a captured CUDA graph (its guard would raise), and
+        # a y already returned must not be overwritten by the next call
+        # (memory of a graph's pool would be). Two backends that need no
+        # compiler: aot_eager, and cudagraphs, which replays the traced
+        # parts around apply() as CUDA graphs.
+        import torch._dynamo
+
+        L = self.client.layers[0]
+        meth, layer = self.method(L, L.n)
+
+        def f(x):
+            y = meth.apply(layer, x * 2)  # x * 2 is exact in bf16
+            return y, y.float().abs().sum()
+
+        print("torch %s" % torch.__version__)
+        for backend in ("aot_eager", "cudagraphs"):
+            torch._dynamo.reset()
+            cf = torch.compile(f, backend=backend)
+            kept = []
+            for m in (4, 4, 9, 4):
+                with self.subTest(backend=backend, m=m):
+                    x = self.x(m, L.k).cuda()
+                    y, total = cf(x)
+                    self.check(L, L.n, x * 2, y)
+                    self.assertEqual(total.item(), y.float().abs().sum().item())
+                    kept.append((y, y.clone()))
+            torch.cuda.synchronize()
+            for i, (y, copy) in enumerate(kept):
+                with self.subTest(backend=backend, kept=i):
+                    self.assertTrue(torch.equal(y, copy), "a returned y changed later")
+
     def test_without_events_apply_synchronizes_instead(self):
         # A daemon that refuses the events (E_FLAGS) gets the synchronous
         # form from then on, with the same results.
