@@ -26,6 +26,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -647,11 +648,36 @@ static uint32_t z12_alone_misses(const cu_state *st, const pj_eng_layer *L, char
     return 0;
 }
 
+/* Between the start's steps (a phase, a layer of one): a stop signal that
+ * came meanwhile ends the start (-ECANCELED, startsig.h); else systemd
+ * hears of the next step (its start timeout extended, notify.h). tell = 0:
+ * the check alone (the lanes but one, whose steps would repeat lane 0's). */
+__attribute__((format(printf, 5, 6))) static int start_step(int tell, char *err, size_t errlen,
+                                                            const char *where, const char *fmt, ...)
+{
+    char step[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(step, sizeof step, fmt, ap);
+    va_end(ap);
+    if (pj_startsig_stop()) {
+        snprintf(err, errlen, "start stopped%s before %s", where, step);
+        return -ECANCELED;
+    }
+    if (tell)
+        pj_notify_progress("starting backend cuda: %s", step);
+    return 0;
+}
+
 static int upload_layers(cu_state *st, char *err, size_t errlen)
 {
     const pj_model *model = st->b->model;
     for (uint32_t i = 0; i < model->n_layers && i < CU_MAX_L; i++) {
         const pj_model_layer *ml = &model->layers[i];
+        int step = start_step(1, err, errlen, "", "the upload of layer %u of %u (%s)", i + 1,
+                              model->n_layers, ml->name);
+        if (step)
+            return step;
         cu_layer *cl = &st->layers[i];
         pj_eng_layer *L = &cl->L;
         cl->graph_n = ml->max_n ? ml->max_n : ml->w.n;
@@ -1064,6 +1090,11 @@ static int capture_lane(lane_start *ls)
     cu_state *st = ls->st;
     cu_lane *ln = ls->ln;
     for (uint32_t l = 0; l < st->n_layers; l++) {
+        int step = start_step(ln->idx == 0, ls->err, sizeof ls->err, " on a lane",
+                              "the graphs of layer %u of %u (%s), %u lanes side by side", l + 1,
+                              st->n_layers, st->layers[l].L.name, st->n_lanes);
+        if (step)
+            return step;
         for (uint32_t si = 0; si < st->n_shapes; si++) {
             const cu_shape *sh = &st->shapes[l][si];
             cap_ctx cc = {.ln = ln, .sh = sh};
@@ -1121,6 +1152,13 @@ static int warm_lane(lane_start *ls)
     cu_lane *ln = ls->ln;
     uint64_t t0 = now_ns();
     for (uint32_t l = 0; l < st->n_layers; l++) {
+        int step = start_step(ln->idx == 0, ls->err, sizeof ls->err, " on a lane",
+                              "the warm-up of layer %u of %u (%s), %u lanes side by side", l + 1,
+                              st->n_layers, st->layers[l].L.name, st->n_lanes);
+        if (step) {
+            cudaStreamSynchronize(ln->s); /* what it launched, done before the lane goes */
+            return step;
+        }
         for (uint32_t m = 1; m <= st->max_m; m++) {
             if (shape_index(st, m) >= 0)
                 continue; /* its graph: a failed capture stops the start */
@@ -2545,19 +2583,6 @@ static void cu_close(pj_backend *b)
     b->priv = NULL;
 }
 
-/* Between the start's phases: a stop signal that came meanwhile ends the
- * start (startsig.h); else systemd hears of the next phase. */
-static int next_phase(cu_state *st, const char *phase, char *err, size_t errlen)
-{
-    if (pj_startsig_stop()) {
-        snprintf(err, errlen, "start stopped before %s", phase);
-        return -ECANCELED;
-    }
-    pj_notify_progress("starting backend cuda: %s (%u layers, %u graph shapes)", phase,
-                       st->b->model->n_layers, st->n_shapes);
-    return 0;
-}
-
 static int cu_open(pj_backend *b, char *err, size_t errlen)
 {
     uint64_t t_start = now_ns();
@@ -2637,7 +2662,8 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     st->rep.t_device = ms_since(t0);
     rc = load_table(st, err, errlen);
     if (!rc)
-        rc = next_phase(st, "the weights' upload", err, errlen);
+        rc = start_step(1, err, errlen, "", "the weights' upload (%u layers, %u graph shapes)",
+                        st->b->model->n_layers, st->n_shapes);
     if (rc) {
         cu_close(b);
         return rc;
@@ -2653,7 +2679,7 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     st->rep.t_upload = ms_since(t0);
 
     t0 = now_ns();
-    rc = next_phase(st, "the lanes", err, errlen);
+    rc = start_step(1, err, errlen, "", "the lanes (%u)", n_lanes);
     for (uint32_t i = 0; i < n_lanes && !rc; i++) {
         rc = lane_create(st, i, &st->lanes[i], err, errlen);
         if (!rc)
@@ -2664,7 +2690,7 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     if (!rc)
         rc = choose_engines(st, err, errlen);
     if (!rc)
-        rc = next_phase(st, "the graphs' capture, validation and warm-up", err, errlen);
+        rc = start_step(1, err, errlen, "", "the graphs' capture, validation and warm-up");
     if (!rc)
         rc = start_lanes(st, err, errlen);
     if (rc) {

@@ -79,7 +79,13 @@ static void send_text(const char *text, int may_wait)
         setup_locked();
     if (g_state == 1) {
         int flags = MSG_NOSIGNAL | (may_wait ? 0 : MSG_DONTWAIT);
-        ssize_t n = sendto(g_fd, text, strlen(text), flags, (struct sockaddr *)&g_addr, g_addrlen);
+        ssize_t n;
+        /* A signal during a wait for room is no reason to drop the message
+         * or to warn (a send with a timeout is not restarted after a
+         * handler, SA_RESTART or not: signal(7)). */
+        do
+            n = sendto(g_fd, text, strlen(text), flags, (struct sockaddr *)&g_addr, g_addrlen);
+        while (n < 0 && errno == EINTR);
         /* A lost notification is not worth failing over. A full queue
          * drops a STATUS= line by design; anything else is said once. */
         if (n < 0 && !(errno == EAGAIN && !may_wait))

@@ -314,15 +314,18 @@ static int model_progress(void *ctx, uint32_t index, uint32_t count, const char 
 }
 
 /* A stop signal that came during the start: said, and the start ends
- * (exit 0, nothing served). where: where the start stopped. */
-static int stopped_starting(const char *where)
+ * (exit 0, nothing served). where: where the start stopped; tell: send
+ * STOPPING=1 (not where the server's drain sends it). */
+static int stopped_starting(const char *where, int tell)
 {
     int sig = pj_startsig_stop();
     if (!sig)
         return 0;
+    pj_startsig_disarm();
     pj_log_info("%s during the start: stopped %s (exit code 0)",
                 sig == SIGTERM ? "SIGTERM" : "SIGINT", where);
-    pj_notify_stopping("stopped during the start");
+    if (tell)
+        pj_notify_stopping("stopped during the start");
     return 1;
 }
 
@@ -364,7 +367,7 @@ static int serve(daemon_state *d, const char *url)
                     pause_ms);
     rc = pj_model_load_progress(cfg, &model, NULL, model_warn, model_progress, &pause_ms, err,
                                 sizeof err);
-    if (rc == -ECANCELED && stopped_starting("in the model's load"))
+    if (rc == -ECANCELED && stopped_starting("in the model's load", 1))
         return 0;
     if (rc != 0) {
         pj_log_err("model: %s", err);
@@ -383,13 +386,13 @@ static int serve(daemon_state *d, const char *url)
                 model->load_ms + model->convert_ms, model->load_ms, model->convert_ms,
                 model->load_threads, model->load_threads == 1 ? "" : "s");
 
-    if (stopped_starting("before the backend's start")) {
+    if (stopped_starting("before the backend's start", 1)) {
         pj_model_free(model);
         return 0;
     }
     pj_notify_progress("starting backend %s", ops->name);
     rc = pj_backend_create(ops, cfg, model, &be, err, sizeof err);
-    if (rc == -ECANCELED && stopped_starting("in the backend's start")) {
+    if (rc == -ECANCELED && stopped_starting("in the backend's start", 1)) {
         pj_model_free(model);
         return 0;
     }
@@ -419,7 +422,7 @@ static int serve(daemon_state *d, const char *url)
 
     /* From here the loop's handlers hear the signals; one that came
      * before is taken now. */
-    if (stopped_starting("before listening")) {
+    if (stopped_starting("before listening", 0)) {
         d->stopping = 1;
         pj_server_drain(d->server);
         uv_run(&loop, UV_RUN_DEFAULT);

@@ -2,16 +2,55 @@
 #include "daemon/startsig.h"
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 
-static volatile sig_atomic_t g_stop, g_hup;
+/* Lock-free atomics: safe in a handler, and the handler may run on any of
+ * the process's threads (the load's workers, CUDA's, nng's). */
+static atomic_int g_stop, g_hup;
+
+#define STR_(x) #x
+#define STR(x)  STR_(x)
+
+static void say(const char *text)
+{
+    ssize_t n = write(STDERR_FILENO, text, strlen(text));
+    (void)n;
+}
+
+/* A step that never ends (a model file on a hung network mount, a CUDA
+ * call waiting for a wedged MPS server) would keep the stop waiting until
+ * systemd's SIGKILL: past the grace, or at a second stop signal, projd
+ * exits at once. Only async-signal-safe calls here. Nothing is served yet,
+ * so nothing is lost; the socket's lock file stays, as a killed holder
+ * leaves it (the next start takes it over). */
+static void exit_now(const char *why)
+{
+    say("projd: ");
+    say(why);
+    say(": exiting without waiting for the start's step under way (exit code 0)\n");
+    _exit(0);
+}
+
+static void on_alarm(int signum)
+{
+    (void)signum;
+    if (atomic_load(&g_stop))
+        exit_now("the start reached no next step within " STR(
+            PJ_STARTSIG_GRACE_S) " s of the stop signal");
+}
 
 static void on_signal(int signum)
 {
-    if (signum == SIGHUP)
-        g_hup = 1;
-    else if (!g_stop)
-        g_stop = signum;
+    if (signum == SIGHUP) {
+        atomic_store(&g_hup, 1);
+        return;
+    }
+    int none = 0;
+    if (!atomic_compare_exchange_strong(&g_stop, &none, signum))
+        exit_now("a second stop signal during the start");
+    alarm(PJ_STARTSIG_GRACE_S);
 }
 
 void pj_startsig_catch(void)
@@ -24,17 +63,21 @@ void pj_startsig_catch(void)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
+    sa.sa_handler = on_alarm;
+    sigaction(SIGALRM, &sa, NULL);
 }
 
 int pj_startsig_stop(void)
 {
-    return (int)g_stop;
+    return atomic_load(&g_stop);
+}
+
+void pj_startsig_disarm(void)
+{
+    alarm(0);
 }
 
 int pj_startsig_take_hup(void)
 {
-    if (!g_hup)
-        return 0;
-    g_hup = 0;
-    return 1;
+    return atomic_exchange(&g_hup, 0);
 }

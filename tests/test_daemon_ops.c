@@ -24,6 +24,7 @@
 
 #include "config/config.h"
 #include "daemon/socklock.h"
+#include "daemon/startsig.h"
 #include "tests/helpers/daemon_check.h"
 #include "tests/helpers/daemon_proc.h"
 #include "tests/helpers/daemon_test.h"
@@ -781,11 +782,11 @@ START_TEST(signals_during_the_start)
     ck_assert_int_eq(pj_dproc_spawn(&d, NULL, 0, 0, err, sizeof err), 0);
     ck_assert_msg(pj_dproc_wait_notify(&d, "STATUS=loading model: layer 1 of ", 20000) == 0,
                   "notes: %s", d.notes);
+    unsetenv("PROJD_START_PAUSE_MS");
     write_config_json(&d, "{\"limits\": {\"max_buffers_per_conn\": 3}}");
     ck_assert_int_eq(pj_dproc_signal(&d, SIGHUP), 0);
     ck_assert_msg(pj_dproc_wait_notify(&d, "STATUS=serving; reload applied", READY_MS) == 0,
                   "notes: %s", d.notes);
-    unsetenv("PROJD_START_PAUSE_MS");
     const char *ready = strstr(d.notes, "READY=1");
     const char *reloading = strstr(d.notes, "RELOADING=1");
     ck_assert_msg(ready && reloading && ready < reloading, "notes: %s", d.notes);
@@ -802,6 +803,49 @@ START_TEST(signals_during_the_start)
     pjt_close(&cl);
     ck_assert_int_eq(pj_dproc_stop(&d, 30000), 0);
     pj_dproc_cleanup(&d);
+}
+END_TEST
+
+/* A step of the start that never ends (here the model is a FIFO nobody
+ * writes, so its open blocks; a hung network mount or a wedged MPS server
+ * in real life) does not hold a stop until systemd's SIGKILL: projd exits
+ * 0 once the grace has passed (PJ_STARTSIG_GRACE_S), or at once at a
+ * second stop signal, saying so. */
+START_TEST(stop_during_a_blocked_start)
+{
+    char err[512], fifo[512];
+    pj_fixture_path(fifo, sizeof fifo, "model.fifo");
+    unlink(fifo);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    for (int twice = 0; twice < 2; twice++) {
+        pj_dproc d;
+        ck_assert_int_eq(pj_dproc_start(&d, fifo, NULL, NULL, 0, 0, err, sizeof err), 0);
+        ck_assert(pj_dproc_log_has(&d, "loading model", 20000));
+        usleep(200 * 1000); /* in the open */
+        struct timespec t0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        ck_assert_int_eq(pj_dproc_signal(&d, SIGTERM), 0);
+        if (twice) {
+            usleep(300 * 1000);
+            ck_assert_msg(pj_dproc_exit_code(&d) < 0, "exited before the second signal");
+            ck_assert_int_eq(pj_dproc_signal(&d, SIGTERM), 0);
+        }
+        ck_assert_int_eq(pj_dproc_wait_exit(&d, (PJ_STARTSIG_GRACE_S + 20) * 1000), 0);
+        struct timespec t1;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+        ck_assert_int_eq(pj_dproc_exit_code(&d), 0);
+        ck_assert(pj_dproc_log_has(&d,
+                                   twice ? "a second stop signal during the start"
+                                         : "reached no next step within 10 s",
+                                   0));
+        if (twice)
+            ck_assert_msg(s < PJ_STARTSIG_GRACE_S - 2, "%.1f s for a second signal", s);
+        else
+            ck_assert_msg(s >= PJ_STARTSIG_GRACE_S - 1, "the grace ended after %.1f s", s);
+        pj_dproc_cleanup(&d);
+    }
+    unlink(fifo);
 }
 END_TEST
 
@@ -1437,6 +1481,7 @@ int main(void)
         {"listener_survives_hangups_long_path", listener_survives_hangups_long_path},
         {"sighup_reloads", sighup_reloads},
         {"signals_during_the_start", signals_during_the_start},
+        {"stop_during_a_blocked_start", stop_during_a_blocked_start},
         {"buffer_byte_limits", buffer_byte_limits},
         {"unread_replies_do_not_starve_others", unread_replies_do_not_starve_others},
         {"pipelined_burst_is_answered", pipelined_burst_is_answered},

@@ -66,6 +66,7 @@
 #include <unistd.h>
 
 #include "daemon/backend_cuda.h"
+#include "daemon/socklock.h"
 #include "kernels/dispatch.h"
 #include "tests/gpu/cuda_common.h"
 #include "tests/helpers/daemon_test.h"
@@ -555,7 +556,7 @@ static void section_u(void)
         CHECK(strstr(d.notes, "EXTEND_TIMEOUT_USEC=120000000\nSTATUS=starting backend cuda: the "
                               "weights' upload") != NULL,
               "U: the upload's phase was not announced with an extension: %s", d.notes);
-    pj_dproc_signal(&d, SIGTERM);
+    CHECK(pj_dproc_signal(&d, SIGTERM) == 0, "U: SIGTERM not sent");
     CHECK(pj_dproc_wait_exit(&d, 60000) == 0, "U: projd did not exit after SIGTERM");
     int code = pj_dproc_exit_code(&d);
     CHECK(code == 0, "U: exit code %d after SIGTERM during the start (want 0)", code);
@@ -563,7 +564,10 @@ static void section_u(void)
           "U: the log does not say the start was stopped");
     CHECK(strstr(d.notes, "READY=1") == NULL, "U: READY=1 after a stopped start: %s", d.notes);
     struct stat st;
+    char lock[sizeof d.sock + 8];
     CHECK(stat(d.sock, &st) != 0, "U: a socket file after a stopped start");
+    CHECK(pj_socklock_path(d.sock, lock, sizeof lock) == 0 && stat(lock, &st) != 0,
+          "U: the socket's lock file after a stopped start");
     cc_print_log_lines(&d, "during the start");
     if (code != 0)
         pj_dproc_dump_log(&d);
