@@ -9,6 +9,7 @@
 #include "client/projd.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <fcntl.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
@@ -1710,6 +1711,19 @@ static int dial_error(projd_conn *c, int rv, projd_error *e)
         errno == ENOENT)
         return fail(e, -ENOENT, "connect %s: no socket file at %s (is projd running there?)%s",
                     c->url, path, c->url_from);
+    if (rv == NNG_EPERM && path && stat(path, &st) == 0) {
+        /* The kernel's check of the socket file's mode, before projd's
+         * own (auth.*): say what the file allows and who is asking. */
+        char grp[64];
+        struct group *g = getgrgid(st.st_gid);
+        snprintf(grp, sizeof grp, "%s", g ? g->gr_name : "?");
+        return fail(e, -EACCES,
+                    "connect %s: permission denied by the socket file (mode %04o, owner uid %u, "
+                    "group %s (%u)) to uid %u, gid %u: projd's socket.mode and socket.group "
+                    "decide who may reach it, before its auth lists%s",
+                    c->url, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid, grp,
+                    (unsigned)st.st_gid, (unsigned)geteuid(), (unsigned)getegid(), c->url_from);
+    }
     if (rv == NNG_ETIMEDOUT)
         return fail(e, -ETIMEDOUT,
                     "connect %s: the socket took the connection but nng's handshake got no answer "

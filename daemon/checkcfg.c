@@ -2,6 +2,7 @@
 #include "daemon/checkcfg.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +70,13 @@ static void check_socket(const char *url, int *n)
         check_missing_dir(lk.dir, pj_sockpath_dir_mode(url), n);
     else if (lk.dir_errno)
         problem(n, "socket dir %s: %s", lk.dir, strerror(lk.dir_errno));
+    else if (lk.dir[0] && faccessat(AT_FDCWD, lk.dir, W_OK | X_OK, AT_EACCESS) != 0)
+        /* The start makes the socket's lock file there before the load,
+         * then the socket: both would fail. */
+        problem(n,
+                "socket dir %s: uid %u cannot create files there (%s): a start could make "
+                "neither the socket nor its lock file",
+                lk.dir, (unsigned)geteuid(), strerror(errno));
     else if (lk.exists)
         note("socket %s exists; a start removes it when nobody answers there and stops when a "
              "daemon serves there (not probed here)",
@@ -100,6 +108,21 @@ static int may_chgrp(gid_t gid)
     if (f)
         fclose(f);
     return (eff & 1ull) != 0; /* CAP_CHOWN is capability 0 */
+}
+
+/* Listed uids and gids outside socket.group are turned away by the socket
+ * file's mode before projd's own check sees them, unless "other" may
+ * connect. A note: the lists may name socket.group's own members. */
+static void check_auth_reach(const pj_config *cfg)
+{
+    if ((cfg->auth.n_uids || cfg->auth.n_gids) && (cfg->socket.mode & 0006) != 0006)
+        note("auth lists %u uid%s and %u gid%s, but socket.mode %04o lets only the socket's owner "
+             "and %s reach it: listed users outside that group are refused by the file's mode "
+             "before projd checks them (socket.mode \"0666\" lets them reach it; the lists still "
+             "decide)",
+             cfg->auth.n_uids, cfg->auth.n_uids == 1 ? "" : "s", cfg->auth.n_gids,
+             cfg->auth.n_gids == 1 ? "" : "s", (unsigned)cfg->socket.mode,
+             cfg->socket.group[0] ? "socket.group's members" : "the daemon's group");
 }
 
 static void check_group(const pj_config *cfg, int *n)
@@ -184,6 +207,7 @@ int pj_checkcfg_run(const pj_config *cfg, const char *config_file, const char *u
         problem(&n, "backend %s: %s", ops->name, err);
     check_socket(url, &n);
     check_group(cfg, &n);
+    check_auth_reach(cfg);
     check_model(cfg, &n);
     check_table(cfg, selected ? ops : NULL, &n);
     if (n) {

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client/projd.h"
 #include "config/config.h"
 #include "daemon/socklock.h"
 #include "daemon/startsig.h"
@@ -160,6 +161,39 @@ START_TEST(uid_not_allowed_is_refused)
     ck_assert_double_ge(pjd_stat(&c, "connections.refused"), 1);
     ck_assert_double_eq(pjd_stat(&c, "connections.current"), 1);
     pjt_close(&c);
+    pjd_stop(&d);
+}
+END_TEST
+
+/* Exit 0 when the connect is refused by the socket file's mode and the
+ * message says the file's mode and the caller's ids. */
+static int mode_refused_user(void *p)
+{
+    const user_arg *a = p;
+    projd_conn *c = NULL;
+    projd_error e;
+    int rc = projd_connect_timeout(a->url, "outsider", 5000, &c, &e);
+    if (rc != -EACCES || !strstr(e.msg, "permission denied by the socket file (mode 0660") ||
+        !strstr(e.msg, "to uid 65534")) {
+        fprintf(stderr, "mode_refused_user: rc %d: %s\n", rc, e.msg);
+        return 1;
+    }
+    return 0;
+}
+
+/* The socket file's mode turns a listed uid away before projd's check
+ * (auth.allow_uids with the default mode 0660): the client is told why,
+ * and --check-config says so beforehand. */
+START_TEST(mode_refusal_is_explained)
+{
+    if (geteuid() != 0) {
+        printf("mode_refusal_is_explained: SKIPPED (needs root to drop to another uid)\n");
+        return;
+    }
+    pj_dproc d;
+    pjd_start(&d, g_model_path, "{\"auth\": {\"allow_uids\": [65534]}}");
+    user_arg a = {.url = d.url};
+    ck_assert_int_eq(as_user(65534, 65534, mode_refused_user, &a, 20000), 0);
     pjd_stop(&d);
 }
 END_TEST
@@ -476,6 +510,64 @@ static void ops_path(char *out, size_t cap, const char *what)
     else
         snprintf(out, cap, "/tmp/pjd-%s-%d", what, (int)getpid());
 }
+
+/* A program run with stdout and stderr to an open file (for as_user). */
+typedef struct run_arg {
+    char **argv;
+    int out_fd;
+} run_arg;
+
+/* Its exit code, or 125-127 when it could not run. */
+static int run_to_file(void *p)
+{
+    const run_arg *a = p;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(a->out_fd, 1);
+        dup2(a->out_fd, 2);
+        execv(a->argv[0], a->argv);
+        _exit(127);
+    }
+    int st;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid)
+        return 125;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
+}
+
+/* --check-config reports a socket directory the daemon's user cannot
+ * create files in (the start fails there taking the socket's lock): it
+ * said OK. As root, checked as nobody (root may write anywhere); else in a
+ * directory of mode 0500. */
+START_TEST(check_config_unwritable_socket_dir)
+{
+    char dir[300], sock[340], out[360], arg_sock[360];
+    ops_path(dir, sizeof dir, "rodir");
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    const int root = geteuid() == 0;
+    if (!root)
+        ck_assert_int_eq(chmod(dir, 0500), 0);
+    snprintf(sock, sizeof sock, "%s/p.sock", dir);
+    snprintf(arg_sock, sizeof arg_sock, "ipc://%s", sock);
+    ops_path(out, sizeof out, "rodir.out");
+    char model[sizeof g_model_path];
+    snprintf(model, sizeof model, "%s", g_model_path);
+    char *argv[] = {
+        (char *)pj_dproc_binary(), "--backend", "cpu", "--model", model, "--socket", arg_sock,
+        "--check-config",          NULL};
+    run_arg ra = {argv, open(out, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)};
+    ck_assert_int_ge(ra.out_fd, 0);
+    int rc = root ? as_user(65534, 65534, run_to_file, &ra, 30000) : run_to_file(&ra);
+    char text[4096] = "";
+    ssize_t got = pread(ra.out_fd, text, sizeof text - 1, 0);
+    text[got > 0 ? got : 0] = 0;
+    close(ra.out_fd);
+    ck_assert_msg(rc == 1, "--check-config exit %d: %s", rc, text);
+    ck_assert_msg(strstr(text, "cannot create files there") && strstr(text, dir), "%s", text);
+    chmod(dir, 0755);
+    rmdir(dir);
+    unlink(out);
+}
+END_TEST
 
 /* The socket's directory is created when missing. */
 START_TEST(socket_dir_created)
@@ -1468,6 +1560,7 @@ int main(void)
     }
     const pjd_case cases[] = {
         {"uid_not_allowed_is_refused", uid_not_allowed_is_refused},
+        {"mode_refusal_is_explained", mode_refusal_is_explained},
         {"allowed_uid_and_shm_owner", allowed_uid_and_shm_owner},
         {"supplementary_groups_allowed", supplementary_groups_allowed},
         {"connection_limit", connection_limit},
@@ -1475,6 +1568,7 @@ int main(void)
         {"socket_live_stale_and_foreign", socket_live_stale_and_foreign},
         {"socket_lock_refuses_a_second_daemon", socket_lock_refuses_a_second_daemon},
         {"socket_dir_created", socket_dir_created},
+        {"check_config_unwritable_socket_dir", check_config_unwritable_socket_dir},
         {"socket_dir_unsafe_refused", socket_dir_unsafe_refused},
         {"leftovers_of_a_failed_run_ignored", leftovers_of_a_failed_run_ignored},
         {"listener_survives_hangups", listener_survives_hangups},

@@ -132,6 +132,25 @@ START_TEST(check_config_reads_the_tuning_table)
 }
 END_TEST
 
+/* auth lists with a socket mode that keeps "other" out: listed users
+ * outside the socket's group cannot reach it; --check-config says so (a
+ * note: the configuration can still be what was meant). Not with 0666. */
+START_TEST(check_config_auth_and_socket_mode)
+{
+    static const char *const check[] = {"--check-config", NULL};
+    pj_dproc d;
+    int rc = run_projd(&d, "{\"auth\":{\"allow_uids\":[4242]}}", check);
+    ck_assert_int_eq(rc, 0);
+    ck_assert(pj_dproc_log_has(&d, "note: auth lists 1 uid and 0 gids, but socket.mode 0660", 0));
+    ck_assert(pj_dproc_log_has(&d, "refused by the file's mode", 0));
+    pj_dproc_cleanup(&d);
+    rc = run_projd(&d, "{\"auth\":{\"allow_uids\":[4242]},\"socket\":{\"mode\":\"0666\"}}", check);
+    ck_assert_int_eq(rc, 0);
+    ck_assert(!pj_dproc_log_has(&d, "auth lists", 0));
+    pj_dproc_cleanup(&d);
+}
+END_TEST
+
 /* --socket takes ipc://PATH or a PATH; a tcp:// URL was taken as a path
  * relative to the working directory (projd listened on ./tcp:/127.0.0.1:5555
  * and said ready). It is a command-line error now, before anything starts. */
@@ -405,6 +424,7 @@ static Suite *start_suite(void)
     tcase_add_test(tc, check_config_reads_the_model_header);
     tcase_add_test(tc, check_config_knows_the_backend);
     tcase_add_test(tc, check_config_reads_the_tuning_table);
+    tcase_add_test(tc, check_config_auth_and_socket_mode);
     tcase_add_test(tc, socket_other_scheme_refused);
     tcase_add_test(tc, check_and_print_config_refused_together);
     tcase_add_test(tc, failed_case_leaves_nothing);
