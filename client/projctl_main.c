@@ -19,6 +19,7 @@
 #include "client/projd.h"
 #include "config/config.h"
 #include "daemon/inspect.h"
+#include "client/servedmodel.h"
 #include "daemon/model.h"
 #include "daemon/modelgen.h"
 #include "kernels/bf16.h"
@@ -133,7 +134,9 @@ static const cmd_help helps[] = {
      "  prints the latency (client round trip and daemon time, p50 and min).\n"
      "  L is a layer name or index; N defaults to the layer's full n.\n"
      "  --check  compares y with the CPU reference computed from the model file\n"
-     "           (--model PATH, else $PROJD_MODEL, else the config's model.path):\n"
+     "           (--model PATH, else $PROJD_MODEL, else --config's model.path, else\n"
+     "           the file the daemon serves, from its STATS); a file whose layer is\n"
+     "           not the daemon's (its digest) is said as such, exit 1:\n"
      "           max abs error, relative error ||y-ref||/||ref||, bit-exact count and\n"
      "           mismatches; exit 1 on a mismatch. The cpu backend must be bit-exact;\n"
      "           other backends may differ by accumulation order (tolerance 2^-7\n"
@@ -747,14 +750,26 @@ static void model_warn(void *ctx, const char *msg)
     fprintf(stderr, "projctl: model: %s\n", msg);
 }
 
-static const char *model_path(const opts *o)
+/* --model, else $PROJD_MODEL, else --config's model.path, else the file
+ * the daemon serves (served: its STATS model.path, may be NULL or ""),
+ * else the built-in model.path. *from says which, for messages. */
+static const char *model_path(const opts *o, const char *served, const char **from)
 {
+    const char *env = getenv("PROJD_MODEL");
+    *from = "--model";
     if (o->model)
         return o->model;
-    const char *env = getenv("PROJD_MODEL");
+    *from = "$PROJD_MODEL";
     if (env && env[0])
         return env;
-    return o->cfg.model.path;
+    *from = "model.path of --config";
+    if (o->config || !served || !served[0]) {
+        if (!o->config)
+            *from = "the built-in model.path";
+        return o->cfg.model.path;
+    }
+    *from = "the daemon's model.path, from STATS";
+    return served;
 }
 
 typedef struct check_result {
@@ -824,11 +839,21 @@ static int cmd_project(opts *o)
     /* The reference first: a wrong model path should fail before any work. */
     if (o->check) {
         pj_config cfg = o->cfg;
-        snprintf(cfg.model.path, sizeof cfg.model.path, "%s", model_path(o));
         char err[1024];
+        static pj_served_model served; /* large; projctl runs one command */
+        int have_served = pj_served_model_get(c, &served, err, sizeof err) == 0;
+        const char *from;
+        snprintf(cfg.model.path, sizeof cfg.model.path, "%s",
+                 model_path(o, have_served ? served.path : NULL, &from));
         int rc = pj_model_load(&cfg, &model, model_warn, NULL, err, sizeof err);
         if (rc) {
-            fprintf(stderr, "projctl: --check needs the model: %s\n", err);
+            fprintf(stderr, "projctl: --check needs the model (%s; give --model PATH): %s\n", from,
+                    err);
+            goto out;
+        }
+        if (have_served &&
+            pj_served_model_same(&served, model, L->name, cfg.model.path, err, sizeof err) != 0) {
+            fprintf(stderr, "projctl: --check: %s\n", err);
             goto out;
         }
         int mi = pj_model_find(model, L->name);
@@ -942,7 +967,8 @@ out:
 
 static int cmd_inspect(opts *o)
 {
-    const char *path = o->positional ? o->positional : model_path(o);
+    const char *from;
+    const char *path = o->positional ? o->positional : model_path(o, NULL, &from);
     char err[1024];
     int rc = pj_inspect_print(stdout, &o->cfg, path, o->json, err, sizeof err);
     if (rc) {

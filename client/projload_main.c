@@ -42,6 +42,7 @@
 #include "client/loadstat.h"
 #include "client/plot.h"
 #include "client/projd.h"
+#include "client/servedmodel.h"
 #include "client/trace.h"
 #include "config/config.h"
 #include "daemon/model.h"
@@ -1363,8 +1364,10 @@ static void model_warn(void *ctx, const char *msg)
     fprintf(stderr, "projload: model: %s\n", msg);
 }
 
-/* Loads the model and maps each daemon layer the trace uses onto it. */
-static int load_model(const lt_opts *o, lt_setup *su)
+/* Loads the model and maps each daemon layer the trace uses onto it; a
+ * layer whose bytes are not the daemon's (STATS digests, ctl's daemon) is
+ * said as such before the run, not only as mismatches during it. */
+static int load_model(const lt_opts *o, lt_setup *su, projd_conn *ctl)
 {
     pj_config cfg;
     char err[1024];
@@ -1378,6 +1381,8 @@ static int load_model(const lt_opts *o, lt_setup *su)
         fprintf(stderr, "projload: --model: %s\n", err);
         return -1;
     }
+    static pj_served_model served; /* large; one setup a run */
+    const int have_served = pj_served_model_get(ctl, &served, err, sizeof err) == 0;
     int used[PJ_WIRE_MAX_LAYERS] = {0};
     for (size_t i = 0; i < su->tr.n_ops; i++)
         used[su->tr.ops[i].layer] = 1;
@@ -1402,6 +1407,11 @@ static int load_model(const lt_opts *o, lt_setup *su)
                     projd_format_name(wl->format));
             return -1;
         }
+        /* Said first, and the run goes on: its checks then show what the
+         * difference does (they are the run's own evidence). */
+        if (have_served &&
+            pj_served_model_same(&served, su->model, wl->name, o->model, err, sizeof err) != 0)
+            fprintf(stderr, "projload: warning: --model: %s; its checks will fail\n", err);
         su->wt[l] = w;
     }
     return 0;
@@ -2721,7 +2731,7 @@ static int cmd_run(int argc, char **argv)
         fprintf(stderr, "projload: out of memory\n");
         goto out;
     }
-    if ((o.check_fraction > 0 || o.compare) && load_model(&o, &su) != 0)
+    if ((o.check_fraction > 0 || o.compare) && load_model(&o, &su, ctl) != 0)
         goto out;
 
     uint32_t n_replay_clients = 0;

@@ -95,6 +95,13 @@ expect 2 '^projctl: --socket "": empty; give ipc://PATH or a PATH' --socket "" s
 expect 1 "n = 300 is outside 1\.\.256 \(E_SHAPE\)" --socket "$sock" project --layer o --m 2 --n 300 \
     --check --model "$model"
 expect 0 "bit-exact 200 / 200" --socket "$sock" project --layer o --m 2 --n 100 --check --model "$model"
+# Without --model (nor $PROJD_MODEL, nor --config) the file the daemon
+# serves (its STATS model.path); another file with the same shapes is
+# named as not the daemon's model before anything is compared.
+expect 0 "bit-exact 512 / 512" --socket "$sock" project --layer o --m 2 --check
+"$bin/projctl" mkmodel --preset small --seed 2 --out "$tmp/other.safetensors" >/dev/null
+expect 1 "--check: layer o of $tmp/other\.safetensors has digest [0-9a-f]{8}, the daemon's has [0-9a-f]{8}: not the model the daemon serves \(it serves $model\)" \
+    --socket "$sock" project --layer o --m 2 --check --model "$tmp/other.safetensors"
 
 # A seed with a blank or a sign before it is refused, not wrapped to 2^64 - 1.
 expect 2 'expected an unsigned integer, got " -1"' mkmodel --out "$tmp/m.safetensors" --seed " -1"

@@ -311,6 +311,9 @@ rc=$?
 [ $rc = 1 ] && ok "wrong model: exit 1" || fail "wrong model: exit $rc"
 grep -q 'MISMATCH: request 0 (decode.jsonl:2) op 0 (qkv_gate' "$tmp/wrong.out" &&
     ok "wrong model: mismatches named" || { fail "wrong model: no mismatch line"; cat "$tmp/wrong.out" >&2; }
+# ... and said before the run, by the layers' digests (STATS).
+grep -q "^projload: warning: --model: layer qkv_gate of $other has digest [0-9a-f]*, the daemon's has [0-9a-f]*: not the model the daemon serves" "$tmp/wrong.out" &&
+    ok "wrong model: named before the run" || { fail "wrong model: no digest warning"; cat "$tmp/wrong.out" >&2; }
 "$py" -c 'import json,sys; t=json.load(open(sys.argv[1]))["totals"]; sys.exit(0 if t["mismatches"]==10 and t["checked"]==10 else 1)' \
     "$tmp/wrong.json" && ok "wrong model: 10 of 10 mismatches in the JSON" || fail "wrong model: JSON"
 

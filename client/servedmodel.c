@@ -1,0 +1,78 @@
+/* servedmodel.c — see servedmodel.h. */
+#include "client/servedmodel.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int pj_served_model_get(projd_conn *c, pj_served_model *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    char *json = NULL;
+    projd_error e;
+    int rc = projd_stats_json(c, &json, &e);
+    if (rc) {
+        snprintf(err, errlen, "STATS: %s", e.msg);
+        return rc < 0 ? rc : -EIO;
+    }
+    cJSON *doc = cJSON_Parse(json);
+    free(json);
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(doc, "model");
+    if (!cJSON_IsObject(md)) {
+        cJSON_Delete(doc);
+        snprintf(err, errlen, "STATS has no \"model\" object");
+        return -EPROTO;
+    }
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(md, "path");
+    if (cJSON_IsString(p))
+        snprintf(out->path, sizeof out->path, "%s", p->valuestring);
+    const cJSON *l;
+    cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(md, "layers"))
+    {
+        if (out->n_layers >= PJ_CFG_MAX_LAYERS)
+            break;
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(l, "name");
+        const cJSON *dg = cJSON_GetObjectItemCaseSensitive(l, "digest");
+        if (!cJSON_IsString(name))
+            continue;
+        snprintf(out->layers[out->n_layers].name, PJ_CFG_NAME, "%s", name->valuestring);
+        char *end = NULL;
+        if (cJSON_IsString(dg) && dg->valuestring[0]) {
+            unsigned long v = strtoul(dg->valuestring, &end, 16);
+            if (!*end && v <= 0xffffffffu) {
+                out->layers[out->n_layers].digest = (uint32_t)v;
+                out->layers[out->n_layers].has_digest = 1;
+            }
+        }
+        out->n_layers++;
+    }
+    cJSON_Delete(doc);
+    return 0;
+}
+
+int pj_served_model_same(const pj_served_model *sm, const pj_model *m, const char *name,
+                         const char *file, char *err, size_t errlen)
+{
+    int mi = pj_model_find(m, name);
+    if (mi < 0)
+        return 0;
+    for (uint32_t i = 0; i < sm->n_layers; i++) {
+        if (strcmp(sm->layers[i].name, name) != 0 || !sm->layers[i].has_digest)
+            continue;
+        if (sm->layers[i].digest == m->layers[mi].digest)
+            return 0;
+        snprintf(err, errlen,
+                 "layer %s of %s has digest %08x, the daemon's has %08x: not the model the daemon "
+                 "serves%s%s",
+                 name, file, m->layers[mi].digest, sm->layers[i].digest,
+                 sm->path[0] ? " (it serves " : "", sm->path[0] ? sm->path : "");
+        if (sm->path[0]) {
+            size_t at = strlen(err);
+            snprintf(err + at, errlen > at ? errlen - at : 0, ")");
+        }
+        return -EINVAL;
+    }
+    return 0;
+}
