@@ -240,8 +240,11 @@ static int default_src(pj_sockpath_role role, char *url, size_t urllen, pj_sockp
                 from = PJ_SOCKPATH_FROM_INSTANCE;
                 rc = ri == 1 ? 0 : ri;
             } else {
+                /* Nothing anywhere: where this user's daemon would listen
+                 * by default, which for root is the system instance's. */
                 from = PJ_SOCKPATH_FROM_NONE_FOUND;
-                rc = put_url(url, urllen, err, errlen, "ipc://", own, "");
+                rc = put_url(url, urllen, err, errlen, "ipc://",
+                             geteuid() == 0 ? PJ_SOCKPATH_SYSTEM : own, "");
             }
         }
     }
@@ -284,21 +287,23 @@ const char *pj_sockpath_source_text(pj_sockpath_role role, pj_sockpath_source sr
     case PJ_SOCKPATH_FROM_ENV:
         return "from $" PJ_SOCKPATH_ENV;
     case PJ_SOCKPATH_FROM_SYSTEM:
-        return server ? "the default (step 2: running as root)"
-                      : "the default (step 2: " PJ_SOCKPATH_SYSTEM " exists)";
+        return server ? "the default for root (the system instance's)"
+                      : "the default (the system instance's: " PJ_SOCKPATH_SYSTEM " exists)";
     case PJ_SOCKPATH_FROM_XDG:
-        return server ? "the default (step 3: not root, $XDG_RUNTIME_DIR is set)"
-                      : "the default (step 3: your own, under $XDG_RUNTIME_DIR)";
+        return server ? "the default when not root ($XDG_RUNTIME_DIR is set)"
+                      : "the default (your own, under $XDG_RUNTIME_DIR)";
     case PJ_SOCKPATH_FROM_TMP:
-        return server ? "the default (step 3: not root, $XDG_RUNTIME_DIR is unset)"
-                      : "the default (step 3: your own, $XDG_RUNTIME_DIR is unset)";
+        return server ? "the default when not root ($XDG_RUNTIME_DIR is unset)"
+                      : "the default (your own, $XDG_RUNTIME_DIR is unset)";
     case PJ_SOCKPATH_FROM_NONE_FOUND:
         /* Said to a client that found no daemon: where else it looked. */
-        return "the default (step 5: your own socket; no projd found there, at " PJ_SOCKPATH_SYSTEM
-               " or as a projd-<N>.sock in " PJ_SOCKPATH_RUNDIR ")";
+        return "the default; no projd found: none at " PJ_SOCKPATH_SYSTEM
+               ", no projd-<N>.sock in " PJ_SOCKPATH_RUNDIR
+               ", none of your own (root's own is the system instance's, "
+               "others' under $XDG_RUNTIME_DIR/projd or /tmp/projd-<uid>)";
     case PJ_SOCKPATH_FROM_INSTANCE:
-        return "the default (step 4: no socket of your own, and the only projd-<N>.sock "
-               "listened on in " PJ_SOCKPATH_RUNDIR ")";
+        return "the default (no socket of your own, and the only projd-<N>.sock listened on "
+               "in " PJ_SOCKPATH_RUNDIR ")";
     }
     return "unknown";
 }

@@ -18,8 +18,9 @@
  *      when none is, every such socket file does. Exactly one: that one;
  *      several: -ENOTUNIQ, listing them, for the caller to pick one
  *      ($PROJD_SOCKET, projctl --socket or --instance N);
- *   5. else step 3's URL, whose file is missing or not listened on (the
- *      connect says so, and that nothing was found in steps 2 and 4).
+ *   5. else where this user's daemon would listen: step 3's URL, or for
+ *      root step 2's (a root daemon's default); its file is missing or not
+ *      listened on, and the connect says so and where else it looked.
  */
 #ifndef PJ_SOCKPATH_H
 #define PJ_SOCKPATH_H
