@@ -816,6 +816,10 @@ static check_result compare(const uint16_t *y, const uint16_t *ref, size_t count
 static int cmd_project(opts *o)
 {
     if (!o->layer || o->m < 0) {
+        fprintf(stderr, "projctl: project needs %s\n",
+                !o->layer && o->m < 0 ? "--layer L and --m M"
+                : !o->layer           ? "--layer L"
+                                      : "--m M");
         fputs(help_for("project"), stderr);
         return EXIT_USAGE;
     }

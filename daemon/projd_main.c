@@ -121,7 +121,9 @@ static void usage(FILE *f)
             "  serving, exit 0); SIGHUP reloads log level, limits, auth (the outcome: the\n"
             "  log, STATS \"reload\", systemd's STATUS=; during the start: once ready).\n"
             "Environment: " PJ_SOCKPATH_ENV
-            " (the socket, above); NOTIFY_SOCKET, WATCHDOG_USEC (systemd).\n"
+            " (the socket, above); NOTIFY_SOCKET, WATCHDOG_USEC (systemd);\n"
+            "  PROJD_RING_LOOP_SPIN=0 (the loop sleeps between ring requests), PROJD_CUDA_*\n"
+            "  (tuning and tests: daemon/CUDA.md, deploy/README.md).\n"
             "Exit codes:\n"
             "  0  stopped cleanly (SIGTERM/SIGINT); --check-config found no problem;\n"
             "     --print-config, --help, --version\n"
@@ -271,7 +273,12 @@ static void on_hup(uv_signal_t *h, int signum)
         d->cfg.log = next.log;
         pj_server_reload(d->server, &next);
         r = PJ_RELOAD_APPLIED;
-        snprintf(msg, sizeof msg, "log level, limits and auth from %s", file);
+        if (d->args.config)
+            snprintf(msg, sizeof msg, "log level, limits and auth from %s", file);
+        else
+            snprintf(msg, sizeof msg,
+                     "log level, limits and auth: the built-in defaults and the "
+                     "command line (no --config file)");
     }
     pj_server_note_reload(d->server, r, msg);
     if (tell) {
@@ -528,7 +535,8 @@ int main(int argc, char **argv)
     static daemon_state d;
     int o;
     pj_log_init();
-    while ((o = getopt_long(argc, argv, "hV", opts, NULL)) != -1) {
+    /* ':' first: getopt stays quiet and a mistake gets one line here. */
+    while ((o = getopt_long(argc, argv, ":hV", opts, NULL)) != -1) {
         switch (o) {
         case 'c':
             d.args.config = optarg;
@@ -557,14 +565,16 @@ int main(int argc, char **argv)
         case 'V':
             printf("projd %s\n", PJ_VERSION_STRING);
             return 0;
+        case ':':
+            fprintf(stderr, "projd: %s needs a value\n(see projd --help)\n", argv[optind - 1]);
+            return 2;
         default:
-            usage(stderr);
+            fprintf(stderr, "projd: unknown option \"%s\"\n(see projd --help)\n", argv[optind - 1]);
             return 2;
         }
     }
     if (optind < argc) {
-        fprintf(stderr, "projd: unexpected argument \"%s\"\n", argv[optind]);
-        usage(stderr);
+        fprintf(stderr, "projd: unexpected argument \"%s\"\n(see projd --help)\n", argv[optind]);
         return 2;
     }
     /* --print-config exits before any check: taking both would answer 0

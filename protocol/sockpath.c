@@ -185,8 +185,9 @@ int pj_sockpath_find_instance(const char *dir, char *url, size_t urllen, char *e
         if (n - shown + more)
             at = appendf(err, errlen, at, " and %zu more", n - shown + more);
         appendf(err, errlen, at,
-                "; pick one with --socket ipc://%s/projd-N.sock, $%s, or projctl --instance N", dir,
-                PJ_SOCKPATH_ENV);
+                "; pick one: $%s=ipc://%s/projd-N.sock, or that URL given to the client "
+                "(projctl or projload --socket, projctl --instance N, Python Client(url))",
+                PJ_SOCKPATH_ENV, dir);
     }
     if (urllen)
         url[0] = '\0';

@@ -86,6 +86,7 @@ expect 1 "connect ipc:///run/projd/projd-999999\.sock: .*the URL is from --insta
     --instance 999999 status
 expect 1 "connect ipc:///run/projd/projd-999998\.sock: " -i 999998 --config "$tmp/cfg.json" layers
 expect 2 "give one" --socket "$sock" -i 0 status
+expect 2 "^projctl: project needs --m M$" --socket "$sock" project --layer o
 # An empty --socket is said as such (it fell through to the default and the
 # message said both "the default" and "from --socket").
 expect 2 '^projctl: --socket "": empty; give ipc://PATH or a PATH' --socket "" status

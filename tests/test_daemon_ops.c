@@ -1319,8 +1319,15 @@ START_TEST(command_line)
     ck_assert(pj_dproc_log_has(&d, "log.level", 0));
     pj_dproc_cleanup(&d);
 
+    /* One line naming the option (the whole help came out, the error first). */
     const char *unknown[] = {"--frobnicate", NULL};
     ck_assert_int_eq(run_projd(&d, NULL, unknown, 0), 2);
+    ck_assert(pj_dproc_log_has(&d, "projd: unknown option \"--frobnicate\"", 0));
+    ck_assert(!pj_dproc_log_has(&d, "usage:", 0));
+    pj_dproc_cleanup(&d);
+    const char *novalue[] = {"--model", NULL};
+    ck_assert_int_eq(run_projd(&d, NULL, novalue, 0), 2);
+    ck_assert(pj_dproc_log_has(&d, "projd: --model needs a value", 0));
     pj_dproc_cleanup(&d);
 
     /* A missing config file names itself. */
