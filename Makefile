@@ -61,6 +61,19 @@ CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcub
              -lcudart_static -lstdc++
 endif
 
+# ---- what the build folder was built with ---------------------------------
+# Objects do not know the flags they were compiled with: a CUDA=1 build in a
+# folder a CUDA=0 build made kept that build's objects (a projd without its
+# cuda backend, silently). The folder remembers its settings; when they
+# change, every object depends on a newer stamp and is compiled again.
+FLAGS_STAMP := $(BUILD)/.flags
+FLAGS_NOW := CUDA=$(CUDA) CC=$(CC) CPPFLAGS=$(CPPFLAGS) CFLAGS=$(CFLAGS) NVCC=$(NVCC) \
+             NVCCFLAGS=$(NVCCFLAGS)
+ifeq ($(filter clean format,$(MAKECMDGOALS)),)
+$(shell mkdir -p $(BUILD) && { [ "$$(cat $(FLAGS_STAMP) 2>/dev/null)" = '$(FLAGS_NOW)' ] || \
+        printf '%s\n' '$(FLAGS_NOW)' >$(FLAGS_STAMP); })
+endif
+
 # ---- sources -------------------------------------------------------------
 # Conventions: <dir>/<prog>_main.c is a program (binary name: underscores to
 # hyphens); *_cuda.c is host code that calls CUDA; *.cu are kernels.
@@ -120,15 +133,15 @@ $(BUILD)/gen/default_config.c: config/default.json
 	   echo 'const char pj_config_default_json[] ='; \
 	   sed 's/\\/\\\\/g; s/"/\\"/g; s/^/"/; s/$$/\\n"/' $<; echo ';'; } >$@
 
-$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c | $(DEPS_STAMP)
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c $(FLAGS_STAMP) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-missing-prototypes -c $< -o $@
 
-$(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
+$(BUILD)/obj/%.o: %.c $(FLAGS_STAMP) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.cu.o: %.cu | $(DEPS_STAMP)
+$(BUILD)/obj/%.cu.o: %.cu $(FLAGS_STAMP) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(NVCC) $(filter-out -D_GNU_SOURCE,$(CPPFLAGS)) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
