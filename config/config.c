@@ -541,7 +541,9 @@ static void string_expectation(const field *f, char *buf, size_t n)
                  max);
         break;
     case S_IPC_URL:
-        snprintf(buf, n, "\"\" or \"ipc://\" followed by a socket path of 1..%d bytes",
+        snprintf(buf, n,
+                 "\"\", \"ipc://\" followed by a socket path of 1..%d bytes, or an absolute "
+                 "path (taken as its ipc:// URL)",
                  SUN_PATH_MAX);
         break;
     case S_ENGINE: {
@@ -560,14 +562,22 @@ static int apply_string(cfg_ctx *c, const field *f, const cJSON *v, char *dst)
     string_expectation(f, what, sizeof what);
     if (!cJSON_IsString(v))
         return fail_got(c, what, v);
-    size_t len = strlen(v->valuestring);
+    const char *val = v->valuestring;
+    /* An absolute path is the ipc:// URL of it, as --socket and
+     * $PROJD_SOCKET take it. */
+    char url[PJ_CFG_PATH + 16];
+    if (f->rule == S_IPC_URL && val[0] == '/' && strlen(val) < sizeof url - 6) {
+        snprintf(url, sizeof url, "ipc://%s", val);
+        val = url;
+    }
+    size_t len = strlen(val);
     if (len >= f->size) /* refused, never truncated */
         return fail(c, "expected %s, got a string of %zu bytes", what, len);
-    if (!string_ok(f->rule, v->valuestring, len))
+    if (!string_ok(f->rule, val, len))
         return fail_got(c, what, v);
     /* The whole buffer is rewritten so equal configs compare equal bytewise. */
     memset(dst, 0, f->size);
-    memcpy(dst, v->valuestring, len);
+    memcpy(dst, val, len);
     return 0;
 }
 

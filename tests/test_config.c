@@ -229,8 +229,8 @@ static const bad_case bad_cases[] = {
      "log.level: key given twice; expected each key at most once per object"},
     /* 23: socket url that is not ipc:// */
     {"{\"socket\":{\"url\":\"tcp://127.0.0.1:5555\"}}", "socket.url",
-     "socket.url: expected \"\" or \"ipc://\" followed by a socket path of 1..107 bytes, got "
-     "\"tcp://127.0.0.1:5555\""},
+     "socket.url: expected \"\", \"ipc://\" followed by a socket path of 1..107 bytes, or an "
+     "absolute path (taken as its ipc:// URL), got \"tcp://127.0.0.1:5555\""},
     /* 24: a valid key followed by a bad one: nothing of the first may stick */
     {"{\"log\":{\"level\":\"debug\"},\"limits\":{\"max_connections\":64,\"max_ops_per_request\":0}"
      "}",
@@ -570,6 +570,16 @@ START_TEST(round_trip_everything_changed)
     ck_assert_msg(rc == 0, "%s", err);
     ck_assert_str_eq(c->socket.url, "ipc:///tmp/pj \"q\"\\.sock");
     ck_assert_str_eq(c->model.path, "/m/\xc3\xa9t\xc3\xa9\ttab.safetensors");
+    /* An absolute path is its ipc:// URL (as --socket takes it); a relative
+     * one is refused, since it would depend on the working directory. */
+    ck_assert_msg(apply_str(c, "{\"socket\":{\"url\":\"/run/x/p.sock\"}}", err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_str_eq(c->socket.url, "ipc:///run/x/p.sock");
+    ck_assert_int_ne(apply_str(c, "{\"socket\":{\"url\":\"run/p.sock\"}}", err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "or an absolute path"), "%s", err);
+    ck_assert_msg(apply_str(c, "{\"socket\":{\"url\":\"ipc:///tmp/pj \\\"q\\\"\\\\.sock\"}}", err,
+                            sizeof err) == 0,
+                  "%s", err);
     ck_assert_uint_eq(c->model.load_threads, 3);
     assert_round_trip(c);
     free(c);
