@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Final check of main after round 34 (pipe 3 with the short step; the
+# table unchanged): bench/final-check.sh (the
+# GPU suites and the fatal-error test with the committed table loaded, the
+# benchmark twice).
+set -u
+OUT=${OUT:-/tmp/pj-out}; mkdir -p /tmp/v "$OUT" /tmp/f
+[ -d /tmp/v/.devrun-v ] || tar xJf .devrun-pack/v.tar.xz -C /tmp/v
+bash bench/final-check.sh /tmp/v/.devrun-v /tmp/f "${COMMIT:-final}"
+tar czf "$OUT/final.tgz" -C /tmp/f .
