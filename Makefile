@@ -64,15 +64,26 @@ endif
 # ---- what the build folder was built with ---------------------------------
 # Objects do not know the flags they were compiled with: a CUDA=1 build in a
 # folder a CUDA=0 build made kept that build's objects (a projd without its
-# cuda backend, silently). The folder remembers its settings; when they
-# change, every object depends on a newer stamp and is compiled again.
+# cuda backend, silently). The folder remembers its settings in a stamp
+# that every object depends on, rewritten (so newer than them all) when a
+# build that compiles finds them changed. Not by a dry run (make -n) nor by
+# the goals that compile nothing (install-files with another build's
+# settings must not force that build to start over).
+.DEFAULT_GOAL := all
 FLAGS_STAMP := $(BUILD)/.flags
 FLAGS_NOW := CUDA=$(CUDA) CC=$(CC) CPPFLAGS=$(CPPFLAGS) CFLAGS=$(CFLAGS) NVCC=$(NVCC) \
              NVCCFLAGS=$(NVCCFLAGS)
-ifeq ($(filter clean format,$(MAKECMDGOALS)),)
-$(shell mkdir -p $(BUILD) && { [ "$$(cat $(FLAGS_STAMP) 2>/dev/null)" = '$(FLAGS_NOW)' ] || \
-        printf '%s\n' '$(FLAGS_NOW)' >$(FLAGS_STAMP); })
+NO_COMPILE_GOALS := clean format deps install-files install-activate uninstall
+ifeq ($(findstring n,$(firstword -$(MAKEFLAGS))),)
+ifneq ($(filter-out $(NO_COMPILE_GOALS),$(or $(MAKECMDGOALS),all)),)
+$(shell [ ! -d $(BUILD) ] || [ "$$(cat $(FLAGS_STAMP) 2>/dev/null)" = '$(FLAGS_NOW)' ] || \
+        printf '%s\n' '$(FLAGS_NOW)' >$(FLAGS_STAMP))
 endif
+endif
+# A folder made (or emptied by clean) since: its first stamp.
+$(FLAGS_STAMP):
+	@mkdir -p $(@D)
+	@printf '%s\n' '$(FLAGS_NOW)' >$@
 
 # ---- sources -------------------------------------------------------------
 # Conventions: <dir>/<prog>_main.c is a program (binary name: underscores to

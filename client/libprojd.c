@@ -1700,6 +1700,25 @@ static int dial_with_retry(projd_conn *c, const struct timespec *deadline)
     }
 }
 
+/* May this process write (so connect to) the socket file st, by its mode?
+ * Owner, then group (the effective gid or a supplementary one), then
+ * other, as the kernel decides; root may. */
+static int may_write_socket(const struct stat *st)
+{
+    if (geteuid() == 0)
+        return 1;
+    if (st->st_uid == geteuid())
+        return (st->st_mode & S_IWUSR) != 0;
+    int in_group = st->st_gid == getegid();
+    gid_t groups[256];
+    int n = getgroups(256, groups);
+    for (int i = 0; i < n && !in_group; i++)
+        in_group = groups[i] == st->st_gid;
+    if (in_group)
+        return (st->st_mode & S_IWGRP) != 0;
+    return (st->st_mode & S_IWOTH) != 0;
+}
+
 /* The dial's failure: a missing socket file said as such (nng reports it
  * as a refusal), with how the URL was chosen when projd_connect chose it. */
 static int dial_error(projd_conn *c, int rv, projd_error *e)
@@ -1711,16 +1730,18 @@ static int dial_error(projd_conn *c, int rv, projd_error *e)
         errno == ENOENT)
         return fail(e, -ENOENT, "connect %s: no socket file at %s (is projd running there?)%s",
                     c->url, path, c->url_from);
-    if (rv == NNG_EPERM && path && stat(path, &st) == 0) {
+    if (rv == NNG_EPERM && path && stat(path, &st) == 0 && !may_write_socket(&st)) {
         /* The kernel's check of the socket file's mode, before projd's
          * own (auth.*): say what the file allows and who is asking. */
-        char grp[64];
-        struct group *g = getgrgid(st.st_gid);
-        snprintf(grp, sizeof grp, "%s", g ? g->gr_name : "?");
-        return fail(e, -EACCES,
+        char grp[64] = "?", buf[1024];
+        struct group gr, *g = NULL;
+        if (getgrgid_r(st.st_gid, &gr, buf, sizeof buf, &g) == 0 && g)
+            snprintf(grp, sizeof grp, "%s", g->gr_name);
+        return fail(e, -EPERM,
                     "connect %s: permission denied by the socket file (mode %04o, owner uid %u, "
-                    "group %s (%u)) to uid %u, gid %u: projd's socket.mode and socket.group "
-                    "decide who may reach it, before its auth lists%s",
+                    "group %s (%u)) to uid %u, gid %u, not in that group: projd's socket.mode and "
+                    "socket.group decide who may reach it, before its auth lists (a user just "
+                    "added to the group must log in again)%s",
                     c->url, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid, grp,
                     (unsigned)st.st_gid, (unsigned)geteuid(), (unsigned)getegid(), c->url_from);
     }

@@ -762,12 +762,15 @@ static const char *model_path(const opts *o, const char *served, const char **fr
     *from = "$PROJD_MODEL";
     if (env && env[0])
         return env;
+    pj_config defaults;
+    pj_config_defaults(&defaults);
+    const int from_config = o->config && strcmp(o->cfg.model.path, defaults.model.path) != 0;
     *from = "model.path of --config";
-    if (o->config || !served || !served[0]) {
-        if (!o->config)
-            *from = "the built-in model.path";
+    if (from_config)
         return o->cfg.model.path;
-    }
+    *from = "the built-in model.path";
+    if (!served || !served[0])
+        return o->cfg.model.path;
     *from = "the daemon's model.path, from STATS";
     return served;
 }

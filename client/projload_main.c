@@ -1411,7 +1411,8 @@ static int load_model(const lt_opts *o, lt_setup *su, projd_conn *ctl)
          * difference does (they are the run's own evidence). */
         if (have_served &&
             pj_served_model_same(&served, su->model, wl->name, o->model, err, sizeof err) != 0)
-            fprintf(stderr, "projload: warning: --model: %s; its checks will fail\n", err);
+            fprintf(stderr, "projload: warning: --model: %s%s\n", err,
+                    o->check_fraction > 0 ? "; its checks will fail" : "");
         su->wt[l] = w;
     }
     return 0;

@@ -56,6 +56,15 @@ static void check_missing_dir(const char *dir, mode_t mode, int *n)
         note("socket dir %s does not exist; a start creates it (mode %04o)", dir, (unsigned)mode);
 }
 
+/* The directory the socket's file is made in: "" stands for "/" (a path
+ * directly under it) or "." (a path without a slash). */
+static const char *dir_of(const pj_socket_look *lk)
+{
+    if (lk->dir[0])
+        return lk->dir;
+    return lk->path[0] == '/' ? "/" : ".";
+}
+
 /* pj_server_check_socket without its probe, and the listener's check of a
  * directory it would create: nothing is created, probed or removed. */
 static void check_socket(const char *url, int *n)
@@ -70,13 +79,14 @@ static void check_socket(const char *url, int *n)
         check_missing_dir(lk.dir, pj_sockpath_dir_mode(url), n);
     else if (lk.dir_errno)
         problem(n, "socket dir %s: %s", lk.dir, strerror(lk.dir_errno));
-    else if (lk.dir[0] && faccessat(AT_FDCWD, lk.dir, W_OK | X_OK, AT_EACCESS) != 0)
+    else if (faccessat(AT_FDCWD, dir_of(&lk), W_OK | X_OK, AT_EACCESS) != 0)
         /* The start makes the socket's lock file there before the load,
          * then the socket: both would fail. */
         problem(n,
                 "socket dir %s: uid %u cannot create files there (%s): a start could make "
-                "neither the socket nor its lock file",
-                lk.dir, (unsigned)geteuid(), strerror(errno));
+                "neither the socket nor its lock file (the check runs as its caller: run it "
+                "as the daemon's user)",
+                dir_of(&lk), (unsigned)geteuid(), strerror(errno));
     else if (lk.exists)
         note("socket %s exists; a start removes it when nobody answers there and stops when a "
              "daemon serves there (not probed here)",
@@ -110,19 +120,29 @@ static int may_chgrp(gid_t gid)
     return (eff & 1ull) != 0; /* CAP_CHOWN is capability 0 */
 }
 
-/* Listed uids and gids outside socket.group are turned away by the socket
- * file's mode before projd's own check sees them, unless "other" may
- * connect. A note: the lists may name socket.group's own members. */
+/* Listed uids and gids that neither own the socket nor share its group
+ * are turned away by the file's mode before projd's own check sees them,
+ * unless "other" may write it (a connect needs write permission alone).
+ * A note: the configuration can still be what was meant. */
 static void check_auth_reach(const pj_config *cfg)
 {
-    if ((cfg->auth.n_uids || cfg->auth.n_gids) && (cfg->socket.mode & 0006) != 0006)
-        note("auth lists %u uid%s and %u gid%s, but socket.mode %04o lets only the socket's owner "
-             "and %s reach it: listed users outside that group are refused by the file's mode "
-             "before projd checks them (socket.mode \"0666\" lets them reach it; the lists still "
-             "decide)",
-             cfg->auth.n_uids, cfg->auth.n_uids == 1 ? "" : "s", cfg->auth.n_gids,
-             cfg->auth.n_gids == 1 ? "" : "s", (unsigned)cfg->socket.mode,
-             cfg->socket.group[0] ? "socket.group's members" : "the daemon's group");
+    if (cfg->socket.mode & 0002)
+        return;
+    uint32_t gid = (uint32_t)getegid(), outside_u = 0, outside_g = 0;
+    char err[256];
+    if (cfg->socket.group[0] && pj_server_socket_group(cfg->socket.group, &gid, err, sizeof err))
+        return; /* check_group says so */
+    for (uint32_t i = 0; i < cfg->auth.n_uids; i++)
+        outside_u += cfg->auth.uids[i] != 0 && cfg->auth.uids[i] != (uint32_t)geteuid();
+    for (uint32_t i = 0; i < cfg->auth.n_gids; i++)
+        outside_g += cfg->auth.gids[i] != gid;
+    if (outside_u + outside_g)
+        note("auth lists %u uid%s and %u gid%s outside the socket's owner and group, but "
+             "socket.mode %04o lets only those reach it: they are refused by the file's mode "
+             "before projd checks them (a mode with o+w, \"0666\", lets them reach it; the lists "
+             "still decide)",
+             outside_u, outside_u == 1 ? "" : "s", outside_g, outside_g == 1 ? "" : "s",
+             (unsigned)cfg->socket.mode);
 }
 
 static void check_group(const pj_config *cfg, int *n)

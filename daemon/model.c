@@ -532,6 +532,10 @@ int pj_model_load_progress(const pj_config *cfg, pj_model **out, pj_st_file **fi
         return -ENOMEM;
     }
     snprintf(m->path, sizeof m->path, "%s", path);
+    char *abs = realpath(path, NULL);
+    snprintf(m->abs_path, sizeof m->abs_path, "%s",
+             abs && strlen(abs) < sizeof m->abs_path ? abs : path);
+    free(abs);
     double t0 = now_ms();
     /* Past 64 threads a load is bound by memory bandwidth, not cores. */
     unsigned threads = cfg->model.load_threads ? cfg->model.load_threads : pj_cpu_count();

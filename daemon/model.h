@@ -63,6 +63,10 @@ typedef struct pj_model_store {
 
 typedef struct pj_model {
     char path[PJ_CFG_PATH];
+    /* path made absolute (realpath at the load), for those who read it
+     * elsewhere (STATS model.path: a client in another working directory);
+     * path itself when it cannot be resolved or does not fit. */
+    char abs_path[PJ_CFG_PATH];
     uint32_t n_layers;
     pj_model_layer layers[PJ_CFG_MAX_LAYERS];
     double load_ms, convert_ms; /* reading + copying; packing + splitting + verifying */

@@ -569,7 +569,16 @@ int main(int argc, char **argv)
             fprintf(stderr, "projd: %s needs a value\n(see projd --help)\n", argv[optind - 1]);
             return 2;
         default:
-            fprintf(stderr, "projd: unknown option \"%s\"\n(see projd --help)\n", argv[optind - 1]);
+            /* optopt: a short option's letter, or a long option's value
+             * when it was given a value it does not take; 0 for a long
+             * option that is unknown or ambiguous. */
+            if (optopt && strncmp(argv[optind - 1], "--", 2) != 0)
+                fprintf(stderr, "projd: unknown option \"-%c\"\n(see projd --help)\n", optopt);
+            else if (optopt)
+                fprintf(stderr, "projd: %s takes no value\n(see projd --help)\n", argv[optind - 1]);
+            else
+                fprintf(stderr, "projd: unknown or ambiguous option \"%s\"\n(see projd --help)\n",
+                        argv[optind - 1]);
             return 2;
         }
     }

@@ -1087,7 +1087,7 @@ static char *stats_text(pj_server *s)
      * of the same shapes (client/python/projd.py check_weight). */
     cJSON *md = cJSON_AddObjectToObject(o, "model");
     if (md) {
-        cJSON_AddStringToObject(md, "path", s->model->path);
+        cJSON_AddStringToObject(md, "path", s->model->abs_path);
         cJSON_AddNumberToObject(md, "file_bytes", (double)s->model->file_bytes);
         cJSON *ml = cJSON_AddArrayToObject(md, "layers");
         for (uint32_t i = 0; ml && i < nl; i++) {

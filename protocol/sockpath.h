@@ -45,7 +45,8 @@ typedef enum pj_sockpath_source {
     PJ_SOCKPATH_FROM_INSTANCE,       /* step 4: the only /run/projd/projd-<N>.sock */
     PJ_SOCKPATH_FROM_XDG,            /* step 3, XDG_RUNTIME_DIR set */
     PJ_SOCKPATH_FROM_TMP,            /* step 3, /tmp/projd-<uid> */
-    PJ_SOCKPATH_FROM_NONE_FOUND,     /* step 5 (client): step 3's URL, nothing found */
+    PJ_SOCKPATH_FROM_NONE_FOUND,     /* step 5 (client): nothing found; the user's own
+                                      * URL (root's: step 2's) */
 } pj_sockpath_source;
 
 /* Writes the default URL for `role` into url (urllen bytes). Returns 0,

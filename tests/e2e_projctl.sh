@@ -4,6 +4,8 @@
 # options, arguments and files that are wrong, so that a mistake is said,
 # not ignored. Usage: tests/e2e_projctl.sh BUILD_DIR (shellcheck -x: it sources daemons.sh)
 set -u
+# --check without --model falls back to $PROJD_MODEL before the daemon's file.
+unset PROJD_MODEL
 build=${1:-build}
 bin=$build/bin
 for f in "$bin/projd" "$bin/projctl"; do
@@ -100,6 +102,19 @@ expect 0 "bit-exact 200 / 200" --socket "$sock" project --layer o --m 2 --n 100 
 # serves (its STATS model.path); another file with the same shapes is
 # named as not the daemon's model before anything is compared.
 expect 0 "bit-exact 512 / 512" --socket "$sock" project --layer o --m 2 --check
+# A daemon given a relative model path names it absolute in STATS, so that
+# a client in another directory finds the file.
+absbin=$(cd "$bin" && pwd)
+(cd "$tmp" && exec "$absbin/projd" --config "$tmp/main.json" --model "${model##*/}" \
+    --socket "ipc://$tmp/rel.sock" 2>"$tmp/rel.log") &
+relpid=$!
+for _ in $(seq 150); do
+    "$bin/projctl" --socket "ipc://$tmp/rel.sock" status >/dev/null 2>&1 && break
+    sleep 0.2
+done
+expect 0 "^model\.path +$model$" --socket "ipc://$tmp/rel.sock" stats
+expect 0 "bit-exact 512 / 512" --socket "ipc://$tmp/rel.sock" project --layer o --m 2 --check
+kill -TERM "$relpid" && wait "$relpid"
 "$bin/projctl" mkmodel --preset small --seed 2 --out "$tmp/other.safetensors" >/dev/null
 expect 1 "--check: layer o of $tmp/other\.safetensors has digest [0-9a-f]{8}, the daemon's has [0-9a-f]{8}: not the model the daemon serves \(it serves $model\)" \
     --socket "$sock" project --layer o --m 2 --check --model "$tmp/other.safetensors"
