@@ -1700,25 +1700,6 @@ static int dial_with_retry(projd_conn *c, const struct timespec *deadline)
     }
 }
 
-/* May this process write (so connect to) the socket file st, by its mode?
- * Owner, then group (the effective gid or a supplementary one), then
- * other, as the kernel decides; root may. */
-static int may_write_socket(const struct stat *st)
-{
-    if (geteuid() == 0)
-        return 1;
-    if (st->st_uid == geteuid())
-        return (st->st_mode & S_IWUSR) != 0;
-    int in_group = st->st_gid == getegid();
-    gid_t groups[256];
-    int n = getgroups(256, groups);
-    for (int i = 0; i < n && !in_group; i++)
-        in_group = groups[i] == st->st_gid;
-    if (in_group)
-        return (st->st_mode & S_IWGRP) != 0;
-    return (st->st_mode & S_IWOTH) != 0;
-}
-
 /* The dial's failure: a missing socket file said as such (nng reports it
  * as a refusal), with how the URL was chosen when projd_connect chose it. */
 static int dial_error(projd_conn *c, int rv, projd_error *e)
@@ -1730,7 +1711,10 @@ static int dial_error(projd_conn *c, int rv, projd_error *e)
         errno == ENOENT)
         return fail(e, -ENOENT, "connect %s: no socket file at %s (is projd running there?)%s",
                     c->url, path, c->url_from);
-    if (rv == NNG_EPERM && path && stat(path, &st) == 0 && !may_write_socket(&st)) {
+    /* faccessat with the effective ids asks the kernel what the connect
+     * met: the file's mode (owner, group or supplementary group, other). */
+    if (rv == NNG_EPERM && path && stat(path, &st) == 0 &&
+        faccessat(AT_FDCWD, path, W_OK, AT_EACCESS) != 0) {
         /* The kernel's check of the socket file's mode, before projd's
          * own (auth.*): say what the file allows and who is asking. */
         char grp[64] = "?", buf[1024];

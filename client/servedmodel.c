@@ -65,13 +65,9 @@ int pj_served_model_same(const pj_served_model *sm, const pj_model *m, const cha
             return 0;
         snprintf(err, errlen,
                  "layer %s of %s has digest %08x, the daemon's has %08x: not the model the daemon "
-                 "serves%s%s",
+                 "serves%s%s%s",
                  name, file, m->layers[mi].digest, sm->layers[i].digest,
-                 sm->path[0] ? " (it serves " : "", sm->path[0] ? sm->path : "");
-        if (sm->path[0]) {
-            size_t at = strlen(err);
-            snprintf(err + at, errlen > at ? errlen - at : 0, ")");
-        }
+                 sm->path[0] ? " (it serves " : "", sm->path, sm->path[0] ? ")" : "");
         return -EINVAL;
     }
     return 0;

@@ -124,14 +124,11 @@ static int may_chgrp(gid_t gid)
  * are turned away by the file's mode before projd's own check sees them,
  * unless "other" may write it (a connect needs write permission alone).
  * A note: the configuration can still be what was meant. */
-static void check_auth_reach(const pj_config *cfg)
+static void check_auth_reach(const pj_config *cfg, uint32_t gid)
 {
     if (cfg->socket.mode & 0002)
         return;
-    uint32_t gid = (uint32_t)getegid(), outside_u = 0, outside_g = 0;
-    char err[256];
-    if (cfg->socket.group[0] && pj_server_socket_group(cfg->socket.group, &gid, err, sizeof err))
-        return; /* check_group says so */
+    uint32_t outside_u = 0, outside_g = 0;
     for (uint32_t i = 0; i < cfg->auth.n_uids; i++)
         outside_u += cfg->auth.uids[i] != 0 && cfg->auth.uids[i] != (uint32_t)geteuid();
     for (uint32_t i = 0; i < cfg->auth.n_gids; i++)
@@ -145,17 +142,22 @@ static void check_auth_reach(const pj_config *cfg)
              (unsigned)cfg->socket.mode);
 }
 
-static void check_group(const pj_config *cfg, int *n)
+/* 1 with *gid the group the socket will have (socket.group, else the
+ * daemon's), 0 when socket.group cannot be used (said). */
+static int check_group(const pj_config *cfg, uint32_t *gid, int *n)
 {
     char err[1024];
-    uint32_t gid = 0;
-    if (pj_server_socket_group(cfg->socket.group, &gid, err, sizeof err) != 0)
+    *gid = (uint32_t)getegid();
+    if (pj_server_socket_group(cfg->socket.group, gid, err, sizeof err) != 0) {
         problem(n, "%s", err);
-    else if (cfg->socket.group[0] && !may_chgrp((gid_t)gid))
+        return 0;
+    }
+    if (cfg->socket.group[0] && !may_chgrp((gid_t)*gid))
         problem(n,
                 "socket.group \"%s\": uid %u is not root, not a member of it and lacks "
                 "CAP_CHOWN, so a start cannot give the socket that group",
                 cfg->socket.group, (unsigned)geteuid());
+    return 1;
 }
 
 /* pj_model_check stops at the first problem; each layer checked on its
@@ -226,8 +228,9 @@ int pj_checkcfg_run(const pj_config *cfg, const char *config_file, const char *u
     else if (pj_backend_check_device(ops, cfg, err, sizeof err) != 0)
         problem(&n, "backend %s: %s", ops->name, err);
     check_socket(url, &n);
-    check_group(cfg, &n);
-    check_auth_reach(cfg);
+    uint32_t gid;
+    if (check_group(cfg, &gid, &n))
+        check_auth_reach(cfg, gid);
     check_model(cfg, &n);
     check_table(cfg, selected ? ops : NULL, &n);
     if (n) {

@@ -101,27 +101,32 @@ void pj_notify_ready(const char *status)
     send_text(text, 1);
 }
 
-void pj_notify_status(const char *fmt, ...)
+/* head, then STATUS= and the printf text. */
+static void send_status(const char *head, int may_wait, const char *fmt, va_list ap)
 {
     char text[600];
-    int n = snprintf(text, sizeof text, "STATUS=");
+    int n = snprintf(text, sizeof text, "%sSTATUS=", head);
+    vsnprintf(text + n, sizeof text - (size_t)n, fmt, ap);
+    send_text(text, may_wait);
+}
+
+void pj_notify_status(const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(text + n, sizeof text - (size_t)n, fmt, ap);
+    send_status("", 0, fmt, ap);
     va_end(ap);
-    send_text(text, 0);
 }
 
 void pj_notify_progress(const char *fmt, ...)
 {
-    char text[600];
-    int n = snprintf(text, sizeof text, "EXTEND_TIMEOUT_USEC=%llu\nSTATUS=",
-                     (unsigned long long)PJ_NOTIFY_STEP_SEC * 1000000ull);
+    char head[48];
+    snprintf(head, sizeof head, "EXTEND_TIMEOUT_USEC=%llu\n",
+             (unsigned long long)PJ_NOTIFY_STEP_SEC * 1000000ull);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(text + n, sizeof text - (size_t)n, fmt, ap);
+    send_status(head, 1, fmt, ap);
     va_end(ap);
-    send_text(text, 1);
 }
 
 void pj_notify_reloading(const char *status)
