@@ -630,10 +630,18 @@ static int cmd_layers(opts *o)
         projd_close(c);
         return 0;
     }
-    printf("%-5s %-24s %8s %8s  %s\n", "index", "name", "n", "k", "format");
+    /* Names are up to 63 bytes (SGLang prefixes run to 30-40): the column
+     * is as wide as the longest, 24 at least. */
+    int w = 24;
+    for (uint32_t i = 0; i < inf->n_layers; i++) {
+        size_t len = strnlen(inf->layers[i].name, sizeof inf->layers[i].name);
+        if ((int)len > w)
+            w = (int)len;
+    }
+    printf("%-5s %-*s %8s %8s  %s\n", "index", w, "name", "n", "k", "format");
     for (uint32_t i = 0; i < inf->n_layers; i++) {
         const pj_wire_layer *l = &inf->layers[i];
-        printf("%-5u %-24s %8u %8u  %s\n", i, l->name, l->n, l->k, projd_format_name(l->format));
+        printf("%-5u %-*s %8u %8u  %s\n", i, w, l->name, l->n, l->k, projd_format_name(l->format));
     }
     /* Only the cuda backend captures graphs; the cpu backend's WELCOME
      * lists the configured shapes all the same. */

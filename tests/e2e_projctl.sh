@@ -193,6 +193,20 @@ else
     fi
 fi
 
+# Layer names of up to 63 bytes (an SGLang prefix, as projd_sglang's
+# quant_config maps them): the layers table's name column is as wide as the
+# longest, so the numbers stay in their columns.
+pjd_start long '{ "device": { "backend": "cpu" }, "cpu": { "threads": 1 }, "log": { "level": "warn" },
+  "model": { "layers": [ { "name": "model.layers.0.self_attn.qkv_proj", "tensor": "qkv_gate.weight" },
+                         { "name": "o", "tensor": "o.weight" } ] } }' 30
+expect 0 "^0     model\.layers\.0\.self_attn\.qkv_proj      320      256  z12$" \
+    --socket "ipc://$tmp/long.sock" layers
+if ! grep -Eq "^1     o {32}      256      192  z12$" "$tmp/expect.out"; then
+    failures=$((failures + 1))
+    echo "e2e_projctl: FAIL: layers with a long name: the short one's row is out of its columns:" >&2
+    sed 's/^/    /' "$tmp/expect.out" >&2
+fi
+
 # status names buffer releases that have not returned: a daemon whose
 # releases each take 3 s (PROJD_CPU_CLOSE_HOLD_MS, tests only), after a
 # project run (its x and y released when it disconnects).
