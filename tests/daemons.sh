@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # daemons.sh — sourced by the test scripts that start projd daemons of their
-# own (tests/e2e_python.sh, tests/gpu/python_torch.sh, tests/e2e_install.sh).
+# own (tests/e2e_python.sh, tests/gpu/python_torch.sh, python_sglang.sh,
+# tests/e2e_install.sh and more).
 #
 #   pjd_setup TAG          a temporary folder $tmp, killed daemons and the
 #                          folder removed on exit; messages start with TAG
@@ -17,6 +18,10 @@
 #   pjd_expect CODE RE CMD...  CMD exits CODE and its output (both streams)
 #                          matches the extended regex RE; counts $cases and
 #                          $failures, and prints what a failing case said
+#   pjd_torch_gpu TAG BUILD  for the GPU suites in Python: $lib (the build's
+#                          libprojd.so) and $py (a python3 whose torch sees a
+#                          CUDA device); exits 1 when the build lacks projd,
+#                          projctl or the library, 77 (skipped) without them
 # The caller sets $bin (the build's bin folder) and, before pjd_start,
 # $model (the model file; pjd_mkmodel sets it).
 # shellcheck disable=SC2154  # bin and model: the caller's
@@ -112,5 +117,24 @@ pjd_asan_env() {
     if readelf -d "$1" 2>/dev/null | grep -q 'libasan'; then
         asan_env+=("LD_PRELOAD=$("$cc" -print-file-name=libasan.so)"
             "ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}")
+    fi
+}
+
+pjd_torch_gpu() {
+    local tag=$1 build=$2 f
+    lib=
+    for f in "$build"/lib/libprojd.so*; do
+        [ -e "$f" ] && lib=$f && break
+    done
+    for f in "$build/bin/projd" "$build/bin/projctl" "$lib"; do
+        if [ -z "$f" ] || [ ! -e "$f" ]; then
+            echo "$tag: FAIL: ${f:-libprojd.so} is missing under $build" >&2
+            exit 1
+        fi
+    done
+    py=$(command -v python3 || true)
+    if [ -z "$py" ] || ! "$py" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+        echo "$tag: no python3 with torch and a CUDA device here: skipped"
+        exit 77
     fi
 }

@@ -1,13 +1,19 @@
 """projd_sglang — run an SGLang linear layer through projd.
 
-Checked on the GPU host by tests/gpu/python_torch.sh (make test-gpu):
+Checked on the GPU host (make test-gpu) by tests/gpu/python_torch.sh:
 projd on the cuda backend, torch tensors, every layer and m = 1-256,
-against a float64 reference; skipped where torch or a GPU is missing (CI).
-It has not run inside SGLang itself. It is written against SGLang's
-LinearMethodBase (python/sglang/srt/layers/quantization/base_config.py:
-create_weights(layer, input_size_per_partition, output_partition_sizes,
-input_size, output_size, params_dtype, **extra_weight_attrs) and
-apply(layer, x, bias=None)) and kept small so that it can be read whole.
+against a float64 reference; and by tests/gpu/python_sglang.sh inside
+SGLang's own linear layers (QKVParallelLinear with bias, RowParallel,
+MergedColumnParallel, Replicated with skip_bias_add; SGLang 0.5.10),
+built with quant_config() and loaded by SGLang's weight loaders, at
+tensor parallelism 1. Both are skipped where torch, a GPU or SGLang is
+missing (CI). SGLang's server itself has not run with it (its compiled
+kernels need another torch than the GPU host's). It is written against
+SGLang's LinearMethodBase (python/sglang/srt/layers/quantization/
+base_config.py: create_weights(layer, input_size_per_partition,
+output_partition_sizes, input_size, output_size, params_dtype,
+**extra_weight_attrs) and apply(layer, x, bias=None)) and kept small so
+that it can be read whole.
 
 What it assumes:
   - projd runs the cuda backend on the GPU that holds x, and serves a layer
@@ -90,11 +96,16 @@ it joins lost as well and moves on once more: one apply() tries at most
 RECONNECT_TRIES = 3 connections. An apply() that fails for another
 reason, or on its last try, raises.
 
-Use: one projd.Client shared by every layer, one method per layer, e.g.
-from a QuantizationConfig's get_quant_method(layer, prefix)::
+Use: one projd.Client shared by every layer, one method per layer. With
+SGLang's layers, quant_config(client) makes the QuantizationConfig that
+hands them out by prefix (the daemon's layers named as SGLang's prefixes,
+or a dict or function from prefix to the daemon's name)::
 
     client = projd.Client(ring=True)            # $PROJD_SOCKET or the default
-    method = ProjdLinearMethod("o", client)     # the daemon's layer name
+    qc = quant_config(client)                   # or quant_config(client, {prefix: name})
+    qkv = QKVParallelLinear(4096, 128, 32, 2, quant_config=qc,  # 4608 rows
+                            prefix="model.layers.0.self_attn.qkv_proj")
+    method = ProjdLinearMethod("o", client)     # or one method by hand
 
 ring=True sends each projection through a shared-memory ring instead of
 nng (PROTOCOL.md, "The ring"): the same requests and results without
@@ -117,7 +128,7 @@ import time
 
 import projd
 
-__all__ = ["ProjdLinearMethod", "check_weight", "release_registrations"]
+__all__ = ["ProjdLinearMethod", "check_weight", "quant_config", "release_registrations"]
 
 
 def _torch():
@@ -507,8 +518,12 @@ class ProjdLinearMethod:
         tracing into it (see the module's notes). Once per method; a torch
         without torch.compiler.disable (before 2.2) has nothing to trace."""
         disable = getattr(getattr(torch, "compiler", None), "disable", None)
-        if disable is not None and "apply" not in self.__dict__:
+        # A marker, not "apply" in __dict__: SGLang's LinearBase may have
+        # wrapped apply on the instance already (its kernel API logging,
+        # SGLANG_KERNEL_API_LOGLEVEL), and that wrapper must be opaque too.
+        if disable is not None and not self.__dict__.get("_projd_opaque", False):
             self.apply = disable(self.apply)
+            self._projd_opaque = True
 
     def process_weights_after_loading(self, layer) -> None:
         return  # the daemon holds the weights
@@ -633,3 +648,76 @@ class ProjdLinearMethod:
         finally:
             if launched:  # even on an error: what was launched reads x, writes y
                 stream.wait_event(ev.y_done)
+
+
+def quant_config(client: "projd.Client", layers=None):
+    """An SGLang QuantizationConfig whose linear layers run in projd: pass it
+    as the quant_config of a model class or of SGLang's linear layers
+    (sglang.srt.layers.linear), which ask it for each layer's method by the
+    layer's prefix (its name in the state dict, e.g.
+    "model.layers.0.self_attn.qkv_proj").
+
+    layers says which daemon layer serves a prefix: a dict prefix -> daemon
+    layer name, a callable prefix -> name or None, or None (the default):
+    the daemon's layer named as the prefix, where it serves one. A linear
+    layer that maps to no daemon layer keeps SGLang's own method
+    (UnquantizedLinearMethod: its weights on this GPU, as without projd);
+    a name the daemon does not serve raises KeyError when the layer is
+    built. Other layers (embeddings, the LM head, fused MoE experts) get
+    None, which SGLang takes as its unquantized method. Each linear layer
+    gets a ProjdLinearMethod of its own, all on client.
+
+    SGLang's server builds its QuantizationConfig from --quantization and
+    the checkpoint's config, which cannot hand over a connection: this is
+    for code that builds the model itself (tests/python/test_sglang_gpu.py
+    does it with SGLang's layers). Needs SGLang importable."""
+    from sglang.srt.layers.linear import LinearBase
+    from sglang.srt.layers.quantization.base_config import QuantizationConfig
+    from sglang.srt.layers.quantization.unquant import UnquantizedLinearMethod
+
+    if not isinstance(client, projd.Client):
+        raise TypeError("client must be a projd.Client, not %s" % type(client).__name__)
+    if layers is None:
+        served = {L.name for L in client.layers}
+
+        def name_for(prefix):
+            return prefix if prefix in served else None
+
+    elif isinstance(layers, dict):
+        name_for = layers.get
+    elif callable(layers):
+        name_for = layers
+    else:
+        raise TypeError("layers must be None, a dict or a callable, not %s" % type(layers).__name__)
+
+    class ProjdQuantConfig(QuantizationConfig):
+        def get_name(self):
+            return "projd"
+
+        def get_supported_act_dtypes(self):
+            return [_torch().bfloat16]
+
+        @classmethod
+        def get_min_capability(cls):
+            return 90  # the cuda backend's kernels are built for sm_90a
+
+        @staticmethod
+        def get_config_filenames():
+            return []
+
+        @classmethod
+        def from_config(cls, config):
+            raise ValueError("projd's SGLang config is made by projd_sglang.quant_config(client, layers)")
+
+        def get_quant_method(self, layer, prefix):
+            if not isinstance(layer, LinearBase):
+                return None
+            name = name_for(prefix)
+            if name is None:
+                return UnquantizedLinearMethod()
+            return ProjdLinearMethod(name, client)
+
+        def get_scaled_act_names(self):
+            return []
+
+    return ProjdQuantConfig()

@@ -12,24 +12,10 @@ set -u
 build=${1:-build}
 bin=$build/bin
 here=$(cd "$(dirname "$0")" && pwd)
-lib=
-for f in "$build"/lib/libprojd.so*; do
-    [ -e "$f" ] && lib=$f && break
-done
-for f in "$bin/projd" "$bin/projctl" "$lib"; do
-    if [ -z "$f" ] || [ ! -e "$f" ]; then
-        echo "python_torch: FAIL: ${f:-libprojd.so} is missing under $build" >&2
-        exit 1
-    fi
-done
-py=$(command -v python3 || true)
-if [ -z "$py" ] || ! "$py" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
-    echo "python_torch: no python3 with torch and a CUDA device here: skipped"
-    exit 77
-fi
-
 # shellcheck source=tests/daemons.sh
 . "$here/../daemons.sh"
+pjd_torch_gpu python_torch "$build"
+
 pjd_setup python_torch
 
 pjd_mkmodel small 3

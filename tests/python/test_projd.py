@@ -1523,6 +1523,25 @@ class SglangApplyTests(unittest.TestCase):
         del self.torch.compiler
         other.create_weights(layer, 192, [256], 192, 256, "bf16")
         self.assertNotIn("apply", other.__dict__)
+        # SGLang's LinearBase wraps apply on the instance before
+        # create_weights when its kernel API logging is on
+        # (SGLANG_KERNEL_API_LOGLEVEL): that wrapper is made opaque too.
+        self.torch.compiler = type("compiler", (), {"disable": staticmethod(disable)})()
+        logged = object.__new__(self.mod.ProjdLinearMethod)
+        logged.client, logged.L = self.client, self.meth.L
+        calls = []
+        inner = logged.apply
+
+        def logging_wrapper(*a, **kw):
+            calls.append(1)
+            return inner(*a, **kw)
+
+        logged.apply = logging_wrapper
+        logged.create_weights(layer, 192, [256], 192, 256, "bf16")
+        self.assertTrue(getattr(logged.apply, "_torchdynamo_disable", False), "an instance's wrapped apply stays traceable")
+        del wrapped[:]
+        logged.apply(layer, self.alloc(4, 192))
+        self.assertEqual((len(wrapped), len(calls)), (1, 1), "apply() not called through both wrappers")
 
     def test_release_racing_apply_leaves_nothing_registered(self):
         x = self.alloc(4, 192)
@@ -1923,6 +1942,114 @@ class SglangApplyTests(unittest.TestCase):
         self.assertEqual(y.shape, (4, 256))
         self.assertEqual(self.client.requests, [1])
         self.assertEqual([e[0] for e in self.stream.log], ["record", "wait"])
+
+
+class SglangQuantConfigTests(unittest.TestCase):
+    """projd_sglang.quant_config with stand-ins for SGLang's modules (the
+    three names it imports) and a client that never connected: which
+    method each prefix gets. tests/gpu/python_sglang.sh runs the same with
+    SGLang's own layers on the GPU host."""
+
+    class OfflineClient(projd.Client):
+        """A projd.Client (quant_config checks) that serves names, on the
+        cuda backend, without a daemon."""
+
+        timeout_ms = 1000
+        ring_active = False
+
+        def __init__(self, names):
+            import types
+            import weakref
+
+            self._h = None
+            self._guard = projd._Guard("offline client")
+            self._guard.closed = True
+            self._mappings = weakref.WeakSet()
+            self.url = "ipc:///offline"
+            layers = tuple(projd.LayerInfo(i, n, 256, 192, "z12", 2, 256) for i, n in enumerate(names))
+            self.info = types.SimpleNamespace(backend="cuda", layers=layers)
+            self._by_name = {L.name: L for L in layers}
+
+    def setUp(self):
+        import abc
+        import types
+
+        import projd_sglang
+
+        self.mod = projd_sglang
+
+        class LinearBase:
+            pass
+
+        class LinearMethodBase(abc.ABC):
+            pass
+
+        class QuantizationConfig(abc.ABC):
+            pass
+
+        class UnquantizedLinearMethod:
+            pass
+
+        self.LinearBase, self.LinearMethodBase = LinearBase, LinearMethodBase
+        self.Unquantized = UnquantizedLinearMethod
+        mods = {}
+        for name in ("sglang", "sglang.srt", "sglang.srt.layers", "sglang.srt.layers.linear",
+                     "sglang.srt.layers.quantization", "sglang.srt.layers.quantization.base_config",
+                     "sglang.srt.layers.quantization.unquant"):
+            mods[name] = types.ModuleType(name)
+        mods["sglang.srt.layers.linear"].LinearBase = LinearBase
+        mods["sglang.srt.layers.quantization.base_config"].QuantizationConfig = QuantizationConfig
+        mods["sglang.srt.layers.quantization.base_config"].LinearMethodBase = LinearMethodBase
+        mods["sglang.srt.layers.quantization.unquant"].UnquantizedLinearMethod = UnquantizedLinearMethod
+        saved = {name: sys.modules.get(name) for name in mods}
+
+        def restore():
+            for name, m in saved.items():
+                if m is None:
+                    sys.modules.pop(name, None)
+                else:
+                    sys.modules[name] = m
+
+        self.addCleanup(restore)
+        sys.modules.update(mods)
+        self.client = self.OfflineClient(["model.layers.0.self_attn.qkv_proj", "o"])
+
+    def test_default_maps_served_prefixes(self):
+        cfg = self.mod.quant_config(self.client)
+        linear = self.LinearBase()
+        m = cfg.get_quant_method(linear, "model.layers.0.self_attn.qkv_proj")
+        self.assertIsInstance(m, self.mod.ProjdLinearMethod)
+        self.assertEqual(m.L.name, "model.layers.0.self_attn.qkv_proj")
+        self.assertIsInstance(m, self.LinearMethodBase)  # registered with SGLang's ABC
+        again = cfg.get_quant_method(linear, "model.layers.0.self_attn.qkv_proj")
+        self.assertIsNot(again, m, "layers must not share a method")
+        # a linear layer the daemon does not serve keeps SGLang's method;
+        # other layers get None (SGLang's default for them)
+        self.assertIsInstance(cfg.get_quant_method(linear, "model.layers.0.mlp.down_proj"), self.Unquantized)
+        self.assertIsNone(cfg.get_quant_method(object(), "o"))
+        self.assertEqual(cfg.get_name(), "projd")
+        self.assertEqual(cfg.get_min_capability(), 90)
+        self.assertEqual(cfg.get_config_filenames(), [])
+        self.assertEqual(cfg.get_scaled_act_names(), [])
+        with self.assertRaisesRegex(ValueError, "quant_config"):
+            type(cfg).from_config({})
+
+    def test_dict_and_callable_mappings(self):
+        linear = self.LinearBase()
+        cfg = self.mod.quant_config(self.client, {"a.o_proj": "o", "b.o_proj": "nope"})
+        self.assertEqual(cfg.get_quant_method(linear, "a.o_proj").L.name, "o")
+        self.assertIsInstance(cfg.get_quant_method(linear, "o"), self.Unquantized)  # not in the dict
+        with self.assertRaisesRegex(KeyError, "unknown layer 'nope' \\(the daemon serves model.layers.0.self_attn.qkv_proj, o\\)"):
+            cfg.get_quant_method(linear, "b.o_proj")
+        cfg = self.mod.quant_config(self.client, lambda p: "o" if p.endswith("o_proj") else None)
+        self.assertEqual(cfg.get_quant_method(linear, "x.o_proj").L.name, "o")
+        self.assertIsInstance(cfg.get_quant_method(linear, "x.qkv_proj"), self.Unquantized)
+
+    def test_bad_arguments(self):
+        with self.assertRaisesRegex(TypeError, "layers must be None, a dict or a callable, not int"):
+            self.mod.quant_config(self.client, 3)
+        with self.assertRaisesRegex(TypeError, "client must be a projd.Client, not str"):
+            self.mod.quant_config("ipc:///x")
 
 
 class SlowDaemonTests(unittest.TestCase):

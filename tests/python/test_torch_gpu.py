@@ -30,8 +30,9 @@ import projd_sglang  # noqa: E402
 
 
 @functools.lru_cache(maxsize=None)
-def load_weights(path):
-    """name -> float64 CPU tensor of every 2-D tensor of a safetensors file."""
+def raw_tensors(path):
+    """name -> CPU tensor of every bf16 / f32 tensor of a safetensors file,
+    as stored (what a checkpoint loader hands over)."""
     with open(path, "rb") as f:
         data = f.read()
     (hlen,) = struct.unpack_from("<Q", data, 0)
@@ -39,13 +40,18 @@ def load_weights(path):
     dtypes = {"BF16": torch.bfloat16, "F32": torch.float32}
     out = {}
     for name, t in header.items():
-        if name == "__metadata__" or t["dtype"] not in dtypes or len(t["shape"]) != 2:
+        if name == "__metadata__" or t["dtype"] not in dtypes:
             continue
         a, b = t["data_offsets"]
         raw = bytearray(data[8 + hlen + a : 8 + hlen + b])
-        w = torch.frombuffer(raw, dtype=dtypes[t["dtype"]]).reshape(t["shape"])
-        out[name] = w.double()
+        out[name] = torch.frombuffer(raw, dtype=dtypes[t["dtype"]]).reshape(t["shape"])
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def load_weights(path):
+    """name -> float64 CPU tensor of every 2-D tensor of a safetensors file."""
+    return {name: w.double() for name, w in raw_tensors(path).items() if w.dim() == 2}
 
 
 def assert_within_bound(tc, what, W, x, y, bias=None):
@@ -100,16 +106,9 @@ class SglangMethod(unittest.TestCase):
 
     def test_weights_are_the_daemons(self):
         # the checkpoint's own tensors, raw (bf16 / f32 as stored), on the GPU
-        with open(os.environ["PROJD_TEST_MODEL"], "rb") as f:
-            data = f.read()
-        (hlen,) = struct.unpack_from("<Q", data, 0)
-        header = json.loads(data[8 : 8 + hlen].decode("utf-8"))
-        dtypes = {"BF16": torch.bfloat16, "F32": torch.float32}
+        raw = raw_tensors(os.environ["PROJD_TEST_MODEL"])
         for L in self.client.layers:
-            t = header[L.name + ".weight"]
-            a, b = t["data_offsets"]
-            raw = bytearray(data[8 + hlen + a : 8 + hlen + b])
-            w = torch.frombuffer(raw, dtype=dtypes[t["dtype"]]).reshape(t["shape"]).cuda()
+            w = raw[L.name + ".weight"].clone().cuda()
             projd_sglang.check_weight(self.client, L.name, w)
             w.view(-1)[w.numel() // 3] += 1.0  # another checkpoint: one weight differs
             with self.assertRaisesRegex(ValueError, "serves other weights"):
