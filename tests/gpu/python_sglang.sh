@@ -7,9 +7,10 @@
 # against a float64 reference of the model file.
 # Exit 77 (skipped) where there is no GPU, no torch with CUDA, or no SGLang
 # Python package (bench/sglang-wheels.sh fetches one for a host without a
-# network). Where SGLang's compiled package (sgl_kernel) does not import —
-# its wheels are built for one torch, and this path calls none of it — the
-# test puts a stand-in in its place (SGLANG_KERNELS_ABSENT=1) and says so.
+# network). Where SGLang's kernel packages (sgl_kernel, flashinfer) do not
+# import — sgl_kernel's wheels are built for one torch, and this path calls
+# neither — the test puts stand-ins in their place (SGLANG_STAND_INS) and
+# says so.
 # Usage: tests/gpu/python_sglang.sh BUILD_DIR
 set -u
 build=${1:-build}
@@ -22,11 +23,16 @@ if ! sgl_version=$("$py" -c 'import importlib.metadata as m; print(m.version("sg
     echo "python_sglang: no SGLang Python package here (bench/sglang-wheels.sh): skipped"
     exit 77
 fi
-absent=0
-if ! "$py" -c 'import sgl_kernel' >/dev/null 2>&1; then
-    absent=1
-    echo "python_sglang: sgl_kernel does not import here: its stand-in is used (SGLANG_KERNELS_ABSENT=1)"
-fi
+# SGLang's kernel packages: compiled for one torch (sgl_kernel), or
+# compiling at run time (flashinfer); on a CUDA machine its modules import
+# them at load time, for kernels this path does not call.
+stand_ins=
+for m in sgl_kernel flashinfer; do
+    if ! "$py" -c "import $m" >/dev/null 2>&1; then
+        stand_ins=${stand_ins:+$stand_ins,}$m
+    fi
+done
+[ -n "$stand_ins" ] && echo "python_sglang: not importable here, so stood in for: $stand_ins (SGLANG_STAND_INS)"
 echo "python_sglang: SGLang $sgl_version, torch $("$py" -c 'import torch; print(torch.__version__)')"
 
 pjd_setup python_sglang
@@ -42,7 +48,7 @@ pjd_start main '{ "device": { "backend": "cuda" }, "log": { "level": "warn" },
 
 rc=0
 timeout --kill-after=10 300 env PYTHONDONTWRITEBYTECODE=1 PROJD_LIB="$lib" \
-    PROJD_TEST_URL="ipc://$tmp/main.sock" PROJD_TEST_MODEL="$model" SGLANG_KERNELS_ABSENT=$absent \
+    PROJD_TEST_URL="ipc://$tmp/main.sock" PROJD_TEST_MODEL="$model" SGLANG_STAND_INS=$stand_ins \
     "$py" "$here/../python/test_sglang_gpu.py" -v || rc=$?
 echo "python_sglang: test_sglang_gpu.py exit $rc"
 

@@ -12,10 +12,11 @@ package importable and tensor parallelism 1 (one process, SGLang's
 parallel state set up by the suite). The script starts projd on the cuda
 backend with the small generated model, its layers named by the SGLang
 prefixes below, and sets PROJD_LIB, PROJD_TEST_URL and PROJD_TEST_MODEL.
-SGLANG_KERNELS_ABSENT=1 (set by the script when SGLang's compiled package,
-sgl_kernel, does not import) puts an empty stand-in for it in sys.modules:
-SGLang's modules import it at load time for kernels this path never calls
-(fp8 quantisation, fused MoE); a call into the stand-in raises.
+SGLANG_STAND_INS=sgl_kernel,flashinfer (set by the script for those of
+SGLang's kernel packages that do not import here) puts an empty stand-in
+for each in sys.modules: on a CUDA machine SGLang's modules import them at
+load time for kernels this path never calls (sampling, fp8 quantisation,
+fused MoE); a call into a stand-in raises.
 """
 
 import importlib.abc
@@ -49,7 +50,7 @@ TENSOR = {QKV: "qkv_gate", O_PROJ: "o", GATE_UP: "pooler", UNPOOL: "unpooler", G
 
 
 class _Stand:
-    """Whatever SGLang's imports take from sgl_kernel: functions, names of
+    """Whatever SGLang's imports take from a kernel package: functions, names of
     names (scalar_types.uint4b8), classes to subclass. Called, it says
     what it is."""
 
@@ -76,8 +77,11 @@ class _AbsentModule(types.ModuleType):
 
 
 class _AbsentFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, names):
+        self.names = names
+
     def find_spec(self, name, path, target=None):
-        if name.split(".")[0] == "sgl_kernel":
+        if name.split(".")[0] in self.names:
             return importlib.machinery.ModuleSpec(name, self, is_package=True)
         return None
 
@@ -90,8 +94,9 @@ class _AbsentFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
-if os.environ.get("SGLANG_KERNELS_ABSENT") == "1":
-    sys.meta_path.insert(0, _AbsentFinder())
+STAND_INS = [n for n in os.environ.get("SGLANG_STAND_INS", "").split(",") if n]
+if STAND_INS:
+    sys.meta_path.insert(0, _AbsentFinder(STAND_INS))
 
 from sglang.srt.distributed import parallel_state  # noqa: E402
 from sglang.srt.layers import linear as sgl_linear  # noqa: E402
