@@ -116,6 +116,11 @@ static const field layer_fields[] = {
      .off = LAYER(engine),
      .size = PJ_CFG_NAME,
      .rule = S_ENGINE},
+    {.key = "tuned_as",
+     .kind = F_STRING,
+     .off = LAYER(tuned_as),
+     .size = PJ_CFG_NAME,
+     .rule = S_NAME_OR_EMPTY},
     {0},
 };
 

@@ -48,6 +48,10 @@ typedef struct pj_layer_config {
     pj_format_pref format;
     uint32_t max_n;           /* rows a request may use; 0 = all N */
     char engine[PJ_CFG_NAME]; /* force an engine ("" = dispatcher decides) */
+    /* The tuned table's layer whose entries serve this one ("" = its own
+     * name): layers named as a serving framework names them (SGLang's
+     * "model.layers.3.self_attn.qkv_proj") use a table tuned once per shape. */
+    char tuned_as[PJ_CFG_NAME];
 } pj_layer_config;
 
 typedef struct pj_config {

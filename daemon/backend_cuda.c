@@ -623,6 +623,36 @@ static int table_wants_tiles(const cu_state *st, const char *layer)
     return 0;
 }
 
+/* Say at the start when the tuned table has nothing for a layer that a
+ * line of configuration would give it: tuned_as naming a layer without
+ * entries of this shape, or a layer named otherwise (as a serving
+ * framework names it) whose shape a table layer was tuned at. */
+static void note_table_match(const cu_state *st, const pj_model_layer *ml, const pj_eng_layer *L)
+{
+    const pj_tune_table *t = st->table;
+    if (!t || !t->n || ml->engine[0] || st->env_force[0])
+        return;
+    const char *tn = pj_eng_table_name(L);
+    const char *other = NULL;
+    for (uint32_t i = 0; i < t->n; i++) {
+        const pj_tune_entry *e = &t->e[i];
+        const int fits = (!e->n || e->n == L->N) && (!e->k || e->k == L->K);
+        if (fits && strcmp(e->layer, tn) == 0)
+            return; /* it has entries */
+        if (fits && !other)
+            other = e->layer;
+    }
+    if (ml->tuned_as[0])
+        pj_log_warn("cuda: layer %s: tuned_as \"%s\", but the table (%s) has no entries of %s for "
+                    "%u x %u; the untuned defaults serve it",
+                    ml->name, ml->tuned_as, st->rep.table, ml->tuned_as, L->N, L->K);
+    else if (other)
+        pj_log_info(
+            "cuda: layer %s: no table entries of its name for its shape (%u x %u); layer %s of "
+            "the table has them: \"tuned_as\": \"%s\" in its config would use them",
+            ml->name, L->N, L->K, other, other);
+}
+
 /* Can the engines serve every m of the layer from its z12 weights alone
  * (the ladder without a table; the table's entries fall back to it)? 0,
  * or the first m that nothing can run, with why. */
@@ -695,13 +725,15 @@ static int upload_layers(cu_state *st, char *err, size_t errlen)
         }
         if (rc)
             return rc;
+        snprintf(L->table_name, sizeof L->table_name, "%s", ml->tuned_as);
+        note_table_match(st, ml, L);
         /* What the tuner and the benchmark time the engines with
          * (kernels/engcheck_cuda.c): the z12 GEMV's exception slot tables
          * (without them it gathers each block's exceptions the slow way),
          * and the streamed GEMV's fragment-major copy where the table runs
          * it (without it those entries fall down the ladder). */
         rc = pj_eng_layer_init(L, 0, err, errlen);
-        if (!rc && L->w && table_wants_tiles(st, ml->name)) {
+        if (!rc && L->w && table_wants_tiles(st, pj_eng_table_name(L))) {
             rc = pj_eng_layer_init_tiles(L, 0, err, errlen);
             if (!rc && L->wt)
                 st->rep.weights_bf16_copies += (size_t)(L->N + 15) / 16 * 32 * L->K;
@@ -2388,6 +2420,8 @@ static void add_engines_json(cu_state *st, cJSON *arr)
             char kn[96];
             pj_eng_knobs_str(sh->k, &sh->kn, kn, sizeof kn);
             cJSON_AddStringToObject(o, "layer", st->layers[l].L.name);
+            if (st->layers[l].L.table_name[0])
+                cJSON_AddStringToObject(o, "tuned_as", st->layers[l].L.table_name);
             cJSON_AddNumberToObject(o, "m", st->shape_m[si]);
             cJSON_AddNumberToObject(o, "n", st->layers[l].graph_n);
             cJSON_AddStringToObject(o, "engine", pj_eng_name(sh->k));

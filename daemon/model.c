@@ -268,6 +268,7 @@ static int load_layer(const pj_st_file *st, const pj_layer_config *lc, pj_model_
     snprintf(L->name, sizeof L->name, "%s", lc->name);
     snprintf(L->tensor, sizeof L->tensor, "%s", lc->tensor);
     snprintf(L->engine, sizeof L->engine, "%s", lc->engine);
+    snprintf(L->tuned_as, sizeof L->tuned_as, "%s", lc->tuned_as);
     L->max_n = lc->max_n ? lc->max_n : n;
     L->src_dtype = (int)t->dtype;
     if (pj_digest(t->data, t->nbytes, threads, &L->digest) != 0)

@@ -182,6 +182,7 @@ static int layer_upload(pj_chk_layer *cl, const char *name, uint32_t n, uint32_t
 {
     pj_eng_layer *L = &cl->L;
     snprintf(L->name, sizeof L->name, "%s", name);
+    L->table_name[0] = 0;
     L->fmt = fmt;
     L->N = n;
     L->K = k;

@@ -2298,7 +2298,7 @@ extern "C" int pj_eng_choose_note(const pj_tune_table *t, const char *force_engi
         if (note && notelen)
             snprintf(note, notelen, "forced %s refused: %s", force_engine, why);
     }
-    const pj_tune_entry *e = pj_dispatch_choose(t, L->name, L->N, L->K, c->m);
+    const pj_tune_entry *e = pj_dispatch_choose(t, pj_eng_table_name(L), L->N, L->K, c->m);
     if (e) {
         const pj_eng_knobs ek = pj_tune_entry_knobs(e, c->m);
         if (!pj_eng_can_run(e->eng, &ek, c, lim, why, sizeof why)) {

@@ -52,6 +52,8 @@ extern "C" {
  * splitk need it for the m > 32 shapes. */
 typedef struct pj_eng_layer {
     char name[PJ_TUNE_NAME];
+    /* Whose entries of the tuned table serve this layer; "" = name's. */
+    char table_name[PJ_TUNE_NAME];
     pj_format fmt;      /* the stored format the fast path reads */
     uint32_t N, K;      /* full shape */
     const uint16_t *w;  /* bf16 N x K, row stride ldw (PJ_FMT_SPLIT: hi) or NULL */
@@ -87,6 +89,12 @@ typedef struct pj_eng_layer {
     const uint16_t *wt;
     void *wt_mem; /* owned by the layer after pj_eng_layer_init_tiles */
 } pj_eng_layer;
+
+/* The name the tuned table knows the layer by. */
+static inline const char *pj_eng_table_name(const pj_eng_layer *L)
+{
+    return L->table_name[0] ? L->table_name : L->name;
+}
 
 /* Build the layer's derived device data (the z12 exception slot table) from
  * its z12 arrays; a no-op for other formats. Enqueued on s and synchronised.

@@ -109,6 +109,7 @@ int pj_engup_layer(const char *name, const pj_weights *w, int want_bf16_copy, un
 {
     memset(mem, 0, sizeof *mem);
     snprintf(L->name, sizeof L->name, "%s", name);
+    L->table_name[0] = 0;
     L->fmt = w->fmt;
     L->N = w->n;
     L->K = w->k;

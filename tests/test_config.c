@@ -136,7 +136,8 @@ static const bad_case bad_cases[] = {
     /* 4: unknown key inside a layer */
     {"{\"model\":{\"layers\":[{\"name\":\"a\",\"tensor\":\"t\",\"colour\":1}]}}",
      "model.layers[0].colour",
-     "model.layers[0].colour: unknown key; expected one of: name, tensor, format, max_n, engine"},
+     "model.layers[0].colour: unknown key; expected one of: name, tensor, format, max_n, engine, "
+     "tuned_as"},
     /* 5: fraction where an integer is due */
     {"{\"limits\":{\"max_connections\":1.5}}", "limits.max_connections",
      "limits.max_connections: expected an integer in 1..4096, got 1.5"},
@@ -244,6 +245,11 @@ static const bad_case bad_cases[] = {
      "model.layers[0].engine",
      "model.layers[0].engine: expected \"\" or an engine: gemv, gemvz, splitk, router, cublas, got "
      "\"cublass\""},
+    /* 25c: tuned_as is a layer name as the table writes them */
+    {"{\"model\":{\"layers\":[{\"name\":\"o\",\"tensor\":\"o.w\",\"tuned_as\":\"qkv gate\"}]}}",
+     "model.layers[0].tuned_as",
+     "model.layers[0].tuned_as: expected \"\" or a name of 1..63 characters from [A-Za-z0-9_.-], got "
+     "\"qkv gate\""},
     /* 26: document-level errors */
     {"{\n  \"log\": {\"level\": \"info\",}\n}", "config",
      /* cJSON points just past a token it could not start a key with */
@@ -392,7 +398,7 @@ START_TEST(arrays_replace_whole)
     int rc =
         apply_str(c,
                   "{\"model\":{\"layers\":[{\"name\":\"lm.head-2\",\"tensor\":\"lm_head.weight\","
-                  "\"format\":\"z12\",\"max_n\":1024,\"engine\":\"gemvz\"}]},"
+                  "\"format\":\"z12\",\"max_n\":1024,\"engine\":\"gemvz\",\"tuned_as\":\"o\"}]},"
                   "\"shapes\":{\"m\":[2,4],\"max_m\":64},"
                   "\"auth\":{\"allow_uids\":[1000,0,4294967294],\"allow_gids\":[27]}}",
                   err, sizeof err);
@@ -403,6 +409,7 @@ START_TEST(arrays_replace_whole)
     ck_assert_int_eq(c->model.layers[0].format, PJ_FPREF_Z12);
     ck_assert_uint_eq(c->model.layers[0].max_n, 1024);
     ck_assert_str_eq(c->model.layers[0].engine, "gemvz");
+    ck_assert_str_eq(c->model.layers[0].tuned_as, "o");
     /* Slots past the new end are cleared, not left over from the defaults. */
     ck_assert_str_eq(c->model.layers[1].name, "");
     ck_assert_int_eq(pj_config_layer_index(c, "o"), -1);
@@ -423,6 +430,7 @@ START_TEST(arrays_replace_whole)
     ck_assert_int_eq(c->model.layers[0].format, PJ_FPREF_AUTO);
     ck_assert_uint_eq(c->model.layers[0].max_n, 0);
     ck_assert_str_eq(c->model.layers[0].engine, "");
+    ck_assert_str_eq(c->model.layers[0].tuned_as, "");
     /* An empty id list clears it. */
     ck_assert_int_eq(apply_str(c, "{\"auth\":{\"allow_uids\":[]}}", err, sizeof err), 0);
     ck_assert_uint_eq(c->auth.n_uids, 0);

@@ -659,13 +659,17 @@ def quant_config(client: "projd.Client", layers=None):
 
     layers says which daemon layer serves a prefix: a dict prefix -> daemon
     layer name, a callable prefix -> name or None, or None (the default):
-    the daemon's layer named as the prefix, where it serves one. A linear
+    the daemon's layer named as the prefix, where it serves one (give such
+    a layer "tuned_as" in the daemon's config, config/CONFIG.md, to run
+    the tuned engines of the reference layer of its shape). A linear
     layer that maps to no daemon layer keeps SGLang's own method
     (UnquantizedLinearMethod: its weights on this GPU, as without projd);
     a name the daemon does not serve raises KeyError when the layer is
     built. Other layers (embeddings, the LM head, fused MoE experts) get
     None, which SGLang takes as its unquantized method. Each linear layer
-    gets a ProjdLinearMethod of its own, all on client.
+    gets a ProjdLinearMethod of its own, all on client. A daemon serves at
+    most 32 layers (model.layers in its config): of a model with more
+    linears (a 32-layer decoder has 128), the rest stay with SGLang.
 
     SGLang's server builds its QuantizationConfig from --quantization and
     the checkpoint's config, which cannot hand over a connection: this is

@@ -14,6 +14,11 @@
  *   B  PROJD_FORCE_ENGINE=cublas: the same shapes, every engine cuBLAS.
  *   Z  shapes.max_m = 32: z12 layers without a bf16 copy run gemvz at every
  *      m; one whose K the GEMV cannot take keeps its copy, said in the log.
+ *   T  a tuning table for another GPU is not used; one that is not there
+ *      stops the start.
+ *   K  tuned_as: a layer named as SGLang names it runs the table's entries
+ *      of its alias; the start hints at tuned_as, or warns about one
+ *      without entries of the layer's shape.
  *   P  host row strides just over and just under the device's copy pitch:
  *      E_SHAPE, said in the log, and a correct result.
  *   U  SIGTERM during the backend's start (after its lanes' phase was
@@ -533,6 +538,98 @@ static void section_t(void)
               pj_dproc_log_has(&d, "named by tuning.table", 0),
           "T2: the log does not name the table");
     pj_dproc_cleanup(&d);
+}
+
+/* The "why" (and "tuned_as") STATS gives layer name's shape m, into why;
+ * -1 when STATS has no such row. */
+static int k_engine_why(pjc_conn *t, const char *name, int m, char *why, size_t whylen, char *alias,
+                        size_t alen)
+{
+    cJSON *st = NULL;
+    if (pjt_stats(&t->c, &st) != PJ_OK)
+        return -1;
+    int found = -1;
+    cJSON *bs = cJSON_GetObjectItem(st, "backend_stats");
+    cJSON *eng = bs ? cJSON_GetObjectItem(bs, "engines") : NULL;
+    cJSON *e;
+    cJSON_ArrayForEach(e, eng)
+    {
+        cJSON *l = cJSON_GetObjectItem(e, "layer"), *mm = cJSON_GetObjectItem(e, "m");
+        cJSON *w = cJSON_GetObjectItem(e, "why"), *ta = cJSON_GetObjectItem(e, "tuned_as");
+        if (cJSON_IsString(l) && !strcmp(l->valuestring, name) && cJSON_IsNumber(mm) &&
+            mm->valueint == m && cJSON_IsString(w)) {
+            snprintf(why, whylen, "%s", w->valuestring);
+            snprintf(alias, alen, "%s", cJSON_IsString(ta) ? ta->valuestring : "");
+            found = 0;
+        }
+    }
+    cJSON_Delete(st);
+    return found;
+}
+
+/* K: tuned_as. A layer named as SGLang names it runs the table's entries of
+ * the layer it is tuned as; one named otherwise, without entries of its
+ * own, gets a hint naming the table layer of its shape; a tuned_as whose
+ * layer has no entries of this shape is warned about and runs the defaults.
+ * The start validates every captured graph against the CPU reference. */
+static void section_k(void)
+{
+    printf("== K: tuned_as\n");
+    char path[] = "/tmp/projd-tunedas-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "mkstemp: %s", strerror(errno));
+    if (fd < 0)
+        return;
+    /* cuBLAS at m = 1 for o (256 x 192): never the defaults' choice there */
+    static const char table[] =
+        "{\"entries\": [{\"layer\": \"o\", \"n\": 256, \"k\": 192, \"m\": 1, \"engine\": "
+        "\"cublas\", \"knobs\": {\"algo\": 0}}]}";
+    CHECK(write(fd, table, sizeof table - 1) == (ssize_t)(sizeof table - 1), "write %s", path);
+    close(fd);
+    static const char *const alias = "model.layers.0.self_attn.o_proj";
+    static const char *const plain = "model.layers.1.self_attn.o_proj";
+    char extra[1200];
+    snprintf(extra, sizeof extra,
+             "{\"tuning\": {\"table\": \"%s\"}, \"shapes\": {\"m\": [1, 8], \"max_m\": 64}, "
+             "\"model\": {\"layers\": [{\"name\": \"o\", \"tensor\": \"o.weight\"}, "
+             "{\"name\": \"%s\", \"tensor\": \"o.weight\", \"tuned_as\": \"o\"}, "
+             "{\"name\": \"%s\", \"tensor\": \"o.weight\"}, "
+             "{\"name\": \"q\", \"tensor\": \"qkv_gate.weight\", \"tuned_as\": \"o\"}]}}",
+             path, alias, plain);
+    pj_dproc d;
+    pjc_conn t;
+    if (start_open(&d, &t, extra, "K") != 0) {
+        unlink(path);
+        return;
+    }
+    char why[64], ta[80];
+    struct {
+        const char *layer, *why, *tuned_as;
+    } want[] = {
+        {"o", "table", ""}, {alias, "table", "o"}, {plain, "default", ""}, {"q", "default", "o"}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        int rc = k_engine_why(&t, want[i].layer, 1, why, sizeof why, ta, sizeof ta);
+        CHECK(rc == 0, "K: STATS has no engine row for %s m=1", want[i].layer);
+        CHECK(rc != 0 || (!strcmp(why, want[i].why) && !strcmp(ta, want[i].tuned_as)),
+              "K: %s m=1 chosen by \"%s\" (tuned_as \"%s\"), want \"%s\" (\"%s\")", want[i].layer,
+              why, ta, want[i].why, want[i].tuned_as);
+    }
+    CHECK(
+        pj_dproc_log_has(&d,
+                         "layer model.layers.1.self_attn.o_proj: no table entries of its name "
+                         "for its shape (256 x 192); layer o of the table has them: \"tuned_as\": "
+                         "\"o\"",
+                         0),
+        "K: no hint for the layer named otherwise");
+    CHECK(pj_dproc_log_has(&d, "layer q: tuned_as \"o\", but the table (", 0) &&
+              pj_dproc_log_has(&d, "has no entries of o for 320 x 256", 0),
+          "K: no warning for a tuned_as without entries of the layer's shape");
+    CHECK(!pj_dproc_log_has(&d, "layer model.layers.0.self_attn.o_proj: tuned_as", 0) &&
+              !pj_dproc_log_has(&d, "layer o: no table entries", 0),
+          "K: a note for a layer that has entries");
+    pjc_close(&t);
+    cc_stop(&d, "K");
+    unlink(path);
 }
 
 /* U: the cuda backend announces each phase of its start (EXTEND_TIMEOUT_USEC
@@ -2346,6 +2443,7 @@ int main(int argc, char **argv)
     section_b();
     section_z();
     section_t();
+    section_k();
     section_u();
     section_h();
     section_p(0);
