@@ -15,7 +15,7 @@ mkdir -p "$F"
 export LD_LIBRARY_PATH=$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PROJD_TUNING_DIR=$PWD/config/tuning PJ_TUNE_TABLE=$PWD/config/tuning/h200.json
 rm -rf /tmp/backend
-OUT=/tmp/backend PJ_GPU_TEST_TIMEOUT=300 SUITES_TIMEOUT=300 timeout 330 \
+OUT=/tmp/backend PJ_GPU_TEST_TIMEOUT=300 SUITES_TIMEOUT=380 timeout 450 \
     bash bench/run-backend-device.sh "$B" >"$F/backend.log" 2>&1
 echo "backend rc=$?"
 grep -E "GPU suites|checks passed|test_engines:|tuning table: .*entries|fatal|python_torch|^Ran |^OK" \
