@@ -1754,9 +1754,15 @@ static void section_s(int strict)
           (double)(t_back - t_unreg) / 1e3);
     double put_off = pjd_stat(&u.c, "backend_stats.waits_put_off");
     double on_host = pjd_stat(&u.c, "backend_stats.waits_on_host");
-    CHECK(strict ? put_off == 0 && on_host == 0 : put_off + on_host > 0,
+    /* Not strict, a release that found a moment with no WAIT_EVENT job
+     * waiting started at once and had no wait to move (session 41's visit
+     * 4: back 2 ms after its UNREGISTER, at the first poll); one that did
+     * not must have moved some. */
+    const int at_once = polls <= 1;
+    CHECK(strict ? put_off == 0 && on_host == 0 : put_off + on_host > 0 || at_once,
           "S: waits put off %.0f, taken on the host %.0f (want %s)", put_off, on_host,
-          strict ? "none, the waits left on the lanes" : "some");
+          strict ? "none, the waits left on the lanes"
+                 : "some: the release came back only at poll 2 or later");
     printf("S: %u requests in %.2f s (%.0f per s, each waiting on the client's event); the "
            "release returned %.0f ms after its UNREGISTER, %s (%u polls); waits put off %.0f "
            "times, %.0f taken on the host\n",
