@@ -18,7 +18,7 @@ rm -rf /tmp/backend
 OUT=/tmp/backend PJ_GPU_TEST_TIMEOUT=300 SUITES_TIMEOUT=380 timeout 450 \
     bash bench/run-backend-device.sh "$B" >"$F/backend.log" 2>&1
 echo "backend rc=$?"
-grep -E "GPU suites|checks passed|test_engines:|tuning table: .*entries|fatal|python_torch|^Ran |^OK" \
+grep -E "GPU suites|checks passed|test_engines:|tuning table: .*entries|fatal|python_torch|python_sglang|^Ran |^OK" \
     "$F/backend.log" | sort | uniq -c | head -20
 tar czf "$F/backend.tgz" -C /tmp/backend . 2>/dev/null
 for i in 1 2; do

@@ -275,6 +275,8 @@ int pj_lcmp_open(const pj_model *model, const int *layer_map, uint32_t n_map, ui
          * copy. */
         if ((rc = pj_engup_layer(ml->name, &ml->w, 1, 0, &cl->L, &cl->mem, err, errlen)) != 0)
             goto fail;
+        /* the table's entries the daemon runs it with */
+        snprintf(cl->L.table_name, sizeof cl->L.table_name, "%s", ml->tuned_as);
         if ((rc = pj_eng_ws_init(&cl->L, max_m, c->s, &cl->ws, err, errlen)) != 0)
             goto fail;
         cl->used = 1;

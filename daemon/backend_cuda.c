@@ -610,14 +610,17 @@ static int split_force(const char *spec, char *name, size_t nlen, char *knobs, s
 }
 
 /* Does the table run the streamed GEMV (gemv pipe = 3, which reads the
- * fragment-major copy of the weights) on this layer at some m? */
-static int table_wants_tiles(const cu_state *st, const char *layer)
+ * fragment-major copy of the weights) on this layer, at its shape, at some
+ * m? */
+static int table_wants_tiles(const cu_state *st, const pj_eng_layer *L)
 {
     if (!st->table)
         return 0;
     for (uint32_t i = 0; i < st->table->n; i++) {
         const pj_tune_entry *e = &st->table->e[i];
-        if (e->eng == PJ_ENG_GEMV && e->knobs.pipe == 3 && strcmp(e->layer, layer) == 0)
+        if (e->eng == PJ_ENG_GEMV && e->knobs.pipe == 3 &&
+            strcmp(e->layer, pj_eng_table_name(L)) == 0 && (!e->n || e->n == L->N) &&
+            (!e->k || e->k == L->K))
             return 1;
     }
     return 0;
@@ -630,8 +633,15 @@ static int table_wants_tiles(const cu_state *st, const char *layer)
 static void note_table_match(const cu_state *st, const pj_model_layer *ml, const pj_eng_layer *L)
 {
     const pj_tune_table *t = st->table;
-    if (!t || !t->n || ml->engine[0] || st->env_force[0])
+    if (ml->engine[0] || st->env_force[0])
         return;
+    if (!t || !t->n) {
+        if (ml->tuned_as[0])
+            pj_log_warn("cuda: layer %s: tuned_as \"%s\", but no tuning table is in use (%s); the "
+                        "untuned defaults serve it",
+                        ml->name, ml->tuned_as, st->rep.table);
+        return;
+    }
     const char *tn = pj_eng_table_name(L);
     const char *other = NULL;
     for (uint32_t i = 0; i < t->n; i++) {
@@ -733,7 +743,7 @@ static int upload_layers(cu_state *st, char *err, size_t errlen)
          * and the streamed GEMV's fragment-major copy where the table runs
          * it (without it those entries fall down the ladder). */
         rc = pj_eng_layer_init(L, 0, err, errlen);
-        if (!rc && L->w && table_wants_tiles(st, pj_eng_table_name(L))) {
+        if (!rc && L->w && table_wants_tiles(st, L)) {
             rc = pj_eng_layer_init_tiles(L, 0, err, errlen);
             if (!rc && L->wt)
                 st->rep.weights_bf16_copies += (size_t)(L->N + 15) / 16 * 32 * L->K;

@@ -179,6 +179,8 @@ static int print_json(FILE *out, const pj_model *m, const pj_st_file *st, const 
         }
         if (L->engine[0])
             cJSON_AddStringToObject(l, "engine", L->engine);
+        if (L->tuned_as[0])
+            cJSON_AddStringToObject(l, "tuned_as", L->tuned_as);
         tot_s += L->stored_bytes;
         tot_b += L->bf16_bytes;
         tot_e += L->n_exc;

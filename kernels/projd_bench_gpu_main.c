@@ -929,7 +929,7 @@ static int vet_served_m(bench *b, pj_tune_table *t, FILE *csv)
         /* A dropped entry hands its m to another of this layer's entries
          * (or to the ladder): the layer is checked again from m = 1. */
         for (uint32_t m = 1; m <= g_max_m; m++) {
-            const pj_tune_entry *e = pj_dispatch_choose(t, L->name, L->N, L->K, m);
+            const pj_tune_entry *e = pj_dispatch_choose(t, pj_eng_table_name(L), L->N, L->K, m);
             if (!e)
                 break;
             char why[200] = "";
@@ -2303,6 +2303,11 @@ static void make_layer(bench *b, int li)
                 pj_chk_layer_from(&b->layers[li], d->name, d->N, d->K, d->fmt,
                                   d->fmt == PJ_FMT_SPLIT ? w->hi : w->bf16, w->lo, err, sizeof err);
         }
+        /* The table's entries the daemon runs this layer with (tuned_as):
+         * the benchmark times what the daemon would run. */
+        if (!rc)
+            snprintf(b->layers[li].L.table_name, sizeof b->layers[li].L.table_name, "%s",
+                     g_model->layers[li].tuned_as);
     }
     if (rc)
         die("%s", err);

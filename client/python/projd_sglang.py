@@ -662,10 +662,10 @@ def quant_config(client: "projd.Client", layers=None):
     the daemon's layer named as the prefix, where it serves one (give such
     a layer "tuned_as" in the daemon's config, config/CONFIG.md, to run
     the tuned engines of the reference layer of its shape). A linear
-    layer that maps to no daemon layer keeps SGLang's own method
-    (UnquantizedLinearMethod: its weights on this GPU, as without projd);
-    a name the daemon does not serve raises KeyError when the layer is
-    built. Other layers (embeddings, the LM head, fused MoE experts) get
+    layer that maps to no daemon layer (None or "") keeps SGLang's own
+    method (UnquantizedLinearMethod: its weights on this GPU, as without
+    projd); a name the daemon does not serve raises KeyError, here for a
+    dict's names and when the layer is built for a callable's. Other layers (embeddings, the LM head, fused MoE experts) get
     None, which SGLang takes as its unquantized method. Each linear layer
     gets a ProjdLinearMethod of its own, all on client. A daemon serves at
     most 32 layers (model.layers in its config): of a model with more
@@ -688,6 +688,9 @@ def quant_config(client: "projd.Client", layers=None):
             return prefix if prefix in served else None
 
     elif isinstance(layers, dict):
+        for name in set(layers.values()):
+            if name:
+                client.layer(name)  # a name the daemon does not serve: KeyError now, naming them
         name_for = layers.get
     elif callable(layers):
         name_for = layers
@@ -717,7 +720,7 @@ def quant_config(client: "projd.Client", layers=None):
             if not isinstance(layer, LinearBase):
                 return None
             name = name_for(prefix)
-            if name is None:
+            if not name:
                 return UnquantizedLinearMethod()
             return ProjdLinearMethod(name, client)
 

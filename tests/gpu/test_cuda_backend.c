@@ -634,6 +634,37 @@ static void section_k(void)
     pjc_close(&t);
     cc_stop(&d, "K");
     unlink(path);
+
+    /* No table at all: a tuned_as is said to serve nothing. */
+    printf("== K2: tuned_as without a tuning table\n");
+    char none[] = "/tmp/projd-notables-XXXXXX";
+    CHECK(mkdtemp(none) != NULL, "mkdtemp: %s", strerror(errno));
+    const char *dir = getenv("PROJD_TUNING_DIR");
+    char saved[4096];
+    snprintf(saved, sizeof saved, "%s", dir ? dir : "");
+    setenv("PROJD_TUNING_DIR", none, 1);
+    snprintf(extra, sizeof extra,
+             "{\"shapes\": {\"m\": [1], \"max_m\": 8}, \"model\": {\"layers\": [{\"name\": "
+             "\"%s\", \"tensor\": \"o.weight\", \"tuned_as\": \"o\"}]}}",
+             alias);
+    char err[600];
+    int rc = cc_start(&d, g_model, extra, err, sizeof err);
+    if (dir)
+        setenv("PROJD_TUNING_DIR", saved, 1);
+    else
+        unsetenv("PROJD_TUNING_DIR");
+    CHECK(rc == 0, "K2: start projd without a table: %s", err);
+    if (rc == 0) {
+        CHECK(pj_dproc_log_has(&d,
+                               "layer model.layers.0.self_attn.o_proj: tuned_as \"o\", but no "
+                               "tuning table is in use (none (untuned ladder",
+                               5000),
+              "K2: no warning for a tuned_as without a table");
+        cc_stop(&d, "K2");
+    } else {
+        pj_dproc_cleanup(&d);
+    }
+    rmdir(none);
 }
 
 /* U: the cuda backend announces each phase of its start (EXTEND_TIMEOUT_USEC
@@ -2434,6 +2465,10 @@ int main(int argc, char **argv)
         for (int i = 2; i < argc; i++)
             section_q(*argv[i] ? argv[i] : NULL);
         return cc_summary("test_cuda_backend --q", t0);
+    }
+    if (argc > 1 && strcmp(argv[1], "--k") == 0) { /* K alone */
+        section_k();
+        return cc_summary("test_cuda_backend --k", t0);
     }
     if (argc > 1 && strcmp(argv[1], "--x") == 0) { /* X alone (against another projd) */
         section_x(200);

@@ -2036,14 +2036,19 @@ class SglangQuantConfigTests(unittest.TestCase):
 
     def test_dict_and_callable_mappings(self):
         linear = self.LinearBase()
-        cfg = self.mod.quant_config(self.client, {"a.o_proj": "o", "b.o_proj": "nope"})
+        cfg = self.mod.quant_config(self.client, {"a.o_proj": "o", "c.o_proj": ""})
         self.assertEqual(cfg.get_quant_method(linear, "a.o_proj").L.name, "o")
         self.assertIsInstance(cfg.get_quant_method(linear, "o"), self.Unquantized)  # not in the dict
+        self.assertIsInstance(cfg.get_quant_method(linear, "c.o_proj"), self.Unquantized)  # ""
+        # a dict's names are checked when the config is made
         with self.assertRaisesRegex(KeyError, "unknown layer 'nope' \\(the daemon serves model.layers.0.self_attn.qkv_proj, o\\)"):
-            cfg.get_quant_method(linear, "b.o_proj")
-        cfg = self.mod.quant_config(self.client, lambda p: "o" if p.endswith("o_proj") else None)
+            self.mod.quant_config(self.client, {"a.o_proj": "o", "b.o_proj": "nope"})
+        # a callable's when the layer is built
+        cfg = self.mod.quant_config(self.client, lambda p: {"x.o_proj": "o", "y.o_proj": "nope"}.get(p, ""))
         self.assertEqual(cfg.get_quant_method(linear, "x.o_proj").L.name, "o")
         self.assertIsInstance(cfg.get_quant_method(linear, "x.qkv_proj"), self.Unquantized)
+        with self.assertRaisesRegex(KeyError, "unknown layer 'nope'"):
+            cfg.get_quant_method(linear, "y.o_proj")
 
     def test_bad_arguments(self):
         with self.assertRaisesRegex(TypeError, "layers must be None, a dict or a callable, not int"):

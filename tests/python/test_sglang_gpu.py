@@ -267,14 +267,17 @@ class SglangLayers(unittest.TestCase):
         assert_within_bound(self, "local", self.local_w.double(), x, y)
 
     def test_mapping_by_dict_and_unknown_names(self):
-        config = projd_sglang.quant_config(self.client, {"a.proj": O_PROJ, "b.proj": "no_such_layer"})
+        with self.assertRaisesRegex(KeyError, "no_such_layer"):
+            projd_sglang.quant_config(self.client, {"a.proj": O_PROJ, "b.proj": "no_such_layer"})
+        config = projd_sglang.quant_config(self.client, {"a.proj": O_PROJ})
+        named = projd_sglang.quant_config(self.client, lambda p: "no_such_layer" if p == "b.proj" else None)
         with torch.device(DEVICE):
             a = sgl_linear.RowParallelLinear(192, 256, bias=False, params_dtype=torch.bfloat16,
                                              quant_config=config, prefix="a.proj")
             self.assertIsInstance(a.quant_method, projd_sglang.ProjdLinearMethod)
             with self.assertRaisesRegex(KeyError, "no_such_layer"):
                 sgl_linear.RowParallelLinear(192, 256, bias=False, params_dtype=torch.bfloat16,
-                                             quant_config=config, prefix="b.proj")
+                                             quant_config=named, prefix="b.proj")
             c = sgl_linear.RowParallelLinear(192, 256, bias=False, params_dtype=torch.bfloat16,
                                              quant_config=config, prefix="c.proj")
             self.assertIsInstance(c.quant_method, UnquantizedLinearMethod)
