@@ -665,11 +665,12 @@ def quant_config(client: "projd.Client", layers=None):
     layer that maps to no daemon layer (None or "") keeps SGLang's own
     method (UnquantizedLinearMethod: its weights on this GPU, as without
     projd); a name the daemon does not serve raises KeyError, here for a
-    dict's names and when the layer is built for a callable's. Other layers (embeddings, the LM head, fused MoE experts) get
-    None, which SGLang takes as its unquantized method. Each linear layer
-    gets a ProjdLinearMethod of its own, all on client. A daemon serves at
-    most 32 layers (model.layers in its config): of a model with more
-    linears (a 32-layer decoder has 128), the rest stay with SGLang.
+    dict's names and when the layer is built for a callable's. Other
+    layers (embeddings, the LM head, fused MoE experts) get None, which
+    SGLang takes as its unquantized method. Each linear layer gets a
+    ProjdLinearMethod of its own, all on client. A daemon serves at most
+    32 layers (model.layers in its config): of a model with more linears
+    (a 32-layer decoder has 128), the rest stay with SGLang.
 
     SGLang's server builds its QuantizationConfig from --quantization and
     the checkpoint's config, which cannot hand over a connection: this is
