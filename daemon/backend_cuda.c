@@ -619,8 +619,7 @@ static int table_wants_tiles(const cu_state *st, const pj_eng_layer *L)
     for (uint32_t i = 0; i < st->table->n; i++) {
         const pj_tune_entry *e = &st->table->e[i];
         if (e->eng == PJ_ENG_GEMV && e->knobs.pipe == 3 &&
-            strcmp(e->layer, pj_eng_table_name(L)) == 0 && (!e->n || e->n == L->N) &&
-            (!e->k || e->k == L->K))
+            strcmp(e->layer, pj_eng_table_name(L)) == 0 && pj_tune_entry_fits(e, L->N, L->K))
             return 1;
     }
     return 0;
@@ -646,7 +645,7 @@ static void note_table_match(const cu_state *st, const pj_model_layer *ml, const
     const char *other = NULL;
     for (uint32_t i = 0; i < t->n; i++) {
         const pj_tune_entry *e = &t->e[i];
-        const int fits = (!e->n || e->n == L->N) && (!e->k || e->k == L->K);
+        const int fits = pj_tune_entry_fits(e, L->N, L->K);
         if (fits && strcmp(e->layer, tn) == 0)
             return; /* it has entries */
         if (fits && !other)

@@ -577,6 +577,11 @@ int pj_tune_save(const char *path, const pj_tune_table *t, const char *commit, c
     return rc;
 }
 
+int pj_tune_entry_fits(const pj_tune_entry *e, uint32_t n, uint32_t k)
+{
+    return (!e->n || !n || e->n == n) && (!e->k || !k || e->k == k);
+}
+
 const pj_tune_entry *pj_dispatch_choose(const pj_tune_table *t, const char *layer, uint32_t n,
                                         uint32_t k, uint32_t m)
 {
@@ -587,7 +592,7 @@ const pj_tune_entry *pj_dispatch_choose(const pj_tune_table *t, const char *laye
         const pj_tune_entry *e = &t->e[i];
         if (strcmp(e->layer, layer) != 0)
             continue;
-        if ((e->n && n && e->n != n) || (e->k && k && e->k != k))
+        if (!pj_tune_entry_fits(e, n, k))
             continue;
         /* The router is a GEMV up to PJ_ENG_MAX_GEMV_M and a tiled GEMM
          * above it, and the same knobs mean other things in the two

@@ -214,6 +214,10 @@ int pj_tune_save(const char *path, const pj_tune_table *t, const char *commit, c
 /* Add or replace the entry for (e->layer, e->n, e->k, e->m). 0 or -ENOSPC. */
 int pj_tune_put(pj_tune_table *t, const pj_tune_entry *e);
 
+/* Was e tuned for a layer of shape n x k? An n or k of 0, in the entry or
+ * here, matches any. */
+int pj_tune_entry_fits(const pj_tune_entry *e, uint32_t n, uint32_t k);
+
 /* The entry that serves (layer, m) for a layer of shape n x k: the entry of
  * that layer with the smallest m' >= m, else the one with the largest m'.
  * Entries tuned for another shape (n, k non-zero and different) are ignored,

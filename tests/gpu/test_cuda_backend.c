@@ -489,6 +489,23 @@ static void section_z(void)
     cc_stop(&d, "Z");
 }
 
+/* A file made from template path (mkstemp) holding text: 0, or -1 with
+ * the failure counted and nothing left. */
+static int write_temp(char *path, const char *text)
+{
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "mkstemp %s: %s", path, strerror(errno));
+    if (fd < 0)
+        return -1;
+    const size_t len = strlen(text);
+    const int ok = write(fd, text, len) == (ssize_t)len;
+    CHECK(ok, "write %s: %s", path, strerror(errno));
+    close(fd);
+    if (!ok)
+        unlink(path);
+    return ok ? 0 : -1;
+}
+
 /* A table made on another GPU is not used, and says so once: its entries
  * are not vetted against this device first (that warned about each entry
  * this GPU cannot run, then said the table was not used at all). */
@@ -496,15 +513,11 @@ static void section_t(void)
 {
     printf("== T: a tuning table for another GPU\n");
     char path[] = "/tmp/projd-othergpu-XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0, "mkstemp: %s", strerror(errno));
-    if (fd < 0)
+    if (write_temp(path,
+                   "{\"device\": \"NVIDIA A100-SXM4-80GB\", \"entries\": [{\"layer\": \"o\", "
+                   "\"n\": 256, \"k\": 100, \"m\": 1, \"engine\": \"gemvz\", \"knobs\": {\"nw\": "
+                   "4}, \"us\": 5.0}]}") != 0)
         return;
-    static const char table[] =
-        "{\"device\": \"NVIDIA A100-SXM4-80GB\", \"entries\": [{\"layer\": \"o\", \"n\": 256, "
-        "\"k\": 100, \"m\": 1, \"engine\": \"gemvz\", \"knobs\": {\"nw\": 4}, \"us\": 5.0}]}";
-    CHECK(write(fd, table, sizeof table - 1) == (ssize_t)(sizeof table - 1), "write %s", path);
-    close(fd);
     char extra[256];
     snprintf(extra, sizeof extra, "{\"tuning\": {\"table\": \"%s\"}}", path);
     pj_dproc d;
@@ -576,16 +589,10 @@ static void section_k(void)
 {
     printf("== K: tuned_as\n");
     char path[] = "/tmp/projd-tunedas-XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0, "mkstemp: %s", strerror(errno));
-    if (fd < 0)
-        return;
     /* cuBLAS at m = 1 for o (256 x 192): never the defaults' choice there */
-    static const char table[] =
-        "{\"entries\": [{\"layer\": \"o\", \"n\": 256, \"k\": 192, \"m\": 1, \"engine\": "
-        "\"cublas\", \"knobs\": {\"algo\": 0}}]}";
-    CHECK(write(fd, table, sizeof table - 1) == (ssize_t)(sizeof table - 1), "write %s", path);
-    close(fd);
+    if (write_temp(path, "{\"entries\": [{\"layer\": \"o\", \"n\": 256, \"k\": 192, \"m\": 1, "
+                         "\"engine\": \"cublas\", \"knobs\": {\"algo\": 0}}]}") != 0)
+        return;
     static const char *const alias = "model.layers.0.self_attn.o_proj";
     static const char *const plain = "model.layers.1.self_attn.o_proj";
     char extra[1200];
