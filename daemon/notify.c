@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,15 +119,39 @@ void pj_notify_status(const char *fmt, ...)
     va_end(ap);
 }
 
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 void pj_notify_progress(const char *fmt, ...)
 {
-    char head[48];
-    snprintf(head, sizeof head, "EXTEND_TIMEOUT_USEC=%llu\n",
-             (unsigned long long)PJ_NOTIFY_STEP_SEC * 1000000ull);
+    static char last_kind[128];
+    static uint64_t last_ns;
+    char body[512];
     va_list ap;
     va_start(ap, fmt);
-    send_status(head, 1, fmt, ap);
+    vsnprintf(body, sizeof body, fmt, ap);
     va_end(ap);
+    const size_t kind = strcspn(body, "0123456789");
+    const uint64_t now = mono_ns();
+    pthread_mutex_lock(&g_mu);
+    int same = kind < sizeof last_kind && strlen(last_kind) == kind &&
+               memcmp(last_kind, body, kind) == 0 &&
+               now - last_ns < (uint64_t)PJ_NOTIFY_COALESCE_MS * 1000000ull;
+    if (!same) {
+        snprintf(last_kind, sizeof last_kind, "%.*s", (int)(kind < 127 ? kind : 127), body);
+        last_ns = now;
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (same)
+        return;
+    char text[600];
+    snprintf(text, sizeof text, "EXTEND_TIMEOUT_USEC=%llu\nSTATUS=%s",
+             (unsigned long long)PJ_NOTIFY_STEP_SEC * 1000000ull, body);
+    send_text(text, 1);
 }
 
 void pj_notify_reloading(const char *status)

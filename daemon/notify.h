@@ -29,8 +29,13 @@ void pj_notify_status(const char *fmt, ...) __attribute__((format(printf, 1, 2))
  * STATUS= line. A large model's load and the backend's start may outlast
  * TimeoutStartSec; each step extends it while the steps keep coming, so
  * a start that progresses is not killed and one that hangs still is. May
- * wait (PJ_NOTIFY_WAIT_MS): a dropped extension could cost the start. */
+ * wait (PJ_NOTIFY_WAIT_MS): a dropped extension could cost the start.
+ * A step of the same kind as the one sent last (the same text up to its
+ * first digit: "loading model: layer ") within PJ_NOTIFY_COALESCE_MS of
+ * it is not sent: a thousand layers load in under a second, and each
+ * message would be a line in the unit's status history for nothing. */
 void pj_notify_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#define PJ_NOTIFY_COALESCE_MS 100
 
 /* RELOADING=1, MONOTONIC_USEC=<CLOCK_MONOTONIC now, in µs> and a STATUS=
  * line: a reload (SIGHUP) has started. systemd keeps the unit in
