@@ -44,6 +44,9 @@ struct projd_conn {
      * is the default (step 4: ...)"), for its messages; "" otherwise. */
     char url_from[160];
     projd_info info;
+    /* Every layer the WELCOME named (info.layers_all points here); info's
+     * inline array holds only the first PJ_WIRE_MAX_LAYERS. */
+    pj_wire_layer *layers;
     atomic_int timeout_ms;
     atomic_uint_fast64_t next_id;
     atomic_int pipes_removed; /* peers that hung up on us; explains a silent HELLO */
@@ -1591,7 +1594,20 @@ static int say_hello(projd_conn *c, const char *name, projd_error *e)
         size_t len;
         const uint8_t *b = reply_body(r, &len);
         char err[512];
-        int st = pj_dec_welcome(b, len, &c->info, err, sizeof err);
+        int st = PJ_E_INTERNAL;
+        free(c->layers);
+        c->layers = malloc(PJ_WIRE_MAX_LAYERS_ALL * sizeof *c->layers);
+        if (c->layers)
+            st = pj_dec_welcome_all(b, len, &c->info, c->layers, PJ_WIRE_MAX_LAYERS_ALL, err,
+                                    sizeof err);
+        else
+            snprintf(err, sizeof err, "WELCOME: out of memory for its layer list");
+        if (st == PJ_OK && c->info.n_layers_all) { /* keep what it named, not 1024 */
+            pj_wire_layer *fit = realloc(c->layers, c->info.n_layers_all * sizeof *fit);
+            if (fit)
+                c->layers = fit;
+            c->info.layers_all = c->layers;
+        }
         if (st != PJ_OK)
             rc = fail(e, -EPROTO, "connect %s: %s", c->url, err);
         else if (c->info.version != PJ_WIRE_VERSION)
@@ -1916,6 +1932,7 @@ void projd_close(projd_conn *c)
         return;
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->idle);
+    free(c->layers);
     free(c);
 }
 
@@ -1944,10 +1961,21 @@ const projd_info *projd_info_get(const projd_conn *c)
 
 int projd_layer_find(const projd_conn *c, const char *name)
 {
-    for (uint32_t i = 0; i < c->info.n_layers; i++)
-        if (strcmp(c->info.layers[i].name, name) == 0)
+    const pj_wire_layer *ls = pj_welcome_layers(&c->info);
+    for (uint32_t i = 0; name && i < pj_welcome_n_layers(&c->info); i++)
+        if (strcmp(ls[i].name, name) == 0)
             return (int)i;
     return -1;
+}
+
+uint32_t projd_layer_count(const projd_conn *c)
+{
+    return pj_welcome_n_layers(&c->info);
+}
+
+const projd_layer *projd_layer_get(const projd_conn *c, uint32_t index)
+{
+    return index < pj_welcome_n_layers(&c->info) ? &pj_welcome_layers(&c->info)[index] : NULL;
 }
 
 /* ---- buffers ---------------------------------------------------------------------- */

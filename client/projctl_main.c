@@ -455,11 +455,16 @@ static int find_layer(projd_conn *c, const char *arg)
     const projd_info *inf = projd_info_get(c);
     char *end;
     long v = strtol(arg, &end, 10);
-    if (*arg && !*end && v >= 0 && (uint32_t)v < inf->n_layers)
+    if (*arg && !*end && v >= 0 && (uint32_t)v < pj_welcome_n_layers(inf))
         return (int)v;
+    /* A whole model's projections are hundreds of names: the first few
+     * show how they are spelled, `projctl layers` lists them all. */
+    const uint32_t nl = pj_welcome_n_layers(inf), shown = nl > 16 ? 12 : nl;
     fprintf(stderr, "projctl: no layer \"%s\"; the daemon serves:", arg);
-    for (uint32_t k = 0; k < inf->n_layers; k++)
-        fprintf(stderr, " %s", inf->layers[k].name);
+    for (uint32_t k = 0; k < shown; k++)
+        fprintf(stderr, " %s", pj_welcome_layers(inf)[k].name);
+    if (shown < nl)
+        fprintf(stderr, " ... (%u in all: projctl layers)", nl);
     fprintf(stderr, "\n");
     return -1;
 }
@@ -486,7 +491,7 @@ static int status_json(projd_conn *c, const char *json, double rtt_us)
              cJSON_AddNumberToObject(pc, "protocol", inf->version) &&
              (strcmp(uuid, "none") ? cJSON_AddStringToObject(pc, "device_uuid", uuid)
                                    : cJSON_AddNullToObject(pc, "device_uuid")) &&
-             cJSON_AddNumberToObject(pc, "layers", inf->n_layers) &&
+             cJSON_AddNumberToObject(pc, "layers", pj_welcome_n_layers(inf)) &&
              cJSON_AddNumberToObject(l, "max_m", inf->max_m) &&
              cJSON_AddNumberToObject(l, "max_ops_per_request", inf->max_ops_per_request) &&
              cJSON_AddNumberToObject(l, "max_buffers", inf->max_buffers) &&
@@ -548,7 +553,7 @@ static int cmd_status(opts *o)
         printf("  device     %s\n", dev_text);
     else
         printf("  device     none (%s backend)\n", projd_backend_name(inf->backend));
-    printf("  layers     %u\n", inf->n_layers);
+    printf("  layers     %u\n", pj_welcome_n_layers(inf));
     printf("  limits     max_m %u, ops/request %u, buffers %u, message %u bytes\n", inf->max_m,
            inf->max_ops_per_request, inf->max_buffers, inf->max_message_bytes);
     if (stats_rc == 0) {
@@ -611,8 +616,8 @@ static int cmd_layers(opts *o)
     const projd_info *inf = projd_info_get(c);
     if (o->json) {
         printf("[");
-        for (uint32_t i = 0; i < inf->n_layers; i++) {
-            const pj_wire_layer *l = &inf->layers[i];
+        for (uint32_t i = 0; i < pj_welcome_n_layers(inf); i++) {
+            const pj_wire_layer *l = &pj_welcome_layers(inf)[i];
             cJSON *name = cJSON_CreateString(l->name); /* quoted and escaped */
             char *qname = name ? cJSON_PrintUnformatted(name) : NULL;
             cJSON_Delete(name);
@@ -633,14 +638,14 @@ static int cmd_layers(opts *o)
     /* Names are up to 63 bytes (SGLang prefixes run to 30-40): the column
      * is as wide as the longest, 24 at least. */
     int w = 24;
-    for (uint32_t i = 0; i < inf->n_layers; i++) {
-        size_t len = strnlen(inf->layers[i].name, sizeof inf->layers[i].name);
+    for (uint32_t i = 0; i < pj_welcome_n_layers(inf); i++) {
+        size_t len = strnlen(pj_welcome_layers(inf)[i].name, sizeof pj_welcome_layers(inf)[i].name);
         if ((int)len > w)
             w = (int)len;
     }
     printf("%-5s %-*s %8s %8s  %s\n", "index", w, "name", "n", "k", "format");
-    for (uint32_t i = 0; i < inf->n_layers; i++) {
-        const pj_wire_layer *l = &inf->layers[i];
+    for (uint32_t i = 0; i < pj_welcome_n_layers(inf); i++) {
+        const pj_wire_layer *l = &pj_welcome_layers(inf)[i];
         printf("%-5u %-*s %8u %8u  %s\n", i, w, l->name, l->n, l->k, projd_format_name(l->format));
     }
     /* Only the cuda backend captures graphs; the cpu backend's WELCOME
@@ -847,7 +852,7 @@ static int cmd_project(opts *o)
     int li = find_layer(c, o->layer);
     if (li < 0)
         goto out;
-    const pj_wire_layer *L = &inf->layers[li];
+    const pj_wire_layer *L = &pj_welcome_layers(inf)[li];
     uint32_t m = (uint32_t)o->m, k = L->k;
     uint32_t n = o->n > 0 ? (uint32_t)o->n : L->n;
 
@@ -1058,9 +1063,10 @@ static bench_stat bench_summary(double *v, size_t n)
 static int smallest_layer(const projd_info *inf)
 {
     int best = -1;
-    for (uint32_t i = 0; i < inf->n_layers; i++)
-        if (best < 0 || (uint64_t)inf->layers[i].n * inf->layers[i].k <
-                            (uint64_t)inf->layers[best].n * inf->layers[best].k)
+    for (uint32_t i = 0; i < pj_welcome_n_layers(inf); i++)
+        if (best < 0 ||
+            (uint64_t)pj_welcome_layers(inf)[i].n * pj_welcome_layers(inf)[i].k <
+                (uint64_t)pj_welcome_layers(inf)[best].n * pj_welcome_layers(inf)[best].k)
             best = (int)i;
     return best;
 }
@@ -1096,7 +1102,7 @@ static int bench_block(bench_side *sd, int layer, size_t count, int record, uint
     }
     if (layer < 0)
         return 0;
-    const pj_wire_layer *L = &inf->layers[layer];
+    const pj_wire_layer *L = &pj_welcome_layers(inf)[layer];
     projd_op op = {.layer = (uint32_t)layer,
                    .m = 1,
                    .n = L->n,
@@ -1133,7 +1139,7 @@ static int bench_side_open(const opts *o, bench_side *sd, const char *name, int 
     }
     const projd_info *inf = projd_info_get(sd->c);
     if (layer >= 0) {
-        const pj_wire_layer *L = &inf->layers[layer];
+        const pj_wire_layer *L = &pj_welcome_layers(inf)[layer];
         if (projd_shm_create(sd->c, (size_t)L->k * 2, &sd->xb, &e) ||
             projd_shm_create(sd->c, (size_t)L->n * 2, &sd->yb, &e)) {
             fprintf(stderr, "projctl: %s\n", e.msg);

@@ -92,8 +92,13 @@ typedef pj_op projd_op;
 /* What the daemon said in WELCOME: version, backend (1 cpu, 2 cuda), device
  * uuid, limits (max_m, max_ops_per_request, max_buffers, max_message_bytes),
  * layers (name, n, k, format — index = the layer number requests use) and
- * the m values with captured graphs. */
+ * the m values with captured graphs. Its layers[] holds the first 64
+ * layers only (n_layers); projd_layer_count / projd_layer_get give every
+ * one of them (a daemon serves up to 1024). */
 typedef pj_welcome projd_info;
+
+/* One served layer: name, n (rows a request may use), k, format. */
+typedef pj_wire_layer projd_layer;
 
 /* Outcome of one PROJECT. */
 typedef struct projd_result {
@@ -167,8 +172,15 @@ const char *projd_url(const projd_conn *c);
 /* WELCOME as received (owned by c, valid until projd_close). */
 const projd_info *projd_info_get(const projd_conn *c);
 
-/* Index of the layer called name, or -1. */
+/* Index of the layer called name among all of them, or -1. */
 int projd_layer_find(const projd_conn *c, const char *name);
+
+/* How many layers the daemon serves (every one, past info's 64). */
+uint32_t projd_layer_count(const projd_conn *c);
+
+/* Layer index (0 .. projd_layer_count - 1; owned by c, valid until
+ * projd_close), or NULL past the last. */
+const projd_layer *projd_layer_get(const projd_conn *c, uint32_t index);
 
 /* "cpu", "cuda" or "unknown". */
 const char *projd_backend_name(int backend);

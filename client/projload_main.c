@@ -241,9 +241,9 @@ typedef struct lt_setup {
     char url[600];
     pj_ls_msets msets;
     pj_model *model;
-    const pj_weights *wt[PJ_WIRE_MAX_LAYERS]; /* reference weights per daemon layer */
-    size_t slot_x, slot_y;                    /* bytes one request needs at most */
-    uint32_t max_ops;                         /* most ops in one request */
+    const pj_weights *wt[PJ_WIRE_MAX_LAYERS_ALL]; /* reference weights per daemon layer */
+    size_t slot_x, slot_y;                        /* bytes one request needs at most */
+    uint32_t max_ops;                             /* most ops in one request */
     /* Groups each trace request counts in (shape + each (layer, m-set)),
      * ids valid in a loadstat prepared by groups_create in the same order. */
     uint32_t *ref_off; /* n_reqs + 1 offsets into refs */
@@ -532,17 +532,17 @@ static int check_job(lt_run *r, const lt_job *j)
     int bad = 0;
     for (uint32_t i = 0; i < q->n_ops && !bad; i++) {
         const pj_trace_op *op = &su->tr.ops[q->op0 + i];
-        uint32_t k = su->w.layers[op->layer].k, m = op->m, n = op->n;
+        uint32_t k = pj_welcome_layers(&su->w)[op->layer].k, m = op->m, n = op->n;
         uint16_t *ref = malloc((size_t)m * n * sizeof *ref);
         const uint16_t *x = (const uint16_t *)(j->x + xo), *y = (const uint16_t *)(j->y + yo);
         int rc = ref ? pj_ref_project(su->wt[op->layer], m, n, x, k, ref, n) : -ENOMEM;
         if (rc != 0) {
             note(r, 1, "request %llu (%s:%u) op %u (%s m=%u n=%u): reference failed: %s",
-                 (unsigned long long)j->seq, su->tr.file, q->line, i, su->w.layers[op->layer].name,
-                 m, n, strerror(-rc));
+                 (unsigned long long)j->seq, su->tr.file, q->line, i,
+                 pj_welcome_layers(&su->w)[op->layer].name, m, n, strerror(-rc));
             bad = 1;
         } else if (su->tolerant) {
-            bad = check_rel(r, j, i, su->w.layers[op->layer].name, m, n, y, ref);
+            bad = check_rel(r, j, i, pj_welcome_layers(&su->w)[op->layer].name, m, n, y, ref);
         } else if (memcmp(ref, y, (size_t)m * n * sizeof *ref) != 0) {
             size_t e = 0;
             while (ref[e] == y[e])
@@ -553,8 +553,9 @@ static int check_job(lt_run *r, const lt_job *j)
             note(r, 1,
                  "request %llu (%s:%u) op %u (%s m=%u n=%u): y[%zu][%zu] = 0x%04x, reference "
                  "0x%04x (%zu of %zu values differ)",
-                 (unsigned long long)j->seq, su->tr.file, q->line, i, su->w.layers[op->layer].name,
-                 m, n, e / n, e % n, y[e], ref[e], diff, (size_t)m * n);
+                 (unsigned long long)j->seq, su->tr.file, q->line, i,
+                 pj_welcome_layers(&su->w)[op->layer].name, m, n, e / n, e % n, y[e], ref[e], diff,
+                 (size_t)m * n);
             bad = 1;
         }
         free(ref);
@@ -615,7 +616,7 @@ static void enqueue_check(lt_client *cl, const lt_slot *s)
     size_t xb = 0, yb = su->slot_y; /* all of y: the padding and guard are checked */
     for (uint32_t i = 0; i < q->n_ops; i++) {
         const pj_trace_op *op = &su->tr.ops[q->op0 + i];
-        xb += align_up((size_t)op->m * su->w.layers[op->layer].k * 2);
+        xb += align_up((size_t)op->m * pj_welcome_layers(&su->w)[op->layer].k * 2);
     }
     lt_job *j = calloc(1, sizeof *j);
     uint8_t *mem = malloc(xb + yb);
@@ -720,7 +721,7 @@ static void issue(lt_client *c, lt_slot *s, uint64_t seq, uint32_t tr, uint64_t 
     size_t xo = s->x_off, yo = s->y_off;
     for (uint32_t i = 0; i < q->n_ops; i++) {
         const pj_trace_op *op = &su->tr.ops[q->op0 + i];
-        uint32_t k = su->w.layers[op->layer].k;
+        uint32_t k = pj_welcome_layers(&su->w)[op->layer].k;
         c->ops[i] = (projd_op){.layer = (uint32_t)op->layer,
                                .m = op->m,
                                .n = op->n,
@@ -1199,7 +1200,7 @@ static int build_groups(lt_setup *su)
     int rc = -ENOMEM;
     su->ref_off = calloc(t->n_reqs + 1, sizeof *su->ref_off);
     su->refs = calloc(t->n_ops + t->n_reqs, sizeof *su->refs);
-    size_t n_sets = (size_t)su->msets.n + 1, n_lm = (size_t)su->w.n_layers * n_sets;
+    size_t n_sets = (size_t)su->msets.n + 1, n_lm = (size_t)pj_welcome_n_layers(&su->w) * n_sets;
     uint32_t *lm_id = calloc(n_lm ? n_lm : 1, sizeof *lm_id);     /* 0: not in the trace */
     uint64_t *lm_seen = calloc(n_lm ? n_lm : 1, sizeof *lm_seen); /* request + 1 */
     uint32_t *lm_pos = calloc(n_lm ? n_lm : 1, sizeof *lm_pos);
@@ -1219,7 +1220,7 @@ static int build_groups(lt_setup *su)
         uint32_t lo, hi, set = pj_ls_mset_of(&su->msets, t->ops[i].m, &lo, &hi);
         lm_id[(size_t)t->ops[i].layer * n_sets + set] = 1;
     }
-    for (uint32_t l = 0; l < su->w.n_layers; l++) {
+    for (uint32_t l = 0; l < pj_welcome_n_layers(&su->w); l++) {
         for (uint32_t set = 0; set < n_sets; set++) {
             if (!lm_id[(size_t)l * n_sets + set])
                 continue;
@@ -1230,8 +1231,8 @@ static int build_groups(lt_setup *su)
                 hi = su->w.max_m;
             }
             pj_ls_mset_label(lo, hi, lab, sizeof lab);
-            snprintf(key, sizeof key, "%s m=%s", su->w.layers[l].name, lab);
-            if (add_group(su, PJ_LS_LAYER_M, key, su->w.layers[l].name, lo, hi, &id))
+            snprintf(key, sizeof key, "%s m=%s", pj_welcome_layers(&su->w)[l].name, lab);
+            if (add_group(su, PJ_LS_LAYER_M, key, pj_welcome_layers(&su->w)[l].name, lo, hi, &id))
                 goto out;
             lm_id[(size_t)l * n_sets + set] = id;
         }
@@ -1383,13 +1384,13 @@ static int load_model(const lt_opts *o, lt_setup *su, projd_conn *ctl)
     }
     static pj_served_model served; /* large; one setup a run */
     const int have_served = pj_served_model_get(ctl, &served, err, sizeof err) == 0;
-    int used[PJ_WIRE_MAX_LAYERS] = {0};
+    int used[PJ_WIRE_MAX_LAYERS_ALL] = {0};
     for (size_t i = 0; i < su->tr.n_ops; i++)
         used[su->tr.ops[i].layer] = 1;
-    for (uint32_t l = 0; l < su->w.n_layers; l++) {
+    for (uint32_t l = 0; l < pj_welcome_n_layers(&su->w); l++) {
         if (!used[l])
             continue;
-        const pj_wire_layer *wl = &su->w.layers[l];
+        const pj_wire_layer *wl = &pj_welcome_layers(&su->w)[l];
         int mi = pj_model_find(su->model, wl->name);
         if (mi < 0) {
             fprintf(stderr, "projload: --model %s: no layer \"%s\", which the trace uses\n",
@@ -1821,12 +1822,13 @@ static cJSON *daemon_json(const lt_setup *su)
     cJSON_AddNumberToObject(d, "max_m", su->w.max_m);
     cJSON_AddNumberToObject(d, "max_ops_per_request", su->w.max_ops_per_request);
     cJSON *ls = cJSON_AddArrayToObject(d, "layers");
-    for (uint32_t i = 0; i < su->w.n_layers; i++) {
+    for (uint32_t i = 0; i < pj_welcome_n_layers(&su->w); i++) {
         cJSON *l = cJSON_CreateObject();
-        cJSON_AddStringToObject(l, "name", su->w.layers[i].name);
-        cJSON_AddNumberToObject(l, "n", su->w.layers[i].n);
-        cJSON_AddNumberToObject(l, "k", su->w.layers[i].k);
-        cJSON_AddStringToObject(l, "format", projd_format_name(su->w.layers[i].format));
+        cJSON_AddStringToObject(l, "name", pj_welcome_layers(&su->w)[i].name);
+        cJSON_AddNumberToObject(l, "n", pj_welcome_layers(&su->w)[i].n);
+        cJSON_AddNumberToObject(l, "k", pj_welcome_layers(&su->w)[i].k);
+        cJSON_AddStringToObject(l, "format",
+                                projd_format_name(pj_welcome_layers(&su->w)[i].format));
         cJSON_AddItemToArray(ls, l);
     }
     cJSON *sh = cJSON_AddArrayToObject(d, "shapes");
@@ -2148,9 +2150,10 @@ static int cmd_info(int argc, char **argv)
     const projd_info *w = projd_info_get(c);
     printf("daemon %s: protocol %u, backend %s, max_m %u, max %u ops per request\n", projd_url(c),
            w->version, projd_backend_name(w->backend), w->max_m, w->max_ops_per_request);
-    for (uint32_t i = 0; i < w->n_layers; i++)
-        printf("  layer %u %-16s n %6u  k %6u  %s\n", i, w->layers[i].name, w->layers[i].n,
-               w->layers[i].k, projd_format_name(w->layers[i].format));
+    const pj_wire_layer *wl = pj_welcome_layers(w);
+    for (uint32_t i = 0; i < pj_welcome_n_layers(w); i++)
+        printf("  layer %u %-16s n %6u  k %6u  %s\n", i, wl[i].name, wl[i].n, wl[i].k,
+               projd_format_name(wl[i].format));
     if (w->backend == PJ_BACKEND_CUDA) {
         printf("  graph shapes m:");
         for (uint32_t i = 0; i < w->n_shapes; i++)
@@ -2439,8 +2442,8 @@ static double ratio(double a, double b)
  * 0, or EXIT_RUN_FAILED when a launch failed. */
 static int run_compare(const lt_opts *o, lt_setup *su, lt_run *dr, FILE *rep, cJSON *root)
 {
-    int map[PJ_WIRE_MAX_LAYERS];
-    for (uint32_t l = 0; l < su->w.n_layers; l++) {
+    int map[PJ_WIRE_MAX_LAYERS_ALL];
+    for (uint32_t l = 0; l < pj_welcome_n_layers(&su->w); l++) {
         map[l] = -1;
         if (su->wt[l])
             for (uint32_t i = 0; i < su->model->n_layers; i++)
@@ -2449,8 +2452,8 @@ static int run_compare(const lt_opts *o, lt_setup *su, lt_run *dr, FILE *rep, cJ
     }
     char err[1024];
     pj_lcmp *c;
-    if (pj_lcmp_open(su->model, map, su->w.n_layers, su->w.max_m, su->slot_x, su->slot_y, o->table,
-                     &c, err, sizeof err) != 0) {
+    if (pj_lcmp_open(su->model, map, pj_welcome_n_layers(&su->w), su->w.max_m, su->slot_x,
+                     su->slot_y, o->table, &c, err, sizeof err) != 0) {
         fprintf(stderr, "projload: --compare: %s\n", err);
         return EXIT_RUN_FAILED;
     }
@@ -2541,16 +2544,16 @@ static int run_compare(const lt_opts *o, lt_setup *su, lt_run *dr, FILE *rep, cJ
     static const uint32_t probe_m[] = {1, 8, 16, 32, 64, 128, 256};
     unsigned dev_errors = 0;
     fprintf(rep, "  tuned engines (relative L2 difference from cuBLAS on the same x):\n");
-    for (uint32_t l = 0; l < su->w.n_layers && !bad; l++) {
+    for (uint32_t l = 0; l < pj_welcome_n_layers(&su->w) && !bad; l++) {
         if (map[l] < 0)
             continue;
-        uint32_t n = su->w.layers[l].n;
+        uint32_t n = pj_welcome_layers(&su->w)[l].n;
         for (size_t i = 0; i < su->tr.n_ops; i++)
             if ((uint32_t)su->tr.ops[i].layer == l) {
                 n = su->tr.ops[i].n;
                 break;
             }
-        fprintf(rep, "    %-10s n=%-5u", su->w.layers[l].name, n);
+        fprintf(rep, "    %-10s n=%-5u", pj_welcome_layers(&su->w)[l].name, n);
         for (size_t i = 0; i < sizeof probe_m / sizeof probe_m[0]; i++) {
             uint32_t m = probe_m[i];
             if (m > su->w.max_m)
@@ -2560,13 +2563,13 @@ static int run_compare(const lt_opts *o, lt_setup *su, lt_run *dr, FILE *rep, cJ
             /* pj_lcmp_diff answers -1 both for "not probed" (larger than
              * the trace's requests: the same test as its own) and for a
              * device error: only the second is reported. */
-            int probed =
-                (size_t)m * n * 2 <= su->slot_y && (size_t)m * su->w.layers[l].k * 2 <= su->slot_x;
+            int probed = (size_t)m * n * 2 <= su->slot_y &&
+                         (size_t)m * pj_welcome_layers(&su->w)[l].k * 2 <= su->slot_x;
             double d = pj_lcmp_diff(c, l, m, n);
             if (d < 0 && !probed)
                 continue;
             cJSON *e = cJSON_CreateObject();
-            cJSON_AddStringToObject(e, "layer", su->w.layers[l].name);
+            cJSON_AddStringToObject(e, "layer", pj_welcome_layers(&su->w)[l].name);
             cJSON_AddNumberToObject(e, "m", m);
             cJSON_AddNumberToObject(e, "n", n);
             cJSON_AddStringToObject(e, "engine", eng);
@@ -2720,7 +2723,7 @@ static int cmd_run(int argc, char **argv)
         size_t xb = 0, yb = 0;
         for (uint32_t i = 0; i < q->n_ops; i++) {
             const pj_trace_op *op = &su.tr.ops[q->op0 + i];
-            xb += align_up((size_t)op->m * su.w.layers[op->layer].k * 2);
+            xb += align_up((size_t)op->m * pj_welcome_layers(&su.w)[op->layer].k * 2);
             yb += align_up((size_t)op->m * op->n * 2);
         }
         su.slot_x = xb > su.slot_x ? xb : su.slot_x;
@@ -2774,7 +2777,7 @@ static int cmd_run(int argc, char **argv)
             "projload: %s, transport %s, %s buffers, daemon %s (%s backend, %u layers, max_m "
             "%u)\n",
             mode_text, su.transport->name, su.cuda_bufs ? "CUDA IPC" : "host shared-memory", su.url,
-            projd_backend_name(su.w.backend), su.w.n_layers, su.w.max_m);
+            projd_backend_name(su.w.backend), pj_welcome_n_layers(&su.w), su.w.max_m);
     if (ring_why_not[0])
         fprintf(rep, "  (transport ring not used: %s)\n", ring_why_not);
     fprintf(rep, "trace %s: %zu requests, %zu ops; %llu warm-up requests, then ", su.tr.file,

@@ -44,8 +44,8 @@ static int grow(void **arr, size_t *cap, size_t need, size_t el)
 }
 
 /* Index of name in t->names, added when new; -ENOSPC when it would be
- * the (PJ_WIRE_MAX_LAYERS + 1)-th distinct name (no daemon serves that
- * many layers, so the scan stays short), -ENOMEM on failure. */
+ * the (PJ_WIRE_MAX_LAYERS_ALL + 1)-th distinct name (no daemon serves
+ * that many layers), -ENOMEM on failure. */
 static int intern(pj_trace *t, const char *name, uint32_t *idx)
 {
     for (size_t i = 0; i < t->n_names; i++) {
@@ -54,7 +54,7 @@ static int intern(pj_trace *t, const char *name, uint32_t *idx)
             return 0;
         }
     }
-    if (t->n_names >= PJ_WIRE_MAX_LAYERS)
+    if (t->n_names >= PJ_WIRE_MAX_LAYERS_ALL)
         return -ENOSPC;
     void *arr = t->names;
     if (grow(&arr, &t->cap_names, t->n_names + 1, sizeof t->names[0]))
@@ -366,8 +366,8 @@ static int parse_line(pj_trace *t, const perr *p, const char *s, size_t len)
             rc = fail(p, field,
                       "%s would be the trace's %d-th distinct layer name; a daemon serves "
                       "at most %d layers",
-                      quote_name(names[i], qn, sizeof qn), PJ_WIRE_MAX_LAYERS + 1,
-                      PJ_WIRE_MAX_LAYERS);
+                      quote_name(names[i], qn, sizeof qn), PJ_WIRE_MAX_LAYERS_ALL + 1,
+                      PJ_WIRE_MAX_LAYERS_ALL);
             goto out;
         } else if (irc) {
             rc = irc;
@@ -506,10 +506,11 @@ int pj_trace_resolve(pj_trace *t, const pj_welcome *w, char *err, size_t errlen)
         return -ENOMEM;
     }
     int rc = 0;
+    const pj_wire_layer *wls = pj_welcome_layers(w);
     for (size_t i = 0; i < t->n_names; i++) {
         map[i] = -1;
-        for (uint32_t l = 0; l < w->n_layers && l < PJ_WIRE_MAX_LAYERS; l++)
-            if (strncmp(w->layers[l].name, t->names[i], sizeof w->layers[l].name) == 0)
+        for (uint32_t l = 0; l < pj_welcome_n_layers(w); l++)
+            if (strncmp(wls[l].name, t->names[i], sizeof wls[l].name) == 0)
                 map[i] = (int32_t)l;
     }
     for (size_t r = 0; r < t->n_reqs; r++) {
@@ -526,9 +527,9 @@ int pj_trace_resolve(pj_trace *t, const pj_welcome *w, char *err, size_t errlen)
             int32_t l = map[o->name];
             if (l < 0) {
                 char list[512] = "";
-                for (uint32_t k = 0; k < w->n_layers && k < PJ_WIRE_MAX_LAYERS; k++)
+                for (uint32_t k = 0; k < pj_welcome_n_layers(w); k++)
                     snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "",
-                             w->layers[k].name);
+                             wls[k].name);
                 snprintf(field, sizeof field, "ops[%u].layer", i);
                 char qn[QUOTED_MAX];
                 rc = fail(&p, field, "unknown layer %s (the daemon serves %s)",
@@ -541,7 +542,7 @@ int pj_trace_resolve(pj_trace *t, const pj_welcome *w, char *err, size_t errlen)
                 rc = fail(&p, field, "%u is more than the daemon's max_m (%u)", o->m, w->max_m);
                 goto out;
             }
-            const pj_wire_layer *wl = &w->layers[l];
+            const pj_wire_layer *wl = &wls[l];
             if (o->n_req > wl->n) {
                 snprintf(field, sizeof field, "ops[%u].n", i);
                 char qn[QUOTED_MAX];

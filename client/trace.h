@@ -66,7 +66,7 @@ void pj_trace_free(pj_trace *t);
  * in err (t keeps the requests of the lines before the bad one), or
  * -ENOMEM. A trace with no request at all is an error, and so are a string
  * holding \u0000, a number written with a fraction, exponent or leading zero (1.0, 1e2, 01)
- * and more than PJ_WIRE_MAX_LAYERS distinct layer names. */
+ * and more than PJ_WIRE_MAX_LAYERS_ALL distinct layer names. */
 int pj_trace_parse(pj_trace *t, const char *text, size_t len, char *err, size_t errlen);
 
 /* Reads the file at path and parses it into t (pj_trace_init'd here, named
@@ -80,11 +80,11 @@ int pj_trace_load_limit(pj_trace *t, const char *path, size_t max_bytes, char *e
 /* Appends one request (the generator and the tests use it). layers[i] are
  * names, ms[i] and ns[i] (0: layer's rows) the shapes, t_us -1 for none.
  * Returns 0, -EINVAL (a value the parser would refuse, including a
- * (PJ_WIRE_MAX_LAYERS + 1)-th distinct name) or -ENOMEM. */
+ * (PJ_WIRE_MAX_LAYERS_ALL + 1)-th distinct name) or -ENOMEM. */
 int pj_trace_add(pj_trace *t, int64_t t_us, uint32_t client, const char *const *layers,
                  const uint32_t *ms, const uint32_t *ns, uint32_t n_ops);
 
-/* Maps every op onto the daemon's layers: op.layer = index in w->layers,
+/* Maps every op onto the daemon's layers: op.layer = index in pj_welcome_layers(w),
  * op.n = n_req or the layer's rows. Fails (-EINVAL, err naming the line
  * and field) on an unknown layer, m > w->max_m, n > the layer's rows, or
  * more ops in a request than w->max_ops_per_request. */

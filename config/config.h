@@ -14,7 +14,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PJ_CFG_MAX_LAYERS 32
+/* Layers one instance serves: a whole model's projections (a 70B model's
+ * 80 decoder layers x 4 fused projections is 320). Every layer is sent in
+ * the WELCOME (protocol/wire.h, PJ_WIRE_MAX_LAYERS_ALL). */
+#define PJ_CFG_MAX_LAYERS 1024
 #define PJ_CFG_MAX_SHAPES 32
 #define PJ_CFG_MAX_IDS    32
 #define PJ_CFG_NAME       64

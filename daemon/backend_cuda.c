@@ -59,7 +59,6 @@
 #define CU_SPIN_US       100  /* completion: poll this long before blocking */
 #define CU_CLOSE_WAIT_MS 30000
 #define CU_VALIDATE_TOL  1e-3 /* rebound graph vs direct launch, relative L2 */
-#define CU_MAX_L         PJ_CFG_MAX_LAYERS
 #define CU_MAX_S         PJ_CFG_MAX_SHAPES
 /* How long a REGISTER waits for the same allocation's previous mapping to
  * be closed before it is refused. */
@@ -157,10 +156,14 @@ typedef struct cu_lane {
     uint32_t idx;
     cudaStream_t s;
     pj_eng_stream *es;
-    pj_eng_ws ws[CU_MAX_L];
+    /* One workspace for every layer: the lane's launches are ordered on
+     * its stream, which is all that sharing one needs (engine.h), and it
+     * is sized for the widest layer (pj_eng_ws_init: the need grows with
+     * N). One per layer was ~16 MB a layer a lane at N = 8192. */
+    pj_eng_ws ws;
     uint16_t *sx, *sy; /* staging: max_m x max K, max_m x max N */
     size_t sx_bytes, sy_bytes;
-    pj_cgraph graphs[CU_MAX_L][CU_MAX_S];
+    pj_cgraph (*graphs)[CU_MAX_S]; /* [layer][shape], st->n_layers rows */
     uint32_t n_conns;
     uint32_t n_lost; /* streams of it lost (stream_lost): held for good. Loop thread. */
     /* completion */
@@ -225,11 +228,12 @@ struct cu_state {
     struct cudaDeviceProp prop;
     pj_dev_limits lim;
     char uuid_str[48];
-    uint32_t n_layers;
-    cu_layer layers[CU_MAX_L];
+    uint32_t n_layers;   /* uploaded so far */
+    uint32_t cap_layers; /* the model's: what layers and shapes hold */
+    cu_layer *layers;
     uint32_t n_shapes;
     uint32_t shape_m[CU_MAX_S];
-    cu_shape shapes[CU_MAX_L][CU_MAX_S];
+    cu_shape (*shapes)[CU_MAX_S]; /* [layer][shape] */
     pj_tune_table *table;
     char env_force[PJ_CFG_NAME], env_knobs[96];
     int no_patch;
@@ -711,7 +715,7 @@ __attribute__((format(printf, 5, 6))) static int start_step(int tell, char *err,
 static int upload_layers(cu_state *st, char *err, size_t errlen)
 {
     const pj_model *model = st->b->model;
-    for (uint32_t i = 0; i < model->n_layers && i < CU_MAX_L; i++) {
+    for (uint32_t i = 0; i < model->n_layers && i < st->cap_layers; i++) {
         const pj_model_layer *ml = &model->layers[i];
         int step = start_step(1, err, errlen, "", "the upload of layer %u of %u (%s)", i + 1,
                               model->n_layers, ml->name);
@@ -762,12 +766,16 @@ static int upload_layers(cu_state *st, char *err, size_t errlen)
 
 static void free_layers(cu_state *st)
 {
-    for (uint32_t i = 0; i < CU_MAX_L; i++) {
+    for (uint32_t i = 0; st->layers && i < st->cap_layers; i++) {
         cu_layer *cl = &st->layers[i];
         pj_eng_layer_fini(&cl->L);
         pj_engup_free(&cl->mem);
-        memset(cl, 0, sizeof *cl);
     }
+    free(st->layers);
+    free(st->shapes);
+    st->layers = NULL;
+    st->shapes = NULL;
+    st->cap_layers = st->n_layers = 0;
 }
 
 /* ---- engine choice ------------------------------------------------------------------- */
@@ -805,12 +813,12 @@ static void lane_free(cu_lane *ln)
 {
     if (!ln)
         return;
-    for (uint32_t l = 0; l < CU_MAX_L; l++)
+    for (uint32_t l = 0; ln->graphs && l < ln->st->cap_layers; l++)
         for (uint32_t s = 0; s < CU_MAX_S; s++)
             pj_cg_free(&ln->graphs[l][s]);
-    for (uint32_t l = 0; l < CU_MAX_L; l++)
-        if (ln->ws[l].f)
-            pj_eng_ws_free(&ln->ws[l]);
+    free(ln->graphs);
+    if (ln->ws.f)
+        pj_eng_ws_free(&ln->ws);
     for (uint32_t i = 0; i < CU_RING; i++) {
         if (ln->ring[i].ev)
             cudaEventDestroy(ln->ring[i].ev);
@@ -852,12 +860,20 @@ static int lane_create(cu_state *st, uint32_t idx, cu_lane **out, char *err, siz
         lane_free(ln);
         return rc;
     }
-    for (uint32_t l = 0; l < st->n_layers; l++) {
-        rc = pj_eng_ws_init(&st->layers[l].L, st->max_m, ln->s, &ln->ws[l], err, errlen);
-        if (rc) {
-            lane_free(ln);
-            return rc;
-        }
+    ln->graphs = calloc(st->cap_layers ? st->cap_layers : 1, sizeof *ln->graphs);
+    if (!ln->graphs) {
+        snprintf(err, errlen, "lane %u: out of memory for %u layers' graphs", idx, st->cap_layers);
+        lane_free(ln);
+        return -ENOMEM;
+    }
+    const pj_eng_layer *widest = NULL;
+    for (uint32_t l = 0; l < st->n_layers; l++)
+        if (!widest || st->layers[l].L.N > widest->N)
+            widest = &st->layers[l].L;
+    rc = widest ? pj_eng_ws_init(widest, st->max_m, ln->s, &ln->ws, err, errlen) : 0;
+    if (rc) {
+        lane_free(ln);
+        return rc;
     }
     ln->sx_bytes = (size_t)st->max_m * st->max_k * 2;
     ln->sy_bytes = (size_t)st->max_m * st->max_n * 2;
@@ -896,7 +912,7 @@ static pj_eng_call shape_call(cu_state *st, cu_lane *ln, uint32_t l, uint32_t m,
     pj_eng_call c;
     memset(&c, 0, sizeof c);
     c.L = &st->layers[l].L;
-    c.ws = &ln->ws[l];
+    c.ws = &ln->ws;
     c.x = x;
     c.ldx = st->layers[l].L.K;
     c.y = y;
@@ -1119,11 +1135,11 @@ typedef struct lane_start {
     char err[512];
     uint64_t t_cap, t_val, t_warm;
     uint32_t warmed;
-    struct {
+    struct lane_res {
         int ok;
         double worst;
         char note[200];
-    } res[CU_MAX_L][CU_MAX_S];
+    } (*res)[CU_MAX_S]; /* [layer][shape] */
 } lane_start;
 
 static int capture_lane(lane_start *ls)
@@ -1270,6 +1286,13 @@ static int start_lanes(cu_state *st, char *err, size_t errlen)
     for (uint32_t i = 0; i < n && !rc; i++) {
         ls[i].st = st;
         ls[i].ln = st->lanes[i];
+        ls[i].res = calloc(st->n_layers ? st->n_layers : 1, sizeof *ls[i].res);
+        if (!ls[i].res) {
+            snprintf(err, errlen, "lane start-up: out of memory for %u layers' results",
+                     st->n_layers);
+            rc = -ENOMEM;
+            break;
+        }
         rc = val_alloc(st, &ls[i].v, err, errlen);
     }
     uint64_t t0 = now_ns();
@@ -1320,8 +1343,10 @@ static int start_lanes(cu_state *st, char *err, size_t errlen)
                 st->rep.graphs_patch += n;
         }
     }
-    for (uint32_t i = 0; i < n; i++)
+    for (uint32_t i = 0; i < n; i++) {
         val_free(&ls[i].v);
+        free(ls[i].res);
+    }
     free(ls);
     /* Per phase, the slowest lane's time; the phases overlap across lanes,
      * so the wall time of all three is reported too. */
@@ -2713,6 +2738,14 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     }
 
     t0 = now_ns();
+    st->cap_layers = b->model->n_layers;
+    st->layers = calloc(st->cap_layers ? st->cap_layers : 1, sizeof *st->layers);
+    st->shapes = calloc(st->cap_layers ? st->cap_layers : 1, sizeof *st->shapes);
+    if (!st->layers || !st->shapes) {
+        snprintf(err, errlen, "backend cuda: out of memory for %u layers", st->cap_layers);
+        cu_close(b);
+        return -ENOMEM;
+    }
     rc = upload_layers(st, err, errlen);
     if (rc) {
         cu_close(b);

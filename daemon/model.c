@@ -11,6 +11,7 @@
 #include "daemon/digest.h"
 #include "kernels/bf16.h"
 #include "kernels/parfor.h"
+#include "protocol/wire.h"
 
 static double now_ms(void)
 {
@@ -460,6 +461,10 @@ int pj_model_find(const pj_model *m, const char *name)
             return (int)i;
     return -1;
 }
+
+/* Every layer a model holds goes into the WELCOME (daemon/server.c). */
+_Static_assert(PJ_CFG_MAX_LAYERS <= PJ_WIRE_MAX_LAYERS_ALL,
+               "a model may hold more layers than a WELCOME carries");
 
 static int check_layer_count(const pj_config *cfg, char *err, size_t errlen)
 {

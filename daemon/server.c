@@ -861,13 +861,13 @@ static void finish_req(pj_server *s, pj_req *r)
     uint64_t exec_ns = job->end_ns > job->start_ns ? job->end_ns - job->start_ns : 0;
     s->stats.ops += job->n_ops;
     for (uint32_t i = 0; i < job->n_ops; i++) {
-        if (r->ops[i].layer < PJ_CFG_MAX_LAYERS) {
-            s->stats.layer_ops[r->ops[i].layer]++;
-            s->stats.layer_rows[r->ops[i].layer] += r->ops[i].m;
+        if (r->ops[i].layer < s->stats.n_layers) {
+            s->stats.layer[r->ops[i].layer].ops++;
+            s->stats.layer[r->ops[i].layer].rows += r->ops[i].m;
         }
     }
-    if (job->n_ops == 1 && r->ops[0].layer < PJ_CFG_MAX_LAYERS)
-        pj_hist_add(&s->stats.layer_exec_ns[r->ops[0].layer], exec_ns);
+    if (job->n_ops == 1 && r->ops[0].layer < s->stats.n_layers)
+        pj_hist_add(&s->stats.layer[r->ops[0].layer].exec_ns, exec_ns);
     pj_hist_add(&s->stats.queue_ns, queue_ns);
     pj_hist_add(&s->stats.exec_ns, exec_ns);
     pj_hist_add(&s->stats.total_ns, pj_now_ns() - r->recv_ns);
@@ -953,7 +953,10 @@ static void handle_hello(pj_server *s, pj_conn *c, origin o, const pj_hdr *h, co
     c->hello = 1;
     snprintf(c->client, sizeof c->client, "%s", hello.name);
     pj_welcome *w = calloc(1, sizeof *w);
-    if (!w) {
+    pj_wire_layer *all = calloc(s->model->n_layers ? s->model->n_layers : 1, sizeof *all);
+    if (!w || !all) {
+        free(w);
+        free(all);
         send_error(s, o, h->req_id, PJ_E_INTERNAL, UINT32_MAX, "HELLO: out of memory");
         return;
     }
@@ -964,19 +967,23 @@ static void handle_hello(pj_server *s, pj_conn *c, origin o, const pj_hdr *h, co
     w->max_ops_per_request = s->cfg.limits.max_ops_per_request;
     w->max_buffers = s->cfg.limits.max_buffers_per_conn;
     w->max_message_bytes = s->cfg.limits.max_message_bytes;
-    w->n_layers = s->model->n_layers < PJ_WIRE_MAX_LAYERS ? s->model->n_layers : PJ_WIRE_MAX_LAYERS;
-    for (uint32_t i = 0; i < w->n_layers; i++) {
+    /* The model's load checked n_layers <= PJ_CFG_MAX_LAYERS, which is
+     * PJ_WIRE_MAX_LAYERS_ALL (model.c), so every layer is sent. */
+    w->n_layers_all = s->model->n_layers;
+    w->layers_all = all;
+    for (uint32_t i = 0; i < w->n_layers_all; i++) {
         const pj_model_layer *L = &s->model->layers[i];
-        snprintf(w->layers[i].name, sizeof w->layers[i].name, "%s", L->name);
-        w->layers[i].n = L->max_n;
-        w->layers[i].k = L->w.k;
-        w->layers[i].format = (uint8_t)L->w.fmt;
+        snprintf(all[i].name, sizeof all[i].name, "%s", L->name);
+        all[i].n = L->max_n;
+        all[i].k = L->w.k;
+        all[i].format = (uint8_t)L->w.fmt;
     }
     w->n_shapes = s->cfg.shapes.n_m < PJ_WIRE_MAX_SHAPES ? s->cfg.shapes.n_m : PJ_WIRE_MAX_SHAPES;
     for (uint32_t i = 0; i < w->n_shapes; i++)
         w->shapes[i] = s->cfg.shapes.m[i];
     pj_wbuf_reset(&s->wb);
     pj_enc_welcome(&s->wb, h->req_id, w);
+    free(all);
     free(w);
     send_wb(s, o);
 }
@@ -1993,7 +2000,8 @@ int pj_server_create(uv_loop_t *loop, const pj_config *cfg, const pj_model *mode
     }
     s->ops_cap = cfg->limits.max_ops_per_request ? cfg->limits.max_ops_per_request : 1;
     s->ops_scratch = calloc(s->ops_cap, sizeof *s->ops_scratch);
-    if (!s->ops_scratch) {
+    if (!s->ops_scratch || pj_stats_init(&s->stats, model->n_layers) != 0) {
+        free(s->ops_scratch);
         free(s);
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
@@ -2001,7 +2009,6 @@ int pj_server_create(uv_loop_t *loop, const pj_config *cfg, const pj_model *mode
     pthread_mutex_init(&s->mu, NULL);
     s->cb_sock_gid = -1;
     copy_auth_locked(s);
-    pj_stats_init(&s->stats);
     pj_wbuf_init(&s->wb);
     uv_async_init(loop, &s->async, on_async);
     uv_timer_init(loop, &s->timer);
@@ -2514,6 +2521,7 @@ int pj_server_destroy(pj_server *s)
                    left, RELEASE_STOP_MS / 1e3, s->orphans.lost_total);
     pj_wbuf_free(&s->wb);
     free(s->ops_scratch);
+    pj_stats_free(&s->stats);
     free(s->pipes);
     free(s->retired);
     pthread_mutex_destroy(&s->mu);

@@ -2,7 +2,9 @@
 #include "daemon/stats.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -64,10 +66,24 @@ uint64_t pj_hist_quantile(const pj_hist *h, double q)
     return h->max;
 }
 
-void pj_stats_init(pj_stats *s)
+int pj_stats_init(pj_stats *s, uint32_t n_layers)
 {
     memset(s, 0, sizeof *s);
     s->start_ns = pj_now_ns();
+    if (n_layers) {
+        s->layer = calloc(n_layers, sizeof *s->layer);
+        if (!s->layer)
+            return -ENOMEM;
+        s->n_layers = n_layers;
+    }
+    return 0;
+}
+
+void pj_stats_free(pj_stats *s)
+{
+    free(s->layer);
+    s->layer = NULL;
+    s->n_layers = 0;
 }
 
 void pj_stats_error(pj_stats *s, int code)
@@ -110,13 +126,13 @@ void pj_stats_json(const pj_stats *s, const char *const *layer_names, uint32_t n
     }
     cJSON_AddNumberToObject(obj, "ops", (double)s->ops);
     cJSON *layers = cJSON_AddObjectToObject(obj, "layers");
-    for (uint32_t i = 0; layers && i < n_layers && i < PJ_CFG_MAX_LAYERS; i++) {
+    for (uint32_t i = 0; layers && i < n_layers && i < s->n_layers; i++) {
         cJSON *l = cJSON_AddObjectToObject(layers, layer_names[i]);
         if (!l)
             continue;
-        cJSON_AddNumberToObject(l, "ops", (double)s->layer_ops[i]);
-        cJSON_AddNumberToObject(l, "rows", (double)s->layer_rows[i]);
-        add_hist(l, "exec_us", &s->layer_exec_ns[i]);
+        cJSON_AddNumberToObject(l, "ops", (double)s->layer[i].ops);
+        cJSON_AddNumberToObject(l, "rows", (double)s->layer[i].rows);
+        add_hist(l, "exec_us", &s->layer[i].exec_ns);
     }
     cJSON *lat = cJSON_AddObjectToObject(obj, "latency_us");
     if (lat) {

@@ -28,6 +28,12 @@ void pj_hist_add(pj_hist *h, uint64_t v);
  * 0 when empty. */
 uint64_t pj_hist_quantile(const pj_hist *h, double q);
 
+typedef struct pj_layer_stats {
+    uint64_t ops;
+    uint64_t rows;   /* sum of m */
+    pj_hist exec_ns; /* exec of one-op requests */
+} pj_layer_stats;
+
 typedef struct pj_stats {
     uint64_t start_ns;
     uint64_t conns_total, conns_refused;
@@ -36,20 +42,25 @@ typedef struct pj_stats {
     uint64_t by_type[PJ_STATS_TYPES];
     uint64_t errors[PJ_STATS_CODES]; /* ERROR replies and failed DONEs, by code */
     uint64_t ops;
-    uint64_t layer_ops[PJ_CFG_MAX_LAYERS];
-    uint64_t layer_rows[PJ_CFG_MAX_LAYERS]; /* sum of m */
     pj_hist queue_ns, exec_ns, total_ns; /* PROJECT: received->start, start->end, received->reply */
-    pj_hist layer_exec_ns[PJ_CFG_MAX_LAYERS]; /* exec of one-op requests, by layer */
+    /* By layer, n_layers of them: allocated to the model's count, since a
+     * histogram is 4 KB and a daemon may serve a thousand layers. */
+    uint32_t n_layers;
+    pj_layer_stats *layer;
 } pj_stats;
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t pj_now_ns(void);
 
-void pj_stats_init(pj_stats *s);
+/* Zeroes *s and allocates its n_layers per-layer counters. Returns 0 or
+ * -ENOMEM (*s then holds none: n_layers 0). */
+int pj_stats_init(pj_stats *s, uint32_t n_layers);
+void pj_stats_free(pj_stats *s);
 void pj_stats_error(pj_stats *s, int code);
 
 /* Add "uptime_s", "requests", "errors", "ops", "layers" (names from
- * layer_names, n_layers of them: ops, rows, exec_us of one-op requests)
+ * layer_names, n_layers of them, at most s->n_layers: ops, rows, exec_us
+ * of one-op requests)
  * and "latency_us" (queue, exec, total; count, mean, p50, p99, max) to
  * obj. */
 void pj_stats_json(const pj_stats *s, const char *const *layer_names, uint32_t n_layers,

@@ -45,7 +45,9 @@
 #include "kernels/engcheck.h"
 #include "kernels/engine.h"
 
-#define MAX_LAYERS    PJ_CFG_MAX_LAYERS
+/* The benchmark times every (layer, m) of its model, a few seconds each:
+ * its own bound, below the daemon's PJ_CFG_MAX_LAYERS. */
+#define MAX_LAYERS    32
 #define MAX_MS        PJ_CFG_MAX_SHAPES
 #define MAX_SHAPES    (MAX_LAYERS * MAX_MS)
 #define FLUSH_BYTES   (256u << 20)
@@ -2260,6 +2262,10 @@ static void use_config(const char *path)
         die("--config %s", err);
     if (pj_model_load(&cfg, &g_model, load_warning, NULL, err, sizeof err) != 0)
         die("--config %s: %s", path, err);
+    if (g_model->n_layers > MAX_LAYERS)
+        die("--config %s: %u layers; the benchmark times at most %d (name the shapes to time in a "
+            "config of their own, with tuned_as where their names differ)",
+            path, g_model->n_layers, MAX_LAYERS);
     g_nl = (int)g_model->n_layers;
     for (int i = 0; i < g_nl; i++) {
         const pj_model_layer *ml = &g_model->layers[i];

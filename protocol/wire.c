@@ -215,7 +215,10 @@ int pj_enc_hello(pj_wbuf *b, uint64_t req_id, const pj_hello *m)
 
 int pj_enc_welcome(pj_wbuf *b, uint64_t req_id, const pj_welcome *m)
 {
-    if (m->n_layers > PJ_WIRE_MAX_LAYERS || m->n_shapes > PJ_WIRE_MAX_SHAPES)
+    const pj_wire_layer *ls = m->layers_all ? m->layers_all : m->layers;
+    const uint32_t nls = m->layers_all ? m->n_layers_all : m->n_layers;
+    if (nls > (m->layers_all ? PJ_WIRE_MAX_LAYERS_ALL : PJ_WIRE_MAX_LAYERS) ||
+        m->n_shapes > PJ_WIRE_MAX_SHAPES)
         return -EINVAL;
     size_t at = wb_begin(b, PJ_MSG_WELCOME, req_id);
     wb_u16(b, m->version);
@@ -225,9 +228,9 @@ int pj_enc_welcome(pj_wbuf *b, uint64_t req_id, const pj_welcome *m)
     wb_u32(b, m->max_ops_per_request);
     wb_u32(b, m->max_buffers);
     wb_u32(b, m->max_message_bytes);
-    wb_u32(b, m->n_layers);
-    for (uint32_t i = 0; i < m->n_layers; i++) {
-        const pj_wire_layer *l = &m->layers[i];
+    wb_u32(b, nls);
+    for (uint32_t i = 0; i < nls; i++) {
+        const pj_wire_layer *l = &ls[i];
         size_t nl = strnlen(l->name, sizeof l->name);
         wb_u8(b, (uint8_t)nl);
         wb_put(b, l->name, nl);
@@ -602,24 +605,36 @@ int pj_dec_hello(const void *body, size_t len, pj_hello *m, char *err, size_t er
 
 int pj_dec_welcome(const void *body, size_t len, pj_welcome *m, char *err, size_t errlen)
 {
+    return pj_dec_welcome_all(body, len, m, NULL, 0, err, errlen);
+}
+
+int pj_dec_welcome_all(const void *body, size_t len, pj_welcome *m, pj_wire_layer *all,
+                       uint32_t cap, char *err, size_t errlen)
+{
     pj_rd r;
     rd_init(&r, body, len, "WELCOME", err, errlen);
     memset(m, 0, sizeof *m);
+    if (!all) {
+        all = m->layers;
+        cap = PJ_WIRE_MAX_LAYERS;
+    } else if (cap > PJ_WIRE_MAX_LAYERS_ALL) {
+        cap = PJ_WIRE_MAX_LAYERS_ALL;
+    }
+    uint32_t n_all;
     if (rd_u16(&r, "version", &m->version) || rd_u16(&r, "backend", &m->backend) ||
         rd_bytes(&r, "device_uuid", m->device_uuid, PJ_WIRE_UUID_SIZE) ||
         rd_u32(&r, "max_m", &m->max_m) ||
         rd_u32(&r, "max_ops_per_request", &m->max_ops_per_request) ||
         rd_u32(&r, "max_buffers", &m->max_buffers) ||
-        rd_u32(&r, "max_message_bytes", &m->max_message_bytes) ||
-        rd_u32(&r, "n_layers", &m->n_layers))
+        rd_u32(&r, "max_message_bytes", &m->max_message_bytes) || rd_u32(&r, "n_layers", &n_all))
         return PJ_E_PROTO;
-    if (m->n_layers > PJ_WIRE_MAX_LAYERS) {
-        uint32_t n = m->n_layers;
-        m->n_layers = 0;
-        return rd_fail(&r, PJ_E_PROTO, "n_layers %u exceeds %d", n, PJ_WIRE_MAX_LAYERS);
-    }
-    for (uint32_t i = 0; i < m->n_layers; i++) {
-        pj_wire_layer *l = &m->layers[i];
+    if (n_all > cap)
+        return rd_fail(&r, PJ_E_PROTO, "n_layers %u exceeds %u%s", n_all, cap,
+                       cap == PJ_WIRE_MAX_LAYERS
+                           ? " (this client predates WELCOMEs of more layers: update libprojd)"
+                           : "");
+    for (uint32_t i = 0; i < n_all; i++) {
+        pj_wire_layer *l = &all[i];
         uint8_t nl;
         if (rd_u8(&r, "layer name_len", &nl))
             return PJ_E_PROTO;
@@ -632,6 +647,14 @@ int pj_dec_welcome(const void *body, size_t len, pj_welcome *m, char *err, size_
         if (rd_u32(&r, "layer n", &l->n) || rd_u32(&r, "layer k", &l->k) ||
             rd_u8(&r, "layer format", &l->format))
             return PJ_E_PROTO;
+        m->n_layers_all = i + 1;
+    }
+    if (all != m->layers) {
+        m->layers_all = all;
+        m->n_layers = n_all < PJ_WIRE_MAX_LAYERS ? n_all : PJ_WIRE_MAX_LAYERS;
+        memcpy(m->layers, all, m->n_layers * sizeof *all);
+    } else {
+        m->n_layers = n_all;
     }
     if (rd_u32(&r, "n_shapes", &m->n_shapes))
         return PJ_E_PROTO;

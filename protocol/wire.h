@@ -80,9 +80,13 @@ typedef struct pj_hdr {
 #define PJ_WIRE_MSG_MAX         1024
 #define PJ_WIRE_UUID_SIZE       16
 #define PJ_WIRE_IPC_HANDLE_SIZE 64
-#define PJ_WIRE_MAX_LAYERS      64
-#define PJ_WIRE_MAX_SHAPES      64
-#define PJ_WIRE_PING_MAX        256 /* PING/PONG payload bytes */
+/* A WELCOME carries up to PJ_WIRE_MAX_LAYERS_ALL layers; pj_welcome holds
+ * the first PJ_WIRE_MAX_LAYERS inline (the size libprojd.so.1's projd_info
+ * was released with) and points at the whole list (layers_all). */
+#define PJ_WIRE_MAX_LAYERS     64
+#define PJ_WIRE_MAX_LAYERS_ALL 1024
+#define PJ_WIRE_MAX_SHAPES     64
+#define PJ_WIRE_PING_MAX       256 /* PING/PONG payload bytes */
 
 typedef struct pj_hello {
     uint16_t ver_min, ver_max;
@@ -105,11 +109,32 @@ typedef struct pj_welcome {
     uint32_t max_ops_per_request;
     uint32_t max_buffers;
     uint32_t max_message_bytes;
-    uint32_t n_layers;
+    uint32_t n_layers; /* in layers[]: the first min(n_layers_all, PJ_WIRE_MAX_LAYERS) */
     pj_wire_layer layers[PJ_WIRE_MAX_LAYERS];
     uint32_t n_shapes;
     uint32_t shapes[PJ_WIRE_MAX_SHAPES];
+    /* Every layer, layers[] first: n_layers_all of them at layers_all, or
+     * at layers when layers_all is NULL. Appended after the first release,
+     * so that a program built against the shorter struct reads the same
+     * offsets. The encoder sends layers_all when it is set, else layers[];
+     * pj_dec_welcome_all points it at the caller's array, pj_dec_welcome
+     * leaves it NULL (no pointer into the struct itself, which a copy of
+     * the struct would keep following). */
+    uint32_t n_layers_all;
+    const pj_wire_layer *layers_all;
 } pj_welcome;
+
+/* The whole layer list of a WELCOME, pj_welcome_n_layers entries (a
+ * struct filled by hand, with layers[] only, counts n_layers). */
+static inline const pj_wire_layer *pj_welcome_layers(const pj_welcome *w)
+{
+    return w->layers_all ? w->layers_all : w->layers;
+}
+
+static inline uint32_t pj_welcome_n_layers(const pj_welcome *w)
+{
+    return w->layers_all ? w->n_layers_all : w->n_layers;
+}
 
 typedef enum pj_buf_kind {
     PJ_BUF_SHM = 1,  /* POSIX shared memory object, by name */
@@ -240,7 +265,13 @@ int pj_dec_hdr(const void *msg, size_t len, size_t max_body, pj_hdr *h, char *er
 uint64_t pj_peek_req_id(const void *msg, size_t len);
 
 int pj_dec_hello(const void *body, size_t len, pj_hello *m, char *err, size_t errlen);
+/* Up to PJ_WIRE_MAX_LAYERS layers; a WELCOME with more is PJ_E_PROTO
+ * (what a client built before the longer list says, by name). */
 int pj_dec_welcome(const void *body, size_t len, pj_welcome *m, char *err, size_t errlen);
+/* Up to cap layers (at most PJ_WIRE_MAX_LAYERS_ALL) into all[], the first
+ * PJ_WIRE_MAX_LAYERS of them also into m->layers; m->layers_all = all. */
+int pj_dec_welcome_all(const void *body, size_t len, pj_welcome *m, pj_wire_layer *all,
+                       uint32_t cap, char *err, size_t errlen);
 int pj_dec_register(const void *body, size_t len, pj_register *m, char *err, size_t errlen);
 int pj_dec_registered(const void *body, size_t len, pj_registered *m, char *err, size_t errlen);
 int pj_dec_buffer_id(const void *body, size_t len, uint32_t *id, char *err, size_t errlen);

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # e2e_python.sh — the Python binding (client/python/projd.py) against real
-# daemons: two projd on sockets in a temporary directory (cpu backend, the
-# small generated model), one at full speed and one holding every op for
-# 300 ms (cpu.min_op_us, for requests that must still be in flight), then
+# daemons: three projd on sockets in a temporary directory (cpu backend, the
+# small generated model), one at full speed, one holding every op for
+# 300 ms (cpu.min_op_us, for requests that must still be in flight) and one
+# serving 300 layers (more than pj_welcome holds inline), then
 # tests/python/test_projd.py (stdlib unittest): info against `projctl
 # layers`, ping, stats, every layer at several m bit for bit against a
 # pure-Python reference of the model file, offsets and strides, error codes,
-# buffers, close, asynchronous requests, the C struct layouts. Both daemons
+# buffers, close, asynchronous requests, the C struct layouts. The daemons
 # must then drain and exit 0.
 # python3 is required (3.9+): without it the suite fails, it does not skip.
 # Usage: tests/e2e_python.sh BUILD_DIR
@@ -43,6 +44,15 @@ start_daemon() {
 }
 start_daemon main '{ "threads": 2 }'
 start_daemon slow '{ "threads": 1, "min_op_us": 300000 }'
+# A whole model's worth of layers, named as SGLang names them: 300 of
+# them, each the small model's o or router tensor again (ManyLayersTests).
+many_json=$("$py" -c '
+import json
+layers = [{"name": "model.layers.%d.proj" % i, "tensor": ("o", "router")[i % 2] + ".weight",
+           "format": ("auto", "split")[i % 2]} for i in range(300)]
+print(json.dumps({"device": {"backend": "cpu"}, "cpu": {"threads": 2}, "log": {"level": "warn"},
+                  "model": {"layers": layers}}))')
+pjd_start many "$many_json" 30
 if ! "$bin/projctl" --socket "ipc://$tmp/main.sock" layers >"$tmp/layers.txt"; then
     echo "e2e_python: FAIL: projctl layers" >&2
     exit 1
@@ -60,6 +70,7 @@ timeout --kill-after=10 240 env "${asan_env[@]}" \
     PROJD_LIB="$lib" \
     PROJD_TEST_URL="ipc://$tmp/main.sock" \
     PROJD_TEST_SLOW_URL="ipc://$tmp/slow.sock" \
+    PROJD_TEST_MANY_URL="ipc://$tmp/many.sock" \
     PROJD_TEST_MODEL="$model" \
     PROJD_TEST_LAYERS="$tmp/layers.txt" \
     PROJD_TEST_CC="$cc" \
@@ -67,7 +78,7 @@ timeout --kill-after=10 240 env "${asan_env[@]}" \
     "$py" tests/python/test_projd.py -v || rc=$?
 echo "e2e_python: test_projd.py exit $rc ($((SECONDS - start)) s)"
 
-# Both daemons saw nothing wrong: SIGTERM drains them, exit 0.
+# The daemons saw nothing wrong: SIGTERM drains them, exit 0.
 failures=0
 [ "$rc" -eq 0 ] || failures=$((failures + 1))
 pjd_stop_all || failures=$((failures + $?))

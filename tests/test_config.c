@@ -206,7 +206,7 @@ static const bad_case bad_cases[] = {
      "key is required)"},
     /* 19: layer list empty, layer not an object */
     {"{\"model\":{\"layers\":[]}}", "model.layers",
-     "model.layers: expected an array of 1..32 layer objects, got an empty array"},
+     "model.layers: expected an array of 1..1024 layer objects, got an empty array"},
     {"{\"model\":{\"layers\":[\"o\"]}}", "model.layers[0]",
      "model.layers[0]: expected a layer object, got \"o\""},
     /* 20: shapes not sorted / repeated / over max_m / max_m under the list */
@@ -248,7 +248,8 @@ static const bad_case bad_cases[] = {
     /* 25c: tuned_as is a layer name as the table writes them */
     {"{\"model\":{\"layers\":[{\"name\":\"o\",\"tensor\":\"o.w\",\"tuned_as\":\"qkv gate\"}]}}",
      "model.layers[0].tuned_as",
-     "model.layers[0].tuned_as: expected \"\" or a name of 1..63 characters from [A-Za-z0-9_.-], got "
+     "model.layers[0].tuned_as: expected \"\" or a name of 1..63 characters from [A-Za-z0-9_.-], "
+     "got "
      "\"qkv gate\""},
     /* 26: document-level errors */
     {"{\n  \"log\": {\"level\": \"info\",}\n}", "config",
@@ -443,35 +444,38 @@ START_TEST(limits_at_their_bounds)
 {
     pj_config *c = fresh_defaults();
     char err[512];
-    /* 32 layers is the maximum, 33 is refused. */
-    char buf[8192];
-    size_t at = (size_t)snprintf(buf, sizeof buf, "{\"model\":{\"layers\":[");
-    for (int i = 0; i < 33; i++)
-        at += (size_t)snprintf(buf + at, sizeof buf - at, "%s{\"name\":\"l%d\",\"tensor\":\"t\"}",
+    /* PJ_CFG_MAX_LAYERS (1024: a whole model's projections) is the
+     * maximum, one more is refused. */
+    size_t bcap = 64 * 1024;
+    char *buf = malloc(bcap);
+    ck_assert_ptr_nonnull(buf);
+    size_t at = (size_t)snprintf(buf, bcap, "{\"model\":{\"layers\":[");
+    for (int i = 0; i < PJ_CFG_MAX_LAYERS + 1; i++)
+        at += (size_t)snprintf(buf + at, bcap - at, "%s{\"name\":\"l%d\",\"tensor\":\"t\"}",
                                i ? "," : "", i);
-    snprintf(buf + at, sizeof buf - at, "]}}");
+    ck_assert_uint_lt(at + 4, bcap);
+    snprintf(buf + at, bcap - at, "]}}");
     ck_assert_int_eq(apply_str(c, buf, err, sizeof err), -EINVAL);
-    ck_assert_str_eq(err, "model.layers: expected an array of 1..32 layer objects, got an array "
-                          "of 33 elements");
-    char *cut = strstr(buf, ",{\"name\":\"l32\"");
+    ck_assert_str_eq(err, "model.layers: expected an array of 1..1024 layer objects, got an array "
+                          "of 1025 elements");
+    char *cut = strstr(buf, ",{\"name\":\"l1024\"");
     ck_assert_ptr_nonnull(cut);
     strcpy(cut, "]}}");
     ck_assert_msg(apply_str(c, buf, err, sizeof err) == 0, "%s", err);
-    ck_assert_uint_eq(c->model.n_layers, 32);
-    ck_assert_int_eq(pj_config_layer_index(c, "l31"), 31);
+    ck_assert_uint_eq(c->model.n_layers, 1024);
+    ck_assert_int_eq(pj_config_layer_index(c, "l1023"), 1023);
+    ck_assert_str_eq(c->model.layers[1023].name, "l1023");
 
     /* A 63-byte name fits, 64 does not. */
     char name[80];
     memset(name, 'n', 64);
     name[63] = '\0';
-    snprintf(buf, sizeof buf, "{\"model\":{\"layers\":[{\"name\":\"%s\",\"tensor\":\"t\"}]}}",
-             name);
+    snprintf(buf, bcap, "{\"model\":{\"layers\":[{\"name\":\"%s\",\"tensor\":\"t\"}]}}", name);
     ck_assert_msg(apply_str(c, buf, err, sizeof err) == 0, "%s", err);
     ck_assert_str_eq(c->model.layers[0].name, name);
     name[63] = 'n';
     name[64] = '\0';
-    snprintf(buf, sizeof buf, "{\"model\":{\"layers\":[{\"name\":\"%s\",\"tensor\":\"t\"}]}}",
-             name);
+    snprintf(buf, bcap, "{\"model\":{\"layers\":[{\"name\":\"%s\",\"tensor\":\"t\"}]}}", name);
     ck_assert_int_eq(apply_str(c, buf, err, sizeof err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "model.layers[0].name: expected a name of 1..63"));
 
@@ -521,6 +525,7 @@ START_TEST(limits_at_their_bounds)
         apply_str(c, "{\"limits\":{\"max_total_buffer_bytes\":1125899906842625}}", err, sizeof err),
         -EINVAL);
     ck_assert_uint_eq(c->limits.max_total_buffer_bytes, 8ull << 30);
+    free(buf);
     free(c);
 }
 END_TEST

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client/projd.h"
 #include "config/config.h"
 #include "tests/helpers/daemon_check.h"
 #include "tests/helpers/daemon_proc.h"
@@ -1449,6 +1450,121 @@ START_TEST(sighup_reload_outcome)
 }
 END_TEST
 
+/* Daemon layer i, which serves the small model's layer j's tensor: x of
+ * j's reference at m = 8 (variant v), checked against j's output. With
+ * layer_override the op names that layer instead (a refusal is -1). */
+static int run_layer_as(pjc_conn *t, uint32_t i, uint32_t j, uint32_t v,
+                        const uint32_t *layer_override, char *why, size_t whylen)
+{
+    const pj_model_layer *L = &pjc_model()->layers[j];
+    pjc_shape s = {.layer = j, .mi = 1, .variant = v, .n = L->w.n, .x_ld = L->w.k, .y_ld = L->w.n};
+    pjc_stage(t, &s);
+    pj_op op = pjc_op(t, &s);
+    op.layer = layer_override ? *layer_override : i;
+    pj_done dn;
+    pj_op_result res[1];
+    int rc = pjt_project(&t->c, 0, &op, 1, &dn, res);
+    if (rc != PJ_OK || res[0].status != PJ_OK) {
+        snprintf(why, whylen, "PROJECT on layer %u: %s: %.200s", op.layer,
+                 rc > 0 ? pj_status_name(rc) : pj_status_name(res[0].status), t->c.err.msg);
+        return -1;
+    }
+    return pjc_verify(t, &s, why, whylen);
+}
+
+/* A whole model's worth of layers (PJ_CFG_MAX_LAYERS, named as SGLang
+ * names them), each one of the small model's tensors again: the WELCOME
+ * carries all of them (its inline array the first 64), a projection on
+ * layers past 64 is bit-exact against that tensor's reference, a layer
+ * past the last is refused and the connection stays usable, STATS counts
+ * per layer, and libprojd's projd_layer_count / _get / _find see all. */
+START_TEST(many_layers)
+{
+    const pj_model *sm = pjc_model();
+    int src[2] = {pj_model_find(sm, "o"), pj_model_find(sm, "router")};
+    ck_assert(src[0] >= 0 && src[1] >= 0);
+    const uint32_t NL = PJ_CFG_MAX_LAYERS;
+    size_t cap = (size_t)NL * 128 + 256, at = 0;
+    char *json = malloc(cap);
+    ck_assert_ptr_nonnull(json);
+    at += (size_t)snprintf(json + at, cap - at, "{\"model\": {\"layers\": [");
+    for (uint32_t i = 0; i < NL; i++) {
+        const pj_model_layer *L = &sm->layers[src[i % 2]];
+        at += (size_t)snprintf(json + at, cap - at,
+                               "%s{\"name\": \"model.layers.%u.proj\", \"tensor\": \"%s\", "
+                               "\"format\": \"%s\"}",
+                               i ? "," : "", i, L->tensor, i % 2 ? "split" : "auto");
+    }
+    at += (size_t)snprintf(json + at, cap - at, "]}}");
+    ck_assert_uint_lt(at, cap);
+    pj_dproc d;
+    long long t0 = pjd_now_ms();
+    pjd_start(&d, g_model_path, json);
+    printf("many_layers: %u layers loaded and serving in %lld ms\n", NL, pjd_now_ms() - t0);
+    free(json);
+
+    pjc_conn t;
+    char why[512];
+    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
+    const pj_welcome *w = &t.c.welcome;
+    ck_assert_uint_eq(w->n_layers, PJ_WIRE_MAX_LAYERS);
+    ck_assert_uint_eq(w->n_layers_all, NL);
+    ck_assert_str_eq(w->layers[63].name, "model.layers.63.proj");
+    ck_assert_str_eq(pj_welcome_layers(w)[NL - 1].name, "model.layers.1023.proj");
+    const uint32_t picks[] = {0, 1, 63, 64, 65, 511, 776, NL - 2, NL - 1};
+    for (size_t p = 0; p < sizeof picks / sizeof picks[0]; p++) {
+        const uint32_t i = picks[p];
+        const pj_wire_layer *wl = &pj_welcome_layers(w)[i];
+        ck_assert_uint_eq(wl->n, sm->layers[src[i % 2]].w.n);
+        ck_assert_uint_eq(wl->k, sm->layers[src[i % 2]].w.k);
+        ck_assert_msg(run_layer_as(&t, i, (uint32_t)src[i % 2], i % 2, NULL, why, sizeof why) == 0,
+                      "layer %u: %s", i, why);
+    }
+    /* One past the last layer: refused by index, the connection goes on. */
+    uint32_t no_layer = NL;
+    ck_assert_int_eq(run_layer_as(&t, 0, (uint32_t)src[0], 0, &no_layer, why, sizeof why), -1);
+    ck_assert_msg(strstr(why, "E_LAYER") || strstr(why, "layer"), "%s", why);
+    ck_assert_msg(run_layer_as(&t, NL - 1, (uint32_t)src[1], 0, NULL, why, sizeof why) == 0, "%s",
+                  why);
+
+    /* STATS: every layer named, the ones used counted. */
+    cJSON *st = NULL;
+    ck_assert_int_eq(pjt_stats(&t.c, &st), PJ_OK);
+    cJSON *ls = cJSON_GetObjectItem(st, "layers");
+    ck_assert_int_eq(cJSON_GetArraySize(ls), (int)NL);
+    cJSON *last = cJSON_GetObjectItem(ls, "model.layers.1023.proj");
+    ck_assert_ptr_nonnull(last);
+    ck_assert_double_eq(cJSON_GetObjectItem(last, "ops")->valuedouble,
+                        2); /* picks, then after the refusal */
+    ck_assert_double_eq(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(ls, "model.layers.1022.proj"), "ops")->valuedouble,
+        1);
+    ck_assert_double_eq(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(ls, "model.layers.2.proj"), "ops")->valuedouble, 0);
+    ck_assert_int_eq(
+        cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetObjectItem(st, "model"), "layers")),
+        (int)NL);
+    cJSON_Delete(st);
+    pjc_close(&t);
+
+    /* libprojd: the count, each layer, and a find past the first 64. */
+    projd_conn *c = NULL;
+    projd_error e;
+    ck_assert_msg(projd_connect(d.url, "many_layers", &c, &e) == 0, "%s", e.msg);
+    ck_assert_uint_eq(projd_layer_count(c), NL);
+    ck_assert_uint_eq(projd_info_get(c)->n_layers, PJ_WIRE_MAX_LAYERS);
+    ck_assert_int_eq(projd_layer_find(c, "model.layers.776.proj"), 776);
+    ck_assert_int_eq(projd_layer_find(c, "model.layers.1024.proj"), -1);
+    const projd_layer *pl = projd_layer_get(c, NL - 1);
+    ck_assert_ptr_nonnull(pl);
+    ck_assert_str_eq(pl->name, "model.layers.1023.proj");
+    ck_assert_uint_eq(pl->k, sm->layers[src[1]].w.k);
+    ck_assert_ptr_null(projd_layer_get(c, NL));
+    projd_close(c);
+    pjd_stop(&d);
+}
+END_TEST
+
 int main(void)
 {
     if (pjc_init(g_model_path, sizeof g_model_path) != 0) {
@@ -1476,6 +1592,7 @@ int main(void)
         {"deferred_submits", deferred_submits},
         {"systemd_watchdog", systemd_watchdog},
         {"sighup_reload_outcome", sighup_reload_outcome},
+        {"many_layers", many_layers},
     };
     return pjd_run_suite("daemon_e2e", cases, sizeof cases / sizeof cases[0], 240);
 }

@@ -228,26 +228,26 @@ START_TEST(parse_bad_misc)
 }
 END_TEST
 
-/* More distinct layer names than any daemon serves: refused at the
- * 65th, with the line and the field (and interning stays a short scan). */
+/* More distinct layer names than any daemon serves (PJ_WIRE_MAX_LAYERS_ALL):
+ * refused at the 1025th, with the line and the field. */
 START_TEST(parse_many_names)
 {
-    size_t cap = 70 * 64, len = 0;
+    size_t cap = 1100 * 64, len = 0;
     char *text = malloc(cap), err[512];
     ck_assert_ptr_nonnull(text);
-    for (int i = 0; i < 70; i++)
+    for (int i = 0; i < 1100; i++)
         len +=
             (size_t)snprintf(text + len, cap - len, "{\"ops\":[{\"layer\":\"l%d\",\"m\":1}]}\n", i);
     pj_trace t;
     ck_assert_int_eq(parse_text(&t, "names.jsonl", text, err, sizeof err), -EINVAL);
     ck_assert_msg(strncmp(err,
-                          "names.jsonl:65: ops[0].layer: \"l64\" would be the trace's "
-                          "65-th distinct layer name",
-                          strlen("names.jsonl:65: ops[0].layer: \"l64\" would be the trace's "
-                                 "65-th distinct layer name")) == 0,
+                          "names.jsonl:1025: ops[0].layer: \"l1024\" would be the trace's "
+                          "1025-th distinct layer name",
+                          strlen("names.jsonl:1025: ops[0].layer: \"l1024\" would be the trace's "
+                                 "1025-th distinct layer name")) == 0,
                   "%s", err);
-    ck_assert_uint_eq(t.n_reqs, 64);
-    ck_assert_uint_eq(t.n_names, 64);
+    ck_assert_uint_eq(t.n_reqs, 1024);
+    ck_assert_uint_eq(t.n_names, 1024);
     /* pj_trace_add refuses the 65th too. */
     const char *names[1] = {"another"};
     uint32_t ms[1] = {1};

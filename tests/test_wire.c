@@ -270,9 +270,11 @@ static int decode_as(int type, const uint8_t *body, size_t len, uint64_t req_id,
     }
     case PJ_MSG_WELCOME: {
         pj_welcome *m = malloc(sizeof *m);
-        rc = pj_dec_welcome(body, len, m, err, errlen);
+        pj_wire_layer *all = malloc(PJ_WIRE_MAX_LAYERS_ALL * sizeof *all);
+        rc = pj_dec_welcome_all(body, len, m, all, PJ_WIRE_MAX_LAYERS_ALL, err, errlen);
         if (rc == PJ_OK && out)
             ck_assert_int_eq(pj_enc_welcome(out, req_id, m), 0);
+        free(all);
         free(m);
         return rc;
     }
@@ -835,6 +837,94 @@ START_TEST(test_welcome_checks)
 }
 END_TEST
 
+/* A WELCOME of more than PJ_WIRE_MAX_LAYERS layers: every one through
+ * pj_dec_welcome_all, the first 64 inline as well; the pre-1.2 decoder
+ * (pj_dec_welcome) refuses it saying what to do. */
+START_TEST(test_welcome_all_layers)
+{
+    pj_wbuf b;
+    pj_wbuf_init(&b);
+    pj_welcome *w = sample_welcome(), *w2 = malloc(sizeof *w2);
+    pj_wire_layer *all = calloc(PJ_WIRE_MAX_LAYERS_ALL + 1, sizeof *all);
+    pj_wire_layer *got = calloc(PJ_WIRE_MAX_LAYERS_ALL, sizeof *got);
+    ck_assert_ptr_nonnull(all);
+    ck_assert_ptr_nonnull(got);
+    for (uint32_t i = 0; i <= PJ_WIRE_MAX_LAYERS_ALL; i++) {
+        snprintf(all[i].name, sizeof all[i].name, "model.layers.%u.mlp.down_proj", i);
+        all[i].n = 1000 + i;
+        all[i].k = 64 * (i % 7 + 1);
+        all[i].format = (uint8_t)(i % 3 + 1);
+    }
+    char err[256];
+    w->layers_all = all;
+    w->n_layers_all = PJ_WIRE_MAX_LAYERS_ALL;
+    ck_assert_int_eq(pj_enc_welcome(&b, 7, w), 0);
+    memset(got, 0xAB, PJ_WIRE_MAX_LAYERS_ALL * sizeof *got);
+    ck_assert_int_eq(pj_dec_welcome_all(b.data + 24, b.len - 24, w2, got, PJ_WIRE_MAX_LAYERS_ALL,
+                                        err, sizeof err),
+                     PJ_OK);
+    ck_assert_uint_eq(w2->n_layers_all, PJ_WIRE_MAX_LAYERS_ALL);
+    ck_assert_ptr_eq(w2->layers_all, got);
+    ck_assert_ptr_eq(pj_welcome_layers(w2), got);
+    ck_assert_uint_eq(pj_welcome_n_layers(w2), PJ_WIRE_MAX_LAYERS_ALL);
+    ck_assert_uint_eq(w2->n_layers, PJ_WIRE_MAX_LAYERS);
+    for (uint32_t i = 0; i < PJ_WIRE_MAX_LAYERS_ALL; i++) {
+        ck_assert_str_eq(got[i].name, all[i].name);
+        ck_assert_uint_eq(got[i].n, all[i].n);
+        ck_assert_uint_eq(got[i].k, all[i].k);
+        ck_assert_uint_eq(got[i].format, all[i].format);
+    }
+    for (uint32_t i = 0; i < PJ_WIRE_MAX_LAYERS; i++) {
+        ck_assert_str_eq(w2->layers[i].name, all[i].name);
+        ck_assert_uint_eq(w2->layers[i].n, all[i].n);
+        ck_assert_uint_eq(w2->layers[i].k, all[i].k);
+        ck_assert_uint_eq(w2->layers[i].format, all[i].format);
+    }
+    /* What follows the layers still decodes. */
+    ck_assert_uint_eq(w2->n_shapes, 6);
+    ck_assert_uint_eq(w2->shapes[5], 256);
+
+    /* A client built before the longer list: refused, saying why. */
+    ck_assert_int_eq(pj_dec_welcome(b.data + 24, b.len - 24, w2, err, sizeof err), PJ_E_PROTO);
+    ck_assert_msg(strstr(err, "n_layers 1024 exceeds 64") && strstr(err, "update libprojd"), "%s",
+                  err);
+    /* An array too short for the list: refused, nothing past it written. */
+    memset(got, 0xAB, PJ_WIRE_MAX_LAYERS_ALL * sizeof *got);
+    ck_assert_int_eq(pj_dec_welcome_all(b.data + 24, b.len - 24, w2, got, 100, err, sizeof err),
+                     PJ_E_PROTO);
+    ck_assert_ptr_nonnull(strstr(err, "n_layers 1024 exceeds 100"));
+    ck_assert_uint_eq(((const uint8_t *)got)[0], 0xAB);
+
+    /* 65 layers: the inline array holds 64, the list all 65. */
+    w->n_layers_all = 65;
+    pj_wbuf_reset(&b);
+    ck_assert_int_eq(pj_enc_welcome(&b, 7, w), 0);
+    ck_assert_int_eq(pj_dec_welcome_all(b.data + 24, b.len - 24, w2, got, PJ_WIRE_MAX_LAYERS_ALL,
+                                        err, sizeof err),
+                     PJ_OK);
+    ck_assert_uint_eq(w2->n_layers, 64);
+    ck_assert_uint_eq(w2->n_layers_all, 65);
+    ck_assert_str_eq(got[64].name, "model.layers.64.mlp.down_proj");
+    /* Up to 64, both decoders read the same; the old one points nowhere. */
+    w->n_layers_all = 64;
+    pj_wbuf_reset(&b);
+    ck_assert_int_eq(pj_enc_welcome(&b, 7, w), 0);
+    ck_assert_int_eq(pj_dec_welcome(b.data + 24, b.len - 24, w2, err, sizeof err), PJ_OK);
+    ck_assert_ptr_null(w2->layers_all);
+    ck_assert_uint_eq(pj_welcome_n_layers(w2), 64);
+    ck_assert_str_eq(pj_welcome_layers(w2)[63].name, "model.layers.63.mlp.down_proj");
+
+    /* The encoder refuses a list over PJ_WIRE_MAX_LAYERS_ALL. */
+    w->n_layers_all = PJ_WIRE_MAX_LAYERS_ALL + 1;
+    ck_assert_int_eq(pj_enc_welcome(&b, 7, w), -EINVAL);
+    free(all);
+    free(got);
+    free(w);
+    free(w2);
+    pj_wbuf_free(&b);
+}
+END_TEST
+
 static int reg_name(const char *name, size_t nl, char *err, size_t errlen)
 {
     uint8_t buf[600];
@@ -1137,6 +1227,7 @@ static Suite *wire_suite(void)
     tcase_add_test(tc, test_header_codes);
     tcase_add_test(tc, test_hello_checks);
     tcase_add_test(tc, test_welcome_checks);
+    tcase_add_test(tc, test_welcome_all_layers);
     tcase_add_test(tc, test_register_checks);
     tcase_add_test(tc, test_project_checks);
     tcase_add_test(tc, test_done_error_ping_stats_checks);

@@ -94,7 +94,8 @@ RESULT_MAX_OPS = 64  # PROJD_RESULT_MAX_OPS: per-op results kept per request
 _NAME_MAX = 63  # PJ_WIRE_NAME_MAX
 _UUID_SIZE = 16  # PJ_WIRE_UUID_SIZE
 _IPC_HANDLE_SIZE = 64  # PJ_WIRE_IPC_HANDLE_SIZE
-_MAX_LAYERS = 64  # PJ_WIRE_MAX_LAYERS
+_MAX_LAYERS = 64  # PJ_WIRE_MAX_LAYERS: the layers pj_welcome holds inline
+_MAX_LAYERS_ALL = 1024  # PJ_WIRE_MAX_LAYERS_ALL: the most a daemon serves
 _MAX_SHAPES = 64  # PJ_WIRE_MAX_SHAPES
 _ERR_MSG_SIZE = 1024  # projd_error.msg
 _NO_OP = 0xFFFFFFFF  # projd_result.failed_op when no op failed
@@ -212,6 +213,9 @@ class _Welcome(ctypes.Structure):  # pj_welcome = projd_info
         ("layers", _WireLayer * _MAX_LAYERS),
         ("n_shapes", ctypes.c_uint32),
         ("shapes", ctypes.c_uint32 * _MAX_SHAPES),
+        # every layer (layers holds the first 64): NULL means layers itself
+        ("n_layers_all", ctypes.c_uint32),
+        ("layers_all", ctypes.POINTER(_WireLayer)),
     ]
 
 
@@ -595,8 +599,12 @@ def _info_from(w: _Welcome) -> Info:
     lib = load_library()
     limits = Limits(w.max_m, w.max_ops_per_request, w.max_buffers, w.max_message_bytes)
     layers = []
-    for i in range(min(w.n_layers, _MAX_LAYERS)):
-        L = w.layers[i]
+    if w.layers_all:
+        every, count = w.layers_all, w.n_layers_all
+    else:
+        every, count = w.layers, min(w.n_layers, _MAX_LAYERS)
+    for i in range(count):
+        L = every[i]
         layers.append(
             LayerInfo(i, _text(L.name), L.n, L.k, _text(lib.projd_format_name(L.format)), L.format, w.max_m)
         )
@@ -1426,9 +1434,11 @@ class Client:
         try:
             return self._by_name[name]
         except KeyError:
-            raise KeyError(
-                "unknown layer %r (the daemon serves %s)" % (name, ", ".join(L.name for L in self.info.layers))
-            ) from None
+            # A whole model's projections are hundreds of names: the first
+            # few show how they are spelled.
+            names = [L.name for L in self.info.layers]
+            shown = ", ".join(names if len(names) <= 16 else names[:12] + ["... (%d in all)" % len(names)])
+            raise KeyError("unknown layer %r (the daemon serves %s)" % (name, shown)) from None
 
     # ---- the shared-memory ring
     def attach_ring(self, slots: int = 0) -> None:

@@ -19,6 +19,10 @@
  *   K  tuned_as: a layer named as SGLang names it runs the table's entries
  *      of its alias; the start hints at tuned_as, or warns about one
  *      without entries of the layer's shape.
+ *   N  200 layers (a model's worth, past the 64 WELCOME's struct holds
+ *      inline), each a test tensor again: every one run at a graph m and a
+ *      direct m on one lane (one workspace, layers of different N back to
+ *      back), checked; start-up time and device memory printed (--n [N]).
  *   P  host row strides just over and just under the device's copy pitch:
  *      E_SHAPE, said in the log, and a correct result.
  *   U  SIGTERM during the backend's start (after its lanes' phase was
@@ -672,6 +676,96 @@ static void section_k(void)
         pj_dproc_cleanup(&d);
     }
     rmdir(none);
+}
+
+/* N: a whole model's worth of layers (n_layers of them, each one of the
+ * small model's five tensors again, named as SGLang names them): the
+ * start captures every graph, one connection (one lane, one workspace
+ * for every layer) runs each layer in turn at a graph m and a direct m,
+ * every result checked against its tensor's reference, layers of
+ * different N back to back; STATS lists every layer's engines. */
+static void section_n(uint32_t n_layers)
+{
+    printf("== N: %u layers\n", n_layers);
+    const pj_model *sm = pjc_model();
+    const uint32_t ns = sm->n_layers;
+    size_t cap = (size_t)n_layers * 160 + 256, at = 0;
+    char *extra = malloc(cap);
+    if (!extra) {
+        CHECK(0, "N: out of memory");
+        return;
+    }
+    at += (size_t)snprintf(extra + at, cap - at, "{\"model\": {\"layers\": [");
+    for (uint32_t i = 0; i < n_layers; i++) {
+        const pj_model_layer *L = &sm->layers[i % ns];
+        at += (size_t)snprintf(extra + at, cap - at,
+                               "%s{\"name\": \"model.layers.%u.proj%u\", \"tensor\": \"%s\", "
+                               "\"format\": \"%s\"}",
+                               i ? "," : "", i / ns, i % ns, L->tensor,
+                               L->w.fmt == PJ_FMT_SPLIT ? "split" : "auto");
+    }
+    snprintf(extra + at, cap - at, "]}}");
+    pj_dproc d;
+    pjc_conn t;
+    long long t0 = cc_now_us();
+    int rc = start_open(&d, &t, extra, "N");
+    free(extra);
+    if (rc != 0)
+        return;
+    printf("N: %u layers ready in %.1f s\n", n_layers, (double)(cc_now_us() - t0) / 1e6);
+    cc_print_log_lines(&d, "cuda: startup");
+    cc_print_log_lines(&d, "cuda: device memory");
+    CHECK(pj_welcome_n_layers(&t.c.welcome) == n_layers, "N: WELCOME lists %u layers, want %u",
+          pj_welcome_n_layers(&t.c.welcome), n_layers);
+    uint64_t seed = 7;
+    int fails = 0;
+    char why[600];
+    for (uint32_t i = 0; i < n_layers; i++) {
+        const uint32_t j = i % ns;
+        /* a graph m (the layer's turn through the six), then m = 3 direct
+         * (the first 3 rows of the m = 8 input and reference) */
+        for (int form = 0; form < 2; form++) {
+            pjc_shape s = cc_shape(&seed, j, form ? 1 : (i / ns) % PJC_N_MS, 1);
+            uint32_t m = form ? 3 : PJC_MS[s.mi];
+            cc_fill_x(t.xs.p, &s);
+            memset(t.ys.p, 0xff, t.ys.size);
+            pj_op op = pjc_op(&t, &s);
+            op.layer = i;
+            op.m = m;
+            pj_done dn;
+            pj_op_result res[1];
+            rc = pjt_project(&t.c, 0, &op, 1, &dn, res);
+            if (rc != PJ_OK || dn.status != PJ_OK || res[0].status != PJ_OK) {
+                CHECK(0, "N: layer %u m %u: rc %d status %d: %s", i, m, rc,
+                      rc == PJ_OK ? dn.status : -1, rc > 0 ? t.c.err.msg : "");
+                fails++;
+                continue;
+            }
+            rc = cc_verify(t.ys.p, t.ys.size / 2, &s, m, sm->layers[j].w.n,
+                           pjc_ref_y(j, s.mi, s.variant), NULL, why, sizeof why);
+            CHECK(rc == 0, "N: layer %u (%s): %s", i, sm->layers[j].name, why);
+            fails += rc != 0;
+        }
+    }
+    printf("N: %u layers x 2 shapes, %d failures\n", n_layers, fails);
+    cJSON *st = NULL;
+    if (pjt_stats(&t.c, &st) == PJ_OK) {
+        cJSON *eng = pjt_json_num(st, "backend_stats.fatal") == 0
+                         ? cJSON_GetObjectItem(cJSON_GetObjectItem(st, "backend_stats"), "engines")
+                         : NULL;
+        CHECK(cJSON_GetArraySize(eng) == (int)(n_layers * 6), "N: engines table has %d rows",
+              cJSON_GetArraySize(eng));
+        printf("N: memory used %.1f MB (weights %.1f, lanes %.1f, graphs %.1f)\n",
+               pjt_json_num(st, "backend_stats.memory.used_total_bytes") / 1e6,
+               pjt_json_num(st, "backend_stats.memory.used_weights_bytes") / 1e6,
+               pjt_json_num(st, "backend_stats.memory.used_lanes_bytes") / 1e6,
+               pjt_json_num(st, "backend_stats.memory.used_graphs_bytes") / 1e6);
+        cJSON_Delete(st);
+    } else {
+        CHECK(0, "N: STATS failed");
+    }
+    pjc_close(&t);
+    cc_stop(&d, "N");
 }
 
 /* U: the cuda backend announces each phase of its start (EXTEND_TIMEOUT_USEC
@@ -2473,6 +2567,10 @@ int main(int argc, char **argv)
             section_q(*argv[i] ? argv[i] : NULL);
         return cc_summary("test_cuda_backend --q", t0);
     }
+    if (argc > 1 && strcmp(argv[1], "--n") == 0) { /* N alone: --n [LAYERS] */
+        section_n(argc > 2 ? (uint32_t)strtoul(argv[2], NULL, 10) : 200);
+        return cc_summary("test_cuda_backend", t0);
+    }
     if (argc > 1 && strcmp(argv[1], "--k") == 0) { /* K alone */
         section_k();
         return cc_summary("test_cuda_backend --k", t0);
@@ -2496,6 +2594,7 @@ int main(int argc, char **argv)
     section_z();
     section_t();
     section_k();
+    section_n(200);
     section_u();
     section_h();
     section_p(0);

@@ -87,6 +87,9 @@ void pjt_close(pjt_client *c)
     if (c->open)
         nng_close(c->sock);
     c->open = 0;
+    free(c->layers_all);
+    c->layers_all = NULL;
+    c->welcome.layers_all = NULL;
     pj_wbuf_free(&c->wb);
     if (c->ring_shm.p || c->ring_shm.name[0])
         pjt_shm_destroy(&c->ring_shm);
@@ -187,7 +190,12 @@ int pjt_hello(pjt_client *c, const char *name)
     if (rc != PJ_OK)
         return rc;
     char err[256];
-    if (pj_dec_welcome(c->body, c->rh.body_len, &c->welcome, err, sizeof err) != PJ_OK) {
+    if (!c->layers_all)
+        c->layers_all = malloc(PJ_WIRE_MAX_LAYERS_ALL * sizeof *c->layers_all);
+    if (!c->layers_all)
+        return -ENOMEM;
+    if (pj_dec_welcome_all(c->body, c->rh.body_len, &c->welcome, c->layers_all,
+                           PJ_WIRE_MAX_LAYERS_ALL, err, sizeof err) != PJ_OK) {
         fprintf(stderr, "wire_client: bad WELCOME: %s\n", err);
         return -EPROTO;
     }

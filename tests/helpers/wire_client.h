@@ -38,7 +38,8 @@ typedef struct pjt_client {
     pj_hdr rh;      /* its header */
     const uint8_t *body;
     pj_error_msg err;   /* the last ERROR */
-    pj_welcome welcome; /* from hello */
+    pj_welcome welcome; /* from hello; welcome.layers_all: every layer */
+    pj_wire_layer *layers_all;
     /* The shared-memory ring, once pjt_ring_attach succeeded: PROJECT and
      * PING go through it from then on. */
     int use_ring;

@@ -301,6 +301,7 @@ class LayoutTests(unittest.TestCase):
             "PJ_WIRE_UUID_SIZE": projd._UUID_SIZE,
             "PJ_WIRE_IPC_HANDLE_SIZE": projd._IPC_HANDLE_SIZE,
             "PJ_WIRE_MAX_LAYERS": projd._MAX_LAYERS,
+            "PJ_WIRE_MAX_LAYERS_ALL": projd._MAX_LAYERS_ALL,
             "PJ_WIRE_MAX_SHAPES": projd._MAX_SHAPES,
             "PJ_WIRE_OP_SIZE": projd.ctypes.sizeof(projd._Op),
         }
@@ -2055,6 +2056,50 @@ class SglangQuantConfigTests(unittest.TestCase):
             self.mod.quant_config(self.client, 3)
         with self.assertRaisesRegex(TypeError, "client must be a projd.Client, not str"):
             self.mod.quant_config("ipc:///x")
+
+
+class ManyLayersTests(DaemonTest):
+    """A daemon of 300 layers named as SGLang names them (more than the 64
+    the C struct holds inline), each the small model's o or router tensor
+    again: every layer is listed and usable, bit for bit."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.url = env("PROJD_TEST_MANY_URL")
+        cls.c = projd.Client(cls.url, name="test_projd many")
+        cls.model = Model(env("PROJD_TEST_MODEL"))
+        by_tensor = {}
+        cls.terms = {}
+        for L in cls.c.layers:
+            tensor = ("o", "router")[L.index % 2] + ".weight"
+            if (tensor, L.format) not in by_tensor:
+                by_tensor[(tensor, L.format)] = cls.model.terms(tensor, L.format)[1]
+            cls.terms[L.name] = by_tensor[(tensor, L.format)]
+
+    def test_every_layer_listed(self):
+        layers = self.c.layers
+        self.assertEqual(len(layers), 300)
+        self.assertEqual([L.index for L in layers], list(range(300)))
+        self.assertEqual(layers[299].name, "model.layers.299.proj")
+        self.assertEqual(self.c.layer("model.layers.64.proj").index, 64)
+        o, router = self.c.layer("model.layers.0.proj"), self.c.layer("model.layers.1.proj")
+        for L in layers:
+            want = (o, router)[L.index % 2]
+            self.assertEqual((L.n, L.k, L.format), (want.n, want.k, want.format), L.name)
+
+    def test_layers_past_the_first_64_project(self):
+        for i in (63, 64, 65, 298, 299):
+            for m in (1, 3):
+                self.run_case("model.layers.%d.proj" % i, m)
+        self.assertEqual(self.c.stats()["layers"]["model.layers.299.proj"]["ops"], 2)
+
+    def test_unknown_name_says_how_many(self):
+        with self.assertRaises(KeyError) as cm:
+            self.c.layer("model.layers.300.proj")
+        text = str(cm.exception)
+        self.assertIn("model.layers.0.proj", text)
+        self.assertIn("300 in all", text)
+        self.assertLess(len(text), 1000)
 
 
 class SlowDaemonTests(unittest.TestCase):
