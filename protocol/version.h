@@ -5,7 +5,7 @@
 #define PJ_VERSION_H
 
 #ifndef PJ_VERSION_STRING
-#define PJ_VERSION_STRING "0.2.0"
+#define PJ_VERSION_STRING "0.3.0"
 #endif
 
 #endif
