@@ -317,7 +317,8 @@ install-files:
 	install -m 0644 $(BUILD)/lib/libprojd.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 0755 $(BUILD)/lib/libprojd.so $(DESTDIR)$(PREFIX)/lib/libprojd.so.1
 	ln -sf libprojd.so.1 $(DESTDIR)$(PREFIX)/lib/libprojd.so
-	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/share/projd/python client/python/projd.py client/python/projd_sglang.py
+	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/share/projd/python client/python/projd.py client/python/projd_sglang.py \
+	    client/python/projd_pack.py
 	[ -z "$$(ls config/tuning/*.json 2>/dev/null)" ] || \
 	    install -m 0644 config/tuning/*.json $(DESTDIR)$(PREFIX)/share/projd/tuning/
 	[ -e $(DESTDIR)/etc/projd/projd.json ] || \

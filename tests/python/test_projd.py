@@ -9,7 +9,9 @@ the small generated model) and sets:
   PROJD_TEST_MODEL      the model both serve (safetensors)
   PROJD_TEST_LAYERS     `projctl layers` of the first daemon
   PROJD_TEST_CC         a C compiler, for the struct layout check
-  PROJD_TEST_PROJD      the projd binary, for a daemon of the test's own (killed)
+  PROJD_TEST_PROJD      the projd binary, for daemons of the test's own (one
+                        killed; one serving what projd_pack.py wrote)
+  PROJD_TEST_MANY_URL   a daemon of 300 layers (ManyLayersTests)
 
 Results are checked bit for bit against a pure-Python reference of
 kernels/refgemm.h (fp32 sums in increasing k, rounded to bf16 to nearest
@@ -1158,6 +1160,176 @@ class LostDaemonTests(unittest.TestCase):
         self.assertNotIn("UNREGISTER", cm.exception.message)
         self.assertTrue(kept.released)
         c.close()
+
+
+def write_safetensors(path, tensors, dtype="BF16"):
+    """tensors: [(name, (n, k), array of words)] into a safetensors file."""
+    header, blobs, off = {}, [], 0
+    for name, shape, words in tensors:
+        b = words.tobytes()
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + len(b)]}
+        off += len(b)
+        blobs.append(b)
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+class PackTests(unittest.TestCase):
+    """client/python/projd_pack.py: a Hugging Face checkpoint of two
+    decoder layers in two files (q/k/v and gate/up apart, as Hugging Face
+    stores them) packed into one file, served by a projd of the test's
+    own with the configuration it wrote, and every fused layer checked
+    bit for bit against the checkpoint's own pieces, rows in SGLang's
+    order."""
+
+    SHAPES = {  # n, k: a small GQA model (4 query heads, 2 kv heads of 16)
+        "self_attn.q_proj": (64, 64),
+        "self_attn.k_proj": (32, 64),
+        "self_attn.v_proj": (32, 64),
+        "self_attn.o_proj": (64, 64),
+        "mlp.gate_proj": (128, 64),
+        "mlp.up_proj": (128, 64),
+        "mlp.down_proj": (64, 128),
+    }
+
+    def checkpoint(self, d):
+        """Two decoder layers, split over two files by an index."""
+        import projd_pack  # noqa: F401  (the module under test imports alone)
+
+        rng = random.Random(5)
+        pieces, shards = {}, ([], [])
+        for layer in range(2):
+            for part, (n, k) in self.SHAPES.items():
+                name = "model.layers.%d.%s.weight" % (layer, part)
+                words = array.array("H")
+                for row in random_x(rng, n, k):
+                    words.extend(w if w else 0x3C00 for w in row)  # no exact zeros: exact reference
+                pieces[name] = words
+                shards[(layer + ("mlp" in part)) % 2].append((name, (n, k), words))
+        # what SGLang's model has beside the projections: not packed
+        shards[0].append(("model.embed_tokens.weight", (8, 64), array.array("H", [0x3F80] * 512)))
+        shards[1].append(("model.layers.0.input_layernorm.weight", (64,), array.array("H", [0x3F80] * 64)))
+        names = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+        weight_map = {}
+        for fname, tensors in zip(names, shards):
+            write_safetensors(os.path.join(d, fname), tensors)
+            weight_map.update({t[0]: fname for t in tensors})
+        with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {}, "weight_map": weight_map}, f)
+        return pieces
+
+    def test_packed_checkpoint_served(self):
+        import shutil
+
+        import projd_pack
+
+        d = tempfile.mkdtemp(prefix="projd-pack-")
+        self.addCleanup(shutil.rmtree, d, True)
+        ckpt = os.path.join(d, "hf")
+        os.mkdir(ckpt)
+        pieces = self.checkpoint(ckpt)
+        out, cfg = os.path.join(d, "packed.safetensors"), os.path.join(d, "packed.json")
+        self.assertEqual(projd_pack.main([ckpt, out, "--config", cfg, "--quiet"]), 0)
+        with open(cfg) as f:
+            conf = json.load(f)
+        names = ["model.layers.%d.%s" % (i, p) for i in range(2) for p in
+                 ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")]
+        self.assertEqual([L["name"] for L in conf["model"]["layers"]], names)
+        self.assertEqual(conf["model"]["path"], out)
+        # The bytes: each fused tensor is its pieces' rows, in SGLang's order.
+        packed = Model(out)
+        fused = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+                 "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj")}
+        for name in names:
+            layer, part = name.split(".", 3)[2], name.split(".", 3)[3]
+            want = b"".join(pieces["model.layers.%s.%s.weight" % (layer, p)].tobytes()
+                            for p in fused.get(part, (part,)))
+            dtype, shape, raw = packed.tensors[name + ".weight"]
+            self.assertEqual((dtype, shape[1], raw), ("BF16", 64 if part != "mlp.down_proj" else 128, want), name)
+        self.assertEqual(len(packed.tensors), len(names))
+
+        # Served as written: the configuration is complete but for the backend.
+        conf["device"] = {"backend": "cpu"}
+        with open(cfg, "w") as f:
+            json.dump(conf, f)
+        url = "ipc://" + os.path.join(d, "projd.sock")
+        log = open(os.path.join(d, "projd.log"), "w")
+        self.addCleanup(log.close)
+        p = subprocess.Popen([env("PROJD_TEST_PROJD"), "--config", cfg, "--socket", url], stdout=log, stderr=log)
+        self.addCleanup(lambda: p.poll() is None and (p.terminate(), p.wait()))
+        c, deadline = None, time.monotonic() + 30
+        while c is None:
+            try:
+                c = projd.Client(url, timeout_ms=5000)
+            except projd.ProjdError:
+                if time.monotonic() > deadline or p.poll() is not None:
+                    raise
+                time.sleep(0.05)
+        self.addCleanup(c.close)
+        self.assertEqual([L.name for L in c.layers], names)
+        rng = random.Random(9)
+        for name in names:
+            L = c.layer(name)
+            (n, k), terms = packed.terms(name + ".weight", L.format)
+            self.assertEqual((L.n, L.k), (n, k))
+            rows = random_x(rng, 3, k)
+            with c.shm_buffer(3 * k * 2) as xb, c.shm_buffer(3 * n * 2) as yb:
+                for i, row in enumerate(rows):
+                    xb.write(row.tobytes(), i * k * 2)
+                yb.fill(0xFF)
+                r = c.project([Op(layer=name, m=3, n=n, x_buf=xb, x_off=0, x_ld=k, y_buf=yb, y_off=0, y_ld=n)])
+                got = array.array("H", yb.read())
+            self.assertTrue(r.ok, name)
+            want = reference(terms, [projd.bf16_to_floats(row.tobytes()) for row in rows], n)
+            self.assertEqual(got, want, name)
+
+    def test_refusals_say_what(self):
+        import shutil
+
+        import projd_pack
+
+        d = tempfile.mkdtemp(prefix="projd-pack-")
+        self.addCleanup(shutil.rmtree, d, True)
+        words = array.array("H", [0x3F80] * (64 * 64))
+        # k_proj without v_proj: refused, naming what is missing
+        write_safetensors(os.path.join(d, "a.safetensors"), [
+            ("model.layers.0.self_attn.q_proj.weight", (64, 64), words),
+            ("model.layers.0.self_attn.k_proj.weight", (64, 64), words)])
+        err = io_capture(lambda: projd_pack.main([d, os.path.join(d, "out.safetensors"), "--quiet"]))
+        self.assertEqual(err[0], 1)
+        self.assertIn("model.layers.0: has self_attn.q_proj, self_attn.k_proj but not self_attn.v_proj", err[1])
+        self.assertFalse(os.path.exists(os.path.join(d, "out.safetensors")))
+        # pieces of different K
+        write_safetensors(os.path.join(d, "a.safetensors"), [
+            ("model.layers.0.mlp.gate_proj.weight", (64, 64), words),
+            ("model.layers.0.mlp.up_proj.weight", (32, 128), words)])
+        err = io_capture(lambda: projd_pack.main([d, os.path.join(d, "out.safetensors"), "--quiet"]))
+        self.assertEqual(err[0], 1)
+        self.assertIn("rows of one layer need one dtype and K", err[1])
+        # nothing to pack
+        write_safetensors(os.path.join(d, "a.safetensors"), [("lm_head.weight", (64, 64), words)])
+        err = io_capture(lambda: projd_pack.main([d, os.path.join(d, "out.safetensors"), "--quiet"]))
+        self.assertIn("no decoder-layer projections", err[1])
+        # --only: just the attention of layer 0, to standard output
+        write_safetensors(os.path.join(d, "a.safetensors"), [
+            ("model.layers.0.self_attn.o_proj.weight", (64, 64), words),
+            ("model.layers.0.mlp.down_proj.weight", (64, 64), words)])
+        rc, _, out = io_capture(lambda: projd_pack.main(
+            [d, os.path.join(d, "out.safetensors"), "--quiet", "--only", r"self_attn"]), stdout=True)
+        self.assertEqual(rc, 0)
+        self.assertEqual([L["name"] for L in json.loads(out)["model"]["layers"]], ["model.layers.0.self_attn.o_proj"])
+
+
+def io_capture(fn, stdout=False):
+    """fn()'s result and what it wrote to standard error (and output)."""
+    import contextlib
+    import io
+
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        rc = fn()
+    return (rc, err.getvalue(), out.getvalue()) if stdout else (rc, err.getvalue())
 
 
 class SglangAdapterTests(DaemonTest):
