@@ -15,6 +15,14 @@ SGLang loaded agrees with the daemon.
     python3 projd_pack.py /models/Llama-3-8B /var/lib/projd/llama8b.safetensors \\
         --config /etc/projd/llama8b.json
 
+With --tune-config FILE it also writes a configuration of one layer of
+each kind and shape (a model's decoder layers repeat four shapes) for the
+tuner, and gives every layer its tuned_as, so that one tuned table serves
+them all:
+
+    projd-bench --config FILE --tune /etc/projd/llama8b-h200.json   # on the GPU host
+    # then "tuning": {"table": "/etc/projd/llama8b-h200.json"} in the main configuration
+
 Needs only the Python standard library. Streams the tensors (64 MiB at a
 time), so memory stays small whatever the model's size.
 """
@@ -215,15 +223,35 @@ def write(out_path, layers, source, progress=None):
     return total
 
 
-def config(out_path, layers):
+def config(out_path, layers, tuned=None):
     """A projd configuration (applied on top of the built-in defaults)
-    serving the file: every layer named as SGLang names its module."""
-    return {
-        "model": {
-            "path": os.path.abspath(out_path),
-            "layers": [{"name": name, "tensor": name + ".weight"} for name, _ in layers],
-        }
-    }
+    serving the file: every layer named as SGLang names its module, and
+    with tuned (layer name -> tuning name) each one's tuned_as."""
+    entries = []
+    for name, _ in layers:
+        e = {"name": name, "tensor": name + ".weight"}
+        if tuned:
+            e["tuned_as"] = tuned[name]
+        entries.append(e)
+    return {"model": {"path": os.path.abspath(out_path), "layers": entries}}
+
+
+def tuning_layers(layers):
+    """One layer of each kind and shape, for the tuner (projd-bench
+    --config): the decoder layers of a model repeat a few shapes, and a
+    tuning table's entries serve every layer of their shape through
+    tuned_as. Returns (tune config's layers, layer name -> tuning name);
+    a kind with two shapes gets the shape in the second's name."""
+    first, tuned = {}, {}
+    for name, pieces in layers:
+        kind = name.split(".layers.", 1)[1].split(".", 1)[1]  # self_attn.qkv_proj
+        shape = (sum(t.shape[0] for t in pieces), pieces[0].shape[1], pieces[0].dtype)
+        key = (kind, shape)
+        if key not in first:
+            taken = any(k == kind for k, _ in first)
+            first[key] = (kind if not taken else "%s.%dx%d" % (kind, shape[0], shape[1]), name)
+        tuned[name] = first[key][0]
+    return [{"name": tname, "tensor": src + ".weight"} for tname, src in first.values()], tuned
 
 
 def main(argv=None):
@@ -236,6 +264,12 @@ def main(argv=None):
     ap.add_argument("out", help="the safetensors file to write")
     ap.add_argument("--config", metavar="FILE", help="write the projd configuration here (else to standard output)")
     ap.add_argument("--only", metavar="REGEX", help="only the layers whose SGLang name matches (re.search)")
+    ap.add_argument(
+        "--tune-config",
+        metavar="FILE",
+        help="also write a configuration of one layer of each kind and shape, for projd-bench --config "
+        "FILE --tune TABLE, and give every layer of the main configuration its tuned_as",
+    )
     ap.add_argument("--quiet", action="store_true", help="no progress on standard error")
     a = ap.parse_args(argv)
     try:
@@ -248,7 +282,13 @@ def main(argv=None):
         layers = plan(tensors, a.only)
         say = None if a.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
         total = write(a.out, layers, os.path.abspath(a.checkpoint), say)
-        text = json.dumps(config(a.out, layers), indent=2) + "\n"
+        tuned = None
+        if a.tune_config:
+            tune_layers, tuned = tuning_layers(layers)
+            tune = {"model": {"path": os.path.abspath(a.out), "layers": tune_layers}}
+            with open(a.tune_config, "w") as f:
+                f.write(json.dumps(tune, indent=2) + "\n")
+        text = json.dumps(config(a.out, layers, tuned), indent=2) + "\n"
         if a.config:
             with open(a.config, "w") as f:
                 f.write(text)

@@ -1230,9 +1230,18 @@ class PackTests(unittest.TestCase):
         os.mkdir(ckpt)
         pieces = self.checkpoint(ckpt)
         out, cfg = os.path.join(d, "packed.safetensors"), os.path.join(d, "packed.json")
-        self.assertEqual(projd_pack.main([ckpt, out, "--config", cfg, "--quiet"]), 0)
+        tune = os.path.join(d, "tune.json")
+        self.assertEqual(projd_pack.main([ckpt, out, "--config", cfg, "--tune-config", tune, "--quiet"]), 0)
         with open(cfg) as f:
             conf = json.load(f)
+        # The tuner's configuration: one layer of each kind and shape, the
+        # first decoder layer's; every served layer tuned as its kind.
+        with open(tune) as f:
+            tconf = json.load(f)
+        kinds = ["self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"]
+        self.assertEqual(tconf["model"]["layers"],
+                         [{"name": k, "tensor": "model.layers.0.%s.weight" % k} for k in kinds])
+        self.assertEqual([L["tuned_as"] for L in conf["model"]["layers"]], kinds * 2)
         names = ["model.layers.%d.%s" % (i, p) for i in range(2) for p in
                  ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")]
         self.assertEqual([L["name"] for L in conf["model"]["layers"]], names)
