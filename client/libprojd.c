@@ -1892,6 +1892,7 @@ int projd_connect_timeout(const char *url, const char *name, int timeout_ms, pro
     }
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->idle);
+    free(c->layers);
     free(c);
     return rc;
 }
@@ -1959,14 +1960,32 @@ const projd_info *projd_info_get(const projd_conn *c)
     return &c->info;
 }
 
-int projd_layer_find(const projd_conn *c, const char *name)
+static int layer_find_in(const projd_conn *c, const char *name, uint32_t n)
 {
     const pj_wire_layer *ls = pj_welcome_layers(&c->info);
-    for (uint32_t i = 0; name && i < pj_welcome_n_layers(&c->info); i++)
+    for (uint32_t i = 0; name && i < n; i++)
         if (strcmp(ls[i].name, name) == 0)
             return (int)i;
     return -1;
 }
+
+/* projd_layer_find has two versions. PROJD_1's, which programs built
+ * before 0.3 bind, searches info's inline 64 only: those programs index
+ * info->layers with its answer, and an index past 64 would read past the
+ * array. PROJD_1.2's (the default, what new programs bind) searches all. */
+int pj_layer_find_v1(const projd_conn *c, const char *name);
+int pj_layer_find_v1(const projd_conn *c, const char *name)
+{
+    return layer_find_in(c, name, c->info.n_layers);
+}
+__asm__(".symver pj_layer_find_v1, projd_layer_find@PROJD_1");
+
+int pj_layer_find_v12(const projd_conn *c, const char *name);
+int pj_layer_find_v12(const projd_conn *c, const char *name)
+{
+    return layer_find_in(c, name, pj_welcome_n_layers(&c->info));
+}
+__asm__(".symver pj_layer_find_v12, projd_layer_find@@PROJD_1.2");
 
 uint32_t projd_layer_count(const projd_conn *c)
 {

@@ -45,8 +45,8 @@
  *     if (projd_connect("ipc:///tmp/t/projd.sock", "test", &c, &e))
  *         fail("%s", e.msg);
  *     int layer = projd_layer_find(c, "o");
- *     const projd_info *inf = projd_info_get(c);
- *     uint32_t k = inf->layers[layer].k, n = inf->layers[layer].n, m = 8;
+ *     const projd_layer *L = projd_layer_get(c, (uint32_t)layer);
+ *     uint32_t k = L->k, n = L->n, m = 8;
  *     projd_buffer *x, *y;
  *     projd_shm_create(c, (size_t)m * k * 2, &x, &e);
  *     projd_shm_create(c, (size_t)m * n * 2, &y, &e);
@@ -94,7 +94,10 @@ typedef pj_op projd_op;
  * layers (name, n, k, format — index = the layer number requests use) and
  * the m values with captured graphs. Its layers[] holds the first 64
  * layers only (n_layers); projd_layer_count / projd_layer_get give every
- * one of them (a daemon serves up to 1024). */
+ * one of them (a daemon serves up to 1024). Use those, not the struct's
+ * n_layers_all / layers_all or wire.h's pj_welcome_layers: a libprojd.so.1
+ * older than 0.3 has no such fields, and the functions fail to bind there
+ * (PROJD_1.2) where the fields would read other memory. */
 typedef pj_welcome projd_info;
 
 /* One served layer: name, n (rows a request may use), k, format. */
@@ -172,7 +175,9 @@ const char *projd_url(const projd_conn *c);
 /* WELCOME as received (owned by c, valid until projd_close). */
 const projd_info *projd_info_get(const projd_conn *c);
 
-/* Index of the layer called name among all of them, or -1. */
+/* Index of the layer called name among all of them, or -1. (A program
+ * built against libprojd before 0.3 binds the PROJD_1 version, which
+ * searches info's first 64 only, as it indexes info->layers with it.) */
 int projd_layer_find(const projd_conn *c, const char *name);
 
 /* How many layers the daemon serves (every one, past info's 64). */

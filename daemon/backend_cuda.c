@@ -2570,6 +2570,28 @@ static void warn_without_mps(void)
                     path, strerror(errno));
 }
 
+/* Do layers a and b have the same shape and the same engine, knobs, step,
+ * graph form and note at every m? */
+static int same_engines(const cu_state *st, uint32_t a, uint32_t b)
+{
+    const pj_eng_layer *A = &st->layers[a].L, *B = &st->layers[b].L;
+    if (A->N != B->N || A->K != B->K || A->fmt != B->fmt ||
+        st->layers[a].graph_n != st->layers[b].graph_n)
+        return 0;
+    for (uint32_t si = 0; si < st->n_shapes; si++) {
+        const cu_shape *x = &st->shapes[a][si], *y = &st->shapes[b][si];
+        if (x->k != y->k || x->step != y->step || x->patch_ok != y->patch_ok ||
+            strcmp(x->note, y->note) != 0)
+            return 0;
+        char kx[96], ky[96]; /* as logged: no padding bytes compared */
+        pj_eng_knobs_str(x->k, &x->kn, kx, sizeof kx);
+        pj_eng_knobs_str(y->k, &y->kn, ky, sizeof ky);
+        if (strcmp(kx, ky) != 0)
+            return 0;
+    }
+    return 1;
+}
+
 static void log_report(cu_state *st)
 {
     const cu_report *r = &st->rep;
@@ -2596,8 +2618,21 @@ static void log_report(cu_state *st)
                 mib(r->used_lanes), mib(r->used_graphs), mib(r->used_total), mib(r->mem_free0));
     pj_log_info("cuda: tuning table: %s%s", r->table,
                 r->table_entries > 0 ? "" : (st->env_force[0] ? "; engine forced by env" : ""));
+    /* A model's decoder layers repeat a few shapes, and layers of one
+     * shape mostly get the same engines: their rows are said once, with
+     * how many layers they serve (STATS backend_stats.engines has every
+     * one), so that 1024 layers do not log 6000 lines. */
+    uint32_t *same_as = calloc(st->n_layers ? st->n_layers : 1, sizeof *same_as);
     for (uint32_t l = 0; l < st->n_layers; l++) {
         const cu_layer *cl = &st->layers[l];
+        uint32_t first = l;
+        for (uint32_t p = 0; same_as && p < l && first == l; p++)
+            if (same_as[p] == p && same_engines(st, p, l))
+                first = p;
+        if (same_as)
+            same_as[l] = first;
+        if (first != l)
+            continue;
         for (uint32_t si = 0; si < st->n_shapes; si++) {
             const cu_shape *sh = &st->shapes[l][si];
             char kn[96];
@@ -2608,6 +2643,20 @@ static void log_report(cu_state *st)
                         sh->note);
         }
     }
+    for (uint32_t l = 0; same_as && l < st->n_layers; l++) {
+        if (same_as[l] != l)
+            continue;
+        uint32_t more = 0, last = l;
+        for (uint32_t o = l + 1; o < st->n_layers; o++)
+            if (same_as[o] == l) {
+                more++;
+                last = o;
+            }
+        if (more)
+            pj_log_info("cuda: engines of %s also serve %u more layer%s of its shape (through %s)",
+                        st->layers[l].L.name, more, more == 1 ? "" : "s", st->layers[last].L.name);
+    }
+    free(same_as);
     pj_log_info("cuda: %u lanes (streams), %u graphs of %u rebindable", st->n_lanes, r->graphs,
                 r->graphs_patch);
     warn_without_mps();

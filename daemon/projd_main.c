@@ -210,18 +210,21 @@ static int apply_cli(const cli *a, pj_config *cfg, char *err, size_t errlen)
 /* Defaults, then the file, then the command line. */
 static int build_config(const cli *a, pj_config *cfg, char *err, size_t errlen)
 {
-    pj_config c;
-    pj_config_defaults(&c);
-    if (a->config) {
-        int rc = pj_config_apply_file(&c, a->config, err, errlen);
-        if (rc != 0)
-            return rc;
+    /* On the heap: a config is ~730 KB (1024 layer slots), and SIGHUP's
+     * caller holds another. */
+    pj_config *c = malloc(sizeof *c);
+    if (!c) {
+        snprintf(err, errlen, "out of memory for a configuration");
+        return -ENOMEM;
     }
-    int rc = apply_cli(a, &c, err, errlen);
-    if (rc != 0)
-        return rc;
-    *cfg = c;
-    return 0;
+    pj_config_defaults(c);
+    int rc = a->config ? pj_config_apply_file(c, a->config, err, errlen) : 0;
+    if (rc == 0)
+        rc = apply_cli(a, c, err, errlen);
+    if (rc == 0)
+        *cfg = *c;
+    free(c);
+    return rc;
 }
 
 static void on_server_stopped(void *arg, int exit_code)
@@ -250,7 +253,7 @@ static void on_hup(uv_signal_t *h, int signum)
     (void)signum;
     daemon_state *d = h->data;
     char err[1024], msg[1100], status[600];
-    pj_config next;
+    pj_config *next = malloc(sizeof *next); /* ~730 KB */
     pj_reload_result r;
     const char *file = d->args.config ? d->args.config : "(no --config file)";
     const int tell = !d->stopping; /* after STOPPING=1, READY=1 would mislead */
@@ -259,19 +262,23 @@ static void on_hup(uv_signal_t *h, int signum)
         snprintf(status, sizeof status, "reloading %s", file);
         pj_notify_reloading(status);
     }
-    if (build_config(&d->args, &next, err, sizeof err) != 0) {
+    if (!next) {
+        pj_log_err("reload failed, keeping the running configuration: out of memory");
+        r = PJ_RELOAD_FAILED;
+        snprintf(msg, sizeof msg, "out of memory");
+    } else if (build_config(&d->args, next, err, sizeof err) != 0) {
         pj_log_err("reload failed, keeping the running configuration: %s", err);
         r = PJ_RELOAD_FAILED;
         snprintf(msg, sizeof msg, "%s", err);
-    } else if (pj_config_check_reload(&d->cfg, &next, err, sizeof err) != 0) {
+    } else if (pj_config_check_reload(&d->cfg, next, err, sizeof err) != 0) {
         pj_log_err("reload refused, keeping the running configuration: %s", err);
         r = PJ_RELOAD_REFUSED;
         snprintf(msg, sizeof msg, "%s", err);
     } else {
-        d->cfg.limits = next.limits;
-        d->cfg.auth = next.auth;
-        d->cfg.log = next.log;
-        pj_server_reload(d->server, &next);
+        d->cfg.limits = next->limits;
+        d->cfg.auth = next->auth;
+        d->cfg.log = next->log;
+        pj_server_reload(d->server, next);
         r = PJ_RELOAD_APPLIED;
         if (d->args.config)
             snprintf(msg, sizeof msg, "log level, limits and auth from %s", file);
@@ -280,6 +287,7 @@ static void on_hup(uv_signal_t *h, int signum)
                      "log level, limits and auth: the built-in defaults and the "
                      "command line (no --config file)");
     }
+    free(next);
     pj_server_note_reload(d->server, r, msg);
     if (tell) {
         snprintf(status, sizeof status, "serving; reload %s: %.500s",

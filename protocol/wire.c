@@ -614,7 +614,8 @@ int pj_dec_welcome_all(const void *body, size_t len, pj_welcome *m, pj_wire_laye
     pj_rd r;
     rd_init(&r, body, len, "WELCOME", err, errlen);
     memset(m, 0, sizeof *m);
-    if (!all) {
+    const int legacy = all == NULL;
+    if (legacy) {
         all = m->layers;
         cap = PJ_WIRE_MAX_LAYERS;
     } else if (cap > PJ_WIRE_MAX_LAYERS_ALL) {
@@ -630,9 +631,8 @@ int pj_dec_welcome_all(const void *body, size_t len, pj_welcome *m, pj_wire_laye
         return PJ_E_PROTO;
     if (n_all > cap)
         return rd_fail(&r, PJ_E_PROTO, "n_layers %u exceeds %u%s", n_all, cap,
-                       cap == PJ_WIRE_MAX_LAYERS
-                           ? " (this client predates WELCOMEs of more layers: update libprojd)"
-                           : "");
+                       legacy ? " (this client predates WELCOMEs of more layers: update libprojd)"
+                              : "");
     for (uint32_t i = 0; i < n_all; i++) {
         pj_wire_layer *l = &all[i];
         uint8_t nl;
@@ -647,15 +647,10 @@ int pj_dec_welcome_all(const void *body, size_t len, pj_welcome *m, pj_wire_laye
         if (rd_u32(&r, "layer n", &l->n) || rd_u32(&r, "layer k", &l->k) ||
             rd_u8(&r, "layer format", &l->format))
             return PJ_E_PROTO;
-        m->n_layers_all = i + 1;
     }
-    if (all != m->layers) {
-        m->layers_all = all;
-        m->n_layers = n_all < PJ_WIRE_MAX_LAYERS ? n_all : PJ_WIRE_MAX_LAYERS;
-        memcpy(m->layers, all, m->n_layers * sizeof *all);
-    } else {
-        m->n_layers = n_all;
-    }
+    if (!legacy)
+        memcpy(m->layers, all,
+               (n_all < PJ_WIRE_MAX_LAYERS ? n_all : PJ_WIRE_MAX_LAYERS) * sizeof *all);
     if (rd_u32(&r, "n_shapes", &m->n_shapes))
         return PJ_E_PROTO;
     if (m->n_shapes > PJ_WIRE_MAX_SHAPES) {
@@ -670,7 +665,14 @@ int pj_dec_welcome_all(const void *body, size_t len, pj_welcome *m, pj_wire_laye
                        m->n_shapes, (size_t)m->n_shapes * 4, r.pos);
     for (uint32_t i = 0; i < m->n_shapes; i++)
         rd_u32(&r, "shape", &m->shapes[i]);
-    return rd_end(&r);
+    /* The layer counts and the list last: a failed decode leaves none. */
+    int rc = rd_end(&r);
+    if (rc == PJ_OK) {
+        m->n_layers = n_all < PJ_WIRE_MAX_LAYERS ? n_all : PJ_WIRE_MAX_LAYERS;
+        m->n_layers_all = n_all;
+        m->layers_all = legacy ? NULL : all;
+    }
+    return rc;
 }
 
 /* A POSIX shm name as shm_open wants it: "/" then at least one character,

@@ -334,6 +334,9 @@ _OPTIONAL_SIGNATURES = {
         ctypes.c_int,
         [_P, ctypes.POINTER(_CudaRegion), ctypes.c_char_p, ctypes.c_size_t],
     ),
+    # libprojd 0.3 (PROJD_1.2): every layer, past the 64 projd_info holds
+    "projd_layer_count": (ctypes.c_uint32, [_P]),
+    "projd_layer_get": (ctypes.POINTER(_WireLayer), [_P, ctypes.c_uint32]),
 }
 
 _lib = None
@@ -595,12 +598,15 @@ class Info:
     shapes: Tuple[int, ...]  # m values with captured graphs (fast shapes)
 
 
-def _info_from(w: _Welcome) -> Info:
+def _info_from(w: _Welcome, handle=None) -> Info:
     lib = load_library()
     limits = Limits(w.max_m, w.max_ops_per_request, w.max_buffers, w.max_message_bytes)
     layers = []
-    if w.layers_all:
-        every, count = w.layers_all, w.n_layers_all
+    # Through the functions, not the struct's appended fields: a libprojd
+    # older than 0.3 has no such fields, and its memory there is other data.
+    if handle is not None and hasattr(lib, "projd_layer_count"):
+        count = lib.projd_layer_count(handle)
+        every = [lib.projd_layer_get(handle, i).contents for i in range(count)]
     else:
         every, count = w.layers, min(w.n_layers, _MAX_LAYERS)
     for i in range(count):
@@ -1349,7 +1355,7 @@ class Client:
         self._h = h.value
         self._guard = _Guard("projd client")
         self.url = _text(lib.projd_url(self._h))
-        self.info = _info_from(lib.projd_info_get(self._h).contents)
+        self.info = _info_from(lib.projd_info_get(self._h).contents, self._h)
         self._by_name = {L.name: L for L in self.info.layers}
         if timeout_ms is not None:
             self.timeout_ms = timeout_ms

@@ -715,6 +715,14 @@ static void section_n(uint32_t n_layers)
     printf("N: %u layers ready in %.1f s\n", n_layers, (double)(cc_now_us() - t0) / 1e6);
     cc_print_log_lines(&d, "cuda: startup");
     cc_print_log_lines(&d, "cuda: device memory");
+    cc_print_log_lines(&d, "also serve");
+    /* each tensor's layers get the same engines: their rows logged once */
+    char said[160];
+    snprintf(said, sizeof said, "cuda: engines of model.layers.0.proj0 also serve %u more layers",
+             (n_layers + ns - 1) / ns - 1);
+    CHECK(pj_dproc_log_has(&d, said, 0), "N: no \"%s\" in the log", said);
+    CHECK(!pj_dproc_log_has(&d, "cuda: engine model.layers.1.proj0 ", 0),
+          "N: a layer's engine rows logged again for a layer of the same choices");
     CHECK(pj_welcome_n_layers(&t.c.welcome) == n_layers, "N: WELCOME lists %u layers, want %u",
           pj_welcome_n_layers(&t.c.welcome), n_layers);
     uint64_t seed = 7;

@@ -22,6 +22,7 @@ Standard library only.
 """
 
 import array
+import ctypes
 import errno
 import gc
 import json
@@ -2273,6 +2274,25 @@ class ManyLayersTests(DaemonTest):
             for m in (1, 3):
                 self.run_case("model.layers.%d.proj" % i, m)
         self.assertEqual(self.c.stats()["layers"]["model.layers.299.proj"]["ops"], 2)
+
+    def test_layer_find_versions(self):
+        # PROJD_1's projd_layer_find (what programs built before 0.3 bind)
+        # searches the 64 layers projd_info holds inline: those programs
+        # index info->layers with its answer. PROJD_1.2's searches all.
+        lib = projd.load_library()
+        libc = ctypes.CDLL(None)
+        libc.dlvsym.restype = ctypes.c_void_p
+        libc.dlvsym.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
+        proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)
+        v1 = proto(libc.dlvsym(lib._handle, b"projd_layer_find", b"PROJD_1"))
+        v12 = proto(libc.dlvsym(lib._handle, b"projd_layer_find", b"PROJD_1.2"))
+        h = self.c._h
+        self.assertEqual(v1(h, b"model.layers.63.proj"), 63)
+        self.assertEqual(v1(h, b"model.layers.64.proj"), -1)
+        self.assertEqual(v12(h, b"model.layers.64.proj"), 64)
+        self.assertEqual(v12(h, b"model.layers.299.proj"), 299)
+        self.assertEqual(lib.projd_layer_count(h), 300)
+        self.assertFalse(lib.projd_layer_get(h, 300))
 
     def test_unknown_name_says_how_many(self):
         with self.assertRaises(KeyError) as cm:
