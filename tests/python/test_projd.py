@@ -1108,6 +1108,25 @@ class AsyncTests(DaemonTest):
                 self.c.project_async([Op(layer="o", m=1, x_buf=b, y_buf=b)]).wait(timeout=-1)
 
 
+def own_daemon(test, binary, cfg, d):
+    """A projd of the test's own on cfg, its socket and log in d, killed at
+    the test's end if still running; (process, a Client connected to it)."""
+    url = "ipc://" + os.path.join(d, "projd.sock")
+    log = open(os.path.join(d, "projd.log"), "w")
+    test.addCleanup(log.close)
+    p = subprocess.Popen([binary, "--config", cfg, "--socket", url], stdout=log, stderr=log)
+    test.addCleanup(lambda: p.poll() is None and (p.kill(), p.wait()))
+    c, deadline = None, time.monotonic() + 30
+    while c is None:
+        try:
+            c = projd.Client(url, timeout_ms=5000)
+        except projd.ProjdError:
+            if time.monotonic() > deadline or p.poll() is not None:
+                raise
+            time.sleep(0.05)
+    return p, c
+
+
 class LostDaemonTests(unittest.TestCase):
     """A daemon of this test's own, killed under a client: the calls fail
     with -ECONNRESET, and releasing a buffer or closing the client raises
@@ -1123,19 +1142,7 @@ class LostDaemonTests(unittest.TestCase):
         cfg = os.path.join(d, "projd.json")
         with open(cfg, "w") as f:
             json.dump({"model": {"path": env("PROJD_TEST_MODEL")}, "device": {"backend": "cpu"}}, f)
-        url = "ipc://" + os.path.join(d, "projd.sock")
-        log = open(os.path.join(d, "projd.log"), "w")
-        self.addCleanup(log.close)
-        p = subprocess.Popen([binary, "--config", cfg, "--socket", url], stdout=log, stderr=log)
-        self.addCleanup(lambda: p.poll() is None and (p.kill(), p.wait()))
-        c, deadline = None, time.monotonic() + 30
-        while c is None:
-            try:
-                c = projd.Client(url, timeout_ms=5000)
-            except projd.ProjdError:
-                if time.monotonic() > deadline or p.poll() is not None:
-                    raise
-                time.sleep(0.05)
+        p, c = own_daemon(self, binary, cfg, d)
         buf = c.shm_buffer(4096)
         kept = c.shm_buffer(4096)
         c.ping()
@@ -1263,19 +1270,7 @@ class PackTests(unittest.TestCase):
         conf["device"] = {"backend": "cpu"}
         with open(cfg, "w") as f:
             json.dump(conf, f)
-        url = "ipc://" + os.path.join(d, "projd.sock")
-        log = open(os.path.join(d, "projd.log"), "w")
-        self.addCleanup(log.close)
-        p = subprocess.Popen([env("PROJD_TEST_PROJD"), "--config", cfg, "--socket", url], stdout=log, stderr=log)
-        self.addCleanup(lambda: p.poll() is None and (p.terminate(), p.wait()))
-        c, deadline = None, time.monotonic() + 30
-        while c is None:
-            try:
-                c = projd.Client(url, timeout_ms=5000)
-            except projd.ProjdError:
-                if time.monotonic() > deadline or p.poll() is not None:
-                    raise
-                time.sleep(0.05)
+        _, c = own_daemon(self, env("PROJD_TEST_PROJD"), cfg, d)
         self.addCleanup(c.close)
         self.assertEqual([L.name for L in c.layers], names)
         rng = random.Random(9)
