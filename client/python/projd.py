@@ -1491,10 +1491,22 @@ class Client:
             _libc_free(p.value)
         return json.loads(text.decode("utf-8"))
 
+    def _served_model(self) -> Dict[str, Any]:
+        """STATS' "model" object, asked once a connection: a daemon serves
+        one model for its life (a restart is a new connection), and a STATS
+        of a thousand layers is a few MB the daemon's loop builds, which a
+        worker checking each layer's weights would ask for a thousand
+        times."""
+        model = getattr(self, "_model_cache", None)
+        if model is None:
+            model = self.stats().get("model") or {}
+            self._model_cache = model
+        return model
+
     def weight_digests(self) -> Dict[str, int]:
         """Each served layer's weight digest by name (STATS model.layers; see
         weight_digest). Empty from a daemon too old to report them."""
-        return _digests(self.stats().get("model") or {})
+        return _digests(self._served_model())
 
     def check_weight(self, layer: str, data: Any) -> None:
         """Raise ValueError when data (the layer's tensor as the checkpoint
@@ -1502,7 +1514,7 @@ class Client:
         layer: a daemon started on another checkpoint with the same shapes
         would otherwise give wrong results without any error."""
         self.layer(layer)  # KeyError naming the daemon's layers
-        model = self.stats().get("model") or {}
+        model = self._served_model()
         served = _digests(model)
         if layer not in served:
             raise ValueError("the daemon reports no weight digest for layer %r (a projd from before digests)" % layer)

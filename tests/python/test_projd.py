@@ -2289,6 +2289,20 @@ class ManyLayersTests(DaemonTest):
         self.assertEqual(lib.projd_layer_count(h), 300)
         self.assertFalse(lib.projd_layer_get(h, 300))
 
+    def test_check_weight_asks_once(self):
+        # A worker checks each of its layers' weights: the served model is
+        # asked for once a connection, not once a layer.
+        c = projd.Client(self.url, name="test_projd check_weight")
+        self.addCleanup(c.close)
+        before = self.c.stats()["requests"]["STATS"]
+        for L in c.layers:
+            raw = self.model.tensors[("o", "router")[L.index % 2] + ".weight"][2]
+            c.check_weight(L.name, raw)
+        with self.assertRaises(ValueError):
+            c.check_weight("model.layers.0.proj", self.model.tensors["router.weight"][2])
+        after = self.c.stats()["requests"]["STATS"]
+        self.assertEqual(after - before, 2, "STATS requests during 301 check_weight calls")
+
     def test_unknown_name_says_how_many(self):
         with self.assertRaises(KeyError) as cm:
             self.c.layer("model.layers.300.proj")
