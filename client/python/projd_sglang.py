@@ -23,7 +23,10 @@ What it assumes:
     rows fewer than the layer's), whose rank's rows are not a prefix of the
     daemon's whole weights. The daemon loads the same checkpoint's weights
     (under its own config's layer names); check_weight(client, layer,
-    tensor) says whether it does.
+    tensor) says whether it does. projd_pack.py writes a Hugging Face
+    checkpoint's projections fused as SGLang fuses them (qkv_proj,
+    gate_up_proj), with a config that names each layer as SGLang names its
+    module, which quant_config() maps by default.
   - x is a bf16 CUDA tensor whose allocation has a legacy CUDA IPC handle:
     PyTorch's caching allocator without expandable segments
     (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False); cudaMallocAsync
