@@ -1985,6 +1985,10 @@ static void usage(FILE *f)
         "gen (see client/TRACE.md):\n"
         "  --kind decode|verify|reference  --seed S  --count N  --out FILE ('-' = stdout)\n"
         "  --clients C  --draft D  --max-m M  --max-batch B  --unpooler-n N  --interval-us U\n"
+        "  --layers A,B,...|@FILE  the served model's own layer names (a file: one a line)\n"
+        "                        instead of the reference five; --ops-per-request K of\n"
+        "                        them a request (1..64), a client's requests walking the\n"
+        "                        list in turn (projctl layers prints the names)\n"
         "\n"
         "req/s and ops/s count the requests that succeeded (failed ones are in errors);\n"
         "a client that loses its daemon connection stops, and so does the run.\n"
@@ -2001,11 +2005,102 @@ static void usage(FILE *f)
         "one ends projload at once, killed by that signal (a shell shows 130 or 143).\n");
 }
 
+/* --layers: "A,B,C" or "@FILE" (one name a line; blank lines and lines
+ * starting with '#' skipped). Fills *names (pointers into *text, both
+ * malloc'd) and *n. 0, or EXIT_USAGE with the reason said. */
+static int parse_layer_list(const char *arg, char **text, const char ***names, uint32_t *n)
+{
+    *text = NULL;
+    *names = NULL;
+    *n = 0;
+    int from_file = arg[0] == '@';
+    if (from_file) {
+        FILE *f = fopen(arg + 1, "r");
+        if (!f)
+            return usage_error("--layers %s: %s", arg, strerror(errno));
+        size_t cap = 0, len = 0;
+        char buf[4096];
+        size_t got;
+        while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
+            if (len + got + 1 > cap) {
+                size_t nc = (len + got + 1) * 2;
+                char *p = realloc(*text, nc);
+                if (!p) {
+                    fclose(f);
+                    free(*text);
+                    *text = NULL;
+                    return usage_error("--layers %s: out of memory", arg);
+                }
+                *text = p;
+                cap = nc;
+            }
+            memcpy(*text + len, buf, got);
+            len += got;
+        }
+        int bad = ferror(f);
+        fclose(f);
+        if (bad || !*text) {
+            free(*text);
+            *text = NULL;
+            return usage_error("--layers %s: %s", arg, bad ? "read error" : "empty file");
+        }
+        (*text)[len] = '\0';
+    } else {
+        *text = strdup(arg);
+        if (!*text)
+            return usage_error("--layers: out of memory");
+    }
+    const char sep = from_file ? '\n' : ',';
+    size_t cap = 16;
+    *names = malloc(cap * sizeof **names);
+    for (char *p = *text; *names && p && *p;) {
+        char *end = strchr(p, sep);
+        if (end)
+            *end = '\0';
+        char *name = p;
+        p = end ? end + 1 : NULL;
+        if (from_file) {
+            size_t l = strlen(name);
+            while (l && (name[l - 1] == '\r' || name[l - 1] == ' ' || name[l - 1] == '\t'))
+                name[--l] = '\0';
+            while (*name == ' ' || *name == '\t')
+                name++;
+            if (!*name || *name == '#')
+                continue;
+        }
+        if (!*name) {
+            free(*names);
+            free(*text);
+            *names = NULL;
+            *text = NULL;
+            return usage_error("--layers: an empty name in \"%s\"", arg);
+        }
+        if (*n == cap) {
+            const char **more = realloc(*names, 2 * cap * sizeof **names);
+            if (!more)
+                break;
+            *names = more;
+            cap *= 2;
+        }
+        (*names)[(*n)++] = name;
+    }
+    if (!*names || *n == 0) {
+        free(*names);
+        free(*text);
+        *names = NULL;
+        *text = NULL;
+        return usage_error("--layers %s: no names%s", arg, *names ? "" : " (out of memory)");
+    }
+    return 0;
+}
+
 static int cmd_gen(int argc, char **argv)
 {
     pj_trace_gen g;
     pj_trace_gen_defaults(&g);
-    const char *out = NULL;
+    const char *out = NULL, *layers_arg = NULL;
+    char *layers_text = NULL;
+    const char **layer_names = NULL;
     int kind_set = 0;
     static const struct option lo[] = {{"kind", required_argument, NULL, 'k'},
                                        {"seed", required_argument, NULL, 's'},
@@ -2017,6 +2112,8 @@ static int cmd_gen(int argc, char **argv)
                                        {"max-batch", required_argument, NULL, 'b'},
                                        {"unpooler-n", required_argument, NULL, 'u'},
                                        {"interval-us", required_argument, NULL, 'i'},
+                                       {"layers", required_argument, NULL, 'L'},
+                                       {"ops-per-request", required_argument, NULL, 'K'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
     int ch, rc = 0;
@@ -2059,6 +2156,12 @@ static int cmd_gen(int argc, char **argv)
         case 'i':
             rc = parse_u32("--interval-us", optarg, 0, 60000000, &g.interval_us);
             break;
+        case 'L':
+            layers_arg = optarg;
+            break;
+        case 'K':
+            rc = parse_u32("--ops-per-request", optarg, 1, 64, &g.ops_per_request);
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -2076,23 +2179,40 @@ static int cmd_gen(int argc, char **argv)
         return usage_error("gen: --out FILE is required ('-' for stdout)");
     if ((rc = check_output("--out", out, 0)) != 0)
         return rc;
+    if (layers_arg) {
+        if ((rc = parse_layer_list(layers_arg, &layers_text, &layer_names, &g.n_layers)) != 0)
+            return rc;
+        g.layers = layer_names;
+    }
     pj_trace t;
     char err[512];
     if (pj_trace_generate(&t, &g, err, sizeof err) != 0) {
         fprintf(stderr, "projload: %s\n", err);
+        free(layer_names);
+        free(layers_text);
         return EXIT_SETUP_ERROR;
     }
+    free(layer_names);
+    free(layers_text);
     /* The header is a command that writes the same file again: max_batch
      * 0 (its default, from --max-m and --draft) is no value --max-batch
      * takes, so it is left out then. */
-    char header[512], batch[32] = "";
+    char header[1024], batch[32] = "", layers[600] = "";
     if (g.max_batch)
         snprintf(batch, sizeof batch, " --max-batch %u", g.max_batch);
+    /* A list too long for the header is named by its count: the trace's
+     * requests name every layer anyway. */
+    if (layers_arg && strlen(layers_arg) < 400)
+        snprintf(layers, sizeof layers, " --layers %s --ops-per-request %u", layers_arg,
+                 g.ops_per_request ? g.ops_per_request : g.n_layers);
+    else if (layers_arg)
+        snprintf(layers, sizeof layers, " --layers (%u names) --ops-per-request %u", g.n_layers,
+                 g.ops_per_request ? g.ops_per_request : g.n_layers);
     snprintf(header, sizeof header,
              "projload gen --kind %s --seed %llu --count %u --clients %u --draft %u --max-m %u%s "
-             "--unpooler-n %u --interval-us %u",
+             "--unpooler-n %u --interval-us %u%s",
              pj_trace_kind_name(g.kind), (unsigned long long)g.seed, g.count, g.clients, g.draft,
-             g.max_m, batch, g.unpooler_n, g.interval_us);
+             g.max_m, batch, g.unpooler_n, g.interval_us, layers);
     FILE *f = strcmp(out, "-") == 0 ? stdout : fopen(out, "w");
     if (!f) {
         fprintf(stderr, "projload: --out %s: %s\n", out, strerror(errno));

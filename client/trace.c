@@ -785,6 +785,40 @@ int pj_trace_generate(pj_trace *t, const pj_trace_gen *g, char *err, size_t errl
         snprintf(err, errlen, "gen: --interval-us: expected 0..60000000, got %u", g->interval_us);
         return -EINVAL;
     }
+    uint32_t per = 5;
+    if (g->layers) {
+        if (g->n_layers < 1 || g->n_layers > PJ_WIRE_MAX_LAYERS_ALL) {
+            snprintf(err, errlen, "gen: --layers: expected 1..%d names, got %u",
+                     PJ_WIRE_MAX_LAYERS_ALL, g->n_layers);
+            return -EINVAL;
+        }
+        for (uint32_t i = 0; i < g->n_layers; i++) {
+            size_t len = strlen(g->layers[i]);
+            if (len < 1 || len > PJ_TRACE_NAME_MAX) {
+                snprintf(err, errlen, "gen: --layers: name %u is %zu bytes; a layer name is 1..%d",
+                         i + 1, len, PJ_TRACE_NAME_MAX);
+                return -EINVAL;
+            }
+        }
+        per = g->ops_per_request ? g->ops_per_request : g->n_layers;
+        if (!g->ops_per_request && per > 64) {
+            snprintf(err, errlen,
+                     "gen: --layers: %u names are more than one request's 64 ops: give "
+                     "--ops-per-request (e.g. 4, a decoder layer's projections)",
+                     g->n_layers);
+            return -EINVAL;
+        }
+        if (per > 64 || per > g->n_layers) {
+            snprintf(
+                err, errlen,
+                "gen: --ops-per-request: expected 1..%u (the layers listed, at most 64), got %u",
+                g->n_layers < 64 ? g->n_layers : 64, per);
+            return -EINVAL;
+        }
+    } else if (g->ops_per_request) {
+        snprintf(err, errlen, "gen: --ops-per-request needs --layers");
+        return -EINVAL;
+    }
     uint32_t hi = g->max_batch;
     if (hi == 0)
         hi =
@@ -842,10 +876,15 @@ int pj_trace_generate(pj_trace *t, const pj_trace_gen *g, char *err, size_t errl
     }
     qsort(items, g->count, sizeof *items, cmp_item);
     for (uint32_t i = 0; i < g->count; i++) {
-        uint32_t ms[5], ns[5] = {0, 0, 0, g->unpooler_n, 0};
-        for (int k = 0; k < 5; k++)
+        uint32_t ms[64], ns[64] = {0, 0, 0, g->layers ? 0 : g->unpooler_n, 0};
+        const char *names[64];
+        /* a stream's step s runs the list from s * per on, wrapping */
+        uint64_t at = items[i].seq / g->clients * per;
+        for (uint32_t k = 0; k < per; k++) {
             ms[k] = items[i].m;
-        rc = pj_trace_add(t, items[i].t_us, items[i].client, pj_trace_gen_layers, ms, ns, 5);
+            names[k] = g->layers ? g->layers[(at + k) % g->n_layers] : pj_trace_gen_layers[k];
+        }
+        rc = pj_trace_add(t, items[i].t_us, items[i].client, names, ms, ns, per);
         if (rc)
             goto out;
     }

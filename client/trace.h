@@ -124,6 +124,15 @@ typedef struct pj_trace_gen {
     uint32_t max_batch;   /* decode/verify: batch walk bound (1..max_m) */
     uint32_t unpooler_n;  /* n of the unpooler op; 0: leave n out (layer's rows) */
     uint32_t interval_us; /* mean time between one stream's steps (t_us) */
+    /* The layers requests name instead of the reference five (NULL: those,
+     * with unpooler_n): a served model's own, e.g. its 128 projections.
+     * Each request takes ops_per_request of them (1..64; 0: all, when
+     * there are at most 64), one stream's requests walking the list in
+     * order and wrapping, as a worker runs its layers in turn; n is left
+     * out (each layer's rows). */
+    const char *const *layers;
+    uint32_t n_layers;
+    uint32_t ops_per_request;
 } pj_trace_gen;
 
 /* The defaults: decode, seed 1, 1000 requests, 1 client, draft 4, max_m
@@ -141,7 +150,8 @@ extern const char *const pj_trace_gen_layers[5];
 extern const uint32_t pj_trace_ref_m[6];
 
 /* Fills t (pj_trace_init'd here, named "<generated>") with g->count
- * requests, each the five layers at one m, sorted by t_us. The same g
+ * requests, each the five layers (or g->layers' next ops_per_request) at
+ * one m, sorted by t_us. The same g
  * gives the same trace on any machine. Returns 0, -EINVAL (bad option,
  * err says which) or -ENOMEM. */
 int pj_trace_generate(pj_trace *t, const pj_trace_gen *g, char *err, size_t errlen);

@@ -207,6 +207,20 @@ check_report "$tmp/closed.out" "$tmp/closed.json" 120 all && ok "closed loop: JS
     "$tmp/closed.json" && ok "closed loop: host buffers, bit-exact checks (cpu backend)" ||
     fail "closed loop: buffers / check_mode in the JSON"
 
+# ---- a trace of the served model's own layer names (gen --layers) ---------------------------
+"$bin/projctl" --socket "$sock" layers --json |
+    "$py" -c 'import json,sys; print("\n".join(L["name"] for L in json.load(sys.stdin)))' >"$tmp/names.txt"
+pl gen --kind verify --count 40 --max-m 64 --layers "@$tmp/names.txt" --ops-per-request 2 \
+    --out "$tmp/own.jsonl" || fail "gen --layers @FILE"
+pl --trace "$tmp/own.jsonl" --socket "$sock" --count 40 $check_model >"$tmp/own.out" 2>"$tmp/own.err"
+rc=$?
+if [ $rc = 0 ] && [ "$(grep -c '"ops":\[{[^]]*},{[^]]*}\]' "$tmp/own.jsonl")" = 40 ] &&
+    grep -q '"layer":"router"' "$tmp/own.jsonl" && grep -q '^checked: ' "$tmp/own.out"; then
+    ok "gen --layers @FILE --ops-per-request 2: 40 two-op requests walking the daemon's layers, run and checked"
+else
+    fail "gen --layers: exit $rc: $(cat "$tmp/own.err")"
+fi
+
 # ---- the same over nng, and where the requests went -----------------------------------------
 # (with PROJD_RING=1 in the environment: --transport decides, not libprojd's variable)
 # (and a seed above 2^53, which the JSON must carry to the last digit)

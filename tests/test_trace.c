@@ -631,6 +631,85 @@ START_TEST(gen_decode)
 }
 END_TEST
 
+/* A served model's own layers: each request the next ops_per_request of
+ * the list for its client, wrapping, all at the request's m, n left out;
+ * the decode walk unchanged by the names. */
+START_TEST(gen_layers)
+{
+    static const char *const names[10] = {"model.layers.0.self_attn.qkv_proj",
+                                          "model.layers.0.self_attn.o_proj",
+                                          "model.layers.0.mlp.gate_up_proj",
+                                          "model.layers.0.mlp.down_proj",
+                                          "l4",
+                                          "l5",
+                                          "l6",
+                                          "l7",
+                                          "l8",
+                                          "l9"};
+    pj_trace_gen g;
+    pj_trace_gen_defaults(&g);
+    g.count = 600;
+    g.clients = 3;
+    pj_trace ref;
+    char err[512];
+    ck_assert_int_eq(pj_trace_generate(&ref, &g, err, sizeof err), 0);
+    g.layers = names;
+    g.n_layers = 10;
+    g.ops_per_request = 4;
+    pj_trace t;
+    ck_assert_int_eq(pj_trace_generate(&t, &g, err, sizeof err), 0);
+    ck_assert_uint_eq(t.n_reqs, 600);
+    ck_assert_uint_eq(t.n_names, 10);
+    uint32_t step[3] = {0, 0, 0};
+    for (size_t r = 0; r < t.n_reqs; r++) {
+        const pj_trace_req *q = &t.reqs[r];
+        ck_assert_uint_eq(q->n_ops, 4);
+        ck_assert_uint_eq(q->client, ref.reqs[r].client);
+        ck_assert_int_eq(q->t_us, ref.reqs[r].t_us);
+        for (uint32_t k = 0; k < 4; k++) {
+            const pj_trace_op *o = &t.ops[q->op0 + k];
+            REQUIRE(strcmp(t.names[o->name], names[(step[q->client] * 4 + k) % 10]) == 0,
+                    "request %zu op %u: %s", r, k, t.names[o->name]);
+            REQUIRE(o->m == ref.ops[ref.reqs[r].op0].m, "request %zu op %u: m %u", r, k, o->m);
+            REQUIRE(o->n_req == 0, "request %zu op %u: n %u", r, k, o->n_req);
+        }
+        step[q->client]++;
+    }
+    pj_trace_free(&t);
+    pj_trace_free(&ref);
+
+    /* all of them a request when ops_per_request is 0 and they fit */
+    g.ops_per_request = 0;
+    g.count = 2;
+    ck_assert_int_eq(pj_trace_generate(&t, &g, err, sizeof err), 0);
+    ck_assert_uint_eq(t.reqs[1].n_ops, 10);
+    pj_trace_free(&t);
+    /* refused: more than a request's 64 without ops_per_request, more per
+     * request than listed, ops_per_request without layers, an empty name */
+    const char *many[65];
+    for (int i = 0; i < 65; i++)
+        many[i] = "x";
+    g.layers = many;
+    g.n_layers = 65;
+    ck_assert_int_eq(pj_trace_generate(&t, &g, err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "give --ops-per-request"), "%s", err);
+    g.layers = names;
+    g.n_layers = 3;
+    g.ops_per_request = 4;
+    ck_assert_int_eq(pj_trace_generate(&t, &g, err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "expected 1..3"), "%s", err);
+    g.layers = NULL;
+    ck_assert_int_eq(pj_trace_generate(&t, &g, err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "--ops-per-request needs --layers"), "%s", err);
+    static const char *const empty[1] = {""};
+    g.layers = empty;
+    g.n_layers = 1;
+    g.ops_per_request = 0;
+    ck_assert_int_eq(pj_trace_generate(&t, &g, err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "a layer name is 1..63"), "%s", err);
+}
+END_TEST
+
 START_TEST(gen_verify)
 {
     pj_trace_gen g;
@@ -750,6 +829,7 @@ static Suite *trace_suite(void)
     tcase_add_test(tc, gen_verify);
     tcase_add_test(tc, gen_reference);
     tcase_add_test(tc, gen_bad_options);
+    tcase_add_test(tc, gen_layers);
     suite_add_tcase(s, tc);
     return s;
 }
