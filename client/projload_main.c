@@ -2160,7 +2160,8 @@ static int cmd_gen(int argc, char **argv)
             layers_arg = optarg;
             break;
         case 'K':
-            rc = parse_u32("--ops-per-request", optarg, 1, 64, &g.ops_per_request);
+            rc =
+                parse_u32("--ops-per-request", optarg, 1, PJ_TRACE_GEN_MAX_OPS, &g.ops_per_request);
             break;
         case 'h':
             usage(stdout);

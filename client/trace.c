@@ -801,18 +801,20 @@ int pj_trace_generate(pj_trace *t, const pj_trace_gen *g, char *err, size_t errl
             }
         }
         per = g->ops_per_request ? g->ops_per_request : g->n_layers;
-        if (!g->ops_per_request && per > 64) {
+        if (!g->ops_per_request && per > PJ_TRACE_GEN_MAX_OPS) {
             snprintf(err, errlen,
-                     "gen: --layers: %u names are more than one request's 64 ops: give "
+                     "gen: --layers: %u names are more than one request's %d ops: give "
                      "--ops-per-request (e.g. 4, a decoder layer's projections)",
-                     g->n_layers);
+                     g->n_layers, PJ_TRACE_GEN_MAX_OPS);
             return -EINVAL;
         }
-        if (per > 64 || per > g->n_layers) {
+        const uint32_t most =
+            g->n_layers < PJ_TRACE_GEN_MAX_OPS ? g->n_layers : PJ_TRACE_GEN_MAX_OPS;
+        if (per > most) {
             snprintf(
                 err, errlen,
-                "gen: --ops-per-request: expected 1..%u (the layers listed, at most 64), got %u",
-                g->n_layers < 64 ? g->n_layers : 64, per);
+                "gen: --ops-per-request: expected 1..%u (the layers listed, at most %d), got %u",
+                most, PJ_TRACE_GEN_MAX_OPS, per);
             return -EINVAL;
         }
     } else if (g->ops_per_request) {
@@ -876,8 +878,9 @@ int pj_trace_generate(pj_trace *t, const pj_trace_gen *g, char *err, size_t errl
     }
     qsort(items, g->count, sizeof *items, cmp_item);
     for (uint32_t i = 0; i < g->count; i++) {
-        uint32_t ms[64], ns[64] = {0, 0, 0, g->layers ? 0 : g->unpooler_n, 0};
-        const char *names[64];
+        uint32_t ms[PJ_TRACE_GEN_MAX_OPS],
+            ns[PJ_TRACE_GEN_MAX_OPS] = {0, 0, 0, g->layers ? 0 : g->unpooler_n, 0};
+        const char *names[PJ_TRACE_GEN_MAX_OPS];
         /* a stream's step s runs the list from s * per on, wrapping */
         uint64_t at = items[i].seq / g->clients * per;
         for (uint32_t k = 0; k < per; k++) {

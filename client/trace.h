@@ -20,13 +20,16 @@
 
 #include "protocol/wire.h"
 
-#define PJ_TRACE_NAME_MAX   63      /* longest layer name (the wire's limit) */
-#define PJ_TRACE_MAX_OPS    1024    /* ops per request the parser accepts */
-#define PJ_TRACE_MAX_M      1000000 /* largest m the parser accepts */
-#define PJ_TRACE_MAX_N      1000000 /* largest n the parser accepts */
-#define PJ_TRACE_MAX_CLIENT 1023    /* client ids are 0..this */
-#define PJ_TRACE_MAX_T_US   (1ll << 50)
-#define PJ_TRACE_MAX_BYTES  ((size_t)256 << 20) /* largest trace file pj_trace_load reads */
+#define PJ_TRACE_NAME_MAX 63   /* longest layer name (the wire's limit) */
+#define PJ_TRACE_MAX_OPS  1024 /* ops per request the parser accepts */
+/* Ops per request the generator writes at most: what a daemon takes by
+ * default (limits.max_ops_per_request). */
+#define PJ_TRACE_GEN_MAX_OPS 64
+#define PJ_TRACE_MAX_M       1000000 /* largest m the parser accepts */
+#define PJ_TRACE_MAX_N       1000000 /* largest n the parser accepts */
+#define PJ_TRACE_MAX_CLIENT  1023    /* client ids are 0..this */
+#define PJ_TRACE_MAX_T_US    (1ll << 50)
+#define PJ_TRACE_MAX_BYTES   ((size_t)256 << 20) /* largest trace file pj_trace_load reads */
 
 typedef struct pj_trace_op {
     uint32_t name;  /* index into pj_trace.names */
