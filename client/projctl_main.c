@@ -637,15 +637,17 @@ static int cmd_layers(opts *o)
     }
     /* Names are up to 63 bytes (SGLang prefixes run to 30-40): the column
      * is as wide as the longest, 24 at least. */
+    const pj_wire_layer *ls = pj_welcome_layers(inf);
+    const uint32_t nl = pj_welcome_n_layers(inf);
     int w = 24;
-    for (uint32_t i = 0; i < pj_welcome_n_layers(inf); i++) {
-        size_t len = strnlen(pj_welcome_layers(inf)[i].name, sizeof pj_welcome_layers(inf)[i].name);
+    for (uint32_t i = 0; i < nl; i++) {
+        size_t len = strnlen(ls[i].name, sizeof ls[i].name);
         if ((int)len > w)
             w = (int)len;
     }
     printf("%-5s %-*s %8s %8s  %s\n", "index", w, "name", "n", "k", "format");
-    for (uint32_t i = 0; i < pj_welcome_n_layers(inf); i++) {
-        const pj_wire_layer *l = &pj_welcome_layers(inf)[i];
+    for (uint32_t i = 0; i < nl; i++) {
+        const pj_wire_layer *l = &ls[i];
         printf("%-5u %-*s %8u %8u  %s\n", i, w, l->name, l->n, l->k, projd_format_name(l->format));
     }
     /* Only the cuda backend captures graphs; the cpu backend's WELCOME
@@ -1062,11 +1064,10 @@ static bench_stat bench_summary(double *v, size_t n)
  * daemon gets, so the row is mostly transport. -1 when there is none. */
 static int smallest_layer(const projd_info *inf)
 {
+    const pj_wire_layer *ls = pj_welcome_layers(inf);
     int best = -1;
     for (uint32_t i = 0; i < pj_welcome_n_layers(inf); i++)
-        if (best < 0 ||
-            (uint64_t)pj_welcome_layers(inf)[i].n * pj_welcome_layers(inf)[i].k <
-                (uint64_t)pj_welcome_layers(inf)[best].n * pj_welcome_layers(inf)[best].k)
+        if (best < 0 || (uint64_t)ls[i].n * ls[i].k < (uint64_t)ls[best].n * ls[best].k)
             best = (int)i;
     return best;
 }
