@@ -1297,44 +1297,43 @@ class PackTests(unittest.TestCase):
         d = tempfile.mkdtemp(prefix="projd-pack-")
         self.addCleanup(shutil.rmtree, d, True)
         words = array.array("H", [0x3F80] * (64 * 64))
+        out = os.path.join(d, "out.safetensors")
+
+        def pack(tensors, *extra):
+            """A checkpoint of tensors ((name, shape) each) packed: (rc, stderr, stdout)."""
+            write_safetensors(os.path.join(d, "a.safetensors"), [(n, shape, words) for n, shape in tensors])
+            return io_capture(lambda: projd_pack.main([d, out, "--quiet"] + list(extra)))
+
         # k_proj without v_proj: refused, naming what is missing
-        write_safetensors(os.path.join(d, "a.safetensors"), [
-            ("model.layers.0.self_attn.q_proj.weight", (64, 64), words),
-            ("model.layers.0.self_attn.k_proj.weight", (64, 64), words)])
-        err = io_capture(lambda: projd_pack.main([d, os.path.join(d, "out.safetensors"), "--quiet"]))
-        self.assertEqual(err[0], 1)
-        self.assertIn("model.layers.0: has self_attn.q_proj, self_attn.k_proj but not self_attn.v_proj", err[1])
-        self.assertFalse(os.path.exists(os.path.join(d, "out.safetensors")))
+        rc, err, _ = pack([("model.layers.0.self_attn.q_proj.weight", (64, 64)),
+                           ("model.layers.0.self_attn.k_proj.weight", (64, 64))])
+        self.assertEqual(rc, 1)
+        self.assertIn("model.layers.0: has self_attn.q_proj, self_attn.k_proj but not self_attn.v_proj", err)
+        self.assertFalse(os.path.exists(out))
         # pieces of different K
-        write_safetensors(os.path.join(d, "a.safetensors"), [
-            ("model.layers.0.mlp.gate_proj.weight", (64, 64), words),
-            ("model.layers.0.mlp.up_proj.weight", (32, 128), words)])
-        err = io_capture(lambda: projd_pack.main([d, os.path.join(d, "out.safetensors"), "--quiet"]))
-        self.assertEqual(err[0], 1)
-        self.assertIn("rows of one layer need one dtype and K", err[1])
+        rc, err, _ = pack([("model.layers.0.mlp.gate_proj.weight", (64, 64)),
+                           ("model.layers.0.mlp.up_proj.weight", (32, 128))])
+        self.assertEqual(rc, 1)
+        self.assertIn("rows of one layer need one dtype and K", err)
         # nothing to pack
-        write_safetensors(os.path.join(d, "a.safetensors"), [("lm_head.weight", (64, 64), words)])
-        err = io_capture(lambda: projd_pack.main([d, os.path.join(d, "out.safetensors"), "--quiet"]))
-        self.assertIn("no decoder-layer projections", err[1])
+        rc, err, _ = pack([("lm_head.weight", (64, 64))])
+        self.assertIn("no decoder-layer projections", err)
         # --only: just the attention of layer 0, to standard output
-        write_safetensors(os.path.join(d, "a.safetensors"), [
-            ("model.layers.0.self_attn.o_proj.weight", (64, 64), words),
-            ("model.layers.0.mlp.down_proj.weight", (64, 64), words)])
-        rc, _, out = io_capture(lambda: projd_pack.main(
-            [d, os.path.join(d, "out.safetensors"), "--quiet", "--only", r"self_attn"]), stdout=True)
+        rc, _, text = pack([("model.layers.0.self_attn.o_proj.weight", (64, 64)),
+                            ("model.layers.0.mlp.down_proj.weight", (64, 64))], "--only", r"self_attn")
         self.assertEqual(rc, 0)
-        self.assertEqual([L["name"] for L in json.loads(out)["model"]["layers"]], ["model.layers.0.self_attn.o_proj"])
+        self.assertEqual([L["name"] for L in json.loads(text)["model"]["layers"]], ["model.layers.0.self_attn.o_proj"])
 
 
-def io_capture(fn, stdout=False):
-    """fn()'s result and what it wrote to standard error (and output)."""
+def io_capture(fn):
+    """fn()'s result, and what it wrote to standard error and output."""
     import contextlib
     import io
 
     err, out = io.StringIO(), io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
         rc = fn()
-    return (rc, err.getvalue(), out.getvalue()) if stdout else (rc, err.getvalue())
+    return rc, err.getvalue(), out.getvalue()
 
 
 class SglangAdapterTests(DaemonTest):
