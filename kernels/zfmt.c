@@ -218,9 +218,9 @@ static int z12_check_args(const uint16_t *w, uint32_t n, uint32_t k, size_t ld, 
 }
 
 /* The pack runs in passes over row blocks (16 rows), which are independent:
- * a histogram for the window, a count of each block's exceptions (and the
- * first non-finite weight), a prefix sum that gives every block its slice
- * of the exception list, then the tiles. Each pass splits the blocks over
+ * a histogram for the window, a count of each row's exceptions (and the
+ * first non-finite weight), a prefix sum that gives every row its slice of
+ * the exception list, then the tiles. Each pass splits the blocks over
  * pj_parfor's workers; a block's bytes and entries do not depend on which
  * worker wrote them, so the result is the same for any thread count. */
 
@@ -230,10 +230,9 @@ typedef struct z12_job {
     size_t ld;
     uint32_t base;
     uint64_t (*hist)[Z12_E7_COUNT]; /* per worker */
-    uint32_t *blk_cnt;              /* per row block: its exceptions */
+    uint32_t *row_cnt;              /* per row: its exceptions */
     uint64_t *first_bad;            /* per worker: flat index of the first bad weight */
     pj_z12 *z;
-    const z12_pos (*pos)[PJ_Z12_TILE_K];
 } z12_job;
 
 static void z12_hist_rows(void *ctx, size_t begin, size_t end, unsigned worker)
@@ -262,35 +261,57 @@ static void z12_hist_rows(void *ctx, size_t begin, size_t end, unsigned worker)
  * exact-sized, a count beyond uint32 is refused up front, and a caller can
  * learn the packed size without packing. Non-finite weights are found in the
  * same pass; a worker stops at its first, and the smallest index over all
- * workers is the first in row-major order, as a single pass would find. */
+ * workers is the first in row-major order, as a single pass would find.
+ * The inner loop runs over one tile width (a constant trip count, no
+ * branch), which the compiler vectorizes at -O2; a chunk that holds a
+ * non-finite weight is walked again for its column. */
 static void z12_count_blocks(void *ctx, size_t begin, size_t end, unsigned worker)
 {
     const z12_job *j = ctx;
-    const uint32_t lo = j->base, hi = j->base + 7;
+    const uint32_t lo = j->base;
     for (size_t rb = begin; rb < end; rb++) {
         uint32_t r0 = (uint32_t)rb * PJ_Z12_TILE_ROWS;
         uint32_t r1 = r0 + PJ_Z12_TILE_ROWS < j->n ? r0 + PJ_Z12_TILE_ROWS : j->n;
-        uint32_t cnt = 0;
         for (uint32_t r = r0; r < r1; r++) {
             const uint16_t *row = j->w + (size_t)r * j->ld;
-            for (uint32_t c = 0; c < j->k; c++) {
-                uint16_t b = row[c];
-                if ((b & 0x7f80u) == 0x7f80u) {
-                    j->first_bad[worker] = (uint64_t)r * j->k + c;
+            uint32_t cnt = 0;
+            for (uint32_t c0 = 0; c0 < j->k; c0 += PJ_Z12_TILE_K) {
+                const uint16_t *ch = row + c0;
+                uint16_t out = 0, bad = 0;
+                for (uint32_t c = 0; c < PJ_Z12_TILE_K; c++) {
+                    uint16_t b = ch[c];
+                    /* e7 - lo wraps to a large value below the window */
+                    out += (uint16_t)((uint16_t)(((b >> 8) & 0x7fu) - lo) > 7u);
+                    bad |= (uint16_t)((b & 0x7f80u) == 0x7f80u);
+                }
+                if (bad) {
+                    uint32_t c = 0;
+                    while ((ch[c] & 0x7f80u) != 0x7f80u)
+                        c++;
+                    j->first_bad[worker] = (uint64_t)r * j->k + c0 + c;
                     return;
                 }
-                uint32_t e7 = (b >> 8) & 0x7fu;
-                cnt += (e7 < lo || e7 > hi);
+                cnt += out;
             }
+            j->row_cnt[r] = cnt;
         }
-        j->blk_cnt[rb] = cnt;
     }
 }
 
 /* Tiles and exception entries of row blocks [begin, end). Block rb's
  * entries go to exc[blk_exc[rb] ..], in (row, column) order. A weight
  * without an exact correction (cannot happen for finite weights) stops the
- * worker and is reported like a non-finite one. */
+ * worker and is reported like a non-finite one.
+ *
+ * A block is packed tile by tile, so that a tile's 1536 bytes are written
+ * while they are in L1. First each row's 64 columns of the tile are encoded
+ * into a low byte and a nibble each (branch-free, vectorized), a nibble
+ * byte pairing columns c and c + 8 (c & 8 == 0) as the format does; then
+ * the tile is gathered a lane and k16-step at a time: its 8 low bytes and 4
+ * nibble bytes are consecutive in the tile and come from rows g and g + 8,
+ * columns 16 s + 2 t + {0, 1} (+ 8), two adjacent bytes at a time
+ * (ZFORMAT.md). The counting pass gave every row its slice of the list, so
+ * an exception goes straight to its slot although tiles come before rows. */
 static void z12_pack_blocks(void *ctx, size_t begin, size_t end, unsigned worker)
 {
     const z12_job *j = ctx;
@@ -298,40 +319,71 @@ static void z12_pack_blocks(void *ctx, size_t begin, size_t end, unsigned worker
     const uint32_t k = j->k, base = z->base;
     for (size_t rb = begin; rb < end; rb++) {
         uint32_t r0 = (uint32_t)rb * PJ_Z12_TILE_ROWS;
-        uint32_t r1 = r0 + PJ_Z12_TILE_ROWS < j->n ? r0 + PJ_Z12_TILE_ROWS : j->n;
-        uint32_t ne = z->blk_exc[rb];
-        uint8_t *blk = z->tiles + rb * (k / PJ_Z12_TILE_K) * PJ_Z12_TILE_BYTES;
-        for (uint32_t r = r0; r < r1; r++) {
-            const uint16_t *row = j->w + (size_t)r * j->ld;
-            uint32_t rr = r % PJ_Z12_TILE_ROWS;
-            for (uint32_t c = 0; c < k; c++) {
-                uint16_t b = row[c];
-                uint32_t sign = b >> 15, e7 = (b >> 8) & 0x7fu, low = b & 0xffu, code;
-                int inside = e7 >= base && e7 <= base + 7;
-                if (inside) {
-                    code = e7 - base;
-                } else if (e7 < base) {
-                    code = 0;
-                    low = 0x00;
-                } else {
-                    code = 7;
-                    low = 0xff;
+        uint32_t rows = j->n - r0 < PJ_Z12_TILE_ROWS ? j->n - r0 : PJ_Z12_TILE_ROWS;
+        uint32_t next[PJ_Z12_TILE_ROWS]; /* each row's next slot in exc */
+        next[0] = z->blk_exc[rb];
+        for (uint32_t rr = 1; rr < rows; rr++)
+            next[rr] = next[rr - 1] + j->row_cnt[r0 + rr - 1];
+        /* Pad rows (n % 16) stay zero, as a decoder expects. */
+        uint8_t low[PJ_Z12_TILE_ROWS][PJ_Z12_TILE_K] = {{0}};
+        uint8_t pair[PJ_Z12_TILE_ROWS][PJ_Z12_TILE_K / 2] = {{0}}; /* c | (c + 8) << 4 */
+        uint8_t *tile = z->tiles + rb * (k / PJ_Z12_TILE_K) * PJ_Z12_TILE_BYTES;
+        for (uint32_t c0 = 0; c0 < k; c0 += PJ_Z12_TILE_K, tile += PJ_Z12_TILE_BYTES) {
+            for (uint32_t rr = 0; rr < rows; rr++) {
+                const uint16_t *ch = j->w + (size_t)(r0 + rr) * j->ld + c0;
+                uint8_t nib[PJ_Z12_TILE_K];
+                uint16_t out = 0;
+                for (uint32_t c = 0; c < PJ_Z12_TILE_K; c++) {
+                    uint16_t b = ch[c];
+                    /* Saturated outside the window: code 0 and low 0x00
+                     * below it, code 7 and low 0xff above (file comment). */
+                    int16_t d = (int16_t)(((b >> 8) & 0x7f) - (int)base);
+                    uint16_t inside = (uint16_t)((uint16_t)d <= 7u);
+                    uint16_t above = (uint16_t)(d > 7);
+                    int16_t code = d < 0 ? 0 : (d > 7 ? 7 : d);
+                    uint16_t lb = inside ? (uint16_t)(b & 0xffu) : (uint16_t)(above ? 0xffu : 0u);
+                    low[rr][c] = (uint8_t)lb;
+                    nib[c] = (uint8_t)((b >> 15) << 3 | (uint16_t)code);
+                    out |= (uint16_t)!inside;
                 }
-                uint8_t *tile = blk + (size_t)(c / PJ_Z12_TILE_K) * PJ_Z12_TILE_BYTES;
-                const z12_pos *p = &j->pos[rr][c % PJ_Z12_TILE_K];
-                uint32_t nib = sign << 3 | code;
-                tile[p->low] = (uint8_t)low;
-                tile[p->nib] |= (uint8_t)(nib << p->shift);
-                if (inside)
+                for (uint32_t s = 0; s < 4; s++)
+                    for (uint32_t q = 0; q < 8; q++)
+                        pair[rr][8 * s + q] = (uint8_t)(nib[16 * s + q] | nib[16 * s + q + 8] << 4);
+                if (!out)
                     continue;
-                pj_z12_exc *x = &z->exc[ne];
-                if (z12_correction(z12_decode(base, nib, low), b, &x->c1, &x->c2)) {
-                    j->first_bad[worker] = (uint64_t)r * k + c;
-                    return;
+                for (uint32_t c = 0; c < PJ_Z12_TILE_K; c++) {
+                    uint16_t b = ch[c];
+                    uint32_t e7 = (b >> 8) & 0x7fu;
+                    if (e7 >= base && e7 <= base + 7)
+                        continue;
+                    uint32_t at = next[rr]++;
+                    pj_z12_exc *x = &z->exc[at];
+                    if (z12_correction(z12_decode(base, nib[c], low[rr][c]), b, &x->c1, &x->c2)) {
+                        j->first_bad[worker] = (uint64_t)(r0 + rr) * k + c0 + c;
+                        return;
+                    }
+                    x->rk = rr << 28 | (c0 + c);
+                    z->exc_orig[at] = b;
                 }
-                x->rk = rr << 28 | c;
-                z->exc_orig[ne] = b;
-                ne++;
+            }
+            for (uint32_t lane = 0; lane < 32; lane++) {
+                const uint32_t g = lane >> 2, t = lane & 3;
+                for (uint32_t s = 0; s < 4; s++) {
+                    const uint32_t c = 16 * s + 2 * t, i = 8 * s + 2 * t;
+                    uint16_t a0, b0, a8, b8, pa, pb;
+                    memcpy(&a0, &low[g][c], 2);
+                    memcpy(&b0, &low[g + 8][c], 2);
+                    memcpy(&a8, &low[g][c + 8], 2);
+                    memcpy(&b8, &low[g + 8][c + 8], 2);
+                    memcpy(&pa, &pair[g][i], 2);
+                    memcpy(&pb, &pair[g + 8][i], 2);
+                    /* Little-endian byte order: element j at byte j. */
+                    uint64_t lw =
+                        (uint64_t)a0 | (uint64_t)b0 << 16 | (uint64_t)a8 << 32 | (uint64_t)b8 << 48;
+                    uint32_t nw = (uint32_t)pa | (uint32_t)pb << 16;
+                    memcpy(tile + (s >> 1) * PJ_Z12_PLANE_BYTES + 16 * lane + 8 * (s & 1), &lw, 8);
+                    memcpy(tile + Z12_NIB_PLANE + 16 * lane + 4 * s, &nw, 4);
+                }
             }
         }
     }
@@ -370,8 +422,8 @@ int pj_z12_pack_mt(const uint16_t *w, uint32_t n, uint32_t k, size_t ld, unsigne
     z12_job job = {.w = w, .n = n, .k = k, .ld = ld, .z = &z};
     job.hist = calloc(nw, sizeof *job.hist);
     job.first_bad = malloc(nw * sizeof *job.first_bad);
-    job.blk_cnt = malloc((size_t)n_blk * sizeof *job.blk_cnt);
-    if (!job.hist || !job.first_bad || !job.blk_cnt) {
+    job.row_cnt = malloc((size_t)n * sizeof *job.row_cnt);
+    if (!job.hist || !job.first_bad || !job.row_cnt) {
         snprintf(err, errlen, "z12 pack: out of memory for %u x %u", n, k);
         rc = -ENOMEM;
         goto fail;
@@ -397,8 +449,8 @@ int pj_z12_pack_mt(const uint16_t *w, uint32_t n, uint32_t k, size_t ld, unsigne
         goto fail;
     }
     uint64_t n_exc = 0;
-    for (uint32_t rb = 0; rb < n_blk; rb++)
-        n_exc += job.blk_cnt[rb];
+    for (uint32_t r = 0; r < n; r++)
+        n_exc += job.row_cnt[r];
     if (n_exc > UINT32_MAX) {
         snprintf(err, errlen, "z12 pack: %llu exceptions exceed the 32-bit offsets",
                  (unsigned long long)n_exc);
@@ -413,14 +465,14 @@ int pj_z12_pack_mt(const uint16_t *w, uint32_t n, uint32_t k, size_t ld, unsigne
                  pj_z12_bytes(&z), max_bytes, z.n_exc);
         free(job.hist);
         free(job.first_bad);
-        free(job.blk_cnt);
+        free(job.row_cnt);
         *out = z; /* shape, base and n_exc only: no arrays */
         return -EFBIG;
     }
 
-    /* calloc: pack ORs nibbles into zeroed tiles (pad rows stay zero). Its
-     * pages are first touched by the workers, so the page faults of a large
-     * matrix are spread over them too. */
+    /* calloc: a block's pad rows (n % 16) are never written and must read
+     * as zero. Its pages are first touched by the workers, so the page
+     * faults of a large matrix are spread over them too. */
     z.tiles = calloc(z.tiles_bytes, 1);
     z.blk_exc = malloc(((size_t)n_blk + 1) * sizeof *z.blk_exc);
     if (n_exc) {
@@ -434,17 +486,13 @@ int pj_z12_pack_mt(const uint16_t *w, uint32_t n, uint32_t k, size_t ld, unsigne
         goto fail;
     }
     uint32_t off = 0;
-    for (uint32_t rb = 0; rb < n_blk; rb++) {
-        z.blk_exc[rb] = off;
-        off += job.blk_cnt[rb];
+    for (uint32_t r = 0; r < n; r++) {
+        if (r % PJ_Z12_TILE_ROWS == 0)
+            z.blk_exc[r / PJ_Z12_TILE_ROWS] = off;
+        off += job.row_cnt[r];
     }
     z.blk_exc[n_blk] = off;
 
-    z12_pos pos[PJ_Z12_TILE_ROWS][PJ_Z12_TILE_K];
-    for (uint32_t rr = 0; rr < PJ_Z12_TILE_ROWS; rr++)
-        for (uint32_t cc = 0; cc < PJ_Z12_TILE_K; cc++)
-            pos[rr][cc] = z12_locate(rr, cc);
-    job.pos = (const z12_pos(*)[PJ_Z12_TILE_K])pos;
     pj_parfor(n_blk, threads, z12_pack_blocks, &job);
     bad = z12_first_bad(job.first_bad, bw);
     if (bad != UINT64_MAX) {
@@ -456,14 +504,14 @@ int pj_z12_pack_mt(const uint16_t *w, uint32_t n, uint32_t k, size_t ld, unsigne
     }
     free(job.hist);
     free(job.first_bad);
-    free(job.blk_cnt);
+    free(job.row_cnt);
     *out = z;
     return 0;
 
 fail:
     free(job.hist);
     free(job.first_bad);
-    free(job.blk_cnt);
+    free(job.row_cnt);
     pj_z12_free(&z);
     return rc;
 }
@@ -526,24 +574,62 @@ void pj_z12_unpack_row(const pj_z12 *z, uint32_t row, uint16_t *row_out)
         row_out[z->exc[i].rk & (Z12_K_LIMIT - 1)] = z->exc_orig[i];
 }
 
+/* A lane's eight low bytes of k16-step s are consecutive in the tile and
+ * its four nibble bytes too, and together they hold rows g and g + 8 at
+ * columns 16 s + 2 t + {0, 1} and the same + 8 (the inverse of
+ * z12_locate). So a tile is decoded by lane and step with two loads,
+ * into a 16 x 64 scratch whose rows are then copied out. */
+void pj_z12_unpack_block(const pj_z12 *z, uint32_t rb, uint16_t *out, size_t ld)
+{
+    const uint32_t kts = z->k / PJ_Z12_TILE_K, r0 = rb * PJ_Z12_TILE_ROWS;
+    const uint32_t rows = z->n - r0 < PJ_Z12_TILE_ROWS ? z->n - r0 : PJ_Z12_TILE_ROWS;
+    uint16_t high[16]; /* nibble -> high byte, already shifted */
+    for (uint32_t v = 0; v < 16; v++)
+        high[v] = (uint16_t)(((v & 8u) << 12) | ((z->base + (v & 7u)) << 8));
+    uint16_t dec[PJ_Z12_TILE_ROWS][PJ_Z12_TILE_K];
+    const uint8_t *tile = z->tiles + (size_t)rb * kts * PJ_Z12_TILE_BYTES;
+    for (uint32_t kt = 0; kt < kts; kt++, tile += PJ_Z12_TILE_BYTES) {
+        for (uint32_t lane = 0; lane < 32; lane++) {
+            const uint32_t g = lane >> 2, t = lane & 3;
+            for (uint32_t s = 0; s < 4; s++) {
+                const uint8_t *lb = tile + (s >> 1) * PJ_Z12_PLANE_BYTES + 16 * lane + 8 * (s & 1);
+                const uint8_t *nb = tile + Z12_NIB_PLANE + 16 * lane + 4 * s;
+                uint16_t *a = &dec[g][16 * s + 2 * t], *b = &dec[g + 8][16 * s + 2 * t];
+                a[0] = high[nb[0] & 15] | lb[0];
+                a[1] = high[nb[1] & 15] | lb[1];
+                b[0] = high[nb[2] & 15] | lb[2];
+                b[1] = high[nb[3] & 15] | lb[3];
+                a[8] = high[nb[0] >> 4] | lb[4];
+                a[9] = high[nb[1] >> 4] | lb[5];
+                b[8] = high[nb[2] >> 4] | lb[6];
+                b[9] = high[nb[3] >> 4] | lb[7];
+            }
+        }
+        for (uint32_t rr = 0; rr < rows; rr++)
+            memcpy(out + rr * ld + (size_t)kt * PJ_Z12_TILE_K, dec[rr], sizeof dec[rr]);
+    }
+    for (uint32_t i = z->blk_exc[rb]; i < z->blk_exc[rb + 1]; i++)
+        out[(z->exc[i].rk >> 28) * ld + (z->exc[i].rk & (Z12_K_LIMIT - 1))] = z->exc_orig[i];
+}
+
 typedef struct z12_unpack_job {
     const pj_z12 *z;
     uint16_t *w;
     size_t ld;
 } z12_unpack_job;
 
-static void z12_unpack_rows(void *ctx, size_t begin, size_t end, unsigned worker)
+static void z12_unpack_blocks(void *ctx, size_t begin, size_t end, unsigned worker)
 {
     const z12_unpack_job *j = ctx;
     (void)worker;
-    for (size_t r = begin; r < end; r++)
-        pj_z12_unpack_row(j->z, (uint32_t)r, j->w + r * j->ld);
+    for (size_t rb = begin; rb < end; rb++)
+        pj_z12_unpack_block(j->z, (uint32_t)rb, j->w + rb * PJ_Z12_TILE_ROWS * j->ld, j->ld);
 }
 
 void pj_z12_unpack_mt(const pj_z12 *z, uint16_t *w, size_t ld, unsigned threads)
 {
     z12_unpack_job j = {z, w, ld};
-    pj_parfor(z->n, threads, z12_unpack_rows, &j);
+    pj_parfor(z->n_pad / PJ_Z12_TILE_ROWS, threads, z12_unpack_blocks, &j);
 }
 
 void pj_z12_unpack(const pj_z12 *z, uint16_t *w, size_t ld)

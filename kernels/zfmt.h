@@ -95,8 +95,13 @@ int pj_z12_pack_mt(const uint16_t *w, uint32_t n, uint32_t k, size_t ld, unsigne
 void pj_z12_unpack(const pj_z12 *z, uint16_t *w, size_t ld);
 
 /* pj_z12_unpack on up to `threads` threads (0 or 1: the caller's only);
- * the rows are split between them, and w ends up identical. */
+ * the row blocks are split between them, and w ends up identical. */
 void pj_z12_unpack_mt(const pj_z12 *z, uint16_t *w, size_t ld, unsigned threads);
+
+/* Restore the rows of row block rb (rows 16 rb .. up to 16 rb + 15, those
+ * below n) into out, row stride ld: the row i of the block at out + i * ld.
+ * A tile at a time, so about twice the rate of pj_z12_unpack_row. */
+void pj_z12_unpack_block(const pj_z12 *z, uint32_t rb, uint16_t *out, size_t ld);
 
 /* Restore one row (k elements) into row_out. */
 void pj_z12_unpack_row(const pj_z12 *z, uint32_t row, uint16_t *row_out);

@@ -455,6 +455,33 @@ START_TEST(nonfinite_bf16)
 }
 END_TEST
 
+/* The scan runs in chunks of 64 and walks the tail one by one: a single
+ * non-finite weight is named wherever it sits, chunk edges and the tail
+ * (185 elements: two whole chunks and 57 more) included. */
+START_TEST(nonfinite_bf16_anywhere)
+{
+    g_load_threads = (uint32_t)_i;
+    const uint64_t shape[2] = {5, 37};
+    const size_t places[] = {0, 1, 63, 64, 127, 128, 150, 184};
+    for (size_t p = 0; p < sizeof places / sizeof places[0]; p++) {
+        uint16_t *w = rand_bf16(5 * 37, 11, 0.1f);
+        w[places[p]] = 0xff80; /* -inf */
+        pj_model *m;
+        warns wr = {0};
+        char err[1024], want[64];
+        ck_assert_int_eq(load_one("nan1.safetensors", PJ_ST_BF16, 2, shape, w, PJ_FPREF_AUTO, &m,
+                                  &wr, err, sizeof err),
+                         0);
+        snprintf(want, sizeof want, "non-finite weight at (%zu, %zu)", places[p] / 37,
+                 places[p] % 37);
+        ck_assert_int_eq(wr.n, 1);
+        ck_assert_msg(strstr(wr.msg[0], want) != NULL, "want '%s': %s", want, wr.msg[0]);
+        pj_model_free(m);
+        free(w);
+    }
+}
+END_TEST
+
 START_TEST(f16_split_exact)
 {
     /* every f16 bit pattern that is finite: normals, subnormals, +-0, max */
@@ -994,6 +1021,7 @@ static Suite *model_suite(void)
     tcase_add_loop_test(tc, auto_keeps_bf16_when_z12_is_larger, 4, 5);
     tcase_add_loop_test(tc, nonfinite_bf16, 0, 2);
     tcase_add_loop_test(tc, nonfinite_bf16, 4, 5);
+    tcase_add_loop_test(tc, nonfinite_bf16_anywhere, 0, 3);
     tcase_add_test(tc, load_threads_same_result);
     tcase_add_test(tc, layer_digests);
     tcase_add_test(tc, f16_split_exact);
