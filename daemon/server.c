@@ -188,6 +188,9 @@ struct pj_server {
     pj_stats stats;
     pj_op *ops_scratch;
     uint32_t ops_cap;
+    /* The WELCOME's layer list: the model's, fixed for the daemon's life,
+     * so built once (up to 1024 entries) rather than at every HELLO. */
+    pj_wire_layer *wire_layers;
     pj_wbuf wb;
     int draining, stopping, stopped_called, exit_code;
     uint64_t drain_start_ns;
@@ -924,6 +927,20 @@ static void on_done(pj_server *s, pj_req *r)
 
 /* ---- the other requests ------------------------------------------------------------- */
 
+/* The model's layers as a WELCOME lists them. */
+static pj_wire_layer *wire_layers_new(const pj_model *m)
+{
+    pj_wire_layer *all = calloc(m->n_layers ? m->n_layers : 1, sizeof *all);
+    for (uint32_t i = 0; all && i < m->n_layers; i++) {
+        const pj_model_layer *L = &m->layers[i];
+        snprintf(all[i].name, sizeof all[i].name, "%s", L->name);
+        all[i].n = L->max_n;
+        all[i].k = L->w.k;
+        all[i].format = (uint8_t)L->w.fmt;
+    }
+    return all;
+}
+
 static void handle_hello(pj_server *s, pj_conn *c, origin o, const pj_hdr *h, const void *body)
 {
     char err[PJ_WIRE_MSG_MAX];
@@ -953,10 +970,7 @@ static void handle_hello(pj_server *s, pj_conn *c, origin o, const pj_hdr *h, co
     c->hello = 1;
     snprintf(c->client, sizeof c->client, "%s", hello.name);
     pj_welcome *w = calloc(1, sizeof *w);
-    pj_wire_layer *all = calloc(s->model->n_layers ? s->model->n_layers : 1, sizeof *all);
-    if (!w || !all) {
-        free(w);
-        free(all);
+    if (!w) {
         send_error(s, o, h->req_id, PJ_E_INTERNAL, UINT32_MAX, "HELLO: out of memory");
         return;
     }
@@ -970,20 +984,12 @@ static void handle_hello(pj_server *s, pj_conn *c, origin o, const pj_hdr *h, co
     /* The model's load checked n_layers <= PJ_CFG_MAX_LAYERS, which is
      * PJ_WIRE_MAX_LAYERS_ALL (model.c), so every layer is sent. */
     w->n_layers_all = s->model->n_layers;
-    w->layers_all = all;
-    for (uint32_t i = 0; i < w->n_layers_all; i++) {
-        const pj_model_layer *L = &s->model->layers[i];
-        snprintf(all[i].name, sizeof all[i].name, "%s", L->name);
-        all[i].n = L->max_n;
-        all[i].k = L->w.k;
-        all[i].format = (uint8_t)L->w.fmt;
-    }
+    w->layers_all = s->wire_layers;
     w->n_shapes = s->cfg.shapes.n_m < PJ_WIRE_MAX_SHAPES ? s->cfg.shapes.n_m : PJ_WIRE_MAX_SHAPES;
     for (uint32_t i = 0; i < w->n_shapes; i++)
         w->shapes[i] = s->cfg.shapes.m[i];
     pj_wbuf_reset(&s->wb);
     pj_enc_welcome(&s->wb, h->req_id, w);
-    free(all);
     free(w);
     send_wb(s, o);
 }
@@ -2000,8 +2006,10 @@ int pj_server_create(uv_loop_t *loop, const pj_config *cfg, const pj_model *mode
     }
     s->ops_cap = cfg->limits.max_ops_per_request ? cfg->limits.max_ops_per_request : 1;
     s->ops_scratch = calloc(s->ops_cap, sizeof *s->ops_scratch);
-    if (!s->ops_scratch || pj_stats_init(&s->stats, model->n_layers) != 0) {
+    s->wire_layers = wire_layers_new(model);
+    if (!s->ops_scratch || !s->wire_layers || pj_stats_init(&s->stats, model->n_layers) != 0) {
         free(s->ops_scratch);
+        free(s->wire_layers);
         free(s);
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
@@ -2521,6 +2529,7 @@ int pj_server_destroy(pj_server *s)
                    left, RELEASE_STOP_MS / 1e3, s->orphans.lost_total);
     pj_wbuf_free(&s->wb);
     free(s->ops_scratch);
+    free(s->wire_layers);
     pj_stats_free(&s->stats);
     free(s->pipes);
     free(s->retired);
