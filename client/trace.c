@@ -22,6 +22,7 @@ void pj_trace_free(pj_trace *t)
     free(t->reqs);
     free(t->ops);
     free(t->names);
+    free(t->name_slots);
     char file[sizeof t->file];
     memcpy(file, t->file, sizeof file);
     pj_trace_init(t, file);
@@ -43,14 +44,37 @@ static int grow(void **arr, size_t *cap, size_t need, size_t el)
     return 0;
 }
 
+/* At most PJ_WIRE_MAX_LAYERS_ALL names, so a table of twice that many
+ * slots is never more than half full and never grows. */
+#define NAME_SLOTS (2u * PJ_WIRE_MAX_LAYERS_ALL)
+
+static uint32_t name_hash(const char *name)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h;
+}
+
 /* Index of name in t->names, added when new; -ENOSPC when it would be
  * the (PJ_WIRE_MAX_LAYERS_ALL + 1)-th distinct name (no daemon serves
- * that many layers), -ENOMEM on failure. */
+ * that many layers), -ENOMEM on failure. Every op of a trace is looked up
+ * here: a hash, where a scan of up to 1024 names made parsing a trace of
+ * a whole model's layers mostly strcmp. */
 static int intern(pj_trace *t, const char *name, uint32_t *idx)
 {
-    for (size_t i = 0; i < t->n_names; i++) {
+    _Static_assert(PJ_WIRE_MAX_LAYERS_ALL < UINT16_MAX, "slots hold 1 + index in 16 bits");
+    _Static_assert((NAME_SLOTS & (NAME_SLOTS - 1)) == 0, "the probe masks by NAME_SLOTS - 1");
+    if (!t->name_slots) {
+        t->name_slots = calloc(NAME_SLOTS, sizeof *t->name_slots);
+        if (!t->name_slots)
+            return -ENOMEM;
+    }
+    uint32_t at = name_hash(name) & (NAME_SLOTS - 1);
+    for (; t->name_slots[at]; at = (at + 1) & (NAME_SLOTS - 1)) {
+        uint32_t i = t->name_slots[at] - 1u;
         if (strcmp(t->names[i], name) == 0) {
-            *idx = (uint32_t)i;
+            *idx = i;
             return 0;
         }
     }
@@ -61,6 +85,7 @@ static int intern(pj_trace *t, const char *name, uint32_t *idx)
         return -ENOMEM;
     t->names = arr;
     snprintf(t->names[t->n_names], sizeof t->names[0], "%s", name);
+    t->name_slots[at] = (uint16_t)(t->n_names + 1);
     *idx = (uint32_t)t->n_names++;
     return 0;
 }

@@ -55,7 +55,8 @@ typedef struct pj_trace {
     size_t n_ops, cap_ops;
     char (*names)[PJ_TRACE_NAME_MAX + 1];
     size_t n_names, cap_names;
-    size_t n_timed; /* requests carrying t_us */
+    uint16_t *name_slots; /* open-addressing index of names: 1 + index, 0 free */
+    size_t n_timed;       /* requests carrying t_us */
 } pj_trace;
 
 /* An empty trace whose messages call it `file` (NULL: "<trace>"). */

@@ -248,10 +248,20 @@ START_TEST(parse_many_names)
                   "%s", err);
     ck_assert_uint_eq(t.n_reqs, 1024);
     ck_assert_uint_eq(t.n_names, 1024);
-    /* pj_trace_add refuses the 65th too. */
+    /* pj_trace_add refuses the 1025th too. */
     const char *names[1] = {"another"};
     uint32_t ms[1] = {1};
     ck_assert_int_eq(pj_trace_add(&t, -1, 0, names, ms, NULL, 1), -EINVAL);
+    /* With the index full, every name is still found, as its own. */
+    for (int i = 1023; i >= 0; i--) {
+        char name[16];
+        snprintf(name, sizeof name, "l%d", i);
+        names[0] = name;
+        ck_assert_int_eq(pj_trace_add(&t, -1, 0, names, ms, NULL, 1), 0);
+        ck_assert_uint_eq(t.ops[t.n_ops - 1].name, (uint32_t)i);
+        ck_assert_str_eq(t.names[i], name);
+    }
+    ck_assert_uint_eq(t.n_names, 1024);
     pj_trace_free(&t);
     free(text);
 }
