@@ -20,6 +20,7 @@
 #include "config/config.h"
 #include "daemon/inspect.h"
 #include "client/servedmodel.h"
+#include "client/statsview.h"
 #include "daemon/model.h"
 #include "daemon/modelgen.h"
 #include "kernels/bf16.h"
@@ -48,6 +49,7 @@ typedef struct opts {
     long repeat;
     const char *model;
     int json;
+    int all; /* stats: every entry of the long lists */
     const char *out;
     const char *preset;
     const char *transport; /* bench-ipc: nng, ring or both */
@@ -70,7 +72,7 @@ static const char *usage_main =
     "  status [--json]             is projd up: ping, version, backend, device, layers,\n"
     "                              uptime\n"
     "  layers [--json]             the model's layers as the daemon serves them\n"
-    "  stats [--json]              the daemon's counters\n"
+    "  stats [--json] [--all]      the daemon's counters\n"
     "  project --layer L --m M     one projection on random input, optionally checked\n"
     "  inspect MODEL [--json]      what a model file becomes when projd loads it\n"
     "  mkmodel --out PATH          write a generated model (safetensors)\n"
@@ -122,10 +124,15 @@ static const cmd_help helps[] = {
      "  The layers from WELCOME: index, name, n (rows a request may use), k, format,\n"
      "  and, on the cuda backend, the m values with captured CUDA graphs. --json: a\n"
      "  JSON array of {index, name, n, k, format}.\n"},
-    {"stats", "--json ",
-     "usage: projctl stats [--json]\n"
+    {"stats", "--json --all ",
+     "usage: projctl stats [--json] [--all]\n"
      "  The daemon's STATS document, flattened to one 'key value' line each, or\n"
-     "  as the raw JSON with --json.\n"},
+     "  as the raw JSON with --json. A model of more than 32 layers makes three\n"
+     "  lists long, and they are summarized unless --all is given: model.layers\n"
+     "  by its count (projctl layers lists them), the per-layer counters (layers.*)\n"
+     "  by the layers that served requests, and backend_stats.engines by the\n"
+     "  number of (layer, m) rows each engine has; a last line says what was left\n"
+     "  out.\n"},
     {"project", "--layer --m --n --check --model --seed --repeat ",
      "usage: projctl project --layer L --m M [--n N] [--check] [--model PATH]\n"
      "                       [--seed S] [--repeat R]\n"
@@ -278,7 +285,7 @@ static int parse_args(int argc, char **argv, opts *o)
         }
         /* flags without a value */
         if (!strcmp(name, "--help") || !strcmp(name, "--check") || !strcmp(name, "--json") ||
-            !strcmp(name, "--version")) {
+            !strcmp(name, "--version") || !strcmp(name, "--all")) {
             if (val)
                 return usage_error("%s takes no value", name);
             if (!strcmp(name, "--help"))
@@ -287,6 +294,8 @@ static int parse_args(int argc, char **argv, opts *o)
                 o->version = 1;
             else if (!strcmp(name, "--check"))
                 o->check = 1;
+            else if (!strcmp(name, "--all"))
+                o->all = 1;
             else
                 o->json = 1;
             continue;
@@ -732,8 +741,13 @@ static int cmd_stats(opts *o)
         free(json);
         return 1;
     }
+    char left[512] = "";
+    if (!o->all)
+        pj_statsview_summarize(doc, left, sizeof left);
     char key[512] = "";
     flatten(doc, key, sizeof key, 0);
+    if (left[0])
+        printf("(left out: %s; projctl stats --all prints them)\n", left);
     cJSON_Delete(doc);
     free(json);
     return 0;
