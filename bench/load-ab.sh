@@ -7,6 +7,10 @@
 # (the same threads, the same packing and verifying), then exits.
 #
 #   bench/load-ab.sh OLD_PROJCTL NEW_PROJCTL MODEL [RUNS] [OUT_JSON]
+#
+# CONFIG=FILE in the environment loads the layers FILE names (projctl
+# --config: a whole model's layers, tensors shared or not) instead of one
+# layer per tensor of MODEL.
 set -u
 if [ $# -lt 3 ]; then
     echo "usage: $0 OLD_PROJCTL NEW_PROJCTL MODEL [RUNS (default 7)] [OUT_JSON]" >&2
@@ -24,7 +28,8 @@ for i in $(seq 1 "$RUNS"); do
     if [ $((i % 2)) -eq 1 ]; then order="old new"; else order="new old"; fi
     for who in $order; do
         if [ "$who" = old ]; then bin=$OLD; else bin=$NEW; fi
-        if ! "$bin" inspect --json "$MODEL" > "$TMP/$who-$i.json" 2> "$TMP/$who-$i.err"; then
+        if ! "$bin" ${CONFIG:+--config "$CONFIG"} inspect --json "$MODEL" > "$TMP/$who-$i.json" \
+            2> "$TMP/$who-$i.err"; then
             echo "$0: $who run $i failed:" >&2
             cat "$TMP/$who-$i.err" >&2
             exit 1
@@ -32,9 +37,9 @@ for i in $(seq 1 "$RUNS"); do
     done
     printf 'run %d of %d done\n' "$i" "$RUNS" >&2
 done
-python3 - "$TMP" "$RUNS" "$MODEL" "$OLD" "$NEW" "$JSON" <<'EOF'
+python3 - "$TMP" "$RUNS" "$MODEL" "$OLD" "$NEW" "$JSON" "${CONFIG:-}" <<'EOF'
 import json, statistics, sys
-tmp, runs, model, old, new, out = sys.argv[1], int(sys.argv[2]), *sys.argv[3:]
+tmp, runs, model, old, new, out, config = sys.argv[1], int(sys.argv[2]), *sys.argv[3:]
 res = {}
 for who in ("old", "new"):
     docs = [json.load(open(f"{tmp}/{who}-{i}.json")) for i in range(1, runs + 1)]
@@ -56,7 +61,7 @@ for k, label in (("read_ms", "read"), ("convert_ms", "convert+verify")):
     print(f"{label:16}{med['old'][k]:10.1f}{med['new'][k]:10.1f}{med['old'][k] / med['new'][k]:9.2f}")
 print(f"{'total':16}{total['old']:10.1f}{total['new']:10.1f}{total['old'] / total['new']:9.2f}")
 if out:
-    doc = {"model": model, "runs": runs, "old": old, "new": new,
+    doc = {"model": model, "config": config or None, "runs": runs, "old": old, "new": new,
            "threads": res["new"]["threads"],
            "samples": {w: {k: res[w][k] for k in ("read_ms", "convert_ms")} for w in res},
            "median": med, "total_median_ms": total,
