@@ -24,14 +24,15 @@ B=/tmp/v/.devrun-v
 export LD_LIBRARY_PATH=$B/lib
 
 # pj_daemon_start TAG SOCKET_PATH [projd options...]: start $B/bin/projd
-# (log in $F/TAG.log), wait until `projctl status` answers (60 s at most).
-# Sets PJ_DPID. 0, or 1 with the log's tail printed.
+# (or $PJ_PROJD; log in $F/TAG.log), wait until `projctl status` answers
+# ($PJ_READY_S seconds at most, default 60). Sets PJ_DPID. 0, or 1 with
+# the log's tail printed.
 pj_daemon_start() {
     local tag=$1 sock=$2 i
     shift 2
-    "$B/bin/projd" --socket "ipc://$sock" "$@" >"$F/$tag.log" 2>&1 &
+    "${PJ_PROJD:-$B/bin/projd}" --socket "ipc://$sock" "$@" >"$F/$tag.log" 2>&1 &
     PJ_DPID=$!
-    for i in $(seq 600); do
+    for i in $(seq $((${PJ_READY_S:-60} * 10))); do
         timeout 5 "$B/bin/projctl" --socket "ipc://$sock" status >/dev/null 2>&1 && return 0
         kill -0 "$PJ_DPID" 2>/dev/null || break
         sleep 0.1
@@ -53,4 +54,63 @@ pj_daemon_stop() {
 pj_served_config() {
     "$B/bin/projctl" mkmodel --out "$F/ref.safetensors" >/dev/null || return 1
     sed "s|@MODEL@|$F/ref.safetensors|" bench/results/2026-12-02-s24-config/ref.json >"$F/ref.json"
+}
+
+# pj_site_wheels: SGLang's wheels carried in .whl/ (bench/sglang-wheels.sh)
+# installed into /tmp/site and put on PYTHONPATH, so that the GPU suites run
+# python_sglang too. 0, or 1 when pip failed.
+pj_site_wheels() {
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || return 1
+    export PYTHONPATH=/tmp/site
+}
+
+# pj_l8_model: a Llama-3-8B-shaped model in /tmp/l8/l8.safetensors (one
+# decoder layer's fused tensors: qkv_proj 6144 x 4096, o_proj 4096 x 4096,
+# gate_up_proj 28672 x 4096, down_proj 4096 x 14336, bf16, per-row
+# log-normal scales as trained weights have; torch's generator, seed 1) and
+# configurations of the cuda backend serving it as N decoder layers (every
+# one naming the same four tensors): /tmp/l8/cfg32.json (8 decoder
+# layers), /tmp/l8/cfg128.json (32, the whole 8B), and /tmp/l8/check.json
+# (the 128 layers' last four only, for projctl --check's reference).
+# Session 42's visit 1 made it the same way. 0, or 1 with the log printed.
+pj_l8_model() {
+    mkdir -p /tmp/l8
+    [ -s /tmp/l8/l8.safetensors ] && [ -s /tmp/l8/cfg128.json ] && return 0
+    timeout 200 python3 - >"$F/l8-model.log" 2>&1 <<'PY'
+import json, struct, torch, time
+t0 = time.time()
+g = torch.Generator().manual_seed(1)
+shapes = {"qkv_proj.weight": (6144, 4096), "o_proj.weight": (4096, 4096),
+          "gate_up_proj.weight": (28672, 4096), "down_proj.weight": (4096, 14336)}
+hdr, blobs, off = {}, [], 0
+for name, (n, k) in shapes.items():
+    w = torch.randn(n, k, generator=g) * 0.02 * torch.exp(0.3 * torch.randn(n, 1, generator=g))
+    b = w.to(torch.bfloat16).view(torch.int16).numpy().tobytes()
+    hdr[name] = {"dtype": "BF16", "shape": [n, k], "data_offsets": [off, off + len(b)]}
+    off += len(b)
+    blobs.append(b)
+h = json.dumps(hdr).encode()
+h += b" " * (-len(h) % 8)
+with open("/tmp/l8/l8.safetensors", "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h)
+    for b in blobs:
+        f.write(b)
+kinds = [("self_attn.qkv_proj", "qkv_proj.weight"), ("self_attn.o_proj", "o_proj.weight"),
+         ("mlp.gate_up_proj", "gate_up_proj.weight"), ("mlp.down_proj", "down_proj.weight")]
+def cfg(n_dec, only=None):
+    layers = [{"name": "model.layers.%d.%s" % (d, k), "tensor": t}
+              for d in range(n_dec) for k, t in kinds]
+    if only:
+        layers = [L for L in layers if L["name"] in only]
+    return {"device": {"backend": "cuda"}, "model": {"path": "/tmp/l8/l8.safetensors", "layers": layers},
+            "log": {"level": "info"}}
+json.dump(cfg(8), open("/tmp/l8/cfg32.json", "w"))
+json.dump(cfg(32), open("/tmp/l8/cfg128.json", "w"))
+json.dump(cfg(32, {"model.layers.31.%s" % k for k, _ in kinds}), open("/tmp/l8/check.json", "w"))
+print("model written in %.1f s, %d bytes of tensors" % (time.time() - t0, off))
+PY
+    local rc=$?
+    [ $rc = 0 ] || { echo "visit: the 8B-shaped model failed (rc $rc)"; cat "$F/l8-model.log"; }
+    return $rc
 }
