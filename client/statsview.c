@@ -7,7 +7,9 @@
 
 void pj_statsview_summarize(cJSON *doc, char *left, size_t leftlen)
 {
-    size_t at = strlen(left);
+    if (!leftlen)
+        return;
+    size_t at = strnlen(left, leftlen - 1);
 #define LEFT(...)                                                                                  \
     do {                                                                                           \
         int n_ = snprintf(left + at, leftlen - at, __VA_ARGS__);                                   \
@@ -23,7 +25,11 @@ void pj_statsview_summarize(cJSON *doc, char *left, size_t leftlen)
     if ((n_model > n_ls ? n_model : n_ls) <= PJ_STATSVIEW_LIST_MAX)
         return;
     if (n_model > 0) {
-        cJSON_ReplaceItemInObjectCaseSensitive(model, "layers", cJSON_CreateNumber(n_model));
+        cJSON *count = cJSON_CreateNumber(n_model);
+        if (!count || !cJSON_ReplaceItemInObjectCaseSensitive(model, "layers", count)) {
+            cJSON_Delete(count);
+            return; /* out of memory: the rest printed whole */
+        }
         LEFT("%s%d layers' entries in model.layers (projctl layers lists them)", at ? "; " : "",
              n_model);
     }
@@ -58,7 +64,10 @@ void pj_statsview_summarize(cJSON *doc, char *left, size_t leftlen)
             else
                 cJSON_AddNumberToObject(by, name, 1);
         }
-        cJSON_ReplaceItemInObjectCaseSensitive(bs, "engines", by);
+        if (!by || !cJSON_ReplaceItemInObjectCaseSensitive(bs, "engines", by)) {
+            cJSON_Delete(by);
+            return;
+        }
         LEFT("%sthe %d (layer, m) rows of backend_stats.engines, counted by engine", at ? "; " : "",
              n_eng);
     }

@@ -374,8 +374,11 @@ static int load_layer(const pj_st_file *st, const pj_layer_config *lc, pj_model_
                 }
                 if (diff != SIZE_MAX) {
                     uint16_t want = w[diff];
-                    pj_z12_unpack_row(&S->z, (uint32_t)(diff / k), w); /* w is scratch now */
-                    uint16_t got = w[diff % k];
+                    /* What the verify read: its block unpacked again, into w
+                     * (scratch now; the block's rows fit in n x k). */
+                    size_t row = diff / k;
+                    pj_z12_unpack_block(&S->z, (uint32_t)(row / PJ_Z12_TILE_ROWS), w, k);
+                    uint16_t got = w[(row % PJ_Z12_TILE_ROWS) * k + diff % k];
                     free(w);
                     return layer_fail(err, errlen, path, lc,
                                       "z12 round trip differs at (%zu, %zu): %#06x became %#06x",

@@ -26,6 +26,10 @@
 #define Z12_K_LIMIT   (1u << 28)
 #define Z12_NIB_PLANE (2 * PJ_Z12_PLANE_BYTES)
 
+/* Pack stores a lane's bytes as 8- and 4-byte words built from 16-bit
+ * halves, so the tile's byte order is the host's. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "z12 pack assumes a little-endian host");
+
 /* Where element (rr, cc) of a 16 x 64 tile lives: the inverse of
  * row = g + 8 * ((j >> 1) & 1), col = 16 s + 2 t + (j & 1) + 8 * (j >> 2)
  * with lane L = 4 g + t and element e = 8 s + j. */
@@ -377,7 +381,7 @@ static void z12_pack_blocks(void *ctx, size_t begin, size_t end, unsigned worker
                     memcpy(&b8, &low[g + 8][c + 8], 2);
                     memcpy(&pa, &pair[g][i], 2);
                     memcpy(&pb, &pair[g + 8][i], 2);
-                    /* Little-endian byte order: element j at byte j. */
+                    /* Element j at byte j: little-endian (asserted above). */
                     uint64_t lw =
                         (uint64_t)a0 | (uint64_t)b0 << 16 | (uint64_t)a8 << 32 | (uint64_t)b8 << 48;
                     uint32_t nw = (uint32_t)pa | (uint32_t)pb << 16;
@@ -470,9 +474,10 @@ int pj_z12_pack_mt(const uint16_t *w, uint32_t n, uint32_t k, size_t ld, unsigne
         return -EFBIG;
     }
 
-    /* calloc: a block's pad rows (n % 16) are never written and must read
-     * as zero. Its pages are first touched by the workers, so the page
-     * faults of a large matrix are spread over them too. */
+    /* Pack writes every byte of every tile (pad rows as zeros), so calloc
+     * is not needed for them; it is kept because its pages are first
+     * touched by the workers, which spreads a large matrix's page faults
+     * over them. */
     z.tiles = calloc(z.tiles_bytes, 1);
     z.blk_exc = malloc(((size_t)n_blk + 1) * sizeof *z.blk_exc);
     if (n_exc) {
@@ -581,6 +586,8 @@ void pj_z12_unpack_row(const pj_z12 *z, uint32_t row, uint16_t *row_out)
  * into a 16 x 64 scratch whose rows are then copied out. */
 void pj_z12_unpack_block(const pj_z12 *z, uint32_t rb, uint16_t *out, size_t ld)
 {
+    if (rb >= z->n_pad / PJ_Z12_TILE_ROWS)
+        return;
     const uint32_t kts = z->k / PJ_Z12_TILE_K, r0 = rb * PJ_Z12_TILE_ROWS;
     const uint32_t rows = z->n - r0 < PJ_Z12_TILE_ROWS ? z->n - r0 : PJ_Z12_TILE_ROWS;
     uint16_t high[16]; /* nibble -> high byte, already shifted */

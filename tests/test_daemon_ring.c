@@ -836,6 +836,24 @@ START_TEST(tail_taken_back)
     open_client(&c, &d, "after");
     ck_assert_int_eq(pjt_ping(&c), PJ_OK);
     pjt_close(&c);
+    /* Every ring it closed, it closed for the one reason the race allows:
+     * the tail behind its head. Any other (a tail taken back read as a
+     * request, a bad length) is the kind of fault this case looks for. */
+    long stopped = 0, moved_back = 0;
+    FILE *lf = fopen(d.log, "r");
+    ck_assert_ptr_nonnull(lf);
+    char line[1024];
+    while (fgets(line, sizeof line, lf)) {
+        if (!strstr(line, "the daemon stops reading it"))
+            continue;
+        stopped++;
+        moved_back += strstr(line, "its submission queue is corrupt (the client's tail") &&
+                      strstr(line, "it moved back)");
+    }
+    fclose(lf);
+    ck_assert_msg(stopped == closed && moved_back == closed,
+                  "%ld rings closed; the log says %ld stopped, %ld for a tail moved back", closed,
+                  stopped, moved_back);
     pjd_stop(&d);
 }
 END_TEST
