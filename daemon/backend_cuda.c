@@ -40,6 +40,7 @@
 #include "daemon/closer.h"
 #include "daemon/graphs_cuda.h"
 #include "daemon/log.h"
+#include "daemon/memplan.h"
 #include "daemon/notify.h"
 #include "daemon/startsig.h"
 #include "kernels/bf16.h"
@@ -2700,6 +2701,25 @@ static void cu_close(pj_backend *b)
     b->priv = NULL;
 }
 
+/* Before any upload: the weights' device bytes (daemon/memplan.h, a lower
+ * bound) against what is free. A model that cannot fit is refused now,
+ * saying what would make it fit, rather than at some layer's cudaMalloc
+ * after the layers before it were converted and uploaded. */
+static int check_weights_fit(const cu_state *st, size_t free_bytes, char *err, size_t errlen)
+{
+    pj_memplan plan;
+    pj_memplan_weights(st->b->model, st->max_m, st->env_force, &plan);
+    pj_log_info("cuda: the weights will take at least %.1f MiB of the %.1f MiB free (stored "
+                "formats %.1f MiB, bf16 copies of %u of %u z12 layers %.1f MiB)",
+                mib(plan.stored + plan.bf16_copies), mib(free_bytes), mib(plan.stored), plan.copied,
+                plan.z12_layers, mib(plan.bf16_copies));
+    char why[512];
+    if (pj_memplan_check(&plan, free_bytes, why, sizeof why) == 0)
+        return 0;
+    snprintf(err, errlen, "backend cuda: %s", why);
+    return -ENOMEM;
+}
+
 static int cu_open(pj_backend *b, char *err, size_t errlen)
 {
     uint64_t t_start = now_ns();
@@ -2778,6 +2798,8 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     st->rep.mem_free0 = fr0;
     st->rep.t_device = ms_since(t0);
     rc = load_table(st, err, errlen);
+    if (!rc)
+        rc = check_weights_fit(st, fr0, err, errlen);
     if (!rc)
         rc = start_step(1, err, errlen, "", "the weights' upload (%u layers, %u graph shapes)",
                         st->b->model->n_layers, st->n_shapes);

@@ -7,8 +7,10 @@
 
 #include <cjson/cJSON.h>
 
+#include "daemon/memplan.h"
 #include "daemon/model.h"
 #include "daemon/safetensors.h"
+#include "kernels/dispatch.h"
 #include "kernels/refgemm.h"
 
 #define INSPECT_MAX_WARN 64
@@ -59,7 +61,32 @@ static const char *format_name(pj_format f)
     return f == PJ_FMT_BF16 ? "bf16" : f == PJ_FMT_Z12 ? "z12" : f == PJ_FMT_SPLIT ? "split" : "?";
 }
 
-static void print_text(FILE *out, const pj_model *m, const pj_st_file *st, const warn_list *wl)
+/* PROJD_FORCE_ENGINE's engine name as the cuda backend would take it
+ * (its knobs cut off), into buf; "" when unset. */
+static const char *env_force_engine(char *buf, size_t len)
+{
+    const char *fe = getenv("PROJD_FORCE_ENGINE");
+    snprintf(buf, len, "%.*s", fe ? (int)strcspn(fe, ":") : 0, fe ? fe : "");
+    return buf;
+}
+
+static void print_plan(FILE *out, const pj_memplan *p)
+{
+    const double mib = 1024.0 * 1024.0;
+    fprintf(out,
+            "on the cuda backend (shapes.max_m %u): weights take at least %.1f MiB of device "
+            "memory: stored formats %.1f MiB + bf16 copies of %u of %u z12 layers %.1f MiB\n",
+            p->max_m, (double)(p->stored + p->bf16_copies) / mib, (double)p->stored / mib,
+            p->copied, p->z12_layers, (double)p->bf16_copies / mib);
+    if (p->z12_layers && p->copied == p->z12_layers && p->max_m > PJ_ENG_MAX_GEMV_M)
+        fprintf(out,
+                "  (every z12 layer keeps a bf16 copy for m > %d; shapes.max_m <= %d would need "
+                "%.1f MiB, requests of m up to %d only)\n",
+                PJ_ENG_MAX_GEMV_M, PJ_ENG_MAX_GEMV_M, (double)p->stored / mib, PJ_ENG_MAX_GEMV_M);
+}
+
+static void print_text(FILE *out, const pj_model *m, const pj_st_file *st, const warn_list *wl,
+                       const pj_memplan *plan)
 {
     fprintf(out, "model %s: %llu bytes, %u layers\n", m->path, (unsigned long long)m->file_bytes,
             m->n_layers);
@@ -116,13 +143,15 @@ static void print_text(FILE *out, const pj_model *m, const pj_st_file *st, const
                     L->blk_exc_max_row + 15 < L->w.n ? L->blk_exc_max_row + 15 : L->w.n - 1,
                     (double)L->n_exc / (double)((L->w.n + 15) / 16));
     }
+    print_plan(out, plan);
     for (size_t i = 0; i < wl->n; i++)
         fprintf(out, "warning: %s\n", wl->msg[i]);
     if (wl->dropped)
         fprintf(out, "warning: %zu more warnings not shown\n", wl->dropped);
 }
 
-static int print_json(FILE *out, const pj_model *m, const pj_st_file *st, const warn_list *wl)
+static int print_json(FILE *out, const pj_model *m, const pj_st_file *st, const warn_list *wl,
+                      const pj_memplan *plan)
 {
     cJSON *root = cJSON_CreateObject(), *meta, *layers, *total, *warns;
     if (!root)
@@ -192,6 +221,15 @@ static int print_json(FILE *out, const pj_model *m, const pj_st_file *st, const 
         cJSON_AddNumberToObject(total, "ratio", (double)tot_s / (double)tot_b);
         cJSON_AddNumberToObject(total, "exceptions", (double)tot_e);
     }
+    cJSON *dev = cJSON_AddObjectToObject(root, "cuda_weights");
+    if (dev) {
+        cJSON_AddNumberToObject(dev, "max_m", plan->max_m);
+        cJSON_AddNumberToObject(dev, "bytes", (double)(plan->stored + plan->bf16_copies));
+        cJSON_AddNumberToObject(dev, "stored_bytes", (double)plan->stored);
+        cJSON_AddNumberToObject(dev, "bf16_copy_bytes", (double)plan->bf16_copies);
+        cJSON_AddNumberToObject(dev, "z12_layers", plan->z12_layers);
+        cJSON_AddNumberToObject(dev, "z12_layers_copied", plan->copied);
+    }
     warns = cJSON_AddArrayToObject(root, "warnings");
     for (size_t i = 0; warns && i < wl->n; i++)
         cJSON_AddItemToArray(warns, cJSON_CreateString(wl->msg[i]));
@@ -226,10 +264,13 @@ int pj_inspect_print(FILE *out, const pj_config *cfg, const char *model_path, in
      * again could report another file's (one put there since). */
     int rc = pj_model_load_file(c, &m, &st, collect_warn, &wl, err, errlen);
     if (rc == 0) {
+        pj_memplan plan;
+        char force[PJ_CFG_NAME];
+        pj_memplan_weights(m, c->shapes.max_m, env_force_engine(force, sizeof force), &plan);
         if (json)
-            rc = print_json(out, m, st, &wl);
+            rc = print_json(out, m, st, &wl, &plan);
         else
-            print_text(out, m, st, &wl);
+            print_text(out, m, st, &wl, &plan);
         if (rc)
             snprintf(err, errlen, "inspect: out of memory rendering JSON");
         else if (fflush(out) != 0 || ferror(out)) {

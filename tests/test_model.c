@@ -12,6 +12,7 @@
 
 #include "daemon/digest.h"
 #include "daemon/inspect.h"
+#include "daemon/memplan.h"
 #include "daemon/model.h"
 #include "daemon/modelgen.h"
 #include "daemon/safetensors.h"
@@ -657,7 +658,9 @@ START_TEST(inspect_small_text)
                           "total",
                           "e7 [",
                           "seed = 1",
-                          "preset = small"};
+                          "preset = small",
+                          "on the cuda backend (shapes.max_m 256): weights take at least",
+                          "shapes.max_m <= 32 would need"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         ck_assert_msg(strstr(s, want[i]) != NULL, "no '%s' in:\n%s", want[i], s);
     ck_assert_ptr_null(strstr(s, "warning"));
@@ -713,6 +716,27 @@ static void check_inspect_json(const char *json, const pj_model *m, double max_z
     ck_assert_double_eq(cJSON_GetObjectItem(total, "stored_bytes")->valuedouble, sum_s);
     ck_assert_double_eq(cJSON_GetObjectItem(total, "bf16_bytes")->valuedouble, sum_b);
     ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(root, "warnings")), 0);
+    /* The cuda backend's plan under the defaults (shapes.max_m 256): what
+     * daemon/memplan.c computes, and every z12 layer keeps a bf16 copy. */
+    pj_memplan plan;
+    pj_memplan_weights(m, 256, NULL, &plan);
+    const cJSON *cw = cJSON_GetObjectItem(root, "cuda_weights");
+    ck_assert_ptr_nonnull(cw);
+    ck_assert_double_eq(cJSON_GetObjectItem(cw, "max_m")->valuedouble, 256);
+    ck_assert_double_eq(cJSON_GetObjectItem(cw, "stored_bytes")->valuedouble, (double)plan.stored);
+    ck_assert_double_eq(cJSON_GetObjectItem(cw, "bf16_copy_bytes")->valuedouble,
+                        (double)plan.bf16_copies);
+    ck_assert_double_eq(cJSON_GetObjectItem(cw, "bytes")->valuedouble,
+                        (double)(plan.stored + plan.bf16_copies));
+    double z12_bf16 = 0;
+    int z12_n = 0;
+    for (uint32_t i = 0; i < m->n_layers; i++)
+        if (m->layers[i].w.fmt == PJ_FMT_Z12) {
+            z12_bf16 += (double)m->layers[i].bf16_bytes;
+            z12_n++;
+        }
+    ck_assert_double_eq((double)plan.bf16_copies, z12_bf16);
+    ck_assert_int_eq(cJSON_GetObjectItem(cw, "z12_layers_copied")->valueint, z12_n);
     cJSON_Delete(root);
 }
 
