@@ -114,3 +114,20 @@ PY
     [ $rc = 0 ] || { echo "visit: the 8B-shaped model failed (rc $rc)"; cat "$F/l8-model.log"; }
     return $rc
 }
+
+# pj_final_check: bench/final-check.sh on this build (the GPU suites under
+# MPS, the fault tests, the benchmark of the committed table twice), its
+# logs and the first benchmark's JSON copied to $OUT/final, and the lines
+# that say how it went printed. Returns final-check.sh's status.
+pj_final_check() {
+    local fc=/tmp/fc rc
+    bash bench/final-check.sh "$B" "$fc" "$(cat .devrun-pack/commit)"
+    rc=$?
+    mkdir -p "$OUT/final"
+    cp "$fc/backend.log" "$fc/bench-1.log" "$fc/bench-2.log" "$OUT/final/" 2>/dev/null
+    cp /tmp/backend/gpu-fault.log /tmp/backend/gpu-tests.log "$OUT/final/" 2>/dev/null
+    cp "$fc/bench-1/bench.json" "$OUT/final/bench.json" 2>/dev/null
+    grep -E "python_sglang|FAIL|checks passed|^--- |GPU suites|^Ran |^OK" "$OUT/final/gpu-tests.log" \
+        "$OUT/final/gpu-fault.log" | cut -c1-220 | head -50
+    return $rc
+}
