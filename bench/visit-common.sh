@@ -116,18 +116,20 @@ PY
 }
 
 # pj_final_check: bench/final-check.sh on this build (the GPU suites under
-# MPS, the fault tests, the benchmark of the committed table twice), its
-# logs and the first benchmark's JSON copied to $OUT/final, and the lines
-# that say how it went printed. Returns final-check.sh's status.
+# MPS, the fault tests, the benchmark of the committed table twice) under
+# `timeout 560` (its own worst case passes a command's 600 s), then its
+# logs and the first benchmark's JSON copied to $OUT/final and the lines
+# that say how it went printed: final-check.sh's exit status says nothing
+# (it ends with an echo), the logs do.
 pj_final_check() {
-    local fc=/tmp/fc rc
-    bash bench/final-check.sh "$B" "$fc" "$(cat .devrun-pack/commit)"
-    rc=$?
+    local fc=/tmp/fc
+    timeout --kill-after=5 560 bash bench/final-check.sh "$B" "$fc" "$(cat .devrun-pack/commit)" ||
+        echo "visit: final-check.sh ended with status $? (124: cut at 560 s)"
     mkdir -p "$OUT/final"
     cp "$fc/backend.log" "$fc/bench-1.log" "$fc/bench-2.log" "$OUT/final/" 2>/dev/null
     cp /tmp/backend/gpu-fault.log /tmp/backend/gpu-tests.log "$OUT/final/" 2>/dev/null
     cp "$fc/bench-1/bench.json" "$OUT/final/bench.json" 2>/dev/null
     grep -E "python_sglang|FAIL|checks passed|^--- |GPU suites|^Ran |^OK" "$OUT/final/gpu-tests.log" \
         "$OUT/final/gpu-fault.log" | cut -c1-220 | head -50
-    return $rc
+    return 0
 }

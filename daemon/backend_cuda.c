@@ -589,13 +589,11 @@ static int load_table(cu_state *st, char *ferr, size_t ferrlen)
 
 /* Does an engine that reads bf16 ever run on this z12 layer? The gemvz
  * engine serves m <= 32; larger m (and cuBLAS, gemv, splitk when forced)
- * read the bf16 copy. */
+ * read the bf16 copy. The rule is memplan's, which plans the start's memory
+ * with it. */
 static int needs_bf16_copy(const cu_state *st, const cu_layer *cl)
 {
-    if (st->max_m > PJ_ENG_MAX_GEMV_M)
-        return 1;
-    const char *f = st->env_force[0] ? st->env_force : cl->force;
-    return f[0] && strcmp(f, "gemvz") != 0;
+    return pj_memplan_copies_bf16(st->max_m, st->env_force[0] ? st->env_force : cl->force);
 }
 
 /* "name[:knobs]" into its parts. -1 when a part does not fit (nothing is
@@ -2793,13 +2791,16 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
         return rc;
     }
     size_t fr0 = 0, fr1 = 0, fr2 = 0, fr3 = 0, tot = 0;
-    cudaMemGetInfo(&fr0, &tot);
+    const int have_free = cudaMemGetInfo(&fr0, &tot) == cudaSuccess;
     st->rep.mem_total = tot;
     st->rep.mem_free0 = fr0;
     st->rep.t_device = ms_since(t0);
     rc = load_table(st, err, errlen);
-    if (!rc)
+    if (!rc && have_free)
         rc = check_weights_fit(st, fr0, err, errlen);
+    else if (!rc)
+        pj_log_warn("cuda: cudaMemGetInfo failed: the weights' memory is not checked before "
+                    "the upload");
     if (!rc)
         rc = start_step(1, err, errlen, "", "the weights' upload (%u layers, %u graph shapes)",
                         st->b->model->n_layers, st->n_shapes);

@@ -62,15 +62,21 @@ static const char *format_name(pj_format f)
 }
 
 /* PROJD_FORCE_ENGINE's engine name as the cuda backend would take it
- * (its knobs cut off), into buf; "" when unset. */
-static const char *env_force_engine(char *buf, size_t len)
+ * (its knobs cut off), into buf; "" when unset, or when it names no engine
+ * (projd would refuse to start; the plan ignores it, and says so). */
+static const char *env_force_engine(char *buf, size_t len, int *bad)
 {
     const char *fe = getenv("PROJD_FORCE_ENGINE");
+    *bad = 0;
     snprintf(buf, len, "%.*s", fe ? (int)strcspn(fe, ":") : 0, fe ? fe : "");
+    if (buf[0] && pj_eng_from_name(buf) < 0) {
+        *bad = 1;
+        buf[0] = 0;
+    }
     return buf;
 }
 
-static void print_plan(FILE *out, const pj_memplan *p)
+static void print_plan(FILE *out, const pj_memplan *p, const char *force, int force_bad)
 {
     const double mib = 1024.0 * 1024.0;
     fprintf(out,
@@ -78,15 +84,21 @@ static void print_plan(FILE *out, const pj_memplan *p)
             "memory: stored formats %.1f MiB + bf16 copies of %u of %u z12 layers %.1f MiB\n",
             p->max_m, (double)(p->stored + p->bf16_copies) / mib, (double)p->stored / mib,
             p->copied, p->z12_layers, (double)p->bf16_copies / mib);
-    if (p->z12_layers && p->copied == p->z12_layers && p->max_m > PJ_ENG_MAX_GEMV_M)
+    if (p->max_m > PJ_ENG_MAX_GEMV_M && p->bf16_copies > p->copies_decode)
         fprintf(out,
-                "  (every z12 layer keeps a bf16 copy for m > %d; shapes.max_m <= %d would need "
+                "  (z12 layers keep a bf16 copy for m > %d; with shapes.max_m <= %d at least "
                 "%.1f MiB, requests of m up to %d only)\n",
-                PJ_ENG_MAX_GEMV_M, PJ_ENG_MAX_GEMV_M, (double)p->stored / mib, PJ_ENG_MAX_GEMV_M);
+                PJ_ENG_MAX_GEMV_M, PJ_ENG_MAX_GEMV_M, (double)(p->stored + p->copies_decode) / mib,
+                PJ_ENG_MAX_GEMV_M);
+    if (force[0])
+        fprintf(out, "  (counted with PROJD_FORCE_ENGINE=%s of this environment)\n", force);
+    else if (force_bad)
+        fprintf(out, "  (PROJD_FORCE_ENGINE of this environment names no engine: left out; projd "
+                     "would refuse to start with it)\n");
 }
 
 static void print_text(FILE *out, const pj_model *m, const pj_st_file *st, const warn_list *wl,
-                       const pj_memplan *plan)
+                       const pj_memplan *plan, const char *force, int force_bad)
 {
     fprintf(out, "model %s: %llu bytes, %u layers\n", m->path, (unsigned long long)m->file_bytes,
             m->n_layers);
@@ -143,7 +155,7 @@ static void print_text(FILE *out, const pj_model *m, const pj_st_file *st, const
                     L->blk_exc_max_row + 15 < L->w.n ? L->blk_exc_max_row + 15 : L->w.n - 1,
                     (double)L->n_exc / (double)((L->w.n + 15) / 16));
     }
-    print_plan(out, plan);
+    print_plan(out, plan, force, force_bad);
     for (size_t i = 0; i < wl->n; i++)
         fprintf(out, "warning: %s\n", wl->msg[i]);
     if (wl->dropped)
@@ -151,7 +163,7 @@ static void print_text(FILE *out, const pj_model *m, const pj_st_file *st, const
 }
 
 static int print_json(FILE *out, const pj_model *m, const pj_st_file *st, const warn_list *wl,
-                      const pj_memplan *plan)
+                      const pj_memplan *plan, const char *force)
 {
     cJSON *root = cJSON_CreateObject(), *meta, *layers, *total, *warns;
     if (!root)
@@ -229,6 +241,9 @@ static int print_json(FILE *out, const pj_model *m, const pj_st_file *st, const 
         cJSON_AddNumberToObject(dev, "bf16_copy_bytes", (double)plan->bf16_copies);
         cJSON_AddNumberToObject(dev, "z12_layers", plan->z12_layers);
         cJSON_AddNumberToObject(dev, "z12_layers_copied", plan->copied);
+        cJSON_AddNumberToObject(dev, "bf16_copy_bytes_max_m_32", (double)plan->copies_decode);
+        if (force[0])
+            cJSON_AddStringToObject(dev, "force_engine", force);
     }
     warns = cJSON_AddArrayToObject(root, "warnings");
     for (size_t i = 0; warns && i < wl->n; i++)
@@ -266,11 +281,13 @@ int pj_inspect_print(FILE *out, const pj_config *cfg, const char *model_path, in
     if (rc == 0) {
         pj_memplan plan;
         char force[PJ_CFG_NAME];
-        pj_memplan_weights(m, c->shapes.max_m, env_force_engine(force, sizeof force), &plan);
+        int force_bad;
+        pj_memplan_weights(m, c->shapes.max_m, env_force_engine(force, sizeof force, &force_bad),
+                           &plan);
         if (json)
-            rc = print_json(out, m, st, &wl, &plan);
+            rc = print_json(out, m, st, &wl, &plan, force);
         else
-            print_text(out, m, st, &wl, &plan);
+            print_text(out, m, st, &wl, &plan, force, force_bad);
         if (rc)
             snprintf(err, errlen, "inspect: out of memory rendering JSON");
         else if (fflush(out) != 0 || ferror(out)) {

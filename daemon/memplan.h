@@ -12,7 +12,10 @@
  * and the lanes' buffers come on top), so a start whose weights alone
  * exceed the device's free memory is refused before it uploads anything,
  * with what would make it fit, instead of failing at some layer's
- * cudaMalloc minutes later. `projctl inspect` prints the same figures. */
+ * cudaMalloc minutes later. `projctl inspect` prints the same figures.
+ * The copy rule is the backend's own (pj_memplan_copies_bf16, which its
+ * upload calls); copies the backend adds for a layer no z12 GEMV form can
+ * take at some m are not foreseen (none of the reference shapes). */
 #ifndef PJ_MEMPLAN_H
 #define PJ_MEMPLAN_H
 
@@ -22,9 +25,9 @@
 #include "daemon/model.h"
 
 typedef struct pj_memplan {
-    uint64_t stored;        /* the stored formats as uploaded (z12 with its tables) */
+    uint64_t stored;        /* the stored formats as uploaded */
     uint64_t bf16_copies;   /* the z12 layers' bf16 copies this configuration keeps */
-    uint64_t copies_if_all; /* the copies if every z12 layer kept one */
+    uint64_t copies_decode; /* of them, those kept at shapes.max_m <= 32 too (forced engines) */
     uint32_t z12_layers;    /* layers stored as z12 */
     uint32_t copied;        /* of them, those that keep a copy */
     uint32_t max_m;         /* the shapes.max_m it was planned for */
@@ -35,6 +38,12 @@ typedef struct pj_memplan {
  * wins over a layer's own "engine", as in the backend. */
 void pj_memplan_weights(const pj_model *m, uint32_t max_m, const char *force_engine,
                         pj_memplan *out);
+
+/* Does a z12 layer keep a bf16 copy: when the daemon serves m above the
+ * z12 GEMV's limit (max_m > PJ_ENG_MAX_GEMV_M), or when the engine forced
+ * on it ("name[:knobs]": PROJD_FORCE_ENGINE's, else the layer's config
+ * "engine"; NULL or "" for none) is not the z12 GEMV (gemvz). */
+int pj_memplan_copies_bf16(uint32_t max_m, const char *forced);
 
 /* 0 when the weights fit in free_bytes; else -ENOMEM, and err says how
  * much they need, how much is free, and what would make them fit (the

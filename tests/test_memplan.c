@@ -88,15 +88,14 @@ static void fixture_free(fixture *f)
     free(f->m);
 }
 
-/* What the upload allocates for a z12 layer, from the format's definition
- * (ZFORMAT.md): 1536-byte tiles of 16 x 64, a uint32 offset per row block
- * plus one, a 12-byte entry per exception, and the per-tile exception
- * tables (an offset per tile plus one, 4 bytes per exception). */
+/* What the upload always allocates for a z12 layer, from the format's
+ * definition (ZFORMAT.md): 1536-byte tiles of 16 x 64, a uint32 offset per
+ * row block plus one, a 12-byte entry per exception. (The per-tile tables
+ * it may add are left out of the bound.) */
 static uint64_t z12_device_bytes(const pj_z12 *z)
 {
     uint64_t blocks = (z->n + 15) / 16, tiles = blocks * (z->k / 64);
-    return tiles * 1536 + (blocks + 1) * 4 + (uint64_t)z->n_exc * 12 + (tiles + 1) * 4 +
-           (uint64_t)z->n_exc * 4;
+    return tiles * 1536 + (blocks + 1) * 4 + (uint64_t)z->n_exc * 12;
 }
 
 START_TEST(bytes_and_copies)
@@ -112,7 +111,7 @@ START_TEST(bytes_and_copies)
     pj_memplan_weights(f.m, 256, NULL, &p);
     ck_assert_uint_eq(p.stored, stored);
     ck_assert_uint_eq(p.bf16_copies, za + zb + zc);
-    ck_assert_uint_eq(p.copies_if_all, za + zb + zc);
+    ck_assert_uint_eq(p.copies_decode, zb); /* the forced gemv's stays at m <= 32 */
     ck_assert_uint_eq(p.z12_layers, 3);
     ck_assert_uint_eq(p.copied, 3);
     ck_assert_uint_eq(p.max_m, 256);
@@ -122,7 +121,17 @@ START_TEST(bytes_and_copies)
     ck_assert_uint_eq(p.stored, stored);
     ck_assert_uint_eq(p.bf16_copies, zb);
     ck_assert_uint_eq(p.copied, 1);
-    ck_assert_uint_eq(p.copies_if_all, za + zb + zc);
+    ck_assert_uint_eq(p.copies_decode, zb);
+
+    /* The rule the backend's upload calls. */
+    ck_assert_int_eq(pj_memplan_copies_bf16(33, NULL), 1);
+    ck_assert_int_eq(pj_memplan_copies_bf16(32, NULL), 0);
+    ck_assert_int_eq(pj_memplan_copies_bf16(32, ""), 0);
+    ck_assert_int_eq(pj_memplan_copies_bf16(32, "gemvz"), 0);
+    ck_assert_int_eq(pj_memplan_copies_bf16(32, "gemvz:nw=8"), 0);
+    ck_assert_int_eq(pj_memplan_copies_bf16(32, "gemv"), 1);
+    ck_assert_int_eq(pj_memplan_copies_bf16(32, "gemvzz"), 1);
+    ck_assert_int_eq(pj_memplan_copies_bf16(1, "cublas:algo=3"), 1);
 
     /* PROJD_FORCE_ENGINE wins over the layers' own: gemvz everywhere keeps
      * none, another engine keeps them all. */
@@ -142,22 +151,36 @@ START_TEST(check_says_what_fits)
     pj_memplan p;
     char err[512];
     pj_memplan_weights(f.m, 256, NULL, &p);
-    const uint64_t need = p.stored + p.bf16_copies;
+    const uint64_t need = p.stored + p.bf16_copies, decode = p.stored + p.copies_decode;
     ck_assert_int_eq(pj_memplan_check(&p, need, err, sizeof err), 0);
     ck_assert_int_eq(pj_memplan_check(&p, need - 1, err, sizeof err), -ENOMEM);
     ck_assert_msg(strstr(err, "the weights need at least") && strstr(err, "are free") &&
                       strstr(err, "bf16 copies of 3 z12 layers"),
                   "%s", err);
-    ck_assert_msg(strstr(err, "shapes.max_m <= 32 drops the copies"), "%s", err);
+    /* m <= 32 would fit: said, with what it still needs (the forced
+     * layer's copy included). */
+    char want[64];
+    snprintf(want, sizeof want, "at least %.1f MiB", (double)decode / (1024.0 * 1024.0));
+    ck_assert_msg(strstr(err, "shapes.max_m <= 32 keeps only the copies forced engines read") &&
+                      strstr(err, want),
+                  "%s (want '%s')", err, want);
+    ck_assert_int_eq(pj_memplan_check(&p, decode, err, sizeof err), -ENOMEM);
+    ck_assert_msg(strstr(err, "shapes.max_m <= 32"), "%s", err);
 
-    /* Without the copies it would still not fit: no false hope. */
+    /* Not even that: no false hope. Between the stored formats and that,
+     * the forced copy is named; below the stored formats, fewer layers. */
+    ck_assert_int_eq(pj_memplan_check(&p, decode - 1, err, sizeof err), -ENOMEM);
+    ck_assert_msg(!strstr(err, "shapes.max_m") && strstr(err, "copies for forced engines"), "%s",
+                  err);
     ck_assert_int_eq(pj_memplan_check(&p, p.stored - 1, err, sizeof err), -ENOMEM);
-    ck_assert_msg(!strstr(err, "shapes.max_m") && strstr(err, "serve fewer layers"), "%s", err);
+    ck_assert_msg(!strstr(err, "shapes.max_m") && !strstr(err, "forced") &&
+                      strstr(err, "serve fewer layers"),
+                  "%s", err);
 
-    /* m <= 32 and a forced engine's copy: the advice names the force. */
+    /* m <= 32 and the forced copy does not fit: the force is named. */
     pj_memplan_weights(f.m, 32, NULL, &p);
     ck_assert_int_eq(pj_memplan_check(&p, p.stored, err, sizeof err), -ENOMEM);
-    ck_assert_msg(strstr(err, "forced engines"), "%s", err);
+    ck_assert_msg(strstr(err, "copies for forced engines"), "%s", err);
 
     /* A short buffer is cut, never overrun. */
     char small[40];

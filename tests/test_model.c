@@ -660,7 +660,7 @@ START_TEST(inspect_small_text)
                           "seed = 1",
                           "preset = small",
                           "on the cuda backend (shapes.max_m 256): weights take at least",
-                          "shapes.max_m <= 32 would need"};
+                          "with shapes.max_m <= 32 at least"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         ck_assert_msg(strstr(s, want[i]) != NULL, "no '%s' in:\n%s", want[i], s);
     ck_assert_ptr_null(strstr(s, "warning"));

@@ -14,17 +14,18 @@
 #     checked by `projctl project --check` against the CPU reference.
 #  4. test_cuda_backend --n 1024 (session 42's visit 5 plan): every layer of
 #     1024 run at a graph m and a direct m, checked.
-# Then visit 2 (bench/final-check.sh) on the same pack.
+# Then visit 2 (bench/final-check.sh) on the same pack. Each step streams to
+# $OUT as it ends, so a visit cut at 600 s keeps the steps before the cut.
 . bench/visit-common.sh
 export PROJD_TUNING_DIR=$PWD/config/tuning PJ_BUILD=$B
 pj_l8_model || exit 1
-CONFIG=/tmp/l8/cfg128.json timeout 400 bash bench/load-ab.sh "$B/bin/projctl-old" "$B/bin/projctl" \
+CONFIG=/tmp/l8/cfg128.json timeout 240 bash bench/load-ab.sh "$B/bin/projctl-old" "$B/bin/projctl" \
     /tmp/l8/l8.safetensors 3 "$OUT/load-ab-l8.json" 2>"$F/load-ab.err" | tee "$OUT/load-ab-l8.txt"
 
 # ready TAG PROJD: projd on the 128 layers; time to ready and startup_ms.
 ready() {
     local t0=$SECONDS
-    PJ_PROJD=$2 PJ_READY_S=300 pj_daemon_start "$1" /tmp/l8/$1.sock --config /tmp/l8/cfg128.json ||
+    PJ_PROJD=$2 PJ_READY_S=120 pj_daemon_start "$1" /tmp/l8/$1.sock --config /tmp/l8/cfg128.json ||
         return 1
     timeout 20 "$B/bin/projctl" --socket "ipc:///tmp/l8/$1.sock" status --json >"$F/$1-status.json"
     python3 - "$1" "$((SECONDS - t0))" "$F/$1-status.json" <<'PY' | tee -a "$OUT/startup.txt"
@@ -34,18 +35,19 @@ print("%-6s ready in ~%s s  startup_ms %s" % (sys.argv[1], sys.argv[2],
       {k: round(v) for k, v in s.get("startup_ms", {}).items()}))
 PY
 }
-ready old "$B/bin/projd-old" && pj_daemon_stop
+ready old "$B/bin/projd-old"
+pj_daemon_stop # also when it did not come up: it must not hold memory through the new one's start
 if ready new "$B/bin/projd"; then
     for k in self_attn.qkv_proj self_attn.o_proj mlp.gate_up_proj mlp.down_proj; do
         for m in 1 16 200; do
-            printf 'check %s m=%s: %s\n' "$k" "$m" "$(timeout 120 "$B/bin/projctl" \
+            printf 'check %s m=%s: %s\n' "$k" "$m" "$(timeout 30 "$B/bin/projctl" \
                 --socket ipc:///tmp/l8/new.sock --config /tmp/l8/check.json project \
                 --layer "model.layers.31.$k" --m $m --check --repeat 20 2>&1 | tail -1)" |
                 tee -a "$OUT/checks.txt"
         done
     done
-    pj_daemon_stop
 fi
-timeout 400 "$B/tests/gpu/test_cuda_backend" --n 1024 >"$F/backend-n1024.log" 2>&1
+pj_daemon_stop
+timeout 240 "$B/tests/gpu/test_cuda_backend" --n 1024 >"$F/backend-n1024.log" 2>&1
 echo "N1024 rc=$?" | tee "$OUT/backend-n1024.txt"
 grep -E "^N:|FAIL|checks|also serve" "$F/backend-n1024.log" | cut -c1-300 | head -20 | tee -a "$OUT/backend-n1024.txt"
