@@ -49,7 +49,7 @@ typedef struct pj_model_layer {
      * warp, so a block far above the others is its slowest CTA
      * (kernels/NOTES.md, round 36). */
     uint32_t blk_exc_max, blk_exc_max_row;
-    char engine[PJ_CFG_NAME]; /* forced engine from config, "" if none */
+    char engine[PJ_CFG_NAME];   /* forced engine from config, "" if none */
     char tuned_as[PJ_CFG_NAME]; /* the table's layer name for it (config; "" = name) */
     /* The tensor's bytes as the file stores them, digested (daemon/digest.h):
      * what a client compares with the weights it loaded itself. */
