@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "daemon/log.h"
+#include "daemon/stats.h" /* pj_now_ns */
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_state; /* 0: not set up yet, 1: ready, -1: no notify socket */
@@ -119,13 +120,6 @@ void pj_notify_status(const char *fmt, ...)
     va_end(ap);
 }
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 void pj_notify_progress(const char *fmt, ...)
 {
     static char last_kind[128];
@@ -136,7 +130,7 @@ void pj_notify_progress(const char *fmt, ...)
     vsnprintf(body, sizeof body, fmt, ap);
     va_end(ap);
     const size_t kind = strcspn(body, "0123456789");
-    const uint64_t now = mono_ns();
+    const uint64_t now = pj_now_ns();
     pthread_mutex_lock(&g_mu);
     int same = kind < sizeof last_kind && strlen(last_kind) == kind &&
                memcmp(last_kind, body, kind) == 0 &&
@@ -156,10 +150,7 @@ void pj_notify_progress(const char *fmt, ...)
 
 void pj_notify_reloading(const char *status)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    unsigned long long usec =
-        (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000u;
+    unsigned long long usec = (unsigned long long)(pj_now_ns() / 1000u);
     char text[600];
     snprintf(text, sizeof text, "RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=%s", usec,
              status ? status : "reloading");
