@@ -56,6 +56,22 @@ static uint32_t name_hash(const char *name)
     return h;
 }
 
+/* Index of name in t->names, or -1; *slot is where the probe ended (its
+ * slot, or the free one it would take). */
+static int32_t find_name(const pj_trace *t, const char *name, uint32_t *slot)
+{
+    uint32_t at = name_hash(name) & (NAME_SLOTS - 1);
+    for (; t->name_slots && t->name_slots[at]; at = (at + 1) & (NAME_SLOTS - 1)) {
+        uint32_t i = t->name_slots[at] - 1u;
+        if (strcmp(t->names[i], name) == 0) {
+            *slot = at;
+            return (int32_t)i;
+        }
+    }
+    *slot = at;
+    return -1;
+}
+
 /* Index of name in t->names, added when new; -ENOSPC when it would be
  * the (PJ_WIRE_MAX_LAYERS_ALL + 1)-th distinct name (no daemon serves
  * that many layers), -ENOMEM on failure. Every op of a trace is looked up
@@ -70,13 +86,11 @@ static int intern(pj_trace *t, const char *name, uint32_t *idx)
         if (!t->name_slots)
             return -ENOMEM;
     }
-    uint32_t at = name_hash(name) & (NAME_SLOTS - 1);
-    for (; t->name_slots[at]; at = (at + 1) & (NAME_SLOTS - 1)) {
-        uint32_t i = t->name_slots[at] - 1u;
-        if (strcmp(t->names[i], name) == 0) {
-            *idx = i;
-            return 0;
-        }
+    uint32_t at;
+    int32_t found = find_name(t, name, &at);
+    if (found >= 0) {
+        *idx = (uint32_t)found;
+        return 0;
     }
     if (t->n_names >= PJ_WIRE_MAX_LAYERS_ALL)
         return -ENOSPC;
@@ -532,11 +546,17 @@ int pj_trace_resolve(pj_trace *t, const pj_welcome *w, char *err, size_t errlen)
     }
     int rc = 0;
     const pj_wire_layer *wls = pj_welcome_layers(w);
-    for (size_t i = 0; i < t->n_names; i++) {
+    for (size_t i = 0; i < t->n_names; i++)
         map[i] = -1;
-        for (uint32_t l = 0; l < pj_welcome_n_layers(w); l++)
-            if (strncmp(wls[l].name, t->names[i], sizeof wls[l].name) == 0)
-                map[i] = (int32_t)l;
+    /* Each daemon layer looked up in the trace's name index (the last of
+     * equal names wins, as a scan of them would find). */
+    for (uint32_t l = 0; l < pj_welcome_n_layers(w); l++) {
+        char name[sizeof wls[l].name + 1];
+        snprintf(name, sizeof name, "%.*s", (int)sizeof wls[l].name, wls[l].name);
+        uint32_t at;
+        int32_t i = find_name(t, name, &at);
+        if (i >= 0)
+            map[i] = (int32_t)l;
     }
     for (size_t r = 0; r < t->n_reqs; r++) {
         const pj_trace_req *q = &t->reqs[r];
