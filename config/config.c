@@ -314,10 +314,7 @@ static bool is_name_char(unsigned char ch)
            ch == '_' || ch == '.' || ch == '-';
 }
 
-/* Append s to dst (size n, NUL-terminated at *len) as printable ASCII: quotes,
- * backslashes and other bytes are escaped, and more than max input bytes end
- * in "...". Keeps messages one line whatever a document contains. */
-static void append_escaped(char *dst, size_t n, size_t *len, const char *s, size_t max)
+void pj_append_escaped(char *dst, size_t n, size_t *len, const char *s, size_t max)
 {
     size_t i;
     for (i = 0; s[i] != '\0' && i < max; i++) {
@@ -353,12 +350,12 @@ static size_t path_push_key(cfg_ctx *c, const char *key)
         c->path[c->plen++] = '.';
     c->path[c->plen] = '\0';
     if (plain) {
-        append_escaped(c->path, sizeof c->path, &c->plen, key, 48);
+        pj_append_escaped(c->path, sizeof c->path, &c->plen, key, 48);
     } else {
         if (c->plen + 1 < sizeof c->path)
             c->path[c->plen++] = '"';
         c->path[c->plen] = '\0';
-        append_escaped(c->path, sizeof c->path, &c->plen, key, 48);
+        pj_append_escaped(c->path, sizeof c->path, &c->plen, key, 48);
         if (c->plen + 1 < sizeof c->path)
             c->path[c->plen++] = '"';
         c->path[c->plen] = '\0';
@@ -413,7 +410,7 @@ static void describe(const cJSON *v, char *buf, size_t n)
             buf[at++] = '"';
             buf[at] = '\0';
         }
-        append_escaped(buf, n, &at, v->valuestring, 40);
+        pj_append_escaped(buf, n, &at, v->valuestring, 40);
         if (at + 1 < n) {
             buf[at++] = '"';
             buf[at] = '\0';

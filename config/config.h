@@ -161,4 +161,10 @@ long pj_json_nul_escape(const char *json, size_t len);
  * (whatlen bytes) says which, in words. Run after pj_json_nul_escape. */
 long pj_json_strict(const char *json, size_t len, int integers_only, char *what, size_t whatlen);
 
+/* Appends s to dst (n bytes, NUL-terminated at *len, which moves on) as
+ * printable ASCII: quotes and backslashes escaped, other bytes as \xNN,
+ * and more than max input bytes cut with "...". Keeps a message one line
+ * whatever text from a file it quotes. */
+void pj_append_escaped(char *dst, size_t n, size_t *len, const char *s, size_t max);
+
 #endif

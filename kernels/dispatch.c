@@ -2,6 +2,8 @@
  * (see dispatch.h). */
 #include "kernels/dispatch.h"
 
+#include "config/config.h"
+
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
@@ -134,23 +136,42 @@ static int lt_knobs_check(const pj_eng_knobs *kn, char *why, size_t whylen)
     return 0;
 }
 
+/* Text from the file as a message shows it: printable, one line, cut. */
+#define SHOWN_MAX 200
+static const char *shown_max(const char *s, size_t max, char *buf)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    pj_append_escaped(buf, SHOWN_MAX, &len, s, max);
+    return buf;
+}
+
+static const char *shown(const char *s, char *buf)
+{
+    return shown_max(s, 40, buf);
+}
+
 int pj_eng_knobs_parse(const char *s, int eng, pj_eng_knobs *kn, char *err, size_t errlen)
 {
     pj_eng_knobs tmp = *kn;
     uint32_t seen = 0; /* by index in knob_defs: a knob named twice is refused */
     const char *p = s;
+    char ss[SHOWN_MAX]; /* s as messages show it */
     while (p && *p) {
         const char *eq = strchr(p, '=');
         const char *end = strchr(p, ',');
         if (!end)
             end = p + strlen(p);
         if (end == p || (*end == ',' && !end[1])) {
-            snprintf(err, errlen, "knobs \"%s\": an empty item (two commas, or one at an end)", s);
+            snprintf(err, errlen, "knobs \"%s\": an empty item (two commas, or one at an end)",
+                     shown_max(s, 96, ss));
             return -EINVAL;
         }
         if (!eq || eq > end) {
-            snprintf(err, errlen, "knobs \"%s\": expected name=value at \"%.*s\"", s,
-                     (int)(end - p), p);
+            char at[SHOWN_MAX], item[64];
+            snprintf(item, sizeof item, "%.*s", (int)(end - p), p);
+            snprintf(err, errlen, "knobs \"%s\": expected name=value at \"%s\"",
+                     shown_max(s, 96, ss), shown(item, at));
             return -EINVAL;
         }
         const knob_def *d = NULL;
@@ -162,18 +183,21 @@ int pj_eng_knobs_parse(const char *s, int eng, pj_eng_knobs *kn, char *err, size
                 di = i;
             }
         if (!d) {
-            snprintf(err, errlen, "knobs \"%s\": unknown knob \"%.*s\"", s, (int)(eq - p), p);
+            char at[SHOWN_MAX], item[64];
+            snprintf(item, sizeof item, "%.*s", (int)(eq - p), p);
+            snprintf(err, errlen, "knobs \"%s\": unknown knob \"%s\"", shown_max(s, 96, ss),
+                     shown(item, at));
             return -EINVAL;
         }
         /* A knob the engine never reads would be accepted and ignored:
          * the run would not be what the string says. */
         if (eng >= 0 && !(d->engines & EB(eng))) {
-            snprintf(err, errlen, "knobs \"%s\": engine %s has no knob \"%s\"", s,
-                     pj_eng_name((pj_eng_kind)eng), d->name);
+            snprintf(err, errlen, "knobs \"%s\": engine %s has no knob \"%s\"",
+                     shown_max(s, 96, ss), pj_eng_name((pj_eng_kind)eng), d->name);
             return -EINVAL;
         }
         if (seen & (1u << di)) {
-            snprintf(err, errlen, "knobs \"%s\": %s is given twice", s, d->name);
+            snprintf(err, errlen, "knobs \"%s\": %s is given twice", shown_max(s, 96, ss), d->name);
             return -EINVAL;
         }
         seen |= 1u << di;
@@ -181,8 +205,8 @@ int pj_eng_knobs_parse(const char *s, int eng, pj_eng_knobs *kn, char *err, size
         /* strtoul takes leading blanks and a sign ("nw= +8", "u=-1"). */
         unsigned long v = isdigit((unsigned char)eq[1]) ? strtoul(eq + 1, &stop, 10) : 0;
         if (!isdigit((unsigned char)eq[1]) || stop != end || v > d->max) {
-            snprintf(err, errlen, "knobs \"%s\": %s expects an integer in 0..%u", s, d->name,
-                     d->max);
+            snprintf(err, errlen, "knobs \"%s\": %s expects an integer in 0..%u",
+                     shown_max(s, 96, ss), d->name, d->max);
             return -EINVAL;
         }
         knob_set(&tmp, d, (unsigned)v);
@@ -190,7 +214,7 @@ int pj_eng_knobs_parse(const char *s, int eng, pj_eng_knobs *kn, char *err, size
     }
     char why[160];
     if (lt_knobs_check(&tmp, why, sizeof why)) {
-        snprintf(err, errlen, "knobs \"%s\": %s", s, why);
+        snprintf(err, errlen, "knobs \"%s\": %s", shown_max(s, 96, ss), why);
         return -EINVAL;
     }
     *kn = tmp;
@@ -201,6 +225,30 @@ static void emit(pj_tune_msg_fn msg, void *ctx, const char *text)
 {
     if (msg)
         msg(ctx, text);
+}
+
+/* A layer name as the config allows one ([A-Za-z0-9_.-]): an entry of any
+ * other name could never serve a layer. */
+static int is_layer_name(const char *s)
+{
+    if (!*s)
+        return 0;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && *s != '_' && *s != '.' && *s != '-')
+            return 0;
+    return 1;
+}
+
+/* An informational time, if given: a number of microseconds under 1e9 in
+ * magnitude (a float holds it; 1e39 would not). */
+static int get_time(const cJSON *v, float *out)
+{
+    if (!v)
+        return 0;
+    if (!cJSON_IsNumber(v) || !(fabs(v->valuedouble) < 1e9))
+        return -EINVAL;
+    *out = (float)v->valuedouble;
+    return 0;
 }
 
 /* One entry from JSON; 0 or -EINVAL with why. */
@@ -229,17 +277,20 @@ static int parse_entry(const cJSON *je, pj_tune_entry *e, char *why, size_t whyl
                                              "knobs", "us", "base_us", NULL};
     int twice;
     const char *odd = odd_key(je, entry_keys, &twice);
+    char sh[SHOWN_MAX];
     if (odd) {
-        snprintf(why, whylen, "%s key \"%.40s\" (an entry has %s)", twice ? "repeated" : "unknown",
-                 odd, "layer, n, k, m, engine, knobs, us, base_us");
+        snprintf(why, whylen, "%s key \"%s\" (an entry has %s)", twice ? "repeated" : "unknown",
+                 shown(odd, sh), "layer, n, k, m, engine, knobs, us, base_us");
         return -EINVAL;
     }
     const cJSON *layer = cJSON_GetObjectItemCaseSensitive(je, "layer");
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(je, "m");
     const cJSON *eng = cJSON_GetObjectItemCaseSensitive(je, "engine");
-    if (!cJSON_IsString(layer) || !layer->valuestring[0] ||
+    if (!cJSON_IsString(layer) || !is_layer_name(layer->valuestring) ||
         strlen(layer->valuestring) >= PJ_TUNE_NAME) {
-        snprintf(why, whylen, "\"layer\" must be a non-empty string under %d bytes", PJ_TUNE_NAME);
+        snprintf(why, whylen,
+                 "\"layer\" must be a layer name: 1..%d characters from [A-Za-z0-9_.-]",
+                 PJ_TUNE_NAME - 1);
         return -EINVAL;
     }
     snprintf(e->layer, sizeof e->layer, "%s", layer->valuestring);
@@ -252,7 +303,8 @@ static int parse_entry(const cJSON *je, pj_tune_entry *e, char *why, size_t whyl
     int k = cJSON_IsString(eng) ? pj_eng_from_name(eng->valuestring) : -1;
     if (k < 0) {
         snprintf(why, whylen, "%s m=%u: unknown engine %s%s%s", e->layer, e->m,
-                 cJSON_IsString(eng) ? "\"" : "", cJSON_IsString(eng) ? eng->valuestring : "(none)",
+                 cJSON_IsString(eng) ? "\"" : "",
+                 cJSON_IsString(eng) ? shown(eng->valuestring, sh) : "(none)",
                  cJSON_IsString(eng) ? "\"" : "");
         return -EINVAL;
     }
@@ -273,17 +325,19 @@ static int parse_entry(const cJSON *je, pj_tune_entry *e, char *why, size_t whyl
     }
     const cJSON *us = cJSON_GetObjectItemCaseSensitive(je, "us");
     const cJSON *bus = cJSON_GetObjectItemCaseSensitive(je, "base_us");
-    if (cJSON_IsNumber(us))
-        e->us = (float)us->valuedouble;
-    if (cJSON_IsNumber(bus))
-        e->base_us = (float)bus->valuedouble;
+    if (get_time(us, &e->us) || get_time(bus, &e->base_us)) {
+        snprintf(why, whylen, "%s m=%u: \"%s\" must be a time in microseconds, |t| < 1e9",
+                 e->layer, e->m, get_time(us, &e->us) ? "us" : "base_us");
+        return -EINVAL;
+    }
     const cJSON *kn = cJSON_GetObjectItemCaseSensitive(je, "knobs");
     if (kn && !cJSON_IsObject(kn)) {
         snprintf(why, whylen, "%s m=%u: \"knobs\" must be an object", e->layer, e->m);
         return -EINVAL;
     }
     if (kn && (odd = odd_key(kn, NULL, &twice)) != NULL) {
-        snprintf(why, whylen, "%s m=%u: knob %.40s is given twice", e->layer, e->m, odd);
+        snprintf(why, whylen, "%s m=%u: knob \"%s\" is given twice", e->layer, e->m,
+                 shown(odd, sh));
         return -EINVAL;
     }
     const cJSON *it;
@@ -295,7 +349,7 @@ static int parse_entry(const cJSON *je, pj_tune_entry *e, char *why, size_t whyl
                 d = &knob_defs[i];
         if (!d || !(d->engines & EB(e->eng))) {
             snprintf(why, whylen, "%s m=%u: engine %s has no knob \"%s\"", e->layer, e->m,
-                     pj_eng_name(e->eng), it->string);
+                     pj_eng_name(e->eng), shown(it->string, sh));
             return -EINVAL;
         }
         if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > d->max ||
@@ -341,6 +395,21 @@ int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_
                   void *check_ctx, pj_tune_msg_fn msg, void *msg_ctx, char *err, size_t errlen)
 {
     memset(t, 0, sizeof *t);
+    /* What cJSON would misread: a name cut at its NUL ("nw\u0000x" read as
+     * the knob nw) and bytes JSON does not allow. A NUL outside the strings
+     * ends the text, as it would for a C string. */
+    long at = pj_json_nul_escape(json, len);
+    if (at >= 0) {
+        snprintf(err, errlen, "tuning table: a string holds %s at byte %ld; no name has one",
+                 json[at] == '\0' ? "a NUL byte" : "\\u0000", at);
+        return -EINVAL;
+    }
+    len = strnlen(json, len);
+    char what[96];
+    if ((at = pj_json_strict(json, len, 0, what, sizeof what)) >= 0) {
+        snprintf(err, errlen, "tuning table: %s at byte %ld", what, at);
+        return -EINVAL;
+    }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
     if (!root) {
@@ -369,15 +438,16 @@ int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_
     int twice;
     const char *odd = odd_key(root, NULL, &twice);
     if (odd) {
-        snprintf(err, errlen, "tuning table: key \"%.40s\" is given twice", odd);
+        char sh[SHOWN_MAX];
+        snprintf(err, errlen, "tuning table: key \"%s\" is given twice", shown(odd, sh));
         rc = -EINVAL;
         goto out;
     }
     static const char *const table_keys[] = {"device", "sm_count", "commit",
                                              "date",   "entries",  NULL};
     if ((odd = odd_key(root, table_keys, &twice)) != NULL) {
-        char line[160];
-        snprintf(line, sizeof line, "tuning table: unknown key \"%.40s\" ignored", odd);
+        char line[240], sh[SHOWN_MAX];
+        snprintf(line, sizeof line, "tuning table: unknown key \"%s\" ignored", shown(odd, sh));
         emit(msg, msg_ctx, line);
     }
     const cJSON *dev = cJSON_GetObjectItemCaseSensitive(root, "device");

@@ -504,7 +504,8 @@ START_TEST(rejects_odd_keys)
         {"\"m\":1,\"m\":8,\"engine\":\"cublas\"", "repeated key \"m\""},
         {"\"m\":8,\"engine\":\"gemv\",\"engine\":\"cublas\"", "repeated key \"engine\""},
         {"\"m\":8,\"engine\":\"cublas\",\"knob\":{\"algo\":3}", "unknown key \"knob\""},
-        {"\"m\":8,\"engine\":\"gemv\",\"knobs\":{\"nw\":4,\"nw\":16}", "knob nw is given twice"},
+        {"\"m\":8,\"engine\":\"gemv\",\"knobs\":{\"nw\":4,\"nw\":16}",
+         "knob \"nw\" is given twice"},
         {"\"m\":8,\"engine\":\"gemvz\",\"knobs\":{\"pipe\":4,\"nw\":4,\"xs\":2}",
          "gemvz pipe=4 (the balanced GEMV) reads none of cl, xs, ts, st"},
     };
@@ -536,6 +537,82 @@ START_TEST(rejects_odd_keys)
 }
 END_TEST
 
+/* Nothing of the file reaches a message unescaped (an operator reads them
+ * on a terminal, one line each), and nothing cJSON would read as something
+ * else loads: a name cut at its NUL, a raw control byte, a layer name no
+ * config can give, a time a float does not hold. Found by fuzz_tune. */
+static int printable_line(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f)
+            return 0;
+    return 1;
+}
+
+START_TEST(refuses_what_cjson_misreads)
+{
+    static const struct {
+        const char *entry, *why;
+    } bad[] = {
+        {"\"layer\":\"o\\n\",\"m\":8,\"engine\":\"cublas\"", "must be a layer name"},
+        {"\"layer\":\"a b\",\"m\":8,\"engine\":\"cublas\"", "must be a layer name"},
+        {"\"layer\":\"o\",\"m\":8,\"engine\":\"gemv\",\"knobs\":{\"\\u001b[2J\":1}",
+         "has no knob \"\\x1b[2J\""},
+        {"\"layer\":\"o\",\"m\":8,\"engine\":\"gemv\\r\"", "unknown engine \"gemv\\x0d\""},
+        {"\"layer\":\"o\",\"m\":8,\"engine\":\"cublas\",\"us\":1e39", "\"us\" must be a time"},
+        {"\"layer\":\"o\",\"m\":8,\"engine\":\"cublas\",\"base_us\":-2e9",
+         "\"base_us\" must be a time"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char js[512], err[256];
+        snprintf(js, sizeof js, "{\"entries\":[{%s}]}", bad[i].entry);
+        pj_tune_table t;
+        n_msgs = 0;
+        ck_assert_int_eq(
+            pj_tune_parse(js, strlen(js), &t, NULL, NULL, on_msg, NULL, err, sizeof err), 0);
+        ck_assert_int_eq(n_msgs, 1);
+        ck_assert_msg(strstr(last_msg, bad[i].why), "%s: \"%s\" does not say \"%s\"", js, last_msg,
+                      bad[i].why);
+        ck_assert_msg(printable_line(last_msg), "%s: message not one printable line", js);
+    }
+    /* Whole tables refused: a NUL inside a string, a raw control byte. */
+    static const struct {
+        const char *js, *why;
+    } broken[] = {
+        {"{\"entries\":[{\"layer\":\"o\",\"m\":8,\"engine\":\"gemv\",\"knobs\":{\"nw\\u0000x\":8}}]"
+         "}",
+         "\\u0000"},
+        {"{\"entries\":[{\"layer\":\"o\x01\",\"m\":8,\"engine\":\"cublas\"}]}", "at byte 23"},
+        {"{\"entries\":[],\"\\u001b\":1,\"\\u001b\":2}", "key \"\\x1b\" is given twice"},
+    };
+    for (size_t i = 0; i < sizeof broken / sizeof broken[0]; i++) {
+        char err[256] = "";
+        pj_tune_table t;
+        ck_assert_int_eq(pj_tune_parse(broken[i].js, strlen(broken[i].js), &t, NULL, NULL, NULL,
+                                       NULL, err, sizeof err),
+                         -EINVAL);
+        ck_assert_msg(strstr(err, broken[i].why), "%s: \"%s\" does not say \"%s\"", broken[i].js,
+                      err, broken[i].why);
+        ck_assert_msg(printable_line(err), "%s: message not one printable line", broken[i].js);
+        ck_assert_uint_eq(t.n, 0);
+    }
+    /* A NUL after the table still ends it, as in a C string. */
+    const char nul_end[] = "{\"entries\":[{\"layer\":\"o\",\"m\":1,\"engine\":\"cublas\"}]}\0junk";
+    char err[256];
+    pj_tune_table t;
+    ck_assert_int_eq(
+        pj_tune_parse(nul_end, sizeof nul_end - 1, &t, NULL, NULL, NULL, NULL, err, sizeof err), 1);
+    /* A knob string from the environment or a config, shown escaped. */
+    pj_eng_knobs kn = {0};
+    ck_assert_int_eq(pj_eng_knobs_parse("nw=8,\x1b[2J=1", PJ_ENG_GEMV, &kn, err, sizeof err),
+                     -EINVAL);
+    ck_assert_msg(strstr(err, "unknown knob \"\\x1b[2J\""), "%s", err);
+    ck_assert_msg(printable_line(err), "%s", err);
+    ck_assert_int_eq(pj_eng_knobs_parse("nw=8,\n", PJ_ENG_GEMV, &kn, err, sizeof err), -EINVAL);
+    ck_assert_msg(printable_line(err), "%s", err);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("dispatch");
@@ -554,6 +631,7 @@ int main(void)
     tcase_add_test(tc, save_reports_and_keeps_the_old_table);
     tcase_add_test(tc, shipped_table_routes_every_m);
     tcase_add_test(tc, rejects_odd_keys);
+    tcase_add_test(tc, refuses_what_cjson_misreads);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
