@@ -271,12 +271,15 @@ install-activate:
 INSTALLED_PROGS = $(notdir $(PROGS)) projd-bench
 uninstall:
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && [ -d /run/systemd/system ]; then \
-	    for u in $$(systemctl list-units --all --plain --no-legend 'projd@*.service' | awk '{print $$1}') \
-	             $$(cd /etc/systemd/system && ls -1 -- */projd@*.service 2>/dev/null | xargs -r -n1 basename) \
+	    for u in $$(systemctl list-units --all --plain --no-legend 'projd-metrics@*.timer' \
+	                    'projd@*.service' | awk '{print $$1}') \
+	             $$(cd /etc/systemd/system && ls -1 -- */projd-metrics@*.timer */projd@*.service \
+	                    2>/dev/null | xargs -r -n1 basename) \
 	             projd-mps.service; do \
 	        echo "systemctl disable --now $$u"; systemctl disable --now "$$u" 2>/dev/null || true; done; fi
 	rm -f $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(sort $(INSTALLED_PROGS))) \
 	    $(DESTDIR)$(UNITDIR)/projd@.service $(DESTDIR)$(UNITDIR)/projd-mps.service \
+	    $(DESTDIR)$(UNITDIR)/projd-metrics@.service $(DESTDIR)$(UNITDIR)/projd-metrics@.timer \
 	    $(DESTDIR)$(PREFIX)/lib/sysusers.d/projd.conf $(DESTDIR)$(PREFIX)/lib/tmpfiles.d/projd.conf \
 	    $(DESTDIR)$(PREFIX)/lib/libprojd.so $(DESTDIR)$(PREFIX)/lib/libprojd.so.1 \
 	    $(DESTDIR)$(PREFIX)/lib/libprojd.a
@@ -303,8 +306,8 @@ install-files:
 	    $(DESTDIR)$(UNITDIR) $(DESTDIR)/etc/projd $(DESTDIR)$(PREFIX)/lib/sysusers.d \
 	    $(DESTDIR)$(PREFIX)/lib/tmpfiles.d $(DESTDIR)$(PREFIX)/include/projd
 	install -m 0755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
-	for u in projd@.service projd-mps.service; do \
-	    sed 's#/usr/bin/projd #$(PREFIX)/bin/projd #; s#/usr/share/doc/projd/#$(PREFIX)/share/doc/projd/#' deploy/$$u \
+	for u in projd@.service projd-mps.service projd-metrics@.service projd-metrics@.timer; do \
+	    sed 's#/usr/bin/projd #$(PREFIX)/bin/projd #; s#/usr/bin/projctl #$(PREFIX)/bin/projctl #; s#/usr/share/doc/projd/#$(PREFIX)/share/doc/projd/#' deploy/$$u \
 	        >$(DESTDIR)$(UNITDIR)/$$u && chmod 0644 $(DESTDIR)$(UNITDIR)/$$u || exit 1; done
 	install -D -m 0644 deploy/README.md $(DESTDIR)$(PREFIX)/share/doc/projd/README.md
 	for f in config/CONFIG.md daemon/DAEMON.md daemon/CUDA.md protocol/PROTOCOL.md bench/README.md; do \

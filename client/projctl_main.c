@@ -19,6 +19,7 @@
 #include "client/projd.h"
 #include "config/config.h"
 #include "daemon/inspect.h"
+#include "client/metrics.h"
 #include "client/servedmodel.h"
 #include "client/statsview.h"
 #include "daemon/model.h"
@@ -56,6 +57,7 @@ typedef struct opts {
     long count;
     long gap_us; /* bench-ipc: host work before each timed request */
     const char *positional;
+    pj_metrics_labels labels; /* metrics: --label K=V, each */
     /* The command options given (not the global ones), checked against the
      * command once it is known: options may come before it. */
     const char *given[32];
@@ -73,6 +75,8 @@ static const char *usage_main =
     "                              uptime\n"
     "  layers [--json]             the model's layers as the daemon serves them\n"
     "  stats [--json] [--all]      the daemon's counters\n"
+    "  metrics [--out FILE]        the counters as Prometheus text (node_exporter's\n"
+    "          [--label K=V]       textfile collector)\n"
     "  project --layer L --m M     one projection on random input, optionally checked\n"
     "  inspect MODEL [--json]      what a model file becomes when projd loads it\n"
     "  mkmodel --out PATH          write a generated model (safetensors)\n"
@@ -133,6 +137,20 @@ static const cmd_help helps[] = {
      "  by the layers that served requests, and backend_stats.engines by the\n"
      "  number of (layer, m) rows each engine has; a last line says what was left\n"
      "  out.\n"},
+    {"metrics", "--out --label ",
+     "usage: projctl metrics [--out FILE] [--label KEY=VALUE]...\n"
+     "  The daemon's STATS as Prometheus text (exposition format 0.0.4): counters\n"
+     "  end in _total, times are seconds, sizes bytes; request and per-layer\n"
+     "  latencies are summaries (quantiles 0.5 and 0.99 since the start, with\n"
+     "  _sum and _count), backend_stats is flattened to projd_backend_*.\n"
+     "  projd_up is 1, or 0 (and nothing else) when projd does not answer, so an\n"
+     "  alert on it fires instead of the series going stale; the exit status is\n"
+     "  then 1. --label adds a constant label to every series (gpu=0 when one\n"
+     "  node_exporter collects several daemons; repeatable). --out writes FILE\n"
+     "  whole or not at all (a temporary file renamed over it, mode 0644), as\n"
+     "  node_exporter's textfile collector needs: e.g. --out\n"
+     "  /var/lib/prometheus/node-exporter/projd-0.prom (deploy/README.md, the\n"
+     "  projd-metrics@.timer).\n"},
     {"project", "--layer --m --n --check --model --seed --repeat ",
      "usage: projctl project --layer L --m M [--n N] [--check] [--model PATH]\n"
      "                       [--seed S] [--repeat R]\n"
@@ -300,10 +318,10 @@ static int parse_args(int argc, char **argv, opts *o)
                 o->json = 1;
             continue;
         }
-        static const char *const with_value[] = {"--socket", "--instance",  "--config", "--timeout",
-                                                 "--layer",  "--m",         "--n",      "--seed",
-                                                 "--repeat", "--model",     "--out",    "--preset",
-                                                 "--count",  "--transport", "--gap-us", NULL};
+        static const char *const with_value[] = {
+            "--socket", "--instance",  "--config", "--timeout", "--layer", "--m",
+            "--n",      "--seed",      "--repeat", "--model",   "--out",   "--preset",
+            "--count",  "--transport", "--gap-us", "--label",   NULL};
         int known = 0;
         for (int k = 0; with_value[k]; k++)
             known |= !strcmp(name, with_value[k]);
@@ -358,6 +376,11 @@ static int parse_args(int argc, char **argv, opts *o)
                 return EXIT_USAGE;
         } else if (!strcmp(name, "--transport"))
             o->transport = val;
+        else if (!strcmp(name, "--label")) {
+            char err[256];
+            if (pj_metrics_label_add(&o->labels, val, err, sizeof err))
+                return usage_error("--label: %s", err);
+        }
     }
     if (o->socket && o->instance >= 0)
         return usage_error("%s", "--socket and --instance both name the socket: give one");
@@ -751,6 +774,97 @@ static int cmd_stats(opts *o)
     cJSON_Delete(doc);
     free(json);
     return 0;
+}
+
+/* ---- metrics ------------------------------------------------------------------------ */
+
+/* text to path whole or not at all: a temporary file beside it, renamed
+ * over it, so that a collector reading the folder never sees half of it.
+ * 0, or -1 with the reason said. */
+static int write_replacing(const char *path, const char *text)
+{
+    char tmp[4096];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= sizeof tmp) {
+        fprintf(stderr, "projctl: --out %s: path too long\n", path);
+        return -1;
+    }
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        fprintf(stderr, "projctl: --out %s: cannot create a file beside it: %s\n", path,
+                strerror(errno));
+        return -1;
+    }
+    /* mkstemp makes it 0600; the collector runs as another user. */
+    FILE *f = fchmod(fd, 0644) == 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        fprintf(stderr, "projctl: --out %s: %s\n", path, strerror(e));
+        return -1;
+    }
+    errno = 0;
+    int failed = fputs(text, f) == EOF || fflush(f) != 0;
+    int e = errno;
+    if (fclose(f) != 0 && !failed) {
+        failed = 1;
+        e = errno;
+    }
+    if (!failed && rename(tmp, path) != 0) {
+        failed = 1;
+        e = errno;
+    }
+    if (failed) {
+        unlink(tmp);
+        fprintf(stderr, "projctl: --out %s: writing failed: %s (the file there is unchanged)\n",
+                path, strerror(e ? e : EIO));
+        return -1;
+    }
+    return 0;
+}
+
+static int cmd_metrics(opts *o)
+{
+    projd_conn *c;
+    char *json = NULL, *text = NULL;
+    int up = 0;
+    if (connect_daemon(o, &c) == 0) {
+        projd_error e;
+        up = projd_stats_json(c, &json, &e) == 0;
+        projd_close(c);
+        if (!up)
+            fprintf(stderr, "projctl: %s\n", e.msg);
+    }
+    if (up) {
+        char err[256];
+        text = pj_metrics_render(json, strlen(json), &o->labels, err, sizeof err);
+        if (!text) {
+            fprintf(stderr, "projctl: %s\n", err);
+            up = 0;
+        }
+    }
+    free(json);
+    if (!text)
+        text = pj_metrics_render_down(&o->labels);
+    if (!text) {
+        fprintf(stderr, "projctl: out of memory\n");
+        return 1;
+    }
+    int rc = up ? 0 : 1;
+    if (!o->out) {
+        /* The text is larger than stdout's buffer: a full disk shows in
+         * the writes here, and errno says why only now. */
+        errno = 0;
+        if (fputs(text, stdout) == EOF || fflush(stdout) != 0) {
+            fprintf(stderr, "projctl: writing standard output: %s\n",
+                    strerror(errno ? errno : EIO));
+            clearerr(stdout); /* said once, here */
+            rc = 1;
+        }
+    } else if (write_replacing(o->out, text))
+        rc = 1;
+    free(text);
+    return rc;
 }
 
 /* ---- project ------------------------------------------------------------------------ */
@@ -1373,6 +1487,8 @@ int main(int argc, char **argv)
         rc = cmd_layers(&o);
     else if (!strcmp(o.cmd, "stats"))
         rc = cmd_stats(&o);
+    else if (!strcmp(o.cmd, "metrics"))
+        rc = cmd_metrics(&o);
     else if (!strcmp(o.cmd, "project"))
         rc = cmd_project(&o);
     else if (!strcmp(o.cmd, "inspect"))

@@ -38,6 +38,7 @@ fi
 for f in usr/bin/projd usr/bin/projctl usr/bin/projload usr/lib/libprojd.so.1 usr/lib/libprojd.so \
     usr/lib/libprojd.a usr/include/projd/projd.h usr/include/projd/protocol/wire.h \
     lib/systemd/system/projd@.service lib/systemd/system/projd-mps.service \
+    lib/systemd/system/projd-metrics@.service lib/systemd/system/projd-metrics@.timer \
     usr/lib/sysusers.d/projd.conf usr/lib/tmpfiles.d/projd.conf etc/projd/projd.json \
     usr/share/projd/tuning/h200.json usr/share/projd/python/projd.py \
     usr/share/projd/python/projd_sglang.py usr/share/projd/python/projd_pack.py \
@@ -82,6 +83,7 @@ if make -s BUILD="$build" CUDA="$cuda" install-files DESTDIR="$tmp/opt" PREFIX=/
     grep -q '^ExecStart=/opt/pj/bin/projd ' "$u/projd@.service" &&
         grep -q 'file:///opt/pj/share/doc/projd/README.md' "$u/projd@.service" &&
         grep -q '^ExecStart=/usr/bin/nvidia-cuda-mps-control -d' "$u/projd-mps.service" &&
+        grep -q '^ExecStart=/opt/pj/bin/projctl --instance %i ' "$u/projd-metrics@.service" &&
         grep -q '"/opt/pj/share/projd/tuning/h200.json"' "$tmp/opt/etc/projd/projd.json" ||
         { echo "e2e_install: FAIL: PREFIX=/opt/pj: the units or projd.json name other paths" >&2
           grep -h 'ExecStart\|Documentation\|tuning' "$u"/*.service "$tmp/opt/etc/projd/projd.json" >&2

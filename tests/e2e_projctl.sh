@@ -162,8 +162,56 @@ if [ "$rc" -ne 1 ] || ! grep -q "no reply within 500 ms" "$tmp/stalled.out" ||
 fi
 
 
+# metrics: the live daemon's counters as Prometheus text, moving with the
+# work; --out replaces the file whole (mode 0644, nothing left beside it);
+# a daemon that does not answer is projd_up 0 and exit 1; a label the
+# series use themselves is a usage error.
+metric() { # metric NAME_AND_LABELS: its value in $tmp/expect.out
+    grep -F "$1 " "$tmp/expect.out" | sed 's/.* //'
+}
+expect 0 '^projd_up\{gpu="0"\} 1$' --socket "$sock" metrics --label gpu=0
+ops0=$(metric 'projd_layer_ops_total{layer="o",gpu="0"}')
+rows0=$(metric 'projd_layer_rows_total{layer="o",gpu="0"}')
+expect 0 "^layer o \(1\): m 4" --socket "$sock" project --layer o --m 4 --repeat 3
+expect 0 '^projd_up\{gpu="0"\} 1$' --socket "$sock" metrics --label gpu=0
+cases=$((cases + 1))
+ops1=$(metric 'projd_layer_ops_total{layer="o",gpu="0"}')
+rows1=$(metric 'projd_layer_rows_total{layer="o",gpu="0"}')
+if [ -z "$ops0" ] || [ "$ops1" != $((ops0 + 3)) ] || [ "$rows1" != $((rows0 + 12)) ] ||
+    ! grep -q '^# TYPE projd_layer_exec_seconds summary$' "$tmp/expect.out"; then
+    failures=$((failures + 1))
+    echo "e2e_projctl: FAIL: metrics: layer o ops $ops0 -> $ops1, rows $rows0 -> $rows1" \
+        "after 3 projections of m = 4; output:" >&2
+    sed 's/^/    /' "$tmp/expect.out" >&2
+fi
+mkdir -p "$tmp/prom"
+echo "old" >"$tmp/prom/projd.prom"
+cases=$((cases + 1))
+rc=0
+"$bin/projctl" --socket "$sock" metrics --out "$tmp/prom/projd.prom" >"$tmp/out" 2>&1 || rc=$?
+if [ "$rc" -ne 0 ] || [ -s "$tmp/out" ] || ! grep -q '^projd_up 1$' "$tmp/prom/projd.prom" ||
+    [ "$(stat -c %a "$tmp/prom/projd.prom")" != 644 ] || [ "$(ls "$tmp/prom")" != projd.prom ]; then
+    failures=$((failures + 1))
+    echo "e2e_projctl: FAIL: metrics --out: exit $rc, mode $(stat -c %a "$tmp/prom/projd.prom")," \
+        "folder: $(ls "$tmp/prom" | tr '\n' ' '), output: $(cat "$tmp/out"), file:" >&2
+    head -5 "$tmp/prom/projd.prom" | sed 's/^/    /' >&2
+fi
+expect 1 'no socket file at' --socket "ipc://$tmp/nobody.sock" --timeout 2000 metrics \
+    --label gpu=1 --out "$tmp/prom/projd.prom"
+cases=$((cases + 1))
+if [ "$(grep -vc '^#' "$tmp/prom/projd.prom")" != 1 ] ||
+    ! grep -q '^projd_up{gpu="1"} 0$' "$tmp/prom/projd.prom"; then
+    failures=$((failures + 1))
+    echo "e2e_projctl: FAIL: metrics --out with projd away does not hold projd_up 0 alone:" >&2
+    sed 's/^/    /' "$tmp/prom/projd.prom" >&2
+fi
+expect 2 "projd's own series use that name" --socket "$sock" metrics --label layer=x
+expect 2 "a label name is" --socket "$sock" metrics --label 0gpu=1
+expect 1 "--out $tmp/nodir/p.prom: cannot create a file beside it" --socket "$sock" metrics \
+    --out "$tmp/nodir/p.prom"
+
 # Output that does not reach stdout (a full disk) is a failure, not exit 0.
-for args in "stats --json" "status" "layers" "status --json" "layers --json"; do
+for args in "stats --json" "status" "layers" "status --json" "layers --json" "metrics"; do
     cases=$((cases + 1))
     rc=0
     # shellcheck disable=SC2086  # args: words on purpose
