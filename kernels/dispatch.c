@@ -326,8 +326,8 @@ static int parse_entry(const cJSON *je, pj_tune_entry *e, char *why, size_t whyl
     const cJSON *us = cJSON_GetObjectItemCaseSensitive(je, "us");
     const cJSON *bus = cJSON_GetObjectItemCaseSensitive(je, "base_us");
     if (get_time(us, &e->us) || get_time(bus, &e->base_us)) {
-        snprintf(why, whylen, "%s m=%u: \"%s\" must be a time in microseconds, |t| < 1e9",
-                 e->layer, e->m, get_time(us, &e->us) ? "us" : "base_us");
+        snprintf(why, whylen, "%s m=%u: \"%s\" must be a time in microseconds, |t| < 1e9", e->layer,
+                 e->m, get_time(us, &e->us) ? "us" : "base_us");
         return -EINVAL;
     }
     const cJSON *kn = cJSON_GetObjectItemCaseSensitive(je, "knobs");
