@@ -905,6 +905,14 @@ END_TEST
  * second stop signal, saying so. */
 START_TEST(stop_during_a_blocked_start)
 {
+#if defined(__SANITIZE_THREAD__)
+    /* ThreadSanitizer holds a signal that arrives during a call it does
+     * not treat as blocking (open of a FIFO among them) until the call
+     * returns, which here it never does: the handlers this case checks
+     * cannot run under it. */
+    printf("stop_during_a_blocked_start: not under ThreadSanitizer (its signal delivery)\n");
+    return;
+#endif
     char err[512], fifo[512];
     pj_fixture_path(fifo, sizeof fifo, "model.fifo");
     unlink(fifo);

@@ -175,6 +175,18 @@ static void read_notes(pj_dproc *d)
             return;
         buf[n] = 0;
         size_t used = strlen(d->notes);
+        /* Full: the oldest notes go, not the newest. A slow start (a
+         * sanitizer build loading 1024 layers) sends more progress notes
+         * than fit, and READY=1 after them was cut off and never seen. */
+        if (used + (size_t)n + 2 > sizeof d->notes) {
+            size_t drop = used + (size_t)n + 2 - sizeof d->notes;
+            if (drop < used / 2)
+                drop = used / 2;
+            if (drop > used)
+                drop = used;
+            memmove(d->notes, d->notes + drop, used - drop + 1);
+            used -= drop;
+        }
         snprintf(d->notes + used, sizeof d->notes - used, "%s|", buf);
     }
 }

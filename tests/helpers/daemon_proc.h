@@ -28,7 +28,7 @@ typedef struct pj_dproc {
     char config[300];
     char log[300];
     char notify_path[300];
-    char notes[4096]; /* sd_notify messages received, '|'-separated */
+    char notes[4096]; /* sd_notify messages received, '|'-separated; the newest when more came */
 } pj_dproc;
 
 /* Path of the projd binary under test. */
