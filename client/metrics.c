@@ -1,18 +1,36 @@
-/* metrics.c — STATS as Prometheus text (see metrics.h). */
+/* metrics.c — STATS as Prometheus text (see metrics.h).
+ *
+ * The document comes from a daemon over a socket: whatever it holds, the
+ * text must stay valid, since node_exporter drops a whole file that is not,
+ * projd_up with it. So every name is checked against the ones written
+ * before (a family twice, or a name cut short, is left out), keys repeated
+ * in one object count once, label values and HELP texts are escaped and
+ * made UTF-8, and the generic part (backend_stats) is bounded. */
 #include "client/metrics.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/log.h"
+
 /* Label names projd's own series use: a constant label of the same name
  * would make a series with the name twice, which Prometheus refuses. */
 static const char *const own_labels[] = {
-    "version",  "backend", "device", "state", "result", "type",  "code",   "layer",
-    "quantile", "phase",   "le",     "lane",  "uuid",   "table", "engine", NULL};
+    "version", "backend", "device", "state", "result", "type",   "code", "layer", "quantile",
+    "phase",   "le",      "lane",   "uuid",  "table",  "engine", "step", NULL};
+
+/* Families at most (a hostile document's backend_stats could name
+ * millions); elements of one backend array and children of one object
+ * read at most. projd's own STATS has about 100 families, 1024 layers. */
+#define MAX_FAMILIES 4096
+#define MAX_ELEMENTS 256
+#define MAX_CHILDREN 4096
+#define NAME_MAX_LEN 200
 
 static int is_label_start(char c)
 {
@@ -24,20 +42,46 @@ static int is_label_char(char c)
     return is_label_start(c) || (c >= '0' && c <= '9');
 }
 
-/* The value as the format wants it inside quotes: \, " and newline
- * escaped; everything else as is. */
-static void put_escaped(FILE *f, const char *s)
+/* s as UTF-8: each byte that does not start a well-formed character
+ * becomes '?'. esc_quote: also escape '"' (label values, not HELP). */
+static void put_text(FILE *f, const char *s, int esc_quote)
 {
-    for (; *s; s++) {
-        if (*s == '\\')
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        unsigned char c = p[i];
+        if (c == '\\') {
             fputs("\\\\", f);
-        else if (*s == '"')
-            fputs("\\\"", f);
-        else if (*s == '\n')
+        } else if (c == '\n') {
             fputs("\\n", f);
-        else
-            fputc(*s, f);
+        } else if (c == '"' && esc_quote) {
+            fputs("\\\"", f);
+        } else if (c >= 0x80) {
+            size_t len = pj_utf8_char_len(p + i, n - i);
+            if (len) {
+                fwrite(p + i, 1, len, f);
+                i += len;
+                continue;
+            }
+            fputc('?', f);
+        } else {
+            fputc(c, f);
+        }
+        i++;
     }
+}
+
+static int valid_utf8(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        size_t len = p[i] < 0x80 ? 1 : pj_utf8_char_len(p + i, n - i);
+        if (!len)
+            return 0;
+        i += len;
+    }
+    return 1;
 }
 
 int pj_metrics_label_add(pj_metrics_labels *l, const char *kv, char *err, size_t errlen)
@@ -75,6 +119,10 @@ int pj_metrics_label_add(pj_metrics_labels *l, const char *kv, char *err, size_t
             snprintf(err, errlen, "label \"%s\" given twice", key);
             return -EINVAL;
         }
+    if (!valid_utf8(eq + 1)) {
+        snprintf(err, errlen, "label \"%s\": the value is not UTF-8 text", key);
+        return -EINVAL;
+    }
     if (l->n >= PJ_METRICS_MAX_LABELS) {
         snprintf(err, errlen, "more than %d labels", PJ_METRICS_MAX_LABELS);
         return -EINVAL;
@@ -87,7 +135,7 @@ int pj_metrics_label_add(pj_metrics_labels *l, const char *kv, char *err, size_t
         return -ENOMEM;
     }
     fprintf(f, "%s%s=\"", l->text[0] ? "," : "", key);
-    put_escaped(f, eq + 1);
+    put_text(f, eq + 1, 1);
     fputc('"', f);
     if (fclose(f) != 0 || strlen(l->text) + len >= sizeof l->text) {
         free(text);
@@ -105,11 +153,51 @@ int pj_metrics_label_add(pj_metrics_labels *l, const char *kv, char *err, size_t
 typedef struct mw {
     FILE *f;
     const pj_metrics_labels *l;
+    /* The families written: open addressing over their names (owned). */
+    char *fam[2 * MAX_FAMILIES];
+    size_t n_fam;
 } mw;
 
-static void family(mw *w, const char *name, const char *type, const char *help)
+static uint32_t name_hash(const char *s)
 {
-    fprintf(w->f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    uint32_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+/* Starts family name: 0, or -1 when it may not (written before, or the
+ * table full: its samples are then left out too). */
+static int family(mw *w, const char *name, const char *type, const char *help)
+{
+    const size_t cap = sizeof w->fam / sizeof w->fam[0];
+    size_t i = name_hash(name) & (cap - 1);
+    for (; w->fam[i]; i = (i + 1) & (cap - 1))
+        if (!strcmp(w->fam[i], name))
+            return -1;
+    if (w->n_fam >= MAX_FAMILIES || !(w->fam[i] = strdup(name)))
+        return -1;
+    w->n_fam++;
+    fprintf(w->f, "# HELP %s ", name);
+    put_text(w->f, help, 0);
+    fprintf(w->f, "\n# TYPE %s %s\n", name, type);
+    return 0;
+}
+
+static void put_value(FILE *f, double v)
+{
+    if (isnan(v)) {
+        fputs(" NaN\n", f);
+    } else if (isinf(v)) {
+        fputs(v > 0 ? " +Inf\n" : " -Inf\n", f);
+    } else {
+        /* The shortest of 15 or 17 digits that reads back the same. */
+        char b[40];
+        snprintf(b, sizeof b, "%.15g", v);
+        if (strtod(b, NULL) != v)
+            snprintf(b, sizeof b, "%.17g", v);
+        fprintf(f, " %s\n", b);
+    }
 }
 
 /* One sample: name, the pairs of dynamic labels (key, value, ..., NULL),
@@ -120,7 +208,7 @@ static void sample(mw *w, const char *name, const char *const *kv, double v)
     const char *sep = "{";
     for (size_t i = 0; kv && kv[i]; i += 2) {
         fprintf(w->f, "%s%s=\"", sep, kv[i]);
-        put_escaped(w->f, kv[i + 1]);
+        put_text(w->f, kv[i + 1], 1);
         fputc('"', w->f);
         sep = ",";
     }
@@ -130,12 +218,7 @@ static void sample(mw *w, const char *name, const char *const *kv, double v)
     }
     if (sep[0] == ',')
         fputc('}', w->f);
-    if (isnan(v))
-        fputs(" NaN\n", w->f);
-    else if (isinf(v))
-        fputs(v > 0 ? " +Inf\n" : " -Inf\n", w->f);
-    else
-        fprintf(w->f, " %.15g\n", v);
+    put_value(w->f, v);
 }
 
 static int get_num(const cJSON *o, const char *key, double *v)
@@ -150,15 +233,24 @@ static int get_num(const cJSON *o, const char *key, double *v)
     return 1;
 }
 
+/* 1 when no earlier child of c's object has c's key (cJSON keeps a key
+ * given twice; its series would be written twice). */
+static int first_of_key(const cJSON *c)
+{
+    /* The first child's prev is the last one, whose next is NULL. */
+    for (const cJSON *p = c->prev; p && p->next; p = p->prev)
+        if (p->string && !strcmp(p->string, c->string))
+            return 0;
+    return 1;
+}
+
 /* A metric without labels from obj.key, times scale. */
 static void one(mw *w, const cJSON *obj, const char *key, const char *name, const char *type,
                 double scale, const char *help)
 {
     double v;
-    if (!get_num(obj, key, &v))
-        return;
-    family(w, name, type, help);
-    sample(w, name, NULL, v * scale);
+    if (get_num(obj, key, &v) && family(w, name, type, help) == 0)
+        sample(w, name, NULL, v * scale);
 }
 
 /* One family over several keys of obj, told apart by one label: pairs are
@@ -166,41 +258,55 @@ static void one(mw *w, const cJSON *obj, const char *key, const char *name, cons
 static void by_label(mw *w, const cJSON *obj, const char *name, const char *type, const char *label,
                      const char *const *pairs, const char *help)
 {
-    int any = 0;
+    int state = 0; /* 0 not started, 1 started, -1 refused */
     double v;
-    for (size_t i = 0; pairs[i]; i += 2) {
+    for (size_t i = 0; pairs[i] && state >= 0; i += 2) {
         if (!get_num(obj, pairs[i], &v))
             continue;
-        if (!any++)
-            family(w, name, type, help);
-        const char *kv[] = {label, pairs[i + 1], NULL};
-        sample(w, name, kv, v);
+        if (!state)
+            state = family(w, name, type, help) == 0 ? 1 : -1;
+        if (state > 0) {
+            const char *kv[] = {label, pairs[i + 1], NULL};
+            sample(w, name, kv, v);
+        }
     }
 }
 
 /* Every numeric child of obj but "total", by its key as the label. */
 static void by_key(mw *w, const cJSON *obj, const char *name, const char *label, const char *help)
 {
-    int any = 0;
-    for (const cJSON *c = obj ? obj->child : NULL; c; c = c->next) {
-        if (!cJSON_IsNumber(c) || !c->string || !strcmp(c->string, "total"))
+    int state = 0, seen = 0;
+    for (const cJSON *c = obj ? obj->child : NULL; c && state >= 0 && seen < MAX_CHILDREN;
+         c = c->next, seen++) {
+        if (!cJSON_IsNumber(c) || !c->string || !strcmp(c->string, "total") || !first_of_key(c))
             continue;
-        if (!any++)
-            family(w, name, "counter", help);
-        const char *kv[] = {label, c->string, NULL};
-        sample(w, name, kv, c->valuedouble);
+        if (!state)
+            state = family(w, name, "counter", help) == 0 ? 1 : -1;
+        if (state > 0) {
+            const char *kv[] = {label, c->string, NULL};
+            sample(w, name, kv, c->valuedouble);
+        }
     }
 }
 
+/* Whether h is a STATS histogram ({count, mean, p50, p99} at least). */
+static int is_hist(const cJSON *h)
+{
+    double v;
+    return get_num(h, "count", &v) && get_num(h, "mean", &v) && get_num(h, "p50", &v) &&
+           get_num(h, "p99", &v);
+}
+
 /* The samples of a summary from a STATS histogram ({count, mean, p50,
- * p99, max} in microseconds); kv labels it (may be NULL). */
+ * p99, max} in microseconds; is_hist); lk = lv labels it (lk may be NULL). */
 static void summary_samples(mw *w, const char *name, const cJSON *h, const char *lk, const char *lv)
 {
-    double count, mean, p50, p99;
-    if (!get_num(h, "count", &count) || !get_num(h, "mean", &mean) || !get_num(h, "p50", &p50) ||
-        !get_num(h, "p99", &p99))
-        return;
-    char sum_name[128], count_name[128];
+    double count = 0, mean = 0, p50 = 0, p99 = 0;
+    get_num(h, "count", &count);
+    get_num(h, "mean", &mean);
+    get_num(h, "p50", &p50);
+    get_num(h, "p99", &p99);
+    char sum_name[NAME_MAX_LEN + 16], count_name[NAME_MAX_LEN + 16];
     snprintf(sum_name, sizeof sum_name, "%s_sum", name);
     snprintf(count_name, sizeof count_name, "%s_count", name);
     const char *q50[5], *q99[5], *plain[3] = {lk, lv, NULL};
@@ -237,23 +343,31 @@ static void requests(mw *w, const cJSON *doc)
     };
     for (size_t i = 0; i < 3; i++) {
         const cJSON *h = cJSON_GetObjectItemCaseSensitive(lat, phases[i].key);
-        double c;
-        if (!get_num(h, "count", &c))
-            continue;
-        family(w, phases[i].name, "summary", phases[i].help);
-        summary_samples(w, phases[i].name, h, NULL, NULL);
+        if (is_hist(h) && family(w, phases[i].name, "summary", phases[i].help) == 0)
+            summary_samples(w, phases[i].name, h, NULL, NULL);
     }
-    int any = 0;
-    for (size_t i = 0; i < 3; i++) {
+    int state = 0;
+    for (size_t i = 0; i < 3 && state >= 0; i++) {
         double v;
         if (!get_num(cJSON_GetObjectItemCaseSensitive(lat, phases[i].key), "max", &v))
             continue;
-        if (!any++)
-            family(w, "projd_request_max_seconds", "gauge",
-                   "The longest PROJECT request phase since the daemon started");
-        const char *kv[] = {"phase", phases[i].key, NULL};
-        sample(w, "projd_request_max_seconds", kv, v / 1e6);
+        if (!state)
+            state = family(w, "projd_request_max_seconds", "gauge",
+                           "The longest PROJECT request phase since the daemon started") == 0
+                        ? 1
+                        : -1;
+        if (state > 0) {
+            const char *kv[] = {"phase", phases[i].key, NULL};
+            sample(w, "projd_request_max_seconds", kv, v / 1e6);
+        }
     }
+}
+
+/* A layer of STATS "layers" that is written: an object, named, the first
+ * of its name, within the bound. */
+static int layer_ok(const cJSON *l, int index)
+{
+    return index < MAX_CHILDREN && cJSON_IsObject(l) && l->string && first_of_key(l);
 }
 
 /* Per layer: field-major, since a family's samples must be together. */
@@ -269,80 +383,99 @@ static void layers(mw *w, const cJSON *doc)
         {"rows", "projd_layer_rows_total", "Rows of x (tokens) projected by the layer"},
     };
     for (size_t i = 0; i < 2; i++) {
-        family(w, counters[i].name, "counter", counters[i].help);
-        for (const cJSON *l = ls->child; l; l = l->next) {
+        if (family(w, counters[i].name, "counter", counters[i].help))
+            continue;
+        int idx = 0;
+        for (const cJSON *l = ls->child; l; l = l->next, idx++) {
             double v;
-            if (l->string && get_num(l, counters[i].key, &v)) {
+            if (layer_ok(l, idx) && get_num(l, counters[i].key, &v)) {
                 const char *kv[] = {"layer", l->string, NULL};
                 sample(w, counters[i].name, kv, v);
             }
         }
     }
-    family(w, "projd_layer_exec_seconds", "summary",
-           "Execution time of one-op requests on the layer, since the daemon started");
-    for (const cJSON *l = ls->child; l; l = l->next)
-        if (l->string)
-            summary_samples(w, "projd_layer_exec_seconds",
-                            cJSON_GetObjectItemCaseSensitive(l, "exec_us"), "layer", l->string);
+    if (family(w, "projd_layer_exec_seconds", "summary",
+               "Execution time of one-op requests on the layer, since the daemon started"))
+        return;
+    int idx = 0;
+    for (const cJSON *l = ls->child; l; l = l->next, idx++) {
+        const cJSON *h = layer_ok(l, idx) ? cJSON_GetObjectItemCaseSensitive(l, "exec_us") : NULL;
+        if (is_hist(h))
+            summary_samples(w, "projd_layer_exec_seconds", h, "layer", l->string);
+    }
 }
 
 /* ---- backend_stats, flattened ------------------------------------------ */
 
-static void metric_name(char *out, size_t cap, const char *prefix, const char *key)
+/* prefix_key with every character a name may not hold made '_'; -1 when
+ * it does not fit (a name cut short could meet another). */
+static int metric_name(char *out, size_t cap, const char *prefix, const char *key)
 {
     int n = snprintf(out, cap, "%s_%s", prefix, key);
-    size_t len = n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
-    for (size_t i = strlen(prefix) + 1; i < len; i++)
+    if (n < 0 || (size_t)n >= cap || (size_t)n > NAME_MAX_LEN)
+        return -1;
+    for (size_t i = strlen(prefix) + 1; i < (size_t)n; i++)
         if (!is_label_char(out[i]))
             out[i] = '_';
+    return 0;
 }
 
-/* A label name for key: its characters made legal, and kept apart from
- * the constant labels. */
-static void label_name(const mw *w, char *out, size_t cap, const char *key)
+/* A label name for key: its characters made legal, "backend_" before one
+ * that would start with "__" (Prometheus's) or meet a constant label. -1
+ * when it does not fit. */
+static int label_name(const mw *w, char *out, size_t cap, const char *key)
 {
-    snprintf(out, cap, "%s%s", is_label_start(key[0]) ? "" : "_", key);
+    int n = snprintf(out, cap, "%s%s", is_label_start(key[0]) ? "" : "_", key);
+    if (n < 0 || (size_t)n >= cap)
+        return -1;
     for (char *p = out; *p; p++)
         if (!is_label_char(*p))
             *p = '_';
-    for (int clash = 1; clash;) {
-        clash = 0;
-        for (unsigned i = 0; w->l && i < w->l->n && !clash; i++)
-            clash = !strcmp(out, w->l->keys[i]);
-        if (clash) {
-            char tmp[128];
-            snprintf(tmp, sizeof tmp, "backend_%s", out);
-            snprintf(out, cap, "%s", tmp);
-        }
+    int clash = out[0] == '_' && out[1] == '_';
+    for (unsigned i = 0; w->l && i < w->l->n && !clash; i++)
+        clash = !strcmp(out, w->l->keys[i]);
+    if (clash) {
+        char tmp[128];
+        if ((size_t)snprintf(tmp, sizeof tmp, "backend_%s", out) >= sizeof tmp ||
+            strlen(tmp) >= cap)
+            return -1;
+        snprintf(out, cap, "%s", tmp);
+        for (unsigned i = 0; w->l && i < w->l->n; i++)
+            if (!strcmp(out, w->l->keys[i]))
+                return -1;
     }
+    return 0;
 }
 
-static void backend_walk(mw *w, const cJSON *obj, const char *prefix, const char *path);
+static int is_scalar(const cJSON *j)
+{
+    return cJSON_IsNumber(j) || cJSON_IsBool(j);
+}
 
-/* An array of objects: one family per numeric field, the element's index
- * as a label named after the array. */
+/* An array of objects: one family per numeric field (in the order the
+ * fields first appear), the element's index as a label named after the
+ * array. */
 static void backend_array(mw *w, const cJSON *arr, const char *name, const char *path)
 {
     char lab[128];
-    label_name(w, lab, sizeof lab, arr->string);
-    for (const cJSON *e = arr->child; e; e = e->next) {
-        for (const cJSON *f = cJSON_IsObject(e) ? e->child : NULL; f; f = f->next) {
-            if (!(cJSON_IsNumber(f) || cJSON_IsBool(f)) || !f->string)
+    if (label_name(w, lab, sizeof lab, arr->string))
+        return;
+    int ne = 0;
+    for (const cJSON *e = arr->child; e && ne < MAX_ELEMENTS; e = e->next, ne++) {
+        int nf = 0;
+        for (const cJSON *f = cJSON_IsObject(e) ? e->child : NULL; f && nf < MAX_CHILDREN;
+             f = f->next, nf++) {
+            char fname[NAME_MAX_LEN + 1], help[NAME_MAX_LEN + 64];
+            if (!is_scalar(f) || !f->string || !first_of_key(f) ||
+                metric_name(fname, sizeof fname, name, f->string))
                 continue;
-            /* Only where the field first appears: each family once. */
-            int first = 1;
-            for (const cJSON *p = arr->child; p != e && first; p = p->next)
-                first = !cJSON_GetObjectItemCaseSensitive(p, f->string);
-            if (!first)
+            snprintf(help, sizeof help, "backend_stats.%.120s[].%.60s", path, f->string);
+            if (family(w, fname, "untyped", help)) /* written, or refused */
                 continue;
-            char fname[256], help[300];
-            metric_name(fname, sizeof fname, name, f->string);
-            snprintf(help, sizeof help, "backend_stats.%s[].%s", path, f->string);
-            family(w, fname, "untyped", help);
             int idx = 0;
-            for (const cJSON *q = arr->child; q; q = q->next, idx++) {
+            for (const cJSON *q = arr->child; q && idx < MAX_ELEMENTS; q = q->next, idx++) {
                 double v;
-                if (!get_num(q, f->string, &v))
+                if (!cJSON_IsObject(q) || !get_num(q, f->string, &v))
                     continue;
                 char is[16];
                 snprintf(is, sizeof is, "%d", idx);
@@ -353,21 +486,67 @@ static void backend_array(mw *w, const cJSON *arr, const char *name, const char 
     }
 }
 
-static void backend_walk(mw *w, const cJSON *obj, const char *prefix, const char *path)
+/* A key ending in _ms or _us is a time in that unit: the name ends in
+ * _seconds instead, and *scale says the factor. 0, or -1 when the name
+ * does not fit. */
+static int time_name(char *name, size_t cap, double *scale)
 {
-    for (const cJSON *c = obj->child; c; c = c->next) {
-        if (!c->string)
+    size_t n = strlen(name);
+    *scale = 1;
+    if (n < 3 || name[n - 3] != '_' || name[n - 1] != 's' ||
+        (name[n - 2] != 'm' && name[n - 2] != 'u'))
+        return 0;
+    *scale = name[n - 2] == 'm' ? 1e-3 : 1e-6;
+    if (n - 3 + strlen("_seconds") >= cap)
+        return -1;
+    strcpy(name + n - 3, "_seconds");
+    return 0;
+}
+
+/* cuda's startup_ms: the start's steps in milliseconds, as one family with
+ * the step as its label, and the one count among them by itself. */
+static void backend_startup(mw *w, const cJSON *su)
+{
+    int state = 0, nc = 0;
+    for (const cJSON *c = su->child; c && state >= 0 && nc < MAX_CHILDREN; c = c->next, nc++) {
+        if (!cJSON_IsNumber(c) || !c->string || !first_of_key(c) ||
+            !strcmp(c->string, "warmed_shapes"))
             continue;
-        char name[256], sub[256];
-        metric_name(name, sizeof name, prefix, c->string);
-        snprintf(sub, sizeof sub, "%s%s%s", path, path[0] ? "." : "", c->string);
-        if (cJSON_IsNumber(c) || cJSON_IsBool(c)) {
-            char help[300];
-            snprintf(help, sizeof help, "backend_stats.%s", sub);
-            family(w, name, "untyped", help);
-            sample(w, name, NULL, cJSON_IsTrue(c) ? 1 : cJSON_IsNumber(c) ? c->valuedouble : 0);
-        } else if (cJSON_IsObject(c)) {
-            backend_walk(w, c, name, sub);
+        if (!state)
+            state = family(w, "projd_backend_startup_seconds", "gauge",
+                           "Seconds each step of the backend's start took") == 0
+                        ? 1
+                        : -1;
+        if (state > 0) {
+            const char *kv[] = {"step", c->string, NULL};
+            sample(w, "projd_backend_startup_seconds", kv, c->valuedouble / 1e3);
+        }
+    }
+    one(w, su, "warmed_shapes", "projd_backend_startup_warmed_shapes", "gauge", 1,
+        "Shapes the start warmed (run once) on every lane");
+}
+
+static void backend_walk(mw *w, const cJSON *obj, const char *prefix, const char *path, int depth)
+{
+    int nc = 0;
+    for (const cJSON *c = obj->child; c && nc < MAX_CHILDREN; c = c->next, nc++) {
+        char name[NAME_MAX_LEN + 1], sub[NAME_MAX_LEN + 64];
+        double scale;
+        if (!c->string || metric_name(name, sizeof name, prefix, c->string))
+            continue;
+        snprintf(sub, sizeof sub, "%.120s%s%.60s", path, path[0] ? "." : "", c->string);
+        if (is_scalar(c)) {
+            char help[NAME_MAX_LEN + 96];
+            snprintf(help, sizeof help, "backend_stats.%.190s", sub);
+            if (time_name(name, sizeof name, &scale) == 0 && family(w, name, "untyped", help) == 0)
+                sample(w, name, NULL,
+                       cJSON_IsTrue(c)     ? 1
+                       : cJSON_IsNumber(c) ? c->valuedouble * scale
+                                           : 0);
+        } else if (cJSON_IsObject(c) && !strcmp(sub, "startup_ms")) {
+            backend_startup(w, c);
+        } else if (cJSON_IsObject(c) && depth < 8) {
+            backend_walk(w, c, name, sub, depth + 1);
         } else if (cJSON_IsArray(c) && strcmp(sub, "engines") != 0) {
             backend_array(w, c, name, sub);
         }
@@ -379,31 +558,37 @@ static void backend(mw *w, const cJSON *bs)
     if (!cJSON_IsObject(bs))
         return;
     /* The strings of the top level (device, uuid, table, engine) as the
-     * labels of one info series. */
-    const char *kv[2 * 16 + 1];
-    char labs[16][128];
+     * labels of one info series; a name met twice is left out. */
+    enum { MAX_INFO = 16 };
+    const char *kv[2 * MAX_INFO + 1];
+    char labs[MAX_INFO][128];
     size_t n = 0;
-    for (const cJSON *c = bs->child; c && n < 16; c = c->next)
-        if (cJSON_IsString(c) && c->string) {
-            label_name(w, labs[n], sizeof labs[n], c->string);
-            kv[2 * n] = labs[n];
-            kv[2 * n + 1] = c->valuestring;
-            n++;
-        }
-    kv[2 * n] = NULL;
-    if (n) {
-        family(w, "projd_backend_info", "gauge", "The backend's strings from STATS, as labels");
-        sample(w, "projd_backend_info", kv, 1);
+    int nc = 0;
+    for (const cJSON *c = bs->child; c && n < MAX_INFO && nc < MAX_CHILDREN; c = c->next, nc++) {
+        if (!cJSON_IsString(c) || !c->string || label_name(w, labs[n], sizeof labs[n], c->string))
+            continue;
+        int dup = 0;
+        for (size_t i = 0; i < n && !dup; i++)
+            dup = !strcmp(labs[i], labs[n]);
+        if (dup)
+            continue;
+        kv[2 * n] = labs[n];
+        kv[2 * n + 1] = c->valuestring;
+        n++;
     }
-    backend_walk(w, bs, "projd_backend", "");
+    kv[2 * n] = NULL;
+    if (n && family(w, "projd_backend_info", "gauge",
+                    "The backend's strings from STATS, as labels") == 0)
+        sample(w, "projd_backend_info", kv, 1);
+    backend_walk(w, bs, "projd_backend", "", 0);
 }
 
 /* ---- the document ---------------------------------------------------------- */
 
 static void up(mw *w, int is_up)
 {
-    family(w, "projd_up", "gauge", "Whether projd answered STATS (1) or not (0)");
-    sample(w, "projd_up", NULL, is_up);
+    if (family(w, "projd_up", "gauge", "Whether projd answered STATS (1) or not (0)") == 0)
+        sample(w, "projd_up", NULL, is_up);
 }
 
 static const char *str(const cJSON *o, const char *key)
@@ -422,7 +607,7 @@ typedef struct plain_metric {
 } plain_metric;
 
 static const plain_metric plain[] = {
-    {"connections", "lost_now", "projd_clients_lost", 0, 1,
+    {"connections", "lost_now", "projd_clients_lost_held", 0, 1,
      "Closed connections whose client died before its GPU work (held until it ends)"},
     {"connections", "lost_clients", "projd_clients_lost_total", 1, 1,
      "Clients that died before their GPU work, since the start"},
@@ -469,10 +654,11 @@ static const plain_metric plain[] = {
 static void render(mw *w, const cJSON *d)
 {
     up(w, 1);
-    family(w, "projd_info", "gauge", "The daemon's version, backend and device");
-    const char *info[] = {"version", str(d, "version"), "backend", str(d, "backend"),
-                          "device",  str(d, "device"),  NULL};
-    sample(w, "projd_info", info, 1);
+    if (family(w, "projd_info", "gauge", "The daemon's version, backend and device") == 0) {
+        const char *info[] = {"version", str(d, "version"), "backend", str(d, "backend"),
+                              "device",  str(d, "device"),  NULL};
+        sample(w, "projd_info", info, 1);
+    }
     one(w, d, "uptime_s", "projd_uptime_seconds", "gauge", 1, "Seconds since the daemon started");
     one(w, d, "draining", "projd_draining", "gauge", 1,
         "1 while the daemon drains to stop (SIGTERM), else 0");
@@ -480,7 +666,7 @@ static void render(mw *w, const cJSON *d)
     const cJSON *cn = cJSON_GetObjectItemCaseSensitive(d, "connections");
     static const char *const conn_states[] = {
         "current", "open", "closing", "closing", "closed_waiting", "closed_waiting", NULL};
-    by_label(w, cn, "projd_connections", "gauge", "state", conn_states,
+    by_label(w, cn, "projd_connections_by_state", "gauge", "state", conn_states,
              "Connections: open, closing, and closed with work still running");
     for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
         const plain_metric *p = &plain[i];
@@ -499,10 +685,9 @@ static void render(mw *w, const cJSON *d)
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(d, "model");
     one(w, md, "file_bytes", "projd_model_file_bytes", "gauge", 1, "Size of the served model file");
     const cJSON *ml = cJSON_GetObjectItemCaseSensitive(md, "layers");
-    if (cJSON_IsArray(ml)) {
-        family(w, "projd_model_layers", "gauge", "Layers the daemon serves");
+    if (cJSON_IsArray(ml) &&
+        family(w, "projd_model_layers", "gauge", "Layers the daemon serves") == 0)
         sample(w, "projd_model_layers", NULL, cJSON_GetArraySize(ml));
-    }
 
     by_key(w, cJSON_GetObjectItemCaseSensitive(d, "requests"), "projd_requests_total", "type",
            "Messages answered, by type");
@@ -515,10 +700,28 @@ static void render(mw *w, const cJSON *d)
     backend(w, cJSON_GetObjectItemCaseSensitive(d, "backend_stats"));
 }
 
-/* Closes the stream of *text (open_memstream sets *text at the close). */
-static char *finish(FILE *f, char **text)
+static mw *mw_open(const pj_metrics_labels *l, char **text, size_t *size)
 {
-    if (fclose(f) != 0) {
+    mw *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    w->l = l;
+    w->f = open_memstream(text, size);
+    if (!w->f) {
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+/* Closes w; the text (open_memstream sets *text at the close), or NULL. */
+static char *mw_close(mw *w, char **text)
+{
+    for (size_t i = 0; i < sizeof w->fam / sizeof w->fam[0]; i++)
+        free(w->fam[i]);
+    int failed = fclose(w->f) != 0;
+    free(w);
+    if (failed) {
         free(*text);
         return NULL;
     }
@@ -538,18 +741,14 @@ char *pj_metrics_render(const char *stats_json, size_t len, const pj_metrics_lab
     }
     char *text = NULL;
     size_t size = 0;
-    FILE *f = open_memstream(&text, &size);
-    if (!f) {
+    mw *w = mw_open(l, &text, &size);
+    if (w)
+        render(w, d);
+    cJSON_Delete(d);
+    if (!w || !mw_close(w, &text)) {
         snprintf(err, errlen, "out of memory");
-        cJSON_Delete(d);
         return NULL;
     }
-    mw w = {.f = f, .l = l};
-    render(&w, d);
-    cJSON_Delete(d);
-    text = finish(f, &text);
-    if (!text)
-        snprintf(err, errlen, "out of memory");
     return text;
 }
 
@@ -557,10 +756,9 @@ char *pj_metrics_render_down(const pj_metrics_labels *l)
 {
     char *text = NULL;
     size_t size = 0;
-    FILE *f = open_memstream(&text, &size);
-    if (!f)
+    mw *w = mw_open(l, &text, &size);
+    if (!w)
         return NULL;
-    mw w = {.f = f, .l = l};
-    up(&w, 0);
-    return finish(f, &text);
+    up(w, 0);
+    return mw_close(w, &text);
 }

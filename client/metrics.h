@@ -6,12 +6,21 @@
  * summaries with quantiles 0.5 and 0.99 plus _sum and _count, and their
  * maxima gauges. backend_stats, whose keys differ between backends, is
  * flattened generically: each number or boolean at path a.b becomes
- * projd_backend_a_b (untyped), an array of objects a label named after the
- * array with the element's index (lane="0"), the top level's strings the
- * labels of projd_backend_info; the per-(layer, m) engine list is the
- * configuration, not a measurement, and is left out (projctl stats shows
- * it). Every series carries the caller's constant labels (--label), e.g.
- * gpu="0" when one node_exporter collects several daemons.
+ * projd_backend_a_b (untyped; a key ending in _ms or _us is converted to
+ * _seconds), an array of objects a label named after the array with the
+ * element's index (lane="0"), the top level's strings the labels of
+ * projd_backend_info, and cuda's startup_ms the family
+ * projd_backend_startup_seconds{step=...}; the per-(layer, m) engine list
+ * is the configuration, not a measurement, and is left out (projctl stats
+ * shows it). Every series carries the caller's constant labels (--label),
+ * e.g. gpu="0" when one node_exporter collects several daemons.
+ *
+ * The text stays valid whatever the document holds (node_exporter drops a
+ * file with one bad line, projd_up included): a name met twice or too long
+ * is written once or not at all, keys repeated in an object count once,
+ * label values and HELP texts are escaped and made UTF-8 ('?' for a byte
+ * that is not), and the generic part is bounded (4096 families, 256
+ * elements of an array).
  */
 #ifndef PJ_CLIENT_METRICS_H
 #define PJ_CLIENT_METRICS_H
@@ -29,8 +38,8 @@ typedef struct pj_metrics_labels {
 
 /* Adds "KEY=VALUE": KEY a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*,
  * not starting with "__"), not one projd's own series use and not given
- * before; VALUE any text (escaped as the format says). 0, or -EINVAL with
- * err saying which rule it broke. */
+ * before; VALUE any UTF-8 text (escaped as the format says). 0, or -EINVAL
+ * with err saying which rule it broke. */
 int pj_metrics_label_add(pj_metrics_labels *l, const char *kv, char *err, size_t errlen);
 
 /* The exposition of a STATS document (JSON text, len bytes), malloc'd and

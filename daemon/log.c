@@ -92,7 +92,7 @@ static int level_prio(pj_log_level level)
  * a C1 control (U+0080..U+009F, which a terminal may act on like ESC).
  * journalctl shows a line holding any of these as "[N blob data]" instead
  * of its text, so one odd byte in a client's HELLO name hid the line. */
-static size_t utf8_char_len(const unsigned char *s, size_t n)
+size_t pj_utf8_char_len(const unsigned char *s, size_t n)
 {
     size_t len;
     uint32_t min;
@@ -158,7 +158,7 @@ void pj_log_msg(pj_log_level level, const char *fmt, ...)
     /* One line, and no terminal control: a message can carry a client's
      * text (its HELLO name, a path), and an escape sequence in it would
      * rewrite what an operator's terminal shows. Well-formed UTF-8 stays;
-     * every other byte >= 0x80 becomes '?' too (utf8_char_len says why),
+     * every other byte >= 0x80 becomes '?' too (pj_utf8_char_len says why),
      * as does a character the 2 KiB cut split. */
     for (size_t i = body; i < at;) {
         unsigned char ch = (unsigned char)line[i];
@@ -168,7 +168,7 @@ void pj_log_msg(pj_log_level level, const char *fmt, ...)
         else if (ch < 0x20 || ch == 0x7f)
             line[i] = '?';
         else if (ch >= 0x80)
-            len = utf8_char_len((unsigned char *)line + i, at - i);
+            len = pj_utf8_char_len((unsigned char *)line + i, at - i);
         if (len == 0) {
             line[i] = '?';
             len = 1;

@@ -31,6 +31,11 @@ void pj_log_msg(pj_log_level level, const char *fmt, ...) __attribute__((format(
 /* 1 when pj_log_init found the journal on stderr. */
 int pj_log_to_journal(void);
 
+/* The length of the well-formed UTF-8 character at s (n bytes there), or 0
+ * when it is not one: a stray continuation byte, an overlong form, a
+ * surrogate, past U+10FFFF, cut short, or a C1 control (U+0080..U+009F). */
+size_t pj_utf8_char_len(const unsigned char *s, size_t n);
+
 #define pj_log_err(...)  pj_log_msg(PJ_LOG_ERROR, __VA_ARGS__)
 #define pj_log_warn(...) pj_log_msg(PJ_LOG_WARN, __VA_ARGS__)
 #define pj_log_info(...) pj_log_msg(PJ_LOG_INFO, __VA_ARGS__)

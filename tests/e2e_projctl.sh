@@ -184,6 +184,17 @@ if [ -z "$ops0" ] || [ "$ops1" != $((ops0 + 3)) ] || [ "$rows1" != $((rows0 + 12
         "after 3 projections of m = 4; output:" >&2
     sed 's/^/    /' "$tmp/expect.out" >&2
 fi
+# Prometheus's own checker, where it is installed (Debian's prometheus):
+# the text parses, and its lint (names, units, _total) has nothing to say.
+if command -v promtool >/dev/null; then
+    cases=$((cases + 1))
+    if ! "$bin/projctl" --socket "$sock" metrics --label gpu=0 | promtool check metrics \
+        >"$tmp/promtool.out" 2>&1; then
+        failures=$((failures + 1))
+        echo "e2e_projctl: FAIL: promtool check metrics:" >&2
+        sed 's/^/    /' "$tmp/promtool.out" >&2
+    fi
+fi
 mkdir -p "$tmp/prom"
 echo "old" >"$tmp/prom/projd.prom"
 cases=$((cases + 1))

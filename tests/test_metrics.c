@@ -10,10 +10,12 @@
  * engine list) and a cpu one written here with hostile strings. */
 #include <check.h>
 #include <errno.h>
+#include <locale.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <wchar.h>
 
 #include "client/metrics.h"
 #include "tests/helpers/fixture.h"
@@ -56,6 +58,21 @@ static const char *read_name(const char *p, char *out, size_t cap)
     return p;
 }
 
+/* Whether labels (k=v, separated by 0x1f) already name key. */
+static int has_label(const char *labels, const char *key)
+{
+    size_t kl = strlen(key);
+    for (const char *p = labels; *p;) {
+        if (!strncmp(p, key, kl) && p[kl] == '=')
+            return 1;
+        const char *sep = strchr(p, '\x1f');
+        if (!sep)
+            break;
+        p = sep + 1;
+    }
+    return 0;
+}
+
 /* The family a sample belongs to: a summary's _sum and _count are its. */
 static int family_of(const expo *e, const char *name)
 {
@@ -75,6 +92,16 @@ static void parse_expo(const char *text, expo *e, const char *const_labels)
 {
     memset(e, 0, sizeof *e);
     int current = -1, lineno = 0;
+    char help_name[128] = "";
+    /* UTF-8 throughout (glibc's decoder as the judge, not projd's own). */
+    ck_assert_ptr_nonnull(setlocale(LC_CTYPE, "C.UTF-8"));
+    mbstate_t mb;
+    memset(&mb, 0, sizeof mb);
+    for (const char *p = text; *p;) {
+        size_t r = mbrtowc(NULL, p, MB_CUR_MAX, &mb);
+        ck_assert_msg(r != (size_t)-1 && r != (size_t)-2, "not UTF-8 at byte %td", p - text);
+        p += r;
+    }
     for (const char *p = text; *p;) {
         const char *nl = strchr(p, '\n');
         ck_assert_msg(nl != NULL, "the text does not end in a newline");
@@ -86,16 +113,23 @@ static void parse_expo(const char *text, expo *e, const char *const_labels)
         p = nl + 1;
         lineno++;
         if (!strncmp(line, "# HELP ", 7)) {
-            char name[128];
-            const char *q = read_name(line + 7, name, sizeof name);
+            const char *q = read_name(line + 7, help_name, sizeof help_name);
             ck_assert_msg(q && *q == ' ' && q[1], "line %d: HELP without a name and text: %s",
                           lineno, line);
+            for (q++; *q; q++)
+                if (*q == '\\') {
+                    q++;
+                    ck_assert_msg(*q == '\\' || *q == 'n', "line %d: HELP escape \\%c", lineno, *q);
+                }
             continue;
         }
         if (!strncmp(line, "# TYPE ", 7)) {
             char name[128];
             const char *q = read_name(line + 7, name, sizeof name);
             ck_assert_msg(q && *q == ' ', "line %d: bad TYPE: %s", lineno, line);
+            ck_assert_msg(!strcmp(name, help_name), "line %d: TYPE %s after HELP %s", lineno, name,
+                          help_name);
+            help_name[0] = '\0';
             q++;
             ck_assert_msg(!strcmp(q, "counter") || !strcmp(q, "gauge") || !strcmp(q, "summary") ||
                               !strcmp(q, "untyped"),
@@ -129,6 +163,9 @@ static void parse_expo(const char *text, expo *e, const char *const_labels)
                 ck_assert_msg(q && q[0] == '=' && q[1] == '"', "line %d: bad label: %s", lineno,
                               line);
                 ck_assert_msg(strchr(key, ':') == NULL, "line %d: ':' in a label name", lineno);
+                ck_assert_msg(strncmp(key, "__", 2), "line %d: reserved label name %s", lineno,
+                              key);
+                ck_assert_msg(!has_label(s->labels, key), "line %d: label %s twice", lineno, key);
                 q += 2;
                 at += (size_t)snprintf(s->labels + at, sizeof s->labels - at,
                                        "%s%s=", at ? "\x1f" : "", key);
@@ -226,7 +263,7 @@ START_TEST(cuda_stats)
     ck_assert_double_eq(value_of(&E, "projd_info", "backend=cuda"), 1);
     ck_assert_double_eq(value_of(&E, "projd_connections_total", NULL), 14);
     ck_assert_double_eq(value_of(&E, "projd_listener_restarts_total", NULL), 7);
-    ck_assert_double_eq(value_of(&E, "projd_connections", "state=open"), 1);
+    ck_assert_double_eq(value_of(&E, "projd_connections_by_state", "state=open"), 1);
     ck_assert_double_eq(value_of(&E, "projd_resident_memory_bytes", NULL), 2051387392.0);
     ck_assert_double_eq(value_of(&E, "projd_ring_enabled", NULL), 1);
     ck_assert_double_eq(value_of(&E, "projd_requests_total", "type=PROJECT"), 600);
@@ -257,6 +294,10 @@ START_TEST(cuda_stats)
     ck_assert_double_eq(value_of(&E, "projd_backend_memory_device_total_bytes", NULL),
                         150109880320.0);
     ck_assert_double_eq(value_of(&E, "projd_backend_dead", NULL), 0);
+    /* the start's steps, milliseconds in STATS, seconds here */
+    ck_assert_double_eq_tol(value_of(&E, "projd_backend_startup_seconds", "step=upload"),
+                            0.904114696, 1e-12);
+    ck_assert_double_eq(value_of(&E, "projd_backend_startup_warmed_shapes", NULL), 16000);
     ck_assert_double_eq(
         value_of(&E, "projd_backend_info", "uuid=GPU-2f31c83a-efc7-001e-44b4-f50462b52ba4"), 1);
     /* the engine list is configuration, left out */
@@ -362,6 +403,80 @@ START_TEST(label_rules)
 }
 END_TEST
 
+/* What a daemon's document could hold that the text must survive (each
+ * found by review with promtool and node_exporter, which drop a whole file
+ * for one bad line): keys that flatten to one name, a key named like a
+ * fixed family, label names that meet or are reserved, backslashes and
+ * newlines in keys (HELP text), keys given twice, bytes that are not
+ * UTF-8, a field that is first a string, and an array too large to walk
+ * whole. The reader above fails on any of these. */
+START_TEST(hostile_backend)
+{
+    const char *js =
+        "{\"version\":\"0.3.0\",\"backend\":\"cuda\",\"device\":\"GPU \xe9\xff\","
+        "\"requests\":{\"PING\":1,\"PING\":2},"
+        "\"layers\":{\"l\xc3\":{\"ops\":1,\"rows\":1,\"exec_us\":{\"count\":1,\"mean\":1,"
+        "\"p50\":1,\"p99\":1,\"max\":1}},\"l\xc3\":{\"ops\":5,\"rows\":5,\"exec_us\":{\"count\":1,"
+        "\"mean\":1,\"p50\":1,\"p99\":1,\"max\":1}}},"
+        "\"backend_stats\":{\"a-b\":\"x\",\"a.b\":\"y\",\"__name__\":\"evil\",\"table\":"
+        "\"t\xe9t\xe9\","
+        "\"a_b\":1,\"a\":{\"b\":2},\"a-c\":3,\"a.c\":4,\"info\":5,"
+        "\"k\\\\x\":6,\"k\\ny\":7,\"dup\":8,\"dup\":9,"
+        "\"lane\":[{\"jobs\":\"x\"},{\"jobs\":5}],\"lane_jobs\":10,"
+        "\"deep\":{\"a\":{\"b\":{\"c\":{\"d\":{\"e\":{\"f\":{\"g\":{\"h\":{\"i\":{\"j\":1}}}}}}}}}}"
+        "}}";
+    pj_metrics_labels l = {0};
+    char err[256];
+    ck_assert_int_eq(pj_metrics_label_add(&l, "gpu=0", err, sizeof err), 0);
+    char *text = pj_metrics_render(js, strlen(js), &l, err, sizeof err);
+    ck_assert_msg(text != NULL, "%s", err);
+    parse_expo(text, &E, "gpu=0");
+    /* the first of each clash stays, the rest is left out */
+    ck_assert_double_eq(value_of(&E, "projd_backend_a_b", NULL), 1);
+    ck_assert_double_eq(value_of(&E, "projd_backend_a_c", NULL), 3);
+    ck_assert_double_eq(value_of(&E, "projd_backend_info", "a_b=x"), 1);
+    ck_assert_double_eq(value_of(&E, "projd_backend_info", "backend___name__=evil"), 1);
+    ck_assert_double_eq(value_of(&E, "projd_backend_info", "table=t?t?"), 1);
+    ck_assert_double_eq(value_of(&E, "projd_backend_dup", NULL), 8);
+    ck_assert_double_eq(value_of(&E, "projd_backend_k_x", NULL), 6);
+    ck_assert_double_eq(value_of(&E, "projd_requests_total", "type=PING"), 1);
+    ck_assert_double_eq(value_of(&E, "projd_layer_ops_total", "layer=l?"), 1);
+    ck_assert_double_eq(value_of(&E, "projd_info", "device=GPU ??"), 1);
+    /* a field first seen as a string is still written where it is a number */
+    ck_assert_double_eq(value_of(&E, "projd_backend_lane_jobs", "lane=1"), 5);
+    free(text);
+
+    /* An array of 100000 objects, each with a key of its own: bounded. */
+    size_t cap = 100000 * 24 + 256, at = 0;
+    char *big = malloc(cap);
+    ck_assert_ptr_nonnull(big);
+    at += (size_t)snprintf(big, cap, "{\"version\":\"x\",\"backend_stats\":{\"lane\":[");
+    for (int i = 0; i < 100000; i++)
+        at += (size_t)snprintf(big + at, cap - at, "%s{\"k%d\":%d}", i ? "," : "", i, i);
+    at += (size_t)snprintf(big + at, cap - at, "]}}");
+    text = pj_metrics_render(big, at, NULL, err, sizeof err);
+    ck_assert_msg(text != NULL, "%s", err);
+    parse_expo(text, &E, NULL);
+    ck_assert_uint_le(E.n_fam, 300);
+    free(text);
+    free(big);
+}
+END_TEST
+
+START_TEST(label_values_are_text)
+{
+    pj_metrics_labels l = {0};
+    char err[256] = "";
+    ck_assert_int_eq(pj_metrics_label_add(&l, "node=caf\xe9", err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "not UTF-8"), "%s", err);
+    ck_assert_int_eq(pj_metrics_label_add(&l, "node=caf\xc3\xa9 \xe2\x82\xac", err, sizeof err), 0);
+    char *text = pj_metrics_render_down(&l);
+    ck_assert_ptr_nonnull(text);
+    parse_expo(text, &E, "node=caf\xc3\xa9 \xe2\x82\xac");
+    free(text);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("metrics");
@@ -370,6 +485,8 @@ int main(void)
     tcase_add_test(tc, hostile_strings);
     tcase_add_test(tc, down_and_refused);
     tcase_add_test(tc, label_rules);
+    tcase_add_test(tc, hostile_backend);
+    tcase_add_test(tc, label_values_are_text);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
