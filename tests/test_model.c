@@ -483,6 +483,39 @@ START_TEST(nonfinite_bf16_anywhere)
 }
 END_TEST
 
+/* A non-finite weight in a layer z12 would take, at tile and block edges
+ * (64 columns, 16 rows): named under auto (stored bf16, warned) and under
+ * format z12 (refused), on any number of threads. */
+START_TEST(nonfinite_z12_anywhere)
+{
+    g_load_threads = (uint32_t)_i;
+    const uint64_t shape[2] = {20, 128};
+    const size_t places[] = {0, 63, 64, 127, 15 * 128 + 127, 16 * 128, 19 * 128 + 127};
+    for (size_t p = 0; p < sizeof places / sizeof places[0]; p++) {
+        uint16_t *w = rand_bf16(20 * 128, 13, 0.1f);
+        w[places[p]] = p % 2 ? 0x7fc1 : 0xff80; /* a NaN, -inf */
+        pj_model *m;
+        warns wr = {0};
+        char err[1024], want[64];
+        ck_assert_int_eq(load_one("nanz1.safetensors", PJ_ST_BF16, 2, shape, w, PJ_FPREF_AUTO, &m,
+                                  &wr, err, sizeof err),
+                         0);
+        snprintf(want, sizeof want, "non-finite weight at (%zu, %zu)", places[p] / 128,
+                 places[p] % 128);
+        ck_assert_int_eq(m->layers[0].w.fmt, PJ_FMT_BF16);
+        ck_assert_int_eq(memcmp(m->layers[0].w.bf16, w, 20 * 128 * 2), 0);
+        ck_assert_int_eq(wr.n, 1);
+        ck_assert_msg(strstr(wr.msg[0], want) && strstr(wr.msg[0], "stored as bf16, not z12"),
+                      "want '%s': %s", want, wr.msg[0]);
+        pj_model_free(m);
+        char zwant[96];
+        snprintf(zwant, sizeof zwant, "format z12 cannot hold the %s", want);
+        expect_load_error("nanz2.safetensors", PJ_ST_BF16, 2, shape, w, PJ_FPREF_Z12, zwant);
+        free(w);
+    }
+}
+END_TEST
+
 START_TEST(f16_split_exact)
 {
     /* every f16 bit pattern that is finite: normals, subnormals, +-0, max */
@@ -1046,6 +1079,7 @@ static Suite *model_suite(void)
     tcase_add_loop_test(tc, nonfinite_bf16, 0, 2);
     tcase_add_loop_test(tc, nonfinite_bf16, 4, 5);
     tcase_add_loop_test(tc, nonfinite_bf16_anywhere, 0, 3);
+    tcase_add_loop_test(tc, nonfinite_z12_anywhere, 0, 3);
     tcase_add_test(tc, load_threads_same_result);
     tcase_add_test(tc, layer_digests);
     tcase_add_test(tc, f16_split_exact);
