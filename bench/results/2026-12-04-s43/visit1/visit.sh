@@ -11,7 +11,9 @@
 #     and STATS startup_ms (convert; upload, which unpacks the bf16 copies
 #     with the new unpack).
 #  3. The new build's layers 124-127 (one of each kind) at m = 1, 16, 200
-#     checked by `projctl project --check` against the CPU reference.
+#     checked by `projctl project --check` against the CPU reference; then
+#     `projctl metrics` of that daemon (session 44: never run on a cuda
+#     daemon; unit-tested on an H200's STATS) kept as metrics.prom.
 #  4. test_cuda_backend --n 1024 (session 42's visit 5 plan): every layer of
 #     1024 run at a graph m and a direct m, checked.
 # Then visit 2 (bench/final-check.sh) on the same pack. Each step streams to
@@ -46,6 +48,13 @@ if ready new "$B/bin/projd"; then
                 tee -a "$OUT/checks.txt"
         done
     done
+    # projctl metrics (session 44) against a cuda daemon of 128 layers: the
+    # text node_exporter would read; its families and projd_up said here.
+    timeout 20 "$B/bin/projctl" --socket ipc:///tmp/l8/new.sock metrics --label gpu=0 \
+        >"$OUT/metrics.prom" 2>&1
+    echo "metrics rc=$?: $(grep -c '^# TYPE' "$OUT/metrics.prom") families," \
+        "$(grep -vc '^#' "$OUT/metrics.prom") samples, $(grep '^projd_up' "$OUT/metrics.prom")" |
+        tee -a "$OUT/checks.txt"
 fi
 pj_daemon_stop
 timeout 240 "$B/tests/gpu/test_cuda_backend" --n 1024 >"$F/backend-n1024.log" 2>&1
