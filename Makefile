@@ -322,6 +322,8 @@ install-files:
 	ln -sf libprojd.so.1 $(DESTDIR)$(PREFIX)/lib/libprojd.so
 	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/share/projd/python client/python/projd.py client/python/projd_sglang.py \
 	    client/python/projd_pack.py
+	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/share/projd/prometheus deploy/prometheus/projd-alerts.yml \
+	    deploy/prometheus/projd-alerts.test.yml
 	[ -z "$$(ls config/tuning/*.json 2>/dev/null)" ] || \
 	    install -m 0644 config/tuning/*.json $(DESTDIR)$(PREFIX)/share/projd/tuning/
 	[ -e $(DESTDIR)/etc/projd/projd.json ] || \

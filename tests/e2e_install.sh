@@ -42,6 +42,7 @@ for f in usr/bin/projd usr/bin/projctl usr/bin/projload usr/lib/libprojd.so.1 us
     usr/lib/sysusers.d/projd.conf usr/lib/tmpfiles.d/projd.conf etc/projd/projd.json \
     usr/share/projd/tuning/h200.json usr/share/projd/python/projd.py \
     usr/share/projd/python/projd_sglang.py usr/share/projd/python/projd_pack.py \
+    usr/share/projd/prometheus/projd-alerts.yml usr/share/projd/prometheus/projd-alerts.test.yml \
     usr/share/doc/projd/README.md \
     usr/share/doc/projd/config/CONFIG.md usr/share/doc/projd/daemon/DAEMON.md \
     usr/share/doc/projd/daemon/CUDA.md usr/share/doc/projd/protocol/PROTOCOL.md \

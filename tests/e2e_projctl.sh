@@ -194,6 +194,14 @@ if command -v promtool >/dev/null; then
         echo "e2e_projctl: FAIL: promtool check metrics:" >&2
         sed 's/^/    /' "$tmp/promtool.out" >&2
     fi
+    # The alerting rules shipped beside the units, and their cases.
+    cases=$((cases + 1))
+    if ! (cd deploy/prometheus && promtool check rules projd-alerts.yml &&
+        promtool test rules projd-alerts.test.yml) >"$tmp/promtool.out" 2>&1; then
+        failures=$((failures + 1))
+        echo "e2e_projctl: FAIL: deploy/prometheus/projd-alerts.yml:" >&2
+        sed 's/^/    /' "$tmp/promtool.out" >&2
+    fi
 fi
 mkdir -p "$tmp/prom"
 echo "old" >"$tmp/prom/projd.prom"
