@@ -243,11 +243,17 @@ static int is_layer_name(const char *s)
  * magnitude (a float holds it; 1e39 would not). */
 static int get_time(const cJSON *v, float *out)
 {
-    if (!v)
+    /* null is what the writer makes of a time that is not finite (a
+     * baseline that never ran): no time, as when the key is left out. */
+    if (!v || cJSON_IsNull(v))
         return 0;
     if (!cJSON_IsNumber(v) || !(fabs(v->valuedouble) < 1e9))
         return -EINVAL;
-    *out = (float)v->valuedouble;
+    /* The bound holds for the float too, so what is written back loads. */
+    float f = (float)v->valuedouble;
+    if (!(fabsf(f) < 1e9f))
+        return -EINVAL;
+    *out = f;
     return 0;
 }
 
@@ -451,8 +457,14 @@ int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_
         emit(msg, msg_ctx, line);
     }
     const cJSON *dev = cJSON_GetObjectItemCaseSensitive(root, "device");
-    if (cJSON_IsString(dev))
+    if (cJSON_IsString(dev)) {
+        /* Printed in messages (projload --compare): printable ASCII, as
+         * every GPU's name is; anything else can match no device anyway. */
         snprintf(t->device, sizeof t->device, "%s", dev->valuestring);
+        for (char *p = t->device; *p; p++)
+            if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
+                *p = '?';
+    }
     const cJSON *sms = cJSON_GetObjectItemCaseSensitive(root, "sm_count");
     if (cJSON_IsNumber(sms))
         t->sm_count = sms->valueint;
@@ -592,8 +604,12 @@ char *pj_tune_to_json(const pj_tune_table *t, const char *commit, const char *da
             if ((knob_defs[j].engines & EB(e->eng)) &&
                 !(knob_defs[j].quiet && !knob_get(&e->knobs, &knob_defs[j])))
                 cJSON_AddNumberToObject(kn, knob_defs[j].name, knob_get(&e->knobs, &knob_defs[j]));
-        cJSON_AddNumberToObject(o, "us", to_ns(e->us));
-        cJSON_AddNumberToObject(o, "base_us", to_ns(e->base_us));
+        /* A time that is not finite (a baseline that never ran) is left
+         * out: JSON has no spelling for it. */
+        if (isfinite(e->us))
+            cJSON_AddNumberToObject(o, "us", to_ns(e->us));
+        if (isfinite(e->base_us))
+            cJSON_AddNumberToObject(o, "base_us", to_ns(e->base_us));
         cJSON_AddItemToArray(arr, o);
     }
     char *s = cJSON_Print(root);

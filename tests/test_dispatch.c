@@ -2,6 +2,7 @@
  * kernels/dispatch.c (no GPU needed: device checks go through a stub). */
 #include <check.h>
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -595,6 +596,44 @@ START_TEST(refuses_what_cjson_misreads)
                       err, broken[i].why);
         ck_assert_msg(printable_line(err), "%s: message not one printable line", broken[i].js);
         ck_assert_uint_eq(t.n, 0);
+    }
+    /* What the tuner writes loads again: a baseline that never ran (its
+     * time infinite) is left out, and null, as older tables hold it, reads
+     * as no time; a time just under the bound that rounds to it as a float
+     * is refused at once, not after a save. */
+    {
+        pj_tune_table w = {.n = 1};
+        snprintf(w.e[0].layer, sizeof w.e[0].layer, "o");
+        w.e[0].m = 1;
+        w.e[0].eng = PJ_ENG_CUBLAS;
+        w.e[0].us = 7.5f;
+        w.e[0].base_us = INFINITY;
+        char *js = pj_tune_to_json(&w, "c", "d");
+        ck_assert_ptr_nonnull(js);
+        ck_assert_ptr_null(strstr(js, "base_us"));
+        pj_tune_table r;
+        char e2[256];
+        ck_assert_int_eq(pj_tune_parse(js, strlen(js), &r, NULL, NULL, NULL, NULL, e2, sizeof e2),
+                         1);
+        free(js);
+        const char *null_time = "{\"entries\":[{\"layer\":\"o\",\"m\":1,\"engine\":\"cublas\","
+                                "\"us\":7.5,\"base_us\":null}]}";
+        ck_assert_int_eq(
+            pj_tune_parse(null_time, strlen(null_time), &r, NULL, NULL, NULL, NULL, e2, sizeof e2),
+            1);
+        ck_assert_float_eq(r.e[0].us, 7.5f);
+        ck_assert_float_eq(r.e[0].base_us, 0);
+        const char *rounds = "{\"entries\":[{\"layer\":\"o\",\"m\":1,\"engine\":\"cublas\","
+                             "\"us\":999999990}]}";
+        n_msgs = 0;
+        ck_assert_int_eq(
+            pj_tune_parse(rounds, strlen(rounds), &r, NULL, NULL, on_msg, NULL, e2, sizeof e2), 0);
+        ck_assert_int_eq(n_msgs, 1);
+        /* A device name with control bytes is kept printable. */
+        const char *dev = "{\"device\":\"H\\u001b[2J200\",\"entries\":[]}";
+        ck_assert_int_eq(pj_tune_parse(dev, strlen(dev), &r, NULL, NULL, NULL, NULL, e2, sizeof e2),
+                         0);
+        ck_assert_str_eq(r.device, "H?[2J200");
     }
     /* A NUL after the table still ends it, as in a C string. */
     const char nul_end[] = "{\"entries\":[{\"layer\":\"o\",\"m\":1,\"engine\":\"cublas\"}]}\0junk";

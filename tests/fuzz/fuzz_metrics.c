@@ -38,6 +38,40 @@ static const char *name_end(const char *p)
     return p;
 }
 
+/* A label name: no ':' (metric names only). */
+static const char *label_end(const char *p)
+{
+    const char *e = name_end(p);
+    check(memchr(p, ':', (size_t)(e - p)) == NULL);
+    return e;
+}
+
+/* A value as Go's strconv reads it: [-+]digits[.digits][e[-+]digits], or
+ * NaN, +Inf, -Inf (strtod alone would take nan, inf, hex and blanks). */
+static void check_value(const char *v, const char *nl)
+{
+    if (!strncmp(v, "NaN\n", 4) || !strncmp(v, "+Inf\n", 5) || !strncmp(v, "-Inf\n", 5))
+        return;
+    const char *p = v;
+    if (*p == '-' || *p == '+')
+        p++;
+    check(*p >= '0' && *p <= '9');
+    while (*p >= '0' && *p <= '9')
+        p++;
+    if (*p == '.')
+        for (p++; *p >= '0' && *p <= '9'; p++)
+            ;
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '-' || *p == '+')
+            p++;
+        check(*p >= '0' && *p <= '9');
+        while (*p >= '0' && *p <= '9')
+            p++;
+    }
+    check(p == nl);
+}
+
 #define MAX_FAM 8192
 static char *fams[MAX_FAM];
 static size_t n_fams;
@@ -98,7 +132,7 @@ static void validate(const char *text)
                 e++;
                 while (*e != '}') {
                     const char *k = e;
-                    e = name_end(e);
+                    e = label_end(e);
                     check(e - k < 128 && strncmp(k, "__", 2) != 0 && *e == '=' && e[1] == '"');
                     for (size_t i = 0; i < nk; i++)
                         check(strlen(keys[i]) != (size_t)(e - k) ||
@@ -124,12 +158,7 @@ static void validate(const char *text)
             }
             check(has_const);
             check(*e == ' ');
-            e++;
-            char *end;
-            if (strncmp(e, "NaN\n", 4) && strncmp(e, "+Inf\n", 5) && strncmp(e, "-Inf\n", 5)) {
-                strtod(e, &end);
-                check(end != e && end == nl);
-            }
+            check_value(e + 1, nl);
         }
         p = nl + 1;
     }

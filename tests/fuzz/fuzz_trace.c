@@ -89,11 +89,20 @@ static void check_signatures(const pj_trace *t)
         size_t need = pj_trace_signature(t, r, NULL, NULL, full, sizeof full);
         if (need < sizeof full)
             check(strlen(full) == need);
-        memset(small, 'x', sizeof small);
-        size_t need2 = pj_trace_signature(t, r, NULL, NULL, small, sizeof small);
-        check(need2 == need);
-        check(memchr(small, '\0', sizeof small) != NULL);
-        check(strncmp(small, full, strlen(small)) == 0);
+        /* 0 (nothing written), 1 (the NUL alone), 17, and exactly the
+         * length (one byte short of the NUL). */
+        const size_t caps[] = {0, 1, sizeof small, need < sizeof small ? need : sizeof small};
+        for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++) {
+            memset(small, 'x', sizeof small);
+            size_t need2 = pj_trace_signature(t, r, NULL, NULL, small, caps[c]);
+            check(need2 == need);
+            if (caps[c] == 0) {
+                check(small[0] == 'x');
+                continue;
+            }
+            check(memchr(small, '\0', caps[c]) != NULL);
+            check(strncmp(small, full, strlen(small)) == 0);
+        }
     }
 }
 

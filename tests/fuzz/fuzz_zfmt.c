@@ -135,6 +135,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 continue;
             }
             seen++;
+            /* stored saturated: the decoded value is inside the window */
+            const uint32_t d7 = (wd >> 8) & 0x7f;
+            check(d7 >= z.base && d7 <= z.base + 7);
             check(z.exc_orig[e] == orig);
             const float got = corrected(pj_bf16_to_f32(wd), z.exc[e].c1, z.exc[e].c2);
             const float want = pj_bf16_to_f32(orig);
@@ -146,21 +149,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     check(seen == z.n_exc);
 
+    /* Every entry is cancel-and-restore, so the by-tile table always
+     * builds; each position in it once, and only outside the window. */
     uint32_t *off = NULL, *ent = NULL;
-    if (pj_z12_tile_exc(&z, &off, &ent, err, sizeof err) == 0) {
-        const uint32_t tiles = z.n_pad / PJ_Z12_TILE_ROWS * (k / PJ_Z12_TILE_K);
-        check(off[0] == 0 && off[tiles] == z.n_exc);
-        for (uint32_t t = 0; t < tiles; t++) {
-            const uint32_t rb = t / (k / PJ_Z12_TILE_K), kt = t % (k / PJ_Z12_TILE_K);
-            for (uint32_t i = off[t]; i < off[t + 1]; i++) {
-                const uint32_t pos = ent[i] >> 16;
-                const uint32_t r = rb * PJ_Z12_TILE_ROWS + pos / 64, c = kt * 64 + pos % 64;
-                check(r < n && (ent[i] & 0xffffu) == w[(size_t)r * k + c]);
-            }
+    check(pj_z12_tile_exc(&z, &off, &ent, err, sizeof err) == 0);
+    const uint32_t tiles = z.n_pad / PJ_Z12_TILE_ROWS * (k / PJ_Z12_TILE_K);
+    check(off[0] == 0 && off[tiles] == z.n_exc);
+    uint8_t *hit = calloc(count, 1);
+    check(hit != NULL);
+    for (uint32_t t = 0; t < tiles; t++) {
+        const uint32_t rb = t / (k / PJ_Z12_TILE_K), kt = t % (k / PJ_Z12_TILE_K);
+        check(off[t] <= off[t + 1]);
+        for (uint32_t i = off[t]; i < off[t + 1]; i++) {
+            const uint32_t pos = ent[i] >> 16;
+            const uint32_t r = rb * PJ_Z12_TILE_ROWS + pos / 64, c = kt * 64 + pos % 64;
+            check(pos < PJ_Z12_TILE_ROWS * 64 && r < n);
+            const uint16_t orig = w[(size_t)r * k + c];
+            const uint32_t e7 = (orig >> 8) & 0x7f;
+            check((ent[i] & 0xffffu) == orig && (e7 < z.base || e7 > z.base + 7));
+            check(!hit[(size_t)r * k + c]);
+            hit[(size_t)r * k + c] = 1;
         }
-        free(off);
-        free(ent);
     }
+    free(hit);
+    free(off);
+    free(ent);
     pj_z12_free(&z);
     free(w);
     free(back);

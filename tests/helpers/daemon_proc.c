@@ -166,14 +166,18 @@ int pj_dproc_start(pj_dproc *d, const char *model_path, const char *cfg_json,
     return pj_dproc_spawn(d, extra_args, wait_ready, timeout_ms, err, errlen);
 }
 
-static void read_notes(pj_dproc *d)
+/* Takes every queued note into d->notes; 1 when one of them holds needle
+ * (may be NULL), which the buffer may no longer show if many came after. */
+static int read_notes(pj_dproc *d, const char *needle)
 {
     char buf[1024];
+    int found = 0;
     for (;;) {
         ssize_t n = recv(d->notify_fd, buf, sizeof buf - 1, MSG_DONTWAIT);
         if (n <= 0)
-            return;
+            return found;
         buf[n] = 0;
+        found |= needle && strstr(buf, needle) != NULL;
         size_t used = strlen(d->notes);
         /* Full: the oldest notes go, not the newest. A slow start (a
          * sanitizer build loading 1024 layers) sends more progress notes
@@ -206,8 +210,7 @@ int pj_dproc_wait_notify(pj_dproc *d, const char *needle, int timeout_ms)
 {
     long long end = now_ms() + timeout_ms;
     for (;;) {
-        read_notes(d);
-        if (strstr(d->notes, needle))
+        if (read_notes(d, needle) || strstr(d->notes, needle))
             return 0;
         reap(d);
         long long left = end - now_ms();
