@@ -493,6 +493,19 @@ START_TEST(exact_shape_beats_any_shape)
 }
 END_TEST
 
+/* The table js (one entry) loads empty, its entry rejected by one message
+ * that says why. */
+static void expect_one_rejection(const char *js, const char *why)
+{
+    char err[256];
+    pj_tune_table t;
+    n_msgs = 0;
+    ck_assert_int_eq(pj_tune_parse(js, strlen(js), &t, NULL, NULL, on_msg, NULL, err, sizeof err),
+                     0);
+    ck_assert_int_eq(n_msgs, 1);
+    ck_assert_msg(strstr(last_msg, why), "%s: \"%s\" does not say \"%s\"", js, last_msg, why);
+}
+
 /* cJSON keeps a repeated key and its lookups take the first; a misspelt
  * key is never looked up. Both would load an entry that is not what the
  * file says: refused, each entry alone, with the key named. A repeated
@@ -511,15 +524,9 @@ START_TEST(rejects_odd_keys)
          "gemvz pipe=4 (the balanced GEMV) reads none of cl, xs, ts, st"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char js[512], err[256];
+        char js[512];
         snprintf(js, sizeof js, "{\"entries\":[{\"layer\":\"o\",%s}]}", bad[i].entry);
-        pj_tune_table t;
-        n_msgs = 0;
-        ck_assert_int_eq(
-            pj_tune_parse(js, strlen(js), &t, NULL, NULL, on_msg, NULL, err, sizeof err), 0);
-        ck_assert_int_eq(n_msgs, 1);
-        ck_assert_msg(strstr(last_msg, bad[i].why), "%s: \"%s\" does not say \"%s\"", js, last_msg,
-                      bad[i].why);
+        expect_one_rejection(js, bad[i].why);
     }
     char err[256];
     pj_tune_table t;
@@ -565,15 +572,9 @@ START_TEST(refuses_what_cjson_misreads)
          "\"base_us\" must be a time"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char js[512], err[256];
+        char js[512];
         snprintf(js, sizeof js, "{\"entries\":[{%s}]}", bad[i].entry);
-        pj_tune_table t;
-        n_msgs = 0;
-        ck_assert_int_eq(
-            pj_tune_parse(js, strlen(js), &t, NULL, NULL, on_msg, NULL, err, sizeof err), 0);
-        ck_assert_int_eq(n_msgs, 1);
-        ck_assert_msg(strstr(last_msg, bad[i].why), "%s: \"%s\" does not say \"%s\"", js, last_msg,
-                      bad[i].why);
+        expect_one_rejection(js, bad[i].why);
         ck_assert_msg(printable_line(last_msg), "%s: message not one printable line", js);
     }
     /* Whole tables refused: a NUL inside a string, a raw control byte. */
