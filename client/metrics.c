@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/config.h"
 #include "daemon/log.h"
 
 /* Label names projd's own series use: a constant label of the same name
@@ -158,20 +159,12 @@ typedef struct mw {
     size_t n_fam;
 } mw;
 
-static uint32_t name_hash(const char *s)
-{
-    uint32_t h = 2166136261u;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 16777619u;
-    return h;
-}
-
 /* Starts family name: 0, or -1 when it may not (written before, or the
  * table full: its samples are then left out too). */
 static int family(mw *w, const char *name, const char *type, const char *help)
 {
     const size_t cap = sizeof w->fam / sizeof w->fam[0];
-    size_t i = name_hash(name) & (cap - 1);
+    size_t i = pj_str_hash(name) & (cap - 1);
     for (; w->fam[i]; i = (i + 1) & (cap - 1))
         if (!strcmp(w->fam[i], name))
             return -1;
@@ -253,39 +246,48 @@ static void one(mw *w, const cJSON *obj, const char *key, const char *name, cons
         sample(w, name, NULL, v * scale);
 }
 
+/* A family of labelled samples started at its first sample, so that a
+ * family with none is not written at all. */
+typedef struct lazy_family {
+    const char *name, *type, *help;
+    int state; /* 0 not started, 1 started, -1 refused (its samples left out) */
+} lazy_family;
+
+/* One sample of f labelled lk = lv. 0, or -1 once the family was refused
+ * (written before, or the table full): its callers stop there. */
+static int lazy_sample(mw *w, lazy_family *f, const char *lk, const char *lv, double v)
+{
+    if (!f->state)
+        f->state = family(w, f->name, f->type, f->help) == 0 ? 1 : -1;
+    if (f->state < 0)
+        return -1;
+    const char *kv[] = {lk, lv, NULL};
+    sample(w, f->name, kv, v);
+    return 0;
+}
+
 /* One family over several keys of obj, told apart by one label: pairs are
  * (key in obj, label value), NULL-terminated. */
 static void by_label(mw *w, const cJSON *obj, const char *name, const char *type, const char *label,
                      const char *const *pairs, const char *help)
 {
-    int state = 0; /* 0 not started, 1 started, -1 refused */
+    lazy_family f = {name, type, help, 0};
     double v;
-    for (size_t i = 0; pairs[i] && state >= 0; i += 2) {
-        if (!get_num(obj, pairs[i], &v))
-            continue;
-        if (!state)
-            state = family(w, name, type, help) == 0 ? 1 : -1;
-        if (state > 0) {
-            const char *kv[] = {label, pairs[i + 1], NULL};
-            sample(w, name, kv, v);
-        }
-    }
+    for (size_t i = 0; pairs[i]; i += 2)
+        if (get_num(obj, pairs[i], &v) && lazy_sample(w, &f, label, pairs[i + 1], v))
+            break;
 }
 
 /* Every numeric child of obj but "total", by its key as the label. */
 static void by_key(mw *w, const cJSON *obj, const char *name, const char *label, const char *help)
 {
-    int state = 0, seen = 0;
-    for (const cJSON *c = obj ? obj->child : NULL; c && state >= 0 && seen < MAX_CHILDREN;
-         c = c->next, seen++) {
+    lazy_family f = {name, "counter", help, 0};
+    int seen = 0;
+    for (const cJSON *c = obj ? obj->child : NULL; c && seen < MAX_CHILDREN; c = c->next, seen++) {
         if (!cJSON_IsNumber(c) || !c->string || !strcmp(c->string, "total") || !first_of_key(c))
             continue;
-        if (!state)
-            state = family(w, name, "counter", help) == 0 ? 1 : -1;
-        if (state > 0) {
-            const char *kv[] = {label, c->string, NULL};
-            sample(w, name, kv, c->valuedouble);
-        }
+        if (lazy_sample(w, &f, label, c->string, c->valuedouble))
+            break;
     }
 }
 
@@ -346,20 +348,13 @@ static void requests(mw *w, const cJSON *doc)
         if (is_hist(h) && family(w, phases[i].name, "summary", phases[i].help) == 0)
             summary_samples(w, phases[i].name, h, NULL, NULL);
     }
-    int state = 0;
-    for (size_t i = 0; i < 3 && state >= 0; i++) {
+    lazy_family max = {"projd_request_max_seconds", "gauge",
+                       "The longest PROJECT request phase since the daemon started", 0};
+    for (size_t i = 0; i < 3; i++) {
         double v;
-        if (!get_num(cJSON_GetObjectItemCaseSensitive(lat, phases[i].key), "max", &v))
-            continue;
-        if (!state)
-            state = family(w, "projd_request_max_seconds", "gauge",
-                           "The longest PROJECT request phase since the daemon started") == 0
-                        ? 1
-                        : -1;
-        if (state > 0) {
-            const char *kv[] = {"phase", phases[i].key, NULL};
-            sample(w, "projd_request_max_seconds", kv, v / 1e6);
-        }
+        if (get_num(cJSON_GetObjectItemCaseSensitive(lat, phases[i].key), "max", &v) &&
+            lazy_sample(w, &max, "phase", phases[i].key, v / 1e6))
+            break;
     }
 }
 
@@ -507,20 +502,15 @@ static int time_name(char *name, size_t cap, double *scale)
  * the step as its label, and the one count among them by itself. */
 static void backend_startup(mw *w, const cJSON *su)
 {
-    int state = 0, nc = 0;
-    for (const cJSON *c = su->child; c && state >= 0 && nc < MAX_CHILDREN; c = c->next, nc++) {
+    lazy_family f = {"projd_backend_startup_seconds", "gauge",
+                     "Seconds each step of the backend's start took", 0};
+    int nc = 0;
+    for (const cJSON *c = su->child; c && nc < MAX_CHILDREN; c = c->next, nc++) {
         if (!cJSON_IsNumber(c) || !c->string || !first_of_key(c) ||
             !strcmp(c->string, "warmed_shapes"))
             continue;
-        if (!state)
-            state = family(w, "projd_backend_startup_seconds", "gauge",
-                           "Seconds each step of the backend's start took") == 0
-                        ? 1
-                        : -1;
-        if (state > 0) {
-            const char *kv[] = {"step", c->string, NULL};
-            sample(w, "projd_backend_startup_seconds", kv, c->valuedouble / 1e3);
-        }
+        if (lazy_sample(w, &f, "step", c->string, c->valuedouble / 1e3))
+            break;
     }
     one(w, su, "warmed_shapes", "projd_backend_startup_warmed_shapes", "gauge", 1,
         "Shapes the start warmed (run once) on every lane");

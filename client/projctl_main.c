@@ -18,6 +18,7 @@
 
 #include "client/projd.h"
 #include "config/config.h"
+#include "config/replacefile.h"
 #include "daemon/inspect.h"
 #include "client/metrics.h"
 #include "client/servedmodel.h"
@@ -782,48 +783,6 @@ static int cmd_stats(opts *o)
 /* text to path whole or not at all: a temporary file beside it, renamed
  * over it, so that a collector reading the folder never sees half of it.
  * 0, or -1 with the reason said. */
-static int write_replacing(const char *path, const char *text)
-{
-    char tmp[4096];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= sizeof tmp) {
-        fprintf(stderr, "projctl: --out %s: path too long\n", path);
-        return -1;
-    }
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        fprintf(stderr, "projctl: --out %s: cannot create a file beside it: %s\n", path,
-                strerror(errno));
-        return -1;
-    }
-    /* mkstemp makes it 0600; the collector runs as another user. */
-    FILE *f = fchmod(fd, 0644) == 0 ? fdopen(fd, "w") : NULL;
-    if (!f) {
-        int e = errno;
-        close(fd);
-        unlink(tmp);
-        fprintf(stderr, "projctl: --out %s: %s\n", path, strerror(e));
-        return -1;
-    }
-    errno = 0;
-    int failed = fputs(text, f) == EOF || fflush(f) != 0;
-    int e = errno;
-    if (fclose(f) != 0 && !failed) {
-        failed = 1;
-        e = errno;
-    }
-    if (!failed && rename(tmp, path) != 0) {
-        failed = 1;
-        e = errno;
-    }
-    if (failed) {
-        unlink(tmp);
-        fprintf(stderr, "projctl: --out %s: writing failed: %s (the file there is unchanged)\n",
-                path, strerror(e ? e : EIO));
-        return -1;
-    }
-    return 0;
-}
-
 static int cmd_metrics(opts *o)
 {
     projd_conn *c;
@@ -862,8 +821,14 @@ static int cmd_metrics(opts *o)
             clearerr(stdout); /* said once, here */
             rc = 1;
         }
-    } else if (write_replacing(o->out, text))
-        rc = 1;
+    } else {
+        /* 0644: the collector (node_exporter) runs as another user. */
+        char err[4096 + 256];
+        if (pj_replace_file(o->out, text, strlen(text), 0644, err, sizeof err)) {
+            fprintf(stderr, "projctl: --out %s\n", err);
+            rc = 1;
+        }
+    }
     free(text);
     return rc;
 }

@@ -48,19 +48,11 @@ static int grow(void **arr, size_t *cap, size_t need, size_t el)
  * slots is never more than half full and never grows. */
 #define NAME_SLOTS (2u * PJ_WIRE_MAX_LAYERS_ALL)
 
-static uint32_t name_hash(const char *name)
-{
-    uint32_t h = 2166136261u; /* FNV-1a */
-    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
-        h = (h ^ *p) * 16777619u;
-    return h;
-}
-
 /* Index of name in t->names, or -1; *slot is where the probe ended (its
  * slot, or the free one it would take). */
 static int32_t find_name(const pj_trace *t, const char *name, uint32_t *slot)
 {
-    uint32_t at = name_hash(name) & (NAME_SLOTS - 1);
+    uint32_t at = pj_str_hash(name) & (NAME_SLOTS - 1);
     for (; t->name_slots && t->name_slots[at]; at = (at + 1) & (NAME_SLOTS - 1)) {
         uint32_t i = t->name_slots[at] - 1u;
         if (strcmp(t->names[i], name) == 0) {

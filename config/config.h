@@ -167,4 +167,14 @@ long pj_json_strict(const char *json, size_t len, int integers_only, char *what,
  * whatever text from a file it quotes. */
 void pj_append_escaped(char *dst, size_t n, size_t *len, const char *s, size_t max);
 
+/* FNV-1a of a NUL-terminated string: the hash of the name tables that
+ * open addressing serves (a trace's layer names, the metric families). */
+static inline uint32_t pj_str_hash(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h;
+}
+
 #endif

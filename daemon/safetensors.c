@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 
 #include "config/config.h"
+#include "config/replacefile.h"
 #include "daemon/shmguard.h"
 
 /* Largest integer a JSON number (a double) carries exactly. */
@@ -630,8 +631,7 @@ typedef struct wr_tensor {
 } wr_tensor;
 
 struct pj_st_writer {
-    char *path, *tmp;
-    FILE *fp;
+    pj_replacing out; /* the file, replaced whole at finish */
     int state;
     wr_tensor *t;
     size_t n, cap;
@@ -650,7 +650,7 @@ wr_fail(pj_st_writer *w, char *err, size_t errlen, int rc, const char *fmt, ...)
 {
     w->state = WR_FAILED;
     if (err && errlen) {
-        int n = snprintf(err, errlen, "%s: ", w->path);
+        int n = snprintf(err, errlen, "%s: ", w->out.path);
         if (n >= 0 && (size_t)n < errlen) {
             va_list ap;
             va_start(ap, fmt);
@@ -665,59 +665,32 @@ int pj_st_writer_open(const char *path, pj_st_writer **out, char *err, size_t er
 {
     *out = NULL;
     pj_st_writer *w = calloc(1, sizeof *w);
-    if (!w)
-        goto nomem;
-    w->path = strdup(path);
-    size_t tl = strlen(path) + 32;
-    w->tmp = malloc(tl);
-    if (!w->path || !w->tmp)
-        goto nomem;
-    snprintf(w->tmp, tl, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        int e = errno;
-        snprintf(err, errlen, "%s: cannot create %s: %s", path, w->tmp, strerror(e));
-        free(w->path);
-        free(w->tmp);
-        free(w);
-        return -e;
+    if (!w) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -ENOMEM;
     }
-    w->fp = fdopen(fd, "wb");
-    if (!w->fp) {
-        close(fd);
-        unlink(w->tmp);
-        goto nomem;
+    int rc = pj_replacing_open(&w->out, path, 0644, err, errlen);
+    if (rc) {
+        free(w);
+        return rc;
     }
     /* Large buffer: the generator appends one row (a few KiB) at a time. */
-    setvbuf(w->fp, NULL, _IOFBF, 1u << 20);
+    setvbuf(w->out.f, NULL, _IOFBF, 1u << 20);
     *out = w;
     return 0;
-nomem:
-    snprintf(err, errlen, "%s: out of memory", path);
-    if (w) {
-        free(w->path);
-        free(w->tmp);
-        free(w);
-    }
-    return -ENOMEM;
 }
 
 void pj_st_writer_abort(pj_st_writer *w)
 {
     if (!w)
         return;
-    if (w->fp) {
-        fclose(w->fp);
-        unlink(w->tmp);
-    }
+    pj_replacing_abort(&w->out);
     for (size_t i = 0; i < w->n; i++)
         free(w->t[i].name);
     for (size_t i = 0; i < 2 * w->n_meta; i++)
         free(w->meta[i]);
     free(w->t);
     free(w->meta);
-    free(w->path);
-    free(w->tmp);
     free(w);
 }
 
@@ -798,9 +771,9 @@ int pj_st_writer_add(pj_st_writer *w, const char *name, pj_st_dtype dtype, uint3
 
 static int wr_put(pj_st_writer *w, const void *p, size_t len, char *err, size_t errlen)
 {
-    if (len && fwrite(p, 1, len, w->fp) != len) {
+    if (len && fwrite(p, 1, len, w->out.f) != len) {
         int e = errno ? errno : EIO;
-        return wr_fail(w, err, errlen, -e, "write to %s: %s", w->tmp, strerror(e));
+        return wr_fail(w, err, errlen, -e, "write to %s: %s", w->out.tmp, strerror(e));
     }
     return 0;
 }
@@ -923,25 +896,11 @@ int pj_st_writer_finish(pj_st_writer *w, char *err, size_t errlen)
                      (unsigned long long)w->t[w->cur].nbytes);
         goto fail;
     }
-    if (fflush(w->fp) != 0 || fsync(fileno(w->fp)) != 0) {
-        int e = errno ? errno : EIO;
-        rc = wr_fail(w, err, errlen, -e, "flush of %s: %s", w->tmp, strerror(e));
+    /* Synced before the rename: a model file is large and written once,
+     * and a crash must not leave a renamed file whose pages never reached
+     * the disk in place of a good one. */
+    if ((rc = pj_replacing_commit(&w->out, 1, err, errlen)) != 0)
         goto fail;
-    }
-    FILE *fp = w->fp;
-    w->fp = NULL;
-    if (fclose(fp) != 0) {
-        int e = errno ? errno : EIO;
-        unlink(w->tmp);
-        rc = wr_fail(w, err, errlen, -e, "close of %s: %s", w->tmp, strerror(e));
-        goto fail;
-    }
-    if (rename(w->tmp, w->path) != 0) {
-        int e = errno;
-        unlink(w->tmp);
-        rc = wr_fail(w, err, errlen, -e, "rename from %s: %s", w->tmp, strerror(e));
-        goto fail;
-    }
     pj_st_writer_abort(w); /* nothing left to remove: only frees */
     return 0;
 fail:

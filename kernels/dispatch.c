@@ -3,6 +3,7 @@
 #include "kernels/dispatch.h"
 
 #include "config/config.h"
+#include "config/replacefile.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -620,46 +621,20 @@ char *pj_tune_to_json(const pj_tune_table *t, const char *commit, const char *da
 int pj_tune_save(const char *path, const pj_tune_table *t, const char *commit, const char *date,
                  char *err, size_t errlen)
 {
-    /* Written beside the target and renamed over it, so that a failed write
-     * (full disk, quota) leaves the table that was there, not half a table. */
-    char tmp[4096];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
-        snprintf(err, errlen, "tuning table %s: path too long", path);
-        return -ENAMETOOLONG;
-    }
     char *js = pj_tune_to_json(t, commit, date);
     if (!js) {
         snprintf(err, errlen, "tuning table %s: out of memory", path);
         return -ENOMEM;
     }
-    int rc = 0;
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        rc = -errno;
-        snprintf(err, errlen, "tuning table %s: cannot create %s: %s", path, tmp, strerror(-rc));
-        free(js);
-        return rc;
-    }
+    /* Replaced whole: a failed write (full disk, quota) leaves the table
+     * that was there, not half a table. */
     const size_t len = strlen(js);
-    errno = 0; /* stdio need not set it on every failure */
-    if (fwrite(js, 1, len, f) != len || fputc('\n', f) == EOF || fflush(f) != 0)
-        rc = errno ? -errno : -EIO;
-    if (fclose(f) != 0 && !rc)
-        rc = errno ? -errno : -EIO;
+    js[len] = '\n'; /* the text ends in a newline; its NUL is not written */
+    char why[4096 + 256];
+    int rc = pj_replace_file(path, js, len + 1, 0644, why, sizeof why);
     free(js);
-    if (!rc && rename(tmp, path) != 0) {
-        rc = -errno;
-        snprintf(err, errlen, "tuning table %s: cannot rename %s over it: %s", path, tmp,
-                 strerror(-rc));
-        unlink(tmp);
-        return rc;
-    }
-    if (rc) {
-        snprintf(err, errlen,
-                 "tuning table %s: writing %s failed: %s (the table there is unchanged)", path, tmp,
-                 strerror(-rc));
-        unlink(tmp);
-    }
+    if (rc)
+        snprintf(err, errlen, "tuning table %s", why);
     return rc;
 }
 

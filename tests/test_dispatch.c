@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "kernels/dispatch.h"
+#include "tests/helpers/fixture.h"
 
 static int n_msgs;
 static char last_msg[512];
@@ -249,7 +250,7 @@ END_TEST
 START_TEST(save_reports_and_keeps_the_old_table)
 {
     pj_tune_table t, u;
-    char err[256] = "", dir[] = "/tmp/pj-dispatch-XXXXXX", path[256], tmp[300];
+    char err[256] = "", dir[] = "/tmp/pj-dispatch-XXXXXX", path[256];
     ck_assert_int_eq(pj_tune_parse(good, strlen(good), &t, NULL, NULL, NULL, NULL, err, sizeof err),
                      5);
     ck_assert_int_eq(pj_tune_save("/nonexistent/dir/t.json", &t, "c", "d", err, sizeof err),
@@ -259,10 +260,9 @@ START_TEST(save_reports_and_keeps_the_old_table)
 
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/t.json", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
     ck_assert_int_eq(pj_tune_save(path, &t, "c", "d", err, sizeof err), 0);
     ck_assert_int_eq(pj_tune_load(path, &u, NULL, NULL, NULL, NULL, err, sizeof err), 5);
-    ck_assert_int_eq(access(tmp, F_OK), -1);
+    ck_assert_int_eq(pj_fixture_temporaries(path), 0);
 
     /* A table too large for the limit, over the good one. */
     pj_tune_table big = t;
@@ -287,7 +287,7 @@ START_TEST(save_reports_and_keeps_the_old_table)
     ck_assert(WIFEXITED(status));
     ck_assert_int_eq(WEXITSTATUS(status), 0);
     ck_assert_int_eq(pj_tune_load(path, &u, NULL, NULL, NULL, NULL, err, sizeof err), 5);
-    ck_assert_int_eq(access(tmp, F_OK), -1);
+    ck_assert_int_eq(pj_fixture_temporaries(path), 0);
     unlink(path);
     rmdir(dir);
 }

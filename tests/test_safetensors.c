@@ -379,9 +379,7 @@ START_TEST(roundtrip)
     pj_st_close(f);
 
     /* no temporary file is left behind */
-    char tmp[1100];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    ck_assert_int_ne(access(tmp, F_OK), 0);
+    ck_assert_int_eq(pj_fixture_temporaries(path), 0);
 }
 END_TEST
 

@@ -3,6 +3,7 @@
 
 #include "daemon/modelgen.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -101,6 +102,23 @@ int pj_fixture_count_maps(int pid)
     while ((c = fgetc(f)) != EOF)
         n += c == '\n';
     fclose(f);
+    return n;
+}
+
+int pj_fixture_temporaries(const char *path)
+{
+    char dir[4096], prefix[4096];
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    snprintf(prefix, sizeof prefix, "%s.tmp", base);
+    DIR *d = opendir(dir[0] ? dir : "/");
+    if (!d)
+        return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
     return n;
 }
 

@@ -30,6 +30,11 @@ long pj_fixture_read_text(const char *path, char *buf, size_t cap);
  * has. -1 when the file cannot be read. */
 int pj_fixture_count_maps(int pid);
 
+/* Files beside path named as pj_replacing's temporaries of it (the base
+ * name, then ".tmp"): what a replaced file's write left behind. -1 when
+ * the directory cannot be read. */
+int pj_fixture_temporaries(const char *path);
+
 /* Generate the small preset (seed 1) once per process and copy its path to
  * path_out. Returns 0 or a negative errno (the reason goes to stderr). */
 int pj_fixture_small_model(char *path_out, size_t cap);

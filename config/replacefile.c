@@ -1,0 +1,107 @@
+/* replacefile.c — files replaced whole by a rename (replacefile.h). */
+#include "config/replacefile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void release(pj_replacing *r)
+{
+    free(r->path);
+    free(r->tmp);
+    memset(r, 0, sizeof *r);
+}
+
+int pj_replacing_open(pj_replacing *r, const char *path, mode_t mode, char *err, size_t errlen)
+{
+    memset(r, 0, sizeof *r);
+    const size_t n = strlen(path);
+    r->path = strdup(path);
+    r->tmp = malloc(n + sizeof ".tmp.XXXXXX");
+    if (!r->path || !r->tmp) {
+        release(r);
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -ENOMEM;
+    }
+    memcpy(r->tmp, path, n);
+    memcpy(r->tmp + n, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
+    /* A unique name, so that two writers of one target (two tuners, two
+     * timers) cannot write into each other's temporary. */
+    int fd = mkostemp(r->tmp, O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, errlen, "%s: cannot create a file beside it: %s", path, strerror(e));
+        release(r);
+        return -e;
+    }
+    /* mkstemp makes it 0600; fchmod is not masked by the umask. */
+    if (fchmod(fd, mode) != 0 || !(r->f = fdopen(fd, "w"))) {
+        int e = errno;
+        close(fd);
+        unlink(r->tmp);
+        snprintf(err, errlen, "%s: cannot prepare %s: %s", path, r->tmp, strerror(e));
+        release(r);
+        return -e;
+    }
+    return 0;
+}
+
+int pj_replacing_commit(pj_replacing *r, int sync, char *err, size_t errlen)
+{
+    if (!r->f) {
+        snprintf(err, errlen, "%s: nothing open to commit", r->path ? r->path : "(none)");
+        release(r);
+        return -EINVAL;
+    }
+    int renaming = 0;
+    errno = 0; /* stdio need not set it on every failure */
+    int rc = 0;
+    if (fflush(r->f) != 0 || ferror(r->f) || (sync && fsync(fileno(r->f)) != 0))
+        rc = errno ? -errno : -EIO;
+    errno = 0;
+    if (fclose(r->f) != 0 && !rc)
+        rc = errno ? -errno : -EIO;
+    r->f = NULL;
+    if (!rc && rename(r->tmp, r->path) != 0) {
+        rc = -errno;
+        renaming = 1;
+    }
+    if (rc) {
+        unlink(r->tmp);
+        snprintf(err, errlen, "%s: %s %s%s failed: %s (the file there is unchanged)", r->path,
+                 renaming ? "renaming" : "writing", r->tmp, renaming ? " over it" : "",
+                 strerror(-rc));
+    }
+    release(r);
+    return rc;
+}
+
+void pj_replacing_abort(pj_replacing *r)
+{
+    if (r->f) {
+        fclose(r->f);
+        unlink(r->tmp);
+    }
+    release(r);
+}
+
+int pj_replace_file(const char *path, const void *buf, size_t len, mode_t mode, char *err,
+                    size_t errlen)
+{
+    pj_replacing r;
+    int rc = pj_replacing_open(&r, path, mode, err, errlen);
+    if (rc)
+        return rc;
+    errno = 0;
+    if (len && fwrite(buf, 1, len, r.f) != len) {
+        rc = errno ? -errno : -EIO;
+        snprintf(err, errlen, "%s: writing %s failed: %s (the file there is unchanged)", path,
+                 r.tmp, strerror(-rc));
+        pj_replacing_abort(&r);
+        return rc;
+    }
+    return pj_replacing_commit(&r, 0, err, errlen);
+}

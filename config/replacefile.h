@@ -1,0 +1,43 @@
+/* replacefile.h — a file replaced whole: written beside its target under a
+ * temporary name and renamed over it. A reader then sees the old file or the
+ * new one, never part of either, and a write that fails part way (a full
+ * disk, a quota, a file size limit) leaves the old one where it was. projd-
+ * bench's tuning tables, projctl's model files and its metrics file are
+ * written this way.
+ */
+#ifndef PJ_REPLACEFILE_H
+#define PJ_REPLACEFILE_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+typedef struct pj_replacing {
+    FILE *f;    /* write the new content here */
+    char *path; /* the target */
+    char *tmp;  /* the temporary beside it: path.tmp.XXXXXX */
+} pj_replacing;
+
+/* Creates the temporary beside path with mode (not masked by the umask, so
+ * that a file another user reads, such as the metrics file, is readable as
+ * asked) and opens it as r->f. 0, or -errno with err saying what failed
+ * (path first); r is then empty and pj_replacing_abort is harmless on it. */
+int pj_replacing_open(pj_replacing *r, const char *path, mode_t mode, char *err, size_t errlen);
+
+/* Flushes r->f, with sync also to the disk (what a large file written once
+ * wants before it replaces a good one), closes it and renames it over the
+ * target. 0, or -errno with err naming the step, the file and the cause; on
+ * failure the temporary is removed and the target is as it was. r is empty
+ * after either. */
+int pj_replacing_commit(pj_replacing *r, int sync, char *err, size_t errlen);
+
+/* Closes and removes the temporary; the target is not touched. For a write
+ * given up. Harmless on an empty (zeroed, committed or aborted) r. */
+void pj_replacing_abort(pj_replacing *r);
+
+/* path's whole new content is len bytes of buf: open, write and commit (no
+ * sync). 0 or -errno with err as above. */
+int pj_replace_file(const char *path, const void *buf, size_t len, mode_t mode, char *err,
+                    size_t errlen);
+
+#endif

@@ -1,0 +1,223 @@
+/* test_replacefile.c — files replaced whole (config/replacefile.h): the
+ * reader sees the old file or the new one, a failed or abandoned write
+ * leaves the old one and no temporary, the mode is the one asked. */
+#include <check.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "config/replacefile.h"
+#include "tests/helpers/fixture.h"
+
+static void put(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fputs(text, f) >= 0, 1);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static void expect_text(const char *path, const char *want)
+{
+    static char buf[1 << 17];
+    long n = pj_fixture_read_text(path, buf, sizeof buf);
+    ck_assert_msg(n == (long)strlen(want) && !strcmp(buf, want), "%s holds %ld bytes: '%.40s'",
+                  path, n, n >= 0 ? buf : "");
+}
+
+START_TEST(new_file_has_the_mode_asked)
+{
+    char path[4200], err[4400] = "";
+    pj_fixture_path(path, sizeof path, "new.txt");
+    /* Under a umask that would take the others' read: the metrics file is
+     * read by node_exporter, another user. */
+    mode_t old = umask(077);
+    ck_assert_int_eq(pj_replace_file(path, "abc\n", 4, 0644, err, sizeof err), 0);
+    umask(old);
+    expect_text(path, "abc\n");
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 07777, 0644);
+    ck_assert_int_eq(pj_fixture_temporaries(path), 0);
+    /* Empty content is a file, not an error. */
+    ck_assert_int_eq(pj_replace_file(path, "", 0, 0600, err, sizeof err), 0);
+    expect_text(path, "");
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 07777, 0600);
+}
+END_TEST
+
+START_TEST(readers_see_the_old_file_until_the_commit)
+{
+    char path[4200], err[4400] = "";
+    pj_fixture_path(path, sizeof path, "replaced.txt");
+    put(path, "old\n");
+    /* Renamed over, not written into: a reader that has the old file open
+     * reads it whole after the commit. */
+    FILE *reader = fopen(path, "r");
+    ck_assert_ptr_nonnull(reader);
+
+    for (int sync = 0; sync <= 1; sync++) {
+        pj_replacing r;
+        ck_assert_msg(pj_replacing_open(&r, path, 0644, err, sizeof err) == 0, "%s", err);
+        ck_assert_ptr_nonnull(r.f);
+        ck_assert_int_eq(pj_fixture_temporaries(path), 1);
+        ck_assert_int_eq(fputs("new, ", r.f) >= 0, 1);
+        ck_assert_int_eq(fflush(r.f), 0); /* in the temporary, not the target */
+        expect_text(path, sync ? "new, written\n" : "old\n");
+        ck_assert_int_eq(fputs("written\n", r.f) >= 0, 1);
+        ck_assert_msg(pj_replacing_commit(&r, sync, err, sizeof err) == 0, "%s", err);
+        ck_assert_ptr_null(r.f);
+        ck_assert_ptr_null(r.tmp);
+        expect_text(path, "new, written\n");
+        ck_assert_int_eq(pj_fixture_temporaries(path), 0);
+    }
+    char line[16] = "";
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, reader));
+    ck_assert_str_eq(line, "old\n");
+    fclose(reader);
+}
+END_TEST
+
+START_TEST(abort_leaves_the_target)
+{
+    char path[4200], err[4400] = "";
+    pj_fixture_path(path, sizeof path, "aborted.txt");
+    put(path, "kept\n");
+    pj_replacing r;
+    ck_assert_int_eq(pj_replacing_open(&r, path, 0644, err, sizeof err), 0);
+    fputs("never seen\n", r.f);
+    pj_replacing_abort(&r);
+    expect_text(path, "kept\n");
+    ck_assert_int_eq(pj_fixture_temporaries(path), 0);
+    /* Twice, and on a zeroed one: harmless. */
+    pj_replacing_abort(&r);
+    pj_replacing z = {0};
+    pj_replacing_abort(&z);
+    /* A commit of nothing is refused, with a reason. */
+    ck_assert_int_eq(pj_replacing_commit(&z, 0, err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "nothing open"), "%s", err);
+}
+END_TEST
+
+/* A write that fails part way (here a file size limit, as a full disk
+ * would): the error names the file and says the target is unchanged, and
+ * nothing is left beside it. In a child, whose limit dies with it. */
+START_TEST(failed_write_keeps_the_old_file)
+{
+    char path[4200];
+    pj_fixture_path(path, sizeof path, "limited.txt");
+    put(path, "the old content\n");
+    static char big[64 * 1024];
+    memset(big, 'x', sizeof big);
+    for (int streamed = 0; streamed <= 1; streamed++) {
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            struct rlimit rl = {4096, 4096};
+            signal(SIGXFSZ, SIG_IGN);
+            if (setrlimit(RLIMIT_FSIZE, &rl))
+                _exit(3);
+            char err[4400] = "";
+            int rc;
+            if (streamed) {
+                pj_replacing r;
+                if (pj_replacing_open(&r, path, 0644, err, sizeof err))
+                    _exit(4);
+                fwrite(big, 1, sizeof big, r.f); /* its error shows at the commit */
+                rc = pj_replacing_commit(&r, 1, err, sizeof err);
+            } else {
+                rc = pj_replace_file(path, big, sizeof big, 0644, err, sizeof err);
+            }
+            /* Streamed, the cause was fwrite's errno, gone by the commit:
+             * the stream's error flag still fails it. */
+            if (rc != -EFBIG && !(streamed && rc == -EIO))
+                _exit(5);
+            _exit(strstr(err, path) && strstr(err, "unchanged") && strstr(err, strerror(-rc)) ? 0
+                                                                                              : 6);
+        }
+        int status = 0;
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert(WIFEXITED(status));
+        ck_assert_msg(WEXITSTATUS(status) == 0, "streamed %d: child exit %d", streamed,
+                      WEXITSTATUS(status));
+        expect_text(path, "the old content\n");
+        ck_assert_int_eq(pj_fixture_temporaries(path), 0);
+    }
+}
+END_TEST
+
+START_TEST(errors_name_the_file_and_the_cause)
+{
+    char path[4200], err[4400] = "";
+    /* No directory to write beside the target in. */
+    pj_fixture_path(path, sizeof path, "nodir/x.txt");
+    ck_assert_int_eq(pj_replace_file(path, "a", 1, 0644, err, sizeof err), -ENOENT);
+    ck_assert_msg(strstr(err, path) && strstr(err, "cannot create a file beside it") &&
+                      strstr(err, strerror(ENOENT)),
+                  "%s", err);
+    /* The rename fails: the target is a directory that is not empty. The
+     * directory stays, the temporary goes. */
+    pj_fixture_path(path, sizeof path, "adir");
+    ck_assert_int_eq(mkdir(path, 0755), 0);
+    char inner[4300];
+    snprintf(inner, sizeof inner, "%s/f", path);
+    put(inner, "inside\n");
+    int rc = pj_replace_file(path, "a", 1, 0644, err, sizeof err);
+    ck_assert_msg(rc == -EISDIR || rc == -ENOTEMPTY || rc == -EEXIST, "rc %d: %s", rc, err);
+    ck_assert_msg(strstr(err, "renaming") && strstr(err, "unchanged"), "%s", err);
+    ck_assert_int_eq(pj_fixture_temporaries(path), 0);
+    expect_text(inner, "inside\n");
+    /* A path too long for the temporary's name. */
+    static char longp[PATH_MAX + 64];
+    memset(longp, 'a', sizeof longp - 1);
+    longp[0] = '/';
+    ck_assert_int_lt(pj_replace_file(longp, "a", 1, 0644, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "cannot create a file beside it"), "%.80s", err);
+}
+END_TEST
+
+/* Two writers of one target at once (two timers, two tuners): each has its
+ * own temporary, and the target ends as one of them whole. */
+START_TEST(two_writers_do_not_mix)
+{
+    char path[4200], err[4400] = "";
+    pj_fixture_path(path, sizeof path, "two.txt");
+    pj_replacing a, b;
+    ck_assert_int_eq(pj_replacing_open(&a, path, 0644, err, sizeof err), 0);
+    ck_assert_int_eq(pj_replacing_open(&b, path, 0644, err, sizeof err), 0);
+    ck_assert_str_ne(a.tmp, b.tmp);
+    ck_assert_int_eq(pj_fixture_temporaries(path), 2);
+    fputs("from a: aaaaaaaaaaaaaaaa\n", a.f);
+    fputs("from b\n", b.f);
+    ck_assert_int_eq(pj_replacing_commit(&b, 0, err, sizeof err), 0);
+    ck_assert_int_eq(pj_replacing_commit(&a, 0, err, sizeof err), 0);
+    expect_text(path, "from a: aaaaaaaaaaaaaaaa\n");
+    ck_assert_int_eq(pj_fixture_temporaries(path), 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("replacefile");
+    TCase *tc = tcase_create("replace");
+    tcase_add_test(tc, new_file_has_the_mode_asked);
+    tcase_add_test(tc, readers_see_the_old_file_until_the_commit);
+    tcase_add_test(tc, abort_leaves_the_target);
+    tcase_add_test(tc, failed_write_keeps_the_old_file);
+    tcase_add_test(tc, errors_name_the_file_and_the_cause);
+    tcase_add_test(tc, two_writers_do_not_mix);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
