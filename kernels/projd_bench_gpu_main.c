@@ -57,14 +57,23 @@ typedef struct layer_def {
     char name[PJ_CFG_NAME];
     uint32_t N, K, n; /* full shape, rows a request uses */
     pj_format fmt;
+    char tuned_as[PJ_CFG_NAME]; /* --config's tuned_as, or "" */
 } layer_def;
+
+/* The name the tuning table knows d by, as the daemon looks it up: its
+ * tuned_as where the config gives one. The tuner reads OLD's entries and
+ * writes NEW's under it, so that what it tunes is what the daemon runs. */
+static const char *table_name(const layer_def *d)
+{
+    return d->tuned_as[0] ? d->tuned_as : d->name;
+}
 
 /* The layers and the m of the run: the reference model's (ARCHITECTURE.md)
  * and its six loads, or those of a projd configuration (--config). */
 static layer_def layer_defs[MAX_LAYERS] = {
-    {"qkv_gate", 4608, 4096, 4608, PJ_FMT_Z12}, {"o", 4096, 2048, 4096, PJ_FMT_Z12},
-    {"pooler", 8192, 4096, 8192, PJ_FMT_Z12},   {"unpooler", 8192, 4096, 1024, PJ_FMT_Z12},
-    {"router", 256, 4096, 256, PJ_FMT_SPLIT},
+    {"qkv_gate", 4608, 4096, 4608, PJ_FMT_Z12, ""}, {"o", 4096, 2048, 4096, PJ_FMT_Z12, ""},
+    {"pooler", 8192, 4096, 8192, PJ_FMT_Z12, ""},   {"unpooler", 8192, 4096, 1024, PJ_FMT_Z12, ""},
+    {"router", 256, 4096, 256, PJ_FMT_SPLIT, ""},
 };
 static int g_nl = 5;
 static uint32_t ms[MAX_MS] = {1, 8, 16, 32, 128, 256};
@@ -362,7 +371,7 @@ static const pj_tune_entry *old_entry(const layer_def *d, uint32_t m)
         return NULL;
     for (uint32_t i = 0; i < g_old->n; i++) {
         const pj_tune_entry *e = &g_old->e[i];
-        if (e->m == m && e->n == d->N && e->k == d->K && !strcmp(e->layer, d->name))
+        if (e->m == m && e->n == d->N && e->k == d->K && !strcmp(e->layer, table_name(d)))
             return e;
     }
     return NULL;
@@ -858,7 +867,7 @@ static void tune_shape(bench *b, int li, uint32_t m, int full, FILE *csv, pj_tun
         pick_us = best_z;
     }
     memset(out, 0, sizeof *out);
-    snprintf(out->layer, sizeof out->layer, "%.*s", (int)sizeof out->layer - 1, d->name);
+    snprintf(out->layer, sizeof out->layer, "%.*s", (int)sizeof out->layer - 1, table_name(d));
     out->n = d->N;
     out->k = d->K;
     out->m = m;
@@ -1550,7 +1559,7 @@ static int lt_survey(bench *b, unsigned lo, unsigned hi, double budget_s, pj_tun
                         layer_defs[li].name, m);
             }
             /* The table's own entry for this very m, last. */
-            const pj_tune_entry *te_ = t ? pj_dispatch_choose(t, layer_defs[li].name,
+            const pj_tune_entry *te_ = t ? pj_dispatch_choose(t, table_name(&layer_defs[li]),
                                                               layer_defs[li].N, layer_defs[li].K, m)
                                          : NULL;
             op_ctx oe;
@@ -1599,7 +1608,7 @@ static int lt_survey(bench *b, unsigned lo, unsigned hi, double budget_s, pj_tun
                 pj_tune_entry e;
                 memset(&e, 0, sizeof e);
                 snprintf(e.layer, sizeof e.layer, "%.*s", (int)sizeof e.layer - 1,
-                         layer_defs[li].name);
+                         table_name(&layer_defs[li]));
                 e.n = layer_defs[li].N;
                 e.k = layer_defs[li].K;
                 e.m = m;
@@ -2271,6 +2280,7 @@ static void use_config(const char *path)
         const pj_model_layer *ml = &g_model->layers[i];
         layer_def *d = &layer_defs[i];
         snprintf(d->name, sizeof d->name, "%s", ml->name);
+        snprintf(d->tuned_as, sizeof d->tuned_as, "%s", ml->tuned_as);
         d->N = ml->w.n;
         d->K = ml->w.k;
         d->n = ml->max_n ? ml->max_n : ml->w.n;
@@ -2313,7 +2323,7 @@ static void make_layer(bench *b, int li)
          * the benchmark times what the daemon would run. */
         if (!rc)
             snprintf(b->layers[li].L.table_name, sizeof b->layers[li].L.table_name, "%s",
-                     g_model->layers[li].tuned_as);
+                     d->tuned_as);
     }
     if (rc)
         die("%s", err);
