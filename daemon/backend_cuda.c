@@ -1696,6 +1696,30 @@ static cu_ipc *ipc_get(cu_state *st, const uint8_t *handle, char *err, size_t er
         pj_closer_run(ipc_close_unlisted_job, c);
         return NULL;
     }
+    /* The request's device_uuid is the client's word for where the buffer
+     * lives. Opened with lazy peer access (the only flag the call takes),
+     * an allocation on another GPU of the host maps as well, and every op
+     * would then read and write it across the link, many times slower and
+     * on a device this daemon does not own: refused. */
+    struct cudaPointerAttributes pa;
+    ce = cudaPointerGetAttributes(&pa, c->dev);
+    if (ce != cudaSuccess || pa.device != st->dev) {
+        if (ce != cudaSuccess) {
+            char t[200];
+            ce_text(ce, t, sizeof t);
+            cudaGetLastError();
+            snprintf(err, errlen, "REGISTER: cudaPointerGetAttributes on the opened allocation: %s",
+                     t);
+        } else {
+            snprintf(err, errlen,
+                     "REGISTER: the CUDA allocation is on device %d, not on device %d (%s) that "
+                     "projd serves, although the request's device_uuid named it; register "
+                     "buffers with the projd of their own GPU",
+                     pa.device, st->dev, st->uuid_str);
+        }
+        pj_closer_run(ipc_close_unlisted_job, c);
+        return NULL;
+    }
     c->alloc_size = size - ((uintptr_t)c->dev - base);
     memcpy(c->handle, handle, PJ_WIRE_IPC_HANDLE_SIZE);
     c->refs = 1;

@@ -14,7 +14,9 @@
  *     ACCEPT_REPLY (the client orders its read after the daemon's event).
  *   - failures that only exist on the GPU: wrong device UUID, size larger
  *     than the allocation, junk handle, offset past the allocation; the
- *     same allocation registered twice (one opened mapping, refcounted).
+ *     same allocation registered twice (one opened mapping, refcounted);
+ *     with two GPUs, a buffer on the other one whose request names
+ *     projd's device (refused by the allocation's own device).
  *   - a client process that exits with IPC buffers registered: the daemon
  *     keeps serving and its buffer / IPC counts return.
  *   - 4 connections with their own device buffers at once.
@@ -236,6 +238,47 @@ static void events(ipc_conn *t)
     cudaEventDestroy(ev_in);
     cudaEventDestroy(ev_out);
     cudaStreamDestroy(cs);
+}
+
+/* A buffer on another GPU of the host whose request names projd's device:
+ * the daemon opens handles with lazy peer access, which would map it, so
+ * the opened allocation's own device refuses it. Needs two GPUs and says
+ * so where there is one. The connection serves on after both refusals. */
+static void other_device(ipc_conn *t, const uint8_t *welcome_uuid)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) {
+        printf("other device: %d GPU here; this check needs 2 (not run)\n", n);
+        return;
+    }
+    char why[600];
+    void *p = NULL;
+    cudaSetDevice(1);
+    cudaError_t ce = cudaMalloc(&p, 1u << 20);
+    cudaSetDevice(0);
+    CHECK(ce == cudaSuccess, "cudaMalloc on device 1: %s", cudaGetErrorString(ce));
+    if (ce != cudaSuccess)
+        return;
+    projd_cuda_region r;
+    int rc = projd_cuda_describe(p, &r, why, sizeof why);
+    CHECK(rc == 0, "describe on device 1: %s", why);
+    CHECK(memcmp(r.uuid, welcome_uuid, PJ_WIRE_UUID_SIZE) != 0, "device 1's UUID is projd's");
+    pj_register req;
+    uint32_t id = 0;
+    projd_cuda_register_req(&r, &req);
+    memcpy(req.device_uuid, welcome_uuid, PJ_WIRE_UUID_SIZE);
+    rc = pjt_register_raw(&t->c, &req, &id);
+    CHECK(rc == PJ_E_REGISTER && strstr(t->c.err.msg, "is on device 1, not on device 0"),
+          "device 1's buffer named as device 0's: rc %d: %s", rc, t->c.err.msg);
+    printf("other device, named as projd's -> %s\n", t->c.err.msg);
+    projd_cuda_register_req(&r, &req);
+    rc = pjt_register_raw(&t->c, &req, &id);
+    CHECK(rc == PJ_E_REGISTER && strstr(t->c.err.msg, "but projd serves"),
+          "device 1's buffer as it is: rc %d: %s", rc, t->c.err.msg);
+    printf("other device, as it is -> %s\n", t->c.err.msg);
+    cudaFree(p);
+    pjc_shape s = cc_shape(&(uint64_t){5}, 1, 2, 1);
+    CHECK(run_ipc(t, &s, NULL, why, sizeof why) == 0, "a request after the refusals: %s", why);
 }
 
 static void failures(ipc_conn *t, const uint8_t *welcome_uuid)
@@ -505,6 +548,8 @@ int main(int argc, char **argv)
     events(&t);
     printf("== failures\n");
     failures(&t, t.c.welcome.device_uuid);
+    printf("== other device\n");
+    other_device(&t, t.c.welcome.device_uuid);
     printf("== exiting client\n");
     exiting_client(d.url, &t.c);
     char w2[600];
