@@ -94,6 +94,28 @@ else
     cat "$tmp/opt.log" >&2
     fail=1
 fi
+# The installed units as systemd reads them (systemd-analyze verify, where
+# systemd is installed): an unknown key, a bad value or a command that is
+# not there fails. Verified as copies that name this tree's programs (the
+# units name /usr/bin); the MPS control daemon is the driver's, absent on
+# a machine without one, and only its absence is allowed.
+if command -v systemd-analyze >/dev/null 2>&1; then
+    mkdir -p "$tmp/units"
+    for u in "$tmp"/root/lib/systemd/system/*; do
+        sed "s#/usr/bin/projd #$tmp/root/usr/bin/projd #; s#/usr/bin/projctl #$tmp/root/usr/bin/projctl #" \
+            "$u" >"$tmp/units/${u##*/}"
+    done
+    (cd "$tmp/units" && systemd-analyze verify ./*) >"$tmp/verify.log" 2>&1
+    if grep -v -e 'nvidia-cuda-mps-control is not executable' "$tmp/verify.log" | grep -q .; then
+        echo "e2e_install: FAIL: systemd-analyze verify finds fault with the installed units:" >&2
+        cat "$tmp/verify.log" >&2
+        fail=1
+    else
+        echo "e2e_install: systemd-analyze verify: the $(ls "$tmp/units" | wc -l) units are clean"
+    fi
+else
+    echo "e2e_install: systemd-analyze is not installed here: the units' check is not run"
+fi
 # The installed library exports exactly the functions projd.h declares
 # (client/libprojd.map): nothing of the protocol codec it is linked from.
 lib=$tmp/root/usr/lib/libprojd.so.1
