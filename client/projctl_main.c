@@ -780,9 +780,10 @@ static int cmd_stats(opts *o)
 
 /* ---- metrics ------------------------------------------------------------------------ */
 
-/* text to path whole or not at all: a temporary file beside it, renamed
- * over it, so that a collector reading the folder never sees half of it.
- * 0, or -1 with the reason said. */
+/* STATS as Prometheus text, to stdout or, with --out, to a file replaced
+ * whole (a collector reading the folder never sees half of it). 0 when
+ * projd answered, 1 when it did not (the text then says projd_up 0) or the
+ * text could not be written. */
 static int cmd_metrics(opts *o)
 {
     projd_conn *c;
@@ -822,9 +823,10 @@ static int cmd_metrics(opts *o)
             rc = 1;
         }
     } else {
-        /* 0644: the collector (node_exporter) runs as another user. */
+        /* 0644 whatever the umask: the collector (node_exporter) runs as
+         * another user. */
         char err[4096 + 256];
-        if (pj_replace_file(o->out, text, strlen(text), 0644, err, sizeof err)) {
+        if (pj_replace_file(o->out, text, strlen(text), 0644, PJ_MODE_EXACT, err, sizeof err)) {
             fprintf(stderr, "projctl: --out %s\n", err);
             rc = 1;
         }

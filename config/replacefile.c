@@ -15,7 +15,27 @@ static void release(pj_replacing *r)
     memset(r, 0, sizeof *r);
 }
 
-int pj_replacing_open(pj_replacing *r, const char *path, mode_t mode, char *err, size_t errlen)
+/* The process's umask, read without setting it (umask(2) can only be read
+ * by changing it, which races with files other threads create). */
+static mode_t current_umask(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[128];
+    unsigned v;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "Umask: %o", &v) == 1) {
+            fclose(f);
+            return (mode_t)v;
+        }
+    if (f)
+        fclose(f);
+    mode_t m = umask(022); /* a kernel before 4.7: no Umask line */
+    umask(m);
+    return m;
+}
+
+int pj_replacing_open(pj_replacing *r, const char *path, mode_t mode, pj_replace_mode how,
+                      char *err, size_t errlen)
 {
     memset(r, 0, sizeof *r);
     const size_t n = strlen(path);
@@ -37,7 +57,9 @@ int pj_replacing_open(pj_replacing *r, const char *path, mode_t mode, char *err,
         release(r);
         return -e;
     }
-    /* mkstemp makes it 0600; fchmod is not masked by the umask. */
+    /* mkstemp makes it 0600 whatever the umask; fchmod is not masked. */
+    if (how == PJ_MODE_UMASKED)
+        mode &= ~current_umask();
     if (fchmod(fd, mode) != 0 || !(r->f = fdopen(fd, "w"))) {
         int e = errno;
         close(fd);
@@ -88,11 +110,11 @@ void pj_replacing_abort(pj_replacing *r)
     release(r);
 }
 
-int pj_replace_file(const char *path, const void *buf, size_t len, mode_t mode, char *err,
-                    size_t errlen)
+int pj_replace_file(const char *path, const void *buf, size_t len, mode_t mode, pj_replace_mode how,
+                    char *err, size_t errlen)
 {
     pj_replacing r;
-    int rc = pj_replacing_open(&r, path, mode, err, errlen);
+    int rc = pj_replacing_open(&r, path, mode, how, err, errlen);
     if (rc)
         return rc;
     errno = 0;

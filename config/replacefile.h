@@ -12,17 +12,26 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+/* How the new file's mode is taken: as open(2) takes it, less the umask's
+ * bits (a tuning table, a model file: what the user's umask says), or
+ * exactly (the metrics file, which another user must read whatever umask
+ * the timer runs under). */
+typedef enum pj_replace_mode { PJ_MODE_UMASKED, PJ_MODE_EXACT } pj_replace_mode;
+
 typedef struct pj_replacing {
     FILE *f;    /* write the new content here */
     char *path; /* the target */
     char *tmp;  /* the temporary beside it: path.tmp.XXXXXX */
 } pj_replacing;
 
-/* Creates the temporary beside path with mode (not masked by the umask, so
- * that a file another user reads, such as the metrics file, is readable as
- * asked) and opens it as r->f. 0, or -errno with err saying what failed
- * (path first); r is then empty and pj_replacing_abort is harmless on it. */
-int pj_replacing_open(pj_replacing *r, const char *path, mode_t mode, char *err, size_t errlen);
+/* Creates the temporary beside path with mode (as how says) and opens it as
+ * r->f. 0, or -errno with err saying what failed (path first); r is then
+ * empty and pj_replacing_abort is harmless on it. A process killed between
+ * open and commit leaves its temporary (path.tmp.XXXXXX: each write has its
+ * own, so two writers of one target never share one) for the user to
+ * remove; every failure this code sees removes it. */
+int pj_replacing_open(pj_replacing *r, const char *path, mode_t mode, pj_replace_mode how,
+                      char *err, size_t errlen);
 
 /* Flushes r->f, with sync also to the disk (what a large file written once
  * wants before it replaces a good one), closes it and renames it over the
@@ -37,7 +46,7 @@ void pj_replacing_abort(pj_replacing *r);
 
 /* path's whole new content is len bytes of buf: open, write and commit (no
  * sync). 0 or -errno with err as above. */
-int pj_replace_file(const char *path, const void *buf, size_t len, mode_t mode, char *err,
-                    size_t errlen);
+int pj_replace_file(const char *path, const void *buf, size_t len, mode_t mode, pj_replace_mode how,
+                    char *err, size_t errlen);
 
 #endif

@@ -669,7 +669,7 @@ int pj_st_writer_open(const char *path, pj_st_writer **out, char *err, size_t er
         snprintf(err, errlen, "%s: out of memory", path);
         return -ENOMEM;
     }
-    int rc = pj_replacing_open(&w->out, path, 0644, err, errlen);
+    int rc = pj_replacing_open(&w->out, path, 0644, PJ_MODE_UMASKED, err, errlen);
     if (rc) {
         free(w);
         return rc;

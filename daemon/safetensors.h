@@ -114,7 +114,8 @@ char *pj_st_shape_str(const uint64_t *shape, uint32_t ndim, char *buf, size_t ca
  * written when the cursor reaches them), finish. Data is laid out contiguously
  * in the order tensors were added, starting right after a header padded with
  * spaces to 8-byte alignment, so a caller that adds wider dtypes first gets
- * every tensor aligned to its element size. Output goes to "<path>.tmp.<pid>"
+ * every tensor aligned to its element size. Output goes to a temporary beside
+ * path ("<path>.tmp.XXXXXX", mode 0644 less the umask; config/replacefile.h)
  * and is renamed over path by finish; abort (or any failed call) removes it.
  * After a failed call the writer only accepts pj_st_writer_abort. */
 typedef struct pj_st_writer pj_st_writer;

@@ -631,7 +631,7 @@ int pj_tune_save(const char *path, const pj_tune_table *t, const char *commit, c
     const size_t len = strlen(js);
     js[len] = '\n'; /* the text ends in a newline; its NUL is not written */
     char why[4096 + 256];
-    int rc = pj_replace_file(path, js, len + 1, 0644, why, sizeof why);
+    int rc = pj_replace_file(path, js, len + 1, 0666, PJ_MODE_UMASKED, why, sizeof why);
     free(js);
     if (rc)
         snprintf(err, errlen, "tuning table %s", why);

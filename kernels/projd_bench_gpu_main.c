@@ -76,6 +76,23 @@ static layer_def layer_defs[MAX_LAYERS] = {
     {"router", 256, 4096, 256, PJ_FMT_SPLIT, ""},
 };
 static int g_nl = 5;
+
+/* The first layer of the run whose entries layer li's are: the same table
+ * name and shape (through tuned_as). The tuner and the survey tune each
+ * entry once, on that layer's weights; tuned again for a later layer, its
+ * result would overwrite the first's (and a run out of budget would put
+ * OLD's entry back over a new one). The vetting runs the entry on every
+ * layer it serves. */
+static int entry_owner(int li)
+{
+    const layer_def *d = &layer_defs[li];
+    for (int lj = 0; lj < li; lj++)
+        if (layer_defs[lj].N == d->N && layer_defs[lj].K == d->K &&
+            !strcmp(table_name(&layer_defs[lj]), table_name(d)))
+            return lj;
+    return li;
+}
+
 static uint32_t ms[MAX_MS] = {1, 8, 16, 32, 128, 256};
 static int g_nm = 6;
 static uint32_t g_max_m = 256; /* the largest m a request may use (shapes.max_m) */
@@ -999,6 +1016,8 @@ static void tune_all(bench *b, pj_tune_table *t)
     for (int mi = 0; mi < g_nm; mi++)
         for (int li = 0; li < g_nl; li++) {
             uint32_t m = ms[mi];
+            if (entry_owner(li) != li)
+                continue; /* its entry is tuned with the layer that owns it */
             int full = now_s() - t0 < b->o.tune_budget;
             pj_tune_entry e;
             const pj_tune_entry *oe = old_entry(&layer_defs[li], m);
@@ -1478,7 +1497,7 @@ static int lt_survey(bench *b, unsigned lo, unsigned hi, double budget_s, pj_tun
         if (m < lo || m > hi)
             continue;
         for (int li = 0; li < g_nl; li++) {
-            if (layer_defs[li].fmt == PJ_FMT_SPLIT)
+            if (layer_defs[li].fmt == PJ_FMT_SPLIT || entry_owner(li) != li)
                 continue;
             const double ts = now_s();
             lt_op o;
@@ -2286,6 +2305,13 @@ static void use_config(const char *path)
         d->n = ml->max_n ? ml->max_n : ml->w.n;
         d->fmt = ml->w.fmt;
     }
+    for (int i = 0; i < g_nl; i++)
+        if (entry_owner(i) != i)
+            printf("config %s: layer %s shares the tuned entries of %s (\"%s\", %u x %u): the "
+                   "tuner tunes them once, on %s's weights\n",
+                   path, layer_defs[i].name, layer_defs[entry_owner(i)].name,
+                   table_name(&layer_defs[i]), layer_defs[i].N, layer_defs[i].K,
+                   layer_defs[entry_owner(i)].name);
     g_nm = (int)cfg.shapes.n_m;
     for (int i = 0; i < g_nm; i++)
         ms[i] = cfg.shapes.m[i];

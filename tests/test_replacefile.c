@@ -32,25 +32,36 @@ static void expect_text(const char *path, const char *want)
                   path, n, n >= 0 ? buf : "");
 }
 
+static mode_t mode_of(const char *path)
+{
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    return st.st_mode & 07777;
+}
+
 START_TEST(new_file_has_the_mode_asked)
 {
     char path[4200], err[4400] = "";
     pj_fixture_path(path, sizeof path, "new.txt");
-    /* Under a umask that would take the others' read: the metrics file is
-     * read by node_exporter, another user. */
+    /* Under a umask that takes the others' read: exactly, as the metrics
+     * file wants (node_exporter, another user, reads it), and as open(2)
+     * would give it, as a tuning table or a model file wants. */
     mode_t old = umask(077);
-    ck_assert_int_eq(pj_replace_file(path, "abc\n", 4, 0644, err, sizeof err), 0);
-    umask(old);
+    ck_assert_int_eq(pj_replace_file(path, "abc\n", 4, 0644, PJ_MODE_EXACT, err, sizeof err), 0);
     expect_text(path, "abc\n");
-    struct stat st;
-    ck_assert_int_eq(stat(path, &st), 0);
-    ck_assert_uint_eq(st.st_mode & 07777, 0644);
+    ck_assert_uint_eq(mode_of(path), 0644);
+    ck_assert_int_eq(pj_replace_file(path, "def\n", 4, 0644, PJ_MODE_UMASKED, err, sizeof err), 0);
+    expect_text(path, "def\n");
+    ck_assert_uint_eq(mode_of(path), 0600);
+    umask(022);
+    ck_assert_int_eq(pj_replace_file(path, "g\n", 2, 0666, PJ_MODE_UMASKED, err, sizeof err), 0);
+    ck_assert_uint_eq(mode_of(path), 0644);
+    umask(old);
     ck_assert_int_eq(pj_fixture_temporaries(path), 0);
     /* Empty content is a file, not an error. */
-    ck_assert_int_eq(pj_replace_file(path, "", 0, 0600, err, sizeof err), 0);
+    ck_assert_int_eq(pj_replace_file(path, "", 0, 0600, PJ_MODE_EXACT, err, sizeof err), 0);
     expect_text(path, "");
-    ck_assert_int_eq(stat(path, &st), 0);
-    ck_assert_uint_eq(st.st_mode & 07777, 0600);
+    ck_assert_uint_eq(mode_of(path), 0600);
 }
 END_TEST
 
@@ -64,19 +75,20 @@ START_TEST(readers_see_the_old_file_until_the_commit)
     FILE *reader = fopen(path, "r");
     ck_assert_ptr_nonnull(reader);
 
+    static const char *const text[] = {"old\n", "new, written\n", "newer, synced\n"};
     for (int sync = 0; sync <= 1; sync++) {
         pj_replacing r;
-        ck_assert_msg(pj_replacing_open(&r, path, 0644, err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(pj_replacing_open(&r, path, 0644, PJ_MODE_UMASKED, err, sizeof err) == 0,
+                      "%s", err);
         ck_assert_ptr_nonnull(r.f);
         ck_assert_int_eq(pj_fixture_temporaries(path), 1);
-        ck_assert_int_eq(fputs("new, ", r.f) >= 0, 1);
+        ck_assert_int_eq(fputs(text[sync + 1], r.f) >= 0, 1);
         ck_assert_int_eq(fflush(r.f), 0); /* in the temporary, not the target */
-        expect_text(path, sync ? "new, written\n" : "old\n");
-        ck_assert_int_eq(fputs("written\n", r.f) >= 0, 1);
+        expect_text(path, text[sync]);
         ck_assert_msg(pj_replacing_commit(&r, sync, err, sizeof err) == 0, "%s", err);
         ck_assert_ptr_null(r.f);
         ck_assert_ptr_null(r.tmp);
-        expect_text(path, "new, written\n");
+        expect_text(path, text[sync + 1]);
         ck_assert_int_eq(pj_fixture_temporaries(path), 0);
     }
     char line[16] = "";
@@ -92,7 +104,7 @@ START_TEST(abort_leaves_the_target)
     pj_fixture_path(path, sizeof path, "aborted.txt");
     put(path, "kept\n");
     pj_replacing r;
-    ck_assert_int_eq(pj_replacing_open(&r, path, 0644, err, sizeof err), 0);
+    ck_assert_int_eq(pj_replacing_open(&r, path, 0644, PJ_MODE_UMASKED, err, sizeof err), 0);
     fputs("never seen\n", r.f);
     pj_replacing_abort(&r);
     expect_text(path, "kept\n");
@@ -129,12 +141,12 @@ START_TEST(failed_write_keeps_the_old_file)
             int rc;
             if (streamed) {
                 pj_replacing r;
-                if (pj_replacing_open(&r, path, 0644, err, sizeof err))
+                if (pj_replacing_open(&r, path, 0644, PJ_MODE_UMASKED, err, sizeof err))
                     _exit(4);
                 fwrite(big, 1, sizeof big, r.f); /* its error shows at the commit */
                 rc = pj_replacing_commit(&r, 1, err, sizeof err);
             } else {
-                rc = pj_replace_file(path, big, sizeof big, 0644, err, sizeof err);
+                rc = pj_replace_file(path, big, sizeof big, 0644, PJ_MODE_UMASKED, err, sizeof err);
             }
             /* Streamed, the cause was fwrite's errno, gone by the commit:
              * the stream's error flag still fails it. */
@@ -159,7 +171,8 @@ START_TEST(errors_name_the_file_and_the_cause)
     char path[4200], err[4400] = "";
     /* No directory to write beside the target in. */
     pj_fixture_path(path, sizeof path, "nodir/x.txt");
-    ck_assert_int_eq(pj_replace_file(path, "a", 1, 0644, err, sizeof err), -ENOENT);
+    ck_assert_int_eq(pj_replace_file(path, "a", 1, 0644, PJ_MODE_UMASKED, err, sizeof err),
+                     -ENOENT);
     ck_assert_msg(strstr(err, path) && strstr(err, "cannot create a file beside it") &&
                       strstr(err, strerror(ENOENT)),
                   "%s", err);
@@ -170,7 +183,7 @@ START_TEST(errors_name_the_file_and_the_cause)
     char inner[4300];
     snprintf(inner, sizeof inner, "%s/f", path);
     put(inner, "inside\n");
-    int rc = pj_replace_file(path, "a", 1, 0644, err, sizeof err);
+    int rc = pj_replace_file(path, "a", 1, 0644, PJ_MODE_UMASKED, err, sizeof err);
     ck_assert_msg(rc == -EISDIR || rc == -ENOTEMPTY || rc == -EEXIST, "rc %d: %s", rc, err);
     ck_assert_msg(strstr(err, "renaming") && strstr(err, "unchanged"), "%s", err);
     ck_assert_int_eq(pj_fixture_temporaries(path), 0);
@@ -179,7 +192,7 @@ START_TEST(errors_name_the_file_and_the_cause)
     static char longp[PATH_MAX + 64];
     memset(longp, 'a', sizeof longp - 1);
     longp[0] = '/';
-    ck_assert_int_lt(pj_replace_file(longp, "a", 1, 0644, err, sizeof err), 0);
+    ck_assert_int_lt(pj_replace_file(longp, "a", 1, 0644, PJ_MODE_UMASKED, err, sizeof err), 0);
     ck_assert_msg(strstr(err, "cannot create a file beside it"), "%.80s", err);
 }
 END_TEST
@@ -191,8 +204,8 @@ START_TEST(two_writers_do_not_mix)
     char path[4200], err[4400] = "";
     pj_fixture_path(path, sizeof path, "two.txt");
     pj_replacing a, b;
-    ck_assert_int_eq(pj_replacing_open(&a, path, 0644, err, sizeof err), 0);
-    ck_assert_int_eq(pj_replacing_open(&b, path, 0644, err, sizeof err), 0);
+    ck_assert_int_eq(pj_replacing_open(&a, path, 0644, PJ_MODE_UMASKED, err, sizeof err), 0);
+    ck_assert_int_eq(pj_replacing_open(&b, path, 0644, PJ_MODE_UMASKED, err, sizeof err), 0);
     ck_assert_str_ne(a.tmp, b.tmp);
     ck_assert_int_eq(pj_fixture_temporaries(path), 2);
     fputs("from a: aaaaaaaaaaaaaaaa\n", a.f);

@@ -52,7 +52,7 @@ for s in b["shapes"]:
     print("bench: %s m=%d engine %s knobs %s ours %.2f base %.2f" % (
         s["layer"], s["m"], s["engine"], s["knobs"], s["ours_us"], s["base_us"]))
 PY
-grep -E "^tuner|entries accepted|pick|dropped" "$F/tas.log" | cut -c1-200 | head -12 >>"$OUT/s45.txt"
+grep -E "^tuner|entries accepted|pick|dropped|shares the tuned" "$F/tas.log" | cut -c1-200 | head -12 >>"$OUT/s45.txt"
 
 pj_l8_model || exit 1
 python3 - <<'PY'
