@@ -71,6 +71,27 @@ int pj_replacing_open(pj_replacing *r, const char *path, mode_t mode, pj_replace
     return 0;
 }
 
+/* The rename itself reaches the disk with the directory's entry: synced
+ * too, so that a crash after a synced commit finds the new file under the
+ * name. Best effort: the file is in place whatever this says, and some
+ * file systems refuse fsync of a directory. */
+static void sync_dir(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if ((size_t)(slash - path) >= sizeof dir)
+        return;
+    else
+        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+}
+
 int pj_replacing_commit(pj_replacing *r, int sync, char *err, size_t errlen)
 {
     if (!r->f) {
@@ -96,6 +117,8 @@ int pj_replacing_commit(pj_replacing *r, int sync, char *err, size_t errlen)
         snprintf(err, errlen, "%s: %s %s%s failed: %s (the file there is unchanged)", r->path,
                  renaming ? "renaming" : "writing", r->tmp, renaming ? " over it" : "",
                  strerror(-rc));
+    } else if (sync) {
+        sync_dir(r->path);
     }
     release(r);
     return rc;
