@@ -113,8 +113,42 @@ int pj_model_load_progress(const pj_config *cfg, pj_model **out, pj_st_file **fi
  * valid safetensors file, and every layer's tensor is there with a shape,
  * dtype, max_n and format the load takes. Same returns and messages as
  * pj_model_load; what only the weights show (a non-finite value under
- * format z12, a failed verification, memory) is left to the load. */
+ * format z12, a failed verification, device memory) is left to the load;
+ * host memory is checked as the load checks it. */
 int pj_model_check(const pj_config *cfg, char *err, size_t errlen);
+
+/* Host memory. The loaded layers are private copies (above), held until
+ * the daemon stops: at least 2 bytes per weight for bf16, 1.5 for z12 (and
+ * the layer being packed's bf16 copy beside them), 4 for split. Before it
+ * reads any weight, the load adds that up from the file's header and
+ * compares it with the kernel's MemAvailable and SwapFree (/proc/meminfo):
+ * more than both together is refused (-ENOMEM, err with the figures), since
+ * the load would otherwise be killed by the kernel part way with no word;
+ * more than MemAvailable alone is a warning (the load will swap). The
+ * figures are lower bounds; where /proc/meminfo cannot be read there is no
+ * check. */
+typedef struct pj_model_host_need {
+    uint64_t held;      /* the layers' stored bytes, at least */
+    uint64_t transient; /* the largest z12 layer's bf16 copy while it is packed */
+} pj_model_host_need;
+
+/* The bytes cfg's layers need from the header of st (layers the load would
+ * refuse count nothing: the load says why). */
+void pj_model_host_need_of(const pj_config *cfg, const pj_st_file *st, pj_model_host_need *out);
+
+/* Reads MemAvailable and SwapFree (bytes) from a meminfo file (path; NULL:
+ * /proc/meminfo). 0, or -1 when it cannot be read or lacks MemAvailable. */
+int pj_host_meminfo(const char *path, uint64_t *avail, uint64_t *swap_free);
+
+/* The decision above for need against avail and swap_free: 0 (fits), 1 (a
+ * warning in err: it fits only with swap) or -ENOMEM (err says what the
+ * layers need, what is free, and what to do). */
+int pj_model_host_check(const pj_model_host_need *need, uint32_t n_layers, uint64_t avail,
+                        uint64_t swap_free, const char *path, char *err, size_t errlen);
+
+/* Tests: read the host memory figures from path instead of /proc/meminfo
+ * (NULL: /proc/meminfo again). */
+void pj_model_set_meminfo(const char *path);
 
 /* Index of the layer called name, or -1. */
 int pj_model_find(const pj_model *m, const char *name);

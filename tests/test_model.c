@@ -1062,11 +1062,131 @@ START_TEST(layer_digests)
 }
 END_TEST
 
+/* ---- host memory ------------------------------------------------------------ */
+
+static void write_meminfo(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+START_TEST(meminfo_read)
+{
+    char path[4200];
+    uint64_t avail = 0, swap = 7;
+    pj_fixture_path(path, sizeof path, "meminfo");
+    write_meminfo(path, "MemTotal:       32000000 kB\nMemFree:  100 kB\n"
+                        "MemAvailable:   24288048 kB\nSwapTotal: 9 kB\nSwapFree:        2048 kB\n");
+    ck_assert_int_eq(pj_host_meminfo(path, &avail, &swap), 0);
+    ck_assert_uint_eq(avail, 24288048ull * 1024);
+    ck_assert_uint_eq(swap, 2048ull * 1024);
+    /* No MemAvailable (a kernel before 3.14): no figure, so no check. */
+    write_meminfo(path, "MemTotal: 32000000 kB\nSwapFree: 5 kB\n");
+    ck_assert_int_eq(pj_host_meminfo(path, &avail, &swap), -1);
+    pj_fixture_path(path, sizeof path, "no-such-meminfo");
+    ck_assert_int_eq(pj_host_meminfo(path, &avail, &swap), -1);
+    /* This machine's own. */
+    ck_assert_int_eq(pj_host_meminfo(NULL, &avail, &swap), 0);
+    ck_assert_uint_gt(avail, 0);
+}
+END_TEST
+
+START_TEST(host_check_decides)
+{
+    char err[1024];
+    const uint64_t G = 1ull << 30;
+    pj_model_host_need need = {.held = 100 * G, .transient = G / 2};
+    ck_assert_int_eq(pj_model_host_check(&need, 700, 101 * G, 0, "m.st", err, sizeof err), 0);
+    ck_assert_int_eq(pj_model_host_check(&need, 700, 100 * G, 4 * G, "m.st", err, sizeof err), 1);
+    ck_assert_msg(strstr(err, "m.st: the 700 layers") && strstr(err, "will swap"), "%s", err);
+    ck_assert_int_eq(pj_model_host_check(&need, 700, 90 * G, 4 * G, "m.st", err, sizeof err),
+                     -ENOMEM);
+    ck_assert_msg(strstr(err, "at least 100.5 GiB") && strstr(err, "only 94.0 GiB") &&
+                      strstr(err, "serve fewer layers"),
+                  "%s", err);
+}
+END_TEST
+
+/* The loader's figure is a lower bound of what it holds: every layer's
+ * stored bytes at least, never more than they are. */
+START_TEST(host_need_bounds_the_load)
+{
+    pj_config cfg;
+    pj_fixture_small_config(&cfg, small_path);
+    pj_model *m;
+    char err[1024];
+    ck_assert_msg(pj_model_load(&cfg, &m, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    pj_st_file *st;
+    ck_assert_int_eq(pj_st_open(small_path, &st, err, sizeof err), 0);
+    pj_model_host_need need;
+    pj_model_host_need_of(&cfg, st, &need);
+    uint64_t stored = 0, floor = 0, largest_z12 = 0;
+    for (uint32_t i = 0; i < m->n_layers; i++) {
+        const pj_model_layer *L = &m->layers[i];
+        stored += L->stored_bytes;
+        if (L->w.fmt == PJ_FMT_Z12) {
+            floor += L->bf16_bytes * 3 / 4;
+            if (L->bf16_bytes > largest_z12)
+                largest_z12 = L->bf16_bytes;
+        } else {
+            floor += L->stored_bytes;
+        }
+    }
+    ck_assert_uint_eq(need.held, floor);
+    ck_assert_uint_le(need.held, stored);
+    ck_assert_uint_eq(need.transient, largest_z12);
+    pj_st_close(st);
+    pj_model_free(m);
+}
+END_TEST
+
+/* With less memory than the layers need (a meminfo of the test's own), the
+ * load and --check-config refuse before reading a weight, saying what they
+ * need and what is free; with swap enough, the load warns and goes on. */
+START_TEST(load_refuses_what_the_host_cannot_hold)
+{
+    char mi[4200], err[1024];
+    pj_fixture_path(mi, sizeof mi, "meminfo-small");
+    pj_config cfg;
+    pj_fixture_small_config(&cfg, small_path);
+    pj_model *m = (pj_model *)0x1;
+    write_meminfo(mi, "MemAvailable:          1 kB\nSwapFree:          0 kB\n");
+    pj_model_set_meminfo(mi);
+    warns wr = {0};
+    ck_assert_int_eq(pj_model_load(&cfg, &m, on_warn, &wr, err, sizeof err), -ENOMEM);
+    ck_assert_ptr_null(m);
+    ck_assert_msg(strstr(err, small_path) && strstr(err, "the 5 layers take at least") &&
+                      strstr(err, "host memory") && strstr(err, "only 0.0 GiB are available"),
+                  "%s", err);
+    ck_assert_int_eq(pj_model_check(&cfg, err, sizeof err), -ENOMEM);
+    ck_assert_msg(strstr(err, "host memory"), "%s", err);
+    /* Swap enough: a warning, and the model loads. */
+    write_meminfo(mi, "MemAvailable:          1 kB\nSwapFree:   100000000 kB\n");
+    ck_assert_msg(pj_model_load(&cfg, &m, on_warn, &wr, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(wr.n, 1);
+    ck_assert_msg(strstr(wr.msg[0], "will swap"), "%s", wr.msg[0]);
+    pj_model_free(m);
+    /* Memory enough: no word. */
+    write_meminfo(mi, "MemAvailable:   100000000 kB\nSwapFree: 0 kB\n");
+    wr.n = 0;
+    ck_assert_msg(pj_model_load(&cfg, &m, on_warn, &wr, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(wr.n, 0);
+    pj_model_free(m);
+    pj_model_set_meminfo(NULL);
+}
+END_TEST
+
 static Suite *model_suite(void)
 {
     Suite *s = suite_create("model");
     TCase *tc = tcase_create("load");
     tcase_add_test(tc, small_model_layers);
+    tcase_add_test(tc, meminfo_read);
+    tcase_add_test(tc, host_check_decides);
+    tcase_add_test(tc, host_need_bounds_the_load);
+    tcase_add_test(tc, load_refuses_what_the_host_cannot_hold);
     tcase_add_test(tc, z12_projects_like_bf16);
     tcase_add_test(tc, format_preferences);
     tcase_add_test(tc, check_agrees_with_load);
