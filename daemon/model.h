@@ -113,23 +113,29 @@ int pj_model_load_progress(const pj_config *cfg, pj_model **out, pj_st_file **fi
  * valid safetensors file, and every layer's tensor is there with a shape,
  * dtype, max_n and format the load takes. Same returns and messages as
  * pj_model_load; what only the weights show (a non-finite value under
- * format z12, a failed verification, device memory) is left to the load;
- * host memory is checked as the load checks it. */
+ * format z12, a failed verification, memory) is left to the load. */
 int pj_model_check(const pj_config *cfg, char *err, size_t errlen);
 
 /* Host memory. The loaded layers are private copies (above), held until
- * the daemon stops: at least 2 bytes per weight for bf16, 1.5 for z12 (and
- * the layer being packed's bf16 copy beside them), 4 for split. Before it
- * reads any weight, the load adds that up from the file's header and
- * compares it with the kernel's MemAvailable and SwapFree (/proc/meminfo):
- * more than both together is refused (-ENOMEM, err with the figures), since
- * the load would otherwise be killed by the kernel part way with no word;
- * more than MemAvailable alone is a warning (the load will swap). The
- * figures are lower bounds; where /proc/meminfo cannot be read there is no
- * check. */
+ * the daemon stops: at least 2 bytes per weight for bf16, 1.5 for z12, 4
+ * for split, and beside them the layer being converted (a z12 layer's bf16
+ * copy, an F32 / F16 layer's floats). Before it reads any weight, the load
+ * adds that up from the file's header and compares it with the kernel's
+ * MemAvailable and SwapFree (/proc/meminfo): more than both together is
+ * refused (-ENOMEM, err with the figures), since the load would otherwise
+ * be killed by the kernel part way with no word; more than MemAvailable
+ * alone is a warning (the load will swap). The figures are lower bounds,
+ * and the check is taken once, before the load: it does not see a cgroup's
+ * memory limit (a container's, systemd's MemoryMax=), nor daemons that
+ * start at the same moment (projd@0..7 at boot) and share the memory it
+ * saw. Where /proc/meminfo cannot be read there is no check, and
+ * PROJD_HOST_MEM_CHECK=0 skips it (a file system cache the kernel does
+ * not count as available, as ZFS's, makes it refuse what would fit).
+ * pj_model_check (--check-config) does not take it: run beside the
+ * serving daemon it would count that daemon's copies against the next. */
 typedef struct pj_model_host_need {
     uint64_t held;      /* the layers' stored bytes, at least */
-    uint64_t transient; /* the largest z12 layer's bf16 copy while it is packed */
+    uint64_t transient; /* the largest layer's conversion copy */
 } pj_model_host_need;
 
 /* The bytes cfg's layers need from the header of st (layers the load would

@@ -17,6 +17,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -255,8 +256,6 @@ START_TEST(supplementary_groups_allowed)
 }
 END_TEST
 
-/* Connects and says HELLO, again for up to ~50 s while the daemon has not
- * yet seen a place under max_connections come free. */
 /* A connection to the socket at path by hand: nng's IPC handshake as a REQ
  * v0 peer, and nothing more. The fd, or -1. Unlike an nng dialer, it never
  * redials once the daemon closes it, and its end shows as EOF. */
@@ -272,11 +271,17 @@ static int raw_connect(const char *path)
     memcpy(sun.sun_path, path, strlen(path));
     const uint8_t hs[8] = {0, 'S', 'P', 0, 0, 0x30, 0, 0}; /* REQ v0 */
     uint8_t peer[8];
-    if (connect(fd, (struct sockaddr *)&sun, sizeof sun) != 0 || write(fd, hs, 8) != 8 ||
-        read(fd, peer, 8) != 8 || peer[1] != 'S' || peer[2] != 'P') {
+    /* A daemon that never answers fails the connect in 5 s, not the test
+     * at Check's timeout (or never, under CK_FORK=no). */
+    struct timeval tv = {.tv_sec = 5};
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
+        connect(fd, (struct sockaddr *)&sun, sizeof sun) != 0 || write(fd, hs, 8) != 8 ||
+        read(fd, peer, 8) != 8 || memcmp(peer, "\0SP\0\0\x31\0\0", 8) != 0) { /* REP v0 */
         close(fd);
         return -1;
     }
+    tv.tv_sec = 0; /* blocking again: greedy_main writes until the daemon closes */
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     return fd;
 }
 
@@ -290,6 +295,8 @@ static int closed_within(int fd, int ms)
     return read(fd, &b, 1) <= 0;
 }
 
+/* Connects and says HELLO, again for up to ~50 s while the daemon has not
+ * yet seen a place under max_connections come free. */
 static int connect_hello_when_free(pjt_client *c, const char *url, const char *name)
 {
     int rc = -1;

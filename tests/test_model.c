@@ -1072,6 +1072,25 @@ static void write_meminfo(const char *path, const char *text)
     ck_assert_int_eq(fclose(f), 0);
 }
 
+/* The progress callback of a load that counts the layers it begins (ctx:
+ * an int; the load's warn callback gets the same ctx, so pass none). */
+static int count_progress(void *ctx, uint32_t index, uint32_t count, const char *layer)
+{
+    (void)index;
+    (void)count;
+    (void)layer;
+    ++*(int *)ctx;
+    return 0;
+}
+
+/* Every test of the suite reads /proc/meminfo again, whatever the one
+ * before set (with CK_FORK=no a failed test would leave its file). */
+static void reset_meminfo(void)
+{
+    pj_model_set_meminfo(NULL);
+    unsetenv("PROJD_HOST_MEM_CHECK");
+}
+
 START_TEST(meminfo_read)
 {
     char path[4200];
@@ -1122,21 +1141,29 @@ START_TEST(host_need_bounds_the_load)
     ck_assert_int_eq(pj_st_open(small_path, &st, err, sizeof err), 0);
     pj_model_host_need need;
     pj_model_host_need_of(&cfg, st, &need);
-    uint64_t stored = 0, floor = 0, largest_z12 = 0;
+    uint64_t stored = 0, floor = 0, during = 0;
     for (uint32_t i = 0; i < m->n_layers; i++) {
         const pj_model_layer *L = &m->layers[i];
         stored += L->stored_bytes;
-        if (L->w.fmt == PJ_FMT_Z12) {
-            floor += L->bf16_bytes * 3 / 4;
-            if (L->bf16_bytes > largest_z12)
-                largest_z12 = L->bf16_bytes;
-        } else {
-            floor += L->stored_bytes;
-        }
+        /* the conversion's copy: bf16 for a z12 layer, floats for the
+         * router (F32 in the file, stored split) */
+        uint64_t conv = L->w.fmt == PJ_FMT_Z12       ? L->bf16_bytes
+                        : L->src_dtype != PJ_ST_BF16 ? L->bf16_bytes * 2
+                                                     : 0;
+        if (conv > during)
+            during = conv;
+        floor += L->w.fmt == PJ_FMT_Z12 ? L->bf16_bytes * 3 / 4 : L->stored_bytes;
     }
+    ck_assert_int_eq(m->layers[4].w.fmt, PJ_FMT_SPLIT); /* the router's copy counts */
     ck_assert_uint_eq(need.held, floor);
     ck_assert_uint_le(need.held, stored);
-    ck_assert_uint_eq(need.transient, largest_z12);
+    ck_assert_uint_eq(need.transient, during);
+    /* The router alone: its float copy is what the load adds. */
+    cfg.model.layers[0] = cfg.model.layers[4];
+    cfg.model.n_layers = 1;
+    pj_model_host_need_of(&cfg, st, &need);
+    ck_assert_uint_eq(need.held, m->layers[4].stored_bytes);
+    ck_assert_uint_eq(need.transient, m->layers[4].bf16_bytes * 2);
     pj_st_close(st);
     pj_model_free(m);
 }
@@ -1155,13 +1182,25 @@ START_TEST(load_refuses_what_the_host_cannot_hold)
     write_meminfo(mi, "MemAvailable:          1 kB\nSwapFree:          0 kB\n");
     pj_model_set_meminfo(mi);
     warns wr = {0};
-    ck_assert_int_eq(pj_model_load(&cfg, &m, on_warn, &wr, err, sizeof err), -ENOMEM);
+    int layers_begun = 0;
+    ck_assert_int_eq(pj_model_load_progress(&cfg, &m, NULL, NULL, count_progress, &layers_begun,
+                                            err, sizeof err),
+                     -ENOMEM);
     ck_assert_ptr_null(m);
+    ck_assert_int_eq(layers_begun, 0); /* refused before any layer was read */
     ck_assert_msg(strstr(err, small_path) && strstr(err, "the 5 layers take at least") &&
-                      strstr(err, "host memory") && strstr(err, "only 0.0 GiB are available"),
+                      strstr(err, "host memory") && strstr(err, "only 0.0 GiB are available") &&
+                      strstr(err, "PROJD_HOST_MEM_CHECK=0"),
                   "%s", err);
-    ck_assert_int_eq(pj_model_check(&cfg, err, sizeof err), -ENOMEM);
-    ck_assert_msg(strstr(err, "host memory"), "%s", err);
+    /* --check-config does not take it (beside a serving daemon it would
+     * count that daemon's copies). */
+    ck_assert_msg(pj_model_check(&cfg, err, sizeof err) == 0, "%s", err);
+    /* Skipped when asked. */
+    setenv("PROJD_HOST_MEM_CHECK", "0", 1);
+    ck_assert_msg(pj_model_load(&cfg, &m, on_warn, &wr, err, sizeof err) == 0, "%s", err);
+    unsetenv("PROJD_HOST_MEM_CHECK");
+    ck_assert_int_eq(wr.n, 0);
+    pj_model_free(m);
     /* Swap enough: a warning, and the model loads. */
     write_meminfo(mi, "MemAvailable:          1 kB\nSwapFree:   100000000 kB\n");
     ck_assert_msg(pj_model_load(&cfg, &m, on_warn, &wr, err, sizeof err) == 0, "%s", err);
@@ -1182,6 +1221,7 @@ static Suite *model_suite(void)
 {
     Suite *s = suite_create("model");
     TCase *tc = tcase_create("load");
+    tcase_add_checked_fixture(tc, NULL, reset_meminfo);
     tcase_add_test(tc, small_model_layers);
     tcase_add_test(tc, meminfo_read);
     tcase_add_test(tc, host_check_decides);
