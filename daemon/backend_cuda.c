@@ -1703,7 +1703,7 @@ static cu_ipc *ipc_get(cu_state *st, const uint8_t *handle, char *err, size_t er
      * on a device this daemon does not own: refused. */
     struct cudaPointerAttributes pa;
     ce = cudaPointerGetAttributes(&pa, c->dev);
-    if (ce != cudaSuccess || pa.type != cudaMemoryTypeDevice || pa.device != st->dev) {
+    if (ce != cudaSuccess || pa.device != st->dev) {
         if (ce != cudaSuccess) {
             char t[200];
             ce_text(ce, t, sizeof t);
@@ -1712,12 +1712,10 @@ static cu_ipc *ipc_get(cu_state *st, const uint8_t *handle, char *err, size_t er
                      t);
         } else {
             snprintf(err, errlen,
-                     "REGISTER: the CUDA allocation is %s %d, not on device %d (%s) that projd "
-                     "serves, although the request's device_uuid named it; register buffers "
-                     "with the projd of their own GPU",
-                     pa.type == cudaMemoryTypeDevice ? "on device" : "not device memory; type",
-                     pa.type == cudaMemoryTypeDevice ? pa.device : (int)pa.type, st->dev,
-                     st->uuid_str);
+                     "REGISTER: the CUDA allocation is on device %d, not on device %d (%s) that "
+                     "projd serves, although the request's device_uuid named it; register "
+                     "buffers with the projd of their own GPU",
+                     pa.device, st->dev, st->uuid_str);
         }
         pj_closer_run(ipc_close_unlisted_job, c);
         return NULL;
