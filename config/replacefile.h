@@ -35,9 +35,9 @@ int pj_replacing_open(pj_replacing *r, const char *path, mode_t mode, pj_replace
 
 /* Flushes r->f, with sync also to the disk (what a large file written once
  * wants before it replaces a good one), closes it and renames it over the
- * target (with sync, the directory's entry is synced too). 0, or -errno with err naming the step, the file and the cause; on
- * failure the temporary is removed and the target is as it was. r is empty
- * after either. */
+ * target (with sync, the directory's entry is synced too). 0, or -errno with err naming the step,
+ * the file and the cause; on failure the temporary is removed and the target is as it was. r is
+ * empty after either. */
 int pj_replacing_commit(pj_replacing *r, int sync, char *err, size_t errlen);
 
 /* Closes and removes the temporary; the target is not touched. For a write
