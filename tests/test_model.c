@@ -1064,14 +1064,6 @@ END_TEST
 
 /* ---- host memory ------------------------------------------------------------ */
 
-static void write_meminfo(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    ck_assert_int_eq(fclose(f), 0);
-}
-
 /* The progress callback of a load that counts the layers it begins (ctx:
  * an int; the load's warn callback gets the same ctx, so pass none). */
 static int count_progress(void *ctx, uint32_t index, uint32_t count, const char *layer)
@@ -1096,13 +1088,16 @@ START_TEST(meminfo_read)
     char path[4200];
     uint64_t avail = 0, swap = 7;
     pj_fixture_path(path, sizeof path, "meminfo");
-    write_meminfo(path, "MemTotal:       32000000 kB\nMemFree:  100 kB\n"
-                        "MemAvailable:   24288048 kB\nSwapTotal: 9 kB\nSwapFree:        2048 kB\n");
+    ck_assert_int_eq(
+        pj_fixture_write_text(
+            path, "MemTotal:       32000000 kB\nMemFree:  100 kB\n"
+                  "MemAvailable:   24288048 kB\nSwapTotal: 9 kB\nSwapFree:        2048 kB\n"),
+        0);
     ck_assert_int_eq(pj_host_meminfo(path, &avail, &swap), 0);
     ck_assert_uint_eq(avail, 24288048ull * 1024);
     ck_assert_uint_eq(swap, 2048ull * 1024);
     /* No MemAvailable (a kernel before 3.14): no figure, so no check. */
-    write_meminfo(path, "MemTotal: 32000000 kB\nSwapFree: 5 kB\n");
+    ck_assert_int_eq(pj_fixture_write_text(path, "MemTotal: 32000000 kB\nSwapFree: 5 kB\n"), 0);
     ck_assert_int_eq(pj_host_meminfo(path, &avail, &swap), -1);
     pj_fixture_path(path, sizeof path, "no-such-meminfo");
     ck_assert_int_eq(pj_host_meminfo(path, &avail, &swap), -1);
@@ -1170,8 +1165,9 @@ START_TEST(host_need_bounds_the_load)
 END_TEST
 
 /* With less memory than the layers need (a meminfo of the test's own), the
- * load and --check-config refuse before reading a weight, saying what they
- * need and what is free; with swap enough, the load warns and goes on. */
+ * load refuses before reading a weight, saying what the layers need and
+ * what is free (--check-config does not take the check); with swap enough,
+ * the load warns and goes on. */
 START_TEST(load_refuses_what_the_host_cannot_hold)
 {
     char mi[4200], err[1024];
@@ -1179,7 +1175,8 @@ START_TEST(load_refuses_what_the_host_cannot_hold)
     pj_config cfg;
     pj_fixture_small_config(&cfg, small_path);
     pj_model *m = (pj_model *)0x1;
-    write_meminfo(mi, "MemAvailable:          1 kB\nSwapFree:          0 kB\n");
+    ck_assert_int_eq(
+        pj_fixture_write_text(mi, "MemAvailable:          1 kB\nSwapFree:          0 kB\n"), 0);
     pj_model_set_meminfo(mi);
     warns wr = {0};
     int layers_begun = 0;
@@ -1202,13 +1199,15 @@ START_TEST(load_refuses_what_the_host_cannot_hold)
     ck_assert_int_eq(wr.n, 0);
     pj_model_free(m);
     /* Swap enough: a warning, and the model loads. */
-    write_meminfo(mi, "MemAvailable:          1 kB\nSwapFree:   100000000 kB\n");
+    ck_assert_int_eq(
+        pj_fixture_write_text(mi, "MemAvailable:          1 kB\nSwapFree:   100000000 kB\n"), 0);
     ck_assert_msg(pj_model_load(&cfg, &m, on_warn, &wr, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(wr.n, 1);
     ck_assert_msg(strstr(wr.msg[0], "will swap"), "%s", wr.msg[0]);
     pj_model_free(m);
     /* Memory enough: no word. */
-    write_meminfo(mi, "MemAvailable:   100000000 kB\nSwapFree: 0 kB\n");
+    ck_assert_int_eq(pj_fixture_write_text(mi, "MemAvailable:   100000000 kB\nSwapFree: 0 kB\n"),
+                     0);
     wr.n = 0;
     ck_assert_msg(pj_model_load(&cfg, &m, on_warn, &wr, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(wr.n, 0);

@@ -16,14 +16,6 @@
 #include "config/replacefile.h"
 #include "tests/helpers/fixture.h"
 
-static void put(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_int_eq(fputs(text, f) >= 0, 1);
-    ck_assert_int_eq(fclose(f), 0);
-}
-
 static void expect_text(const char *path, const char *want)
 {
     static char buf[1 << 17];
@@ -69,7 +61,7 @@ START_TEST(readers_see_the_old_file_until_the_commit)
 {
     char path[4200], err[4400] = "";
     pj_fixture_path(path, sizeof path, "replaced.txt");
-    put(path, "old\n");
+    ck_assert_int_eq(pj_fixture_write_text(path, "old\n"), 0);
     /* Renamed over, not written into: a reader that has the old file open
      * reads it whole after the commit. */
     FILE *reader = fopen(path, "r");
@@ -102,7 +94,7 @@ START_TEST(abort_leaves_the_target)
 {
     char path[4200], err[4400] = "";
     pj_fixture_path(path, sizeof path, "aborted.txt");
-    put(path, "kept\n");
+    ck_assert_int_eq(pj_fixture_write_text(path, "kept\n"), 0);
     pj_replacing r;
     ck_assert_int_eq(pj_replacing_open(&r, path, 0644, PJ_MODE_UMASKED, err, sizeof err), 0);
     fputs("never seen\n", r.f);
@@ -126,7 +118,7 @@ START_TEST(failed_write_keeps_the_old_file)
 {
     char path[4200];
     pj_fixture_path(path, sizeof path, "limited.txt");
-    put(path, "the old content\n");
+    ck_assert_int_eq(pj_fixture_write_text(path, "the old content\n"), 0);
     static char big[64 * 1024];
     memset(big, 'x', sizeof big);
     for (int streamed = 0; streamed <= 1; streamed++) {
@@ -182,7 +174,7 @@ START_TEST(errors_name_the_file_and_the_cause)
     ck_assert_int_eq(mkdir(path, 0755), 0);
     char inner[4300];
     snprintf(inner, sizeof inner, "%s/f", path);
-    put(inner, "inside\n");
+    ck_assert_int_eq(pj_fixture_write_text(inner, "inside\n"), 0);
     int rc = pj_replace_file(path, "a", 1, 0644, PJ_MODE_UMASKED, err, sizeof err);
     ck_assert_msg(rc == -EISDIR || rc == -ENOTEMPTY || rc == -EEXIST, "rc %d: %s", rc, err);
     ck_assert_msg(strstr(err, "renaming") && strstr(err, "unchanged"), "%s", err);

@@ -122,6 +122,15 @@ int pj_fixture_temporaries(const char *path)
     return n;
 }
 
+int pj_fixture_write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    int bad = fputs(text, f) < 0;
+    return fclose(f) != 0 || bad ? -1 : 0;
+}
+
 long pj_fixture_read_text(const char *path, char *buf, size_t cap)
 {
     FILE *f = fopen(path, "r");

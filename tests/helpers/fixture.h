@@ -26,6 +26,10 @@ char *pj_fixture_path(char *out, size_t cap, const char *name);
  * does not fit is left out). Its length, or -1 when it cannot be opened. */
 long pj_fixture_read_text(const char *path, char *buf, size_t cap);
 
+/* path's whole content is text (created or truncated): 0, or -1 when it
+ * cannot be opened or written. */
+int pj_fixture_write_text(const char *path, const char *text);
+
 /* Lines of /proc/<pid>/maps (pid 0: this process): the mappings a process
  * has. -1 when the file cannot be read. */
 int pj_fixture_count_maps(int pid);
