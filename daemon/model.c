@@ -504,59 +504,46 @@ static int name_used_before(const pj_config *cfg, uint32_t i)
 
 /* ---- host memory ---------------------------------------------------------- */
 
-static const char *g_meminfo; /* tests (pj_model_set_meminfo); NULL: /proc/meminfo */
+static const char *g_host_root; /* tests (pj_model_set_host_root); NULL: the system's */
 
-void pj_model_set_meminfo(const char *path)
+void pj_model_set_host_root(const char *root)
 {
-    g_meminfo = path;
+    g_host_root = root;
+}
+
+/* What layer lc needs of host memory (model.h): held once loaded, and the
+ * conversion's copy while it loads. A layer the load would refuse needs
+ * nothing: the load says why. */
+static void layer_host_need(const pj_st_file *st, const pj_layer_config *lc, const char *path,
+                            uint64_t *held, uint64_t *during)
+{
+    const pj_st_tensor *t;
+    pj_format fmt;
+    char err[8];
+    *held = *during = 0;
+    if (check_layer(st, lc, path, &t, &fmt, err, sizeof err))
+        return;
+    const uint64_t count = t->shape[0] * t->shape[1];
+    if (fmt == PJ_FMT_Z12) {
+        *held = count * 3 / 2; /* 12 bits a weight, exceptions on top */
+        *during = count * 2;   /* its bf16 copy while it is packed */
+    } else {
+        *held = count * (fmt == PJ_FMT_SPLIT ? 4 : 2);
+        if (t->dtype != PJ_ST_BF16)
+            *during = count * 4; /* an F32 / F16 layer's floats while it is split */
+    }
 }
 
 void pj_model_host_need_of(const pj_config *cfg, const pj_st_file *st, pj_model_host_need *out)
 {
     memset(out, 0, sizeof *out);
     for (uint32_t i = 0; i < cfg->model.n_layers; i++) {
-        const pj_st_tensor *t;
-        pj_format fmt;
-        char err[8];
-        if (check_layer(st, &cfg->model.layers[i], cfg->model.path, &t, &fmt, err, sizeof err))
-            continue;
-        const uint64_t count = t->shape[0] * t->shape[1];
-        /* Beside the layers held, the one being loaded: a z12 layer's bf16
-         * copy while it is packed, an F32 / F16 layer's float copy while
-         * it is split. */
-        uint64_t during = 0;
-        if (fmt == PJ_FMT_Z12) {
-            out->held += count * 3 / 2; /* 12 bits a weight, exceptions on top */
-            during = count * 2;
-        } else {
-            out->held += count * (fmt == PJ_FMT_SPLIT ? 4 : 2);
-            if (t->dtype != PJ_ST_BF16)
-                during = count * 4;
-        }
+        uint64_t held, during;
+        layer_host_need(st, &cfg->model.layers[i], cfg->model.path, &held, &during);
+        out->held += held;
         if (during > out->transient)
             out->transient = during;
     }
-}
-
-int pj_host_meminfo(const char *path, uint64_t *avail, uint64_t *swap_free)
-{
-    FILE *f = fopen(path ? path : "/proc/meminfo", "r");
-    if (!f)
-        return -1;
-    char line[256];
-    unsigned long long kb;
-    int have = 0;
-    *swap_free = 0;
-    while (fgets(line, sizeof line, f)) {
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
-            *avail = (uint64_t)kb * 1024;
-            have = 1;
-        } else if (sscanf(line, "SwapFree: %llu kB", &kb) == 1) {
-            *swap_free = (uint64_t)kb * 1024;
-        }
-    }
-    fclose(f);
-    return have ? 0 : -1;
 }
 
 static double gib(uint64_t b)
@@ -564,17 +551,27 @@ static double gib(uint64_t b)
     return (double)b / (1024.0 * 1024.0 * 1024.0);
 }
 
-int pj_model_host_check(const pj_model_host_need *need, uint32_t n_layers, uint64_t avail,
-                        uint64_t swap_free, const char *path, char *err, size_t errlen)
+/* What to do when the memory is short, by what binds it. */
+static const char *host_advice(const pj_hostmem *h)
+{
+    return h->cg_limit ? "serve fewer layers or raise the cgroup's limit (a unit's MemoryMax=, a "
+                         "container's memory limit)"
+                       : "serve fewer layers or free memory";
+}
+
+int pj_model_host_check(const pj_model_host_need *need, uint32_t n_layers, const pj_hostmem *h,
+                        const char *path, char *err, size_t errlen)
 {
     const uint64_t total = need->held + need->transient;
-    if (total <= avail)
+    if (total <= h->avail)
         return 0;
-    if (total <= avail + swap_free) {
+    char where[384];
+    pj_hostmem_describe(h, where, sizeof where);
+    if (total <= h->avail + h->swap) {
         snprintf(err, errlen,
                  "%s: the %u layers take at least %.1f GiB of host memory once loaded and %.1f "
-                 "GiB are available without swap (%.1f GiB of swap free): the load will swap",
-                 path, n_layers, gib(total), gib(avail), gib(swap_free));
+                 "GiB are available without swap (%.1f GiB of swap free; %s): the load will swap",
+                 path, n_layers, gib(total), gib(h->avail), gib(h->swap), where);
         return 1;
     }
     char packing[64] = "";
@@ -583,35 +580,90 @@ int pj_model_host_check(const pj_model_host_need *need, uint32_t n_layers, uint6
                  gib(need->transient));
     snprintf(err, errlen,
              "%s: the %u layers take at least %.1f GiB of host memory once loaded (each layer "
-             "its own copy of its weights%s) and only %.1f GiB are available (MemAvailable %.1f + "
-             "SwapFree %.1f); serve fewer layers or free memory (PROJD_HOST_MEM_CHECK=0 skips "
-             "this check where MemAvailable misses memory the kernel would give back)",
-             path, n_layers, gib(total), packing, gib(avail + swap_free), gib(avail),
-             gib(swap_free));
+             "its own copy of its weights%s) and only %.1f GiB are available (%s); %s "
+             "(PROJD_HOST_MEM_CHECK=0 skips this check where the kernel's figures miss memory "
+             "it would give back)",
+             path, n_layers, gib(total), packing, gib(h->avail + h->swap), where, host_advice(h));
     return -ENOMEM;
 }
 
-/* The host memory check (model.h) of cfg's layers in st: 0, or -ENOMEM
- * with err; the warning goes to warn (NULL: dropped). */
-static int host_memory_check(const pj_config *cfg, const pj_st_file *st, pj_model_warn_fn warn,
-                             void *ctx, char *err, size_t errlen)
+/* The host memory check (model.h), taken before the load and again before
+ * each layer. rest_held[i] / rest_during[i] are what layers i.. need (held,
+ * and the largest conversion copy), filled by host_watch_begin. */
+typedef struct host_watch {
+    int on;
+    uint64_t *rest_held, *rest_during;
+} host_watch;
+
+static void host_watch_end(host_watch *w)
 {
-    uint64_t avail, swap_free;
+    free(w->rest_held);
+    free(w->rest_during);
+    memset(w, 0, sizeof *w);
+}
+
+/* The check before the load: 0, or -ENOMEM with err; the warning goes to
+ * warn (NULL: dropped). When the figures are read, w is armed for the
+ * checks before each layer. */
+static int host_watch_begin(host_watch *w, const pj_config *cfg, const pj_st_file *st,
+                            pj_model_warn_fn warn, void *ctx, char *err, size_t errlen)
+{
+    memset(w, 0, sizeof *w);
     const char *off = getenv("PROJD_HOST_MEM_CHECK");
-    if ((off && !strcmp(off, "0")) || pj_host_meminfo(g_meminfo, &avail, &swap_free) != 0)
+    pj_hostmem h;
+    if ((off && !strcmp(off, "0")) || pj_hostmem_read(g_host_root, &h) != 0)
         return 0;
-    pj_model_host_need need;
-    pj_model_host_need_of(cfg, st, &need);
-    char why[512];
-    int rc = pj_model_host_check(&need, cfg->model.n_layers, avail, swap_free, cfg->model.path, why,
-                                 sizeof why);
+    const uint32_t n = cfg->model.n_layers;
+    w->rest_held = calloc(n + 1, sizeof *w->rest_held);
+    w->rest_during = calloc(n + 1, sizeof *w->rest_during);
+    if (!w->rest_held || !w->rest_during) {
+        host_watch_end(w);
+        snprintf(err, errlen, "%s: out of memory", cfg->model.path);
+        return -ENOMEM;
+    }
+    for (uint32_t i = n; i-- > 0;) {
+        uint64_t held, during;
+        layer_host_need(st, &cfg->model.layers[i], cfg->model.path, &held, &during);
+        w->rest_held[i] = w->rest_held[i + 1] + held;
+        w->rest_during[i] = during > w->rest_during[i + 1] ? during : w->rest_during[i + 1];
+    }
+    pj_model_host_need need = {.held = w->rest_held[0], .transient = w->rest_during[0]};
+    char why[1024];
+    int rc = pj_model_host_check(&need, n, &h, cfg->model.path, why, sizeof why);
     if (rc < 0) {
+        host_watch_end(w);
         snprintf(err, errlen, "%s", why);
         return rc;
     }
     if (rc > 0 && warn)
         warn(ctx, why);
+    w->on = 1;
     return 0;
+}
+
+/* Before layer i (of the n): the layers left against the memory left. What
+ * the check before the load saw can be taken meanwhile by another process,
+ * as projd instances starting at one moment take it from each other; a
+ * load refused here says so instead of being killed at some later layer. */
+static int host_watch_layer(const host_watch *w, const pj_config *cfg, uint32_t i, char *err,
+                            size_t errlen)
+{
+    pj_hostmem h;
+    if (!w->on || i == 0 || pj_hostmem_read(g_host_root, &h) != 0)
+        return 0;
+    const uint64_t need = w->rest_held[i] + w->rest_during[i];
+    if (need <= h.avail + h.swap)
+        return 0;
+    char where[384];
+    pj_hostmem_describe(&h, where, sizeof where);
+    snprintf(err, errlen,
+             "%s: before layer '%s' (%u of %u) the layers left take at least %.1f GiB of host "
+             "memory and only %.1f GiB are available now (%s), though the check before the load "
+             "found enough: memory was taken by another process during the load (instances "
+             "started at one moment share what each saw); start fewer at once, or %s",
+             cfg->model.path, cfg->model.layers[i].name, i + 1, cfg->model.n_layers, gib(need),
+             gib(h.avail + h.swap), where, host_advice(&h));
+    return -ENOMEM;
 }
 
 int pj_model_check(const pj_config *cfg, char *err, size_t errlen)
@@ -678,6 +730,7 @@ int pj_model_load_progress(const pj_config *cfg, pj_model **out, pj_st_file **fi
         threads = PJ_CFG_MAX_LOAD_THREADS;
     m->load_threads = threads;
     pj_st_file *st;
+    host_watch hw = {0};
     rc = pj_st_open(path, &st, err, errlen);
     if (rc) {
         free(m);
@@ -687,7 +740,7 @@ int pj_model_load_progress(const pj_config *cfg, pj_model **out, pj_st_file **fi
     /* Before any weight is read: a model larger than the host's memory
      * would be killed by the kernel part way through its load (700 bf16
      * layers of 224 MiB on a 125 GiB host were, at 27 s, with no word). */
-    if ((rc = host_memory_check(cfg, st, warn, ctx, err, errlen)) != 0)
+    if ((rc = host_watch_begin(&hw, cfg, st, warn, ctx, err, errlen)) != 0)
         goto fail;
     for (uint32_t i = 0; i < cfg->model.n_layers; i++) {
         const pj_layer_config *lc = &cfg->model.layers[i];
@@ -701,6 +754,8 @@ int pj_model_load_progress(const pj_config *cfg, pj_model **out, pj_st_file **fi
             rc = -ECANCELED;
             goto fail;
         }
+        if ((rc = host_watch_layer(&hw, cfg, i, err, errlen)) != 0)
+            goto fail;
         rc = load_layer(st, lc, &m->layers[i], &m->store[i], path, warn, ctx, threads, m, err,
                         errlen);
         if (rc)
@@ -711,6 +766,7 @@ int pj_model_load_progress(const pj_config *cfg, pj_model **out, pj_st_file **fi
      * file stayed as it was until now. */
     if ((rc = pj_st_verify(st, err, errlen)) != 0)
         goto fail;
+    host_watch_end(&hw);
     if (file)
         *file = st;
     else
@@ -719,6 +775,7 @@ int pj_model_load_progress(const pj_config *cfg, pj_model **out, pj_st_file **fi
     *out = m;
     return 0;
 fail:
+    host_watch_end(&hw);
     pj_st_close(st);
     pj_model_free(m);
     return rc;

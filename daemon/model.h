@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "config/config.h"
+#include "daemon/hostmem.h"
 #include "daemon/safetensors.h"
 #include "kernels/refgemm.h"
 #include "kernels/zfmt.h"
@@ -120,19 +121,22 @@ int pj_model_check(const pj_config *cfg, char *err, size_t errlen);
  * the daemon stops: at least 2 bytes per weight for bf16, 1.5 for z12, 4
  * for split, and beside them the layer being converted (a z12 layer's bf16
  * copy, an F32 / F16 layer's floats). Before it reads any weight, the load
- * adds that up from the file's header and compares it with the kernel's
- * MemAvailable and SwapFree (/proc/meminfo): more than both together is
- * refused (-ENOMEM, err with the figures), since the load would otherwise
- * be killed by the kernel part way with no word; more than MemAvailable
- * alone is a warning (the load will swap). The figures are lower bounds,
- * and the check is taken once, before the load: it does not see a cgroup's
- * memory limit (a container's, systemd's MemoryMax=), nor daemons that
- * start at the same moment (projd@0..7 at boot) and share the memory it
- * saw. Where /proc/meminfo cannot be read there is no check, and
- * PROJD_HOST_MEM_CHECK=0 skips it (a file system cache the kernel does
- * not count as available, as ZFS's, makes it refuse what would fit).
- * pj_model_check (--check-config) does not take it: run beside the
- * serving daemon it would count that daemon's copies against the next. */
+ * adds that up from the file's header and compares it with the memory the
+ * process may take (daemon/hostmem.h: MemAvailable and SwapFree, and the
+ * limit of its memory cgroup, a unit's MemoryMax= or a container's, where
+ * that is lower): more than memory and swap together is refused (-ENOMEM,
+ * err with the figures and what binds them), since the load would
+ * otherwise be killed by the kernel part way with no word; more than the
+ * memory alone is a warning (the load will swap). Before each later layer
+ * the layers left are checked again against the memory then left, so
+ * that daemons starting at one moment (projd@0..7 at boot), each of which
+ * saw enough at its start, refuse with a message instead of being killed.
+ * The figures are lower bounds. Where /proc/meminfo cannot be read there
+ * is no check, and PROJD_HOST_MEM_CHECK=0 skips it (a file system cache
+ * the kernel does not count as available, as ZFS's, makes it refuse what
+ * would fit). pj_model_check (--check-config) does not take it: run beside
+ * the serving daemon it would count that daemon's copies against the
+ * next. */
 typedef struct pj_model_host_need {
     uint64_t held;      /* the layers' stored bytes, at least */
     uint64_t transient; /* the largest layer's conversion copy */
@@ -142,19 +146,15 @@ typedef struct pj_model_host_need {
  * refuse count nothing: the load says why). */
 void pj_model_host_need_of(const pj_config *cfg, const pj_st_file *st, pj_model_host_need *out);
 
-/* Reads MemAvailable and SwapFree (bytes) from a meminfo file (path; NULL:
- * /proc/meminfo). 0, or -1 when it cannot be read or lacks MemAvailable. */
-int pj_host_meminfo(const char *path, uint64_t *avail, uint64_t *swap_free);
+/* The decision above for need against h: 0 (fits), 1 (a warning in err:
+ * it fits only with swap) or -ENOMEM (err says what the layers need, what
+ * is free, what binds it, and what to do). */
+int pj_model_host_check(const pj_model_host_need *need, uint32_t n_layers, const pj_hostmem *h,
+                        const char *path, char *err, size_t errlen);
 
-/* The decision above for need against avail and swap_free: 0 (fits), 1 (a
- * warning in err: it fits only with swap) or -ENOMEM (err says what the
- * layers need, what is free, and what to do). */
-int pj_model_host_check(const pj_model_host_need *need, uint32_t n_layers, uint64_t avail,
-                        uint64_t swap_free, const char *path, char *err, size_t errlen);
-
-/* Tests: read the host memory figures from path instead of /proc/meminfo
- * (NULL: /proc/meminfo again). */
-void pj_model_set_meminfo(const char *path);
+/* Tests: read the host memory figures under root (pj_hostmem_read's)
+ * instead of the system's own (NULL). */
+void pj_model_set_host_root(const char *root);
 
 /* Index of the layer called name, or -1. */
 int pj_model_find(const pj_model *m, const char *name);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -1075,50 +1076,56 @@ static int count_progress(void *ctx, uint32_t index, uint32_t count, const char 
     return 0;
 }
 
-/* Every test of the suite reads /proc/meminfo again, whatever the one
- * before set (with CK_FORK=no a failed test would leave its file). */
-static void reset_meminfo(void)
+/* Every test of the suite reads the system's own figures again, whatever
+ * the one before set (with CK_FORK=no a failed test would leave its
+ * host). */
+static void reset_host(void)
 {
-    pj_model_set_meminfo(NULL);
+    pj_model_set_host_root(NULL);
     unsetenv("PROJD_HOST_MEM_CHECK");
 }
 
-START_TEST(meminfo_read)
+/* A host of the test's own under the fixture's folder: /proc/meminfo with
+ * avail_kb and swap_kb, nothing else (no cgroup), as root/proc/meminfo. */
+static void host_meminfo(char *root, size_t cap, unsigned long long avail_kb,
+                         unsigned long long swap_kb)
 {
-    char path[4200];
-    uint64_t avail = 0, swap = 7;
-    pj_fixture_path(path, sizeof path, "meminfo");
-    ck_assert_int_eq(
-        pj_fixture_write_text(
-            path, "MemTotal:       32000000 kB\nMemFree:  100 kB\n"
-                  "MemAvailable:   24288048 kB\nSwapTotal: 9 kB\nSwapFree:        2048 kB\n"),
-        0);
-    ck_assert_int_eq(pj_host_meminfo(path, &avail, &swap), 0);
-    ck_assert_uint_eq(avail, 24288048ull * 1024);
-    ck_assert_uint_eq(swap, 2048ull * 1024);
-    /* No MemAvailable (a kernel before 3.14): no figure, so no check. */
-    ck_assert_int_eq(pj_fixture_write_text(path, "MemTotal: 32000000 kB\nSwapFree: 5 kB\n"), 0);
-    ck_assert_int_eq(pj_host_meminfo(path, &avail, &swap), -1);
-    pj_fixture_path(path, sizeof path, "no-such-meminfo");
-    ck_assert_int_eq(pj_host_meminfo(path, &avail, &swap), -1);
-    /* This machine's own. */
-    ck_assert_int_eq(pj_host_meminfo(NULL, &avail, &swap), 0);
-    ck_assert_uint_gt(avail, 0);
+    pj_fixture_path(root, cap, "host");
+    ck_assert(mkdir(root, 0755) == 0 || errno == EEXIST);
+    char text[160];
+    snprintf(text, sizeof text, "MemAvailable: %llu kB\nSwapFree: %llu kB\n", avail_kb, swap_kb);
+    ck_assert_int_eq(pj_fixture_write_under(root, "proc/meminfo", text), 0);
 }
-END_TEST
 
 START_TEST(host_check_decides)
 {
     char err[1024];
     const uint64_t G = 1ull << 30;
     pj_model_host_need need = {.held = 100 * G, .transient = G / 2};
-    ck_assert_int_eq(pj_model_host_check(&need, 700, 101 * G, 0, "m.st", err, sizeof err), 0);
-    ck_assert_int_eq(pj_model_host_check(&need, 700, 100 * G, 4 * G, "m.st", err, sizeof err), 1);
+    pj_hostmem h = {.avail = 101 * G, .mem_avail = 101 * G};
+    ck_assert_int_eq(pj_model_host_check(&need, 700, &h, "m.st", err, sizeof err), 0);
+    h = (pj_hostmem){.avail = 100 * G, .swap = 4 * G, .mem_avail = 100 * G, .swap_free = 4 * G};
+    ck_assert_int_eq(pj_model_host_check(&need, 700, &h, "m.st", err, sizeof err), 1);
     ck_assert_msg(strstr(err, "m.st: the 700 layers") && strstr(err, "will swap"), "%s", err);
-    ck_assert_int_eq(pj_model_host_check(&need, 700, 90 * G, 4 * G, "m.st", err, sizeof err),
-                     -ENOMEM);
+    h = (pj_hostmem){.avail = 90 * G, .swap = 4 * G, .mem_avail = 90 * G, .swap_free = 4 * G};
+    ck_assert_int_eq(pj_model_host_check(&need, 700, &h, "m.st", err, sizeof err), -ENOMEM);
     ck_assert_msg(strstr(err, "at least 100.5 GiB") && strstr(err, "only 94.0 GiB") &&
-                      strstr(err, "serve fewer layers"),
+                      strstr(err, "MemAvailable 90.0 GiB + SwapFree 4.0 GiB") &&
+                      strstr(err, "serve fewer layers or free memory"),
+                  "%s", err);
+    /* A cgroup's limit binds: the message names it and what to raise. */
+    h = (pj_hostmem){.avail = 15 * G,
+                     .mem_avail = 500 * G,
+                     .cg_limit = 16 * G,
+                     .cg_used = G,
+                     .cg_version = 2,
+                     .cgroup = "/system.slice/projd@0.service",
+                     .cg_file = "memory.max"};
+    ck_assert_int_eq(pj_model_host_check(&need, 700, &h, "m.st", err, sizeof err), -ENOMEM);
+    ck_assert_msg(strstr(err, "only 15.0 GiB") &&
+                      strstr(err, "the cgroup /system.slice/projd@0.service allows 16.0 GiB "
+                                  "(memory.max)") &&
+                      strstr(err, "MemoryMax="),
                   "%s", err);
 }
 END_TEST
@@ -1171,13 +1178,11 @@ END_TEST
 START_TEST(load_refuses_what_the_host_cannot_hold)
 {
     char mi[4200], err[1024];
-    pj_fixture_path(mi, sizeof mi, "meminfo-small");
     pj_config cfg;
     pj_fixture_small_config(&cfg, small_path);
     pj_model *m = (pj_model *)0x1;
-    ck_assert_int_eq(
-        pj_fixture_write_text(mi, "MemAvailable:          1 kB\nSwapFree:          0 kB\n"), 0);
-    pj_model_set_meminfo(mi);
+    host_meminfo(mi, sizeof mi, 1, 0);
+    pj_model_set_host_root(mi);
     warns wr = {0};
     int layers_begun = 0;
     ck_assert_int_eq(pj_model_load_progress(&cfg, &m, NULL, NULL, count_progress, &layers_begun,
@@ -1199,20 +1204,74 @@ START_TEST(load_refuses_what_the_host_cannot_hold)
     ck_assert_int_eq(wr.n, 0);
     pj_model_free(m);
     /* Swap enough: a warning, and the model loads. */
-    ck_assert_int_eq(
-        pj_fixture_write_text(mi, "MemAvailable:          1 kB\nSwapFree:   100000000 kB\n"), 0);
+    host_meminfo(mi, sizeof mi, 1, 100000000);
     ck_assert_msg(pj_model_load(&cfg, &m, on_warn, &wr, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(wr.n, 1);
     ck_assert_msg(strstr(wr.msg[0], "will swap"), "%s", wr.msg[0]);
     pj_model_free(m);
     /* Memory enough: no word. */
-    ck_assert_int_eq(pj_fixture_write_text(mi, "MemAvailable:   100000000 kB\nSwapFree: 0 kB\n"),
-                     0);
+    host_meminfo(mi, sizeof mi, 100000000, 0);
     wr.n = 0;
     ck_assert_msg(pj_model_load(&cfg, &m, on_warn, &wr, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(wr.n, 0);
     pj_model_free(m);
-    pj_model_set_meminfo(NULL);
+    pj_model_set_host_root(NULL);
+}
+END_TEST
+
+/* The memory taken by another process during the load (another instance
+ * starting at the same moment): the check before the load passed, and the
+ * check before the third layer refuses, naming the layer, instead of the
+ * kernel killing the load later. */
+typedef struct shrink_host {
+    char root[4200];
+    uint32_t at; /* the layer before which the memory is gone */
+    int begun;
+} shrink_host;
+
+static int shrink_on_progress(void *ctx, uint32_t index, uint32_t count, const char *layer)
+{
+    shrink_host *sh = ctx;
+    (void)count;
+    (void)layer;
+    sh->begun++;
+    if (index == sh->at)
+        ck_assert_int_eq(pj_fixture_write_under(sh->root, "proc/meminfo",
+                                                "MemAvailable: 1 kB\nSwapFree: 0 kB\n"),
+                         0);
+    return 0;
+}
+
+START_TEST(load_refuses_when_memory_goes_during_it)
+{
+    char err[1024];
+    pj_config cfg;
+    pj_fixture_small_config(&cfg, small_path);
+    shrink_host sh = {.at = 2};
+    host_meminfo(sh.root, sizeof sh.root, 100000000, 0);
+    pj_model_set_host_root(sh.root);
+    pj_model *m = (pj_model *)0x1;
+    ck_assert_int_eq(
+        pj_model_load_progress(&cfg, &m, NULL, NULL, shrink_on_progress, &sh, err, sizeof err),
+        -ENOMEM);
+    ck_assert_ptr_null(m);
+    ck_assert_int_eq(sh.begun, 3);
+    char want[128];
+    snprintf(want, sizeof want, "before layer '%s' (3 of 5)", cfg.model.layers[2].name);
+    ck_assert_msg(strstr(err, small_path) && strstr(err, want) &&
+                      strstr(err, "taken by another process during the load") &&
+                      strstr(err, "MemAvailable 0.0 GiB"),
+                  "%s", err);
+    /* Memory that stays: the same load completes. */
+    sh.at = 99;
+    sh.begun = 0;
+    host_meminfo(sh.root, sizeof sh.root, 100000000, 0);
+    ck_assert_msg(
+        pj_model_load_progress(&cfg, &m, NULL, NULL, shrink_on_progress, &sh, err, sizeof err) == 0,
+        "%s", err);
+    ck_assert_int_eq(sh.begun, 5);
+    pj_model_free(m);
+    pj_model_set_host_root(NULL);
 }
 END_TEST
 
@@ -1220,12 +1279,12 @@ static Suite *model_suite(void)
 {
     Suite *s = suite_create("model");
     TCase *tc = tcase_create("load");
-    tcase_add_checked_fixture(tc, NULL, reset_meminfo);
+    tcase_add_checked_fixture(tc, NULL, reset_host);
     tcase_add_test(tc, small_model_layers);
-    tcase_add_test(tc, meminfo_read);
     tcase_add_test(tc, host_check_decides);
     tcase_add_test(tc, host_need_bounds_the_load);
     tcase_add_test(tc, load_refuses_what_the_host_cannot_hold);
+    tcase_add_test(tc, load_refuses_when_memory_goes_during_it);
     tcase_add_test(tc, z12_projects_like_bf16);
     tcase_add_test(tc, format_preferences);
     tcase_add_test(tc, check_agrees_with_load);

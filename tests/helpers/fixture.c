@@ -131,6 +131,22 @@ int pj_fixture_write_text(const char *path, const char *text)
     return fclose(f) != 0 || bad ? -1 : 0;
 }
 
+int pj_fixture_write_under(const char *dir, const char *rel, const char *text)
+{
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, rel) >= sizeof path)
+        return -1;
+    /* the folders on the way, each made if it is not there */
+    for (char *p = path + strlen(dir) + 1; (p = strchr(p, '/')) != NULL; p++) {
+        *p = '\0';
+        int bad = mkdir(path, 0755) != 0 && errno != EEXIST;
+        *p = '/';
+        if (bad)
+            return -1;
+    }
+    return pj_fixture_write_text(path, text);
+}
+
 long pj_fixture_read_text(const char *path, char *buf, size_t cap)
 {
     FILE *f = fopen(path, "r");

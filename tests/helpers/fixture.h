@@ -30,6 +30,10 @@ long pj_fixture_read_text(const char *path, char *buf, size_t cap);
  * cannot be opened or written. */
 int pj_fixture_write_text(const char *path, const char *text);
 
+/* pj_fixture_write_text of dir/rel, the folders of rel made first where
+ * they are not there (a tree of files under a directory of the test's). */
+int pj_fixture_write_under(const char *dir, const char *rel, const char *text);
+
 /* Lines of /proc/<pid>/maps (pid 0: this process): the mappings a process
  * has. -1 when the file cannot be read. */
 int pj_fixture_count_maps(int pid);

@@ -1,0 +1,317 @@
+/* hostmem.c — the host memory this process may still take (hostmem.h). */
+#include "daemon/hostmem.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* v1 writes "no limit" as the largest page-aligned counter (2^63 less a
+ * page); anything past 2^62 bytes is no limit on any host there is. */
+#define NO_LIMIT (1ull << 62)
+
+static int read_meminfo(const char *root, pj_hostmem *h)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/proc/meminfo", root);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char line[256];
+    unsigned long long kb;
+    int have = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+            h->mem_avail = (uint64_t)kb * 1024;
+            have = 1;
+        } else if (sscanf(line, "SwapFree: %llu kB", &kb) == 1) {
+            h->swap_free = (uint64_t)kb * 1024;
+        }
+    }
+    fclose(f);
+    return have ? 0 : -1;
+}
+
+/* One number from dir/name: 0, with *v NO_LIMIT for v2's "max"; -1 when
+ * the file cannot be read or holds something else. */
+static int read_u64(const char *dir, const char *name, uint64_t *v)
+{
+    char path[PATH_MAX], buf[64];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path)
+        return -1;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    const char *got = fgets(buf, sizeof buf, f);
+    fclose(f);
+    if (!got)
+        return -1;
+    if (strncmp(buf, "max", 3) == 0 && (buf[3] == '\n' || buf[3] == '\0')) {
+        *v = NO_LIMIT;
+        return 0;
+    }
+    char *end;
+    unsigned long long x = strtoull(buf, &end, 10);
+    if (end == buf || (*end != '\n' && *end != '\0'))
+        return -1;
+    *v = x >= NO_LIMIT ? NO_LIMIT : (uint64_t)x;
+    return 0;
+}
+
+/* The file cache of dir's cgroup that the kernel reclaims before it kills:
+ * active_file + inactive_file of memory.stat (v1's total_ figures, which
+ * count the levels below, where it has them). 0 where none is read. */
+static uint64_t reclaimable(const char *dir)
+{
+    char path[PATH_MAX], line[256];
+    if ((size_t)snprintf(path, sizeof path, "%s/memory.stat", dir) >= sizeof path)
+        return 0;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    uint64_t own = 0, total = 0;
+    int have_total = 0;
+    unsigned long long v;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "active_file %llu", &v) == 1 ||
+            sscanf(line, "inactive_file %llu", &v) == 1)
+            own += v;
+        else if (sscanf(line, "total_active_file %llu", &v) == 1 ||
+                 sscanf(line, "total_inactive_file %llu", &v) == 1) {
+            total += v;
+            have_total = 1;
+        }
+    }
+    fclose(f);
+    return have_total ? total : own;
+}
+
+/* mountinfo escapes a space, tab, newline and backslash as \ooo. */
+static void unescape(char *s)
+{
+    char *o = s;
+    for (const char *p = s; *p; p++) {
+        if (p[0] == '\\' && p[1] >= '0' && p[1] <= '3' && p[2] >= '0' && p[2] <= '7' &&
+            p[3] >= '0' && p[3] <= '7') {
+            *o++ = (char)((p[1] - '0') * 64 + (p[2] - '0') * 8 + (p[3] - '0'));
+            p += 3;
+        } else {
+            *o++ = *p;
+        }
+    }
+    *o = '\0';
+}
+
+/* Does the comma-separated list hold word? */
+static int has_word(const char *list, const char *word)
+{
+    size_t n = strlen(word);
+    for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (strncmp(p, word, n) == 0 && (p[n] == ',' || p[n] == '\0' || p[n] == '\n'))
+            return 1;
+    return 0;
+}
+
+typedef struct cg_mount {
+    char root[PATH_MAX];  /* the hierarchy's path mounted there */
+    char point[PATH_MAX]; /* where */
+} cg_mount;
+
+/* The mount of cgroup2 (version 2) or of v1's memory controller (version
+ * 1): 0, or -1 where there is none. */
+static int find_mount(const char *root, int version, cg_mount *out)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/proc/self/mountinfo", root);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char *line = NULL;
+    size_t cap = 0;
+    int found = -1;
+    while (found != 0 && getline(&line, &cap, f) > 0) {
+        /* id parent major:minor root point options [optional...] - type source super */
+        char *sep = strstr(line, " - ");
+        if (!sep)
+            continue;
+        *sep = '\0';
+        char fstype[32], source[64], super[512] = "";
+        if (sscanf(sep + 3, "%31s %63s %511s", fstype, source, super) < 2)
+            continue;
+        if (version == 2 ? strcmp(fstype, "cgroup2") != 0
+                         : strcmp(fstype, "cgroup") != 0 || !has_word(super, "memory"))
+            continue;
+        char *save, *tok = strtok_r(line, " ", &save);
+        for (int i = 0; tok && i < 3; i++)
+            tok = strtok_r(NULL, " ", &save);
+        char *point = tok ? strtok_r(NULL, " ", &save) : NULL;
+        if (!tok || !point || strlen(tok) >= sizeof out->root || strlen(point) >= sizeof out->point)
+            continue;
+        snprintf(out->root, sizeof out->root, "%s", tok);
+        snprintf(out->point, sizeof out->point, "%s", point);
+        unescape(out->root);
+        unescape(out->point);
+        found = 0;
+    }
+    free(line);
+    fclose(f);
+    return found;
+}
+
+/* The process's path in cgroup2 (version 2) or in v1's memory hierarchy
+ * (version 1), from /proc/self/cgroup: 0, or -1. */
+static int own_cgroup(const char *root, int version, char *out, size_t len)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/proc/self/cgroup", root);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char *line = NULL;
+    size_t cap = 0;
+    int found = -1;
+    while (found != 0 && getline(&line, &cap, f) > 0) {
+        /* hierarchy-id:controllers:path */
+        char *c1 = strchr(line, ':');
+        char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2)
+            continue;
+        *c2 = '\0';
+        char *p = c2 + 1;
+        p[strcspn(p, "\n")] = '\0';
+        int v2 = strcmp(line, "0:") == 0 && c1[1] == '\0';
+        if ((version == 2 && v2) || (version == 1 && !v2 && has_word(c1 + 1, "memory"))) {
+            if (strlen(p) < len) {
+                snprintf(out, len, "%s", p);
+                found = 0;
+            }
+        }
+    }
+    free(line);
+    fclose(f);
+    return found;
+}
+
+/* One level of the hierarchy: its memory room and swap room (NO_LIMIT
+ * where it sets none). */
+static void level_room(const char *dir, int version, uint64_t *room, uint64_t *swap_room,
+                       uint64_t *limit, uint64_t *used)
+{
+    *room = *swap_room = NO_LIMIT;
+    uint64_t lim, usage;
+    if (read_u64(dir, version == 2 ? "memory.max" : "memory.limit_in_bytes", &lim) != 0 ||
+        read_u64(dir, version == 2 ? "memory.current" : "memory.usage_in_bytes", &usage) != 0)
+        return;
+    uint64_t cache = lim < NO_LIMIT || version == 1 ? reclaimable(dir) : 0;
+    uint64_t u = usage > cache ? usage - cache : 0;
+    *limit = lim;
+    *used = u;
+    if (lim < NO_LIMIT)
+        *room = lim > u ? lim - u : 0;
+    uint64_t slim, sused;
+    if (version == 2) {
+        if (read_u64(dir, "memory.swap.max", &slim) == 0 &&
+            read_u64(dir, "memory.swap.current", &sused) == 0 && slim < NO_LIMIT)
+            *swap_room = slim > sused ? slim - sused : 0;
+    } else if (read_u64(dir, "memory.memsw.limit_in_bytes", &slim) == 0 &&
+               read_u64(dir, "memory.memsw.usage_in_bytes", &sused) == 0 && slim < NO_LIMIT) {
+        /* memsw counts memory and swap together: the swap is what is left
+         * of it past the memory room. */
+        uint64_t su = sused > cache ? sused - cache : 0;
+        uint64_t both = slim > su ? slim - su : 0;
+        uint64_t mem = *room < NO_LIMIT ? *room : 0;
+        *swap_room = both > mem ? both - mem : 0;
+    }
+}
+
+/* The cgroup of the given version, read into h: 0, or -1 where the
+ * process's cgroup or its mount is not found. */
+static int read_cgroup(const char *root, int version, pj_hostmem *h)
+{
+    char own[PATH_MAX], dir[PATH_MAX];
+    cg_mount mnt;
+    if (own_cgroup(root, version, own, sizeof own) != 0 || find_mount(root, version, &mnt) != 0)
+        return -1;
+    /* own is the path in the hierarchy; the mount shows the hierarchy from
+     * mnt.root down. A path outside it (another cgroup namespace's view)
+     * reads the mount's top, which is this process's cgroup or above it. */
+    const char *rel = own;
+    size_t rl = strlen(mnt.root);
+    if (strcmp(mnt.root, "/") != 0) {
+        if (strncmp(own, mnt.root, rl) == 0 && (own[rl] == '/' || own[rl] == '\0'))
+            rel = own + rl;
+        else
+            rel = "";
+    }
+    if (strcmp(rel, "/") == 0)
+        rel = "";
+    const size_t top = (size_t)snprintf(dir, sizeof dir, "%s%s", root, mnt.point);
+    if (top >= sizeof dir || strlen(dir) + strlen(rel) >= sizeof dir)
+        return -1;
+    strcat(dir, rel);
+    h->cg_version = version;
+    uint64_t best = NO_LIMIT, best_swap = NO_LIMIT;
+    for (;;) {
+        uint64_t room, swap_room, limit = 0, used = 0;
+        level_room(dir, version, &room, &swap_room, &limit, &used);
+        if (room < best) {
+            best = room;
+            h->cg_limit = limit;
+            h->cg_used = used;
+            const char *below = dir + top;
+            snprintf(h->cgroup, sizeof h->cgroup, "%s%s",
+                     strcmp(mnt.root, "/") == 0 ? "" : mnt.root, below);
+            if (h->cgroup[0] == '\0')
+                snprintf(h->cgroup, sizeof h->cgroup, "/");
+            snprintf(h->cg_file, sizeof h->cg_file, "%s",
+                     version == 2 ? "memory.max" : "memory.limit_in_bytes");
+        }
+        if (swap_room < best_swap)
+            best_swap = swap_room;
+        if (strlen(dir) <= top)
+            break;
+        char *slash = strrchr(dir + top, '/');
+        if (!slash)
+            break;
+        *slash = '\0';
+    }
+    if (best < h->avail)
+        h->avail = best;
+    else
+        h->cg_limit = 0; /* MemAvailable is the smaller: no cgroup to name */
+    if (best_swap < h->swap)
+        h->swap = best_swap;
+    return 0;
+}
+
+int pj_hostmem_read(const char *root, pj_hostmem *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!root)
+        root = "";
+    if (read_meminfo(root, out) != 0)
+        return -1;
+    out->avail = out->mem_avail;
+    out->swap = out->swap_free;
+    /* A hybrid host mounts both; its memory controller is v1's. */
+    if (read_cgroup(root, 1, out) != 0)
+        read_cgroup(root, 2, out);
+    return 0;
+}
+
+static double gib(uint64_t b)
+{
+    return (double)b / (1024.0 * 1024.0 * 1024.0);
+}
+
+void pj_hostmem_describe(const pj_hostmem *h, char *buf, size_t len)
+{
+    if (h->cg_limit)
+        snprintf(buf, len,
+                 "the cgroup %s allows %.1f GiB (%s), %.1f GiB of it in use; swap %.1f GiB free "
+                 "to it",
+                 h->cgroup, gib(h->cg_limit), h->cg_file, gib(h->cg_used), gib(h->swap));
+    else
+        snprintf(buf, len, "MemAvailable %.1f GiB + SwapFree %.1f GiB", gib(h->mem_avail),
+                 gib(h->swap_free));
+}

@@ -1,0 +1,54 @@
+/* hostmem.h — how much host memory this process may still take: the
+ * kernel's MemAvailable and SwapFree, and below them the limit of the
+ * memory cgroup the process runs in.
+ *
+ * A unit's MemoryMax= (cgroup v2 memory.max) or a container's --memory
+ * (v2 memory.max, or v1 memory.limit_in_bytes) caps the process well below
+ * what /proc/meminfo says is free: inside a container /proc/meminfo is the
+ * host's. Past the cap the kernel's OOM killer ends the process with no
+ * word of why, so the model loader (daemon/model.c) compares what it will
+ * hold with the figures here, the cgroup's included.
+ *
+ * The cgroup's room is, for its own level and every level above it up to
+ * the root of its hierarchy's mount, the limit less the usage, the usage
+ * less the file cache the kernel would reclaim before it kills
+ * (active_file + inactive_file of memory.stat); the smallest room wins.
+ * The hierarchy is found as the kernel names it (/proc/self/cgroup, the
+ * mounts in /proc/self/mountinfo): cgroup v2 alone, v1's memory controller
+ * (a hybrid host's or an old container's) where one is mounted. Swap: v2's
+ * memory.swap.max less memory.swap.current; v1's memory.memsw.limit_in_bytes
+ * less memory.memsw.usage_in_bytes, less the memory room (memsw counts both).
+ * Where no cgroup file can be read the figures are /proc/meminfo's alone. */
+#ifndef PJ_HOSTMEM_H
+#define PJ_HOSTMEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct pj_hostmem {
+    uint64_t avail;     /* memory the process may take without swap: the smaller of the two */
+    uint64_t swap;      /* swap it may take on top */
+    uint64_t mem_avail; /* /proc/meminfo's MemAvailable */
+    uint64_t swap_free; /* /proc/meminfo's SwapFree */
+    /* The cgroup level whose room is the smallest, when it is smaller than
+     * MemAvailable (cg_limit 0: none is). */
+    char cgroup[256];  /* its path, as /proc/self/cgroup names it ("/system.slice/...") */
+    char cg_file[32];  /* the file of its limit ("memory.max", "memory.limit_in_bytes") */
+    uint64_t cg_limit; /* that limit */
+    uint64_t cg_used;  /* its usage less its reclaimable file cache */
+    int cg_version;    /* 1 or 2; 0 where no cgroup was read */
+} pj_hostmem;
+
+/* Reads the figures. root prefixes every path read ("/proc/...", the
+ * cgroup mounts; NULL or "": the system's own), so that tests can build a
+ * host of their own. 0, or -1 when /proc/meminfo cannot be read or lacks
+ * MemAvailable (a kernel before 3.14): then there is no figure to check. */
+int pj_hostmem_read(const char *root, pj_hostmem *out);
+
+/* A sentence on where the room ends, for an error that says it is short:
+ * "the cgroup /system.slice/projd@0.service allows 16.0 GiB (memory.max),
+ * 1.2 GiB of it in use", or "MemAvailable 12.0 GiB + SwapFree 0.0 GiB"
+ * where no cgroup limit is below MemAvailable. */
+void pj_hostmem_describe(const pj_hostmem *h, char *buf, size_t len);
+
+#endif
