@@ -202,19 +202,26 @@ static void level_room(const char *dir, int version, uint64_t *room, uint64_t *s
     if (read_u64(dir, version == 2 ? "memory.max" : "memory.limit_in_bytes", &lim) != 0 ||
         read_u64(dir, version == 2 ? "memory.current" : "memory.usage_in_bytes", &usage) != 0)
         return;
-    uint64_t cache = lim < NO_LIMIT || version == 1 ? reclaimable(dir) : 0;
+    uint64_t slim = NO_LIMIT, sused = 0;
+    int swap_read = version == 2 ? read_u64(dir, "memory.swap.max", &slim) == 0 &&
+                                       read_u64(dir, "memory.swap.current", &sused) == 0
+                                 : read_u64(dir, "memory.memsw.limit_in_bytes", &slim) == 0 &&
+                                       read_u64(dir, "memory.memsw.usage_in_bytes", &sused) == 0;
+    if (!swap_read)
+        slim = NO_LIMIT;
+    /* memory.stat is the costly read (v1 sums it over the levels below):
+     * only where a limit needs it */
+    uint64_t cache = lim < NO_LIMIT || (version == 1 && slim < NO_LIMIT) ? reclaimable(dir) : 0;
     uint64_t u = usage > cache ? usage - cache : 0;
     *limit = lim;
     *used = u;
     if (lim < NO_LIMIT)
         *room = lim > u ? lim - u : 0;
-    uint64_t slim, sused;
+    if (slim >= NO_LIMIT)
+        return;
     if (version == 2) {
-        if (read_u64(dir, "memory.swap.max", &slim) == 0 &&
-            read_u64(dir, "memory.swap.current", &sused) == 0 && slim < NO_LIMIT)
-            *swap_room = slim > sused ? slim - sused : 0;
-    } else if (read_u64(dir, "memory.memsw.limit_in_bytes", &slim) == 0 &&
-               read_u64(dir, "memory.memsw.usage_in_bytes", &sused) == 0 && slim < NO_LIMIT) {
+        *swap_room = slim > sused ? slim - sused : 0;
+    } else {
         /* memsw counts memory and swap together: the swap is what is left
          * of it past the memory room. */
         uint64_t su = sused > cache ? sused - cache : 0;
@@ -299,19 +306,23 @@ int pj_hostmem_read(const char *root, pj_hostmem *out)
     return 0;
 }
 
-static double gib(uint64_t b)
+pj_size_text pj_hostmem_size(uint64_t bytes)
 {
-    return (double)b / (1024.0 * 1024.0 * 1024.0);
+    pj_size_text t;
+    if (bytes >= (1ull << 30))
+        snprintf(t.s, sizeof t.s, "%.1f GiB", (double)bytes / (double)(1ull << 30));
+    else
+        snprintf(t.s, sizeof t.s, "%.0f MiB", (double)bytes / (double)(1ull << 20));
+    return t;
 }
 
 void pj_hostmem_describe(const pj_hostmem *h, char *buf, size_t len)
 {
     if (h->cg_limit)
-        snprintf(buf, len,
-                 "the cgroup %s allows %.1f GiB (%s), %.1f GiB of it in use; swap %.1f GiB free "
-                 "to it",
-                 h->cgroup, gib(h->cg_limit), h->cg_file, gib(h->cg_used), gib(h->swap));
+        snprintf(buf, len, "the cgroup %s allows %s (%s), %s of it in use; swap %s free to it",
+                 h->cgroup, pj_hostmem_size(h->cg_limit).s, h->cg_file,
+                 pj_hostmem_size(h->cg_used).s, pj_hostmem_size(h->swap).s);
     else
-        snprintf(buf, len, "MemAvailable %.1f GiB + SwapFree %.1f GiB", gib(h->mem_avail),
-                 gib(h->swap_free));
+        snprintf(buf, len, "MemAvailable %s + SwapFree %s", pj_hostmem_size(h->mem_avail).s,
+                 pj_hostmem_size(h->swap_free).s);
 }

@@ -45,9 +45,18 @@ typedef struct pj_hostmem {
  * MemAvailable (a kernel before 3.14): then there is no figure to check. */
 int pj_hostmem_read(const char *root, pj_hostmem *out);
 
+/* bytes as text for a message: "%.1f GiB" from 1 GiB up, else "%.0f MiB"
+ * (a test host's 150 MiB is not "0.1 GiB"). The text lives as long as the
+ * full expression that called it, so several may be passed to one printf. */
+typedef struct pj_size_text {
+    char s[24];
+} pj_size_text;
+pj_size_text pj_hostmem_size(uint64_t bytes);
+
 /* A sentence on where the room ends, for an error that says it is short:
  * "the cgroup /system.slice/projd@0.service allows 16.0 GiB (memory.max),
- * 1.2 GiB of it in use", or "MemAvailable 12.0 GiB + SwapFree 0.0 GiB"
+ * 1.2 GiB of it in use; swap 0 MiB free to it", or "MemAvailable 12.0 GiB +
+ * SwapFree 0 MiB"
  * where no cgroup limit is below MemAvailable. */
 void pj_hostmem_describe(const pj_hostmem *h, char *buf, size_t len);
 

@@ -546,11 +546,6 @@ void pj_model_host_need_of(const pj_config *cfg, const pj_st_file *st, pj_model_
     }
 }
 
-static double gib(uint64_t b)
-{
-    return (double)b / (1024.0 * 1024.0 * 1024.0);
-}
-
 /* What to do when the memory is short, by what binds it. */
 static const char *host_advice(const pj_hostmem *h)
 {
@@ -569,21 +564,22 @@ int pj_model_host_check(const pj_model_host_need *need, uint32_t n_layers, const
     pj_hostmem_describe(h, where, sizeof where);
     if (total <= h->avail + h->swap) {
         snprintf(err, errlen,
-                 "%s: the %u layers take at least %.1f GiB of host memory once loaded and %.1f "
-                 "GiB are available without swap (%.1f GiB of swap free; %s): the load will swap",
-                 path, n_layers, gib(total), gib(h->avail), gib(h->swap), where);
+                 "%s: the %u layers take at least %s of host memory once loaded and %s are "
+                 "available without swap (%s of swap free; %s): the load will swap",
+                 path, n_layers, pj_hostmem_size(total).s, pj_hostmem_size(h->avail).s,
+                 pj_hostmem_size(h->swap).s, where);
         return 1;
     }
     char packing[64] = "";
     if (need->transient)
-        snprintf(packing, sizeof packing, ", and %.1f GiB while one is converted",
-                 gib(need->transient));
+        snprintf(packing, sizeof packing, ", and %s while one is converted",
+                 pj_hostmem_size(need->transient).s);
     snprintf(err, errlen,
-             "%s: the %u layers take at least %.1f GiB of host memory once loaded (each layer "
-             "its own copy of its weights%s) and only %.1f GiB are available (%s); %s "
-             "(PROJD_HOST_MEM_CHECK=0 skips this check where the kernel's figures miss memory "
-             "it would give back)",
-             path, n_layers, gib(total), packing, gib(h->avail + h->swap), where, host_advice(h));
+             "%s: the %u layers take at least %s of host memory once loaded (each layer its own "
+             "copy of its weights%s) and only %s are available (%s); %s (PROJD_HOST_MEM_CHECK=0 "
+             "skips this check where the kernel's figures miss memory it would give back)",
+             path, n_layers, pj_hostmem_size(total).s, packing,
+             pj_hostmem_size(h->avail + h->swap).s, where, host_advice(h));
     return -ENOMEM;
 }
 
@@ -657,12 +653,12 @@ static int host_watch_layer(const host_watch *w, const pj_config *cfg, uint32_t 
     char where[384];
     pj_hostmem_describe(&h, where, sizeof where);
     snprintf(err, errlen,
-             "%s: before layer '%s' (%u of %u) the layers left take at least %.1f GiB of host "
-             "memory and only %.1f GiB are available now (%s), though the check before the load "
+             "%s: before layer '%s' (%u of %u) the layers left take at least %s of host memory "
+             "and only %s are available now (%s), though the check before the load "
              "found enough: memory was taken by another process during the load (instances "
              "started at one moment share what each saw); start fewer at once, or %s",
-             cfg->model.path, cfg->model.layers[i].name, i + 1, cfg->model.n_layers, gib(need),
-             gib(h.avail + h.swap), where, host_advice(&h));
+             cfg->model.path, cfg->model.layers[i].name, i + 1, cfg->model.n_layers,
+             pj_hostmem_size(need).s, pj_hostmem_size(h.avail + h.swap).s, where, host_advice(&h));
     return -ENOMEM;
 }
 

@@ -23,6 +23,7 @@
 #include "config/config.h"
 #include "daemon/backend.h"
 #include "daemon/checkcfg.h"
+#include "daemon/loadturn.h"
 #include "daemon/log.h"
 #include "daemon/model.h"
 #include "daemon/notify.h"
@@ -122,8 +123,11 @@ static void usage(FILE *f)
             "  log, STATS \"reload\", systemd's STATUS=; during the start: once ready).\n"
             "Environment: " PJ_SOCKPATH_ENV
             " (the socket, above); NOTIFY_SOCKET, WATCHDOG_USEC (systemd);\n"
-            "  PROJD_RING_LOOP_SPIN=0 (the loop sleeps between ring requests), PROJD_CUDA_*\n"
-            "  (tuning and tests: daemon/CUDA.md, deploy/README.md).\n"
+            "  PROJD_RING_LOOP_SPIN=0 (the loop sleeps between ring requests);\n"
+            "  PROJD_LOAD_TURN_S (600: the most seconds a start waits while another projd\n"
+            "  whose socket shares its directory loads; 0: no turns); PROJD_HOST_MEM_CHECK=0\n"
+            "  (no host memory check before the load); PROJD_CUDA_* (tuning and tests:\n"
+            "  daemon/CUDA.md, deploy/README.md).\n"
             "Exit codes:\n"
             "  0  stopped cleanly (SIGTERM/SIGINT); --check-config found no problem;\n"
             "     --print-config, --help, --version\n"
@@ -328,6 +332,56 @@ static int model_progress(void *ctx, uint32_t index, uint32_t count, const char 
     return 0;
 }
 
+/* PROJD_LOAD_TURN_S: the most seconds a start waits for the model load of
+ * another instance whose socket shares its directory (daemon/loadturn.h);
+ * 0: no turns. */
+#define LOAD_TURN_DEFAULT_S 600u
+
+static unsigned load_turn_limit_s(void)
+{
+    const char *v = getenv("PROJD_LOAD_TURN_S");
+    if (!v || !*v)
+        return LOAD_TURN_DEFAULT_S;
+    char *end;
+    unsigned long s = strtoul(v, &end, 10);
+    if (*end || s > 86400) {
+        pj_log_warn("PROJD_LOAD_TURN_S=%s is not a number of seconds up to 86400: %u used", v,
+                    LOAD_TURN_DEFAULT_S);
+        return LOAD_TURN_DEFAULT_S;
+    }
+    return (unsigned)s;
+}
+
+typedef struct turn_wait_state {
+    const char *dir;
+    unsigned said_at_ms; /* when the wait was last said (UINT_MAX: not yet) */
+    unsigned waited_ms;  /* the wait so far */
+} turn_wait_state;
+
+/* While another instance loads: said at once and every 10 s (the log and
+ * systemd's STATUS=, which extends the start's timeout); a stop signal
+ * ends the wait. */
+static int turn_wait(void *ctx, long holder, unsigned waited_ms)
+{
+    turn_wait_state *t = ctx;
+    t->waited_ms = waited_ms;
+    if (pj_startsig_stop())
+        return 1;
+    if (t->said_at_ms != UINT_MAX && waited_ms < t->said_at_ms + 10000u)
+        return 0;
+    char who[48] = "another projd";
+    if (holder > 0)
+        snprintf(who, sizeof who, "projd pid %ld", holder);
+    if (t->said_at_ms == UINT_MAX)
+        pj_log_info("waiting for the model load of %s to end: daemons whose sockets share %s "
+                    "load one at a time, so that each one's memory check sees the others' "
+                    "(PROJD_LOAD_TURN_S)",
+                    who, t->dir);
+    pj_notify_progress("waiting for the model load of %s (%u s)", who, waited_ms / 1000u);
+    t->said_at_ms = waited_ms;
+    return 0;
+}
+
 /* A stop signal that came during the start: said, and the start ends
  * (exit 0, nothing served). where: where the start stopped; tell: send
  * STOPPING=1 (not where the server's drain sends it). */
@@ -380,8 +434,22 @@ static int serve(daemon_state *d, const char *url)
     if (pause_ms)
         pj_log_warn("PROJD_START_PAUSE_MS=%u: pausing before each layer's load (tests only)",
                     pause_ms);
+    pj_socket_look lk;
+    unsigned turn_s = load_turn_limit_s();
+    if (turn_s && pj_server_look_socket(url, &lk, err, sizeof err) == 0 && !lk.dir_errno &&
+        lk.dir[0]) {
+        turn_wait_state tw = {.dir = lk.dir, .said_at_ms = UINT_MAX};
+        rc = pj_loadturn_take(lk.dir, turn_s * 1000u, turn_wait, &tw, err, sizeof err);
+        if (rc == -ECANCELED && stopped_starting("waiting for its turn to load", 1))
+            return 0;
+        if (rc > 0)
+            pj_log_warn("%s", err);
+        else if (tw.said_at_ms != UINT_MAX)
+            pj_log_info("the load's turn came after %.1f s", tw.waited_ms / 1e3);
+    }
     rc = pj_model_load_progress(cfg, &model, NULL, model_warn, model_progress, &pause_ms, err,
                                 sizeof err);
+    pj_loadturn_release();
     if (rc == -ECANCELED && stopped_starting("in the model's load", 1))
         return 0;
     if (rc != 0) {

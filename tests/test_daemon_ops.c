@@ -939,6 +939,82 @@ START_TEST(signals_during_the_start)
 }
 END_TEST
 
+/* The timestamp that begins the log's first line holding needle (24
+ * characters, ISO 8601 in UTC: they order as text), into ts. */
+static void log_time_of(const pj_dproc *d, const char *needle, char ts[32])
+{
+    static char text[1 << 16];
+    ck_assert_int_gt(pj_fixture_read_text(d->log, text, sizeof text), 0);
+    const char *hit = strstr(text, needle);
+    ck_assert_msg(hit, "%s: no line with '%s'", d->log, needle);
+    const char *line = hit;
+    while (line > text && line[-1] != '\n')
+        line--;
+    snprintf(ts, 32, "%.24s", line);
+}
+
+/* Daemons whose sockets share a directory load one at a time
+ * (daemon/loadturn.h), so that each one's host memory check sees the
+ * others' copies: b, started while a loads, says whom it waits for (the
+ * log, and systemd's STATUS=, which extends its start's timeout), begins
+ * its load only after a's has ended, and serves. A stop signal ends the
+ * wait (exit 0); PROJD_LOAD_TURN_S bounds it, and past it b loads beside
+ * a, saying so. */
+START_TEST(loads_take_turns)
+{
+    char err[512], json[700], want[160], a_loaded[32], b_turn[32];
+    pj_dproc a, b;
+    setenv("PROJD_START_PAUSE_MS", "400", 1);
+    ck_assert_int_eq(pj_dproc_start(&a, g_model_path, NULL, NULL, 0, 0, err, sizeof err), 0);
+    unsetenv("PROJD_START_PAUSE_MS");
+    ck_assert_msg(pj_dproc_wait_notify(&a, "STATUS=loading model: layer 1 of ", 20000) == 0,
+                  "notes: %s", a.notes);
+    snprintf(json, sizeof json, "{\"socket\": {\"url\": \"ipc://%s/b.sock\"}}", a.dir);
+    ck_assert_msg(pj_dproc_prepare(&b, g_model_path, json, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(pj_dproc_spawn(&b, NULL, 0, 0, err, sizeof err), 0);
+    snprintf(want, sizeof want, "waiting for the model load of projd pid %d to end", (int)a.pid);
+    ck_assert_msg(pj_dproc_log_has(&b, want, 20000), "b does not wait for a");
+    snprintf(want, sizeof want, "STATUS=waiting for the model load of projd pid %d (", (int)a.pid);
+    ck_assert_msg(pj_dproc_wait_notify(&b, want, 5000) == 0, "notes: %s", b.notes);
+    ck_assert_msg(strstr(b.notes, "EXTEND_TIMEOUT_USEC="), "notes: %s", b.notes);
+    ck_assert_msg(pj_dproc_wait_notify(&a, "READY=1", READY_MS) == 0, "notes: %s", a.notes);
+    ck_assert_msg(pj_dproc_wait_notify(&b, "READY=1", READY_MS) == 0, "notes: %s", b.notes);
+    log_time_of(&a, "model loaded in", a_loaded);
+    log_time_of(&b, "the load's turn came after", b_turn);
+    ck_assert_msg(strcmp(a_loaded, b_turn) <= 0, "b's turn (%s) came before a's load ended (%s)",
+                  b_turn, a_loaded);
+    ck_assert_int_eq(pj_dproc_stop(&b, 30000), 0);
+    ck_assert_int_eq(pj_dproc_stop(&a, 30000), 0);
+
+    /* A stop while waiting: exit 0, nothing loaded. */
+    setenv("PROJD_START_PAUSE_MS", "2000", 1);
+    a.notes[0] = b.notes[0] = '\0';
+    ck_assert_int_eq(pj_dproc_spawn(&a, NULL, 0, 0, err, sizeof err), 0);
+    unsetenv("PROJD_START_PAUSE_MS");
+    ck_assert_msg(pj_dproc_wait_notify(&a, "STATUS=loading model: layer 1 of ", 20000) == 0,
+                  "notes: %s", a.notes);
+    ck_assert_int_eq(pj_dproc_spawn(&b, NULL, 0, 0, err, sizeof err), 0);
+    ck_assert(pj_dproc_wait_notify(&b, "STATUS=waiting for the model load", 20000) == 0);
+    ck_assert_int_eq(pj_dproc_signal(&b, SIGTERM), 0);
+    ck_assert_int_eq(pj_dproc_wait_exit(&b, 20000), 0);
+    ck_assert_int_eq(pj_dproc_exit_code(&b), 0);
+    ck_assert(pj_dproc_log_has(&b, "SIGTERM during the start: stopped waiting for its turn", 0));
+    ck_assert_msg(!strstr(b.notes, "STATUS=loading model: layer"), "notes: %s", b.notes);
+
+    /* The wait bounded (a holder whose load hangs): b loads beside a. */
+    setenv("PROJD_LOAD_TURN_S", "1", 1);
+    ck_assert_int_eq(pj_dproc_spawn(&b, NULL, 1, READY_MS, err, sizeof err), 0);
+    unsetenv("PROJD_LOAD_TURN_S");
+    ck_assert(pj_dproc_log_has(&b, "s for the load of projd pid", 0));
+    ck_assert(pj_dproc_log_has(&b, "loading beside it", 0));
+    ck_assert_msg(!strstr(a.notes, "READY=1"), "a finished before b's bounded wait");
+    ck_assert_int_eq(pj_dproc_stop(&b, 30000), 0);
+    ck_assert_int_eq(pj_dproc_stop(&a, 30000), 0); /* during its load: exit 0 */
+    pj_dproc_cleanup(&b);
+    pj_dproc_cleanup(&a);
+}
+END_TEST
+
 /* A step of the start that never ends (here the model is a FIFO nobody
  * writes, so its open blocks; a hung network mount or a wedged MPS server
  * in real life) does not hold a stop until systemd's SIGKILL: projd exits
@@ -1625,6 +1701,7 @@ int main(void)
         {"listener_survives_hangups_long_path", listener_survives_hangups_long_path},
         {"sighup_reloads", sighup_reloads},
         {"signals_during_the_start", signals_during_the_start},
+        {"loads_take_turns", loads_take_turns},
         {"stop_during_a_blocked_start", stop_during_a_blocked_start},
         {"buffer_byte_limits", buffer_byte_limits},
         {"unread_replies_do_not_starve_others", unread_replies_do_not_starve_others},

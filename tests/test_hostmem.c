@@ -112,9 +112,13 @@ START_TEST(v2_unit_limit)
     ck_assert_str_eq(h.cg_file, "memory.max");
     ck_assert_uint_eq(h.mem_avail, 100 * GIB); /* kept, for the message */
     pj_hostmem_describe(&h, d, sizeof d);
-    ck_assert_msg(strstr(d, "the cgroup /system.slice/projd@0.service allows 16.0 GiB "
-                            "(memory.max), 1.0 GiB of it in use"),
-                  "%s", d);
+    ck_assert_str_eq(d, "the cgroup /system.slice/projd@0.service allows 16.0 GiB (memory.max), "
+                        "1.0 GiB of it in use; swap 0 MiB free to it");
+
+    /* Below a GiB in MiB: a small host's figures are not "0.1 GiB". */
+    ck_assert_str_eq(pj_hostmem_size(150 * MIB).s, "150 MiB");
+    ck_assert_str_eq(pj_hostmem_size(GIB - 1).s, "1024 MiB");
+    ck_assert_str_eq(pj_hostmem_size(GIB + GIB / 2).s, "1.5 GiB");
 
     /* Usage past the limit (the cache not yet given back): no room, not
      * a wrapped figure. */

@@ -1191,7 +1191,7 @@ START_TEST(load_refuses_what_the_host_cannot_hold)
     ck_assert_ptr_null(m);
     ck_assert_int_eq(layers_begun, 0); /* refused before any layer was read */
     ck_assert_msg(strstr(err, small_path) && strstr(err, "the 5 layers take at least") &&
-                      strstr(err, "host memory") && strstr(err, "only 0.0 GiB are available") &&
+                      strstr(err, "host memory") && strstr(err, "only 0 MiB are available") &&
                       strstr(err, "PROJD_HOST_MEM_CHECK=0"),
                   "%s", err);
     /* --check-config does not take it (beside a serving daemon it would
@@ -1260,7 +1260,7 @@ START_TEST(load_refuses_when_memory_goes_during_it)
     snprintf(want, sizeof want, "before layer '%s' (3 of 5)", cfg.model.layers[2].name);
     ck_assert_msg(strstr(err, small_path) && strstr(err, want) &&
                       strstr(err, "taken by another process during the load") &&
-                      strstr(err, "MemAvailable 0.0 GiB"),
+                      strstr(err, "MemAvailable 0 MiB"),
                   "%s", err);
     /* Memory that stays: the same load completes. */
     sh.at = 99;

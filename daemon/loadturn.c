@@ -1,0 +1,117 @@
+/* loadturn.c — see loadturn.h. */
+#include "daemon/loadturn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
+
+#define POLL_MS 100u
+
+static int g_fd = -1;
+static int g_writable; /* g_fd may write the pid (and clear it at the release) */
+
+int pj_loadturn_path(const char *dir, char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "%s/projd-load.lock", dir);
+    return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
+/* The pid the holder wrote, or 0 (a holder between its flock and its
+ * write, or one that could not write). */
+static long holder_of(int fd)
+{
+    char buf[24];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    char *end;
+    long pid = strtol(buf, &end, 10);
+    return end != buf && pid > 0 ? pid : 0;
+}
+
+static unsigned elapsed_ms(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    double ms = (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
+    return ms < 0 ? 0 : (unsigned)ms;
+}
+
+int pj_loadturn_take(const char *dir, unsigned limit_ms, pj_loadturn_wait_fn wait, void *ctx,
+                     char *err, size_t errlen)
+{
+    if (g_fd >= 0)
+        return 0;
+    char path[4096];
+    if (pj_loadturn_path(dir, path, sizeof path) != 0) {
+        snprintf(err, errlen,
+                 "path too long for the load turn's lock file (the directory's is %zu bytes): "
+                 "loading without waiting for a turn",
+                 strlen(dir));
+        return 1;
+    }
+    /* Another user's daemon may have made the file: a read-only
+     * descriptor takes the lock as well, it only cannot write the pid. */
+    int writable = 1;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0 && errno == EACCES) {
+        writable = 0;
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    }
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open %s (%s): loading without waiting for a turn", path,
+                 strerror(errno));
+        return 1;
+    }
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+            break;
+        if (errno != EWOULDBLOCK && errno != EINTR) {
+            snprintf(err, errlen, "cannot lock %s (%s): loading without waiting for a turn", path,
+                     strerror(errno));
+            close(fd);
+            return 1;
+        }
+        unsigned waited = elapsed_ms(&t0);
+        long holder = holder_of(fd);
+        if (wait && wait(ctx, holder, waited) != 0) {
+            close(fd);
+            return -ECANCELED;
+        }
+        if (waited >= limit_ms) {
+            snprintf(err, errlen,
+                     "waited %.0f s for the load of projd pid %ld (%s) to end: loading beside it",
+                     waited / 1e3, holder, path);
+            close(fd);
+            return 1;
+        }
+        usleep(POLL_MS * 1000u);
+    }
+    char pid[24];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (writable && (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n))
+        writable = 0; /* those waiting then name no pid; the turn itself holds */
+    g_writable = writable;
+    g_fd = fd;
+    return 0;
+}
+
+void pj_loadturn_release(void)
+{
+    if (g_fd < 0)
+        return;
+    /* the pid goes first, so that no waiter names a daemon whose load
+     * has ended; closing drops the flock */
+    if (g_writable && ftruncate(g_fd, 0) != 0)
+        g_writable = 0;
+    close(g_fd);
+    g_fd = -1;
+}

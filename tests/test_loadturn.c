@@ -1,0 +1,192 @@
+/* test_loadturn.c — the load's turn (daemon/loadturn.h): one holder per
+ * directory, the holder's pid for those waiting, a wait that a stop ends,
+ * a wait bounded, and a lock file that cannot be made costing no start.
+ * The other holder is a forked child: flock's locks belong to open files,
+ * and this process holds one turn at most. */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "daemon/loadturn.h"
+#include "tests/helpers/fixture.h"
+
+/* A child that takes dir's turn, says so on the pipe, and holds it until
+ * the pipe's other end is closed. */
+static pid_t holder_child(const char *dir, int *release_fd)
+{
+    int up[2], down[2];
+    ck_assert_int_eq(pipe(up), 0);
+    ck_assert_int_eq(pipe(down), 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(up[0]);
+        close(down[1]);
+        char err[256];
+        char ok = pj_loadturn_take(dir, 1000, NULL, NULL, err, sizeof err) == 0 ? 'y' : 'n';
+        if (write(up[1], &ok, 1) != 1)
+            _exit(3);
+        char c;
+        while (read(down[0], &c, 1) > 0) {
+        }
+        pj_loadturn_release();
+        _exit(0);
+    }
+    close(up[1]);
+    close(down[0]);
+    char ok = 0;
+    ck_assert_int_eq(read(up[0], &ok, 1), 1);
+    close(up[0]);
+    ck_assert_int_eq(ok, 'y');
+    *release_fd = down[1];
+    return pid;
+}
+
+static void end_holder(pid_t pid, int release_fd)
+{
+    close(release_fd);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+typedef struct waits {
+    int calls;
+    long holder;
+    unsigned last_ms;
+    int stop_after; /* stop at this call (0: never) */
+} waits;
+
+static int on_wait(void *ctx, long holder, unsigned waited_ms)
+{
+    waits *w = ctx;
+    w->calls++;
+    w->holder = holder;
+    ck_assert_uint_ge(waited_ms, w->last_ms); /* the time waited only grows */
+    w->last_ms = waited_ms;
+    return w->stop_after && w->calls >= w->stop_after;
+}
+
+static void turn_dir(char *dir, size_t cap, const char *name)
+{
+    pj_fixture_path(dir, cap, name);
+    ck_assert(mkdir(dir, 0755) == 0 || errno == EEXIST);
+}
+
+/* Free: taken at once, the pid written for those who will wait, and
+ * cleared at the release (no waiter names a daemon whose load ended). */
+START_TEST(free_turn_is_taken)
+{
+    char dir[4200], path[4300], text[64], err[512] = "";
+    turn_dir(dir, sizeof dir, "free");
+    waits w = {0};
+    ck_assert_int_eq(pj_loadturn_take(dir, 1000, on_wait, &w, err, sizeof err), 0);
+    ck_assert_int_eq(w.calls, 0);
+    ck_assert_int_eq(pj_loadturn_path(dir, path, sizeof path), 0);
+    char want[32];
+    snprintf(want, sizeof want, "%ld\n", (long)getpid());
+    ck_assert_int_gt(pj_fixture_read_text(path, text, sizeof text), 0);
+    ck_assert_str_eq(text, want);
+    /* held already: taken again at once */
+    ck_assert_int_eq(pj_loadturn_take(dir, 1000, on_wait, &w, err, sizeof err), 0);
+    pj_loadturn_release();
+    ck_assert_int_eq(pj_fixture_read_text(path, text, sizeof text), 0);
+    pj_loadturn_release(); /* a no-op */
+}
+END_TEST
+
+/* Held by another: the wait names it, and the turn is taken when it is
+ * released. */
+START_TEST(held_turn_is_waited_for)
+{
+    char dir[4200], err[512] = "";
+    turn_dir(dir, sizeof dir, "held");
+    int rel;
+    pid_t h = holder_child(dir, &rel);
+    waits w = {.stop_after = 0};
+    /* released by a second child after ~300 ms */
+    fflush(stdout);
+    fflush(stderr);
+    pid_t closer = fork();
+    ck_assert_int_ge(closer, 0);
+    if (closer == 0) {
+        usleep(300 * 1000);
+        close(rel);
+        _exit(0);
+    }
+    close(rel);
+    ck_assert_int_eq(pj_loadturn_take(dir, 20000, on_wait, &w, err, sizeof err), 0);
+    ck_assert_int_ge(w.calls, 2);
+    ck_assert_int_eq(w.holder, (long)h);
+    ck_assert_uint_ge(w.last_ms, 150);
+    int st;
+    ck_assert_int_eq(waitpid(h, &st, 0), h);
+    ck_assert_int_eq(waitpid(closer, &st, 0), closer);
+    pj_loadturn_release();
+}
+END_TEST
+
+/* A stop during the wait ends it (-ECANCELED), the turn not taken; a wait
+ * past its limit goes on without the turn, saying whom it waited for. */
+START_TEST(wait_stopped_or_bounded)
+{
+    char dir[4200], err[512] = "";
+    turn_dir(dir, sizeof dir, "bounded");
+    int rel;
+    pid_t h = holder_child(dir, &rel);
+    waits w = {.stop_after = 3};
+    ck_assert_int_eq(pj_loadturn_take(dir, 20000, on_wait, &w, err, sizeof err), -ECANCELED);
+    ck_assert_int_eq(w.calls, 3);
+    w = (waits){0};
+    ck_assert_int_eq(pj_loadturn_take(dir, 300, on_wait, &w, err, sizeof err), 1);
+    char want[96];
+    snprintf(want, sizeof want, "for the load of projd pid %ld", (long)h);
+    ck_assert_msg(strstr(err, want) && strstr(err, "loading beside it"), "%s", err);
+    ck_assert_uint_ge(w.last_ms, 300);
+    /* not held by this process: the holder keeps it */
+    end_holder(h, rel);
+    ck_assert_int_eq(pj_loadturn_take(dir, 300, NULL, NULL, err, sizeof err), 0);
+    pj_loadturn_release();
+}
+END_TEST
+
+/* A directory where no lock file can be made: no turn, said, and the
+ * start goes on (1). */
+START_TEST(unmakeable_lock_file)
+{
+    char dir[4200], err[512] = "";
+    pj_fixture_path(dir, sizeof dir, "no-such-dir");
+    ck_assert_int_eq(pj_loadturn_take(dir, 300, NULL, NULL, err, sizeof err), 1);
+    ck_assert_msg(strstr(err, "projd-load.lock") && strstr(err, "No such file") &&
+                      strstr(err, "loading without waiting for a turn"),
+                  "%s", err);
+    char longdir[5000];
+    memset(longdir, 'd', sizeof longdir - 1);
+    longdir[sizeof longdir - 1] = '\0';
+    ck_assert_int_eq(pj_loadturn_take(longdir, 300, NULL, NULL, err, sizeof err), 1);
+    ck_assert_msg(strstr(err, "path too long") && strstr(err, "4999 bytes"), "%s", err);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("loadturn");
+    TCase *tc = tcase_create("turn");
+    tcase_add_test(tc, free_turn_is_taken);
+    tcase_add_test(tc, held_turn_is_waited_for);
+    tcase_add_test(tc, wait_stopped_or_bounded);
+    tcase_add_test(tc, unmakeable_lock_file);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
