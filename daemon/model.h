@@ -128,9 +128,11 @@ int pj_model_check(const pj_config *cfg, char *err, size_t errlen);
  * err with the figures and what binds them), since the load would
  * otherwise be killed by the kernel part way with no word; more than the
  * memory alone is a warning (the load will swap). Before each later layer
- * the layers left are checked again against the memory then left, so
- * that daemons starting at one moment (projd@0..7 at boot), each of which
- * saw enough at its start, refuse with a message instead of being killed.
+ * the layers left are checked again against the memory then left: what
+ * another program took meanwhile is refused with a message instead of a
+ * kill. (Daemons starting at one moment, projd@0..7 at boot, take turns
+ * at their loads, daemon/loadturn.h, so each one's check sees the others'
+ * copies.)
  * The figures are lower bounds. Where /proc/meminfo cannot be read there
  * is no check, and PROJD_HOST_MEM_CHECK=0 skips it (a file system cache
  * the kernel does not count as available, as ZFS's, makes it refuse what
