@@ -120,7 +120,7 @@ GPU_TESTS := $(GPU_TEST_C:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 TEST_HELPER_C := $(wildcard tests/helpers/*.c)
 TEST_HELPER_O := $(TEST_HELPER_C:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: all deps run test test-gpu fuzz bench-ipc format clean progs tests install install-files install-activate uninstall
+.PHONY: all deps run test test-gpu test-systemd fuzz bench-ipc format clean progs tests install install-files install-activate uninstall
 # Keep object files of tests and programs (make would delete them as intermediates).
 .SECONDARY:
 all: progs tests libprojd
@@ -213,6 +213,10 @@ test: all
 
 test-gpu: all $(GPU_TESTS)
 	@tests/run-gpu-tests.sh $(BUILD)
+
+# The units under a real systemd (root; not in `test`: it boots an init).
+test-systemd: progs
+	@tests/systemd/units.sh $(BUILD)
 
 # ---- fuzzing (clang + libFuzzer) -----------------------------------------
 FUZZ_SECONDS ?= 20
