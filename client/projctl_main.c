@@ -172,7 +172,10 @@ static const cmd_help helps[] = {
      "usage: projctl inspect [MODEL] [--json]\n"
      "  Loads MODEL (else --model PATH, $PROJD_MODEL, the config's model.path) as projd\n"
      "  would, with the config's layer list, and reports each layer's stored format,\n"
-     "  bytes and 12-bit exceptions. Needs no daemon.\n"},
+     "  bytes and 12-bit exceptions; the host memory the layers hold, what a start\n"
+     "  needs free, what this process may take (a memory cgroup's limit counted) and\n"
+     "  how many instances that leaves room for; the device memory the weights take\n"
+     "  on the cuda backend. Needs no daemon.\n"},
     {"mkmodel", "--out --preset --seed ",
      "usage: projctl mkmodel --out PATH [--preset reference|small] [--seed N]\n"
      "  Writes the generated model (default preset reference, seed 1). Same seed\n"

@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "daemon/hostmem.h"
 #include "daemon/memplan.h"
 #include "daemon/model.h"
 #include "daemon/safetensors.h"
@@ -76,6 +77,46 @@ static const char *env_force_engine(char *buf, size_t len, int *bad)
     return buf;
 }
 
+/* Host memory: what the layers hold, what a start needs free (the loader's
+ * bound, daemon/model.h), and what this process could take before the
+ * report's own load, so that an operator sees how many instances fit. */
+typedef struct host_report {
+    int known;         /* h was read */
+    pj_hostmem h;      /* before the load */
+    uint64_t held;     /* the loaded layers' stored bytes */
+    uint64_t need;     /* the loader's bound: held at least, plus the largest conversion copy */
+    uint64_t per_next; /* the bound's held part: what each further instance adds */
+} host_report;
+
+/* Instances that fit side by side in what was free: they load in turn
+ * (daemon/loadturn.h), so one conversion copy at a time. */
+static uint64_t instances_fit(const host_report *r)
+{
+    uint64_t copy = r->need - r->per_next;
+    if (!r->known || !r->per_next || r->h.avail < r->need)
+        return 0;
+    return (r->h.avail - copy) / r->per_next;
+}
+
+static void print_host(FILE *out, const host_report *r)
+{
+    fprintf(out,
+            "in host memory: the layers hold %s; a start needs at least %s free (the loader's "
+            "check, with the largest layer's conversion copy)\n",
+            pj_hostmem_size(r->held).s, pj_hostmem_size(r->need).s);
+    if (!r->known) {
+        fprintf(out, "  (the memory free to this process is not known: no MemAvailable)\n");
+        return;
+    }
+    char where[384];
+    pj_hostmem_describe(&r->h, where, sizeof where);
+    const uint64_t n = instances_fit(r);
+    fprintf(out,
+            "  free to this process before this report loaded the model: %s (%s): room for %llu "
+            "instance%s loading in turn\n",
+            pj_hostmem_size(r->h.avail).s, where, (unsigned long long)n, n == 1 ? "" : "s");
+}
+
 static void print_plan(FILE *out, const pj_memplan *p, const char *force, int force_bad)
 {
     const double mib = 1024.0 * 1024.0;
@@ -98,7 +139,8 @@ static void print_plan(FILE *out, const pj_memplan *p, const char *force, int fo
 }
 
 static void print_text(FILE *out, const pj_model *m, const pj_st_file *st, const warn_list *wl,
-                       const pj_memplan *plan, const char *force, int force_bad)
+                       const pj_memplan *plan, const char *force, int force_bad,
+                       const host_report *host)
 {
     fprintf(out, "model %s: %llu bytes, %u layers\n", m->path, (unsigned long long)m->file_bytes,
             m->n_layers);
@@ -155,6 +197,7 @@ static void print_text(FILE *out, const pj_model *m, const pj_st_file *st, const
                     L->blk_exc_max_row + 15 < L->w.n ? L->blk_exc_max_row + 15 : L->w.n - 1,
                     (double)L->n_exc / (double)((L->w.n + 15) / 16));
     }
+    print_host(out, host);
     print_plan(out, plan, force, force_bad);
     for (size_t i = 0; i < wl->n; i++)
         fprintf(out, "warning: %s\n", wl->msg[i]);
@@ -163,7 +206,7 @@ static void print_text(FILE *out, const pj_model *m, const pj_st_file *st, const
 }
 
 static int print_json(FILE *out, const pj_model *m, const pj_st_file *st, const warn_list *wl,
-                      const pj_memplan *plan, const char *force)
+                      const pj_memplan *plan, const char *force, const host_report *host)
 {
     cJSON *root = cJSON_CreateObject(), *meta, *layers, *total, *warns;
     if (!root)
@@ -233,6 +276,27 @@ static int print_json(FILE *out, const pj_model *m, const pj_st_file *st, const 
         cJSON_AddNumberToObject(total, "ratio", (double)tot_s / (double)tot_b);
         cJSON_AddNumberToObject(total, "exceptions", (double)tot_e);
     }
+    cJSON *hm = cJSON_AddObjectToObject(root, "host_memory");
+    if (hm) {
+        cJSON_AddNumberToObject(hm, "held_bytes", (double)host->held);
+        cJSON_AddNumberToObject(hm, "start_bytes", (double)host->need);
+        if (host->known) {
+            cJSON_AddNumberToObject(hm, "available_bytes", (double)host->h.avail);
+            cJSON_AddNumberToObject(hm, "swap_bytes", (double)host->h.swap);
+            cJSON_AddNumberToObject(hm, "instances", (double)instances_fit(host));
+        } else {
+            cJSON_AddNullToObject(hm, "available_bytes");
+            cJSON_AddNullToObject(hm, "swap_bytes");
+            cJSON_AddNullToObject(hm, "instances");
+        }
+        if (host->known && host->h.cg_limit) {
+            cJSON_AddStringToObject(hm, "cgroup", host->h.cgroup);
+            cJSON_AddNumberToObject(hm, "cgroup_limit_bytes", (double)host->h.cg_limit);
+        } else {
+            cJSON_AddNullToObject(hm, "cgroup");
+            cJSON_AddNullToObject(hm, "cgroup_limit_bytes");
+        }
+    }
     cJSON *dev = cJSON_AddObjectToObject(root, "cuda_weights");
     if (dev) {
         cJSON_AddNumberToObject(dev, "max_m", plan->max_m);
@@ -277,17 +341,25 @@ int pj_inspect_print(FILE *out, const pj_config *cfg, const char *model_path, in
     pj_st_file *st = NULL;
     /* The file the load read, kept for its metadata: opening the path
      * again could report another file's (one put there since). */
+    host_report host = {0};
+    host.known = pj_hostmem_read(pj_model_host_root(), &host.h) == 0;
     int rc = pj_model_load_file(c, &m, &st, collect_warn, &wl, err, errlen);
     if (rc == 0) {
+        pj_model_host_need need;
+        pj_model_host_need_of(c, st, &need);
+        host.need = need.held + need.transient;
+        host.per_next = need.held;
+        for (uint32_t i = 0; i < m->n_layers; i++)
+            host.held += m->layers[i].stored_bytes;
         pj_memplan plan;
         char force[PJ_CFG_NAME];
         int force_bad;
         pj_memplan_weights(m, c->shapes.max_m, env_force_engine(force, sizeof force, &force_bad),
                            &plan);
         if (json)
-            rc = print_json(out, m, st, &wl, &plan, force);
+            rc = print_json(out, m, st, &wl, &plan, force, &host);
         else
-            print_text(out, m, st, &wl, &plan, force, force_bad);
+            print_text(out, m, st, &wl, &plan, force, force_bad, &host);
         if (rc)
             snprintf(err, errlen, "inspect: out of memory rendering JSON");
         else if (fflush(out) != 0 || ferror(out)) {

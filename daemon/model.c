@@ -511,6 +511,11 @@ void pj_model_set_host_root(const char *root)
     g_host_root = root;
 }
 
+const char *pj_model_host_root(void)
+{
+    return g_host_root;
+}
+
 /* What layer lc needs of host memory (model.h): held once loaded, and the
  * conversion's copy while it loads. A layer the load would refuse needs
  * nothing: the load says why. */

@@ -158,6 +158,10 @@ int pj_model_host_check(const pj_model_host_need *need, uint32_t n_layers, const
  * instead of the system's own (NULL). */
 void pj_model_set_host_root(const char *root);
 
+/* The root the loader reads them under (NULL: the system's), for reports
+ * that show the figures the load checks against (projctl inspect). */
+const char *pj_model_host_root(void);
+
 /* Index of the layer called name, or -1. */
 int pj_model_find(const pj_model *m, const char *name);
 

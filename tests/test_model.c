@@ -1275,6 +1275,78 @@ START_TEST(load_refuses_when_memory_goes_during_it)
 }
 END_TEST
 
+/* projctl inspect's host memory: what the layers hold, what a start needs
+ * (the loader's bound), what was free before the report's own load, and
+ * how many instances that makes room for, here against a host of the
+ * test's own with 1 GiB available. */
+START_TEST(inspect_host_memory)
+{
+    char root[4200], err[1024];
+    int rc;
+    host_meminfo(root, sizeof root, 1024 * 1024, 0);
+    pj_model_set_host_root(root);
+    pj_config cfg;
+    pj_fixture_small_config(&cfg, small_path);
+    pj_st_file *st;
+    ck_assert_int_eq(pj_st_open(small_path, &st, err, sizeof err), 0);
+    pj_model_host_need need;
+    pj_model_host_need_of(&cfg, st, &need);
+    pj_st_close(st);
+    pj_model *m;
+    ck_assert_msg(pj_model_load(&cfg, &m, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    uint64_t held = 0;
+    for (uint32_t i = 0; i < m->n_layers; i++)
+        held += m->layers[i].stored_bytes;
+    pj_model_free(m);
+    const uint64_t fit = ((1ull << 30) - need.transient) / need.held;
+    ck_assert_uint_gt(fit, 1);
+
+    char *t = inspect_to_string(NULL, small_path, 0, &rc, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s", err);
+    char want[256];
+    snprintf(want, sizeof want,
+             "in host memory: the layers hold %s; a start needs at least %s free",
+             pj_hostmem_size(held).s, pj_hostmem_size(need.held + need.transient).s);
+    ck_assert_msg(strstr(t, want), "no '%s' in:\n%s", want, t);
+    snprintf(want, sizeof want,
+             "free to this process before this report loaded the model: 1.0 GiB (MemAvailable "
+             "1.0 GiB + SwapFree 0 MiB): room for %llu instances loading in turn",
+             (unsigned long long)fit);
+    ck_assert_msg(strstr(t, want), "no '%s' in:\n%s", want, t);
+    free(t);
+
+    char *j = inspect_to_string(NULL, small_path, 1, &rc, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s", err);
+    cJSON *root_json = cJSON_Parse(j);
+    ck_assert_ptr_nonnull(root_json);
+    const cJSON *hm = cJSON_GetObjectItem(root_json, "host_memory");
+    ck_assert_ptr_nonnull(hm);
+    ck_assert_double_eq(cJSON_GetObjectItem(hm, "held_bytes")->valuedouble, (double)held);
+    ck_assert_double_eq(cJSON_GetObjectItem(hm, "start_bytes")->valuedouble,
+                        (double)(need.held + need.transient));
+    ck_assert_double_eq(cJSON_GetObjectItem(hm, "available_bytes")->valuedouble,
+                        (double)(1ull << 30));
+    ck_assert_double_eq(cJSON_GetObjectItem(hm, "instances")->valuedouble, (double)fit);
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItem(hm, "cgroup")));
+    cJSON_Delete(root_json);
+    free(j);
+
+    /* No MemAvailable: the figure is said to be unknown, null in JSON. */
+    ck_assert_int_eq(pj_fixture_write_under(root, "proc/meminfo", "MemTotal: 5 kB\n"), 0);
+    t = inspect_to_string(NULL, small_path, 0, &rc, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_msg(strstr(t, "the memory free to this process is not known"), "%s", t);
+    free(t);
+    j = inspect_to_string(NULL, small_path, 1, &rc, err, sizeof err);
+    root_json = cJSON_Parse(j);
+    ck_assert(cJSON_IsNull(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(root_json, "host_memory"), "instances")));
+    cJSON_Delete(root_json);
+    free(j);
+    pj_model_set_host_root(NULL);
+}
+END_TEST
+
 static Suite *model_suite(void)
 {
     Suite *s = suite_create("model");
@@ -1285,6 +1357,7 @@ static Suite *model_suite(void)
     tcase_add_test(tc, host_need_bounds_the_load);
     tcase_add_test(tc, load_refuses_what_the_host_cannot_hold);
     tcase_add_test(tc, load_refuses_when_memory_goes_during_it);
+    tcase_add_test(tc, inspect_host_memory);
     tcase_add_test(tc, z12_projects_like_bf16);
     tcase_add_test(tc, format_preferences);
     tcase_add_test(tc, check_agrees_with_load);
