@@ -10,11 +10,18 @@
  * page); anything past 2^62 bytes is no limit on any host there is. */
 #define NO_LIMIT (1ull << 62)
 
-static int read_meminfo(const char *root, pj_hostmem *h)
+/* root/rel opened for reading (NULL where it cannot be). */
+static FILE *open_under(const char *root, const char *rel)
 {
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/proc/meminfo", root);
-    FILE *f = fopen(path, "r");
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", root, rel) >= sizeof path)
+        return NULL;
+    return fopen(path, "r");
+}
+
+static int read_meminfo(const char *root, pj_hostmem *h)
+{
+    FILE *f = open_under(root, "proc/meminfo");
     if (!f)
         return -1;
     char line[256];
@@ -36,10 +43,8 @@ static int read_meminfo(const char *root, pj_hostmem *h)
  * the file cannot be read or holds something else. */
 static int read_u64(const char *dir, const char *name, uint64_t *v)
 {
-    char path[PATH_MAX], buf[64];
-    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path)
-        return -1;
-    FILE *f = fopen(path, "r");
+    char buf[64];
+    FILE *f = open_under(dir, name);
     if (!f)
         return -1;
     const char *got = fgets(buf, sizeof buf, f);
@@ -63,10 +68,8 @@ static int read_u64(const char *dir, const char *name, uint64_t *v)
  * count the levels below, where it has them). 0 where none is read. */
 static uint64_t reclaimable(const char *dir)
 {
-    char path[PATH_MAX], line[256];
-    if ((size_t)snprintf(path, sizeof path, "%s/memory.stat", dir) >= sizeof path)
-        return 0;
-    FILE *f = fopen(path, "r");
+    char line[256];
+    FILE *f = open_under(dir, "memory.stat");
     if (!f)
         return 0;
     uint64_t own = 0, total = 0;
@@ -121,9 +124,7 @@ typedef struct cg_mount {
  * 1): 0, or -1 where there is none. */
 static int find_mount(const char *root, int version, cg_mount *out)
 {
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/proc/self/mountinfo", root);
-    FILE *f = fopen(path, "r");
+    FILE *f = open_under(root, "proc/self/mountinfo");
     if (!f)
         return -1;
     char *line = NULL;
@@ -162,9 +163,7 @@ static int find_mount(const char *root, int version, cg_mount *out)
  * (version 1), from /proc/self/cgroup: 0, or -1. */
 static int own_cgroup(const char *root, int version, char *out, size_t len)
 {
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/proc/self/cgroup", root);
-    FILE *f = fopen(path, "r");
+    FILE *f = open_under(root, "proc/self/cgroup");
     if (!f)
         return -1;
     char *line = NULL;
