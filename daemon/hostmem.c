@@ -120,9 +120,23 @@ typedef struct cg_mount {
     char point[PATH_MAX]; /* where */
 } cg_mount;
 
+/* Is root a path prefix of own ("/" of everything, "/a" of "/a" and
+ * "/a/b", not of "/ab")? */
+static int path_within(const char *own, const char *root)
+{
+    size_t rl = strlen(root);
+    if (strcmp(root, "/") == 0)
+        return 1;
+    return strncmp(own, root, rl) == 0 && (own[rl] == '/' || own[rl] == '\0');
+}
+
 /* The mount of cgroup2 (version 2) or of v1's memory controller (version
- * 1): 0, or -1 where there is none. */
-static int find_mount(const char *root, int version, cg_mount *out)
+ * 1) that shows the process's cgroup own: 0, or -1 where there is none. A
+ * mount of another part of the hierarchy (its root not a prefix of own)
+ * does not show it. Where several do, the last one listed wins: it is
+ * mounted over the others (a container given the host's /sys/fs/cgroup
+ * over its own view). */
+static int find_mount(const char *root, int version, const char *own, cg_mount *out)
 {
     FILE *f = open_under(root, "proc/self/mountinfo");
     if (!f)
@@ -130,7 +144,7 @@ static int find_mount(const char *root, int version, cg_mount *out)
     char *line = NULL;
     size_t cap = 0;
     int found = -1;
-    while (found != 0 && getline(&line, &cap, f) > 0) {
+    while (getline(&line, &cap, f) > 0) {
         /* id parent major:minor root point options [optional...] - type source super */
         char *sep = strstr(line, " - ");
         if (!sep)
@@ -148,10 +162,14 @@ static int find_mount(const char *root, int version, cg_mount *out)
         char *point = tok ? strtok_r(NULL, " ", &save) : NULL;
         if (!tok || !point || strlen(tok) >= sizeof out->root || strlen(point) >= sizeof out->point)
             continue;
-        snprintf(out->root, sizeof out->root, "%s", tok);
-        snprintf(out->point, sizeof out->point, "%s", point);
-        unescape(out->root);
-        unescape(out->point);
+        cg_mount m;
+        snprintf(m.root, sizeof m.root, "%s", tok);
+        snprintf(m.point, sizeof m.point, "%s", point);
+        unescape(m.root);
+        unescape(m.point);
+        if (!path_within(own, m.root))
+            continue;
+        *out = m;
         found = 0;
     }
     free(line);
@@ -236,19 +254,14 @@ static int read_cgroup(const char *root, int version, pj_hostmem *h)
 {
     char own[PATH_MAX], dir[PATH_MAX];
     cg_mount mnt;
-    if (own_cgroup(root, version, own, sizeof own) != 0 || find_mount(root, version, &mnt) != 0)
+    /* A path with ".." is a cgroup above this process's cgroup namespace:
+     * no mount here shows it, nor the levels above it. */
+    if (own_cgroup(root, version, own, sizeof own) != 0 || own[0] != '/' || strstr(own, "/..") ||
+        find_mount(root, version, own, &mnt) != 0)
         return -1;
-    /* own is the path in the hierarchy; the mount shows the hierarchy from
-     * mnt.root down. A path outside it (another cgroup namespace's view)
-     * reads the mount's top, which is this process's cgroup or above it. */
-    const char *rel = own;
-    size_t rl = strlen(mnt.root);
-    if (strcmp(mnt.root, "/") != 0) {
-        if (strncmp(own, mnt.root, rl) == 0 && (own[rl] == '/' || own[rl] == '\0'))
-            rel = own + rl;
-        else
-            rel = "";
-    }
+    /* own is the path in the hierarchy; the mount shows it from mnt.root
+     * down. */
+    const char *rel = strcmp(mnt.root, "/") == 0 ? own : own + strlen(mnt.root);
     if (strcmp(rel, "/") == 0)
         rel = "";
     const size_t top = (size_t)snprintf(dir, sizeof dir, "%s%s", root, mnt.point);

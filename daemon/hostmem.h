@@ -18,7 +18,12 @@
  * (a hybrid host's or an old container's) where one is mounted. Swap: v2's
  * memory.swap.max less memory.swap.current; v1's memory.memsw.limit_in_bytes
  * less memory.memsw.usage_in_bytes, less the memory room (memsw counts both).
- * Where no cgroup file can be read the figures are /proc/meminfo's alone. */
+ * Where no cgroup file can be read the figures are /proc/meminfo's alone.
+ * Not counted: v2's memory.high (it throttles, it does not kill), and a v1
+ * hierarchy with use_hierarchy 0 (a parent's limit then does not cover the
+ * levels below it, and is counted as if it did). A mount of another part
+ * of the hierarchy than the process's is not read; where several mounts
+ * show the process's cgroup, the last one listed (mounted over the others). */
 #ifndef PJ_HOSTMEM_H
 #define PJ_HOSTMEM_H
 

@@ -17,7 +17,9 @@ static int g_writable; /* g_fd may write the pid (and clear it at the release) *
 
 int pj_loadturn_path(const char *dir, char *out, size_t cap)
 {
-    int n = snprintf(out, cap, "%s/projd-load.lock", dir);
+    /* not "<name>.lock", which a socket called <name> would lock for itself
+     * (daemon/socklock.h) */
+    int n = snprintf(out, cap, "%s/.projd-load-turn", dir);
     return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }
 
@@ -69,8 +71,12 @@ int pj_loadturn_take(const char *dir, unsigned limit_ms, pj_loadturn_wait_fn wai
                  strerror(errno));
         return 1;
     }
-    struct timespec t0;
+    /* The bound is on one holder's load: each new holder starts it again,
+     * so the last of eight instances waits out seven loads, not 600 s. */
+    struct timespec t0, held_since;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    held_since = t0;
+    long last_holder = 0;
     for (;;) {
         if (flock(fd, LOCK_EX | LOCK_NB) == 0)
             break;
@@ -80,16 +86,22 @@ int pj_loadturn_take(const char *dir, unsigned limit_ms, pj_loadturn_wait_fn wai
             close(fd);
             return 1;
         }
-        unsigned waited = elapsed_ms(&t0);
         long holder = holder_of(fd);
-        if (wait && wait(ctx, holder, waited) != 0) {
+        if (holder && holder != last_holder) {
+            clock_gettime(CLOCK_MONOTONIC, &held_since);
+            last_holder = holder;
+        }
+        if (wait && wait(ctx, holder, elapsed_ms(&t0)) != 0) {
             close(fd);
             return -ECANCELED;
         }
-        if (waited >= limit_ms) {
-            snprintf(err, errlen,
-                     "waited %.0f s for the load of projd pid %ld (%s) to end: loading beside it",
-                     waited / 1e3, holder, path);
+        unsigned held = elapsed_ms(&held_since);
+        if (held >= limit_ms) {
+            char who[48] = "another projd";
+            if (last_holder)
+                snprintf(who, sizeof who, "projd pid %ld", last_holder);
+            snprintf(err, errlen, "waited %.0f s for the load of %s (%s) to end: loading beside it",
+                     held / 1e3, who, path);
             close(fd);
             return 1;
         }

@@ -10,15 +10,18 @@
  * is refused with the figures, and the turn costs little time: a load is
  * bound by the host's memory bandwidth, which loads side by side share.
  *
- * The turn is an exclusive flock on "<dir>/projd-load.lock", held from
+ * The turn is an exclusive flock on "<dir>/.projd-load-turn", held from
  * before the model's load until it ends (loaded or not; the backend's
  * start, the GPU upload and the graphs' capture, runs beside the next
  * load). The file holds the holder's pid for the message of those
  * waiting; it stays in the directory (removing a lock file others may
  * have open would let two hold it). The kernel drops the lock of a
- * process that dies, so a killed holder blocks no one. A wait longer than
- * the limit goes on without the turn, said in the log: a load that hangs
- * (a stalled network file system) must not keep the others from starting. */
+ * process that dies, so a killed holder blocks no one. A wait on one
+ * holder longer than the limit goes on without the turn, said in the log:
+ * a load that hangs (a stalled network file system) must not keep the
+ * others from starting. Each new holder starts the limit again, so an
+ * instance behind several loads waits them all out. The turns are not
+ * served in order: a waiter polls every 100 ms and may lose to a later one. */
 #ifndef PJ_DAEMON_LOADTURN_H
 #define PJ_DAEMON_LOADTURN_H
 
@@ -33,9 +36,10 @@ typedef int (*pj_loadturn_wait_fn)(void *ctx, long holder, unsigned waited_ms);
  * -ENAMETOOLONG. */
 int pj_loadturn_path(const char *dir, char *out, size_t cap);
 
-/* Take the turn of dir, waiting for it up to limit_ms (wait is called
- * meanwhile; may be NULL). 0: taken. 1: not taken, and the load goes on
- * without it: the wait passed limit_ms, or the lock file cannot be made
+/* Take the turn of dir, waiting for it up to limit_ms on any one holder
+ * (wait is called meanwhile, with the whole wait; may be NULL). 0: taken.
+ * 1: not taken, and the load goes on without it: one holder kept it past
+ * limit_ms, or the lock file cannot be made
  * (a directory this process may not write); err says which.
  * -ECANCELED: wait asked to stop. */
 int pj_loadturn_take(const char *dir, unsigned limit_ms, pj_loadturn_wait_fn wait, void *ctx,

@@ -660,8 +660,8 @@ static int host_watch_layer(const host_watch *w, const pj_config *cfg, uint32_t 
     snprintf(err, errlen,
              "%s: before layer '%s' (%u of %u) the layers left take at least %s of host memory "
              "and only %s are available now (%s), though the check before the load "
-             "found enough: memory was taken by another process during the load (instances "
-             "started at one moment share what each saw); start fewer at once, or %s",
+             "found enough: memory was likely taken by another process during the load (the "
+             "figures are lower bounds, so the load's own use beyond them counts too); %s",
              cfg->model.path, cfg->model.layers[i].name, i + 1, cfg->model.n_layers,
              pj_hostmem_size(need).s, pj_hostmem_size(h.avail + h.swap).s, where, host_advice(&h));
     return -ENOMEM;

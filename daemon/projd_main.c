@@ -436,8 +436,12 @@ static int serve(daemon_state *d, const char *url)
                     pause_ms);
     pj_socket_look lk;
     unsigned turn_s = load_turn_limit_s();
-    if (turn_s && pj_server_look_socket(url, &lk, err, sizeof err) == 0 && !lk.dir_errno &&
-        lk.dir[0]) {
+    int looked = turn_s && pj_server_look_socket(url, &lk, err, sizeof err) == 0 && lk.dir[0];
+    if (looked && lk.dir_errno)
+        pj_log_info("the socket's directory %s is not there yet (listen makes it): this start "
+                    "loads without waiting for a turn (daemon/DAEMON.md, \"Loads take turns\")",
+                    lk.dir);
+    if (looked && !lk.dir_errno) {
         turn_wait_state tw = {.dir = lk.dir, .said_at_ms = UINT_MAX};
         rc = pj_loadturn_take(lk.dir, turn_s * 1000u, turn_wait, &tw, err, sizeof err);
         if (rc == -ECANCELED && stopped_starting("waiting for its turn to load", 1))
@@ -449,7 +453,8 @@ static int serve(daemon_state *d, const char *url)
     }
     rc = pj_model_load_progress(cfg, &model, NULL, model_warn, model_progress, &pause_ms, err,
                                 sizeof err);
-    pj_loadturn_release();
+    if (rc != 0)
+        pj_loadturn_release();
     if (rc == -ECANCELED && stopped_starting("in the model's load", 1))
         return 0;
     if (rc != 0) {
@@ -468,6 +473,9 @@ static int serve(daemon_state *d, const char *url)
     pj_log_info("model loaded in %.1f ms (read %.1f ms, conversion %.1f ms on %u thread%s)",
                 model->load_ms + model->convert_ms, model->load_ms, model->convert_ms,
                 model->load_threads, model->load_threads == 1 ? "" : "s");
+    /* passed on once the load is said, so that in the logs the next
+     * instance's turn comes after it */
+    pj_loadturn_release();
 
     if (stopped_starting("before the backend's start", 1)) {
         pj_model_free(model);

@@ -25,6 +25,7 @@
 
 #include "client/projd.h"
 #include "config/config.h"
+#include "daemon/loadturn.h"
 #include "daemon/socklock.h"
 #include "daemon/startsig.h"
 #include "tests/helpers/daemon_check.h"
@@ -1007,9 +1008,16 @@ START_TEST(loads_take_turns)
     unsetenv("PROJD_LOAD_TURN_S");
     ck_assert(pj_dproc_log_has(&b, "s for the load of projd pid", 0));
     ck_assert(pj_dproc_log_has(&b, "loading beside it", 0));
-    ck_assert_msg(!strstr(a.notes, "READY=1"), "a finished before b's bounded wait");
+    /* a was still loading (its notes read up to now, READY=1 not among
+     * them), so b loaded beside it */
+    ck_assert_msg(pj_dproc_wait_notify(&a, "READY=1", 0) != 0,
+                  "a finished before b's bounded wait");
     ck_assert_int_eq(pj_dproc_stop(&b, 30000), 0);
     ck_assert_int_eq(pj_dproc_stop(&a, 30000), 0); /* during its load: exit 0 */
+    /* the turn's file stays by design (loadturn.h); the folders go */
+    char turn[sizeof a.dir + 32];
+    ck_assert_int_eq(pj_loadturn_path(a.dir, turn, sizeof turn), 0);
+    ck_assert_int_eq(unlink(turn), 0);
     pj_dproc_cleanup(&b);
     pj_dproc_cleanup(&a);
 }

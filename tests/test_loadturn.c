@@ -5,9 +5,11 @@
  * and this process holds one turn at most. */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -59,7 +61,7 @@ static void end_holder(pid_t pid, int release_fd)
 
 typedef struct waits {
     int calls;
-    long holder;
+    long holder; /* the last non-zero pid a call named (the holder clears it as it ends) */
     unsigned last_ms;
     int stop_after; /* stop at this call (0: never) */
 } waits;
@@ -68,7 +70,8 @@ static int on_wait(void *ctx, long holder, unsigned waited_ms)
 {
     waits *w = ctx;
     w->calls++;
-    w->holder = holder;
+    if (holder)
+        w->holder = holder;
     ck_assert_uint_ge(waited_ms, w->last_ms); /* the time waited only grows */
     w->last_ms = waited_ms;
     return w->stop_after && w->calls >= w->stop_after;
@@ -157,6 +160,48 @@ START_TEST(wait_stopped_or_bounded)
 }
 END_TEST
 
+/* The bound is per holder: a wait behind two loads in a row, each shorter
+ * than the bound but longer together, is not cut short. The holders are
+ * one child that names one pid, then another, in the file (what the file
+ * shows when a second instance takes the turn at the first's end). */
+START_TEST(bound_restarts_with_each_holder)
+{
+    char dir[4200], path[4300], err[512] = "";
+    turn_dir(dir, sizeof dir, "chain");
+    ck_assert_int_eq(pj_loadturn_path(dir, path, sizeof path), 0);
+    int up[2];
+    ck_assert_int_eq(pipe(up), 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        close(up[0]);
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0 || flock(fd, LOCK_EX) != 0 || pwrite(fd, "111111\n", 7, 0) != 7 ||
+            write(up[1], "y", 1) != 1)
+            _exit(3);
+        usleep(700 * 1000);
+        if (ftruncate(fd, 0) != 0 || pwrite(fd, "222222\n", 7, 0) != 7)
+            _exit(4);
+        usleep(800 * 1000);
+        _exit(0); /* the lock goes with the process */
+    }
+    close(up[1]);
+    char c;
+    ck_assert_int_eq(read(up[0], &c, 1), 1);
+    close(up[0]);
+    waits w = {0};
+    ck_assert_msg(pj_loadturn_take(dir, 900, on_wait, &w, err, sizeof err) == 0, "%s", err);
+    ck_assert_uint_ge(w.last_ms, 1200); /* past the bound in all */
+    ck_assert_int_eq(w.holder, 222222);
+    pj_loadturn_release();
+    int st;
+    ck_assert_int_eq(waitpid(child, &st, 0), child);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+END_TEST
+
 /* A directory where no lock file can be made: no turn, said, and the
  * start goes on (1). */
 START_TEST(unmakeable_lock_file)
@@ -164,7 +209,7 @@ START_TEST(unmakeable_lock_file)
     char dir[4200], err[512] = "";
     pj_fixture_path(dir, sizeof dir, "no-such-dir");
     ck_assert_int_eq(pj_loadturn_take(dir, 300, NULL, NULL, err, sizeof err), 1);
-    ck_assert_msg(strstr(err, "projd-load.lock") && strstr(err, "No such file") &&
+    ck_assert_msg(strstr(err, ".projd-load-turn") && strstr(err, "No such file") &&
                       strstr(err, "loading without waiting for a turn"),
                   "%s", err);
     char longdir[5000];
@@ -177,11 +222,16 @@ END_TEST
 
 int main(void)
 {
+    /* made here, so that the suite's exit removes it even when a case's
+     * child fails and skips its own exit handlers */
+    if (!pj_fixture_tmpdir())
+        return EXIT_FAILURE;
     Suite *s = suite_create("loadturn");
     TCase *tc = tcase_create("turn");
     tcase_add_test(tc, free_turn_is_taken);
     tcase_add_test(tc, held_turn_is_waited_for);
     tcase_add_test(tc, wait_stopped_or_bounded);
+    tcase_add_test(tc, bound_restarts_with_each_holder);
     tcase_add_test(tc, unmakeable_lock_file);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
