@@ -115,8 +115,19 @@ static int shm_name_ok(const char *name)
 int pj_shm_map_checked(const char *what, const char *name, uint64_t size, uint32_t peer_uid,
                        int private_only, void **map, char *err, size_t errlen)
 {
-    /* glibc's shm_open adds O_NOFOLLOW and O_CLOEXEC. */
-    int fd = shm_open(name, O_RDWR, 0);
+    /* glibc's shm_open adds O_NOFOLLOW and O_CLOEXEC. O_NONBLOCK: the
+     * owner may hold a read lease on its object (F_SETLEASE), and a
+     * blocking open for writing would wait for the lease's break, up to
+     * fs.lease-break-time (45 s), with the whole loop behind it; it does
+     * not change the mapping. */
+    int fd = shm_open(name, O_RDWR | O_NONBLOCK, 0);
+    if (fd < 0 && errno == EWOULDBLOCK) {
+        snprintf(err, errlen,
+                 "%s %s: the object has a file lease (F_SETLEASE) that an open for writing "
+                 "would have to break: not mapped; release the lease first",
+                 what, name);
+        return PJ_E_REGISTER;
+    }
     if (fd < 0) {
         snprintf(err, errlen, "%s %s: shm_open: %s", what, name, strerror(errno));
         return PJ_E_REGISTER;

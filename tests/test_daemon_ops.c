@@ -1525,6 +1525,53 @@ END_TEST
 
 /* ---- a buffer shrunk under the daemon ------------------------------------------- */
 
+/* A client that holds a read lease (F_SETLEASE) on its own shm object:
+ * the daemon's open for writing would have to break it, and a blocking
+ * open waits up to fs.lease-break-time (45 s) with the event loop behind
+ * it (every other client, the watchdog's pings). The open does not wait:
+ * REGISTER is refused at once, saying why, and the connection stays
+ * usable; without the lease the same object registers. */
+START_TEST(leased_shm_refused)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, NULL);
+    pjc_conn t;
+    char why[512];
+    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
+    signal(SIGIO, SIG_IGN); /* the lease's break notice; its default ends the process */
+    /* A read lease needs the object open for writing nowhere: made, sized
+     * and closed, then opened read-only for the lease. */
+    char name[64];
+    snprintf(name, sizeof name, "/pjt-lease-%d", (int)getpid());
+    shm_unlink(name);
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(ftruncate(fd, 4096), 0);
+    close(fd);
+    int lfd = shm_open(name, O_RDONLY, 0);
+    ck_assert_int_ge(lfd, 0);
+    if (fcntl(lfd, F_SETLEASE, F_RDLCK) != 0) {
+        /* leases off (fs.leases-enable 0): no client can hold one here */
+        ck_assert_msg(errno == EINVAL, "F_SETLEASE: %s", strerror(errno));
+        printf("leased_shm_refused: leases are off here (F_SETLEASE: EINVAL)\n");
+    } else {
+        uint32_t id = 0;
+        ck_assert_int_eq(pjt_register_shm(&t.c, name, 4096, &id), PJ_E_REGISTER);
+        ck_assert_msg(strstr(t.c.err.msg, "file lease") && strstr(t.c.err.msg, name),
+                      "message: %s", t.c.err.msg);
+        ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
+        ck_assert_int_eq(fcntl(lfd, F_SETLEASE, F_UNLCK), 0);
+    }
+    close(lfd);
+    uint32_t id = 0;
+    ck_assert_int_eq(pjt_register_shm(&t.c, name, 4096, &id), PJ_OK);
+    ck_assert_int_eq(pjt_unregister(&t.c, id), PJ_OK);
+    shm_unlink(name);
+    pjc_close(&t);
+    pjd_stop(&d);
+}
+END_TEST
+
 START_TEST(shrunk_buffer)
 {
     pj_dproc d;
@@ -1720,6 +1767,7 @@ int main(void)
         {"log_format", log_format},
         {"failed_case_shm_swept", failed_case_shm_swept},
         {"closed_conn_while_running", closed_conn_while_running},
+        {"leased_shm_refused", leased_shm_refused},
         {"shrunk_buffer", shrunk_buffer},
         {"shrunk_buffers_scattered_rows", shrunk_buffers_scattered_rows},
     };
