@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,11 +98,18 @@ static int may_take(pj_ringsrv *r, uint32_t *head, uint32_t *written)
      * counts it (pj_ringsrv_reply raises it before the push publishes),
      * so a head read before `written` is never past it. */
     *head = pj_ring_consumed(&r->ring, PJ_RING_CQ);
+    /* `owed` before `written`: a reply raises `written` before its push
+     * and lowers `owed` after it, so one landing between the two loads is
+     * then counted twice (the request waits a moment), never not at all;
+     * the other order undercounted it, took a request the completion
+     * queue had no slot for, and an honest client lost that reply
+     * (reproduced with a delay between the loads). */
+    uint32_t owed = __atomic_load_n(&r->owed, __ATOMIC_ACQUIRE);
     *written = __atomic_load_n(&r->written, __ATOMIC_ACQUIRE);
     uint32_t unread = *written - *head;
     if (unread > r->ring.slots)
         return -1;
-    return unread + __atomic_load_n(&r->owed, __ATOMIC_ACQUIRE) < r->ring.slots;
+    return unread + owed < r->ring.slots;
 }
 
 /* Indices are counts mod 2^32: a difference of more than half the range
@@ -411,6 +419,38 @@ void pj_ringsrv_dropped(pj_ringsrv *r)
     __atomic_fetch_sub(&r->owed, 1, __ATOMIC_ACQ_REL);
 }
 
+/* The poller's wake-up when its futex cannot be woken: a client that
+ * truncates its ring takes the futex word's page away, FUTEX_WAKE fails,
+ * and the stop (on the loop, at the connection's close) would wait out the
+ * poller's 100 ms sleep slice; a client cycling such connections would
+ * hold the loop most of the time. A real-time signal, its handler doing
+ * nothing and installed without SA_RESTART, ends the wait with EINTR.
+ * Nothing else in projd uses it (glibc keeps the two below SIGRTMIN). */
+static void on_poke(int sig)
+{
+    (void)sig;
+}
+
+static int g_poke_sig;
+
+static void install_poke(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_poke;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0; /* no SA_RESTART: the futex wait must end */
+    if (sigaction(SIGRTMIN + 3, &sa, NULL) == 0)
+        g_poke_sig = SIGRTMIN + 3;
+}
+
+static int poke_signal(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, install_poke);
+    return g_poke_sig;
+}
+
 void pj_ringsrv_stop(pj_ringsrv *r)
 {
     if (r->stopped)
@@ -418,7 +458,7 @@ void pj_ringsrv_stop(pj_ringsrv *r)
     r->stopped = 1;
     __atomic_store_n(&r->stop, 1, __ATOMIC_RELEASE);
     if (r->thread_started)
-        pj_ring_stop_thread(&r->ring, PJ_RING_SQ, r->thread);
+        pj_ring_stop_thread_sig(&r->ring, PJ_RING_SQ, r->thread, poke_signal());
     r->thread_started = 0;
     if (!pj_shmguard_faulted(r->guard)) {
         pj_ring_set_state(&r->ring, PJ_RING_STATE_CLOSED);

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <linux/futex.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -305,8 +306,15 @@ void pj_ring_kick(pj_ring *r, int q)
 
 void pj_ring_stop_thread(pj_ring *r, int q, pthread_t th)
 {
+    pj_ring_stop_thread_sig(r, q, th, 0);
+}
+
+void pj_ring_stop_thread_sig(pj_ring *r, int q, pthread_t th, int sig)
+{
     for (;;) {
         pj_ring_kick(r, q);
+        if (sig)
+            pthread_kill(th, sig);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 1000000;

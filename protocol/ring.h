@@ -143,6 +143,13 @@ void pj_ring_kick(pj_ring *r, int q);
  * before its futex wait, and the wait would then sleep out its slice.) */
 void pj_ring_stop_thread(pj_ring *r, int q, pthread_t th);
 
+/* The same, and each millisecond also signal sig to th (0: none). A kick
+ * cannot reach a thread asleep on a queue whose memory the other side
+ * truncated (FUTEX_WAKE then fails with EFAULT); a signal whose handler is
+ * installed without SA_RESTART ends its wait with EINTR instead of at the
+ * end of its sleep slice. */
+void pj_ring_stop_thread_sig(pj_ring *r, int q, pthread_t th, int sig);
+
 /* The header's state word (PJ_RING_STATE_*), read or set. */
 uint32_t pj_ring_state(const pj_ring *r);
 void pj_ring_set_state(pj_ring *r, uint32_t state);
