@@ -132,7 +132,14 @@ struct ring_cli {
     pthread_cond_t room;    /* a reply was taken: a slot may be free */
     projd_request *pending; /* submitted, reply not handled yet */
     uint32_t inflight;      /* pushed, reply not yet taken off the ring */
-    int dead;               /* the daemon closed the ring: requests go over nng */
+    /* The req_ids of requests that left `pending` before their replies
+     * (timed out, freed, failed): their replies are still owed, and are
+     * dropped when they come. A reply that is neither pending nor here
+     * answers no request: the ring is corrupt. At most `inflight` of
+     * them, so `slots` entries hold them all. */
+    uint64_t *gone;
+    uint32_t n_gone;
+    int dead; /* the daemon closed the ring: requests go over nng */
     uint64_t spin_ns;
     int removed_at_attach; /* conn->pipes_removed then */
     int stop;
@@ -333,6 +340,7 @@ const char *projd_format_name(int format)
 /* ---- requests ----------------------------------------------------------------- */
 
 static void ring_unlink(ring_cli *rc, projd_request *r);
+static void ring_abandon(ring_cli *rc, projd_request *r);
 static int ring_reap_own(ring_cli *rc, const projd_request *mine);
 static void ring_expire_own(ring_cli *rc, projd_request *r);
 static void ring_unref(ring_cli *rc);
@@ -363,7 +371,7 @@ static void req_destroy(projd_request *r, int from_callback)
         pthread_mutex_lock(&r->ring->mu);
         int was_pending = r->in_pending;
         if (was_pending)
-            ring_unlink(r->ring, r);
+            ring_abandon(r->ring, r);
         pthread_mutex_unlock(&r->ring->mu);
         if (was_pending) {
             r->rc = fail(&r->err, -ECANCELED, "%s: freed before it completed", r->what);
@@ -441,7 +449,8 @@ static void req_parse(projd_request *r)
             return;
         }
         r->res.status = m.code;
-        r->res.failed_op = m.op_index;
+        /* the daemon's word: an index past the request's ops names none */
+        r->res.failed_op = m.op_index < r->res.n_ops ? m.op_index : UINT32_MAX;
         /* The request was refused whole and no op ran: no op may read as
          * PJ_OK, so each carries the request's status. */
         for (uint32_t i = 0; r->op_res && i < r->res.n_ops; i++)
@@ -1016,6 +1025,29 @@ static void ring_unlink(ring_cli *rc, projd_request *r)
     r->in_pending = 0;
 }
 
+/* r leaves `pending` before its reply came (under rc->mu): its reply is
+ * still owed, and will be dropped. */
+static void ring_abandon(ring_cli *rc, projd_request *r)
+{
+    ring_unlink(rc, r);
+    if (rc->n_gone == rc->ring.slots) { /* not by the invariant; keep the newest */
+        memmove(rc->gone, rc->gone + 1, (rc->n_gone - 1) * sizeof *rc->gone);
+        rc->n_gone--;
+    }
+    rc->gone[rc->n_gone++] = r->req_id;
+}
+
+/* Is id the reply of an abandoned request (then forgotten)? Under rc->mu. */
+static int ring_owed(ring_cli *rc, uint64_t id)
+{
+    for (uint32_t i = 0; i < rc->n_gone; i++)
+        if (rc->gone[i] == id) {
+            rc->gone[i] = rc->gone[--rc->n_gone];
+            return 1;
+        }
+    return 0;
+}
+
 /* Frees a ring client whose shm object exists (its mutexes made). */
 static void ring_cli_free(ring_cli *rc)
 {
@@ -1026,6 +1058,7 @@ static void ring_cli_free(ring_cli *rc)
     pthread_mutex_destroy(&rc->reap_mu);
     pthread_cond_destroy(&rc->room);
     free(rc->rbuf);
+    free(rc->gone);
     free(rc);
 }
 
@@ -1077,9 +1110,10 @@ static int ring_submit(ring_cli *rc, const pj_wbuf *w, projd_request *r, projd_e
         return -EPIPE;
     }
     if (rc->inflight >= rc->ring.slots) {
+        uint32_t inflight = rc->inflight;
         pthread_mutex_unlock(&rc->mu);
         return fail(e, -ETIMEDOUT, "%s: no free ring slot within %d ms (%u requests in flight)",
-                    r->what, r->timeout_ms, rc->ring.slots);
+                    r->what, r->timeout_ms, inflight);
     }
     int woke = 0;
     int prc = pj_ring_push_woke(&rc->ring, PJ_RING_SQ, w->data, w->len, &woke);
@@ -1102,7 +1136,18 @@ static int ring_submit(ring_cli *rc, const pj_wbuf *w, projd_request *r, projd_e
     pthread_mutex_unlock(&rc->mu);
     if (poke) {
         __atomic_store_n(&rc->poke, 1, __ATOMIC_SEQ_CST);
-        pj_ring_kick(&rc->ring, PJ_RING_CQ);
+        /* One kick can land between the reaper's last look at poke and its
+         * futex wait, which then sleeps out its slice (up to 20 ms past
+         * this request's deadline; ring.h, pj_ring_stop_thread). Kick
+         * again while the queue's sleeper dozes with poke still set, for a
+         * millisecond at most: past that the sleeper woke, or was awake. */
+        for (int i = 0; i < 50; i++) {
+            pj_ring_kick(&rc->ring, PJ_RING_CQ);
+            if (!__atomic_load_n(&rc->poke, __ATOMIC_ACQUIRE) ||
+                !pj_ring_dozing(&rc->ring, PJ_RING_CQ))
+                break;
+            usleep(20);
+        }
     }
     return 0;
 }
@@ -1119,7 +1164,7 @@ static projd_request *ring_take_one(ring_cli *rc, int (*pick)(const projd_reques
     while (r && !pick(r, arg))
         r = r->lnext;
     if (r)
-        ring_unlink(rc, r);
+        ring_abandon(rc, r);
     pthread_mutex_unlock(&rc->mu);
     return r;
 }
@@ -1157,16 +1202,39 @@ static void ring_take_reply(ring_cli *rc, const uint8_t *msg, size_t len)
 {
     uint64_t id = pj_peek_req_id(msg, len);
     pthread_mutex_lock(&rc->mu);
-    rc->inflight--;
+    /* More replies than requests, or one whose req_id no request sent over
+     * the ring had: not the daemon's protocol. Counting it would wrap
+     * inflight (every later request then waits out its timeout for a slot)
+     * and drop it silently would leave its request to time out. */
+    int stray = rc->inflight == 0;
+    if (!stray)
+        rc->inflight--;
     projd_request *r = rc->pending;
     while (r && r->req_id != id)
         r = r->lnext;
     if (r)
         ring_unlink(rc, r);
+    else if (!stray)
+        stray = !ring_owed(rc, id);
+    const int dead = rc->dead;
     pthread_cond_signal(&rc->room);
     pthread_mutex_unlock(&rc->mu);
+    if (stray && !dead) {
+        char why[160];
+        snprintf(why, sizeof why,
+                 "the daemon's ring sent a reply (req_id %llu) that answers no request sent on it: "
+                 "the ring is not used again (requests go over nng)",
+                 (unsigned long long)id);
+        if (r) {
+            r->rc = fail(&r->err, -EPROTO, "%s: %s", r->what, why);
+            r->res.total_ns = now_ns() - r->t_submit;
+            req_complete(r);
+        }
+        ring_fail_all(rc, -EPROTO, why);
+        return;
+    }
     if (!r)
-        return; /* timed out or freed meanwhile */
+        return; /* timed out or freed meanwhile: its reply was owed */
     const uint64_t t = now_ns();
     r->res.total_ns = t - r->t_submit;
     if (t > r->deadline) {
@@ -1363,9 +1431,11 @@ int projd_ring_attach(projd_conn *c, uint32_t slots, projd_error *e)
         return fail(e, -EINVAL, "ring: %s", err);
     ring_cli *rc = calloc(1, sizeof *rc);
     uint8_t *rbuf = malloc(slot_bytes);
-    if (!rc || !rbuf) {
+    uint64_t *gone = calloc(slots, sizeof *gone);
+    if (!rc || !rbuf || !gone) {
         free(rc);
         free(rbuf);
+        free(gone);
         return fail(e, -ENOMEM, "ring: out of memory");
     }
     size_t size = pj_ring_bytes(slots, slot_bytes);
@@ -1373,9 +1443,11 @@ int projd_ring_attach(projd_conn *c, uint32_t slots, projd_error *e)
     if (rv != 0) {
         free(rc);
         free(rbuf);
+        free(gone);
         return fail(e, rv, "ring: %s", err);
     }
     rc->rbuf = rbuf;
+    rc->gone = gone;
     pthread_mutex_init(&rc->mu, NULL);
     pthread_mutex_init(&rc->reap_mu, NULL);
     pthread_cond_init(&rc->room, NULL);
@@ -1866,6 +1938,11 @@ int projd_connect_timeout(const char *url, const char *name, int timeout_ms, pro
         atomic_store(&c->timeout_ms, timeout_ms);
         if (rc == 0) {
             atomic_store(&c->established, 1);
+            /* A pipe that went between WELCOME and the line above found
+             * the connection not yet established (conn_mark_lost ignored
+             * it): later calls would wait out their timeouts for a peer. */
+            if (atomic_load(&c->pipes_removed) > 0)
+                conn_mark_lost(c);
             ring_from_env(c);
             ok(e);
             *out = c;

@@ -5,6 +5,10 @@
  * many threads may call projd_project (or any other call) on one connection
  * at once; each call uses its own nng context, so requests from different
  * threads are in flight together and replies pair with their requests.
+ * The exception is projd_close, which frees the connection: every other
+ * thread's call on it must have returned first (requests still outstanding
+ * are its to finish, below). A call that returns after it would use freed
+ * memory (the Python binding serializes close against its calls).
  *
  * Errors. Every call that can fail returns 0 or an error code and, when `e`
  * is not NULL, fills *e with the same code and a one-line message:
@@ -162,7 +166,9 @@ int projd_connect_timeout(const char *url, const char *name, int timeout_ms, pro
  * nothing touches c. Submissions made meanwhile (from a callback) fail with
  * -EBADF. The caller still frees the requests with projd_request_free,
  * which stays valid after close. Not from a callback of one of c's
- * requests (it would wait for itself). NULL is a no-op. */
+ * requests (it would wait for itself), and not while another thread is
+ * inside a call on c (a projd_shm_create or projd_ring_attach finishing
+ * after close began would touch the freed connection). NULL is a no-op. */
 void projd_close(projd_conn *c);
 
 /* Timeout of every later call and request on c, in ms (> 0). Returns 0 or -EINVAL. */

@@ -299,6 +299,11 @@ int pj_ring_wait(pj_ring *r, int q, uint64_t spin_ns, int timeout_ms, const int 
     }
 }
 
+int pj_ring_dozing(const pj_ring *r, int q)
+{
+    return __atomic_load_n(doze_w(r, q), __ATOMIC_ACQUIRE) != 0;
+}
+
 void pj_ring_kick(pj_ring *r, int q)
 {
     futex(tail_w(r, q), FUTEX_WAKE, 1 << 30, NULL);

@@ -137,6 +137,9 @@ int pj_ring_wait(pj_ring *r, int q, uint64_t spin_ns, int timeout_ms, const int 
 /* Wake whoever sleeps in pj_ring_wait on queue q (for shutdown). */
 void pj_ring_kick(pj_ring *r, int q);
 
+/* Is a waiter of queue q (pj_ring_wait) about to sleep or asleep? */
+int pj_ring_dozing(const pj_ring *r, int q);
+
 /* Join thread th, which waits on queue q and whose stop flag is already
  * set: kicks the queue every millisecond until th has exited. (One kick is
  * not enough: it can land after the thread's last look at the flag and

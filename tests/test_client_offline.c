@@ -25,6 +25,7 @@
 
 #include "client/projd.h"
 #include "client/shmbuf.h"
+#include "protocol/ring.h"
 #include "protocol/sockpath.h"
 
 static char tmpdir[64];
@@ -446,6 +447,13 @@ enum fake_mode {
 
 #define FAKE_MAX_BUFS 16
 
+/* How the fake answers PING on an attached ring. */
+enum fake_ring_mode {
+    FAKE_RING_PONG,  /* as the daemon does */
+    FAKE_RING_TWICE, /* the same PONG twice: more replies than requests */
+    FAKE_RING_OTHER, /* a PONG with a req_id the client never sent */
+};
+
 typedef struct fake {
     nng_socket sock;
     pthread_t thread;
@@ -459,7 +467,74 @@ typedef struct fake {
         size_t size;
     } bufs[FAKE_MAX_BUFS];
     atomic_int n_project, n_unregister, n_register;
+    /* The client's ring once RING_ATTACH came, answered by ring_thread. */
+    pj_ring ring;
+    void *ring_map;
+    size_t ring_size;
+    atomic_int ring_mode; /* enum fake_ring_mode */
+    pthread_t ring_thread;
+    int ring_started;
 } fake;
+
+static void *fake_ring_main(void *arg)
+{
+    fake *f = arg;
+    static uint8_t buf[1 << 16];
+    pj_wbuf w;
+    pj_wbuf_init(&w);
+    while (!atomic_load(&f->stop)) {
+        size_t len;
+        if (pj_ring_pop(&f->ring, PJ_RING_SQ, buf, sizeof buf, &len) != 0) {
+            usleep(100);
+            continue;
+        }
+        pj_hdr h;
+        char err[256];
+        if (pj_dec_hdr(buf, len, 1 << 20, &h, err, sizeof err) != PJ_OK || h.type != PJ_MSG_PING)
+            continue; /* the ring tests send PING only */
+        const int mode = atomic_load(&f->ring_mode);
+        pj_wbuf_reset(&w);
+        pj_enc_pong(&w, mode == FAKE_RING_OTHER ? h.req_id + 1000 : h.req_id,
+                    buf + PJ_WIRE_HDR_SIZE, h.body_len);
+        pj_ring_push(&f->ring, PJ_RING_CQ, w.data, w.len);
+        if (mode == FAKE_RING_TWICE)
+            pj_ring_push(&f->ring, PJ_RING_CQ, w.data, w.len);
+        pj_ring_kick(&f->ring, PJ_RING_CQ);
+    }
+    pj_wbuf_free(&w);
+    return NULL;
+}
+
+/* RING_ATTACH: the client's ring mapped and answered on (one per fake). */
+static void fake_ring_attach(fake *f, const uint8_t *b, uint32_t len, uint64_t req_id, pj_wbuf *w)
+{
+    char err[256];
+    pj_ring_attach a;
+    int st = pj_dec_ring_attach(b, len, &a, err, sizeof err);
+    if (st != PJ_OK || f->ring_started) {
+        pj_enc_error(w, req_id, st != PJ_OK ? st : PJ_E_LIMIT, 0xffffffffu,
+                     st != PJ_OK ? err : "one ring per fake");
+        return;
+    }
+    int fd = shm_open(a.shm_name, O_RDWR, 0);
+    f->ring_size = pj_ring_bytes(a.slots, a.slot_bytes);
+    f->ring_map =
+        fd < 0 ? MAP_FAILED : mmap(NULL, f->ring_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (fd >= 0)
+        close(fd);
+    if (f->ring_map == MAP_FAILED || pj_ring_view(&f->ring, f->ring_map, f->ring_size, a.slots,
+                                                  a.slot_bytes, err, sizeof err) != 0) {
+        if (f->ring_map != MAP_FAILED)
+            munmap(f->ring_map, f->ring_size);
+        f->ring_map = NULL;
+        pj_enc_error(w, req_id, PJ_E_REGISTER, 0xffffffffu, "cannot map the ring (fake)");
+        return;
+    }
+    pj_ring_set_state(&f->ring, PJ_RING_STATE_ATTACHED);
+    f->ring_started = pthread_create(&f->ring_thread, NULL, fake_ring_main, f) == 0;
+    pj_ring_attached r = {a.slots, a.slot_bytes, 0};
+    pj_enc_ring_attached(w, req_id, &r);
+}
 
 static void fake_refuse_pipe(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
@@ -531,6 +606,9 @@ static void fake_handle(fake *f, const uint8_t *m, size_t len, pj_wbuf *w)
     case PJ_MSG_PONG:
         pj_enc_pong(w, h.req_id, b, h.body_len);
         return;
+    case PJ_MSG_RING_ATTACH:
+        fake_ring_attach(f, b, h.body_len, h.req_id, w);
+        return;
     case PJ_MSG_STATS:
         pj_enc_stats_reply(w, h.req_id, "{\"uptime_s\": 3}", 15);
         return;
@@ -595,6 +673,10 @@ static void fake_handle(fake *f, const uint8_t *m, size_t len, pj_wbuf *w)
             res[i].engine = 3;
             if (o->layer >= 2) {
                 pj_enc_error(w, h.req_id, PJ_E_LAYER, i, "unknown layer (fake)");
+                return;
+            }
+            if (o->m == 78) { /* an ERROR naming an op the request does not have */
+                pj_enc_error(w, h.req_id, PJ_E_BUFFER, 1000, "op 1000 (fake)");
                 return;
             }
             if (o->m == 77) { /* the fake's way to make one op fail at run time */
@@ -672,6 +754,10 @@ static void fake_stop(fake *f)
 {
     atomic_store(&f->stop, 1);
     pthread_join(f->thread, NULL);
+    if (f->ring_started)
+        pthread_join(f->ring_thread, NULL);
+    if (f->ring_map)
+        munmap(f->ring_map, f->ring_size);
     nng_close(f->sock);
     for (int i = 0; i < FAKE_MAX_BUFS; i++)
         if (f->bufs[i].p)
@@ -1174,6 +1260,66 @@ START_TEST(test_fake_foreign_uid)
 }
 END_TEST
 
+/* A daemon whose ring sends a reply that answers no request (the same
+ * reply twice; a req_id never sent): the library stops using the ring and
+ * says why, instead of counting the stray reply (which wrapped its count
+ * of requests in flight, so that every later request waited its whole
+ * timeout for a slot) or dropping it (which left its request to time
+ * out). Requests after it go over nng. */
+START_TEST(test_fake_ring_stray_replies)
+{
+    for (int mode = FAKE_RING_TWICE; mode <= FAKE_RING_OTHER; mode++) {
+        fake *f = fake_start(FAKE_NORMAL);
+        atomic_store(&f->ring_mode, mode);
+        projd_error e;
+        projd_conn *c;
+        ck_assert_msg(projd_connect(f->url, "offline-test", &c, &e) == 0, "%s", e.msg);
+        projd_set_timeout_ms(c, 5000);
+        ck_assert_msg(projd_ring_attach(c, 2, &e) == 0, "%s", e.msg);
+        ck_assert_int_eq(projd_ring_active(c), 1);
+        int rc = projd_ping(c, &e);
+        if (mode == FAKE_RING_TWICE) {
+            ck_assert_msg(rc == 0, "%s", e.msg); /* the first PONG answers it */
+        } else {
+            ck_assert_int_eq(rc, -EPROTO);
+            ck_assert_msg(strstr(e.msg, "answers no request") && strstr(e.msg, "nng"), "%s", e.msg);
+        }
+        /* the stray reply seen (at once, or at the reaper's next look) */
+        for (int i = 0; i < 200 && projd_ring_active(c); i++)
+            usleep(10 * 1000);
+        ck_assert_int_eq(projd_ring_active(c), 0);
+        for (int i = 0; i < 3; i++) {
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            ck_assert_msg(projd_ping(c, &e) == 0, "ping %d after the stray reply: %s", i, e.msg);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            /* over nng at once, not after the 5 s timeout */
+            ck_assert_int_lt(t1.tv_sec - t0.tv_sec, 4);
+        }
+        projd_close(c);
+        fake_stop(f);
+    }
+}
+END_TEST
+
+/* An ERROR whose op_index names no op of the request: failed_op says none
+ * (UINT32_MAX), so that a caller indexing its ops with it stays in them. */
+START_TEST(test_fake_error_op_index_checked)
+{
+    fake *f = fake_start(FAKE_NORMAL);
+    projd_error e;
+    projd_conn *c;
+    ck_assert_msg(projd_connect(f->url, "offline-test", &c, &e) == 0, "%s", e.msg);
+    projd_op op = {.layer = 0, .m = 78, .n = 1, .x_buf = 1, .x_ld = 32, .y_buf = 2, .y_ld = 64};
+    projd_result r;
+    ck_assert_int_eq(projd_project(c, &op, 1, 0, &r, &e), PJ_E_BUFFER);
+    ck_assert_uint_eq(r.n_ops, 1);
+    ck_assert_uint_eq(r.failed_op, UINT32_MAX);
+    projd_close(c);
+    fake_stop(f);
+}
+END_TEST
+
 static Suite *client_suite(void)
 {
     Suite *s = suite_create("client_offline");
@@ -1195,6 +1341,8 @@ static Suite *client_suite(void)
     tcase_add_test(tf, test_connect_timeout);
     tcase_add_test(tf, test_fake_refused);
     tcase_add_test(tf, test_fake_garbage);
+    tcase_add_test(tf, test_fake_ring_stray_replies);
+    tcase_add_test(tf, test_fake_error_op_index_checked);
     tcase_add_test(tf, test_fake_foreign_uid);
     suite_add_tcase(s, tf);
     return s;
