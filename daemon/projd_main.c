@@ -398,6 +398,35 @@ static int stopped_starting(const char *where, int tell)
     return 1;
 }
 
+/* The load's turn among the daemons whose sockets share url's directory
+ * (daemon/loadturn.h), waited for as turn_wait says; released by the
+ * caller (pj_loadturn_release) once the load is over. 1 when a stop
+ * signal ended the wait (said; the start ends with exit 0), else 0: taken,
+ * or the load goes on without it (said why). */
+static int take_load_turn(const char *url)
+{
+    char err[512];
+    pj_socket_look lk;
+    unsigned turn_s = load_turn_limit_s();
+    if (!turn_s || pj_server_look_socket(url, &lk, err, sizeof err) != 0 || !lk.dir[0])
+        return 0;
+    if (lk.dir_errno) {
+        pj_log_info("the socket's directory %s is not there yet (listen makes it): this start "
+                    "loads without waiting for a turn (daemon/DAEMON.md, \"Loads take turns\")",
+                    lk.dir);
+        return 0;
+    }
+    turn_wait_state tw = {.dir = lk.dir, .said_at_ms = UINT_MAX};
+    int rc = pj_loadturn_take(lk.dir, turn_s * 1000u, turn_wait, &tw, err, sizeof err);
+    if (rc == -ECANCELED && stopped_starting("waiting for its turn to load", 1))
+        return 1;
+    if (rc > 0)
+        pj_log_warn("%s", err);
+    else if (tw.said_at_ms != UINT_MAX)
+        pj_log_info("the load's turn came after %.1f s", tw.waited_ms / 1e3);
+    return 0;
+}
+
 static int serve(daemon_state *d, const char *url)
 {
     pj_config *cfg = &d->cfg;
@@ -434,23 +463,8 @@ static int serve(daemon_state *d, const char *url)
     if (pause_ms)
         pj_log_warn("PROJD_START_PAUSE_MS=%u: pausing before each layer's load (tests only)",
                     pause_ms);
-    pj_socket_look lk;
-    unsigned turn_s = load_turn_limit_s();
-    int looked = turn_s && pj_server_look_socket(url, &lk, err, sizeof err) == 0 && lk.dir[0];
-    if (looked && lk.dir_errno)
-        pj_log_info("the socket's directory %s is not there yet (listen makes it): this start "
-                    "loads without waiting for a turn (daemon/DAEMON.md, \"Loads take turns\")",
-                    lk.dir);
-    if (looked && !lk.dir_errno) {
-        turn_wait_state tw = {.dir = lk.dir, .said_at_ms = UINT_MAX};
-        rc = pj_loadturn_take(lk.dir, turn_s * 1000u, turn_wait, &tw, err, sizeof err);
-        if (rc == -ECANCELED && stopped_starting("waiting for its turn to load", 1))
-            return 0;
-        if (rc > 0)
-            pj_log_warn("%s", err);
-        else if (tw.said_at_ms != UINT_MAX)
-            pj_log_info("the load's turn came after %.1f s", tw.waited_ms / 1e3);
-    }
+    if (take_load_turn(url))
+        return 0;
     rc = pj_model_load_progress(cfg, &model, NULL, model_warn, model_progress, &pause_ms, err,
                                 sizeof err);
     if (rc != 0)
