@@ -32,6 +32,8 @@ typedef struct pj_conn {
     pj_req *q_head, *q_tail;   /* accepted, waiting for the stream */
     uint32_t n_queued, n_running;
     int deferred;            /* the backend put its queue's head off (submit -EAGAIN) */
+    int pumping;             /* pump() is submitting its queue (a refused job's finish_req
+                              * must not pump again from inside it) */
     uint32_t n_ctx;          /* server contexts holding its requests (until replies are sent) */
     uint32_t n_sending;      /* of those, replies handed to nng and not yet sent */
     uint64_t send_moved_ns;  /* pj_now_ns() when one of its replies last went out, or when

@@ -193,6 +193,7 @@ struct pj_server {
     pj_wire_layer *wire_layers;
     pj_wbuf wb;
     int draining, stopping, stopped_called, exit_code;
+    int fatal; /* a fatal backend error was said (once) */
     uint64_t drain_start_ns;
     /* systemd's watchdog (WatchdogSec=): its timeout, 0 when off; whether
      * pings are withheld for a stuck job, since when, and how often. */
@@ -690,13 +691,18 @@ static void on_pipe_rem(pj_server *s, pipe_ev *ev)
  * what is in flight, then exit non-zero (systemd restarts the unit). */
 static void fatal_stop(pj_server *s, const char *msg)
 {
-    if (s->draining)
+    /* Said and counted in the exit code also during a drain (a SIGTERM's):
+     * a device that died while projd stopped must not read as a clean
+     * stop. Once: every job after it fails the same way. */
+    if (s->fatal)
         return;
+    s->fatal = 1;
     pj_log_err("backend %s: fatal error, exiting: %s", s->be->ops->name, msg);
     pj_notify_status("fatal backend error: %s", msg);
     s->exit_code = 1;
     pj_server_set_exit_code(1);
-    pj_server_drain(s);
+    if (!s->draining)
+        pj_server_drain(s);
 }
 
 static void finish_req(pj_server *s, pj_req *r);
@@ -706,6 +712,13 @@ static void on_defer_timer(uv_timer_t *t);
 
 static void pump(pj_server *s, pj_conn *c)
 {
+    /* A job the backend refuses at once is finished here, and finish_req
+     * pumps: from inside this loop that would recurse once per queued
+     * request (up to max_inflight_per_conn frames, each with its results
+     * on the stack). The loop below goes on with the queue instead. */
+    if (c->pumping)
+        return;
+    c->pumping = 1;
     set_deferred(s, c, 0);
     while (c->q_head && c->n_running < s->be->ops->stream_depth) {
         pj_req *r = c->q_head;
@@ -743,6 +756,7 @@ static void pump(pj_server *s, pj_conn *c)
             finish_req(s, r);
         }
     }
+    c->pumping = 0;
 }
 
 /* Connections the backend put off are few and brief (a release waiting to
@@ -1475,10 +1489,14 @@ static uint32_t conn_share(const pj_server *s)
     return s->cfg.limits.max_inflight_per_conn + CONN_CTX_SLACK;
 }
 
-/* Past twice its share, with replies that have stood REPLY_STALL_MS. */
+/* Past twice its share, with replies that have stood REPLY_STALL_MS; or,
+ * while draining, any connection whose replies stand that long: the stop
+ * waits for every reply to be sent, and a client that reads none while it
+ * sends a request now and then (each answered E_SHUTDOWN, each reply
+ * queued for SEND_TIMEOUT_MS) held it to DRAIN_TIMEOUT_MS and exit 1. */
 static int conn_not_reading(const pj_server *s, const pj_conn *c, uint64_t now)
 {
-    return c->n_ctx > 2 * conn_share(s) && c->n_sending > 0 &&
+    return (s->draining || c->n_ctx > 2 * conn_share(s)) && c->n_sending > 0 &&
            now - c->send_moved_ns >= (uint64_t)REPLY_STALL_MS * 1000000ull;
 }
 
@@ -1704,8 +1722,9 @@ static void on_linger(uv_timer_t *t)
 static void on_drain_timeout(uv_timer_t *t)
 {
     pj_server *s = t->data;
-    pj_log_err("drain: %" PRIu64 " requests still in flight after %d ms; exiting", s->inflight,
-               DRAIN_TIMEOUT_MS);
+    pj_log_err("drain: %" PRIu64 " requests still in flight and %u replies unsent after %d ms; "
+               "exiting",
+               s->inflight, s->n_sending, DRAIN_TIMEOUT_MS);
     pj_notify_status("drain timed out");
     /* Backend threads still own those requests: no orderly teardown. */
     _exit(1);
@@ -2067,8 +2086,15 @@ static int set_mode_group(pj_server *s, const char *path, char *err, size_t errl
         return -errno;
     }
     if (s->cfg.socket.group[0]) {
-        uint32_t gid;
-        int rc = pj_server_socket_group(s->cfg.socket.group, &gid, err, errlen);
+        /* Looked up for the first listener only: each replacement (after
+         * clients' hang-ups, on the loop) would otherwise wait on the name
+         * service, a remote directory maybe; socket.group changes only
+         * with a restart. */
+        pthread_mutex_lock(&s->mu);
+        const int64_t known = s->cb_sock_gid;
+        pthread_mutex_unlock(&s->mu);
+        uint32_t gid = (uint32_t)known;
+        int rc = known >= 0 ? 0 : pj_server_socket_group(s->cfg.socket.group, &gid, err, errlen);
         if (rc != 0)
             return rc;
         if (chown(path, (uid_t)-1, (gid_t)gid) != 0) {

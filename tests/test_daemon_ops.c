@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -1557,8 +1558,8 @@ START_TEST(leased_shm_refused)
     } else {
         uint32_t id = 0;
         ck_assert_int_eq(pjt_register_shm(&t.c, name, 4096, &id), PJ_E_REGISTER);
-        ck_assert_msg(strstr(t.c.err.msg, "file lease") && strstr(t.c.err.msg, name),
-                      "message: %s", t.c.err.msg);
+        ck_assert_msg(strstr(t.c.err.msg, "file lease") && strstr(t.c.err.msg, name), "message: %s",
+                      t.c.err.msg);
         ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
         ck_assert_int_eq(fcntl(lfd, F_SETLEASE, F_UNLCK), 0);
     }
@@ -1569,6 +1570,61 @@ START_TEST(leased_shm_refused)
     shm_unlink(name);
     pjc_close(&t);
     pjd_stop(&d);
+}
+END_TEST
+
+/* A client that reads none of its replies and, while projd drains at
+ * SIGTERM, sends a request now and then (each answered E_SHUTDOWN, each
+ * reply queued behind the unread ones for SEND_TIMEOUT_MS): the drain
+ * waits for every reply to be sent, and this client held it until
+ * DRAIN_TIMEOUT_MS (60 s) and exit 1. Now, while draining, a connection
+ * whose replies have stood REPLY_STALL_MS is closed, and the stop ends
+ * cleanly. */
+START_TEST(drain_not_held_by_unread_replies)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    int fd = raw_connect(d.sock);
+    ck_assert_int_ge(fd, 0);
+    pj_wbuf w;
+    pj_wbuf_init(&w);
+    pj_hello h = {.ver_min = PJ_WIRE_VERSION, .ver_max = PJ_WIRE_VERSION, .pid = 1};
+    snprintf(h.name, sizeof h.name, "unread");
+    pj_enc_hello(&w, 1, &h);
+    ck_assert_int_eq(raw_send(fd, 1, &w), 0);
+    /* STATS until the replies stop arriving: the socket's buffers are
+     * full and the daemon's sends wait. */
+    uint32_t id = 2;
+    int last = -1, still = 0;
+    for (int sent = 0; sent < 400 && still < 4; sent++, id++) {
+        pj_wbuf_reset(&w);
+        pj_enc_stats(&w, id);
+        ck_assert_int_eq(raw_send(fd, id, &w), 0);
+        pjd_sleep_ms(30);
+        int n = 0;
+        ioctl(fd, FIONREAD, &n);
+        still = n == last ? still + 1 : 0;
+        last = n;
+    }
+    ck_assert_int_eq(pj_dproc_signal(&d, SIGTERM), 0);
+    long long t0 = pjd_now_ms();
+    uint8_t payload[8] = {0};
+    int exited = 0;
+    while (!exited && pjd_now_ms() - t0 < 40000) {
+        pj_wbuf_reset(&w);
+        pj_enc_ping(&w, id++, payload, sizeof payload);
+        (void)raw_send(fd, id, &w); /* fails once projd closed it */
+        exited = pj_dproc_wait_exit(&d, 3000) == 0;
+    }
+    long long took = pjd_now_ms() - t0;
+    close(fd);
+    pj_wbuf_free(&w);
+    ck_assert_msg(exited, "projd still draining after %lld ms", took);
+    ck_assert_int_eq(pj_dproc_exit_code(&d), 0);
+    ck_assert(pj_dproc_log_has(&d, "whose replies it does not read", 0));
+    ck_assert(!pj_dproc_log_has(&d, "still in flight", 0));
+    pj_dproc_cleanup(&d);
 }
 END_TEST
 
@@ -1768,6 +1824,7 @@ int main(void)
         {"failed_case_shm_swept", failed_case_shm_swept},
         {"closed_conn_while_running", closed_conn_while_running},
         {"leased_shm_refused", leased_shm_refused},
+        {"drain_not_held_by_unread_replies", drain_not_held_by_unread_replies},
         {"shrunk_buffer", shrunk_buffer},
         {"shrunk_buffers_scattered_rows", shrunk_buffers_scattered_rows},
     };
