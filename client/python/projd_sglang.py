@@ -360,8 +360,35 @@ def release_registrations(client: "projd.Client") -> None:
 
 def _lost(e: "projd.ProjdError") -> bool:
     """Is e the error of a connection that projd dropped (it exited or
-    restarted)? Every later call on that Client fails the same way."""
-    return e.code == -errno.ECONNRESET
+    restarted), or of one whose daemon is stopping (E_SHUTDOWN: it
+    finishes the work it accepted, answers nothing new, and closes the
+    connection half a second after its last reply)? Every later call on
+    that Client fails the same way; a restart (systemctl restart, or a
+    fatal device error's stop) always passes through the second."""
+    return e.code == -errno.ECONNRESET or e.code == projd.Status.E_SHUTDOWN
+
+
+# How long a stopping daemon's accepted work may take to finish: its own
+# bound on a drain (daemon/DAEMON.md: 60 s, then it exits 1).
+DRAIN_WAIT_S = 60.0
+
+
+def _drained(reg: "_Registrations", device: int) -> bool:
+    """Wait (polled, DRAIN_WAIT_S at most) for the last request of reg's
+    connection on device to finish on a daemon that is stopping: it runs
+    what it accepted to the end. True once done; False if the wait ran
+    out or the daemon died with it unfinished."""
+    ev = reg.events.get(device)
+    if ev is None:
+        return True
+    deadline = time.monotonic() + DRAIN_WAIT_S
+    pause = 0.0005
+    while not _event_done(ev.y_done):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(pause)
+        pause = min(2 * pause, 0.05)
+    return True
 
 
 def _event_done(event) -> bool:
@@ -392,13 +419,17 @@ RECONNECT_TRIES = 3
 
 def _connect_when_back(url: str, timeout_ms: int, ring: bool) -> "projd.Client":
     """_connect, retried every 0.2 s for RECONNECT_WAIT_S while projd is
-    not there (no socket file, or one nobody listens on)."""
+    not there (no socket file, or one nobody listens on) or is still
+    stopping (it closes new connections, or answers them E_SHUTDOWN)."""
     deadline = time.monotonic() + RECONNECT_WAIT_S
     while True:
         try:
             return _connect(url, timeout_ms, ring)
         except projd.ProjdError as e:
-            if e.code not in (-errno.ENOENT, -errno.ECONNREFUSED) or time.monotonic() >= deadline:
+            # ECONNRESET: the old daemon, still draining, closed the new
+            # connection before WELCOME; E_SHUTDOWN: it answered HELLO so.
+            back_soon = (-errno.ENOENT, -errno.ECONNREFUSED, -errno.ECONNRESET, projd.Status.E_SHUTDOWN)
+            if e.code not in back_soon or time.monotonic() >= deadline:
                 raise
         time.sleep(0.2)
 
@@ -475,6 +506,10 @@ class ProjdLinearMethod:
         # How to connect again when projd restarts (Restart=on-failure
         # after a sticky CUDA error): the lost connection fails every call.
         self._settings = (client.url, client.timeout_ms, client.ring_active)
+        # One move to a successor at a time: two threads applying this
+        # method through a restart must not each move (the second would
+        # leave the first's new connection under it).
+        self._move_lock = threading.Lock()
         if client.info.backend != "cuda":
             raise ValueError(
                 "projd at %s runs the %s backend; CUDA tensors need the cuda backend"
@@ -514,6 +549,7 @@ class ProjdLinearMethod:
             setattr(weight, key, value)
         layer.register_parameter("weight", weight)
         layer.projd_n = n
+        self._rows = n  # what a successor's layer must still hold (_reconnect)
         self._opaque_to_compile(torch)
 
     def _opaque_to_compile(self, torch) -> None:
@@ -556,12 +592,17 @@ class ProjdLinearMethod:
             ld = x2.stride(0) if m > 1 else L.k
             device = x.get_device()
             for attempt in range(max(1, RECONNECT_TRIES)):
-                reg = _registry(self.client)
+                # This attempt's connection and layer, read once: another
+                # thread's reconnect may move self.client meanwhile, and
+                # buffer ids registered on one connection mean other
+                # memory (or nothing) on the next.
+                client, L = self.client, self.L
+                reg = _registry(client)
                 try:
                     with reg.lock:
                         xb, xo = reg.lookup(x2.data_ptr(), device)
                         yb, yo = reg.lookup(y.data_ptr(), device)
-                        self._run(reg, torch, device, (xb, xo, ld, yb, yo, n), m)
+                        self._run(reg, client, L, torch, device, (xb, xo, ld, yb, yo, n), m)
                     break
                 except projd.ProjdError as e:
                     # Again on the successor, which another method may have
@@ -574,43 +615,60 @@ class ProjdLinearMethod:
                     # in order, so its last y_done record done means all
                     # of it was; otherwise running again would compute
                     # from unwritten memory, silently.
-                    if not _lost_work_done(reg, device):
+                    # A daemon that is stopping (E_SHUTDOWN) still runs what
+                    # it accepted: wait for that, then move on.
+                    stopping = e.code == projd.Status.E_SHUTDOWN
+                    if not (_drained(reg, device) if stopping else _lost_work_done(reg, device)):
                         raise RuntimeError(
                             "projd was lost with work it had accepted still unfinished (an earlier "
                             "apply()'s output may never have been written); not retried"
                         ) from e
                     # projd restarted: y is rewritten whole on a new
                     # connection (nothing of the lost one's work is kept).
-                    self._reconnect()
+                    self._reconnect(client)
         y = y.reshape(*lead, n)
         if bias is not None:
             y += bias
         return y
 
-    def _reconnect(self) -> None:
-        """Move to the connection that replaces the lost one (made by the
-        first method to find it lost), and find the layer there again."""
-        old = self.client
-        new = _successor(old, self._settings)
-        try:
-            if new.info.backend != "cuda":
-                raise ValueError("projd at %s came back with the %s backend" % (new.url, new.info.backend))
-            self.L = new.layer(self.L.name)
-        except BaseException:
-            _leave(new)  # this method stays on old
-            raise
-        self.client = new
-        _leave(old)
+    def _reconnect(self, lost: "projd.Client") -> None:
+        """Move from lost to the connection that replaces it (made by the
+        first method to find it lost), and find the layer there again, of
+        the same k and at least the rows this method serves (a daemon
+        restarted with another config must not be read with the old
+        strides). A thread that finds this method moved already (another
+        thread's reconnect) stays on the new connection."""
+        with self.__dict__.setdefault("_move_lock", threading.Lock()):
+            if self.client is not lost:
+                return
+            new = _successor(lost, self._settings)
+            try:
+                if new.info.backend != "cuda":
+                    raise ValueError("projd at %s came back with the %s backend" % (new.url, new.info.backend))
+                L = new.layer(self.L.name)
+                rows = getattr(self, "_rows", self.L.n)
+                if L.k != self.L.k or L.n < rows:
+                    raise ValueError(
+                        "projd at %s came back with layer %r of %d x %d (rows x input); this method "
+                        "serves %d x %d" % (new.url, L.name, L.n, L.k, rows, self.L.k)
+                    )
+            except BaseException:
+                _leave(new)  # this method stays on lost
+                raise
+            self.L = L
+            self.client = new
+        _leave(lost)
 
-    def _requests(self, reg, xy, m):
+    def _requests(self, reg, client, L, xy, m):
         """The ops of m rows (at most max_m per op, max_ops_per_request per
-        request), packed into the connection's op array request by request:
-        yields each request's op count. The caller holds reg.lock."""
+        request) on client's layer L, packed into the connection's op array
+        request by request: yields each request's op count. The caller
+        holds reg.lock."""
         xb, xo, ld, yb, yo, n = xy
-        lim = self.client.info.limits
+        lim = client.info.limits
         step, per = lim.max_m, lim.max_ops_per_request
         ops = reg.packed(min(per, -(-m // step)))
-        row, index = 0, self.L.index
+        row, index = 0, L.index
         while row < m:
             count = 0
             while row < m and count < per:
@@ -619,24 +677,23 @@ class ProjdLinearMethod:
                 count += 1
             yield ops, count
 
-    def _run(self, reg, torch, device, xy, m) -> None:
+    def _run(self, reg, client, L, torch, device, xy, m) -> None:
         """Send the ops of m rows after the work queued on the current
         stream (x is written by it, and y's block may have been in use by
         it) and before what follows on it: by the connection's events, or,
         where the daemon has none, a sync here and replies at completion.
         The caller holds reg.lock."""
         stream = torch.cuda.current_stream(device)
-        client = self.client
         if not reg.events_ok:
             stream.synchronize()
-            for ops, count in self._requests(reg, xy, m):
+            for ops, count in self._requests(reg, client, L, xy, m):
                 client.project_packed(ops, count)
             return
         ev = reg.events_for(device, torch)
         ev.x_ready.record(stream)
         launched = False
         try:
-            for ops, count in self._requests(reg, xy, m):
+            for ops, count in self._requests(reg, client, L, xy, m):
                 try:
                     client.project_packed(ops, count, projd.PF_ACCEPT_REPLY, ev.x_handle, ev.y_handle)
                     launched = True
@@ -646,7 +703,7 @@ class ProjdLinearMethod:
                     # No events here, and nothing ran: from now on the
                     # synchronous form, for this connection.
                     reg.events_ok = False
-                    self._run(reg, torch, device, xy, m)
+                    self._run(reg, client, L, torch, device, xy, m)
                     return
         finally:
             if launched:  # even on an error: what was launched reads x, writes y
@@ -672,8 +729,8 @@ def quant_config(client: "projd.Client", layers=None):
     layers (embeddings, the LM head, fused MoE experts) get None, which
     SGLang takes as its unquantized method. Each linear layer gets a
     ProjdLinearMethod of its own, all on client. A daemon serves at most
-    32 layers (model.layers in its config): of a model with more linears
-    (a 32-layer decoder has 128), the rest stay with SGLang.
+    1024 layers (model.layers in its config, each a host and device copy
+    of its weights); linears it does not serve stay with SGLang.
 
     SGLang's server builds its QuantizationConfig from --quantization and
     the checkpoint's config, which cannot hand over a connection: this is

@@ -1485,7 +1485,7 @@ class SglangPackingTests(unittest.TestCase):
             (16, [[(0, 4), (4, 4)], [(8, 4), (12, 4)]]),
         ):
             got = []
-            for ops, count in meth._requests(reg, (xb, xo, ld, yb, yo, n), m):
+            for ops, count in meth._requests(reg, client, meth.L, (xb, xo, ld, yb, yo, n), m):
                 req = []
                 for i in range(count):
                     o = ops._arr[i]
@@ -1594,9 +1594,14 @@ class SglangApplyTests(unittest.TestCase):
         lost = False
         url = "ipc:///run/projd/projd.sock"
 
+        # Set: the daemon is stopping (SIGTERM, a restart): it answers E_SHUTDOWN.
+        stopping = False
+
         def _check_lost(self):
             if self.lost:
                 raise projd.ProjdError(-errno.ECONNRESET, "ECONNRESET", "the connection to projd was lost")
+            if self.stopping:
+                raise projd.ProjdError(projd.Status.E_SHUTDOWN, "E_SHUTDOWN", "projd is shutting down")
 
         def layer(self, name):
             return type("Lay", (), {"index": 0, "k": 192, "n": 256, "name": name})()
@@ -2082,6 +2087,99 @@ class SglangApplyTests(unittest.TestCase):
         self.assertGreaterEqual(time.monotonic() - t0, 0.4)
         self.assertGreaterEqual(len(tries), 2)
         self.assertIs(self.meth.client, lost)
+
+    def test_reconnects_through_a_stopping_daemon(self):
+        # systemctl restart: the daemon drains first, answering E_SHUTDOWN
+        # for half a second and closing new connections before WELCOME.
+        # apply() waits for the work the daemon accepted (its y_done), then
+        # connects again once the new daemon answers, and runs there.
+        tries = []
+
+        def connect(url, timeout_ms, ring):
+            tries.append(url)
+            if len(tries) == 1:
+                raise projd.ProjdError(-errno.ECONNRESET, "ECONNRESET", "projd closed the connection before WELCOME")
+            if len(tries) == 2:
+                raise projd.ProjdError(-errno.ENOENT, "ENOENT", "no socket file")
+            return self.Client()
+
+        self.use_connect(connect)
+        x = self.alloc(4, 192)
+        self.meth.apply(self.layer, x)
+        y_done = self.mod._registry(self.client).events[0].y_done
+        y_done.done = False
+        polls = []
+
+        def query():
+            polls.append(1)
+            return len(polls) >= 3  # the draining daemon finishes it
+
+        y_done.query = query
+        self.client.stopping = True
+        y = self.meth.apply(self.layer, x)
+        self.assertEqual(y.shape, (4, 256))
+        self.assertGreaterEqual(len(polls), 3)
+        self.assertEqual(len(tries), 3)
+        self.assertIsNot(self.meth.client, self.client)
+        self.assertEqual(self.meth.client.requests, [1])
+        # Unregistering on the stopping daemon raises nothing either.
+        self.mod.release_registrations(self.client)
+
+    def test_a_stopping_daemons_unfinished_work_is_not_retried(self):
+        # The drain's work never finishes within DRAIN_WAIT_S: apply() raises
+        # rather than running again over memory that work never wrote.
+        def connect(url, timeout_ms, ring):
+            raise AssertionError("connected again although the drained work was unfinished")
+
+        self.use_connect(connect)
+        self.addCleanup(setattr, self.mod, "DRAIN_WAIT_S", self.mod.DRAIN_WAIT_S)
+        self.mod.DRAIN_WAIT_S = 0.2
+        x = self.alloc(4, 192)
+        self.meth.apply(self.layer, x)
+        self.mod._registry(self.client).events[0].y_done.done = False
+        self.client.stopping = True
+        with self.assertRaisesRegex(RuntimeError, "still unfinished.*not retried") as cm:
+            self.meth.apply(self.layer, x)
+        self.assertEqual(cm.exception.__cause__.code, projd.Status.E_SHUTDOWN)
+        self.assertIs(self.meth.client, self.client)
+
+    def test_one_move_for_two_threads(self):
+        # Two threads of one method both found the connection lost: the
+        # first moves it, the second finds it moved and stays (it must not
+        # dial again and leave the first's new connection under it).
+        made = []
+
+        def connect(url, timeout_ms, ring):
+            made.append(self.Client())
+            return made[-1]
+
+        self.use_connect(connect)
+        lost = self.client
+        lost.lost = True
+        self.meth._reconnect(lost)
+        self.meth._reconnect(lost)
+        self.assertEqual(len(made), 1)
+        self.assertIs(self.meth.client, made[0])
+        self.assertFalse(made[0].closed)
+
+    def test_a_successor_of_another_shape_is_refused(self):
+        # projd came back with a config whose layer of that name has
+        # another k (or fewer rows): reading it with the old strides would
+        # give wrong results without an error, so apply() raises.
+        made = []
+
+        def connect(url, timeout_ms, ring):
+            c = self.Client()
+            c.layer = lambda name: type("Lay", (), {"index": 0, "k": 128, "n": 256, "name": name})()
+            made.append(c)
+            return c
+
+        self.use_connect(connect)
+        self.client.lost = True
+        with self.assertRaisesRegex(ValueError, "came back with layer 'o' of 256 x 128"):
+            self.meth.apply(self.layer, self.alloc(4, 192))
+        self.assertIs(self.meth.client, self.client)
+        self.assertTrue(made[0].closed)
 
     def test_other_errors_do_not_reconnect(self):
         def connect(url, timeout_ms, ring):
