@@ -245,7 +245,9 @@ static int parse_u64(const char *name, const char *s, uint64_t *out)
 {
     char *end;
     errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
+    /* decimal, or hex after 0x; not octal: base 0 took "010" for 8 */
+    const int hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+    unsigned long long v = strtoull(s, &end, hex ? 16 : 10);
     /* strtoull skips blanks and wraps a sign: " -1" would be 2^64 - 1. */
     if (errno || end == s || *end || !isdigit((unsigned char)s[0])) {
         fprintf(stderr, "projctl: %s: expected an unsigned integer, got \"%s\"\n", name, s);
@@ -956,6 +958,14 @@ static int cmd_project(opts *o)
     const pj_wire_layer *L = &pj_welcome_layers(inf)[li];
     uint32_t m = (uint32_t)o->m, k = L->k;
     uint32_t n = o->n > 0 ? (uint32_t)o->n : L->n;
+    /* Before x and y are made: an m the daemon refuses anyway would first
+     * take m x k and m x n of shared memory (a container's 64 MiB /dev/shm
+     * then said "No space left on device" instead of the reason). */
+    if (o->m == 0 || (uint64_t)o->m > inf->max_m) {
+        fprintf(stderr, "projctl: --m %lld: the daemon takes 1 to %u rows per op (shapes.max_m)\n",
+                (long long)o->m, inf->max_m);
+        goto out;
+    }
 
     /* The reference first: a wrong model path should fail before any work. */
     if (o->check) {

@@ -1488,9 +1488,18 @@ static int make_plans(lt_run *r, lt_client *cl, uint64_t n_total)
                 map[tc] = (int)next++;
         }
         for (uint64_t i = 0; i < n_total && i < t->n_reqs; i++) {
-            lt_plan p = {.due_ns = (uint64_t)((double)it[i].t_us * 1e3 / o->speed),
-                         .seq = i,
-                         .tr = it[i].tr};
+            /* 2^62 ns is 146 years: a trace time past it at this speed
+             * would not convert (a due time that wraps is sent at once) */
+            const double due = (double)it[i].t_us * 1e3 / o->speed;
+            if (due >= 4611686018427387904.0) {
+                free(it);
+                fprintf(stderr,
+                        "projload: --replay: request %" PRIu64 " is due %.3g s after the start "
+                        "at --speed %g: past what a run can wait for\n",
+                        i, due / 1e9, o->speed);
+                return -ERANGE;
+            }
+            lt_plan p = {.due_ns = (uint64_t)due, .seq = i, .tr = it[i].tr};
             int ci = map[t->reqs[it[i].tr].client];
             if (plan_push(&cl[ci], &p, &caps[ci])) {
                 free(it);
@@ -1579,9 +1588,11 @@ static int run_once(lt_run *r, projd_conn *ctl)
         pthread_cond_init(&cl[i].cv, &ca);
     }
     pthread_condattr_destroy(&ca);
-    if (r->mode != MODE_CLOSED && make_plans(r, cl, n_total) != 0) {
-        fprintf(stderr, "projload: out of memory planning %llu requests\n",
-                (unsigned long long)n_total);
+    int prc_plan = r->mode != MODE_CLOSED ? make_plans(r, cl, n_total) : 0;
+    if (prc_plan != 0) {
+        if (prc_plan == -ENOMEM) /* -ERANGE was said where it was found */
+            fprintf(stderr, "projload: out of memory planning %llu requests\n",
+                    (unsigned long long)n_total);
         goto out_clients;
     }
 
@@ -2986,11 +2997,13 @@ static int cmd_run(int argc, char **argv)
                     r->slots, r->slots == 1 ? "" : "s");
         fflush(rep);
         int rr = run_once(r, ctl);
-        done_steps = s + 1;
         if (rr != 0) {
+            /* not a step done: the report, the plot and a comparison read
+             * only steps that ran (an aborted one's series is empty) */
             exit_code = EXIT_SETUP_ERROR;
             break;
         }
+        done_steps = s + 1;
         pj_ls_summary sm;
         pj_loadstat_summary(&r->ls, 0, &sm);
         r->measured = sm.count - sm.errors;
@@ -3009,8 +3022,10 @@ static int cmd_run(int argc, char **argv)
         if (jsweep) {
             cJSON_AddItemToArray(jsweep, rj);
         } else {
+            /* a key the report has already ("buffers") stays once */
             for (cJSON *c = rj->child; c; c = c->next)
-                cJSON_AddItemToObject(root, c->string, cJSON_Duplicate(c, 1));
+                if (!cJSON_HasObjectItem(root, c->string))
+                    cJSON_AddItemToObject(root, c->string, cJSON_Duplicate(c, 1));
             cJSON_Delete(rj);
             cJSON_AddNumberToObject(root, "count",
                                     (double)(atomic_load(&r->sent) - atomic_load(&r->warm_sent)));
@@ -3083,16 +3098,19 @@ out:
 
 int main(int argc, char **argv)
 {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     if (argc >= 2 && strcmp(argv[1], "gen") == 0)
         return cmd_gen(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "info") == 0)
         return cmd_info(argc - 1, argv + 1);
+    /* Only a run looks at the flag (it stops, reports what it has and
+     * exits 1); gen and info keep the default action, so that Ctrl-C,
+     * timeout(1) and systemd stop them. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     if (argc >= 2 && strcmp(argv[1], "run") == 0)
         return cmd_run(argc - 1, argv + 1);
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {

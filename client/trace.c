@@ -931,6 +931,10 @@ int pj_trace_generate(pj_trace *t, const pj_trace_gen *g, char *err, size_t errl
 out:
     if (rc == -ENOMEM)
         snprintf(err, errlen, "gen: out of memory for %u requests", g->count);
+    else if (rc)
+        snprintf(err, errlen,
+                 "gen: a request's time (t_us) is past what a trace holds (2^50 us, 35 years): "
+                 "fewer requests per client, or a shorter --interval-us");
     free(items);
     free(batch);
     free(rs);

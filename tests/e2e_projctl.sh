@@ -98,6 +98,12 @@ expect 2 '^projctl: --socket "": empty; give ipc://PATH or a PATH' --socket "" s
 expect 1 "n = 300 is outside 1\.\.256 \(E_SHAPE\)" --socket "$sock" project --layer o --m 2 --n 300 \
     --check --model "$model"
 expect 0 "bit-exact 200 / 200" --socket "$sock" project --layer o --m 2 --n 100 --check --model "$model"
+# An --m past the daemon's max_m: refused before x and y are made (a
+# million rows would first take a GiB of /dev/shm).
+expect 1 "^projctl: --m 1048576: the daemon takes 1 to 256 rows per op" --socket "$sock" project \
+    --layer o --m 1048576
+# Seeds are decimal (or 0x hex), never octal.
+expect 0 "seed 10," mkmodel --preset small --out "$tmp/m10.safetensors" --seed 010
 # Without --model (nor $PROJD_MODEL, nor --config) the file the daemon
 # serves (its STATS model.path); another file with the same shapes is
 # named as not the daemon's model before anything is compared.
