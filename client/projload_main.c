@@ -295,6 +295,10 @@ typedef struct lt_run {
     /* Everything, warm-up included. sent: requests that reached the
      * transport; not_sent: those it refused (counted in errors too). */
     atomic_uint_fast64_t sent, completed, errors, checked, mismatches, warm_sent, not_sent;
+    /* Open loop and replay: requests due before --duration's end that were
+     * not sent by then (the daemon did not keep up with the offered load;
+     * their latencies are in no table). */
+    atomic_uint_fast64_t behind_at_stop;
     atomic_int lost;   /* a client lost its connection to the daemon */
     uint64_t measured; /* measured requests that succeeded (set after the run) */
     pthread_mutex_t mmu;
@@ -938,7 +942,15 @@ static void *client_main(void *arg)
             } else {
                 const lt_plan *p = &c->plan[c->next];
                 uint64_t due = r->t0 + p->due_ns;
-                if (r->t_stop && due >= r->t_stop) {
+                if (r->t_stop && (due >= r->t_stop || t >= r->t_stop)) {
+                    /* --duration is wall time: what fell behind is counted,
+                     * not sent after the end */
+                    uint64_t behind = 0;
+                    for (size_t j = c->next; j < c->n_plan && r->t0 + c->plan[j].due_ns < r->t_stop;
+                         j++)
+                        behind++;
+                    atomic_fetch_add(&r->behind_at_stop, behind);
+                    c->next = c->n_plan;
                     stopping = 1;
                 } else if (due <= t) {
                     c->next++;
@@ -1737,6 +1749,12 @@ static void print_totals(FILE *f, lt_run *r)
     if (atomic_load(&r->not_sent))
         fprintf(f, "  %llu requests not sent (refused before reaching the daemon; in errors)\n",
                 (unsigned long long)atomic_load(&r->not_sent));
+    if (atomic_load(&r->behind_at_stop))
+        fprintf(f,
+                "  %llu requests were due before --duration's end and not sent by then: the "
+                "daemon did not keep up with the offered load (their latencies are in no "
+                "table)\n",
+                (unsigned long long)atomic_load(&r->behind_at_stop));
     if (atomic_load(&r->lost))
         fprintf(f, "  the connection to the daemon was lost: the run stopped early\n");
     if (r->measured == 0)
@@ -1785,6 +1803,7 @@ static cJSON *totals_json(lt_run *r)
                             (double)(atomic_load(&r->sent) - atomic_load(&r->warm_sent)));
     cJSON_AddNumberToObject(t, "measured_ok", (double)r->measured);
     cJSON_AddNumberToObject(t, "not_sent", (double)atomic_load(&r->not_sent));
+    cJSON_AddNumberToObject(t, "behind_at_stop", (double)atomic_load(&r->behind_at_stop));
     cJSON_AddBoolToObject(t, "connection_lost", atomic_load(&r->lost) != 0);
     cJSON_AddNumberToObject(t, "completed", (double)atomic_load(&r->completed));
     cJSON_AddNumberToObject(t, "errors", (double)atomic_load(&r->errors));

@@ -559,6 +559,27 @@ else
     fail "--duration alone: exit $rc"; cat "$tmp/dur.out" >&2
 fi
 
+# ---- --duration under overload: wall time, what fell behind counted ---------------------------------------
+# 200000 requests a second for 0.5 s is more than any daemon here takes: the
+# run ends at --duration (it went on sending everything due, for seconds),
+# and the requests due but not sent by then are said and in the JSON.
+t0=$SECONDS
+pl --trace "$tmp/decode.jsonl" --socket "$sock" --rate 200000 --duration 0.5 --check-fraction 0 \
+    --json "$tmp/over.json" >"$tmp/over.out" 2>&1
+rc=$?
+took=$((SECONDS - t0))
+if [ $rc = 0 ] && [ $took -le 5 ] && grep -q 'were due before --duration.s end and not sent' "$tmp/over.out" &&
+    "$py" - "$tmp/over.json" <<'EOF'
+import json, sys
+t = json.load(open(sys.argv[1]))["totals"]
+sys.exit(0 if t["behind_at_stop"] > 0 and t["sent"] + t["behind_at_stop"] <= 100001 else 1)
+EOF
+then
+    ok "--duration under overload: ended in ${took} s, what fell behind counted"
+else
+    fail "--duration under overload: exit $rc after ${took} s"; cat "$tmp/over.out" >&2
+fi
+
 # ---- many shapes: at most 256 shape rows, the rest folded -----------------------------------------------
 "$py" - "$tmp/shapes.jsonl" <<'EOF'
 import json, random, sys
