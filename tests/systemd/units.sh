@@ -45,6 +45,10 @@ sd=/lib/systemd/systemd
 # Everything the namespace reads lives under the build folder: its /tmp is
 # not the host's.
 work=$(mktemp -d "$build/units.XXXXXX")
+# The unit's StateDirectory= makes /var/lib/projd on the host's disk: taken
+# away again at the end when it was not there before.
+state_was_there=0
+[ -e /var/lib/projd ] && state_was_there=1
 pid1=
 cleanup() {
     if [ -n "$pid1" ]; then
@@ -56,6 +60,7 @@ cleanup() {
         /sys/fs/cgroup/*/system.slice/system-projd.slice; do
         [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null
     done
+    [ "$state_was_there" = 1 ] || rmdir /var/lib/projd 2>/dev/null
     rm -rf "$work"
 }
 trap cleanup EXIT
