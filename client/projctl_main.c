@@ -1424,6 +1424,9 @@ static int stdout_checked(int rc)
 
 int main(int argc, char **argv)
 {
+    /* mkmodel's model file and metrics --out are written beside and
+     * renamed: an interrupt must not leave the temporary behind. */
+    pj_replacing_clean_on_signals();
     opts o;
     int rc = parse_args(argc, argv, &o);
     if (rc)

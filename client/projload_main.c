@@ -2251,10 +2251,20 @@ static int cmd_gen(int argc, char **argv)
         return EXIT_SETUP_ERROR;
     }
     rc = pj_trace_write(&t, f, header);
+    /* A file run could not read is refused here, not there. */
+    long written = f == stdout || rc ? -1 : ftell(f);
     /* stdout is not closed: only the flush shows a full disk. */
     if (f == stdout ? fflush(f) != 0 : fclose(f) != 0)
         rc = -EIO;
     pj_trace_free(&t);
+    if (!rc && written > 0 && (size_t)written > PJ_TRACE_MAX_BYTES) {
+        unlink(out);
+        fprintf(stderr,
+                "projload: gen: the trace would be %.0f MiB, more than run reads (%zu MiB): "
+                "not written; fewer --count, or several traces\n",
+                (double)written / (1 << 20), PJ_TRACE_MAX_BYTES >> 20);
+        return EXIT_SETUP_ERROR;
+    }
     if (rc) {
         fprintf(stderr, "projload: --out %s: write error\n", out);
         return EXIT_SETUP_ERROR;

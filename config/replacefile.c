@@ -3,10 +3,65 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* The temporaries open now, for the signal handler: a slot's name is
+ * complete before its flag is set, and the flag is cleared before the name
+ * goes (renamed or unlinked), so the handler never reads half a name. */
+static char g_live_name[PJ_REPLACING_LIVE][PATH_MAX];
+static volatile sig_atomic_t g_live_used[PJ_REPLACING_LIVE];
+
+static void live_add(const char *tmp)
+{
+    if (strlen(tmp) >= PATH_MAX)
+        return;
+    for (int i = 0; i < PJ_REPLACING_LIVE; i++)
+        if (!g_live_used[i]) {
+            memcpy(g_live_name[i], tmp, strlen(tmp) + 1);
+            __atomic_signal_fence(__ATOMIC_SEQ_CST);
+            g_live_used[i] = 1;
+            return;
+        }
+}
+
+static void live_drop(const char *tmp)
+{
+    for (int i = 0; tmp && i < PJ_REPLACING_LIVE; i++)
+        if (g_live_used[i] && strcmp(g_live_name[i], tmp) == 0) {
+            g_live_used[i] = 0;
+            __atomic_signal_fence(__ATOMIC_SEQ_CST);
+            return;
+        }
+}
+
+static void on_fatal_signal(int sig)
+{
+    for (int i = 0; i < PJ_REPLACING_LIVE; i++)
+        if (g_live_used[i])
+            unlink(g_live_name[i]); /* async-signal-safe */
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void pj_replacing_clean_on_signals(void)
+{
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old;
+        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler != SIG_DFL)
+            continue; /* ignored, or the program's own handler: left as it is */
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_fatal_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
 
 static void release(pj_replacing *r)
 {
@@ -60,9 +115,11 @@ int pj_replacing_open(pj_replacing *r, const char *path, mode_t mode, pj_replace
     /* mkstemp makes it 0600 whatever the umask; fchmod is not masked. */
     if (how == PJ_MODE_UMASKED)
         mode &= ~current_umask();
+    live_add(r->tmp);
     if (fchmod(fd, mode) != 0 || !(r->f = fdopen(fd, "w"))) {
         int e = errno;
         close(fd);
+        live_drop(r->tmp);
         unlink(r->tmp);
         snprintf(err, errlen, "%s: cannot prepare %s: %s", path, r->tmp, strerror(e));
         release(r);
@@ -108,6 +165,7 @@ int pj_replacing_commit(pj_replacing *r, int sync, char *err, size_t errlen)
     if (fclose(r->f) != 0 && !rc)
         rc = errno ? -errno : -EIO;
     r->f = NULL;
+    live_drop(r->tmp);
     if (!rc && rename(r->tmp, r->path) != 0) {
         rc = -errno;
         renaming = 1;
@@ -128,6 +186,7 @@ void pj_replacing_abort(pj_replacing *r)
 {
     if (r->f) {
         fclose(r->f);
+        live_drop(r->tmp);
         unlink(r->tmp);
     }
     release(r);

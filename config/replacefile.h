@@ -44,6 +44,15 @@ int pj_replacing_commit(pj_replacing *r, int sync, char *err, size_t errlen);
  * given up. Harmless on an empty (zeroed, committed or aborted) r. */
 void pj_replacing_abort(pj_replacing *r);
 
+/* A program that writes a large file this way (projctl mkmodel) and may be
+ * interrupted: SIGINT, SIGTERM and SIGHUP, where the program has not
+ * handled them itself, remove the temporaries open at that moment and then
+ * end the process as the signal would have (a Ctrl-C used to leave a 64 MB
+ * path.tmp.XXXXXX behind). Up to PJ_REPLACING_LIVE temporaries at once are
+ * tracked; one opened past that is only left on a signal. Call once, early. */
+#define PJ_REPLACING_LIVE 4
+void pj_replacing_clean_on_signals(void);
+
 /* path's whole new content is len bytes of buf: open, write and commit (no
  * sync). 0 or -errno with err as above. */
 int pj_replace_file(const char *path, const void *buf, size_t len, mode_t mode, pj_replace_mode how,

@@ -209,6 +209,49 @@ START_TEST(two_writers_do_not_mix)
 }
 END_TEST
 
+/* An interrupt while the temporary is open (a Ctrl-C during projctl
+ * mkmodel): the temporary goes, the target is as it was, and the process
+ * ends by the signal as it would have. A signal the program handles or
+ * ignores itself is left to it. */
+START_TEST(interrupt_removes_the_temporary)
+{
+    char path[4200];
+    pj_fixture_path(path, sizeof path, "interrupted.bin");
+    unlink(path);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        /* as a program starts (Check's runner handles SIGTERM and SIGINT
+         * for its own timeouts, by signalling the whole process group),
+         * but for SIGHUP, ignored by the program itself */
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGHUP, SIG_IGN);
+        pj_replacing_clean_on_signals();
+        struct sigaction sa;
+        if (sigaction(SIGHUP, NULL, &sa) != 0 || sa.sa_handler != SIG_IGN)
+            _exit(3); /* the program's own disposition was replaced */
+        pj_replacing r;
+        char err[512];
+        if (pj_replacing_open(&r, path, 0644, PJ_MODE_UMASKED, err, sizeof err) != 0)
+            _exit(4);
+        fputs("half a model\n", r.f);
+        fflush(r.f);
+        if (pj_fixture_temporaries(path) != 1)
+            _exit(5);
+        raise(SIGTERM);
+        _exit(6); /* not reached: the signal ends the process */
+    }
+    int st;
+    ck_assert_int_eq(waitpid(child, &st, 0), child);
+    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "child status %#x", st);
+    ck_assert_int_eq(pj_fixture_temporaries(path), 0);
+    ck_assert_int_ne(access(path, F_OK), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("replacefile");
@@ -219,6 +262,7 @@ int main(void)
     tcase_add_test(tc, failed_write_keeps_the_old_file);
     tcase_add_test(tc, errors_name_the_file_and_the_cause);
     tcase_add_test(tc, two_writers_do_not_mix);
+    tcase_add_test(tc, interrupt_removes_the_temporary);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
