@@ -1321,6 +1321,9 @@ static int cmd_bench_ipc(opts *o)
             fprintf(stderr, "projctl: --out %s: %s\n", o->out, strerror(errno));
             return 1;
         }
+        /* made here: an interrupt of the run takes it away again */
+        if (!out_existed)
+            pj_replacing_remove_on_signal(o->out);
     }
     if (want_nng && bench_side_open(o, &side[n_sides++], "nng", layer, count))
         goto out;
@@ -1391,6 +1394,7 @@ static int cmd_bench_ipc(opts *o)
                     strerror(werr ? werr : EIO));
             goto out;
         }
+        pj_replacing_forget(o->out); /* the results: kept from here on */
         printf("wrote %s\n", o->out);
     }
     status = 0;
@@ -1400,6 +1404,8 @@ out:
         if (!out_existed)
             unlink(o->out);
     }
+    if (o->out)
+        pj_replacing_forget(o->out);
     for (int sd = 0; sd < n_sides; sd++)
         bench_side_close(&side[sd]);
     return status;

@@ -39,6 +39,16 @@ static void live_drop(const char *tmp)
         }
 }
 
+void pj_replacing_remove_on_signal(const char *path)
+{
+    live_add(path);
+}
+
+void pj_replacing_forget(const char *path)
+{
+    live_drop(path);
+}
+
 static void on_fatal_signal(int sig)
 {
     for (int i = 0; i < PJ_REPLACING_LIVE; i++)

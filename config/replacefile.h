@@ -53,6 +53,13 @@ void pj_replacing_abort(pj_replacing *r);
 #define PJ_REPLACING_LIVE 4
 void pj_replacing_clean_on_signals(void);
 
+/* Another file such a signal removes, until pj_replacing_forget(path): one
+ * a command made and would otherwise leave empty or half written (projctl
+ * bench-ipc's --out, opened before its run). path must outlive the call
+ * to forget. Ignored past PJ_REPLACING_LIVE files. */
+void pj_replacing_remove_on_signal(const char *path);
+void pj_replacing_forget(const char *path);
+
 /* path's whole new content is len bytes of buf: open, write and commit (no
  * sync). 0 or -errno with err as above. */
 int pj_replace_file(const char *path, const void *buf, size_t len, mode_t mode, pj_replace_mode how,

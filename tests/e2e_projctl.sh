@@ -146,6 +146,19 @@ if [ "$(cat "$tmp/b.json")" != "old results" ]; then
     echo "e2e_projctl: FAIL: bench-ipc without a daemon changed its --out file" >&2
 fi
 expect 0 "wrote $tmp/b\.json" --socket "$sock" bench-ipc --count 10 --transport nng --out "$tmp/b.json"
+# An interrupted run takes the --out file it made away again (it is opened
+# before the run): no empty file is left.
+"$bin/projctl" --socket "$sock" bench-ipc --count 10000000 --transport nng --out "$tmp/bi.json" \
+    >/dev/null 2>&1 &
+bench_pid=$!
+for _ in $(seq 100); do [ -e "$tmp/bi.json" ] && break; sleep 0.05; done
+kill -TERM "$bench_pid"
+wait "$bench_pid"
+bench_rc=$?
+if [ "$bench_rc" != 143 ] || [ -e "$tmp/bi.json" ]; then
+    failures=$((failures + 1))
+    echo "e2e_projctl: FAIL: an interrupted bench-ipc: exit $bench_rc, --out file left: $([ -e "$tmp/bi.json" ] && echo yes || echo no)" >&2
+fi
 # A run that fails midway (the daemon stops answering) leaves an existing
 # --out file as it was, too: it is emptied only once there are results.
 cases=$((cases + 1))

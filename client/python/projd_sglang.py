@@ -128,6 +128,7 @@ import collections
 import errno
 import threading
 import time
+import warnings
 
 import projd
 
@@ -439,8 +440,10 @@ def _connect(url: str, timeout_ms: int, ring: bool) -> "projd.Client":
     if ring and not c.ring_active:
         try:
             c.attach_ring()
-        except projd.ProjdError:
-            pass  # refused now: nng serves the same requests
+        except projd.ProjdError as e:
+            # nng serves the same requests, at a longer round trip: said,
+            # not silent
+            warnings.warn("projd at %s refused the ring (%s): requests go over nng" % (url, e.message), RuntimeWarning)
     return c
 
 
@@ -701,8 +704,14 @@ class ProjdLinearMethod:
                     if e.status != projd.Status.E_FLAGS or launched:
                         raise
                     # No events here, and nothing ran: from now on the
-                    # synchronous form, for this connection.
+                    # synchronous form, for this connection (said once: each
+                    # apply() now waits for the stream).
                     reg.events_ok = False
+                    warnings.warn(
+                        "projd at %s takes no client events (%s): apply() synchronizes the stream "
+                        "before each request from now on" % (client.url, e.message),
+                        RuntimeWarning,
+                    )
                     self._run(reg, client, L, torch, device, xy, m)
                     return
         finally:

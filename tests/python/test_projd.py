@@ -2088,6 +2088,29 @@ class SglangApplyTests(unittest.TestCase):
         self.assertGreaterEqual(len(tries), 2)
         self.assertIs(self.meth.client, lost)
 
+    def test_a_daemon_without_events_is_said_once(self):
+        # A daemon that takes no client events (E_FLAGS for the event
+        # flags): apply() falls back to synchronizing the stream, and says
+        # so once, not silently and not at every call.
+        import warnings
+
+        plain = self.client.project_packed
+
+        def project_packed(ops, count, flags=0, wait_event=None, signal_event=None):
+            if flags:
+                raise projd.ProjdError(projd.Status.E_FLAGS, "E_FLAGS", "no client events here")
+            return plain(ops, count)
+
+        self.client.project_packed = project_packed
+        x = self.alloc(4, 192)
+        with self.assertWarnsRegex(RuntimeWarning, "takes no client events.*synchronizes the stream"):
+            self.meth.apply(self.layer, x)
+        self.assertEqual(self.client.requests, [1])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            self.meth.apply(self.layer, x)
+        self.assertEqual(self.client.requests, [1, 1])
+
     def test_reconnects_through_a_stopping_daemon(self):
         # systemctl restart: the daemon drains first, answering E_SHUTDOWN
         # for half a second and closing new connections before WELCOME.
