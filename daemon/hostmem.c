@@ -248,11 +248,11 @@ static void level_room(const char *dir, int version, uint64_t *room, uint64_t *s
     }
 }
 
-/* The cgroup of the given version, read into h: 0, or -1 where the
- * process's cgroup or its mount is not found. */
-static int read_cgroup(const char *root, int version, pj_hostmem *h)
+/* Where the process's cgroup of the given version is read, into at: 0,
+ * or -1 where the cgroup or its mount is not found. */
+static int locate_cgroup(const char *root, int version, pj_hostmem_at *at)
 {
-    char own[PATH_MAX], dir[PATH_MAX];
+    char own[PATH_MAX];
     cg_mount mnt;
     /* A path with ".." is a cgroup above this process's cgroup namespace:
      * no mount here shows it, nor the levels above it. */
@@ -261,13 +261,27 @@ static int read_cgroup(const char *root, int version, pj_hostmem *h)
         return -1;
     /* own is the path in the hierarchy; the mount shows it from mnt.root
      * down. */
-    const char *rel = strcmp(mnt.root, "/") == 0 ? own : own + strlen(mnt.root);
+    const int whole = strcmp(mnt.root, "/") == 0;
+    const char *rel = whole ? own : own + strlen(mnt.root);
     if (strcmp(rel, "/") == 0)
         rel = "";
-    const size_t top = (size_t)snprintf(dir, sizeof dir, "%s%s", root, mnt.point);
-    if (top >= sizeof dir || strlen(dir) + strlen(rel) >= sizeof dir)
+    const size_t top = (size_t)snprintf(at->dir, sizeof at->dir, "%s%s", root, mnt.point);
+    if (top >= sizeof at->dir || top + strlen(rel) >= sizeof at->dir)
         return -1;
-    strcat(dir, rel);
+    strcat(at->dir, rel);
+    at->top = top;
+    snprintf(at->mnt_root, sizeof at->mnt_root, "%s", whole ? "" : mnt.root);
+    at->version = version;
+    return 0;
+}
+
+/* The cgroup at locates, from its level up to its mount's top, read into
+ * h (its room below h's MemAvailable and SwapFree). */
+static void read_cgroup(const pj_hostmem_at *at, pj_hostmem *h)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", at->dir);
+    const int version = at->version;
     h->cg_version = version;
     uint64_t best = NO_LIMIT, best_swap = NO_LIMIT;
     for (;;) {
@@ -277,19 +291,18 @@ static int read_cgroup(const char *root, int version, pj_hostmem *h)
             best = room;
             h->cg_limit = limit;
             h->cg_used = used;
-            const char *below = dir + top;
-            snprintf(h->cgroup, sizeof h->cgroup, "%s%s",
-                     strcmp(mnt.root, "/") == 0 ? "" : mnt.root, below);
-            if (h->cgroup[0] == '\0')
+            /* a longer name is cut: it only labels a message */
+            int n = snprintf(h->cgroup, sizeof h->cgroup, "%s%s", at->mnt_root, dir + at->top);
+            if (n <= 0)
                 snprintf(h->cgroup, sizeof h->cgroup, "/");
             snprintf(h->cg_file, sizeof h->cg_file, "%s",
                      version == 2 ? "memory.max" : "memory.limit_in_bytes");
         }
         if (swap_room < best_swap)
             best_swap = swap_room;
-        if (strlen(dir) <= top)
+        if (strlen(dir) <= at->top)
             break;
-        char *slash = strrchr(dir + top, '/');
+        char *slash = strrchr(dir + at->top, '/');
         if (!slash)
             break;
         *slash = '\0';
@@ -300,22 +313,36 @@ static int read_cgroup(const char *root, int version, pj_hostmem *h)
         h->cg_limit = 0; /* MemAvailable is the smaller: no cgroup to name */
     if (best_swap < h->swap)
         h->swap = best_swap;
+}
+
+void pj_hostmem_locate(const char *root, pj_hostmem_at *at)
+{
+    memset(at, 0, sizeof *at);
+    snprintf(at->root, sizeof at->root, "%s", root ? root : "");
+    /* A hybrid host mounts both; its memory controller is v1's. */
+    /* version is set only by a locate that succeeds: with neither, the
+     * figures are /proc/meminfo's alone */
+    if (locate_cgroup(at->root, 1, at) != 0)
+        locate_cgroup(at->root, 2, at);
+}
+
+int pj_hostmem_read_at(const pj_hostmem_at *at, pj_hostmem *out)
+{
+    memset(out, 0, sizeof *out);
+    if (read_meminfo(at->root, out) != 0)
+        return -1;
+    out->avail = out->mem_avail;
+    out->swap = out->swap_free;
+    if (at->version)
+        read_cgroup(at, out);
     return 0;
 }
 
 int pj_hostmem_read(const char *root, pj_hostmem *out)
 {
-    memset(out, 0, sizeof *out);
-    if (!root)
-        root = "";
-    if (read_meminfo(root, out) != 0)
-        return -1;
-    out->avail = out->mem_avail;
-    out->swap = out->swap_free;
-    /* A hybrid host mounts both; its memory controller is v1's. */
-    if (read_cgroup(root, 1, out) != 0)
-        read_cgroup(root, 2, out);
-    return 0;
+    pj_hostmem_at at;
+    pj_hostmem_locate(root, &at);
+    return pj_hostmem_read_at(&at, out);
 }
 
 pj_size_text pj_hostmem_size(uint64_t bytes)

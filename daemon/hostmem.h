@@ -27,6 +27,7 @@
 #ifndef PJ_HOSTMEM_H
 #define PJ_HOSTMEM_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,8 +48,25 @@ typedef struct pj_hostmem {
 /* Reads the figures. root prefixes every path read ("/proc/...", the
  * cgroup mounts; NULL or "": the system's own), so that tests can build a
  * host of their own. 0, or -1 when /proc/meminfo cannot be read or lacks
- * MemAvailable (a kernel before 3.14): then there is no figure to check. */
+ * MemAvailable (a kernel before 3.14): then there is no figure to check.
+ * pj_hostmem_locate then pj_hostmem_read_at. */
 int pj_hostmem_read(const char *root, pj_hostmem *out);
+
+/* Where the figures are read: the process's memory cgroup, found once
+ * (/proc/self/cgroup, /proc/self/mountinfo), so that a reader taking them
+ * again and again (the loader, before each layer) reads only the counters.
+ * A process moved to another cgroup afterwards is read where it was. */
+typedef struct pj_hostmem_at {
+    char root[PATH_MAX];     /* the prefix of every path read */
+    char dir[PATH_MAX];      /* the cgroup's folder, under root */
+    size_t top;              /* dir's length up to its mount point */
+    char mnt_root[PATH_MAX]; /* the hierarchy's path mounted there ("" for "/") */
+    int version;             /* 1 or 2; 0: no cgroup found, /proc/meminfo alone */
+} pj_hostmem_at;
+void pj_hostmem_locate(const char *root, pj_hostmem_at *at);
+
+/* pj_hostmem_read's figures where at says. */
+int pj_hostmem_read_at(const pj_hostmem_at *at, pj_hostmem *out);
 
 /* bytes as text for a message: "%.1f GiB" from 1 GiB up, else "%.0f MiB"
  * (a test host's 150 MiB is not "0.1 GiB"). The text lives as long as the

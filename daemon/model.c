@@ -594,6 +594,7 @@ int pj_model_host_check(const pj_model_host_need *need, uint32_t n_layers, const
 typedef struct host_watch {
     int on;
     uint64_t *rest_held, *rest_during;
+    pj_hostmem_at at; /* found once, read before each layer */
 } host_watch;
 
 static void host_watch_end(host_watch *w)
@@ -612,7 +613,10 @@ static int host_watch_begin(host_watch *w, const pj_config *cfg, const pj_st_fil
     memset(w, 0, sizeof *w);
     const char *off = getenv("PROJD_HOST_MEM_CHECK");
     pj_hostmem h;
-    if ((off && !strcmp(off, "0")) || pj_hostmem_read(g_host_root, &h) != 0)
+    if (off && !strcmp(off, "0"))
+        return 0;
+    pj_hostmem_locate(g_host_root, &w->at);
+    if (pj_hostmem_read_at(&w->at, &h) != 0)
         return 0;
     const uint32_t n = cfg->model.n_layers;
     w->rest_held = calloc(n + 1, sizeof *w->rest_held);
@@ -650,7 +654,7 @@ static int host_watch_layer(const host_watch *w, const pj_config *cfg, uint32_t 
                             size_t errlen)
 {
     pj_hostmem h;
-    if (!w->on || i == 0 || pj_hostmem_read(g_host_root, &h) != 0)
+    if (!w->on || i == 0 || pj_hostmem_read_at(&w->at, &h) != 0)
         return 0;
     const uint64_t need = w->rest_held[i] + w->rest_during[i];
     if (need <= h.avail + h.swap)
