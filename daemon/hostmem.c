@@ -209,16 +209,23 @@ static int own_cgroup(const char *root, int version, char *out, size_t len)
     return found;
 }
 
-/* One level of the hierarchy: its memory room and swap room (NO_LIMIT
- * where it sets none). */
-static void level_room(const char *dir, int version, uint64_t *room, uint64_t *swap_room,
-                       uint64_t *limit, uint64_t *used)
+/* One level of the hierarchy: its memory room, swap room and room below
+ * memory.high (NO_LIMIT where it sets none). */
+typedef struct level_figures {
+    uint64_t room, swap_room, high_room;
+    uint64_t limit, high, used; /* used: usage less the reclaimable cache */
+} level_figures;
+
+static void level_room(const char *dir, int version, level_figures *lv)
 {
-    *room = *swap_room = NO_LIMIT;
-    uint64_t lim, usage;
+    lv->room = lv->swap_room = lv->high_room = NO_LIMIT;
+    lv->limit = lv->high = lv->used = 0;
+    uint64_t lim, usage, high = NO_LIMIT;
     if (read_u64(dir, version == 2 ? "memory.max" : "memory.limit_in_bytes", &lim) != 0 ||
         read_u64(dir, version == 2 ? "memory.current" : "memory.usage_in_bytes", &usage) != 0)
         return;
+    if (version == 2 && read_u64(dir, "memory.high", &high) != 0)
+        high = NO_LIMIT;
     uint64_t slim = NO_LIMIT, sused = 0;
     int swap_read = version == 2 ? read_u64(dir, "memory.swap.max", &slim) == 0 &&
                                        read_u64(dir, "memory.swap.current", &sused) == 0
@@ -228,23 +235,28 @@ static void level_room(const char *dir, int version, uint64_t *room, uint64_t *s
         slim = NO_LIMIT;
     /* memory.stat is the costly read (v1 sums it over the levels below):
      * only where a limit needs it */
-    uint64_t cache = lim < NO_LIMIT || (version == 1 && slim < NO_LIMIT) ? reclaimable(dir) : 0;
+    uint64_t cache = lim < NO_LIMIT || high < NO_LIMIT || (version == 1 && slim < NO_LIMIT)
+                         ? reclaimable(dir)
+                         : 0;
     uint64_t u = usage > cache ? usage - cache : 0;
-    *limit = lim;
-    *used = u;
+    lv->limit = lim;
+    lv->high = high;
+    lv->used = u;
     if (lim < NO_LIMIT)
-        *room = lim > u ? lim - u : 0;
+        lv->room = lim > u ? lim - u : 0;
+    if (high < NO_LIMIT)
+        lv->high_room = high > u ? high - u : 0;
     if (slim >= NO_LIMIT)
         return;
     if (version == 2) {
-        *swap_room = slim > sused ? slim - sused : 0;
+        lv->swap_room = slim > sused ? slim - sused : 0;
     } else {
         /* memsw counts memory and swap together: the swap is what is left
          * of it past the memory room. */
         uint64_t su = sused > cache ? sused - cache : 0;
         uint64_t both = slim > su ? slim - su : 0;
-        uint64_t mem = *room < NO_LIMIT ? *room : 0;
-        *swap_room = both > mem ? both - mem : 0;
+        uint64_t mem = lv->room < NO_LIMIT ? lv->room : 0;
+        lv->swap_room = both > mem ? both - mem : 0;
     }
 }
 
@@ -275,6 +287,15 @@ static int locate_cgroup(const char *root, int version, pj_hostmem_at *at)
     return 0;
 }
 
+/* The cgroup path of dir, a level at locates, as /proc/self/cgroup names
+ * it ("/" for the top); a longer name is cut: it only labels a message. */
+static void level_name(const pj_hostmem_at *at, const char *dir, char *out, size_t len)
+{
+    int n = snprintf(out, len, "%s%s", at->mnt_root, dir + at->top);
+    if (n <= 0)
+        snprintf(out, len, "/");
+}
+
 /* The cgroup at locates, from its level up to its mount's top, read into
  * h (its room below h's MemAvailable and SwapFree). */
 static void read_cgroup(const pj_hostmem_at *at, pj_hostmem *h)
@@ -283,23 +304,27 @@ static void read_cgroup(const pj_hostmem_at *at, pj_hostmem *h)
     snprintf(dir, sizeof dir, "%s", at->dir);
     const int version = at->version;
     h->cg_version = version;
-    uint64_t best = NO_LIMIT, best_swap = NO_LIMIT;
+    uint64_t best = NO_LIMIT, best_swap = NO_LIMIT, best_high = NO_LIMIT;
     for (;;) {
-        uint64_t room, swap_room, limit = 0, used = 0;
-        level_room(dir, version, &room, &swap_room, &limit, &used);
-        if (room < best) {
-            best = room;
-            h->cg_limit = limit;
-            h->cg_used = used;
-            /* a longer name is cut: it only labels a message */
-            int n = snprintf(h->cgroup, sizeof h->cgroup, "%s%s", at->mnt_root, dir + at->top);
-            if (n <= 0)
-                snprintf(h->cgroup, sizeof h->cgroup, "/");
+        level_figures lv;
+        level_room(dir, version, &lv);
+        if (lv.room < best) {
+            best = lv.room;
+            h->cg_limit = lv.limit;
+            h->cg_used = lv.used;
+            level_name(at, dir, h->cgroup, sizeof h->cgroup);
             snprintf(h->cg_file, sizeof h->cg_file, "%s",
                      version == 2 ? "memory.max" : "memory.limit_in_bytes");
         }
-        if (swap_room < best_swap)
-            best_swap = swap_room;
+        if (lv.high_room < best_high) {
+            best_high = lv.high_room;
+            h->high_limit = lv.high;
+            h->high_used = lv.used;
+            h->high_room = lv.high_room;
+            level_name(at, dir, h->high_cgroup, sizeof h->high_cgroup);
+        }
+        if (lv.swap_room < best_swap)
+            best_swap = lv.swap_room;
         if (strlen(dir) <= at->top)
             break;
         char *slash = strrchr(dir + at->top, '/');

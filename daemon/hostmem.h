@@ -19,8 +19,10 @@
  * memory.swap.max less memory.swap.current; v1's memory.memsw.limit_in_bytes
  * less memory.memsw.usage_in_bytes, less the memory room (memsw counts both).
  * Where no cgroup file can be read the figures are /proc/meminfo's alone.
- * Not counted: v2's memory.high (it throttles, it does not kill), and a v1
- * hierarchy with use_hierarchy 0 (a parent's limit then does not cover the
+ * v2's memory.high does not kill: past it the kernel reclaims and throttles
+ * the process (a load of anonymous memory without swap crawls), so its room
+ * is kept apart (high_*) for a warning, not counted in avail. Not counted: a
+ * v1 hierarchy with use_hierarchy 0 (a parent's limit then does not cover the
  * levels below it, and is counted as if it did). A mount of another part
  * of the hierarchy than the process's is not read; where several mounts
  * show the process's cgroup, the last one listed (mounted over the others). */
@@ -43,6 +45,12 @@ typedef struct pj_hostmem {
     uint64_t cg_limit; /* that limit */
     uint64_t cg_used;  /* its usage less its reclaimable file cache */
     int cg_version;    /* 1 or 2; 0 where no cgroup was read */
+    /* The v2 level whose memory.high leaves the least room (high_limit 0:
+     * none sets one). */
+    char high_cgroup[256];
+    uint64_t high_limit; /* its memory.high */
+    uint64_t high_used;  /* its usage less its reclaimable file cache */
+    uint64_t high_room;  /* high_limit less high_used (0 when past it) */
 } pj_hostmem;
 
 /* Reads the figures. root prefixes every path read ("/proc/...", the

@@ -98,6 +98,13 @@ static uint64_t instances_fit(const host_report *r)
     return (r->h.avail - copy) / r->per_next;
 }
 
+/* A cgroup's memory.high leaves less than avail: the loader warns past it
+ * (it throttles, it does not kill: daemon/hostmem.h). */
+static int high_binds(const host_report *r)
+{
+    return r->known && r->h.high_limit && r->h.high_room < r->h.avail;
+}
+
 static void print_host(FILE *out, const host_report *r)
 {
     fprintf(out,
@@ -115,6 +122,12 @@ static void print_host(FILE *out, const host_report *r)
             "  free to this process before this report loaded the model: %s (%s): room for %llu "
             "instance%s loading in turn\n",
             pj_hostmem_size(r->h.avail).s, where, (unsigned long long)n, n == 1 ? "" : "s");
+    if (high_binds(r))
+        fprintf(out,
+                "  of it below the memory.high of the cgroup %s (%s, %s in use): %s; past that "
+                "the kernel throttles the load\n",
+                r->h.high_cgroup, pj_hostmem_size(r->h.high_limit).s,
+                pj_hostmem_size(r->h.high_used).s, pj_hostmem_size(r->h.high_room).s);
 }
 
 static void print_plan(FILE *out, const pj_memplan *p, const char *force, int force_bad)
@@ -295,6 +308,13 @@ static int print_json(FILE *out, const pj_model *m, const pj_st_file *st, const 
         } else {
             cJSON_AddNullToObject(hm, "cgroup");
             cJSON_AddNullToObject(hm, "cgroup_limit_bytes");
+        }
+        if (high_binds(host)) {
+            cJSON_AddStringToObject(hm, "memory_high_cgroup", host->h.high_cgroup);
+            cJSON_AddNumberToObject(hm, "memory_high_room_bytes", (double)host->h.high_room);
+        } else {
+            cJSON_AddNullToObject(hm, "memory_high_cgroup");
+            cJSON_AddNullToObject(hm, "memory_high_room_bytes");
         }
     }
     cJSON *dev = cJSON_AddObjectToObject(root, "cuda_weights");

@@ -563,8 +563,21 @@ int pj_model_host_check(const pj_model_host_need *need, uint32_t n_layers, const
                         const char *path, char *err, size_t errlen)
 {
     const uint64_t total = need->held + need->transient;
-    if (total <= h->avail)
+    if (total <= h->avail && (!h->high_limit || total <= h->high_room))
         return 0;
+    if (total <= h->avail) {
+        /* memory.high does not kill; past it every allocation of the load
+         * waits on reclaim, and without swap the weights cannot go out. */
+        snprintf(err, errlen,
+                 "%s: the %u layers take at least %s of host memory once loaded and the cgroup "
+                 "%s's memory.high (%s, %s of it in use) leaves %s below it: past it the kernel "
+                 "reclaims and throttles the process, so the load will be slow (raise the unit's "
+                 "MemoryHigh=, or serve fewer layers)",
+                 path, n_layers, pj_hostmem_size(total).s, h->high_cgroup,
+                 pj_hostmem_size(h->high_limit).s, pj_hostmem_size(h->high_used).s,
+                 pj_hostmem_size(h->high_room).s);
+        return 1;
+    }
     char where[384];
     pj_hostmem_describe(h, where, sizeof where);
     if (total <= h->avail + h->swap) {

@@ -127,7 +127,9 @@ int pj_model_check(const pj_config *cfg, char *err, size_t errlen);
  * that is lower): more than memory and swap together is refused (-ENOMEM,
  * err with the figures and what binds them), since the load would
  * otherwise be killed by the kernel part way with no word; more than the
- * memory alone is a warning (the load will swap). Before each later layer
+ * memory alone is a warning (the load will swap), and so is more than a
+ * cgroup's memory.high leaves (the kernel throttles the load there, a
+ * unit's MemoryHigh=). Before each later layer
  * the layers left are checked again against the memory then left: what
  * another program took meanwhile is refused with a message instead of a
  * kill. (Daemons starting at one moment, projd@0..7 at boot, take turns
@@ -149,7 +151,7 @@ typedef struct pj_model_host_need {
 void pj_model_host_need_of(const pj_config *cfg, const pj_st_file *st, pj_model_host_need *out);
 
 /* The decision above for need against h: 0 (fits), 1 (a warning in err:
- * it fits only with swap) or -ENOMEM (err says what the layers need, what
+ * it fits only with swap, or only past a cgroup's memory.high) or -ENOMEM (err says what the layers need, what
  * is free, what binds it, and what to do). */
 int pj_model_host_check(const pj_model_host_need *need, uint32_t n_layers, const pj_hostmem *h,
                         const char *path, char *err, size_t errlen);

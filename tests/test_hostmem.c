@@ -156,6 +156,49 @@ START_TEST(v2_unit_limit)
 }
 END_TEST
 
+/* MemoryHigh= (v2 memory.high) throttles, it does not kill: its room is
+ * kept apart from avail, at the level where it is smallest, net of the
+ * file cache as memory.max's is; "max" or a v1 host sets none. */
+START_TEST(v2_memory_high_apart)
+{
+    char root[4200];
+    pj_hostmem h;
+    host_dir(root, sizeof root, "v2high");
+    put_meminfo(root, 100 * GIB, 0);
+    v2_unit(root);
+    put_u64(root, UNIT "memory.max", 40 * GIB);
+    put_u64(root, UNIT "memory.high", 12 * GIB);
+    put_u64(root, UNIT "memory.current", 5 * GIB);
+    put(root, UNIT "memory.stat", "anon 1\nactive_file 1073741824\ninactive_file 1073741824\n");
+    put(root, "sys/fs/cgroup/system.slice/memory.high", "max\n");
+    ck_assert_int_eq(pj_hostmem_read(root, &h), 0);
+    ck_assert_uint_eq(h.avail, 37 * GIB); /* memory.max's room, not memory.high's */
+    ck_assert_uint_eq(h.high_limit, 12 * GIB);
+    ck_assert_uint_eq(h.high_used, 3 * GIB);
+    ck_assert_uint_eq(h.high_room, 9 * GIB);
+    ck_assert_str_eq(h.high_cgroup, "/system.slice/projd@0.service");
+
+    /* The slice's MemoryHigh= leaves less: it is the one named. */
+    put_u64(root, "sys/fs/cgroup/system.slice/memory.high", 45 * GIB);
+    ck_assert_int_eq(pj_hostmem_read(root, &h), 0);
+    ck_assert_uint_eq(h.high_room, 5 * GIB); /* 45 less the slice's 40 */
+    ck_assert_uint_eq(h.high_limit, 45 * GIB);
+    ck_assert_str_eq(h.high_cgroup, "/system.slice");
+
+    /* Usage past it: no room, not a wrapped figure. */
+    put_u64(root, "sys/fs/cgroup/system.slice/memory.high", 30 * GIB);
+    ck_assert_int_eq(pj_hostmem_read(root, &h), 0);
+    ck_assert_uint_eq(h.high_room, 0);
+
+    /* None set anywhere. */
+    put(root, UNIT "memory.high", "max\n");
+    put(root, "sys/fs/cgroup/system.slice/memory.high", "max\n");
+    ck_assert_int_eq(pj_hostmem_read(root, &h), 0);
+    ck_assert_uint_eq(h.high_limit, 0);
+    ck_assert_uint_eq(h.avail, 37 * GIB);
+}
+END_TEST
+
 /* Inside a container with its own cgroup namespace the process sits at
  * "0::/" and the mount's top is its cgroup: a limit there is read. */
 START_TEST(v2_namespaced_container)
@@ -344,6 +387,7 @@ static Suite *hostmem_suite(void)
     TCase *tc = tcase_create("read");
     tcase_add_test(tc, meminfo_alone);
     tcase_add_test(tc, v2_unit_limit);
+    tcase_add_test(tc, v2_memory_high_apart);
     tcase_add_test(tc, v2_namespaced_container);
     tcase_add_test(tc, v1_container_limit);
     tcase_add_test(tc, v1_nested_escaped_mount);

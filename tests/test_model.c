@@ -941,6 +941,8 @@ static void strip_times(cJSON *root)
     cJSON_DeleteItemFromObject(hm, "instances");
     cJSON_DeleteItemFromObject(hm, "cgroup");
     cJSON_DeleteItemFromObject(hm, "cgroup_limit_bytes");
+    cJSON_DeleteItemFromObject(hm, "memory_high_cgroup");
+    cJSON_DeleteItemFromObject(hm, "memory_high_room_bytes");
 }
 
 START_TEST(load_threads_same_result)
@@ -1135,6 +1137,28 @@ START_TEST(host_check_decides)
                                   "(memory.max)") &&
                       strstr(err, "MemoryMax="),
                   "%s", err);
+    /* It fits below memory.max but not below memory.high: a warning that
+     * names the cgroup, the limit and what to raise; the load goes on. */
+    h = (pj_hostmem){.avail = 200 * G,
+                     .mem_avail = 500 * G,
+                     .high_limit = 64 * G,
+                     .high_used = 4 * G,
+                     .high_room = 60 * G,
+                     .high_cgroup = "/system.slice/projd@0.service"};
+    ck_assert_int_eq(pj_model_host_check(&need, 700, &h, "m.st", err, sizeof err), 1);
+    ck_assert_msg(strstr(err, "m.st: the 700 layers take at least 100.5 GiB") &&
+                      strstr(err, "the cgroup /system.slice/projd@0.service's memory.high "
+                                  "(64.0 GiB, 4.0 GiB of it in use) leaves 60.0 GiB") &&
+                      strstr(err, "throttles") && strstr(err, "MemoryHigh="),
+                  "%s", err);
+    h.high_room = 101 * G; /* room enough below it: no word */
+    ck_assert_int_eq(pj_model_host_check(&need, 700, &h, "m.st", err, sizeof err), 0);
+    /* Short of avail too: the swap warning, the worse news, is the one. */
+    h.avail = 100 * G;
+    h.swap = 4 * G;
+    h.high_room = 10 * G;
+    ck_assert_int_eq(pj_model_host_check(&need, 700, &h, "m.st", err, sizeof err), 1);
+    ck_assert_msg(strstr(err, "will swap"), "%s", err);
 }
 END_TEST
 
@@ -1336,6 +1360,36 @@ START_TEST(inspect_host_memory)
                         (double)(1ull << 30));
     ck_assert_double_eq(cJSON_GetObjectItem(hm, "instances")->valuedouble, (double)fit);
     ck_assert(cJSON_IsNull(cJSON_GetObjectItem(hm, "cgroup")));
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItem(hm, "memory_high_room_bytes")));
+    cJSON_Delete(root_json);
+    free(j);
+
+    /* A unit with MemoryHigh=100M (v2), 36 MiB of it in use: said beside
+     * the room, which memory.high does not shrink. */
+    ck_assert_int_eq(pj_fixture_write_under(root, "proc/self/cgroup", "0::/p.service\n"), 0);
+    ck_assert_int_eq(pj_fixture_write_under(root, "proc/self/mountinfo",
+                                            "27 22 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 "
+                                            "rw\n"),
+                     0);
+    ck_assert_int_eq(pj_fixture_write_under(root, "sys/fs/cgroup/p.service/memory.max", "max\n"),
+                     0);
+    ck_assert_int_eq(
+        pj_fixture_write_under(root, "sys/fs/cgroup/p.service/memory.high", "104857600\n"), 0);
+    ck_assert_int_eq(
+        pj_fixture_write_under(root, "sys/fs/cgroup/p.service/memory.current", "37748736\n"), 0);
+    t = inspect_to_string(NULL, small_path, 0, &rc, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_msg(strstr(t, "free to this process before this report loaded the model: 1.0 GiB") &&
+                      strstr(t, "of it below the memory.high of the cgroup /p.service (100 MiB, "
+                                "36 MiB in use): 64 MiB; past that the kernel throttles"),
+                  "%s", t);
+    free(t);
+    j = inspect_to_string(NULL, small_path, 1, &rc, err, sizeof err);
+    root_json = cJSON_Parse(j);
+    hm = cJSON_GetObjectItem(root_json, "host_memory");
+    ck_assert_str_eq(cJSON_GetObjectItem(hm, "memory_high_cgroup")->valuestring, "/p.service");
+    ck_assert_double_eq(cJSON_GetObjectItem(hm, "memory_high_room_bytes")->valuedouble,
+                        (double)(64ull << 20));
     cJSON_Delete(root_json);
     free(j);
 
