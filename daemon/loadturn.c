@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "daemon/lockpid.h"
+
 #define POLL_MS 100u
 
 static int g_fd = -1;
@@ -21,20 +23,6 @@ int pj_loadturn_path(const char *dir, char *out, size_t cap)
      * (daemon/socklock.h) */
     int n = snprintf(out, cap, "%s/.projd-load-turn", dir);
     return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
-}
-
-/* The pid the holder wrote, or 0 (a holder between its flock and its
- * write, or one that could not write). */
-static long holder_of(int fd)
-{
-    char buf[24];
-    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    char *end;
-    long pid = strtol(buf, &end, 10);
-    return end != buf && pid > 0 ? pid : 0;
 }
 
 static unsigned elapsed_ms(const struct timespec *t0)
@@ -86,7 +74,7 @@ int pj_loadturn_take(const char *dir, unsigned limit_ms, pj_loadturn_wait_fn wai
             close(fd);
             return 1;
         }
-        long holder = holder_of(fd);
+        long holder = pj_lockpid_read(fd);
         if (holder && holder != last_holder) {
             clock_gettime(CLOCK_MONOTONIC, &held_since);
             last_holder = holder;
@@ -107,9 +95,7 @@ int pj_loadturn_take(const char *dir, unsigned limit_ms, pj_loadturn_wait_fn wai
         }
         usleep(POLL_MS * 1000u);
     }
-    char pid[24];
-    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
-    if (writable && (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n))
+    if (writable && pj_lockpid_write(fd) != 0)
         writable = 0; /* those waiting then name no pid; the turn itself holds */
     g_writable = writable;
     g_fd = fd;

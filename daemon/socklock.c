@@ -10,22 +10,10 @@
 #include <unistd.h>
 
 #include "config/config.h"
+#include "daemon/lockpid.h"
 
 static int g_fd = -1;
 static char g_path[PJ_CFG_PATH + 8];
-
-/* The pid the holder wrote, or "?" (a holder between open and write). */
-static void holder_pid(int fd, char *out, size_t cap)
-{
-    char buf[24];
-    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
-    size_t len = 0;
-    if (n > 0) {
-        buf[n] = 0;
-        len = strspn(buf, "0123456789");
-    }
-    snprintf(out, cap, "%.*s", len ? (int)len : 1, len ? buf : "?");
-}
 
 int pj_socklock_path(const char *socket_path, char *out, size_t cap)
 {
@@ -61,8 +49,10 @@ int pj_socklock_take(const char *socket_path, char *err, size_t errlen)
         if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
             int e = errno;
             if (e == EWOULDBLOCK) {
-                char pid[24];
-                holder_pid(fd, pid, sizeof pid);
+                char pid[24] = "?"; /* a holder between its flock and its write */
+                long holder = pj_lockpid_read(fd);
+                if (holder)
+                    snprintf(pid, sizeof pid, "%ld", holder);
                 snprintf(err, errlen,
                          "socket %s: another projd (pid %s) is starting or serving there (it "
                          "holds %s); stop it first, or choose another socket.url",
@@ -77,11 +67,8 @@ int pj_socklock_take(const char *socket_path, char *err, size_t errlen)
         struct stat held, now;
         if (fstat(fd, &held) == 0 && stat(path, &now) == 0 && held.st_dev == now.st_dev &&
             held.st_ino == now.st_ino) {
-            char pid[24];
-            int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
             /* Unwritten, only a refused daemon's message loses the pid. */
-            int written = ftruncate(fd, 0) == 0 && pwrite(fd, pid, (size_t)n, 0) == n;
-            (void)written;
+            (void)pj_lockpid_write(fd);
             g_fd = fd;
             snprintf(g_path, sizeof g_path, "%s", path);
             return 0;
