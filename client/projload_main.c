@@ -1554,6 +1554,38 @@ static void progress_line(lt_run *r, int tty, double el)
     fflush(stderr);
 }
 
+/* c's error past its "client N: " prefix. */
+static const char *err_body(const lt_client *c)
+{
+    const char *p = strstr(c->err, ": ");
+    return p ? p + 2 : c->err;
+}
+
+/* The failed clients' errors, each text once: a daemon that goes away (or
+ * refuses connections) fails every client the same way, and a line per
+ * client buries whatever else went wrong. */
+static void print_client_errors(const lt_client *cl, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        if (!cl[i].failed)
+            continue;
+        const char *body = err_body(&cl[i]);
+        int seen = 0;
+        for (uint32_t j = 0; j < i && !seen; j++)
+            seen = cl[j].failed && strcmp(err_body(&cl[j]), body) == 0;
+        if (seen)
+            continue;
+        uint32_t same = 0;
+        for (uint32_t j = i + 1; j < n; j++)
+            same += cl[j].failed && strcmp(err_body(&cl[j]), body) == 0;
+        if (same)
+            fprintf(stderr, "projload: %s (and %u more client%s the same way)\n", cl[i].err, same,
+                    same == 1 ? "" : "s");
+        else
+            fprintf(stderr, "projload: %s\n", cl[i].err);
+    }
+}
+
 /* One run of the chosen mode with nclients clients. 0 when it ran to the
  * end (its requests may still have failed: see r's counters), -1 when it
  * could not run (message printed). */
@@ -1636,12 +1668,10 @@ static int run_once(lt_run *r, projd_conn *ctl)
         exit(EXIT_SETUP_ERROR);
     }
     pthread_barrier_wait(&r->ready);
-    for (uint32_t i = 0; i < r->nclients; i++) {
-        if (cl[i].failed) {
-            fprintf(stderr, "projload: %s\n", cl[i].err);
-            r->abort = 1;
-        }
-    }
+    for (uint32_t i = 0; i < r->nclients; i++)
+        r->abort |= cl[i].failed;
+    if (r->abort)
+        print_client_errors(cl, r->nclients);
     r->stats_before = r->abort ? NULL : fetch_stats(ctl);
     r->t0 = now_ns() + 1000000; /* every client is past the barrier by then */
     r->t_stop = o->duration_s > 0 ? r->t0 + (uint64_t)(o->duration_s * 1e9) : 0;
@@ -1695,9 +1725,8 @@ static int run_once(lt_run *r, projd_conn *ctl)
             fputc('\n', stderr);
     }
     r->stats_after = r->abort ? NULL : fetch_stats(ctl);
-    for (uint32_t i = 0; i < r->nclients; i++)
-        if (cl[i].failed && !r->abort)
-            fprintf(stderr, "projload: %s\n", cl[i].err);
+    if (!r->abort)
+        print_client_errors(cl, r->nclients);
     pthread_barrier_destroy(&r->ready);
     pthread_barrier_destroy(&r->go);
     rc = r->abort ? -1 : 0;
