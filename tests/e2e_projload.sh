@@ -33,13 +33,10 @@ fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/e2e_projload.XXXXXX")
 daemon_pid=
 daemon2_pid=
-daemon3_pid=
 cleanup() {
-    for p in "$daemon2_pid" "$daemon3_pid"; do
-        if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then
-            kill -KILL "$p" 2>/dev/null
-        fi
-    done
+    if [ -n "$daemon2_pid" ] && kill -0 "$daemon2_pid" 2>/dev/null; then
+        kill -KILL "$daemon2_pid" 2>/dev/null
+    fi
     if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then
         kill -TERM "$daemon_pid" 2>/dev/null
         for _ in $(seq 50); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
@@ -639,8 +636,10 @@ fi
 
 # ---- the daemon dies mid-run: projload stops, failures are not throughput -----------------------------
 sock2=ipc://$tmp/projd2.sock
+# start_daemon2 [CONFIG]: a second daemon on sock2 (CONFIG: default projd.json).
 start_daemon2() {
-    "$bin/projd" --config "$tmp/projd.json" --model "$model" --socket "$sock2" 2>"$tmp/projd2.log" &
+    "$bin/projd" --config "${1:-$tmp/projd.json}" --model "$model" --socket "$sock2" \
+        2>"$tmp/projd2.log" &
     daemon2_pid=$!
     for _ in $(seq 150); do
         "$bin/projload" info --socket "$sock2" >/dev/null 2>&1 && break
@@ -733,18 +732,12 @@ daemon2_pid=
 # ---- a daemon at its connection limit: the clients' one error said once ------------------------------
 # limits.max_connections 3: projload's own connection and two clients fit;
 # the other clients of 8 are refused before WELCOME, all with the same text.
-sock3=ipc://$tmp/projd3.sock
 cat >"$tmp/projd3.json" <<EOF
 { "device": { "backend": "cpu" }, "cpu": { "threads": 2 }, "log": { "level": "warn" },
   "limits": { "max_connections": 3 } }
 EOF
-"$bin/projd" --config "$tmp/projd3.json" --model "$model" --socket "$sock3" 2>"$tmp/projd3.log" &
-daemon3_pid=$!
-for _ in $(seq 150); do
-    "$bin/projload" info --socket "$sock3" >/dev/null 2>&1 && break
-    sleep 0.2
-done
-pl --trace "$tmp/decode.jsonl" --socket "$sock3" --concurrency 8 --duration 1 --check-fraction 0 \
+start_daemon2 "$tmp/projd3.json"
+pl --trace "$tmp/decode.jsonl" --socket "$sock2" --concurrency 8 --duration 1 --check-fraction 0 \
     >"$tmp/limit.out" 2>"$tmp/limit.err"
 rc=$?
 lines=$(grep -c 'connect: ' "$tmp/limit.err")
@@ -755,9 +748,9 @@ else
     fail "daemon at its connection limit: exit $rc, $lines connect lines"
     cat "$tmp/limit.err" >&2
 fi
-kill -TERM "$daemon3_pid"
-wait "$daemon3_pid" 2>/dev/null
-daemon3_pid=
+kill -TERM "$daemon2_pid"
+wait "$daemon2_pid" 2>/dev/null
+daemon2_pid=
 
 # ---- the daemon saw nothing wrong ----------------------------------------------------------------------
 kill -0 "$daemon_pid" 2>/dev/null && ok "daemon still running" || fail "daemon died"
