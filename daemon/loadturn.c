@@ -74,8 +74,10 @@ int pj_loadturn_take(const char *dir, unsigned limit_ms, pj_loadturn_wait_fn wai
             close(fd);
             return 1;
         }
+        /* A change to "no pid" is a new holder too: one that cannot
+         * write its pid (a read-only file) after one that could. */
         long holder = pj_lockpid_read(fd);
-        if (holder && holder != last_holder) {
+        if (holder != last_holder) {
             clock_gettime(CLOCK_MONOTONIC, &held_since);
             last_holder = holder;
         }

@@ -89,8 +89,14 @@ void pj_socklock_release(void)
     if (g_fd < 0)
         return;
     /* Removed while still held, so no one takes a lock on it meanwhile
-     * that the next one could not see (take's check). */
-    unlink(g_path);
+     * that the next one could not see (take's check). Only while the path
+     * still names the file held: one removed by hand and made again by a
+     * later daemon is that daemon's lock, and removing it would let a
+     * third start beside it. */
+    struct stat held, now;
+    if (fstat(g_fd, &held) == 0 && stat(g_path, &now) == 0 && held.st_dev == now.st_dev &&
+        held.st_ino == now.st_ino)
+        unlink(g_path);
     close(g_fd);
     g_fd = -1;
     g_path[0] = 0;

@@ -540,6 +540,32 @@ START_TEST(socket_lock_refuses_a_second_daemon)
 }
 END_TEST
 
+/* A lock file removed by hand while its daemon runs, and made and locked
+ * again by a later one: the first's exit leaves the later one's file
+ * (removing it would let a third daemon lock a new file beside it). */
+START_TEST(socket_lock_release_spares_a_successor)
+{
+    char dir[4200], sock[4300], lock[4400], err[512];
+    pj_fixture_path(dir, sizeof dir, "socklock");
+    ck_assert(mkdir(dir, 0700) == 0 || errno == EEXIST);
+    snprintf(sock, sizeof sock, "%s/s", dir);
+    ck_assert_int_eq(pj_socklock_path(sock, lock, sizeof lock), 0);
+    ck_assert_msg(pj_socklock_take(sock, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(unlink(lock), 0);
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600); /* the later daemon's */
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(flock(fd, LOCK_EX | LOCK_NB), 0);
+    pj_socklock_release();
+    struct stat st;
+    ck_assert_msg(stat(lock, &st) == 0, "the successor's lock file was removed");
+    close(fd);
+    /* its own file, still at the path, is removed as before */
+    ck_assert_msg(pj_socklock_take(sock, err, sizeof err) == 0, "%s", err);
+    pj_socklock_release();
+    ck_assert_msg(stat(lock, &st) != 0, "lock file left after the release");
+}
+END_TEST
+
 /* A path of this name in the suite's fixture folder (unique to the run,
  * removed when the suite exits, also after a failed case), or in /tmp with
  * this process's pid when the folder's path would make too long a socket
@@ -1804,6 +1830,7 @@ int main(void)
         {"silent_connection_closed", silent_connection_closed},
         {"socket_live_stale_and_foreign", socket_live_stale_and_foreign},
         {"socket_lock_refuses_a_second_daemon", socket_lock_refuses_a_second_daemon},
+        {"socket_lock_release_spares_a_successor", socket_lock_release_spares_a_successor},
         {"socket_dir_created", socket_dir_created},
         {"check_config_unwritable_socket_dir", check_config_unwritable_socket_dir},
         {"socket_dir_unsafe_refused", socket_dir_unsafe_refused},
