@@ -39,6 +39,7 @@
 
 #include "daemon/closer.h"
 #include "daemon/graphs_cuda.h"
+#include "daemon/loadturn.h"
 #include "daemon/log.h"
 #include "daemon/memplan.h"
 #include "daemon/notify.h"
@@ -2859,6 +2860,12 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     }
     cudaMemGetInfo(&fr2, &tot);
     st->rep.t_lanes = ms_since(t0);
+    /* This start's host memory is taken (the context, the upload's
+     * unpacked copies come and gone, the lanes' cuBLAS handles): the next
+     * instance's load may start, and its checks see all of it; the
+     * capture, validation and warm-up that follow run beside that load
+     * (daemon/DAEMON.md, "Loads take turns"; a no-op with no turn held). */
+    pj_loadturn_release();
     if (!rc)
         rc = choose_engines(st, err, errlen);
     if (!rc)

@@ -11,9 +11,10 @@
  * bound by the host's memory bandwidth, which loads side by side share.
  *
  * The turn is an exclusive flock on "<dir>/.projd-load-turn", held from
- * before the model's load until it ends (loaded or not; the backend's
- * start, the GPU upload and the graphs' capture, runs beside the next
- * load). The file holds the holder's pid for the message of those
+ * before the model's load until the start's host memory is taken, loaded
+ * or not: the model's, then the backend's (cuda passes the turn on after
+ * its upload and lanes; its graphs' capture and warm-up run beside the
+ * next load). The file holds the holder's pid for the message of those
  * waiting; it stays in the directory (removing a lock file others may
  * have open would let two hold it). The kernel drops the lock of a
  * process that dies, so a killed holder blocks no one. A wait on one

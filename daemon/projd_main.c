@@ -487,16 +487,19 @@ static int serve(daemon_state *d, const char *url)
     pj_log_info("model loaded in %.1f ms (read %.1f ms, conversion %.1f ms on %u thread%s)",
                 model->load_ms + model->convert_ms, model->load_ms, model->convert_ms,
                 model->load_threads, model->load_threads == 1 ? "" : "s");
-    /* passed on once the load is said, so that in the logs the next
-     * instance's turn comes after it */
-    pj_loadturn_release();
-
+    /* The turn is held into the backend's start: the host memory it takes
+     * (cuda: the device's context, the unpacked copies of the upload, the
+     * lanes' cuBLAS handles) must be in place before the next instance's
+     * checks read the host. The cuda backend passes it on itself once
+     * that memory is taken (its graphs' capture and warm-up take little),
+     * and this release covers every other backend and a failed start. */
     if (stopped_starting("before the backend's start", 1)) {
         pj_model_free(model);
         return 0;
     }
     pj_notify_progress("starting backend %s", ops->name);
     rc = pj_backend_create(ops, cfg, model, &be, err, sizeof err);
+    pj_loadturn_release();
     if (rc == -ECANCELED && stopped_starting("in the backend's start", 1)) {
         pj_model_free(model);
         return 0;
