@@ -130,19 +130,59 @@ static int path_within(const char *own, const char *root)
     return strncmp(own, root, rl) == 0 && (own[rl] == '/' || own[rl] == '\0');
 }
 
+/* One line of mountinfo, as find_mount needs it. */
+typedef struct mnt_line {
+    int id, parent;
+    char *root, *point; /* unescaped; owned */
+    int shows_own;      /* a mount of the hierarchy asked for, showing own */
+} mnt_line;
+
+/* Is mount a an ancestor of mount b in the mount tree (b mounted on a, or
+ * on a mount on a, ...)? */
+static int mount_below(const mnt_line *m, size_t n, size_t a, size_t b)
+{
+    int p = m[b].parent;
+    for (size_t steps = 0; steps < n; steps++) {
+        size_t k = 0;
+        while (k < n && m[k].id != p)
+            k++;
+        if (k == n)
+            return 0;
+        if (k == a)
+            return 1;
+        if (m[k].parent == p)
+            return 0;
+        p = m[k].parent;
+    }
+    return 0;
+}
+
+/* Is mount i hidden by one listed after it (mounted later) at its mount
+ * point or above it that it is not mounted on: one stacked on it, or a
+ * container's later mount of another part of the hierarchy over its own
+ * view? Only later ones: a parent is mounted, so listed, before what is
+ * mounted on it. */
+static int mount_hidden(const mnt_line *m, size_t n, size_t i)
+{
+    for (size_t j = i + 1; j < n; j++)
+        if (path_within(m[i].point, m[j].point) && !mount_below(m, n, j, i))
+            return 1;
+    return 0;
+}
+
 /* The mount of cgroup2 (version 2) or of v1's memory controller (version
  * 1) that shows the process's cgroup own: 0, or -1 where there is none. A
  * mount of another part of the hierarchy (its root not a prefix of own)
- * does not show it. Where several do, the last one listed wins: it is
- * mounted over the others (a container given the host's /sys/fs/cgroup
- * over its own view). */
+ * does not show it, nor one that a later mount hides (mount_hidden);
+ * where several show it, the last one listed wins. */
 static int find_mount(const char *root, int version, const char *own, cg_mount *out)
 {
     FILE *f = open_under(root, "proc/self/mountinfo");
     if (!f)
         return -1;
     char *line = NULL;
-    size_t cap = 0;
+    size_t cap = 0, n = 0, have = 0;
+    mnt_line *m = NULL;
     int found = -1;
     while (getline(&line, &cap, f) > 0) {
         /* id parent major:minor root point options [optional...] - type source super */
@@ -150,28 +190,59 @@ static int find_mount(const char *root, int version, const char *own, cg_mount *
         if (!sep)
             continue;
         *sep = '\0';
-        char fstype[32], source[64], super[512] = "";
-        if (sscanf(sep + 3, "%31s %63s %511s", fstype, source, super) < 2)
+        /* the source is skipped: any text may be given to mount(2), and a
+         * long one must not push the super options out of reach */
+        char fstype[32], super[512] = "";
+        if (sscanf(sep + 3, "%31s %*s %511s", fstype, super) < 1)
             continue;
-        if (version == 2 ? strcmp(fstype, "cgroup2") != 0
-                         : strcmp(fstype, "cgroup") != 0 || !has_word(super, "memory"))
-            continue;
+        int id, parent;
         char *save, *tok = strtok_r(line, " ", &save);
-        for (int i = 0; tok && i < 3; i++)
-            tok = strtok_r(NULL, " ", &save);
-        char *point = tok ? strtok_r(NULL, " ", &save) : NULL;
-        if (!tok || !point || strlen(tok) >= sizeof out->root || strlen(point) >= sizeof out->point)
+        if (!tok || sscanf(tok, "%d", &id) != 1 || !(tok = strtok_r(NULL, " ", &save)) ||
+            sscanf(tok, "%d", &parent) != 1 || !strtok_r(NULL, " ", &save))
             continue;
-        cg_mount m;
-        snprintf(m.root, sizeof m.root, "%s", tok);
-        snprintf(m.point, sizeof m.point, "%s", point);
-        unescape(m.root);
-        unescape(m.point);
-        if (!path_within(own, m.root))
+        char *mroot = strtok_r(NULL, " ", &save);
+        char *point = mroot ? strtok_r(NULL, " ", &save) : NULL;
+        if (!point || strlen(mroot) >= sizeof out->root || strlen(point) >= sizeof out->point)
             continue;
-        *out = m;
-        found = 0;
+        if (n == have) {
+            size_t grow = have ? 2 * have : 64;
+            mnt_line *bigger = realloc(m, grow * sizeof *m);
+            if (!bigger)
+                break;
+            m = bigger;
+            have = grow;
+        }
+        mnt_line *l = &m[n];
+        l->id = id;
+        l->parent = parent;
+        l->root = strdup(mroot);
+        l->point = strdup(point);
+        if (!l->root || !l->point) {
+            free(l->root);
+            free(l->point);
+            break;
+        }
+        n++;
+        unescape(l->root);
+        unescape(l->point);
+        l->shows_own =
+            (version == 2 ? strcmp(fstype, "cgroup2") == 0
+                          : strcmp(fstype, "cgroup") == 0 && has_word(super, "memory")) &&
+            path_within(own, l->root);
     }
+    for (size_t i = n; i-- > 0;) {
+        if (m[i].shows_own && !mount_hidden(m, n, i)) {
+            snprintf(out->root, sizeof out->root, "%s", m[i].root);
+            snprintf(out->point, sizeof out->point, "%s", m[i].point);
+            found = 0;
+            break;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        free(m[i].root);
+        free(m[i].point);
+    }
+    free(m);
     free(line);
     fclose(f);
     return found;
@@ -209,8 +280,9 @@ static int own_cgroup(const char *root, int version, char *out, size_t len)
     return found;
 }
 
-/* One level of the hierarchy: its memory room, swap room and room below
- * memory.high (NO_LIMIT where it sets none). */
+/* One level of the hierarchy: its memory room, swap room (v2) or memory
+ * and swap room together (v1's memsw), and room below memory.high
+ * (NO_LIMIT where it sets none). */
 typedef struct level_figures {
     uint64_t room, swap_room, high_room;
     uint64_t limit, high, used; /* used: usage less the reclaimable cache */
@@ -219,7 +291,8 @@ typedef struct level_figures {
 static void level_room(const char *dir, int version, level_figures *lv)
 {
     lv->room = lv->swap_room = lv->high_room = NO_LIMIT;
-    lv->limit = lv->high = lv->used = 0;
+    lv->limit = lv->used = 0;
+    lv->high = NO_LIMIT;
     uint64_t lim, usage, high = NO_LIMIT;
     if (read_u64(dir, version == 2 ? "memory.max" : "memory.limit_in_bytes", &lim) != 0 ||
         read_u64(dir, version == 2 ? "memory.current" : "memory.usage_in_bytes", &usage) != 0)
@@ -251,12 +324,10 @@ static void level_room(const char *dir, int version, level_figures *lv)
     if (version == 2) {
         lv->swap_room = slim > sused ? slim - sused : 0;
     } else {
-        /* memsw counts memory and swap together: the swap is what is left
-         * of it past the memory room. */
+        /* memsw counts memory and swap together: read_cgroup takes the
+         * memory the process may take from it once that is known. */
         uint64_t su = sused > cache ? sused - cache : 0;
-        uint64_t both = slim > su ? slim - su : 0;
-        uint64_t mem = lv->room < NO_LIMIT ? lv->room : 0;
-        lv->swap_room = both > mem ? both - mem : 0;
+        lv->swap_room = slim > su ? slim - su : 0;
     }
 }
 
@@ -304,7 +375,9 @@ static void read_cgroup(const pj_hostmem_at *at, pj_hostmem *h)
     snprintf(dir, sizeof dir, "%s", at->dir);
     const int version = at->version;
     h->cg_version = version;
+    level_name(at, dir, h->own_cgroup, sizeof h->own_cgroup);
     uint64_t best = NO_LIMIT, best_swap = NO_LIMIT, best_high = NO_LIMIT;
+    char swap_level[sizeof h->swap_cgroup] = "";
     for (;;) {
         level_figures lv;
         level_room(dir, version, &lv);
@@ -316,15 +389,18 @@ static void read_cgroup(const pj_hostmem_at *at, pj_hostmem *h)
             snprintf(h->cg_file, sizeof h->cg_file, "%s",
                      version == 2 ? "memory.max" : "memory.limit_in_bytes");
         }
-        if (lv.high_room < best_high) {
+        if (lv.high < NO_LIMIT && lv.high_room < best_high) {
             best_high = lv.high_room;
+            h->high_set = 1;
             h->high_limit = lv.high;
             h->high_used = lv.used;
             h->high_room = lv.high_room;
             level_name(at, dir, h->high_cgroup, sizeof h->high_cgroup);
         }
-        if (lv.swap_room < best_swap)
+        if (lv.swap_room < best_swap) {
             best_swap = lv.swap_room;
+            level_name(at, dir, swap_level, sizeof swap_level);
+        }
         if (strlen(dir) <= at->top)
             break;
         char *slash = strrchr(dir + at->top, '/');
@@ -332,12 +408,22 @@ static void read_cgroup(const pj_hostmem_at *at, pj_hostmem *h)
             break;
         *slash = '\0';
     }
-    if (best < h->avail)
+    if (best < h->avail) {
         h->avail = best;
-    else
-        h->cg_limit = 0; /* MemAvailable is the smaller: no cgroup to name */
-    if (best_swap < h->swap)
+        h->cg_binds = 1;
+    }
+    /* v1's memsw room holds the memory the process may take as well:
+     * what is left past that is its swap (the memory room the smaller of
+     * the limit's and MemAvailable). */
+    if (version == 1 && best_swap < NO_LIMIT)
+        best_swap = best_swap > h->avail ? best_swap - h->avail : 0;
+    if (best_swap < h->swap) {
         h->swap = best_swap;
+        h->swap_binds = 1;
+        snprintf(h->swap_cgroup, sizeof h->swap_cgroup, "%s", swap_level);
+        snprintf(h->swap_file, sizeof h->swap_file, "%s",
+                 version == 2 ? "memory.swap.max" : "memory.memsw.limit_in_bytes");
+    }
 }
 
 void pj_hostmem_locate(const char *root, pj_hostmem_at *at)
@@ -382,10 +468,18 @@ pj_size_text pj_hostmem_size(uint64_t bytes)
 
 void pj_hostmem_describe(const pj_hostmem *h, char *buf, size_t len)
 {
-    if (h->cg_limit)
-        snprintf(buf, len, "the cgroup %s allows %s (%s), %s of it in use; swap %s free to it",
-                 h->cgroup, pj_hostmem_size(h->cg_limit).s, h->cg_file,
-                 pj_hostmem_size(h->cg_used).s, pj_hostmem_size(h->swap).s);
+    char swap[400];
+    if (h->swap_binds)
+        snprintf(swap, sizeof swap, "%s of swap (the cgroup %s's %s; SwapFree %s)",
+                 pj_hostmem_size(h->swap).s, h->swap_cgroup, h->swap_file,
+                 pj_hostmem_size(h->swap_free).s);
+    if (h->cg_binds)
+        snprintf(buf, len, "the cgroup %s allows %s (%s), %s of it in use; %s%s%s", h->cgroup,
+                 pj_hostmem_size(h->cg_limit).s, h->cg_file, pj_hostmem_size(h->cg_used).s,
+                 h->swap_binds ? "" : "swap ", h->swap_binds ? swap : pj_hostmem_size(h->swap).s,
+                 h->swap_binds ? "" : " free to it");
+    else if (h->swap_binds)
+        snprintf(buf, len, "MemAvailable %s + %s", pj_hostmem_size(h->mem_avail).s, swap);
     else
         snprintf(buf, len, "MemAvailable %s + SwapFree %s", pj_hostmem_size(h->mem_avail).s,
                  pj_hostmem_size(h->swap_free).s);

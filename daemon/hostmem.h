@@ -17,15 +17,17 @@
  * mounts in /proc/self/mountinfo): cgroup v2 alone, v1's memory controller
  * (a hybrid host's or an old container's) where one is mounted. Swap: v2's
  * memory.swap.max less memory.swap.current; v1's memory.memsw.limit_in_bytes
- * less memory.memsw.usage_in_bytes, less the memory room (memsw counts both).
- * Where no cgroup file can be read the figures are /proc/meminfo's alone.
+ * less memory.memsw.usage_in_bytes, less the memory the process may take
+ * (memsw counts both). Where no cgroup file can be read the figures are
+ * /proc/meminfo's alone.
  * v2's memory.high does not kill: past it the kernel reclaims and throttles
  * the process (a load of anonymous memory without swap crawls), so its room
  * is kept apart (high_*) for a warning, not counted in avail. Not counted: a
  * v1 hierarchy with use_hierarchy 0 (a parent's limit then does not cover the
  * levels below it, and is counted as if it did). A mount of another part
- * of the hierarchy than the process's is not read; where several mounts
- * show the process's cgroup, the last one listed (mounted over the others). */
+ * of the hierarchy than the process's is not read, nor one a later mount
+ * hides (then no cgroup is read: its files are not in view); where several
+ * mounts show the process's cgroup, the last one listed. */
 #ifndef PJ_HOSTMEM_H
 #define PJ_HOSTMEM_H
 
@@ -39,14 +41,22 @@ typedef struct pj_hostmem {
     uint64_t mem_avail; /* /proc/meminfo's MemAvailable */
     uint64_t swap_free; /* /proc/meminfo's SwapFree */
     /* The cgroup level whose room is the smallest, when it is smaller than
-     * MemAvailable (cg_limit 0: none is). */
-    char cgroup[256];  /* its path, as /proc/self/cgroup names it ("/system.slice/...") */
-    char cg_file[32];  /* the file of its limit ("memory.max", "memory.limit_in_bytes") */
-    uint64_t cg_limit; /* that limit */
-    uint64_t cg_used;  /* its usage less its reclaimable file cache */
-    int cg_version;    /* 1 or 2; 0 where no cgroup was read */
-    /* The v2 level whose memory.high leaves the least room (high_limit 0:
+     * MemAvailable (cg_binds 0: none is; a limit of 0 is a limit). */
+    int cg_binds;
+    char cgroup[256];     /* its path, as /proc/self/cgroup names it ("/system.slice/...") */
+    char cg_file[32];     /* the file of its limit ("memory.max", "memory.limit_in_bytes") */
+    uint64_t cg_limit;    /* that limit */
+    uint64_t cg_used;     /* its usage less its reclaimable file cache */
+    int cg_version;       /* 1 or 2; 0 where no cgroup was read */
+    char own_cgroup[256]; /* the process's cgroup, where cg_version is not 0 */
+    /* The level whose swap limit leaves less swap than SwapFree (swap_binds
+     * 0: none does): a unit's MemorySwapMax=, v1's memsw. */
+    int swap_binds;
+    char swap_cgroup[256];
+    char swap_file[32]; /* "memory.swap.max", "memory.memsw.limit_in_bytes" */
+    /* The v2 level whose memory.high leaves the least room (high_set 0:
      * none sets one). */
+    int high_set;
     char high_cgroup[256];
     uint64_t high_limit; /* its memory.high */
     uint64_t high_used;  /* its usage less its reclaimable file cache */
@@ -87,8 +97,10 @@ pj_size_text pj_hostmem_size(uint64_t bytes);
 /* A sentence on where the room ends, for an error that says it is short:
  * "the cgroup /system.slice/projd@0.service allows 16.0 GiB (memory.max),
  * 1.2 GiB of it in use; swap 0 MiB free to it", or "MemAvailable 12.0 GiB +
- * SwapFree 0 MiB"
- * where no cgroup limit is below MemAvailable. */
+ * SwapFree 0 MiB" where no cgroup limit is below MemAvailable; a swap limit
+ * below SwapFree is named where it binds ("... + 0 MiB of swap (the
+ * cgroup /system.slice/projd@0.service's memory.swap.max; SwapFree 8.0
+ * GiB)"). */
 void pj_hostmem_describe(const pj_hostmem *h, char *buf, size_t len);
 
 #endif

@@ -102,7 +102,7 @@ static uint64_t instances_fit(const host_report *r)
  * (it throttles, it does not kill: daemon/hostmem.h). */
 static int high_binds(const host_report *r)
 {
-    return r->known && r->h.high_limit && r->h.high_room < r->h.avail;
+    return r->known && r->h.high_set && r->h.high_room < r->h.avail;
 }
 
 static void print_host(FILE *out, const host_report *r)
@@ -122,6 +122,13 @@ static void print_host(FILE *out, const host_report *r)
             "  free to this process before this report loaded the model: %s (%s): room for %llu "
             "instance%s loading in turn\n",
             pj_hostmem_size(r->h.avail).s, where, (unsigned long long)n, n == 1 ? "" : "s");
+    /* An operator's shell is not in a unit: its limits are not these. */
+    if (r->h.cg_version)
+        fprintf(out,
+                "  (read in the cgroup %s, this command's own: a unit's MemoryMax= and "
+                "MemoryHigh= are seen from inside it, as by systemd-run --scope -p "
+                "MemoryMax=<size> projctl inspect ...)\n",
+                r->h.own_cgroup);
     if (high_binds(r))
         fprintf(out,
                 "  of it below the memory.high of the cgroup %s (%s, %s in use): %s; past that "
@@ -302,7 +309,11 @@ static int print_json(FILE *out, const pj_model *m, const pj_st_file *st, const 
             cJSON_AddNullToObject(hm, "swap_bytes");
             cJSON_AddNullToObject(hm, "instances");
         }
-        if (host->known && host->h.cg_limit) {
+        if (host->known && host->h.cg_version)
+            cJSON_AddStringToObject(hm, "cgroup_read", host->h.own_cgroup);
+        else
+            cJSON_AddNullToObject(hm, "cgroup_read");
+        if (host->known && host->h.cg_binds) {
             cJSON_AddStringToObject(hm, "cgroup", host->h.cgroup);
             cJSON_AddNumberToObject(hm, "cgroup_limit_bytes", (double)host->h.cg_limit);
         } else {

@@ -554,7 +554,7 @@ void pj_model_host_need_of(const pj_config *cfg, const pj_st_file *st, pj_model_
 /* What to do when the memory is short, by what binds it. */
 static const char *host_advice(const pj_hostmem *h)
 {
-    return h->cg_limit ? "serve fewer layers or raise the cgroup's limit (a unit's MemoryMax=, a "
+    return h->cg_binds ? "serve fewer layers or raise the cgroup's limit (a unit's MemoryMax=, a "
                          "container's memory limit)"
                        : "serve fewer layers or free memory";
 }
@@ -563,7 +563,7 @@ int pj_model_host_check(const pj_model_host_need *need, uint32_t n_layers, const
                         const char *path, char *err, size_t errlen)
 {
     const uint64_t total = need->held + need->transient;
-    if (total <= h->avail && (!h->high_limit || total <= h->high_room))
+    if (total <= h->avail && (!h->high_set || total <= h->high_room))
         return 0;
     if (total <= h->avail) {
         /* memory.high does not kill; past it every allocation of the load

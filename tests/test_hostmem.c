@@ -111,9 +111,20 @@ START_TEST(v2_unit_limit)
     ck_assert_str_eq(h.cgroup, "/system.slice/projd@0.service");
     ck_assert_str_eq(h.cg_file, "memory.max");
     ck_assert_uint_eq(h.mem_avail, 100 * GIB); /* kept, for the message */
+    ck_assert_int_eq(h.cg_binds, 1);
+    ck_assert_int_eq(h.swap_binds, 1);
     pj_hostmem_describe(&h, d, sizeof d);
     ck_assert_str_eq(d, "the cgroup /system.slice/projd@0.service allows 16.0 GiB (memory.max), "
-                        "1.0 GiB of it in use; swap 0 MiB free to it");
+                        "1.0 GiB of it in use; 0 MiB of swap (the cgroup "
+                        "/system.slice/projd@0.service's memory.swap.max; SwapFree 8.0 GiB)");
+    /* Swap not capped: as free to the cgroup as to the host. */
+    put(root, UNIT "memory.swap.max", "max\n");
+    ck_assert_int_eq(pj_hostmem_read(root, &h), 0);
+    ck_assert_int_eq(h.swap_binds, 0);
+    pj_hostmem_describe(&h, d, sizeof d);
+    ck_assert_str_eq(d, "the cgroup /system.slice/projd@0.service allows 16.0 GiB (memory.max), "
+                        "1.0 GiB of it in use; swap 8.0 GiB free to it");
+    put(root, UNIT "memory.swap.max", "0\n");
 
     /* Below a GiB in MiB: a small host's figures are not "0.1 GiB". */
     ck_assert_str_eq(pj_hostmem_size(150 * MIB).s, "150 MiB");
@@ -143,16 +154,30 @@ START_TEST(v2_unit_limit)
     ck_assert_int_eq(pj_hostmem_read(root, &h), 0);
     ck_assert_uint_eq(h.avail, 100 * GIB);
     ck_assert_uint_eq(h.swap, 8 * GIB);
-    ck_assert_uint_eq(h.cg_limit, 0);
+    ck_assert_int_eq(h.cg_binds, 0);
     ck_assert_int_eq(h.cg_version, 2);
     pj_hostmem_describe(&h, d, sizeof d);
     ck_assert_str_eq(d, "MemAvailable 100.0 GiB + SwapFree 8.0 GiB");
 
-    /* A swap limit below SwapFree: 3 GiB allowed, 1 used. */
+    /* A swap limit below SwapFree: 3 GiB allowed, 1 used; memory not
+     * capped, so MemAvailable and the swap cap are named. */
     put_u64(root, UNIT "memory.swap.max", 3 * GIB);
     put_u64(root, UNIT "memory.swap.current", 1 * GIB);
     ck_assert_int_eq(pj_hostmem_read(root, &h), 0);
     ck_assert_uint_eq(h.swap, 2 * GIB);
+    pj_hostmem_describe(&h, d, sizeof d);
+    ck_assert_str_eq(d, "MemAvailable 100.0 GiB + 2.0 GiB of swap (the cgroup "
+                        "/system.slice/projd@0.service's memory.swap.max; SwapFree 8.0 GiB)");
+
+    /* A limit of 0 is a limit (no room), not "none". */
+    put_u64(root, UNIT "memory.max", 0);
+    ck_assert_int_eq(pj_hostmem_read(root, &h), 0);
+    ck_assert_uint_eq(h.avail, 0);
+    ck_assert_int_eq(h.cg_binds, 1);
+    ck_assert_uint_eq(h.cg_limit, 0);
+    pj_hostmem_describe(&h, d, sizeof d);
+    ck_assert_msg(strstr(d, "the cgroup /system.slice/projd@0.service allows 0 MiB (memory.max)"),
+                  "%s", d);
 }
 END_TEST
 
@@ -190,11 +215,18 @@ START_TEST(v2_memory_high_apart)
     ck_assert_int_eq(pj_hostmem_read(root, &h), 0);
     ck_assert_uint_eq(h.high_room, 0);
 
+    /* 0 is a limit: set, no room. */
+    put_u64(root, "sys/fs/cgroup/system.slice/memory.high", 0);
+    ck_assert_int_eq(pj_hostmem_read(root, &h), 0);
+    ck_assert_int_eq(h.high_set, 1);
+    ck_assert_uint_eq(h.high_limit, 0);
+    ck_assert_uint_eq(h.high_room, 0);
+
     /* None set anywhere. */
     put(root, UNIT "memory.high", "max\n");
     put(root, "sys/fs/cgroup/system.slice/memory.high", "max\n");
     ck_assert_int_eq(pj_hostmem_read(root, &h), 0);
-    ck_assert_uint_eq(h.high_limit, 0);
+    ck_assert_int_eq(h.high_set, 0);
     ck_assert_uint_eq(h.avail, 37 * GIB);
 }
 END_TEST
@@ -259,7 +291,37 @@ START_TEST(v1_container_limit)
     ck_assert_int_eq(pj_hostmem_read(root, &h), 0);
     ck_assert_uint_eq(h.avail, 200 * GIB);
     ck_assert_uint_eq(h.swap, 4 * GIB);
-    ck_assert_uint_eq(h.cg_limit, 0);
+    ck_assert_int_eq(h.cg_binds, 0);
+    ck_assert_int_eq(h.swap_binds, 0);
+
+    /* MemAvailable binds harder than the limit: memsw's room less the
+     * memory the process may take (20 GiB), not less the limit's room.
+     * Limit 100 GiB, memsw 140 GiB, 2 GiB used of each (1 of them cache):
+     * memsw room 139, less 20: swap 119 GiB, above SwapFree's 50. */
+    put_meminfo(root, 20 * GIB, 50 * GIB);
+    put_u64(root, "sys/fs/cgroup/memory/memory.limit_in_bytes", 100 * GIB);
+    put_u64(root, "sys/fs/cgroup/memory/memory.memsw.limit_in_bytes", 140 * GIB);
+    put_u64(root, "sys/fs/cgroup/memory/memory.memsw.usage_in_bytes", 2 * GIB);
+    ck_assert_int_eq(pj_hostmem_read(root, &h), 0);
+    ck_assert_uint_eq(h.avail, 20 * GIB);
+    ck_assert_uint_eq(h.swap, 50 * GIB);
+    /* memsw 60 GiB: 59 of room less 20: 39 GiB of swap, named. */
+    put_u64(root, "sys/fs/cgroup/memory/memory.memsw.limit_in_bytes", 60 * GIB);
+    ck_assert_int_eq(pj_hostmem_read(root, &h), 0);
+    ck_assert_uint_eq(h.swap, 39 * GIB);
+    ck_assert_int_eq(h.swap_binds, 1);
+    ck_assert_str_eq(h.swap_file, "memory.memsw.limit_in_bytes");
+    ck_assert_str_eq(h.swap_cgroup, "/docker/abc");
+
+    /* A mount source longer than any buffer (mount(2) takes any text):
+     * the memory controller is still found in the options after it. */
+    put(root, "proc/self/mountinfo",
+        "35 31 0:32 /docker/abc /sys/fs/cgroup/memory rw,relatime - cgroup "
+        "a-source-name-longer-than-sixty-four-characters-given-to-mount-by-hand rw,memory\n");
+    put_u64(root, "sys/fs/cgroup/memory/memory.limit_in_bytes", 8 * GIB);
+    ck_assert_int_eq(pj_hostmem_read(root, &h), 0);
+    ck_assert_int_eq(h.cg_version, 1);
+    ck_assert_uint_eq(h.avail, 7 * GIB);
 }
 END_TEST
 
@@ -333,6 +395,47 @@ START_TEST(v1_mounts_over_and_beside)
 }
 END_TEST
 
+/* A later mount at the same point, of a part of the hierarchy that is not
+ * the process's (a container given another cgroup's view over its own):
+ * the earlier mount is hidden, so its path is not read through the later
+ * one (that would read another cgroup's files as this one's); no cgroup
+ * is read. A mount made on the cgroup's mount point's parent later, not
+ * over it, hides it too; one it is mounted on does not. */
+START_TEST(cgroup_mount_hidden)
+{
+    char root[4200];
+    pj_hostmem h;
+    host_dir(root, sizeof root, "v2hidden");
+    put_meminfo(root, 100 * GIB, 0);
+    put(root, "proc/self/cgroup", "0::/\n");
+    put(root, "proc/self/mountinfo",
+        "700 650 0:30 / /sys/fs/cgroup rw - cgroup2 cgroup rw\n"
+        "800 700 0:30 /../sibling /sys/fs/cgroup rw - cgroup2 cgroup rw\n");
+    put_u64(root, "sys/fs/cgroup/memory.max", 2 * GIB);
+    put_u64(root, "sys/fs/cgroup/memory.current", 0);
+    ck_assert_int_eq(pj_hostmem_read(root, &h), 0);
+    ck_assert_int_eq(h.cg_version, 0);
+    ck_assert_uint_eq(h.avail, 100 * GIB);
+    /* /sys/fs mounted over later: hidden as well */
+    put(root, "proc/self/mountinfo",
+        "600 1 0:20 / /sys rw - sysfs sysfs rw\n"
+        "700 600 0:30 / /sys/fs/cgroup rw - cgroup2 cgroup rw\n"
+        "900 600 0:40 / /sys/fs rw - tmpfs tmpfs rw\n");
+    ck_assert_int_eq(pj_hostmem_read(root, &h), 0);
+    ck_assert_int_eq(h.cg_version, 0);
+    /* the mounts it sits on, listed after it (an order a move can make):
+     * not hiding it */
+    put(root, "proc/self/mountinfo",
+        "700 600 0:30 / /sys/fs/cgroup rw - cgroup2 cgroup rw\n"
+        "600 1 0:20 / /sys rw - sysfs sysfs rw\n"
+        "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n");
+    ck_assert_int_eq(pj_hostmem_read(root, &h), 0);
+    ck_assert_int_eq(h.cg_version, 2);
+    ck_assert_uint_eq(h.avail, 2 * GIB);
+    ck_assert_str_eq(h.cgroup, "/");
+}
+END_TEST
+
 /* A cgroup above the process's cgroup namespace ("/../x"): no mount here
  * shows it, so none is read. */
 START_TEST(cgroup_outside_the_namespace)
@@ -392,6 +495,7 @@ static Suite *hostmem_suite(void)
     tcase_add_test(tc, v1_container_limit);
     tcase_add_test(tc, v1_nested_escaped_mount);
     tcase_add_test(tc, v1_mounts_over_and_beside);
+    tcase_add_test(tc, cgroup_mount_hidden);
     tcase_add_test(tc, cgroup_outside_the_namespace);
     tcase_add_test(tc, cgroup_not_mounted);
     tcase_add_test(tc, this_host);

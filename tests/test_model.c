@@ -1126,6 +1126,7 @@ START_TEST(host_check_decides)
     /* A cgroup's limit binds: the message names it and what to raise. */
     h = (pj_hostmem){.avail = 15 * G,
                      .mem_avail = 500 * G,
+                     .cg_binds = 1,
                      .cg_limit = 16 * G,
                      .cg_used = G,
                      .cg_version = 2,
@@ -1141,6 +1142,7 @@ START_TEST(host_check_decides)
      * names the cgroup, the limit and what to raise; the load goes on. */
     h = (pj_hostmem){.avail = 200 * G,
                      .mem_avail = 500 * G,
+                     .high_set = 1,
                      .high_limit = 64 * G,
                      .high_used = 4 * G,
                      .high_room = 60 * G,
@@ -1159,6 +1161,28 @@ START_TEST(host_check_decides)
     h.high_room = 10 * G;
     ck_assert_int_eq(pj_model_host_check(&need, 700, &h, "m.st", err, sizeof err), 1);
     ck_assert_msg(strstr(err, "will swap"), "%s", err);
+    /* A memory.high of 0 is a limit, not none: the warning. */
+    h = (pj_hostmem){.avail = 200 * G,
+                     .mem_avail = 500 * G,
+                     .high_set = 1,
+                     .high_cgroup = "/system.slice/projd@0.service"};
+    ck_assert_int_eq(pj_model_host_check(&need, 700, &h, "m.st", err, sizeof err), 1);
+    ck_assert_msg(strstr(err, "memory.high (0 MiB, 0 MiB of it in use) leaves 0 MiB"), "%s", err);
+    /* A swap cap of the cgroup (MemorySwapMax=0) binds, not memory: the
+     * refusal names the cap, not SwapFree as if it were free to take. */
+    h = (pj_hostmem){.avail = 90 * G,
+                     .mem_avail = 90 * G,
+                     .swap_free = 8 * G,
+                     .cg_version = 2,
+                     .swap_binds = 1,
+                     .swap_cgroup = "/system.slice/projd@0.service",
+                     .swap_file = "memory.swap.max"};
+    ck_assert_int_eq(pj_model_host_check(&need, 700, &h, "m.st", err, sizeof err), -ENOMEM);
+    ck_assert_msg(strstr(err, "only 90.0 GiB") &&
+                      strstr(err, "MemAvailable 90.0 GiB + 0 MiB of swap (the cgroup "
+                                  "/system.slice/projd@0.service's memory.swap.max; SwapFree "
+                                  "8.0 GiB)"),
+                  "%s", err);
 }
 END_TEST
 
@@ -1361,6 +1385,7 @@ START_TEST(inspect_host_memory)
     ck_assert_double_eq(cJSON_GetObjectItem(hm, "instances")->valuedouble, (double)fit);
     ck_assert(cJSON_IsNull(cJSON_GetObjectItem(hm, "cgroup")));
     ck_assert(cJSON_IsNull(cJSON_GetObjectItem(hm, "memory_high_room_bytes")));
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItem(hm, "cgroup_read")));
     cJSON_Delete(root_json);
     free(j);
 
@@ -1381,13 +1406,15 @@ START_TEST(inspect_host_memory)
     ck_assert_msg(rc == 0, "%s", err);
     ck_assert_msg(strstr(t, "free to this process before this report loaded the model: 1.0 GiB") &&
                       strstr(t, "of it below the memory.high of the cgroup /p.service (100 MiB, "
-                                "36 MiB in use): 64 MiB; past that the kernel throttles"),
+                                "36 MiB in use): 64 MiB; past that the kernel throttles") &&
+                      strstr(t, "(read in the cgroup /p.service, this command's own"),
                   "%s", t);
     free(t);
     j = inspect_to_string(NULL, small_path, 1, &rc, err, sizeof err);
     root_json = cJSON_Parse(j);
     hm = cJSON_GetObjectItem(root_json, "host_memory");
     ck_assert_str_eq(cJSON_GetObjectItem(hm, "memory_high_cgroup")->valuestring, "/p.service");
+    ck_assert_str_eq(cJSON_GetObjectItem(hm, "cgroup_read")->valuestring, "/p.service");
     ck_assert_double_eq(cJSON_GetObjectItem(hm, "memory_high_room_bytes")->valuedouble,
                         (double)(64ull << 20));
     cJSON_Delete(root_json);
