@@ -164,6 +164,12 @@ struct ring_cli {
     /* The connection and every request made through the ring hold one;
      * the last frees the struct (requests may outlive projd_close). */
     atomic_int refs;
+    /* Requests that projd_request_free took off `pending` and whose
+     * callbacks run on its thread (req_destroy), under mu: projd_close
+     * waits for them as it does for nng's (projd.h), since ring_fail_all
+     * no longer sees them. `completed` is signalled as one returns. */
+    unsigned completing;
+    pthread_cond_t completed;
 };
 
 /* A request's list (its connection's nng requests, or its ring's pending
@@ -368,15 +374,22 @@ static void req_destroy(projd_request *r, int from_callback)
          * and complete it as cancelled, so that its callback runs once as
          * on nng. Otherwise the reaper or the close is completing it:
          * wait. */
-        pthread_mutex_lock(&r->ring->mu);
+        ring_cli *rc = r->ring;
+        pthread_mutex_lock(&rc->mu);
         int was_pending = r->in_pending;
-        if (was_pending)
-            ring_abandon(r->ring, r);
-        pthread_mutex_unlock(&r->ring->mu);
+        if (was_pending) {
+            ring_abandon(rc, r);
+            rc->completing++;
+        }
+        pthread_mutex_unlock(&rc->mu);
         if (was_pending) {
             r->rc = fail(&r->err, -ECANCELED, "%s: freed before it completed", r->what);
             r->res.total_ns = now_ns() - r->t_submit;
             req_complete(r);
+            pthread_mutex_lock(&rc->mu);
+            if (--rc->completing == 0)
+                pthread_cond_broadcast(&rc->completed);
+            pthread_mutex_unlock(&rc->mu);
         } else if (!from_callback) {
             pthread_mutex_lock(&r->mu);
             while (!r->done && !r->free_requested)
@@ -1057,6 +1070,7 @@ static void ring_cli_free(ring_cli *rc)
     pthread_mutex_destroy(&rc->mu);
     pthread_mutex_destroy(&rc->reap_mu);
     pthread_cond_destroy(&rc->room);
+    pthread_cond_destroy(&rc->completed);
     free(rc->rbuf);
     free(rc->gone);
     free(rc);
@@ -1451,6 +1465,7 @@ int projd_ring_attach(projd_conn *c, uint32_t slots, projd_error *e)
     pthread_mutex_init(&rc->mu, NULL);
     pthread_mutex_init(&rc->reap_mu, NULL);
     pthread_cond_init(&rc->room, NULL);
+    pthread_cond_init(&rc->completed, NULL);
     /* The wake FIFO beside it, before the daemon looks for it at attach;
      * without one the ring works, only its wake-ups come one after the
      * other. */
@@ -1558,6 +1573,11 @@ static void ring_close(projd_conn *c)
     tl_completing = rc;
     ring_fail_all(rc, -ECANCELED, "the connection was closed");
     tl_completing = was;
+    /* and those a concurrent projd_request_free is completing */
+    pthread_mutex_lock(&rc->mu);
+    while (rc->completing)
+        pthread_cond_wait(&rc->completed, &rc->mu);
+    pthread_mutex_unlock(&rc->mu);
     ring_unref(rc); /* the last reference unmaps */
 }
 

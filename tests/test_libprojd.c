@@ -156,6 +156,54 @@ START_TEST(close_completes_ring_requests)
 }
 END_TEST
 
+/* projd_request_free of a request in flight, on another thread, runs its
+ * callback there (slow here: 200 ms); a projd_close 30 ms into it returns
+ * only once that callback has, as for every other request (projd.h). The
+ * ring's close waited only for what it completed itself. */
+static void *free_request(void *req)
+{
+    projd_request_free(req);
+    return NULL;
+}
+
+static void free_beside_close(uint32_t ring)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, SLOW_CFG);
+    lib_t t;
+    lib_open(&t, d.url, ring);
+    projd_error e;
+    cb_rec rec;
+    memset(&rec, 0, sizeof rec);
+    rec.rc = 1;
+    rec.sleep_ms = 200;
+    projd_request *req;
+    ck_assert_msg(projd_project_async(t.c, &t.op, 1, 0, cb_note, &rec, &req, &e) == 0, "%s", e.msg);
+    pjd_sleep_ms(20);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, free_request, req), 0);
+    pjd_sleep_ms(30);
+    projd_close(t.c);
+    const int ran = atomic_load(&rec.ran);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    ck_assert_msg(ran == 1, "%s: projd_close returned while the freed request's callback ran",
+                  ring ? "ring" : "nng");
+    ck_assert_int_eq(atomic_load(&rec.rc), -ECANCELED);
+    pjd_stop(&d);
+}
+
+START_TEST(close_waits_for_a_freed_request_nng)
+{
+    free_beside_close(0);
+}
+END_TEST
+
+START_TEST(close_waits_for_a_freed_request_ring)
+{
+    free_beside_close(4);
+}
+END_TEST
+
 /* ---- blocking calls from a ring callback --------------------------------------------- */
 
 static void blocking_from_callback(uint32_t ring)
@@ -871,6 +919,8 @@ int main(void)
     const pjd_case cases[] = {
         {"close_completes_nng_requests", close_completes_nng_requests},
         {"close_completes_ring_requests", close_completes_ring_requests},
+        {"close_waits_for_a_freed_request_nng", close_waits_for_a_freed_request_nng},
+        {"close_waits_for_a_freed_request_ring", close_waits_for_a_freed_request_ring},
         {"blocking_call_from_ring_callback", blocking_call_from_ring_callback},
         {"blocking_call_from_nng_callback", blocking_call_from_nng_callback},
         {"wait_after_close_from_a_new_thread", wait_after_close_from_a_new_thread},
