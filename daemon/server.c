@@ -1237,17 +1237,25 @@ static uint32_t ring_spin_us(const pj_server *s)
     return s->cores >= (long)s->cfg.ring.spin_min_cores ? s->cfg.ring.spin_us : 0;
 }
 
-/* The loop's own spinning: while a ring's request is in flight, and for
- * ring_spin_us after ring traffic, an idle handle keeps uv_run polling
- * (epoll with no timeout) instead of sleeping, so that the poller's hand-off
- * and the completion's reach the loop without a wake-up. Ring clients have
- * a spinning poller and reaper already; this is the third spinner. */
+/* The loop's own spinning: for ring_spin_us after ring traffic, and while
+ * a ring's request is in flight up to RING_INFLIGHT_SPIN_NS past that, an
+ * idle handle keeps uv_run polling (epoll with no timeout) instead of
+ * sleeping, so that the poller's hand-off and the completion's reach the
+ * loop without a wake-up. Ring clients have a spinning poller and reaper
+ * already; this is the third spinner. The bound: a request that waits
+ * long (a client's event not yet recorded, or never: a client that died;
+ * a slow op) took a whole core for as long before, where the wake-up it
+ * saves is ~20 us. */
+#define RING_INFLIGHT_SPIN_NS 2000000ull
+
 static void ring_wakes_watch(pj_server *s, int on);
 
 static void on_ring_spin(uv_idle_t *h)
 {
     pj_server *s = h->data;
-    if (s->ring_inflight == 0 && pj_now_ns() >= s->ring_spin_until) {
+    const uint64_t now = pj_now_ns();
+    if (now >= s->ring_spin_until &&
+        (s->ring_inflight == 0 || now >= s->ring_spin_until + RING_INFLIGHT_SPIN_NS)) {
         uv_idle_stop(h);
         ring_wakes_watch(s, 1);
     }

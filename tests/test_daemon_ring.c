@@ -1055,6 +1055,54 @@ static void on_done(projd_request *req, void *arg)
     pthread_mutex_unlock(&log->mu);
 }
 
+/* The CPU time pid has used (user + system), in seconds; -1 if unread. */
+static double proc_cpu_s(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the name may hold spaces */
+    unsigned long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* A ring request that runs long (here 1 s of cpu.min_op_us; a client's
+ * event recorded late, or never by one that died, on the cuda backend)
+ * does not keep the daemon's loop spinning all that time: it polls for
+ * 2 ms past the last ring traffic, then sleeps until the completion wakes
+ * it. Spinning is on (spin_min_cores 0) even on a small machine. */
+START_TEST(loop_sleeps_through_a_long_ring_request)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path,
+              "{\"cpu\": {\"threads\": 1, \"min_op_us\": 1000000}, \"ring\": "
+              "{\"spin_min_cores\": 0}}");
+    lib_ctx t;
+    lib_open(&t, d.url, 1, 4);
+    projd_error e;
+    lib_stage(&t, 0);
+    projd_op op = lib_op(&t, 0);
+    const double cpu0 = proc_cpu_s(d.pid);
+    const long long t0 = pjd_now_ms();
+    ck_assert_msg(projd_project(t.c, &op, 1, 0, NULL, &e) == 0, "%s", e.msg);
+    const double wall = (double)(pjd_now_ms() - t0) / 1e3, cpu = proc_cpu_s(d.pid) - cpu0;
+    lib_verify(&t, 0);
+    ck_assert(cpu0 >= 0);
+    ck_assert_double_ge(wall, 0.9);
+    ck_assert_msg(cpu < 0.4 * wall, "the daemon used %.2f s of CPU in a %.2f s ring request", cpu,
+                  wall);
+    lib_close(&t);
+    pjd_stop(&d);
+}
+END_TEST
+
 START_TEST(libprojd_ring)
 {
     pj_dproc d;
@@ -1626,6 +1674,7 @@ int main(void)
         {"wake_drain_is_bounded", wake_drain_is_bounded},
         {"tail_taken_back", tail_taken_back},
         {"libprojd_ring", libprojd_ring},
+        {"loop_sleeps_through_a_long_ring_request", loop_sleeps_through_a_long_ring_request},
         {"libprojd_ring_callback_submits", libprojd_ring_callback_submits},
         {"libprojd_ring_from_env", libprojd_ring_from_env},
         {"ring_spinning", ring_spinning},
