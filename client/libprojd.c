@@ -1405,6 +1405,12 @@ static void *ring_reaper(void *arg)
             break;
         }
         if (pj_ring_state(&rc->ring) == PJ_RING_STATE_CLOSED) {
+            /* A reply pushed between the pops above and the closing is
+             * still taken: only what never came fails. */
+            pthread_mutex_lock(&rc->reap_mu);
+            while (pj_ring_pop(&rc->ring, PJ_RING_CQ, rc->rbuf, cap, &len) == 0)
+                ring_take_reply(rc, rc->rbuf, len);
+            pthread_mutex_unlock(&rc->reap_mu);
             ring_fail_all(rc, -ECONNRESET, "projd dropped the ring; later requests go over nng");
             break;
         }

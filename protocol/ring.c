@@ -290,12 +290,17 @@ int pj_ring_wait(pj_ring *r, int q, uint64_t spin_ns, int timeout_ms, const int 
             left = 100000000ull;
         struct timespec ts = {.tv_sec = (time_t)(left / 1000000000ull),
                               .tv_nsec = (long)(left % 1000000000ull)};
-        futex(tail_w(r, q), FUTEX_WAIT, seen, &ts);
+        long woke = futex(tail_w(r, q), FUTEX_WAIT, seen, &ts);
         __atomic_store_n(doze, 0, __ATOMIC_RELAXED);
         if (pj_ring_pending(r, q))
             return 0;
         if (stopped(stop))
             return -EINTR;
+        /* Woken with nothing to take: a kick that means the ring's state
+         * changed (the daemon closed it), which the caller must look at
+         * now, not after the rest of its wait. */
+        if (woke == 0)
+            return -EAGAIN;
     }
 }
 

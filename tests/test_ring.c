@@ -206,6 +206,20 @@ START_TEST(kick_wakes_sleeper)
     pj_ring_kick(&cl, PJ_RING_CQ);
     pthread_join(th, NULL);
     ck_assert_int_eq(s.rc, -EINTR);
+    /* A kick with no stop and nothing to take (the daemon closing the
+     * ring): the sleeper returns at once to look, not after its 10 s. */
+    s = (sleeper){.r = &cl, .rc = 1};
+    ck_assert_int_eq(pthread_create(&th, NULL, sleeper_main, &s), 0);
+    usleep(50000);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pj_ring_set_state(&dm, PJ_RING_STATE_CLOSED);
+    pj_ring_kick(&dm, PJ_RING_CQ);
+    pthread_join(th, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    ck_assert_int_eq(s.rc, -EAGAIN);
+    ck_assert_int_eq(pj_ring_state(&cl), PJ_RING_STATE_CLOSED);
+    ck_assert_int_lt(t1.tv_sec - t0.tv_sec, 5);
     munmap(base, pj_ring_bytes(2, 2048));
 }
 END_TEST

@@ -119,7 +119,10 @@ int pjt_ring_roundtrip(pjt_client *c, const void *msg, size_t len)
     int rc = pj_ring_push(&c->ring, PJ_RING_SQ, msg, len);
     if (rc != 0)
         return rc;
-    rc = pj_ring_wait(&c->ring, PJ_RING_CQ, 20000, c->timeout_ms, NULL);
+    /* woken with nothing there: the daemon closed the ring, or nothing */
+    while ((rc = pj_ring_wait(&c->ring, PJ_RING_CQ, 20000, c->timeout_ms, NULL)) == -EAGAIN)
+        if (pj_ring_state(&c->ring) == PJ_RING_STATE_CLOSED)
+            return -ECONNRESET;
     if (rc != 0)
         return rc;
     size_t cap = pj_ring_msg_max(&c->ring), got = 0;

@@ -110,7 +110,7 @@ int pjt_ring_attach(pjt_client *c, uint32_t slots, uint32_t slot_bytes);
 int pjt_ring_attach_raw(pjt_client *c, const pj_ring_attach *a);
 /* Send bytes through the ring and wait for the reply there (c->rh,
  * c->body), whatever their type. 0, -ETIMEDOUT, -EAGAIN (the submission
- * queue is full), -EPROTO. */
+ * queue is full), -ECONNRESET (the daemon closed the ring), -EPROTO. */
 int pjt_ring_roundtrip(pjt_client *c, const void *msg, size_t len);
 
 #endif
