@@ -74,6 +74,10 @@ struct projd_conn {
     unsigned nng_live;
     pthread_cond_t idle; /* nng_live reached 0, or sock_closed set */
     int sock_closed;     /* close_sock returned (close_sock_bounded), under mu */
+    /* A RING_ATTACH was sent and then failed here (its reply timed out or
+     * made no sense): the daemon may hold that ring for the connection's
+     * life, and refuses another one in terms that would not say why. */
+    atomic_int ring_unsure;
 };
 
 struct projd_buffer {
@@ -1443,6 +1447,11 @@ int projd_ring_attach(projd_conn *c, uint32_t slots, projd_error *e)
         return conn_forked_fail("ring", e);
     if (c->ring)
         return fail(e, -EALREADY, "ring: this connection has one already");
+    if (atomic_load(&c->ring_unsure))
+        return fail(e, -EALREADY,
+                    "ring: an earlier RING_ATTACH on this connection failed after it was sent, "
+                    "and the daemon may hold that ring until the connection closes: connect "
+                    "again to attach one");
     if (slots == 0)
         slots = PJ_RING_DEFAULT_SLOTS;
     uint32_t slot_bytes = ring_slot_bytes(&c->info);
@@ -1495,8 +1504,18 @@ int projd_ring_attach(projd_conn *c, uint32_t slots, projd_error *e)
     uint64_t rid = projd_next_req_id(c);
     pj_enc_ring_attach(&w, rid, &a);
     projd_request *r;
-    int rcode = call(c, &w, "RING_ATTACH", PJ_MSG_RING_ATTACHED, rid, &r, e);
+    int rcode =
+        req_submit(c, &w, "RING_ATTACH", PJ_MSG_RING_ATTACHED, rid, 0, NULL, NULL, 1, &r, e);
     pj_wbuf_free(&w);
+    if (rcode == 0) {
+        rcode = projd_request_wait(r, NULL, e);
+        /* A refusal (a status) leaves no ring there; a local failure once
+         * sent (a timeout) may have come after the daemon attached it. */
+        if (rcode < 0)
+            atomic_store(&c->ring_unsure, 1);
+        if (rcode)
+            projd_request_free(r);
+    }
     /* The daemon has opened it by now, or never will. */
     if (have_wake)
         unlink(wake_path);
@@ -1510,6 +1529,7 @@ int projd_ring_attach(projd_conn *c, uint32_t slots, projd_error *e)
     rcode = pj_dec_ring_attached(b, len, &rep, err, sizeof err);
     projd_request_free(r);
     if (rcode != PJ_OK) {
+        atomic_store(&c->ring_unsure, 1);
         ring_cli_free(rc);
         return fail(e, -EPROTO, "reply to RING_ATTACH: %s", err);
     }

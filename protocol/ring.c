@@ -260,8 +260,13 @@ int pj_ring_wait(pj_ring *r, int q, uint64_t spin_ns, int timeout_ms, const int 
             return 0;
         if (stopped(stop))
             return -EINTR;
-        if ((i & 63) == 63 && mono_ns() - t0 >= spin_ns)
-            break;
+        /* the spin ends at the wait's deadline too: a spin longer than
+         * the timeout (ring.spin_us is up to 1 s) must not overrun it */
+        if ((i & 63) == 63) {
+            const uint64_t now = mono_ns();
+            if (now - t0 >= spin_ns || now >= deadline)
+                break;
+        }
         pj_cpu_relax();
     }
     uint32_t *doze = doze_w(r, q);

@@ -1056,6 +1056,17 @@ START_TEST(test_fake_silent_timeout)
     ck_assert_ptr_nonnull(strstr(e.msg, "300 ms"));
     ck_assert_double_ge(seconds_since(&t0), 0.29);
 
+    /* A RING_ATTACH that timed out may have been attached there: another
+     * one is refused here, saying why, even once the daemon answers. */
+    ck_assert_int_eq(projd_ring_attach(c, 2, &e), -ETIMEDOUT);
+    atomic_store(&f->mode, FAKE_NORMAL);
+    ck_assert_int_eq(projd_ring_attach(c, 2, &e), -EALREADY);
+    ck_assert_msg(strstr(e.msg, "failed after it was sent") && strstr(e.msg, "connect again"), "%s",
+                  e.msg);
+    ck_assert_int_eq(projd_ring_active(c), 0);
+    ck_assert_int_eq(projd_ping(c, &e), 0); /* nng goes on */
+    atomic_store(&f->mode, FAKE_SILENT);
+
     /* Async: completes with the timeout, callback runs once. */
     cb_count cc = {0};
     projd_op op = {.layer = 0, .m = 1, .n = 1, .x_buf = 1, .x_ld = 32, .y_buf = 1, .y_ld = 1};

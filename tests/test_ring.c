@@ -169,6 +169,12 @@ START_TEST(wait_timeout_and_stop)
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
     ck_assert_double_ge(ms, 45);
+    /* A spin longer than the timeout ends at the timeout (it ran its 5 s). */
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ck_assert_int_eq(pj_ring_wait(&dm, PJ_RING_SQ, 5000000000ull, 50, NULL), -ETIMEDOUT);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    ck_assert_msg(ms >= 45 && ms < 2500, "a 50 ms wait spinning 5 s took %.0f ms", ms);
     int stop = 1;
     ck_assert_int_eq(pj_ring_wait(&dm, PJ_RING_SQ, 0, 1000, &stop), -EINTR);
     ck_assert_int_eq(pj_ring_push(&cl, PJ_RING_SQ, "m", 1), 0);
