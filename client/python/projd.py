@@ -1033,10 +1033,14 @@ class Request:
     """An asynchronous PROJECT (projd_project_async), future-like.
 
     done() polls, wait() blocks until it completed and returns the Result
-    (or raises ProjdError, every time it is called), close() cancels a
-    request still running and frees it (also on garbage collection).
-    The request stays valid after its client closes (it completes with an
-    error then)."""
+    (or raises ProjdError, every time it is called), close() stops
+    waiting for it and frees it (also on garbage collection). The protocol
+    has no cancel: a request the daemon has taken runs there to its end
+    and writes its outputs, also after close() or a timeout here, so keep
+    its buffers (a later request on the connection finishing says it has
+    run: the daemon runs a connection's requests in order). The request
+    stays valid after its client closes (it completes with an error
+    then)."""
 
     def __init__(self, handle: int, buffers: List["ShmBuffer"], n_ops: int):
         self._h = handle
@@ -1083,7 +1087,8 @@ class Request:
     result = wait
 
     def close(self) -> None:
-        """Cancel if still running, and free (idempotent)."""
+        """Stop waiting and free (idempotent); the daemon still runs a
+        request it has taken (see the class)."""
         if self._guard.close():
             load_library().projd_request_free(self._h)
             self._h = None

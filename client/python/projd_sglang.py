@@ -174,6 +174,12 @@ class _Registrations:
         self.events = {}  # device index -> _Events
         self.events_ok = True  # until the daemon refuses them (E_FLAGS)
         self.ops = None  # projd.PackedOps, made on first use
+        # device -> tensors of requests that failed here once sent (a
+        # timeout): the daemon may still run them, reading x and writing
+        # y, so their memory must not go back to torch's allocator until a
+        # later request on the connection has been waited for (it runs the
+        # connection's requests in order).
+        self.orphans = {}
         # Something was unregistered since the connection's work last read
         # done: the daemon may still count it (held by launched work).
         self.may_hold = False
@@ -184,9 +190,15 @@ class _Registrations:
         current meanwhile). The caller holds self.lock until its request is
         answered, so no other thread evicts the ids it uses meanwhile."""
         aid, base = projd.cuda_allocation(ptr)
-        known = self.ids.get(aid) if aid else None
+        key = aid
+        if not aid:
+            # No id from the driver: the IPC handle names the allocation
+            # (what _register keys it by), and its base is the region's.
+            region = projd.cuda_describe(ptr)
+            key, base = region.handle, region.base
+        known = self.ids.get(key)
         if known is not None:
-            self.ids.move_to_end(aid)
+            self.ids.move_to_end(key)
             return known[1], ptr - known[0]
         if device is not None:
             # Only a registration needs the device current (the IPC handle
@@ -359,6 +371,15 @@ def release_registrations(client: "projd.Client") -> None:
         client = after  # the connections that replaced it (reconnects)
 
 
+def _answers(client: "projd.Client") -> bool:
+    """Does the daemon still answer on client (a PING)?"""
+    try:
+        client.ping()
+        return True
+    except (projd.ProjdError, ValueError):
+        return False
+
+
 def _lost(e: "projd.ProjdError") -> bool:
     """Is e the error of a connection that projd dropped (it exited or
     restarted), or of one whose daemon is stopping (E_SHUTDOWN: it
@@ -501,6 +522,28 @@ _successors_lock = threading.Lock()
 class ProjdLinearMethod:
     """An SGLang linear method whose matmul runs in projd (layer `layer`)."""
 
+    # The connection and the daemon's layer on it, one attribute: apply()
+    # reads both at once while another thread's reconnect may replace
+    # them (two attributes could be read as the old connection with the
+    # new daemon's layer index).
+    _conn = (None, None)
+
+    @property
+    def client(self) -> "projd.Client":
+        return self._conn[0]
+
+    @client.setter
+    def client(self, client) -> None:
+        self._conn = (client, self._conn[1])
+
+    @property
+    def L(self):
+        return self._conn[1]
+
+    @L.setter
+    def L(self, L) -> None:
+        self._conn = (self._conn[0], L)
+
     def __init__(self, layer: str, client: "projd.Client"):
         if not isinstance(client, projd.Client):
             raise TypeError("client must be a projd.Client, not %s" % type(client).__name__)
@@ -599,18 +642,39 @@ class ProjdLinearMethod:
                 # thread's reconnect may move self.client meanwhile, and
                 # buffer ids registered on one connection mean other
                 # memory (or nothing) on the next.
-                client, L = self.client, self.L
+                client, L = self._conn
                 reg = _registry(client)
                 try:
                     with reg.lock:
-                        xb, xo = reg.lookup(x2.data_ptr(), device)
-                        yb, yo = reg.lookup(y.data_ptr(), device)
-                        self._run(reg, client, L, torch, device, (xb, xo, ld, yb, yo, n), m)
+                        try:
+                            xb, xo = reg.lookup(x2.data_ptr(), device)
+                            yb, yo = reg.lookup(y.data_ptr(), device)
+                            self._run(reg, client, L, torch, device, (xb, xo, ld, yb, yo, n), m)
+                        except projd.ProjdError as e:
+                            if e.code < 0:  # failed here, maybe once sent
+                                reg.orphans.setdefault(device, []).append((x, x2, y))
+                            raise
+                        # The stream waits for this request, and so for
+                        # every earlier one of the connection.
+                        reg.orphans.pop(device, None)
                     break
+                except ValueError:
+                    # Another thread moved this method to a successor and
+                    # closed the connection read above: go on there.
+                    if attempt >= RECONNECT_TRIES - 1 or not client.closed or self.client is client:
+                        raise
                 except projd.ProjdError as e:
+                    if attempt >= RECONNECT_TRIES - 1:
+                        raise
+                    # The ring dropped by a daemon that still serves the
+                    # connection (ECONNRESET too): again on it, over nng;
+                    # it runs the connection's requests in order, so the
+                    # stream's wait for this one covers the dropped one.
+                    if e.code == -errno.ECONNRESET and _answers(client):
+                        continue
                     # Again on the successor, which another method may have
                     # joined before a second restart lost it too.
-                    if attempt >= RECONNECT_TRIES - 1 or not _lost(e):
+                    if not _lost(e):
                         raise
                     # Replies come at launch, so the daemon may have died
                     # with work it had answered unfinished: an earlier
@@ -658,8 +722,7 @@ class ProjdLinearMethod:
             except BaseException:
                 _leave(new)  # this method stays on lost
                 raise
-            self.L = L
-            self.client = new
+            self._conn = (new, L)
         _leave(lost)
 
     def _requests(self, reg, client, L, xy, m):

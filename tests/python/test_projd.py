@@ -1464,6 +1464,31 @@ class SglangRegistrationCacheTests(unittest.TestCase):
         self.assertEqual(sorted(c.live.values()), [b"h3", b"h4"])
 
 
+    def test_allocations_without_a_driver_id(self):
+        # A driver that gives no allocation id: the registration is keyed by
+        # the IPC handle, found again by it (one REGISTER, not one per
+        # apply), and dropped when another allocation comes at its base.
+        c = self.FakeClient(max_buffers=64)
+        reg = self.mod._Registrations(c)
+        handles = {0x1000: b"first"}
+
+        def allocation(ptr):
+            return 0, 0
+
+        def describe(ptr):
+            base = 0x1000
+            return projd.CudaRegion(base, 0x1000, ptr - base, 0, handles[base], bytes(16))
+
+        projd.cuda_allocation, projd.cuda_describe = allocation, describe
+        for i in range(5):
+            self.assertEqual(reg.lookup(0x1000 + 16 * i), (1, 16 * i))
+        self.assertEqual(c.log, [("register", b"first")])
+        handles[0x1000] = b"second"  # freed, and a new allocation there
+        self.assertEqual(reg.lookup(0x1004), (2, 4))
+        self.assertEqual(c.log[1:], [("unregister", b"first"), ("register", b"second")])
+        self.assertEqual(list(c.live.values()), [b"second"])
+
+
 class SglangPackingTests(unittest.TestCase):
     """How apply() cuts m rows into ops and requests (no torch, no daemon):
     at most max_m rows per op and max_ops_per_request ops per request, each
@@ -1606,6 +1631,10 @@ class SglangApplyTests(unittest.TestCase):
         def layer(self, name):
             return type("Lay", (), {"index": 0, "k": 192, "n": 256, "name": name})()
 
+        def ping(self):
+            self._check_lost()
+            return 0.0
+
         def close(self):
             self.closed = True
 
@@ -1724,6 +1753,81 @@ class SglangApplyTests(unittest.TestCase):
         del wrapped[:]
         logged.apply(layer, self.alloc(4, 192))
         self.assertEqual((len(wrapped), len(calls)), (1, 1), "apply() not called through both wrappers")
+
+    def fail_next_project(self, code, name, then=None):
+        """The next request fails here with code (once sent, as a timeout
+        does); then() runs first."""
+        def fail():
+            self.client.on_project = None
+            if then:
+                then()
+            raise projd.ProjdError(code, name, "%s in the test" % name)
+
+        self.client.on_project = fail
+
+    def test_failed_request_keeps_its_tensors_until_a_later_one(self):
+        # A request that timed out here may still run in the daemon (it has
+        # no cancel): x, its copy and y stay referenced, not handed back to
+        # torch's allocator for another tensor the daemon would then write,
+        # until a later request on the connection is waited for (requests
+        # of a connection run in order).
+        x = self.alloc(4, 192)
+        self.fail_next_project(-errno.ETIMEDOUT, "ETIMEDOUT")
+        with self.assertRaises(projd.ProjdError) as cm:
+            self.meth.apply(self.layer, x)
+        self.assertEqual(cm.exception.code, -errno.ETIMEDOUT)
+        reg = self.mod._registry(self.client)
+        kept = reg.orphans[0]
+        self.assertEqual(len(kept), 1)
+        self.assertIs(kept[0][0], x)
+        self.assertEqual(kept[0][2].shape, (4, 256))
+        # A refusal (a status) ran nothing: nothing more kept.
+        self.fail_next_project(projd.Status.E_LAYER, "E_LAYER")
+        with self.assertRaises(projd.ProjdError):
+            self.meth.apply(self.layer, x)
+        self.assertEqual(len(reg.orphans[0]), 1)
+        self.stream.log.clear()
+        y = self.meth.apply(self.layer, x)
+        self.assertEqual(y.shape, (4, 256))
+        self.assertEqual(self.stream.log[-1], ("wait", reg.events[0].y_done.name))
+        self.assertNotIn(0, reg.orphans, "kept past a request that was waited for")
+
+    def test_dropped_ring_retried_on_the_same_connection(self):
+        # ECONNRESET from a daemon that still answers (it dropped the ring):
+        # no reconnect; the request goes again on the same connection.
+        connects = []
+        self.use_connect(lambda *a: connects.append(a))
+        self.fail_next_project(-errno.ECONNRESET, "ECONNRESET")
+        y = self.meth.apply(self.layer, self.alloc(4, 192))
+        self.assertEqual(y.shape, (4, 256))
+        self.assertEqual(connects, [])
+        self.assertIs(self.meth.client, self.client)
+        self.assertEqual(self.client.requests, [1, 1])  # the dropped one, then again
+
+    def test_connection_closed_by_another_threads_move(self):
+        # Another thread found the connection lost, moved this method to a
+        # successor and closed it between this apply()'s read of the
+        # connection and its request: the ValueError of the closed client
+        # sends the request to the successor.
+        new = self.Client()
+
+        def moved():
+            self.meth._conn = (new, self.meth.L)
+            self.client.closed = True
+
+        def closed():
+            self.client.on_project = None
+            moved()
+            raise ValueError("projd client is closed")
+
+        self.client.on_project = closed
+        y = self.meth.apply(self.layer, self.alloc(4, 192))
+        self.assertEqual(y.shape, (4, 256))
+        self.assertEqual(new.requests, [1])
+        # A ValueError of a connection still in use is the caller's.
+        new.on_project = lambda: (_ for _ in ()).throw(ValueError("something else"))
+        with self.assertRaises(ValueError):
+            self.meth.apply(self.layer, self.alloc(4, 192))
 
     def test_release_racing_apply_leaves_nothing_registered(self):
         x = self.alloc(4, 192)
