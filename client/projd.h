@@ -310,7 +310,10 @@ void projd_request_free(projd_request *req);
  * callback runs on the reaper, which would have to free the slot or take
  * the reply itself). A daemon that refuses
  * the ring answers E_TYPE (older daemons, ring.enabled = 0), E_LIMIT or
- * E_REGISTER, and the connection stays usable over nng. If the daemon
+ * E_REGISTER, and the connection stays usable over nng (an attach that
+ * fails here once sent, a timeout, may have left the ring attached there:
+ * later attaches on the connection fail -EALREADY saying so; connect
+ * again for a ring). If the daemon
  * drops the ring later, pending requests fail with -ECONNRESET and later
  * ones go over nng (unless the connection was lost: then they fail too).
  * $PROJD_RING=1 (or a slot count) makes projd_connect
