@@ -149,6 +149,9 @@ typedef struct cu_pend {
     pj_backend_stream *wbs;
     cudaEvent_t wait_ev;
     uint32_t launches; /* charged to its lane's budget (CU_LANE_LAUNCHES) */
+    /* ev could not be recorded: the completion thread waits for the whole
+     * stream instead (ev holds an earlier, finished record) */
+    int sync_stream;
 } cu_pend;
 
 typedef struct cu_state cu_state;
@@ -227,6 +230,9 @@ struct pj_backend_stream {
 struct cu_state {
     pj_backend *b;
     int dev;
+    /* dev's context made (select_device): before it, a start that fails
+     * calls nothing that would make one on device 0, another instance's */
+    int ctx_ready;
     struct cudaDeviceProp prop;
     pj_dev_limits lim;
     char uuid_str[48];
@@ -482,6 +488,7 @@ static int select_device(cu_state *st, char *err, size_t errlen)
         snprintf(err, errlen, "device %d: %s", dev, t);
         return -ENODEV;
     }
+    st->ctx_ready = 1;
     st->dev = dev;
     memcpy(st->b->device_uuid, st->prop.uuid.bytes, PJ_WIRE_UUID_SIZE);
     uuid_format(st->b->device_uuid, st->uuid_str, sizeof st->uuid_str);
@@ -1466,7 +1473,8 @@ static void *completion_main(void *arg)
         }
         cu_pend *p = &ln->ring[ln->head];
         pthread_mutex_unlock(&ln->mu);
-        cudaError_t ce = wait_event(p->ev, ln->st->spin_ns);
+        cudaError_t ce =
+            p->sync_stream ? cudaStreamSynchronize(ln->s) : wait_event(p->ev, ln->st->spin_ns);
         complete(ln, p, ce);
         pthread_mutex_lock(&ln->mu);
         ln->head = (ln->head + 1) % CU_RING;
@@ -2305,6 +2313,7 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
     p->bufs = bufs;
     p->n_bufs = 0;
     p->launches = charge;
+    p->sync_stream = 0;
     int wait_locked = 0;
     if (job->flags & PJ_PF_WAIT_EVENT) {
         cudaEvent_t ev = conn_event(bs, job->wait_event, msg, sizeof msg);
@@ -2434,10 +2443,12 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
             mark_dead(st, t);
         } else {
             /* Unrecorded, p->ev still holds an earlier (finished) record:
-             * the completion thread would finish this job at once and the
-             * server would release buffers its work still uses. Wait for
-             * the stream here instead (a rare path; the loop waits). */
-            cudaStreamSynchronize(ln->s);
+             * waiting on it would finish this job at once and the server
+             * would release buffers its work still uses. The completion
+             * thread waits for the whole stream instead: not the loop,
+             * which would wait, holding wait_mu, for whatever client
+             * event the stream waits on (a dead client's: for good). */
+            p->sync_stream = 1;
             cudaGetLastError();
         }
     }
@@ -2703,7 +2714,7 @@ static void cu_close(pj_backend *b)
         pthread_mutex_unlock(&ln->mu);
         pthread_join(ln->th, NULL);
     }
-    if (!atomic_load(&st->dead))
+    if (st->ctx_ready && !atomic_load(&st->dead))
         cudaDeviceSynchronize();
     for (uint32_t i = 0; i < st->n_lanes; i++)
         lane_free(st->lanes[i]);
