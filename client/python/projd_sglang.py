@@ -221,16 +221,26 @@ class _Registrations:
             for a, (b, _) in self.ids.items()
             if (base and b == base) or (isinstance(a, int) and projd.cuda_allocation(b)[0] != a)
         ]:
-            self.client.unregister(self.ids.pop(stale)[1])
-            self.may_hold = True
+            self._unregister(stale)
         region = projd.cuda_describe(ptr)  # refuses what cannot be shared, saying why
         while len(self.ids) >= self.limit:
-            _, (_, old) = self.ids.popitem(last=False)
-            self.client.unregister(old)
-            self.may_hold = True
+            self._unregister(next(iter(self.ids)))  # the least recently used
         buf = self._register_region(region)
         self.ids[aid or region.handle] = (region.base, buf)
         return buf, region.offset
+
+    def _unregister(self, key) -> None:
+        """UNREGISTER the cached allocation key; dropped from the cache once
+        the daemon has let it go (or lost it with the connection): one whose
+        UNREGISTER failed otherwise (a timeout) stays, to be tried again,
+        rather than be held by the daemon with nothing here naming it."""
+        try:
+            self.client.unregister(self.ids[key][1])
+        except projd.ProjdError as e:
+            if not _lost(e):
+                raise
+        del self.ids[key]
+        self.may_hold = True
 
     def _register_region(self, region: "projd.CudaRegion") -> int:
         """REGISTER region. A buffer this cache unregistered while launched

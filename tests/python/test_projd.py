@@ -1464,6 +1464,29 @@ class SglangRegistrationCacheTests(unittest.TestCase):
         self.assertEqual(sorted(c.live.values()), [b"h3", b"h4"])
 
 
+    def test_failed_unregister_stays_cached(self):
+        # An UNREGISTER that fails (a timeout) leaves the entry, tried again
+        # at the next eviction, instead of a daemon buffer nothing names.
+        c = self.FakeClient(max_buffers=10)  # the cache keeps 2
+        reg = self.mod._Registrations(c)
+        for aid in (1, 2, 3):
+            self.allocs[0x1000 * aid] = (aid, 0x100)
+        reg.lookup(0x1000)
+        reg.lookup(0x2000)
+        real = c.unregister
+
+        def timeout(buf):
+            c.unregister = real
+            raise ProjdError(-errno.ETIMEDOUT, "ETIMEDOUT", "UNREGISTER timed out")
+
+        c.unregister = timeout
+        with self.assertRaises(ProjdError):
+            reg.lookup(0x3000)  # evicts h1: its UNREGISTER times out
+        self.assertEqual(list(reg.ids), [1, 2])
+        self.assertEqual(reg.lookup(0x3000), (3, 0))
+        self.assertEqual(sorted(c.live.values()), [b"h2", b"h3"])
+        self.assertEqual(list(reg.ids), [2, 3])
+
     def test_allocations_without_a_driver_id(self):
         # A driver that gives no allocation id: the registration is keyed by
         # the IPC handle, found again by it (one REGISTER, not one per
