@@ -231,14 +231,29 @@ static int build_config(const cli *a, pj_config *cfg, char *err, size_t errlen)
     return rc;
 }
 
+/* A closed signal handle leaves its signal to the default action (libuv
+ * restores SIG_DFL): the teardown after the loop (the closer's wait, the
+ * backend's and nng's, several seconds at most) would die of a SIGHUP, or
+ * of a second SIGTERM, instead of exiting with its code, and systemd takes
+ * a death by SIGTERM or SIGHUP for a clean stop (no Restart=on-failure
+ * after a fatal error). Ignored from here: the stop is under way. */
+static void on_signal_closed(uv_handle_t *h)
+{
+    daemon_state *d = h->data;
+    int signum = h == (uv_handle_t *)&d->sig_term  ? SIGTERM
+                 : h == (uv_handle_t *)&d->sig_int ? SIGINT
+                                                   : SIGHUP;
+    signal(signum, SIG_IGN);
+}
+
 static void on_server_stopped(void *arg, int exit_code)
 {
     daemon_state *d = arg;
     d->exit_code = exit_code;
     pj_server_set_exit_code(exit_code);
-    uv_close((uv_handle_t *)&d->sig_term, NULL);
-    uv_close((uv_handle_t *)&d->sig_int, NULL);
-    uv_close((uv_handle_t *)&d->sig_hup, NULL);
+    uv_close((uv_handle_t *)&d->sig_term, on_signal_closed);
+    uv_close((uv_handle_t *)&d->sig_int, on_signal_closed);
+    uv_close((uv_handle_t *)&d->sig_hup, on_signal_closed);
 }
 
 static void on_stop_signal(uv_signal_t *h, int signum)

@@ -1065,6 +1065,11 @@ START_TEST(release_off_the_loop)
     pjt_close(&c);
     long long t0 = pjd_now_ms();
     ck_assert_int_eq(pj_dproc_signal(&d, SIGTERM), 0);
+    /* In the teardown after the loop (1 s into the closer's 3 s wait): a
+     * SIGHUP and another SIGTERM do not end it by their default action. */
+    pjd_sleep_ms(1000);
+    ck_assert_int_eq(pj_dproc_signal(&d, SIGHUP), 0);
+    ck_assert_int_eq(pj_dproc_signal(&d, SIGTERM), 0);
     ck_assert_int_eq(pj_dproc_wait_exit(&d, 20000), 0);
     if (pj_dproc_exit_code(&d) != 0)
         pj_dproc_dump_log(&d);
