@@ -551,8 +551,9 @@ static int serve(daemon_state *d, const char *url)
         uv_run(&loop, UV_RUN_DEFAULT);
     } else if ((rc = pj_server_listen(d->server, err, sizeof err)) != 0) {
         pj_log_err("%s", err);
-        pj_notify_status("cannot listen: %s", err);
-        pj_server_drain(d->server);
+        char reason[1100];
+        snprintf(reason, sizeof reason, "cannot listen: %s", err);
+        pj_server_drain_failed(d->server, reason);
         uv_run(&loop, UV_RUN_DEFAULT);
         d->exit_code = 1;
     } else {

@@ -208,6 +208,7 @@ struct pj_server {
     double reload_unix;      /* CLOCK_REALTIME, seconds */
     uint64_t reload_mono_ns; /* pj_now_ns() */
     char reload_msg[512];
+    char stop_reason[400]; /* why a failure's drain stops projd ("" for a stop signal's) */
 };
 
 #define EXIT_GUARD_S 5
@@ -553,7 +554,10 @@ static void send_error(pj_server *s, origin o, uint64_t req_id, int code, uint32
 
 static void send_status(pj_server *s)
 {
-    if (s->draining)
+    if (s->draining && s->stop_reason[0])
+        pj_notify_status("%s; draining: %" PRIu64 " requests in flight, %u connections",
+                         s->stop_reason, s->inflight, s->conns.count);
+    else if (s->draining)
         pj_notify_status("draining: %" PRIu64 " requests in flight, %u connections", s->inflight,
                          s->conns.count);
     else if (s->wd_withheld && s->wd_lost) /* what systemctl status shows until the restart */
@@ -698,11 +702,11 @@ static void fatal_stop(pj_server *s, const char *msg)
         return;
     s->fatal = 1;
     pj_log_err("backend %s: fatal error, exiting: %s", s->be->ops->name, msg);
-    pj_notify_status("fatal backend error: %s", msg);
     s->exit_code = 1;
     pj_server_set_exit_code(1);
-    if (!s->draining)
-        pj_server_drain(s);
+    char why[sizeof s->stop_reason];
+    snprintf(why, sizeof why, "fatal backend error: %s", msg);
+    pj_server_drain_failed(s, why);
 }
 
 static void finish_req(pj_server *s, pj_req *r);
@@ -1799,7 +1803,13 @@ void pj_server_drain(pj_server *s)
     pthread_mutex_unlock(&s->mu);
     pj_log_info("draining: %" PRIu64 " requests in flight, %u connections", s->inflight,
                 s->conns.count);
-    pj_notify_stopping("draining");
+    if (s->stop_reason[0]) {
+        char status[sizeof s->stop_reason + 16];
+        snprintf(status, sizeof status, "%s; draining", s->stop_reason);
+        pj_notify_stopping(status);
+    } else {
+        pj_notify_stopping("draining");
+    }
     if (!s->sock_open) { /* never listened */
         s->stopping = 1;
         stop_now(s);
@@ -1807,6 +1817,16 @@ void pj_server_drain(pj_server *s)
     }
     uv_timer_start(&s->timer, on_drain_timeout, DRAIN_TIMEOUT_MS, 0);
     check_drain(s);
+}
+
+void pj_server_drain_failed(pj_server *s, const char *why)
+{
+    if (!s->stop_reason[0]) /* the first failure is the one to tell */
+        snprintf(s->stop_reason, sizeof s->stop_reason, "%s", why);
+    if (s->draining)
+        pj_notify_status("%s; draining", s->stop_reason);
+    else
+        pj_server_drain(s);
 }
 
 /* ---- the loop side of the queue ----------------------------------------------------- */

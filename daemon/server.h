@@ -87,6 +87,11 @@ void pj_server_note_reload(pj_server *s, pj_reload_result r, const char *message
  * call the stopped callback. Idempotent. */
 void pj_server_drain(pj_server *s);
 
+/* A drain for a failure (why: "fatal backend error: ...", "cannot listen:
+ * ..."): as pj_server_drain, and systemd's STATUS= keeps saying why
+ * while it drains, and after ("draining" alone would replace it). */
+void pj_server_drain_failed(pj_server *s, const char *why);
+
 /* Free (after the stopped callback, or when listen failed). Returns 1
  * when buffer releases still wait for the device (daemon/closer.h): the
  * backend must then not be closed (a release still uses it); the caller

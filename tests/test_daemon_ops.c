@@ -963,6 +963,23 @@ START_TEST(signals_during_the_start)
     pjt_shm_destroy(&z);
     pjt_close(&cl);
     ck_assert_int_eq(pj_dproc_stop(&d, 30000), 0);
+
+    /* A start that cannot listen (a directory made at the socket's path
+     * during the load): exit 1, and the STATUS= systemd keeps (with
+     * STOPPING=1, and while it drains) says why, not "draining". */
+    d.notes[0] = 0;
+    setenv("PROJD_START_PAUSE_MS", "300", 1);
+    ck_assert_int_eq(pj_dproc_spawn(&d, NULL, 0, 0, err, sizeof err), 0);
+    unsetenv("PROJD_START_PAUSE_MS");
+    ck_assert_msg(pj_dproc_wait_notify(&d, "STATUS=loading model: layer 1 of ", 20000) == 0,
+                  "notes: %s", d.notes);
+    ck_assert_int_eq(mkdir(d.sock, 0700), 0);
+    ck_assert_int_eq(pj_dproc_wait_exit(&d, 20000), 0);
+    ck_assert_int_eq(pj_dproc_exit_code(&d), 1);
+    pj_dproc_wait_notify(&d, "STOPPING=1", 1000);
+    const char *stopping = strstr(d.notes, "STOPPING=1\nSTATUS=cannot listen: ");
+    ck_assert_msg(stopping && !strstr(stopping, "STATUS=draining"), "notes: %s", d.notes);
+    ck_assert_int_eq(rmdir(d.sock), 0);
     pj_dproc_cleanup(&d);
 }
 END_TEST
