@@ -2554,6 +2554,10 @@ void pj_server_note_reload(pj_server *s, pj_reload_result r, const char *message
     s->reload_unix = (double)ts.tv_sec + (double)(ts.tv_nsec / 1000000) / 1e3;
     s->reload_mono_ns = pj_now_ns();
     snprintf(s->reload_msg, sizeof s->reload_msg, "%s", message ? message : "");
+    /* The reload's outcome goes to STATUS= next (projd_main): a status
+     * update still pending from a connection before it would replace it
+     * within 250 ms; the next connection to come or go says its own. */
+    uv_timer_stop(&s->status_timer);
 }
 
 /* The shutdown's bound on releases still waiting for the device, inside

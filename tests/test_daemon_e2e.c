@@ -1450,6 +1450,21 @@ START_TEST(sighup_reload_outcome)
     reload_last(&t.c, result, message, sizeof result);
     ck_assert_str_eq(result, "applied");
     ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
+
+    /* A connection that came and went just before: its status update,
+     * still pending, does not replace the reload's outcome. */
+    pjt_client quick;
+    ck_assert_int_eq(pjt_connect(&quick, d.url, REPLY_MS), 0);
+    ck_assert_int_eq(pjt_hello(&quick, "quick"), PJ_OK);
+    pjt_close(&quick);
+    hup_and_notes(&d, "applied");
+    pjd_sleep_ms(500);
+    pj_dproc_wait_notify(&d, "(nothing)", 0);
+    const char *last = NULL;
+    for (const char *p = strstr(d.notes, "STATUS="); p; p = strstr(p + 1, "STATUS="))
+        last = p;
+    ck_assert_msg(last && !strncmp(last, "STATUS=serving; reload applied", 30), "notes: %s",
+                  d.notes);
     pjc_close(&t);
     pjd_stop(&d);
 }
