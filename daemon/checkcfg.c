@@ -93,33 +93,6 @@ static void check_socket(const char *url, int *n)
              lk.path);
 }
 
-/* Whether this process may give a file the group gid: root, a member, or
- * CAP_CHOWN (a unit's AmbientCapabilities=). */
-static int may_chgrp(gid_t gid)
-{
-    if (geteuid() == 0 || getegid() == gid)
-        return 1;
-    int ng = getgroups(0, NULL);
-    gid_t *groups = ng > 0 ? malloc((size_t)ng * sizeof *groups) : NULL;
-    int member = 0;
-    if (groups)
-        ng = getgroups(ng, groups);
-    for (int i = 0; groups && i < ng && !member; i++)
-        member = groups[i] == gid;
-    free(groups);
-    if (member)
-        return 1;
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    unsigned long long eff = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "CapEff: %llx", &eff) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return (eff & 1ull) != 0; /* CAP_CHOWN is capability 0 */
-}
-
 /* Listed uids and gids that neither own the socket nor share its group
  * are turned away by the file's mode before projd's own check sees them,
  * unless "other" may write it (a connect needs write permission alone).
@@ -148,16 +121,10 @@ static int check_group(const pj_config *cfg, uint32_t *gid, int *n)
 {
     char err[1024];
     *gid = (uint32_t)getegid();
-    if (pj_server_socket_group(cfg->socket.group, gid, err, sizeof err) != 0) {
+    int rc = pj_server_socket_group(cfg->socket.group, gid, err, sizeof err);
+    if (rc != 0)
         problem(n, "%s", err);
-        return 0;
-    }
-    if (cfg->socket.group[0] && !may_chgrp((gid_t)*gid))
-        problem(n,
-                "socket.group \"%s\": uid %u is not root, not a member of it and lacks "
-                "CAP_CHOWN, so a start cannot give the socket that group",
-                cfg->socket.group, (unsigned)geteuid());
-    return 1;
+    return rc != -ENOENT; /* a group this process may not give is still the socket's */
 }
 
 /* pj_model_check stops at the first problem; each layer checked on its

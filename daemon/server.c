@@ -1942,6 +1942,11 @@ int pj_server_check_socket(const char *url, char *err, size_t errlen)
     int rc = pj_server_look_socket(url, &lk, err, errlen);
     if (rc != 0)
         return rc;
+    /* A missing directory is made by listen, after the model's load: one
+     * that could not be made fails now, not after it (a restart by
+     * systemd would load again, five times a minute, to fail there). */
+    if (lk.dir_errno == ENOENT && (rc = pj_sockpath_check_creatable(lk.dir, err, errlen)) != 0)
+        return rc;
     /* One daemon per path from here on, the model load included (a
      * missing directory is made by listen, which takes the lock then). */
     if (!lk.dir_errno && (rc = pj_socklock_take(lk.path, err, errlen)) != 0)
@@ -2136,6 +2141,33 @@ static int set_mode_group(pj_server *s, const char *path, char *err, size_t errl
     return 0;
 }
 
+/* Whether this process may give a file the group gid: root, a member, or
+ * CAP_CHOWN (a unit's AmbientCapabilities=). */
+static int may_chgrp(gid_t gid)
+{
+    if (geteuid() == 0 || getegid() == gid)
+        return 1;
+    int ng = getgroups(0, NULL);
+    gid_t *groups = ng > 0 ? malloc((size_t)ng * sizeof *groups) : NULL;
+    int member = 0;
+    if (groups)
+        ng = getgroups(ng, groups);
+    for (int i = 0; groups && i < ng && !member; i++)
+        member = groups[i] == gid;
+    free(groups);
+    if (member)
+        return 1;
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned long long eff = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "CapEff: %llx", &eff) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return (eff & 1ull) != 0; /* CAP_CHOWN is capability 0 */
+}
+
 int pj_server_socket_group(const char *group, uint32_t *gid, char *err, size_t errlen)
 {
     if (!group[0])
@@ -2151,6 +2183,13 @@ int pj_server_socket_group(const char *group, uint32_t *gid, char *err, size_t e
         return -ENOENT;
     }
     *gid = (uint32_t)gr.gr_gid;
+    if (!may_chgrp((gid_t)*gid)) {
+        snprintf(err, errlen,
+                 "socket.group \"%s\": uid %u is not root, not a member of it and lacks "
+                 "CAP_CHOWN, so a start cannot give the socket that group",
+                 group, (unsigned)geteuid());
+        return -EPERM;
+    }
     return 0;
 }
 

@@ -51,9 +51,11 @@ int pj_server_look_socket(const char *url, pj_socket_look *lk, char *err, size_t
  * permission, bad URL). err says which. */
 int pj_server_check_socket(const char *url, char *err, size_t errlen);
 
-/* socket.group's gid in *gid: 0, or -ENOENT with err saying the group does
- * not exist (checked before the model load and by --check-config, since
- * the socket is made only after it). "" is no group: 0, *gid untouched. */
+/* socket.group's gid in *gid: 0; -ENOENT with err saying the group does
+ * not exist; -EPERM (*gid set) when this process may not give a file that
+ * group (not root, not a member, no CAP_CHOWN). Checked before the model
+ * load and by --check-config, since the socket is made only after it. ""
+ * is no group: 0, *gid untouched. */
 int pj_server_socket_group(const char *group, uint32_t *gid, char *err, size_t errlen);
 
 /* Build the server (nothing listens yet). cfg is copied; model and be must

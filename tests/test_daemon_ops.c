@@ -603,6 +603,86 @@ static int run_to_file(void *p)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
 }
 
+/* projd with argv as nobody (as root) or as itself; its exit code and its
+ * output (both streams) in text. */
+static int run_projd_as_nobody(char **argv, const char *out, char *text, size_t cap)
+{
+    run_arg ra = {argv, open(out, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)};
+    ck_assert_int_ge(ra.out_fd, 0);
+    int rc = geteuid() == 0 ? as_user(65534, 65534, run_to_file, &ra, 30000) : run_to_file(&ra);
+    ssize_t got = pread(ra.out_fd, text, cap - 1, 0);
+    text[got > 0 ? got : 0] = 0;
+    close(ra.out_fd);
+    unlink(out);
+    return rc;
+}
+
+/* What --check-config finds wrong with the socket fails a start before
+ * the model's load, not after it (each restart by systemd would load the
+ * model again to fail there): a socket.group this user may not give the
+ * socket (not root, not a member, no CAP_CHOWN), a socket directory it
+ * could not make. */
+START_TEST(start_fails_before_the_load)
+{
+    /* Under /tmp, which nobody may pass through (the fixture's folder is
+     * its creator's alone): dir is this user's (root's), own nobody's. */
+    char dir[64], own[96], cfg[96], sock[128], arg_sock[140], out[96], text[8192];
+    snprintf(dir, sizeof dir, "/tmp/pjd-early-%d", (int)getpid());
+    snprintf(own, sizeof own, "%s/own", dir);
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    ck_assert_int_eq(mkdir(own, 0755), 0);
+    const int root = geteuid() == 0;
+    if (root)
+        ck_assert_int_eq(chown(own, 65534, 65534), 0);
+    else
+        ck_assert_int_eq(chmod(dir, 0555), 0);
+    snprintf(out, sizeof out, "%s.out", dir);
+    snprintf(cfg, sizeof cfg, "%s.json", dir);
+    char model[sizeof g_model_path];
+    snprintf(model, sizeof model, "%s", g_model_path);
+    /* a group nobody (or this user) is not in: root's */
+    ck_assert_int_eq(pj_fixture_write_text(cfg, "{\"socket\": {\"group\": \"root\"}}"), 0);
+    ck_assert_int_eq(chmod(cfg, 0644), 0);
+    snprintf(sock, sizeof sock, "%s/p.sock", own);
+    snprintf(arg_sock, sizeof arg_sock, "ipc://%s", sock);
+    char *with_group[] = {(char *)pj_dproc_binary(),
+                          "--backend",
+                          "cpu",
+                          "--model",
+                          model,
+                          "--config",
+                          cfg,
+                          "--socket",
+                          arg_sock,
+                          NULL};
+    int rc = run_projd_as_nobody(with_group, out, text, sizeof text);
+    ck_assert_msg(rc == 1 && strstr(text, "cannot give the socket that group") &&
+                      !strstr(text, "loading model"),
+                  "exit %d: %s", rc, text);
+    /* its directory under one this user cannot write */
+    snprintf(sock, sizeof sock, "%s/sub/p.sock", dir);
+    snprintf(arg_sock, sizeof arg_sock, "ipc://%s", sock);
+    char *in_dir[] = {(char *)pj_dproc_binary(),
+                      "--backend",
+                      "cpu",
+                      "--model",
+                      model,
+                      "--socket",
+                      arg_sock,
+                      NULL};
+    rc = run_projd_as_nobody(in_dir, out, text, sizeof text);
+    ck_assert_msg(rc == 1 && strstr(text, dir) && !strstr(text, "loading model"), "exit %d: %s", rc,
+                  text);
+    chmod(dir, 0755);
+    char lock[160];
+    snprintf(lock, sizeof lock, "%s/p.sock.lock", own);
+    unlink(lock);
+    rmdir(own);
+    rmdir(dir);
+    unlink(cfg);
+}
+END_TEST
+
 /* --check-config reports a socket directory the daemon's user cannot
  * create files in (the start fails there taking the socket's lock): it
  * said OK. As root, checked as nobody (root may write anywhere); else in a
@@ -1850,6 +1930,7 @@ int main(void)
         {"socket_lock_release_spares_a_successor", socket_lock_release_spares_a_successor},
         {"socket_dir_created", socket_dir_created},
         {"check_config_unwritable_socket_dir", check_config_unwritable_socket_dir},
+        {"start_fails_before_the_load", start_fails_before_the_load},
         {"socket_dir_unsafe_refused", socket_dir_unsafe_refused},
         {"leftovers_of_a_failed_run_ignored", leftovers_of_a_failed_run_ignored},
         {"listener_survives_hangups", listener_survives_hangups},
