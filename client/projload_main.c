@@ -45,6 +45,7 @@
 #include "client/servedmodel.h"
 #include "client/trace.h"
 #include "config/config.h"
+#include "config/replacefile.h"
 #include "daemon/model.h"
 #include "kernels/bf16.h"
 #include "kernels/refgemm.h"
@@ -1903,21 +1904,30 @@ static int write_json(const char *path, cJSON *root)
         fprintf(stderr, "projload: --json: out of memory\n");
         return -1;
     }
-    FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "projload: --json %s: %s\n", path, strerror(errno));
+    if (strcmp(path, "-") == 0) {
+        fputs(text, stdout);
+        fputc('\n', stdout);
         cJSON_free(text);
-        return -1;
+        /* stdout is not closed: only the flush shows a full disk. */
+        if (ferror(stdout) | (fflush(stdout) != 0)) {
+            fprintf(stderr, "projload: --json -: write error\n");
+            return -1;
+        }
+        return 0;
     }
-    fputs(text, f);
-    fputc('\n', f);
-    /* stdout is not closed: only the flush shows a full disk. */
-    int bad = ferror(f) | (fflush(f) != 0);
-    if (f != stdout)
-        bad |= fclose(f) != 0;
+    /* Replaced whole: a write that fails part way (a full disk, a size
+     * limit) leaves the last report as it was, not a cut one. */
+    pj_replacing r;
+    char err[600];
+    int rc = pj_replacing_open(&r, path, 0644, PJ_MODE_UMASKED, err, sizeof err);
+    if (rc == 0) {
+        fputs(text, r.f);
+        fputc('\n', r.f);
+        rc = pj_replacing_commit(&r, 0, err, sizeof err);
+    }
     cJSON_free(text);
-    if (bad) {
-        fprintf(stderr, "projload: --json %s: write error\n", path);
+    if (rc) {
+        fprintf(stderr, "projload: --json: %s\n", err);
         return -1;
     }
     return 0;
@@ -1936,6 +1946,15 @@ static int check_output(const char *opt, const char *path, int is_dir)
     int e = 0;
     if (!is_dir && strcmp(path, "-") == 0)
         return 0;
+    /* The plot's folder is named inside gnuplot's quoted strings, which a
+     * quote or a line break would end (and the rest run as commands). */
+    if (is_dir && strpbrk(path, "'\"\n\r")) {
+        fprintf(stderr,
+                "projload: %s %s: a folder name with a quote or a line break cannot be "
+                "given to gnuplot; choose another\n",
+                opt, path);
+        return EXIT_SETUP_ERROR;
+    }
     if (!path[0]) {
         e = ENOENT;
     } else if (stat(path, &st) == 0) {
@@ -2273,29 +2292,39 @@ static int cmd_gen(int argc, char **argv)
              "--unpooler-n %u --interval-us %u%s",
              pj_trace_kind_name(g.kind), (unsigned long long)g.seed, g.count, g.clients, g.draft,
              g.max_m, batch, g.unpooler_n, g.interval_us, layers);
-    FILE *f = strcmp(out, "-") == 0 ? stdout : fopen(out, "w");
-    if (!f) {
-        fprintf(stderr, "projload: --out %s: %s\n", out, strerror(errno));
+    /* A file replaced whole: a write that fails part way, or a trace too
+     * large for run, leaves what was at out as it was. */
+    const int to_stdout = strcmp(out, "-") == 0;
+    pj_replacing r = {0};
+    if (!to_stdout && pj_replacing_open(&r, out, 0644, PJ_MODE_UMASKED, err, sizeof err) != 0) {
+        fprintf(stderr, "projload: --out: %s\n", err);
         pj_trace_free(&t);
         return EXIT_SETUP_ERROR;
     }
+    FILE *f = to_stdout ? stdout : r.f;
     rc = pj_trace_write(&t, f, header);
     /* A file run could not read is refused here, not there. */
-    long written = f == stdout || rc ? -1 : ftell(f);
-    /* stdout is not closed: only the flush shows a full disk. */
-    if (f == stdout ? fflush(f) != 0 : fclose(f) != 0)
-        rc = -EIO;
+    long written = to_stdout || rc ? -1 : ftell(f);
     pj_trace_free(&t);
     if (!rc && written > 0 && (size_t)written > PJ_TRACE_MAX_BYTES) {
-        unlink(out);
+        pj_replacing_abort(&r);
         fprintf(stderr,
                 "projload: gen: the trace would be %.0f MiB, more than run reads (%zu MiB): "
                 "not written; fewer --count, or several traces\n",
                 (double)written / (1 << 20), PJ_TRACE_MAX_BYTES >> 20);
         return EXIT_SETUP_ERROR;
     }
+    /* stdout is not closed: only the flush shows a full disk. */
     if (rc) {
+        pj_replacing_abort(&r);
         fprintf(stderr, "projload: --out %s: write error\n", out);
+        return EXIT_SETUP_ERROR;
+    }
+    if (to_stdout ? fflush(f) != 0 : pj_replacing_commit(&r, 0, err, sizeof err) != 0) {
+        if (to_stdout)
+            fprintf(stderr, "projload: --out -: write error\n");
+        else
+            fprintf(stderr, "projload: --out: %s\n", err);
         return EXIT_SETUP_ERROR;
     }
     return 0;

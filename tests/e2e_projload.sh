@@ -451,6 +451,30 @@ expect_bad_output jsonfirst "projload: --json $tmp/no/x.json: No such file or di
     --trace "$tmp/no-such-trace.jsonl" --socket "$sock" --json "$tmp/no/x.json"
 expect_bad_output genout "projload: --out $tmp/no/t.jsonl: No such file or directory" \
     gen --kind decode --count 10 --out "$tmp/no/t.jsonl"
+expect_bad_output plotquote "cannot be given to gnuplot" \
+    --trace "$tmp/decode.jsonl" --socket "$sock" --count 10 --check-fraction 0 \
+    --plot "$tmp/p';system('touch $tmp/PWNED');print '"
+[ ! -e "$tmp/PWNED" ] || fail "a --plot folder name ran a gnuplot command"
+# Outputs replaced whole: a write cut short (a file size limit) leaves the
+# last good file as it was, for --json and gen --out.
+# (one small op: the run's shared memory is under the limit too)
+echo '{"ops": [{"layer": "o", "m": 1}]}' >"$tmp/tiny.jsonl"
+echo '{"previous": "report"}' >"$tmp/keep.json"
+cp "$tmp/keep.json" "$tmp/keep0.json"
+(trap '' XFSZ; ulimit -f 8; pl --trace "$tmp/tiny.jsonl" --socket "$sock" --count 50 \
+    --check-fraction 0 --json "$tmp/keep.json" >"$tmp/keep.out" 2>&1)
+rc=$?
+pl gen --kind decode --count 5 --out "$tmp/keepg.jsonl" >/dev/null 2>&1
+cp "$tmp/keepg.jsonl" "$tmp/keepg0.jsonl"
+(trap '' XFSZ; ulimit -f 4; pl gen --kind decode --count 20000 --out "$tmp/keepg.jsonl" \
+    >"$tmp/keepg.out" 2>&1)
+rcg=$?
+if [ $rc = 1 ] && [ $rcg = 2 ] && cmp -s "$tmp/keep.json" "$tmp/keep0.json" &&
+    cmp -s "$tmp/keepg.jsonl" "$tmp/keepg0.jsonl" && ! ls "$tmp"/keep*.tmp.* >/dev/null 2>&1; then
+    ok "--json and gen --out cut short by a size limit: exit 1 / 2, the old files as they were"
+else
+    fail "size-limited writes: exit $rc / $rcg: $(tail -2 "$tmp/keep.out" "$tmp/keepg.out")"
+fi
 # Writable outputs, then a setup step that fails (no daemon): nothing left behind.
 pl --trace "$tmp/decode.jsonl" --socket "ipc://$tmp/nobody.sock" --json "$tmp/left.json" \
     --plot "$tmp/leftplots" >"$tmp/left.out" 2>&1
