@@ -301,9 +301,20 @@ static long non_integer_number(const char *s, size_t len, size_t *tok_len)
     return -1;
 }
 
+/* The longest line a request can need (1024 ops of ~150 bytes, the layer
+ * names at their longest): one longer is refused before cJSON builds its
+ * tree, which takes ~40 times the line's bytes (a 256 MiB line took
+ * 10 GB before the op count refused it). */
+#define MAX_LINE_BYTES (1u << 20)
+
 static int parse_line(pj_trace *t, const perr *p, const char *s, size_t len)
 {
     const char *end = NULL;
+    if (len > MAX_LINE_BYTES)
+        return fail(p, NULL,
+                    "a line of %zu bytes, more than any request needs (%u MiB at most): not a "
+                    "request of 1..1024 ops",
+                    len, MAX_LINE_BYTES >> 20);
     /* cJSON ends a string at a NUL, escaped or raw: "o\u0000x" would read
      * as "o". */
     long nul = pj_json_nul_escape(s, len);

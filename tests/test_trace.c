@@ -210,6 +210,22 @@ START_TEST(parse_bad_misc)
     ck_assert_int_eq(parse_text(&t, "e.jsonl", "", err, sizeof err), -EINVAL);
     pj_trace_free(&t);
 
+    /* A line longer than any request needs is refused before it is
+     * parsed (cJSON's tree of it would take ~40 times its bytes). */
+    const size_t big = (size_t)2 << 20;
+    char *line = malloc(big + 32);
+    ck_assert_ptr_nonnull(line);
+    strcpy(line, "{\"ops\": [");
+    size_t at = strlen(line);
+    while (at + 2 < big)
+        at += (size_t)sprintf(line + at, "0,");
+    strcpy(line + at, "0]}\n");
+    ck_assert_int_eq(parse_text(&t, "long.jsonl", line, err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "long.jsonl:1: a line of ") && strstr(err, "more than any request"),
+                  "%s", err);
+    pj_trace_free(&t);
+    free(line);
+
     /* A NUL byte inside a line. */
     const char text[] = "{\"ops\":[{\"layer\":\"o\",\"m\":1}]}\n{\"ops\":\0[]}\n";
     pj_trace_init(&t, "nul.jsonl");
