@@ -1457,6 +1457,8 @@ START_TEST(sighup_reload_outcome)
     ck_assert_int_eq(pjt_connect(&quick, d.url, REPLY_MS), 0);
     ck_assert_int_eq(pjt_hello(&quick, "quick"), PJ_OK);
     pjt_close(&quick);
+    /* seen gone (STATS from the other connection), its update pending */
+    ck_assert_double_eq(pjd_wait_stat(&t.c, "connections.current", 1, 5000), 1);
     hup_and_notes(&d, "applied");
     pjd_sleep_ms(500);
     pj_dproc_wait_notify(&d, "(nothing)", 0);
