@@ -2281,12 +2281,15 @@ static int cmd_gen(int argc, char **argv)
         snprintf(batch, sizeof batch, " --max-batch %u", g.max_batch);
     /* A list too long for the header is named by its count: the trace's
      * requests name every layer anyway. */
-    if (layers_arg && strlen(layers_arg) < 400)
+    int plain = 1; /* a control byte (a line break) would end the header's comment line */
+    for (const char *q = layers_arg; q && *q; q++)
+        plain &= (unsigned char)*q >= 0x20 && *q != 0x7f;
+    if (layers_arg && plain && strlen(layers_arg) < 400)
         snprintf(layers, sizeof layers, " --layers %s --ops-per-request %u", layers_arg,
                  g.ops_per_request ? g.ops_per_request : g.n_layers);
     else if (layers_arg)
-        snprintf(layers, sizeof layers, " --layers (%u names) --ops-per-request %u", g.n_layers,
-                 g.ops_per_request ? g.ops_per_request : g.n_layers);
+        snprintf(layers, sizeof layers, " --layers (%u name%s) --ops-per-request %u", g.n_layers,
+                 g.n_layers == 1 ? "" : "s", g.ops_per_request ? g.ops_per_request : g.n_layers);
     snprintf(header, sizeof header,
              "projload gen --kind %s --seed %llu --count %u --clients %u --draft %u --max-m %u%s "
              "--unpooler-n %u --interval-us %u%s",

@@ -144,6 +144,14 @@ int pj_trace_add(pj_trace *t, int64_t t_us, uint32_t client, const char *const *
  * file and may hold any byte but NUL, and messages go to a terminal. A
  * name is at most PJ_TRACE_NAME_MAX bytes, so QUOTED_MAX always fits. */
 #define QUOTED_MAX (6 * PJ_TRACE_NAME_MAX + 3)
+
+/* Does s begin with a C1 control in UTF-8 (C2 80 .. C2 9F)? */
+static int is_c1(const char *s)
+{
+    return (unsigned char)s[0] == 0xc2 && (unsigned char)s[1] >= 0x80 &&
+           (unsigned char)s[1] <= 0x9f;
+}
+
 static const char *quote_name(const char *s, char *out, size_t cap)
 {
     size_t at = 0;
@@ -155,6 +163,8 @@ static const char *quote_name(const char *s, char *out, size_t cap)
             at += (size_t)snprintf(out + at, cap - at, "\\%c", c);
         else if (c < 0x20 || c == 0x7f)
             at += (size_t)snprintf(out + at, cap - at, "\\u%04x", c);
+        else if (is_c1(s)) /* U+0080..U+009F, which a terminal acts on too */
+            at += (size_t)snprintf(out + at, cap - at, "\\u%04x", (unsigned char)*++s);
         else
             out[at++] = (char)c;
     }
@@ -168,7 +178,7 @@ static const char *name_text(const char *s, char *out, size_t cap)
 {
     for (const char *q = s; *q; q++) {
         unsigned char c = (unsigned char)*q;
-        if (c < 0x21 || c == 0x7f || c == '"' || c == '\\' || c == ',')
+        if (c < 0x21 || c == 0x7f || c == '"' || c == '\\' || c == ',' || is_c1(q))
             return quote_name(s, out, cap);
     }
     return s;

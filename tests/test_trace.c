@@ -379,6 +379,10 @@ START_TEST(resolve)
         {"{\"ops\":[{\"layer\":\"a\\u001b[2Jb\\\"\",\"m\":1}]}",
          "r.jsonl:1: ops[0].layer: unknown layer \"a\\u001b[2Jb\\\"\" (the daemon serves qkv_gate, "
          "o, pooler, unpooler, router)"},
+        /* and a C1 control (U+009B, CSI in UTF-8: C2 9B) too */
+        {"{\"ops\":[{\"layer\":\"x\\u009b31mRED\",\"m\":1}]}",
+         "r.jsonl:1: ops[0].layer: unknown layer \"x\\u009b31mRED\" (the daemon serves qkv_gate, "
+         "o, pooler, unpooler, router)"},
         {"{\"ops\":[{\"layer\":\"o\",\"m\":257}]}",
          "r.jsonl:1: ops[0].m: 257 is more than the daemon's max_m (256)"},
         {"{\"ops\":[{\"layer\":\"o\",\"m\":1,\"n\":257}]}",
