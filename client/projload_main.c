@@ -2317,12 +2317,12 @@ static int cmd_gen(int argc, char **argv)
                 (double)written / (1 << 20), PJ_TRACE_MAX_BYTES >> 20);
         return EXIT_SETUP_ERROR;
     }
-    /* stdout is not closed: only the flush shows a full disk. */
     if (rc) {
         pj_replacing_abort(&r);
         fprintf(stderr, "projload: --out %s: write error\n", out);
         return EXIT_SETUP_ERROR;
     }
+    /* stdout is not closed: only the flush shows a full disk. */
     if (to_stdout ? fflush(f) != 0 : pj_replacing_commit(&r, 0, err, sizeof err) != 0) {
         if (to_stdout)
             fprintf(stderr, "projload: --out -: write error\n");
