@@ -98,7 +98,7 @@ static void send_text(const char *text, int may_wait)
 
 void pj_notify_ready(const char *status)
 {
-    char text[600];
+    char text[800];
     snprintf(text, sizeof text, "READY=1\nSTATUS=%s", status ? status : "ready");
     send_text(text, 1);
 }

@@ -271,7 +271,7 @@ static void on_hup(uv_signal_t *h, int signum)
 {
     (void)signum;
     daemon_state *d = h->data;
-    char err[1024], msg[1100], status[600];
+    char err[1024], msg[1100], status[700];
     pj_config *next = malloc(sizeof *next); /* ~730 KB */
     pj_reload_result r;
     const char *file = d->args.config ? d->args.config : "(no --config file)";
@@ -309,7 +309,12 @@ static void on_hup(uv_signal_t *h, int signum)
     free(next);
     pj_server_note_reload(d->server, r, msg);
     if (tell) {
-        snprintf(status, sizeof status, "serving; reload %s: %.500s",
+        /* A stall stays in STATUS= (the watchdog's own updates come only
+         * when its cause changes), the reload's outcome after it. */
+        char lead[256];
+        if (!pj_server_stall_status(d->server, lead, sizeof lead))
+            snprintf(lead, sizeof lead, "serving");
+        snprintf(status, sizeof status, "%s; reload %s: %.300s", lead,
                  r == PJ_RELOAD_APPLIED   ? "applied"
                  : r == PJ_RELOAD_REFUSED ? "refused, the running configuration stays"
                                           : "failed, the running configuration stays",

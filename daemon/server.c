@@ -552,22 +552,34 @@ static void send_error(pj_server *s, origin o, uint64_t req_id, int code, uint32
 
 /* ---- connections ------------------------------------------------------------------ */
 
+int pj_server_stall_status(const pj_server *s, char *buf, size_t len)
+{
+    if (len)
+        buf[0] = 0;
+    if (!s->wd_withheld)
+        return 0;
+    if (s->wd_lost) /* what systemctl status shows until the restart */
+        snprintf(buf, len,
+                 "stalled: pid %d exited while %u jobs of it waited for its events; "
+                 "its lane is held for good, %u connections",
+                 (int)s->orphans.lost_pid, s->orphans.lost_jobs, s->conns.count);
+    else
+        snprintf(buf, len, "stalled: a job on the %s backend for %.1f s, %u connections",
+                 s->be->ops->name, (double)(pj_now_ns() - s->wd_oldest_ns) / 1e9, s->conns.count);
+    return 1;
+}
+
 static void send_status(pj_server *s)
 {
+    char stall[256];
     if (s->draining && s->stop_reason[0])
         pj_notify_status("%s; draining: %" PRIu64 " requests in flight, %u connections",
                          s->stop_reason, s->inflight, s->conns.count);
     else if (s->draining)
         pj_notify_status("draining: %" PRIu64 " requests in flight, %u connections", s->inflight,
                          s->conns.count);
-    else if (s->wd_withheld && s->wd_lost) /* what systemctl status shows until the restart */
-        pj_notify_status("stalled: pid %d exited while %u jobs of it waited for its events; "
-                         "its lane is held for good, %u connections",
-                         (int)s->orphans.lost_pid, s->orphans.lost_jobs, s->conns.count);
-    else if (s->wd_withheld)
-        pj_notify_status("stalled: a job on the %s backend for %.1f s, %u connections",
-                         s->be->ops->name, (double)(pj_now_ns() - s->wd_oldest_ns) / 1e9,
-                         s->conns.count);
+    else if (pj_server_stall_status(s, stall, sizeof stall))
+        pj_notify_status("%s", stall);
     else
         pj_notify_status("serving %u connection%s (backend %s)", s->conns.count,
                          s->conns.count == 1 ? "" : "s", s->be->ops->name);

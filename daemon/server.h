@@ -84,6 +84,12 @@ typedef enum pj_reload_result {
  * {result, message, unix_time, ago_s} or null before the first}. */
 void pj_server_note_reload(pj_server *s, pj_reload_result r, const char *message);
 
+/* While the watchdog holds its pings back for a stalled job, the stall as
+ * systemd's STATUS= says it ("stalled: ...") in buf, and 1; else 0 and
+ * buf "". A reload's READY=1 leads its STATUS= with it, so that the
+ * reload's outcome does not hide the stall from systemctl status. */
+int pj_server_stall_status(const pj_server *s, char *buf, size_t len);
+
 /* SIGTERM/SIGINT: refuse new requests (PJ_E_SHUTDOWN) and new
  * connections, finish what is in flight, send every reply, close, then
  * call the stopped callback. Idempotent. */

@@ -1216,7 +1216,7 @@ typedef struct notes_log {
     int n;
     struct {
         long long t_ms;
-        char text[96];
+        char text[256]; /* enough for a reload's READY=1 with its STATUS= */
     } m[2000];
 } notes_log;
 
@@ -1291,6 +1291,9 @@ START_TEST(systemd_watchdog)
     ck_assert_int_eq(pthread_create(&w.th, NULL, drainer_main, &w), 0);
     ck_assert_double_eq(pjd_wait_stat(&c, "inflight", 1, 30000), 1);
     ck_assert_double_eq(pjd_wait_stat(&c, "watchdog.stalls", 1, 30000), 1);
+    /* A reload while the job is stalled: its READY=1 must not hide the
+     * stall from systemctl status (checked below). */
+    ck_assert_int_eq(pj_dproc_signal(&d, SIGHUP), 0);
     pthread_join(w.th, NULL);
     const long long t_done = pjd_now_ms();
     ck_assert_msg(!w.fail[0], "%s", w.fail);
@@ -1311,6 +1314,15 @@ START_TEST(systemd_watchdog)
         }
     }
     ck_assert_msg(t_stalled >= 0, "no STATUS=stalled among %d notifications", L.n);
+    int reload_said = -1;
+    for (int i = 0; i < L.n && reload_said < 0; i++)
+        if (strstr(L.m[i].text, "READY=1\nSTATUS="))
+            reload_said = i;
+    ck_assert_msg(reload_said >= 0, "no READY=1 for the SIGHUP among %d notifications", L.n);
+    ck_assert_msg(
+        strstr(L.m[reload_said].text, "READY=1\nSTATUS=stalled: a job on the cpu backend for ") &&
+            strstr(L.m[reload_said].text, "; reload applied: "),
+        "the reload during the stall said: %s", L.m[reload_said].text);
     ck_assert_msg(t_next >= t_done - 1000,
                   "a ping %lld ms after STATUS=stalled, %lld ms before the held job's reply",
                   t_next - t_stalled, t_done - t_next);
