@@ -148,7 +148,8 @@ typedef struct cu_pend {
      * the loop thread only. */
     pj_backend_stream *wbs;
     cudaEvent_t wait_ev;
-    uint32_t launches; /* charged to its lane's budget (CU_LANE_LAUNCHES) */
+    uint64_t wait_serial; /* which opening of it (conn_event's serial) */
+    uint32_t launches;    /* charged to its lane's budget (CU_LANE_LAUNCHES) */
     /* ev could not be recorded: the completion thread waits for the whole
      * stream instead (ev holds an earlier, finished record) */
     int sync_stream;
@@ -221,10 +222,14 @@ struct pj_backend_stream {
         uint8_t h[PJ_WIRE_IPC_HANDLE_SIZE];
         cudaEvent_t ev;
         uint64_t used;
+        /* this opening's number: a handle value the driver gives again
+         * after an eviction's destroy names another event */
+        uint64_t serial;
     } ev[CU_EVCACHE];
     uint32_t n_ev;
     uint64_t tick;
-    int lost; /* stream_lost was called */
+    uint64_t opened; /* events opened so far (the serials) */
+    int lost;        /* stream_lost was called */
 };
 
 struct cu_state {
@@ -1569,11 +1574,19 @@ static uint32_t lanes_client_waits(cu_state *st, uint64_t *stuck_ns)
  * for the restart. A client that passes its waits slowly (300 ms apart,
  * say) keeps its lane moving, so deferral stays on and the release starts
  * once its queued waits have passed. This thread polls 1 to 16 ms apart,
- * holding nothing. Closer thread. */
-static void release_begin(cu_state *st)
+ * holding nothing. wanted (NULL: always) is asked before each poll: a
+ * release no longer wanted (a REGISTER took its mapping back) stops the
+ * deferral at once rather than holding WAIT_EVENT jobs back until the
+ * lanes' waits have passed. 1: begun (wait_mu held, release_end ends it);
+ * 0: given up, nothing held. Closer thread. */
+static int release_begin(cu_state *st, int (*wanted)(void *), void *arg)
 {
     cudaSetDevice(st->dev); /* the closer's thread is not the loop's */
     for (unsigned ms = 1;; ms = ms < 16 ? ms * 2 : 16) {
+        if (wanted && !wanted(arg)) {
+            atomic_store(&st->release_want, 0);
+            return 0;
+        }
         uint64_t stuck = 0;
         uint32_t waiting = lanes_client_waits(st, &stuck);
         atomic_store(&st->release_want,
@@ -1584,7 +1597,7 @@ static void release_begin(cu_state *st)
                 /* Until release_end: a WAIT_EVENT submit meanwhile finds
                  * wait_mu taken and waits on the host. */
                 atomic_store(&st->release_want, st->release_defer);
-                return;
+                return 1;
             }
             pthread_mutex_unlock(&st->wait_mu);
         }
@@ -1636,7 +1649,7 @@ static void release_failed(const char *call, cudaError_t ce)
 static void ipc_close_unlisted_job(void *arg)
 {
     cu_ipc *c = arg;
-    release_begin(c->st);
+    release_begin(c->st, NULL, NULL);
     cudaError_t ce = cudaIpcCloseMemHandle(c->dev);
     release_end(c->st);
     release_failed("cudaIpcCloseMemHandle", ce);
@@ -1740,6 +1753,28 @@ static cu_ipc *ipc_get(cu_state *st, const uint8_t *handle, char *err, size_t er
     return c;
 }
 
+/* A close of c's mapping begun by ipc_put: still wanted while no REGISTER
+ * has taken c back since (closing reset) nor a later put begun its own
+ * (close_gen moved on). */
+typedef struct ipc_closing_ask {
+    cu_ipc *c;
+    uint32_t gen;
+} ipc_closing_ask;
+
+static int ipc_closing_locked(const ipc_closing_ask *a) /* ipc_mu held */
+{
+    return a->c->closing == 1 && a->c->close_gen == a->gen;
+}
+
+static int ipc_still_closing(void *arg)
+{
+    ipc_closing_ask *a = arg;
+    pthread_mutex_lock(&a->c->st->ipc_mu);
+    int r = ipc_closing_locked(a);
+    pthread_mutex_unlock(&a->c->st->ipc_mu);
+    return r;
+}
+
 /* The closer thread, or the loop when none runs. The entry stays listed,
  * marked closing, until the close has returned (see ipc_get); a REGISTER
  * of it before the close has started takes it back. */
@@ -1751,11 +1786,12 @@ static void ipc_put(cu_state *st, cu_ipc *c)
         return;
     }
     c->closing = 1;
-    const uint32_t gen = ++c->close_gen;
+    ipc_closing_ask ask = {c, ++c->close_gen};
     pthread_mutex_unlock(&st->ipc_mu);
-    release_begin(st);
+    if (!release_begin(st, ipc_still_closing, &ask))
+        return; /* registered again meanwhile: it stays */
     pthread_mutex_lock(&st->ipc_mu);
-    if (c->closing != 1 || c->close_gen != gen) {
+    if (!ipc_closing_locked(&ask)) {
         /* registered again meanwhile (it stays), or released again after
          * that (the later put closes it) */
         pthread_mutex_unlock(&st->ipc_mu);
@@ -1888,7 +1924,7 @@ static void cu_buffer_close(pj_backend *b, void *handle)
         }
     }
     if (h->kind == PJ_BUF_SHM) {
-        release_begin(st);
+        release_begin(st, NULL, NULL);
         cudaError_t ce = cudaHostUnregister(h->host);
         release_end(st);
         release_failed("cudaHostUnregister", ce);
@@ -1962,10 +1998,10 @@ static void cu_stream_lost(pj_backend *b, pj_backend_stream *bs)
                 ln->idx, ln->n_conns - 1, free_lanes);
 }
 
-static int conn_has_event(const pj_backend_stream *bs, cudaEvent_t ev)
+static int conn_has_event(const pj_backend_stream *bs, cudaEvent_t ev, uint64_t serial)
 {
     for (uint32_t i = 0; i < bs->n_ev; i++)
-        if (bs->ev[i].ev == ev)
+        if (bs->ev[i].ev == ev && bs->ev[i].serial == serial)
             return 1;
     return 0;
 }
@@ -1974,7 +2010,8 @@ static int conn_has_event(const pj_backend_stream *bs, cudaEvent_t ev)
  * passed: the wait marker (wev, where it could be recorded) not done, and the
  * client's event not done either. cudaEventQuery sees an IPC event's
  * newest record, so for a client that has exited that is its last one;
- * a job whose event left the cache is not counted (nothing to ask).
+ * a job whose event left the cache is not counted (nothing to ask; its
+ * handle may name a later opening by now, hence the serial).
  * The oldest CU_WAITS_ASKED of them are asked: the lane runs in order, so
  * the first that has not passed is among the first. Loop thread. */
 #define CU_WAITS_ASKED 64
@@ -1985,6 +2022,7 @@ static uint32_t cu_stream_client_waits(pj_backend *b, pj_backend_stream *bs)
         return 0;
     cu_lane *ln = bs->ln;
     cudaEvent_t ev[CU_WAITS_ASKED], marker[CU_WAITS_ASKED];
+    uint64_t serial[CU_WAITS_ASKED];
     uint32_t n = 0;
     pthread_mutex_lock(&ln->mu);
     for (uint32_t i = 0; i < ln->count && n < CU_WAITS_ASKED; i++) {
@@ -1992,6 +2030,7 @@ static uint32_t cu_stream_client_waits(pj_backend *b, pj_backend_stream *bs)
         if (p->wbs != bs)
             continue;
         ev[n] = p->wait_ev;
+        serial[n] = p->wait_serial;
         marker[n] = p->client_wait ? p->wev : NULL;
         n++;
     }
@@ -2002,7 +2041,7 @@ static uint32_t cu_stream_client_waits(pj_backend *b, pj_backend_stream *bs)
     for (uint32_t i = 0; i < n; i++) {
         if (marker[i] && cudaEventQuery(marker[i]) != cudaErrorNotReady)
             continue;
-        if (!ev[i] || !conn_has_event(bs, ev[i]))
+        if (!ev[i] || !conn_has_event(bs, ev[i], serial[i]))
             continue;
         if (cudaEventQuery(ev[i]) == cudaErrorNotReady)
             waiting++;
@@ -2011,14 +2050,16 @@ static uint32_t cu_stream_client_waits(pj_backend *b, pj_backend_stream *bs)
     return waiting;
 }
 
-/* The connection's opened IPC event for this handle (opened on first use). */
-static cudaEvent_t conn_event(pj_backend_stream *bs, const uint8_t *handle, char *err,
-                              size_t errlen)
+/* The connection's opened IPC event for this handle (opened on first use),
+ * and which opening it is (*serial). */
+static cudaEvent_t conn_event(pj_backend_stream *bs, const uint8_t *handle, uint64_t *serial,
+                              char *err, size_t errlen)
 {
     bs->tick++;
     for (uint32_t i = 0; i < bs->n_ev; i++) {
         if (memcmp(bs->ev[i].h, handle, PJ_WIRE_IPC_HANDLE_SIZE) == 0) {
             bs->ev[i].used = bs->tick;
+            *serial = bs->ev[i].serial;
             return bs->ev[i].ev;
         }
     }
@@ -2049,6 +2090,7 @@ static cudaEvent_t conn_event(pj_backend_stream *bs, const uint8_t *handle, char
     memcpy(bs->ev[slot].h, handle, PJ_WIRE_IPC_HANDLE_SIZE);
     bs->ev[slot].ev = ev;
     bs->ev[slot].used = bs->tick;
+    bs->ev[slot].serial = *serial = ++bs->opened;
     return ev;
 }
 
@@ -2310,13 +2352,15 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
     p->t_own = p->t_submit;
     p->wbs = NULL;
     p->wait_ev = NULL;
+    p->wait_serial = 0;
     p->bufs = bufs;
     p->n_bufs = 0;
     p->launches = charge;
     p->sync_stream = 0;
     int wait_locked = 0;
     if (job->flags & PJ_PF_WAIT_EVENT) {
-        cudaEvent_t ev = conn_event(bs, job->wait_event, msg, sizeof msg);
+        uint64_t serial = 0;
+        cudaEvent_t ev = conn_event(bs, job->wait_event, &serial, msg, sizeof msg);
         cudaError_t ce = cudaSuccess;
         /* wait_mu until the job is on the ring, where a release sees its
          * wait (release_begin); taken by a running release, or wanted by
@@ -2344,6 +2388,7 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
             if (ce == cudaSuccess) {
                 p->wbs = bs;
                 p->wait_ev = ev;
+                p->wait_serial = serial;
                 /* Best effort: without the marker the wait counts as the
                  * daemon's own time, and a release waits for the whole job
                  * (release_begin). One more record per request: less than
@@ -2404,7 +2449,8 @@ static int cu_submit(pj_backend *b, pj_backend_stream *bs, pj_job *job)
         pj_cuda_fault_launch(ln->s);
     }
     if (p->status == PJ_OK && (job->flags & PJ_PF_SIGNAL_EVENT)) {
-        cudaEvent_t ev = conn_event(bs, job->signal_event, msg, sizeof msg);
+        uint64_t serial;
+        cudaEvent_t ev = conn_event(bs, job->signal_event, &serial, msg, sizeof msg);
         cudaError_t ce = ev ? cudaEventRecord(ev, ln->s) : cudaSuccess;
         if (!ev || ce != cudaSuccess) {
             p->status = PJ_E_BACKEND;
