@@ -293,36 +293,42 @@ START_TEST(save_reports_and_keeps_the_old_table)
 }
 END_TEST
 
-/* The shipped table (config/tuning/h200.json) loads whole, and every m a
- * daemon may see routes, for every layer, to that layer's entry with the
- * smallest m' >= m, or its largest entry beyond the last. */
+/* The shipped tables (config/tuning/) load whole, each names the device
+ * the daemon matches it to (its file name is that name's slug), and every
+ * m a daemon may see routes, for every layer, to that layer's entry with
+ * the smallest m' >= m, or its largest entry beyond the last. */
 START_TEST(shipped_table_routes_every_m)
 {
+    static const struct {
+        const char *file, *device;
+    } shipped[] = {{"h200.json", "NVIDIA H200"}, {"h100-80gb-hbm3.json", "NVIDIA H100 80GB HBM3"}};
     const char *src = getenv("PJ_SRCDIR") ? getenv("PJ_SRCDIR") : ".";
-    char path[512], err[256] = "";
-    snprintf(path, sizeof path, "%s/config/tuning/h200.json", src);
-    static pj_tune_table t;
-    n_msgs = 0;
-    const int n = pj_tune_load(path, &t, NULL, NULL, on_msg, NULL, err, sizeof err);
-    ck_assert_msg(n == 30, "%s: %d entries (%s; run from the repository root or set PJ_SRCDIR)",
-                  path, n, err);
-    ck_assert_int_eq(n_msgs, 0);
-    ck_assert_str_eq(t.device, "NVIDIA H200");
-    for (uint32_t i = 0; i < t.n; i++) {
-        const pj_tune_entry *e = &t.e[i];
-        ck_assert_msg(e->n && e->k, "%s m=%u: no shape", e->layer, e->m);
-        uint32_t lo = 1, hi = 1u << 16; /* the m this entry serves */
-        for (uint32_t j = 0; j < t.n; j++) {
-            const pj_tune_entry *o = &t.e[j];
-            if (strcmp(o->layer, e->layer) != 0)
-                continue;
-            if (o->m < e->m && o->m + 1 > lo)
-                lo = o->m + 1;
-            if (o->m > e->m)
-                hi = e->m;
+    for (size_t f = 0; f < sizeof shipped / sizeof shipped[0]; f++) {
+        char path[512], err[256] = "";
+        snprintf(path, sizeof path, "%s/config/tuning/%s", src, shipped[f].file);
+        static pj_tune_table t;
+        n_msgs = 0;
+        const int n = pj_tune_load(path, &t, NULL, NULL, on_msg, NULL, err, sizeof err);
+        ck_assert_msg(n == 30, "%s: %d entries (%s; run from the repository root or set PJ_SRCDIR)",
+                      path, n, err);
+        ck_assert_int_eq(n_msgs, 0);
+        ck_assert_str_eq(t.device, shipped[f].device);
+        for (uint32_t i = 0; i < t.n; i++) {
+            const pj_tune_entry *e = &t.e[i];
+            ck_assert_msg(e->n && e->k, "%s: %s m=%u: no shape", path, e->layer, e->m);
+            uint32_t lo = 1, hi = 1u << 16; /* the m this entry serves */
+            for (uint32_t j = 0; j < t.n; j++) {
+                const pj_tune_entry *o = &t.e[j];
+                if (strcmp(o->layer, e->layer) != 0)
+                    continue;
+                if (o->m < e->m && o->m + 1 > lo)
+                    lo = o->m + 1;
+                if (o->m > e->m)
+                    hi = e->m;
+            }
+            for (uint32_t m = lo; m <= hi; m++)
+                ck_assert_ptr_eq(pj_dispatch_choose(&t, e->layer, e->n, e->k, m), e);
         }
-        for (uint32_t m = lo; m <= hi; m++)
-            ck_assert_ptr_eq(pj_dispatch_choose(&t, e->layer, e->n, e->k, m), e);
     }
 }
 END_TEST
