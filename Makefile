@@ -331,8 +331,7 @@ install-files:
 	[ -z "$$(ls config/tuning/*.json 2>/dev/null)" ] || \
 	    install -m 0644 config/tuning/*.json $(DESTDIR)$(PREFIX)/share/projd/tuning/
 	[ -e $(DESTDIR)/etc/projd/projd.json ] || \
-	    { sed 's#/usr/share/projd/#$(PREFIX)/share/projd/#' deploy/projd.json \
-	          >$(DESTDIR)/etc/projd/projd.json && chmod 0644 $(DESTDIR)/etc/projd/projd.json; }
+	    install -m 0644 deploy/projd.json $(DESTDIR)/etc/projd/projd.json
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')

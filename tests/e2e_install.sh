@@ -40,7 +40,8 @@ for f in usr/bin/projd usr/bin/projctl usr/bin/projload usr/lib/libprojd.so.1 us
     lib/systemd/system/projd@.service lib/systemd/system/projd-mps.service \
     lib/systemd/system/projd-metrics@.service lib/systemd/system/projd-metrics@.timer \
     usr/lib/sysusers.d/projd.conf usr/lib/tmpfiles.d/projd.conf etc/projd/projd.json \
-    usr/share/projd/tuning/h200.json usr/share/projd/python/projd.py \
+    usr/share/projd/tuning/h200.json usr/share/projd/tuning/h100-80gb-hbm3.json \
+    usr/share/projd/python/projd.py \
     usr/share/projd/python/projd_sglang.py usr/share/projd/python/projd_pack.py \
     usr/share/projd/prometheus/projd-alerts.yml usr/share/projd/prometheus/projd-alerts.test.yml \
     usr/share/doc/projd/README.md \
@@ -76,7 +77,13 @@ grep -q '^d /var/lib/projd ' "$tmp/root/usr/lib/tmpfiles.d/projd.conf" ||
 # fails (and is restarted) instead of serving on the CPU reference backend.
 grep -q '"backend": "cuda"' "$tmp/root/etc/projd/projd.json" ||
     { echo "e2e_install: FAIL: projd.json does not ask for the cuda backend" >&2; fail=1; }
-# The units and the config name the installed paths under another PREFIX;
+# ... and names no tuning table: the cuda backend takes its GPU's own from
+# <bin>/../share/projd/tuning/ (an H100 node the H100's, not the H200's,
+# which a pinned tuning.table would give it and then not use).
+grep -q '"tuning"' "$tmp/root/etc/projd/projd.json" &&
+    { echo "e2e_install: FAIL: projd.json pins a tuning table" >&2; fail=1; }
+# The units name the installed paths under another PREFIX, and the tables
+# lie where the cuda backend looks beside that PREFIX's projd;
 # the MPS control daemon stays where the driver put it.
 if make -s BUILD="$build" CUDA="$cuda" install-files DESTDIR="$tmp/opt" PREFIX=/opt/pj \
     UNITDIR=/opt/pj/lib/systemd/system >"$tmp/opt.log" 2>&1; then
@@ -85,9 +92,9 @@ if make -s BUILD="$build" CUDA="$cuda" install-files DESTDIR="$tmp/opt" PREFIX=/
         grep -q 'file:///opt/pj/share/doc/projd/README.md' "$u/projd@.service" &&
         grep -q '^ExecStart=/usr/bin/nvidia-cuda-mps-control -d' "$u/projd-mps.service" &&
         grep -q '^ExecStart=/opt/pj/bin/projctl --instance %i ' "$u/projd-metrics@.service" &&
-        grep -q '"/opt/pj/share/projd/tuning/h200.json"' "$tmp/opt/etc/projd/projd.json" ||
-        { echo "e2e_install: FAIL: PREFIX=/opt/pj: the units or projd.json name other paths" >&2
-          grep -h 'ExecStart\|Documentation\|tuning' "$u"/*.service "$tmp/opt/etc/projd/projd.json" >&2
+        [ -e "$tmp/opt/opt/pj/bin/../share/projd/tuning/h100-80gb-hbm3.json" ] ||
+        { echo "e2e_install: FAIL: PREFIX=/opt/pj: the units name other paths, or no tables beside its projd" >&2
+          grep -h 'ExecStart\|Documentation' "$u"/*.service >&2
           fail=1; }
 else
     echo "e2e_install: FAIL: make install-files PREFIX=/opt/pj" >&2
