@@ -40,6 +40,7 @@
 #include "daemon/closer.h"
 #include "daemon/graphs_cuda.h"
 #include "daemon/loadturn.h"
+#include "daemon/tablepick.h"
 #include "daemon/log.h"
 #include "daemon/memplan.h"
 #include "daemon/notify.h"
@@ -212,7 +213,7 @@ typedef struct cu_report {
     size_t weights_stored, weights_bf16_copies;
     size_t used_weights, used_lanes, used_graphs, used_total;
     uint32_t graphs, graphs_patch;
-    char table[PJ_CFG_PATH + 64];
+    char table[PJ_CFG_PATH + 320];
     int table_entries;
 } cu_report;
 
@@ -514,6 +515,49 @@ static void table_msg(void *ctx, const char *msg)
     pj_log_warn("cuda: tuning table: %s", msg);
 }
 
+/* No table of this GPU's name: the installed table nearest to it by device
+ * name (daemon/tablepick.h), from the first of load_table's folders that
+ * has one, its entries checked against this device's limits. Only where
+ * the kernels run (sm_90): elsewhere the entries name kernels that cannot.
+ * 1 when one is in use. */
+static int nearest_table(cu_state *st, const char *exe, const char *slug)
+{
+    const char *env = getenv("PROJD_TUNING_DIR");
+    static const char *const rel[3] = {"../share/projd/tuning", "../../config/tuning",
+                                       "../config/tuning"};
+    for (int f = 0; f < 4; f++) {
+        char dir[PJ_CFG_PATH + 64], path[PJ_CFG_PATH + 128], tdev[64], err[256];
+        if (f == 0 && !(env && *env))
+            continue;
+        if (f > 0 && !exe[0])
+            break;
+        if (f == 0)
+            snprintf(dir, sizeof dir, "%s", env);
+        else
+            snprintf(dir, sizeof dir, "%s/%s", exe, rel[f - 1]);
+        if (!pj_tablepick_nearest(dir, st->prop.name, st->prop.multiProcessorCount, path,
+                                  sizeof path, tdev, sizeof tdev))
+            continue;
+        memset(st->table, 0, sizeof *st->table);
+        int n = pj_tune_load(path, st->table, pj_eng_check_entry, &st->lim, table_msg, NULL, err,
+                             sizeof err);
+        if (n < 0) {
+            pj_log_warn("cuda: tuning table %s not used: %s", path, err);
+            memset(st->table, 0, sizeof *st->table);
+            continue;
+        }
+        pj_log_warn("cuda: no tuning table for \"%s\" (%s.json); using %s, made on \"%s\", the "
+                    "nearest installed, its entries checked against this device. A table tuned "
+                    "on this GPU does better (deploy/README.md, \"The shipped tables\")",
+                    st->prop.name, slug, path, tdev);
+        snprintf(st->rep.table, sizeof st->rep.table, "%s (%d entries; made on %s, the nearest)",
+                 path, n, tdev);
+        st->rep.table_entries = n;
+        return 1;
+    }
+    return 0;
+}
+
 /* The tuned table: tuning.table when set, else <gpu>.json where the
  * install keeps tables. 0, or -EINVAL (err said) when tuning.table names
  * a file that cannot be read or parsed: an operator who named one expects
@@ -593,6 +637,8 @@ static int load_table(cu_state *st, char *ferr, size_t ferrlen)
         st->rep.table_entries = n;
         return 0;
     }
+    if (!cfg->tuning.table[0] && st->prop.major == 9 && nearest_table(st, exe, slug))
+        return 0;
     snprintf(st->rep.table, sizeof st->rep.table, "none (untuned ladder; looked for %s.json%s%s)",
              slug, names[1] ? " and " : "", names[1] ? names[1] : "");
     return 0;

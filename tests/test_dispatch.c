@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "daemon/tablepick.h"
 #include "kernels/dispatch.h"
 #include "tests/helpers/fixture.h"
 
@@ -659,6 +660,81 @@ START_TEST(refuses_what_cjson_misreads)
 }
 END_TEST
 
+/* A GPU without a table of its name takes the installed one nearest by
+ * device name (daemon/tablepick.h): more leading words shared first, then
+ * the nearer SM count, then the file name; files that are not tables, or
+ * name no device, are passed over. */
+START_TEST(nearest_table_by_device_name)
+{
+    ck_assert_int_eq(pj_tablepick_nearness("NVIDIA H100 PCIe", "NVIDIA H100 80GB HBM3"), 2);
+    ck_assert_int_eq(pj_tablepick_nearness("NVIDIA H100 PCIe", "NVIDIA H200"), 1);
+    ck_assert_int_eq(pj_tablepick_nearness("nvidia  h200-NVL", "NVIDIA H200"), 2);
+    ck_assert_int_eq(pj_tablepick_nearness("NVIDIA H200", "NVIDIA H200"), 2);
+    ck_assert_int_eq(pj_tablepick_nearness("AMD MI300X", "NVIDIA H200"), 0);
+    ck_assert_int_eq(pj_tablepick_nearness("", "NVIDIA H200"), 0);
+
+    char dir[] = "/tmp/pjt-tables-XXXXXX", p[600], path[700], dev[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_int_eq(
+        pj_tablepick_nearest(dir, "NVIDIA H200", 132, path, sizeof path, dev, sizeof dev),
+        0); /* empty */
+    static const struct {
+        const char *name, *text;
+    } files[] = {
+        {"b-h200.json", "{\"device\": \"NVIDIA H200\", \"sm_count\": 132, \"entries\": []}"},
+        {"a-h100.json",
+         "{\"device\": \"NVIDIA H100 80GB HBM3\", \"sm_count\": 132, \"entries\": []}"},
+        {"c-h100nvl.json", "{\"device\": \"NVIDIA H100 NVL\", \"sm_count\": 114, \"entries\": []}"},
+        {"0-broken.json", "{\"device\": \"NVIDIA H100 PCIe\", \"entries\": ["},
+        {"1-nameless.json", "{\"entries\": []}"},
+        {".h100-pcie.json", "{\"device\": \"NVIDIA H100 PCIe\", \"entries\": []}"},
+        {"h100-pcie.txt", "{\"device\": \"NVIDIA H100 PCIe\", \"entries\": []}"},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i].name);
+        ck_assert_int_eq(pj_fixture_write_text(p, files[i].text), 0);
+    }
+    static const struct {
+        const char *device;
+        int sm;
+        const char *want;
+    } q[] = {
+        {"NVIDIA H200 NVL", 132, "b-h200.json"},       /* two words */
+        {"NVIDIA H100 PCIe", 114, "c-h100nvl.json"},   /* two words each; SMs */
+        {"NVIDIA H100 PCIe", 132, "a-h100.json"},      /* two words each; SMs */
+        {"NVIDIA H100 80GB HBM3", 114, "a-h100.json"}, /* four words */
+        {"NVIDIA GH200 480GB", 132, "a-h100.json"},    /* one word, SMs tie: name */
+        {"Some Other GPU", 132, "a-h100.json"},        /* none near, SMs tie: name */
+    };
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) {
+        ck_assert_int_eq(
+            pj_tablepick_nearest(dir, q[i].device, q[i].sm, path, sizeof path, dev, sizeof dev), 1);
+        const char *base = strrchr(path, '/');
+        ck_assert_msg(base && !strcmp(base + 1, q[i].want), "%s (%d SMs): took %s, not %s",
+                      q[i].device, q[i].sm, path, q[i].want);
+    }
+    ck_assert_int_eq(pj_tablepick_nearest("/nonexistent/pjt", "NVIDIA H200", 132, path, sizeof path,
+                                          dev, sizeof dev),
+                     0);
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i].name);
+        unlink(p);
+    }
+    ck_assert_int_eq(rmdir(dir), 0);
+
+    /* The shipped tables: the H100 models take the H100's, the H200's
+     * take the H200's. */
+    const char *src = getenv("PJ_SRCDIR") ? getenv("PJ_SRCDIR") : ".";
+    snprintf(p, sizeof p, "%s/config/tuning", src);
+    ck_assert_int_eq(
+        pj_tablepick_nearest(p, "NVIDIA H100 PCIe", 114, path, sizeof path, dev, sizeof dev), 1);
+    ck_assert_str_eq(dev, "NVIDIA H100 80GB HBM3");
+    ck_assert_int_eq(
+        pj_tablepick_nearest(p, "NVIDIA H200 NVL", 132, path, sizeof path, dev, sizeof dev), 1);
+    ck_assert_str_eq(dev, "NVIDIA H200");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("dispatch");
@@ -678,6 +754,7 @@ int main(void)
     tcase_add_test(tc, shipped_table_routes_every_m);
     tcase_add_test(tc, rejects_odd_keys);
     tcase_add_test(tc, refuses_what_cjson_misreads);
+    tcase_add_test(tc, nearest_table_by_device_name);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -14,7 +14,8 @@
  *   B  PROJD_FORCE_ENGINE=cublas: the same shapes, every engine cuBLAS.
  *   Z  shapes.max_m = 32: z12 layers without a bf16 copy run gemvz at every
  *      m; one whose K the GEMV cannot take keeps its copy, said in the log.
- *   T  a tuning table for another GPU is not used; one that is not there
+ *   T  a tuning table for another GPU is not used (named), or is as the
+ *      nearest installed (none of this GPU's name); one that is not there
  *      stops the start.
  *   K  tuned_as: a layer named as SGLang names it runs the table's entries
  *      of its alias; the start hints at tuned_as, or warns about one
@@ -510,6 +511,9 @@ static int write_temp(char *path, const char *text)
     return ok ? 0 : -1;
 }
 
+static int k_engine_why(pjc_conn *t, const char *name, int m, char *why, size_t whylen, char *alias,
+                        size_t alen);
+
 /* A table made on another GPU is not used, and says so once: its entries
  * are not vetted against this device first (that warned about each entry
  * this GPU cannot run, then said the table was not used at all). */
@@ -538,6 +542,51 @@ static void section_t(void)
         pj_dproc_cleanup(&d);
     }
     unlink(path);
+
+    /* No table of this GPU's name where the daemon looks, another Hopper's
+     * there: taken as the nearest, said, and its entry runs. */
+    printf("== T3: the nearest installed table\n");
+    char tdir[] = "/tmp/projd-neartable-XXXXXX";
+    CHECK(mkdtemp(tdir) != NULL, "mkdtemp: %s", strerror(errno));
+    char tpath[600];
+    snprintf(tpath, sizeof tpath, "%s/h999-test.json", tdir);
+    FILE *tf = fopen(tpath, "w");
+    CHECK(tf != NULL, "fopen %s: %s", tpath, strerror(errno));
+    if (tf) {
+        fprintf(tf, "{\"device\": \"NVIDIA H999 Test\", \"sm_count\": 132, \"entries\": "
+                    "[{\"layer\": \"o\", \"n\": 256, \"k\": 192, \"m\": 8, \"engine\": "
+                    "\"cublas\", \"knobs\": {\"algo\": 0}, \"us\": 1.0}]}");
+        fclose(tf);
+        const char *was = getenv("PROJD_TUNING_DIR");
+        char saved[4096];
+        snprintf(saved, sizeof saved, "%s", was ? was : "");
+        setenv("PROJD_TUNING_DIR", tdir, 1);
+        rc = cc_start(&d, g_model, NULL, err, sizeof err);
+        if (was)
+            setenv("PROJD_TUNING_DIR", saved, 1);
+        else
+            unsetenv("PROJD_TUNING_DIR");
+        CHECK(rc == 0, "T3: start projd with another Hopper's table only: %s", err);
+        if (rc == 0) {
+            CHECK(pj_dproc_log_has(&d, "made on \"NVIDIA H999 Test\", the nearest installed", 5000),
+                  "T3: no line saying the nearest table is used");
+            pjc_conn t;
+            char why[512];
+            CHECK(pjc_open(&t, d.url, 1u << 20, 1u << 20, 30000, why, sizeof why) == 0, "T3: %s",
+                  why);
+            char w[64] = "", alias[64];
+            CHECK(k_engine_why(&t, "o", 8, w, sizeof w, alias, sizeof alias) == 0 &&
+                      !strcmp(w, "table"),
+                  "T3: o m=8 chose by \"%s\", not the table", w);
+            CHECK(pjc_sanity(&t, why, sizeof why) == 0, "T3: %s", why);
+            pjc_close(&t);
+            cc_stop(&d, "T3");
+        } else {
+            pj_dproc_cleanup(&d);
+        }
+        unlink(tpath);
+    }
+    rmdir(tdir);
 
     /* A tuning.table that is not there (or not a table): the start stops,
      * naming it, instead of running untuned behind a warning. */
