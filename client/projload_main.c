@@ -300,6 +300,12 @@ typedef struct lt_run {
      * not sent by then (the daemon did not keep up with the offered load;
      * their latencies are in no table). */
     atomic_uint_fast64_t behind_at_stop;
+    /* Open loop and replay: the schedule's mean gap between requests
+     * (1/rate; a replay's over the requests played), and the latest due
+     * time of a completed request; the rate is counted over the schedule
+     * they were due in (see schedule_window). */
+    uint64_t interval_ns;
+    atomic_uint_fast64_t last_due;
     atomic_int lost;   /* a client lost its connection to the daemon */
     uint64_t measured; /* measured requests that succeeded (set after the run) */
     pthread_mutex_t mmu;
@@ -339,6 +345,9 @@ typedef struct lt_client {
     pthread_cond_t cv;
     lt_plan *plan;
     size_t n_plan, next;
+    /* plan[next] was not due yet when a slot was free: the client waits
+     * for it and is not behind, however late its thread wakes */
+    int awaiting;
     uint64_t rng;
     int failed;
     int lost; /* the connection to the daemon is gone: stop */
@@ -790,6 +799,11 @@ static void harvest(lt_client *c, lt_slot *s)
         if (rc < 0 && conn_gone(c, rc))
             client_lost(c, e.msg);
     }
+    if (r->mode != MODE_CLOSED) {
+        uint64_t last = atomic_load(&r->last_due);
+        while (s->t_start > last && !atomic_compare_exchange_weak(&r->last_due, &last, s->t_start))
+            ;
+    }
     if (s->seq >= r->o->warmup) {
         pj_ls_sample smp = {.t_start_ns = s->t_start,
                             .t_end_ns = s->t_end,
@@ -943,9 +957,11 @@ static void *client_main(void *arg)
             } else {
                 const lt_plan *p = &c->plan[c->next];
                 uint64_t due = r->t0 + p->due_ns;
-                if (r->t_stop && (due >= r->t_stop || t >= r->t_stop)) {
+                if (r->t_stop && (due >= r->t_stop || (t >= r->t_stop && !c->awaiting))) {
                     /* --duration is wall time: what fell behind is counted,
-                     * not sent after the end */
+                     * not sent after the end (what the client was waiting
+                     * for with a slot free is not behind: it goes out
+                     * however late this thread woke) */
                     uint64_t behind = 0;
                     for (size_t j = c->next; j < c->n_plan && r->t0 + c->plan[j].due_ns < r->t_stop;
                          j++)
@@ -955,9 +971,11 @@ static void *client_main(void *arg)
                     stopping = 1;
                 } else if (due <= t) {
                     c->next++;
+                    c->awaiting = 0;
                     issue(c, s, p->seq, p->tr, due);
                     continue;
                 } else {
+                    c->awaiting = 1;
                     wait_until = due;
                 }
             }
@@ -1537,19 +1555,72 @@ static int make_plans(lt_run *r, lt_client *cl, uint64_t n_total)
     return 0;
 }
 
+/* The schedule's mean gap between requests: 1/rate in the open loop (the
+ * mean of Poisson's gaps too); in a replay, the span of the requests
+ * played over their number of gaps (0 for one request). */
+static uint64_t schedule_interval_ns(const lt_run *r, const lt_client *cl)
+{
+    if (r->mode != MODE_REPLAY)
+        return (uint64_t)(1e9 / r->o->rate);
+    uint64_t first = UINT64_MAX, last = 0;
+    size_t n = 0;
+    for (uint32_t i = 0; i < r->nclients; i++) {
+        if (!cl[i].n_plan)
+            continue;
+        /* each client's plan is in due order */
+        if (cl[i].plan[0].due_ns < first)
+            first = cl[i].plan[0].due_ns;
+        if (cl[i].plan[cl[i].n_plan - 1].due_ns > last)
+            last = cl[i].plan[cl[i].n_plan - 1].due_ns;
+        n += cl[i].n_plan;
+    }
+    return n > 1 ? (last - first) / (n - 1) : 0;
+}
+
+/* Seconds from the run's start to the end of the schedule the completed
+ * requests were due in: one interval after the latest due time (0 in the
+ * closed loop, or before any request completed). */
+static double schedule_end_s(lt_run *r)
+{
+    uint64_t last = atomic_load(&r->last_due);
+    if (r->mode == MODE_CLOSED || !last)
+        return 0;
+    return (double)(last + r->interval_ns - r->t0) / 1e9;
+}
+
+/* Open loop and replay: loadstat's window runs from the first measured
+ * request's due time to the last reply, one interval short of the
+ * schedule the requests were due in (N requests at rate R are due over
+ * N/R s, the last at (N-1)/R), and a rate over it comes out about
+ * N/(N-1) times the offered one. The window ends no earlier than the
+ * schedule does: req/s is the offered rate when the daemon keeps up, and
+ * what it served when it falls behind. Call once the clients are done. */
+static void schedule_window(lt_run *r)
+{
+    uint64_t last = atomic_load(&r->last_due);
+    if (r->mode == MODE_CLOSED || !r->ls.have_window || !last)
+        return;
+    if (last + r->interval_ns > r->ls.t1_ns)
+        r->ls.t1_ns = last + r->interval_ns;
+}
+
 /* ---- running ------------------------------------------------------------------------ */
 
+/* req/s here is what the report's is: requests completed (warm-up
+ * included) over the time since the start, and no less than the schedule
+ * they were due in. */
 static void progress_line(lt_run *r, int tty, double el)
 {
     uint64_t done, errs;
     double p50;
     pj_loadstat_progress(&r->ls, &done, &errs, &p50);
     uint64_t all = atomic_load(&r->completed);
+    double sched = schedule_end_s(r), span = sched > el ? sched : el;
     fprintf(stderr,
             "%s[%6.1f s] %llu done (%llu measured), %.1f req/s, %llu errors, %llu/%llu "
             "checked/mismatched, p50 %.1f µs%s",
             tty ? "\r" : "", el, (unsigned long long)all, (unsigned long long)done,
-            el > 0 ? (double)all / el : 0.0, (unsigned long long)atomic_load(&r->errors),
+            span > 0 ? (double)all / span : 0.0, (unsigned long long)atomic_load(&r->errors),
             (unsigned long long)atomic_load(&r->checked),
             (unsigned long long)atomic_load(&r->mismatches), p50, tty ? "   " : "\n");
     fflush(stderr);
@@ -1640,6 +1711,7 @@ static int run_once(lt_run *r, projd_conn *ctl)
                     (unsigned long long)n_total);
         goto out_clients;
     }
+    r->interval_ns = r->mode == MODE_CLOSED ? 0 : schedule_interval_ns(r, cl);
 
     if (su->model && o->check_fraction > 0) {
         /* Only the threads that started are joined; with none, the checks
@@ -1720,6 +1792,7 @@ static int run_once(lt_run *r, projd_conn *ctl)
     pthread_mutex_unlock(&r->chk.mu);
     for (uint32_t i = 0; i < r->chk.n; i++)
         pthread_join(r->chk.th[i], NULL);
+    schedule_window(r);
     if (show) {
         progress_line(r, tty, r->wall_s);
         if (tty)
@@ -1756,13 +1829,15 @@ static int checks_wanted(const lt_run *r)
     return r->su->model && r->o->check_fraction > 0;
 }
 
-/* A run fails on an error, a mismatch, a lost connection, or when it
- * proved nothing: no measured request succeeded, or none was checked
- * although checks were asked for. */
+/* A run fails on an error, a mismatch, a lost connection, when requests
+ * due before --duration's end were not sent (it did not offer the load
+ * asked for, so it did not measure it), or when it proved nothing: no
+ * measured request succeeded, or none was checked although checks were
+ * asked for. */
 static int run_failed(lt_run *r)
 {
     return atomic_load(&r->errors) || atomic_load(&r->mismatches) || r->abort ||
-           atomic_load(&r->lost) || r->measured == 0 ||
+           atomic_load(&r->lost) || atomic_load(&r->behind_at_stop) || r->measured == 0 ||
            (checks_wanted(r) && atomic_load(&r->checked) == 0);
 }
 
@@ -1781,9 +1856,9 @@ static void print_totals(FILE *f, lt_run *r)
                 (unsigned long long)atomic_load(&r->not_sent));
     if (atomic_load(&r->behind_at_stop))
         fprintf(f,
-                "  %llu requests were due before --duration's end and not sent by then: the "
-                "daemon did not keep up with the offered load (their latencies are in no "
-                "table)\n",
+                "  FAILED: %llu requests were due before --duration's end and not sent by "
+                "then: the daemon did not keep up, and the load asked for was not offered "
+                "(their latencies are in no table)\n",
                 (unsigned long long)atomic_load(&r->behind_at_stop));
     if (atomic_load(&r->lost))
         fprintf(f, "  the connection to the daemon was lost: the run stopped early\n");
@@ -2068,13 +2143,20 @@ static void usage(FILE *f)
         "                        them a request (1..64), a client's requests walking the\n"
         "                        list in turn (projctl layers prints the names)\n"
         "\n"
-        "req/s and ops/s count the requests that succeeded (failed ones are in errors);\n"
-        "a client that loses its daemon connection stops, and so does the run.\n"
+        "req/s and ops/s count the requests that succeeded (failed ones are in errors)\n"
+        "over the measured window, from the first measured request's start (its due\n"
+        "time in open loop and replay) to the last reply; in open loop and replay the\n"
+        "window lasts at least until one interval (1/R, or a replay's mean gap) after\n"
+        "the last due time, so N requests at --rate R read R when the daemon keeps up.\n"
+        "The progress line counts all requests from the start the same way. A client\n"
+        "that loses its daemon connection stops, and so does the run.\n"
         "\n"
-        "exit status: 0 all requests succeeded and all checks matched; 1 a request failed,\n"
-        "a check mismatched, the daemon connection was lost, no measured request succeeded,\n"
-        "checks were asked for but none ran, a --compare launch failed, the run was\n"
-        "interrupted, or the report (standard output, --json, --plot) could not be\n"
+        "exit status: 0 all requests succeeded and all checks matched; 1 a request\n"
+        "failed, a check mismatched, the daemon connection was lost, requests due\n"
+        "before --duration's end were not sent by then (open loop and replay: the\n"
+        "load asked for was not offered), no measured request succeeded, checks were\n"
+        "asked for but none ran, a --compare launch failed, the run was interrupted,\n"
+        "or the report (standard output, --json, --plot) could not be\n"
         "written at the end; 2 the run could not start (command line, an output path\n"
         "that cannot be written, trace, daemon, model, client buffers). gen: 0, or 2\n"
         "(command line, --out cannot be written). info: 0; 1 standard output could not\n"

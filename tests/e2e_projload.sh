@@ -6,6 +6,8 @@
 #     request checked against the CPU reference: zero errors, zero
 #     mismatches, exit status 0, and the JSON report parses and holds the
 #     numbers the tables print;
+#   - open-loop req/s is counted over the schedule (--rate R reads R);
+#   - a --duration run that could not send what was due exits 1;
 #   - a concurrency sweep with plots (PNGs when gnuplot is installed);
 #   - checks are real: against another model's weights every checked
 #     request mismatches and projload exits 1;
@@ -281,6 +283,30 @@ check_report "$tmp/open.out" "$tmp/open.json" 80 all && ok "open loop: JSON hold
     fail "open loop: report"
 "$py" -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if j["mode"]=="open-poisson" and j["rate"]==150 else 1)' \
     "$tmp/open.json" && ok "open loop: mode and rate in the JSON" || fail "open loop: mode/rate"
+
+# ---- open loop: req/s over the schedule ------------------------------------------------------
+# 2 requests at --rate 10 are due over 0.2 s (at 0 and 0.1 s): req/s reads 10
+# when the daemon keeps up, not the ~20 of a window that ends at the last
+# reply; the table, the JSON and the last progress line say the same.
+pl --trace "$tmp/decode.jsonl" --socket "$sock" --rate 10 --count 2 --check-fraction 0 \
+    --progress --json "$tmp/rate.json" >"$tmp/rate.out" 2>"$tmp/rate.err"
+rc=$?
+if [ $rc = 0 ] && check_report "$tmp/rate.out" "$tmp/rate.json" 2 none &&
+    "$py" - "$tmp/rate.err" "$tmp/rate.json" <<'EOF'
+import json, re, sys
+progress = [float(x) for x in re.findall(r"([0-9.]+) req/s", open(sys.argv[1]).read())]
+res = json.load(open(sys.argv[2]))["results"]
+rate = res["overall"]["req_per_s"]
+print("--rate 10, 2 requests: %.2f req/s over %.3f s, last progress line %s req/s"
+      % (rate, res["window_s"], progress[-1] if progress else "missing"))
+sys.exit(0 if 9 <= rate <= 10.05 and progress and progress[-1] <= 10.05 else 1)
+EOF
+then
+    ok "--rate 10, 2 requests: 10 req/s in the table, the JSON and the progress line"
+else
+    fail "--rate 10, 2 requests: exit $rc, or req/s not 10 (the line above)"
+    cat "$tmp/rate.out" "$tmp/rate.err" >&2
+fi
 
 # ---- timestamp replay ----------------------------------------------------------------------------
 head -41 "$tmp/decode.jsonl" >"$tmp/replay.jsonl" # the header comment + 40 requests
@@ -586,22 +612,41 @@ fi
 # ---- --duration under overload: wall time, what fell behind counted ---------------------------------------
 # 200000 requests a second for 0.5 s is more than any daemon here takes: the
 # run ends at --duration (it went on sending everything due, for seconds),
-# and the requests due but not sent by then are said and in the JSON.
+# and the requests due but not sent by then are said and in the JSON. The
+# load asked for was not offered: exit 1, the report and the JSON written.
 t0=$SECONDS
 pl --trace "$tmp/decode.jsonl" --socket "$sock" --rate 200000 --duration 0.5 --check-fraction 0 \
     --json "$tmp/over.json" >"$tmp/over.out" 2>&1
 rc=$?
 took=$((SECONDS - t0))
-if [ $rc = 0 ] && [ $took -le 5 ] && grep -q 'were due before --duration.s end and not sent' "$tmp/over.out" &&
+if [ $rc = 1 ] && [ $took -le 5 ] &&
+    grep -q 'FAILED: [0-9]* requests were due before --duration.s end and not sent' "$tmp/over.out" &&
     "$py" - "$tmp/over.json" <<'EOF'
 import json, sys
-t = json.load(open(sys.argv[1]))["totals"]
-sys.exit(0 if t["behind_at_stop"] > 0 and t["sent"] + t["behind_at_stop"] <= 100001 else 1)
+j = json.load(open(sys.argv[1]))
+t = j["totals"]
+sys.exit(0 if t["behind_at_stop"] > 0 and t["sent"] + t["behind_at_stop"] <= 100001
+         and j["exit_code"] == 1 else 1)
 EOF
 then
-    ok "--duration under overload: ended in ${took} s, what fell behind counted"
+    ok "--duration under overload: ended in ${took} s, what fell behind counted, exit 1"
 else
     fail "--duration under overload: exit $rc after ${took} s"; cat "$tmp/over.out" >&2
+fi
+# A request due 10 us before the end, which the client was waiting for with
+# a slot free, is sent however late its thread wakes: not behind, exit 0.
+pl --trace "$tmp/decode.jsonl" --socket "$sock" --rate 100 --duration 0.30001 --check-fraction 0 \
+    --json "$tmp/edge.json" >"$tmp/edge.out" 2>&1
+rc=$?
+if [ $rc = 0 ] && "$py" - "$tmp/edge.json" <<'EOF'
+import json, sys
+t = json.load(open(sys.argv[1]))["totals"]
+sys.exit(0 if t["behind_at_stop"] == 0 and t["sent"] == 31 else 1)
+EOF
+then
+    ok "--rate 100 --duration 0.30001: the request due at 0.3 s sent, none behind, exit 0"
+else
+    fail "--rate 100 --duration 0.30001: exit $rc"; cat "$tmp/edge.out" >&2
 fi
 
 # ---- many shapes: at most 256 shape rows, the rest folded -----------------------------------------------
