@@ -38,6 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client/arrivals.h"
 #include "client/loadgpu.h"
 #include "client/loadstat.h"
 #include "client/plot.h"
@@ -87,24 +88,10 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static uint64_t mix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 /* splitmix64 over a counter. */
 static uint64_t rng_next(uint64_t *s)
 {
-    return mix64((*s)++);
-}
-
-/* Uniform in [0, 1). */
-static double rng_unit(uint64_t *s)
-{
-    return (double)(rng_next(s) >> 11) * 0x1p-53;
+    return pj_splitmix64((*s)++);
 }
 
 static size_t align_up(size_t v)
@@ -677,7 +664,7 @@ static int want_check(const lt_run *r, uint64_t seq)
         return 0;
     if (f >= 1 || seq == r->o->warmup)
         return 1;
-    return (double)(mix64(r->o->seed * 0x2545f4914f6cdd1dull ^ seq) >> 11) * 0x1p-53 < f;
+    return (double)(pj_splitmix64(r->o->seed * 0x2545f4914f6cdd1dull ^ seq) >> 11) * 0x1p-53 < f;
 }
 
 /* ---- client thread -------------------------------------------------------------------- */
@@ -1540,13 +1527,10 @@ static int make_plans(lt_run *r, lt_client *cl, uint64_t n_total)
         free(it);
         return 0;
     }
-    uint64_t rng = o->seed ^ 0x5851f42d4c957f2dull;
-    double t_s = 0;
+    pj_arrivals arr;
+    pj_arrivals_init(&arr, o->seed, o->rate, r->mode == MODE_POISSON);
     for (uint64_t i = 0; i < n_total; i++) {
-        if (r->mode == MODE_RATE)
-            t_s = (double)i / o->rate;
-        else if (i > 0)
-            t_s += -log(1.0 - rng_unit(&rng)) / o->rate;
+        const double t_s = pj_arrivals_next(&arr);
         lt_plan p = {.due_ns = (uint64_t)(t_s * 1e9), .seq = i, .tr = (uint32_t)(i % t->n_reqs)};
         uint32_t ci = (uint32_t)(i % r->nclients);
         if (plan_push(&cl[ci], &p, &caps[ci]))
@@ -1699,7 +1683,7 @@ static int run_once(lt_run *r, projd_conn *ctl)
     for (uint32_t i = 0; i < r->nclients; i++) {
         cl[i].run = r;
         cl[i].id = i;
-        cl[i].rng = mix64(o->seed + 0x1000 * (i + 1));
+        cl[i].rng = pj_splitmix64(o->seed + 0x1000 * (i + 1));
         pthread_mutex_init(&cl[i].mu, NULL);
         pthread_cond_init(&cl[i].cv, &ca);
     }
