@@ -332,9 +332,6 @@ typedef struct lt_client {
     pthread_cond_t cv;
     lt_plan *plan;
     size_t n_plan, next;
-    /* plan[next] was not due yet when a slot was free: the client waits
-     * for it and is not behind, however late its thread wakes */
-    int awaiting;
     uint64_t rng;
     int failed;
     int lost; /* the connection to the daemon is gone: stop */
@@ -922,9 +919,11 @@ static void *client_main(void *arg)
             stopping = 1;
         uint64_t wait_until = 0;
         if (!stopping && busy < r->slots) {
+            /* s: the free slot free the longest (its last reply the
+             * oldest; 0 if never used) */
             lt_slot *s = NULL;
-            for (uint32_t i = 0; i < r->slots && !s; i++)
-                if (!c->slots[i].busy)
+            for (uint32_t i = 0; i < r->slots; i++)
+                if (!c->slots[i].busy && (!s || c->slots[i].t_end < s->t_end))
                     s = &c->slots[i];
             uint64_t t = now_ns();
             if (r->mode == MODE_CLOSED) {
@@ -944,11 +943,12 @@ static void *client_main(void *arg)
             } else {
                 const lt_plan *p = &c->plan[c->next];
                 uint64_t due = r->t0 + p->due_ns;
-                if (r->t_stop && (due >= r->t_stop || (t >= r->t_stop && !c->awaiting))) {
+                if (r->t_stop && (due >= r->t_stop || (t >= r->t_stop && s->t_end > due))) {
                     /* --duration is wall time: what fell behind is counted,
-                     * not sent after the end (what the client was waiting
-                     * for with a slot free is not behind: it goes out
-                     * however late this thread woke) */
+                     * not sent after the end. Behind means the daemon still
+                     * held every slot when it was due; one due while a slot
+                     * was free goes out however late this thread got to it
+                     * (a wake-up, the harvest of other replies). */
                     uint64_t behind = 0;
                     for (size_t j = c->next; j < c->n_plan && r->t0 + c->plan[j].due_ns < r->t_stop;
                          j++)
@@ -958,11 +958,9 @@ static void *client_main(void *arg)
                     stopping = 1;
                 } else if (due <= t) {
                     c->next++;
-                    c->awaiting = 0;
                     issue(c, s, p->seq, p->tr, due);
                     continue;
                 } else {
-                    c->awaiting = 1;
                     wait_until = due;
                 }
             }
@@ -1541,22 +1539,24 @@ static int make_plans(lt_run *r, lt_client *cl, uint64_t n_total)
 
 /* The schedule's mean gap between requests: 1/rate in the open loop (the
  * mean of Poisson's gaps too); in a replay, the span of the requests
- * played over their number of gaps (0 for one request). */
+ * played (those due before --duration's end, when it has one) over their
+ * number of gaps (0 for one request). */
 static uint64_t schedule_interval_ns(const lt_run *r, const lt_client *cl)
 {
     if (r->mode != MODE_REPLAY)
         return (uint64_t)(1e9 / r->o->rate);
+    const uint64_t end = r->o->duration_s > 0 ? (uint64_t)(r->o->duration_s * 1e9) : UINT64_MAX;
     uint64_t first = UINT64_MAX, last = 0;
     size_t n = 0;
     for (uint32_t i = 0; i < r->nclients; i++) {
-        if (!cl[i].n_plan)
-            continue;
         /* each client's plan is in due order */
-        if (cl[i].plan[0].due_ns < first)
-            first = cl[i].plan[0].due_ns;
-        if (cl[i].plan[cl[i].n_plan - 1].due_ns > last)
-            last = cl[i].plan[cl[i].n_plan - 1].due_ns;
-        n += cl[i].n_plan;
+        for (size_t j = 0; j < cl[i].n_plan && cl[i].plan[j].due_ns < end; j++) {
+            if (cl[i].plan[j].due_ns < first)
+                first = cl[i].plan[j].due_ns;
+            if (cl[i].plan[j].due_ns > last)
+                last = cl[i].plan[j].due_ns;
+            n++;
+        }
     }
     return n > 1 ? (last - first) / (n - 1) : 0;
 }
@@ -1584,8 +1584,12 @@ static void schedule_window(lt_run *r)
     uint64_t last = atomic_load(&r->last_due);
     if (r->mode == MODE_CLOSED || !r->ls.have_window || !last)
         return;
-    if (last + r->interval_ns > r->ls.t1_ns)
-        r->ls.t1_ns = last + r->interval_ns;
+    /* never past --duration's end: what was due after it was not played */
+    uint64_t end = last + r->interval_ns;
+    if (r->t_stop && end > r->t_stop)
+        end = r->t_stop;
+    if (end > r->ls.t1_ns)
+        r->ls.t1_ns = end;
 }
 
 /* ---- running ------------------------------------------------------------------------ */

@@ -319,6 +319,36 @@ check_report "$tmp/replay.out" "$tmp/replay.json" 40 all && ok "replay: JSON hol
 grep -q '^clients: 2,' "$tmp/replay.out" && ok "replay: one client per trace client id" ||
     fail "replay: client count"
 
+# A replay cut by --duration: its rate is counted over the requests played.
+# 100 requests 2 ms apart, then one due at 400 s, past --duration 1: the
+# interval is 2 ms (not the 4 s the whole trace's span gives), so req/s
+# reads ~500 over ~0.2 s, and the late request is not behind (exit 0).
+"$py" - "$tmp/gap.jsonl" <<'EOF'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i in range(100):
+        f.write(json.dumps({"t_us": 2000 * i, "client": 0, "ops": [{"layer": "o", "m": 1}]}) + "\n")
+    f.write(json.dumps({"t_us": 400000000, "client": 0, "ops": [{"layer": "o", "m": 1}]}) + "\n")
+EOF
+pl --trace "$tmp/gap.jsonl" --socket "$sock" --replay --duration 1 --warmup 0 --check-fraction 0 \
+    --json "$tmp/gap.json" >"$tmp/gap.out" 2>"$tmp/gap.err"
+rc=$?
+if [ $rc = 0 ] && "$py" - "$tmp/gap.json" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+res, tot = j["results"], j["totals"]
+rate = res["overall"]["req_per_s"]
+print("replay cut by --duration: %.1f req/s over %.3f s, %d behind"
+      % (rate, res["window_s"], tot["behind_at_stop"]))
+sys.exit(0 if 400 <= rate <= 510 and res["window_s"] <= 1.0 and tot["behind_at_stop"] == 0 else 1)
+EOF
+then
+    ok "replay cut by --duration: req/s over the requests played"
+else
+    fail "replay cut by --duration: exit $rc, or req/s not ~500 (the line above)"
+    cat "$tmp/gap.out" "$tmp/gap.err" >&2
+fi
+
 # ---- the six reference loads, a sweep, plots ---------------------------------------------------------
 pl --trace "$tmp/reference.jsonl" --socket "$sock" --sweep 1,2 --count 12 \
     --model "$model" --check-fraction 0.5 --json "$tmp/sweep.json" --plot "$tmp/plots" \
