@@ -515,54 +515,52 @@ static void table_msg(void *ctx, const char *msg)
     pj_log_warn("cuda: tuning table: %s", msg);
 }
 
-/* No table of this GPU's name: the installed table nearest to it by device
- * name (daemon/tablepick.h), from the first of load_table's folders that
- * has one, its entries checked against this device's limits. Only where
- * the kernels run (sm_90): elsewhere the entries name kernels that cannot.
- * 1 when one is in use. */
-static int nearest_table(cu_state *st, const char *exe, const char *slug)
+static void table_skipped(void *ctx, const char *path, const char *why)
 {
-    const char *env = getenv("PROJD_TUNING_DIR");
-    static const char *const rel[3] = {"../share/projd/tuning", "../../config/tuning",
-                                       "../config/tuning"};
-    for (int f = 0; f < 4; f++) {
-        char dir[PJ_CFG_PATH + 64], path[PJ_CFG_PATH + 128], tdev[64], err[256];
-        if (f == 0 && !(env && *env))
-            continue;
-        if (f > 0 && !exe[0])
-            break;
-        if (f == 0)
-            snprintf(dir, sizeof dir, "%s", env);
-        else
-            snprintf(dir, sizeof dir, "%s/%s", exe, rel[f - 1]);
-        if (!pj_tablepick_nearest(dir, st->prop.name, st->prop.multiProcessorCount, path,
-                                  sizeof path, tdev, sizeof tdev))
-            continue;
+    (void)ctx;
+    pj_log_info("cuda: tuning table %s passed over: %s", path, why);
+}
+
+/* No table of this GPU's name: the installed table nearest to it by device
+ * name (daemon/tablepick.h) among dirs, its entries checked against this
+ * device's limits. Only where the kernels run (sm_90): elsewhere the
+ * entries name kernels that cannot. 1 when one is in use. */
+static int nearest_table(cu_state *st, const char (*dirs)[PJ_TABLEPICK_PATH], int ndirs,
+                         const char *slug)
+{
+    char path[PJ_TABLEPICK_PATH + 256], tdev[64], err[256];
+    if (!pj_tablepick_nearest(dirs, ndirs, st->prop.name, st->prop.multiProcessorCount, path,
+                              sizeof path, tdev, sizeof tdev, table_skipped, NULL))
+        return 0;
+    memset(st->table, 0, sizeof *st->table);
+    int n = pj_tune_load(path, st->table, pj_eng_check_entry, &st->lim, table_msg, NULL, err,
+                         sizeof err);
+    if (n < 0) {
+        pj_log_warn("cuda: tuning table %s not used: %s", path, err);
         memset(st->table, 0, sizeof *st->table);
-        int n = pj_tune_load(path, st->table, pj_eng_check_entry, &st->lim, table_msg, NULL, err,
-                             sizeof err);
-        if (n < 0) {
-            pj_log_warn("cuda: tuning table %s not used: %s", path, err);
-            memset(st->table, 0, sizeof *st->table);
-            continue;
-        }
+        return 0;
+    }
+    if (strcasecmp(tdev, st->prop.name) == 0)
+        pj_log_info("cuda: tuning table %s, made on this GPU model under another name than "
+                    "%s.json",
+                    path, slug);
+    else
         pj_log_warn("cuda: no tuning table for \"%s\" (%s.json); using %s, made on \"%s\", the "
                     "nearest installed, its entries checked against this device. A table tuned "
                     "on this GPU does better (deploy/README.md, \"The shipped tables\")",
                     st->prop.name, slug, path, tdev);
-        snprintf(st->rep.table, sizeof st->rep.table, "%s (%d entries; made on %s, the nearest)",
-                 path, n, tdev);
-        st->rep.table_entries = n;
-        return 1;
-    }
-    return 0;
+    snprintf(st->rep.table, sizeof st->rep.table, "%s (%d entries; made on %s)", path, n, tdev);
+    st->rep.table_entries = n;
+    return 1;
 }
 
-/* The tuned table: tuning.table when set, else <gpu>.json where the
- * install keeps tables. 0, or -EINVAL (err said) when tuning.table names
- * a file that cannot be read or parsed: an operator who named one expects
- * it used, not a start with a warning and the untuned ladder. (A table
- * for another GPU is said and not used, as a found one would be.) */
+/* The tuned table: tuning.table when set, else <gpu>.json in the folders
+ * of pj_tablepick_dirs, else (a Hopper) the nearest table there. 0, or
+ * -EINVAL (err said) when tuning.table names a file that cannot be read
+ * or parsed: an operator who named one expects it used, not a start with
+ * a warning and the untuned ladder. (A named table for another GPU is
+ * said and not used; one found by name that was made on another GPU is
+ * weighed with the others as the nearest.) */
 static int load_table(cu_state *st, char *ferr, size_t ferrlen)
 {
     const pj_config *cfg = st->b->cfg;
@@ -581,20 +579,18 @@ static int load_table(cu_state *st, char *ferr, size_t ferrlen)
     }
     /* "nvidia-h200" and "h200": tables are named either way. */
     const char *names[2] = {slug, strncmp(slug, "nvidia-", 7) == 0 ? slug + 7 : NULL};
-    char cand[16][PJ_CFG_PATH + 128];
+    char dirs[PJ_TABLEPICK_DIRS][PJ_TABLEPICK_PATH];
+    const int ndirs = pj_tablepick_dirs(getenv("PROJD_TUNING_DIR"), exe, dirs);
+    const int hopper = st->prop.major == 9;
+    char cand[2 * PJ_TABLEPICK_DIRS][PJ_TABLEPICK_PATH + 128];
     int nc = 0;
     if (cfg->tuning.table[0]) {
         snprintf(cand[nc++], sizeof cand[0], "%s", cfg->tuning.table);
     } else {
-        const char *env = getenv("PROJD_TUNING_DIR");
-        const char *fmts[4] = {"%s/%s.json", "%s/../share/projd/tuning/%s.json",
-                               "%s/../../config/tuning/%s.json", "%s/../config/tuning/%s.json"};
-        for (int f = 0; f < 4; f++) {
-            const char *dir = f == 0 ? (env && *env ? env : NULL) : (exe[0] ? exe : NULL);
-            for (int n = 0; dir && n < 2; n++)
-                if (names[n] && nc < 16)
-                    snprintf(cand[nc++], sizeof cand[0], fmts[f], dir, names[n]);
-        }
+        for (int f = 0; f < ndirs; f++)
+            for (int n = 0; n < 2; n++)
+                if (names[n])
+                    snprintf(cand[nc++], sizeof cand[0], "%s/%s.json", dirs[f], names[n]);
     }
     st->table = calloc(1, sizeof *st->table);
     if (!st->table)
@@ -615,8 +611,16 @@ static int load_table(cu_state *st, char *ferr, size_t ferrlen)
             return -EINVAL;
         }
         if (n >= 0 && st->table->device[0] && strcasecmp(st->table->device, st->prop.name) != 0) {
-            pj_log_warn("cuda: tuning table %s is for \"%s\", this device is \"%s\"; not used",
-                        cand[i], st->table->device, st->prop.name);
+            if (cfg->tuning.table[0])
+                pj_log_warn("cuda: tuning table %s is for \"%s\", this device is \"%s\"; not "
+                            "used (named by tuning.table: without that key projd takes this "
+                            "GPU's installed table, or the nearest one)",
+                            cand[i], st->table->device, st->prop.name);
+            else if (!hopper)
+                pj_log_warn("cuda: tuning table %s is for \"%s\", this device is \"%s\"; not "
+                            "used",
+                            cand[i], st->table->device, st->prop.name);
+            /* a Hopper weighs it with the other tables (nearest_table) */
             memset(st->table, 0, sizeof *st->table);
             continue;
         }
@@ -637,7 +641,7 @@ static int load_table(cu_state *st, char *ferr, size_t ferrlen)
         st->rep.table_entries = n;
         return 0;
     }
-    if (!cfg->tuning.table[0] && st->prop.major == 9 && nearest_table(st, exe, slug))
+    if (!cfg->tuning.table[0] && hopper && nearest_table(st, dirs, ndirs, slug))
         return 0;
     snprintf(st->rep.table, sizeof st->rep.table, "none (untuned ladder; looked for %s.json%s%s)",
              slug, names[1] ? " and " : "", names[1] ? names[1] : "");

@@ -3,11 +3,29 @@
 
 #include <ctype.h>
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "kernels/dispatch.h"
+
+int pj_tablepick_dirs(const char *env, const char *exe_dir,
+                      char dirs[PJ_TABLEPICK_DIRS][PJ_TABLEPICK_PATH])
+{
+    if (env && *env)
+        return snprintf(dirs[0], PJ_TABLEPICK_PATH, "%s", env) < PJ_TABLEPICK_PATH;
+    static const char *const rel[PJ_TABLEPICK_DIRS] = {"../share/projd/tuning",
+                                                       "../../config/tuning", "../config/tuning"};
+    int n = 0;
+    for (int i = 0; exe_dir && *exe_dir && i < PJ_TABLEPICK_DIRS; i++)
+        if (snprintf(dirs[n], PJ_TABLEPICK_PATH, "%s/%s", exe_dir, rel[i]) < PJ_TABLEPICK_PATH)
+            n++;
+    return n;
+}
 
 /* The next word of *s (a run of letters and digits), lower-cased into w;
  * 0 at the end. */
@@ -37,49 +55,120 @@ int pj_tablepick_nearness(const char *device, const char *table_device)
     return n;
 }
 
+/* The same words, all of them ("NVIDIA H200" and "nvidia h200"). */
+static int same_words(const char *a, const char *b)
+{
+    char wa[64], wb[64];
+    for (;;) {
+        int ha = next_word(&a, wa, sizeof wa), hb = next_word(&b, wb, sizeof wb);
+        if (ha != hb || (ha && strcmp(wa, wb)))
+            return 0;
+        if (!ha)
+            return 1;
+    }
+}
+
 static int is_json_name(const char *name)
 {
     size_t l = strlen(name);
     return l > 5 && name[0] != '.' && !strcmp(name + l - 5, ".json");
 }
 
-int pj_tablepick_nearest(const char *dir, const char *device, int sm_count, char *path,
-                         size_t pathlen, char *table_device, size_t devlen)
+/* Can p be read, and is it a regular file? Opened without blocking: a
+ * FIFO named *.json would otherwise hold the start. 0, or why not. */
+static const char *readable_file(const char *p, char *why, size_t whylen)
 {
-    DIR *d = opendir(dir);
-    if (!d)
-        return 0;
+    int fd = open(p, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, whylen, "cannot be read: %s", strerror(errno));
+        return why;
+    }
+    struct stat sb;
+    int reg = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode);
+    close(fd);
+    if (!reg) {
+        snprintf(why, whylen, "not a regular file");
+        return why;
+    }
+    return NULL;
+}
+
+typedef struct pick {
+    int found, exact, near, gap, dir;
+    char name[256];
+} pick;
+
+/* Is c nearer than b (the order of pj_tablepick_nearest)? */
+static int nearer(const pick *c, const pick *b)
+{
+    if (!b->found)
+        return 1;
+    if (c->exact != b->exact)
+        return c->exact > b->exact;
+    if (c->near != b->near)
+        return c->near > b->near;
+    if (c->gap != b->gap)
+        return c->gap < b->gap;
+    if (c->dir != b->dir)
+        return c->dir < b->dir;
+    return strcmp(c->name, b->name) < 0; /* readdir's order is the file system's */
+}
+
+int pj_tablepick_nearest(const char (*dirs)[PJ_TABLEPICK_PATH], int ndirs, const char *device,
+                         int sm_count, char *path, size_t pathlen, char *table_device,
+                         size_t devlen, pj_tablepick_skip_fn skip, void *ctx)
+{
     pj_tune_table *t = malloc(sizeof *t); /* PJ_TUNE_MAX entries: not for the stack */
-    if (!t) {
-        closedir(d);
+    char *p = malloc(pathlen ? pathlen : 1);
+    pick best = {0};
+    if (!t || !p || !pathlen) {
+        free(t);
+        free(p);
         return 0;
     }
-    int found = 0, best_near = -1, best_gap = 0;
-    char best_name[256] = "";
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        char p[4096], err[256];
-        if (!is_json_name(de->d_name) || strlen(de->d_name) >= sizeof best_name)
-            continue;
-        if (snprintf(p, sizeof p, "%s/%s", dir, de->d_name) >= (int)sizeof p)
-            continue;
-        memset(t, 0, sizeof *t);
-        if (pj_tune_load(p, t, NULL, NULL, NULL, NULL, err, sizeof err) < 0 || !t->device[0])
-            continue;
-        const int near = pj_tablepick_nearness(device, t->device);
-        const int gap = abs(t->sm_count - sm_count);
-        /* readdir's order is the file system's: the name breaks ties */
-        if (near > best_near || (near == best_near && gap < best_gap) ||
-            (near == best_near && gap == best_gap && strcmp(de->d_name, best_name) < 0)) {
-            best_near = near;
-            best_gap = gap;
-            snprintf(best_name, sizeof best_name, "%s", de->d_name);
-            snprintf(path, pathlen, "%s", p);
-            snprintf(table_device, devlen, "%s", t->device);
-            found = 1;
+    for (int di = 0; di < ndirs; di++) {
+        DIR *d = opendir(dirs[di]);
+        struct dirent *de;
+        while (d && (de = readdir(d)) != NULL) {
+            char why[300], err[256];
+            const char *no = NULL;
+            pick c = {.found = 1, .dir = di};
+            if (!is_json_name(de->d_name))
+                continue;
+            if ((size_t)snprintf(p, pathlen, "%s/%s", dirs[di], de->d_name) >= pathlen ||
+                strlen(de->d_name) >= sizeof c.name) {
+                if (skip)
+                    skip(ctx, de->d_name, "its path is too long");
+                continue;
+            }
+            memset(t, 0, sizeof *t);
+            if (!(no = readable_file(p, why, sizeof why))) {
+                if (pj_tune_load(p, t, NULL, NULL, NULL, NULL, err, sizeof err) < 0) {
+                    snprintf(why, sizeof why, "not a tuning table: %s", err);
+                    no = why;
+                } else if (!t->device[0]) {
+                    no = "names no device";
+                }
+            }
+            if (no) {
+                if (skip)
+                    skip(ctx, p, no);
+                continue;
+            }
+            c.exact = same_words(device, t->device);
+            c.near = pj_tablepick_nearness(device, t->device);
+            c.gap = abs(t->sm_count - sm_count);
+            snprintf(c.name, sizeof c.name, "%s", de->d_name);
+            if (nearer(&c, &best)) {
+                best = c;
+                snprintf(path, pathlen, "%s", p);
+                snprintf(table_device, devlen, "%s", t->device);
+            }
         }
+        if (d)
+            closedir(d);
     }
-    closedir(d);
     free(t);
-    return found;
+    free(p);
+    return best.found;
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -660,10 +661,68 @@ START_TEST(refuses_what_cjson_misreads)
 }
 END_TEST
 
+/* The folders the cuda backend looks in: $PROJD_TUNING_DIR alone when
+ * set, else the three beside the binary; none that does not fit. */
+START_TEST(table_folders)
+{
+    char dirs[PJ_TABLEPICK_DIRS][PJ_TABLEPICK_PATH];
+    ck_assert_int_eq(pj_tablepick_dirs("/etc/pj", "/usr/bin", dirs), 1);
+    ck_assert_str_eq(dirs[0], "/etc/pj");
+    ck_assert_int_eq(pj_tablepick_dirs("", "/usr/bin", dirs), 3);
+    ck_assert_str_eq(dirs[0], "/usr/bin/../share/projd/tuning");
+    ck_assert_str_eq(dirs[1], "/usr/bin/../../config/tuning");
+    ck_assert_str_eq(dirs[2], "/usr/bin/../config/tuning");
+    ck_assert_int_eq(pj_tablepick_dirs(NULL, "", dirs), 0);
+    static char longdir[PJ_TABLEPICK_PATH + 8];
+    memset(longdir, 'a', sizeof longdir - 1);
+    longdir[0] = '/';
+    ck_assert_int_eq(pj_tablepick_dirs(longdir, "/usr/bin", dirs), 0);
+    longdir[PJ_TABLEPICK_PATH - 10] = 0; /* fits alone, with no suffix */
+    ck_assert_int_eq(pj_tablepick_dirs(NULL, longdir, dirs), 0);
+    longdir[PJ_TABLEPICK_PATH - 20] = 0; /* with the shortest suffix only */
+    ck_assert_int_eq(pj_tablepick_dirs(NULL, longdir, dirs), 1);
+    ck_assert_str_eq(dirs[0] + strlen(longdir), "/../config/tuning");
+}
+END_TEST
+
+static char g_skipped[4096];
+
+static void note_skip(void *ctx, const char *path, const char *why)
+{
+    (void)ctx;
+    const char *base = strrchr(path, '/');
+    size_t l = strlen(g_skipped);
+    snprintf(g_skipped + l, sizeof g_skipped - l, "%s: %s\n", base ? base + 1 : path, why);
+}
+
+static void write_table(const char *dir, const char *name, const char *device, int sm)
+{
+    char p[600], text[300];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    snprintf(text, sizeof text, "{\"device\": \"%s\", \"sm_count\": %d, \"entries\": []}", device,
+             sm);
+    ck_assert_int_eq(pj_fixture_write_text(p, text), 0);
+}
+
+/* Which table pj_tablepick_nearest takes for device at sm SMs: its file
+ * name ("" for none). */
+static const char *pick_name(const char (*dirs)[PJ_TABLEPICK_PATH], int ndirs, const char *device,
+                             int sm)
+{
+    static char path[PJ_TABLEPICK_PATH + 256];
+    char dev[64];
+    if (!pj_tablepick_nearest(dirs, ndirs, device, sm, path, sizeof path, dev, sizeof dev,
+                              note_skip, NULL))
+        return "";
+    const char *base = strrchr(path, '/');
+    return base ? base + 1 : path;
+}
+
 /* A GPU without a table of its name takes the installed one nearest by
- * device name (daemon/tablepick.h): more leading words shared first, then
- * the nearer SM count, then the file name; files that are not tables, or
- * name no device, are passed over. */
+ * device name (daemon/tablepick.h): its own model under another file name
+ * first, then more leading words shared, the nearer SM count, the earlier
+ * folder, the file name; what is not a readable regular file holding a
+ * table that names a device is passed over, and said. */
 START_TEST(nearest_table_by_device_name)
 {
     ck_assert_int_eq(pj_tablepick_nearness("NVIDIA H100 PCIe", "NVIDIA H100 80GB HBM3"), 2);
@@ -673,27 +732,24 @@ START_TEST(nearest_table_by_device_name)
     ck_assert_int_eq(pj_tablepick_nearness("AMD MI300X", "NVIDIA H200"), 0);
     ck_assert_int_eq(pj_tablepick_nearness("", "NVIDIA H200"), 0);
 
-    char dir[] = "/tmp/pjt-tables-XXXXXX", p[600], path[700], dev[64];
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    ck_assert_int_eq(
-        pj_tablepick_nearest(dir, "NVIDIA H200", 132, path, sizeof path, dev, sizeof dev),
-        0); /* empty */
-    static const struct {
-        const char *name, *text;
-    } files[] = {
-        {"b-h200.json", "{\"device\": \"NVIDIA H200\", \"sm_count\": 132, \"entries\": []}"},
-        {"a-h100.json",
-         "{\"device\": \"NVIDIA H100 80GB HBM3\", \"sm_count\": 132, \"entries\": []}"},
-        {"c-h100nvl.json", "{\"device\": \"NVIDIA H100 NVL\", \"sm_count\": 114, \"entries\": []}"},
-        {"0-broken.json", "{\"device\": \"NVIDIA H100 PCIe\", \"entries\": ["},
-        {"1-nameless.json", "{\"entries\": []}"},
-        {".h100-pcie.json", "{\"device\": \"NVIDIA H100 PCIe\", \"entries\": []}"},
-        {"h100-pcie.txt", "{\"device\": \"NVIDIA H100 PCIe\", \"entries\": []}"},
-    };
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        snprintf(p, sizeof p, "%s/%s", dir, files[i].name);
-        ck_assert_int_eq(pj_fixture_write_text(p, files[i].text), 0);
-    }
+    char dirs[2][PJ_TABLEPICK_PATH] = {"/tmp/pjt-tables-XXXXXX", "/tmp/pjt-tables2-XXXXXX"};
+    ck_assert_ptr_nonnull(mkdtemp(dirs[0]));
+    ck_assert_ptr_nonnull(mkdtemp(dirs[1]));
+    ck_assert_str_eq(pick_name(dirs, 1, "NVIDIA H200", 132), ""); /* empty */
+    write_table(dirs[0], "b-h200.json", "NVIDIA H200", 132);
+    write_table(dirs[0], "a-h100.json", "NVIDIA H100 80GB HBM3", 132);
+    write_table(dirs[0], "c-h100nvl.json", "NVIDIA H100 NVL", 114);
+    write_table(dirs[0], ".h100-pcie.json", "NVIDIA H100 PCIe", 114); /* hidden */
+    write_table(dirs[0], "h100-pcie.txt", "NVIDIA H100 PCIe", 114);   /* not .json */
+    char p[PJ_TABLEPICK_PATH + 64];
+    snprintf(p, sizeof p, "%s/0-broken.json", dirs[0]);
+    ck_assert_int_eq(pj_fixture_write_text(p, "{\"device\": \"NVIDIA H100 PCIe\", \"entries\": ["),
+                     0);
+    snprintf(p, sizeof p, "%s/1-nameless.json", dirs[0]);
+    ck_assert_int_eq(pj_fixture_write_text(p, "{\"entries\": []}"), 0);
+    snprintf(p, sizeof p, "%s/2-fifo.json", dirs[0]); /* opened, it would block */
+    ck_assert_int_eq(mkfifo(p, 0600), 0);
+    g_skipped[0] = 0;
     static const struct {
         const char *device;
         int sm;
@@ -702,36 +758,67 @@ START_TEST(nearest_table_by_device_name)
         {"NVIDIA H200 NVL", 132, "b-h200.json"},       /* two words */
         {"NVIDIA H100 PCIe", 114, "c-h100nvl.json"},   /* two words each; SMs */
         {"NVIDIA H100 PCIe", 132, "a-h100.json"},      /* two words each; SMs */
-        {"NVIDIA H100 80GB HBM3", 114, "a-h100.json"}, /* four words */
+        {"NVIDIA H100 80GB HBM3", 114, "a-h100.json"}, /* its own model */
         {"NVIDIA GH200 480GB", 132, "a-h100.json"},    /* one word, SMs tie: name */
         {"Some Other GPU", 132, "a-h100.json"},        /* none near, SMs tie: name */
     };
-    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) {
-        ck_assert_int_eq(
-            pj_tablepick_nearest(dir, q[i].device, q[i].sm, path, sizeof path, dev, sizeof dev), 1);
-        const char *base = strrchr(path, '/');
-        ck_assert_msg(base && !strcmp(base + 1, q[i].want), "%s (%d SMs): took %s, not %s",
-                      q[i].device, q[i].sm, path, q[i].want);
-    }
-    ck_assert_int_eq(pj_tablepick_nearest("/nonexistent/pjt", "NVIDIA H200", 132, path, sizeof path,
-                                          dev, sizeof dev),
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++)
+        ck_assert_msg(!strcmp(pick_name(dirs, 1, q[i].device, q[i].sm), q[i].want),
+                      "%s (%d SMs): took %s, not %s", q[i].device, q[i].sm,
+                      pick_name(dirs, 1, q[i].device, q[i].sm), q[i].want);
+    ck_assert_msg(strstr(g_skipped, "0-broken.json: not a tuning table") &&
+                      strstr(g_skipped, "1-nameless.json: names no device") &&
+                      strstr(g_skipped, "2-fifo.json: not a regular file") &&
+                      !strstr(g_skipped, "h100-pcie"),
+                  "passed over: %s", g_skipped);
+
+    /* Its own model under another name beats a longer name that starts
+     * with it ("NVIDIA H200 NVL" shares both of "NVIDIA H200"'s words). */
+    write_table(dirs[0], "a-h200nvl.json", "NVIDIA H200 NVL", 132);
+    write_table(dirs[0], "z-my-h200.json", "NVIDIA H200", 132);
+    ck_assert_str_eq(pick_name(dirs, 1, "NVIDIA H200", 132), "b-h200.json");
+    snprintf(p, sizeof p, "%s/b-h200.json", dirs[0]);
+    unlink(p);
+    ck_assert_str_eq(pick_name(dirs, 1, "NVIDIA H200", 132), "z-my-h200.json");
+
+    /* Nearest over every folder, not the first folder's nearest; the
+     * earlier folder on a tie. */
+    write_table(dirs[1], "h200-only.json", "NVIDIA H200", 132);
+    const char(*rev)[PJ_TABLEPICK_PATH] = (const char(*)[PJ_TABLEPICK_PATH])dirs + 1;
+    char two[2][PJ_TABLEPICK_PATH];
+    snprintf(two[0], sizeof two[0], "%s", rev[0]);
+    snprintf(two[1], sizeof two[1], "%s", dirs[0]);
+    ck_assert_str_eq(pick_name(two, 2, "NVIDIA H100 PCIe", 132), "a-h100.json");
+    ck_assert_str_eq(pick_name(two, 2, "NVIDIA H200", 132), "h200-only.json");
+    ck_assert_str_eq(pick_name(dirs, 2, "NVIDIA H200", 132), "z-my-h200.json");
+
+    /* A path that does not fit is passed over, not cut. */
+    char small[20], dev[64];
+    g_skipped[0] = 0;
+    ck_assert_int_eq(pj_tablepick_nearest(dirs, 2, "NVIDIA H200", 132, small, sizeof small, dev,
+                                          sizeof dev, note_skip, NULL),
                      0);
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        snprintf(p, sizeof p, "%s/%s", dir, files[i].name);
+    ck_assert_msg(strstr(g_skipped, "its path is too long"), "passed over: %s", g_skipped);
+
+    static const char *const names[] = {
+        "b-h200.json",   "a-h100.json",     "c-h100nvl.json", ".h100-pcie.json", "h100-pcie.txt",
+        "0-broken.json", "1-nameless.json", "2-fifo.json",    "a-h200nvl.json",  "z-my-h200.json"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", dirs[0], names[i]);
         unlink(p);
     }
-    ck_assert_int_eq(rmdir(dir), 0);
+    snprintf(p, sizeof p, "%s/h200-only.json", dirs[1]);
+    unlink(p);
+    ck_assert_int_eq(rmdir(dirs[0]), 0);
+    ck_assert_int_eq(rmdir(dirs[1]), 0);
 
     /* The shipped tables: the H100 models take the H100's, the H200's
      * take the H200's. */
     const char *src = getenv("PJ_SRCDIR") ? getenv("PJ_SRCDIR") : ".";
-    snprintf(p, sizeof p, "%s/config/tuning", src);
-    ck_assert_int_eq(
-        pj_tablepick_nearest(p, "NVIDIA H100 PCIe", 114, path, sizeof path, dev, sizeof dev), 1);
-    ck_assert_str_eq(dev, "NVIDIA H100 80GB HBM3");
-    ck_assert_int_eq(
-        pj_tablepick_nearest(p, "NVIDIA H200 NVL", 132, path, sizeof path, dev, sizeof dev), 1);
-    ck_assert_str_eq(dev, "NVIDIA H200");
+    char shipped[1][PJ_TABLEPICK_PATH];
+    snprintf(shipped[0], sizeof shipped[0], "%s/config/tuning", src);
+    ck_assert_str_eq(pick_name(shipped, 1, "NVIDIA H100 PCIe", 114), "h100-80gb-hbm3.json");
+    ck_assert_str_eq(pick_name(shipped, 1, "NVIDIA H200 NVL", 132), "h200.json");
 }
 END_TEST
 
@@ -754,6 +841,7 @@ int main(void)
     tcase_add_test(tc, shipped_table_routes_every_m);
     tcase_add_test(tc, rejects_odd_keys);
     tcase_add_test(tc, refuses_what_cjson_misreads);
+    tcase_add_test(tc, table_folders);
     tcase_add_test(tc, nearest_table_by_device_name);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
