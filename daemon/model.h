@@ -151,8 +151,8 @@ typedef struct pj_model_host_need {
 void pj_model_host_need_of(const pj_config *cfg, const pj_st_file *st, pj_model_host_need *out);
 
 /* The decision above for need against h: 0 (fits), 1 (a warning in err:
- * it fits only with swap, or only past a cgroup's memory.high) or -ENOMEM (err says what the layers need, what
- * is free, what binds it, and what to do). */
+ * it fits only with swap, or only past a cgroup's memory.high) or -ENOMEM (err says what the layers
+ * need, what is free, what binds it, and what to do). */
 int pj_model_host_check(const pj_model_host_need *need, uint32_t n_layers, const pj_hostmem *h,
                         const char *path, char *err, size_t errlen);
 
