@@ -213,7 +213,7 @@ typedef struct cu_report {
     size_t weights_stored, weights_bf16_copies;
     size_t used_weights, used_lanes, used_graphs, used_total;
     uint32_t graphs, graphs_patch;
-    char table[PJ_CFG_PATH + 320];
+    char table[PJ_TABLEPICK_PATH + 384]; /* a path and what it holds */
     int table_entries;
 } cu_report;
 
