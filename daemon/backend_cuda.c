@@ -571,16 +571,23 @@ static int load_table(cu_state *st, char *ferr, size_t ferrlen)
     slug[j] = 0;
     char exe[PJ_CFG_PATH] = "";
     ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (el > 0) {
+    if (el > 0 && (size_t)el < sizeof exe - 1) {
         exe[el] = 0;
         char *sl = strrchr(exe, '/');
         if (sl)
             *sl = 0;
+    } else {
+        exe[0] = 0; /* unknown, or a full buffer: perhaps a cut path, another folder */
     }
     /* "nvidia-h200" and "h200": tables are named either way. */
     const char *names[2] = {slug, strncmp(slug, "nvidia-", 7) == 0 ? slug + 7 : NULL};
     char dirs[PJ_TABLEPICK_DIRS][PJ_TABLEPICK_PATH];
-    const int ndirs = pj_tablepick_dirs(getenv("PROJD_TUNING_DIR"), exe, dirs);
+    const char *env_dir = getenv("PROJD_TUNING_DIR");
+    const int ndirs = pj_tablepick_dirs(env_dir, exe, dirs);
+    if (env_dir && *env_dir && ndirs == 0)
+        pj_log_warn("cuda: PROJD_TUNING_DIR is %zu bytes, past the %d a tables' folder may have: "
+                    "no folder is searched",
+                    strlen(env_dir), PJ_TABLEPICK_PATH - 1);
     const int hopper = st->prop.major == 9;
     char cand[2 * PJ_TABLEPICK_DIRS][PJ_TABLEPICK_PATH + 128];
     int nc = 0;

@@ -94,7 +94,8 @@ static const char *readable_file(const char *p, char *why, size_t whylen)
 }
 
 typedef struct pick {
-    int found, exact, near, gap, dir;
+    int found, exact, near, dir;
+    long long gap;
     char name[256];
 } pick;
 
@@ -157,7 +158,8 @@ int pj_tablepick_nearest(const char (*dirs)[PJ_TABLEPICK_PATH], int ndirs, const
             }
             c.exact = same_words(device, t->device);
             c.near = pj_tablepick_nearness(device, t->device);
-            c.gap = abs(t->sm_count - sm_count);
+            const long long gap = (long long)t->sm_count - sm_count; /* any int the file has */
+            c.gap = gap < 0 ? -gap : gap;
             snprintf(c.name, sizeof c.name, "%s", de->d_name);
             if (nearer(&c, &best)) {
                 best = c;

@@ -8,10 +8,12 @@
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char *const eng_names[PJ_ENG_COUNT] = {"gemv", "gemvz", "splitk", "router", "cublas"};
@@ -510,10 +512,28 @@ int pj_tune_load(const char *path, pj_tune_table *t, pj_tune_check_fn check, voi
                  pj_tune_msg_fn msg, void *msg_ctx, char *err, size_t errlen)
 {
     memset(t, 0, sizeof *t);
-    FILE *f = fopen(path, "rb");
+    /* Opened without blocking and read only if a regular file: a FIFO (or
+     * a device) in a tables' folder would otherwise hold the start. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        const int e = errno;
+        snprintf(err, errlen, "tuning table %s: %s", path, strerror(e));
+        return -e;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        const int e = S_ISDIR(sb.st_mode) ? EISDIR : EINVAL;
+        snprintf(err, errlen, "tuning table %s: %s", path,
+                 e == EISDIR ? strerror(e) : "not a regular file");
+        close(fd);
+        return -e;
+    }
+    FILE *f = fdopen(fd, "rb");
     if (!f) {
-        snprintf(err, errlen, "tuning table %s: %s", path, strerror(errno));
-        return -errno;
+        const int e = errno;
+        close(fd);
+        snprintf(err, errlen, "tuning table %s: %s", path, strerror(e));
+        return -e;
     }
     char *buf = NULL;
     size_t len = 0, cap = 0;
@@ -542,8 +562,7 @@ int pj_tune_load(const char *path, pj_tune_table *t, pj_tune_check_fn check, voi
         if (got == 0)
             break;
     }
-    /* The reason, e.g. "Is a directory" for a tuning.table naming one
-     * (fopen of a directory succeeds; the first read fails). */
+    /* The reason, not only that the read failed. */
     const int rerr = ferror(f) ? (errno ? errno : EIO) : 0;
     fclose(f);
     if (rerr) {

@@ -133,10 +133,21 @@ START_TEST(rejects_broken_files)
     ck_assert_int_lt(
         pj_tune_load("/nonexistent/table.json", &t, NULL, NULL, NULL, NULL, err, sizeof err), 0);
     ck_assert_ptr_nonnull(strstr(err, "/nonexistent/table.json"));
-    /* A directory opens but cannot be read: the reason, not "read error". */
+    /* A directory: the reason, not "read error". */
     ck_assert_int_eq(pj_tune_load("/tmp", &t, NULL, NULL, NULL, NULL, err, sizeof err), -EISDIR);
     ck_assert_ptr_nonnull(strstr(err, "/tmp"));
     ck_assert_ptr_nonnull(strstr(err, strerror(EISDIR)));
+    /* A FIFO is refused at once: a read would wait for a writer, and hold
+     * a daemon's start (the test's timeout ends a wait). */
+    char fifo[] = "/tmp/pjt-fifo-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(fifo));
+    char fp[64];
+    snprintf(fp, sizeof fp, "%s/h200.json", fifo);
+    ck_assert_int_eq(mkfifo(fp, 0600), 0);
+    ck_assert_int_eq(pj_tune_load(fp, &t, NULL, NULL, NULL, NULL, err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "not a regular file"), "%s", err);
+    unlink(fp);
+    rmdir(fifo);
 }
 END_TEST
 
