@@ -1561,15 +1561,17 @@ static uint64_t schedule_interval_ns(const lt_run *r, const lt_client *cl)
     return n > 1 ? (last - first) / (n - 1) : 0;
 }
 
-/* Seconds from the run's start to the end of the schedule the completed
- * requests were due in: one interval after the latest due time (0 in the
- * closed loop, or before any request completed). */
-static double schedule_end_s(lt_run *r)
+/* The end of the schedule the completed requests were due in: one
+ * interval after the latest due time, never past --duration's end (what
+ * was due after it was not played); 0 in the closed loop, or before any
+ * request completed. */
+static uint64_t schedule_end_ns(lt_run *r)
 {
     uint64_t last = atomic_load(&r->last_due);
     if (r->mode == MODE_CLOSED || !last)
         return 0;
-    return (double)(last + r->interval_ns - r->t0) / 1e9;
+    uint64_t end = last + r->interval_ns;
+    return r->t_stop && end > r->t_stop ? r->t_stop : end;
 }
 
 /* Open loop and replay: loadstat's window runs from the first measured
@@ -1581,14 +1583,8 @@ static double schedule_end_s(lt_run *r)
  * what it served when it falls behind. Call once the clients are done. */
 static void schedule_window(lt_run *r)
 {
-    uint64_t last = atomic_load(&r->last_due);
-    if (r->mode == MODE_CLOSED || !r->ls.have_window || !last)
-        return;
-    /* never past --duration's end: what was due after it was not played */
-    uint64_t end = last + r->interval_ns;
-    if (r->t_stop && end > r->t_stop)
-        end = r->t_stop;
-    if (end > r->ls.t1_ns)
+    uint64_t end = schedule_end_ns(r);
+    if (r->ls.have_window && end > r->ls.t1_ns)
         r->ls.t1_ns = end;
 }
 
@@ -1603,7 +1599,8 @@ static void progress_line(lt_run *r, int tty, double el)
     double p50;
     pj_loadstat_progress(&r->ls, &done, &errs, &p50);
     uint64_t all = atomic_load(&r->completed);
-    double sched = schedule_end_s(r), span = sched > el ? sched : el;
+    uint64_t end = schedule_end_ns(r);
+    double sched = end ? (double)(end - r->t0) / 1e9 : 0, span = sched > el ? sched : el;
     fprintf(stderr,
             "%s[%6.1f s] %llu done (%llu measured), %.1f req/s, %llu errors, %llu/%llu "
             "checked/mismatched, p50 %.1f µs%s",

@@ -3,13 +3,9 @@
 
 #include <ctype.h>
 #include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "kernels/dispatch.h"
 
@@ -74,25 +70,6 @@ static int is_json_name(const char *name)
     return l > 5 && name[0] != '.' && !strcmp(name + l - 5, ".json");
 }
 
-/* Can p be read, and is it a regular file? Opened without blocking: a
- * FIFO named *.json would otherwise hold the start. 0, or why not. */
-static const char *readable_file(const char *p, char *why, size_t whylen)
-{
-    int fd = open(p, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(why, whylen, "cannot be read: %s", strerror(errno));
-        return why;
-    }
-    struct stat sb;
-    int reg = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode);
-    close(fd);
-    if (!reg) {
-        snprintf(why, whylen, "not a regular file");
-        return why;
-    }
-    return NULL;
-}
-
 typedef struct pick {
     int found, exact, near, dir;
     long long gap;
@@ -142,14 +119,13 @@ int pj_tablepick_nearest(const char (*dirs)[PJ_TABLEPICK_PATH], int ndirs, const
                     skip(ctx, de->d_name, "its path is too long");
                 continue;
             }
-            memset(t, 0, sizeof *t);
-            if (!(no = readable_file(p, why, sizeof why))) {
-                if (pj_tune_load(p, t, NULL, NULL, NULL, NULL, err, sizeof err) < 0) {
-                    snprintf(why, sizeof why, "not a tuning table: %s", err);
-                    no = why;
-                } else if (!t->device[0]) {
-                    no = "names no device";
-                }
+            /* pj_tune_load refuses, without blocking, what is not a
+             * readable regular file (a FIFO would hold the start) */
+            if (pj_tune_load(p, t, NULL, NULL, NULL, NULL, err, sizeof err) < 0) {
+                snprintf(why, sizeof why, "not a tuning table: %s", err);
+                no = why;
+            } else if (!t->device[0]) {
+                no = "names no device";
             }
             if (no) {
                 if (skip)
