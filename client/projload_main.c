@@ -943,19 +943,19 @@ static void *client_main(void *arg)
             } else {
                 const lt_plan *p = &c->plan[c->next];
                 uint64_t due = r->t0 + p->due_ns;
-                if (r->t_stop && (due >= r->t_stop || (t >= r->t_stop && s->t_end > due))) {
+                if (r->t_stop && due >= r->t_stop) {
+                    stopping = 1; /* the plan is in due order: the rest is later */
+                } else if (r->t_stop && t >= r->t_stop && s->t_end > due) {
                     /* --duration is wall time: what fell behind is counted,
                      * not sent after the end. Behind means the daemon still
                      * held every slot when it was due; one due while a slot
                      * was free goes out however late this thread got to it
-                     * (a wake-up, the harvest of other replies). */
-                    uint64_t behind = 0;
-                    for (size_t j = c->next; j < c->n_plan && r->t0 + c->plan[j].due_ns < r->t_stop;
-                         j++)
-                        behind++;
-                    atomic_fetch_add(&r->behind_at_stop, behind);
-                    c->next = c->n_plan;
-                    stopping = 1;
+                     * (a wake-up, the harvest of other replies). Each is
+                     * judged on its own: a later one may have found the slot
+                     * this one did not. */
+                    atomic_fetch_add(&r->behind_at_stop, 1);
+                    c->next++;
+                    continue;
                 } else if (due <= t) {
                     c->next++;
                     issue(c, s, p->seq, p->tr, due);

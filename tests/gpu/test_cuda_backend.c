@@ -511,6 +511,24 @@ static int write_temp(char *path, const char *text)
     return ok ? 0 : -1;
 }
 
+/* cc_start with $PROJD_TUNING_DIR set to dir for the daemon's start only
+ * (it is the only folder searched when set), the caller's value put back
+ * after: later sections find tables where they did. */
+static int start_with_tables(pj_dproc *d, const char *dir, const char *extra, char *err,
+                             size_t errlen)
+{
+    const char *was = getenv("PROJD_TUNING_DIR");
+    char saved[4096];
+    snprintf(saved, sizeof saved, "%s", was ? was : "");
+    setenv("PROJD_TUNING_DIR", dir, 1);
+    int rc = cc_start(d, g_model, extra, err, errlen);
+    if (was)
+        setenv("PROJD_TUNING_DIR", saved, 1);
+    else
+        unsetenv("PROJD_TUNING_DIR");
+    return rc;
+}
+
 static int k_engine_why(pjc_conn *t, const char *name, int m, char *why, size_t whylen, char *alias,
                         size_t alen);
 
@@ -557,15 +575,7 @@ static void section_t(void)
                     "[{\"layer\": \"o\", \"n\": 256, \"k\": 192, \"m\": 8, \"engine\": "
                     "\"cublas\", \"knobs\": {\"algo\": 0}, \"us\": 1.0}]}");
         fclose(tf);
-        const char *was = getenv("PROJD_TUNING_DIR");
-        char saved[4096];
-        snprintf(saved, sizeof saved, "%s", was ? was : "");
-        setenv("PROJD_TUNING_DIR", tdir, 1);
-        rc = cc_start(&d, g_model, NULL, err, sizeof err);
-        if (was)
-            setenv("PROJD_TUNING_DIR", saved, 1);
-        else
-            unsetenv("PROJD_TUNING_DIR");
+        rc = start_with_tables(&d, tdir, NULL, err, sizeof err);
         CHECK(rc == 0, "T3: start projd with another Hopper's table only: %s", err);
         if (rc == 0) {
             CHECK(pj_dproc_log_has(&d, "made on \"NVIDIA H999 Test\", the nearest installed", 5000),
@@ -699,20 +709,12 @@ static void section_k(void)
     printf("== K2: tuned_as without a tuning table\n");
     char none[] = "/tmp/projd-notables-XXXXXX";
     CHECK(mkdtemp(none) != NULL, "mkdtemp: %s", strerror(errno));
-    const char *dir = getenv("PROJD_TUNING_DIR");
-    char saved[4096];
-    snprintf(saved, sizeof saved, "%s", dir ? dir : "");
-    setenv("PROJD_TUNING_DIR", none, 1);
     snprintf(extra, sizeof extra,
              "{\"shapes\": {\"m\": [1], \"max_m\": 8}, \"model\": {\"layers\": [{\"name\": "
              "\"%s\", \"tensor\": \"o.weight\", \"tuned_as\": \"o\"}]}}",
              alias);
     char err[600];
-    int rc = cc_start(&d, g_model, extra, err, sizeof err);
-    if (dir)
-        setenv("PROJD_TUNING_DIR", saved, 1);
-    else
-        unsetenv("PROJD_TUNING_DIR");
+    int rc = start_with_tables(&d, none, extra, err, sizeof err);
     CHECK(rc == 0, "K2: start projd without a table: %s", err);
     if (rc == 0) {
         CHECK(pj_dproc_log_has(&d,
