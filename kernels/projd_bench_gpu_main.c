@@ -1053,7 +1053,40 @@ typedef struct shape_res {
     float floor_us;
     float floor_var[PJ_BK_READ_VARIANTS];
     double rel_err;
+    /* ours' output after the timed replays: every element within the
+     * bound and written (1), or not (0: the shape's time is of a wrong
+     * result, said and the run fails) */
+    int after_ok;
+    char after_why[160];
 } shape_res;
+
+/* Ours checked once more after its timed replays, on a poisoned y, by one
+ * more replay of its graph: validation ran the engine outside a graph, and
+ * an engine wrong only when replayed many times (state a replay leaves for
+ * the next, a split-K counter not reset) would otherwise be timed and
+ * scored. The baseline shares y, so the check runs ours on its own. */
+static void check_after_replays(bench *b, cudaGraphExec_t g_ours, const op_ctx *o, shape_res *r)
+{
+    pj_bk_cmp cmp;
+    const pj_eng_call *c = &o->call;
+    r->after_ok = 0;
+    if (pj_bk_poison(b->c.s, c->y, c->ldy, c->m, c->n) ||
+        cudaGraphLaunch(g_ours, b->c.s) != cudaSuccess ||
+        cudaStreamSynchronize(b->c.s) != cudaSuccess ||
+        pj_bk_compare(b->c.s, c->y, c->ldy, c->m, c->n, b->c.dref, b->c.dsabs, b->c.dcmp, &cmp)) {
+        snprintf(r->after_why, sizeof r->after_why, "the replay or the compare failed: %s",
+                 cudaGetErrorString(cudaGetLastError()));
+    } else if (cmp.bad || cmp.unwritten) {
+        snprintf(r->after_why, sizeof r->after_why,
+                 "%llu outputs outside the bound, %llu unwritten after %d timed replays", cmp.bad,
+                 cmp.unwritten, b->o.reps);
+    } else {
+        r->after_ok = 1;
+    }
+    if (!r->after_ok)
+        fprintf(stderr, "bench: %s m=%u %s: WRONG after its timed replays: %s\n",
+                layer_defs[r->li].name, r->m, pj_eng_name(r->k), r->after_why);
+}
 
 static void bench_all(bench *b, const pj_tune_table *t, shape_res *res)
 {
@@ -1125,6 +1158,7 @@ static void bench_all(bench *b, const pj_tune_table *t, shape_res *res)
         r->base_us = median(r->tb, reps, scr);
         r->ours_us = median(r->to, reps, scr);
         r->speedup = r->base_us / r->ours_us;
+        check_after_replays(b, g_ours, &o, r);
         /* Read floor: the bytes this engine reads, read by the read kernel. */
         r->bytes = pj_eng_bytes_read(o.k, &o.kn, &o.call);
         float best = INFINITY;
@@ -1261,6 +1295,10 @@ static void write_outputs(const bench *b, const shape_res *res, const score *sc)
     cJSON_AddNumberToObject(root, "reps", b->o.reps);
     cJSON_AddBoolToObject(root, "primed", b->prime);
     cJSON_AddNumberToObject(root, "flush_kind", b->flush_kind);
+    /* Without events inside the graphs each time also holds a launch
+     * (2-3 us on both sides, every speedup pulled towards 1). */
+    cJSON_AddStringToObject(root, "timing",
+                            b->ingraph ? "events inside the graph" : "events around the launch");
     static const char *const flush_what[5] = {
         "a read through the read-only path (leaves earlier bulk and cp.async data in L2)",
         "a read with plain loads", "a read by bulk copies", "two reads (read-only path, bulk)",
@@ -1304,6 +1342,9 @@ static void write_outputs(const bench *b, const shape_res *res, const score *sc)
         for (int v = 0; v < PJ_BK_READ_VARIANTS; v++)
             cJSON_AddItemToArray(fv, cJSON_CreateNumber(r->floor_var[v]));
         cJSON_AddNumberToObject(o, "rel_err", r->rel_err);
+        cJSON_AddBoolToObject(o, "correct_after_replays", r->after_ok);
+        if (!r->after_ok)
+            cJSON_AddStringToObject(o, "after_replays_reason", r->after_why);
         cJSON_AddItemToArray(shapes, o);
     }
     cJSON *loads = cJSON_AddArrayToObject(root, "loads");
@@ -2246,7 +2287,10 @@ static void usage(void)
             "                  reads as primed)\n"
             "  --flush-carveout P  the flush (kind 0) asks for P %% of the unified L1 as shared "
             "memory\n"
-            "                  (an experiment: by default it asks for nothing)\n");
+            "                  (an experiment: by default it asks for nothing)\n"
+            "Every chosen engine is checked against the reference before it is timed and\n"
+            "again after its timed replays; exit 1 when one is wrong after them (the\n"
+            "results are written all the same, bench.json's correct_after_replays false).\n");
     exit(2);
 }
 
@@ -2642,5 +2686,15 @@ int main(int argc, char **argv)
     compute_score(b, res, &sc);
     write_outputs(b, res, &sc);
     printf("total: %.1f s\n", now_s() - t0);
+    int wrong = 0;
+    for (int si = 0; si < g_nl * g_nm; si++)
+        wrong += !res[si].after_ok;
+    if (wrong) {
+        fprintf(stderr,
+                "projd-bench: FAILED: %d shape(s) gave a wrong result after their timed replays "
+                "(bench.json: correct_after_replays); the score times them all the same\n",
+                wrong);
+        return 1;
+    }
     return 0;
 }
