@@ -423,11 +423,19 @@ extern "C" int pj_bk_read(cudaStream_t s, const void *buf, size_t bytes, unsigne
     case 2:
         read_slab_kernel<8><<<sms * 2, 512, 0, s>>>(p, n16, sink);
         break;
-    case 4:
-        if (bytes >= 16 * 8192)
+    case 4: {
+        // Whole 128 KiB blocks of rows, then what is left by the grid-stride
+        // kernel: below one block the rows kernel alone read nothing, and an
+        // empty graph's time was the floor of a small layer.
+        const size_t block = 16 * 8192, whole = bytes / block * block;
+        if (whole)
             read_rows_kernel<4>
-                <<<(unsigned)(bytes / (16 * 8192)), 256, 0, s>>>((const uint8_t *)buf, sink);
+                <<<(unsigned)(whole / block), 256, 0, s>>>((const uint8_t *)buf, sink);
+        if (bytes > whole)
+            read_stride_kernel<4><<<sms * 4, 512, 0, s>>>(
+                (const uint4 *)((const uint8_t *)buf + whole), (bytes - whole) / 16, sink);
         break;
+    }
     case 5:
         if (read_bulk<8, 16384>(s, buf, bytes, sink, sms))
             return -EINVAL;
