@@ -6,7 +6,9 @@
 # then the benchmark of that table, twice. The table is this GPU's
 # (config/tuning/<name>.json, named as the daemon looks for it), else
 # h200.json: the pool lends H100s too, and a run on one should score the
-# table its daemons use. From the device copy's root.
+# table its daemons use. (A Hopper with no table of its name: its daemons
+# take the nearest, daemon/tablepick.h; this script then scores h200.json.)
+# From the device copy's root.
 # Usage: bench/final-check.sh BUILD OUTDIR [COMMIT]
 #   BUILD: the unpacked build (bin/, lib/, tests/gpu/); OUTDIR gets
 #   backend.log, backend.tgz, bench-1/, bench-2/ and their logs.

@@ -945,14 +945,15 @@ static void *client_main(void *arg)
                 uint64_t due = r->t0 + p->due_ns;
                 if (r->t_stop && due >= r->t_stop) {
                     stopping = 1; /* the plan is in due order: the rest is later */
-                } else if (r->t_stop && t >= r->t_stop && s->t_end > due) {
+                } else if (r->t_stop && t >= r->t_stop && s->t_end >= r->t_stop) {
                     /* --duration is wall time: what fell behind is counted,
-                     * not sent after the end. Behind means the daemon still
-                     * held every slot when it was due; one due while a slot
-                     * was free goes out however late this thread got to it
-                     * (a wake-up, the harvest of other replies). Each is
-                     * judged on its own: a later one may have found the slot
-                     * this one did not. */
+                     * not sent after the end. Behind means the daemon held
+                     * every slot of this client from the request's due
+                     * time to the end. A slot freed before the end (s, the
+                     * one free longest) would have taken it, in due order,
+                     * had this thread been there (a wake-up, the harvest of
+                     * other replies): it goes out now, however late, and
+                     * the next request is judged by the slots left. */
                     atomic_fetch_add(&r->behind_at_stop, 1);
                     c->next++;
                     continue;

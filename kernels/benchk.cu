@@ -431,7 +431,7 @@ extern "C" int pj_bk_read(cudaStream_t s, const void *buf, size_t bytes, unsigne
         if (whole)
             read_rows_kernel<4>
                 <<<(unsigned)(whole / block), 256, 0, s>>>((const uint8_t *)buf, sink);
-        if (bytes > whole)
+        if ((bytes - whole) / 16)
             read_stride_kernel<4><<<sms * 4, 512, 0, s>>>(
                 (const uint4 *)((const uint8_t *)buf + whole), (bytes - whole) / 16, sink);
         break;

@@ -49,7 +49,8 @@ int pj_bk_poison(cudaStream_t s, uint16_t *y, size_t ldy, uint32_t m, uint32_t n
  * checksum in sink so nothing is optimised away. variant 0: grid-stride;
  * 1..3: a contiguous slab per CTA with 4 or 8 loads in flight per thread;
  * 4: the GEMV's pattern (rows of 8 KiB, 16 rows per CTA, 8 rows x 64 bytes
- * per warp load; bytes rounded down to 128 KiB); 5..7: a slab per CTA by
+ * per warp load, over whole 128 KiB blocks; the rest, if any, by variant
+ * 0's kernel after it, a second launch); 5..7: a slab per CTA by
  * bulk copies into a shared-memory ring (one CTA per SM with 128 or 192 KB
  * in flight, or two with 96 KB each). The read floor is the fastest
  * variant; pj_bk_flush kinds 0, 2 and 3 use variants 0 and 6. */

@@ -1074,11 +1074,13 @@ static void check_after_replays(bench *b, cudaGraphExec_t g_ours, const op_ctx *
         cudaGraphLaunch(g_ours, b->c.s) != cudaSuccess ||
         cudaStreamSynchronize(b->c.s) != cudaSuccess ||
         pj_bk_compare(b->c.s, c->y, c->ldy, c->m, c->n, b->c.dref, b->c.dsabs, b->c.dcmp, &cmp)) {
-        snprintf(r->after_why, sizeof r->after_why, "the replay or the compare failed: %s",
-                 cudaGetErrorString(cudaGetLastError()));
+        const cudaError_t ce = cudaGetLastError();
+        snprintf(r->after_why, sizeof r->after_why,
+                 "the poison, the replay or the compare failed%s%s", ce != cudaSuccess ? ": " : "",
+                 ce != cudaSuccess ? cudaGetErrorString(ce) : "");
     } else if (cmp.bad || cmp.unwritten) {
         snprintf(r->after_why, sizeof r->after_why,
-                 "%llu outputs outside the bound, %llu unwritten after %d timed replays", cmp.bad,
+                 "%llu outputs outside the bound, %llu unwritten after %d timed rounds", cmp.bad,
                  cmp.unwritten, b->o.reps);
     } else {
         r->after_ok = 1;
