@@ -1406,6 +1406,20 @@ static void write_outputs(const bench *b, const shape_res *res, const score *sc)
             g_nm, sc->score, sc->lo, sc->hi);
     fclose(f);
 
+    /* Every paired repetition, so that a shape that moved between runs
+     * can be looked at afterwards (the interval covers one run only). In
+     * round r the baseline ran first when r is even (time_graphs). */
+    snprintf(path, sizeof path, "%s/samples.csv", b->o.out);
+    f = fopen(path, "w");
+    if (!f)
+        die("%s: %s", path, strerror(errno));
+    fprintf(f, "layer,m,round,first,base_us,ours_us\n");
+    for (int si = 0; si < g_nl * g_nm; si++)
+        for (int rr = 0; rr < b->o.reps; rr++)
+            fprintf(f, "%s,%u,%d,%s,%.3f,%.3f\n", layer_defs[res[si].li].name, res[si].m, rr,
+                    rr % 2 ? "ours" : "base", res[si].tb[rr], res[si].to[rr]);
+    fclose(f);
+
     /* Chart data for gnuplot (bench/plot.sh draws the PNG). */
     snprintf(path, sizeof path, "%s/speedups.dat", b->o.out);
     f = fopen(path, "w");
@@ -2249,7 +2263,8 @@ static void usage(void)
             "                   [--probe FILE] [--touch FILE] [--lt-survey LO-HI]\n"
             "                   [--no-prime] [--flush-kind K]\n"
             "                   [--flush-carveout P]\n"
-            "  --out DIR       results directory (bench.json, bench.md, speedups.dat, tune log)\n"
+            "  --out DIR       results directory (bench.json, bench.md, speedups.dat,\n"
+            "                  samples.csv, the tune log)\n"
             "  --config FILE   a projd configuration: its model's layers (own weights, loaded\n"
             "                  as projd loads them), rows (max_n), shapes.m as the loads and\n"
             "                  shapes.max_m; default: the reference model, generated\n"
