@@ -529,8 +529,9 @@ static int nearest_table(cu_state *st, const char (*dirs)[PJ_TABLEPICK_PATH], in
                          const char *slug)
 {
     char path[PJ_TABLEPICK_PATH + 256], tdev[64], err[256];
-    if (!pj_tablepick_nearest(dirs, ndirs, st->prop.name, st->prop.multiProcessorCount, path,
-                              sizeof path, tdev, sizeof tdev, table_skipped, NULL))
+    if (!pj_tablepick_nearest(dirs, ndirs, st->prop.name, st->prop.multiProcessorCount,
+                              st->prop.major, st->prop.minor, path, sizeof path, tdev, sizeof tdev,
+                              table_skipped, NULL))
         return 0;
     memset(st->table, 0, sizeof *st->table);
     int n = pj_tune_load(path, st->table, pj_eng_check_entry, &st->lim, table_msg, NULL, err,

@@ -160,8 +160,18 @@ static void check_model(const pj_config *cfg, int *n)
 
 /* tuning.table, when set, must read and parse: the cuda backend refuses
  * to start on one it cannot use (backend_cuda.c, load_table). The cpu
- * backend never reads it: a note there. ops: the backend chosen, or NULL
+ * backend never reads it: a note there. Entries the loader drops are
+ * notes (a start goes on without them). ops: the backend chosen, or NULL
  * when none could be. */
+/* What the loader drops (a bad entry, an unknown key) and the daemon
+ * would warn of at its start, said now; the device's own checks of each
+ * entry need the GPU and are not run here. */
+static void table_dropped(void *ctx, const char *msg)
+{
+    (*(int *)ctx)++;
+    note("%s (tuning.table; the daemon drops it and uses the rest)", msg);
+}
+
 static void check_table(const pj_config *cfg, const pj_backend_ops *ops, int *n)
 {
     if (!cfg->tuning.table[0])
@@ -172,8 +182,13 @@ static void check_table(const pj_config *cfg, const pj_backend_ops *ops, int *n)
         problem(n, "tuning.table: out of memory");
         return;
     }
-    int rc = pj_tune_load(cfg->tuning.table, t, NULL, NULL, NULL, NULL, err, sizeof err);
+    int dropped = 0;
+    int rc =
+        pj_tune_load(cfg->tuning.table, t, NULL, NULL, table_dropped, &dropped, err, sizeof err);
     free(t);
+    if (rc == 0 && dropped)
+        note("tuning.table %s: no entry usable: the cuda backend would run the untuned ladder",
+             cfg->tuning.table);
     if (rc >= 0)
         return;
     if (ops && strcmp(ops->name, "cpu") == 0)

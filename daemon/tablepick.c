@@ -93,8 +93,8 @@ static int nearer(const pick *c, const pick *b)
 }
 
 int pj_tablepick_nearest(const char (*dirs)[PJ_TABLEPICK_PATH], int ndirs, const char *device,
-                         int sm_count, char *path, size_t pathlen, char *table_device,
-                         size_t devlen, pj_tablepick_skip_fn skip, void *ctx)
+                         int sm_count, int cc_major, int cc_minor, char *path, size_t pathlen,
+                         char *table_device, size_t devlen, pj_tablepick_skip_fn skip, void *ctx)
 {
     pj_tune_table *t = malloc(sizeof *t); /* PJ_TUNE_MAX entries: not for the stack */
     char *p = malloc(pathlen ? pathlen : 1);
@@ -126,6 +126,18 @@ int pj_tablepick_nearest(const char (*dirs)[PJ_TABLEPICK_PATH], int ndirs, const
                 no = why;
             } else if (!t->device[0]) {
                 no = "names no device";
+            } else if (t->cc_major && (t->cc_major != cc_major || t->cc_minor != cc_minor)) {
+                snprintf(why, sizeof why, "made on compute capability %d.%d, this GPU is %d.%d",
+                         t->cc_major, t->cc_minor, cc_major, cc_minor);
+                no = why;
+            } else if (!t->cc_major && !same_words(device, t->device)) {
+                /* "NVIDIA" alone makes any NVIDIA table as near as another
+                 * Hopper's: an A100's would be weighed with them. */
+                snprintf(why, sizeof why,
+                         "made on \"%.60s\" and states no compute_capability (add "
+                         "\"compute_capability\": \"%d.%d\" if that GPU has it)",
+                         t->device, cc_major, cc_minor);
+                no = why;
             }
             if (no) {
                 if (skip)

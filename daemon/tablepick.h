@@ -39,12 +39,15 @@ typedef void (*pj_tablepick_skip_fn)(void *ctx, const char *path, const char *wh
  * name a device, the one nearest to device: one whose device has this
  * device's name word for word first, then the most leading words shared,
  * then the SM count nearer to sm_count, then the earlier folder, then the
- * first file name in byte order. 1 with its path in path and its device in
- * table_device; 0 when there is none. skip (may be NULL) hears of every
- * candidate passed over: unreadable, not a regular file, not a table, no
- * device named, a path that does not fit pathlen. */
+ * first file name in byte order. A table of another model must state this
+ * device's compute capability (cc_major.cc_minor): names alone cannot
+ * tell an A100's table from a Hopper's ("NVIDIA" is a shared word). 1 with
+ * its path in path and its device in table_device; 0 when there is none.
+ * skip (may be NULL) hears of every candidate passed over: unreadable, not
+ * a regular file, not a table, no device named, another or no compute
+ * capability, a path that does not fit pathlen. */
 int pj_tablepick_nearest(const char (*dirs)[PJ_TABLEPICK_PATH], int ndirs, const char *device,
-                         int sm_count, char *path, size_t pathlen, char *table_device,
-                         size_t devlen, pj_tablepick_skip_fn skip, void *ctx);
+                         int sm_count, int cc_major, int cc_minor, char *path, size_t pathlen,
+                         char *table_device, size_t devlen, pj_tablepick_skip_fn skip, void *ctx);
 
 #endif

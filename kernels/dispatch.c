@@ -279,6 +279,24 @@ static const char *odd_key(const cJSON *obj, const char *const *names, int *twic
     return NULL;
 }
 
+/* Keys of obj. odd_key's repeat check is quadratic in them: an object
+ * with a hundred thousand (a stray vocab.json among the tables) would hold
+ * the start for minutes, so the table and a knobs object are bounded
+ * first (an entry's scan stops at its first unknown key). */
+static size_t n_keys(const cJSON *obj)
+{
+    size_t n = 0;
+    for (const cJSON *a = obj->child; a; a = a->next)
+        n++;
+    return n;
+}
+
+#define MAX_TABLE_KEYS 64
+/* A file of a million bad entries says the first ones and a count, not a
+ * million lines in the journal. */
+#define MAX_REJECTS_SAID 32
+#define MAX_KNOB_KEYS    64
+
 static int parse_entry(const cJSON *je, pj_tune_entry *e, char *why, size_t whylen)
 {
     memset(e, 0, sizeof *e);
@@ -342,6 +360,11 @@ static int parse_entry(const cJSON *je, pj_tune_entry *e, char *why, size_t whyl
     const cJSON *kn = cJSON_GetObjectItemCaseSensitive(je, "knobs");
     if (kn && !cJSON_IsObject(kn)) {
         snprintf(why, whylen, "%s m=%u: \"knobs\" must be an object", e->layer, e->m);
+        return -EINVAL;
+    }
+    if (kn && n_keys(kn) > MAX_KNOB_KEYS) {
+        snprintf(why, whylen, "%s m=%u: \"knobs\" has %zu keys; no engine has more than %d knobs",
+                 e->layer, e->m, n_keys(kn), MAX_KNOB_KEYS);
         return -EINVAL;
     }
     if (kn && (odd = odd_key(kn, NULL, &twice)) != NULL) {
@@ -444,6 +467,14 @@ int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_
         rc = -EINVAL;
         goto out;
     }
+    if (n_keys(root) > MAX_TABLE_KEYS) {
+        snprintf(err, errlen,
+                 "tuning table: the top-level object has %zu keys; a table has 6 (device, "
+                 "sm_count, compute_capability, commit, date, entries)",
+                 n_keys(root));
+        rc = -EINVAL;
+        goto out;
+    }
     int twice;
     const char *odd = odd_key(root, NULL, &twice);
     if (odd) {
@@ -452,8 +483,8 @@ int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_
         rc = -EINVAL;
         goto out;
     }
-    static const char *const table_keys[] = {"device", "sm_count", "commit",
-                                             "date",   "entries",  NULL};
+    static const char *const table_keys[] = {
+        "device", "sm_count", "compute_capability", "commit", "date", "entries", NULL};
     if ((odd = odd_key(root, table_keys, &twice)) != NULL) {
         char line[240], sh[SHOWN_MAX];
         snprintf(line, sizeof line, "tuning table: unknown key \"%s\" ignored", shown(odd, sh));
@@ -471,8 +502,23 @@ int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_
     const cJSON *sms = cJSON_GetObjectItemCaseSensitive(root, "sm_count");
     if (cJSON_IsNumber(sms))
         t->sm_count = sms->valueint;
+    const cJSON *cc = cJSON_GetObjectItemCaseSensitive(root, "compute_capability");
+    if (cc) {
+        int ma = 0, mi = 0, used = 0;
+        if (!cJSON_IsString(cc) || sscanf(cc->valuestring, "%2d.%2d%n", &ma, &mi, &used) != 2 ||
+            cc->valuestring[used] || ma < 1 || mi < 0) {
+            char sh[SHOWN_MAX];
+            snprintf(err, errlen,
+                     "tuning table: \"compute_capability\" must be a string like \"9.0\", not %s",
+                     cJSON_IsString(cc) ? shown(cc->valuestring, sh) : "a non-string");
+            rc = -EINVAL;
+            goto out;
+        }
+        t->cc_major = ma;
+        t->cc_minor = mi;
+    }
 
-    int idx = 0;
+    int idx = 0, rejected = 0;
     const cJSON *je;
     cJSON_ArrayForEach(je, entries)
     {
@@ -490,17 +536,30 @@ int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_
         if (!erc && check)
             erc = check(check_ctx, &e, why, sizeof why);
         if (!erc && t->n >= PJ_TUNE_MAX) {
-            snprintf(why, sizeof why, "%s m=%u: table full (%d entries)", e.layer, e.m,
-                     PJ_TUNE_MAX);
-            erc = -ENOSPC;
+            /* Not the rest dropped one by one: that could cut a layer's
+             * ladder in the middle (its m above the cut routed to an entry
+             * below it). The whole table goes, said. */
+            snprintf(err, errlen,
+                     "tuning table: more than %d usable entries (entries[%d] is one too many); "
+                     "a table holds %d: split it, one table per model",
+                     PJ_TUNE_MAX, idx, PJ_TUNE_MAX);
+            memset(t, 0, sizeof *t);
+            rc = -ENOSPC;
+            goto out;
         }
-        if (erc) {
+        if (erc && ++rejected <= MAX_REJECTS_SAID) {
             snprintf(line, sizeof line, "tuning table: entries[%d] rejected: %s", idx, why);
             emit(msg, msg_ctx, line);
-        } else {
+        } else if (!erc) {
             t->e[t->n++] = e;
         }
         idx++;
+    }
+    if (rejected > MAX_REJECTS_SAID) {
+        char line[160];
+        snprintf(line, sizeof line, "tuning table: %d more entries rejected (the first %d said)",
+                 rejected - MAX_REJECTS_SAID, MAX_REJECTS_SAID);
+        emit(msg, msg_ctx, line);
     }
     rc = (int)t->n;
 out:
@@ -606,6 +665,11 @@ char *pj_tune_to_json(const pj_tune_table *t, const char *commit, const char *da
         return NULL;
     cJSON_AddStringToObject(root, "device", t->device);
     cJSON_AddNumberToObject(root, "sm_count", t->sm_count);
+    if (t->cc_major > 0) {
+        char cc[16];
+        snprintf(cc, sizeof cc, "%d.%d", t->cc_major, t->cc_minor);
+        cJSON_AddStringToObject(root, "compute_capability", cc);
+    }
     cJSON_AddStringToObject(root, "commit", commit ? commit : "");
     cJSON_AddStringToObject(root, "date", date ? date : "");
     arr = cJSON_AddArrayToObject(root, "entries");

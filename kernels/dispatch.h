@@ -166,6 +166,10 @@ typedef struct pj_tune_entry {
 typedef struct pj_tune_table {
     char device[64];
     int sm_count;
+    /* "compute_capability": "9.0" (0.0 when the file has none: tables of
+     * projd-bench before session 50). The nearest-table fallback takes
+     * only a table of the device's own compute capability. */
+    int cc_major, cc_minor;
     uint32_t n;
     pj_tune_entry e[PJ_TUNE_MAX];
 } pj_tune_table;
@@ -190,11 +194,13 @@ void pj_eng_knobs_str(pj_eng_kind k, const pj_eng_knobs *kn, char *buf, size_t l
 int pj_eng_knobs_parse(const char *s, int eng, pj_eng_knobs *kn, char *err, size_t errlen);
 
 /* Parse table JSON text into *t. Structural errors (not JSON, no "entries"
- * array, a top-level key given twice) fail the whole load: -EINVAL and err.
- * Bad entries (among them one with an unknown or repeated key, or a knob
- * given twice) are dropped, each reported through msg, as is an unknown
- * top-level key (ignored); check (may be NULL) vets the rest. Returns the
- * number of entries kept (>= 0). */
+ * array, a top-level key given twice, more than 64 top-level keys) fail
+ * the whole load: -EINVAL and err; so do more than PJ_TUNE_MAX usable
+ * entries (-ENOSPC: the table is not half applied). Bad entries (among
+ * them one with an unknown or repeated key, a knob given twice, more than
+ * 64 knobs) are dropped, each reported through msg (the first 32, then a
+ * count), as is an unknown top-level key (ignored); check (may be NULL)
+ * vets the rest. Returns the number of entries kept (>= 0). */
 int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_fn check,
                   void *check_ctx, pj_tune_msg_fn msg, void *msg_ctx, char *err, size_t errlen);
 

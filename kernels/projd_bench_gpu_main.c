@@ -998,6 +998,8 @@ static void tune_all(bench *b, pj_tune_table *t)
     memset(t, 0, sizeof *t);
     snprintf(t->device, sizeof t->device, "%s", b->c.lim.name);
     t->sm_count = b->c.lim.sm_count;
+    t->cc_major = b->c.lim.cc_major;
+    t->cc_minor = b->c.lim.cc_minor;
     /* --tune-new keeps what it does not re-tune: OLD's entries of other
      * layers, shapes or m are carried into NEW as they are (the loop below
      * replaces the entries of the shapes it tunes). */
@@ -2659,6 +2661,13 @@ int main(int argc, char **argv)
             char date[64];
             time_t now = time(NULL);
             strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+            /* An older table of this very GPU gets its compute capability
+             * (the nearest-table fallback needs it); another GPU's keeps
+             * what it says. */
+            if (!ltp->cc_major && !strcmp(ltp->device, b->c.lim.name)) {
+                ltp->cc_major = b->c.lim.cc_major;
+                ltp->cc_minor = b->c.lim.cc_minor;
+            }
             if (pj_tune_save(b->o.tune, ltp, b->o.commit, date, err, sizeof err))
                 die("%s", err);
             printf("lt-survey: %d entries replaced; table written to %s\n", nr, b->o.tune);

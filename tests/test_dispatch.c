@@ -706,13 +706,23 @@ static void note_skip(void *ctx, const char *path, const char *why)
     snprintf(g_skipped + l, sizeof g_skipped - l, "%s: %s\n", base ? base + 1 : path, why);
 }
 
+/* A table of no entries made on device (sm SMs, compute capability cc;
+ * NULL: the key left out, as projd-bench before session 50 wrote them). */
+static void write_table_cc(const char *dir, const char *name, const char *device, int sm,
+                           const char *cc)
+{
+    char p[600], text[300], ccs[64] = "";
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    if (cc)
+        snprintf(ccs, sizeof ccs, "\"compute_capability\": \"%s\", ", cc);
+    snprintf(text, sizeof text, "{\"device\": \"%s\", \"sm_count\": %d, %s\"entries\": []}", device,
+             sm, ccs);
+    ck_assert_int_eq(pj_fixture_write_text(p, text), 0);
+}
+
 static void write_table(const char *dir, const char *name, const char *device, int sm)
 {
-    char p[600], text[300];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    snprintf(text, sizeof text, "{\"device\": \"%s\", \"sm_count\": %d, \"entries\": []}", device,
-             sm);
-    ck_assert_int_eq(pj_fixture_write_text(p, text), 0);
+    write_table_cc(dir, name, device, sm, "9.0");
 }
 
 /* Which table pj_tablepick_nearest takes for device at sm SMs: its file
@@ -722,7 +732,7 @@ static const char *pick_name(const char (*dirs)[PJ_TABLEPICK_PATH], int ndirs, c
 {
     static char path[PJ_TABLEPICK_PATH + 256];
     char dev[64];
-    if (!pj_tablepick_nearest(dirs, ndirs, device, sm, path, sizeof path, dev, sizeof dev,
+    if (!pj_tablepick_nearest(dirs, ndirs, device, sm, 9, 0, path, sizeof path, dev, sizeof dev,
                               note_skip, NULL))
         return "";
     const char *base = strrchr(path, '/');
@@ -783,6 +793,26 @@ START_TEST(nearest_table_by_device_name)
                       !strstr(g_skipped, "h100-pcie"),
                   "passed over: %s", g_skipped);
 
+    /* Another compute capability's table is never the nearest: "NVIDIA"
+     * alone made an A100's as near to an H800 as any Hopper's, and its SM
+     * count nearer. Nor is another model's that states none; this very
+     * model's is taken without it. */
+    write_table_cc(dirs[0], "0-a100.json", "NVIDIA A100-SXM4-80GB", 108, "8.0");
+    write_table_cc(dirs[0], "0-h20-old.json", "NVIDIA H20", 78, NULL);
+    g_skipped[0] = 0;
+    ck_assert_str_eq(pick_name(dirs, 1, "NVIDIA H800 PCIe", 108), "c-h100nvl.json");
+    ck_assert_str_eq(pick_name(dirs, 1, "NVIDIA H20", 78), "0-h20-old.json");
+    ck_assert_str_eq(pick_name(dirs, 1, "NVIDIA H20 NVL", 78), "c-h100nvl.json");
+    ck_assert_msg(
+        strstr(g_skipped, "0-a100.json: made on compute capability 8.0, this GPU is 9.0") &&
+            strstr(g_skipped, "0-h20-old.json: made on \"NVIDIA H20\" and states no "
+                              "compute_capability"),
+        "passed over: %s", g_skipped);
+    snprintf(p, sizeof p, "%s/0-a100.json", dirs[0]);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/0-h20-old.json", dirs[0]);
+    unlink(p);
+
     /* Its own model under another name beats a longer name that starts
      * with it ("NVIDIA H200 NVL" shares both of "NVIDIA H200"'s words). */
     write_table(dirs[0], "a-h200nvl.json", "NVIDIA H200 NVL", 132);
@@ -806,8 +836,8 @@ START_TEST(nearest_table_by_device_name)
     /* A path that does not fit is passed over, not cut. */
     char small[20], dev[64];
     g_skipped[0] = 0;
-    ck_assert_int_eq(pj_tablepick_nearest(dirs, 2, "NVIDIA H200", 132, small, sizeof small, dev,
-                                          sizeof dev, note_skip, NULL),
+    ck_assert_int_eq(pj_tablepick_nearest(dirs, 2, "NVIDIA H200", 132, 9, 0, small, sizeof small,
+                                          dev, sizeof dev, note_skip, NULL),
                      0);
     ck_assert_msg(strstr(g_skipped, "its path is too long"), "passed over: %s", g_skipped);
 
@@ -833,6 +863,132 @@ START_TEST(nearest_table_by_device_name)
 }
 END_TEST
 
+/* Entries "o" n 4096 k 2048 at m = 1.. count, each a cuBLAS entry, as
+ * JSON text (malloc'd), with extra (may be "") spliced in before them. */
+static char *table_of(int count, const char *extra)
+{
+    size_t cap = (size_t)count * 96 + strlen(extra) + 64;
+    char *j = malloc(cap);
+    ck_assert_ptr_nonnull(j);
+    size_t at = (size_t)snprintf(j, cap, "{%s\"entries\":[", extra);
+    for (int i = 0; i < count; i++)
+        at += (size_t)snprintf(j + at, cap - at,
+                               "%s{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":%d,"
+                               "\"engine\":\"cublas\",\"knobs\":{\"algo\":1}}",
+                               i ? "," : "", i + 1);
+    snprintf(j + at, cap - at, "]}");
+    return j;
+}
+
+/* More usable entries than a table holds: the whole load fails, said,
+ * rather than the rest being dropped one by one (a layer's ladder cut in
+ * the middle routes its larger m to a smaller m's entry). */
+START_TEST(a_table_too_large_is_not_half_applied)
+{
+    static pj_tune_table t;
+    char err[256] = "";
+    char *j = table_of(PJ_TUNE_MAX, "");
+    ck_assert_int_eq(pj_tune_parse(j, strlen(j), &t, NULL, NULL, NULL, NULL, err, sizeof err),
+                     PJ_TUNE_MAX);
+    free(j);
+    j = table_of(PJ_TUNE_MAX + 1, "");
+    int n = pj_tune_parse(j, strlen(j), &t, NULL, NULL, NULL, NULL, err, sizeof err);
+    free(j);
+    ck_assert_int_eq(n, -ENOSPC);
+    ck_assert_uint_eq(t.n, 0);
+    ck_assert_msg(strstr(err, "more than 256 usable entries (entries[256]"), "%s", err);
+}
+END_TEST
+
+/* A stray JSON file of many keys among the tables (a tokenizer's vocab)
+ * is refused at once: the repeated-key scan is quadratic, and 100000 keys
+ * took it ~30 s (the test's timeout fails it without the bound). */
+START_TEST(many_keys_are_refused_at_once)
+{
+    static pj_tune_table t;
+    char err[256] = "";
+    const int nk = 100000;
+    char *big = malloc((size_t)nk * 24 + 64);
+    ck_assert_ptr_nonnull(big);
+    size_t at = 0;
+    for (int i = 0; i < nk; i++)
+        at += (size_t)sprintf(big + at, "\"tok%d\":%d,", i, i);
+    big[at] = 0;
+    char *j = table_of(1, big);
+    int n = pj_tune_parse(j, strlen(j), &t, NULL, NULL, on_msg, NULL, err, sizeof err);
+    free(j);
+    ck_assert_int_eq(n, -EINVAL);
+    ck_assert_msg(strstr(err, "the top-level object has 100001 keys"), "%s", err);
+
+    /* The same in one entry's knobs: that entry goes, the rest stay. */
+    big[at - 1] = 0; /* the last comma */
+    size_t cap = strlen(big) + 512;
+    j = malloc(cap);
+    ck_assert_ptr_nonnull(j);
+    snprintf(j, cap,
+             "{\"entries\":[{\"layer\":\"o\",\"m\":1,\"engine\":\"cublas\",\"knobs\":{%s}},"
+             "{\"layer\":\"o\",\"m\":8,\"engine\":\"cublas\",\"knobs\":{\"algo\":1}}]}",
+             big);
+    n_msgs = 0;
+    n = pj_tune_parse(j, strlen(j), &t, NULL, NULL, on_msg, NULL, err, sizeof err);
+    free(j);
+    free(big);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(n_msgs, 1);
+    ck_assert_msg(strstr(last_msg, "\"knobs\" has 100000 keys"), "%s", last_msg);
+}
+END_TEST
+
+/* A file of many bad entries says the first 32 and a count. */
+START_TEST(rejections_are_said_up_to_a_count)
+{
+    static pj_tune_table t;
+    char err[256] = "";
+    char *j = table_of(100, "");
+    /* every entry's engine made unknown */
+    for (char *p = j; (p = strstr(p, "\"cublas\"")) != NULL; p += 8)
+        memcpy(p, "\"cublaz\"", 8);
+    n_msgs = 0;
+    int n = pj_tune_parse(j, strlen(j), &t, NULL, NULL, on_msg, NULL, err, sizeof err);
+    free(j);
+    ck_assert_int_eq(n, 0);
+    ck_assert_int_eq(n_msgs, 33);
+    ck_assert_msg(strstr(last_msg, "68 more entries rejected (the first 32 said)"), "%s", last_msg);
+}
+END_TEST
+
+/* "compute_capability": read, written back, and refused unless "M.m". */
+START_TEST(compute_capability_round_trips)
+{
+    static pj_tune_table t, u;
+    char err[256] = "";
+    char *j = table_of(1, "\"device\":\"NVIDIA H200\",\"compute_capability\":\"9.0\",");
+    ck_assert_int_eq(pj_tune_parse(j, strlen(j), &t, NULL, NULL, NULL, NULL, err, sizeof err), 1);
+    free(j);
+    ck_assert_int_eq(t.cc_major, 9);
+    ck_assert_int_eq(t.cc_minor, 0);
+    char *out = pj_tune_to_json(&t, "c", "d");
+    ck_assert_ptr_nonnull(out);
+    ck_assert_msg(strstr(out, "\"compute_capability\":\t\"9.0\"") ||
+                      strstr(out, "\"compute_capability\": \"9.0\""),
+                  "%s", out);
+    ck_assert_int_eq(pj_tune_parse(out, strlen(out), &u, NULL, NULL, NULL, NULL, err, sizeof err),
+                     1);
+    free(out);
+    ck_assert_int_eq(u.cc_major, 9);
+    static const char *const bad[] = {"\"9\"", "\"9.0x\"", "9.0", "\"x.y\"", "\"0.5\""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char extra[64];
+        snprintf(extra, sizeof extra, "\"compute_capability\":%s,", bad[i]);
+        j = table_of(1, extra);
+        int n = pj_tune_parse(j, strlen(j), &t, NULL, NULL, NULL, NULL, err, sizeof err);
+        free(j);
+        ck_assert_msg(n == -EINVAL && strstr(err, "\"compute_capability\" must be a string like"),
+                      "%s: %d %s", bad[i], n, err);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("dispatch");
@@ -854,6 +1010,10 @@ int main(void)
     tcase_add_test(tc, refuses_what_cjson_misreads);
     tcase_add_test(tc, table_folders);
     tcase_add_test(tc, nearest_table_by_device_name);
+    tcase_add_test(tc, a_table_too_large_is_not_half_applied);
+    tcase_add_test(tc, many_keys_are_refused_at_once);
+    tcase_add_test(tc, rejections_are_said_up_to_a_count);
+    tcase_add_test(tc, compute_capability_round_trips);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -117,6 +117,25 @@ START_TEST(check_config_reads_the_tuning_table)
     ck_assert(pj_dproc_log_has(&d, "the cpu backend does not read it", 0));
     ck_assert(pj_dproc_log_has(&d, "configuration OK", 0));
     pj_dproc_cleanup(&d);
+    /* A table that parses, whose only entry names no engine: said, as
+     * the daemon would at its start, with what that leaves. */
+    char tpath[] = "/tmp/pj-table-XXXXXX";
+    int fd = mkstemp(tpath);
+    ck_assert_int_ge(fd, 0);
+    const char *tj = "{\"entries\":[{\"layer\":\"o\",\"m\":1,\"engine\":\"gemvZ\"}]}";
+    ck_assert_int_eq(write(fd, tj, strlen(tj)), (ssize_t)strlen(tj));
+    close(fd);
+    char tcfg[256];
+    snprintf(tcfg, sizeof tcfg, "{\"tuning\":{\"table\":\"%s\"}}", tpath);
+    rc = run_projd(&d, tcfg, check);
+    unlink(tpath);
+    if (rc != 0)
+        pj_dproc_dump_log(&d);
+    ck_assert_int_eq(rc, 0);
+    ck_assert(pj_dproc_log_has(&d, "note: tuning table: entries[0] rejected: ", 0));
+    ck_assert(pj_dproc_log_has(&d, "gemvZ", 0));
+    ck_assert(pj_dproc_log_has(&d, "no entry usable: the cuda backend would run the untuned", 0));
+    pj_dproc_cleanup(&d);
 #ifndef PJ_HAVE_CUDA
     /* Asked for cuda (which this build lacks): both problems, counted. */
     static const char *const cuda[] = {"--check-config", "--backend", "cuda", NULL};

@@ -571,7 +571,8 @@ static void section_t(void)
     FILE *tf = fopen(tpath, "w");
     CHECK(tf != NULL, "fopen %s: %s", tpath, strerror(errno));
     if (tf) {
-        fprintf(tf, "{\"device\": \"NVIDIA H999 Test\", \"sm_count\": 132, \"entries\": "
+        fprintf(tf, "{\"device\": \"NVIDIA H999 Test\", \"sm_count\": 132, "
+                    "\"compute_capability\": \"9.0\", \"entries\": "
                     "[{\"layer\": \"o\", \"n\": 256, \"k\": 192, \"m\": 8, \"engine\": "
                     "\"cublas\", \"knobs\": {\"algo\": 0}, \"us\": 1.0}]}");
         fclose(tf);
@@ -2633,6 +2634,11 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "--k") == 0) { /* K alone */
         section_k();
         return cc_summary("test_cuda_backend --k", t0);
+    }
+    if (argc > 1 && strcmp(argv[1], "--t") == 0) { /* T alone (the tables), then K */
+        section_t();
+        section_k();
+        return cc_summary("test_cuda_backend --t", t0);
     }
     if (argc > 1 && strcmp(argv[1], "--x") == 0) { /* X alone (against another projd) */
         section_x(200);
