@@ -289,6 +289,11 @@ uninstall:
 	    $(DESTDIR)$(PREFIX)/lib/libprojd.a
 	rm -rf $(DESTDIR)$(PREFIX)/include/projd $(DESTDIR)$(PREFIX)/share/projd \
 	    $(DESTDIR)$(PREFIX)/share/doc/projd
+	@# The metrics timers' last files: left, they would hold projd_up or
+	@# stale series for an instance that is gone, and its alerts would fire
+	@# for good (the default folder; another one named by a drop-in is the
+	@# operator's to clear).
+	rm -f $(DESTDIR)/var/lib/prometheus/node-exporter/projd-*.prom
 	@if [ -e $(DESTDIR)/etc/projd/projd.json ]; then \
 	    echo "uninstall: kept $(DESTDIR)/etc/projd/projd.json (remove it by hand if it is not wanted)"; fi
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ]; then \

@@ -42,7 +42,7 @@ struct projd_conn {
     char url[URL_MAX];
     /* How projd_connect chose url when the caller gave none ("; the URL
      * is the default (step 4: ...)"), for its messages; "" otherwise. */
-    char url_from[160];
+    char url_from[400]; /* the longest source text is ~260 bytes */
     projd_info info;
     /* Every layer the WELCOME named (info.layers_all points here); info's
      * inline array holds only the first PJ_WIRE_MAX_LAYERS. */

@@ -181,7 +181,11 @@ struct pj_server {
     uint32_t n_deferred; /* connections whose queue's head the backend put off */
     uint64_t deferrals;  /* submits put off (STATS submits_deferred) */
     uint64_t ring_attaches, ring_requests;
-    uint64_t ring_wakes;      /* times a ring's wake FIFO woke the loop */
+    uint64_t ring_wakes; /* times a ring's wake FIFO woke the loop */
+    /* Counts of rings freed with their connections: STATS' ring totals
+     * are these plus the rings still there, so that they never go down
+     * (Prometheus reads a drop as a counter reset). */
+    uint64_t ring_lost_gone, ring_sleeps_gone;
     uint64_t ring_inflight;   /* PROJECTs from rings accepted, not yet answered */
     uint64_t ring_spin_until; /* pj_now_ns() deadline of the loop's spinning */
     long cores;               /* online at start (sysconf reads a file: not per request) */
@@ -632,10 +636,22 @@ static void set_zombies(pj_server *s, uint32_t n)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* pj_conn_free, its ring's counts kept in the server's totals first. */
+static void conn_free(pj_server *s, pj_conn *c)
+{
+    if (c && c->ring) {
+        pj_ringsrv_stats rs;
+        pj_ringsrv_get_stats(c->ring, &rs);
+        s->ring_lost_gone += rs.lost;
+        s->ring_sleeps_gone += rs.sleeps;
+    }
+    pj_conn_free(c, s->be);
+}
+
 static void conn_retire(pj_server *s, pj_conn *c)
 {
     if (c->n_running == 0) {
-        pj_conn_free(c, s->be);
+        conn_free(s, c);
         return;
     }
     /* Its buffers go now, but for those its running requests use (released
@@ -939,7 +955,7 @@ static void finish_req(pj_server *s, pj_req *r)
                     break;
                 }
             }
-            pj_conn_free(c, s->be);
+            conn_free(s, c);
         }
     } else {
         pump(s, c);
@@ -1164,18 +1180,27 @@ static char *stats_text(pj_server *s)
     cJSON *rg = cJSON_AddObjectToObject(o, "ring");
     if (rg) {
         uint32_t attached = 0, broken = 0;
-        uint64_t lost = 0, sleeps = 0;
+        uint64_t lost = s->ring_lost_gone, sleeps = s->ring_sleeps_gone;
+        pj_ringsrv_stats rs;
         for (unsigned i = 0; i < PJ_CONN_BUCKETS; i++) {
             for (pj_conn *c = s->conns.b[i]; c; c = c->next) {
                 if (!c->ring)
                     continue;
-                pj_ringsrv_stats rs;
                 pj_ringsrv_get_stats(c->ring, &rs);
                 attached++;
                 broken += rs.broken != 0;
                 lost += rs.lost;
                 sleeps += rs.sleeps;
             }
+        }
+        /* closed connections whose last request still runs: their rings
+         * are stopped, not yet freed (conn_free then keeps their counts) */
+        for (pj_conn *c = s->zombies; c; c = c->next) {
+            if (!c->ring)
+                continue;
+            pj_ringsrv_get_stats(c->ring, &rs);
+            lost += rs.lost;
+            sleeps += rs.sleeps;
         }
         cJSON_AddBoolToObject(rg, "enabled", s->cfg.ring.enabled != 0);
         cJSON_AddNumberToObject(rg, "attached", attached);
@@ -1702,14 +1727,14 @@ static void free_conns(pj_server *s)
             pj_conn *c = s->conns.b[i];
             s->conns.b[i] = c->next;
             ring_wake_stop(c);
-            pj_conn_free(c, s->be);
+            conn_free(s, c);
         }
     }
     s->conns.count = 0;
     while (s->zombies) {
         pj_conn *c = s->zombies;
         s->zombies = c->next;
-        pj_conn_free(c, s->be);
+        conn_free(s, c);
     }
     set_zombies(s, 0);
     pj_orphans_sweep(&s->orphans, s->be, 1);

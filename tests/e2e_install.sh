@@ -157,11 +157,15 @@ print('e2e_install: the installed binding loads', lib._name)" 2>"$tmp/py.log"; t
     fi
 fi
 # uninstall (same DESTDIR and PREFIX) removes every file install wrote but
-# the node's configuration, and says that it kept that.
+# the node's configuration, and says that it kept that; and the metrics
+# timers' files (left, they keep an instance's alerts firing for good).
+mkdir -p "$tmp/root/var/lib/prometheus/node-exporter"
+echo 'projd_up{gpu="0"} 0' >"$tmp/root/var/lib/prometheus/node-exporter/projd-0.prom"
+echo 'other_metric 1' >"$tmp/root/var/lib/prometheus/node-exporter/other.prom"
 if make -s BUILD="$build" CUDA="$cuda" uninstall DESTDIR="$tmp/root" PREFIX=/usr \
     UNITDIR=/lib/systemd/system >"$tmp/uninstall.log" 2>&1; then
     left=$(cd "$tmp/root" && find . \( -type f -o -type l \) | sort | tr '\n' ' ')
-    if [ "$left" != "./etc/projd/projd.json " ]; then
+    if [ "$left" != "./etc/projd/projd.json ./var/lib/prometheus/node-exporter/other.prom " ]; then
         echo "e2e_install: FAIL: after make uninstall these are left: $left" >&2
         fail=1
     fi

@@ -119,8 +119,14 @@ START_TEST(ring_bit_exact)
     ck_assert_double_eq(pjd_stat(&st, "requests.PROJECT"), runs);
     ck_assert_double_eq(pjd_stat(&st, "ring.replies_lost"), 0);
     printf("ring_bit_exact: %d projections through the ring, all bit-exact\n", runs);
+    usleep(300 * 1000); /* idle: the poller sleeps */
+    const double sleeps = pjd_stat(&st, "ring.poller_sleeps");
+    ck_assert_double_gt(sleeps, 0);
     pjc_close(&t);
     ck_assert_double_eq(pjd_wait_stat(&st, "ring.attached", 0, 10000), 0);
+    /* A counter: the closed ring's sleeps stay counted (they read 0 once
+     * it was gone, a reset to Prometheus). */
+    ck_assert_double_ge(pjd_stat(&st, "ring.poller_sleeps"), sleeps);
     ck_assert_double_eq(pjd_wait_stat(&st, "buffers.current", 0, 10000), 0);
     ck_assert_double_eq(pjd_wait_stat(&st, "buffers.mapped_bytes", 0, 10000), 0); /* released */
     pjt_close(&st);
