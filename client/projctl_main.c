@@ -966,6 +966,11 @@ static int cmd_project(opts *o)
                 (long long)o->m, inf->max_m);
         goto out;
     }
+    if (o->n > 0 && (uint64_t)o->n > L->n) { /* the same for n: y would be m x n first */
+        fprintf(stderr, "projctl: --n %lld: layer %s has %u rows (--n 1 to %u; without it, all)\n",
+                (long long)o->n, L->name, L->n, L->n);
+        goto out;
+    }
 
     /* The reference first: a wrong model path should fail before any work. */
     if (o->check) {

@@ -20,17 +20,23 @@ cmd="apt-get install -y --no-install-recommends ${missing[*]}"
 if [ "${1:-}" != "--check" ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
     echo "install-deps: installing ${missing[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive
-    if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >/tmp/projd-apt.log 2>&1; then
+    # A name of its own: a fixed one in /tmp, written as root, is one any
+    # user could have put a symlink at.
+    log=$(mktemp /tmp/projd-apt.XXXXXX.log) || exit 1
+    if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >"$log" 2>&1; then
         # A fresh machine may have no package lists yet.
-        apt-get update -qq >>/tmp/projd-apt.log 2>&1
-        apt-get install -y -qq --no-install-recommends "${missing[@]}" >>/tmp/projd-apt.log 2>&1 || {
-            echo "install-deps: apt-get failed; see /tmp/projd-apt.log" >&2
-            tail -n 20 /tmp/projd-apt.log >&2
+        apt-get update -qq >>"$log" 2>&1
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" >>"$log" 2>&1 || {
+            echo "install-deps: apt-get failed; see $log" >&2
+            tail -n 20 "$log" >&2
             exit 1
         }
     fi
+    rm -f "$log"
     exit 0
 fi
 echo "install-deps: missing packages: ${missing[*]}" >&2
-echo "install-deps: run as root:  apt-get update && $cmd" >&2
+# One command that runs whole as root (a line of two joined by && pasted
+# after sudo would run its second part as the user).
+echo "install-deps: run as root:  sudo sh -c 'apt-get update && $cmd'" >&2
 exit 1

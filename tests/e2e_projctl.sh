@@ -93,10 +93,11 @@ expect 2 "^projctl: project needs --m M$" --socket "$sock" project --layer o
 # message said both "the default" and "from --socket").
 expect 2 '^projctl: --socket "": empty; give ipc://PATH or a PATH' --socket "" status
 
-# project --check with an --n past the layer's rows: the daemon's E_SHAPE,
-# not a claim that the model file is another one.
-expect 1 "n = 300 is outside 1\.\.256 \(E_SHAPE\)" --socket "$sock" project --layer o --m 2 --n 300 \
-    --check --model "$model"
+# project --check with an --n past the layer's rows: said before x and y
+# are made (a huge --n took m x n of /dev/shm first, then the daemon's
+# E_SHAPE), not a claim that the model file is another one.
+expect 1 "^projctl: --n 300: layer o has 256 rows \(--n 1 to 256; without it, all\)" --socket "$sock" \
+    project --layer o --m 2 --n 300 --check --model "$model"
 expect 0 "bit-exact 200 / 200" --socket "$sock" project --layer o --m 2 --n 100 --check --model "$model"
 # An --m past the daemon's max_m: refused before x and y are made (a
 # million rows would first take a GiB of /dev/shm).
