@@ -869,6 +869,14 @@ START_TEST(tail_taken_back)
         }
     }
     const long long took = pjd_now_ms() - start;
+    /* The last move can leave the race's trace too: the poller's pop after
+     * the check above puts the tail behind the head, and the ring is
+     * closed after this loop's last look at it (an ASan build on 2 cores
+     * saw 3 closed in the log against 2 counted here). The spinning poller
+     * reads it within milliseconds. */
+    usleep(100 * 1000);
+    if (pj_ring_state(&c.ring) == PJ_RING_STATE_CLOSED)
+        closed++;
     printf("tail_taken_back: %ld moves in %lld ms, %ld pongs, %ld other replies, %ld rings "
            "closed by the daemon and replaced\n",
            moves, took, pongs, phantoms, closed);
