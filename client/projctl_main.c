@@ -999,8 +999,8 @@ static int cmd_project(opts *o)
             goto out;
         }
         const pj_weights *w = &model->layers[mi].w;
-        /* Against the rows the daemon serves, not --n: an --n past them is
-         * the request's mistake, which the daemon names (E_SHAPE). */
+        /* Against the rows the daemon serves, not --n (an --n past them
+         * was refused above, before x and y). */
         if (w->k != k || w->n < L->n) {
             fprintf(stderr,
                     "projctl: --check: %s in %s is %u x %u, the daemon serves %u x %u: not the "

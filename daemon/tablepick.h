@@ -39,9 +39,10 @@ typedef void (*pj_tablepick_skip_fn)(void *ctx, const char *path, const char *wh
  * name a device, the one nearest to device: one whose device has this
  * device's name word for word first, then the most leading words shared,
  * then the SM count nearer to sm_count, then the earlier folder, then the
- * first file name in byte order. A table of another model must state this
- * device's compute capability (cc_major.cc_minor): names alone cannot
- * tell an A100's table from a Hopper's ("NVIDIA" is a shared word). 1 with
+ * first file name in byte order. A table that states a compute capability
+ * must state this device's (cc_major.cc_minor), and one of another model
+ * must state one: names alone cannot tell an A100's table from a Hopper's
+ * ("NVIDIA" is a shared word). 1 with
  * its path in path and its device in table_device; 0 when there is none.
  * skip (may be NULL) hears of every candidate passed over: unreadable, not
  * a regular file, not a table, no device named, another or no compute

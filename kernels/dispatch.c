@@ -505,12 +505,17 @@ int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_
     const cJSON *cc = cJSON_GetObjectItemCaseSensitive(root, "compute_capability");
     if (cc) {
         int ma = 0, mi = 0, used = 0;
-        if (!cJSON_IsString(cc) || sscanf(cc->valuestring, "%2d.%2d%n", &ma, &mi, &used) != 2 ||
-            cc->valuestring[used] || ma < 1 || mi < 0) {
+        /* digits, one dot, digits: sscanf alone would take " 9.0" or "9.-0" */
+        const char *v = cJSON_IsString(cc) ? cc->valuestring : "";
+        const size_t d1 = strspn(v, "0123456789"),
+                     d2 = strspn(v + d1 + (v[d1] == '.'), "0123456789");
+        if (!cJSON_IsString(cc) || d1 < 1 || d1 > 2 || v[d1] != '.' || d2 < 1 || d2 > 2 ||
+            v[d1 + 1 + d2] || sscanf(v, "%d.%d%n", &ma, &mi, &used) != 2 || ma < 1) {
             char sh[SHOWN_MAX];
             snprintf(err, errlen,
                      "tuning table: \"compute_capability\" must be a string like \"9.0\", not %s",
                      cJSON_IsString(cc) ? shown(cc->valuestring, sh) : "a non-string");
+            memset(t, 0, sizeof *t);
             rc = -EINVAL;
             goto out;
         }
@@ -518,7 +523,7 @@ int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_
         t->cc_minor = mi;
     }
 
-    int idx = 0, rejected = 0;
+    int idx = 0, rejected = 0, parsed = 0;
     const cJSON *je;
     cJSON_ArrayForEach(je, entries)
     {
@@ -533,20 +538,23 @@ int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_
                 erc = -EEXIST;
             }
         }
-        if (!erc && check)
-            erc = check(check_ctx, &e, why, sizeof why);
-        if (!erc && t->n >= PJ_TUNE_MAX) {
-            /* Not the rest dropped one by one: that could cut a layer's
-             * ladder in the middle (its m above the cut routed to an entry
-             * below it). The whole table goes, said. */
+        /* Counted before the device's check, so that a load without one
+         * (the daemon's first look, the nearest-table search, --check-config)
+         * comes to the same verdict as the vetted load. Not the rest dropped
+         * one by one: that could cut a layer's ladder in the middle (its m
+         * above the cut routed to an entry below it). The whole table goes,
+         * said. */
+        if (!erc && ++parsed > PJ_TUNE_MAX) {
             snprintf(err, errlen,
-                     "tuning table: more than %d usable entries (entries[%d] is one too many); "
-                     "a table holds %d: split it, one table per model",
+                     "tuning table: more than %d entries (entries[%d] is one too many); a table "
+                     "holds %d: split it, one table per model",
                      PJ_TUNE_MAX, idx, PJ_TUNE_MAX);
             memset(t, 0, sizeof *t);
             rc = -ENOSPC;
             goto out;
         }
+        if (!erc && check)
+            erc = check(check_ctx, &e, why, sizeof why);
         if (erc && ++rejected <= MAX_REJECTS_SAID) {
             snprintf(line, sizeof line, "tuning table: entries[%d] rejected: %s", idx, why);
             emit(msg, msg_ctx, line);

@@ -195,8 +195,9 @@ int pj_eng_knobs_parse(const char *s, int eng, pj_eng_knobs *kn, char *err, size
 
 /* Parse table JSON text into *t. Structural errors (not JSON, no "entries"
  * array, a top-level key given twice, more than 64 top-level keys) fail
- * the whole load: -EINVAL and err; so do more than PJ_TUNE_MAX usable
- * entries (-ENOSPC: the table is not half applied). Bad entries (among
+ * the whole load: -EINVAL and err; so do more than PJ_TUNE_MAX entries
+ * that parse (-ENOSPC, counted before check's verdicts so that a load with
+ * and one without check agree: the table is not half applied). Bad entries (among
  * them one with an unknown or repeated key, a knob given twice, more than
  * 64 knobs) are dropped, each reported through msg (the first 32, then a
  * count), as is an unknown top-level key (ignored); check (may be NULL)

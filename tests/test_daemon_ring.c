@@ -873,8 +873,10 @@ START_TEST(tail_taken_back)
      * the check above puts the tail behind the head, and the ring is
      * closed after this loop's last look at it (an ASan build on 2 cores
      * saw 3 closed in the log against 2 counted here). The spinning poller
-     * reads it within milliseconds. */
-    usleep(100 * 1000);
+     * reads it within milliseconds; a second allows for a poller that the
+     * scheduler keeps off the CPU. */
+    for (int w = 0; w < 100 && pj_ring_state(&c.ring) != PJ_RING_STATE_CLOSED; w++)
+        usleep(10 * 1000);
     if (pj_ring_state(&c.ring) == PJ_RING_STATE_CLOSED)
         closed++;
     printf("tail_taken_back: %ld moves in %lld ms, %ld pongs, %ld other replies, %ld rings "

@@ -880,7 +880,17 @@ static char *table_of(int count, const char *extra)
     return j;
 }
 
-/* More usable entries than a table holds: the whole load fails, said,
+/* A device check that refuses the entries at m = 1. */
+static int drop_m1(void *ctx, const pj_tune_entry *e, char *why, size_t whylen)
+{
+    (void)ctx;
+    if (e->m != 1)
+        return 0;
+    snprintf(why, whylen, "m=1: refused");
+    return -ERANGE;
+}
+
+/* More entries than a table holds: the whole load fails, said,
  * rather than the rest being dropped one by one (a layer's ladder cut in
  * the middle routes its larger m to a smaller m's entry). */
 START_TEST(a_table_too_large_is_not_half_applied)
@@ -896,7 +906,14 @@ START_TEST(a_table_too_large_is_not_half_applied)
     free(j);
     ck_assert_int_eq(n, -ENOSPC);
     ck_assert_uint_eq(t.n, 0);
-    ck_assert_msg(strstr(err, "more than 256 usable entries (entries[256]"), "%s", err);
+    ck_assert_msg(strstr(err, "more than 256 entries (entries[256]"), "%s", err);
+    /* The same verdict with a device check that would drop one of them:
+     * a load without the check (the daemon's first look, --check-config)
+     * must not refuse what the vetted load takes, nor the other way. */
+    j = table_of(PJ_TUNE_MAX + 1, "");
+    n = pj_tune_parse(j, strlen(j), &t, drop_m1, NULL, NULL, NULL, err, sizeof err);
+    free(j);
+    ck_assert_int_eq(n, -ENOSPC);
 }
 END_TEST
 
@@ -976,7 +993,8 @@ START_TEST(compute_capability_round_trips)
                      1);
     free(out);
     ck_assert_int_eq(u.cc_major, 9);
-    static const char *const bad[] = {"\"9\"", "\"9.0x\"", "9.0", "\"x.y\"", "\"0.5\""};
+    static const char *const bad[] = {"\"9\"",   "\"9.0x\"", "9.0",      "\"x.y\"",
+                                      "\"0.5\"", "\" 9.0\"", "\"9.-0\"", "\"+9.0\""};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char extra[64];
         snprintf(extra, sizeof extra, "\"compute_capability\":%s,", bad[i]);
