@@ -636,15 +636,24 @@ static void set_zombies(pj_server *s, uint32_t n)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* c's ring's replies lost and poller sleeps added to *lost and *sleeps
+ * (nothing without a ring); 1 when the ring is broken. */
+static int ring_counts(const pj_conn *c, uint64_t *lost, uint64_t *sleeps)
+{
+    if (!c->ring)
+        return 0;
+    pj_ringsrv_stats rs;
+    pj_ringsrv_get_stats(c->ring, &rs);
+    *lost += rs.lost;
+    *sleeps += rs.sleeps;
+    return rs.broken != 0;
+}
+
 /* pj_conn_free, its ring's counts kept in the server's totals first. */
 static void conn_free(pj_server *s, pj_conn *c)
 {
-    if (c && c->ring) {
-        pj_ringsrv_stats rs;
-        pj_ringsrv_get_stats(c->ring, &rs);
-        s->ring_lost_gone += rs.lost;
-        s->ring_sleeps_gone += rs.sleeps;
-    }
+    if (c)
+        ring_counts(c, &s->ring_lost_gone, &s->ring_sleeps_gone);
     pj_conn_free(c, s->be);
 }
 
@@ -1181,27 +1190,18 @@ static char *stats_text(pj_server *s)
     if (rg) {
         uint32_t attached = 0, broken = 0;
         uint64_t lost = s->ring_lost_gone, sleeps = s->ring_sleeps_gone;
-        pj_ringsrv_stats rs;
         for (unsigned i = 0; i < PJ_CONN_BUCKETS; i++) {
             for (pj_conn *c = s->conns.b[i]; c; c = c->next) {
-                if (!c->ring)
-                    continue;
-                pj_ringsrv_get_stats(c->ring, &rs);
-                attached++;
-                broken += rs.broken != 0;
-                lost += rs.lost;
-                sleeps += rs.sleeps;
+                if (c->ring) {
+                    attached++;
+                    broken += ring_counts(c, &lost, &sleeps);
+                }
             }
         }
         /* closed connections whose last request still runs: their rings
          * are stopped, not yet freed (conn_free then keeps their counts) */
-        for (pj_conn *c = s->zombies; c; c = c->next) {
-            if (!c->ring)
-                continue;
-            pj_ringsrv_get_stats(c->ring, &rs);
-            lost += rs.lost;
-            sleeps += rs.sleeps;
-        }
+        for (pj_conn *c = s->zombies; c; c = c->next)
+            ring_counts(c, &lost, &sleeps);
         cJSON_AddBoolToObject(rg, "enabled", s->cfg.ring.enabled != 0);
         cJSON_AddNumberToObject(rg, "attached", attached);
         cJSON_AddNumberToObject(rg, "attaches_total", (double)s->ring_attaches);

@@ -504,13 +504,11 @@ int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_
         t->sm_count = sms->valueint;
     const cJSON *cc = cJSON_GetObjectItemCaseSensitive(root, "compute_capability");
     if (cc) {
-        int ma = 0, mi = 0, used = 0;
-        /* digits, one dot, digits: sscanf alone would take " 9.0" or "9.-0" */
+        /* digits, one dot, digits ("9.0"; not " 9.0" or "9.-0") */
         const char *v = cJSON_IsString(cc) ? cc->valuestring : "";
-        const size_t d1 = strspn(v, "0123456789"),
-                     d2 = strspn(v + d1 + (v[d1] == '.'), "0123456789");
-        if (!cJSON_IsString(cc) || d1 < 1 || d1 > 2 || v[d1] != '.' || d2 < 1 || d2 > 2 ||
-            v[d1 + 1 + d2] || sscanf(v, "%d.%d%n", &ma, &mi, &used) != 2 || ma < 1) {
+        const size_t d1 = strspn(v, "0123456789");
+        const size_t d2 = v[d1] == '.' ? strspn(v + d1 + 1, "0123456789") : 0;
+        if (d1 < 1 || d1 > 2 || d2 < 1 || d2 > 2 || v[d1 + 1 + d2] || atoi(v) < 1) {
             char sh[SHOWN_MAX];
             snprintf(err, errlen,
                      "tuning table: \"compute_capability\" must be a string like \"9.0\", not %s",
@@ -519,8 +517,8 @@ int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_
             rc = -EINVAL;
             goto out;
         }
-        t->cc_major = ma;
-        t->cc_minor = mi;
+        t->cc_major = atoi(v);
+        t->cc_minor = atoi(v + d1 + 1);
     }
 
     int idx = 0, rejected = 0, parsed = 0;

@@ -1277,9 +1277,21 @@ static void load_names(char (*name)[32])
     }
 }
 
+/* name in --out's folder, opened for writing; a file that cannot be is the
+ * end of the run. */
+static FILE *out_file(const bench *b, const char *name)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", b->o.out, name);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        die("%s: %s", path, strerror(errno));
+    return f;
+}
+
 static void write_outputs(const bench *b, const shape_res *res, const score *sc)
 {
-    char path[1024], date[64];
+    char date[64];
     time_t now = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     int cv = 0, rv = 0, cbv = 0;
@@ -1367,20 +1379,14 @@ static void write_outputs(const bench *b, const shape_res *res, const score *sc)
     cJSON_AddNumberToObject(root, "score_ci_lo", sc->lo);
     cJSON_AddNumberToObject(root, "score_ci_hi", sc->hi);
     char *js = cJSON_Print(root);
-    snprintf(path, sizeof path, "%s/bench.json", b->o.out);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        die("%s: %s", path, strerror(errno));
+    FILE *f = out_file(b, "bench.json");
     fputs(js, f);
     fputc('\n', f);
     fclose(f);
     free(js);
     cJSON_Delete(root);
 
-    snprintf(path, sizeof path, "%s/bench.md", b->o.out);
-    f = fopen(path, "w");
-    if (!f)
-        die("%s: %s", path, strerror(errno));
+    f = out_file(b, "bench.md");
     fprintf(f,
             "# projd-bench, %s\n\n%s (%d SMs), CUDA runtime %d, commit %s, %d paired reps%s, "
             "table %s\n\n",
@@ -1411,10 +1417,7 @@ static void write_outputs(const bench *b, const shape_res *res, const score *sc)
     /* Every paired repetition, so that a shape that moved between runs
      * can be looked at afterwards (the interval covers one run only). In
      * round r the baseline ran first when r is even (time_graphs). */
-    snprintf(path, sizeof path, "%s/samples.csv", b->o.out);
-    f = fopen(path, "w");
-    if (!f)
-        die("%s: %s", path, strerror(errno));
+    f = out_file(b, "samples.csv");
     fprintf(f, "layer,m,round,first,base_us,ours_us\n");
     for (int si = 0; si < g_nl * g_nm; si++)
         for (int rr = 0; rr < b->o.reps; rr++)
@@ -1423,10 +1426,7 @@ static void write_outputs(const bench *b, const shape_res *res, const score *sc)
     fclose(f);
 
     /* Chart data for gnuplot (bench/plot.sh draws the PNG). */
-    snprintf(path, sizeof path, "%s/speedups.dat", b->o.out);
-    f = fopen(path, "w");
-    if (!f)
-        die("%s: %s", path, strerror(errno));
+    f = out_file(b, "speedups.dat");
     fprintf(f, "# label speedup engine\n");
     for (int si = 0; si < g_nl * g_nm; si++)
         fprintf(f, "\"%s/%u\" %.4f %s\n", layer_defs[res[si].li].name, res[si].m, res[si].speedup,
