@@ -586,7 +586,13 @@ int pj_tune_load(const char *path, pj_tune_table *t, pj_tune_check_fn check, voi
         return -e;
     }
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(fd, &sb) != 0) {
+        const int e = errno;
+        snprintf(err, errlen, "tuning table %s: %s", path, strerror(e));
+        close(fd);
+        return -e;
+    }
+    if (!S_ISREG(sb.st_mode)) {
         const int e = S_ISDIR(sb.st_mode) ? EISDIR : EINVAL;
         snprintf(err, errlen, "tuning table %s: %s", path,
                  e == EISDIR ? strerror(e) : "not a regular file");
