@@ -158,11 +158,6 @@ static void check_model(const pj_config *cfg, int *n)
         problem(n, "model: %s", first);
 }
 
-/* tuning.table, when set, must read and parse: the cuda backend refuses
- * to start on one it cannot use (backend_cuda.c, load_table). The cpu
- * backend never reads it: a note there. Entries the loader drops are
- * notes (a start goes on without them). ops: the backend chosen, or NULL
- * when none could be. */
 /* What the loader drops (a bad entry, an unknown key) and the daemon
  * would warn of at its start, said now; the device's own checks of each
  * entry need the GPU and are not run here. */
@@ -172,6 +167,11 @@ static void table_dropped(void *ctx, const char *msg)
     note("%s (tuning.table; the daemon drops it and uses the rest)", msg);
 }
 
+/* tuning.table, when set, must read and parse: the cuda backend refuses
+ * to start on one it cannot use (backend_cuda.c, load_table). The cpu
+ * backend never reads it: a note there. Entries the loader drops are
+ * notes (a start goes on without them). ops: the backend chosen, or NULL
+ * when none could be. */
 static void check_table(const pj_config *cfg, const pj_backend_ops *ops, int *n)
 {
     if (!cfg->tuning.table[0])
