@@ -132,7 +132,10 @@ __attribute__((format(printf, 4, 5))) static size_t appendf(char *buf, size_t le
     return k < 0 ? at : (at + (size_t)k < len ? at + (size_t)k : len);
 }
 
-int pj_sockpath_find_instance(const char *dir, char *url, size_t urllen, char *err, size_t errlen)
+/* pj_sockpath_find_instance; live_only: only instances listened on count
+ * (none listened on, or the table unreadable: 0). */
+static int find_instance(const char *dir, int live_only, char *url, size_t urllen, char *err,
+                         size_t errlen)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -162,7 +165,10 @@ int pj_sockpath_find_instance(const char *dir, char *url, size_t urllen, char *e
      * when some of them are listened on, only those count. When none is (or
      * the table is unreadable, or the daemons are in another network
      * namespace), all do, and the dial says what it finds. */
-    if (more == 0 && mark_listening(dir, found, n) > 0) {
+    int live = more == 0 ? mark_listening(dir, found, n) : -1;
+    if (live <= 0 && live_only)
+        return 0;
+    if (live > 0) {
         size_t k = 0;
         for (size_t i = 0; i < n; i++)
             if (found[i].live)
@@ -194,6 +200,11 @@ int pj_sockpath_find_instance(const char *dir, char *url, size_t urllen, char *e
     return -ENOTUNIQ;
 }
 
+int pj_sockpath_find_instance(const char *dir, char *url, size_t urllen, char *err, size_t errlen)
+{
+    return find_instance(dir, 0, url, urllen, err, errlen);
+}
+
 int pj_sockpath_instance(unsigned instance, char *url, size_t urllen, char *err, size_t errlen)
 {
     char file[32];
@@ -201,8 +212,8 @@ int pj_sockpath_instance(unsigned instance, char *url, size_t urllen, char *err,
     return put_url(url, urllen, err, errlen, "ipc://", PJ_SOCKPATH_RUNDIR, file);
 }
 
-static int default_src(pj_sockpath_role role, char *url, size_t urllen, pj_sockpath_source *src,
-                       char *err, size_t errlen)
+static int default_src(pj_sockpath_role role, const char *system, const char *rundir, char *url,
+                       size_t urllen, pj_sockpath_source *src, char *err, size_t errlen)
 {
     if (err && errlen)
         err[0] = '\0';
@@ -210,13 +221,20 @@ static int default_src(pj_sockpath_role role, char *url, size_t urllen, pj_sockp
     int rc;
     const char *env = getenv(PJ_SOCKPATH_ENV);
     const char *xdg = getenv("XDG_RUNTIME_DIR");
+    /* A client passes over a system socket nobody listens on (a daemon that
+     * died, a projd.service stopped for the projd@N instances) to find a
+     * live one, and comes back to it when it finds none. Only "nobody"
+     * counts: when /proc/net/unix cannot be read the file is taken. */
+    int system_stale = 0;
+    if (role == PJ_SOCKPATH_CLIENT && access(system, F_OK) == 0)
+        system_stale = path_listened(system) == 0;
     if (env && env[0]) {
         from = PJ_SOCKPATH_FROM_ENV;
         rc = from_setting(env, url, urllen, err, errlen);
     } else if (role == PJ_SOCKPATH_SERVER ? geteuid() == 0
-                                          : access(PJ_SOCKPATH_SYSTEM, F_OK) == 0) {
+                                          : access(system, F_OK) == 0 && !system_stale) {
         from = PJ_SOCKPATH_FROM_SYSTEM;
-        rc = put_url(url, urllen, err, errlen, "ipc://", PJ_SOCKPATH_SYSTEM, "");
+        rc = put_url(url, urllen, err, errlen, "ipc://", system, "");
     } else {
         /* steps 3 and 4: the user's own daemon */
         char own[PATH_MAX];
@@ -232,20 +250,23 @@ static int default_src(pj_sockpath_role role, char *url, size_t urllen, pj_sockp
         /* A client whose own daemon's socket is not there, or is a file its
          * daemon left when it died (nobody listens on it), looks for the
          * instances of deploy/projd@.service: the only one, or an error
-         * that lists them. */
+         * that lists them. Beside a stale system socket, only instances
+         * listened on count: stale files all round leave the system's. */
         snprintf(own, sizeof own, "%s", rc == 0 ? url + 6 : "");
         if (rc == 0 && role == PJ_SOCKPATH_CLIENT &&
             (access(own, F_OK) != 0 || path_listened(own) == 0)) {
-            int ri = pj_sockpath_find_instance(PJ_SOCKPATH_RUNDIR, url, urllen, err, errlen);
+            int ri = find_instance(rundir, system_stale, url, urllen, err, errlen);
             if (ri != 0) {
                 from = PJ_SOCKPATH_FROM_INSTANCE;
                 rc = ri == 1 ? 0 : ri;
+            } else if (system_stale) {
+                from = PJ_SOCKPATH_FROM_SYSTEM_STALE;
+                rc = put_url(url, urllen, err, errlen, "ipc://", system, "");
             } else {
                 /* Nothing anywhere: where this user's daemon would listen
                  * by default, which for root is the system instance's. */
                 from = PJ_SOCKPATH_FROM_NONE_FOUND;
-                rc = put_url(url, urllen, err, errlen, "ipc://",
-                             geteuid() == 0 ? PJ_SOCKPATH_SYSTEM : own, "");
+                rc = put_url(url, urllen, err, errlen, "ipc://", geteuid() == 0 ? system : own, "");
             }
         }
     }
@@ -256,7 +277,8 @@ static int default_src(pj_sockpath_role role, char *url, size_t urllen, pj_sockp
 
 int pj_sockpath_default(pj_sockpath_role role, char *url, size_t urllen, char *err, size_t errlen)
 {
-    return default_src(role, url, urllen, NULL, err, errlen);
+    return default_src(role, PJ_SOCKPATH_SYSTEM, PJ_SOCKPATH_RUNDIR, url, urllen, NULL, err,
+                       errlen);
 }
 
 int pj_sockpath_resolve_src(const char *configured, pj_sockpath_role role, char *url, size_t urllen,
@@ -270,7 +292,7 @@ int pj_sockpath_resolve_src(const char *configured, pj_sockpath_role role, char 
             *src = PJ_SOCKPATH_FROM_CONFIGURED;
         return rc;
     }
-    return default_src(role, url, urllen, src, err, errlen);
+    return default_src(role, PJ_SOCKPATH_SYSTEM, PJ_SOCKPATH_RUNDIR, url, urllen, src, err, errlen);
 }
 
 int pj_sockpath_resolve(const char *configured, pj_sockpath_role role, char *url, size_t urllen,
@@ -296,6 +318,10 @@ const char *pj_sockpath_source_text(pj_sockpath_role role, pj_sockpath_source sr
     case PJ_SOCKPATH_FROM_TMP:
         return server ? "the default when not root ($XDG_RUNTIME_DIR is unset)"
                       : "the default (your own, $XDG_RUNTIME_DIR is unset)";
+    case PJ_SOCKPATH_FROM_SYSTEM_STALE:
+        return "the default (the system instance's: " PJ_SOCKPATH_SYSTEM
+               " exists but nothing listens on it, and no other projd was found: none of your "
+               "own, no projd-<N>.sock listened on in " PJ_SOCKPATH_RUNDIR ")";
     case PJ_SOCKPATH_FROM_NONE_FOUND:
         /* Said to a client that found no daemon: where else it looked. */
         return "the default; no projd found: none at " PJ_SOCKPATH_SYSTEM
@@ -478,4 +504,10 @@ int pj_sockpath_check_dir(const char *dir, char *err, size_t errlen)
         return -EPERM;
     }
     return check_ancestors(dir, err, errlen);
+}
+
+int pj_sockpath_default_at(pj_sockpath_role role, const char *system, const char *rundir, char *url,
+                           size_t urllen, pj_sockpath_source *src, char *err, size_t errlen)
+{
+    return default_src(role, system, rundir, url, urllen, src, err, errlen);
 }

@@ -5,7 +5,10 @@
  *   1. $PROJD_SOCKET when set and non-empty (a URL, or a path that gets
  *      "ipc://" put in front);
  *   2. ipc:///run/projd/projd.sock, the system instance: a client takes it
- *      when the file exists, the daemon when it runs as root;
+ *      when the file exists and is listened on (or /proc/net/unix cannot
+ *      tell), the daemon when it runs as root. A client that finds the
+ *      file with nobody listening goes on to steps 3 and 4 (instances
+ *      listened on only) and comes back to it when they find nothing;
  *   3. the user's own: ipc://$XDG_RUNTIME_DIR/projd/projd.sock when
  *      XDG_RUNTIME_DIR is set, else ipc:///tmp/projd-<uid>/projd.sock (the
  *      daemon creates the directory with mode 0700 and, like every socket
@@ -47,11 +50,19 @@ typedef enum pj_sockpath_source {
     PJ_SOCKPATH_FROM_TMP,            /* step 3, /tmp/projd-<uid> */
     PJ_SOCKPATH_FROM_NONE_FOUND,     /* step 5 (client): nothing found; the user's own
                                       * URL (root's: step 2's) */
+    PJ_SOCKPATH_FROM_SYSTEM_STALE,   /* step 2's file, nobody listening, nothing else
+                                      * found (client) */
 } pj_sockpath_source;
+
+/* pj_sockpath_resolve_src's default with step 2's socket file and step
+ * 4's directory given (tests; the others use PJ_SOCKPATH_SYSTEM and
+ * PJ_SOCKPATH_RUNDIR). */
+int pj_sockpath_default_at(pj_sockpath_role role, const char *system, const char *rundir, char *url,
+                           size_t urllen, pj_sockpath_source *src, char *err, size_t errlen);
 
 /* Writes the default URL for `role` into url (urllen bytes). Returns 0,
  * -ENAMETOOLONG (with a message in err) when it does not fit, or (client
- * role only) -ENOTUNIQ when several instances are in /run/projd (step 2;
+ * role only) -ENOTUNIQ when several instances are in /run/projd (step 4;
  * err lists them). */
 int pj_sockpath_default(pj_sockpath_role role, char *url, size_t urllen, char *err, size_t errlen);
 
@@ -69,7 +80,7 @@ int pj_sockpath_resolve_src(const char *configured, pj_sockpath_role role, char 
  * "the default (step 2: /run/projd/projd.sock exists)", ... */
 const char *pj_sockpath_source_text(pj_sockpath_role role, pj_sockpath_source src);
 
-/* Step 2's instance search in dir (PJ_SOCKPATH_RUNDIR outside tests): the
+/* Step 4's instance search in dir (PJ_SOCKPATH_RUNDIR outside tests): the
  * entries named projd-<N>.sock (N decimal digits) that are sockets. 1 with
  * url set to ipc://DIR/projd-<N>.sock when there is exactly one, 0 when
  * there is none (or dir cannot be read), -ENOTUNIQ when there are several

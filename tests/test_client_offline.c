@@ -283,9 +283,10 @@ START_TEST(test_sockpath_instances)
         pj_sockpath_find_instance(PJ_SOCKPATH_RUNDIR, inst, sizeof inst, err, sizeof err);
     int rc =
         pj_sockpath_resolve_src(NULL, PJ_SOCKPATH_CLIENT, url, sizeof url, &src, err, sizeof err);
-    if (system_there) {
-        ck_assert_int_eq(rc, 0);
-        ck_assert_int_eq(src, PJ_SOCKPATH_FROM_SYSTEM);
+    if (system_there) { /* live or stale: test_sockpath_stale_system tells them apart */
+        ck_assert_int_eq(rc == -ENOTUNIQ ? 0 : rc, 0);
+        ck_assert(rc != 0 || src == PJ_SOCKPATH_FROM_SYSTEM ||
+                  src == PJ_SOCKPATH_FROM_SYSTEM_STALE || src == PJ_SOCKPATH_FROM_INSTANCE);
     } else if (instances < 0) { /* several instances: the caller must pick */
         ck_assert_int_eq(rc, instances);
     } else if (instances == 1) {
@@ -303,6 +304,101 @@ START_TEST(test_sockpath_instances)
                           strstr(e.msg, "under $XDG_RUNTIME_DIR/projd or /tmp/projd-<uid>)"),
                       "%s", e.msg); /* whole: the where-else text was cut at 160 bytes */
     }
+    if (xdg_before)
+        setenv("XDG_RUNTIME_DIR", xdg_saved, 1);
+    else
+        unsetenv("XDG_RUNTIME_DIR");
+    remove_tmpdir();
+}
+END_TEST
+
+/* A socket listened on at dir/name (a live daemon's); its fd. */
+static int listen_sock(const char *dir, const char *name)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s/%s", dir, name);
+    unlink(sa.sun_path);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(listen(fd, 4), 0);
+    return fd;
+}
+
+/* A client's step 2 beside a system socket nobody listens on (projd.service
+ * stopped for the projd@N instances, or crashed): it must not hide a live
+ * instance or the user's own daemon, and is still taken when nothing else
+ * is found. Steps 2 and 4 in directories of the test's own. */
+START_TEST(test_sockpath_stale_system)
+{
+    char url[400], err[512], want[600], sys[300], run[300], xdg[300];
+    make_tmpdir();
+    snprintf(sys, sizeof sys, "%s/projd.sock", tmpdir);
+    snprintf(run, sizeof run, "%s/run", tmpdir);
+    snprintf(xdg, sizeof xdg, "%s/xdg", tmpdir);
+    ck_assert_int_eq(mkdir(run, 0755), 0);
+    ck_assert_int_eq(mkdir(xdg, 0700), 0);
+    char xdg_saved[512];
+    const char *xdg_before = getenv("XDG_RUNTIME_DIR");
+    snprintf(xdg_saved, sizeof xdg_saved, "%s", xdg_before ? xdg_before : "");
+    setenv("XDG_RUNTIME_DIR", xdg, 1);
+    unsetenv("PROJD_SOCKET");
+    pj_sockpath_source src;
+    const pj_sockpath_role C = PJ_SOCKPATH_CLIENT;
+#define RESOLVE() pj_sockpath_default_at(C, sys, run, url, sizeof url, &src, err, sizeof err)
+
+    /* Live system socket, a live instance beside it: the system's, as before. */
+    int sys_fd = listen_sock(tmpdir, "projd.sock");
+    int inst_fd = listen_sock(run, "projd-3.sock");
+    ck_assert_int_eq(RESOLVE(), 0);
+    ck_assert_int_eq(src, PJ_SOCKPATH_FROM_SYSTEM);
+    snprintf(want, sizeof want, "ipc://%s", sys);
+    ck_assert_str_eq(url, want);
+
+    /* The system daemon gone, its file left: the live instance. */
+    close(sys_fd);
+    ck_assert_int_eq(access(sys, F_OK), 0);
+    ck_assert_int_eq(RESOLVE(), 0);
+    ck_assert_int_eq(src, PJ_SOCKPATH_FROM_INSTANCE);
+    snprintf(want, sizeof want, "ipc://%s/projd-3.sock", run);
+    ck_assert_str_eq(url, want);
+
+    /* Two live instances: the caller must pick, as without the stale file. */
+    int inst2_fd = listen_sock(run, "projd-4.sock");
+    ck_assert_int_eq(RESOLVE(), -ENOTUNIQ);
+    ck_assert_msg(strstr(err, "projd-3.sock, projd-4.sock"), "err: %s", err);
+    close(inst2_fd);
+    snprintf(want, sizeof want, "%s/projd-4.sock", run);
+    ck_assert_int_eq(unlink(want), 0);
+
+    /* The user's own daemon live: its socket, before the instances. */
+    char own_dir[320];
+    snprintf(own_dir, sizeof own_dir, "%s/projd", xdg);
+    ck_assert_int_eq(mkdir(own_dir, 0700), 0);
+    int own_fd = listen_sock(own_dir, "projd.sock");
+    ck_assert_int_eq(RESOLVE(), 0);
+    ck_assert_int_eq(src, PJ_SOCKPATH_FROM_XDG);
+    snprintf(want, sizeof want, "ipc://%s/projd.sock", own_dir);
+    ck_assert_str_eq(url, want);
+    close(own_fd);
+
+    /* Every file stale: the system's again (the connect says it is refused,
+     * and where else the client looked). */
+    close(inst_fd);
+    ck_assert_int_eq(RESOLVE(), 0);
+    ck_assert_int_eq(src, PJ_SOCKPATH_FROM_SYSTEM_STALE);
+    snprintf(want, sizeof want, "ipc://%s", sys);
+    ck_assert_str_eq(url, want);
+    const char *text = pj_sockpath_source_text(C, src);
+    ck_assert_msg(strstr(text, "nothing listens") && strstr(text, "no other projd"), "%s", text);
+
+    /* No system file: stale instance files all count again (the daemons
+     * may be in another network namespace), so the only one is taken. */
+    ck_assert_int_eq(unlink(sys), 0);
+    ck_assert_int_eq(RESOLVE(), 0);
+    ck_assert_int_eq(src, PJ_SOCKPATH_FROM_INSTANCE);
+#undef RESOLVE
+
     if (xdg_before)
         setenv("XDG_RUNTIME_DIR", xdg_saved, 1);
     else
@@ -1339,6 +1435,7 @@ static Suite *client_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_sockpath);
     tcase_add_test(tc, test_sockpath_instances);
+    tcase_add_test(tc, test_sockpath_stale_system);
     tcase_add_test(tc, test_shmbuf);
     tcase_add_test(tc, test_connect_nobody);
     tcase_add_test(tc, test_strerror);

@@ -1290,11 +1290,12 @@ class Client:
     """A connection to projd (projd_connect ... projd_close).
 
     url None or "": the default resolution of protocol/sockpath.h
-    ($PROJD_SOCKET, else ipc:///run/projd/projd.sock when it exists, else
-    your own ipc://$XDG_RUNTIME_DIR/projd/projd.sock (or
+    ($PROJD_SOCKET, else ipc:///run/projd/projd.sock when a daemon listens
+    there, else your own ipc://$XDG_RUNTIME_DIR/projd/projd.sock (or
     ipc:///tmp/projd-<uid>/projd.sock) when it exists, else the only
     /run/projd/projd-<N>.sock listened on (several: ProjdError naming
-    them)); a bare path gets "ipc://" in front.
+    them), else /run/projd/projd.sock when the file is there); a bare path
+    gets "ipc://" in front.
     name is what the daemon logs (cut to 63 bytes). timeout_ms, when given,
     is the timeout of every call after connecting. connect_timeout_ms,
     when given, bounds the connect (a daemon that does not answer HELLO
