@@ -25,6 +25,8 @@ typedef struct pj_conn {
     pj_peer_watch peer; /* its pid, and a watch opened at accept: has it exited? (orphans.h) */
     int hello;
     uint64_t t_accept_ns; /* pj_now_ns() at accept, for limits.hello_timeout_ms */
+    uint64_t t_hello_ns;  /* pj_now_ns() at its HELLO, for announcing it (server.c) */
+    int announced;        /* its connect was logged at info (announce_conn) */
     int hello_closed;     /* closed for saying no HELLO in time (once) */
     char client[PJ_WIRE_NAME_MAX + 1];
     pj_bufreg reg;

@@ -615,9 +615,34 @@ static void on_pipe_add(pj_server *s, pipe_ev *ev)
     c->t_accept_ns = pj_now_ns();
     pj_conn_table_add(&s->conns, c);
     s->stats.conns_total++;
-    pj_log_info("connection #%" PRIu64 ": pid %d uid %u gid %u connected (%u open)", c->serial,
-                (int)c->peer.pid, c->uid, c->gid, s->conns.count);
+    pj_log_debug("connection #%" PRIu64 ": pid %d uid %u gid %u connected (%u open)", c->serial,
+                 (int)c->peer.pid, c->uid, c->gid, s->conns.count);
     update_status(s);
+}
+
+/* A connection is logged at info once it is a client's: at its first
+ * request past HELLO, STATS and PING, or ANNOUNCE_MS after its HELLO. One
+ * that ends before either (projctl status, the metrics timer every 15 s,
+ * a health check) is a probe, logged at debug, so that monitoring does
+ * not fill the journal with three lines a scrape. */
+#define ANNOUNCE_MS 1000
+
+static void announce_conn(const pj_server *s, pj_conn *c)
+{
+    if (c->announced || !c->hello)
+        return;
+    c->announced = 1;
+    pj_log_info("connection #%" PRIu64 ": \"%s\" pid %d uid %u gid %u connected (%u open)",
+                c->serial, c->client, (int)c->peer.pid, c->uid, c->gid, s->conns.count);
+}
+
+static void announce_late_conns(pj_server *s, uint64_t now)
+{
+    for (int i = 0; i < PJ_CONN_BUCKETS; i++)
+        for (pj_conn *c = s->conns.b[i]; c; c = c->next)
+            if (c->hello && !c->announced &&
+                now - c->t_hello_ns >= (uint64_t)ANNOUNCE_MS * 1000000ull)
+                announce_conn(s, c);
 }
 
 static void release_req(pj_server *s, pj_req *r)
@@ -714,9 +739,17 @@ static void on_pipe_rem(pj_server *s, pipe_ev *ev)
     }
     c->q_tail = NULL;
     set_deferred(s, c, 0);
-    pj_log_info("connection #%" PRIu64 ": pid %d closed after %" PRIu64
-                " requests (%u dropped unstarted, %u running; %u open)",
-                c->serial, (int)c->peer.pid, c->requests, dropped, c->n_running, s->conns.count);
+    /* A probe's close at debug; one that never said HELLO (a version
+     * refused, a stray peer) at info, its uid with it: nothing else said
+     * it at info. */
+    pj_log_msg(c->announced || !c->hello ? PJ_LOG_INFO : PJ_LOG_DEBUG,
+               "connection #%" PRIu64 ": pid %d uid %u closed after %" PRIu64
+               " requests (%u dropped unstarted, %u running; %u open)%s",
+               c->serial, (int)c->peer.pid, c->uid, c->requests, dropped, c->n_running,
+               s->conns.count,
+               c->announced ? ""
+               : c->hello   ? " (a probe: HELLO, STATS, PING only)"
+                            : " (no HELLO)");
     /* Jobs answered at launch may still wait for this client's events:
      * if the client has died, nothing else will record them. */
     if (c->stream && pj_orphans_adopt(&s->orphans, s->be, c->stream, &c->peer, c->serial))
@@ -1019,9 +1052,11 @@ static void handle_hello(pj_server *s, pj_conn *c, origin o, const pj_hdr *h, co
             return;
         }
     }
-    if (!c->hello)
-        pj_log_info("connection #%" PRIu64 ": hello from \"%s\" (pid %u)", c->serial, hello.name,
-                    hello.pid);
+    if (!c->hello) {
+        pj_log_debug("connection #%" PRIu64 ": hello from \"%s\" (pid %u)", c->serial, hello.name,
+                     hello.pid);
+        c->t_hello_ns = pj_now_ns();
+    }
     c->hello = 1;
     snprintf(c->client, sizeof c->client, "%s", hello.name);
     pj_welcome *w = calloc(1, sizeof *w);
@@ -1506,6 +1541,8 @@ static void dispatch(pj_server *s, pj_conn *c, origin o, const uint8_t *data, si
         send_error(s, o, h.req_id, PJ_E_NOHELLO, UINT32_MAX, err);
         return;
     }
+    if (h.type != PJ_MSG_HELLO && h.type != PJ_MSG_STATS && h.type != PJ_MSG_PING)
+        announce_conn(s, c);
     switch (h.type) {
     case PJ_MSG_HELLO:
         handle_hello(s, c, o, &h, body);
@@ -2420,6 +2457,7 @@ static void on_watch(uv_timer_t *t)
     pj_orphans_sweep(&s->orphans, s->be, 0);
     pj_bufreg_reap(0); /* buffers released while the device still used them */
     warn_slow_release(s);
+    announce_late_conns(s, pj_now_ns());
     close_silent_conns(s);
     close_unread_conns(s);
     if (s->stopping || !s->lst_open || !s->lst_replaceable)

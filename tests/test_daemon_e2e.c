@@ -1599,6 +1599,89 @@ START_TEST(many_layers)
 }
 END_TEST
 
+/* The lines a connection gets at info (log.level's default): none for a
+ * probe (HELLO, STATS, PING, then gone: projctl status, the metrics timer),
+ * one at connect and one at close for a client (a request past those, or
+ * a second after its HELLO), the close of one that never said HELLO. At
+ * debug a probe is logged too. */
+static int log_count(const pj_dproc *d, const char *needle)
+{
+    FILE *f = fopen(d->log, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+START_TEST(connection_log_levels)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, NULL);
+    pjt_client c;
+    cJSON *st = NULL;
+
+    /* A probe: nothing at info. */
+    ck_assert_int_eq(pjt_connect(&c, d.url, REPLY_MS), 0);
+    ck_assert_int_eq(pjt_hello(&c, "probe-a"), PJ_OK);
+    ck_assert_int_eq(pjt_stats(&c, &st), PJ_OK);
+    cJSON_Delete(st);
+    ck_assert_int_eq(pjt_ping(&c), PJ_OK);
+    pjt_close(&c);
+
+    /* A client: announced at its first buffer, closed at info. */
+    register_and_go(d.url, "client-b");
+    ck_assert(pj_dproc_log_has(&d, "closed after 2 requests", 5000));
+
+    /* A client that stays past a second on STATS alone: announced then. */
+    ck_assert_int_eq(pjt_connect(&c, d.url, REPLY_MS), 0);
+    ck_assert_int_eq(pjt_hello(&c, "idle-c"), PJ_OK);
+    ck_assert(pj_dproc_log_has(&d, ": \"idle-c\" pid ", 5000));
+    pjt_close(&c);
+
+    /* No HELLO: its close at info. */
+    ck_assert_int_eq(pjt_connect(&c, d.url, REPLY_MS), 0);
+    ck_assert_int_eq(pjt_ping(&c), PJ_E_NOHELLO);
+    pjt_close(&c);
+    ck_assert(pj_dproc_log_has(&d, "(no HELLO)", 5000));
+    /* Every close is in the log by now (they are logged in order). */
+    ck_assert_int_eq(log_count(&d, "probe-a"), 0);
+    ck_assert_int_eq(log_count(&d, "(a probe"), 0);
+    ck_assert_int_eq(log_count(&d, ": \"client-b\" pid "), 1);
+    ck_assert_int_eq(log_count(&d, " connected ("), 2);
+    ck_assert_int_eq(log_count(&d, " closed after "), 3);
+
+    /* At debug (a SIGHUP applies log.level) the probe is there, saying it
+     * is one. */
+    FILE *f = fopen(d.config, "r");
+    ck_assert_ptr_nonnull(f);
+    char cfg[16384];
+    size_t n = fread(cfg, 1, sizeof cfg - 1, f);
+    fclose(f);
+    cfg[n] = '\0';
+    cJSON *j = cJSON_Parse(cfg);
+    ck_assert_ptr_nonnull(j);
+    cJSON *lg = cJSON_GetObjectItemCaseSensitive(j, "log");
+    if (!lg)
+        lg = cJSON_AddObjectToObject(j, "log");
+    cJSON_DeleteItemFromObjectCaseSensitive(lg, "level");
+    cJSON_AddStringToObject(lg, "level", "debug");
+    char *text = cJSON_Print(j);
+    ck_assert_int_eq(pj_dproc_replace_config(&d, text), 0);
+    free(text);
+    cJSON_Delete(j);
+    hup_and_notes(&d, "applied");
+    ck_assert_int_eq(pjt_connect(&c, d.url, REPLY_MS), 0);
+    ck_assert_int_eq(pjt_hello(&c, "probe-d"), PJ_OK);
+    pjt_close(&c);
+    ck_assert(pj_dproc_log_has(&d, "hello from \"probe-d\"", 5000));
+    ck_assert(pj_dproc_log_has(&d, "(a probe: HELLO, STATS, PING only)", 5000));
+    pjd_stop(&d);
+}
+END_TEST
+
 int main(void)
 {
     if (pjc_init(g_model_path, sizeof g_model_path) != 0) {
@@ -1627,6 +1710,7 @@ int main(void)
         {"systemd_watchdog", systemd_watchdog},
         {"sighup_reload_outcome", sighup_reload_outcome},
         {"many_layers", many_layers},
+        {"connection_log_levels", connection_log_levels},
     };
     return pjd_run_suite("daemon_e2e", cases, sizeof cases / sizeof cases[0], 240);
 }
