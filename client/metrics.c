@@ -18,6 +18,7 @@
 
 #include "config/config.h"
 #include "daemon/log.h"
+#include "protocol/wire.h"
 
 /* Label names projd's own series use: a constant label of the same name
  * would make a series with the name twice, which Prometheus refuses. */
@@ -278,16 +279,44 @@ static void by_label(mw *w, const cJSON *obj, const char *name, const char *type
             break;
 }
 
-/* Every numeric child of obj but "total", by its key as the label. */
-static void by_key(mw *w, const cJSON *obj, const char *name, const char *label, const char *help)
+/* Every numeric child of obj but "total", by its key as the label, into f.
+ * 0, or -1 once f was refused. */
+static int by_key_into(mw *w, lazy_family *f, const cJSON *obj, const char *label)
 {
-    lazy_family f = {name, "counter", help, 0};
     int seen = 0;
     for (const cJSON *c = obj ? obj->child : NULL; c && seen < MAX_CHILDREN; c = c->next, seen++) {
         if (!cJSON_IsNumber(c) || !c->string || !strcmp(c->string, "total") || !first_of_key(c))
             continue;
-        if (lazy_sample(w, &f, label, c->string, c->valuedouble))
-            break;
+        if (lazy_sample(w, f, label, c->string, c->valuedouble))
+            return -1;
+    }
+    return 0;
+}
+
+static void by_key(mw *w, const cJSON *obj, const char *name, const char *label, const char *help)
+{
+    lazy_family f = {name, "counter", help, 0};
+    by_key_into(w, &f, obj, label);
+}
+
+/* STATS "errors" counts the codes replied so far; every code this build
+ * knows is written, at 0 until its first, since a series that appears at
+ * its first error gives rate() and increase() nothing to compare it with
+ * (an alert on errors misses the first burst). */
+static void errors_by_code(mw *w, const cJSON *errs)
+{
+    if (!cJSON_IsObject(errs))
+        return;
+    lazy_family f = {"projd_errors_total", "counter", "Errors replied, by status code", 0};
+    if (by_key_into(w, &f, errs, "code"))
+        return;
+    for (int code = 1; code < 256; code++) {
+        const char *name = pj_status_name(code);
+        if (!strcmp(name, "E_UNKNOWN") ||
+            cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(errs, name)))
+            continue;
+        if (lazy_sample(w, &f, "code", name, 0))
+            return;
     }
 }
 
@@ -447,6 +476,72 @@ static int is_scalar(const cJSON *j)
     return cJSON_IsNumber(j) || cJSON_IsBool(j);
 }
 
+/* What the backends' numbers are (cu_stats_json in daemon/backend_cuda.c,
+ * cpu_stats_json in backend_cpu.c), by their path in backend_stats ("a.b"
+ * nested, "arr[].f" a field of an array's elements; a path ending in '.'
+ * covers what is under it): a counter's name ends in _total. A path not
+ * here (a backend's newer field) stays untyped, as the text format allows. */
+typedef struct backend_kind {
+    const char *path;
+    int counter;
+    const char *help; /* NULL: "backend_stats.<path>" */
+} backend_kind;
+
+static const backend_kind backend_kinds[] = {
+    {"jobs", 1, "Jobs (PROJECT requests) the backend started"},
+    {"ops", 1, "Operations the backend ran"},
+    {"accepted", 1, "Jobs answered when launched (ACCEPT), before they finished"},
+    {"waits_put_off", 1, "WAIT_EVENT jobs put off while a buffer release waited to start"},
+    {"waits_on_host", 1, "WAIT_EVENT jobs whose client event was waited for on the host"},
+    {"queue_put_off", 1, "Jobs put off because their lane's queue was at its launch budget"},
+    {"queue_refused", 1, "Jobs refused because their lane's queue was at its launch budget"},
+    {"failed", 1, "Jobs that failed on the device"},
+    {"fatal", 1, "Device errors that end the backend (a restart is due)"},
+    {"paths.", 1, "Operations by how they ran (graph or direct, staged or not)"},
+    {"lane[].jobs", 1, "Jobs run on the lane"},
+    {"chunks", 1, "Pieces of work the cpu backend's threads ran"},
+    {"busy_ms", 1, "Seconds the cpu backend's threads spent on operations"},
+    {"lanes", 0, "Lanes (streams with their own graphs) the backend runs"},
+    {"ipc_open", 0, "CUDA IPC allocations of clients open now"},
+    {"dead", 0, "1 once the device failed for good (the daemon must restart)"},
+    {"lane[].connections", 0, "Connections on the lane"},
+    {"lane[].held", 0, "1 while the lane waits behind a client that died"},
+    {"lane[].pending", 0, "Jobs queued on the lane now"},
+    {"memory.", 0, NULL},
+    {"threads", 0, "Worker threads of the cpu backend"},
+    {"min_op_us", 0, "The cpu backend's minimum time per operation (a test setting)"},
+};
+
+static const backend_kind *backend_kind_of(const char *path)
+{
+    for (size_t i = 0; i < sizeof backend_kinds / sizeof backend_kinds[0]; i++) {
+        const char *k = backend_kinds[i].path;
+        size_t n = strlen(k);
+        if (k[n - 1] == '.' ? !strncmp(path, k, n) : !strcmp(path, k))
+            return &backend_kinds[i];
+    }
+    return NULL;
+}
+
+/* Starts the family of a backend number at path: its type from
+ * backend_kinds, and _total after a counter's name (name has cap bytes).
+ * 0, or -1 as family() (or when the name does not fit). */
+static int backend_family(mw *w, char *name, size_t cap, const char *path, const char *dflt_help)
+{
+    const backend_kind *k = backend_kind_of(path);
+    if (k && k->counter) {
+        size_t n = strlen(name);
+        if (n + strlen("_total") >= cap || n + strlen("_total") > NAME_MAX_LEN)
+            return -1;
+        strcpy(name + n, "_total");
+    }
+    return family(w, name,
+                  !k           ? "untyped"
+                  : k->counter ? "counter"
+                               : "gauge",
+                  k && k->help ? k->help : dflt_help);
+}
+
 /* An array of objects: one family per numeric field (in the order the
  * fields first appear), the element's index as a label named after the
  * array. */
@@ -460,12 +555,14 @@ static void backend_array(mw *w, const cJSON *arr, const char *name, const char 
         int nf = 0;
         for (const cJSON *f = cJSON_IsObject(e) ? e->child : NULL; f && nf < MAX_CHILDREN;
              f = f->next, nf++) {
-            char fname[NAME_MAX_LEN + 1], help[NAME_MAX_LEN + 64];
+            char fname[NAME_MAX_LEN + 1], help[NAME_MAX_LEN + 96];
             if (!is_scalar(f) || !f->string || !first_of_key(f) ||
                 metric_name(fname, sizeof fname, name, f->string))
                 continue;
-            snprintf(help, sizeof help, "backend_stats.%.120s[].%.60s", path, f->string);
-            if (family(w, fname, "untyped", help)) /* written, or refused */
+            char fpath[NAME_MAX_LEN + 64];
+            snprintf(fpath, sizeof fpath, "%.120s[].%.60s", path, f->string);
+            snprintf(help, sizeof help, "backend_stats.%s", fpath);
+            if (backend_family(w, fname, sizeof fname, fpath, help)) /* written, or refused */
                 continue;
             int idx = 0;
             for (const cJSON *q = arr->child; q && idx < MAX_ELEMENTS; q = q->next, idx++) {
@@ -528,7 +625,8 @@ static void backend_walk(mw *w, const cJSON *obj, const char *prefix, const char
         if (is_scalar(c)) {
             char help[NAME_MAX_LEN + 96];
             snprintf(help, sizeof help, "backend_stats.%.190s", sub);
-            if (time_name(name, sizeof name, &scale) == 0 && family(w, name, "untyped", help) == 0)
+            if (time_name(name, sizeof name, &scale) == 0 &&
+                backend_family(w, name, sizeof name, sub, help) == 0)
                 sample(w, name, NULL,
                        cJSON_IsTrue(c)     ? 1
                        : cJSON_IsNumber(c) ? c->valuedouble * scale
@@ -681,8 +779,7 @@ static void render(mw *w, const cJSON *d)
 
     by_key(w, cJSON_GetObjectItemCaseSensitive(d, "requests"), "projd_requests_total", "type",
            "Messages answered, by type");
-    by_key(w, cJSON_GetObjectItemCaseSensitive(d, "errors"), "projd_errors_total", "code",
-           "Errors replied, by status code");
+    errors_by_code(w, cJSON_GetObjectItemCaseSensitive(d, "errors"));
     one(w, d, "ops", "projd_ops_total", "counter", 1, "Operations run (a request holds 1 or more)");
     requests(w, d);
     layers(w, d);

@@ -224,6 +224,25 @@ static double value_of(const expo *e, const char *name, const char *want)
     return NAN;
 }
 
+/* The TYPE of family name; fails if it was not written. */
+static const char *type_of(const expo *e, const char *name)
+{
+    for (size_t i = 0; i < e->n_fam; i++)
+        if (!strcmp(e->fam[i], name))
+            return e->type[i];
+    ck_abort_msg("no family %s", name);
+    return "";
+}
+
+/* Whether a series name has labels containing want. */
+static int has_series(const expo *e, const char *name, const char *want)
+{
+    for (size_t i = 0; i < e->n; i++)
+        if (!strcmp(e->s[i].name, name) && strstr(e->s[i].labels, want))
+            return 1;
+    return 0;
+}
+
 static int has_prefix(const expo *e, const char *prefix)
 {
     for (size_t i = 0; i < e->n; i++)
@@ -262,6 +281,12 @@ START_TEST(cuda_stats)
     ck_assert_double_eq(value_of(&E, "projd_up", NULL), 1);
     ck_assert_double_eq(value_of(&E, "projd_info", "backend=cuda"), 1);
     ck_assert_double_eq(value_of(&E, "projd_connections_total", NULL), 14);
+    /* no error yet: every code at 0, so that rate() sees the first */
+    ck_assert_double_eq(value_of(&E, "projd_errors_total", "code=E_SHAPE"), 0);
+    ck_assert_double_eq(value_of(&E, "projd_errors_total", "code=E_NOHELLO"), 0);
+    ck_assert_double_eq(value_of(&E, "projd_errors_total", "code=E_PROTO"), 0);
+    ck_assert(!has_series(&E, "projd_errors_total", "code=total"));
+    ck_assert(!has_series(&E, "projd_errors_total", "code=E_UNKNOWN"));
     ck_assert_double_eq(value_of(&E, "projd_listener_restarts_total", NULL), 7);
     ck_assert_double_eq(value_of(&E, "projd_connections_by_state", "state=open"), 1);
     ck_assert_double_eq(value_of(&E, "projd_resident_memory_bytes", NULL), 2051387392.0);
@@ -287,10 +312,21 @@ START_TEST(cuda_stats)
     ck_assert(
         isnan(value_of(&E, "projd_layer_exec_seconds", "layer=model.layers.0.self_attn.qkv_proj")));
     /* the backend: nested objects, the lanes by index, strings as info */
-    ck_assert_double_eq(value_of(&E, "projd_backend_lane_jobs", "lane=0"), 600);
-    ck_assert_double_eq(value_of(&E, "projd_backend_lane_jobs", "lane=3"), 0);
+    ck_assert_double_eq(value_of(&E, "projd_backend_lane_jobs_total", "lane=0"), 600);
+    ck_assert_double_eq(value_of(&E, "projd_backend_lane_jobs_total", "lane=3"), 0);
     ck_assert_double_eq(value_of(&E, "projd_backend_lanes", NULL), 4);
-    ck_assert_double_eq(value_of(&E, "projd_backend_paths_graph_staged", NULL), 600);
+    ck_assert_double_eq(value_of(&E, "projd_backend_paths_graph_staged_total", NULL), 600);
+    /* typed as the backend means them: counters end in _total (the
+     * reader checks that), the rest gauges */
+    ck_assert_str_eq(type_of(&E, "projd_backend_jobs_total"), "counter");
+    ck_assert_str_eq(type_of(&E, "projd_backend_fatal_total"), "counter");
+    ck_assert_str_eq(type_of(&E, "projd_backend_lane_jobs_total"), "counter");
+    ck_assert_str_eq(type_of(&E, "projd_backend_lane_pending"), "gauge");
+    ck_assert_str_eq(type_of(&E, "projd_backend_lanes"), "gauge");
+    ck_assert_str_eq(type_of(&E, "projd_backend_memory_device_free_bytes"), "gauge");
+    ck_assert_str_eq(type_of(&E, "projd_backend_dead"), "gauge");
+    for (size_t i = 0; i < E.n_fam; i++)
+        ck_assert_msg(strcmp(E.type[i], "untyped") != 0, "%s is untyped", E.fam[i]);
     ck_assert_double_eq(value_of(&E, "projd_backend_memory_device_total_bytes", NULL),
                         150109880320.0);
     ck_assert_double_eq(value_of(&E, "projd_backend_dead", NULL), 0);
@@ -415,6 +451,7 @@ START_TEST(hostile_backend)
     const char *js =
         "{\"version\":\"0.3.0\",\"backend\":\"cuda\",\"device\":\"GPU \xe9\xff\","
         "\"requests\":{\"PING\":1,\"PING\":2},"
+        "\"errors\":{\"E_SHAPE\":3,\"E_SHAPE\":5,\"E_WHATEVER\":4,\"total\":12},"
         "\"layers\":{\"l\xc3\":{\"ops\":1,\"rows\":1,\"exec_us\":{\"count\":1,\"mean\":1,"
         "\"p50\":1,\"p99\":1,\"max\":1}},\"l\xc3\":{\"ops\":5,\"rows\":5,\"exec_us\":{\"count\":1,"
         "\"mean\":1,\"p50\":1,\"p99\":1,\"max\":1}}},"
@@ -440,10 +477,18 @@ START_TEST(hostile_backend)
     ck_assert_double_eq(value_of(&E, "projd_backend_dup", NULL), 8);
     ck_assert_double_eq(value_of(&E, "projd_backend_k_x", NULL), 6);
     ck_assert_double_eq(value_of(&E, "projd_requests_total", "type=PING"), 1);
+    /* errors: the counted ones as counted (the first of a key twice), the
+     * rest at 0, each once (the reader fails on a series twice) */
+    ck_assert_double_eq(value_of(&E, "projd_errors_total", "code=E_SHAPE"), 3);
+    ck_assert_double_eq(value_of(&E, "projd_errors_total", "code=E_WHATEVER"), 4);
+    ck_assert_double_eq(value_of(&E, "projd_errors_total", "code=E_BOUNDS"), 0);
     ck_assert_double_eq(value_of(&E, "projd_layer_ops_total", "layer=l?"), 1);
     ck_assert_double_eq(value_of(&E, "projd_info", "device=GPU ??"), 1);
     /* a field first seen as a string is still written where it is a number */
-    ck_assert_double_eq(value_of(&E, "projd_backend_lane_jobs", "lane=1"), 5);
+    ck_assert_double_eq(value_of(&E, "projd_backend_lane_jobs_total", "lane=1"), 5);
+    /* a field no backend has: untyped */
+    ck_assert_str_eq(type_of(&E, "projd_backend_lane_jobs"), "untyped");
+    ck_assert_double_eq(value_of(&E, "projd_backend_lane_jobs", NULL), 10);
     free(text);
 
     /* An array of 100000 objects, each with a key of its own: bounded. */
