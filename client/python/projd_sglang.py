@@ -190,7 +190,7 @@ class _Registrations:
         current meanwhile). The caller holds self.lock until its request is
         answered, so no other thread evicts the ids it uses meanwhile."""
         aid, base = projd.cuda_allocation(ptr)
-        key = aid
+        key, region = aid, None
         if not aid:
             # No id from the driver: the IPC handle names the allocation
             # (what _register keys it by), and its base is the region's.
@@ -205,9 +205,9 @@ class _Registrations:
             # is the current context's): switching costs ~5 µs per apply.
             with _torch().cuda.device(device):
                 return self._register(ptr, aid, base)
-        return self._register(ptr, aid, base)
+        return self._register(ptr, aid, base, region)
 
-    def _register(self, ptr: int, aid: int, base: int):
+    def _register(self, ptr: int, aid: int, base: int, region: "projd.CudaRegion | None" = None):
         # A new allocation, so others may have been freed (PyTorch frees
         # cached segments on its own: an out-of-memory retry, empty_cache),
         # their addresses unused or handed out again at any base.
@@ -222,7 +222,8 @@ class _Registrations:
             if (base and b == base) or (isinstance(a, int) and projd.cuda_allocation(b)[0] != a)
         ]:
             self._unregister(stale)
-        region = projd.cuda_describe(ptr)  # refuses what cannot be shared, saying why
+        if region is None:  # described already where no device had to be made current
+            region = projd.cuda_describe(ptr)  # refuses what cannot be shared, saying why
         while len(self.ids) >= self.limit:
             self._unregister(next(iter(self.ids)))  # the least recently used
         buf = self._register_region(region)

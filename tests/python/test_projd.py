@@ -1494,11 +1494,13 @@ class SglangRegistrationCacheTests(unittest.TestCase):
         c = self.FakeClient(max_buffers=64)
         reg = self.mod._Registrations(c)
         handles = {0x1000: b"first"}
+        described = []
 
         def allocation(ptr):
             return 0, 0
 
         def describe(ptr):
+            described.append(ptr)
             base = 0x1000
             return projd.CudaRegion(base, 0x1000, ptr - base, 0, handles[base], bytes(16))
 
@@ -1506,10 +1508,14 @@ class SglangRegistrationCacheTests(unittest.TestCase):
         for i in range(5):
             self.assertEqual(reg.lookup(0x1000 + 16 * i), (1, 16 * i))
         self.assertEqual(c.log, [("register", b"first")])
+        # one describe per lookup, the registering one's too (the region
+        # found for the key is the one registered)
+        self.assertEqual(len(described), 5)
         handles[0x1000] = b"second"  # freed, and a new allocation there
         self.assertEqual(reg.lookup(0x1004), (2, 4))
         self.assertEqual(c.log[1:], [("unregister", b"first"), ("register", b"second")])
         self.assertEqual(list(c.live.values()), [b"second"])
+        self.assertEqual(len(described), 6)
 
 
 class SglangPackingTests(unittest.TestCase):
