@@ -293,31 +293,40 @@ static int by_key_into(mw *w, lazy_family *f, const cJSON *obj, const char *labe
     return 0;
 }
 
-static void by_key(mw *w, const cJSON *obj, const char *name, const char *label, const char *help)
+/* by_key, with each of known (NULL-terminated) that obj lacks written at
+ * 0: STATS counts a request type or an error code from its first, and a
+ * series that appears at its first gives rate() and increase() nothing to
+ * compare it with (an alert on errors misses the first burst). */
+static void by_key_known(mw *w, const cJSON *obj, const char *name, const char *label,
+                         const char *const *known, const char *help)
 {
+    if (!cJSON_IsObject(obj))
+        return;
     lazy_family f = {name, "counter", help, 0};
-    by_key_into(w, &f, obj, label);
+    if (by_key_into(w, &f, obj, label))
+        return;
+    for (size_t i = 0; known[i]; i++)
+        if (!cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(obj, known[i])) &&
+            lazy_sample(w, &f, label, known[i], 0))
+            return;
 }
 
-/* STATS "errors" counts the codes replied so far; every code this build
- * knows is written, at 0 until its first, since a series that appears at
- * its first error gives rate() and increase() nothing to compare it with
- * (an alert on errors misses the first burst). */
-static void errors_by_code(mw *w, const cJSON *errs)
+static void requests_and_errors(mw *w, const cJSON *d)
 {
-    if (!cJSON_IsObject(errs))
-        return;
-    lazy_family f = {"projd_errors_total", "counter", "Errors replied, by status code", 0};
-    if (by_key_into(w, &f, errs, "code"))
-        return;
-    for (int code = 1; code < 256; code++) {
-        const char *name = pj_status_name(code);
-        if (!strcmp(name, "E_UNKNOWN") ||
-            cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(errs, name)))
-            continue;
-        if (lazy_sample(w, &f, "code", name, 0))
-            return;
-    }
+    /* The requests a client sends (replies are not counted). */
+    static const char *const types[] = {"HELLO", "REGISTER", "UNREGISTER",  "PROJECT",
+                                        "STATS", "PING",     "RING_ATTACH", NULL};
+    by_key_known(w, cJSON_GetObjectItemCaseSensitive(d, "requests"), "projd_requests_total", "type",
+                 types, "Messages answered, by type");
+    /* Every status code this build knows. */
+    const char *codes[64];
+    size_t n = 0;
+    for (int code = 1; code < 256 && n + 1 < sizeof codes / sizeof codes[0]; code++)
+        if (strcmp(pj_status_name(code), "E_UNKNOWN") != 0)
+            codes[n++] = pj_status_name(code);
+    codes[n] = NULL;
+    by_key_known(w, cJSON_GetObjectItemCaseSensitive(d, "errors"), "projd_errors_total", "code",
+                 codes, "Errors replied, by status code");
 }
 
 /* Whether h is a STATS histogram ({count, mean, p50, p99} at least). */
@@ -777,9 +786,7 @@ static void render(mw *w, const cJSON *d)
         family(w, "projd_model_layers", "gauge", "Layers the daemon serves") == 0)
         sample(w, "projd_model_layers", NULL, cJSON_GetArraySize(ml));
 
-    by_key(w, cJSON_GetObjectItemCaseSensitive(d, "requests"), "projd_requests_total", "type",
-           "Messages answered, by type");
-    errors_by_code(w, cJSON_GetObjectItemCaseSensitive(d, "errors"));
+    requests_and_errors(w, d);
     one(w, d, "ops", "projd_ops_total", "counter", 1, "Operations run (a request holds 1 or more)");
     requests(w, d);
     layers(w, d);

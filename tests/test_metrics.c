@@ -287,6 +287,10 @@ START_TEST(cuda_stats)
     ck_assert_double_eq(value_of(&E, "projd_errors_total", "code=E_PROTO"), 0);
     ck_assert(!has_series(&E, "projd_errors_total", "code=total"));
     ck_assert(!has_series(&E, "projd_errors_total", "code=E_UNKNOWN"));
+    /* request types: the counted ones, and the rest a client sends at 0 */
+    ck_assert_double_eq(value_of(&E, "projd_requests_total", "type=PROJECT"), 600);
+    ck_assert_double_eq(value_of(&E, "projd_requests_total", "type=RING_ATTACH"), 0);
+    ck_assert(!has_series(&E, "projd_requests_total", "type=DONE"));
     ck_assert_double_eq(value_of(&E, "projd_listener_restarts_total", NULL), 7);
     ck_assert_double_eq(value_of(&E, "projd_connections_by_state", "state=open"), 1);
     ck_assert_double_eq(value_of(&E, "projd_resident_memory_bytes", NULL), 2051387392.0);
