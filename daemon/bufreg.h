@@ -97,6 +97,14 @@ void pj_bufreg_clear(pj_bufreg *r);
 /* 1 when the buffer's shared memory shrank under a request (it is broken). */
 int pj_buf_faulted(const pj_buf *b);
 
+/* For a shared-memory buffer: reads the byte at off + len - 1 of the
+ * daemon's mapping under the SIGBUS guard, so that an object the client
+ * shrank below that byte marks the buffer faulted (the cuda backend copies
+ * through pinned pages the daemon's CPU never touches, and would not
+ * notice). Then pj_buf_faulted. len >= 1, the span inside b->size (the
+ * validated op's). A CUDA IPC buffer: 0. Loop thread. */
+int pj_buf_probe(pj_buf *b, uint64_t off, uint64_t len);
+
 /* Process-wide totals: buffers held (by connections, or retiring) and
  * bytes mapped (those too, and buffers whose release has not returned). */
 void pj_bufreg_totals(uint64_t *buffers, uint64_t *bytes);

@@ -849,6 +849,18 @@ static void on_defer_timer(uv_timer_t *t)
     }
 }
 
+/* 1 when op i's x or y span is in a shared-memory object that has
+ * shrunk below it (pj_buf_probe; marks the buffer broken). */
+static int probe_op(pj_req *r, uint32_t i)
+{
+    const pj_exec_op *op = &r->ops[i];
+    uint64_t xlen = ((uint64_t)(op->m - 1) * op->x_ld + op->k) * 2;
+    uint64_t ylen = ((uint64_t)(op->m - 1) * op->y_ld + op->n) * 2;
+    int fx = pj_buf_probe(r->bufs[2 * i], op->x_off, xlen);
+    int fy = pj_buf_probe(r->bufs[2 * i + 1], op->y_off, ylen);
+    return fx || fy;
+}
+
 static void handle_project(pj_server *s, pj_conn *c, origin o, const pj_hdr *h, const void *body,
                            uint64_t recv_ns)
 {
@@ -895,6 +907,19 @@ static void handle_project(pj_server *s, pj_conn *c, origin o, const pj_hdr *h, 
             return;
         }
     }
+    /* Shared memory shrunk before the request: refused before anything
+     * runs, as the cpu backend's own fault would only say after. */
+    for (uint32_t i = 0; i < p.n_ops; i++) {
+        if (probe_op(r, i)) {
+            free(r);
+            snprintf(err, sizeof err,
+                     "op %u: a buffer's shared memory object shrank after it was registered; "
+                     "register it again",
+                     i);
+            send_error(s, o, h->req_id, PJ_E_BUFFER, i, err);
+            return;
+        }
+    }
     for (uint32_t i = 0; i < 2 * p.n_ops; i++)
         pj_bufreg_ref(r->bufs[i]);
     memcpy(events, p.wait_event, PJ_WIRE_IPC_HANDLE_SIZE);
@@ -936,10 +961,11 @@ static void finish_req(pj_server *s, pj_req *r)
         ring_spin_extend(s);
     }
     /* A buffer whose shared memory shrank under the job: the op read or
-     * wrote zero pages, its result means nothing. */
+     * wrote zero pages, or (its last access done before the shrink, or
+     * through the cuda backend's pinned pages) its y is no longer the
+     * client's: its result means nothing. */
     for (uint32_t i = 0; i < job->n_ops; i++) {
-        if (r->ops[i].status == PJ_OK &&
-            (pj_buf_faulted(r->bufs[2 * i]) || pj_buf_faulted(r->bufs[2 * i + 1]))) {
+        if (r->ops[i].status == PJ_OK && probe_op(r, i)) {
             r->ops[i].status = PJ_E_BUFFER;
             if (job->status == PJ_OK) {
                 job->status = PJ_E_BUFFER;

@@ -1774,15 +1774,70 @@ START_TEST(shrunk_buffer)
     ck_assert_int_eq(ftruncate(t.ys.fd, 0), 0);
     pj_done dn;
     pj_op_result res[1];
-    int rc = pjt_project(&t.c, 0, &op, 1, &dn, res);
-    ck_assert_int_eq(rc, PJ_OK);
-    ck_assert_int_eq(dn.status, PJ_E_BUFFER);
-    ck_assert_int_eq(res[0].status, PJ_E_BUFFER);
-    /* The buffer is marked broken: refused before running from now on. */
+    /* Found before anything runs (the daemon reads the span's last byte
+     * under its guard): an ERROR naming the op, whatever the backend. */
+    double ops0 = pjd_stat(&t.c, "ops");
+    ck_assert_int_eq(pjt_project(&t.c, 0, &op, 1, &dn, res), PJ_E_BUFFER);
+    ck_assert_msg(strstr(t.c.err.msg, "op 0: a buffer's shared memory object shrank"),
+                  "message: %s", t.c.err.msg);
+    ck_assert_uint_eq(t.c.err.op_index, 0);
+    ck_assert_double_eq(pjd_stat(&t.c, "ops"), ops0);
+    /* The buffer is marked broken: refused from now on. */
     ck_assert_int_eq(pjt_project(&t.c, 0, &op, 1, &dn, res), PJ_E_BUFFER);
     ck_assert_msg(strstr(t.c.err.msg, "shrank"), "message: %s", t.c.err.msg);
     ck_assert_int_eq(pjt_unregister(&t.c, t.yid), PJ_OK);
     /* A fresh y buffer works. */
+    ck_assert_int_eq(ftruncate(t.ys.fd, YBYTES), 0);
+    t.ys.p = mmap(NULL, YBYTES, PROT_READ | PROT_WRITE, MAP_SHARED, t.ys.fd, 0);
+    ck_assert(t.ys.p != MAP_FAILED);
+    ck_assert_int_eq(pjt_register_shm(&t.c, t.ys.name, YBYTES, &t.yid), PJ_OK);
+    ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
+    pjc_close(&t);
+    pjd_stop(&d);
+}
+END_TEST
+
+/* The client shrinks its y object while the request runs, after the
+ * backend wrote y (the cpu backend holds each op to cpu.min_op_us after its
+ * rows; the cuda backend's copies go through pinned pages the daemon's CPU
+ * never touches, and never fault): the output is not the client's any
+ * more, and the DONE must say so instead of OK. */
+START_TEST(shrunk_buffer_while_running)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, "{\"cpu\": {\"min_op_us\": 600000}}");
+    pjc_conn t;
+    char why[512];
+    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
+    const pj_model_layer *L = &pjc_model()->layers[0];
+    pj_op op = {.layer = 0,
+                .m = 2,
+                .n = L->max_n,
+                .x_buf = t.xid,
+                .x_ld = L->w.k,
+                .y_buf = t.yid,
+                .y_ld = L->max_n};
+    pj_project p = {.n_ops = 1, .ops = &op};
+    pjt_async a;
+    ck_assert_int_eq(pjt_project_send(&t.c, &a, 900, &p), 0);
+    /* Started (its rows take well under the hold), then y cut. */
+    ck_assert_double_eq(pjd_wait_stat(&t.c, "requests.PROJECT", 1, 10000), 1);
+    pjd_sleep_ms(200);
+    ck_assert_double_eq(pjd_stat(&t.c, "inflight"), 1);
+    munmap(t.ys.p, t.ys.size);
+    t.ys.p = NULL;
+    ck_assert_int_eq(ftruncate(t.ys.fd, 0), 0);
+    pj_op_result rr[1];
+    pj_done done = {.ops = rr};
+    ck_assert_int_eq(pjt_project_recv(&a, NULL, &done, 1), PJ_OK);
+    ck_assert_int_eq(done.status, PJ_E_BUFFER);
+    ck_assert_int_eq(rr[0].status, PJ_E_BUFFER);
+    /* Broken from now on; x still serves, and the connection. */
+    pj_done dn;
+    pj_op_result res[1];
+    ck_assert_int_eq(pjt_project(&t.c, 0, &op, 1, &dn, res), PJ_E_BUFFER);
+    ck_assert_int_eq(pjt_ping(&t.c), PJ_OK);
+    ck_assert_int_eq(pjt_unregister(&t.c, t.yid), PJ_OK);
     ck_assert_int_eq(ftruncate(t.ys.fd, YBYTES), 0);
     t.ys.p = mmap(NULL, YBYTES, PROT_READ | PROT_WRITE, MAP_SHARED, t.ys.fd, 0);
     ck_assert(t.ys.p != MAP_FAILED);
@@ -1844,8 +1899,7 @@ START_TEST(shrunk_buffers_scattered_rows)
     int maps_before = pj_fixture_count_maps((int)d.pid);
     ck_assert_int_gt(maps_before, 0);
     pj_done dn;
-    ck_assert_int_eq(pjt_project(&c, 0, ops, nops, &dn, res), PJ_OK);
-    ck_assert_int_eq(dn.status, PJ_E_BUFFER);
+    ck_assert_int_eq(pjt_project(&c, 0, ops, nops, &dn, res), PJ_E_BUFFER);
     int maps_after = pj_fixture_count_maps((int)d.pid);
     /* Two ranges replaced: a few mappings, not two per row (~32,000). The
      * slack is a sanitizer runtime's own mappings (ThreadSanitizer: +40). */
@@ -1951,6 +2005,7 @@ int main(void)
         {"leased_shm_refused", leased_shm_refused},
         {"drain_not_held_by_unread_replies", drain_not_held_by_unread_replies},
         {"shrunk_buffer", shrunk_buffer},
+        {"shrunk_buffer_while_running", shrunk_buffer_while_running},
         {"shrunk_buffers_scattered_rows", shrunk_buffers_scattered_rows},
     };
     return pjd_run_suite("daemon_ops", cases, sizeof cases / sizeof cases[0], 180);
