@@ -17,12 +17,17 @@
  *   stats_json(obj)             add backend figures to the STATS reply
  *   close()                     after every job has completed
  *
- * Ordering: jobs submitted to one stream complete in submission order. The
+ * Ordering: jobs submitted to one stream complete in submission order,
+ * except a job the backend fails inside submit (done called before submit
+ * returns: a dead device, a full or stalled lane), which may complete before
+ * earlier ones still running; the server keeps no order of running jobs, and
+ * replies may come in another order than requests (PROTOCOL.md). The
  * server submits at most ops->stream_depth jobs to one stream before the
  * first of them completes (cpu: 1; a GPU stream may take many).
  *
  * Validation is the server's: every op handed to submit() has a known layer,
- * 1 <= m <= shapes.max_m, 1 <= n <= the layer's max_n, strides >= widths, and
+ * 1 <= m <= shapes.max_m, 1 <= n <= the layer's max_n, strides >= widths
+ * (and, for m > 1, at most max_row_pitch bytes), and
  * x/y spans that lie inside their buffers (daemon/validate.h). A backend never
  * sees a request it must bound-check again.
  */
@@ -163,6 +168,12 @@ struct pj_backend {
     void *priv;                             /* the backend's own state */
     uint8_t device_uuid[PJ_WIRE_UUID_SIZE]; /* zeros on cpu */
     char device_name[128];
+    /* The longest row stride, in bytes, of an op of m > 1 rows that the
+     * backend can run, set by open (0: no limit): the cuda backend copies
+     * strided rows with cudaMemcpy2DAsync, which refuses a pitch past the
+     * device's memPitch. The server refuses such an op before any op of
+     * its request runs (validate.h). */
+    uint64_t max_row_pitch;
     /* pj_backend_set_fatal's; read only through pj_backend_fatal. */
     void (*fatal)(void *arg, const char *msg);
     void *fatal_arg;

@@ -260,6 +260,13 @@ static int cpu_open(pj_backend *b, char *err, size_t errlen)
     const char *defer = getenv("PROJD_CPU_DEFER_EVERY");
     if (defer && *defer)
         s->defer_every = (uint32_t)strtoul(defer, NULL, 10);
+    /* Tests only: a row pitch limit as the cuda backend's (the device's
+     * memPitch, 2^31 - 1 bytes), small enough for the CPU suite's buffers,
+     * so that it shows the server refusing such an op before its request
+     * runs (test_daemon_ops pitch_limit). */
+    const char *pitch = getenv("PROJD_CPU_MAX_ROW_PITCH");
+    if (pitch && *pitch)
+        b->max_row_pitch = strtoull(pitch, NULL, 10);
     b->priv = s;
     if (s->min_op_ns)
         snprintf(b->device_name, sizeof b->device_name,

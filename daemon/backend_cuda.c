@@ -500,6 +500,7 @@ static int select_device(cu_state *st, char *err, size_t errlen)
     uuid_format(st->b->device_uuid, st->uuid_str, sizeof st->uuid_str);
     snprintf(st->b->device_name, sizeof st->b->device_name, "%.60s (%s, device %d)", st->prop.name,
              st->uuid_str, dev);
+    st->b->max_row_pitch = st->prop.memPitch; /* staged_pitch_check's limit, for the server */
     if (st->prop.major < 9)
         pj_log_warn("cuda: device %d is sm_%d%d; the kernels are built for sm_90a and only "
                     "cuBLAS may run",

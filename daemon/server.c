@@ -899,8 +899,9 @@ static void handle_project(pj_server *s, pj_conn *c, origin o, const pj_hdr *h, 
     r->bufs = (pj_buf **)(void *)&r->ops[p.n_ops];
     uint8_t *events = (uint8_t *)&r->bufs[2 * p.n_ops];
     for (uint32_t i = 0; i < p.n_ops; i++) {
-        st = pj_validate_op(&p.ops[i], i, s->model, s->cfg.shapes.max_m, &c->reg, &r->ops[i],
-                            &r->bufs[2 * i], &r->bufs[2 * i + 1], err, sizeof err);
+        st = pj_validate_op(&p.ops[i], i, s->model, s->cfg.shapes.max_m, s->be->max_row_pitch,
+                            &c->reg, &r->ops[i], &r->bufs[2 * i], &r->bufs[2 * i + 1], err,
+                            sizeof err);
         if (st != PJ_OK) {
             free(r);
             send_error(s, o, h->req_id, st, i, err);

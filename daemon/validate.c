@@ -32,8 +32,8 @@ int pj_validate_span(const char *what, uint64_t off, uint32_t rows, uint64_t ld,
 }
 
 int pj_validate_op(const pj_op *op, uint32_t i, const pj_model *model, uint32_t max_m,
-                   pj_bufreg *reg, pj_exec_op *out, pj_buf **xb, pj_buf **yb, char *err,
-                   size_t errlen)
+                   uint64_t max_pitch, pj_bufreg *reg, pj_exec_op *out, pj_buf **xb, pj_buf **yb,
+                   char *err, size_t errlen)
 {
     char why[256];
     if (op->layer >= model->n_layers) {
@@ -59,6 +59,16 @@ int pj_validate_op(const pj_op *op, uint32_t i, const pj_model *model, uint32_t 
     if (op->y_ld < op->n) {
         snprintf(err, errlen, "op %u (%s): y stride %" PRIu64 " is less than n = %u", i, L->name,
                  op->y_ld, op->n);
+        return PJ_E_SHAPE;
+    }
+    if (max_pitch && op->m > 1 && (op->x_ld > max_pitch / 2 || op->y_ld > max_pitch / 2)) {
+        int x = op->x_ld > max_pitch / 2;
+        uint64_t ld = x ? op->x_ld : op->y_ld;
+        snprintf(err, errlen,
+                 "op %u (%s): %s stride %" PRIu64 " elements is past the %" PRIu64
+                 " bytes a row stride may have on this backend when m > 1 (the device's "
+                 "largest copy pitch)",
+                 i, L->name, x ? "x" : "y", ld, max_pitch);
         return PJ_E_SHAPE;
     }
     if (op->op_flags != 0) {

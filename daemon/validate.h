@@ -24,12 +24,14 @@ int pj_validate_span(const char *what, uint64_t off, uint32_t rows, uint64_t ld,
 
 /* Check op (index i, for messages) in this order: layer (PJ_E_LAYER),
  * 1 <= m <= max_m and 1 <= n <= max_n (PJ_E_SHAPE), x_ld >= k and y_ld >= n
- * (PJ_E_SHAPE), op flags (PJ_E_FLAGS), buffers registered and intact
+ * (PJ_E_SHAPE), for m > 1 both strides at most max_pitch bytes (0: no
+ * limit; the backend's max_row_pitch) (PJ_E_SHAPE), op flags (PJ_E_FLAGS),
+ * buffers registered and intact
  * (PJ_E_BUFFER), spans inside the buffers (PJ_E_BOUNDS). On PJ_OK, *out is
  * the resolved op (addresses = buffer address + offset) and *xb, *yb the
  * buffers (no reference taken). */
 int pj_validate_op(const pj_op *op, uint32_t i, const pj_model *model, uint32_t max_m,
-                   pj_bufreg *reg, pj_exec_op *out, pj_buf **xb, pj_buf **yb, char *err,
-                   size_t errlen);
+                   uint64_t max_pitch, pj_bufreg *reg, pj_exec_op *out, pj_buf **xb, pj_buf **yb,
+                   char *err, size_t errlen);
 
 #endif

@@ -1797,6 +1797,59 @@ START_TEST(shrunk_buffer)
 }
 END_TEST
 
+/* A stride past the backend's row pitch (the cuda backend's memPitch; set
+ * small here through the cpu backend's test knob) in the second op of a
+ * request: refused as ERROR E_SHAPE naming that op before the first runs
+ * (the cuda backend found it at its submit, after the ops before it had
+ * run, and answered a DONE); the same stride with one row runs. */
+START_TEST(pitch_limit)
+{
+    pj_dproc d;
+    setenv("PROJD_CPU_MAX_ROW_PITCH", "4096", 1);
+    pjd_start(&d, g_model_path, NULL);
+    unsetenv("PROJD_CPU_MAX_ROW_PITCH");
+    pjc_conn t;
+    char why[512];
+    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
+    const pj_model_layer *L = &pjc_model()->layers[0];
+    ck_assert_uint_lt((uint64_t)L->w.k * 2, 4096);
+    pj_op ops[2] = {{.layer = 0,
+                     .m = 2,
+                     .n = L->max_n,
+                     .x_buf = t.xid,
+                     .x_ld = L->w.k,
+                     .y_buf = t.yid,
+                     .y_ld = L->max_n},
+                    {.layer = 0,
+                     .m = 2,
+                     .n = L->max_n,
+                     .x_buf = t.xid,
+                     .x_ld = 2049,
+                     .y_buf = t.yid,
+                     .y_off = 4 * (uint64_t)L->max_n,
+                     .y_ld = L->max_n}};
+    ck_assert_uint_le(2 * 2049 + (uint64_t)L->w.k * 2, XBYTES);
+    memset(t.ys.p, 0xA5, t.ys.size);
+    pj_done dn;
+    pj_op_result res[2];
+    double ops0 = pjd_stat(&t.c, "ops");
+    ck_assert_int_eq(pjt_project(&t.c, 0, ops, 2, &dn, res), PJ_E_SHAPE);
+    ck_assert_uint_eq(t.c.err.op_index, 1);
+    ck_assert_msg(strstr(t.c.err.msg, "op 1 (") && strstr(t.c.err.msg, "x stride 2049"),
+                  "message: %s", t.c.err.msg);
+    ck_assert_double_eq(pjd_stat(&t.c, "ops"), ops0);
+    for (size_t i = 0; i < t.ys.size; i++)
+        ck_assert_msg(((unsigned char *)t.ys.p)[i] == 0xA5, "y byte %zu written", i);
+    /* One row: no pitch, it runs. */
+    ops[1].m = 1;
+    ck_assert_int_eq(pjt_project(&t.c, 0, ops, 2, &dn, res), PJ_OK);
+    ck_assert_int_eq(dn.status, PJ_OK);
+    ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
+    pjc_close(&t);
+    pjd_stop(&d);
+}
+END_TEST
+
 /* The client shrinks its y object while the request runs, after the
  * backend wrote y (the cpu backend holds each op to cpu.min_op_us after its
  * rows; the cuda backend's copies go through pinned pages the daemon's CPU
@@ -2006,6 +2059,7 @@ int main(void)
         {"drain_not_held_by_unread_replies", drain_not_held_by_unread_replies},
         {"shrunk_buffer", shrunk_buffer},
         {"shrunk_buffer_while_running", shrunk_buffer_while_running},
+        {"pitch_limit", pitch_limit},
         {"shrunk_buffers_scattered_rows", shrunk_buffers_scattered_rows},
     };
     return pjd_run_suite("daemon_ops", cases, sizeof cases / sizeof cases[0], 180);

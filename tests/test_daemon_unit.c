@@ -563,8 +563,8 @@ START_TEST(registry_and_ops)
                   .y_ld = 32};
     pj_exec_op ex;
     pj_buf *xb, *ybuf;
-    ck_assert_int_eq(pj_validate_op(&good, 0, model, 256, &reg, &ex, &xb, &ybuf, err, sizeof err),
-                     PJ_OK);
+    ck_assert_int_eq(
+        pj_validate_op(&good, 0, model, 256, 0, &reg, &ex, &xb, &ybuf, err, sizeof err), PJ_OK);
     ck_assert_ptr_eq(ex.x, (char *)xa->addr + 64);
     ck_assert_ptr_eq(ex.y, (char *)yb->addr + 128);
     ck_assert_ptr_eq(xb, xa);
@@ -575,10 +575,12 @@ START_TEST(registry_and_ops)
         pj_op op;
         int code;
     } bad[] = {
-        {"layer", good, PJ_E_LAYER},     {"m 0", good, PJ_E_SHAPE},   {"m big", good, PJ_E_SHAPE},
-        {"n 0", good, PJ_E_SHAPE},       {"n big", good, PJ_E_SHAPE}, {"x_ld", good, PJ_E_SHAPE},
-        {"y_ld", good, PJ_E_SHAPE},      {"flags", good, PJ_E_FLAGS}, {"x buf", good, PJ_E_BUFFER},
-        {"y bounds", good, PJ_E_BOUNDS},
+        {"layer", good, PJ_E_LAYER},   {"m 0", good, PJ_E_SHAPE},
+        {"m big", good, PJ_E_SHAPE},   {"n 0", good, PJ_E_SHAPE},
+        {"n big", good, PJ_E_SHAPE},   {"x_ld", good, PJ_E_SHAPE},
+        {"y_ld", good, PJ_E_SHAPE},    {"flags", good, PJ_E_FLAGS},
+        {"x buf", good, PJ_E_BUFFER},  {"y bounds", good, PJ_E_BOUNDS},
+        {"x pitch", good, PJ_E_SHAPE}, {"y pitch", good, PJ_E_SHAPE},
     };
     bad[0].op.layer = model->n_layers;
     bad[0].op.m = 0; /* the layer is checked first */
@@ -593,20 +595,33 @@ START_TEST(registry_and_ops)
     bad[8].op.x_buf = 3;
     bad[8].op.y_off = 1 << 30; /* the buffer is checked before the bounds */
     bad[9].op.y_off = 8192 - 2 * 32;
+    bad[10].op.x_ld = 2049;  /* 4098 bytes, past the 4096 given */
+    bad[10].op.op_flags = 1; /* the pitch is checked before the flags */
+    bad[11].op.y_ld = 2049;
+    bad[11].op.y_off = 1 << 30; /* ... and before the bounds */
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        int st = pj_validate_op(&bad[i].op, 5, model, 256, &reg, &ex, &xb, &ybuf, err, sizeof err);
+        int st =
+            pj_validate_op(&bad[i].op, 5, model, 256, 4096, &reg, &ex, &xb, &ybuf, err, sizeof err);
         ck_assert_msg(st == bad[i].code, "%s: got %s (%s)", bad[i].what, pj_status_name(st), err);
         ck_assert_msg(strncmp(err, "op 5", 4) == 0, "%s: message does not name the op: %s",
                       bad[i].what, err);
     }
+
+    /* One row has no pitch: any stride the buffer holds. */
+    pj_op one = good;
+    one.m = 1;
+    one.x_ld = 2049;
+    ck_assert_int_eq(
+        pj_validate_op(&one, 0, model, 256, 4096, &reg, &ex, &xb, &ybuf, err, sizeof err), PJ_OK);
 
     /* Unregister while referenced: the id goes now, the mapping later. */
     pj_bufreg_ref(yb);
     ck_assert_int_eq(pj_bufreg_unregister(&reg, 2, err, sizeof err), PJ_OK);
     ck_assert_ptr_null(pj_bufreg_get(&reg, 2));
     ck_assert_int_eq(pj_bufreg_unregister(&reg, 2, err, sizeof err), PJ_E_BUFFER);
-    ck_assert_int_eq(pj_validate_op(&good, 0, model, 256, &reg, &ex, &xb, &ybuf, err, sizeof err),
-                     PJ_E_BUFFER);
+    ck_assert_int_eq(
+        pj_validate_op(&good, 0, model, 256, 0, &reg, &ex, &xb, &ybuf, err, sizeof err),
+        PJ_E_BUFFER);
     pj_bufreg_totals(&n1, &bytes1);
     ck_assert_uint_eq(n1, n0 + 2); /* still mapped */
     pj_bufreg_unref(&reg, yb);
