@@ -507,7 +507,9 @@ static bool string_ok(strrule rule, const char *s, size_t len)
         return len == 0 || ((strncmp(s, "GPU-", 4) == 0 || strncmp(s, "MIG-", 4) == 0) && len > 4 &&
                             all_chars(s + 4, is_uuid_char));
     case S_IPC_URL:
-        return len == 0 || (strncmp(s, "ipc://", 6) == 0 && len > 6 && len - 6 <= SUN_PATH_MAX);
+        /* Absolute: a relative path would depend on the working directory,
+         * and the daemon checks its socket's directory by path. */
+        return len == 0 || (strncmp(s, "ipc://", 6) == 0 && s[6] == '/' && len - 6 <= SUN_PATH_MAX);
     case S_ENGINE:
         return len == 0 || pj_eng_from_name(s) >= 0;
     }
@@ -544,8 +546,8 @@ static void string_expectation(const field *f, char *buf, size_t n)
         break;
     case S_IPC_URL:
         snprintf(buf, n,
-                 "\"\", \"ipc://\" followed by a socket path of 1..%d bytes, or an absolute "
-                 "path (taken as its ipc:// URL)",
+                 "\"\", \"ipc://\" followed by an absolute socket path of 1..%d bytes, or an "
+                 "absolute path (taken as its ipc:// URL)",
                  SUN_PATH_MAX);
         break;
     case S_ENGINE: {

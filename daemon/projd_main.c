@@ -182,6 +182,15 @@ static int apply_cli(const cli *a, pj_config *cfg, char *err, size_t errlen)
         cJSON_Delete(o);
         return -EINVAL;
     }
+    const char *spath = a->socket && !strncmp(a->socket, "ipc://", 6) ? a->socket + 6 : a->socket;
+    if (spath && spath[0] != '/') {
+        snprintf(err, errlen,
+                 "command line: --socket \"%.200s\": a relative path; give an absolute one (the "
+                 "daemon checks its socket's directory for who may write to it, by path)",
+                 a->socket);
+        cJSON_Delete(o);
+        return -EINVAL;
+    }
     if (a->model)
         cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "model"), "path", a->model);
     if (a->socket) {
@@ -642,6 +651,12 @@ static int print_config(const daemon_state *d)
     }
     printf("%s\n", text);
     free(text);
+    /* `projd --print-config > new.json && ...` must not take an empty or
+     * cut file for success (a full disk, /dev/full). */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "projd: --print-config: writing standard output: %s\n", strerror(errno));
+        return 1;
+    }
     return 0;
 }
 
@@ -731,6 +746,13 @@ int main(int argc, char **argv)
     }
     char url_src[256];
     url_source(&d, url_src, sizeof url_src);
+    /* socket.url and --socket were checked with the configuration; this is
+     * for $PROJD_SOCKET, which a mistake there makes a configuration error
+     * too (exit 2: the unit does not restart it to fail again). */
+    if (pj_sockpath_check_served(url, url_src, err, sizeof err) != 0) {
+        fprintf(stderr, "projd: %s\n", err);
+        return 2;
+    }
     if (d.args.check_config)
         return pj_checkcfg_run(&d.cfg, d.args.config, url, url_src);
     if (!d.cfg.socket.url[0])

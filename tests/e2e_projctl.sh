@@ -274,6 +274,16 @@ for args in "stats --json" "status" "layers" "status --json" "layers --json" "me
         sed 's/^/    /' "$tmp/err" >&2
     fi
 done
+# ... and so is projd --print-config's (a script's `> new.json &&` took an
+# empty file for success).
+cases=$((cases + 1))
+rc=0
+"$bin/projd" --print-config >/dev/full 2>"$tmp/err" || rc=$?
+if [ "$rc" -ne 1 ] || ! grep -q "writing standard output: No space left on device" "$tmp/err"; then
+    failures=$((failures + 1))
+    echo "e2e_projctl: FAIL: projd --print-config >/dev/full: exit $rc, stderr:" >&2
+    sed 's/^/    /' "$tmp/err" >&2
+fi
 
 # bench-ipc says so when its samples do not fit in memory (it exited 1
 # without a word). Under a 1.5 GB address-space limit: a sanitizer build

@@ -230,8 +230,8 @@ static const bad_case bad_cases[] = {
      "log.level: key given twice; expected each key at most once per object"},
     /* 23: socket url that is not ipc:// */
     {"{\"socket\":{\"url\":\"tcp://127.0.0.1:5555\"}}", "socket.url",
-     "socket.url: expected \"\", \"ipc://\" followed by a socket path of 1..107 bytes, or an "
-     "absolute path (taken as its ipc:// URL), got \"tcp://127.0.0.1:5555\""},
+     "socket.url: expected \"\", \"ipc://\" followed by an absolute socket path of 1..107 "
+     "bytes, or an absolute path (taken as its ipc:// URL), got \"tcp://127.0.0.1:5555\""},
     /* 24: a valid key followed by a bad one: nothing of the first may stick */
     {"{\"log\":{\"level\":\"debug\"},\"limits\":{\"max_connections\":64,\"max_ops_per_request\":0}"
      "}",
@@ -590,6 +590,10 @@ START_TEST(round_trip_everything_changed)
     ck_assert_str_eq(c->socket.url, "ipc:///run/x/p.sock");
     ck_assert_int_ne(apply_str(c, "{\"socket\":{\"url\":\"run/p.sock\"}}", err, sizeof err), 0);
     ck_assert_msg(strstr(err, "or an absolute path"), "%s", err);
+    /* ... and so is a relative path after ipc:// (nng takes it from the
+     * working directory, where the directory check never looked). */
+    ck_assert_int_ne(apply_str(c, "{\"socket\":{\"url\":\"ipc://p.sock\"}}", err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "an absolute socket path"), "%s", err);
     ck_assert_msg(apply_str(c, "{\"socket\":{\"url\":\"ipc:///tmp/pj \\\"q\\\"\\\\.sock\"}}", err,
                             sizeof err) == 0,
                   "%s", err);

@@ -205,6 +205,34 @@ START_TEST(socket_other_scheme_refused)
     ck_assert(!pj_dproc_log_has(&d, "got \"ipc://\"", 0));
     pj_dproc_cleanup(&d);
 
+    /* A relative path, by --socket or $PROJD_SOCKET, is refused: nng took
+     * it from the working directory, whose safety no check looked at (a
+     * group-writable one was served). Exit 2, a configuration mistake. */
+    static const char *const rel[] = {"--socket", "rel.sock", "--check-config", NULL};
+    ck_assert_int_eq(run_projd(&d, NULL, rel), 2);
+    ck_assert(pj_dproc_log_has(&d, "--socket \"rel.sock\": a relative path", 0));
+    pj_dproc_cleanup(&d);
+    static const char *const rel_ipc[] = {"--socket", "ipc://rel.sock", "--check-config", NULL};
+    ck_assert_int_eq(run_projd(&d, NULL, rel_ipc), 2);
+    ck_assert(pj_dproc_log_has(&d, "a relative path", 0));
+    pj_dproc_cleanup(&d);
+    static const char *const check[] = {"--check-config", NULL};
+    setenv("PROJD_SOCKET", "rel.sock", 1);
+    rc = run_projd(&d, "{\"socket\":{\"url\":\"\"}}", check);
+    unsetenv("PROJD_SOCKET");
+    ck_assert_int_eq(rc, 2);
+    ck_assert(pj_dproc_log_has(&d,
+                               "socket URL \"ipc://rel.sock\" (socket.url \"\": from "
+                               "$PROJD_SOCKET): the path is relative",
+                               0));
+    pj_dproc_cleanup(&d);
+    setenv("PROJD_SOCKET", "tcp://127.0.0.1:5555", 1);
+    rc = run_projd(&d, "{\"socket\":{\"url\":\"\"}}", check);
+    unsetenv("PROJD_SOCKET");
+    ck_assert_int_eq(rc, 2);
+    ck_assert(pj_dproc_log_has(&d, "only ipc:// URLs are served", 0));
+    pj_dproc_cleanup(&d);
+
     /* A plain path still gets ipc:// in front. */
     char sock[512];
     pj_fixture_path(sock, sizeof sock, "plain.sock");
