@@ -2096,7 +2096,8 @@ static void usage(FILE *f)
         "                        given without --model is an error; the first measured\n"
         "                        request is always checked)\n"
         "  --model PATH          the safetensors file the daemon serves (enables checks)\n"
-        "  --config FILE         the daemon's config (layer list and formats; default: built-in)\n"
+        "  --config FILE         the daemon's config (layer list and formats; default: built-in),\n"
+        "                        read with --model\n"
         "  --check-threads N     threads computing the reference (default: half the cores,\n"
         "                        1..8); clients wait when 1 GiB of checks is queued\n"
         "  --seed S              which requests are checked, their x, Poisson gaps (default 1)\n"
@@ -2687,6 +2688,17 @@ static int parse_run(int argc, char **argv, lt_opts *o)
         return usage_error("--check-fraction %g needs --model PATH (the model file the daemon "
                            "serves) to compute the reference; --check-fraction 0 runs unchecked",
                            o->check_fraction);
+    if (o->config && !o->model)
+        return usage_error("--config FILE is the daemon's config for the model --model loads "
+                           "(its layer list and formats); give --model too, or leave --config "
+                           "out");
+    if (o->config) { /* read now: a bad file is a usage error even where no check runs */
+        static pj_config cfg;
+        char err[1024];
+        pj_config_defaults(&cfg);
+        if (pj_config_apply_file(&cfg, o->config, err, sizeof err) != 0)
+            return usage_error("--config: %s", err);
+    }
     if (!o->model)
         o->check_fraction = 0; /* the default without --model: unchecked (cmd_run says so) */
     if (o->n_sweep && o->concurrency_set)

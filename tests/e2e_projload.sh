@@ -414,6 +414,13 @@ expect_error bad_n '{"ops":[{"layer":"router","m":1,"n":65}]}\n' \
     'bad_n.jsonl:1: ops[0].n: 65 is more than layer "router" allows (64 rows)'
 expect_error no_time "$good" 'no_time.jsonl:1: t_us: missing (--replay needs' --replay
 expect_error no_model "$good" '--check-fraction 0.5 needs --model PATH' --check-fraction 0.5
+# --config was read only for the checks' model load: without --model, or
+# with --check-fraction 0, a missing or broken file ran the whole trace.
+printf '{' >"$tmp/broken.json"
+expect_error config_no_model "$good" '--config FILE is the daemon'"'"'s config for the model' \
+    --config "$tmp/broken.json"
+expect_error config_broken "$good" "--config: $tmp/broken.json: invalid JSON" \
+    --config "$tmp/broken.json" --model "$model"
 # An option without its value: one line naming it (getopt's own line and
 # "unknown option" both came out before).
 for args in "info --socket" "gen --count" "--trace"; do
