@@ -3,6 +3,7 @@
 # own (tests/e2e_python.sh, tests/gpu/python_torch.sh, python_sglang.sh,
 # tests/e2e_install.sh and more).
 #
+#   pjd_skip_under_tsan TAG BIN WHY  exit 77 (skipped) for a TSan build
 #   pjd_setup TAG          a temporary folder $tmp, killed daemons and the
 #                          folder removed on exit; messages start with TAG
 #   pjd_mkmodel PRESET SEED  the generated model in $tmp, its path in $model
@@ -25,6 +26,16 @@
 # The caller sets $bin (the build's bin folder) and, before pjd_start,
 # $model (the model file; pjd_mkmodel sets it).
 # shellcheck disable=SC2154  # bin and model: the caller's
+
+# pjd_skip_under_tsan TAG BIN WHY: a suite that cannot run under
+# ThreadSanitizer says why and exits 77, which tests/run-tests.sh counts as
+# skipped (not passed, not failed), when BIN is a TSan build.
+pjd_skip_under_tsan() {
+    if readelf -d "$2" 2>/dev/null | grep -q 'libtsan'; then
+        echo "$1: skipped under ThreadSanitizer: $3"
+        exit 77
+    fi
+}
 
 pjd_setup() {
     pjd_tag=$1

@@ -11,6 +11,10 @@
 # Usage: tests/e2e_install.sh BUILD_DIR
 set -u
 build=${1:-build}
+# shellcheck source=tests/daemons.sh
+. "$(dirname "$0")/daemons.sh"
+pjd_skip_under_tsan e2e_install "$build/bin/projd" \
+    "the installed Python module cannot load a TSan libprojd"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/e2e_install.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 # The program list depends on CUDA (projd-bench): take it from the build.

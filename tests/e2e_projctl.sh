@@ -17,6 +17,8 @@ done
 
 # shellcheck source=tests/daemons.sh
 . "$(dirname "$0")/daemons.sh"
+pjd_skip_under_tsan e2e_projctl "$bin/projctl" \
+    "its cases under an address-space cap cannot start a TSan build"
 pjd_setup e2e_projctl
 pjd_mkmodel small 1
 pjd_start main '{ "device": { "backend": "cpu" }, "cpu": { "threads": 1 }, "log": { "level": "warn" } }' 30

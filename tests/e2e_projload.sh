@@ -20,6 +20,10 @@
 set -u
 build=${1:-build}
 bin=$build/bin
+# shellcheck source=tests/daemons.sh
+. "$(dirname "$0")/daemons.sh"
+pjd_skip_under_tsan e2e_projload "$bin/projload" \
+    "its cases time the load, which TSan slows past their bounds"
 for p in projd projctl projload; do
     if [ ! -x "$bin/$p" ]; then
         echo "e2e_projload: $bin/$p is missing (build first: make)" >&2

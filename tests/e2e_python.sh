@@ -34,6 +34,8 @@ fi
 
 # shellcheck source=tests/daemons.sh
 . "$(dirname "$0")/daemons.sh"
+pjd_skip_under_tsan e2e_python "$build/lib/libprojd.so" \
+    "Python cannot load a TSan libprojd (static TLS)"
 pjd_setup e2e_python
 
 pjd_mkmodel small 1

@@ -18,6 +18,7 @@ logdir=$build/test-logs
 mkdir -p "$logdir"
 passed=0
 failed=0
+skipped=0
 failures=()
 run_one() {
     local name=$1
@@ -32,6 +33,9 @@ run_one() {
     if [ "$rc" -eq 0 ]; then
         passed=$((passed + 1))
         echo "--- $name: ok ($((SECONDS - start)) s)"
+    elif [ "$rc" -eq 77 ]; then # the suite cannot run on this build, and said why
+        skipped=$((skipped + 1))
+        echo "--- $name: skipped"
     else
         failed=$((failed + 1))
         failures+=("$name")
@@ -55,5 +59,7 @@ if [ "$failed" -ne 0 ]; then
     done
     echo "failed suites: ${failures[*]}"
 fi
-echo "suites: $passed passed, $failed failed"
+extra=""
+[ "$skipped" -eq 0 ] || extra=", $skipped skipped"
+echo "suites: $passed passed, $failed failed$extra"
 [ "$failed" -eq 0 ]
