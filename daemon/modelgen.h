@@ -1,7 +1,9 @@
 /* modelgen.h — the deterministic model generator.
  *
- * Writes a safetensors file holding the reference model of ARCHITECTURE.md
- * (or a small model with the same five layer kinds, for tests), with weights
+ * Writes a safetensors file holding the reference model (the five projection
+ * shapes the scoring benchmark uses, bench/README.md; the design brief they
+ * come from is not in this repository) or a small model with the same five
+ * layer kinds, for tests, with weights
  * that look like a trained model's to the 12-bit format: per-row log-normal
  * scales, gaussian values, ~0.01 % outliers 20-50x the row scale, ~0.005 %
  * exact zeros, and a few dozen tiny values (~1e-30) per big layer that no
