@@ -497,8 +497,8 @@ typedef struct backend_kind {
 } backend_kind;
 
 static const backend_kind backend_kinds[] = {
-    {"jobs", 1, "Jobs (PROJECT requests) the backend started"},
-    {"ops", 1, "Operations the backend ran"},
+    {"jobs", 1, "Jobs (PROJECT requests) the backend took (cuda: launched; cpu: finished)"},
+    {"ops", 1, "Operations the backend took (cuda: launched; cpu: finished)"},
     {"accepted", 1, "Jobs answered when launched (ACCEPT), before they finished"},
     {"waits_put_off", 1, "WAIT_EVENT jobs put off while a buffer release waited to start"},
     {"waits_on_host", 1, "WAIT_EVENT jobs whose client event was waited for on the host"},
