@@ -416,11 +416,82 @@ static int check_ancestor(const char *dir, const char *p, char *err, size_t errl
     return -EPERM;
 }
 
+/* Every symbolic link met on the way to `path` (absolute), followed as
+ * the kernel follows them: the link must be owned by us or root, and the
+ * directory holding it must pass check_ancestor. The resolved chain alone
+ * (check_chain) said nothing of a link another user owns (in /tmp, say),
+ * which that user can point elsewhere at any time: the listener is bound,
+ * chmodded and renamed by path again at every replacement, and a link
+ * flipped between the check and those calls turned them on files of the
+ * user's choosing (a review made a root-owned file 0666). */
+static int check_links(const char *dir, const char *path, int depth, char *err, size_t errlen)
+{
+    char cur[PATH_MAX] = ""; /* resolved so far, without links: "" is "/" */
+    char rest[PATH_MAX];
+    if (depth > 40) {
+        snprintf(err, errlen, "socket dir %s: too many levels of symbolic links", dir);
+        return -ELOOP;
+    }
+    snprintf(rest, sizeof rest, "%s", path);
+    char *save = NULL;
+    for (char *c = strtok_r(rest, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+        if (!strcmp(c, "."))
+            continue;
+        if (!strcmp(c, "..")) {
+            char *sl = strrchr(cur, '/');
+            if (sl)
+                *sl = '\0';
+            continue;
+        }
+        char next[PATH_MAX];
+        if ((size_t)snprintf(next, sizeof next, "%s/%s", cur, c) >= sizeof next)
+            return 0; /* realpath says so next */
+        struct stat st;
+        if (lstat(next, &st) != 0)
+            return 0; /* missing: made by the start (check_creatable) or said by realpath */
+        if (!S_ISLNK(st.st_mode)) {
+            memcpy(cur, next, sizeof cur);
+            continue;
+        }
+        if (!trusted_owner(st.st_uid)) {
+            snprintf(err, errlen,
+                     "socket dir %s: the path goes through the symbolic link %s, owned by uid %u, "
+                     "who could point it elsewhere; use a path without it, or links owned by "
+                     "uid %u or root",
+                     dir, next, (unsigned)st.st_uid, (unsigned)geteuid());
+            return -EPERM;
+        }
+        int rc = check_ancestor(dir, cur[0] ? cur : "/", err, errlen);
+        if (rc != 0)
+            return rc;
+        char target[PATH_MAX], joined[PATH_MAX];
+        ssize_t n = readlink(next, target, sizeof target - 1);
+        if (n < 0)
+            return 0;
+        target[n] = '\0';
+        const char *tail = save && *save ? save : "";
+        /* an absolute target starts again from "/"; a relative one from
+         * the directory holding the link */
+        int jn = target[0] == '/' ? snprintf(joined, sizeof joined, "%s/%s", target, tail)
+                                  : snprintf(joined, sizeof joined, "%s/%s/%s", cur, target, tail);
+        if (jn < 0 || (size_t)jn >= sizeof joined)
+            return 0;
+        return check_links(dir, joined, depth + 1, err, errlen);
+    }
+    return 0;
+}
+
 /* "/" and every directory on the way to `existing` (symlinks resolved)
- * against check_ancestor; dir names the socket directory in messages. */
+ * against check_ancestor, and every link on the way (check_links); dir
+ * names the socket directory in messages. */
 static int check_chain(const char *dir, const char *existing, char *err, size_t errlen)
 {
     char real[PATH_MAX], pre[PATH_MAX];
+    if (existing[0] == '/') {
+        int lrc = check_links(dir, existing, 0, err, errlen);
+        if (lrc != 0)
+            return lrc;
+    }
     if (!realpath(existing, real)) {
         int e = errno;
         snprintf(err, errlen, "socket dir %s: cannot resolve %s: %s", dir, existing, strerror(e));

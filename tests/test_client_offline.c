@@ -148,6 +148,40 @@ START_TEST(test_sockpath)
     ck_assert_int_eq(pj_sockpath_check_dir("/tmp", err, sizeof err), -EPERM); /* never as its own */
     ck_assert_int_eq(chmod(tmpdir, 0700), 0);
     rmdir(dir);
+
+    /* Symbolic links on the way to the socket's directory: one of ours (or
+     * root's) in a directory others cannot write is followed; one another
+     * uid owns, or one in a directory anyone may write, could be pointed
+     * elsewhere between the check and the listener's chmod and rename. */
+    char real[320], sub[400], lnk[320], pub[320], plink[400], via[480];
+    snprintf(real, sizeof real, "%s/real", tmpdir);
+    ck_assert_int_eq(mkdir(real, 0755), 0);
+    snprintf(sub, sizeof sub, "%s/sub", real);
+    ck_assert_int_eq(mkdir(sub, 0755), 0);
+    snprintf(lnk, sizeof lnk, "%s/l", tmpdir);
+    ck_assert_int_eq(symlink("real", lnk), 0); /* relative target */
+    snprintf(via, sizeof via, "%s/sub", lnk);
+    ck_assert_msg(pj_sockpath_check_dir(via, err, sizeof err) == 0, "err: %s", err);
+    /* a link to the link, absolute: both followed */
+    snprintf(plink, sizeof plink, "%s/l2", tmpdir);
+    ck_assert_int_eq(symlink(lnk, plink), 0);
+    snprintf(via, sizeof via, "%s/sub", plink);
+    ck_assert_msg(pj_sockpath_check_dir(via, err, sizeof err) == 0, "err: %s", err);
+    if (geteuid() == 0) {
+        ck_assert_int_eq(lchown(lnk, 65534, 65534), 0);
+        ck_assert_int_eq(pj_sockpath_check_dir(via, err, sizeof err), -EPERM); /* through l2 */
+        ck_assert_msg(strstr(err, "symbolic link") && strstr(err, "uid 65534"), "err: %s", err);
+        ck_assert_int_eq(lchown(lnk, 0, 0), 0);
+    }
+    /* ours, but in a directory anyone may write (not sticky): refused */
+    snprintf(pub, sizeof pub, "%s/pub", tmpdir);
+    ck_assert_int_eq(mkdir(pub, 0755), 0);
+    ck_assert_int_eq(chmod(pub, 0777), 0);
+    snprintf(plink, sizeof plink, "%s/l3", pub);
+    ck_assert_int_eq(symlink(real, plink), 0);
+    snprintf(via, sizeof via, "%s/sub", plink);
+    ck_assert_int_eq(pj_sockpath_check_dir(via, err, sizeof err), -EPERM);
+    ck_assert_msg(strstr(err, "ancestor") && strstr(err, pub), "err: %s", err);
     /* The /tmp fallback is made private; others keep 0755. */
     snprintf(url, sizeof url, "ipc:///tmp/projd-%u/projd.sock", (unsigned)getuid());
     ck_assert_int_eq(pj_sockpath_dir_mode(url), 0700);
