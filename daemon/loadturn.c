@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,19 +47,21 @@ int pj_loadturn_take(const char *dir, unsigned limit_ms, pj_loadturn_wait_fn wai
                  strlen(dir));
         return 1;
     }
-    /* Another user's daemon may have made the file: a read-only
-     * descriptor takes the lock as well, it only cannot write the pid. */
+    /* 0600, and taken only by those who may write it: flock needs no more
+     * than a read-only descriptor, so a file others could read let any
+     * local user hold the turn and put every start off by the whole
+     * bound (a review held a 0644 one as nobody). A file from before,
+     * made 0644, is made 0600 by the first daemon that owns it. */
     int writable = 1;
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0 && errno == EACCES) {
-        writable = 0;
-        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    }
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
         snprintf(err, errlen, "cannot open %s (%s): loading without waiting for a turn", path,
                  strerror(errno));
         return 1;
     }
+    struct stat st;
+    if (fstat(fd, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 077))
+        (void)fchmod(fd, 0600);
     /* The bound is on one holder's load: each new holder starts it again,
      * so the last of eight instances waits out seven loads, not 600 s. */
     struct timespec t0, held_since;

@@ -10,7 +10,9 @@
  * is refused with the figures, and the turn costs little time: a load is
  * bound by the host's memory bandwidth, which loads side by side share.
  *
- * The turn is an exclusive flock on "<dir>/.projd-load-turn", held from
+ * The turn is an exclusive flock on "<dir>/.projd-load-turn" (mode 0600:
+ * only the daemons' own uid may take it, since a read-only descriptor
+ * would do for flock), held from
  * before the model's load until the start's host memory is taken, loaded
  * or not: the model's, then the backend's (cuda passes the turn on after
  * its upload and lanes; its graphs' capture and warm-up run beside the

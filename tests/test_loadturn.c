@@ -105,6 +105,48 @@ START_TEST(free_turn_is_taken)
 }
 END_TEST
 
+/* The file is 0600, made so when an older start left it 0644: flock needs
+ * only a read-only descriptor, so a file others could read let any local
+ * user hold the turn and put every start off by the whole bound. Another
+ * uid cannot open it (checked where the test runs as root). */
+START_TEST(turn_file_private)
+{
+    char dir[4200], path[4300], err[512] = "";
+    turn_dir(dir, sizeof dir, "private");
+    ck_assert_int_eq(pj_loadturn_path(dir, path, sizeof path), 0);
+    ck_assert_int_eq(pj_loadturn_take(dir, 1000, NULL, NULL, err, sizeof err), 0);
+    pj_loadturn_release();
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_int_eq(st.st_mode & 0777, 0600);
+    ck_assert_int_eq(chmod(path, 0644), 0);
+    ck_assert_int_eq(pj_loadturn_take(dir, 1000, NULL, NULL, err, sizeof err), 0);
+    pj_loadturn_release();
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_int_eq(st.st_mode & 0777, 0600);
+    if (geteuid() == 0) {
+        ck_assert_int_eq(chmod(dir, 0755), 0);
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            if (setgid(65534) != 0 || setuid(65534) != 0)
+                _exit(3);
+            struct stat cst; /* the way there is open to it: only the mode refuses */
+            if (stat(path, &cst) != 0)
+                _exit(2);
+            int fd = open(path, O_RDONLY | O_CLOEXEC);
+            _exit(fd < 0 && errno == EACCES ? 0 : 1);
+        }
+        int ws;
+        ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+        ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
+                      "uid 65534 could open the turn's file (exit %d)", WEXITSTATUS(ws));
+    }
+}
+END_TEST
+
 /* Held by another: the wait names it, and the turn is taken when it is
  * released. */
 START_TEST(held_turn_is_waited_for)
@@ -243,6 +285,7 @@ int main(void)
     Suite *s = suite_create("loadturn");
     TCase *tc = tcase_create("turn");
     tcase_add_test(tc, free_turn_is_taken);
+    tcase_add_test(tc, turn_file_private);
     tcase_add_test(tc, held_turn_is_waited_for);
     tcase_add_test(tc, wait_stopped_or_bounded);
     tcase_add_test(tc, bound_restarts_with_each_holder);
