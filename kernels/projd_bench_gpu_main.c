@@ -25,6 +25,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -919,6 +920,19 @@ static void drop_entry(pj_tune_table *t, const pj_tune_entry *e)
     t->n--;
 }
 
+/* A file of --out, made anew: never through a symbolic link (a link
+ * another user left in the folder could name a file of root's). */
+static FILE *out_file(const bench *b, const char *name)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", b->o.out, name);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f)
+        die("%s: %s", path, strerror(errno));
+    return f;
+}
+
 /* The daemon serves every m from 1 to max_m, each with the entry of the
  * smallest m' >= m (else the largest; pj_dispatch_choose): an entry tuned
  * and validated at m' = 32 also runs m = 17..31, which the sweep never
@@ -1006,11 +1020,7 @@ static void tune_all(bench *b, pj_tune_table *t)
     for (uint32_t i = 0; g_old && i < g_old->n; i++)
         if (pj_tune_put(t, &g_old->e[i]))
             die("tuning table full");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tune_log.csv", b->o.out);
-    FILE *csv = fopen(path, "w");
-    if (!csv)
-        die("%s: %s", path, strerror(errno));
+    FILE *csv = out_file(b, "tune_log.csv");
     fprintf(csv, "layer,m,engine,knobs,phase,us_or_reason\n");
     double t0 = now_s();
     /* The decode shapes first (ms ascends): that is where the knobs
@@ -1279,16 +1289,6 @@ static void load_names(char (*name)[32])
 
 /* name in --out's folder, opened for writing; a file that cannot be is the
  * end of the run. */
-static FILE *out_file(const bench *b, const char *name)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", b->o.out, name);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        die("%s: %s", path, strerror(errno));
-    return f;
-}
-
 static void write_outputs(const bench *b, const shape_res *res, const score *sc)
 {
     char date[64];
@@ -1534,11 +1534,8 @@ static int lt_timed_cmp(const void *a, const void *b)
 static int lt_survey(bench *b, unsigned lo, unsigned hi, double budget_s, pj_tune_table *t)
 {
     int replaced = 0;
-    char path[4200], cs[160];
-    snprintf(path, sizeof path, "%s/lt_survey.csv", b->o.out);
-    FILE *csv = fopen(path, "w");
-    if (!csv)
-        die("%s: %s", path, strerror(errno));
+    char cs[160];
+    FILE *csv = out_file(b, "lt_survey.csv");
     fprintf(csv, "layer,m,idx,heuristic,cfg,ws_bytes,coarse_us\n");
     pj_lt_cfg *cfg = malloc(sizeof *cfg * LT_MAX_CFG);
     lt_timed *tt = malloc(sizeof *tt * LT_MAX_CFG);
@@ -2523,6 +2520,15 @@ int main(int argc, char **argv)
         die("--out %s: %s", b->o.out, strerror(errno));
     if (access(b->o.out, W_OK | X_OK) != 0)
         die("--out %s: %s", b->o.out, strerror(errno));
+    /* A folder that was there already must be this user's (or root's):
+     * another user's could have it replaced, or hold links to files the run
+     * would overwrite (out_file follows none). */
+    struct stat ost;
+    if (lstat(b->o.out, &ost) != 0 || !S_ISDIR(ost.st_mode))
+        die("--out %s: not a directory (a symbolic link is not followed)", b->o.out);
+    if (ost.st_uid != 0 && ost.st_uid != geteuid())
+        die("--out %s: owned by uid %u; give a folder of your own (a missing one is made)",
+            b->o.out, (unsigned)ost.st_uid);
     if (b->o.tune) {
         char dir[4096];
         snprintf(dir, sizeof dir, "%s", b->o.tune);

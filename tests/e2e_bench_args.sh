@@ -66,6 +66,15 @@ expect 1 "one: want an integer in 1..4096" --one o 0 gemv nw=4
 
 # Where it writes: checked before the device.
 expect 1 "out $tmp/none/d: No such file or directory" --out "$tmp/none/d"
+# A folder another user owns, or a link to one, is not written into (root
+# writes its files; links left there could name root's).
+mkdir "$tmp/others"
+ln -s "$tmp/others" "$tmp/outlink"
+expect 1 "out $tmp/outlink: not a directory (a symbolic link is not followed)" --out "$tmp/outlink"
+if [ "$(id -u)" = 0 ]; then
+    chown 65534 "$tmp/others"
+    expect 1 "out $tmp/others: owned by uid 65534" --out "$tmp/others"
+fi
 expect 1 "tune $tmp/none/t.json: cannot write in $tmp/none" --out "$out" --tune "$tmp/none/t.json"
 
 # What it reads: the table (missing, not a table), a probe list, the
