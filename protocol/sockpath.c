@@ -68,8 +68,37 @@ static const char *listening_path(char *line)
     return path;
 }
 
+/* "<digits>.<digits>" and nothing after. */
+static int is_pid_seq(const char *s)
+{
+    size_t a = strspn(s, "0123456789");
+    if (!a || s[a] != '.')
+        return 0;
+    size_t b = strspn(s + a + 1, "0123456789");
+    return b && !s[a + 1 + b];
+}
+
+/* Whether the listening socket /proc/net/unix names `bound` is the one at
+ * path. The table keeps the name a socket was bound to, and projd binds a
+ * private name and renames it onto its path (server.c, open_listener):
+ * "<path>.<pid>.<seq>", or for a long path "<dir>/.pj<pid>.<seq>". 1: the
+ * path's (either name); -1: perhaps (a long path's private name in the
+ * path's directory); 0: not. */
+static int bound_as(const char *bound, const char *path)
+{
+    size_t n = strlen(path);
+    if (!strncmp(bound, path, n) && (!bound[n] || (bound[n] == '.' && is_pid_seq(bound + n + 1))))
+        return 1;
+    const char *slash = strrchr(path, '/');
+    size_t d = slash ? (size_t)(slash - path) + 1 : 0;
+    if (d && !strncmp(bound, path, d) && !strncmp(bound + d, ".pj", 3) && is_pid_seq(bound + d + 3))
+        return -1;
+    return 0;
+}
+
 /* 1 when some process listens on the socket at path, 0 when none does, -1
- * when /proc/net/unix cannot be read. */
+ * when that cannot be told (/proc/net/unix unreadable, or only a long
+ * path's private name in its directory). */
 static int path_listened(const char *path)
 {
     FILE *f = fopen("/proc/net/unix", "r");
@@ -77,9 +106,11 @@ static int path_listened(const char *path)
         return -1;
     char line[PATH_MAX + 128];
     int found = 0;
-    while (!found && fgets(line, sizeof line, f)) {
+    while (found != 1 && fgets(line, sizeof line, f)) {
         const char *p = listening_path(line);
-        found = p && strcmp(p, path) == 0;
+        int b = p ? bound_as(p, path) : 0;
+        if (b == 1 || (b == -1 && !found))
+            found = b;
     }
     fclose(f);
     return found;
@@ -99,11 +130,15 @@ static int mark_listening(const char *dir, sock_instance *found, size_t n)
         const char *path = listening_path(line);
         if (!path || strncmp(path, dir, dlen) != 0 || path[dlen] != '/')
             continue;
-        for (size_t i = 0; i < n; i++)
-            if (!found[i].live && strcmp(path + dlen + 1, found[i].name) == 0) {
+        for (size_t i = 0; i < n; i++) {
+            char full[PATH_MAX];
+            snprintf(full, sizeof full, "%s/%s", dir, found[i].name);
+            /* a long path's private name may be any of them: each counts */
+            if (!found[i].live && bound_as(path, full) != 0) {
                 found[i].live = 1;
                 live++;
             }
+        }
     }
     fclose(f);
     return live;
@@ -226,7 +261,7 @@ static int default_src(pj_sockpath_role role, const char *system, const char *ru
      * live one, and comes back to it when it finds none. Only "nobody"
      * counts: when /proc/net/unix cannot be read the file is taken. */
     int system_stale = 0;
-    if (role == PJ_SOCKPATH_CLIENT && access(system, F_OK) == 0)
+    if (role == PJ_SOCKPATH_CLIENT && !(env && env[0]) && access(system, F_OK) == 0)
         system_stale = path_listened(system) == 0;
     if (env && env[0]) {
         from = PJ_SOCKPATH_FROM_ENV;

@@ -346,16 +346,23 @@ START_TEST(test_sockpath_instances)
 }
 END_TEST
 
-/* A socket listened on at dir/name (a live daemon's); its fd. */
+/* A socket listened on at dir/name as projd makes one (server.c,
+ * open_listener): bound to a private name, "<path>.<pid>.<seq>", and
+ * renamed onto the path, so /proc/net/unix shows the private name (the
+ * lookup matched the path alone and never found a live daemon). Its fd. */
 static int listen_sock(const char *dir, const char *name)
 {
+    static unsigned seq;
     int fd = socket(AF_UNIX, SOCK_STREAM, 0);
     ck_assert_int_ge(fd, 0);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s/%s", dir, name);
-    unlink(sa.sun_path);
+    char path[sizeof sa.sun_path];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int n = snprintf(sa.sun_path, sizeof sa.sun_path, "%.80s.%ld.%u", path, (long)getpid(), seq++);
+    ck_assert(n > 0 && (size_t)n < sizeof sa.sun_path && strlen(path) <= 80);
     ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
     ck_assert_int_eq(listen(fd, 4), 0);
+    ck_assert_int_eq(rename(sa.sun_path, path), 0);
     return fd;
 }
 
