@@ -1912,7 +1912,11 @@ END_TEST
 START_TEST(shrunk_buffers_scattered_rows)
 {
     pj_dproc d;
-    pjd_start(&d, g_model_path, NULL);
+    /* Each op held 30 ms: the request ahead (A) keeps the scattered one
+     * (B) queued, its buffers already probed whole at arrival, while they
+     * are cut; B's rows then fault in the backend, as before the server
+     * probed spans at all. */
+    pjd_start(&d, g_model_path, "{\"cpu\": {\"min_op_us\": 30000}}");
     pjt_client c;
     ck_assert_int_eq(pjt_connect(&c, d.url, REPLY_MS), 0);
     ck_assert_int_eq(pjt_hello(&c, "scattered"), 0);
@@ -1934,8 +1938,6 @@ START_TEST(shrunk_buffers_scattered_rows)
     xs.p = NULL;
     munmap(ys.p, ys.size);
     ys.p = NULL;
-    ck_assert_int_eq(ftruncate(xs.fd, 0), 0);
-    ck_assert_int_eq(ftruncate(ys.fd, 0), 0);
     pj_op *ops = calloc(nops, sizeof *ops);
     pj_op_result *res = calloc(nops, sizeof *res);
     ck_assert(ops && res);
@@ -1949,10 +1951,32 @@ START_TEST(shrunk_buffers_scattered_rows)
                          .y_buf = yid,
                          .y_ld = yrow / 2,
                          .y_off = (uint64_t)i * m * yrow};
+    /* A: 32 ops of one row on small buffers of their own, ~1 s. */
+    pjt_shm as_x, as_y;
+    uint32_t ax, ay;
+    ck_assert_int_eq(pjt_shm_create(&as_x, (size_t)k * 2), 0);
+    ck_assert_int_eq(pjt_shm_create(&as_y, (size_t)n * 2), 0);
+    ck_assert_int_eq(pjt_register_shm(&c, as_x.name, (size_t)k * 2, &ax), PJ_OK);
+    ck_assert_int_eq(pjt_register_shm(&c, as_y.name, (size_t)n * 2, &ay), PJ_OK);
+    pj_op aops[32];
+    for (int i = 0; i < 32; i++)
+        aops[i] =
+            (pj_op){.layer = 0, .m = 1, .n = n, .x_buf = ax, .x_ld = k, .y_buf = ay, .y_ld = n};
+    pj_project pa = {.n_ops = 32, .ops = aops}, pb = {.n_ops = nops, .ops = ops};
     int maps_before = pj_fixture_count_maps((int)d.pid);
     ck_assert_int_gt(maps_before, 0);
-    pj_done dn;
-    ck_assert_int_eq(pjt_project(&c, 0, ops, nops, &dn, res), PJ_E_BUFFER);
+    pjt_async qa, qb;
+    ck_assert_int_eq(pjt_project_send(&c, &qa, 1, &pa), 0);
+    ck_assert_int_eq(pjt_project_send(&c, &qb, 2, &pb), 0);
+    ck_assert_double_eq(pjd_wait_stat(&c, "inflight", 2, 10000), 2);
+    ck_assert_int_eq(ftruncate(xs.fd, 0), 0);
+    ck_assert_int_eq(ftruncate(ys.fd, 0), 0);
+    pj_op_result ra[32];
+    pj_done da = {.ops = ra}, dn = {.ops = res};
+    ck_assert_int_eq(pjt_project_recv(&qa, NULL, &da, 32), PJ_OK);
+    ck_assert_int_eq(da.status, PJ_OK);
+    ck_assert_int_eq(pjt_project_recv(&qb, NULL, &dn, nops), PJ_OK);
+    ck_assert_int_eq(dn.status, PJ_E_BUFFER); /* run, its rows faulting: a DONE */
     int maps_after = pj_fixture_count_maps((int)d.pid);
     /* Two ranges replaced: a few mappings, not two per row (~32,000). The
      * slack is a sanitizer runtime's own mappings (ThreadSanitizer: +40). */
@@ -1961,6 +1985,10 @@ START_TEST(shrunk_buffers_scattered_rows)
                   maps_before, maps_after, nops, m);
     ck_assert_int_eq(pjt_unregister(&c, xid), PJ_OK);
     ck_assert_int_eq(pjt_unregister(&c, yid), PJ_OK);
+    ck_assert_int_eq(pjt_unregister(&c, ax), PJ_OK);
+    ck_assert_int_eq(pjt_unregister(&c, ay), PJ_OK);
+    pjt_shm_destroy(&as_x);
+    pjt_shm_destroy(&as_y);
     free(ops);
     free(res);
     pjt_shm_destroy(&xs);
