@@ -183,6 +183,11 @@ static int apply_cli(const cli *a, pj_config *cfg, char *err, size_t errlen)
         return -EINVAL;
     }
     const char *spath = a->socket && !strncmp(a->socket, "ipc://", 6) ? a->socket + 6 : a->socket;
+    if (spath && !spath[0]) {
+        snprintf(err, errlen, "command line: --socket \"%s\": no path after ipc://", a->socket);
+        cJSON_Delete(o);
+        return -EINVAL;
+    }
     if (spath && spath[0] != '/') {
         snprintf(err, errlen,
                  "command line: --socket \"%.200s\": a relative path; give an absolute one (the "

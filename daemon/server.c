@@ -739,6 +739,11 @@ static void on_pipe_rem(pj_server *s, pipe_ev *ev)
     }
     c->q_tail = NULL;
     set_deferred(s, c, 0);
+    /* One that stayed past ANNOUNCE_MS and closed before the next watch
+     * tick is a client's, not a probe's. */
+    if (c->hello && !c->announced &&
+        pj_now_ns() - c->t_hello_ns >= (uint64_t)ANNOUNCE_MS * 1000000ull)
+        announce_conn(s, c);
     /* A probe's close at debug; one that never said HELLO (a version
      * refused, a stray peer) at info, its uid with it: nothing else said
      * it at info. */
