@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
@@ -1324,8 +1325,15 @@ static int cmd_bench_ipc(opts *o)
      * results to write). */
     if (o->out) {
         out_existed = access(o->out, F_OK) == 0;
-        if (!(out_file = fopen(o->out, "a"))) {
-            fprintf(stderr, "projctl: --out %s: %s\n", o->out, strerror(errno));
+        /* Not through a symbolic link: in a shared folder one could name
+         * a file of the caller's that the results would replace. */
+        int ofd = open(o->out, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (ofd < 0 || !(out_file = fdopen(ofd, "a"))) {
+            int e = errno;
+            if (ofd >= 0)
+                close(ofd);
+            fprintf(stderr, "projctl: --out %s: %s%s\n", o->out, strerror(e),
+                    e == ELOOP ? " (a symbolic link is not followed)" : "");
             return 1;
         }
         /* made here: an interrupt of the run takes it away again */

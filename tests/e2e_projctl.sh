@@ -142,6 +142,16 @@ if grep -q "PING" "$tmp/expect.out"; then
     echo "e2e_projctl: FAIL: bench-ipc ran before it found --out unwritable:" >&2
     sed 's/^/    /' "$tmp/expect.out" >&2
 fi
+# A symbolic link at --out is not followed (one in a shared folder could
+# name a file of the caller's): refused before the run, the file untouched.
+echo "mine" >"$tmp/victim"
+ln -s "$tmp/victim" "$tmp/blink.json"
+expect 1 "projctl: --out $tmp/blink\.json: .*a symbolic link is not followed" \
+    --socket "$sock" bench-ipc --count 10 --out "$tmp/blink.json"
+if [ "$(cat "$tmp/victim")" != "mine" ]; then
+    failures=$((failures + 1))
+    echo "e2e_projctl: FAIL: bench-ipc --out wrote through a symbolic link" >&2
+fi
 echo "old results" >"$tmp/b.json"
 expect 1 "no socket file at $tmp/none\.sock" --socket "ipc://$tmp/none.sock" bench-ipc --out "$tmp/b.json"
 if [ "$(cat "$tmp/b.json")" != "old results" ]; then
