@@ -16,6 +16,7 @@
 #include <nng/transport/ipc/ipc.h>
 #include <nng/supplemental/util/platform.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -52,6 +53,7 @@ struct projd_conn {
     atomic_int pipes_removed; /* peers that hung up on us; explains a silent HELLO */
     atomic_llong bad_peer;    /* uid of a daemon we refused (see peer_check), -1 = none */
     int trust_any_uid;        /* $PROJD_TRUST_ANY_UID=1 */
+    long long trust_uid;      /* $PROJD_TRUST_UID (a uid or user name), -1 when unset */
     /* HELLO done (set by projd_connect), then the pipe it was said on
      * went away: every later call fails locally (see conn_lost). lost is
      * set by the pipe-removed notification, or earlier by the first nng
@@ -1623,8 +1625,10 @@ static void pipe_removed(nng_pipe p, nng_pipe_ev ev, void *arg)
 /* Whoever answers on the socket path gets our requests and the names of
  * our shared memory, so an ipc peer must be root or our own uid: a daemon
  * of another user (or someone who took over the socket's directory) is
- * refused before anything is sent. $PROJD_TRUST_ANY_UID=1 turns the check
- * off, for a daemon deliberately run under a service account. */
+ * refused before anything is sent. $PROJD_TRUST_UID (a uid or a user
+ * name) adds the one service account a daemon is deliberately run under;
+ * $PROJD_TRUST_ANY_UID=1 turns the check off (any uid, also one that took
+ * over a socket's directory). */
 static void peer_check(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
     (void)ev;
@@ -1640,7 +1644,8 @@ static void peer_check(nng_pipe p, nng_pipe_ev ev, void *arg)
         return;
     uint64_t uid = UINT64_MAX;
     if (nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_UID, &uid) == 0 &&
-        (uid == 0 || uid == (uint64_t)geteuid()))
+        (uid == 0 || uid == (uint64_t)geteuid() ||
+         (c->trust_uid >= 0 && uid == (uint64_t)c->trust_uid)))
         return;
     atomic_store(&c->bad_peer, uid == UINT64_MAX ? (long long)UINT32_MAX : (long long)uid);
     nng_pipe_close(p);
@@ -1651,9 +1656,10 @@ static int bad_peer_error(projd_conn *c, projd_error *e)
     long long uid = atomic_load(&c->bad_peer);
     return fail(e, -EPERM,
                 "connect %s: the process serving this socket runs as uid %lld, not root or our "
-                "uid %u; refusing it (set PROJD_TRUST_ANY_UID=1 if that daemon is meant to run "
-                "under another account)",
-                c->url, uid, (unsigned)geteuid());
+                "uid %u%s; refusing it (set PROJD_TRUST_UID=%lld if that daemon is meant to run "
+                "under that account)",
+                c->url, uid, (unsigned)geteuid(), c->trust_uid >= 0 ? " or $PROJD_TRUST_UID's" : "",
+                uid);
 }
 
 /* HELLO/WELCOME. A daemon that refuses the peer (auth, its connection limit,
@@ -1960,6 +1966,26 @@ int projd_connect_timeout(const char *url, const char *name, int timeout_ms, pro
     atomic_init(&c->bad_peer, -1);
     const char *trust = getenv("PROJD_TRUST_ANY_UID");
     c->trust_any_uid = trust && strcmp(trust, "1") == 0;
+    c->trust_uid = -1;
+    const char *tu = getenv("PROJD_TRUST_UID");
+    if (tu && tu[0]) {
+        char *end;
+        errno = 0;
+        unsigned long v = strtoul(tu, &end, 10);
+        struct passwd pw, *pr = NULL;
+        char pwbuf[1024];
+        if (!*end && !errno && tu[0] >= '0' && tu[0] <= '9' && v <= UINT32_MAX)
+            c->trust_uid = (long long)v;
+        else if (getpwnam_r(tu, &pw, pwbuf, sizeof pwbuf, &pr) == 0 && pr)
+            c->trust_uid = (long long)pr->pw_uid;
+        else {
+            free(c);
+            return fail(e, -EINVAL,
+                        "connect: $PROJD_TRUST_UID \"%.64s\": not a uid or a user name of this "
+                        "host",
+                        tu);
+        }
+    }
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->idle, NULL);
     /* A dial that lands on a listener nng 1.5 has just stopped (projd

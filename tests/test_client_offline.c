@@ -5,6 +5,7 @@
  * projd live with the daemon. */
 #include <check.h>
 #include <errno.h>
+#include <pwd.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <nng/nng.h>
@@ -1374,7 +1375,7 @@ START_TEST(test_fake_foreign_uid)
         printf("test_fake_foreign_uid: SKIPPED (needs root to run the fake as another uid)\n");
         return;
     }
-    char dir[300], url[2][380], sock[2][370];
+    char dir[300], url[4][380], sock[4][370];
     snprintf(dir, sizeof dir, "%s/foreign", tmpdir);
     ck_assert_int_eq(chmod(tmpdir, 0755), 0);
     ck_assert_int_eq(mkdir(dir, 0755), 0);
@@ -1383,8 +1384,8 @@ START_TEST(test_fake_foreign_uid)
      * mid-handshake, which stops an nng 1.5 listener for good (projd
      * replaces its listener; the fake does not). Both are forked before
      * this process uses nng (a child of an nng user cannot use it). */
-    pid_t pid[2];
-    for (int i = 0; i < 2; i++) {
+    pid_t pid[4];
+    for (int i = 0; i < 4; i++) {
         snprintf(sock[i], sizeof sock[i], "%s/fake%d.sock", dir, i);
         snprintf(url[i], sizeof url[i], "ipc://%.360s", sock[i]);
         pid[i] = start_foreign_fake(url[i], sock[i]);
@@ -1396,15 +1397,38 @@ START_TEST(test_fake_foreign_uid)
     int rc = projd_connect(url[0], "victim", &c, &e);
     ck_assert_msg(rc == -EPERM, "rc %d: %s", rc, e.msg);
     ck_assert_ptr_null(c);
-    ck_assert_msg(strstr(e.msg, "uid 65534") && strstr(e.msg, "PROJD_TRUST_ANY_UID"), "%s", e.msg);
+    ck_assert_msg(strstr(e.msg, "uid 65534") && strstr(e.msg, "PROJD_TRUST_UID=65534"), "%s",
+                  e.msg);
     ck_assert_double_lt(seconds_since(&t0), 20.0);
+    /* Another account trusted: this one is still refused. */
+    setenv("PROJD_TRUST_UID", "65533", 1);
+    rc = projd_connect(url[1], "victim", &c, &e);
+    ck_assert_msg(rc == -EPERM && strstr(e.msg, "$PROJD_TRUST_UID's"), "rc %d: %s", rc, e.msg);
+    /* Its own account trusted, by number or by name. */
+    setenv("PROJD_TRUST_UID", "65534", 1);
+    rc = projd_connect(url[2], "trusting", &c, &e);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, e.msg);
+    ck_assert_int_eq(projd_ping(c, &e), 0);
+    projd_close(c);
+    struct passwd *pw = getpwuid(65534);
+    if (pw) {
+        setenv("PROJD_TRUST_UID", pw->pw_name, 1);
+        rc = projd_connect(url[2], "trusting", &c, &e);
+        ck_assert_msg(rc == 0, "rc %d: %s", rc, e.msg);
+        projd_close(c);
+    }
+    setenv("PROJD_TRUST_UID", "no-such-user-here", 1);
+    ck_assert_int_eq(projd_connect(url[2], "t", &c, &e), -EINVAL);
+    ck_assert_msg(strstr(e.msg, "not a uid or a user name"), "%s", e.msg);
+    unsetenv("PROJD_TRUST_UID");
+    /* Any account. */
     setenv("PROJD_TRUST_ANY_UID", "1", 1);
-    rc = projd_connect(url[1], "trusting", &c, &e);
+    rc = projd_connect(url[3], "trusting", &c, &e);
     unsetenv("PROJD_TRUST_ANY_UID");
     ck_assert_msg(rc == 0, "rc %d: %s", rc, e.msg);
     ck_assert_int_eq(projd_ping(c, &e), 0);
     projd_close(c);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 4; i++)
         stop_foreign_fake(pid[i], sock[i]);
 }
 END_TEST
