@@ -41,10 +41,17 @@ What it assumes:
     use in stream order. A daemon that refuses the events (E_FLAGS) gets
     the synchronous form: the current stream synchronized first, the reply
     after the GPU finished. apply() cannot be captured in a CUDA graph (it
-    calls the daemon): run SGLang with --disable-cuda-graph. An apply()
-    while the current stream is capturing raises RuntimeError saying so
-    (before anything is recorded, registered or sent).
-  - Under torch.compile, apply() runs eagerly between the compiled parts:
+    calls the daemon): run SGLang without CUDA graphs, decode's and the
+    piecewise prefill graphs both (0.5.10: --disable-cuda-graph
+    --disable-piecewise-cuda-graph, the second on by default there; later
+    releases: --cuda-graph-backend-decode=disabled
+    --cuda-graph-backend-prefill=disabled). An apply() while the current
+    stream is capturing raises RuntimeError saying so (before anything is
+    recorded, registered or sent).
+  - Under torch.compile without fullgraph, apply() runs eagerly between
+    the compiled parts (SGLang's piecewise CUDA graphs compile the model
+    with fullgraph=True, which refuses it: that is one more reason to turn
+    them off):
     create_weights makes the method's apply opaque to Dynamo
     (torch.compiler.disable). Traced, apply() broke the graph at its
     first call into libprojd and Dynamo resumed inside it, putting y's
@@ -622,7 +629,26 @@ class ProjdLinearMethod:
             self._projd_opaque = True
 
     def process_weights_after_loading(self, layer) -> None:
-        return  # the daemon holds the weights
+        # The daemon holds the weights; a second call is a reload
+        # (update_weights_from_disk), whose copies into the meta weight
+        # were dropped: the daemon would go on serving the old weights
+        # while SGLang reported success.
+        if getattr(layer, "projd_loaded", False):
+            raise RuntimeError(
+                "projd: layer %r's weights cannot be reloaded in the worker (the daemon "
+                "serves them from its model file): point the daemon at the new file and "
+                "restart it" % self.L.name
+            )
+        layer.projd_loaded = True
+
+    def restore_weights_before_loading(self, layer) -> None:
+        # SGLang 0.5.23+ calls this on every quantized module before a
+        # weight update; see process_weights_after_loading.
+        raise RuntimeError(
+            "projd: layer %r's weights cannot be updated in the worker (the daemon serves "
+            "them from its model file): point the daemon at the new file and restart it"
+            % self.L.name
+        )
 
     def apply(self, layer, x, bias=None):
         torch = _torch()
@@ -632,7 +658,9 @@ class ProjdLinearMethod:
             # replay of the graph would not call the daemon at all.
             raise RuntimeError(
                 "projd: apply() cannot be captured in a CUDA graph (it calls the daemon); "
-                "run SGLang with --disable-cuda-graph"
+                "run SGLang without CUDA graphs (0.5.10: --disable-cuda-graph "
+                "--disable-piecewise-cuda-graph; later: --cuda-graph-backend-decode=disabled "
+                "--cuda-graph-backend-prefill=disabled)"
             )
         L, n = self.L, layer.projd_n
         if x.dtype != torch.bfloat16 or not x.is_cuda:
@@ -815,10 +843,16 @@ def quant_config(client: "projd.Client", layers=None):
     1024 layers (model.layers in its config, each a host and device copy
     of its weights); linears it does not serve stay with SGLang.
 
-    SGLang's server builds its QuantizationConfig from --quantization and
-    the checkpoint's config, which cannot hand over a connection: this is
+    SGLang's server builds its QuantizationConfig from --quantization
+    (only the names SGLang registered) in scheduler processes it spawns,
+    so nothing here reaches `python -m sglang.launch_server` yet: this is
     for code that builds the model itself (tests/python/test_sglang_gpu.py
-    does it with SGLang's layers). Needs SGLang importable."""
+    does it with SGLang's layers). A model must call each linear's
+    quant_method.apply; one that reads .weight itself (DeepSeek-V2's
+    fused_qkv_a_proj_with_mqa) finds a meta tensor. A speculative draft
+    model would be named like the target's first layers: give it its own
+    method (SGLang: --speculative-draft-model-quantization unquant).
+    Needs SGLang importable."""
     from sglang.srt.layers.linear import LinearBase
     from sglang.srt.layers.quantization.base_config import QuantizationConfig
     from sglang.srt.layers.quantization.unquant import UnquantizedLinearMethod

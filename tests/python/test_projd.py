@@ -1352,6 +1352,23 @@ class SglangAdapterTests(DaemonTest):
             projd_sglang.ProjdLinearMethod("o", self.url)
         projd_sglang.release_registrations(self.c)  # none cached: a no-op
 
+    def test_weights_are_not_reloaded_in_the_worker(self):
+        # SGLang's update_weights_from_disk copies into the meta weight
+        # (dropped) and calls process_weights_after_loading again; 0.5.23
+        # calls restore_weights_before_loading first. Either must fail
+        # loudly, not leave the daemon serving the old weights.
+        import types
+        import projd_sglang
+
+        m = projd_sglang.ProjdLinearMethod.__new__(projd_sglang.ProjdLinearMethod)
+        m.L = types.SimpleNamespace(name="o")
+        layer = types.SimpleNamespace()
+        m.process_weights_after_loading(layer)  # the first load: nothing to do
+        with self.assertRaisesRegex(RuntimeError, "'o'.s weights cannot be reloaded"):
+            m.process_weights_after_loading(layer)
+        with self.assertRaisesRegex(RuntimeError, "cannot be updated in the worker"):
+            m.restore_weights_before_loading(layer)
+
 
 class SglangRegistrationCacheTests(unittest.TestCase):
     """The adapter's cache of CUDA IPC registrations, with the driver and
