@@ -537,6 +537,40 @@ def _leave(client: "projd.Client") -> None:
 _successors_lock = threading.Lock()
 
 
+def _device_uuid(torch, index):
+    """The 16 bytes of CUDA device index's UUID as torch reports it, or None
+    where this torch does not say (the check below is then left out)."""
+    try:
+        u = torch.cuda.get_device_properties(index).uuid
+    except (AttributeError, RuntimeError, AssertionError):
+        return None
+    raw = getattr(u, "bytes", None)
+    if isinstance(raw, (bytes, bytearray)) and len(raw) == 16:
+        return bytes(raw)
+    text = str(u).replace("GPU-", "").replace("-", "")
+    try:
+        raw = bytes.fromhex(text)
+    except ValueError:
+        return None
+    return raw if len(raw) == 16 else None
+
+
+def _check_device(client, torch):
+    """The daemon's GPU must be the worker's current one (a data-parallel
+    worker's schedulers share one $PROJD_SOCKET but each has its own GPU):
+    said when the layer is built, not as E_REGISTER at the first forward."""
+    want = bytes(getattr(client.info, "device_uuid", b""))
+    if not any(want) or not torch.cuda.is_available():
+        return
+    here = torch.cuda.current_device()
+    have = _device_uuid(torch, here)
+    if have is not None and have != want:
+        raise ValueError(
+            "projd at %s serves another GPU than this worker's cuda:%d: give each GPU's worker its "
+            "own instance (projd@N, PROJD_SOCKET=ipc:///run/projd/projd-N.sock)" % (client.url, here)
+        )
+
+
 class ProjdLinearMethod:
     """An SGLang linear method whose matmul runs in projd (layer `layer`)."""
 
@@ -608,6 +642,7 @@ class ProjdLinearMethod:
             )
         if params_dtype != torch.bfloat16:
             raise ValueError("projd computes in bf16; params_dtype is %s" % params_dtype)
+        _check_device(self.client, torch)
         weight = torch.nn.Parameter(torch.empty(n, k, dtype=params_dtype, device="meta"), requires_grad=False)
         for key, value in dict({"input_dim": 1, "output_dim": 0}, **extra_weight_attrs).items():
             setattr(weight, key, value)

@@ -1352,6 +1352,29 @@ class SglangAdapterTests(DaemonTest):
             projd_sglang.ProjdLinearMethod("o", self.url)
         projd_sglang.release_registrations(self.c)  # none cached: a no-op
 
+    def test_device_check(self):
+        # The daemon's GPU against the worker's current one, by UUID, with a
+        # stand-in for torch: another GPU refused when the layer is built;
+        # the same one, or a torch that does not say, passes.
+        import types
+        import projd_sglang
+
+        def fake_torch(uuid_obj):
+            props = types.SimpleNamespace(uuid=uuid_obj) if uuid_obj is not None else types.SimpleNamespace()
+            cuda = types.SimpleNamespace(is_available=lambda: True, current_device=lambda: 3,
+                                         get_device_properties=lambda i: props)
+            return types.SimpleNamespace(cuda=cuda)
+
+        mine = bytes(range(16))
+        client = types.SimpleNamespace(info=types.SimpleNamespace(device_uuid=mine), url="ipc:///x.sock")
+        projd_sglang._check_device(client, fake_torch(types.SimpleNamespace(bytes=mine)))
+        projd_sglang._check_device(client, fake_torch("GPU-" + mine.hex()))  # str() form
+        projd_sglang._check_device(client, fake_torch(None))  # torch does not say: no check
+        with self.assertRaisesRegex(ValueError, "serves another GPU than this worker's cuda:3"):
+            projd_sglang._check_device(client, fake_torch(types.SimpleNamespace(bytes=bytes(16 * [7]))))
+        cpu = types.SimpleNamespace(info=types.SimpleNamespace(device_uuid=bytes(16)), url="u")
+        projd_sglang._check_device(cpu, fake_torch(types.SimpleNamespace(bytes=mine)))  # zeros: no GPU said
+
     def test_weights_are_not_reloaded_in_the_worker(self):
         # SGLang's update_weights_from_disk copies into the meta weight
         # (dropped) and calls process_weights_after_loading again; 0.5.23
