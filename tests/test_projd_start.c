@@ -3,15 +3,19 @@
  * --help, the start's log. */
 #include <check.h>
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "config/config.h"
+#include "protocol/sockpath.h"
 #include "tests/helpers/daemon_proc.h"
 #include "tests/helpers/fixture.h"
 
@@ -477,6 +481,46 @@ START_TEST(failed_case_leaves_nothing)
 }
 END_TEST
 
+/* A client's lookup against a real projd (not a socket made to look like
+ * one): a live daemon at the system path is taken whatever else is there;
+ * killed, its file left behind, it is passed over as stale. The lookup read
+ * /proc/net/unix by the socket's path, which projd never binds (it binds a
+ * private name and renames it), so a live daemon looked stale (review). */
+START_TEST(client_lookup_sees_a_real_daemon)
+{
+    char err[512];
+    pj_dproc d;
+    ck_assert_msg(pj_dproc_start(&d, g_model_path, NULL, NULL, 1, 30000, err, sizeof err) == 0,
+                  "%s", err);
+    char run[4200], stale[4300], url[4400];
+    pj_fixture_path(run, sizeof run, "lookup-run");
+    ck_assert(mkdir(run, 0755) == 0 || errno == EEXIST);
+    /* an instance's socket file, nobody behind it */
+    snprintf(stale, sizeof stale, "%s/projd-1.sock", run);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    ck_assert_uint_lt(strlen(stale), sizeof sa.sun_path);
+    memcpy(sa.sun_path, stale, strlen(stale) + 1);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    close(fd);
+    pj_sockpath_source src;
+    unsetenv("PROJD_SOCKET");
+    ck_assert_int_eq(pj_sockpath_default_at(PJ_SOCKPATH_CLIENT, d.sock, run, url, sizeof url, &src,
+                                            err, sizeof err),
+                     0);
+    ck_assert_int_eq(src, PJ_SOCKPATH_FROM_SYSTEM);
+    /* Killed: its socket file stays, nobody listens. */
+    ck_assert_int_eq(pj_dproc_signal(&d, SIGKILL), 0);
+    ck_assert_int_eq(pj_dproc_wait_exit(&d, 10000), 0);
+    ck_assert_int_eq(access(d.sock, F_OK), 0);
+    ck_assert_int_eq(pj_sockpath_default_at(PJ_SOCKPATH_CLIENT, d.sock, run, url, sizeof url, &src,
+                                            err, sizeof err),
+                     0);
+    ck_assert_int_eq(src, PJ_SOCKPATH_FROM_SYSTEM_STALE);
+    pj_dproc_cleanup(&d);
+}
+END_TEST
+
 static Suite *start_suite(void)
 {
     Suite *s = suite_create("projd_start");
@@ -492,6 +536,7 @@ static Suite *start_suite(void)
     tcase_add_test(tc, print_config_resolves_the_socket);
     tcase_add_test(tc, help_and_version);
     tcase_add_test(tc, load_line_gives_the_total);
+    tcase_add_test(tc, client_lookup_sees_a_real_daemon);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
     return s;
