@@ -13,7 +13,26 @@ typedef struct guard_slot {
     atomic_uintptr_t base; /* 0 = free */
     atomic_size_t len;
     atomic_int faulted;
+    /* Odd while add or remove changes base and len: the handler, which
+     * reads them without a lock, must not pair one range's base with the
+     * next one's len (a slot freed and taken again between its two loads
+     * would put zero pages over memory that is not a guarded range). */
+    atomic_uint gen;
 } guard_slot;
+
+/* base and len of slot i as one consistent pair; 0 when free. */
+static uintptr_t slot_range(guard_slot *g, size_t *len)
+{
+    for (;;) {
+        unsigned g1 = atomic_load_explicit(&g->gen, memory_order_acquire);
+        if (g1 & 1)
+            continue; /* a change in progress on another thread: a few stores */
+        uintptr_t base = atomic_load_explicit(&g->base, memory_order_acquire);
+        *len = atomic_load_explicit(&g->len, memory_order_acquire);
+        if (atomic_load_explicit(&g->gen, memory_order_acquire) == g1)
+            return base;
+    }
+}
 
 static guard_slot g_slots[PJ_SHMGUARD_SLOTS];
 static struct sigaction g_prev;
@@ -29,11 +48,9 @@ static void on_sigbus(int sig, siginfo_t *si, void *uctx)
      * no access is retried to end the process. */
     int sent = si->si_code <= 0;
     for (size_t i = 0; !sent && i < PJ_SHMGUARD_SLOTS; i++) {
-        uintptr_t base = atomic_load_explicit(&g_slots[i].base, memory_order_acquire);
-        if (!base)
-            continue;
-        size_t len = atomic_load_explicit(&g_slots[i].len, memory_order_relaxed);
-        if (a < base || a - base >= len)
+        size_t len;
+        uintptr_t base = slot_range(&g_slots[i], &len);
+        if (!base || a < base || a - base >= len)
             continue;
         /* The whole range at once, not the faulting page: a private page
          * inside a shared mapping splits it, and a client that makes every
@@ -99,9 +116,11 @@ int pj_shmguard_add(void *base, size_t len)
         /* Claim with a placeholder base of 1: a free slot's len is 0 (remove
          * clears it first), so the handler never matches a half-set slot. */
         if (atomic_compare_exchange_strong(&g_slots[i].base, &expect, (uintptr_t)1)) {
+            atomic_fetch_add(&g_slots[i].gen, 1);
             atomic_store(&g_slots[i].faulted, 0);
             atomic_store(&g_slots[i].len, len);
             atomic_store_explicit(&g_slots[i].base, (uintptr_t)base, memory_order_release);
+            atomic_fetch_add(&g_slots[i].gen, 1);
             return i;
         }
     }
@@ -112,8 +131,10 @@ void pj_shmguard_remove(int slot)
 {
     if (slot < 0 || slot >= PJ_SHMGUARD_SLOTS)
         return;
+    atomic_fetch_add(&g_slots[slot].gen, 1);
     atomic_store(&g_slots[slot].len, 0);
     atomic_store(&g_slots[slot].base, 0);
+    atomic_fetch_add(&g_slots[slot].gen, 1);
 }
 
 int pj_shmguard_faulted(int slot)
