@@ -160,7 +160,7 @@ in_ns bash -c "mkdir -p /run/systemd/system/projd@3.service.d &&
     printf '[Service]\nExecStart=\nExecStart=$build/bin/projd --no-such-option\n' \
         >/run/systemd/system/projd@3.service.d/20-bad.conf && systemctl daemon-reload"
 in_ns systemctl start projd@3 2>/dev/null
-sleep 3 # past RestartSec=2: a restart would have begun
+sleep 6 # past RestartSec=5: a restart would have begun
 check "exit 2 is not restarted" test "$(show projd@3 ExecMainStatus)/$(show projd@3 NRestarts)/$(show projd@3 ActiveState)" = 2/0/failed
 
 in_ns systemctl stop 'projd@*'
