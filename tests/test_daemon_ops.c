@@ -1696,6 +1696,22 @@ START_TEST(leased_shm_refused)
 }
 END_TEST
 
+/* After a test cut t's y object: unregister it, grow it back, register it
+ * afresh, and a checked projection works on the same connection; then
+ * close and stop the daemon. */
+static void y_again(pjc_conn *t, pj_dproc *d)
+{
+    char why[512];
+    ck_assert_int_eq(pjt_unregister(&t->c, t->yid), PJ_OK);
+    ck_assert_int_eq(ftruncate(t->ys.fd, YBYTES), 0);
+    t->ys.p = mmap(NULL, YBYTES, PROT_READ | PROT_WRITE, MAP_SHARED, t->ys.fd, 0);
+    ck_assert(t->ys.p != MAP_FAILED);
+    ck_assert_int_eq(pjt_register_shm(&t->c, t->ys.name, YBYTES, &t->yid), PJ_OK);
+    ck_assert_msg(pjc_sanity(t, why, sizeof why) == 0, "%s", why);
+    pjc_close(t);
+    pjd_stop(d);
+}
+
 /* A client that reads none of its replies and, while projd drains at
  * SIGTERM, sends a request now and then (each answered E_SHUTDOWN, each
  * reply queued behind the unread ones for SEND_TIMEOUT_MS): the drain
@@ -1785,15 +1801,7 @@ START_TEST(shrunk_buffer)
     /* The buffer is marked broken: refused from now on. */
     ck_assert_int_eq(pjt_project(&t.c, 0, &op, 1, &dn, res), PJ_E_BUFFER);
     ck_assert_msg(strstr(t.c.err.msg, "shrank"), "message: %s", t.c.err.msg);
-    ck_assert_int_eq(pjt_unregister(&t.c, t.yid), PJ_OK);
-    /* A fresh y buffer works. */
-    ck_assert_int_eq(ftruncate(t.ys.fd, YBYTES), 0);
-    t.ys.p = mmap(NULL, YBYTES, PROT_READ | PROT_WRITE, MAP_SHARED, t.ys.fd, 0);
-    ck_assert(t.ys.p != MAP_FAILED);
-    ck_assert_int_eq(pjt_register_shm(&t.c, t.ys.name, YBYTES, &t.yid), PJ_OK);
-    ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
-    pjc_close(&t);
-    pjd_stop(&d);
+    y_again(&t, &d);
 }
 END_TEST
 
@@ -1890,14 +1898,7 @@ START_TEST(shrunk_buffer_while_running)
     pj_op_result res[1];
     ck_assert_int_eq(pjt_project(&t.c, 0, &op, 1, &dn, res), PJ_E_BUFFER);
     ck_assert_int_eq(pjt_ping(&t.c), PJ_OK);
-    ck_assert_int_eq(pjt_unregister(&t.c, t.yid), PJ_OK);
-    ck_assert_int_eq(ftruncate(t.ys.fd, YBYTES), 0);
-    t.ys.p = mmap(NULL, YBYTES, PROT_READ | PROT_WRITE, MAP_SHARED, t.ys.fd, 0);
-    ck_assert(t.ys.p != MAP_FAILED);
-    ck_assert_int_eq(pjt_register_shm(&t.c, t.ys.name, YBYTES, &t.yid), PJ_OK);
-    ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
-    pjc_close(&t);
-    pjd_stop(&d);
+    y_again(&t, &d);
 }
 END_TEST
 
