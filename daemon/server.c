@@ -1535,6 +1535,10 @@ static void dispatch(pj_server *s, pj_conn *c, origin o, const uint8_t *data, si
      * length, then the size limit: max_message_bytes less the header). */
     int st = pj_dec_hdr(data, len, s->cfg.limits.max_message_bytes - PJ_WIRE_HDR_SIZE, &h, err,
                         sizeof err);
+    /* Anything but a probe's three requests, refused ones and broken
+     * messages included, makes the connection a client's (announce_conn). */
+    if (st != PJ_OK || (h.type != PJ_MSG_HELLO && h.type != PJ_MSG_STATS && h.type != PJ_MSG_PING))
+        announce_conn(s, c);
     if (st != PJ_OK) {
         pj_log_debug("connection #%" PRIu64 ": %s: %s", c->serial, pj_status_name(st), err);
         send_error(s, o, h.req_id, st, UINT32_MAX, err);
@@ -1573,8 +1577,6 @@ static void dispatch(pj_server *s, pj_conn *c, origin o, const uint8_t *data, si
         send_error(s, o, h.req_id, PJ_E_NOHELLO, UINT32_MAX, err);
         return;
     }
-    if (h.type != PJ_MSG_HELLO && h.type != PJ_MSG_STATS && h.type != PJ_MSG_PING)
-        announce_conn(s, c);
     switch (h.type) {
     case PJ_MSG_HELLO:
         handle_hello(s, c, o, &h, body);
