@@ -86,6 +86,7 @@ typedef struct pj_config {
         uint32_t max_buffers_per_conn;
         uint32_t max_ops_per_request;
         uint32_t max_connections;
+        uint32_t max_connections_per_uid; /* 0: no cap but max_connections */
         uint32_t max_inflight_per_conn;
         /* A connection that has not said HELLO this long after it was
          * accepted is closed (0: never). */

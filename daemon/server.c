@@ -155,11 +155,12 @@ struct pj_server {
     /* Shared with nng threads, under mu. */
     pthread_mutex_t mu;
     pj_ev *ev_head, *ev_tail;
-    int closing;     /* socket closing: callbacks push nothing */
-    int cb_draining; /* refuse new pipes */
-    uint32_t *pipes; /* accepted pipe ids */
+    int closing;         /* socket closing: callbacks push nothing */
+    int cb_draining;     /* refuse new pipes */
+    uint32_t *pipes;     /* accepted pipe ids */
+    uint32_t *pipe_uids; /* ... and their peers' uids, for max_connections_per_uid */
     uint32_t n_pipes, cap_pipes;
-    uint32_t cb_max_conns;
+    uint32_t cb_max_conns, cb_max_per_uid;
     /* Closed connections whose running jobs have not finished (n_zombies,
      * copied here): they hold their jobs' buffers and their work, so they
      * count against max_connections until they are freed. */
@@ -322,6 +323,15 @@ static int peer_allowed_locked(const pj_server *s, uint64_t uid, uint64_t gid,
 
 #define PEER_GROUPS_MAX 256
 
+/* Connections of uid among the accepted pipes. Under mu. */
+static uint32_t uid_pipes_locked(const pj_server *s, uint32_t uid)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < s->n_pipes; i++)
+        n += s->pipe_uids[i] == uid;
+    return n;
+}
+
 static void pipe_cb(nng_pipe p, nng_pipe_ev what, void *arg)
 {
     pj_server *s = arg;
@@ -359,11 +369,19 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev what, void *arg)
                          s->cb_max_conns, s->cb_zombies);
             else
                 snprintf(why, sizeof why, "connection limit %u reached", s->cb_max_conns);
+        } else if (s->cb_max_per_uid && uid_pipes_locked(s, (uint32_t)uid) >= s->cb_max_per_uid) {
+            snprintf(why, sizeof why,
+                     "uid %" PRIu64 " holds %u connections, its limit "
+                     "(limits.max_connections_per_uid)",
+                     uid, s->cb_max_per_uid);
         } else if (s->n_pipes == s->cap_pipes) {
             uint32_t cap = s->cap_pipes ? s->cap_pipes * 2 : 64;
             uint32_t *np = realloc(s->pipes, cap * sizeof *np);
-            if (np) {
+            if (np)
                 s->pipes = np;
+            uint32_t *nu = np ? realloc(s->pipe_uids, cap * sizeof *nu) : NULL;
+            if (nu) {
+                s->pipe_uids = nu;
                 s->cap_pipes = cap;
             } else {
                 snprintf(why, sizeof why, "out of memory");
@@ -375,6 +393,7 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev what, void *arg)
                 snprintf(why, sizeof why, "out of memory");
         }
         if (!why[0]) {
+            s->pipe_uids[s->n_pipes] = (uint32_t)uid;
             s->pipes[s->n_pipes++] = id;
             ev->ev.kind = EV_PIPE_ADD;
             ev->pipe = id;
@@ -399,6 +418,7 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev what, void *arg)
     for (uint32_t i = 0; i < s->n_pipes; i++) {
         if (s->pipes[i] == id) {
             s->pipes[i] = s->pipes[--s->n_pipes];
+            s->pipe_uids[i] = s->pipe_uids[s->n_pipes];
             found = 1;
             break;
         }
@@ -2135,6 +2155,7 @@ static int mkdir_parents(const char *path, mode_t mode, char *err, size_t errlen
 static void copy_auth_locked(pj_server *s)
 {
     s->cb_max_conns = s->cfg.limits.max_connections;
+    s->cb_max_per_uid = s->cfg.limits.max_connections_per_uid;
     s->cb_n_uids = s->cfg.auth.n_uids;
     s->cb_n_gids = s->cfg.auth.n_gids;
     memcpy(s->cb_uids, s->cfg.auth.uids, sizeof s->cb_uids);
@@ -2683,14 +2704,16 @@ void pj_server_reload(pj_server *s, const pj_config *next)
     if (s->sock_open)
         nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, hard_cap(&s->cfg));
     pj_log_info("reloaded: log %s, max_message_bytes %u, max_buffers_per_conn %u, "
-                "max_ops_per_request %u, max_connections %u, max_inflight_per_conn %u, "
+                "max_ops_per_request %u, max_connections %u (per uid %u), "
+                "max_inflight_per_conn %u, "
                 "max_buffer_bytes %" PRIu64 ", max_conn_buffer_bytes %" PRIu64
                 ", max_total_buffer_bytes %" PRIu64 ", %u allowed uids, %u allowed gids",
                 pj_log_level_name(s->cfg.log.level), s->cfg.limits.max_message_bytes,
                 s->cfg.limits.max_buffers_per_conn, s->cfg.limits.max_ops_per_request,
-                s->cfg.limits.max_connections, s->cfg.limits.max_inflight_per_conn,
-                s->cfg.limits.max_buffer_bytes, s->cfg.limits.max_conn_buffer_bytes,
-                s->cfg.limits.max_total_buffer_bytes, s->cfg.auth.n_uids, s->cfg.auth.n_gids);
+                s->cfg.limits.max_connections, s->cfg.limits.max_connections_per_uid,
+                s->cfg.limits.max_inflight_per_conn, s->cfg.limits.max_buffer_bytes,
+                s->cfg.limits.max_conn_buffer_bytes, s->cfg.limits.max_total_buffer_bytes,
+                s->cfg.auth.n_uids, s->cfg.auth.n_gids);
 }
 
 void pj_server_note_reload(pj_server *s, pj_reload_result r, const char *message)
@@ -2738,6 +2761,7 @@ int pj_server_destroy(pj_server *s)
     free(s->wire_layers);
     pj_stats_free(&s->stats);
     free(s->pipes);
+    free(s->pipe_uids);
     free(s->retired);
     pthread_mutex_destroy(&s->mu);
     free(s);

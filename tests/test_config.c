@@ -130,9 +130,8 @@ static const bad_case bad_cases[] = {
     /* 3: unknown nested key */
     {"{\"limits\":{\"max_conns\":4}}", "limits.max_conns",
      "limits.max_conns: unknown key; expected one of: max_message_bytes, max_buffers_per_conn, "
-     "max_ops_per_request, max_connections, max_inflight_per_conn, hello_timeout_ms, "
-     "max_buffer_bytes, "
-     "max_conn_buffer_bytes, max_total_buffer_bytes"},
+     "max_ops_per_request, max_connections, max_connections_per_uid, max_inflight_per_conn, "
+     "hello_timeout_ms, max_buffer_bytes, max_conn_buffer_bytes, max_total_buffer_bytes"},
     /* 4: unknown key inside a layer */
     {"{\"model\":{\"layers\":[{\"name\":\"a\",\"tensor\":\"t\",\"colour\":1}]}}",
      "model.layers[0].colour",

@@ -336,6 +336,92 @@ START_TEST(connection_limit)
 }
 END_TEST
 
+/* uid 65534's side of connection_limit_per_uid: two connections, a third
+ * refused, then it holds the two (says 'h' on up) until down closes. Exit
+ * 0 when all that went as it should. */
+typedef struct per_uid_arg {
+    const char *url;
+    int up, down;
+} per_uid_arg;
+
+static int per_uid_user(void *p)
+{
+    const per_uid_arg *a = p;
+    pjt_client x, y, z;
+    if (connect_hello(&x, a->url) != PJ_OK || connect_hello(&y, a->url) != PJ_OK)
+        return 2;
+    int third = pjt_connect(&z, a->url, 2000) == 0 ? pjt_hello(&z, "third") : -1;
+    pjt_close(&z);
+    if (third >= 0)
+        return 3; /* answered: not refused */
+    char ch = 'h';
+    if (write(a->up, &ch, 1) != 1)
+        return 4;
+    while (read(a->down, &ch, 1) > 0) {
+    }
+    pjt_close(&x);
+    pjt_close(&y);
+    return 0;
+}
+
+/* max_connections_per_uid: one uid's next connection is refused once it
+ * holds its share, while another uid still gets in (one allowed user
+ * could otherwise hold all of max_connections). The other uid is a child
+ * forked before this process uses nng (a child of an nng user cannot). */
+START_TEST(connection_limit_per_uid)
+{
+    if (geteuid() != 0) {
+        printf("connection_limit_per_uid: SKIPPED (needs root to drop to another uid)\n");
+        return;
+    }
+    pj_dproc d;
+    pjd_start(&d, g_model_path,
+              "{\"socket\": {\"mode\": \"0666\"}, \"auth\": {\"allow_uids\": [65534]}, "
+              "\"limits\": {\"max_connections\": 8, \"max_connections_per_uid\": 2}}");
+    int up[2], down[2];
+    ck_assert_int_eq(pipe(up), 0);
+    ck_assert_int_eq(pipe(down), 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(up[0]);
+        close(down[1]);
+        if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
+            _exit(90);
+        per_uid_arg a = {.url = d.url, .up = up[1], .down = down[0]};
+        _exit(per_uid_user(&a));
+    }
+    close(up[1]);
+    close(down[0]);
+    char ch = 0;
+    ck_assert_int_eq(read(up[0], &ch, 1), 1); /* it holds two, its third refused */
+    ck_assert(pj_dproc_log_has(&d, "uid 65534 holds 2 connections, its limit", 2000));
+    /* Another uid gets in beside it. */
+    pjt_client a, b, c;
+    ck_assert_int_eq(connect_hello(&a, d.url), PJ_OK);
+    ck_assert_int_eq(connect_hello(&b, d.url), PJ_OK);
+    ck_assert_double_ge(pjd_stat(&a, "connections.refused"), 1);
+    ck_assert_double_eq(pjd_stat(&a, "connections.current"), 4);
+    /* ... up to its own two. */
+    ck_assert_int_eq(pjt_connect(&c, d.url, 2000), 0);
+    ck_assert_int_lt(pjt_hello(&c, "third"), 0);
+    pjt_close(&c);
+    char want[160];
+    snprintf(want, sizeof want, "uid %u holds 2 connections, its limit", (unsigned)geteuid());
+    ck_assert(pj_dproc_log_has(&d, want, 2000));
+    close(down[1]);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "uid 65534's side: status %d", st);
+    close(up[0]);
+    pjt_close(&b);
+    pjt_close(&a);
+    pjd_stop(&d);
+}
+END_TEST
+
 /* A connection closed while its request runs (the cpu backend holds each
  * op 25 ms): its other buffers go at once, where they stayed mapped until
  * the request was done; a buffer unregistered while a request uses it
@@ -2060,6 +2146,7 @@ int main(void)
         {"allowed_uid_and_shm_owner", allowed_uid_and_shm_owner},
         {"supplementary_groups_allowed", supplementary_groups_allowed},
         {"connection_limit", connection_limit},
+        {"connection_limit_per_uid", connection_limit_per_uid},
         {"silent_connection_closed", silent_connection_closed},
         {"socket_live_stale_and_foreign", socket_live_stale_and_foreign},
         {"socket_lock_refuses_a_second_daemon", socket_lock_refuses_a_second_daemon},
