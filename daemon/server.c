@@ -165,6 +165,8 @@ struct pj_server {
      * copied here): they hold their jobs' buffers and their work, so they
      * count against max_connections until they are freed. */
     uint32_t cb_zombies;
+    uint32_t *cb_zombie_uids; /* their uids, for max_connections_per_uid (cb_zombies of them) */
+    uint32_t cb_zombie_cap;
     uint32_t cb_n_uids, cb_n_gids;
     uint32_t cb_uids[PJ_CFG_MAX_IDS], cb_gids[PJ_CFG_MAX_IDS];
     int64_t cb_sock_gid; /* socket.group's gid, or -1: its members may connect */
@@ -323,12 +325,16 @@ static int peer_allowed_locked(const pj_server *s, uint64_t uid, uint64_t gid,
 
 #define PEER_GROUPS_MAX 256
 
-/* Connections of uid among the accepted pipes. Under mu. */
+/* Connections of uid: accepted pipes, and closed ones whose requests still
+ * run (they count against max_connections too). Under mu. */
 static uint32_t uid_pipes_locked(const pj_server *s, uint32_t uid)
 {
     uint32_t n = 0;
     for (uint32_t i = 0; i < s->n_pipes; i++)
         n += s->pipe_uids[i] == uid;
+    uint32_t z = s->cb_zombies < s->cb_zombie_cap ? s->cb_zombies : s->cb_zombie_cap;
+    for (uint32_t i = 0; i < z; i++)
+        n += s->cb_zombie_uids[i] == uid;
     return n;
 }
 
@@ -349,6 +355,7 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev what, void *arg)
         if (rv == 0 && uid != 0 && uid != (uint64_t)geteuid())
             n_groups = pj_peer_groups(pid, (uint32_t)uid, groups, PEER_GROUPS_MAX);
         char why[160] = "";
+        uint32_t held = 0;
         pipe_ev *ev = NULL;
         pthread_mutex_lock(&s->mu);
         if (rv != 0) {
@@ -369,11 +376,12 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev what, void *arg)
                          s->cb_max_conns, s->cb_zombies);
             else
                 snprintf(why, sizeof why, "connection limit %u reached", s->cb_max_conns);
-        } else if (s->cb_max_per_uid && uid_pipes_locked(s, (uint32_t)uid) >= s->cb_max_per_uid) {
+        } else if (s->cb_max_per_uid &&
+                   (held = uid_pipes_locked(s, (uint32_t)uid)) >= s->cb_max_per_uid) {
             snprintf(why, sizeof why,
-                     "uid %" PRIu64 " holds %u connections, its limit "
-                     "(limits.max_connections_per_uid)",
-                     uid, s->cb_max_per_uid);
+                     "uid %" PRIu64 " holds %u connections (closed ones still running "
+                     "included), its limit is %u (limits.max_connections_per_uid)",
+                     uid, held, s->cb_max_per_uid);
         } else if (s->n_pipes == s->cap_pipes) {
             uint32_t cap = s->cap_pipes ? s->cap_pipes * 2 : 64;
             uint32_t *np = realloc(s->pipes, cap * sizeof *np);
@@ -647,13 +655,20 @@ static void on_pipe_add(pj_server *s, pipe_ev *ev)
  * not fill the journal with three lines a scrape. */
 #define ANNOUNCE_MS 1000
 
-static void announce_conn(const pj_server *s, pj_conn *c)
+/* open: the connections open, c among them (at its close c has left the
+ * table already). */
+static void announce_conn_open(pj_conn *c, uint32_t open)
 {
     if (c->announced || !c->hello)
         return;
     c->announced = 1;
     pj_log_info("connection #%" PRIu64 ": \"%s\" pid %d uid %u gid %u connected (%u open)",
-                c->serial, c->client, (int)c->peer.pid, c->uid, c->gid, s->conns.count);
+                c->serial, c->client, (int)c->peer.pid, c->uid, c->gid, open);
+}
+
+static void announce_conn(const pj_server *s, pj_conn *c)
+{
+    announce_conn_open(c, s->conns.count);
 }
 
 static void announce_late_conns(pj_server *s, uint64_t now)
@@ -673,10 +688,27 @@ static void release_req(pj_server *s, pj_req *r)
     free(r);
 }
 
-static void set_zombies(pj_server *s, uint32_t n)
+/* n_zombies from the list, and a copy (count and uids) for the pipe
+ * callback, which refuses connections past max_connections and
+ * max_connections_per_uid counting them too. */
+static void sync_zombies(pj_server *s)
 {
+    uint32_t n = 0;
+    for (const pj_conn *c = s->zombies; c; c = c->next)
+        n++;
     s->n_zombies = n;
     pthread_mutex_lock(&s->mu);
+    if (n > s->cb_zombie_cap) {
+        uint32_t cap = n < 16 ? 16 : 2 * n;
+        uint32_t *nu = realloc(s->cb_zombie_uids, cap * sizeof *nu);
+        if (nu) {
+            s->cb_zombie_uids = nu;
+            s->cb_zombie_cap = cap;
+        }
+    }
+    uint32_t k = 0;
+    for (const pj_conn *c = s->zombies; c && k < s->cb_zombie_cap; c = c->next)
+        s->cb_zombie_uids[k++] = c->uid;
     s->cb_zombies = n;
     pthread_mutex_unlock(&s->mu);
 }
@@ -714,7 +746,7 @@ static void conn_retire(pj_server *s, pj_conn *c)
     pj_bufreg_clear(&c->reg);
     c->next = s->zombies;
     s->zombies = c;
-    set_zombies(s, s->n_zombies + 1);
+    sync_zombies(s);
 }
 
 static void check_drain(pj_server *s);
@@ -763,7 +795,7 @@ static void on_pipe_rem(pj_server *s, pipe_ev *ev)
      * tick is a client's, not a probe's. */
     if (c->hello && !c->announced &&
         pj_now_ns() - c->t_hello_ns >= (uint64_t)ANNOUNCE_MS * 1000000ull)
-        announce_conn(s, c);
+        announce_conn_open(c, s->conns.count + 1);
     /* A probe's close at debug; one that never said HELLO (a version
      * refused, a stray peer) at info, its uid with it: nothing else said
      * it at info. */
@@ -1045,7 +1077,7 @@ static void finish_req(pj_server *s, pj_req *r)
             for (pj_conn **pp = &s->zombies; *pp; pp = &(*pp)->next) {
                 if (*pp == c) {
                     *pp = c->next;
-                    set_zombies(s, s->n_zombies - 1);
+                    sync_zombies(s);
                     break;
                 }
             }
@@ -1827,7 +1859,7 @@ static void free_conns(pj_server *s)
         s->zombies = c->next;
         conn_free(s, c);
     }
-    set_zombies(s, 0);
+    sync_zombies(s);
     pj_orphans_sweep(&s->orphans, s->be, 1);
 }
 
@@ -2762,6 +2794,7 @@ int pj_server_destroy(pj_server *s)
     pj_stats_free(&s->stats);
     free(s->pipes);
     free(s->pipe_uids);
+    free(s->cb_zombie_uids);
     free(s->retired);
     pthread_mutex_destroy(&s->mu);
     free(s);

@@ -377,7 +377,8 @@ START_TEST(connection_limit_per_uid)
     pj_dproc d;
     pjd_start(&d, g_model_path,
               "{\"socket\": {\"mode\": \"0666\"}, \"auth\": {\"allow_uids\": [65534]}, "
-              "\"limits\": {\"max_connections\": 8, \"max_connections_per_uid\": 2}}");
+              "\"limits\": {\"max_connections\": 8, \"max_connections_per_uid\": 2}, "
+              "\"cpu\": {\"min_op_us\": 500000}}");
     int up[2], down[2];
     ck_assert_int_eq(pipe(up), 0);
     ck_assert_int_eq(pipe(down), 0);
@@ -397,26 +398,47 @@ START_TEST(connection_limit_per_uid)
     close(down[0]);
     char ch = 0;
     ck_assert_int_eq(read(up[0], &ch, 1), 1); /* it holds two, its third refused */
-    ck_assert(pj_dproc_log_has(&d, "uid 65534 holds 2 connections, its limit", 2000));
+    ck_assert(pj_dproc_log_has(&d, "uid 65534 holds 2 connections (", 2000));
     /* Another uid gets in beside it. */
-    pjt_client a, b, c;
+    pjt_client a, c;
+    pjc_conn b;
+    char why[512];
     ck_assert_int_eq(connect_hello(&a, d.url), PJ_OK);
-    ck_assert_int_eq(connect_hello(&b, d.url), PJ_OK);
+    ck_assert_msg(pjc_open(&b, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
     ck_assert_double_ge(pjd_stat(&a, "connections.refused"), 1);
     ck_assert_double_eq(pjd_stat(&a, "connections.current"), 4);
-    /* ... up to its own two. */
+    /* ... up to its own two, one of them closed with its request still
+     * running (held 500 ms): it counts until the request is done. */
+    const pj_model_layer *L = &pjc_model()->layers[0];
+    pj_op op = {.layer = 0,
+                .m = 1,
+                .n = L->max_n,
+                .x_buf = b.xid,
+                .x_ld = L->w.k,
+                .y_buf = b.yid,
+                .y_ld = L->max_n};
+    pj_project pp = {.n_ops = 1, .ops = &op};
+    pjt_async q;
+    ck_assert_int_eq(pjt_project_send(&b.c, &q, 7, &pp), 0);
+    ck_assert_double_eq(pjd_wait_stat(&a, "inflight", 1, 10000), 1);
+    pjt_async_close(&q);
+    pjc_close(&b);
+    ck_assert_double_eq(pjd_wait_stat(&a, "connections.closing", 1, 10000), 1);
     ck_assert_int_eq(pjt_connect(&c, d.url, 2000), 0);
     ck_assert_int_lt(pjt_hello(&c, "third"), 0);
     pjt_close(&c);
     char want[160];
-    snprintf(want, sizeof want, "uid %u holds 2 connections, its limit", (unsigned)geteuid());
+    snprintf(want, sizeof want, "uid %u holds 2 connections (closed ones still running included)",
+             (unsigned)geteuid());
     ck_assert(pj_dproc_log_has(&d, want, 2000));
+    /* Its request done, the place is free. */
+    ck_assert_int_eq(connect_hello_when_free(&c, d.url, "third"), PJ_OK);
+    pjt_close(&c);
     close(down[1]);
     int st;
     ck_assert_int_eq(waitpid(pid, &st, 0), pid);
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "uid 65534's side: status %d", st);
     close(up[0]);
-    pjt_close(&b);
     pjt_close(&a);
     pjd_stop(&d);
 }
