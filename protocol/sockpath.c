@@ -452,13 +452,21 @@ static int check_ancestor(const char *dir, const char *p, char *err, size_t errl
 }
 
 /* Every symbolic link met on the way to `path` (absolute), followed as
- * the kernel follows them: the link must be owned by us or root, and the
- * directory holding it must pass check_ancestor. The resolved chain alone
+ * the kernel follows them: the link must be owned by us or root, and
+ * every directory walked through (the link's own and those above it) must
+ * pass check_ancestor. The resolved chain alone
  * (check_chain) said nothing of a link another user owns (in /tmp, say),
  * which that user can point elsewhere at any time: the listener is bound,
  * chmodded and renamed by path again at every replacement, and a link
  * flipped between the check and those calls turned them on files of the
  * user's choosing (a review made a root-owned file 0666). */
+static int too_long(const char *dir, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "socket dir %s: a path on the way is longer than %d bytes", dir,
+             PATH_MAX - 1);
+    return -ENAMETOOLONG;
+}
+
 static int check_links(const char *dir, const char *path, int depth, char *err, size_t errlen)
 {
     char cur[PATH_MAX] = ""; /* resolved so far, without links: "" is "/" */
@@ -480,11 +488,17 @@ static int check_links(const char *dir, const char *path, int depth, char *err, 
         }
         char next[PATH_MAX];
         if ((size_t)snprintf(next, sizeof next, "%s/%s", cur, c) >= sizeof next)
-            return 0; /* realpath says so next */
+            return too_long(dir, err, errlen);
         struct stat st;
         if (lstat(next, &st) != 0)
             return 0; /* missing: made by the start (check_creatable) or said by realpath */
         if (!S_ISLNK(st.st_mode)) {
+            /* Every directory walked through, not only where a link sits:
+             * one another user owns above a link could have the link's
+             * directory replaced, link and all. */
+            int rc = check_ancestor(dir, next, err, errlen);
+            if (rc != 0)
+                return rc;
             memcpy(cur, next, sizeof cur);
             continue;
         }
@@ -492,17 +506,17 @@ static int check_links(const char *dir, const char *path, int depth, char *err, 
             snprintf(err, errlen,
                      "socket dir %s: the path goes through the symbolic link %s, owned by uid %u, "
                      "who could point it elsewhere; use a path without it, or links owned by "
-                     "uid %u or root",
-                     dir, next, (unsigned)st.st_uid, (unsigned)geteuid());
+                     "%s",
+                     dir, next, (unsigned)st.st_uid, geteuid() == 0 ? "root" : "this uid or root");
             return -EPERM;
         }
-        int rc = check_ancestor(dir, cur[0] ? cur : "/", err, errlen);
-        if (rc != 0)
-            return rc;
         char target[PATH_MAX], joined[PATH_MAX];
         ssize_t n = readlink(next, target, sizeof target - 1);
-        if (n < 0)
-            return 0;
+        if (n < 0) {
+            int e = errno;
+            snprintf(err, errlen, "socket dir %s: readlink %s: %s", dir, next, strerror(e));
+            return -e;
+        }
         target[n] = '\0';
         const char *tail = save && *save ? save : "";
         /* an absolute target starts again from "/"; a relative one from
@@ -510,7 +524,7 @@ static int check_links(const char *dir, const char *path, int depth, char *err, 
         int jn = target[0] == '/' ? snprintf(joined, sizeof joined, "%s/%s", target, tail)
                                   : snprintf(joined, sizeof joined, "%s/%s/%s", cur, target, tail);
         if (jn < 0 || (size_t)jn >= sizeof joined)
-            return 0;
+            return too_long(dir, err, errlen);
         return check_links(dir, joined, depth + 1, err, errlen);
     }
     return 0;

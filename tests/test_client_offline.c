@@ -173,6 +173,21 @@ START_TEST(test_sockpath)
         ck_assert_int_eq(pj_sockpath_check_dir(via, err, sizeof err), -EPERM); /* through l2 */
         ck_assert_msg(strstr(err, "symbolic link") && strstr(err, "uid 65534"), "err: %s", err);
         ck_assert_int_eq(lchown(lnk, 0, 0), 0);
+        /* A link of ours in a directory of ours, under a directory another
+         * uid owns: that uid can move our directory away and put its own
+         * (link and all) in its place. */
+        char above[200], mine[240], l4[280];
+        snprintf(above, sizeof above, "%s/above", tmpdir);
+        ck_assert_int_eq(mkdir(above, 0755), 0);
+        snprintf(mine, sizeof mine, "%s/mine", above);
+        ck_assert_int_eq(mkdir(mine, 0755), 0);
+        snprintf(l4, sizeof l4, "%s/l4", mine);
+        ck_assert_int_eq(symlink(real, l4), 0);
+        snprintf(via, sizeof via, "%s/sub", l4);
+        ck_assert_msg(pj_sockpath_check_dir(via, err, sizeof err) == 0, "err: %s", err);
+        ck_assert_int_eq(chown(above, 65534, 65534), 0);
+        ck_assert_int_eq(pj_sockpath_check_dir(via, err, sizeof err), -EPERM);
+        ck_assert_msg(strstr(err, "ancestor") && strstr(err, above), "err: %s", err);
     }
     /* ours, but in a directory anyone may write (not sticky): refused */
     snprintf(pub, sizeof pub, "%s/pub", tmpdir);
