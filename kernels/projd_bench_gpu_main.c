@@ -102,6 +102,7 @@ static pj_model *g_model;
 
 typedef struct opts {
     const char *out, *table, *tune, *commit;
+    int out_fd; /* --out, opened once checked: its files are made in it (out_file) */
     double tune_budget;
     unsigned tune_m_lo, tune_m_hi; /* --tune-new re-tunes only these m */
     int reps, survey;
@@ -926,7 +927,8 @@ static FILE *out_file(const bench *b, const char *name)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", b->o.out, name);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    /* In the folder checked at the start, whatever its path names now. */
+    int fd = openat(b->o.out_fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f)
         die("%s: %s", path, strerror(errno));
@@ -2524,7 +2526,14 @@ int main(int argc, char **argv)
      * another user's could have it replaced, or hold links to files the run
      * would overwrite (out_file follows none). */
     struct stat ost;
-    if (lstat(b->o.out, &ost) != 0 || !S_ISDIR(ost.st_mode))
+    /* "dir/" would follow a link named dir: the slashes go first. */
+    static char out_path[4096];
+    snprintf(out_path, sizeof out_path, "%s", b->o.out);
+    for (size_t l = strlen(out_path); l > 1 && out_path[l - 1] == '/'; l--)
+        out_path[l - 1] = '\0';
+    b->o.out = out_path;
+    b->o.out_fd = open(b->o.out, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (b->o.out_fd < 0 || fstat(b->o.out_fd, &ost) != 0)
         die("--out %s: not a directory (a symbolic link is not followed)", b->o.out);
     if (ost.st_uid != 0 && ost.st_uid != geteuid())
         die("--out %s: owned by uid %u; give a folder of your own (a missing one is made)",

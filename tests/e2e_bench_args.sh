@@ -71,6 +71,7 @@ expect 1 "out $tmp/none/d: No such file or directory" --out "$tmp/none/d"
 mkdir "$tmp/others"
 ln -s "$tmp/others" "$tmp/outlink"
 expect 1 "out $tmp/outlink: not a directory .a symbolic link is not followed" --out "$tmp/outlink"
+expect 1 "out $tmp/outlink: not a directory .a symbolic link is not followed" --out "$tmp/outlink/"
 if [ "$(id -u)" = 0 ]; then
     chown 65534 "$tmp/others"
     expect 1 "out $tmp/others: owned by uid 65534" --out "$tmp/others"
