@@ -2429,6 +2429,7 @@ int main(int argc, char **argv)
     b->prime = 1;
     b->flush_kind = 1;
     b->o.out = "bench-out";
+    b->o.out_fd = -1;
     const char *one_layer = NULL, *one_eng = NULL, *one_knobs = NULL;
     uint32_t one_m = 0;
     int tune_new = 0, tune_m_given = 0;
