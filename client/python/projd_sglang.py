@@ -136,8 +136,15 @@ import errno
 import threading
 import time
 import warnings
+import weakref
 
 import projd
+
+# The layers whose weights the daemon serves, loaded once
+# (process_weights_after_loading), and those a refused reload's rollback
+# will pass through again. Weak: a model dropped takes its layers along.
+_loaded = weakref.WeakSet()
+_rollback = weakref.WeakSet()
 
 __all__ = ["ProjdLinearMethod", "check_weight", "quant_config", "release_registrations"]
 
@@ -667,14 +674,22 @@ class ProjdLinearMethod:
         # The daemon holds the weights; a second call is a reload
         # (update_weights_from_disk), whose copies into the meta weight
         # were dropped: the daemon would go on serving the old weights
-        # while SGLang reported success.
+        # while SGLang reported success. SGLang answers the refusal by
+        # loading the old weights again ("rolling back"), which calls this
+        # once more for every layer: those calls pass, or the rollback
+        # would fail too and the error escape it.
+        if layer in _rollback:
+            _rollback.discard(layer)
+            return
         if getattr(layer, "projd_loaded", False):
+            _rollback.update(_loaded)
             raise RuntimeError(
                 "projd: layer %r's weights cannot be reloaded in the worker (the daemon "
                 "serves them from its model file): point the daemon at the new file and "
                 "restart it" % self.L.name
             )
         layer.projd_loaded = True
+        _loaded.add(layer)
 
     def restore_weights_before_loading(self, layer) -> None:
         # SGLang 0.5.23+ calls this on every quantized module before a

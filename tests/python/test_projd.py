@@ -1383,14 +1383,27 @@ class SglangAdapterTests(DaemonTest):
         import types
         import projd_sglang
 
+        class Layer:  # hashable and weakly referable, as torch's modules are
+            pass
+
         m = projd_sglang.ProjdLinearMethod.__new__(projd_sglang.ProjdLinearMethod)
         m.L = types.SimpleNamespace(name="o")
-        layer = types.SimpleNamespace()
-        m.process_weights_after_loading(layer)  # the first load: nothing to do
+        layers = [Layer() for _ in range(3)]
+        for layer in layers:
+            m.process_weights_after_loading(layer)  # the first load: nothing to do
+        # A reload: refused at the first layer SGLang processes ...
         with self.assertRaisesRegex(RuntimeError, "'o'.s weights cannot be reloaded"):
+            m.process_weights_after_loading(layers[0])
+        # ... and its rollback (every layer once more) passes ...
+        for layer in layers:
+            m.process_weights_after_loading(layer)
+        # ... after which a reload is refused again.
+        with self.assertRaisesRegex(RuntimeError, "cannot be reloaded"):
+            m.process_weights_after_loading(layers[1])
+        for layer in layers:
             m.process_weights_after_loading(layer)
         with self.assertRaisesRegex(RuntimeError, "cannot be updated in the worker"):
-            m.restore_weights_before_loading(layer)
+            m.restore_weights_before_loading(layers[0])
 
 
 class SglangRegistrationCacheTests(unittest.TestCase):
