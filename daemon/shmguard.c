@@ -131,10 +131,12 @@ void pj_shmguard_remove(int slot)
 {
     if (slot < 0 || slot >= PJ_SHMGUARD_SLOTS)
         return;
+    /* base goes to 0 last: until then add cannot claim the slot, so the
+     * two never change it at once (remove runs on the closer's thread). */
     atomic_fetch_add(&g_slots[slot].gen, 1);
     atomic_store(&g_slots[slot].len, 0);
-    atomic_store(&g_slots[slot].base, 0);
     atomic_fetch_add(&g_slots[slot].gen, 1);
+    atomic_store(&g_slots[slot].base, 0);
 }
 
 int pj_shmguard_faulted(int slot)
