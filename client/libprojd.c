@@ -1654,6 +1654,11 @@ static void peer_check(nng_pipe p, nng_pipe_ev ev, void *arg)
 static int bad_peer_error(projd_conn *c, projd_error *e)
 {
     long long uid = atomic_load(&c->bad_peer);
+    if (uid == (long long)UINT32_MAX)
+        return fail(e, -EPERM,
+                    "connect %s: the peer's credentials could not be read (not a Unix socket "
+                    "peer nng can ask); refusing it",
+                    c->url);
     return fail(e, -EPERM,
                 "connect %s: the process serving this socket runs as uid %lld, not root or our "
                 "uid %u%s; refusing it (set PROJD_TRUST_UID=%lld if that daemon is meant to run "
@@ -1973,7 +1978,7 @@ int projd_connect_timeout(const char *url, const char *name, int timeout_ms, pro
         errno = 0;
         unsigned long v = strtoul(tu, &end, 10);
         struct passwd pw, *pr = NULL;
-        char pwbuf[1024];
+        char pwbuf[16384]; /* a directory service's entry can pass 1 KiB (ERANGE) */
         if (!*end && !errno && tu[0] >= '0' && tu[0] <= '9' && v <= UINT32_MAX)
             c->trust_uid = (long long)v;
         else if (getpwnam_r(tu, &pw, pwbuf, sizeof pwbuf, &pr) == 0 && pr)
