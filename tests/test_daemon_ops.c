@@ -46,19 +46,28 @@ static char g_model_path[4200];
  * groups groups[0..n_groups); returns its exit code (or 100 + signal),
  * waiting at most timeout_ms. The fork happens before this process uses
  * nng. */
-static int as_user_groups(uid_t uid, gid_t gid, size_t n_groups, const gid_t *groups,
-                          int (*fn)(void *), void *arg, int timeout_ms)
+/* Fork a child that drops to uid/gid with groups[0..n_groups) and exits
+ * with fn(arg) (90 when it cannot drop); its pid, or -1. */
+static pid_t spawn_as_user(uid_t uid, gid_t gid, size_t n_groups, const gid_t *groups,
+                           int (*fn)(void *), void *arg)
 {
     fflush(stdout);
     fflush(stderr);
     pid_t pid = fork();
-    if (pid < 0)
-        return -1;
     if (pid == 0) {
         if (setgroups(n_groups, groups) != 0 || setgid(gid) != 0 || setuid(uid) != 0)
             _exit(90);
         _exit(fn(arg));
     }
+    return pid;
+}
+
+static int as_user_groups(uid_t uid, gid_t gid, size_t n_groups, const gid_t *groups,
+                          int (*fn)(void *), void *arg, int timeout_ms)
+{
+    pid_t pid = spawn_as_user(uid, gid, n_groups, groups, fn, arg);
+    if (pid < 0)
+        return -1;
     struct timespec ts = {0, 10 * 1000 * 1000};
     for (int waited = 0; waited < timeout_ms; waited += 10) {
         int st;
@@ -341,12 +350,15 @@ END_TEST
  * 0 when all that went as it should. */
 typedef struct per_uid_arg {
     const char *url;
-    int up, down;
+    int up, down;               /* the child's ends */
+    int parent_up, parent_down; /* closed in the child: down's EOF is the parent's close */
 } per_uid_arg;
 
 static int per_uid_user(void *p)
 {
     const per_uid_arg *a = p;
+    close(a->parent_up);
+    close(a->parent_down);
     pjt_client x, y, z;
     if (connect_hello(&x, a->url) != PJ_OK || connect_hello(&y, a->url) != PJ_OK)
         return 2;
@@ -382,18 +394,10 @@ START_TEST(connection_limit_per_uid)
     int up[2], down[2];
     ck_assert_int_eq(pipe(up), 0);
     ck_assert_int_eq(pipe(down), 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
+    per_uid_arg ua = {
+        .url = d.url, .up = up[1], .down = down[0], .parent_up = up[0], .parent_down = down[1]};
+    pid_t pid = spawn_as_user(65534, 65534, 0, NULL, per_uid_user, &ua);
     ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        close(up[0]);
-        close(down[1]);
-        if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
-            _exit(90);
-        per_uid_arg a = {.url = d.url, .up = up[1], .down = down[0]};
-        _exit(per_uid_user(&a));
-    }
     close(up[1]);
     close(down[0]);
     char ch = 0;
