@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "kernels/dispatch.h"
+#include "protocol/sockpath.h"
 
 /* Enums are stored through an int; the schema assumes they are int-sized. */
 _Static_assert(sizeof(pj_backend_kind) == sizeof(int), "enum size");
@@ -512,9 +513,9 @@ static bool string_ok(strrule rule, const char *s, size_t len)
         return len == 0 || ((strncmp(s, "GPU-", 4) == 0 || strncmp(s, "MIG-", 4) == 0) && len > 4 &&
                             all_chars(s + 4, is_uuid_char));
     case S_IPC_URL:
-        /* Absolute: a relative path would depend on the working directory,
-         * and the daemon checks its socket's directory by path. */
-        return len == 0 || (strncmp(s, "ipc://", 6) == 0 && s[6] == '/' && len - 6 <= SUN_PATH_MAX);
+        /* The rule a start applies to any URL it would listen on (an
+         * absolute path: the daemon checks its directory by path). */
+        return len == 0 || pj_sockpath_check_served(s, "", NULL, 0) == 0;
     case S_ENGINE:
         return len == 0 || pj_eng_from_name(s) >= 0;
     }

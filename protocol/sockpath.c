@@ -382,7 +382,8 @@ int pj_sockpath_check_served(const char *url, const char *where, char *err, size
                                            : NULL;
     if (!why)
         return 0;
-    snprintf(err, errlen, "socket URL \"%.200s\" (%s): %s", url, where, why);
+    if (err && errlen)
+        snprintf(err, errlen, "socket URL \"%.200s\" (%s): %s", url, where, why);
     return -EINVAL;
 }
 

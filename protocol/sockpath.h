@@ -93,8 +93,9 @@ int pj_sockpath_find_instance(const char *dir, char *url, size_t urllen, char *e
 int pj_sockpath_instance(unsigned instance, char *url, size_t urllen, char *err, size_t errlen);
 
 /* Whether a daemon may listen on url: ipc:// and an absolute path of at
- * most 107 bytes (a Unix socket's limit). 0, or -EINVAL with a message
- * saying which rule it breaks (where = how the URL was chosen, for it). */
+ * most 107 bytes (a Unix socket's limit); config's socket.url takes the
+ * same rule. 0, or -EINVAL with a message saying which rule it breaks
+ * (where = how the URL was chosen, for it; err may be NULL). */
 int pj_sockpath_check_served(const char *url, const char *where, char *err, size_t errlen);
 
 /* The filesystem path inside an ipc:// URL (a pointer into url), or NULL
