@@ -403,22 +403,24 @@ START_TEST(test_sockpath_stale_system)
     pj_sockpath_source src;
     const pj_sockpath_role C = PJ_SOCKPATH_CLIENT;
 #define RESOLVE() pj_sockpath_default_at(C, sys, run, url, sizeof url, &src, err, sizeof err)
+    /* Resolved, from want_src, to the URL the rest formats. */
+#define EXPECT_URL(want_src, ...)                                                                  \
+    do {                                                                                           \
+        ck_assert_int_eq(RESOLVE(), 0);                                                            \
+        ck_assert_int_eq(src, want_src);                                                           \
+        snprintf(want, sizeof want, __VA_ARGS__);                                                  \
+        ck_assert_str_eq(url, want);                                                               \
+    } while (0)
 
     /* Live system socket, a live instance beside it: the system's, as before. */
     int sys_fd = listen_sock(tmpdir, "projd.sock");
     int inst_fd = listen_sock(run, "projd-3.sock");
-    ck_assert_int_eq(RESOLVE(), 0);
-    ck_assert_int_eq(src, PJ_SOCKPATH_FROM_SYSTEM);
-    snprintf(want, sizeof want, "ipc://%s", sys);
-    ck_assert_str_eq(url, want);
+    EXPECT_URL(PJ_SOCKPATH_FROM_SYSTEM, "ipc://%s", sys);
 
     /* The system daemon gone, its file left: the live instance. */
     close(sys_fd);
     ck_assert_int_eq(access(sys, F_OK), 0);
-    ck_assert_int_eq(RESOLVE(), 0);
-    ck_assert_int_eq(src, PJ_SOCKPATH_FROM_INSTANCE);
-    snprintf(want, sizeof want, "ipc://%s/projd-3.sock", run);
-    ck_assert_str_eq(url, want);
+    EXPECT_URL(PJ_SOCKPATH_FROM_INSTANCE, "ipc://%s/projd-3.sock", run);
 
     /* Two live instances: the caller must pick, as without the stale file. */
     int inst2_fd = listen_sock(run, "projd-4.sock");
@@ -433,19 +435,13 @@ START_TEST(test_sockpath_stale_system)
     snprintf(own_dir, sizeof own_dir, "%s/projd", xdg);
     ck_assert_int_eq(mkdir(own_dir, 0700), 0);
     int own_fd = listen_sock(own_dir, "projd.sock");
-    ck_assert_int_eq(RESOLVE(), 0);
-    ck_assert_int_eq(src, PJ_SOCKPATH_FROM_XDG);
-    snprintf(want, sizeof want, "ipc://%s/projd.sock", own_dir);
-    ck_assert_str_eq(url, want);
+    EXPECT_URL(PJ_SOCKPATH_FROM_XDG, "ipc://%s/projd.sock", own_dir);
     close(own_fd);
 
     /* Every file stale: the system's again (the connect says it is refused,
      * and where else the client looked). */
     close(inst_fd);
-    ck_assert_int_eq(RESOLVE(), 0);
-    ck_assert_int_eq(src, PJ_SOCKPATH_FROM_SYSTEM_STALE);
-    snprintf(want, sizeof want, "ipc://%s", sys);
-    ck_assert_str_eq(url, want);
+    EXPECT_URL(PJ_SOCKPATH_FROM_SYSTEM_STALE, "ipc://%s", sys);
     const char *text = pj_sockpath_source_text(C, src);
     ck_assert_msg(strstr(text, "nothing listens") && strstr(text, "no other projd"), "%s", text);
 
@@ -454,6 +450,7 @@ START_TEST(test_sockpath_stale_system)
     ck_assert_int_eq(unlink(sys), 0);
     ck_assert_int_eq(RESOLVE(), 0);
     ck_assert_int_eq(src, PJ_SOCKPATH_FROM_INSTANCE);
+#undef EXPECT_URL
 #undef RESOLVE
 
     if (xdg_before)
