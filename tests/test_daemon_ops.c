@@ -390,7 +390,7 @@ START_TEST(connection_limit_per_uid)
     pjd_start(&d, g_model_path,
               "{\"socket\": {\"mode\": \"0666\"}, \"auth\": {\"allow_uids\": [65534]}, "
               "\"limits\": {\"max_connections\": 8, \"max_connections_per_uid\": 2}, "
-              "\"cpu\": {\"min_op_us\": 500000}}");
+              "\"cpu\": {\"min_op_us\": 3000000}}");
     int up[2], down[2];
     ck_assert_int_eq(pipe(up), 0);
     ck_assert_int_eq(pipe(down), 0);
@@ -412,7 +412,8 @@ START_TEST(connection_limit_per_uid)
     ck_assert_double_ge(pjd_stat(&a, "connections.refused"), 1);
     ck_assert_double_eq(pjd_stat(&a, "connections.current"), 4);
     /* ... up to its own two, one of them closed with its request still
-     * running (held 500 ms): it counts until the request is done. */
+     * running (held 3 s, time for a loaded machine to get there): it counts until the request is
+     * done. */
     const pj_model_layer *L = &pjc_model()->layers[0];
     pj_op op = {.layer = 0,
                 .m = 1,
