@@ -5,6 +5,16 @@
 #include <stdio.h>
 #include <string.h>
 
+int pj_span_bytes(uint32_t rows, uint64_t ld, uint32_t width, uint64_t *bytes)
+{
+    uint64_t elems;
+    if (__builtin_mul_overflow((uint64_t)(rows - 1), ld, &elems) ||
+        __builtin_add_overflow(elems, (uint64_t)width, &elems) ||
+        __builtin_mul_overflow(elems, (uint64_t)2, bytes))
+        return -1;
+    return 0;
+}
+
 int pj_validate_span(const char *what, uint64_t off, uint32_t rows, uint64_t ld, uint32_t width,
                      uint64_t size, char *err, size_t errlen)
 {
@@ -12,11 +22,8 @@ int pj_validate_span(const char *what, uint64_t off, uint32_t rows, uint64_t ld,
         snprintf(err, errlen, "%s offset %" PRIu64 " is not 2-byte aligned", what, off);
         return PJ_E_BOUNDS;
     }
-    uint64_t elems, bytes, end;
-    if (__builtin_mul_overflow((uint64_t)(rows - 1), ld, &elems) ||
-        __builtin_add_overflow(elems, (uint64_t)width, &elems) ||
-        __builtin_mul_overflow(elems, (uint64_t)2, &bytes) ||
-        __builtin_add_overflow(off, bytes, &end)) {
+    uint64_t bytes, end;
+    if (pj_span_bytes(rows, ld, width, &bytes) != 0 || __builtin_add_overflow(off, bytes, &end)) {
         snprintf(err, errlen,
                  "%s span overflows: offset %" PRIu64 " + ((%u - 1) * %" PRIu64 " + %u) * 2", what,
                  off, rows, ld, width);

@@ -288,6 +288,12 @@ START_TEST(span_checks)
 {
     char err[256];
     /* rows 4, ld 10, width 8: (3 * 10 + 8) * 2 = 76 bytes. */
+    uint64_t bytes = 0;
+    ck_assert_int_eq(pj_span_bytes(4, 10, 8, &bytes), 0);
+    ck_assert_uint_eq(bytes, 76);
+    ck_assert_int_eq(pj_span_bytes(1, UINT64_MAX, 3, &bytes), 0);
+    ck_assert_uint_eq(bytes, 6);
+    ck_assert_int_eq(pj_span_bytes(2, UINT64_MAX / 2, 2, &bytes), -1);
     ck_assert_int_eq(pj_validate_span("x", 0, 4, 10, 8, 76, err, sizeof err), PJ_OK);
     ck_assert_int_eq(pj_validate_span("x", 0, 4, 10, 8, 75, err, sizeof err), PJ_E_BOUNDS);
     ck_assert_int_eq(pj_validate_span("x", 24, 4, 10, 8, 100, err, sizeof err), PJ_OK);
