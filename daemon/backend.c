@@ -40,6 +40,7 @@ int pj_backend_create(const pj_backend_ops *ops, const pj_config *cfg, const pj_
     b->ops = ops;
     b->cfg = cfg;
     b->model = model;
+    b->stream_depth = ops->stream_depth;
     int rc = ops->open(b, err, errlen);
     if (rc != 0) {
         free(b);

@@ -22,7 +22,7 @@
  * returns: a dead device, a full or stalled lane), which may complete before
  * earlier ones still running; the server keeps no order of running jobs, and
  * replies may come in another order than requests (PROTOCOL.md). The
- * server submits at most ops->stream_depth jobs to one stream before the
+ * server submits at most b->stream_depth jobs to one stream before the
  * first of them completes (cpu: 1; a GPU stream may take many).
  *
  * Validation is the server's: every op handed to submit() has a known layer,
@@ -174,6 +174,10 @@ struct pj_backend {
      * device's memPitch. The server refuses such an op before any op of
      * its request runs (validate.h). */
     uint64_t max_row_pitch;
+    /* Jobs of one stream the server hands over before the first of them
+     * completes: ops->stream_depth (set before open), unless open sets
+     * another (the cpu backend's test knob PROJD_CPU_STREAM_DEPTH). */
+    uint32_t stream_depth;
     /* pj_backend_set_fatal's; read only through pj_backend_fatal. */
     void (*fatal)(void *arg, const char *msg);
     void *fatal_arg;

@@ -28,6 +28,8 @@ typedef struct cpu_item {
 
 struct cpu_job {
     pj_job *job;
+    pj_backend_stream *st;  /* its stream: the next job there starts after it */
+    cpu_job *snext;         /* that stream's waiting jobs */
     cpu_job *lprev, *lnext; /* cpu_state.live, in submission order */
     uint64_t t_submit;
     uint32_t op;      /* the op whose chunks are queued or running */
@@ -56,8 +58,14 @@ typedef struct cpu_state {
     atomic_ullong jobs, ops, chunks, busy_ns;
 } cpu_state;
 
+/* A stream runs its jobs one after another in submission order, as a CUDA
+ * stream does: with stream_depth > 1 (PROJD_CPU_STREAM_DEPTH) the server
+ * hands it several, and those behind the running one wait here. Under
+ * cpu_state.mu. */
 struct pj_backend_stream {
-    uint32_t unused;
+    cpu_job *wait_head, *wait_tail;
+    int busy;      /* a job of the stream is queued or running */
+    int destroyed; /* stream_destroy came while busy: its last job frees it */
 };
 
 typedef struct worker_arg {
@@ -142,9 +150,26 @@ static void finish_job(cpu_state *s, cpu_job *cj)
         cj->lnext->lprev = cj->lprev;
     else
         s->live_tail = cj->lprev;
+    /* The stream's next job is taken before done: once the server has the
+     * stream's last job back it may destroy the stream. It starts after
+     * done, so that its completion cannot overtake this one's. */
+    pj_backend_stream *st = cj->st;
+    cpu_job *next = st->wait_head;
+    if (next) {
+        st->wait_head = next->snext;
+        if (!st->wait_head)
+            st->wait_tail = NULL;
+    } else {
+        st->busy = 0;
+    }
+    const int free_st = !next && st->destroyed;
     pthread_mutex_unlock(&s->mu);
+    if (free_st)
+        free(st);
     free(cj);
     job->done(job);
+    if (next)
+        push_op(s, next);
 }
 
 static void run_item(cpu_state *s, cpu_item *it, float *scratch)
@@ -267,6 +292,15 @@ static int cpu_open(pj_backend *b, char *err, size_t errlen)
     const char *pitch = getenv("PROJD_CPU_MAX_ROW_PITCH");
     if (pitch && *pitch)
         b->max_row_pitch = strtoull(pitch, NULL, 10);
+    /* Tests only: several jobs of a connection with the backend at once,
+     * as the cuda backend takes them (8), run in order, so that the CPU
+     * suite covers the server's paths with more than one running
+     * (tests/e2e_depth.sh). */
+    const char *depth = getenv("PROJD_CPU_STREAM_DEPTH");
+    if (depth && *depth) {
+        unsigned long d = strtoul(depth, NULL, 10);
+        b->stream_depth = d < 1 ? 1 : d > 64 ? 64 : (uint32_t)d;
+    }
     b->priv = s;
     if (s->min_op_ns)
         snprintf(b->device_name, sizeof b->device_name,
@@ -335,15 +369,22 @@ static int cpu_stream_create(pj_backend *b, pj_backend_stream **out, char *err, 
     return 0;
 }
 
+/* The server destroys a stream once every job of it is done, but the
+ * contract lets it go with jobs still running (backend.h): those finish,
+ * and the last frees it. */
 static void cpu_stream_destroy(pj_backend *b, pj_backend_stream *st)
 {
-    (void)b;
-    free(st);
+    cpu_state *s = b->priv;
+    pthread_mutex_lock(&s->mu);
+    const int busy = st->busy;
+    st->destroyed = 1;
+    pthread_mutex_unlock(&s->mu);
+    if (!busy)
+        free(st);
 }
 
 static int cpu_submit(pj_backend *b, pj_backend_stream *st, pj_job *job)
 {
-    (void)st;
     cpu_state *s = b->priv;
     if (job->n_ops == 0)
         return -EINVAL;
@@ -353,6 +394,7 @@ static int cpu_submit(pj_backend *b, pj_backend_stream *st, pj_job *job)
     if (!cj)
         return -ENOMEM;
     cj->job = job;
+    cj->st = st;
     job->err[0] = 0;
     cj->t_submit = now_ns();
     pthread_mutex_lock(&s->mu);
@@ -362,8 +404,18 @@ static int cpu_submit(pj_backend *b, pj_backend_stream *st, pj_job *job)
     else
         s->live = cj;
     s->live_tail = cj;
+    const int wait = st->busy;
+    if (wait) {
+        if (st->wait_tail)
+            st->wait_tail->snext = cj;
+        else
+            st->wait_head = cj;
+        st->wait_tail = cj;
+    }
+    st->busy = 1;
     pthread_mutex_unlock(&s->mu);
-    push_op(s, cj);
+    if (!wait)
+        push_op(s, cj);
     return 0;
 }
 

@@ -851,7 +851,7 @@ static void pump(pj_server *s, pj_conn *c)
         return;
     c->pumping = 1;
     set_deferred(s, c, 0);
-    while (c->q_head && c->n_running < s->be->ops->stream_depth) {
+    while (c->q_head && c->n_running < s->be->stream_depth) {
         pj_req *r = c->q_head;
         c->q_head = r->next;
         if (!c->q_head)

@@ -922,6 +922,107 @@ START_TEST(cpu_backend_matches_reference)
 }
 END_TEST
 
+/* PROJD_CPU_STREAM_DEPTH (tests only): the server may hand a stream
+ * several jobs at once, as it does the cuda backend's, and they must run
+ * one after another and complete in submission order, as on a CUDA stream;
+ * other streams' jobs run beside them. Each op is held 50 ms
+ * (cpu.min_op_us), so jobs of one stream run side by side would overlap in
+ * time and those finishing out of order would show. */
+typedef struct order_waiter {
+    waiter w;
+    pj_job *order[8];
+} order_waiter;
+
+static void on_job_done_ordered(pj_job *job)
+{
+    order_waiter *ow = job->ctx;
+    pthread_mutex_lock(&ow->w.mu);
+    if (ow->w.done < 8)
+        ow->order[ow->w.done] = job;
+    ow->w.done++;
+    pthread_cond_broadcast(&ow->w.cv);
+    pthread_mutex_unlock(&ow->w.mu);
+}
+
+START_TEST(cpu_backend_stream_depth)
+{
+    const pj_model *model = pjc_model();
+    pj_config cfg;
+    pj_config_defaults(&cfg);
+    cfg.cpu.threads = 4;
+    cfg.cpu.min_op_us = 50000;
+    pj_backend *be;
+    char err[256];
+    ck_assert_int_eq(pj_backend_create(pj_backend_cpu_ops(), &cfg, model, &be, err, sizeof err), 0);
+    ck_assert_uint_eq(be->stream_depth, 1); /* the default: ops->stream_depth */
+    pj_backend_destroy(be);
+    setenv("PROJD_CPU_STREAM_DEPTH", "4", 1);
+    int rc = pj_backend_create(pj_backend_cpu_ops(), &cfg, model, &be, err, sizeof err);
+    unsetenv("PROJD_CPU_STREAM_DEPTH");
+    ck_assert_int_eq(rc, 0);
+    ck_assert_uint_eq(be->stream_depth, 4);
+    pj_backend_stream *st[2];
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(be->ops->stream_create(be, &st[i], err, sizeof err), 0);
+    /* Jobs 0-3 on stream 0, 4-5 on stream 1; each its own y. */
+    enum { NJ = 6 };
+    const pj_model_layer *L = &model->layers[0];
+    uint16_t *y = malloc((size_t)NJ * 4 * L->max_n * 2);
+    memset(y, 0xff, (size_t)NJ * 4 * L->max_n * 2);
+    pj_exec_op ops[NJ];
+    pj_job jobs[NJ];
+    order_waiter ow = {.w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0}};
+    for (int j = 0; j < NJ; j++) {
+        ops[j] = (pj_exec_op){.layer = 0,
+                              .L = L,
+                              .m = 4,
+                              .n = L->max_n,
+                              .k = L->w.k,
+                              /* the first 4 rows of the m = 32 input:
+                                 rows are independent */
+                              .x = pjc_ref_x(0, 3, 0),
+                              .y = y + (size_t)j * 4 * L->max_n,
+                              .x_ld = L->w.k,
+                              .y_ld = L->max_n};
+        memset(&jobs[j], 0, sizeof jobs[j]);
+        jobs[j].n_ops = 1;
+        jobs[j].ops = &ops[j];
+        jobs[j].done = on_job_done_ordered;
+        jobs[j].ctx = &ow;
+        ck_assert_int_eq(be->ops->submit(be, st[j < 4 ? 0 : 1], &jobs[j]), 0);
+    }
+    /* A stream destroyed with jobs still running (the contract allows it):
+     * they finish, and the last frees it (ASan and LSan would see either
+     * mistake). */
+    be->ops->stream_destroy(be, st[1]);
+    ck_assert_int_eq(wait_done(&ow.w, NJ, 60), NJ);
+    int pos[NJ];
+    for (int i = 0; i < NJ; i++)
+        for (int j = 0; j < NJ; j++)
+            if (ow.order[i] == &jobs[j])
+                pos[j] = i;
+    for (int j = 0; j < NJ; j++) {
+        ck_assert_int_eq(jobs[j].status, PJ_OK);
+        ck_assert_msg(
+            memcmp(y + (size_t)j * 4 * L->max_n, pjc_ref_y(0, 3, 0), (size_t)4 * L->max_n * 2) == 0,
+            "job %d: y differs from the reference", j);
+        if (j == 0 || j == 4)
+            continue;
+        ck_assert_msg(pos[j] > pos[j - 1], "job %d of its stream completed before job %d", j,
+                      j - 1);
+        ck_assert_msg(jobs[j].start_ns >= jobs[j - 1].end_ns,
+                      "job %d started %lld ns before job %d of its stream ended", j,
+                      (long long)(jobs[j - 1].end_ns - jobs[j].start_ns), j - 1);
+    }
+    /* The streams ran beside each other: stream 1's first job started
+     * before stream 0's last began (four 50 ms jobs in a row). */
+    ck_assert_uint_lt(jobs[4].start_ns, jobs[3].start_ns);
+    be->ops->stream_destroy(be, st[0]);
+    pj_backend_destroy(be);
+    free(y);
+}
+END_TEST
+
 /* oldest_job_ns, what the systemd watchdog asks: 0 while idle, the submit
  * time of the oldest unfinished job while any is held, the next one's once
  * the first is done; never a client wait on this backend. cpu.min_op_us
@@ -1182,6 +1283,7 @@ int main(void)
         {"histogram_quantiles", histogram_quantiles},
         {"cpu_backend_matches_reference", cpu_backend_matches_reference},
         {"cpu_backend_oldest_job", cpu_backend_oldest_job},
+        {"cpu_backend_stream_depth", cpu_backend_stream_depth},
         {"log_lines", log_lines},
         {"peer_groups", peer_groups},
         {"peer_exit_and_stat_state", peer_exit_and_stat_state},
