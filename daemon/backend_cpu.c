@@ -31,7 +31,10 @@ struct cpu_job {
     pj_backend_stream *st;  /* its stream: the next job there starts after it */
     cpu_job *snext;         /* that stream's waiting jobs */
     cpu_job *lprev, *lnext; /* cpu_state.live, in submission order */
+    /* Submitted, or, for a job that waited behind its stream's earlier
+     * ones, when the one before it finished (oldest_job_ns). */
     uint64_t t_submit;
+    int behind;       /* waiting in its stream behind an earlier job */
     uint32_t op;      /* the op whose chunks are queued or running */
     uint64_t op_t0;   /* when that op was queued (for cpu.min_op_us) */
     atomic_uint left; /* chunks of that op not yet finished */
@@ -156,6 +159,12 @@ static void finish_job(cpu_state *s, cpu_job *cj)
     pj_backend_stream *st = cj->st;
     cpu_job *next = st->wait_head;
     if (next) {
+        /* Its time as the backend's starts now: the watchdog's age of a
+         * job that waited behind its stream's earlier ones would add up
+         * their run times, and a client keeping several requests in
+         * flight would read as a stall. */
+        next->t_submit = job->end_ns;
+        next->behind = 0;
         st->wait_head = next->snext;
         if (!st->wait_head)
             st->wait_tail = NULL;
@@ -405,6 +414,7 @@ static int cpu_submit(pj_backend *b, pj_backend_stream *st, pj_job *job)
         s->live = cj;
     s->live_tail = cj;
     const int wait = st->busy;
+    cj->behind = wait;
     if (wait) {
         if (st->wait_tail)
             st->wait_tail->snext = cj;
@@ -419,15 +429,22 @@ static int cpu_submit(pj_backend *b, pj_backend_stream *st, pj_job *job)
     return 0;
 }
 
-/* No cpu job waits for a client (no WAIT_EVENT here): queued or running,
- * its time is the backend's. */
+/* No cpu job waits for a client (no WAIT_EVENT here): queued for the
+ * workers or running, its time is the backend's, from its t_submit. A job
+ * still behind its stream's earlier ones is not counted, and one that
+ * waited so counts from the end of the one before it, so the live list
+ * (submission order) is searched for the oldest; it holds at most
+ * stream_depth jobs per connection. */
 static uint64_t cpu_oldest_job_ns(pj_backend *b, uint64_t *client_wait)
 {
     cpu_state *s = b->priv;
     if (client_wait)
         *client_wait = 0;
     pthread_mutex_lock(&s->mu);
-    uint64_t t = s->live ? s->live->t_submit : 0;
+    uint64_t t = 0;
+    for (const cpu_job *cj = s->live; cj; cj = cj->lnext)
+        if (!cj->behind && (!t || cj->t_submit < t))
+            t = cj->t_submit;
     pthread_mutex_unlock(&s->mu);
     return t;
 }

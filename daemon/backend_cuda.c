@@ -3042,8 +3042,13 @@ static uint64_t cu_oldest_job_ns(pj_backend *b, uint64_t *client_wait)
                     p->t_own = now;
                 }
             }
-            if (p->t_own && (!own || p->t_own < own))
-                own = p->t_own;
+            /* A lane runs in order: its head has been the device's to run
+             * only since the job before it finished (t_moved), however
+             * long ago it came; counted from its submission, a connection
+             * keeping several requests in flight would read as a stall. */
+            uint64_t t = p->t_own && ln->t_moved > p->t_own ? ln->t_moved : p->t_own;
+            if (t && (!own || t < own))
+                own = t;
         }
         pthread_mutex_unlock(&ln->mu);
     }

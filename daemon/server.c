@@ -776,7 +776,8 @@ static void on_pipe_rem(pj_server *s, pipe_ev *ev)
     if (c->ring)
         pj_ringsrv_stop(c->ring);
     /* Requests that have not started will never be answered: drop them.
-     * The one running finishes first; its buffers stay mapped until then. */
+     * Those with the backend (up to its stream depth) finish first; their
+     * buffers stay mapped until then. */
     uint32_t dropped = 0;
     while (c->q_head) {
         pj_req *r = c->q_head;

@@ -30,7 +30,7 @@ fi
 rm -f "$probe"
 
 sbuild=${PJ_ASAN_BUILD:-build-e2e-asan}
-suites=(test_daemon_unit test_daemon_e2e test_daemon_ops test_daemon_ring)
+suites=(test_daemon_unit test_daemon_e2e test_daemon_ops test_daemon_ring test_daemon_depth)
 targets=("$sbuild/bin/projd")
 for s in "${suites[@]}"; do targets+=("$sbuild/tests/$s"); done
 start=$SECONDS

@@ -7,7 +7,9 @@
 # several running ones, and the completions arriving back to back, were
 # covered by the GPU suites only. The suites' own assertions hold at any
 # depth (test_daemon_e2e's killed_client reads the depth to know how many
-# of the killed client's requests ran).
+# of the killed client's requests ran). Most of their cases keep one
+# request in flight per connection; tests/test_daemon_depth.c has the cases
+# written for several.
 #
 # Usage: tests/e2e_depth.sh [BUILD]   (run by tests/run-tests.sh)
 set -uo pipefail
