@@ -421,16 +421,14 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev what, void *arg)
     }
     if (what != NNG_PIPE_EV_REM_POST)
         return;
+    /* The pipe stays counted (max_connections, per uid) until the loop has
+     * retired its connection (forget_pipe_locked): dropped here, a closed
+     * connection whose requests still run would count for nothing until
+     * the loop made it a zombie, and its uid could connect once more. */
     int found = 0;
     pthread_mutex_lock(&s->mu);
-    for (uint32_t i = 0; i < s->n_pipes; i++) {
-        if (s->pipes[i] == id) {
-            s->pipes[i] = s->pipes[--s->n_pipes];
-            s->pipe_uids[i] = s->pipe_uids[s->n_pipes];
-            found = 1;
-            break;
-        }
-    }
+    for (uint32_t i = 0; i < s->n_pipes && !found; i++)
+        found = s->pipes[i] == id;
     pthread_mutex_unlock(&s->mu);
     if (!found)
         return;
@@ -691,13 +689,31 @@ static void release_req(pj_server *s, pj_req *r)
 /* n_zombies from the list, and a copy (count and uids) for the pipe
  * callback, which refuses connections past max_connections and
  * max_connections_per_uid counting them too. */
-static void sync_zombies(pj_server *s)
+/* Pipe id no longer counted among the accepted ones. Under mu. */
+static void forget_pipe_locked(pj_server *s, uint32_t id)
+{
+    for (uint32_t i = 0; i < s->n_pipes; i++) {
+        if (s->pipes[i] == id) {
+            s->pipes[i] = s->pipes[--s->n_pipes];
+            s->pipe_uids[i] = s->pipe_uids[s->n_pipes];
+            return;
+        }
+    }
+}
+
+/* The zombie list's count and uids as the pipe callback reads them, and
+ * (gone_pipe, 0 for none) a closed pipe forgotten in the same step, so
+ * that a closed connection still running is counted once, never zero
+ * times or twice. */
+static void sync_zombies_forget(pj_server *s, uint32_t gone_pipe)
 {
     uint32_t n = 0;
     for (const pj_conn *c = s->zombies; c; c = c->next)
         n++;
     s->n_zombies = n;
     pthread_mutex_lock(&s->mu);
+    if (gone_pipe)
+        forget_pipe_locked(s, gone_pipe);
     if (n > s->cb_zombie_cap) {
         uint32_t cap = n < 16 ? 16 : 2 * n;
         uint32_t *nu = realloc(s->cb_zombie_uids, cap * sizeof *nu);
@@ -711,6 +727,11 @@ static void sync_zombies(pj_server *s)
         s->cb_zombie_uids[k++] = c->uid;
     s->cb_zombies = n;
     pthread_mutex_unlock(&s->mu);
+}
+
+static void sync_zombies(pj_server *s)
+{
+    sync_zombies_forget(s, 0);
 }
 
 /* c's ring's replies lost and poller sleeps added to *lost and *sleeps
@@ -734,9 +755,14 @@ static void conn_free(pj_server *s, pj_conn *c)
     pj_conn_free(c, s->be);
 }
 
+/* c's pipe is gone: freed now, or a zombie until its running requests
+ * finish; either way its pipe stops counting as accepted here. */
 static void conn_retire(pj_server *s, pj_conn *c)
 {
     if (c->n_running == 0) {
+        pthread_mutex_lock(&s->mu);
+        forget_pipe_locked(s, c->pipe_id);
+        pthread_mutex_unlock(&s->mu);
         conn_free(s, c);
         return;
     }
@@ -746,7 +772,7 @@ static void conn_retire(pj_server *s, pj_conn *c)
     pj_bufreg_clear(&c->reg);
     c->next = s->zombies;
     s->zombies = c;
-    sync_zombies(s);
+    sync_zombies_forget(s, c->pipe_id);
 }
 
 static void check_drain(pj_server *s);
@@ -767,8 +793,12 @@ static void set_deferred(pj_server *s, pj_conn *c, int on)
 static void on_pipe_rem(pj_server *s, pipe_ev *ev)
 {
     pj_conn *c = pj_conn_table_remove(&s->conns, ev->pipe);
-    if (!c)
+    if (!c) { /* refused by the loop (on_pipe_add): counted until now */
+        pthread_mutex_lock(&s->mu);
+        forget_pipe_locked(s, ev->pipe);
+        pthread_mutex_unlock(&s->mu);
         return;
+    }
     c->gone = 1;
     /* No more requests from its ring; ones already queued for the loop are
      * dropped there (the connection is no longer in the table). */
