@@ -113,10 +113,14 @@ void pj_eng_knobs_str(pj_eng_kind k, const pj_eng_knobs *kn, char *buf, size_t l
 pj_eng_knobs pj_tune_entry_knobs(const pj_tune_entry *e, uint32_t m)
 {
     pj_eng_knobs kn = e->knobs;
-    if (e->eng == PJ_ENG_CUBLAS && kn.lt && e->m != m) {
+    if (e->eng != PJ_ENG_CUBLAS || e->m == m)
+        return kn;
+    if (kn.lt) {
         kn.lt = kn.lid = kn.lst = kn.lsk = kn.lcu = kn.lcl = kn.lsw = 0;
         kn.ltile = 0;
     }
+    if (kn.algo >= 2)
+        kn.algo = 0;
     return kn;
 }
 

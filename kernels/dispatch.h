@@ -234,11 +234,14 @@ int pj_tune_entry_fits(const pj_tune_entry *e, uint32_t n, uint32_t k);
 const pj_tune_entry *pj_dispatch_choose(const pj_tune_table *t, const char *layer, uint32_t n,
                                         uint32_t k, uint32_t m);
 
-/* The knobs entry e runs m with: its own, except that a named cuBLASLt
- * configuration (cublas lt = 1) serves only the entry's own m. It was
- * chosen there and can be far off at the others routed to the entry
- * (round 38's probe: o's m = 256 configuration is 19 % slower at m = 140);
- * they run the entry's algo, as before the entry had a configuration. */
+/* The knobs entry e runs m with: its own at the entry's m. A cublas
+ * entry's choices of cuBLASLt's are for its own shape and can be far off
+ * at the other m routed to it, so there a named configuration (lt = 1)
+ * is dropped (round 38's probe: o's m = 256 configuration is 19 % slower
+ * at m = 140), and an algo of 2 or more (a place in the heuristic's list
+ * for the entry's shape) runs as algo 0, cuBLAS's own choice for the m
+ * (session 52: the H100's pooler m = 32 entry's algo ran m = 20 / 24 at
+ * 0.85x the baseline, algo 0 at 0.996x); algo 0 and 1 stay. */
 pj_eng_knobs pj_tune_entry_knobs(const pj_tune_entry *e, uint32_t m);
 
 #ifdef __cplusplus

@@ -2249,9 +2249,11 @@ extern "C" int pj_eng_check_entry(void *ctx, const pj_tune_entry *e, char *why, 
     c.n = e->n;
     char inner[200];
     // A named configuration's entry: the configuration as far as it does
-    // not depend on the rows, then its algo (the other m it serves) as any
-    // cublas entry's.
-    const pj_eng_knobs kn = pj_tune_entry_knobs(e, 0); // m = 0: no entry's own
+    // not depend on the rows, then its algo as any cublas entry's (at its
+    // own m, which is the shape c describes; the other m run algo 0 for
+    // an algo of 2 or more, pj_tune_entry_knobs).
+    pj_eng_knobs kn = pj_tune_entry_knobs(e, 0); // m = 0: no entry's own
+    kn.algo = e->knobs.algo;
     int rc = 0;
     if (e->eng == PJ_ENG_CUBLAS && e->knobs.lt)
         rc = lt_entry_check(&e->knobs, inner, sizeof inner);

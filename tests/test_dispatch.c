@@ -476,6 +476,21 @@ START_TEST(cublas_explicit_configuration)
     memset(&want, 0, sizeof want);
     want.algo = 1;
     ck_assert_mem_eq(&other, &want, sizeof other);
+    /* An algo of 2 or more is a place in cuBLASLt's list for the entry's
+     * own shape: the other m run algo 0, with or without a configuration. */
+    t.e[0].knobs.algo = 4;
+    own = pj_tune_entry_knobs(&t.e[0], 128);
+    ck_assert_mem_eq(&own, &t.e[0].knobs, sizeof own);
+    other = pj_tune_entry_knobs(&t.e[0], 100);
+    want.algo = 0;
+    ck_assert_mem_eq(&other, &want, sizeof other);
+    pj_eng_knobs bare = t.e[0].knobs;
+    bare.lt = bare.lid = bare.lst = bare.lsk = bare.lcu = bare.lcl = bare.lsw = 0;
+    bare.ltile = 0;
+    t.e[0].knobs = bare;
+    other = pj_tune_entry_knobs(&t.e[0], 33);
+    ck_assert_uint_eq(other.algo, 0);
+    ck_assert_uint_eq(pj_tune_entry_knobs(&t.e[0], 128).algo, 4);
     t.e[0].eng = PJ_ENG_SPLITK; /* only cublas has configurations to drop */
     other = pj_tune_entry_knobs(&t.e[0], 100);
     ck_assert_mem_eq(&other, &t.e[0].knobs, sizeof other);
