@@ -4,10 +4,7 @@
 # with the daemons finding the committed table (PROJD_TUNING_DIR) and
 # test_engines checking the dispatcher's choices from it (PJ_TUNE_TABLE),
 # then the benchmark of that table, twice. The table is this GPU's
-# (config/tuning/<name>.json, named as the daemon looks for it), else
-# h200.json: the pool lends H100s too, and a run on one should score the
-# table its daemons use. (A Hopper with no table of its name: its daemons
-# take the nearest, daemon/tablepick.h; this script then scores h200.json.)
+# (bench/gpu-table.sh).
 # From the device copy's root.
 # Usage: bench/final-check.sh BUILD OUTDIR [COMMIT]
 #   BUILD: the unpacked build (bin/, lib/, tests/gpu/); OUTDIR gets
@@ -18,13 +15,7 @@ F=${2:?usage: bench/final-check.sh BUILD OUTDIR [COMMIT]}
 commit=${3:-final}
 mkdir -p "$F"
 export LD_LIBRARY_PATH=$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -1)
-slug=$(printf '%s' "$gpu" | tr 'A-Z' 'a-z' | tr -c 'a-z0-9' '-')
-table=config/tuning/h200.json
-for t in "config/tuning/$slug.json" "config/tuning/${slug#nvidia-}.json"; do
-    [ -n "$slug" ] && [ -f "$t" ] && table=$t && break
-done
-echo "device: ${gpu:-unknown}; table $table"
+table=$(bash bench/gpu-table.sh)
 export PROJD_TUNING_DIR=$PWD/config/tuning PJ_TUNE_TABLE=$PWD/$table
 rm -rf /tmp/backend
 OUT=/tmp/backend PJ_GPU_TEST_TIMEOUT=300 SUITES_TIMEOUT=380 timeout 450 \

@@ -51,21 +51,29 @@ static void send_n(pjc_conn *t, pjt_async *a, int n, pj_op *ops, uint64_t base)
         ck_assert_int_eq(pjt_project_send(&t->c, &a[i], base + i, &p), 0);
 }
 
+/* A daemon of configuration cfg, a connection with x and y registered,
+ * and n ops of the first layer staged on it. */
+static void start_staged(pj_dproc *d, const char *cfg, pjc_conn *t, pjc_shape *sh, pj_op *ops,
+                         uint32_t n)
+{
+    char why[512];
+    pjd_start(d, g_model_path, cfg);
+    ck_assert_msg(pjc_open(t, d->url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
+    build_ops(t, sh, ops, n);
+}
+
 /* Close with several running: dropped/running split, buffers, zombie. */
 START_TEST(close_with_several_running)
 {
     pj_dproc d;
-    pjd_start(&d, g_model_path,
-              "{\"cpu\": {\"min_op_us\": 500000}, \"limits\": {\"max_connections\": 2}}");
-    char why[512];
     pjc_conn t;
-    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
+    pjc_shape sh;
+    pj_op ops[NOPS];
+    start_staged(&d, "{\"cpu\": {\"min_op_us\": 500000}, \"limits\": {\"max_connections\": 2}}", &t,
+                 &sh, ops, NOPS);
     pjt_client mon;
     ck_assert_int_eq(pjt_connect(&mon, d.url, 3000), 0);
     ck_assert_int_eq(pjt_hello(&mon, "mon"), PJ_OK);
-    pjc_shape sh;
-    pj_op ops[NOPS];
-    build_ops(&t, &sh, ops, NOPS);
     pjt_async a[NREQ];
     send_n(&t, a, NREQ, ops, 100);
     ck_assert_double_eq(pjd_wait_stat(&mon, "inflight", NREQ, 10000), NREQ);
@@ -98,13 +106,11 @@ END_TEST
 START_TEST(drain_with_several_running)
 {
     pj_dproc d;
-    pjd_start(&d, g_model_path, "{\"cpu\": {\"min_op_us\": 100000}}");
     char why[512];
     pjc_conn t;
-    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
     pjc_shape sh;
     pj_op ops[NOPS];
-    build_ops(&t, &sh, ops, NOPS);
+    start_staged(&d, "{\"cpu\": {\"min_op_us\": 100000}}", &t, &sh, ops, NOPS);
     pjt_async a[NREQ];
     const long long t0 = pjd_now_ms();
     send_n(&t, a, NREQ, ops, 200);
@@ -139,13 +145,10 @@ END_TEST
 START_TEST(shrink_with_several_running)
 {
     pj_dproc d;
-    pjd_start(&d, g_model_path, "{\"cpu\": {\"min_op_us\": 150000}}");
-    char why[512];
     pjc_conn t;
-    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
     pjc_shape sh;
     pj_op ops[NOPS];
-    build_ops(&t, &sh, ops, NOPS);
+    start_staged(&d, "{\"cpu\": {\"min_op_us\": 150000}}", &t, &sh, ops, NOPS);
     pjt_async a[NREQ];
     send_n(&t, a, NREQ, ops, 300);
     ck_assert_double_eq(pjd_wait_stat(&t.c, "inflight", NREQ, 10000), NREQ);
@@ -175,17 +178,14 @@ END_TEST
 START_TEST(ring_several_running)
 {
     pj_dproc d;
-    pjd_start(&d, g_model_path, "{\"cpu\": {\"min_op_us\": 100000}}");
-    char why[512];
     pjc_conn t;
-    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
+    pjc_shape sh;
+    pj_op ops[NOPS];
+    start_staged(&d, "{\"cpu\": {\"min_op_us\": 100000}}", &t, &sh, ops, NOPS);
     ck_assert_int_eq(pjt_ring_attach(&t.c, 8, 4096), PJ_OK);
     pjt_client mon;
     ck_assert_int_eq(pjt_connect(&mon, d.url, 3000), 0);
     ck_assert_int_eq(pjt_hello(&mon, "mon"), PJ_OK);
-    pjc_shape sh;
-    pj_op ops[NOPS];
-    build_ops(&t, &sh, ops, NOPS);
     pj_project p = {.n_ops = NOPS, .ops = ops};
     for (int round = 0; round < 2; round++) {
         for (int i = 0; i < NREQ; i++) {
@@ -229,15 +229,13 @@ END_TEST
 START_TEST(defer_with_several_running)
 {
     pj_dproc d;
-    setenv("PROJD_CPU_DEFER_EVERY", "3", 1);
-    pjd_start(&d, g_model_path, "{\"cpu\": {\"min_op_us\": 20000}}");
-    unsetenv("PROJD_CPU_DEFER_EVERY");
     char why[512];
     pjc_conn t;
-    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
     pjc_shape sh;
     pj_op ops[NOPS];
-    build_ops(&t, &sh, ops, NOPS);
+    setenv("PROJD_CPU_DEFER_EVERY", "3", 1);
+    start_staged(&d, "{\"cpu\": {\"min_op_us\": 20000}}", &t, &sh, ops, NOPS);
+    unsetenv("PROJD_CPU_DEFER_EVERY");
     enum { N = 16 };
     pjt_async a[N];
     pj_project p = {.n_ops = NOPS, .ops = ops};
@@ -262,16 +260,13 @@ END_TEST
 START_TEST(watchdog_with_several_running)
 {
     pj_dproc d;
-    setenv("WATCHDOG_USEC", "2000000", 1);
-    unsetenv("WATCHDOG_PID");
-    pjd_start(&d, g_model_path, "{\"cpu\": {\"min_op_us\": 400000}}");
-    unsetenv("WATCHDOG_USEC");
-    char why[512];
     pjc_conn t;
-    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
     pjc_shape sh;
     pj_op ops[1];
-    build_ops(&t, &sh, ops, 1);
+    setenv("WATCHDOG_USEC", "2000000", 1);
+    unsetenv("WATCHDOG_PID");
+    start_staged(&d, "{\"cpu\": {\"min_op_us\": 400000}}", &t, &sh, ops, 1);
+    unsetenv("WATCHDOG_USEC");
     enum { N = 8 };
     pjt_async a[N];
     pj_project p = {.n_ops = 1, .ops = ops};

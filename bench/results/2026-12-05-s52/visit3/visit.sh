@@ -8,13 +8,7 @@
 # entries), once; and visit 1's 16 m between entries with the committed
 # table, which should now read as visit 1's algo0 table did.
 . bench/visit-common.sh
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -1)
-slug=$(printf '%s' "$gpu" | tr 'A-Z' 'a-z' | tr -c 'a-z0-9' '-')
-table=config/tuning/h200.json
-for t in "config/tuning/$slug.json" "config/tuning/${slug#nvidia-}.json"; do
-    [ -n "$slug" ] && [ -f "$t" ] && table=$t && break
-done
-echo "device: ${gpu:-unknown}; table $table"
+table=$(bash bench/gpu-table.sh)
 commit=$(cat .devrun-pack/commit)
 PJ_TUNE_TABLE=$PWD/$table timeout 200 "$B/tests/gpu/test_engines" >"$F/test_engines.log" 2>&1
 echo "test_engines rc=$? $(grep -E 'test_engines:' "$F/test_engines.log" | tail -1)"
