@@ -15,8 +15,8 @@
 #include "protocol/wire.h"
 
 /* The bytes a span of rows x width bf16 elements with row stride ld covers
- * from its first element: ((rows - 1) * ld + width) * 2. 0, or -1 when that
- * overflows 64 bits. */
+ * from its first element: ((rows - 1) * ld + width) * 2; rows >= 1 is the
+ * caller's. 0, or -1 when that overflows 64 bits. */
 int pj_span_bytes(uint32_t rows, uint64_t ld, uint32_t width, uint64_t *bytes);
 
 /* Does a span of rows x width bf16 elements with row stride ld, starting at

@@ -224,8 +224,11 @@ START_TEST(ring_several_running)
 }
 END_TEST
 
-/* Deferred submits with several running: order and results. Requests
- * alternate two shapes into the same y; the last one wins. */
+/* Deferred submits (every third says "not now") with several running:
+ * each of 16 requests answered OK, y right, and the retry path taken.
+ * Their order is not checked here: sends over nng contexts arrive in no
+ * fixed order (test_daemon_e2e deferred_submits covers the retry's
+ * order). */
 START_TEST(defer_with_several_running)
 {
     pj_dproc d;

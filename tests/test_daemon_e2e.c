@@ -909,16 +909,25 @@ START_TEST(killed_client)
     ck_assert_double_eq(pjd_stat(&t.c, "connections.closed_waiting"), 0);
     ck_assert_double_eq(pjd_stat(&t.c, "connections.lost_clients"), 0);
     ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
-    /* Of its four requests, the backend had as many as a stream takes at
-     * once (1 on the cpu backend; tests/e2e_depth.sh runs this suite with
-     * PROJD_CPU_STREAM_DEPTH=4, as the cuda backend takes 8): those ran to
-     * the end, the rest were dropped. */
+    /* Of its four requests, those not yet done when it died: the backend
+     * had as many as a stream takes at once (1 on the cpu backend;
+     * tests/e2e_depth.sh runs this suite with PROJD_CPU_STREAM_DEPTH=4, as
+     * the cuda backend takes 8), and those ran to the end; the rest were
+     * dropped. One 0.4 s request may have finished before the kill was
+     * seen, so `done` of them are allowed to be gone. */
     const char *depth_env = getenv("PROJD_CPU_STREAM_DEPTH");
     unsigned depth = depth_env && *depth_env ? (unsigned)strtoul(depth_env, NULL, 10) : 1;
-    unsigned running = depth < 1 ? 1 : depth > 4 ? 4 : depth;
-    char said[64];
-    snprintf(said, sizeof said, "(%u dropped unstarted, %u running", 4 - running, running);
-    ck_assert_msg(pj_dproc_log_has(&d, said, 1000), "the log does not say \"%s\"", said);
+    ck_assert(pj_dproc_log_has(&d, " dropped unstarted, ", 1000));
+    int said_so = 0;
+    for (unsigned done = 0; done < 4 && !said_so; done++) {
+        unsigned left = 4 - done;
+        unsigned running = depth < 1 ? 1 : depth > left ? left : depth;
+        char said[64];
+        snprintf(said, sizeof said, "(%u dropped unstarted, %u running", left - running, running);
+        said_so = pj_dproc_log_has(&d, said, 0);
+    }
+    ck_assert_msg(said_so, "the close's line does not split the four requests as depth %u would",
+                  depth);
     pjc_close(&t);
     close(go[1]);
     close(ready[0]);

@@ -1023,6 +1023,77 @@ START_TEST(cpu_backend_stream_depth)
 }
 END_TEST
 
+/* oldest_job_ns at depth 2 with two streams: stream A's second job,
+ * started when the first ended, comes before stream B's job in submission
+ * order but is younger as the backend's; the oldest is B's. Each op is held
+ * 600 ms, B's submitted 200 ms after A's, so from A's first job's end until
+ * 600 ms after B's submission both are live and which is oldest is known
+ * from the clock. */
+START_TEST(cpu_backend_oldest_two_streams)
+{
+    const pj_model *model = pjc_model();
+    pj_config cfg;
+    pj_config_defaults(&cfg);
+    cfg.cpu.threads = 2;
+    cfg.cpu.min_op_us = 600000;
+    const uint64_t hold = 600000000ull;
+    pj_backend *be;
+    char err[256];
+    setenv("PROJD_CPU_STREAM_DEPTH", "2", 1);
+    int rc = pj_backend_create(pj_backend_cpu_ops(), &cfg, model, &be, err, sizeof err);
+    unsetenv("PROJD_CPU_STREAM_DEPTH");
+    ck_assert_int_eq(rc, 0);
+    pj_backend_stream *st[2];
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(be->ops->stream_create(be, &st[i], err, sizeof err), 0);
+    const pj_model_layer *L = &model->layers[0];
+    uint16_t *y = malloc((size_t)3 * L->max_n * 2);
+    pj_exec_op ops[3];
+    pj_job jobs[3];
+    order_waiter ow = {.w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0}};
+    uint64_t t_b0 = 0, t_b1 = 0;
+    for (int j = 0; j < 3; j++) {
+        ops[j] = (pj_exec_op){.layer = 0,
+                              .L = L,
+                              .m = 1,
+                              .n = L->max_n,
+                              .k = L->w.k,
+                              .x = pjc_ref_x(0, 0, 0),
+                              .y = y + (size_t)j * L->max_n,
+                              .x_ld = L->w.k,
+                              .y_ld = L->max_n};
+        memset(&jobs[j], 0, sizeof jobs[j]);
+        jobs[j].n_ops = 1;
+        jobs[j].ops = &ops[j];
+        jobs[j].done = on_job_done_ordered;
+        jobs[j].ctx = &ow;
+        if (j == 2) { /* B's job */
+            pjd_sleep_ms(200);
+            t_b0 = pj_now_ns();
+        }
+        ck_assert_int_eq(be->ops->submit(be, st[j < 2 ? 0 : 1], &jobs[j]), 0);
+        if (j == 2)
+            t_b1 = pj_now_ns();
+    }
+    ck_assert_int_ge(wait_done(&ow.w, 1, 60), 1);
+    ck_assert_ptr_eq(ow.order[0], &jobs[0]);
+    const uint64_t oldest = be->ops->oldest_job_ns(be, NULL);
+    if (pj_now_ns() < t_b0 + hold) /* B's job cannot be done yet */
+        ck_assert_msg(oldest >= t_b0 && oldest <= t_b1,
+                      "oldest %llu is not stream B's job's submission (%llu..%llu): A's second "
+                      "job, %lld ns later, was taken",
+                      (unsigned long long)oldest, (unsigned long long)t_b0,
+                      (unsigned long long)t_b1, (long long)(oldest - t_b1));
+    ck_assert_int_eq(wait_done(&ow.w, 3, 60), 3);
+    for (int j = 0; j < 3; j++)
+        ck_assert_int_eq(jobs[j].status, PJ_OK);
+    for (int i = 0; i < 2; i++)
+        be->ops->stream_destroy(be, st[i]);
+    pj_backend_destroy(be);
+    free(y);
+}
+END_TEST
+
 /* oldest_job_ns, what the systemd watchdog asks: 0 while idle, the submit
  * time of the oldest unfinished job while any is held, the next one's once
  * the first is done; never a client wait on this backend. cpu.min_op_us
@@ -1284,6 +1355,7 @@ int main(void)
         {"cpu_backend_matches_reference", cpu_backend_matches_reference},
         {"cpu_backend_oldest_job", cpu_backend_oldest_job},
         {"cpu_backend_stream_depth", cpu_backend_stream_depth},
+        {"cpu_backend_oldest_two_streams", cpu_backend_oldest_two_streams},
         {"log_lines", log_lines},
         {"peer_groups", peer_groups},
         {"peer_exit_and_stat_state", peer_exit_and_stat_state},
