@@ -686,9 +686,6 @@ static void release_req(pj_server *s, pj_req *r)
     free(r);
 }
 
-/* n_zombies from the list, and a copy (count and uids) for the pipe
- * callback, which refuses connections past max_connections and
- * max_connections_per_uid counting them too. */
 /* Pipe id no longer counted among the accepted ones. Under mu. */
 static void forget_pipe_locked(pj_server *s, uint32_t id)
 {
@@ -701,10 +698,11 @@ static void forget_pipe_locked(pj_server *s, uint32_t id)
     }
 }
 
-/* The zombie list's count and uids as the pipe callback reads them, and
- * (gone_pipe, 0 for none) a closed pipe forgotten in the same step, so
- * that a closed connection still running is counted once, never zero
- * times or twice. */
+/* n_zombies from the list, and a copy (count and uids) for the pipe
+ * callback, which refuses connections past max_connections and
+ * max_connections_per_uid counting them too; and (gone_pipe, 0 for none)
+ * a closed pipe forgotten in the same step, so that a closed connection
+ * still running is counted once, never zero times or twice. */
 static void sync_zombies_forget(pj_server *s, uint32_t gone_pipe)
 {
     uint32_t n = 0;
