@@ -452,6 +452,14 @@ static int check_ancestor(const char *dir, const char *p, char *err, size_t errl
     return -EPERM;
 }
 
+/* check_links' refusal of a path past PATH_MAX on the way. */
+static int too_long(const char *dir, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "socket dir %s: a path on the way is longer than %d bytes", dir,
+             PATH_MAX - 1);
+    return -ENAMETOOLONG;
+}
+
 /* Every symbolic link met on the way to `path` (absolute), followed as
  * the kernel follows them: the link must be owned by us or root, and
  * every directory walked through (the link's own and those above it) must
@@ -461,13 +469,6 @@ static int check_ancestor(const char *dir, const char *p, char *err, size_t errl
  * chmodded and renamed by path again at every replacement, and a link
  * flipped between the check and those calls turned them on files of the
  * user's choosing (a review made a root-owned file 0666). */
-static int too_long(const char *dir, char *err, size_t errlen)
-{
-    snprintf(err, errlen, "socket dir %s: a path on the way is longer than %d bytes", dir,
-             PATH_MAX - 1);
-    return -ENAMETOOLONG;
-}
-
 static int check_links(const char *dir, const char *path, int depth, char *err, size_t errlen)
 {
     char cur[PATH_MAX] = ""; /* resolved so far, without links: "" is "/" */
