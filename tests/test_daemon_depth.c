@@ -51,6 +51,20 @@ static void send_n(pjc_conn *t, pjt_async *a, int n, pj_op *ops, uint64_t base)
         ck_assert_int_eq(pjt_project_send(&t->c, &a[i], base + i, &p), 0);
 }
 
+/* The replies of n requests sent by send_n from id base, each with status
+ * want. */
+static void recv_n(pjt_async *a, int n, uint64_t base, int want)
+{
+    for (int i = 0; i < n; i++) {
+        pj_op_result rr[NOPS];
+        pj_done done = {.ops = rr};
+        uint64_t id = 0;
+        ck_assert_int_eq(pjt_project_recv(&a[i], &id, &done, NOPS), PJ_OK);
+        ck_assert_uint_eq(id, base + (uint64_t)i);
+        ck_assert_int_eq(done.status, want);
+    }
+}
+
 /* A daemon of configuration cfg, a connection with x and y registered,
  * and n ops of the first layer staged on it. */
 static void start_staged(pj_dproc *d, const char *cfg, pjc_conn *t, pjc_shape *sh, pj_op *ops,
@@ -116,15 +130,7 @@ START_TEST(drain_with_several_running)
     send_n(&t, a, NREQ, ops, 200);
     ck_assert_double_eq(pjd_wait_stat(&t.c, "inflight", NREQ, 10000), NREQ);
     ck_assert_int_eq(pj_dproc_signal(&d, SIGTERM), 0);
-    for (int i = 0; i < NREQ; i++) {
-        pj_op_result rr[NOPS];
-        pj_done done = {.ops = rr};
-        uint64_t id = 0;
-        int rc = pjt_project_recv(&a[i], &id, &done, NOPS);
-        ck_assert_int_eq(rc, PJ_OK);
-        ck_assert_uint_eq(id, 200 + (uint64_t)i);
-        ck_assert_int_eq(done.status, PJ_OK);
-    }
+    recv_n(a, NREQ, 200, PJ_OK);
     /* One after another: 12 ops held 100 ms each take 1.2 s in a row; four
      * jobs side by side would have taken half that. (Their order is the
      * arrival order, which the client's asynchronous sends do not fix:
@@ -156,18 +162,7 @@ START_TEST(shrink_with_several_running)
     munmap(t.ys.p, t.ys.size);
     t.ys.p = NULL;
     ck_assert_int_eq(ftruncate(t.ys.fd, 0), 0);
-    int ok = 0;
-    for (int i = 0; i < NREQ; i++) {
-        pj_op_result rr[NOPS];
-        pj_done done = {.ops = rr};
-        uint64_t id = 0;
-        int rc = pjt_project_recv(&a[i], &id, &done, NOPS);
-        ck_assert_int_eq(rc, PJ_OK);
-        ck_assert_uint_eq(id, 300 + (uint64_t)i);
-        ck_assert_int_eq(done.status, PJ_E_BUFFER);
-        ok += done.status == PJ_OK;
-    }
-    ck_assert_int_eq(ok, 0);
+    recv_n(a, NREQ, 300, PJ_E_BUFFER);
     ck_assert_int_eq(pjt_ping(&t.c), PJ_OK);
     pjc_close(&t);
     pjd_stop(&d);
@@ -241,15 +236,8 @@ START_TEST(defer_with_several_running)
     unsetenv("PROJD_CPU_DEFER_EVERY");
     enum { N = 16 };
     pjt_async a[N];
-    pj_project p = {.n_ops = NOPS, .ops = ops};
-    for (int i = 0; i < N; i++)
-        ck_assert_int_eq(pjt_project_send(&t.c, &a[i], 500 + i, &p), 0);
-    for (int i = 0; i < N; i++) {
-        pj_op_result rr[NOPS];
-        pj_done done = {.ops = rr};
-        ck_assert_int_eq(pjt_project_recv(&a[i], NULL, &done, NOPS), PJ_OK);
-        ck_assert_int_eq(done.status, PJ_OK);
-    }
+    send_n(&t, a, N, ops, 500);
+    recv_n(a, N, 500, PJ_OK);
     ck_assert_msg(pjc_verify(&t, &sh, why, sizeof why) == 0, "%s", why);
     ck_assert_double_gt(pjd_stat(&t.c, "submits_deferred"), 0);
     ck_assert_double_eq(pjd_stat(&t.c, "inflight"), 0);

@@ -944,6 +944,41 @@ static void on_job_done_ordered(pj_job *job)
     pthread_mutex_unlock(&ow->w.mu);
 }
 
+/* *job: one op of layer L, m rows of x (contiguous, k wide) into y (n
+ * wide), done(job) with ctx when finished. */
+static void one_op_job(pj_job *job, pj_exec_op *op, const pj_model_layer *L, uint32_t layer,
+                       uint32_t m, const void *x, void *y, pj_job_done_fn done, void *ctx)
+{
+    *op = (pj_exec_op){.layer = layer,
+                       .L = L,
+                       .m = m,
+                       .n = L->max_n,
+                       .k = L->w.k,
+                       .x = x,
+                       .y = y,
+                       .x_ld = L->w.k,
+                       .y_ld = L->max_n};
+    memset(job, 0, sizeof *job);
+    job->n_ops = 1;
+    job->ops = op;
+    job->done = done;
+    job->ctx = ctx;
+}
+
+/* A cpu backend of cfg taking depth jobs per stream (PROJD_CPU_STREAM_DEPTH,
+ * set only while it opens). */
+static pj_backend *cpu_backend_at_depth(const pj_config *cfg, const pj_model *model,
+                                        const char *depth)
+{
+    pj_backend *be;
+    char err[256];
+    setenv("PROJD_CPU_STREAM_DEPTH", depth, 1);
+    int rc = pj_backend_create(pj_backend_cpu_ops(), cfg, model, &be, err, sizeof err);
+    unsetenv("PROJD_CPU_STREAM_DEPTH");
+    ck_assert_msg(rc == 0, "%s", err);
+    return be;
+}
+
 START_TEST(cpu_backend_stream_depth)
 {
     const pj_model *model = pjc_model();
@@ -956,10 +991,7 @@ START_TEST(cpu_backend_stream_depth)
     ck_assert_int_eq(pj_backend_create(pj_backend_cpu_ops(), &cfg, model, &be, err, sizeof err), 0);
     ck_assert_uint_eq(be->stream_depth, 1); /* the default: ops->stream_depth */
     pj_backend_destroy(be);
-    setenv("PROJD_CPU_STREAM_DEPTH", "4", 1);
-    int rc = pj_backend_create(pj_backend_cpu_ops(), &cfg, model, &be, err, sizeof err);
-    unsetenv("PROJD_CPU_STREAM_DEPTH");
-    ck_assert_int_eq(rc, 0);
+    be = cpu_backend_at_depth(&cfg, model, "4");
     ck_assert_uint_eq(be->stream_depth, 4);
     pj_backend_stream *st[2];
     for (int i = 0; i < 2; i++)
@@ -973,22 +1005,9 @@ START_TEST(cpu_backend_stream_depth)
     pj_job jobs[NJ];
     order_waiter ow = {.w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0}};
     for (int j = 0; j < NJ; j++) {
-        ops[j] = (pj_exec_op){.layer = 0,
-                              .L = L,
-                              .m = 4,
-                              .n = L->max_n,
-                              .k = L->w.k,
-                              /* the first 4 rows of the m = 32 input:
-                                 rows are independent */
-                              .x = pjc_ref_x(0, 3, 0),
-                              .y = y + (size_t)j * 4 * L->max_n,
-                              .x_ld = L->w.k,
-                              .y_ld = L->max_n};
-        memset(&jobs[j], 0, sizeof jobs[j]);
-        jobs[j].n_ops = 1;
-        jobs[j].ops = &ops[j];
-        jobs[j].done = on_job_done_ordered;
-        jobs[j].ctx = &ow;
+        /* the first 4 rows of the m = 32 input: rows are independent */
+        one_op_job(&jobs[j], &ops[j], L, 0, 4, pjc_ref_x(0, 3, 0), y + (size_t)j * 4 * L->max_n,
+                   on_job_done_ordered, &ow);
         ck_assert_int_eq(be->ops->submit(be, st[j < 4 ? 0 : 1], &jobs[j]), 0);
     }
     /* A stream destroyed with jobs still running (the contract allows it):
@@ -1037,12 +1056,8 @@ START_TEST(cpu_backend_oldest_two_streams)
     cfg.cpu.threads = 2;
     cfg.cpu.min_op_us = 600000;
     const uint64_t hold = 600000000ull;
-    pj_backend *be;
+    pj_backend *be = cpu_backend_at_depth(&cfg, model, "2");
     char err[256];
-    setenv("PROJD_CPU_STREAM_DEPTH", "2", 1);
-    int rc = pj_backend_create(pj_backend_cpu_ops(), &cfg, model, &be, err, sizeof err);
-    unsetenv("PROJD_CPU_STREAM_DEPTH");
-    ck_assert_int_eq(rc, 0);
     pj_backend_stream *st[2];
     for (int i = 0; i < 2; i++)
         ck_assert_int_eq(be->ops->stream_create(be, &st[i], err, sizeof err), 0);
@@ -1053,20 +1068,8 @@ START_TEST(cpu_backend_oldest_two_streams)
     order_waiter ow = {.w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0}};
     uint64_t t_b0 = 0, t_b1 = 0;
     for (int j = 0; j < 3; j++) {
-        ops[j] = (pj_exec_op){.layer = 0,
-                              .L = L,
-                              .m = 1,
-                              .n = L->max_n,
-                              .k = L->w.k,
-                              .x = pjc_ref_x(0, 0, 0),
-                              .y = y + (size_t)j * L->max_n,
-                              .x_ld = L->w.k,
-                              .y_ld = L->max_n};
-        memset(&jobs[j], 0, sizeof jobs[j]);
-        jobs[j].n_ops = 1;
-        jobs[j].ops = &ops[j];
-        jobs[j].done = on_job_done_ordered;
-        jobs[j].ctx = &ow;
+        one_op_job(&jobs[j], &ops[j], L, 0, 1, pjc_ref_x(0, 0, 0), y + (size_t)j * L->max_n,
+                   on_job_done_ordered, &ow);
         if (j == 2) { /* B's job */
             pjd_sleep_ms(200);
             t_b0 = pj_now_ns();
@@ -1124,20 +1127,8 @@ START_TEST(cpu_backend_oldest_job)
     waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
     uint64_t t_sub[2];
     for (int j = 0; j < 2; j++) {
-        ops[j] = (pj_exec_op){.layer = 0,
-                              .L = L,
-                              .m = 1,
-                              .n = L->max_n,
-                              .k = L->w.k,
-                              .x = pjc_ref_x(0, 0, 0),
-                              .y = y + (size_t)j * L->max_n,
-                              .x_ld = L->w.k,
-                              .y_ld = L->max_n};
-        memset(&jobs[j], 0, sizeof jobs[j]);
-        jobs[j].n_ops = 1;
-        jobs[j].ops = &ops[j];
-        jobs[j].done = on_job_done;
-        jobs[j].ctx = &w;
+        one_op_job(&jobs[j], &ops[j], L, 0, 1, pjc_ref_x(0, 0, 0), y + (size_t)j * L->max_n,
+                   on_job_done, &w);
         t_sub[j] = pj_now_ns();
         ck_assert_int_eq(be->ops->submit(be, st[j], &jobs[j]), 0);
         uint64_t oldest = be->ops->oldest_job_ns(be, &cw);
