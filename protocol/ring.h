@@ -132,8 +132,10 @@ uint32_t pj_ring_room(const pj_ring *r, int q);
  * futex for at most timeout_ms (< 0: no limit). Returns 0 when a message is
  * there, -ETIMEDOUT, -EINTR when `stop` (may be NULL) became non-zero
  * (the stopper calls pj_ring_kick after setting it), or -EAGAIN when woken
- * with no message there (a pj_ring_kick: the other side closed the ring,
- * or another consumer took the message): look at the ring, wait again. */
+ * with no message there (a pj_ring_kick: the other side closed the ring;
+ * another consumer took the message; or a push's wake that arrived after
+ * this consumer had taken that message and gone back to sleep): look at
+ * the ring, wait again. */
 int pj_ring_wait(pj_ring *r, int q, uint64_t spin_ns, int timeout_ms, const int *stop);
 
 /* Wake whoever sleeps in pj_ring_wait on queue q (for shutdown). */
