@@ -427,6 +427,21 @@ static int find_same(const pj_tune_table *t, const pj_tune_entry *e)
     return -1;
 }
 
+/* What makes two entries the same one: the layer, its shape and m. */
+typedef struct tune_key {
+    char layer[PJ_TUNE_NAME];
+    uint32_t n, k, m;
+} tune_key;
+
+static int seen_before(const tune_key *keys, int nkeys, const pj_tune_entry *e)
+{
+    for (int i = 0; i < nkeys; i++)
+        if (keys[i].m == e->m && keys[i].n == e->n && keys[i].k == e->k &&
+            strcmp(keys[i].layer, e->layer) == 0)
+            return 1;
+    return 0;
+}
+
 int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_fn check,
                   void *check_ctx, pj_tune_msg_fn msg, void *msg_ctx, char *err, size_t errlen)
 {
@@ -494,7 +509,23 @@ int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_
         snprintf(line, sizeof line, "tuning table: unknown key \"%s\" ignored", shown(odd, sh));
         emit(msg, msg_ctx, line);
     }
+    /* A device or an SM count of the wrong kind fails the load rather than
+     * reading as "none": a table with no device is taken on any GPU, and
+     * the SM count places the nearest-table search. */
     const cJSON *dev = cJSON_GetObjectItemCaseSensitive(root, "device");
+    const cJSON *sms = cJSON_GetObjectItemCaseSensitive(root, "sm_count");
+    if (dev && !cJSON_IsString(dev)) {
+        snprintf(err, errlen, "tuning table: \"device\" must be a string (a GPU's name)");
+        rc = -EINVAL;
+        goto out;
+    }
+    if (sms && !(cJSON_IsNumber(sms) && sms->valuedouble >= 0 && sms->valuedouble <= 4096 &&
+                 sms->valuedouble == (double)(int)sms->valuedouble)) {
+        snprintf(err, errlen,
+                 "tuning table: \"sm_count\" must be a whole number 0..4096 (0: not known)");
+        rc = -EINVAL;
+        goto out;
+    }
     if (cJSON_IsString(dev)) {
         /* Printed in messages (projload --compare): printable ASCII, as
          * every GPU's name is; anything else can match no device anyway. */
@@ -503,8 +534,7 @@ int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_
             if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
                 *p = '?';
     }
-    const cJSON *sms = cJSON_GetObjectItemCaseSensitive(root, "sm_count");
-    if (cJSON_IsNumber(sms))
+    if (sms)
         t->sm_count = sms->valueint;
     const cJSON *cc = cJSON_GetObjectItemCaseSensitive(root, "compute_capability");
     if (cc) {
@@ -526,6 +556,10 @@ int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_
     }
 
     int idx = 0, rejected = 0, parsed = 0;
+    /* Every entry that parsed, kept or not: a copy of one the device's
+     * check refused is still a duplicate, as it is in a load without the
+     * check (which would have kept the first). */
+    tune_key keys[PJ_TUNE_MAX];
     const cJSON *je;
     cJSON_ArrayForEach(je, entries)
     {
@@ -534,11 +568,9 @@ int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_
         int erc = cJSON_IsObject(je) ? parse_entry(je, &e, why, sizeof why) : -EINVAL;
         if (erc && !cJSON_IsObject(je))
             snprintf(why, sizeof why, "not an object");
-        if (!erc) {
-            if (find_same(t, &e) >= 0) {
-                snprintf(why, sizeof why, "%s %ux%u m=%u: duplicate entry", e.layer, e.n, e.k, e.m);
-                erc = -EEXIST;
-            }
+        if (!erc && seen_before(keys, parsed, &e)) {
+            snprintf(why, sizeof why, "%s %ux%u m=%u: duplicate entry", e.layer, e.n, e.k, e.m);
+            erc = -EEXIST;
         }
         /* Counted before the device's check, so that a load without one
          * (the daemon's first look, the nearest-table search, --check-config)
@@ -554,6 +586,13 @@ int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_
             memset(t, 0, sizeof *t);
             rc = -ENOSPC;
             goto out;
+        }
+        if (!erc) {
+            tune_key *key = &keys[parsed - 1];
+            memcpy(key->layer, e.layer, sizeof key->layer);
+            key->n = e.n;
+            key->k = e.k;
+            key->m = e.m;
         }
         if (!erc && check)
             erc = check(check_ctx, &e, why, sizeof why);

@@ -194,14 +194,17 @@ void pj_eng_knobs_str(pj_eng_kind k, const pj_eng_knobs *kn, char *buf, size_t l
 int pj_eng_knobs_parse(const char *s, int eng, pj_eng_knobs *kn, char *err, size_t errlen);
 
 /* Parse table JSON text into *t. Structural errors (not JSON, no "entries"
- * array, a top-level key given twice, more than 64 top-level keys) fail
- * the whole load: -EINVAL and err; so do more than PJ_TUNE_MAX entries
- * that parse (-ENOSPC, counted before check's verdicts so that a load with
- * and one without check agree: the table is not half applied). Bad entries (among
- * them one with an unknown or repeated key, a knob given twice, more than
- * 64 knobs) are dropped, each reported through msg (the first 32, then a
- * count), as is an unknown top-level key (ignored); check (may be NULL)
- * vets the rest. Returns the number of entries kept (>= 0). */
+ * array, a top-level key given twice, more than 64 top-level keys, a
+ * "device" that is not a string, an "sm_count" that is not a whole number
+ * 0..4096, a malformed "compute_capability") fail the whole load: -EINVAL
+ * and err; so do more than PJ_TUNE_MAX entries that parse (-ENOSPC).
+ * Entries are counted, and their duplicates found, before check's
+ * verdicts, so that a load with and one without check agree: the table is
+ * not half applied. Bad entries (among them one with an unknown or
+ * repeated key, a knob given twice, more than 64 knobs, a second entry of
+ * one layer, shape and m) are dropped, each reported through msg (the
+ * first 32, then a count), as is an unknown top-level key (ignored); check
+ * (may be NULL) vets the rest. Returns the number of entries kept (>= 0). */
 int pj_tune_parse(const char *json, size_t len, pj_tune_table *t, pj_tune_check_fn check,
                   void *check_ctx, pj_tune_msg_fn msg, void *msg_ctx, char *err, size_t errlen);
 

@@ -1022,6 +1022,87 @@ START_TEST(compute_capability_round_trips)
 }
 END_TEST
 
+/* A copy of an entry the device's check refused is a duplicate all the
+ * same: the load with the check and the one without (--check-config, the
+ * daemon's first look) keep the same entries and count the same. */
+START_TEST(a_refused_entry_still_has_its_duplicates)
+{
+    static pj_tune_table t;
+    char err[256] = "";
+    static const char *j = "{\"entries\":["
+                           "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":8,\"engine\":\"gemvz\","
+                           "\"knobs\":{\"nw\":16}},"
+                           "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":8,\"engine\":\"cublas\","
+                           "\"knobs\":{\"algo\":1}},"
+                           "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":16,\"engine\":\"cublas\","
+                           "\"knobs\":{\"algo\":0}}]}";
+    n_msgs = 0;
+    ck_assert_int_eq(pj_tune_parse(j, strlen(j), &t, NULL, NULL, on_msg, NULL, err, sizeof err), 2);
+    ck_assert_int_eq(n_msgs, 1);
+    ck_assert_msg(strstr(last_msg, "entries[1] rejected: o 4096x2048 m=8: duplicate entry"), "%s",
+                  last_msg);
+    n_msgs = 0;
+    ck_assert_int_eq(
+        pj_tune_parse(j, strlen(j), &t, stub_check, NULL, on_msg, NULL, err, sizeof err), 1);
+    ck_assert_int_eq(n_msgs, 2);
+    ck_assert_msg(strstr(last_msg, "entries[1] rejected: o 4096x2048 m=8: duplicate entry"), "%s",
+                  last_msg);
+    ck_assert_uint_eq(t.e[0].m, 16);
+
+    /* and a full table with such a copy is full to both loads */
+    char *big = table_of(PJ_TUNE_MAX, "");
+    char *at = strstr(big, "\"entries\":[") + 11;
+    size_t cap = strlen(big) + 256;
+    char *j2 = malloc(cap);
+    ck_assert_ptr_nonnull(j2);
+    snprintf(j2, cap, "%.*s%s%s", (int)(at - big), big,
+             "{\"layer\":\"zz\",\"n\":64,\"k\":64,\"m\":8,\"engine\":\"gemvz\","
+             "\"knobs\":{\"nw\":16}},"
+             "{\"layer\":\"zz\",\"n\":64,\"k\":64,\"m\":8,\"engine\":\"cublas\"},",
+             at);
+    free(big);
+    int a = pj_tune_parse(j2, strlen(j2), &t, NULL, NULL, NULL, NULL, err, sizeof err);
+    int b = pj_tune_parse(j2, strlen(j2), &t, stub_check, NULL, NULL, NULL, err, sizeof err);
+    free(j2);
+    ck_assert_int_eq(a, -ENOSPC);
+    ck_assert_int_eq(b, -ENOSPC);
+}
+END_TEST
+
+/* "device" and "sm_count" of the wrong kind fail the load: read as absent,
+ * a table would be taken on any GPU, and the SM count places the nearest-
+ * table search. */
+START_TEST(device_and_sm_count_are_checked)
+{
+    static pj_tune_table t;
+    char err[256] = "";
+    static const char *const bad[] = {"\"device\":[\"NVIDIA H200\"],",
+                                      "\"device\":null,",
+                                      "\"device\":7,",
+                                      "\"sm_count\":132.9,",
+                                      "\"sm_count\":-5,",
+                                      "\"sm_count\":4097,",
+                                      "\"sm_count\":1e30,",
+                                      "\"sm_count\":\"132\",",
+                                      "\"sm_count\":null,"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *j = table_of(1, bad[i]);
+        err[0] = 0;
+        int n = pj_tune_parse(j, strlen(j), &t, NULL, NULL, NULL, NULL, err, sizeof err);
+        free(j);
+        const char *key = strstr(bad[i], "device") ? "\"device\" must be a string"
+                                                   : "\"sm_count\" must be a whole number";
+        ck_assert_msg(n == -EINVAL && strstr(err, key), "%s: %d %s", bad[i], n, err);
+        ck_assert_uint_eq(t.n, 0);
+    }
+    char *j = table_of(1, "\"device\":\"NVIDIA H200\",\"sm_count\":132,");
+    ck_assert_int_eq(pj_tune_parse(j, strlen(j), &t, NULL, NULL, NULL, NULL, err, sizeof err), 1);
+    free(j);
+    ck_assert_int_eq(t.sm_count, 132);
+    ck_assert_str_eq(t.device, "NVIDIA H200");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("dispatch");
@@ -1047,6 +1128,8 @@ int main(void)
     tcase_add_test(tc, many_keys_are_refused_at_once);
     tcase_add_test(tc, rejections_are_said_up_to_a_count);
     tcase_add_test(tc, compute_capability_round_trips);
+    tcase_add_test(tc, a_refused_entry_still_has_its_duplicates);
+    tcase_add_test(tc, device_and_sm_count_are_checked);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
