@@ -197,10 +197,13 @@ struct pj_lcmp {
     char desc[512];
 };
 
+/* ctx: the table's path; the loader's messages begin "tuning table: ". */
 static void table_msg(void *ctx, const char *msg)
 {
-    (void)ctx;
-    fprintf(stderr, "projload: --compare: tuning table: %s\n", msg);
+    static const char lead[] = "tuning table: ";
+    if (!strncmp(msg, lead, sizeof lead - 1))
+        msg += sizeof lead - 1;
+    fprintf(stderr, "projload: --compare: tuning table %s: %s\n", (const char *)ctx, msg);
 }
 
 static void fill_x(uint16_t *x, size_t count)
@@ -251,8 +254,8 @@ int pj_lcmp_open(const pj_model *model, const int *layer_map, uint32_t n_map, ui
     char tdesc[300] = "none (untuned ladder)";
     if (table && *table) {
         char terr[256];
-        int n = pj_tune_load(table, c->table, pj_eng_check_entry, &c->lim, table_msg, NULL, terr,
-                             sizeof terr);
+        int n = pj_tune_load(table, c->table, pj_eng_check_entry, &c->lim, table_msg, (void *)table,
+                             terr, sizeof terr);
         if (n < 0) {
             snprintf(err, errlen, "--compare: --table: %s", terr);
             rc = n;

@@ -510,10 +510,14 @@ static int select_device(cu_state *st, char *err, size_t errlen)
 
 /* ---- tuning table ---------------------------------------------------------------------- */
 
+/* ctx: the table's path. The loader's messages begin "tuning table: ";
+ * said once, with the file, since a start may look at several. */
 static void table_msg(void *ctx, const char *msg)
 {
-    (void)ctx;
-    pj_log_warn("cuda: tuning table: %s", msg);
+    static const char lead[] = "tuning table: ";
+    if (!strncmp(msg, lead, sizeof lead - 1))
+        msg += sizeof lead - 1;
+    pj_log_warn("cuda: tuning table %s: %s", (const char *)ctx, msg);
 }
 
 static void table_skipped(void *ctx, const char *path, const char *why)
@@ -535,7 +539,7 @@ static int nearest_table(cu_state *st, const char (*dirs)[PJ_TABLEPICK_PATH], in
                               table_skipped, NULL))
         return 0;
     memset(st->table, 0, sizeof *st->table);
-    int n = pj_tune_load(path, st->table, pj_eng_check_entry, &st->lim, table_msg, NULL, err,
+    int n = pj_tune_load(path, st->table, pj_eng_check_entry, &st->lim, table_msg, path, err,
                          sizeof err);
     if (n < 0) {
         pj_log_warn("cuda: tuning table %s not used: %s", path, err);
@@ -639,8 +643,8 @@ static int load_table(cu_state *st, char *ferr, size_t ferrlen)
                         cand[i], st->prop.name);
         memset(st->table, 0, sizeof *st->table);
         if (n >= 0)
-            n = pj_tune_load(cand[i], st->table, pj_eng_check_entry, &st->lim, table_msg, NULL, err,
-                             sizeof err);
+            n = pj_tune_load(cand[i], st->table, pj_eng_check_entry, &st->lim, table_msg,
+                             (void *)cand[i], err, sizeof err);
         if (n < 0) {
             pj_log_warn("cuda: tuning table %s not used: %s", cand[i], err);
             memset(st->table, 0, sizeof *st->table);
