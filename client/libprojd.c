@@ -673,12 +673,19 @@ static void req_callback(void *arg)
         r->receiving = 1;
         nng_aio_set_timeout(r->aio, (nng_duration)((r->deadline - t + 999999) / 1000000));
         projd_conn *c = r->conn;
+        /* Held over the look below: the receive's completion may run on
+         * another thread before this one goes on, and end r's count in
+         * nng_live, which is all a projd_close waits for before freeing c. */
+        pthread_mutex_lock(&c->mu);
+        c->nng_live++;
+        pthread_mutex_unlock(&c->mu);
         nng_ctx_recv(r->ctx, r->aio);
         /* r belongs to the receive now. Lost meanwhile: conn_mark_lost may
          * have looked before the receive began; abort it (r is still on
          * c->nng_reqs if it has not completed). */
         if (atomic_load(&c->lost))
             conn_abort_nng(c);
+        conn_request_done(c);
         return;
     }
     r->res.total_ns = now_ns() - r->t_submit;
