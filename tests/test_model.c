@@ -272,6 +272,16 @@ END_TEST
 
 /* pj_model_check (--check-config) refuses what the load refuses from the
  * header, with the same message, and passes what it loads. */
+/* A progress callback that counts the layers whose load began. */
+static int count_progress(void *ctx, uint32_t index, uint32_t count, const char *layer)
+{
+    (void)index;
+    (void)count;
+    (void)layer;
+    ++*(int *)ctx;
+    return 0;
+}
+
 START_TEST(check_agrees_with_load)
 {
     pj_config *cfg = malloc(sizeof *cfg);
@@ -306,10 +316,15 @@ START_TEST(check_agrees_with_load)
             snprintf(cfg->model.path, PJ_CFG_PATH, "/nonexistent/pj-model.safetensors");
             break;
         }
-        int lrc = pj_model_load(cfg, &m, NULL, NULL, err, sizeof err);
+        /* and before any layer's load began: a mismatch in the last layer
+         * used to cost the load of all the layers before it */
+        int layers_begun = 0;
+        int lrc = pj_model_load_progress(cfg, &m, NULL, NULL, count_progress, &layers_begun, err,
+                                         sizeof err);
         int crc = pj_model_check(cfg, cerr, sizeof cerr);
         ck_assert_msg(lrc != 0 && crc == lrc, "case %d: load %d, check %d (%s)", c, lrc, crc, cerr);
         ck_assert_str_eq(cerr, err);
+        ck_assert_msg(layers_begun == 0, "case %d: %d layers begun", c, layers_begun);
     }
     free(cfg);
 }
@@ -1077,15 +1092,6 @@ END_TEST
 
 /* The progress callback of a load that counts the layers it begins (ctx:
  * an int; the load's warn callback gets the same ctx, so pass none). */
-static int count_progress(void *ctx, uint32_t index, uint32_t count, const char *layer)
-{
-    (void)index;
-    (void)count;
-    (void)layer;
-    ++*(int *)ctx;
-    return 0;
-}
-
 /* Every test of the suite reads the system's own figures again, whatever
  * the one before set (with CK_FORK=no a failed test would leave its
  * host). */
