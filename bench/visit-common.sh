@@ -52,7 +52,7 @@ pj_daemon_stop() {
 # ($F/ref.safetensors) and a projd configuration serving it ($F/ref.json,
 # bench/results/2026-12-02-s24-config/ref.json), for projd-bench --config.
 pj_served_config() {
-    "$B/bin/projctl" mkmodel --out "$F/ref.safetensors" >/dev/null || return 1
+    "$B/bin/projctl" mkmodel --force --out "$F/ref.safetensors" >/dev/null || return 1
     sed "s|@MODEL@|$F/ref.safetensors|" bench/results/2026-12-02-s24-config/ref.json >"$F/ref.json"
 }
 

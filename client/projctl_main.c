@@ -52,7 +52,8 @@ typedef struct opts {
     long repeat;
     const char *model;
     int json;
-    int all; /* stats: every entry of the long lists */
+    int all;   /* stats: every entry of the long lists */
+    int force; /* mkmodel: replace a file that is there */
     const char *out;
     const char *preset;
     const char *transport; /* bench-ipc: nng, ring or both */
@@ -179,10 +180,12 @@ static const cmd_help helps[] = {
      "  needs free, what this process may take (a memory cgroup's limit counted) and\n"
      "  how many instances that leaves room for; the device memory the weights take\n"
      "  on the cuda backend. Needs no daemon.\n"},
-    {"mkmodel", "--out --preset --seed ",
-     "usage: projctl mkmodel --out PATH [--preset reference|small] [--seed N]\n"
+    {"mkmodel", "--out --preset --seed --force ",
+     "usage: projctl mkmodel --out PATH [--preset reference|small] [--seed N] [--force]\n"
      "  Writes the generated model (default preset reference, seed 1). Same seed\n"
-     "  and preset give the same bytes. Needs no daemon.\n"},
+     "  and preset give the same bytes. Needs no daemon.\n"
+     "  A file already at PATH is left alone (exit 1) unless --force: PATH may be\n"
+     "  a real model.\n"},
     {"bench-ipc", "--count --transport --gap-us --out ",
      "usage: projctl bench-ipc [--count N] [--transport nng|ring|both] [--gap-us G]\n"
      "                        [--out FILE]\n"
@@ -313,7 +316,7 @@ static int parse_args(int argc, char **argv, opts *o)
         }
         /* flags without a value */
         if (!strcmp(name, "--help") || !strcmp(name, "--check") || !strcmp(name, "--json") ||
-            !strcmp(name, "--version") || !strcmp(name, "--all")) {
+            !strcmp(name, "--version") || !strcmp(name, "--all") || !strcmp(name, "--force")) {
             if (val)
                 return usage_error("%s takes no value", name);
             if (!strcmp(name, "--help"))
@@ -324,6 +327,8 @@ static int parse_args(int argc, char **argv, opts *o)
                 o->check = 1;
             else if (!strcmp(name, "--all"))
                 o->all = 1;
+            else if (!strcmp(name, "--force"))
+                o->force = 1;
             else
                 o->json = 1;
             continue;
@@ -1128,6 +1133,15 @@ static int cmd_mkmodel(opts *o)
         g.preset = pj_modelgen_preset_from_name(o->preset);
         if (g.preset < 0)
             return usage_error("--preset: expected reference or small, got \"%s\"", o->preset);
+    }
+    struct stat sb;
+    if (!o->force && lstat(o->out, &sb) == 0) {
+        fprintf(stderr,
+                "projctl: mkmodel: %s is there already (%s, %lld bytes); not replaced: give "
+                "--force to write over it, or another --out\n",
+                o->out, S_ISREG(sb.st_mode) ? "a file" : "not a regular file",
+                (long long)sb.st_size);
+        return 1;
     }
     char err[1024];
     uint64_t t0 = now_ns();

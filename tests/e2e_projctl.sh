@@ -132,6 +132,18 @@ expect 1 "--check: layer o of $tmp/other\.safetensors has digest [0-9a-f]{8}, th
 expect 2 'expected an unsigned integer, got " -1"' mkmodel --out "$tmp/m.safetensors" --seed " -1"
 expect 2 'expected an unsigned integer, got "-1"' mkmodel --out "$tmp/m.safetensors" --seed=-1
 expect 0 "seed 16," mkmodel --preset small --out "$tmp/m.safetensors" --seed 0x10
+# A file at --out is left alone (it may be a real model) unless --force.
+sum_before=$(cksum <"$tmp/m.safetensors")
+expect 1 "^projctl: mkmodel: $tmp/m\.safetensors is there already \(a file, [0-9]+ bytes\); not replaced: give --force" \
+    mkmodel --preset small --out "$tmp/m.safetensors" --seed 3
+cases=$((cases + 1))
+[ "$(cksum <"$tmp/m.safetensors")" = "$sum_before" ] ||
+    { failures=$((failures + 1)); echo "e2e_projctl: FAIL: mkmodel without --force changed the file" >&2; }
+expect 0 "seed 3," mkmodel --preset small --out "$tmp/m.safetensors" --seed 3 --force
+cases=$((cases + 1))
+[ "$(cksum <"$tmp/m.safetensors")" != "$sum_before" ] ||
+    { failures=$((failures + 1)); echo "e2e_projctl: FAIL: mkmodel --force did not write" >&2; }
+expect 2 "--force takes no value" mkmodel --out "$tmp/m.safetensors" --force=1
 
 # bench-ipc --out that cannot be written fails before the run (no table),
 # not after it; a missing daemon leaves an existing --out file alone.
