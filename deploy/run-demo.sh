@@ -16,6 +16,15 @@ fi
 args=(--model "$model")
 [ -n "${PROJD_SOCKET:-}" ] && args+=(--socket "$PROJD_SOCKET")
 [ -n "${PROJD_BACKEND:-}" ] && args+=(--backend "$PROJD_BACKEND")
+ctl=("$bin/projctl")
+[ -n "${PROJD_SOCKET:-}" ] && ctl+=(--socket "$PROJD_SOCKET")
+# A daemon that answers there already is not this one: the checks below
+# would show it (and fail on its model) while this one is refused.
+if "${ctl[@]}" --timeout 1000 status >/dev/null 2>&1; then
+    echo "run: a projd already answers on that socket (\`${ctl[*]} status\`); stop it, or set" \
+        "PROJD_SOCKET to another path" >&2
+    exit 1
+fi
 echo "run: starting $bin/projd ${args[*]}"
 "$bin/projd" "${args[@]}" &
 pid=$!
@@ -38,13 +47,12 @@ leave() {
 }
 trap leave EXIT
 
-ctl=("$bin/projctl")
-[ -n "${PROJD_SOCKET:-}" ] && ctl+=(--socket "$PROJD_SOCKET")
 # Loading and converting the reference model takes a few seconds.
 for _ in $(seq 1 120); do
     if ! kill -0 "$pid" 2>/dev/null; then
-        wait "$pid"
-        echo "run: projd exited before it was ready" >&2
+        rc=0
+        wait "$pid" || rc=$?
+        echo "run: projd exited before it was ready (exit status $rc; its log is above)" >&2
         exit 1
     fi
     if "${ctl[@]}" --timeout 1000 status >/dev/null 2>&1; then break; fi
