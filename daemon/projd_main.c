@@ -678,7 +678,32 @@ int main(int argc, char **argv)
     int o;
     pj_log_init();
     /* ':' first: getopt stays quiet and a mistake gets one line here. */
-    while ((o = getopt_long(argc, argv, ":hV", opts, NULL)) != -1) {
+    int li = -1;
+    while ((o = getopt_long(argc, argv, ":hV", opts, &li)) != -1) {
+        /* The option's own word: before its value when that came apart. */
+        const int apart = optarg && optarg == argv[optind - 1] && optind >= 2;
+        const char *word = argv[optind - (apart ? 2 : 1)];
+        if (li >= 0 && word[0] == '-' && word[1] == '-') {
+            /* Whole names only, as projctl takes them: "--back" read as
+             * --backend today would read as another option once one more
+             * begins the same way. */
+            const size_t nl = strcspn(word + 2, "=");
+            if (nl != strlen(opts[li].name)) {
+                fprintf(stderr,
+                        "projd: unknown option \"%.*s\" (did you mean --%s?)\n(see projd --help)\n",
+                        (int)(nl + 2), word, opts[li].name);
+                return 2;
+            }
+        }
+        /* "--config --model X" took "--model" as the file: a value that
+         * looks like an option is a forgotten one (--config=--x means it). */
+        if (li >= 0 && apart && optarg[0] == '-' && optarg[1] == '-') {
+            fprintf(stderr,
+                    "projd: --%s needs a value, and got the option \"%s\"\n(see projd --help)\n",
+                    opts[li].name, optarg);
+            return 2;
+        }
+        li = -1;
         switch (o) {
         case 'c':
             d.args.config = optarg;

@@ -1693,6 +1693,18 @@ START_TEST(command_line)
     ck_assert_int_eq(run_projd(&d, NULL, novalue, 0), 2);
     ck_assert(pj_dproc_log_has(&d, "projd: --model needs a value", 0));
     pj_dproc_cleanup(&d);
+    /* A forgotten value: the next option is not taken as the file. */
+    const char *optvalue[] = {"--config", "--model", "x.safetensors", NULL};
+    ck_assert_int_eq(run_projd(&d, NULL, optvalue, 0), 2);
+    ck_assert(
+        pj_dproc_log_has(&d, "projd: --config needs a value, and got the option \"--model\"", 0));
+    pj_dproc_cleanup(&d);
+    /* Whole option names only (getopt took any unique prefix). */
+    const char *prefix[] = {"--back", "cpu", "--check-config", NULL};
+    ck_assert_int_eq(run_projd(&d, NULL, prefix, 0), 2);
+    ck_assert(
+        pj_dproc_log_has(&d, "projd: unknown option \"--back\" (did you mean --backend?)", 0));
+    pj_dproc_cleanup(&d);
 
     /* A missing config file names itself. */
     ck_assert_int_eq(run_projd(&d, NULL, check, 1), 2);
