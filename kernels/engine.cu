@@ -2249,11 +2249,15 @@ extern "C" int pj_eng_check_entry(void *ctx, const pj_tune_entry *e, char *why, 
     c.n = e->n;
     char inner[200];
     // A named configuration's entry: the configuration as far as it does
-    // not depend on the rows, then its algo as any cublas entry's (at its
-    // own m, which is the shape c describes; the other m run algo 0 for
-    // an algo of 2 or more, pj_tune_entry_knobs).
+    // not depend on the rows, then the algo its other m run (its own runs
+    // the configuration, and the other m run algo 0 for an algo of 2 or
+    // more, pj_tune_entry_knobs: a place in the list at the entry's own
+    // shape never runs, and a short list there must not drop the entry).
+    // Any other cublas entry's algo as it runs at its own m, the shape c
+    // describes.
     pj_eng_knobs kn = pj_tune_entry_knobs(e, 0); // m = 0: no entry's own
-    kn.algo = e->knobs.algo;
+    if (!e->knobs.lt)
+        kn.algo = e->knobs.algo;
     int rc = 0;
     if (e->eng == PJ_ENG_CUBLAS && e->knobs.lt)
         rc = lt_entry_check(&e->knobs, inner, sizeof inner);
