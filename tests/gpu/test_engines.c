@@ -1223,10 +1223,9 @@ static void part_c_cublas_r38(pj_chk_ctx *c)
         "\"knobs\":{\"lt\":1,\"lid\":66,\"ltile\":15,\"lst\":35,\"lcu\":255}},"
         "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":132,\"engine\":\"cublas\","
         "\"knobs\":{\"lt\":1,\"lid\":66,\"ltile\":15,\"lst\":35,\"lsk\":17}}]}";
-    static const char *const want[] = {"tile 65535 is not one of algorithm 66's",
-                                       "has no algorithm id 250",
-                                       "custom option 255 is past algorithm 66's",
-                                       "knob lsk must be an integer in 0..16"};
+    static const char *const want[] = {
+        "tile 65535 is not one of algorithm 66's", "has no algorithm id 250",
+        "custom option 255 is past algorithm 66's", "knob lsk must be an integer in 0..16"};
     expect_table(c, "cuBLASLt configurations", js, 2, want, 4);
 }
 
