@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -461,6 +462,33 @@ static int take_load_turn(const char *url)
     return 0;
 }
 
+/* Open files: the soft limit raised to the hard one, as a server that
+ * holds a descriptor per client should (a shell's 1024 against the unit's
+ * LimitNOFILE=65536); a limit still short of limits.max_connections is
+ * said, since past it a client's connect is dropped with nothing said to
+ * it. Each connection holds its IPC socket; the rest is the daemon's own. */
+static void raise_fd_limit(const pj_config *cfg)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    const rlim_t cap = 1u << 20; /* what the kernel's nr_open allows by default */
+    const rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > cap ? cap : rl.rlim_max;
+    if (rl.rlim_cur < want) {
+        struct rlimit up = {.rlim_cur = want, .rlim_max = rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+            rl.rlim_cur = want;
+    }
+    const unsigned long long need = (unsigned long long)cfg->limits.max_connections * 2 + 64;
+    if (rl.rlim_cur < need)
+        pj_log_warn("open files: the limit is %llu (hard %llu), and limits.max_connections %u "
+                    "takes about %llu: past it new clients' connects are dropped; raise the hard "
+                    "limit (LimitNOFILE=, ulimit -Hn) or lower max_connections",
+                    (unsigned long long)rl.rlim_cur,
+                    rl.rlim_max == RLIM_INFINITY ? 0ull : (unsigned long long)rl.rlim_max,
+                    cfg->limits.max_connections, need);
+}
+
 static int serve(daemon_state *d, const char *url)
 {
     pj_config *cfg = &d->cfg;
@@ -490,6 +518,7 @@ static int serve(daemon_state *d, const char *url)
                     "buffer can crash the daemon",
                     strerror(-rc));
 
+    raise_fd_limit(cfg);
     pj_log_info("projd %s: backend %s", PJ_VERSION_STRING, why);
     pj_notify_progress("loading model %s", cfg->model.path);
     pj_log_info("loading model %s (%u layers)", cfg->model.path, cfg->model.n_layers);

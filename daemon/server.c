@@ -146,6 +146,10 @@ struct pj_server {
     uint32_t lst_seq;
     uint64_t lst_errors; /* its error counters at the last watch */
     uint64_t lst_restarts;
+    /* The listener's failed replacements: said at most every 10 s (the
+     * watch runs every 100 ms, and out of descriptors it fails each time). */
+    uint64_t lst_fail_said_ns;
+    unsigned lst_fail_quiet;
     struct retired_lst {
         nng_listener l;
         uint64_t since_ns;
@@ -2594,7 +2598,20 @@ static void on_watch(uv_timer_t *t)
         return;
     char err[256];
     if (open_listener(s, err, sizeof err) != 0) {
-        pj_log_err("listener: cannot replace a listener that may have stopped accepting: %s", err);
+        const uint64_t now = pj_now_ns();
+        if (s->lst_fail_said_ns && now - s->lst_fail_said_ns < 10000000000ull) {
+            s->lst_fail_quiet++;
+            return;
+        }
+        if (s->lst_fail_quiet)
+            pj_log_err("listener: cannot replace a listener that may have stopped accepting: %s "
+                       "(and %u more times in the last %.0f s)",
+                       err, s->lst_fail_quiet, (double)(now - s->lst_fail_said_ns) / 1e9);
+        else
+            pj_log_err("listener: cannot replace a listener that may have stopped accepting: %s",
+                       err);
+        s->lst_fail_said_ns = now;
+        s->lst_fail_quiet = 0;
         return;
     }
     s->lst_restarts++;
