@@ -140,6 +140,26 @@ START_TEST(check_config_reads_the_tuning_table)
     ck_assert(pj_dproc_log_has(&d, "gemvZ", 0));
     ck_assert(pj_dproc_log_has(&d, "no entry usable: the cuda backend would run the untuned", 0));
     pj_dproc_cleanup(&d);
+    /* An entry without its layer's shape (n, k) matches no layer: the
+     * device's check drops it at a start, and this check says so too. */
+    snprintf(tpath, sizeof tpath, "/tmp/pj-table-XXXXXX");
+    fd = mkstemp(tpath);
+    ck_assert_int_ge(fd, 0);
+    const char *sj = "{\"entries\":[{\"layer\":\"o\",\"m\":1,\"engine\":\"cublas\"},"
+                     "{\"layer\":\"o\",\"n\":256,\"k\":192,\"m\":8,\"engine\":\"cublas\"}]}";
+    ck_assert_int_eq(write(fd, sj, strlen(sj)), (ssize_t)strlen(sj));
+    close(fd);
+    snprintf(tcfg, sizeof tcfg, "{\"tuning\":{\"table\":\"%s\"}}", tpath);
+    rc = run_projd(&d, tcfg, check);
+    unlink(tpath);
+    if (rc != 0)
+        pj_dproc_dump_log(&d);
+    ck_assert_int_eq(rc, 0);
+    ck_assert(pj_dproc_log_has(
+        &d, "note: tuning table: entries[0] rejected: o m=1: entry has no layer shape (n, k)", 0));
+    ck_assert(!pj_dproc_log_has(&d, "entries[1]", 0));
+    ck_assert(!pj_dproc_log_has(&d, "no entry usable", 0));
+    pj_dproc_cleanup(&d);
 #ifndef PJ_HAVE_CUDA
     /* Asked for cuda (which this build lacks): both problems, counted. */
     static const char *const cuda[] = {"--check-config", "--backend", "cuda", NULL};
