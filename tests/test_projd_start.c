@@ -104,6 +104,25 @@ START_TEST(check_config_knows_the_backend)
 }
 END_TEST
 
+/* projd --check-config with tuning.table a temporary file holding table
+ * (removed after); its exit status, the log dumped when not 0. */
+static int check_config_with_table(pj_dproc *d, const char *table)
+{
+    static const char *const check[] = {"--check-config", NULL};
+    char tpath[] = "/tmp/pj-table-XXXXXX";
+    int fd = mkstemp(tpath);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, table, strlen(table)), (ssize_t)strlen(table));
+    close(fd);
+    char tcfg[256];
+    snprintf(tcfg, sizeof tcfg, "{\"tuning\":{\"table\":\"%s\"}}", tpath);
+    int rc = run_projd(d, tcfg, check);
+    unlink(tpath);
+    if (rc != 0)
+        pj_dproc_dump_log(d);
+    return rc;
+}
+
 /* tuning.table naming a file that is not there: the cuda backend refuses
  * to start on it (it started untuned, with a warning), so --check-config
  * counts it as a problem there; the cpu backend never reads the table, so
@@ -123,18 +142,8 @@ START_TEST(check_config_reads_the_tuning_table)
     pj_dproc_cleanup(&d);
     /* A table that parses, whose only entry names no engine: said, as
      * the daemon would at its start, with what that leaves. */
-    char tpath[] = "/tmp/pj-table-XXXXXX";
-    int fd = mkstemp(tpath);
-    ck_assert_int_ge(fd, 0);
-    const char *tj = "{\"entries\":[{\"layer\":\"o\",\"m\":1,\"engine\":\"gemvZ\"}]}";
-    ck_assert_int_eq(write(fd, tj, strlen(tj)), (ssize_t)strlen(tj));
-    close(fd);
-    char tcfg[256];
-    snprintf(tcfg, sizeof tcfg, "{\"tuning\":{\"table\":\"%s\"}}", tpath);
-    rc = run_projd(&d, tcfg, check);
-    unlink(tpath);
-    if (rc != 0)
-        pj_dproc_dump_log(&d);
+    rc = check_config_with_table(&d,
+                                 "{\"entries\":[{\"layer\":\"o\",\"m\":1,\"engine\":\"gemvZ\"}]}");
     ck_assert_int_eq(rc, 0);
     ck_assert(pj_dproc_log_has(&d, "note: tuning table: entries[0] rejected: ", 0));
     ck_assert(pj_dproc_log_has(&d, "gemvZ", 0));
@@ -142,18 +151,9 @@ START_TEST(check_config_reads_the_tuning_table)
     pj_dproc_cleanup(&d);
     /* An entry without its layer's shape (n, k) matches no layer: the
      * device's check drops it at a start, and this check says so too. */
-    snprintf(tpath, sizeof tpath, "/tmp/pj-table-XXXXXX");
-    fd = mkstemp(tpath);
-    ck_assert_int_ge(fd, 0);
-    const char *sj = "{\"entries\":[{\"layer\":\"o\",\"m\":1,\"engine\":\"cublas\"},"
-                     "{\"layer\":\"o\",\"n\":256,\"k\":192,\"m\":8,\"engine\":\"cublas\"}]}";
-    ck_assert_int_eq(write(fd, sj, strlen(sj)), (ssize_t)strlen(sj));
-    close(fd);
-    snprintf(tcfg, sizeof tcfg, "{\"tuning\":{\"table\":\"%s\"}}", tpath);
-    rc = run_projd(&d, tcfg, check);
-    unlink(tpath);
-    if (rc != 0)
-        pj_dproc_dump_log(&d);
+    rc = check_config_with_table(
+        &d, "{\"entries\":[{\"layer\":\"o\",\"m\":1,\"engine\":\"cublas\"},"
+            "{\"layer\":\"o\",\"n\":256,\"k\":192,\"m\":8,\"engine\":\"cublas\"}]}");
     ck_assert_int_eq(rc, 0);
     ck_assert(pj_dproc_log_has(
         &d, "note: tuning table: entries[0] rejected: o m=1: entry has no layer shape (n, k)", 0));
