@@ -1568,7 +1568,9 @@ int projd_ring_attach(projd_conn *c, uint32_t slots, projd_error *e)
     rv = pthread_create(&rc->reaper, NULL, ring_reaper, rc);
     if (rv != 0) {
         ring_cli_free(rc);
-        /* The daemon keeps polling a ring nobody uses until we close. */
+        /* The daemon keeps polling a ring nobody uses until we close, and
+         * refuses another: a second attach is told why, here. */
+        atomic_store(&c->ring_unsure, 1);
         return fail(e, -rv, "ring: cannot start the reaper thread: %s", strerror(rv));
     }
     pthread_mutex_lock(&c->mu);
