@@ -1241,7 +1241,7 @@ static void part_c_tiled_knobs(pj_chk_ctx *c)
                      "\"knobs\":{\"tile\":6,\"ks\":2,\"pipe\":3,\"cl\":1}},"
                      "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":256,\"engine\":\"splitk\","
                      "\"knobs\":{\"tile\":0,\"ks\":4,\"pipe\":5}},"
-                     "{\"layer\":\"router\",\"n\":256,\"k\":4096,\"m\":128,\"engine\":\"router\","
+                     "{\"layer\":\"router\",\"n\":256,\"k\":4096,\"m\":127,\"engine\":\"router\","
                      "\"knobs\":{\"tile\":6,\"ks\":4,\"pipe\":5}},"
                      "{\"layer\":\"pooler\",\"n\":8192,\"k\":4096,\"m\":16,\"engine\":\"splitk\","
                      "\"knobs\":{\"tile\":9,\"ks\":4,\"pipe\":5,\"cl\":1}},"
@@ -1260,7 +1260,9 @@ static void part_c_tiled_knobs(pj_chk_ctx *c)
                      "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":224,\"engine\":\"splitk\","
                      "\"knobs\":{\"tile\":4,\"ks\":2,\"pipe\":7,\"cl\":1}}]}";
     /* Round 20's pipe = 7: a good entry kept; tile 4 (128 x 256) with the
-     * cluster's landing area leaves no room for a ring of two slots. */
+     * cluster's landing area leaves no room for a ring of two slots. The
+     * router's pipe = 5 entry is at m = 127: at 128 it would be a copy of
+     * entries[0], refused as that whatever its knobs. */
     static const char *const want[] = {
         "cl=1 needs ks in 2..16 (the cluster size)",
         "tile=0 has no pipe=5 form",
