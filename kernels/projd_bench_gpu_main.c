@@ -651,7 +651,14 @@ static int gen_candidates(int li, uint32_t m, cand *cs)
         ADD(PJ_ENG_CUBLAS);
     }
     if (g_old) {
+        /* OLD's entry at this m, else the one that serves it now (the
+         * daemon's smallest m' >= m): a new m's entry must beat what runs
+         * there already, which the short list need not hold (session 53:
+         * unpooler m = 12 got a gemv slower than the m = 16 splitk it
+         * replaced). */
         const pj_tune_entry *oe = old_entry(d, m);
+        if (!oe)
+            oe = pj_dispatch_choose(g_old, table_name(d), d->N, d->K, m);
         if (oe && oe->eng != PJ_ENG_CUBLAS) {
             kn = oe->knobs;
             ADD(oe->eng);
