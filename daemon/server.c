@@ -2205,14 +2205,18 @@ static int mkdir_parents(const char *path, mode_t mode, char *err, size_t errlen
             continue;
         *p = 0;
         if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-            snprintf(err, errlen, "mkdir %s: %s", dir, strerror(errno));
-            return -errno;
+            const int e = errno;
+            snprintf(err, errlen, "socket %s: cannot create its directory's parent %s: %s", path,
+                     dir, strerror(e));
+            return -e;
         }
         *p = '/';
     }
     if (mkdir(dir, mode) != 0 && errno != EEXIST) {
-        snprintf(err, errlen, "mkdir %s: %s", dir, strerror(errno));
-        return -errno;
+        const int e = errno;
+        snprintf(err, errlen, "socket %s: cannot create its directory %s: %s", path, dir,
+                 strerror(e));
+        return -e;
     }
     /* chmod/chown/rename below work by path inside it: someone else who
      * can write there could swap the socket for their own. */
