@@ -1291,13 +1291,26 @@ static int warm_lane(lane_start *ls)
             cudaStreamSynchronize(ln->s); /* what it launched, done before the lane goes */
             return step;
         }
+        /* A forced engine or a table entry passed over at an m between the
+         * graphs' shapes: said once per layer (by lane 0), as
+         * choose_engines says it at the shapes; the first such m and a
+         * count, since one refusal usually holds for a range of m. */
+        char note[256], first[256] = "";
+        uint32_t first_m = 0, noted = 0;
         for (uint32_t m = 1; m <= st->max_m; m++) {
             if (shape_index(st, m) >= 0)
                 continue; /* its graph: a failed capture stops the start */
             pj_eng_call c = shape_call(st, ln, l, m, ln->sx, ln->sy);
             pj_eng_kind k;
             pj_eng_knobs kn;
-            if (choose(st, &st->layers[l], &c, &k, &kn, NULL, 0) < 0)
+            note[0] = 0;
+            int chose = choose(st, &st->layers[l], &c, &k, &kn, ln->idx == 0 ? note : NULL,
+                               ln->idx == 0 ? sizeof note : 0);
+            if (note[0] && noted++ == 0) {
+                memcpy(first, note, sizeof first);
+                first_m = m;
+            }
+            if (chose < 0)
                 continue;
             if (pj_eng_launch(k, &kn, &c, ln->es) != 0) {
                 /* pj_eng_launch clears the launch's error, a sticky one
@@ -1317,6 +1330,11 @@ static int warm_lane(lane_start *ls)
                 pj_cuda_fault_launch(ln->s);
             }
         }
+        if (noted > 1)
+            pj_log_warn("cuda: layer %s m=%u: %s (and at %u more m between the graphs' shapes)",
+                        st->layers[l].L.name, first_m, first, noted - 1);
+        else if (noted)
+            pj_log_warn("cuda: layer %s m=%u: %s", st->layers[l].L.name, first_m, first);
     }
     cudaError_t ce = cudaStreamSynchronize(ln->s);
     ls->t_warm = now_ns() - t0;
