@@ -1331,10 +1331,10 @@ static int warm_lane(lane_start *ls)
             }
         }
         if (noted > 1)
-            pj_log_warn("cuda: layer %s m=%u: %s (and at %u more m between the graphs' shapes)",
+            pj_log_info("cuda: layer %s m=%u: %s (and at %u more m between the graphs' shapes)",
                         st->layers[l].L.name, first_m, first, noted - 1);
         else if (noted)
-            pj_log_warn("cuda: layer %s m=%u: %s", st->layers[l].L.name, first_m, first);
+            pj_log_info("cuda: layer %s m=%u: %s", st->layers[l].L.name, first_m, first);
     }
     cudaError_t ce = cudaStreamSynchronize(ln->s);
     ls->t_warm = now_ns() - t0;
