@@ -237,6 +237,12 @@ static void *poller_main(void *arg)
             break;
         if (rc == -ETIMEDOUT) {
             __atomic_fetch_add(&r->sleeps, 1, __ATOMIC_RELAXED);
+            /* The slots' end too, not only the header the wait reads: an
+             * object cut to its first page read as attached in STATS until
+             * the client's next push. Under the guard, as in corrupt(). */
+            (void)*(volatile const uint8_t *)(r->ring.base + r->ring.size - 1);
+            if (faulted(r))
+                break;
             continue;
         }
         uint32_t pending = pj_ring_pending(&r->ring, PJ_RING_SQ);

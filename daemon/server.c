@@ -1577,8 +1577,15 @@ static void handle_ring_attach(pj_server *s, pj_conn *c, origin o, const pj_hdr 
         return;
     }
     if (c->ring) {
+        /* A broken ring stays the connection's (its replies' slots may
+         * still be read); only a new connection gets another. */
+        uint64_t lost = 0, sleeps = 0;
         send_error(s, o, h->req_id, PJ_E_LIMIT, UINT32_MAX,
-                   "RING_ATTACH: this connection has a ring already (one per connection)");
+                   ring_counts(c, &lost, &sleeps)
+                       ? "RING_ATTACH: this connection's ring broke (the daemon's log says why) "
+                         "and stays its ring; nng still serves it: connect again to attach "
+                         "another"
+                       : "RING_ATTACH: this connection has a ring already (one per connection)");
         return;
     }
     pj_ringsrv_opts opts = {.peer_uid = c->uid,

@@ -683,6 +683,9 @@ static int check_shm_name(pj_rd *r, const char *name, size_t nl)
         return rd_fail(r, PJ_E_PROTO, "shm name must be '/' followed by at least one character");
     if (memchr(name + 1, '/', nl - 1))
         return rd_fail(r, PJ_E_PROTO, "shm name has a '/' after the first character");
+    /* shm_open refuses them (they name directories), with a bare EINVAL. */
+    if ((nl == 2 && name[1] == '.') || (nl == 3 && name[1] == '.' && name[2] == '.'))
+        return rd_fail(r, PJ_E_PROTO, "shm name may not be \"/.\" or \"/..\"");
     /* Names go into ERROR messages and logs, which are one line each. */
     for (size_t i = 1; i < nl; i++)
         if ((unsigned char)name[i] < 0x20 || (unsigned char)name[i] == 0x7f)

@@ -310,6 +310,9 @@ START_TEST(corrupt_and_truncated_rings)
     /* Its connection still answers over nng; the other ring is untouched. */
     bad.c.use_ring = 0;
     ck_assert_int_eq(pjt_ping(&bad.c), PJ_OK);
+    /* Another attach is told the ring broke, not that one is attached. */
+    expect_refused(&bad.c, "/pjt-no-such-ring", 8, 2048, PJ_E_LIMIT,
+                   "this connection's ring broke");
     ck_assert_msg(pjc_run(&good, &s, why, sizeof why) == 0, "%s", why);
     pjc_close(&bad);
     ck_assert_double_eq(pjd_wait_stat(&st, "ring.attached", 1, 10000), 1);
@@ -329,6 +332,17 @@ START_TEST(corrupt_and_truncated_rings)
     ck_assert_msg(pjc_run(&good, &s, why, sizeof why) == 0, "%s", why);
     shrink.c.use_ring = 0;
     pjc_close(&shrink);
+    ck_assert_double_eq(pjd_wait_stat(&st, "ring.broken", 0, 10000), 0);
+
+    /* Cut to its first page (the header the poller's wait reads stays):
+     * seen while the ring is idle, not at the client's next push. */
+    pjc_conn cut;
+    open_checked(&cut, &d, 8);
+    ck_assert_int_eq(ftruncate(cut.c.ring_shm.fd, 4096), 0);
+    ck_assert_double_eq(pjd_wait_stat(&st, "ring.broken", 1, 10000), 1);
+    ck_assert_msg(pjc_run(&good, &s, why, sizeof why) == 0, "%s", why);
+    cut.c.use_ring = 0;
+    pjc_close(&cut);
     pjc_close(&good);
     ck_assert_double_eq(pjd_wait_stat(&st, "ring.attached", 0, 10000), 0);
     pjt_close(&st);

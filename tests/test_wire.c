@@ -951,6 +951,12 @@ START_TEST(test_register_checks)
     ck_assert_int_eq(reg_name("/", 1, err, sizeof err), PJ_E_PROTO);
     ck_assert_int_eq(reg_name("", 0, err, sizeof err), PJ_E_PROTO);
     ck_assert_int_eq(reg_name("/a\0b", 4, err, sizeof err), PJ_E_PROTO);
+    /* directory names, which shm_open refuses with a bare EINVAL */
+    ck_assert_int_eq(reg_name("/.", 2, err, sizeof err), PJ_E_PROTO);
+    ck_assert_ptr_nonnull(strstr(err, "may not be \"/.\" or \"/..\""));
+    ck_assert_int_eq(reg_name("/..", 3, err, sizeof err), PJ_E_PROTO);
+    ck_assert_int_eq(reg_name("/...", 4, err, sizeof err), PJ_OK);
+    ck_assert_int_eq(reg_name("/.x", 3, err, sizeof err), PJ_OK);
     name[0] = '/';
     memset(name + 1, 'x', sizeof name - 1);
     ck_assert_int_eq(reg_name(name, 255, err, sizeof err), PJ_OK);
