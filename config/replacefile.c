@@ -99,16 +99,89 @@ static mode_t current_umask(void)
     return m;
 }
 
-int pj_replacing_open(pj_replacing *r, const char *path, mode_t mode, pj_replace_mode how,
+/* Where a write to path goes: the path itself, or a symbolic link's target
+ * (malloc'd into *out). A dangling link's target is its text, read against
+ * the link's directory when relative (one level: a chain of links that
+ * ends nowhere is refused by the create). */
+static int resolve_target(const char *path, char **out)
+{
+    struct stat st;
+    *out = NULL;
+    if (lstat(path, &st) != 0 || !S_ISLNK(st.st_mode)) {
+        *out = strdup(path);
+        return *out ? 0 : -ENOMEM;
+    }
+    char *real = realpath(path, NULL);
+    if (real) {
+        *out = real;
+        return 0;
+    }
+    char link[PATH_MAX];
+    ssize_t ln = readlink(path, link, sizeof link - 1);
+    if (ln < 0)
+        return -errno;
+    link[ln] = 0;
+    const char *slash = strrchr(path, '/');
+    size_t dl = link[0] == '/' || !slash ? 0 : (size_t)(slash - path) + 1;
+    *out = malloc(dl + (size_t)ln + 1);
+    if (!*out)
+        return -ENOMEM;
+    memcpy(*out, path, dl);
+    memcpy(*out + dl, link, (size_t)ln + 1);
+    return 0;
+}
+
+/* A path there that is not a regular file, opened for writing as it is. */
+static int open_in_place(pj_replacing *r, const char *path, const struct stat *st, char *err,
+                         size_t errlen)
+{
+    if (S_ISDIR(st->st_mode)) {
+        snprintf(err, errlen, "%s: is a directory", path);
+        release(r);
+        return -EISDIR;
+    }
+    int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0 || !(r->f = fdopen(fd, "w"))) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        snprintf(err, errlen, "%s: cannot open it for writing: %s", path, strerror(e));
+        release(r);
+        return -e;
+    }
+    free(r->tmp);
+    r->tmp = NULL;
+    return 0;
+}
+
+int pj_replacing_open(pj_replacing *r, const char *path_given, mode_t mode, pj_replace_mode how,
                       char *err, size_t errlen)
 {
     memset(r, 0, sizeof *r);
+    /* What the path reaches, links followed: a pipe behind /proc/self/fd/1
+     * has no name a link could be resolved to. */
+    struct stat st;
+    if (stat(path_given, &st) == 0 && !S_ISREG(st.st_mode)) {
+        r->path = strdup(path_given);
+        if (!r->path) {
+            snprintf(err, errlen, "%s: out of memory", path_given);
+            return -ENOMEM;
+        }
+        return open_in_place(r, path_given, &st, err, errlen);
+    }
+    char *target = NULL;
+    int trc = resolve_target(path_given, &target);
+    if (trc) {
+        snprintf(err, errlen, "%s: cannot read the link: %s", path_given, strerror(-trc));
+        return trc;
+    }
+    const char *path = target;
     const size_t n = strlen(path);
-    r->path = strdup(path);
+    r->path = target;
     r->tmp = malloc(n + sizeof ".tmp.XXXXXX");
     if (!r->path || !r->tmp) {
+        snprintf(err, errlen, "%s: out of memory", path_given);
         release(r);
-        snprintf(err, errlen, "%s: out of memory", path);
         return -ENOMEM;
     }
     memcpy(r->tmp, path, n);
@@ -175,6 +248,12 @@ int pj_replacing_commit(pj_replacing *r, int sync, char *err, size_t errlen)
     if (fclose(r->f) != 0 && !rc)
         rc = errno ? -errno : -EIO;
     r->f = NULL;
+    if (!r->tmp) { /* in place: nothing to rename, nothing kept to undo */
+        if (rc)
+            snprintf(err, errlen, "%s: writing failed: %s", r->path, strerror(-rc));
+        release(r);
+        return rc;
+    }
     live_drop(r->tmp);
     if (!rc && rename(r->tmp, r->path) != 0) {
         rc = -errno;
@@ -196,8 +275,10 @@ void pj_replacing_abort(pj_replacing *r)
 {
     if (r->f) {
         fclose(r->f);
-        live_drop(r->tmp);
-        unlink(r->tmp);
+        if (r->tmp) {
+            live_drop(r->tmp);
+            unlink(r->tmp);
+        }
     }
     release(r);
 }
@@ -212,8 +293,11 @@ int pj_replace_file(const char *path, const void *buf, size_t len, mode_t mode, 
     errno = 0;
     if (len && fwrite(buf, 1, len, r.f) != len) {
         rc = errno ? -errno : -EIO;
-        snprintf(err, errlen, "%s: writing %s failed: %s (the file there is unchanged)", path,
-                 r.tmp, strerror(-rc));
+        if (r.tmp)
+            snprintf(err, errlen, "%s: writing %s failed: %s (the file there is unchanged)", path,
+                     r.tmp, strerror(-rc));
+        else
+            snprintf(err, errlen, "%s: writing failed: %s", path, strerror(-rc));
         pj_replacing_abort(&r);
         return rc;
     }

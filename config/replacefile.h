@@ -20,12 +20,17 @@ typedef enum pj_replace_mode { PJ_MODE_UMASKED, PJ_MODE_EXACT } pj_replace_mode;
 
 typedef struct pj_replacing {
     FILE *f;    /* write the new content here */
-    char *path; /* the target */
-    char *tmp;  /* the temporary beside it: path.tmp.XXXXXX */
+    char *path; /* the target (a symbolic link's target, resolved) */
+    char *tmp;  /* the temporary beside it: path.tmp.XXXXXX; NULL when in place */
 } pj_replacing;
 
 /* Creates the temporary beside path with mode (as how says) and opens it as
- * r->f. 0, or -errno with err saying what failed (path first); r is then
+ * r->f. A symbolic link is followed: its target is replaced and the link
+ * stays (a dangling one's target is created). A path that is there and is
+ * not a regular file (a FIFO, a device, /dev/stdout, /proc/self/fd/N) is
+ * written in place instead, since a rename would put a plain file where it
+ * was; there the all-or-nothing promise does not hold (nor matter). A
+ * directory is refused (-EISDIR). 0, or -errno with err saying what failed (path first); r is then
  * empty and pj_replacing_abort is harmless on it. A process killed between
  * open and commit leaves its temporary (path.tmp.XXXXXX: each write has its
  * own, so two writers of one target never share one) for the user to

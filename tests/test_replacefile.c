@@ -168,16 +168,16 @@ START_TEST(errors_name_the_file_and_the_cause)
     ck_assert_msg(strstr(err, path) && strstr(err, "cannot create a file beside it") &&
                       strstr(err, strerror(ENOENT)),
                   "%s", err);
-    /* The rename fails: the target is a directory that is not empty. The
-     * directory stays, the temporary goes. */
+    /* The target is a directory that is not empty: refused before a
+     * temporary is made (a rename would fail); the directory stays. */
     pj_fixture_path(path, sizeof path, "adir");
     ck_assert_int_eq(mkdir(path, 0755), 0);
     char inner[4300];
     snprintf(inner, sizeof inner, "%s/f", path);
     ck_assert_int_eq(pj_fixture_write_text(inner, "inside\n"), 0);
     int rc = pj_replace_file(path, "a", 1, 0644, PJ_MODE_UMASKED, err, sizeof err);
-    ck_assert_msg(rc == -EISDIR || rc == -ENOTEMPTY || rc == -EEXIST, "rc %d: %s", rc, err);
-    ck_assert_msg(strstr(err, "renaming") && strstr(err, "unchanged"), "%s", err);
+    ck_assert_msg(rc == -EISDIR, "rc %d: %s", rc, err);
+    ck_assert_msg(strstr(err, path) && strstr(err, "is a directory"), "%s", err);
     ck_assert_int_eq(pj_fixture_temporaries(path), 0);
     expect_text(inner, "inside\n");
     /* A path too long for the temporary's name. */
@@ -252,6 +252,74 @@ START_TEST(interrupt_removes_the_temporary)
 }
 END_TEST
 
+/* A symbolic link is followed: its target gets the new content and the
+ * link stays a link (a rename over it put a plain file there and left the
+ * target as it was); a dangling link's target is created. */
+START_TEST(links_are_followed)
+{
+    char target[4300], link[4300], err[4400] = "";
+    pj_fixture_path(target, sizeof target, "run.json");
+    pj_fixture_path(link, sizeof link, "latest.json");
+    ck_assert_int_eq(pj_replace_file(target, "old\n", 4, 0644, PJ_MODE_EXACT, err, sizeof err), 0);
+    ck_assert_int_eq(symlink("run.json", link), 0);
+    ck_assert_msg(pj_replace_file(link, "new\n", 4, 0644, PJ_MODE_EXACT, err, sizeof err) == 0,
+                  "%s", err);
+    struct stat st;
+    ck_assert_int_eq(lstat(link, &st), 0);
+    ck_assert(S_ISLNK(st.st_mode));
+    expect_text(target, "new\n");
+    ck_assert_int_eq(pj_fixture_temporaries(target), 0);
+    ck_assert_int_eq(unlink(target), 0);
+    /* dangling: the link's relative target, beside the link */
+    ck_assert_msg(pj_replace_file(link, "made\n", 5, 0644, PJ_MODE_EXACT, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(lstat(link, &st), 0);
+    ck_assert(S_ISLNK(st.st_mode));
+    expect_text(target, "made\n");
+    unlink(link);
+    unlink(target);
+}
+END_TEST
+
+/* A path that is not a regular file is written in place: a FIFO stays a
+ * FIFO and its reader gets the content (a rename put a plain file there,
+ * and as root did the same to a device such as /dev/full); a directory is
+ * refused. */
+START_TEST(not_regular_files_are_written_in_place)
+{
+    char fifo[4200], got[4300], err[4400] = "";
+    pj_fixture_path(fifo, sizeof fifo, "out.fifo");
+    snprintf(got, sizeof got, "%s.got", fifo);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        FILE *in = fopen(fifo, "r"), *out = fopen(got, "w");
+        char buf[64];
+        size_t n = in && out ? fread(buf, 1, sizeof buf, in) : 0;
+        if (out)
+            fwrite(buf, 1, n, out);
+        _exit(in && out && fclose(out) == 0 ? 0 : 1);
+    }
+    ck_assert_msg(pj_replace_file(fifo, "piped\n", 6, 0644, PJ_MODE_EXACT, err, sizeof err) == 0,
+                  "%s", err);
+    int wst;
+    ck_assert_int_eq(waitpid(child, &wst, 0), child);
+    ck_assert(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+    struct stat st;
+    ck_assert_int_eq(lstat(fifo, &st), 0);
+    ck_assert(S_ISFIFO(st.st_mode));
+    expect_text(got, "piped\n");
+    ck_assert_int_eq(pj_fixture_temporaries(fifo), 0);
+    unlink(fifo);
+    unlink(got);
+    const char *dir = pj_fixture_tmpdir();
+    ck_assert_ptr_nonnull(dir);
+    ck_assert_int_eq(pj_replace_file(dir, "x", 1, 0644, PJ_MODE_EXACT, err, sizeof err), -EISDIR);
+    ck_assert_msg(strstr(err, "is a directory"), "%s", err);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("replacefile");
@@ -263,6 +331,8 @@ int main(void)
     tcase_add_test(tc, errors_name_the_file_and_the_cause);
     tcase_add_test(tc, two_writers_do_not_mix);
     tcase_add_test(tc, interrupt_removes_the_temporary);
+    tcase_add_test(tc, links_are_followed);
+    tcase_add_test(tc, not_regular_files_are_written_in_place);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
