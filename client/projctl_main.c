@@ -1135,7 +1135,7 @@ static int cmd_mkmodel(opts *o)
             return usage_error("--preset: expected reference or small, got \"%s\"", o->preset);
     }
     struct stat sb;
-    if (!o->force && lstat(o->out, &sb) == 0) {
+    if (!o->force && stat(o->out, &sb) == 0) { /* a link: what it reaches */
         fprintf(stderr,
                 "projctl: mkmodel: %s is there already (%s, %lld bytes); not replaced: give "
                 "--force to write over it, or another --out\n",
