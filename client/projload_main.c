@@ -782,6 +782,10 @@ static void harvest(lt_client *c, lt_slot *s)
              rc ? e.msg : pj_status_name(res.status));
         if (rc < 0 && conn_gone(c, rc))
             client_lost(c, e.msg);
+        /* A daemon that is stopping answers every request at once: sending
+         * on would be a storm of thousands of errors a second. */
+        else if (rc == PJ_E_SHUTDOWN || (rc == 0 && res.status == PJ_E_SHUTDOWN))
+            client_lost(c, "the daemon is shutting down");
     }
     if (r->mode != MODE_CLOSED) {
         uint64_t last = atomic_load(&r->last_due);
