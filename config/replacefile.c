@@ -242,7 +242,8 @@ int pj_replacing_commit(pj_replacing *r, int sync, char *err, size_t errlen)
     int renaming = 0;
     errno = 0; /* stdio need not set it on every failure */
     int rc = 0;
-    if (fflush(r->f) != 0 || ferror(r->f) || (sync && fsync(fileno(r->f)) != 0))
+    /* In place (a pipe, a device) there is nothing to sync: fsync fails. */
+    if (fflush(r->f) != 0 || ferror(r->f) || (sync && r->tmp && fsync(fileno(r->f)) != 0))
         rc = errno ? -errno : -EIO;
     errno = 0;
     if (fclose(r->f) != 0 && !rc)
