@@ -1135,12 +1135,12 @@ static int cmd_mkmodel(opts *o)
             return usage_error("--preset: expected reference or small, got \"%s\"", o->preset);
     }
     struct stat sb;
-    if (!o->force && stat(o->out, &sb) == 0) { /* a link: what it reaches */
+    /* A link: what it reaches; a pipe or a device is written into, not replaced. */
+    if (!o->force && stat(o->out, &sb) == 0 && S_ISREG(sb.st_mode)) {
         fprintf(stderr,
-                "projctl: mkmodel: %s is there already (%s, %lld bytes); not replaced: give "
+                "projctl: mkmodel: %s is there already (a file, %lld bytes); not replaced: give "
                 "--force to write over it, or another --out\n",
-                o->out, S_ISREG(sb.st_mode) ? "a file" : "not a regular file",
-                (long long)sb.st_size);
+                o->out, (long long)sb.st_size);
         return 1;
     }
     char err[1024];
