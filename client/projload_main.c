@@ -1527,6 +1527,23 @@ static int make_plans(lt_run *r, lt_client *cl, uint64_t n_total)
                 return -ENOMEM;
             }
         }
+        /* The trace's times are played as they are, not moved to start at
+         * 0: a trace cut from a longer one waits for its first request. */
+        const uint64_t played = n_total < t->n_reqs ? n_total : t->n_reqs;
+        if (played) {
+            const double first = (double)it[0].t_us / 1e6 / o->speed;
+            const double last = (double)it[played - 1].t_us / 1e6 / o->speed;
+            if (first >= 1.0)
+                fprintf(stderr,
+                        "projload: --replay: the first request is due %.3f s after the start "
+                        "(the trace's t_us as it is; the last at %.3f s)\n",
+                        first, last);
+            if (o->duration_s > 0 && first >= o->duration_s)
+                fprintf(stderr,
+                        "projload: --replay: nothing is due before --duration's end (%.3f s): "
+                        "the trace's first request is due at %.3f s\n",
+                        o->duration_s, first);
+        }
         free(it);
         return 0;
     }
