@@ -1925,6 +1925,8 @@ static cJSON *totals_json(lt_run *r)
     cJSON_AddNumberToObject(t, "not_sent", (double)atomic_load(&r->not_sent));
     cJSON_AddNumberToObject(t, "behind_at_stop", (double)atomic_load(&r->behind_at_stop));
     cJSON_AddBoolToObject(t, "connection_lost", atomic_load(&r->lost) != 0);
+    /* Stopped by a signal: the counts are of a run cut short. */
+    cJSON_AddBoolToObject(t, "interrupted", g_interrupted != 0);
     cJSON_AddNumberToObject(t, "completed", (double)atomic_load(&r->completed));
     cJSON_AddNumberToObject(t, "errors", (double)atomic_load(&r->errors));
     cJSON_AddNumberToObject(t, "checked", (double)atomic_load(&r->checked));
