@@ -287,6 +287,10 @@ typedef struct lt_run {
      * not sent by then (the daemon did not keep up with the offered load;
      * their latencies are in no table). */
     atomic_uint_fast64_t behind_at_stop;
+    /* Open loop and replay: how late projload itself sent the requests it
+     * had slept for (its thread's wake-up past the due time, which the
+     * latencies include as the daemon's): count, sum and max in ns. */
+    atomic_uint_fast64_t own_late_n, own_late_sum_ns, own_late_max_ns;
     /* Open loop and replay: the schedule's mean gap between requests
      * (1/rate; a replay's over the requests played), and the latest due
      * time of a completed request; the rate is counted over the schedule
@@ -904,6 +908,7 @@ static void *client_main(void *arg)
         c->failed = 1;
         stopping = 1;
     }
+    uint64_t slept_for_due = 0; /* the due time the last sleep was for */
     for (;;) {
         /* Completions first: they free slots and feed the checkers. */
         size_t n_ready = 0, busy = 0;
@@ -963,6 +968,16 @@ static void *client_main(void *arg)
                     c->next++;
                     continue;
                 } else if (due <= t) {
+                    if (due == slept_for_due) {
+                        const uint64_t late = t - due;
+                        atomic_fetch_add(&r->own_late_n, 1);
+                        atomic_fetch_add(&r->own_late_sum_ns, late);
+                        uint64_t m = atomic_load(&r->own_late_max_ns);
+                        while (late > m &&
+                               !atomic_compare_exchange_weak(&r->own_late_max_ns, &m, late))
+                            ;
+                    }
+                    slept_for_due = 0;
                     c->next++;
                     issue(c, s, p->seq, p->tr, due);
                     continue;
@@ -978,6 +993,9 @@ static void *client_main(void *arg)
         uint64_t t = now_ns(), tick = t + 200000000ull;
         if (!wait_until || wait_until > tick)
             wait_until = tick;
+        /* Only a sleep for the next due time, with every slot free to take
+         * it: a request held by busy slots is late by the daemon's doing. */
+        slept_for_due = wait_until != tick && busy < r->slots ? wait_until : 0;
         struct timespec ts = {.tv_sec = (time_t)(wait_until / 1000000000ull),
                               .tv_nsec = (long)(wait_until % 1000000000ull)};
         pthread_mutex_lock(&c->mu);
@@ -1869,6 +1887,13 @@ static void print_totals(FILE *f, lt_run *r)
     if (atomic_load(&r->not_sent))
         fprintf(f, "  %llu requests not sent (refused before reaching the daemon; in errors)\n",
                 (unsigned long long)atomic_load(&r->not_sent));
+    const uint64_t late_n = atomic_load(&r->own_late_n);
+    if (late_n)
+        fprintf(f,
+                "  projload's own lateness, sending a request it slept for: mean %.1f us, max "
+                "%.1f us over %llu requests (in the latencies above, from the due time)\n",
+                (double)atomic_load(&r->own_late_sum_ns) / 1e3 / (double)late_n,
+                (double)atomic_load(&r->own_late_max_ns) / 1e3, (unsigned long long)late_n);
     if (atomic_load(&r->behind_at_stop))
         fprintf(f,
                 "  FAILED: %llu requests were due before --duration's end and not sent by "
@@ -1927,6 +1952,14 @@ static cJSON *totals_json(lt_run *r)
     cJSON_AddBoolToObject(t, "connection_lost", atomic_load(&r->lost) != 0);
     /* Stopped by a signal: the counts are of a run cut short. */
     cJSON_AddBoolToObject(t, "interrupted", g_interrupted != 0);
+    const uint64_t late_n = atomic_load(&r->own_late_n);
+    if (late_n) {
+        cJSON *ol = cJSON_AddObjectToObject(t, "own_send_late_us");
+        cJSON_AddNumberToObject(ol, "requests", (double)late_n);
+        cJSON_AddNumberToObject(ol, "mean",
+                                (double)atomic_load(&r->own_late_sum_ns) / 1e3 / (double)late_n);
+        cJSON_AddNumberToObject(ol, "max", (double)atomic_load(&r->own_late_max_ns) / 1e3);
+    }
     cJSON_AddNumberToObject(t, "completed", (double)atomic_load(&r->completed));
     cJSON_AddNumberToObject(t, "errors", (double)atomic_load(&r->errors));
     cJSON_AddNumberToObject(t, "checked", (double)atomic_load(&r->checked));
