@@ -200,10 +200,8 @@ struct pj_lcmp {
 /* ctx: the table's path; the loader's messages begin "tuning table: ". */
 static void table_msg(void *ctx, const char *msg)
 {
-    static const char lead[] = "tuning table: ";
-    if (!strncmp(msg, lead, sizeof lead - 1))
-        msg += sizeof lead - 1;
-    fprintf(stderr, "projload: --compare: tuning table %s: %s\n", (const char *)ctx, msg);
+    fprintf(stderr, "projload: --compare: tuning table %s: %s\n", (const char *)ctx,
+            pj_tune_msg_text(msg));
 }
 
 static void fill_x(uint16_t *x, size_t count)

@@ -514,10 +514,7 @@ static int select_device(cu_state *st, char *err, size_t errlen)
  * said once, with the file, since a start may look at several. */
 static void table_msg(void *ctx, const char *msg)
 {
-    static const char lead[] = "tuning table: ";
-    if (!strncmp(msg, lead, sizeof lead - 1))
-        msg += sizeof lead - 1;
-    pj_log_warn("cuda: tuning table %s: %s", (const char *)ctx, msg);
+    pj_log_warn("cuda: tuning table %s: %s", (const char *)ctx, pj_tune_msg_text(msg));
 }
 
 static void table_skipped(void *ctx, const char *path, const char *why)

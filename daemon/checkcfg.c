@@ -167,18 +167,6 @@ static void table_dropped(void *ctx, const char *msg)
     note("%s (tuning.table; the daemon drops it and uses the rest)", msg);
 }
 
-/* The one refusal of the device's check (pj_eng_check_entry) that needs
- * no device: an entry without its layer's shape matches no layer the
- * daemon serves, and a table of such entries runs the untuned ladder. */
-static int entry_has_shape(void *ctx, const pj_tune_entry *e, char *why, size_t whylen)
-{
-    (void)ctx;
-    if (e->n && e->k)
-        return 0;
-    snprintf(why, whylen, "%s m=%u: entry has no layer shape (n, k)", e->layer, e->m);
-    return -EINVAL;
-}
-
 /* tuning.table, when set, must read and parse: the cuda backend refuses
  * to start on one it cannot use (backend_cuda.c, load_table). The cpu
  * backend never reads it: a note there. Entries the loader drops are
@@ -195,8 +183,9 @@ static void check_table(const pj_config *cfg, const pj_backend_ops *ops, int *n)
         return;
     }
     int dropped = 0;
-    int rc = pj_tune_load(cfg->tuning.table, t, entry_has_shape, NULL, table_dropped, &dropped, err,
-                          sizeof err);
+    /* The device's check needs the GPU; its shape refusal does not. */
+    int rc = pj_tune_load(cfg->tuning.table, t, pj_tune_entry_has_shape, NULL, table_dropped,
+                          &dropped, err, sizeof err);
     free(t);
     if (rc == 0 && dropped)
         note("tuning.table %s: no entry usable: the cuda backend would run the untuned ladder",

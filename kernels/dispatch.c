@@ -418,26 +418,29 @@ static int parse_entry(const cJSON *je, pj_tune_entry *e, char *why, size_t whyl
  * shape is part of the key because one table may cover several models
  * whose layers share names (tables are per GPU); pj_dispatch_choose keeps
  * those apart by shape too. */
-static int find_same(const pj_tune_table *t, const pj_tune_entry *e)
-{
-    for (uint32_t i = 0; i < t->n; i++)
-        if (t->e[i].m == e->m && t->e[i].n == e->n && t->e[i].k == e->k &&
-            strcmp(t->e[i].layer, e->layer) == 0)
-            return (int)i;
-    return -1;
-}
-
 /* What makes two entries the same one: the layer, its shape and m. */
 typedef struct tune_key {
     char layer[PJ_TUNE_NAME];
     uint32_t n, k, m;
 } tune_key;
 
+static int same_key(const char *layer, uint32_t n, uint32_t k, uint32_t m, const pj_tune_entry *e)
+{
+    return m == e->m && n == e->n && k == e->k && strcmp(layer, e->layer) == 0;
+}
+
+static int find_same(const pj_tune_table *t, const pj_tune_entry *e)
+{
+    for (uint32_t i = 0; i < t->n; i++)
+        if (same_key(t->e[i].layer, t->e[i].n, t->e[i].k, t->e[i].m, e))
+            return (int)i;
+    return -1;
+}
+
 static int seen_before(const tune_key *keys, int nkeys, const pj_tune_entry *e)
 {
     for (int i = 0; i < nkeys; i++)
-        if (keys[i].m == e->m && keys[i].n == e->n && keys[i].k == e->k &&
-            strcmp(keys[i].layer, e->layer) == 0)
+        if (same_key(keys[i].layer, keys[i].n, keys[i].k, keys[i].m, e))
             return 1;
     return 0;
 }
@@ -774,6 +777,21 @@ int pj_tune_save(const char *path, const pj_tune_table *t, const char *commit, c
     if (rc)
         snprintf(err, errlen, "tuning table %s", why);
     return rc;
+}
+
+int pj_tune_entry_has_shape(void *ctx, const pj_tune_entry *e, char *why, size_t whylen)
+{
+    (void)ctx;
+    if (e->n && e->k)
+        return 0;
+    snprintf(why, whylen, "%s m=%u: entry has no layer shape (n, k)", e->layer, e->m);
+    return -EINVAL;
+}
+
+const char *pj_tune_msg_text(const char *msg)
+{
+    static const char lead[] = "tuning table: ";
+    return strncmp(msg, lead, sizeof lead - 1) ? msg : msg + sizeof lead - 1;
 }
 
 int pj_tune_entry_fits(const pj_tune_entry *e, uint32_t n, uint32_t k)

@@ -224,6 +224,16 @@ int pj_tune_save(const char *path, const pj_tune_table *t, const char *commit, c
 /* Add or replace the entry for (e->layer, e->n, e->k, e->m). 0 or -ENOSPC. */
 int pj_tune_put(pj_tune_table *t, const pj_tune_entry *e);
 
+/* A pj_tune_check_fn (ctx unused): refuses an entry without its layer's
+ * shape (n or k 0), which matches no layer a daemon serves. The one
+ * refusal of the device's check (pj_eng_check_entry, which calls it) that
+ * needs no device: --check-config uses it alone. */
+int pj_tune_entry_has_shape(void *ctx, const pj_tune_entry *e, char *why, size_t whylen);
+
+/* A loader message (pj_tune_msg_fn's msg) without its "tuning table: "
+ * lead, for a caller that names the table itself. */
+const char *pj_tune_msg_text(const char *msg);
+
 /* Was e tuned for a layer of shape n x k? An n or k of 0, in the entry or
  * here, matches any. */
 int pj_tune_entry_fits(const pj_tune_entry *e, uint32_t n, uint32_t k);

@@ -2214,9 +2214,9 @@ static int lt_entry_check(const pj_eng_knobs *kn, char *why, size_t whylen)
 extern "C" int pj_eng_check_entry(void *ctx, const pj_tune_entry *e, char *why, size_t whylen)
 {
     const pj_dev_limits *lim = (const pj_dev_limits *)ctx;
-    if (e->k == 0 || e->n == 0)
-        return fail(why, whylen, -EINVAL, "%s m=%u: entry has no layer shape (n, k)", e->layer,
-                    e->m);
+    const int shaped = pj_tune_entry_has_shape(nullptr, e, why, whylen);
+    if (shaped)
+        return shaped;
     // A stand-in layer with aligned dummy pointers: only shapes and the
     // kernels' resources are looked at, nothing is launched.
     static const uint16_t dummy[64] __attribute__((aligned(64))) = {0};
