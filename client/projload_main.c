@@ -771,6 +771,14 @@ static void issue(lt_client *c, lt_slot *s, uint64_t seq, uint32_t tr, uint64_t 
     s->busy = 1;
 }
 
+/* *a = max(*a, v), atomically. */
+static void store_max(atomic_uint_fast64_t *a, uint64_t v)
+{
+    uint64_t cur = atomic_load(a);
+    while (v > cur && !atomic_compare_exchange_weak(a, &cur, v))
+        ;
+}
+
 static void harvest(lt_client *c, lt_slot *s)
 {
     lt_run *r = c->run;
@@ -793,9 +801,7 @@ static void harvest(lt_client *c, lt_slot *s)
             client_lost(c, "the daemon is shutting down");
     }
     if (r->mode != MODE_CLOSED) {
-        uint64_t last = atomic_load(&r->last_due);
-        while (s->t_start > last && !atomic_compare_exchange_weak(&r->last_due, &last, s->t_start))
-            ;
+        store_max(&r->last_due, s->t_start);
     }
     if (s->seq >= r->o->warmup) {
         pj_ls_sample smp = {.t_start_ns = s->t_start,
@@ -969,13 +975,9 @@ static void *client_main(void *arg)
                     continue;
                 } else if (due <= t) {
                     if (due == slept_for_due) {
-                        const uint64_t late = t - due;
                         atomic_fetch_add(&r->own_late_n, 1);
-                        atomic_fetch_add(&r->own_late_sum_ns, late);
-                        uint64_t m = atomic_load(&r->own_late_max_ns);
-                        while (late > m &&
-                               !atomic_compare_exchange_weak(&r->own_late_max_ns, &m, late))
-                            ;
+                        atomic_fetch_add(&r->own_late_sum_ns, t - due);
+                        store_max(&r->own_late_max_ns, t - due);
                     }
                     slept_for_due = 0;
                     c->next++;
