@@ -7,6 +7,10 @@
 #     mismatches, exit status 0, and the JSON report parses and holds the
 #     numbers the tables print;
 #   - open-loop req/s is counted over the schedule (--rate R reads R);
+#   - the open loop and replay say projload's own sending lateness (line
+#     and JSON totals.own_send_late_us), the closed loop does not;
+#   - a replay whose first request is due 1 s or more after the start says
+#     when; one with nothing due before --duration's end says so;
 #   - a --duration run that could not send what was due exits 1;
 #   - a concurrency sweep with plots (PNGs when gnuplot is installed);
 #   - checks are real: against another model's weights every checked
@@ -15,7 +19,11 @@
 #   - outputs (--json, --plot, gen --out) that cannot be written are refused
 #     before the run (exit 2), and the check leaves nothing behind;
 #   - without --model (and no --check-fraction) the run is unchecked and
-#     says so; --version, -h anywhere, the help's exit status.
+#     says so; --version, -h anywhere, the help's exit status;
+#   - a daemon killed, stopped (SIGSTOP) or stopping (SIGTERM: E_SHUTDOWN
+#     replies) mid-run: projload stops, one error a slot, one line for all;
+#   - one SIGINT stops a run: exit 1, the JSON's totals.interrupted true
+#     (false in every run that ended by itself).
 # Usage: tests/e2e_projload.sh BUILD_DIR
 set -u
 build=${1:-build}
@@ -352,6 +360,91 @@ else
     fail "replay cut by --duration: exit $rc, or req/s not ~500 (the line above)"
     cat "$tmp/gap.out" "$tmp/gap.err" >&2
 fi
+
+# A trace's times are played as they are (not moved to start at 0). One
+# whose first request is due 1 s or more after the start says when, and
+# when the last one played is (--count 2 leaves the third out; --speed 2
+# halves both): 1.000 and 1.050 s. One with nothing due before --duration's
+# end says so before the run, which then measures nothing (exit 1); its
+# first request, at 0.999 s, is not late enough for the other line. The
+# replays above start at once and say neither.
+"$py" - "$tmp/late.jsonl" "$tmp/none_due.jsonl" <<'EOF'
+import json, sys
+def write(path, times):
+    with open(path, "w") as f:
+        for t in times:
+            f.write(json.dumps({"t_us": t, "client": 0, "ops": [{"layer": "o", "m": 1}]}) + "\n")
+write(sys.argv[1], [2000000, 2100000, 9000000])
+write(sys.argv[2], [999000, 1500000])
+EOF
+pl --trace "$tmp/late.jsonl" --socket "$sock" --replay --speed 2 --count 2 --warmup 0 \
+    --check-fraction 0 --json "$tmp/late.json" >"$tmp/late.out" 2>"$tmp/late.err"
+rc=$?
+if [ $rc = 0 ] && [ "$(grep -c -- '--replay: ' "$tmp/late.err")" = 1 ] &&
+    grep -qxF "projload: --replay: the first request is due 1.000 s after the start (the trace's t_us as it is; the last at 1.050 s)" \
+        "$tmp/late.err" &&
+    "$py" -c 'import json,sys; t=json.load(open(sys.argv[1]))["totals"]; sys.exit(0 if t["sent"]==2 and t["completed"]==2 else 1)' \
+        "$tmp/late.json"; then
+    ok "replay whose first request is due at 1 s: said (and the last played, at 1.050 s), both run"
+else
+    fail "replay of a trace starting at 1 s: exit $rc"; cat "$tmp/late.out" "$tmp/late.err" >&2
+fi
+pl --trace "$tmp/none_due.jsonl" --socket "$sock" --replay --duration 0.5 --warmup 0 \
+    --check-fraction 0 --json "$tmp/none_due.json" >"$tmp/none_due.out" 2>"$tmp/none_due.err"
+rc=$?
+if [ $rc = 1 ] && [ "$(grep -c -- '--replay: ' "$tmp/none_due.err")" = 1 ] &&
+    grep -qxF "projload: --replay: nothing is due before --duration's end (0.500 s): the trace's first request is due at 0.999 s" \
+        "$tmp/none_due.err" && grep -q 'nothing was measured' "$tmp/none_due.out" &&
+    "$py" -c 'import json,sys; t=json.load(open(sys.argv[1]))["totals"]; sys.exit(0 if t["sent"]==0 and t["behind_at_stop"]==0 else 1)' \
+        "$tmp/none_due.json"; then
+    ok "replay with nothing due before --duration's end: said before the run, nothing sent, exit 1"
+else
+    fail "replay with nothing due before --duration's end: exit $rc"
+    cat "$tmp/none_due.out" "$tmp/none_due.err" >&2
+fi
+if ! grep -q -- '--replay: ' "$tmp/replay.err" "$tmp/gap.err"; then
+    ok "replays that start at once: no word of the first request's due time"
+else
+    fail "a replay starting at once: $(grep -h -- '--replay: ' "$tmp/replay.err" "$tmp/gap.err")"
+fi
+
+# ---- projload's own lateness; a run that ended is not interrupted ---------------------------------
+# The open loop and replay say how late projload itself sent the requests
+# it slept for (their latencies count it as the daemon's): the line and
+# JSON totals.own_send_late_us agree, over at least one request and at
+# most those sent, mean <= max. A closed loop sleeps for none: neither.
+# Each of these runs ended by itself: totals.interrupted false.
+"$py" - "$tmp/closed" "$tmp/open" "$tmp/replay" <<'EOF' &&
+import json, re, sys
+problems = []
+for base, slept in zip(sys.argv[1:], (False, True, True)):
+    name = base.rsplit("/", 1)[-1]
+    t = json.load(open(base + ".json"))["totals"]
+    if t.get("interrupted") is not False:
+        problems.append("%s: totals.interrupted %r" % (name, t.get("interrupted")))
+    line = re.search(r"^  projload's own lateness, sending a request it slept for: mean ([0-9.]+) us, "
+                     r"max ([0-9.]+) us over ([0-9]+) requests \(in the latencies above",
+                     open(base + ".out").read(), re.M)
+    late = t.get("own_send_late_us")
+    if not slept:
+        if late is not None or line:
+            problems.append("%s: own lateness reported for a closed loop: %r" % (name, late))
+        continue
+    if late is None or not line:
+        problems.append("%s: own lateness: JSON %r, line %s" % (name, late, bool(line)))
+        continue
+    print("%s: own lateness mean %.1f us, max %.1f us over %d of %d requests"
+          % (name, late["mean"], late["max"], late["requests"], t["sent"]))
+    if not (1 <= late["requests"] <= t["sent"] and 0 <= late["mean"] <= late["max"] + 1e-6):
+        problems.append("%s: own lateness out of bounds: %r" % (name, late))
+    if (abs(float(line.group(1)) - late["mean"]) > 0.051 or abs(float(line.group(2)) - late["max"]) > 0.051
+            or int(line.group(3)) != late["requests"]):
+        problems.append("%s: the line (%s) and the JSON (%r) differ" % (name, line.group(0), late))
+print("\n".join(problems))
+sys.exit(1 if problems else 0)
+EOF
+    ok "own sending lateness in the open loop and replay (line = JSON), none in the closed loop; not interrupted" ||
+    fail "own sending lateness / totals.interrupted (the lines above)"
 
 # ---- the six reference loads, a sweep, plots ---------------------------------------------------------
 pl --trace "$tmp/reference.jsonl" --socket "$sock" --sweep 1,2 --count 12 \
@@ -777,8 +870,8 @@ t, o, w = j["totals"], j["results"]["overall"], j["results"]["window_s"]
 ok_req = o["count"] - o["errors"]
 print("sent %d, completed %d, errors %d, not sent %d, ok %d, req/s %.1f over %.3f s"
       % (t["sent"], t["completed"], t["errors"], t["not_sent"], ok_req, o["req_per_s"], w))
-sys.exit(0 if t["connection_lost"] and t["not_sent"] <= 2 and t["sent"] == t["completed"]
-         and o["ok"] == ok_req and abs(o["req_per_s"] * w - ok_req) < 0.5 else 1)
+sys.exit(0 if t["connection_lost"] and not t["interrupted"] and t["not_sent"] <= 2
+         and t["sent"] == t["completed"] and o["ok"] == ok_req and abs(o["req_per_s"] * w - ok_req) < 0.5 else 1)
 EOF
     then
         ok "daemon killed mid-run ($transport): projload stopped in ${secs} s, exit 1, req/s counts only successes"
@@ -838,6 +931,92 @@ fi
 kill -KILL "$daemon2_pid"
 wait "$daemon2_pid" 2>/dev/null
 daemon2_pid=
+
+# wait_for FILE ERE SECS: 0 once a line of FILE matches ERE, 1 after SECS.
+wait_for() {
+    for _ in $(seq $(($3 * 10))); do
+        grep -Eq -- "$2" "$1" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# ---- one interrupt: the run stops, its report and JSON say so -----------------------------------------
+# (once the first progress line says the run is going). The requests in
+# flight are waited for, the report and the JSON written, exit 1, and
+# totals.interrupted tells its counts from a finished run's (those above
+# read false).
+"$bin/projload" --trace "$tmp/decode.jsonl" --socket "$sock" --duration 30 --check-fraction 0 \
+    --progress --json "$tmp/sigint.json" >"$tmp/sigint.out" 2>"$tmp/sigint.err" &
+pl_pid=$!
+watchdog "$pl_pid" 20
+wait_for "$tmp/sigint.err" '\] [0-9]+ done' 15
+kill -INT "$pl_pid"
+wait "$pl_pid"
+rc=$?
+kill "$watchdog_pid" 2>/dev/null
+if [ $rc = 1 ] && [ "$(grep -c 'projload: interrupted: waiting for the requests in flight' "$tmp/sigint.err")" = 1 ] &&
+    grep -q '^interrupted: the report covers what ran' "$tmp/sigint.out" && "$py" - "$tmp/sigint.json" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+t = j["totals"]
+print("interrupted run: %d sent, %d completed, %d errors in %.3f s, interrupted %r"
+      % (t["sent"], t["completed"], t["errors"], t["wall_s"], t["interrupted"]))
+sys.exit(0 if t["interrupted"] is True and j["exit_code"] == 1 and t["sent"] > 0
+         and t["completed"] == t["sent"] and t["errors"] == 0 and not t["connection_lost"] else 1)
+EOF
+then
+    ok "SIGINT mid-run: stopped, exit 1, the JSON written with totals.interrupted true"
+else
+    fail "SIGINT mid-run: exit $rc (137: still running after 20 s)"
+    tail -n 5 "$tmp/sigint.out" "$tmp/sigint.err" >&2
+fi
+
+# ---- the daemon stops (SIGTERM) mid-run: a client told so stops, one line for all -----------------
+# A draining daemon answers every new request E_SHUTDOWN at once, for the
+# 500 ms it waits after its last reply (daemon/DAEMON.md, "Shutdown and
+# reload"). A client told so stops as on a lost connection: an error for
+# each of its requests then in flight (at most --slots), not one for every
+# request it could send meanwhile (thousands a second), and one line for
+# all the clients. Closed loop over the ring; an open loop of 3 slots a
+# client over nng. SIGTERM once the first progress line says requests flow.
+for mode in "closed 1 --transport ring" "open 3 --transport nng --rate 1000 --slots 3"; do
+    read -r name slots args <<<"$mode"
+    start_daemon2
+    start=$(date +%s%N)
+    # shellcheck disable=SC2086  # the words, on purpose
+    "$bin/projload" --trace "$tmp/decode.jsonl" --socket "$sock2" $args --concurrency 2 \
+        --duration 10 --check-fraction 0 --progress --json "$tmp/term.json" \
+        >"$tmp/term.out" 2>"$tmp/term.err" &
+    pl_pid=$!
+    watchdog "$pl_pid" 25
+    wait_for "$tmp/term.err" '\] [0-9]+ done' 15
+    kill -TERM "$daemon2_pid"
+    wait "$pl_pid"
+    rc=$?
+    kill "$watchdog_pid" 2>/dev/null
+    secs=$((($(date +%s%N) - start) / 1000000000))
+    wait "$daemon2_pid"
+    drc=$?
+    daemon2_pid=
+    if [ $rc = 1 ] && [ "$secs" -lt 8 ] && [ $drc = 0 ] &&
+        [ "$(grep -c 'lost the connection to the daemon' "$tmp/term.err")" = 1 ] &&
+        grep -Eq '^projload: client [0-9]+: lost the connection to the daemon \(the daemon is shutting down\); it stopped sending' \
+            "$tmp/term.err" && "$py" - "$tmp/term.json" $((2 * slots)) <<'EOF'
+import json, sys
+t = json.load(open(sys.argv[1]))["totals"]
+print("daemon stopped mid-run: %d sent, %d completed, %d errors (at most %s), %d not sent"
+      % (t["sent"], t["completed"], t["errors"], sys.argv[2], t["not_sent"]))
+sys.exit(0 if 1 <= t["errors"] <= int(sys.argv[2]) and t["not_sent"] == 0
+         and t["sent"] == t["completed"] and t["connection_lost"] and not t["interrupted"] else 1)
+EOF
+    then
+        ok "daemon stopped by SIGTERM mid-run ($name loop): at most one error a slot, said once, exit 1 in ${secs} s"
+    else
+        fail "daemon stopped by SIGTERM mid-run ($name loop): exit $rc after ${secs} s, daemon exit $drc"
+        cat "$tmp/term.out" "$tmp/term.err" >&2
+    fi
+done
 
 # ---- a daemon at its connection limit: the clients' one error said once ------------------------------
 # limits.max_connections 3: projload's own connection and two clients fit;
