@@ -633,7 +633,7 @@ if [ $rc = 1 ] && [ $rcg = 2 ] && cmp -s "$tmp/keep.json" "$tmp/keep0.json" &&
     cmp -s "$tmp/keepg.jsonl" "$tmp/keepg0.jsonl" && ! ls "$tmp"/keep*.tmp.* >/dev/null 2>&1; then
     ok "--json and gen --out cut short by a size limit: exit 1 / 2, the old files as they were"
 else
-    fail "size-limited writes: exit $rc / $rcg: $(tail -2 "$tmp/keep.out" "$tmp/keepg.out")"
+    fail "size-limited writes: exit $rc / $rcg: $(tail -n 2 "$tmp/keep.out" "$tmp/keepg.out")"
 fi
 # Writable outputs, then a setup step that fails (no daemon): nothing left behind.
 pl --trace "$tmp/decode.jsonl" --socket "ipc://$tmp/nobody.sock" --json "$tmp/left.json" \
@@ -905,7 +905,7 @@ if [ $rc = 1 ] && grep -q 'no reply within 1000 ms' "$tmp/stall.out" &&
     ok "daemon stopped mid-run, --timeout-ms 1000: the run and its STATS gave up, exit 1"
 else
     fail "daemon stopped mid-run, --timeout-ms 1000: exit $rc (137: still waiting after 20 s)"
-    tail -5 "$tmp/stall.out" "$tmp/stall.err" >&2
+    tail -n 5 "$tmp/stall.out" "$tmp/stall.err" >&2
 fi
 kill -CONT "$daemon2_pid"
 # A second interrupt ends projload at once, whatever it waits for.
@@ -926,7 +926,7 @@ if [ $rc = 130 ] && grep -q 'interrupt again to quit at once' "$tmp/int.err"; th
     ok "daemon stopped, two interrupts: projload ended by the second"
 else
     fail "daemon stopped, two interrupts: exit $rc (137: still waiting after 20 s)"
-    tail -5 "$tmp/int.out" "$tmp/int.err" >&2
+    tail -n 5 "$tmp/int.out" "$tmp/int.err" >&2
 fi
 kill -KILL "$daemon2_pid"
 wait "$daemon2_pid" 2>/dev/null
