@@ -88,6 +88,15 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Sleeps until now_ns() reads t (at once when it has). */
+static void sleep_until_ns(uint64_t t)
+{
+    const struct timespec ts = {.tv_sec = (time_t)(t / 1000000000ull),
+                                .tv_nsec = (long)(t % 1000000000ull)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+}
+
 /* splitmix64 over a counter. */
 static uint64_t rng_next(uint64_t *s)
 {
@@ -908,6 +917,13 @@ static void *client_main(void *arg)
     pthread_barrier_wait(&r->ready);
     pthread_barrier_wait(&r->go);
     int stopping = r->abort;
+    /* The run starts at t0, just after the barrier: the open loop and
+     * replay wait for due times counted from it, and a closed loop waits
+     * for it too. Sent before t0, its first requests fell before the wall
+     * time's start (t0 to the last client's end), which read up to 1 ms
+     * short, and a run done before t0 read as the main thread's 50 ms look. */
+    if (!stopping && r->mode == MODE_CLOSED)
+        sleep_until_ns(r->t0);
     uint32_t *ready = calloc(r->slots, sizeof *ready);
     if (!ready) {
         snprintf(c->err, sizeof c->err, "client %u: out of memory", c->id);
