@@ -8,9 +8,11 @@
 #                          folder removed on exit; messages start with TAG
 #   pjd_mkmodel PRESET SEED  the generated model in $tmp, its path in $model
 #                          (else the suite fails, saying so)
-#   pjd_start NAME JSON S  projd with config JSON and model $model on
-#                          ipc://$tmp/NAME.sock, answering within S seconds
-#                          (else the suite fails with its log)
+#   pjd_start NAME JSON S [CMD...]  projd with config JSON and model $model
+#                          on ipc://$tmp/NAME.sock, answering within S seconds
+#                          (else the suite fails with its log); its pid in
+#                          $pjd_pid. CMD, if given, runs projd: a wrapper
+#                          that ends in exec "$@" (the pid stays projd's)
 #   pjd_stop_all           every daemon must still run and drain on SIGTERM
 #                          with exit 0; prints why not; returns the count
 #   pjd_asan_env LIB       asan_env: what a Python process needs to load LIB
@@ -69,9 +71,11 @@ pjd_mkmodel() {
 pjd_start() {
     local name=$1 json=$2 secs=$3 pid
     printf '%s\n' "$json" >"$tmp/$name.json"
-    "$bin/projd" --config "$tmp/$name.json" --model "$model" --socket "ipc://$tmp/$name.sock" \
+    "${@:4}" "$bin/projd" --config "$tmp/$name.json" --model "$model" --socket "ipc://$tmp/$name.sock" \
         2>"$tmp/$name.log" &
     pid=$!
+    # shellcheck disable=SC2034  # the caller's
+    pjd_pid=$pid
     pjd_pids+=("$pid")
     pjd_names+=("$name")
     for _ in $(seq $((secs * 5))); do
