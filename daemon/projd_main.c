@@ -279,6 +279,25 @@ static void on_stop_signal(uv_signal_t *h, int signum)
     pj_server_drain(d->server);
 }
 
+/* An open-files limit short of limits.max_connections, said at the start
+ * and by a reload that raises max_connections: past it a client's connect
+ * is dropped with nothing said to it. Each connection holds its IPC
+ * socket; the rest is the daemon's own. */
+static void say_fd_limit_short(const pj_config *cfg)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    const unsigned long long need = (unsigned long long)cfg->limits.max_connections * 2 + 64;
+    if (rl.rlim_cur < need)
+        pj_log_warn("open files: the limit is %llu (hard %llu), and limits.max_connections %u "
+                    "takes about %llu: past it new clients' connects are dropped; raise the hard "
+                    "limit (LimitNOFILE=, ulimit -Hn) or lower max_connections",
+                    (unsigned long long)rl.rlim_cur,
+                    rl.rlim_max == RLIM_INFINITY ? 0ull : (unsigned long long)rl.rlim_max,
+                    cfg->limits.max_connections, need);
+}
+
 /* SIGHUP. systemd hears RELOADING=1 before and READY=1 after, whatever
  * the outcome (without the READY=1 it would keep the unit "reloading");
  * STATUS= and STATS "reload" say what became of it. */
@@ -309,11 +328,14 @@ static void on_hup(uv_signal_t *h, int signum)
         r = PJ_RELOAD_REFUSED;
         snprintf(msg, sizeof msg, "%s", err);
     } else {
+        const uint32_t had_conns = d->cfg.limits.max_connections;
         d->cfg.limits = next->limits;
         d->cfg.auth = next->auth;
         d->cfg.log = next->log;
         pj_server_reload(d->server, next);
         r = PJ_RELOAD_APPLIED;
+        if (d->cfg.limits.max_connections > had_conns)
+            say_fd_limit_short(&d->cfg);
         if (d->args.config)
             snprintf(msg, sizeof msg, "log level, limits and auth from %s", file);
         else
@@ -465,8 +487,7 @@ static int take_load_turn(const char *url)
 /* Open files: the soft limit raised to the hard one, as a server that
  * holds a descriptor per client should (a shell's 1024 against the unit's
  * LimitNOFILE=65536); a limit still short of limits.max_connections is
- * said, since past it a client's connect is dropped with nothing said to
- * it. Each connection holds its IPC socket; the rest is the daemon's own. */
+ * said (say_fd_limit_short, above on_hup). */
 static void raise_fd_limit(const pj_config *cfg)
 {
     struct rlimit rl;
@@ -476,17 +497,9 @@ static void raise_fd_limit(const pj_config *cfg)
     const rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > cap ? cap : rl.rlim_max;
     if (rl.rlim_cur < want) {
         struct rlimit up = {.rlim_cur = want, .rlim_max = rl.rlim_max};
-        if (setrlimit(RLIMIT_NOFILE, &up) == 0)
-            rl.rlim_cur = want;
+        (void)setrlimit(RLIMIT_NOFILE, &up);
     }
-    const unsigned long long need = (unsigned long long)cfg->limits.max_connections * 2 + 64;
-    if (rl.rlim_cur < need)
-        pj_log_warn("open files: the limit is %llu (hard %llu), and limits.max_connections %u "
-                    "takes about %llu: past it new clients' connects are dropped; raise the hard "
-                    "limit (LimitNOFILE=, ulimit -Hn) or lower max_connections",
-                    (unsigned long long)rl.rlim_cur,
-                    rl.rlim_max == RLIM_INFINITY ? 0ull : (unsigned long long)rl.rlim_max,
-                    cfg->limits.max_connections, need);
+    say_fd_limit_short(cfg);
 }
 
 static int serve(daemon_state *d, const char *url)

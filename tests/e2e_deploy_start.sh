@@ -4,7 +4,8 @@
 #   - projd raises its open-files soft limit to the hard one (its own
 #     /proc/PID/limits), and says at start when the hard limit is short of
 #     limits.max_connections (about 2 x max_connections + 64), with the
-#     numbers; a hard limit that is enough is not said;
+#     numbers; a hard limit that is enough is not said; a SIGHUP that
+#     raises max_connections past it says so too;
 #   - out of descriptors (hard limit 64, clients holding every one, more
 #     waiting to be accepted), the listener's replacement fails on every
 #     100 ms watch: it is logged once, the next time not before 10 s have
@@ -130,6 +131,24 @@ if [ "$limits" = 1 ]; then
         show "$tmp/enough.log"
     else
         ok "a hard limit that is enough is not said"
+    fi
+    # A SIGHUP that raises max_connections past the hard limit says so too
+    # (32 -> 200: about 464 against 256); STATS counts the reload once the
+    # warning is written.
+    printf '%s\n' "{ $cpu, \"limits\": { \"max_connections\": 200 } }" >"$tmp/enough.json"
+    kill -HUP "$enough_pid"
+    for _ in $(seq 100); do
+        "$bin/projctl" --socket "ipc://$tmp/enough.sock" stats --json >"$tmp/enough.stats" 2>&1 &&
+            grep -Eq '"applied":[[:space:]]*1[,}]' "$tmp/enough.stats" && break
+        sleep 0.1
+    done
+    if grep -q "warn: open files: the limit is 256 (hard 256), and limits.max_connections 200 takes about 464" \
+        "$tmp/enough.log"; then
+        ok "a reload that raises max_connections past the hard limit says so"
+    else
+        not_ok "a reload to max_connections 200 against a hard limit of 256 is not said; the log, STATS:"
+        show "$tmp/enough.log"
+        show "$tmp/enough.stats"
     fi
 fi
 
