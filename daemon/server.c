@@ -2626,6 +2626,15 @@ static void on_watch(uv_timer_t *t)
         return;
     }
     s->lst_restarts++;
+    if (s->lst_fail_said_ns) {
+        /* The end of an episode that was said, at the failure's own level
+         * so that it shows wherever the failure did: its count is said
+         * now, not carried into the next episode's first line, hours later. */
+        pj_log_warn("listener: replaced after failing (%u more times since the last line)",
+                    s->lst_fail_quiet);
+        s->lst_fail_said_ns = 0;
+        s->lst_fail_quiet = 0;
+    }
     pj_log_debug("listener: error counters moved (other %" PRIu64 ", canceled %" PRIu64
                  "); opened a fresh listener in case nng stopped accepting (%u kept for their "
                  "connections)",

@@ -10,7 +10,8 @@
 #     waiting to be accepted), the listener's replacement fails on every
 #     100 ms watch: it is logged once, the next time not before 10 s have
 #     passed and then with the count of the quiet ones (two lines, not a
-#     hundred), and the daemon answers again once the clients let go;
+#     hundred), and the daemon answers again once the clients let go,
+#     saying the replacement that ends the episode;
 #   - run-demo refuses at once (exit 1, the message, no projd started) when
 #     a projd already answers on its socket, and that daemon keeps serving;
 #   - run-demo says the exit status of a projd that exits before it is
@@ -287,6 +288,18 @@ if [ "$listener" = 1 ]; then
     done
     if [ "$up" = 1 ]; then
         ok "the daemon answers again once the clients let go of their descriptors"
+        # The episode's end is said with what the last line left unsaid,
+        # not carried into the next episode's first line.
+        for _ in $(seq 50); do
+            grep -q "listener: replaced after failing" "$tmp/starved.log" && break
+            sleep 0.1
+        done
+        if grep -Eq "listener: replaced after failing \([0-9]+ more times since the last line\)$" "$tmp/starved.log"; then
+            ok "the replacement that ends the episode is said ($(grep -Eo '[0-9]+ more times since the last line' "$tmp/starved.log" | tail -n 1))"
+        else
+            not_ok "the replacement that ends the episode is not said:"
+            show "$tmp/starved.log"
+        fi
     else
         not_ok "the daemon does not answer within 10 s after the clients let go:"
         show "$tmp/starved.status"
