@@ -738,6 +738,35 @@ static void note_table_match(const cu_state *st, const pj_model_layer *ml, const
             ml->name, L->N, L->K, other, other);
 }
 
+/* A heavy exception block (pj_model_layer_heavy_block) under table entries
+ * that run the z12 GEMV for the layer: said once at start, with the m
+ * those entries were tuned at, since the table's timings came from other
+ * weights and the entries may lose to cuBLAS on these (deploy/README.md
+ * says how to tune on the served model). */
+static void note_heavy_block(const cu_state *st, const pj_model_layer *ml, const pj_eng_layer *L)
+{
+    const pj_tune_table *t = st->table;
+    if (!t || ml->engine[0] || st->env_force[0] || !pj_model_layer_heavy_block(ml))
+        return;
+    const char *tn = pj_eng_table_name(L);
+    char ms[160] = "";
+    size_t len = 0;
+    for (uint32_t i = 0; i < t->n && len + 12 < sizeof ms; i++) {
+        const pj_tune_entry *e = &t->e[i];
+        if (e->eng == PJ_ENG_GEMVZ && pj_tune_entry_fits(e, L->N, L->K) && !strcmp(e->layer, tn))
+            len += (size_t)snprintf(ms + len, sizeof ms - len, "%s%u", len ? ", " : "", e->m);
+    }
+    if (!len)
+        return;
+    pj_log_warn("cuda: layer %s: one 16-row block (rows %u-%u) holds %u exceptions, %.1f on "
+                "average; its CTA of the z12 GEMV finishes last, so the table's z12 GEMV entries "
+                "(m = %s), timed on other weights, may run slower than cuBLAS here: tune on this "
+                "model (deploy/README.md)",
+                ml->name, ml->blk_exc_max_row,
+                ml->blk_exc_max_row + 15 < ml->w.n ? ml->blk_exc_max_row + 15 : ml->w.n - 1,
+                ml->blk_exc_max, (double)ml->n_exc / (double)((ml->w.n + 15) / 16), ms);
+}
+
 /* Can the engines serve every m of the layer from its z12 weights alone
  * (the ladder without a table; the table's entries fall back to it)? 0,
  * or the first m that nothing can run, with why. */
@@ -812,6 +841,7 @@ static int upload_layers(cu_state *st, char *err, size_t errlen)
             return rc;
         snprintf(L->table_name, sizeof L->table_name, "%s", ml->tuned_as);
         note_table_match(st, ml, L);
+        note_heavy_block(st, ml, L);
         /* What the tuner and the benchmark time the engines with
          * (kernels/engcheck_cuda.c): the z12 GEMV's exception slot tables
          * (without them it gathers each block's exceptions the slow way),

@@ -212,10 +212,15 @@ static void print_text(FILE *out, const pj_model *m, const pj_st_file *st, const
         if (L->w.fmt == PJ_FMT_Z12 && L->n_exc)
             fprintf(out,
                     "%s: at most %u exceptions in one 16-row block (rows %u-%u), %.1f on "
-                    "average\n",
+                    "average%s\n",
                     L->name, L->blk_exc_max, L->blk_exc_max_row,
                     L->blk_exc_max_row + 15 < L->w.n ? L->blk_exc_max_row + 15 : L->w.n - 1,
-                    (double)L->n_exc / (double)((L->w.n + 15) / 16));
+                    (double)L->n_exc / (double)((L->w.n + 15) / 16),
+                    pj_model_layer_heavy_block(L)
+                        ? ": far above the rest, that block's CTA of the z12 GEMV finishes last; "
+                          "a table tuned on other weights may run the z12 GEMV where cuBLAS is "
+                          "faster here (tune on this model: deploy/README.md)"
+                        : "");
     }
     print_host(out, host);
     print_plan(out, plan, force, force_bad);
@@ -269,6 +274,7 @@ static int print_json(FILE *out, const pj_model *m, const pj_st_file *st, const 
             cJSON_AddNumberToObject(l, "exception_rate", L->exc_rate);
             cJSON_AddNumberToObject(l, "block_exceptions_max", L->blk_exc_max);
             cJSON_AddNumberToObject(l, "block_exceptions_max_row", L->blk_exc_max_row);
+            cJSON_AddBoolToObject(l, "block_exceptions_heavy", pj_model_layer_heavy_block(L));
             cJSON *w = cJSON_AddObjectToObject(l, "window");
             if (w) {
                 cJSON_AddNumberToObject(w, "base", L->z_base);

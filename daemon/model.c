@@ -479,6 +479,14 @@ int pj_model_find(const pj_model *m, const char *name)
     return -1;
 }
 
+int pj_model_layer_heavy_block(const pj_model_layer *L)
+{
+    if (L->w.fmt != PJ_FMT_Z12 || !L->n_exc || !L->w.n)
+        return 0;
+    const double mean = (double)L->n_exc / (double)((L->w.n + 15) / 16);
+    return L->blk_exc_max > 64 && (double)L->blk_exc_max > 3.0 * mean;
+}
+
 /* Every layer a model holds goes into the WELCOME (daemon/server.c). */
 _Static_assert(PJ_CFG_MAX_LAYERS <= PJ_WIRE_MAX_LAYERS_ALL,
                "a model may hold more layers than a WELCOME carries");

@@ -167,6 +167,16 @@ const char *pj_model_host_root(void);
 /* Index of the layer called name, or -1. */
 int pj_model_find(const pj_model *m, const char *name);
 
+/* 1 when a z12 layer's busiest 16-row block (blk_exc_max) is heavy: more
+ * exceptions than the z12 GEMV's per-block slot table holds (64) and more
+ * than three times the layer's mean. That block's CTA gathers and adds its
+ * exceptions on one warp and finishes last, by more the more tokens a
+ * request has (the served reference qkv_gate's block of 117: the H100
+ * table's m = 16 entry 16.2 us on even blocks, 19.5 us there;
+ * kernels/NOTES.md, session 54), so a table tuned on other weights may
+ * pick the z12 GEMV where cuBLAS is faster for this layer. 0 otherwise. */
+int pj_model_layer_heavy_block(const pj_model_layer *L);
+
 /* Frees every layer's arrays and m; NULL is fine. */
 void pj_model_free(pj_model *m);
 

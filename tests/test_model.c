@@ -861,8 +861,70 @@ START_TEST(busiest_exception_block)
     cJSON *l0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "layers"), 0);
     ck_assert_int_eq(cJSON_GetObjectItem(l0, "block_exceptions_max")->valueint, 30);
     ck_assert_int_eq(cJSON_GetObjectItem(l0, "block_exceptions_max_row")->valueint, 16);
+    ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(l0, "block_exceptions_heavy"))); /* 30 <= 64 */
     cJSON_Delete(root);
     free(j);
+    free(cfg);
+    free(w);
+}
+END_TEST
+
+/* A heavy block (more than the z12 GEMV's 64 slots and three times the
+ * mean): 100 zeros planted in row 20 of six blocks that hold 3 each
+ * otherwise (the mean 19.2). Inspect says what it costs and where to look;
+ * 61 in that row (64 in its block) is not heavy, nor is 100 when every
+ * other block holds 40. */
+START_TEST(heavy_exception_block)
+{
+    enum { N = 96, K = 128 };
+    uint16_t *w = malloc(N * K * 2);
+    char err[1024], path[1024];
+    pj_config *cfg = malloc(sizeof *cfg);
+    static const struct {
+        uint32_t row20, others;
+        int heavy;
+    } v[] = {{100, 3, 1}, {61, 3, 0}, {100, 40, 0}};
+    for (size_t vi = 0; vi < sizeof v / sizeof v[0]; vi++) {
+        uint32_t seed = 9;
+        for (size_t i = 0; i < N * K; i++) {
+            seed = seed * 1664525u + 1013904223u;
+            w[i] = (uint16_t)(0x3e80u | ((seed >> 16) & 0x7fu));
+        }
+        for (uint32_t j = 0; j < v[vi].row20; j++)
+            w[(size_t)20 * K + j] = 0;
+        for (uint32_t b = 0; b < N / 16; b++)
+            for (uint32_t j = 0; j < (b == 1 ? 3 : v[vi].others); j++)
+                w[(size_t)(16 * b + 1 + j % 15) * K + 100 + j / 15] = 0;
+        uint64_t shape[2] = {N, K};
+        pj_model *m;
+        warns wr = {0};
+        ck_assert_msg(load_one("heavy.safetensors", PJ_ST_BF16, 2, shape, w, PJ_FPREF_Z12, &m, &wr,
+                               err, sizeof err) == 0,
+                      "%s", err);
+        const pj_model_layer *L = &m->layers[0];
+        ck_assert_uint_eq(L->blk_exc_max, v[vi].row20 + 3);
+        ck_assert_int_eq(pj_model_layer_heavy_block(L), v[vi].heavy);
+        pj_model_free(m);
+        pj_fixture_path(path, sizeof path, "heavy.safetensors");
+        one_layer_config(cfg, path, PJ_FPREF_Z12);
+        int rc;
+        char *t = inspect_to_string(cfg, path, 0, &rc, err, sizeof err);
+        ck_assert_msg(rc == 0, "%s", err);
+        const char *far = strstr(t, "average: far above the rest, that block's CTA of the z12 GEMV "
+                                    "finishes last; ");
+        ck_assert_msg(v[vi].heavy ? far != NULL : far == NULL, "case %zu: %s", vi, t);
+        if (v[vi].heavy)
+            ck_assert_msg(strstr(t, "(tune on this model: deploy/README.md)\n"), "%s", t);
+        free(t);
+        char *j = inspect_to_string(cfg, path, 1, &rc, err, sizeof err);
+        ck_assert_msg(rc == 0, "%s", err);
+        cJSON *root = cJSON_Parse(j);
+        cJSON *l0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "layers"), 0);
+        ck_assert_int_eq(cJSON_IsTrue(cJSON_GetObjectItem(l0, "block_exceptions_heavy")),
+                         v[vi].heavy);
+        cJSON_Delete(root);
+        free(j);
+    }
     free(cfg);
     free(w);
 }
@@ -1479,6 +1541,7 @@ static Suite *model_suite(void)
     tcase_add_test(ti, inspect_small_json);
     tcase_add_test(ti, inspect_reference_o);
     tcase_add_test(ti, busiest_exception_block);
+    tcase_add_test(ti, heavy_exception_block);
     tcase_add_test(ti, inspect_warnings_in_report);
     tcase_set_timeout(ti, 120);
     suite_add_tcase(s, ti);
