@@ -2208,6 +2208,13 @@ int projd_shm_create(projd_conn *c, size_t size, projd_buffer **out, projd_error
     reg.size = size;
     snprintf(reg.shm_name, sizeof reg.shm_name, "%s", b->shm.name);
     rc = do_register(c, &reg, &b->id, e);
+    /* No reply in time: the daemon may have mapped it all the same, and
+     * that mapping would stay until the connection closes. A daemon answers
+     * a REGISTER of the same object again with the registration the first
+     * made (PROTOCOL.md, REGISTER), so it is sent once more while the name
+     * still names the object. */
+    if (rc == -ETIMEDOUT)
+        rc = do_register(c, &reg, &b->id, e);
     /* Registered or not, the name is no longer needed: the daemon mapped it
      * during REGISTER. Unlinking now leaves nothing behind if we die. */
     pj_shmbuf_unlink(&b->shm);

@@ -208,7 +208,10 @@ const char *projd_strerror(int code);
 /* Creates a host shared-memory buffer of size bytes (shm_open of a unique
  * "/projd-<pid>-<counter>-<random>", ftruncate, mmap read-write, zeroed) and
  * registers it. The shm name is unlinked as soon as the daemon has mapped it,
- * so nothing is left in /dev/shm if the client dies. *out is owned by the
+ * so nothing is left in /dev/shm if the client dies. A REGISTER that gets no
+ * reply within the timeout is sent once more (the daemon answers a repeat
+ * with the registration the first made, if it made one), so this call may
+ * take up to twice the timeout before -ETIMEDOUT. *out is owned by the
  * caller until projd_buffer_release (or projd_close). */
 int projd_shm_create(projd_conn *c, size_t size, projd_buffer **out, projd_error *e);
 
@@ -223,7 +226,10 @@ size_t projd_buffer_size(const projd_buffer *b);
 
 /* Registers a CUDA IPC memory handle (of the allocation's base) on the
  * device with the given 16-byte UUID; *id receives the buffer id. The caller
- * keeps the allocation alive until projd_unregister. */
+ * keeps the allocation alive until projd_unregister. After -ETIMEDOUT the
+ * daemon may have registered it all the same: calling again with the same
+ * handle, UUID and size returns that registration's id (a new one if there
+ * was none), so a retry leaves nothing registered twice. */
 int projd_register_cuda_ipc(projd_conn *c, const uint8_t handle[PJ_WIRE_IPC_HANDLE_SIZE],
                             const uint8_t uuid[PJ_WIRE_UUID_SIZE], uint64_t size, uint32_t *id,
                             projd_error *e);

@@ -244,10 +244,60 @@ int pj_bufreg_register(pj_bufreg *r, const pj_register *req, uint32_t max_buffer
     return pj_bufreg_register_limited(r, req, &lim, out, err, errlen);
 }
 
+/* The identity (device, inode) of the shm object name names now; 0, or
+ * -1 when it cannot be opened. Read-only and non-blocking: a read lease
+ * is not broken by it. */
+static int shm_identity(const char *name, uint64_t *dev, uint64_t *ino)
+{
+    int fd = shm_open(name, O_RDONLY | O_NONBLOCK, 0);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    int rc = fstat(fd, &st);
+    close(fd);
+    if (rc != 0)
+        return -1;
+    *dev = (uint64_t)st.st_dev;
+    *ino = (uint64_t)st.st_ino;
+    return 0;
+}
+
+/* The live buffer req registers again, or NULL (pj_bufreg_register). */
+static pj_buf *find_same(const pj_bufreg *r, const pj_register *req)
+{
+    uint64_t dev = 0, ino = 0;
+    int have_id = -1; /* the shm object's identity, looked up once */
+    for (uint32_t i = 0; i < r->n_live; i++) {
+        pj_buf *b = r->live[i];
+        if (b->kind != req->kind || b->size != req->size)
+            continue;
+        if (b->kind == PJ_BUF_CUDA) {
+            if (!memcmp(b->ipc_handle, req->ipc_handle, sizeof b->ipc_handle) &&
+                !memcmp(b->device_uuid, req->device_uuid, sizeof b->device_uuid))
+                return b;
+            continue;
+        }
+        if (strcmp(b->name, req->shm_name) != 0)
+            continue;
+        /* The same name may now be another object (unlinked and made
+         * again): only the one that was mapped is the same buffer. */
+        if (have_id < 0)
+            have_id = shm_identity(req->shm_name, &dev, &ino) == 0;
+        if (have_id && b->shm_dev == dev && b->shm_ino == ino)
+            return b;
+    }
+    return NULL;
+}
+
 int pj_bufreg_register_limited(pj_bufreg *r, const pj_register *req, const pj_bufreg_limits *lim,
                                pj_buf **out, char *err, size_t errlen)
 {
     *out = NULL;
+    pj_buf *same = find_same(r, req);
+    if (same) {
+        *out = same;
+        return PJ_OK;
+    }
     uint32_t max_buffers = lim->max_buffers;
     /* Held, not registered: a buffer unregistered while a request uses it
      * stays mapped until that request is done, and counted as the bytes
@@ -304,8 +354,14 @@ int pj_bufreg_register_limited(pj_bufreg *r, const pj_register *req, const pj_bu
         status = map_shm(r, req, b, err, errlen);
         d.host = b->map;
         b->addr = b->map;
+        /* Looked up after the mapping: an object swapped in between only
+         * keeps a later REGISTER from matching this one. */
+        if (status == PJ_OK && shm_identity(req->shm_name, &b->shm_dev, &b->shm_ino) != 0)
+            b->shm_dev = b->shm_ino = UINT64_MAX;
     } else {
         snprintf(b->name, sizeof b->name, "cuda-ipc");
+        memcpy(b->ipc_handle, req->ipc_handle, sizeof b->ipc_handle);
+        memcpy(b->device_uuid, req->device_uuid, sizeof b->device_uuid);
         if (!r->be) {
             snprintf(err, errlen, "REGISTER: CUDA IPC buffers need the cuda backend");
             status = PJ_E_REGISTER;

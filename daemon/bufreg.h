@@ -32,6 +32,12 @@ typedef struct pj_buf {
     pj_backend *be;   /* retiring: the backend to close it on */
     struct pj_buf *next_retiring;
     char name[PJ_WIRE_SHM_NAME_MAX + 1];
+    /* What a REGISTER of the same buffer is matched by (pj_bufreg_register):
+     * PJ_BUF_SHM the object's identity when it was mapped; PJ_BUF_CUDA
+     * the handle and device as registered. */
+    uint64_t shm_dev, shm_ino;
+    uint8_t ipc_handle[PJ_WIRE_IPC_HANDLE_SIZE];
+    uint8_t device_uuid[PJ_WIRE_UUID_SIZE];
 } pj_buf;
 
 typedef struct pj_bufreg {
@@ -69,7 +75,13 @@ void pj_bufreg_init(pj_bufreg *r, pj_backend *be, uint32_t peer_uid, int32_t pee
 
 /* Map/open the buffer the request names and give it an id. Returns a
  * pj_status: PJ_E_LIMIT (max_buffers live already), PJ_E_REGISTER (cannot
- * open, not owned by the peer, too small, backend refused), PJ_E_INTERNAL. */
+ * open, not owned by the peer, too small, backend refused), PJ_E_INTERNAL.
+ * A buffer the registry holds live already (the same shm object, by its
+ * identity now, not only its name; or the same CUDA IPC handle and
+ * device), registered with the same size, is answered with itself and
+ * nothing is opened: a client whose REGISTER timed out after the daemon
+ * had mapped it can send it again and gets the id the first one made
+ * instead of a second mapping that stays until it disconnects. */
 int pj_bufreg_register(pj_bufreg *r, const pj_register *req, uint32_t max_buffers, pj_buf **out,
                        char *err, size_t errlen);
 

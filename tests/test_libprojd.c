@@ -845,6 +845,58 @@ START_TEST(connect_to_stopped_daemon_is_bounded)
 }
 END_TEST
 
+/* A REGISTER that times out while the daemon is stopped: projd_shm_create
+ * sends it once more, the daemon (running again before that one's
+ * timeout) answers both with one registration, and the call succeeds with
+ * the daemon holding one buffer, not two (before: -ETIMEDOUT, and the
+ * first REGISTER's mapping held until the connection closed). */
+typedef struct shm_try {
+    projd_conn *c;
+    projd_buffer *b;
+    int rc;
+    projd_error e;
+} shm_try;
+
+static void *shm_create_thread(void *p)
+{
+    shm_try *t = p;
+    t->rc = projd_shm_create(t->c, 65536, &t->b, &t->e);
+    return NULL;
+}
+
+START_TEST(register_timeout_sent_again)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, NULL);
+    projd_error e;
+    shm_try t = {0};
+    ck_assert_msg(projd_connect(d.url, "retry", &t.c, &e) == 0, "%s", e.msg);
+    pjt_client w;
+    ck_assert_int_eq(pjt_connect(&w, d.url, 10000), 0);
+    ck_assert_int_eq(pjt_hello(&w, "stats"), PJ_OK);
+    const double before = pjd_stat(&w, "buffers.current");
+    ck_assert_int_eq(projd_set_timeout_ms(t.c, 2000), 0);
+    ck_assert_int_eq(kill(d.pid, SIGSTOP), 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, shm_create_thread, &t), 0);
+    usleep(2600 * 1000); /* past the first REGISTER's 2 s, well before the second's */
+    ck_assert_int_eq(kill(d.pid, SIGCONT), 0);
+    pthread_join(th, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    ck_assert_msg(t.rc == 0, "rc %d after %.2f s: %s", t.rc, took, t.e.msg);
+    ck_assert_msg(took >= 2.0 && took < 4.0, "took %.2f s", took);
+    ck_assert_double_eq(pjd_stat(&w, "buffers.current"), before + 1);
+    ck_assert_int_eq(projd_buffer_release(t.b, &e), 0);
+    ck_assert_double_eq(pjd_wait_stat(&w, "buffers.current", before, 5000), before);
+    pjt_close(&w);
+    projd_close(t.c);
+    pjd_stop(&d);
+}
+END_TEST
+
 /* ---- projctl bench-ipc --out ---------------------------------------------------------- */
 
 /* Runs projctl with args; its exit code, its output (both streams) in out. */
@@ -934,6 +986,7 @@ int main(void)
         {"fork_child_refused_parent_unharmed", fork_child_refused_parent_unharmed},
         {"refused_before_welcome_says_why", refused_before_welcome_says_why},
         {"connect_to_stopped_daemon_is_bounded", connect_to_stopped_daemon_is_bounded},
+        {"register_timeout_sent_again", register_timeout_sent_again},
         {"projctl_bench_out_write_failure", projctl_bench_out_write_failure},
         {"ring_callback_timeout_on_time", ring_callback_timeout_on_time},
         {"ring_callback_timeout_after_a_long_callback",
