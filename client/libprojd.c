@@ -2170,6 +2170,25 @@ static int do_register(projd_conn *c, const pj_register *reg, uint32_t *id, proj
     pj_enc_register(&w, rid, reg);
     projd_request *r;
     int rc = call(c, &w, "REGISTER", PJ_MSG_REGISTERED, rid, &r, e);
+    if (rc == -ETIMEDOUT) {
+        /* No reply in time: the daemon may have registered it all the same,
+         * a mapping nothing could name until the connection closes. Sent
+         * once more with the same req_id and the RETRY flag, it is
+         * answered with that registration if there was one (PROTOCOL.md,
+         * REGISTER). A daemon before the flag refuses it (E_FLAGS): then
+         * the timeout stands. */
+        projd_error first = {0};
+        if (e)
+            first = *e;
+        w.data[8] = (uint8_t)PJ_HF_RETRY; /* the header's flags, 0 until now */
+        int again = call(c, &w, "REGISTER (retry)", PJ_MSG_REGISTERED, rid, &r, e);
+        if (again == PJ_E_FLAGS) {
+            if (e)
+                *e = first;
+        } else {
+            rc = again;
+        }
+    }
     pj_wbuf_free(&w);
     if (rc)
         return rc;
@@ -2208,13 +2227,6 @@ int projd_shm_create(projd_conn *c, size_t size, projd_buffer **out, projd_error
     reg.size = size;
     snprintf(reg.shm_name, sizeof reg.shm_name, "%s", b->shm.name);
     rc = do_register(c, &reg, &b->id, e);
-    /* No reply in time: the daemon may have mapped it all the same, and
-     * that mapping would stay until the connection closes. A daemon answers
-     * a REGISTER of the same object again with the registration the first
-     * made (PROTOCOL.md, REGISTER), so it is sent once more while the name
-     * still names the object. */
-    if (rc == -ETIMEDOUT)
-        rc = do_register(c, &reg, &b->id, e);
     /* Registered or not, the name is no longer needed: the daemon mapped it
      * during REGISTER. Unlinking now leaves nothing behind if we die. */
     pj_shmbuf_unlink(&b->shm);

@@ -209,10 +209,10 @@ const char *projd_strerror(int code);
  * "/projd-<pid>-<counter>-<random>", ftruncate, mmap read-write, zeroed) and
  * registers it. The shm name is unlinked as soon as the daemon has mapped it,
  * so nothing is left in /dev/shm if the client dies. A REGISTER that gets no
- * reply within the timeout is sent once more (the daemon answers a repeat
- * with the registration the first made, if it made one), so this call may
- * take up to twice the timeout before -ETIMEDOUT. *out is owned by the
- * caller until projd_buffer_release (or projd_close). */
+ * reply within the timeout is sent once more as a RETRY (the daemon answers
+ * it with the registration the first made, if it made one: PROTOCOL.md), so
+ * this call may take up to twice the timeout before -ETIMEDOUT. *out is
+ * owned by the caller until projd_buffer_release (or projd_close). */
 int projd_shm_create(projd_conn *c, size_t size, projd_buffer **out, projd_error *e);
 
 /* Unregisters (when the connection is open), unmaps and frees the buffer.
@@ -226,10 +226,10 @@ size_t projd_buffer_size(const projd_buffer *b);
 
 /* Registers a CUDA IPC memory handle (of the allocation's base) on the
  * device with the given 16-byte UUID; *id receives the buffer id. The caller
- * keeps the allocation alive until projd_unregister. After -ETIMEDOUT the
- * daemon may have registered it all the same: calling again with the same
- * handle, UUID and size returns that registration's id (a new one if there
- * was none), so a retry leaves nothing registered twice. */
+ * keeps the allocation alive until projd_unregister. A REGISTER that gets no
+ * reply within the timeout is sent once more as a RETRY, as
+ * projd_shm_create's is, so a timeout leaves nothing registered that the
+ * caller cannot name; the call may take up to twice the timeout. */
 int projd_register_cuda_ipc(projd_conn *c, const uint8_t handle[PJ_WIRE_IPC_HANDLE_SIZE],
                             const uint8_t uuid[PJ_WIRE_UUID_SIZE], uint64_t size, uint32_t *id,
                             projd_error *e);

@@ -262,14 +262,18 @@ static int shm_identity(const char *name, uint64_t *dev, uint64_t *ino)
     return 0;
 }
 
-/* The live buffer req registers again, or NULL (pj_bufreg_register). */
-static pj_buf *find_same(const pj_bufreg *r, const pj_register *req)
+/* The live buffer that the REGISTER with req_id or its RETRY made, when
+ * req names it again, or NULL (pj_bufreg_register_req). retry: req is the
+ * RETRY (any of them matches); else only one a RETRY made matches. */
+static pj_buf *find_retried(const pj_bufreg *r, const pj_register *req, uint64_t req_id,
+                            int retry)
 {
     uint64_t dev = 0, ino = 0;
     int have_id = -1; /* the shm object's identity, looked up once */
     for (uint32_t i = 0; i < r->n_live; i++) {
         pj_buf *b = r->live[i];
-        if (b->kind != req->kind || b->size != req->size)
+        if (b->reg_req_id != req_id || (!retry && !b->reg_retry) || b->kind != req->kind ||
+            b->size != req->size)
             continue;
         if (b->kind == PJ_BUF_CUDA) {
             if (!memcmp(b->ipc_handle, req->ipc_handle, sizeof b->ipc_handle) &&
@@ -292,8 +296,14 @@ static pj_buf *find_same(const pj_bufreg *r, const pj_register *req)
 int pj_bufreg_register_limited(pj_bufreg *r, const pj_register *req, const pj_bufreg_limits *lim,
                                pj_buf **out, char *err, size_t errlen)
 {
+    return pj_bufreg_register_req(r, req, lim, 0, 0, out, err, errlen);
+}
+
+int pj_bufreg_register_req(pj_bufreg *r, const pj_register *req, const pj_bufreg_limits *lim,
+                           uint64_t req_id, int retry, pj_buf **out, char *err, size_t errlen)
+{
     *out = NULL;
-    pj_buf *same = find_same(r, req);
+    pj_buf *same = find_retried(r, req, req_id, retry);
     if (same) {
         *out = same;
         return PJ_OK;
@@ -380,6 +390,8 @@ int pj_bufreg_register_limited(pj_bufreg *r, const pj_register *req, const pj_bu
         return status;
     }
     b->id = r->next_id++;
+    b->reg_req_id = req_id;
+    b->reg_retry = retry;
     /* Ids only grow, so appending keeps live sorted. */
     r->live[r->n_live++] = b;
     r->n_held++;

@@ -32,9 +32,12 @@ typedef struct pj_buf {
     pj_backend *be;   /* retiring: the backend to close it on */
     struct pj_buf *next_retiring;
     char name[PJ_WIRE_SHM_NAME_MAX + 1];
-    /* What a REGISTER of the same buffer is matched by (pj_bufreg_register):
-     * PJ_BUF_SHM the object's identity when it was mapped; PJ_BUF_CUDA
-     * the handle and device as registered. */
+    /* What a RETRY of the REGISTER that made it is matched by
+     * (pj_bufreg_register_req): that REGISTER's req_id, and for PJ_BUF_SHM
+     * the object's identity when it was mapped, for PJ_BUF_CUDA the handle
+     * and device as registered. */
+    uint64_t reg_req_id;
+    int reg_retry; /* made by a RETRY (whose first REGISTER may come after) */
     uint64_t shm_dev, shm_ino;
     uint8_t ipc_handle[PJ_WIRE_IPC_HANDLE_SIZE];
     uint8_t device_uuid[PJ_WIRE_UUID_SIZE];
@@ -76,12 +79,8 @@ void pj_bufreg_init(pj_bufreg *r, pj_backend *be, uint32_t peer_uid, int32_t pee
 /* Map/open the buffer the request names and give it an id. Returns a
  * pj_status: PJ_E_LIMIT (max_buffers live already), PJ_E_REGISTER (cannot
  * open, not owned by the peer, too small, backend refused), PJ_E_INTERNAL.
- * A buffer the registry holds live already (the same shm object, by its
- * identity now, not only its name; or the same CUDA IPC handle and
- * device), registered with the same size, is answered with itself and
- * nothing is opened: a client whose REGISTER timed out after the daemon
- * had mapped it can send it again and gets the id the first one made
- * instead of a second mapping that stays until it disconnects. */
+ * Each REGISTER is its own registration (a client may hold one buffer
+ * under several ids and release them apart). */
 int pj_bufreg_register(pj_bufreg *r, const pj_register *req, uint32_t max_buffers, pj_buf **out,
                        char *err, size_t errlen);
 
@@ -90,6 +89,21 @@ int pj_bufreg_register(pj_bufreg *r, const pj_register *req, uint32_t max_buffer
  * is opened or mapped then). */
 int pj_bufreg_register_limited(pj_bufreg *r, const pj_register *req, const pj_bufreg_limits *lim,
                                pj_buf **out, char *err, size_t errlen);
+
+/* The same for the REGISTER with req_id. retry (its header's RETRY flag):
+ * it repeats the REGISTER with that req_id, whose reply the client did not
+ * get; when that one registered this very buffer (the same shm object, by
+ * its identity, not only its name; or the same CUDA IPC handle and device;
+ * the same size) and it is still live, the answer is that registration
+ * and nothing is opened. Otherwise (the first failed, or named something
+ * else) it registers as any REGISTER does. The two may be handled in
+ * either order (the connection's contexts hand requests to the loop from
+ * nng's threads), so a REGISTER that finds a registration its own RETRY
+ * made is answered with it too. So a REGISTER that timed out after the
+ * daemon mapped the buffer costs no second mapping that nothing can name
+ * until the client disconnects. */
+int pj_bufreg_register_req(pj_bufreg *r, const pj_register *req, const pj_bufreg_limits *lim,
+                           uint64_t req_id, int retry, pj_buf **out, char *err, size_t errlen);
 
 /* The live buffer with this id, or NULL (unknown, unregistered). */
 pj_buf *pj_bufreg_get(pj_bufreg *r, uint32_t id);

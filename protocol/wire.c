@@ -569,8 +569,10 @@ int pj_dec_hdr(const void *msg, size_t len, size_t max_body, pj_hdr *h, char *er
     if (h->version != PJ_WIRE_VERSION)
         return rd_fail(&r, PJ_E_VERSION, "version %u not supported (this side speaks %d)",
                        h->version, PJ_WIRE_VERSION);
-    if (h->flags != 0)
-        return rd_fail(&r, PJ_E_FLAGS, "flags 0x%x set; v1 defines no header flags", h->flags);
+    if (h->flags != 0 && (h->flags != PJ_HF_RETRY || h->type != PJ_MSG_REGISTER))
+        return rd_fail(&r, PJ_E_FLAGS,
+                       "flags 0x%x set; v1 defines one header flag, RETRY (0x1), on REGISTER only",
+                       h->flags);
     size_t have = len - PJ_WIRE_HDR_SIZE;
     if (h->body_len > have)
         return rd_fail(&r, PJ_E_PROTO, "truncated: body_len %u but %zu body bytes follow",

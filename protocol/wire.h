@@ -64,11 +64,16 @@ const char *pj_msg_type_name(int type);
 /* 1 when v1 defines the type, else 0 (the caller answers PJ_E_TYPE). */
 int pj_msg_type_valid(int type);
 
+/* Header flags. RETRY (REGISTER only): this REGISTER repeats the one the
+ * client sent with the same req_id and got no reply to; the daemon answers
+ * with the buffer that one registered, if it did (PROTOCOL.md). */
+#define PJ_HF_RETRY 0x1u
+
 typedef struct pj_hdr {
     uint32_t magic;
     uint16_t version;
     uint16_t type;
-    uint32_t flags; /* no header flags are defined in v1: must be 0 */
+    uint32_t flags; /* PJ_HF_RETRY on REGISTER; else 0 */
     uint32_t body_len;
     uint64_t req_id; /* echoed in the reply */
 } pj_hdr;

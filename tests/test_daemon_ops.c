@@ -1062,14 +1062,12 @@ START_TEST(sighup_reloads)
     uint32_t id;
     ck_assert_int_eq(pjt_register_shm(&t.c, z.name, 4096, &id), PJ_OK); /* 3 buffers */
 
-    /* Lower the buffer limit and raise the log level. (The probes of the
-     * limit register z at 2048 bytes: at its registered 4096 it is the same
-     * buffer again, answered with its id at any limit.) */
+    /* Lower the buffer limit and raise the log level. */
     write_config_json(&d, "{\"limits\": {\"max_buffers_per_conn\": 3}, \"log\": {\"level\": "
                           "\"debug\"}}");
     ck_assert_int_eq(pj_dproc_signal(&d, SIGHUP), 0);
     ck_assert(pj_dproc_log_has(&d, "reloaded: log debug", 10000));
-    ck_assert_int_eq(pjt_register_shm(&t.c, z.name, 2048, NULL), PJ_E_LIMIT);
+    ck_assert_int_eq(pjt_register_shm(&t.c, z.name, 4096, NULL), PJ_E_LIMIT);
     ck_assert_int_eq(pjt_unregister(&t.c, id), PJ_OK);
     ck_assert_int_eq(pjt_register_shm(&t.c, z.name, 4096, &id), PJ_OK);
     ck_assert(pj_dproc_log_has(&d, "debug: connection", 5000));
@@ -1078,7 +1076,7 @@ START_TEST(sighup_reloads)
                           "\"max_conn_buffer_bytes\": 4096}}");
     ck_assert_int_eq(pj_dproc_signal(&d, SIGHUP), 0);
     ck_assert(pj_dproc_log_has(&d, "max_conn_buffer_bytes 4096", 10000));
-    ck_assert_int_eq(pjt_register_shm(&t.c, z.name, 2048, NULL), PJ_E_LIMIT);
+    ck_assert_int_eq(pjt_register_shm(&t.c, z.name, 4096, NULL), PJ_E_LIMIT);
     ck_assert_msg(strstr(t.c.err.msg, "max_conn_buffer_bytes"), "%s", t.c.err.msg);
     write_config_json(&d, "{\"limits\": {\"max_buffers_per_conn\": 3, "
                           "\"max_conn_buffer_bytes\": 68719476736}}");
@@ -1089,13 +1087,13 @@ START_TEST(sighup_reloads)
     write_config_json(&d, "{\"shapes\": {\"max_m\": 512}}");
     ck_assert_int_eq(pj_dproc_signal(&d, SIGHUP), 0);
     ck_assert(pj_dproc_log_has(&d, "reload refused", 10000));
-    ck_assert_int_eq(pjt_register_shm(&t.c, z.name, 2048, NULL), PJ_E_LIMIT);
+    ck_assert_int_eq(pjt_register_shm(&t.c, z.name, 4096, NULL), PJ_E_LIMIT);
     /* A broken file: refused too. */
     ck_assert_int_eq(pj_dproc_replace_config(&d, "{\"limits\": "), 0);
     ck_assert_int_eq(pj_dproc_signal(&d, SIGHUP), 0);
     ck_assert(pj_dproc_log_has(&d, "reload failed", 10000));
     ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
-    ck_assert_int_eq(pjt_register_shm(&t.c, z.name, 2048, NULL), PJ_E_LIMIT);
+    ck_assert_int_eq(pjt_register_shm(&t.c, z.name, 4096, NULL), PJ_E_LIMIT);
     pjt_shm_destroy(&z);
     pjc_close(&t);
     pjd_stop(&d);
@@ -1151,12 +1149,10 @@ START_TEST(signals_during_the_start)
     ck_assert_int_eq(connect_hello(&cl, d.url), PJ_OK);
     pjt_shm z;
     ck_assert_int_eq(pjt_shm_create(&z, 4096), 0);
-    /* Each at its own size: the same object at the same size is the same
-     * registration. */
     ck_assert_int_eq(pjt_register_shm(&cl, z.name, 4096, NULL), PJ_OK);
-    ck_assert_int_eq(pjt_register_shm(&cl, z.name, 4088, NULL), PJ_OK);
-    ck_assert_int_eq(pjt_register_shm(&cl, z.name, 4080, NULL), PJ_OK);
-    ck_assert_int_eq(pjt_register_shm(&cl, z.name, 4072, NULL), PJ_E_LIMIT);
+    ck_assert_int_eq(pjt_register_shm(&cl, z.name, 4096, NULL), PJ_OK);
+    ck_assert_int_eq(pjt_register_shm(&cl, z.name, 4096, NULL), PJ_OK);
+    ck_assert_int_eq(pjt_register_shm(&cl, z.name, 4096, NULL), PJ_E_LIMIT);
     pjt_shm_destroy(&z);
     pjt_close(&cl);
     ck_assert_int_eq(pj_dproc_stop(&d, 30000), 0);
@@ -1346,8 +1342,7 @@ START_TEST(buffer_byte_limits)
     expect_limit(&a, big.name, 2u << 20, "limits.max_buffer_bytes");
     ck_assert_ptr_nonnull(strstr(a.err.msg, "2097152 bytes"));
     ck_assert_int_eq(pjt_register_shm(&a, mib.name, 1u << 20, &a1), PJ_OK);
-    /* (Not at 1 MiB: that is a1 again, answered with a1.) */
-    expect_limit(&a, mib.name, (1u << 20) - 4096, "limits.max_conn_buffer_bytes");
+    expect_limit(&a, mib.name, 1u << 20, "limits.max_conn_buffer_bytes");
     ck_assert_ptr_nonnull(strstr(a.err.msg, "1572864"));
     ck_assert_int_eq(pjt_register_shm(&a, half.name, 512u << 10, &a2), PJ_OK); /* exactly 1.5 MiB */
     expect_limit(&a, half.name, 4096, "limits.max_conn_buffer_bytes");

@@ -360,16 +360,6 @@ static void fake_registry(pj_bufreg *reg, pj_backend *be, pjt_shm *a, pj_registe
     snprintf(rq->shm_name, sizeof rq->shm_name, "%s", a->name);
 }
 
-/* A second 8192-byte object b and rq2, rq naming it: a REGISTER of the
- * same object again is answered with the first registration, so a second
- * buffer needs another object. */
-static void fake_second(pjt_shm *b, const pj_register *rq, pj_register *rq2)
-{
-    ck_assert_int_eq(pjt_shm_create(b, 8192), 0);
-    *rq2 = *rq;
-    snprintf(rq2->shm_name, sizeof rq2->shm_name, "%s", b->name);
-}
-
 START_TEST(registry_retires_busy_buffers)
 {
     pj_backend_ops ops = {.name = "fake",
@@ -378,16 +368,15 @@ START_TEST(registry_retires_busy_buffers)
                           .buffer_busy = fake_busy};
     pj_backend be = {.ops = &ops};
     pj_bufreg reg;
-    pjt_shm a, b;
-    pj_register rq, rq2;
+    pjt_shm a;
+    pj_register rq;
     fake_registry(&reg, &be, &a, &rq);
-    fake_second(&b, &rq, &rq2);
     char err[512];
     uint64_t n0, bytes0;
     pj_bufreg_totals(&n0, &bytes0);
     pj_buf *x, *y;
     ck_assert_int_eq(pj_bufreg_register(&reg, &rq, 8, &x, err, sizeof err), PJ_OK);
-    ck_assert_int_eq(pj_bufreg_register(&reg, &rq2, 8, &y, err, sizeof err), PJ_OK);
+    ck_assert_int_eq(pj_bufreg_register(&reg, &rq, 8, &y, err, sizeof err), PJ_OK);
     /* Busy: UNREGISTER answers at once, nothing is closed, the memory stays
      * counted (it is still mapped), the connection holds nothing. */
     g_fake_busy = 1;
@@ -421,7 +410,6 @@ START_TEST(registry_retires_busy_buffers)
     ck_assert_int_eq(g_fake_closed, 3);
     g_fake_busy = 0;
     pjt_shm_destroy(&a);
-    pjt_shm_destroy(&b);
 }
 END_TEST
 
@@ -475,15 +463,14 @@ START_TEST(registry_releases_on_the_closer)
     g_gate_caller = pthread_self();
     gate_set(0);
     pj_bufreg reg;
-    pjt_shm a, b;
-    pj_register rq, rq2;
+    pjt_shm a;
+    pj_register rq;
     fake_registry(&reg, &be, &a, &rq);
-    fake_second(&b, &rq, &rq2);
     uint64_t n0, bytes0, n1, bytes1;
     pj_bufreg_totals(&n0, &bytes0);
     pj_buf *x, *y;
     ck_assert_int_eq(pj_bufreg_register(&reg, &rq, 8, &x, err, sizeof err), PJ_OK);
-    ck_assert_int_eq(pj_bufreg_register(&reg, &rq2, 8, &y, err, sizeof err), PJ_OK);
+    ck_assert_int_eq(pj_bufreg_register(&reg, &rq, 8, &y, err, sizeof err), PJ_OK);
     /* Both calls return while the first close waits at the gate; the
      * buffers no longer count, their mapped bytes do. */
     ck_assert_int_eq(pj_bufreg_unregister(&reg, x->id, err, sizeof err), PJ_OK);
@@ -520,17 +507,17 @@ START_TEST(registry_releases_on_the_closer)
         usleep(10 * 1000);
     ck_assert_int_eq(gate_closed(), 3);
     pjt_shm_destroy(&a);
-    pjt_shm_destroy(&b);
 }
 END_TEST
 
-/* A REGISTER of a buffer the connection holds live already (same object,
- * same size; or the same CUDA IPC handle, device and size) is answered
- * with that registration and opens nothing: the retry of a REGISTER that
- * timed out after the daemon mapped it. Another size, another object under
- * the same name (unlinked and made again), another handle or device, or
- * the same buffer after its UNREGISTER is a new registration. */
-START_TEST(registry_same_buffer_again)
+/* A RETRY of a REGISTER (its header flag, the same req_id) whose reply the
+ * client did not get is answered with the buffer that REGISTER made, when
+ * it names that very buffer (same object by identity, or same CUDA IPC
+ * handle and device; same size) and it is live: nothing is opened, even at
+ * the connection's limit, and in either order. Anything else registers
+ * anew, and a REGISTER without the flag does unless its own RETRY came
+ * first (one buffer may hold several ids). */
+START_TEST(registry_retried_register)
 {
     pj_backend_ops ops = {
         .name = "fake", .buffer_open = fake_open_buf, .buffer_close = fake_close_buf};
@@ -539,42 +526,56 @@ START_TEST(registry_same_buffer_again)
     pjt_shm a;
     pj_register rq;
     fake_registry(&reg, &be, &a, &rq);
+    const pj_bufreg_limits lim = {.max_buffers = 16,
+                                  .max_buffer_bytes = UINT64_MAX,
+                                  .max_conn_bytes = UINT64_MAX,
+                                  .max_total_bytes = UINT64_MAX};
+    pj_bufreg_limits one = lim;
+    one.max_buffers = 1;
     char err[512];
     uint64_t n0, bytes0, n1, bytes1;
     pj_bufreg_totals(&n0, &bytes0);
     pj_buf *x, *y;
-    ck_assert_int_eq(pj_bufreg_register(&reg, &rq, 8, &x, err, sizeof err), PJ_OK);
-    ck_assert_int_eq(pj_bufreg_register(&reg, &rq, 8, &y, err, sizeof err), PJ_OK);
+    ck_assert_int_eq(pj_bufreg_register_req(&reg, &rq, &lim, 7, 0, &x, err, sizeof err), PJ_OK);
+    ck_assert_int_eq(pj_bufreg_register_req(&reg, &rq, &one, 7, 1, &y, err, sizeof err), PJ_OK);
     ck_assert_ptr_eq(x, y);
     ck_assert_uint_eq(reg.n_held, 1);
     pj_bufreg_totals(&n1, &bytes1);
     ck_assert_uint_eq(n1, n0 + 1);
     ck_assert_uint_eq(bytes1, bytes0 + 8192);
-    /* Even at the connection's buffer limit (1 here): nothing new is held. */
-    ck_assert_int_eq(pj_bufreg_register(&reg, &rq, 1, &y, err, sizeof err), PJ_OK);
-    ck_assert_ptr_eq(x, y);
-    /* Another size: another registration. */
-    rq.size = 4096;
-    ck_assert_int_eq(pj_bufreg_register(&reg, &rq, 8, &y, err, sizeof err), PJ_OK);
+    /* Without the flag, the same buffer again is a second registration. */
+    ck_assert_int_eq(pj_bufreg_register_req(&reg, &rq, &lim, 8, 0, &y, err, sizeof err), PJ_OK);
     ck_assert_ptr_ne(x, y);
     ck_assert_uint_eq(y->id, x->id + 1);
+    uint32_t last = y->id;
+    /* A retry of a REGISTER that made nothing, or of another size. */
+    ck_assert_int_eq(pj_bufreg_register_req(&reg, &rq, &lim, 9, 1, &y, err, sizeof err), PJ_OK);
+    ck_assert_uint_eq(y->id, ++last);
+    rq.size = 4096;
+    ck_assert_int_eq(pj_bufreg_register_req(&reg, &rq, &lim, 7, 1, &y, err, sizeof err), PJ_OK);
+    ck_assert_uint_eq(y->id, ++last);
     rq.size = 8192;
-    /* Another object made under the same name: not the mapped one. */
+    /* Another object made under the same name is not the one mapped. */
     ck_assert_int_eq(shm_unlink(a.name), 0);
     int fd = shm_open(a.name, O_RDWR | O_CREAT | O_EXCL, 0600);
     ck_assert_int_ge(fd, 0);
     ck_assert_int_eq(ftruncate(fd, 8192), 0);
     close(fd);
+    ck_assert_int_eq(pj_bufreg_register_req(&reg, &rq, &lim, 7, 1, &y, err, sizeof err), PJ_OK);
+    ck_assert_uint_eq(y->id, ++last);
+    /* The RETRY handled first (contexts hand requests over in any order):
+     * the late REGISTER of its req_id is answered with what the RETRY made. */
+    pj_buf *r1, *r2;
+    ck_assert_int_eq(pj_bufreg_register_req(&reg, &rq, &lim, 11, 1, &r1, err, sizeof err), PJ_OK);
+    ck_assert_uint_eq(r1->id, ++last);
+    ck_assert_int_eq(pj_bufreg_register_req(&reg, &rq, &one, 11, 0, &r2, err, sizeof err), PJ_OK);
+    ck_assert_ptr_eq(r1, r2);
+    /* After UNREGISTER the registration is gone: a late retry registers. */
     pj_buf *z;
-    ck_assert_int_eq(pj_bufreg_register(&reg, &rq, 8, &z, err, sizeof err), PJ_OK);
-    ck_assert_ptr_ne(z, x);
-    ck_assert_uint_eq(z->id, y->id + 1);
-    ck_assert_int_eq(pj_bufreg_register(&reg, &rq, 8, &y, err, sizeof err), PJ_OK);
-    ck_assert_ptr_eq(y, z); /* and that one is matched again */
-    /* After UNREGISTER the id is gone: registering again is new. */
+    ck_assert_int_eq(pj_bufreg_register_req(&reg, &rq, &lim, 10, 0, &z, err, sizeof err), PJ_OK);
     const uint32_t zid = z->id;
     ck_assert_int_eq(pj_bufreg_unregister(&reg, zid, err, sizeof err), PJ_OK);
-    ck_assert_int_eq(pj_bufreg_register(&reg, &rq, 8, &y, err, sizeof err), PJ_OK);
+    ck_assert_int_eq(pj_bufreg_register_req(&reg, &rq, &lim, 10, 1, &y, err, sizeof err), PJ_OK);
     ck_assert_uint_eq(y->id, zid + 1);
 
     /* CUDA IPC: the handle, the device and the size. */
@@ -582,19 +583,15 @@ START_TEST(registry_same_buffer_again)
     memset(cq.ipc_handle, 0x5a, sizeof cq.ipc_handle);
     memset(cq.device_uuid, 0x11, sizeof cq.device_uuid);
     pj_buf *c1, *c2;
-    ck_assert_int_eq(pj_bufreg_register(&reg, &cq, 16, &c1, err, sizeof err), PJ_OK);
-    ck_assert_int_eq(pj_bufreg_register(&reg, &cq, 16, &c2, err, sizeof err), PJ_OK);
+    ck_assert_int_eq(pj_bufreg_register_req(&reg, &cq, &lim, 20, 0, &c1, err, sizeof err), PJ_OK);
+    ck_assert_int_eq(pj_bufreg_register_req(&reg, &cq, &lim, 20, 1, &c2, err, sizeof err), PJ_OK);
     ck_assert_ptr_eq(c1, c2);
     cq.ipc_handle[63] ^= 1;
-    ck_assert_int_eq(pj_bufreg_register(&reg, &cq, 16, &c2, err, sizeof err), PJ_OK);
+    ck_assert_int_eq(pj_bufreg_register_req(&reg, &cq, &lim, 20, 1, &c2, err, sizeof err), PJ_OK);
     ck_assert_ptr_ne(c1, c2);
     cq.ipc_handle[63] ^= 1;
     cq.device_uuid[0] ^= 1;
-    ck_assert_int_eq(pj_bufreg_register(&reg, &cq, 16, &c2, err, sizeof err), PJ_OK);
-    ck_assert_ptr_ne(c1, c2);
-    cq.device_uuid[0] ^= 1;
-    cq.size = 1 << 19;
-    ck_assert_int_eq(pj_bufreg_register(&reg, &cq, 16, &c2, err, sizeof err), PJ_OK);
+    ck_assert_int_eq(pj_bufreg_register_req(&reg, &cq, &lim, 20, 1, &c2, err, sizeof err), PJ_OK);
     ck_assert_ptr_ne(c1, c2);
     pj_bufreg_clear(&reg);
     ck_assert_uint_eq(pj_bufreg_reap(0), 0);
@@ -1430,7 +1427,7 @@ int main(void)
         {"registry_and_ops", registry_and_ops},
         {"registry_retires_busy_buffers", registry_retires_busy_buffers},
         {"registry_releases_on_the_closer", registry_releases_on_the_closer},
-        {"registry_same_buffer_again", registry_same_buffer_again},
+        {"registry_retried_register", registry_retried_register},
         {"private_shm_refusal_says_open", private_shm_refusal_says_open},
         {"sigbus_guard", sigbus_guard},
         {"sigbus_guard_scattered_faults", sigbus_guard_scattered_faults},
