@@ -265,8 +265,7 @@ static int shm_identity(const char *name, uint64_t *dev, uint64_t *ino)
 /* The live buffer that the REGISTER with req_id or its RETRY made, when
  * req names it again, or NULL (pj_bufreg_register_req). retry: req is the
  * RETRY (any of them matches); else only one a RETRY made matches. */
-static pj_buf *find_retried(const pj_bufreg *r, const pj_register *req, uint64_t req_id,
-                            int retry)
+static pj_buf *find_retried(const pj_bufreg *r, const pj_register *req, uint64_t req_id, int retry)
 {
     uint64_t dev = 0, ino = 0;
     int have_id = -1; /* the shm object's identity, looked up once */

@@ -1218,8 +1218,8 @@ static void handle_register(pj_server *s, pj_conn *c, origin o, const pj_hdr *h,
                             .max_conn_bytes = s->cfg.limits.max_conn_buffer_bytes,
                             .max_total_bytes = s->cfg.limits.max_total_buffer_bytes};
     if (st == PJ_OK)
-        st = pj_bufreg_register_req(&c->reg, rq, &lim, h->req_id, (h->flags & PJ_HF_RETRY) != 0,
-                                    &b, err, sizeof err);
+        st = pj_bufreg_register_req(&c->reg, rq, &lim, h->req_id, (h->flags & PJ_HF_RETRY) != 0, &b,
+                                    err, sizeof err);
     free(rq);
     if (st != PJ_OK) {
         pj_log_info("connection #%" PRIu64 ": %s", c->serial, err);
