@@ -2181,7 +2181,8 @@ static int do_register(projd_conn *c, const pj_register *reg, uint32_t *id, proj
         if (e)
             first = *e;
         w.data[8] = (uint8_t)PJ_HF_RETRY; /* the header's flags, 0 until now */
-        int again = call(c, &w, "REGISTER (retry)", PJ_MSG_REGISTERED, rid, &r, e);
+        int again = call(c, &w, "REGISTER (sent again after a first timeout)", PJ_MSG_REGISTERED,
+                         rid, &r, e);
         if (again == PJ_E_FLAGS) {
             if (e)
                 *e = first;

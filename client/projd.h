@@ -40,7 +40,9 @@
  * reconnect with projd_connect.
  *
  * Timeouts. Every blocking call and every asynchronous request ends within
- * the connection's timeout (default 30 000 ms, projd_set_timeout_ms).
+ * the connection's timeout (default 30 000 ms, projd_set_timeout_ms), but a
+ * registration (projd_shm_create, projd_register_cuda_ipc), whose REGISTER
+ * is sent once more after a timeout: within twice that.
  *
  * Typical use (a test against a daemon on a temporary socket):
  *
@@ -171,7 +173,8 @@ int projd_connect_timeout(const char *url, const char *name, int timeout_ms, pro
  * after close began would touch the freed connection). NULL is a no-op. */
 void projd_close(projd_conn *c);
 
-/* Timeout of every later call and request on c, in ms (> 0). Returns 0 or -EINVAL. */
+/* Timeout of every later call and request on c, in ms (> 0; a registration
+ * may take twice it, above). Returns 0 or -EINVAL. */
 int projd_set_timeout_ms(projd_conn *c, int ms);
 int projd_get_timeout_ms(const projd_conn *c);
 
@@ -228,8 +231,12 @@ size_t projd_buffer_size(const projd_buffer *b);
  * device with the given 16-byte UUID; *id receives the buffer id. The caller
  * keeps the allocation alive until projd_unregister. A REGISTER that gets no
  * reply within the timeout is sent once more as a RETRY, as
- * projd_shm_create's is, so a timeout leaves nothing registered that the
- * caller cannot name; the call may take up to twice the timeout. */
+ * projd_shm_create's is, which the daemon answers with what the first
+ * registered; the call may take up to twice the timeout. When the RETRY
+ * times out too (a daemon stalled that long), the daemon may still
+ * register the allocation later, under an id the caller never learns,
+ * until the connection closes: close it after such a -ETIMEDOUT to be
+ * sure. (A shm buffer's name is gone by then, so it cannot be.) */
 int projd_register_cuda_ipc(projd_conn *c, const uint8_t handle[PJ_WIRE_IPC_HANDLE_SIZE],
                             const uint8_t uuid[PJ_WIRE_UUID_SIZE], uint64_t size, uint32_t *id,
                             projd_error *e);

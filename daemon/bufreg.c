@@ -112,8 +112,21 @@ static int shm_name_ok(const char *name)
     return len >= 2 && len <= PJ_WIRE_SHM_NAME_MAX && name[0] == '/' && !strchr(name + 1, '/');
 }
 
+/* pj_shm_map_checked, and the identity (device, inode) of the object it
+ * mapped, from the same descriptor's fstat (dev, ino may be NULL). */
+static int map_checked_id(const char *what, const char *name, uint64_t size, uint32_t peer_uid,
+                          int private_only, void **map, uint64_t *dev, uint64_t *ino, char *err,
+                          size_t errlen);
+
 int pj_shm_map_checked(const char *what, const char *name, uint64_t size, uint32_t peer_uid,
                        int private_only, void **map, char *err, size_t errlen)
+{
+    return map_checked_id(what, name, size, peer_uid, private_only, map, NULL, NULL, err, errlen);
+}
+
+static int map_checked_id(const char *what, const char *name, uint64_t size, uint32_t peer_uid,
+                          int private_only, void **map, uint64_t *dev, uint64_t *ino, char *err,
+                          size_t errlen)
 {
     /* glibc's shm_open adds O_NOFOLLOW and O_CLOEXEC. O_NONBLOCK: the
      * owner may hold a read lease on its object (F_SETLEASE), and a
@@ -163,6 +176,10 @@ int pj_shm_map_checked(const char *what, const char *name, uint64_t size, uint32
             status = PJ_E_REGISTER;
         } else {
             *map = p;
+            if (dev)
+                *dev = (uint64_t)st.st_dev;
+            if (ino)
+                *ino = (uint64_t)st.st_ino;
         }
     }
     close(fd);
@@ -181,8 +198,11 @@ static int map_shm(pj_bufreg *r, const pj_register *req, pj_buf *b, char *err, s
                  (unsigned long long)req->size);
         return PJ_E_REGISTER;
     }
-    int status = pj_shm_map_checked("REGISTER", req->shm_name, req->size, r->peer_uid, 0, &b->map,
-                                    err, errlen);
+    /* The identity of the object mapped, for a RETRY's match (find_retried):
+     * from the mapped descriptor, so an object swapped under the name
+     * meanwhile cannot be recorded in its place. */
+    int status = map_checked_id("REGISTER", req->shm_name, req->size, r->peer_uid, 0, &b->map,
+                                &b->shm_dev, &b->shm_ino, err, errlen);
     if (status != PJ_OK)
         return status;
     b->guard = pj_shmguard_add(b->map, (size_t)req->size);
@@ -363,10 +383,6 @@ int pj_bufreg_register_req(pj_bufreg *r, const pj_register *req, const pj_bufreg
         status = map_shm(r, req, b, err, errlen);
         d.host = b->map;
         b->addr = b->map;
-        /* Looked up after the mapping: an object swapped in between only
-         * keeps a later REGISTER from matching this one. */
-        if (status == PJ_OK && shm_identity(req->shm_name, &b->shm_dev, &b->shm_ino) != 0)
-            b->shm_dev = b->shm_ino = UINT64_MAX;
     } else {
         snprintf(b->name, sizeof b->name, "cuda-ipc");
         memcpy(b->ipc_handle, req->ipc_handle, sizeof b->ipc_handle);

@@ -1050,6 +1050,68 @@ static void write_config_json(const pj_dproc *d, const char *overlay)
     free(text);
 }
 
+/* REGISTER with req_id and header flags (RETRY) as a client sends it; the
+ * buffer id replied, or the error status. */
+static int register_flagged(pjt_client *c, const char *shm, uint64_t size, uint64_t req_id,
+                            uint32_t flags, uint32_t *id)
+{
+    pj_register *r = calloc(1, sizeof *r);
+    ck_assert_ptr_nonnull(r);
+    r->kind = PJ_BUF_SHM;
+    r->size = size;
+    snprintf(r->shm_name, sizeof r->shm_name, "%s", shm);
+    pj_wbuf_reset(&c->wb);
+    pj_enc_register(&c->wb, req_id, r);
+    free(r);
+    for (int b = 0; b < 4; b++)
+        c->wb.data[8 + b] = (uint8_t)(flags >> (8 * b));
+    int rc = pjt_call(c, PJ_MSG_REGISTERED);
+    if (rc != PJ_OK)
+        return rc;
+    pj_registered reg;
+    char err[256];
+    ck_assert_int_eq(pj_dec_registered(c->body, c->rh.body_len, &reg, err, sizeof err), PJ_OK);
+    *id = reg.buffer_id;
+    return PJ_OK;
+}
+
+/* The daemon's side of RETRY (PROTOCOL.md, REGISTER), through the server:
+ * a RETRY after its REGISTER, and a REGISTER after its RETRY, get the id
+ * the first made; a RETRY of a req_id that registered nothing, and a
+ * second plain REGISTER, make new ones; the flag on anything but REGISTER
+ * is E_FLAGS, and the connection goes on. */
+START_TEST(register_retry_through_the_server)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, NULL);
+    pjt_client c;
+    ck_assert_int_eq(connect_hello(&c, d.url), PJ_OK);
+    pjt_shm z;
+    ck_assert_int_eq(pjt_shm_create(&z, 4096), 0);
+    uint32_t a, b;
+    ck_assert_int_eq(register_flagged(&c, z.name, 4096, 1000, 0, &a), PJ_OK);
+    ck_assert_int_eq(register_flagged(&c, z.name, 4096, 1000, PJ_HF_RETRY, &b), PJ_OK);
+    ck_assert_uint_eq(b, a);
+    ck_assert_int_eq(register_flagged(&c, z.name, 4096, 1001, PJ_HF_RETRY, &a), PJ_OK);
+    ck_assert_int_eq(register_flagged(&c, z.name, 4096, 1001, 0, &b), PJ_OK);
+    ck_assert_uint_eq(b, a);
+    ck_assert_int_eq(register_flagged(&c, z.name, 4096, 1002, PJ_HF_RETRY, &b), PJ_OK);
+    ck_assert_uint_gt(b, a);
+    ck_assert_int_eq(register_flagged(&c, z.name, 4096, 1003, 0, &a), PJ_OK);
+    ck_assert_uint_gt(a, b);
+    ck_assert_double_eq(pjd_stat(&c, "buffers.current"), 4); /* 1000, 1001, 1002, 1003 */
+    pj_wbuf_reset(&c.wb);
+    pj_enc_ping(&c.wb, 1004, "ping", 4);
+    c.wb.data[8] = (uint8_t)PJ_HF_RETRY;
+    ck_assert_int_eq(pjt_call(&c, PJ_MSG_PONG), PJ_E_FLAGS);
+    ck_assert_ptr_nonnull(strstr(c.err.msg, "on REGISTER only"));
+    ck_assert_int_eq(pjt_ping(&c), PJ_OK);
+    pjt_shm_destroy(&z);
+    pjt_close(&c);
+    pjd_stop(&d);
+}
+END_TEST
+
 START_TEST(sighup_reloads)
 {
     pj_dproc d;
@@ -2197,6 +2259,7 @@ int main(void)
         {"leftovers_of_a_failed_run_ignored", leftovers_of_a_failed_run_ignored},
         {"listener_survives_hangups", listener_survives_hangups},
         {"listener_survives_hangups_long_path", listener_survives_hangups_long_path},
+        {"register_retry_through_the_server", register_retry_through_the_server},
         {"sighup_reloads", sighup_reloads},
         {"signals_during_the_start", signals_during_the_start},
         {"loads_take_turns", loads_take_turns},

@@ -30,7 +30,8 @@ bf16 values in buffers are native-endian 16-bit words, as C's uint16_t.
 
 Threads: a Client may be used from many threads at once (libprojd is
 thread-safe and ctypes releases the GIL during every call); ``close`` waits
-for calls in progress on other threads (each is bounded by the timeout).
+for calls in progress on other threads (each is bounded by the timeout, a
+registration by twice it: its REGISTER is sent once more after a timeout).
 
 Processes: nng, beneath libprojd, aborts a forked child that uses it once
 the parent has. So a Client, its buffers and requests belong to the process
