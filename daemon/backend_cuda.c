@@ -739,29 +739,39 @@ static void note_table_match(const cu_state *st, const pj_model_layer *ml, const
 }
 
 /* A heavy exception block (pj_model_layer_heavy_block) under table entries
- * that run the z12 GEMV for the layer: said once at start, with the m
- * those entries were tuned at, since the table's timings came from other
- * weights and the entries may lose to cuBLAS on these (deploy/README.md
- * says how to tune on the served model). */
+ * that run the z12 GEMV for the layer at some m it serves: said once at
+ * start (info: a table tuned on this very model is fine, and the table
+ * does not say which weights it was timed on), with the m of those
+ * entries, since a table timed on other weights may lose to cuBLAS here
+ * (deploy/README.md says how to tune on the served model). */
 static void note_heavy_block(const cu_state *st, const pj_model_layer *ml, const pj_eng_layer *L)
 {
     const pj_tune_table *t = st->table;
     if (!t || ml->engine[0] || st->env_force[0] || !pj_model_layer_heavy_block(ml))
         return;
-    const char *tn = pj_eng_table_name(L);
+    /* The entries the dispatcher would run (pj_dispatch_choose), each once. */
+    const pj_tune_entry *seen[16];
+    uint32_t n_seen = 0;
     char ms[160] = "";
     size_t len = 0;
-    for (uint32_t i = 0; i < t->n && len + 12 < sizeof ms; i++) {
-        const pj_tune_entry *e = &t->e[i];
-        if (e->eng == PJ_ENG_GEMVZ && pj_tune_entry_fits(e, L->N, L->K) && !strcmp(e->layer, tn))
-            len += (size_t)snprintf(ms + len, sizeof ms - len, "%s%u", len ? ", " : "", e->m);
+    for (uint32_t m = 1; m <= st->max_m && n_seen < 16 && len + 12 < sizeof ms; m++) {
+        const pj_tune_entry *e = pj_dispatch_choose(t, pj_eng_table_name(L), L->N, L->K, m);
+        if (!e || e->eng != PJ_ENG_GEMVZ)
+            continue;
+        uint32_t j = 0;
+        while (j < n_seen && seen[j] != e)
+            j++;
+        if (j < n_seen)
+            continue;
+        seen[n_seen++] = e;
+        len += (size_t)snprintf(ms + len, sizeof ms - len, "%s%u", len ? ", " : "", e->m);
     }
     if (!len)
         return;
-    pj_log_warn("cuda: layer %s: one 16-row block (rows %u-%u) holds %u exceptions, %.1f on "
-                "average; its CTA of the z12 GEMV finishes last, so the table's z12 GEMV entries "
-                "(m = %s), timed on other weights, may run slower than cuBLAS here: tune on this "
-                "model (deploy/README.md)",
+    pj_log_info("cuda: layer %s: one 16-row block (rows %u-%u) holds %u exceptions, %.1f on "
+                "average; its CTA of the z12 GEMV finishes last, so unless the table was tuned "
+                "on this model its z12 GEMV entries (m = %s) may run slower than cuBLAS here "
+                "(deploy/README.md)",
                 ml->name, ml->blk_exc_max_row,
                 ml->blk_exc_max_row + 15 < ml->w.n ? ml->blk_exc_max_row + 15 : ml->w.n - 1,
                 ml->blk_exc_max, (double)ml->n_exc / (double)((ml->w.n + 15) / 16), ms);

@@ -483,8 +483,13 @@ int pj_model_layer_heavy_block(const pj_model_layer *L)
 {
     if (L->w.fmt != PJ_FMT_Z12 || !L->n_exc || !L->w.n)
         return 0;
-    const double mean = (double)L->n_exc / (double)((L->w.n + 15) / 16);
-    return L->blk_exc_max > 64 && (double)L->blk_exc_max > 3.0 * mean;
+    const uint32_t nblk = (L->w.n + 15) / 16;
+    if (nblk < 2)
+        return 0; /* no other block to be heavier than */
+    /* The others' mean, without the block itself (with it, no layer of
+     * three blocks or fewer could ever pass three times the mean). */
+    const double others = (double)(L->n_exc - L->blk_exc_max) / (double)(nblk - 1);
+    return L->blk_exc_max > 64 && (double)L->blk_exc_max > 3.0 * others;
 }
 
 /* Every layer a model holds goes into the WELCOME (daemon/server.c). */

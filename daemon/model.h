@@ -168,8 +168,9 @@ const char *pj_model_host_root(void);
 int pj_model_find(const pj_model *m, const char *name);
 
 /* 1 when a z12 layer's busiest 16-row block (blk_exc_max) is heavy: more
- * exceptions than the z12 GEMV's per-block slot table holds (64) and more
- * than three times the layer's mean. That block's CTA gathers and adds its
+ * exceptions than the z12 GEMV's first per-block slot table holds (64; the
+ * rest come a round later from the overflow table) and more than three
+ * times the other blocks' mean. That block's CTA gathers and adds its
  * exceptions on one warp and finishes last, by more the more tokens a
  * request has (the served reference qkv_gate's block of 117: the H100
  * table's m = 16 entry 16.2 us on even blocks, 19.5 us there;

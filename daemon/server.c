@@ -2628,9 +2628,10 @@ static void on_watch(uv_timer_t *t)
     }
     s->lst_restarts++;
     if (s->lst_fail_said_ns) {
-        /* The end of an episode that was said, at the failure's own level
-         * so that it shows wherever the failure did: its count is said
-         * now, not carried into the next episode's first line, hours later. */
+        /* The end of an episode that was said (a warning: it is no error,
+         * and shows at the default level as the failures do): its count is
+         * said now, not carried into the next episode's first line, hours
+         * later. */
         pj_log_warn("listener: replaced after failing (%u more times since the last line)",
                     s->lst_fail_quiet);
         s->lst_fail_said_ns = 0;

@@ -301,24 +301,41 @@ check_report "$tmp/open.out" "$tmp/open.json" 80 all && ok "open loop: JSON hold
 # ---- open loop: req/s over the schedule ------------------------------------------------------
 # 2 requests at --rate 10 are due over 0.2 s (at 0 and 0.1 s): req/s reads 10
 # when the daemon keeps up, not the ~20 of a window that ends at the last
-# reply; the table, the JSON and the last progress line say the same.
-pl --trace "$tmp/decode.jsonl" --socket "$sock" --rate 10 --count 2 --check-fraction 0 \
-    --progress --json "$tmp/rate.json" >"$tmp/rate.out" 2>"$tmp/rate.err"
-rc=$?
-if [ $rc = 0 ] && check_report "$tmp/rate.out" "$tmp/rate.json" 2 none &&
-    "$py" - "$tmp/rate.err" "$tmp/rate.json" <<'EOF'
+# reply; the table, the JSON and the last progress line say the same. Never
+# above 10 (the point of the case), and 2 / window exactly; at least 9 in
+# the best of three runs: a host busy for 120 ms around the second reply
+# makes a run's window longer and its rate rightly lower (a CI run read 6.0
+# over 0.334 s while parallel builds held the cores).
+rate_best=0
+for try in 1 2 3; do
+    pl --trace "$tmp/decode.jsonl" --socket "$sock" --rate 10 --count 2 --check-fraction 0 \
+        --progress --json "$tmp/rate.json" >"$tmp/rate.out" 2>"$tmp/rate.err"
+    rc=$?
+    if [ $rc = 0 ] && check_report "$tmp/rate.out" "$tmp/rate.json" 2 none &&
+        "$py" - "$tmp/rate.err" "$tmp/rate.json" >"$tmp/rate.verdict" <<'EOF'
 import json, re, sys
 progress = [float(x) for x in re.findall(r"([0-9.]+) req/s", open(sys.argv[1]).read())]
 res = json.load(open(sys.argv[2]))["results"]
-rate = res["overall"]["req_per_s"]
+rate, window = res["overall"]["req_per_s"], res["window_s"]
 print("--rate 10, 2 requests: %.2f req/s over %.3f s, last progress line %s req/s"
-      % (rate, res["window_s"], progress[-1] if progress else "missing"))
-sys.exit(0 if 9 <= rate <= 10.05 and progress and progress[-1] <= 10.05 else 1)
+      % (rate, window, progress[-1] if progress else "missing"))
+consistent = window >= 0.1999 and abs(rate - 2 / window) < 0.01
+sys.exit(0 if consistent and rate <= 10.05 and progress and progress[-1] <= 10.05 else 1)
 EOF
-then
-    ok "--rate 10, 2 requests: 10 req/s in the table, the JSON and the progress line"
+    then
+        cat "$tmp/rate.verdict"
+        rate_best=$("$py" -c 'import json, sys; r = json.load(open(sys.argv[1]))["results"]["overall"]["req_per_s"]; print(max(r, float(sys.argv[2])))' "$tmp/rate.json" "$rate_best")
+        "$py" -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= 9 else 1)' "$rate_best" && break
+    else
+        cat "$tmp/rate.verdict" 2>/dev/null
+        rate_best=-1
+        break
+    fi
+done
+if "$py" -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= 9 else 1)' "$rate_best"; then
+    ok "--rate 10, 2 requests: 10 req/s in the table, the JSON and the progress line (try $try)"
 else
-    fail "--rate 10, 2 requests: exit $rc, or req/s not 10 (the line above)"
+    fail "--rate 10, 2 requests: exit $rc, req/s above 10 or not 2 / window, or below 9 in three runs (the lines above)"
     cat "$tmp/rate.out" "$tmp/rate.err" >&2
 fi
 

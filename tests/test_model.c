@@ -870,10 +870,10 @@ START_TEST(busiest_exception_block)
 END_TEST
 
 /* A heavy block (more than the z12 GEMV's 64 slots and three times the
- * mean): 100 zeros planted in row 20 of six blocks that hold 3 each
- * otherwise (the mean 19.2). Inspect says what it costs and where to look;
- * 61 in that row (64 in its block) is not heavy, nor is 100 when every
- * other block holds 40. */
+ * others' mean): 100 zeros planted in row 20 of six blocks that hold 3
+ * each otherwise (103 against 3). Inspect says what it costs and where to look;
+ * 61 in that row (64 in its block) is not heavy, nor is 103 when every
+ * other block holds 40 (103 < 120). */
 START_TEST(heavy_exception_block)
 {
     enum { N = 96, K = 128 };
