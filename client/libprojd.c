@@ -2180,7 +2180,7 @@ static int do_register(projd_conn *c, const pj_register *reg, uint32_t *id, proj
         projd_error first = {0};
         if (e)
             first = *e;
-        w.data[8] = (uint8_t)PJ_HF_RETRY; /* the header's flags, 0 until now */
+        pj_wbuf_set_hdr_flags(&w, PJ_HF_RETRY);
         int again = call(c, &w, "REGISTER (sent again after a first timeout)", PJ_MSG_REGISTERED,
                          rid, &r, e);
         if (again == PJ_E_FLAGS) {

@@ -261,7 +261,7 @@ int pj_bufreg_register(pj_bufreg *r, const pj_register *req, uint32_t max_buffer
                             .max_buffer_bytes = UINT64_MAX,
                             .max_conn_bytes = UINT64_MAX,
                             .max_total_bytes = UINT64_MAX};
-    return pj_bufreg_register_limited(r, req, &lim, out, err, errlen);
+    return pj_bufreg_register_req(r, req, &lim, 0, 0, out, err, errlen);
 }
 
 /* The identity (device, inode) of the shm object name names now; 0, or
@@ -310,12 +310,6 @@ static pj_buf *find_retried(const pj_bufreg *r, const pj_register *req, uint64_t
             return b;
     }
     return NULL;
-}
-
-int pj_bufreg_register_limited(pj_bufreg *r, const pj_register *req, const pj_bufreg_limits *lim,
-                               pj_buf **out, char *err, size_t errlen)
-{
-    return pj_bufreg_register_req(r, req, lim, 0, 0, out, err, errlen);
 }
 
 int pj_bufreg_register_req(pj_bufreg *r, const pj_register *req, const pj_bufreg_limits *lim,

@@ -84,13 +84,10 @@ void pj_bufreg_init(pj_bufreg *r, pj_backend *be, uint32_t peer_uid, int32_t pee
 int pj_bufreg_register(pj_bufreg *r, const pj_register *req, uint32_t max_buffers, pj_buf **out,
                        char *err, size_t errlen);
 
-/* The same under byte limits too: PJ_E_LIMIT, with a message naming the
- * limit and the numbers, when the buffer would pass any of them (nothing
- * is opened or mapped then). */
-int pj_bufreg_register_limited(pj_bufreg *r, const pj_register *req, const pj_bufreg_limits *lim,
-                               pj_buf **out, char *err, size_t errlen);
-
-/* The same for the REGISTER with req_id. retry (its header's RETRY flag):
+/* The same under byte limits too (PJ_E_LIMIT, with a message naming the
+ * limit and the numbers, when the buffer would pass any of them; nothing
+ * is opened or mapped then), for the REGISTER with req_id. retry (its
+ * header's RETRY flag):
  * it repeats the REGISTER with that req_id, whose reply the client did not
  * get; when that one registered this very buffer (the same shm object, by
  * its identity, not only its name; or the same CUDA IPC handle and device;

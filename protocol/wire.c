@@ -201,6 +201,12 @@ static int wb_end(pj_wbuf *b, size_t at)
     return 0;
 }
 
+void pj_wbuf_set_hdr_flags(pj_wbuf *b, uint32_t flags)
+{
+    if (b->len >= PJ_WIRE_HDR_SIZE)
+        put_u32_at(b->data + 8, flags);
+}
+
 int pj_enc_hello(pj_wbuf *b, uint64_t req_id, const pj_hello *m)
 {
     size_t at = wb_begin(b, PJ_MSG_HELLO, req_id);

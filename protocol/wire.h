@@ -233,6 +233,10 @@ typedef struct pj_wbuf {
 void pj_wbuf_init(pj_wbuf *b);
 void pj_wbuf_free(pj_wbuf *b);
 void pj_wbuf_reset(pj_wbuf *b);
+/* Sets the header flags of the message b starts with (the encoders write
+ * 0; a REGISTER sent again carries PJ_HF_RETRY). A no-op on a buffer
+ * shorter than a header. */
+void pj_wbuf_set_hdr_flags(pj_wbuf *b, uint32_t flags);
 
 int pj_enc_hello(pj_wbuf *b, uint64_t req_id, const pj_hello *m);
 int pj_enc_welcome(pj_wbuf *b, uint64_t req_id, const pj_welcome *m);

@@ -1063,8 +1063,7 @@ static int register_flagged(pjt_client *c, const char *shm, uint64_t size, uint6
     pj_wbuf_reset(&c->wb);
     pj_enc_register(&c->wb, req_id, r);
     free(r);
-    for (int b = 0; b < 4; b++)
-        c->wb.data[8 + b] = (uint8_t)(flags >> (8 * b));
+    pj_wbuf_set_hdr_flags(&c->wb, flags);
     int rc = pjt_call(c, PJ_MSG_REGISTERED);
     if (rc != PJ_OK)
         return rc;
@@ -1102,7 +1101,7 @@ START_TEST(register_retry_through_the_server)
     ck_assert_double_eq(pjd_stat(&c, "buffers.current"), 4); /* 1000, 1001, 1002, 1003 */
     pj_wbuf_reset(&c.wb);
     pj_enc_ping(&c.wb, 1004, "ping", 4);
-    c.wb.data[8] = (uint8_t)PJ_HF_RETRY;
+    pj_wbuf_set_hdr_flags(&c.wb, PJ_HF_RETRY);
     ck_assert_int_eq(pjt_call(&c, PJ_MSG_PONG), PJ_E_FLAGS);
     ck_assert_ptr_nonnull(strstr(c.err.msg, "on REGISTER only"));
     ck_assert_int_eq(pjt_ping(&c), PJ_OK);
