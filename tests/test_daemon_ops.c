@@ -306,19 +306,27 @@ static int closed_within(int fd, int ms)
     return read(fd, &b, 1) <= 0;
 }
 
-/* Connects and says HELLO, again for up to ~50 s while the daemon has not
- * yet seen a place under max_connections come free. */
+/* Connects and says HELLO, again for up to 50 s while the daemon has not
+ * yet seen a place under max_connections come free. Bounded by time, not
+ * by tries: a refused try can end at once (the daemon resets the pipe) or
+ * after the 1 s reply timeout, and 50 quick resets once ran out before a
+ * 3 s request was done (CI, session 54). */
 static int connect_hello_when_free(pjt_client *c, const char *url, const char *name)
 {
-    int rc = -1;
-    for (int i = 0; i < 50 && rc != PJ_OK; i++) {
-        rc = pjt_connect(c, url, 1000);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        int rc = pjt_connect(c, url, 1000);
         if (rc == 0)
             rc = pjt_hello(c, name);
-        if (rc != PJ_OK)
-            pjt_close(c);
+        if (rc == PJ_OK)
+            return rc;
+        pjt_close(c);
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (t.tv_sec - t0.tv_sec >= 50)
+            return rc;
+        usleep(20000);
     }
-    return rc;
 }
 
 /* max_connections: the next one is refused at connect time, and is let in
