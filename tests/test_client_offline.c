@@ -594,6 +594,13 @@ enum fake_mode {
     FAKE_SILENT,  /* receives, never answers */
     FAKE_REFUSE,  /* closes every pipe as it arrives (auth refusal) */
     FAKE_GARBAGE, /* answers everything after WELCOME with junk */
+    /* Drops each first REGISTER unanswered (a reply lost, or late past the
+     * client's timeout); one sent again with PJ_HF_RETRY is refused with
+     * E_FLAGS, as a daemon from before the flag does. */
+    FAKE_REGISTER_OLD,
+    /* The same drop; the one sent again is answered (a current daemon
+     * that never saw the first). */
+    FAKE_REGISTER_LOST,
 };
 
 #define FAKE_MAX_BUFS 16
@@ -869,12 +876,29 @@ static void *fake_main(void *arg)
             continue;
         if (rv != 0)
             break;
-        if (atomic_load(&f->mode) == FAKE_SILENT) {
+        const int mode = atomic_load(&f->mode);
+        if (mode == FAKE_SILENT) {
             nng_msg_free(m);
             continue;
         }
         pj_wbuf_reset(&w);
-        fake_handle(f, nng_msg_body(m), nng_msg_len(m), &w);
+        pj_hdr h;
+        char err[256];
+        const int is_register =
+            (mode == FAKE_REGISTER_OLD || mode == FAKE_REGISTER_LOST) &&
+            pj_dec_hdr(nng_msg_body(m), nng_msg_len(m), 1 << 20, &h, err, sizeof err) == PJ_OK &&
+            h.type == PJ_MSG_REGISTER;
+        if (is_register && !(h.flags & PJ_HF_RETRY)) {
+            atomic_fetch_add(&f->n_register, 1);
+            nng_msg_free(m);
+            continue;
+        }
+        if (is_register && mode == FAKE_REGISTER_OLD) {
+            atomic_fetch_add(&f->n_register, 1);
+            pj_enc_error(&w, h.req_id, PJ_E_FLAGS, 0xffffffffu, "unknown header flags 0x1");
+        } else {
+            fake_handle(f, nng_msg_body(m), nng_msg_len(m), &w);
+        }
         nng_msg_clear(m);
         nng_msg_append(m, w.data, w.len);
         if (nng_sendmsg(f->sock, m, 0) != 0)
@@ -1324,6 +1348,45 @@ START_TEST(test_fake_refused)
 }
 END_TEST
 
+/* A REGISTER whose reply does not come in time is sent once more with
+ * PJ_HF_RETRY (a daemon that did register it answers with that buffer). A
+ * daemon from before the flag refuses it with E_FLAGS: then the first
+ * timeout is what the caller sees, not E_FLAGS, and the connection goes on.
+ * A daemon that answers the second gets a working buffer. */
+START_TEST(test_fake_register_sent_again)
+{
+    fake *f = fake_start(FAKE_REGISTER_OLD);
+    projd_error e;
+    projd_conn *c;
+    ck_assert_msg(projd_connect(f->url, "old-daemon", &c, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(projd_set_timeout_ms(c, 300), 0);
+    projd_buffer *b = (projd_buffer *)1;
+    int rc = projd_shm_create(c, 4096, &b, &e);
+    ck_assert_msg(rc == -ETIMEDOUT, "rc %d: %s", rc, e.msg);
+    ck_assert_ptr_null(b);
+    ck_assert_msg(strstr(e.msg, "REGISTER: no reply within 300 ms") && !strstr(e.msg, "sent again"),
+                  "%s", e.msg);
+    ck_assert_int_eq(atomic_load(&f->n_register), 2); /* the first, and the one sent again */
+    ck_assert_msg(projd_ping(c, &e) == 0, "%s", e.msg);
+
+    atomic_store(&f->mode, FAKE_REGISTER_LOST);
+    rc = projd_shm_create(c, 4096, &b, &e);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, e.msg);
+    ck_assert_int_eq(atomic_load(&f->n_register), 4);
+    /* The fake's mapping is the client's: what one writes the other reads. */
+    size_t size;
+    uint8_t *seen = fake_buf(f, projd_buffer_id(b), &size);
+    ck_assert_ptr_nonnull(seen);
+    ck_assert_uint_eq(size, 4096);
+    ((uint8_t *)projd_buffer_ptr(b))[100] = 0x5a;
+    ck_assert_uint_eq(seen[100], 0x5a);
+    atomic_store(&f->mode, FAKE_NORMAL);
+    ck_assert_msg(projd_buffer_release(b, &e) == 0, "%s", e.msg);
+    projd_close(c);
+    fake_stop(f);
+}
+END_TEST
+
 START_TEST(test_fake_garbage)
 {
     fake *f = fake_start(FAKE_GARBAGE);
@@ -1526,6 +1589,7 @@ static Suite *client_suite(void)
     tcase_add_test(tf, test_fake_hello_retry);
     tcase_add_test(tf, test_connect_timeout);
     tcase_add_test(tf, test_fake_refused);
+    tcase_add_test(tf, test_fake_register_sent_again);
     tcase_add_test(tf, test_fake_garbage);
     tcase_add_test(tf, test_fake_ring_stray_replies);
     tcase_add_test(tf, test_fake_error_op_index_checked);
