@@ -1752,9 +1752,12 @@ static int say_hello(projd_conn *c, const char *name, projd_error *e)
             rc = fail(e, -EPROTO, "connect %s: daemon chose protocol version %u, we speak %d",
                       c->url, c->info.version, PJ_WIRE_VERSION);
     } else if (e && rc > 0) {
+        /* E_AUTH, E_LIMIT, E_SHUTDOWN: the daemon refused the connection
+         * and its message says so and why; anything else refused HELLO. */
+        const int refused = rc == PJ_E_AUTH || rc == PJ_E_LIMIT || rc == PJ_E_SHUTDOWN;
         char tmp[sizeof e->msg];
         snprintf(tmp, sizeof tmp, "%s", e->msg);
-        fail(e, rc, "connect %s: HELLO refused: %s", c->url, tmp);
+        fail(e, rc, "connect %s: %s%s", c->url, refused ? "" : "HELLO refused: ", tmp);
     }
     projd_request_free(r);
     return rc;

@@ -57,6 +57,20 @@
  * a larger limit before a reload. */
 #define CONN_CTX_SLACK 8
 #define REPLY_STALL_MS 1000
+/* A refused connection is kept open until its first request is answered
+ * with an ERROR saying why (E_AUTH, E_LIMIT, E_SHUTDOWN): a client told
+ * only by a hang-up could not say which cause it met. One that sends
+ * nothing is closed after limits.hello_timeout_ms (TELL_WAIT_MS when that
+ * is 0), and at most TELL_MAX wait at a time: past that a refusal closes
+ * the pipe at once, as it always did, so refused peers cannot hold the
+ * daemon's contexts or descriptors. Once told, the pipe is left to the
+ * client to close for TELL_LINGER_MS: closed by the daemon right after the
+ * reply, nng 1.5's REQ at times failed the request with ECONNRESET before
+ * it handed over the reply that had come. */
+#define TELL_MAX        16
+#define TELL_WAIT_MS    1000
+#define TELL_LINGER_MS  1000
+#define REFUSAL_WHY_MAX 200
 
 /* ---- events handed from nng/backend threads to the loop --------------------- */
 
@@ -76,7 +90,8 @@ typedef struct nctx {
     int sending;
     int send_rv; /* result of the last send, read by the loop */
     nng_msg *msg;
-    uint32_t pipe; /* loop: the connection whose request it holds, 0 = none */
+    uint32_t pipe;      /* loop: the connection whose request it holds, 0 = none */
+    uint32_t told_pipe; /* loop: the refused pipe this reply tells why */
 } nctx;
 
 /* A request copied out of a connection's ring by its poller. The loop
@@ -175,6 +190,15 @@ struct pj_server {
     uint32_t cb_uids[PJ_CFG_MAX_IDS], cb_gids[PJ_CFG_MAX_IDS];
     int64_t cb_sock_gid; /* socket.group's gid, or -1: its members may connect */
     atomic_ullong refused;
+    /* Refused pipes kept open to be told why (pipe 0: a free slot). */
+    struct telling {
+        uint32_t pipe;
+        int code;      /* PJ_E_AUTH, PJ_E_LIMIT or PJ_E_SHUTDOWN */
+        int answered;  /* its reply is being sent */
+        int sent;      /* ... and went: the pipe lingers for the client to close */
+        uint64_t t_ns; /* refused, or (sent) told */
+        char why[REFUSAL_WHY_MAX];
+    } telling[TELL_MAX];
 
     /* Loop thread only. */
     nctx **ctxs;
@@ -342,6 +366,15 @@ static uint32_t uid_pipes_locked(const pj_server *s, uint32_t uid)
     return n;
 }
 
+/* The refused pipe's slot (pipe 0: a free one), or NULL. */
+static struct telling *tell_find_locked(pj_server *s, uint32_t pipe)
+{
+    for (int i = 0; i < TELL_MAX; i++)
+        if (s->telling[i].pipe == pipe)
+            return &s->telling[i];
+    return NULL;
+}
+
 static void pipe_cb(nng_pipe p, nng_pipe_ev what, void *arg)
 {
     pj_server *s = arg;
@@ -358,7 +391,8 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev what, void *arg)
         int n_groups = 0;
         if (rv == 0 && uid != 0 && uid != (uint64_t)geteuid())
             n_groups = pj_peer_groups(pid, (uint32_t)uid, groups, PEER_GROUPS_MAX);
-        char why[160] = "";
+        char why[REFUSAL_WHY_MAX] = "";
+        int code = PJ_E_AUTH; /* what the refusal is told as; 0: not told */
         uint32_t held = 0;
         pipe_ev *ev = NULL;
         pthread_mutex_lock(&s->mu);
@@ -371,8 +405,10 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev what, void *arg)
                      : n_groups < 0 ? " (its supplementary groups unreadable)"
                                     : "");
         } else if (s->cb_draining || s->closing) {
+            code = PJ_E_SHUTDOWN;
             snprintf(why, sizeof why, "the daemon is shutting down");
         } else if (s->n_pipes + s->cb_zombies >= s->cb_max_conns) {
+            code = PJ_E_LIMIT;
             if (s->cb_zombies)
                 snprintf(why, sizeof why,
                          "connection limit %u reached (%u of them closed, their requests still "
@@ -382,6 +418,7 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev what, void *arg)
                 snprintf(why, sizeof why, "connection limit %u reached", s->cb_max_conns);
         } else if (s->cb_max_per_uid &&
                    (held = uid_pipes_locked(s, (uint32_t)uid)) >= s->cb_max_per_uid) {
+            code = PJ_E_LIMIT;
             snprintf(why, sizeof why,
                      "uid %" PRIu64 " holds %u connections (closed ones still running "
                      "included), its limit is %u (limits.max_connections_per_uid)",
@@ -396,13 +433,16 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev what, void *arg)
                 s->pipe_uids = nu;
                 s->cap_pipes = cap;
             } else {
+                code = 0;
                 snprintf(why, sizeof why, "out of memory");
             }
         }
         if (!why[0]) {
             ev = calloc(1, sizeof *ev);
-            if (!ev)
+            if (!ev) {
+                code = 0;
                 snprintf(why, sizeof why, "out of memory");
+            }
         }
         if (!why[0]) {
             s->pipe_uids[s->n_pipes] = (uint32_t)uid;
@@ -413,11 +453,21 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev what, void *arg)
             ev->gid = (uint32_t)gid;
             ev->pid = (int32_t)pid;
         }
+        struct telling *t = why[0] && code && !s->closing ? tell_find_locked(s, 0) : NULL;
+        if (t) { /* told why at its first request, closed then */
+            t->pipe = id;
+            t->code = code;
+            t->answered = 0;
+            t->sent = 0;
+            t->t_ns = pj_now_ns();
+            snprintf(t->why, sizeof t->why, "%s", why);
+        }
         pthread_mutex_unlock(&s->mu);
         if (why[0]) {
             atomic_fetch_add(&s->refused, 1);
             pj_log_warn("refused connection from pid %" PRIu64 ": %s", pid, why);
-            nng_pipe_close(p);
+            if (!t)
+                nng_pipe_close(p);
             return;
         }
         push_ev(s, &ev->ev);
@@ -433,6 +483,9 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev what, void *arg)
     pthread_mutex_lock(&s->mu);
     for (uint32_t i = 0; i < s->n_pipes && !found; i++)
         found = s->pipes[i] == id;
+    struct telling *t = found ? NULL : tell_find_locked(s, id);
+    if (t) /* a refused one, gone before it was told (or after) */
+        t->pipe = 0;
     pthread_mutex_unlock(&s->mu);
     if (!found)
         return;
@@ -630,6 +683,80 @@ static void update_status(pj_server *s)
 {
     if (!s->stopping && !uv_is_active((uv_handle_t *)&s->status_timer))
         uv_timer_start(&s->status_timer, on_status_timer, STATUS_EVERY_MS, 0);
+}
+
+/* ---- refused pipes, told why (TELL_MAX) -------------------------------------------- */
+
+static void close_pipe_id(uint32_t id)
+{
+    nng_pipe p = NNG_PIPE_INITIALIZER;
+    p.id = id;
+    nng_pipe_close(p); /* one the peer closed already is no error here */
+}
+
+/* A request on a pipe that is no connection: a refused pipe's first is
+ * answered with why. 0 when the pipe is not one of them (or was answered
+ * already). */
+static int tell_refused(pj_server *s, nctx *nc, nng_msg *msg)
+{
+    char err[REFUSAL_WHY_MAX + 40];
+    int code = 0;
+    const uint32_t id = (uint32_t)nng_pipe_id(nng_msg_get_pipe(msg));
+    pthread_mutex_lock(&s->mu);
+    struct telling *t = tell_find_locked(s, id);
+    if (t && !t->answered) {
+        t->answered = 1;
+        code = t->code;
+        snprintf(err, sizeof err, "projd refused this connection: %s", t->why);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!code)
+        return 0;
+    nc->told_pipe = id;
+    origin o = {.nc = nc};
+    send_error(s, o, pj_peek_req_id(nng_msg_body(msg), nng_msg_len(msg)), code, UINT32_MAX, err);
+    return 1;
+}
+
+/* nc's reply went out (or failed to): a refused pipe it told lingers. */
+static void tell_sent(pj_server *s, nctx *nc)
+{
+    const uint32_t id = nc->told_pipe;
+    if (!id)
+        return;
+    nc->told_pipe = 0;
+    pthread_mutex_lock(&s->mu);
+    struct telling *t = tell_find_locked(s, id);
+    if (t) {
+        t->sent = 1;
+        t->t_ns = pj_now_ns();
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Refused pipes that sent nothing in time, or were told and lingered, are
+ * closed. */
+static void tell_expire(pj_server *s)
+{
+    const uint32_t wait_ms =
+        s->cfg.limits.hello_timeout_ms ? s->cfg.limits.hello_timeout_ms : TELL_WAIT_MS;
+    const uint64_t now = pj_now_ns();
+    uint32_t expired[TELL_MAX];
+    int n = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < TELL_MAX; i++) {
+        struct telling *t = &s->telling[i];
+        if (!t->pipe || (t->answered && !t->sent)) /* a reply on its way */
+            continue;
+        const uint64_t ms = t->sent ? TELL_LINGER_MS : wait_ms;
+        if (now - t->t_ns >= ms * 1000000ull) {
+            expired[n++] = t->pipe;
+            t->pipe = 0;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < n; i++)
+        close_pipe_id(expired[i]); /* outside mu: the close calls pipe_cb */
 }
 
 static void on_pipe_add(pj_server *s, pipe_ev *ev)
@@ -1735,9 +1862,10 @@ static void on_msg(pj_server *s, nctx *nc)
     nc->msg = NULL;
     s->n_busy++;
     pj_conn *c = pj_conn_table_find(&s->conns, (uint32_t)nng_pipe_id(nng_msg_get_pipe(msg)));
-    if (!c) { /* its pipe is already gone */
+    if (!c) { /* its pipe is already gone, or it was refused */
+        if (!tell_refused(s, nc, msg))
+            abandon(s, nc);
         nng_msg_free(msg);
-        abandon(s, nc);
         return;
     }
     c->requests++;
@@ -2053,6 +2181,7 @@ static void on_async(uv_async_t *a)
             s->n_sending--;
             s->n_busy--;
             ctx_release(s, (nctx *)ev, 1);
+            tell_sent(s, (nctx *)ev);
             arm_recv(s, (nctx *)ev);
             break;
         case EV_RECV_ERR:
@@ -2594,6 +2723,7 @@ static void on_watch(uv_timer_t *t)
     announce_late_conns(s, pj_now_ns());
     close_silent_conns(s);
     close_unread_conns(s);
+    tell_expire(s);
     if (s->stopping || !s->lst_open || !s->lst_replaceable)
         return;
     nng_stat *all;

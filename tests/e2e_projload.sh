@@ -1073,7 +1073,7 @@ done
 
 # ---- a daemon at its connection limit: the clients' one error said once ------------------------------
 # limits.max_connections 3: projload's own connection and two clients fit;
-# the other clients of 8 are refused before WELCOME, all with the same text.
+# the other clients of 8 are refused and told why, all with the same text.
 cat >"$tmp/projd3.json" <<EOF
 { "device": { "backend": "cpu" }, "cpu": { "threads": 2 }, "log": { "level": "warn" },
   "limits": { "max_connections": 3 } }
@@ -1084,7 +1084,7 @@ pl --trace "$tmp/decode.jsonl" --socket "$sock2" --concurrency 8 --duration 1 --
 rc=$?
 lines=$(grep -c 'connect: ' "$tmp/limit.err")
 if [ $rc = 2 ] && [ "$lines" = 1 ] &&
-    grep -Eq 'before WELCOME .*\(and [0-9]+ more clients the same way\)$' "$tmp/limit.err"; then
+    grep -Eq 'projd refused this connection: connection limit 3 reached \(and [0-9]+ more clients the same way\)$' "$tmp/limit.err"; then
     ok "daemon at its connection limit: exit 2, the refusal said once for all the clients"
 else
     fail "daemon at its connection limit: exit $rc, $lines connect lines"

@@ -103,7 +103,7 @@ START_TEST(close_with_several_running)
      * while its four run (2 ops x 0.5 s each, 4 s after the close). */
     pjt_client extra;
     ck_assert_int_eq(pjt_connect(&extra, d.url, 3000), 0);
-    ck_assert_int_ne(pjt_hello(&extra, "extra"), PJ_OK);
+    ck_assert_int_eq(pjt_hello(&extra, "extra"), PJ_E_LIMIT);
     pjt_close(&extra);
     ck_assert_double_eq(pjd_wait_stat(&mon, "connections.closing", 0, 30000), 0);
     ck_assert_double_eq(pjd_wait_stat(&mon, "inflight", 0, 10000), 0);

@@ -111,7 +111,7 @@ typedef struct user_arg {
     const char *root_shm; /* a shm object owned by root */
 } user_arg;
 
-/* Exit 0 when the daemon never answers. */
+/* Exit 0 when the daemon refuses this uid and says why (E_AUTH). */
 static int refused_user(void *p)
 {
     const user_arg *a = p;
@@ -119,12 +119,16 @@ static int refused_user(void *p)
     int rc = pjt_connect(&c, a->url, 2000);
     if (rc == 0)
         rc = pjt_hello(&c, "intruder");
+    const int told = rc == PJ_E_AUTH && strstr(c.err.msg, "projd refused this connection: uid ") &&
+                     strstr(c.err.msg, "is not allowed (auth)");
+    if (rc != PJ_OK && !told)
+        fprintf(stderr, "refused_user: HELLO %d: %s\n", rc, c.err.msg);
     pjt_close(&c);
     if (rc == PJ_OK) {
         fprintf(stderr, "refused_user: the daemon said WELCOME to uid %u\n", (unsigned)getuid());
         return 1;
     }
-    return 0;
+    return told ? 0 : 2;
 }
 
 /* Exit 0 when an allowed uid can work with its own buffers but cannot
@@ -339,7 +343,8 @@ START_TEST(connection_limit)
     ck_assert_int_eq(connect_hello(&a, d.url), PJ_OK);
     ck_assert_int_eq(connect_hello(&b, d.url), PJ_OK);
     ck_assert_int_eq(pjt_connect(&c, d.url, 2000), 0);
-    ck_assert_int_lt(pjt_hello(&c, "third"), 0); /* no reply: the pipe was closed */
+    ck_assert_int_eq(pjt_hello(&c, "third"), PJ_E_LIMIT); /* told why, then closed */
+    ck_assert_str_eq(c.err.msg, "projd refused this connection: connection limit 2 reached");
     pjt_close(&c);
     ck_assert(pj_dproc_log_has(&d, "connection limit 2 reached", 2000));
     ck_assert_double_ge(pjd_stat(&a, "connections.refused"), 1);
@@ -371,9 +376,11 @@ static int per_uid_user(void *p)
     if (connect_hello(&x, a->url) != PJ_OK || connect_hello(&y, a->url) != PJ_OK)
         return 2;
     int third = pjt_connect(&z, a->url, 2000) == 0 ? pjt_hello(&z, "third") : -1;
+    const int told = third == PJ_E_LIMIT && strstr(z.err.msg, "uid 65534 holds 2 connections") &&
+                     strstr(z.err.msg, "(limits.max_connections_per_uid)");
     pjt_close(&z);
-    if (third >= 0)
-        return 3; /* answered: not refused */
+    if (!told)
+        return 3; /* answered, or refused without saying why */
     char ch = 'h';
     if (write(a->up, &ch, 1) != 1)
         return 4;
@@ -438,7 +445,8 @@ START_TEST(connection_limit_per_uid)
     pjc_close(&b);
     ck_assert_double_eq(pjd_wait_stat(&a, "connections.closing", 1, 10000), 1);
     ck_assert_int_eq(pjt_connect(&c, d.url, 2000), 0);
-    ck_assert_int_lt(pjt_hello(&c, "third"), 0);
+    ck_assert_int_eq(pjt_hello(&c, "third"), PJ_E_LIMIT);
+    ck_assert_msg(strstr(c.err.msg, "limits.max_connections_per_uid"), "%s", c.err.msg);
     pjt_close(&c);
     char want[160];
     snprintf(want, sizeof want, "uid %u holds 2 connections (closed ones still running included)",
@@ -518,7 +526,9 @@ START_TEST(closed_conn_while_running)
     /* One open and one closing make two: a third is refused, and says why. */
     pjt_client c3;
     ck_assert_int_eq(pjt_connect(&c3, d.url, 2000), 0);
-    ck_assert_int_lt(pjt_hello(&c3, "third"), 0);
+    ck_assert_int_eq(pjt_hello(&c3, "third"), PJ_E_LIMIT);
+    ck_assert_msg(strstr(c3.err.msg, "connection limit 2 reached (1 of them closed"), "%s",
+                  c3.err.msg);
     pjt_close(&c3);
     ck_assert(pj_dproc_log_has(&d, "connection limit 2 reached (1 of them closed", 2000));
 
@@ -563,6 +573,66 @@ START_TEST(silent_connection_closed)
     ck_assert_int_eq(pjt_ping(&a), PJ_OK);
     ck_assert_double_eq(pjd_stat(&a, "connections.current"), 2);
     pjt_close(&c);
+    pjt_close(&a);
+    pjd_stop(&d);
+}
+END_TEST
+
+/* A refused connection is told why at its first request (connection_limit
+ * and the auth cases); one that sends nothing is closed after
+ * hello_timeout_ms all the same, and at most 16 refused ones are kept open
+ * at a time: past that a refusal closes the pipe at once, so refused
+ * peers hold nothing of the daemon's for long. */
+START_TEST(refused_connections_bounded)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path,
+              "{\"limits\": {\"max_connections\": 1, \"hello_timeout_ms\": 30000}}");
+    pjt_client a;
+    ck_assert_int_eq(connect_hello(&a, d.url), PJ_OK);
+    /* 16 silent refused ones wait for their first request... */
+    int quiet[17];
+    for (int i = 0; i < 16; i++) {
+        quiet[i] = raw_connect(d.sock);
+        ck_assert_int_ge(quiet[i], 0);
+    }
+    ck_assert_double_eq(pjd_wait_stat(&a, "connections.refused", 16, 10000), 16);
+    /* ... the 17th is closed at once. */
+    quiet[16] = raw_connect(d.sock);
+    ck_assert_int_ge(quiet[16], 0);
+    ck_assert_msg(closed_within(quiet[16], 5000), "the 17th refused connection is still open");
+    for (int i = 0; i < 16; i++)
+        ck_assert_msg(!closed_within(quiet[i], 0), "refused connection %d was closed", i);
+    for (int i = 0; i < 17; i++)
+        close(quiet[i]);
+    /* Their peers gone, the places to wait are free: a refused client is
+     * told again, and the connection in is served throughout. */
+    pjt_client c;
+    int rc = -1;
+    for (int i = 0; i < 100 && rc != PJ_E_LIMIT; i++) {
+        if (i) {
+            pjt_close(&c);
+            usleep(20000);
+        }
+        rc = pjt_connect(&c, d.url, 2000) == 0 ? pjt_hello(&c, "told") : -1;
+    }
+    ck_assert_int_eq(rc, PJ_E_LIMIT);
+    ck_assert_str_eq(c.err.msg, "projd refused this connection: connection limit 1 reached");
+    pjt_close(&c);
+    ck_assert_int_eq(pjt_ping(&a), PJ_OK);
+    pjt_close(&a);
+    pjd_stop(&d);
+
+    /* hello_timeout_ms 300: a silent refused one is closed then. */
+    pjd_start(&d, g_model_path,
+              "{\"limits\": {\"max_connections\": 1, \"hello_timeout_ms\": 300}}");
+    ck_assert_int_eq(connect_hello(&a, d.url), PJ_OK);
+    int q = raw_connect(d.sock);
+    ck_assert_int_ge(q, 0);
+    ck_assert_msg(closed_within(q, 5000), "a silent refused connection was not closed in 5 s");
+    close(q);
+    ck_assert_int_eq(pjt_ping(&a), PJ_OK);
+    ck_assert_double_eq(pjd_stat(&a, "connections.current"), 1);
     pjt_close(&a);
     pjd_stop(&d);
 }
@@ -2256,6 +2326,7 @@ int main(void)
         {"connection_limit", connection_limit},
         {"connection_limit_per_uid", connection_limit_per_uid},
         {"silent_connection_closed", silent_connection_closed},
+        {"refused_connections_bounded", refused_connections_bounded},
         {"socket_live_stale_and_foreign", socket_live_stale_and_foreign},
         {"socket_lock_refuses_a_second_daemon", socket_lock_refuses_a_second_daemon},
         {"socket_lock_release_spares_a_successor", socket_lock_release_spares_a_successor},

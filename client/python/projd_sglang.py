@@ -473,8 +473,10 @@ def _connect_when_back(url: str, timeout_ms: int, ring: bool) -> "projd.Client":
         try:
             return _connect(url, timeout_ms, ring)
         except projd.ProjdError as e:
-            # ECONNRESET: the old daemon, still draining, closed the new
-            # connection before WELCOME; E_SHUTDOWN: it answered HELLO so.
+            # E_SHUTDOWN: the old daemon, still draining, refused the new
+            # connection and said so; ECONNRESET: it closed it without a
+            # word (a daemon from before it said why, or one with many
+            # refusals waiting).
             back_soon = (-errno.ENOENT, -errno.ECONNREFUSED, -errno.ECONNRESET, projd.Status.E_SHUTDOWN)
             if e.code not in back_soon or time.monotonic() >= deadline:
                 raise
