@@ -638,6 +638,50 @@ START_TEST(refused_connections_bounded)
 }
 END_TEST
 
+/* While projd drains (SIGTERM) with a request still running, a new
+ * connection is refused and told so (E_SHUTDOWN); the running request is
+ * answered and the stop is clean. */
+START_TEST(refused_while_draining_is_told)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, "{\"cpu\": {\"min_op_us\": 3000000}}");
+    pjc_conn t;
+    char why[512];
+    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
+    const pj_model_layer *L = &pjc_model()->layers[0];
+    pj_op op = {.layer = 0,
+                .m = 1,
+                .n = L->max_n,
+                .x_buf = t.xid,
+                .x_ld = L->w.k,
+                .y_buf = t.yid,
+                .y_ld = L->max_n};
+    pj_project pp = {.n_ops = 1, .ops = &op};
+    pjt_async q;
+    ck_assert_int_eq(pjt_project_send(&t.c, &q, 7, &pp), 0);
+    pjt_client mon;
+    ck_assert_int_eq(connect_hello(&mon, d.url), PJ_OK);
+    ck_assert_double_eq(pjd_wait_stat(&mon, "inflight", 1, 10000), 1);
+    pjt_close(&mon);
+    ck_assert_int_eq(pj_dproc_signal(&d, SIGTERM), 0);
+    ck_assert_int_eq(pj_dproc_wait_notify(&d, "STOPPING=1", 10000), 0);
+    pjt_client c;
+    ck_assert_int_eq(pjt_connect(&c, d.url, 2000), 0);
+    ck_assert_int_eq(pjt_hello(&c, "late"), PJ_E_SHUTDOWN);
+    ck_assert_str_eq(c.err.msg, "projd refused this connection: the daemon is shutting down");
+    pjt_close(&c);
+    pj_done dn;
+    pj_op_result res[1];
+    dn.ops = res;
+    ck_assert_int_eq(pjt_project_recv(&q, NULL, &dn, 1), PJ_OK);
+    ck_assert_int_eq(dn.status, PJ_OK);
+    pjc_close(&t);
+    ck_assert_int_eq(pj_dproc_wait_exit(&d, 30000), 0);
+    ck_assert_int_eq(pj_dproc_exit_code(&d), 0);
+    pj_dproc_cleanup(&d);
+}
+END_TEST
+
 /* ---- the socket file ------------------------------------------------------- */
 
 START_TEST(socket_live_stale_and_foreign)
@@ -2327,6 +2371,7 @@ int main(void)
         {"connection_limit_per_uid", connection_limit_per_uid},
         {"silent_connection_closed", silent_connection_closed},
         {"refused_connections_bounded", refused_connections_bounded},
+        {"refused_while_draining_is_told", refused_while_draining_is_told},
         {"socket_live_stale_and_foreign", socket_live_stale_and_foreign},
         {"socket_lock_refuses_a_second_daemon", socket_lock_refuses_a_second_daemon},
         {"socket_lock_release_spares_a_successor", socket_lock_release_spares_a_successor},
