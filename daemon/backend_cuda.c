@@ -772,9 +772,8 @@ static void note_heavy_block(const cu_state *st, const pj_model_layer *ml, const
                 "average; its CTA of the z12 GEMV finishes last, so unless the table was tuned "
                 "on this model its z12 GEMV entries (m = %s) may run slower than cuBLAS here "
                 "(deploy/README.md)",
-                ml->name, ml->blk_exc_max_row,
-                ml->blk_exc_max_row + 15 < ml->w.n ? ml->blk_exc_max_row + 15 : ml->w.n - 1,
-                ml->blk_exc_max, (double)ml->n_exc / (double)((ml->w.n + 15) / 16), ms);
+                ml->name, ml->blk_exc_max_row, pj_model_layer_busiest_block_end(ml),
+                ml->blk_exc_max, pj_model_layer_block_exc_mean(ml), ms);
 }
 
 /* Can the engines serve every m of the layer from its z12 weights alone

@@ -214,8 +214,7 @@ static void print_text(FILE *out, const pj_model *m, const pj_st_file *st, const
                     "%s: at most %u exceptions in one 16-row block (rows %u-%u), %.1f on "
                     "average%s\n",
                     L->name, L->blk_exc_max, L->blk_exc_max_row,
-                    L->blk_exc_max_row + 15 < L->w.n ? L->blk_exc_max_row + 15 : L->w.n - 1,
-                    (double)L->n_exc / (double)((L->w.n + 15) / 16),
+                    pj_model_layer_busiest_block_end(L), pj_model_layer_block_exc_mean(L),
                     pj_model_layer_heavy_block(L)
                         ? ": far above the rest, that block's CTA of the z12 GEMV finishes last; "
                           "a table tuned on other weights may run the z12 GEMV where cuBLAS is "

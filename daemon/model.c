@@ -492,6 +492,16 @@ int pj_model_layer_heavy_block(const pj_model_layer *L)
     return L->blk_exc_max > 64 && (double)L->blk_exc_max > 3.0 * others;
 }
 
+uint32_t pj_model_layer_busiest_block_end(const pj_model_layer *L)
+{
+    return L->blk_exc_max_row + 15 < L->w.n ? L->blk_exc_max_row + 15 : L->w.n - 1;
+}
+
+double pj_model_layer_block_exc_mean(const pj_model_layer *L)
+{
+    return L->w.n ? (double)L->n_exc / (double)((L->w.n + 15) / 16) : 0.0;
+}
+
 /* Every layer a model holds goes into the WELCOME (daemon/server.c). */
 _Static_assert(PJ_CFG_MAX_LAYERS <= PJ_WIRE_MAX_LAYERS_ALL,
                "a model may hold more layers than a WELCOME carries");

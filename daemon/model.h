@@ -177,6 +177,11 @@ int pj_model_find(const pj_model *m, const char *name);
  * kernels/NOTES.md, session 54), so a table tuned on other weights may
  * pick the z12 GEMV where cuBLAS is faster for this layer. 0 otherwise. */
 int pj_model_layer_heavy_block(const pj_model_layer *L);
+/* The last row of the busiest block (blk_exc_max_row + 15, or the layer's
+ * last row), and the exceptions per 16-row block on average: what the
+ * reports of a heavy block print beside blk_exc_max. */
+uint32_t pj_model_layer_busiest_block_end(const pj_model_layer *L);
+double pj_model_layer_block_exc_mean(const pj_model_layer *L);
 
 /* Frees every layer's arrays and m; NULL is fine. */
 void pj_model_free(pj_model *m);
