@@ -1892,6 +1892,21 @@ static int run_failed(lt_run *r)
            (checks_wanted(r) && atomic_load(&r->checked) == 0);
 }
 
+/* projload's own lateness in sending the requests it slept for (the
+ * text report and the JSON's own_send_late_us). 0 when there was none. */
+typedef struct own_late {
+    uint64_t n;
+    double mean_us, max_us;
+} own_late;
+
+static int own_late_get(lt_run *r, own_late *ol)
+{
+    ol->n = atomic_load(&r->own_late_n);
+    ol->mean_us = ol->n ? (double)atomic_load(&r->own_late_sum_ns) / 1e3 / (double)ol->n : 0;
+    ol->max_us = (double)atomic_load(&r->own_late_max_ns) / 1e3;
+    return ol->n != 0;
+}
+
 static void print_totals(FILE *f, lt_run *r)
 {
     const lt_opts *o = r->o;
@@ -1905,13 +1920,12 @@ static void print_totals(FILE *f, lt_run *r)
     if (atomic_load(&r->not_sent))
         fprintf(f, "  %llu requests not sent (refused before reaching the daemon; in errors)\n",
                 (unsigned long long)atomic_load(&r->not_sent));
-    const uint64_t late_n = atomic_load(&r->own_late_n);
-    if (late_n)
+    own_late ol;
+    if (own_late_get(r, &ol))
         fprintf(f,
                 "  projload's own lateness, sending a request it slept for: mean %.1f us, max "
                 "%.1f us over %llu requests (in the latencies above, from the due time)\n",
-                (double)atomic_load(&r->own_late_sum_ns) / 1e3 / (double)late_n,
-                (double)atomic_load(&r->own_late_max_ns) / 1e3, (unsigned long long)late_n);
+                ol.mean_us, ol.max_us, (unsigned long long)ol.n);
     if (atomic_load(&r->behind_at_stop))
         fprintf(f,
                 "  FAILED: %llu requests were due before --duration's end and not sent by "
@@ -1970,13 +1984,12 @@ static cJSON *totals_json(lt_run *r)
     cJSON_AddBoolToObject(t, "connection_lost", atomic_load(&r->lost) != 0);
     /* Stopped by a signal: the counts are of a run cut short. */
     cJSON_AddBoolToObject(t, "interrupted", g_interrupted != 0);
-    const uint64_t late_n = atomic_load(&r->own_late_n);
-    if (late_n) {
+    own_late late;
+    if (own_late_get(r, &late)) {
         cJSON *ol = cJSON_AddObjectToObject(t, "own_send_late_us");
-        cJSON_AddNumberToObject(ol, "requests", (double)late_n);
-        cJSON_AddNumberToObject(ol, "mean",
-                                (double)atomic_load(&r->own_late_sum_ns) / 1e3 / (double)late_n);
-        cJSON_AddNumberToObject(ol, "max", (double)atomic_load(&r->own_late_max_ns) / 1e3);
+        cJSON_AddNumberToObject(ol, "requests", (double)late.n);
+        cJSON_AddNumberToObject(ol, "mean", late.mean_us);
+        cJSON_AddNumberToObject(ol, "max", late.max_us);
     }
     cJSON_AddNumberToObject(t, "completed", (double)atomic_load(&r->completed));
     cJSON_AddNumberToObject(t, "errors", (double)atomic_load(&r->errors));
