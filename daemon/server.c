@@ -61,16 +61,18 @@
  * with an ERROR saying why (E_AUTH, E_LIMIT, E_SHUTDOWN): a client told
  * only by a hang-up could not say which cause it met. One that sends
  * nothing is closed after limits.hello_timeout_ms (TELL_WAIT_MS when that
- * is 0), and at most TELL_MAX wait at a time: past that a refusal closes
- * the pipe at once, as it always did, so refused peers cannot hold the
- * daemon's contexts or descriptors. Once told, the pipe is left to the
- * client to close for TELL_LINGER_MS: closed by the daemon right after the
- * reply, nng 1.5's REQ at times failed the request with ECONNRESET before
- * it handed over the reply that had come. */
-#define TELL_MAX        16
-#define TELL_WAIT_MS    1000
-#define TELL_LINGER_MS  1000
-#define REFUSAL_WHY_MAX 200
+ * is 0, TELL_WAIT_MAX_MS at most), and at most TELL_MAX wait at a time:
+ * past that a refusal closes the pipe at once, as it always did, so
+ * refused peers cannot hold the daemon's contexts or descriptors for long.
+ * Once told, the pipe is left to the client to close for TELL_LINGER_MS:
+ * closed by the daemon right after the reply, nng 1.5's REQ at times
+ * failed the request with ECONNRESET before it handed over the reply that
+ * had come. */
+#define TELL_MAX         16
+#define TELL_WAIT_MS     1000
+#define TELL_WAIT_MAX_MS 10000
+#define TELL_LINGER_MS   1000
+#define REFUSAL_WHY_MAX  200
 
 /* ---- events handed from nng/backend threads to the loop --------------------- */
 
@@ -738,8 +740,10 @@ static void tell_sent(pj_server *s, nctx *nc)
  * closed. */
 static void tell_expire(pj_server *s)
 {
-    const uint32_t wait_ms =
-        s->cfg.limits.hello_timeout_ms ? s->cfg.limits.hello_timeout_ms : TELL_WAIT_MS;
+    const uint32_t hello_ms = s->cfg.limits.hello_timeout_ms;
+    const uint32_t wait_ms = !hello_ms                     ? TELL_WAIT_MS
+                             : hello_ms > TELL_WAIT_MAX_MS ? TELL_WAIT_MAX_MS
+                                                           : hello_ms;
     const uint64_t now = pj_now_ns();
     uint32_t expired[TELL_MAX];
     int n = 0;

@@ -590,7 +590,7 @@ START_TEST(refused_connections_bounded)
               "{\"limits\": {\"max_connections\": 1, \"hello_timeout_ms\": 30000}}");
     pjt_client a;
     ck_assert_int_eq(connect_hello(&a, d.url), PJ_OK);
-    /* 16 silent refused ones wait for their first request... */
+    /* 16 silent refused ones wait for their first request (10 s at most)... */
     int quiet[17];
     for (int i = 0; i < 16; i++) {
         quiet[i] = raw_connect(d.sock);
