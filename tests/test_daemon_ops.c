@@ -310,6 +310,19 @@ static int closed_within(int fd, int ms)
     return read(fd, &b, 1) <= 0;
 }
 
+/* An op of layer 0 over all its rows, m rows of t's x into t's y. */
+static pj_op layer0_op(const pjc_conn *t, uint32_t m)
+{
+    const pj_model_layer *L = &pjc_model()->layers[0];
+    return (pj_op){.layer = 0,
+                   .m = m,
+                   .n = L->max_n,
+                   .x_buf = t->xid,
+                   .x_ld = L->w.k,
+                   .y_buf = t->yid,
+                   .y_ld = L->max_n};
+}
+
 /* Connects and says HELLO, again for up to 50 s while the daemon has not
  * yet seen a place under max_connections come free. Bounded by time, not
  * by tries: a refused try can end at once (the daemon resets the pipe) or
@@ -429,14 +442,7 @@ START_TEST(connection_limit_per_uid)
     /* ... up to its own two, one of them closed with its request still
      * running (held 3 s, time for a loaded machine to get there): it counts until the request is
      * done. */
-    const pj_model_layer *L = &pjc_model()->layers[0];
-    pj_op op = {.layer = 0,
-                .m = 1,
-                .n = L->max_n,
-                .x_buf = b.xid,
-                .x_ld = L->w.k,
-                .y_buf = b.yid,
-                .y_ld = L->max_n};
+    pj_op op = layer0_op(&b, 1);
     pj_project pp = {.n_ops = 1, .ops = &op};
     pjt_async q;
     ck_assert_int_eq(pjt_project_send(&b.c, &q, 7, &pp), 0);
@@ -648,14 +654,7 @@ START_TEST(refused_while_draining_is_told)
     pjc_conn t;
     char why[512];
     ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
-    const pj_model_layer *L = &pjc_model()->layers[0];
-    pj_op op = {.layer = 0,
-                .m = 1,
-                .n = L->max_n,
-                .x_buf = t.xid,
-                .x_ld = L->w.k,
-                .y_buf = t.yid,
-                .y_ld = L->max_n};
+    pj_op op = layer0_op(&t, 1);
     pj_project pp = {.n_ops = 1, .ops = &op};
     pjt_async q;
     ck_assert_int_eq(pjt_project_send(&t.c, &q, 7, &pp), 0);
@@ -2085,14 +2084,7 @@ START_TEST(shrunk_buffer)
     ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
     /* The client truncates its y object to nothing: the daemon's writes
      * would raise SIGBUS. */
-    const pj_model_layer *L = &pjc_model()->layers[0];
-    pj_op op = {.layer = 0,
-                .m = 8,
-                .n = L->max_n,
-                .x_buf = t.xid,
-                .x_ld = L->w.k,
-                .y_buf = t.yid,
-                .y_ld = L->max_n};
+    pj_op op = layer0_op(&t, 8);
     munmap(t.ys.p, t.ys.size);
     t.ys.p = NULL;
     ck_assert_int_eq(ftruncate(t.ys.fd, 0), 0);
@@ -2178,14 +2170,7 @@ START_TEST(shrunk_buffer_while_running)
     pjc_conn t;
     char why[512];
     ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
-    const pj_model_layer *L = &pjc_model()->layers[0];
-    pj_op op = {.layer = 0,
-                .m = 2,
-                .n = L->max_n,
-                .x_buf = t.xid,
-                .x_ld = L->w.k,
-                .y_buf = t.yid,
-                .y_ld = L->max_n};
+    pj_op op = layer0_op(&t, 2);
     pj_project p = {.n_ops = 1, .ops = &op};
     pjt_async a;
     ck_assert_int_eq(pjt_project_send(&t.c, &a, 900, &p), 0);
