@@ -1722,9 +1722,9 @@ static int say_hello(projd_conn *c, const char *name, projd_error *e)
         if (atomic_load(&c->bad_peer) >= 0)
             return bad_peer_error(c, e);
         return fail(e, -ECONNRESET,
-                    "connect %s: projd closed the connection before WELCOME (refused: not "
-                    "allowed by auth, at its connection limit, or shutting down; projd's log "
-                    "says which)",
+                    "connect %s: projd closed the connection before WELCOME without saying "
+                    "why (refused: not allowed by auth, at its connection limit, or shutting "
+                    "down; projd's log says which)",
                     c->url);
     }
     rc = projd_request_wait(r, NULL, e);

@@ -1170,6 +1170,33 @@ class LostDaemonTests(unittest.TestCase):
         c.close()
 
 
+class RefusedTests(unittest.TestCase):
+    """A daemon at its connection limit refuses the next Client and says
+    why: ProjdError with the daemon's status (E_LIMIT) and its reason, and
+    the connection that got in goes on."""
+
+    def test_refused_says_why(self):
+        import shutil
+        import tempfile
+
+        binary = env("PROJD_TEST_PROJD")
+        d = tempfile.mkdtemp(prefix="projd-refused-")
+        self.addCleanup(shutil.rmtree, d, True)
+        cfg = os.path.join(d, "projd.json")
+        with open(cfg, "w") as f:
+            json.dump({"model": {"path": env("PROJD_TEST_MODEL")}, "device": {"backend": "cpu"},
+                       "limits": {"max_connections": 1}}, f)
+        p, c = own_daemon(self, binary, cfg, d)
+        with self.assertRaises(projd.ProjdError) as cm:
+            projd.Client("ipc://" + os.path.join(d, "projd.sock"), timeout_ms=5000)
+        self.assertEqual(cm.exception.code, projd.Status.E_LIMIT, cm.exception)
+        self.assertIn("projd refused this connection: connection limit 1 reached", cm.exception.message)
+        c.ping()
+        c.close()
+        p.terminate()
+        self.assertEqual(p.wait(timeout=30), 0)
+
+
 def write_safetensors(path, tensors, dtype="BF16"):
     """tensors: [(name, (n, k), array of words)] into a safetensors file."""
     header, blobs, off = {}, [], 0
@@ -2299,16 +2326,21 @@ class SglangApplyTests(unittest.TestCase):
 
     def test_reconnects_through_a_stopping_daemon(self):
         # systemctl restart: the daemon drains first, answering E_SHUTDOWN
-        # for half a second and closing new connections before WELCOME.
-        # apply() waits for the work the daemon accepted (its y_done), then
-        # connects again once the new daemon answers, and runs there.
+        # for half a second, new connections included (or closing them
+        # before WELCOME without a word, past 16 refusals or before
+        # projd said why). apply() waits for the work the daemon accepted
+        # (its y_done), then connects again once the new daemon answers,
+        # and runs there.
         tries = []
 
         def connect(url, timeout_ms, ring):
             tries.append(url)
             if len(tries) == 1:
-                raise projd.ProjdError(-errno.ECONNRESET, "ECONNRESET", "projd closed the connection before WELCOME")
+                raise projd.ProjdError(projd.Status.E_SHUTDOWN, "E_SHUTDOWN",
+                                       "projd refused this connection: the daemon is shutting down")
             if len(tries) == 2:
+                raise projd.ProjdError(-errno.ECONNRESET, "ECONNRESET", "projd closed the connection before WELCOME")
+            if len(tries) == 3:
                 raise projd.ProjdError(-errno.ENOENT, "ENOENT", "no socket file")
             return self.Client()
 
@@ -2328,7 +2360,7 @@ class SglangApplyTests(unittest.TestCase):
         y = self.meth.apply(self.layer, x)
         self.assertEqual(y.shape, (4, 256))
         self.assertGreaterEqual(len(polls), 3)
-        self.assertEqual(len(tries), 3)
+        self.assertEqual(len(tries), 4)  # E_SHUTDOWN, ECONNRESET, ENOENT, then in
         self.assertIsNot(self.meth.client, self.client)
         self.assertEqual(self.meth.client.requests, [1])
         # Unregistering on the stopping daemon raises nothing either.
