@@ -1676,9 +1676,12 @@ static int bad_peer_error(projd_conn *c, projd_error *e)
                 uid);
 }
 
-/* HELLO/WELCOME. A daemon that refuses the peer (auth, its connection limit,
- * draining) closes the pipe instead of answering, so the wait watches for that
- * and says so, instead of waiting out the timeout. */
+/* HELLO/WELCOME. A daemon that refuses the peer answers HELLO with an ERROR
+ * saying why (E_LIMIT: its connection limits; E_SHUTDOWN: draining), but
+ * closes the pipe without a word on a peer its auth does not allow (and on
+ * any past 16 refusals waiting, or from before it said why): so the wait
+ * also watches for the pipe's end and says so, instead of waiting out the
+ * timeout. */
 static int say_hello(projd_conn *c, const char *name, projd_error *e)
 {
     pj_hello h;
@@ -1723,8 +1726,9 @@ static int say_hello(projd_conn *c, const char *name, projd_error *e)
             return bad_peer_error(c, e);
         return fail(e, -ECONNRESET,
                     "connect %s: projd closed the connection before WELCOME without saying "
-                    "why (refused: not allowed by auth, at its connection limit, or shutting "
-                    "down; projd's log says which)",
+                    "why: most likely this uid is not allowed by its auth config (a connection "
+                    "limit or a drain is said, unless many refusals were waiting); projd's log "
+                    "says which",
                     c->url);
     }
     rc = projd_request_wait(r, NULL, e);

@@ -136,12 +136,12 @@ typedef struct projd_result {
  * reported at once: -ENOENT ("no socket file at PATH") or -ECONNREFUSED;
  * when the URL was chosen by default, the message says which step chose it.
  * A daemon that refuses the connection fails it at once with its reason,
- * "projd refused this connection: ..." in the message: PJ_E_AUTH (not
- * allowed by its auth config), PJ_E_LIMIT (at its connection limit, or the
- * caller's uid at its share) or PJ_E_SHUTDOWN (draining); one that closes
- * it before WELCOME without saying why (a daemon from before it said, or
- * one with 16 refusals waiting) with -ECONNRESET; one that accepts the
- * connection but does not answer
+ * "projd refused this connection: ..." in the message: PJ_E_LIMIT (at its
+ * connection limit, or the caller's uid at its share) or PJ_E_SHUTDOWN
+ * (draining); one that closes it before WELCOME without saying why (the
+ * caller's uid not allowed by its auth config; also a daemon with 16
+ * refusals waiting, or from before it said why) with -ECONNRESET; one
+ * that accepts the connection but does not answer
  * (stopped, overloaded) fails with -ETIMEDOUT after the default timeout
  * (projd_set_timeout_ms does not apply to the connect; projd_connect_timeout
  * bounds it). */

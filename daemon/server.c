@@ -57,9 +57,13 @@
  * a larger limit before a reload. */
 #define CONN_CTX_SLACK 8
 #define REPLY_STALL_MS 1000
-/* A refused connection is kept open until its first request is answered
- * with an ERROR saying why (E_AUTH, E_LIMIT, E_SHUTDOWN): a client told
- * only by a hang-up could not say which cause it met. One that sends
+/* A refused connection of an allowed peer is kept open until its first
+ * request is answered with an ERROR saying why (E_LIMIT, E_SHUTDOWN): a
+ * client told only by a hang-up could not say which cause it met. A peer
+ * auth does not allow is closed at once, as it always was: kept open, it
+ * could make the daemon take in messages of up to 4 x max_message_bytes
+ * on each of the slots, and it is told nothing it needs (its own uid is
+ * not allowed; the daemon's log says so). One that sends
  * nothing is closed after limits.hello_timeout_ms (TELL_WAIT_MS when that
  * is 0, TELL_WAIT_MAX_MS at most), and at most TELL_MAX wait at a time:
  * past that a refusal closes the pipe at once, as it always did, so
@@ -195,7 +199,7 @@ struct pj_server {
     /* Refused pipes kept open to be told why (pipe 0: a free slot). */
     struct telling {
         uint32_t pipe;
-        int code;      /* PJ_E_AUTH, PJ_E_LIMIT or PJ_E_SHUTDOWN */
+        int code;      /* PJ_E_LIMIT or PJ_E_SHUTDOWN */
         int answered;  /* its reply is being sent */
         int sent;      /* ... and went: the pipe lingers for the client to close */
         uint64_t t_ns; /* refused, or (sent) told */
@@ -394,7 +398,7 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev what, void *arg)
         if (rv == 0 && uid != 0 && uid != (uint64_t)geteuid())
             n_groups = pj_peer_groups(pid, (uint32_t)uid, groups, PEER_GROUPS_MAX);
         char why[REFUSAL_WHY_MAX] = "";
-        int code = PJ_E_AUTH; /* what the refusal is told as; 0: not told */
+        int code = 0; /* what the refusal is told as (an allowed peer's); 0: not told */
         uint32_t held = 0;
         pipe_ev *ev = NULL;
         pthread_mutex_lock(&s->mu);
@@ -554,11 +558,15 @@ static void ctx_release(pj_server *s, nctx *nc, int sent)
     nc->pipe = 0;
 }
 
-/* The context's request will get no reply (its pipe is gone). */
+static void tell_sent(pj_server *s, nctx *nc);
+
+/* The context's request will get no reply (its pipe is gone, or the reply
+ * could not be built). */
 static void abandon(pj_server *s, nctx *nc)
 {
     s->n_busy--;
     ctx_release(s, nc, 0);
+    tell_sent(s, nc); /* a refused pipe's: it lingers and closes, as if told */
     arm_recv(s, nc);
 }
 
@@ -615,7 +623,8 @@ static void send_wb(pj_server *s, origin o)
         abandon(s, nc);
         return;
     }
-    s->stats.requests++;
+    if (!nc->told_pipe) /* a refused connection's reply: counted in connections.refused */
+        s->stats.requests++;
     s->n_sending++;
     pj_log_debug("reply %s %" PRIu64 " (%zu bytes, %u contexts busy of %u)",
                  pj_msg_type_name(s->wb.len >= 8 ? s->wb.data[6] : 0),
@@ -716,7 +725,12 @@ static int tell_refused(pj_server *s, nctx *nc, nng_msg *msg)
         return 0;
     nc->told_pipe = id;
     origin o = {.nc = nc};
-    send_error(s, o, pj_peek_req_id(nng_msg_body(msg), nng_msg_len(msg)), code, UINT32_MAX, err);
+    /* Not send_error: a refusal is counted in connections.refused only, not
+     * in errors.* (whose alert would fire for clients retrying at a limit). */
+    pj_wbuf_reset(&s->wb);
+    pj_enc_error(&s->wb, pj_peek_req_id(nng_msg_body(msg), nng_msg_len(msg)), code, UINT32_MAX,
+                 err);
+    send_wb(s, o);
     return 1;
 }
 
@@ -2122,7 +2136,13 @@ static void check_drain(pj_server *s)
     /* nng hands a reply to the transport before it is written; give the
      * writes (and clients reading them) a moment before closing pipes. */
     uv_timer_stop(&s->timer);
-    uv_timer_start(&s->timer, on_linger, s->conns.count ? LINGER_MS : 0, 0);
+    /* Refused pipes just told why count as clients reading a reply. */
+    int telling = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < TELL_MAX; i++)
+        telling |= s->telling[i].pipe != 0;
+    pthread_mutex_unlock(&s->mu);
+    uv_timer_start(&s->timer, on_linger, s->conns.count || telling ? LINGER_MS : 0, 0);
 }
 
 void pj_server_drain(pj_server *s)

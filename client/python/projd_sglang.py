@@ -466,18 +466,21 @@ RECONNECT_TRIES = 3
 
 def _connect_when_back(url: str, timeout_ms: int, ring: bool) -> "projd.Client":
     """_connect, retried every 0.2 s for RECONNECT_WAIT_S while projd is
-    not there (no socket file, or one nobody listens on) or is still
-    stopping (it closes new connections, or answers them E_SHUTDOWN)."""
+    not there (no socket file, or one nobody listens on), is still
+    stopping (it answers new connections E_SHUTDOWN, or closes them) or
+    still counts the lost connection against its limits (E_LIMIT)."""
     deadline = time.monotonic() + RECONNECT_WAIT_S
     while True:
         try:
             return _connect(url, timeout_ms, ring)
         except projd.ProjdError as e:
             # E_SHUTDOWN: the old daemon, still draining, refused the new
-            # connection and said so; ECONNRESET: it closed it without a
-            # word (a daemon from before it said why, or one with many
-            # refusals waiting).
-            back_soon = (-errno.ENOENT, -errno.ECONNREFUSED, -errno.ECONNRESET, projd.Status.E_SHUTDOWN)
+            # connection and said so; E_LIMIT: a daemon that goes on counts
+            # the lost connection until its running work is done;
+            # ECONNRESET: it closed it without a word (a daemon from before
+            # it said why, or one with many refusals waiting).
+            back_soon = (-errno.ENOENT, -errno.ECONNREFUSED, -errno.ECONNRESET, projd.Status.E_SHUTDOWN,
+                         projd.Status.E_LIMIT)
             if e.code not in back_soon or time.monotonic() >= deadline:
                 raise
         time.sleep(0.2)
