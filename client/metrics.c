@@ -711,6 +711,8 @@ static const plain_metric plain[] = {
     {"connections", "total", "projd_connections_total", 1, 1, "Connections accepted"},
     {"connections", "refused", "projd_connections_refused_total", 1, 1,
      "Connections refused (credentials, limits, draining)"},
+    {"connections", "limit", "projd_connections_limit", 0, 1,
+     "limits.max_connections: connections past it are refused"},
     {"connections", "hello_timeouts", "projd_hello_timeouts_total", 1, 1,
      "Connections closed for not saying HELLO in time"},
     {"connections", "listener_restarts", "projd_listener_restarts_total", 1, 1,

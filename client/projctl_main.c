@@ -554,6 +554,33 @@ static int status_json(projd_conn *c, const char *json, double rtt_us)
     return 0;
 }
 
+/* status's connections line: open (closing) of the limit, and refusals
+ * since the start, which the daemon's log explains one by one. Nothing
+ * from a daemon whose STATS has no limit (before it said one). */
+static void print_connections(const cJSON *cn)
+{
+    const cJSON *cur = cJSON_GetObjectItemCaseSensitive(cn, "current");
+    const cJSON *lim = cJSON_GetObjectItemCaseSensitive(cn, "limit");
+    if (!cJSON_IsNumber(cur) || !cJSON_IsNumber(lim))
+        return;
+    const cJSON *cl = cJSON_GetObjectItemCaseSensitive(cn, "closing");
+    const cJSON *per = cJSON_GetObjectItemCaseSensitive(cn, "limit_per_uid");
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(cn, "refused");
+    const double n_cl = cJSON_IsNumber(cl) ? cl->valuedouble : 0;
+    const double n_per = cJSON_IsNumber(per) ? per->valuedouble : 0;
+    const double n_ref = cJSON_IsNumber(ref) ? ref->valuedouble : 0;
+    char closing[48] = "", per_uid[48] = "", refused[96] = "";
+    if (n_cl > 0)
+        snprintf(closing, sizeof closing, " (+%.0f closing, still running)", n_cl);
+    if (n_per > 0)
+        snprintf(per_uid, sizeof per_uid, ", %.0f per uid", n_per);
+    if (n_ref > 0)
+        snprintf(refused, sizeof refused, "; %.0f refused since the start (its log says why)",
+                 n_ref);
+    printf("  clients    %.0f connected%s of %.0f allowed%s%s\n", cur->valuedouble, closing,
+           lim->valuedouble, per_uid, refused);
+}
+
 static int cmd_status(opts *o)
 {
     projd_conn *c;
@@ -623,9 +650,10 @@ static int cmd_status(opts *o)
                        : "");
         else if (cJSON_IsNumber(usec))
             printf("  watchdog   off (no WatchdogSec=)\n");
+        cJSON *cn = doc ? cJSON_GetObjectItemCaseSensitive(doc, "connections") : NULL;
+        print_connections(cn);
         /* Said only when there is something: a closed connection's jobs
          * held for a client that has not recorded its events. */
-        cJSON *cn = doc ? cJSON_GetObjectItemCaseSensitive(doc, "connections") : NULL;
         cJSON *cw = cn ? cJSON_GetObjectItemCaseSensitive(cn, "closed_waiting") : NULL;
         cJSON *ln = cn ? cJSON_GetObjectItemCaseSensitive(cn, "lost_now") : NULL;
         cJSON *lc = cn ? cJSON_GetObjectItemCaseSensitive(cn, "lost_clients") : NULL;

@@ -1414,6 +1414,10 @@ static char *stats_text(pj_server *s)
         cJSON_AddNumberToObject(cn, "total", (double)s->stats.conns_total);
         cJSON_AddNumberToObject(cn, "hello_timeouts", (double)s->stats.hello_timeouts);
         cJSON_AddNumberToObject(cn, "refused", (double)atomic_load(&s->refused));
+        /* What refusals are counted against (limits.*, as reloaded): a
+         * status or a dashboard shows how near the limit the count is. */
+        cJSON_AddNumberToObject(cn, "limit", s->cfg.limits.max_connections);
+        cJSON_AddNumberToObject(cn, "limit_per_uid", s->cfg.limits.max_connections_per_uid);
         cJSON_AddNumberToObject(cn, "listener_restarts", (double)s->lst_restarts);
     }
     uint64_t nbuf, nbytes;

@@ -364,6 +364,53 @@ if [ "$seen" -ne 1 ]; then
     sed 's/^/    /' "$tmp/held.out" >&2
 fi
 
+# status says the connections against their limit, and the refusals; a
+# client past the limit is told why (protocol/PROTOCOL.md: a refused connection's
+# first request gets an ERROR). A raw connection (nng's handshake, then
+# nothing; python3) holds the one place of a daemon limited to one.
+expect 0 "^  clients    1 connected of 64 allowed$" --socket "$sock" status
+expect 0 "^projd_connections_limit 64$" --socket "$sock" metrics
+if command -v python3 >/dev/null; then
+    pjd_start one '{ "device": { "backend": "cpu" }, "cpu": { "threads": 1 }, "log": { "level": "warn" },
+      "limits": { "max_connections": 1 } }' 30
+    python3 - "$tmp/one.sock" <<'PY' &
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(bytes([0, ord("S"), ord("P"), 0, 0, 0x30, 0, 0]))
+s.recv(8)
+time.sleep(3)
+PY
+    holder=$!
+    for _ in $(seq 50); do
+        "$bin/projctl" --socket "ipc://$tmp/one.sock" status >"$tmp/one.out" 2>&1 || break
+        sleep 0.05
+    done
+    cases=$((cases + 1))
+    if ! grep -q "projd refused this connection: connection limit 1 reached" "$tmp/one.out"; then
+        failures=$((failures + 1))
+        echo "e2e_projctl: FAIL: status past the connection limit was not told why:" >&2
+        sed 's/^/    /' "$tmp/one.out" >&2
+    fi
+    wait "$holder"
+    cases=$((cases + 1))
+    seen=0
+    for _ in $(seq 50); do
+        if "$bin/projctl" --socket "ipc://$tmp/one.sock" status >"$tmp/one.out" 2>&1 &&
+            grep -Eq "^  clients    1 connected of 1 allowed; [0-9]+ refused since the start \(its log says why\)$" \
+                "$tmp/one.out"; then
+            seen=1
+            break
+        fi
+        sleep 0.1
+    done
+    if [ "$seen" -ne 1 ]; then
+        failures=$((failures + 1))
+        echo "e2e_projctl: FAIL: status after a refusal does not count it:" >&2
+        sed 's/^/    /' "$tmp/one.out" >&2
+    fi
+fi
+
 echo "e2e_projctl: $cases cases, $failures failed"
 pjd_stop_all || failures=$((failures + $?))
 if [ "$failures" -ne 0 ]; then

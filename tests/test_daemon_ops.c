@@ -364,6 +364,8 @@ START_TEST(connection_limit)
     ck_assert_double_eq(pjd_stat(&a, "connections.current"), 2);
     /* Counted there only: no request's error (errors.* has an alert). */
     ck_assert_double_eq(pjd_stat(&a, "errors.total"), 0);
+    ck_assert_double_eq(pjd_stat(&a, "connections.limit"), 2);
+    ck_assert_double_eq(pjd_stat(&a, "connections.limit_per_uid"), 0);
     pjt_close(&b);
     /* b's place is free once the daemon has seen it go. */
     ck_assert_int_eq(connect_hello_when_free(&c, d.url, "third"), PJ_OK);
