@@ -77,6 +77,11 @@
 #define TELL_WAIT_MAX_MS 10000
 #define TELL_LINGER_MS   1000
 #define REFUSAL_WHY_MAX  200
+/* A refusal of the same reason as the last line said within this long is
+ * counted, not said: clients retrying at a limit (the SGLang adapter's
+ * reconnect tries every 0.2 s) would fill the journal with one line each.
+ * The count is said on the next line, or by the watch a second on. */
+#define REFUSE_QUIET_NS 1000000000ull
 
 /* ---- events handed from nng/backend threads to the loop --------------------- */
 
@@ -205,6 +210,9 @@ struct pj_server {
         uint64_t t_ns; /* refused, or (sent) told */
         char why[REFUSAL_WHY_MAX];
     } telling[TELL_MAX];
+    /* The last refusal said (its reason and when) and the same ones since. */
+    char refuse_why[REFUSAL_WHY_MAX];
+    uint64_t refuse_said_ns, refuse_quiet;
 
     /* Loop thread only. */
     nctx **ctxs;
@@ -459,6 +467,23 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev what, void *arg)
             ev->gid = (uint32_t)gid;
             ev->pid = (int32_t)pid;
         }
+        /* Said, or counted as one more of the last line's reason. */
+        int say = 0;
+        uint64_t quiet = 0;
+        char quiet_why[REFUSAL_WHY_MAX] = "";
+        if (why[0]) {
+            const uint64_t now = pj_now_ns();
+            if (!strcmp(why, s->refuse_why) && now - s->refuse_said_ns < REFUSE_QUIET_NS) {
+                s->refuse_quiet++;
+            } else {
+                say = 1;
+                quiet = s->refuse_quiet;
+                memcpy(quiet_why, s->refuse_why, sizeof quiet_why);
+                memcpy(s->refuse_why, why, sizeof s->refuse_why);
+                s->refuse_said_ns = now;
+                s->refuse_quiet = 0;
+            }
+        }
         struct telling *t = why[0] && code && !s->closing ? tell_find_locked(s, 0) : NULL;
         if (t) { /* told why at its first request, closed then */
             t->pipe = id;
@@ -471,7 +496,11 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev what, void *arg)
         pthread_mutex_unlock(&s->mu);
         if (why[0]) {
             atomic_fetch_add(&s->refused, 1);
-            pj_log_warn("refused connection from pid %" PRIu64 ": %s", pid, why);
+            if (quiet)
+                pj_log_warn("refused %" PRIu64 " more connection%s the same way before: %s", quiet,
+                            quiet == 1 ? "" : "s", quiet_why);
+            if (say)
+                pj_log_warn("refused connection from pid %" PRIu64 ": %s", pid, why);
             if (!t)
                 nng_pipe_close(p);
             return;
@@ -748,6 +777,27 @@ static void tell_sent(pj_server *s, nctx *nc)
         t->t_ns = pj_now_ns();
     }
     pthread_mutex_unlock(&s->mu);
+}
+
+/* Refusals counted and not said (REFUSE_QUIET_NS) are said a second after
+ * the last line, when no other refusal said them. */
+static void refusals_said(pj_server *s)
+{
+    const uint64_t now = pj_now_ns();
+    char why[REFUSAL_WHY_MAX];
+    uint64_t quiet = 0, since = 0;
+    pthread_mutex_lock(&s->mu);
+    if (s->refuse_quiet && now - s->refuse_said_ns >= REFUSE_QUIET_NS) {
+        quiet = s->refuse_quiet;
+        since = now - s->refuse_said_ns;
+        memcpy(why, s->refuse_why, sizeof why);
+        s->refuse_quiet = 0;
+        s->refuse_said_ns = now;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (quiet)
+        pj_log_warn("refused %" PRIu64 " more connection%s the same way in the last %.1f s: %s",
+                    quiet, quiet == 1 ? "" : "s", (double)since / 1e9, why);
 }
 
 /* Refused pipes that sent nothing in time, or were told and lingered, are
@@ -2752,6 +2802,7 @@ static void on_watch(uv_timer_t *t)
     close_silent_conns(s);
     close_unread_conns(s);
     tell_expire(s);
+    refusals_said(s);
     if (s->stopping || !s->lst_open || !s->lst_replaceable)
         return;
     nng_stat *all;

@@ -588,6 +588,30 @@ START_TEST(silent_connection_closed)
 }
 END_TEST
 
+/* The refusals projd's log accounts for: its "refused connection from pid"
+ * lines, and the counts of its "refused N more connection(s) the same way"
+ * lines (a repeat within a second is counted, not said). */
+static double refusals_in_log(const pj_dproc *d, int *summaries)
+{
+    FILE *f = fopen(d->log, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[1024];
+    double n = 0;
+    *summaries = 0;
+    while (fgets(line, sizeof line, f)) {
+        const char *more = strstr(line, "refused ");
+        unsigned long k;
+        if (strstr(line, "refused connection from pid")) {
+            n++;
+        } else if (more && sscanf(more, "refused %lu more connection", &k) == 1) {
+            n += (double)k;
+            (*summaries)++;
+        }
+    }
+    fclose(f);
+    return n;
+}
+
 /* A refused connection is told why at its first request (connection_limit
  * and the auth cases); one that sends nothing is closed after
  * hello_timeout_ms all the same, and at most 16 refused ones are kept open
@@ -631,6 +655,19 @@ START_TEST(refused_connections_bounded)
     ck_assert_str_eq(c.err.msg, "projd refused this connection: connection limit 1 reached");
     pjt_close(&c);
     ck_assert_int_eq(pjt_ping(&a), PJ_OK);
+    /* 18 or more refusals of one reason, most within a second: the log
+     * says some and counts the rest, every one accounted for once the
+     * watch has said the last count (a second on). */
+    const double refused = pjd_stat(&a, "connections.refused");
+    ck_assert_double_ge(refused, 18);
+    int summaries = 0;
+    double logged = 0;
+    for (int i = 0; i < 50 && logged != refused; i++) {
+        pjd_sleep_ms(100);
+        logged = refusals_in_log(&d, &summaries);
+    }
+    ck_assert_msg(logged == refused, "the log accounts for %.0f of %.0f refusals", logged, refused);
+    ck_assert_int_ge(summaries, 1);
     pjt_close(&a);
     pjd_stop(&d);
 
