@@ -18,6 +18,8 @@
 #   pjd_asan_env LIB       asan_env: what a Python process needs to load LIB
 #                          when it is a sanitizer build (the runtime first;
 #                          the interpreter's own allocations are not ours)
+#   ok WHAT / not_ok WHAT  one case passed / failed: "ok: WHAT" or
+#                          "not ok: WHAT", counted in $cases (and $failures)
 #   pjd_expect CODE RE CMD...  CMD exits CODE and its output (both streams)
 #                          matches the extended regex RE; counts $cases and
 #                          $failures, and prints what a failing case said
@@ -86,6 +88,19 @@ pjd_start() {
     echo "$pjd_tag: FAIL: projd ($name) did not come up within $secs s" >&2
     cat "$tmp/$name.log" >&2
     exit 1
+}
+
+# shellcheck disable=SC2034  # cases, failures: the caller's counts
+ok() {
+    cases=$((cases + 1))
+    echo "ok: $*"
+}
+
+# shellcheck disable=SC2034
+not_ok() {
+    cases=$((cases + 1))
+    failures=$((failures + 1))
+    echo "not ok: $*"
 }
 
 pjd_expect() {

@@ -53,15 +53,6 @@ pjd_mkmodel small 1
 cases=0
 failures=0
 skips=0
-ok() {
-    cases=$((cases + 1))
-    echo "ok: $*"
-}
-not_ok() {
-    cases=$((cases + 1))
-    failures=$((failures + 1))
-    echo "not ok: $*"
-}
 skip() {
     skips=$((skips + 1))
     echo "skip: $*"

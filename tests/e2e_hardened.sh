@@ -236,15 +236,6 @@ echo "e2e_hardened: backend $backend, model $(basename "$model"), layer $layer, 
 
 cases=0
 failures=0
-ok() {
-    cases=$((cases + 1))
-    echo "ok: $*"
-}
-not_ok() {
-    cases=$((cases + 1))
-    failures=$((failures + 1))
-    echo "not ok: $*"
-}
 unshare --mount --propagation private "$tmp/inner.sh" "$tmp" "$sock" "$(setting ProtectHome)" \
     "$(setting ProtectKernelTunables)" "$(setting ProtectControlGroups)" "$(setting NoNewPrivileges)" \
     "$(setting LimitMEMLOCK)" "$(setting LimitNOFILE)" -- "${binds[@]}" -- "${envs[@]}" \
