@@ -32,6 +32,21 @@ expect() {
     pjd_expect "$1" "$2" "$bin/projctl" "${@:3}"
 }
 
+# status_shows SOCKET TRIES PATTERN WHAT: projctl status on SOCKET, every
+# 0.1 s, TRIES times at most, until its output (both streams) matches the
+# extended regex PATTERN; one case, failed with WHAT and the last output.
+status_shows() {
+    cases=$((cases + 1))
+    for _ in $(seq "$2"); do
+        "$bin/projctl" --socket "$1" status >"$tmp/status-shows.out" 2>&1
+        grep -Eq -- "$3" "$tmp/status-shows.out" && return 0
+        sleep 0.1
+    done
+    failures=$((failures + 1))
+    echo "e2e_projctl: FAIL: $4:" >&2
+    sed 's/^/    /' "$tmp/status-shows.out" >&2
+}
+
 # An option the command does not take is a usage error, not ignored.
 expect 2 "project does not take --json" --socket "$sock" project --layer o --m 1 --json
 expect 2 "project does not take --count" --socket "$sock" project --layer o --m 1 --count 5
@@ -348,21 +363,8 @@ PROJD_CPU_CLOSE_HOLD_MS=3000 pjd_start held \
     '{ "device": { "backend": "cpu" }, "cpu": { "threads": 1 }, "log": { "level": "warn" } }' 30
 held="ipc://$tmp/held.sock"
 expect 0 "^layer o \(1\): m 1" --socket "$held" project --layer o --m 1
-cases=$((cases + 1))
-seen=0
-for _ in $(seq 20); do
-    "$bin/projctl" --socket "$held" status >"$tmp/held.out" 2>&1
-    if grep -Eq "^  releasing  [12] buffer release\(s\), the running one waiting" "$tmp/held.out"; then
-        seen=1
-        break
-    fi
-    sleep 0.1
-done
-if [ "$seen" -ne 1 ]; then
-    failures=$((failures + 1))
-    echo "e2e_projctl: FAIL: status did not name the releases held 3 s each:" >&2
-    sed 's/^/    /' "$tmp/held.out" >&2
-fi
+status_shows "$held" 20 "^  releasing  [12] buffer release\(s\), the running one waiting" \
+    "status did not name the releases held 3 s each"
 
 # status says the connections against their limit, and the refusals; a
 # client past the limit is told why (protocol/PROTOCOL.md: a refused connection's
@@ -393,22 +395,9 @@ PY
         sed 's/^/    /' "$tmp/one.out" >&2
     fi
     wait "$holder"
-    cases=$((cases + 1))
-    seen=0
-    for _ in $(seq 50); do
-        if "$bin/projctl" --socket "ipc://$tmp/one.sock" status >"$tmp/one.out" 2>&1 &&
-            grep -Eq "^  clients    1 connected of 1 allowed; [0-9]+ refused since the start \(its log says why\)$" \
-                "$tmp/one.out"; then
-            seen=1
-            break
-        fi
-        sleep 0.1
-    done
-    if [ "$seen" -ne 1 ]; then
-        failures=$((failures + 1))
-        echo "e2e_projctl: FAIL: status after a refusal does not count it:" >&2
-        sed 's/^/    /' "$tmp/one.out" >&2
-    fi
+    status_shows "ipc://$tmp/one.sock" 50 \
+        "^  clients    1 connected of 1 allowed; [0-9]+ refused since the start \(its log says why\)$" \
+        "status after a refusal does not count it"
 fi
 
 echo "e2e_projctl: $cases cases, $failures failed"
