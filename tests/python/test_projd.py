@@ -1127,22 +1127,29 @@ def own_daemon(test, binary, cfg, d):
     return p, c
 
 
+def own_cpu_daemon(test, prefix, **config):
+    """own_daemon on the test model and the cpu backend, with config's
+    top-level sections added, in a folder of its own removed at the test's
+    end; (process, a Client connected to it, the folder)."""
+    import shutil
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix=prefix)
+    test.addCleanup(shutil.rmtree, d, True)
+    cfg = os.path.join(d, "projd.json")
+    with open(cfg, "w") as f:
+        json.dump(dict({"model": {"path": env("PROJD_TEST_MODEL")}, "device": {"backend": "cpu"}}, **config), f)
+    p, c = own_daemon(test, env("PROJD_TEST_PROJD"), cfg, d)
+    return p, c, d
+
+
 class LostDaemonTests(unittest.TestCase):
     """A daemon of this test's own, killed under a client: the calls fail
     with -ECONNRESET, and releasing a buffer or closing the client raises
     nothing (the daemon's side went with it, the mapping goes here)."""
 
     def test_release_and_close_after_the_daemon_died(self):
-        import shutil
-        import tempfile
-
-        binary = env("PROJD_TEST_PROJD")
-        d = tempfile.mkdtemp(prefix="projd-lost-")
-        self.addCleanup(shutil.rmtree, d, True)
-        cfg = os.path.join(d, "projd.json")
-        with open(cfg, "w") as f:
-            json.dump({"model": {"path": env("PROJD_TEST_MODEL")}, "device": {"backend": "cpu"}}, f)
-        p, c = own_daemon(self, binary, cfg, d)
+        p, c, _ = own_cpu_daemon(self, "projd-lost-")
         buf = c.shm_buffer(4096)
         kept = c.shm_buffer(4096)
         c.ping()
@@ -1176,17 +1183,7 @@ class RefusedTests(unittest.TestCase):
     the connection that got in goes on."""
 
     def test_refused_says_why(self):
-        import shutil
-        import tempfile
-
-        binary = env("PROJD_TEST_PROJD")
-        d = tempfile.mkdtemp(prefix="projd-refused-")
-        self.addCleanup(shutil.rmtree, d, True)
-        cfg = os.path.join(d, "projd.json")
-        with open(cfg, "w") as f:
-            json.dump({"model": {"path": env("PROJD_TEST_MODEL")}, "device": {"backend": "cpu"},
-                       "limits": {"max_connections": 1}}, f)
-        p, c = own_daemon(self, binary, cfg, d)
+        p, c, d = own_cpu_daemon(self, "projd-refused-", limits={"max_connections": 1})
         with self.assertRaises(projd.ProjdError) as cm:
             projd.Client("ipc://" + os.path.join(d, "projd.sock"), timeout_ms=5000)
         self.assertEqual(cm.exception.code, projd.Status.E_LIMIT, cm.exception)
