@@ -223,8 +223,11 @@ const char *projd_strerror(int code);
 int projd_shm_create(projd_conn *c, size_t size, projd_buffer **out, projd_error *e);
 
 /* Unregisters (when the connection is open), unmaps and frees the buffer.
- * Returns the unregister status; the local resources are freed in any case.
- * NULL is a no-op. */
+ * Returns the unregister status (-ECONNRESET, with the buffer freed, when
+ * the connection to the daemon was lost); the local resources are freed in
+ * any case. NULL is a no-op. projd_close frees the connection's buffers
+ * itself: after it, a buffer handle must not be passed to any function
+ * (release them before closing, or not at all). */
 int projd_buffer_release(projd_buffer *b, projd_error *e);
 
 void *projd_buffer_ptr(const projd_buffer *b);
@@ -272,11 +275,15 @@ int projd_project(projd_conn *c, const projd_op *ops, size_t n, uint32_t flags, 
  * take its reply off the ring is the thread waiting for it. */
 typedef void (*projd_callback)(projd_request *req, void *arg);
 
-/* Submits n ops and returns at once with *req (caller frees with
+/* Submits n ops and returns with *req (caller frees with
  * projd_request_free). cb may be NULL (then use poll or wait). The ops are
  * copied; the buffers must stay registered until the request completes.
  * A submission error (bad argument, message too big, no memory) is returned
- * here and no request is made. */
+ * here and no request is made. Over nng the call does not wait for the
+ * daemon. On a ring (projd_ring_attach, or $PROJD_RING set when the
+ * connection was made) a submission while all of its slots are in flight
+ * waits for one to come free, up to the connection's timeout, and fails
+ * -ETIMEDOUT when none does (no request is made then). */
 int projd_project_async(projd_conn *c, const projd_op *ops, size_t n, uint32_t flags,
                         projd_callback cb, void *arg, projd_request **req, projd_error *e);
 

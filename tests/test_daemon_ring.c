@@ -1259,6 +1259,55 @@ START_TEST(libprojd_ring_callback_submits)
 }
 END_TEST
 
+/* An asynchronous submit on a ring whose slots are all in flight waits for
+ * one, up to the connection's timeout, and then fails -ETIMEDOUT without
+ * making a request (projd.h says so); the requests in flight finish and
+ * the connection goes on. The daemon holds each op 1.5 s, so no slot can
+ * come free within the 200 ms the third submit may wait. */
+START_TEST(libprojd_ring_full_submit_times_out)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, "{\"cpu\": {\"threads\": 2, \"min_op_us\": 1500000}}");
+    lib_ctx t;
+    lib_open(&t, d.url, 3, 2);
+    projd_error e;
+    for (uint32_t i = 0; i < 3; i++)
+        lib_stage(&t, i);
+    projd_request *r[3] = {NULL, NULL, NULL};
+    for (uint32_t i = 0; i < 2; i++) {
+        projd_op op = lib_op(&t, i);
+        ck_assert_msg(projd_project_async(t.c, &op, 1, 0, NULL, NULL, &r[i], &e) == 0, "%u: %s", i,
+                      e.msg);
+    }
+    projd_set_timeout_ms(t.c, 200);
+    projd_op op2 = lib_op(&t, 2);
+    long long t0 = pjd_now_ms();
+    ck_assert_int_eq(projd_project_async(t.c, &op2, 1, 0, NULL, NULL, &r[2], &e), -ETIMEDOUT);
+    long long waited = pjd_now_ms() - t0;
+    ck_assert_msg(strstr(e.msg, "no free ring slot within 200 ms") != NULL, "%s", e.msg);
+    ck_assert_ptr_null(r[2]);
+    ck_assert_int_ge(waited, 190);
+    projd_set_timeout_ms(t.c, 20000);
+    for (uint32_t i = 0; i < 2; i++) {
+        projd_result res;
+        ck_assert_msg(projd_request_wait(r[i], &res, &e) == 0, "%u: %s", i, e.msg);
+        projd_request_free(r[i]);
+        lib_verify(&t, i);
+    }
+    /* The refused op was never sent: its output is still the poison, and
+     * the daemon counts two ring requests. */
+    const uint16_t *y2 = (const uint16_t *)projd_buffer_ptr(t.y) + (size_t)2 * t.m * t.n;
+    for (size_t i = 0; i < (size_t)t.m * t.n; i++)
+        ck_assert_uint_eq(y2[i], PJC_POISON);
+    cJSON *st = lib_stats(&t);
+    ck_assert_double_eq(pjt_json_num(st, "ring.requests"), 2);
+    cJSON_Delete(st);
+    ck_assert_msg(projd_ping(t.c, &e) == 0, "%s", e.msg);
+    lib_close(&t);
+    pjd_stop(&d);
+}
+END_TEST
+
 /* Everything that spins, spinning (on any machine): the poller, the
  * daemon's loop between a ring request and its completion, the client's
  * reaper and waits. Same results, and the daemon still stops cleanly. */
@@ -1706,6 +1755,7 @@ int main(void)
         {"libprojd_ring", libprojd_ring},
         {"loop_sleeps_through_a_long_ring_request", loop_sleeps_through_a_long_ring_request},
         {"libprojd_ring_callback_submits", libprojd_ring_callback_submits},
+        {"libprojd_ring_full_submit_times_out", libprojd_ring_full_submit_times_out},
         {"libprojd_ring_from_env", libprojd_ring_from_env},
         {"ring_spinning", ring_spinning},
         {"ring_wake_fifo", ring_wake_fifo},
