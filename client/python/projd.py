@@ -1625,7 +1625,8 @@ class Client:
                     return value
                 if L is None:
                     raise ValueError(
-                        "ops[%d].%s must be given: layer %d is not one the daemon serves" % (i, what, layer)
+                        "ops[%d].layer: %d is not a layer the daemon serves (it announced %d); "
+                        "ops[%d].%s must be given to send the op anyway" % (i, layer, len(self.info.layers), i, what)
                     )
                 return from_layer
 
@@ -1735,10 +1736,14 @@ class Client:
             _outcome(rc, res, e)  # raises
 
     def project_async(self, ops: Sequence[Op], flags: int = 0) -> Request:
-        """Submit the ops and return at once (projd_project_async).
+        """Submit the ops and return without waiting for the daemon
+        (projd_project_async).
 
         A submission error (message too big, no memory) raises here;
-        everything the daemon judges comes out of Request.wait()."""
+        everything the daemon judges comes out of Request.wait(). On a ring
+        whose slots are all in flight the call waits for one to come free,
+        up to the client's timeout, and raises ProjdError(-ETIMEDOUT) when
+        none does (no request is made then)."""
         arr, buffers = self._ops(ops)
         flags = self._flags(flags)
         req, e = _P(), _Error()

@@ -799,6 +799,11 @@ class ErrorTests(DaemonTest):
 
     def test_daemon_refusals(self):
         self.expect([self.op(layer=99, n=1, x_ld=1)], Status.E_LAYER, 0, "layer 99")
+        # Without n the wrapper cannot take the layer's: it names the unknown
+        # layer first, then what would send the op anyway; nothing is sent.
+        with self.assertRaisesRegex(ValueError, r"ops\[0\]\.layer: 99 is not a layer the daemon serves "
+                                    r"\(it announced %d\); ops\[0\]\.n must be given" % len(self.c.info.layers)):
+            self.c.project([self.op(layer=99)])
         self.expect([self.op(m=self.c.info.limits.max_m + 1)], Status.E_SHAPE, 0, "")
         self.expect([self.op(m=0)], Status.E_SHAPE, 0, "")
         self.expect([self.op(n=self.o.n + 1)], Status.E_SHAPE, 0, "")
