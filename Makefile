@@ -171,11 +171,14 @@ $(CUDA_LIB): $(CUDA_O)
 LIBPROJD_O := $(BUILD)/obj/client/libprojd.o $(BUILD)/obj/client/shmbuf.o $(BUILD)/obj/protocol/ring.o \
               $(BUILD)/obj/protocol/wire.o $(BUILD)/obj/protocol/sockpath.o
 .PHONY: libprojd
-libprojd: $(BUILD)/lib/libprojd.so $(BUILD)/lib/libprojd.a
+libprojd: $(BUILD)/lib/libprojd.so $(BUILD)/lib/libprojd.so.1 $(BUILD)/lib/libprojd.a
 $(BUILD)/lib/libprojd.so: $(LIBPROJD_O) client/libprojd.map
 	@mkdir -p $(@D)
 	$(CC) -shared $(LDFLAGS) -Wl,-soname,libprojd.so.1 -Wl,--version-script=client/libprojd.map \
 		$(LIBPROJD_O) -lnng -lrt -o $@
+# A program linked with -L$(BUILD)/lib asks the loader for the soname.
+$(BUILD)/lib/libprojd.so.1: $(BUILD)/lib/libprojd.so
+	ln -sf libprojd.so $@
 $(BUILD)/lib/libprojd.a: $(LIBPROJD_O)
 	@mkdir -p $(@D)
 	@rm -f $@

@@ -160,6 +160,53 @@ print('e2e_install: the installed binding loads', lib._name)" 2>"$tmp/py.log"; t
         fail=1
     fi
 fi
+# A C program builds against libprojd and runs, twice: against the build
+# tree (-I. -Iclient -L BUILD/lib, as README.md's "From C" says) and against
+# the installed headers and library. The loader asks for the soname
+# (libprojd.so.1), which both places must have; nothing in the environment
+# points at either. The program dials a socket nobody listens on and
+# prints the library's error, which must name the URL.
+cat >"$tmp/linkme.c" <<'CEOF'
+#include <stdio.h>
+#include <string.h>
+#include "projd.h"
+int main(int argc, char **argv)
+{
+    projd_conn *c = NULL;
+    projd_error e;
+    memset(&e, 0, sizeof e);
+    if (argc != 2 || projd_connect_timeout(argv[1], "e2e_install", 2000, &c, &e) == 0)
+        return 1;
+    printf("%d %s\n", e.code, e.msg);
+    return 0;
+}
+CEOF
+san=()
+readelf -d "$build/lib/libprojd.so" 2>/dev/null | grep -q 'libasan' && san+=(-fsanitize=address)
+readelf -d "$build/lib/libprojd.so" 2>/dev/null | grep -q 'libubsan' && san+=(-fsanitize=undefined)
+for where in build installed; do
+    if [ "$where" = build ]; then
+        inc=(-I. -Iclient) libdir=$(cd "$build/lib" && pwd)
+    else
+        inc=(-I"$tmp/root/usr/include/projd") libdir=$tmp/root/usr/lib
+    fi
+    exe=$tmp/linkme-$where
+    if ! ${CC:-gcc} -std=c11 -Wall -Werror "${san[@]}" "${inc[@]}" "$tmp/linkme.c" -L"$libdir" -lprojd \
+        -Wl,-rpath,"$libdir" -o "$exe" 2>"$tmp/link-$where.log"; then
+        echo "e2e_install: FAIL: a C program does not build against the $where libprojd:" >&2
+        cat "$tmp/link-$where.log" >&2
+        fail=1
+        continue
+    fi
+    url=ipc://$tmp/nobody-$where.sock
+    if out=$(env -u LD_LIBRARY_PATH -u PROJD_SOCKET ASAN_OPTIONS=detect_leaks=0 "$exe" "$url" 2>&1) &&
+        [ "${out#*"$url"}" != "$out" ]; then
+        echo "e2e_install: a C program links the $where libprojd ($(ldd "$exe" | grep -o 'libprojd.so.1 => [^ ]*')) and reports: $out"
+    else
+        echo "e2e_install: FAIL: the C program built against the $where libprojd did not run as expected: $out" >&2
+        fail=1
+    fi
+done
 # uninstall (same DESTDIR and PREFIX) removes every file install wrote but
 # the node's configuration, and says that it kept that; and the metrics
 # timers' files (left, they keep an instance's alerts firing for good).
