@@ -52,6 +52,7 @@ struct projd_conn {
     atomic_uint_fast64_t next_id;
     atomic_int pipes_removed; /* peers that hung up on us; explains a silent HELLO */
     atomic_llong bad_peer;    /* uid of a daemon we refused (see peer_check), -1 = none */
+    atomic_llong peer_uid;    /* the daemon's uid as its last pipe said, -1 = unknown */
     int trust_any_uid;        /* $PROJD_TRUST_ANY_UID=1 */
     long long trust_uid;      /* $PROJD_TRUST_UID (a uid or user name), -1 when unset */
     /* HELLO done (set by projd_connect), then the pipe it was said on
@@ -1649,12 +1650,15 @@ static void peer_check(nng_pipe p, nng_pipe_ev ev, void *arg)
         conn_mark_lost(c);
         return;
     }
+    uint64_t uid = UINT64_MAX;
+    const int have_uid = strncmp(c->url, "ipc://", 6) == 0 &&
+                         nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_UID, &uid) == 0;
+    if (have_uid)
+        atomic_store(&c->peer_uid, (long long)uid);
     if (c->trust_any_uid || strncmp(c->url, "ipc://", 6) != 0)
         return;
-    uint64_t uid = UINT64_MAX;
-    if (nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_UID, &uid) == 0 &&
-        (uid == 0 || uid == (uint64_t)geteuid() ||
-         (c->trust_uid >= 0 && uid == (uint64_t)c->trust_uid)))
+    if (have_uid && (uid == 0 || uid == (uint64_t)geteuid() ||
+                     (c->trust_uid >= 0 && uid == (uint64_t)c->trust_uid)))
         return;
     atomic_store(&c->bad_peer, uid == UINT64_MAX ? (long long)UINT32_MAX : (long long)uid);
     nng_pipe_close(p);
@@ -1674,6 +1678,22 @@ static int bad_peer_error(projd_conn *c, projd_error *e)
                 "under that account)",
                 c->url, uid, (unsigned)geteuid(), c->trust_uid >= 0 ? " or $PROJD_TRUST_UID's" : "",
                 uid);
+}
+
+/* Why a daemon may have closed our connection before WELCOME without a
+ * word. Its auth config refuses a uid silently, but never root's or its
+ * own; for those the likely cause is a listener nng 1.5 stopped, which
+ * projd replaces (daemon/DAEMON.md, "The listener and nng 1.5"). */
+static const char *silent_close_why(projd_conn *c)
+{
+    const long long peer = atomic_load(&c->peer_uid);
+    const uid_t me = geteuid();
+    if (me == 0 || (peer >= 0 && peer == (long long)me))
+        return "this uid is one projd always allows (root, or its own), so not its auth "
+               "config: a listener being replaced, or many refusals waiting; projd's log says "
+               "more";
+    return "most likely this uid is not allowed by its auth config (a connection limit or a "
+           "drain is said, unless many refusals were waiting); projd's log says which";
 }
 
 /* HELLO/WELCOME. A daemon that refuses the peer answers HELLO with an ERROR
@@ -1726,10 +1746,8 @@ static int say_hello(projd_conn *c, const char *name, projd_error *e)
             return bad_peer_error(c, e);
         return fail(e, -ECONNRESET,
                     "connect %s: projd closed the connection before WELCOME without saying "
-                    "why: most likely this uid is not allowed by its auth config (a connection "
-                    "limit or a drain is said, unless many refusals were waiting); projd's log "
-                    "says which",
-                    c->url);
+                    "why: %s",
+                    c->url, silent_close_why(c));
     }
     rc = projd_request_wait(r, NULL, e);
     if (rc == 0) {
@@ -1821,6 +1839,14 @@ static int close_sock_bounded(projd_conn *c)
     return 0;
 }
 
+/* Milliseconds since t (CLOCK_MONOTONIC). */
+static long ms_since(const struct timespec *t)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (now.tv_sec - t->tv_sec) * 1000 + (now.tv_nsec - t->tv_nsec) / 1000000;
+}
+
 /* Milliseconds until deadline (CLOCK_MONOTONIC); negative once past. */
 static long ms_left(const struct timespec *deadline)
 {
@@ -1903,6 +1929,10 @@ static int dial_error(projd_conn *c, int rv, projd_error *e)
 /* One socket, one dial, one HELLO. On failure the socket is closed. HELLO
  * waits hello_ms, or what is left before deadline when that is less. */
 #define HELLO_FIRST_TIMEOUT_MS 2000
+/* How long connects closed before WELCOME are tried again (see the loop in
+ * projd_connect_timeout): a few times projd's ~300 ms to retire a stopped
+ * listener. */
+#define RESET_RETRY_MS 1500
 static int connect_attempt(projd_conn *c, const char *name, int hello_ms,
                            const struct timespec *deadline, int *dial_timed_out, projd_error *e)
 {
@@ -1985,6 +2015,7 @@ int projd_connect_timeout(const char *url, const char *name, int timeout_ms, pro
     atomic_init(&c->next_id, ((uint64_t)getpid() << 32) | 1u);
     atomic_init(&c->pipes_removed, 0);
     atomic_init(&c->bad_peer, -1);
+    atomic_init(&c->peer_uid, -1);
     const char *trust = getenv("PROJD_TRUST_ANY_UID");
     c->trust_any_uid = trust && strcmp(trust, "1") == 0;
     c->trust_uid = -1;
@@ -2024,10 +2055,13 @@ int projd_connect_timeout(const char *url, const char *name, int timeout_ms, pro
         deadline.tv_nsec -= 1000000000;
     }
     int hello_ms = HELLO_FIRST_TIMEOUT_MS, dial_timed_out = 0;
+    int resets = 0, tries = 0, reset_delay_ms = 10;
+    struct timespec first_reset = {0, 0};
     for (;;) {
         atomic_store(&c->pipes_removed, 0);
         atomic_store(&c->bad_peer, -1);
         rc = connect_attempt(c, name, hello_ms, &deadline, &dial_timed_out, e);
+        tries++;
         atomic_store(&c->timeout_ms, timeout_ms);
         if (rc == 0) {
             atomic_store(&c->established, 1);
@@ -2042,12 +2076,38 @@ int projd_connect_timeout(const char *url, const char *name, int timeout_ms, pro
             return 0;
         }
         long left = ms_left(&deadline);
+        /* Closed before WELCOME without a word: a dial that landed on a
+         * listener nng 1.5 stopped (one client hanging up mid-handshake is
+         * enough) is closed when projd retires it, ~300 ms on, so it is
+         * tried again on a fresh socket for RESET_RETRY_MS, every try then
+         * bounded by what is left of that (a peer that closes every
+         * connection can also leave one unanswered). An auth refusal looks
+         * the same and is answered that much later. */
+        if (rc == -ECONNRESET || (resets && rc == -ETIMEDOUT && !dial_timed_out)) {
+            if (rc == -ECONNRESET && !resets++)
+                clock_gettime(CLOCK_MONOTONIC, &first_reset);
+            long since = ms_since(&first_reset);
+            if (since + reset_delay_ms >= RESET_RETRY_MS || reset_delay_ms >= left)
+                break;
+            nng_msleep((nng_duration)reset_delay_ms);
+            reset_delay_ms = reset_delay_ms < 80 ? reset_delay_ms * 2 : 80;
+            long window = RESET_RETRY_MS - ms_since(&first_reset);
+            hello_ms = window < 100 ? 100 : window < hello_ms ? (int)window : hello_ms;
+            continue;
+        }
         /* A dial that spent nng's 10 s is not tried again: the process
          * behind it is stopped, and each try leaves it one more connection
          * to choke on when it runs again. */
         if (rc != -ETIMEDOUT || left <= 0 || dial_timed_out)
             break;
         hello_ms = hello_ms < left / 2 ? hello_ms * 2 : (int)left;
+    }
+    if (resets && (rc == -ECONNRESET || (rc == -ETIMEDOUT && !dial_timed_out))) {
+        rc = fail(e, -ECONNRESET,
+                  "connect %s: projd closed the connection before WELCOME without saying why "
+                  "(%d of %d tries over %.1f s): %s%s",
+                  c->url, resets, tries, (double)ms_since(&first_reset) / 1000.0,
+                  silent_close_why(c), c->url_from);
     }
     /* HELLO went unanswered on every attempt (a dial that timed out in
      * nng's handshake has said so already). */

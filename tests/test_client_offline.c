@@ -1341,9 +1341,16 @@ START_TEST(test_fake_refused)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int rc = projd_connect(f->url, "refused", &c, &e);
     ck_assert_msg(rc == -ECONNRESET, "rc %d: %s", rc, e.msg);
-    ck_assert_msg(strstr(e.msg, "auth") != NULL, "%s", e.msg);
-    /* Reported when the peer hangs up, not after the 30 s timeout. */
-    ck_assert_double_lt(seconds_since(&t0), 20.0);
+    /* Tried again for 1.5 s (a listener nng stopped looks the same), then
+     * said; the fake runs under our own uid, which projd's auth always
+     * allows, so the message does not blame auth. */
+    ck_assert_msg(strstr(e.msg, "closed the connection before WELCOME without saying why (") &&
+                      strstr(e.msg, "one projd always allows (root, or its own), so not its auth"),
+                  "%s", e.msg);
+    /* Reported within the retry window, not after the 30 s timeout. */
+    double took = seconds_since(&t0);
+    ck_assert_double_ge(took, 1.3);
+    ck_assert_double_lt(took, 6.0);
     fake_stop(f);
 }
 END_TEST
