@@ -684,7 +684,9 @@ static void backend(mw *w, const cJSON *bs)
 
 static void up(mw *w, int is_up)
 {
-    if (family(w, "projd_up", "gauge", "Whether projd answered STATS (1) or not (0)") == 0)
+    if (family(w, "projd_up", "gauge",
+               "Whether projd answered (1: STATS, or a refusal of the connection at a limit or in "
+               "a drain) or not (0)") == 0)
         sample(w, "projd_up", NULL, is_up);
 }
 
@@ -856,5 +858,22 @@ char *pj_metrics_render_down(const pj_metrics_labels *l)
     if (!w)
         return NULL;
     up(w, 0);
+    return mw_close(w, &text);
+}
+
+char *pj_metrics_render_refused(const pj_metrics_labels *l, const char *reason)
+{
+    char *text = NULL;
+    size_t size = 0;
+    mw *w = mw_open(l, &text, &size);
+    if (!w)
+        return NULL;
+    up(w, 1);
+    const char *kv[] = {"reason", reason, NULL};
+    if (family(w, "projd_scrape_refused", "gauge",
+               "1 when projd answered this scrape's connection with a refusal (reason E_LIMIT: a "
+               "connection limit reached; E_SHUTDOWN: draining): it is up, and its other series "
+               "are absent") == 0)
+        sample(w, "projd_scrape_refused", kv, 1);
     return mw_close(w, &text);
 }

@@ -53,4 +53,11 @@ char *pj_metrics_render(const char *stats_json, size_t len, const pj_metrics_lab
  * memory ran out. */
 char *pj_metrics_render_down(const pj_metrics_labels *l);
 
+/* The exposition when projd refused the connection (reason: "E_LIMIT" at a
+ * connection limit, "E_SHUTDOWN" in a drain): it answered, so projd_up 1,
+ * and projd_scrape_refused{reason} 1 instead of the STATS series. A node
+ * whose clients hold every place must not read as down (ProjdDown). NULL
+ * when memory ran out. */
+char *pj_metrics_render_refused(const pj_metrics_labels *l, const char *reason);
+
 #endif

@@ -151,7 +151,10 @@ static const cmd_help helps[] = {
      "  request type, at 0 until its first.\n"
      "  projd_up is 1, or 0 (and nothing else) when projd does not answer, so an\n"
      "  alert on it fires instead of the series going stale; the exit status is\n"
-     "  then 1. --label adds a constant label to every series (gpu=0 when one\n"
+     "  then 1. A daemon that refuses the connection (at limits.max_connections\n"
+     "  or max_connections_per_uid, or draining) did answer: projd_up 1 and\n"
+     "  projd_scrape_refused{reason=\"E_LIMIT\"} 1 (or E_SHUTDOWN) instead of the\n"
+     "  other series, exit 0. --label adds a constant label to every series (gpu=0 when one\n"
      "  node_exporter collects several daemons; repeatable). --out writes FILE\n"
      "  whole or not at all (a temporary file renamed over it, mode 0644), as\n"
      "  node_exporter's textfile collector needs: e.g. --out\n"
@@ -446,11 +449,10 @@ static int connect_daemon(const opts *o, projd_conn **c)
     projd_error e;
     char buf[256], how[PJ_CFG_PATH + 64];
     const char *url = socket_url(o, buf, sizeof buf, how, sizeof how);
-    if (projd_connect_timeout(url, "projctl", o->timeout_ms, c, &e) != 0) {
+    int rc = projd_connect_timeout(url, "projctl", o->timeout_ms, c, &e);
+    if (rc != 0)
         fprintf(stderr, "projctl: %s%s%s\n", e.msg, how[0] ? "; the URL is from " : "", how);
-        return -1;
-    }
-    return 0;
+    return rc;
 }
 
 static uint64_t now_ns(void)
@@ -823,19 +825,23 @@ static int cmd_stats(opts *o)
 
 /* STATS as Prometheus text, to stdout or, with --out, to a file replaced
  * whole (a collector reading the folder never sees half of it). 0 when
- * projd answered, 1 when it did not (the text then says projd_up 0) or the
- * text could not be written. */
+ * projd answered (STATS, or a refusal of the connection at a limit or in a
+ * drain: projd_up 1 and projd_scrape_refused), 1 when it did not (the text
+ * then says projd_up 0) or the text could not be written. */
 static int cmd_metrics(opts *o)
 {
     projd_conn *c;
     char *json = NULL, *text = NULL;
-    int up = 0;
-    if (connect_daemon(o, &c) == 0) {
+    int up = 0, refused = 0;
+    const int crc = connect_daemon(o, &c);
+    if (crc == 0) {
         projd_error e;
         up = projd_stats_json(c, &json, &e) == 0;
         projd_close(c);
         if (!up)
             fprintf(stderr, "projctl: %s\n", e.msg);
+    } else if (crc == PJ_E_LIMIT || crc == PJ_E_SHUTDOWN) {
+        refused = crc;
     }
     if (up) {
         char err[256];
@@ -846,13 +852,15 @@ static int cmd_metrics(opts *o)
         }
     }
     free(json);
-    if (!text)
+    if (!text && refused)
+        text = pj_metrics_render_refused(&o->labels, projd_strerror(refused));
+    else if (!text)
         text = pj_metrics_render_down(&o->labels);
     if (!text) {
         fprintf(stderr, "projctl: out of memory\n");
         return 1;
     }
-    int rc = up ? 0 : 1;
+    int rc = up || refused ? 0 : 1;
     if (!o->out) {
         /* The text is larger than stdout's buffer: a full disk shows in
          * the writes here, and errno says why only now. */

@@ -394,6 +394,19 @@ PY
         echo "e2e_projctl: FAIL: status past the connection limit was not told why:" >&2
         sed 's/^/    /' "$tmp/one.out" >&2
     fi
+    # A refusal is an answer: metrics says projd is up, at its limit (a
+    # node whose clients hold every place must not fire ProjdDown), exit 0.
+    "$bin/projctl" --socket "ipc://$tmp/one.sock" metrics --label gpu=0 >"$tmp/one.prom" 2>"$tmp/one.err"
+    rc=$?
+    cases=$((cases + 1))
+    if [ "$rc" -ne 0 ] || ! grep -q '^projd_up{gpu="0"} 1$' "$tmp/one.prom" ||
+        ! grep -q '^projd_scrape_refused{reason="E_LIMIT",gpu="0"} 1$' "$tmp/one.prom" ||
+        [ "$(grep -vc '^#' "$tmp/one.prom")" -ne 2 ] ||
+        ! grep -q "connection limit 1 reached" "$tmp/one.err"; then
+        failures=$((failures + 1))
+        echo "e2e_projctl: FAIL: metrics past the connection limit (exit $rc) is not 'up, refused':" >&2
+        sed 's/^/    /' "$tmp/one.prom" "$tmp/one.err" >&2
+    fi
     wait "$holder"
     status_shows "ipc://$tmp/one.sock" 50 \
         "^  clients    1 connected of 1 allowed; [0-9]+ refused since the start \(its log says why\)$" \

@@ -391,6 +391,15 @@ START_TEST(down_and_refused)
     ck_assert_ptr_nonnull(strstr(text, "\nprojd_up 0\n"));
     free(text);
 
+    /* Refused at a limit: up, and the refusal's reason instead of STATS. */
+    text = pj_metrics_render_refused(&l, "E_LIMIT");
+    ck_assert_ptr_nonnull(text);
+    parse_expo(text, &E, "gpu=3");
+    ck_assert_uint_eq(E.n, 2);
+    ck_assert_double_eq(value_of(&E, "projd_up", NULL), 1);
+    ck_assert_double_eq(value_of(&E, "projd_scrape_refused", "reason=E_LIMIT"), 1);
+    free(text);
+
     static const char *const not_stats[] = {"", "[]", "{\"ops\":1}", "not json", "{\"version\":1}"};
     for (size_t i = 0; i < sizeof not_stats / sizeof not_stats[0]; i++) {
         err[0] = '\0';
