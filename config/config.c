@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config/replacefile.h"
 #include "kernels/dispatch.h"
 #include "protocol/sockpath.h"
 
@@ -1027,11 +1028,27 @@ int pj_config_apply_json(pj_config *cfg, const char *json, size_t len, char *err
 int pj_config_apply_file(pj_config *cfg, const char *path, char *err, size_t errlen)
 {
     char ebuf[128];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO put where the file was would hold the open until
+     * some writer came, and projd reads this on its event loop at SIGHUP.
+     * On a regular file the flag changes nothing. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         int e = errno;
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror_r(e, ebuf, sizeof ebuf));
         return -e;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        snprintf(err, errlen, "%s: fstat: %s", path, strerror_r(e, ebuf, sizeof ebuf));
+        close(fd);
+        return -e;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: not a regular file (%s): a configuration is read from a file",
+                 path, pj_file_kind(st.st_mode));
+        close(fd);
+        return S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
     }
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);

@@ -304,3 +304,20 @@ int pj_replace_file(const char *path, const void *buf, size_t len, mode_t mode, 
     }
     return pj_replacing_commit(&r, 0, err, errlen);
 }
+
+const char *pj_file_kind(mode_t mode)
+{
+    if (S_ISREG(mode))
+        return "a regular file";
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISFIFO(mode))
+        return "a FIFO";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    if (S_ISCHR(mode))
+        return "a character device";
+    if (S_ISBLK(mode))
+        return "a block device";
+    return "not a file";
+}

@@ -70,4 +70,8 @@ void pj_replacing_forget(const char *path);
 int pj_replace_file(const char *path, const void *buf, size_t len, mode_t mode, pj_replace_mode how,
                     char *err, size_t errlen);
 
+/* What kind of file mode names, for a message that refuses one: "a FIFO",
+ * "a directory", "a character device", ... ("a regular file" for one). */
+const char *pj_file_kind(mode_t mode);
+
 #endif

@@ -302,6 +302,43 @@ static int parse_meta(pj_st_file *f, const cJSON *m, char *err, size_t errlen)
     return 0;
 }
 
+/* What a file whose header length makes no sense is instead, from its
+ * first bytes, for the message (a Git LFS pointer where the model should
+ * be is a common deployment slip): NULL when nothing is recognised. */
+static const char *foreign_kind(const uint8_t *b, size_t len, char *buf, size_t buflen)
+{
+    static const struct {
+        const char *magic;
+        size_t n;
+        const char *kind;
+    } known[] = {
+        {"version https://git-lfs", 23,
+         "a Git LFS pointer, not the file it points at (git lfs pull fetches it)"},
+        {"PK\3\4", 4, "a zip archive (a PyTorch .bin / .pt checkpoint?); projd reads safetensors"},
+        {"GGUF", 4, "a GGUF file; projd reads safetensors"},
+        {"\x80\x02", 2, "a Python pickle (a PyTorch checkpoint?); projd reads safetensors"},
+        {"\x80\x04", 2, "a Python pickle (a PyTorch checkpoint?); projd reads safetensors"},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (len >= known[i].n && memcmp(b, known[i].magic, known[i].n) == 0)
+            return known[i].kind;
+    /* Text: say how it begins (its first line, printable bytes only). */
+    size_t n = 0;
+    while (n < len && n < 16 &&
+           (b[n] == '\t' || b[n] == '\n' || b[n] == '\r' || (b[n] >= 0x20 && b[n] < 0x7f)))
+        n++;
+    if (n < 8 && n < len)
+        return NULL;
+    size_t w = 0;
+    for (size_t i = 0; i < len && i < 48 && b[i] >= 0x20 && b[i] < 0x7f && b[i] != '"'; i++)
+        w++;
+    snprintf(buf, buflen, "%s beginning \"%.*s\"%s",
+             b[0] == '{' || b[0] == '[' ? "JSON text" : "text", (int)w, (const char *)b,
+             b[0] == '{' ? " (a safetensors file begins with its JSON header's 8-byte length)"
+                         : "");
+    return buf;
+}
+
 static int parse_image(pj_st_file *f, char *err, size_t errlen)
 {
     const char *label = f->label;
@@ -310,6 +347,12 @@ static int parse_image(pj_st_file *f, char *err, size_t errlen)
                        "file is %zu bytes, too short for the 8-byte header length", f->len);
     uint64_t hlen = le64(f->buf);
     f->hlen = hlen;
+    char kbuf[160];
+    const char *kind = hlen < 2 || hlen > PJ_ST_MAX_HEADER || hlen > f->len - 8
+                           ? foreign_kind(f->buf, f->len, kbuf, sizeof kbuf)
+                           : NULL;
+    if (kind)
+        return st_fail(err, errlen, label, "not a safetensors file: %s", kind);
     if (hlen < 2)
         return st_fail(err, errlen, label, "header length %llu is too small (at least 2 bytes)",
                        (unsigned long long)hlen);
@@ -471,7 +514,10 @@ int pj_st_parse(const void *buf, size_t len, const char *label, pj_st_file **out
 int pj_st_open(const char *path, pj_st_file **out, char *err, size_t errlen)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO in the model's place would hold the open until
+     * some writer came (projctl inspect, --check-config hung); the check
+     * below refuses it. On a regular file the flag changes nothing. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         int e = errno;
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(e));
@@ -485,7 +531,7 @@ int pj_st_open(const char *path, pj_st_file **out, char *err, size_t errlen)
         return -e;
     }
     if (!S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%s: not a regular file", path);
+        snprintf(err, errlen, "%s: not a regular file (%s)", path, pj_file_kind(st.st_mode));
         close(fd);
         return -EINVAL;
     }

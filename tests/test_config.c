@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static pj_config *fresh_defaults(void)
@@ -613,6 +614,19 @@ START_TEST(file_errors_name_the_file)
 
     ck_assert_int_eq(pj_config_apply_file(c, "/nonexistent/projd.json", err, sizeof err), -ENOENT);
     ck_assert_str_eq(err, "/nonexistent/projd.json: cannot open: No such file or directory");
+    /* A FIFO (no writer: the open must not wait for one) is refused for
+     * what it is, as is a directory (below). */
+    char fifo[] = "/tmp/pjt-cfg-fifo-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(fifo));
+    char fifo_path[64];
+    snprintf(fifo_path, sizeof fifo_path, "%s/projd.json", fifo);
+    ck_assert_int_eq(mkfifo(fifo_path, 0600), 0);
+    ck_assert_int_eq(pj_config_apply_file(c, fifo_path, err, sizeof err), -EINVAL);
+    snprintf(want, sizeof want,
+             "%s: not a regular file (a FIFO): a configuration is read from a file", fifo_path);
+    ck_assert_str_eq(err, want);
+    unlink(fifo_path);
+    rmdir(fifo);
 
     char *bad = write_temp("{\n  \"limits\": {\n    \"max_connections\": 0\n  }\n}\n");
     ck_assert_int_eq(pj_config_apply_file(c, bad, err, sizeof err), -EINVAL);
@@ -632,7 +646,8 @@ START_TEST(file_errors_name_the_file)
 
     const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     ck_assert_int_eq(pj_config_apply_file(c, dir, err, sizeof err), -EISDIR);
-    snprintf(want, sizeof want, "%s: cannot read: Is a directory", dir);
+    snprintf(want, sizeof want,
+             "%s: not a regular file (a directory): a configuration is read from a file", dir);
     ck_assert_str_eq(err, want);
 
     ck_assert_int_eq(memcmp(c, snap, sizeof *c), 0);

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -1465,13 +1466,25 @@ START_TEST(sighup_reload_outcome)
     reload_last(&t.c, result, message, sizeof result);
     ck_assert_str_eq(result, "refused");
 
+    /* A FIFO in the file's place, no writer: the reload is read on the
+     * event loop, so it must not wait for one (the open held the daemon
+     * until a writer came). Failed at once, and still serving. */
+    ck_assert_int_eq(unlink(d.config), 0);
+    ck_assert_int_eq(mkfifo(d.config, 0600), 0);
+    hup_and_notes(&d, "failed, the running configuration stays: ");
+    reload_last(&t.c, result, message, sizeof result);
+    ck_assert_str_eq(result, "failed");
+    ck_assert_msg(strstr(message, "not a regular file (a FIFO)"), "message: %s", message);
+    ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);
+    ck_assert_int_eq(unlink(d.config), 0);
+
     /* The file as it was: applied. */
     ck_assert_int_eq(pj_dproc_replace_config(&d, good), 0);
     hup_and_notes(&d, "applied");
-    ck_assert_double_eq(pjd_stat(&t.c, "reload.attempts"), 3);
+    ck_assert_double_eq(pjd_stat(&t.c, "reload.attempts"), 4);
     ck_assert_double_eq(pjd_stat(&t.c, "reload.applied"), 1);
     ck_assert_double_eq(pjd_stat(&t.c, "reload.refused"), 1);
-    ck_assert_double_eq(pjd_stat(&t.c, "reload.failed"), 1);
+    ck_assert_double_eq(pjd_stat(&t.c, "reload.failed"), 2);
     reload_last(&t.c, result, message, sizeof result);
     ck_assert_str_eq(result, "applied");
     ck_assert_msg(pjc_sanity(&t, why, sizeof why) == 0, "%s", why);

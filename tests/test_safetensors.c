@@ -78,6 +78,36 @@ START_TEST(bad_header_len_huge)
 }
 END_TEST
 
+/* A file that is something else, where its header length reads as
+ * nonsense, is named for what it is. */
+START_TEST(bad_not_safetensors)
+{
+    static const struct {
+        const char *bytes;
+        size_t len;
+        const char *want;
+    } cases[] = {
+        {"version https://git-lfs.github.com/spec/v1\noid sha256:4d7a\nsize 67108872\n", 0,
+         "not a safetensors file: a Git LFS pointer, not the file it points at (git lfs pull "
+         "fetches it)"},
+        {"PK\3\4\24\0\0\0\10\0", 10, "not a safetensors file: a zip archive (a PyTorch"},
+        {"GGUF\3\0\0\0\0\0\0\0", 12, "not a safetensors file: a GGUF file"},
+        {"\x80\x02\x8a\nl\xfc\x9c"
+         "F\xf9 j\xa8",
+         12, "not a safetensors file: a Python pickle"},
+        {"{\n  \"o.weight\": {\"dtype\": \"BF16\"}}\n", 0,
+         "not a safetensors file: JSON text beginning \"{\" (a safetensors file begins with its "
+         "JSON header's 8-byte length)"},
+        {"hello, this is a README, not weights\n", 0,
+         "not a safetensors file: text beginning \"hello, this is a README, not weights\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t len = cases[i].len ? cases[i].len : strlen(cases[i].bytes);
+        expect_bad((const uint8_t *)cases[i].bytes, len, cases[i].want);
+    }
+}
+END_TEST
+
 START_TEST(bad_header_len_small)
 {
     size_t len;
@@ -577,6 +607,7 @@ static Suite *st_suite(void)
     tcase_add_test(bad, bad_header_len_past_eof);
     tcase_add_test(bad, bad_header_len_huge);
     tcase_add_test(bad, bad_header_len_small);
+    tcase_add_test(bad, bad_not_safetensors);
     tcase_add_test(bad, bad_json);
     tcase_add_test(bad, bad_trailing_bytes);
     tcase_add_test(bad, bad_not_object);
