@@ -43,6 +43,7 @@ typedef struct opts {
     int timeout_ms;
     int help;
     int version;
+    const char *once_given[4]; /* the value of each option that takes one (parse_args) */
     /* commands */
     const char *cmd;
     const char *layer;
@@ -349,6 +350,22 @@ static int parse_args(int argc, char **argv, opts *o)
             if (i + 1 >= argc)
                 return usage_error("%s needs a value", name);
             val = argv[++i];
+        }
+        /* The global options take one value: given twice differently, the
+         * last would win without a word (a second --config replaced the
+         * first). --label adds; the command options are checked by main. */
+        static const char *const once[] = {"--socket", "--instance", "--config", "--timeout"};
+        for (size_t g = 0; g < sizeof once / sizeof once[0]; g++) {
+            if (strcmp(name, once[g]))
+                continue;
+            if (o->once_given[g] && strcmp(o->once_given[g], val)) {
+                char twice[700];
+                snprintf(twice, sizeof twice,
+                         "%s given twice (\"%s\", then \"%s\"): it takes one %s", name,
+                         o->once_given[g], val, strcmp(name, "--config") ? "value" : "file");
+                return usage_error("%s", twice);
+            }
+            o->once_given[g] = val;
         }
         long v;
         if (!strcmp(name, "--socket")) {

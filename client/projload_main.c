@@ -2723,6 +2723,10 @@ static int parse_run(int argc, char **argv, lt_opts *o)
             o->model = optarg;
             break;
         case OPT_CONFIG:
+            /* One file: a second, differently, would replace it unsaid. */
+            if (o->config && strcmp(o->config, optarg))
+                return usage_error("--config given twice (\"%s\", then \"%s\"): it takes one file",
+                                   o->config, optarg);
             o->config = optarg;
             break;
         case OPT_CHECK_THREADS:

@@ -746,6 +746,21 @@ int main(int argc, char **argv)
             return 2;
         }
         li = -1;
+        /* A value given twice, differently: the last would win without a
+         * word (a second --config replaced the first, which was read no
+         * more). One file, one model, one socket: say so. */
+        static const char *given[128];
+        if (optarg && o > 0 && o < 128) {
+            if (given[o] && strcmp(given[o], optarg) != 0) {
+                fprintf(stderr,
+                        "projd: %.*s given twice (\"%s\", then \"%s\"): it takes one value%s\n(see "
+                        "projd --help)\n",
+                        (int)strcspn(word, "="), word, given[o], optarg,
+                        o == 'c' ? " (one configuration file: put the keys of both in it)" : "");
+                return 2;
+            }
+            given[o] = optarg;
+        }
         switch (o) {
         case 'c':
             d.args.config = optarg;

@@ -91,6 +91,10 @@ expect 0 "^exit status:" --help
 # projload, not a failure (1).
 printf '{ "socket": ' >"$tmp/bad.json"
 expect 2 "bad\.json" --config "$tmp/bad.json" --socket "$sock" status
+# A global option given twice differently is refused (the last won unsaid).
+expect 2 '^projctl: --config given twice \("a\.json", then "b\.json"\): it takes one file$' \
+    --config a.json --config b.json status
+expect 2 '^projctl: --socket given twice' --socket "$sock" --socket=/tmp/other.sock status
 
 # A socket that is not there: said so, with where the URL came from.
 expect 1 "no socket file at $tmp/none\.sock \(is projd running there\?\); the URL is from --socket" \

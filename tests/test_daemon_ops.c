@@ -1923,6 +1923,22 @@ START_TEST(command_line)
     ck_assert(
         pj_dproc_log_has(&d, "projd: --config needs a value, and got the option \"--model\"", 0));
     pj_dproc_cleanup(&d);
+    /* A value given twice, differently: refused, not the last silently
+     * winning (a second --config replaced the first); the same twice is
+     * harmless. */
+    /* (run_projd gives the fixture's --config first.) */
+    const char *twice[] = {"--config=b.json", "--check-config", NULL};
+    ck_assert_int_eq(run_projd(&d, NULL, twice, 0), 2);
+    char want[700];
+    snprintf(want, sizeof want,
+             "projd: --config given twice (\"%s\", then \"b.json\"): it takes one value (one "
+             "configuration file: put the keys of both in it)",
+             d.config);
+    ck_assert_msg(pj_dproc_log_has(&d, want, 0), "no '%s'", want);
+    pj_dproc_cleanup(&d);
+    const char *same[] = {"--log-level", "warn", "--log-level", "warn", "--print-config", NULL};
+    ck_assert_int_eq(run_projd(&d, NULL, same, 0), 0);
+    pj_dproc_cleanup(&d);
     /* Whole option names only (getopt took any unique prefix). */
     const char *prefix[] = {"--back", "cpu", "--check-config", NULL};
     ck_assert_int_eq(run_projd(&d, NULL, prefix, 0), 2);
