@@ -850,30 +850,31 @@ char *pj_metrics_render(const char *stats_json, size_t len, const pj_metrics_lab
     return text;
 }
 
-char *pj_metrics_render_down(const pj_metrics_labels *l)
+/* The document without STATS: projd_up alone (reason NULL: it did not
+ * answer), or up with the refusal's reason. */
+static char *render_without_stats(const pj_metrics_labels *l, const char *reason)
 {
     char *text = NULL;
     size_t size = 0;
     mw *w = mw_open(l, &text, &size);
     if (!w)
         return NULL;
-    up(w, 0);
+    up(w, reason != NULL);
+    const char *kv[] = {"reason", reason, NULL};
+    if (reason && family(w, "projd_scrape_refused", "gauge",
+                         "1 when projd answered this scrape's connection with a refusal (reason "
+                         "E_LIMIT: a connection limit reached; E_SHUTDOWN: draining): it is up, "
+                         "and its other series are absent") == 0)
+        sample(w, "projd_scrape_refused", kv, 1);
     return mw_close(w, &text);
+}
+
+char *pj_metrics_render_down(const pj_metrics_labels *l)
+{
+    return render_without_stats(l, NULL);
 }
 
 char *pj_metrics_render_refused(const pj_metrics_labels *l, const char *reason)
 {
-    char *text = NULL;
-    size_t size = 0;
-    mw *w = mw_open(l, &text, &size);
-    if (!w)
-        return NULL;
-    up(w, 1);
-    const char *kv[] = {"reason", reason, NULL};
-    if (family(w, "projd_scrape_refused", "gauge",
-               "1 when projd answered this scrape's connection with a refusal (reason E_LIMIT: a "
-               "connection limit reached; E_SHUTDOWN: draining): it is up, and its other series "
-               "are absent") == 0)
-        sample(w, "projd_scrape_refused", kv, 1);
-    return mw_close(w, &text);
+    return render_without_stats(l, reason);
 }
