@@ -53,8 +53,15 @@ struct projd_conn {
     atomic_int pipes_removed; /* peers that hung up on us; explains a silent HELLO */
     atomic_llong bad_peer;    /* uid of a daemon we refused (see peer_check), -1 = none */
     atomic_llong peer_uid;    /* the daemon's uid as its last pipe said, -1 = unknown */
-    int trust_any_uid;        /* $PROJD_TRUST_ANY_UID=1 */
-    long long trust_uid;      /* $PROJD_TRUST_UID (a uid or user name), -1 when unset */
+    /* The pipe WELCOME came on, and the last pipes that went during the
+     * connect: only the end of WELCOME's pipe loses the connection. HELLO
+     * whose pipe was closed is sent again on the dialer's next one
+     * (say_hello), and a WELCOME there makes a good connection. */
+    atomic_uint hello_pipe;
+    atomic_uint gone_pipes[4];
+    atomic_uint n_gone_pipes;
+    int trust_any_uid;   /* $PROJD_TRUST_ANY_UID=1 */
+    long long trust_uid; /* $PROJD_TRUST_UID (a uid or user name), -1 when unset */
     /* HELLO done (set by projd_connect), then the pipe it was said on
      * went away: every later call fails locally (see conn_lost). lost is
      * set by the pipe-removed notification, or earlier by the first nng
@@ -1621,15 +1628,30 @@ static void ring_close(projd_conn *c)
 
 /* ---- connection ------------------------------------------------------------------ */
 
+#define GONE_PIPES (sizeof((projd_conn *)0)->gone_pipes / sizeof((projd_conn *)0)->gone_pipes[0])
+
+/* Did WELCOME's pipe go before the connection was marked established? */
+static int hello_pipe_gone(projd_conn *c)
+{
+    const unsigned id = atomic_load(&c->hello_pipe);
+    for (size_t i = 0; i < GONE_PIPES; i++)
+        if (atomic_load(&c->gone_pipes[i]) == id)
+            return 1;
+    return 0;
+}
+
 static void pipe_removed(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
-    (void)p;
     (void)ev;
     projd_conn *c = arg;
+    const unsigned id = (unsigned)nng_pipe_id(p);
+    atomic_store(&c->gone_pipes[atomic_fetch_add(&c->n_gone_pipes, 1) % GONE_PIPES], id);
     atomic_fetch_add(&c->pipes_removed, 1);
     /* The daemon's state of this connection (HELLO, buffers, ring) went
-     * with the pipe; the dialer would reconnect to whatever listens next. */
-    conn_mark_lost(c);
+     * with WELCOME's pipe; the dialer would reconnect to whatever listens
+     * next. (A pipe closed before WELCOME loses nothing.) */
+    if (id == atomic_load(&c->hello_pipe))
+        conn_mark_lost(c);
 }
 
 /* Whoever answers on the socket path gets our requests and the names of
@@ -1680,6 +1702,18 @@ static int bad_peer_error(projd_conn *c, projd_error *e)
                 uid);
 }
 
+/* How long HELLO waits through closes of its pipe before WELCOME (see
+ * say_hello): a few times projd's ~300 ms to retire a stopped listener. */
+#define RESET_RETRY_MS 1500
+
+/* Milliseconds since t (CLOCK_MONOTONIC). */
+static long ms_since(const struct timespec *t)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (now.tv_sec - t->tv_sec) * 1000 + (now.tv_nsec - t->tv_nsec) / 1000000;
+}
+
 /* Why a daemon may have closed our connection before WELCOME without a
  * word. Its auth config refuses a uid silently, but never root's or its
  * own; for those the likely cause is a listener nng 1.5 stopped, which
@@ -1714,43 +1748,70 @@ static int say_hello(projd_conn *c, const char *name, projd_error *e)
     pj_wbuf_init(&w);
     uint64_t id = projd_next_req_id(c);
     pj_enc_hello(&w, id, &h);
+    /* A pipe closed before WELCOME: the dialer dials again at once, and
+     * HELLO is sent again on the same socket. A dial that landed on a
+     * listener nng 1.5 stopped (one client hanging up mid-handshake is
+     * enough) is closed when projd retires it, ~300 ms on, and the next
+     * reaches its new one; so closes are waited through for RESET_RETRY_MS
+     * (an auth refusal, which looks the same, is answered that much later),
+     * within HELLO's own wait. A fresh socket would not do: closing one
+     * mid-handshake stops the listener again. */
+    const int hello_ms = atomic_load(&c->timeout_ms);
+    struct timespec started, closed_at = {0, 0};
+    clock_gettime(CLOCK_MONOTONIC, &started);
+    int closes = 0, rc;
     projd_request *r;
-    int rc = req_submit(c, &w, "HELLO", PJ_MSG_WELCOME, id, 0, NULL, NULL, 1, &r, e);
-    pj_wbuf_free(&w);
-    if (rc)
-        return rc;
     for (;;) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 20 * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
+        const int removed = atomic_load(&c->pipes_removed);
+        rc = req_submit(c, &w, "HELLO", PJ_MSG_WELCOME, id, 0, NULL, NULL, 1, &r, e);
+        if (rc) {
+            pj_wbuf_free(&w);
+            return rc;
         }
-        pthread_mutex_lock(&r->mu);
-        if (!r->done)
-            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
-        int d = r->done;
-        pthread_mutex_unlock(&r->mu);
-        if (d)
-            break;
-        if (atomic_load(&c->pipes_removed) > 0 || atomic_load(&c->bad_peer) >= 0)
-            break;
-    }
-    pthread_mutex_lock(&r->mu);
-    int done = r->done;
-    pthread_mutex_unlock(&r->mu);
-    if (!done || r->rc == -ECONNRESET || r->rc == -ECONNABORTED || r->rc == -ESHUTDOWN) {
-        projd_request_free(r);
-        if (atomic_load(&c->bad_peer) >= 0)
+        int done = 0;
+        for (;;) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 20 * 1000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_mutex_lock(&r->mu);
+            if (!r->done)
+                pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+            done = r->done;
+            pthread_mutex_unlock(&r->mu);
+            if (done || atomic_load(&c->bad_peer) >= 0 || atomic_load(&c->pipes_removed) > removed)
+                break;
+        }
+        if (atomic_load(&c->bad_peer) >= 0) {
+            projd_request_free(r);
+            pj_wbuf_free(&w);
             return bad_peer_error(c, e);
-        return fail(e, -ECONNRESET,
-                    "connect %s: projd closed the connection before WELCOME without saying "
-                    "why: %s",
-                    c->url, silent_close_why(c));
+        }
+        const int closed =
+            !done || r->rc == -ECONNRESET || r->rc == -ECONNABORTED || r->rc == -ESHUTDOWN;
+        if (!closed)
+            break;
+        projd_request_free(r);
+        if (!closes++)
+            clock_gettime(CLOCK_MONOTONIC, &closed_at);
+        if (ms_since(&closed_at) + 10 >= RESET_RETRY_MS || ms_since(&started) + 10 >= hello_ms) {
+            pj_wbuf_free(&w);
+            return fail(e, -ECONNRESET,
+                        "connect %s: projd closed the connection before WELCOME without saying "
+                        "why (%d time%s in %.1f s): %s",
+                        c->url, closes, closes == 1 ? "" : "s", (double)ms_since(&started) / 1000.0,
+                        silent_close_why(c));
+        }
+        nng_msleep(10);
+        atomic_store(&c->timeout_ms, (int)(hello_ms - ms_since(&started)));
     }
+    pj_wbuf_free(&w);
     rc = projd_request_wait(r, NULL, e);
     if (rc == 0) {
+        atomic_store(&c->hello_pipe, (unsigned)nng_pipe_id(nng_msg_get_pipe(r->reply)));
         size_t len;
         const uint8_t *b = reply_body(r, &len);
         char err[512];
@@ -1839,14 +1900,6 @@ static int close_sock_bounded(projd_conn *c)
     return 0;
 }
 
-/* Milliseconds since t (CLOCK_MONOTONIC). */
-static long ms_since(const struct timespec *t)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (now.tv_sec - t->tv_sec) * 1000 + (now.tv_nsec - t->tv_nsec) / 1000000;
-}
-
 /* Milliseconds until deadline (CLOCK_MONOTONIC); negative once past. */
 static long ms_left(const struct timespec *deadline)
 {
@@ -1929,10 +1982,6 @@ static int dial_error(projd_conn *c, int rv, projd_error *e)
 /* One socket, one dial, one HELLO. On failure the socket is closed. HELLO
  * waits hello_ms, or what is left before deadline when that is less. */
 #define HELLO_FIRST_TIMEOUT_MS 2000
-/* How long connects closed before WELCOME are tried again (see the loop in
- * projd_connect_timeout): a few times projd's ~300 ms to retire a stopped
- * listener. */
-#define RESET_RETRY_MS 1500
 static int connect_attempt(projd_conn *c, const char *name, int hello_ms,
                            const struct timespec *deadline, int *dial_timed_out, projd_error *e)
 {
@@ -2016,6 +2065,7 @@ int projd_connect_timeout(const char *url, const char *name, int timeout_ms, pro
     atomic_init(&c->pipes_removed, 0);
     atomic_init(&c->bad_peer, -1);
     atomic_init(&c->peer_uid, -1);
+    atomic_init(&c->hello_pipe, 0);
     const char *trust = getenv("PROJD_TRUST_ANY_UID");
     c->trust_any_uid = trust && strcmp(trust, "1") == 0;
     c->trust_uid = -1;
@@ -2055,20 +2105,20 @@ int projd_connect_timeout(const char *url, const char *name, int timeout_ms, pro
         deadline.tv_nsec -= 1000000000;
     }
     int hello_ms = HELLO_FIRST_TIMEOUT_MS, dial_timed_out = 0;
-    int resets = 0, tries = 0, reset_delay_ms = 10;
-    struct timespec first_reset = {0, 0};
     for (;;) {
         atomic_store(&c->pipes_removed, 0);
         atomic_store(&c->bad_peer, -1);
+        atomic_store(&c->hello_pipe, 0);
+        for (size_t i = 0; i < GONE_PIPES; i++)
+            atomic_store(&c->gone_pipes[i], 0);
         rc = connect_attempt(c, name, hello_ms, &deadline, &dial_timed_out, e);
-        tries++;
         atomic_store(&c->timeout_ms, timeout_ms);
         if (rc == 0) {
             atomic_store(&c->established, 1);
-            /* A pipe that went between WELCOME and the line above found
+            /* WELCOME's pipe, gone between WELCOME and the line above, found
              * the connection not yet established (conn_mark_lost ignored
              * it): later calls would wait out their timeouts for a peer. */
-            if (atomic_load(&c->pipes_removed) > 0)
+            if (hello_pipe_gone(c))
                 conn_mark_lost(c);
             ring_from_env(c);
             ok(e);
@@ -2076,38 +2126,12 @@ int projd_connect_timeout(const char *url, const char *name, int timeout_ms, pro
             return 0;
         }
         long left = ms_left(&deadline);
-        /* Closed before WELCOME without a word: a dial that landed on a
-         * listener nng 1.5 stopped (one client hanging up mid-handshake is
-         * enough) is closed when projd retires it, ~300 ms on, so it is
-         * tried again on a fresh socket for RESET_RETRY_MS, every try then
-         * bounded by what is left of that (a peer that closes every
-         * connection can also leave one unanswered). An auth refusal looks
-         * the same and is answered that much later. */
-        if (rc == -ECONNRESET || (resets && rc == -ETIMEDOUT && !dial_timed_out)) {
-            if (rc == -ECONNRESET && !resets++)
-                clock_gettime(CLOCK_MONOTONIC, &first_reset);
-            long since = ms_since(&first_reset);
-            if (since + reset_delay_ms >= RESET_RETRY_MS || reset_delay_ms >= left)
-                break;
-            nng_msleep((nng_duration)reset_delay_ms);
-            reset_delay_ms = reset_delay_ms < 80 ? reset_delay_ms * 2 : 80;
-            long window = RESET_RETRY_MS - ms_since(&first_reset);
-            hello_ms = window < 100 ? 100 : window < hello_ms ? (int)window : hello_ms;
-            continue;
-        }
         /* A dial that spent nng's 10 s is not tried again: the process
          * behind it is stopped, and each try leaves it one more connection
          * to choke on when it runs again. */
         if (rc != -ETIMEDOUT || left <= 0 || dial_timed_out)
             break;
         hello_ms = hello_ms < left / 2 ? hello_ms * 2 : (int)left;
-    }
-    if (resets && (rc == -ECONNRESET || (rc == -ETIMEDOUT && !dial_timed_out))) {
-        rc = fail(e, -ECONNRESET,
-                  "connect %s: projd closed the connection before WELCOME without saying why "
-                  "(%d of %d tries over %.1f s): %s%s",
-                  c->url, resets, tries, (double)ms_since(&first_reset) / 1000.0,
-                  silent_close_why(c), c->url_from);
     }
     /* HELLO went unanswered on every attempt (a dial that timed out in
      * nng's handshake has said so already). */

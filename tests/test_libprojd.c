@@ -804,9 +804,9 @@ END_TEST
 
 /* A client that hangs up mid-handshake stops nng 1.5's listener; projd
  * replaces it (daemon/DAEMON.md), and a connect that lands on the stopped
- * one in the meantime is closed before WELCOME. projd_connect tries again
- * on a fresh socket, so the next client gets in (it failed at once with
- * -ECONNRESET, blaming auth, with the timeout's time unused). */
+ * one in the meantime is closed before WELCOME. projd_connect sends HELLO
+ * again on its dialer's next connection, so the next client gets in (it
+ * failed at once with -ECONNRESET, blaming auth, its timeout unused). */
 START_TEST(connect_after_a_mid_handshake_hangup)
 {
     pj_dproc d;
