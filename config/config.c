@@ -1050,6 +1050,11 @@ int pj_config_apply_file(pj_config *cfg, const char *path, char *err, size_t err
         close(fd);
         return S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
     }
+    /* Reads of the regular file block as usual (a network file system may
+     * answer EAGAIN to a non-blocking one). */
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0)
+        (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
     int rc = 0;

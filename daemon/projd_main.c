@@ -378,9 +378,28 @@ static unsigned start_pause_ms(void)
     return *end || ms > 60000 ? 0 : (unsigned)ms;
 }
 
+/* PROJD_START_HANG_MS (tests only): the first layer's load does not end
+ * for this long, whatever signals come, as a read from a hung network
+ * mount would not; the stop's grace (daemon/startsig.h) is what ends it. */
+static void start_hang(void)
+{
+    const char *v = getenv("PROJD_START_HANG_MS");
+    if (!v || !*v)
+        return;
+    char *end;
+    unsigned long ms = strtoul(v, &end, 10);
+    if (*end || ms > 600000)
+        return;
+    struct timespec left = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&left, &left) != 0 && errno == EINTR)
+        ;
+}
+
 static int model_progress(void *ctx, uint32_t index, uint32_t count, const char *layer)
 {
     const unsigned *pause_ms = ctx;
+    if (index == 0)
+        start_hang();
     if (*pause_ms)
         usleep(*pause_ms * 1000u);
     if (pj_startsig_stop())

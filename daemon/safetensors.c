@@ -348,7 +348,9 @@ static int parse_image(pj_st_file *f, char *err, size_t errlen)
     uint64_t hlen = le64(f->buf);
     f->hlen = hlen;
     char kbuf[160];
-    const char *kind = hlen < 2 || hlen > PJ_ST_MAX_HEADER || hlen > f->len - 8
+    /* Not for a length in range that runs past the end: that is a cut
+     * file (whose length's bytes can read as some magic: 640 is 80 02). */
+    const char *kind = hlen < 2 || hlen > PJ_ST_MAX_HEADER
                            ? foreign_kind(f->buf, f->len, kbuf, sizeof kbuf)
                            : NULL;
     if (kind)
@@ -535,6 +537,9 @@ int pj_st_open(const char *path, pj_st_file **out, char *err, size_t errlen)
         close(fd);
         return -EINVAL;
     }
+    int fl = fcntl(fd, F_GETFL); /* the kept descriptor blocks as usual */
+    if (fl >= 0)
+        (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     pj_st_file *f = st_new(path);
     if (!f) {
         snprintf(err, errlen, "%s: out of memory", path);
