@@ -43,7 +43,7 @@ typedef struct opts {
     int timeout_ms;
     int help;
     int version;
-    const char *once_given[4]; /* the value of each option that takes one (parse_args) */
+    const char *once_given[24]; /* the global options' values, by place in parse_args' list */
     /* commands */
     const char *cmd;
     const char *layer;
@@ -337,35 +337,39 @@ static int parse_args(int argc, char **argv, opts *o)
                 o->json = 1;
             continue;
         }
+        /* The first four are the global options that take one value. */
         static const char *const with_value[] = {
             "--socket", "--instance",  "--config", "--timeout", "--layer", "--m",
             "--n",      "--seed",      "--repeat", "--model",   "--out",   "--preset",
             "--count",  "--transport", "--gap-us", "--label",   NULL};
-        int known = 0;
+        _Static_assert(sizeof with_value / sizeof with_value[0] <=
+                           sizeof o->once_given / sizeof o->once_given[0],
+                       "opts.once_given has a place for every option with a value");
+        int known = -1;
         for (int k = 0; with_value[k]; k++)
-            known |= !strcmp(name, with_value[k]);
-        if (!known)
+            if (!strcmp(name, with_value[k]))
+                known = k;
+        if (known < 0)
             return usage_error("unknown option %s", name);
         if (!val) {
             if (i + 1 >= argc)
                 return usage_error("%s needs a value", name);
             val = argv[++i];
         }
-        /* The global options take one value: given twice differently, the
-         * last would win without a word (a second --config replaced the
-         * first). --label adds; the command options are checked by main. */
-        static const char *const once[] = {"--socket", "--instance", "--config", "--timeout"};
-        for (size_t g = 0; g < sizeof once / sizeof once[0]; g++) {
-            if (strcmp(name, once[g]))
-                continue;
-            if (o->once_given[g] && strcmp(o->once_given[g], val)) {
+        /* Where to find the daemon and how to read it take one value: given
+         * twice differently, the last would win without a word (a second
+         * --config replaced the first). A command's options keep the last
+         * value given (--m 1 --m=3 is m 3), and --label adds. */
+        if (known < 4) {
+            const char *before = o->once_given[known];
+            if (before && strcmp(before, val)) {
                 char twice[700];
                 snprintf(twice, sizeof twice,
-                         "%s given twice (\"%s\", then \"%s\"): it takes one %s", name,
-                         o->once_given[g], val, strcmp(name, "--config") ? "value" : "file");
+                         "%s given twice (\"%s\", then \"%s\"): it takes one %s", name, before, val,
+                         strcmp(name, "--config") ? "value" : "file");
                 return usage_error("%s", twice);
             }
-            o->once_given[g] = val;
+            o->once_given[known] = val;
         }
         long v;
         if (!strcmp(name, "--socket")) {

@@ -2641,10 +2641,22 @@ static int parse_run(int argc, char **argv, lt_opts *o)
         {"help", no_argument, NULL, OPT_HELP},
         {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0}};
-    int ch, rc = 0;
+    int ch, rc = 0, li = -1;
     uint64_t v;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+    /* What to replay and against which daemon take one value: given twice
+     * differently, the last would win without a word (a second --config
+     * replaced the first). The other options keep the last value given. */
+    const char *given[sizeof lo / sizeof lo[0]] = {NULL};
+    while ((ch = getopt_long(argc, argv, ":h", lo, &li)) != -1) {
+        if (optarg && li >= 0 &&
+            (ch == OPT_TRACE || ch == OPT_SOCKET || ch == OPT_CONFIG || ch == OPT_MODEL)) {
+            if (given[li] && strcmp(given[li], optarg))
+                return usage_error("--%s given twice (\"%s\", then \"%s\"): it takes one value",
+                                   lo[li].name, given[li], optarg);
+            given[li] = optarg;
+        }
+        li = -1;
         switch (ch) {
         case OPT_TRACE:
             o->trace = optarg;
@@ -2723,10 +2735,6 @@ static int parse_run(int argc, char **argv, lt_opts *o)
             o->model = optarg;
             break;
         case OPT_CONFIG:
-            /* One file: a second, differently, would replace it unsaid. */
-            if (o->config && strcmp(o->config, optarg))
-                return usage_error("--config given twice (\"%s\", then \"%s\"): it takes one file",
-                                   o->config, optarg);
             o->config = optarg;
             break;
         case OPT_CHECK_THREADS:

@@ -379,13 +379,17 @@ expect 0 "^projd_connections_limit 64$" --socket "$sock" metrics
 if command -v python3 >/dev/null; then
     pjd_start one '{ "device": { "backend": "cpu" }, "cpu": { "threads": 1 }, "log": { "level": "warn" },
       "limits": { "max_connections": 1 } }' 30
-    python3 - "$tmp/one.sock" <<'PY' &
-import socket, sys, time
+    # It holds the place until the script lets go ($tmp/one.release), or
+    # 60 s: the status poll and metrics below must both meet it held.
+    python3 - "$tmp/one.sock" "$tmp/one.release" <<'PY' &
+import os, socket, sys, time
 s = socket.socket(socket.AF_UNIX)
 s.connect(sys.argv[1])
 s.sendall(bytes([0, ord("S"), ord("P"), 0, 0, 0x30, 0, 0]))
 s.recv(8)
-time.sleep(3)
+end = time.time() + 60
+while time.time() < end and not os.path.exists(sys.argv[2]):
+    time.sleep(0.05)
 PY
     holder=$!
     for _ in $(seq 50); do
@@ -411,6 +415,7 @@ PY
         echo "e2e_projctl: FAIL: metrics past the connection limit (exit $rc) is not 'up, refused':" >&2
         sed 's/^/    /' "$tmp/one.prom" "$tmp/one.err" >&2
     fi
+    touch "$tmp/one.release"
     wait "$holder"
     status_shows "ipc://$tmp/one.sock" 50 \
         "^  clients    1 connected of 1 allowed; [0-9]+ refused since the start \(its log says why\)$" \

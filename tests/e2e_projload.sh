@@ -659,7 +659,7 @@ expect_bad_output jsonnodir "projload: --json $tmp/no/such/x.json: No such file 
     --trace "$tmp/decode.jsonl" --socket "$sock" --check-fraction 0 --json "$tmp/no/such/x.json"
 expect_bad_output jsondir "projload: --json $tmp: Is a directory" \
     --trace "$tmp/decode.jsonl" --socket "$sock" --check-fraction 0 --json "$tmp"
-expect_bad_output configtwice 'projload: --config given twice ("a.json", then "b.json"): it takes one file' \
+expect_bad_output configtwice 'projload: --config given twice ("a.json", then "b.json"): it takes one value' \
     --trace "$tmp/decode.jsonl" --socket "$sock" --config a.json --config b.json
 # (before the trace is read, too)
 expect_bad_output jsonfirst "projload: --json $tmp/no/x.json: No such file or directory" \
