@@ -1806,7 +1806,8 @@ static int say_hello(projd_conn *c, const char *name, projd_error *e)
                         silent_close_why(c));
         }
         nng_msleep(10);
-        atomic_store(&c->timeout_ms, (int)(hello_ms - ms_since(&started)));
+        const long hello_left = hello_ms - ms_since(&started);
+        atomic_store(&c->timeout_ms, hello_left > 1 ? (int)hello_left : 1);
     }
     pj_wbuf_free(&w);
     rc = projd_request_wait(r, NULL, e);
