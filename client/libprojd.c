@@ -1704,7 +1704,8 @@ static int bad_peer_error(projd_conn *c, projd_error *e)
 
 /* How long HELLO waits through closes of its pipe before WELCOME (see
  * say_hello): a few times projd's ~300 ms to retire a stopped listener. */
-#define RESET_RETRY_MS 1500
+#define RESET_RETRY_MS  1500
+#define RESET_RETRY_MAX 4 /* closes: one is a stopped listener's, a few are to spare */
 
 /* Milliseconds since t (CLOCK_MONOTONIC). */
 static long ms_since(const struct timespec *t)
@@ -1790,14 +1791,24 @@ static int say_hello(projd_conn *c, const char *name, projd_error *e)
             pj_wbuf_free(&w);
             return bad_peer_error(c, e);
         }
-        const int closed =
-            !done || r->rc == -ECONNRESET || r->rc == -ECONNABORTED || r->rc == -ESHUTDOWN;
+        /* A HELLO sent again that times out ran into the end of the wait
+         * while the closes went on: said as the closes, not as a daemon
+         * that took the connection and never answered. */
+        const int closed = !done || r->rc == -ECONNRESET || r->rc == -ECONNABORTED ||
+                           r->rc == -ESHUTDOWN || (closes && r->rc == -ETIMEDOUT);
         if (!closed)
             break;
         projd_request_free(r);
-        if (!closes++)
+        /* Counted as the pipes that went: one HELLO's wait may see several. */
+        if (!closes)
             clock_gettime(CLOCK_MONOTONIC, &closed_at);
-        if (ms_since(&closed_at) + 10 >= RESET_RETRY_MS || ms_since(&started) + 10 >= hello_ms) {
+        const int gone = atomic_load(&c->pipes_removed);
+        closes = gone > closes ? gone : closes + 1;
+        /* A few closes at most: the dialer redials at once after each (nng
+         * resets its back-off on every connect), and a daemon that closes
+         * every connection (an auth refusal) would otherwise meet dozens. */
+        if (closes >= RESET_RETRY_MAX || ms_since(&closed_at) + 10 >= RESET_RETRY_MS ||
+            ms_since(&started) + 150 >= hello_ms) {
             pj_wbuf_free(&w);
             return fail(e, -ECONNRESET,
                         "connect %s: projd closed the connection before WELCOME without saying "
