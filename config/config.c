@@ -1028,33 +1028,18 @@ int pj_config_apply_json(pj_config *cfg, const char *json, size_t len, char *err
 int pj_config_apply_file(pj_config *cfg, const char *path, char *err, size_t errlen)
 {
     char ebuf[128];
-    /* O_NONBLOCK: a FIFO put where the file was would hold the open until
-     * some writer came, and projd reads this on its event loop at SIGHUP.
-     * On a regular file the flag changes nothing. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-        int e = errno;
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror_r(e, ebuf, sizeof ebuf));
-        return -e;
-    }
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        snprintf(err, errlen, "%s: fstat: %s", path, strerror_r(e, ebuf, sizeof ebuf));
-        close(fd);
-        return -e;
+    const char *failed;
+    int fd = pj_open_regular(path, &st, &failed);
+    if (fd < 0 && failed) {
+        snprintf(err, errlen, "%s: %s: %s", path, failed, strerror_r(-fd, ebuf, sizeof ebuf));
+        return fd;
     }
-    if (!S_ISREG(st.st_mode)) {
+    if (fd < 0) {
         snprintf(err, errlen, "%s: not a regular file (%s): a configuration is read from a file",
                  path, pj_file_kind(st.st_mode));
-        close(fd);
-        return S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+        return fd;
     }
-    /* Reads of the regular file block as usual (a network file system may
-     * answer EAGAIN to a non-blocking one). */
-    int fl = fcntl(fd, F_GETFL);
-    if (fl >= 0)
-        (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
     int rc = 0;

@@ -305,6 +305,29 @@ int pj_replace_file(const char *path, const void *buf, size_t len, mode_t mode, 
     return pj_replacing_commit(&r, 0, err, errlen);
 }
 
+int pj_open_regular(const char *path, struct stat *st, const char **failed)
+{
+    *failed = "cannot open";
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return -errno;
+    if (fstat(fd, st) != 0) {
+        const int e = errno;
+        *failed = "fstat";
+        close(fd);
+        return -e;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        *failed = NULL;
+        close(fd);
+        return S_ISDIR(st->st_mode) ? -EISDIR : -EINVAL;
+    }
+    const int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0)
+        (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
+}
+
 const char *pj_file_kind(mode_t mode)
 {
     if (S_ISREG(mode))

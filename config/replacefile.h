@@ -74,4 +74,15 @@ int pj_replace_file(const char *path, const void *buf, size_t len, mode_t mode, 
  * "a directory", "a character device", ... ("a regular file" for one). */
 const char *pj_file_kind(mode_t mode);
 
+/* Opens path for reading if it is a regular file (the configuration, a
+ * model, a tuning table), without waiting on a FIFO or a device put in its
+ * place: a FIFO with no writer would hold the open, on the daemon's event
+ * loop at SIGHUP. The descriptor returned reads as usual (blocking: a
+ * network file system may answer EAGAIN to a non-blocking read). Else
+ * -errno, with *failed naming the step for a message, "cannot open" or
+ * "fstat", or NULL when the path is no regular file: -EISDIR for a
+ * directory, -EINVAL for another kind, whose mode *st holds. */
+struct stat;
+int pj_open_regular(const char *path, struct stat *st, const char **failed);
+
 #endif

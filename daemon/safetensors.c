@@ -516,30 +516,17 @@ int pj_st_parse(const void *buf, size_t len, const char *label, pj_st_file **out
 int pj_st_open(const char *path, pj_st_file **out, char *err, size_t errlen)
 {
     *out = NULL;
-    /* O_NONBLOCK: a FIFO in the model's place would hold the open until
-     * some writer came (projctl inspect, --check-config hung); the check
-     * below refuses it. On a regular file the flag changes nothing. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-        int e = errno;
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(e));
-        return -e;
-    }
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        snprintf(err, errlen, "%s: fstat: %s", path, strerror(e));
-        close(fd);
-        return -e;
+    const char *failed;
+    int fd = pj_open_regular(path, &st, &failed);
+    if (fd < 0 && failed) {
+        snprintf(err, errlen, "%s: %s: %s", path, failed, strerror(-fd));
+        return fd;
     }
-    if (!S_ISREG(st.st_mode)) {
+    if (fd < 0) {
         snprintf(err, errlen, "%s: not a regular file (%s)", path, pj_file_kind(st.st_mode));
-        close(fd);
         return -EINVAL;
     }
-    int fl = fcntl(fd, F_GETFL); /* the kept descriptor blocks as usual */
-    if (fl >= 0)
-        (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     pj_st_file *f = st_new(path);
     if (!f) {
         snprintf(err, errlen, "%s: out of memory", path);

@@ -623,27 +623,15 @@ int pj_tune_load(const char *path, pj_tune_table *t, pj_tune_check_fn check, voi
                  pj_tune_msg_fn msg, void *msg_ctx, char *err, size_t errlen)
 {
     memset(t, 0, sizeof *t);
-    /* Opened without blocking and read only if a regular file: a FIFO (or
-     * a device) in a tables' folder would otherwise hold the start. */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-        const int e = errno;
-        snprintf(err, errlen, "tuning table %s: %s", path, strerror(e));
-        return -e;
-    }
+    /* Read only if a regular file: a FIFO (or a device) in a tables'
+     * folder would otherwise hold the start. */
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        const int e = errno;
-        snprintf(err, errlen, "tuning table %s: %s", path, strerror(e));
-        close(fd);
-        return -e;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        const int e = S_ISDIR(sb.st_mode) ? EISDIR : EINVAL;
+    const char *failed;
+    int fd = pj_open_regular(path, &sb, &failed);
+    if (fd < 0) {
         snprintf(err, errlen, "tuning table %s: %s", path,
-                 e == EISDIR ? strerror(e) : "not a regular file");
-        close(fd);
-        return -e;
+                 failed || fd == -EISDIR ? strerror(-fd) : "not a regular file");
+        return fd;
     }
     FILE *f = fdopen(fd, "rb");
     if (!f) {
