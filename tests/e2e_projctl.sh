@@ -380,8 +380,17 @@ status_shows "$held" 20 "^  releasing  [12] buffer release\(s\), the running one
 expect 0 "^  clients    1 connected of 64 allowed$" --socket "$sock" status
 expect 0 "^projd_connections_limit 64$" --socket "$sock" metrics
 if command -v python3 >/dev/null; then
-    pjd_start one '{ "device": { "backend": "cpu" }, "cpu": { "threads": 1 }, "log": { "level": "warn" },
+    pjd_start one '{ "device": { "backend": "cpu" }, "cpu": { "threads": 1 }, "log": { "level": "debug" },
       "limits": { "max_connections": 1 } }' 30
+    # pjd_start's status probes count against the limit until the loop has
+    # retired them (a closed connection is counted until then, as its
+    # requests may still run): the holder connects once every probe's
+    # close is in the log, or it could be the one refused.
+    for _ in $(seq 50); do
+        [ "$(grep -c ': pid [0-9]* uid [0-9]* gid [0-9]* connected (' "$tmp/one.log")" = \
+            "$(grep -c ' closed after ' "$tmp/one.log")" ] && break
+        sleep 0.1
+    done
     # It holds the place until the script lets go ($tmp/one.release), or
     # 60 s: the status poll and metrics below must both meet it held.
     python3 - "$tmp/one.sock" "$tmp/one.release" <<'PY' &
