@@ -29,6 +29,7 @@
 #include "daemon/closer.h"
 #include "daemon/orphans.h"
 #include "daemon/peercred.h"
+#include "daemon/reapwatch.h"
 #include "daemon/ringsrv.h"
 #include "daemon/socklock.h"
 #include "daemon/stats.h"
@@ -181,6 +182,10 @@ struct pj_server {
         uint64_t since_ns;
     } * retired; /* replaced, closed when they have no pipes */
     uint32_t n_retired;
+    /* nng's reaper, watched (daemon/reapwatch.h); NULL if it could not be
+     * set up. reaper_stuck: said, and the drain begun. */
+    pj_reapwatch *reapwatch;
+    int reaper_stuck;
 
     /* Shared with nng threads, under mu. */
     pthread_mutex_t mu;
@@ -1469,6 +1474,9 @@ static char *stats_text(pj_server *s)
         cJSON_AddNumberToObject(cn, "limit", s->cfg.limits.max_connections);
         cJSON_AddNumberToObject(cn, "limit_per_uid", s->cfg.limits.max_connections_per_uid);
         cJSON_AddNumberToObject(cn, "listener_restarts", (double)s->lst_restarts);
+        /* nng's reaper seen retiring the watch's probe pipes (a count that
+         * stops growing, with the daemon up, is the watch itself stuck). */
+        cJSON_AddNumberToObject(cn, "reaper_probes", (double)pj_reapwatch_probes(s->reapwatch));
     }
     uint64_t nbuf, nbytes;
     pj_bufreg_totals(&nbuf, &nbytes);
@@ -2055,6 +2063,8 @@ static void close_socket(pj_server *s)
         nng_close(s->sock); /* closes the listeners (and their private names) */
         s->sock_open = 0;
     }
+    pj_reapwatch_close(s->reapwatch);
+    s->reapwatch = NULL;
     for (uint32_t i = 0; i < s->n_ctx; i++)
         nng_aio_stop(s->ctxs[i]->aio); /* no callback runs after this */
     /* Events still queued: pipe events are plain memory; context events
@@ -2792,9 +2802,39 @@ static void warn_slow_release(pj_server *s)
                 (double)ms / 1e3, pj_closer_pending(), s->orphans.lost);
 }
 
+/* The reaper watch's verdicts: how often its probe pipe is closed, and
+ * how long that pipe's retirement may take before nng's reaper counts as
+ * blocked (it takes microseconds; 30 s leaves room for a starved machine). */
+#define REAPER_PROBE_MS 5000
+#define REAPER_STUCK_MS 30000
+
+/* nng will retire no closed connection again (daemon/reapwatch.h): each
+ * would hold its place until every client is refused, and the clients
+ * still connected gain nothing by waiting for that. A restart (the unit's
+ * Restart=on-failure) is the only way back: drain, and exit 1. */
+static void check_reaper(pj_server *s, uint64_t now)
+{
+    if (s->reaper_stuck || s->draining)
+        return;
+    const uint64_t waited = pj_reapwatch_check(s->reapwatch, now);
+    if (!waited)
+        return;
+    s->reaper_stuck = 1;
+    pj_log_err("nng has not retired a closed pipe for %.0f s: its reaper thread is blocked (an nng "
+               "1.5 defect: a pipe whose transfer was resubmitted after its close waits forever to "
+               "stop), so no closed connection would leave the count again and "
+               "limits.max_connections (%u) would soon refuse every client; draining and exiting "
+               "1 for the service manager to start projd again (%u connections open)",
+               (double)waited / 1e9, s->cfg.limits.max_connections, s->conns.count);
+    s->exit_code = 1;
+    pj_server_set_exit_code(1);
+    pj_server_drain_failed(s, "nng's reaper blocked");
+}
+
 static void on_watch(uv_timer_t *t)
 {
     pj_server *s = t->data;
+    check_reaper(s, pj_now_ns());
     pj_orphans_sweep(&s->orphans, s->be, 0);
     pj_bufreg_reap(0); /* buffers released while the device still used them */
     warn_slow_release(s);
@@ -2865,6 +2905,11 @@ static int listen_on(pj_server *s, char *err, size_t errlen)
         return -EIO;
     }
     s->sock_open = 1;
+    /* Without the watch projd serves as before, blind to that one defect. */
+    char werr[160];
+    s->reapwatch = pj_reapwatch_open(REAPER_PROBE_MS, REAPER_STUCK_MS, werr, sizeof werr);
+    if (!s->reapwatch)
+        pj_log_warn("%s: a blocked nng reaper will not be noticed", werr);
     rv = nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, hard_cap(&s->cfg));
     if (rv == 0)
         rv = nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_PRE, pipe_cb, s);

@@ -1097,6 +1097,72 @@ START_TEST(release_off_the_loop)
 }
 END_TEST
 
+/* ---- nng's reaper -------------------------------------------------------------- */
+
+/* nng 1.5 can block the thread that retires closed pipes for good
+ * (daemon/reapwatch.h); the daemon's watch closes a pipe of its own every
+ * few seconds and expects it retired. Here every 50 ms: under a stream of
+ * short connections the watch keeps finding the reaper alive and the
+ * daemon serves on; with its Nth notice held forever (PROJD_REAPWATCH_BLOCK,
+ * as nng's defect holds the reaper), the daemon says so, drains and exits
+ * 1 (the teardown's nng_close then waits on the same thread: the exit
+ * guard ends it). */
+START_TEST(reaper_blocked_restarts)
+{
+    pj_dproc d;
+    setenv("PROJD_REAPWATCH_MS", "50,1500", 1);
+    pjd_start(&d, g_model_path, NULL);
+    pjt_client c;
+    ck_assert_int_eq(pjt_connect(&c, d.url, REPLY_MS), 0);
+    ck_assert_int_eq(pjt_hello(&c, "watcher"), PJ_OK);
+    const double before = pjd_stat(&c, "connections.reaper_probes");
+    for (int i = 0; i < 40; i++) {
+        pjt_client p;
+        ck_assert_int_eq(pjt_connect(&p, d.url, REPLY_MS), 0);
+        ck_assert_int_eq(pjt_hello(&p, "probe"), PJ_OK);
+        pjt_close(&p);
+        pjd_sleep_ms(20);
+    }
+    /* A probe takes a watch tick (100 ms) or two and the dialer's return. */
+    double after = pjd_stat(&c, "connections.reaper_probes");
+    for (int waited = 0; after < before + 3 && waited < 5000; waited += 50) {
+        pjd_sleep_ms(50);
+        after = pjd_stat(&c, "connections.reaper_probes");
+    }
+    ck_assert_msg(after >= before + 3, "reaper probes %.0f -> %.0f at one per 50 ms", before,
+                  after);
+    ck_assert_int_eq(pjt_ping(&c), PJ_OK);
+    /* Every probe connection left the count (the reaper retired them). */
+    ck_assert_double_eq(pjd_wait_stat(&c, "connections.current", 1, 5000), 1);
+    pjt_close(&c);
+    pjd_stop(&d);
+
+    setenv("PROJD_REAPWATCH_BLOCK", "3", 1);
+    pjd_start(&d, g_model_path, NULL);
+    unsetenv("PROJD_REAPWATCH_BLOCK");
+    unsetenv("PROJD_REAPWATCH_MS");
+    ck_assert_int_eq(pjt_connect(&c, d.url, REPLY_MS), 0);
+    ck_assert_int_eq(pjt_hello(&c, "watcher"), PJ_OK);
+    const long long t0 = pjd_now_ms();
+    ck_assert_int_eq(pj_dproc_wait_exit(&d, 20000), 0);
+    const long long took = pjd_now_ms() - t0;
+    if (pj_dproc_exit_code(&d) != 1)
+        pj_dproc_dump_log(&d);
+    ck_assert_int_eq(pj_dproc_exit_code(&d), 1);
+    ck_assert(pj_dproc_log_has(&d, "nng has not retired a closed pipe for ", 0));
+    ck_assert(pj_dproc_log_has(&d, "draining and exiting 1", 0));
+    ck_assert(pj_dproc_log_has(&d, "did not finish within 5 s after the drain", 0));
+    /* The connection the daemon had is gone with it. */
+    ck_assert_int_ne(pjt_ping(&c), PJ_OK);
+    pjt_close(&c);
+    printf("reaper_blocked_restarts: %.0f probes retired under 40 connections; a blocked reaper "
+           "ended the "
+           "daemon (exit 1) %.1f s after a client connected\n",
+           after - before, (double)took / 1e3);
+    pj_dproc_cleanup(&d);
+}
+END_TEST
+
 /* ---- submits the backend puts off ------------------------------------------- */
 
 /* A backend may answer a submit with "not now" (-EAGAIN: the cuda backend
@@ -1733,6 +1799,7 @@ int main(void)
         {"sigterm_drains", sigterm_drains},
         {"release_off_the_loop", release_off_the_loop},
         {"deferred_submits", deferred_submits},
+        {"reaper_blocked_restarts", reaper_blocked_restarts},
         {"systemd_watchdog", systemd_watchdog},
         {"sighup_reload_outcome", sighup_reload_outcome},
         {"many_layers", many_layers},
