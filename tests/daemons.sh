@@ -116,27 +116,46 @@ pjd_expect() {
     fi
 }
 
-pjd_stop_all() {
-    local i p name code failures=0
-    for i in "${!pjd_pids[@]}"; do
-        p=${pjd_pids[$i]}
-        name=${pjd_names[$i]}
-        if ! kill -0 "$p" 2>/dev/null; then
-            echo "$pjd_tag: FAIL: projd ($name) died during the tests" >&2
-            cat "$tmp/$name.log" >&2
-            failures=$((failures + 1))
-            continue
-        fi
-        kill -TERM "$p"
-        code=0
-        wait "$p" || code=$?
-        if [ "$code" -ne 0 ]; then
-            echo "$pjd_tag: FAIL: projd ($name) exited $code after SIGTERM" >&2
-            cat "$tmp/$name.log" >&2
-            failures=$((failures + 1))
+# pjd_stop_at I: SIGTERM the I-th daemon pjd_start started and wait for
+# it; one that died before, or exits non-zero, is said with its log. 0, or
+# 1. It is then no longer among the daemons pjd_stop_all stops.
+pjd_stop_at() {
+    local p=${pjd_pids[$1]} name=${pjd_names[$1]} code=0
+    unset "pjd_pids[$1]" "pjd_names[$1]"
+    if ! kill -0 "$p" 2>/dev/null; then
+        echo "$pjd_tag: FAIL: projd ($name) died during the tests" >&2
+        cat "$tmp/$name.log" >&2
+        return 1
+    fi
+    kill -TERM "$p"
+    wait "$p" || code=$?
+    if [ "$code" -ne 0 ]; then
+        echo "$pjd_tag: FAIL: projd ($name) exited $code after SIGTERM" >&2
+        cat "$tmp/$name.log" >&2
+        return 1
+    fi
+}
+
+# pjd_stop NAME: pjd_stop_at for the daemon pjd_start started as NAME.
+pjd_stop() {
+    local i
+    for i in "${!pjd_names[@]}"; do
+        if [ "${pjd_names[$i]}" = "$1" ]; then
+            pjd_stop_at "$i"
+            return
         fi
     done
+    echo "$pjd_tag: FAIL: no daemon $1 to stop" >&2
+    return 1
+}
+
+pjd_stop_all() {
+    local i failures=0
+    for i in "${!pjd_pids[@]}"; do
+        pjd_stop_at "$i" || failures=$((failures + 1))
+    done
     pjd_pids=()
+    pjd_names=()
     return "$failures"
 }
 
