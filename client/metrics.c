@@ -719,6 +719,8 @@ static const plain_metric plain[] = {
      "Connections closed for not saying HELLO in time"},
     {"connections", "listener_restarts", "projd_listener_restarts_total", 1, 1,
      "Times the socket's listener was set up again"},
+    {"connections", "reaper_probes", "projd_reaper_probes_total", 1, 1,
+     "Probe pipes nng's reaper was seen to retire (projd exits 1 when one is not in 30 s)"},
     {"buffers", "current", "projd_buffers", 0, 1, "Registered buffers"},
     {"buffers", "mapped_bytes", "projd_buffer_mapped_bytes", 0, 1,
      "Bytes of registered buffers mapped"},

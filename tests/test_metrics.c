@@ -292,6 +292,7 @@ START_TEST(cuda_stats)
     ck_assert_double_eq(value_of(&E, "projd_requests_total", "type=RING_ATTACH"), 0);
     ck_assert(!has_series(&E, "projd_requests_total", "type=DONE"));
     ck_assert_double_eq(value_of(&E, "projd_listener_restarts_total", NULL), 7);
+    ck_assert_double_eq(value_of(&E, "projd_reaper_probes_total", NULL), 12);
     ck_assert_double_eq(value_of(&E, "projd_connections_by_state", "state=open"), 1);
     ck_assert_double_eq(value_of(&E, "projd_resident_memory_bytes", NULL), 2051387392.0);
     ck_assert_double_eq(value_of(&E, "projd_ring_enabled", NULL), 1);
