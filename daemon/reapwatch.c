@@ -14,18 +14,33 @@ struct pj_reapwatch {
     int lsn_open, dlr_open;
     uint64_t every_ns, stuck_ns;
     /* Written by nng's threads (the notices), read on the loop. */
-    _Atomic uint32_t cur_pipe;  /* the listener's pipe now (0: none yet) */
-    _Atomic uint32_t gone_pipe; /* the last pipe whose REM_POST came */
-    /* The loop's own. */
-    uint32_t probe_pipe; /* closed, its REM_POST awaited (0: none) */
-    uint64_t probe_ns, last_ns;
+    _Atomic uint32_t cur_pipe; /* the listener's pipe now (0: none) */
+    /* The probe pipe whose REM_POST is awaited, cleared by that notice
+     * alone: pair0 refuses (and closes) a second pipe that comes while
+     * the probe is still being retired, and that pipe's notice can come
+     * after the probe's. */
+    _Atomic uint32_t awaited;
     _Atomic uint64_t probes;
-    /* Tests only (PROJD_REAPWATCH_BLOCK=N): the notice of the Nth probe
-     * never returns, which blocks nng's reaper as its ipc defect does. */
+    /* The loop's own. */
+    uint32_t probe_pipe; /* closed, awaited (0: none in flight) */
+    uint64_t probe_ns, last_ns;
+    /* Tests only (PROJD_REAPWATCH_BLOCK=N, or dN): the Nth probe's notice
+     * on the listener's side (on the dialer's side) never returns, which
+     * blocks nng's reaper as its ipc defect does. */
     uint64_t block_at;
+    int block_dialer;
 };
 
-static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+static void block_reaper_if_asked(pj_reapwatch *w, int dialer_side)
+{
+    if (!w->block_at || dialer_side != w->block_dialer || atomic_load(&w->probes) + 1 < w->block_at)
+        return;
+    const struct timespec t = {3600, 0};
+    for (;;)
+        nanosleep(&t, NULL);
+}
+
+static void lsn_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
     pj_reapwatch *w = arg;
     uint32_t id = (uint32_t)nng_pipe_id(p);
@@ -33,16 +48,22 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
         atomic_store(&w->cur_pipe, id);
         return;
     }
-    if (w->block_at && atomic_load(&w->probes) + 1 >= w->block_at) {
-        const struct timespec t = {3600, 0};
-        for (;;)
-            nanosleep(&t, NULL);
-    }
+    block_reaper_if_asked(w, 0);
     /* A pipe gone is no longer one to close (the dialer's next may not
      * have come yet). */
     uint32_t expect = id;
     atomic_compare_exchange_strong(&w->cur_pipe, &expect, 0);
-    atomic_store(&w->gone_pipe, id);
+    expect = id;
+    atomic_compare_exchange_strong(&w->awaited, &expect, 0);
+}
+
+/* The dialer connects again once its pipe is retired; a reaper blocked
+ * there leaves the watch without a pipe to close. */
+static void dlr_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+    (void)p;
+    (void)ev;
+    block_reaper_if_asked(arg, 1);
 }
 
 static uint32_t env_u32(const char **s)
@@ -70,8 +91,11 @@ pj_reapwatch *pj_reapwatch_open(uint32_t every_ms, uint32_t stuck_ms, char *err,
         }
     }
     const char *blk = getenv("PROJD_REAPWATCH_BLOCK");
-    if (blk && *blk)
+    if (blk && *blk) {
+        w->block_dialer = *blk == 'd';
+        blk += w->block_dialer;
         w->block_at = env_u32(&blk);
+    }
     w->every_ns = (uint64_t)(every_ms ? every_ms : 1) * 1000000ull;
     w->stuck_ns = (uint64_t)(stuck_ms ? stuck_ms : 1) * 1000000ull;
     /* inproc names are the process's own; the address keeps two watches
@@ -81,9 +105,9 @@ pj_reapwatch *pj_reapwatch_open(uint32_t every_ms, uint32_t stuck_ms, char *err,
     int rv = nng_pair0_open(&w->lsn);
     w->lsn_open = rv == 0;
     if (rv == 0)
-        rv = nng_pipe_notify(w->lsn, NNG_PIPE_EV_ADD_POST, pipe_cb, w);
+        rv = nng_pipe_notify(w->lsn, NNG_PIPE_EV_ADD_POST, lsn_cb, w);
     if (rv == 0)
-        rv = nng_pipe_notify(w->lsn, NNG_PIPE_EV_REM_POST, pipe_cb, w);
+        rv = nng_pipe_notify(w->lsn, NNG_PIPE_EV_REM_POST, lsn_cb, w);
     if (rv == 0)
         rv = nng_listen(w->lsn, url, NULL, 0);
     if (rv == 0) {
@@ -93,6 +117,8 @@ pj_reapwatch *pj_reapwatch_open(uint32_t every_ms, uint32_t stuck_ms, char *err,
     /* The next probe pipe is there at once (the default waits 100 ms). */
     if (rv == 0)
         rv = nng_socket_set_ms(w->dlr, NNG_OPT_RECONNMINT, 10);
+    if (rv == 0)
+        rv = nng_pipe_notify(w->dlr, NNG_PIPE_EV_REM_POST, dlr_cb, w);
     /* Not blocking: the dialer connects, and connects again after each
      * probe, on its own. */
     if (rv == 0)
@@ -112,7 +138,7 @@ uint64_t pj_reapwatch_check(pj_reapwatch *w, uint64_t now_ns)
     if (!w->last_ns)
         w->last_ns = now_ns;
     if (w->probe_pipe) {
-        if (atomic_load(&w->gone_pipe) == w->probe_pipe) {
+        if (atomic_load(&w->awaited) == 0) {
             w->probe_pipe = 0;
             w->last_ns = now_ns;
             atomic_fetch_add(&w->probes, 1);
@@ -121,15 +147,22 @@ uint64_t pj_reapwatch_check(pj_reapwatch *w, uint64_t now_ns)
         const uint64_t waited = now_ns - w->probe_ns;
         return waited > w->stuck_ns ? waited : 0;
     }
-    if (now_ns - w->last_ns < w->every_ns)
+    const uint64_t since = now_ns - w->last_ns;
+    if (since < w->every_ns)
         return 0;
     const uint32_t id = atomic_load(&w->cur_pipe);
-    if (!id) /* the dialer has not connected again yet */
-        return 0;
+    /* The dialer connects again within milliseconds of its pipe's
+     * retirement, on the reaper: no pipe for longer than a retirement may
+     * take is the reaper blocked before it got there. */
+    if (!id)
+        return since > w->stuck_ns + w->every_ns ? since - w->every_ns : 0;
+    atomic_store(&w->awaited, id);
     nng_pipe p = NNG_PIPE_INITIALIZER;
     p.id = id;
-    if (nng_pipe_close(p) != 0) /* gone already: its notice is on its way */
+    if (nng_pipe_close(p) != 0) { /* gone already: the next one is probed */
+        atomic_store(&w->awaited, 0);
         return 0;
+    }
     w->probe_pipe = id;
     w->probe_ns = now_ns;
     return 0;

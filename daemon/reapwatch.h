@@ -15,9 +15,10 @@
  * hangs. Nothing in nng's API tells.
  *
  * The watch keeps a pair of inproc sockets of its own, closes their pipe
- * every `every_ms` and expects that pipe's REM_POST back from the reaper:
- * one still missing after `stuck_ms` means the reaper is blocked (it
- * normally takes microseconds). */
+ * every `every_ms` and expects that pipe's REM_POST back from the reaper,
+ * and the dialer's next pipe (it redials from the reaper, once its own
+ * pipe is retired): one still missing after `stuck_ms` means the reaper
+ * is blocked (it normally takes microseconds). */
 #ifndef PJ_REAPWATCH_H
 #define PJ_REAPWATCH_H
 
