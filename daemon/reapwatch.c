@@ -24,12 +24,17 @@ struct pj_reapwatch {
     /* The loop's own. */
     uint32_t probe_pipe; /* closed, awaited (0: none in flight) */
     uint64_t probe_ns, last_ns;
+    uint64_t seen_ns; /* the previous check */
     /* Tests only (PROJD_REAPWATCH_BLOCK=N, or dN): the Nth probe's notice
      * on the listener's side (on the dialer's side) never returns, which
      * blocks nng's reaper as its ipc defect does. */
     uint64_t block_at;
     int block_dialer;
 };
+
+/* Checks further apart than this (the loop's watch runs every 100 ms)
+ * mean the process, not the reaper, was held. */
+#define GAP_NS 1000000000ull
 
 static void block_reaper_if_asked(pj_reapwatch *w, int dialer_side)
 {
@@ -137,6 +142,14 @@ uint64_t pj_reapwatch_check(pj_reapwatch *w, uint64_t now_ns)
         return 0;
     if (!w->last_ns)
         w->last_ns = now_ns;
+    /* Time the process did not run (SIGSTOP, a frozen cgroup, a paused
+     * VM, a stalled loop) is not the reaper's: after it the reaper may
+     * not have run yet either. The clocks move past such a gap. */
+    if (w->seen_ns && now_ns - w->seen_ns > GAP_NS) {
+        w->probe_ns += now_ns - w->seen_ns;
+        w->last_ns += now_ns - w->seen_ns;
+    }
+    w->seen_ns = now_ns;
     if (w->probe_pipe) {
         if (atomic_load(&w->awaited) == 0) {
             w->probe_pipe = 0;
