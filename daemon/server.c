@@ -183,9 +183,8 @@ struct pj_server {
     } * retired; /* replaced, closed when they have no pipes */
     uint32_t n_retired;
     /* nng's reaper, watched (daemon/reapwatch.h); NULL if it could not be
-     * set up. reaper_stuck: said, and the drain begun. */
+     * set up. */
     pj_reapwatch *reapwatch;
-    int reaper_stuck;
 
     /* Shared with nng threads, under mu. */
     pthread_mutex_t mu;
@@ -2814,12 +2813,11 @@ static void warn_slow_release(pj_server *s)
  * Restart=on-failure) is the only way back: drain, and exit 1. */
 static void check_reaper(pj_server *s, uint64_t now)
 {
-    if (s->reaper_stuck || s->draining)
+    if (s->draining) /* said once: the verdict begins the drain */
         return;
     const uint64_t waited = pj_reapwatch_check(s->reapwatch, now);
     if (!waited)
         return;
-    s->reaper_stuck = 1;
     pj_log_err("nng has not retired a closed pipe for %.0f s: its reaper thread is blocked (an nng "
                "1.5 defect: a pipe whose transfer was resubmitted after its close waits forever to "
                "stop), so no closed connection would leave the count again and "
@@ -2834,11 +2832,12 @@ static void check_reaper(pj_server *s, uint64_t now)
 static void on_watch(uv_timer_t *t)
 {
     pj_server *s = t->data;
-    check_reaper(s, pj_now_ns());
+    const uint64_t now = pj_now_ns();
+    check_reaper(s, now);
     pj_orphans_sweep(&s->orphans, s->be, 0);
     pj_bufreg_reap(0); /* buffers released while the device still used them */
     warn_slow_release(s);
-    announce_late_conns(s, pj_now_ns());
+    announce_late_conns(s, now);
     close_silent_conns(s);
     close_unread_conns(s);
     tell_expire(s);
@@ -2859,7 +2858,6 @@ static void on_watch(uv_timer_t *t)
         return;
     char err[256];
     if (open_listener(s, err, sizeof err) != 0) {
-        const uint64_t now = pj_now_ns();
         if (s->lst_fail_said_ns && now - s->lst_fail_said_ns < 10000000000ull) {
             s->lst_fail_quiet++;
             return;
