@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -88,6 +89,17 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* A polling loop's pause: it lets the core's other hardware thread run
+ * and costs less power than a bare spin. */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 /* Sleeps until now_ns() reads t (at once when it has). */
 static void sleep_until_ns(uint64_t t)
 {
@@ -131,7 +143,8 @@ typedef struct lt_opts {
     int mode_set;
     double rate, speed, duration_s, check_fraction;
     uint32_t concurrency, slots, check_threads;
-    int concurrency_set, slots_set, count_set, speed_set;
+    uint32_t spin_us; /* open loop and replay: the last part of a wait spent polling */
+    int concurrency_set, slots_set, count_set, speed_set, spin_set;
     int check_set; /* --check-fraction given (else 0.01 with --model, 0 without) */
     uint64_t warmup, count, seed;
     uint32_t sweep[LT_MAX_SWEEP];
@@ -930,7 +943,17 @@ static void *client_main(void *arg)
         c->failed = 1;
         stopping = 1;
     }
-    uint64_t slept_for_due = 0; /* the due time the last sleep was for */
+    /* The due time this thread last waited for with a slot free: a
+     * request sent late after such a wait is late by projload's doing. */
+    uint64_t waited_for_due = 0;
+    const uint64_t spin_ns = (uint64_t)r->o->spin_us * 1000;
+    /* A timed sleep on Linux may end up to the thread's timer slack (50 us
+     * by default) after it was asked to, on top of the wake-up itself:
+     * that lateness lands in every open-loop latency, which counts from the
+     * due time. 1 ns asks the kernel for no slack; the spin below covers
+     * the wake-up. */
+    if (r->mode != MODE_CLOSED)
+        (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
     for (;;) {
         /* Completions first: they free slots and feed the checkers. */
         size_t n_ready = 0, busy = 0;
@@ -990,17 +1013,25 @@ static void *client_main(void *arg)
                     c->next++;
                     continue;
                 } else if (due <= t) {
-                    if (due == slept_for_due) {
+                    if (due == waited_for_due) {
                         atomic_fetch_add(&r->own_late_n, 1);
                         atomic_fetch_add(&r->own_late_sum_ns, t - due);
                         store_max(&r->own_late_max_ns, t - due);
                     }
-                    slept_for_due = 0;
+                    waited_for_due = 0;
                     c->next++;
                     issue(c, s, p->seq, p->tr, due);
                     continue;
                 } else {
-                    wait_until = due;
+                    /* Not due yet and a slot is free: sleep until
+                     * --spin-us before it, then poll (completions
+                     * included) until it is due. */
+                    waited_for_due = due;
+                    if (due - t <= spin_ns) {
+                        cpu_relax();
+                        continue;
+                    }
+                    wait_until = due - spin_ns;
                 }
             }
         }
@@ -1011,9 +1042,6 @@ static void *client_main(void *arg)
         uint64_t t = now_ns(), tick = t + 200000000ull;
         if (!wait_until || wait_until > tick)
             wait_until = tick;
-        /* Only a sleep for the next due time, with every slot free to take
-         * it: a request held by busy slots is late by the daemon's doing. */
-        slept_for_due = wait_until != tick && busy < r->slots ? wait_until : 0;
         struct timespec ts = {.tv_sec = (time_t)(wait_until / 1000000000ull),
                               .tv_nsec = (long)(wait_until % 1000000000ull)};
         pthread_mutex_lock(&c->mu);
@@ -2172,6 +2200,9 @@ static void usage(FILE *f)
         "  --slots S             requests in flight per client in open loop and replay\n"
         "                        (default 4; a request due while all are busy waits, and\n"
         "                        its latency, counted from when it was due, shows it)\n"
+        "  --spin-us U           open loop and replay: a client sleeps until U us before a\n"
+        "                        request is due and polls from there (default 100; 0: sleep\n"
+        "                        to the due time, and wake some tens of us after it)\n"
         "  --sweep LIST          closed loop at each concurrency, e.g. 1,2,4,8,16 (instead\n"
         "                        of --concurrency)\n"
         "run: length\n"
@@ -2563,6 +2594,7 @@ enum {
     OPT_REPLAY,
     OPT_SPEED,
     OPT_SLOTS,
+    OPT_SPIN,
     OPT_SWEEP,
     OPT_WARMUP,
     OPT_COUNT,
@@ -2607,6 +2639,7 @@ static int parse_run(int argc, char **argv, lt_opts *o)
     o->progress = -1;
     o->concurrency = 1;
     o->slots = 4;
+    o->spin_us = 100;
     size_t len = 0;
     for (int i = 0; i < argc && len < sizeof o->command - 1; i++)
         len += (size_t)snprintf(o->command + len, sizeof o->command - len, "%s%s", i ? " " : "",
@@ -2621,6 +2654,7 @@ static int parse_run(int argc, char **argv, lt_opts *o)
         {"replay", no_argument, NULL, OPT_REPLAY},
         {"speed", required_argument, NULL, OPT_SPEED},
         {"slots", required_argument, NULL, OPT_SLOTS},
+        {"spin-us", required_argument, NULL, OPT_SPIN},
         {"sweep", required_argument, NULL, OPT_SWEEP},
         {"warmup", required_argument, NULL, OPT_WARMUP},
         {"count", required_argument, NULL, OPT_COUNT},
@@ -2694,6 +2728,10 @@ static int parse_run(int argc, char **argv, lt_opts *o)
         case OPT_SLOTS:
             rc = parse_u32("--slots", optarg, 1, 1024, &o->slots);
             o->slots_set = 1;
+            break;
+        case OPT_SPIN:
+            rc = parse_u32("--spin-us", optarg, 0, 1000000, &o->spin_us);
+            o->spin_set = 1;
             break;
         case OPT_SWEEP: {
             char *s = optarg;
@@ -2816,6 +2854,9 @@ static int parse_run(int argc, char **argv, lt_opts *o)
                            "has no effect");
     if (o->mode == MODE_CLOSED && o->slots_set && o->slots != 1)
         return usage_error("--slots: the closed loop has one request in flight per client");
+    if (o->mode == MODE_CLOSED && o->spin_set)
+        return usage_error("--spin-us: the closed loop sends each request when the last is "
+                           "done, with no due time to wait for");
     if (o->mode == MODE_REPLAY && o->concurrency_set)
         return usage_error("--concurrency: --replay uses one client per trace client id");
     if (o->compare && (o->n_sweep || o->mode != MODE_CLOSED || o->concurrency != 1))
@@ -3221,6 +3262,8 @@ static int cmd_run(int argc, char **argv)
     if (o.mode == MODE_REPLAY)
         cJSON_AddNumberToObject(root, "speed", o.speed);
     cJSON_AddNumberToObject(root, "slots", o.mode == MODE_CLOSED ? 1 : o.slots);
+    if (o.mode != MODE_CLOSED)
+        cJSON_AddNumberToObject(root, "spin_us", o.spin_us);
     cJSON_AddNumberToObject(root, "warmup", (double)o.warmup);
     /* count: the measured requests actually sent (set after the run;
      * null for a sweep, whose steps each have totals.measured_sent);

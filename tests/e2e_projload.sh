@@ -375,7 +375,7 @@ EOF
 
 # ---- timestamp replay ----------------------------------------------------------------------------
 head -41 "$tmp/decode.jsonl" >"$tmp/replay.jsonl" # the header comment + 40 requests
-pl --trace "$tmp/replay.jsonl" --socket "$sock" --replay --speed 4 $check_model \
+pl --trace "$tmp/replay.jsonl" --socket "$sock" --replay --speed 4 $check_model --spin-us 0 \
     --json "$tmp/replay.json" >"$tmp/replay.out" 2>"$tmp/replay.err"
 rc=$?
 [ $rc = 0 ] && ok "replay: exit 0" || { fail "replay: exit $rc"; cat "$tmp/replay.out" "$tmp/replay.err" >&2; }
@@ -466,6 +466,8 @@ fi
 # it slept for (their latencies count it as the daemon's): the line and
 # JSON totals.own_send_late_us agree, over at least one request and at
 # most those sent, mean <= max. A closed loop sleeps for none: neither.
+# The JSON names the --spin-us in force (the open loop's default 100, the
+# replay's 0); a closed loop has none.
 # Each of these runs ended by itself: totals.interrupted false.
 "$py" - "$tmp/closed" "$tmp/open" "$tmp/replay" <<'EOF' &&
 import json, re, sys
@@ -479,6 +481,9 @@ for base, slept in zip(sys.argv[1:], (False, True, True)):
                      r"max ([0-9.]+) us over ([0-9]+) requests \(in the latencies above",
                      open(base + ".out").read(), re.M)
     late = t.get("own_send_late_us")
+    spin = json.load(open(base + ".json")).get("spin_us")
+    if spin != {"closed": None, "open": 100, "replay": 0}[name]:
+        problems.append("%s: spin_us %r in the JSON" % (name, spin))
     if not slept:
         if late is not None or line:
             problems.append("%s: own lateness reported for a closed loop: %r" % (name, late))
@@ -564,6 +569,9 @@ expect_error bad_n '{"ops":[{"layer":"router","m":1,"n":65}]}\n' \
     'bad_n.jsonl:1: ops[0].n: 65 is more than layer "router" allows (64 rows)'
 expect_error no_time "$good" 'no_time.jsonl:1: t_us: missing (--replay needs' --replay
 expect_error no_model "$good" '--check-fraction 0.5 needs --model PATH' --check-fraction 0.5
+expect_error spin_closed "$good" '--spin-us: the closed loop sends each request when the last is done' \
+    --spin-us 50
+expect_error spin_big "$good" '--spin-us' --rate 10 --spin-us 1000001
 # --config was read only for the checks' model load: without --model, or
 # with --check-fraction 0, a missing or broken file ran the whole trace.
 printf '{' >"$tmp/broken.json"
