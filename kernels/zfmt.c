@@ -65,34 +65,106 @@ static uint16_t z12_decode(uint32_t base, uint32_t nib, uint32_t low)
     return (uint16_t)(((nib & 8u) << 12) | ((base + (nib & 7u)) << 8) | low);
 }
 
-/* The base whose 8 consecutive bins hold the most weights; ties keep the
- * smallest. */
-static uint32_t z12_base_from_hist(const uint64_t hist[Z12_E7_COUNT])
+/* The window (see zfmt.h, pj_z12_choose_base). blk_hist holds n_blk row
+ * blocks' histograms of e7, Z12_E7_COUNT counts each. */
+static uint32_t z12_base_from_blocks(const uint32_t *blk_hist, uint32_t n_blk)
 {
-    uint64_t in = 0;
+    uint64_t hist[Z12_E7_COUNT] = {0}, all = 0;
+    for (uint32_t b = 0; b < n_blk; b++)
+        for (uint32_t e = 0; e < Z12_E7_COUNT; e++)
+            hist[e] += blk_hist[(size_t)b * Z12_E7_COUNT + e];
+    for (uint32_t e = 0; e < Z12_E7_COUNT; e++)
+        all += hist[e];
+    /* out[b]: the matrix's exceptions under base b */
+    uint64_t out[Z12_BASE_MAX + 1], in = 0;
     for (uint32_t e = 0; e < 8; e++)
         in += hist[e];
-    uint64_t best = in;
-    uint32_t best_base = 0;
+    out[0] = all - in;
+    uint32_t fewest = 0; /* strict: ties keep the smallest base */
     for (uint32_t b = 1; b <= Z12_BASE_MAX; b++) {
         in += hist[b + 7] - hist[b - 1];
-        if (in > best) { /* strict: ties keep the smallest base */
-            best = in;
-            best_base = b;
+        out[b] = all - in;
+        if (out[b] < out[fewest])
+            fewest = b;
+    }
+    /* excess[b]: the heaviest block under base b, past what the GEMV
+     * stages while it streams. With every block within it, the fewest
+     * exceptions win; otherwise the least excess among the bases that keep
+     * the matrix's exceptions within 2x the fewest plus one a block, then
+     * the fewest, then the smallest base. */
+    uint64_t excess[Z12_BASE_MAX + 1] = {0};
+    for (uint32_t b = 0; b < n_blk; b++) {
+        const uint32_t *h = blk_hist + (size_t)b * Z12_E7_COUNT;
+        uint64_t bt = 0, bin = 0;
+        for (uint32_t e = 0; e < Z12_E7_COUNT; e++)
+            bt += h[e];
+        for (uint32_t e = 0; e < 8; e++)
+            bin += h[e];
+        for (uint32_t base = 0;; base++) {
+            const uint64_t bo = bt - bin;
+            if (bo > PJ_Z12_BLOCK_EXC_STREAMED && bo - PJ_Z12_BLOCK_EXC_STREAMED > excess[base])
+                excess[base] = bo - PJ_Z12_BLOCK_EXC_STREAMED;
+            if (base == Z12_BASE_MAX)
+                break;
+            bin = bin + h[base + 8] - h[base]; /* in 64 bits: the difference may be < 0 */
         }
     }
-    return best_base;
+    if (excess[fewest] == 0)
+        return fewest;
+    const uint64_t allowed = 2 * out[fewest] + n_blk;
+    uint32_t best = fewest;
+    for (uint32_t b = 0; b <= Z12_BASE_MAX; b++)
+        if (out[b] <= allowed &&
+            (excess[b] < excess[best] || (excess[b] == excess[best] && out[b] < out[best])))
+            best = b; /* ascending b: ties keep the smallest */
+    return best;
+}
+
+/* Rows [r0, r1) of w as one row block's histogram h. Four interleaved
+ * histograms: trained weights fall into a few bins, and one array would make
+ * every increment wait for the previous one to the same bin (store to load);
+ * four independent chains run about 3x faster. */
+static void z12_hist_block(const uint16_t *w, uint32_t r0, uint32_t r1, uint32_t k, size_t ld,
+                           uint32_t *h)
+{
+    uint32_t h4[4][Z12_E7_COUNT] = {{0}};
+    for (uint32_t r = r0; r < r1; r++) {
+        const uint16_t *row = w + (size_t)r * ld;
+        uint32_t c = 0;
+        for (; c + 4 <= k; c += 4) {
+            h4[0][(row[c] >> 8) & 0x7f]++;
+            h4[1][(row[c + 1] >> 8) & 0x7f]++;
+            h4[2][(row[c + 2] >> 8) & 0x7f]++;
+            h4[3][(row[c + 3] >> 8) & 0x7f]++;
+        }
+        for (; c < k; c++) /* pj_z12_choose_base takes any k */
+            h4[0][(row[c] >> 8) & 0x7f]++;
+    }
+    for (uint32_t e = 0; e < Z12_E7_COUNT; e++)
+        h[e] = h4[0][e] + h4[1][e] + h4[2][e] + h4[3][e];
 }
 
 uint32_t pj_z12_choose_base(const uint16_t *w, uint32_t n, uint32_t k, size_t ld)
 {
-    uint64_t hist[Z12_E7_COUNT] = {0};
-    for (uint32_t r = 0; r < n; r++) {
-        const uint16_t *row = w + (size_t)r * ld;
-        for (uint32_t c = 0; c < k; c++)
-            hist[(row[c] >> 8) & 0x7f]++;
+    const uint32_t n_blk = (n + PJ_Z12_TILE_ROWS - 1) / PJ_Z12_TILE_ROWS;
+    uint32_t *blk_hist = calloc(n_blk ? n_blk : 1, Z12_E7_COUNT * sizeof *blk_hist);
+    if (!blk_hist) { /* no memory for the blocks: as one block, the fewest exceptions */
+        uint32_t one[Z12_E7_COUNT] = {0}, h[Z12_E7_COUNT];
+        for (uint32_t r = 0; r < n; r += PJ_Z12_TILE_ROWS) {
+            z12_hist_block(w, r, r + PJ_Z12_TILE_ROWS < n ? r + PJ_Z12_TILE_ROWS : n, k, ld, h);
+            for (uint32_t e = 0; e < Z12_E7_COUNT; e++)
+                one[e] += h[e];
+        }
+        return z12_base_from_blocks(one, 1);
     }
-    return z12_base_from_hist(hist);
+    for (uint32_t b = 0; b < n_blk; b++) {
+        const uint32_t r0 = b * PJ_Z12_TILE_ROWS;
+        z12_hist_block(w, r0, r0 + PJ_Z12_TILE_ROWS < n ? r0 + PJ_Z12_TILE_ROWS : n, k, ld,
+                       blk_hist + (size_t)b * Z12_E7_COUNT);
+    }
+    uint32_t base = z12_base_from_blocks(blk_hist, n_blk);
+    free(blk_hist);
+    return base;
 }
 
 /* fp32 simulation of the correction a kernel applies with x = 1. Volatile
@@ -233,32 +305,21 @@ typedef struct z12_job {
     uint32_t n, k;
     size_t ld;
     uint32_t base;
-    uint64_t (*hist)[Z12_E7_COUNT]; /* per worker */
-    uint32_t *row_cnt;              /* per row: its exceptions */
-    uint64_t *first_bad;            /* per worker: flat index of the first bad weight */
+    uint32_t *blk_hist;  /* per row block: Z12_E7_COUNT counts of e7 */
+    uint32_t *row_cnt;   /* per row: its exceptions */
+    uint64_t *first_bad; /* per worker: flat index of the first bad weight */
     pj_z12 *z;
 } z12_job;
 
-static void z12_hist_rows(void *ctx, size_t begin, size_t end, unsigned worker)
+static void z12_hist_blocks(void *ctx, size_t begin, size_t end, unsigned worker)
 {
+    (void)worker;
     const z12_job *j = ctx;
-    /* Four interleaved histograms: trained weights fall into a few bins, and
-     * one array would make every increment wait for the previous one to the
-     * same bin (store to load); four independent chains run about 3x faster.
-     * k % 64 == 0, so a row splits evenly into fours. */
-    uint64_t h4[4][Z12_E7_COUNT] = {{0}};
-    for (size_t r = begin; r < end; r++) {
-        const uint16_t *row = j->w + r * j->ld;
-        for (uint32_t c = 0; c < j->k; c += 4) {
-            h4[0][(row[c] >> 8) & 0x7f]++;
-            h4[1][(row[c + 1] >> 8) & 0x7f]++;
-            h4[2][(row[c + 2] >> 8) & 0x7f]++;
-            h4[3][(row[c + 3] >> 8) & 0x7f]++;
-        }
+    for (size_t rb = begin; rb < end; rb++) {
+        const uint32_t r0 = (uint32_t)rb * PJ_Z12_TILE_ROWS;
+        const uint32_t r1 = r0 + PJ_Z12_TILE_ROWS < j->n ? r0 + PJ_Z12_TILE_ROWS : j->n;
+        z12_hist_block(j->w, r0, r1, j->k, j->ld, j->blk_hist + rb * Z12_E7_COUNT);
     }
-    uint64_t *hist = j->hist[worker];
-    for (uint32_t e = 0; e < Z12_E7_COUNT; e++)
-        hist[e] += h4[0][e] + h4[1][e] + h4[2][e] + h4[3][e];
 }
 
 /* Exceptions are counted before anything is allocated so the arrays are
@@ -420,24 +481,19 @@ int pj_z12_pack_mt(const uint16_t *w, uint32_t n, uint32_t k, size_t ld, unsigne
         return -ENOMEM;
     }
 
-    /* Worker-indexed scratch is sized for the larger of the two splits
-     * (rows for the histogram, row blocks for the rest). */
-    unsigned nw = pj_parfor_workers(n, threads);
+    unsigned nw = pj_parfor_workers(n_blk, threads);
     z12_job job = {.w = w, .n = n, .k = k, .ld = ld, .z = &z};
-    job.hist = calloc(nw, sizeof *job.hist);
+    job.blk_hist = malloc((size_t)n_blk * Z12_E7_COUNT * sizeof *job.blk_hist);
     job.first_bad = malloc(nw * sizeof *job.first_bad);
     job.row_cnt = malloc((size_t)n * sizeof *job.row_cnt);
-    if (!job.hist || !job.first_bad || !job.row_cnt) {
+    if (!job.blk_hist || !job.first_bad || !job.row_cnt) {
         snprintf(err, errlen, "z12 pack: out of memory for %u x %u", n, k);
         rc = -ENOMEM;
         goto fail;
     }
 
-    pj_parfor(n, threads, z12_hist_rows, &job);
-    for (unsigned i = 1; i < nw; i++)
-        for (uint32_t e = 0; e < Z12_E7_COUNT; e++)
-            job.hist[0][e] += job.hist[i][e];
-    z.base = job.base = z12_base_from_hist(job.hist[0]);
+    pj_parfor(n_blk, threads, z12_hist_blocks, &job);
+    z.base = job.base = z12_base_from_blocks(job.blk_hist, n_blk);
 
     for (unsigned i = 0; i < nw; i++)
         job.first_bad[i] = UINT64_MAX;
@@ -467,7 +523,7 @@ int pj_z12_pack_mt(const uint16_t *w, uint32_t n, uint32_t k, size_t ld, unsigne
         /* The size is known now; packing would only be thrown away. */
         snprintf(err, errlen, "z12 pack: %zu bytes would exceed the limit of %zu (%u exceptions)",
                  pj_z12_bytes(&z), max_bytes, z.n_exc);
-        free(job.hist);
+        free(job.blk_hist);
         free(job.first_bad);
         free(job.row_cnt);
         *out = z; /* shape, base and n_exc only: no arrays */
@@ -507,14 +563,14 @@ int pj_z12_pack_mt(const uint16_t *w, uint32_t n, uint32_t k, size_t ld, unsigne
         rc = -ERANGE;
         goto fail;
     }
-    free(job.hist);
+    free(job.blk_hist);
     free(job.first_bad);
     free(job.row_cnt);
     *out = z;
     return 0;
 
 fail:
-    free(job.hist);
+    free(job.blk_hist);
     free(job.first_bad);
     free(job.row_cnt);
     pj_z12_free(&z);

@@ -4,7 +4,9 @@
  * byte (exponent LSB + mantissa) raw and replaces the high byte (sign + the
  * exponent's 7 high bits, "e7") by a 4-bit nibble: sign << 3 | code, with
  * e7 = base + code, code in 0..7. base (0..120) is chosen per matrix so the
- * window [base, base+7] covers the most weights. A weight outside the window
+ * window [base, base+7] covers the most weights, unless that leaves a 16-row
+ * block with more exceptions than the GEMV stages (pj_z12_choose_base). A
+ * weight outside the window
  * is stored clamped into it (the decoder then yields a wrong but finite
  * value w_d) and its row's exception list carries two exact fp32 terms
  * c1, c2 such that, in fp32, (w_d + c1) + c2 == w exactly. (One term is not
@@ -43,6 +45,12 @@
 #define PJ_Z12_TILE_K      64
 #define PJ_Z12_TILE_BYTES  1536
 #define PJ_Z12_PLANE_BYTES 512
+/* Exceptions a row block may hold before the window choice avoids it: the
+ * z12 GEMV stages that many in shared memory and corrects them while it
+ * streams; a CTA with more reads them from global memory after its main
+ * loop, and finishes last (PJ_GEMVZ_ECAP in engint.cuh, which checks that
+ * the two agree). */
+#define PJ_Z12_BLOCK_EXC_STREAMED 128
 
 /* One exception: rk = row_in_block << 28 | k (k < 2^28). Decoded weight w_d
  * is corrected as ((w_d * x + c1 * x) + c2 * x); CPU unpack ignores c1/c2
@@ -65,8 +73,15 @@ typedef struct pj_z12 {
     uint32_t n_exc;
 } pj_z12;
 
-/* Histogram the high-7 exponent bits of w (n x k, row stride ld elements) and
- * return the base that puts the most weights inside [base, base + 7]. */
+/* The window for w (n x k, row stride ld elements): histogram the high-7
+ * exponent bits per 16-row block and return the base that leaves the fewest
+ * weights outside [base, base + 7] (ties: the smallest base), unless under
+ * it a row block holds more than PJ_Z12_BLOCK_EXC_STREAMED exceptions. Then the
+ * base whose heaviest block exceeds that the least wins, among those that
+ * keep the matrix's exceptions within twice the fewest plus one per block
+ * (ties: fewer exceptions, then the smaller base). A block's exceptions are
+ * corrected on one warp of the CTA that streams it, so one heavy block sets
+ * the GEMV's time (kernels/ZFORMAT.md, section 4). */
 uint32_t pj_z12_choose_base(const uint16_t *w, uint32_t n, uint32_t k, size_t ld);
 
 /* Pack w (n x k bf16, row stride ld) into *out (caller's struct, zeroed here).
