@@ -67,7 +67,7 @@ static uint16_t z12_decode(uint32_t base, uint32_t nib, uint32_t low)
 
 /* The window (see zfmt.h, pj_z12_choose_base). blk_hist holds n_blk row
  * blocks' histograms of e7, Z12_E7_COUNT counts each. */
-static uint32_t z12_base_from_blocks(const uint32_t *blk_hist, uint32_t n_blk)
+static uint32_t z12_base_from_blocks(const uint32_t *blk_hist, uint32_t n_blk, uint32_t k)
 {
     uint64_t hist[Z12_E7_COUNT] = {0}, all = 0;
     for (uint32_t b = 0; b < n_blk; b++)
@@ -89,9 +89,8 @@ static uint32_t z12_base_from_blocks(const uint32_t *blk_hist, uint32_t n_blk)
     }
     /* excess[b]: the heaviest block under base b, past what the GEMV
      * stages while it streams. With every block within it, the fewest
-     * exceptions win; otherwise the least excess among the bases that keep
-     * the matrix's exceptions within 2x the fewest plus one a block, then
-     * the fewest, then the smallest base. */
+     * exceptions win; otherwise the least excess among the bases allowed
+     * (z12_allowed_exc), then the fewest, then the smallest base. */
     uint64_t excess[Z12_BASE_MAX + 1] = {0};
     for (uint32_t b = 0; b < n_blk; b++) {
         const uint32_t *h = blk_hist + (size_t)b * Z12_E7_COUNT;
@@ -111,7 +110,13 @@ static uint32_t z12_base_from_blocks(const uint32_t *blk_hist, uint32_t n_blk)
     }
     if (excess[fewest] == 0)
         return fewest;
-    const uint64_t allowed = 2 * out[fewest] + n_blk;
+    /* Exceptions a base may have to win on its blocks: twice the fewest
+     * plus one a block, or as many more as add 1 % to the tiles' bytes
+     * (12 bytes each against 1.5 a weight), whichever allows more. */
+    const uint64_t by_count = 2 * out[fewest] + n_blk;
+    const uint64_t by_bytes =
+        out[fewest] + (uint64_t)n_blk * PJ_Z12_TILE_ROWS * k * 3 / 2 / 100 / 12;
+    const uint64_t allowed = by_count > by_bytes ? by_count : by_bytes;
     uint32_t best = fewest;
     for (uint32_t b = 0; b <= Z12_BASE_MAX; b++)
         if (out[b] <= allowed &&
@@ -155,14 +160,14 @@ uint32_t pj_z12_choose_base(const uint16_t *w, uint32_t n, uint32_t k, size_t ld
             for (uint32_t e = 0; e < Z12_E7_COUNT; e++)
                 one[e] += h[e];
         }
-        return z12_base_from_blocks(one, 1);
+        return z12_base_from_blocks(one, 1, k);
     }
     for (uint32_t b = 0; b < n_blk; b++) {
         const uint32_t r0 = b * PJ_Z12_TILE_ROWS;
         z12_hist_block(w, r0, r0 + PJ_Z12_TILE_ROWS < n ? r0 + PJ_Z12_TILE_ROWS : n, k, ld,
                        blk_hist + (size_t)b * Z12_E7_COUNT);
     }
-    uint32_t base = z12_base_from_blocks(blk_hist, n_blk);
+    uint32_t base = z12_base_from_blocks(blk_hist, n_blk, k);
     free(blk_hist);
     return base;
 }
@@ -493,7 +498,7 @@ int pj_z12_pack_mt(const uint16_t *w, uint32_t n, uint32_t k, size_t ld, unsigne
     }
 
     pj_parfor(n_blk, threads, z12_hist_blocks, &job);
-    z.base = job.base = z12_base_from_blocks(job.blk_hist, n_blk);
+    z.base = job.base = z12_base_from_blocks(job.blk_hist, n_blk, k);
 
     for (unsigned i = 0; i < nw; i++)
         job.first_bad[i] = UINT64_MAX;

@@ -77,9 +77,10 @@ typedef struct pj_z12 {
  * exponent bits per 16-row block and return the base that leaves the fewest
  * weights outside [base, base + 7] (ties: the smallest base), unless under
  * it a row block holds more than PJ_Z12_BLOCK_EXC_STREAMED exceptions. Then the
- * base whose heaviest block exceeds that the least wins, among those that
- * keep the matrix's exceptions within twice the fewest plus one per block
- * (ties: fewer exceptions, then the smaller base). A block's exceptions are
+ * base whose heaviest block exceeds that the least wins, among those whose
+ * exceptions are within twice the fewest plus one per block, or add at most
+ * 1 % to the tiles' bytes, whichever allows more (ties: fewer exceptions,
+ * then the smaller base). A block's exceptions are
  * corrected on one warp of the CTA that streams it, so one heavy block sets
  * the GEMV's time (kernels/ZFORMAT.md, section 4). */
 uint32_t pj_z12_choose_base(const uint16_t *w, uint32_t n, uint32_t k, size_t ld);

@@ -130,7 +130,8 @@ static void emulate_decode(const pj_z12 *z, uint16_t *dec)
  * (smallest base on ties), unless a 16-row block then holds more than
  * PJ_Z12_BLOCK_EXC_STREAMED; then the least excess of the heaviest block over
  * that among the bases with at most 2x the fewest exceptions plus one per
- * block, then fewer exceptions, then the smaller base. */
+ * block or 1 % more bytes (12 per exception, 1.5 per padded weight),
+ * then fewer exceptions, then the smaller base. */
 static uint32_t brute_base(const uint16_t *w, uint32_t n, uint32_t k, size_t ld)
 {
     uint64_t out[121], excess[121];
@@ -158,7 +159,8 @@ static uint32_t brute_base(const uint16_t *w, uint32_t n, uint32_t k, size_t ld)
         return fewest;
     uint32_t best = fewest;
     for (uint32_t b = 0; b <= 120; b++) {
-        if (out[b] > 2 * out[fewest] + n_blk)
+        const uint64_t by_bytes = out[fewest] + (uint64_t)n_blk * 16 * k * 3 / 2 / 100 / 12;
+        if (out[b] > 2 * out[fewest] + n_blk && out[b] > by_bytes)
             continue;
         if (excess[b] < excess[best] || (excess[b] == excess[best] && out[b] < out[best]) ||
             (excess[b] == excess[best] && out[b] == out[best] && b < best))
@@ -716,6 +718,16 @@ START_TEST(test_choose_base_heavy_block)
     w = blocks_matrix(n, k, 58, 54, spread, 62, 200);
     ck_assert_uint_eq(pj_z12_choose_base(w, n, k, k), 51);
     ck_assert_uint_eq(brute_base(w, n, k, k), 51);
+    free(w);
+
+    /* Wider rows: the same weights at k = 8192 (4 x 120 below, 200 above)
+     * are out of 2 x 200 + 4 but within 1 % of the bytes (200 + 655): base
+     * 55, no block above 120. */
+    for (int i = 0; i < 4; i++)
+        spread[i] = 120;
+    w = blocks_matrix(n, 8192, 58, 54, spread, 62, 200);
+    ck_assert_uint_eq(pj_z12_choose_base(w, n, 8192, 8192), 55);
+    ck_assert_uint_eq(brute_base(w, n, 8192, 8192), 55);
     free(w);
 
     /* A heavy block no base can lighten (its weights on both sides of
