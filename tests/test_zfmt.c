@@ -755,6 +755,71 @@ START_TEST(test_choose_base_heavy_block)
 }
 END_TEST
 
+/* Exceptions under base b: all of them (return) and the heaviest 16-row
+ * block's (*heaviest). */
+static uint64_t exc_under(const uint16_t *w, uint32_t n, uint32_t k, uint32_t b, uint64_t *heaviest)
+{
+    uint64_t all = 0;
+    *heaviest = 0;
+    for (uint32_t rb = 0; rb < (n + 15) / 16; rb++) {
+        uint64_t blk = 0;
+        for (uint32_t r = rb * 16; r < n && r < rb * 16 + 16; r++)
+            for (uint32_t c = 0; c < k; c++) {
+                uint32_t e7 = (w[(size_t)r * k + c] >> 8) & 0x7f;
+                blk += !(e7 >= b && e7 <= b + 7);
+            }
+        all += blk;
+        *heaviest = blk > *heaviest ? blk : *heaviest;
+    }
+    return all;
+}
+
+/* Gaussian weights whose rows are scaled log-normally with sigma 0.3 (the
+ * GPU visits' 8B-shaped layers): a row of large scale puts its largest
+ * weights above the window the bulk sets, and the fewest-exceptions window
+ * gathers them in its block. The chosen window takes every block to 128 or
+ * fewer, the packed matrix uses it and stays lossless. */
+START_TEST(test_window_row_scales)
+{
+    const uint32_t n = 1024, k = 4096;
+    uint16_t *w = alloc_u16((size_t)n * k);
+    uint64_t s = 3;
+    for (uint32_t r = 0; r < n; r++) {
+        const double scale = 0.02 * exp(0.3 * sm_normal(&s));
+        for (uint32_t c = 0; c < k; c++)
+            w[(size_t)r * k + c] = pj_f32_to_bf16((float)(scale * sm_normal(&s)));
+    }
+    uint32_t fewest = 0;
+    uint64_t fewest_n = UINT64_MAX, heavy_fewest = 0, heavy_chosen = 0, h;
+    for (uint32_t b = 0; b <= 120; b++) {
+        const uint64_t e = exc_under(w, n, k, b, &h);
+        if (e < fewest_n) {
+            fewest_n = e;
+            fewest = b;
+            heavy_fewest = h;
+        }
+    }
+    pj_z12 z;
+    char err[256];
+    ck_assert_int_eq(pj_z12_pack_mt(w, n, k, k, 2, 0, &z, err, sizeof err), 0);
+    const uint64_t chosen_n = exc_under(w, n, k, z.base, &heavy_chosen);
+    printf("z12 row scales 1024x4096: the fewest exceptions (base %u) %llu, heaviest block %llu; "
+           "chosen base %u: %llu, heaviest block %llu\n",
+           fewest, (unsigned long long)fewest_n, (unsigned long long)heavy_fewest, z.base,
+           (unsigned long long)chosen_n, (unsigned long long)heavy_chosen);
+    ck_assert_uint_gt(heavy_fewest, PJ_Z12_BLOCK_EXC_STREAMED); /* the case the rule is for */
+    ck_assert_uint_le(heavy_chosen, PJ_Z12_BLOCK_EXC_STREAMED);
+    ck_assert_uint_le(chosen_n, 2 * fewest_n + n / 16);
+    ck_assert_uint_eq(z.n_exc, chosen_n);
+    uint16_t *back = alloc_u16((size_t)n * k);
+    pj_z12_unpack(&z, back, k);
+    ck_assert(memcmp(back, w, (size_t)n * k * sizeof *w) == 0);
+    free(back);
+    pj_z12_free(&z);
+    free(w);
+}
+END_TEST
+
 /* The byte formula at the reference shapes with 0.014 % exceptions, and the
  * real numbers for a realistic 4096 x 2048 matrix. */
 START_TEST(test_bytes)
@@ -1119,6 +1184,7 @@ static Suite *zfmt_suite(void)
     tcase_add_test(tc, test_errors_shape);
     tcase_add_test(tc, test_choose_base_crafted);
     tcase_add_test(tc, test_choose_base_heavy_block);
+    tcase_add_test(tc, test_window_row_scales);
     tcase_add_test(tc, test_bytes);
     tcase_add_test(tc, test_tile_exc);
     tcase_add_test(tc, test_pack_threads_identical);
