@@ -48,8 +48,8 @@
 /* Exceptions a row block may hold before the window choice avoids it: the
  * z12 GEMV stages that many in shared memory and corrects them while it
  * streams; a CTA with more reads them from global memory after its main
- * loop, and finishes last (PJ_GEMVZ_ECAP in engint.cuh, which checks that
- * the two agree). */
+ * loop, and finishes last (PJ_GEMVZ_ECAP in engint.cuh; engine.cu checks
+ * that the two agree). */
 #define PJ_Z12_BLOCK_EXC_STREAMED 128
 
 /* One exception: rk = row_in_block << 28 | k (k < 2^28). Decoded weight w_d
