@@ -89,17 +89,6 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* A polling loop's pause: it lets the core's other hardware thread run
- * and costs less power than a bare spin. */
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 /* Sleeps until now_ns() reads t (at once when it has). */
 static void sleep_until_ns(uint64_t t)
 {
@@ -1028,7 +1017,7 @@ static void *client_main(void *arg)
                      * included) until it is due. */
                     waited_for_due = due;
                     if (due - t <= spin_ns) {
-                        cpu_relax();
+                        pj_cpu_relax();
                         continue;
                     }
                     wait_until = due - spin_ns;
