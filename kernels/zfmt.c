@@ -149,29 +149,6 @@ static void z12_hist_block(const uint16_t *w, uint32_t r0, uint32_t r1, uint32_t
         h[e] = h4[0][e] + h4[1][e] + h4[2][e] + h4[3][e];
 }
 
-uint32_t pj_z12_choose_base(const uint16_t *w, uint32_t n, uint32_t k, size_t ld)
-{
-    const uint32_t n_blk = (n + PJ_Z12_TILE_ROWS - 1) / PJ_Z12_TILE_ROWS;
-    uint32_t *blk_hist = calloc(n_blk ? n_blk : 1, Z12_E7_COUNT * sizeof *blk_hist);
-    if (!blk_hist) { /* no memory for the blocks: as one block, the fewest exceptions */
-        uint32_t one[Z12_E7_COUNT] = {0}, h[Z12_E7_COUNT];
-        for (uint32_t r = 0; r < n; r += PJ_Z12_TILE_ROWS) {
-            z12_hist_block(w, r, r + PJ_Z12_TILE_ROWS < n ? r + PJ_Z12_TILE_ROWS : n, k, ld, h);
-            for (uint32_t e = 0; e < Z12_E7_COUNT; e++)
-                one[e] += h[e];
-        }
-        return z12_base_from_blocks(one, 1, k);
-    }
-    for (uint32_t b = 0; b < n_blk; b++) {
-        const uint32_t r0 = b * PJ_Z12_TILE_ROWS;
-        z12_hist_block(w, r0, r0 + PJ_Z12_TILE_ROWS < n ? r0 + PJ_Z12_TILE_ROWS : n, k, ld,
-                       blk_hist + (size_t)b * Z12_E7_COUNT);
-    }
-    uint32_t base = z12_base_from_blocks(blk_hist, n_blk, k);
-    free(blk_hist);
-    return base;
-}
-
 /* fp32 simulation of the correction a kernel applies with x = 1. Volatile
  * stores keep each sum rounded to fp32 whatever the compiler's evaluation
  * method. */
@@ -325,6 +302,22 @@ static void z12_hist_blocks(void *ctx, size_t begin, size_t end, unsigned worker
         const uint32_t r1 = r0 + PJ_Z12_TILE_ROWS < j->n ? r0 + PJ_Z12_TILE_ROWS : j->n;
         z12_hist_block(j->w, r0, r1, j->k, j->ld, j->blk_hist + rb * Z12_E7_COUNT);
     }
+}
+
+uint32_t pj_z12_choose_base(const uint16_t *w, uint32_t n, uint32_t k, size_t ld)
+{
+    const uint32_t n_blk = (n + PJ_Z12_TILE_ROWS - 1) / PJ_Z12_TILE_ROWS;
+    z12_job job = {.w = w, .n = n, .k = k, .ld = ld};
+    job.blk_hist = calloc(n_blk ? n_blk : 1, Z12_E7_COUNT * sizeof *job.blk_hist);
+    if (!job.blk_hist) { /* no memory for the blocks: as one block, the fewest exceptions */
+        uint32_t one[Z12_E7_COUNT];
+        z12_hist_block(w, 0, n, k, ld, one);
+        return z12_base_from_blocks(one, 1, k);
+    }
+    z12_hist_blocks(&job, 0, n_blk, 0);
+    uint32_t base = z12_base_from_blocks(job.blk_hist, n_blk, k);
+    free(job.blk_hist);
+    return base;
 }
 
 /* Exceptions are counted before anything is allocated so the arrays are
