@@ -1157,6 +1157,8 @@ START_TEST(reaper_blocked_restarts)
         ck_assert(pj_dproc_log_has(&d, "nng has not retired a closed pipe for ", 0));
         ck_assert(pj_dproc_log_has(&d, "draining and exiting 1", 0));
         ck_assert(pj_dproc_log_has(&d, "did not finish within 5 s after the drain", 0));
+        /* The connection the daemon had is gone with it. */
+        ck_assert_int_ne(pjt_ping(&c), PJ_OK);
         pjt_close(&c);
         if (h == 0)
             pj_dproc_cleanup(&d);
