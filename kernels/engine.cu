@@ -54,10 +54,10 @@ __global__ void pj_f32_to_bf16_kernel(uint16_t *y, size_t ldy, const float *f, s
 }
 
 // The window choice (zfmt.c) avoids row blocks with more exceptions than
-// the GEMV stages while it streams: the slot table and its overflow here,
-// and a CTA's shared-memory capacity.
-static_assert(2 * PJ_GEMVZ_XCAP == PJ_Z12_BLOCK_EXC_STREAMED &&
-                  PJ_GEMVZ_ECAP == PJ_Z12_BLOCK_EXC_STREAMED,
+// the GEMV's first round of exception loads takes (the slot table); the
+// overflow table and a CTA's shared-memory capacity hold twice that.
+static_assert(PJ_GEMVZ_XCAP == PJ_Z12_BLOCK_EXC_STREAMED &&
+                  PJ_GEMVZ_ECAP == 2 * PJ_Z12_BLOCK_EXC_STREAMED,
               "zfmt.h's PJ_Z12_BLOCK_EXC_STREAMED no longer matches the GEMV");
 
 // One CTA per row block, one thread per slot of both tables (slot s of the

@@ -46,11 +46,14 @@
 #define PJ_Z12_TILE_BYTES  1536
 #define PJ_Z12_PLANE_BYTES 512
 /* Exceptions a row block may hold before the window choice avoids it: the
- * z12 GEMV stages that many in shared memory and corrects them while it
- * streams; a CTA with more reads them from global memory after its main
- * loop, and finishes last (PJ_GEMVZ_ECAP in engint.cuh; engine.cu checks
- * that the two agree). */
-#define PJ_Z12_BLOCK_EXC_STREAMED 128
+ * z12 GEMV's exception warp loads that many of a block in its first round
+ * (the slot table, PJ_GEMVZ_XCAP in engint.cuh; engine.cu checks that the
+ * two agree). Past it a block's entries come a round later (the overflow
+ * table) or after the main loop, and that block's CTA finishes last: on
+ * the served reference model's qkv_gate (a block of 117) and an 8B-shaped
+ * o_proj (124) the layer ran 1.1-1.3x slower than with every block within
+ * 64 (kernels/NOTES.md, round 44). */
+#define PJ_Z12_BLOCK_EXC_STREAMED 64
 
 /* One exception: rk = row_in_block << 28 | k (k < 2^28). Decoded weight w_d
  * is corrected as ((w_d * x + c1 * x) + c2 * x); CPU unpack ignores c1/c2

@@ -679,7 +679,7 @@ static uint16_t *blocks_matrix(uint32_t n, uint32_t k, uint32_t bulk, uint32_t l
     return w;
 }
 
-/* The window avoids a block the GEMV would correct after its main loop
+/* The window avoids a block past the GEMV's first round of exception loads
  * (more than PJ_Z12_BLOCK_EXC_STREAMED exceptions) when a neighbouring base
  * spreads its exceptions over the blocks at a bounded cost in their count;
  * and the packed matrix uses that window and stays lossless. */
@@ -709,6 +709,21 @@ START_TEST(test_choose_base_heavy_block)
     ck_assert(memcmp(back, w, (size_t)n * k * sizeof *w) == 0);
     free(back);
     pj_z12_free(&z);
+    free(w);
+
+    /* A block past the first round's 64 but within the overflow table's
+     * 128 (the served reference qkv_gate's 117 under base 54) is avoided
+     * too: 100 above in block 0, 40 a block below; base 55 holds at most 40. */
+    for (int i = 0; i < 4; i++)
+        spread[i] = 40;
+    w = blocks_matrix(n, k, 58, 54, spread, 62, 100);
+    ck_assert_uint_eq(pj_z12_choose_base(w, n, k, k), 55);
+    ck_assert_uint_eq(brute_base(w, n, k, k), 55);
+    free(w);
+    /* ... and one of 64 is not: the fewest exceptions stay. */
+    w = blocks_matrix(n, k, 58, 54, spread, 62, PJ_Z12_BLOCK_EXC_STREAMED);
+    ck_assert_uint_eq(pj_z12_choose_base(w, n, k, k), 51);
+    ck_assert_uint_eq(brute_base(w, n, k, k), 51);
     free(w);
 
     /* 110 a block of e7 54: base 55 would leave out 440 > 2 x 200 + 4,
@@ -777,8 +792,8 @@ static uint64_t exc_under(const uint16_t *w, uint32_t n, uint32_t k, uint32_t b,
 /* Gaussian weights whose rows are scaled log-normally with sigma 0.3 (the
  * GPU visits' 8B-shaped layers): a row of large scale puts its largest
  * weights above the window the bulk sets, and the fewest-exceptions window
- * gathers them in its block. The chosen window takes every block to 128 or
- * fewer, the packed matrix uses it and stays lossless. */
+ * gathers them in its block. The chosen window takes every block to
+ * PJ_Z12_BLOCK_EXC_STREAMED or fewer, the packed matrix uses it and stays lossless. */
 START_TEST(test_window_row_scales)
 {
     const uint32_t n = 1024, k = 4096;
