@@ -51,8 +51,8 @@
  * two agree). Past it a block's entries come a round later (the overflow
  * table) or after the main loop, and that block's CTA finishes last: on
  * the served reference model's qkv_gate (a block of 117) and an 8B-shaped
- * o_proj (124) the layer ran 1.1-1.3x slower than with every block within
- * 64 (kernels/NOTES.md, round 44). */
+ * o_proj (124) the layer ran up to 1.2x slower at m = 8-16 than with every
+ * block within 64 (kernels/NOTES.md, round 44). */
 #define PJ_Z12_BLOCK_EXC_STREAMED 64
 
 /* One exception: rk = row_in_block << 28 | k (k < 2^28). Decoded weight w_d
