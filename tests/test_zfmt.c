@@ -679,6 +679,20 @@ static uint16_t *blocks_matrix(uint32_t n, uint32_t k, uint32_t bulk, uint32_t l
     return w;
 }
 
+/* The window pj_z12_choose_base and the brute-force rule give blocks_matrix's
+ * weights: both must be want. */
+static void expect_blocks_base(uint32_t n, uint32_t k, uint32_t bulk, uint32_t lo,
+                               const uint32_t *spread, uint32_t hi, uint32_t heavy, uint32_t want)
+{
+    uint16_t *w = blocks_matrix(n, k, bulk, lo, spread, hi, heavy);
+    const uint32_t got = pj_z12_choose_base(w, n, k, k), brute = brute_base(w, n, k, k);
+    free(w);
+    ck_assert_msg(got == want && brute == want,
+                  "%u x %u, %u above in block 0, block 0 %u below: base %u (brute force %u), "
+                  "want %u",
+                  n, k, heavy, spread[0], got, brute, want);
+}
+
 /* The window avoids a block past the GEMV's first round of exception loads
  * (more than PJ_Z12_BLOCK_EXC_STREAMED exceptions) when a neighbouring base
  * spreads its exceptions over the blocks at a bounded cost in their count;
@@ -716,43 +730,28 @@ START_TEST(test_choose_base_heavy_block)
      * too: 100 above in block 0, 40 a block below; base 55 holds at most 40. */
     for (int i = 0; i < 4; i++)
         spread[i] = 40;
-    w = blocks_matrix(n, k, 58, 54, spread, 62, 100);
-    ck_assert_uint_eq(pj_z12_choose_base(w, n, k, k), 55);
-    ck_assert_uint_eq(brute_base(w, n, k, k), 55);
-    free(w);
+    expect_blocks_base(n, k, 58, 54, spread, 62, 100, 55);
     /* ... and one of 64 is not: the fewest exceptions stay. */
-    w = blocks_matrix(n, k, 58, 54, spread, 62, PJ_Z12_BLOCK_EXC_STREAMED);
-    ck_assert_uint_eq(pj_z12_choose_base(w, n, k, k), 51);
-    ck_assert_uint_eq(brute_base(w, n, k, k), 51);
-    free(w);
+    expect_blocks_base(n, k, 58, 54, spread, 62, PJ_Z12_BLOCK_EXC_STREAMED, 51);
 
     /* 110 a block of e7 54: base 55 would leave out 440 > 2 x 200 + 4,
      * so the fewest stays, heavy block and all. */
     for (int i = 0; i < 4; i++)
         spread[i] = 110;
-    w = blocks_matrix(n, k, 58, 54, spread, 62, 200);
-    ck_assert_uint_eq(pj_z12_choose_base(w, n, k, k), 51);
-    ck_assert_uint_eq(brute_base(w, n, k, k), 51);
-    free(w);
+    expect_blocks_base(n, k, 58, 54, spread, 62, 200, 51);
 
     /* Wider rows: the same weights at k = 8192 (4 x 120 below, 200 above)
      * are out of 2 x 200 + 4 but within 1 % of the bytes (200 + 655): base
      * 55, no block above 120. */
     for (int i = 0; i < 4; i++)
         spread[i] = 120;
-    w = blocks_matrix(n, 8192, 58, 54, spread, 62, 200);
-    ck_assert_uint_eq(pj_z12_choose_base(w, n, 8192, 8192), 55);
-    ck_assert_uint_eq(brute_base(w, n, 8192, 8192), 55);
-    free(w);
+    expect_blocks_base(n, 8192, 58, 54, spread, 62, 200, 55);
 
     /* A heavy block no base can lighten (its weights on both sides of
      * every window that holds the bulk): the fewest exceptions, as before. */
     memset(spread, 0, sizeof spread);
     spread[0] = 150;
-    w = blocks_matrix(n, k, 58, 40, spread, 80, 150);
-    ck_assert_uint_eq(pj_z12_choose_base(w, n, k, k), 51);
-    ck_assert_uint_eq(brute_base(w, n, k, k), 51);
-    free(w);
+    expect_blocks_base(n, k, 58, 40, spread, 80, 150, 51);
 
     /* Random block histograms against the brute-force rule. */
     uint64_t s = 17;
