@@ -738,6 +738,27 @@ static void note_table_match(const cu_state *st, const pj_model_layer *ml, const
             ml->name, L->N, L->K, other, other);
 }
 
+/* Table entries of the layer timed on another number of rows than its
+ * graphs compute (its max_n): said once at start (info). Every request of
+ * the layer computes max_n rows here (the graphs are captured at it), so
+ * the default config's unpooler (max_n = all 8192 rows) does eight times the
+ * work its shipped entries were timed on (the reference requests' first
+ * 1024): slower than the table promised, maybe slower than cuBLAS. */
+static void note_table_rows(const cu_state *st, const pj_model_layer *ml, const cu_layer *cl)
+{
+    const pj_eng_layer *L = &cl->L;
+    if (ml->engine[0] || st->env_force[0])
+        return;
+    const uint32_t timed =
+        pj_tune_rows_other(st->table, pj_eng_table_name(L), L->N, L->K, cl->graph_n);
+    if (timed)
+        pj_log_info("cuda: layer %s: its table entries were timed on requests of its first %u "
+                    "rows, and every request of it computes %u (max_n); if its requests use %u, "
+                    "set \"max_n\": %u in its config, else tune on this configuration "
+                    "(deploy/README.md)",
+                    ml->name, timed, cl->graph_n, timed, timed);
+}
+
 /* A heavy exception block (pj_model_layer_heavy_block) under table entries
  * that run the z12 GEMV for the layer at some m it serves: said once at
  * start (info: a table tuned on this very model is fine, and the table
@@ -851,6 +872,7 @@ static int upload_layers(cu_state *st, char *err, size_t errlen)
         snprintf(L->table_name, sizeof L->table_name, "%s", ml->tuned_as);
         note_table_match(st, ml, L);
         note_heavy_block(st, ml, L);
+        note_table_rows(st, ml, cl);
         /* What the tuner and the benchmark time the engines with
          * (kernels/engcheck_cuda.c): the z12 GEMV's exception slot tables
          * (without them it gathers each block's exceptions the slow way),

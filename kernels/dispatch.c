@@ -304,14 +304,14 @@ static size_t n_keys(const cJSON *obj)
 static int parse_entry(const cJSON *je, pj_tune_entry *e, char *why, size_t whylen)
 {
     memset(e, 0, sizeof *e);
-    static const char *const entry_keys[] = {"layer", "n",  "k",       "m", "engine",
-                                             "knobs", "us", "base_us", NULL};
+    static const char *const entry_keys[] = {"layer",  "n",     "k",  "rows",    "m",
+                                             "engine", "knobs", "us", "base_us", NULL};
     int twice;
     const char *odd = odd_key(je, entry_keys, &twice);
     char sh[SHOWN_MAX];
     if (odd) {
         snprintf(why, whylen, "%s key \"%s\" (an entry has %s)", twice ? "repeated" : "unknown",
-                 shown(odd, sh), "layer, n, k, m, engine, knobs, us, base_us");
+                 shown(odd, sh), "layer, n, k, rows, m, engine, knobs, us, base_us");
         return -EINVAL;
     }
     const cJSON *layer = cJSON_GetObjectItemCaseSensitive(je, "layer");
@@ -340,9 +340,9 @@ static int parse_entry(const cJSON *je, pj_tune_entry *e, char *why, size_t whyl
         return -EINVAL;
     }
     e->eng = (pj_eng_kind)k;
-    static const char *const dims[] = {"n", "k"};
-    uint32_t *dst[] = {&e->n, &e->k};
-    for (int i = 0; i < 2; i++) {
+    static const char *const dims[] = {"n", "k", "rows"};
+    uint32_t *dst[] = {&e->n, &e->k, &e->rows};
+    for (int i = 0; i < 3; i++) {
         const cJSON *d = cJSON_GetObjectItemCaseSensitive(je, dims[i]);
         if (!d)
             continue;
@@ -353,6 +353,13 @@ static int parse_entry(const cJSON *je, pj_tune_entry *e, char *why, size_t whyl
             return -EINVAL;
         }
         *dst[i] = (uint32_t)d->valuedouble;
+    }
+    if (e->rows && e->n && e->rows > e->n) {
+        snprintf(why, whylen,
+                 "%s m=%u: \"rows\" %u is more than the layer's n %u (a row prefix "
+                 "of it is at most n)",
+                 e->layer, e->m, e->rows, e->n);
+        return -EINVAL;
     }
     const cJSON *us = cJSON_GetObjectItemCaseSensitive(je, "us");
     const cJSON *bus = cJSON_GetObjectItemCaseSensitive(je, "base_us");
@@ -727,6 +734,8 @@ char *pj_tune_to_json(const pj_tune_table *t, const char *commit, const char *da
         cJSON_AddStringToObject(o, "layer", e->layer);
         cJSON_AddNumberToObject(o, "n", e->n);
         cJSON_AddNumberToObject(o, "k", e->k);
+        if (e->rows)
+            cJSON_AddNumberToObject(o, "rows", e->rows);
         cJSON_AddNumberToObject(o, "m", e->m);
         cJSON_AddStringToObject(o, "engine", pj_eng_name(e->eng));
         cJSON *kn = cJSON_AddObjectToObject(o, "knobs");
@@ -785,6 +794,19 @@ const char *pj_tune_msg_text(const char *msg)
 int pj_tune_entry_fits(const pj_tune_entry *e, uint32_t n, uint32_t k)
 {
     return (!e->n || !n || e->n == n) && (!e->k || !k || e->k == k);
+}
+
+uint32_t pj_tune_rows_other(const pj_tune_table *t, const char *layer, uint32_t n, uint32_t k,
+                            uint32_t rows)
+{
+    for (uint32_t i = 0; t && layer && i < t->n; i++) {
+        const pj_tune_entry *e = &t->e[i];
+        if (strcmp(e->layer, layer) != 0 || !pj_tune_entry_fits(e, n, k))
+            continue;
+        if (e->rows && e->rows != rows)
+            return e->rows;
+    }
+    return 0;
 }
 
 const pj_tune_entry *pj_dispatch_choose(const pj_tune_table *t, const char *layer, uint32_t n,

@@ -11,6 +11,10 @@
  *                    "engine": "gemvz",
  *                    "knobs": { "nw": 8, "ks": 1, "u": 2, "pipe": 1, ... },
  *                    "us": 9.4, "base_us": 13.8 }, ... ] }
+ * An entry timed on a row prefix of its layer (the unpooler's requests use
+ * the first 1024 of its 8192 rows) says so: "rows": 1024. Without "rows"
+ * the rows it was timed on are not known (tables of projd-bench before
+ * session 60) or are the layer's n.
  * Unknown engine names, knob values out of range, duplicate (layer, n, k, m)
  * and entries the checker refuses are dropped with one message each; the
  * rest of the table still loads. One table may hold layers of the same name
@@ -156,6 +160,11 @@ typedef struct pj_dev_limits {
 typedef struct pj_tune_entry {
     char layer[PJ_TUNE_NAME];
     uint32_t n, k; /* layer shape the entry was tuned for (0 = any) */
+    /* The rows its requests computed when it was timed, where fewer than
+     * n (a row prefix: the layer's max_n); 0 = n or not known. It picks
+     * no entry: a daemon serving another max_n only says so at start
+     * (pj_tune_rows_other), since the knobs were timed on other work. */
+    uint32_t rows;
     uint32_t m;
     pj_eng_kind eng;
     pj_eng_knobs knobs;
@@ -237,6 +246,13 @@ const char *pj_tune_msg_text(const char *msg);
 /* Was e tuned for a layer of shape n x k? An n or k of 0, in the entry or
  * here, matches any. */
 int pj_tune_entry_fits(const pj_tune_entry *e, uint32_t n, uint32_t k);
+
+/* The rows ("rows") an entry of layer (shape n x k) says it was timed on,
+ * when that is not `rows`, the rows the caller's requests compute (its
+ * max_n): the first such entry's, 0 when none differs. Entries without
+ * "rows" never differ: their rows are not known. */
+uint32_t pj_tune_rows_other(const pj_tune_table *t, const char *layer, uint32_t n, uint32_t k,
+                            uint32_t rows);
 
 /* The entry that serves (layer, m) for a layer of shape n x k: the entry of
  * that layer with the smallest m' >= m, else the one with the largest m'.

@@ -896,6 +896,7 @@ static void tune_shape(bench *b, int li, uint32_t m, int full, FILE *csv, pj_tun
     snprintf(out->layer, sizeof out->layer, "%.*s", (int)sizeof out->layer - 1, table_name(d));
     out->n = d->N;
     out->k = d->K;
+    out->rows = d->n < d->N ? d->n : 0; /* a row prefix: timed on fewer rows than n */
     out->m = m;
     if (pick >= 0) {
         out->eng = cs[pick].k;
@@ -1695,6 +1696,7 @@ static int lt_survey(bench *b, unsigned lo, unsigned hi, double budget_s, pj_tun
                          table_name(&layer_defs[li]));
                 e.n = layer_defs[li].N;
                 e.k = layer_defs[li].K;
+                e.rows = layer_defs[li].n < e.n ? layer_defs[li].n : 0;
                 e.m = m;
                 e.eng = PJ_ENG_CUBLAS;
                 e.knobs = pj_eng_lt_knobs(&cfg[fin[best]]);

@@ -346,6 +346,71 @@ START_TEST(shipped_table_routes_every_m)
 }
 END_TEST
 
+static void expect_one_rejection(const char *js, const char *why);
+
+/* "rows": an entry timed on a row prefix of its layer says how many rows,
+ * round-trips, and is refused above n; pj_tune_rows_other names the rows
+ * of the first entry of the layer (and shape) timed on other than the
+ * caller's, never of entries that say nothing. The shipped tables' unpooler
+ * entries were timed on its first 1024 rows (the reference requests'). */
+START_TEST(rows_of_a_row_prefix)
+{
+    const char *js = "{\"entries\":["
+                     "{\"layer\":\"u\",\"n\":8192,\"k\":4096,\"m\":1,\"engine\":\"cublas\"},"
+                     "{\"layer\":\"u\",\"n\":8192,\"k\":4096,\"rows\":1024,\"m\":8,"
+                     "\"engine\":\"cublas\"},"
+                     "{\"layer\":\"u\",\"n\":4096,\"k\":4096,\"rows\":512,\"m\":8,"
+                     "\"engine\":\"cublas\"},"
+                     "{\"layer\":\"o\",\"n\":4096,\"k\":2048,\"m\":1,\"engine\":\"cublas\"}]}";
+    pj_tune_table t, u;
+    char err[256];
+    ck_assert_int_eq(pj_tune_parse(js, strlen(js), &t, NULL, NULL, NULL, NULL, err, sizeof err), 4);
+    ck_assert_uint_eq(t.e[0].rows, 0);
+    ck_assert_uint_eq(t.e[1].rows, 1024);
+    ck_assert_uint_eq(pj_tune_rows_other(&t, "u", 8192, 4096, 1024), 0);
+    ck_assert_uint_eq(pj_tune_rows_other(&t, "u", 8192, 4096, 8192), 1024);
+    ck_assert_uint_eq(pj_tune_rows_other(&t, "u", 8192, 4096, 2048), 1024);
+    ck_assert_uint_eq(pj_tune_rows_other(&t, "u", 4096, 4096, 4096), 512); /* the other shape */
+    ck_assert_uint_eq(pj_tune_rows_other(&t, "u", 2048, 4096, 2048), 0);   /* no entry fits */
+    ck_assert_uint_eq(pj_tune_rows_other(&t, "o", 4096, 2048, 100), 0);    /* rows not known */
+    ck_assert_uint_eq(pj_tune_rows_other(NULL, "u", 8192, 4096, 8192), 0);
+    char *out = pj_tune_to_json(&t, "c", "d");
+    ck_assert_ptr_nonnull(out);
+    ck_assert_int_eq(pj_tune_parse(out, strlen(out), &u, NULL, NULL, NULL, NULL, err, sizeof err),
+                     4);
+    ck_assert_uint_eq(u.e[0].rows, 0);
+    ck_assert_uint_eq(u.e[1].rows, 1024);
+    ck_assert_uint_eq(u.e[2].rows, 512);
+    /* Written only where known: the first entry's object has no "rows". */
+    const char *first_end = strchr(out, '}');
+    const char *rows_at = strstr(out, "\"rows\"");
+    ck_assert_ptr_nonnull(first_end);
+    ck_assert_ptr_nonnull(rows_at);
+    ck_assert(rows_at > first_end);
+    free(out);
+
+    expect_one_rejection("{\"entries\":[{\"layer\":\"u\",\"n\":1000,\"k\":64,\"rows\":1024,"
+                         "\"m\":1,\"engine\":\"cublas\"}]}",
+                         "\"rows\" 1024 is more than the layer's n 1000");
+    expect_one_rejection("{\"entries\":[{\"layer\":\"u\",\"rows\":-1,\"m\":1,"
+                         "\"engine\":\"cublas\"}]}",
+                         "\"rows\" must be a non-negative integer");
+
+    const char *src = getenv("PJ_SRCDIR") ? getenv("PJ_SRCDIR") : ".";
+    static const char *const shipped[] = {"h200.json", "h100-80gb-hbm3.json"};
+    for (size_t f = 0; f < sizeof shipped / sizeof shipped[0]; f++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/config/tuning/%s", src, shipped[f]);
+        static pj_tune_table st;
+        ck_assert_int_eq(pj_tune_load(path, &st, NULL, NULL, NULL, NULL, err, sizeof err), 30);
+        for (uint32_t i = 0; i < st.n; i++)
+            ck_assert_uint_eq(st.e[i].rows, strcmp(st.e[i].layer, "unpooler") ? 0 : 1024);
+        ck_assert_uint_eq(pj_tune_rows_other(&st, "unpooler", 8192, 4096, 1024), 0);
+        ck_assert_uint_eq(pj_tune_rows_other(&st, "unpooler", 8192, 4096, 8192), 1024);
+    }
+}
+END_TEST
+
 START_TEST(knob_strings)
 {
     pj_eng_knobs kn;
@@ -1120,6 +1185,7 @@ int main(void)
     tcase_add_test(tc, times_round_trip);
     tcase_add_test(tc, save_reports_and_keeps_the_old_table);
     tcase_add_test(tc, shipped_table_routes_every_m);
+    tcase_add_test(tc, rows_of_a_row_prefix);
     tcase_add_test(tc, rejects_odd_keys);
     tcase_add_test(tc, refuses_what_cjson_misreads);
     tcase_add_test(tc, table_folders);
