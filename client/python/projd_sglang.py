@@ -63,6 +63,12 @@ What it assumes:
     the meta device (shape and loader attributes as SGLang's unquantized
     method), so the model's loader finds the parameter and nothing is
     allocated; what the loader copies into it is dropped.
+  - A bias is added to y after the daemon rounded x·Wᵀ to bf16 (one bf16
+    add on the current stream): y = bf16(bf16(x·Wᵀ) + b). SGLang's own path
+    (F.linear, cuBLASLt's bias epilogue) adds b to the fp32 sum and rounds
+    once, so an element can differ from it by one bf16 rounding step of y.
+    The daemon serves y = x·W[:n]ᵀ only; a layer with a bias (Qwen2's
+    qkv_proj) takes that second rounding.
 
 Each allocation x or y lives in is registered with the daemon once (the
 whole allocation, by its IPC handle; the tensor is addressed as an offset
