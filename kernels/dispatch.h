@@ -160,8 +160,10 @@ typedef struct pj_dev_limits {
 typedef struct pj_tune_entry {
     char layer[PJ_TUNE_NAME];
     uint32_t n, k; /* layer shape the entry was tuned for (0 = any) */
-    /* The rows its requests computed when it was timed, where fewer than
-     * n (a row prefix: the layer's max_n); 0 = n or not known. It picks
+    /* The rows its requests computed when it was timed, at most n (the
+     * tuner writes it for a row prefix: the layer's max_n below n); 0 =
+     * not known (tables before session 60, and the tuner's entries of
+     * all n rows), so that only a prefix is ever said to differ. It picks
      * no entry: a daemon serving another max_n only says so at start
      * (pj_tune_rows_other), since the knobs were timed on other work. */
     uint32_t rows;

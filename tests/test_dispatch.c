@@ -381,13 +381,24 @@ START_TEST(rows_of_a_row_prefix)
     ck_assert_uint_eq(u.e[0].rows, 0);
     ck_assert_uint_eq(u.e[1].rows, 1024);
     ck_assert_uint_eq(u.e[2].rows, 512);
-    /* Written only where known: the first entry's object has no "rows". */
-    const char *first_end = strchr(out, '}');
-    const char *rows_at = strstr(out, "\"rows\"");
-    ck_assert_ptr_nonnull(first_end);
-    ck_assert_ptr_nonnull(rows_at);
-    ck_assert(rows_at > first_end);
+    ck_assert_uint_eq(u.e[3].rows, 0);
+    /* Written only where known: two entries say their rows. */
+    int n_rows = 0;
+    for (const char *p = out; (p = strstr(p, "\"rows\"")) != NULL; p++)
+        n_rows++;
+    ck_assert_int_eq(n_rows, 2);
     free(out);
+    /* rows == n is a whole layer's rows, accepted; "rows": 0 is not known. */
+    const char *edge = "{\"entries\":[{\"layer\":\"u\",\"n\":64,\"k\":64,\"rows\":64,\"m\":1,"
+                       "\"engine\":\"cublas\"},{\"layer\":\"u\",\"n\":64,\"k\":64,\"rows\":0,"
+                       "\"m\":2,\"engine\":\"cublas\"}]}";
+    ck_assert_int_eq(pj_tune_parse(edge, strlen(edge), &t, NULL, NULL, NULL, NULL, err, sizeof err),
+                     2);
+    ck_assert_uint_eq(t.e[0].rows, 64);
+    ck_assert_uint_eq(t.e[1].rows, 0);
+    ck_assert_uint_eq(pj_tune_rows_other(&t, "u", 64, 64, 64), 0);
+    ck_assert_uint_eq(pj_tune_rows_other(&t, "u", 64, 64, 32), 64);
+    ck_assert_uint_eq(pj_tune_rows_other(&t, NULL, 64, 64, 32), 0);
 
     expect_one_rejection("{\"entries\":[{\"layer\":\"u\",\"n\":1000,\"k\":64,\"rows\":1024,"
                          "\"m\":1,\"engine\":\"cublas\"}]}",

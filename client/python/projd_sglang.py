@@ -65,10 +65,12 @@ What it assumes:
     allocated; what the loader copies into it is dropped.
   - A bias is added to y after the daemon rounded x·Wᵀ to bf16 (one bf16
     add on the current stream): y = bf16(bf16(x·Wᵀ) + b). SGLang's own path
-    (F.linear, cuBLASLt's bias epilogue) adds b to the fp32 sum and rounds
-    once, so an element can differ from it by one bf16 rounding step of y.
-    The daemon serves y = x·W[:n]ᵀ only; a layer with a bias (Qwen2's
-    qkv_proj) takes that second rounding.
+    (F.linear: cuBLASLt's bias epilogue, or a GEMM with beta = 1 on a
+    bias-filled output) adds b to the fp32 sum and rounds once, so an
+    element can differ from it by up to half a bf16 step of x·Wᵀ: many
+    steps of y where b cancels most of x·Wᵀ (x·Wᵀ = 100.3, b = -100: 0.5
+    here, 0.30078 there). The daemon serves y = x·W[:n]ᵀ only; a layer with
+    a bias (Qwen2's qkv_proj) takes that second rounding.
 
 Each allocation x or y lives in is registered with the daemon once (the
 whole allocation, by its IPC handle; the tensor is addressed as an offset

@@ -62,6 +62,7 @@ static void check_entries(const pj_tune_table *t)
         check(len >= 1 && len < PJ_TUNE_NAME);
         check(e->m >= 1 && e->m <= 65536);
         check((unsigned)e->eng < PJ_ENG_COUNT);
+        check(!e->n || e->rows <= e->n);
         check(e->m % 97 != 13);
         for (uint32_t j = 0; j < i; j++)
             check(!(t->e[j].m == e->m && t->e[j].n == e->n && t->e[j].k == e->k &&
