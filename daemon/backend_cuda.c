@@ -708,8 +708,6 @@ static int table_wants_tiles(const cu_state *st, const pj_eng_layer *L)
 static void note_table_match(const cu_state *st, const pj_model_layer *ml, const pj_eng_layer *L)
 {
     const pj_tune_table *t = st->table;
-    if (ml->engine[0] || st->env_force[0])
-        return;
     if (!t || !t->n) {
         if (ml->tuned_as[0])
             pj_log_warn("cuda: layer %s: tuned_as \"%s\", but no tuning table is in use (%s); the "
@@ -747,8 +745,6 @@ static void note_table_match(const cu_state *st, const pj_model_layer *ml, const
 static void note_table_rows(const cu_state *st, const pj_model_layer *ml, const cu_layer *cl)
 {
     const pj_eng_layer *L = &cl->L;
-    if (ml->engine[0] || st->env_force[0])
-        return;
     const uint32_t timed =
         pj_tune_rows_other(st->table, pj_eng_table_name(L), L->N, L->K, cl->graph_n);
     if (timed)
@@ -768,7 +764,7 @@ static void note_table_rows(const cu_state *st, const pj_model_layer *ml, const 
 static void note_heavy_block(const cu_state *st, const pj_model_layer *ml, const pj_eng_layer *L)
 {
     const pj_tune_table *t = st->table;
-    if (!t || ml->engine[0] || st->env_force[0] || !pj_model_layer_heavy_block(ml))
+    if (!t || !pj_model_layer_heavy_block(ml))
         return;
     /* The entries the dispatcher would run (pj_dispatch_choose), each once. */
     const pj_tune_entry *seen[16];
@@ -870,9 +866,13 @@ static int upload_layers(cu_state *st, char *err, size_t errlen)
         if (rc)
             return rc;
         snprintf(L->table_name, sizeof L->table_name, "%s", ml->tuned_as);
-        note_table_match(st, ml, L);
-        note_heavy_block(st, ml, L);
-        note_table_rows(st, ml, cl);
+        /* What the table's use for the layer is worth saying at start:
+         * nothing when an engine is forced on it (config or env). */
+        if (!ml->engine[0] && !st->env_force[0]) {
+            note_table_match(st, ml, L);
+            note_heavy_block(st, ml, L);
+            note_table_rows(st, ml, cl);
+        }
         /* What the tuner and the benchmark time the engines with
          * (kernels/engcheck_cuda.c): the z12 GEMV's exception slot tables
          * (without them it gathers each block's exceptions the slow way),

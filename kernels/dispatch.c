@@ -796,14 +796,18 @@ int pj_tune_entry_fits(const pj_tune_entry *e, uint32_t n, uint32_t k)
     return (!e->n || !n || e->n == n) && (!e->k || !k || e->k == k);
 }
 
+/* Is e an entry of layer, for a layer of shape n x k? */
+static int entry_of(const pj_tune_entry *e, const char *layer, uint32_t n, uint32_t k)
+{
+    return strcmp(e->layer, layer) == 0 && pj_tune_entry_fits(e, n, k);
+}
+
 uint32_t pj_tune_rows_other(const pj_tune_table *t, const char *layer, uint32_t n, uint32_t k,
                             uint32_t rows)
 {
     for (uint32_t i = 0; t && layer && i < t->n; i++) {
         const pj_tune_entry *e = &t->e[i];
-        if (strcmp(e->layer, layer) != 0 || !pj_tune_entry_fits(e, n, k))
-            continue;
-        if (e->rows && e->rows != rows)
+        if (entry_of(e, layer, n, k) && e->rows && e->rows != rows)
             return e->rows;
     }
     return 0;
@@ -817,9 +821,7 @@ const pj_tune_entry *pj_dispatch_choose(const pj_tune_table *t, const char *laye
         return NULL;
     for (uint32_t i = 0; i < t->n; i++) {
         const pj_tune_entry *e = &t->e[i];
-        if (strcmp(e->layer, layer) != 0)
-            continue;
-        if (!pj_tune_entry_fits(e, n, k))
+        if (!entry_of(e, layer, n, k))
             continue;
         /* The router is a GEMV up to PJ_ENG_MAX_GEMV_M and a tiled GEMM
          * above it, and the same knobs mean other things in the two

@@ -84,6 +84,13 @@ static int g_nl = 5;
  * result would overwrite the first's (and a run out of budget would put
  * OLD's entry back over a new one). The vetting runs the entry on every
  * layer it serves. */
+/* The rows a table entry of d records it was timed on: a row prefix's
+ * (kernels/dispatch.h), else 0. */
+static uint32_t timed_rows(const layer_def *d)
+{
+    return d->n < d->N ? d->n : 0;
+}
+
 static int entry_owner(int li)
 {
     const layer_def *d = &layer_defs[li];
@@ -896,7 +903,7 @@ static void tune_shape(bench *b, int li, uint32_t m, int full, FILE *csv, pj_tun
     snprintf(out->layer, sizeof out->layer, "%.*s", (int)sizeof out->layer - 1, table_name(d));
     out->n = d->N;
     out->k = d->K;
-    out->rows = d->n < d->N ? d->n : 0; /* a row prefix: timed on fewer rows than n */
+    out->rows = timed_rows(d);
     out->m = m;
     if (pick >= 0) {
         out->eng = cs[pick].k;
@@ -1696,7 +1703,7 @@ static int lt_survey(bench *b, unsigned lo, unsigned hi, double budget_s, pj_tun
                          table_name(&layer_defs[li]));
                 e.n = layer_defs[li].N;
                 e.k = layer_defs[li].K;
-                e.rows = layer_defs[li].n < e.n ? layer_defs[li].n : 0;
+                e.rows = timed_rows(&layer_defs[li]);
                 e.m = m;
                 e.eng = PJ_ENG_CUBLAS;
                 e.knobs = pj_eng_lt_knobs(&cfg[fin[best]]);
