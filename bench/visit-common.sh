@@ -56,6 +56,36 @@ pj_served_config() {
     sed "s|@MODEL@|$F/ref.safetensors|" bench/results/2026-12-02-s24-config/ref.json >"$F/ref.json"
 }
 
+# pj_rows_trace [TIMEOUT_S]: one decode trace (2500 requests after 300 of
+# warm-up; the unpooler's requests of 1024 rows) against projd on the
+# reference model ($F/ref.safetensors, pj_served_config) with the default
+# layers (the unpooler computing all 8192 rows) and with $F/ref.json (its
+# max_n 1024), each started on the committed tables; the daemons' logs
+# (the start's note of the rows the table's entries were timed on) and
+# projload's reports in $OUT/rows, and the lines that compare them printed.
+pj_rows_trace() {
+    local c to=${1:-90}
+    export PROJD_TUNING_DIR=$PWD/config/tuning
+    "$B/bin/projload" gen --kind decode --seed 3 --count 3000 --unpooler-n 1024 \
+        --out "$F/dec.jsonl" >/dev/null || return 1
+    mkdir -p "$OUT/rows"
+    for c in default maxn1024; do
+        if [ $c = default ]; then set -- --model "$F/ref.safetensors"; else set -- --config "$F/ref.json"; fi
+        pj_daemon_start "d-$c" "/tmp/pjs-$c/d.sock" "$@" || continue
+        timeout "$to" "$B/bin/projload" --trace "$F/dec.jsonl" --socket "ipc:///tmp/pjs-$c/d.sock" \
+            --warmup 300 --count 2500 --json "$F/pl-$c.json" >"$F/pl-$c.txt" 2>&1
+        echo "projload $c rc=$?"
+        pj_daemon_stop
+        cp "$F/d-$c.log" "$F/pl-$c.txt" "$OUT/rows/" 2>/dev/null
+    done
+    for c in default maxn1024; do
+        echo "== rows: $c"
+        grep -m3 -oE ".{0,50}[0-9]+ entries.{0,40}|layer unpooler: its table entries.*" "$F/d-$c.log" |
+            cut -c1-220
+        grep -E "^(all |overall  )" "$F/pl-$c.txt" | cut -c1-140
+    done
+}
+
 # pj_site_wheels: SGLang's wheels carried in .whl/ (bench/sglang-wheels.sh)
 # installed into /tmp/site and put on PYTHONPATH, so that the GPU suites run
 # python_sglang too. 0, or 1 when pip failed.

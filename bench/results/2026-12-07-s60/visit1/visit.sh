@@ -15,21 +15,7 @@ pj_final_check
 echo "final check done ($(($(date +%s) - t0)) s)"
 grep -E "^(decode|verify)|^SCORE" "$OUT/final/bench-1.log" | head -8
 pj_served_config || exit 1
-# The default layers (the unpooler at all 8192 rows) against ref.json (its
-# max_n 1024) under the same decode trace (unpooler requests of 1024 rows),
-# and the start's note of the rows the table's entries were timed on.
-export PROJD_TUNING_DIR=$PWD/config/tuning
-"$B/bin/projload" gen --kind decode --seed 3 --count 3000 --unpooler-n 1024 --out "$F/dec.jsonl" >/dev/null
-for c in default maxn1024; do
-    if [ $c = default ]; then set -- --model "$F/ref.safetensors"; else set -- --config "$F/ref.json"; fi
-    pj_daemon_start "d-$c" "/tmp/pjs-$c/d.sock" "$@" || continue
-    timeout 90 "$B/bin/projload" --trace "$F/dec.jsonl" --socket "ipc:///tmp/pjs-$c/d.sock" --warmup 300 \
-        --count 2500 --json "$F/pl-$c.json" >"$F/pl-$c.txt" 2>&1
-    echo "projload $c rc=$?"
-    pj_daemon_stop
-    mkdir -p "$OUT/rows"
-    cp "$F/d-$c.log" "$F/pl-$c.txt" "$OUT/rows/" 2>/dev/null
-done
+pj_rows_trace 90
 python3 - "$F" <<'PY'
 import json, sys
 f = sys.argv[1]
@@ -70,11 +56,6 @@ for t in $runs; do
     grep 'at most' "$F/inspect-$t.txt" | cut -c1-70
     awk 'NF == 7 && $2 ~ /^[0-9]+$/ && $1 != "router" {print "  " $0}' "$F/$t.log"
     grep -E "^(m |SCORE)" "$F/$t.log" | sed 's/^/  /'
-done
-for c in default maxn1024; do
-    echo "== rows: $c"
-    grep -o "layer unpooler: its table entries.*" "$F/d-$c.log" | cut -c1-150
-    grep -E "^(all |overall  )" "$F/pl-$c.txt" | cut -c1-140
 done
 echo "--- final check, table (bench 1), then bench 2's score"
 grep -E "^(device|decode|verify)|^SCORE|fell back" "$OUT/final/bench-1.log" | head -12

@@ -10,20 +10,10 @@
 echo "device: $(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 | head -1)"
 t0=$(date +%s)
 pj_served_config || exit 1
-export PROJD_TUNING_DIR=$PWD/config/tuning
-"$B/bin/projload" gen --kind decode --seed 3 --count 3000 --unpooler-n 1024 --out "$F/dec.jsonl" >/dev/null
-mkdir -p "$OUT/rows"
-for c in default maxn1024; do
-    if [ $c = default ]; then set -- --model "$F/ref.safetensors"; else set -- --config "$F/ref.json"; fi
-    pj_daemon_start "d-$c" "/tmp/pjs-$c/d.sock" "$@" || continue
-    timeout 60 "$B/bin/projload" --trace "$F/dec.jsonl" --socket "ipc:///tmp/pjs-$c/d.sock" --warmup 300 \
-        --count 2500 --json "$F/pl-$c.json" >"$F/pl-$c.txt" 2>&1
-    echo "projload $c rc=$? ($(($(date +%s) - t0)) s)"
-    pj_daemon_stop
-    cp "$F/d-$c.log" "$F/pl-$c.txt" "$OUT/rows/" 2>/dev/null
-done
+rows=$(pj_rows_trace 60)
+echo "rows done ($(($(date +%s) - t0)) s)"
 table=$(bash bench/gpu-table.sh)
-export PJ_TUNE_TABLE=$PWD/$table
+export PROJD_TUNING_DIR=$PWD/config/tuning PJ_TUNE_TABLE=$PWD/$table
 rm -rf /tmp/backend
 OUT=/tmp/backend PJ_GPU_TEST_TIMEOUT=150 SUITES_TIMEOUT=$((${PJ_SUITES_S:-170} - 10)) \
     timeout "${PJ_SUITES_S:-170}" bash bench/run-backend-device.sh "$B" >"$F/backend.log" 2>&1
@@ -33,8 +23,4 @@ cp "$F/backend.log" /tmp/backend/gpu-fault.log /tmp/backend/gpu-tests.log "$OUT/
 echo "--- suites"
 grep -E "^--- |checks passed|GPU suites|fatal|^Ran |^OK" "$F/backend.log" | sort | uniq -c | cut -c1-200 | head -24
 echo "--- rows"
-for c in default maxn1024; do
-    echo "== $c"
-    grep -m3 -oE ".{0,50}[0-9]+ entries.{0,40}|layer unpooler: its table entries.*" "$F/d-$c.log" | cut -c1-220
-    grep -E "^(all |overall  )" "$F/pl-$c.txt" | cut -c1-140
-done
+echo "$rows"
