@@ -58,31 +58,39 @@ pj_served_config() {
 
 # pj_rows_trace [TIMEOUT_S]: one decode trace (2500 requests after 300 of
 # warm-up; the unpooler's requests of 1024 rows) against projd on the
-# reference model ($F/ref.safetensors, pj_served_config) with the default
-# layers (the unpooler computing all 8192 rows) and with $F/ref.json (its
-# max_n 1024), each started on the committed tables; the daemons' logs
-# (the start's note of the rows the table's entries were timed on) and
-# projload's reports in $OUT/rows, and the lines that compare them printed.
+# reference model ($F/ref.safetensors, pj_served_config), once per
+# configuration in $PJ_ROWS_CONFIGS (default "default maxn1024"): default,
+# the default layers (the unpooler's max_n all 8192 rows; since session 61
+# its graphs at 1024 rows too, from the table's "rows"); noclass, the same
+# with PROJD_CUDA_ROW_CLASSES=0 (graphs at max_n only: every request
+# computes all 8192 rows); maxn1024, $F/ref.json (its max_n 1024). Each
+# started on the committed tables; the daemons' logs (the start's lines on
+# the rows) and projload's reports in $OUT/rows, and the lines that
+# compare them printed.
 pj_rows_trace() {
-    local c to=${1:-90}
+    local c to=${1:-90} cs=${PJ_ROWS_CONFIGS:-default maxn1024}
     export PROJD_TUNING_DIR=$PWD/config/tuning
     "$B/bin/projload" gen --kind decode --seed 3 --count 3000 --unpooler-n 1024 \
         --out "$F/dec.jsonl" >/dev/null || return 1
     mkdir -p "$OUT/rows"
-    for c in default maxn1024; do
-        if [ $c = default ]; then set -- --model "$F/ref.safetensors"; else set -- --config "$F/ref.json"; fi
-        pj_daemon_start "d-$c" "/tmp/pjs-$c/d.sock" "$@" || continue
+    for c in $cs; do
+        if [ $c = maxn1024 ]; then set -- --config "$F/ref.json"; else set -- --model "$F/ref.safetensors"; fi
+        if [ $c = noclass ]; then export PROJD_CUDA_ROW_CLASSES=0; fi
+        pj_daemon_start "d-$c" "/tmp/pjs-$c/d.sock" "$@"
+        local up=$?
+        unset PROJD_CUDA_ROW_CLASSES
+        [ $up = 0 ] || continue
         timeout "$to" "$B/bin/projload" --trace "$F/dec.jsonl" --socket "ipc:///tmp/pjs-$c/d.sock" \
             --warmup 300 --count 2500 --json "$F/pl-$c.json" >"$F/pl-$c.txt" 2>&1
         echo "projload $c rc=$?"
         pj_daemon_stop
         cp "$F/d-$c.log" "$F/pl-$c.txt" "$OUT/rows/" 2>/dev/null
     done
-    for c in default maxn1024; do
+    for c in $cs; do
         echo "== rows: $c"
-        grep -m3 -oE ".{0,50}[0-9]+ entries.{0,40}|layer unpooler: its table entries.*" "$F/d-$c.log" |
+        grep -m4 -oE ".{0,50}[0-9]+ entries.{0,40}|layer unpooler: (its table entries|graphs at n).*|ROW_CLASSES=0.{0,40}" "$F/d-$c.log" |
             cut -c1-220
-        grep -E "^(all |overall  )" "$F/pl-$c.txt" | cut -c1-140
+        grep -E "^(all |overall  )|unpooler" "$F/pl-$c.txt" | head -6 | cut -c1-140
     done
 }
 

@@ -19,9 +19,11 @@
  * the WELCOME (protocol/wire.h, PJ_WIRE_MAX_LAYERS_ALL). */
 #define PJ_CFG_MAX_LAYERS 1024
 #define PJ_CFG_MAX_SHAPES 32
-#define PJ_CFG_MAX_IDS    32
-#define PJ_CFG_NAME       64
-#define PJ_CFG_PATH       512
+/* Row counts below max_n a layer's graphs may be captured at too. */
+#define PJ_CFG_MAX_GRAPH_ROWS 4
+#define PJ_CFG_MAX_IDS        32
+#define PJ_CFG_NAME           64
+#define PJ_CFG_PATH           512
 /* model.load_threads: the most it may name, and where 0 (auto) stops. */
 #define PJ_CFG_MAX_LOAD_THREADS 64
 
@@ -49,7 +51,12 @@ typedef struct pj_layer_config {
     char name[PJ_CFG_NAME];   /* what requests and tables call it */
     char tensor[PJ_CFG_PATH]; /* tensor name in the safetensors file */
     pj_format_pref format;
-    uint32_t max_n;           /* rows a request may use; 0 = all N */
+    uint32_t max_n; /* rows a request may use; 0 = all N */
+    /* Row counts below max_n to capture graphs at as well (cuda backend):
+     * a request of n rows runs at the smallest of them >= n, else at
+     * max_n. Ascending, each at most max_n (checked at load). */
+    uint32_t graph_rows[PJ_CFG_MAX_GRAPH_ROWS];
+    uint32_t n_graph_rows;
     char engine[PJ_CFG_NAME]; /* force an engine ("" = dispatcher decides) */
     /* The tuned table's layer whose entries serve this one ("" = its own
      * name): layers named as a serving framework names them (SGLang's

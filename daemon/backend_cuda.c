@@ -63,6 +63,9 @@
 #define CU_CLOSE_WAIT_MS 30000
 #define CU_VALIDATE_TOL  1e-3 /* rebound graph vs direct launch, relative L2 */
 #define CU_MAX_S         PJ_CFG_MAX_SHAPES
+/* Row classes of a layer below its max_n (config graph_rows and the
+ * table's rows together), each with graphs of its own. */
+#define CU_MAX_ROWCLASS 8
 /* How long a REGISTER waits for the same allocation's previous mapping to
  * be closed before it is refused. */
 #define CU_IPC_REOPEN_WAIT_MS 2000
@@ -186,12 +189,19 @@ typedef struct cu_lane {
     atomic_ullong jobs, busy_ns;
 } cu_lane;
 
+/* st->layers holds the model's layers at their own index, then their row
+ * classes: a class is a copy of its layer (the same device arrays, owned
+ * by the layer) whose graphs are captured at fewer rows, so that a request
+ * of n rows computes the smallest class's rows >= n, not all max_n. */
 typedef struct cu_layer {
     pj_eng_layer L;
     pj_engup_mem mem;        /* the device arrays behind L */
-    uint32_t graph_n;        /* n the graphs serve: the layer's max_n */
+    uint32_t graph_n;        /* n the graphs serve: max_n, or the class's rows */
     char force[PJ_CFG_NAME]; /* forced engine name ("" none) */
     char force_knobs[96];
+    int is_class;                  /* a row class: L and mem are its layer's */
+    uint32_t n_class;              /* a model layer's classes, */
+    uint32_t cls[CU_MAX_ROWCLASS]; /* at these indices, graph_n ascending */
 } cu_layer;
 
 /* The engine of one (layer, m), the same on every lane. */
@@ -242,8 +252,8 @@ struct cu_state {
     struct cudaDeviceProp prop;
     pj_dev_limits lim;
     char uuid_str[48];
-    uint32_t n_layers;   /* uploaded so far */
-    uint32_t cap_layers; /* the model's: what layers and shapes hold */
+    uint32_t n_layers;   /* uploaded so far, row classes after the model's */
+    uint32_t cap_layers; /* the model's and their classes: what layers and shapes hold */
     cu_layer *layers;
     uint32_t n_shapes;
     uint32_t shape_m[CU_MAX_S];
@@ -251,6 +261,9 @@ struct cu_state {
     pj_tune_table *table;
     char env_force[PJ_CFG_NAME], env_knobs[96];
     int no_patch;
+    /* $PROJD_CUDA_ROW_CLASSES=0 (measurements only): no graphs below max_n,
+     * every request computes its layer's max_n rows (before session 61). */
+    int no_row_classes;
     long fault_after, fault_count; /* test only: fault after that many jobs */
     int fault_warm;                /* test only: fault in lane 0's warm-up */
     long stall_after, stall_count; /* test only: hold the stream after that many jobs */
@@ -736,23 +749,63 @@ static void note_table_match(const cu_state *st, const pj_model_layer *ml, const
             ml->name, L->N, L->K, other, other);
 }
 
-/* Table entries of the layer timed on another number of rows than its
- * graphs compute (its max_n): said once at start (info). Every request of
- * the layer computes max_n rows here (the graphs are captured at it), so
- * the default config's unpooler (max_n = all 8192 rows) does eight times the
- * work its shipped entries were timed on (the reference requests' first
- * 1024): slower than the table promised, maybe slower than cuBLAS. */
-static void note_table_rows(const cu_state *st, const pj_model_layer *ml, const cu_layer *cl)
+/* A model layer's row classes (below its max_n, ascending): the config's
+ * graph_rows, and the rows its table entries were timed on (the tuner
+ * writes them for a row prefix: the reference requests use 1024 of the
+ * unpooler's 8192 rows, and computing all 8192 for them costs about
+ * three times the time its entries were timed at). At most cap are
+ * kept; returns how many there were (more than cap: some are dropped). */
+static uint32_t row_classes(const cu_state *st, const pj_model_layer *ml, uint32_t *out,
+                            uint32_t cap, uint32_t *from_table)
 {
-    const pj_eng_layer *L = &cl->L;
-    const uint32_t timed =
-        pj_tune_rows_other(st->table, pj_eng_table_name(L), L->N, L->K, cl->graph_n);
-    if (timed)
-        pj_log_info("cuda: layer %s: its table entries were timed on requests of its first %u "
-                    "rows, and every request of it computes %u (max_n); if its requests use %u, "
-                    "set \"max_n\": %u in its config, else tune on this configuration "
-                    "(deploy/README.md)",
-                    ml->name, timed, cl->graph_n, timed, timed);
+    uint32_t tab[CU_MAX_ROWCLASS], n = 0, total = 0;
+    *from_table = 0;
+    if (st->no_row_classes)
+        return 0;
+    const char *tn = ml->tuned_as[0] ? ml->tuned_as : ml->name;
+    uint32_t n_tab =
+        pj_tune_rows_below(st->table, tn, ml->w.n, ml->w.k, ml->max_n, tab, CU_MAX_ROWCLASS);
+    if (n_tab > CU_MAX_ROWCLASS)
+        n_tab = CU_MAX_ROWCLASS;
+    /* The two ascending lists merged, each value once: the smallest cap kept. */
+    uint32_t i = 0, j = 0;
+    while (i < ml->n_graph_rows || j < n_tab) {
+        uint32_t v;
+        int tabled = 0;
+        if (j == n_tab || (i < ml->n_graph_rows && ml->graph_rows[i] <= tab[j])) {
+            v = ml->graph_rows[i++];
+            if (j < n_tab && tab[j] == v)
+                j++;
+        } else {
+            v = tab[j++];
+            tabled = 1;
+        }
+        total++;
+        if (n < cap) {
+            out[n++] = v;
+            *from_table += (uint32_t)tabled;
+        }
+    }
+    return total;
+}
+
+static void note_row_classes(const cu_state *st, const cu_layer *cl, uint32_t total,
+                             uint32_t from_table)
+{
+    if (!cl->n_class)
+        return;
+    char ns[160];
+    size_t len = 0;
+    for (uint32_t c = 0; c < cl->n_class && len + 12 < sizeof ns; c++)
+        len += (size_t)snprintf(ns + len, sizeof ns - len, "%s%u", c ? ", " : "",
+                                st->layers[cl->cls[c]].graph_n);
+    pj_log_info("cuda: layer %s: graphs at n = %s and %u (max_n); a request of n rows computes "
+                "the first of these >= n (%u from its table entries' rows, %u from graph_rows)",
+                cl->L.name, ns, cl->graph_n, from_table, cl->n_class - from_table);
+    if (total > cl->n_class)
+        pj_log_warn("cuda: layer %s: %u row counts to capture graphs at below max_n, the "
+                    "smallest %u kept",
+                    cl->L.name, total, cl->n_class);
 }
 
 /* A heavy exception block (pj_model_layer_heavy_block) under table entries
@@ -871,7 +924,6 @@ static int upload_layers(cu_state *st, char *err, size_t errlen)
         if (!ml->engine[0] && !st->env_force[0]) {
             note_table_match(st, ml, L);
             note_heavy_block(st, ml, L);
-            note_table_rows(st, ml, cl);
         }
         /* What the tuner and the benchmark time the engines with
          * (kernels/engcheck_cuda.c): the z12 GEMV's exception slot tables
@@ -894,13 +946,46 @@ static int upload_layers(cu_state *st, char *err, size_t errlen)
             st->max_n = ml->w.n;
         st->n_layers = i + 1;
     }
+    /* The row classes, after all the model's layers. */
+    for (uint32_t i = 0; i < model->n_layers && i < st->cap_layers; i++) {
+        cu_layer *cl = &st->layers[i];
+        uint32_t rows[CU_MAX_ROWCLASS], from_table;
+        const uint32_t total =
+            row_classes(st, &model->layers[i], rows, CU_MAX_ROWCLASS, &from_table);
+        for (uint32_t c = 0; c < total && c < CU_MAX_ROWCLASS && st->n_layers < st->cap_layers;
+             c++) {
+            cu_layer *cc = &st->layers[st->n_layers];
+            *cc = *cl;
+            cc->is_class = 1;
+            cc->n_class = 0;
+            cc->graph_n = rows[c];
+            cl->cls[cl->n_class++] = st->n_layers++;
+        }
+        note_row_classes(st, cl, total, from_table);
+    }
     return 0;
+}
+
+/* The layers and their row classes that start-up will make (cap_layers). */
+static uint32_t layers_with_classes(const cu_state *st)
+{
+    const pj_model *model = st->b->model;
+    uint32_t n = model->n_layers;
+    for (uint32_t i = 0; i < model->n_layers; i++) {
+        uint32_t rows[CU_MAX_ROWCLASS], from_table;
+        const uint32_t total =
+            row_classes(st, &model->layers[i], rows, CU_MAX_ROWCLASS, &from_table);
+        n += total < CU_MAX_ROWCLASS ? total : CU_MAX_ROWCLASS;
+    }
+    return n;
 }
 
 static void free_layers(cu_state *st)
 {
     for (uint32_t i = 0; st->layers && i < st->cap_layers; i++) {
         cu_layer *cl = &st->layers[i];
+        if (cl->is_class)
+            continue; /* its layer's arrays */
         pj_eng_layer_fini(&cl->L);
         pj_engup_free(&cl->mem);
     }
@@ -1280,9 +1365,10 @@ static int capture_lane(lane_start *ls)
     cu_state *st = ls->st;
     cu_lane *ln = ls->ln;
     for (uint32_t l = 0; l < st->n_layers; l++) {
-        int step = start_step(ln->idx == 0, ls->err, sizeof ls->err, " on a lane",
-                              "the graphs of layer %u of %u (%s), %u lanes side by side", l + 1,
-                              st->n_layers, st->layers[l].L.name, st->n_lanes);
+        int step =
+            start_step(ln->idx == 0, ls->err, sizeof ls->err, " on a lane",
+                       "the graphs of layer %u of %u (%s, n = %u), %u lanes side by side", l + 1,
+                       st->n_layers, st->layers[l].L.name, st->layers[l].graph_n, st->n_lanes);
         if (step)
             return step;
         for (uint32_t si = 0; si < st->n_shapes; si++) {
@@ -1342,9 +1428,10 @@ static int warm_lane(lane_start *ls)
     cu_lane *ln = ls->ln;
     uint64_t t0 = now_ns();
     for (uint32_t l = 0; l < st->n_layers; l++) {
-        int step = start_step(ln->idx == 0, ls->err, sizeof ls->err, " on a lane",
-                              "the warm-up of layer %u of %u (%s), %u lanes side by side", l + 1,
-                              st->n_layers, st->layers[l].L.name, st->n_lanes);
+        int step =
+            start_step(ln->idx == 0, ls->err, sizeof ls->err, " on a lane",
+                       "the warm-up of layer %u of %u (%s, n = %u), %u lanes side by side", l + 1,
+                       st->n_layers, st->layers[l].L.name, st->layers[l].graph_n, st->n_lanes);
         if (step) {
             cudaStreamSynchronize(ln->s); /* what it launched, done before the lane goes */
             return step;
@@ -2297,11 +2384,20 @@ static int staged_pitch_check(const cu_state *st, const cu_layer *cl, const pj_e
 /* Enqueue one op. Returns PJ_OK or a pj_status with err set. */
 static int run_op(cu_state *st, cu_lane *ln, pj_exec_op *op, char *err, size_t errlen)
 {
-    const cu_layer *cl = &st->layers[op->layer];
+    /* The layer's smallest row class that holds the request's rows. */
+    uint32_t li = op->layer;
+    for (uint32_t c = 0; c < st->layers[op->layer].n_class; c++) {
+        const uint32_t ci = st->layers[op->layer].cls[c];
+        if (st->layers[ci].graph_n >= op->n) {
+            li = ci;
+            break;
+        }
+    }
+    const cu_layer *cl = &st->layers[li];
     const cu_buf *hx = op->x_handle, *hy = op->y_handle;
     int host = (hx && hx->kind == PJ_BUF_SHM) || (hy && hy->kind == PJ_BUF_SHM);
     int si = shape_index(st, op->m);
-    const cu_shape *sh = si >= 0 ? &st->shapes[op->layer][si] : NULL;
+    const cu_shape *sh = si >= 0 ? &st->shapes[li][si] : NULL;
     const uint32_t K = cl->L.K, gn = cl->graph_n;
     /* Only shapes start-up has launched run on the device: every (layer,
      * m) at n = graph_n on contiguous rows, by its graph or by the warm-up
@@ -2328,7 +2424,7 @@ static int run_op(cu_state *st, cu_lane *ln, pj_exec_op *op, char *err, size_t e
     } else {
         staged = !(plain && al256(op->x) && al256(op->y));
         path = staged ? PJ_CUDA_PATH_DIRECT_STAGED : PJ_CUDA_PATH_DIRECT;
-        c = shape_call(st, ln, op->layer, op->m, staged ? ln->sx : op->x, staged ? ln->sy : op->y);
+        c = shape_call(st, ln, li, op->m, staged ? ln->sx : op->x, staged ? ln->sy : op->y);
         if (choose(st, cl, &c, &k, &kn, NULL, 0) < 0) {
             snprintf(err, errlen, "op (%s m=%u n=%u): no engine can run this shape", cl->L.name,
                      op->m, op->n);
@@ -2342,7 +2438,7 @@ static int run_op(cu_state *st, cu_lane *ln, pj_exec_op *op, char *err, size_t e
         ce = copy_rows(ln->sx, (size_t)K * 2, op->x, op->x_ld * 2, (size_t)K * 2, op->m, ln->s);
     }
     if (ce == cudaSuccess && graph) {
-        pj_cgraph *g = &ln->graphs[op->layer][si];
+        pj_cgraph *g = &ln->graphs[li][si];
         if (pj_cg_bind(g, staged ? ln->sx : op->x, staged ? ln->sy : op->y, t, sizeof t) != 0) {
             snprintf(err, errlen, "op (%s m=%u): %s", cl->L.name, op->m, t);
             return PJ_E_BACKEND;
@@ -2999,6 +3095,10 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
                     "defaults %d, %d): a held client wait can block the daemon",
                     st->lane_jobs, st->lane_launches, CU_LANE_JOBS, CU_LANE_LAUNCHES);
     st->release_defer = env_long("PROJD_CUDA_RELEASE_DEFER", 1, 0, 1) != 0;
+    st->no_row_classes = env_long("PROJD_CUDA_ROW_CLASSES", 1, 0, 1) == 0;
+    if (st->no_row_classes)
+        pj_log_warn("cuda: PROJD_CUDA_ROW_CLASSES=0 (measurements only): no graphs below a "
+                    "layer's max_n; every request computes its layer's max_n rows");
     st->spin_ns = (uint64_t)env_long("PROJD_CUDA_SPIN_US", CU_SPIN_US, 0, 1000000) * 1000u;
     st->idle_spin_ns = (uint64_t)env_long("PROJD_CUDA_IDLE_SPIN_US", 0, 0, 1000000) * 1000u;
     uint32_t n_lanes = (uint32_t)env_long("PROJD_CUDA_LANES", CU_DEFAULT_LANES, 1, CU_MAX_LANES);
@@ -3031,7 +3131,7 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     }
 
     t0 = now_ns();
-    st->cap_layers = b->model->n_layers;
+    st->cap_layers = layers_with_classes(st);
     st->layers = calloc(st->cap_layers ? st->cap_layers : 1, sizeof *st->layers);
     st->shapes = calloc(st->cap_layers ? st->cap_layers : 1, sizeof *st->shapes);
     if (!st->layers || !st->shapes) {

@@ -264,6 +264,13 @@ static int check_layer(const pj_st_file *st, const pj_layer_config *lc, const ch
     uint32_t n = (uint32_t)t->shape[0], k = (uint32_t)t->shape[1];
     if (lc->max_n > n)
         return layer_fail(err, errlen, path, lc, "max_n %u exceeds N = %u", lc->max_n, n);
+    const uint32_t max_n = lc->max_n ? lc->max_n : n;
+    for (uint32_t i = 0; i < lc->n_graph_rows; i++)
+        if (lc->graph_rows[i] > max_n)
+            return layer_fail(err, errlen, path, lc,
+                              "graph_rows value %u exceeds the rows a request may use (max_n "
+                              "%u%s)",
+                              lc->graph_rows[i], max_n, lc->max_n ? "" : ", all N");
     *out = t;
     return choose_format(lc, t, k, path, fmt, err, errlen);
 }
@@ -284,6 +291,10 @@ static int load_layer(const pj_st_file *st, const pj_layer_config *lc, pj_model_
     snprintf(L->engine, sizeof L->engine, "%s", lc->engine);
     snprintf(L->tuned_as, sizeof L->tuned_as, "%s", lc->tuned_as);
     L->max_n = lc->max_n ? lc->max_n : n;
+    L->n_graph_rows = 0;
+    for (uint32_t i = 0; i < lc->n_graph_rows; i++)
+        if (lc->graph_rows[i] < L->max_n)
+            L->graph_rows[L->n_graph_rows++] = lc->graph_rows[i];
     L->src_dtype = (int)t->dtype;
     if (pj_digest(t->data, t->nbytes, threads, &L->digest) != 0)
         goto nomem;

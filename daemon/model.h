@@ -38,8 +38,12 @@
 typedef struct pj_model_layer {
     char name[PJ_CFG_NAME];
     char tensor[PJ_CFG_PATH];
-    pj_weights w;           /* kernels/refgemm.h; arrays owned by the model */
-    uint32_t max_n;         /* rows a request may use (config, 0 -> N) */
+    pj_weights w;   /* kernels/refgemm.h; arrays owned by the model */
+    uint32_t max_n; /* rows a request may use (config, 0 -> N) */
+    /* Config's graph_rows below max_n (ascending; one equal to max_n is
+     * dropped): row counts the cuda backend captures graphs at as well. */
+    uint32_t graph_rows[PJ_CFG_MAX_GRAPH_ROWS];
+    uint32_t n_graph_rows;
     int src_dtype;          /* pj_st_dtype of the tensor in the file */
     size_t stored_bytes;    /* everything the stored format keeps */
     size_t bf16_bytes;      /* n * k * 2 */

@@ -802,15 +802,32 @@ static int entry_of(const pj_tune_entry *e, const char *layer, uint32_t n, uint3
     return strcmp(e->layer, layer) == 0 && pj_tune_entry_fits(e, n, k);
 }
 
-uint32_t pj_tune_rows_other(const pj_tune_table *t, const char *layer, uint32_t n, uint32_t k,
-                            uint32_t rows)
+uint32_t pj_tune_rows_below(const pj_tune_table *t, const char *layer, uint32_t n, uint32_t k,
+                            uint32_t below, uint32_t *out, uint32_t cap)
 {
+    /* Each value once: counted by an insertion sort into out, the values
+     * past cap counted by comparing with the earlier entries. */
+    uint32_t total = 0, kept = 0;
     for (uint32_t i = 0; t && layer && i < t->n; i++) {
         const pj_tune_entry *e = &t->e[i];
-        if (entry_of(e, layer, n, k) && e->rows && e->rows != rows)
-            return e->rows;
+        if (!entry_of(e, layer, n, k) || !e->rows || e->rows >= below)
+            continue;
+        uint32_t j = 0;
+        while (j < i && !(entry_of(&t->e[j], layer, n, k) && t->e[j].rows == e->rows))
+            j++;
+        if (j < i)
+            continue; /* an earlier entry said these rows */
+        total++;
+        if (kept == cap)
+            continue;
+        uint32_t at = kept++;
+        while (at > 0 && out[at - 1] > e->rows) {
+            out[at] = out[at - 1];
+            at--;
+        }
+        out[at] = e->rows;
     }
-    return 0;
+    return total;
 }
 
 const pj_tune_entry *pj_dispatch_choose(const pj_tune_table *t, const char *layer, uint32_t n,

@@ -164,8 +164,8 @@ typedef struct pj_tune_entry {
      * tuner writes it for a row prefix: the layer's max_n below n); 0 =
      * not known (tables before session 60, and the tuner's entries of
      * all n rows), so that only a prefix is ever said to differ. It picks
-     * no entry: a daemon serving another max_n only says so at start
-     * (pj_tune_rows_other), since the knobs were timed on other work. */
+     * no entry; the cuda backend captures the layer's graphs at these rows
+     * too (pj_tune_rows_below), since its requests are likely to use them. */
     uint32_t rows;
     uint32_t m;
     pj_eng_kind eng;
@@ -249,12 +249,13 @@ const char *pj_tune_msg_text(const char *msg);
  * here, matches any. */
 int pj_tune_entry_fits(const pj_tune_entry *e, uint32_t n, uint32_t k);
 
-/* The rows ("rows") an entry of layer (shape n x k) says it was timed on,
- * when that is not `rows`, the rows the caller's requests compute (its
- * max_n): the first such entry's, 0 when none differs. Entries without
- * "rows" never differ: their rows are not known. */
-uint32_t pj_tune_rows_other(const pj_tune_table *t, const char *layer, uint32_t n, uint32_t k,
-                            uint32_t rows);
+/* The rows ("rows") entries of layer (shape n x k) say they were timed
+ * on, below `below` (the rows the caller's requests may use, its max_n):
+ * each value once, ascending, at most cap of them in out. Returns how many
+ * there are (more than cap when some did not fit). Entries without "rows"
+ * say nothing: their rows are not known. */
+uint32_t pj_tune_rows_below(const pj_tune_table *t, const char *layer, uint32_t n, uint32_t k,
+                            uint32_t below, uint32_t *out, uint32_t cap);
 
 /* The entry that serves (layer, m) for a layer of shape n x k: the entry of
  * that layer with the smallest m' >= m, else the one with the largest m'.

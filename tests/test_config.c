@@ -136,8 +136,8 @@ static const bad_case bad_cases[] = {
     /* 4: unknown key inside a layer */
     {"{\"model\":{\"layers\":[{\"name\":\"a\",\"tensor\":\"t\",\"colour\":1}]}}",
      "model.layers[0].colour",
-     "model.layers[0].colour: unknown key; expected one of: name, tensor, format, max_n, engine, "
-     "tuned_as"},
+     "model.layers[0].colour: unknown key; expected one of: name, tensor, format, max_n, "
+     "graph_rows, engine, tuned_as"},
     /* 5: fraction where an integer is due */
     {"{\"limits\":{\"max_connections\":1.5}}", "limits.max_connections",
      "limits.max_connections: expected an integer in 1..4096, got 1.5"},
@@ -269,6 +269,21 @@ static const bad_case bad_cases[] = {
      "config: line 1, column 24: a control byte (0x01) where only white space may be"},
     {"{\"tuning\":{\"table\":\"a\tb\"}}", "config",
      "config: line 1, column 22: an unescaped control byte (0x09) in a string"},
+    /* graph_rows: ascending, each row count at least 1, at most four */
+    {"{\"model\":{\"layers\":[{\"name\":\"a\",\"tensor\":\"t\",\"graph_rows\":[512,256]}]}}",
+     "model.layers[0].graph_rows[1]",
+     "model.layers[0].graph_rows[1]: expected an integer greater than 512 (sorted ascending, no "
+     "repeats), got 256"},
+    {"{\"model\":{\"layers\":[{\"name\":\"a\",\"tensor\":\"t\",\"graph_rows\":[0]}]}}",
+     "model.layers[0].graph_rows[0]",
+     "model.layers[0].graph_rows[0]: expected an integer in 1..16777216, got 0"},
+    {"{\"model\":{\"layers\":[{\"name\":\"a\",\"tensor\":\"t\",\"graph_rows\":[1,2,3,4,5]}]}}",
+     "model.layers[0].graph_rows",
+     "model.layers[0].graph_rows: expected an array of 0..4 integers in 1..16777216, got an "
+     "array of 5 elements"},
+    {"{\"model\":{\"layers\":[{\"name\":\"a\",\"tensor\":\"t\",\"graph_rows\":1024}]}}",
+     "model.layers[0].graph_rows",
+     "model.layers[0].graph_rows: expected an array of 0..4 integers in 1..16777216, got 1024"},
 };
 
 START_TEST(bad_config_exact_message_and_untouched)
@@ -399,7 +414,8 @@ START_TEST(arrays_replace_whole)
     int rc =
         apply_str(c,
                   "{\"model\":{\"layers\":[{\"name\":\"lm.head-2\",\"tensor\":\"lm_head.weight\","
-                  "\"format\":\"z12\",\"max_n\":1024,\"engine\":\"gemvz\",\"tuned_as\":\"o\"}]},"
+                  "\"format\":\"z12\",\"max_n\":1024,\"graph_rows\":[16,512],"
+                  "\"engine\":\"gemvz\",\"tuned_as\":\"o\"}]},"
                   "\"shapes\":{\"m\":[2,4],\"max_m\":64},"
                   "\"auth\":{\"allow_uids\":[1000,0,4294967294],\"allow_gids\":[27]}}",
                   err, sizeof err);
@@ -409,6 +425,9 @@ START_TEST(arrays_replace_whole)
     ck_assert_str_eq(c->model.layers[0].tensor, "lm_head.weight");
     ck_assert_int_eq(c->model.layers[0].format, PJ_FPREF_Z12);
     ck_assert_uint_eq(c->model.layers[0].max_n, 1024);
+    ck_assert_uint_eq(c->model.layers[0].n_graph_rows, 2);
+    ck_assert_uint_eq(c->model.layers[0].graph_rows[0], 16);
+    ck_assert_uint_eq(c->model.layers[0].graph_rows[1], 512);
     ck_assert_str_eq(c->model.layers[0].engine, "gemvz");
     ck_assert_str_eq(c->model.layers[0].tuned_as, "o");
     /* Slots past the new end are cleared, not left over from the defaults. */
@@ -430,6 +449,8 @@ START_TEST(arrays_replace_whole)
     ck_assert_msg(rc == 0, "%s", err);
     ck_assert_int_eq(c->model.layers[0].format, PJ_FPREF_AUTO);
     ck_assert_uint_eq(c->model.layers[0].max_n, 0);
+    ck_assert_uint_eq(c->model.layers[0].n_graph_rows, 0);
+    ck_assert_uint_eq(c->model.layers[0].graph_rows[0], 0);
     ck_assert_str_eq(c->model.layers[0].engine, "");
     ck_assert_str_eq(c->model.layers[0].tuned_as, "");
     /* An empty id list clears it. */

@@ -349,10 +349,26 @@ END_TEST
 static void expect_one_rejection(const char *js, const char *why);
 
 /* "rows": an entry timed on a row prefix of its layer says how many rows,
- * round-trips, and is refused above n; pj_tune_rows_other names the rows
- * of the first entry of the layer (and shape) timed on other than the
- * caller's, never of entries that say nothing. The shipped tables' unpooler
- * entries were timed on its first 1024 rows (the reference requests'). */
+ * round-trips, and is refused above n; pj_tune_rows_below lists the rows
+ * the layer's (and shape's) entries were timed on below the caller's
+ * max_n, each once and ascending, never of entries that say nothing. The
+ * shipped tables' unpooler entries were timed on its first 1024 rows (the
+ * reference requests'). */
+
+/* pj_tune_rows_below's list as "a,b,c" (its count first: "3:"). */
+static const char *rows_below(const pj_tune_table *t, const char *layer, uint32_t n, uint32_t k,
+                              uint32_t below, uint32_t cap)
+{
+    static char s[128];
+    uint32_t v[8] = {0};
+    ck_assert_uint_le(cap, 8);
+    uint32_t total = pj_tune_rows_below(t, layer, n, k, below, v, cap);
+    int at = snprintf(s, sizeof s, "%u:", total);
+    for (uint32_t i = 0; i < total && i < cap; i++)
+        at += snprintf(s + at, sizeof s - (size_t)at, "%s%u", i ? "," : "", v[i]);
+    return s;
+}
+
 START_TEST(rows_of_a_row_prefix)
 {
     const char *js = "{\"entries\":["
@@ -367,13 +383,28 @@ START_TEST(rows_of_a_row_prefix)
     ck_assert_int_eq(pj_tune_parse(js, strlen(js), &t, NULL, NULL, NULL, NULL, err, sizeof err), 4);
     ck_assert_uint_eq(t.e[0].rows, 0);
     ck_assert_uint_eq(t.e[1].rows, 1024);
-    ck_assert_uint_eq(pj_tune_rows_other(&t, "u", 8192, 4096, 1024), 0);
-    ck_assert_uint_eq(pj_tune_rows_other(&t, "u", 8192, 4096, 8192), 1024);
-    ck_assert_uint_eq(pj_tune_rows_other(&t, "u", 8192, 4096, 2048), 1024);
-    ck_assert_uint_eq(pj_tune_rows_other(&t, "u", 4096, 4096, 4096), 512); /* the other shape */
-    ck_assert_uint_eq(pj_tune_rows_other(&t, "u", 2048, 4096, 2048), 0);   /* no entry fits */
-    ck_assert_uint_eq(pj_tune_rows_other(&t, "o", 4096, 2048, 100), 0);    /* rows not known */
-    ck_assert_uint_eq(pj_tune_rows_other(NULL, "u", 8192, 4096, 8192), 0);
+    ck_assert_str_eq(rows_below(&t, "u", 8192, 4096, 1024, 4), "0:"); /* not below */
+    ck_assert_str_eq(rows_below(&t, "u", 8192, 4096, 8192, 4), "1:1024");
+    ck_assert_str_eq(rows_below(&t, "u", 8192, 4096, 2048, 4), "1:1024");
+    ck_assert_str_eq(rows_below(&t, "u", 8192, 4096, 8192, 0), "1:");    /* counted, not kept */
+    ck_assert_str_eq(rows_below(&t, "u", 4096, 4096, 4096, 4), "1:512"); /* the other shape */
+    ck_assert_str_eq(rows_below(&t, "u", 2048, 4096, 2048, 4), "0:");    /* no entry fits */
+    ck_assert_str_eq(rows_below(&t, "o", 4096, 2048, 4096, 4), "0:");    /* rows not known */
+    ck_assert_str_eq(rows_below(NULL, "u", 8192, 4096, 8192, 4), "0:");
+    /* Several values: each once, ascending, whatever the file's order. */
+    const char *many =
+        "{\"entries\":["
+        "{\"layer\":\"u\",\"n\":64,\"k\":64,\"rows\":48,\"m\":1,\"engine\":\"cublas\"},"
+        "{\"layer\":\"u\",\"n\":64,\"k\":64,\"rows\":16,\"m\":2,\"engine\":\"cublas\"},"
+        "{\"layer\":\"u\",\"n\":64,\"k\":64,\"rows\":48,\"m\":4,\"engine\":\"cublas\"},"
+        "{\"layer\":\"u\",\"n\":64,\"k\":64,\"rows\":32,\"m\":8,\"engine\":\"cublas\"},"
+        "{\"layer\":\"u\",\"n\":64,\"k\":64,\"rows\":8,\"m\":16,\"engine\":\"cublas\"}]}";
+    ck_assert_int_eq(pj_tune_parse(many, strlen(many), &u, NULL, NULL, NULL, NULL, err, sizeof err),
+                     5);
+    ck_assert_str_eq(rows_below(&u, "u", 64, 64, 64, 8), "4:8,16,32,48");
+    ck_assert_str_eq(rows_below(&u, "u", 64, 64, 40, 8), "3:8,16,32");
+    ck_assert_str_eq(rows_below(&u, "u", 64, 64, 64, 2), "4:16,48"); /* the first two found */
+    ck_assert_str_eq(rows_below(&u, "v", 64, 64, 64, 8), "0:");
     char *out = pj_tune_to_json(&t, "c", "d");
     ck_assert_ptr_nonnull(out);
     ck_assert_int_eq(pj_tune_parse(out, strlen(out), &u, NULL, NULL, NULL, NULL, err, sizeof err),
@@ -396,9 +427,8 @@ START_TEST(rows_of_a_row_prefix)
                      2);
     ck_assert_uint_eq(t.e[0].rows, 64);
     ck_assert_uint_eq(t.e[1].rows, 0);
-    ck_assert_uint_eq(pj_tune_rows_other(&t, "u", 64, 64, 64), 0);
-    ck_assert_uint_eq(pj_tune_rows_other(&t, "u", 64, 64, 32), 64);
-    ck_assert_uint_eq(pj_tune_rows_other(&t, NULL, 64, 64, 32), 0);
+    ck_assert_str_eq(rows_below(&t, "u", 64, 64, 64, 4), "0:"); /* 64 is all: not below */
+    ck_assert_str_eq(rows_below(&t, NULL, 64, 64, 64, 4), "0:");
 
     expect_one_rejection("{\"entries\":[{\"layer\":\"u\",\"n\":1000,\"k\":64,\"rows\":1024,"
                          "\"m\":1,\"engine\":\"cublas\"}]}",
@@ -416,8 +446,9 @@ START_TEST(rows_of_a_row_prefix)
         ck_assert_int_eq(pj_tune_load(path, &st, NULL, NULL, NULL, NULL, err, sizeof err), 30);
         for (uint32_t i = 0; i < st.n; i++)
             ck_assert_uint_eq(st.e[i].rows, strcmp(st.e[i].layer, "unpooler") ? 0 : 1024);
-        ck_assert_uint_eq(pj_tune_rows_other(&st, "unpooler", 8192, 4096, 1024), 0);
-        ck_assert_uint_eq(pj_tune_rows_other(&st, "unpooler", 8192, 4096, 8192), 1024);
+        ck_assert_str_eq(rows_below(&st, "unpooler", 8192, 4096, 1024, 4), "0:");
+        ck_assert_str_eq(rows_below(&st, "unpooler", 8192, 4096, 8192, 4), "1:1024");
+        ck_assert_str_eq(rows_below(&st, "pooler", 8192, 4096, 8192, 4), "0:");
     }
 }
 END_TEST

@@ -253,6 +253,33 @@ START_TEST(format_preferences)
                               "N = 512") != NULL,
                   "%s", err);
 
+    /* graph_rows past max_n (or past N when max_n is not given); one equal
+     * to max_n is max_n's own graphs, dropped from the model's list */
+    pj_fixture_small_config(cfg, small_path);
+    cfg->model.layers[3].max_n = 256;
+    cfg->model.layers[3].n_graph_rows = 2;
+    cfg->model.layers[3].graph_rows[0] = 64;
+    cfg->model.layers[3].graph_rows[1] = 257;
+    ck_assert_int_eq(pj_model_load(cfg, &m, NULL, NULL, err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "layer 'unpooler' (tensor 'unpooler.weight'): graph_rows value 257 "
+                              "exceeds the rows a request may use (max_n 256)") != NULL,
+                  "%s", err);
+    ck_assert_int_eq(pj_model_check(cfg, err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "graph_rows value 257 exceeds") != NULL, "%s", err);
+    cfg->model.layers[3].max_n = 0;
+    cfg->model.layers[3].graph_rows[1] = 513;
+    ck_assert_int_eq(pj_model_load(cfg, &m, NULL, NULL, err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "graph_rows value 513 exceeds the rows a request may use (max_n "
+                              "512, all N)") != NULL,
+                  "%s", err);
+    cfg->model.layers[3].graph_rows[1] = 512;
+    ck_assert_msg(pj_model_load(cfg, &m, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    ck_assert_uint_eq(m->layers[3].max_n, 512);
+    ck_assert_uint_eq(m->layers[3].n_graph_rows, 1);
+    ck_assert_uint_eq(m->layers[3].graph_rows[0], 64);
+    ck_assert_uint_eq(m->layers[2].n_graph_rows, 0);
+    pj_model_free(m);
+
     /* a tensor the file lacks */
     pj_fixture_small_config(cfg, small_path);
     snprintf(cfg->model.layers[2].tensor, PJ_CFG_PATH, "pooler.bias");

@@ -20,6 +20,9 @@
  *   K  tuned_as: a layer named as SGLang names it runs the table's entries
  *      of its alias; the start hints at tuned_as, or warns about one
  *      without entries of the layer's shape.
+ *   G  row classes: graphs at the rows of a layer's graph_rows and its
+ *      table entries' "rows" as well as at max_n; every m at n around
+ *      them checked, a class's own n rebound in place (--g alone).
  *   N  200 layers (a model's worth, past the 64 WELCOME's struct holds
  *      inline), each a test tensor again: every one run at a graph m and a
  *      direct m on one lane (one workspace, layers of different N back to
@@ -1504,43 +1507,37 @@ static void section_q(const char *force)
     w_client_close(&w);
 }
 
-/* One odd-shaped request of M on u, while the other lane is held: layer l,
- * m rows, n = the layer's rows - 3, strided x and y (x_ld = K + 5, y_ld =
- * n + 7) at offsets; in host shared memory, or (dev) in this process's
- * CUDA memory at 2-byte-aligned addresses. Served within 0.25 s and equal
- * to the CPU reference, the rest of y still poisoned. 0, or -1 (why). */
-static int m_odd(pjc_conn *u, const q_dev *dev, uint32_t l, uint32_t m, int on_dev, double *took,
-                 char *why, size_t whylen)
+/* One request on u of the daemon's layer s->layer over weights w (the test
+ * model's layer of the same tensor) at m rows and the shape s (n, strides,
+ * offsets), in host shared memory or (on_dev) in this process's CUDA
+ * memory; x from seed, y poisoned first. Equal to the CPU reference, the
+ * rest of y still poisoned. *took, and *engine when not NULL. 0, or -1
+ * (why). */
+static int run_checked(pjc_conn *u, const q_dev *dev, const pj_weights *w, const pjc_shape *s,
+                       uint32_t m, uint64_t seed, int on_dev, double *took, uint16_t *engine,
+                       char *why, size_t whylen)
 {
-    const pj_model_layer *L = &pjc_model()->layers[l];
-    const uint32_t K = L->w.k;
-    pjc_shape s = {.layer = l,
-                   .n = L->max_n - 3,
-                   .x_off = 1,
-                   .x_ld = K + 5,
-                   .y_off = 3,
-                   .y_ld = L->max_n - 3 + 7};
+    const uint32_t K = w->k;
     uint16_t *X = calloc(XBYTES / 2, 2), *Y = malloc(YBYTES);
-    uint16_t *x = malloc((size_t)m * K * 2), *ref = malloc((size_t)m * L->w.n * 2);
+    uint16_t *x = malloc((size_t)m * K * 2), *ref = malloc((size_t)m * w->n * 2);
     int rc = -1;
-    if (!X || !Y || !x || !ref || (size_t)(s.x_off + m * s.x_ld) * 2 > XBYTES ||
-        (size_t)(s.y_off + m * s.y_ld) * 2 > YBYTES) {
+    if (!X || !Y || !x || !ref || (size_t)(s->x_off + m * s->x_ld) * 2 > XBYTES ||
+        (size_t)(s->y_off + m * s->y_ld) * 2 > YBYTES) {
         snprintf(why, whylen, "no memory, or the shape does not fit the buffers");
         goto out;
     }
-    uint64_t seed = l * 1000u + m;
     for (size_t i = 0; i < (size_t)m * K; i++) {
         uint64_t r = cc_mix(&seed);
         x[i] = pj_f32_to_bf16((float)((int)(r % 2001) - 1000) / 1000.f);
-        X[s.x_off + (i / K) * s.x_ld + i % K] = x[i];
+        X[s->x_off + (i / K) * s->x_ld + i % K] = x[i];
     }
-    if (pj_ref_project(&L->w, m, L->w.n, x, K, ref, L->w.n) != 0) {
+    if (pj_ref_project(w, m, w->n, x, K, ref, w->n) != 0) {
         snprintf(why, whylen, "the CPU reference failed");
         goto out;
     }
     memset(Y, 0xff, YBYTES);
-    pj_op q = pjc_op(u, &s);
-    q.m = m; /* pjc_op's is PJC_MS[s.mi] */
+    pj_op q = pjc_op(u, s);
+    q.m = m; /* pjc_op's is PJC_MS[s->mi] */
     if (on_dev) {
         q.x_buf = dev->xid;
         q.y_buf = dev->yid;
@@ -1562,6 +1559,8 @@ static int m_odd(pjc_conn *u, const q_dev *dev, uint32_t l, uint32_t m, int on_d
         snprintf(why, whylen, "rc %d status %d", r2, r2 == PJ_OK ? dn.status : -1);
         goto out;
     }
+    if (engine)
+        *engine = res[0].engine;
     if (on_dev) {
         if (cudaMemcpy(Y, dev->dy, YBYTES, cudaMemcpyDeviceToHost) != cudaSuccess) {
             snprintf(why, whylen, "reading y back failed");
@@ -1570,13 +1569,31 @@ static int m_odd(pjc_conn *u, const q_dev *dev, uint32_t l, uint32_t m, int on_d
     } else {
         memcpy(Y, u->ys.p, YBYTES);
     }
-    rc = cc_verify(Y, YBYTES / 2, &s, m, L->w.n, ref, NULL, why, whylen);
+    rc = cc_verify(Y, YBYTES / 2, s, m, w->n, ref, NULL, why, whylen);
 out:
     free(X);
     free(Y);
     free(x);
     free(ref);
     return rc;
+}
+
+/* One odd-shaped request of M on u, while the other lane is held: layer l,
+ * m rows, n = the layer's rows - 3, strided x and y (x_ld = K + 5, y_ld =
+ * n + 7) at offsets; in host shared memory, or (dev) in this process's
+ * CUDA memory at 2-byte-aligned addresses. Served within 0.25 s and equal
+ * to the CPU reference, the rest of y still poisoned. 0, or -1 (why). */
+static int m_odd(pjc_conn *u, const q_dev *dev, uint32_t l, uint32_t m, int on_dev, double *took,
+                 char *why, size_t whylen)
+{
+    const pj_model_layer *L = &pjc_model()->layers[l];
+    pjc_shape s = {.layer = l,
+                   .n = L->max_n - 3,
+                   .x_off = 1,
+                   .x_ld = L->w.k + 5,
+                   .y_off = 3,
+                   .y_ld = L->max_n - 3 + 7};
+    return run_checked(u, dev, &L->w, &s, m, l * 1000u + m, on_dev, took, NULL, why, whylen);
 }
 
 /* An op of M: layer l at m, all rows, contiguous, at the buffers' start. */
@@ -1727,6 +1744,146 @@ static void section_m(const char *force, int no_warm)
     cc_stop(&d, "M");
     q_dev_close(&dev);
     w_client_close(&w);
+}
+
+/* The graph form STATS gives the daemon's layer `name` at (m, n): "rebound",
+ * "staged" or "none" in graph, the engine's why in why. 0, or -1 when
+ * STATS has no such row. */
+static int g_engine(pjc_conn *t, const char *name, uint32_t m, uint32_t n, char *graph, size_t glen,
+                    char *why, size_t whylen)
+{
+    cJSON *st = NULL;
+    if (pjt_stats(&t->c, &st) != PJ_OK)
+        return -1;
+    int found = -1;
+    cJSON *bs = cJSON_GetObjectItem(st, "backend_stats");
+    cJSON *eng = bs ? cJSON_GetObjectItem(bs, "engines") : NULL;
+    cJSON *e;
+    cJSON_ArrayForEach(e, eng)
+    {
+        cJSON *l = cJSON_GetObjectItem(e, "layer"), *mm = cJSON_GetObjectItem(e, "m");
+        cJSON *nn = cJSON_GetObjectItem(e, "n"), *g = cJSON_GetObjectItem(e, "graph");
+        cJSON *w = cJSON_GetObjectItem(e, "why");
+        if (cJSON_IsString(l) && !strcmp(l->valuestring, name) && cJSON_IsNumber(mm) &&
+            (uint32_t)mm->valueint == m && cJSON_IsNumber(nn) && (uint32_t)nn->valueint == n &&
+            cJSON_IsString(g) && cJSON_IsString(w)) {
+            snprintf(graph, glen, "%s", g->valuestring);
+            snprintf(why, whylen, "%s", w->valuestring);
+            found++;
+        }
+    }
+    cJSON_Delete(st);
+    return found; /* 0: exactly one row */
+}
+
+/* G: row classes. The unpooler (512 rows) with graph_rows [128, 300], and
+ * u2 (the same tensor, max_n 300) whose table entries were timed on 100
+ * rows and on 300 (its max_n: no class): graphs at 128, 300 and 512, and
+ * at 100 and 300, each m, said at start and listed by STATS. Every m of
+ * the graphs at n rows around the classes, contiguous: equal to the CPU
+ * reference with the rest of y poisoned (a request served by a class
+ * smaller than its n leaves rows unwritten); in CUDA memory at a class's
+ * own n, the class's graph rebound in place (where its check at start
+ * allowed rebinding), any other n staged. */
+static void section_g(void)
+{
+    printf("== G: row classes (graphs at fewer rows than max_n)\n");
+    char path[] = "/tmp/projd-rows-XXXXXX";
+    if (write_temp(path, "{\"entries\": [{\"layer\": \"u2\", \"n\": 512, \"k\": 256, \"rows\": "
+                         "100, \"m\": 1, \"engine\": \"cublas\"}, {\"layer\": \"u2\", \"n\": 512, "
+                         "\"k\": 256, \"rows\": 300, \"m\": 8, \"engine\": \"cublas\"}]}") != 0)
+        return;
+    char extra[1200];
+    snprintf(extra, sizeof extra,
+             "{\"tuning\": {\"table\": \"%s\"}, \"model\": {\"layers\": [{\"name\": "
+             "\"unpooler\", \"tensor\": \"unpooler.weight\", \"graph_rows\": [128, 300]}, "
+             "{\"name\": \"u2\", \"tensor\": \"unpooler.weight\", \"max_n\": 300}]}}",
+             path);
+    pj_dproc d;
+    pjc_conn t;
+    if (start_open(&d, &t, extra, "G") != 0) {
+        unlink(path);
+        return;
+    }
+    cc_print_log_lines(&d, "graphs at n");
+    CHECK(pj_dproc_log_has(&d,
+                           "cuda: layer unpooler: graphs at n = 128, 300 and 512 (max_n); a "
+                           "request of n rows computes the first of these >= n (0 from its table "
+                           "entries' rows, 2 from graph_rows)",
+                           0),
+          "G: the start does not name the unpooler's row classes");
+    CHECK(pj_dproc_log_has(&d,
+                           "cuda: layer u2: graphs at n = 100 and 300 (max_n); a request of n "
+                           "rows computes the first of these >= n (1 from its table entries' "
+                           "rows, 0 from graph_rows)",
+                           0),
+          "G: the start does not name u2's row class from the table");
+    static const struct {
+        const char *name;
+        uint32_t n;
+    } cls[] = {{"unpooler", 128}, {"unpooler", 300}, {"unpooler", 512}, {"u2", 100}, {"u2", 300}};
+    char graph[5][PJC_N_MS][16];
+    for (size_t c = 0; c < sizeof cls / sizeof cls[0]; c++) {
+        for (uint32_t mi = 0; mi < PJC_N_MS; mi++) {
+            char why[64];
+            int rc = g_engine(&t, cls[c].name, PJC_MS[mi], cls[c].n, graph[c][mi],
+                              sizeof graph[c][mi], why, sizeof why);
+            CHECK(rc == 0, "G: STATS has %s one engine row for %s m=%u n=%u",
+                  rc < 0 ? "no" : "more than", cls[c].name, PJC_MS[mi], cls[c].n);
+            if (rc != 0)
+                snprintf(graph[c][mi], sizeof graph[c][mi], "?");
+            CHECK(rc != 0 || strcmp(graph[c][mi], "none") != 0, "G: %s m=%u n=%u has no graph",
+                  cls[c].name, PJC_MS[mi], cls[c].n);
+            /* u2's entry of m = 1 (timed on 100 rows) serves every class of it */
+            CHECK(rc != 0 || strcmp(cls[c].name, "u2") != 0 || PJC_MS[mi] != 1 ||
+                      strcmp(why, "table") == 0,
+                  "G: u2 m=1 n=%u chosen by \"%s\", want the table", cls[c].n, why);
+        }
+    }
+    char why[600];
+    q_dev dev;
+    const int have_dev = q_dev_open(&t.c, &dev, why, sizeof why) == 0;
+    CHECK(have_dev, "G: CUDA IPC buffers: %s", why);
+    const pj_weights *w = &pjc_model()->layers[3].w; /* unpooler.weight */
+    static const uint32_t ns[] = {1, 99, 100, 101, 128, 129, 299, 300, 301, 511, 512};
+    int runs = 0, in_place = 0, fails = 0;
+    for (uint32_t dl = 0; dl < 2; dl++) {
+        const uint32_t max_n = dl == 0 ? 512 : 300;
+        for (uint32_t mi = 0; mi < PJC_N_MS; mi++) {
+            for (size_t i = 0; i < sizeof ns / sizeof ns[0] && ns[i] <= max_n; i++) {
+                /* the class that serves n, and whether n is its own */
+                size_t c = dl == 0 ? 0 : 3;
+                while (cls[c].n < ns[i])
+                    c++;
+                const int own = cls[c].n == ns[i];
+                for (int on_dev = 0; on_dev < 1 + have_dev; on_dev++) {
+                    pjc_shape s = {.layer = dl, .mi = mi, .n = ns[i], .x_ld = w->k, .y_ld = ns[i]};
+                    double took = 0;
+                    uint16_t eng = 0;
+                    int rc = run_checked(&t, &dev, w, &s, PJC_MS[mi], dl * 7919u + mi * 131u + i,
+                                         on_dev, &took, &eng, why, sizeof why);
+                    const int want = on_dev && own && !strcmp(graph[c][mi], "rebound")
+                                         ? PJ_CUDA_PATH_GRAPH
+                                         : PJ_CUDA_PATH_GRAPH_STAGED;
+                    runs++;
+                    in_place += rc == 0 && (eng >> 8) == PJ_CUDA_PATH_GRAPH;
+                    if ((rc != 0 || (eng >> 8) != want) && fails++ < 6)
+                        CHECK(0, "G: %s m=%u n=%u (%s): %s%s path %d, want %d", cls[c].name,
+                              PJC_MS[mi], ns[i], on_dev ? "device" : "host", rc ? why : "served",
+                              rc ? "" : ",", eng >> 8, want);
+                }
+            }
+        }
+    }
+    CHECK(fails == 0, "G: %d of %d requests wrong or on another path", fails, runs);
+    printf("G: %d requests at n around the row classes, %d in place on a class's graph, %d "
+           "failed\n",
+           runs, in_place, fails);
+    if (have_dev)
+        q_dev_close(&dev);
+    pjc_close(&t);
+    cc_stop(&d, "G");
+    unlink(path);
 }
 
 static void section_w(void)
@@ -2645,6 +2802,10 @@ int main(int argc, char **argv)
         section_n(argc > 2 ? (uint32_t)strtoul(argv[2], NULL, 10) : 200);
         return cc_summary("test_cuda_backend", t0);
     }
+    if (argc > 1 && strcmp(argv[1], "--g") == 0) { /* G alone */
+        section_g();
+        return cc_summary("test_cuda_backend --g", t0);
+    }
     if (argc > 1 && strcmp(argv[1], "--k") == 0) { /* K alone */
         section_k();
         return cc_summary("test_cuda_backend --k", t0);
@@ -2673,6 +2834,7 @@ int main(int argc, char **argv)
     section_z();
     section_t();
     section_k();
+    section_g();
     section_n(200);
     section_u();
     section_h();
