@@ -622,29 +622,46 @@ static void section_t(void)
 
 /* The "why" (and "tuned_as") STATS gives layer name's shape m, into why;
  * -1 when STATS has no such row. */
-static int k_engine_why(pjc_conn *t, const char *name, int m, char *why, size_t whylen, char *alias,
-                        size_t alen)
+/* The STATS engines rows of the daemon's layer `name` at m (and at n, when
+ * n is not 0; a layer has one row per m for max_n and for each of its row
+ * classes): the last one's why, graph form ("rebound", "staged", "none")
+ * and tuned_as, where their buffers are not NULL. How many rows matched,
+ * or -1 when STATS failed. */
+static int engine_row(pjc_conn *t, const char *name, uint32_t m, uint32_t n, char *why,
+                      size_t whylen, char *graph, size_t glen, char *alias, size_t alen)
 {
     cJSON *st = NULL;
     if (pjt_stats(&t->c, &st) != PJ_OK)
         return -1;
-    int found = -1;
+    int found = 0;
     cJSON *bs = cJSON_GetObjectItem(st, "backend_stats");
     cJSON *eng = bs ? cJSON_GetObjectItem(bs, "engines") : NULL;
     cJSON *e;
     cJSON_ArrayForEach(e, eng)
     {
         cJSON *l = cJSON_GetObjectItem(e, "layer"), *mm = cJSON_GetObjectItem(e, "m");
+        cJSON *nn = cJSON_GetObjectItem(e, "n"), *g = cJSON_GetObjectItem(e, "graph");
         cJSON *w = cJSON_GetObjectItem(e, "why"), *ta = cJSON_GetObjectItem(e, "tuned_as");
-        if (cJSON_IsString(l) && !strcmp(l->valuestring, name) && cJSON_IsNumber(mm) &&
-            mm->valueint == m && cJSON_IsString(w)) {
+        if (!cJSON_IsString(l) || strcmp(l->valuestring, name) != 0 || !cJSON_IsNumber(mm) ||
+            (uint32_t)mm->valueint != m || !cJSON_IsString(w) || !cJSON_IsString(g) ||
+            (n && (!cJSON_IsNumber(nn) || (uint32_t)nn->valueint != n)))
+            continue;
+        if (why)
             snprintf(why, whylen, "%s", w->valuestring);
+        if (graph)
+            snprintf(graph, glen, "%s", g->valuestring);
+        if (alias)
             snprintf(alias, alen, "%s", cJSON_IsString(ta) ? ta->valuestring : "");
-            found = 0;
-        }
+        found++;
     }
     cJSON_Delete(st);
     return found;
+}
+
+static int k_engine_why(pjc_conn *t, const char *name, int m, char *why, size_t whylen, char *alias,
+                        size_t alen)
+{
+    return engine_row(t, name, (uint32_t)m, 0, why, whylen, NULL, 0, alias, alen) > 0 ? 0 : -1;
 }
 
 /* K: tuned_as. A layer named as SGLang names it runs the table's entries of
@@ -1746,36 +1763,6 @@ static void section_m(const char *force, int no_warm)
     w_client_close(&w);
 }
 
-/* The graph form STATS gives the daemon's layer `name` at (m, n): "rebound",
- * "staged" or "none" in graph, the engine's why in why. 0, or -1 when
- * STATS has no such row. */
-static int g_engine(pjc_conn *t, const char *name, uint32_t m, uint32_t n, char *graph, size_t glen,
-                    char *why, size_t whylen)
-{
-    cJSON *st = NULL;
-    if (pjt_stats(&t->c, &st) != PJ_OK)
-        return -1;
-    int found = -1;
-    cJSON *bs = cJSON_GetObjectItem(st, "backend_stats");
-    cJSON *eng = bs ? cJSON_GetObjectItem(bs, "engines") : NULL;
-    cJSON *e;
-    cJSON_ArrayForEach(e, eng)
-    {
-        cJSON *l = cJSON_GetObjectItem(e, "layer"), *mm = cJSON_GetObjectItem(e, "m");
-        cJSON *nn = cJSON_GetObjectItem(e, "n"), *g = cJSON_GetObjectItem(e, "graph");
-        cJSON *w = cJSON_GetObjectItem(e, "why");
-        if (cJSON_IsString(l) && !strcmp(l->valuestring, name) && cJSON_IsNumber(mm) &&
-            (uint32_t)mm->valueint == m && cJSON_IsNumber(nn) && (uint32_t)nn->valueint == n &&
-            cJSON_IsString(g) && cJSON_IsString(w)) {
-            snprintf(graph, glen, "%s", g->valuestring);
-            snprintf(why, whylen, "%s", w->valuestring);
-            found++;
-        }
-    }
-    cJSON_Delete(st);
-    return found; /* 0: exactly one row */
-}
-
 /* G: row classes. The unpooler (512 rows) with graph_rows [128, 300], and
  * u2 (the same tensor, max_n 300) whose table entries were timed on 100
  * rows and on 300 (its max_n: no class): graphs at 128, 300 and 512, and
@@ -1826,10 +1813,11 @@ static void section_g(void)
     for (size_t c = 0; c < sizeof cls / sizeof cls[0]; c++) {
         for (uint32_t mi = 0; mi < PJC_N_MS; mi++) {
             char why[64];
-            int rc = g_engine(&t, cls[c].name, PJC_MS[mi], cls[c].n, graph[c][mi],
-                              sizeof graph[c][mi], why, sizeof why);
-            CHECK(rc == 0, "G: STATS has %s one engine row for %s m=%u n=%u",
-                  rc < 0 ? "no" : "more than", cls[c].name, PJC_MS[mi], cls[c].n);
+            const int rows = engine_row(&t, cls[c].name, PJC_MS[mi], cls[c].n, why, sizeof why,
+                                        graph[c][mi], sizeof graph[c][mi], NULL, 0);
+            const int rc = rows == 1 ? 0 : -1;
+            CHECK(rows == 1, "G: STATS has %d engine rows for %s m=%u n=%u, want 1", rows,
+                  cls[c].name, PJC_MS[mi], cls[c].n);
             if (rc != 0)
                 snprintf(graph[c][mi], sizeof graph[c][mi], "?");
             CHECK(rc != 0 || strcmp(graph[c][mi], "none") != 0, "G: %s m=%u n=%u has no graph",
