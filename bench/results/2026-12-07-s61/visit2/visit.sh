@@ -6,10 +6,18 @@
 # default, noclass), round b (noclass, default, maxn1024); then round c,
 # the default layers and max_n 1024 with the completion threads' spin at
 # 200 us (PROJD_CUDA_SPIN_US; default 100), against visit 1's guess that
-# requests whose exec nears the spin window pay a blocking wake-up.
+# requests whose exec nears the spin window pay a blocking wake-up. First,
+# test_cuda_backend's sections G, T and K on the final test code (its
+# STATS lookup made one helper after visit 1).
 . bench/visit-common.sh
 echo "device: $(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 | head -1)"
 export PROJD_TUNING_DIR=$PWD/config/tuning
+mkdir -p "$OUT/g"
+PJ_BUILD=$B timeout 60 "$B/tests/gpu/test_cuda_backend" --g >"$OUT/g/g.log" 2>&1
+echo "section G rc=$?"
+PJ_BUILD=$B timeout 90 "$B/tests/gpu/test_cuda_backend" --t >"$OUT/g/tk.log" 2>&1
+echo "sections T, K rc=$?"
+grep -E "checks passed|^G:" "$OUT/g/g.log" "$OUT/g/tk.log" | cut -c1-160
 pj_served_config || exit 1
 "$B/bin/projload" gen --kind decode --seed 3 --count 3000 --unpooler-n 1024 \
     --out "$F/dec.jsonl" >/dev/null || exit 1
