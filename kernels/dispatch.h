@@ -163,9 +163,9 @@ typedef struct pj_tune_entry {
     /* The rows its requests computed when it was timed, at most n (the
      * tuner writes it for a row prefix: the layer's max_n below n); 0 =
      * not known (tables before session 60, and the tuner's entries of
-     * all n rows), so that only a prefix is ever said to differ. It picks
-     * no entry; the cuda backend captures the layer's graphs at these rows
-     * too (pj_tune_rows_below), since its requests are likely to use them. */
+     * all n rows). It picks no entry; the cuda backend captures the
+     * layer's graphs at a prefix's rows too (pj_tune_rows_below), since the
+     * layer's requests are likely to use them. */
     uint32_t rows;
     uint32_t m;
     pj_eng_kind eng;
