@@ -3,7 +3,7 @@
  *
  * Three lists grow with the model: model.layers (one entry a layer), the
  * per-layer counters under "layers", and the cuda backend's
- * backend_stats.engines (one row a layer and m). For a whole model (128
+ * backend_stats.engines (one row a layer, or row class, and m). For a whole model (128
  * layers for an 8B, up to 1024) they are thousands of lines of flattened
  * output and hide the counters an operator looks for. */
 #ifndef PJ_STATSVIEW_H

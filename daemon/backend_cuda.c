@@ -764,10 +764,9 @@ static uint32_t row_classes(const cu_state *st, const pj_model_layer *ml, uint32
     if (st->no_row_classes)
         return 0;
     const char *tn = ml->tuned_as[0] ? ml->tuned_as : ml->name;
-    uint32_t n_tab =
+    const uint32_t tab_total =
         pj_tune_rows_below(st->table, tn, ml->w.n, ml->w.k, ml->max_n, tab, CU_MAX_ROWCLASS);
-    if (n_tab > CU_MAX_ROWCLASS)
-        n_tab = CU_MAX_ROWCLASS;
+    const uint32_t n_tab = tab_total < CU_MAX_ROWCLASS ? tab_total : CU_MAX_ROWCLASS;
     /* The two ascending lists merged, each value once: the smallest cap kept. */
     uint32_t i = 0, j = 0;
     while (i < ml->n_graph_rows || j < n_tab) {
@@ -787,7 +786,7 @@ static uint32_t row_classes(const cu_state *st, const pj_model_layer *ml, uint32
             *from_table += (uint32_t)tabled;
         }
     }
-    return total;
+    return total + (tab_total - n_tab); /* the table's values past its smallest CU_MAX_ROWCLASS */
 }
 
 static void note_row_classes(const cu_state *st, const cu_layer *cl, uint32_t total,
@@ -1141,6 +1140,23 @@ static pj_eng_call shape_call(cu_state *st, cu_lane *ln, uint32_t l, uint32_t m,
     return c;
 }
 
+/* The layer's name in messages, with its rows when it is a row class
+ * ("unpooler n=1024"), since a class's lines would read as its layer's. */
+typedef struct cu_label {
+    char s[PJ_TUNE_NAME + 24];
+} cu_label;
+
+static cu_label layer_label(const cu_state *st, uint32_t l)
+{
+    cu_label b;
+    const cu_layer *cl = &st->layers[l];
+    if (cl->is_class)
+        snprintf(b.s, sizeof b.s, "%s n=%u", cl->L.name, cl->graph_n);
+    else
+        snprintf(b.s, sizeof b.s, "%s", cl->L.name);
+    return b;
+}
+
 /* Relative L2 distance of a from b (m x n bf16, contiguous); *unwritten
  * counts elements of a still holding the 0xffff poison; *nan NaNs in a. */
 static double rel_err(const uint16_t *a, const uint16_t *b, size_t count, size_t *unwritten,
@@ -1256,7 +1272,7 @@ static int validate_graph(cu_state *st, cu_lane *ln, uint32_t l, uint32_t si, va
     VCK(cudaStreamSynchronize(s));
     if (ce != cudaSuccess) {
         ce_text(ce, t, sizeof t);
-        snprintf(err, errlen, "validating graph %s m=%u: %s", cl->L.name, m, t);
+        snprintf(err, errlen, "validating graph %s m=%u: %s", layer_label(st, l).s, m, t);
         return -EIO;
     }
     size_t unw, nan;
@@ -1267,7 +1283,7 @@ static int validate_graph(cu_state *st, cu_lane *ln, uint32_t l, uint32_t si, va
         snprintf(err, errlen,
                  "graph %s m=%u at its capture binding differs from a direct launch of %s "
                  "(rel %.3g, %zu unwritten, %zu NaN)",
-                 cl->L.name, m, pj_eng_name(sh->k), e, unw, nan);
+                 layer_label(st, l).s, m, pj_eng_name(sh->k), e, unw, nan);
         return -EIO;
     }
     if (!g->rebindable || st->no_patch) {
@@ -1295,7 +1311,7 @@ static int validate_graph(cu_state *st, cu_lane *ln, uint32_t l, uint32_t si, va
     VCK(cudaStreamSynchronize(s));
     if (ce != cudaSuccess) {
         ce_text(ce, t, sizeof t);
-        snprintf(err, errlen, "validating rebound graph %s m=%u: %s", cl->L.name, m, t);
+        snprintf(err, errlen, "validating rebound graph %s m=%u: %s", layer_label(st, l).s, m, t);
         return -EIO;
     }
 #undef VCK
@@ -1327,9 +1343,10 @@ static int choose_engines(cu_state *st, char *err, size_t errlen)
             pj_eng_call c = shape_call(st, l0, l, st->shape_m[si], l0->sx, l0->sy);
             sh->step = choose(st, cl, &c, &sh->k, &sh->kn, sh->note, sizeof sh->note);
             if (sh->note[0])
-                pj_log_warn("cuda: layer %s m=%u: %s", cl->L.name, st->shape_m[si], sh->note);
+                pj_log_warn("cuda: layer %s m=%u: %s", layer_label(st, l).s, st->shape_m[si],
+                            sh->note);
             if (sh->step < 0) {
-                snprintf(err, errlen, "layer %s m=%u: no engine can run it", cl->L.name,
+                snprintf(err, errlen, "layer %s m=%u: no engine can run it", layer_label(st, l).s,
                          st->shape_m[si]);
                 return -ENOTSUP;
             }
@@ -1384,7 +1401,7 @@ static int capture_lane(lane_start *ls)
                 cudaError_t ce = cudaGetLastError();
                 ce_text(ce, t, sizeof t);
                 snprintf(ls->err, sizeof ls->err, "layer %s m=%u: %s launch failed: %s",
-                         st->layers[l].L.name, st->shape_m[si], pj_eng_name(sh->k), t);
+                         layer_label(st, l).s, st->shape_m[si], pj_eng_name(sh->k), t);
                 return -EIO;
             }
             int rc = pj_cg_capture(&ln->graphs[l][si], ln->s, cap_enqueue, &cc, ln->sx,
@@ -1468,7 +1485,7 @@ static int warm_lane(lane_start *ls)
                 if (last != cudaSuccess)
                     ce_text(last, t, sizeof t);
                 snprintf(ls->err, sizeof ls->err, "warm-up on lane %u, layer %s m=%u (%s): %s",
-                         ln->idx, st->layers[l].L.name, m, pj_eng_name(k), t);
+                         ln->idx, layer_label(st, l).s, m, pj_eng_name(k), t);
                 return -EIO;
             }
             if (++ls->warmed == 1 && st->fault_warm && ln->idx == 0) {
@@ -1478,9 +1495,9 @@ static int warm_lane(lane_start *ls)
         }
         if (noted > 1)
             pj_log_info("cuda: layer %s m=%u: %s (and at %u more m between the graphs' shapes)",
-                        st->layers[l].L.name, first_m, first, noted - 1);
+                        layer_label(st, l).s, first_m, first, noted - 1);
         else if (noted)
-            pj_log_info("cuda: layer %s m=%u: %s", st->layers[l].L.name, first_m, first);
+            pj_log_info("cuda: layer %s m=%u: %s", layer_label(st, l).s, first_m, first);
     }
     cudaError_t ce = cudaStreamSynchronize(ln->s);
     ls->t_warm = now_ns() - t0;
@@ -2892,6 +2909,9 @@ static void warn_without_mps(void)
 static int same_engines(const cu_state *st, uint32_t a, uint32_t b)
 {
     const pj_eng_layer *A = &st->layers[a].L, *B = &st->layers[b].L;
+    /* A row class is said on its own: "serves more layers" would count it. */
+    if (st->layers[a].is_class || st->layers[b].is_class)
+        return 0;
     if (A->N != B->N || A->K != B->K || A->fmt != B->fmt ||
         st->layers[a].graph_n != st->layers[b].graph_n)
         return 0;

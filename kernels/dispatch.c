@@ -805,8 +805,9 @@ static int entry_of(const pj_tune_entry *e, const char *layer, uint32_t n, uint3
 uint32_t pj_tune_rows_below(const pj_tune_table *t, const char *layer, uint32_t n, uint32_t k,
                             uint32_t below, uint32_t *out, uint32_t cap)
 {
-    /* Each value once: counted by an insertion sort into out, the values
-     * past cap counted by comparing with the earlier entries. */
+    /* Each value once (an earlier entry with the same rows counted it),
+     * insertion-sorted into out; when out is full a smaller value pushes
+     * the largest out, so that out holds the smallest cap. */
     uint32_t total = 0, kept = 0;
     for (uint32_t i = 0; t && layer && i < t->n; i++) {
         const pj_tune_entry *e = &t->e[i];
@@ -818,9 +819,9 @@ uint32_t pj_tune_rows_below(const pj_tune_table *t, const char *layer, uint32_t 
         if (j < i)
             continue; /* an earlier entry said these rows */
         total++;
-        if (kept == cap)
+        if (cap == 0 || (kept == cap && out[cap - 1] <= e->rows))
             continue;
-        uint32_t at = kept++;
+        uint32_t at = kept < cap ? kept++ : cap - 1;
         while (at > 0 && out[at - 1] > e->rows) {
             out[at] = out[at - 1];
             at--;

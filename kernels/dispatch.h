@@ -251,8 +251,8 @@ int pj_tune_entry_fits(const pj_tune_entry *e, uint32_t n, uint32_t k);
 
 /* The rows ("rows") entries of layer (shape n x k) say they were timed
  * on, below `below` (the rows the caller's requests may use, its max_n):
- * each value once, ascending, at most cap of them in out. Returns how many
- * there are (more than cap when some did not fit). Entries without "rows"
+ * each value once, ascending, the smallest cap of them in out. Returns how
+ * many there are (more than cap when some did not fit). Entries without "rows"
  * say nothing: their rows are not known. */
 uint32_t pj_tune_rows_below(const pj_tune_table *t, const char *layer, uint32_t n, uint32_t k,
                             uint32_t below, uint32_t *out, uint32_t cap);

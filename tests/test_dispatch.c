@@ -403,7 +403,9 @@ START_TEST(rows_of_a_row_prefix)
                      5);
     ck_assert_str_eq(rows_below(&u, "u", 64, 64, 64, 8), "4:8,16,32,48");
     ck_assert_str_eq(rows_below(&u, "u", 64, 64, 40, 8), "3:8,16,32");
-    ck_assert_str_eq(rows_below(&u, "u", 64, 64, 64, 2), "4:16,48"); /* the first two found */
+    ck_assert_str_eq(rows_below(&u, "u", 64, 64, 64, 2), "4:8,16"); /* the smallest two */
+    ck_assert_str_eq(rows_below(&u, "u", 64, 64, 64, 1), "4:8");
+    ck_assert_str_eq(rows_below(&u, "u", 64, 64, 33, 3), "3:8,16,32");
     ck_assert_str_eq(rows_below(&u, "v", 64, 64, 64, 8), "0:");
     char *out = pj_tune_to_json(&t, "c", "d");
     ck_assert_ptr_nonnull(out);

@@ -1767,11 +1767,14 @@ static void section_m(const char *force, int no_warm)
  * u2 (the same tensor, max_n 300) whose table entries were timed on 100
  * rows and on 300 (its max_n: no class): graphs at 128, 300 and 512, and
  * at 100 and 300, each m, said at start and listed by STATS. Every m of
- * the graphs at n rows around the classes, contiguous: equal to the CPU
- * reference with the rest of y poisoned (a request served by a class
- * smaller than its n leaves rows unwritten); in CUDA memory at a class's
- * own n, the class's graph rebound in place (where its check at start
- * allowed rebinding), any other n staged. */
+ * the graphs, and two m no graph covers, at n rows around the classes,
+ * contiguous: equal to the CPU reference with the rest of y poisoned (a
+ * request served by a class smaller than its n leaves rows unwritten); in
+ * CUDA memory at a class's own n, the class's graph rebound in place
+ * (where its check at start allowed rebinding) or the direct launch in
+ * place, any other n staged. Not seen from outside: that an n between
+ * classes ran the smallest class that holds it and not a larger one (the
+ * output and the path are the same). */
 static void section_g(void)
 {
     printf("== G: row classes (graphs at fewer rows than max_n)\n");
@@ -1834,10 +1837,15 @@ static void section_g(void)
     CHECK(have_dev, "G: CUDA IPC buffers: %s", why);
     const pj_weights *w = &pjc_model()->layers[3].w; /* unpooler.weight */
     static const uint32_t ns[] = {1, 99, 100, 101, 128, 129, 299, 300, 301, 511, 512};
+    /* the graphs' six m, then two that no graph covers (direct launches,
+     * warmed at each class's rows: in place at a class's own n) */
+    static const uint32_t direct_m[] = {3, 65};
     int runs = 0, in_place = 0, fails = 0;
     for (uint32_t dl = 0; dl < 2; dl++) {
         const uint32_t max_n = dl == 0 ? 512 : 300;
-        for (uint32_t mi = 0; mi < PJC_N_MS; mi++) {
+        for (uint32_t j = 0; j < PJC_N_MS + 2; j++) {
+            const int direct = j >= PJC_N_MS;
+            const uint32_t mi = direct ? 0 : j, m = direct ? direct_m[j - PJC_N_MS] : PJC_MS[j];
             for (size_t i = 0; i < sizeof ns / sizeof ns[0] && ns[i] <= max_n; i++) {
                 /* the class that serves n, and whether n is its own */
                 size_t c = dl == 0 ? 0 : 3;
@@ -1848,23 +1856,28 @@ static void section_g(void)
                     pjc_shape s = {.layer = dl, .mi = mi, .n = ns[i], .x_ld = w->k, .y_ld = ns[i]};
                     double took = 0;
                     uint16_t eng = 0;
-                    int rc = run_checked(&t, &dev, w, &s, PJC_MS[mi], dl * 7919u + mi * 131u + i,
-                                         on_dev, &took, &eng, why, sizeof why);
-                    const int want = on_dev && own && !strcmp(graph[c][mi], "rebound")
-                                         ? PJ_CUDA_PATH_GRAPH
-                                         : PJ_CUDA_PATH_GRAPH_STAGED;
+                    int rc = run_checked(&t, &dev, w, &s, m, dl * 7919u + j * 131u + i, on_dev,
+                                         &took, &eng, why, sizeof why);
+                    int want;
+                    if (direct)
+                        want = on_dev && own ? PJ_CUDA_PATH_DIRECT : PJ_CUDA_PATH_DIRECT_STAGED;
+                    else
+                        want = on_dev && own && !strcmp(graph[c][mi], "rebound")
+                                   ? PJ_CUDA_PATH_GRAPH
+                                   : PJ_CUDA_PATH_GRAPH_STAGED;
                     runs++;
-                    in_place += rc == 0 && (eng >> 8) == PJ_CUDA_PATH_GRAPH;
+                    in_place += rc == 0 && ((eng >> 8) == PJ_CUDA_PATH_GRAPH ||
+                                            (eng >> 8) == PJ_CUDA_PATH_DIRECT);
                     if ((rc != 0 || (eng >> 8) != want) && fails++ < 6)
-                        CHECK(0, "G: %s m=%u n=%u (%s): %s%s path %d, want %d", cls[c].name,
-                              PJC_MS[mi], ns[i], on_dev ? "device" : "host", rc ? why : "served",
-                              rc ? "" : ",", eng >> 8, want);
+                        CHECK(0, "G: %s m=%u n=%u (%s): %s%s path %d, want %d", cls[c].name, m,
+                              ns[i], on_dev ? "device" : "host", rc ? why : "served", rc ? "" : ",",
+                              eng >> 8, want);
                 }
             }
         }
     }
     CHECK(fails == 0, "G: %d of %d requests wrong or on another path", fails, runs);
-    printf("G: %d requests at n around the row classes, %d in place on a class's graph, %d "
+    printf("G: %d requests at n around the row classes, %d in place at a class's own n, %d "
            "failed\n",
            runs, in_place, fails);
     if (have_dev)
