@@ -7,8 +7,8 @@
 # the default layers and max_n 1024 with the completion threads' spin at
 # 200 us (PROJD_CUDA_SPIN_US; default 100), against visit 1's guess that
 # requests whose exec nears the spin window pay a blocking wake-up. First,
-# test_cuda_backend's sections G, T and K on the final test code (its
-# STATS lookup made one helper after visit 1).
+# test_cuda_backend's sections G, T and K on the reviewed code (ab94852: its
+# STATS lookup one helper, G with direct m, the messages naming a class).
 . bench/visit-common.sh
 echo "device: $(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 | head -1)"
 export PROJD_TUNING_DIR=$PWD/config/tuning
