@@ -44,6 +44,7 @@
 #include "daemon/log.h"
 #include "daemon/memplan.h"
 #include "daemon/notify.h"
+#include "daemon/rowclass.h"
 #include "daemon/startsig.h"
 #include "kernels/bf16.h"
 #include "kernels/dispatch.h"
@@ -63,9 +64,6 @@
 #define CU_CLOSE_WAIT_MS 30000
 #define CU_VALIDATE_TOL  1e-3 /* rebound graph vs direct launch, relative L2 */
 #define CU_MAX_S         PJ_CFG_MAX_SHAPES
-/* Row classes of a layer below its max_n (config graph_rows and the
- * table's rows together), each with graphs of its own. */
-#define CU_MAX_ROWCLASS 8
 /* How long a REGISTER waits for the same allocation's previous mapping to
  * be closed before it is refused. */
 #define CU_IPC_REOPEN_WAIT_MS 2000
@@ -200,8 +198,8 @@ typedef struct cu_layer {
     char force[PJ_CFG_NAME]; /* forced engine name ("" none) */
     char force_knobs[96];
     int is_class;                  /* a row class: L and mem are its layer's */
-    uint32_t n_class;              /* a model layer's classes, */
-    uint32_t cls[CU_MAX_ROWCLASS]; /* at these indices, graph_n ascending */
+    pj_rowclass_set rc;            /* a model layer's classes (rc.n of them), */
+    uint32_t cls[PJ_ROWCLASS_MAX]; /* at these indices of st->layers */
 } cu_layer;
 
 /* The engine of one (layer, m), the same on every lane. */
@@ -749,63 +747,31 @@ static void note_table_match(const cu_state *st, const pj_model_layer *ml, const
             ml->name, L->N, L->K, other, other);
 }
 
-/* A model layer's row classes (below its max_n, ascending): the config's
- * graph_rows, and the rows its table entries were timed on (the tuner
- * writes them for a row prefix: the reference requests use 1024 of the
- * unpooler's 8192 rows; computing all 8192 for them, staged, took the
- * decode trace's p50 from 117 to 159 µs on an H100, bench/results/
- * 2026-12-07-s61). At most cap are kept; returns how many there were
- * (more than cap: some are dropped). */
-static uint32_t row_classes(const cu_state *st, const pj_model_layer *ml, uint32_t *out,
-                            uint32_t cap, uint32_t *from_table)
+/* A model layer's row classes (rowclass.h): none when
+ * PROJD_CUDA_ROW_CLASSES=0. */
+static void row_classes(const cu_state *st, const pj_model_layer *ml, pj_rowclass_set *rc)
 {
-    uint32_t tab[CU_MAX_ROWCLASS], n = 0, total = 0;
-    *from_table = 0;
-    if (st->no_row_classes)
-        return 0;
-    const char *tn = ml->tuned_as[0] ? ml->tuned_as : ml->name;
-    const uint32_t tab_total =
-        pj_tune_rows_below(st->table, tn, ml->w.n, ml->w.k, ml->max_n, tab, CU_MAX_ROWCLASS);
-    const uint32_t n_tab = tab_total < CU_MAX_ROWCLASS ? tab_total : CU_MAX_ROWCLASS;
-    /* The two ascending lists merged, each value once: the smallest cap kept. */
-    uint32_t i = 0, j = 0;
-    while (i < ml->n_graph_rows || j < n_tab) {
-        uint32_t v;
-        int tabled = 0;
-        if (j == n_tab || (i < ml->n_graph_rows && ml->graph_rows[i] <= tab[j])) {
-            v = ml->graph_rows[i++];
-            if (j < n_tab && tab[j] == v)
-                j++;
-        } else {
-            v = tab[j++];
-            tabled = 1;
-        }
-        total++;
-        if (n < cap) {
-            out[n++] = v;
-            *from_table += (uint32_t)tabled;
-        }
-    }
-    return total + (tab_total - n_tab); /* the table's values past its smallest CU_MAX_ROWCLASS */
+    pj_rowclass_make(st->no_row_classes ? NULL : st->table,
+                     ml->tuned_as[0] ? ml->tuned_as : ml->name, ml->w.n, ml->w.k, ml->max_n,
+                     ml->graph_rows, st->no_row_classes ? 0 : ml->n_graph_rows, rc);
 }
 
-static void note_row_classes(const cu_state *st, const cu_layer *cl, uint32_t total,
-                             uint32_t from_table)
+static void note_row_classes(const cu_layer *cl)
 {
-    if (!cl->n_class)
+    const pj_rowclass_set *rc = &cl->rc;
+    if (!rc->n)
         return;
     char ns[160];
     size_t len = 0;
-    for (uint32_t c = 0; c < cl->n_class && len + 12 < sizeof ns; c++)
-        len += (size_t)snprintf(ns + len, sizeof ns - len, "%s%u", c ? ", " : "",
-                                st->layers[cl->cls[c]].graph_n);
+    for (uint32_t c = 0; c < rc->n && len + 12 < sizeof ns; c++)
+        len += (size_t)snprintf(ns + len, sizeof ns - len, "%s%u", c ? ", " : "", rc->rows[c]);
     pj_log_info("cuda: layer %s: graphs at n = %s and %u (max_n); a request of n rows computes "
                 "the first of these >= n (%u from its table entries' rows, %u from graph_rows)",
-                cl->L.name, ns, cl->graph_n, from_table, cl->n_class - from_table);
-    if (total > cl->n_class)
+                cl->L.name, ns, cl->graph_n, rc->from_table, rc->n - rc->from_table);
+    if (rc->total > rc->n)
         pj_log_warn("cuda: layer %s: %u row counts to capture graphs at below max_n, the "
                     "smallest %u kept",
-                    cl->L.name, total, cl->n_class);
+                    cl->L.name, rc->total, rc->n);
 }
 
 /* A heavy exception block (pj_model_layer_heavy_block) under table entries
@@ -949,19 +915,18 @@ static int upload_layers(cu_state *st, char *err, size_t errlen)
     /* The row classes, after all the model's layers. */
     for (uint32_t i = 0; i < model->n_layers && i < st->cap_layers; i++) {
         cu_layer *cl = &st->layers[i];
-        uint32_t rows[CU_MAX_ROWCLASS], from_table;
-        const uint32_t total =
-            row_classes(st, &model->layers[i], rows, CU_MAX_ROWCLASS, &from_table);
-        for (uint32_t c = 0; c < total && c < CU_MAX_ROWCLASS && st->n_layers < st->cap_layers;
-             c++) {
+        row_classes(st, &model->layers[i], &cl->rc);
+        if (st->n_layers + cl->rc.n > st->cap_layers)
+            cl->rc.n = 0; /* not counted by layers_with_classes: cannot happen */
+        for (uint32_t c = 0; c < cl->rc.n; c++) {
             cu_layer *cc = &st->layers[st->n_layers];
             *cc = *cl;
             cc->is_class = 1;
-            cc->n_class = 0;
-            cc->graph_n = rows[c];
-            cl->cls[cl->n_class++] = st->n_layers++;
+            memset(&cc->rc, 0, sizeof cc->rc);
+            cc->graph_n = cl->rc.rows[c];
+            cl->cls[c] = st->n_layers++;
         }
-        note_row_classes(st, cl, total, from_table);
+        note_row_classes(cl);
     }
     return 0;
 }
@@ -972,10 +937,9 @@ static uint32_t layers_with_classes(const cu_state *st)
     const pj_model *model = st->b->model;
     uint32_t n = model->n_layers;
     for (uint32_t i = 0; i < model->n_layers; i++) {
-        uint32_t rows[CU_MAX_ROWCLASS], from_table;
-        const uint32_t total =
-            row_classes(st, &model->layers[i], rows, CU_MAX_ROWCLASS, &from_table);
-        n += total < CU_MAX_ROWCLASS ? total : CU_MAX_ROWCLASS;
+        pj_rowclass_set rc;
+        row_classes(st, &model->layers[i], &rc);
+        n += rc.n;
     }
     return n;
 }
@@ -2403,14 +2367,8 @@ static int staged_pitch_check(const cu_state *st, const cu_layer *cl, const pj_e
 static int run_op(cu_state *st, cu_lane *ln, pj_exec_op *op, char *err, size_t errlen)
 {
     /* The layer's smallest row class that holds the request's rows. */
-    uint32_t li = op->layer;
-    for (uint32_t c = 0; c < st->layers[op->layer].n_class; c++) {
-        const uint32_t ci = st->layers[op->layer].cls[c];
-        if (st->layers[ci].graph_n >= op->n) {
-            li = ci;
-            break;
-        }
-    }
+    const int rcls = pj_rowclass_pick(&st->layers[op->layer].rc, op->n);
+    const uint32_t li = rcls < 0 ? op->layer : st->layers[op->layer].cls[rcls];
     const cu_layer *cl = &st->layers[li];
     const cu_buf *hx = op->x_handle, *hy = op->y_handle;
     int host = (hx && hx->kind == PJ_BUF_SHM) || (hy && hy->kind == PJ_BUF_SHM);
