@@ -912,12 +912,10 @@ static int upload_layers(cu_state *st, char *err, size_t errlen)
             st->max_n = ml->w.n;
         st->n_layers = i + 1;
     }
-    /* The row classes, after all the model's layers. */
+    /* The row classes (alloc_layers worked them out), after all the
+     * model's layers. */
     for (uint32_t i = 0; i < model->n_layers && i < st->cap_layers; i++) {
         cu_layer *cl = &st->layers[i];
-        row_classes(st, &model->layers[i], &cl->rc);
-        if (st->n_layers + cl->rc.n > st->cap_layers)
-            cl->rc.n = 0; /* not counted by layers_with_classes: cannot happen */
         for (uint32_t c = 0; c < cl->rc.n; c++) {
             cu_layer *cc = &st->layers[st->n_layers];
             *cc = *cl;
@@ -931,17 +929,30 @@ static int upload_layers(cu_state *st, char *err, size_t errlen)
     return 0;
 }
 
-/* The layers and their row classes that start-up will make (cap_layers). */
-static uint32_t layers_with_classes(const cu_state *st)
+/* st->layers and st->shapes for the model's layers and their row classes
+ * (cap_layers), each model layer's classes (rowclass.h) worked out once,
+ * into its rc: upload_layers makes them. 0, or -ENOMEM with err. */
+static int alloc_layers(cu_state *st, char *err, size_t errlen)
 {
     const pj_model *model = st->b->model;
-    uint32_t n = model->n_layers;
-    for (uint32_t i = 0; i < model->n_layers; i++) {
-        pj_rowclass_set rc;
-        row_classes(st, &model->layers[i], &rc);
-        n += rc.n;
+    pj_rowclass_set *rcs = calloc(model->n_layers ? model->n_layers : 1, sizeof *rcs);
+    uint32_t cap = model->n_layers;
+    for (uint32_t i = 0; rcs && i < model->n_layers; i++) {
+        row_classes(st, &model->layers[i], &rcs[i]);
+        cap += rcs[i].n;
     }
-    return n;
+    st->cap_layers = cap;
+    st->layers = calloc(cap ? cap : 1, sizeof *st->layers);
+    st->shapes = calloc(cap ? cap : 1, sizeof *st->shapes);
+    if (!rcs || !st->layers || !st->shapes) {
+        free(rcs);
+        snprintf(err, errlen, "backend cuda: out of memory for %u layers", cap);
+        return -ENOMEM;
+    }
+    for (uint32_t i = 0; i < model->n_layers; i++)
+        st->layers[i].rc = rcs[i];
+    free(rcs);
+    return 0;
 }
 
 static void free_layers(cu_state *st)
@@ -3110,13 +3121,10 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     }
 
     t0 = now_ns();
-    st->cap_layers = layers_with_classes(st);
-    st->layers = calloc(st->cap_layers ? st->cap_layers : 1, sizeof *st->layers);
-    st->shapes = calloc(st->cap_layers ? st->cap_layers : 1, sizeof *st->shapes);
-    if (!st->layers || !st->shapes) {
-        snprintf(err, errlen, "backend cuda: out of memory for %u layers", st->cap_layers);
+    rc = alloc_layers(st, err, errlen);
+    if (rc) {
         cu_close(b);
-        return -ENOMEM;
+        return rc;
     }
     rc = upload_layers(st, err, errlen);
     if (rc) {
