@@ -170,7 +170,8 @@ static const cmd_help helps[] = {
      "  L is a layer name or index; N defaults to the layer's full n.\n"
      "  --check  compares y with the CPU reference computed from the model file\n"
      "           (--model PATH, else $PROJD_MODEL, else --config's model.path, else\n"
-     "           the file the daemon serves, from its STATS); a file whose layer is\n"
+     "           the file the daemon serves, from its STATS), read with --config's\n"
+     "           model.layers, else the daemon's (STATS); a file whose layer is\n"
      "           not the daemon's (its digest) is said as such, exit 1:\n"
      "           max abs error, relative error ||y-ref||/||ref||, bit-exact count and\n"
      "           mismatches; exit 1 on a mismatch. The cpu backend must be bit-exact;\n"
@@ -1046,10 +1047,20 @@ static int cmd_project(opts *o)
         const char *from;
         snprintf(cfg.model.path, sizeof cfg.model.path, "%s",
                  model_path(o, have_served ? served.path : NULL, &from));
+        /* Without --config, the file is read with the daemon's layer list
+         * (names and tensors from STATS), not the built-in five: a daemon
+         * serving layers of its own naming is checked as it serves them. */
+        const int layers_served =
+            have_served && !o->config && pj_served_model_config(&served, &cfg);
         int rc = pj_model_load(&cfg, &model, model_warn, NULL, err, sizeof err);
         if (rc) {
-            fprintf(stderr, "projctl: --check needs the model (%s; give --model PATH): %s\n", from,
+            fprintf(stderr, "projctl: --check needs the model (%s, read with %s): %s\n", from,
+                    layers_served ? "the daemon's layers, from STATS"
+                    : o->config   ? "the layers of --config"
+                                  : "the built-in layers",
                     err);
+            fprintf(stderr, "projctl: give --model PATH for the file%s\n",
+                    layers_served ? "" : ", and --config FILE with the daemon's model.layers");
             goto out;
         }
         if (have_served &&

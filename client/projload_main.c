@@ -1454,12 +1454,19 @@ static int load_model(const lt_opts *o, lt_setup *su, projd_conn *ctl)
         return -1;
     }
     snprintf(cfg.model.path, sizeof cfg.model.path, "%s", o->model);
-    if (pj_model_load(&cfg, &su->model, model_warn, NULL, err, sizeof err) != 0) {
-        fprintf(stderr, "projload: --model: %s\n", err);
-        return -1;
-    }
     static pj_served_model served; /* large; one setup a run */
     const int have_served = pj_served_model_get(ctl, &served, err, sizeof err) == 0;
+    /* Without --config the file is read with the daemon's layer list
+     * (STATS), so a daemon serving layers of its own naming needs none. */
+    const int layers_served = have_served && !o->config && pj_served_model_config(&served, &cfg);
+    if (pj_model_load(&cfg, &su->model, model_warn, NULL, err, sizeof err) != 0) {
+        fprintf(stderr, "projload: --model (read with %s): %s\n",
+                layers_served ? "the daemon's layers, from STATS"
+                : o->config   ? "the layers of --config"
+                              : "the built-in layers",
+                err);
+        return -1;
+    }
     int used[PJ_WIRE_MAX_LAYERS_ALL] = {0};
     for (size_t i = 0; i < su->tr.n_ops; i++)
         used[su->tr.ops[i].layer] = 1;
@@ -2211,8 +2218,8 @@ static void usage(FILE *f)
         "                        given without --model is an error; the first measured\n"
         "                        request is always checked)\n"
         "  --model PATH          the safetensors file the daemon serves (enables checks)\n"
-        "  --config FILE         the daemon's config (layer list and formats; default: built-in),\n"
-        "                        read with --model\n"
+        "  --config FILE         the daemon's config (layer list and formats), read with\n"
+        "                        --model; default: the daemon's layers, from its STATS\n"
         "  --check-threads N     threads computing the reference (default: half the cores,\n"
         "                        1..8); clients wait when 1 GiB of checks is queued\n"
         "  --seed S              which requests are checked, their x, Poisson gaps (default 1)\n"

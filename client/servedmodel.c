@@ -35,9 +35,16 @@ int pj_served_model_get(projd_conn *c, pj_served_model *out, char *err, size_t e
             break;
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(l, "name");
         const cJSON *dg = cJSON_GetObjectItemCaseSensitive(l, "digest");
+        const cJSON *tn = cJSON_GetObjectItemCaseSensitive(l, "tensor");
+        const cJSON *fm = cJSON_GetObjectItemCaseSensitive(l, "format");
         if (!cJSON_IsString(name))
             continue;
         snprintf(out->layers[out->n_layers].name, PJ_CFG_NAME, "%s", name->valuestring);
+        if (cJSON_IsString(tn))
+            snprintf(out->layers[out->n_layers].tensor, PJ_CFG_PATH, "%s", tn->valuestring);
+        if (cJSON_IsString(fm))
+            snprintf(out->layers[out->n_layers].format, sizeof out->layers[0].format, "%s",
+                     fm->valuestring);
         char *end = NULL;
         if (cJSON_IsString(dg) && dg->valuestring[0]) {
             unsigned long v = strtoul(dg->valuestring, &end, 16);
@@ -50,6 +57,29 @@ int pj_served_model_get(projd_conn *c, pj_served_model *out, char *err, size_t e
     }
     cJSON_Delete(doc);
     return 0;
+}
+
+int pj_served_model_config(const pj_served_model *sm, pj_config *cfg)
+{
+    if (sm->n_layers == 0)
+        return 0;
+    for (uint32_t i = 0; i < sm->n_layers; i++) {
+        if (!sm->layers[i].tensor[0])
+            return 0;
+    }
+    cfg->model.n_layers = sm->n_layers;
+    for (uint32_t i = 0; i < sm->n_layers; i++) {
+        pj_layer_config *L = &cfg->model.layers[i];
+        memset(L, 0, sizeof *L);
+        snprintf(L->name, sizeof L->name, "%s", sm->layers[i].name);
+        snprintf(L->tensor, sizeof L->tensor, "%s", sm->layers[i].tensor);
+        /* split computes other numbers than bf16 from the same tensor (hi +
+         * lo of f32 or f16); z12 the same numbers as bf16. */
+        L->format = !strcmp(sm->layers[i].format, "split") ? PJ_FPREF_SPLIT : PJ_FPREF_BF16;
+        if (!sm->layers[i].format[0])
+            L->format = PJ_FPREF_AUTO;
+    }
+    return 1;
 }
 
 int pj_served_model_same(const pj_served_model *sm, const pj_model *m, const char *name,

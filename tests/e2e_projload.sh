@@ -1104,6 +1104,37 @@ kill -TERM "$daemon2_pid"
 wait "$daemon2_pid" 2>/dev/null
 daemon2_pid=
 
+# ---- a daemon serving layers of its own naming: --model needs no --config ------------------------------
+# The file is read with the daemon's layers (STATS); with --config, that
+# file's, and a layer the trace uses but it does not name is said.
+cat >"$tmp/custom.json" <<EOF
+{ "device": { "backend": "cpu" }, "cpu": { "threads": 2 }, "log": { "level": "warn" },
+  "model": { "layers": [ { "name": "model.layers.0.proj", "tensor": "o.weight" },
+                         { "name": "up", "tensor": "unpooler.weight", "max_n": 100 } ] } }
+EOF
+printf '%s\n' '{"ops":[{"layer":"model.layers.0.proj","m":3},{"layer":"up","m":2,"n":50}]}' \
+    '{"ops":[{"layer":"up","m":5}]}' >"$tmp/custom.jsonl"
+start_daemon2 "$tmp/custom.json"
+pl --trace "$tmp/custom.jsonl" --socket "$sock2" --count 20 --model "$model" --check-fraction 1 \
+    --json "$tmp/custom-run.json" >"$tmp/custom.out" 2>&1
+rc=$?
+if [ $rc = 0 ] && "$py" -c 'import json,sys; t=json.load(open(sys.argv[1]))["totals"]; sys.exit(0 if t["checked"]==20 and t["mismatches"]==0 else 1)' \
+    "$tmp/custom-run.json"; then
+    ok "layers of the daemon's naming: --model alone checks 20 of 20, no mismatch"
+else
+    fail "layers of the daemon's naming, --model alone: exit $rc"
+    cat "$tmp/custom.out" >&2
+fi
+pl --trace "$tmp/custom.jsonl" --socket "$sock2" --count 2 --model "$model" --config "$tmp/projd.json" \
+    >"$tmp/custom2.out" 2>&1
+rc=$?
+[ $rc != 0 ] && grep -q 'no layer "model.layers.0.proj", which the trace uses' "$tmp/custom2.out" &&
+    ok "--config whose layers are not the daemon's: said ($rc)" ||
+    { fail "--config whose layers are not the daemon's: exit $rc"; cat "$tmp/custom2.out" >&2; }
+kill -TERM "$daemon2_pid"
+wait "$daemon2_pid" 2>/dev/null
+daemon2_pid=
+
 # ---- the daemon saw nothing wrong ----------------------------------------------------------------------
 kill -0 "$daemon_pid" 2>/dev/null && ok "daemon still running" || fail "daemon died"
 kill -TERM "$daemon_pid"
