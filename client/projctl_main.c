@@ -126,7 +126,11 @@ static const cmd_help helps[] = {
      "  device (the GPU's uuid and name; on the cpu backend its description),\n"
      "  layer count, limits and uptime. --json: the daemon's STATS document with\n"
      "  an object \"projctl\" added (url, ping_us, protocol, device_uuid, layers,\n"
-     "  limits: what WELCOME and the ping said).\n"},
+     "  limits: what WELCOME and the ping said).\n"
+     "  Exit 0 when projd answers, a refusal at its connection limit included (the\n"
+     "  daemon is up and busy: said on stdout, and as {\"projctl\": {\"up\": true,\n"
+     "  \"refused\": \"E_LIMIT\"}} with --json); 1 when it is missing, draining,\n"
+     "  stopped or hung (bound the wait with --timeout MS).\n"},
     {"layers", "--json ",
      "usage: projctl layers [--json]\n"
      "  The layers from WELCOME: index, name, n (rows a request may use), k, format,\n"
@@ -608,7 +612,20 @@ static void print_connections(const cJSON *cn)
 static int cmd_status(opts *o)
 {
     projd_conn *c;
-    if (connect_daemon(o, &c))
+    const int crc = connect_daemon(o, &c);
+    /* A refusal at the connection limit is an answer: the daemon is up
+     * and serving others, and a health check built on status must not
+     * restart it for being busy (projctl metrics says projd_up 1 too). A
+     * drain's refusal is a daemon on its way out: down. */
+    if (crc == PJ_E_LIMIT) {
+        if (o->json)
+            printf("{\"projctl\": {\"up\": true, \"refused\": \"E_LIMIT\"}}\n");
+        else
+            printf("projd is up, at its connection limit: this connection was refused, so no "
+                   "more is known\n");
+        return 0;
+    }
+    if (crc)
         return 1;
     projd_error e;
     uint64_t t0 = now_ns();
