@@ -411,16 +411,23 @@ while time.time() < end and not os.path.exists(sys.argv[2]):
     time.sleep(0.05)
 PY
     holder=$!
+    # A refusal at the limit is an answer: status exits 0 (a health check
+    # on it must not restart a busy daemon) and says why it knows no more.
     for _ in $(seq 50); do
-        "$bin/projctl" --socket "ipc://$tmp/one.sock" status >"$tmp/one.out" 2>&1 || break
+        "$bin/projctl" --socket "ipc://$tmp/one.sock" status >"$tmp/one.out" 2>&1
+        st_rc=$?
+        grep -q "connection limit" "$tmp/one.out" && break
         sleep 0.05
     done
     cases=$((cases + 1))
-    if ! grep -q "projd refused this connection: connection limit 1 reached" "$tmp/one.out"; then
+    if ! grep -q "projd refused this connection: connection limit 1 reached" "$tmp/one.out" ||
+        ! grep -q "^projd is up, at its connection limit" "$tmp/one.out" || [ "$st_rc" -ne 0 ]; then
         failures=$((failures + 1))
-        echo "e2e_projctl: FAIL: status past the connection limit was not told why:" >&2
+        echo "e2e_projctl: FAIL: status past the connection limit (exit $st_rc) is not 'up, refused':" >&2
         sed 's/^/    /' "$tmp/one.out" >&2
     fi
+    expect 0 '^\{"projctl": \{"up": true, "refused": "E_LIMIT"\}\}$' \
+        --socket "ipc://$tmp/one.sock" status --json
     # A refusal is an answer: metrics says projd is up, at its limit (a
     # node whose clients hold every place must not fire ProjdDown), exit 0.
     "$bin/projctl" --socket "ipc://$tmp/one.sock" metrics --label gpu=0 >"$tmp/one.prom" 2>"$tmp/one.err"
@@ -440,6 +447,29 @@ PY
         "^  clients    1 connected of 1 allowed; [0-9]+ refused since the start \(its log says why\)$" \
         "status after a refusal does not count it"
 fi
+
+# A daemon serving layers of its own naming (as for SGLang): --check with
+# no --config reads the file with the daemon's layers (STATS), not the
+# built-in five; with --config, that file's layers, and a layer it does
+# not name is said. Its ring is off: bench-ipc times nng alone and says
+# so, unless --transport ring asked for the ring.
+pjd_start custom '{ "device": { "backend": "cpu" }, "cpu": { "threads": 1 }, "log": { "level": "warn" },
+  "ring": { "enabled": 0 },
+  "model": { "layers": [ { "name": "model.layers.0.proj", "tensor": "o.weight" },
+                         { "name": "up", "tensor": "unpooler.weight", "max_n": 100 } ] } }' 30
+csock="ipc://$tmp/custom.sock"
+expect 0 "bit-exact 512 / 512" --socket "$csock" project --layer model.layers.0.proj --m 2 --check
+expect 0 "bit-exact 300 / 300" --socket "$csock" project --layer up --m 3 --check --model "$model"
+expect 1 "--check: layer up is not in .* with this config" \
+    --socket "$csock" --config "$tmp/main.json" project --layer up --m 1 --check
+expect 0 "refused a ring: .*; timing nng alone" --socket "$csock" bench-ipc --count 10
+cases=$((cases + 1))
+if ! grep -Eq '^PING +nng ' "$tmp/expect.out" || grep -Eq ' ring +[0-9]' "$tmp/expect.out"; then
+    failures=$((failures + 1))
+    echo "e2e_projctl: FAIL: bench-ipc without a ring did not time nng alone:" >&2
+    sed 's/^/    /' "$tmp/expect.out" >&2
+fi
+expect 1 "refused a ring" --socket "$csock" bench-ipc --count 10 --transport ring
 
 echo "e2e_projctl: $cases cases, $failures failed"
 pjd_stop_all || failures=$((failures + $?))
