@@ -1845,8 +1845,6 @@ static void dispatch(pj_server *s, pj_conn *c, origin o, const uint8_t *data, si
         send_error(s, o, h.req_id, st, UINT32_MAX, err);
         return;
     }
-    if (h.type < PJ_STATS_TYPES)
-        s->stats.by_type[h.type]++;
     pj_log_debug("connection #%" PRIu64 ": %s %" PRIu64 " (%zu bytes%s)", c->serial,
                  pj_msg_type_name(h.type), h.req_id, len, o.ring ? ", ring" : "");
     const void *body = data + PJ_WIRE_HDR_SIZE;
@@ -1860,6 +1858,10 @@ static void dispatch(pj_server *s, pj_conn *c, origin o, const uint8_t *data, si
         send_error(s, o, h.req_id, PJ_E_TYPE, UINT32_MAX, err);
         return;
     }
+    /* Counted as requests once known to be one: a reply's type sent by a
+     * broken client is an E_TYPE error (STATS errors), not a request. */
+    if (h.type < PJ_STATS_TYPES)
+        s->stats.by_type[h.type]++;
     /* The ring carries the requests that are on the data path; the rest
      * (set-up, statistics) stay on nng, where replies of any size fit. */
     if (o.ring && h.type != PJ_MSG_PROJECT && h.type != PJ_MSG_PING) {

@@ -443,6 +443,11 @@ START_TEST(errors_keep_connection)
     ck_assert_double_ge(pjt_json_num(st, "errors.E_BOUNDS"), 8);
     ck_assert_double_ge(pjt_json_num(st, "errors.E_NOHELLO"), 4);
     ck_assert_double_ge(pjt_json_num(st, "errors.E_TOO_BIG"), 1);
+    /* A reply's type sent as a request is an E_TYPE error, not a request
+     * of that type (STATS once counted it under requests.PONG). */
+    ck_assert_double_ge(pjt_json_num(st, "errors.E_TYPE"), 2);
+    ck_assert_double_eq(pjt_json_num(st, "requests.PONG"), -1);
+    ck_assert_double_ge(pjt_json_num(st, "requests.HELLO"), 1);
     cJSON_Delete(st);
     pjc_close(&t);
     pjd_stop(&d);
