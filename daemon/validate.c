@@ -38,6 +38,25 @@ int pj_validate_span(const char *what, uint64_t off, uint32_t rows, uint64_t ld,
     return PJ_OK;
 }
 
+int pj_rows_overlap(uint64_t xa, uint64_t xs, uint64_t xw, uint64_t ya, uint64_t ys, uint64_t yw,
+                    uint32_t m, uint64_t *at)
+{
+    uint32_t i = 0, j = 0;
+    while (i < m && j < m) {
+        uint64_t x0 = xa + i * xs, y0 = ya + j * ys;
+        if (x0 < y0 + yw && y0 < x0 + xw) {
+            *at = x0 > y0 ? x0 : y0;
+            return 1;
+        }
+        /* The row that ends first meets nothing further on in the other. */
+        if (x0 + xw <= y0)
+            i++;
+        else
+            j++;
+    }
+    return 0;
+}
+
 int pj_validate_op(const pj_op *op, uint32_t i, const pj_model *model, uint32_t max_m,
                    uint64_t max_pitch, pj_bufreg *reg, pj_exec_op *out, pj_buf **xb, pj_buf **yb,
                    char *err, size_t errlen)
@@ -102,6 +121,25 @@ int pj_validate_op(const pj_op *op, uint32_t i, const pj_model *model, uint32_t 
     if (st != PJ_OK) {
         snprintf(err, errlen, "op %u (%s, m %u, n %u): %s", i, L->name, op->m, op->n, why);
         return st;
+    }
+    /* A y that shares a byte with x is undefined (the engines read x while
+     * they write y, in an order of their own): refused where the two lie in
+     * one mapping, which their addresses show. Both spans fit their
+     * buffers (checked above), so no address below wraps. */
+    const uint64_t xa = (uint64_t)(uintptr_t)x->addr + op->x_off;
+    const uint64_t ya = (uint64_t)(uintptr_t)y->addr + op->y_off;
+    uint64_t xbytes, ybytes, at;
+    (void)pj_span_bytes(op->m, op->x_ld, k, &xbytes);
+    (void)pj_span_bytes(op->m, op->y_ld, op->n, &ybytes);
+    if (xa < ya + ybytes && ya < xa + xbytes &&
+        pj_rows_overlap(xa, op->x_ld * 2, (uint64_t)k * 2, ya, op->y_ld * 2, (uint64_t)op->n * 2,
+                        op->m, &at)) {
+        snprintf(err, errlen,
+                 "op %u (%s, m %u, n %u): y shares bytes with x (%s %u, byte %" PRIu64
+                 "): y must not overlap its own op's x",
+                 i, L->name, op->m, op->n, x == y ? "buffer" : "x buffer", x->id,
+                 at - (uint64_t)(uintptr_t)x->addr);
+        return PJ_E_BOUNDS;
     }
     memset(out, 0, sizeof *out);
     out->layer = op->layer;

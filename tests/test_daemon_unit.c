@@ -318,6 +318,62 @@ START_TEST(span_checks)
 }
 END_TEST
 
+/* Rows of x and y that share a byte, against every pair compared: random
+ * offsets, strides and widths (small, so that many meet and many only
+ * touch), strides from one row's width to a few more. */
+START_TEST(rows_overlap_against_all_pairs)
+{
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    unsigned met = 0, apart = 0;
+    for (int t = 0; t < 20000; t++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        uint64_t r = seed >> 11;
+        uint32_t m = 1 + (uint32_t)(r % 9);
+        uint64_t xw = 1 + (r >> 4) % 6, yw = 1 + (r >> 8) % 6;
+        uint64_t xs = xw + (r >> 12) % 7, ys = yw + (r >> 16) % 7;
+        uint64_t xa = 1000 + (r >> 20) % 40, ya = 1000 + (r >> 26) % 40;
+        int want = 0;
+        uint64_t lo = 0;
+        for (uint32_t i = 0; i < m; i++)
+            for (uint32_t j = 0; j < m; j++) {
+                uint64_t x0 = xa + i * xs, y0 = ya + j * ys;
+                if (x0 < y0 + yw && y0 < x0 + xw) {
+                    uint64_t b = x0 > y0 ? x0 : y0;
+                    if (!want || b < lo)
+                        lo = b;
+                    want = 1;
+                }
+            }
+        uint64_t at = 0;
+        int got = pj_rows_overlap(xa, xs, xw, ya, ys, yw, m, &at);
+        ck_assert_msg(
+            got == want, "m %u x %llu+%llu*i (%llu) y %llu+%llu*j (%llu): got %d, want %d", m,
+            (unsigned long long)xa, (unsigned long long)xs, (unsigned long long)xw,
+            (unsigned long long)ya, (unsigned long long)ys, (unsigned long long)yw, got, want);
+        if (got) {
+            /* A shared byte, in a row of each. */
+            ck_assert_uint_ge(at, lo);
+            int in_x = 0, in_y = 0;
+            for (uint32_t i = 0; i < m; i++) {
+                in_x |= at >= xa + i * xs && at < xa + i * xs + xw;
+                in_y |= at >= ya + i * ys && at < ya + i * ys + yw;
+            }
+            ck_assert(in_x && in_y);
+            met++;
+        } else {
+            apart++;
+        }
+    }
+    ck_assert_uint_gt(met, 1000); /* both outcomes well covered */
+    ck_assert_uint_gt(apart, 1000);
+    /* Rows that only touch share nothing. */
+    uint64_t at;
+    ck_assert_int_eq(pj_rows_overlap(0, 8, 4, 4, 8, 4, 1000, &at), 0);
+    ck_assert_int_eq(pj_rows_overlap(0, 8, 4, 3, 8, 4, 1000, &at), 1);
+    ck_assert_uint_eq(at, 3);
+}
+END_TEST
+
 /* ---- registry + validation ---------------------------------------------------- */
 
 /* A backend whose buffers the device may still use (buffer_busy): the
@@ -708,6 +764,42 @@ START_TEST(registry_and_ops)
     one.x_ld = 2049;
     ck_assert_int_eq(
         pj_validate_op(&one, 0, model, 256, 4096, &reg, &ex, &xb, &ybuf, err, sizeof err), PJ_OK);
+
+    /* y sharing bytes with x in one buffer: refused, naming the first
+     * shared byte; rows that interleave without sharing one, or that only
+     * touch, run. */
+    const uint64_t kb = (uint64_t)L->w.k * 2;
+    ck_assert_uint_le(6 * kb + 64, 65536); /* the layouts below fit buffer 1 */
+    pj_op same = good;
+    same.y_buf = 1;
+    same.x_off = 0;
+    same.y_off = 0;
+    ck_assert_int_eq(
+        pj_validate_op(&same, 4, model, 256, 0, &reg, &ex, &xb, &ybuf, err, sizeof err),
+        PJ_E_BOUNDS);
+    ck_assert_msg(strncmp(err, "op 4", 4) == 0 && strstr(err, "shares bytes with x") &&
+                      strstr(err, "byte 0)"),
+                  "%s", err);
+    same.y_off = (uint64_t)L->w.k * 2 * 2 - 2; /* y's row 0 on x's row 1's last element */
+    same.y_ld = 16;
+    ck_assert_int_eq(
+        pj_validate_op(&same, 0, model, 256, 0, &reg, &ex, &xb, &ybuf, err, sizeof err),
+        PJ_E_BOUNDS);
+    ck_assert_msg(strstr(err, "byte ") != NULL, "%s", err);
+    same.y_off = (uint64_t)L->w.k * 2 * 2; /* just past x's span: touching only */
+    ck_assert_int_eq(
+        pj_validate_op(&same, 0, model, 256, 0, &reg, &ex, &xb, &ybuf, err, sizeof err), PJ_OK);
+    pj_op inter = same; /* x rows 0 and 2 (stride 2k), y rows in between */
+    inter.x_ld = 2 * (uint64_t)L->w.k;
+    inter.y_ld = 2 * (uint64_t)L->w.k;
+    inter.y_off = kb;
+    ck_assert_int_eq(
+        pj_validate_op(&inter, 0, model, 256, 0, &reg, &ex, &xb, &ybuf, err, sizeof err), PJ_OK);
+    inter.y_off = kb - 2; /* one element into x's row 0, and row 1 likewise */
+    ck_assert_int_eq(
+        pj_validate_op(&inter, 0, model, 256, 0, &reg, &ex, &xb, &ybuf, err, sizeof err),
+        PJ_E_BOUNDS);
+    ck_assert_msg(strstr(err, "byte ") != NULL, "%s", err);
 
     /* Unregister while referenced: the id goes now, the mapping later. */
     pj_bufreg_ref(yb);
@@ -1424,6 +1516,7 @@ int main(void)
     }
     const pjd_case cases[] = {
         {"span_checks", span_checks},
+        {"rows_overlap_against_all_pairs", rows_overlap_against_all_pairs},
         {"registry_and_ops", registry_and_ops},
         {"registry_retires_busy_buffers", registry_retires_busy_buffers},
         {"registry_releases_on_the_closer", registry_releases_on_the_closer},
