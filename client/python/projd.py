@@ -50,6 +50,8 @@ import enum
 import errno as _errno
 import json
 import math
+import numbers
+import operator
 import os
 import struct
 import sys
@@ -452,10 +454,21 @@ def _error(code: int, e: _Error, failed_op: Optional[int] = None, result=None) -
 # ---- argument checks (before anything reaches C) --------------------------------------
 
 
+def _is_bool(value: Any) -> bool:
+    # bool is an int subclass, and numpy's bool_ converts to one; True as a
+    # size, an index or a value is a bug, not a 1.
+    return isinstance(value, bool) or type(value).__name__ == "bool_"
+
+
 def _uint(value: Any, what: str, limit: int = _U64, low: int = 0) -> int:
-    # bool is an int subclass; True as a size or an index is a bug, not a 1.
-    if isinstance(value, bool) or not isinstance(value, int):
+    # Any integer type is taken through __index__ (numpy's int64 from an
+    # array's shape, say); a float is not, as 2.0 rows is a bug.
+    if _is_bool(value):
         raise TypeError("%s must be an int, not %s" % (what, type(value).__name__))
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError("%s must be an int, not %s" % (what, type(value).__name__)) from None
     if value < low or value > limit:
         raise ValueError("%s must be in %d..%d, got %d" % (what, low, limit, value))
     return value
@@ -470,7 +483,7 @@ def _ident(value: Any, what: str) -> int:
 
 def bf16_to_float(bits: int) -> float:
     """The value of a bf16 bit pattern (exact)."""
-    _uint(bits, "bf16 bits", 0xFFFF)
+    bits = _uint(bits, "bf16 bits", 0xFFFF)
     return struct.unpack("<f", struct.pack("<I", bits << 16))[0]
 
 
@@ -489,7 +502,9 @@ def float_to_bf16(x: float) -> int:
     Rounds the double directly (going through fp32 first could round twice).
     NaN -> a quiet NaN of the same sign, overflow -> +-inf, bf16 subnormals kept.
     """
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
+    # Any real number (numpy's float32 and int64 among them), taken as a
+    # double: float32 and smaller convert exactly.
+    if _is_bool(x) or not isinstance(x, numbers.Real):
         raise TypeError("bf16 value must be a float, not %s" % type(x).__name__)
     x = float(x)
     sign = 0x8000 if math.copysign(1.0, x) < 0 else 0
@@ -519,8 +534,19 @@ def floats_to_bf16(values: Sequence[float]) -> bytes:
 
 
 def bf16_to_floats(data: Union[bytes, bytearray, memoryview]) -> List[float]:
-    """The values of native-endian bf16 words (len(data) must be even)."""
-    mv = memoryview(data).cast("B")
+    """The values of native-endian bf16 words (len(data) must be even).
+
+    data is bytes, or an array of 16-bit words (numpy's uint16, say); an
+    array of other items (float32, float16) is refused with TypeError, not
+    read as bf16 words."""
+    mv = memoryview(data)
+    # float16 ('e') has 2-byte items too, but is not bf16.
+    if mv.itemsize not in (1, 2) or mv.format.lstrip("@=<>!") == "e":
+        raise TypeError(
+            "bf16 data must be bytes or 16-bit words, not items of format %r (%d bytes)"
+            % (mv.format, mv.itemsize)
+        )
+    mv = mv.cast("B")
     if len(mv) % 2:
         raise ValueError("bf16 data has an odd length (%d bytes)" % len(mv))
     words = array.array("H")
@@ -922,6 +948,9 @@ class ShmBuffer:
     of it are gone; release() and close() refuse (BufferError) while a
     memoryview from view() is open (as mmap.close() does), because it would
     point to unmapped memory. Use ``with buf.view() as v:`` or v.release().
+    A ``with`` block of the buffer (or of the client) that ends on an
+    exception lets that exception through: a release that would raise
+    there is skipped, and happens when the buffer's last reference goes.
 
     Threads: read(), write(), fill() and views must not race with release()
     or the client's close() of the same buffer on another thread (as with
@@ -966,7 +995,7 @@ class ShmBuffer:
     def read(self, offset: int = 0, size: Optional[int] = None) -> bytes:
         """A copy of size bytes from offset (default: to the end)."""
         self._check()
-        _uint(offset, "offset", self.size)
+        offset = _uint(offset, "offset", self.size)
         size = self.size - offset if size is None else _uint(size, "size", self.size - offset)
         return ctypes.string_at(self._map.address + offset, size)
 
@@ -974,7 +1003,7 @@ class ShmBuffer:
         """Copy data into the buffer at offset (bytes)."""
         self._check()
         src = memoryview(data).cast("B")
-        _uint(offset, "offset", self.size)
+        offset = _uint(offset, "offset", self.size)
         if len(src) > self.size - offset:
             raise ValueError(
                 "write of %d bytes at offset %d passes the end of shm buffer %d (%d bytes)"
@@ -1019,8 +1048,19 @@ class ShmBuffer:
     def __enter__(self) -> "ShmBuffer":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.release()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.release()
+            return
+        # Leaving on an exception: a release that cannot happen now (a view
+        # open, a request unfinished) or that the daemon refuses must not
+        # put its own error in place of the one that brought the block
+        # here. The buffer is then released when its last reference goes,
+        # or by the client's close().
+        try:
+            self.release()
+        except (BufferError, ProjdError):
+            pass
 
     def __repr__(self) -> str:
         state = "released" if self.released else "%d bytes" % self.size
@@ -1098,8 +1138,17 @@ class Request:
     def __enter__(self) -> "Request":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        # Leaving on an exception: a view still open would make close()
+        # raise BufferError over it; the connection is then left to be
+        # closed when the last reference goes (or by a later close()).
+        try:
+            self.close()
+        except BufferError:
+            pass
 
     def __del__(self):
         try:
@@ -1329,9 +1378,9 @@ class Client:
         if not isinstance(name, str):
             raise TypeError("name must be a str, not %s" % type(name).__name__)
         if timeout_ms is not None:
-            _uint(timeout_ms, "timeout_ms", 0x7FFFFFFF, 1)
+            timeout_ms = _uint(timeout_ms, "timeout_ms", 0x7FFFFFFF, 1)
         if connect_timeout_ms is not None:
-            _uint(connect_timeout_ms, "connect_timeout_ms", 0x7FFFFFFF, 1)
+            connect_timeout_ms = _uint(connect_timeout_ms, "connect_timeout_ms", 0x7FFFFFFF, 1)
         if ring is not None and not isinstance(ring, bool):
             raise TypeError("ring must be True, False or None, not %s" % type(ring).__name__)
         for what, s in (("url", url or ""), ("name", name)):
@@ -1413,8 +1462,17 @@ class Client:
     def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        # Leaving on an exception: a view still open would make close()
+        # raise BufferError over it; the connection is then left to be
+        # closed when the last reference goes (or by a later close()).
+        try:
+            self.close()
+        except BufferError:
+            pass
 
     def __del__(self):
         try:
@@ -1433,7 +1491,7 @@ class Client:
 
     @timeout_ms.setter
     def timeout_ms(self, ms: int) -> None:
-        _uint(ms, "timeout_ms", 0x7FFFFFFF, 1)
+        ms = _uint(ms, "timeout_ms", 0x7FFFFFFF, 1)
         self._call("projd_set_timeout_ms", ms)
 
     @property
@@ -1462,7 +1520,7 @@ class Client:
         more waits for a slot. Raises ProjdError when the daemon refuses it
         (E_TYPE: an older daemon or ring.enabled = 0); the connection then
         stays usable over nng."""
-        _uint(slots, "slots", 4096)
+        slots = _uint(slots, "slots", 4096)
         e = _Error()
         rc = self._call("projd_ring_attach", slots, ctypes.byref(e))
         if rc != 0:
@@ -1536,7 +1594,7 @@ class Client:
     # ---- buffers
     def shm_buffer(self, size: int) -> ShmBuffer:
         """A new zeroed host shared-memory buffer of size bytes, registered."""
-        _uint(size, "size", sys.maxsize, 1)
+        size = _uint(size, "size", sys.maxsize, 1)
         h, e = _P(), _Error()
         lib = load_library()
         with self._guard:
@@ -1560,7 +1618,7 @@ class Client:
                 "handle must be %d bytes and uuid %d, got %d and %d"
                 % (_IPC_HANDLE_SIZE, _UUID_SIZE, len(handle), len(uuid))
             )
-        _uint(size, "size", _U64, 1)
+        size = _uint(size, "size", _U64, 1)
         out, e = ctypes.c_uint32(), _Error()
         rc = self._call("projd_register_cuda_ipc", bytes(handle), bytes(uuid), size, ctypes.byref(out), ctypes.byref(e))
         if rc != 0:

@@ -22,6 +22,7 @@ Standard library only.
 """
 
 import array
+import fractions
 import ctypes
 import errno
 import gc
@@ -221,6 +222,49 @@ class Bf16Tests(unittest.TestCase):
             projd.bf16_to_floats(b"\x00\x00\x00")
         with self.assertRaises(ValueError):
             projd.bf16_to_float(0x10000)
+        # 16-bit words are bf16 words; wider items (float32) or float16 are
+        # refused, not read as pairs of bf16 words.
+        words = array.array("H", [0x3F80, 0xC000])
+        self.assertEqual(projd.bf16_to_floats(words), [1.0, -2.0])
+        with self.assertRaisesRegex(TypeError, "format 'f'"):
+            projd.bf16_to_floats(array.array("f", [1.0, 2.0]))
+        c_words = (ctypes.c_uint16 * 2)(0x3F80, 0x4000)  # format '<H'
+        self.assertEqual(projd.bf16_to_floats(c_words), [1.0, 2.0])
+        try:  # float16 has 2-byte items too; only numpy makes such a buffer here
+            import numpy
+        except ImportError:
+            numpy = None
+        if numpy is not None:
+            with self.assertRaisesRegex(TypeError, "format 'e'"):
+                projd.bf16_to_floats(numpy.ones(2, numpy.float16))
+
+    def test_other_number_types(self):
+        # numpy's scalars are not Python floats and ints: any real number
+        # is a bf16 value, any integer type (through __index__) a size or
+        # an index; bools and floats as sizes are still refused.
+        class Index:
+            def __init__(self, v):
+                self.v = v
+
+            def __index__(self):
+                return self.v
+
+        class Bool_:  # as numpy's bool_ (its type name) converts to an int
+            def __index__(self):
+                return 1
+
+        Bool_.__name__ = "bool_"
+        self.assertEqual(projd.float_to_bf16(fractions.Fraction(3, 2)), 0x3FC0)
+        self.assertEqual(projd.floats_to_bf16([fractions.Fraction(1, 2)]), projd.floats_to_bf16([0.5]))
+        self.assertEqual(projd.bf16_to_float(Index(0x3F80)), 1.0)
+        self.assertEqual(projd._uint(Index(7), "m"), 7)  # what every size, offset and m goes through
+        with self.assertRaisesRegex(ValueError, "m must be in"):
+            projd._uint(Index(-1), "m")
+        for bad in (Bool_(), True, 2.0):
+            with self.assertRaises(TypeError, msg=repr(bad)):
+                projd._uint(bad, "m")
+        with self.assertRaises(TypeError):
+            projd.float_to_bf16(Bool_())
 
 
 class LibraryTests(unittest.TestCase):
@@ -907,6 +951,34 @@ class ErrorTests(DaemonTest):
 
 
 class BufferTests(DaemonTest):
+
+    def test_with_block_keeps_its_exception(self):
+        # A with block ending on an exception lets it through, even where
+        # the release (a view open) would raise: the buffer is left, and
+        # released later. Ending normally, the release's error shows.
+        with self.assertRaisesRegex(KeyError, "original"):
+            with self.c.shm_buffer(64) as b:
+                v = b.view()
+                raise KeyError("original")
+        self.assertFalse(b.released)
+        v.release()
+        b.release()
+        self.assertTrue(b.released)
+        with self.assertRaisesRegex(BufferError, "memoryview"):
+            with self.c.shm_buffer(64) as b2:
+                v2 = b2.view()
+        v2.release()
+        b2.release()
+        # The client likewise: left open, closed once the view is gone.
+        with self.assertRaisesRegex(KeyError, "client"):
+            with projd.Client(self.url, name="test_projd_with") as c2:
+                b3 = c2.shm_buffer(64)
+                v3 = b3.view()
+                raise KeyError("client")
+        self.assertFalse(c2.closed)
+        v3.release()
+        c2.close()
+        self.assertTrue(c2.closed)
 
     def test_access_and_release(self):
         base = self.buffers()
