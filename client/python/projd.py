@@ -939,6 +939,19 @@ class _Mapping:
             pass
 
 
+def _with_exit(release, exc_type, quiet) -> None:
+    """The end of a with block: release() when the block ended normally;
+    after an exception, the errors in `quiet` are dropped, so that they do
+    not take the place of the exception that brought the block here."""
+    if exc_type is None:
+        release()
+        return
+    try:
+        release()
+    except quiet:
+        pass
+
+
 class ShmBuffer:
     """A host shared-memory buffer registered with the daemon (projd_shm_create).
 
@@ -1049,18 +1062,10 @@ class ShmBuffer:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.release()
-            return
-        # Leaving on an exception: a release that cannot happen now (a view
-        # open, a request unfinished) or that the daemon refuses must not
-        # put its own error in place of the one that brought the block
-        # here. The buffer is then released when its last reference goes,
-        # or by the client's close().
-        try:
-            self.release()
-        except (BufferError, ProjdError):
-            pass
+        # On an exception, a release that cannot happen now (a view open, a
+        # request unfinished) or that the daemon refuses leaves the buffer
+        # to be released when its last reference goes, or by close().
+        _with_exit(self.release, exc_type, (BufferError, ProjdError))
 
     def __repr__(self) -> str:
         state = "released" if self.released else "%d bytes" % self.size
@@ -1138,17 +1143,8 @@ class Request:
     def __enter__(self) -> "Request":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-            return
-        # Leaving on an exception: a view still open would make close()
-        # raise BufferError over it; the connection is then left to be
-        # closed when the last reference goes (or by a later close()).
-        try:
-            self.close()
-        except BufferError:
-            pass
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def __del__(self):
         try:
@@ -1463,16 +1459,9 @@ class Client:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-            return
-        # Leaving on an exception: a view still open would make close()
-        # raise BufferError over it; the connection is then left to be
+        # On an exception, a view still open leaves the connection to be
         # closed when the last reference goes (or by a later close()).
-        try:
-            self.close()
-        except BufferError:
-            pass
+        _with_exit(self.close, exc_type, (BufferError,))
 
     def __del__(self):
         try:
