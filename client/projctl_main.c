@@ -127,7 +127,7 @@ static const cmd_help helps[] = {
      "  layer count, limits and uptime. --json: the daemon's STATS document with\n"
      "  an object \"projctl\" added (url, ping_us, protocol, device_uuid, layers,\n"
      "  limits: what WELCOME and the ping said).\n"
-     "  Exit 0 when projd answers, a refusal at its connection limit included (the\n"
+     "  Exit 0 when projd answers, a refusal at a connection limit included (the\n"
      "  daemon is up and busy: said on stdout, and as {\"projctl\": {\"up\": true,\n"
      "  \"refused\": \"E_LIMIT\"}} with --json); 1 when it is missing, draining,\n"
      "  stopped or hung (bound the wait with --timeout MS).\n"},
@@ -623,7 +623,7 @@ static int cmd_status(opts *o)
         if (o->json)
             printf("{\"projctl\": {\"up\": true, \"refused\": \"E_LIMIT\"}}\n");
         else
-            printf("projd is up, at its connection limit: this connection was refused, so no "
+            printf("projd is up, at a connection limit: this connection was refused, so no "
                    "more is known\n");
         return 0;
     }

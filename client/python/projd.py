@@ -536,15 +536,22 @@ def floats_to_bf16(values: Sequence[float]) -> bytes:
 def bf16_to_floats(data: Union[bytes, bytearray, memoryview]) -> List[float]:
     """The values of native-endian bf16 words (len(data) must be even).
 
-    data is bytes, or an array of 16-bit words (numpy's uint16, say); an
-    array of other items (float32, float16) is refused with TypeError, not
-    read as bf16 words."""
+    data is bytes, or an array of native-endian 16-bit words (numpy's
+    uint16, say); an array of other items (float32, float16) or of the
+    other byte order is refused with TypeError, not read as bf16 words."""
     mv = memoryview(data)
     # float16 ('e') has 2-byte items too, but is not bf16.
     if mv.itemsize not in (1, 2) or mv.format.lstrip("@=<>!") == "e":
         raise TypeError(
             "bf16 data must be bytes or 16-bit words, not items of format %r (%d bytes)"
             % (mv.format, mv.itemsize)
+        )
+    # Words of the other byte order would be read swapped.
+    other = "<" if sys.byteorder == "big" else ">!"
+    if mv.itemsize == 2 and mv.format[:1] in other:
+        raise TypeError(
+            "bf16 data of format %r is not in this machine's byte order (%s endian)"
+            % (mv.format, sys.byteorder)
         )
     mv = mv.cast("B")
     if len(mv) % 2:

@@ -228,8 +228,11 @@ class Bf16Tests(unittest.TestCase):
         self.assertEqual(projd.bf16_to_floats(words), [1.0, -2.0])
         with self.assertRaisesRegex(TypeError, "format 'f'"):
             projd.bf16_to_floats(array.array("f", [1.0, 2.0]))
-        c_words = (ctypes.c_uint16 * 2)(0x3F80, 0x4000)  # format '<H'
+        c_words = (ctypes.c_uint16 * 2)(0x3F80, 0x4000)  # format '<H' (native)
         self.assertEqual(projd.bf16_to_floats(c_words), [1.0, 2.0])
+        swapped = ctypes.c_uint16.__ctype_be__ if sys.byteorder == "little" else ctypes.c_uint16.__ctype_le__
+        with self.assertRaisesRegex(TypeError, "byte order"):
+            projd.bf16_to_floats((swapped * 2)(0x3F80, 0x4000))
         try:  # float16 has 2-byte items too; only numpy makes such a buffer here
             import numpy
         except ImportError:
