@@ -251,6 +251,55 @@ fail(projd_error *e, int code, const char *fmt, ...)
     return code;
 }
 
+/* Blocking calls from completion callbacks on nng's threads. nng runs
+ * every aio callback, its own pipes' included, on one pool of task threads
+ * (nng 1.5: twice the online CPUs, at most 16). A callback that makes a
+ * blocking call holds its thread until the reply, which needs a task
+ * thread to be delivered: with every thread so held nothing completes
+ * again, timeouts included, and the requests' frees then wait in
+ * nng_aio_stop for ever. So at most half of the pool may be inside such
+ * calls at once; one more fails -EDEADLK at once. tl_nng_callback is set
+ * while this thread runs req_callback; tl_cb_claim while it holds one of
+ * the places (a blocking call nests projd_request_wait: one place). */
+static __thread int tl_nng_callback, tl_cb_claim;
+static atomic_int g_cb_blocked;
+
+static int nng_task_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    n = n < 1 ? 2 : 2 * n;
+    return n > 16 ? 16 : (int)n;
+}
+
+/* 0 when this thread may block (not in an nng callback, or a place is
+ * free: *claimed then says whether it took one, for cb_block_end), else
+ * -EDEADLK with e said. */
+static int cb_block_begin(const char *what, int *claimed, projd_error *e)
+{
+    *claimed = 0;
+    if (!tl_nng_callback || tl_cb_claim)
+        return 0;
+    const int threads = nng_task_threads(), places = threads / 2 > 0 ? threads / 2 : 1;
+    if (atomic_fetch_add(&g_cb_blocked, 1) >= places) {
+        atomic_fetch_sub(&g_cb_blocked, 1);
+        return fail(e, -EDEADLK,
+                    "%s: a blocking call from a completion callback while %d others hold nng's "
+                    "threads (%d, the replies need some free): submit it with projd_project_async, "
+                    "or make it from a thread of your own",
+                    what, places, threads);
+    }
+    *claimed = tl_cb_claim = 1;
+    return 0;
+}
+
+static void cb_block_end(int claimed)
+{
+    if (claimed) {
+        tl_cb_claim = 0;
+        atomic_fetch_sub(&g_cb_blocked, 1);
+    }
+}
+
 static void ok(projd_error *e)
 {
     if (e) {
@@ -616,9 +665,8 @@ static int pipe_gone(int rv)
     return rv == NNG_ECONNRESET || rv == NNG_ECONNSHUT || rv == NNG_ECLOSED;
 }
 
-static void req_callback(void *arg)
+static void req_callback_run(projd_request *r)
 {
-    projd_request *r = arg;
     int rv = nng_aio_result(r->aio);
     /* Aborted by projd_close: cancelled, as on the ring, not the
      * -ECONNRESET of a daemon that went away. */
@@ -707,6 +755,14 @@ static void req_callback(void *arg)
         req_parse(r);
     }
     req_complete(r);
+}
+
+static void req_callback(void *arg)
+{
+    const int outer = tl_nng_callback;
+    tl_nng_callback = 1;
+    req_callback_run(arg);
+    tl_nng_callback = outer;
 }
 
 /* fork(): nng 1.5 panics ("nng is not fork-reentrant safe") at any call in
@@ -940,10 +996,40 @@ int projd_request_result(projd_request *r, projd_result *res, projd_error *e)
     return req_outcome(r, res, e);
 }
 
+/* Waits for r's done (its callback returned) and gives its outcome. The
+ * aio deadline guarantees completion; the grace only guards against a bug
+ * turning into a hang. */
+static int wait_done(projd_request *r, projd_result *res, projd_error *e)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += r->timeout_ms / 1000 + 10;
+    pthread_mutex_lock(&r->mu);
+    int rc = 0;
+    while (!r->done && rc == 0)
+        rc = pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    int d = r->done;
+    pthread_mutex_unlock(&r->mu);
+    if (!d)
+        return wait_failed(r, res, fail(e, -ETIMEDOUT, "%s: request did not complete", r->what));
+    return req_outcome(r, res, e);
+}
+
 int projd_request_wait(projd_request *r, projd_result *res, projd_error *e)
 {
     if (r->fork_gen != atomic_load(&g_fork_gen)) /* nothing would complete it here */
         return conn_forked_fail(r->what, e);
+    if (!r->ring && !__atomic_load_n(&r->done, __ATOMIC_ACQUIRE)) {
+        /* Its completion needs one of nng's threads: from an nng callback
+         * this wait holds one (cb_block_begin). */
+        int claimed;
+        int rc = cb_block_begin(r->what, &claimed, e);
+        if (rc)
+            return wait_failed(r, res, rc);
+        rc = wait_done(r, res, e);
+        cb_block_end(claimed);
+        return rc;
+    }
     if (r->ring) {
         /* The reaper completes ring requests: waiting on it from its own
          * thread (a callback) would wait forever. */
@@ -992,20 +1078,7 @@ int projd_request_wait(projd_request *r, projd_result *res, projd_error *e)
                 ring_expire_own(rc, r);
         }
     }
-    /* The aio deadline guarantees completion; the grace only guards against
-     * a bug turning into a hang. */
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += r->timeout_ms / 1000 + 10;
-    pthread_mutex_lock(&r->mu);
-    int rc = 0;
-    while (!r->done && rc == 0)
-        rc = pthread_cond_timedwait(&r->cv, &r->mu, &ts);
-    int d = r->done;
-    pthread_mutex_unlock(&r->mu);
-    if (!d)
-        return wait_failed(r, res, fail(e, -ETIMEDOUT, "%s: request did not complete", r->what));
-    return req_outcome(r, res, e);
+    return wait_done(r, res, e);
 }
 
 void projd_request_free(projd_request *r)
@@ -1028,16 +1101,20 @@ static int call(projd_conn *c, const pj_wbuf *w, const char *what, uint16_t expe
                 projd_request **out, projd_error *e)
 {
     projd_request *r;
-    int rc = req_submit(c, w, what, expect, req_id, 0, NULL, NULL, 1, &r, e);
+    int claimed;
+    int rc = cb_block_begin(what, &claimed, e);
     if (rc)
         return rc;
-    rc = projd_request_wait(r, NULL, e);
-    if (rc) {
-        projd_request_free(r);
-        return rc;
+    rc = req_submit(c, w, what, expect, req_id, 0, NULL, NULL, 1, &r, e);
+    if (rc == 0) {
+        rc = projd_request_wait(r, NULL, e);
+        if (rc)
+            projd_request_free(r);
+        else
+            *out = r;
     }
-    *out = r;
-    return 0;
+    cb_block_end(claimed);
+    return rc;
 }
 
 static const uint8_t *reply_body(const projd_request *r, size_t *len)
@@ -1462,6 +1539,10 @@ int projd_ring_attach(projd_conn *c, uint32_t slots, projd_error *e)
 {
     if (conn_forked(c))
         return conn_forked_fail("ring", e);
+    /* Lost first: every call on a lost connection says so (projd.h), and
+     * the ring it had is gone with the daemon's side. */
+    if (atomic_load(&c->lost))
+        return conn_lost("ring", e);
     if (c->ring)
         return fail(e, -EALREADY, "ring: this connection has one already");
     if (atomic_load(&c->ring_unsure))
@@ -2477,9 +2558,14 @@ int projd_project_events(projd_conn *c, const projd_op *ops, size_t n, uint32_t 
     if (req)
         *req = NULL;
     projd_request *r;
-    int rc = project_submit(c, ops, n, flags, wait_event, signal_event, req ? cb : NULL, arg,
+    int claimed = 0;
+    int rc = req ? 0 : cb_block_begin("PROJECT", &claimed, e);
+    if (rc == 0) {
+        rc = project_submit(c, ops, n, flags, wait_event, signal_event, req ? cb : NULL, arg,
                             req == NULL, &r, e);
+    }
     if (rc) {
+        cb_block_end(claimed);
         /* Nothing was sent: res says so, as after any local failure. */
         if (!req && res) {
             memset(res, 0, sizeof *res);
@@ -2496,6 +2582,7 @@ int projd_project_events(projd_conn *c, const projd_op *ops, size_t n, uint32_t 
     }
     rc = projd_request_wait(r, res, e);
     projd_request_free(r);
+    cb_block_end(claimed);
     return rc;
 }
 

@@ -272,7 +272,14 @@ int projd_project(projd_conn *c, const projd_op *ops, size_t n, uint32_t flags, 
  * request (a free there takes effect when the callback returns), and may
  * submit new requests. A blocking call (projd_project, projd_ping, ...)
  * from a ring request's callback goes over nng, as the reaper that would
- * take its reply off the ring is the thread waiting for it. */
+ * take its reply off the ring is the thread waiting for it. On nng's
+ * threads (a request without a ring) a blocking call, or a
+ * projd_request_wait on an unfinished request, holds the thread until
+ * the reply, which needs one of nng's threads (nng 1.5 has twice the
+ * online CPUs, at most 16): at most half of them may be in such calls
+ * at once, and one more fails -EDEADLK at once instead of risking that
+ * no thread is left to complete anything. Submit from the callback with
+ * projd_project_async instead. */
 typedef void (*projd_callback)(projd_request *req, void *arg);
 
 /* Submits n ops and returns with *req (caller frees with
@@ -301,7 +308,8 @@ int projd_request_poll(projd_request *req);
 /* Waits until the request completed (bounded by the connection timeout at
  * submission) and returns its outcome as projd_project does; res and e may
  * be NULL. May be called more than once, from any thread but the callback
- * (from a ring request's callback it returns -EDEADLK). */
+ * (from a ring request's callback it returns -EDEADLK; from other
+ * callbacks, see projd_callback). */
 int projd_request_wait(projd_request *req, projd_result *res, projd_error *e);
 
 /* The outcome of a completed request (same return as projd_request_wait);

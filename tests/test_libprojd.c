@@ -674,6 +674,12 @@ static void kill_under_requests(uint32_t ring, int rounds)
                           "%s round %d thread %d: a request after the kill took %s", tr, round, i,
                           k[i].msg);
         }
+        /* The connection is lost: an attach says so, as every call does,
+         * whether it had a ring or not (it said "has one already"). */
+        projd_error e;
+        int arc = projd_ring_attach(t.c, 0, &e);
+        ck_assert_msg(arc == -ECONNRESET && strstr(e.msg, "connection to projd was lost"),
+                      "%s round %d: ring attach after the kill: %d %s", tr, round, arc, e.msg);
         projd_close(t.c);
         ck_assert_int_eq(pj_dproc_wait_exit(&d, 10000), 0);
         pj_dproc_cleanup(&d);
@@ -832,6 +838,84 @@ START_TEST(connect_after_a_mid_handshake_hangup)
 END_TEST
 
 /* ---- a stopped daemon --------------------------------------------------------------- */
+
+/* Many callbacks on nng's threads making blocking calls at once, against
+ * a stopped daemon: every request times out together and nng runs their
+ * callbacks side by side. Each ping there held a task thread until its
+ * reply, which needed one: with all of them held nothing completed again
+ * and the frees waited in nng_aio_stop for ever. Now at most half of the
+ * pool may block in callbacks; the rest fail -EDEADLK at once, and all of
+ * it ends within the timeouts. */
+typedef struct ping_in_cb {
+    projd_conn *c;
+    atomic_int timed_out, refused, other, ran;
+    char refusal[1024];
+    atomic_int said;
+} ping_in_cb;
+
+static void cb_ping(projd_request *req, void *arg)
+{
+    (void)req;
+    ping_in_cb *p = arg;
+    projd_error e;
+    int rc = projd_ping(p->c, &e);
+    if (rc == -ETIMEDOUT) {
+        atomic_fetch_add(&p->timed_out, 1);
+    } else if (rc == -EDEADLK) {
+        if (atomic_exchange(&p->said, 1) == 0)
+            snprintf(p->refusal, sizeof p->refusal, "%s", e.msg);
+        atomic_fetch_add(&p->refused, 1);
+    } else {
+        atomic_fetch_add(&p->other, 1);
+    }
+    atomic_fetch_add(&p->ran, 1);
+}
+
+START_TEST(blocking_calls_from_many_nng_callbacks_end)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, NULL);
+    lib_t t;
+    lib_open(&t, d.url, 0);
+    projd_error e;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = cpus < 1 ? 2 : (int)(2 * cpus > 16 ? 16 : 2 * cpus);
+    enum { MAXN = 24 };
+    int n = threads + 4 < MAXN ? threads + 4 : MAXN; /* more callbacks than nng has threads */
+    ping_in_cb p;
+    memset(&p, 0, sizeof p);
+    p.c = t.c;
+    ck_assert_int_eq(projd_set_timeout_ms(t.c, 300), 0);
+    ck_assert_int_eq(kill(d.pid, SIGSTOP), 0);
+    projd_request *reqs[MAXN];
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(projd_project_async(t.c, &t.op, 1, 0, cb_ping, &p, &reqs[i], &e) == 0, "%s",
+                      e.msg);
+    for (int i = 0; i < n; i++) {
+        ck_assert_int_eq(projd_request_wait(reqs[i], NULL, &e), -ETIMEDOUT);
+        projd_request_free(reqs[i]);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    ck_assert_int_eq(kill(d.pid, SIGCONT), 0);
+    double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    printf("blocking_calls_from_many_nng_callbacks_end: %d callbacks (%d nng threads): %d pings "
+           "timed out, %d refused, %.2f s; %s\n",
+           n, threads, atomic_load(&p.timed_out), atomic_load(&p.refused), took, p.refusal);
+    ck_assert_int_eq(atomic_load(&p.ran), n);
+    ck_assert_int_eq(atomic_load(&p.other), 0);
+    ck_assert_int_ge(atomic_load(&p.timed_out), 1); /* some may block, and end in their timeout */
+    ck_assert_int_ge(atomic_load(&p.refused), 1);   /* not all of them */
+    ck_assert_msg(strstr(p.refusal, "PING: a blocking call from a completion callback"), "%s",
+                  p.refusal);
+    /* Timeouts of 300 ms, a few rounds of them at most: not the 10 s grace. */
+    ck_assert_msg(took < 8.0, "took %.2f s", took);
+    ck_assert_msg(projd_ping(t.c, &e) == 0, "%s", e.msg);
+    projd_close(t.c);
+    pjd_stop(&d);
+}
+END_TEST
 
 /* A daemon stopped with SIGSTOP: the kernel takes the connection, nobody
  * answers. projd_connect_timeout gives up within its timeout (projd_connect
@@ -1012,6 +1096,7 @@ int main(void)
         {"close_waits_for_a_freed_request_ring", close_waits_for_a_freed_request_ring},
         {"blocking_call_from_ring_callback", blocking_call_from_ring_callback},
         {"blocking_call_from_nng_callback", blocking_call_from_nng_callback},
+        {"blocking_calls_from_many_nng_callbacks_end", blocking_calls_from_many_nng_callbacks_end},
         {"wait_after_close_from_a_new_thread", wait_after_close_from_a_new_thread},
         {"local_failure_result_nng", local_failure_result_nng},
         {"local_failure_result_ring", local_failure_result_ring},
