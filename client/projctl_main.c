@@ -1074,10 +1074,7 @@ static int cmd_project(opts *o)
         int rc = pj_model_load(&cfg, &model, model_warn, NULL, err, sizeof err);
         if (rc) {
             fprintf(stderr, "projctl: --check needs the model (%s, read with %s): %s\n", from,
-                    layers_served ? "the daemon's layers, from STATS"
-                    : o->config   ? "the layers of --config"
-                                  : "the built-in layers",
-                    err);
+                    pj_served_model_layers_said(layers_served, o->config != NULL), err);
             fprintf(stderr, "projctl: give --model PATH for the file%s\n",
                     layers_served ? "" : ", and --config FILE with the daemon's model.layers");
             goto out;

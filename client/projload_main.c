@@ -1461,10 +1461,7 @@ static int load_model(const lt_opts *o, lt_setup *su, projd_conn *ctl)
     const int layers_served = have_served && !o->config && pj_served_model_config(&served, &cfg);
     if (pj_model_load(&cfg, &su->model, model_warn, NULL, err, sizeof err) != 0) {
         fprintf(stderr, "projload: --model (read with %s): %s\n",
-                layers_served ? "the daemon's layers, from STATS"
-                : o->config   ? "the layers of --config"
-                              : "the built-in layers",
-                err);
+                pj_served_model_layers_said(layers_served, o->config != NULL), err);
         return -1;
     }
     int used[PJ_WIRE_MAX_LAYERS_ALL] = {0};

@@ -82,6 +82,13 @@ int pj_served_model_config(const pj_served_model *sm, pj_config *cfg)
     return 1;
 }
 
+const char *pj_served_model_layers_said(int served, int config)
+{
+    return served   ? "the daemon's layers, from STATS"
+           : config ? "the layers of --config"
+                    : "the built-in layers";
+}
+
 int pj_served_model_same(const pj_served_model *sm, const pj_model *m, const char *name,
                          const char *file, char *err, size_t errlen)
 {

@@ -39,6 +39,11 @@ int pj_served_model_get(projd_conn *c, pj_served_model *out, char *err, size_t e
  * layers or one without its tensor (a daemon older than the field). */
 int pj_served_model_config(const pj_served_model *sm, pj_config *cfg);
 
+/* Which layer list a client read the model file with, for its messages:
+ * the daemon's (served: pj_served_model_config applied), else its
+ * --config's (config), else the built-in one. */
+const char *pj_served_model_layers_said(int served, int config);
+
 /* Is layer `name` of m (loaded from `file`) the bytes the daemon serves?
  * 0 when its digest matches or the daemon gave none for it; -EINVAL with
  * err naming both digests when they differ. */
