@@ -66,6 +66,7 @@ typedef struct pj_exec_op {
     uint64_t x_ld, y_ld;       /* row strides, elements */
     void *x_handle, *y_handle; /* what buffer_open returned (may be NULL) */
     uint64_t x_off, y_off;     /* bytes from the buffers' starts */
+    uint64_t x_bytes, y_bytes; /* bytes the spans cover from x, y (pj_span_bytes) */
     int32_t status;            /* out: PJ_OK or a pj_status */
     uint16_t engine;           /* out: engine id (backend-defined) */
 } pj_exec_op;

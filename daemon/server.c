@@ -1143,12 +1143,8 @@ static void on_defer_timer(uv_timer_t *t)
 static int probe_op(pj_req *r, uint32_t i)
 {
     const pj_exec_op *op = &r->ops[i];
-    uint64_t xlen = 0, ylen = 0;
-    /* pj_validate_op checked both spans, so neither overflows here. */
-    (void)pj_span_bytes(op->m, op->x_ld, op->k, &xlen);
-    (void)pj_span_bytes(op->m, op->y_ld, op->n, &ylen);
-    int fx = pj_buf_probe(r->bufs[2 * i], op->x_off, xlen);
-    int fy = pj_buf_probe(r->bufs[2 * i + 1], op->y_off, ylen);
+    int fx = pj_buf_probe(r->bufs[2 * i], op->x_off, op->x_bytes);
+    int fy = pj_buf_probe(r->bufs[2 * i + 1], op->y_off, op->y_bytes);
     return fx || fy;
 }
 

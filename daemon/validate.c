@@ -16,7 +16,7 @@ int pj_span_bytes(uint32_t rows, uint64_t ld, uint32_t width, uint64_t *bytes)
 }
 
 int pj_validate_span(const char *what, uint64_t off, uint32_t rows, uint64_t ld, uint32_t width,
-                     uint64_t size, char *err, size_t errlen)
+                     uint64_t size, uint64_t *span, char *err, size_t errlen)
 {
     if (off % 2 != 0) {
         snprintf(err, errlen, "%s offset %" PRIu64 " is not 2-byte aligned", what, off);
@@ -35,6 +35,8 @@ int pj_validate_span(const char *what, uint64_t off, uint32_t rows, uint64_t ld,
                  off, end, size);
         return PJ_E_BOUNDS;
     }
+    if (span)
+        *span = bytes;
     return PJ_OK;
 }
 
@@ -115,9 +117,12 @@ int pj_validate_op(const pj_op *op, uint32_t i, const pj_model *model, uint32_t 
                  i, pj_buf_faulted(x) ? x->id : y->id);
         return PJ_E_BUFFER;
     }
-    int st = pj_validate_span("x", op->x_off, op->m, op->x_ld, k, x->size, why, sizeof why);
+    uint64_t xbytes = 0, ybytes = 0;
+    int st =
+        pj_validate_span("x", op->x_off, op->m, op->x_ld, k, x->size, &xbytes, why, sizeof why);
     if (st == PJ_OK)
-        st = pj_validate_span("y", op->y_off, op->m, op->y_ld, op->n, y->size, why, sizeof why);
+        st = pj_validate_span("y", op->y_off, op->m, op->y_ld, op->n, y->size, &ybytes, why,
+                              sizeof why);
     if (st != PJ_OK) {
         snprintf(err, errlen, "op %u (%s, m %u, n %u): %s", i, L->name, op->m, op->n, why);
         return st;
@@ -128,9 +133,7 @@ int pj_validate_op(const pj_op *op, uint32_t i, const pj_model *model, uint32_t 
      * buffers (checked above), so no address below wraps. */
     const uint64_t xa = (uint64_t)(uintptr_t)x->addr + op->x_off;
     const uint64_t ya = (uint64_t)(uintptr_t)y->addr + op->y_off;
-    uint64_t xbytes, ybytes, at;
-    (void)pj_span_bytes(op->m, op->x_ld, k, &xbytes);
-    (void)pj_span_bytes(op->m, op->y_ld, op->n, &ybytes);
+    uint64_t at;
     if (xa < ya + ybytes && ya < xa + xbytes &&
         pj_rows_overlap(xa, op->x_ld * 2, (uint64_t)k * 2, ya, op->y_ld * 2, (uint64_t)op->n * 2,
                         op->m, &at)) {
@@ -155,6 +158,8 @@ int pj_validate_op(const pj_op *op, uint32_t i, const pj_model *model, uint32_t 
     out->y_handle = y->handle;
     out->x_off = op->x_off;
     out->y_off = op->y_off;
+    out->x_bytes = xbytes;
+    out->y_bytes = ybytes;
     *xb = x;
     *yb = y;
     return PJ_OK;

@@ -22,10 +22,11 @@ int pj_span_bytes(uint32_t rows, uint64_t ld, uint32_t width, uint64_t *bytes);
 /* Does a span of rows x width bf16 elements with row stride ld, starting at
  * byte off, fit in size bytes? The span ends at
  * off + ((rows - 1) * ld + width) * 2. rows >= 1, width >= 1, ld >= width
- * are the caller's (checked before). Returns PJ_OK or PJ_E_BOUNDS (odd
- * offset, overflow, past the end) with err naming what ("x", "y"). */
+ * are the caller's (checked before). Returns PJ_OK, with the span's bytes
+ * in *span unless span is NULL, or PJ_E_BOUNDS (odd offset, overflow, past
+ * the end) with err naming what ("x", "y"). */
 int pj_validate_span(const char *what, uint64_t off, uint32_t rows, uint64_t ld, uint32_t width,
-                     uint64_t size, char *err, size_t errlen);
+                     uint64_t size, uint64_t *span, char *err, size_t errlen);
 
 /* Does any of x's m rows share a byte with any of y's? x's rows start at
  * address xa, xs bytes apart, xw bytes each; y's likewise (xs >= xw,

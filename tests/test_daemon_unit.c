@@ -294,27 +294,32 @@ START_TEST(span_checks)
     ck_assert_int_eq(pj_span_bytes(1, UINT64_MAX, 3, &bytes), 0);
     ck_assert_uint_eq(bytes, 6);
     ck_assert_int_eq(pj_span_bytes(2, UINT64_MAX / 2, 2, &bytes), -1);
-    ck_assert_int_eq(pj_validate_span("x", 0, 4, 10, 8, 76, err, sizeof err), PJ_OK);
-    ck_assert_int_eq(pj_validate_span("x", 0, 4, 10, 8, 75, err, sizeof err), PJ_E_BOUNDS);
-    ck_assert_int_eq(pj_validate_span("x", 24, 4, 10, 8, 100, err, sizeof err), PJ_OK);
-    ck_assert_int_eq(pj_validate_span("x", 26, 4, 10, 8, 100, err, sizeof err), PJ_E_BOUNDS);
-    ck_assert_int_eq(pj_validate_span("x", 1, 1, 1, 1, 100, err, sizeof err), PJ_E_BOUNDS);
+    ck_assert_int_eq(pj_validate_span("x", 0, 4, 10, 8, 76, NULL, err, sizeof err), PJ_OK);
+    ck_assert_int_eq(pj_validate_span("x", 0, 4, 10, 8, 75, NULL, err, sizeof err), PJ_E_BOUNDS);
+    uint64_t span = 0;
+    ck_assert_int_eq(pj_validate_span("x", 24, 4, 10, 8, 100, &span, err, sizeof err), PJ_OK);
+    ck_assert_uint_eq(span, 76);
+    ck_assert_int_eq(pj_validate_span("x", 26, 4, 10, 8, 100, NULL, err, sizeof err), PJ_E_BOUNDS);
+    ck_assert_int_eq(pj_validate_span("x", 1, 1, 1, 1, 100, NULL, err, sizeof err), PJ_E_BOUNDS);
     ck_assert_ptr_nonnull(strstr(err, "aligned"));
     /* One row: the stride does not matter. */
-    ck_assert_int_eq(pj_validate_span("y", 0, 1, UINT64_MAX, 3, 6, err, sizeof err), PJ_OK);
+    ck_assert_int_eq(pj_validate_span("y", 0, 1, UINT64_MAX, 3, 6, NULL, err, sizeof err), PJ_OK);
     /* Every step of the arithmetic overflowing. */
     ck_assert_int_eq(
-        pj_validate_span("y", 0, 3, UINT64_MAX / 2 + 1, 1, UINT64_MAX, err, sizeof err),
+        pj_validate_span("y", 0, 3, UINT64_MAX / 2 + 1, 1, UINT64_MAX, NULL, err, sizeof err),
         PJ_E_BOUNDS); /* (rows-1)*ld */
-    ck_assert_int_eq(pj_validate_span("y", 0, 2, UINT64_MAX - 1, 4, UINT64_MAX, err, sizeof err),
-                     PJ_E_BOUNDS); /* + width */
-    ck_assert_int_eq(pj_validate_span("y", 0, 2, UINT64_MAX / 2, 2, UINT64_MAX, err, sizeof err),
-                     PJ_E_BOUNDS); /* * 2 */
-    ck_assert_int_eq(pj_validate_span("y", UINT64_MAX - 1, 1, 1, 1, UINT64_MAX, err, sizeof err),
-                     PJ_E_BOUNDS); /* + offset */
+    ck_assert_int_eq(
+        pj_validate_span("y", 0, 2, UINT64_MAX - 1, 4, UINT64_MAX, NULL, err, sizeof err),
+        PJ_E_BOUNDS); /* + width */
+    ck_assert_int_eq(
+        pj_validate_span("y", 0, 2, UINT64_MAX / 2, 2, UINT64_MAX, NULL, err, sizeof err),
+        PJ_E_BOUNDS); /* * 2 */
+    ck_assert_int_eq(
+        pj_validate_span("y", UINT64_MAX - 1, 1, 1, 1, UINT64_MAX, NULL, err, sizeof err),
+        PJ_E_BOUNDS); /* + offset */
     ck_assert_ptr_nonnull(strstr(err, "overflows"));
     /* Largest span that fits exactly. */
-    ck_assert_int_eq(pj_validate_span("y", 2, 1, 1, 1, 4, err, sizeof err), PJ_OK);
+    ck_assert_int_eq(pj_validate_span("y", 2, 1, 1, 1, 4, NULL, err, sizeof err), PJ_OK);
 }
 END_TEST
 
