@@ -1122,7 +1122,12 @@ class Request:
         connection's timeout at submission bounds it); otherwise
         TimeoutError when it has not completed by then."""
         if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+            # Any real number of seconds (numpy's among them); NaN would
+            # never compare as passed, so it is refused with the negatives.
+            if _is_bool(timeout) or not isinstance(timeout, numbers.Real):
+                raise ValueError("timeout must be None or seconds >= 0, got %r" % (timeout,))
+            timeout = float(timeout)
+            if not timeout >= 0:
                 raise ValueError("timeout must be None or seconds >= 0, got %r" % (timeout,))
             end = time.monotonic() + timeout
             delay = 0.0002

@@ -1184,8 +1184,18 @@ class AsyncTests(DaemonTest):
                     req.result()
             with self.assertRaises(ValueError):
                 self.c.project_async([])
-            with self.assertRaises(ValueError):
-                self.c.project_async([Op(layer="o", m=1, x_buf=b, y_buf=b)]).wait(timeout=-1)
+            for bad in (-1, float("nan"), -0.5, True, "1"):
+                with self.assertRaises(ValueError, msg=repr(bad)):
+                    self.c.project_async([Op(layer="o", m=1, x_buf=b, y_buf=b)]).wait(timeout=bad)
+            # Any real number of seconds: a Fraction, and an int subclass.
+            for ok in (fractions.Fraction(30, 1), _Seconds(30)):
+                with self.assertRaises(ProjdError, msg=repr(ok)) as cm:
+                    self.c.project_async([Op(layer="o", m=1, x_buf=b, y_buf=b)]).wait(timeout=ok)
+                self.assertEqual(cm.exception.status, Status.E_BOUNDS)
+
+
+class _Seconds(int):
+    """An int subclass, as a caller's own unit type might be."""
 
 
 def own_daemon(test, binary, cfg, d):
