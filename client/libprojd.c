@@ -657,7 +657,8 @@ static void conn_mark_lost(projd_conn *c)
 /* Why every request fails once the connection is lost (conn_lost). */
 #define LOST_WHY                                                                                   \
     "the connection to projd was lost (projd exited or restarted, or dropped this client); its "   \
-    "buffers and ring are gone: reconnect with projd_connect"
+    "buffers and ring are gone: close this connection, connect again and register the buffers "    \
+    "again"
 
 /* nng's errors for a pipe that went away under a request. */
 static int pipe_gone(int rv)

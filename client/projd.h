@@ -36,8 +36,9 @@
  * daemon that came up since. The connection counts as lost from the first
  * of nng's notice that the pipe was removed and an nng request failing
  * because it went (connection reset or shut); requests waiting in nng for
- * a pipe then fail too, rather than at their timeout. Close it and
- * reconnect with projd_connect.
+ * a pipe then fail too, rather than at their timeout. Close it
+ * (projd_close), open a new connection (projd_connect) and register the
+ * buffers again: the new daemon knows none of the old ids.
  *
  * Timeouts. Every blocking call and every asynchronous request ends within
  * the connection's timeout (default 30 000 ms, projd_set_timeout_ms), but a

@@ -550,7 +550,8 @@ START_TEST(daemon_restart_fails_locally)
         projd_set_timeout_ms(c, 3000);
         int rc = projd_ping(c, &e);
         ck_assert_msg(rc == -ECONNRESET, "%s: ping after a restart: %d %s", tr, rc, e.msg);
-        ck_assert_msg(strstr(e.msg, "connection to projd was lost") && strstr(e.msg, "reconnect"),
+        ck_assert_msg(strstr(e.msg, "connection to projd was lost") &&
+                          strstr(e.msg, "connect again and register the buffers again"),
                       "%s", e.msg);
         projd_result res;
         ck_assert_int_eq(projd_project(c, &ts[i]->op, 1, 0, &res, &e), -ECONNRESET);
