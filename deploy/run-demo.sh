@@ -16,8 +16,19 @@ fi
 args=(--model "$model")
 [ -n "${PROJD_SOCKET:-}" ] && args+=(--socket "$PROJD_SOCKET")
 [ -n "${PROJD_BACKEND:-}" ] && args+=(--backend "$PROJD_BACKEND")
+# projctl is given the very socket this projd will listen on (as projd
+# resolves it): left to its own search it would find a projd@N unit's
+# socket on a GPU node, refuse to start the demo beside it, or show that
+# daemon in the checks below. Where projd cannot say (a bad option), it is
+# started anyway, to say why itself.
 ctl=("$bin/projctl")
-[ -n "${PROJD_SOCKET:-}" ] && ctl+=(--socket "$PROJD_SOCKET")
+if url=$("$bin/projd" "${args[@]}" --print-config 2>/dev/null |
+    sed -n 's/^[[:space:]]*"url":[[:space:]]*"\(.*\)",\{0,1\}$/\1/p' | head -n 1) &&
+    [ -n "$url" ]; then
+    ctl+=(--socket "$url")
+elif [ -n "${PROJD_SOCKET:-}" ]; then
+    ctl+=(--socket "$PROJD_SOCKET")
+fi
 # A daemon that answers there already is not this one: the checks below
 # would show it (and fail on its model) while this one is refused.
 if "${ctl[@]}" --timeout 1000 status >/dev/null 2>&1; then

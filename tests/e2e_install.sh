@@ -77,6 +77,17 @@ grep -q '"group": "projd"' "$tmp/root/etc/projd/projd.json" ||
     { echo "e2e_install: FAIL: projd.json's socket group is not projd" >&2; fail=1; }
 grep -q '^d /var/lib/projd ' "$tmp/root/usr/lib/tmpfiles.d/projd.conf" ||
     { echo "e2e_install: FAIL: tmpfiles.d does not make /var/lib/projd" >&2; fail=1; }
+# Run again over directories an operator gave to a non-root instance, it
+# keeps their owner and mode, and it makes missing ones.
+if command -v systemd-tmpfiles >/dev/null && [ "$(id -u)" = 0 ]; then
+    tf=$tmp/tf
+    mkdir -p "$tf/run/projd" "$tf/var/lib"
+    chown nobody "$tf/run/projd" && chmod 0750 "$tf/run/projd"
+    systemd-tmpfiles --create --root="$tf" "$tmp/root/usr/lib/tmpfiles.d/projd.conf" >"$tmp/tf.log" 2>&1
+    [ "$(stat -c '%U %a' "$tf/run/projd")" = "nobody 750" ] && [ -d "$tf/var/lib/projd" ] ||
+        { echo "e2e_install: FAIL: systemd-tmpfiles with projd.conf: /run/projd $(stat -c '%U %a' "$tf/run/projd"), not nobody 750, or no /var/lib/projd" >&2
+          cat "$tmp/tf.log" >&2; fail=1; }
+fi
 # The node config asks for the GPU: a projd@ instance that cannot use it
 # fails (and is restarted) instead of serving on the CPU reference backend.
 grep -q '"backend": "cuda"' "$tmp/root/etc/projd/projd.json" ||
