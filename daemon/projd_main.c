@@ -246,12 +246,13 @@ static int build_config(const cli *a, pj_config *cfg, char *err, size_t errlen)
     return rc;
 }
 
-/* A closed signal handle leaves its signal to the default action (libuv
- * restores SIG_DFL): the teardown after the loop (the closer's wait, the
- * backend's and nng's, several seconds at most) would die of a SIGHUP, or
- * of a second SIGTERM, instead of exiting with its code, and systemd takes
- * a death by SIGTERM or SIGHUP for a clean stop (no Restart=on-failure
- * after a fatal error). Ignored from here: the stop is under way. */
+/* A signal whose last libuv handle stops goes back to its default action
+ * (libuv restores SIG_DFL): the teardown after the loop (the closer's
+ * wait, the backend's and nng's, several seconds at most) would die of a
+ * SIGHUP, or of a second SIGTERM, instead of exiting with its code, and
+ * systemd takes a death by SIGTERM or SIGHUP for a clean stop (no
+ * Restart=on-failure after a fatal error). Ignored once the loop's handle
+ * has closed: the stop is under way. */
 static void on_signal_closed(uv_handle_t *h)
 {
     daemon_state *d = h->data;
@@ -261,11 +262,42 @@ static void on_signal_closed(uv_handle_t *h)
     signal(signum, SIG_IGN);
 }
 
+/* Ignoring in the close callback comes too late by itself: between
+ * uv_close and the callback (the next loop turn) a signal meets SIG_DFL,
+ * and a shell loop of SIGTERMs killed 6 of 8 stops. libuv restores the
+ * default only when no handle on any loop watches the signal, so handles
+ * on a second loop, one never run, are started first: they keep libuv's
+ * handler in place, and what they catch is dropped. The loop is never
+ * closed (closing its handles would restore SIG_DFL); it is static, so a
+ * leak checker finds what it holds. */
+static uv_loop_t g_quiet_loop;
+static uv_signal_t g_quiet_sig[3];
+
+static void on_quiet_signal(uv_signal_t *h, int signum)
+{
+    (void)h;
+    (void)signum;
+}
+
+static void keep_signals_caught(void)
+{
+    static int started;
+    static const int sigs[3] = {SIGTERM, SIGINT, SIGHUP};
+    if (started || uv_loop_init(&g_quiet_loop) != 0)
+        return; /* then the close callbacks' SIG_IGN alone */
+    started = 1;
+    for (int i = 0; i < 3; i++) {
+        uv_signal_init(&g_quiet_loop, &g_quiet_sig[i]);
+        uv_signal_start(&g_quiet_sig[i], on_quiet_signal, sigs[i]);
+    }
+}
+
 static void on_server_stopped(void *arg, int exit_code)
 {
     daemon_state *d = arg;
     d->exit_code = exit_code;
     pj_server_set_exit_code(exit_code);
+    keep_signals_caught();
     uv_close((uv_handle_t *)&d->sig_term, on_signal_closed);
     uv_close((uv_handle_t *)&d->sig_int, on_signal_closed);
     uv_close((uv_handle_t *)&d->sig_hup, on_signal_closed);

@@ -1019,6 +1019,38 @@ START_TEST(sigterm_drains)
 }
 END_TEST
 
+/* Signals sent as fast as they go from the first SIGTERM until projd is
+ * gone: the stop must still end in its exit code, never in a death by one
+ * of them, which systemd would take for a clean stop. libuv puts a signal
+ * back to its default action when its last handle closes; a SIGTERM,
+ * SIGINT or SIGHUP landing between that and projd ignoring it killed the
+ * process (6 of 8 stops in a review, SIGTERMs from a shell loop). Several
+ * stops, since the window is narrow; the last two follow the SIGTERM with
+ * SIGINTs and SIGHUPs. */
+START_TEST(signals_during_the_stop)
+{
+    static const int then[] = {SIGTERM, SIGTERM, SIGTERM, SIGTERM, SIGINT, SIGHUP};
+    for (int run = 0; run < (int)(sizeof then / sizeof then[0]); run++) {
+        pj_dproc d;
+        pjd_start(&d, g_model_path, "{}");
+        ck_assert_int_eq(kill(d.pid, SIGTERM), 0);
+        int sent = 1;
+        while (sent < 5000 && kill(d.pid, then[run]) == 0)
+            sent++;
+        ck_assert_int_eq(pj_dproc_wait_exit(&d, 30000), 0);
+        int code = pj_dproc_exit_code(&d);
+        if (code != 0)
+            pj_dproc_dump_log(&d);
+        ck_assert_msg(code == 0,
+                      "stop %d: SIGTERM then %d x %s: exit %d (128 + n: killed by signal n)", run,
+                      sent - 1, strsignal(then[run]), code);
+        printf("signals_during_the_stop: stop %d: SIGTERM then %d x %s, exit 0\n", run, sent - 1,
+               strsignal(then[run]));
+        pj_dproc_cleanup(&d);
+    }
+}
+END_TEST
+
 /* ---- buffer releases off the loop ------------------------------------------------ */
 
 /* A connection that registered a buffer and closes it at once; the buffer
@@ -1811,6 +1843,7 @@ int main(void)
         {"unregister_while_running", unregister_while_running},
         {"killed_client", killed_client},
         {"sigterm_drains", sigterm_drains},
+        {"signals_during_the_stop", signals_during_the_stop},
         {"release_off_the_loop", release_off_the_loop},
         {"deferred_submits", deferred_submits},
         {"reaper_blocked_restarts", reaper_blocked_restarts},
