@@ -313,11 +313,14 @@ static void by_key_known(mw *w, const cJSON *obj, const char *name, const char *
 
 static void requests_and_errors(mw *w, const cJSON *d)
 {
-    /* The requests a client sends (replies are not counted). */
+    /* The requests a client sends, counted as they arrive: one dropped
+     * with its connection (a client killed before its turn) counts and
+     * gets no reply, so these need not sum to STATS' requests.total, the
+     * replies sent. */
     static const char *const types[] = {"HELLO", "REGISTER", "UNREGISTER",  "PROJECT",
                                         "STATS", "PING",     "RING_ATTACH", NULL};
     by_key_known(w, cJSON_GetObjectItemCaseSensitive(d, "requests"), "projd_requests_total", "type",
-                 types, "Messages answered, by type");
+                 types, "Requests received, by type");
     /* Every status code this build knows. */
     const char *codes[64];
     size_t n = 0;
