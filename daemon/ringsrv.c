@@ -82,7 +82,7 @@ static int faulted(pj_ringsrv *r)
 {
     if (!pj_shmguard_faulted(r->guard))
         return 0;
-    mark_broken(r, "the shared memory object shrank under the daemon");
+    mark_broken(r, "the shared memory object shrank under the daemon" PJ_SHMGUARD_OR_NO_PAGE);
     return 1;
 }
 

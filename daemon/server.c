@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "daemon/bufreg.h"
+#include "daemon/shmguard.h"
 #include "daemon/conn.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
@@ -1201,8 +1202,8 @@ static void handle_project(pj_server *s, pj_conn *c, origin o, const pj_hdr *h, 
         if (probe_op(r, i)) {
             free(r);
             snprintf(err, sizeof err,
-                     "op %u: a buffer's shared memory object shrank after it was registered; "
-                     "register it again",
+                     "op %u: a buffer's shared memory object shrank after it was "
+                     "registered" PJ_SHMGUARD_OR_NO_PAGE "; register it again",
                      i);
             send_error(s, o, h->req_id, PJ_E_BUFFER, i, err);
             return;
@@ -1258,7 +1259,9 @@ static void finish_req(pj_server *s, pj_req *r)
             if (job->status == PJ_OK) {
                 job->status = PJ_E_BUFFER;
                 snprintf(job->err, sizeof job->err,
-                         "op %u: a buffer's shared memory object shrank during the request", i);
+                         "op %u: a buffer's shared memory object shrank during the "
+                         "request" PJ_SHMGUARD_OR_NO_PAGE "; register it again",
+                         i);
             }
         }
     }

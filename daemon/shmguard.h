@@ -22,6 +22,12 @@ int pj_shmguard_install(void);
 /* Guard [base, base + len). Returns a slot >= 0, or -ENOSPC when the table
  * (PJ_SHMGUARD_SLOTS ranges) is full. */
 #define PJ_SHMGUARD_SLOTS 8192
+
+/* What a fault in a guarded range may mean, for messages that follow
+ * "shrank ...": a read of a page the object never had faults the same way
+ * when its filesystem is full or a memory limit refuses the page, and the
+ * guard cannot tell the two apart. */
+#define PJ_SHMGUARD_OR_NO_PAGE ", or /dev/shm (full, or a memory limit) had no page for it"
 int pj_shmguard_add(void *base, size_t len);
 
 /* Stop guarding (before the range is unmapped). slot < 0 is ignored. */

@@ -1,6 +1,8 @@
 /* validate.c — see validate.h. */
 #include "daemon/validate.h"
 
+#include "daemon/shmguard.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -112,8 +114,8 @@ int pj_validate_op(const pj_op *op, uint32_t i, const pj_model *model, uint32_t 
     }
     if (pj_buf_faulted(x) || pj_buf_faulted(y)) {
         snprintf(err, errlen,
-                 "op %u: buffer %u's shared memory object shrank after it was registered; "
-                 "register it again",
+                 "op %u: buffer %u's shared memory object shrank after it was "
+                 "registered" PJ_SHMGUARD_OR_NO_PAGE "; register it again",
                  i, pj_buf_faulted(x) ? x->id : y->id);
         return PJ_E_BUFFER;
     }
