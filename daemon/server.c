@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -949,11 +950,59 @@ static int ring_counts(const pj_conn *c, uint64_t *lost, uint64_t *sleeps)
     return rs.broken != 0;
 }
 
-/* pj_conn_free, its ring's counts kept in the server's totals first. */
+/* A connection's failed requests are logged, FAIL_BURST a second at most:
+ * one client looping on a bad REGISTER wrote a line per request (10 000
+ * in 2 s in a review), and the journal's rate limit would then drop the
+ * daemon's other lines with them. The lines held back are counted and
+ * said before the next one said, or when the connection is freed; STATS'
+ * errors count every one. */
+#define FAIL_BURST     5
+#define FAIL_WINDOW_NS 1000000000ull
+
+static void say_failures_held(const pj_conn *c, uint64_t n)
+{
+    pj_log_warn("connection #%" PRIu64 ": %" PRIu64 " more failed request%s not logged (at most "
+                "%d a second a connection; STATS errors count them)",
+                c->serial, n, n == 1 ? "" : "s", FAIL_BURST);
+}
+
+static void conn_say_failure(pj_conn *c, pj_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void conn_say_failure(pj_conn *c, pj_log_level level, const char *fmt, ...)
+{
+    if (!pj_log_enabled(level))
+        return;
+    const uint64_t now = pj_now_ns();
+    if (now - c->fail_window_ns >= FAIL_WINDOW_NS) {
+        c->fail_window_ns = now;
+        c->fail_said = 0;
+    }
+    if (c->fail_said >= FAIL_BURST) {
+        c->fail_quiet++;
+        return;
+    }
+    c->fail_said++;
+    if (c->fail_quiet) {
+        say_failures_held(c, c->fail_quiet);
+        c->fail_quiet = 0;
+    }
+    char line[1400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    pj_log_msg(level, "connection #%" PRIu64 ": %s", c->serial, line);
+}
+
+/* pj_conn_free, its ring's counts kept in the server's totals first, and
+ * its failures held back said. */
 static void conn_free(pj_server *s, pj_conn *c)
 {
-    if (c)
+    if (c) {
         ring_counts(c, &s->ring_lost_gone, &s->ring_sleeps_gone);
+        if (c->fail_quiet)
+            say_failures_held(c, c->fail_quiet);
+    }
     pj_conn_free(c, s->be);
 }
 
@@ -1281,8 +1330,8 @@ static void finish_req(pj_server *s, pj_req *r)
     pj_hist_add(&s->stats.total_ns, pj_now_ns() - r->recv_ns);
     if (job->status != PJ_OK) {
         pj_stats_error(&s->stats, job->status);
-        pj_log_warn("connection #%" PRIu64 ": request %" PRIu64 " failed: %s: %s", c->serial,
-                    r->req_id, pj_status_name(job->status), job->err);
+        conn_say_failure(c, PJ_LOG_WARN, "request %" PRIu64 " failed: %s: %s", r->req_id,
+                         pj_status_name(job->status), job->err);
     }
     if (c->gone) {
         abandon_req(s, r->o);
@@ -1420,7 +1469,7 @@ static void handle_register(pj_server *s, pj_conn *c, origin o, const pj_hdr *h,
                                     err, sizeof err);
     free(rq);
     if (st != PJ_OK) {
-        pj_log_info("connection #%" PRIu64 ": %s", c->serial, err);
+        conn_say_failure(c, PJ_LOG_INFO, "%s", err);
         send_error(s, o, h->req_id, st, UINT32_MAX, err);
         return;
     }
@@ -1806,7 +1855,7 @@ static void handle_ring_attach(pj_server *s, pj_conn *c, origin o, const pj_hdr 
                             .watch_wake = ring_spin_us(s) > 0 && loop_spin_allowed()};
     st = pj_ringsrv_open(&rq, &opts, &c->ring, err, sizeof err);
     if (st != PJ_OK) {
-        pj_log_info("connection #%" PRIu64 ": %s", c->serial, err);
+        conn_say_failure(c, PJ_LOG_INFO, "%s", err);
         send_error(s, o, h->req_id, st, UINT32_MAX, err);
         return;
     }

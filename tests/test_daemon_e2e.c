@@ -1051,6 +1051,56 @@ START_TEST(signals_during_the_stop)
 }
 END_TEST
 
+/* A client that loops on a failing request does not write a log line per
+ * request: a connection's failure lines are FAIL_BURST (5) a second at
+ * most, and the ones held back are counted in a line said later (here at
+ * its close), so that every failure is accounted for. */
+START_TEST(failure_lines_are_limited)
+{
+    enum { N = 40 };
+    pj_dproc d;
+    pjd_start(&d, g_model_path, "{}");
+    pjt_client c;
+    ck_assert_int_eq(pjt_connect(&c, d.url, REPLY_MS), 0);
+    ck_assert_int_eq(pjt_hello(&c, "looping"), PJ_OK);
+    const long long t0 = pjd_now_ms();
+    for (int i = 0; i < N; i++) {
+        uint32_t id = 0;
+        int st = pjt_register_shm(&c, "/pjt-no-such-object-for-the-log", 4096, &id);
+        ck_assert_msg(st != PJ_OK && st > 0, "REGISTER %d of a missing object: %d", i, st);
+    }
+    const long long took_ms = pjd_now_ms() - t0;
+    ck_assert_int_eq(pjt_ping(&c), PJ_OK); /* the connection still serves */
+    pjt_close(&c);
+    ck_assert(pj_dproc_log_has(&d, "not logged (at most 5 a second a connection", 10000));
+    FILE *f = fopen(d.log, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[4096];
+    long said = 0, held = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strstr(line, "pjt-no-such-object-for-the-log"))
+            said++;
+        const char *m = strstr(line, "more failed request");
+        if (m) {
+            const char *p = m;
+            while (p > line && p[-1] == ' ')
+                p--;
+            while (p > line && p[-1] >= '0' && p[-1] <= '9')
+                p--;
+            held += strtol(p, NULL, 10);
+        }
+    }
+    fclose(f);
+    printf("failure_lines_are_limited: %d failed REGISTERs in %lld ms: %ld lines, %ld held back\n",
+           N, took_ms, said, held);
+    ck_assert_int_eq(said + held, N);
+    ck_assert_int_ge(said, 5);
+    ck_assert_int_le(said, 5 * (took_ms / 1000 + 2));
+    pj_dproc_stop(&d, 30000);
+    pj_dproc_cleanup(&d);
+}
+END_TEST
+
 /* ---- buffer releases off the loop ------------------------------------------------ */
 
 /* A connection that registered a buffer and closes it at once; the buffer
@@ -1837,6 +1887,7 @@ int main(void)
     const pjd_case cases[] = {
         {"concurrent_clients", concurrent_clients},
         {"errors_keep_connection", errors_keep_connection},
+        {"failure_lines_are_limited", failure_lines_are_limited},
         {"message_over_hard_cap", message_over_hard_cap},
         {"mutation_storm", mutation_storm},
         {"inflight_limit_and_order", inflight_limit_and_order},
