@@ -63,6 +63,20 @@ What it assumes:
     the meta device (shape and loader attributes as SGLang's unquantized
     method), so the model's loader finds the parameter and nothing is
     allocated; what the loader copies into it is dropped.
+  - So the worker cannot change them. The loader is watched: each part it
+    loads (a fused layer's shards) is fingerprinted at the first load
+    (FINGERPRINT_LINES rows x columns of it); a later load of other
+    weights (update_weights_from_disk, _from_tensor, _from_distributed)
+    marks the layer stale, and then its process_weights_after_loading (so
+    update_weights_from_disk fails and rolls back, which loads the old
+    weights and clears the mark) and apply() raise, instead of SGLang
+    reporting success while the daemon served the old weights. SGLang
+    after 0.5.10 refuses every such update up front (the layer's
+    _derived_weight_cache_error). Not seen: the "direct" load format of
+    update_weights_from_tensor, which copies into the parameter without
+    its loader. A daemon restarted on another model file (other weight
+    digests for the layer) is refused at the reconnect: the worker's other
+    weights are the old model's.
   - A bias is added to y after the daemon rounded x·Wᵀ to bf16 (one bf16
     add on the current stream): y = bf16(bf16(x·Wᵀ) + b). SGLang's own path
     (F.linear: cuBLASLt's bias epilogue, or a GEMM with beta = 1 on a
@@ -148,11 +162,14 @@ import weakref
 
 import projd
 
-# The layers whose weights the daemon serves, loaded once
-# (process_weights_after_loading), and those a refused reload's rollback
-# will pass through again. Weak: a model dropped takes its layers along.
-_loaded = weakref.WeakSet()
-_rollback = weakref.WeakSet()
+# The daemon's weight digests (STATS model.layers) by connection, read once
+# per connection: what a method checks a restarted daemon against.
+_digests = weakref.WeakKeyDictionary()
+
+# Up to this many rows and columns of a loaded weight, evenly spaced, make
+# its fingerprint (_fingerprint): enough that any real update (a training
+# step moves every weight) changes it, cheap enough for every load.
+FINGERPRINT_LINES = 64
 
 __all__ = ["ProjdLinearMethod", "check_weight", "quant_config", "release_registrations"]
 
@@ -172,6 +189,52 @@ def _sglang_register(cls) -> None:
     except ImportError:
         return
     LinearMethodBase.register(cls)
+
+
+def _fingerprint(torch, t):
+    """What a loaded weight (a tensor SGLang's weight loader is given)
+    looks like: its shape and up to FINGERPRINT_LINES rows x columns of
+    it, evenly spaced, as the bf16 the layer holds. Equal for the same
+    weights loaded again (a rollback), different for an update."""
+    t = t.detach()
+    picked = t
+    for dim in range(min(t.dim(), 2)):
+        size = t.shape[dim]
+        if size > FINGERPRINT_LINES:
+            idx = torch.linspace(0, size - 1, FINGERPRINT_LINES, device=t.device).long()
+            picked = picked.index_select(dim, idx)
+    values = picked.to(torch.bfloat16).view(torch.int16).cpu().reshape(-1).tolist()
+    return (tuple(t.shape), tuple(values))
+
+
+def _part_name(args, kwargs) -> str:
+    """Which part of a layer's weight a loader call loads, from its
+    arguments after the tensor: a fused layer's shard ("q", 0), else the
+    whole weight."""
+    if not args and not kwargs:
+        return "the whole weight"
+    if len(args) == 1 and not kwargs:
+        return "shard %r" % (args[0],)
+    return "shard %r" % ((args, sorted(kwargs.items())),)
+
+
+def _served_digests(client) -> dict:
+    """client's weight digests by layer name, read once per connection
+    ({} from a daemon, or a stand-in, that does not report them)."""
+    try:
+        return _digests[client]
+    except (KeyError, TypeError):
+        pass
+    read = getattr(client, "weight_digests", None)
+    try:
+        found = dict(read()) if callable(read) else {}
+    except (projd.ProjdError, ValueError, OSError):
+        return {}  # unreadable now (a closed or lost connection): no check, not cached
+    try:
+        _digests[client] = found
+    except TypeError:  # not weakly referable: read again next time
+        pass
+    return found
 
 
 # How long a registration that met E_LIMIT waits, for the connection's work
@@ -633,6 +696,8 @@ class ProjdLinearMethod:
                 "projd at %s runs the %s backend; CUDA tensors need the cuda backend"
                 % (client.url, client.info.backend)
             )
+        # What a restarted daemon must still serve for the layer (_reconnect).
+        self._digest = _served_digests(client).get(self.L.name)
         _sglang_register(type(self))
 
     def create_weights(
@@ -664,10 +729,21 @@ class ProjdLinearMethod:
             raise ValueError("projd computes in bf16; params_dtype is %s" % params_dtype)
         _check_device(self.client, torch)
         weight = torch.nn.Parameter(torch.empty(n, k, dtype=params_dtype, device="meta"), requires_grad=False)
-        for key, value in dict({"input_dim": 1, "output_dim": 0}, **extra_weight_attrs).items():
+        attrs = dict({"input_dim": 1, "output_dim": 0}, **extra_weight_attrs)
+        if callable(attrs.get("weight_loader")):
+            attrs["weight_loader"] = self._watched_loader(layer, attrs["weight_loader"])
+        for key, value in attrs.items():
             setattr(weight, key, value)
         layer.register_parameter("weight", weight)
         layer.projd_n = n
+        layer._projd_parts = {}  # the first load's fingerprint of each part
+        layer._projd_stale = set()  # parts loaded since with other weights
+        # SGLang (after 0.5.10) refuses every online weight update of a model
+        # holding a module with this attribute, before it changes anything.
+        layer._derived_weight_cache_error = (
+            "projd serves layer %r's weights from its own model file; to change them, restart "
+            "the daemon on the new file and the worker with it" % self.L.name
+        )
         self._rows = n  # what a successor's layer must still hold (_reconnect)
         self._opaque_to_compile(torch)
 
@@ -683,35 +759,64 @@ class ProjdLinearMethod:
             self.apply = disable(self.apply)
             self._projd_opaque = True
 
+    def _watched_loader(self, layer, load):
+        """SGLang's weight loader for layer's meta weight (what it copies
+        there is dropped: the daemon holds the weights), watching what it
+        is given. The first load records each part's fingerprint (a part:
+        the loader's arguments after the tensor, as a QKV layer's "q", "k",
+        "v"); a later load of a part with another fingerprint marks the
+        layer stale, since the daemon goes on serving the weights it
+        loaded: update_weights_from_disk, _from_tensor or _from_distributed
+        would otherwise report success while the worker computed with the
+        old projections beside the new rest of the model. A stale layer's
+        apply() and process_weights_after_loading raise, until the same
+        parts are loaded with the daemon's weights again (SGLang's rollback
+        of a refused update does)."""
+        ref = weakref.ref(layer)
+
+        def load_watched(param, loaded_weight, *args, **kwargs):
+            lay = ref()
+            if lay is not None and hasattr(lay, "_projd_parts"):
+                part = _part_name(args, kwargs)
+                seen = _fingerprint(_torch(), loaded_weight)
+                if not getattr(lay, "projd_loaded", False):
+                    lay._projd_parts[part] = seen
+                elif lay._projd_parts.get(part) == seen:
+                    lay._projd_stale.discard(part)
+                else:
+                    lay._projd_stale.add(part)
+            return load(param, loaded_weight, *args, **kwargs)
+
+        load_watched.__wrapped__ = load
+        return load_watched
+
+    def _stale_error(self, layer, what: str) -> RuntimeError:
+        return RuntimeError(
+            "projd: layer %r %s: the worker was given other weights for it (%s) than the daemon "
+            "serves from its model file, which the worker cannot change; to use new weights, "
+            "restart the daemon on the new file and the worker with it"
+            % (self.L.name, what, ", ".join(sorted(layer._projd_stale)))
+        )
+
     def process_weights_after_loading(self, layer) -> None:
-        # The daemon holds the weights; a second call is a reload
-        # (update_weights_from_disk), whose copies into the meta weight
-        # were dropped: the daemon would go on serving the old weights
-        # while SGLang reported success. SGLang answers the refusal by
-        # loading the old weights again ("rolling back"), which calls this
-        # once more for every layer: those calls pass, or the rollback
-        # would fail too and the error escape it.
-        if layer in _rollback:
-            _rollback.discard(layer)
+        # The first call ends the first load (the parts' fingerprints are
+        # recorded). A later one ends a reload (update_weights_from_disk):
+        # refused when it loaded other weights (the layer is stale), so
+        # that SGLang answers with a rollback, loading the old weights
+        # again, which clears the mark and calls this once more (then it
+        # passes, or the rollback would fail too and end the engine).
+        if not getattr(layer, "projd_loaded", False):
+            layer.projd_loaded = True
             return
-        if getattr(layer, "projd_loaded", False):
-            _rollback.update(_loaded)
-            raise RuntimeError(
-                "projd: layer %r's weights cannot be reloaded in the worker (the daemon "
-                "serves them from its model file): point the daemon at the new file and "
-                "restart it" % self.L.name
-            )
-        layer.projd_loaded = True
-        _loaded.add(layer)
+        if getattr(layer, "_projd_stale", None):
+            raise self._stale_error(layer, "cannot be reloaded")
 
     def restore_weights_before_loading(self, layer) -> None:
-        # SGLang 0.5.23+ calls this on every quantized module before a
-        # weight update; see process_weights_after_loading.
-        raise RuntimeError(
-            "projd: layer %r's weights cannot be updated in the worker (the daemon serves "
-            "them from its model file): point the daemon at the new file and restart it"
-            % self.L.name
-        )
+        # SGLang after 0.5.10 calls this on every quantized module before a
+        # weight update and in its rollback; it refuses the update itself
+        # first (the layer's _derived_weight_cache_error). Nothing to
+        # restore: the loads are judged by what they carry (_watched_loader).
+        return None
 
     def apply(self, layer, x, bias=None):
         torch = _torch()
@@ -725,6 +830,8 @@ class ProjdLinearMethod:
                 "--disable-piecewise-cuda-graph; later: --cuda-graph-backend-decode=disabled "
                 "--cuda-graph-backend-prefill=disabled)"
             )
+        if getattr(layer, "_projd_stale", None):
+            raise self._stale_error(layer, "is stale")
         L, n = self.L, layer.projd_n
         if x.dtype != torch.bfloat16 or not x.is_cuda:
             raise TypeError("projd takes a bf16 CUDA tensor; x is %s on %s" % (x.dtype, x.device))
@@ -820,6 +927,16 @@ class ProjdLinearMethod:
                     raise ValueError(
                         "projd at %s came back with layer %r of %d x %d (rows x input); this method "
                         "serves %d x %d" % (new.url, L.name, L.n, L.k, rows, self.L.k)
+                    )
+                # A daemon restarted on another model file: the worker's other
+                # weights (embeddings, norms, the LM head) are still the old
+                # model's, so computing on would mix two models unseen.
+                was, now = getattr(self, "_digest", None), _served_digests(new).get(L.name)
+                if was is not None and now is not None and was != now:
+                    raise ValueError(
+                        "projd at %s came back serving other weights for layer %r (digest %08x, "
+                        "was %08x): the worker holds the old model's other weights; restart it"
+                        % (new.url, L.name, now, was)
                     )
             except BaseException:
                 _leave(new)  # this method stays on lost

@@ -1489,37 +1489,6 @@ class SglangAdapterTests(DaemonTest):
         cpu = types.SimpleNamespace(info=types.SimpleNamespace(device_uuid=bytes(16)), url="u")
         projd_sglang._check_device(cpu, fake_torch(types.SimpleNamespace(bytes=mine)))  # zeros: no GPU said
 
-    def test_weights_are_not_reloaded_in_the_worker(self):
-        # SGLang's update_weights_from_disk copies into the meta weight
-        # (dropped) and calls process_weights_after_loading again; 0.5.23
-        # calls restore_weights_before_loading first. Either must fail
-        # loudly, not leave the daemon serving the old weights.
-        import types
-        import projd_sglang
-
-        class Layer:  # hashable and weakly referable, as torch's modules are
-            pass
-
-        m = projd_sglang.ProjdLinearMethod.__new__(projd_sglang.ProjdLinearMethod)
-        m.L = types.SimpleNamespace(name="o")
-        layers = [Layer() for _ in range(3)]
-        for layer in layers:
-            m.process_weights_after_loading(layer)  # the first load: nothing to do
-        # A reload: refused at the first layer SGLang processes ...
-        with self.assertRaisesRegex(RuntimeError, "'o'.s weights cannot be reloaded"):
-            m.process_weights_after_loading(layers[0])
-        # ... and its rollback (every layer once more) passes ...
-        for layer in layers:
-            m.process_weights_after_loading(layer)
-        # ... after which a reload is refused again.
-        with self.assertRaisesRegex(RuntimeError, "cannot be reloaded"):
-            m.process_weights_after_loading(layers[1])
-        for layer in layers:
-            m.process_weights_after_loading(layer)
-        with self.assertRaisesRegex(RuntimeError, "cannot be updated in the worker"):
-            m.restore_weights_before_loading(layers[0])
-
-
 class SglangRegistrationCacheTests(unittest.TestCase):
     """The adapter's cache of CUDA IPC registrations, with the driver and
     the daemon replaced by fakes that record what was asked of them: a
@@ -2318,6 +2287,95 @@ class SglangApplyTests(unittest.TestCase):
         self.assertIs(self.meth.client, self.client)
         self.assertEqual(len(made), 1)
         self.assertTrue(made[0].closed)
+
+    def test_weight_updates_are_judged_by_what_they_carry(self):
+        # The daemon serves the weights it loaded; SGLang's weight updates
+        # copy into the dropped meta weight. The loader is watched: the
+        # same weights again (a rollback) pass, other ones make the layer
+        # stale (apply() and post-processing raise) until the daemon's
+        # weights are loaded again. The fingerprint is a stand-in here (the
+        # tensor's value); tests/python/test_torch_gpu.py checks the real
+        # one with torch.
+        saved = self.mod._fingerprint
+        self.addCleanup(setattr, self.mod, "_fingerprint", saved)
+        self.mod._fingerprint = lambda torch, t: ("seen", t)
+        loads = []
+        layer = type("Layer", (), {"register_parameter": lambda self, name, p: setattr(self, name, p)})()
+        self.meth.create_weights(
+            layer, 192, [128, 64, 64], 192, 256, "bf16", weight_loader=lambda p, w, *a: loads.append((w, a))
+        )
+        self.assertIn("restart the daemon on the new file", layer._derived_weight_cache_error)
+        wl = layer.weight.weight_loader
+
+        def load(*parts):
+            for part, w in zip(("q", "k", "v"), parts):
+                wl(layer.weight, w, part)
+
+        load(1, 2, 3)
+        self.meth.process_weights_after_loading(layer)  # the first load
+        self.assertEqual(loads[:3], [(1, ("q",)), (2, ("k",)), (3, ("v",))])  # SGLang's loader still runs
+        x = self.alloc(4, 192)
+        self.assertEqual(self.meth.apply(layer, x).shape, (4, 256))
+        # The same weights again (a reload of the same file): nothing changes.
+        load(1, 2, 3)
+        self.meth.process_weights_after_loading(layer)
+        self.meth.apply(layer, x)
+        # update_weights_from_tensor of k alone (no post-processing): the
+        # next apply() says which shard, instead of computing with the old.
+        wl(layer.weight, 20, "k")
+        with self.assertRaisesRegex(RuntimeError, r"layer 'o' is stale: .*\(shard 'k'\)"):
+            self.meth.apply(layer, x)
+        # update_weights_from_disk: refused at its post-processing ...
+        load(10, 20, 30)
+        with self.assertRaisesRegex(RuntimeError, r"'o' cannot be reloaded: .*shard 'q', shard 'v'"):
+            self.meth.process_weights_after_loading(layer)
+        # ... and SGLang's rollback, the old weights loaded again, passes.
+        load(1, 2, 3)
+        self.meth.process_weights_after_loading(layer)
+        self.meth.apply(layer, x)
+        self.meth.restore_weights_before_loading(layer)  # nothing to restore
+        # A refusal that no rollback follows leaves nothing armed: the next
+        # update is refused as well (it once passed silently).
+        load(10, 20, 30)
+        with self.assertRaises(RuntimeError):
+            self.meth.process_weights_after_loading(layer)
+        load(10, 20, 30)
+        with self.assertRaises(RuntimeError):
+            self.meth.process_weights_after_loading(layer)
+        with self.assertRaises(RuntimeError):
+            self.meth.apply(layer, x)
+        # Two layers are judged each on its own.
+        other = type("Layer", (), {"register_parameter": lambda self, name, p: setattr(self, name, p)})()
+        self.meth.create_weights(other, 192, [256], 192, 256, "bf16", weight_loader=lambda p, w, *a: None)
+        other.weight.weight_loader(other.weight, 7)
+        self.meth.process_weights_after_loading(other)
+        other.weight.weight_loader(other.weight, 7)
+        self.meth.process_weights_after_loading(other)
+        self.meth.apply(other, x)
+
+    def test_a_restart_on_other_weights_is_refused(self):
+        # The daemon came back serving other weights for the layer (started
+        # on another model file): the worker's other weights are the old
+        # model's, so apply() raises instead of mixing the two.
+        made = []
+
+        def connect(url, timeout_ms, ring):
+            c = self.Client()
+            c.weight_digests = lambda: {"o": 0x2222}
+            made.append(c)
+            return c
+
+        self.use_connect(connect)
+        self.meth._digest = 0x1111
+        self.client.lost = True
+        with self.assertRaisesRegex(ValueError, "serving other weights for layer 'o' .digest 00002222, was 00001111"):
+            self.meth.apply(self.layer, self.alloc(4, 192))
+        self.assertIs(self.meth.client, self.client)
+        self.assertTrue(made[0].closed)
+        # The same weights: the apply goes on, on the new connection.
+        self.meth._digest = 0x2222
+        self.meth.apply(self.layer, self.alloc(4, 192))
+        self.assertIsNot(self.meth.client, self.client)
 
     def test_a_layer_sharded_by_tensor_parallelism_is_refused(self):
         # Each rank's rows of a column-parallel or QKV layer are its own

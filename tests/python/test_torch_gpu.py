@@ -114,6 +114,46 @@ class SglangMethod(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, "serves other weights"):
                 projd_sglang.check_weight(self.client, L.name, w)
 
+    def test_weight_updates_are_seen_by_the_watched_loader(self):
+        # The real fingerprint: the checkpoint's tensor loaded again from
+        # the CPU or the GPU, or a non-contiguous shard of it, passes; a
+        # training step's change (every weight) or one weight in a sampled
+        # row and column makes the layer stale until the daemon's weights
+        # come back. SGLang's loader is torch's copy, as its unquantized
+        # method's (into the meta weight: nothing).
+        raw = raw_tensors(os.environ["PROJD_TEST_MODEL"])
+        L = next(L for L in self.client.layers if L.name != "router")
+        meth = projd_sglang.ProjdLinearMethod(L.name, self.client)
+        layer = torch.nn.Module()
+        calls = []
+        meth.create_weights(layer, L.k, [L.n], L.k, L.n, torch.bfloat16,
+                            weight_loader=lambda p, w, *a: calls.append(tuple(w.shape)))
+        w = raw[L.name + ".weight"]
+        load = layer.weight.weight_loader
+        load(layer.weight, w)
+        meth.process_weights_after_loading(layer)
+        x = self.x(4, L.k).cuda()
+        self.check(L, L.n, x, meth.apply(layer, x))
+        wide = torch.zeros(L.n, 2 * L.k, dtype=torch.bfloat16)
+        wide[:, ::2] = w  # the same values through a strided view
+        for again in (w.cuda(), w.float(), wide[:, ::2]):
+            load(layer.weight, again)
+            meth.process_weights_after_loading(layer)
+        self.check(L, L.n, x, meth.apply(layer, x))
+        step = w.float() + 1e-2 * torch.randn(w.shape, generator=self.gen)
+        picked = w.clone()
+        picked[L.n - 1, L.k - 1] += 1.0  # the last row and column are always sampled
+        for other in (step.cuda(), picked):
+            load(layer.weight, other)
+            with self.assertRaisesRegex(RuntimeError, "is stale"):
+                meth.apply(layer, x)
+            with self.assertRaisesRegex(RuntimeError, "cannot be reloaded"):
+                meth.process_weights_after_loading(layer)
+            load(layer.weight, w)  # the rollback
+            meth.process_weights_after_loading(layer)
+            self.check(L, L.n, x, meth.apply(layer, x))
+        self.assertEqual(len(calls), 8)
+
     def test_every_layer_and_m(self):
         self.assertEqual(self.client.info.backend, "cuda")
         for L in self.client.layers:
