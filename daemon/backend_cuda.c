@@ -5,18 +5,21 @@
  *
  * Lanes. open() builds a fixed pool of lanes (PROJD_CUDA_LANES, default 4):
  * a non-blocking stream, the engines' per-stream context (cuBLAS handles and
- * workspace), one workspace per layer, staging buffers for x and y, and one
- * graph per (layer, m in shapes.m). Each connection is given the lane with
- * the fewest connections, so up to that many connections each have a stream
- * of their own; beyond it connections share (each keeps its own order).
- * Capturing at open rather than per connection keeps HELLO cheap.
+ * workspace), one split-K workspace for all layers (sized for the widest),
+ * staging buffers for x and y, and one graph per (layer, m in shapes.m). Each connection is given
+ * the lane with the fewest connections, so up to that many connections each have a stream of their
+ * own; beyond it connections share (each keeps its own order). Capturing at open rather than per
+ * connection keeps HELLO cheap.
  *
  * Completion. Each lane has a thread that waits, in submission order, on an
  * event recorded after each job (spinning briefly, then blocking) and calls
  * job->done from there; the server hands that to its loop. A CUDA error seen
  * there fails the job; a sticky one also sets job->fatal.
  *
- * Threads: everything but the completion threads runs on the loop thread.
+ * Threads: requests are submitted on the loop thread; the completion
+ * threads finish them; buffer releases (buffer_close, the IPC mappings'
+ * closes) run on the server's closer thread, and the start-up's capture
+ * and warm-up on a thread per lane.
  */
 #include "daemon/backend_cuda.h"
 
@@ -407,6 +410,23 @@ static void mark_dead(cu_state *st, const char *msg)
     pj_log_err("cuda: sticky device error, the context is lost: %s", msg);
     if (st->b)
         pj_backend_fatal(st->b, st->dead_msg);
+}
+
+/* After a call that failed with ce (its text t): 1, and the daemon ended
+ * as for a job's fault (mark_dead), when the context is gone: ce is one of
+ * the listed errors, or a second read of the thread's last error still
+ * returns one (a context lost another way, cudaErrorUnknown after a GPU
+ * Xid, reads the same on every later call). A plain failure is cleared and
+ * left to the caller. Used where no job's submit would check (a
+ * completion, a REGISTER): without it the daemon reported itself healthy
+ * until some request met the lost context. */
+static int dead_after(cu_state *st, cudaError_t ce, const char *t)
+{
+    cudaGetLastError();
+    if (!ce_sticky(ce) && cudaGetLastError() == cudaSuccess)
+        return 0;
+    mark_dead(st, t);
+    return 1;
 }
 
 /* ---- probe ------------------------------------------------------------------------ */
@@ -1624,10 +1644,8 @@ static void complete(cu_lane *ln, cu_pend *p, cudaError_t ce)
             p->failed_op = UINT32_MAX;
             snprintf(p->err, sizeof p->err, "CUDA error while the request ran: %s", t);
         }
-        if (ce_sticky(ce)) {
+        if (dead_after(st, ce, t))
             p->fatal = 1;
-            mark_dead(st, t);
-        }
     }
     for (uint32_t i = 0; i < p->n_bufs; i++)
         buf_unref(st, p->bufs[i]);
@@ -1918,7 +1936,7 @@ static cu_ipc *ipc_get(cu_state *st, const uint8_t *handle, char *err, size_t er
     if (ce != cudaSuccess) {
         char t[200];
         ce_text(ce, t, sizeof t);
-        cudaGetLastError();
+        (void)dead_after(st, ce, t);
         snprintf(err, errlen,
                  "REGISTER: cudaIpcOpenMemHandle: %s (the handle must come from "
                  "cudaIpcGetMemHandle on the base of a live cudaMalloc allocation)",
@@ -1948,7 +1966,7 @@ static cu_ipc *ipc_get(cu_state *st, const uint8_t *handle, char *err, size_t er
         if (ce != cudaSuccess) {
             char t[200];
             ce_text(ce, t, sizeof t);
-            cudaGetLastError();
+            (void)dead_after(st, ce, t);
             snprintf(err, errlen, "REGISTER: cudaPointerGetAttributes on the opened allocation: %s",
                      t);
         } else {
@@ -2073,7 +2091,7 @@ static int cu_buffer_open(pj_backend *b, const pj_buf_desc *d, void **addr, void
         }
         if (ce != cudaSuccess) {
             ce_text(ce, t, sizeof t);
-            cudaGetLastError();
+            (void)dead_after(st, ce, t);
             snprintf(err, errlen, "REGISTER: pinning %llu bytes of shared memory: %s",
                      (unsigned long long)d->size, t);
             free(h);
@@ -2384,7 +2402,7 @@ static int run_op(cu_state *st, cu_lane *ln, pj_exec_op *op, char *err, size_t e
     const cu_buf *hx = op->x_handle, *hy = op->y_handle;
     int host = (hx && hx->kind == PJ_BUF_SHM) || (hy && hy->kind == PJ_BUF_SHM);
     int si = shape_index(st, op->m);
-    const cu_shape *sh = si >= 0 ? &st->shapes[li][si] : NULL;
+    cu_shape *sh = si >= 0 ? &st->shapes[li][si] : NULL;
     const uint32_t K = cl->L.K, gn = cl->graph_n;
     /* Only shapes start-up has launched run on the device: every (layer,
      * m) at n = graph_n on contiguous rows, by its graph or by the warm-up
@@ -2418,6 +2436,20 @@ static int run_op(cu_state *st, cu_lane *ln, pj_exec_op *op, char *err, size_t e
             return PJ_E_BACKEND;
         }
     }
+    if (graph && !staged && pj_cg_bind(&ln->graphs[li][si], op->x, op->y, t, sizeof t) != 0) {
+        /* Start-up checked the rebinding against cudaMalloc memory; the
+         * driver may still refuse a node pointed at a client's CUDA IPC
+         * mapping (a memset node's new destination must be the same kind
+         * of allocation as its first). The staging buffers are what the
+         * graph was captured on, so the request runs staged, as do the
+         * shape's later ones (the graph is bound back below). */
+        pj_log_warn("cuda: layer %s m=%u: rebinding its graph to a client's buffers failed (%s); "
+                    "its requests are staged from now on",
+                    cl->L.name, op->m, t);
+        sh->patch_ok = 0;
+        staged = 1;
+        path = PJ_CUDA_PATH_GRAPH_STAGED;
+    }
     if (staged) {
         int rc = staged_pitch_check(st, cl, op, err, errlen);
         if (rc != PJ_OK)
@@ -2426,7 +2458,7 @@ static int run_op(cu_state *st, cu_lane *ln, pj_exec_op *op, char *err, size_t e
     }
     if (ce == cudaSuccess && graph) {
         pj_cgraph *g = &ln->graphs[li][si];
-        if (pj_cg_bind(g, staged ? ln->sx : op->x, staged ? ln->sy : op->y, t, sizeof t) != 0) {
+        if (staged && pj_cg_bind(g, ln->sx, ln->sy, t, sizeof t) != 0) {
             snprintf(err, errlen, "op (%s m=%u): %s", cl->L.name, op->m, t);
             return PJ_E_BACKEND;
         }
