@@ -308,8 +308,9 @@ typedef struct lt_run {
      * they were due in (see schedule_window). */
     uint64_t interval_ns;
     atomic_uint_fast64_t last_due;
-    atomic_int lost;   /* a client lost its connection to the daemon */
-    uint64_t measured; /* measured requests that succeeded (set after the run) */
+    atomic_int lost;       /* a client lost its connection to the daemon */
+    atomic_int unanswered; /* a request waited past --timeout-ms: the daemon stopped answering */
+    uint64_t measured;     /* measured requests that succeeded (set after the run) */
     pthread_mutex_t mmu;
     char errs[LT_MAX_MSGS][600];
     size_t n_errs;
@@ -327,6 +328,7 @@ typedef struct lt_slot {
     uint64_t seq;
     uint32_t tr;
     int check;
+    uint64_t prepared; /* seq + 1 of the checked request prepare() readied here, 0 for none */
     uint64_t t_start, t_end;
     size_t x_off, y_off;
 } lt_slot;
@@ -702,22 +704,66 @@ static int conn_gone(lt_client *c, int rc)
     return rc == -ECANCELED || rc == -EBADF || rc == -ESHUTDOWN || rc == -ECONNABORTED;
 }
 
-/* The client's connection is gone: it stops sending (and so, since the
- * daemon is most likely gone for all, does the run), with one line. */
-static void client_lost(lt_client *c, const char *why)
+/* c stops sending (and so, since the daemon most likely fails them all,
+ * does the run), with one line saying what happened (what) and why. */
+static void client_stops(lt_client *c, const char *what, const char *why)
 {
     if (c->lost)
         return;
     c->lost = 1;
     c->failed = 1;
-    snprintf(c->err, sizeof c->err,
-             "client %u: lost the connection to the daemon (%.900s); it stopped sending", c->id,
-             why);
-    atomic_store(&c->run->lost, 1);
+    snprintf(c->err, sizeof c->err, "client %u: %s (%.900s); it stopped sending", c->id, what, why);
     atomic_store(&c->run->stop, 1);
 }
 
-static void issue(lt_client *c, lt_slot *s, uint64_t seq, uint32_t tr, uint64_t t_due)
+/* The client's connection is gone. */
+static void client_lost(lt_client *c, const char *why)
+{
+    if (!c->lost)
+        atomic_store(&c->run->lost, 1);
+    client_stops(c, "lost the connection to the daemon", why);
+}
+
+/* A request of c's waited past --timeout-ms (no reply, or no free ring
+ * slot): the daemon has stopped answering (hung, SIGSTOPped, its GPU
+ * stuck), and each request after would wait as long: a run of thousands
+ * went on for hours, where a lost connection stops at once. */
+static void client_unanswered(lt_client *c, const char *why)
+{
+    if (!c->lost)
+        atomic_store(&c->run->unanswered, 1);
+    client_stops(c, "the daemon stopped answering", why);
+}
+
+/* A checked request's host side, readied in slot s before it is sent: the
+ * whole y slot poisoned (the ops' regions, their padding and the guard
+ * after the last: check_job looks at all of it) and its x drawn. The open
+ * loop and replay do this while they wait for the request's due time
+ * (their latency counts from it); issue() does it for a request not
+ * readied so. */
+static void prepare(lt_client *c, lt_slot *s, uint64_t seq, uint32_t tr)
+{
+    const lt_setup *su = c->run->su;
+    const pj_trace_req *q = &su->tr.reqs[tr];
+    s->prepared = 0;
+    if (!want_check(c->run, seq))
+        return;
+    uint16_t *y = (uint16_t *)(c->y + s->y_off);
+    for (size_t t = 0; t < su->slot_y / 2; t++)
+        y[t] = LT_POISON;
+    size_t xo = s->x_off;
+    for (uint32_t i = 0; i < q->n_ops; i++) {
+        const pj_trace_op *op = &su->tr.ops[q->op0 + i];
+        uint32_t k = pj_welcome_layers(&su->w)[op->layer].k;
+        fill_random_bf16(&c->rng, (uint16_t *)(c->x + xo), (size_t)op->m * k);
+        xo += align_up((size_t)op->m * k * 2);
+    }
+    s->prepared = seq + 1;
+}
+
+/* Send request seq (trace request tr) from slot s; 1 when it was sent, 0
+ * when it failed before reaching the daemon (counted as not sent). */
+static int issue(lt_client *c, lt_slot *s, uint64_t seq, uint32_t tr, uint64_t t_due)
 {
     lt_run *r = c->run;
     const lt_setup *su = r->su;
@@ -725,13 +771,9 @@ static void issue(lt_client *c, lt_slot *s, uint64_t seq, uint32_t tr, uint64_t 
     s->seq = seq;
     s->tr = tr;
     s->check = want_check(r, seq);
-    if (s->check) {
-        /* The whole y slot: the ops' regions, their padding and the guard
-         * after the last (check_job looks at all of it). */
-        uint16_t *y = (uint16_t *)(c->y + s->y_off);
-        for (size_t t = 0; t < su->slot_y / 2; t++)
-            y[t] = LT_POISON;
-    }
+    if (s->check && s->prepared != seq + 1)
+        prepare(c, s, seq, tr);
+    s->prepared = 0;
     size_t xo = s->x_off, yo = s->y_off;
     for (uint32_t i = 0; i < q->n_ops; i++) {
         const pj_trace_op *op = &su->tr.ops[q->op0 + i];
@@ -745,8 +787,6 @@ static void issue(lt_client *c, lt_slot *s, uint64_t seq, uint32_t tr, uint64_t 
                                .y_buf = c->yid,
                                .y_off = c->ybase + yo,
                                .y_ld = op->n};
-        if (s->check)
-            fill_random_bf16(&c->rng, (uint16_t *)(c->x + xo), (size_t)op->m * k);
         xo += align_up((size_t)op->m * k * 2);
         yo += align_up((size_t)op->m * op->n * 2);
     }
@@ -772,14 +812,17 @@ static void issue(lt_client *c, lt_slot *s, uint64_t seq, uint32_t tr, uint64_t 
         atomic_fetch_add(&r->errors, 1);
         note(r, 0, "request %llu (%s:%u): not sent: %s", (unsigned long long)seq, su->tr.file,
              q->line, e.msg);
-        if (conn_gone(c, rc))
+        if (rc == -ETIMEDOUT)
+            client_unanswered(c, e.msg);
+        else if (conn_gone(c, rc))
             client_lost(c, e.msg);
-        return;
+        return 0;
     }
     if (seq < r->o->warmup)
         atomic_fetch_add(&r->warm_sent, 1);
     atomic_fetch_add(&r->sent, 1);
     s->busy = 1;
+    return 1;
 }
 
 /* *a = max(*a, v), atomically. */
@@ -804,7 +847,9 @@ static void harvest(lt_client *c, lt_slot *s)
         atomic_fetch_add(&r->errors, 1);
         note(r, 0, "request %llu (%s:%u): %s", (unsigned long long)s->seq, su->tr.file, q->line,
              rc ? e.msg : pj_status_name(res.status));
-        if (rc < 0 && conn_gone(c, rc))
+        if (rc == -ETIMEDOUT)
+            client_unanswered(c, e.msg);
+        else if (rc < 0 && conn_gone(c, rc))
             client_lost(c, e.msg);
         /* A daemon that is stopping answers every request at once: sending
          * on would be a storm of thousands of errors a second. */
@@ -1002,19 +1047,24 @@ static void *client_main(void *arg)
                     c->next++;
                     continue;
                 } else if (due <= t) {
-                    if (due == waited_for_due) {
+                    const int waited = due == waited_for_due;
+                    waited_for_due = 0;
+                    c->next++;
+                    /* Counted for a request that went out: one refused
+                     * before the daemon has no latency either. */
+                    if (issue(c, s, p->seq, p->tr, due) && waited) {
                         atomic_fetch_add(&r->own_late_n, 1);
                         atomic_fetch_add(&r->own_late_sum_ns, t - due);
                         store_max(&r->own_late_max_ns, t - due);
                     }
-                    waited_for_due = 0;
-                    c->next++;
-                    issue(c, s, p->seq, p->tr, due);
                     continue;
                 } else {
-                    /* Not due yet and a slot is free: sleep until
+                    /* Not due yet and a slot is free: ready a checked
+                     * request's buffers in it now (once), sleep until
                      * --spin-us before it, then poll (completions
                      * included) until it is due. */
+                    if (waited_for_due != due)
+                        prepare(c, s, p->seq, p->tr);
                     waited_for_due = due;
                     if (due - t <= spin_ns) {
                         pj_cpu_relax();
@@ -1909,7 +1959,8 @@ static int checks_wanted(const lt_run *r)
 static int run_failed(lt_run *r)
 {
     return atomic_load(&r->errors) || atomic_load(&r->mismatches) || r->abort ||
-           atomic_load(&r->lost) || atomic_load(&r->behind_at_stop) || r->measured == 0 ||
+           atomic_load(&r->lost) || atomic_load(&r->unanswered) ||
+           atomic_load(&r->behind_at_stop) || r->measured == 0 ||
            (checks_wanted(r) && atomic_load(&r->checked) == 0);
 }
 
@@ -1955,6 +2006,11 @@ static void print_totals(FILE *f, lt_run *r)
                 (unsigned long long)atomic_load(&r->behind_at_stop));
     if (atomic_load(&r->lost))
         fprintf(f, "  the connection to the daemon was lost: the run stopped early\n");
+    if (atomic_load(&r->unanswered))
+        fprintf(f,
+                "  the daemon stopped answering (a request waited past --timeout-ms %d): the "
+                "run stopped early\n",
+                o->timeout_ms);
     if (r->measured == 0)
         fprintf(f, "  FAILED: no measured request succeeded (%s): nothing was measured\n",
                 o->warmup ? "all were warm-up or failed" : "all failed or none was sent");
@@ -2003,6 +2059,7 @@ static cJSON *totals_json(lt_run *r)
     cJSON_AddNumberToObject(t, "not_sent", (double)atomic_load(&r->not_sent));
     cJSON_AddNumberToObject(t, "behind_at_stop", (double)atomic_load(&r->behind_at_stop));
     cJSON_AddBoolToObject(t, "connection_lost", atomic_load(&r->lost) != 0);
+    cJSON_AddBoolToObject(t, "daemon_unanswered", atomic_load(&r->unanswered) != 0);
     /* Stopped by a signal: the counts are of a run cut short. */
     cJSON_AddBoolToObject(t, "interrupted", g_interrupted != 0);
     own_late late;
@@ -2221,7 +2278,8 @@ static void usage(FILE *f)
         "                        1..8); clients wait when 1 GiB of checks is queued\n"
         "  --seed S              which requests are checked, their x, Poisson gaps (default 1)\n"
         "  --timeout-ms T        per-request timeout (default 30000); the daemon STATS\n"
-        "                        read before and after the run wait no longer\n"
+        "                        read before and after the run wait no longer; a request\n"
+        "                        left unanswered that long stops the run (exit 1)\n"
         "run: report\n"
         "  --json FILE           everything the tables show, as JSON ('-' = stdout)\n"
         "  --plot DIR            latency CDF (and sweep) PNGs via gnuplot (DIR is created;\n"
@@ -3347,9 +3405,10 @@ static int cmd_run(int argc, char **argv)
         if (!o.compare)
             pj_loadstat_free(&r->ls);
         fflush(rep);
-        if (atomic_load(&r->lost)) {
+        if (atomic_load(&r->lost) || atomic_load(&r->unanswered)) {
             if (s + 1 < n_steps)
-                fprintf(rep, "\nthe daemon connection was lost: the sweep stops here\n");
+                fprintf(rep, "\nthe daemon %s: the sweep stops here\n",
+                        atomic_load(&r->lost) ? "connection was lost" : "stopped answering");
             break;
         }
     }

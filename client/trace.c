@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* ---- storage --------------------------------------------------------------- */
 
@@ -508,9 +509,16 @@ int pj_trace_load_limit(pj_trace *t, const char *path, size_t max_bytes, char *e
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(e));
         return -e;
     }
+    /* A directory opens for reading and fails at the first read. */
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        snprintf(err, errlen, "%s: is a directory, not a trace file", path);
+        fclose(f);
+        return -EISDIR;
+    }
     char *buf = NULL;
     size_t len = 0, cap = 0;
-    int rc = 0;
+    int rc = 0, read_errno = 0;
     for (;;) {
         if (len > max_bytes) {
             snprintf(err, errlen, "%s: more than %zu bytes, the most a trace may have", path,
@@ -531,14 +539,18 @@ int pj_trace_load_limit(pj_trace *t, const char *path, size_t max_bytes, char *e
             buf = nb;
             cap = nc;
         }
+        errno = 0;
         size_t got = fread(buf + len, 1, cap - len, f);
         len += got;
-        if (got == 0)
+        if (got == 0) {
+            read_errno = errno;
             break;
+        }
     }
     if (ferror(f)) {
-        snprintf(err, errlen, "%s: read error", path);
-        rc = -EIO;
+        snprintf(err, errlen, "%s: read error: %s", path,
+                 read_errno ? strerror(read_errno) : "unknown cause");
+        rc = read_errno ? -read_errno : -EIO;
         goto out;
     }
     rc = pj_trace_parse(t, buf ? buf : "", len, err, errlen);

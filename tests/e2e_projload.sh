@@ -971,6 +971,28 @@ else
     tail -n 5 "$tmp/stall.out" "$tmp/stall.err" >&2
 fi
 kill -CONT "$daemon2_pid"
+# A run bounded by its count, not by --duration: the first request left
+# unanswered past --timeout-ms stops it (each one after would wait as long:
+# it ran for hours), the report and the JSON say why, exit 1.
+start=$(date +%s)
+"$bin/projload" --trace "$tmp/decode.jsonl" --socket "$sock2" --count 100000 --check-fraction 0 \
+    --timeout-ms 500 --json "$tmp/unans.json" >"$tmp/unans.out" 2>"$tmp/unans.err" &
+pl_pid=$!
+watchdog "$pl_pid" 20
+sleep 1.5
+kill -STOP "$daemon2_pid"
+wait "$pl_pid"
+rc=$?
+took=$(($(date +%s) - start))
+kill "$watchdog_pid" 2>/dev/null
+if [ $rc = 1 ] && grep -q 'the daemon stopped answering (a request waited past --timeout-ms 500)' "$tmp/unans.out" &&
+    grep -q '"daemon_unanswered":[[:space:]]*true' "$tmp/unans.json"; then
+    ok "daemon stopped mid-run of --count 100000, --timeout-ms 500: the run stopped (${took} s), exit 1"
+else
+    fail "daemon stopped mid-run of --count 100000: exit $rc after ${took} s (137: still going after 20 s)"
+    tail -n 5 "$tmp/unans.out" "$tmp/unans.err" >&2
+fi
+kill -CONT "$daemon2_pid"
 # A second interrupt ends projload at once, whatever it waits for.
 "$bin/projload" --trace "$tmp/decode.jsonl" --socket "$sock2" --duration 60 --check-fraction 0 \
     >"$tmp/int.out" 2>"$tmp/int.err" &

@@ -340,6 +340,11 @@ START_TEST(load_file)
     ck_assert_int_eq(rc, -ENOENT);
     ck_assert_msg(strstr(err, "missing.jsonl: cannot open") != NULL, "%s", err);
     pj_trace_free(&t);
+    /* A directory opens, then fails its first read: said as what it is. */
+    rc = pj_trace_load(&t, dir, err, sizeof err);
+    ck_assert_int_eq(rc, -EISDIR);
+    ck_assert_msg(strstr(err, ": is a directory, not a trace file") != NULL, "%s", err);
+    pj_trace_free(&t);
 
     snprintf(path, sizeof path, "%s/trace.jsonl", dir);
     unlink(path);
