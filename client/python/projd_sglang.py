@@ -99,7 +99,12 @@ or freed (seen at the next registration): PyTorch also frees cached
 segments on its own (an out-of-memory retry, its garbage collection
 threshold), and a registration of a freed one holds its memory until the
 next apply() registers something, so call release_registrations() after
-torch.cuda.empty_cache() and when memory is tight. A request keeps
+torch.cuda.empty_cache() and when memory is tight. PyTorch's own retry
+after an out-of-memory error frees its cached segments inside the
+allocator, where nothing here runs: a segment the daemon holds does not
+come back, so an allocation that the retry would have satisfied can still
+fail. Leave that much headroom (SGLang's --mem-fraction-static), or call
+release_registrations() before large allocations. A request keeps
 its registrations from eviction until it is answered (the cache's lock is
 held across the request: one client's applies run one at a time). An
 evicted registration stays counted by the daemon while launched work still
@@ -942,6 +947,16 @@ class ProjdLinearMethod:
                 _leave(new)  # this method stays on lost
                 raise
             self._conn = (new, L)
+            # Tensors kept for requests that failed on lost once sent: once
+            # the lost connection's work on their device reads done (apply()
+            # checks that before it reconnects), nothing can still read or
+            # write them, and the registry of a client the caller passed in
+            # is not used again, so they would be kept for good.
+            reg = lost.__dict__.get("_projd_sglang_registrations")
+            if reg is not None:
+                with reg.lock:
+                    for device in [d for d in reg.orphans if _lost_work_done(reg, d)]:
+                        del reg.orphans[device]
         _leave(lost)
 
     def _requests(self, reg, client, L, xy, m):

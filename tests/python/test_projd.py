@@ -2137,6 +2137,29 @@ class SglangApplyTests(unittest.TestCase):
         self.mod.release_registrations(self.client)
         self.assertEqual(new.live, {})
 
+    def test_tensors_kept_for_the_lost_connection_go_at_the_reconnect(self):
+        # A request that timed out keeps its tensors on its connection's
+        # registry; once that connection is lost and its work read done,
+        # the reconnect lets them go (the caller's own client keeps its
+        # registry, never used again).
+        made = []
+
+        def connect(url, timeout_ms, ring):
+            made.append(self.Client())
+            return made[-1]
+
+        self.use_connect(connect)
+        x = self.alloc(4, 192)
+        self.fail_next_project(-errno.ETIMEDOUT, "ETIMEDOUT")
+        with self.assertRaises(projd.ProjdError):
+            self.meth.apply(self.layer, x)
+        reg = self.mod._registry(self.client)
+        self.assertEqual(len(reg.orphans[0]), 1)
+        self.client.lost = True
+        self.assertEqual(self.meth.apply(self.layer, x).shape, (4, 256))
+        self.assertIs(self.meth.client, made[0])
+        self.assertNotIn(0, reg.orphans, "kept on the lost connection's registry after the reconnect")
+
     def test_connection_lost_at_registration(self):
         # projd restarted between two apply() calls, found by the REGISTER
         # of a new allocation: connected again, registered and run there.
