@@ -2239,7 +2239,8 @@ static void check_drain(pj_server *s)
         return;
     if (s->inflight > 0 || s->n_sending > 0)
         return;
-    pj_log_info("drain: all requests answered after %.1f ms",
+    pj_log_info("drain: all requests answered (those of closed connections not yet started "
+                "were dropped with them) after %.1f ms",
                 (double)(pj_now_ns() - s->drain_start_ns) / 1e6);
     s->stopping = 1;
     /* Every reply is out. Tearing nng down can still hang (nng 1.5.2, after
