@@ -210,10 +210,11 @@ typedef struct cu_shape {
     int step; /* pj_eng_choose: 0 forced, 1 table, 2 default, 3 cublas; -1 none */
     pj_eng_kind k;
     pj_eng_knobs kn;
-    int have_graph;   /* captured on every lane */
-    int patch_ok;     /* rebinding validated on every lane */
-    char note[200];   /* why not, or what was refused */
-    double check_rel; /* worst relative error, rebound graph vs direct */
+    int have_graph;      /* captured on every lane */
+    int patch_ok;        /* rebinding validated on every lane */
+    uint32_t bind_fails; /* rebinds to clients' buffers refused in a row (run_op) */
+    char note[200];      /* why not, or what was refused */
+    double check_rel;    /* worst relative error, rebound graph vs direct */
 } cu_shape;
 
 typedef struct cu_report {
@@ -2392,6 +2393,10 @@ static int staged_pitch_check(const cu_state *st, const cu_layer *cl, const pj_e
     return PJ_E_SHAPE;
 }
 
+/* Refused rebinds of a shape's graph in a row before its requests are all
+ * staged (run_op). */
+#define BIND_FAILS_MAX 3
+
 /* Enqueue one op. Returns PJ_OK or a pj_status with err set. */
 static int run_op(cu_state *st, cu_lane *ln, pj_exec_op *op, char *err, size_t errlen)
 {
@@ -2436,19 +2441,31 @@ static int run_op(cu_state *st, cu_lane *ln, pj_exec_op *op, char *err, size_t e
             return PJ_E_BACKEND;
         }
     }
-    if (graph && !staged && pj_cg_bind(&ln->graphs[li][si], op->x, op->y, t, sizeof t) != 0) {
-        /* Start-up checked the rebinding against cudaMalloc memory; the
-         * driver may still refuse a node pointed at a client's CUDA IPC
-         * mapping (a memset node's new destination must be the same kind
-         * of allocation as its first). The staging buffers are what the
-         * graph was captured on, so the request runs staged, as do the
-         * shape's later ones (the graph is bound back below). */
-        pj_log_warn("cuda: layer %s m=%u: rebinding its graph to a client's buffers failed (%s); "
-                    "its requests are staged from now on",
-                    cl->L.name, op->m, t);
-        sh->patch_ok = 0;
-        staged = 1;
-        path = PJ_CUDA_PATH_GRAPH_STAGED;
+    if (graph && !staged) {
+        if (pj_cg_bind(&ln->graphs[li][si], op->x, op->y, t, sizeof t) == 0) {
+            sh->bind_fails = 0;
+        } else {
+            /* Start-up checked the rebinding against cudaMalloc memory; the
+             * driver may still refuse a node pointed at a client's CUDA IPC
+             * mapping (a memset node's new destination must be the same
+             * kind of allocation as its first). The staging buffers are
+             * what the graph was captured on, so the request runs staged
+             * (the graph is bound back below); after BIND_FAILS_MAX
+             * refusals in a row the shape's later requests go staged at
+             * once, rather than meet a refused driver call each. */
+            if (++sh->bind_fails == BIND_FAILS_MAX) {
+                sh->patch_ok = 0;
+                pj_log_warn("cuda: layer %s m=%u: rebinding its graph to clients' buffers failed "
+                            "%d times in a row (%s); its requests are staged from now on",
+                            cl->L.name, op->m, BIND_FAILS_MAX, t);
+            } else {
+                pj_log_info("cuda: layer %s m=%u: rebinding its graph to a client's buffers "
+                            "failed (%s); this request runs staged",
+                            cl->L.name, op->m, t);
+            }
+            staged = 1;
+            path = PJ_CUDA_PATH_GRAPH_STAGED;
+        }
     }
     if (staged) {
         int rc = staged_pitch_check(st, cl, op, err, errlen);
