@@ -67,10 +67,11 @@ What it assumes:
     loads (a fused layer's shards) is fingerprinted at the first load
     (FINGERPRINT_LINES rows x columns of it); a later load of other
     weights (update_weights_from_disk, _from_tensor, _from_distributed)
-    marks the layer stale, and then its process_weights_after_loading (so
-    update_weights_from_disk fails and rolls back, which loads the old
-    weights and clears the mark) and apply() raise, instead of SGLang
-    reporting success while the daemon served the old weights. SGLang
+    raises there, so the update fails (update_weights_from_disk then rolls
+    back, loading the old weights, which passes), and marks the layer
+    stale: its apply() and process_weights_after_loading raise until the
+    daemon's weights are loaded again. SGLang used to report such an
+    update a success while the daemon served the old weights. SGLang
     after 0.5.10 refuses every such update up front (the layer's
     _derived_weight_cache_error). Not seen: the "direct" load format of
     update_weights_from_tensor, which copies into the parameter without
@@ -160,6 +161,8 @@ torch is imported on first use, so this module imports without it.
 
 import collections
 import errno
+import hashlib
+import struct
 import threading
 import time
 import warnings
@@ -198,18 +201,22 @@ def _sglang_register(cls) -> None:
 
 def _fingerprint(torch, t):
     """What a loaded weight (a tensor SGLang's weight loader is given)
-    looks like: its shape and up to FINGERPRINT_LINES rows x columns of
-    it, evenly spaced, as the bf16 the layer holds. Equal for the same
-    weights loaded again (a rollback), different for an update."""
+    looks like: its shape and a hash of up to FINGERPRINT_LINES rows x
+    columns of it, evenly spaced (the first and the last among them), as
+    the bf16 the layer holds. Equal for the same weights loaded again (a
+    rollback), from the host or a GPU; different for an update. The rows
+    are picked by integer arithmetic, the same on every device (a float
+    linspace may round an index differently on the GPU)."""
     t = t.detach()
     picked = t
     for dim in range(min(t.dim(), 2)):
         size = t.shape[dim]
         if size > FINGERPRINT_LINES:
-            idx = torch.linspace(0, size - 1, FINGERPRINT_LINES, device=t.device).long()
-            picked = picked.index_select(dim, idx)
+            idx = torch.arange(FINGERPRINT_LINES) * (size - 1) // (FINGERPRINT_LINES - 1)
+            picked = picked.index_select(dim, idx.to(t.device))
     values = picked.to(torch.bfloat16).view(torch.int16).cpu().reshape(-1).tolist()
-    return (tuple(t.shape), tuple(values))
+    digest = hashlib.blake2b(struct.pack("<%dh" % len(values), *values), digest_size=16).digest()
+    return (tuple(t.shape), digest)
 
 
 def _part_name(args, kwargs) -> str:
@@ -773,10 +780,11 @@ class ProjdLinearMethod:
         layer stale, since the daemon goes on serving the weights it
         loaded: update_weights_from_disk, _from_tensor or _from_distributed
         would otherwise report success while the worker computed with the
-        old projections beside the new rest of the model. A stale layer's
-        apply() and process_weights_after_loading raise, until the same
-        parts are loaded with the daemon's weights again (SGLang's rollback
-        of a refused update does)."""
+        old projections beside the new rest of the model. That load raises
+        (so does the update), and the stale layer's apply() and
+        process_weights_after_loading raise too, until the same parts are
+        loaded with the daemon's weights again (SGLang's rollback of the
+        failed update does)."""
         ref = weakref.ref(layer)
 
         def load_watched(param, loaded_weight, *args, **kwargs):
@@ -789,7 +797,13 @@ class ProjdLinearMethod:
                 elif lay._projd_parts.get(part) == seen:
                     lay._projd_stale.discard(part)
                 else:
+                    # The update fails here, at its first part the daemon
+                    # does not serve: update_weights_from_disk then rolls
+                    # back; _from_tensor / _from_distributed (SGLang 0.5.10,
+                    # which runs no post-processing after them) would
+                    # otherwise have reported success.
                     lay._projd_stale.add(part)
+                    raise self._stale_error(lay, "cannot be updated")
             return load(param, loaded_weight, *args, **kwargs)
 
         load_watched.__wrapped__ = load

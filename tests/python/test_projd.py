@@ -2343,14 +2343,20 @@ class SglangApplyTests(unittest.TestCase):
         load(1, 2, 3)
         self.meth.process_weights_after_loading(layer)
         self.meth.apply(layer, x)
-        # update_weights_from_tensor of k alone (no post-processing): the
-        # next apply() says which shard, instead of computing with the old.
-        wl(layer.weight, 20, "k")
+        # update_weights_from_tensor of k alone (SGLang 0.5.10 runs no
+        # post-processing after it): the load itself fails, naming the
+        # shard, and so does the next apply(), instead of computing with
+        # the old weights.
+        n_loads = len(loads)
+        with self.assertRaisesRegex(RuntimeError, r"layer 'o' cannot be updated: .*\(shard 'k'\)"):
+            wl(layer.weight, 20, "k")
+        self.assertEqual(len(loads), n_loads, "SGLang's loader ran for a refused part")
         with self.assertRaisesRegex(RuntimeError, r"layer 'o' is stale: .*\(shard 'k'\)"):
             self.meth.apply(layer, x)
-        # update_weights_from_disk: refused at its post-processing ...
-        load(10, 20, 30)
-        with self.assertRaisesRegex(RuntimeError, r"'o' cannot be reloaded: .*shard 'q', shard 'v'"):
+        # update_weights_from_disk: fails at its first other part ...
+        with self.assertRaisesRegex(RuntimeError, r"'o' cannot be updated: .*shard 'k', shard 'q'"):
+            load(10, 20, 30)
+        with self.assertRaisesRegex(RuntimeError, "cannot be reloaded"):
             self.meth.process_weights_after_loading(layer)
         # ... and SGLang's rollback, the old weights loaded again, passes.
         load(1, 2, 3)
@@ -2359,12 +2365,11 @@ class SglangApplyTests(unittest.TestCase):
         self.meth.restore_weights_before_loading(layer)  # nothing to restore
         # A refusal that no rollback follows leaves nothing armed: the next
         # update is refused as well (it once passed silently).
-        load(10, 20, 30)
-        with self.assertRaises(RuntimeError):
-            self.meth.process_weights_after_loading(layer)
-        load(10, 20, 30)
-        with self.assertRaises(RuntimeError):
-            self.meth.process_weights_after_loading(layer)
+        for _ in range(2):
+            with self.assertRaises(RuntimeError):
+                load(10, 20, 30)
+            with self.assertRaises(RuntimeError):
+                self.meth.process_weights_after_loading(layer)
         with self.assertRaises(RuntimeError):
             self.meth.apply(layer, x)
         # Two layers are judged each on its own.
