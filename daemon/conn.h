@@ -45,12 +45,12 @@ typedef struct pj_conn {
     struct pj_ringsrv *ring; /* its shared-memory ring, NULL when none (owned) */
     void *ring_wake;         /* the loop's watch on the ring's wake FIFO (server.c) */
     uint64_t requests;
-    /* Its failed requests' log lines (server.c, conn_say_failure): the
-     * window's start, the lines said in it, those held back since the
-     * last one said. */
-    uint64_t fail_window_ns;
-    uint32_t fail_said;
-    uint64_t fail_quiet;
+    /* Its failed requests' log lines (server.c, conn_say_failure), by
+     * level (0 info, 1 warn): the window's start, the lines said in it,
+     * those held back since the last one said. */
+    uint64_t fail_window_ns[2];
+    uint32_t fail_said[2];
+    uint64_t fail_quiet[2];
     struct pj_conn *next; /* hash chain, or the zombie list */
 } pj_conn;
 

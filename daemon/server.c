@@ -950,20 +950,23 @@ static int ring_counts(const pj_conn *c, uint64_t *lost, uint64_t *sleeps)
     return rs.broken != 0;
 }
 
-/* A connection's failed requests are logged, FAIL_BURST a second at most:
- * one client looping on a bad REGISTER wrote a line per request (10 000
- * in 2 s in a review), and the journal's rate limit would then drop the
- * daemon's other lines with them. The lines held back are counted and
- * said before the next one said, or when the connection is freed; STATS'
- * errors count every one. */
+/* A connection's failed requests are logged, FAIL_BURST a second at most
+ * at each level: one client looping on a bad REGISTER wrote a line per
+ * request (10 000 in 2 s in a review), and the journal's rate limit would
+ * then drop the daemon's other lines with them. Refusals (info) and jobs
+ * that failed (warn: a device error among them) have budgets of their
+ * own, so a flood of the first cannot hide the second. The lines held back
+ * are counted and said, at their level, before the next one said, or when
+ * the connection is freed; STATS' errors count every one. */
 #define FAIL_BURST     5
 #define FAIL_WINDOW_NS 1000000000ull
 
-static void say_failures_held(const pj_conn *c, uint64_t n)
+static void say_failures_held(const pj_conn *c, int warn, uint64_t n)
 {
-    pj_log_warn("connection #%" PRIu64 ": %" PRIu64 " more failed request%s not logged (at most "
-                "%d a second a connection; STATS errors count them)",
-                c->serial, n, n == 1 ? "" : "s", FAIL_BURST);
+    pj_log_msg(warn ? PJ_LOG_WARN : PJ_LOG_INFO,
+               "connection #%" PRIu64 ": %" PRIu64 " more %s request%s not logged (at most %d a "
+               "second a connection; STATS errors count them)",
+               c->serial, n, warn ? "failed" : "refused", n == 1 ? "" : "s", FAIL_BURST);
 }
 
 static void conn_say_failure(pj_conn *c, pj_log_level level, const char *fmt, ...)
@@ -972,19 +975,20 @@ static void conn_say_failure(pj_conn *c, pj_log_level level, const char *fmt, ..
 {
     if (!pj_log_enabled(level))
         return;
+    const int w = level <= PJ_LOG_WARN;
     const uint64_t now = pj_now_ns();
-    if (now - c->fail_window_ns >= FAIL_WINDOW_NS) {
-        c->fail_window_ns = now;
-        c->fail_said = 0;
+    if (now - c->fail_window_ns[w] >= FAIL_WINDOW_NS) {
+        c->fail_window_ns[w] = now;
+        c->fail_said[w] = 0;
     }
-    if (c->fail_said >= FAIL_BURST) {
-        c->fail_quiet++;
+    if (c->fail_said[w] >= FAIL_BURST) {
+        c->fail_quiet[w]++;
         return;
     }
-    c->fail_said++;
-    if (c->fail_quiet) {
-        say_failures_held(c, c->fail_quiet);
-        c->fail_quiet = 0;
+    c->fail_said[w]++;
+    if (c->fail_quiet[w]) {
+        say_failures_held(c, w, c->fail_quiet[w]);
+        c->fail_quiet[w] = 0;
     }
     char line[1400];
     va_list ap;
@@ -1000,8 +1004,9 @@ static void conn_free(pj_server *s, pj_conn *c)
 {
     if (c) {
         ring_counts(c, &s->ring_lost_gone, &s->ring_sleeps_gone);
-        if (c->fail_quiet)
-            say_failures_held(c, c->fail_quiet);
+        for (int w = 0; w < 2; w++)
+            if (c->fail_quiet[w])
+                say_failures_held(c, w, c->fail_quiet[w]);
     }
     pj_conn_free(c, s->be);
 }

@@ -1081,7 +1081,7 @@ START_TEST(failure_lines_are_limited)
     while (fgets(line, sizeof line, f)) {
         if (strstr(line, "pjt-no-such-object-for-the-log"))
             said++;
-        const char *m = strstr(line, "more failed request");
+        const char *m = strstr(line, "more refused request");
         if (m) {
             const char *p = m;
             while (p > line && p[-1] == ' ')
