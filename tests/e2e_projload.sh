@@ -952,17 +952,27 @@ watchdog() {
     (sleep "$2" && kill -KILL "$1") >/dev/null 2>&1 &
     watchdog_pid=$!
 }
+# stalled_run TAG ARGS...: projload on daemon 2 with ARGS (outputs in
+# $tmp/TAG.out, .err), the daemon SIGSTOPped 1.5 s in; sets rc (137: the
+# watchdog's kill after 20 s) and took (seconds). The daemon stays stopped.
+stalled_run() {
+    local tag=$1 start
+    shift
+    start=$(date +%s)
+    "$bin/projload" --trace "$tmp/decode.jsonl" --socket "$sock2" --check-fraction 0 "$@" \
+        >"$tmp/$tag.out" 2>"$tmp/$tag.err" &
+    pl_pid=$!
+    watchdog "$pl_pid" 20
+    sleep 1.5
+    kill -STOP "$daemon2_pid"
+    wait "$pl_pid"
+    rc=$?
+    took=$(($(date +%s) - start))
+    kill "$watchdog_pid" 2>/dev/null
+}
 # --timeout-ms bounds the STATS after the run too, not only the requests.
 start_daemon2
-"$bin/projload" --trace "$tmp/decode.jsonl" --socket "$sock2" --duration 3 --check-fraction 0 \
-    --timeout-ms 1000 >"$tmp/stall.out" 2>"$tmp/stall.err" &
-pl_pid=$!
-watchdog "$pl_pid" 20
-sleep 1.5
-kill -STOP "$daemon2_pid"
-wait "$pl_pid"
-rc=$?
-kill "$watchdog_pid" 2>/dev/null
+stalled_run stall --duration 3 --timeout-ms 1000
 if [ $rc = 1 ] && grep -q 'no reply within 1000 ms' "$tmp/stall.out" &&
     grep -q 'STATS: .*1000 ms' "$tmp/stall.err"; then
     ok "daemon stopped mid-run, --timeout-ms 1000: the run and its STATS gave up, exit 1"
@@ -974,17 +984,7 @@ kill -CONT "$daemon2_pid"
 # A run bounded by its count, not by --duration: the first request left
 # unanswered past --timeout-ms stops it (each one after would wait as long:
 # it ran for hours), the report and the JSON say why, exit 1.
-start=$(date +%s)
-"$bin/projload" --trace "$tmp/decode.jsonl" --socket "$sock2" --count 100000 --check-fraction 0 \
-    --timeout-ms 500 --json "$tmp/unans.json" >"$tmp/unans.out" 2>"$tmp/unans.err" &
-pl_pid=$!
-watchdog "$pl_pid" 20
-sleep 1.5
-kill -STOP "$daemon2_pid"
-wait "$pl_pid"
-rc=$?
-took=$(($(date +%s) - start))
-kill "$watchdog_pid" 2>/dev/null
+stalled_run unans --count 100000 --timeout-ms 500 --json "$tmp/unans.json"
 if [ $rc = 1 ] && grep -q 'the daemon stopped answering (a request waited past --timeout-ms 500)' "$tmp/unans.out" &&
     grep -q '"daemon_unanswered":[[:space:]]*true' "$tmp/unans.json"; then
     ok "daemon stopped mid-run of --count 100000, --timeout-ms 500: the run stopped (${took} s), exit 1"
