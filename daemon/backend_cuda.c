@@ -6,10 +6,11 @@
  * Lanes. open() builds a fixed pool of lanes (PROJD_CUDA_LANES, default 4):
  * a non-blocking stream, the engines' per-stream context (cuBLAS handles and
  * workspace), one split-K workspace for all layers (sized for the widest),
- * staging buffers for x and y, and one graph per (layer, m in shapes.m). Each connection is given
- * the lane with the fewest connections, so up to that many connections each have a stream of their
- * own; beyond it connections share (each keeps its own order). Capturing at open rather than per
- * connection keeps HELLO cheap.
+ * staging buffers for x and y, and one graph per (layer, m in shapes.m).
+ * Each connection is given the lane with the fewest connections, so up to
+ * that many connections each have a stream of their own; beyond it
+ * connections share (each keeps its own order). Capturing at open rather
+ * than per connection keeps HELLO cheap.
  *
  * Completion. Each lane has a thread that waits, in submission order, on an
  * event recorded after each job (spinning briefly, then blocking) and calls
@@ -382,12 +383,20 @@ static int ce_sticky(cudaError_t ce)
     }
 }
 
+/* The thread's last error cleared, then read again: cudaSuccess unless it
+ * persists, as an error that lost the context does (every later call
+ * returns it). */
+static cudaError_t persisting_error(void)
+{
+    cudaGetLastError();
+    return cudaGetLastError();
+}
+
 /* After a failed call: is the context gone? Clears a non-sticky error
  * (a sticky one is returned by every later call, including these). */
 static cudaError_t sticky_check(cudaStream_t s)
 {
-    cudaGetLastError();
-    cudaError_t e = cudaGetLastError();
+    cudaError_t e = persisting_error();
     if (e != cudaSuccess)
         return e;
     e = cudaStreamQuery(s);
@@ -423,8 +432,7 @@ static void mark_dead(cu_state *st, const char *msg)
  * until some request met the lost context. */
 static int dead_after(cu_state *st, cudaError_t ce, const char *t)
 {
-    cudaGetLastError();
-    if (!ce_sticky(ce) && cudaGetLastError() == cudaSuccess)
+    if (!ce_sticky(ce) && persisting_error() == cudaSuccess)
         return 0;
     mark_dead(st, t);
     return 1;

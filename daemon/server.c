@@ -24,7 +24,6 @@
 #include <unistd.h>
 
 #include "daemon/bufreg.h"
-#include "daemon/shmguard.h"
 #include "daemon/conn.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
@@ -33,6 +32,7 @@
 #include "daemon/peercred.h"
 #include "daemon/reapwatch.h"
 #include "daemon/ringsrv.h"
+#include "daemon/shmguard.h"
 #include "daemon/socklock.h"
 #include "daemon/stats.h"
 #include "daemon/validate.h"
