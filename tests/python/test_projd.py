@@ -1871,6 +1871,18 @@ class SglangApplyTests(unittest.TestCase):
         self.mod._connect = connect
         self.meth._settings = (url, timeout_ms, False)
 
+    def use_new_clients(self, url="ipc:///x", timeout_ms=1000):
+        """use_connect with a connect that makes a new Client each time; the
+        list of those made, in order."""
+        made = []
+
+        def connect(url, timeout_ms, ring):
+            made.append(self.Client())
+            return made[-1]
+
+        self.use_connect(connect, url, timeout_ms)
+        return made
+
     def test_create_weights_makes_apply_opaque_to_torch_compile(self):
         # Traced by Dynamo, apply() put y's allocation into a compiled part
         # (a CUDA graph's pool under mode="reduce-overhead"); create_weights
@@ -2142,13 +2154,7 @@ class SglangApplyTests(unittest.TestCase):
         # registry; once that connection is lost and its work read done,
         # the reconnect lets them go (the caller's own client keeps its
         # registry, never used again).
-        made = []
-
-        def connect(url, timeout_ms, ring):
-            made.append(self.Client())
-            return made[-1]
-
-        self.use_connect(connect)
+        made = self.use_new_clients()
         x = self.alloc(4, 192)
         self.fail_next_project(-errno.ETIMEDOUT, "ETIMEDOUT")
         with self.assertRaises(projd.ProjdError):
@@ -2163,13 +2169,7 @@ class SglangApplyTests(unittest.TestCase):
     def test_connection_lost_at_registration(self):
         # projd restarted between two apply() calls, found by the REGISTER
         # of a new allocation: connected again, registered and run there.
-        made = []
-
-        def connect(url, timeout_ms, ring):
-            made.append(self.Client())
-            return made[-1]
-
-        self.use_connect(connect, "ipc:///run/projd/projd.sock", 1234)
+        made = self.use_new_clients("ipc:///run/projd/projd.sock", 1234)
         self.meth.apply(self.layer, self.alloc(4, 192))
         self.client.lost = True
         y = self.meth.apply(self.layer, self.alloc(4, 192))
@@ -2197,13 +2197,7 @@ class SglangApplyTests(unittest.TestCase):
     def two_methods(self):
         """Reconnects made by fake clients (listed in the first return
         value, in order) and a second method sharing self.meth's client."""
-        made = []
-
-        def connect(url, timeout_ms, ring):
-            made.append(self.Client())
-            return made[-1]
-
-        self.use_connect(connect)
+        made = self.use_new_clients()
         other = object.__new__(self.mod.ProjdLinearMethod)
         other.client, other.L, other._settings = self.client, self.meth.L, self.meth._settings
         return made, other
@@ -2561,13 +2555,7 @@ class SglangApplyTests(unittest.TestCase):
         # Two threads of one method both found the connection lost: the
         # first moves it, the second finds it moved and stays (it must not
         # dial again and leave the first's new connection under it).
-        made = []
-
-        def connect(url, timeout_ms, ring):
-            made.append(self.Client())
-            return made[-1]
-
-        self.use_connect(connect)
+        made = self.use_new_clients()
         lost = self.client
         lost.lost = True
         self.meth._reconnect(lost)
