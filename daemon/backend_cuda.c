@@ -270,6 +270,7 @@ struct cu_state {
     long fault_after, fault_count; /* test only: fault after that many jobs */
     int fault_warm;                /* test only: fault in lane 0's warm-up */
     long stall_after, stall_count; /* test only: hold the stream after that many jobs */
+    long binds_to_refuse;          /* test only: rebinds to clients' buffers to refuse */
     uint64_t stall_ns;
     /* A release waits to start or runs (release_begin): WAIT_EVENT jobs
      * wait for their client's event on the host, not on a lane. Tests may
@@ -2405,6 +2406,22 @@ static int staged_pitch_check(const cu_state *st, const cu_layer *cl, const pj_e
  * staged (run_op). */
 #define BIND_FAILS_MAX 3
 
+/* Point g at a client's buffers. PROJD_CUDA_REFUSE_BINDS (test only) makes
+ * the first that many report a refusal after the rebinding was done: the
+ * worst a driver's refusal part way through leaves behind, nodes aimed at
+ * the client's buffers, which the staged run must aim back. */
+static int bind_to_client(cu_state *st, pj_cgraph *g, const void *x, void *y, char *err,
+                          size_t errlen)
+{
+    int rc = pj_cg_bind(g, x, y, err, errlen);
+    if (rc == 0 && st->binds_to_refuse > 0) {
+        st->binds_to_refuse--;
+        snprintf(err, errlen, "refused for a test (PROJD_CUDA_REFUSE_BINDS)");
+        return -EIO;
+    }
+    return rc;
+}
+
 /* Enqueue one op. Returns PJ_OK or a pj_status with err set. */
 static int run_op(cu_state *st, cu_lane *ln, pj_exec_op *op, char *err, size_t errlen)
 {
@@ -2450,7 +2467,7 @@ static int run_op(cu_state *st, cu_lane *ln, pj_exec_op *op, char *err, size_t e
         }
     }
     if (graph && !staged) {
-        if (pj_cg_bind(&ln->graphs[li][si], op->x, op->y, t, sizeof t) == 0) {
+        if (bind_to_client(st, &ln->graphs[li][si], op->x, op->y, t, sizeof t) == 0) {
             sh->bind_fails = 0;
         } else {
             /* Start-up checked the rebinding against cudaMalloc memory; the
@@ -3133,6 +3150,7 @@ static int cu_open(pj_backend *b, char *err, size_t errlen)
     st->fault_after = env_long("PROJD_CUDA_FAULT_AFTER", 0, 0, 1000000000L);
     st->fault_warm = env_long("PROJD_CUDA_FAULT_WARM", 0, 0, 1) != 0;
     st->stall_after = env_long("PROJD_CUDA_STALL_AFTER", 0, 0, 1000000000L);
+    st->binds_to_refuse = env_long("PROJD_CUDA_REFUSE_BINDS", 0, 0, 1000000000L);
     st->stall_ns = (uint64_t)env_long("PROJD_CUDA_STALL_MS", 3000, 1, 600000) * 1000000u;
     st->lane_jobs = (uint32_t)env_long("PROJD_CUDA_LANE_JOBS", CU_LANE_JOBS, 1, CU_RING);
     st->lane_launches =

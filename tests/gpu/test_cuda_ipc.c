@@ -20,6 +20,9 @@
  *   - a client process that exits with IPC buffers registered: the daemon
  *     keeps serving and its buffer / IPC counts return.
  *   - 4 connections with their own device buffers at once.
+ *   - graph rebinds to the client's buffers refused (PROJD_CUDA_REFUSE_BINDS):
+ *     those requests run staged, a shape refused three times in a row is
+ *     staged for good, one refused less rebinds again.
  * Exit: 0 all passed, 1 a failure, 77 no GPU.
  */
 #include <pthread.h>
@@ -488,6 +491,71 @@ static void concurrent(const char *url)
  * refused the launch, failing a valid request with E_BACKEND. It now falls
  * back to cublasGemmEx. Random shapes (offsets and strides of any even
  * byte count) with the engine forced. */
+/* Requests of layer l at m index mi in the captured form; each is checked
+ * and its path must be want. The variants alternate, so that a y copied out
+ * of the staging buffer instead of computed (a graph still aimed at the
+ * client's buffers) would differ from the reference. */
+static void refused_run(ipc_conn *t, uint32_t l, uint32_t mi, int count, uint32_t want,
+                        const char *what)
+{
+    uint64_t seed = 21;
+    char why[600];
+    for (int i = 0; i < count; i++) {
+        pjc_shape s = cc_shape(&seed, l, mi, 1);
+        s.variant = (uint32_t)i % PJC_VARIANTS;
+        uint16_t eng = 0;
+        CHECK(run_ipc(t, &s, &eng, why, sizeof why) == 0, "refused rebinds, %s, request %d: %s",
+              what, i, why);
+        CHECK((uint32_t)(eng >> 8) == want, "refused rebinds, %s, request %d: path %u (want %u)",
+              what, i, (unsigned)(eng >> 8), want);
+    }
+}
+
+/* PROJD_CUDA_REFUSE_BINDS=5: layer 0's graph is refused three times in a
+ * row (its requests staged, then staged for good, with a warning); layer
+ * 1's twice, and its third rebinds. */
+static void refused_binds(void)
+{
+    printf("== refused rebinds\n");
+    setenv("PROJD_CUDA_REFUSE_BINDS", "5", 1);
+    pj_dproc d;
+    char why[600];
+    int rc = cc_start(&d, g_model, NULL, why, sizeof why);
+    unsetenv("PROJD_CUDA_REFUSE_BINDS");
+    CHECK(rc == 0, "start projd (refused rebinds): %s", why);
+    if (rc != 0)
+        return;
+    ipc_conn t;
+    if (ipc_open(&t, d.url, why, sizeof why) != 0) {
+        CHECK(0, "IPC client: %s", why);
+        cc_stop(&d, "refused");
+        return;
+    }
+    refused_run(&t, 0, 1, 2, PJ_CUDA_PATH_GRAPH_STAGED, "layer 0, refused 1-2");
+    CHECK(pj_dproc_log_has(&d, "failed (refused for a test", 1000),
+          "refused rebinds: no line about a request run staged");
+    CHECK(!pj_dproc_log_has(&d, "times in a row", 0),
+          "refused rebinds: staged for good after two refusals");
+    refused_run(&t, 0, 1, 1, PJ_CUDA_PATH_GRAPH_STAGED, "layer 0, refused 3");
+    CHECK(pj_dproc_log_has(&d, "failed 3 times in a row", 1000),
+          "refused rebinds: no warning after three refusals in a row");
+    refused_run(&t, 1, 1, 2, PJ_CUDA_PATH_GRAPH_STAGED, "layer 1, refused 4-5");
+    refused_run(&t, 1, 1, 2, PJ_CUDA_PATH_GRAPH, "layer 1, after the refusals");
+    refused_run(&t, 0, 1, 2, PJ_CUDA_PATH_GRAPH_STAGED, "layer 0, staged for good");
+    cJSON *st = NULL;
+    if (pjt_stats(&t.c, &st) == PJ_OK) {
+        CHECK(pjt_json_num(st, "backend_stats.paths.graph_staged") == 7 &&
+                  pjt_json_num(st, "backend_stats.paths.graph") == 2,
+              "refused rebinds: STATS paths graph_staged %.0f graph %.0f (want 7, 2)",
+              pjt_json_num(st, "backend_stats.paths.graph_staged"),
+              pjt_json_num(st, "backend_stats.paths.graph"));
+        CHECK(pjt_json_num(st, "backend_stats.fatal") == 0, "refused rebinds: fatal errors");
+        cJSON_Delete(st);
+    }
+    ipc_close(&t);
+    cc_stop(&d, "refused");
+}
+
 static void lt_unaligned(void)
 {
     printf("== cuBLAS algo 1 on unaligned client pointers\n");
@@ -587,5 +655,6 @@ int main(int argc, char **argv)
     ipc_close(&t);
     cc_stop(&d, "ipc");
     lt_unaligned();
+    refused_binds();
     return cc_summary("test_cuda_ipc", t0);
 }
