@@ -332,6 +332,23 @@ static void say_fd_limit_short(const pj_config *cfg)
                     cfg->limits.max_connections, need);
 }
 
+/* socket.url "" and the URL it resolves to name one socket. --print-config
+ * writes the resolved URL, so a file saved from it (or the reverse) must
+ * reload rather than be refused for a socket that did not change: next
+ * takes the running spelling when both resolve alike. Returns next. */
+static const pj_config *with_running_socket(const pj_config *cur, pj_config *next)
+{
+    char a[PJ_CFG_PATH + 16], b[PJ_CFG_PATH + 16], err[512];
+    if (strcmp(cur->socket.url, next->socket.url) == 0)
+        return next;
+    if (pj_sockpath_resolve(cur->socket.url, PJ_SOCKPATH_SERVER, a, sizeof a, err, sizeof err) ||
+        pj_sockpath_resolve(next->socket.url, PJ_SOCKPATH_SERVER, b, sizeof b, err, sizeof err) ||
+        strcmp(a, b) != 0)
+        return next;
+    snprintf(next->socket.url, sizeof next->socket.url, "%s", cur->socket.url);
+    return next;
+}
+
 /* A reload. systemd hears RELOADING=1 before and READY=1 after, whatever
  * the outcome (without the READY=1 it would keep the unit "reloading");
  * STATUS= and STATS "reload" say what became of it. */
@@ -355,7 +372,8 @@ static void reload_now(daemon_state *d)
         pj_log_err("reload failed, keeping the running configuration: %s", err);
         r = PJ_RELOAD_FAILED;
         snprintf(msg, sizeof msg, "%s", err);
-    } else if (pj_config_check_reload(&d->cfg, next, err, sizeof err) != 0) {
+    } else if (pj_config_check_reload(&d->cfg, with_running_socket(&d->cfg, next), err,
+                                      sizeof err) != 0) {
         pj_log_err("reload refused, keeping the running configuration: %s", err);
         r = PJ_RELOAD_REFUSED;
         snprintf(msg, sizeof msg, "%s", err);

@@ -1324,6 +1324,41 @@ START_TEST(sighup_reloads)
 }
 END_TEST
 
+/* socket.url "" resolved from $PROJD_SOCKET at the start, then the file
+ * saved with that URL written out (as --print-config writes it): the
+ * reload is applied, not refused as a socket change; a URL naming another
+ * socket still is. */
+START_TEST(sighup_takes_the_resolved_socket)
+{
+    pj_dproc d;
+    char err[512];
+    ck_assert_int_eq(
+        pj_dproc_prepare(&d, g_model_path, "{\"socket\": {\"url\": \"\"}}", err, sizeof err), 0);
+    setenv("PROJD_SOCKET", d.sock, 1);
+    int rc = pj_dproc_spawn(&d, NULL, 1, READY_MS, err, sizeof err);
+    unsetenv("PROJD_SOCKET");
+    ck_assert_msg(rc == 0, "%s", err);
+    char overlay[700];
+    snprintf(overlay, sizeof overlay,
+             "{\"socket\": {\"url\": \"%s\"}, \"limits\": {\"max_buffers_per_conn\": 5}}", d.url);
+    write_config_json(&d, overlay);
+    ck_assert_int_eq(pj_dproc_signal(&d, SIGHUP), 0);
+    ck_assert_msg(pj_dproc_log_has(&d, "max_buffers_per_conn 5", 10000), "reload not applied");
+    ck_assert(!pj_dproc_log_has(&d, "reload refused", 0));
+    snprintf(overlay, sizeof overlay, "{\"socket\": {\"url\": \"%s.other\"}}", d.url);
+    write_config_json(&d, overlay);
+    ck_assert_int_eq(pj_dproc_signal(&d, SIGHUP), 0);
+    ck_assert(pj_dproc_log_has(&d,
+                               "reload refused, keeping the running configuration: "
+                               "socket.url: changed",
+                               10000));
+    pjt_client c;
+    ck_assert_int_eq(connect_hello(&c, d.url), PJ_OK);
+    pjt_close(&c);
+    pjd_stop(&d);
+}
+END_TEST
+
 /* Signals during the start (daemon/startsig.h), with the load slowed by
  * PROJD_START_PAUSE_MS so that they land in it. Each step of the start
  * extends systemd's start timeout. SIGTERM during the load: projd stops
@@ -2426,6 +2461,7 @@ int main(void)
         {"listener_survives_hangups_long_path", listener_survives_hangups_long_path},
         {"register_retry_through_the_server", register_retry_through_the_server},
         {"sighup_reloads", sighup_reloads},
+        {"sighup_takes_the_resolved_socket", sighup_takes_the_resolved_socket},
         {"signals_during_the_start", signals_during_the_start},
         {"loads_take_turns", loads_take_turns},
         {"stop_during_a_blocked_start", stop_during_a_blocked_start},
