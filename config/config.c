@@ -33,12 +33,11 @@ _Static_assert(sizeof(pj_log_level) == sizeof(int), "enum size");
 #define CFG_FILE_MAX (1u << 20)
 
 /* Ranges; CONFIG.md documents the same numbers. */
-#define MAX_N_LIMIT  (1u << 24)
-#define MAX_M_LIMIT  4096u
-#define ID_MAX       4294967294u /* (uid_t)-1 means "no id" to the kernel */
-#define SUN_PATH_MAX 107         /* sizeof(sockaddr_un.sun_path) - 1 */
-#define BYTES_MIN    4096ll      /* buffer byte limits: one page .. 1 PiB */
-#define BYTES_MAX    (1ll << 50)
+#define MAX_N_LIMIT (1u << 24)
+#define MAX_M_LIMIT 4096u
+#define ID_MAX      4294967294u /* (uid_t)-1 means "no id" to the kernel */
+#define BYTES_MIN   4096ll      /* buffer byte limits: one page .. 1 PiB */
+#define BYTES_MAX   (1ll << 50)
 
 /* ---- schema ------------------------------------------------------------- */
 
@@ -563,7 +562,7 @@ static void string_expectation(const field *f, char *buf, size_t n)
         snprintf(buf, n,
                  "\"\", \"ipc://\" followed by an absolute socket path of 1..%d bytes, or an "
                  "absolute path (taken as its ipc:// URL)",
-                 SUN_PATH_MAX);
+                 PJ_SOCKPATH_MAX);
         break;
     case S_ENGINE: {
         size_t at = (size_t)snprintf(buf, n, "\"\" or an engine:");
@@ -592,6 +591,9 @@ static int apply_string(cfg_ctx *c, const field *f, const cJSON *v, char *dst)
     size_t len = strlen(val);
     if (len >= f->size) /* refused, never truncated */
         return fail(c, "expected %s, got a string of %zu bytes", what, len);
+    /* A socket path too long is said as the path's length, not the URL's. */
+    if (f->rule == S_IPC_URL && strncmp(val, "ipc://", 6) == 0 && len - 6 > PJ_SOCKPATH_MAX)
+        return fail(c, "expected %s, got a path of %zu bytes", what, len - 6);
     if (!string_ok(f->rule, val, len))
         return fail_got(c, what, v);
     /* The whole buffer is rewritten so equal configs compare equal bytewise. */

@@ -198,6 +198,14 @@ static int apply_cli(const cli *a, pj_config *cfg, char *err, size_t errlen)
         cJSON_Delete(o);
         return -EINVAL;
     }
+    if (spath && strlen(spath) > PJ_SOCKPATH_MAX) {
+        snprintf(err, errlen,
+                 "command line: --socket \"%.40s...\": the path is %zu bytes, over the %d a Unix "
+                 "socket's address holds; give a shorter one",
+                 a->socket, strlen(spath), PJ_SOCKPATH_MAX);
+        cJSON_Delete(o);
+        return -EINVAL;
+    }
     if (a->model)
         cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "model"), "path", a->model);
     if (a->socket) {

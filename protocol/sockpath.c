@@ -373,13 +373,14 @@ const char *pj_sockpath_source_text(pj_sockpath_role role, pj_sockpath_source sr
 int pj_sockpath_check_served(const char *url, const char *where, char *err, size_t errlen)
 {
     const char *path = pj_sockpath_file(url);
-    const char *why = !path                ? "only ipc:// URLs are served (access control relies "
-                                             "on a Unix socket's peer credentials)"
-                      : path[0] != '/'     ? "the path is relative (it would be the working "
-                                             "directory's, which the daemon does not check for "
-                                             "who may write to it); give an absolute path"
-                      : strlen(path) > 107 ? "the path is longer than a Unix socket's 107 bytes"
-                                           : NULL;
+    const char *why = !path            ? "only ipc:// URLs are served (access control relies "
+                                         "on a Unix socket's peer credentials)"
+                      : path[0] != '/' ? "the path is relative (it would be the working "
+                                         "directory's, which the daemon does not check for "
+                                         "who may write to it); give an absolute path"
+                      : strlen(path) > PJ_SOCKPATH_MAX
+                          ? "the path is longer than a Unix socket's 107 bytes"
+                          : NULL;
     if (!why)
         return 0;
     if (err && errlen)

@@ -92,6 +92,9 @@ int pj_sockpath_find_instance(const char *dir, char *url, size_t urllen, char *e
  * GPU `instance`) into url. 0 or -ENAMETOOLONG. */
 int pj_sockpath_instance(unsigned instance, char *url, size_t urllen, char *err, size_t errlen);
 
+/* The longest path a Unix socket's address holds (sun_path less its NUL). */
+#define PJ_SOCKPATH_MAX 107
+
 /* Whether a daemon may listen on url: ipc:// and an absolute path of at
  * most 107 bytes (a Unix socket's limit); config's socket.url takes the
  * same rule. 0, or -EINVAL with a message saying which rule it breaks

@@ -232,6 +232,14 @@ static const bad_case bad_cases[] = {
     {"{\"socket\":{\"url\":\"tcp://127.0.0.1:5555\"}}", "socket.url",
      "socket.url: expected \"\", \"ipc://\" followed by an absolute socket path of 1..107 "
      "bytes, or an absolute path (taken as its ipc:// URL), got \"tcp://127.0.0.1:5555\""},
+    /* 23b: a socket path one byte too long, said as the path's length
+     * (was the URL's, 114) */
+    {"{\"socket\":{\"url\":\"ipc:///"
+     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+     "aaaaaaaaaaaaaa\"}}",
+     "socket.url",
+     "socket.url: expected \"\", \"ipc://\" followed by an absolute socket path of 1..107 "
+     "bytes, or an absolute path (taken as its ipc:// URL), got a path of 108 bytes"},
     /* 24: a valid key followed by a bad one: nothing of the first may stick */
     {"{\"log\":{\"level\":\"debug\"},\"limits\":{\"max_connections\":64,\"max_ops_per_request\":0}"
      "}",
