@@ -163,8 +163,8 @@ static void check_model(const pj_config *cfg, int *n)
  * entry need the GPU and are not run here. */
 static void table_dropped(void *ctx, const char *msg)
 {
-    (*(int *)ctx)++;
-    note("%s (tuning.table; the daemon drops it and uses the rest)", msg);
+    (void)ctx;
+    note("%s (tuning.table; the daemon's start says so too, and goes on)", msg);
 }
 
 /* tuning.table, when set, must read and parse: the cuda backend refuses
@@ -182,12 +182,12 @@ static void check_table(const pj_config *cfg, const pj_backend_ops *ops, int *n)
         problem(n, "tuning.table: out of memory");
         return;
     }
-    int dropped = 0;
     /* The device's check needs the GPU; its shape refusal does not. */
-    int rc = pj_tune_load(cfg->tuning.table, t, pj_tune_entry_has_shape, NULL, table_dropped,
-                          &dropped, err, sizeof err);
+    int rc = pj_tune_load(cfg->tuning.table, t, pj_tune_entry_has_shape, NULL, table_dropped, NULL,
+                          err, sizeof err);
     free(t);
-    if (rc == 0 && dropped)
+    /* No entry left, whether none was usable or the file lists none. */
+    if (rc == 0)
         note("tuning.table %s: no entry usable: the cuda backend would run the untuned ladder",
              cfg->tuning.table);
     if (rc >= 0)

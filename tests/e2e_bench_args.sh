@@ -93,6 +93,20 @@ expect 1 "config $tmp/nomodel.json: .*none.safetensors" --out "$out" --config "$
 expect 1 "one: m = 999 is past shapes.max_m = [0-9]+" --out "$out" --config "$tmp/small.json" \
     --one o 999 gemv nw=4
 
+# A --tune whose table would not fit (9 layers of their own x 29 m = 261
+# entries, over the 256 a table holds) is refused before the device, not
+# after hours of tuning; a folder as --tune's table, and an empty path, too.
+python3 - "$model" "$tmp/wide.json" <<'PY'
+import json, sys
+layers = [{"name": "o%d" % i, "tensor": "o.weight"} for i in range(9)]
+json.dump({"model": {"path": sys.argv[1], "layers": layers},
+           "shapes": {"m": list(range(1, 30))}}, open(sys.argv[2], "w"))
+PY
+expect 1 "tune: the table would need 261 entries \(29 m for each layer with entries of its own\), over the 256" \
+    --out "$out" --config "$tmp/wide.json" --tune "$out/t.json"
+expect 1 "tune $out: not a regular file" --out "$out" --tune "$out"
+expect 1 'tune "": give the path of the table to write' --out "$out" --tune ""
+
 # All of it right: the configured model loads, then the device is missing,
 # and it says so in words.
 expect 1 "^config .*small.json: model .*, 5 layers" --out "$out" --config "$tmp/small.json"

@@ -160,6 +160,12 @@ START_TEST(check_config_reads_the_tuning_table)
     ck_assert(!pj_dproc_log_has(&d, "entries[1]", 0));
     ck_assert(!pj_dproc_log_has(&d, "no entry usable", 0));
     pj_dproc_cleanup(&d);
+    /* A table of no entries serves nothing either (said even though no
+     * entry was dropped). */
+    rc = check_config_with_table(&d, "{\"entries\":[]}");
+    ck_assert_int_eq(rc, 0);
+    ck_assert(pj_dproc_log_has(&d, "no entry usable: the cuda backend would run the untuned", 0));
+    pj_dproc_cleanup(&d);
 #ifndef PJ_HAVE_CUDA
     /* Asked for cuda (which this build lacks): both problems, counted. */
     static const char *const cuda[] = {"--check-config", "--backend", "cuda", NULL};
