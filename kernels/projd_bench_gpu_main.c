@@ -2728,6 +2728,15 @@ int main(int argc, char **argv)
             ltp = &lt_table;
         }
         const int nr = lt_survey(b, lt_lo, lt_hi, lt_budget, ltp);
+        if (ltp && b->o.tune && nr > 0) {
+            /* An entry put at an m the table had none at also serves the m
+             * between it and the entry below, which the survey never ran:
+             * every served m is checked, as after tuning. */
+            FILE *vcsv = out_file(b, "lt_vet.csv");
+            fprintf(vcsv, "layer,m,engine,knobs,phase,us_or_reason\n");
+            vet_served_m(b, ltp, vcsv);
+            fclose(vcsv);
+        }
         if (ltp && b->o.tune) {
             char date[64];
             time_t now = time(NULL);
