@@ -159,7 +159,10 @@ typedef struct pj_dev_limits {
 
 typedef struct pj_tune_entry {
     char layer[PJ_TUNE_NAME];
-    uint32_t n, k; /* layer shape the entry was tuned for (0 = any) */
+    /* The layer shape the entry was tuned for. pj_dispatch_choose takes 0
+     * for any shape, but the daemon's loads refuse such an entry
+     * (pj_tune_entry_has_shape): a table must name its shapes. */
+    uint32_t n, k;
     /* The rows its requests computed when it was timed, at most n (the
      * tuner writes it for a row prefix: the layer's max_n below n); 0 =
      * not known (tables before session 60, and the tuner's entries of
@@ -226,7 +229,7 @@ int pj_tune_load(const char *path, pj_tune_table *t, pj_tune_check_fn check, voi
 /* Render the table as JSON (malloc'd, caller frees); NULL on ENOMEM. */
 char *pj_tune_to_json(const pj_tune_table *t, const char *commit, const char *date);
 
-/* Write the table as JSON to path: to path.tmp first, then renamed over
+/* Write the table as JSON to path: to path.tmp.XXXXXX first, then renamed over
  * path, so a failed write leaves what was there. 0, or -errno with err
  * naming the file and the reason. */
 int pj_tune_save(const char *path, const pj_tune_table *t, const char *commit, const char *date,
@@ -236,7 +239,7 @@ int pj_tune_save(const char *path, const pj_tune_table *t, const char *commit, c
 int pj_tune_put(pj_tune_table *t, const pj_tune_entry *e);
 
 /* A pj_tune_check_fn (ctx unused): refuses an entry without its layer's
- * shape (n or k 0), which matches no layer a daemon serves. The one
+ * shape (n or k 0), which the daemon does not serve from. The one
  * refusal of the device's check (pj_eng_check_entry, which calls it) that
  * needs no device: --check-config uses it alone. */
 int pj_tune_entry_has_shape(void *ctx, const pj_tune_entry *e, char *why, size_t whylen);
