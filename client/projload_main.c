@@ -2729,17 +2729,22 @@ static int parse_run(int argc, char **argv, lt_opts *o)
     int ch, rc = 0, li = -1;
     uint64_t v;
     optind = 1;
-    /* What to replay and against which daemon take one value: given twice
-     * differently, the last would win without a word (a second --config
-     * replaced the first). The other options keep the last value given. */
+    /* Each option takes one value: given twice differently, the last would
+     * win without a word (a second --config replaced the first, a second
+     * --rate the first), as projd's and projctl's would not. */
     const char *given[sizeof lo / sizeof lo[0]] = {NULL};
+    int progress_said = -1; /* --progress 1, --no-progress 0 */
     while ((ch = getopt_long(argc, argv, ":h", lo, &li)) != -1) {
-        if (optarg && li >= 0 &&
-            (ch == OPT_TRACE || ch == OPT_SOCKET || ch == OPT_CONFIG || ch == OPT_MODEL)) {
+        if (optarg && li >= 0) {
             if (given[li] && strcmp(given[li], optarg))
                 return usage_error("--%s given twice (\"%s\", then \"%s\"): it takes one value",
                                    lo[li].name, given[li], optarg);
             given[li] = optarg;
+        }
+        if (ch == OPT_PROGRESS || ch == OPT_NO_PROGRESS) {
+            if (progress_said >= 0 && progress_said != (ch == OPT_PROGRESS))
+                return usage_error("--progress and --no-progress given together: give one");
+            progress_said = ch == OPT_PROGRESS;
         }
         li = -1;
         switch (ch) {
