@@ -155,6 +155,22 @@ __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ..
     return EXIT_SETUP_ERROR;
 }
 
+/* Each option takes one value: given again differently, the last would
+ * win without a word (a second --config replaced the first, a wrapper's
+ * default the caller's own), as projd's and projctl's would not. The same
+ * value again is taken. li: getopt_long's index into lo (-1: none);
+ * given: a slot per entry of lo. 0, or the usage error's exit code. */
+static int given_once(const struct option *lo, int li, const char **given)
+{
+    if (li < 0 || !optarg)
+        return 0;
+    if (given[li] && strcmp(given[li], optarg))
+        return usage_error("--%s given twice (\"%s\", then \"%s\"): it takes one value",
+                           lo[li].name, given[li], optarg);
+    given[li] = optarg;
+    return 0;
+}
+
 /* getopt_long's '?' (an option it does not know) or ':' (one without its
  * value; the option strings start with ':', so getopt itself says
  * nothing): one line naming the argument. */
@@ -2440,9 +2456,13 @@ static int cmd_gen(int argc, char **argv)
                                        {"ops-per-request", required_argument, NULL, 'K'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
-    int ch, rc = 0;
+    int ch, rc = 0, li = -1;
+    const char *given[sizeof lo / sizeof lo[0]] = {NULL};
     optind = 1;
-    while ((ch = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, ":h", lo, &li)) != -1) {
+        if ((rc = given_once(lo, li, given)) != 0)
+            return rc;
+        li = -1;
         switch (ch) {
         case 'k': {
             int k = pj_trace_kind_from_name(optarg);
@@ -2595,9 +2615,14 @@ static int cmd_info(int argc, char **argv)
     static const struct option lo[] = {{"socket", required_argument, NULL, 'S'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
-    int ch;
+    int ch, li = -1;
+    const char *given[sizeof lo / sizeof lo[0]] = {NULL};
     optind = 1;
-    while ((ch = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, ":h", lo, &li)) != -1) {
+        int rc = given_once(lo, li, given);
+        if (rc != 0)
+            return rc;
+        li = -1;
         if (ch == 'h') {
             usage(stdout);
             return 0;
@@ -2729,18 +2754,11 @@ static int parse_run(int argc, char **argv, lt_opts *o)
     int ch, rc = 0, li = -1;
     uint64_t v;
     optind = 1;
-    /* Each option takes one value: given twice differently, the last would
-     * win without a word (a second --config replaced the first, a second
-     * --rate the first), as projd's and projctl's would not. */
     const char *given[sizeof lo / sizeof lo[0]] = {NULL};
     int progress_said = -1; /* --progress 1, --no-progress 0 */
     while ((ch = getopt_long(argc, argv, ":h", lo, &li)) != -1) {
-        if (optarg && li >= 0) {
-            if (given[li] && strcmp(given[li], optarg))
-                return usage_error("--%s given twice (\"%s\", then \"%s\"): it takes one value",
-                                   lo[li].name, given[li], optarg);
-            given[li] = optarg;
-        }
+        if ((rc = given_once(lo, li, given)) != 0)
+            return rc;
         if (ch == OPT_PROGRESS || ch == OPT_NO_PROGRESS) {
             if (progress_said >= 0 && progress_said != (ch == OPT_PROGRESS))
                 return usage_error("--progress and --no-progress given together: give one");

@@ -116,7 +116,8 @@ gen --kind decode --out "$tmp/decode.jsonl" || fail "gen decode"
 gen --kind decode --out "$tmp/decode2.jsonl" || fail "gen decode again"
 cmp -s "$tmp/decode.jsonl" "$tmp/decode2.jsonl" && ok "gen: same seed, same file" ||
     fail "gen: same seed gave different files"
-gen --kind decode --seed 8 --out "$tmp/decode3.jsonl" || fail "gen seed 8"
+pl gen --seed 8 --count 400 --clients 2 --max-batch 24 --unpooler-n 128 --kind decode \
+    --out "$tmp/decode3.jsonl" || fail "gen seed 8"
 cmp -s "$tmp/decode.jsonl" "$tmp/decode3.jsonl" && fail "gen: seed ignored" || ok "gen: another seed, another file"
 pl gen --kind verify --seed 7 --count 100 --draft 4 --max-batch 8 --unpooler-n 128 \
     --out "$tmp/verify.jsonl" || fail "gen verify"
@@ -675,6 +676,10 @@ expect_bad_output configtwice 'projload: --config given twice ("a.json", then "b
     --trace "$tmp/decode.jsonl" --socket "$sock" --config a.json --config b.json
 expect_bad_output ratetwice 'projload: --rate given twice ("100", then "200"): it takes one value' \
     --trace "$tmp/decode.jsonl" --socket "$sock" --rate 100 --rate 200
+expect_bad_output gentwice 'projload: --count given twice ("10", then "20"): it takes one value' \
+    gen --kind decode --count 10 --count 20 --out "$tmp/twice.jsonl"
+expect_bad_output infotwice 'projload: --socket given twice' \
+    info --socket "$sock" --socket "$sock.other"
 expect_bad_output progressboth 'projload: --progress and --no-progress given together: give one' \
     --trace "$tmp/decode.jsonl" --socket "$sock" --progress --no-progress
 # (before the trace is read, too)
