@@ -220,6 +220,14 @@ int pj_backend_select(pj_backend_kind want, const pj_backend_ops **out, char *wh
 int pj_backend_check_device(const pj_backend_ops *ops, const pj_config *cfg, char *err,
                             size_t errlen);
 
+/* The keys of cfg set for the cuda backend that the cpu backend ignores
+ * (device.uuid, device.index, the layers' engine and graph_rows), listed
+ * in out ("device.uuid GPU-..., 2 layers' engine"); the number of them, 0
+ * when none is set. The start warns of them, and --check-config notes
+ * them, when auto chose the cpu backend: a GPU the configuration names
+ * that is not usable must not pass for a host without one. */
+int pj_backend_cpu_ignores(const pj_config *cfg, char *out, size_t len);
+
 /* Allocate and open an instance. Returns 0 or a negative errno (err set). */
 int pj_backend_create(const pj_backend_ops *ops, const pj_config *cfg, const pj_model *model,
                       pj_backend **out, char *err, size_t errlen);

@@ -78,3 +78,33 @@ int pj_backend_select(pj_backend_kind want, const pj_backend_ops **out, char *wh
     return 0;
 #endif
 }
+
+int pj_backend_cpu_ignores(const pj_config *cfg, char *out, size_t len)
+{
+    uint32_t engines = 0, rows = 0;
+    for (uint32_t i = 0; i < cfg->model.n_layers && i < PJ_CFG_MAX_LAYERS; i++) {
+        engines += cfg->model.layers[i].engine[0] != 0;
+        rows += cfg->model.layers[i].n_graph_rows != 0;
+    }
+    int n = 0;
+    size_t at = 0;
+    out[0] = 0;
+#define SAY(...)                                                                                   \
+    do {                                                                                           \
+        if (at < len)                                                                              \
+            at += (size_t)snprintf(out + at, len - at, "%s", n ? ", " : "");                       \
+        if (at < len)                                                                              \
+            at += (size_t)snprintf(out + at, len - at, __VA_ARGS__);                               \
+        n++;                                                                                       \
+    } while (0)
+    if (cfg->device.uuid[0])
+        SAY("device.uuid %s", cfg->device.uuid);
+    if (cfg->device.index != 0)
+        SAY("device.index %d", (int)cfg->device.index);
+    if (engines)
+        SAY("%u layer%s engine", engines, engines == 1 ? "'s" : "s'");
+    if (rows)
+        SAY("%u layer%s graph_rows", rows, rows == 1 ? "'s" : "s'");
+#undef SAY
+    return n;
+}

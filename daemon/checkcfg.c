@@ -206,8 +206,15 @@ int pj_checkcfg_run(const pj_config *cfg, const char *config_file, const char *u
     const pj_backend_ops *ops = NULL;
     const int selected =
         pj_backend_select(cfg->device.backend, &ops, why, sizeof why, err, sizeof err) == 0;
+    char keys[400];
     if (!selected)
         problem(&n, "%s", err);
+    else if (cfg->device.backend == PJ_BACKEND_AUTO && strcmp(ops->name, "cpu") == 0 &&
+             pj_backend_cpu_ignores(cfg, keys, sizeof keys) > 0)
+        note("backend %s; the configuration's %s are for the cuda backend and ignored "
+             "(device.backend "
+             "\"cuda\" refuses a start without the GPU)",
+             why, keys);
     else if (pj_backend_check_device(ops, cfg, err, sizeof err) != 0)
         problem(&n, "backend %s: %s", ops->name, err);
     check_socket(url, &n);

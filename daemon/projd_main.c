@@ -599,6 +599,19 @@ static void raise_fd_limit(const pj_config *cfg)
     say_fd_limit_short(cfg);
 }
 
+/* auto chose the cpu backend for a configuration written for a GPU: said,
+ * since a GPU that has become unusable (a driver gone) would otherwise
+ * pass for a host without one, serving many times slower. */
+static void say_cpu_ignores(const pj_config *cfg, const pj_backend_ops *ops, const char *why)
+{
+    char keys[400];
+    if (cfg->device.backend == PJ_BACKEND_AUTO && strcmp(ops->name, "cpu") == 0 &&
+        pj_backend_cpu_ignores(cfg, keys, sizeof keys) > 0)
+        pj_log_warn("backend %s; the configuration's %s are for the cuda backend and ignored: set "
+                    "device.backend to \"cuda\" to refuse a start without the GPU, or to \"cpu\"",
+                    why, keys);
+}
+
 static int serve(daemon_state *d, const char *url)
 {
     pj_config *cfg = &d->cfg;
@@ -614,6 +627,7 @@ static int serve(daemon_state *d, const char *url)
         pj_log_err("%s", err);
         return 1;
     }
+    say_cpu_ignores(cfg, ops, why);
     if (pj_server_check_socket(url, err, sizeof err) != 0) {
         pj_log_err("%s", err);
         return 1;

@@ -104,6 +104,41 @@ START_TEST(check_config_knows_the_backend)
 }
 END_TEST
 
+/* device.backend auto on a host where it picks the cpu backend (no GPU, or
+ * a build without the cuda backend), with keys written for a GPU: a start
+ * warns that they are ignored and --check-config notes it, so a GPU that
+ * has become unusable does not pass for a host without one. On a GPU host
+ * auto picks cuda, and the made-up device.uuid is a problem instead. */
+START_TEST(auto_on_the_cpu_says_what_it_ignores)
+{
+    const char *cfg = "{\"device\":{\"backend\":\"auto\",\"uuid\":"
+                      "\"GPU-5fd1a2b3-8c1e-4d39-9a1e-0123456789ab\"},\"model\":{\"layers\":["
+                      "{\"name\":\"o\",\"tensor\":\"o.weight\",\"engine\":\"gemvz\"}]}}";
+    static const char *const check[] = {"--check-config", NULL};
+    pj_dproc d;
+    int rc = run_projd(&d, cfg, check);
+    if (rc == 0) {
+        ck_assert(pj_dproc_log_has(&d, "backend cpu: auto", 0));
+        ck_assert(pj_dproc_log_has(&d,
+                                   "the configuration's device.uuid "
+                                   "GPU-5fd1a2b3-8c1e-4d39-9a1e-0123456789ab, 1 layer's engine are "
+                                   "for the cuda backend and ignored",
+                                   0));
+    } else {
+        ck_assert(pj_dproc_log_has(&d, "GPU-5fd1a2b3-8c1e-4d39-9a1e-0123456789ab", 0));
+    }
+    pj_dproc_cleanup(&d);
+    if (rc != 0)
+        return;
+    char err[512];
+    ck_assert_msg(pj_dproc_start(&d, g_model_path, cfg, NULL, 1, 30000, err, sizeof err) == 0, "%s",
+                  err);
+    ck_assert(pj_dproc_log_has(&d, "are for the cuda backend and ignored: set device.backend", 0));
+    pj_dproc_stop(&d, 10000);
+    pj_dproc_cleanup(&d);
+}
+END_TEST
+
 /* projd --check-config with tuning.table a temporary file holding table
  * (removed after); its exit status, the log dumped when not 0. */
 static int check_config_with_table(pj_dproc *d, const char *table)
@@ -553,6 +588,7 @@ static Suite *start_suite(void)
     TCase *tc = tcase_create("check_config");
     tcase_add_test(tc, check_config_reads_the_model_header);
     tcase_add_test(tc, check_config_knows_the_backend);
+    tcase_add_test(tc, auto_on_the_cpu_says_what_it_ignores);
     tcase_add_test(tc, check_config_reads_the_tuning_table);
     tcase_add_test(tc, check_config_auth_and_socket_mode);
     tcase_add_test(tc, socket_other_scheme_refused);
