@@ -42,6 +42,9 @@
  *      open, other lanes serve), a REGISTER of the same CUDA allocation
  *      takes it back at once, and it closes after the last UNREGISTER
  *      (--w4 runs R and W4 alone).
+ *   R2 (a probe) a REGISTER of an allocation whose mapping is being closed
+ *      behind a stalled lane: how long it holds the loop, printed; the new
+ *      registration works and closes.
  *   S  a release under constant WAIT_EVENT traffic returns while it runs.
  *   X  a live client that stops passing its waits after an UNREGISTER
  *      hangs nothing: its waits were taken on the host, or the release
@@ -2019,6 +2022,104 @@ out:
     w_client_close(&w);
 }
 
+/* R2 (a probe: it prints what it measured and asserts only what must hold)
+ * A REGISTER of a CUDA allocation whose last mapping is being closed. The
+ * close (cudaIpcCloseMemHandle on the closer thread) waits for the
+ * daemon's queued work, here a lane held 1.5 s by PROJD_CUDA_STALL_AFTER;
+ * the REGISTER waits for it on the loop (CU_IPC_REOPEN_WAIT_MS, 2 s at
+ * most) and opens the allocation again. How long that holds the loop is
+ * printed; the new registration must work, and the mapping must close
+ * after its UNREGISTER. */
+typedef struct r2_req {
+    pjc_conn *u;
+    pjc_shape s;
+    int rc;
+    char why[600];
+} r2_req;
+
+static void *r2_run(void *arg)
+{
+    r2_req *r = arg;
+    r->rc = run_shm(r->u, &r->s, NULL, r->why, sizeof r->why);
+    return NULL;
+}
+
+static void section_r2(void)
+{
+    printf("== R2: a REGISTER of an allocation whose mapping is being closed (a probe)\n");
+    setenv("PROJD_CUDA_STALL_AFTER", "2", 1);
+    setenv("PROJD_CUDA_STALL_MS", "1500", 1);
+    pj_dproc d;
+    pjc_conn t, u;
+    char why[600];
+    int rc = start_open(&d, &t, NULL, "R2");
+    unsetenv("PROJD_CUDA_STALL_AFTER");
+    unsetenv("PROJD_CUDA_STALL_MS");
+    if (rc != 0)
+        return;
+    int opened = pjc_open(&u, d.url, XBYTES, YBYTES, CC_REPLY_MS, why, sizeof why) == 0;
+    CHECK(opened, "R2: a second connection: %s", why);
+    void *dz = NULL;
+    uint32_t z1 = 0, z2 = 0;
+    if (!opened || cudaMalloc(&dz, XBYTES) != cudaSuccess ||
+        cudaMemset(dz, 0, XBYTES) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess ||
+        cc_register_dev(&t.c, dz, &z1, why, sizeof why) != 0) {
+        CHECK(0, "R2: set-up: %s", why);
+        goto out;
+    }
+    double ipc0 = pjd_stat(&t.c, "backend_stats.ipc_open");
+    pjc_shape s = layer0_shape();
+    CHECK(run_shm(&u, &s, NULL, why, sizeof why) == 0, "R2: job 1: %s", why);
+    /* Job 2 holds u's lane 1.5 s after its ops. */
+    r2_req held = {.u = &u, .s = s};
+    pthread_t th;
+    if (pthread_create(&th, NULL, r2_run, &held) != 0) {
+        CHECK(0, "R2: pthread_create");
+        goto out;
+    }
+    usleep(200 * 1000);
+    long long tu = cc_now_us();
+    CHECK(pjt_unregister(&t.c, z1) == PJ_OK, "R2: UNREGISTER: %s", t.c.err.msg);
+    usleep(100 * 1000);
+    long long tr = cc_now_us();
+    int reg = cc_register_dev(&t.c, dz, &z2, why, sizeof why);
+    long long te = cc_now_us();
+    CHECK(reg == 0, "R2: REGISTER during the close: %s", why);
+    long long tp = cc_now_us();
+    int ping = pjt_ping(&t.c);
+    long long tpe = cc_now_us();
+    pthread_join(th, NULL);
+    CHECK(held.rc == 0, "R2: the held job: %s", held.why);
+    printf("R2: REGISTER %.0f ms after the UNREGISTER took %.0f ms (the loop held as long); a "
+           "PING after it %.1f ms (%s); the held job done %.2f s after the UNREGISTER\n",
+           (double)(tr - tu) / 1e3, (double)(te - tr) / 1e3, (double)(tpe - tp) / 1e3,
+           ping == PJ_OK ? "ok" : "failed", (double)(cc_now_us() - tu) / 1e6);
+    cc_print_log_lines(&d, "REGISTER");
+    if (reg == 0) {
+        pj_op zop = pjc_op(&t, &s);
+        zop.x_buf = z2;
+        zop.x_off = 0;
+        pj_done dn;
+        pj_op_result res[1];
+        int prc = pjt_project(&t.c, 0, &zop, 1, &dn, res);
+        CHECK(prc == PJ_OK && dn.status == PJ_OK,
+              "R2: a request reading the new registration: "
+              "rc %d",
+              prc);
+        CHECK(pjt_unregister(&t.c, z2) == PJ_OK, "R2: UNREGISTER again: %s", t.c.err.msg);
+    }
+    double ipc2 = pjd_wait_stat(&t.c, "backend_stats.ipc_open", ipc0 - 1, 5000);
+    CHECK(ipc2 == ipc0 - 1, "R2: ipc_open %.0f after the last UNREGISTER (want %.0f)", ipc2,
+          ipc0 - 1);
+out:
+    if (dz)
+        cudaFree(dz);
+    if (opened)
+        pjc_close(&u);
+    pjc_close(&t);
+    cc_stop(&d, "R2");
+}
+
 /* S: a release under constant WAIT_EVENT traffic.
  * A release starts only at a moment when no lane's newest WAIT_EVENT job
  * waits for its client's event (section R). A client whose CPU runs ahead
@@ -2823,6 +2924,7 @@ int main(int argc, char **argv)
     }
     if (argc > 1 && strcmp(argv[1], "--w4") == 0) { /* the sections alone */
         section_r();
+        section_r2();
         section_s(1);
         section_s(0);
         section_x(200);
@@ -2843,6 +2945,7 @@ int main(int argc, char **argv)
     section_p(1);
     section_w();
     section_r();
+    section_r2();
     section_s(0);
     section_x(200);
     section_x(10);
