@@ -10,6 +10,7 @@
 # CUDA (the suites run the cpu backend), so it never mixes objects with
 # `make SANITIZE=...` builds. PJ_E2E_REQUESTS (default 100) sets the
 # requests per client of the concurrency test.
+# run-tests: 5 suites
 set -euo pipefail
 build=${1:-build}
 case "$build" in

@@ -12,6 +12,7 @@
 # written for several.
 #
 # Usage: tests/e2e_depth.sh [BUILD]   (run by tests/run-tests.sh)
+# run-tests: 4 suites
 set -uo pipefail
 build=${1:-build}
 export PJ_BUILD=$build
