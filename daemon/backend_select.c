@@ -102,7 +102,7 @@ int pj_backend_cpu_ignores(const pj_config *cfg, char *out, size_t len)
     if (cfg->device.index != 0)
         SAY("device.index %d", (int)cfg->device.index);
     if (engines)
-        SAY("%u layer%s engine", engines, engines == 1 ? "'s" : "s'");
+        SAY("%u layer%s", engines, engines == 1 ? "'s engine" : "s' engines");
     if (rows)
         SAY("%u layer%s graph_rows", rows, rows == 1 ? "'s" : "s'");
 #undef SAY

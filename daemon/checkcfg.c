@@ -158,13 +158,15 @@ static void check_model(const pj_config *cfg, int *n)
         problem(n, "model: %s", first);
 }
 
-/* What the loader drops (a bad entry, an unknown key) and the daemon
- * would warn of at its start, said now; the device's own checks of each
- * entry need the GPU and are not run here. */
+/* What the loader drops (a bad entry, an unknown key) and the cuda
+ * backend would warn of at its start, said now; the device's own checks of
+ * each entry need the GPU and are not run here. ctx: non-NULL when the
+ * cpu backend was chosen, which never reads the table. */
 static void table_dropped(void *ctx, const char *msg)
 {
-    (void)ctx;
-    note("%s (tuning.table; the daemon's start says so too, and goes on)", msg);
+    note("%s (tuning.table; %s)", msg,
+         ctx ? "the cpu backend does not read the table"
+             : "the cuda backend's start says so too, and goes on");
 }
 
 /* tuning.table, when set, must read and parse: the cuda backend refuses
@@ -183,8 +185,9 @@ static void check_table(const pj_config *cfg, const pj_backend_ops *ops, int *n)
         return;
     }
     /* The device's check needs the GPU; its shape refusal does not. */
-    int rc = pj_tune_load(cfg->tuning.table, t, pj_tune_entry_has_shape, NULL, table_dropped, NULL,
-                          err, sizeof err);
+    int cpu = ops && strcmp(ops->name, "cpu") == 0;
+    int rc = pj_tune_load(cfg->tuning.table, t, pj_tune_entry_has_shape, NULL, table_dropped,
+                          cpu ? &cpu : NULL, err, sizeof err);
     free(t);
     /* No entry left, whether none was usable or the file lists none. */
     if (rc == 0)
@@ -192,7 +195,7 @@ static void check_table(const pj_config *cfg, const pj_backend_ops *ops, int *n)
              cfg->tuning.table);
     if (rc >= 0)
         return;
-    if (ops && strcmp(ops->name, "cpu") == 0)
+    if (cpu)
         note("%s (tuning.table; the cpu backend does not read it)", err);
     else
         problem(n, "%s (tuning.table)", err);
@@ -207,14 +210,14 @@ int pj_checkcfg_run(const pj_config *cfg, const char *config_file, const char *u
     const int selected =
         pj_backend_select(cfg->device.backend, &ops, why, sizeof why, err, sizeof err) == 0;
     char keys[400];
+    int nk = 0;
     if (!selected)
         problem(&n, "%s", err);
     else if (cfg->device.backend == PJ_BACKEND_AUTO && strcmp(ops->name, "cpu") == 0 &&
-             pj_backend_cpu_ignores(cfg, keys, sizeof keys) > 0)
-        note("backend %s; the configuration's %s are for the cuda backend and ignored "
-             "(device.backend "
-             "\"cuda\" refuses a start without the GPU)",
-             why, keys);
+             (nk = pj_backend_cpu_ignores(cfg, keys, sizeof keys)) > 0)
+        note("backend %s; the configuration's %s %s for the cuda backend and ignored "
+             "(device.backend \"cuda\" refuses a start without the GPU)",
+             why, keys, nk == 1 ? "is" : "are");
     else if (pj_backend_check_device(ops, cfg, err, sizeof err) != 0)
         problem(&n, "backend %s: %s", ops->name, err);
     check_socket(url, &n);

@@ -605,11 +605,12 @@ static void raise_fd_limit(const pj_config *cfg)
 static void say_cpu_ignores(const pj_config *cfg, const pj_backend_ops *ops, const char *why)
 {
     char keys[400];
+    int n;
     if (cfg->device.backend == PJ_BACKEND_AUTO && strcmp(ops->name, "cpu") == 0 &&
-        pj_backend_cpu_ignores(cfg, keys, sizeof keys) > 0)
-        pj_log_warn("backend %s; the configuration's %s are for the cuda backend and ignored: set "
+        (n = pj_backend_cpu_ignores(cfg, keys, sizeof keys)) > 0)
+        pj_log_warn("backend %s; the configuration's %s %s for the cuda backend and ignored: set "
                     "device.backend to \"cuda\" to refuse a start without the GPU, or to \"cpu\"",
-                    why, keys);
+                    why, keys, n == 1 ? "is" : "are");
 }
 
 static int serve(daemon_state *d, const char *url)

@@ -1025,27 +1025,30 @@ static int vet_served_m(bench *b, pj_tune_table *t, FILE *csv)
         }
         /* A dropped entry hands its m to another entry (or to the ladder),
          * of every layer that shares it (tuned_as, the same table name and
-         * shape), those checked before this one included: all are checked
-         * again from the first. */
+         * shape), those checked before this one included: they are checked
+         * again from the first of them (entry_owner). */
         if (again)
-            li = -1;
+            li = entry_owner(li) - 1;
     }
     printf("tuner: every m in 1..%u run on the entry that serves it: %u checks, %u left to the "
-           "ladder (the entry's engine refuses them), %d entries dropped (%.1f s)\n",
-           g_max_m, ran, refused, dropped, now_s() - t0);
+           "ladder (the entry's engine refuses them)%s, %d entries dropped (%.1f s)\n",
+           g_max_m, ran, refused, dropped ? ", the layers after a drop counted again" : "", dropped,
+           now_s() - t0);
     return dropped;
 }
 
 /* A table holds PJ_TUNE_MAX entries: a run that would need more is refused
  * before it tunes anything, not at the entry past the last, hours in, with
  * nothing saved. carried: entries already in the table (--tune-new's old
- * ones); the tuned shapes that replace one of them take no room. */
-static void check_table_room(uint32_t carried)
+ * ones); a tuned shape that replaces one of them takes no room, and
+ * --tune-new tunes only the m in lo..hi. */
+static void check_table_room(uint32_t carried, unsigned lo, unsigned hi)
 {
     uint32_t need = carried;
     for (int mi = 0; mi < g_nm; mi++)
         for (int li = 0; li < g_nl; li++)
-            need += entry_owner(li) == li && !old_entry(&layer_defs[li], ms[mi]);
+            need += entry_owner(li) == li && ms[mi] >= lo && ms[mi] <= hi &&
+                    !old_entry(&layer_defs[li], ms[mi]);
     if (need > PJ_TUNE_MAX)
         die("--tune: the table would need %u entries (%d m for each layer with entries of its "
             "own%s), over the %d one holds; tune fewer shapes.m, or give layers of one shape "
@@ -1066,7 +1069,7 @@ static void tune_all(bench *b, pj_tune_table *t)
     for (uint32_t i = 0; g_old && i < g_old->n; i++)
         if (pj_tune_put(t, &g_old->e[i]))
             die("tuning table full");
-    check_table_room(t->n);
+    check_table_room(t->n, g_old ? b->o.tune_m_lo : 1, g_old ? b->o.tune_m_hi : UINT32_MAX);
     FILE *csv = out_file(b, "tune_log.csv");
     fprintf(csv, "layer,m,engine,knobs,phase,us_or_reason\n");
     double t0 = now_s();
@@ -2625,8 +2628,10 @@ int main(int argc, char **argv)
         use_config(config);
     if (one_layer && one_m > g_max_m)
         die("--one: m = %u is past shapes.max_m = %u", one_m, g_max_m);
-    if (b->o.tune)
-        check_table_room(0);
+    /* (--tune-new's old table is read with the device's limits: its run
+     * is counted at the start of the tuning; --lt-survey only replaces.) */
+    if (b->o.tune && !tune_new && !lt_lo)
+        check_table_room(0, 1, UINT32_MAX);
     uint32_t max_n = 0, max_k = 0;
     size_t max_bytes = 0;
     for (int li = 0; li < g_nl; li++) {
@@ -2728,13 +2733,14 @@ int main(int argc, char **argv)
             ltp = &lt_table;
         }
         const int nr = lt_survey(b, lt_lo, lt_hi, lt_budget, ltp);
+        int nd = 0;
         if (ltp && b->o.tune && nr > 0) {
             /* An entry put at an m the table had none at also serves the m
              * between it and the entry below, which the survey never ran:
              * every served m is checked, as after tuning. */
             FILE *vcsv = out_file(b, "lt_vet.csv");
             fprintf(vcsv, "layer,m,engine,knobs,phase,us_or_reason\n");
-            vet_served_m(b, ltp, vcsv);
+            nd = vet_served_m(b, ltp, vcsv);
             fclose(vcsv);
         }
         if (ltp && b->o.tune) {
@@ -2750,7 +2756,9 @@ int main(int argc, char **argv)
             }
             if (pj_tune_save(b->o.tune, ltp, b->o.commit, date, err, sizeof err))
                 die("%s", err);
-            printf("lt-survey: %d entries replaced; table written to %s\n", nr, b->o.tune);
+            printf("lt-survey: %d entries put, %d of the table's dropped by the check of every m; "
+                   "table written to %s\n",
+                   nr, nd, b->o.tune);
         }
         return 0;
     }

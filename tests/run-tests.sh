@@ -6,6 +6,14 @@
 set -u
 build=${1:-build}
 timeout_s=${PJ_TEST_TIMEOUT:-300}
+# Seconds, a whole number: it is multiplied for scripts of several suites
+# (a "10m" would end the loop over them in an arithmetic error).
+case $timeout_s in
+'' | *[!0-9]* | 0*)
+    echo "run-tests: PJ_TEST_TIMEOUT=$timeout_s: want whole seconds, at least 1" >&2
+    exit 2
+    ;;
+esac
 export PJ_BUILD=$build
 # Sanitizer builds (make SANITIZE=...): nng 1.5.2's own unreaped objects are
 # suppressed as in tests/e2e_asan.sh; the file says what that costs.
@@ -41,7 +49,10 @@ run_one() {
         failed=$((failed + 1))
         failures+=("$name")
         local why=""
-        [ "$rc" -ne 124 ] || why=": killed at its limit of $limit s"
+        # timeout's own 124, or 137 when the suite outlived its SIGTERM
+        if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+            [ $((SECONDS - start)) -lt "$limit" ] || why=": killed at its limit of $limit s"
+        fi
         echo "--- $name: FAILED, exit $rc ($((SECONDS - start)) s$why)"
     fi
 }
@@ -54,7 +65,7 @@ for s in tests/e2e_*.sh; do
     # A script that runs several suites says how many in a line
     # "# run-tests: N suites", and gets the limit of each: e2e_depth's four
     # took 288 s of one limit on a loaded 2-core machine, and went past it.
-    n=$(sed -n 's/^# run-tests: \([0-9][0-9]*\) suites$/\1/p' "$s" | head -1)
+    n=$(sed -n 's/^# run-tests: \([1-9][0-9]*\) suites$/\1/p' "$s" | head -1)
     run_one "$(basename "$s" .sh)" $((${n:-1} * timeout_s)) bash "$s" "$build"
 done
 if [ "$failed" -ne 0 ]; then

@@ -41,7 +41,7 @@
  *   R  a release behind a live client's wait is parked (the mapping stays
  *      open, other lanes serve), a REGISTER of the same CUDA allocation
  *      takes it back at once, and it closes after the last UNREGISTER
- *      (--w4 runs R and W4 alone).
+ *      (--w4 runs R, R2, S, X and W4 alone).
  *   R2 (a probe) a REGISTER of an allocation whose mapping is being closed
  *      behind a stalled lane: how long it holds the loop, printed; the new
  *      registration works and closes.
@@ -2096,6 +2096,9 @@ static void section_r2(void)
            ping == PJ_OK ? "ok" : "failed", (double)(cc_now_us() - tu) / 1e6);
     cc_print_log_lines(&d, "REGISTER");
     if (reg == 0) {
+        /* x is the zeroed allocation: every written element of y is a
+         * zero, and the poison shows an unwritten one. */
+        memset(t.ys.p, 0xff, t.ys.size);
         pj_op zop = pjc_op(&t, &s);
         zop.x_buf = z2;
         zop.x_off = 0;
@@ -2103,9 +2106,14 @@ static void section_r2(void)
         pj_op_result res[1];
         int prc = pjt_project(&t.c, 0, &zop, 1, &dn, res);
         CHECK(prc == PJ_OK && dn.status == PJ_OK,
-              "R2: a request reading the new registration: "
-              "rc %d",
-              prc);
+              "R2: a request reading the new registration: rc %d", prc);
+        const uint16_t *y = t.ys.p;
+        const uint32_t m = PJC_MS[s.mi];
+        size_t bad = 0;
+        for (uint32_t i = 0; i < m; i++)
+            for (uint32_t j = 0; j < s.n; j++)
+                bad += (y[(size_t)i * s.y_ld + j] & 0x7fffu) != 0;
+        CHECK(bad == 0, "R2: %zu of %u x %u elements of y not zero (x is zero)", bad, m, s.n);
         CHECK(pjt_unregister(&t.c, z2) == PJ_OK, "R2: UNREGISTER again: %s", t.c.err.msg);
     }
     double ipc2 = pjd_wait_stat(&t.c, "backend_stats.ipc_open", ipc0 - 1, 5000);

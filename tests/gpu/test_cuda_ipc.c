@@ -485,12 +485,6 @@ static void concurrent(const char *url)
     printf("concurrent: %d IPC clients x %ld requests checked\n", N, per);
 }
 
-/* cuBLAS algo 1 (cuBLASLt's first heuristic choice, as the tuned table
- * has it for several layers at m >= 32) on a client's pointers that are
- * only 2-byte aligned: the plan was chosen for aligned operands, and Lt
- * refused the launch, failing a valid request with E_BACKEND. It now falls
- * back to cublasGemmEx. Random shapes (offsets and strides of any even
- * byte count) with the engine forced. */
 /* Requests of layer l at m index mi in the captured form; each is checked
  * and its path must be want. The variants alternate, so that a y copied out
  * of the staging buffer instead of computed (a graph still aimed at the
@@ -556,6 +550,12 @@ static void refused_binds(void)
     cc_stop(&d, "refused");
 }
 
+/* cuBLAS algo 1 (cuBLASLt's first heuristic choice, as the tuned table
+ * has it for several layers at m >= 32) on a client's pointers that are
+ * only 2-byte aligned: the plan was chosen for aligned operands, and Lt
+ * refused the launch, failing a valid request with E_BACKEND. It now falls
+ * back to cublasGemmEx. Random shapes (offsets and strides of any even
+ * byte count) with the engine forced. */
 static void lt_unaligned(void)
 {
     printf("== cuBLAS algo 1 on unaligned client pointers\n");
