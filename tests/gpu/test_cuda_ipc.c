@@ -485,6 +485,27 @@ static void concurrent(const char *url)
     printf("concurrent: %d IPC clients x %ld requests checked\n", N, per);
 }
 
+/* projd started with one environment variable set, and an IPC client on
+ * it (the tag names both in messages). 0, or -1 after a failed CHECK with
+ * nothing left running. */
+static int start_with_env(const char *name, const char *value, const char *tag, pj_dproc *d,
+                          ipc_conn *t)
+{
+    char why[600];
+    setenv(name, value, 1);
+    int rc = cc_start(d, g_model, NULL, why, sizeof why);
+    unsetenv(name);
+    CHECK(rc == 0, "start projd (%s): %s", tag, why);
+    if (rc != 0)
+        return -1;
+    if (ipc_open(t, d->url, why, sizeof why) != 0) {
+        CHECK(0, "%s: IPC client: %s", tag, why);
+        cc_stop(d, tag);
+        return -1;
+    }
+    return 0;
+}
+
 /* Requests of layer l at m index mi in the captured form; each is checked
  * and its path must be want. The variants alternate, so that a y copied out
  * of the staging buffer instead of computed (a graph still aimed at the
@@ -511,20 +532,10 @@ static void refused_run(ipc_conn *t, uint32_t l, uint32_t mi, int count, uint32_
 static void refused_binds(void)
 {
     printf("== refused rebinds\n");
-    setenv("PROJD_CUDA_REFUSE_BINDS", "5", 1);
     pj_dproc d;
-    char why[600];
-    int rc = cc_start(&d, g_model, NULL, why, sizeof why);
-    unsetenv("PROJD_CUDA_REFUSE_BINDS");
-    CHECK(rc == 0, "start projd (refused rebinds): %s", why);
-    if (rc != 0)
-        return;
     ipc_conn t;
-    if (ipc_open(&t, d.url, why, sizeof why) != 0) {
-        CHECK(0, "IPC client: %s", why);
-        cc_stop(&d, "refused");
+    if (start_with_env("PROJD_CUDA_REFUSE_BINDS", "5", "refused rebinds", &d, &t) != 0)
         return;
-    }
     refused_run(&t, 0, 1, 2, PJ_CUDA_PATH_GRAPH_STAGED, "layer 0, refused 1-2");
     CHECK(pj_dproc_log_has(&d, "failed (refused for a test", 1000),
           "refused rebinds: no line about a request run staged");
@@ -547,7 +558,7 @@ static void refused_binds(void)
         cJSON_Delete(st);
     }
     ipc_close(&t);
-    cc_stop(&d, "refused");
+    cc_stop(&d, "refused rebinds");
 }
 
 /* cuBLAS algo 1 (cuBLASLt's first heuristic choice, as the tuned table
@@ -559,20 +570,11 @@ static void refused_binds(void)
 static void lt_unaligned(void)
 {
     printf("== cuBLAS algo 1 on unaligned client pointers\n");
-    setenv("PROJD_FORCE_ENGINE", "cublas:algo=1", 1);
     pj_dproc d;
-    char why[600];
-    int rc = cc_start(&d, g_model, NULL, why, sizeof why);
-    unsetenv("PROJD_FORCE_ENGINE");
-    CHECK(rc == 0, "start projd (cublas algo=1 forced): %s", why);
-    if (rc != 0)
-        return;
     ipc_conn t;
-    if (ipc_open(&t, d.url, why, sizeof why) != 0) {
-        CHECK(0, "IPC client: %s", why);
-        cc_stop(&d, "lt");
+    char why[600];
+    if (start_with_env("PROJD_FORCE_ENGINE", "cublas:algo=1", "cublas algo=1 forced", &d, &t) != 0)
         return;
-    }
     const pj_model *model = pjc_model();
     uint64_t seed = 7;
     int odd = 0;
