@@ -23,8 +23,8 @@
 /* Label names projd's own series use: a constant label of the same name
  * would make a series with the name twice, which Prometheus refuses. */
 static const char *const own_labels[] = {
-    "version", "backend", "device", "state", "result", "type",   "code", "layer", "quantile",
-    "phase",   "le",      "lane",   "uuid",  "table",  "engine", "step", NULL};
+    "version", "backend", "device", "state", "result", "type",   "code", "layer",  "quantile",
+    "phase",   "le",      "lane",   "uuid",  "table",  "engine", "step", "reason", NULL};
 
 /* Families at most (a hostile document's backend_stats could name
  * millions); elements of one backend array and children of one object
@@ -344,7 +344,7 @@ static int is_hist(const cJSON *h)
  * p99, max} in microseconds; is_hist); lk = lv labels it (lk may be NULL). */
 static void summary_samples(mw *w, const char *name, const cJSON *h, const char *lk, const char *lv)
 {
-    double count = 0, mean = 0, p50 = 0, p99 = 0;
+    double count = 0, mean = 0, p50 = 0, p99 = 0, sum_us = 0;
     get_num(h, "count", &count);
     get_num(h, "mean", &mean);
     get_num(h, "p50", &p50);
@@ -367,7 +367,11 @@ static void summary_samples(mw *w, const char *name, const cJSON *h, const char 
      * write it, not a 0 that reads as a fast request. */
     sample(w, name, q50, count > 0 ? p50 / 1e6 : NAN);
     sample(w, name, q99, count > 0 ? p99 / 1e6 : NAN);
-    sample(w, sum_name, lk ? plain : NULL, mean * count / 1e6);
+    /* The exact sum where projd gives it: mean x count, each rounded,
+     * went down a few ulps when an observation of 0 (a refused job) came,
+     * which rate() takes for a counter reset. */
+    const double sum = get_num(h, "sum_us", &sum_us) ? sum_us : mean * count;
+    sample(w, sum_name, lk ? plain : NULL, sum / 1e6);
     sample(w, count_name, lk ? plain : NULL, count);
 }
 
@@ -765,7 +769,8 @@ static void render(mw *w, const cJSON *d)
                               "device",  str(d, "device"),  NULL};
         sample(w, "projd_info", info, 1);
     }
-    one(w, d, "uptime_s", "projd_uptime_seconds", "gauge", 1, "Seconds since the daemon started");
+    one(w, d, "uptime_s", "projd_uptime_seconds", "gauge", 1,
+        "Seconds since the daemon began serving (after its model load and backend start)");
     one(w, d, "draining", "projd_draining", "gauge", 1,
         "1 while the daemon drains to stop (SIGTERM), else 0");
 

@@ -881,6 +881,10 @@ static int cmd_metrics(opts *o)
         projd_close(c);
         if (!up)
             fprintf(stderr, "projctl: %s\n", e.msg);
+        /* A drain (or a limit) that began after the connect is the same
+         * answer as one that refused it: projd is up. */
+        if (!up && (e.code == PJ_E_SHUTDOWN || e.code == PJ_E_LIMIT))
+            refused = e.code;
     } else if (crc == PJ_E_LIMIT || crc == PJ_E_SHUTDOWN) {
         refused = crc;
     }

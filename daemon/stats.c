@@ -98,6 +98,9 @@ static void add_hist(cJSON *obj, const char *name, const pj_hist *h)
     if (!o)
         return;
     cJSON_AddNumberToObject(o, "count", (double)h->count);
+    /* Never lower than the last (the ns sum only grows): what a
+     * Prometheus summary's _sum needs, which mean x count is not. */
+    cJSON_AddNumberToObject(o, "sum_us", (double)h->sum / 1e3);
     cJSON_AddNumberToObject(o, "mean", h->count ? (double)h->sum / (double)h->count / 1e3 : 0);
     cJSON_AddNumberToObject(o, "p50", (double)pj_hist_quantile(h, 0.50) / 1e3);
     cJSON_AddNumberToObject(o, "p99", (double)pj_hist_quantile(h, 0.99) / 1e3);

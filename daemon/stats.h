@@ -61,8 +61,8 @@ void pj_stats_error(pj_stats *s, int code);
 /* Add "uptime_s", "requests", "errors", "ops", "layers" (names from
  * layer_names, n_layers of them, at most s->n_layers: ops, rows, exec_us
  * of one-op requests)
- * and "latency_us" (queue, exec, total; count, mean, p50, p99, max) to
- * obj. */
+ * and "latency_us" (queue, exec, total; count, sum_us, mean, p50, p99,
+ * max) to obj. */
 void pj_stats_json(const pj_stats *s, const char *const *layer_names, uint32_t n_layers,
                    cJSON *obj);
 
