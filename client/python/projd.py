@@ -35,10 +35,12 @@ registration by twice it: its REGISTER is sent once more after a timeout).
 
 Processes: nng, beneath libprojd, aborts a forked child that uses it once
 the parent has. So a Client, its buffers and requests belong to the process
-that opened them: in a fork (os.fork, multiprocessing's "fork" method) they
-raise RuntimeError instead of calling libprojd, and are dropped there
-without it; a new Client there raises RuntimeError too once the parent has
-connected. Start processes that connect with multiprocessing's "spawn" or
+that opened them: in a fork (os.fork, multiprocessing's "fork" method)
+whatever would call libprojd (a request, wait, done, ping, release) raises
+RuntimeError instead, and they are dropped there without it; a new Client
+there raises RuntimeError too once the parent has connected. A buffer's
+memory stays mapped in the child (read, write, view): it is the parent's,
+which the daemon reads and writes for the parent's requests. Start processes that connect with multiprocessing's "spawn" or
 "forkserver" method, or fork before the first Client.
 """
 
@@ -1043,7 +1045,9 @@ class ShmBuffer:
         """Unregister and unmap (a no-op when already released).
 
         Raises BufferError while views are open or an unfinished request
-        names the buffer, ProjdError when the daemon refuses the
+        made with this ShmBuffer object names it (a request given its raw
+        id, as PackedOps takes it, is not tracked: its output would be
+        lost), ProjdError when the daemon refuses the
         UNREGISTER (the local mapping is gone in any case); not when the
         connection was lost (the daemon's side went with it)."""
         if self._map.released:
@@ -1086,8 +1090,9 @@ class Request:
     """An asynchronous PROJECT (projd_project_async), future-like.
 
     done() polls, wait() blocks until it completed and returns the Result
-    (or raises ProjdError, every time it is called), close() stops
-    waiting for it and frees it (also on garbage collection). The protocol
+    (or raises ProjdError, every time it is called), close() frees it (also
+    on garbage collection); a wait() in progress on another thread is let
+    finish first (the request's end, or its timeout). The protocol
     has no cancel: a request the daemon has taken runs there to its end
     and writes its outputs, also after close() or a timeout here, so keep
     its buffers (a later request on the connection finishing says it has
@@ -1762,9 +1767,8 @@ class Client:
         the same request, events and errors (ProjdError with failed_op and
         result), without building a Result on success (ops.result() does).
         Event handles must be bytes here."""
-        n = ops.capacity if count is None else count
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= ops.capacity:
-            raise ValueError("count must be in 1..%d, got %r" % (ops.capacity, count))
+        # Any integer type, as the module's other counts (numpy's int64).
+        n = ops.capacity if count is None else _uint(count, "count", ops.capacity, 1)
         flags = self._flags(flags)
         if wait_event is not None:
             if not isinstance(wait_event, bytes) or len(wait_event) != _IPC_HANDLE_SIZE:

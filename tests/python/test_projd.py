@@ -707,6 +707,10 @@ class PackedOpsTests(DaemonTest):
             with self.assertRaises(ProjdError) as cm:
                 self.c.project_packed(packed, 2)
             e = cm.exception
+            # count: any integer type (a numpy one has __index__), in range
+            for bad, err in ((0, ValueError), (3, ValueError), (2.0, TypeError), (True, TypeError)):
+                with self.assertRaises(err, msg=repr(bad)):
+                    self.c.project_packed(packed, bad)
             self.assertEqual((e.status, e.failed_op, e.result.n_ops), (Status.E_BOUNDS, 1, 2), str(e))
             self.assertEqual(packed.result().status, int(Status.E_BOUNDS))
             self.assertEqual(yb.read(), b"\xff" * yb.size)  # nothing ran
