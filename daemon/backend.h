@@ -220,13 +220,16 @@ int pj_backend_select(pj_backend_kind want, const pj_backend_ops **out, char *wh
 int pj_backend_check_device(const pj_backend_ops *ops, const pj_config *cfg, char *err,
                             size_t errlen);
 
-/* The keys of cfg set for the cuda backend that the cpu backend ignores
- * (device.uuid, device.index, the layers' engine and graph_rows), listed
- * in out ("device.uuid GPU-..., 2 layers' engine"); the number of them, 0
- * when none is set. The start warns of them, and --check-config notes
- * them, when auto chose the cpu backend: a GPU the configuration names
- * that is not usable must not pass for a host without one. */
-int pj_backend_cpu_ignores(const pj_config *cfg, char *out, size_t len);
+/* When auto chose the cpu backend (ops, with pj_backend_select's why) for
+ * a configuration that sets keys only the cuda backend reads (device.uuid,
+ * device.index, the layers' engine and graph_rows): 1, with the sentence
+ * saying so in out ("backend <why>; the configuration's device.uuid
+ * GPU-..., 2 layers' engines are for the cuda backend and ignored");
+ * else 0. The start warns with it and --check-config notes it: a GPU the
+ * configuration names that is not usable must not pass for a host
+ * without one. */
+int pj_backend_cpu_ignores(const pj_config *cfg, const pj_backend_ops *ops, const char *why,
+                           char *out, size_t len);
 
 /* Allocate and open an instance. Returns 0 or a negative errno (err set). */
 int pj_backend_create(const pj_backend_ops *ops, const pj_config *cfg, const pj_model *model,

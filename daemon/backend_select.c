@@ -79,22 +79,26 @@ int pj_backend_select(pj_backend_kind want, const pj_backend_ops **out, char *wh
 #endif
 }
 
-int pj_backend_cpu_ignores(const pj_config *cfg, char *out, size_t len)
+int pj_backend_cpu_ignores(const pj_config *cfg, const pj_backend_ops *ops, const char *why,
+                           char *out, size_t len)
 {
+    out[0] = 0;
+    if (cfg->device.backend != PJ_BACKEND_AUTO || ops != pj_backend_cpu_ops())
+        return 0;
     uint32_t engines = 0, rows = 0;
     for (uint32_t i = 0; i < cfg->model.n_layers && i < PJ_CFG_MAX_LAYERS; i++) {
         engines += cfg->model.layers[i].engine[0] != 0;
         rows += cfg->model.layers[i].n_graph_rows != 0;
     }
+    char keys[400] = "";
     int n = 0;
     size_t at = 0;
-    out[0] = 0;
 #define SAY(...)                                                                                   \
     do {                                                                                           \
-        if (at < len)                                                                              \
-            at += (size_t)snprintf(out + at, len - at, "%s", n ? ", " : "");                       \
-        if (at < len)                                                                              \
-            at += (size_t)snprintf(out + at, len - at, __VA_ARGS__);                               \
+        if (at < sizeof keys)                                                                      \
+            at += (size_t)snprintf(keys + at, sizeof keys - at, "%s", n ? ", " : "");              \
+        if (at < sizeof keys)                                                                      \
+            at += (size_t)snprintf(keys + at, sizeof keys - at, __VA_ARGS__);                      \
         n++;                                                                                       \
     } while (0)
     if (cfg->device.uuid[0])
@@ -106,5 +110,9 @@ int pj_backend_cpu_ignores(const pj_config *cfg, char *out, size_t len)
     if (rows)
         SAY("%u layer%s graph_rows", rows, rows == 1 ? "'s" : "s'");
 #undef SAY
-    return n;
+    if (n == 0)
+        return 0;
+    snprintf(out, len, "backend %s; the configuration's %s %s for the cuda backend and ignored",
+             why, keys, n == 1 ? "is" : "are");
+    return 1;
 }

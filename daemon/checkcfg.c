@@ -209,15 +209,11 @@ int pj_checkcfg_run(const pj_config *cfg, const char *config_file, const char *u
     const pj_backend_ops *ops = NULL;
     const int selected =
         pj_backend_select(cfg->device.backend, &ops, why, sizeof why, err, sizeof err) == 0;
-    char keys[400];
-    int nk = 0;
+    char said[1000];
     if (!selected)
         problem(&n, "%s", err);
-    else if (cfg->device.backend == PJ_BACKEND_AUTO && strcmp(ops->name, "cpu") == 0 &&
-             (nk = pj_backend_cpu_ignores(cfg, keys, sizeof keys)) > 0)
-        note("backend %s; the configuration's %s %s for the cuda backend and ignored "
-             "(device.backend \"cuda\" refuses a start without the GPU)",
-             why, keys, nk == 1 ? "is" : "are");
+    else if (pj_backend_cpu_ignores(cfg, ops, why, said, sizeof said))
+        note("%s (device.backend \"cuda\" refuses a start without the GPU)", said);
     else if (pj_backend_check_device(ops, cfg, err, sizeof err) != 0)
         problem(&n, "backend %s: %s", ops->name, err);
     check_socket(url, &n);

@@ -604,13 +604,11 @@ static void raise_fd_limit(const pj_config *cfg)
  * pass for a host without one, serving many times slower. */
 static void say_cpu_ignores(const pj_config *cfg, const pj_backend_ops *ops, const char *why)
 {
-    char keys[400];
-    int n;
-    if (cfg->device.backend == PJ_BACKEND_AUTO && strcmp(ops->name, "cpu") == 0 &&
-        (n = pj_backend_cpu_ignores(cfg, keys, sizeof keys)) > 0)
-        pj_log_warn("backend %s; the configuration's %s %s for the cuda backend and ignored: set "
-                    "device.backend to \"cuda\" to refuse a start without the GPU, or to \"cpu\"",
-                    why, keys, n == 1 ? "is" : "are");
+    char said[1000];
+    if (pj_backend_cpu_ignores(cfg, ops, why, said, sizeof said))
+        pj_log_warn("%s: set device.backend to \"cuda\" to refuse a start without the GPU, or to "
+                    "\"cpu\"",
+                    said);
 }
 
 static int serve(daemon_state *d, const char *url)

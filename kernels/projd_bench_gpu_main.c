@@ -933,6 +933,10 @@ static void tune_shape(bench *b, int li, uint32_t m, int full, FILE *csv, pj_tun
     free(scr);
 }
 
+/* The header of the tuner's logs (tune_log.csv, lt_vet.csv): tune_shape
+ * and vet_served_m write their rows. */
+#define TUNE_CSV_HEADER "layer,m,engine,knobs,phase,us_or_reason\n"
+
 static void drop_entry(pj_tune_table *t, const pj_tune_entry *e)
 {
     size_t i = (size_t)(e - t->e);
@@ -1071,7 +1075,7 @@ static void tune_all(bench *b, pj_tune_table *t)
             die("tuning table full");
     check_table_room(t->n, g_old ? b->o.tune_m_lo : 1, g_old ? b->o.tune_m_hi : UINT32_MAX);
     FILE *csv = out_file(b, "tune_log.csv");
-    fprintf(csv, "layer,m,engine,knobs,phase,us_or_reason\n");
+    fprintf(csv, TUNE_CSV_HEADER);
     double t0 = now_s();
     /* The decode shapes first (ms ascends): that is where the knobs
      * matter, and the budget runs out at the large m. */
@@ -2733,17 +2737,17 @@ int main(int argc, char **argv)
             ltp = &lt_table;
         }
         const int nr = lt_survey(b, lt_lo, lt_hi, lt_budget, ltp);
-        int nd = 0;
-        if (ltp && b->o.tune && nr > 0) {
-            /* An entry put at an m the table had none at also serves the m
-             * between it and the entry below, which the survey never ran:
-             * every served m is checked, as after tuning. */
-            FILE *vcsv = out_file(b, "lt_vet.csv");
-            fprintf(vcsv, "layer,m,engine,knobs,phase,us_or_reason\n");
-            nd = vet_served_m(b, ltp, vcsv);
-            fclose(vcsv);
-        }
         if (ltp && b->o.tune) {
+            int nd = 0;
+            if (nr > 0) {
+                /* An entry put at an m the table had none at also serves
+                 * the m between it and the entry below, which the survey
+                 * never ran: every served m is checked, as after tuning. */
+                FILE *vcsv = out_file(b, "lt_vet.csv");
+                fprintf(vcsv, TUNE_CSV_HEADER);
+                nd = vet_served_m(b, ltp, vcsv);
+                fclose(vcsv);
+            }
             char date[64];
             time_t now = time(NULL);
             strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
