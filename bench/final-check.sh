@@ -25,6 +25,9 @@ grep -E "GPU suites|checks passed|test_engines:|tuning table: .*entries|fatal|py
     "$F/backend.log" | sort | uniq -c | head -20
 tar czf "$F/backend.tgz" -C /tmp/backend . 2>/dev/null
 for i in 1 2; do
+    # A folder kept from an earlier visit (a machine that kept /tmp) must not
+    # pass its bench.json off as this run's.
+    rm -rf "$F/bench-$i"
     timeout 100 "$B/bin/projd-bench" --out "$F/bench-$i" --reps 300 --table "$table" \
         --commit "$commit" >"$F/bench-$i.log" 2>&1
     echo "bench $i rc=$? $(grep -E '^SCORE' "$F/bench-$i.log")"

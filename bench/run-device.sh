@@ -68,14 +68,17 @@ esac
 timeout --kill-after=5 "${BENCH_TIMEOUT:-330}" .devrun/projd-bench "${args[@]}" >"$OUT/bench.log" 2>&1
 rc=$?
 echo "projd-bench exit $rc" | tee -a "$log"
-if [ "$rc" -ne 0 ] && [ "$mode" = tune -o "$mode" = tunenew ]; then
-    # Keep what the tuner learnt (log) and still get timings of the ladder.
+# Exit 3: the results are written, but a shape was wrong after its timed
+# replays (bench.json says which); they stay as they are. Another failure of
+# a tuning run: keep what the tuner learnt (log) and still get timings of the
+# ladder, in a folder of their own.
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ] && { [ "$mode" = tune ] || [ "$mode" = tunenew ]; }; then
     cp "$OUT/bench.log" "$OUT/bench-tune-failed.log"
     retry=()
     [ "$mode" = tunenew ] && retry=(--table "$t")
-    timeout --kill-after=5 120 .devrun/projd-bench --out "$OUT" --commit "$commit" \
+    timeout --kill-after=5 120 .devrun/projd-bench --out "$OUT/untuned" --commit "$commit" \
         --reps 200 "${retry[@]}" >"$OUT/bench.log" 2>&1
-    echo "projd-bench (untuned retry) exit $?" | tee -a "$log"
+    echo "projd-bench (untuned retry, $OUT/untuned) exit $?" | tee -a "$log"
 fi
 
 if [ "$ncu" = 1 ] && [ -f .devrun/ncu.txt ]; then

@@ -43,6 +43,7 @@
 #include "daemon/backend.h"
 #include "daemon/model.h"
 #include "kernels/benchk.h"
+#include "kernels/benchout.h"
 #include "kernels/dispatch.h"
 #include "kernels/engcheck.h"
 #include "kernels/engine.h"
@@ -54,6 +55,14 @@
 #define MAX_SHAPES    (MAX_LAYERS * MAX_MS)
 #define FLUSH_BYTES   (256u << 20)
 #define READBUF_BYTES (160u << 20)
+/* The bootstrap's xorshift64 state: fixed, so one run's samples always give
+ * one interval. */
+#define BOOT_SEED 0x12345678abcdefull
+/* Exit status of a run that wrote its results but timed a shape that was
+ * wrong after its replays (1 is a run that wrote nothing: an error). */
+#define EXIT_WRONG 3
+_Static_assert(PJ_BK_READ_VARIANTS == PJ_BO_FLOORS,
+               "every read variant has its place in bench.json");
 
 typedef struct layer_def {
     char name[PJ_CFG_NAME];
@@ -127,6 +136,7 @@ typedef struct bench {
     size_t readbuf_bytes;
     unsigned *sink;
     uint16_t *tmp; /* baseline router scratch */
+    size_t tmp_bytes;
     cudaGraphExec_t g_flush;
     cudaEvent_t *ev;
     int nev;
@@ -166,21 +176,6 @@ static void die(const char *fmt, ...)
             die("%s:%d %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(ce_));               \
     } while (0)
 
-/* ---- statistics ----------------------------------------------------------- */
-
-static int cmp_f(const void *a, const void *b)
-{
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-static float median(const float *v, int n, float *scratch)
-{
-    memcpy(scratch, v, (size_t)n * sizeof *v);
-    qsort(scratch, (size_t)n, sizeof *scratch, cmp_f);
-    return n % 2 ? scratch[n / 2] : 0.5f * (scratch[n / 2 - 1] + scratch[n / 2]);
-}
-
 /* ---- graphs and timing ------------------------------------------------------- */
 
 typedef int (*op_fn)(bench *b, void *ctx);
@@ -207,7 +202,6 @@ static int op_flush(bench *b, void *ctx);
  * that nothing the flush might miss can favour either side. */
 static cudaGraphExec_t capture(bench *b, op_fn fn, void *ctx)
 {
-    cudaGraph_t g;
     cudaGraphExec_t ge;
     CK(cudaStreamBeginCapture(b->c.s, cudaStreamCaptureModeThreadLocal));
     int rc = 0;
@@ -228,8 +222,13 @@ static cudaGraphExec_t capture(bench *b, op_fn fn, void *ctx)
     if (!rc && b->ingraph && fn != op_flush &&
         cudaEventRecordWithFlags(b->ev[1], b->c.s, cudaEventRecordExternal))
         rc = -EIO;
+    cudaGraph_t g = NULL;
     cudaError_t ce = cudaStreamEndCapture(b->c.s, &g);
     if (rc || ce != cudaSuccess) {
+        /* The op refused (cuBLASLt turns down many of the survey's
+         * configurations) but the capture ended: its graph is ours to free. */
+        if (ce == cudaSuccess && g)
+            cudaGraphDestroy(g);
         cudaGetLastError();
         return NULL;
     }
@@ -826,7 +825,7 @@ static void tune_shape(bench *b, int li, uint32_t m, int full, FILE *csv, pj_tun
             continue;
         float *t[1] = {tv};
         time_graphs(b, &c->g, 1, coarse, t);
-        c->us = median(tv, coarse, scr);
+        c->us = pj_bo_median(tv, coarse, scr);
         nvalid++;
     }
     qsort(cs, (size_t)nc, sizeof *cs, cand_cmp);
@@ -866,7 +865,7 @@ static void tune_shape(bench *b, int li, uint32_t m, int full, FILE *csv, pj_tun
     int i_cublas = -1, i_plain = -1, i_z = -1;
     for (int j = 0; j < nf; j++) {
         cand *c = &cs[fin[j]];
-        c->us = median(tt[j], fine, scr2);
+        c->us = pj_bo_median(tt[j], fine, scr2);
         if (c->k == PJ_ENG_CUBLAS && c->us < best_cublas) {
             best_cublas = c->us;
             i_cublas = fin[j];
@@ -1103,35 +1102,12 @@ static void tune_all(bench *b, pj_tune_table *t)
 
 /* ---- the benchmark --------------------------------------------------------------- */
 
-typedef struct shape_res {
-    int li;
-    uint32_t m, n;
-    pj_eng_kind k;
-    pj_eng_knobs kn;
-    int step; /* ladder step that chose */
-    int valid;
-    char why[200];
-    float *tb, *to; /* baseline, ours samples */
-    float base_us, ours_us, speedup;
-    float gemmex_us, lt_us;
-    int base_algo;
-    size_t bytes;
-    float floor_us;
-    float floor_var[PJ_BK_READ_VARIANTS];
-    double rel_err;
-    /* ours' output after the timed replays: every element within the
-     * bound and written (1), or not (0: the shape's time is of a wrong
-     * result, said and the run fails) */
-    int after_ok;
-    char after_why[160];
-} shape_res;
-
 /* Ours checked once more after its timed replays, on a poisoned y, by one
  * more replay of its graph: validation ran the engine outside a graph, and
  * an engine wrong only when replayed many times (state a replay leaves for
  * the next, a split-K counter not reset) would otherwise be timed and
  * scored. The baseline shares y, so the check runs ours on its own. */
-static void check_after_replays(bench *b, cudaGraphExec_t g_ours, const op_ctx *o, shape_res *r)
+static void check_after_replays(bench *b, cudaGraphExec_t g_ours, const op_ctx *o, pj_bo_shape *r)
 {
     pj_bk_cmp cmp;
     const pj_eng_call *c = &o->call;
@@ -1152,23 +1128,29 @@ static void check_after_replays(bench *b, cudaGraphExec_t g_ours, const op_ctx *
         r->after_ok = 1;
     }
     if (!r->after_ok)
-        fprintf(stderr, "bench: %s m=%u %s: WRONG after its timed replays: %s\n",
-                layer_defs[r->li].name, r->m, pj_eng_name(r->k), r->after_why);
+        fprintf(stderr, "bench: %s m=%u %s: WRONG after its timed replays: %s\n", r->layer, r->m,
+                r->engine, r->after_why);
 }
 
-static void bench_all(bench *b, const pj_tune_table *t, shape_res *res)
+/* Every shape timed against its baseline: res[mi * g_nl + li]; the samples
+ * each holds (tb, to) are the caller's to free. */
+static void bench_all(bench *b, const pj_tune_table *t, pj_bo_shape *res)
 {
     const int reps = b->o.reps;
     float *scr = malloc(sizeof(float) * (size_t)(reps > 200 ? reps : 200));
+    float *t100 = malloc(sizeof(float) * 3 * 100);
+    if (!scr || !t100)
+        die("out of host memory");
     for (int si = 0; si < g_nl * g_nm; si++) {
-        shape_res *r = &res[si];
+        pj_bo_shape *r = &res[si];
         const int li = si % g_nl;
         const uint32_t m = ms[si / g_nl];
         const layer_def *d = &layer_defs[li];
         memset(r, 0, sizeof *r);
-        r->li = li;
+        snprintf(r->layer, sizeof r->layer, "%s", d->name);
         r->m = m;
         r->n = d->n;
+        r->k = d->K;
         op_ctx o, ob;
         memset(&o, 0, sizeof o);
         make_call(b, li, m, &o.call);
@@ -1176,6 +1158,7 @@ static void bench_all(bench *b, const pj_tune_table *t, shape_res *res)
         if (step < 0)
             die("%s m=%u: no engine can run", d->name, m);
         r->step = step;
+        snprintf(r->chosen, sizeof r->chosen, "%s", pj_eng_name(o.k));
         char why[200];
         r->valid = validate(b, li, m, o.k, &o.kn, why, sizeof why);
         if (!r->valid) {
@@ -1184,11 +1167,12 @@ static void bench_all(bench *b, const pj_tune_table *t, shape_res *res)
                     d->name, m, pj_eng_name(o.k), why);
             o.k = PJ_ENG_CUBLAS;
             o.kn = pj_eng_default_knobs(PJ_ENG_CUBLAS, &b->layers[li].L, m);
+            r->step = 3; /* what ran is the ladder's last step, as in the daemon */
             if (!validate(b, li, m, o.k, &o.kn, why, sizeof why))
                 die("%s m=%u: cuBLAS fails validation too: %s", d->name, m, why);
         }
-        r->k = o.k;
-        r->kn = o.kn;
+        snprintf(r->engine, sizeof r->engine, "%s", pj_eng_name(o.k));
+        pj_eng_knobs_str(o.k, &o.kn, r->knobs, sizeof r->knobs);
         {
             pj_chk_result cr;
             prepare(b, li, m);
@@ -1196,36 +1180,39 @@ static void bench_all(bench *b, const pj_tune_table *t, shape_res *res)
                 r->rel_err = sqrt(cr.cmp.err2 / cr.cmp.ref2);
         }
         cudaGraphExec_t g_ours = capture(b, op_engine, &o);
+        if (!g_ours)
+            die("%s m=%u: cannot capture %s", d->name, m, r->engine);
         /* Baseline: both cuBLAS paths, the faster one is SGLang's. */
         cudaGraphExec_t g_b[2];
         for (int a = 0; a < 2; a++) {
             ob = o;
             ob.base_algo = a;
-            pj_eng_baseline(a, &ob.call, b->tmp, b->c.es); /* warm: Lt plan, handles */
+            if (pj_eng_baseline(a, &ob.call, b->tmp, b->c.es)) /* warm: Lt plan, handles */
+                die("%s m=%u: the baseline (%s) fails", d->name, m,
+                    a ? "cublasLt" : "cublasGemmEx");
             CK(cudaStreamSynchronize(b->c.s));
             g_b[a] = capture(b, op_baseline, &ob);
             if (!g_b[a])
                 die("%s m=%u: cannot capture the baseline", d->name, m);
         }
-        if (!g_ours)
-            die("%s m=%u: cannot capture %s", d->name, m, pj_eng_name(o.k));
         {
-            float *t2[2] = {malloc(sizeof(float) * 100), malloc(sizeof(float) * 100)};
+            float *t2[2] = {t100, t100 + 100};
             time_graphs(b, g_b, 2, 100, t2);
-            r->gemmex_us = median(t2[0], 100, scr);
-            r->lt_us = median(t2[1], 100, scr);
-            free(t2[0]);
-            free(t2[1]);
+            r->gemmex_us = pj_bo_median(t2[0], 100, scr);
+            r->lt_us = pj_bo_median(t2[1], 100, scr);
         }
-        r->base_algo = r->lt_us < r->gemmex_us;
-        cudaGraphExec_t pair[2] = {g_b[r->base_algo], g_ours};
-        r->tb = malloc(sizeof(float) * (size_t)reps);
-        r->to = malloc(sizeof(float) * (size_t)reps);
-        float *tp[2] = {r->tb, r->to};
+        r->base_lt = r->lt_us < r->gemmex_us;
+        cudaGraphExec_t pair[2] = {g_b[r->base_lt], g_ours};
+        float *tb = malloc(sizeof(float) * (size_t)reps),
+              *to = malloc(sizeof(float) * (size_t)reps);
+        if (!tb || !to)
+            die("out of host memory");
+        float *tp[2] = {tb, to};
         time_graphs(b, pair, 2, reps, tp);
-        r->base_us = median(r->tb, reps, scr);
-        r->ours_us = median(r->to, reps, scr);
-        r->speedup = r->base_us / r->ours_us;
+        r->tb = tb;
+        r->to = to;
+        r->base_us = pj_bo_median(tb, reps, scr);
+        r->ours_us = pj_bo_median(to, reps, scr);
         check_after_replays(b, g_ours, &o, r);
         /* Read floor: the bytes this engine reads, read by the read kernel. */
         r->bytes = pj_eng_bytes_read(o.k, &o.kn, &o.call);
@@ -1236,269 +1223,56 @@ static void bench_all(bench *b, const pj_tune_table *t, shape_res *res)
             orr.read_bytes = r->bytes < b->readbuf_bytes ? r->bytes : b->readbuf_bytes;
             orr.read_variant = v;
             cudaGraphExec_t gr = capture(b, op_read, &orr);
-            float *tr[1] = {scr + 0};
-            float *tmpv = malloc(sizeof(float) * 100);
-            tr[0] = tmpv;
+            if (!gr)
+                die("%s m=%u: cannot capture the read floor's variant %d (%zu bytes)", d->name, m,
+                    v, orr.read_bytes);
+            float *tr[1] = {t100 + 200};
             time_graphs(b, &gr, 1, 100, tr);
-            float md = median(tmpv, 100, scr);
+            float md = pj_bo_median(tr[0], 100, scr);
             r->floor_var[v] = md;
             if (md < best)
                 best = md;
-            free(tmpv);
             cudaGraphExecDestroy(gr);
         }
         r->floor_us = best;
-        char ks[96];
-        pj_eng_knobs_str(r->k, &r->kn, ks, sizeof ks);
         printf("bench %-9s m=%-3u %-7s %-34s base %7.2f (%s)  ours %7.2f  x%.3f  floor %6.2f "
                "(%.2f)\n",
-               d->name, m, pj_eng_name(r->k), ks, r->base_us, r->base_algo ? "lt" : "gemmex",
-               r->ours_us, r->speedup, r->floor_us, r->ours_us / r->floor_us);
+               d->name, m, r->engine, r->knobs, r->base_us, r->base_lt ? "lt" : "gemmex",
+               r->ours_us, r->base_us / r->ours_us, r->floor_us, r->ours_us / r->floor_us);
         fflush(stdout);
         cudaGraphExecDestroy(g_ours);
         cudaGraphExecDestroy(g_b[0]);
         cudaGraphExecDestroy(g_b[1]);
     }
     free(scr);
+    free(t100);
 }
 
-typedef struct score {
-    double base_sum[MAX_MS], ours_sum[MAX_MS], speedup[MAX_MS];
-    double score, lo, hi;
-} score;
-
-static double geo(const double *v, int n)
+/* The run's description for its files: device, versions, options. */
+static void describe_run(const bench *b, const char *config, int carveout, pj_bo_run *run)
 {
-    double s = 0;
-    for (int i = 0; i < n; i++)
-        s += log(v[i]);
-    return exp(s / n);
-}
-
-static void compute_score(const bench *b, const shape_res *res, score *sc)
-{
-    const int reps = b->o.reps;
-    for (int mi = 0; mi < g_nm; mi++) {
-        sc->base_sum[mi] = sc->ours_sum[mi] = 0;
-        for (int li = 0; li < g_nl; li++) {
-            sc->base_sum[mi] += res[mi * g_nl + li].base_us;
-            sc->ours_sum[mi] += res[mi * g_nl + li].ours_us;
-        }
-        sc->speedup[mi] = sc->base_sum[mi] / sc->ours_sum[mi];
-    }
-    sc->score = geo(sc->speedup, g_nm);
-    /* Bootstrap: resample each shape's repetitions in pairs. */
-    const int B = 1000;
-    double *boots = malloc(sizeof(double) * B);
-    float *rb = malloc(sizeof(float) * (size_t)reps), *ro = malloc(sizeof(float) * (size_t)reps);
-    float *scr = malloc(sizeof(float) * (size_t)reps);
-    uint64_t st = 0x12345678abcdefull;
-    for (int it = 0; it < B; it++) {
-        double bs[MAX_MS] = {0}, os[MAX_MS] = {0}, sp[MAX_MS];
-        for (int si = 0; si < g_nl * g_nm; si++) {
-            for (int r = 0; r < reps; r++) {
-                st ^= st << 13;
-                st ^= st >> 7;
-                st ^= st << 17;
-                int j = (int)(st % (uint64_t)reps);
-                rb[r] = res[si].tb[j];
-                ro[r] = res[si].to[j];
-            }
-            bs[si / g_nl] += median(rb, reps, scr);
-            os[si / g_nl] += median(ro, reps, scr);
-        }
-        for (int mi = 0; mi < g_nm; mi++)
-            sp[mi] = bs[mi] / os[mi];
-        boots[it] = geo(sp, g_nm);
-    }
-    for (int i = 1; i < B; i++) { /* insertion sort: B is small */
-        double v = boots[i];
-        int j = i - 1;
-        while (j >= 0 && boots[j] > v) {
-            boots[j + 1] = boots[j];
-            j--;
-        }
-        boots[j + 1] = v;
-    }
-    sc->lo = boots[(int)(0.025 * B)];
-    sc->hi = boots[(int)(0.975 * B) - 1];
-    free(boots);
-    free(rb);
-    free(ro);
-    free(scr);
-}
-
-/* A load's name: the reference's "decode M" (M <= 32) and "verify M";
- * another model's loads are named by m alone. */
-static void load_names(char (*name)[32])
-{
-    for (int mi = 0; mi < g_nm; mi++) {
-        if (g_model)
-            snprintf(name[mi], sizeof name[mi], "m %u", ms[mi]);
-        else
-            snprintf(name[mi], sizeof name[mi], "%s %u", ms[mi] <= 32 ? "decode" : "verify",
-                     ms[mi]);
-    }
-}
-
-/* name in --out's folder, opened for writing; a file that cannot be is the
- * end of the run. */
-static void write_outputs(const bench *b, const shape_res *res, const score *sc)
-{
-    char date[64];
+    memset(run, 0, sizeof *run);
+    snprintf(run->device, sizeof run->device, "%s", b->c.lim.name);
+    run->sm_count = b->c.lim.sm_count;
     time_t now = time(NULL);
-    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    int cv = 0, rv = 0, cbv = 0;
-    cudaDriverGetVersion(&cv);
-    cudaRuntimeGetVersion(&rv);
-    cbv = pj_eng_cublas_version();
-
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "device", b->c.lim.name);
-    cJSON_AddNumberToObject(root, "sm_count", b->c.lim.sm_count);
-    cJSON_AddStringToObject(root, "date", date);
-    cJSON_AddStringToObject(root, "commit", b->o.commit ? b->o.commit : "");
-    cJSON_AddStringToObject(root, "table", b->o.table ? b->o.table : "");
-    cJSON_AddNumberToObject(root, "cuda_driver", cv);
-    cJSON_AddNumberToObject(root, "cuda_runtime", rv);
-    cJSON_AddNumberToObject(root, "cublas_version", cbv);
-    cJSON_AddNumberToObject(root, "reps", b->o.reps);
-    cJSON_AddBoolToObject(root, "primed", b->prime);
-    cJSON_AddNumberToObject(root, "flush_kind", b->flush_kind);
-    /* Without events inside the graphs each time also holds a launch
-     * (2-3 us on both sides, every speedup pulled towards 1). */
-    cJSON_AddStringToObject(root, "timing",
-                            b->ingraph ? "events inside the graph" : "events around the launch");
-    static const char *const flush_what[5] = {
-        "a read through the read-only path (leaves earlier bulk and cp.async data in L2)",
-        "a read with plain loads", "a read by bulk copies", "two reads (read-only path, bulk)",
-        "a memset"};
-    char method[768];
-    snprintf(method, sizeof method,
-             "CUDA graph replay; %s256 MB flush before every timed replay (%s); ours and "
-             "baseline alternate in pairs; medians; baseline = faster of cublasGemmEx default and "
-             "cublasLt heuristic (router: hi + lo GEMMs + add); floor = fastest read kernel over "
-             "the engine's bytes, same method",
-             b->prime ? "primed: every timed op runs once untimed first; " : "",
-             flush_what[b->flush_kind]);
-    cJSON_AddStringToObject(root, "method", method);
-    cJSON *shapes = cJSON_AddArrayToObject(root, "shapes");
-    for (int si = 0; si < g_nl * g_nm; si++) {
-        const shape_res *r = &res[si];
-        cJSON *o = cJSON_CreateObject();
-        char ks[96];
-        pj_eng_knobs_str(r->k, &r->kn, ks, sizeof ks);
-        cJSON_AddStringToObject(o, "layer", layer_defs[r->li].name);
-        cJSON_AddNumberToObject(o, "m", r->m);
-        cJSON_AddNumberToObject(o, "n", r->n);
-        cJSON_AddNumberToObject(o, "k", layer_defs[r->li].K);
-        cJSON_AddStringToObject(o, "engine", pj_eng_name(r->k));
-        cJSON_AddStringToObject(o, "knobs", ks);
-        cJSON_AddNumberToObject(o, "ladder_step", r->step);
-        cJSON_AddBoolToObject(o, "chosen_engine_valid", r->valid);
-        if (!r->valid)
-            cJSON_AddStringToObject(o, "invalid_reason", r->why);
-        cJSON_AddNumberToObject(o, "base_us", r->base_us);
-        cJSON_AddStringToObject(o, "base_path", r->base_algo ? "cublasLt" : "cublasGemmEx");
-        cJSON_AddNumberToObject(o, "gemmex_us", r->gemmex_us);
-        cJSON_AddNumberToObject(o, "lt_us", r->lt_us);
-        cJSON_AddNumberToObject(o, "ours_us", r->ours_us);
-        cJSON_AddNumberToObject(o, "speedup", r->speedup);
-        cJSON_AddNumberToObject(o, "bytes_read", (double)r->bytes);
-        cJSON_AddNumberToObject(o, "floor_us", r->floor_us);
-        cJSON_AddNumberToObject(o, "ours_over_floor", r->ours_us / r->floor_us);
-        cJSON_AddNumberToObject(o, "floor_tbps", r->bytes / (r->floor_us * 1e-6) / 1e12);
-        cJSON *fv = cJSON_AddArrayToObject(o, "floor_variants_us");
-        for (int v = 0; v < PJ_BK_READ_VARIANTS; v++)
-            cJSON_AddItemToArray(fv, cJSON_CreateNumber(r->floor_var[v]));
-        cJSON_AddNumberToObject(o, "rel_err", r->rel_err);
-        cJSON_AddBoolToObject(o, "correct_after_replays", r->after_ok);
-        if (!r->after_ok)
-            cJSON_AddStringToObject(o, "after_replays_reason", r->after_why);
-        cJSON_AddItemToArray(shapes, o);
-    }
-    cJSON *loads = cJSON_AddArrayToObject(root, "loads");
-    char lname[MAX_MS][32];
-    load_names(lname);
-    for (int mi = 0; mi < g_nm; mi++) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "load", lname[mi]);
-        cJSON_AddNumberToObject(o, "m", ms[mi]);
-        cJSON_AddNumberToObject(o, "base_us", sc->base_sum[mi]);
-        cJSON_AddNumberToObject(o, "ours_us", sc->ours_sum[mi]);
-        cJSON_AddNumberToObject(o, "speedup", sc->speedup[mi]);
-        cJSON_AddItemToArray(loads, o);
-    }
-    cJSON_AddNumberToObject(root, "score", sc->score);
-    cJSON_AddNumberToObject(root, "score_ci_lo", sc->lo);
-    cJSON_AddNumberToObject(root, "score_ci_hi", sc->hi);
-    char *js = cJSON_Print(root);
-    FILE *f = out_file(b, "bench.json");
-    fputs(js, f);
-    fputc('\n', f);
-    fclose(f);
-    free(js);
-    cJSON_Delete(root);
-
-    f = out_file(b, "bench.md");
-    fprintf(f,
-            "# projd-bench, %s\n\n%s (%d SMs), CUDA runtime %d, commit %s, %d paired reps%s, "
-            "table %s\n\n",
-            date, b->c.lim.name, b->c.lim.sm_count, rv, b->o.commit ? b->o.commit : "?", b->o.reps,
-            b->prime ? " (primed)" : " (not primed)",
-            b->o.table ? b->o.table : "(none: untuned ladder)");
-    fprintf(f, "| layer | m | engine | knobs | baseline µs | ours µs | speedup | floor µs | "
-               "ours/floor |\n|---|---|---|---|---|---|---|---|---|\n");
-    for (int si = 0; si < g_nl * g_nm; si++) {
-        const shape_res *r = &res[si];
-        char ks[96];
-        pj_eng_knobs_str(r->k, &r->kn, ks, sizeof ks);
-        fprintf(f, "| %s | %u | %s | %s | %.2f (%s) | %.2f | %.3f | %.2f | %.2f |\n",
-                layer_defs[r->li].name, r->m, pj_eng_name(r->k), ks, r->base_us,
-                r->base_algo ? "lt" : "gemmex", r->ours_us, r->speedup, r->floor_us,
-                r->ours_us / r->floor_us);
-    }
-    fprintf(f, "\n| load | baseline µs | ours µs | speedup |\n|---|---|---|---|\n");
+    strftime(run->date, sizeof run->date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    run->commit = b->o.commit;
+    run->table = b->o.table;
+    run->config = config;
+    cudaDriverGetVersion(&run->cuda_driver);
+    cudaRuntimeGetVersion(&run->cuda_runtime);
+    run->cublas_version = pj_eng_cublas_version();
+    run->reps = b->o.reps;
+    run->seed = b->o.seed;
+    run->primed = b->prime;
+    run->flush_kind = b->flush_kind;
+    run->flush_carveout = carveout;
+    run->ingraph = b->ingraph;
+    run->nl = g_nl;
+    run->nm = g_nm;
     for (int mi = 0; mi < g_nm; mi++)
-        fprintf(f, "| %s | %.2f | %.2f | %.3f |\n", lname[mi], sc->base_sum[mi], sc->ours_sum[mi],
-                sc->speedup[mi]);
-    fprintf(f,
-            "\n**Score (geometric mean of the %d loads): %.3f×** (bootstrap 95 %% CI "
-            "%.3f–%.3f)\n",
-            g_nm, sc->score, sc->lo, sc->hi);
-    fclose(f);
-
-    /* Every paired repetition, so that a shape that moved between runs
-     * can be looked at afterwards (the interval covers one run only). In
-     * round r the baseline ran first when r is even (time_graphs). */
-    f = out_file(b, "samples.csv");
-    fprintf(f, "layer,m,round,first,base_us,ours_us\n");
-    for (int si = 0; si < g_nl * g_nm; si++)
-        for (int rr = 0; rr < b->o.reps; rr++)
-            fprintf(f, "%s,%u,%d,%s,%.3f,%.3f\n", layer_defs[res[si].li].name, res[si].m, rr,
-                    rr % 2 ? "ours" : "base", res[si].tb[rr], res[si].to[rr]);
-    fclose(f);
-
-    /* Chart data for gnuplot (bench/plot.sh draws the PNG). */
-    f = out_file(b, "speedups.dat");
-    fprintf(f, "# label speedup engine\n");
-    for (int si = 0; si < g_nl * g_nm; si++)
-        fprintf(f, "\"%s/%u\" %.4f %s\n", layer_defs[res[si].li].name, res[si].m, res[si].speedup,
-                pj_eng_name(res[si].k));
-    fclose(f);
-
-    printf("\n%-10s %4s %-7s %10s %10s %8s %9s\n", "layer", "m", "engine", "base_us", "ours_us",
-           "speedup", "vs_floor");
-    for (int si = 0; si < g_nl * g_nm; si++) {
-        const shape_res *r = &res[si];
-        printf("%-10s %4u %-7s %10.2f %10.2f %8.3f %9.2f\n", layer_defs[r->li].name, r->m,
-               pj_eng_name(r->k), r->base_us, r->ours_us, r->speedup, r->ours_us / r->floor_us);
-    }
-    printf("\n%-11s %10s %10s %8s\n", "load", "base_us", "ours_us", "speedup");
-    for (int mi = 0; mi < g_nm; mi++)
-        printf("%-11s %10.2f %10.2f %8.3f\n", lname[mi], sc->base_sum[mi], sc->ours_sum[mi],
-               sc->speedup[mi]);
-    printf("SCORE %.3f  (95%% CI %.3f-%.3f)\n", sc->score, sc->lo, sc->hi);
+        run->m[mi] = ms[mi];
+    run->own_model = g_model != NULL;
 }
 
 /* ---- survey: every engine's defaults per shape (untuned) ------------------------------- */
@@ -1529,7 +1303,7 @@ static void survey(bench *b)
                 continue;
             float *t[1] = {tv};
             time_graphs(b, &g, 1, 60, t);
-            printf("  %s %.2f", pj_eng_name(o.k), median(tv, 60, scr));
+            printf("  %s %.2f", pj_eng_name(o.k), pj_bo_median(tv, 60, scr));
             cudaGraphExecDestroy(g);
         }
         printf("\n");
@@ -1630,7 +1404,7 @@ static int lt_survey(bench *b, unsigned lo, unsigned hi, double budget_s, pj_tun
                 float us = INFINITY;
                 if (g) {
                     time_graphs(b, &g, 1, LT_COARSE, t1);
-                    us = median(tv[0], LT_COARSE, scr);
+                    us = pj_bo_median(tv[0], LT_COARSE, scr);
                     cudaGraphExecDestroy(g);
                 } else
                     cudaGetLastError();
@@ -1708,7 +1482,7 @@ static int lt_survey(bench *b, unsigned lo, unsigned hi, double budget_s, pj_tun
             time_graphs(b, g, ng, LT_FINAL_RP, tv);
             float med[3 + LT_FINAL];
             for (int j = 0; j < ng; j++) {
-                med[j] = median(tv[j], LT_FINAL_RP, scr);
+                med[j] = pj_bo_median(tv[j], LT_FINAL_RP, scr);
                 cudaGraphExecDestroy(g[j]);
             }
             const float base = med[0] < med[1] ? med[0] : med[1];
@@ -1781,7 +1555,12 @@ static int op_parse(bench *b, const char *layer, uint32_t m, const char *eng, co
             li = i;
     const int e = pj_eng_from_name(eng);
     if (li < 0 || e < 0 || m < 1 || m > g_max_m) {
-        snprintf(err, errlen, "unknown layer or engine, or m outside 1..%u", g_max_m);
+        if (li < 0)
+            snprintf(err, errlen, "no layer \"%s\" in the model", layer);
+        else if (e < 0)
+            snprintf(err, errlen, "no engine \"%s\" (gemv, gemvz, splitk, router, cublas)", eng);
+        else
+            snprintf(err, errlen, "m = %u outside 1..%u (shapes.max_m)", m, g_max_m);
         return -1;
     }
     memset(o, 0, sizeof *o);
@@ -1795,6 +1574,34 @@ static int op_parse(bench *b, const char *layer, uint32_t m, const char *eng, co
 
 /* --one: launch one engine on one shape, plainly (flush, launch, sync),
  * for a profiler to attach to (ncu -k regex:...). */
+/* --one's layer, m, engine and knobs, checked before any device work (its
+ * knobs against the engine's grammar; against the layer and the device when
+ * it runs). */
+static void check_one(const char *layer, uint32_t m, const char *eng, const char *knobs)
+{
+    int li = -1;
+    for (int i = 0; i < g_nl; i++)
+        if (!strcmp(layer_defs[i].name, layer))
+            li = i;
+    if (li < 0) {
+        fprintf(stderr, "projd-bench: --one: no layer \"%s\" in the model (its layers:", layer);
+        for (int i = 0; i < g_nl; i++)
+            fprintf(stderr, "%s %s", i ? "," : "", layer_defs[i].name);
+        fprintf(stderr, ")\n");
+        exit(1);
+    }
+    if (m > g_max_m)
+        die("--one: m = %u is past shapes.max_m = %u", m, g_max_m);
+    const int e = pj_eng_from_name(eng);
+    if (e < 0)
+        die("--one: no engine \"%s\" (gemv, gemvz, splitk, router, cublas)", eng);
+    pj_eng_knobs kn;
+    memset(&kn, 0, sizeof kn);
+    char err[512];
+    if (knobs[0] && pj_eng_knobs_parse(knobs, e, &kn, err, sizeof err))
+        die("--one: knobs \"%s\": %s", knobs, err);
+}
+
 static void run_one(bench *b, const char *layer, uint32_t m, const char *eng, const char *knobs)
 {
     op_ctx o;
@@ -1872,9 +1679,9 @@ static void probe_pair(bench *b, cudaGraphExec_t g0, cudaGraphExec_t g1, float *
     cudaGraphExec_t g[2] = {g0, g1};
     float *t[2] = {t0, t1};
     time_graphs(b, g, g1 ? 2 : 1, PROBE_REPS, t);
-    *m0 = median(t0, PROBE_REPS, scr);
+    *m0 = pj_bo_median(t0, PROBE_REPS, scr);
     if (m1)
-        *m1 = median(t1, PROBE_REPS, scr);
+        *m1 = pj_bo_median(t1, PROBE_REPS, scr);
 }
 
 /* One "layer m engine knobs" line of a probe file (--probe, --touch). */
@@ -2135,7 +1942,7 @@ static void run_pair(bench *b, const char *path)
         for (int j = 0; j < PAIR_OPS; j++)
             med[j] = NAN;
         for (int j = 0; j < nr; j++)
-            med[idx[j]] = median(t[j], PROBE_REPS, scr);
+            med[idx[j]] = pj_bo_median(t[j], PROBE_REPS, scr);
         printf("%-9s %4u %5u %-6s %-6s", layer, m, n1, ea, eb);
         for (int j = 0; j < PAIR_OPS; j++)
             printf(" %8.2f", med[j]);
@@ -2201,7 +2008,7 @@ static void touch_of_call(bench *b, const pj_eng_call *c, touch_set *t)
     touch_add(t, c->ws->f, c->ws->acc_ld * c->ws->acc_rows * 4);
     touch_add(t, c->ws->part, c->ws->part_floats * 4);
     touch_add(t, c->ws->cnt, c->ws->n_cnt * 4);
-    touch_add(t, b->tmp, (size_t)256 * 8192 * 2);
+    touch_add(t, b->tmp, b->tmp_bytes);
 }
 
 static int op_touch(bench *b, void *ctx)
@@ -2307,14 +2114,14 @@ static void run_touch(bench *b, const char *path)
     fclose(f);
 }
 
-static void usage(void)
+static void usage(FILE *f, int code)
 {
-    fprintf(stderr,
+    fprintf(f,
             "usage: projd-bench [--out DIR] [--config FILE] [--table FILE] [--tune FILE]\n"
             "                   [--tune-budget S]\n"
             "                   [--reps N] [--survey] [--commit SHA] [--seed S]\n"
             "                   [--tune-new [--tune-m LO-HI] [--tune-full]] [--one L M E K]\n"
-            "                   [--probe FILE] [--touch FILE] [--lt-survey LO-HI]\n"
+            "                   [--probe FILE] [--touch FILE] [--pair FILE] [--lt-survey LO-HI]\n"
             "                   [--no-prime] [--flush-kind K]\n"
             "                   [--flush-carveout P]\n"
             "  --out DIR       results directory (bench.json, bench.md, speedups.dat,\n"
@@ -2357,13 +2164,75 @@ static void usage(void)
             "  --no-prime      time each op right after the flush, without its untimed run\n"
             "                  first (the method before round 16; with the plain flush it\n"
             "                  reads as primed)\n"
-            "  --flush-carveout P  the flush (kind 0) asks for P %% of the unified L1 as shared "
-            "memory\n"
-            "                  (an experiment: by default it asks for nothing)\n"
+            "  --flush-carveout P  with --flush-kind 0 or 3: their read kernel asks for P %%\n"
+            "                  of the unified L1 as shared memory (an experiment; the read\n"
+            "                  floor's variants 0 and 4 run that kernel too)\n"
+            "  --help          this text\n"
+            "One of --probe, --touch, --pair, --one and --lt-survey at a time; without them\n"
+            "the run benchmarks (after tuning, with --tune).\n"
             "Every chosen engine is checked against the reference before it is timed and\n"
-            "again after its timed replays; exit 1 when one is wrong after them (the\n"
-            "results are written all the same, bench.json's correct_after_replays false).\n");
+            "again after its timed replays. A benchmark removes an earlier run's results from\n"
+            "DIR when it starts and writes each file whole at the end.\n"
+            "Exit status: 0 done; 1 an error, said (a bad option value among them; no results\n"
+            "written); 2 an unknown option or one without its value; 3 results written, but\n"
+            "a shape was wrong after its timed replays\n"
+            "(bench.json: correct_after_replays false; the score times it all the same).\n");
+    exit(code);
+}
+
+/* An argument the loop above did not take: an option without its value, or
+ * one it does not know. */
+static void bad_option(const char *a, const char *v)
+{
+    static const char *const valued[] = {
+        "--out",    "--config", "--table",  "--tune",      "--tune-budget",    "--reps",
+        "--commit", "--seed",   "--tune-m", "--lt-survey", "--flush-carveout", "--flush-kind",
+        "--probe",  "--touch",  "--pair",   "--one"};
+    for (size_t i = 0; i < sizeof valued / sizeof valued[0]; i++)
+        if (!strcmp(a, valued[i])) {
+            if (!strcmp(a, "--one"))
+                fprintf(stderr, "projd-bench: --one needs four values: LAYER M ENGINE KNOBS\n");
+            else
+                fprintf(stderr, "projd-bench: %s needs a value%s\n", a,
+                        v ? "" : " (it is the last argument)");
+            fprintf(stderr, "(projd-bench --help lists the options)\n");
+            exit(2);
+        }
+    fprintf(stderr, "projd-bench: unknown option \"%s\" (projd-bench --help lists them)\n", a);
     exit(2);
+}
+
+/* The modes (--probe, --touch, --pair, --one, --lt-survey) each run alone
+ * and exit; an option none of them reads is refused with them rather than
+ * ignored (a --tune with --probe wrote no table and said nothing). */
+static void check_mode(const opts *o, const char *probe, const char *touch, const char *pair,
+                       const char *one, int lt, int reps_given, int budget_given, int survey)
+{
+    const char *mode = NULL;
+    const char *const given[] = {probe ? "--probe" : NULL, touch ? "--touch" : NULL,
+                                 pair ? "--pair" : NULL, one ? "--one" : NULL,
+                                 lt ? "--lt-survey" : NULL};
+    for (int i = 0; i < 5; i++) {
+        if (!given[i])
+            continue;
+        if (mode)
+            die("%s and %s: one mode at a time", mode, given[i]);
+        mode = given[i];
+    }
+    if (budget_given && !o->tune)
+        die("--tune-budget only works with --tune (it bounds the tuner's sweeps)");
+    if (!mode)
+        return;
+    const char *unused = reps_given     ? "--reps"
+                         : budget_given ? "--tune-budget"
+                         : survey       ? "--survey or --tune-new"
+                         : lt           ? NULL
+                         : o->tune      ? "--tune"
+                         : o->table     ? "--table"
+                                        : NULL;
+    if (unused)
+        die("%s does nothing with %s (it times with its own repetitions%s); leave it out", unused,
+            mode, lt ? "" : " and no table");
 }
 
 /* The number an option takes: the whole of v, within lo..hi, whole where
@@ -2492,7 +2361,7 @@ int main(int argc, char **argv)
     if (getenv("PJ_LT_BUDGET"))
         lt_budget = num_arg("PJ_LT_BUDGET", getenv("PJ_LT_BUDGET"), 0.1, 600, 0);
     const char *probe = NULL, *touch = NULL, *pair = NULL, *config = NULL;
-    int flush_carveout = -1;
+    int flush_carveout = -1, reps_given = 0, budget_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -2502,11 +2371,13 @@ int main(int argc, char **argv)
             b->o.table = argv[++i];
         else if (!strcmp(a, "--tune") && v)
             b->o.tune = argv[++i];
-        else if (!strcmp(a, "--tune-budget") && v)
+        else if (!strcmp(a, "--tune-budget") && v) {
             b->o.tune_budget = num_arg(a, argv[++i], 0, 1e9, 0);
-        else if (!strcmp(a, "--reps") && v)
+            budget_given = 1;
+        } else if (!strcmp(a, "--reps") && v) {
             b->o.reps = (int)num_arg(a, argv[++i], 20, 5000, 1);
-        else if (!strcmp(a, "--commit") && v)
+            reps_given = 1;
+        } else if (!strcmp(a, "--commit") && v)
             b->o.commit = argv[++i];
         else if (!strcmp(a, "--seed") && v)
             b->o.seed = (uint64_t)num_arg(a, argv[++i], 0, 1e15, 1);
@@ -2532,19 +2403,11 @@ int main(int argc, char **argv)
             g_full_sweep = 1;
         else if (!strcmp(a, "--no-prime"))
             b->prime = 0;
-        else if (!strcmp(a, "--flush-carveout") && v) {
-            char *end;
-            flush_carveout = (int)strtol(v, &end, 10);
-            if (*end || flush_carveout < 0 || flush_carveout > 100)
-                die("--flush-carveout: want a percentage 0..100, got \"%s\"", v);
-            i++;
-        } else if (!strcmp(a, "--flush-kind") && v) {
-            char *end;
-            b->flush_kind = (int)strtol(v, &end, 10);
-            if (*end || b->flush_kind < 0 || b->flush_kind > 4)
-                die("--flush-kind: want 0..4, got \"%s\"", v);
-            i++;
-        } else if (!strcmp(a, "--probe") && v)
+        else if (!strcmp(a, "--flush-carveout") && v)
+            flush_carveout = (int)num_arg(a, argv[++i], 0, 100, 1);
+        else if (!strcmp(a, "--flush-kind") && v)
+            b->flush_kind = (int)num_arg(a, argv[++i], 0, 4, 1);
+        else if (!strcmp(a, "--probe") && v)
             probe = argv[++i];
         else if (!strcmp(a, "--touch") && v)
             touch = argv[++i];
@@ -2556,9 +2419,18 @@ int main(int argc, char **argv)
             one_eng = argv[i + 3];
             one_knobs = argv[i + 4];
             i += 4;
-        } else
-            usage();
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h"))
+            usage(stdout, 0);
+        else
+            bad_option(a, v);
     }
+    check_mode(&b->o, probe, touch, pair, one_layer, lt_lo != 0, reps_given, budget_given,
+               b->o.survey || tune_new);
+    if (flush_carveout >= 0 && b->flush_kind != 0 && b->flush_kind != 3)
+        die("--flush-carveout sets the carveout of the read kernel of flush kinds 0 and 3 (and "
+            "of the read floor's variants 0 and 4); with --flush-kind %d it would change only "
+            "the floor",
+            b->flush_kind);
     if (!tune_new && (tune_m_given || g_full_sweep))
         die("%s only works with --tune-new (it would tune every shape in full)",
             tune_m_given ? "--tune-m" : "--tune-full");
@@ -2593,6 +2465,13 @@ int main(int argc, char **argv)
     if (ost.st_uid != 0 && ost.st_uid != geteuid())
         die("--out %s: owned by uid %u; give a folder of your own (a missing one is made)",
             b->o.out, (unsigned)ost.st_uid);
+    /* A benchmark's files are made at its end: an earlier run's, left in
+     * place, would read as this run's if it dies before then. */
+    if (!probe && !touch && !pair && !one_layer && !lt_lo) {
+        char cerr[4400];
+        if (pj_bo_clear(b->o.out_fd, b->o.out, cerr, sizeof cerr))
+            die("--out: %s", cerr);
+    }
     if (b->o.tune) {
         struct stat tst;
         if (!b->o.tune[0])
@@ -2630,8 +2509,8 @@ int main(int argc, char **argv)
 
     if (config)
         use_config(config);
-    if (one_layer && one_m > g_max_m)
-        die("--one: m = %u is past shapes.max_m = %u", one_m, g_max_m);
+    if (one_layer)
+        check_one(one_layer, one_m, one_eng, one_knobs);
     /* (--tune-new's old table is read with the device's limits: its run
      * is counted at the start of the tuning; --lt-survey only replaces.) */
     if (b->o.tune && !tune_new && !lt_lo)
@@ -2650,7 +2529,7 @@ int main(int argc, char **argv)
     if (readbuf_bytes < READBUF_BYTES)
         readbuf_bytes = READBUF_BYTES;
 
-    char err[256];
+    char err[4400];
     double t0 = now_s();
     /* Said as the daemon says it (no driver, none visible), not as the
      * runtime's "driver version is insufficient" of the first device call. */
@@ -2678,7 +2557,8 @@ int main(int argc, char **argv)
     CK(cudaMalloc(&b->readbuf, readbuf_bytes));
     b->readbuf_bytes = readbuf_bytes;
     CK(cudaMalloc((void **)&b->sink, 64));
-    CK(cudaMalloc((void **)&b->tmp, (size_t)g_max_m * max_n * 2));
+    b->tmp_bytes = (size_t)g_max_m * max_n * 2;
+    CK(cudaMalloc((void **)&b->tmp, b->tmp_bytes));
     CK(cudaMemset(b->flush, 1, FLUSH_BYTES));
     CK(cudaMemset(b->readbuf, 3, readbuf_bytes));
     b->nev = 2048;
@@ -2798,21 +2678,29 @@ int main(int argc, char **argv)
         printf("table %s: %d entries accepted\n", b->o.table, n);
         tp = &table;
     }
-    static shape_res res[MAX_SHAPES];
+    static pj_bo_shape res[MAX_SHAPES];
     bench_all(b, tp, res);
-    score sc;
-    compute_score(b, res, &sc);
-    write_outputs(b, res, &sc);
+    pj_bo_run run;
+    describe_run(b, config, flush_carveout, &run);
+    pj_bo_score sc;
+    if (pj_bo_score_run(&run, res, PJ_BO_BOOTS, BOOT_SEED, &sc))
+        die("the score: out of host memory");
+    if (pj_bo_write(b->o.out_fd, b->o.out, &run, res, &sc, err, sizeof err))
+        die("%s (the results are lost; the tables below are all there is)", err);
+    pj_bo_print(stdout, &run, res, &sc);
     printf("total: %.1f s\n", now_s() - t0);
     int wrong = 0;
-    for (int si = 0; si < g_nl * g_nm; si++)
+    for (int si = 0; si < g_nl * g_nm; si++) {
         wrong += !res[si].after_ok;
+        free((void *)res[si].tb);
+        free((void *)res[si].to);
+    }
     if (wrong) {
         fprintf(stderr,
                 "projd-bench: FAILED: %d shape(s) gave a wrong result after their timed replays "
                 "(bench.json: correct_after_replays); the score times them all the same\n",
                 wrong);
-        return 1;
+        return EXIT_WRONG;
     }
     return 0;
 }

@@ -45,8 +45,11 @@ expect() {
 }
 
 # Options: unknown, out of range, in combinations that cannot work.
-expect 2 "^usage: projd-bench" --bogus
-expect 2 "^usage: projd-bench" --reps
+expect 2 'unknown option "--bogus" \(projd-bench --help lists them\)' --bogus
+expect 2 "reps needs a value \(it is the last argument\)" --reps
+expect 2 "one needs four values: LAYER M ENGINE KNOBS" --one o 1
+expect 0 "^usage: projd-bench" --help
+expect 0 "Exit status: 0 done" -h
 expect 1 'reps: want an integer in 20..5000, got "abc"' --reps abc
 expect 1 'reps: want an integer in 20..5000, got "10"' --reps 10
 expect 1 'seed: want an integer in 0..1e\+15, got "-1"' --seed -1
@@ -60,8 +63,20 @@ expect 1 "tune-full only works with --tune-new" --tune-full
 expect 1 "tune-new needs --table OLD and --tune NEW" --tune-new --table "$table"
 expect 1 "the benchmark runs with the table --tune writes; add --tune-new" \
     --table "$table" --tune "$tmp/t.json"
-expect 1 'flush-kind: want 0..4, got "5"' --flush-kind 5
-expect 1 'flush-carveout: want a percentage 0..100, got "x"' --flush-carveout x
+expect 1 'flush-kind: want an integer in 0..4, got "5"' --flush-kind 5
+expect 1 'flush-kind: want an integer in 0..4, got ""' --flush-kind ""
+expect 1 'flush-kind: want an integer in 0..4, got "4294967297"' --flush-kind 4294967297
+expect 1 'flush-carveout: want an integer in 0..100, got "x"' --flush-carveout x
+expect 1 'flush-carveout: want an integer in 0..100, got ""' --flush-carveout ""
+expect 1 "with --flush-kind 1 it would change only the floor" --flush-carveout 50
+# The modes run alone; what none of them reads is refused, not ignored.
+expect 1 "probe and --touch: one mode at a time" --probe "$tmp/probe.txt" --touch "$tmp/probe.txt"
+expect 1 "one and --lt-survey: one mode at a time" --one o 1 gemv nw=4 --lt-survey 1-8
+expect 1 "tune does nothing with --probe" --probe "$tmp/probe.txt" --tune "$tmp/t.json"
+expect 1 "reps does nothing with --pair" --pair "$tmp/pair.txt" --reps 100
+expect 1 "table does nothing with --one" --one o 1 gemv nw=4 --table "$table"
+expect 1 "survey or --tune-new does nothing with --lt-survey" --lt-survey 1-8 --survey
+expect 1 "tune-budget only works with --tune" --tune-budget 10
 expect 1 "one: want an integer in 1..4096" --one o 0 gemv nw=4
 
 # Where it writes: checked before the device.
@@ -92,6 +107,11 @@ expect 1 "config .*broken.json" --out "$out" --config "$tmp/broken.json"
 expect 1 "config $tmp/nomodel.json: .*none.safetensors" --out "$out" --config "$tmp/nomodel.json"
 expect 1 "one: m = 999 is past shapes.max_m = [0-9]+" --out "$out" --config "$tmp/small.json" \
     --one o 999 gemv nw=4
+expect 1 'one: no layer "zz" in the model \(its layers: qkv_gate, o, pooler, unpooler, router\)' \
+    --out "$out" --one zz 1 gemv nw=4
+expect 1 'one: no engine "gemx" \(gemv, gemvz, splitk, router, cublas\)' --out "$out" \
+    --one o 1 gemx nw=4
+expect 1 'one: knobs "zz=1": ' --out "$out" --one o 1 gemv zz=1
 
 # A --tune whose table would not fit (9 layers of their own x 29 m = 261
 # entries, over the 256 a table holds) is refused before the device, not
@@ -113,6 +133,26 @@ expect 1 "^config .*small.json: model .*, 5 layers" --out "$out" --config "$tmp/
 expect 1 "no usable GPU: cudaGetDeviceCount" --out "$out" --config "$tmp/small.json" \
     --table "$table"
 expect 1 "no usable GPU: cudaGetDeviceCount" --out "$out" --probe "$tmp/probe.txt"
+# A benchmark removes an earlier run's results when it starts, so that one
+# that dies (here: no GPU) leaves none to be read as its own; a mode that
+# writes no results leaves them.
+for f in bench.json bench.md samples.csv speedups.dat; do echo old >"$out/$f"; done
+expect 1 "no usable GPU: cudaGetDeviceCount" --out "$out" --probe "$tmp/probe.txt"
+cases=$((cases + 1))
+if [ ! -f "$out/bench.json" ]; then
+    echo "e2e_bench_args: FAIL: --probe removed bench.json" >&2
+    failures=$((failures + 1))
+fi
+expect 1 "no usable GPU: cudaGetDeviceCount" --out "$out"
+cases=$((cases + 1))
+left=""
+for f in bench.json bench.md samples.csv speedups.dat; do
+    [ -e "$out/$f" ] && left="$left $f"
+done
+if [ -n "$left" ]; then
+    echo "e2e_bench_args: FAIL: a benchmark left an earlier run's files: $left" >&2
+    failures=$((failures + 1))
+fi
 expect 1 "no usable GPU: cudaGetDeviceCount" --out "$out" --pair "$tmp/pair.txt"
 
 # The tuner's test hook, read before the device like the options.
