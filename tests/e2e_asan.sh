@@ -10,13 +10,13 @@
 # CUDA (the suites run the cpu backend), so it never mixes objects with
 # `make SANITIZE=...` builds. PJ_E2E_REQUESTS (default 100) sets the
 # requests per client of the concurrency test.
-# run-tests: 5 suites
+# run-tests: 7 suites
 set -euo pipefail
 build=${1:-build}
 case "$build" in
 *address*)
     echo "e2e_asan: $build is already a sanitizer build; its daemon suites ran there"
-    exit 0
+    exit 77
     ;;
 esac
 cc=${CC:-gcc}
@@ -25,14 +25,21 @@ probe=$(mktemp)
 if ! echo 'int main(void){return 0;}' | "$cc" -fsanitize=address,undefined -x c - -o "$probe" 2>/dev/null ||
     ! "$probe"; then
     rm -f "$probe"
-    echo "e2e_asan: SKIPPED: $cc cannot build and run an ASan/UBSan program here"
-    exit 0
+    echo "e2e_asan: $cc cannot build and run an ASan/UBSan program here"
+    exit 77
 fi
 rm -f "$probe"
 
-sbuild=${PJ_ASAN_BUILD:-build-e2e-asan}
-suites=(test_daemon_unit test_daemon_e2e test_daemon_ops test_daemon_ring test_daemon_depth)
-targets=("$sbuild/bin/projd")
+# Beside the build under test, so that two checkouts' or builds' runs never
+# compile into one folder at once.
+sbuild=${PJ_ASAN_BUILD:-$build-e2e-asan}
+# The daemon's suites, and the client library's: its requests freed in
+# flight, closes from callbacks and waits on freed requests are lifetimes
+# only a sanitizer sees go wrong.
+suites=(test_daemon_unit test_daemon_e2e test_daemon_ops test_daemon_ring test_daemon_depth
+    test_libprojd test_client_offline)
+# projctl too: test_libprojd runs its bench-ipc beside projd.
+targets=("$sbuild/bin/projd" "$sbuild/bin/projctl")
 for s in "${suites[@]}"; do targets+=("$sbuild/tests/$s"); done
 start=$SECONDS
 make -s -j2 SANITIZE=address,undefined CUDA=0 BUILD="$sbuild" "${targets[@]}"

@@ -1307,11 +1307,23 @@ START_TEST(sighup_reloads)
     ck_assert_int_eq(pj_dproc_signal(&d, SIGHUP), 0);
     ck_assert(pj_dproc_log_has(&d, "max_conn_buffer_bytes 68719476736", 10000));
 
-    /* A key that needs a restart: refused, the running config stays. */
-    write_config_json(&d, "{\"shapes\": {\"max_m\": 512}}");
+    /* A key that needs a restart: refused whole, the running config stays.
+     * The refused file also raises the buffer limit (a key a reload would
+     * apply), so a reload that applied the rest of a refused file would
+     * let the REGISTER through. */
+    write_config_json(&d,
+                      "{\"shapes\": {\"max_m\": 512}, \"limits\": {\"max_buffers_per_conn\": 8}}");
     ck_assert_int_eq(pj_dproc_signal(&d, SIGHUP), 0);
     ck_assert(pj_dproc_log_has(&d, "reload refused", 10000));
     ck_assert_int_eq(pjt_register_shm(&t.c, z.name, 4096, NULL), PJ_E_LIMIT);
+    {
+        /* and a new connection is still told max_m 256 */
+        pjt_client c2;
+        ck_assert_int_eq(pjt_connect(&c2, d.url, REPLY_MS), 0);
+        ck_assert_int_eq(pjt_hello(&c2, "after-refused"), PJ_OK);
+        ck_assert_uint_eq(c2.welcome.max_m, 256);
+        pjt_close(&c2);
+    }
     /* A broken file: refused too. */
     ck_assert_int_eq(pj_dproc_replace_config(&d, "{\"limits\": "), 0);
     ck_assert_int_eq(pj_dproc_signal(&d, SIGHUP), 0);

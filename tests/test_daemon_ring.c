@@ -1315,6 +1315,25 @@ START_TEST(ring_spinning)
 {
     pj_dproc d;
     pjd_start(&d, g_model_path, "{\"ring\": {\"spin_us\": 300, \"spin_min_cores\": 1}}");
+    {
+        /* The spin is on here, on any machine: the daemon offers it in
+         * RING_ATTACHED (with spin_min_cores at its default, a machine of
+         * fewer than 4 cores would get 0 and run the sleeping path). */
+        pjt_client c;
+        open_client(&c, &d, "spin");
+        pjt_shm sh;
+        ck_assert_int_eq(pjt_shm_create(&sh, pj_ring_bytes(8, 2048)), 0);
+        pj_ring_format(sh.p, 8, 2048);
+        pj_ring_attach a = {.slots = 8, .slot_bytes = 2048};
+        snprintf(a.shm_name, sizeof a.shm_name, "%s", sh.name);
+        ck_assert_int_eq(pjt_ring_attach_raw(&c, &a), PJ_OK);
+        pj_ring_attached rep;
+        char err[256];
+        ck_assert_int_eq(pj_dec_ring_attached(c.body, c.rh.body_len, &rep, err, sizeof err), PJ_OK);
+        ck_assert_uint_eq(rep.spin_us, 300);
+        pjt_close(&c);
+        pjt_shm_destroy(&sh);
+    }
     pjc_conn t;
     open_checked(&t, &d, 8);
     char why[512];

@@ -115,8 +115,9 @@ static int run_shm(pjc_conn *t, const pjc_shape *s, uint16_t *engine, char *why,
     }
     if (engine)
         *engine = res[0].engine;
-    return cc_verify(t->ys.p, t->ys.size / 2, s, m, model->layers[s->layer].w.n,
-                     pjc_ref_y(s->layer, s->mi, s->variant), NULL, why, whylen);
+    return cc_verify(t->ys.p, t->ys.size / 2, s, m, &model->layers[s->layer].w,
+                     pjc_ref_x(s->layer, s->mi, s->variant), pjc_ref_y(s->layer, s->mi, s->variant),
+                     NULL, why, whylen);
 }
 
 /* Every (layer, m) in the captured form, then random shapes. Returns the
@@ -824,8 +825,9 @@ static void section_n(uint32_t n_layers)
                 fails++;
                 continue;
             }
-            rc = cc_verify(t.ys.p, t.ys.size / 2, &s, m, sm->layers[j].w.n,
-                           pjc_ref_y(j, s.mi, s.variant), NULL, why, sizeof why);
+            rc = cc_verify(t.ys.p, t.ys.size / 2, &s, m, &sm->layers[j].w,
+                           pjc_ref_x(j, s.mi, s.variant), pjc_ref_y(j, s.mi, s.variant), NULL, why,
+                           sizeof why);
             CHECK(rc == 0, "N: layer %u (%s): %s", i, sm->layers[j].name, why);
             fails += rc != 0;
         }
@@ -1211,8 +1213,9 @@ static void w_check(pjc_conn *t, w_client *w, const pjc_shape *s, const char *wh
     CHECK(cudaStreamSynchronize(w->cs) == cudaSuccess, "%s: the client's stream", who);
     char why[600];
     const pj_weights *wt = &pjc_model()->layers[s->layer].w;
-    CHECK(cc_verify(t->ys.p, t->ys.size / 2, s, PJC_MS[s->mi], wt->n,
-                    pjc_ref_y(s->layer, s->mi, s->variant), NULL, why, sizeof why) == 0,
+    CHECK(cc_verify(t->ys.p, t->ys.size / 2, s, PJC_MS[s->mi], wt,
+                    pjc_ref_x(s->layer, s->mi, s->variant), pjc_ref_y(s->layer, s->mi, s->variant),
+                    NULL, why, sizeof why) == 0,
           "%s: the held request's result: %s", who, why);
 }
 
@@ -1589,7 +1592,7 @@ static int run_checked(pjc_conn *u, const q_dev *dev, const pj_weights *w, const
     } else {
         memcpy(Y, u->ys.p, YBYTES);
     }
-    rc = cc_verify(Y, YBYTES / 2, s, m, w->n, ref, NULL, why, whylen);
+    rc = cc_verify(Y, YBYTES / 2, s, m, w, x, ref, NULL, why, whylen);
 out:
     free(X);
     free(Y);

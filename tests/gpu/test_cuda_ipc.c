@@ -125,8 +125,9 @@ static int run_ipc(ipc_conn *t, const pjc_shape *s, uint16_t *engine, char *why,
         snprintf(why, whylen, "client read-back failed");
         return -1;
     }
-    return cc_verify(t->hy, YBYTES / 2, s, m, pjc_model()->layers[s->layer].w.n,
-                     pjc_ref_y(s->layer, s->mi, s->variant), NULL, why, whylen);
+    return cc_verify(t->hy, YBYTES / 2, s, m, &pjc_model()->layers[s->layer].w,
+                     pjc_ref_x(s->layer, s->mi, s->variant), pjc_ref_y(s->layer, s->mi, s->variant),
+                     NULL, why, whylen);
 }
 
 static void sweep(ipc_conn *t)
@@ -216,8 +217,9 @@ static void events(ipc_conn *t)
               rc == PJ_OK ? d.status : -1);
         cudaStreamSynchronize(cs);
         cudaMemcpy(t->hy, t->dy, YBYTES, cudaMemcpyDeviceToHost);
-        rc = cc_verify(t->hy, YBYTES / 2, &s, PJC_MS[mi], pjc_model()->layers[0].w.n,
-                       pjc_ref_y(0, mi, s.variant), NULL, why, sizeof why);
+        rc = cc_verify(t->hy, YBYTES / 2, &s, PJC_MS[mi], &pjc_model()->layers[0].w,
+                       pjc_ref_x(0, mi, s.variant), pjc_ref_y(0, mi, s.variant), NULL, why,
+                       sizeof why);
         CHECK(rc == 0, "WAIT_EVENT m %u: %s", PJC_MS[mi], why);
 
         /* SIGNAL + ACCEPT: the reply comes at launch; the client's stream
@@ -232,8 +234,9 @@ static void events(ipc_conn *t)
         cudaStreamWaitEvent(cs, ev_out, 0);
         cudaMemcpyAsync(t->hy, t->dy, YBYTES, cudaMemcpyDeviceToHost, cs);
         cudaStreamSynchronize(cs);
-        rc = cc_verify(t->hy, YBYTES / 2, &s, PJC_MS[mi], pjc_model()->layers[0].w.n,
-                       pjc_ref_y(0, mi, s.variant), NULL, why, sizeof why);
+        rc = cc_verify(t->hy, YBYTES / 2, &s, PJC_MS[mi], &pjc_model()->layers[0].w,
+                       pjc_ref_x(0, mi, s.variant), pjc_ref_y(0, mi, s.variant), NULL, why,
+                       sizeof why);
         CHECK(rc == 0, "SIGNAL+ACCEPT m %u: %s", PJC_MS[mi], why);
     }
     cudaFreeHost(pin);

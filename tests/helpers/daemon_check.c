@@ -178,6 +178,12 @@ void pjc_stage(pjc_conn *t, const pjc_shape *s)
     uint32_t m = PJC_MS[s->mi];
     const uint16_t *x = g_x[s->layer][s->mi][s->variant];
     uint16_t *X = t->xs.p;
+    /* What is not a row of x (the gaps of a stride past k, the space
+     * before x_off and after the last row) is a NaN: an engine that read
+     * any of it would carry the NaN into y, which pjc_verify's bit-exact
+     * compare sees. Zeros there would hide it (0 x w adds nothing). */
+    for (size_t e = 0; e < t->xs.size / 2; e++)
+        X[e] = PJC_X_OUTSIDE;
     for (uint32_t i = 0; i < m; i++)
         memcpy(X + s->x_off + i * s->x_ld, x + (size_t)i * w->k, (size_t)w->k * 2);
     memset(t->ys.p, 0xff, t->ys.size);

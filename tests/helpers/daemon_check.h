@@ -22,6 +22,8 @@
 extern const uint32_t PJC_MS[PJC_N_MS]; /* 1, 8, 16, 32, 128, 256 */
 #define PJC_VARIANTS 2
 #define PJC_POISON   0xffffu
+/* x's buffer outside the rows pjc_stage writes: a quiet bf16 NaN. */
+#define PJC_X_OUTSIDE 0x7fc0u
 
 /* Generate/load the small model once per process. model_path receives its
  * path. Returns 0 or a negative errno (reason on stderr). */
