@@ -5,6 +5,7 @@
 #   make test       install missing packages (as root), build, run the CPU suites
 #   make test-gpu   GPU suites (on the H200 host, see README)
 #   make fuzz       libFuzzer harnesses, FUZZ_SECONDS each (default 20)
+#   make fuzz-build the harnesses alone (make test replays their seeds)
 #   make bench-ipc  round-trip latency table, nng and ring (cpu backend)
 #   make format     clang-format every C/CUDA source
 #
@@ -34,24 +35,30 @@ endif
 OPT ?= -O2
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
         -Wpointer-arith -Wformat=2 -Wno-format-nonliteral -Wundef
-CPPFLAGS += -I. -I$(BUILD)/gen -D_GNU_SOURCE
-CFLAGS += -std=c11 $(OPT) -g -fPIC -pthread $(WARN) -MMD -MP
-LDFLAGS += -pthread -Wl,--as-needed
+# override: flags given on the command line (make CFLAGS=-O1) are added to
+# these, not put in their place; without it SANITIZE=, the warnings and the
+# dependency files (-MMD) silently went, while the link kept -fsanitize.
+override CPPFLAGS += -I. -I$(BUILD)/gen -D_GNU_SOURCE
+override CFLAGS += -std=c11 $(OPT) -g -fPIC -pthread $(WARN) -MMD -MP
+override LDFLAGS += -pthread -Wl,--as-needed
 LIBS := -luv -lnng -lcjson -lsystemd -lm -lrt -ldl
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit)
 
 ifneq ($(SANITIZE),)
-CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+override CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 # GCC warns that TSan does not model atomic_thread_fence (the ring's
-# fences); -Werror would make SANITIZE=thread unbuildable.
+# fences); -Werror would make SANITIZE=thread unbuildable. Clang has no such
+# warning, and refuses the option under -Werror.
 ifneq ($(findstring thread,$(SANITIZE)),)
-CFLAGS += -Wno-tsan
+ifeq ($(findstring clang,$(CC)),)
+override CFLAGS += -Wno-tsan
 endif
-LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+override LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
 ifeq ($(CUDA),1)
-CPPFLAGS += -DPJ_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+override CPPFLAGS += -DPJ_HAVE_CUDA=1 -I$(CUDA_HOME)/include
 NVCCFLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo \
              -Xcompiler -fPIC,-Wall -Xptxas -warn-spills
 # cudart is linked statically so the binaries need only libcublas at run time;
@@ -120,7 +127,7 @@ GPU_TESTS := $(GPU_TEST_C:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 TEST_HELPER_C := $(wildcard tests/helpers/*.c)
 TEST_HELPER_O := $(TEST_HELPER_C:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: all deps run test test-gpu test-systemd fuzz bench-ipc format clean progs tests install install-files install-activate uninstall
+.PHONY: all deps run test test-gpu test-systemd fuzz fuzz-build bench-ipc format clean progs tests install install-files install-activate uninstall
 # Keep object files of tests and programs (make would delete them as intermediates).
 .SECONDARY:
 all: progs tests libprojd
@@ -156,15 +163,30 @@ $(BUILD)/obj/%.cu.o: %.cu $(FLAGS_STAMP) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(NVCC) $(filter-out -D_GNU_SOURCE,$(CPPFLAGS)) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
-$(CORE_LIB): $(CORE_O)
+# The archives are made again when their list of objects changes: a source
+# removed or renamed made no object newer, and its old object stayed in the
+# archive, so a call left to it linked here and failed on a clean clone.
+OBJS_STAMP := $(BUILD)/.objs
+OBJS_NOW := $(sort $(CORE_O) $(CUDA_O))
+ifeq ($(findstring n,$(firstword -$(MAKEFLAGS))),)
+ifneq ($(filter-out $(NO_COMPILE_GOALS),$(or $(MAKECMDGOALS),all)),)
+$(shell [ ! -d $(BUILD) ] || [ "$$(cat $(OBJS_STAMP) 2>/dev/null)" = '$(OBJS_NOW)' ] || \
+        printf '%s\n' '$(OBJS_NOW)' >$(OBJS_STAMP))
+endif
+endif
+$(OBJS_STAMP):
 	@mkdir -p $(@D)
-	@rm -f $@
-	ar rcs $@ $^
+	@printf '%s\n' '$(OBJS_NOW)' >$@
 
-$(CUDA_LIB): $(CUDA_O)
+$(CORE_LIB): $(CORE_O) $(OBJS_STAMP)
 	@mkdir -p $(@D)
 	@rm -f $@
-	ar rcs $@ $^
+	ar rcs $@ $(CORE_O)
+
+$(CUDA_LIB): $(CUDA_O) $(OBJS_STAMP)
+	@mkdir -p $(@D)
+	@rm -f $@
+	ar rcs $@ $(CUDA_O)
 
 # libprojd: the client library on its own, for programs outside this tree
 # (and ctypes): only the protocol and the client, linked against nng.
@@ -205,7 +227,7 @@ $(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(TEST_HELPER_O) $(PROG_DEPS)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $< $(TEST_HELPER_O) $(LINK_LIBS) $(CHECK_LIBS) -o $@
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/fuzz/obj -name '*.d' 2>/dev/null)
 
 # ---- run / test ------------------------------------------------------------
 run: progs
@@ -227,11 +249,15 @@ FUZZ_C := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BUILD := $(BUILD)/fuzz
 FUZZ_CORE_O := $(CORE_C:%.c=$(FUZZ_BUILD)/obj/%.o) $(FUZZ_BUILD)/obj/gen/default_config.o
 FUZZ_BINS := $(FUZZ_C:tests/fuzz/%.c=$(FUZZ_BUILD)/%)
-FUZZ_CFLAGS := -std=c11 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -pthread
+# With the project's warnings and dependency files, as the main build has:
+# without -MMD, a changed header left the fuzz objects built against the old
+# one.
+FUZZ_CFLAGS := -std=c11 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -pthread $(WARN) \
+               -MMD -MP
 
 $(FUZZ_BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	clang $(CPPFLAGS) $(FUZZ_CFLAGS) -c $< -o $@
+	clang $(CPPFLAGS) $(FUZZ_CFLAGS) -Wno-missing-prototypes -c $< -o $@
 $(FUZZ_BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	clang $(CPPFLAGS) $(FUZZ_CFLAGS) -c $< -o $@
@@ -240,6 +266,8 @@ $(FUZZ_BUILD)/%: tests/fuzz/%.c $(FUZZ_CORE_O)
 
 fuzz: $(FUZZ_BINS)
 	@tests/fuzz/run-fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+# The harnesses alone (tests/e2e_fuzz_seeds.sh replays their seeds).
+fuzz-build: $(FUZZ_BINS)
 
 bench-ipc: progs
 	@bench/bench-ipc.sh $(BUILD)
@@ -341,8 +369,12 @@ install-files:
 	[ -e $(DESTDIR)/etc/projd/projd.json ] || \
 	    install -m 0644 deploy/projd.json $(DESTDIR)/etc/projd/projd.json
 
+# The project's sources; bench/results holds the probes of past visits as
+# they ran, which stay as they were.
 format:
-	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
+	@command -v clang-format >/dev/null || \
+	    { echo "make format: clang-format is not installed (apt-get install clang-format)"; exit 1; }
+	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh' ':!bench/results')
 
 clean:
 	rm -rf $(BUILD)

@@ -23,10 +23,13 @@ if [ "${1:-}" != "--check" ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev
     # A name of its own: a fixed one in /tmp, written as root, is one any
     # user could have put a symlink at.
     log=$(mktemp /tmp/projd-apt.XXXXXX.log) || exit 1
-    if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >"$log" 2>&1; then
+    # A fresh cloud machine's first boot may have unattended-upgrades
+    # holding dpkg's lock: wait for it (10 minutes at most) rather than fail.
+    lock=(-o DPkg::Lock::Timeout=600)
+    if ! apt-get "${lock[@]}" install -y -qq --no-install-recommends "${missing[@]}" >"$log" 2>&1; then
         # A fresh machine may have no package lists yet.
-        apt-get update -qq >>"$log" 2>&1
-        apt-get install -y -qq --no-install-recommends "${missing[@]}" >>"$log" 2>&1 || {
+        apt-get "${lock[@]}" update -qq >>"$log" 2>&1
+        apt-get "${lock[@]}" install -y -qq --no-install-recommends "${missing[@]}" >>"$log" 2>&1 || {
             echo "install-deps: apt-get failed; see $log" >&2
             tail -n 20 "$log" >&2
             exit 1
