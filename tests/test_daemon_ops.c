@@ -1336,6 +1336,48 @@ START_TEST(sighup_reloads)
 }
 END_TEST
 
+/* auth's lists reload with SIGHUP (CONFIG.md: they apply to new
+ * connections): a uid refused, then let in once a reload lists it, then
+ * refused again once a reload takes it off. */
+START_TEST(auth_reloads_for_new_connections)
+{
+    if (geteuid() != 0) {
+        printf("auth_reloads_for_new_connections: SKIPPED (needs root to drop to another uid)\n");
+        return;
+    }
+    /* No connection of this process's own until the end: the checks run
+     * in forked children, and a process with nng's threads running must
+     * not fork one that uses nng. */
+    pj_dproc d;
+    pjd_start(&d, g_model_path, "{\"socket\": {\"mode\": \"0666\"}}");
+    pjt_shm root_shm;
+    ck_assert_int_eq(pjt_shm_create(&root_shm, 4096), 0);
+    fchmod(root_shm.fd, 0666);
+    user_arg a = {.url = d.url, .root_shm = root_shm.name};
+    ck_assert_int_eq(as_user(65534, 65534, refused_user, &a, 20000), 0);
+
+    write_config_json(&d, "{\"auth\": {\"allow_uids\": [65534]}}");
+    ck_assert_int_eq(pj_dproc_signal(&d, SIGHUP), 0);
+    ck_assert(pj_dproc_log_has(&d, "1 allowed uids, 0 allowed gids", 10000));
+    int code = as_user(65534, 65534, allowed_user, &a, 60000);
+    if (code != 0)
+        pj_dproc_dump_log(&d);
+    ck_assert_int_eq(code, 0);
+
+    write_config_json(&d, "{\"auth\": {\"allow_uids\": []}}");
+    ck_assert_int_eq(pj_dproc_signal(&d, SIGHUP), 0);
+    ck_assert(pj_dproc_log_has(&d, "0 allowed uids, 0 allowed gids", 10000));
+    ck_assert_int_eq(as_user(65534, 65534, refused_user, &a, 20000), 0);
+
+    pjt_client c;
+    ck_assert_int_eq(connect_hello(&c, d.url), PJ_OK);
+    ck_assert_double_ge(pjd_stat(&c, "connections.refused"), 2);
+    pjt_close(&c);
+    pjt_shm_destroy(&root_shm);
+    pjd_stop(&d);
+}
+END_TEST
+
 /* socket.url "" resolved from $PROJD_SOCKET at the start, then the file
  * saved with that URL written out (as --print-config writes it): the
  * reload is applied, not refused as a socket change; a URL naming another
@@ -2473,6 +2515,7 @@ int main(void)
         {"listener_survives_hangups_long_path", listener_survives_hangups_long_path},
         {"register_retry_through_the_server", register_retry_through_the_server},
         {"sighup_reloads", sighup_reloads},
+        {"auth_reloads_for_new_connections", auth_reloads_for_new_connections},
         {"sighup_takes_the_resolved_socket", sighup_takes_the_resolved_socket},
         {"signals_during_the_start", signals_during_the_start},
         {"loads_take_turns", loads_take_turns},
