@@ -254,6 +254,8 @@ static cJSON *run_json(const pj_bo_run *run, const pj_bo_shape *sh, const pj_bo_
             cJSON_AddStringToObject(o, "invalid_reason", s->why);
         cJSON_AddNumberToObject(o, "base_us", s->base_us);
         cJSON_AddStringToObject(o, "base_path", s->base_lt ? "cublasLt" : "cublasGemmEx");
+        /* lt_us timed cublasGemmEx's default when cuBLASLt had no plan. */
+        cJSON_AddBoolToObject(o, "lt_plan", s->lt_plan);
         cJSON_AddNumberToObject(o, "gemmex_us", s->gemmex_us);
         cJSON_AddNumberToObject(o, "lt_us", s->lt_us);
         cJSON_AddNumberToObject(o, "ours_us", s->ours_us);

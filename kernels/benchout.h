@@ -34,6 +34,7 @@ typedef struct pj_bo_shape {
     int valid;       /* chosen passed validation; else why, and engine is cuBLAS */
     char why[200];
     int base_lt; /* the baseline's path: 1 cublasLt's heuristic, 0 cublasGemmEx */
+    int lt_plan; /* cuBLASLt had a plan (else its column ran cublasGemmEx too) */
     float base_us, ours_us, gemmex_us, lt_us; /* medians */
     uint64_t bytes;                           /* what the timed engine reads */
     float floor_us;                           /* the fastest read of those bytes */

@@ -1986,6 +1986,14 @@ extern "C" int pj_eng_launch(pj_eng_kind k, const pj_eng_knobs *kn, const pj_eng
     }
 }
 
+extern "C" int pj_eng_baseline_has_lt(const pj_eng_call *c, pj_eng_stream *es)
+{
+    const pj_eng_layer *L = c->L;
+    const int one = c->m == 1; // as cublas_gemm takes a single row's strides
+    return lt_plan(es, LtShape{c->n, c->m, L->K, L->ldw, one ? L->K : c->ldx,
+                               one ? (size_t)c->n : c->ldy}) != nullptr;
+}
+
 extern "C" int pj_eng_baseline(int algo, const pj_eng_call *c, uint16_t *tmp, pj_eng_stream *es)
 {
     const pj_eng_layer *L = c->L;

@@ -213,6 +213,11 @@ int pj_eng_choose_note(const pj_tune_table *t, const char *force_engine, const c
  * (hi, lo) into bf16 and adds them (tmp: m x n bf16 scratch of the caller). */
 int pj_eng_baseline(int algo, const pj_eng_call *c, uint16_t *tmp, pj_eng_stream *es);
 
+/* Whether cuBLASLt's heuristic has a plan for c's shape: without one, the
+ * baseline's algo 1 runs cublasGemmEx's default (as the daemon would), and
+ * the benchmark says so rather than naming cuBLASLt. */
+int pj_eng_baseline_has_lt(const pj_eng_call *c, pj_eng_stream *es);
+
 /* cuBLASLt's configuration space for one bf16 matrix (round 38's survey,
  * projd-bench --lt-survey): an algorithm id with the tile, stages, K split,
  * reduction, swizzle, cluster shape and custom option it is run with. */

@@ -84,6 +84,7 @@ static void make_run(void)
             s->floor_us = 0.8f * s->ours_us;
             for (int v = 0; v < PJ_BO_FLOORS; v++)
                 s->floor_var[v] = s->floor_us + (float)v;
+            s->lt_plan = 1;
             s->gemmex_us = s->base_us;
             s->lt_us = s->base_us + 1;
         }
@@ -276,6 +277,7 @@ START_TEST(files_say_what_was_timed)
                          s->after_ok);
         ck_assert_int_eq(cJSON_HasObjectItem(o, "after_replays_reason"), !s->after_ok);
         ck_assert_int_eq(cJSON_HasObjectItem(o, "invalid_reason"), !s->valid);
+        ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(o, "lt_plan")));
     }
     cJSON *fo = cJSON_GetArrayItem(shapes, 1);
     ck_assert_str_eq(cJSON_GetObjectItem(fo, "engine")->valuestring, "cublas");
