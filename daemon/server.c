@@ -228,9 +228,10 @@ struct pj_server {
     uint32_t n_zombies;
     pj_orphans orphans; /* closed connections' streams with jobs behind client waits */
     uint64_t conn_serial;
-    uint64_t inflight;   /* PROJECT requests accepted, not yet answered */
-    uint32_t n_deferred; /* connections whose queue's head the backend put off */
-    uint64_t deferrals;  /* submits put off (STATS submits_deferred) */
+    uint64_t inflight;         /* PROJECT requests accepted, not yet answered */
+    unsigned drain_timeout_ms; /* DRAIN_TIMEOUT_MS, or PROJD_DRAIN_TIMEOUT_MS (tests) */
+    uint32_t n_deferred;       /* connections whose queue's head the backend put off */
+    uint64_t deferrals;        /* submits put off (STATS submits_deferred) */
     uint64_t ring_attaches, ring_requests;
     uint64_t ring_wakes; /* times a ring's wake FIFO woke the loop */
     /* Counts of rings freed with their connections: STATS' ring totals
@@ -2203,7 +2204,7 @@ static void on_drain_timeout(uv_timer_t *t)
     pj_server *s = t->data;
     pj_log_err("drain: %" PRIu64 " requests still in flight and %u replies unsent after %d ms; "
                "exiting",
-               s->inflight, s->n_sending, DRAIN_TIMEOUT_MS);
+               s->inflight, s->n_sending, s->drain_timeout_ms);
     pj_notify_status("drain timed out");
     /* Backend threads still own those requests: no orderly teardown. */
     _exit(1);
@@ -2289,7 +2290,7 @@ void pj_server_drain(pj_server *s)
         stop_now(s);
         return;
     }
-    uv_timer_start(&s->timer, on_drain_timeout, DRAIN_TIMEOUT_MS, 0);
+    uv_timer_start(&s->timer, on_drain_timeout, s->drain_timeout_ms, 0);
     check_drain(s);
 }
 
@@ -2525,6 +2526,16 @@ int pj_server_create(uv_loop_t *loop, const pj_config *cfg, const pj_model *mode
     }
     s->loop = loop;
     s->cfg = *cfg;
+    /* Tests only: a drain bound short enough for a suite to see what
+     * happens at it (test_daemon_ops drain_timeout_exits_1). */
+    s->drain_timeout_ms = DRAIN_TIMEOUT_MS;
+    const char *dt = getenv("PROJD_DRAIN_TIMEOUT_MS");
+    if (dt && *dt) {
+        char *end;
+        unsigned long v = strtoul(dt, &end, 10);
+        if (!*end && v >= 100 && v <= DRAIN_TIMEOUT_MS)
+            s->drain_timeout_ms = (unsigned)v;
+    }
     s->model = model;
     s->be = be;
     s->stopped = stopped;

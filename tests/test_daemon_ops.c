@@ -723,6 +723,42 @@ START_TEST(refused_while_draining_is_told)
 }
 END_TEST
 
+/* A request that outlives the drain's bound (60 s; 400 ms here through the
+ * tests-only PROJD_DRAIN_TIMEOUT_MS): the stop gives up on it, says so and
+ * exits 1 (DAEMON.md, "Shutdown"), rather than waiting for it forever. */
+START_TEST(drain_timeout_exits_1)
+{
+    pj_dproc d;
+    setenv("PROJD_DRAIN_TIMEOUT_MS", "400", 1);
+    pjd_start(&d, g_model_path, "{\"cpu\": {\"min_op_us\": 5000000}}");
+    unsetenv("PROJD_DRAIN_TIMEOUT_MS");
+    pjc_conn t;
+    char why[512];
+    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
+    pj_op op = layer0_op(&t, 1);
+    pj_project pp = {.n_ops = 1, .ops = &op};
+    pjt_async q;
+    ck_assert_int_eq(pjt_project_send(&t.c, &q, 7, &pp), 0);
+    pjt_client mon;
+    ck_assert_int_eq(connect_hello(&mon, d.url), PJ_OK);
+    ck_assert_double_eq(pjd_wait_stat(&mon, "inflight", 1, 10000), 1);
+    pjt_close(&mon);
+    ck_assert_int_eq(pj_dproc_signal(&d, SIGTERM), 0);
+    ck_assert_int_eq(pj_dproc_wait_exit(&d, 30000), 0);
+    int code = pj_dproc_exit_code(&d);
+    if (code != 1)
+        pj_dproc_dump_log(&d);
+    ck_assert_int_eq(code, 1);
+    ck_assert(pj_dproc_log_has(&d,
+                               "drain: 1 requests still in flight and 0 replies unsent after 400 "
+                               "ms; exiting",
+                               0));
+    pjt_async_close(&q);
+    pjc_close(&t);
+    pj_dproc_cleanup(&d);
+}
+END_TEST
+
 /* ---- the socket file ------------------------------------------------------- */
 
 START_TEST(socket_live_stale_and_foreign)
@@ -2503,6 +2539,7 @@ int main(void)
         {"silent_connection_closed", silent_connection_closed},
         {"refused_connections_bounded", refused_connections_bounded},
         {"refused_while_draining_is_told", refused_while_draining_is_told},
+        {"drain_timeout_exits_1", drain_timeout_exits_1},
         {"socket_live_stale_and_foreign", socket_live_stale_and_foreign},
         {"socket_lock_refuses_a_second_daemon", socket_lock_refuses_a_second_daemon},
         {"socket_lock_release_spares_a_successor", socket_lock_release_spares_a_successor},
