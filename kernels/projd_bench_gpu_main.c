@@ -1576,32 +1576,64 @@ static int op_parse(bench *b, const char *layer, uint32_t m, const char *eng, co
 
 /* --one: launch one engine on one shape, plainly (flush, launch, sync),
  * for a profiler to attach to (ncu -k regex:...). */
-/* --one's layer, m, engine and knobs, checked before any device work (its
- * knobs against the engine's grammar; against the layer and the device when
- * it runs). */
-static void check_one(const char *layer, uint32_t m, const char *eng, const char *knobs)
+/* An op named by words (--one, or a line of --probe, --touch or --pair):
+ * its layer, m, engine and knobs, checked before any device work (the
+ * knobs against the engine's grammar; against the layer and the device
+ * when it runs). where prefixes the message ("--one", "--probe FILE:LINE");
+ * a wrong one ends the run. */
+static void check_op_words(const char *where, const char *layer, uint32_t m, const char *eng,
+                           const char *knobs)
 {
     int li = -1;
     for (int i = 0; i < g_nl; i++)
         if (!strcmp(layer_defs[i].name, layer))
             li = i;
     if (li < 0) {
-        fprintf(stderr, "projd-bench: --one: no layer \"%s\" in the model (its layers:", layer);
+        fprintf(stderr, "projd-bench: %s: no layer \"%s\" in the model (its layers:", where, layer);
         for (int i = 0; i < g_nl; i++)
             fprintf(stderr, "%s %s", i ? "," : "", layer_defs[i].name);
         fprintf(stderr, ")\n");
         exit(1);
     }
-    if (m > g_max_m)
-        die("--one: m = %u is past shapes.max_m = %u", m, g_max_m);
+    if (m < 1 || m > g_max_m)
+        die("%s: m = %u is outside 1..%u (shapes.max_m)", where, m, g_max_m);
     const int e = pj_eng_from_name(eng);
     if (e < 0)
-        die("--one: no engine \"%s\" (gemv, gemvz, splitk, router, cublas)", eng);
+        die("%s: no engine \"%s\" (gemv, gemvz, splitk, router, cublas)", where, eng);
     pj_eng_knobs kn;
     memset(&kn, 0, sizeof kn);
     char err[512];
     if (knobs[0] && pj_eng_knobs_parse(knobs, e, &kn, err, sizeof err))
-        die("--one: knobs \"%s\": %s", knobs, err);
+        die("%s: knobs \"%s\": %s", where, knobs, err);
+}
+
+/* Every line of a --probe / --touch file ("layer m engine knobs") or a
+ * --pair file ("layer m n1 engA knobsA engB knobsB"), checked as above
+ * before the device: a typo on line 40 used to end the run after the set-up
+ * and 39 lines of timings. Lines the runs skip (comments, too few words)
+ * are skipped here too. */
+static void check_op_file(const char *opt, const char *path, int pair)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        die("%s %s: %s", opt, path, strerror(errno));
+    char line[1024], where[4200];
+    for (int ln = 1; fgets(line, sizeof line, f); ln++) {
+        char layer[64], ea[32], eb[32], ka[256] = "", kb[256] = "";
+        unsigned m, n1;
+        snprintf(where, sizeof where, "%s %s:%d", opt, path, ln);
+        if (line[0] == '#')
+            continue;
+        if (!pair) {
+            if (sscanf(line, "%63s %u %31s %255s", layer, &m, ea, ka) >= 3)
+                check_op_words(where, layer, m, ea, ka);
+        } else if (sscanf(line, "%63s %u %u %31s %255s %31s %255s", layer, &m, &n1, ea, ka, eb,
+                          kb) == 7) {
+            check_op_words(where, layer, m, ea, ka);
+            check_op_words(where, layer, m, eb, kb);
+        }
+    }
+    fclose(f);
 }
 
 static void run_one(bench *b, const char *layer, uint32_t m, const char *eng, const char *knobs)
@@ -2512,7 +2544,13 @@ int main(int argc, char **argv)
     if (config)
         use_config(config);
     if (one_layer)
-        check_one(one_layer, one_m, one_eng, one_knobs);
+        check_op_words("--one", one_layer, one_m, one_eng, one_knobs);
+    if (probe)
+        check_op_file("--probe", probe, 0);
+    if (touch)
+        check_op_file("--touch", touch, 0);
+    if (pair)
+        check_op_file("--pair", pair, 1);
     /* (--tune-new's old table is read with the device's limits: its run
      * is counted at the start of the tuning; --lt-survey only replaces.) */
     if (b->o.tune && !tune_new && !lt_lo)

@@ -107,13 +107,19 @@ expect 1 "pair $tmp/missing.txt: No such file or directory" --out "$out" --pair 
 expect 1 "config $tmp/missing.json" --out "$out" --config "$tmp/missing.json"
 expect 1 "config .*broken.json" --out "$out" --config "$tmp/broken.json"
 expect 1 "config $tmp/nomodel.json: .*none.safetensors" --out "$out" --config "$tmp/nomodel.json"
-expect 1 "one: m = 999 is past shapes.max_m = [0-9]+" --out "$out" --config "$tmp/small.json" \
-    --one o 999 gemv nw=4
+expect 1 "one: m = 999 is outside 1..[0-9]+ \(shapes.max_m\)" --out "$out" \
+    --config "$tmp/small.json" --one o 999 gemv nw=4
 expect 1 'one: no layer "zz" in the model \(its layers: qkv_gate, o, pooler, unpooler, router\)' \
     --out "$out" --one zz 1 gemv nw=4
 expect 1 'one: no engine "gemx" \(gemv, gemvz, splitk, router, cublas\)' --out "$out" \
     --one o 1 gemx nw=4
 expect 1 'one: knobs "zz=1": ' --out "$out" --one o 1 gemv zz=1
+# A --probe, --touch or --pair file's lines, likewise, each by its line.
+printf '# a comment\no 1 gemv nw=4\no 8 gemvq nw=4\n' >"$tmp/probe-bad.txt"
+expect 1 "probe $tmp/probe-bad.txt:3: no engine \"gemvq\"" --out "$out" --probe "$tmp/probe-bad.txt"
+expect 1 "touch $tmp/probe-bad.txt:3: no engine \"gemvq\"" --out "$out" --touch "$tmp/probe-bad.txt"
+printf 'o 16 1024 gemvz st=0 cublas algo=0\nqkv 16 1024 gemvz st=0 cublas algo=0\n' >"$tmp/pair-bad.txt"
+expect 1 "pair $tmp/pair-bad.txt:2: no layer \"qkv\" in the model" --out "$out" --pair "$tmp/pair-bad.txt"
 
 # A --tune whose table would not fit (9 layers of their own x 29 m = 261
 # entries, over the 256 a table holds) is refused before the device, not
