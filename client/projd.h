@@ -337,7 +337,10 @@ void projd_request_free(projd_request *req);
  * nothing spins), then sleeps: a reply that comes after the reaper went to
  * sleep then costs no wake-up of the reaper and then of the caller. Callbacks
  * still run on the reaper only. At most `slots` requests are in flight on the ring; one more
- * waits for a slot (within its timeout), so a thread's requests enter the
+ * waits for a slot (within its timeout); past the daemon's
+ * limits.max_inflight_per_conn (32 by default) the daemon leaves requests in
+ * the ring until earlier ones are answered, so they wait there (within their
+ * timeouts) rather than fail E_LIMIT. So a thread's requests enter the
  * ring in the order it submits them; a callback that submits on a full
  * ring, or makes a blocking call, sends that request over nng instead (the
  * callback runs on the reaper, which would have to free the slot or take

@@ -109,6 +109,8 @@ static int may_take(pj_ringsrv *r, uint32_t *head, uint32_t *written)
     uint32_t unread = *written - *head;
     if (unread > r->ring.slots)
         return -1;
+    if (r->o.owed_cap && owed >= __atomic_load_n(r->o.owed_cap, __ATOMIC_ACQUIRE))
+        return 0; /* the connection's in-flight limit: the request waits */
     return unread + owed < r->ring.slots;
 }
 

@@ -47,6 +47,12 @@ typedef struct pj_ringsrv_opts {
     pj_ringsrv_deliver_fn deliver;
     void *arg;
     int watch_wake; /* open the ring's wake FIFO, if the client made one */
+    /* The most requests the poller has taken and not seen answered: the
+     * connection's limits.max_inflight_per_conn, read at every take (a
+     * reload moves it; the loop stores it atomically). Past it the
+     * requests wait in the ring, as a ring's client is promised, rather
+     * than be taken only to be refused E_LIMIT. NULL: the ring's slots. */
+    const uint32_t *owed_cap;
 } pj_ringsrv_opts;
 
 /* The slot size that holds a message of max_message_bytes, as libprojd

@@ -230,8 +230,11 @@ struct pj_server {
     uint64_t conn_serial;
     uint64_t inflight;         /* PROJECT requests accepted, not yet answered */
     unsigned drain_timeout_ms; /* DRAIN_TIMEOUT_MS, or PROJD_DRAIN_TIMEOUT_MS (tests) */
-    uint32_t n_deferred;       /* connections whose queue's head the backend put off */
-    uint64_t deferrals;        /* submits put off (STATS submits_deferred) */
+    /* limits.max_inflight_per_conn for the ring pollers' threads (stored
+     * atomically at the start and at each reload; pj_ringsrv_opts). */
+    uint32_t ring_owed_cap;
+    uint32_t n_deferred; /* connections whose queue's head the backend put off */
+    uint64_t deferrals;  /* submits put off (STATS submits_deferred) */
     uint64_t ring_attaches, ring_requests;
     uint64_t ring_wakes; /* times a ring's wake FIFO woke the loop */
     /* Counts of rings freed with their connections: STATS' ring totals
@@ -1858,7 +1861,8 @@ static void handle_ring_attach(pj_server *s, pj_conn *c, origin o, const pj_hdr 
                             .pipe_id = c->pipe_id,
                             .deliver = ring_deliver,
                             .arg = s,
-                            .watch_wake = ring_spin_us(s) > 0 && loop_spin_allowed()};
+                            .watch_wake = ring_spin_us(s) > 0 && loop_spin_allowed(),
+                            .owed_cap = &s->ring_owed_cap};
     st = pj_ringsrv_open(&rq, &opts, &c->ring, err, sizeof err);
     if (st != PJ_OK) {
         conn_say_failure(c, PJ_LOG_INFO, "%s", err);
@@ -2526,6 +2530,7 @@ int pj_server_create(uv_loop_t *loop, const pj_config *cfg, const pj_model *mode
     }
     s->loop = loop;
     s->cfg = *cfg;
+    __atomic_store_n(&s->ring_owed_cap, cfg->limits.max_inflight_per_conn, __ATOMIC_RELEASE);
     /* Tests only: a drain bound short enough for a suite to see what
      * happens at it (test_daemon_ops drain_timeout_exits_1). */
     s->drain_timeout_ms = DRAIN_TIMEOUT_MS;
@@ -3106,6 +3111,7 @@ int pj_server_listen(pj_server *s, char *err, size_t errlen)
 void pj_server_reload(pj_server *s, const pj_config *next)
 {
     s->cfg.limits = next->limits;
+    __atomic_store_n(&s->ring_owed_cap, s->cfg.limits.max_inflight_per_conn, __ATOMIC_RELEASE);
     s->cfg.auth = next->auth;
     s->cfg.log = next->log;
     pj_log_set_level(next->log.level);

@@ -421,8 +421,9 @@ START_TEST(client_stops_reading)
 }
 END_TEST
 
-/* The daemon's in-flight limit holds for ring requests, and a connection's
- * projections run in the order they came through the ring. */
+/* The daemon's in-flight limit holds for ring requests: past it they wait
+ * in the ring (the poller takes no more than the limit), and a
+ * connection's projections run in the order they came through the ring. */
 START_TEST(ring_inflight_limit_and_order)
 {
     pj_dproc d;
@@ -432,16 +433,16 @@ START_TEST(ring_inflight_limit_and_order)
     open_checked(&t, &d, 8);
     pjc_shape s = layer0_shape();
     push_projects(&t, &s, 3);
-    /* The third is refused at once; the first two are answered in order. */
+    /* The third waits in the ring until the first is answered; all three
+     * are answered in order. */
     int code;
-    pj_hdr h = pop_reply(&t.c, &code);
-    ck_assert_uint_eq(h.req_id, 3);
-    ck_assert_int_eq(code, PJ_E_LIMIT);
-    for (uint64_t id = 1; id <= 2; id++) {
-        h = pop_reply(&t.c, &code);
-        ck_assert_uint_eq(h.type, PJ_MSG_DONE);
+    for (uint64_t id = 1; id <= 3; id++) {
+        pj_hdr h = pop_reply(&t.c, &code);
+        ck_assert_msg(h.type == PJ_MSG_DONE, "request %llu: type %u code %d",
+                      (unsigned long long)h.req_id, h.type, code);
         ck_assert_uint_eq(h.req_id, id);
     }
+    ck_assert_double_eq(pjd_stat(&t.c, "errors.total"), 0);
     char why[512];
     ck_assert_msg(pjc_run(&t, &s, why, sizeof why) == 0, "%s", why);
     pjc_close(&t);
@@ -1308,6 +1309,42 @@ START_TEST(libprojd_ring_full_submit_times_out)
 }
 END_TEST
 
+/* More requests in a ring than the connection may have in flight
+ * (limits.max_inflight_per_conn 4, a ring of 16, each request held 20 ms):
+ * the rest wait in the ring until answers make room, as a ring's client is
+ * promised (projd.h), and every one is answered OK. The poller used to take
+ * them all and the server refused all but 4 with E_LIMIT (64 from
+ * libprojd's default ring against the default limit of 32: 31 refused). */
+START_TEST(ring_waits_at_the_inflight_limit)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path,
+              "{\"limits\": {\"max_inflight_per_conn\": 4}, \"cpu\": {\"min_op_us\": 20000}}");
+    enum { N = 16 };
+    lib_ctx lt;
+    lib_open(&lt, d.url, N, N);
+    projd_error e;
+    projd_request *reqs[N];
+    for (uint32_t i = 0; i < N; i++) {
+        lib_stage(&lt, i);
+        projd_op op = lib_op(&lt, i);
+        ck_assert_msg(projd_project_async(lt.c, &op, 1, 0, NULL, NULL, &reqs[i], &e) == 0,
+                      "request %u: %s", i, e.msg);
+    }
+    for (uint32_t i = 0; i < N; i++) {
+        ck_assert_msg(projd_request_wait(reqs[i], NULL, &e) == 0, "request %u: %s", i, e.msg);
+        projd_request_free(reqs[i]);
+        lib_verify(&lt, i);
+    }
+    cJSON *st = lib_stats(&lt);
+    ck_assert_double_eq(pjt_json_num(st, "ring.requests"), N);
+    ck_assert_double_eq(pjt_json_num(st, "errors.total"), 0);
+    cJSON_Delete(st);
+    projd_close(lt.c);
+    pjd_stop(&d);
+}
+END_TEST
+
 /* Everything that spins, spinning (on any machine): the poller, the
  * daemon's loop between a ring request and its completion, the client's
  * reaper and waits. Same results, and the daemon still stops cleanly. */
@@ -1776,6 +1813,7 @@ int main(void)
         {"libprojd_ring_callback_submits", libprojd_ring_callback_submits},
         {"libprojd_ring_full_submit_times_out", libprojd_ring_full_submit_times_out},
         {"libprojd_ring_from_env", libprojd_ring_from_env},
+        {"ring_waits_at_the_inflight_limit", ring_waits_at_the_inflight_limit},
         {"ring_spinning", ring_spinning},
         {"ring_wake_fifo", ring_wake_fifo},
         {"wake_fifo_refused", wake_fifo_refused},
