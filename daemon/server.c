@@ -1311,16 +1311,26 @@ static void finish_req(pj_server *s, pj_req *r)
      * wrote zero pages, or (its last access done before the shrink, or
      * through the cuda backend's pinned pages) its y is no longer the
      * client's: its result means nothing. */
+    uint32_t first_shrunk = UINT32_MAX;
     for (uint32_t i = 0; i < job->n_ops; i++) {
         if (r->ops[i].status == PJ_OK && probe_op(r, i)) {
             r->ops[i].status = PJ_E_BUFFER;
-            if (job->status == PJ_OK) {
-                job->status = PJ_E_BUFFER;
-                snprintf(job->err, sizeof job->err,
-                         "op %u: a buffer's shared memory object shrank during the "
-                         "request" PJ_SHMGUARD_OR_NO_PAGE "; register it again",
-                         i);
-            }
+            if (first_shrunk == UINT32_MAX)
+                first_shrunk = i;
+        }
+    }
+    if (first_shrunk != UINT32_MAX) {
+        /* DONE's status is the first failing op's (PROTOCOL.md): this one,
+         * unless the backend failed an op before it. */
+        uint32_t first_bad = 0;
+        while (r->ops[first_bad].status == PJ_OK)
+            first_bad++;
+        if (first_bad == first_shrunk) {
+            job->status = PJ_E_BUFFER;
+            snprintf(job->err, sizeof job->err,
+                     "op %u: a buffer's shared memory object shrank during the "
+                     "request" PJ_SHMGUARD_OR_NO_PAGE "; register it again",
+                     first_shrunk);
         }
     }
     uint64_t queue_ns = job->start_ns > r->recv_ns ? job->start_ns - r->recv_ns : 0;
