@@ -1560,7 +1560,10 @@ class Client:
             text = ctypes.string_at(p.value)
         finally:
             _libc_free(p.value)
-        return json.loads(text.decode("utf-8"))
+        # The daemon copies the bytes of paths it reports as they are; a
+        # model path that is not UTF-8 comes back as the file system's
+        # bytes (os.fsencode gives them back), not as a UnicodeDecodeError.
+        return json.loads(text.decode("utf-8", "surrogateescape"))
 
     def _served_model(self) -> Dict[str, Any]:
         """STATS' "model" object, asked once a connection: a daemon serves

@@ -1271,6 +1271,30 @@ class LostDaemonTests(unittest.TestCase):
         c.close()
 
 
+class NonUtf8PathTests(unittest.TestCase):
+    """A model whose path is not UTF-8 (a file system's bytes, as Linux
+    allows): STATS reports the path's bytes as they are, and stats()
+    returns them as os.fsdecode would (surrogate escapes) instead of
+    raising UnicodeDecodeError (which also broke weight_digests)."""
+
+    def test_stats_with_a_latin1_model_path(self):
+        import shutil
+        import tempfile
+
+        d = tempfile.mkdtemp(prefix="projd-latin1-")
+        self.addCleanup(shutil.rmtree, d, True)
+        model = os.fsencode(d) + b"/mod\xe9le.safetensors"
+        shutil.copyfile(env("PROJD_TEST_MODEL"), model)
+        cfg = os.path.join(d, "projd.json")
+        with open(cfg, "wb") as f:
+            f.write(b'{"model": {"path": "' + model + b'"}, "device": {"backend": "cpu"}}')
+        p, c = own_daemon(self, env("PROJD_TEST_PROJD"), cfg, d)
+        self.addCleanup(c.close)
+        st = c.stats()
+        self.assertEqual(os.fsencode(st["model"]["path"]), model)
+        self.assertTrue(c.weight_digests())
+
+
 class RefusedTests(unittest.TestCase):
     """A daemon at its connection limit refuses the next Client and says
     why: ProjdError with the daemon's status (E_LIMIT) and its reason, and
