@@ -686,6 +686,22 @@ START_TEST(refused_connections_bounded)
 }
 END_TEST
 
+/* Connects t to d and sends one PROJECT (req_id 7, layer 0, m = 8) as q,
+ * then waits until the daemon has it in flight (d holds each op with
+ * cpu.min_op_us). */
+static void send_one_held(const pj_dproc *d, pjc_conn *t, pjt_async *q)
+{
+    char why[512];
+    ck_assert_msg(pjc_open(t, d->url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
+    pj_op op = layer0_op(t, 1);
+    pj_project pp = {.n_ops = 1, .ops = &op};
+    ck_assert_int_eq(pjt_project_send(&t->c, q, 7, &pp), 0);
+    pjt_client mon;
+    ck_assert_int_eq(connect_hello(&mon, d->url), PJ_OK);
+    ck_assert_double_eq(pjd_wait_stat(&mon, "inflight", 1, 10000), 1);
+    pjt_close(&mon);
+}
+
 /* While projd drains (SIGTERM) with a request still running, a new
  * connection is refused and told so (E_SHUTDOWN); the running request is
  * answered and the stop is clean. */
@@ -694,16 +710,8 @@ START_TEST(refused_while_draining_is_told)
     pj_dproc d;
     pjd_start(&d, g_model_path, "{\"cpu\": {\"min_op_us\": 3000000}}");
     pjc_conn t;
-    char why[512];
-    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
-    pj_op op = layer0_op(&t, 1);
-    pj_project pp = {.n_ops = 1, .ops = &op};
     pjt_async q;
-    ck_assert_int_eq(pjt_project_send(&t.c, &q, 7, &pp), 0);
-    pjt_client mon;
-    ck_assert_int_eq(connect_hello(&mon, d.url), PJ_OK);
-    ck_assert_double_eq(pjd_wait_stat(&mon, "inflight", 1, 10000), 1);
-    pjt_close(&mon);
+    send_one_held(&d, &t, &q);
     ck_assert_int_eq(pj_dproc_signal(&d, SIGTERM), 0);
     ck_assert_int_eq(pj_dproc_wait_notify(&d, "STOPPING=1", 10000), 0);
     pjt_client c;
@@ -733,16 +741,8 @@ START_TEST(drain_timeout_exits_1)
     pjd_start(&d, g_model_path, "{\"cpu\": {\"min_op_us\": 5000000}}");
     unsetenv("PROJD_DRAIN_TIMEOUT_MS");
     pjc_conn t;
-    char why[512];
-    ck_assert_msg(pjc_open(&t, d.url, XBYTES, YBYTES, REPLY_MS, why, sizeof why) == 0, "%s", why);
-    pj_op op = layer0_op(&t, 1);
-    pj_project pp = {.n_ops = 1, .ops = &op};
     pjt_async q;
-    ck_assert_int_eq(pjt_project_send(&t.c, &q, 7, &pp), 0);
-    pjt_client mon;
-    ck_assert_int_eq(connect_hello(&mon, d.url), PJ_OK);
-    ck_assert_double_eq(pjd_wait_stat(&mon, "inflight", 1, 10000), 1);
-    pjt_close(&mon);
+    send_one_held(&d, &t, &q);
     ck_assert_int_eq(pj_dproc_signal(&d, SIGTERM), 0);
     ck_assert_int_eq(pj_dproc_wait_exit(&d, 30000), 0);
     int code = pj_dproc_exit_code(&d);
