@@ -2216,7 +2216,7 @@ static void on_linger(uv_timer_t *t)
 static void on_drain_timeout(uv_timer_t *t)
 {
     pj_server *s = t->data;
-    pj_log_err("drain: %" PRIu64 " requests still in flight and %u replies unsent after %d ms; "
+    pj_log_err("drain: %" PRIu64 " requests still in flight and %u replies unsent after %u ms; "
                "exiting",
                s->inflight, s->n_sending, s->drain_timeout_ms);
     pj_notify_status("drain timed out");
