@@ -196,6 +196,18 @@ END_TEST
 
 /* ---- RING_ATTACH refusals ----------------------------------------------------- */
 
+/* RING_ATTACH of shm_name as 8 slots of 2048 bytes, sent as is; it must
+ * succeed, and its RING_ATTACHED is returned decoded. */
+static pj_ring_attached attach_8x2048(pjt_client *c, const char *shm_name)
+{
+    pj_ring_attach a = {.slots = 8, .slot_bytes = 2048};
+    snprintf(a.shm_name, sizeof a.shm_name, "%s", shm_name);
+    ck_assert_int_eq(pjt_ring_attach_raw(c, &a), PJ_OK);
+    pj_ring_attached rep;
+    char err[256];
+    ck_assert_int_eq(pj_dec_ring_attached(c->body, c->rh.body_len, &rep, err, sizeof err), PJ_OK);
+    return rep;
+}
 /* A raw attach of the object `name`, expected to be refused with code and
  * a message containing needle; the connection then still answers. */
 static void expect_refused(pjt_client *c, const char *name, uint32_t slots, uint32_t slot_bytes,
@@ -255,12 +267,7 @@ START_TEST(attach_refusals)
     pj_wbuf_free(&w);
 
     /* The good one, then a second on the same connection. */
-    pj_ring_attach a = {.slots = 8, .slot_bytes = 2048};
-    snprintf(a.shm_name, sizeof a.shm_name, "%s", ok.name);
-    ck_assert_int_eq(pjt_ring_attach_raw(&c, &a), PJ_OK);
-    pj_ring_attached rep;
-    char err[256];
-    ck_assert_int_eq(pj_dec_ring_attached(c.body, c.rh.body_len, &rep, err, sizeof err), PJ_OK);
+    pj_ring_attached rep = attach_8x2048(&c, ok.name);
     ck_assert_uint_eq(rep.slots, 8);
     ck_assert_uint_eq(rep.slot_bytes, 2048);
     /* The default spin, or none on a machine of fewer than 4 cores. */
@@ -1361,13 +1368,7 @@ START_TEST(ring_spinning)
         pjt_shm sh;
         ck_assert_int_eq(pjt_shm_create(&sh, pj_ring_bytes(8, 2048)), 0);
         pj_ring_format(sh.p, 8, 2048);
-        pj_ring_attach a = {.slots = 8, .slot_bytes = 2048};
-        snprintf(a.shm_name, sizeof a.shm_name, "%s", sh.name);
-        ck_assert_int_eq(pjt_ring_attach_raw(&c, &a), PJ_OK);
-        pj_ring_attached rep;
-        char err[256];
-        ck_assert_int_eq(pj_dec_ring_attached(c.body, c.rh.body_len, &rep, err, sizeof err), PJ_OK);
-        ck_assert_uint_eq(rep.spin_us, 300);
+        ck_assert_uint_eq(attach_8x2048(&c, sh.name).spin_us, 300);
         pjt_close(&c);
         pjt_shm_destroy(&sh);
     }
