@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(NW * 32 + 32) gemvs_kernel(const GemvsArgs a)
             if (lane == 0)
                 mbar_expect_tx(bar0 + 8 * s, (WR + a.m) * bytes);
             __syncwarp();
-            if (TILED) {
+            if constexpr (TILED) {
                 const uint32_t ks32 = a.nkc * a.kc / 32, nblk = (a.N + 15) / 16;
                 for (uint32_t r = (uint32_t)lane; r < RB + a.m; r += 32) {
                     if (r < (uint32_t)RB) {
@@ -159,23 +159,19 @@ __global__ void __launch_bounds__(NW * 32 + 32) gemvs_kernel(const GemvsArgs a)
                                  a.x + (size_t)(r - RB) * a.ldx + k0, bytes, bar0 + 8 * s);
                     }
                 }
-#ifdef PJ_GEMVS_TRACE
-                __syncwarp();
-                if (lane == 0)
-                    TR(1, i);
-#endif
-                continue;
-            }
-            for (uint32_t r = (uint32_t)lane; r < WR + a.m; r += 32) {
-                const uint16_t *src;
-                if (r < (uint32_t)WR) {
-                    // Rows past N copy row N - 1: their outputs are never stored.
-                    const uint32_t row = min(grp * ROWS + r % ROWS, a.N - 1);
-                    src = (DUAL && r >= (uint32_t)ROWS ? a.w1 : a.w0) + (size_t)row * a.ldw + k0;
-                } else {
-                    src = a.x + (size_t)(r - WR) * a.ldx + k0;
+            } else {
+                for (uint32_t r = (uint32_t)lane; r < WR + a.m; r += 32) {
+                    const uint16_t *src;
+                    if (r < (uint32_t)WR) {
+                        // Rows past N copy row N - 1: their outputs are never stored.
+                        const uint32_t row = min(grp * ROWS + r % ROWS, a.N - 1);
+                        src =
+                            (DUAL && r >= (uint32_t)ROWS ? a.w1 : a.w0) + (size_t)row * a.ldw + k0;
+                    } else {
+                        src = a.x + (size_t)(r - WR) * a.ldx + k0;
+                    }
+                    bulk_g2s(slot + r * pitch, src, bytes, bar0 + 8 * s);
                 }
-                bulk_g2s(slot + r * pitch, src, bytes, bar0 + 8 * s);
             }
 #ifdef PJ_GEMVS_TRACE
             __syncwarp();
