@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "daemon/envknob.h"
 #include "kernels/refgemm.h"
 
 /* cpu.threads' largest value (config.c): every count the configuration
@@ -285,31 +286,21 @@ static int cpu_open(pj_backend *b, char *err, size_t errlen)
     /* Tests only: each buffer_close takes this long, as the cuda backend's
      * waits for the device, so that the CPU suite can show that no client
      * waits for a release (daemon/closer.h). */
-    const char *hold = getenv("PROJD_CPU_CLOSE_HOLD_MS");
-    if (hold && *hold)
-        s->close_hold_ms = (uint32_t)strtoul(hold, NULL, 10);
+    pj_envknob_u32("PROJD_CPU_CLOSE_HOLD_MS", 0, 600000, &s->close_hold_ms);
     /* Tests only: every Nth submit says "not now" (-EAGAIN), as the cuda
      * backend does while a release waits to start, so that the CPU suite
      * covers the server's retry (test_daemon_e2e deferred_submits). */
-    const char *defer = getenv("PROJD_CPU_DEFER_EVERY");
-    if (defer && *defer)
-        s->defer_every = (uint32_t)strtoul(defer, NULL, 10);
+    pj_envknob_u32("PROJD_CPU_DEFER_EVERY", 0, UINT32_MAX, &s->defer_every);
     /* Tests only: a row pitch limit as the cuda backend's (the device's
      * memPitch, 2^31 - 1 bytes), small enough for the CPU suite's buffers,
      * so that it shows the server refusing such an op before its request
      * runs (test_daemon_ops pitch_limit). */
-    const char *pitch = getenv("PROJD_CPU_MAX_ROW_PITCH");
-    if (pitch && *pitch)
-        b->max_row_pitch = strtoull(pitch, NULL, 10);
+    pj_envknob_u64("PROJD_CPU_MAX_ROW_PITCH", 1, UINT64_MAX, &b->max_row_pitch);
     /* Tests only: several jobs of a connection with the backend at once,
      * as the cuda backend takes them (8), run in order, so that the CPU
      * suite covers the server's paths with more than one running
      * (tests/e2e_depth.sh). */
-    const char *depth = getenv("PROJD_CPU_STREAM_DEPTH");
-    if (depth && *depth) {
-        unsigned long d = strtoul(depth, NULL, 10);
-        b->stream_depth = d < 1 ? 1 : d > 64 ? 64 : (uint32_t)d;
-    }
+    pj_envknob_u32("PROJD_CPU_STREAM_DEPTH", 1, 64, &b->stream_depth);
     b->priv = s;
     if (s->min_op_ns)
         snprintf(b->device_name, sizeof b->device_name,

@@ -42,6 +42,7 @@
 #include <cuda_runtime_api.h>
 
 #include "daemon/closer.h"
+#include "daemon/envknob.h"
 #include "daemon/graphs_cuda.h"
 #include "daemon/loadturn.h"
 #include "daemon/tablepick.h"
@@ -324,22 +325,15 @@ static double mib(size_t b)
     return (double)b / (1024.0 * 1024.0);
 }
 
-/* An integer from the environment in lo..hi, else def; a value that is set
- * but not such an integer is named in a warning (these are debugging and
- * tuning switches: a typo should not pass unnoticed, nor stop the daemon). */
+/* An integer from the environment in lo..hi (lo >= 0), else def; a value
+ * that is set but not such an integer is named in a warning (these are
+ * debugging and tuning switches: a typo should not pass unnoticed, nor stop
+ * the daemon). The rule is every knob's (daemon/envknob.h). */
 static long env_long(const char *name, long def, long lo, long hi)
 {
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return def;
-    char *end;
-    errno = 0;
-    long r = strtol(v, &end, 10);
-    if (*end || errno || r < lo || r > hi) {
-        pj_log_warn("cuda: %s=%s is not an integer in %ld..%ld; using %ld", name, v, lo, hi, def);
-        return def;
-    }
-    return r;
+    uint64_t v = (uint64_t)def;
+    pj_envknob_u64(name, (uint64_t)lo, (uint64_t)hi, &v);
+    return (long)v;
 }
 
 static void uuid_format(const uint8_t u[16], char *out, size_t cap)

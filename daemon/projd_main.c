@@ -24,6 +24,7 @@
 #include "config/config.h"
 #include "daemon/backend.h"
 #include "daemon/checkcfg.h"
+#include "daemon/envknob.h"
 #include "daemon/loadturn.h"
 #include "daemon/log.h"
 #include "daemon/model.h"
@@ -448,12 +449,9 @@ static void model_warn(void *ctx, const char *msg)
  * that a test can signal projd while it loads. */
 static unsigned start_pause_ms(void)
 {
-    const char *v = getenv("PROJD_START_PAUSE_MS");
-    if (!v || !*v)
-        return 0;
-    char *end;
-    unsigned long ms = strtoul(v, &end, 10);
-    return *end || ms > 60000 ? 0 : (unsigned)ms;
+    uint32_t ms = 0;
+    pj_envknob_u32("PROJD_START_PAUSE_MS", 0, 60000, &ms);
+    return ms;
 }
 
 /* PROJD_START_HANG_MS (tests only): the first layer's load does not end
@@ -461,12 +459,8 @@ static unsigned start_pause_ms(void)
  * mount would not; the stop's grace (daemon/startsig.h) is what ends it. */
 static void start_hang(void)
 {
-    const char *v = getenv("PROJD_START_HANG_MS");
-    if (!v || !*v)
-        return;
-    char *end;
-    unsigned long ms = strtoul(v, &end, 10);
-    if (*end || ms > 600000)
+    uint32_t ms = 0;
+    if (!pj_envknob_u32("PROJD_START_HANG_MS", 0, 600000, &ms))
         return;
     struct timespec left = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
     while (nanosleep(&left, &left) != 0 && errno == EINTR)
@@ -493,17 +487,9 @@ static int model_progress(void *ctx, uint32_t index, uint32_t count, const char 
 
 static unsigned load_turn_limit_s(void)
 {
-    const char *v = getenv("PROJD_LOAD_TURN_S");
-    if (!v || !*v)
-        return LOAD_TURN_DEFAULT_S;
-    char *end;
-    unsigned long s = strtoul(v, &end, 10);
-    if (*end || s > 86400) {
-        pj_log_warn("PROJD_LOAD_TURN_S=%s is not a number of seconds up to 86400: %u used", v,
-                    LOAD_TURN_DEFAULT_S);
-        return LOAD_TURN_DEFAULT_S;
-    }
-    return (unsigned)s;
+    uint32_t s = LOAD_TURN_DEFAULT_S;
+    pj_envknob_u32("PROJD_LOAD_TURN_S", 0, 86400, &s);
+    return s;
 }
 
 typedef struct turn_wait_state {

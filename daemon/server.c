@@ -25,6 +25,7 @@
 
 #include "daemon/bufreg.h"
 #include "daemon/conn.h"
+#include "daemon/envknob.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
 #include "daemon/closer.h"
@@ -229,7 +230,7 @@ struct pj_server {
     pj_orphans orphans; /* closed connections' streams with jobs behind client waits */
     uint64_t conn_serial;
     uint64_t inflight;         /* PROJECT requests accepted, not yet answered */
-    unsigned drain_timeout_ms; /* DRAIN_TIMEOUT_MS, or PROJD_DRAIN_TIMEOUT_MS (tests) */
+    uint32_t drain_timeout_ms; /* DRAIN_TIMEOUT_MS, or PROJD_DRAIN_TIMEOUT_MS (tests) */
     /* limits.max_inflight_per_conn for the ring pollers' threads (stored
      * atomically at the start and at each reload; pj_ringsrv_opts). */
     uint32_t ring_owed_cap;
@@ -2544,13 +2545,7 @@ int pj_server_create(uv_loop_t *loop, const pj_config *cfg, const pj_model *mode
     /* Tests only: a drain bound short enough for a suite to see what
      * happens at it (test_daemon_ops drain_timeout_exits_1). */
     s->drain_timeout_ms = DRAIN_TIMEOUT_MS;
-    const char *dt = getenv("PROJD_DRAIN_TIMEOUT_MS");
-    if (dt && *dt) {
-        char *end;
-        unsigned long v = strtoul(dt, &end, 10);
-        if (!*end && v >= 100 && v <= DRAIN_TIMEOUT_MS)
-            s->drain_timeout_ms = (unsigned)v;
-    }
+    pj_envknob_u32("PROJD_DRAIN_TIMEOUT_MS", 100, DRAIN_TIMEOUT_MS, &s->drain_timeout_ms);
     s->model = model;
     s->be = be;
     s->stopped = stopped;

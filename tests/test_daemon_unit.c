@@ -24,6 +24,7 @@
 #include "daemon/backend.h"
 #include "daemon/bufreg.h"
 #include "daemon/closer.h"
+#include "daemon/envknob.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
 #include "daemon/orphans.h"
@@ -1379,6 +1380,83 @@ static char *capture_log(int journal, pj_log_level level, const char *msg)
     return buf;
 }
 
+/* pj_envknob_u64 on value (NULL: unset) for [lo, hi]: its return, *v,
+ * and what it wrote to the log (into logbuf, "" for nothing). */
+static int knob(const char *value, uint64_t lo, uint64_t hi, uint64_t *v, char *logbuf,
+                size_t loglen)
+{
+    if (value)
+        setenv("PJ_TEST_KNOB", value, 1);
+    else
+        unsetenv("PJ_TEST_KNOB");
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    int saved = dup(STDERR_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    close(fds[1]);
+    int rc = pj_envknob_u64("PJ_TEST_KNOB", lo, hi, v);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    ssize_t n = read(fds[0], logbuf, loglen - 1);
+    logbuf[n > 0 ? n : 0] = 0;
+    close(fds[0]);
+    unsetenv("PJ_TEST_KNOB");
+    return rc;
+}
+
+/* Every numeric knob of the daemon's environment parses one way: whole
+ * decimal numbers inside the range are taken silently; anything else is
+ * refused with one warning naming the variable, the value and the range,
+ * and the default stays. */
+START_TEST(env_knobs_parsed_one_way)
+{
+    char log[1024];
+    uint64_t v = 7;
+    ck_assert_int_eq(knob(NULL, 0, 10, &v, log, sizeof log), 0);
+    ck_assert_int_eq(knob("", 0, 10, &v, log, sizeof log), 0);
+    ck_assert_uint_eq(v, 7);
+    ck_assert_str_eq(log, "");
+    ck_assert_int_eq(knob("10", 0, 10, &v, log, sizeof log), 1);
+    ck_assert_uint_eq(v, 10);
+    ck_assert_int_eq(knob("3", 3, 10, &v, log, sizeof log), 1);
+    ck_assert_uint_eq(v, 3);
+    ck_assert_str_eq(log, "");
+    ck_assert_int_eq(knob("18446744073709551615", 1, UINT64_MAX, &v, log, sizeof log), 1);
+    ck_assert_uint_eq(v, UINT64_MAX);
+    const char *refused[] = {"11",
+                             "2",
+                             "12abc",
+                             "-1",
+                             " 5",
+                             "+5",
+                             "0x5",
+                             "5 ",
+                             "18446744073709551616",
+                             "99999999999999999999999"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        v = 7;
+        ck_assert_msg(knob(refused[i], 3, 10, &v, log, sizeof log) == 0, "\"%s\" taken",
+                      refused[i]);
+        ck_assert_msg(v == 7, "\"%s\" changed the value to %llu", refused[i],
+                      (unsigned long long)v);
+        char want[128];
+        snprintf(want, sizeof want, "PJ_TEST_KNOB=%s is not a whole number from 3 to 10",
+                 refused[i]);
+        ck_assert_msg(strstr(log, want) && strstr(log, "the default kept"),
+                      "\"%s\": the log says \"%s\"", refused[i], log);
+        ck_assert_msg(!strchr(strchr(log, '\n') + 1, '\n'), "more than one line: %s", log);
+    }
+    /* The 32-bit form takes the same rule. */
+    uint32_t w = 5;
+    setenv("PJ_TEST_KNOB", "4294967296", 1);
+    ck_assert_int_eq(pj_envknob_u32("PJ_TEST_KNOB", 0, UINT32_MAX, &w), 0);
+    setenv("PJ_TEST_KNOB", "4294967295", 1);
+    ck_assert_int_eq(pj_envknob_u32("PJ_TEST_KNOB", 0, UINT32_MAX, &w), 1);
+    ck_assert_uint_eq(w, UINT32_MAX);
+    unsetenv("PJ_TEST_KNOB");
+}
+END_TEST
+
 START_TEST(log_lines)
 {
     char *j = capture_log(1, PJ_LOG_WARN, "two\nlines");
@@ -1536,6 +1614,7 @@ int main(void)
         {"cpu_backend_stream_depth", cpu_backend_stream_depth},
         {"cpu_backend_oldest_two_streams", cpu_backend_oldest_two_streams},
         {"log_lines", log_lines},
+        {"env_knobs_parsed_one_way", env_knobs_parsed_one_way},
         {"peer_groups", peer_groups},
         {"peer_exit_and_stat_state", peer_exit_and_stat_state},
         {"orphans_lost_only_when_the_client_exited", orphans_lost_only_when_the_client_exited},
