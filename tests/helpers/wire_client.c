@@ -168,6 +168,14 @@ int pjt_call(pjt_client *c, int want_type)
     int rc = pjt_roundtrip(c, c->wb.data, c->wb.len);
     if (rc != 0)
         return rc;
+    /* nng's REQ socket drops a stale reply, the ring does not: a late
+     * answer to an earlier request must not pass for this one's. */
+    const uint64_t sent = pj_peek_req_id(c->wb.data, c->wb.len);
+    if (c->rh.req_id != sent) {
+        fprintf(stderr, "wire_client: reply (type %u) to request %" PRIu64 ", sent %" PRIu64 "\n",
+                c->rh.type, c->rh.req_id, sent);
+        return -EPROTO;
+    }
     if (c->rh.type == want_type)
         return PJ_OK;
     if (c->rh.type == PJ_MSG_ERROR) {
@@ -265,6 +273,11 @@ int pjt_project(pjt_client *c, uint32_t flags, const pj_op *ops, uint32_t n_ops,
     done->ops = res;
     if (pj_dec_done(c->body, c->rh.body_len, n_ops, done, err, sizeof err) != PJ_OK) {
         fprintf(stderr, "wire_client: bad DONE: %s\n", err);
+        return -EPROTO;
+    }
+    /* A DONE answers every op: callers read res[0..n_ops). */
+    if (done->n_ops != n_ops) {
+        fprintf(stderr, "wire_client: DONE with %u op results for %u ops\n", done->n_ops, n_ops);
         return -EPROTO;
     }
     return PJ_OK;
