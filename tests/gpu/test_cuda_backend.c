@@ -97,7 +97,7 @@ static int run_shm(pjc_conn *t, const pjc_shape *s, uint16_t *engine, char *why,
 {
     const pj_model *model = pjc_model();
     uint32_t m = PJC_MS[s->mi];
-    cc_fill_x(t->xs.p, s);
+    cc_fill_x(t->xs.p, t->xs.size / 2, s);
     memset(t->ys.p, 0xff, t->ys.size);
     pj_op op = pjc_op(t, s);
     pj_done d;
@@ -115,9 +115,9 @@ static int run_shm(pjc_conn *t, const pjc_shape *s, uint16_t *engine, char *why,
     }
     if (engine)
         *engine = res[0].engine;
-    return cc_verify(t->ys.p, t->ys.size / 2, s, m, &model->layers[s->layer].w,
-                     pjc_ref_x(s->layer, s->mi, s->variant), pjc_ref_y(s->layer, s->mi, s->variant),
-                     NULL, why, whylen);
+    return pjy_verify(t->ys.p, t->ys.size / 2, s, m, &model->layers[s->layer].w,
+                      pjc_ref_x(s->layer, s->mi, s->variant),
+                      pjc_ref_y(s->layer, s->mi, s->variant), NULL, why, whylen);
 }
 
 /* Every (layer, m) in the captured form, then random shapes. Returns the
@@ -168,7 +168,7 @@ static void chain(pjc_conn *t)
     for (uint32_t mi = 0; mi < PJC_N_MS; mi++) {
         uint32_t m = PJC_MS[mi];
         pjc_shape s = {.layer = a, .mi = mi, .n = wa->n, .x_ld = wa->k, .y_ld = wa->n};
-        cc_fill_x(t->xs.p, &s);
+        cc_fill_x(t->xs.p, t->xs.size / 2, &s);
         memset(t->ys.p, 0xff, t->ys.size);
         uint64_t off2 = (uint64_t)m * wa->n * 2;
         pj_op ops[2] = {
@@ -200,8 +200,8 @@ static void chain(pjc_conn *t)
          * reference made from what the first wrote. */
         const uint16_t *Y = t->ys.p;
         char why[512];
-        CHECK(cc_verify(Y, (size_t)m * wa->n, &s, m, wa, pjc_ref_x(a, mi, 0), pjc_ref_y(a, mi, 0),
-                        NULL, why, sizeof why) == 0,
+        CHECK(pjy_verify(Y, (size_t)m * wa->n, &s, m, wa, pjc_ref_x(a, mi, 0), pjc_ref_y(a, mi, 0),
+                         NULL, why, sizeof why) == 0,
               "chain m %u: first op: %s", m, why);
         uint16_t *ref2 = malloc((size_t)m * wb->n * 2);
         if (!ref2 || pj_ref_project(wb, m, wb->n, Y, wb->k, ref2, wb->n) != 0) {
@@ -210,10 +210,14 @@ static void chain(pjc_conn *t)
             return;
         }
         pjc_shape s2 = {.layer = b, .mi = mi, .n = wb->n, .x_ld = wb->k, .y_ld = wb->n};
-        CHECK(cc_verify(Y + off2 / 2, (size_t)m * wb->n, &s2, m, wb, Y, ref2, NULL, why,
-                        sizeof why) == 0,
+        CHECK(pjy_verify(Y + off2 / 2, (size_t)m * wb->n, &s2, m, wb, Y, ref2, NULL, why,
+                         sizeof why) == 0,
               "chain m %u: second op: %s", m, why);
         free(ref2);
+        size_t past = 0; /* the buffer after the second block: still poison */
+        for (size_t e = off2 / 2 + (size_t)m * wb->n; e < t->ys.size / 2; e++)
+            past += Y[e] != PJC_POISON;
+        CHECK(!past, "chain m %u: %zu elements written after the second op's block", m, past);
     }
 }
 
@@ -803,7 +807,7 @@ static void section_n(uint32_t n_layers)
         for (int form = 0; form < 2; form++) {
             pjc_shape s = cc_shape(&seed, j, form ? 1 : (i / ns) % PJC_N_MS, 1);
             uint32_t m = form ? 3 : PJC_MS[s.mi];
-            cc_fill_x(t.xs.p, &s);
+            cc_fill_x(t.xs.p, t.xs.size / 2, &s);
             memset(t.ys.p, 0xff, t.ys.size);
             pj_op op = pjc_op(&t, &s);
             op.layer = i;
@@ -817,9 +821,9 @@ static void section_n(uint32_t n_layers)
                 fails++;
                 continue;
             }
-            rc = cc_verify(t.ys.p, t.ys.size / 2, &s, m, &sm->layers[j].w,
-                           pjc_ref_x(j, s.mi, s.variant), pjc_ref_y(j, s.mi, s.variant), NULL, why,
-                           sizeof why);
+            rc = pjy_verify(t.ys.p, t.ys.size / 2, &s, m, &sm->layers[j].w,
+                            pjc_ref_x(j, s.mi, s.variant), pjc_ref_y(j, s.mi, s.variant), NULL, why,
+                            sizeof why);
             CHECK(rc == 0, "N: layer %u (%s): %s", i, sm->layers[j].name, why);
             fails += rc != 0;
         }
@@ -1022,12 +1026,15 @@ static void section_p(int dev)
     printf("P: memPitch %d bytes; REGISTER of %.2f GiB (%s) took %.2f s\n", pitch,
            (double)size / (1 << 30), where, (double)(cc_now_us() - t0) / 1e6);
     uint16_t *xc = malloc((size_t)m * K * 2), *ref = malloc((size_t)m * L->w.n * 2);
-    uint16_t *poison = malloc((size_t)n * 2), *got = malloc((size_t)m * n * 2);
+    /* y in the big buffer: up to P_TAIL elements after each row (those
+     * inside the buffer) are poisoned too and must stay so. */
+    enum { P_TAIL = 8 };
+    uint16_t *poison = malloc(((size_t)n + P_TAIL) * 2), *got = malloc((size_t)m * n * 2);
     if (!xc || !ref || !poison || !got) {
         CHECK(0, "P: out of memory");
         goto out_free;
     }
-    memset(poison, 0xff, (size_t)n * 2);
+    memset(poison, 0xff, ((size_t)n + P_TAIL) * 2);
     uint64_t seed = 0x5eed0fa11ULL;
     for (size_t i = 0; i < (size_t)m * K; i++) {
         seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -1050,11 +1057,16 @@ static void section_p(int dev)
         const int x_big = cases[c].x_big;
         uint16_t *X = x_big ? B : small[0], *Y = x_big ? small[1] : B;
         const uint64_t xld = x_big ? ld : K, yld = x_big ? n : ld;
+        uint64_t tail[2] = {0, 0};
+        for (uint32_t r = 0; r < m && !x_big; r++) {
+            const uint64_t end = r * yld + n, room = size / 2 > end ? size / 2 - end : 0;
+            tail[r] = room < P_TAIL ? room : P_TAIL;
+        }
         cudaError_t ce = cudaSuccess;
         for (uint32_t r = 0; r < m && ce == cudaSuccess; r++) {
             ce = p_put(X + r * xld, xc + (size_t)r * K, (size_t)K * 2, dev);
             if (ce == cudaSuccess)
-                ce = p_put(Y + r * yld, poison, (size_t)n * 2, dev);
+                ce = p_put(Y + r * yld, poison, (size_t)(n + tail[r]) * 2, dev);
         }
         CHECK(ce == cudaSuccess, "P: %s: writing the rows: %s", cases[c].what,
               cudaGetErrorString(ce));
@@ -1086,16 +1098,24 @@ static void section_p(int dev)
               res[0].status);
         if (rc != PJ_OK)
             continue;
+        size_t past = 0;
         for (uint32_t r = 0; r < m && ce == cudaSuccess; r++) {
             /* DONE came after the device's work: a plain copy back */
             ce = p_put(got + (size_t)r * n, Y + r * yld, (size_t)n * 2, dev);
+            uint16_t after[P_TAIL];
+            if (ce == cudaSuccess && tail[r])
+                ce = p_put(after, Y + r * yld + n, (size_t)tail[r] * 2, dev);
+            for (uint64_t i = 0; i < tail[r] && ce == cudaSuccess; i++)
+                past += after[i] != PJC_POISON;
             CHECK(ce == cudaSuccess, "P: reading y back: %s", cudaGetErrorString(ce));
         }
         if (ce != cudaSuccess)
             continue;
+        CHECK(!past, "P: %s in %s: %zu elements written past the rows' ends", cases[c].what, where,
+              past);
         /* The rows gathered, y's block is m x n of stride n. */
         pjc_shape gs = {.layer = 0, .n = n, .x_ld = K, .y_ld = n};
-        CHECK(cc_verify(got, (size_t)m * n, &gs, m, &L->w, xc, ref, NULL, why, sizeof why) == 0,
+        CHECK(pjy_verify(got, (size_t)m * n, &gs, m, &L->w, xc, ref, NULL, why, sizeof why) == 0,
               "P: %s in %s: %s", cases[c].what, where, why);
     }
     pjc_shape s = layer0_shape();
@@ -1178,7 +1198,7 @@ static int w_hold_event(w_client *w, unsigned wait_us)
 static void w_send(pjc_conn *t, w_client *w, unsigned wait_us, const pjc_shape *s, pj_op *op,
                    const char *who)
 {
-    cc_fill_x(t->xs.p, s);
+    cc_fill_x(t->xs.p, t->xs.size / 2, s);
     memset(t->ys.p, 0xff, t->ys.size);
     *op = pjc_op(t, s);
     pj_done dn;
@@ -1201,9 +1221,9 @@ static void w_check(pjc_conn *t, w_client *w, const pjc_shape *s, const char *wh
     CHECK(cudaStreamSynchronize(w->cs) == cudaSuccess, "%s: the client's stream", who);
     char why[600];
     const pj_weights *wt = &pjc_model()->layers[s->layer].w;
-    CHECK(cc_verify(t->ys.p, t->ys.size / 2, s, PJC_MS[s->mi], wt,
-                    pjc_ref_x(s->layer, s->mi, s->variant), pjc_ref_y(s->layer, s->mi, s->variant),
-                    NULL, why, sizeof why) == 0,
+    CHECK(pjy_verify(t->ys.p, t->ys.size / 2, s, PJC_MS[s->mi], wt,
+                     pjc_ref_x(s->layer, s->mi, s->variant), pjc_ref_y(s->layer, s->mi, s->variant),
+                     NULL, why, sizeof why) == 0,
           "%s: the held request's result: %s", who, why);
 }
 
@@ -1252,7 +1272,7 @@ static void section_l(uint32_t n_ops)
         return;
     }
     pjc_shape s = layer0_shape();
-    cc_fill_x(t.xs.p, &s);
+    cc_fill_x(t.xs.p, t.xs.size / 2, &s);
     memset(t.ys.p, 0xff, t.ys.size);
     /* The same op n_ops times: each writes the same y from the same x. */
     pj_op ops[8];
@@ -1387,7 +1407,7 @@ static int q_measure(pjc_conn *t, w_client *w, const q_dev *dev, const q_form *f
         s.x_ld = L->w.k + 5;
         s.y_ld = s.n + 7;
     }
-    cc_fill_x(t->xs.p, &s);
+    cc_fill_x(t->xs.p, t->xs.size / 2, &s);
     pj_op ops[8];
     for (uint32_t i = 0; i < f->n_ops; i++) {
         ops[i] = pjc_op(t, &s);
@@ -1580,7 +1600,7 @@ static int run_checked(pjc_conn *u, const q_dev *dev, const pj_weights *w, const
     } else {
         memcpy(Y, u->ys.p, YBYTES);
     }
-    rc = cc_verify(Y, YBYTES / 2, s, m, w, x, ref, NULL, why, whylen);
+    rc = pjy_verify(Y, YBYTES / 2, s, m, w, x, ref, NULL, why, whylen);
 out:
     free(X);
     free(Y);
@@ -2170,7 +2190,7 @@ static void section_s(int strict)
     }
     double ipc0 = pjd_stat(&u.c, "backend_stats.ipc_open");
     pjc_shape s = layer0_shape();
-    cc_fill_x(t.xs.p, &s);
+    cc_fill_x(t.xs.p, t.xs.size / 2, &s);
     pj_op op = pjc_op(&t, &s);
     long long t0 = cc_now_us(), t_unreg = 0, t_back = 0, t_end = 0;
     unsigned sent = 0, failed = 0, polls = 0;
@@ -2297,7 +2317,7 @@ static void *x_client_main(void *arg)
 {
     x_client *x = arg;
     pjc_shape s = layer0_shape();
-    cc_fill_x(x->t->xs.p, &s);
+    cc_fill_x(x->t->xs.p, x->t->xs.size / 2, &s);
     pj_op op = pjc_op(x->t, &s);
     memset(x->t->ys.p, 0xff, x->t->ys.size); /* what no request wrote shows */
     cudaEvent_t mark[X_AHEAD];

@@ -101,8 +101,7 @@ static pj_op ipc_op(const ipc_conn *t, const pjc_shape *s)
 static int run_ipc(ipc_conn *t, const pjc_shape *s, uint16_t *engine, char *why, size_t whylen)
 {
     uint32_t m = PJC_MS[s->mi];
-    memset(t->hx, 0, XBYTES);
-    cc_fill_x(t->hx, s);
+    cc_fill_x(t->hx, XBYTES / 2, s);
     /* cudaMemcpy from pageable memory and cudaMemset may still be running
      * when they return: the daemon's stream is not ordered after them. */
     if (cudaMemcpy(t->dx, t->hx, XBYTES, cudaMemcpyHostToDevice) != cudaSuccess ||
@@ -125,9 +124,9 @@ static int run_ipc(ipc_conn *t, const pjc_shape *s, uint16_t *engine, char *why,
         snprintf(why, whylen, "client read-back failed");
         return -1;
     }
-    return cc_verify(t->hy, YBYTES / 2, s, m, &pjc_model()->layers[s->layer].w,
-                     pjc_ref_x(s->layer, s->mi, s->variant), pjc_ref_y(s->layer, s->mi, s->variant),
-                     NULL, why, whylen);
+    return pjy_verify(t->hy, YBYTES / 2, s, m, &pjc_model()->layers[s->layer].w,
+                      pjc_ref_x(s->layer, s->mi, s->variant),
+                      pjc_ref_y(s->layer, s->mi, s->variant), NULL, why, whylen);
 }
 
 static void sweep(ipc_conn *t)
@@ -203,8 +202,7 @@ static void events(ipc_conn *t)
         cudaMemset(t->dx, 0, XBYTES);
         cudaMemset(t->dy, 0xff, YBYTES);
         cudaDeviceSynchronize();
-        memset(pin, 0, XBYTES);
-        cc_fill_x(pin, &s);
+        cc_fill_x(pin, XBYTES / 2, &s);
         cudaMemsetAsync(big, (int)mi, big_bytes, cs);
         cudaMemcpyAsync(t->dx, pin, XBYTES, cudaMemcpyHostToDevice, cs);
         cudaEventRecord(ev_in, cs);
@@ -217,9 +215,9 @@ static void events(ipc_conn *t)
               rc == PJ_OK ? d.status : -1);
         cudaStreamSynchronize(cs);
         cudaMemcpy(t->hy, t->dy, YBYTES, cudaMemcpyDeviceToHost);
-        rc = cc_verify(t->hy, YBYTES / 2, &s, PJC_MS[mi], &pjc_model()->layers[0].w,
-                       pjc_ref_x(0, mi, s.variant), pjc_ref_y(0, mi, s.variant), NULL, why,
-                       sizeof why);
+        rc = pjy_verify(t->hy, YBYTES / 2, &s, PJC_MS[mi], &pjc_model()->layers[0].w,
+                        pjc_ref_x(0, mi, s.variant), pjc_ref_y(0, mi, s.variant), NULL, why,
+                        sizeof why);
         CHECK(rc == 0, "WAIT_EVENT m %u: %s", PJC_MS[mi], why);
 
         /* SIGNAL + ACCEPT: the reply comes at launch; the client's stream
@@ -234,9 +232,9 @@ static void events(ipc_conn *t)
         cudaStreamWaitEvent(cs, ev_out, 0);
         cudaMemcpyAsync(t->hy, t->dy, YBYTES, cudaMemcpyDeviceToHost, cs);
         cudaStreamSynchronize(cs);
-        rc = cc_verify(t->hy, YBYTES / 2, &s, PJC_MS[mi], &pjc_model()->layers[0].w,
-                       pjc_ref_x(0, mi, s.variant), pjc_ref_y(0, mi, s.variant), NULL, why,
-                       sizeof why);
+        rc = pjy_verify(t->hy, YBYTES / 2, &s, PJC_MS[mi], &pjc_model()->layers[0].w,
+                        pjc_ref_x(0, mi, s.variant), pjc_ref_y(0, mi, s.variant), NULL, why,
+                        sizeof why);
         CHECK(rc == 0, "SIGNAL+ACCEPT m %u: %s", PJC_MS[mi], why);
     }
     cudaFreeHost(pin);

@@ -1,0 +1,154 @@
+/* ycheck.c — a GPU's y block against the CPU reference (ycheck.h). */
+#include "tests/helpers/ycheck.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels/bf16.h"
+
+double pjy_bound(double want, double sabs)
+{
+    return ldexp(fabs(want), -7) + ldexp(sabs, -12) + 1e-30;
+}
+
+int pjy_abs_w_row(const pj_weights *w, uint32_t r, float *out)
+{
+    const size_t K = w->k, base = (size_t)r * K;
+    if (w->fmt == PJ_FMT_Z12) {
+        uint16_t *b = malloc(K * 2);
+        if (!b)
+            return -1;
+        pj_z12_unpack_row(w->z, r, b);
+        for (size_t e = 0; e < K; e++)
+            out[e] = fabsf(pj_bf16_to_f32(b[e]));
+        free(b);
+        return 0;
+    }
+    if (w->fmt == PJ_FMT_BF16) {
+        for (size_t e = 0; e < K; e++)
+            out[e] = fabsf(pj_bf16_to_f32(w->bf16[base + e]));
+        return 0;
+    }
+    if (w->fmt == PJ_FMT_SPLIT) {
+        for (size_t e = 0; e < K; e++)
+            out[e] = fabsf(pj_bf16_to_f32(w->hi[base + e]) + pj_bf16_to_f32(w->lo[base + e]));
+        return 0;
+    }
+    return -1;
+}
+
+/* The counts of what failed, in the order the message gives them. */
+typedef struct tally {
+    size_t beyond, differ, unwritten, nans, bad_ref, outside, in_block;
+    size_t first_bad;
+    double worst, num, den;
+} tally;
+
+static void bad_at(tally *t, size_t e)
+{
+    if (t->first_bad == (size_t)-1)
+        t->first_bad = e;
+}
+
+int pjy_verify(const uint16_t *Y, size_t count, const pjc_shape *s, uint32_t m, const pj_weights *w,
+               const uint16_t *x, const uint16_t *ref, double *rel_out, char *why, size_t whylen)
+{
+    const uint32_t N = w->n, K = w->k, n = s->n;
+    /* |W| of the block's n rows, decoded once per call: the sums below
+     * take m x n x K steps anyway, and nothing is kept between calls (no
+     * cache to go stale when a model is freed and its address reused). */
+    float *aw = n <= N ? malloc(((size_t)n + 1) * K * sizeof *aw) : NULL;
+    float *ax = malloc((size_t)K * sizeof *ax);
+    int rc = aw && ax ? 0 : -1;
+    for (uint32_t c = 0; c < n && rc == 0; c++)
+        rc = pjy_abs_w_row(w, c, aw + (size_t)c * K);
+    if (rc != 0) {
+        free(aw);
+        free(ax);
+        snprintf(why, whylen,
+                 n > N ? "pjy_verify: the block's n %u is past the layer's %u rows"
+                       : "pjy_verify: out of memory or an unknown weight format (n %u of %u)",
+                 n, N);
+        return -1;
+    }
+    tally t = {.first_bad = (size_t)-1};
+    uint64_t ax_row = UINT64_MAX;
+    for (size_t e = 0; e < count; e++) {
+        int in = 0;
+        uint64_t r = 0, c = 0;
+        if (e >= s->y_off) {
+            r = (e - s->y_off) / s->y_ld;
+            c = (e - s->y_off) % s->y_ld;
+            in = r < m && c < n;
+        }
+        if (!in) {
+            if (Y[e] != PJC_POISON) {
+                t.outside++;
+                bad_at(&t, e);
+            }
+            continue;
+        }
+        t.in_block++;
+        const uint16_t want_bits = ref[r * N + c];
+        if (Y[e] == PJC_POISON) {
+            t.unwritten++;
+            bad_at(&t, e);
+            continue;
+        }
+        const double got = pj_bf16_to_f32(Y[e]), want = pj_bf16_to_f32(want_bits);
+        if (isnan(got)) {
+            t.nans++;
+            bad_at(&t, e);
+            continue;
+        }
+        if (!isfinite(want)) { /* the reference itself is unusable: never a pass */
+            t.bad_ref++;
+            bad_at(&t, e);
+            continue;
+        }
+        if (Y[e] != want_bits)
+            t.differ++;
+        if (r != ax_row) {
+            for (uint32_t k = 0; k < K; k++)
+                ax[k] = fabsf(pj_bf16_to_f32(x[r * K + k]));
+            ax_row = r;
+        }
+        float sabs = 0;
+        const float *wr = aw + c * K;
+        for (uint32_t k = 0; k < K; k++)
+            sabs += ax[k] * wr[k];
+        const double err = fabs(got - want), bound = pjy_bound(want, sabs);
+        /* Written so that a NaN bound (an x or a w not finite) fails. */
+        if (!(err <= bound)) {
+            t.beyond++;
+            bad_at(&t, e);
+        }
+        if (err / bound > t.worst || isnan(bound))
+            t.worst = err / bound;
+        t.num += (got - want) * (got - want);
+        t.den += want * want;
+    }
+    free(aw);
+    free(ax);
+    const double rel = t.den > 0 ? sqrt(t.num / t.den) : sqrt(t.num);
+    if (rel_out)
+        *rel_out = rel;
+    const size_t differ_max = t.in_block / PJY_DIFFER_DIV > PJY_DIFFER_FLOOR
+                                  ? t.in_block / PJY_DIFFER_DIV
+                                  : PJY_DIFFER_FLOOR;
+    if (t.beyond || t.unwritten || t.nans || t.bad_ref || t.outside || t.differ > differ_max) {
+        snprintf(why, whylen,
+                 "layer %u m %u n %u (x_off %llu x_ld %llu y_off %llu y_ld %llu): of %zu "
+                 "elements %zu beyond the bound (worst %.3g of it), %zu differ from the "
+                 "reference (at most %zu may), %zu unwritten, %zu NaN, %zu with a reference "
+                 "not finite; %zu written outside the block; rel err %.3g (first bad element "
+                 "%zu)",
+                 s->layer, m, n, (unsigned long long)s->x_off, (unsigned long long)s->x_ld,
+                 (unsigned long long)s->y_off, (unsigned long long)s->y_ld, t.in_block, t.beyond,
+                 t.worst, t.differ, differ_max, t.unwritten, t.nans, t.bad_ref, t.outside, rel,
+                 t.first_bad);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,57 @@
+/* ycheck.h — a y block from the GPU held to the CPU reference, element by
+ * element, where the GPU may sum in another order than the reference does.
+ *
+ * The reference (kernels/refgemm.h) rounds an fp32 sum in increasing k to
+ * bf16; an engine that sums the same products in another order (split K,
+ * tensor-core fragments, a cluster reduction) may round a few elements to
+ * the neighbouring bf16. So an element passes when
+ *
+ *     |y - ref| <= 2^-7 |ref| + 2^-12 sum_k |x_k w_k|
+ *
+ * (the two roundings to bf16, and what fp32 sums of the same products in
+ * another order can differ by, with room to spare), and the block passes
+ * when, besides, no element is NaN or left at the 0xffff poison, every
+ * element outside the block is still poison, and at most
+ * max(PJY_DIFFER_FLOOR, block / PJY_DIFFER_DIV) elements differ from the
+ * reference in their bits at all. That last limit is what catches the
+ * faults the per-element bound lets through because each of them moves an
+ * element by one rounding step: a conversion that truncates instead of
+ * rounding (half the elements differ), a one-ulp offset or a scale of
+ * 1.003 (all of them). The GPU suites' relative L2 errors against this
+ * reference were at most 2.2e-4 (cuda_latency, session 40), a few tenths
+ * of a per cent of elements one ulp off; the limit is 5 %.
+ *
+ * The CPU suites need none of this (the cpu backend runs the reference
+ * itself: bit for bit, daemon_check.h); tests/test_ycheck.c shows the
+ * check failing on each of the faults above without a GPU.
+ */
+#ifndef PJ_TEST_YCHECK_H
+#define PJ_TEST_YCHECK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/refgemm.h"
+#include "tests/helpers/daemon_check.h"
+
+#define PJY_DIFFER_FLOOR 4
+#define PJY_DIFFER_DIV   20
+
+/* The most an element may differ from a reference value want, where sabs
+ * is sum_k |x_k w_k| over its row of x and its row of W. */
+double pjy_bound(double want, double sabs);
+
+/* Row r of |W| (k floats) into out. 0, or -1 when out of memory or the
+ * format is unknown. */
+int pjy_abs_w_row(const pj_weights *w, uint32_t r, float *out);
+
+/* Checks a y buffer (count elements, a host copy) after shape s ran with
+ * m rows on the weights w: the block is m x s->n at s->y_off, row stride
+ * s->y_ld; x is m rows of w->k, contiguous; ref is m x w->n, contiguous
+ * (pj_ref_project of that x). 0, or -1 with why saying what failed, how
+ * often, and the first bad element. *rel_out (may be NULL): the relative
+ * L2 error over the block, for a report. */
+int pjy_verify(const uint16_t *Y, size_t count, const pjc_shape *s, uint32_t m, const pj_weights *w,
+               const uint16_t *x, const uint16_t *ref, double *rel_out, char *why, size_t whylen);
+
+#endif
