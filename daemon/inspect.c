@@ -47,7 +47,8 @@ static void clean(const char *s, char *buf, size_t cap)
 }
 
 /* |w| a z12 window covers: e7 in [base, base + 7] is the biased exponent
- * range [2 base, 2 base + 15], i.e. [2^(2 base - 127), 2^(2 base - 111)). */
+ * range [2 base, 2 base + 15], i.e. [2^(2 base - 127), 2^(2 base - 111)).
+ * Base 0 holds biased exponent 0 too: zeros and subnormals, so from 0. */
 static int window_lo_exp(uint32_t base)
 {
     return 2 * (int)base - 127;
@@ -191,8 +192,11 @@ static void print_text(FILE *out, const pj_model *m, const pj_st_file *st, const
         char nk[32], win[80] = "-", exc[16] = "-", rate[16] = "-";
         snprintf(nk, sizeof nk, "%u x %u", L->w.n, L->w.k);
         if (L->w.fmt == PJ_FMT_Z12) {
-            snprintf(win, sizeof win, "e7 [%u, %u]: |w| in [2^%d, 2^%d)", L->z_base, L->z_base + 7,
-                     window_lo_exp(L->z_base), window_hi_exp(L->z_base));
+            if (L->z_base == 0)
+                snprintf(win, sizeof win, "e7 [0, 7]: |w| in [0, 2^%d)", window_hi_exp(0));
+            else
+                snprintf(win, sizeof win, "e7 [%u, %u]: |w| in [2^%d, 2^%d)", L->z_base,
+                         L->z_base + 7, window_lo_exp(L->z_base), window_hi_exp(L->z_base));
             snprintf(exc, sizeof exc, "%u", L->n_exc);
             snprintf(rate, sizeof rate, "%.4f%%", 100.0 * L->exc_rate);
         }
@@ -280,6 +284,9 @@ static int print_json(FILE *out, const pj_model *m, const pj_st_file *st, const 
                 cJSON_AddNumberToObject(w, "e7_last", L->z_base + 7);
                 cJSON_AddNumberToObject(w, "exp2_min", window_lo_exp(L->z_base));
                 cJSON_AddNumberToObject(w, "exp2_max", window_hi_exp(L->z_base));
+                /* exp2_min is the window's smallest normal; base 0 also
+                 * takes 0 and the subnormals. */
+                cJSON_AddBoolToObject(w, "covers_zero", L->z_base == 0);
             }
         } else {
             cJSON_AddNumberToObject(l, "exceptions", 0);

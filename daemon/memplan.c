@@ -44,8 +44,7 @@ void pj_memplan_weights(const pj_model *m, uint32_t max_m, const char *force_eng
              * (none today), and a lower bound must not count what may not
              * be there. */
             const pj_z12 *z = L->w.z;
-            out->stored += z->tiles_bytes + ((uint64_t)z->n_pad / PJ_Z12_TILE_ROWS + 1) * 4 +
-                           (uint64_t)z->n_exc * sizeof(pj_z12_exc);
+            out->stored += pj_z12_bytes(z);
             out->z12_layers++;
             const char *f = force_engine && force_engine[0] ? force_engine : L->engine;
             if (pj_memplan_copies_bf16(max_m, f)) {

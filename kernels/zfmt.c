@@ -13,6 +13,7 @@
  */
 #include "kernels/zfmt.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -306,14 +307,16 @@ static void z12_hist_blocks(void *ctx, size_t begin, size_t end, unsigned worker
 
 uint32_t pj_z12_choose_base(const uint16_t *w, uint32_t n, uint32_t k, size_t ld)
 {
+    /* A block's counts are 32 bits: 16 k of them must fit. */
+    if (k >= Z12_K_LIMIT)
+        return UINT32_MAX;
     const uint32_t n_blk = (n + PJ_Z12_TILE_ROWS - 1) / PJ_Z12_TILE_ROWS;
     z12_job job = {.w = w, .n = n, .k = k, .ld = ld};
     job.blk_hist = calloc(n_blk ? n_blk : 1, Z12_E7_COUNT * sizeof *job.blk_hist);
-    if (!job.blk_hist) { /* no memory for the blocks: as one block, the fewest exceptions */
-        uint32_t one[Z12_E7_COUNT];
-        z12_hist_block(w, 0, n, k, ld, one);
-        return z12_base_from_blocks(one, 1, k);
-    }
+    /* Without the blocks' counts the heavy-block rule cannot be applied, and
+     * a base chosen without it could differ from the one pj_z12_pack takes. */
+    if (!job.blk_hist)
+        return UINT32_MAX;
     z12_hist_blocks(&job, 0, n_blk, 0);
     uint32_t base = z12_base_from_blocks(job.blk_hist, n_blk, k);
     free(job.blk_hist);
@@ -640,6 +643,7 @@ void pj_z12_unpack_row(const pj_z12 *z, uint32_t row, uint16_t *row_out)
  * into a 16 x 64 scratch whose rows are then copied out. */
 void pj_z12_unpack_block(const pj_z12 *z, uint32_t rb, uint16_t *out, size_t ld)
 {
+    assert(ld >= z->k);
     if (rb >= z->n_pad / PJ_Z12_TILE_ROWS)
         return;
     const uint32_t kts = z->k / PJ_Z12_TILE_K, r0 = rb * PJ_Z12_TILE_ROWS;
@@ -689,6 +693,8 @@ static void z12_unpack_blocks(void *ctx, size_t begin, size_t end, unsigned work
 
 void pj_z12_unpack_mt(const pj_z12 *z, uint16_t *w, size_t ld, unsigned threads)
 {
+    /* Rows that overlap would be written by two workers at once. */
+    assert(ld >= z->k);
     z12_unpack_job j = {z, w, ld};
     pj_parfor(z->n_pad / PJ_Z12_TILE_ROWS, threads, z12_unpack_blocks, &j);
 }
@@ -701,5 +707,5 @@ void pj_z12_unpack(const pj_z12 *z, uint16_t *w, size_t ld)
 size_t pj_z12_bytes(const pj_z12 *z)
 {
     return z->tiles_bytes + ((size_t)z->n_pad / PJ_Z12_TILE_ROWS + 1) * sizeof(uint32_t) +
-           (size_t)z->n_exc * sizeof(pj_z12_exc) + 16;
+           (size_t)z->n_exc * sizeof(pj_z12_exc);
 }

@@ -86,6 +86,7 @@ typedef struct pj_z12 {
  * then the smaller base). A block's exceptions are
  * corrected on one warp of the CTA that streams it, so one heavy block sets
  * the GEMV's time (kernels/ZFORMAT.md, section 4). */
+/* UINT32_MAX when k >= 2^28 (pj_z12_pack's limit too) or out of memory. */
 uint32_t pj_z12_choose_base(const uint16_t *w, uint32_t n, uint32_t k, size_t ld);
 
 /* Pack w (n x k bf16, row stride ld) into *out (caller's struct, zeroed here).
@@ -110,7 +111,8 @@ int pj_z12_pack(const uint16_t *w, uint32_t n, uint32_t k, size_t ld, pj_z12 *ou
 int pj_z12_pack_mt(const uint16_t *w, uint32_t n, uint32_t k, size_t ld, unsigned threads,
                    size_t max_bytes, pj_z12 *out, char *err, size_t errlen);
 
-/* Restore the original bf16 bits of rows [0, n) into w (row stride ld). */
+/* Restore the original bf16 bits of rows [0, n) into w (row stride ld,
+ * at least k: rows that overlap are a caller's error, asserted). */
 void pj_z12_unpack(const pj_z12 *z, uint16_t *w, size_t ld);
 
 /* pj_z12_unpack on up to `threads` threads (0 or 1: the caller's only);
@@ -129,8 +131,10 @@ void pj_z12_unpack_row(const pj_z12 *z, uint32_t row, uint16_t *row_out);
 /* The value a GPU kernel's decoder yields at (row, col) before corrections. */
 uint16_t pj_z12_decoded(const pj_z12 *z, uint32_t row, uint32_t col);
 
-/* Every byte the format keeps: tiles, block offsets, exception entries (the
- * exc_orig copy is a CPU-side aid and is not counted), plus a 16-byte header. */
+/* Every byte the format keeps and the device holds: tiles, block offsets,
+ * exception entries (the exc_orig copy is a CPU-side aid and is not
+ * counted). No header: z12 lives in memory only, made at load from bf16,
+ * and the memory plan and inspect's sizes are this one figure. */
 size_t pj_z12_bytes(const pj_z12 *z);
 
 void pj_z12_free(pj_z12 *z);

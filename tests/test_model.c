@@ -784,6 +784,7 @@ static void check_inspect_json(const char *json, const pj_model *m, double max_z
             ck_assert_int_eq(cJSON_GetObjectItem(w, "exp2_max")->valueint -
                                  cJSON_GetObjectItem(w, "exp2_min")->valueint,
                              16);
+            ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(w, "covers_zero")) == (L->z_base == 0));
         } else {
             ck_assert(cJSON_IsNull(cJSON_GetObjectItem(l, "window")));
         }
