@@ -19,11 +19,13 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include "client/projd_cuda.h"
@@ -168,6 +170,38 @@ static CC_UNUSED pjc_shape cc_shape(uint64_t *seed, uint32_t layer, uint32_t mi,
     s.y_off = (r >> 40) % 64;
     s.y_ld = s.n + (r >> 48) % 9;
     return s;
+}
+
+/* Reaps child pid within timeout_ms, else kills it (SIGKILL) and reaps
+ * that: pid when it ended by itself in time, 0 when it was killed here, -1
+ * when it could not be reaped. A child stuck in a CUDA call must not hold
+ * the suite past the visit's limit. */
+static CC_UNUSED pid_t cc_reap(pid_t pid, int timeout_ms, int *status)
+{
+    const long long end = cc_now_us() + timeout_ms * 1000LL;
+    pid_t w;
+    while ((w = waitpid(pid, status, WNOHANG)) == 0 && cc_now_us() < end)
+        cc_sleep_ms(20);
+    if (w != 0)
+        return w == pid ? pid : -1;
+    kill(pid, SIGKILL);
+    return waitpid(pid, status, 0) == pid ? 0 : -1;
+}
+
+/* STATS whose failure is counted: a check that reads the reply would
+ * otherwise be skipped without a word. */
+#define CC_STATS(c, st) cc_stats_checked((c), (st), __FILE__, __LINE__)
+static CC_UNUSED int cc_stats_checked(pjt_client *c, cJSON **st, const char *file, int line)
+{
+    int rc = pjt_stats(c, st);
+    if (rc == PJ_OK) {
+        atomic_fetch_add(&cc_pass, 1);
+        return rc;
+    }
+    atomic_fetch_add(&cc_fail, 1);
+    printf("FAIL %s:%d: STATS: %d %s\n", file, line, rc, rc > 0 ? c->err.msg : "");
+    fflush(stdout);
+    return rc;
 }
 
 /* Write shape s's reference x into a host image of the x buffer (count

@@ -295,7 +295,7 @@ static void section_a(void)
     CHECK(rc == 0, "request after the junk event: %s", why);
 
     cJSON *st = NULL;
-    if (pjt_stats(&t.c, &st) == PJ_OK) {
+    if (CC_STATS(&t.c, &st) == PJ_OK) {
         /* Every m here has a graph: fewer rows and strides are staged
          * through it too (section M has the direct paths). */
         double gs = pjt_json_num(st, "backend_stats.paths.graph_staged");
@@ -352,7 +352,7 @@ static void section_b(void)
     int fails = sweep(&t, 60, 7, "B");
     printf("B: sweep done, %d failures\n", fails);
     cJSON *st = NULL;
-    if (pjt_stats(&t.c, &st) == PJ_OK) {
+    if (CC_STATS(&t.c, &st) == PJ_OK) {
         cJSON *bs = cJSON_GetObjectItem(st, "backend_stats");
         cJSON *eng = bs ? cJSON_GetObjectItem(bs, "engines") : NULL;
         int n = 0, bad = 0;
@@ -384,7 +384,7 @@ static void section_b(void)
     if (rc != 0)
         return;
     st = NULL;
-    if (pjt_stats(&t.c, &st) == PJ_OK) {
+    if (CC_STATS(&t.c, &st) == PJ_OK) {
         cJSON *bs = cJSON_GetObjectItem(st, "backend_stats");
         cJSON *eng = bs ? cJSON_GetObjectItem(bs, "engines") : NULL;
         int forced = 0, refused = 0, bad = 0, shown[2] = {0, 0};
@@ -454,7 +454,7 @@ static void section_z(void)
                 fails += rc != 0;
             }
     cJSON *st = NULL;
-    if (pjt_stats(&t.c, &st) == PJ_OK) {
+    if (CC_STATS(&t.c, &st) == PJ_OK) {
         cJSON *bs = cJSON_GetObjectItem(st, "backend_stats");
         cJSON *eng = bs ? cJSON_GetObjectItem(bs, "engines") : NULL;
         double copied = 0;
@@ -830,7 +830,7 @@ static void section_n(uint32_t n_layers)
     }
     printf("N: %u layers x 2 shapes, %d failures\n", n_layers, fails);
     cJSON *st = NULL;
-    if (pjt_stats(&t.c, &st) == PJ_OK) {
+    if (CC_STATS(&t.c, &st) == PJ_OK) {
         cJSON *eng = pjt_json_num(st, "backend_stats.fatal") == 0
                          ? cJSON_GetObjectItem(cJSON_GetObjectItem(st, "backend_stats"), "engines")
                          : NULL;
@@ -1710,10 +1710,30 @@ static void section_m(const char *force, int no_warm)
                     on_dev ? m_full_op(l, m, dev.xid, dev.yid) : m_full_op(l, m, u.xid, u.yid);
                 pj_done dn;
                 pj_op_result res[1];
+                if (!on_dev) /* x is zeros: y must come back all zeros */
+                    memset(u.ys.p, 0xff, u.ys.size);
                 long long a = cc_now_us();
                 int r = pjt_project(&u.c, 0, &q, 1, &dn, res);
                 double took = (double)(cc_now_us() - a) / 1e6;
                 const int want = on_dev ? PJ_CUDA_PATH_DIRECT : PJ_CUDA_PATH_DIRECT_STAGED;
+                if (!on_dev && r == PJ_OK && dn.status == PJ_OK) {
+                    /* The device's memory is not read back here: a copy
+                     * on this process's stream could wait for the held
+                     * lane and spoil the timing this section is about. */
+                    const uint16_t *Y = u.ys.p;
+                    size_t bad = 0, past = 0;
+                    for (size_t e = 0; e < u.ys.size / 2; e++) {
+                        if (e < (size_t)m * L->max_n)
+                            bad += (Y[e] & 0x7fff) != 0;
+                        else
+                            past += Y[e] != PJC_POISON;
+                    }
+                    if ((bad || past) && failed++ < 3)
+                        CHECK(0, "M: layer %s m=%u (host): %zu of y not zero, %zu written past it",
+                              L->name, m, bad, past);
+                    if (bad || past)
+                        continue;
+                }
                 if (r != PJ_OK || dn.status != PJ_OK || (res[0].engine >> 8) != want) {
                     if (failed++ < 3)
                         CHECK(0, "M: layer %s m=%u (%s): rc %d status %d path %d (want %d)",
@@ -2515,7 +2535,8 @@ static pid_t w4_child_run(const char *self, const char *url, const char *mode)
         _exit(127);
     }
     int wst = 0;
-    CHECK(pid > 0 && waitpid(pid, &wst, 0) == pid, "W4 %s: the child did not run", mode);
+    CHECK(pid > 0 && cc_reap(pid, 120000, &wst) == pid,
+          "W4 %s: the child did not run, or did not end within 120 s", mode);
     CHECK(WIFSIGNALED(wst) && WTERMSIG(wst) == SIGKILL, "W4 %s: the child ended with status 0x%x",
           mode, wst);
     return pid;
@@ -2577,7 +2598,7 @@ static void w4_kill_one(const char *self, const char *mode)
      * it by count) each REGISTER (pinning) and run a request, then close. */
     cJSON *stj = NULL;
     int held = 0;
-    if (pjt_stats(&t.c, &stj) == PJ_OK) {
+    if (CC_STATS(&t.c, &stj) == PJ_OK) {
         cJSON *lanes = cJSON_GetObjectItem(cJSON_GetObjectItem(stj, "backend_stats"), "lane"), *l;
         cJSON_ArrayForEach(l, lanes)
         {

@@ -195,7 +195,9 @@ static void events(ipc_conn *t)
     CHECK(cudaIpcGetEventHandle(&hin, ev_in) == cudaSuccess, "cudaIpcGetEventHandle");
     CHECK(cudaIpcGetEventHandle(&hout, ev_out) == cudaSuccess, "cudaIpcGetEventHandle");
     uint16_t *pin = NULL;
-    cudaMallocHost((void **)&pin, XBYTES);
+    cudaError_t pe = cudaMallocHost((void **)&pin, XBYTES);
+    CHECK(pe == cudaSuccess && pin, "events: cudaMallocHost of %zu bytes: %s", (size_t)XBYTES,
+          cudaGetErrorString(pe));
     for (uint32_t mi = 0; mi < PJC_N_MS && pin; mi++) {
         pjc_shape s = cc_shape(&(uint64_t){11}, 0, mi, 1);
         /* x holds zeros; the real x arrives on cs behind a slow memset. */
@@ -416,14 +418,7 @@ static void exiting_client(const char *url, pjt_client *c)
     if (rc != 0)
         return;
     int status = 0;
-    long long end = cc_now_us() + 120 * 1000000LL;
-    pid_t w = 0;
-    while ((w = waitpid(pid, &status, WNOHANG)) == 0 && cc_now_us() < end)
-        cc_sleep_ms(20);
-    if (w == 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-    }
+    pid_t w = cc_reap(pid, 120000, &status);
     CHECK(w == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0, "child client: status 0x%x",
           status);
     CHECK(pjd_wait_stat(c, "buffers.current", b0, 20000) == b0, "buffers did not return to %.0f",
@@ -549,7 +544,7 @@ static void refused_binds(void)
     refused_run(&t, 1, 1, 2, PJ_CUDA_PATH_GRAPH, "layer 1, after the refusals");
     refused_run(&t, 0, 1, 2, PJ_CUDA_PATH_GRAPH_STAGED, "layer 0, staged for good");
     cJSON *st = NULL;
-    if (pjt_stats(&t.c, &st) == PJ_OK) {
+    if (CC_STATS(&t.c, &st) == PJ_OK) {
         CHECK(pjt_json_num(st, "backend_stats.paths.graph_staged") == 7 &&
                   pjt_json_num(st, "backend_stats.paths.graph") == 2,
               "refused rebinds: STATS paths graph_staged %.0f graph %.0f (want 7, 2)",
@@ -646,7 +641,7 @@ int main(int argc, char **argv)
     printf("== concurrent\n");
     concurrent(d.url);
     cJSON *st = NULL;
-    if (pjt_stats(&t.c, &st) == PJ_OK) {
+    if (CC_STATS(&t.c, &st) == PJ_OK) {
         cJSON *bs = cJSON_GetObjectItem(st, "backend_stats");
         cJSON *paths = bs ? cJSON_GetObjectItem(bs, "paths") : NULL;
         char *txt = paths ? cJSON_PrintUnformatted(paths) : NULL;

@@ -1383,9 +1383,16 @@ int main(int argc, char **argv)
     }
     char err[256];
     pj_chk_ctx c;
-    if (pj_chk_ctx_init(&c, 256, 8192, 4096, err, sizeof err)) {
+    /* No device: skipped (77). A device on which the checker cannot set
+     * up (its buffers, its stream) is a failure, not a skip. */
+    pj_dev_limits lim;
+    if (pj_eng_dev_limits(&lim, err, sizeof err)) {
         printf("no usable GPU: %s\n", err);
         return 77;
+    }
+    if (pj_chk_ctx_init(&c, 256, 8192, 4096, err, sizeof err)) {
+        printf("FAIL: the checker's set-up on %s: %s\n", lim.name, err);
+        return 1;
     }
     printf("device %s (%d SMs)%s\n", c.lim.name, c.lim.sm_count, quick ? ", quick sweep" : "");
     static pj_tune_table table;
@@ -1394,9 +1401,10 @@ int main(int argc, char **argv)
     if (tpath && tpath[0]) {
         int n = pj_tune_load(tpath, &table, pj_eng_check_entry, &c.lim, count_msg, NULL, err,
                              sizeof err);
-        if (n < 0)
-            printf("table %s not loaded: %s\n", tpath, err);
-        else {
+        if (n < 0) { /* part A would run without it and pass for the wrong table */
+            printf("FAIL: table %s (PJ_TUNE_TABLE) not loaded: %s\n", tpath, err);
+            n_fail++;
+        } else {
             printf("table %s: %d entries\n", tpath, n);
             tp = &table;
         }
