@@ -466,6 +466,8 @@ static void concurrent(const char *url)
     enum { N = 4 };
     worker w[N];
     long per = pjc_env_long("PJ_GPU_E2E_REQUESTS", 100) / 2;
+    if (per < 1) /* PJ_GPU_E2E_REQUESTS=1 must not make "concurrent" pass doing nothing */
+        per = 1;
     for (int i = 0; i < N; i++) {
         memset(&w[i], 0, sizeof w[i]);
         w[i].url = url;
