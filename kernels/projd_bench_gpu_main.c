@@ -957,6 +957,23 @@ static FILE *out_file(const bench *b, const char *name)
     return f;
 }
 
+/* Closes a log out_file opened, saying when a write to it failed (a full
+ * disk): the log is a record of the run, not its result, so the run goes
+ * on, but a cut log must not pass for a whole one. */
+static void out_close(const bench *b, FILE *f, const char *name)
+{
+    errno = 0;
+    int bad = fflush(f) != 0 || ferror(f);
+    int e = errno ? errno : EIO;
+    if (fclose(f) != 0 && !bad) {
+        bad = 1;
+        e = errno;
+    }
+    if (bad)
+        fprintf(stderr, "projd-bench: warning: %s/%s is incomplete: %s\n", b->o.out, name,
+                strerror(e));
+}
+
 /* The daemon serves every m from 1 to max_m, each with the entry of the
  * smallest m' >= m (else the largest; pj_dispatch_choose): an entry tuned
  * and validated at m' = 32 also runs m = 17..31, which the sweep never
@@ -1096,7 +1113,7 @@ static void tune_all(bench *b, pj_tune_table *t)
                 die("tuning table full");
         }
     vet_served_m(b, t, csv);
-    fclose(csv);
+    out_close(b, csv, "tune_log.csv");
     printf("tuner: %.1f s\n", now_s() - t0);
 }
 
@@ -1534,7 +1551,7 @@ static int lt_survey(bench *b, unsigned lo, unsigned hi, double budget_s, pj_tun
             fflush(stdout);
         }
     }
-    fclose(csv);
+    out_close(b, csv, "lt_survey.csv");
     for (int j = 0; j < 3 + LT_FINAL; j++)
         free(tv[j]);
     free(scr);
@@ -2666,7 +2683,7 @@ int main(int argc, char **argv)
                 FILE *vcsv = out_file(b, "lt_vet.csv");
                 fprintf(vcsv, TUNE_CSV_HEADER);
                 nd = vet_served_m(b, ltp, vcsv);
-                fclose(vcsv);
+                out_close(b, vcsv, "lt_vet.csv");
             }
             char date[64];
             time_t now = time(NULL);
