@@ -295,7 +295,7 @@ static int cpu_open(pj_backend *b, char *err, size_t errlen)
      * memPitch, 2^31 - 1 bytes), small enough for the CPU suite's buffers,
      * so that it shows the server refusing such an op before its request
      * runs (test_daemon_ops pitch_limit). */
-    pj_envknob_u64("PROJD_CPU_MAX_ROW_PITCH", 1, UINT64_MAX, &b->max_row_pitch);
+    pj_envknob_u64("PROJD_CPU_MAX_ROW_PITCH", 0, UINT64_MAX, &b->max_row_pitch);
     /* Tests only: several jobs of a connection with the backend at once,
      * as the cuda backend takes them (8), run in order, so that the CPU
      * suite covers the server's paths with more than one running

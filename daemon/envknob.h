@@ -1,7 +1,8 @@
 /* envknob.h — the daemon's numeric environment knobs, most of them for the
  * test suites only (a drain bound a suite can wait out, a pause while the
  * model loads, the cpu backend made to look like the cuda one). One parse
- * and one rule for all of them: an unset or empty variable leaves the
+ * and one rule for every knob that is a single number (reapwatch.c's
+ * two-part test knobs parse their own lists): an unset or empty variable leaves the
  * default; a value that is not a whole decimal number inside the knob's
  * range is refused with a warning that names the variable, the value and
  * the range, and also leaves the default. Before this each knob parsed on

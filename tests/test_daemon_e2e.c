@@ -26,6 +26,7 @@
 
 #include "client/projd.h"
 #include "config/config.h"
+#include "daemon/envknob.h"
 #include "tests/helpers/daemon_check.h"
 #include "tests/helpers/daemon_proc.h"
 #include "tests/helpers/fixture.h"
@@ -916,8 +917,9 @@ START_TEST(killed_client)
      * the cuda backend takes 8), and those ran to the end; the rest were
      * dropped. One 0.4 s request may have finished before the kill was
      * seen, so `done` of them are allowed to be gone. */
-    const char *depth_env = getenv("PROJD_CPU_STREAM_DEPTH");
-    unsigned depth = depth_env && *depth_env ? (unsigned)strtoul(depth_env, NULL, 10) : 1;
+    /* The depth the daemon took: its own parse of the knob. */
+    uint32_t depth = 1;
+    pj_envknob_u32("PROJD_CPU_STREAM_DEPTH", 1, 64, &depth);
     ck_assert(pj_dproc_log_has(&d, " dropped unstarted, ", 1000));
     int said_so = 0;
     for (unsigned done = 0; done < 4 && !said_so; done++) {

@@ -818,8 +818,8 @@ static void check_inspect_json(const char *json, const pj_model *m, double max_z
 }
 
 /* The small layers carry fixed costs the reference ones amortise (block
- * offsets: 4 bytes per 16 rows, about 1/(8K) of bf16; the 16-byte header;
- * the forced exceptions), so their bound is looser than 0.752; the
+ * offsets: 4 bytes per 16 rows, about 1/(8K) of bf16; the forced
+ * exceptions), so their bound is looser than 0.752; the
  * reference bound is checked on a reference-sized layer below. */
 START_TEST(inspect_small_json)
 {

@@ -41,7 +41,7 @@ int pjy_abs_w_row(const pj_weights *w, uint32_t r, float *out)
 /* The counts of what failed, in the order the message gives them. */
 typedef struct tally {
     size_t beyond, differ, unwritten, nans, bad_ref, outside, in_block;
-    size_t first_bad;
+    size_t first_bad, first_differ;
     double worst, num, den;
 } tally;
 
@@ -72,7 +72,7 @@ int pjy_verify(const uint16_t *Y, size_t count, const pjc_shape *s, uint32_t m, 
                  n, N);
         return -1;
     }
-    tally t = {.first_bad = (size_t)-1};
+    tally t = {.first_bad = (size_t)-1, .first_differ = (size_t)-1};
     uint64_t ax_row = UINT64_MAX;
     for (size_t e = 0; e < count; e++) {
         int in = 0;
@@ -107,8 +107,8 @@ int pjy_verify(const uint16_t *Y, size_t count, const pjc_shape *s, uint32_t m, 
             bad_at(&t, e);
             continue;
         }
-        if (Y[e] != want_bits)
-            t.differ++;
+        if (Y[e] != want_bits && t.differ++ == 0)
+            t.first_differ = e;
         if (r != ax_row) {
             for (uint32_t k = 0; k < K; k++)
                 ax[k] = fabsf(pj_bf16_to_f32(x[r * K + k]));
@@ -147,7 +147,7 @@ int pjy_verify(const uint16_t *Y, size_t count, const pjc_shape *s, uint32_t m, 
                  s->layer, m, n, (unsigned long long)s->x_off, (unsigned long long)s->x_ld,
                  (unsigned long long)s->y_off, (unsigned long long)s->y_ld, t.in_block, t.beyond,
                  t.worst, t.differ, differ_max, t.unwritten, t.nans, t.bad_ref, t.outside, rel,
-                 t.first_bad);
+                 t.first_bad != (size_t)-1 ? t.first_bad : t.first_differ);
         return -1;
     }
     return 0;
