@@ -2,10 +2,10 @@
  * test suites only (a drain bound a suite can wait out, a pause while the
  * model loads, the cpu backend made to look like the cuda one). One parse
  * and one rule for every knob that is a single number (reapwatch.c's
- * two-part test knobs parse their own lists): an unset or empty variable leaves the
- * default; a value that is not a whole decimal number inside the knob's
- * range is refused with a warning that names the variable, the value and
- * the range, and also leaves the default. Before this each knob parsed on
+ * two-part test knobs parse their own lists): an unset or empty variable
+ * leaves the default; a value that is not a whole decimal number inside
+ * the knob's range is refused with a warning that names the variable, the
+ * value and the range, and also leaves the default. Before this each knob parsed on
  * its own, and some took "12abc" as 12 or wrapped a huge value silently.
  */
 #ifndef PJ_ENVKNOB_H
