@@ -1624,30 +1624,56 @@ static void check_op_words(const char *where, const char *layer, uint32_t m, con
         die("%s: knobs \"%s\": %s", where, knobs, err);
 }
 
-/* Every line of a --probe / --touch file ("layer m engine knobs") or a
- * --pair file ("layer m n1 engA knobsA engB knobsB"), checked as above
- * before the device: a typo on line 40 used to end the run after the set-up
- * and 39 lines of timings. Lines the runs skip (comments, too few words)
- * are skipped here too. */
+/* The line buffer of the op files: the pre-check and the runs read them
+ * alike, so a line is the same words to both. */
+#define OP_LINE_MAX 1024
+
+/* One "layer m engine [knobs]" line of a probe file (--probe, --touch). */
+typedef struct probe_line {
+    char layer[64], eng[32], knobs[256];
+    unsigned m;
+} probe_line;
+
+/* One "layer m n1 engA knobsA engB knobsB" line of a --pair file. */
+typedef struct pair_line {
+    char layer[64], ea[32], ka[256], eb[32], kb[256];
+    unsigned m, n1;
+} pair_line;
+
+/* 1 when line is one of the file's ops; 0 for one the runs skip (a
+ * comment, too few words). */
+static int probe_line_parse(const char *line, probe_line *pl)
+{
+    pl->knobs[0] = 0;
+    return line[0] != '#' &&
+           sscanf(line, "%63s %u %31s %255s", pl->layer, &pl->m, pl->eng, pl->knobs) >= 3;
+}
+
+static int pair_line_parse(const char *line, pair_line *pl)
+{
+    return line[0] != '#' && sscanf(line, "%63s %u %u %31s %255s %31s %255s", pl->layer, &pl->m,
+                                    &pl->n1, pl->ea, pl->ka, pl->eb, pl->kb) == 7;
+}
+
+/* Every line of a --probe / --touch file or a --pair file, checked as
+ * above before the device: a typo on line 40 used to end the run after the
+ * set-up and 39 lines of timings. Lines the runs skip are skipped here too
+ * (the same parsers). */
 static void check_op_file(const char *opt, const char *path, int pair)
 {
     FILE *f = fopen(path, "r");
     if (!f)
         die("%s %s: %s", opt, path, strerror(errno));
-    char line[1024], where[4200];
+    char line[OP_LINE_MAX], where[4200];
     for (int ln = 1; fgets(line, sizeof line, f); ln++) {
-        char layer[64], ea[32], eb[32], ka[256] = "", kb[256] = "";
-        unsigned m, n1;
         snprintf(where, sizeof where, "%s %s:%d", opt, path, ln);
-        if (line[0] == '#')
-            continue;
-        if (!pair) {
-            if (sscanf(line, "%63s %u %31s %255s", layer, &m, ea, ka) >= 3)
-                check_op_words(where, layer, m, ea, ka);
-        } else if (sscanf(line, "%63s %u %u %31s %255s %31s %255s", layer, &m, &n1, ea, ka, eb,
-                          kb) == 7) {
-            check_op_words(where, layer, m, ea, ka);
-            check_op_words(where, layer, m, eb, kb);
+        probe_line pl;
+        pair_line pp;
+        if (!pair && probe_line_parse(line, &pl)) {
+            check_op_words(where, pl.layer, pl.m, pl.eng, pl.knobs);
+        } else if (pair && pair_line_parse(line, &pp)) {
+            check_op_words(where, pp.layer, pp.m, pp.ea, pp.ka);
+            check_op_words(where, pp.layer, pp.m, pp.eb, pp.kb);
         }
     }
     fclose(f);
@@ -1735,24 +1761,16 @@ static void probe_pair(bench *b, cudaGraphExec_t g0, cudaGraphExec_t g1, float *
         *m1 = pj_bo_median(t1, PROBE_REPS, scr);
 }
 
-/* One "layer m engine knobs" line of a probe file (--probe, --touch). */
-typedef struct probe_line {
-    char layer[64], eng[32], knobs[256];
-    unsigned m;
-} probe_line;
-
 /* The next usable line of f: ours in *o and its GemmEx baseline in *ob,
  * ready to capture. Lines the engine refuses are printed and skipped; a
  * line that does not parse ends the run. 0 at the end of the file. */
 static int probe_next(bench *b, FILE *f, const char *mode, const char *path, int *ln,
                       probe_line *pl, op_ctx *o, op_ctx *ob)
 {
-    char line[512], err[256];
+    char line[OP_LINE_MAX], err[256];
     while (fgets(line, sizeof line, f)) {
         (*ln)++;
-        pl->knobs[0] = 0;
-        if (line[0] == '#' ||
-            sscanf(line, "%63s %u %31s %255s", pl->layer, &pl->m, pl->eng, pl->knobs) < 3)
+        if (!probe_line_parse(line, pl))
             continue;
         const int li = op_parse(b, pl->layer, pl->m, pl->eng, pl->knobs, o, err, sizeof err);
         if (li < 0)
@@ -1903,15 +1921,15 @@ static void run_pair(bench *b, const char *path)
     for (int j = 0; j < PAIR_OPS; j++)
         printf(" %8s", col[j]);
     printf(" %8s %s\n", "best/base", "check");
-    char line[1024];
+    char line[OP_LINE_MAX];
     int ln = 0;
     while (fgets(line, sizeof line, f)) {
         ln++;
-        char layer[64], ea[32], eb[32], ka[256] = "", kb[256] = "";
-        unsigned m, n1;
-        if (line[0] == '#' ||
-            sscanf(line, "%63s %u %u %31s %255s %31s %255s", layer, &m, &n1, ea, ka, eb, kb) < 7)
+        pair_line pp;
+        if (!pair_line_parse(line, &pp))
             continue;
+        const char *layer = pp.layer, *ea = pp.ea, *ka = pp.ka, *eb = pp.eb, *kb = pp.kb;
+        const unsigned m = pp.m, n1 = pp.n1;
         op_ctx oa, ob, base0, base1;
         const int li = op_parse(b, layer, m, ea, ka, &oa, err, sizeof err);
         if (li < 0 || op_parse(b, layer, m, eb, kb, &ob, err, sizeof err) < 0)
