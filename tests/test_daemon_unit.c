@@ -1348,13 +1348,35 @@ END_TEST
 
 /* ---- log lines ------------------------------------------------------------------------- */
 
-static char *capture_log(int journal, pj_log_level level, const char *msg)
+/* stderr while fn runs. */
+static char *capture_stderr(void (*fn)(void))
 {
     int fds[2];
     ck_assert_int_eq(pipe(fds), 0);
     int saved = dup(STDERR_FILENO);
     dup2(fds[1], STDERR_FILENO);
-    if (journal) {
+    fn();
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    close(fds[1]);
+    char *buf = calloc(1, 8192);
+    ssize_t n = read(fds[0], buf, 8191);
+    ck_assert_int_ge(n, 0);
+    close(fds[0]);
+    return buf;
+}
+
+/* What capture_log's writer writes (capture_stderr takes no arguments). */
+static struct {
+    int journal;
+    pj_log_level level;
+    const char *msg;
+} g_log_case;
+
+static void log_one_line(void)
+{
+    /* The journal is recognised by stderr's device and inode: the pipe's. */
+    if (g_log_case.journal) {
         struct stat st;
         fstat(STDERR_FILENO, &st);
         char js[64];
@@ -1366,18 +1388,31 @@ static char *capture_log(int journal, pj_log_level level, const char *msg)
     }
     pj_log_init();
     pj_log_set_level(PJ_LOG_INFO);
-    pj_log_msg(level, "%s", msg);
+    pj_log_msg(g_log_case.level, "%s", g_log_case.msg);
     pj_log_debug("not shown at level info");
-    dup2(saved, STDERR_FILENO);
-    close(saved);
-    close(fds[1]);
-    char *buf = calloc(1, 4096);
-    ssize_t n = read(fds[0], buf, 4095);
-    ck_assert_int_gt(n, 0);
-    close(fds[0]);
+}
+
+static char *capture_log(int journal, pj_log_level level, const char *msg)
+{
+    g_log_case.journal = journal;
+    g_log_case.level = level;
+    g_log_case.msg = msg;
+    char *buf = capture_stderr(log_one_line);
+    ck_assert_msg(buf[0], "nothing logged");
     unsetenv("JOURNAL_STREAM");
     pj_log_init();
     return buf;
+}
+
+/* knob's call, for capture_stderr. */
+static struct {
+    uint64_t lo, hi, *v;
+    int rc;
+} g_knob;
+
+static void knob_read(void)
+{
+    g_knob.rc = pj_envknob_u64("PJ_TEST_KNOB", g_knob.lo, g_knob.hi, g_knob.v);
 }
 
 /* pj_envknob_u64 on value (NULL: unset) for [lo, hi]: its return, *v,
@@ -1389,19 +1424,14 @@ static int knob(const char *value, uint64_t lo, uint64_t hi, uint64_t *v, char *
         setenv("PJ_TEST_KNOB", value, 1);
     else
         unsetenv("PJ_TEST_KNOB");
-    int fds[2];
-    ck_assert_int_eq(pipe(fds), 0);
-    int saved = dup(STDERR_FILENO);
-    dup2(fds[1], STDERR_FILENO);
-    close(fds[1]);
-    int rc = pj_envknob_u64("PJ_TEST_KNOB", lo, hi, v);
-    dup2(saved, STDERR_FILENO);
-    close(saved);
-    ssize_t n = read(fds[0], logbuf, loglen - 1);
-    logbuf[n > 0 ? n : 0] = 0;
-    close(fds[0]);
+    g_knob.lo = lo;
+    g_knob.hi = hi;
+    g_knob.v = v;
+    char *out = capture_stderr(knob_read);
+    snprintf(logbuf, loglen, "%s", out);
+    free(out);
     unsetenv("PJ_TEST_KNOB");
-    return rc;
+    return g_knob.rc;
 }
 
 /* Every numeric knob of the daemon's environment parses one way: whole
@@ -1505,24 +1535,6 @@ START_TEST(log_lines)
 END_TEST
 
 /* ---- systemd notifications ------------------------------------------------------------- */
-
-/* stderr while fn runs. */
-static char *capture_stderr(void (*fn)(void))
-{
-    int fds[2];
-    ck_assert_int_eq(pipe(fds), 0);
-    int saved = dup(STDERR_FILENO);
-    dup2(fds[1], STDERR_FILENO);
-    fn();
-    dup2(saved, STDERR_FILENO);
-    close(saved);
-    close(fds[1]);
-    char *buf = calloc(1, 8192);
-    ssize_t n = read(fds[0], buf, 8191);
-    ck_assert_int_ge(n, 0);
-    close(fds[0]);
-    return buf;
-}
 
 static void notify_start_and_stop(void)
 {
