@@ -415,27 +415,25 @@ static void measure_rebind(inproc *ip, uint32_t l, uint32_t m, pj_eng_kind k,
 /* ---- projd ------------------------------------------------------------------------------ */
 
 /* got (count elements; the block m x n at 0, stride ldy) held to the GPU
- * suites' check (tests/helpers/ycheck.h) on columns [0, 8) and [n - 8, n),
- * the rows of W the CPU reference can afford on the 8B-shaped layers: the
- * per-element bound and the limit on elements that differ at all. The
- * whole block is scanned for poison and NaN, and the buffer after it for
- * anything written. 0, or -1 with why. *rel: the relative L2 error over
- * the sampled columns, for the table (1e9 when not computed). */
+ * suites' check (tests/helpers/ycheck.h): every element of the block
+ * scanned for poison and NaN and the buffer after it for anything written,
+ * and the elements of columns [0, 8) and [n - 8, n), the rows of W the CPU
+ * reference can afford on the 8B-shaped layers, judged against it. 0, or
+ * -1 with why. *rel: the relative L2 error over the judged elements, for
+ * the table (1e9 when not computed). */
 static int sample_check(const pj_model_layer *ml, uint32_t m, uint32_t n, const uint16_t *x,
                         const uint16_t *got, size_t ldy, size_t count, double *rel, char *why,
                         size_t whylen)
 {
     const uint32_t K = ml->w.k;
     *rel = 1e9;
-    size_t unwritten = 0, nans = 0, outside = 0;
+    pjy_tally t;
+    pjy_tally_init(&t);
     for (size_t e = 0; e < count; e++) {
-        const size_t r = e / ldy, c = e % ldy;
-        if (r < m && c < n) {
-            unwritten += got[e] == PJC_POISON;
-            nans += got[e] != PJC_POISON && isnan(pj_bf16_to_f32(got[e]));
-        } else {
-            outside += got[e] != PJC_POISON;
-        }
+        if (e / ldy < m && e % ldy < n)
+            pjy_tally_written(&t, e, got[e]);
+        else
+            pjy_tally_outside(&t, e, got[e]);
     }
     uint16_t *ref = malloc((size_t)m * n * 2);
     float *aw = malloc((size_t)K * sizeof *aw);
@@ -446,8 +444,6 @@ static int sample_check(const pj_model_layer *ml, uint32_t m, uint32_t n, const 
         return -1;
     }
     uint32_t rs[2][2] = {{0, n < 8 ? n : 8}, {n > 8 ? n - 8 : 0, n}};
-    double num = 0, den = 0, worst = 0;
-    size_t beyond = 0, differ = 0, checked = 0;
     int rc = 0;
     for (int b = 0; b < 2 && rc == 0; b++) {
         if (pj_ref_project_rows(&ml->w, m, rs[b][0], rs[b][1], x, K, ref, n, NULL) != 0) {
@@ -464,20 +460,14 @@ static int sample_check(const pj_model_layer *ml, uint32_t m, uint32_t n, const 
                 break;
             }
             for (uint32_t i = 0; i < m; i++) {
-                const uint16_t gv = got[(size_t)i * ldy + c], wv = ref[(size_t)i * n + c];
-                const double g = pj_bf16_to_f32(gv), w = pj_bf16_to_f32(wv);
-                if (gv == PJC_POISON || isnan(g))
+                const size_t e = (size_t)i * ldy + c;
+                const uint16_t gv = got[e];
+                if (gv == PJC_POISON || isnan(pj_bf16_to_f32(gv)))
                     continue; /* counted by the scan above */
-                checked++;
-                differ += gv != wv;
                 double sabs = 0;
                 for (uint32_t k = 0; k < K; k++)
                     sabs += fabsf(pj_bf16_to_f32(x[(size_t)i * K + k])) * aw[k];
-                const double err = fabs(g - w), bound = pjy_bound(w, sabs);
-                beyond += !(err <= bound) || !isfinite(w);
-                worst = err / bound > worst ? err / bound : worst;
-                num += (g - w) * (g - w);
-                den += w * w;
+                pjy_tally_judge(&t, e, gv, ref[(size_t)i * n + c], sabs);
             }
         }
     }
@@ -485,18 +475,8 @@ static int sample_check(const pj_model_layer *ml, uint32_t m, uint32_t n, const 
     free(aw);
     if (rc != 0)
         return rc;
-    *rel = den > 0 ? sqrt(num / den) : sqrt(num);
-    const size_t differ_max =
-        checked / PJY_DIFFER_DIV > PJY_DIFFER_FLOOR ? checked / PJY_DIFFER_DIV : PJY_DIFFER_FLOOR;
-    if (beyond || differ > differ_max || unwritten || nans || outside) {
-        snprintf(why, whylen,
-                 "of %zu sampled elements %zu beyond the bound (worst %.3g of it), %zu differ "
-                 "from the reference (at most %zu may); in the block %zu unwritten, %zu NaN; %zu "
-                 "written after it; rel err %.3g",
-                 checked, beyond, worst, differ, differ_max, unwritten, nans, outside, *rel);
-        return -1;
-    }
-    return 0;
+    *rel = pjy_tally_rel(&t);
+    return pjy_tally_verdict(&t, "sampled columns [0, 8) and [n - 8, n)", why, whylen);
 }
 
 typedef struct dconn {
@@ -805,7 +785,7 @@ int main(int argc, char **argv)
         memset(dc.ys.p, 0xff, dc.ybytes);
         rc = time_projd(&dc, 0, r->layer, r->m, r->n, &r->shm, &r->shm_exec, &r->eng_shm);
         CHECK(rc == 0, "projd shm %s m=%u failed: %s", ml->name, r->m, dc.c.err.msg);
-        char why_shm[256] = "not run", why_ipc[256] = "not run";
+        char why_shm[512] = "not run", why_ipc[512] = "not run";
         r->rel_shm = r->rel_ipc = 1e9; /* what the table shows for a run that failed */
         int bad_shm = rc != 0 || sample_check(ml, r->m, r->n, hx, dc.ys.p, r->n, dc.ybytes / 2,
                                               &r->rel_shm, why_shm, sizeof why_shm) != 0;
@@ -835,7 +815,7 @@ int main(int argc, char **argv)
         rc = time_projd(&dc, 1, r->layer, r->m, r->n, &r->ring, &r->ring_exec, &r->eng_ring);
         CHECK(rc == 0, "projd ring %s m=%u failed: %s", ml->name, r->m, dc.c.err.msg);
         cudaMemcpy(hy, dc.dy, dc.ybytes, cudaMemcpyDeviceToHost);
-        char why_ring[256] = "not run";
+        char why_ring[512] = "not run";
         r->rel_ring = 1e9;
         int bad_ring = rc != 0 || sample_check(ml, r->m, r->n, hx, hy, r->n, dc.ybytes / 2,
                                                &r->rel_ring, why_ring, sizeof why_ring) != 0;

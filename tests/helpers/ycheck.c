@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/bf16.h"
 
@@ -38,17 +39,84 @@ int pjy_abs_w_row(const pj_weights *w, uint32_t r, float *out)
     return -1;
 }
 
-/* The counts of what failed, in the order the message gives them. */
-typedef struct tally {
-    size_t beyond, differ, unwritten, nans, bad_ref, outside, in_block;
-    size_t first_bad, first_differ;
-    double worst, num, den;
-} tally;
+void pjy_tally_init(pjy_tally *t)
+{
+    memset(t, 0, sizeof *t);
+    t->first_bad = t->first_differ = (size_t)-1;
+}
 
-static void bad_at(tally *t, size_t e)
+static void bad_at(pjy_tally *t, size_t e)
 {
     if (t->first_bad == (size_t)-1)
         t->first_bad = e;
+}
+
+void pjy_tally_outside(pjy_tally *t, size_t e, uint16_t got)
+{
+    if (got != PJC_POISON) {
+        t->outside++;
+        bad_at(t, e);
+    }
+}
+
+int pjy_tally_written(pjy_tally *t, size_t e, uint16_t got)
+{
+    t->in_block++;
+    if (got == PJC_POISON)
+        t->unwritten++;
+    else if (isnan(pj_bf16_to_f32(got)))
+        t->nans++;
+    else
+        return 1;
+    bad_at(t, e);
+    return 0;
+}
+
+void pjy_tally_judge(pjy_tally *t, size_t e, uint16_t got_bits, uint16_t want_bits, double sabs)
+{
+    const double got = pj_bf16_to_f32(got_bits), want = pj_bf16_to_f32(want_bits);
+    if (!isfinite(want)) { /* the reference itself is unusable: never a pass */
+        t->bad_ref++;
+        bad_at(t, e);
+        return;
+    }
+    t->judged++;
+    if (got_bits != want_bits && t->differ++ == 0)
+        t->first_differ = e;
+    const double err = fabs(got - want), bound = pjy_bound(want, sabs);
+    /* Written so that a NaN bound (an x or a w not finite) fails. */
+    if (!(err <= bound)) {
+        t->beyond++;
+        bad_at(t, e);
+    }
+    if (err / bound > t->worst || isnan(bound))
+        t->worst = err / bound;
+    t->num += (got - want) * (got - want);
+    t->den += want * want;
+}
+
+double pjy_tally_rel(const pjy_tally *t)
+{
+    return t->den > 0 ? sqrt(t->num / t->den) : sqrt(t->num);
+}
+
+int pjy_tally_verdict(const pjy_tally *t, const char *prefix, char *why, size_t whylen)
+{
+    const size_t differ_max = t->judged / PJY_DIFFER_DIV > PJY_DIFFER_FLOOR
+                                  ? t->judged / PJY_DIFFER_DIV
+                                  : PJY_DIFFER_FLOOR;
+    if (!t->beyond && !t->unwritten && !t->nans && !t->bad_ref && !t->outside &&
+        t->differ <= differ_max)
+        return 0;
+    snprintf(why, whylen,
+             "%s: of %zu elements (%zu judged) %zu beyond the bound (worst %.3g of it), %zu "
+             "differ from the reference (at most %zu may), %zu unwritten, %zu NaN, %zu with a "
+             "reference not finite; %zu written outside the block; rel err %.3g (first bad "
+             "element %zu)",
+             prefix, t->in_block, t->judged, t->beyond, t->worst, t->differ, differ_max,
+             t->unwritten, t->nans, t->bad_ref, t->outside, pjy_tally_rel(t),
+             t->first_bad != (size_t)-1 ? t->first_bad : t->first_differ);
+    return -1;
 }
 
 int pjy_verify(const uint16_t *Y, size_t count, const pjc_shape *s, uint32_t m, const pj_weights *w,
@@ -72,7 +140,8 @@ int pjy_verify(const uint16_t *Y, size_t count, const pjc_shape *s, uint32_t m, 
                  n, N);
         return -1;
     }
-    tally t = {.first_bad = (size_t)-1, .first_differ = (size_t)-1};
+    pjy_tally t;
+    pjy_tally_init(&t);
     uint64_t ax_row = UINT64_MAX;
     for (size_t e = 0; e < count; e++) {
         int in = 0;
@@ -83,32 +152,11 @@ int pjy_verify(const uint16_t *Y, size_t count, const pjc_shape *s, uint32_t m, 
             in = r < m && c < n;
         }
         if (!in) {
-            if (Y[e] != PJC_POISON) {
-                t.outside++;
-                bad_at(&t, e);
-            }
+            pjy_tally_outside(&t, e, Y[e]);
             continue;
         }
-        t.in_block++;
-        const uint16_t want_bits = ref[r * N + c];
-        if (Y[e] == PJC_POISON) {
-            t.unwritten++;
-            bad_at(&t, e);
+        if (!pjy_tally_written(&t, e, Y[e]))
             continue;
-        }
-        const double got = pj_bf16_to_f32(Y[e]), want = pj_bf16_to_f32(want_bits);
-        if (isnan(got)) {
-            t.nans++;
-            bad_at(&t, e);
-            continue;
-        }
-        if (!isfinite(want)) { /* the reference itself is unusable: never a pass */
-            t.bad_ref++;
-            bad_at(&t, e);
-            continue;
-        }
-        if (Y[e] != want_bits && t.differ++ == 0)
-            t.first_differ = e;
         if (r != ax_row) {
             for (uint32_t k = 0; k < K; k++)
                 ax[k] = fabsf(pj_bf16_to_f32(x[r * K + k]));
@@ -118,37 +166,16 @@ int pjy_verify(const uint16_t *Y, size_t count, const pjc_shape *s, uint32_t m, 
         const float *wr = aw + c * K;
         for (uint32_t k = 0; k < K; k++)
             sabs += ax[k] * wr[k];
-        const double err = fabs(got - want), bound = pjy_bound(want, sabs);
-        /* Written so that a NaN bound (an x or a w not finite) fails. */
-        if (!(err <= bound)) {
-            t.beyond++;
-            bad_at(&t, e);
-        }
-        if (err / bound > t.worst || isnan(bound))
-            t.worst = err / bound;
-        t.num += (got - want) * (got - want);
-        t.den += want * want;
+        pjy_tally_judge(&t, e, Y[e], ref[r * N + c], sabs);
     }
     free(aw);
     free(ax);
-    const double rel = t.den > 0 ? sqrt(t.num / t.den) : sqrt(t.num);
     if (rel_out)
-        *rel_out = rel;
-    const size_t differ_max = t.in_block / PJY_DIFFER_DIV > PJY_DIFFER_FLOOR
-                                  ? t.in_block / PJY_DIFFER_DIV
-                                  : PJY_DIFFER_FLOOR;
-    if (t.beyond || t.unwritten || t.nans || t.bad_ref || t.outside || t.differ > differ_max) {
-        snprintf(why, whylen,
-                 "layer %u m %u n %u (x_off %llu x_ld %llu y_off %llu y_ld %llu): of %zu "
-                 "elements %zu beyond the bound (worst %.3g of it), %zu differ from the "
-                 "reference (at most %zu may), %zu unwritten, %zu NaN, %zu with a reference "
-                 "not finite; %zu written outside the block; rel err %.3g (first bad element "
-                 "%zu)",
-                 s->layer, m, n, (unsigned long long)s->x_off, (unsigned long long)s->x_ld,
-                 (unsigned long long)s->y_off, (unsigned long long)s->y_ld, t.in_block, t.beyond,
-                 t.worst, t.differ, differ_max, t.unwritten, t.nans, t.bad_ref, t.outside, rel,
-                 t.first_bad != (size_t)-1 ? t.first_bad : t.first_differ);
-        return -1;
-    }
-    return 0;
+        *rel_out = pjy_tally_rel(&t);
+    char prefix[200];
+    snprintf(prefix, sizeof prefix,
+             "layer %u m %u n %u (x_off %llu x_ld %llu y_off %llu y_ld %llu)", s->layer, m, n,
+             (unsigned long long)s->x_off, (unsigned long long)s->x_ld,
+             (unsigned long long)s->y_off, (unsigned long long)s->y_ld);
+    return pjy_tally_verdict(&t, prefix, why, whylen);
 }

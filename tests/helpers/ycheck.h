@@ -45,6 +45,39 @@ double pjy_bound(double want, double sabs);
  * format is unknown. */
 int pjy_abs_w_row(const pj_weights *w, uint32_t r, float *out);
 
+/* The counts of a check, element by element: pjy_verify's over a whole
+ * block, and cuda_latency's over the columns of W it can afford to judge
+ * (every element still scanned for poison and NaN). */
+typedef struct pjy_tally {
+    size_t in_block, judged;                         /* elements seen, elements judged */
+    size_t beyond, differ, unwritten, nans, bad_ref; /* in the block */
+    size_t outside;                                  /* written outside it */
+    size_t first_bad, first_differ;                  /* (size_t)-1: none */
+    double worst, num, den;                          /* the worst err / bound; the L2 sums */
+} pjy_tally;
+
+void pjy_tally_init(pjy_tally *t);
+
+/* Element e outside the block: it must still be poison. */
+void pjy_tally_outside(pjy_tally *t, size_t e, uint16_t got);
+
+/* Element e of the block: 1 when it holds a value to judge, 0 when it was
+ * counted as unwritten (poison) or NaN. */
+int pjy_tally_written(pjy_tally *t, size_t e, uint16_t got);
+
+/* A written element judged against the reference's bits want; sabs as
+ * pjy_bound takes it. A reference that is not finite fails it. */
+void pjy_tally_judge(pjy_tally *t, size_t e, uint16_t got, uint16_t want, double sabs);
+
+/* The relative L2 error over the judged elements. */
+double pjy_tally_rel(const pjy_tally *t);
+
+/* 0 when the tally passes: nothing beyond the bound, unwritten, NaN,
+ * against a reference not finite or written outside, and at most
+ * max(PJY_DIFFER_FLOOR, judged / PJY_DIFFER_DIV) elements differing. Else
+ * -1 with why: prefix, then the counts and the first bad element. */
+int pjy_tally_verdict(const pjy_tally *t, const char *prefix, char *why, size_t whylen);
+
 /* Checks a y buffer (count elements, a host copy) after shape s ran with
  * m rows on the weights w: the block is m x s->n at s->y_off, row stride
  * s->y_ld; x is m rows of w->k, contiguous; ref is m x w->n, contiguous
