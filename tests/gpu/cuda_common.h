@@ -204,20 +204,14 @@ static CC_UNUSED int cc_stats_checked(pjt_client *c, cJSON **st, const char *fil
     return rc;
 }
 
-/* Write shape s's reference x into a host image of the x buffer (count
- * elements), everything else in it a NaN (PJC_X_OUTSIDE, as pjc_stage
- * does): an engine that reads x past its rows (a stride's gap, a pad, a
- * vector load over the end) carries the NaN into y, where pjy_verify sees
- * it; zeros there would hide it. */
+/* Shape s's reference x in a host image of the x buffer (count
+ * elements), everything else a NaN (pjc_fill_x, as pjc_stage stages it):
+ * an engine that reads x past its rows carries the NaN into y, where
+ * pjy_verify sees it. */
 static CC_UNUSED void cc_fill_x(uint16_t *X, size_t count, const pjc_shape *s)
 {
-    const pj_weights *w = &pjc_model()->layers[s->layer].w;
-    uint32_t m = PJC_MS[s->mi];
-    const uint16_t *x = pjc_ref_x(s->layer, s->mi, s->variant);
-    for (size_t e = 0; e < count; e++)
-        X[e] = PJC_X_OUTSIDE;
-    for (uint32_t i = 0; i < m; i++)
-        memcpy(X + s->x_off + i * s->x_ld, x + (size_t)i * w->k, (size_t)w->k * 2);
+    pjc_fill_x(X, count, s, PJC_MS[s->mi], pjc_model()->layers[s->layer].w.k,
+               pjc_ref_x(s->layer, s->mi, s->variant));
 }
 
 /* Registers the cudaMalloc allocation at p (its base) as a CUDA IPC

@@ -1559,13 +1559,11 @@ static int run_checked(pjc_conn *u, const q_dev *dev, const pj_weights *w, const
         snprintf(why, whylen, "no memory, or the shape does not fit the buffers");
         goto out;
     }
-    for (size_t e = 0; e < XBYTES / 2; e++) /* x's gaps a NaN (cc_fill_x says why) */
-        X[e] = PJC_X_OUTSIDE;
     for (size_t i = 0; i < (size_t)m * K; i++) {
         uint64_t r = cc_mix(&seed);
         x[i] = pj_f32_to_bf16((float)((int)(r % 2001) - 1000) / 1000.f);
-        X[s->x_off + (i / K) * s->x_ld + i % K] = x[i];
     }
+    pjc_fill_x(X, XBYTES / 2, s, m, K, x); /* x's gaps a NaN */
     if (pj_ref_project(w, m, w->n, x, K, ref, w->n) != 0) {
         snprintf(why, whylen, "the CPU reference failed");
         goto out;

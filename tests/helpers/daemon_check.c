@@ -172,20 +172,23 @@ pj_op pjc_op(const pjc_conn *t, const pjc_shape *s)
     return op;
 }
 
-void pjc_stage(pjc_conn *t, const pjc_shape *s)
+void pjc_fill_x(uint16_t *X, size_t count, const pjc_shape *s, uint32_t m, uint32_t k,
+                const uint16_t *x)
 {
-    const pj_weights *w = &g_model->layers[s->layer].w;
-    uint32_t m = PJC_MS[s->mi];
-    const uint16_t *x = g_x[s->layer][s->mi][s->variant];
-    uint16_t *X = t->xs.p;
     /* What is not a row of x (the gaps of a stride past k, the space
      * before x_off and after the last row) is a NaN: an engine that read
-     * any of it would carry the NaN into y, which pjc_verify's bit-exact
-     * compare sees. Zeros there would hide it (0 x w adds nothing). */
-    for (size_t e = 0; e < t->xs.size / 2; e++)
+     * any of it would carry the NaN into y, which the checks see. Zeros
+     * there would hide it (0 x w adds nothing). */
+    for (size_t e = 0; e < count; e++)
         X[e] = PJC_X_OUTSIDE;
     for (uint32_t i = 0; i < m; i++)
-        memcpy(X + s->x_off + i * s->x_ld, x + (size_t)i * w->k, (size_t)w->k * 2);
+        memcpy(X + s->x_off + i * s->x_ld, x + (size_t)i * k, (size_t)k * 2);
+}
+
+void pjc_stage(pjc_conn *t, const pjc_shape *s)
+{
+    pjc_fill_x(t->xs.p, t->xs.size / 2, s, PJC_MS[s->mi], g_model->layers[s->layer].w.k,
+               g_x[s->layer][s->mi][s->variant]);
     memset(t->ys.p, 0xff, t->ys.size);
 }
 

@@ -59,7 +59,14 @@ typedef struct pjc_shape {
 /* Build the op (buffers of t) for a shape. */
 pj_op pjc_op(const pjc_conn *t, const pjc_shape *s);
 
-/* Stage x for a shape and poison the y buffer. */
+/* An image of x's buffer (count elements) for shape s: m rows of x (k
+ * each, contiguous) at s's offset and stride, every other element
+ * PJC_X_OUTSIDE. */
+void pjc_fill_x(uint16_t *X, size_t count, const pjc_shape *s, uint32_t m, uint32_t k,
+                const uint16_t *x);
+
+/* Stage x for a shape (pjc_fill_x of its reference x) and poison the y
+ * buffer. */
 void pjc_stage(pjc_conn *t, const pjc_shape *s);
 
 /* Check the y buffer after a shape ran. 0 or -1 (why). */
