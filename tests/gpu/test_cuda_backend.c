@@ -2034,9 +2034,21 @@ static void section_r(void)
     zop.x_off = 0;
     pj_done dn;
     pj_op_result res[1];
+    memset(t.ys.p, 0xff, t.ys.size);
     int rc = pjt_project(&t.c, 0, &zop, 1, &dn, res);
     CHECK(rc == PJ_OK && dn.status == PJ_OK, "R: a request reading the taken-back buffer: rc %d",
           rc);
+    /* The buffer holds zeros (no bias): y is zero where written, so a
+     * request that read another mapping, or none, shows. */
+    const uint16_t *zy = t.ys.p;
+    uint32_t nonzero = 0, first = UINT32_MAX;
+    for (uint32_t j = 0; j < s.n; j++)
+        if ((zy[j] & 0x7fff) != 0 && nonzero++ == 0)
+            first = j;
+    CHECK(nonzero == 0,
+          "R: y of the taken-back buffer's zeros: %u of %u elements not zero (first "
+          "y[%u] = 0x%04x)",
+          nonzero, s.n, first, first < s.n ? zy[first] : 0);
     CHECK(pjt_unregister(&t.c, z2) == PJ_OK, "R: UNREGISTER again: %s", t.c.err.msg);
     CHECK(pjd_wait_stat(&t.c, "buffers.releasing", 0, 5000) == 0,
           "R: the second release did not return");

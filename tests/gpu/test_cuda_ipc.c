@@ -175,19 +175,46 @@ static void inner_pointer(ipc_conn *t)
     CHECK(run_ipc(t, &s, NULL, why, sizeof why) == 0, "inner pointer: %s", why);
 }
 
+static void CUDART_CB sleep_host(void *arg)
+{
+    usleep((useconds_t)(uintptr_t)arg);
+}
+
+/* Fills x on the device behind a host function that sleeps gate_us on cs,
+ * then records ev_in: a request that waits on ev_in and reads x before the
+ * gate opens reads the zeros put there first (y wrong, not merely late). */
+static int gated_x(ipc_conn *t, const uint16_t *pin, cudaStream_t cs, cudaEvent_t ev_in,
+                   unsigned gate_us)
+{
+    return cudaMemset(t->dx, 0, XBYTES) == cudaSuccess &&
+                   cudaMemset(t->dy, 0xff, YBYTES) == cudaSuccess &&
+                   cudaDeviceSynchronize() == cudaSuccess &&
+                   cudaLaunchHostFunc(cs, sleep_host, (void *)(uintptr_t)gate_us) == cudaSuccess &&
+                   cudaMemcpyAsync(t->dx, pin, XBYTES, cudaMemcpyHostToDevice, cs) == cudaSuccess &&
+                   cudaEventRecord(ev_in, cs) == cudaSuccess
+               ? 0
+               : -1;
+}
+
+/* The client's events, three ways for each m:
+ *   WAIT_EVENT: x arrives on the client's stream 0.3 s after the request;
+ *     the reply (at completion) must carry y of the real x;
+ *   SIGNAL_EVENT + ACCEPT_REPLY: the client's stream waits on the daemon's
+ *     event before it reads y;
+ *   all three: x arrives 1 s after the request; the reply must come while
+ *     the client's event is still pending (answered at launch, not at
+ *     completion), and y read behind the daemon's event must be right
+ *     (recorded after the work, and the work after the client's event). */
 static void events(ipc_conn *t)
 {
     char why[600];
     cudaStream_t cs;
     cudaEvent_t ev_in, ev_out;
-    void *big = NULL;
-    size_t big_bytes = 1024u << 20;
     if (cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking) != cudaSuccess ||
         cudaEventCreateWithFlags(&ev_in, cudaEventInterprocess | cudaEventDisableTiming) !=
             cudaSuccess ||
         cudaEventCreateWithFlags(&ev_out, cudaEventInterprocess | cudaEventDisableTiming) !=
-            cudaSuccess ||
-        cudaMalloc(&big, big_bytes) != cudaSuccess) {
+            cudaSuccess) {
         CHECK(0, "events: setup failed");
         return;
     }
@@ -198,49 +225,60 @@ static void events(ipc_conn *t)
     cudaError_t pe = cudaMallocHost((void **)&pin, XBYTES);
     CHECK(pe == cudaSuccess && pin, "events: cudaMallocHost of %zu bytes: %s", (size_t)XBYTES,
           cudaGetErrorString(pe));
+    int pending_at_reply = 0;
     for (uint32_t mi = 0; mi < PJC_N_MS && pin; mi++) {
+        const uint32_t m = PJC_MS[mi];
         pjc_shape s = cc_shape(&(uint64_t){11}, 0, mi, 1);
-        /* x holds zeros; the real x arrives on cs behind a slow memset. */
-        cudaMemset(t->dx, 0, XBYTES);
-        cudaMemset(t->dy, 0xff, YBYTES);
-        cudaDeviceSynchronize();
+        const pj_weights *w = &pjc_model()->layers[0].w;
+        const uint16_t *rx = pjc_ref_x(0, mi, s.variant), *ry = pjc_ref_y(0, mi, s.variant);
         cc_fill_x(pin, XBYTES / 2, &s);
-        cudaMemsetAsync(big, (int)mi, big_bytes, cs);
-        cudaMemcpyAsync(t->dx, pin, XBYTES, cudaMemcpyHostToDevice, cs);
-        cudaEventRecord(ev_in, cs);
         pj_op op = ipc_op(t, &s);
         pj_done d;
         pj_op_result res[1];
+
+        CHECK(gated_x(t, pin, cs, ev_in, 300000) == 0, "WAIT_EVENT m %u: the gate", m);
         int rc =
             cc_project_ev(&t->c, PJ_PF_WAIT_EVENT, &op, 1, (const uint8_t *)&hin, NULL, &d, res);
-        CHECK(rc == PJ_OK && d.status == PJ_OK, "WAIT_EVENT m %u: rc %d status %d", PJC_MS[mi], rc,
+        CHECK(rc == PJ_OK && d.status == PJ_OK, "WAIT_EVENT m %u: rc %d status %d", m, rc,
               rc == PJ_OK ? d.status : -1);
         cudaStreamSynchronize(cs);
         cudaMemcpy(t->hy, t->dy, YBYTES, cudaMemcpyDeviceToHost);
-        rc = pjy_verify(t->hy, YBYTES / 2, &s, PJC_MS[mi], &pjc_model()->layers[0].w,
-                        pjc_ref_x(0, mi, s.variant), pjc_ref_y(0, mi, s.variant), NULL, why,
-                        sizeof why);
-        CHECK(rc == 0, "WAIT_EVENT m %u: %s", PJC_MS[mi], why);
+        rc = pjy_verify(t->hy, YBYTES / 2, &s, m, w, rx, ry, NULL, why, sizeof why);
+        CHECK(rc == 0, "WAIT_EVENT m %u (x behind a 0.3 s gate): %s", m, why);
 
-        /* SIGNAL + ACCEPT: the reply comes at launch; the client's stream
-         * waits on the event before reading y. */
         cudaMemset(t->dy, 0xff, YBYTES);
         cudaMemcpy(t->dx, pin, XBYTES, cudaMemcpyHostToDevice);
         cudaDeviceSynchronize();
         rc = cc_project_ev(&t->c, PJ_PF_SIGNAL_EVENT | PJ_PF_ACCEPT_REPLY, &op, 1, NULL,
                            (const uint8_t *)&hout, &d, res);
-        CHECK(rc == PJ_OK && d.status == PJ_OK, "SIGNAL+ACCEPT m %u: rc %d status %d", PJC_MS[mi],
-              rc, rc == PJ_OK ? d.status : -1);
+        CHECK(rc == PJ_OK && d.status == PJ_OK, "SIGNAL+ACCEPT m %u: rc %d status %d", m, rc,
+              rc == PJ_OK ? d.status : -1);
         cudaStreamWaitEvent(cs, ev_out, 0);
         cudaMemcpyAsync(t->hy, t->dy, YBYTES, cudaMemcpyDeviceToHost, cs);
         cudaStreamSynchronize(cs);
-        rc = pjy_verify(t->hy, YBYTES / 2, &s, PJC_MS[mi], &pjc_model()->layers[0].w,
-                        pjc_ref_x(0, mi, s.variant), pjc_ref_y(0, mi, s.variant), NULL, why,
-                        sizeof why);
-        CHECK(rc == 0, "SIGNAL+ACCEPT m %u: %s", PJC_MS[mi], why);
+        rc = pjy_verify(t->hy, YBYTES / 2, &s, m, w, rx, ry, NULL, why, sizeof why);
+        CHECK(rc == 0, "SIGNAL+ACCEPT m %u: %s", m, why);
+
+        CHECK(gated_x(t, pin, cs, ev_in, 1000000) == 0, "WAIT+SIGNAL+ACCEPT m %u: the gate", m);
+        rc = cc_project_ev(&t->c, PJ_PF_WAIT_EVENT | PJ_PF_SIGNAL_EVENT | PJ_PF_ACCEPT_REPLY, &op,
+                           1, (const uint8_t *)&hin, (const uint8_t *)&hout, &d, res);
+        const cudaError_t q = cudaEventQuery(ev_in);
+        CHECK(rc == PJ_OK && d.status == PJ_OK, "WAIT+SIGNAL+ACCEPT m %u: rc %d status %d", m, rc,
+              rc == PJ_OK ? d.status : -1);
+        CHECK(q == cudaErrorNotReady,
+              "WAIT+SIGNAL+ACCEPT m %u: the reply came after the client's event (%s), 1 s "
+              "after the request: not at launch",
+              m, cudaGetErrorName(q));
+        pending_at_reply += q == cudaErrorNotReady;
+        cudaStreamWaitEvent(cs, ev_out, 0);
+        cudaMemcpyAsync(t->hy, t->dy, YBYTES, cudaMemcpyDeviceToHost, cs);
+        cudaStreamSynchronize(cs);
+        rc = pjy_verify(t->hy, YBYTES / 2, &s, m, w, rx, ry, NULL, why, sizeof why);
+        CHECK(rc == 0, "WAIT+SIGNAL+ACCEPT m %u (x behind a 1 s gate): %s", m, why);
     }
+    printf("events: %d of %d replies answered at launch came while x was still behind its gate\n",
+           pending_at_reply, PJC_N_MS);
     cudaFreeHost(pin);
-    cudaFree(big);
     cudaEventDestroy(ev_in);
     cudaEventDestroy(ev_out);
     cudaStreamDestroy(cs);
