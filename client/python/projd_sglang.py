@@ -404,13 +404,16 @@ class _Registrations:
         registers into this one, which a later clear() releases."""
         with self.lock:
             while self.ids:
-                _, (_, buf) = self.ids.popitem()
+                key = next(iter(self.ids))
                 if not self.client.closed:
                     try:
-                        self.client.unregister(buf)
+                        self.client.unregister(self.ids[key][1])
                         self.may_hold = True
                     except projd.ProjdError as e:
                         if not _lost(e):
+                            # Kept, as _unregister keeps it: the daemon
+                            # still maps it (a timeout), and a later
+                            # clear() or eviction tries again.
                             raise
                         # The daemon that held it is gone, and so is the
                         # registration: nothing left to release.
@@ -419,6 +422,7 @@ class _Registrations:
                             raise
                         # A lost successor closed meanwhile (_leave): its
                         # registrations went with it.
+                del self.ids[key]
 
 
 class _Events:
@@ -874,9 +878,12 @@ class ProjdLinearMethod:
                 reg = _registry(client)
                 try:
                     with reg.lock:
+                        # A lookup that fails (a buffer CUDA cannot share,
+                        # a REGISTER refused) has sent no request: nothing
+                        # of this call is kept then.
+                        xb, xo = reg.lookup(x2.data_ptr(), device)
+                        yb, yo = reg.lookup(y.data_ptr(), device)
                         try:
-                            xb, xo = reg.lookup(x2.data_ptr(), device)
-                            yb, yo = reg.lookup(y.data_ptr(), device)
                             self._run(reg, client, L, torch, device, (xb, xo, ld, yb, yo, n), m)
                         except projd.ProjdError as e:
                             if e.code < 0:  # failed here, maybe once sent

@@ -1651,6 +1651,81 @@ class SglangRegistrationCacheTests(unittest.TestCase):
         self.assertEqual(sorted(c.live.values()), [b"h2", b"h3"])
         self.assertEqual(list(reg.ids), [2, 3])
 
+    def test_failed_unregister_in_clear_stays_cached(self):
+        # clear() too: an UNREGISTER that times out keeps its entry (the
+        # daemon still maps the allocation), and a later clear() ends it.
+        c = self.FakeClient(max_buffers=64)
+        reg = self.mod._Registrations(c)
+        for aid in (1, 2):
+            self.allocs[0x1000 * aid] = (aid, 0x100)
+            reg.lookup(0x1000 * aid)
+        real = c.unregister
+
+        def timeout(buf):
+            c.unregister = real
+            raise ProjdError(-errno.ETIMEDOUT, "ETIMEDOUT", "UNREGISTER timed out")
+
+        c.unregister = timeout
+        with self.assertRaises(ProjdError):
+            reg.clear()
+        self.assertEqual(list(reg.ids), [1, 2])
+        self.assertEqual(len(c.live), 2)
+        reg.clear()
+        self.assertEqual((dict(reg.ids), c.live), ({}, {}))
+
+    def test_apply_refused_before_sending_keeps_nothing(self):
+        # A tensor CUDA cannot share (PyTorch's expandable segments): the
+        # lookup refuses it before any request is sent, so apply() keeps
+        # none of its tensors for the daemon (a caller that falls back on
+        # every call would otherwise pile up one x and one y per call).
+        import contextlib
+        import types
+
+        class Tensor:
+            dtype, is_cuda, device = "bf16", True, "cuda:0"
+
+            def __init__(self, rows, cols):
+                self.shape = (rows, cols)
+
+            def reshape(self, *shape):
+                return self
+
+            def stride(self, dim):
+                return 1 if dim in (-1, 1) else self.shape[1]
+
+            def contiguous(self):
+                return self
+
+            def get_device(self):
+                return 0
+
+            def data_ptr(self):
+                return 0x5000  # no allocation of the fake driver: describe refuses
+
+        torch = types.SimpleNamespace(
+            bfloat16="bf16",
+            empty=lambda m, n, dtype, device: Tensor(m, n),
+            cuda=types.SimpleNamespace(
+                is_current_stream_capturing=lambda: False,
+                device=lambda d: contextlib.nullcontext(),
+            ),
+        )
+        saved = sys.modules.get("torch")
+        sys.modules["torch"] = torch
+        self.addCleanup(lambda: sys.modules.__setitem__("torch", saved) if saved is not None
+                        else sys.modules.pop("torch", None))
+        c = self.FakeClient(max_buffers=64)
+        L = types.SimpleNamespace(k=8, name="o", index=0)
+        meth = object.__new__(self.mod.ProjdLinearMethod)
+        meth._conn = (c, L)
+        layer = types.SimpleNamespace(projd_n=4)
+        for _ in range(3):
+            with self.assertRaisesRegex(ProjdError, "not CUDA memory"):
+                meth.apply(layer, Tensor(2, 8))
+        reg = self.mod._registry(c)
+        self.assertEqual(reg.orphans, {})
+        self.assertEqual(c.log, [])
+
     def test_allocations_without_a_driver_id(self):
         # A driver that gives no allocation id: the registration is keyed by
         # the IPC handle, found again by it (one REGISTER, not one per
