@@ -949,6 +949,9 @@ static void res_local_failure(projd_result *res, int code)
 {
     uint32_t n = res->n_ops < PROJD_RESULT_MAX_OPS ? res->n_ops : PROJD_RESULT_MAX_OPS;
     res->status = code;
+    /* A reply found malformed after its ops were read may have set it:
+     * after a local failure nothing says what ran (projd.h). */
+    res->failed_op = UINT32_MAX;
     for (uint32_t i = 0; i < n; i++)
         res->ops[i].status = code;
 }
@@ -1020,6 +1023,18 @@ int projd_request_wait(projd_request *r, projd_result *res, projd_error *e)
 {
     if (r->fork_gen != atomic_load(&g_fork_gen)) /* nothing would complete it here */
         return conn_forked_fail(r->what, e);
+    /* From its own callback: done is set only once the callback returns,
+     * so the wait could only run out its deadline (the outcome is already
+     * there: projd_request_result). */
+    pthread_mutex_lock(&r->mu);
+    const int own_cb = r->in_cb && pthread_equal(r->cb_thread, pthread_self());
+    pthread_mutex_unlock(&r->mu);
+    if (own_cb)
+        return wait_failed(r, res,
+                           fail(e, -EDEADLK,
+                                "%s: waited for from its own callback (projd_request_result "
+                                "gives its outcome there)",
+                                r->what));
     if (!r->ring && !__atomic_load_n(&r->done, __ATOMIC_ACQUIRE)) {
         /* Its completion needs one of nng's threads: from an nng callback
          * this wait holds one (cb_block_begin). */

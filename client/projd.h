@@ -134,8 +134,11 @@ typedef struct projd_result {
  * again), says HELLO as `name` (NULL:
  * "libprojd"; cut to 63 bytes) and reads WELCOME. On success *out is a
  * connection the caller closes with projd_close. Nobody listening is
- * reported at once: -ENOENT ("no socket file at PATH") or -ECONNREFUSED;
- * when the URL was chosen by default, the message says which step chose it.
+ * reported with -ENOENT ("no socket file at PATH") at once, or with
+ * -ECONNREFUSED after 1.5 s of retries when the socket file is there (a
+ * crashed daemon's stale file; the retries ride out the ~100 ms in which a
+ * live projd replaces its listener, daemon/DAEMON.md); when the URL was
+ * chosen by default, the message says which step chose it.
  * A daemon that refuses the connection fails it at once with its reason,
  * "projd refused this connection: ..." in the message: PJ_E_LIMIT (at its
  * connection limit, or the caller's uid at its share) or PJ_E_SHUTDOWN
@@ -266,7 +269,9 @@ int projd_project(projd_conn *c, const projd_op *ops, size_t n, uint32_t flags, 
 /* Completion callback of an asynchronous request. It runs once per request,
  * on one of nng's threads or the ring's reaper thread (never on the
  * submitting thread; for a request that projd_request_free or projd_close
- * completes on the ring, on the thread calling it), after the result is
+ * completes before its reply, a ring request's or an nng request's whose
+ * cancel landed while its send completed, on the thread calling it), after
+ * the result is
  * available to projd_request_result and before projd_request_wait returns.
  * It must not block for long (it holds up nng's thread); it may call
  * projd_request_result, projd_request_poll and projd_request_free on its own
@@ -309,8 +314,8 @@ int projd_request_poll(projd_request *req);
 /* Waits until the request completed (bounded by the connection timeout at
  * submission) and returns its outcome as projd_project does; res and e may
  * be NULL. May be called more than once, from any thread but the callback
- * (from a ring request's callback it returns -EDEADLK; from other
- * callbacks, see projd_callback). */
+ * (from the request's own callback, or from any ring request's callback,
+ * it returns -EDEADLK; from other callbacks, see projd_callback). */
 int projd_request_wait(projd_request *req, projd_result *res, projd_error *e);
 
 /* The outcome of a completed request (same return as projd_request_wait);

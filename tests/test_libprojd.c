@@ -250,6 +250,74 @@ START_TEST(blocking_call_from_nng_callback)
 }
 END_TEST
 
+/* ---- a request waited for from its own callback ------------------------------------- */
+
+/* projd_request_wait on the request whose callback runs: done is set only
+ * once the callback returns, so over nng the wait ran out its deadline
+ * plus 10 s and said -ETIMEDOUT "did not complete". Both transports say
+ * -EDEADLK at once now, with a local failure's result, while
+ * projd_request_result gives the outcome there. */
+typedef struct self_wait {
+    atomic_int ran;
+    int wait_rc, result_rc;
+    uint32_t wait_failed_op;
+    char msg[1024];
+} self_wait;
+
+static void cb_wait_self(projd_request *req, void *arg)
+{
+    self_wait *w = arg;
+    projd_error e;
+    projd_result res;
+    memset(&res, 0x5a, sizeof res);
+    w->wait_rc = projd_request_wait(req, &res, &e);
+    w->wait_failed_op = res.failed_op;
+    snprintf(w->msg, sizeof w->msg, "%s", e.msg);
+    w->result_rc = projd_request_result(req, NULL, &e);
+    atomic_store(&w->ran, 1);
+}
+
+static void wait_self(uint32_t ring)
+{
+    pj_dproc d;
+    pjd_start(&d, g_model_path, NULL);
+    lib_t t;
+    lib_open(&t, d.url, ring);
+    projd_error e;
+    ck_assert_int_eq(projd_set_timeout_ms(t.c, 1000), 0);
+    self_wait w;
+    memset(&w, 0, sizeof w);
+    projd_request *req;
+    ck_assert_msg(projd_project_async(t.c, &t.op, 1, 0, cb_wait_self, &w, &req, &e) == 0, "%s",
+                  e.msg);
+    ck_assert_msg(projd_request_wait(req, NULL, &e) == 0, "%s", e.msg);
+    projd_request_free(req);
+    const char *how = ring ? "ring" : "nng";
+    ck_assert_int_eq(atomic_load(&w.ran), 1);
+    ck_assert_msg(w.wait_rc == -EDEADLK, "%s: wait from its own callback: %d (%s)", how, w.wait_rc,
+                  w.msg);
+    ck_assert_msg(strstr(w.msg, "own callback") && strstr(w.msg, "projd_request_result"), "%s: %s",
+                  how, w.msg);
+    ck_assert_uint_eq(w.wait_failed_op, UINT32_MAX);
+    ck_assert_msg(w.result_rc == 0, "%s: projd_request_result in the callback: %d", how,
+                  w.result_rc);
+    ck_assert_msg(projd_ping(t.c, &e) == 0, "%s", e.msg);
+    projd_close(t.c);
+    pjd_stop(&d);
+}
+
+START_TEST(wait_on_itself_from_its_callback_nng)
+{
+    wait_self(0);
+}
+END_TEST
+
+START_TEST(wait_on_itself_from_its_callback_ring)
+{
+    wait_self(4);
+}
+END_TEST
+
 /* ---- a wait after close, from a thread created then ---------------------------------- */
 
 typedef struct waiter_arg {
@@ -1098,6 +1166,8 @@ int main(void)
         {"blocking_call_from_ring_callback", blocking_call_from_ring_callback},
         {"blocking_call_from_nng_callback", blocking_call_from_nng_callback},
         {"blocking_calls_from_many_nng_callbacks_end", blocking_calls_from_many_nng_callbacks_end},
+        {"wait_on_itself_from_its_callback_nng", wait_on_itself_from_its_callback_nng},
+        {"wait_on_itself_from_its_callback_ring", wait_on_itself_from_its_callback_ring},
         {"wait_after_close_from_a_new_thread", wait_after_close_from_a_new_thread},
         {"local_failure_result_nng", local_failure_result_nng},
         {"local_failure_result_ring", local_failure_result_ring},
