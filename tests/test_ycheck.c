@@ -212,6 +212,36 @@ START_TEST(fails_systematic_faults)
 }
 END_TEST
 
+/* The passing verdicts are counted, for the suites' line on how near the
+ * differ limit correct output comes; failing ones are not. */
+START_TEST(counts_what_passing_blocks_differ_in)
+{
+    uint16_t Y[CNT], vals[M * N];
+    char why[1024];
+    pjy_seen s0, s;
+    pjy_seen_get(&s0); /* CK_FORK=no runs the earlier tests in this process */
+    place(Y, g_ref);
+    ck_assert_int_eq(verify(Y, &g_wt, why), 0);
+    memcpy(vals, g_ref, sizeof vals);
+    vals[3] ^= 1;
+    vals[100] ^= 1;
+    vals[150] ^= 1;
+    place(Y, vals);
+    ck_assert_msg(verify(Y, &g_wt, why) == 0, "%s", why);
+    vals[7] ^= 0x4000; /* far off: fails, not counted */
+    place(Y, vals);
+    ck_assert_int_eq(verify(Y, &g_wt, why), -1);
+    pjy_seen_get(&s);
+    ck_assert_uint_eq(s.blocks - s0.blocks, 2);
+    ck_assert_uint_eq(s.judged - s0.judged, 2 * M * N);
+    ck_assert_uint_eq(s.differ - s0.differ, 3);
+    /* The worst share is at least this block's 3 of M x N. */
+    ck_assert_uint_ge(s.worst_differ * (M * N), 3 * s.worst_judged);
+    if (s0.blocks == 0)
+        ck_assert(s.worst_differ == 3 && s.worst_judged == M * N);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ycheck");
@@ -221,6 +251,7 @@ int main(void)
     tcase_add_test(tc, passes_for_every_format);
     tcase_add_test(tc, fails_each_fault);
     tcase_add_test(tc, fails_systematic_faults);
+    tcase_add_test(tc, counts_what_passing_blocks_differ_in);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -274,6 +274,7 @@ static CC_UNUSED int cc_cmp_d(const void *a, const void *b)
 static CC_UNUSED int cc_summary(const char *suite, long long t0_us)
 {
     long p = atomic_load(&cc_pass), f = atomic_load(&cc_fail);
+    pjy_seen_print(suite);
     printf("%s: %ld checks passed, %ld failed (%.1f s)\n", suite, p, f,
            (double)(cc_now_us() - t0_us) / 1e6);
     return f ? 1 : 0;

@@ -2,6 +2,7 @@
 #include "tests/helpers/ycheck.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,14 +101,58 @@ double pjy_tally_rel(const pjy_tally *t)
     return t->den > 0 ? sqrt(t->num / t->den) : sqrt(t->num);
 }
 
+static pthread_mutex_t g_seen_mu = PTHREAD_MUTEX_INITIALIZER;
+static pjy_seen g_seen;
+
+static void seen_add(const pjy_tally *t)
+{
+    pthread_mutex_lock(&g_seen_mu);
+    g_seen.blocks++;
+    g_seen.judged += t->judged;
+    g_seen.differ += t->differ;
+    /* differ / judged > worst_differ / worst_judged, without division */
+    if (t->judged &&
+        (g_seen.worst_judged == 0 || (double)t->differ * (double)g_seen.worst_judged >
+                                         (double)g_seen.worst_differ * (double)t->judged)) {
+        g_seen.worst_differ = t->differ;
+        g_seen.worst_judged = t->judged;
+    }
+    pthread_mutex_unlock(&g_seen_mu);
+}
+
+void pjy_seen_get(pjy_seen *out)
+{
+    pthread_mutex_lock(&g_seen_mu);
+    *out = g_seen;
+    pthread_mutex_unlock(&g_seen_mu);
+}
+
+void pjy_seen_print(const char *suite)
+{
+    pjy_seen s;
+    pjy_seen_get(&s);
+    if (!s.blocks)
+        return;
+    printf("%s: ycheck: %zu blocks passed; %zu of their %zu elements (%.3f %%) differ from the "
+           "reference in their bits; most in one block %zu of %zu (%.2f %%; the limit is "
+           "max(%d, 1/%d of a block))\n",
+           suite, s.blocks, s.differ, s.judged,
+           s.judged ? 100.0 * (double)s.differ / (double)s.judged : 0.0, s.worst_differ,
+           s.worst_judged,
+           s.worst_judged ? 100.0 * (double)s.worst_differ / (double)s.worst_judged : 0.0,
+           PJY_DIFFER_FLOOR, PJY_DIFFER_DIV);
+}
+
 int pjy_tally_verdict(const pjy_tally *t, const char *prefix, char *why, size_t whylen)
 {
     const size_t differ_max = t->judged / PJY_DIFFER_DIV > PJY_DIFFER_FLOOR
                                   ? t->judged / PJY_DIFFER_DIV
                                   : PJY_DIFFER_FLOOR;
     if (!t->beyond && !t->unwritten && !t->nans && !t->bad_ref && !t->outside &&
-        t->differ <= differ_max)
+        t->differ <= differ_max) {
+        seen_add(t);
         return 0;
+    }
     snprintf(why, whylen,
              "%s: of %zu elements (%zu judged) %zu beyond the bound (worst %.3g of it), %zu "
              "differ from the reference (at most %zu may), %zu unwritten, %zu NaN, %zu with a "

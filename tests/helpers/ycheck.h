@@ -78,6 +78,20 @@ double pjy_tally_rel(const pjy_tally *t);
  * -1 with why: prefix, then the counts and the first bad element. */
 int pjy_tally_verdict(const pjy_tally *t, const char *prefix, char *why, size_t whylen);
 
+/* What the passing verdicts so far (this process, all threads) saw of
+ * elements differing from the reference: how near correct engines come to
+ * the differ limit, the measure that limit was set without. */
+typedef struct pjy_seen {
+    size_t blocks, judged, differ;     /* passing blocks; their elements judged, differing */
+    size_t worst_differ, worst_judged; /* the block with the largest share differing */
+} pjy_seen;
+
+void pjy_seen_get(pjy_seen *out);
+
+/* One line of it for a suite's log ("<suite>: ycheck: ..."); nothing when
+ * no block was judged. */
+void pjy_seen_print(const char *suite);
+
 /* Checks a y buffer (count elements, a host copy) after shape s ran with
  * m rows on the weights w: the block is m x s->n at s->y_off, row stride
  * s->y_ld; x is m rows of w->k, contiguous; ref is m x w->n, contiguous
