@@ -333,11 +333,13 @@ uninstall:
 
 # The copying half of install: builds nothing, and stops if a file it
 # copies is missing (tests/e2e_install.sh runs it against a finished
-# build, where a rebuild could pick up other flags). The documents that
-# deploy/README.md (installed as the doc folder's README.md), the units and
-# `projd --help` name go under PREFIX/share/doc/projd with their source-tree
-# names (config/CONFIG.md, ...), so those names hold there too; projd --help
-# finds them next to PREFIX/bin.
+# build, where a rebuild could pick up other flags). The operator's
+# documents that deploy/README.md (installed as the doc folder's README.md),
+# the units and `projd --help` name go under PREFIX/share/doc/projd with
+# their source-tree names (config/CONFIG.md, ...), so those names hold there
+# too; projd --help finds them next to PREFIX/bin. What deploy/README.md
+# cites as background (the project's README.md, kernels/ZFORMAT.md and
+# NOTES.md) it names as the source tree's.
 install-files:
 	@for f in $(PROGS) $(BUILD)/lib/libprojd.so $(BUILD)/lib/libprojd.a; do \
 	    [ -e "$$f" ] || { echo "install: $$f is missing: build it first (make BUILD=$(BUILD))" >&2; \
