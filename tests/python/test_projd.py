@@ -1628,6 +1628,18 @@ class SglangRegistrationCacheTests(unittest.TestCase):
         self.assertEqual(sorted(c.live.values()), [b"h3", b"h4"])
 
 
+    @staticmethod
+    def time_out_next_unregister(c):
+        """c's next UNREGISTER raises ETIMEDOUT (the daemon keeps the
+        buffer); the ones after it work again."""
+        real = c.unregister
+
+        def timeout(buf):
+            c.unregister = real
+            raise ProjdError(-errno.ETIMEDOUT, "ETIMEDOUT", "UNREGISTER timed out")
+
+        c.unregister = timeout
+
     def test_failed_unregister_stays_cached(self):
         # An UNREGISTER that fails (a timeout) leaves the entry, tried again
         # at the next eviction, instead of a daemon buffer nothing names.
@@ -1637,13 +1649,7 @@ class SglangRegistrationCacheTests(unittest.TestCase):
             self.allocs[0x1000 * aid] = (aid, 0x100)
         reg.lookup(0x1000)
         reg.lookup(0x2000)
-        real = c.unregister
-
-        def timeout(buf):
-            c.unregister = real
-            raise ProjdError(-errno.ETIMEDOUT, "ETIMEDOUT", "UNREGISTER timed out")
-
-        c.unregister = timeout
+        self.time_out_next_unregister(c)
         with self.assertRaises(ProjdError):
             reg.lookup(0x3000)  # evicts h1: its UNREGISTER times out
         self.assertEqual(list(reg.ids), [1, 2])
@@ -1659,13 +1665,7 @@ class SglangRegistrationCacheTests(unittest.TestCase):
         for aid in (1, 2):
             self.allocs[0x1000 * aid] = (aid, 0x100)
             reg.lookup(0x1000 * aid)
-        real = c.unregister
-
-        def timeout(buf):
-            c.unregister = real
-            raise ProjdError(-errno.ETIMEDOUT, "ETIMEDOUT", "UNREGISTER timed out")
-
-        c.unregister = timeout
+        self.time_out_next_unregister(c)
         with self.assertRaises(ProjdError):
             reg.clear()
         self.assertEqual(list(reg.ids), [1, 2])
