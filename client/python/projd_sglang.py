@@ -335,7 +335,7 @@ class _Registrations:
         try:
             self.client.unregister(self.ids[key][1])
         except projd.ProjdError as e:
-            if not _lost(e):
+            if not (_lost(e) or _not_registered(e)):
                 raise
         del self.ids[key]
         self.may_hold = True
@@ -410,9 +410,9 @@ class _Registrations:
                         self.client.unregister(self.ids[key][1])
                         self.may_hold = True
                     except projd.ProjdError as e:
-                        if not _lost(e):
+                        if not (_lost(e) or _not_registered(e)):
                             # Kept, as _unregister keeps it: the daemon
-                            # still maps it (a timeout), and a later
+                            # may still map it (a timeout), and a later
                             # clear() or eviction tries again.
                             raise
                         # The daemon that held it is gone, and so is the
@@ -500,6 +500,14 @@ def _lost(e: "projd.ProjdError") -> bool:
     that Client fails the same way; a restart (systemctl restart, or a
     fatal device error's stop) always passes through the second."""
     return e.code == -errno.ECONNRESET or e.code == projd.Status.E_SHUTDOWN
+
+
+def _not_registered(e: "projd.ProjdError") -> bool:
+    """Is e an UNREGISTER's E_BUFFER: the connection holds no such buffer?
+    What an UNREGISTER tried again after a timeout meets when the daemon
+    had done the first one (it answers UNREGISTER on its event loop, so a
+    timeout is mostly a late reply): the entry is released, not stuck."""
+    return e.status == projd.Status.E_BUFFER
 
 
 # How long a stopping daemon's accepted work may take to finish: its own

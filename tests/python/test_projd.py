@@ -1629,13 +1629,21 @@ class SglangRegistrationCacheTests(unittest.TestCase):
 
 
     @staticmethod
-    def time_out_next_unregister(c):
-        """c's next UNREGISTER raises ETIMEDOUT (the daemon keeps the
-        buffer); the ones after it work again."""
-        real = c.unregister
+    def time_out_next_unregister(c, done=False):
+        """c's next UNREGISTER raises ETIMEDOUT, the daemon keeping the
+        buffer or (done) having let it go, the reply late; the ones after
+        it work again, and refuse a buffer not registered (E_BUFFER)."""
+
+        def real(buf):
+            if buf not in c.live:
+                raise ProjdError(Status.E_BUFFER, "E_BUFFER",
+                                 "buffer %d is not registered on this connection" % buf)
+            c.log.append(("unregister", c.live.pop(buf)))
 
         def timeout(buf):
             c.unregister = real
+            if done:
+                c.live.pop(buf)
             raise ProjdError(-errno.ETIMEDOUT, "ETIMEDOUT", "UNREGISTER timed out")
 
         c.unregister = timeout
@@ -1672,6 +1680,31 @@ class SglangRegistrationCacheTests(unittest.TestCase):
         self.assertEqual(len(c.live), 2)
         reg.clear()
         self.assertEqual((dict(reg.ids), c.live), ({}, {}))
+
+    def test_timed_out_unregister_the_daemon_did_is_dropped_on_retry(self):
+        # The common timeout: the daemon did the UNREGISTER, its reply came
+        # late. The retry meets E_BUFFER, which releases the entry instead
+        # of raising on every later clear() or eviction, with every entry
+        # behind it stuck.
+        for how in ("clear", "evict"):
+            c = self.FakeClient(max_buffers=10)  # the cache keeps 2
+            reg = self.mod._Registrations(c)
+            for aid in (1, 2, 3):
+                self.allocs[0x1000 * aid] = (aid, 0x100)
+            reg.lookup(0x1000)
+            reg.lookup(0x2000)
+            self.time_out_next_unregister(c, done=True)
+            with self.assertRaises(ProjdError):
+                reg.clear() if how == "clear" else reg.lookup(0x3000)
+            self.assertEqual(list(reg.ids), [1, 2], how)
+            self.assertEqual(sorted(c.live.values()), [b"h2"], how)
+            if how == "clear":
+                reg.clear()
+                self.assertEqual((list(reg.ids), c.live), ([], {}))
+            else:
+                self.assertEqual(reg.lookup(0x3000), (3, 0))
+                self.assertEqual(list(reg.ids), [2, 3])
+                self.assertEqual(sorted(c.live.values()), [b"h2", b"h3"])
 
     def test_apply_refused_before_sending_keeps_nothing(self):
         # A tensor CUDA cannot share (PyTorch's expandable segments): the
