@@ -267,11 +267,11 @@ int projd_project(projd_conn *c, const projd_op *ops, size_t n, uint32_t flags, 
                   projd_error *e);
 
 /* Completion callback of an asynchronous request. It runs once per request,
- * on one of nng's threads or the ring's reaper thread (never on the
- * submitting thread; for a request that projd_request_free or projd_close
- * completes before its reply, a ring request's or an nng request's whose
- * cancel landed while its send completed, on the thread calling it), after
- * the result is
+ * on one of nng's threads or the ring's reaper thread, never on the
+ * submitting thread; except on the thread calling projd_request_free or
+ * projd_close for a ring request it completes before its reply, and on the
+ * thread calling projd_request_free for an nng request whose cancel landed
+ * while its send completed. It runs after the result is
  * available to projd_request_result and before projd_request_wait returns.
  * It must not block for long (it holds up nng's thread); it may call
  * projd_request_result, projd_request_poll and projd_request_free on its own

@@ -842,10 +842,10 @@ static void fake_handle(fake *f, const uint8_t *m, size_t len, pj_wbuf *w)
                 pj_enc_error(w, h.req_id, PJ_E_BUFFER, 1000, "op 1000 (fake)");
                 return;
             }
-            if (o->m == 77) { /* the fake's way to make one op fail at run time */
+            if (o->m == 77 || o->m == 76) { /* the fake's way to make one op fail at run time */
                 res[i].status = PJ_E_BACKEND;
                 if (d.status == PJ_OK)
-                    d.status = PJ_E_BACKEND;
+                    d.status = o->m == 76 ? -5 : PJ_E_BACKEND; /* 76: a malformed DONE */
                 continue;
             }
             /* The fake "projection": y[r][c] = x[r][0] + c, on the shared pages. */
@@ -1035,6 +1035,17 @@ START_TEST(test_fake_basics)
     ck_assert_int_eq(res.ops[0].status, PJ_OK);
     ck_assert_int_eq(res.ops[1].status, PJ_E_BACKEND);
     ck_assert_ptr_nonnull(strstr(e.msg, "op 1"));
+    /* The same with a status no daemon sends (negative): a malformed reply,
+     * a local failure, so nothing says what ran (projd.h), the failing op
+     * read from it included. */
+    two[1].m = 76;
+    rc = projd_project(c, two, 2, 0, &res, &e);
+    ck_assert_int_eq(rc, -EPROTO);
+    ck_assert_ptr_nonnull(strstr(e.msg, "DONE status -5"));
+    ck_assert_int_eq(res.status, -EPROTO);
+    ck_assert_uint_eq(res.failed_op, UINT32_MAX);
+    ck_assert_int_eq(res.ops[0].status, -EPROTO);
+    ck_assert_int_eq(res.ops[1].status, -EPROTO);
 
     /* The daemon judges flags: E_FLAGS comes back, the connection stays usable. */
     uint8_t sig[64] = {0};
