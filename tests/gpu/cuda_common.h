@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "client/projd_cuda.h"
 #include "kernels/bf16.h"
@@ -269,6 +270,14 @@ static CC_UNUSED int cc_cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* A host function for cudaLaunchHostFunc that sleeps arg microseconds: it
+ * holds the stream it is launched on (and an event recorded behind it)
+ * that long, a client's wait the daemon must honour. */
+static CC_UNUSED void CUDART_CB cc_sleep_host(void *arg)
+{
+    usleep((useconds_t)(uintptr_t)arg);
 }
 
 static CC_UNUSED int cc_summary(const char *suite, long long t0_us)

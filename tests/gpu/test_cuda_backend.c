@@ -1150,10 +1150,6 @@ out:
  *   3  no event to wait on, but the daemon's stream is held 2 s after its
  *      ops (PROJD_CUDA_STALL_AFTER=3): a stall of the daemon's own work
  *      (stalls 2), and the pings come back after it. */
-static void CUDART_CB sleep_host(void *arg)
-{
-    usleep((useconds_t)(uintptr_t)arg);
-}
 
 /* A client of W: a stream of its own, the IPC events it names for
  * WAIT_EVENT (in) and SIGNAL_EVENT (out), and their handles. */
@@ -1188,7 +1184,7 @@ static void w_client_close(w_client *w)
  * on its stream: the daemon's wait on it lasts that long. 0 or -1. */
 static int w_hold_event(w_client *w, unsigned wait_us)
 {
-    return cudaLaunchHostFunc(w->cs, sleep_host, (void *)(uintptr_t)wait_us) == cudaSuccess &&
+    return cudaLaunchHostFunc(w->cs, cc_sleep_host, (void *)(uintptr_t)wait_us) == cudaSuccess &&
                    cudaEventRecord(w->in, w->cs) == cudaSuccess
                ? 0
                : -1;
@@ -2238,7 +2234,7 @@ static void section_s(int strict)
         cudaEvent_t m = mark[sent % S_AHEAD];
         if (sent >= S_AHEAD)
             cudaEventSynchronize(m);
-        if (cudaLaunchHostFunc(w.cs, sleep_host, (void *)(uintptr_t)400) != cudaSuccess ||
+        if (cudaLaunchHostFunc(w.cs, cc_sleep_host, (void *)(uintptr_t)400) != cudaSuccess ||
             cudaEventRecord(w.in, w.cs) != cudaSuccess || cudaEventRecord(m, w.cs) != cudaSuccess) {
             CHECK(0, "S: the client's stream");
             break;

@@ -175,11 +175,6 @@ static void inner_pointer(ipc_conn *t)
     CHECK(run_ipc(t, &s, NULL, why, sizeof why) == 0, "inner pointer: %s", why);
 }
 
-static void CUDART_CB sleep_host(void *arg)
-{
-    usleep((useconds_t)(uintptr_t)arg);
-}
-
 /* Fills x on the device behind a host function that sleeps gate_us on cs,
  * then records ev_in: a request that waits on ev_in and reads x before the
  * gate opens reads the zeros put there first (y wrong, not merely late). */
@@ -189,7 +184,8 @@ static int gated_x(ipc_conn *t, const uint16_t *pin, cudaStream_t cs, cudaEvent_
     return cudaMemset(t->dx, 0, XBYTES) == cudaSuccess &&
                    cudaMemset(t->dy, 0xff, YBYTES) == cudaSuccess &&
                    cudaDeviceSynchronize() == cudaSuccess &&
-                   cudaLaunchHostFunc(cs, sleep_host, (void *)(uintptr_t)gate_us) == cudaSuccess &&
+                   cudaLaunchHostFunc(cs, cc_sleep_host, (void *)(uintptr_t)gate_us) ==
+                       cudaSuccess &&
                    cudaMemcpyAsync(t->dx, pin, XBYTES, cudaMemcpyHostToDevice, cs) == cudaSuccess &&
                    cudaEventRecord(ev_in, cs) == cudaSuccess
                ? 0

@@ -1537,6 +1537,9 @@ class SglangRegistrationCacheTests(unittest.TestCase):
             return self.next - 1
 
         def unregister(self, buf):
+            if buf not in self.live:  # as the daemon answers it
+                raise ProjdError(Status.E_BUFFER, "E_BUFFER",
+                                 "buffer %d is not registered on this connection" % buf)
             self.log.append(("unregister", self.live.pop(buf)))
 
     def setUp(self):
@@ -1632,13 +1635,8 @@ class SglangRegistrationCacheTests(unittest.TestCase):
     def time_out_next_unregister(c, done=False):
         """c's next UNREGISTER raises ETIMEDOUT, the daemon keeping the
         buffer or (done) having let it go, the reply late; the ones after
-        it work again, and refuse a buffer not registered (E_BUFFER)."""
-
-        def real(buf):
-            if buf not in c.live:
-                raise ProjdError(Status.E_BUFFER, "E_BUFFER",
-                                 "buffer %d is not registered on this connection" % buf)
-            c.log.append(("unregister", c.live.pop(buf)))
+        it work again."""
+        real = c.unregister
 
         def timeout(buf):
             c.unregister = real
@@ -1648,15 +1646,21 @@ class SglangRegistrationCacheTests(unittest.TestCase):
 
         c.unregister = timeout
 
-    def test_failed_unregister_stays_cached(self):
-        # An UNREGISTER that fails (a timeout) leaves the entry, tried again
-        # at the next eviction, instead of a daemon buffer nothing names.
-        c = self.FakeClient(max_buffers=10)  # the cache keeps 2
+    def two_cached_of_three(self):
+        """A cache of limit 2 holding allocations 1 and 2 (h1 the least
+        recently used); allocation 3 at 0x3000 is known to the driver."""
+        c = self.FakeClient(max_buffers=10)  # the cache keeps 10 - 8 = 2
         reg = self.mod._Registrations(c)
         for aid in (1, 2, 3):
             self.allocs[0x1000 * aid] = (aid, 0x100)
         reg.lookup(0x1000)
         reg.lookup(0x2000)
+        return c, reg
+
+    def test_failed_unregister_stays_cached(self):
+        # An UNREGISTER that fails (a timeout) leaves the entry, tried again
+        # at the next eviction, instead of a daemon buffer nothing names.
+        c, reg = self.two_cached_of_three()
         self.time_out_next_unregister(c)
         with self.assertRaises(ProjdError):
             reg.lookup(0x3000)  # evicts h1: its UNREGISTER times out
@@ -1687,12 +1691,7 @@ class SglangRegistrationCacheTests(unittest.TestCase):
         # of raising on every later clear() or eviction, with every entry
         # behind it stuck.
         for how in ("clear", "evict"):
-            c = self.FakeClient(max_buffers=10)  # the cache keeps 2
-            reg = self.mod._Registrations(c)
-            for aid in (1, 2, 3):
-                self.allocs[0x1000 * aid] = (aid, 0x100)
-            reg.lookup(0x1000)
-            reg.lookup(0x2000)
+            c, reg = self.two_cached_of_three()
             self.time_out_next_unregister(c, done=True)
             with self.assertRaises(ProjdError):
                 reg.clear() if how == "clear" else reg.lookup(0x3000)
